@@ -1,0 +1,126 @@
+package lanes
+
+import (
+	"time"
+)
+
+// State is a job's lifecycle state. A job moves queued -> dispatched ->
+// running and ends in exactly one terminal state.
+type State string
+
+const (
+	StateQueued     State = "queued"
+	StateDispatched State = "dispatched"
+	StateRunning    State = "running"
+	StateSucceeded  State = "succeeded"
+	StateFailed     State = "failed"
+	StateTimeout    State = "timeout"
+	StateCancelled  State = "cancelled"
+	StateError      State = "error"
+)
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateTimeout, StateCancelled, StateError:
+		return true
+	}
+	return false
+}
+
+// ValidState reports whether s names a state.
+func ValidState(s string) bool {
+	switch State(s) {
+	case StateQueued, StateDispatched, StateRunning:
+		return true
+	}
+	return State(s).Terminal()
+}
+
+// Job errors recorded in JobRecord.Error for jobs that did not end on their
+// own.
+const (
+	ErrRunnerLost         = "runner_lost"
+	ErrRunnerUnresponsive = "runner_unresponsive"
+	ErrRunnerMemory       = "runner_memory_exceeded"
+	ErrDaemonShutdown     = "daemon_shutdown"
+	ErrCancelled          = "cancelled_by_request"
+)
+
+// JobSpec is what a client submits (the params of job.submit).
+type JobSpec struct {
+	Lane           string            `json:"lane,omitempty"`
+	Command        string            `json:"command,omitempty"`
+	Argv           []string          `json:"argv,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	WorktreeDir    string            `json:"worktree_dir,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	TimeoutMs      uint64            `json:"timeout_ms,omitempty"`
+	MaxOutputBytes uint64            `json:"max_output_bytes,omitempty"`
+	FilePaths      []string          `json:"file_paths,omitempty"`
+	AgentID        string            `json:"agent_id,omitempty"`
+	ToolName       string            `json:"tool_name,omitempty"`
+}
+
+// JobRecord is the queryable state of a job.
+type JobRecord struct {
+	ID           string     `json:"id"`
+	Lane         string     `json:"lane"`
+	RunnerID     string     `json:"runner_id,omitempty"`
+	RunnerPid    int        `json:"runner_pid,omitempty"`
+	State        State      `json:"state"`
+	ExitCode     *int32     `json:"exit_code"`
+	Output       string     `json:"output"`
+	WasTimeout   bool       `json:"was_timeout"`
+	WasCancelled bool       `json:"was_cancelled"`
+	DurationMs   int64      `json:"duration_ms"`
+	Error        string     `json:"error,omitempty"`
+	Command      string     `json:"command,omitempty"`
+	Argv         []string   `json:"argv,omitempty"`
+	Cwd          string     `json:"cwd,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
+	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+}
+
+// Filter selects jobs for List; empty fields match everything.
+type Filter struct {
+	State string `json:"state,omitempty"`
+	Lane  string `json:"lane,omitempty"`
+}
+
+// RunnerStatus describes one runner of a lane.
+type RunnerStatus struct {
+	ID          string `json:"id"`
+	Pid         int    `json:"pid"`
+	State       string `json:"state"` // starting, ready, backoff, stopping
+	Restarts    int    `json:"restarts"`
+	ActiveJobs  int    `json:"active_jobs"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	Spawned     bool   `json:"spawned"` // false: bring-your-own
+	UptimeMs    int64  `json:"uptime_ms"`
+}
+
+// LaneStatus describes one lane.
+type LaneStatus struct {
+	Name       string         `json:"name"`
+	Network    string         `json:"network"`
+	Slots      int            `json:"slots"` // per runner
+	QueueLimit int            `json:"queue_limit"`
+	Queued     int            `json:"queued"`
+	Running    int            `json:"running"`
+	Degraded   bool           `json:"degraded"`
+	Runners    []RunnerStatus `json:"runners"`
+}
+
+// Metrics are the counters behind metrics.get.
+type Metrics struct {
+	UptimeMs        int64            `json:"uptime_ms"`
+	JobsByState     map[State]int64  `json:"jobs_by_state"`
+	JobsSubmitted   int64            `json:"jobs_submitted"`
+	RunnerRestarts  int64            `json:"runner_restarts"`
+	OrphanedJobs    int64            `json:"orphaned_jobs"`
+	RunnersByLane   map[string]int64 `json:"runners_by_lane"`
+	Connections     int64            `json:"connections"`      // open now (filled by the control server)
+	ConnectionsSeen int64            `json:"connections_seen"` // ever (filled by the control server)
+}

@@ -1,0 +1,214 @@
+package lanes
+
+import (
+	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Messages a job actor handles.
+type (
+	jobDispatched struct {
+		runner   actors.Ref
+		runnerID string
+		pid      int
+	}
+	jobAcked    struct{}
+	jobRejected struct{ reason string }
+	jobOutput   struct {
+		stream wire.Stream
+		data   []byte
+	}
+	jobResult struct{ res wire.Result }
+	// jobLost: the runner holding the job is gone; reason is one of the
+	// Err* constants.
+	jobLost   struct{ reason string }
+	jobCancel struct {
+		reply func(wasRunning bool, err *wire.Error)
+	}
+	jobDequeued    struct{}
+	jobNotQueued   struct{}
+	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
+	cancelOnRunner struct{ jobID string }
+	dequeueJob     struct {
+		id  string
+		job actors.Ref
+	}
+)
+
+// jobActor owns one job from submit to its single terminal state, then
+// publishes it and stops.
+type jobActor struct {
+	sh       *shared
+	lane     actors.Ref
+	rec      JobRecord
+	maxOut   int
+	out      []byte // streamed output, capped
+	runner   actors.Ref
+	cancelRq []func(bool, *wire.Error)
+	started  time.Time
+}
+
+func (j *jobActor) Receive(c *actors.Context) {
+	switch m := c.Message().(type) {
+	case actors.Started:
+		c.SetState(string(j.rec.State))
+	case jobDispatched:
+		if j.rec.State.Terminal() {
+			return
+		}
+		now := time.Now()
+		j.runner = m.runner
+		j.rec.State = StateDispatched
+		j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = m.runnerID, m.pid, &now
+		j.started = now
+		c.SetState(string(j.rec.State))
+		j.sh.store.update(j.rec)
+		j.sh.bus.Emit(eventlog.JobDispatched{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: m.runnerID, Pid: m.pid})
+		if len(j.cancelRq) > 0 {
+			// A cancel raced with dispatch: the lane had already given the
+			// job away. Cancel it on the runner now.
+			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+			for _, r := range j.cancelRq {
+				r(true, nil)
+			}
+			j.cancelRq = nil
+		}
+	case jobAcked:
+		if j.rec.State == StateDispatched {
+			j.rec.State = StateRunning
+			c.SetState(string(j.rec.State))
+			j.sh.store.update(j.rec)
+		}
+	case jobOutput:
+		if room := j.maxOut - len(j.out); room > 0 {
+			d := m.data
+			if len(d) > room {
+				d = d[:room]
+			}
+			j.out = append(j.out, d...)
+		}
+		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: string(m.stream), Data: string(m.data)})
+	case jobResult:
+		r := m.res
+		j.rec.ExitCode = r.ExitCode
+		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
+		j.rec.Output = r.Output
+		if r.DurationMs > 0 {
+			j.rec.DurationMs = int64(r.DurationMs)
+		}
+		st := StateError
+		switch r.Status {
+		case wire.StatusSuccess:
+			st = StateSucceeded
+		case wire.StatusFailed:
+			st = StateFailed
+		case wire.StatusTimeout:
+			st = StateTimeout
+		case wire.StatusCancelled:
+			st = StateCancelled
+			if j.rec.Error == "" {
+				j.rec.Error = ErrCancelled
+			}
+		case wire.StatusError:
+			if j.rec.Error == "" {
+				j.rec.Error = firstLine(r.Output)
+			}
+		}
+		j.finish(c, st)
+	case jobRejected:
+		j.rec.Error = m.reason
+		j.finish(c, StateError)
+	case jobLost:
+		if j.rec.State.Terminal() {
+			return
+		}
+		j.rec.Error = m.reason
+		j.sh.orphaned.Add(1)
+		j.sh.bus.Emit(eventlog.JobOrphaned{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID, Reason: m.reason})
+		if m.reason == ErrDaemonShutdown {
+			j.rec.WasCancelled = true
+			j.finish(c, StateCancelled)
+			return
+		}
+		j.finish(c, StateFailed)
+	case jobShutdown:
+		if j.rec.State == StateQueued {
+			j.rec.Error, j.rec.WasCancelled = ErrDaemonShutdown, true
+			j.finish(c, StateCancelled)
+		}
+	case jobCancel:
+		switch {
+		case j.rec.State.Terminal():
+			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
+		case j.rec.State == StateQueued:
+			j.cancelRq = append(j.cancelRq, m.reply)
+			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
+		default:
+			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+			m.reply(true, nil)
+		}
+	case jobDequeued:
+		if j.rec.State != StateQueued {
+			return
+		}
+		for _, r := range j.cancelRq {
+			r(false, nil)
+		}
+		j.cancelRq = nil
+		j.rec.Error, j.rec.WasCancelled = ErrCancelled, true
+		j.finish(c, StateCancelled)
+	case jobNotQueued:
+		// Dispatch won the race; jobDispatched (already handled, since the
+		// lane sent it first) sent the cancel to the runner.
+	case actors.Stopped:
+		if !j.rec.State.Terminal() {
+			// Stopped from above (daemon shutdown or a lane restart).
+			j.rec.Error = ErrDaemonShutdown
+			j.rec.WasCancelled = true
+			j.finish(c, StateCancelled)
+		}
+	}
+}
+
+func (j *jobActor) finish(c *actors.Context, st State) {
+	if j.rec.State.Terminal() {
+		return
+	}
+	now := time.Now()
+	j.rec.State = st
+	j.rec.FinishedAt = &now
+	if j.rec.DurationMs == 0 && !j.started.IsZero() {
+		j.rec.DurationMs = now.Sub(j.started).Milliseconds()
+	}
+	if j.rec.Output == "" && len(j.out) > 0 {
+		j.rec.Output = string(j.out)
+	}
+	j.out = nil
+	for _, r := range j.cancelRq {
+		r(false, wire.Errorf(wire.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
+	}
+	j.cancelRq = nil
+	if !j.sh.store.finish(j.rec) {
+		return
+	}
+	j.sh.bus.Emit(eventlog.JobFinished{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID,
+		State: string(st), ExitCode: j.rec.ExitCode, Error: j.rec.Error, DurationMs: j.rec.DurationMs, Record: j.rec})
+	if _, stopping := c.Message().(actors.Stopped); !stopping {
+		c.StopSelf()
+	}
+}
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	if len(s) > 200 {
+		return s[:200]
+	}
+	return s
+}

@@ -1,0 +1,530 @@
+package lanes
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Messages a lane actor handles.
+type (
+	submitJob struct {
+		rec  JobRecord
+		spec JobSpec
+	}
+	cancelJob struct {
+		id    string
+		reply func(bool, *wire.Error)
+	}
+	runnerConn struct {
+		conn *net.UnixConn
+		br   *bufio.Reader
+		hs   wire.Handshake
+	}
+	runnerUp struct {
+		id      string
+		ref     actors.Ref
+		pid     int
+		slots   int
+		spawned bool
+	}
+	runnerDown    struct{ id string }
+	runnerStable  struct{ id string }
+	runnerStopped struct{ id string }
+	runnerExited  struct {
+		id     string
+		gen    int
+		uptime int64
+		ref    actors.Ref
+	}
+	slotFreed    struct{ id string }
+	laneRecheck  struct{}
+	laneShutdown struct{ done func() }
+)
+
+// laneHandle is what the Manager keeps of a lane: its actor, its config and
+// the numbers it must read without a round trip.
+type laneHandle struct {
+	name    string
+	cfg     LaneConfig
+	ref     atomic.Pointer[actors.Ref]
+	pending atomic.Int64 // jobs submitted and not yet dispatched or cancelled
+	running atomic.Int64
+	status  atomic.Pointer[LaneStatus]
+}
+
+func (h *laneHandle) laneRef() actors.Ref {
+	if r := h.ref.Load(); r != nil {
+		return *r
+	}
+	return actors.Ref{}
+}
+
+type runnerSlot struct {
+	ref     actors.Ref
+	status  RunnerStatus
+	ready   bool
+	active  int
+	slots   int
+	spawned bool
+	stopped bool // process gone for good (daemon shutdown)
+}
+
+type queuedJob struct {
+	id   string
+	ref  actors.Ref
+	wire wire.Job
+}
+
+// laneActor owns a lane: its socket, its runners, its queue and its restart
+// policy. Jobs wait in its bounded queue until a runner has a free slot.
+type laneActor struct {
+	sh      *shared
+	h       *laneHandle
+	socket  string
+	ln      *net.UnixListener
+	acceptW sync.WaitGroup
+	pendMu  sync.Mutex
+	pendC   map[*net.UnixConn]struct{} // connections still handshaking
+	tracker *supervisor.Tracker
+	runners map[string]*runnerSlot
+	order   []string
+	queue   []queuedJob
+	qhead   int
+	jobs    map[string]actors.Ref // live jobs by id
+	jobIDs  map[string]string     // job actor ref -> job id
+	byoSeq  int
+	recheck func()
+
+	stopping bool
+	stopDone func()
+}
+
+func (l *laneActor) Receive(c *actors.Context) {
+	switch m := c.Message().(type) {
+	case actors.Started:
+		l.start(c)
+	case submitJob:
+		l.submit(c, m)
+	case cancelJob:
+		j, ok := l.jobs[m.id]
+		if !ok {
+			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished", m.id))
+			return
+		}
+		c.Send(j, jobCancel{reply: m.reply})
+	case dequeueJob:
+		for i := l.qhead; i < len(l.queue); i++ {
+			if l.queue[i].id == m.id {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				l.h.pending.Add(-1)
+				c.Send(m.job, jobDequeued{})
+				l.publish()
+				return
+			}
+		}
+		c.Send(m.job, jobNotQueued{})
+	case runnerConn:
+		l.runnerConn(c, m)
+	case runnerUp:
+		s := l.runners[m.id]
+		if s == nil {
+			return
+		}
+		s.ready, s.active, s.slots = true, 0, m.slots
+		l.dispatch(c)
+		l.publish()
+	case runnerDown:
+		if s := l.runners[m.id]; s != nil {
+			l.h.running.Add(-int64(s.active))
+			s.ready, s.active = false, 0
+			l.publish()
+		}
+	case slotFreed:
+		if s := l.runners[m.id]; s != nil && s.active > 0 {
+			s.active--
+			l.h.running.Add(-1)
+			l.dispatch(c)
+		}
+	case runnerExited:
+		l.runnerExited(c, m)
+	case runnerStable:
+		if l.tracker.Stable(m.id, time.Now()) {
+			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.publish()
+		}
+	case laneRecheck:
+		l.recheck = nil
+		rec, next := l.tracker.Recheck(time.Now())
+		if rec {
+			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.publish()
+		}
+		if next > 0 {
+			l.recheck = c.After(next, laneRecheck{})
+		}
+	case RunnerStatus:
+		if s := l.runners[m.ID]; s != nil {
+			s.status = m
+			l.publish()
+		}
+	case laneShutdown:
+		l.shutdown(c, m.done)
+	case runnerStopped:
+		if s := l.runners[m.id]; s != nil {
+			s.stopped = true
+		}
+		l.maybeStopped()
+	case actors.Terminated:
+		if id, ok := l.jobIDs[m.Who.String()]; ok {
+			delete(l.jobIDs, m.Who.String())
+			delete(l.jobs, id)
+			return
+		}
+		for id, s := range l.runners {
+			if s.ref.Equal(m.Who) {
+				if s.active > 0 {
+					l.h.running.Add(-int64(s.active))
+				}
+				l.removeRunner(id)
+				l.publish()
+				l.maybeStopped()
+				return
+			}
+		}
+	case actors.Stopped:
+		l.closeListener()
+	}
+}
+
+func (l *laneActor) start(c *actors.Context) {
+	l.runners = map[string]*runnerSlot{}
+	l.jobs = map[string]actors.Ref{}
+	l.jobIDs = map[string]string{}
+	l.pendC = map[*net.UnixConn]struct{}{}
+	l.tracker = supervisor.NewTracker(l.h.cfg.Restart.Policy(), nil)
+	ln, err := listenUnix(l.socket)
+	if err != nil {
+		// Without its socket a lane cannot work; fail loudly and let the
+		// supervisor decide (restart with intensity).
+		panic(fmt.Errorf("lane %s: %w", l.h.name, err))
+	}
+	l.ln = ln
+	l.acceptW.Add(1)
+	go l.acceptLoop(c.System(), c.Self())
+	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
+		Network: l.h.cfg.Network, Socket: l.socket})
+	for i := 0; i < l.h.cfg.Runners; i++ {
+		id := l.h.name + "-" + strconv.Itoa(i)
+		l.addRunner(c, id, true, nil)
+	}
+	l.publish()
+}
+
+func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach *connAttach) {
+	ra := &runnerActor{sh: l.sh, lane: c.Self(), laneN: l.h.name, cfg: l.h.cfg, socket: l.socket,
+		id: id, spawned: spawned, pending: attach}
+	ref, err := c.Spawn(actors.Props{Kind: "runner", ID: id, OnPanic: actors.Restart,
+		New: func() actors.Actor {
+			// Each incarnation starts from the pristine template; only the
+			// first takes a byo runner's connection (a panic loses it).
+			cp := *ra
+			ra.pending = nil
+			return &cp
+		}})
+	if err != nil {
+		l.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: l.h.name, RunnerID: id, Error: err.Error()})
+		if attach != nil {
+			attach.conn.Close()
+		}
+		return
+	}
+	l.runners[id] = &runnerSlot{ref: ref, spawned: spawned, slots: l.h.cfg.Slots,
+		status: RunnerStatus{ID: id, State: "starting", Spawned: spawned}}
+	l.order = append(l.order, id)
+}
+
+func (l *laneActor) removeRunner(id string) {
+	delete(l.runners, id)
+	for i, o := range l.order {
+		if o == id {
+			l.order = append(l.order[:i], l.order[i+1:]...)
+			break
+		}
+	}
+	l.tracker.Forget(id)
+}
+
+func (l *laneActor) submit(c *actors.Context, m submitJob) {
+	if l.stopping {
+		l.h.pending.Add(-1)
+		rec := m.rec
+		rec.State, rec.Error, rec.WasCancelled = StateCancelled, ErrDaemonShutdown, true
+		l.sh.store.finish(rec)
+		return
+	}
+	ja := &jobActor{sh: l.sh, lane: c.Self(), rec: m.rec, maxOut: int(m.spec.MaxOutputBytes)}
+	ref, err := c.Spawn(actors.Props{Kind: "job", ID: m.rec.ID, OnPanic: actors.Stop,
+		New: func() actors.Actor { return ja }})
+	if err != nil {
+		l.h.pending.Add(-1)
+		rec := m.rec
+		rec.State, rec.Error = StateError, "spawning job actor: "+err.Error()
+		l.sh.store.finish(rec)
+		return
+	}
+	l.jobs[m.rec.ID] = ref
+	l.jobIDs[ref.String()] = m.rec.ID
+	s := m.spec
+	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wire.Job{
+		JobID: m.rec.ID, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
+		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
+		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths}})
+	l.sh.bus.Emit(eventlog.JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
+	l.dispatch(c)
+}
+
+// dispatch hands queued jobs to ready runners, least loaded first.
+func (l *laneActor) dispatch(c *actors.Context) {
+	for l.qhead < len(l.queue) {
+		var best *runnerSlot
+		var bestID string
+		for _, id := range l.order {
+			s := l.runners[id]
+			if s.ready && s.active < s.slots && (best == nil || s.slots-s.active > best.slots-best.active) {
+				best, bestID = s, id
+			}
+		}
+		if best == nil {
+			break
+		}
+		q := l.queue[l.qhead]
+		l.queue[l.qhead] = queuedJob{}
+		l.qhead++
+		best.active++
+		l.h.pending.Add(-1)
+		l.h.running.Add(1)
+		c.Send(q.ref, jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid})
+		c.Send(best.ref, assignJob{job: q.ref, w: q.wire})
+	}
+	if l.qhead > 1024 && l.qhead*2 > len(l.queue) {
+		l.queue = append([]queuedJob(nil), l.queue[l.qhead:]...)
+		l.qhead = 0
+	}
+}
+
+func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
+	if l.stopping {
+		return
+	}
+	now := time.Now()
+	d := l.tracker.Exited(m.id, now, time.Duration(m.uptime)*time.Millisecond)
+	l.sh.bus.Emit(eventlog.RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
+		RestartsInWindow: d.RestartsInWindow, Reason: d.Reason})
+	if d.BecameDegraded {
+		p := l.tracker.Policy()
+		l.sh.bus.Emit(eventlog.LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,
+			MaxTMs: p.MaxT.Milliseconds()})
+	}
+	if d.Degraded && l.recheck == nil {
+		if _, next := l.tracker.Recheck(now); next > 0 {
+			l.recheck = c.After(next, laneRecheck{})
+		}
+	}
+	c.Send(m.ref, restartIn{gen: m.gen, delay: d.Delay})
+	l.publish()
+}
+
+func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
+	reject := func(reason string) {
+		l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Pid: int(m.hs.Pid), Reason: reason})
+		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = wire.WriteFrame(m.conn, wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: false,
+			Config: wire.RunnerConfig{Lane: l.h.name, Reason: reason}})
+		m.conn.Close()
+	}
+	switch {
+	case l.stopping:
+		reject("daemon is stopping")
+		return
+	case m.hs.Lane != l.h.name:
+		reject(fmt.Sprintf("handshake names lane %q but this socket serves lane %q", m.hs.Lane, l.h.name))
+		return
+	}
+	for _, s := range l.runners {
+		if s.spawned && s.status.Pid == int(m.hs.Pid) && s.status.Pid != 0 {
+			c.Send(s.ref, connAttach{conn: m.conn, br: m.br, hs: m.hs})
+			return
+		}
+	}
+	// Not one of ours: a bring-your-own runner joins the lane.
+	l.byoSeq++
+	id := fmt.Sprintf("%s-byo-%d", l.h.name, l.byoSeq)
+	l.addRunner(c, id, false, &connAttach{conn: m.conn, br: m.br, hs: m.hs})
+	l.publish()
+}
+
+func (l *laneActor) shutdown(c *actors.Context, done func()) {
+	l.stopping = true
+	l.stopDone = done
+	l.closeListener()
+	for i := l.qhead; i < len(l.queue); i++ {
+		c.Send(l.queue[i].ref, jobShutdown{})
+		l.h.pending.Add(-1)
+	}
+	l.queue, l.qhead = nil, 0
+	if l.recheck != nil {
+		l.recheck()
+	}
+	for _, s := range l.runners {
+		c.Send(s.ref, runnerShutdown{})
+	}
+	l.maybeStopped()
+}
+
+func (l *laneActor) maybeStopped() {
+	if !l.stopping || l.stopDone == nil {
+		return
+	}
+	for _, s := range l.runners {
+		if !s.stopped {
+			return
+		}
+	}
+	l.stopDone()
+	l.stopDone = nil
+}
+
+func (l *laneActor) publish() {
+	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots,
+		QueueLimit: l.h.cfg.QueueLimit, Queued: int(l.h.pending.Load()), Running: int(l.h.running.Load()),
+		Degraded: l.tracker != nil && l.tracker.Degraded(), Runners: make([]RunnerStatus, 0, len(l.order))}
+	for _, id := range l.order {
+		s := l.runners[id]
+		rs := s.status
+		rs.ActiveJobs = s.active
+		st.Runners = append(st.Runners, rs)
+	}
+	l.h.status.Store(st)
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket file
+// but refusing to steal one another process is serving.
+func listenUnix(path string) (*net.UnixListener, error) {
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another process is already listening on %s", path)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	old := unix.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+func (l *laneActor) closeListener() {
+	if l.ln == nil {
+		return
+	}
+	l.ln.Close()
+	l.pendMu.Lock()
+	for c := range l.pendC {
+		c.Close()
+	}
+	l.pendMu.Unlock()
+	l.acceptW.Wait()
+	l.ln = nil
+}
+
+// acceptLoop accepts runner connections; each handshakes on its own
+// goroutine (bounded by a deadline) so a silent peer blocks nobody.
+func (l *laneActor) acceptLoop(sys *actors.System, self actors.Ref) {
+	defer l.acceptW.Done()
+	for {
+		conn, err := l.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if uid, pid, ok := peerCred(conn); !ok || uid != uint32(os.Getuid()) {
+			reason := fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", uid, os.Getuid())
+			if !ok {
+				reason = "refused: cannot read peer credentials"
+			}
+			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: pid, UID: uid, Reason: reason})
+			conn.Close()
+			continue
+		}
+		l.pendMu.Lock()
+		l.pendC[conn] = struct{}{}
+		l.pendMu.Unlock()
+		l.acceptW.Add(1)
+		go func() {
+			defer l.acceptW.Done()
+			hs, br, err := readHandshake(conn, l.sh.maxFrame)
+			l.pendMu.Lock()
+			delete(l.pendC, conn)
+			l.pendMu.Unlock()
+			if err != nil {
+				l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Reason: err.Error()})
+				conn.Close()
+				return
+			}
+			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs})
+		}()
+	}
+}
+
+func readHandshake(conn *net.UnixConn, maxFrame uint32) (wire.Handshake, *bufio.Reader, error) {
+	var hs wire.Handshake
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReaderSize(conn, 16<<10)
+	f, err := wire.NewFrameReader(br, maxFrame).Next()
+	if err != nil {
+		return hs, nil, fmt.Errorf("reading handshake: %w", err)
+	}
+	if f.Type != wire.TypeHandshake {
+		return hs, nil, fmt.Errorf("first frame is %s, want Handshake", f.Type)
+	}
+	if err := wire.Unmarshal(f, &hs); err != nil {
+		return hs, nil, err
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	return hs, br, nil
+}
+
+func peerCred(c *net.UnixConn) (uid uint32, pid int32, ok bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return 0, 0, false
+	}
+	return cred.Uid, cred.Pid, true
+}

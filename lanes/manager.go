@@ -1,0 +1,297 @@
+package lanes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// shared is what every lane, runner and job actor of one daemon reads. It
+// is immutable after Start except for its atomic counters.
+type shared struct {
+	bus             *eventlog.Bus
+	store           *store
+	reaper          *reaper
+	exe             string
+	runnerStderr    io.Writer
+	maxFrame        uint32
+	shutdownTimeout time.Duration
+	gens            atomic.Int64
+
+	restarts         atomic.Int64
+	orphaned         atomic.Int64
+	killedOnShutdown atomic.Int64
+	submitted        atomic.Int64
+}
+
+// Options configures a Manager.
+type Options struct {
+	Config Config
+	Home   string // sockets live here: runner-<lane>.sock
+	// Exe is the binary spawned as `Exe runner --lane L --socket P --id ID`;
+	// default os.Executable().
+	Exe          string
+	RunnerStderr io.Writer // where runners' logs go; default os.Stderr
+	Bus          *eventlog.Bus
+	System       *actors.System
+	Logger       zerolog.Logger
+}
+
+// Manager is the lanes supervisor and the API the control socket calls.
+// Every method is non-blocking and safe from any goroutine.
+type Manager struct {
+	opts    Options
+	sh      *shared
+	sys     *actors.System
+	root    actors.Ref
+	lanes   map[string]*laneHandle
+	names   []string
+	started time.Time
+	idPre   string
+	seq     atomic.Uint64
+	stopped  sync.Once
+	stopping atomic.Bool
+}
+
+// lanesSupervisor is the parent of the lane actors.
+type lanesSupervisor struct {
+	m     *Manager
+	ready chan struct{}
+}
+
+func (s *lanesSupervisor) Receive(c *actors.Context) {
+	switch c.Message().(type) {
+	case actors.Started:
+		for _, n := range s.m.names {
+			h := s.m.lanes[n]
+			sock := filepath.Join(s.m.opts.Home, "runner-"+n+".sock")
+			ref, err := c.Spawn(actors.Props{Kind: "lane", ID: n, OnPanic: actors.Restart,
+				MaxRestarts: 3, Within: time.Minute,
+				New: func() actors.Actor { return &laneActor{sh: s.m.sh, h: h, socket: sock} }})
+			if err != nil {
+				panic(fmt.Errorf("spawning lane %s: %w", n, err))
+			}
+			h.ref.Store(&ref)
+		}
+		if s.ready != nil {
+			close(s.ready)
+			s.ready = nil
+		}
+	}
+}
+
+// Start makes the daemon the subreaper of its runners' jobs, starts the
+// lanes supervisor and every lane, which spawn their runners.
+func Start(opts Options) (*Manager, error) {
+	if opts.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding the orchestrd binary to spawn runners: %w", err)
+		}
+		opts.Exe = exe
+	}
+	if opts.RunnerStderr == nil {
+		opts.RunnerStderr = os.Stderr
+	}
+	rp, err := newReaper(opts.Bus)
+	if err != nil {
+		return nil, err
+	}
+	var pre [3]byte
+	_, _ = rand.Read(pre[:])
+	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{}, started: time.Now(),
+		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
+	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp,
+		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
+		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
+	for n, lc := range opts.Config.Lanes {
+		m.lanes[n] = &laneHandle{name: n, cfg: lc}
+		m.names = append(m.names, n)
+	}
+	sort.Strings(m.names)
+	ready := make(chan struct{})
+	first := true
+	ref, err := opts.System.Spawn(actors.Props{Kind: "lanes", ID: "lanes", OnPanic: actors.Restart,
+		New: func() actors.Actor {
+			ls := &lanesSupervisor{m: m}
+			if first {
+				ls.ready, first = ready, false
+			}
+			return ls
+		}})
+	if err != nil {
+		rp.stop()
+		return nil, fmt.Errorf("starting the lanes supervisor: %w", err)
+	}
+	m.root = ref
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		return nil, fmt.Errorf("starting the lanes supervisor: lanes not spawned after 10s")
+	}
+	return m, nil
+}
+
+// LaneNames lists the lanes, sorted.
+func (m *Manager) LaneNames() []string { return append([]string(nil), m.names...) }
+
+// Submit validates a job, queues it on its lane and returns its id.
+func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
+	if m.stopping.Load() {
+		return "", wire.Errorf(wire.CodeShuttingDown, "daemon is stopping; job not accepted")
+	}
+	if spec.Lane == "" {
+		spec.Lane = "no-net"
+	}
+	h, ok := m.lanes[spec.Lane]
+	if !ok {
+		return "", wire.Errorf(wire.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names)
+	}
+	if spec.Command == "" && len(spec.Argv) == 0 {
+		return "", wire.Errorf(wire.CodeInvalidParams, "job needs command or argv")
+	}
+	if spec.Command != "" && len(spec.Argv) > 0 {
+		return "", wire.Errorf(wire.CodeInvalidParams, "job takes command or argv, not both")
+	}
+	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
+		return "", wire.Errorf(wire.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd)
+	}
+	if spec.WorktreeDir != "" && !filepath.IsAbs(spec.WorktreeDir) {
+		return "", wire.Errorf(wire.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir)
+	}
+	if spec.TimeoutMs == 0 {
+		spec.TimeoutMs = h.cfg.TimeoutMs
+	}
+	if spec.MaxOutputBytes == 0 || spec.MaxOutputBytes > h.cfg.MaxOutputBytes {
+		spec.MaxOutputBytes = h.cfg.MaxOutputBytes
+	}
+	if n := h.pending.Add(1); h.cfg.QueueLimit > 0 && n > int64(h.cfg.QueueLimit) {
+		h.pending.Add(-1)
+		m.sh.bus.Emit(eventlog.JobRejected{Lane: spec.Lane, Reason: "queue_full"})
+		return "", &wire.Error{Code: wire.CodeQueueFull,
+			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)}
+	}
+	id := m.idPre + fmt.Sprint(m.seq.Add(1))
+	rec := JobRecord{ID: id, Lane: spec.Lane, State: StateQueued, Command: spec.Command, Argv: spec.Argv,
+		Cwd: spec.Cwd, CreatedAt: time.Now()}
+	m.sh.store.add(rec, actors.Ref{})
+	m.sh.submitted.Add(1)
+	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
+	return id, nil
+}
+
+// Get returns a job's record.
+func (m *Manager) Get(id string) (JobRecord, bool) {
+	r, _, ok := m.sh.store.get(id)
+	return r, ok
+}
+
+// List returns matching jobs, oldest first, without their output.
+func (m *Manager) List(f Filter) []JobRecord { return m.sh.store.list(f) }
+
+// Cancel cancels a queued or running job; reply runs once, on any goroutine.
+func (m *Manager) Cancel(id string, reply func(wasRunning bool, err *wire.Error)) {
+	rec, _, ok := m.sh.store.get(id)
+	if !ok {
+		reply(false, wire.Errorf(wire.CodeNotFound, "no job %q", id))
+		return
+	}
+	if rec.State.Terminal() {
+		reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", id, rec.State))
+		return
+	}
+	var once sync.Once
+	m.sys.Send(m.lanes[rec.Lane].laneRef(), cancelJob{id: id, reply: func(w bool, e *wire.Error) {
+		once.Do(func() { reply(w, e) })
+	}})
+}
+
+// Wait calls fn once the job is terminal.
+func (m *Manager) Wait(id string, fn func(JobRecord)) (func(), *wire.Error) {
+	cancel, ok := m.sh.store.wait(id, fn)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "no job %q", id)
+	}
+	return cancel, nil
+}
+
+// Lanes returns every lane's status.
+func (m *Manager) Lanes() []LaneStatus {
+	out := make([]LaneStatus, 0, len(m.names))
+	for _, n := range m.names {
+		h := m.lanes[n]
+		if st := h.status.Load(); st != nil {
+			cp := *st
+			cp.Queued, cp.Running = int(h.pending.Load()), int(h.running.Load())
+			out = append(out, cp)
+		} else {
+			out = append(out, LaneStatus{Name: n, Network: h.cfg.Network, Slots: h.cfg.Slots,
+				QueueLimit: h.cfg.QueueLimit, Runners: []RunnerStatus{}})
+		}
+	}
+	return out
+}
+
+// Metrics returns the daemon's counters (connections are the control
+// server's to fill).
+func (m *Manager) Metrics() Metrics {
+	mt := Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
+		JobsSubmitted: m.sh.submitted.Load(), RunnerRestarts: m.sh.restarts.Load(),
+		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{}}
+	for _, l := range m.Lanes() {
+		var n int64
+		for _, r := range l.Runners {
+			if r.State == "ready" {
+				n++
+			}
+		}
+		mt.RunnersByLane[l.Name] = n
+	}
+	return mt
+}
+
+// Shutdown stops the lanes: queued jobs end cancelled, runners get
+// Shutdown and, past the shutdown timeout, SIGKILL on their process group;
+// running jobs end cancelled (daemon_shutdown). Then the actors stop and a
+// last sweep kills anything re-parented to the daemon. It returns how many
+// runners had to be killed.
+func (m *Manager) Shutdown(ctx context.Context) (int, error) {
+	var err error
+	m.stopped.Do(func() {
+		m.stopping.Store(true)
+		var wg sync.WaitGroup
+		for _, n := range m.names {
+			wg.Add(1)
+			var once sync.Once
+			m.sys.Send(m.lanes[n].laneRef(), laneShutdown{done: func() { once.Do(wg.Done) }})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting for lanes to stop: %w", ctx.Err())
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if serr := m.sys.Stop(sctx, m.root); serr != nil && err == nil {
+			err = serr
+		}
+		m.sh.reaper.stop()
+	})
+	return int(m.sh.killedOnShutdown.Load()), err
+}

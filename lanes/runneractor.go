@@ -1,0 +1,546 @@
+package lanes
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Messages a runner actor handles. gen ties process and connection messages
+// to one incarnation: late messages from a dead one are ignored.
+type (
+	procStarted struct {
+		gen int
+		pid int
+		err error
+	}
+	procExited struct {
+		gen      int
+		exitCode *int
+		signal   string
+	}
+	connAttach struct {
+		conn *net.UnixConn
+		br   *bufio.Reader
+		hs   wire.Handshake
+	}
+	connFrame struct {
+		gen int
+		msg any // a decoded wire message
+	}
+	connClosed struct {
+		gen int
+		err error
+	}
+	connBadFrame struct {
+		gen int
+		err error
+	}
+	hbExpired   struct{ gen, seq int }
+	stableTimer struct{ gen int }
+	respawn     struct{ gen int }
+	restartIn   struct {
+		gen   int
+		delay time.Duration
+	}
+	assignJob struct {
+		job actors.Ref
+		w   wire.Job
+	}
+	runnerShutdown struct{}
+	shutdownKill   struct{ gen int }
+)
+
+// runnerActor supervises one runner: for a spawned runner, one slot whose
+// process it starts, watches and (through the lane's restart policy)
+// replaces; for a bring-your-own runner, one connection it serves until it
+// ends.
+type runnerActor struct {
+	sh      *shared
+	lane    actors.Ref
+	laneN   string
+	cfg     LaneConfig
+	socket  string
+	id      string
+	spawned bool
+
+	gen       int
+	attempt   int
+	pid       int
+	alive     bool // process running (spawned) or connection up (byo)
+	spawnedAt time.Time
+	readyAt   time.Time
+	down      bool // this incarnation was declared lost
+	cause     string
+
+	conn    *net.UnixConn
+	out     chan []byte
+	jobs    map[string]actors.Ref
+	hbSeq   int
+	hbStop  func()
+	memory  uint64
+	stopReq bool // daemon shutdown
+	killReq func()
+	pending *connAttach // a byo runner's connection, attached at Started
+}
+
+func (r *runnerActor) Receive(c *actors.Context) {
+	switch m := c.Message().(type) {
+	case actors.Started:
+		r.jobs = map[string]actors.Ref{}
+		if r.spawned {
+			r.spawn(c)
+		} else if r.pending != nil {
+			p := r.pending
+			r.pending = nil
+			r.gen = int(r.sh.gens.Add(1))
+			r.alive = true
+			r.pid = int(p.hs.Pid)
+			r.attach(c, p)
+		}
+	case procStarted:
+		if m.gen != r.gen {
+			return
+		}
+		if m.err != nil {
+			r.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: r.laneN, RunnerID: r.id, Error: m.err.Error()})
+			r.alive = false
+			c.SetState("backoff")
+			r.publish(c)
+			c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: 0, ref: c.Self()})
+			return
+		}
+		r.pid = m.pid
+		r.sh.bus.Emit(eventlog.RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
+		r.publish(c)
+	case connAttach:
+		if !r.spawned || !r.alive || r.conn != nil {
+			m.conn.Close()
+			return
+		}
+		r.attach(c, &m)
+	case connFrame:
+		if m.gen == r.gen && !r.down {
+			r.frame(c, m.msg)
+		}
+	case connBadFrame:
+		if m.gen == r.gen {
+			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: m.err.Error(), Fatal: false})
+		}
+	case connClosed:
+		if m.gen != r.gen || r.down {
+			return
+		}
+		cause, reason := "socket_closed", ErrRunnerLost
+		if r.stopReq {
+			reason = ErrDaemonShutdown
+		}
+		var tooBig *wire.FrameTooLargeError
+		if errors.As(m.err, &tooBig) {
+			cause = "protocol_error"
+			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: m.err.Error(), Fatal: true})
+			r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
+		}
+		r.lost(c, cause, reason)
+		if !r.spawned {
+			r.exitedEvent(nil, "", cause)
+			c.StopSelf()
+		}
+	case procExited:
+		if m.gen != r.gen {
+			return
+		}
+		reason := ErrRunnerLost
+		if r.stopReq {
+			reason = ErrDaemonShutdown
+		}
+		r.lost(c, "exited", reason)
+		r.alive = false
+		if r.killReq != nil {
+			r.killReq()
+			r.killReq = nil
+		}
+		uptime := r.exitedEvent(m.exitCode, m.signal, r.cause)
+		r.sh.reaper.kick()
+		if r.stopReq {
+			c.SetState("stopped")
+			r.publish(c)
+			c.Send(r.lane, runnerStopped{id: r.id})
+			return
+		}
+		r.sh.restarts.Add(1)
+		c.SetState("backoff")
+		r.publish(c)
+		c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: uptime, ref: c.Self()})
+	case restartIn:
+		if m.gen != r.gen || r.stopReq {
+			return
+		}
+		if m.delay <= 0 {
+			r.spawn(c)
+		} else {
+			c.After(m.delay, respawn{gen: r.gen})
+		}
+	case respawn:
+		if m.gen == r.gen && !r.stopReq && !r.alive {
+			r.spawn(c)
+		}
+	case hbExpired:
+		if m.gen != r.gen || m.seq != r.hbSeq || r.down {
+			return
+		}
+		timeout := r.cfg.HeartbeatTimeout.Duration
+		r.kill(c, "runner_unresponsive", fmt.Sprintf("no heartbeat for %s", timeout), ErrRunnerUnresponsive)
+	case stableTimer:
+		if m.gen == r.gen && r.alive && !r.down {
+			c.Send(r.lane, runnerStable{id: r.id})
+		}
+	case assignJob:
+		if r.down || r.conn == nil {
+			c.Send(m.job, jobLost{reason: ErrRunnerLost})
+			c.Send(r.lane, slotFreed{id: r.id})
+			return
+		}
+		r.jobs[m.w.JobID] = m.job
+		if !r.send(c, wire.TypeJob, m.w) {
+			return
+		}
+		r.publish(c)
+	case cancelOnRunner:
+		if _, ok := r.jobs[m.jobID]; ok && !r.down {
+			r.send(c, wire.TypeCancel, wire.Cancel{JobID: m.jobID})
+		}
+	case runnerShutdown:
+		r.stopReq = true
+		c.SetState("stopping")
+		if !r.alive {
+			c.Send(r.lane, runnerStopped{id: r.id})
+			return
+		}
+		if r.conn != nil && !r.down {
+			r.send(c, wire.TypeShutdown, wire.Shutdown{})
+		}
+		r.killReq = c.After(r.sh.shutdownTimeout, shutdownKill{gen: r.gen})
+	case shutdownKill:
+		if m.gen != r.gen || !r.alive {
+			return
+		}
+		r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "shutdown_timeout",
+			Detail: fmt.Sprintf("still running %s after Shutdown", r.sh.shutdownTimeout)})
+		r.sh.killedOnShutdown.Add(1)
+		if r.spawned {
+			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
+		} else {
+			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
+			r.exitedEvent(nil, "", "shutdown_timeout")
+			c.Send(r.lane, runnerStopped{id: r.id})
+			c.StopSelf()
+		}
+	case actors.Stopped, actors.Restarting:
+		// Last resort: whatever is still running dies with the actor
+		// (daemon shutdown, or this actor panicked and is replaced).
+		if r.alive && r.spawned && r.pid > 0 {
+			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+		}
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		for _, j := range r.jobs {
+			c.Send(j, jobLost{reason: ErrDaemonShutdown})
+		}
+	}
+}
+
+// spawn starts a new incarnation of the runner process. Start and Wait run
+// on a goroutine that reports back; Receive never blocks on the process.
+func (r *runnerActor) spawn(c *actors.Context) {
+	r.gen = int(r.sh.gens.Add(1))
+	r.attempt++
+	r.down, r.cause, r.alive = false, "", true
+	r.pid, r.memory = 0, 0
+	r.spawnedAt = time.Now()
+	c.SetState("starting")
+	gen, self, sys := r.gen, c.Self(), c.System()
+	cmd := exec.Command(r.sh.exe, "runner", "--lane", r.laneN, "--socket", r.socket, "--id", r.id)
+	cmd.Stdout, cmd.Stderr = nil, r.sh.runnerStderr
+	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network)
+	go func() {
+		pid, err := r.sh.reaper.start(cmd)
+		if err != nil {
+			sys.Send(self, procStarted{gen: gen, err: fmt.Errorf("starting runner %s: %w", r.id, err)})
+			return
+		}
+		if r.cfg.Nice != 0 {
+			_ = syscall.Setpriority(syscall.PRIO_PROCESS, pid, r.cfg.Nice)
+		}
+		sys.Send(self, procStarted{gen: gen, pid: pid})
+		_ = cmd.Wait()
+		r.sh.reaper.unregister(pid)
+		ex := procExited{gen: gen}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.signal = ws.Signal().String()
+		} else {
+			code := cmd.ProcessState.ExitCode()
+			ex.exitCode = &code
+		}
+		sys.Send(self, ex)
+	}()
+}
+
+// attach takes over a handshaken connection: ack it, start its reader and
+// writer, and tell the lane the runner is ready.
+func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
+	r.conn = a.conn
+	r.out = make(chan []byte, 1024)
+	gen, self, sys := r.gen, c.Self(), c.System()
+	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots,
+		Config: wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: 1000, MaxFrameBytes: r.sh.maxFrame}})
+	if err == nil {
+		r.out <- ack
+	}
+	go writeLoop(a.conn, r.out)
+	go readLoop(sys, self, gen, a.br, r.sh.maxFrame)
+	r.readyAt = time.Now()
+	startMs := int64(0)
+	if r.spawned {
+		startMs = r.readyAt.Sub(r.spawnedAt).Milliseconds()
+	}
+	r.sh.bus.Emit(eventlog.RunnerReady{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Slots: r.cfg.Slots,
+		Spawned: r.spawned, Version: a.hs.Version, StartMs: startMs})
+	c.SetState("ready")
+	r.armHeartbeat(c)
+	c.After(r.cfg.Restart.Stable.Duration, stableTimer{gen: gen})
+	c.Send(r.lane, runnerUp{id: r.id, ref: c.Self(), pid: r.pid, slots: r.cfg.Slots, spawned: r.spawned})
+	r.publish(c)
+}
+
+func (r *runnerActor) armHeartbeat(c *actors.Context) {
+	if r.hbStop != nil {
+		r.hbStop()
+	}
+	r.hbSeq++
+	r.hbStop = c.After(r.cfg.HeartbeatTimeout.Duration, hbExpired{gen: r.gen, seq: r.hbSeq})
+}
+
+func (r *runnerActor) frame(c *actors.Context, msg any) {
+	switch m := msg.(type) {
+	case wire.JobAck:
+		j, ok := r.jobs[m.JobID]
+		if !ok {
+			return
+		}
+		if m.Accepted {
+			c.Send(j, jobAcked{})
+			return
+		}
+		// A refusal is followed by a Result; if it is not, the job would
+		// hang, so end it here and let a late Result find nobody.
+		reason := "rejected by runner"
+		if m.Error != nil {
+			reason = *m.Error
+		}
+		delete(r.jobs, m.JobID)
+		c.Send(j, jobRejected{reason: reason})
+		c.Send(r.lane, slotFreed{id: r.id})
+		r.publish(c)
+	case wire.OutputChunk:
+		if j, ok := r.jobs[m.JobID]; ok {
+			c.Send(j, jobOutput{stream: m.Stream, data: m.Chunk})
+		}
+	case wire.Result:
+		j, ok := r.jobs[m.JobID]
+		if !ok {
+			return
+		}
+		delete(r.jobs, m.JobID)
+		if r.stopReq && m.Status == wire.StatusCancelled {
+			c.Send(j, jobLost{reason: ErrDaemonShutdown})
+		} else {
+			c.Send(j, jobResult{res: m})
+		}
+		c.Send(r.lane, slotFreed{id: r.id})
+		r.publish(c)
+	case wire.CancelAck:
+	case wire.Heartbeat:
+		r.memory = m.MemoryBytes
+		r.armHeartbeat(c)
+		r.send(c, wire.TypeHeartbeatAck, wire.HeartbeatAck{Timestamp: uint64(time.Now().UnixMilli())})
+		if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 && m.MemoryBytes > lim {
+			r.kill(c, "memory_limit", fmt.Sprintf("runner uses %d bytes, over max_runner_memory_bytes %d", m.MemoryBytes, lim), ErrRunnerMemory)
+			return
+		}
+		r.publish(c)
+	case wire.Handshake:
+		r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: "second Handshake ignored", Fatal: false})
+	}
+}
+
+// send queues a frame for the writer. A runner that has stopped reading
+// until 1024 frames are queued is treated as unresponsive.
+func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
+	if r.out == nil {
+		return false
+	}
+	b, err := wire.Marshal(t, v)
+	if err != nil {
+		return false
+	}
+	select {
+	case r.out <- b:
+		return true
+	default:
+		r.kill(c, "runner_unresponsive", "runner stopped reading its socket", ErrRunnerUnresponsive)
+		return false
+	}
+}
+
+// kill replaces an unhealthy runner: the event says why, its jobs fail with
+// jobErr, its process group gets SIGKILL, and procExited does the rest.
+func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
+	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.lost(c, "killed_"+reason, jobErr)
+	if !r.spawned {
+		r.exitedEvent(nil, "", "killed_"+reason)
+		c.StopSelf()
+	}
+}
+
+// lost declares the current incarnation gone: its jobs end at once with
+// jobErr (never retried), the lane stops dispatching to it, its connection
+// closes and its process group is killed.
+func (r *runnerActor) lost(c *actors.Context, cause, jobErr string) {
+	if r.down {
+		return
+	}
+	r.down = true
+	r.cause = cause
+	for id, j := range r.jobs {
+		c.Send(j, jobLost{reason: jobErr})
+		delete(r.jobs, id)
+	}
+	c.Send(r.lane, runnerDown{id: r.id})
+	if r.hbStop != nil {
+		r.hbStop()
+		r.hbStop = nil
+	}
+	if r.conn != nil {
+		r.conn.Close()
+		close(r.out)
+		r.conn, r.out = nil, nil
+	}
+	if r.spawned && r.alive && r.pid > 0 {
+		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+	}
+	c.SetState("down")
+}
+
+func (r *runnerActor) exitedEvent(code *int, sig, cause string) int64 {
+	var uptime int64
+	if !r.spawnedAt.IsZero() {
+		uptime = time.Since(r.spawnedAt).Milliseconds()
+	}
+	if !r.spawned && !r.readyAt.IsZero() {
+		uptime = time.Since(r.readyAt).Milliseconds()
+	}
+	if cause == "" {
+		cause = "exited"
+	}
+	r.sh.bus.Emit(eventlog.RunnerExited{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, ExitCode: code, Signal: sig,
+		UptimeMs: uptime, Cause: cause, Spawned: r.spawned})
+	return uptime
+}
+
+func (r *runnerActor) publish(c *actors.Context) {
+	st := RunnerStatus{ID: r.id, Pid: r.pid, State: "", Restarts: max(r.attempt-1, 0), ActiveJobs: len(r.jobs),
+		MemoryBytes: r.memory, Spawned: r.spawned}
+	switch {
+	case r.stopReq:
+		st.State = "stopping"
+	case r.down || !r.alive:
+		st.State = "backoff"
+	case r.conn != nil:
+		st.State = "ready"
+		st.UptimeMs = time.Since(r.readyAt).Milliseconds()
+	default:
+		st.State = "starting"
+	}
+	c.Send(r.lane, st)
+}
+
+// readLoop decodes frames off a runner connection into messages for the
+// runner actor. It ends when the connection does.
+func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, maxFrame uint32) {
+	fr := wire.NewFrameReader(br, maxFrame)
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = nil
+			}
+			sys.Send(self, connClosed{gen: gen, err: err})
+			return
+		}
+		var msg any
+		switch f.Type {
+		case wire.TypeJobAck:
+			var v wire.JobAck
+			err, msg = wire.Unmarshal(f, &v), v
+		case wire.TypeOutputChunk:
+			var v wire.OutputChunk
+			err, msg = wire.Unmarshal(f, &v), v
+		case wire.TypeResult:
+			var v wire.Result
+			err, msg = wire.Unmarshal(f, &v), v
+		case wire.TypeCancelAck:
+			var v wire.CancelAck
+			err, msg = wire.Unmarshal(f, &v), v
+		case wire.TypeHeartbeat:
+			var v wire.Heartbeat
+			err, msg = wire.Unmarshal(f, &v), v
+		case wire.TypeHandshake:
+			var v wire.Handshake
+			err, msg = wire.Unmarshal(f, &v), v
+		default:
+			err = fmt.Errorf("unexpected frame %s from runner", f.Type)
+		}
+		if err != nil {
+			sys.Send(self, connBadFrame{gen: gen, err: err})
+			continue
+		}
+		sys.Send(self, connFrame{gen: gen, msg: msg})
+	}
+}
+
+// writeLoop writes queued frames, coalescing what is queued into one write.
+func writeLoop(conn *net.UnixConn, out <-chan []byte) {
+	var buf []byte
+	for b := range out {
+		buf = append(buf[:0], b...)
+	more:
+		for len(buf) < 256<<10 {
+			select {
+			case nb, ok := <-out:
+				if !ok {
+					break more
+				}
+				buf = append(buf, nb...)
+			default:
+				break more
+			}
+		}
+		if _, err := conn.Write(buf); err != nil {
+			for range out { // drain until the actor closes the channel
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package lanes
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/orchestrd/orchestrd/actors"
+)
+
+// store holds the published record of every live job and of the most
+// recent finished ones. Job actors own their jobs' state and publish
+// snapshots here; the control socket reads them without asking an actor.
+// Waiters registered before a job ends are called exactly once when it does.
+type store struct {
+	mu          sync.Mutex
+	jobs        map[string]*entry
+	finished    []string // ring of finished ids, oldest first
+	maxFinished int
+	counts      map[State]int64 // live jobs per non-terminal state; terminal states cumulative
+}
+
+type entry struct {
+	rec     JobRecord
+	ref     actors.Ref
+	waiters map[int]func(JobRecord)
+	nextW   int
+}
+
+func newStore(maxFinished int) *store {
+	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[State]int64{}}
+}
+
+func (s *store) add(rec JobRecord, ref actors.Ref) {
+	s.mu.Lock()
+	s.jobs[rec.ID] = &entry{rec: rec, ref: ref}
+	s.counts[rec.State]++
+	s.mu.Unlock()
+}
+
+// update publishes a non-terminal snapshot.
+func (s *store) update(rec JobRecord) {
+	s.mu.Lock()
+	if e, ok := s.jobs[rec.ID]; ok && !e.rec.State.Terminal() {
+		s.counts[e.rec.State]--
+		s.counts[rec.State]++
+		e.rec = rec
+	}
+	s.mu.Unlock()
+}
+
+// finish publishes the terminal record, evicts the oldest finished jobs past
+// the bound and calls the waiters (outside the lock). It reports false if
+// the job had already finished.
+func (s *store) finish(rec JobRecord) bool {
+	s.mu.Lock()
+	e, ok := s.jobs[rec.ID]
+	if !ok || e.rec.State.Terminal() {
+		s.mu.Unlock()
+		return false
+	}
+	s.counts[e.rec.State]--
+	s.counts[rec.State]++
+	e.rec = rec
+	e.ref = actors.Ref{}
+	ws := e.waiters
+	e.waiters = nil
+	s.finished = append(s.finished, rec.ID)
+	for len(s.finished) > s.maxFinished {
+		old := s.finished[0]
+		s.finished = s.finished[1:]
+		delete(s.jobs, old) // terminal counts are cumulative: kept
+	}
+	if cap(s.finished) > 4*s.maxFinished+64 {
+		s.finished = append([]string(nil), s.finished...)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w(rec)
+	}
+	return true
+}
+
+func (s *store) get(id string) (JobRecord, actors.Ref, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.jobs[id]
+	if !ok {
+		return JobRecord{}, actors.Ref{}, false
+	}
+	return e.rec, e.ref, true
+}
+
+// list returns matching jobs, oldest first.
+func (s *store) list(f Filter) []JobRecord {
+	s.mu.Lock()
+	out := make([]JobRecord, 0, len(s.jobs))
+	for _, e := range s.jobs {
+		if (f.State == "" || string(e.rec.State) == f.State) && (f.Lane == "" || e.rec.Lane == f.Lane) {
+			r := e.rec
+			r.Output = "" // lists stay small; job.get has the output
+			out = append(out, r)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// wait calls fn once the job is terminal: at once (on this goroutine) if it
+// already is. found is false for an unknown job.
+func (s *store) wait(id string, fn func(JobRecord)) (cancel func(), found bool) {
+	s.mu.Lock()
+	e, ok := s.jobs[id]
+	if !ok {
+		s.mu.Unlock()
+		return func() {}, false
+	}
+	if e.rec.State.Terminal() {
+		rec := e.rec
+		s.mu.Unlock()
+		fn(rec)
+		return func() {}, true
+	}
+	if e.waiters == nil {
+		e.waiters = map[int]func(JobRecord){}
+	}
+	k := e.nextW
+	e.nextW++
+	e.waiters[k] = fn
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(e.waiters, k)
+		s.mu.Unlock()
+	}, true
+}
+
+func (s *store) stateCounts() map[State]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[State]int64, len(s.counts))
+	for k, v := range s.counts {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
