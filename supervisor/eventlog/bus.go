@@ -1,0 +1,773 @@
+// Package eventlog is the supervisor's event bus and its on-disk log.
+//
+// Every supervisor decision is a typed Event (kinds.go). Bus.Emit stamps it
+// with a timestamp and, unless it is Ephemeral, a sequence number; hands it
+// synchronously to the subscribers whose kind patterns match; and queues one
+// NDJSON line for a writer goroutine that appends to <home>/events.ndjson and
+// rotates it by size. Emit never waits for the disk: when the writer falls
+// behind, lines are dropped and counted, and the writer logs an
+// eventlog.dropped line with the count once it catches up.
+//
+// A log line is one JSON object: ts (RFC 3339, nanoseconds, UTC), seq and
+// kind first, then the event's own fields:
+//
+//	{"ts":"2025-11-21T03:12:45.123456789Z","seq":1042,"kind":"runner.exited","lane":"review",...}
+//
+// Seq is contiguous over logged events and continues across daemon restarts
+// (Open reads the last seq back from the log), so a gap in the file means
+// lines were dropped, and the eventlog.dropped line after the gap says how
+// many. Event fields must not be named ts, seq or kind.
+//
+// Read and CLI read the log back (rotated files oldest first, then the
+// current file) and can follow it across rotations.
+package eventlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxBytes = 16 << 20
+	DefaultMaxFiles = 3
+	DefaultBuffer   = 65536
+)
+
+// maxBatch bounds one writer Write so memory stays bounded when a large
+// backlog is queued.
+const maxBatch = 1 << 20
+
+// Options configures Open.
+type Options struct {
+	Path     string         // events.ndjson path; "" = no file (subscribers only)
+	MaxBytes int64          // rotate when the file would exceed this; default 16 MiB
+	MaxFiles int            // rotated files kept: events.ndjson.1 (newest) .. .N; default 3
+	Buffer   int            // lines queued for the writer goroutine; default 65536
+	Logger   zerolog.Logger // the bus's own problems: write and rotation errors, sink panics
+}
+
+// Record is one emitted event as subscribers see it. Records are shared
+// between all subscribers and must not be modified.
+type Record struct {
+	Seq   uint64    // monotonic, contiguous over logged (non-ephemeral) events; 0 for ephemeral
+	TS    time.Time // when Emit stamped it
+	Kind  string
+	Event Event
+	// Line is the log JSON object without the newline:
+	// {"ts":RFC3339Nano UTC,"seq":N,"kind":K, ...the event's own fields}.
+	// It is nil for ephemeral events, which are never logged.
+	Line []byte
+
+	body     []byte // ephemeral events: the event's own JSON
+	wireOnce sync.Once
+	wire     []byte
+}
+
+// Wire returns the control-socket line {"event":K,"data":D}\n, computed once
+// and cached (safe for concurrent callers). D is the WireData() JSON for
+// WireDataer events, the event's own JSON for ephemeral events, and the Line
+// object otherwise. For WireDataer events Emit computes it before delivering,
+// on the emitting goroutine, so that a record the emitter later mutates is
+// never marshalled concurrently.
+func (r *Record) Wire() []byte {
+	r.wireOnce.Do(func() {
+		data := r.Line
+		if r.body != nil {
+			data = r.body
+		}
+		if wd, ok := r.Event.(WireDataer); ok {
+			if b, err := marshalValue(wd.WireData()); err == nil {
+				data = b
+			} else if data == nil {
+				data = errorObject(err)
+			}
+		}
+		if data == nil {
+			data = []byte("null")
+		}
+		w := make([]byte, 0, len(`{"event":,"data":}`)+len(r.Kind)+2+len(data)+1)
+		w = append(w, `{"event":`...)
+		w = appendJSONString(w, r.Kind)
+		w = append(w, `,"data":`...)
+		w = append(w, data...)
+		w = append(w, "}\n"...)
+		r.wire = w
+	})
+	return r.wire
+}
+
+// Sink receives records. Deliver is called synchronously inside Emit, from
+// whatever goroutine emits, possibly concurrently; it must not block (hand the
+// record to a buffered channel or ring and return). It may call Emit.
+type Sink interface{ Deliver(r *Record) }
+
+type subscriber struct {
+	match kindMatcher
+	sink  Sink
+	gone  atomic.Bool
+}
+
+// Bus is the event bus. Create it with Open.
+type Bus struct {
+	log   zerolog.Logger
+	limit logLimiter
+	hooks hooks
+
+	// mu makes seq assignment and enqueueing one step, so the writer receives
+	// lines in seq order. Only taken when there is a file.
+	mu      sync.Mutex
+	closed  bool // guarded by mu; Emit stops enqueueing
+	queue   chan []byte
+	seq     atomic.Uint64
+	dropped atomic.Uint64 // lines not enqueued because the queue was full
+
+	subMu sync.Mutex // serialises Subscribe/unsubscribe copy-on-write
+	subs  atomic.Pointer[[]*subscriber]
+
+	w         *writer
+	done      chan struct{} // closed when the writer goroutine has exited
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// hooks are test seams.
+type hooks struct {
+	beforeWrite func() // called by the writer goroutine before each Write
+}
+
+// Open creates the bus and, when opts.Path is set, opens the log for
+// appending (creating its directory with mode 0700 and the file with mode
+// 0600 if missing) and starts the writer goroutine. Seq continues from the
+// last line already in the log.
+func Open(opts Options) (*Bus, error) { return open(opts, hooks{}) }
+
+func open(opts Options, h hooks) (*Bus, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = DefaultMaxFiles
+	}
+	if opts.Buffer <= 0 {
+		opts.Buffer = DefaultBuffer
+	}
+	b := &Bus{log: opts.Logger, hooks: h, done: make(chan struct{})}
+	b.limit.interval = 10 * time.Second
+	if opts.Path == "" {
+		close(b.done)
+		return b, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	last, torn := lastSeq(opts.Path)
+	f, size, err := openAppend(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	b.seq.Store(last)
+	b.queue = make(chan []byte, opts.Buffer)
+	b.w = &writer{bus: b, path: opts.Path, maxBytes: opts.MaxBytes, maxFiles: opts.MaxFiles, f: f, size: size, torn: torn}
+	go b.w.run()
+	return b, nil
+}
+
+func openAppend(path string) (*os.File, int64, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("eventlog: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("eventlog: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// Seq returns the last assigned seq.
+func (b *Bus) Seq() uint64 { return b.seq.Load() }
+
+// Emit records ev: it assigns seq and ts, queues the log line (unless ev is
+// Ephemeral), delivers the record to matching subscribers, and returns it.
+// It is safe from any goroutine and never waits for the disk. Subscribers
+// see records from one goroutine in order; records from concurrent emitters
+// may reach a subscriber out of seq order. After Close, Emit still assigns
+// seq and delivers but nothing more is written. Emit(nil) returns nil.
+func (b *Bus) Emit(ev Event) *Record {
+	if ev == nil {
+		return nil
+	}
+	kind := ev.Kind()
+	r := &Record{Kind: kind, Event: ev}
+	eb := encPool.Get().(*encBuf)
+	body := b.encode(eb, kind, ev)
+	if _, ok := ev.(Ephemeral); ok {
+		r.TS = time.Now()
+		r.body = bytes.Clone(body)
+	} else {
+		line := make([]byte, 0, linePrefixMax+len(kind)+len(body))
+		if b.queue == nil {
+			r.Seq = b.seq.Add(1)
+			r.TS = time.Now()
+			r.Line = appendLine(line, r.TS, r.Seq, kind, body)
+		} else {
+			b.mu.Lock()
+			r.Seq = b.seq.Add(1)
+			r.TS = time.Now()
+			r.Line = appendLine(line, r.TS, r.Seq, kind, body)
+			if !b.closed {
+				select {
+				case b.queue <- r.Line:
+				default:
+					b.dropped.Add(1)
+				}
+			}
+			b.mu.Unlock()
+		}
+	}
+	eb.put()
+	b.deliver(r)
+	return r
+}
+
+// encode marshals ev into eb and returns its JSON object (aliasing eb's
+// buffer). Events that fail to marshal are still logged, with an
+// eventlog_error field; non-object JSON is wrapped as {"value":...}.
+func (b *Bus) encode(eb *encBuf, kind string, ev Event) []byte {
+	eb.buf.Reset()
+	if err := eb.enc.Encode(ev); err != nil {
+		b.limit.do("marshal", func(suppressed int) {
+			b.log.Error().Err(err).Str("kind", kind).Int("suppressed", suppressed).Msg("eventlog: event does not marshal")
+		})
+		return errorObject(err)
+	}
+	body := bytes.TrimRight(eb.buf.Bytes(), "\n")
+	if len(body) == 0 || body[0] != '{' {
+		return append(append([]byte(`{"value":`), body...), '}')
+	}
+	return body
+}
+
+func errorObject(err error) []byte {
+	b := appendJSONString([]byte(`{"eventlog_error":`), err.Error())
+	return append(b, '}')
+}
+
+// linePrefixMax bounds the bytes appendLine adds besides kind and body.
+const linePrefixMax = len(`{"ts":"","seq":,"kind":"",}`) + len("2006-01-02T15:04:05.999999999Z07:00") + 20 + 8
+
+// appendLine appends {"ts":...,"seq":N,"kind":K, + body's fields.
+func appendLine(dst []byte, ts time.Time, seq uint64, kind string, body []byte) []byte {
+	dst = append(dst, `{"ts":"`...)
+	dst = ts.UTC().AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"kind":`...)
+	dst = appendJSONString(dst, kind)
+	inner := bytes.TrimSpace(body[1:]) // after '{'
+	if len(inner) > 0 && inner[0] != '}' {
+		dst = append(dst, ',')
+	}
+	return append(dst, inner...)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			q, _ := marshalValue(s) // as the event encoder would: no HTML escaping
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+type encBuf struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encPool = sync.Pool{New: func() any {
+	e := &encBuf{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false) // "a < b" stays readable in the log
+	return e
+}}
+
+func (e *encBuf) put() {
+	if e.buf.Cap() > 64<<10 {
+		return // don't keep a huge buffer alive for one large event
+	}
+	encPool.Put(e)
+}
+
+// marshalValue is json.Marshal without HTML escaping and without the newline.
+func marshalValue(v any) ([]byte, error) {
+	eb := encPool.Get().(*encBuf)
+	defer eb.put()
+	eb.buf.Reset()
+	if err := eb.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(bytes.TrimRight(eb.buf.Bytes(), "\n")), nil
+}
+
+// deliver hands r to every matching subscriber.
+func (b *Bus) deliver(r *Record) {
+	p := b.subs.Load()
+	if p == nil {
+		return
+	}
+	_, wd := r.Event.(WireDataer)
+	for _, s := range *p {
+		if !s.match.match(r.Kind) || s.gone.Load() {
+			continue
+		}
+		if wd {
+			r.Wire() // marshal WireData on the emitter's goroutine; see Wire
+			wd = false
+		}
+		b.deliverOne(s, r)
+	}
+}
+
+// deliverOne calls the sink, turning a panic into an error log: a buggy sink
+// must not take down whichever actor happened to emit.
+func (b *Bus) deliverOne(s *subscriber, r *Record) {
+	defer func() {
+		if p := recover(); p != nil {
+			stack := string(debug.Stack())
+			b.limit.do("sink-panic", func(suppressed int) {
+				b.log.Error().Str("kind", r.Kind).Str("panic", fmt.Sprint(p)).Str("stack", stack).
+					Int("suppressed", suppressed).Msg("eventlog: subscriber panicked in Deliver")
+			})
+		}
+	}()
+	s.sink.Deliver(r)
+}
+
+// Subscribe delivers records whose kind matches one of kinds to s (all
+// records when kinds is empty). A pattern is an exact kind, "*", or a prefix
+// ending in ".*" ("job.*" matches job.queued, job.output, ...). The returned
+// function unsubscribes; it is idempotent. Once it returns, no new Deliver
+// call starts except from an Emit that had already checked the subscriber,
+// so a sink that tears itself down must tolerate one late call.
+func (b *Bus) Subscribe(kinds []string, s Sink) (unsubscribe func()) {
+	sub := &subscriber{match: newKindMatcher(kinds), sink: s}
+	b.subMu.Lock()
+	var cur []*subscriber
+	if p := b.subs.Load(); p != nil {
+		cur = *p
+	}
+	next := append(slices.Clip(cur), sub)
+	b.subs.Store(&next)
+	b.subMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			sub.gone.Store(true)
+			b.subMu.Lock()
+			defer b.subMu.Unlock()
+			cur := *b.subs.Load()
+			i := slices.Index(cur, sub)
+			if i < 0 {
+				return
+			}
+			next := slices.Delete(slices.Clone(cur), i, i+1)
+			b.subs.Store(&next)
+		})
+	}
+}
+
+// Close flushes every queued line, writes an eventlog.dropped line if lines
+// were dropped, syncs and closes the file. It is idempotent. Emit after Close
+// delivers to subscribers only.
+func (b *Bus) Close() error {
+	b.closeOnce.Do(func() {
+		if b.queue == nil {
+			return
+		}
+		b.mu.Lock()
+		b.closed = true
+		close(b.queue)
+		b.mu.Unlock()
+		<-b.done
+		b.closeErr = b.w.closeErr
+	})
+	return b.closeErr
+}
+
+// kindMatcher matches kinds against subscription / query patterns.
+type kindMatcher struct {
+	all      bool
+	exact    []string
+	prefixes []string // "job." for "job.*"
+}
+
+func newKindMatcher(patterns []string) kindMatcher {
+	var m kindMatcher
+	if len(patterns) == 0 {
+		m.all = true
+	}
+	for _, p := range patterns {
+		switch {
+		case p == "*":
+			m.all = true
+		case strings.HasSuffix(p, ".*"):
+			m.prefixes = append(m.prefixes, strings.TrimSuffix(p, "*"))
+		default:
+			m.exact = append(m.exact, p)
+		}
+	}
+	return m
+}
+
+func (m *kindMatcher) match(kind string) bool {
+	if m.all {
+		return true
+	}
+	for _, e := range m.exact {
+		if e == kind {
+			return true
+		}
+	}
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(kind, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// writer owns the file; only its goroutine touches it.
+type writer struct {
+	bus      *Bus
+	path     string
+	maxBytes int64
+	maxFiles int
+	f        *os.File
+	size     int64
+	torn     bool   // the file ends in a partial line: start the next write with "\n"
+	lost     uint64 // lines lost to write errors, reported once writes succeed again
+	closeErr error
+}
+
+func (w *writer) run() {
+	b := w.bus
+	defer close(b.done)
+	batch := make([]byte, 0, 64<<10)
+	open := true
+	for open {
+		line, ok := <-b.queue
+		if !ok {
+			break
+		}
+		batch = append(append(batch[:0], line...), '\n')
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case line, ok := <-b.queue:
+				if !ok {
+					open = false
+					break drain
+				}
+				batch = append(append(batch, line...), '\n')
+			default:
+				break drain
+			}
+		}
+		var rec *Record
+		if b.dropped.Load() > 0 {
+			batch, rec, open = w.appendDropped(batch, open)
+		}
+		if h := b.hooks.beforeWrite; h != nil {
+			h()
+		}
+		w.write(batch)
+		if rec != nil {
+			b.deliver(rec)
+		}
+		if cap(batch) > 4*maxBatch {
+			batch = make([]byte, 0, 64<<10)
+		}
+	}
+	// Queue closed and drained. Report anything still unreported.
+	if b.dropped.Load() > 0 {
+		batch, rec, _ := w.appendDropped(batch[:0], false)
+		w.write(batch)
+		b.deliver(rec)
+	}
+	if err := w.f.Sync(); err != nil {
+		w.closeErr = fmt.Errorf("eventlog: %w", err)
+	}
+	if err := w.f.Close(); err != nil && w.closeErr == nil {
+		w.closeErr = fmt.Errorf("eventlog: %w", err)
+	}
+}
+
+// appendDropped appends an eventlog.dropped line for the drops counted so
+// far. Holding mu (so no Emit can enqueue meanwhile) it first moves every
+// queued line into batch: they have lower seqs than the dropped line.
+func (w *writer) appendDropped(batch []byte, open bool) ([]byte, *Record, bool) {
+	b := w.bus
+	b.mu.Lock()
+	for more := open; more; {
+		select {
+		case line, ok := <-b.queue:
+			if !ok {
+				open, more = false, false
+			} else {
+				batch = append(append(batch, line...), '\n')
+			}
+		default:
+			more = false
+		}
+	}
+	n := b.dropped.Swap(0)
+	ev := LogDropped{Dropped: n}
+	r := &Record{Kind: ev.Kind(), Event: ev, Seq: b.seq.Add(1), TS: time.Now()}
+	body := []byte(`{"dropped":` + strconv.FormatUint(n, 10) + `}`)
+	r.Line = appendLine(nil, r.TS, r.Seq, r.Kind, body)
+	b.mu.Unlock()
+	batch = append(append(batch, r.Line...), '\n')
+	b.limit.do("dropped", func(suppressed int) {
+		b.log.Warn().Uint64("dropped", n).Int("suppressed", suppressed).Msg("eventlog: writer fell behind, lines dropped")
+	})
+	return batch, r, open
+}
+
+// write appends batch (whole lines) to the file, rotating before a line that
+// would take the file past maxBytes. A line longer than maxBytes gets a file
+// of its own.
+func (w *writer) write(batch []byte) {
+	for len(batch) > 0 {
+		room := w.maxBytes - w.size
+		if int64(len(batch)) <= room {
+			w.writeRaw(batch)
+			return
+		}
+		cut := 0
+		if room > 0 {
+			cut = bytes.LastIndexByte(batch[:room], '\n') + 1
+		}
+		if cut == 0 && w.size == 0 {
+			cut = bytes.IndexByte(batch, '\n') + 1
+			if cut == 0 {
+				cut = len(batch)
+			}
+		}
+		if cut > 0 {
+			w.writeRaw(batch[:cut])
+			batch = batch[cut:]
+			if len(batch) == 0 {
+				return
+			}
+		}
+		if !w.rotate() {
+			w.writeRaw(batch)
+			return
+		}
+	}
+}
+
+func (w *writer) writeRaw(p []byte) {
+	b := w.bus
+	if w.torn {
+		n, err := w.f.Write([]byte{'\n'})
+		w.size += int64(n)
+		if err != nil {
+			w.fail(err, p, 0)
+			return
+		}
+		w.torn = false
+	}
+	n, err := w.f.Write(p)
+	w.size += int64(n)
+	if err != nil {
+		w.fail(err, p, n)
+		return
+	}
+	if w.lost > 0 {
+		b.dropped.Add(w.lost)
+		w.lost = 0
+	}
+}
+
+func (w *writer) fail(err error, p []byte, n int) {
+	if n > 0 && p[n-1] != '\n' {
+		w.torn = true
+	}
+	lost := bytes.Count(p[n:], []byte{'\n'})
+	w.lost += uint64(lost)
+	b := w.bus
+	b.limit.do("write", func(suppressed int) {
+		b.log.Error().Err(err).Str("path", w.path).Int("lines_lost", lost).Int("suppressed", suppressed).
+			Msg("eventlog: write failed")
+	})
+}
+
+// rotate renames path.N-1 -> path.N ... path -> path.1, removes rotated files
+// beyond maxFiles and opens a fresh path. On failure it keeps writing to the
+// current file and reports false.
+func (w *writer) rotate() bool {
+	b := w.bus
+	logErr := func(err error) {
+		b.limit.do("rotate", func(suppressed int) {
+			b.log.Error().Err(err).Str("path", w.path).Int("suppressed", suppressed).Msg("eventlog: rotation failed")
+		})
+	}
+	for _, n := range rotatedIndexes(w.path) {
+		if n >= w.maxFiles {
+			if err := os.Remove(rotatedName(w.path, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				logErr(err)
+			}
+		}
+	}
+	for i := w.maxFiles - 1; i >= 1; i-- {
+		if err := os.Rename(rotatedName(w.path, i), rotatedName(w.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logErr(err)
+		}
+	}
+	if err := os.Rename(w.path, rotatedName(w.path, 1)); err != nil {
+		logErr(err)
+		return false
+	}
+	f, size, err := openAppend(w.path)
+	if err != nil {
+		logErr(err)
+		return false // keep appending to the renamed file rather than lose lines
+	}
+	w.f.Close()
+	w.f, w.size, w.torn = f, size, false
+	return true
+}
+
+func rotatedName(path string, n int) string { return path + "." + strconv.Itoa(n) }
+
+// rotatedIndexes lists the N of existing path.N files, ascending.
+func rotatedIndexes(path string) []int {
+	ents, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return nil
+	}
+	prefix := filepath.Base(path) + "."
+	var out []int
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || rest[0] == '0' {
+			continue
+		}
+		n, err := strconv.Atoi(rest)
+		if err != nil || n <= 0 {
+			continue
+		}
+		out = append(out, n)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// lastSeq finds the seq of the last parsable line of the newest non-empty log
+// file, and whether the current file ends without a newline (a line torn by
+// a crash).
+func lastSeq(path string) (seq uint64, torn bool) {
+	files := []string{path}
+	for _, n := range rotatedIndexes(path) {
+		files = append(files, rotatedName(path, n))
+	}
+	for i, name := range files {
+		s, ok, t := tailSeq(name)
+		if i == 0 {
+			torn = t
+		}
+		if ok {
+			return s, torn
+		}
+	}
+	return 0, torn
+}
+
+func tailSeq(name string) (seq uint64, ok, torn bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, false, false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return 0, false, false
+	}
+	// Walk back in chunks until a parsable line is found (bounded, so a huge
+	// corrupt file doesn't stall startup).
+	const chunk = 64 << 10
+	end := st.Size()
+	var tail []byte
+	for read := int64(0); end > 0 && read < 4<<20; {
+		n := min(int64(chunk), end)
+		buf := make([]byte, n)
+		if _, err := f.ReadAt(buf, end-n); err != nil {
+			return 0, false, torn
+		}
+		if read == 0 {
+			torn = buf[len(buf)-1] != '\n'
+		}
+		end -= n
+		read += n
+		tail = append(buf, tail...)
+		lines := bytes.Split(tail, []byte{'\n'})
+		// lines[0] may be partial unless we reached the start of the file.
+		first := 1
+		if end == 0 {
+			first = 0
+		}
+		for i := len(lines) - 1; i >= first; i-- {
+			if l, err := ParseLine(lines[i]); err == nil {
+				return l.Seq, true, torn
+			}
+		}
+	}
+	return 0, false, torn
+}
+
+// logLimiter rate-limits the bus's own error logs per key.
+type logLimiter struct {
+	interval time.Duration
+	mu       sync.Mutex
+	last     map[string]time.Time
+	count    map[string]int
+}
+
+func (l *logLimiter) do(key string, f func(suppressed int)) {
+	l.mu.Lock()
+	now := time.Now()
+	if l.last == nil {
+		l.last, l.count = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := l.last[key]; ok && now.Sub(t) < l.interval {
+		l.count[key]++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := l.count[key]
+	l.last[key], l.count[key] = now, 0
+	l.mu.Unlock()
+	f(suppressed)
+}

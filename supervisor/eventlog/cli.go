@@ -1,0 +1,373 @@
+package eventlog
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+const cliName = "orchestrd events"
+
+const cliHelp = `Usage: orchestrd events [flags]
+
+Print the supervisor event log, <home>/events.ndjson (rotated files
+events.ndjson.N first, oldest first), one event per line: local time, seq,
+kind, lane, then the event's fields. Stack traces follow, indented.
+
+  03:12:45.123    1042  runner.exited             review    runner_id=review-1 pid=4242 cause=killed_memory ...
+
+Flags:
+  -f, --follow       keep printing new events as they are logged (Ctrl-C stops)
+      --kind K       only events of kind K; repeatable or comma-separated;
+                     "runner.*" matches every runner event
+      --lane L       only events of lane L
+      --job ID       only events of job ID (the job_id field)
+      --since S      only events at or after S: a duration ago (90s, 5m, 2h),
+                     an RFC3339 time (2025-11-21T03:00:00Z) or a local clock
+                     time today (03:00, 03:00:30)
+      --json         print the raw NDJSON lines (for jq)
+      --utc          print times in UTC instead of local time
+      --home DIR     the daemon's home directory (default: %s)
+
+Exit status: 0 on success or Ctrl-C while following, 1 if the log cannot be
+read, 2 for bad flags.
+
+Examples:
+  orchestrd events -f --lane review
+  orchestrd events --since 10m --kind 'runner.*' --kind job.orphaned
+  orchestrd events --job 01JD3... --json | jq .
+`
+
+// cliEnv is what the CLI takes from the world; tests replace it.
+type cliEnv struct {
+	now func() time.Time
+	loc *time.Location
+}
+
+// CLI implements `orchestrd events`: it prints the event log in <home> and
+// returns the exit status. SIGINT and SIGTERM stop it (status 0 with
+// --follow).
+func CLI(args []string, home string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runCLI(ctx, args, home, stdout, stderr, cliEnv{now: time.Now, loc: time.Local})
+}
+
+type kindsFlag []string
+
+func (k *kindsFlag) String() string { return strings.Join(*k, ",") }
+
+func (k *kindsFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return errors.New("empty kind")
+		}
+		*k = append(*k, p)
+	}
+	return nil
+}
+
+func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env cliEnv) int {
+	flags := flag.NewFlagSet(cliName, flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	flags.Usage = func() {}
+	var (
+		follow, asJSON, utc bool
+		kinds               kindsFlag
+		lane, job, since    string
+		homeFlag            string
+	)
+	flags.BoolVar(&follow, "follow", false, "")
+	flags.BoolVar(&follow, "f", false, "")
+	flags.Var(&kinds, "kind", "")
+	flags.StringVar(&lane, "lane", "", "")
+	flags.StringVar(&job, "job", "", "")
+	flags.StringVar(&since, "since", "", "")
+	flags.BoolVar(&asJSON, "json", false, "")
+	flags.BoolVar(&utc, "utc", false, "")
+	flags.StringVar(&homeFlag, "home", "", "")
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "%s: %s (see --help)\n", cliName, fmt.Sprintf(format, a...))
+		return 2
+	}
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			def := home
+			if def == "" {
+				def = "none"
+			}
+			fmt.Fprintf(stdout, cliHelp, def)
+			return 0
+		}
+		return usageErr("%v", err)
+	}
+	if flags.NArg() > 0 {
+		return usageErr("unexpected argument %q", flags.Arg(0))
+	}
+	if homeFlag != "" {
+		home = homeFlag
+	}
+	if home == "" {
+		return usageErr("no home directory; pass --home DIR")
+	}
+	loc := env.loc
+	if utc {
+		loc = time.UTC
+	}
+	q := Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
+	if since != "" {
+		t, err := parseSince(since, env.now(), loc)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		q.Since = t
+	}
+	for _, k := range kinds {
+		m := newKindMatcher([]string{k})
+		if !slices.ContainsFunc(knownKinds, m.match) {
+			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", cliName, k)
+		}
+	}
+
+	path := filepath.Join(home, "events.ndjson")
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	h := &humanPrinter{w: out, loc: loc, today: env.now().In(loc).Format(time.DateOnly), laneW: 8}
+	r := &reader{ctx: ctx, path: path, q: q, match: newKindMatcher(q.Kinds), onIdle: func() { out.Flush() }}
+	r.fn = func(l Line) error {
+		if asJSON {
+			out.Write(l.Raw)
+			return out.WriteByte('\n')
+		}
+		return h.print(l)
+	}
+	err := r.run()
+	flushErr := out.Flush()
+	if err == nil {
+		err = flushErr
+	}
+	if r.stats.Malformed > 0 {
+		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) in %s\n", cliName, r.stats.Malformed, path)
+	}
+	switch {
+	case err == nil:
+		if r.stats.Matched == 0 {
+			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s)\n", cliName, r.stats.Lines, path)
+		}
+		return 0
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		if follow {
+			return 0
+		}
+		return 130
+	case errors.Is(err, fs.ErrNotExist):
+		fmt.Fprintf(stderr, "%s: no event log at %s (is the daemon running with --home %s?)\n", cliName, path, home)
+		return 1
+	case errors.Is(err, syscall.EPIPE):
+		return 0 // stdout closed (| head)
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", cliName, err)
+		return 1
+	}
+}
+
+// parseSince accepts a duration ago, an RFC 3339 time, or a clock time today
+// in loc (yesterday if that is still in the future).
+func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			d = -d
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"15:04:05", "15:04"} {
+		if c, err := time.ParseInLocation(layout, s, loc); err == nil {
+			n := now.In(loc)
+			t := time.Date(n.Year(), n.Month(), n.Day(), c.Hour(), c.Minute(), c.Second(), 0, loc)
+			if t.After(n) {
+				t = t.AddDate(0, 0, -1)
+			}
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("bad --since %q: want a duration (5m, 2h), an RFC3339 time (2025-11-21T03:00:00Z) or a clock time (03:00)", s)
+}
+
+// kindWidth is the kind column's width: the longest known kind.
+var kindWidth = func() int {
+	w := 0
+	for _, k := range knownKinds {
+		w = max(w, len(k))
+	}
+	return w
+}()
+
+var fieldRank = func() map[string]int {
+	m := make(map[string]int, len(fieldOrder))
+	for i, f := range fieldOrder {
+		m[f] = i
+	}
+	return m
+}()
+
+// humanPrinter prints aligned columns:
+//
+//	15:04:05.000  seq  kind  lane  key=value ...
+//
+// followed by multi-line fields (stacks) indented on their own lines.
+type humanPrinter struct {
+	w       *bufio.Writer
+	loc     *time.Location
+	today   string
+	lastDay string
+	laneW   int
+	buf     []byte
+	keys    []string
+}
+
+func (h *humanPrinter) print(l Line) error {
+	ts := l.TS.In(h.loc)
+	if day := ts.Format(time.DateOnly); day != h.lastDay {
+		if h.lastDay != "" || day != h.today {
+			fmt.Fprintf(h.w, "-- %s --\n", ts.Format("Mon 2006-01-02 MST"))
+		}
+		h.lastDay = day
+	}
+	b := h.buf[:0]
+	b = ts.AppendFormat(b, "15:04:05.000")
+	b = append(b, "  "...)
+	seq := strconv.FormatUint(l.Seq, 10)
+	b = appendPad(b, seq, 6, true)
+	b = append(b, "  "...)
+	b = appendPad(b, l.Kind, kindWidth, false)
+	b = append(b, "  "...)
+	lane := "-"
+	if v, ok := l.Fields["lane"]; ok {
+		lane = formatValue(v)
+	}
+	h.laneW = max(h.laneW, len(lane))
+	b = appendPad(b, lane, h.laneW, false)
+
+	keys := h.keys[:0]
+	for k := range l.Fields {
+		if k != "lane" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		ri, iok := fieldRank[keys[i]]
+		rj, jok := fieldRank[keys[j]]
+		switch {
+		case iok && jok:
+			return ri < rj
+		case iok != jok:
+			return iok
+		}
+		return keys[i] < keys[j]
+	})
+	var blocks []string
+	sep := "  "
+	for _, k := range keys {
+		v := l.Fields[k]
+		if s, ok := v.(string); ok && (k == "stack" || strings.Contains(s, "\n")) {
+			blocks = append(blocks, k)
+			continue
+		}
+		b = append(b, sep...)
+		sep = " "
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, formatValue(v)...)
+	}
+	b = trimRightSpace(b)
+	b = append(b, '\n')
+	for _, k := range blocks {
+		b = append(b, "    "...)
+		b = append(b, k...)
+		b = append(b, ":\n"...)
+		for _, ln := range strings.Split(strings.TrimRight(l.Fields[k].(string), "\n"), "\n") {
+			b = append(b, "        "...)
+			b = append(b, strings.TrimRight(ln, " \t\r")...)
+			b = append(b, '\n')
+		}
+	}
+	h.buf, h.keys = b, keys
+	_, err := h.w.Write(b)
+	return err
+}
+
+func appendPad(b []byte, s string, width int, right bool) []byte {
+	pad := width - utf8.RuneCountInString(s)
+	if right {
+		for ; pad > 0; pad-- {
+			b = append(b, ' ')
+		}
+		return append(b, s...)
+	}
+	b = append(b, s...)
+	for ; pad > 0; pad-- {
+		b = append(b, ' ')
+	}
+	return b
+}
+
+func trimRightSpace(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// formatValue renders a field value for key=value output: strings bare
+// unless they need quoting, numbers as written, anything else compact JSON.
+func formatValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		if needsQuote(v) {
+			return strconv.Quote(v)
+		}
+		return v
+	case json.Number:
+		return v.String()
+	case bool:
+		return strconv.FormatBool(v)
+	case nil:
+		return "null"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func needsQuote(s string) bool {
+	if s == "" {
+		return true
+	}
+	for _, r := range s {
+		if r == '"' || r == '=' || r == '\\' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return true
+		}
+	}
+	return false
+}

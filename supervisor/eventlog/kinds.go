@@ -1,0 +1,286 @@
+package eventlog
+
+// Every supervisor decision and lifecycle change is one of these typed
+// structs. Kinds are noun.verb_past; field names are stable snake_case and
+// only ever added to. Empty optional fields are omitted.
+
+// Event is one typed event. Its JSON fields become the fields of the log line
+// next to ts, seq and kind.
+type Event interface{ Kind() string }
+
+// Ephemeral marks events delivered to subscribers but not written to
+// events.ndjson (job output would drown the log).
+type Ephemeral interface {
+	Event
+	Ephemeral()
+}
+
+// WireDataer is implemented by events whose data for control-socket
+// subscribers differs from their log line (job.finished carries the whole
+// job record there). WireData's JSON is sent as the event's data as it is.
+type WireDataer interface {
+	Event
+	WireData() any
+}
+
+type DaemonStarted struct {
+	Pid     int      `json:"pid"`
+	Version string   `json:"version"`
+	Home    string   `json:"home"`
+	Lanes   []string `json:"lanes"`
+}
+
+func (DaemonStarted) Kind() string { return "daemon.started" }
+
+type DaemonStopping struct {
+	Signal string `json:"signal,omitempty"`
+	Reason string `json:"reason"`
+}
+
+func (DaemonStopping) Kind() string { return "daemon.stopping" }
+
+type DaemonStopped struct {
+	UptimeMs int64 `json:"uptime_ms"`
+	Killed   int   `json:"killed_runners"`
+}
+
+func (DaemonStopped) Kind() string { return "daemon.stopped" }
+
+type RunnerSpawned struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Attempt  int    `json:"attempt"`
+	Network  string `json:"network"`
+}
+
+func (RunnerSpawned) Kind() string { return "runner.spawned" }
+
+type RunnerSpawnFailed struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Error    string `json:"error"`
+}
+
+func (RunnerSpawnFailed) Kind() string { return "runner.spawn_failed" }
+
+type RunnerReady struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Slots    int    `json:"slots"`
+	Spawned  bool   `json:"spawned"` // false for a bring-your-own runner
+	Version  string `json:"version"`
+	StartMs  int64  `json:"start_ms"` // spawn to handshake, spawned runners only
+}
+
+func (RunnerReady) Kind() string { return "runner.ready" }
+
+type RunnerExited struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	UptimeMs int64  `json:"uptime_ms"`
+	Cause    string `json:"cause"` // exited, socket_closed, killed_unresponsive, killed_memory, shutdown, ...
+	Spawned  bool   `json:"spawned"`
+}
+
+func (RunnerExited) Kind() string { return "runner.exited" }
+
+type RunnerKilled struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Reason   string `json:"reason"` // runner_unresponsive, memory_limit, shutdown_timeout, protocol_error
+	Detail   string `json:"detail,omitempty"`
+}
+
+func (RunnerKilled) Kind() string { return "runner.killed" }
+
+type RunnerRestartScheduled struct {
+	Lane             string `json:"lane"`
+	RunnerID         string `json:"runner_id"`
+	DelayMs          int64  `json:"delay_ms"`
+	RestartsInWindow int    `json:"restarts_in_window"`
+	Reason           string `json:"reason"`
+}
+
+func (RunnerRestartScheduled) Kind() string { return "runner.restart_scheduled" }
+
+type RunnerRejected struct {
+	Lane   string `json:"lane"`
+	Pid    int    `json:"pid,omitempty"`
+	Reason string `json:"reason"`
+}
+
+func (RunnerRejected) Kind() string { return "runner.rejected" }
+
+type LaneStarted struct {
+	Lane    string `json:"lane"`
+	Runners int    `json:"runners"`
+	Slots   int    `json:"slots"`
+	Network string `json:"network"`
+	Socket  string `json:"socket"`
+}
+
+func (LaneStarted) Kind() string { return "lane.started" }
+
+type LaneDegraded struct {
+	Lane             string `json:"lane"`
+	RestartsInWindow int    `json:"restarts_in_window"`
+	MaxR             int    `json:"max_r"`
+	MaxTMs           int64  `json:"max_t_ms"`
+}
+
+func (LaneDegraded) Kind() string { return "lane.degraded" }
+
+type LaneRecovered struct {
+	Lane string `json:"lane"`
+}
+
+func (LaneRecovered) Kind() string { return "lane.recovered" }
+
+type JobQueued struct {
+	JobID  string `json:"job_id"`
+	Lane   string `json:"lane"`
+	Queued int    `json:"queued"`
+}
+
+func (JobQueued) Kind() string { return "job.queued" }
+
+type JobRejected struct {
+	Lane   string `json:"lane"`
+	Reason string `json:"reason"`
+}
+
+func (JobRejected) Kind() string { return "job.rejected" }
+
+type JobDispatched struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+}
+
+func (JobDispatched) Kind() string { return "job.dispatched" }
+
+// JobFinished is logged with the summary fields; subscribers receive
+// {"job": <full record>} (see WireData).
+type JobFinished struct {
+	JobID      string `json:"job_id"`
+	Lane       string `json:"lane"`
+	RunnerID   string `json:"runner_id,omitempty"`
+	State      string `json:"state"`
+	ExitCode   *int32 `json:"exit_code,omitempty"`
+	Error      string `json:"error,omitempty"`
+	DurationMs int64  `json:"duration_ms"`
+	Record     any    `json:"-"`
+}
+
+func (JobFinished) Kind() string { return "job.finished" }
+func (e JobFinished) WireData() any {
+	return struct {
+		Job any `json:"job"`
+	}{e.Record}
+}
+
+type JobOrphaned struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Reason   string `json:"reason"` // runner_lost, runner_unresponsive, runner_memory
+}
+
+func (JobOrphaned) Kind() string { return "job.orphaned" }
+
+// JobOutput is streamed output; ephemeral.
+type JobOutput struct {
+	JobID  string `json:"job_id"`
+	Stream string `json:"stream"`
+	Data   string `json:"data"`
+}
+
+func (JobOutput) Kind() string { return "job.output" }
+func (JobOutput) Ephemeral()   {}
+
+type ConnOpened struct {
+	ConnID string `json:"conn_id"`
+	Socket string `json:"socket"`
+	Pid    int32  `json:"pid"`
+	UID    uint32 `json:"uid"`
+}
+
+func (ConnOpened) Kind() string { return "conn.opened" }
+
+type ConnClosed struct {
+	ConnID   string `json:"conn_id"`
+	Reason   string `json:"reason"`
+	Requests uint64 `json:"requests"`
+}
+
+func (ConnClosed) Kind() string { return "conn.closed" }
+
+type ConnRefused struct {
+	Socket string `json:"socket"`
+	Pid    int32  `json:"pid,omitempty"`
+	UID    uint32 `json:"uid"`
+	Reason string `json:"reason"`
+}
+
+func (ConnRefused) Kind() string { return "conn.refused" }
+
+// ConnProtocolError records bad input on a connection: a malformed line, an
+// oversized frame or line. Fatal says whether the connection was closed.
+type ConnProtocolError struct {
+	ConnID string `json:"conn_id,omitempty"`
+	Lane   string `json:"lane,omitempty"`
+	Peer   string `json:"peer"` // control, runner
+	Error  string `json:"error"`
+	Fatal  bool   `json:"fatal"`
+}
+
+func (ConnProtocolError) Kind() string { return "conn.protocol_error" }
+
+// SubscriberOverflowed: a subscriber fell behind; Policy says what was done.
+type SubscriberOverflowed struct {
+	ConnID  string `json:"conn_id"`
+	Policy  string `json:"policy"` // drop_oldest, disconnect
+	Dropped uint64 `json:"dropped"`
+}
+
+func (SubscriberOverflowed) Kind() string { return "subscriber.overflowed" }
+
+type ActorPanicked struct {
+	Actor     string `json:"actor"` // kind/id
+	Panic     string `json:"panic"`
+	Stack     string `json:"stack"`
+	Directive string `json:"directive"` // restart, stop
+}
+
+func (ActorPanicked) Kind() string { return "actor.panicked" }
+
+type ActorRestarted struct {
+	Actor    string `json:"actor"`
+	Restarts int    `json:"restarts"`
+}
+
+func (ActorRestarted) Kind() string { return "actor.restarted" }
+
+// OrphanKilled: the daemon, as child subreaper, found a job process whose
+// runner died and killed its process group.
+type OrphanKilled struct {
+	Pid    int    `json:"pid"`
+	Pgid   int    `json:"pgid"`
+	Reason string `json:"reason"`
+}
+
+func (OrphanKilled) Kind() string { return "process.orphan_killed" }
+
+// LogDropped: the event log writer fell behind and dropped lines.
+type LogDropped struct {
+	Dropped uint64 `json:"dropped"`
+}
+
+func (LogDropped) Kind() string { return "eventlog.dropped" }
