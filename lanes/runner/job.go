@@ -1,0 +1,474 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+const (
+	// defaultMaxOutput caps Result.output when the job gives max_output_bytes 0.
+	defaultMaxOutput = 1 << 20
+	// drainGrace is how long the output pipes may stay open after the job's
+	// process group was killed: only a process that left the group (setsid)
+	// can still hold them, and it does not get to hold the Result.
+	drainGrace = 250 * time.Millisecond
+)
+
+// killReason records why a job's group was killed; the first one wins.
+type killReason uint8
+
+const (
+	reasonNone     killReason = iota
+	reasonTimeout             // timeout_ms expired
+	reasonCancel              // Cancel frame
+	reasonShutdown            // Shutdown frame or ctx cancelled
+	reasonLost                // the connection to the daemon failed
+)
+
+// job is one accepted Job.
+type job struct {
+	r       *runner
+	id      string
+	path    string // executable
+	argv    []string
+	dir     string   // "" = the runner's cwd
+	env     []string // nil = the runner's environment
+	timeout time.Duration
+	limit   int // cap on collected output
+
+	mu        sync.Mutex
+	pid       int // process group id once started
+	exited    bool
+	reason    killReason
+	out       []byte
+	truncated bool
+}
+
+// killLocked records reason and SIGKILLs the job's process group. It
+// reports whether the job was still running (not yet exited). j.mu is held,
+// and exited is set under it before the process is reaped, so pid still
+// names this job's group.
+func (j *job) killLocked(reason killReason) bool {
+	if j.exited {
+		return false
+	}
+	if j.reason == reasonNone {
+		j.reason = reason
+	}
+	if j.pid > 0 {
+		_ = unix.Kill(-j.pid, unix.SIGKILL)
+	}
+	return true
+}
+
+// handleJob validates a Job frame, reserves a slot, acknowledges it and
+// starts it. Runs on the read loop.
+func (r *runner) handleJob(f wire.Frame) {
+	var spec wire.Job
+	if err := wire.Unmarshal(f, &spec); err != nil {
+		var idOnly struct {
+			JobID string `json:"job_id"`
+		}
+		if json.Unmarshal(f.Payload, &idOnly) == nil && idOnly.JobID != "" {
+			r.log.Warn().Err(err).Str("job_id", idOnly.JobID).Msg("rejecting undecodable Job")
+			r.reject(idOnly.JobID, err.Error(), true)
+			return
+		}
+		r.log.Warn().Err(err).Msg("ignoring undecodable Job frame")
+		return
+	}
+	if spec.JobID == "" {
+		r.reject("", "job_id is empty", false)
+		return
+	}
+	j, msg := r.prepare(&spec)
+	if msg != "" {
+		r.log.Warn().Str("job_id", spec.JobID).Str("reason", msg).Msg("rejecting job")
+		r.reject(spec.JobID, msg, true)
+		return
+	}
+	withResult := true
+	r.mu.Lock()
+	switch {
+	case r.closing:
+		msg = "runner is shutting down"
+	case r.jobs[spec.JobID] != nil:
+		// A Result for a duplicate id would read as the running job's.
+		msg, withResult = fmt.Sprintf("job %q is already running on this runner", spec.JobID), false
+	case len(r.jobs) >= r.slots:
+		msg = "no free slot"
+	default:
+		r.jobs[spec.JobID] = j
+		r.wg.Add(1)
+	}
+	r.mu.Unlock()
+	if msg != "" {
+		r.log.Warn().Str("job_id", spec.JobID).Str("reason", msg).Msg("rejecting job")
+		r.reject(spec.JobID, msg, withResult)
+		return
+	}
+	_ = r.send(wire.TypeJobAck, wire.JobAck{JobID: spec.JobID, Accepted: true})
+	go j.run()
+}
+
+// reject answers a Job that will not run: JobAck{accepted:false} and, if
+// withResult, a Result{status: Error} carrying the same message.
+func (r *runner) reject(id, msg string, withResult bool) {
+	_ = r.send(wire.TypeJobAck, wire.JobAck{JobID: id, Accepted: false, Error: &msg})
+	if withResult {
+		r.sendResult(wire.Result{JobID: id, Status: wire.StatusError, Output: msg})
+	}
+}
+
+// prepare turns a Job into a runnable job, or returns why it cannot run.
+func (r *runner) prepare(spec *wire.Job) (*job, string) {
+	j := &job{r: r, id: spec.JobID}
+	if len(spec.Argv) == 0 && spec.Command == "" {
+		return nil, "job has neither argv nor command"
+	}
+	env, pathEnv, err := buildEnv(spec.Env)
+	if err != nil {
+		return nil, err.Error()
+	}
+	j.env = env
+	dir, err := r.checkPaths(spec)
+	if err != nil {
+		return nil, err.Error()
+	}
+	j.dir = dir
+	if len(spec.Argv) > 0 {
+		p, err := lookPath(spec.Argv[0], pathEnv)
+		if err != nil {
+			return nil, err.Error()
+		}
+		j.path, j.argv = p, spec.Argv
+	} else {
+		j.path, j.argv = "/bin/sh", []string{"sh", "-c", spec.Command}
+	}
+	j.limit = defaultMaxOutput
+	if spec.MaxOutputBytes > 0 {
+		j.limit = int(min(spec.MaxOutputBytes, math.MaxInt32))
+	}
+	if spec.TimeoutMs > 0 && spec.TimeoutMs < math.MaxInt64/uint64(time.Millisecond) {
+		j.timeout = time.Duration(spec.TimeoutMs) * time.Millisecond
+	}
+	return j, ""
+}
+
+// buildEnv returns the job's environment (nil = inherit unchanged) and the
+// PATH that argv[0] is looked up in.
+func buildEnv(over map[string]string) ([]string, string, error) {
+	if len(over) == 0 {
+		return nil, os.Getenv("PATH"), nil
+	}
+	for k, v := range over {
+		if k == "" || containsAny(k, "=\x00") || containsAny(v, "\x00") {
+			return nil, "", fmt.Errorf("invalid environment entry %q", k)
+		}
+	}
+	base := os.Environ()
+	env := make([]string, 0, len(base)+len(over))
+	for _, kv := range base {
+		k := kv
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' && i > 0 {
+				k = kv[:i]
+				break
+			}
+		}
+		if _, ok := over[k]; !ok {
+			env = append(env, kv)
+		}
+	}
+	for k, v := range over {
+		env = append(env, k+"="+v)
+	}
+	path, ok := over["PATH"]
+	if !ok {
+		path = os.Getenv("PATH")
+	}
+	return env, path, nil
+}
+
+func containsAny(s, chars string) bool {
+	for i := 0; i < len(s); i++ {
+		for k := 0; k < len(chars); k++ {
+			if s[i] == chars[k] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lookPath finds an executable in the job's PATH. Names with a slash are used
+// as they are (relative ones resolve against the job's cwd at exec). Empty
+// and relative PATH entries are skipped.
+func lookPath(name, path string) (string, error) {
+	if name == "" {
+		return "", errors.New("argv[0] is empty")
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' {
+			return name, nil
+		}
+	}
+	start := 0
+	for i := 0; i <= len(path); i++ {
+		if i < len(path) && path[i] != ':' {
+			continue
+		}
+		dir := path[start:i]
+		start = i + 1
+		if dir == "" || dir[0] != '/' {
+			continue
+		}
+		p := dir + "/" + name
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH", name)
+}
+
+var sysAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+// run executes the job and sends its Result; the slot is freed first so the
+// daemon may send the next Job as soon as it reads the Result.
+func (j *job) run() {
+	defer j.r.wg.Done()
+	res := j.execute()
+	j.r.mu.Lock()
+	delete(j.r.jobs, j.id)
+	j.r.mu.Unlock()
+	j.r.sendResult(res)
+	j.r.log.Debug().Str("job_id", j.id).Str("status", string(res.Status)).Uint64("duration_ms", res.DurationMs).Msg("job finished")
+}
+
+func (j *job) execute() wire.Result {
+	j.mu.Lock()
+	if j.reason != reasonNone {
+		// Cancelled before it started.
+		j.exited = true
+		res := j.resultLocked(nil, 0)
+		j.mu.Unlock()
+		return res
+	}
+	j.mu.Unlock()
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return j.startFailed(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return j.startFailed(err)
+	}
+	start := time.Now()
+	proc, err := os.StartProcess(j.path, j.argv, &os.ProcAttr{
+		Dir:   j.dir,
+		Env:   j.env,
+		Files: []*os.File{j.r.devNull, outW, errW},
+		Sys:   sysAttr,
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return j.startFailed(err)
+	}
+	pid := proc.Pid
+
+	j.mu.Lock()
+	j.pid = pid
+	if j.reason != reasonNone {
+		_ = unix.Kill(-pid, unix.SIGKILL)
+	}
+	j.mu.Unlock()
+	var timer *time.Timer
+	if j.timeout > 0 {
+		timer = time.AfterFunc(j.timeout, func() {
+			j.mu.Lock()
+			j.killLocked(reasonTimeout)
+			j.mu.Unlock()
+		})
+	}
+
+	drained := make(chan struct{}, 2)
+	go j.pump(outR, wire.Stdout, drained)
+	go j.pump(errR, wire.Stderr, drained)
+
+	// Wait for the exit without reaping, so the group id cannot be reused
+	// before the group is killed.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	j.mu.Lock()
+	j.exited = true
+	// Whatever the job left behind in its group goes with it.
+	_ = unix.Kill(-pid, unix.SIGKILL)
+	j.mu.Unlock()
+	state, werr := proc.Wait()
+	dur := time.Since(start)
+	if timer != nil {
+		timer.Stop()
+	}
+
+	// The group is dead, so the pipes reach EOF at once unless a process that
+	// left the group holds them; do not wait for that one long.
+	var bound *time.Timer
+	for n := 0; n < 2; {
+		if bound == nil {
+			select {
+			case <-drained:
+				n++
+				continue
+			default:
+			}
+			bound = time.NewTimer(drainGrace)
+		}
+		select {
+		case <-drained:
+			n++
+		case <-bound.C:
+			past := time.Unix(1, 0)
+			_ = outR.SetReadDeadline(past)
+			_ = errR.SetReadDeadline(past)
+		}
+	}
+	if bound != nil {
+		bound.Stop()
+	}
+	outR.Close()
+	errR.Close()
+
+	if werr != nil {
+		return j.startFailed(fmt.Errorf("waiting for the job: %w", werr))
+	}
+	ws, _ := state.Sys().(syscall.WaitStatus)
+	var code *int32
+	if ws.Exited() {
+		c := int32(ws.ExitStatus())
+		code = &c
+	}
+	j.mu.Lock()
+	res := j.resultLocked(code, dur)
+	j.mu.Unlock()
+	return res
+}
+
+// resultLocked builds the Result from the kill reason, exit code and output.
+func (j *job) resultLocked(code *int32, dur time.Duration) wire.Result {
+	res := wire.Result{JobID: j.id, ExitCode: code, DurationMs: uint64(dur / time.Millisecond)}
+	switch {
+	case j.reason == reasonTimeout:
+		res.Status, res.WasTimeout = wire.StatusTimeout, true
+	case j.reason != reasonNone:
+		res.Status, res.WasCancelled = wire.StatusCancelled, true
+	case code != nil && *code == 0:
+		res.Status = wire.StatusSuccess
+	default:
+		res.Status = wire.StatusFailed
+	}
+	out := j.out
+	if j.truncated {
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		out = append(out, "[orchestrd: output truncated at "...)
+		out = strconv.AppendInt(out, int64(j.limit), 10)
+		out = append(out, " bytes]"...)
+	}
+	res.Output = string(out)
+	return res
+}
+
+func (j *job) startFailed(err error) wire.Result {
+	j.mu.Lock()
+	j.exited = true
+	j.mu.Unlock()
+	j.r.log.Warn().Err(err).Str("job_id", j.id).Msg("job could not run")
+	return wire.Result{JobID: j.id, Status: wire.StatusError, Output: "orchestrd runner: " + err.Error()}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, chunkMax); return &b }}
+
+// pump reads one output pipe until EOF (or the drain deadline), streaming
+// and collecting up to the job's output cap and discarding the rest.
+func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
+	bp := bufPool.Get().(*[]byte)
+	buf := (*bp)[:j.r.chunk]
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			j.emit(s, buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	bufPool.Put(bp)
+	done <- struct{}{}
+}
+
+// emit collects p up to the cap and streams what was collected.
+func (j *job) emit(s wire.Stream, p []byte) {
+	j.mu.Lock()
+	take := min(len(p), j.limit-len(j.out))
+	if take < len(p) {
+		j.truncated = true
+	}
+	if take > 0 {
+		j.out = append(j.out, p[:take]...)
+	}
+	j.mu.Unlock()
+	if take <= 0 {
+		return
+	}
+	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p[:take], Stream: s})
+}
+
+// sendResult writes a Result, cutting its output further if the frame would
+// exceed the daemon's frame limit.
+func (r *runner) sendResult(res wire.Result) {
+	shrunk := false
+	for {
+		b, err := wire.Marshal(wire.TypeResult, res)
+		if err != nil {
+			r.log.Error().Err(err).Str("job_id", res.JobID).Msg("encoding Result")
+			return
+		}
+		payload := len(b) - wire.HeaderSize
+		if payload <= r.maxOut || res.Output == "" {
+			_ = r.sendRaw(wire.TypeResult, b)
+			return
+		}
+		if shrunk {
+			res.Output = "" // the limit is too small even for the notice
+			continue
+		}
+		cut := int(int64(len(res.Output)) * int64(r.maxOut) / int64(payload) * 9 / 10)
+		cut = max(0, min(cut, len(res.Output)-1))
+		res.Output = res.Output[:cut] + "\n[orchestrd: output truncated at " + strconv.Itoa(cut) + " bytes to fit the frame limit]"
+		shrunk = cut == 0
+	}
+}

@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+// Main is the `orchestrd runner` subcommand: it parses
+// `--lane L --socket P --id ID`, logs JSON to stderr, turns SIGTERM/SIGINT
+// into a clean shutdown and returns the process exit code: 0 after a clean
+// shutdown, 1 when Run fails, 2 for bad flags.
+func Main(args []string) int {
+	return mainWith(args, os.Stderr, nil)
+}
+
+// mainWith is Main with the log/usage output and an optional extra stop
+// channel, for tests.
+func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
+	fs := flag.NewFlagSet("orchestrd runner", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	lane := fs.String("lane", "", "lane this runner serves (no-net, net, heavy, ...)")
+	socket := fs.String("socket", "", "unix socket path the daemon listens on for this lane")
+	id := fs.String("id", "", "runner id assigned by the daemon (empty for a bring-your-own runner)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: orchestrd runner --lane L --socket P [--id ID]\n\n"+
+			"Connects to the daemon's lane socket and runs the jobs it sends until\n"+
+			"the daemon sends Shutdown or the process gets SIGTERM/SIGINT.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "orchestrd runner: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	if *lane == "" || *socket == "" {
+		fmt.Fprintln(stderr, "orchestrd runner: --lane and --socket are required")
+		fs.Usage()
+		return 2
+	}
+
+	log := zerolog.New(stderr).With().Timestamp().
+		Str("component", "runner").Str("lane", *lane).Str("runner_id", *id).Int("pid", os.Getpid()).
+		Logger()
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	// A second signal, once the first one started the shutdown, kills at once.
+	context.AfterFunc(ctx, cancel)
+	if stop != nil {
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+
+	err := Run(ctx, Options{Lane: *lane, Socket: *socket, ID: *id, Version: version(), Logger: log})
+	if err != nil {
+		log.Error().Err(err).Msg("runner failed")
+		return 1
+	}
+	log.Info().Msg("runner stopped")
+	return 0
+}
+
+// version is the main module's version from the build info.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

@@ -1,0 +1,73 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestMainFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, 0, "usage: orchestrd runner --lane L --socket P"},
+		{nil, 2, "--lane and --socket are required"},
+		{[]string{"--lane", "x"}, 2, "--lane and --socket are required"},
+		{[]string{"--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"--lane", "x", "--socket", "/s", "extra"}, 2, "unexpected argument"},
+		{[]string{"--lane", "x", "--socket", t.TempDir() + "/missing.sock", "--id", "r9"}, 1, `"message":"runner failed"`},
+	} {
+		var out syncBuffer
+		if code := mainWith(tc.args, &out, nil); code != tc.code || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("Main(%q) = %d, output %q; want %d and %q", tc.args, code, out.String(), tc.code, tc.want)
+		}
+	}
+}
+
+func TestMainServesUntilShutdown(t *testing.T) {
+	var out syncBuffer
+	d := startWith(t, okAck(1), func(ctx context.Context, o Options) error {
+		if code := mainWith([]string{"--lane", o.Lane, "--socket", o.Socket, "--id", "r-7"}, &out, ctx.Done()); code != 0 {
+			return fmt.Errorf("exit code %d", code)
+		}
+		return nil
+	})
+	if d.hs.Lane != "no-net" || d.hs.Version == "" {
+		t.Fatalf("handshake %+v", d.hs)
+	}
+	if r := d.run(wire.Job{JobID: "m1", Command: "echo hi"}).res; r.Status != wire.StatusSuccess || r.Output != "hi\n" {
+		t.Fatalf("result %+v", r)
+	}
+	d.send(wire.TypeShutdown, wire.Shutdown{})
+	if err := d.waitRun(); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, `"runner_id":"r-7"`) || !strings.Contains(s, "runner stopped") {
+		t.Fatalf("log %s", s)
+	}
+}

@@ -1,0 +1,157 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// maxSymlinks bounds symlink expansion in resolvePath, like the kernel's
+// ELOOP limit for a whole lookup.
+const maxSymlinks = 40
+
+// checkPaths returns the directory the job runs in ("" = the runner's cwd)
+// and, when worktree_dir is set, checks that cwd and every file_paths entry
+// stay inside it.
+//
+// A path is inside when it is inside after filepath.Clean and resolution of
+// the symlinks in its existing prefix, and also when resolved the way the
+// kernel walks it (a ".." after a symlink climbs from the link's target). The
+// second form catches "link/../x", which Clean folds away lexically.
+func (r *runner) checkPaths(spec *wire.Job) (string, error) {
+	if spec.WorktreeDir == "" {
+		if spec.Cwd == "" || filepath.IsAbs(spec.Cwd) {
+			return spec.Cwd, nil
+		}
+		return filepath.Join(r.cwd, spec.Cwd), nil
+	}
+	wt := spec.WorktreeDir
+	if !filepath.IsAbs(wt) {
+		wt = r.cwd + "/" + wt
+	}
+	root, err := resolvePath(filepath.Clean(wt))
+	if err != nil {
+		return "", fmt.Errorf("worktree_dir %q: %w", spec.WorktreeDir, err)
+	}
+
+	dir := root
+	if spec.Cwd != "" {
+		raw := spec.Cwd
+		if !filepath.IsAbs(raw) {
+			raw = root + "/" + raw // relative cwd: inside the worktree
+		}
+		dir, err = inside(root, raw)
+		if err != nil {
+			return "", fmt.Errorf("cwd %q %w", spec.Cwd, err)
+		}
+	}
+	for i, p := range spec.FilePaths {
+		raw := p
+		if raw == "" {
+			return "", fmt.Errorf("file_paths[%d] is empty", i)
+		}
+		if !filepath.IsAbs(raw) {
+			raw = dir + "/" + raw
+		}
+		if _, err := inside(root, raw); err != nil {
+			return "", fmt.Errorf("file_paths[%d] %q %w", i, p, err)
+		}
+	}
+	return dir, nil
+}
+
+// inside resolves raw (absolute, not cleaned) both ways and returns the
+// kernel-order resolution if both lie under root (itself resolved).
+func inside(root, raw string) (string, error) {
+	walked, err := resolvePath(raw)
+	if err != nil {
+		return "", fmt.Errorf("cannot be resolved: %w", err)
+	}
+	cleaned, err := resolvePath(filepath.Clean(raw))
+	if err != nil {
+		return "", fmt.Errorf("cannot be resolved: %w", err)
+	}
+	for _, p := range [...]string{cleaned, walked} {
+		if !under(root, p) {
+			return "", fmt.Errorf("resolves to %q, outside worktree_dir %q", p, root)
+		}
+	}
+	return walked, nil
+}
+
+func under(root, p string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
+}
+
+// resolvePath resolves the absolute path p component by component as the
+// kernel would: symlinks are expanded (a ".." after one climbs from its
+// target). Once a component does not exist, the rest is joined lexically.
+func resolvePath(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("path %q is not absolute", p)
+	}
+	resolved := "/"
+	rest := p
+	links := 0
+	missing := false
+	for rest != "" {
+		var comp string
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			comp, rest = rest, ""
+		} else {
+			comp, rest = rest[:i], rest[i+1:]
+		}
+		switch comp {
+		case "", ".":
+			continue
+		case "..":
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := resolved + "/" + comp
+		if resolved == "/" {
+			next = "/" + comp
+		}
+		if missing {
+			resolved = next
+			continue
+		}
+		fi, err := os.Lstat(next)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+				missing = true
+				resolved = next
+				continue
+			}
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		links++
+		if links > maxSymlinks {
+			return "", fmt.Errorf("too many symlinks resolving %q", p)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if strings.HasPrefix(target, "/") {
+			resolved = "/"
+		}
+		if rest == "" {
+			rest = target
+		} else {
+			rest = target + "/" + rest
+		}
+	}
+	return resolved, nil
+}

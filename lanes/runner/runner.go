@@ -1,0 +1,318 @@
+// Package runner is the child side of a runner lane: the process the daemon
+// spawns as `orchestrd runner --lane L --socket P --id ID`. It dials the
+// lane's unix socket, speaks the Loopr daemon<->runner frame protocol (see
+// package wire), runs each Job in its own process group and streams its
+// output back.
+//
+// Goroutines: one reads frames (and answers Job/Cancel inline), one sends
+// heartbeats, and each running job has one goroutine waiting for its process
+// plus one per output pipe. Every frame goes out through send, which holds a
+// mutex for the single Write, so frames never interleave.
+package runner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Options configures Run.
+type Options struct {
+	Lane    string
+	Socket  string // unix socket path of the lane (daemon listens there)
+	ID      string // runner id given by the daemon, may be empty for bring-your-own
+	Version string // sent in Handshake
+	Logger  zerolog.Logger
+	// HeartbeatInterval defaults to 1s; HandshakeAck.Config.HeartbeatIntervalMs
+	// overrides it when > 0.
+	HeartbeatInterval time.Duration
+}
+
+// Capabilities is what the runner announces in its Handshake.
+var Capabilities = []string{
+	"argv", "command", "cwd", "env", "worktree_dir", "file_paths",
+	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat",
+}
+
+const (
+	defaultHeartbeat = time.Second
+	maxHeartbeat     = 24 * time.Hour
+	// handshakeTimeout bounds the wait for HandshakeAck.
+	handshakeTimeout = 10 * time.Second
+	// shutdownWriteGrace bounds the writes of the final Results on a clean
+	// shutdown, so a daemon that stopped reading cannot hold Run open.
+	shutdownWriteGrace = 5 * time.Second
+	// chunkMax is the largest OutputChunk payload.
+	chunkMax = 32 << 10
+)
+
+// errShutdown is returned by the read loop when a Shutdown frame arrives.
+var errShutdown = errors.New("shutdown requested by the daemon")
+
+type runner struct {
+	opts    Options
+	log     zerolog.Logger
+	started time.Time
+	cwd     string // the runner's working directory, for relative paths
+	devNull *os.File
+
+	conn   *net.UnixConn
+	slots  int
+	maxOut int // largest frame payload the daemon accepts
+	chunk  int // largest OutputChunk data per frame
+
+	wmu  sync.Mutex
+	werr error // first write error; later sends fail fast
+
+	mu      sync.Mutex
+	closing bool
+	jobs    map[string]*job
+	wg      sync.WaitGroup // one per registered job
+}
+
+// Run connects, handshakes and serves jobs until ctx is cancelled (a clean
+// shutdown, as for a Shutdown frame), a Shutdown frame arrives (returns nil),
+// or the socket fails (returns a wrapped error). It never leaves a job process
+// behind when it returns.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Socket == "" {
+		return errors.New("runner: no socket path")
+	}
+	r := &runner{opts: opts, log: opts.Logger, started: time.Now(), jobs: make(map[string]*job)}
+	if ctx.Err() != nil {
+		return nil
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("runner: reading working directory: %w", err)
+	}
+	r.cwd = cwd
+	r.devNull, err = os.Open(os.DevNull)
+	if err != nil {
+		return fmt.Errorf("runner: opening %s: %w", os.DevNull, err)
+	}
+	defer r.devNull.Close()
+
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", opts.Socket)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("runner: connecting to %s: %w", opts.Socket, err)
+	}
+	r.conn = c.(*net.UnixConn)
+	defer r.conn.Close()
+
+	br := bufio.NewReaderSize(r.conn, 64<<10)
+	ack, err := r.handshake(ctx, br)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	r.slots = ack.Slots
+	if r.slots <= 0 {
+		r.log.Warn().Int("slots", ack.Slots).Msg("HandshakeAck gave no slots; running one job at a time")
+		r.slots = 1
+	}
+	r.maxOut = wire.DefaultMaxFrame
+	if ack.Config.MaxFrameBytes > 0 {
+		r.maxOut = int(ack.Config.MaxFrameBytes)
+	}
+	// A chunk byte costs up to 4 bytes of JSON ("255,").
+	r.chunk = min(chunkMax, max(256, (r.maxOut-512)/4))
+	hb := opts.HeartbeatInterval
+	if hb <= 0 {
+		hb = defaultHeartbeat
+	}
+	if ms := ack.Config.HeartbeatIntervalMs; ms > 0 {
+		hb = time.Duration(min(ms, uint64(maxHeartbeat/time.Millisecond))) * time.Millisecond
+	}
+	r.log.Info().Str("socket", opts.Socket).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
+
+	readDone := make(chan error, 1)
+	go func() { readDone <- r.readLoop(wire.NewFrameReader(br, ack.Config.MaxFrameBytes)) }()
+	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	go r.heartbeatLoop(hb, hbStop, hbDone)
+
+	var readErr error
+	readerRunning := true
+	select {
+	case <-ctx.Done():
+		r.log.Info().Msg("runner stopping: context cancelled")
+	case readErr = <-readDone:
+		readerRunning = false
+		if errors.Is(readErr, errShutdown) {
+			r.log.Info().Msg("runner stopping: Shutdown frame")
+			readErr = nil
+		}
+	}
+
+	if readErr == nil {
+		// Clean shutdown: cancel the running jobs and let them report.
+		_ = r.conn.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+		r.stopJobs(reasonShutdown)
+		r.wg.Wait()
+		close(hbStop)
+		<-hbDone
+		_ = r.conn.CloseWrite()
+		r.conn.Close()
+		if readerRunning {
+			<-readDone
+		}
+		return nil
+	}
+
+	// The connection failed: no one can hear the Results any more.
+	r.conn.Close()
+	r.stopJobs(reasonLost)
+	r.wg.Wait()
+	close(hbStop)
+	<-hbDone
+	r.wmu.Lock()
+	werr := r.werr
+	r.wmu.Unlock()
+	if werr != nil && errors.Is(readErr, net.ErrClosed) {
+		return fmt.Errorf("runner: writing to the daemon at %s: %w", opts.Socket, werr)
+	}
+	if errors.Is(readErr, io.EOF) {
+		return fmt.Errorf("runner: the daemon closed the connection at %s: %w", opts.Socket, readErr)
+	}
+	return fmt.Errorf("runner: reading from the daemon at %s: %w", opts.Socket, readErr)
+}
+
+// handshake sends Handshake and reads HandshakeAck, giving up when ctx ends
+// or after handshakeTimeout.
+func (r *runner) handshake(ctx context.Context, br *bufio.Reader) (wire.HandshakeAck, error) {
+	var ack wire.HandshakeAck
+	_ = r.conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = r.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	hs := wire.Handshake{
+		Lane:         r.opts.Lane,
+		Pid:          uint32(os.Getpid()),
+		Version:      r.opts.Version,
+		Capabilities: Capabilities,
+	}
+	if err := wire.WriteFrame(r.conn, wire.TypeHandshake, hs); err != nil {
+		return ack, fmt.Errorf("runner: handshake with %s: %w", r.opts.Socket, err)
+	}
+	f, err := wire.NewFrameReader(br, 0).Next()
+	if err != nil {
+		return ack, fmt.Errorf("runner: waiting for HandshakeAck from %s: %w", r.opts.Socket, err)
+	}
+	if f.Type != wire.TypeHandshakeAck {
+		return ack, fmt.Errorf("runner: expected HandshakeAck from %s, got a %s frame", r.opts.Socket, f.Type)
+	}
+	if err := wire.Unmarshal(f, &ack); err != nil {
+		return ack, fmt.Errorf("runner: handshake with %s: %w", r.opts.Socket, err)
+	}
+	if !ack.Accepted {
+		reason := ack.Config.Reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		return ack, fmt.Errorf("runner: the daemon refused lane %q: %s", r.opts.Lane, reason)
+	}
+	if !stop() {
+		return ack, ctx.Err()
+	}
+	if err := r.conn.SetDeadline(time.Time{}); err != nil {
+		return ack, fmt.Errorf("runner: %w", err)
+	}
+	return ack, nil
+}
+
+// readLoop reads frames until the stream fails or a Shutdown frame arrives
+// (errShutdown). Job and Cancel are answered here.
+func (r *runner) readLoop(fr *wire.FrameReader) error {
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			return err
+		}
+		switch f.Type {
+		case wire.TypeJob:
+			r.handleJob(f)
+		case wire.TypeCancel:
+			var c wire.Cancel
+			if err := wire.Unmarshal(f, &c); err != nil {
+				r.log.Warn().Err(err).Msg("ignoring undecodable Cancel frame")
+				continue
+			}
+			r.handleCancel(c.JobID)
+		case wire.TypeShutdown:
+			return errShutdown
+		case wire.TypeHeartbeatAck:
+		default:
+			r.log.Warn().Stringer("type", f.Type).Int("len", len(f.Payload)).Msg("ignoring unexpected frame")
+		}
+	}
+}
+
+// send encodes and writes one frame. After the first write error the
+// connection is closed (so the read loop notices) and every later send fails.
+func (r *runner) send(t wire.MsgType, v any) error {
+	b, err := wire.Marshal(t, v)
+	if err != nil {
+		r.log.Error().Err(err).Msg("encoding frame")
+		return err
+	}
+	return r.sendRaw(t, b)
+}
+
+func (r *runner) sendRaw(t wire.MsgType, b []byte) error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.werr != nil {
+		return r.werr
+	}
+	if _, err := r.conn.Write(b); err != nil {
+		r.werr = fmt.Errorf("writing %s frame: %w", t, err)
+		r.conn.Close()
+		return r.werr
+	}
+	return nil
+}
+
+// stopJobs refuses further jobs and kills every running job's group.
+func (r *runner) stopJobs(reason killReason) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closing = true
+	for _, j := range r.jobs {
+		j.mu.Lock()
+		j.killLocked(reason)
+		j.mu.Unlock()
+	}
+}
+
+func (r *runner) handleCancel(id string) {
+	r.mu.Lock()
+	j := r.jobs[id]
+	r.mu.Unlock()
+	if j == nil {
+		_ = r.send(wire.TypeCancelAck, wire.CancelAck{JobID: id, WasRunning: false})
+		return
+	}
+	// j.mu is held across the CancelAck so the job's Result, which is built
+	// under j.mu, cannot overtake it.
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	running := j.killLocked(reasonCancel)
+	_ = r.send(wire.TypeCancelAck, wire.CancelAck{JobID: id, WasRunning: running})
+}
