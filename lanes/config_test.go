@@ -1,0 +1,106 @@
+package lanes
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][3]any{"no-net": {2, 4, NetworkNone}, "net": {1, 4, NetworkHost}, "heavy": {1, 1, NetworkHost}}
+	for n, w := range want {
+		l, ok := c.Lanes[n]
+		if !ok || l.Runners != w[0] || l.Slots != w[1] || l.Network != w[2] {
+			t.Errorf("lane %s = %+v, want runners/slots/network %v", n, l, w)
+		}
+	}
+	if c.Lanes["heavy"].Nice <= 0 {
+		t.Error("heavy lane should run at lower CPU priority")
+	}
+}
+
+func TestExampleConfigParses(t *testing.T) {
+	c, err := LoadConfig("../examples/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Lanes) != 4 || c.Lanes["byo"].Runners != 0 {
+		t.Fatalf("lanes = %+v", c.Lanes)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, err string
+		check         func(t *testing.T, c Config)
+	}{
+		{name: "empty keeps defaults", in: "", check: func(t *testing.T, c Config) {
+			if len(c.Lanes) != 3 {
+				t.Fatalf("lanes = %v", c.Lanes)
+			}
+		}},
+		{name: "a default lane starts from its defaults", in: "[lanes.heavy]\nslots = 3\n", check: func(t *testing.T, c Config) {
+			if len(c.Lanes) != 1 || c.Lanes["heavy"].Slots != 3 || c.Lanes["heavy"].Nice != 10 {
+				t.Fatalf("lanes = %+v", c.Lanes)
+			}
+		}},
+		{name: "durations and restart", in: "[lanes.x]\nheartbeat_timeout = \"750ms\"\n[lanes.x.restart]\nmax_r = 2\nmax_t = \"5s\"\n", check: func(t *testing.T, c Config) {
+			l := c.Lanes["x"]
+			if l.HeartbeatTimeout.Duration != 750*time.Millisecond || l.Restart.MaxR != 2 || l.Restart.MaxT.Duration != 5*time.Second {
+				t.Fatalf("lane = %+v", l)
+			}
+		}},
+		{name: "zero runners allowed", in: "[lanes.byo]\nrunners = 0\n", check: func(t *testing.T, c Config) {
+			if c.Lanes["byo"].Runners != 0 {
+				t.Fatal("runners")
+			}
+		}},
+		{name: "unknown lane key", in: "[lanes.net]\nslotz = 1\n", err: "unknown key lanes.net.slotz"},
+		{name: "unknown top key", in: "foo = 1\n", err: "unknown key foo"},
+		{name: "unknown daemon key", in: "[daemon]\nfoo = 1\n", err: "unknown key daemon.foo"},
+		{name: "unknown restart key", in: "[lanes.net.restart]\nmaxr = 1\n", err: "unknown key lanes.net.restart.maxr"},
+		{name: "bad network", in: "[lanes.net]\nnetwork = \"wifi\"\n", err: `lanes.net.network must be "none" or "host", got "wifi"`},
+		{name: "bad slots", in: "[lanes.net]\nslots = 0\n", err: "lanes.net.slots must be between 1 and 4096, got 0"},
+		{name: "bad duration", in: "[lanes.net]\nheartbeat_timeout = \"soon\"\n", err: "heartbeat_timeout"},
+		{name: "wrong type", in: "[lanes.net]\nslots = \"four\"\n", err: "slots"},
+		{name: "bad policy", in: "[lanes.net.restart]\nmax_r = 0\n", err: "lanes.net.restart.max_r must be >= 1"},
+		{name: "bad overflow", in: "[daemon]\nsubscriber_overflow = \"block\"\n", err: "daemon.subscriber_overflow"},
+		{name: "bad toml", in: "[lanes\n", err: "cfg.toml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("cfg.toml", []byte(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	_, err := LoadConfig("/nonexistent/orchestrd.toml")
+	if err == nil || !os.IsNotExist(unwrapAll(err)) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
