@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Control-socket error codes from the Loopr spec's TUI protocol table.
@@ -70,44 +73,154 @@ type ClientLine struct {
 	Data   json.RawMessage `json:"data,omitempty"`
 }
 
-// ParseRequest decodes one line (without its newline). On failure it returns
-// a *Error with the spec's code and, where the id could be read, that id so
-// the answer can carry it; otherwise the id is 0.
+// ParseRequest decodes one line (without its newline; surrounding JSON
+// whitespace is allowed). On failure it returns a *Error with the spec's code
+// and, where the id could be read, that id so the answer can carry it;
+// otherwise the id is 0:
+//
+//   - -32700 the line is not valid JSON;
+//   - -32600 it is not an object, or id is missing, duplicated, or not a
+//     non-negative integer that fits in a u64 (null, strings, fractions and
+//     exponents are refused, as serde refuses them for a u64), or method is
+//     missing, duplicated, not a string or empty, or params is duplicated;
+//   - -32602 params is present and neither an object nor null.
+//
+// Other top-level fields are ignored. A missing or null params leaves
+// Params nil (DecodeParams then treats it as {}). Params is a copy: the
+// Request stays valid after the line's buffer is reused.
 func ParseRequest(line []byte) (Request, *Error) {
-	line = bytes.TrimSpace(line)
 	if !json.Valid(line) {
 		return Request{}, Errorf(CodeParseError, "parse error: line is not valid JSON")
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(line, &raw); err != nil {
+	i := skipJSONSpace(line, 0)
+	if line[i] != '{' {
 		return Request{}, Errorf(CodeInvalidRequest, "invalid request: want a JSON object with id, method and params")
 	}
+	var (
+		idRaw, mRaw, pRaw []byte
+		idN, mN, pN       int // how many times each key appears
+	)
+	i = skipJSONSpace(line, i+1)
+	for line[i] != '}' {
+		kEnd := skipString(line, i)
+		key := line[i+1 : kEnd-1]
+		if !plainStringContent(key) {
+			var k string
+			if json.Unmarshal(line[i:kEnd], &k) == nil {
+				key = []byte(k)
+			}
+		}
+		i = skipJSONSpace(line, kEnd) // at ':'
+		i = skipJSONSpace(line, i+1)  // at the value
+		vEnd := skipValue(line, i)
+		switch string(key) {
+		case "id":
+			idRaw, idN = line[i:vEnd], idN+1
+		case "method":
+			mRaw, mN = line[i:vEnd], mN+1
+		case "params":
+			pRaw, pN = line[i:vEnd], pN+1
+		}
+		i = skipJSONSpace(line, vEnd) // at ',' or '}'
+		if line[i] == ',' {
+			i = skipJSONSpace(line, i+1)
+		}
+	}
+
 	var req Request
-	idRaw, ok := raw["id"]
-	if !ok {
+	if idN > 1 {
+		return req, Errorf(CodeInvalidRequest, "invalid request: duplicate id")
+	}
+	if idN == 0 {
 		return req, Errorf(CodeInvalidRequest, "invalid request: missing id")
 	}
-	if err := json.Unmarshal(idRaw, &req.ID); err != nil {
-		return req, Errorf(CodeInvalidRequest, "invalid request: id must be a non-negative integer")
-	}
-	mRaw, ok := raw["method"]
+	id, ok := parseUint64(idRaw)
 	if !ok {
+		return req, Errorf(CodeInvalidRequest, "invalid request: id must be a non-negative integer, got %s", excerpt(idRaw))
+	}
+	req.ID = id
+	if mN > 1 {
+		return req, Errorf(CodeInvalidRequest, "invalid request: duplicate method")
+	}
+	if pN > 1 {
+		return req, Errorf(CodeInvalidRequest, "invalid request: duplicate params")
+	}
+	if mN == 0 {
 		return req, Errorf(CodeInvalidRequest, "invalid request: missing method")
 	}
-	if err := json.Unmarshal(mRaw, &req.Method); err != nil || req.Method == "" {
-		return req, Errorf(CodeInvalidRequest, "invalid request: method must be a non-empty string")
+	method, ok := decodeMethod(mRaw)
+	if !ok || method == "" {
+		return req, Errorf(CodeInvalidRequest, "invalid request: method must be a non-empty string, got %s", excerpt(mRaw))
 	}
-	if p, ok := raw["params"]; ok && !bytes.Equal(p, []byte("null")) {
-		if len(p) == 0 || p[0] != '{' {
-			return req, Errorf(CodeInvalidParams, "invalid params for %s: params must be an object", req.Method)
+	req.Method = method
+	if pN == 1 && string(pRaw) != "null" {
+		if pRaw[0] != '{' {
+			return req, Errorf(CodeInvalidParams, "invalid params for %s: params must be an object, got %s", req.Method, excerpt(pRaw))
 		}
-		req.Params = p
+		req.Params = append(json.RawMessage(nil), pRaw...)
 	}
 	return req, nil
 }
 
-// DecodeParams decodes req.Params into v, refusing unknown fields; a missing
-// params object decodes as {}.
+// parseUint64 reads a JSON number that is a plain non-negative integer.
+func parseUint64(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// decodeMethod unquotes a method name, without allocating for the spec's
+// own methods.
+func decodeMethod(raw []byte) (string, bool) {
+	if raw[0] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	if plainStringContent(inner) && utf8.Valid(inner) {
+		if m, ok := knownMethods[string(inner)]; ok {
+			return m, true
+		}
+		return string(inner), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// knownMethods interns the Loopr control methods so parsing them does not
+// allocate.
+var knownMethods = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		"connect", "disconnect", "ping",
+		"chat.send", "chat.cancel", "chat.clear",
+		"loop.list", "loop.get", "loop.create_plan", "loop.start", "loop.pause",
+		"loop.resume", "loop.cancel", "loop.delete",
+		"plan.approve", "plan.reject", "plan.iterate", "plan.get_preview",
+		"metrics.get",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
+// DecodeParams decodes req.Params into v, refusing unknown fields and
+// trailing data; a missing params object decodes as {} (v is left as it
+// is).
 func DecodeParams(req Request, v any) *Error {
 	if len(req.Params) == 0 {
 		return nil
@@ -117,81 +230,191 @@ func DecodeParams(req Request, v any) *Error {
 	if err := dec.Decode(v); err != nil {
 		return Errorf(CodeInvalidParams, "invalid params for %s: %v", req.Method, err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeInvalidParams, "invalid params for %s: trailing data after the params object", req.Method)
+	}
 	return nil
 }
 
 // ErrLineTooLong is returned by LineReader for a line over its maximum.
 var ErrLineTooLong = errors.New("line too long")
 
+// Buffer management for LineReader.
+const (
+	lineReaderBufSize = 64 << 10 // the bufio buffer
+	// lineKeepCap: a line buffer above this is dropped before the next line,
+	// so one long line does not pin its buffer for the connection's life.
+	lineKeepCap = 256 << 10
+)
+
 // LineReader reads newline-terminated lines of bounded length.
+//
+// A line is the bytes before a '\n', minus one trailing '\r'; its length
+// after that '\r' is removed must be at most the maximum. The reader never
+// holds more than max+1 bytes of one line (the +1 being a '\r' that may be
+// followed by '\n'), and a line that fits in its 64 KiB read buffer is
+// returned without being copied.
 type LineReader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
+	// partial: buf holds the start of a line whose read was interrupted by
+	// an error; the next call continues it.
+	partial bool
+	err     error // sticky ErrLineTooLong
 }
 
 // NewLineReader reads lines of at most max bytes (0 means DefaultMaxLine).
 func NewLineReader(r io.Reader, max int) *LineReader {
+	return newLineReaderSize(r, max, lineReaderBufSize)
+}
+
+func newLineReaderSize(r io.Reader, max, size int) *LineReader {
 	if max <= 0 {
 		max = DefaultMaxLine
 	}
-	return &LineReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+	if max == math.MaxInt {
+		max-- // keep max+1 representable
+	}
+	return &LineReader{br: bufio.NewReaderSize(r, size), max: max}
 }
 
-// Next returns the next line without its newline (and without a trailing
-// \r). The slice is valid until the next call. A final line without a
-// newline is returned before io.EOF. A line over the maximum returns an
-// error wrapping ErrLineTooLong; the stream is then unusable.
+// Next returns the next line without its newline and without one trailing
+// \r. The slice is valid until the next call. A final line without a
+// newline is returned (also without a trailing \r) before io.EOF. A line
+// over the maximum returns an error wrapping ErrLineTooLong, without more
+// than max+1 of its bytes ever being copied out of the read buffer; the
+// stream is then unusable and every later call returns the same error. Any other read error is returned as it
+// is, and the bytes of the line read so far are kept: if the reader
+// recovers (a read deadline, say), the next call continues the same line.
 func (lr *LineReader) Next() ([]byte, error) {
-	lr.buf = lr.buf[:0]
+	if lr.err != nil {
+		return nil, lr.err
+	}
+	if !lr.partial {
+		if cap(lr.buf) > lineKeepCap {
+			lr.buf = nil
+		}
+		lr.buf = lr.buf[:0]
+	}
+	lr.partial = false
 	for {
 		frag, err := lr.br.ReadSlice('\n')
-		if len(lr.buf)+len(frag) > lr.max+1 { // +1 for the newline itself
-			return nil, fmt.Errorf("control line longer than %d bytes: %w", lr.max, ErrLineTooLong)
+		if err == nil && len(lr.buf) == 0 {
+			// The whole line is in the bufio buffer: return it in place.
+			return lr.finish(frag[:len(frag)-1])
 		}
-		lr.buf = append(lr.buf, frag...)
+		data := frag
 		if err == nil {
-			line := lr.buf[:len(lr.buf)-1]
-			if n := len(line); n > 0 && line[n-1] == '\r' {
-				line = line[:n-1]
-			}
-			return line, nil
+			data = frag[:len(frag)-1]
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
+		if len(lr.buf)+len(data) > lr.max+1 {
+			return lr.tooLong()
+		}
+		lr.buf = appendBounded(lr.buf, data, lr.max+1)
+		switch {
+		case err == nil:
+			return lr.finish(lr.buf)
+		case err == bufio.ErrBufferFull:
 			continue
+		case err == io.EOF:
+			if len(lr.buf) == 0 {
+				return nil, io.EOF
+			}
+			return lr.finish(lr.buf)
+		default:
+			lr.partial = len(lr.buf) > 0
+			return nil, err
 		}
-		if errors.Is(err, io.EOF) && len(lr.buf) > 0 {
-			return lr.buf, nil
-		}
-		return nil, err
 	}
 }
 
-// AppendResponse appends one response line, newline included.
+func (lr *LineReader) finish(line []byte) ([]byte, error) {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	if len(line) > lr.max {
+		return lr.tooLong()
+	}
+	return line, nil
+}
+
+func (lr *LineReader) tooLong() ([]byte, error) {
+	lr.buf = nil
+	lr.err = fmt.Errorf("control line longer than %d bytes: %w", lr.max, ErrLineTooLong)
+	return nil, lr.err
+}
+
+// appendBounded appends data to buf, growing it to at most limit bytes of
+// capacity; len(buf)+len(data) must not exceed limit.
+func appendBounded(buf, data []byte, limit int) []byte {
+	need := len(buf) + len(data)
+	if need > cap(buf) {
+		c := min(max(2*cap(buf), need, 4<<10), limit)
+		nb := make([]byte, len(buf), c)
+		copy(nb, buf)
+		buf = nb
+	}
+	return append(buf, data...)
+}
+
+// AppendResponse appends one response line, newline included:
+// {"id":N,"result":R} or {"id":N,"error":{...}}. A result that encodes as
+// null (a nil result, a nil pointer) is written as {}: the spec's client
+// reads result as an Option, so null would leave a response with neither
+// result nor error, and {} is the spec's result for every method without
+// one. On error dst is returned unchanged.
 func AppendResponse(dst []byte, id uint64, result any, rerr *Error) ([]byte, error) {
-	r := Response{ID: id, Error: rerr}
-	if rerr == nil {
-		b, err := json.Marshal(result)
-		if err != nil {
-			return dst, fmt.Errorf("encoding result: %w", err)
+	start := len(dst)
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendUint(dst, id, 10)
+	if rerr != nil {
+		dst = append(dst, `,"error":{"code":`...)
+		dst = strconv.AppendInt(dst, int64(rerr.Code), 10)
+		dst = append(dst, `,"message":`...)
+		dst = appendJSONString(dst, rerr.Message)
+		if rerr.Data != nil {
+			dst = append(dst, `,"data":`...)
+			var err error
+			if dst, err = appendMarshal(dst, rerr.Data); err != nil {
+				return dst[:start], fmt.Errorf("encoding response: encoding error data: %w", err)
+			}
 		}
-		r.Result = b
+		dst = append(dst, '}')
+	} else {
+		dst = append(dst, `,"result":`...)
+		mark := len(dst)
+		var err error
+		if dst, err = appendMarshal(dst, result); err != nil {
+			return dst[:start], fmt.Errorf("encoding result: %w", err)
+		}
+		if string(dst[mark:]) == "null" {
+			dst = append(dst[:mark], '{', '}')
+		}
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return dst, fmt.Errorf("encoding response: %w", err)
-	}
-	dst = append(dst, b...)
-	return append(dst, '\n'), nil
+	return append(dst, '}', '\n'), nil
 }
 
 // AppendEvent appends one pushed event line, newline included. data must
-// already be JSON.
+// already be JSON. The line is always one valid JSON object on one line:
+// data containing line breaks is compacted, and data that is empty or not
+// valid JSON is written as null (check with json.Valid first if that
+// matters).
 func AppendEvent(dst []byte, event string, data []byte) []byte {
 	dst = append(dst, `{"event":`...)
-	q, _ := json.Marshal(event)
-	dst = append(dst, q...)
+	dst = appendJSONString(dst, event)
 	dst = append(dst, `,"data":`...)
-	dst = append(dst, data...)
+	switch {
+	case !json.Valid(data):
+		dst = append(dst, "null"...)
+	case bytes.ContainsAny(data, "\r\n"):
+		buf := bytes.NewBuffer(dst)
+		if err := json.Compact(buf, data); err != nil { // cannot happen: data is valid
+			panic(err)
+		}
+		dst = buf.Bytes()
+	default:
+		dst = append(dst, data...)
+	}
 	return append(dst, '}', '\n')
 }

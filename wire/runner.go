@@ -2,7 +2,9 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 )
 
 // MsgType is the type byte of a runner-protocol frame.
@@ -32,16 +34,25 @@ var typeNames = map[MsgType]string{
 	TypeShutdown: "Shutdown",
 }
 
+// typeNameTable is typeNames indexed by the type byte, so String and Known
+// cost no map lookup on the hot path.
+var typeNameTable = func() (t [256]string) {
+	for k, v := range typeNames {
+		t[k] = v
+	}
+	return t
+}()
+
 // String names the type as the spec does, or 0xNN for an unknown byte.
 func (t MsgType) String() string {
-	if n, ok := typeNames[t]; ok {
+	if n := typeNameTable[t]; n != "" {
 		return n
 	}
 	return fmt.Sprintf("0x%02X", byte(t))
 }
 
 // Known reports whether t is one of the spec's frame types.
-func (t MsgType) Known() bool { _, ok := typeNames[t]; return ok }
+func (t MsgType) Known() bool { return typeNameTable[t] != "" }
 
 // Handshake is the first frame a runner sends.
 type Handshake struct {
@@ -49,6 +60,20 @@ type Handshake struct {
 	Pid          uint32   `json:"pid"`
 	Version      string   `json:"version"`
 	Capabilities []string `json:"capabilities"`
+}
+
+// handshakeWire is Handshake without its methods, for encoding.
+type handshakeWire Handshake
+
+// MarshalJSON writes a nil Capabilities as [] rather than null: serde's
+// Vec<String> refuses null.
+func (h Handshake) MarshalJSON() ([]byte, error) { return json.Marshal(h.wire()) }
+
+func (h Handshake) wire() handshakeWire {
+	if h.Capabilities == nil {
+		h.Capabilities = []string{}
+	}
+	return handshakeWire(h)
 }
 
 // HandshakeAck answers a Handshake.
@@ -83,6 +108,38 @@ type Job struct {
 	FilePaths      []string          `json:"file_paths"`
 }
 
+// MarshalJSON writes nil Argv, FilePaths and Env as [] and {} rather than
+// null: serde's Vec and HashMap refuse null, so a Loopr runner would reject
+// the whole job. Otherwise the output is what encoding/json would write
+// (map keys sorted, HTML-safe escaping), produced without reflection.
+func (j Job) MarshalJSON() ([]byte, error) { return j.appendJSON(nil), nil }
+
+func (j *Job) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"job_id":`...)
+	dst = appendJSONString(dst, j.JobID)
+	dst = append(dst, `,"agent_id":`...)
+	dst = appendJSONString(dst, j.AgentID)
+	dst = append(dst, `,"tool_name":`...)
+	dst = appendJSONString(dst, j.ToolName)
+	dst = append(dst, `,"command":`...)
+	dst = appendJSONString(dst, j.Command)
+	dst = append(dst, `,"argv":`...)
+	dst = appendStringArray(dst, j.Argv)
+	dst = append(dst, `,"cwd":`...)
+	dst = appendJSONString(dst, j.Cwd)
+	dst = append(dst, `,"worktree_dir":`...)
+	dst = appendJSONString(dst, j.WorktreeDir)
+	dst = append(dst, `,"env":`...)
+	dst = appendStringMap(dst, j.Env)
+	dst = append(dst, `,"timeout_ms":`...)
+	dst = strconv.AppendUint(dst, j.TimeoutMs, 10)
+	dst = append(dst, `,"max_output_bytes":`...)
+	dst = strconv.AppendUint(dst, j.MaxOutputBytes, 10)
+	dst = append(dst, `,"file_paths":`...)
+	dst = appendStringArray(dst, j.FilePaths)
+	return append(dst, '}')
+}
+
 // JobAck tells the daemon a runner received a Job.
 type JobAck struct {
 	JobID    string  `json:"job_id"`
@@ -101,18 +158,45 @@ const (
 	StatusError     ExitStatus = "Error"
 )
 
-// UnmarshalJSON refuses anything but the five variant names.
+// UnmarshalJSON refuses anything but the five variant names, naming the
+// value it got. null is refused too, as serde refuses it for a unit enum.
 func (s *ExitStatus) UnmarshalJSON(b []byte) error {
-	var v string
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("decoding exit status: %w", err)
+	v, err := variantName(b, "exit status")
+	if err != nil {
+		return err
 	}
-	switch ExitStatus(v) {
-	case StatusSuccess, StatusFailed, StatusTimeout, StatusCancelled, StatusError:
-		*s = ExitStatus(v)
-		return nil
+	switch string(v) {
+	case "Success":
+		*s = StatusSuccess
+	case "Failed":
+		*s = StatusFailed
+	case "Timeout":
+		*s = StatusTimeout
+	case "Cancelled":
+		*s = StatusCancelled
+	case "Error":
+		*s = StatusError
+	default:
+		return fmt.Errorf("unknown exit status %s (want Success, Failed, Timeout, Cancelled or Error)", excerpt(v))
 	}
-	return fmt.Errorf("unknown exit status %q (want Success, Failed, Timeout, Cancelled or Error)", v)
+	return nil
+}
+
+// variantName returns the unquoted content of a JSON string holding a serde
+// unit-variant name, without allocating when it has no escapes.
+func variantName(b []byte, what string) ([]byte, error) {
+	b = trimJSONSpace(b)
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
+		inner := b[1 : len(b)-1]
+		if plainStringContent(inner) {
+			return inner, nil
+		}
+		var s string
+		if err := json.Unmarshal(b, &s); err == nil {
+			return []byte(s), nil
+		}
+	}
+	return nil, fmt.Errorf("%s must be a string naming a variant, got %s", what, excerpt(b))
 }
 
 // Result is the spec's ToolResult.
@@ -124,6 +208,24 @@ type Result struct {
 	WasTimeout   bool       `json:"was_timeout"`
 	WasCancelled bool       `json:"was_cancelled"`
 	DurationMs   uint64     `json:"duration_ms"`
+}
+
+// UnmarshalJSON decodes a Result like encoding/json does, but refuses one
+// without a status (or with status null): ExitStatus has no valid zero
+// value, and serde refuses a ToolResult without one too. Other absent fields
+// are left as they are. On error r is not changed.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	type plain Result
+	p := plain(*r)
+	p.Status = ""
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	if p.Status == "" {
+		return errors.New("result has no status (want Success, Failed, Timeout, Cancelled or Error)")
+	}
+	*r = Result(p)
+	return nil
 }
 
 // Cancel is the spec's CancelRequest.
@@ -145,18 +247,22 @@ const (
 	Stderr Stream = "Stderr"
 )
 
-// UnmarshalJSON refuses anything but Stdout and Stderr.
+// UnmarshalJSON refuses anything but Stdout and Stderr, naming the value it
+// got. null is refused too, as serde refuses it for a unit enum.
 func (s *Stream) UnmarshalJSON(b []byte) error {
-	var v string
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("decoding output stream: %w", err)
+	v, err := variantName(b, "output stream")
+	if err != nil {
+		return err
 	}
-	switch Stream(v) {
-	case Stdout, Stderr:
-		*s = Stream(v)
-		return nil
+	switch string(v) {
+	case "Stdout":
+		*s = Stdout
+	case "Stderr":
+		*s = Stderr
+	default:
+		return fmt.Errorf("unknown output stream %s (want Stdout or Stderr)", excerpt(v))
 	}
-	return fmt.Errorf("unknown output stream %q (want Stdout or Stderr)", v)
+	return nil
 }
 
 // OutputChunk carries streamed job output. Chunk is Bytes: decoded from a
@@ -166,6 +272,25 @@ type OutputChunk struct {
 	JobID  string `json:"job_id"`
 	Chunk  Bytes  `json:"chunk"`
 	Stream Stream `json:"stream"`
+}
+
+// UnmarshalJSON decodes an OutputChunk like encoding/json does, but refuses
+// one without a stream: Stream has no valid zero value, and serde refuses an
+// OutputChunk without one too. Other absent fields are left as they are. On
+// error c is not changed. (Unmarshal takes a faster path to the same
+// result.)
+func (c *OutputChunk) UnmarshalJSON(b []byte) error {
+	type plain OutputChunk
+	p := plain(*c)
+	p.Stream = ""
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	if p.Stream == "" {
+		return errors.New("output chunk has no stream (want Stdout or Stderr)")
+	}
+	*c = OutputChunk(p)
+	return nil
 }
 
 // Heartbeat is sent by a runner every second.
@@ -181,5 +306,10 @@ type HeartbeatAck struct {
 }
 
 // Shutdown asks a runner to finish cleanly. The spec gives it no fields;
-// orchestrd sends {} and accepts any payload.
+// orchestrd sends {} and accepts any payload: Unmarshal takes an empty or
+// even non-JSON Shutdown payload, and UnmarshalJSON takes any JSON value
+// (serde writes a unit struct as null).
 type Shutdown struct{}
+
+// UnmarshalJSON accepts any value; Shutdown carries nothing.
+func (*Shutdown) UnmarshalJSON([]byte) error { return nil }

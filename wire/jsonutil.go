@@ -1,0 +1,212 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"sync"
+	"unicode/utf8"
+)
+
+// encoderBuf is a reusable json.Encoder writing into its own buffer. It
+// produces exactly what json.Marshal does (HTML escaping included) plus a
+// newline, without json.Marshal's final copy.
+type encoderBuf struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoderPool = sync.Pool{New: func() any {
+	e := new(encoderBuf)
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// maxPooledEncoderBuf keeps one huge value from pinning a huge buffer.
+const maxPooledEncoderBuf = 64 << 10
+
+// withEncoded encodes v as json.Marshal would and passes the bytes (without
+// the newline) to fn; they are valid only during the call.
+func withEncoded(v any, fn func([]byte)) error {
+	e := encoderPool.Get().(*encoderBuf)
+	e.buf.Reset()
+	err := e.enc.Encode(v)
+	if err == nil {
+		b := e.buf.Bytes()
+		fn(b[:len(b)-1])
+	}
+	if e.buf.Cap() <= maxPooledEncoderBuf {
+		encoderPool.Put(e)
+	}
+	return err
+}
+
+// appendMarshal appends json.Marshal(v) to dst. On error dst is returned
+// unchanged.
+func appendMarshal(dst []byte, v any) ([]byte, error) {
+	err := withEncoded(v, func(b []byte) { dst = append(dst, b...) })
+	return dst, err
+}
+
+// plainStringContent reports whether b can sit between two quotes in JSON
+// as it is and reads back as the same bytes: no quote, backslash or control
+// character. (It says nothing about UTF-8 validity.)
+func plainStringContent(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendJSONString appends s as a JSON string, byte for byte what
+// json.Marshal writes: <, > and & escaped as \u003c, \u003e, \u0026,
+// U+2028 and U+2029 escaped, invalid UTF-8 replaced by \ufffd. (A port of
+// encoding/json's appendString with escapeHTML set; FuzzJSONString checks
+// the two agree.)
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// skipString returns the index just past the JSON string that starts at
+// data[i] == '"', or len(data) if it is not closed.
+func skipString(data []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(data[i:], '"')
+		if j < 0 {
+			return len(data)
+		}
+		i += j
+		k := i
+		for data[k-1] == '\\' { // stops at the opening quote at the latest
+			k--
+		}
+		if (i-k)%2 == 0 {
+			return i + 1
+		}
+		i++
+	}
+}
+
+// skipValue returns the index just past the JSON value that starts at
+// data[i]. data must be valid JSON (checked by json.Valid): this finds the
+// end of a value, it does not check it.
+func skipValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // number, true, false, null
+		for i < len(data) {
+			switch data[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// appendStringArray appends ss as a JSON array of strings; nil is [].
+func appendStringArray(dst []byte, ss []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, s)
+	}
+	return append(dst, ']')
+}
+
+// appendStringMap appends m as a JSON object with its keys sorted, as
+// encoding/json writes a map[string]string; nil is {}.
+func appendStringMap(dst []byte, m map[string]string) []byte {
+	if len(m) == 0 {
+		return append(dst, '{', '}')
+	}
+	var stack [16]string
+	keys := stack[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendJSONString(dst, m[k])
+	}
+	return append(dst, '}')
+}
