@@ -1,0 +1,644 @@
+package main
+
+// Client commands: run, jobs, cancel, status. Each talks to the daemon over
+// its control socket (<home>/daemon.sock) with control.Client and returns
+// the process exit code.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Exit codes shared by the client commands.
+const (
+	exitOK        = 0
+	exitFailure   = 1
+	exitUsage     = 2
+	exitTimeout   = 124 // like timeout(1)
+	exitCancelled = 130 // like a shell after Ctrl-C
+)
+
+// callTimeout bounds one-shot calls (jobs, cancel, status).
+const callTimeout = 30 * time.Second
+
+// resolveHome picks the daemon's home directory: the --home flag, else
+// $ORCHESTRD_HOME, else ~/.orchestrd.
+func resolveHome(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if h := os.Getenv("ORCHESTRD_HOME"); h != "" {
+		return h
+	}
+	if d, err := os.UserHomeDir(); err == nil && d != "" {
+		return filepath.Join(d, ".orchestrd")
+	}
+	return ".orchestrd"
+}
+
+func socketPath(home string) string { return filepath.Join(home, "daemon.sock") }
+
+// newFlags makes a command's flag set.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parseFlags prints errors and help itself
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args. ok is false when the command should exit with
+// code: 0 after --help (usage on stdout), 2 on a usage error (on stderr).
+func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil {
+		return 0, true
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(fs, usage, stdout)
+		return exitOK, false
+	}
+	fmt.Fprintf(stderr, "orchestrd %s: %v\n", fs.Name(), err)
+	printUsage(fs, usage, stderr)
+	return exitUsage, false
+}
+
+func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n", usage)
+	has := false
+	fs.VisitAll(func(*flag.Flag) { has = true })
+	if !has {
+		return
+	}
+	fmt.Fprintln(w, "\noptions:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+func usageError(fs *flag.FlagSet, usage string, stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "orchestrd %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	printUsage(fs, usage, stderr)
+	return exitUsage
+}
+
+// dial connects to the daemon, printing the one-line diagnosis when there is
+// none.
+func dial(home string, stderr io.Writer) (*control.Client, bool) {
+	sock := socketPath(home)
+	c, err := control.Dial(sock)
+	if err != nil {
+		if errors.Is(err, control.ErrNoDaemon) {
+			fmt.Fprintf(stderr, "orchestrd: no daemon running at %s (start one with: orchestrd serve)\n", sock)
+		} else {
+			fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+		}
+		return nil, false
+	}
+	return c, true
+}
+
+// callErr prints a failed call: the daemon's message for a remote error.
+func callErr(stderr io.Writer, err error) int {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		fmt.Fprintf(stderr, "orchestrd: %s\n", we.Message)
+	} else {
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+	}
+	return exitFailure
+}
+
+func call(c *control.Client, method string, params, result any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	return c.Call(ctx, method, params, result)
+}
+
+// ---- run ----
+
+const runUsage = "orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... -- CMD [ARGS...]"
+
+type envFlag map[string]string
+
+func (e envFlag) String() string { return "" }
+
+func (e envFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", s)
+	}
+	e[k] = v
+	return nil
+}
+
+// cmdRun submits a job, streams its output and exits with its exit code.
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run")
+	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	lane := fs.String("lane", "", "`LANE` to run in (default no-net)")
+	timeout := fs.Duration("timeout", 0, "kill the job after `D` (default: the lane's)")
+	cwd := fs.String("cwd", "", "working `DIR` of the job (default: the current directory)")
+	worktree := fs.String("worktree", "", "worktree `DIR` the job's paths must stay in")
+	env := envFlag{}
+	fs.Var(env, "env", "set `K=V` in the job's environment (repeatable)")
+	if code, ok := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usageError(fs, runUsage, stderr, "no command given")
+	}
+	if *timeout < 0 {
+		return usageError(fs, runUsage, stderr, "--timeout must not be negative")
+	}
+	dir := *cwd
+	var err error
+	if dir == "" {
+		dir, err = os.Getwd()
+	} else {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
+		return exitFailure
+	}
+	spec := lanes.JobSpec{Lane: *lane, Argv: argv, Cwd: dir, TimeoutMs: uint64(timeout.Milliseconds())}
+	if *worktree != "" {
+		if spec.WorktreeDir, err = filepath.Abs(*worktree); err != nil {
+			fmt.Fprintf(stderr, "orchestrd: worktree: %v\n", err)
+			return exitFailure
+		}
+	}
+	if len(env) > 0 {
+		spec.Env = env
+	}
+
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+
+	r := &jobFollower{c: c, stdout: stdout, stderr: stderr, timeout: *timeout}
+	return r.run(spec, sig)
+}
+
+// jobFollower follows one job for cmdRun.
+type jobFollower struct {
+	c       *control.Client
+	stdout  io.Writer
+	stderr  io.Writer
+	timeout time.Duration
+	jobID   string
+	pending []wire.Event // events that arrived before the job id was known
+	waiting bool         // a job.wait fallback is running
+	waitCh  chan waitResult
+}
+
+type submitResult struct {
+	id  string
+	err error
+}
+
+type waitResult struct {
+	rec lanes.JobRecord
+	err error
+}
+
+func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
+	if err := call(r.c, "events.subscribe", map[string]any{"kinds": []string{"job.output", "job.finished"}}, nil); err != nil {
+		return callErr(r.stderr, err)
+	}
+	// Submit on another goroutine and keep draining events meanwhile: the
+	// job's first output may arrive before the answer, and an undrained
+	// event channel would stall the client's reader, answer included.
+	submitted := make(chan submitResult, 1)
+	go func() {
+		var res struct {
+			JobID string `json:"job_id"`
+		}
+		err := call(r.c, "job.submit", spec, &res)
+		submitted <- submitResult{res.JobID, err}
+	}()
+	r.waitCh = make(chan waitResult, 1)
+	interrupted := false
+	events := r.c.Events()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				// The connection is gone; a call reports why.
+				err := r.c.Call(context.Background(), "ping", nil, nil)
+				fmt.Fprintf(r.stderr, "orchestrd: lost the connection to the daemon: %v\n", err)
+				return exitFailure
+			}
+			if r.jobID == "" {
+				r.pending = append(r.pending, ev)
+				continue
+			}
+			if rec, done := r.event(ev); done {
+				return r.finished(rec)
+			}
+		case s := <-submitted:
+			if s.err != nil {
+				return callErr(r.stderr, s.err)
+			}
+			r.jobID = s.id
+			if interrupted {
+				return r.cancel()
+			}
+			for _, ev := range r.pending {
+				if rec, done := r.event(ev); done {
+					return r.finished(rec)
+				}
+			}
+			r.pending = nil
+		case w := <-r.waitCh:
+			if w.err != nil {
+				return callErr(r.stderr, w.err)
+			}
+			return r.finished(w.rec)
+		case <-sig:
+			if r.jobID == "" {
+				interrupted = true // cancel as soon as the id is known
+				continue
+			}
+			return r.cancel()
+		}
+	}
+}
+
+// event handles one pushed event; done reports the job's end.
+func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
+	switch ev.Event {
+	case "job.output":
+		var o struct {
+			JobID  string `json:"job_id"`
+			Stream string `json:"stream"`
+			Data   string `json:"data"`
+		}
+		if json.Unmarshal(ev.Data, &o) != nil || o.JobID != r.jobID {
+			return rec, false
+		}
+		if o.Stream == "stderr" {
+			io.WriteString(r.stderr, o.Data)
+		} else {
+			io.WriteString(r.stdout, o.Data)
+		}
+	case "job.finished":
+		var f struct {
+			Job lanes.JobRecord `json:"job"`
+		}
+		if json.Unmarshal(ev.Data, &f) == nil && f.Job.ID == r.jobID {
+			return f.Job, true
+		}
+	case "events.dropped":
+		// The daemon dropped events for us (we fell behind): output is
+		// incomplete and job.finished may be gone too, so ask for the end.
+		var d struct {
+			Dropped uint64 `json:"dropped"`
+		}
+		json.Unmarshal(ev.Data, &d)
+		fmt.Fprintf(r.stderr, "orchestrd: the daemon dropped %d events; output of job %s is incomplete\n", d.Dropped, r.jobID)
+		if !r.waiting {
+			r.waiting = true
+			go func() {
+				var res struct {
+					Job lanes.JobRecord `json:"job"`
+				}
+				err := r.c.Call(context.Background(), "job.wait", map[string]any{"id": r.jobID}, &res)
+				r.waitCh <- waitResult{res.Job, err}
+			}()
+		}
+	}
+	return rec, false
+}
+
+// cancel cancels the job after Ctrl-C.
+func (r *jobFollower) cancel() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.c.Call(ctx, "job.cancel", map[string]any{"id": r.jobID}, nil); err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) {
+			fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %s\n", r.jobID, we.Message)
+		} else {
+			fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %v\n", r.jobID, err)
+		}
+		return exitCancelled
+	}
+	fmt.Fprintf(r.stderr, "orchestrd: job %s was cancelled (interrupted)\n", r.jobID)
+	return exitCancelled
+}
+
+// runnerFailures describes job errors that mean the job's runner, not the
+// job, failed.
+var runnerFailures = map[string]string{
+	lanes.ErrRunnerLost:         "runner lost",
+	lanes.ErrRunnerUnresponsive: "runner unresponsive",
+	lanes.ErrRunnerMemory:       "runner exceeded its memory limit",
+	lanes.ErrDaemonShutdown:     "daemon shut down",
+}
+
+// finished reports the job's end and returns the exit code for it.
+func (r *jobFollower) finished(rec lanes.JobRecord) int {
+	id := rec.ID
+	if what, ok := runnerFailures[rec.Error]; ok && rec.State != lanes.StateSucceeded {
+		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
+		return exitFailure
+	}
+	switch rec.State {
+	case lanes.StateSucceeded:
+		return exitOK
+	case lanes.StateFailed:
+		if rec.ExitCode != nil && *rec.ExitCode > 0 && *rec.ExitCode < 256 {
+			return int(*rec.ExitCode)
+		}
+		if rec.Error != "" {
+			fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s\n", id, rec.Error)
+		}
+		return exitFailure
+	case lanes.StateTimeout:
+		d := r.timeout
+		if d <= 0 {
+			d = (time.Duration(rec.DurationMs) * time.Millisecond).Round(time.Millisecond)
+		}
+		fmt.Fprintf(r.stderr, "orchestrd: job %s timed out after %s\n", id, d)
+		return exitTimeout
+	case lanes.StateCancelled:
+		reason := rec.Error
+		if reason == "" {
+			reason = "cancelled"
+		}
+		fmt.Fprintf(r.stderr, "orchestrd: job %s was cancelled (%s)\n", id, reason)
+		return exitCancelled
+	case lanes.StateError:
+		msg := strings.TrimSpace(rec.Output)
+		if msg == "" {
+			msg = rec.Error
+		}
+		fmt.Fprintf(r.stderr, "orchestrd: job %s error: %s\n", id, msg)
+		return exitFailure
+	}
+	fmt.Fprintf(r.stderr, "orchestrd: job %s ended in state %q\n", id, rec.State)
+	return exitFailure
+}
+
+// ---- jobs ----
+
+const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--json]"
+
+// cmdJobs lists jobs as a table or JSON.
+func cmdJobs(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("jobs")
+	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
+	lane := fs.String("lane", "", "only jobs of `LANE`")
+	asJSON := fs.Bool("json", false, "print the job records as JSON")
+	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, jobsUsage, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	var res struct {
+		Jobs []lanes.JobRecord `json:"jobs"`
+	}
+	if err := call(c, "job.list", lanes.Filter{State: *state, Lane: *lane}, &res); err != nil {
+		return callErr(stderr, err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, res.Jobs)
+	}
+	if len(res.Jobs) == 0 {
+		fmt.Fprintln(stdout, "no jobs")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLANE\tSTATE\tEXIT\tDURATION\tRUNNER\tERROR\tCOMMAND")
+	for _, j := range res.Jobs {
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = strconv.Itoa(int(*j.ExitCode))
+		}
+		dur := "-"
+		if j.DurationMs > 0 || j.State.Terminal() {
+			dur = formatDuration(time.Duration(j.DurationMs) * time.Millisecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dur,
+			dash(j.RunnerID), dash(j.Error), commandLine(j))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// commandLine shows a job's command: the shell command, or argv quoted
+// where needed.
+func commandLine(j lanes.JobRecord) string {
+	if j.Command != "" {
+		return j.Command
+	}
+	parts := make([]string, len(j.Argv))
+	for i, a := range j.Argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`*?[]{}()<>|&;#~") {
+			a = strconv.Quote(a)
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+		return exitFailure
+	}
+	stdout.Write(append(b, '\n'))
+	return exitOK
+}
+
+// ---- cancel ----
+
+const cancelUsage = "orchestrd cancel [--home DIR] ID"
+
+// cmdCancel cancels one job.
+func cmdCancel(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("cancel")
+	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	if code, ok := parseFlags(fs, cancelUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		return usageError(fs, cancelUsage, stderr, "want exactly one job ID")
+	}
+	id := fs.Arg(0)
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	var res struct {
+		WasRunning bool `json:"was_running"`
+	}
+	if err := call(c, "job.cancel", map[string]any{"id": id}, &res); err != nil {
+		return callErr(stderr, err)
+	}
+	if res.WasRunning {
+		fmt.Fprintf(stdout, "cancelled %s (was running)\n", id)
+	} else {
+		fmt.Fprintf(stdout, "cancelled %s (was queued)\n", id)
+	}
+	return exitOK
+}
+
+// ---- status ----
+
+const statusUsage = "orchestrd status [--home DIR] [--json]"
+
+// cmdStatus shows the lanes, their runners and the actor tree.
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("status")
+	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	asJSON := fs.Bool("json", false, "print lanes and tree as JSON")
+	if code, ok := parseFlags(fs, statusUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, statusUsage, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	var ls struct {
+		Lanes []lanes.LaneStatus `json:"lanes"`
+	}
+	if err := call(c, "lane.list", nil, &ls); err != nil {
+		return callErr(stderr, err)
+	}
+	var tr struct {
+		Tree []actors.TreeNode `json:"tree"`
+	}
+	if err := call(c, "tree.get", nil, &tr); err != nil {
+		return callErr(stderr, err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, map[string]any{"lanes": ls.Lanes, "tree": tr.Tree})
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANE\tNETWORK\tSLOTS\tQUEUED\tRUNNING\tDEGRADED")
+	for _, l := range ls.Lanes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", l.Name, dash(l.Network), l.Slots, l.Queued, l.Running, yesNo(l.Degraded))
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNNER\tLANE\tPID\tSTATE\tRESTARTS\tACTIVE\tMEM")
+	runners := 0
+	for _, l := range ls.Lanes {
+		for _, r := range l.Runners {
+			runners++
+			pid := "-"
+			if r.Pid > 0 {
+				pid = strconv.Itoa(r.Pid)
+			}
+			state := r.State
+			if !r.Spawned {
+				state += " (external)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", dash(r.ID), l.Name, pid, state, r.Restarts, r.ActiveJobs, humanBytes(r.MemoryBytes))
+		}
+	}
+	if runners == 0 {
+		fmt.Fprintln(tw, "(no runners)")
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "ACTORS")
+	for _, n := range tr.Tree {
+		printTree(stdout, n, 0)
+	}
+	return exitOK
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// printTree draws one actor and its children, two spaces per level.
+func printTree(w io.Writer, n actors.TreeNode, depth int) {
+	name := n.Kind
+	if n.ID != "" {
+		name += "/" + n.ID
+	}
+	fmt.Fprintf(w, "%s%s  %s  restarts=%d\n", strings.Repeat("  ", depth), name, n.State, n.Restarts)
+	for _, c := range n.Children {
+		printTree(w, c, depth+1)
+	}
+}
+
+func humanBytes(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + []string{"KiB", "MiB", "GiB", "TiB"}[i]
+}

@@ -1,0 +1,309 @@
+package control
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// conn is the state of one connection shared by its reader goroutine, its
+// actor, its writer goroutine and its bus sink. Fields below "actor only"
+// are touched only by the conn actor (or by finish once the actor is gone).
+type conn struct {
+	srv *Server
+	nc  *net.UnixConn
+	id  string
+	q   outq
+
+	// credit holds one token per line handed to the actor and not yet
+	// handled; the reader blocks when it is full.
+	credit chan struct{}
+	// done is closed by finish; it releases a reader waiting for credit.
+	done chan struct{}
+
+	refs      atomic.Int32 // see acquire / release
+	closing   atomic.Bool  // a reason is set: the reader stops handing lines over
+	finished  atomic.Bool
+	stopSent  atomic.Bool
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	reason string
+	ref    actors.Ref
+	unsub  func()
+	// subGen is bumped (under mu) by every (un)subscribe; a sink whose
+	// generation is stale ignores records. Read without mu by Deliver.
+	subGen atomic.Uint64
+
+	// actor only
+	requests  uint64
+	session   string
+	waits     map[uint64]*pendingWait
+	nextWait  uint64
+	protoErrs int
+}
+
+func newConn(s *Server, nc *net.UnixConn, id string) *conn {
+	cn := &conn{srv: s, nc: nc, id: id, credit: make(chan struct{}, s.inFlight), done: make(chan struct{})}
+	cn.q.cn = cn
+	cn.refs.Store(1)
+	return cn
+}
+
+// acquire takes a reference for a goroutine about to start; the caller must
+// already hold one (the conn's own token, or a running goroutine's).
+func (cn *conn) acquire() { cn.refs.Add(1) }
+
+// release drops a reference; the last one releases the server's WaitGroup
+// token for this connection.
+func (cn *conn) release() {
+	if cn.refs.Add(-1) == 0 {
+		cn.srv.wg.Done()
+	}
+}
+
+// setReason records why the connection closes; the first reason wins.
+func (cn *conn) setReason(r string) string {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.reason == "" {
+		cn.reason = r
+		cn.closing.Store(true)
+	}
+	return cn.reason
+}
+
+func (cn *conn) actorRef() actors.Ref {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.ref
+}
+
+// closeSocket closes the socket once. The reader and a blocked writer
+// return with an error.
+func (cn *conn) closeSocket() { cn.closeOnce.Do(func() { cn.nc.Close() }) }
+
+// abort closes the connection now, without flushing: the writer failed, the
+// client let its responses pile up, or a subscriber overflowed under the
+// disconnect policy. Safe from any goroutine; never blocks.
+func (cn *conn) abort(reason string) {
+	cn.setReason(reason)
+	cn.unsubscribe()
+	cn.q.kill()
+	cn.closeSocket()
+	// Tell the actor to stop, unless it is already stopping (finish has
+	// begun) or not started yet (its Started sees the reason and stops).
+	if ref := cn.actorRef(); !ref.IsZero() && !cn.finished.Load() && cn.stopSent.CompareAndSwap(false, true) {
+		cn.srv.sys.Send(ref, stopConn{})
+	}
+}
+
+func (cn *conn) unsubscribe() {
+	cn.mu.Lock()
+	u := cn.unsub
+	cn.unsub = nil
+	cn.subGen.Add(1)
+	cn.mu.Unlock()
+	if u != nil {
+		u()
+	}
+}
+
+// subscribe replaces the connection's subscription.
+func (cn *conn) subscribe(kinds []string) {
+	cn.mu.Lock()
+	if cn.reason != "" {
+		cn.mu.Unlock()
+		return
+	}
+	old := cn.unsub
+	s := &sink{cn: cn, gen: cn.subGen.Add(1)}
+	cn.mu.Unlock()
+	u := cn.srv.bus.Subscribe(kinds, s)
+	cn.mu.Lock()
+	if cn.subGen.Load() != s.gen || cn.reason != "" {
+		// Closed or resubscribed meanwhile.
+		cn.mu.Unlock()
+		u()
+	} else {
+		cn.unsub = u
+		cn.mu.Unlock()
+	}
+	if old != nil {
+		old()
+	}
+}
+
+// sink delivers bus records into the connection's queue.
+type sink struct {
+	cn  *conn
+	gen uint64
+}
+
+func (s *sink) Deliver(r *eventlog.Record) {
+	if s.cn.subGen.Load() == s.gen {
+		s.cn.q.pushEvent(r.Wire())
+	}
+}
+
+// finish is the end of every connection, run once: from the actor's Stopped,
+// or from Server.Close for a connection whose actor never started. a is the
+// actor when there is one.
+func (cn *conn) finish(a *connActor) {
+	if !cn.finished.CompareAndSwap(false, true) {
+		return
+	}
+	reason := cn.setReason(ReasonActorStopped)
+	cn.unsubscribe()
+	close(cn.done)
+	for _, w := range cn.waits {
+		w.cancel()
+		if reason == ReasonDaemonStopping {
+			cn.respond(w.reqID, nil, wire.Errorf(wire.CodeShuttingDown, "daemon is stopping"))
+		}
+	}
+	cn.waits = nil
+	cn.q.closeAfterFlush()
+	var requests uint64
+	if a != nil {
+		requests = cn.requests
+	}
+	cn.srv.forget(cn) // before conn.closed: whoever hears it sees the count updated
+	cn.srv.emit(eventlog.ConnClosed{ConnID: cn.id, Reason: reason, Requests: requests})
+	cn.release()
+}
+
+// respond queues a response. It may run on any goroutine.
+func (cn *conn) respond(id uint64, result any, rerr *wire.Error) {
+	cn.q.pushResp(cn.encode(id, result, rerr))
+}
+
+func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
+	line, err := wire.AppendResponse(nil, id, result, rerr)
+	if err != nil {
+		cn.srv.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: encoding response")
+		line, _ = wire.AppendResponse(nil, id, nil, wire.Errorf(wire.CodeInternal, "internal error: %v", err))
+	}
+	return line
+}
+
+// readLoop is the connection's reader goroutine.
+func (cn *conn) readLoop(ref actors.Ref) {
+	defer cn.release()
+	lr := wire.NewLineReader(cn.nc, cn.srv.opts.MaxLine)
+	sys := cn.srv.sys
+	for {
+		line, err := lr.Next()
+		if err != nil {
+			if !cn.closing.Load() {
+				sys.Send(ref, readEnd{err})
+			}
+			return
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		msg := lineMsg(bytes.Clone(line))
+		// Back-pressure: don't hand over another request while the client
+		// leaves its responses unread, nor more than the in-flight bound.
+		if !cn.q.waitRoom(cn.done) {
+			return
+		}
+		select {
+		case cn.credit <- struct{}{}:
+		case <-cn.done:
+			return
+		}
+		if cn.closing.Load() {
+			return
+		}
+		sys.Send(ref, msg)
+	}
+}
+
+// Messages to the conn actor.
+type (
+	activate struct{}
+	lineMsg  []byte
+	readEnd  struct{ err error }
+	stopConn struct{}
+)
+
+// connActor serves one connection.
+type connActor struct{ cn *conn }
+
+func (a *connActor) Receive(c *actors.Context) {
+	cn := a.cn
+	switch m := c.Message().(type) {
+	case activate:
+		// Sent by the conns actor once Spawn has returned. Nothing that can
+		// stop this actor (the reader, abort) starts before: an actor that
+		// stops while its spawn is still being recorded confuses the
+		// actors registry.
+		cn.mu.Lock()
+		cn.ref = c.Self()
+		closing := cn.reason != ""
+		cn.mu.Unlock()
+		if closing {
+			c.StopSelf()
+			return
+		}
+		cn.acquire()
+		go cn.readLoop(c.Self())
+	case lineMsg:
+		cn.requests++
+		a.handle(c, m)
+		// Give the credit back only now that the answer (if immediate) is
+		// queued: waitRoom then sees it.
+		select {
+		case <-cn.credit:
+		default:
+		}
+	case waitDone:
+		a.waitDone(m)
+	case waitTimeout:
+		a.waitTimeout(m)
+	case readEnd:
+		a.readEnd(c, m.err)
+	case stopConn:
+		c.StopSelf()
+	case actors.Stopped:
+		cn.finish(a)
+	}
+}
+
+func (a *connActor) readEnd(c *actors.Context, err error) {
+	cn := a.cn
+	switch {
+	case errors.Is(err, wire.ErrLineTooLong):
+		cn.respond(0, nil, wire.Errorf(wire.CodeInvalidRequest, "invalid request: %v", err))
+		cn.srv.emit(eventlog.ConnProtocolError{ConnID: cn.id, Peer: "control", Error: err.Error(), Fatal: true})
+		cn.setReason(ReasonLineTooLong)
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		// A reset is a client that closed with our answers still unread.
+		cn.setReason(ReasonClientClosed)
+	default:
+		cn.setReason(ReasonReadError)
+	}
+	c.StopSelf()
+}
+
+// maxProtoErrEvents bounds the non-fatal conn.protocol_error events one
+// connection can cause, so a client spewing garbage cannot flood the log.
+const maxProtoErrEvents = 10
+
+func (a *connActor) protocolError(err *wire.Error) {
+	cn := a.cn
+	cn.protoErrs++
+	if cn.protoErrs <= maxProtoErrEvents {
+		cn.srv.emit(eventlog.ConnProtocolError{ConnID: cn.id, Peer: "control", Error: err.Message, Fatal: false})
+	}
+}

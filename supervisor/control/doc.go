@@ -1,0 +1,40 @@
+// Package control is the daemon's control socket, <home>/daemon.sock: the
+// Loopr TUI<->daemon NDJSON protocol (package wire) over a unix stream
+// socket, plus a small client (client.go) for the CLI, tests and benchmarks.
+//
+// One connection:
+//
+//	reader goroutine --lines, at most 32 unhandled--> conn actor
+//	conn actor, Backend callbacks, Bus sink --lines--> outq --> writer goroutine
+//
+// The parts:
+//
+//   - The accept loop checks the peer's uid (SO_PEERCRED), emits
+//     conn.opened, and asks the "conns" actor to spawn one "conn" actor.
+//   - The reader goroutine reads bounded lines (wire.LineReader) and sends
+//     each one, copied, to the conn actor. It takes a credit per line and the
+//     actor gives it back once the line is answered, so a client that floods
+//     the socket stalls in its own socket buffer instead of growing the
+//     actor's mailbox. It also stops handing lines over while the client
+//     leaves its responses unread, so a client that pipelines requests and
+//     reads slowly is throttled, not disconnected.
+//   - The conn actor parses and dispatches requests. It never blocks:
+//     job.wait callbacks and timeouts come back to it as messages; job.cancel
+//     replies go straight to the output queue.
+//   - outq is a mutex-protected pair of FIFOs (responses, events) under one
+//     bound. Bus.Emit delivers into it in O(1) on the emitter's goroutine. A
+//     writer goroutine exists only while there is something to write: it
+//     takes everything queued at once and writes it with one writev, so an
+//     idle connection has no writer goroutine and no write buffer.
+//     Responses are never dropped: a client whose unread responses alone
+//     exceed the bound is disconnected. Events over the bound are dropped
+//     oldest first and reported to the client as events.dropped once the
+//     queue has room again, or close the connection, as Options.Overflow
+//     says.
+//
+// Every way a connection ends leads to the conn actor's Stopped message
+// (or, for a connection whose actor never started, to Server.Close), which
+// unsubscribes, cancels pending waits, emits conn.closed with the first
+// reason recorded, and lets the writer flush what is queued (bounded by
+// flushTimeout) before the socket is closed.
+package control

@@ -1,0 +1,425 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Backend is what the daemon's lanes provide (*lanes.Manager implements it).
+// All methods are non-blocking and safe from any goroutine; callbacks may run
+// on any goroutine, including synchronously inside the call.
+type Backend interface {
+	// Submit queues a job. Errors: CodeInvalidParams, CodeNotFound (lane),
+	// CodeQueueFull.
+	Submit(spec lanes.JobSpec) (jobID string, err *wire.Error)
+	Get(id string) (lanes.JobRecord, bool)
+	List(f lanes.Filter) []lanes.JobRecord
+	// Cancel calls reply exactly once.
+	Cancel(id string, reply func(wasRunning bool, err *wire.Error))
+	// Wait calls fn once when the job is terminal (at once if it already
+	// is). cancel stops a pending wait; fn is not called after it returns
+	// unless it was already running.
+	Wait(id string, fn func(lanes.JobRecord)) (cancel func(), err *wire.Error)
+	Lanes() []lanes.LaneStatus
+	Metrics() lanes.Metrics
+}
+
+// Overflow policies for subscribers that fall behind.
+const (
+	OverflowDropOldest = "drop_oldest"
+	OverflowDisconnect = "disconnect"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultSubscriberQueue = 1024
+)
+
+// Tunables that are not options.
+const (
+	// maxInFlight bounds the lines a connection's reader has handed to the
+	// conn actor that the actor has not handled yet (at most half of
+	// SubscriberQueue).
+	maxInFlight = 32
+	// maxQueuedBytes bounds the bytes queued for one connection, next to
+	// the SubscriberQueue line bound (one line is always accepted).
+	maxQueuedBytes = 16 << 20
+	// flushTimeout bounds how long a closing connection may take to flush
+	// what is queued for it (a final response, a disconnect's {}).
+	flushTimeout = time.Second
+	// refuseTimeout bounds writing the refusal line to a refused peer.
+	refuseTimeout = time.Second
+)
+
+// Close reasons reported in conn.closed.
+const (
+	ReasonClientDisconnect   = "client_disconnect"   // the disconnect method
+	ReasonClientClosed       = "client_closed"       // EOF from the client
+	ReasonReadError          = "read_error"          // reading failed (reset, ...)
+	ReasonWriteError         = "write_error"         // writing failed (client gone, flush timeout)
+	ReasonLineTooLong        = "line_too_long"       // a line over MaxLine
+	ReasonResponseQueueFull  = "response_queue_full" // unread responses alone exceeded the bound
+	ReasonSubscriberOverflow = "subscriber_overflow" // Overflow "disconnect"
+	ReasonDaemonStopping     = "daemon_stopping"     // Server.Close
+	ReasonActorStopped       = "actor_stopped"       // the conn actor stopped for another cause (panic)
+)
+
+// Options configures New.
+type Options struct {
+	// Path is the socket path. Its directory is created if needed and forced
+	// to mode 0700; the socket is chmod 0600. A stale socket file is removed;
+	// a live one (a connect succeeds) is an error.
+	Path string
+	// MaxLine bounds one request line; default wire.DefaultMaxLine.
+	MaxLine int
+	// SubscriberQueue bounds the lines queued for one connection (responses
+	// and events); default 1024.
+	SubscriberQueue int
+	// Overflow says what happens to a connection whose queued events exceed
+	// SubscriberQueue: "drop_oldest" (default) or "disconnect".
+	Overflow string
+	Version  string
+	Backend  Backend
+	// Bus is where conn.* and subscriber.* events go and where
+	// events.subscribe subscribes. Nil disables both.
+	Bus *eventlog.Bus
+	// System hosts the "conns" supervisor actor and one "conn" actor per
+	// connection.
+	System *actors.System
+	Logger zerolog.Logger
+}
+
+// Server is the control socket.
+type Server struct {
+	opts       Options
+	dropOldest bool
+	inFlight   int // lines a reader may hand over unhandled
+	respHigh   int // queued responses at which a reader stops handing over lines
+	uid        int
+	ln         *net.UnixListener
+	sys        *actors.System
+	bus        *eventlog.Bus
+	backend    Backend
+	log        zerolog.Logger
+	connsRef   actors.Ref
+
+	open, seen atomic.Int64
+	sessions   atomic.Uint64
+
+	mu         sync.Mutex
+	closed     bool
+	serving    bool
+	acceptDone chan struct{} // closed when Serve's accept loop has returned
+	conns      map[*conn]struct{}
+
+	// wg counts every goroutine the server starts: one token per admitted
+	// connection, held until its reader and writer goroutines have ended.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates opts, listens on opts.Path and spawns the conns supervisor.
+func New(opts Options) (*Server, error) {
+	if opts.Path == "" {
+		return nil, errors.New("control: Options.Path is empty")
+	}
+	if opts.System == nil {
+		return nil, errors.New("control: Options.System is nil")
+	}
+	if opts.Backend == nil {
+		return nil, errors.New("control: Options.Backend is nil")
+	}
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = wire.DefaultMaxLine
+	}
+	if opts.SubscriberQueue <= 0 {
+		opts.SubscriberQueue = DefaultSubscriberQueue
+	}
+	switch opts.Overflow {
+	case "":
+		opts.Overflow = OverflowDropOldest
+	case OverflowDropOldest, OverflowDisconnect:
+	default:
+		return nil, fmt.Errorf("control: overflow policy %q: want %q or %q", opts.Overflow, OverflowDropOldest, OverflowDisconnect)
+	}
+	ln, err := listen(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:       opts,
+		dropOldest: opts.Overflow == OverflowDropOldest,
+		uid:        os.Getuid(),
+		ln:         ln,
+		sys:        opts.System,
+		bus:        opts.Bus,
+		backend:    opts.Backend,
+		log:        opts.Logger.With().Str("component", "control").Logger(),
+		conns:      map[*conn]struct{}{},
+	}
+	// Requests answered at once can't overflow the queue: a reader hands
+	// over a line only while fewer than respHigh responses are queued, and
+	// at most inFlight lines are unhandled.
+	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
+	s.respHigh = max(1, opts.SubscriberQueue-s.inFlight)
+	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", New: func() actors.Actor { return &connsActor{s: s} }})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	s.connsRef = ref
+	return s, nil
+}
+
+// listen prepares the socket's directory, clears a stale socket and listens.
+func listen(path string) (*net.UnixListener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control: creating socket directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control: securing socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("control: %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control: another daemon is listening on %s", path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("control: removing stale socket: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: securing socket: %w", err)
+	}
+	return ln, nil
+}
+
+// Stats returns the connections open now and ever admitted.
+func (s *Server) Stats() (open, seen int64) { return s.open.Load(), s.seen.Load() }
+
+// Serve accepts connections until ctx is done or Close is called, and then
+// returns nil. Once ctx is done no more connections are accepted; the open
+// ones stay until Close.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("control: Serve called twice")
+	}
+	s.serving = true
+	done := make(chan struct{})
+	s.acceptDone = done
+	s.mu.Unlock()
+	defer close(done)
+
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil || s.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			if isTemporary(err) {
+				// Out of file descriptors and the like: back off rather than spin.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("control: accept failed")
+				t := time.NewTimer(backoff)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+				continue
+			}
+			return fmt.Errorf("control: accept: %w", err)
+		}
+		backoff = 0
+		s.admit(nc)
+	}
+}
+
+func isTemporary(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOBUFS) ||
+		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ECONNABORTED) || errors.Is(err, unix.EINTR)
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// admit checks the peer and hands an accepted connection to the conns actor.
+func (s *Server) admit(nc *net.UnixConn) {
+	cred, err := peerCred(nc)
+	if err != nil {
+		s.refuse(nc, 0, 0, fmt.Sprintf("refused: cannot read peer credentials: %v", err))
+		return
+	}
+	if int(cred.Uid) != s.uid {
+		s.refuse(nc, cred.Pid, cred.Uid, fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.uid))
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	n := s.seen.Add(1)
+	cn := newConn(s, nc, "c"+strconv.FormatInt(n, 10))
+	s.conns[cn] = struct{}{}
+	s.open.Add(1)
+	s.wg.Add(1) // the conn's token; see conn.release
+	s.mu.Unlock()
+	s.emit(eventlog.ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: cred.Pid, UID: cred.Uid})
+	s.sys.Send(s.connsRef, spawnConn{cn})
+}
+
+func peerCred(nc *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// refuse answers a refused peer with one error line and closes it.
+func (s *Server) refuse(nc *net.UnixConn, pid int32, uid uint32, msg string) {
+	line, _ := wire.AppendResponse(nil, 0, nil, &wire.Error{Code: wire.CodeUnauthorized, Message: msg})
+	nc.SetWriteDeadline(time.Now().Add(refuseTimeout))
+	nc.Write(line)
+	nc.Close()
+	s.log.Warn().Int32("pid", pid).Uint32("uid", uid).Msg("control: " + msg)
+	s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: pid, UID: uid, Reason: msg})
+}
+
+func (s *Server) emit(ev eventlog.Event) {
+	if s.bus != nil {
+		s.bus.Emit(ev)
+	}
+}
+
+func (s *Server) forget(cn *conn) {
+	s.mu.Lock()
+	delete(s.conns, cn)
+	s.mu.Unlock()
+	s.open.Add(-1)
+}
+
+// Close stops accepting, closes every connection (conn.closed reason
+// "daemon_stopping"; pending job.wait calls are answered with
+// CodeShuttingDown), stops the conn actors and waits for every goroutine the
+// server started. It is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.ln.Close()
+	s.mu.Lock()
+	done := s.acceptDone
+	s.mu.Unlock()
+	if done != nil {
+		<-done // no admit runs after this
+	}
+
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for cn := range s.conns {
+		conns = append(conns, cn)
+	}
+	s.mu.Unlock()
+	for _, cn := range conns {
+		cn.setReason(ReasonDaemonStopping)
+		cn.unsubscribe() // no more events from now on
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := s.sys.Stop(ctx, s.connsRef)
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("control: %w", err)
+	}
+
+	// Connections whose actor never started (their spawn request was still
+	// queued when the conns actor stopped) are finished here.
+	s.mu.Lock()
+	conns = conns[:0]
+	for cn := range s.conns {
+		conns = append(conns, cn)
+	}
+	s.mu.Unlock()
+	for _, cn := range conns {
+		cn.finish(nil)
+	}
+	s.wg.Wait()
+	return err
+}
+
+// connsActor supervises the conn actors.
+type connsActor struct{ s *Server }
+
+type spawnConn struct{ cn *conn }
+
+func (a *connsActor) Receive(c *actors.Context) {
+	m, ok := c.Message().(spawnConn)
+	if !ok {
+		return
+	}
+	cn := m.cn
+	ref, err := c.Spawn(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop,
+		New: func() actors.Actor { return &connActor{cn: cn} }})
+	if err != nil {
+		a.s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")
+		cn.setReason(ReasonActorStopped)
+		cn.finish(nil)
+		return
+	}
+	c.Send(ref, activate{})
+}
