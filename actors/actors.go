@@ -198,22 +198,37 @@ func (s *System) spawn(parent *node, p Props, do func(*actor.Props, string) (*ac
 	if err != nil {
 		return Ref{}, fmt.Errorf("spawning %s %q: %w", p.Kind, p.ID, err)
 	}
-	n.pid = pid
-	s.mu.Lock()
-	s.nodes[pid.Id] = n
-	if parent == nil {
-		s.tops = append(s.tops, n)
-	}
-	s.mu.Unlock()
-	if parent != nil {
-		parent.mu.Lock()
-		parent.children[pid.Id] = n
-		parent.mu.Unlock()
-	}
+	// The node is registered by the actor itself when it starts and removed
+	// when it stops, both on its own goroutine, so the two never race even
+	// when a child stops before SpawnNamed has returned here.
 	return Ref{pid}, nil
 }
 
+// register adds n to the registry; called on n's goroutine at its first
+// Started.
+func (s *System) register(n *node, pid *actor.PID) {
+	s.mu.Lock()
+	if n.pid != nil {
+		s.mu.Unlock()
+		return // a restart: already registered
+	}
+	n.pid = pid
+	s.nodes[pid.Id] = n
+	if n.parent == nil {
+		s.tops = append(s.tops, n)
+	}
+	s.mu.Unlock()
+	if n.parent != nil {
+		n.parent.mu.Lock()
+		n.parent.children[pid.Id] = n
+		n.parent.mu.Unlock()
+	}
+}
+
 func (s *System) forget(n *node) {
+	if n.pid == nil {
+		return
+	}
 	s.mu.Lock()
 	delete(s.nodes, n.pid.Id)
 	if n.parent == nil {
@@ -319,6 +334,7 @@ func (a *adapter) Receive(pc actor.Context) {
 	var msg any
 	switch m := pc.Message().(type) {
 	case *actor.Started:
+		a.sys.register(a.n, pc.Self())
 		if a.n.restarts.Load() > 0 && a.sys.opts.OnRestart != nil {
 			a.sys.opts.OnRestart(a.n.kind, a.n.id, int(a.n.restarts.Load()))
 		}

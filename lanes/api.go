@@ -97,7 +97,8 @@ type RunnerStatus struct {
 	Restarts    int    `json:"restarts"`
 	ActiveJobs  int    `json:"active_jobs"`
 	MemoryBytes uint64 `json:"memory_bytes"`
-	Spawned     bool   `json:"spawned"` // false: bring-your-own
+	Spawned     bool   `json:"spawned"`         // false: bring-your-own
+	Spare       bool   `json:"spare,omitempty"` // ready, but kept idle to replace a lost runner at once
 	UptimeMs    int64  `json:"uptime_ms"`
 }
 
@@ -105,7 +106,8 @@ type RunnerStatus struct {
 type LaneStatus struct {
 	Name       string         `json:"name"`
 	Network    string         `json:"network"`
-	Slots      int            `json:"slots"` // per runner
+	Slots      int            `json:"slots"`  // per runner
+	Spares     int            `json:"spares"` // configured spare runners
 	QueueLimit int            `json:"queue_limit"`
 	Queued     int            `json:"queued"`
 	Running    int            `json:"running"`

@@ -55,6 +55,7 @@ func (r RestartConfig) Policy() supervisor.Policy {
 // LaneConfig is one [lanes.NAME] table.
 type LaneConfig struct {
 	Runners              int           `toml:"runners"`
+	Spares               int           `toml:"spares"` // started, handshaken, idle runners; see spares.go
 	Slots                int           `toml:"slots"`
 	Network              string        `toml:"network"`
 	QueueLimit           int           `toml:"queue_limit"`
@@ -219,6 +220,8 @@ func (l LaneConfig) validate(key string) error {
 	switch {
 	case l.Runners < 0 || l.Runners > 256:
 		return fmt.Errorf("%s.runners must be between 0 and 256, got %d", key, l.Runners)
+	case l.Spares < 0 || l.Spares > 16:
+		return fmt.Errorf("%s.spares must be between 0 and 16, got %d", key, l.Spares)
 	case l.Slots < 1 || l.Slots > 4096:
 		return fmt.Errorf("%s.slots must be between 1 and 4096, got %d", key, l.Slots)
 	case l.Network != NetworkNone && l.Network != NetworkHost:

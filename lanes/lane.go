@@ -50,6 +50,7 @@ type (
 		ref    actors.Ref
 	}
 	slotFreed    struct{ id string }
+	parkExpired  struct{ pid int }
 	laneRecheck  struct{}
 	laneShutdown struct{ done func() }
 )
@@ -76,6 +77,7 @@ type runnerSlot struct {
 	ref     actors.Ref
 	status  RunnerStatus
 	ready   bool
+	serving bool // the lane dispatches to it; a ready spawned runner that does not serve is a spare
 	active  int
 	slots   int
 	spawned bool
@@ -107,6 +109,9 @@ type laneActor struct {
 	jobIDs  map[string]string     // job actor ref -> job id
 	byoSeq  int
 	recheck func()
+	// parked: handshakes from our own children that arrived before their
+	// slot reported the pid (the child can be faster than the message).
+	parked map[int]runnerConn
 
 	stopping bool
 	stopDone func()
@@ -144,12 +149,14 @@ func (l *laneActor) Receive(c *actors.Context) {
 			return
 		}
 		s.ready, s.active, s.slots = true, 0, m.slots
+		l.assignRole(s)
 		l.dispatch(c)
 		l.publish()
 	case runnerDown:
 		if s := l.runners[m.id]; s != nil {
 			l.h.running.Add(-int64(s.active))
 			s.ready, s.active = false, 0
+			l.lostServing(c, m.id, s)
 			l.publish()
 		}
 	case slotFreed:
@@ -178,7 +185,18 @@ func (l *laneActor) Receive(c *actors.Context) {
 	case RunnerStatus:
 		if s := l.runners[m.ID]; s != nil {
 			s.status = m
+			if pc, ok := l.parked[m.Pid]; ok && m.Pid != 0 && s.spawned {
+				delete(l.parked, m.Pid)
+				c.Send(s.ref, connAttach{conn: pc.conn, br: pc.br, hs: pc.hs})
+			}
 			l.publish()
+		}
+	case parkExpired:
+		if pc, ok := l.parked[m.pid]; ok {
+			delete(l.parked, m.pid)
+			pc.conn.Close()
+			l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Pid: m.pid,
+				Reason: "a child of the daemon handshook but no runner slot claimed its pid"})
 		}
 	case laneShutdown:
 		l.shutdown(c, m.done)
@@ -198,6 +216,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 				if s.active > 0 {
 					l.h.running.Add(-int64(s.active))
 				}
+				l.lostServing(c, id, s)
 				l.removeRunner(id)
 				l.publish()
 				l.maybeStopped()
@@ -226,7 +245,7 @@ func (l *laneActor) start(c *actors.Context) {
 	go l.acceptLoop(c.System(), c.Self())
 	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
 		Network: l.h.cfg.Network, Socket: l.socket})
-	for i := 0; i < l.h.cfg.Runners; i++ {
+	for i := 0; i < l.h.cfg.Runners+l.h.cfg.Spares; i++ {
 		id := l.h.name + "-" + strconv.Itoa(i)
 		l.addRunner(c, id, true, nil)
 	}
@@ -303,7 +322,7 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		var bestID string
 		for _, id := range l.order {
 			s := l.runners[id]
-			if s.ready && s.active < s.slots && (best == nil || s.slots-s.active > best.slots-best.active) {
+			if s.ready && s.serving && s.active < s.slots && (best == nil || s.slots-s.active > best.slots-best.active) {
 				best, bestID = s, id
 			}
 		}
@@ -369,6 +388,15 @@ func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 			return
 		}
 	}
+	if pid := int(m.hs.Pid); pid > 0 && parentOf(pid) == os.Getpid() {
+		// One of ours whose slot has not reported its pid yet.
+		if l.parked == nil {
+			l.parked = map[int]runnerConn{}
+		}
+		l.parked[pid] = m
+		c.After(5*time.Second, parkExpired{pid: pid})
+		return
+	}
 	// Not one of ours: a bring-your-own runner joins the lane.
 	l.byoSeq++
 	id := fmt.Sprintf("%s-byo-%d", l.h.name, l.byoSeq)
@@ -408,13 +436,14 @@ func (l *laneActor) maybeStopped() {
 }
 
 func (l *laneActor) publish() {
-	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots,
+	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots, Spares: l.h.cfg.Spares,
 		QueueLimit: l.h.cfg.QueueLimit, Queued: int(l.h.pending.Load()), Running: int(l.h.running.Load()),
 		Degraded: l.tracker != nil && l.tracker.Degraded(), Runners: make([]RunnerStatus, 0, len(l.order))}
 	for _, id := range l.order {
 		s := l.runners[id]
 		rs := s.status
 		rs.ActiveJobs = s.active
+		rs.Spare = s.ready && !s.serving
 		st.Runners = append(st.Runners, rs)
 	}
 	l.h.status.Store(st)
@@ -512,6 +541,15 @@ func readHandshake(conn *net.UnixConn, maxFrame uint32) (wire.Handshake, *bufio.
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return hs, br, nil
+}
+
+// parentOf returns pid's parent pid, or 0 if it cannot be read.
+func parentOf(pid int) int {
+	_, ppid, _, ok := procStat(pid)
+	if !ok {
+		return 0
+	}
+	return ppid
 }
 
 func peerCred(c *net.UnixConn) (uid uint32, pid int32, ok bool) {

@@ -54,15 +54,15 @@ type Options struct {
 // Manager is the lanes supervisor and the API the control socket calls.
 // Every method is non-blocking and safe from any goroutine.
 type Manager struct {
-	opts    Options
-	sh      *shared
-	sys     *actors.System
-	root    actors.Ref
-	lanes   map[string]*laneHandle
-	names   []string
-	started time.Time
-	idPre   string
-	seq     atomic.Uint64
+	opts     Options
+	sh       *shared
+	sys      *actors.System
+	root     actors.Ref
+	lanes    map[string]*laneHandle
+	names    []string
+	started  time.Time
+	idPre    string
+	seq      atomic.Uint64
 	stopped  sync.Once
 	stopping atomic.Bool
 }

@@ -100,20 +100,18 @@ func (r *reaper) kick() {
 }
 
 // sweep kills and reaps every child of the daemon that is not a runner.
+// The children are listed without the lock (reading /proc is the slow part,
+// and a spawn must not wait for it); each one is checked again under the
+// lock, so a runner forked meanwhile, which registers under the read lock,
+// is never mistaken for an orphan.
 func (r *reaper) sweep() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	d, err := os.Open("/proc")
-	if err != nil {
+	cands := r.children()
+	if len(cands) == 0 {
 		return
 	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil || pid == r.self {
-			continue
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pid := range cands {
 		if r.isRunner(pid) {
 			continue
 		}
@@ -132,6 +130,51 @@ func (r *reaper) sweep() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		r.bus.Emit(eventlog.OrphanKilled{Pid: pid, Pgid: pgid, Reason: "runner_gone"})
 	}
+}
+
+// children lists the daemon's children that are not registered runners:
+// from /proc/self/task/*/children when the kernel has them
+// (CONFIG_PROC_CHILDREN), else by reading every /proc/PID/stat.
+func (r *reaper) children() []int {
+	var out []int
+	if tasks, err := os.ReadDir("/proc/self/task"); err == nil {
+		ok := true
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+			if err != nil {
+				if os.IsNotExist(err) && t.Name() == strconv.Itoa(r.self) {
+					ok = false // no children files at all
+					break
+				}
+				continue // the thread exited
+			}
+			for _, f := range bytes.Fields(b) {
+				if pid, err := strconv.Atoi(string(f)); err == nil && !r.isRunner(pid) {
+					out = append(out, pid)
+				}
+			}
+		}
+		if ok {
+			return out
+		}
+		out = out[:0]
+	}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid == r.self || r.isRunner(pid) {
+			continue
+		}
+		if _, ppid, _, ok := procStat(pid); ok && ppid == r.self {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // stop ends the loop after one last sweep.

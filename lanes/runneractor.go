@@ -239,6 +239,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.sh.killedOnShutdown.Add(1)
 		if r.spawned {
 			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
+			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
 		} else {
 			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
 			r.exitedEvent(nil, "", "shutdown_timeout")
@@ -303,7 +304,8 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	r.out = make(chan []byte, 1024)
 	gen, self, sys := r.gen, c.Self(), c.System()
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots,
-		Config: wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: 1000, MaxFrameBytes: r.sh.maxFrame}})
+		Config: wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: heartbeatInterval(r.cfg.HeartbeatTimeout.Duration),
+			MaxFrameBytes: r.sh.maxFrame}})
 	if err == nil {
 		r.out <- ack
 	}
@@ -437,7 +439,10 @@ func (r *runnerActor) lost(c *actors.Context, cause, jobErr string) {
 		close(r.out)
 		r.conn, r.out = nil, nil
 	}
-	if r.spawned && r.alive && r.pid > 0 {
+	// At shutdown a runner closing its socket is exiting as asked: give it
+	// until the shutdown timer (shutdownKill) before the group is killed.
+	graceful := r.stopReq && cause == "socket_closed"
+	if r.spawned && r.alive && r.pid > 0 && !graceful {
 		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
 	}
 	c.SetState("down")
@@ -543,4 +548,12 @@ func writeLoop(conn *net.UnixConn, out <-chan []byte) {
 			return
 		}
 	}
+}
+
+// heartbeatInterval is what a runner is told to use: once a second, or
+// often enough that three beats fit in the lane's heartbeat timeout, so one
+// late beat never costs a runner its life.
+func heartbeatInterval(timeout time.Duration) uint64 {
+	iv := min(time.Second, timeout/3)
+	return uint64(max(iv.Milliseconds(), 10))
 }

@@ -241,7 +241,7 @@ var ErrLineTooLong = errors.New("line too long")
 
 // Buffer management for LineReader.
 const (
-	lineReaderBufSize = 64 << 10 // the bufio buffer
+	lineReaderBufSize = 4 << 10 // the bufio buffer: small, since every idle connection holds one
 	// lineKeepCap: a line buffer above this is dropped before the next line,
 	// so one long line does not pin its buffer for the connection's life.
 	lineKeepCap = 256 << 10
@@ -252,7 +252,7 @@ const (
 // A line is the bytes before a '\n', minus one trailing '\r'; its length
 // after that '\r' is removed must be at most the maximum. The reader never
 // holds more than max+1 bytes of one line (the +1 being a '\r' that may be
-// followed by '\n'), and a line that fits in its 64 KiB read buffer is
+// followed by '\n'), and a line that fits in its 4 KiB read buffer is
 // returned without being copied.
 type LineReader struct {
 	br  *bufio.Reader

@@ -1,0 +1,51 @@
+package lanes
+
+import (
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Spare runners. A lane with `spares = S` starts runners+S spawned runners.
+// Up to `runners` of the ready ones serve: the lane dispatches to them. The
+// others are spares: started, handshaken and heartbeating, but given no
+// jobs. When a serving runner is lost, a ready spare serves in its place at
+// once (runner.promoted), without waiting for a process to start; the lost
+// runner restarts under the lane's restart policy and, once ready, is the
+// new spare. Bring-your-own runners always serve and do not count against
+// `runners`. With spares = 0 every ready runner serves.
+
+// assignRole decides whether a runner that has just become ready serves.
+func (l *laneActor) assignRole(s *runnerSlot) {
+	if !s.spawned {
+		s.serving = true
+		return
+	}
+	n := 0
+	for _, o := range l.runners {
+		if o != s && o.spawned && o.serving {
+			n++
+		}
+	}
+	s.serving = n < l.h.cfg.Runners
+}
+
+// lostServing notes that runner id (slot s) is down or gone. If it was
+// serving, a ready spare takes its place.
+func (l *laneActor) lostServing(c *actors.Context, id string, s *runnerSlot) {
+	if !s.serving {
+		return
+	}
+	s.serving = false
+	if !s.spawned {
+		return
+	}
+	for _, sid := range l.order {
+		sp := l.runners[sid]
+		if sp != s && sp.spawned && sp.ready && !sp.serving {
+			sp.serving = true
+			l.sh.bus.Emit(eventlog.RunnerPromoted{Lane: l.h.name, RunnerID: sid, Pid: sp.status.Pid, Replaces: id})
+			l.dispatch(c)
+			return
+		}
+	}
+}
