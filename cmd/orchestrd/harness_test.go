@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// binary is the orchestrd binary built once for all integration tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	if h := os.Getenv("ORCHESTRD_TEST_HELPER"); h != "" {
+		os.Exit(helperMain(h))
+	}
+	dir, err := os.MkdirTemp("", "orchbin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "orchestrd")
+	out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building orchestrd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// helperMain lets a job run this test binary as a small tool.
+func helperMain(what string) int {
+	switch what {
+	case "dial": // dial ADDR: exit 0 if a TCP connect succeeds, 3 if not
+		c, err := netDial(os.Args[1])
+		if err != nil {
+			fmt.Println("dial failed:", err)
+			return 3
+		}
+		c.Close()
+		fmt.Println("dial ok")
+		return 0
+	}
+	return 2
+}
+
+type testDaemon struct {
+	t      *testing.T
+	home   string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	exit   error
+	seen   map[int]bool // every runner pid seen
+	mu     sync.Mutex
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// shortTemp returns a short directory: unix socket paths are limited to 108
+// bytes and t.TempDir() can be long.
+func shortTemp(t *testing.T) string {
+	d, err := os.MkdirTemp("", "od")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// startDaemon starts the real binary with config (TOML, may be empty) and
+// waits until every lane has all its runners ready.
+func startDaemon(t *testing.T, config string) *testDaemon {
+	t.Helper()
+	home := shortTemp(t)
+	args := []string{"serve", "--home", home, "--log-format", "json"}
+	if config != "" {
+		p := filepath.Join(home, "config.toml")
+		if err := os.WriteFile(p, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &testDaemon{t: t, home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}
+	d.cmd = exec.Command(binary, args...)
+	d.cmd.Stderr = d.stderr
+	d.cmd.Stdout = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exit = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(d.stop)
+	d.waitReady(20 * time.Second)
+	return d
+}
+
+func (d *testDaemon) sock() string { return filepath.Join(d.home, "daemon.sock") }
+
+func (d *testDaemon) client() *control.Client {
+	d.t.Helper()
+	c, err := control.Dial(d.sock())
+	if err != nil {
+		d.t.Fatalf("dial: %v\ndaemon log:\n%s", err, d.stderr.String())
+	}
+	d.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (d *testDaemon) call(method string, params, result any) error {
+	c, err := control.Dial(d.sock())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Call(ctx, method, params, result)
+}
+
+func (d *testDaemon) mustCall(method string, params, result any) {
+	d.t.Helper()
+	if err := d.call(method, params, result); err != nil {
+		d.t.Fatalf("%s: %v\ndaemon log tail:\n%s", method, err, tail(d.stderr.String(), 3000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (d *testDaemon) lanes() []lanes.LaneStatus {
+	var r struct{ Lanes []lanes.LaneStatus }
+	d.mustCall("lane.list", nil, &r)
+	d.mu.Lock()
+	for _, l := range r.Lanes {
+		for _, rn := range l.Runners {
+			if rn.Pid > 0 && rn.Spawned {
+				d.seen[rn.Pid] = true
+			}
+		}
+	}
+	d.mu.Unlock()
+	return r.Lanes
+}
+
+func (d *testDaemon) lane(name string) lanes.LaneStatus {
+	for _, l := range d.lanes() {
+		if l.Name == name {
+			return l
+		}
+	}
+	d.t.Fatalf("no lane %s", name)
+	return lanes.LaneStatus{}
+}
+
+// eventually polls cond until it holds or the deadline passes. It is for
+// state reached through the control socket, where no push exists.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	eventuallyOr(t, within, what, cond, func() string { return "" })
+}
+
+// eventuallyOr is eventually with a diagnosis printed on timeout.
+func eventuallyOr(t *testing.T, within time.Duration, what string, cond func() bool, diag func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s\n%s", within, what, diag())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func fullStrength(ls []lanes.LaneStatus, want map[string]int) bool {
+	for _, l := range ls {
+		ready := 0
+		for _, r := range l.Runners {
+			if r.State == "ready" && r.Spawned {
+				ready++
+			}
+		}
+		if w, ok := want[l.Name]; ok && ready != w {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *testDaemon) waitReady(within time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		select {
+		case <-d.done:
+			d.t.Fatalf("daemon exited early: %v\n%s", d.exit, d.stderr.String())
+		default:
+		}
+		var r struct{ Lanes []lanes.LaneStatus }
+		if err := d.call("lane.list", nil, &r); err == nil {
+			ok := len(r.Lanes) > 0
+			for _, l := range r.Lanes {
+				n := 0
+				for _, rn := range l.Runners {
+					if rn.State == "ready" {
+						n++
+					}
+				}
+				if n < countSpawned(l) {
+					ok = false
+				}
+			}
+			if ok {
+				d.lanes()
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("daemon not ready after %s\n%s", within, tail(d.stderr.String(), 4000))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func countSpawned(l lanes.LaneStatus) int {
+	n := 0
+	for _, r := range l.Runners {
+		if r.Spawned {
+			n++
+		}
+	}
+	return n
+}
+
+// stop sends SIGTERM, waits for the daemon to exit, and checks that no
+// runner it ever reported is still alive.
+func (d *testDaemon) stop() {
+	if d.cmd.ProcessState == nil {
+		select {
+		case <-d.done:
+		default:
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(30 * time.Second):
+				_ = d.cmd.Process.Kill()
+				<-d.done
+				d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 4000))
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for pid := range d.seen {
+		waitGone(d.t, pid)
+	}
+}
+
+// waitGone fails the test if pid is still alive (and not a zombie) after a
+// deadline.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("process %d is still alive", pid)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+func (d *testDaemon) submit(spec lanes.JobSpec) string {
+	d.t.Helper()
+	var r struct {
+		JobID string `json:"job_id"`
+	}
+	d.mustCall("job.submit", spec, &r)
+	return r.JobID
+}
+
+func (d *testDaemon) wait(id string) lanes.JobRecord {
+	d.t.Helper()
+	var r struct{ Job lanes.JobRecord }
+	d.mustCall("job.wait", map[string]any{"id": id, "timeout_ms": 60000}, &r)
+	return r.Job
+}
+
+// events reads the event log.
+func (d *testDaemon) events() []map[string]any {
+	f, err := os.Open(filepath.Join(d.home, "events.ndjson"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			d.t.Fatalf("bad event line %q: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// waitEvent waits until the event log has a line of kind matching match.
+func (d *testDaemon) waitEvent(kind string, match func(map[string]any) bool) map[string]any {
+	d.t.Helper()
+	var found map[string]any
+	eventually(d.t, 20*time.Second, "event "+kind, func() bool {
+		for _, e := range d.events() {
+			if e["kind"] == kind && (match == nil || match(e)) {
+				found = e
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func remoteCode(err error) int {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return 0
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	eventually(t, 10*time.Second, "pid file "+path, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+func netDial(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 2*time.Second) }
+
+const fastConfig = `
+[daemon]
+shutdown_timeout = "2s"
+[lanes.net]
+runners = 2
+slots = 4
+network = "host"
+heartbeat_timeout = "1s"
+[lanes.net.restart]
+stable = "200ms"
+[lanes.no-net]
+runners = 1
+slots = 2
+network = "none"
+`
+
+func TestJobLifecycle(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	dir := shortTemp(t)
+
+	t.Run("succeeds with output", func(t *testing.T) {
+		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "hello"}}))
+		if rec.State != lanes.StateSucceeded || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Output != "hello\n" {
+			t.Fatalf("record = %+v", rec)
+		}
+		if rec.RunnerID == "" || rec.RunnerPid == 0 || rec.FinishedAt == nil {
+			t.Fatalf("record lacks runner or times: %+v", rec)
+		}
+	})
+	t.Run("non-zero exit fails", func(t *testing.T) {
+		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "echo oops >&2; exit 7"}))
+		if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 7 || !strings.Contains(rec.Output, "oops") {
+			t.Fatalf("record = %+v", rec)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}, TimeoutMs: 100}))
+		if rec.State != lanes.StateTimeout || !rec.WasTimeout {
+			t.Fatalf("record = %+v", rec)
+		}
+	})
+	t.Run("cancel running", func(t *testing.T) {
+		marker := filepath.Join(dir, "started")
+		id := d.submit(lanes.JobSpec{Lane: "net", Command: "echo $$ > " + marker + "; exec sleep 30"})
+		readPid(t, marker)
+		var r struct {
+			WasRunning bool `json:"was_running"`
+		}
+		d.mustCall("job.cancel", map[string]string{"id": id}, &r)
+		if !r.WasRunning {
+			t.Fatal("was_running = false for a running job")
+		}
+		rec := d.wait(id)
+		if rec.State != lanes.StateCancelled || !rec.WasCancelled {
+			t.Fatalf("record = %+v", rec)
+		}
+		err := d.call("job.cancel", map[string]string{"id": id}, nil)
+		if remoteCode(err) != wire.CodeInvalidState {
+			t.Fatalf("second cancel: %v, want code 1002", err)
+		}
+	})
+	t.Run("path escape is an error and does not run", func(t *testing.T) {
+		wt := filepath.Join(dir, "wt")
+		os.MkdirAll(wt, 0o755)
+		marker := filepath.Join(dir, "escaped")
+		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "touch " + marker, WorktreeDir: wt, Cwd: "/tmp"}))
+		if rec.State != lanes.StateError {
+			t.Fatalf("record = %+v", rec)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("job ran although its cwd escaped the worktree")
+		}
+		rec = d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "true", WorktreeDir: wt, Cwd: wt,
+			FilePaths: []string{"../../etc/passwd"}}))
+		if rec.State != lanes.StateError {
+			t.Fatalf("file_paths escape: record = %+v", rec)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		if err := d.call("job.submit", map[string]any{"lane": "nope", "argv": []string{"true"}}, nil); remoteCode(err) != wire.CodeNotFound {
+			t.Fatalf("unknown lane: %v", err)
+		}
+		if err := d.call("job.submit", map[string]any{"lane": "net"}, nil); remoteCode(err) != wire.CodeInvalidParams {
+			t.Fatalf("no command: %v", err)
+		}
+		if err := d.call("job.get", map[string]any{"id": "nope"}, nil); remoteCode(err) != wire.CodeNotFound {
+			t.Fatalf("unknown job: %v", err)
+		}
+		if err := d.call("no.such", nil, nil); remoteCode(err) != wire.CodeMethodNotFound {
+			t.Fatalf("unknown method: %v", err)
+		}
+	})
+	t.Run("list and metrics", func(t *testing.T) {
+		var r struct{ Jobs []lanes.JobRecord }
+		d.mustCall("job.list", map[string]string{"state": "succeeded"}, &r)
+		if len(r.Jobs) == 0 {
+			t.Fatal("no succeeded jobs listed")
+		}
+		var m lanes.Metrics
+		d.mustCall("metrics.get", nil, &m)
+		if m.JobsByState[lanes.StateSucceeded] == 0 || m.JobsSubmitted < 5 {
+			t.Fatalf("metrics = %+v", m)
+		}
+	})
+}
+
+func TestNoNetLaneHasNoNetwork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	d := startDaemon(t, fastConfig)
+	self, _ := os.Executable()
+	spec := func(lane string) lanes.JobSpec {
+		return lanes.JobSpec{Lane: lane, Argv: []string{self, ln.Addr().String()},
+			Env: map[string]string{"ORCHESTRD_TEST_HELPER": "dial"}}
+	}
+	if rec := d.wait(d.submit(spec("net"))); rec.State != lanes.StateSucceeded {
+		t.Fatalf("net lane could not reach 127.0.0.1: %+v", rec)
+	}
+	rec := d.wait(d.submit(spec("no-net")))
+	if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 3 {
+		t.Fatalf("no-net lane reached the host's loopback: %+v", rec)
+	}
+}
+
+func TestRunnerKilledMidJob(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	c := d.client()
+	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTemp(t)
+	pidfile := filepath.Join(dir, "grandchild")
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: "sleep 300 & echo $! > " + pidfile + "; wait"})
+	grandchild := readPid(t, pidfile)
+	var g struct{ Job lanes.JobRecord }
+	d.mustCall("job.get", map[string]string{"id": id}, &g)
+	runnerPid := g.Job.RunnerPid
+	if runnerPid == 0 {
+		t.Fatalf("job has no runner pid: %+v", g.Job)
+	}
+	if err := syscall.Kill(runnerPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-c.Events():
+			if ev.Event != "job.finished" || !strings.Contains(string(ev.Data), id) {
+				continue
+			}
+			var data struct{ Job lanes.JobRecord }
+			if err := jsonUnmarshal(ev.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			if data.Job.State != lanes.StateFailed || data.Job.Error != lanes.ErrRunnerLost {
+				t.Fatalf("orphaned job = %+v", data.Job)
+			}
+			goto finished
+		case <-deadline:
+			t.Fatal("no job.finished for the orphaned job")
+		}
+	}
+finished:
+	waitGone(t, grandchild)
+	eventually(t, 20*time.Second, "lane back at full strength", func() bool {
+		return fullStrength(d.lanes(), map[string]int{"net": 2})
+	})
+	d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(runnerPid) && e["signal"] == "killed" })
+	d.waitEvent("job.orphaned", func(e map[string]any) bool { return e["job_id"] == id && e["reason"] == "runner_lost" })
+	d.waitEvent("runner.restart_scheduled", nil)
+	// Not retried: the job stays failed and no second dispatch happened.
+	n := 0
+	for _, e := range d.events() {
+		if e["kind"] == "job.dispatched" && e["job_id"] == id {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("job dispatched %d times, want 1", n)
+	}
+}
+
+func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
+	var g struct{ Job lanes.JobRecord }
+	eventually(t, 10*time.Second, "job running", func() bool {
+		d.mustCall("job.get", map[string]string{"id": id}, &g)
+		return g.Job.State == lanes.StateRunning
+	})
+	pid := g.Job.RunnerPid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	rec := d.wait(id)
+	if rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerUnresponsive {
+		t.Fatalf("record = %+v", rec)
+	}
+	d.waitEvent("runner.killed", func(e map[string]any) bool {
+		return e["pid"] == float64(pid) && e["reason"] == "runner_unresponsive"
+	})
+	waitGone(t, pid)
+	eventually(t, 20*time.Second, "replacement runner", func() bool {
+		return fullStrength(d.lanes(), map[string]int{"net": 2})
+	})
+}
+
+func TestCrashLoopDegradesLane(t *testing.T) {
+	d := startDaemon(t, `
+[lanes.net]
+runners = 1
+slots = 1
+network = "host"
+[lanes.net.restart]
+stable = "10s"
+base_delay = "1ms"
+max_delay = "20ms"
+max_r = 3
+max_t = "60s"
+`)
+	for i := 0; i < 4; i++ {
+		var pid int
+		eventually(t, 20*time.Second, "runner ready", func() bool {
+			l := d.lane("net")
+			if len(l.Runners) == 1 && l.Runners[0].State == "ready" && l.Runners[0].Pid != pid {
+				pid = l.Runners[0].Pid
+				return true
+			}
+			return false
+		})
+		syscall.Kill(pid, syscall.SIGKILL)
+		d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(pid) })
+	}
+	e := d.waitEvent("lane.degraded", nil)
+	if e["lane"] != "net" || e["max_r"] != float64(3) {
+		t.Fatalf("lane.degraded = %v", e)
+	}
+	eventually(t, 10*time.Second, "degraded flag in lane.list", func() bool { return d.lane("net").Degraded })
+	var delays []float64
+	for _, e := range d.events() {
+		if e["kind"] == "runner.restart_scheduled" {
+			delays = append(delays, e["delay_ms"].(float64))
+			if e["reason"] == "stable_exit" {
+				t.Fatalf("a runner killed right after start was restarted as stable: %v", e)
+			}
+		}
+	}
+	if len(delays) < 4 {
+		t.Fatalf("restart_scheduled events = %v", delays)
+	}
+}
+
+func TestBringYourOwnRunner(t *testing.T) {
+	d := startDaemon(t, `
+[lanes.byo]
+runners = 0
+slots = 2
+network = "host"
+`)
+	sock := filepath.Join(d.home, "runner-byo.sock")
+	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock)
+	byo.Stderr = os.Stderr
+	if err := byo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	byoDone := make(chan struct{})
+	go func() { byo.Wait(); close(byoDone) }()
+	defer func() { byo.Process.Kill(); <-byoDone }()
+	eventually(t, 10*time.Second, "byo runner joined", func() bool {
+		l := d.lane("byo")
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
+	})
+	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"echo", "byo"}})); rec.State != lanes.StateSucceeded || rec.Output != "byo\n" {
+		t.Fatalf("record = %+v", rec)
+	}
+	id := d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
+	eventually(t, 10*time.Second, "running", func() bool {
+		var g struct{ Job lanes.JobRecord }
+		d.mustCall("job.get", map[string]string{"id": id}, &g)
+		return g.Job.State == lanes.StateRunning
+	})
+	byo.Process.Kill()
+	<-byoDone
+	if rec := d.wait(id); rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerLost {
+		t.Fatalf("record = %+v", rec)
+	}
+	eventually(t, 10*time.Second, "byo runner removed, not restarted", func() bool { return len(d.lane("byo").Runners) == 0 })
+}
+
+func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	dir := shortTemp(t)
+	pidfile := filepath.Join(dir, "job")
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: "echo $$ > " + pidfile + "; exec sleep 300"})
+	jobPid := readPid(t, pidfile)
+	c := d.client()
+	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.After(20 * time.Second)
+	for got := false; !got; {
+		select {
+		case ev, ok := <-c.Events():
+			if !ok {
+				t.Fatal("connection closed before the job's end was heard")
+			}
+			if ev.Event == "job.finished" && strings.Contains(string(ev.Data), id) {
+				var data struct{ Job lanes.JobRecord }
+				jsonUnmarshal(ev.Data, &data)
+				if data.Job.State != lanes.StateCancelled || data.Job.Error != lanes.ErrDaemonShutdown {
+					t.Fatalf("job at shutdown = %+v", data.Job)
+				}
+				got = true
+			}
+		case <-deadline:
+			t.Fatal("no job.finished at shutdown")
+		}
+	}
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon did not exit")
+	}
+	if d.exit != nil {
+		t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
+	}
+	waitGone(t, jobPid)
+	kinds := map[string]bool{}
+	for _, e := range d.events() {
+		kinds[e["kind"].(string)] = true
+	}
+	for _, k := range []string{"daemon.started", "daemon.stopping", "daemon.stopped", "runner.exited"} {
+		if !kinds[k] {
+			t.Errorf("event log has no %s", k)
+		}
+	}
+}
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test in -short mode")
+	}
+	d := startDaemon(t, `
+[daemon]
+shutdown_timeout = "2s"
+[lanes.net]
+runners = 3
+slots = 4
+network = "host"
+[lanes.net.restart]
+stable = "50ms"
+base_delay = "1ms"
+max_delay = "50ms"
+max_r = 1000
+[lanes.heavy]
+runners = 2
+slots = 2
+network = "host"
+[lanes.heavy.restart]
+stable = "50ms"
+base_delay = "1ms"
+max_delay = "50ms"
+max_r = 1000
+`)
+	const jobs = 300
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	stop := make(chan struct{})
+	var killer sync.WaitGroup
+	killer.Add(1)
+	kills := 0
+	krng := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))
+	go func() {
+		defer killer.Done()
+		timer := time.NewTimer(0)
+		defer timer.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-timer.C:
+			}
+			var pids []int
+			for _, l := range d.lanes() {
+				for _, r := range l.Runners {
+					if r.State == "ready" && r.Pid > 0 {
+						pids = append(pids, r.Pid)
+					}
+				}
+			}
+			if len(pids) > 0 {
+				syscall.Kill(pids[krng.IntN(len(pids))], syscall.SIGKILL)
+				kills++
+			}
+			timer.Reset(time.Duration(20+krng.IntN(60)) * time.Millisecond)
+		}
+	}()
+	ids := make([]string, 0, jobs)
+	for i := 0; i < jobs; i++ {
+		lane := "net"
+		if i%3 == 0 {
+			lane = "heavy"
+		}
+		ids = append(ids, d.submit(lanes.JobSpec{Lane: lane, Command: fmt.Sprintf("sleep 0.0%d; echo %d", rng.IntN(5), i)}))
+	}
+	var wg sync.WaitGroup
+	recs := make([]lanes.JobRecord, jobs)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() { defer wg.Done(); recs[i] = d.wait(id) }()
+	}
+	wg.Wait()
+	close(stop)
+	killer.Wait()
+	lost := 0
+	for _, r := range recs {
+		if !r.State.Terminal() {
+			t.Fatalf("job not terminal: %+v", r)
+		}
+		switch r.State {
+		case lanes.StateSucceeded:
+		case lanes.StateFailed:
+			if r.Error != lanes.ErrRunnerLost {
+				t.Fatalf("failed job without runner_lost: %+v", r)
+			}
+			lost++
+		default:
+			t.Fatalf("unexpected state: %+v", r)
+		}
+	}
+	t.Logf("%d jobs, %d runner kills, %d jobs lost with their runner", jobs, kills, lost)
+	if kills == 0 {
+		t.Fatal("the chaos killer killed nothing")
+	}
+	// Exactly one job.finished per job in the event log.
+	finished := map[string]int{}
+	for _, e := range d.events() {
+		if e["kind"] == "job.finished" {
+			finished[e["job_id"].(string)]++
+		}
+	}
+	for _, id := range ids {
+		if finished[id] != 1 {
+			t.Fatalf("job %s has %d job.finished events", id, finished[id])
+		}
+	}
+	var last []lanes.LaneStatus
+	eventuallyOr(t, 30*time.Second, "all lanes back at full strength", func() bool {
+		last = d.lanes()
+		return fullStrength(last, map[string]int{"net": 3, "heavy": 2})
+	}, func() string { return fmt.Sprintf("lanes: %+v\nlog tail:\n%s", last, tail(d.stderr.String(), 3000)) })
+	fdsBefore := countFDs(t, d.cmd.Process.Pid)
+	t.Logf("daemon fds at end: %d", fdsBefore)
+	if fdsBefore > 200 {
+		t.Fatalf("daemon holds %d file descriptors after chaos: leak", fdsBefore)
+	}
+}
+
+func countFDs(t *testing.T, pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestConfigErrorsExit2(t *testing.T) {
+	home := shortTemp(t)
+	for _, tc := range []struct{ cfg, want string }{
+		{"[lanes.net]\nslotz = 3\n", "unknown key lanes.net.slotz"},
+		{"[lanes.net]\nnetwork = \"wifi\"\n", "lanes.net.network must be"},
+		{"[daemon]\nbogus = 1\n", "unknown key daemon.bogus"},
+		{"[lanes.net.restart]\nmax_delay = \"1ms\"\nbase_delay = \"5ms\"\n", "max_delay"},
+	} {
+		p := filepath.Join(home, "bad.toml")
+		os.WriteFile(p, []byte(tc.cfg), 0o600)
+		out, err := exec.Command(binary, "serve", "--home", home, "--config", p).CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("config %q: exit %v, output %q; want exit 2 naming %q", tc.cfg, err, out, tc.want)
+		}
+		if n := strings.Count(strings.TrimSpace(string(out)), "\n"); n > 0 {
+			t.Errorf("config %q: want one line, got %q", tc.cfg, out)
+		}
+	}
+}
