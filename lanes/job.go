@@ -90,7 +90,11 @@ func (j *jobActor) Receive(c *actors.Context) {
 			}
 			j.out = append(j.out, d...)
 		}
-		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: string(m.stream), Data: string(m.data)})
+		stream := "stdout"
+		if m.stream == wire.Stderr {
+			stream = "stderr"
+		}
+		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: stream, Data: string(m.data)})
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode

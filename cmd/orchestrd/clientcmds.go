@@ -301,7 +301,7 @@ func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 		if json.Unmarshal(ev.Data, &o) != nil || o.JobID != r.jobID {
 			return rec, false
 		}
-		if o.Stream == "stderr" {
+		if strings.EqualFold(o.Stream, "stderr") {
 			io.WriteString(r.stderr, o.Data)
 		} else {
 			io.WriteString(r.stdout, o.Data)

@@ -109,6 +109,17 @@ type RunnerRestartScheduled struct {
 
 func (RunnerRestartScheduled) Kind() string { return "runner.restart_scheduled" }
 
+// RunnerPromoted: a lane lost a serving runner and a ready spare took its
+// place (lanes with spares > 0). Replaces is the lost runner's id.
+type RunnerPromoted struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Replaces string `json:"replaces"`
+}
+
+func (RunnerPromoted) Kind() string { return "runner.promoted" }
+
 type RunnerRejected struct {
 	Lane   string `json:"lane"`
 	Pid    int    `json:"pid,omitempty"`
@@ -198,7 +209,7 @@ func (JobOrphaned) Kind() string { return "job.orphaned" }
 // JobOutput is streamed output; ephemeral.
 type JobOutput struct {
 	JobID  string `json:"job_id"`
-	Stream string `json:"stream"`
+	Stream string `json:"stream"` // stdout or stderr
 	Data   string `json:"data"`
 }
 

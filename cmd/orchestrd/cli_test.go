@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	binenc "encoding/binary"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+func TestCLIAgainstRealDaemon(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	out, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if code != 3 || out != "out\n" || !strings.Contains(errOut, "err\n") {
+		t.Fatalf("run: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, "run", "--home", d.home, "--lane", "net", "--timeout", "100ms", "--", "sleep", "10")
+	if code != 124 || !strings.Contains(errOut, "timed out") {
+		t.Fatalf("run timeout: code %d stderr %q", code, errOut)
+	}
+	out, _, code = runCLI(t, "jobs", "--home", d.home)
+	if code != 0 || !strings.Contains(out, "succeeded") && !strings.Contains(out, "failed") {
+		t.Fatalf("jobs: code %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, "status", "--home", d.home)
+	if code != 0 || !strings.Contains(out, "net-0") || !strings.Contains(out, "lane/net") {
+		t.Fatalf("status: code %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, "events", "--home", d.home, "--kind", "runner.ready", "--lane", "net")
+	if code != 0 || !strings.Contains(out, "runner.ready") || strings.Contains(out, "no-net-0") {
+		t.Fatalf("events: code %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, "events", "--home", d.home, "--json", "--kind", "job.finished")
+	if code != 0 || !strings.HasPrefix(out, `{"ts":`) {
+		t.Fatalf("events --json: code %d\n%s", code, out)
+	}
+}
+
+func TestCLIWithoutDaemon(t *testing.T) {
+	home := shortTemp(t)
+	for _, args := range [][]string{{"jobs"}, {"status"}, {"cancel", "x"}, {"run", "--", "true"}} {
+		full := append([]string{args[0], "--home", home}, args[1:]...)
+		_, errOut, code := runCLI(t, full...)
+		if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "no daemon") {
+			t.Errorf("%v: code %d stderr %q; want exit 1 and one line", args, code, errOut)
+		}
+	}
+	if _, _, code := runCLI(t, "bogus"); code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+}
+
+func TestRunnerOverMemoryIsReplaced(t *testing.T) {
+	d := startDaemon(t, `
+[lanes.net]
+runners = 1
+slots = 1
+network = "host"
+max_runner_memory_bytes = 1048576
+heartbeat_timeout = "600ms"
+[lanes.net.restart]
+max_delay = "100ms"
+max_r = 1000
+`)
+	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
+	rec := d.wait(id)
+	if rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerMemory {
+		t.Fatalf("record = %+v", rec)
+	}
+	e := d.waitEvent("runner.killed", func(e map[string]any) bool { return e["reason"] == "memory_limit" })
+	if !strings.Contains(e["detail"].(string), "max_runner_memory_bytes") {
+		t.Fatalf("runner.killed detail = %v", e["detail"])
+	}
+	d.lanes() // record the replacement's pid for the leak check at stop
+}
+
+// A hostile runner that sends an oversized frame is cut off with an event;
+// the lane's other runner and its jobs are not disturbed.
+func TestOversizedRunnerFrameIsRefused(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	conn, err := net.Dial("unix", filepath.Join(d.home, "runner-net.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := wire.WriteFrame(conn, wire.TypeHandshake, wire.Handshake{Lane: "net", Pid: 1, Version: "evil"}); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := wire.NewFrameReader(conn, 0).Next()
+	if err != nil || ack.Type != wire.TypeHandshakeAck {
+		t.Fatalf("ack: %v %v", ack.Type, err)
+	}
+	eventually(t, 10*time.Second, "byo runner joined", func() bool { return len(d.lane("net").Runners) == 3 })
+	// A malformed payload is ignored, not fatal.
+	conn.Write(wire.AppendFrame(nil, wire.TypeHeartbeat, []byte("{not json")))
+	d.waitEvent("conn.protocol_error", func(e map[string]any) bool { return e["fatal"] == false })
+	var hdr [5]byte
+	binenc.BigEndian.PutUint32(hdr[:4], 1<<30)
+	hdr[4] = byte(wire.TypeOutputChunk)
+	conn.Write(hdr[:])
+	e := d.waitEvent("conn.protocol_error", func(e map[string]any) bool { return e["fatal"] == true })
+	if !strings.Contains(e["error"].(string), "exceeds the maximum") {
+		t.Fatalf("event = %v", e)
+	}
+	eventually(t, 10*time.Second, "hostile runner removed", func() bool { return len(d.lane("net").Runners) == 2 })
+	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "fine"}})); rec.State != lanes.StateSucceeded {
+		t.Fatalf("lane disturbed: %+v", rec)
+	}
+	// The daemon closed the connection.
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			break
+		}
+	}
+}
