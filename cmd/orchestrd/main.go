@@ -103,6 +103,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "orchestrd serve: --log-format must be json or console, got %q\n", *logFormat)
 		return 2
 	}
+	// Runners inherit the daemon's environment: make their logs match.
+	os.Setenv(runner.EnvLogFormat, *logFormat)
 	h := resolveHome(*home)
 	cfg := lanes.DefaultConfig()
 	path := *cfgPath

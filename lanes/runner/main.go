@@ -10,14 +10,22 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 )
 
+// Environment the daemon sets for the runners it spawns.
+const (
+	EnvLogFormat = "ORCHESTRD_LOG_FORMAT" // json (default) or console
+	EnvLogLevel  = "ORCHESTRD_LOG_LEVEL"  // zerolog level, default info
+)
+
 // Main is the `orchestrd runner` subcommand: it parses
-// `--lane L --socket P --id ID`, logs JSON to stderr, turns SIGTERM/SIGINT
-// into a clean shutdown and returns the process exit code: 0 after a clean
-// shutdown, 1 when Run fails, 2 for bad flags.
+// `--lane L --socket P --id ID`, logs to stderr (JSON, or the daemon's
+// format from ORCHESTRD_LOG_FORMAT), turns SIGTERM/SIGINT into a clean
+// shutdown and returns the process exit code: 0 after a clean shutdown, 1
+// when Run fails, 2 for bad flags.
 func Main(args []string) int {
 	return mainWith(args, os.Stderr, nil)
 }
@@ -53,7 +61,17 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		return 2
 	}
 
-	log := zerolog.New(stderr).With().Timestamp().
+	// The daemon passes its own log format down so its terminal reads as
+	// one log; a runner started by hand logs JSON at info.
+	var out io.Writer = stderr
+	if os.Getenv(EnvLogFormat) == "console" {
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+	}
+	level := zerolog.InfoLevel
+	if l, err := zerolog.ParseLevel(os.Getenv(EnvLogLevel)); err == nil && os.Getenv(EnvLogLevel) != "" {
+		level = l
+	}
+	log := zerolog.New(out).Level(level).With().Timestamp().
 		Str("component", "runner").Str("lane", *lane).Str("runner_id", *id).Int("pid", os.Getpid()).
 		Logger()
 
