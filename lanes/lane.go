@@ -58,8 +58,18 @@ type (
 // laneHandle is what the Manager keeps of a lane: its actor, its config and
 // the numbers it must read without a round trip.
 type laneHandle struct {
-	name    string
-	cfg     LaneConfig
+	name   string
+	cfg    LaneConfig
+	sh     *shared
+	socket string
+	// The listener and its accept loop belong to the handle, not the lane
+	// actor: they are made before anything starts (so a bad socket path
+	// fails the daemon at once) and survive a lane actor's restart.
+	ln      *net.UnixListener
+	acceptW sync.WaitGroup
+	pendMu  sync.Mutex
+	pendC   map[*net.UnixConn]struct{} // connections still handshaking
+	closed  bool
 	ref     atomic.Pointer[actors.Ref]
 	pending atomic.Int64 // jobs submitted and not yet dispatched or cancelled
 	running atomic.Int64
@@ -95,11 +105,6 @@ type queuedJob struct {
 type laneActor struct {
 	sh      *shared
 	h       *laneHandle
-	socket  string
-	ln      *net.UnixListener
-	acceptW sync.WaitGroup
-	pendMu  sync.Mutex
-	pendC   map[*net.UnixConn]struct{} // connections still handshaking
 	tracker *supervisor.Tracker
 	runners map[string]*runnerSlot
 	order   []string
@@ -223,8 +228,6 @@ func (l *laneActor) Receive(c *actors.Context) {
 				return
 			}
 		}
-	case actors.Stopped:
-		l.closeListener()
 	}
 }
 
@@ -232,19 +235,10 @@ func (l *laneActor) start(c *actors.Context) {
 	l.runners = map[string]*runnerSlot{}
 	l.jobs = map[string]actors.Ref{}
 	l.jobIDs = map[string]string{}
-	l.pendC = map[*net.UnixConn]struct{}{}
 	l.tracker = supervisor.NewTracker(l.h.cfg.Restart.Policy(), nil)
-	ln, err := listenUnix(l.socket)
-	if err != nil {
-		// Without its socket a lane cannot work; fail loudly and let the
-		// supervisor decide (restart with intensity).
-		panic(fmt.Errorf("lane %s: %w", l.h.name, err))
-	}
-	l.ln = ln
-	l.acceptW.Add(1)
-	go l.acceptLoop(c.System(), c.Self())
+	l.h.startAccepting(c.System(), c.Self())
 	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
-		Network: l.h.cfg.Network, Socket: l.socket})
+		Network: l.h.cfg.Network, Socket: l.h.socket})
 	for i := 0; i < l.h.cfg.Runners+l.h.cfg.Spares; i++ {
 		id := l.h.name + "-" + strconv.Itoa(i)
 		l.addRunner(c, id, true, nil)
@@ -253,7 +247,7 @@ func (l *laneActor) start(c *actors.Context) {
 }
 
 func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach *connAttach) {
-	ra := &runnerActor{sh: l.sh, lane: c.Self(), laneN: l.h.name, cfg: l.h.cfg, socket: l.socket,
+	ra := &runnerActor{sh: l.sh, lane: c.Self(), laneN: l.h.name, cfg: l.h.cfg, socket: l.h.socket,
 		id: id, spawned: spawned, pending: attach}
 	ref, err := c.Spawn(actors.Props{Kind: "runner", ID: id, OnPanic: actors.Restart,
 		New: func() actors.Actor {
@@ -407,7 +401,7 @@ func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 func (l *laneActor) shutdown(c *actors.Context, done func()) {
 	l.stopping = true
 	l.stopDone = done
-	l.closeListener()
+	l.h.closeListener()
 	for i := l.qhead; i < len(l.queue); i++ {
 		c.Send(l.queue[i].ref, jobShutdown{})
 		l.h.pending.Add(-1)
@@ -473,23 +467,40 @@ func listenUnix(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-func (l *laneActor) closeListener() {
-	if l.ln == nil {
+// startAccepting starts the accept loop once; later calls (a restarted lane
+// actor) find it running and keep it, since it sends to the lane's Ref,
+// which a restart does not change.
+func (l *laneHandle) startAccepting(sys *actors.System, self actors.Ref) {
+	l.pendMu.Lock()
+	defer l.pendMu.Unlock()
+	if l.pendC != nil || l.closed {
 		return
 	}
-	l.ln.Close()
+	l.pendC = map[*net.UnixConn]struct{}{}
+	l.acceptW.Add(1)
+	go l.acceptLoop(sys, self)
+}
+
+// closeListener stops accepting, drops half-handshaken connections and
+// waits for the accept goroutines. Safe to call more than once.
+func (l *laneHandle) closeListener() {
 	l.pendMu.Lock()
+	if l.closed {
+		l.pendMu.Unlock()
+		return
+	}
+	l.closed = true
+	l.ln.Close()
 	for c := range l.pendC {
 		c.Close()
 	}
 	l.pendMu.Unlock()
 	l.acceptW.Wait()
-	l.ln = nil
 }
 
 // acceptLoop accepts runner connections; each handshakes on its own
 // goroutine (bounded by a deadline) so a silent peer blocks nobody.
-func (l *laneActor) acceptLoop(sys *actors.System, self actors.Ref) {
+func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 	defer l.acceptW.Done()
 	for {
 		conn, err := l.ln.AcceptUnix()
@@ -506,9 +517,14 @@ func (l *laneActor) acceptLoop(sys *actors.System, self actors.Ref) {
 			continue
 		}
 		l.pendMu.Lock()
+		if l.closed {
+			l.pendMu.Unlock()
+			conn.Close()
+			return
+		}
 		l.pendC[conn] = struct{}{}
-		l.pendMu.Unlock()
 		l.acceptW.Add(1)
+		l.pendMu.Unlock()
 		go func() {
 			defer l.acceptW.Done()
 			hs, br, err := readHandshake(conn, l.sh.maxFrame)
@@ -516,7 +532,7 @@ func (l *laneActor) acceptLoop(sys *actors.System, self actors.Ref) {
 			delete(l.pendC, conn)
 			l.pendMu.Unlock()
 			if err != nil {
-				l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Reason: err.Error()})
+				l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.name, Reason: err.Error()})
 				conn.Close()
 				return
 			}

@@ -78,10 +78,9 @@ func (s *lanesSupervisor) Receive(c *actors.Context) {
 	case actors.Started:
 		for _, n := range s.m.names {
 			h := s.m.lanes[n]
-			sock := filepath.Join(s.m.opts.Home, "runner-"+n+".sock")
 			ref, err := c.Spawn(actors.Props{Kind: "lane", ID: n, OnPanic: actors.Restart,
 				MaxRestarts: 3, Within: time.Minute,
-				New: func() actors.Actor { return &laneActor{sh: s.m.sh, h: h, socket: sock} }})
+				New: func() actors.Actor { return &laneActor{sh: s.m.sh, h: h} }})
 			if err != nil {
 				panic(fmt.Errorf("spawning lane %s: %w", n, err))
 			}
@@ -119,10 +118,26 @@ func Start(opts Options) (*Manager, error) {
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
 		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
 	for n, lc := range opts.Config.Lanes {
-		m.lanes[n] = &laneHandle{name: n, cfg: lc}
+		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)
 	}
 	sort.Strings(m.names)
+	// Every lane socket first: a path that cannot be listened on (too long,
+	// not writable, served by another daemon) fails start-up, not a lane.
+	for _, n := range m.names {
+		h := m.lanes[n]
+		ln, err := listenUnix(h.socket)
+		if err != nil {
+			for _, o := range m.names {
+				if m.lanes[o].ln != nil {
+					m.lanes[o].ln.Close()
+				}
+			}
+			rp.stop()
+			return nil, fmt.Errorf("lane %s: %w", n, err)
+		}
+		h.ln = ln
+	}
 	ready := make(chan struct{})
 	first := true
 	ref, err := opts.System.Spawn(actors.Props{Kind: "lanes", ID: "lanes", OnPanic: actors.Restart,
@@ -290,6 +305,9 @@ func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 		defer cancel()
 		if serr := m.sys.Stop(sctx, m.root); serr != nil && err == nil {
 			err = serr
+		}
+		for _, n := range m.names {
+			m.lanes[n].closeListener()
 		}
 		m.sh.reaper.stop()
 	})

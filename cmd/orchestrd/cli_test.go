@@ -136,3 +136,13 @@ func TestOversizedRunnerFrameIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A socket path the kernel cannot take fails start-up with one clear error
+// instead of leaving a lane that never runs jobs.
+func TestUnusableSocketPathFailsStartup(t *testing.T) {
+	home := filepath.Join(shortTemp(t), strings.Repeat("h", 100))
+	_, errOut, code := runCLI(t, "serve", "--home", home, "--log-format", "json")
+	if code != 1 || !strings.Contains(errOut, "listening on") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the socket", code, errOut)
+	}
+}
