@@ -123,6 +123,8 @@ type Metrics struct {
 	RunnerRestarts  int64            `json:"runner_restarts"`
 	OrphanedJobs    int64            `json:"orphaned_jobs"`
 	RunnersByLane   map[string]int64 `json:"runners_by_lane"`
+	Goroutines      int              `json:"goroutines"`
+	OpenFDs         int              `json:"open_fds"`
 	Connections     int64            `json:"connections"`      // open now (filled by the control server)
 	ConnectionsSeen int64            `json:"connections_seen"` // ever (filled by the control server)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -266,7 +267,8 @@ func (m *Manager) Lanes() []LaneStatus {
 func (m *Manager) Metrics() Metrics {
 	mt := Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
 		JobsSubmitted: m.sh.submitted.Load(), RunnerRestarts: m.sh.restarts.Load(),
-		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{}}
+		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{},
+		Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs()}
 	for _, l := range m.Lanes() {
 		var n int64
 		for _, r := range l.Runners {
@@ -312,4 +314,13 @@ func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 		m.sh.reaper.stop()
 	})
 	return int(m.sh.killedOnShutdown.Load()), err
+}
+
+// openFDs counts this process's open file descriptors (-1 if unknown).
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1 // the directory handle ReadDir itself opened
 }

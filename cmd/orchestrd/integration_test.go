@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -397,7 +399,9 @@ base_delay = "1ms"
 max_delay = "50ms"
 max_r = 1000
 `)
-	const jobs = 300
+	var base lanes.Metrics
+	d.mustCall("metrics.get", nil, &base)
+	const jobs = 400
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	stop := make(chan struct{})
 	var killer sync.WaitGroup
@@ -435,7 +439,7 @@ max_r = 1000
 		if i%3 == 0 {
 			lane = "heavy"
 		}
-		ids = append(ids, d.submit(lanes.JobSpec{Lane: lane, Command: fmt.Sprintf("sleep 0.0%d; echo %d", rng.IntN(5), i)}))
+		ids = append(ids, d.submit(lanes.JobSpec{Lane: lane, Command: fmt.Sprintf("sleep 0.0%d; echo %d", rng.IntN(10), i)}))
 	}
 	var wg sync.WaitGroup
 	recs := make([]lanes.JobRecord, jobs)
@@ -483,19 +487,56 @@ max_r = 1000
 		last = d.lanes()
 		return fullStrength(last, map[string]int{"net": 3, "heavy": 2})
 	}, func() string { return fmt.Sprintf("lanes: %+v\nlog tail:\n%s", last, tail(d.stderr.String(), 3000)) })
-	fdsBefore := countFDs(t, d.cmd.Process.Pid)
-	t.Logf("daemon fds at end: %d", fdsBefore)
-	if fdsBefore > 200 {
-		t.Fatalf("daemon holds %d file descriptors after chaos: leak", fdsBefore)
+	// Nothing leaked: the daemon settles back to its goroutine and fd
+	// counts from before the chaos (same runners, no extra connections),
+	// and its only children are its runners.
+	var now lanes.Metrics
+	eventuallyOr(t, 30*time.Second, "goroutines and fds back to baseline", func() bool {
+		d.mustCall("metrics.get", nil, &now)
+		return now.Goroutines <= base.Goroutines && now.OpenFDs <= base.OpenFDs
+	}, func() string {
+		return fmt.Sprintf("baseline %d goroutines %d fds, now %d and %d", base.Goroutines, base.OpenFDs, now.Goroutines, now.OpenFDs)
+	})
+	t.Logf("daemon: %d goroutines, %d fds before; %d and %d after", base.Goroutines, base.OpenFDs, now.Goroutines, now.OpenFDs)
+	runners := map[int]bool{}
+	for _, l := range d.lanes() {
+		for _, r := range l.Runners {
+			runners[r.Pid] = true
+		}
 	}
+	eventually(t, 10*time.Second, "daemon's only children are its runners", func() bool {
+		for _, pid := range childrenOf(d.cmd.Process.Pid) {
+			if !runners[pid] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
-func countFDs(t *testing.T, pid int) int {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
+// childrenOf lists the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+2:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && f[0] != "Z" {
+			out = append(out, p)
+		}
 	}
-	return len(ents)
+	return out
 }
 
 func TestConfigErrorsExit2(t *testing.T) {
