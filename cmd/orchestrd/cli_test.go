@@ -146,3 +146,35 @@ func TestUnusableSocketPathFailsStartup(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming the socket", code, errOut)
 	}
 }
+
+func TestQueueLimitAndQueuedCancel(t *testing.T) {
+	d := startDaemon(t, `
+[lanes.idle]
+runners = 0
+slots = 1
+queue_limit = 2
+network = "host"
+`)
+	a := d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	err := d.call("job.submit", lanes.JobSpec{Lane: "idle", Argv: []string{"true"}}, nil)
+	if remoteCode(err) != wire.CodeQueueFull || !strings.Contains(err.Error(), "queue_limit 2") {
+		t.Fatalf("third submit: %v, want code 1004 naming the limit", err)
+	}
+	if l := d.lane("idle"); l.Queued != 2 {
+		t.Fatalf("queued = %d, want 2", l.Queued)
+	}
+	var r struct {
+		WasRunning bool `json:"was_running"`
+	}
+	d.mustCall("job.cancel", map[string]string{"id": a}, &r)
+	if r.WasRunning {
+		t.Fatal("a queued job was reported running")
+	}
+	if rec := d.wait(a); rec.State != lanes.StateCancelled || rec.DispatchedAt != nil {
+		t.Fatalf("cancelled queued job = %+v", rec)
+	}
+	// The freed place takes a new job.
+	d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	d.waitEvent("job.rejected", func(e map[string]any) bool { return e["reason"] == "queue_full" })
+}
