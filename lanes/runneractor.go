@@ -481,6 +481,23 @@ func (r *runnerActor) publish(c *actors.Context) {
 	c.Send(r.lane, st)
 }
 
+// runnerFrames decodes the frames a runner may send into the wire structs
+// the runner actor handles.
+var runnerFrames = map[wire.MsgType]func(wire.Frame) (any, error){
+	wire.TypeJobAck:      decodeFrame[wire.JobAck],
+	wire.TypeOutputChunk: decodeFrame[wire.OutputChunk],
+	wire.TypeResult:      decodeFrame[wire.Result],
+	wire.TypeCancelAck:   decodeFrame[wire.CancelAck],
+	wire.TypeHeartbeat:   decodeFrame[wire.Heartbeat],
+	wire.TypeHandshake:   decodeFrame[wire.Handshake],
+}
+
+func decodeFrame[T any](f wire.Frame) (any, error) {
+	var v T
+	err := wire.Unmarshal(f, &v)
+	return v, err
+}
+
 // readLoop decodes frames off a runner connection into messages for the
 // runner actor. It ends when the connection does.
 func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, maxFrame uint32) {
@@ -495,26 +512,9 @@ func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, ma
 			return
 		}
 		var msg any
-		switch f.Type {
-		case wire.TypeJobAck:
-			var v wire.JobAck
-			err, msg = wire.Unmarshal(f, &v), v
-		case wire.TypeOutputChunk:
-			var v wire.OutputChunk
-			err, msg = wire.Unmarshal(f, &v), v
-		case wire.TypeResult:
-			var v wire.Result
-			err, msg = wire.Unmarshal(f, &v), v
-		case wire.TypeCancelAck:
-			var v wire.CancelAck
-			err, msg = wire.Unmarshal(f, &v), v
-		case wire.TypeHeartbeat:
-			var v wire.Heartbeat
-			err, msg = wire.Unmarshal(f, &v), v
-		case wire.TypeHandshake:
-			var v wire.Handshake
-			err, msg = wire.Unmarshal(f, &v), v
-		default:
+		if dec, ok := runnerFrames[f.Type]; ok {
+			msg, err = dec(f)
+		} else {
 			err = fmt.Errorf("unexpected frame %s from runner", f.Type)
 		}
 		if err != nil {
