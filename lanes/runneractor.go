@@ -45,7 +45,9 @@ type (
 		gen int
 		err error
 	}
-	hbExpired   struct{ gen, seq int }
+	hbExpired struct{ gen, seq int }
+	// hsExpired: a spawned runner has not handshaken in time.
+	hsExpired   struct{ gen int }
 	stableTimer struct{ gen int }
 	respawn     struct{ gen int }
 	restartIn   struct {
@@ -120,6 +122,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		r.pid = m.pid
+		c.After(handshakeTimeout(r.cfg.HeartbeatTimeout.Duration), hsExpired{gen: r.gen})
 		r.sh.bus.Emit(eventlog.RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
 		r.publish(c)
 	case connAttach:
@@ -200,6 +203,12 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		}
 		timeout := r.cfg.HeartbeatTimeout.Duration
 		r.kill(c, "runner_unresponsive", fmt.Sprintf("no heartbeat for %s", timeout), ErrRunnerUnresponsive)
+	case hsExpired:
+		if m.gen != r.gen || r.down || r.conn != nil || !r.alive {
+			return
+		}
+		r.kill(c, "runner_unresponsive", fmt.Sprintf("no handshake within %s of spawning",
+			handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)), ErrRunnerUnresponsive)
 	case stableTimer:
 		if m.gen == r.gen && r.alive && !r.down {
 			c.Send(r.lane, runnerStable{id: r.id})
@@ -224,6 +233,11 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		c.SetState("stopping")
 		if !r.alive {
 			c.Send(r.lane, runnerStopped{id: r.id})
+			return
+		}
+		if r.conn == nil && r.spawned && !r.down {
+			// Not handshaken yet: it holds no jobs, so no need to wait.
+			r.lost(c, "shutdown", ErrDaemonShutdown)
 			return
 		}
 		if r.conn != nil && !r.down {
@@ -556,4 +570,10 @@ func writeLoop(conn *net.UnixConn, out <-chan []byte) {
 func heartbeatInterval(timeout time.Duration) uint64 {
 	iv := min(time.Second, timeout/3)
 	return uint64(max(iv.Milliseconds(), 10))
+}
+
+// handshakeTimeout is how long a spawned runner has to connect and
+// handshake: generous, since a loaded machine can be slow to start one.
+func handshakeTimeout(heartbeat time.Duration) time.Duration {
+	return max(10*time.Second, 2*heartbeat)
 }

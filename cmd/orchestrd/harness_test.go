@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -339,20 +338,26 @@ func (d *testDaemon) wait(id string) lanes.JobRecord {
 	return r.Job
 }
 
-// events reads the event log.
+// events reads the complete lines of the event log (the daemon may be in
+// the middle of writing the last one).
 func (d *testDaemon) events() []map[string]any {
-	f, err := os.Open(filepath.Join(d.home, "events.ndjson"))
+	b, err := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	defer f.Close()
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	} else {
+		b = nil
+	}
 	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
 		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			d.t.Fatalf("bad event line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(line, &m); err != nil {
+			d.t.Fatalf("bad event line %q: %v", line, err)
 		}
 		out = append(out, m)
 	}
