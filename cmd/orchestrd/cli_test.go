@@ -178,3 +178,41 @@ network = "host"
 	d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
 	d.waitEvent("job.rejected", func(e map[string]any) bool { return e["reason"] == "queue_full" })
 }
+
+// The Python runner in examples/ is a second, independent implementation of
+// the runner protocol (chunks as serde-style byte arrays): it must join a
+// lane and run jobs unchanged.
+func TestPythonBringYourOwnRunner(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	d := startDaemon(t, "[lanes.py]\nrunners = 0\nnetwork = \"host\"\n")
+	cmd := exec.Command(py, "../../examples/byo-runner/runner.py", "py", filepath.Join(d.home, "runner-py.sock"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	eventually(t, 10*time.Second, "python runner joined", func() bool {
+		l := d.lane("py")
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+	})
+	rec := d.wait(d.submit(lanes.JobSpec{Lane: "py", Command: "echo from python; exit 4"}))
+	if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 4 || rec.Output != "from python\n" {
+		t.Fatalf("record = %+v\nrunner stderr: %s", rec, stderr.String())
+	}
+	d.stop() // Shutdown frame: the runner exits on its own
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("python runner: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("python runner did not exit on Shutdown")
+	}
+}

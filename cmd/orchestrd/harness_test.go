@@ -275,18 +275,16 @@ func countSpawned(l lanes.LaneStatus) int {
 // stop sends SIGTERM, waits for the daemon to exit, and checks that no
 // runner it ever reported is still alive.
 func (d *testDaemon) stop() {
-	if d.cmd.ProcessState == nil {
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-d.done:
-		default:
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(30 * time.Second):
-				_ = d.cmd.Process.Kill()
-				<-d.done
-				d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 4000))
-			}
+		case <-time.After(30 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+			d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 4000))
 		}
 	}
 	d.mu.Lock()
