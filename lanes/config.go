@@ -88,7 +88,7 @@ type Config struct {
 func defaultLane(runners, slots int, network string, nice int) LaneConfig {
 	p := supervisor.DefaultPolicy()
 	return LaneConfig{
-		Runners: runners, Slots: slots, Network: network, QueueLimit: 10000,
+		Runners: runners, Slots: slots, Spares: 1, Network: network, QueueLimit: 10000,
 		MaxOutputBytes: 1 << 20, HeartbeatTimeout: Duration{5 * time.Second}, Nice: nice,
 		Restart: RestartConfig{Stable: Duration{p.Stable}, BaseDelay: Duration{p.BaseDelay},
 			MaxDelay: Duration{p.MaxDelay}, MaxR: p.MaxR, MaxT: Duration{p.MaxT}},

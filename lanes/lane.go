@@ -239,7 +239,7 @@ func (l *laneActor) start(c *actors.Context) {
 	l.h.startAccepting(c.System(), c.Self())
 	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
 		Network: l.h.cfg.Network, Socket: l.h.socket})
-	for i := 0; i < l.h.cfg.Runners+l.h.cfg.Spares; i++ {
+	for i := 0; i < l.h.cfg.Runners+l.h.cfg.effectiveSpares(); i++ {
 		id := l.h.name + "-" + strconv.Itoa(i)
 		l.addRunner(c, id, true, nil)
 	}
@@ -430,7 +430,7 @@ func (l *laneActor) maybeStopped() {
 }
 
 func (l *laneActor) publish() {
-	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots, Spares: l.h.cfg.Spares,
+	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots, Spares: l.h.cfg.effectiveSpares(),
 		QueueLimit: l.h.cfg.QueueLimit, Queued: int(l.h.pending.Load()), Running: int(l.h.running.Load()),
 		Degraded: l.tracker != nil && l.tracker.Degraded(), Runners: make([]RunnerStatus, 0, len(l.order))}
 	for _, id := range l.order {

@@ -20,12 +20,17 @@
 //     reads slowly is throttled, not disconnected.
 //   - The conn actor parses and dispatches requests. It never blocks:
 //     job.wait callbacks and timeouts come back to it as messages; job.cancel
-//     replies go straight to the output queue.
+//     replies go straight to the output queue. It is spawned Inline, so it
+//     runs on the goroutine that sends to it (nearly always the reader): a
+//     request costs no goroutine hand-off.
 //   - outq is a mutex-protected pair of FIFOs (responses, events) under one
 //     bound. Bus.Emit delivers into it in O(1) on the emitter's goroutine. A
-//     writer goroutine exists only while there is something to write: it
-//     takes everything queued at once and writes it with one writev, so an
-//     idle connection has no writer goroutine and no write buffer.
+//     response queued alone, with no writer running, is written at once by
+//     the goroutine that queued it, in one attempt that never blocks; what
+//     the socket does not take goes back to the head of the queue. Otherwise
+//     a writer goroutine, which exists only while there is something to
+//     write, takes everything queued at once and writes it with one writev,
+//     so an idle connection has no writer goroutine and no write buffer.
 //     Responses are never dropped: a client whose unread responses alone
 //     exceed the bound is disconnected. Events over the bound are dropped
 //     oldest first and reported to the client as events.dropped once the

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -127,10 +129,80 @@ func (q *outq) pushRespThen(line []byte, then func()) {
 		then()
 	}
 	start := q.startWriter()
+	// Alone in the queue with no writer running: write it on this goroutine
+	// (one attempt that never blocks) rather than start a writer goroutine.
+	direct := start && q.count() == 1 && q.dropped == 0
+	var seq uint64
+	if direct {
+		seq = q.resp[0].seq
+		q.resp[0] = qent{}
+		q.resp = q.resp[:0]
+		q.bytes -= len(line)
+	}
 	q.mu.Unlock()
-	if start {
+	if direct {
+		q.writeDirect(line, seq)
+	} else if start {
 		q.spawnWriter()
 	}
+}
+
+// writeDirect writes line (sequence number seq) without blocking, on the
+// goroutine that holds the writer role (q.writing). What the socket does
+// not take at once goes back to the head of the queue and a writer
+// goroutine takes over as usual; it also handles a close requested
+// meanwhile.
+func (q *outq) writeDirect(line []byte, seq uint64) {
+	n, err := writeNonBlocking(q.cn.nc, line)
+	if err != nil {
+		if !q.cn.closing.Load() {
+			q.cn.srv.log.Debug().Err(err).Str("conn_id", q.cn.id).Msg("control: write failed")
+		}
+		q.mu.Lock()
+		q.writing = false
+		q.mu.Unlock()
+		q.cn.abort(ReasonWriteError)
+		return
+	}
+	q.mu.Lock()
+	if n < len(line) && q.state != qDead {
+		q.resp = append(q.resp, qent{})
+		copy(q.resp[1:], q.resp)
+		q.resp[0] = qent{seq, line[n:]}
+		q.bytes += len(line) - n
+	}
+	if q.count() == 0 && q.dropped == 0 && q.state == qOpen {
+		q.writing = false
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Unlock()
+	q.spawnWriter()
+}
+
+// writeNonBlocking makes one write attempt on the non-blocking socket; a
+// full socket buffer is 0 bytes written, not an error.
+func writeNonBlocking(nc *net.UnixConn, b []byte) (int, error) {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Write(int(fd), b)
+			if werr != unix.EINTR {
+				return true // done, whatever happened: never wait here
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	if werr == unix.EAGAIN {
+		return 0, nil
+	}
+	return max(n, 0), werr
 }
 
 // pushEvent queues an event line (shared, never modified). It runs inside

@@ -413,7 +413,10 @@ func (a *connsActor) Receive(c *actors.Context) {
 		return
 	}
 	cn := m.cn
-	ref, err := c.Spawn(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop,
+	// Inline: the conn actor runs on the goroutine that sends to it, nearly
+	// always its own reader, which saves a goroutine hand-off per request;
+	// its handlers never block.
+	ref, err := c.Spawn(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop, Inline: true,
 		New: func() actors.Actor { return &connActor{cn: cn} }})
 	if err != nil {
 		a.s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")

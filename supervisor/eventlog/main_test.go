@@ -134,6 +134,7 @@ func sampleEvents() []Event {
 		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
 		RunnerKilled{Lane: "review", RunnerID: "review-1", Pid: 42, Reason: "memory_limit", Detail: "rss 2.1 GiB > 2 GiB"},
 		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited"},
+		RunnerPromoted{Lane: "review", RunnerID: "review-2", Pid: 43, Replaces: "review-1"},
 		RunnerRejected{Lane: "review", Pid: 7, Reason: "bad token"},
 		LaneStarted{Lane: "review", Runners: 2, Slots: 8, Network: "none", Socket: "/h/review.sock"},
 		LaneDegraded{Lane: "review", RestartsInWindow: 5, MaxR: 5, MaxTMs: 60000},

@@ -13,6 +13,7 @@ var knownKinds = []string{
 	"runner.exited",
 	"runner.killed",
 	"runner.restart_scheduled",
+	"runner.promoted",
 	"runner.rejected",
 	"lane.started",
 	"lane.degraded",

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// rawConn is a minimal NDJSON client: the same code drives orchestrd and the
+// echo baseline, so the client's own cost is identical for both.
+type rawConn struct {
+	c   net.Conn
+	br  *bufio.Reader
+	buf []byte
+	id  uint64
+}
+
+func dialRaw(path string) (*rawConn, error) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{c: c, br: bufio.NewReaderSize(c, 16<<10), buf: make([]byte, 0, 128)}, nil
+}
+
+// roundTrip sends {"id":N,"method":method,"params":{}} and reads one line,
+// which must carry the same id (a pong, or the echo of the request).
+func (r *rawConn) roundTrip(method string) error {
+	r.id++
+	b := append(r.buf[:0], `{"id":`...)
+	b = strconv.AppendUint(b, r.id, 10)
+	b = append(b, `,"method":"`...)
+	b = append(b, method...)
+	b = append(b, `","params":{}}`+"\n"...)
+	r.buf = b
+	if _, err := r.c.Write(b); err != nil {
+		return err
+	}
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	want := b[:bytes.IndexByte(b, ',')+1] // {"id":N,
+	if !bytes.HasPrefix(line, want) {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+func (r *rawConn) close() { r.c.Close() }
+
+// echoServer is the baseline process.
+type echoServer struct {
+	cmd  *exec.Cmd
+	sock string
+}
+
+func (b *bench) startEcho(name string) (*echoServer, error) {
+	dir := filepath.Join(b.tmp, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "echo.sock")
+	cmd := exec.Command(b.echo, sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("echo server did not start: %q %v", line, err)
+	}
+	return &echoServer{cmd: cmd, sock: sock}, nil
+}
+
+func (e *echoServer) pid() int { return e.cmd.Process.Pid }
+
+func (e *echoServer) stop() {
+	_ = e.cmd.Process.Kill()
+	_ = e.cmd.Wait()
+}
+
+func pingWorker(sock string) func() (func() error, func(), error) {
+	return func() (func() error, func(), error) {
+		rc, err := dialRaw(sock)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() error { return rc.roundTrip("ping") }, rc.close, nil
+	}
+}
+
+func runControl(b *bench) error {
+	trials := pick(b, 10, 2)
+	dur := pick(b, time.Second, 300*time.Millisecond)
+
+	levels := []int{1, 64}
+	d, err := b.startDaemon("control", laneConfig{runners: 1, slots: 1}.toml())
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	echo, err := b.startEcho("echo")
+	if err != nil {
+		return err
+	}
+	defer echo.stop()
+
+	for _, sock := range []string{d.sock, echo.sock} {
+		if _, err := closedLoop(8, 200*time.Millisecond, pingWorker(sock)); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	type series struct{ orch, base []measured }
+	res := map[int]*series{}
+	for _, c := range levels {
+		o, e, err := paired(trials,
+			func() (measured, error) {
+				return trial(func() []int { return []int{d.pid()} }, c, dur, pingWorker(d.sock))
+			},
+			func() (measured, error) {
+				return trial(func() []int { return []int{echo.pid()} }, c, dur, pingWorker(echo.sock))
+			})
+		if err != nil {
+			return fmt.Errorf("%d clients: %w", c, err)
+		}
+		res[c] = &series{o, e}
+		b.debugf("ping %d clients: orchestrd %v /s, echo %v /s", c, rates(o), rates(e))
+	}
+	for _, c := range levels {
+		s := res[c]
+		or := b.sample(fmt.Sprintf("control.c%d.orchestrd_ping_per_s", c), rates(s.orch), "round trips/s")
+		br := b.sample(fmt.Sprintf("control.c%d.echo_per_s", c), rates(s.base), "round trips/s")
+		rt := b.sample(fmt.Sprintf("control.c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
+		ol := b.sample(fmt.Sprintf("control.c%d.orchestrd_rtt_ms", c), durationsMs(latencies(s.orch)), "ms")
+		bl := b.sample(fmt.Sprintf("control.c%d.echo_rtt_ms", c), durationsMs(latencies(s.base)), "ms")
+		b.add(Row{Metric: fmt.Sprintf("%d client(s): round trips/s (median of trials; ratio: median of paired trials)", c), N: or.N,
+			Orchestrd: fmtRate(or.P50, "rt"), Value: or.P50, Unit: "round trips/s",
+			Baseline: fmtRate(br.P50, "rt") + " (Go NDJSON echo)", BaselineValue: floatp(br.P50), BaselineN: br.N,
+			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50),
+			Target: "≥ 50% of baseline", Met: boolp(rt.P50 >= 0.5)})
+		ratio, rv := fmtRatio(ol.P50, bl.P50)
+		b.add(Row{Metric: fmt.Sprintf("%d client(s): round trip p50 / p99", c), N: ol.N,
+			Orchestrd: fmtMs(ol.P50) + " / " + fmtMs(ol.P99), Value: ol.P50, Unit: "ms",
+			Baseline: fmtMs(bl.P50) + " / " + fmtMs(bl.P99), BaselineValue: floatp(bl.P50), BaselineN: bl.N,
+			Ratio: ratio, RatioValue: rv})
+		oc, bc := cpuPerOp(s.orch), cpuPerOp(s.base)
+		ratio, rv = fmtRatio(oc, bc)
+		b.add(Row{Metric: fmt.Sprintf("%d client(s): server CPU per round trip", c),
+			Orchestrd: fmt.Sprintf("%.1f µs", oc), Value: oc, Unit: "µs",
+			Baseline: fmt.Sprintf("%.1f µs", bc), BaselineValue: floatp(bc), Ratio: ratio, RatioValue: rv})
+	}
+	return d.stop()
+}

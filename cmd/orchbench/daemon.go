@@ -1,0 +1,402 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/orchestrd/orchestrd/supervisor/control"
+)
+
+// daemon is one `orchestrd serve` process in its own temporary home.
+type daemon struct {
+	b      *bench
+	name   string
+	home   string
+	sock   string
+	cmd    *exec.Cmd
+	logf   *os.File
+	exited chan struct{}
+	werr   error
+}
+
+// startDaemon writes config (TOML; "" = the embedded defaults) into a fresh
+// home, starts the daemon and waits until every lane's runners are ready.
+func (b *bench) startDaemon(name, config string) (*daemon, error) {
+	home := filepath.Join(b.tmp, name)
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--home", home, "--log-format", "json"}
+	if config != "" {
+		path := filepath.Join(home, "orchbench.toml")
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", path)
+	}
+	logf, err := os.Create(filepath.Join(b.tmp, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(b.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The daemon must not outlive the harness; its runners die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", b.bin, err)
+	}
+	d := &daemon{b: b, name: name, home: home, sock: filepath.Join(home, "daemon.sock"), cmd: cmd, logf: logf,
+		exited: make(chan struct{})}
+	go func() { d.werr = cmd.Wait(); close(d.exited) }()
+	if err := d.waitReady(30 * time.Second); err != nil {
+		d.stop()
+		return nil, fmt.Errorf("daemon %s: %w\n%s", name, err, d.logTail())
+	}
+	b.debugf("daemon %s up, pid %d", name, d.pid())
+	return d, nil
+}
+
+func (d *daemon) pid() int { return d.cmd.Process.Pid }
+
+// waitReady polls (setup only, never while measuring) until the control
+// socket answers and every spawned runner is ready.
+func (d *daemon) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var c *control.Client
+	for {
+		select {
+		case <-d.exited:
+			return fmt.Errorf("exited early: %v", d.werr)
+		default:
+		}
+		var err error
+		if c, err = control.Dial(d.sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("control socket not up after %s: %w", timeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer c.Close()
+	for {
+		ls, err := laneList(c)
+		if err != nil {
+			return err
+		}
+		if allReady(ls) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("runners not ready after %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// laneInfo is the part of lane.list the harness reads (decoded here rather
+// than into lanes.LaneStatus so that the harness also reads daemons with
+// fewer fields).
+type laneInfo struct {
+	Name    string       `json:"name"`
+	Spares  int          `json:"spares"`
+	Queued  int          `json:"queued"`
+	Running int          `json:"running"`
+	Runners []runnerInfo `json:"runners"`
+}
+
+type runnerInfo struct {
+	ID      string `json:"id"`
+	Pid     int    `json:"pid"`
+	State   string `json:"state"`
+	Spawned bool   `json:"spawned"`
+	Spare   bool   `json:"spare"`
+}
+
+func allReady(ls []laneInfo) bool {
+	for _, l := range ls {
+		for _, r := range l.Runners {
+			if r.Spawned && r.State != "ready" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// stop sends SIGTERM and waits (then SIGKILL). It reports a daemon that
+// did not stop cleanly.
+func (d *daemon) stop() error {
+	defer d.logf.Close()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(20 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		return fmt.Errorf("daemon %s did not stop within 20s of SIGTERM", d.name)
+	}
+	if d.werr != nil {
+		return fmt.Errorf("daemon %s: %v\n%s", d.name, d.werr, d.logTail())
+	}
+	return nil
+}
+
+// logTail returns the last lines of the daemon's log, for errors.
+func (d *daemon) logTail() string {
+	b, err := os.ReadFile(d.logf.Name())
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (d *daemon) dial() (*control.Client, error) { return control.Dial(d.sock) }
+
+func laneList(c *control.Client) ([]laneInfo, error) {
+	var res struct {
+		Lanes []laneInfo `json:"lanes"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, "lane.list", nil, &res); err != nil {
+		return nil, fmt.Errorf("lane.list: %w", err)
+	}
+	return res.Lanes, nil
+}
+
+func call(c *control.Client, method string, params, result any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Call(ctx, method, params, result)
+}
+
+// ---- pushed events ----
+
+// event is one pushed control-socket event, stamped on arrival with the
+// monotonic clock.
+type event struct {
+	at   time.Time
+	kind string
+	data evData
+	raw  json.RawMessage
+}
+
+// evData holds the fields the scenarios look at, from any event kind.
+type evData struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	JobID    string `json:"job_id"`
+	Spare    bool   `json:"spare"`
+	Job      *struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Error string `json:"error"`
+	} `json:"job"`
+}
+
+// subscription is a control connection subscribed to some event kinds.
+type subscription struct {
+	c  *control.Client
+	ch chan event
+}
+
+// subscribe dials the daemon and subscribes to kinds. Events are stamped by
+// a goroutine that does nothing else, as soon as the client hands them over.
+func (d *daemon) subscribe(kinds ...string) (*subscription, error) {
+	c, err := d.dial()
+	if err != nil {
+		return nil, err
+	}
+	if err := call(c, "events.subscribe", map[string]any{"kinds": kinds}, nil); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("events.subscribe: %w", err)
+	}
+	s := &subscription{c: c, ch: make(chan event, 4096)}
+	go func() {
+		defer close(s.ch)
+		for ev := range c.Events() {
+			e := event{at: time.Now(), kind: ev.Event, raw: ev.Data}
+			_ = json.Unmarshal(ev.Data, &e.data)
+			s.ch <- e
+		}
+	}()
+	return s, nil
+}
+
+func (s *subscription) close() { s.c.Close() }
+
+// drain discards events already received.
+func (s *subscription) drain() {
+	for {
+		select {
+		case <-s.ch:
+		default:
+			return
+		}
+	}
+}
+
+// wait returns the first event (in arrival order) for which match is true,
+// discarding the others.
+func (s *subscription) wait(timeout time.Duration, what string, match func(event) bool) (event, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case e, ok := <-s.ch:
+			if !ok {
+				return event{}, fmt.Errorf("waiting for %s: connection closed", what)
+			}
+			if match(e) {
+				return e, nil
+			}
+		case <-t.C:
+			return event{}, fmt.Errorf("waiting for %s: nothing after %s", what, timeout)
+		}
+	}
+}
+
+// ---- /proc ----
+
+// procRSS returns a process's resident set size in bytes.
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb * 1024, err
+			}
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat; it
+// is 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// procCPU returns a process's user+system CPU time (all its threads).
+func procCPU(pid int) (time.Duration, error) {
+	f, err := procStatFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	// Fields after "(comm)": state is [0]; utime is field 14 of the whole
+	// line, so [11]; stime [12].
+	if len(f) < 13 {
+		return 0, errors.New("short stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("bad stat")
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// procCPUPrecise returns a process's CPU time with nanosecond resolution:
+// the sum of its threads' /proc/PID/task/TID/schedstat run times. Threads
+// that exited are not counted, so it suits idle processes; it falls back to
+// procCPU where schedstat is missing.
+func procCPUPrecise(pid int) (time.Duration, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			if os.IsNotExist(err) && len(tasks) > 0 && t.Name() == strconv.Itoa(pid) {
+				return procCPU(pid)
+			}
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		total += time.Duration(ns)
+	}
+	return total, nil
+}
+
+// procStatFields returns the fields of /proc/PID/stat after the command name.
+func procStatFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return nil, errors.New("bad stat")
+	}
+	return strings.Fields(string(b[i+2:])), nil
+}
+
+// children lists the direct children of pid.
+func children(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := procStatFields(p)
+		if err != nil || len(f) < 2 {
+			continue
+		}
+		if pp, _ := strconv.Atoi(f[1]); pp == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// procNofile returns the soft open-files limit of a process.
+func procNofile(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/limits")
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			f := strings.Fields(l)
+			if len(f) >= 4 {
+				return f[3]
+			}
+		}
+	}
+	return "?"
+}

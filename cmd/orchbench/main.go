@@ -1,0 +1,347 @@
+// Command orchbench measures orchestrd against baselines measured in the same
+// run on the same machine: runner restart (against a bare fork/exec floor and
+// whichever of s6, runit, daemontools and supervisord are installed), orphan
+// notice, job throughput and latency, control-socket round trips, fan-out with
+// a stalled subscriber, memory at scale and idle cost. It builds what it
+// needs, starts real daemons in temporary homes and prints a markdown table.
+//
+//	go run ./cmd/orchbench                  # full run, a few minutes
+//	go run ./cmd/orchbench --quick          # smoke test, under a minute; timings not judged
+//	go run ./cmd/orchbench --json out.json  # also write the report as JSON
+//
+// Exit status: 0 when the harness ran (in quick mode whatever the timings; in
+// a full run when every target was met), 3 for a full run that missed a
+// target, 1 when the harness itself failed (a build, a daemon, a scenario).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// scenario is one numbered scenario of the issue.
+type scenario struct {
+	id    string
+	title string
+	run   func(b *bench) error
+}
+
+var scenarios = []scenario{
+	{"restart", "1. Runner restart", runRestart},
+	{"orphan", "2. Orphan notice", runOrphan},
+	{"jobs", "3. Jobs", runJobs},
+	{"control", "4. Control socket ping", runControl},
+	{"fanout", "5. Fan-out, stalled subscriber", runFanout},
+	{"scale", "6. Scale", runScale},
+	{"idle", "7. Idle cost", runIdle},
+}
+
+// bench is the state of one harness run.
+type bench struct {
+	quick   bool
+	verbose bool
+	tmp     string // everything the run creates lives here
+	bin     string // the orchestrd binary
+	hello   string // the hello program (restart baselines)
+	echo    string // the NDJSON echo server (control baseline)
+	log     io.Writer
+	rep     *Report
+	title   string // current scenario's title
+}
+
+func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("orchbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "run each scenario briefly (under a minute in all); timings are not judged")
+	jsonPath := fs.String("json", "", "also write the report as JSON to this file")
+	bin := fs.String("bin", "", "use this orchestrd binary instead of building ./cmd/orchestrd")
+	only := fs.String("only", "", "comma-separated scenarios to run: "+scenarioIDs())
+	keep := fs.Bool("keep", false, "keep the temporary directory (daemon homes and logs)")
+	verbose := fs.Bool("v", false, "log progress in detail on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: orchbench [--quick] [--json FILE] [--bin ORCHESTRD] [--only LIST] [--keep] [-v]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	want := map[string]bool{}
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			if !validScenario(s) {
+				fmt.Fprintf(stderr, "orchbench: unknown scenario %q (have %s)\n", s, scenarioIDs())
+				return 2
+			}
+			want[s] = true
+		}
+	}
+
+	started := time.Now()
+	mode := "full"
+	if *quick {
+		mode = "quick"
+	}
+	rep := &Report{Env: machineEnv(mode), Samples: map[string]Stats{}}
+	tmp, err := os.MkdirTemp("", "orchbench-")
+	if err != nil {
+		fmt.Fprintf(stderr, "orchbench: %v\n", err)
+		return 1
+	}
+	if *keep {
+		fmt.Fprintf(stderr, "orchbench: keeping %s\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	b := &bench{quick: *quick, verbose: *verbose, tmp: tmp, log: stderr, rep: rep}
+
+	if err := raiseNofile(); err != nil {
+		b.logf("could not raise the open-files limit: %v (scenario 6 may fail)", err)
+	}
+	if err := b.build(*bin); err != nil {
+		fmt.Fprintf(stderr, "orchbench: %v\n", err)
+		return 1
+	}
+
+	failed := false
+	for _, sc := range scenarios {
+		if len(want) > 0 && !want[sc.id] {
+			continue
+		}
+		b.title = sc.title
+		b.logf("== %s", sc.title)
+		t := time.Now()
+		if err := sc.run(b); err != nil {
+			failed = true
+			msg := fmt.Sprintf("%s: %v", sc.title, err)
+			rep.Errors = append(rep.Errors, msg)
+			b.logf("FAILED %s", msg)
+		}
+		b.logf("   %s took %.1f s", sc.title, time.Since(t).Seconds())
+	}
+
+	rep.Env.LoadEnd = loadavg()
+	rep.Env.Seconds = time.Since(started).Seconds()
+	if err := rep.WriteMarkdown(stdout); err != nil {
+		fmt.Fprintf(stderr, "orchbench: %v\n", err)
+		return 1
+	}
+	if *jsonPath != "" {
+		if err := rep.WriteJSON(*jsonPath); err != nil {
+			fmt.Fprintf(stderr, "orchbench: writing %s: %v\n", *jsonPath, err)
+			return 1
+		}
+	}
+	switch {
+	case failed:
+		return 1
+	case !*quick && missedAny(rep.Rows):
+		return 3
+	}
+	return 0
+}
+
+func scenarioIDs() string {
+	ids := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		ids[i] = s.id
+	}
+	return strings.Join(ids, ",")
+}
+
+func validScenario(id string) bool {
+	for _, s := range scenarios {
+		if s.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+func missedAny(rows []Row) bool {
+	for _, r := range rows {
+		if r.Met != nil && !*r.Met {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "orchbench: "+format+"\n", args...)
+}
+
+func (b *bench) debugf(format string, args ...any) {
+	if b.verbose {
+		b.logf(format, args...)
+	}
+}
+
+// add appends a row to the report under the current scenario.
+func (b *bench) add(r Row) {
+	if r.Scenario == "" {
+		r.Scenario = b.title
+	}
+	b.rep.Rows = append(b.rep.Rows, r)
+}
+
+// last is the row added most recently.
+func (b *bench) last() *Row { return &b.rep.Rows[len(b.rep.Rows)-1] }
+
+// sample records a summarised series in the JSON report and returns it.
+func (b *bench) sample(name string, xs []float64, unit string) Stats {
+	st := summarize(xs, unit)
+	b.rep.Samples[name] = st
+	return st
+}
+
+func (b *bench) note(format string, args ...any) {
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf(format, args...))
+}
+
+// pick returns full or quick by mode.
+func pick[T any](b *bench, full, quick T) T {
+	if b.quick {
+		return quick
+	}
+	return full
+}
+
+// moduleRoot finds the orchestrd module's directory.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the orchestrd module (run from the repository)")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// build compiles the daemon (unless a binary was given) and the baseline
+// programs into the run's temporary directory.
+func (b *bench) build(prebuilt string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(b.tmp, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	targets := []struct {
+		pkg string
+		out *string
+	}{
+		{"./cmd/orchbench/internal/hello", &b.hello},
+		{"./cmd/orchbench/internal/echo", &b.echo},
+	}
+	if prebuilt != "" {
+		p, err := filepath.Abs(prebuilt)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("--bin: %w", err)
+		}
+		b.bin = p
+	} else {
+		targets = append(targets, struct {
+			pkg string
+			out *string
+		}{"./cmd/orchestrd", &b.bin})
+	}
+	for _, t := range targets {
+		out := filepath.Join(dir, filepath.Base(t.pkg))
+		b.logf("building %s", t.pkg)
+		cmd := exec.Command("go", "build", "-o", out, t.pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", t.pkg, err, msg)
+		}
+		*t.out = out
+	}
+	return nil
+}
+
+// raiseNofile raises this process's open-files limit to its hard limit
+// (and the hard limit too, where allowed): scenario 6 holds 10,000
+// connections, and the daemon inherits the limit.
+func raiseNofile() error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	const want = 1 << 16
+	if lim.Max < want {
+		l := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l) == nil {
+			return nil
+		}
+	}
+	lim.Cur = lim.Max
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+func nofile() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
+}
+
+// machineEnv describes the machine.
+func machineEnv(mode string) Env {
+	e := Env{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Mode: mode, Cores: runtime.NumCPU(),
+		GoVersion: runtime.Version(), LoadStart: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				e.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			e.MemMiB = kb / 1024
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		e.Kernel = strings.TrimSpace(string(b))
+	}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		e.Commit = strings.TrimSpace(string(out))
+	}
+	return e
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

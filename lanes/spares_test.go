@@ -1,0 +1,139 @@
+package lanes
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+type chanSink chan *eventlog.Record
+
+func (c chanSink) Deliver(r *eventlog.Record) {
+	select {
+	case c <- r:
+	default:
+	}
+}
+
+// laneRunners returns lane bench's runners.
+func laneRunners(m *Manager) []RunnerStatus {
+	for _, l := range m.Lanes() {
+		if l.Name == "bench" {
+			return l.Runners
+		}
+	}
+	return nil
+}
+
+func waitRunners(t *testing.T, m *Manager, what string, ok func([]RunnerStatus) bool) []RunnerStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rs := laneRunners(m)
+		if ok(rs) {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: runners %+v", what, rs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// roles returns the ready serving runner and the ready spare, if any.
+func roles(rs []RunnerStatus) (serving, spare *RunnerStatus) {
+	for i := range rs {
+		r := &rs[i]
+		switch {
+		case r.State == "ready" && r.Spare:
+			spare = r
+		case r.State == "ready":
+			serving = r
+		}
+	}
+	return serving, spare
+}
+
+func TestSpareTakesOverALostRunner(t *testing.T) {
+	lc := defaultLane(1, 1, NetworkHost, 0)
+	lc.Spares = 1
+	m, bus := startTestLane(t, lc)
+	rs := waitRunners(t, m, "one serving runner and one spare", func(rs []RunnerStatus) bool {
+		s, sp := roles(rs)
+		return len(rs) == 2 && s != nil && sp != nil
+	})
+	serving, spare := roles(rs)
+	if st := m.Lanes()[0]; st.Spares != 1 {
+		t.Fatalf("lane status spares = %d, want 1", st.Spares)
+	}
+
+	// Jobs go to the serving runner only.
+	runTrue := func() JobRecord {
+		t.Helper()
+		id, werr := m.Submit(JobSpec{Lane: "bench", Argv: []string{"true"}})
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		done := make(chan JobRecord, 1)
+		if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
+			t.Fatal(werr)
+		}
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatal("job did not finish")
+		}
+		return JobRecord{}
+	}
+	if r := runTrue(); r.State != StateSucceeded || r.RunnerPid != serving.Pid {
+		t.Fatalf("job ran %s on pid %d, want succeeded on the serving runner %d", r.State, r.RunnerPid, serving.Pid)
+	}
+
+	events := make(chanSink, 16)
+	unsub := bus.Subscribe([]string{"runner.promoted"}, events)
+	defer unsub()
+	if err := syscall.Kill(serving.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rec := <-events:
+		p, ok := rec.Event.(eventlog.RunnerPromoted)
+		if !ok || p.RunnerID != spare.ID || p.Pid != spare.Pid || p.Replaces != serving.ID || p.Lane != "bench" {
+			t.Fatalf("promoted %+v, want spare %s (pid %d) replacing %s", rec.Event, spare.ID, spare.Pid, serving.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no runner.promoted after the serving runner was killed")
+	}
+	if r := runTrue(); r.State != StateSucceeded || r.RunnerPid != spare.Pid {
+		t.Fatalf("job ran %s on pid %d, want succeeded on the promoted spare %d", r.State, r.RunnerPid, spare.Pid)
+	}
+	// The lost runner's slot restarts and becomes the new spare.
+	waitRunners(t, m, "a new spare behind the promoted runner", func(rs []RunnerStatus) bool {
+		s, sp := roles(rs)
+		return s != nil && sp != nil && s.Pid == spare.Pid && sp.Pid != serving.Pid
+	})
+}
+
+func TestSparesConfig(t *testing.T) {
+	cfg, err := ParseConfig("c.toml", []byte("[lanes.x]\nnetwork = \"host\"\n[lanes.byo]\nrunners = 0\n"))
+	if err != nil || cfg.Lanes["x"].Spares != 1 || cfg.Lanes["x"].effectiveSpares() != 1 {
+		t.Fatalf("default spares: %+v %v", cfg.Lanes["x"], err)
+	}
+	if cfg.Lanes["byo"].effectiveSpares() != 0 {
+		t.Fatal("a lane without spawned runners must start no spares")
+	}
+	cfg, err = ParseConfig("c.toml", []byte("[lanes.x]\nspares = 2\n"))
+	if err != nil || cfg.Lanes["x"].Spares != 2 {
+		t.Fatalf("spares = 2: %+v %v", cfg.Lanes["x"], err)
+	}
+	for _, bad := range []string{"-1", "17"} {
+		_, err := ParseConfig("c.toml", []byte("[lanes.x]\nspares = "+bad+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "lanes.x.spares") {
+			t.Fatalf("spares = %s: %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package control
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// A response is written directly by the goroutine that answers, when
+// nothing else is queued. When the socket takes only part of it, the rest
+// must go out first, whole, before the events and responses queued after
+// it.
+func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
+	h := newHarness(t, nil)
+	c := h.client()
+	var j jobIDResult
+	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+	big := strings.Repeat("line of output\n", 200000) // 3 MB: far more than a socket buffer
+	h.be.mu.Lock()
+	h.be.jobs[j.JobID].Output = big
+	h.be.mu.Unlock()
+
+	r := h.raw()
+	r.send(`{"id":1,"method":"events.subscribe","params":{"kinds":["job.output"]}}`)
+	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 1 {
+		t.Fatalf("subscribe answer %+v", cl)
+	}
+	r.send(`{"id":2,"method":"job.get","params":{"id":"` + j.JobID + `"}}`)
+	// Once the answer has begun to arrive, the socket holds as much of it as
+	// it takes and the rest is queued.
+	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.br.Peek(1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		h.bus.Emit(eventlog.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
+	}
+	r.send(`{"id":3,"method":"ping"}`)
+
+	cl := r.mustLine()
+	if cl.ID == nil || *cl.ID != 2 {
+		t.Fatalf("first line %+v, want the job.get answer", cl.ID)
+	}
+	var got jobResult
+	if err := json.Unmarshal(cl.Result, &got); err != nil || got.Job.Output != big {
+		t.Fatalf("job.get answer: %v, output %d bytes, want %d", err, len(got.Job.Output), len(big))
+	}
+	for i := 0; i < 3; i++ {
+		ev := r.mustLine()
+		var o eventlog.JobOutput
+		if ev.Event != "job.output" || json.Unmarshal(ev.Data, &o) != nil || o.Data != string(rune('a'+i)) {
+			t.Fatalf("line %d after the answer: %+v %s", i, ev.Event, ev.Data)
+		}
+	}
+	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 3 || string(cl.Result) != `{"pong":true}` {
+		t.Fatalf("last line %+v, want the pong", cl)
+	}
+}
