@@ -212,6 +212,8 @@ func eventuallyOr(t *testing.T, within time.Duration, what string, cond func() b
 	}
 }
 
+// fullStrength reports whether each lane in want has that many serving
+// runners ready plus its spares.
 func fullStrength(ls []lanes.LaneStatus, want map[string]int) bool {
 	for _, l := range ls {
 		ready := 0
@@ -220,7 +222,7 @@ func fullStrength(ls []lanes.LaneStatus, want map[string]int) bool {
 				ready++
 			}
 		}
-		if w, ok := want[l.Name]; ok && ready != w {
+		if w, ok := want[l.Name]; ok && ready != w+l.Spares {
 			return false
 		}
 	}

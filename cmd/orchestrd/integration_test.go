@@ -246,6 +246,7 @@ func TestCrashLoopDegradesLane(t *testing.T) {
 [lanes.net]
 runners = 1
 slots = 1
+spares = 0
 network = "host"
 [lanes.net.restart]
 stable = "10s"
