@@ -284,9 +284,15 @@ func (d *testDaemon) stop() {
 		select {
 		case <-d.done:
 		case <-time.After(30 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-			d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 4000))
+			// Ask Go for every goroutine's stack before giving up.
+			_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-d.done:
+			case <-time.After(5 * time.Second):
+				_ = d.cmd.Process.Kill()
+				<-d.done
+			}
+			d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 60000))
 		}
 	}
 	d.mu.Lock()
