@@ -379,6 +379,7 @@ func (s *Server) close() error {
 		cn.setReason(ReasonDaemonStopping)
 		cn.unsubscribe() // no more events from now on
 	}
+	all := append([]*conn(nil), conns...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := s.sys.Stop(ctx, s.connsRef)
@@ -397,6 +398,20 @@ func (s *Server) close() error {
 	s.mu.Unlock()
 	for _, cn := range conns {
 		cn.finish(nil)
+	}
+	// Whatever happened above (an actor that did not stop in time
+	// included), every socket is closed now, so no reader or writer
+	// goroutine can stay blocked and the wait below always ends.
+	if err != nil {
+		s.log.Error().Err(err).Msg("control: connection actors did not stop in time; closing their sockets")
+		s.mu.Lock()
+		for cn := range s.conns {
+			cn.nc.Close()
+		}
+		s.mu.Unlock()
+		for _, cn := range all {
+			cn.nc.Close()
+		}
 	}
 	s.wg.Wait()
 	return err
