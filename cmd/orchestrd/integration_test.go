@@ -471,13 +471,23 @@ max_r = 1000
 	if kills == 0 {
 		t.Fatal("the chaos killer killed nothing")
 	}
-	// Exactly one job.finished per job in the event log.
-	finished := map[string]int{}
-	for _, e := range d.events() {
-		if e["kind"] == "job.finished" {
-			finished[e["job_id"].(string)]++
+	// Exactly one job.finished per job in the event log. The log is written
+	// asynchronously, so wait for it to catch up before counting.
+	var finished map[string]int
+	eventuallyOr(t, 20*time.Second, "every job.finished in the event log", func() bool {
+		finished = map[string]int{}
+		for _, e := range d.events() {
+			if e["kind"] == "job.finished" {
+				finished[e["job_id"].(string)]++
+			}
 		}
-	}
+		for _, id := range ids {
+			if finished[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("%d of %d jobs have job.finished", len(finished), len(ids)) })
 	for _, id := range ids {
 		if finished[id] != 1 {
 			t.Fatalf("job %s has %d job.finished events", id, finished[id])
