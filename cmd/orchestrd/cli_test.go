@@ -44,7 +44,8 @@ func TestCLIAgainstRealDaemon(t *testing.T) {
 		t.Fatalf("jobs: code %d\n%s", code, out)
 	}
 	out, _, code = runCLI(t, "status", "--home", d.home)
-	if code != 0 || !strings.Contains(out, "net-0") || !strings.Contains(out, "lane/net") {
+	if code != 0 || !strings.Contains(out, "net-0") || !strings.Contains(out, "lane/net") ||
+		!strings.Contains(out, "spare") || !strings.Contains(out, "serving") {
 		t.Fatalf("status: code %d\n%s", code, out)
 	}
 	out, _, code = runCLI(t, "events", "--home", d.home, "--kind", "runner.ready", "--lane", "net")

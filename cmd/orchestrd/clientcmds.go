@@ -580,7 +580,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	tw.Flush()
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNNER\tLANE\tPID\tSTATE\tRESTARTS\tACTIVE\tMEM")
+	fmt.Fprintln(tw, "RUNNER\tLANE\tPID\tSTATE\tROLE\tRESTARTS\tACTIVE\tMEM")
 	runners := 0
 	for _, l := range ls.Lanes {
 		for _, r := range l.Runners {
@@ -589,11 +589,16 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			if r.Pid > 0 {
 				pid = strconv.Itoa(r.Pid)
 			}
-			state := r.State
-			if !r.Spawned {
-				state += " (external)"
+			role := "serving"
+			switch {
+			case !r.Spawned:
+				role = "external"
+			case r.Spare:
+				role = "spare"
+			case r.State != "ready":
+				role = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", dash(r.ID), l.Name, pid, state, r.Restarts, r.ActiveJobs, humanBytes(r.MemoryBytes))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", dash(r.ID), l.Name, pid, r.State, role, r.Restarts, r.ActiveJobs, humanBytes(r.MemoryBytes))
 		}
 	}
 	if runners == 0 {
