@@ -204,7 +204,7 @@ func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
 	rec := JobRecord{ID: id, Lane: spec.Lane, State: StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
-	m.sh.store.add(rec, actors.Ref{})
+	m.sh.store.add(rec)
 	m.sh.submitted.Add(1)
 	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
 	return id, nil
@@ -212,8 +212,7 @@ func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
 
 // Get returns a job's record.
 func (m *Manager) Get(id string) (JobRecord, bool) {
-	r, _, ok := m.sh.store.get(id)
-	return r, ok
+	return m.sh.store.get(id)
 }
 
 // List returns matching jobs, oldest first, without their output.
@@ -221,7 +220,7 @@ func (m *Manager) List(f Filter) []JobRecord { return m.sh.store.list(f) }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
 func (m *Manager) Cancel(id string, reply func(wasRunning bool, err *wire.Error)) {
-	rec, _, ok := m.sh.store.get(id)
+	rec, ok := m.sh.store.get(id)
 	if !ok {
 		reply(false, wire.Errorf(wire.CodeNotFound, "no job %q", id))
 		return

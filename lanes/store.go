@@ -3,8 +3,6 @@ package lanes
 import (
 	"sort"
 	"sync"
-
-	"github.com/orchestrd/orchestrd/actors"
 )
 
 // store holds the published record of every live job and of the most
@@ -21,7 +19,6 @@ type store struct {
 
 type entry struct {
 	rec     JobRecord
-	ref     actors.Ref
 	waiters map[int]func(JobRecord)
 	nextW   int
 }
@@ -30,9 +27,9 @@ func newStore(maxFinished int) *store {
 	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[State]int64{}}
 }
 
-func (s *store) add(rec JobRecord, ref actors.Ref) {
+func (s *store) add(rec JobRecord) {
 	s.mu.Lock()
-	s.jobs[rec.ID] = &entry{rec: rec, ref: ref}
+	s.jobs[rec.ID] = &entry{rec: rec}
 	s.counts[rec.State]++
 	s.mu.Unlock()
 }
@@ -61,7 +58,6 @@ func (s *store) finish(rec JobRecord) bool {
 	s.counts[e.rec.State]--
 	s.counts[rec.State]++
 	e.rec = rec
-	e.ref = actors.Ref{}
 	ws := e.waiters
 	e.waiters = nil
 	s.finished = append(s.finished, rec.ID)
@@ -80,14 +76,14 @@ func (s *store) finish(rec JobRecord) bool {
 	return true
 }
 
-func (s *store) get(id string) (JobRecord, actors.Ref, bool) {
+func (s *store) get(id string) (JobRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.jobs[id]
 	if !ok {
-		return JobRecord{}, actors.Ref{}, false
+		return JobRecord{}, false
 	}
-	return e.rec, e.ref, true
+	return e.rec, true
 }
 
 // list returns matching jobs, oldest first.

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/orchestrd/orchestrd/actors"
 )
 
 func rec(id string, st State) JobRecord {
@@ -14,7 +12,7 @@ func rec(id string, st State) JobRecord {
 
 func TestStoreWaitFinishEvict(t *testing.T) {
 	s := newStore(2)
-	s.add(rec("a", StateQueued), actors.Ref{})
+	s.add(rec("a", StateQueued))
 	var got []JobRecord
 	var mu sync.Mutex
 	cancel, ok := s.wait("a", func(r JobRecord) { mu.Lock(); got = append(got, r); mu.Unlock() })
@@ -23,7 +21,7 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 	}
 	defer cancel()
 	s.update(rec("a", StateRunning))
-	if r, _, _ := s.get("a"); r.State != StateRunning {
+	if r, _ := s.get("a"); r.State != StateRunning {
 		t.Fatalf("state = %s", r.State)
 	}
 	if !s.finish(rec("a", StateSucceeded)) {
@@ -33,7 +31,7 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 		t.Fatal("a job finished twice")
 	}
 	s.update(rec("a", StateRunning)) // late update must not resurrect it
-	if r, _, _ := s.get("a"); r.State != StateSucceeded {
+	if r, _ := s.get("a"); r.State != StateSucceeded {
 		t.Fatalf("state after late update = %s", r.State)
 	}
 	mu.Lock()
@@ -48,10 +46,10 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 		t.Fatal("wait on a finished job did not answer at once")
 	}
 	for _, id := range []string{"b", "c"} {
-		s.add(rec(id, StateQueued), actors.Ref{})
+		s.add(rec(id, StateQueued))
 		s.finish(rec(id, StateFailed))
 	}
-	if _, _, ok := s.get("a"); ok {
+	if _, ok := s.get("a"); ok {
 		t.Fatal("oldest finished job not evicted past the bound")
 	}
 	if len(s.list(Filter{})) != 2 {
@@ -71,8 +69,8 @@ func TestStoreListFilters(t *testing.T) {
 	a, b := rec("a", StateQueued), rec("b", StateQueued)
 	b.Lane = "heavy"
 	b.CreatedAt = a.CreatedAt.Add(time.Millisecond)
-	s.add(a, actors.Ref{})
-	s.add(b, actors.Ref{})
+	s.add(a)
+	s.add(b)
 	a.Output = "big"
 	a.State = StateSucceeded
 	s.finish(a)
