@@ -29,7 +29,6 @@ type (
 		reply func(wasRunning bool, err *wire.Error)
 	}
 	jobDequeued    struct{}
-	jobNotQueued   struct{}
 	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
 	cancelOnRunner struct{ jobID string }
 	dequeueJob     struct {
@@ -164,9 +163,6 @@ func (j *jobActor) Receive(c *actors.Context) {
 		j.cancelRq = nil
 		j.rec.Error, j.rec.WasCancelled = ErrCancelled, true
 		j.finish(c, StateCancelled)
-	case jobNotQueued:
-		// Dispatch won the race; jobDispatched (already handled, since the
-		// lane sent it first) sent the cancel to the runner.
 	case actors.Stopped:
 		if !j.rec.State.Terminal() {
 			// Stopped from above (daemon shutdown or a lane restart).

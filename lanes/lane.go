@@ -145,7 +145,8 @@ func (l *laneActor) Receive(c *actors.Context) {
 				return
 			}
 		}
-		c.Send(m.job, jobNotQueued{})
+		// Not queued any more: dispatch won the race, and the job, which
+		// got jobDispatched before this, has sent the cancel to its runner.
 	case runnerConn:
 		l.runnerConn(c, m)
 	case runnerUp:

@@ -154,10 +154,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
 		}
 		r.lost(c, cause, reason)
-		if !r.spawned {
-			r.exitedEvent(nil, "", cause)
-			c.StopSelf()
-		}
+		r.retireExternal(c, cause)
 	case procExited:
 		if m.gen != r.gen {
 			return
@@ -251,14 +248,14 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "shutdown_timeout",
 			Detail: fmt.Sprintf("still running %s after Shutdown", r.sh.shutdownTimeout)})
 		r.sh.killedOnShutdown.Add(1)
+		r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
 		if r.spawned {
-			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
+			// lost spares a runner that closed its socket at shutdown; past
+			// the timeout its group dies regardless.
 			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
 		} else {
-			r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
-			r.exitedEvent(nil, "", "shutdown_timeout")
 			c.Send(r.lane, runnerStopped{id: r.id})
-			c.StopSelf()
+			r.retireExternal(c, "shutdown_timeout")
 		}
 	case actors.Stopped, actors.Restarting:
 		// Last resort: whatever is still running dies with the actor
@@ -424,10 +421,18 @@ func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
 func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
 	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.lost(c, "killed_"+reason, jobErr)
-	if !r.spawned {
-		r.exitedEvent(nil, "", "killed_"+reason)
-		c.StopSelf()
+	r.retireExternal(c, "killed_"+reason)
+}
+
+// retireExternal ends a bring-your-own runner's actor once its connection
+// is gone: it cannot be restarted, so it leaves the lane. A no-op for
+// spawned runners, whose process exit (procExited) drives what follows.
+func (r *runnerActor) retireExternal(c *actors.Context, cause string) {
+	if r.spawned {
+		return
 	}
+	r.exitedEvent(nil, "", cause)
+	c.StopSelf()
 }
 
 // lost declares the current incarnation gone: its jobs end at once with
