@@ -407,6 +407,24 @@ func (r *jobFollower) finished(rec lanes.JobRecord) int {
 
 // ---- jobs ----
 
+// parseNoArgsAndDial is the prologue of a command that takes flags but no
+// arguments: parse, refuse extra arguments, connect to the daemon at the
+// --home the flags gave. When ok is false the reason has been printed and
+// code is the exit code.
+func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *string, stdout, stderr io.Writer) (c *control.Client, code int, ok bool) {
+	if code, ok := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError(fs, usage, stderr, "unexpected argument %q", fs.Arg(0)), false
+	}
+	c, ok = dial(resolveHome(*home), stderr)
+	if !ok {
+		return nil, exitFailure, false
+	}
+	return c, 0, true
+}
+
 const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--json]"
 
 // cmdJobs lists jobs as a table or JSON.
@@ -416,15 +434,9 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
-	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, jobsUsage, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, code, ok := parseNoArgsAndDial(fs, jobsUsage, args, home, stdout, stderr)
 	if !ok {
-		return exitFailure
+		return code
 	}
 	defer c.Close()
 	var res struct {
@@ -545,15 +557,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status")
 	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
 	asJSON := fs.Bool("json", false, "print lanes and tree as JSON")
-	if code, ok := parseFlags(fs, statusUsage, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, statusUsage, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, code, ok := parseNoArgsAndDial(fs, statusUsage, args, home, stdout, stderr)
 	if !ok {
-		return exitFailure
+		return code
 	}
 	defer c.Close()
 	var ls struct {
