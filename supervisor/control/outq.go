@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,20 +77,31 @@ func (q *outq) dropOldestEvent() {
 	}
 }
 
-// startWriter marks the writer running; the caller holds mu and must call
-// spawnWriter after unlocking when it returns true.
+// startWriter marks the writer running; the caller holds mu and has seen
+// the queue open. When it returns true the caller holds the writer role and
+// a reference on the connection for it, and must, after unlocking, either
+// hand both to a writer goroutine (spawnWriter) or give them back
+// (writeDirect's idle and error paths).
+//
+// The reference is taken here, under mu with the queue open, because that
+// is the one place where the connection's own token is known to be held:
+// finish drops it only after closeAfterFlush has taken mu and moved the
+// queue out of qOpen. A writer started later, from a goroutine holding no
+// reference (a job actor answering job.wait), could otherwise revive a
+// count that had already reached zero and release the server's WaitGroup
+// twice.
 func (q *outq) startWriter() bool {
 	if q.writing {
 		return false
 	}
 	q.writing = true
+	q.cn.acquire()
 	return true
 }
 
-func (q *outq) spawnWriter() {
-	q.cn.acquire()
-	go q.run()
-}
+// spawnWriter starts the writer goroutine; it takes over the reference
+// startWriter took.
+func (q *outq) spawnWriter() { go q.run() }
 
 // pushResp queues a response. Responses are never dropped: when the queue
 // is full, queued events make room (or, under the disconnect policy, the
@@ -154,6 +166,9 @@ func (q *outq) pushRespThen(line []byte, then func()) {
 // meanwhile.
 func (q *outq) writeDirect(line []byte, seq uint64) {
 	n, err := writeNonBlocking(q.cn.nc, line)
+	if h := testHookDirectWritten.Load(); h != nil {
+		(*h)(q.cn)
+	}
 	if err != nil {
 		if !q.cn.closing.Load() {
 			q.cn.srv.log.Debug().Err(err).Str("conn_id", q.cn.id).Msg("control: write failed")
@@ -162,6 +177,7 @@ func (q *outq) writeDirect(line []byte, seq uint64) {
 		q.writing = false
 		q.mu.Unlock()
 		q.cn.abort(ReasonWriteError)
+		q.cn.release()
 		return
 	}
 	q.mu.Lock()
@@ -174,11 +190,17 @@ func (q *outq) writeDirect(line []byte, seq uint64) {
 	if q.count() == 0 && q.dropped == 0 && q.state == qOpen {
 		q.writing = false
 		q.mu.Unlock()
+		q.cn.release()
 		return
 	}
 	q.mu.Unlock()
 	q.spawnWriter()
 }
+
+// testHookDirectWritten, when set by a test, runs after writeDirect's write
+// and before it looks at the queue again: the window in which the
+// connection can close under it.
+var testHookDirectWritten atomic.Pointer[func(*conn)]
 
 // writeNonBlocking makes one write attempt on the non-blocking socket; a
 // full socket buffer is 0 bytes written, not an error.

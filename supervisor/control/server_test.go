@@ -256,13 +256,22 @@ func TestJobWait(t *testing.T) {
 // wait on) until it holds or 10s pass.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	if !pollUntil(cond) {
+		t.Fatalf("timed out waiting until %s", what)
+	}
+}
+
+// pollUntil is waitUntil for a goroutine that must not fail the test
+// itself: it reports whether cond came to hold within 10s.
+func pollUntil(cond func() bool) bool {
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
 
 func TestEventsSubscribe(t *testing.T) {

@@ -1,0 +1,123 @@
+package control
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// An answer written by a goroutine that holds no reference on the
+// connection (here the backend's, as a job actor's would be) can race the
+// client hanging up. The writer role it takes must keep the connection
+// counted until it is done; before it did, the server's WaitGroup could be
+// released twice ("sync: negative WaitGroup counter", a daemon crash seen
+// in CI) or Close could return while a writer still ran.
+func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
+	h := newHarness(t, nil)
+	h.be.cancelAsync = true
+	var j jobIDResult
+	h.mustCall(h.client(), "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+
+	const workers, perWorker = 8, 150
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWorker; i++ {
+				nc, err := net.Dial("unix", h.path)
+				if err != nil {
+					errs <- err
+					return
+				}
+				// The answer (an error: the job is already cancelled after
+				// the first time) is written from another goroutine while
+				// this client closes without reading it.
+				_, err = nc.Write([]byte(`{"id":1,"method":"job.cancel","params":{"id":"` + j.JobID + `"}}` + "\n"))
+				nc.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Every connection ends with exactly one conn.closed; then Close (in
+	// stop) returns only once every reader and writer is gone.
+	// (The submitting client stays open until stop.)
+	total := workers * perWorker
+	h.rec.wait(t, "every hung-up connection closed", func(*eventlog.Record) bool {
+		n := 0
+		for _, r := range h.rec.all() {
+			if r.Kind == "conn.closed" {
+				n++
+			}
+		}
+		return n == total
+	})
+	h.stop()
+	closed := map[string]int{}
+	for _, r := range h.rec.all() {
+		if e, ok := r.Event.(eventlog.ConnClosed); ok {
+			closed[e.ConnID]++
+		}
+	}
+	for id, n := range closed {
+		if n != 1 {
+			t.Errorf("%s: %d conn.closed events, want 1", id, n)
+		}
+	}
+	if len(closed) != total+1 {
+		t.Errorf("%d connections closed, want %d", len(closed), total+1)
+	}
+}
+
+// The same race, made certain: the answer is written directly by the
+// backend's goroutine, and before that writer looks at the queue again the
+// client hangs up and the connection finishes completely. The writer then
+// has the socket to close; it must still hold its own reference.
+func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
+	h := newHarness(t, nil)
+	h.be.cancelAsync = true
+	id, werr := h.be.Submit(lanes.JobSpec{Lane: "net", Argv: []string{"x"}})
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	r := h.raw()
+	var once sync.Once
+	hookErr := make(chan string, 1)
+	hook := func(cn *conn) {
+		once.Do(func() {
+			r.nc.Close()
+			// The reader's reference goes last, just after conn.closed.
+			finished := func() bool { return cn.finished.Load() && cn.refs.Load() <= 1 }
+			if !pollUntil(finished) {
+				hookErr <- "the connection did not finish after its client hung up"
+				return
+			}
+			if n := cn.refs.Load(); n != 1 {
+				hookErr <- fmt.Sprintf("the direct writer holds %d references, want 1", n)
+			}
+		})
+	}
+	testHookDirectWritten.Store(&hook)
+	defer testHookDirectWritten.Store(nil)
+
+	r.send(`{"id":1,"method":"job.cancel","params":{"id":"` + id + `"}}`)
+	h.rec.wait(t, "c1 closed", isClosed("c1"))
+	h.stop() // panicked ("negative WaitGroup counter") when the writer held no reference
+	close(hookErr)
+	for e := range hookErr {
+		t.Error(e)
+	}
+}
