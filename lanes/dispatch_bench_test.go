@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,8 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	pids := &pidSink{}
+	bus.Subscribe([]string{"runner.spawned"}, pids)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	m, err := Start(Options{Config: cfg, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
 		Logger: zerolog.Nop()})
@@ -80,8 +83,35 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 		}
 		sys.Shutdown()
 		bus.Close()
+		// Shutdown waited for every runner: none may be left, not even
+		// as a zombie (Wait reaped it).
+		for _, pid := range pids.all() {
+			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+				tb.Errorf("runner pid %d still exists after Shutdown (kill 0: %v)", pid, err)
+			}
+		}
 	})
 	return m, bus
+}
+
+// pidSink records the pid of every runner spawned.
+type pidSink struct {
+	mu   sync.Mutex
+	pids []int
+}
+
+func (p *pidSink) Deliver(r *eventlog.Record) {
+	if e, ok := r.Event.(eventlog.RunnerSpawned); ok {
+		p.mu.Lock()
+		p.pids = append(p.pids, e.Pid)
+		p.mu.Unlock()
+	}
+}
+
+func (p *pidSink) all() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int(nil), p.pids...)
 }
 
 // waitServing waits until lane bench has n ready runners.

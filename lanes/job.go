@@ -24,7 +24,21 @@ type (
 	jobResult struct{ res wire.Result }
 	// jobLost: the runner holding the job is gone; reason is one of the
 	// Err* constants.
-	jobLost   struct{ reason string }
+	jobLost struct{ reason string }
+	// jobBounced: the runner the lane chose was gone before the job was
+	// written to it. The runner tells the lane (which frees the slot) and
+	// the lane tells the job, after the jobDispatched it sent it.
+	jobBounced struct {
+		runnerID string
+		job      actors.Ref
+		w        wire.Job
+	}
+	// requeueJob (to the lane): put a bounced job back at the queue's head.
+	requeueJob struct {
+		id  string
+		job actors.Ref
+		w   wire.Job
+	}
 	jobCancel struct {
 		reply func(wasRunning bool, err *wire.Error)
 	}
@@ -47,7 +61,9 @@ type jobActor struct {
 	out      []byte // streamed output, capped
 	runner   actors.Ref
 	cancelRq []func(bool, *wire.Error)
-	started  time.Time
+	// cancelSent: a cancel went to the runner the job was dispatched to.
+	cancelSent bool
+	started    time.Time
 }
 
 func (j *jobActor) Receive(c *actors.Context) {
@@ -70,6 +86,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 			// A cancel raced with dispatch: the lane had already given the
 			// job away. Cancel it on the runner now.
 			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+			j.cancelSent = true
 			for _, r := range j.cancelRq {
 				r(true, nil)
 			}
@@ -151,8 +168,11 @@ func (j *jobActor) Receive(c *actors.Context) {
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
 		default:
 			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+			j.cancelSent = true
 			m.reply(true, nil)
 		}
+	case jobBounced:
+		j.bounced(c, m)
 	case jobDequeued:
 		if j.rec.State != StateQueued {
 			return
@@ -171,6 +191,28 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.finish(c, StateCancelled)
 		}
 	}
+}
+
+// bounced puts a job whose runner was gone before it got the job back in
+// its lane's queue; a job already cancelled meanwhile ends cancelled.
+func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
+	if j.rec.State != StateDispatched {
+		return
+	}
+	if j.cancelSent {
+		j.rec.Error, j.rec.WasCancelled = ErrCancelled, true
+		j.finish(c, StateCancelled)
+		return
+	}
+	runnerID := j.rec.RunnerID
+	j.runner = actors.Ref{}
+	j.rec.State = StateQueued
+	j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = "", 0, nil
+	j.started = time.Time{}
+	c.SetState(string(j.rec.State))
+	j.sh.store.update(j.rec)
+	j.sh.bus.Emit(eventlog.JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: ErrRunnerLost})
+	c.Send(j.lane, requeueJob{id: j.rec.ID, job: c.Self(), w: m.w})
 }
 
 func (j *jobActor) finish(c *actors.Context, st State) {

@@ -147,6 +147,8 @@ func (l *laneActor) Receive(c *actors.Context) {
 		}
 		// Not queued any more: dispatch won the race, and the job, which
 		// got jobDispatched before this, has sent the cancel to its runner.
+	case requeueJob:
+		l.requeue(c, m)
 	case runnerConn:
 		l.runnerConn(c, m)
 	case runnerUp:
@@ -166,11 +168,12 @@ func (l *laneActor) Receive(c *actors.Context) {
 			l.publish()
 		}
 	case slotFreed:
-		if s := l.runners[m.id]; s != nil && s.active > 0 {
-			s.active--
-			l.h.running.Add(-1)
-			l.dispatch(c)
-		}
+		l.slotFreed(c, m.id)
+	case jobBounced:
+		// Forwarded by the lane, not the runner, so that it reaches the
+		// job after the jobDispatched the lane sent it.
+		c.Send(m.job, m)
+		l.slotFreed(c, m.runnerID)
 	case runnerExited:
 		l.runnerExited(c, m)
 	case runnerStable:
@@ -310,6 +313,39 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	l.dispatch(c)
 }
 
+func (l *laneActor) slotFreed(c *actors.Context, id string) {
+	if s := l.runners[id]; s != nil && s.active > 0 {
+		s.active--
+		l.h.running.Add(-1)
+		l.dispatch(c)
+	}
+}
+
+// requeue puts a job that bounced off a dead runner back at the head of
+// the queue: it was admitted long ago, so the queue limit does not apply.
+func (l *laneActor) requeue(c *actors.Context, m requeueJob) {
+	if l.stopping {
+		c.Send(m.job, jobShutdown{})
+		return
+	}
+	q := queuedJob{id: m.id, ref: m.job, wire: m.w}
+	if l.qhead > 0 {
+		l.qhead--
+		l.queue[l.qhead] = q
+	} else {
+		l.queue = append(l.queue, queuedJob{})
+		copy(l.queue[1:], l.queue)
+		l.queue[0] = q
+	}
+	l.h.pending.Add(1)
+	l.dispatch(c)
+	l.publish()
+}
+
+// testHookDispatch, when a test sets it, runs on the lane's goroutine
+// between choosing a runner (by its pid) for a job and handing it the job.
+var testHookDispatch atomic.Pointer[func(pid int)]
+
 // dispatch hands queued jobs to ready runners, least loaded first.
 func (l *laneActor) dispatch(c *actors.Context) {
 	for l.qhead < len(l.queue) {
@@ -331,6 +367,9 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		l.h.pending.Add(-1)
 		l.h.running.Add(1)
 		c.Send(q.ref, jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid})
+		if h := testHookDispatch.Load(); h != nil {
+			(*h)(best.status.Pid)
+		}
 		c.Send(best.ref, assignJob{job: q.ref, w: q.wire})
 	}
 	if l.qhead > 1024 && l.qhead*2 > len(l.queue) {

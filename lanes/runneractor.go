@@ -212,8 +212,9 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		}
 	case assignJob:
 		if r.down || r.conn == nil {
-			c.Send(m.job, jobLost{reason: ErrRunnerLost})
-			c.Send(r.lane, slotFreed{id: r.id})
+			// Gone before a byte of the job was written: it never reached
+			// a runner, so it goes back to the queue (not a retry).
+			c.Send(r.lane, jobBounced{runnerID: r.id, job: m.job, w: m.w})
 			return
 		}
 		r.jobs[m.w.JobID] = m.job

@@ -206,6 +206,18 @@ type JobOrphaned struct {
 
 func (JobOrphaned) Kind() string { return "job.orphaned" }
 
+// JobRequeued: a job dispatched to a runner that was gone before the job
+// could be written to it goes back to the head of its lane's queue. It never
+// reached a runner, so this is not a retry.
+type JobRequeued struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"` // the runner it was meant for
+	Reason   string `json:"reason"`
+}
+
+func (JobRequeued) Kind() string { return "job.requeued" }
+
 // JobOutput is streamed output; ephemeral.
 type JobOutput struct {
 	JobID  string `json:"job_id"`

@@ -144,6 +144,7 @@ func sampleEvents() []Event {
 		JobDispatched{JobID: "j1", Lane: "review", RunnerID: "review-1", Pid: 42},
 		JobFinished{JobID: "j1", Lane: "review", RunnerID: "review-1", State: "failed", ExitCode: int32p(1), Error: "boom", DurationMs: 900, Record: map[string]any{"id": "j1"}},
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
+		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
 		ConnOpened{ConnID: "c1", Socket: "/h/control.sock", Pid: 99, UID: 1000},
 		ConnClosed{ConnID: "c1", Reason: "eof", Requests: 12},

@@ -23,6 +23,7 @@ var knownKinds = []string{
 	"job.dispatched",
 	"job.finished",
 	"job.orphaned",
+	"job.requeued",
 	"job.output",
 	"conn.opened",
 	"conn.closed",

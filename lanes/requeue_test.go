@@ -1,0 +1,138 @@
+package lanes
+
+import (
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// recSink keeps every record it is given, in order.
+type recSink struct {
+	mu   sync.Mutex
+	recs []*eventlog.Record
+}
+
+func (s *recSink) Deliver(r *eventlog.Record) {
+	s.mu.Lock()
+	s.recs = append(s.recs, r)
+	s.mu.Unlock()
+}
+
+func (s *recSink) all() []*eventlog.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*eventlog.Record(nil), s.recs...)
+}
+
+// A job the lane hands to a runner that died before the job could be
+// written to it never reached a runner: it goes back to the head of the
+// queue and runs on the replacement, instead of failing runner_lost.
+func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
+	lc := defaultLane(1, 1, NetworkHost, 0)
+	lc.Spares = 0
+	m, bus := startTestLane(t, lc)
+	waitServing(t, m, 1)
+	victim := laneRunners(m)[0]
+
+	exited := make(chanSink, 16)
+	defer bus.Subscribe([]string{"runner.exited"}, exited)()
+	jobEvents := &recSink{}
+	defer bus.Subscribe([]string{"job.*"}, jobEvents)()
+
+	// Between choosing the runner and handing it the job, the runner is
+	// SIGKILLed and its actor has noticed (runner.exited is its last word).
+	var once sync.Once
+	hookErr := make(chan string, 1)
+	hook := func(pid int) {
+		once.Do(func() {
+			if pid != victim.Pid {
+				hookErr <- "the job went to an unexpected runner"
+				return
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				hookErr <- err.Error()
+				return
+			}
+			deadline := time.After(30 * time.Second)
+			for {
+				select {
+				case r := <-exited:
+					if e := r.Event.(eventlog.RunnerExited); e.Pid == pid {
+						return
+					}
+				case <-deadline:
+					hookErr <- "no runner.exited after SIGKILL"
+					return
+				}
+			}
+		})
+	}
+	testHookDispatch.Store(&hook)
+	defer testHookDispatch.Store(nil)
+
+	id, werr := m.Submit(JobSpec{Lane: "bench", Argv: []string{"true"}})
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	done := make(chan JobRecord, 1)
+	if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
+		t.Fatal(werr)
+	}
+	var rec JobRecord
+	select {
+	case rec = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not finish")
+	}
+	select {
+	case e := <-hookErr:
+		t.Fatal(e)
+	default:
+	}
+	if rec.State != StateSucceeded || rec.RunnerPid == victim.Pid || rec.RunnerPid == 0 {
+		t.Fatalf("job ended %s (%s) on pid %d; want succeeded on the replacement of %d", rec.State, rec.Error, rec.RunnerPid, victim.Pid)
+	}
+
+	// job.finished is emitted before the waiters hear of it, so the log
+	// of this job is complete now.
+	var kinds []string
+	for _, r := range jobEvents.all() {
+		switch e := r.Event.(type) {
+		case eventlog.JobQueued:
+			if e.JobID == id {
+				kinds = append(kinds, r.Kind)
+			}
+		case eventlog.JobDispatched:
+			if e.JobID == id {
+				kinds = append(kinds, r.Kind)
+			}
+		case eventlog.JobRequeued:
+			if e.JobID == id {
+				if e.RunnerID != victim.ID || e.Reason != ErrRunnerLost || e.Lane != "bench" {
+					t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, ErrRunnerLost)
+				}
+				kinds = append(kinds, r.Kind)
+			}
+		case eventlog.JobFinished:
+			if e.JobID == id {
+				kinds = append(kinds, r.Kind)
+			}
+		case eventlog.JobOrphaned:
+			if e.JobID == id {
+				kinds = append(kinds, r.Kind)
+			}
+		}
+	}
+	want := []string{"job.queued", "job.dispatched", "job.requeued", "job.dispatched", "job.finished"}
+	if len(kinds) != len(want) {
+		t.Fatalf("events for %s: %v, want %v", id, kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("events for %s: %v, want %v", id, kinds, want)
+		}
+	}
+}
