@@ -29,14 +29,26 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 1 {
 		t.Fatalf("subscribe answer %+v", cl)
 	}
-	r.send(`{"id":2,"method":"job.get","params":{"id":"` + j.JobID + `"}}`)
-	// Once the answer has begun to arrive, the socket holds as much of it as
-	// it takes and the rest is queued.
-	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := r.br.Peek(1); err != nil {
-		t.Fatal(err)
+	// The events below are emitted once the direct write of the answer has
+	// been made (the socket took what it could, far less than 3 MB), while
+	// or after its rest goes back to the queue.
+	written := make(chan struct{}, 1)
+	hook := func(cn *conn) {
+		if cn.id == "c2" {
+			select {
+			case written <- struct{}{}:
+			default:
+			}
+		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	testHookDirectWritten.Store(&hook)
+	defer testHookDirectWritten.Store(nil)
+	r.send(`{"id":2,"method":"job.get","params":{"id":"` + j.JobID + `"}}`)
+	select {
+	case <-written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was not written directly")
+	}
 	for i := 0; i < 3; i++ {
 		h.bus.Emit(eventlog.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
 	}
