@@ -32,6 +32,9 @@ type (
 		conn *net.UnixConn
 		br   *bufio.Reader
 		hs   wire.Handshake
+		// peerPid is the connecting process as the kernel says
+		// (SO_PEERCRED); hs.Pid is only what the runner claims.
+		peerPid int
 	}
 	runnerUp struct {
 		id      string
@@ -196,7 +199,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 			s.status = m
 			if pc, ok := l.parked[m.Pid]; ok && m.Pid != 0 && s.spawned {
 				delete(l.parked, m.Pid)
-				c.Send(s.ref, connAttach{conn: pc.conn, br: pc.br, hs: pc.hs})
+				c.Send(s.ref, connAttach{conn: pc.conn, br: pc.br, hs: pc.hs, peerPid: pc.peerPid})
 			}
 			l.publish()
 		}
@@ -416,13 +419,15 @@ func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 		reject(fmt.Sprintf("handshake names lane %q but this socket serves lane %q", m.hs.Lane, l.h.name))
 		return
 	}
+	// Our own runners are recognised by the kernel's word, not by the pid
+	// their handshake claims: another client cannot take a slot's place.
 	for _, s := range l.runners {
-		if s.spawned && s.status.Pid == int(m.hs.Pid) && s.status.Pid != 0 {
-			c.Send(s.ref, connAttach{conn: m.conn, br: m.br, hs: m.hs})
+		if s.spawned && s.status.Pid == m.peerPid && s.status.Pid != 0 {
+			c.Send(s.ref, connAttach{conn: m.conn, br: m.br, hs: m.hs, peerPid: m.peerPid})
 			return
 		}
 	}
-	if pid := int(m.hs.Pid); pid > 0 && parentOf(pid) == os.Getpid() {
+	if pid := m.peerPid; pid > 0 && parentOf(pid) == os.Getpid() {
 		// One of ours whose slot has not reported its pid yet.
 		if l.parked == nil {
 			l.parked = map[int]runnerConn{}
@@ -434,7 +439,7 @@ func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 	// Not one of ours: a bring-your-own runner joins the lane.
 	l.byoSeq++
 	id := fmt.Sprintf("%s-byo-%d", l.h.name, l.byoSeq)
-	l.addRunner(c, id, false, &connAttach{conn: m.conn, br: m.br, hs: m.hs})
+	l.addRunner(c, id, false, &connAttach{conn: m.conn, br: m.br, hs: m.hs, peerPid: m.peerPid})
 	l.publish()
 }
 
@@ -547,12 +552,13 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 		if err != nil {
 			return
 		}
-		if uid, pid, ok := peerCred(conn); !ok || uid != uint32(os.Getuid()) {
+		uid, peerPid, ok := peerCred(conn)
+		if !ok || uid != uint32(os.Getuid()) {
 			reason := fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", uid, os.Getuid())
 			if !ok {
 				reason = "refused: cannot read peer credentials"
 			}
-			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: pid, UID: uid, Reason: reason})
+			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peerPid, UID: uid, Reason: reason})
 			conn.Close()
 			continue
 		}
@@ -576,7 +582,7 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 				conn.Close()
 				return
 			}
-			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs})
+			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peerPid)})
 		}()
 	}
 }

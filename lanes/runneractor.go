@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/lanes/proctree"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -29,9 +30,15 @@ type (
 		signal   string
 	}
 	connAttach struct {
-		conn *net.UnixConn
-		br   *bufio.Reader
-		hs   wire.Handshake
+		conn    *net.UnixConn
+		br      *bufio.Reader
+		hs      wire.Handshake
+		peerPid int // SO_PEERCRED; 0 when the peer is in a pid namespace we cannot see
+	}
+	// memMeasured: the daemon's own measurement of a runner's process tree.
+	memMeasured struct {
+		gen   int
+		bytes uint64
 	}
 	connFrame struct {
 		gen int
@@ -84,15 +91,19 @@ type runnerActor struct {
 	down      bool // this incarnation was declared lost
 	cause     string
 
-	conn    *net.UnixConn
-	out     chan []byte
-	jobs    map[string]actors.Ref
-	hbSeq   int
-	hbStop  func()
-	memory  uint64
-	stopReq bool // daemon shutdown
-	killReq func()
-	pending *connAttach // a byo runner's connection, attached at Started
+	conn   *net.UnixConn
+	out    chan []byte
+	jobs   map[string]actors.Ref
+	hbSeq  int
+	hbStop func()
+	// reportedMem is the runner's last heartbeat's memory_bytes;
+	// measuredMem our last measurement of its tree (see measure).
+	reportedMem, measuredMem uint64
+	// measuring: a measurement of this incarnation's tree is under way.
+	measuring bool
+	stopReq   bool // daemon shutdown
+	killReq   func()
+	pending   *connAttach // a byo runner's connection, attached at Started
 }
 
 func (r *runnerActor) Receive(c *actors.Context) {
@@ -106,7 +117,10 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.pending = nil
 			r.gen = int(r.sh.gens.Add(1))
 			r.alive = true
-			r.pid = int(p.hs.Pid)
+			r.pid = p.peerPid
+			if r.pid <= 0 {
+				r.pid = int(p.hs.Pid) // not visible to us: take its word
+			}
 			r.attach(c, p)
 		}
 	case procStarted:
@@ -222,6 +236,8 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		r.publish(c)
+	case memMeasured:
+		r.measured(c, m)
 	case cancelOnRunner:
 		if _, ok := r.jobs[m.jobID]; ok && !r.down {
 			r.send(c, wire.TypeCancel, wire.Cancel{JobID: m.jobID})
@@ -279,7 +295,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	r.gen = int(r.sh.gens.Add(1))
 	r.attempt++
 	r.down, r.cause, r.alive = false, "", true
-	r.pid, r.memory = 0, 0
+	r.pid, r.reportedMem, r.measuredMem = 0, 0, 0
 	r.spawnedAt = time.Now()
 	c.SetState("starting")
 	gen, self, sys := r.gen, c.Self(), c.System()
@@ -337,6 +353,31 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	r.publish(c)
 }
 
+// measure starts the daemon's own measurement of the runner's process tree
+// (the runner and every descendant, its jobs included), one at a time, off
+// the actor's goroutine. A runner's memory_bytes is its own word; the limit
+// is enforced on what we see.
+func (r *runnerActor) measure(c *actors.Context) {
+	if r.measuring || r.pid <= 0 {
+		return
+	}
+	r.measuring = true
+	pid, gen, self, sys := r.pid, r.gen, c.Self(), c.System()
+	go func() { sys.Send(self, memMeasured{gen: gen, bytes: proctree.RSS(pid)}) }()
+}
+
+func (r *runnerActor) measured(c *actors.Context, m memMeasured) {
+	r.measuring = false
+	if m.gen != r.gen || r.down || r.conn == nil {
+		return
+	}
+	r.measuredMem = m.bytes
+	if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 && m.bytes > lim {
+		r.kill(c, "memory_limit", fmt.Sprintf("runner's process tree measured at %d bytes (it reports %d), over max_runner_memory_bytes %d",
+			m.bytes, r.reportedMem, lim), ErrRunnerMemory)
+	}
+}
+
 func (r *runnerActor) armHeartbeat(c *actors.Context) {
 	if r.hbStop != nil {
 		r.hbStop()
@@ -385,12 +426,15 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		r.publish(c)
 	case wire.CancelAck:
 	case wire.Heartbeat:
-		r.memory = m.MemoryBytes
+		r.reportedMem = m.MemoryBytes
 		r.armHeartbeat(c)
 		r.send(c, wire.TypeHeartbeatAck, wire.HeartbeatAck{Timestamp: uint64(time.Now().UnixMilli())})
-		if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 && m.MemoryBytes > lim {
-			r.kill(c, "memory_limit", fmt.Sprintf("runner uses %d bytes, over max_runner_memory_bytes %d", m.MemoryBytes, lim), ErrRunnerMemory)
-			return
+		if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 {
+			if m.MemoryBytes > lim {
+				r.kill(c, "memory_limit", fmt.Sprintf("runner reports %d bytes, over max_runner_memory_bytes %d", m.MemoryBytes, lim), ErrRunnerMemory)
+				return
+			}
+			r.measure(c)
 		}
 		r.publish(c)
 	case wire.Handshake:
@@ -486,7 +530,7 @@ func (r *runnerActor) exitedEvent(code *int, sig, cause string) int64 {
 
 func (r *runnerActor) publish(c *actors.Context) {
 	st := RunnerStatus{ID: r.id, Pid: r.pid, State: "", Restarts: max(r.attempt-1, 0), ActiveJobs: len(r.jobs),
-		MemoryBytes: r.memory, Spawned: r.spawned}
+		MemoryBytes: max(r.reportedMem, r.measuredMem), Spawned: r.spawned}
 	switch {
 	case r.stopReq:
 		st.State = "stopping"

@@ -1,13 +1,10 @@
 package runner
 
 import (
-	"bytes"
 	"os"
-	"strconv"
 	"time"
 
-	"github.com/shirou/gopsutil/v4/process"
-
+	"github.com/orchestrd/orchestrd/lanes/proctree"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -16,7 +13,7 @@ func (r *runner) heartbeatLoop(interval time.Duration, stop <-chan struct{}, don
 	defer close(done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	self := &process.Process{Pid: int32(os.Getpid())}
+	self := os.Getpid()
 	var pids []int
 	for {
 		select {
@@ -24,70 +21,20 @@ func (r *runner) heartbeatLoop(interval time.Duration, stop <-chan struct{}, don
 			return
 		case <-t.C:
 		}
-		pids = r.runningPids(pids[:0])
+		// The runner and its jobs' trees: jobs run in process groups
+		// of their own but stay its children, so walking down from the
+		// runner finds them. Their main pids are roots too, in case one
+		// was re-parented (the runner is not a subreaper).
+		pids = append(r.runningPids(pids[:0]), self)
 		hb := wire.Heartbeat{
 			ActiveJobs:  r.activeJobs(),
 			UptimeSecs:  uint64(time.Since(r.started) / time.Second),
-			MemoryBytes: rss(self),
+			MemoryBytes: proctree.RSS(pids...),
 		}
-		hb.MemoryBytes += jobsRSS(pids)
 		if err := r.send(wire.TypeHeartbeat, hb); err != nil {
 			return
 		}
 	}
-}
-
-// maxMeasured bounds the processes one heartbeat measures.
-const maxMeasured = 1024
-
-// jobsRSS sums the RSS of the jobs' main processes and their descendants,
-// found through /proc/PID/task/PID/children (no scan of all of /proc). A
-// descendant that left for another parent (a daemonised grandchild) is
-// not counted.
-func jobsRSS(pids []int) uint64 {
-	var total uint64
-	queue := append([]int(nil), pids...)
-	var buf []byte
-	for n := 0; len(queue) > 0 && n < maxMeasured; n++ {
-		pid := queue[0]
-		queue = queue[1:]
-		total += rss(&process.Process{Pid: int32(pid)})
-		buf = readChildren(buf[:0], pid)
-		for _, f := range bytes.Fields(buf) {
-			if c, err := strconv.Atoi(string(f)); err == nil {
-				queue = append(queue, c)
-			}
-		}
-	}
-	return total
-}
-
-func readChildren(dst []byte, pid int) []byte {
-	p := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children"
-	f, err := os.Open(p)
-	if err != nil {
-		return dst
-	}
-	defer f.Close()
-	for {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
-		}
-		n, err := f.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if err != nil || n == 0 {
-			return dst
-		}
-	}
-}
-
-// rss is the resident set size of p, 0 if it is gone.
-func rss(p *process.Process) uint64 {
-	m, err := p.MemoryInfo()
-	if err != nil || m == nil {
-		return 0
-	}
-	return m.RSS
 }
 
 func (r *runner) activeJobs() int {

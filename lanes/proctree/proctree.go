@@ -1,0 +1,94 @@
+// Package proctree measures a process tree's memory from /proc: the
+// resident set of some root processes and of all their descendants. The
+// runner uses it for its heartbeat's memory_bytes, and the daemon, which
+// does not take a runner's word for it, to enforce max_runner_memory_bytes.
+package proctree
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+
+	"github.com/shirou/gopsutil/v4/process"
+)
+
+// MaxProcs bounds the processes one measurement visits, so that a fork
+// bomb costs the measurer a bounded amount of work.
+const MaxProcs = 4096
+
+// RSS sums the resident set size, in bytes, of roots and their
+// descendants. Descendants are found through every thread's
+// /proc/PID/task/TID/children (a process forks from any of its threads: a
+// Go runner's jobs are children of whichever thread ran the fork), never
+// by scanning all of /proc. A process that is gone counts 0; one that left
+// for another parent (a daemonised grandchild) is not counted. Each pid is
+// counted once.
+func RSS(roots ...int) uint64 {
+	var (
+		total uint64
+		buf   []byte
+		queue = append([]int(nil), roots...)
+		seen  = make(map[int]struct{}, len(roots))
+	)
+	for n := 0; len(queue) > 0 && n < MaxProcs; {
+		pid := queue[0]
+		queue = queue[1:]
+		if _, dup := seen[pid]; dup || pid <= 0 {
+			continue
+		}
+		seen[pid] = struct{}{}
+		n++
+		total += rss(pid)
+		buf = Children(buf[:0], pid)
+		for _, f := range bytes.Fields(buf) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				queue = append(queue, c)
+			}
+		}
+	}
+	return total
+}
+
+// Children appends to dst the space-separated pids of pid's children, read
+// from the children file of each of its threads.
+func Children(dst []byte, pid int) []byte {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return dst
+	}
+	for _, t := range tasks {
+		if len(dst) > 0 && dst[len(dst)-1] != ' ' {
+			dst = append(dst, ' ')
+		}
+		dst = appendFile(dst, dir+t.Name()+"/children")
+	}
+	return dst
+}
+
+func appendFile(dst []byte, path string) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return dst
+	}
+	defer f.Close()
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := f.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err != nil || n == 0 {
+			return dst
+		}
+	}
+}
+
+// rss is pid's resident set size, 0 if it is gone.
+func rss(pid int) uint64 {
+	m, err := (&process.Process{Pid: int32(pid)}).MemoryInfo()
+	if err != nil || m == nil {
+		return 0
+	}
+	return m.RSS
+}

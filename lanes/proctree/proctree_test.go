@@ -1,0 +1,99 @@
+package proctree
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startTree starts `sh -c script` in its own process group and waits until
+// sh has n children; the group is killed and reaped when the test ends.
+func startTree(t *testing.T, script string, n int) int {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(bytes.Fields(Children(nil, pid))) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("children of %d: %q, want %d", pid, Children(nil, pid), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return pid
+}
+
+func TestRSSCountsDescendants(t *testing.T) {
+	pid := startTree(t, "sleep 300 & sleep 300 & wait", 2)
+	alone := rss(pid)
+	all := RSS(pid)
+	if alone == 0 || all <= alone {
+		t.Fatalf("sh alone %d bytes, with its children %d", alone, all)
+	}
+	if got := RSS(pid, pid); got != all {
+		t.Fatalf("a root given twice counted twice: %d, want %d", got, all)
+	}
+	if got := RSS(1 << 30); got != 0 {
+		t.Fatalf("RSS of a missing pid: %d", got)
+	}
+}
+
+// A child forked by a thread other than the main one is listed in that
+// thread's children file only; this test process is a Go program whose
+// exec happens on whatever thread runs the goroutine.
+func TestChildrenOfEveryThread(t *testing.T) {
+	done := make(chan struct{})
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	// Start children from goroutines locked to fresh threads.
+	for i := 0; i < 4; i++ {
+		ch := make(chan *exec.Cmd)
+		go func() {
+			runtime.LockOSThread() // the thread exits with the goroutine, taking nothing with it
+			c := exec.Command("sleep", "300")
+			if err := c.Start(); err != nil {
+				ch <- nil
+				return
+			}
+			ch <- c
+			<-done
+		}()
+		if c := <-ch; c != nil {
+			cmds = append(cmds, c)
+		}
+	}
+	if len(cmds) == 0 {
+		t.Fatal("could not start any child")
+	}
+	kids := map[string]bool{}
+	for _, f := range bytes.Fields(Children(nil, os.Getpid())) {
+		kids[string(f)] = true
+	}
+	close(done)
+	for _, c := range cmds {
+		if !kids[strconv.Itoa(c.Process.Pid)] {
+			t.Errorf("child %d started from another thread is not listed (got %v)", c.Process.Pid, kids)
+		}
+	}
+}
