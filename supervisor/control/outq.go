@@ -167,7 +167,7 @@ func (q *outq) pushRespThen(line []byte, then func()) {
 func (q *outq) writeDirect(line []byte, seq uint64) {
 	n, err := writeNonBlocking(q.cn.nc, line)
 	if h := testHookDirectWritten.Load(); h != nil {
-		(*h)(q.cn)
+		(*h)(q.cn, len(line))
 	}
 	if err != nil {
 		if !q.cn.closing.Load() {
@@ -198,9 +198,9 @@ func (q *outq) writeDirect(line []byte, seq uint64) {
 }
 
 // testHookDirectWritten, when set by a test, runs after writeDirect's write
-// and before it looks at the queue again: the window in which the
-// connection can close under it.
-var testHookDirectWritten atomic.Pointer[func(*conn)]
+// of a line of n bytes and before it looks at the queue again: the window
+// in which the connection can close under it.
+var testHookDirectWritten atomic.Pointer[func(cn *conn, n int)]
 
 // writeNonBlocking makes one write attempt on the non-blocking socket; a
 // full socket buffer is 0 bytes written, not an error.

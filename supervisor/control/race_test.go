@@ -96,7 +96,7 @@ func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	r := h.raw()
 	var once sync.Once
 	hookErr := make(chan string, 1)
-	hook := func(cn *conn) {
+	hook := func(cn *conn, _ int) {
 		once.Do(func() {
 			r.nc.Close()
 			// The reader's reference goes last, just after conn.closed.
