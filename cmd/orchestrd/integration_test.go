@@ -473,12 +473,17 @@ max_r = 1000
 	}
 	// Exactly one job.finished per job in the event log. The log is written
 	// asynchronously, so wait for it to catch up before counting.
-	var finished map[string]int
+	var finished, dispatched, requeued map[string]int
 	eventuallyOr(t, 20*time.Second, "every job.finished in the event log", func() bool {
-		finished = map[string]int{}
+		finished, dispatched, requeued = map[string]int{}, map[string]int{}, map[string]int{}
 		for _, e := range d.events() {
-			if e["kind"] == "job.finished" {
+			switch e["kind"] {
+			case "job.finished":
 				finished[e["job_id"].(string)]++
+			case "job.dispatched":
+				dispatched[e["job_id"].(string)]++
+			case "job.requeued":
+				requeued[e["job_id"].(string)]++
 			}
 		}
 		for _, id := range ids {
@@ -488,11 +493,19 @@ max_r = 1000
 		}
 		return true
 	}, func() string { return fmt.Sprintf("%d of %d jobs have job.finished", len(finished), len(ids)) })
+	bounced := 0
 	for _, id := range ids {
 		if finished[id] != 1 {
 			t.Fatalf("job %s has %d job.finished events", id, finished[id])
 		}
+		// Never retried: a second dispatch only after the job bounced off
+		// a runner that was gone before it was written to it.
+		if dispatched[id] != 1+requeued[id] {
+			t.Fatalf("job %s dispatched %d times, requeued %d times", id, dispatched[id], requeued[id])
+		}
+		bounced += requeued[id]
 	}
+	t.Logf("%d dispatches bounced off a dead runner and were requeued", bounced)
 	var last []lanes.LaneStatus
 	eventuallyOr(t, 30*time.Second, "all lanes back at full strength", func() bool {
 		last = d.lanes()
