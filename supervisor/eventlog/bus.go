@@ -148,7 +148,15 @@ type Bus struct {
 // hooks are test seams.
 type hooks struct {
 	beforeWrite func() // called by the writer goroutine before each Write
+	// checkEvery overrides how often the writer checks that its path
+	// still names its file (default reopenCheckInterval).
+	checkEvery time.Duration
 }
+
+// reopenCheckInterval bounds how often a writing writer stats its path to
+// find the file removed or replaced (by hand or by an outside rotation),
+// in which case it opens the path afresh.
+const reopenCheckInterval = time.Second
 
 // Open creates the bus and, when opts.Path is set, opens the log for
 // appending (creating its directory with mode 0700 and the file with mode
@@ -176,28 +184,32 @@ func open(opts Options, h hooks) (*Bus, error) {
 		return nil, fmt.Errorf("eventlog: %w", err)
 	}
 	last, torn := lastSeq(opts.Path)
-	f, size, err := openAppend(opts.Path)
+	f, fi, err := openAppend(opts.Path)
 	if err != nil {
 		return nil, err
 	}
 	b.seq.Store(last)
 	b.queue = make(chan []byte, opts.Buffer)
-	b.w = &writer{bus: b, path: opts.Path, maxBytes: opts.MaxBytes, maxFiles: opts.MaxFiles, f: f, size: size, torn: torn}
+	b.w = &writer{bus: b, path: opts.Path, maxBytes: opts.MaxBytes, maxFiles: opts.MaxFiles, f: f, fi: fi,
+		size: fi.Size(), torn: torn, checkEvery: reopenCheckInterval, checked: time.Now()}
+	if h.checkEvery != 0 {
+		b.w.checkEvery = h.checkEvery
+	}
 	go b.w.run()
 	return b, nil
 }
 
-func openAppend(path string) (*os.File, int64, error) {
+func openAppend(path string) (*os.File, os.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, 0, fmt.Errorf("eventlog: %w", err)
+		return nil, nil, fmt.Errorf("eventlog: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, fmt.Errorf("eventlog: %w", err)
+		return nil, nil, fmt.Errorf("eventlog: %w", err)
 	}
-	return f, st.Size(), nil
+	return f, st, nil
 }
 
 // Seq returns the last assigned seq.
@@ -464,10 +476,14 @@ type writer struct {
 	maxBytes int64
 	maxFiles int
 	f        *os.File
+	fi       os.FileInfo // f's identity, to notice the path naming another file
 	size     int64
-	torn     bool   // the file ends in a partial line: start the next write with "\n"
-	lost     uint64 // lines lost to write errors, reported once writes succeed again
-	closeErr error
+	// checkEvery and checked pace the path check (see checkPath).
+	checkEvery time.Duration
+	checked    time.Time
+	torn       bool   // the file ends in a partial line: start the next write with "\n"
+	lost       uint64 // lines lost to write errors, reported once writes succeed again
+	closeErr   error
 }
 
 func (w *writer) run() {
@@ -558,6 +574,10 @@ func (w *writer) appendDropped(batch []byte, open bool) ([]byte, *Record, bool) 
 // would take the file past maxBytes. A line longer than maxBytes gets a file
 // of its own.
 func (w *writer) write(batch []byte) {
+	if now := time.Now(); now.Sub(w.checked) >= w.checkEvery {
+		w.checked = now
+		w.checkPath()
+	}
 	for len(batch) > 0 {
 		room := w.maxBytes - w.size
 		if int64(len(batch)) <= room {
@@ -650,14 +670,40 @@ func (w *writer) rotate() bool {
 		logErr(err)
 		return false
 	}
-	f, size, err := openAppend(w.path)
+	f, fi, err := openAppend(w.path)
 	if err != nil {
 		logErr(err)
 		return false // keep appending to the renamed file rather than lose lines
 	}
 	w.f.Close()
-	w.f, w.size, w.torn = f, size, false
+	w.f, w.fi, w.size, w.torn = f, fi, fi.Size(), false
 	return true
+}
+
+// checkPath reopens the log when its path no longer names the file being
+// written: someone deleted it, or an outside tool (logrotate without
+// copytruncate) renamed it away. Lines would otherwise go to a file nobody
+// can find until the next rotation. Any other error leaves things as they
+// are.
+func (w *writer) checkPath() {
+	st, err := os.Stat(w.path)
+	switch {
+	case err == nil && os.SameFile(st, w.fi):
+		return
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return
+	}
+	f, fi, err := openAppend(w.path)
+	b := w.bus
+	if err != nil {
+		b.limit.do("reopen", func(suppressed int) {
+			b.log.Error().Err(err).Str("path", w.path).Int("suppressed", suppressed).Msg("eventlog: reopening the log failed")
+		})
+		return
+	}
+	w.f.Close()
+	w.f, w.fi, w.size, w.torn = f, fi, fi.Size(), false
+	b.log.Warn().Str("path", w.path).Msg("eventlog: the log file was removed or replaced; writing to a new one")
 }
 
 func rotatedName(path string, n int) string { return path + "." + strconv.Itoa(n) }

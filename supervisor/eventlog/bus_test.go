@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -683,5 +684,59 @@ func TestKnownKindsMatchSource(t *testing.T) {
 	}
 	if !slices.Equal(samples, knownKinds) {
 		t.Fatalf("sampleEvents out of date:\n%v\n%v", samples, knownKinds)
+	}
+}
+
+// waitForLine polls the log until a line for lane appears in path.
+func waitForLine(t *testing.T, path, lane string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), `"lane":"`+lane+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no line for %s in %s: %q", lane, path, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A log deleted, or renamed away by an outside rotation, while the daemon
+// runs is replaced by a fresh file at the same path; lines never go on to
+// a file nobody can find.
+func TestLogRemovedOrRenamedIsReopened(t *testing.T) {
+	path := logPath(t)
+	b, err := open(Options{Path: path}, hooks{checkEvery: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.Emit(LaneRecovered{Lane: "first"})
+	waitForLine(t, path, "first")
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b.Emit(LaneRecovered{Lane: "after-remove"})
+	waitForLine(t, path, "after-remove")
+
+	moved := path + ".moved"
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	b.Emit(LaneRecovered{Lane: "after-rename"})
+	waitForLine(t, path, "after-rename")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := readAll(t, path, Query{})
+	if len(lines) != 1 || lines[0].Fields["lane"] != "after-rename" {
+		t.Fatalf("the reopened log holds %+v, want only the line after the rename", lines)
+	}
+	old, _ := os.ReadFile(moved)
+	if !strings.Contains(string(old), `"after-remove"`) || strings.Contains(string(old), `"after-rename"`) {
+		t.Fatalf("the renamed file: %q", old)
 	}
 }
