@@ -96,8 +96,21 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 		t.Fatalf("job ended %s (%s) on pid %d; want succeeded on the replacement of %d", rec.State, rec.Error, rec.RunnerPid, victim.Pid)
 	}
 
-	// job.finished is emitted before the waiters hear of it, so the log
-	// of this job is complete now.
+	// Waiters hear of the end just before job.finished is emitted: wait
+	// for it, then the events of this job are complete.
+	finished := func() bool {
+		for _, r := range jobEvents.all() {
+			if e, ok := r.Event.(eventlog.JobFinished); ok && e.JobID == id {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); !finished(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no job.finished")
+		}
+	}
 	var kinds []string
 	for _, r := range jobEvents.all() {
 		switch e := r.Event.(type) {
