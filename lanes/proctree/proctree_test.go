@@ -97,3 +97,29 @@ func TestChildrenOfEveryThread(t *testing.T) {
 		}
 	}
 }
+
+// The cost of one measurement of a small tree: the daemon pays it once a
+// heartbeat per runner of a lane with max_runner_memory_bytes.
+func BenchmarkRSS(b *testing.B) {
+	var cmds []*exec.Cmd
+	for i := 0; i < 4; i++ {
+		c := exec.Command("sleep", "300")
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	self := os.Getpid()
+	b.ReportAllocs()
+	for b.Loop() {
+		if RSS(self) == 0 {
+			b.Fatal("no RSS")
+		}
+	}
+}
