@@ -46,8 +46,10 @@ func TestRSSCountsDescendants(t *testing.T) {
 	if alone == 0 || all <= alone {
 		t.Fatalf("sh alone %d bytes, with its children %d", alone, all)
 	}
-	if got := RSS(pid, pid); got != all {
-		t.Fatalf("a root given twice counted twice: %d, want %d", got, all)
+	// RSS moves a little between two readings (the children are freshly
+	// exec'd); counted twice it would be about double.
+	if got := RSS(pid, pid); got > all+all/2 {
+		t.Fatalf("a root given twice counted twice: %d, once %d", got, all)
 	}
 	if got := RSS(1 << 30); got != 0 {
 		t.Fatalf("RSS of a missing pid: %d", got)
