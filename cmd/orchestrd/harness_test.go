@@ -67,8 +67,17 @@ func helperMain(what string) int {
 	return 2
 }
 
+// testDaemon is a running daemon as seen from one test: helpers fail t.
 type testDaemon struct {
-	t      *testing.T
+	t *testing.T
+	*daemonProc
+}
+
+// in is d as seen from t, a subtest: a helper failing there fails only it.
+func (d *testDaemon) in(t *testing.T) *testDaemon { return &testDaemon{t: t, daemonProc: d.daemonProc} }
+
+// daemonProc is the daemon process and what the tests learnt about it.
+type daemonProc struct {
 	home   string
 	cmd    *exec.Cmd
 	stderr *syncBuffer
@@ -118,7 +127,7 @@ func startDaemon(t *testing.T, config string) *testDaemon {
 			t.Fatal(err)
 		}
 	}
-	d := &testDaemon{t: t, home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}
+	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
 	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stderr = d.stderr
 	d.cmd.Stdout = d.stderr

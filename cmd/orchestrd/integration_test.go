@@ -43,6 +43,7 @@ func TestJobLifecycle(t *testing.T) {
 	dir := shortTemp(t)
 
 	t.Run("succeeds with output", func(t *testing.T) {
+		d := d.in(t)
 		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "hello"}}))
 		if rec.State != lanes.StateSucceeded || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Output != "hello\n" {
 			t.Fatalf("record = %+v", rec)
@@ -52,18 +53,21 @@ func TestJobLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("non-zero exit fails", func(t *testing.T) {
+		d := d.in(t)
 		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "echo oops >&2; exit 7"}))
 		if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 7 || !strings.Contains(rec.Output, "oops") {
 			t.Fatalf("record = %+v", rec)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
+		d := d.in(t)
 		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}, TimeoutMs: 100}))
 		if rec.State != lanes.StateTimeout || !rec.WasTimeout {
 			t.Fatalf("record = %+v", rec)
 		}
 	})
 	t.Run("cancel running", func(t *testing.T) {
+		d := d.in(t)
 		marker := filepath.Join(dir, "started")
 		id := d.submit(lanes.JobSpec{Lane: "net", Command: "echo $$ > " + marker + "; exec sleep 30"})
 		readPid(t, marker)
@@ -84,6 +88,7 @@ func TestJobLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("path escape is an error and does not run", func(t *testing.T) {
+		d := d.in(t)
 		wt := filepath.Join(dir, "wt")
 		os.MkdirAll(wt, 0o755)
 		marker := filepath.Join(dir, "escaped")
@@ -101,6 +106,7 @@ func TestJobLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("errors", func(t *testing.T) {
+		d := d.in(t)
 		if err := d.call("job.submit", map[string]any{"lane": "nope", "argv": []string{"true"}}, nil); remoteCode(err) != wire.CodeNotFound {
 			t.Fatalf("unknown lane: %v", err)
 		}
@@ -115,6 +121,7 @@ func TestJobLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("list and metrics", func(t *testing.T) {
+		d := d.in(t)
 		var r struct{ Jobs []lanes.JobRecord }
 		d.mustCall("job.list", map[string]string{"state": "succeeded"}, &r)
 		if len(r.Jobs) == 0 {
