@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -73,20 +74,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	testHookDispatch.Store(&hook)
 	defer testHookDispatch.Store(nil)
 
-	id, werr := m.Submit(JobSpec{Lane: "bench", Argv: []string{"true"}})
-	if werr != nil {
-		t.Fatal(werr)
-	}
-	done := make(chan JobRecord, 1)
-	if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
-		t.Fatal(werr)
-	}
-	var rec JobRecord
-	select {
-	case rec = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job did not finish")
-	}
+	id, rec := runJob(t, m, JobSpec{Lane: "bench", Argv: []string{"true"}})
 	select {
 	case e := <-hookErr:
 		t.Fatal(e)
@@ -113,39 +101,28 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	}
 	var kinds []string
 	for _, r := range jobEvents.all() {
+		var of string
 		switch e := r.Event.(type) {
 		case eventlog.JobQueued:
-			if e.JobID == id {
-				kinds = append(kinds, r.Kind)
-			}
+			of = e.JobID
 		case eventlog.JobDispatched:
-			if e.JobID == id {
-				kinds = append(kinds, r.Kind)
-			}
+			of = e.JobID
 		case eventlog.JobRequeued:
-			if e.JobID == id {
-				if e.RunnerID != victim.ID || e.Reason != ErrRunnerLost || e.Lane != "bench" {
-					t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, ErrRunnerLost)
-				}
-				kinds = append(kinds, r.Kind)
+			of = e.JobID
+			if e.RunnerID != victim.ID || e.Reason != ErrRunnerLost || e.Lane != "bench" {
+				t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, ErrRunnerLost)
 			}
 		case eventlog.JobFinished:
-			if e.JobID == id {
-				kinds = append(kinds, r.Kind)
-			}
+			of = e.JobID
 		case eventlog.JobOrphaned:
-			if e.JobID == id {
-				kinds = append(kinds, r.Kind)
-			}
+			of = e.JobID
+		}
+		if of == id {
+			kinds = append(kinds, r.Kind)
 		}
 	}
 	want := []string{"job.queued", "job.dispatched", "job.requeued", "job.dispatched", "job.finished"}
-	if len(kinds) != len(want) {
+	if !slices.Equal(kinds, want) {
 		t.Fatalf("events for %s: %v, want %v", id, kinds, want)
-	}
-	for i := range want {
-		if kinds[i] != want[i] {
-			t.Fatalf("events for %s: %v, want %v", id, kinds, want)
-		}
 	}
 }

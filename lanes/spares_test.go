@@ -18,6 +18,26 @@ func (c chanSink) Deliver(r *eventlog.Record) {
 	}
 }
 
+// runJob submits spec and waits (up to 30 s) for the job's record.
+func runJob(t *testing.T, m *Manager, spec JobSpec) (string, JobRecord) {
+	t.Helper()
+	id, werr := m.Submit(spec)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	done := make(chan JobRecord, 1)
+	if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
+		t.Fatal(werr)
+	}
+	select {
+	case r := <-done:
+		return id, r
+	case <-time.After(30 * time.Second):
+		t.Fatalf("job %s did not finish", id)
+	}
+	return id, JobRecord{}
+}
+
 // laneRunners returns lane bench's runners.
 func laneRunners(m *Manager) []RunnerStatus {
 	for _, l := range m.Lanes() {
@@ -73,21 +93,8 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	// Jobs go to the serving runner only.
 	runTrue := func() JobRecord {
 		t.Helper()
-		id, werr := m.Submit(JobSpec{Lane: "bench", Argv: []string{"true"}})
-		if werr != nil {
-			t.Fatal(werr)
-		}
-		done := make(chan JobRecord, 1)
-		if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
-			t.Fatal(werr)
-		}
-		select {
-		case r := <-done:
-			return r
-		case <-time.After(30 * time.Second):
-			t.Fatal("job did not finish")
-		}
-		return JobRecord{}
+		_, r := runJob(t, m, JobSpec{Lane: "bench", Argv: []string{"true"}})
+		return r
 	}
 	if r := runTrue(); r.State != StateSucceeded || r.RunnerPid != serving.Pid {
 		t.Fatalf("job ran %s on pid %d, want succeeded on the serving runner %d", r.State, r.RunnerPid, serving.Pid)
