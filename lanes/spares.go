@@ -50,7 +50,8 @@ func (l *laneActor) lostServing(c *actors.Context, id string, s *runnerSlot) {
 		return
 	}
 	s.serving = false
-	if !s.spawned {
+	if !s.spawned || l.stopping {
+		// At shutdown every runner is on its way out: nothing to promote.
 		return
 	}
 	for _, sid := range l.order {

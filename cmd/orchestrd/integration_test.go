@@ -371,8 +371,19 @@ func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 	}
 	waitGone(t, jobPid)
 	kinds := map[string]bool{}
+	stopping := false
 	for _, e := range d.events() {
-		kinds[e["kind"].(string)] = true
+		k := e["kind"].(string)
+		kinds[k] = true
+		switch k {
+		case "daemon.stopping":
+			stopping = true
+		case "runner.promoted", "runner.spawned", "runner.restart_scheduled":
+			// Every runner is on its way out: none is replaced.
+			if stopping {
+				t.Errorf("%s after daemon.stopping: %v", k, e)
+			}
+		}
 	}
 	for _, k := range []string{"daemon.started", "daemon.stopping", "daemon.stopped", "runner.exited"} {
 		if !kinds[k] {
