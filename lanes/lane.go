@@ -56,6 +56,7 @@ type (
 	parkExpired  struct{ pid int }
 	laneRecheck  struct{}
 	laneShutdown struct{ done func() }
+	laneForce    struct{}
 )
 
 // laneHandle is what the Manager keeps of a lane: its actor, its config and
@@ -122,6 +123,7 @@ type laneActor struct {
 	parked map[int]runnerConn
 
 	stopping bool
+	forced   bool // the daemon was told to stop again: kill what has not stopped
 	stopDone func()
 }
 
@@ -212,6 +214,13 @@ func (l *laneActor) Receive(c *actors.Context) {
 		}
 	case laneShutdown:
 		l.shutdown(c, m.done)
+	case laneForce:
+		// May overtake laneShutdown (another sender): then shutdown
+		// forces as soon as it starts.
+		l.forced = true
+		if l.stopping {
+			l.force(c)
+		}
 	case runnerStopped:
 		if s := l.runners[m.id]; s != nil {
 			s.stopped = true
@@ -458,7 +467,16 @@ func (l *laneActor) shutdown(c *actors.Context, done func()) {
 	for _, s := range l.runners {
 		c.Send(s.ref, runnerShutdown{})
 	}
+	if l.forced {
+		l.force(c)
+	}
 	l.maybeStopped()
+}
+
+func (l *laneActor) force(c *actors.Context) {
+	for _, s := range l.runners {
+		c.Send(s.ref, runnerForce{})
+	}
 }
 
 func (l *laneActor) maybeStopped() {

@@ -285,6 +285,19 @@ func (m *Manager) Metrics() Metrics {
 // running jobs end cancelled (daemon_shutdown). Then the actors stop and a
 // last sweep kills anything re-parented to the daemon. It returns how many
 // runners had to be killed.
+// Force hurries a Shutdown under way: runners that have not stopped yet
+// are killed now (runner.killed {reason: shutdown_forced}) instead of at
+// the shutdown timeout; their jobs end cancelled as at any shutdown. A
+// no-op before Shutdown.
+func (m *Manager) Force() {
+	if !m.stopping.Load() {
+		return
+	}
+	for _, n := range m.names {
+		m.sys.Send(m.lanes[n].laneRef(), laneForce{})
+	}
+}
+
 func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 	var err error
 	m.stopped.Do(func() {

@@ -67,6 +67,9 @@ type (
 	}
 	runnerShutdown struct{}
 	shutdownKill   struct{ gen int }
+	// runnerForce: the daemon is stopping and told to hurry; a runner not
+	// yet stopped is killed now rather than at the shutdown timeout.
+	runnerForce struct{}
 )
 
 // runnerActor supervises one runner: for a spawned runner, one slot whose
@@ -262,18 +265,16 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if m.gen != r.gen || !r.alive {
 			return
 		}
-		r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "shutdown_timeout",
-			Detail: fmt.Sprintf("still running %s after Shutdown", r.sh.shutdownTimeout)})
-		r.sh.killedOnShutdown.Add(1)
-		r.lost(c, "shutdown_timeout", ErrDaemonShutdown)
-		if r.spawned {
-			// lost spares a runner that closed its socket at shutdown; past
-			// the timeout its group dies regardless.
-			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
-		} else {
-			c.Send(r.lane, runnerStopped{id: r.id})
-			r.retireExternal(c, "shutdown_timeout")
+		r.killAtShutdown(c, "shutdown_timeout", fmt.Sprintf("still running %s after Shutdown", r.sh.shutdownTimeout))
+	case runnerForce:
+		if !r.stopReq || !r.alive {
+			return
 		}
+		if r.killReq != nil {
+			r.killReq()
+			r.killReq = nil
+		}
+		r.killAtShutdown(c, "shutdown_forced", "the daemon was told to stop again while stopping")
 	case actors.Stopped, actors.Restarting:
 		// Last resort: whatever is still running dies with the actor
 		// (daemon shutdown, or this actor panicked and is replaced).
@@ -467,6 +468,23 @@ func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
 	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.lost(c, "killed_"+reason, jobErr)
 	r.retireExternal(c, "killed_"+reason)
+}
+
+// killAtShutdown ends a runner that has not stopped by itself after
+// Shutdown: its jobs end cancelled (daemon_shutdown), a spawned runner's
+// group is killed, a bring-your-own runner is disconnected.
+func (r *runnerActor) killAtShutdown(c *actors.Context, reason, detail string) {
+	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.sh.killedOnShutdown.Add(1)
+	r.lost(c, reason, ErrDaemonShutdown)
+	if r.spawned {
+		// lost spares a runner that closed its socket at shutdown; now its
+		// group dies regardless.
+		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+	} else {
+		c.Send(r.lane, runnerStopped{id: r.id})
+		r.retireExternal(c, reason)
+	}
 }
 
 // retireExternal ends a bring-your-own runner's actor once its connection

@@ -601,3 +601,73 @@ func TestConfigErrorsExit2(t *testing.T) {
 		}
 	}
 }
+
+// A second SIGTERM while the daemon stops hurries it: a runner that
+// ignores Shutdown is killed at once instead of at shutdown_timeout (60 s
+// here), and the daemon still exits cleanly with its event log complete.
+func TestSecondSignalHurriesShutdown(t *testing.T) {
+	d := startDaemon(t, `
+[daemon]
+shutdown_timeout = "60s"
+[lanes.byo]
+runners = 0
+slots = 1
+network = "host"
+heartbeat_timeout = "60s"
+`)
+	// A bring-your-own runner that handshakes, then ignores everything,
+	// Shutdown included.
+	c, err := net.Dial("unix", filepath.Join(d.home, "runner-byo.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "stubborn"}); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		fr := wire.NewFrameReader(c, 0)
+		for {
+			if _, err := fr.Next(); err != nil {
+				return // the daemon closed the connection
+			}
+		}
+	}()
+	eventually(t, 10*time.Second, "the stubborn runner joined", func() bool {
+		l := d.lane("byo")
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+	})
+
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.waitEvent("daemon.stopping", nil)
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after a second SIGTERM")
+	}
+	if d.exit != nil {
+		t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
+	}
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stubborn runner's connection is still open")
+	}
+	var stopping, forced, stopped int
+	for _, e := range d.events() {
+		switch {
+		case e["kind"] == "daemon.stopping":
+			stopping++
+		case e["kind"] == "runner.killed" && e["reason"] == "shutdown_forced":
+			forced++
+		case e["kind"] == "daemon.stopped":
+			stopped++
+		}
+	}
+	if stopping != 2 || forced != 1 || stopped != 1 {
+		t.Fatalf("daemon.stopping %d, runner.killed{shutdown_forced} %d, daemon.stopped %d; want 2, 1, 1", stopping, forced, stopped)
+	}
+}

@@ -91,13 +91,20 @@ func Run(ctx context.Context, opts Options) error {
 	if len(sigs) == 0 {
 		sigs = []os.Signal{syscall.SIGTERM, syscall.SIGINT}
 	}
+	// Signals are heard for the whole run: the first one stops the daemon;
+	// one more while it stops hurries it (runners still running are
+	// killed now rather than at shutdown_timeout), and the event log is
+	// still flushed. Without this a second SIGTERM would kill the process
+	// outright and lose the log's tail.
+	sigCh := make(chan os.Signal, 2)
+	signal.Notify(sigCh, sigs...)
+	defer signal.Stop(sigCh)
+	stopped := make(chan struct{})
+	defer close(stopped)
 	var g run.Group
 	{
-		sigCh := make(chan os.Signal, 1)
-		signal.Notify(sigCh, sigs...)
 		stop := make(chan struct{})
 		g.Add(func() error {
-			defer signal.Stop(sigCh)
 			select {
 			case s := <-sigCh:
 				bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal"})
@@ -105,6 +112,14 @@ func Run(ctx context.Context, opts Options) error {
 				bus.Emit(eventlog.DaemonStopping{Reason: "context done"})
 			case <-stop:
 			}
+			go func() {
+				select {
+				case s := <-sigCh:
+					bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
+					mgr.Force()
+				case <-stopped:
+				}
+			}()
 			return nil
 		}, func(error) { close(stop) })
 	}
