@@ -140,6 +140,20 @@ func startDaemon(t *testing.T, config string) *testDaemon {
 	return d
 }
 
+// waitCleanExit waits up to 30 s for the daemon to exit (failing with
+// what otherwise) and fails unless it exited with status 0.
+func (d *testDaemon) waitCleanExit(what string) {
+	d.t.Helper()
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.t.Fatal(what)
+	}
+	if d.exit != nil {
+		d.t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
+	}
+}
+
 func (d *testDaemon) sock() string { return filepath.Join(d.home, "daemon.sock") }
 
 func (d *testDaemon) client() *control.Client {

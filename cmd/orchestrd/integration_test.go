@@ -361,14 +361,7 @@ func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 			t.Fatal("no job.finished at shutdown")
 		}
 	}
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon did not exit")
-	}
-	if d.exit != nil {
-		t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
-	}
+	d.waitCleanExit("the daemon did not exit after SIGTERM")
 	waitGone(t, jobPid)
 	kinds := map[string]bool{}
 	stopping := false
@@ -643,14 +636,7 @@ heartbeat_timeout = "60s"
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.waitEvent("daemon.stopping", nil)
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the daemon did not exit after a second SIGTERM")
-	}
-	if d.exit != nil {
-		t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
-	}
+	d.waitCleanExit("the daemon did not exit after a second SIGTERM")
 	select {
 	case <-drained:
 	case <-time.After(10 * time.Second):
