@@ -65,6 +65,17 @@ type LaneConfig struct {
 	HeartbeatTimeout     Duration      `toml:"heartbeat_timeout"`
 	Nice                 int           `toml:"nice"` // CPU priority of the runners and their jobs
 	Restart              RestartConfig `toml:"restart"`
+	// ExternalRunners lets bring-your-own runners join the lane (with the
+	// lane's join token). Unset: true only for a lane with runners = 0.
+	ExternalRunners *bool `toml:"external_runners"`
+}
+
+// AcceptsExternal reports whether bring-your-own runners may join.
+func (l LaneConfig) AcceptsExternal() bool {
+	if l.ExternalRunners != nil {
+		return *l.ExternalRunners
+	}
+	return l.Runners == 0
 }
 
 // DaemonConfig is the [daemon] table.

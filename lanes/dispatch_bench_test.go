@@ -147,7 +147,7 @@ func fakeRunner(b *testing.B, m *Manager) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "bench", Pid: uint32(os.Getpid()),
+	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "bench", Pid: uint32(os.Getpid()), Token: m.lanes["bench"].token,
 		Version: "bench", Capabilities: []string{"argv"}}); err != nil {
 		b.Fatal(err)
 	}

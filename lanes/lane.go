@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"bufio"
+	"crypto/subtle"
 	"fmt"
 	"net"
 	"os"
@@ -53,7 +54,6 @@ type (
 		ref    actors.Ref
 	}
 	slotFreed    struct{ id string }
-	parkExpired  struct{ pid int }
 	laneRecheck  struct{}
 	laneShutdown struct{ done func() }
 	laneForce    struct{}
@@ -74,6 +74,7 @@ type laneHandle struct {
 	pendMu  sync.Mutex
 	pendC   map[*net.UnixConn]struct{} // connections still handshaking
 	closed  bool
+	token   string // join token for bring-your-own runners; "" if the lane takes none
 	ref     atomic.Pointer[actors.Ref]
 	pending atomic.Int64 // jobs submitted and not yet dispatched or cancelled
 	running atomic.Int64
@@ -118,9 +119,6 @@ type laneActor struct {
 	jobIDs  map[string]string     // job actor ref -> job id
 	byoSeq  int
 	recheck func()
-	// parked: handshakes from our own children that arrived before their
-	// slot reported the pid (the child can be faster than the message).
-	parked map[int]runnerConn
 
 	stopping bool
 	forced   bool // the daemon was told to stop again: kill what has not stopped
@@ -199,18 +197,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 	case RunnerStatus:
 		if s := l.runners[m.ID]; s != nil {
 			s.status = m
-			if pc, ok := l.parked[m.Pid]; ok && m.Pid != 0 && s.spawned {
-				delete(l.parked, m.Pid)
-				c.Send(s.ref, connAttach{conn: pc.conn, br: pc.br, hs: pc.hs, peerPid: pc.peerPid})
-			}
 			l.publish()
-		}
-	case parkExpired:
-		if pc, ok := l.parked[m.pid]; ok {
-			delete(l.parked, m.pid)
-			pc.conn.Close()
-			l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Pid: m.pid,
-				Reason: "a child of the daemon handshook but no runner slot claimed its pid"})
 		}
 	case laneShutdown:
 		l.shutdown(c, m.done)
@@ -428,21 +415,19 @@ func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 		reject(fmt.Sprintf("handshake names lane %q but this socket serves lane %q", m.hs.Lane, l.h.name))
 		return
 	}
-	// Our own runners are recognised by the kernel's word, not by the pid
-	// their handshake claims: another client cannot take a slot's place.
-	for _, s := range l.runners {
-		if s.spawned && s.status.Pid == m.peerPid && s.status.Pid != 0 {
-			c.Send(s.ref, connAttach{conn: m.conn, br: m.br, hs: m.hs, peerPid: m.peerPid})
-			return
-		}
+	// Runners the daemon spawns never come here: each has a socketpair of
+	// its own. Whoever connects to the lane socket is a bring-your-own
+	// runner, and joins only a lane that takes them, with its join token.
+	if !l.h.cfg.AcceptsExternal() {
+		reject(fmt.Sprintf("lane %q does not take bring-your-own runners (external_runners = false)", l.h.name))
+		return
 	}
-	if pid := m.peerPid; pid > 0 && parentOf(pid) == os.Getpid() {
-		// One of ours whose slot has not reported its pid yet.
-		if l.parked == nil {
-			l.parked = map[int]runnerConn{}
-		}
-		l.parked[pid] = m
-		c.After(5*time.Second, parkExpired{pid: pid})
+	if m.hs.Token == "" {
+		reject(fmt.Sprintf("no join token: a bring-your-own runner needs lane %q's token (orchestrd lane token %s)", l.h.name, l.h.name))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(m.hs.Token), []byte(l.h.token)) != 1 {
+		reject(fmt.Sprintf("wrong join token for lane %q", l.h.name))
 		return
 	}
 	// Not one of ours: a bring-your-own runner joins the lane.
@@ -591,7 +576,7 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 		l.pendMu.Unlock()
 		go func() {
 			defer l.acceptW.Done()
-			hs, br, err := readHandshake(conn, l.sh.maxFrame)
+			hs, br, err := readHandshake(conn, l.sh.maxFrame, 5*time.Second)
 			l.pendMu.Lock()
 			delete(l.pendC, conn)
 			l.pendMu.Unlock()
@@ -605,9 +590,9 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 	}
 }
 
-func readHandshake(conn *net.UnixConn, maxFrame uint32) (wire.Handshake, *bufio.Reader, error) {
+func readHandshake(conn *net.UnixConn, maxFrame uint32, timeout time.Duration) (wire.Handshake, *bufio.Reader, error) {
 	var hs wire.Handshake
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
 	br := bufio.NewReaderSize(conn, 16<<10)
 	f, err := wire.NewFrameReader(br, maxFrame).Next()
 	if err != nil {
@@ -621,15 +606,6 @@ func readHandshake(conn *net.UnixConn, maxFrame uint32) (wire.Handshake, *bufio.
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return hs, br, nil
-}
-
-// parentOf returns pid's parent pid, or 0 if it cannot be read.
-func parentOf(pid int) int {
-	_, ppid, _, ok := procStat(pid)
-	if !ok {
-		return 0
-	}
-	return ppid
 }
 
 func peerCred(c *net.UnixConn) (uid uint32, pid int32, ok bool) {

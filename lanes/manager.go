@@ -18,6 +18,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -26,7 +27,10 @@ import (
 type shared struct {
 	bus             *eventlog.Bus
 	store           *store
-	reaper          *reaper
+	reaper          *proc.Reaper
+	cgroup          *proc.Cgroup // the daemon's cgroup for its runners and their jobs; nil without cgroup v2
+	hide            []string     // paths jobs must not see: the home
+	log             zerolog.Logger
 	exe             string
 	runnerStderr    io.Writer
 	maxFrame        uint32
@@ -107,15 +111,28 @@ func Start(opts Options) (*Manager, error) {
 	if opts.RunnerStderr == nil {
 		opts.RunnerStderr = os.Stderr
 	}
-	rp, err := newReaper(opts.Bus)
+	rp, err := proc.NewReaper(func(o proc.Orphan) { killOrphan(opts.Bus, o) })
 	if err != nil {
 		return nil, err
+	}
+	hide, err := hiddenPaths(opts.Home)
+	if err != nil {
+		rp.Stop()
+		return nil, err
+	}
+	cg := runnersCgroup(opts.Logger)
+	release := func() {
+		rp.Stop()
+		if cg != nil {
+			_ = cg.Remove()
+			cg.Close()
+		}
 	}
 	var pre [3]byte
 	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{}, started: time.Now(),
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp,
+	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp, cgroup: cg, hide: hide, log: opts.Logger,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
 		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
 	for n, lc := range opts.Config.Lanes {
@@ -134,10 +151,17 @@ func Start(opts Options) (*Manager, error) {
 					m.lanes[o].ln.Close()
 				}
 			}
-			rp.stop()
+			release()
 			return nil, fmt.Errorf("lane %s: %w", n, err)
 		}
 		h.ln = ln
+	}
+	if err := writeJoinTokens(opts.Home, m.lanes); err != nil {
+		for _, n := range m.names {
+			m.lanes[n].ln.Close()
+		}
+		release()
+		return nil, err
 	}
 	ready := make(chan struct{})
 	first := true
@@ -150,7 +174,7 @@ func Start(opts Options) (*Manager, error) {
 			return ls
 		}})
 	if err != nil {
-		rp.stop()
+		release()
 		return nil, fmt.Errorf("starting the lanes supervisor: %w", err)
 	}
 	m.root = ref
@@ -323,7 +347,13 @@ func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 		for _, n := range m.names {
 			m.lanes[n].closeListener()
 		}
-		m.sh.reaper.stop()
+		m.sh.reaper.Stop()
+		if cg := m.sh.cgroup; cg != nil {
+			if err := cg.Remove(); err != nil {
+				m.opts.Logger.Warn().Err(err).Msg("removing the runners' cgroup")
+			}
+			cg.Close()
+		}
 	})
 	return int(m.sh.killedOnShutdown.Load()), err
 }

@@ -31,7 +31,7 @@ func TestMemoryLimitDoesNotTrustTheRunner(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "bench", Pid: uint32(os.Getpid()),
+	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "bench", Pid: uint32(os.Getpid()), Token: m.lanes["bench"].token,
 		Version: "liar"}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/lanes/proctree"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -30,6 +35,7 @@ type (
 		signal   string
 	}
 	connAttach struct {
+		gen     int // a spawned runner's incarnation (its socketpair); 0 for bring-your-own
 		conn    *net.UnixConn
 		br      *bufio.Reader
 		hs      wire.Handshake
@@ -143,7 +149,13 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.sh.bus.Emit(eventlog.RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
 		r.publish(c)
 	case connAttach:
-		if !r.spawned || !r.alive || r.conn != nil {
+		if !r.spawned || !r.alive || r.conn != nil || m.gen != r.gen || r.down {
+			m.conn.Close()
+			return
+		}
+		if m.hs.Lane != r.laneN {
+			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner",
+				Error: fmt.Sprintf("runner %s handshook for lane %q", r.id, m.hs.Lane), Fatal: true})
 			m.conn.Close()
 			return
 		}
@@ -187,7 +199,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.killReq = nil
 		}
 		uptime := r.exitedEvent(m.exitCode, m.signal, r.cause)
-		r.sh.reaper.kick()
+		r.sh.reaper.Kick()
 		if r.stopReq {
 			c.SetState("stopped")
 			r.publish(c)
@@ -292,6 +304,13 @@ func (r *runnerActor) Receive(c *actors.Context) {
 
 // spawn starts a new incarnation of the runner process. Start and Wait run
 // on a goroutine that reports back; Receive never blocks on the process.
+//
+// The runner gets its connection to the daemon as an inherited end of a
+// socketpair (fd 3): no other process can reach that connection, so a
+// spawned runner needs no secret, and nothing connecting to the lane
+// socket can pass for it. It starts in a cgroup of its own when the daemon
+// has one (its jobs get cgroups below it), and hides the daemon's home from
+// its jobs.
 func (r *runnerActor) spawn(c *actors.Context) {
 	r.gen = int(r.sh.gens.Add(1))
 	r.attempt++
@@ -300,21 +319,53 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	r.spawnedAt = time.Now()
 	c.SetState("starting")
 	gen, self, sys := r.gen, c.Self(), c.System()
-	cmd := exec.Command(r.sh.exe, "runner", "--lane", r.laneN, "--socket", r.socket, "--id", r.id)
+	fail := func(err error) {
+		sys.Send(self, procStarted{gen: gen, err: fmt.Errorf("starting runner %s: %w", r.id, err)})
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fail(fmt.Errorf("making its socketpair: %w", err))
+		return
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "runner-"+r.id), os.NewFile(uintptr(fds[1]), "daemon")
+	args := []string{"runner", "--lane", r.laneN, "--fd", "3", "--id", r.id}
+	for _, h := range r.sh.hide {
+		args = append(args, "--hide", h)
+	}
+	var cg *proc.Cgroup
+	if r.sh.cgroup != nil {
+		if cg, err = r.sh.cgroup.Mkdir(r.id + "." + strconv.Itoa(gen)); err == nil {
+			args = append(args, "--cgroup", cg.Path)
+		} else {
+			r.sh.log.Warn().Err(err).Str("runner_id", r.id).Msg("runner starts without a cgroup: its jobs are tracked by process group")
+		}
+	}
+	cmd := exec.Command(r.sh.exe, args...)
 	cmd.Stdout, cmd.Stderr = nil, r.sh.runnerStderr
-	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network)
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network, cg)
+	hsTimeout := handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)
 	go func() {
-		pid, err := r.sh.reaper.start(cmd)
+		pid, err := r.sh.reaper.Start(func() (int, error) {
+			if err := cmd.Start(); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
+		theirs.Close()
 		if err != nil {
-			sys.Send(self, procStarted{gen: gen, err: fmt.Errorf("starting runner %s: %w", r.id, err)})
+			ours.Close()
+			removeRunnerCgroup(r.sh, cg)
+			fail(err)
 			return
 		}
 		if r.cfg.Nice != 0 {
 			_ = syscall.Setpriority(syscall.PRIO_PROCESS, pid, r.cfg.Nice)
 		}
 		sys.Send(self, procStarted{gen: gen, pid: pid})
+		go r.handshakeSpawned(sys, self, gen, pid, ours, hsTimeout)
 		_ = cmd.Wait()
-		r.sh.reaper.unregister(pid)
+		r.sh.reaper.Unregister(pid)
 		ex := procExited{gen: gen}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			ex.signal = ws.Signal().String()
@@ -323,7 +374,49 @@ func (r *runnerActor) spawn(c *actors.Context) {
 			ex.exitCode = &code
 		}
 		sys.Send(self, ex)
+		removeRunnerCgroup(r.sh, cg)
 	}()
+}
+
+// handshakeSpawned reads a spawned runner's Handshake off its socketpair
+// and hands the connection to the runner actor, tagged with its
+// incarnation. On failure the connection is closed: the runner exits, and
+// its exit (or the handshake timer) drives what follows.
+func (r *runnerActor) handshakeSpawned(sys *actors.System, self actors.Ref, gen, pid int, f *os.File, timeout time.Duration) {
+	fc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		r.sh.bus.Emit(eventlog.RunnerRejected{Lane: r.laneN, Pid: pid, Reason: "socketpair: " + err.Error()})
+		return
+	}
+	conn := fc.(*net.UnixConn)
+	hs, br, err := readHandshake(conn, r.sh.maxFrame, timeout)
+	if err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: err.Error(), Fatal: true})
+		}
+		conn.Close()
+		return
+	}
+	sys.Send(self, connAttach{gen: gen, conn: conn, br: br, hs: hs, peerPid: pid})
+}
+
+// removeRunnerCgroup removes a runner incarnation's cgroup once it is
+// empty. Job processes a dead runner left are re-parented to the daemon,
+// whose reaper kills them with an event each; what the reaper has not
+// reached after a while is killed here.
+func removeRunnerCgroup(sh *shared, cg *proc.Cgroup) {
+	if cg == nil {
+		return
+	}
+	defer cg.Close()
+	if !cg.WaitEmpty(5 * time.Second) {
+		_ = cg.Kill()
+		cg.WaitEmpty(5 * time.Second)
+	}
+	if err := cg.Remove(); err != nil {
+		sh.log.Warn().Err(err).Msg("removing a runner's cgroup")
+	}
 }
 
 // attach takes over a handshaken connection: ack it, start its reader and
@@ -418,6 +511,9 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 			return
 		}
 		delete(r.jobs, m.JobID)
+		for _, k := range m.Killed {
+			r.sh.bus.Emit(eventlog.OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
+		}
 		if r.stopReq && m.Status == wire.StatusCancelled {
 			c.Send(j, jobLost{reason: ErrDaemonShutdown})
 		} else {

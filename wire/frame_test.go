@@ -206,13 +206,13 @@ func TestResultDecodeKeepsValueOnError(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"job_id":"new","duration_ms":9}`), &r); err == nil {
 		t.Fatal("decoded a result without a status")
 	}
-	if r != (Result{JobID: "keep", Status: StatusSuccess, DurationMs: 5}) {
+	if !reflect.DeepEqual(r, Result{JobID: "keep", Status: StatusSuccess, DurationMs: 5}) {
 		t.Fatalf("failed decode changed the value to %+v", r)
 	}
 	if err := json.Unmarshal([]byte(`{"job_id":"new","status":"Error"}`), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r != (Result{JobID: "new", Status: StatusError, DurationMs: 5}) {
+	if !reflect.DeepEqual(r, Result{JobID: "new", Status: StatusError, DurationMs: 5}) {
 		t.Fatalf("got %+v", r)
 	}
 	c := OutputChunk{JobID: "keep", Chunk: Bytes("x"), Stream: Stderr}

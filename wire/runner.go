@@ -60,6 +60,10 @@ type Handshake struct {
 	Pid          uint32   `json:"pid"`
 	Version      string   `json:"version"`
 	Capabilities []string `json:"capabilities"`
+	// Token is an orchestrd extension: a bring-your-own runner proves with
+	// it that it may join the lane (the lane's join token, see `orchestrd
+	// lane token`). Runners the daemon spawns do not send one.
+	Token string `json:"token,omitempty"`
 }
 
 // handshakeWire is Handshake without its methods, for encoding.
@@ -208,6 +212,16 @@ type Result struct {
 	WasTimeout   bool       `json:"was_timeout"`
 	WasCancelled bool       `json:"was_cancelled"`
 	DurationMs   uint64     `json:"duration_ms"`
+	// Killed is an orchestrd extension: the processes the job left behind
+	// when it ended (in its process group, its cgroup, or daemonised out of
+	// both), which the runner killed. Loopr peers ignore it.
+	Killed []KilledProcess `json:"killed,omitempty"`
+}
+
+// KilledProcess is one process a job left running when it ended.
+type KilledProcess struct {
+	Pid  int    `json:"pid"`
+	Comm string `json:"comm,omitempty"`
 }
 
 // UnmarshalJSON decodes a Result like encoding/json does, but refuses one

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	binenc "encoding/binary"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -99,14 +100,14 @@ max_r = 1000
 // A hostile runner that sends an oversized frame is cut off with an event;
 // the lane's other runner and its jobs are not disturbed.
 func TestOversizedRunnerFrameIsRefused(t *testing.T) {
-	d := startDaemon(t, fastConfig)
+	d := startDaemon(t, strings.Replace(fastConfig, "[lanes.net.restart]", "external_runners = true\n[lanes.net.restart]", 1))
 	base := len(d.lane("net").Runners)
 	conn, err := net.Dial("unix", filepath.Join(d.home, "runner-net.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := wire.WriteFrame(conn, wire.TypeHandshake, wire.Handshake{Lane: "net", Pid: 1, Version: "evil"}); err != nil {
+	if err := wire.WriteFrame(conn, wire.TypeHandshake, wire.Handshake{Lane: "net", Pid: 1, Version: "evil", Token: d.joinToken("net")}); err != nil {
 		t.Fatal(err)
 	}
 	ack, err := wire.NewFrameReader(conn, 0).Next()
@@ -191,6 +192,7 @@ func TestPythonBringYourOwnRunner(t *testing.T) {
 	}
 	d := startDaemon(t, "[lanes.py]\nrunners = 0\nnetwork = \"host\"\n")
 	cmd := exec.Command(py, "../../examples/byo-runner/runner.py", "py", filepath.Join(d.home, "runner-py.sock"))
+	cmd.Env = append(os.Environ(), "ORCHESTRD_JOIN_TOKEN="+d.joinToken("py"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

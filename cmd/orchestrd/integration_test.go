@@ -302,7 +302,7 @@ slots = 2
 network = "host"
 `)
 	sock := filepath.Join(d.home, "runner-byo.sock")
-	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock)
+	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock, "--token-file", lanes.JoinTokenPath(d.home, "byo"))
 	byo.Stderr = os.Stderr
 	if err := byo.Start(); err != nil {
 		t.Fatal(err)
@@ -615,7 +615,7 @@ heartbeat_timeout = "60s"
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "stubborn"}); err != nil {
+	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "stubborn", Token: d.joinToken("byo")}); err != nil {
 		t.Fatal(err)
 	}
 	drained := make(chan struct{})

@@ -31,7 +31,8 @@ Usage:
   orchestrd cancel ID
   orchestrd status [--json]
   orchestrd events [--follow] [--kind K]... [--lane L] [--job ID] [--since 5m] [--json]
-  orchestrd runner --lane L --socket PATH [--id ID]   (spawned by the daemon)
+  orchestrd lane token LANE
+  orchestrd runner --lane L --socket PATH [--token-file F]   (a bring-your-own runner)
   orchestrd version
 
 Every command takes --home DIR (default $ORCHESTRD_HOME, else ~/.orchestrd)
@@ -61,6 +62,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdStatus(rest, stdout, stderr)
 	case "events":
 		return eventlog.CLI(rest, resolveHome(""), stdout, stderr)
+	case "lane":
+		return cmdLane(rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "orchestrd", version)
 		return 0

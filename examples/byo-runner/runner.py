@@ -7,7 +7,12 @@ runs each Job with /bin/sh -c (or argv), streams output as OutputChunk frames
 whose chunk is a JSON array of byte values (serde's Vec<u8>), answers with a
 Result, and sends a Heartbeat every second.
 
-    python3 runner.py LANE SOCKET        e.g. byo ~/.orchestrd/runner-byo.sock
+    ORCHESTRD_JOIN_TOKEN=$(orchestrd lane token byo) \
+        python3 runner.py LANE SOCKET    e.g. byo ~/.orchestrd/runner-byo.sock
+
+The lane must take bring-your-own runners (external_runners, on by default
+for a lane with runners = 0), and the runner proves it may join with the
+lane's join token, sent as the handshake's "token" field.
 
 This is an example: no slots limit, timeout or cancel handling.
 """
@@ -17,6 +22,7 @@ HANDSHAKE, HANDSHAKE_ACK, JOB, JOB_ACK, RESULT = 0x01, 0x02, 0x10, 0x11, 0x12
 OUTPUT_CHUNK, HEARTBEAT, SHUTDOWN = 0x30, 0x40, 0xF0
 
 lane, path = sys.argv[1], sys.argv[2]
+token = os.environ.pop("ORCHESTRD_JOIN_TOKEN", "")  # jobs must not inherit it
 sock = socket.socket(socket.AF_UNIX)
 sock.connect(path)
 lock = threading.Lock()
@@ -71,7 +77,8 @@ def heartbeat():
                          "memory_bytes": 0})
 
 
-send(HANDSHAKE, {"lane": lane, "pid": os.getpid(), "version": "byo-python/1", "capabilities": ["argv", "command"]})
+send(HANDSHAKE, {"lane": lane, "pid": os.getpid(), "version": "byo-python/1", "capabilities": ["argv", "command"],
+                 "token": token})
 kind, ack = recv()
 if kind != HANDSHAKE_ACK or not ack.get("accepted"):
     sys.exit("refused: %s" % ack.get("config", {}).get("reason"))

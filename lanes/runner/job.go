@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -137,7 +138,7 @@ func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	if len(spec.Argv) == 0 && spec.Command == "" {
 		return nil, "job has neither argv nor command"
 	}
-	env, pathEnv, err := buildEnv(spec.Env)
+	env, pathEnv, err := buildEnv(r.baseEnv, spec.Env, spec.JobID)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -166,39 +167,55 @@ func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	return j, ""
 }
 
-// buildEnv returns the job's environment (nil = inherit unchanged) and the
-// PATH that argv[0] is looked up in.
-func buildEnv(over map[string]string) ([]string, string, error) {
-	if len(over) == 0 {
-		return nil, os.Getenv("PATH"), nil
+// EnvJobID names the job in its own environment. It is also how a runner
+// without cgroups finds which job a daemonised process belongs to.
+const EnvJobID = "ORCHESTRD_JOB_ID"
+
+// EnvJoinToken is read (and removed from the environment) by a
+// bring-your-own runner started by hand; jobs never see it.
+const EnvJoinToken = "ORCHESTRD_JOIN_TOKEN"
+
+// jobBaseEnv is the environment jobs start from: the runner's, less the
+// variables that are the runner's own.
+func jobBaseEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == EnvJoinToken || k == EnvJobID {
+			continue
+		}
+		out = append(out, kv)
 	}
+	return out
+}
+
+// buildEnv returns the job's environment: base with over on top and the
+// job's id, and the PATH that argv[0] is looked up in.
+func buildEnv(base []string, over map[string]string, id string) ([]string, string, error) {
 	for k, v := range over {
 		if k == "" || containsAny(k, "=\x00") || containsAny(v, "\x00") {
 			return nil, "", fmt.Errorf("invalid environment entry %q", k)
 		}
 	}
-	base := os.Environ()
-	env := make([]string, 0, len(base)+len(over))
+	env := make([]string, 0, len(base)+len(over)+1)
+	path := ""
 	for _, kv := range base {
-		k := kv
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' && i > 0 {
-				k = kv[:i]
-				break
-			}
+		k, v, _ := strings.Cut(kv, "=")
+		if _, ok := over[k]; ok {
+			continue
 		}
-		if _, ok := over[k]; !ok {
-			env = append(env, kv)
+		if k == "PATH" {
+			path = v
 		}
+		env = append(env, kv)
 	}
 	for k, v := range over {
 		env = append(env, k+"="+v)
 	}
-	path, ok := over["PATH"]
-	if !ok {
-		path = os.Getenv("PATH")
+	if p, ok := over["PATH"]; ok {
+		path = p
 	}
-	return env, path, nil
+	return append(env, EnvJobID+"="+id), path, nil
 }
 
 func containsAny(s, chars string) bool {
@@ -243,8 +260,6 @@ func lookPath(name, path string) (string, error) {
 	return "", fmt.Errorf("executable %q not found in PATH", name)
 }
 
-var sysAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
 // run executes the job and sends its Result; the slot is freed first so the
 // daemon may send the next Job as soon as it reads the Result.
 func (j *job) run() {
@@ -278,21 +293,23 @@ func (j *job) execute() wire.Result {
 		outW.Close()
 		return j.startFailed(err)
 	}
+	jcg := j.r.jobCgroup(j.id)
 	start := time.Now()
-	proc, err := os.StartProcess(j.path, j.argv, &os.ProcAttr{
+	p, err := j.r.start(j.path, j.argv, &os.ProcAttr{
 		Dir:   j.dir,
 		Env:   j.env,
 		Files: []*os.File{j.r.devNull, outW, errW},
-		Sys:   sysAttr,
+		Sys:   jobSysProcAttr(jcg),
 	})
 	outW.Close()
 	errW.Close()
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		j.r.removeCgroup(jcg)
 		return j.startFailed(err)
 	}
-	pid := proc.Pid
+	pid := p.Pid
 
 	j.mu.Lock()
 	j.pid = pid
@@ -324,10 +341,16 @@ func (j *job) execute() wire.Result {
 	}
 	j.mu.Lock()
 	j.exited = true
-	// Whatever the job left behind in its group goes with it.
-	_ = unix.Kill(-pid, unix.SIGKILL)
 	j.mu.Unlock()
-	state, werr := proc.Wait()
+	// Whatever the job left behind goes with it: its process group, its
+	// cgroup, and what it daemonised out of both. The main process is a
+	// zombie until Wait, so its pid still names its group.
+	killed := j.r.killLeftovers(j.id, pid, jcg)
+	state, werr := p.Wait()
+	if j.r.reaper != nil {
+		j.r.reaper.Unregister(pid)
+	}
+	j.r.removeCgroup(jcg)
 	dur := time.Since(start)
 	if timer != nil {
 		timer.Stop()
@@ -373,6 +396,7 @@ func (j *job) execute() wire.Result {
 	j.mu.Lock()
 	res := j.resultLocked(code, dur)
 	j.mu.Unlock()
+	res.Killed = killed
 	return res
 }
 

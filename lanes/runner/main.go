@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,17 +29,23 @@ const (
 // shutdown and returns the process exit code: 0 after a clean shutdown, 1
 // when Run fails, 2 for bad flags.
 func Main(args []string) int {
-	return mainWith(args, os.Stderr, nil)
+	return mainWith(args, os.Stderr, nil, true)
 }
 
 // mainWith is Main with the log/usage output and an optional extra stop
-// channel, for tests.
-func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
+// channel, for tests. standalone says the process is a runner and nothing
+// else, so it may be the subreaper of its jobs (a test process is not).
+func mainWith(args []string, stderr io.Writer, stop <-chan struct{}, standalone bool) int {
 	fs := flag.NewFlagSet("orchestrd runner", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	lane := fs.String("lane", "", "lane this runner serves (no-net, net, heavy, ...)")
 	socket := fs.String("socket", "", "unix socket path the daemon listens on for this lane")
 	id := fs.String("id", "", "runner id assigned by the daemon (empty for a bring-your-own runner)")
+	tokenFile := fs.String("token-file", "", "file holding the lane's join token (see: orchestrd lane token L); default $"+EnvJoinToken)
+	connFD := fs.Int("fd", -1, "inherited descriptor of a connected socket to the daemon (set by the daemon when it spawns a runner)")
+	var hide stringsFlag
+	fs.Var(&hide, "hide", "path to hide from jobs in the runner's own mount namespace (set by the daemon; repeatable)")
+	cgroup := fs.String("cgroup", "", "cgroup v2 directory the runner was started in; each job gets a cgroup below it (set by the daemon)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: orchestrd runner --lane L --socket P [--id ID]\n\n"+
 			"Connects to the daemon's lane socket and runs the jobs it sends until\n"+
@@ -55,10 +63,34 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		fs.Usage()
 		return 2
 	}
-	if *lane == "" || *socket == "" {
+	if *lane == "" || (*socket == "") == (*connFD < 0) {
 		fmt.Fprintln(stderr, "orchestrd runner: --lane and --socket are required")
 		fs.Usage()
 		return 2
+	}
+	// The token never reaches a job: read it, then drop it from the
+	// environment the jobs inherit.
+	token := os.Getenv(EnvJoinToken)
+	os.Unsetenv(EnvJoinToken)
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd runner: reading the join token: %v\n", err)
+			return 2
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	var conn *net.UnixConn
+	if *connFD >= 0 {
+		f := os.NewFile(uintptr(*connFD), "daemon-socket")
+		c, err := net.FileConn(f)
+		f.Close()
+		uc, ok := c.(*net.UnixConn)
+		if err != nil || !ok {
+			fmt.Fprintf(stderr, "orchestrd runner: --fd %d is not a connected unix socket (%v)\n", *connFD, err)
+			return 2
+		}
+		conn = uc
 	}
 
 	// The daemon passes its own log format down so its terminal reads as
@@ -79,6 +111,18 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	defer cancel()
 	// A second signal, once the first one started the shutdown, kills at once.
 	context.AfterFunc(ctx, cancel)
+	// SIGHUP is what a spawned runner gets when the daemon dies (its
+	// parent-death signal), once per daemon thread that exits: every one
+	// after the first must be absorbed, or the runner would die before it
+	// has killed its jobs. It stops the runner like SIGTERM, just once.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() { signal.Stop(hup); close(hup) }()
+	go func() {
+		for range hup {
+			cancel()
+		}
+	}()
 	if stop != nil {
 		go func() {
 			select {
@@ -89,7 +133,8 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		}()
 	}
 
-	err := Run(ctx, Options{Lane: *lane, Socket: *socket, ID: *id, Version: version(), Logger: log})
+	err := Run(ctx, Options{Lane: *lane, Socket: *socket, ID: *id, Version: version(), Logger: log,
+		Conn: conn, Token: token, Sandbox: Sandbox{Hide: hide, Cgroup: *cgroup, Subreaper: standalone}})
 	if err != nil {
 		log.Error().Err(err).Msg("runner failed")
 		return 1
@@ -104,4 +149,14 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string { return strings.Join(*s, ",") }
+
+func (s *stringsFlag) Set(v string) error {
+	*s = append(*s, v)
+	return nil
 }

@@ -19,10 +19,12 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -36,6 +38,36 @@ type Options struct {
 	// HeartbeatInterval defaults to 1s; HandshakeAck.Config.HeartbeatIntervalMs
 	// overrides it when > 0.
 	HeartbeatInterval time.Duration
+	// Conn, when set, is the connection to the daemon, already open: a
+	// runner the daemon spawns gets its end of a socketpair (no one else can
+	// reach it, so it needs no secret). Socket is then ignored.
+	Conn *net.UnixConn
+	// Token is sent in the Handshake: a bring-your-own runner's proof that
+	// it may join the lane (the lane's join token).
+	Token string
+	// Sandbox is what the runner puts around its jobs; see Sandbox.
+	Sandbox Sandbox
+}
+
+// Sandbox is what a runner puts around its jobs, beyond running each in
+// its own process group without any capability and with no_new_privs
+// (which every runner does).
+type Sandbox struct {
+	// Hide lists paths the jobs must not see (the daemon's home, with its
+	// sockets): each gets an empty read-only tmpfs over it. The runner must
+	// be in a mount namespace of its own, as the daemon starts it.
+	Hide []string
+	// Cgroup is the cgroup v2 directory the runner was started in (the
+	// daemon made it). Each job then runs in a cgroup of its own below it,
+	// so everything a job starts, daemonised or not, is found and killed
+	// when it ends; "" tracks jobs by process group and Subreaper instead.
+	Cgroup string
+	// Subreaper makes the runner the child subreaper of its jobs'
+	// descendants, so a process a job daemonises is re-parented to the
+	// runner (and reaped by it) instead of escaping to PID 1. Only for a
+	// process that is a runner and nothing else: it reaps children it did
+	// not start itself.
+	Subreaper bool
 }
 
 // Capabilities is what the runner announces in its Handshake.
@@ -66,10 +98,16 @@ type runner struct {
 	cwd     string // the runner's working directory, for relative paths
 	devNull *os.File
 
-	conn   *net.UnixConn
-	slots  int
-	maxOut int // largest frame payload the daemon accepts
-	chunk  int // largest OutputChunk data per frame
+	conn *net.UnixConn
+	// spawner forks jobs from a thread without privileges; reaper (may be
+	// nil) reaps what they leave; cg (may be nil) holds one cgroup per job.
+	spawner *proc.Spawner
+	reaper  *proc.Reaper
+	cg      *proc.Cgroup
+	baseEnv []string // the runner's environment, less what jobs must not inherit
+	slots   int
+	maxOut  int // largest frame payload the daemon accepts
+	chunk   int // largest OutputChunk data per frame
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -85,8 +123,11 @@ type runner struct {
 // or the socket fails (returns a wrapped error). It never leaves a job process
 // behind when it returns.
 func Run(ctx context.Context, opts Options) error {
-	if opts.Socket == "" {
+	if opts.Socket == "" && opts.Conn == nil {
 		return errors.New("runner: no socket path")
+	}
+	if opts.Conn != nil {
+		defer opts.Conn.Close()
 	}
 	r := &runner{opts: opts, log: opts.Logger, started: time.Now(), jobs: make(map[string]*job)}
 	if ctx.Err() != nil {
@@ -102,16 +143,24 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("runner: opening %s: %w", os.DevNull, err)
 	}
 	defer r.devNull.Close()
-
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", opts.Socket)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("runner: connecting to %s: %w", opts.Socket, err)
+	if err := r.setUp(); err != nil {
+		return err
 	}
-	r.conn = c.(*net.UnixConn)
+	defer r.tearDown()
+
+	if opts.Conn != nil {
+		r.conn = opts.Conn
+	} else {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", opts.Socket)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("runner: connecting to %s: %w", opts.Socket, err)
+		}
+		r.conn = c.(*net.UnixConn)
+	}
 	defer r.conn.Close()
 
 	br := bufio.NewReaderSize(r.conn, 64<<10)
@@ -141,7 +190,7 @@ func Run(ctx context.Context, opts Options) error {
 	if ms := ack.Config.HeartbeatIntervalMs; ms > 0 {
 		hb = time.Duration(min(ms, uint64(maxHeartbeat/time.Millisecond))) * time.Millisecond
 	}
-	r.log.Info().Str("socket", opts.Socket).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
+	r.log.Info().Str("socket", opts.Socket).Bool("spawned", opts.Conn != nil).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
 
 	readDone := make(chan error, 1)
 	go func() { readDone <- r.readLoop(wire.NewFrameReader(br, ack.Config.MaxFrameBytes)) }()
@@ -186,12 +235,12 @@ func Run(ctx context.Context, opts Options) error {
 	werr := r.werr
 	r.wmu.Unlock()
 	if werr != nil && errors.Is(readErr, net.ErrClosed) {
-		return fmt.Errorf("runner: writing to the daemon at %s: %w", opts.Socket, werr)
+		return fmt.Errorf("runner: writing to the daemon%s: %w", r.where(), werr)
 	}
 	if errors.Is(readErr, io.EOF) {
-		return fmt.Errorf("runner: the daemon closed the connection at %s: %w", opts.Socket, readErr)
+		return fmt.Errorf("runner: the daemon closed the connection%s: %w", r.where(), readErr)
 	}
-	return fmt.Errorf("runner: reading from the daemon at %s: %w", opts.Socket, readErr)
+	return fmt.Errorf("runner: reading from the daemon%s: %w", r.where(), readErr)
 }
 
 // handshake sends Handshake and reads HandshakeAck, giving up when ctx ends
@@ -207,19 +256,20 @@ func (r *runner) handshake(ctx context.Context, br *bufio.Reader) (wire.Handshak
 		Pid:          uint32(os.Getpid()),
 		Version:      r.opts.Version,
 		Capabilities: Capabilities,
+		Token:        r.opts.Token,
 	}
 	if err := wire.WriteFrame(r.conn, wire.TypeHandshake, hs); err != nil {
-		return ack, fmt.Errorf("runner: handshake with %s: %w", r.opts.Socket, err)
+		return ack, fmt.Errorf("runner: handshake%s: %w", r.where(), err)
 	}
 	f, err := wire.NewFrameReader(br, 0).Next()
 	if err != nil {
-		return ack, fmt.Errorf("runner: waiting for HandshakeAck from %s: %w", r.opts.Socket, err)
+		return ack, fmt.Errorf("runner: waiting for HandshakeAck%s: %w", r.where(), err)
 	}
 	if f.Type != wire.TypeHandshakeAck {
-		return ack, fmt.Errorf("runner: expected HandshakeAck from %s, got a %s frame", r.opts.Socket, f.Type)
+		return ack, fmt.Errorf("runner: expected HandshakeAck%s, got a %s frame", r.where(), f.Type)
 	}
 	if err := wire.Unmarshal(f, &ack); err != nil {
-		return ack, fmt.Errorf("runner: handshake with %s: %w", r.opts.Socket, err)
+		return ack, fmt.Errorf("runner: handshake%s: %w", r.where(), err)
 	}
 	if !ack.Accepted {
 		reason := ack.Config.Reason
@@ -315,4 +365,93 @@ func (r *runner) handleCancel(id string) {
 	defer j.mu.Unlock()
 	running := j.killLocked(reasonCancel)
 	_ = r.send(wire.TypeCancelAck, wire.CancelAck{JobID: id, WasRunning: running})
+}
+
+// where names the daemon end for messages: " at SOCKET", or "" for a
+// spawned runner's socketpair.
+func (r *runner) where() string {
+	if r.opts.Conn != nil || r.opts.Socket == "" {
+		return ""
+	}
+	return " at " + r.opts.Socket
+}
+
+// setUp builds the sandbox before the runner takes any job: it hides the
+// paths it was told to (then makes the cgroup tree read-only for the jobs,
+// keeping its own descriptor to write through), becomes undumpable (so a
+// job cannot ptrace it or read its descriptors and memory), becomes the
+// subreaper when asked, and starts the spawner thread that forks jobs
+// without privileges. Any failure is fatal: a runner never runs a job with
+// less isolation than it was started for.
+func (r *runner) setUp() error {
+	sb := r.opts.Sandbox
+	r.baseEnv = jobBaseEnv(os.Environ())
+	if sb.Cgroup != "" {
+		cg, err := proc.OpenCgroup(sb.Cgroup)
+		if err != nil {
+			return fmt.Errorf("runner: %w", err)
+		}
+		r.cg = cg
+	}
+	if len(sb.Hide) > 0 {
+		if err := proc.HidePaths(sb.Hide...); err != nil {
+			return fmt.Errorf("runner: sandboxing jobs: %w", err)
+		}
+		if r.cg != nil {
+			mnt, err := proc.Cgroup2MountPoint()
+			if err == nil {
+				err = proc.ReadOnly(mnt)
+			}
+			if err != nil {
+				return fmt.Errorf("runner: sandboxing jobs' cgroups: %w", err)
+			}
+		}
+	}
+	if err := proc.SetNotDumpable(); err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	if sb.Subreaper {
+		rp, err := proc.NewReaper(nil)
+		if err != nil {
+			return fmt.Errorf("runner: %w", err)
+		}
+		r.reaper = rp
+	}
+	sp, err := proc.NewSpawner()
+	if err != nil {
+		r.tearDown()
+		return fmt.Errorf("runner: preparing the job spawner: %w", err)
+	}
+	r.spawner = sp
+	return nil
+}
+
+// tearDown kills whatever the jobs left (Run has ended every job by now)
+// and releases the sandbox.
+func (r *runner) tearDown() {
+	if r.reaper != nil {
+		// Anything still re-parented to us belongs to no live job.
+		for _, o := range r.reaper.Orphans() {
+			_ = syscall.Kill(-o.Pgid, syscall.SIGKILL)
+			_ = syscall.Kill(o.Pid, syscall.SIGKILL)
+		}
+		r.reaper.Stop()
+		r.reaper = nil
+	}
+	if r.cg != nil {
+		for _, n := range r.cg.Children() {
+			if ch, err := r.cg.Mkdir(n); err == nil {
+				_ = ch.Kill()
+				ch.WaitEmpty(time.Second)
+				_ = ch.Remove()
+				ch.Close()
+			}
+		}
+		r.cg.Close()
+		r.cg = nil
+	}
+	if r.spawner != nil {
+		r.spawner.Close()
+		r.spawner = nil
+	}
 }

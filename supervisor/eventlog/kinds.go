@@ -291,12 +291,17 @@ type ActorRestarted struct {
 
 func (ActorRestarted) Kind() string { return "actor.restarted" }
 
-// OrphanKilled: the daemon, as child subreaper, found a job process whose
-// runner died and killed its process group.
+// OrphanKilled: a job process was killed because it outlived what it
+// belonged to: its job ended (reason job_ended; the runner killed it and
+// said so in the job's Result) or its runner died (runner_gone; the daemon,
+// as child subreaper, found it). One event per process, once.
 type OrphanKilled struct {
-	Pid    int    `json:"pid"`
-	Pgid   int    `json:"pgid"`
-	Reason string `json:"reason"`
+	Pid     int    `json:"pid"`
+	Pgid    int    `json:"pgid,omitempty"`
+	JobID   string `json:"job_id,omitempty"`
+	Lane    string `json:"lane,omitempty"`
+	Command string `json:"command,omitempty"` // the process's name (comm)
+	Reason  string `json:"reason"`            // job_ended, runner_gone
 }
 
 func (OrphanKilled) Kind() string { return "process.orphan_killed" }

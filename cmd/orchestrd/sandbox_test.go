@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// joinToken is lane's join token, as `orchestrd lane token` prints it.
+func (d *testDaemon) joinToken(lane string) string {
+	d.t.Helper()
+	tok, err := lanes.ReadJoinToken(d.home, lane)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return tok
+}
+
+// The escapes a new user found, tried by a job as root and as a non-root
+// user: the daemon's home (and so its sockets) is hidden from every job, a
+// job has no capability and cannot gain one, so it can neither reach the
+// control socket, nor join another lane as a runner, nor enter the
+// daemon's network namespace. What a job leaves running dies with it, once
+// each with an event naming the job; and a daemon killed with -9 leaves
+// nothing running.
+func TestJobSandbox(t *testing.T) {
+	for _, who := range []string{"root", "non-root"} {
+		t.Run(who, func(t *testing.T) {
+			var cred *syscall.Credential
+			switch {
+			case who == "root" && os.Geteuid() != 0:
+				t.Skip("needs root")
+			case who == "non-root" && os.Geteuid() == 0:
+				cred = &syscall.Credential{Uid: 65534, Gid: 65534} // nobody
+			}
+			d := startSandboxDaemon(t, cred)
+			t.Run("no way out", func(t *testing.T) { sandboxNoWayOut(t, d) })
+			t.Run("leftovers die with the job", func(t *testing.T) { sandboxLeftovers(t, d) })
+			t.Run("kill -9 of the daemon leaves nothing", func(t *testing.T) { sandboxDaemonKilled(t, d) })
+		})
+	}
+}
+
+func sandboxNoWayOut(t *testing.T, d *sandboxDaemon) {
+	for _, lane := range []string{"no-net", "net"} {
+		// Each probe prints a marker only if the escape works.
+		probe := fmt.Sprintf(`
+grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status
+ls %[1]s >/dev/null 2>&1 && echo ESCAPE:home-visible
+%[2]s run --home %[1]s --lane net -- true >/dev/null 2>&1 && echo ESCAPE:control-socket
+timeout 5 %[2]s runner --lane net --socket %[1]s/runner-net.sock >/dev/null 2>&1 && echo ESCAPE:joined-lane
+test -e /proc/%[3]d/root%[1]s/daemon.sock && echo ESCAPE:proc-root
+nsenter --net=/proc/%[3]d/ns/net true 2>/dev/null && echo ESCAPE:nsenter
+unshare -rm sh -c 'umount %[1]s && ls %[1]s' >/dev/null 2>&1 && echo ESCAPE:unmount
+echo probe-done`, d.home, d.bin, d.cmd.Process.Pid)
+		out, errOut, code := d.cli("run", "--home", d.home, "--lane", lane, "--", "sh", "-c", probe)
+		if code != 0 || !strings.Contains(out, "probe-done") {
+			t.Fatalf("lane %s: probe exit %d\nstdout: %s\nstderr: %s", lane, code, out, errOut)
+		}
+		if strings.Contains(out, "ESCAPE:") {
+			t.Errorf("lane %s: a job escaped:\n%s", lane, out)
+		}
+		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("lane %s: job status lacks %q:\n%s", lane, want, out)
+			}
+		}
+		if os.Geteuid() == 0 && d.cred == nil && !strings.Contains(out, "CapBnd:\t0000000000000000") {
+			t.Errorf("lane %s: a root job keeps a bounding set, so exec could give capabilities back:\n%s", lane, out)
+		}
+	}
+	// Nothing reached the net lane but what the test itself submitted.
+	out, errOut, code := d.cli("jobs", "--home", d.home, "--lane", "net", "--json")
+	var jobs []lanes.JobRecord
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
+		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
+	}
+	for _, j := range jobs {
+		if len(j.Argv) == 0 || j.Argv[0] != "sh" {
+			t.Errorf("a job submitted from inside a job ran: %+v", j)
+		}
+	}
+	for _, e := range d.events() {
+		if e["kind"] == "runner.ready" && e["spawned"] == false {
+			t.Errorf("a job joined a lane as a runner: %v", e)
+		}
+	}
+}
+
+// pidLines matches the KEY=PID lines the leftover jobs print.
+var pidLines = regexp.MustCompile(`(?m)^(P\d)=(\d+)$`)
+
+// leftoverScript starts a background child in the job's process group and
+// a daemonised one (setsid -f: its own session, re-parented away), waits
+// until both have written their pid, prints them, then runs tail.
+func leftoverScript(dir, tail string) string {
+	return fmt.Sprintf(`cd %s || exit 1
+sleep 300 & echo P1=$!
+setsid -f sh -c 'echo $$ > p2.tmp && mv p2.tmp p2 && exec sleep 301'
+while [ ! -s p2 ]; do :; done
+echo P2=$(cat p2)
+%s`, dir, tail)
+}
+
+func parsePids(t *testing.T, out string) map[string]int {
+	t.Helper()
+	pids := map[string]int{}
+	for _, m := range pidLines.FindAllStringSubmatch(out, -1) {
+		pids[m[1]], _ = strconv.Atoi(m[2])
+	}
+	if len(pids) != 2 {
+		t.Fatalf("want P1 and P2 in the job's output, got %q", out)
+	}
+	return pids
+}
+
+func sandboxLeftovers(t *testing.T, d *sandboxDaemon) {
+	dir := d.scratch(t)
+	out, errOut, code := d.cli("run", "--home", d.home, "--lane", "net", "--", "sh", "-c", leftoverScript(dir, "echo main-done"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	pids := parsePids(t, out)
+	eventually(t, 10*time.Second, "the job's leftovers to die", func() bool {
+		return !alive(pids["P1"]) && !alive(pids["P2"])
+	})
+	// One process.orphan_killed each, naming the job.
+	var jobID string
+	eventually(t, 10*time.Second, "process.orphan_killed for both leftovers", func() bool {
+		n := map[int]int{}
+		for _, e := range d.events() {
+			if e["kind"] != "process.orphan_killed" {
+				continue
+			}
+			pid := int(e["pid"].(float64))
+			if pid != pids["P1"] && pid != pids["P2"] {
+				continue
+			}
+			if e["reason"] != "job_ended" || e["job_id"] == nil || e["lane"] != "net" {
+				t.Fatalf("event = %v", e)
+			}
+			if jobID == "" {
+				jobID = e["job_id"].(string)
+			} else if e["job_id"] != jobID {
+				t.Fatalf("leftovers of one job named two jobs: %s and %v", jobID, e["job_id"])
+			}
+			n[pid]++
+		}
+		for _, p := range pids {
+			if n[p] > 1 {
+				t.Fatalf("pid %d killed %d times", p, n[p])
+			}
+		}
+		return n[pids["P1"]] == 1 && n[pids["P2"]] == 1
+	})
+	var rec struct{ State string }
+	if j := d.jobRecord(t, jobID); json.Unmarshal(j, &rec) != nil || rec.State != "succeeded" {
+		t.Fatalf("job %s: %s", jobID, j)
+	}
+}
+
+func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
+	dir := d.scratch(t)
+	// Two jobs, one per lane, each with a child in its group, a daemonised
+	// one and a main process that keeps running.
+	var clis []*exec.Cmd
+	var watched []int
+	for _, lane := range []string{"net", "no-net"} {
+		cmd := d.cliCmd("run", "--home", d.home, "--lane", lane, "--", "sh", "-c",
+			leftoverScript(filepath.Join(dir, lane), "echo P3=$$; sleep 302"))
+		if err := os.MkdirAll(filepath.Join(dir, lane), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(dir, lane), 0o777)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		clis = append(clis, cmd)
+		lines := make(chan string, 16)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		got := 0
+		deadline := time.After(20 * time.Second)
+		for got < 3 {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("lane %s: the job's output ended early", lane)
+				}
+				if m := regexp.MustCompile(`^P\d=(\d+)$`).FindStringSubmatch(l); m != nil {
+					p, _ := strconv.Atoi(m[1])
+					watched = append(watched, p)
+					got++
+				}
+			case <-deadline:
+				t.Fatalf("lane %s: the job did not start its processes", lane)
+			}
+		}
+		go func() {
+			for range lines {
+			}
+		}()
+	}
+	watched = append(watched, d.runnerPids()...)
+	if len(watched) < 6+2 {
+		t.Fatalf("watching %v: want 6 job processes and the runners", watched)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	eventuallyOr(t, 10*time.Second, "every runner and job process to die with the daemon", func() bool {
+		for _, p := range watched {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		var left []string
+		for _, p := range watched {
+			if alive(p) {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+				left = append(left, fmt.Sprintf("%d %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+			}
+		}
+		return "still running: " + strings.Join(left, ", ")
+	})
+	for _, c := range clis {
+		c.Wait() // they lost the daemon
+	}
+}
+
+// sandboxDaemon is the real daemon run as a given user, driven only
+// through the CLI (run as the same user: the daemon refuses other uids)
+// and its event log.
+type sandboxDaemon struct {
+	t      *testing.T
+	cred   *syscall.Credential // nil: this test's own user
+	bin    string              // the binary, where that user can run it
+	home   string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+func startSandboxDaemon(t *testing.T, cred *syscall.Credential) *sandboxDaemon {
+	top := shortTemp(t)
+	os.Chmod(top, 0o755)
+	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
+		stderr: &syncBuffer{}, done: make(chan struct{})}
+	if err := copyFile(binary, d.bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.home, "config.toml"), []byte(`
+[daemon]
+shutdown_timeout = "2s"
+[lanes.no-net]
+runners = 1
+spares = 0
+network = "none"
+[lanes.net]
+runners = 1
+spares = 0
+network = "host"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.chown(d.home, filepath.Join(d.home, "config.toml"))
+	d.cmd = d.cliCmd("serve", "--home", d.home, "--log-format", "json")
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(30 * time.Second):
+				d.cmd.Process.Kill()
+				<-d.done
+				t.Errorf("daemon did not stop on SIGTERM\n%s", tail(d.stderr.String(), 3000))
+			}
+		}
+		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
+	})
+	eventuallyOr(t, 20*time.Second, "both runners ready", func() bool {
+		n := 0
+		for _, e := range d.events() {
+			if e["kind"] == "runner.ready" {
+				n++
+			}
+		}
+		return n >= 2
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	return d
+}
+
+func (d *sandboxDaemon) chown(paths ...string) {
+	if d.cred == nil {
+		return
+	}
+	for _, p := range paths {
+		if err := os.Chown(p, int(d.cred.Uid), int(d.cred.Gid)); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+}
+
+// scratch is a directory the daemon's user and its jobs can write.
+func (d *sandboxDaemon) scratch(t *testing.T) string {
+	dir := shortTemp(t)
+	os.Chmod(dir, 0o777)
+	return dir
+}
+
+func (d *sandboxDaemon) cliCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.bin, args...)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "HOME=/nonexistent")
+	if d.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred}
+	}
+	return cmd
+}
+
+func (d *sandboxDaemon) cli(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	cmd := d.cliCmd(args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return o.String(), err.Error(), -1
+	}
+	return o.String(), e.String(), code
+}
+
+func (d *sandboxDaemon) events() []map[string]any {
+	b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
+	var out []map[string]any
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (d *sandboxDaemon) jobRecord(t *testing.T, id string) []byte {
+	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
+	var jobs []json.RawMessage
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
+		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
+	}
+	for _, j := range jobs {
+		var r struct{ ID string }
+		if json.Unmarshal(j, &r) == nil && r.ID == id {
+			return j
+		}
+	}
+	t.Fatalf("no job %s in %s", id, out)
+	return nil
+}
+
+// runnerPids lists this daemon's runners: the processes told to hide its
+// home.
+func (d *sandboxDaemon) runnerPids() []int {
+	var out []int
+	for _, p := range proc.AllPids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte("--hide\x00"+d.home+"\x00")) && alive(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Bring-your-own runners join only lanes that take them, and only with
+// the lane's join token; everyone else is refused with a reason, an event,
+// and nothing else disturbed.
+func TestExternalRunnersNeedTheLaneToken(t *testing.T) {
+	d := startDaemon(t, fastConfig+"[lanes.byo]\nrunners = 0\nnetwork = \"host\"\n")
+	handshake := func(lane, token string) (wire.HandshakeAck, *net.UnixConn) {
+		t.Helper()
+		c, err := net.Dial("unix", filepath.Join(d.home, "runner-"+lane+".sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: lane, Pid: 1, Version: "t", Token: token}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := wire.NewFrameReader(c, 0).Next()
+		var ack wire.HandshakeAck
+		if err != nil || f.Type != wire.TypeHandshakeAck || wire.Unmarshal(f, &ack) != nil {
+			t.Fatalf("handshake on %s: %v %v", lane, f.Type, err)
+		}
+		return ack, c.(*net.UnixConn)
+	}
+	byoTok := d.joinToken("byo")
+	for _, tc := range []struct{ lane, token, reason string }{
+		{"net", byoTok, "does not take bring-your-own runners (external_runners = false)"},
+		{"byo", "", "no join token"},
+		{"byo", strings.Repeat("0", 64), "wrong join token"},
+	} {
+		ack, _ := handshake(tc.lane, tc.token)
+		if ack.Accepted || !strings.Contains(ack.Config.Reason, tc.reason) {
+			t.Errorf("lane %s token %.8q: ack = %+v, want refused with %q", tc.lane, tc.token, ack, tc.reason)
+		}
+		d.waitEvent("runner.rejected", func(e map[string]any) bool {
+			r, _ := e["reason"].(string)
+			return e["lane"] == tc.lane && strings.Contains(r, tc.reason)
+		})
+	}
+	if ack, _ := handshake("byo", byoTok); !ack.Accepted {
+		t.Fatalf("the right token was refused: %+v", ack)
+	}
+	eventually(t, 10*time.Second, "the runner with the token joined", func() bool { return len(d.lane("byo").Runners) == 1 })
+	if n := len(d.lane("net").Runners); n != 2+1 {
+		t.Errorf("net lane has %d runners, want its 2 and a spare", n)
+	}
+
+	// The token is private, and the CLI prints it.
+	for path, mode := range map[string]os.FileMode{filepath.Join(d.home, "tokens"): 0o700, lanes.JoinTokenPath(d.home, "byo"): 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v, mode %v, want %v", path, err, fi.Mode().Perm(), mode)
+		}
+	}
+	if out, _, code := runCLI(t, "lane", "token", "--home", d.home, "byo"); code != 0 || strings.TrimSpace(out) != byoTok {
+		t.Errorf("lane token byo: exit %d, %q", code, out)
+	}
+	if _, errOut, code := runCLI(t, "lane", "token", "--home", d.home, "net"); code != 1 || !strings.Contains(errOut, "external_runners") {
+		t.Errorf("lane token net: exit %d, %q", code, errOut)
+	}
+}
