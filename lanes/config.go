@@ -88,6 +88,11 @@ type DaemonConfig struct {
 	FinishedJobs       int      `toml:"finished_jobs"`       // finished jobs kept queryable
 	EventLogMaxBytes   int64    `toml:"event_log_max_bytes"`
 	EventLogFiles      int      `toml:"event_log_files"`
+	// Sandbox hides the daemon's home from jobs in a mount namespace of
+	// each runner (see runnerSysProcAttr). Off only where namespaces cannot
+	// be made (e.g. a container without CAP_SYS_ADMIN): jobs can then reach
+	// the daemon's sockets.
+	Sandbox bool `toml:"sandbox"`
 }
 
 // Config is the whole config file.
@@ -121,7 +126,7 @@ func DefaultConfig() Config {
 		Daemon: DaemonConfig{
 			ShutdownTimeout: Duration{5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
 			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
-			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3,
+			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
 		},
 		Lanes: DefaultLanes(),
 	}

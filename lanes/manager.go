@@ -30,6 +30,7 @@ type shared struct {
 	reaper          *proc.Reaper
 	cgroup          *proc.Cgroup // the daemon's cgroup for its runners and their jobs; nil without cgroup v2
 	hide            []string     // paths jobs must not see: the home
+	sandbox         bool         // [daemon] sandbox: hide them
 	log             zerolog.Logger
 	exe             string
 	runnerStderr    io.Writer
@@ -120,6 +121,9 @@ func Start(opts Options) (*Manager, error) {
 		rp.Stop()
 		return nil, err
 	}
+	if !opts.Config.Daemon.Sandbox {
+		opts.Logger.Warn().Msg("[daemon] sandbox = false: jobs can see the daemon's home and reach its sockets")
+	}
 	cg := runnersCgroup(opts.Logger)
 	release := func() {
 		rp.Stop()
@@ -132,7 +136,7 @@ func Start(opts Options) (*Manager, error) {
 	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{}, started: time.Now(),
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp, cgroup: cg, hide: hide, log: opts.Logger,
+	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
 		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
 	for n, lc := range opts.Config.Lanes {

@@ -32,23 +32,41 @@ import (
 // namespace that maps only the daemon's own uid and gid, and the runner
 // keeps CAP_SYS_ADMIN in it (ambient) to mount its masks; its jobs get no
 // capability at all. With cg, the runner starts inside that cgroup.
-func runnerSysProcAttr(network string, cg *proc.Cgroup) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGHUP, Cloneflags: syscall.CLONE_NEWNS}
+//
+// With sandbox off (where no namespace can be made), only the network
+// namespace of a "none" lane is made.
+func runnerSysProcAttr(network string, cg *proc.Cgroup, sandbox bool) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGHUP}
+	if sandbox {
+		a.Cloneflags |= syscall.CLONE_NEWNS
+	}
 	if network == NetworkNone {
 		a.Cloneflags |= syscall.CLONE_NEWNET
 	}
 	if cg != nil {
 		a.UseCgroupFD, a.CgroupFD = true, cg.FD()
 	}
-	if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 || a.Cloneflags == 0 {
 		return a
 	}
 	a.Cloneflags |= syscall.CLONE_NEWUSER
 	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
 	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
 	a.GidMappingsEnableSetgroups = false
-	a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	if sandbox {
+		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
 	return a
+}
+
+// spawnHint explains a runner that could not be started for want of the
+// right to make its namespaces.
+func spawnHint(err error) error {
+	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	return fmt.Errorf("%w (making the runner's namespaces was refused: run the daemon as root, or where unprivileged "+
+		"user namespaces are allowed (try: unshare -Urm true), or set [daemon] sandbox = false, which lets jobs reach the daemon's sockets)", err)
 }
 
 // hiddenPaths is what every runner hides from its jobs: the daemon's home

@@ -329,8 +329,10 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "runner-"+r.id), os.NewFile(uintptr(fds[1]), "daemon")
 	args := []string{"runner", "--lane", r.laneN, "--fd", "3", "--id", r.id}
-	for _, h := range r.sh.hide {
-		args = append(args, "--hide", h)
+	if r.sh.sandbox {
+		for _, h := range r.sh.hide {
+			args = append(args, "--hide", h)
+		}
 	}
 	var cg *proc.Cgroup
 	if r.sh.cgroup != nil {
@@ -343,7 +345,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	cmd := exec.Command(r.sh.exe, args...)
 	cmd.Stdout, cmd.Stderr = nil, r.sh.runnerStderr
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network, cg)
+	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network, cg, r.sh.sandbox)
 	hsTimeout := handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)
 	go func() {
 		pid, err := r.sh.reaper.Start(func() (int, error) {
@@ -356,7 +358,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 		if err != nil {
 			ours.Close()
 			removeRunnerCgroup(r.sh, cg)
-			fail(err)
+			fail(spawnHint(err))
 			return
 		}
 		if r.cfg.Nice != 0 {

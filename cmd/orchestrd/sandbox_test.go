@@ -486,3 +486,38 @@ func TestExternalRunnersNeedTheLaneToken(t *testing.T) {
 		t.Errorf("lane token net: exit %d, %q", code, errOut)
 	}
 }
+
+// A runner killed under a job: the job fails runner_lost, and what the job
+// had started (a child in its group, a daemonised one) is re-parented to
+// the daemon, which kills each once and names the job it belonged to.
+func TestRunnerDeathKillsItsJobsLeftovers(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	dir := shortTemp(t)
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: leftoverScript(dir, "echo $$ > p3; sleep 302")})
+	p3 := readPid(t, filepath.Join(dir, "p3"))
+	p2 := readPid(t, filepath.Join(dir, "p2"))
+	var rec struct{ Job lanes.JobRecord }
+	d.mustCall("job.get", map[string]any{"id": id}, &rec)
+	if err := syscall.Kill(rec.Job.RunnerPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.wait(id); r.State != lanes.StateFailed || r.Error != lanes.ErrRunnerLost {
+		t.Fatalf("record = %+v", r)
+	}
+	eventually(t, 10*time.Second, "the job's processes to die", func() bool { return !alive(p2) && !alive(p3) })
+	e := d.waitEvent("process.orphan_killed", func(e map[string]any) bool { return int(e["pid"].(float64)) == p2 })
+	if e["reason"] != "runner_gone" || e["job_id"] != id {
+		t.Fatalf("event = %v, want reason runner_gone and job_id %s", e, id)
+	}
+	d.lanes() // the replacement runner, for the leak check at stop
+	d.stop()
+	n := 0
+	for _, e := range d.events() {
+		if e["kind"] == "process.orphan_killed" && int(e["pid"].(float64)) == p2 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("pid %d reported killed %d times", p2, n)
+	}
+}

@@ -60,24 +60,39 @@ type Spawner struct {
 func NewSpawner() (*Spawner, error) {
 	s := &Spawner{req: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
-	go func() {
-		// Never unlocked: when this goroutine returns, the thread ends with
-		// it rather than going back to the scheduler without privileges.
-		runtime.LockOSThread()
-		defer close(s.done)
-		if err := dropPrivileges(); err != nil {
-			ready <- err
-			return
-		}
-		ready <- nil
-		for fn := range s.req {
-			fn()
-		}
-	}()
+	go s.serve(ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// serve locks a thread other than the main one (whose credentials are what
+// /proc/PID/status shows and what the process is judged by), drops its
+// privileges and runs requests on it.
+func (s *Spawner) serve(ready chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread: hold it, so the next try cannot land on it too,
+		// until that try has its own thread; then give it back untouched.
+		next := make(chan error, 1)
+		go s.serve(next)
+		err := <-next
+		runtime.UnlockOSThread()
+		ready <- err
+		return
+	}
+	// Never unlocked: when this goroutine returns, the thread ends with it
+	// rather than going back to the scheduler without privileges.
+	defer close(s.done)
+	if err := dropPrivileges(); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for fn := range s.req {
+		fn()
+	}
 }
 
 // Do runs fn on the spawner's thread and returns when it has.

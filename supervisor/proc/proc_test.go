@@ -1,0 +1,262 @@
+package proc
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper modes re-run this test binary as a small tool.
+func TestMain(m *testing.M) {
+	switch os.Getenv("PROC_TEST_HELPER") {
+	case "hide":
+		// hide DIR: in our own mount namespace, DIR/secret must vanish.
+		dir := os.Args[1]
+		if err := HidePaths(dir); err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(3)
+		}
+		if _, err := os.ReadFile(filepath.Join(dir, "secret")); err == nil {
+			os.Stderr.WriteString("secret still readable")
+			os.Exit(4)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func statusField(t *testing.T, status, key string) string {
+	t.Helper()
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in %q", key, status)
+	return ""
+}
+
+// A process forked from the spawner's thread holds no capability and can
+// gain none; the rest of this process keeps what it had.
+func TestSpawnerDropsPrivileges(t *testing.T) {
+	before, _ := os.ReadFile("/proc/self/status")
+	sp, err := NewSpawner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	var out []byte
+	var runErr error
+	sp.Do(func() { out, runErr = exec.Command("cat", "/proc/self/status").Output() })
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	st := string(out)
+	for key, want := range map[string]string{"CapEff": "0000000000000000", "CapPrm": "0000000000000000",
+		"CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"} {
+		if got := statusField(t, st, key); got != want {
+			t.Errorf("child %s = %s, want %s", key, got, want)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if got := statusField(t, st, "CapBnd"); got != "0000000000000000" {
+			t.Errorf("a root child keeps bounding set %s: exec would give it capabilities back", got)
+		}
+	}
+	after, _ := os.ReadFile("/proc/self/status")
+	if a, b := statusField(t, string(after), "CapEff"), statusField(t, string(before), "CapEff"); a != b {
+		t.Errorf("the main thread's capabilities changed from %s to %s", b, a)
+	}
+}
+
+// HidePaths in a mount namespace of its own hides a directory there and
+// nowhere else.
+func TestHidePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, dir)
+	cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=hide")
+	a := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if os.Geteuid() != 0 {
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
+	cmd.SysProcAttr = a
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+	if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
+		t.Fatalf("the mask leaked out of the helper's namespace: %v", err)
+	}
+}
+
+// testCgroup is a cgroup below this process's own, or a skip where cgroup
+// v2 cannot be written.
+func testCgroup(t *testing.T) *Cgroup {
+	dir, err := OwnCgroupDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	own, err := OpenCgroup(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer own.Close()
+	cg, err := own.Mkdir("proc-test-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() {
+		_ = cg.Kill()
+		cg.WaitEmpty(5 * time.Second)
+		if err := cg.Remove(); err != nil {
+			t.Error(err)
+		}
+		cg.Close()
+	})
+	return cg
+}
+
+// A process started into a cgroup stays found there whatever it does
+// (setsid -f), and Kill ends every one of them at once.
+func TestCgroupHoldsAndKillsEverything(t *testing.T) {
+	cg := testCgroup(t)
+	job, err := cg.Mkdir("job-x/y") // SafeName: one level
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Close()
+	if !strings.HasSuffix(job.Path, "/job-x_y") {
+		t.Fatalf("path %s", job.Path)
+	}
+	cmd := exec.Command("sh", "-c", "setsid -f sleep 300; sleep 300 & echo started; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: job.FD(), Setpgid: true}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if n, _ := out.Read(buf); !bytes.HasPrefix(buf[:n], []byte("started")) {
+		t.Fatalf("read %q", buf[:n])
+	}
+	var pids []int
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pids) < 3 && time.Now().Before(deadline) {
+		pids, _ = job.Procs()
+	}
+	if len(pids) < 3 || !job.Populated() {
+		t.Fatalf("procs %v", pids)
+	}
+	if err := job.Freeze(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if !job.WaitEmpty(10 * time.Second) {
+		t.Fatal("cgroup not empty after Kill")
+	}
+	if left, _ := job.Procs(); len(left) != 0 {
+		t.Fatalf("left %v", left)
+	}
+	if err := job.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cg.Children(); len(got) != 0 {
+		t.Fatalf("children left: %v", got)
+	}
+}
+
+// The reaper hands each orphan to its callback once, however many sweeps
+// see it, and reaps it once it dies; what was started through it is left
+// to its starter.
+func TestReaperHandsEachOrphanOnce(t *testing.T) {
+	var mu sync.Mutex
+	handed := map[int]int{}
+	r, err := NewReaper(func(o Orphan) {
+		mu.Lock()
+		handed[o.Pid]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		r.Stop()
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	}()
+	var started *exec.Cmd
+	if _, err := r.Start(func() (int, error) {
+		started = exec.Command("sh", "-c", "setsid -f sh -c 'echo $$; exec sleep 300'")
+		out, err := started.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		if err := started.Start(); err != nil {
+			return 0, err
+		}
+		b := make([]byte, 32)
+		n, _ := out.Read(b)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+		mu.Lock()
+		handed[-1] = pid
+		mu.Unlock()
+		return started.Process.Pid, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := started.Wait(); err != nil {
+		t.Fatalf("the starter's own wait failed (was it reaped by the reaper?): %v", err)
+	}
+	r.Unregister(started.Process.Pid)
+	var orphan int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.Kick()
+		mu.Lock()
+		orphan = handed[-1]
+		n := handed[orphan]
+		mu.Unlock()
+		if orphan > 0 && n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan never handed: %v", handed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 0; i < 20; i++ {
+		r.sweep()
+	}
+	syscall.Kill(orphan, syscall.SIGKILL)
+	for {
+		r.sweep()
+		if _, ok := ReadStat(orphan); !ok {
+			break // reaped
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead orphan was not reaped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handed[orphan] != 1 {
+		t.Fatalf("orphan %d handed %d times", orphan, handed[orphan])
+	}
+}
