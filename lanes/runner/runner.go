@@ -440,7 +440,7 @@ func (r *runner) tearDown() {
 	}
 	if r.cg != nil {
 		for _, n := range r.cg.Children() {
-			if ch, err := r.cg.Mkdir(n); err == nil {
+			if ch, err := r.cg.Child(n); err == nil {
 				_ = ch.Kill()
 				ch.WaitEmpty(time.Second)
 				_ = ch.Remove()

@@ -291,6 +291,15 @@ func (c *Cgroup) RemoveChild(name string) error {
 	return ch.Remove()
 }
 
+// Child opens the existing child cgroup name.
+func (c *Cgroup) Child(name string) (*Cgroup, error) {
+	ch, err := c.open(SafeName(name))
+	if err != nil {
+		return nil, fmt.Errorf("opening cgroup %s/%s: %w", c.Path, name, err)
+	}
+	return ch, nil
+}
+
 // open opens the child name. The child holds its own descriptor of c, so
 // either may be closed first.
 func (c *Cgroup) open(name string) (*Cgroup, error) {
