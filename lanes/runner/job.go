@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -54,6 +55,7 @@ type job struct {
 	reason    killReason
 	out       []byte
 	truncated bool
+	cg        *proc.Cgroup // the job's cgroup, nil without one
 }
 
 // killLocked records reason and SIGKILLs the job's process group. It
@@ -269,6 +271,7 @@ func (j *job) run() {
 	delete(j.r.jobs, j.id)
 	j.r.mu.Unlock()
 	j.r.sendResult(res)
+	j.r.removeCgroup(j.cg)
 	j.r.log.Debug().Str("job_id", j.id).Str("status", string(res.Status)).Uint64("duration_ms", res.DurationMs).Msg("job finished")
 }
 
@@ -350,7 +353,7 @@ func (j *job) execute() wire.Result {
 	if j.r.reaper != nil {
 		j.r.reaper.Unregister(pid)
 	}
-	j.r.removeCgroup(jcg)
+	j.cg = jcg // removed once the Result is out: not on the job's critical path
 	dur := time.Since(start)
 	if timer != nil {
 		timer.Stop()
