@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -116,7 +117,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if path != "" {
 		c, err := lanes.LoadConfig(path)
 		if err != nil {
-			fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+			// One line per problem, each naming its key.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				fmt.Fprintf(stderr, "orchestrd serve: %s\n", line)
+			}
 			return 2
 		}
 		cfg = c
