@@ -27,37 +27,48 @@ const (
 // shutdown and returns the process exit code: 0 after a clean shutdown, 1
 // when Run fails, 2 for bad flags.
 func Main(args []string) int {
-	return mainWith(args, os.Stderr, nil)
+	return mainWith(args, os.Stdout, os.Stderr, nil)
 }
 
-// mainWith is Main with the log/usage output and an optional extra stop
-// channel, for tests.
-func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
+const usage = `usage: orchestrd runner --lane L --socket PATH [--id ID]
+
+Connects to the daemon's lane socket and runs the jobs it sends until
+the daemon sends Shutdown or the process gets SIGTERM/SIGINT.
+`
+
+// mainWith is Main with the help, log and usage-error output and an
+// optional extra stop channel, for tests.
+func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	fs := flag.NewFlagSet("orchestrd runner", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	lane := fs.String("lane", "", "lane this runner serves (no-net, net, heavy, ...)")
-	socket := fs.String("socket", "", "unix socket path the daemon listens on for this lane")
-	id := fs.String("id", "", "runner id assigned by the daemon (empty for a bring-your-own runner)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: orchestrd runner --lane L --socket P [--id ID]\n\n"+
-			"Connects to the daemon's lane socket and runs the jobs it sends until\n"+
-			"the daemon sends Shutdown or the process gets SIGTERM/SIGINT.\n\n")
+	fs.SetOutput(io.Discard)
+	lane := fs.String("lane", "", "`LANE` this runner serves (no-net, net, heavy, ...)")
+	socket := fs.String("socket", "", "unix socket `PATH` the daemon listens on for this lane")
+	id := fs.String("id", "", "runner `ID` assigned by the daemon (empty for a bring-your-own runner)")
+	// The same format as every orchestrd command's --help.
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage+"\noptions:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout)
 			return 0
 		}
+		fmt.Fprintf(stderr, "orchestrd runner: %v\n", err)
+		printUsage(stderr)
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "orchestrd runner: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+		printUsage(stderr)
 		return 2
 	}
 	if *lane == "" || *socket == "" {
 		fmt.Fprintln(stderr, "orchestrd runner: --lane and --socket are required")
-		fs.Usage()
+		printUsage(stderr)
 		return 2
 	}
 
