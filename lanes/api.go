@@ -60,6 +60,11 @@ type JobSpec struct {
 	FilePaths      []string          `json:"file_paths,omitempty"`
 	AgentID        string            `json:"agent_id,omitempty"`
 	ToolName       string            `json:"tool_name,omitempty"`
+	// The job's standard input, at most MaxStdinBytes: text in stdin, or
+	// any bytes base64-encoded in stdin_b64. Without either it reads
+	// /dev/null.
+	Stdin    string `json:"stdin,omitempty"`
+	StdinB64 []byte `json:"stdin_b64,omitempty"`
 }
 
 // JobRecord is the queryable state of a job.

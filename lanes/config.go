@@ -1,9 +1,12 @@
 package lanes
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -137,7 +140,7 @@ func DefaultConfig() Config {
 // their defaults; if the file has any [lanes.*] table, the lanes are exactly
 // those it names (a table named like a default lane starts from that lane's
 // defaults, others from the net lane's). Unknown keys and bad values are
-// errors naming the key.
+// errors naming the key, every one of them (see ParseConfig).
 func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -146,113 +149,243 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(path, b)
 }
 
-// ParseConfig is LoadConfig on bytes; name is used in messages.
+// ParseConfig is LoadConfig on bytes; name is used in messages. Every
+// problem is reported, not only the first: the error joins one single-line
+// error per problem, each naming its full key (lanes.x.slots).
 func ParseConfig(name string, b []byte) (Config, error) {
 	cfg := DefaultConfig()
-	// Decode lanes into raw primitives first so each lane starts from the
-	// right defaults.
-	var raw struct {
-		Daemon toml.Primitive            `toml:"daemon"`
-		Lanes  map[string]toml.Primitive `toml:"lanes"`
-	}
-	md, err := toml.Decode(string(b), &raw)
+	var top map[string]toml.Primitive
+	md, err := toml.Decode(string(b), &top)
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", name, err)
+		return Config{}, fmt.Errorf("%s: %s", name, tomlMessage(err))
 	}
-	if md.IsDefined("daemon") {
-		if err := md.PrimitiveDecode(raw.Daemon, &cfg.Daemon); err != nil {
-			return Config{}, fmt.Errorf("%s: [daemon]: %w", name, err)
-		}
-	}
-	if len(raw.Lanes) > 0 {
-		defs := DefaultLanes()
-		cfg.Lanes = map[string]LaneConfig{}
-		for laneName, prim := range raw.Lanes {
-			lc, ok := defs[laneName]
-			if !ok {
-				lc = defs["net"]
+	var errs []error
+	for _, k := range sortedKeys(top) {
+		switch k {
+		case "daemon":
+			errs = append(errs, decodeTable(&md, top[k], reflect.ValueOf(&cfg.Daemon).Elem(), k)...)
+		case "lanes":
+			var lanes map[string]toml.Primitive
+			if !isTable(&md, top[k]) {
+				errs = append(errs, errors.New("lanes must be a table of [lanes.NAME] tables"))
+				continue
 			}
-			if err := md.PrimitiveDecode(prim, &lc); err != nil {
-				return Config{}, fmt.Errorf("%s: [lanes.%s]: %w", name, laneName, err)
+			if err := md.PrimitiveDecode(top[k], &lanes); err != nil {
+				errs = append(errs, fmt.Errorf("lanes: %s", tomlMessage(err)))
+				continue
 			}
-			cfg.Lanes[laneName] = lc
+			if len(lanes) == 0 {
+				continue
+			}
+			defs := DefaultLanes()
+			cfg.Lanes = map[string]LaneConfig{}
+			for _, n := range sortedKeys(lanes) {
+				lc, ok := defs[n]
+				if !ok {
+					lc = defs["net"]
+				}
+				errs = append(errs, decodeTable(&md, lanes[n], reflect.ValueOf(&lc).Elem(), "lanes."+n)...)
+				cfg.Lanes[n] = lc
+			}
+		default:
+			errs = append(errs, fmt.Errorf("unknown key %s", k))
 		}
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		sort.Strings(keys)
-		return Config{}, fmt.Errorf("%s: unknown key %s", name, strings.Join(keys, ", "))
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", name, err)
+		errs = append(errs, splitErrors(err)...)
+	}
+	if len(errs) > 0 {
+		for i, e := range errs {
+			errs[i] = fmt.Errorf("%s: %w", name, e)
+		}
+		return Config{}, errors.Join(errs...)
 	}
 	return cfg, nil
 }
 
-// Validate checks every value, naming the key of the first bad one.
-func (c Config) Validate() error {
-	d := c.Daemon
-	switch {
-	case d.ShutdownTimeout.Duration <= 0:
-		return errors.New("daemon.shutdown_timeout must be > 0")
-	case d.MaxFrameBytes < 1024:
-		return errors.New("daemon.max_frame_bytes must be >= 1024")
-	case d.MaxLineBytes < 1024:
-		return errors.New("daemon.max_line_bytes must be >= 1024")
-	case d.SubscriberQueue < 16:
-		return errors.New("daemon.subscriber_queue must be >= 16")
-	case d.SubscriberOverflow != "drop_oldest" && d.SubscriberOverflow != "disconnect":
-		return fmt.Errorf("daemon.subscriber_overflow must be \"drop_oldest\" or \"disconnect\", got %q", d.SubscriberOverflow)
-	case d.FinishedJobs < 1:
-		return errors.New("daemon.finished_jobs must be >= 1")
-	case d.EventLogMaxBytes < 4096:
-		return errors.New("daemon.event_log_max_bytes must be >= 4096")
-	case d.EventLogFiles < 1:
-		return errors.New("daemon.event_log_files must be >= 1")
+// decodeTable decodes a TOML table into the struct dst key by key, so that
+// every bad key is reported (each with its full name under key) and the
+// good ones still take effect. Keys without a field are unknown; negative
+// numbers are refused for unsigned fields (the TOML decoder would wrap them
+// around).
+func decodeTable(md *toml.MetaData, prim toml.Primitive, dst reflect.Value, key string) []error {
+	var fields map[string]toml.Primitive
+	if !isTable(md, prim) {
+		return []error{fmt.Errorf("%s must be a table ([%s])", key, key)}
 	}
-	if len(c.Lanes) == 0 {
-		return errors.New("lanes: at least one lane is needed")
+	if err := md.PrimitiveDecode(prim, &fields); err != nil {
+		return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
 	}
-	names := make([]string, 0, len(c.Lanes))
-	for n := range c.Lanes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := c.Lanes[n].validate("lanes." + n); err != nil {
-			return err
+	var errs []error
+	for _, k := range sortedKeys(fields) {
+		full := key + "." + k
+		f, ok := fieldByTag(dst, k)
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown key %s", full))
+			continue
 		}
-		if n == "" || strings.ContainsAny(n, "/ \t\n") || len(n) > 64 {
-			return fmt.Errorf("lanes.%q: a lane name must be 1-64 characters without '/' or spaces", n)
+		if f.Kind() == reflect.Struct && !f.Addr().Type().Implements(textUnmarshaler) {
+			errs = append(errs, decodeTable(md, fields[k], f, full)...)
+			continue
 		}
+		switch f.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			var v any
+			if md.PrimitiveDecode(fields[k], &v) == nil {
+				if n, ok := v.(int64); ok && n < 0 {
+					errs = append(errs, fmt.Errorf("%s must be >= 0, got %d", full, n))
+					continue
+				}
+			}
+		}
+		v := reflect.New(f.Type())
+		if err := md.PrimitiveDecode(fields[k], v.Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s", full, tomlMessage(err)))
+			continue
+		}
+		f.Set(v.Elem())
 	}
-	return nil
+	return errs
 }
 
-func (l LaneConfig) validate(key string) error {
-	switch {
-	case l.Runners < 0 || l.Runners > 256:
-		return fmt.Errorf("%s.runners must be between 0 and 256, got %d", key, l.Runners)
-	case l.Spares < 0 || l.Spares > 16:
-		return fmt.Errorf("%s.spares must be between 0 and 16, got %d", key, l.Spares)
-	case l.Slots < 1 || l.Slots > 4096:
-		return fmt.Errorf("%s.slots must be between 1 and 4096, got %d", key, l.Slots)
-	case l.Network != NetworkNone && l.Network != NetworkHost:
-		return fmt.Errorf("%s.network must be \"none\" or \"host\", got %q", key, l.Network)
-	case l.QueueLimit < 0:
-		return fmt.Errorf("%s.queue_limit must be >= 0, got %d", key, l.QueueLimit)
-	case l.MaxOutputBytes == 0:
-		return fmt.Errorf("%s.max_output_bytes must be > 0", key)
-	case l.HeartbeatTimeout.Duration < 100*time.Millisecond:
-		return fmt.Errorf("%s.heartbeat_timeout must be >= 100ms, got %s", key, l.HeartbeatTimeout.Duration)
-	case l.Nice < -20 || l.Nice > 19:
-		return fmt.Errorf("%s.nice must be between -20 and 19, got %d", key, l.Nice)
+var textUnmarshaler = reflect.TypeOf((*encoding.TextUnmarshaler)(nil)).Elem()
+
+// fieldByTag finds the field of the struct v whose toml tag is name.
+func fieldByTag(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+		if tag == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// tomlMessage is the TOML decoder's message without its "toml: " prefix
+// and its "(last key ...)" (the caller names the key), with the line.
+func tomlMessage(err error) string {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s (line %d)", pe.Message, pe.Position.Line)
+	}
+	msg := strings.TrimPrefix(err.Error(), "toml: ")
+	if m := tomlLineKey.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s (line %s)", m[2], m[1])
+	}
+	return msg
+}
+
+// tomlLineKey matches the decoder's value errors: line N (last key "k"): msg.
+var tomlLineKey = regexp.MustCompile(`^line (\d+) \(last key "(?:[^"\\]|\\.)*"\): (.*)$`)
+
+// isTable reports whether prim holds a TOML table (the decoder quietly
+// decodes a number into a map as an empty one).
+func isTable(md *toml.MetaData, prim toml.Primitive) bool {
+	var v any
+	if md.PrimitiveDecode(prim, &v) != nil {
+		return false
+	}
+	_, ok := v.(map[string]any)
+	return ok
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// splitErrors flattens joined errors into one error per problem.
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// Validate checks every value. The error joins one error per bad value,
+// each naming its full key.
+func (c Config) Validate() error {
+	d := c.Daemon
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if d.ShutdownTimeout.Duration <= 0 {
+		bad("daemon.shutdown_timeout must be > 0")
+	}
+	if d.MaxFrameBytes < 1024 {
+		bad("daemon.max_frame_bytes must be >= 1024")
+	}
+	if d.MaxLineBytes < 1024 {
+		bad("daemon.max_line_bytes must be >= 1024")
+	}
+	if d.SubscriberQueue < 16 {
+		bad("daemon.subscriber_queue must be >= 16")
+	}
+	if d.SubscriberOverflow != "drop_oldest" && d.SubscriberOverflow != "disconnect" {
+		bad("daemon.subscriber_overflow must be \"drop_oldest\" or \"disconnect\", got %q", d.SubscriberOverflow)
+	}
+	if d.FinishedJobs < 1 {
+		bad("daemon.finished_jobs must be >= 1")
+	}
+	if d.EventLogMaxBytes < 4096 {
+		bad("daemon.event_log_max_bytes must be >= 4096")
+	}
+	if d.EventLogFiles < 1 {
+		bad("daemon.event_log_files must be >= 1")
+	}
+	if len(c.Lanes) == 0 {
+		bad("lanes: at least one lane is needed")
+	}
+	for _, n := range sortedKeys(c.Lanes) {
+		if n == "" || strings.ContainsAny(n, "/ \t\n") || len(n) > 64 {
+			bad("lanes.%q: a lane name must be 1-64 characters without '/' or spaces", n)
+		}
+		errs = append(errs, c.Lanes[n].validate("lanes."+n)...)
+	}
+	return errors.Join(errs...)
+}
+
+func (l LaneConfig) validate(key string) []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s", key, fmt.Sprintf(format, args...)))
+	}
+	if l.Runners < 0 || l.Runners > 256 {
+		bad("runners must be between 0 and 256, got %d", l.Runners)
+	}
+	if l.Spares < 0 || l.Spares > 16 {
+		bad("spares must be between 0 and 16, got %d", l.Spares)
+	}
+	if l.Slots < 1 || l.Slots > 4096 {
+		bad("slots must be between 1 and 4096, got %d", l.Slots)
+	}
+	if l.Network != NetworkNone && l.Network != NetworkHost {
+		bad("network must be \"none\" or \"host\", got %q", l.Network)
+	}
+	if l.QueueLimit < 0 {
+		bad("queue_limit must be >= 0, got %d", l.QueueLimit)
+	}
+	if l.MaxOutputBytes == 0 {
+		bad("max_output_bytes must be > 0")
+	}
+	if l.HeartbeatTimeout.Duration < 100*time.Millisecond {
+		bad("heartbeat_timeout must be >= 100ms, got %s", l.HeartbeatTimeout.Duration)
+	}
+	if l.Nice < -20 || l.Nice > 19 {
+		bad("nice must be between -20 and 19, got %d", l.Nice)
 	}
 	if err := l.Restart.Policy().Validate(); err != nil {
-		return fmt.Errorf("%s.%w", key, err)
+		for _, e := range splitErrors(err) {
+			errs = append(errs, fmt.Errorf("%s.%w", key, e))
+		}
 	}
-	return nil
+	return errs
 }

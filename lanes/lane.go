@@ -304,10 +304,7 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	l.jobs[m.rec.ID] = ref
 	l.jobIDs[ref.String()] = m.rec.ID
 	s := m.spec
-	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wire.Job{
-		JobID: m.rec.ID, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
-		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
-		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths}})
+	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: s.wireJob(m.rec.ID)})
 	l.sh.bus.Emit(eventlog.JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
 	l.dispatch(c)
 }

@@ -217,11 +217,17 @@ func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
 	if spec.WorktreeDir != "" && !filepath.IsAbs(spec.WorktreeDir) {
 		return "", wire.Errorf(wire.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir)
 	}
+	if e := checkEnv(spec.Env); e != nil {
+		return "", e
+	}
 	if spec.TimeoutMs == 0 {
 		spec.TimeoutMs = h.cfg.TimeoutMs
 	}
 	if spec.MaxOutputBytes == 0 || spec.MaxOutputBytes > h.cfg.MaxOutputBytes {
 		spec.MaxOutputBytes = h.cfg.MaxOutputBytes
+	}
+	if e := m.takeStdin(&spec); e != nil {
+		return "", e
 	}
 	if n := h.pending.Add(1); h.cfg.QueueLimit > 0 && n > int64(h.cfg.QueueLimit) {
 		h.pending.Add(-1)

@@ -24,6 +24,9 @@
 //   - A chunk decodes from an array of 0..255 or a standard base64 string;
 //     null decodes as an empty chunk (serde would refuse it).
 //   - A Shutdown payload is never inspected.
+//   - Job.stdin_b64 is orchestrd's extension (the job's standard input,
+//     base64); it is omitted when empty, so a Job without input is exactly
+//     the spec's ToolJob.
 //   - On the control socket, a duplicated id, method or params key is an
 //     invalid request (serde refuses duplicate fields; encoding/json would
 //     silently keep the last). A response's null result is sent as {}.

@@ -343,6 +343,9 @@ func normalize(v any) {
 		if m.FilePaths == nil {
 			m.FilePaths = []string{}
 		}
+		if len(m.Stdin) == 0 {
+			m.Stdin = nil // "stdin_b64":"" decodes as empty and is then omitted
+		}
 	case *OutputChunk:
 		if m.Chunk == nil {
 			m.Chunk = Bytes{}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,6 +111,12 @@ type Job struct {
 	TimeoutMs      uint64            `json:"timeout_ms"`
 	MaxOutputBytes uint64            `json:"max_output_bytes"`
 	FilePaths      []string          `json:"file_paths"`
+	// Stdin is what the job reads on its standard input (orchestrd's
+	// extension, not in the spec): base64 in "stdin_b64", and omitted when
+	// empty, so a Job without input is byte for byte the spec's ToolJob and a
+	// Loopr runner, which ignores unknown fields, is unaffected. Without it
+	// the job's stdin is /dev/null.
+	Stdin []byte `json:"stdin_b64,omitempty"`
 }
 
 // MarshalJSON writes nil Argv, FilePaths and Env as [] and {} rather than
@@ -141,6 +148,11 @@ func (j *Job) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendUint(dst, j.MaxOutputBytes, 10)
 	dst = append(dst, `,"file_paths":`...)
 	dst = appendStringArray(dst, j.FilePaths)
+	if len(j.Stdin) > 0 {
+		dst = append(dst, `,"stdin_b64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, j.Stdin)
+		dst = append(dst, '"')
+	}
 	return append(dst, '}')
 }
 

@@ -133,7 +133,7 @@ func call(c *control.Client, method string, params, result any) error {
 
 // ---- run ----
 
-const runUsage = "orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... -- CMD [ARGS...]"
+const runUsage = "orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... [--no-stdin] -- CMD [ARGS...]"
 
 type envFlag map[string]string
 
@@ -153,11 +153,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run")
 	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
 	lane := fs.String("lane", "", "`LANE` to run in (default no-net)")
-	timeout := fs.Duration("timeout", 0, "kill the job after `D` (default: the lane's)")
+	timeout := new(time.Duration)
+	fs.Var(timeoutFlag{timeout}, "timeout", "kill the job after `D`: seconds (30, 1.5) or a duration (500ms, 2m) (default: the lane's)")
 	cwd := fs.String("cwd", "", "working `DIR` of the job (default: the current directory)")
 	worktree := fs.String("worktree", "", "worktree `DIR` the job's paths must stay in")
 	env := envFlag{}
 	fs.Var(env, "env", "set `K=V` in the job's environment (repeatable)")
+	noStdin := fs.Bool("no-stdin", false, "do not forward stdin to the job (it is forwarded when it is not a terminal)")
 	if code, ok := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -168,12 +170,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *timeout < 0 {
 		return usageError(fs, runUsage, stderr, "--timeout must not be negative")
 	}
+	// --cwd goes as given (made absolute, never cleaned): the runner
+	// resolves it and says if it does not exist.
 	dir := *cwd
 	var err error
 	if dir == "" {
 		dir, err = os.Getwd()
 	} else {
-		dir, err = filepath.Abs(dir)
+		dir, err = absDir(dir)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
@@ -181,13 +185,21 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	spec := lanes.JobSpec{Lane: *lane, Argv: argv, Cwd: dir, TimeoutMs: uint64(timeout.Milliseconds())}
 	if *worktree != "" {
-		if spec.WorktreeDir, err = filepath.Abs(*worktree); err != nil {
+		if spec.WorktreeDir, err = absDir(*worktree); err != nil {
 			fmt.Fprintf(stderr, "orchestrd: worktree: %v\n", err)
 			return exitFailure
 		}
 	}
 	if len(env) > 0 {
 		spec.Env = env
+	}
+	if !*noStdin {
+		data, err := readStdin(os.Stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd run: %v\n", err)
+			return exitUsage
+		}
+		setStdin(&spec, data)
 	}
 
 	c, ok := dial(resolveHome(*home), stderr)
@@ -244,6 +256,9 @@ func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
 	r.waitCh = make(chan waitResult, 1)
 	interrupted := false
 	events := r.c.Events()
+	// A second after submit, a job still queued is explained once on stderr.
+	var noticeAt <-chan time.Time
+	notice := make(chan string, 1)
 	for {
 		select {
 		case ev, ok := <-events:
@@ -268,12 +283,22 @@ func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
 			if interrupted {
 				return r.cancel()
 			}
+			t := time.NewTimer(queuedAfter)
+			defer t.Stop()
+			noticeAt = t.C
 			for _, ev := range r.pending {
 				if rec, done := r.event(ev); done {
 					return r.finished(rec)
 				}
 			}
 			r.pending = nil
+		case <-noticeAt:
+			noticeAt = nil
+			go func(id string) { notice <- queuedNotice(r.c, id) }(r.jobID)
+		case msg := <-notice:
+			if msg != "" {
+				fmt.Fprintln(r.stderr, msg)
+			}
 		case w := <-r.waitCh:
 			if w.err != nil {
 				return callErr(r.stderr, w.err)
@@ -427,6 +452,10 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 
 const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--json]"
 
+// allStates are the job states, in lifecycle order.
+var allStates = []lanes.State{lanes.StateQueued, lanes.StateDispatched, lanes.StateRunning, lanes.StateSucceeded,
+	lanes.StateFailed, lanes.StateTimeout, lanes.StateCancelled, lanes.StateError}
+
 // cmdJobs lists jobs as a table or JSON.
 func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("jobs")
@@ -434,9 +463,22 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
-	c, code, ok := parseNoArgsAndDial(fs, jobsUsage, args, home, stdout, stderr)
-	if !ok {
+	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
 		return code
+	}
+	if *state != "" && !lanes.ValidState(*state) {
+		names := make([]string, len(allStates))
+		for i, s := range allStates {
+			names[i] = string(s)
+		}
+		return usageError(fs, jobsUsage, stderr, "unknown state %q; the states are %s", *state, strings.Join(names, ", "))
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, jobsUsage, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
 	}
 	defer c.Close()
 	var res struct {

@@ -19,18 +19,26 @@ var laneCommands = map[string]bool{"token": true}
 func cmdLane(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("lane")
 	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	// The subcommand may come before the flags (lane token --home H L) or
+	// after them (--home H lane token L, as the global --home gives it).
+	sub := ""
 	if len(args) > 0 && laneCommands[args[0]] {
-		args = args[1:]
-	} else if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "-help" {
-		return usageError(fs, laneUsage, stderr, "unknown subcommand %q (want: token)", args[0])
+		sub, args = args[0], args[1:]
 	}
 	if code, ok := parseFlags(fs, laneUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
+	rest := fs.Args()
+	if sub == "" && len(rest) > 0 {
+		sub, rest = rest[0], rest[1:]
+	}
+	if !laneCommands[sub] {
+		return usageError(fs, laneUsage, stderr, "unknown subcommand %q (want: token)", sub)
+	}
+	if len(rest) != 1 {
 		return usageError(fs, laneUsage, stderr, "want exactly one LANE")
 	}
-	tok, err := lanes.ReadJoinToken(resolveHome(*home), fs.Arg(0))
+	tok, err := lanes.ReadJoinToken(resolveHome(*home), rest[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "orchestrd lane token: %v\n", err)
 		return exitFailure

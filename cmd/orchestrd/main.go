@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,79 +23,111 @@ import (
 // version is set with -ldflags "-X main.version=..." in releases.
 var version = "0.1.0-dev"
 
-const usage = `orchestrd: a supervisor for AI-agent processes
+// usage is the top-level usage, in the format of every command's --help
+// (printUsage).
+const usage = `orchestrd [--home DIR] COMMAND [ARGS...]
 
-Usage:
-  orchestrd serve [--home DIR] [--config FILE] [--log-format json|console]
-  orchestrd run [--lane L] [--timeout D] [--cwd DIR] -- CMD ARGS...
-  orchestrd jobs [--state S] [--lane L] [--json]
-  orchestrd cancel ID
-  orchestrd status [--json]
-  orchestrd events [--follow] [--kind K]... [--lane L] [--job ID] [--since 5m] [--json]
-  orchestrd lane token LANE
-  orchestrd runner --lane L --socket PATH [--token-file F]   (a bring-your-own runner)
-  orchestrd version
+A supervisor for AI-agent processes.
 
-Every command takes --home DIR (default $ORCHESTRD_HOME, else ~/.orchestrd)
-and --help.
-`
+commands:
+  serve     run the daemon in the foreground
+  run       run a job, stream its output, exit with its code
+  jobs      list jobs
+  cancel    cancel a job
+  status    lanes, runners and the live actor tree
+  events    read the supervisor event log
+  lane      lane token LANE: the join token of a lane that takes bring-your-own runners
+  runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
+  version   print the version
+
+Run 'orchestrd COMMAND --help' (or 'orchestrd help COMMAND') for its options.
+--home DIR goes before or after the command.`
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return cmdServe(rest, stdout, stderr)
-	case "runner":
-		return runner.Main(rest)
-	case "run":
-		return cmdRun(rest, stdout, stderr)
-	case "jobs":
-		return cmdJobs(rest, stdout, stderr)
-	case "cancel":
-		return cmdCancel(rest, stdout, stderr)
-	case "status":
-		return cmdStatus(rest, stdout, stderr)
-	case "events":
-		return eventlog.CLI(rest, resolveHome(""), stdout, stderr)
-	case "lane":
-		return cmdLane(rest, stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "orchestrd", version)
-		return 0
-	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "orchestrd: unknown command %q\n\n%s", cmd, usage)
-	return 2
-}
-
-func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("orchestrd serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	home := fs.String("home", "", "daemon home: sockets, config.toml, events.ndjson (default $ORCHESTRD_HOME or ~/.orchestrd)")
-	cfgPath := fs.String("config", "", "TOML config (default HOME/config.toml if it exists, else the embedded defaults)")
-	logFormat := fs.String("log-format", "console", "log format on stderr: json or console")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: orchestrd serve [--home DIR] [--config FILE] [--log-format json|console]")
-		fmt.Fprintln(stderr, "Runs the daemon in the foreground until SIGTERM or SIGINT.")
-		fs.PrintDefaults()
-	}
+	// Global flags come before the command: orchestrd --home X jobs.
+	fs := flag.NewFlagSet("orchestrd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	home := fs.String("home", "", "daemon home `DIR` for the command (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			printUsage(fs, usage, stdout)
+			return exitOK
 		}
-		return 2
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+		printUsage(fs, usage, stderr)
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "orchestrd", version)
+		return exitOK
+	}
+	if fs.NArg() == 0 {
+		printUsage(fs, usage, stderr)
+		return exitUsage
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	// A global --home is the command's own --home, given first: one given
+	// after the command still wins.
+	withHome := func(rest []string) []string {
+		if *home == "" {
+			return rest
+		}
+		return append([]string{"--home", *home}, rest...)
+	}
+	switch cmd {
+	case "serve":
+		return cmdServe(withHome(rest), stdout, stderr)
+	case "runner":
+		if *home != "" {
+			fmt.Fprintln(stderr, "orchestrd runner: --home is not used by runner (it takes --socket PATH)")
+			return exitUsage
+		}
+		return runner.Main(rest)
+	case "run":
+		return cmdRun(withHome(rest), stdout, stderr)
+	case "jobs":
+		return cmdJobs(withHome(rest), stdout, stderr)
+	case "cancel":
+		return cmdCancel(withHome(rest), stdout, stderr)
+	case "status":
+		return cmdStatus(withHome(rest), stdout, stderr)
+	case "events":
+		return eventlog.CLI(rest, resolveHome(*home), stdout, stderr)
+	case "lane":
+		return cmdLane(withHome(rest), stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "orchestrd", version)
+		return exitOK
+	case "help":
+		if len(rest) > 0 && rest[0] != "help" {
+			return realMain([]string{rest[0], "--help"}, stdout, stderr)
+		}
+		printUsage(fs, usage, stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "orchestrd: unknown command %q\n", cmd)
+	printUsage(fs, usage, stderr)
+	return exitUsage
+}
+
+const serveUsage = `orchestrd serve [--home DIR] [--config FILE] [--log-format json|console]
+
+Runs the daemon in the foreground until SIGTERM or SIGINT.`
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve")
+	home := fs.String("home", "", "daemon home `DIR`: sockets, config.toml, events.ndjson (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	cfgPath := fs.String("config", "", "TOML config `FILE` (default HOME/config.toml if it exists, else the embedded defaults)")
+	logFormat := fs.String("log-format", "console", "log `FORMAT` on stderr: json or console")
+	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orchestrd serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return usageError(fs, serveUsage, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	var logger zerolog.Logger
 	switch *logFormat {
@@ -119,7 +152,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if path != "" {
 		c, err := lanes.LoadConfig(path)
 		if err != nil {
-			fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+			// One line per problem, each naming its key.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				fmt.Fprintf(stderr, "orchestrd serve: %s\n", line)
+			}
 			return 2
 		}
 		cfg = c

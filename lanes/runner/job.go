@@ -46,6 +46,7 @@ type job struct {
 	argv    []string
 	dir     string   // "" = the runner's cwd
 	env     []string // nil = the runner's environment
+	stdin   []byte   // written to the job's stdin; empty = /dev/null
 	timeout time.Duration
 	limit   int // cap on collected output
 
@@ -150,6 +151,7 @@ func (r *runner) prepare(spec *wire.Job) (*job, string) {
 		return nil, err.Error()
 	}
 	j.dir = dir
+	j.stdin = spec.Stdin
 	if len(spec.Argv) > 0 {
 		p, err := lookPath(spec.Argv[0], pathEnv)
 		if err != nil {
@@ -286,6 +288,11 @@ func (j *job) execute() wire.Result {
 	}
 	j.mu.Unlock()
 
+	in, err := j.openStdin()
+	if err != nil {
+		return j.startFailed(err)
+	}
+	defer in.stop()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return j.startFailed(err)
@@ -301,7 +308,7 @@ func (j *job) execute() wire.Result {
 	p, err := j.r.start(j.path, j.argv, &os.ProcAttr{
 		Dir:   j.dir,
 		Env:   j.env,
-		Files: []*os.File{j.r.devNull, outW, errW},
+		Files: []*os.File{in.file(), outW, errW},
 		Sys:   jobSysProcAttr(jcg),
 	})
 	outW.Close()
@@ -312,6 +319,7 @@ func (j *job) execute() wire.Result {
 		j.r.removeCgroup(jcg)
 		return j.startFailed(err)
 	}
+	in.started()
 	pid := p.Pid
 
 	j.mu.Lock()

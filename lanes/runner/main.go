@@ -29,43 +29,56 @@ const (
 // shutdown and returns the process exit code: 0 after a clean shutdown, 1
 // when Run fails, 2 for bad flags.
 func Main(args []string) int {
-	return mainWith(args, os.Stderr, nil, true)
+	return mainWith(args, os.Stdout, os.Stderr, nil, true)
 }
 
-// mainWith is Main with the log/usage output and an optional extra stop
-// channel, for tests. standalone says the process is a runner and nothing
-// else, so it may be the subreaper of its jobs (a test process is not).
-func mainWith(args []string, stderr io.Writer, stop <-chan struct{}, standalone bool) int {
+const usage = `usage: orchestrd runner --lane L --socket PATH [--token-file F] [--id ID]
+
+Connects to the daemon's lane socket and runs the jobs it sends until
+the daemon sends Shutdown or the process gets SIGTERM/SIGINT. A
+bring-your-own runner needs the lane's join token (orchestrd lane token L).
+`
+
+// mainWith is Main with the help, log and usage-error output and an
+// optional extra stop channel, for tests. standalone says the process is a
+// runner and nothing else, so it may be the subreaper of its jobs (a test
+// process is not).
+func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, standalone bool) int {
 	fs := flag.NewFlagSet("orchestrd runner", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	lane := fs.String("lane", "", "lane this runner serves (no-net, net, heavy, ...)")
-	socket := fs.String("socket", "", "unix socket path the daemon listens on for this lane")
-	id := fs.String("id", "", "runner id assigned by the daemon (empty for a bring-your-own runner)")
-	tokenFile := fs.String("token-file", "", "file holding the lane's join token (see: orchestrd lane token L); default $"+EnvJoinToken)
-	connFD := fs.Int("fd", -1, "inherited descriptor of a connected socket to the daemon (set by the daemon when it spawns a runner)")
+	fs.SetOutput(io.Discard)
+	lane := fs.String("lane", "", "`LANE` this runner serves (no-net, net, heavy, ...)")
+	socket := fs.String("socket", "", "unix socket `PATH` the daemon listens on for this lane")
+	id := fs.String("id", "", "runner `ID` assigned by the daemon (empty for a bring-your-own runner)")
+	tokenFile := fs.String("token-file", "", "`FILE` holding the lane's join token (orchestrd lane token L); default $"+EnvJoinToken)
+	connFD := fs.Int("fd", -1, "inherited descriptor `N` of a connected socket to the daemon (set by the daemon when it spawns a runner)")
 	var hide stringsFlag
-	fs.Var(&hide, "hide", "path to hide from jobs in the runner's own mount namespace (set by the daemon; repeatable)")
-	cgroup := fs.String("cgroup", "", "cgroup v2 directory the runner was started in; each job gets a cgroup below it (set by the daemon)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: orchestrd runner --lane L --socket P [--id ID]\n\n"+
-			"Connects to the daemon's lane socket and runs the jobs it sends until\n"+
-			"the daemon sends Shutdown or the process gets SIGTERM/SIGINT.\n\n")
+	fs.Var(&hide, "hide", "`PATH` to hide from jobs in the runner's own mount namespace (set by the daemon; repeatable)")
+	cgroup := fs.String("cgroup", "", "cgroup v2 `DIR` the runner was started in; each job gets a cgroup below it (set by the daemon)")
+	// The same format as every orchestrd command's --help.
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage+"\noptions:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout)
 			return 0
 		}
+		fmt.Fprintf(stderr, "orchestrd runner: %v\n", err)
+		printUsage(stderr)
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "orchestrd runner: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+		printUsage(stderr)
 		return 2
 	}
 	if *lane == "" || (*socket == "") == (*connFD < 0) {
 		fmt.Fprintln(stderr, "orchestrd runner: --lane and --socket are required")
-		fs.Usage()
+		printUsage(stderr)
 		return 2
 	}
 	// The token never reaches a job: read it, then drop it from the

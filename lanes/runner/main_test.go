@@ -35,7 +35,7 @@ func TestMainFlags(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--help"}, 0, "usage: orchestrd runner --lane L --socket P"},
+		{[]string{"--help"}, 0, "usage: orchestrd runner --lane L --socket PATH"},
 		{nil, 2, "--lane and --socket are required"},
 		{[]string{"--lane", "x"}, 2, "--lane and --socket are required"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
@@ -43,7 +43,7 @@ func TestMainFlags(t *testing.T) {
 		{[]string{"--lane", "x", "--socket", t.TempDir() + "/missing.sock", "--id", "r9"}, 1, `"message":"runner failed"`},
 	} {
 		var out syncBuffer
-		if code := mainWith(tc.args, &out, nil, false); code != tc.code || !strings.Contains(out.String(), tc.want) {
+		if code := mainWith(tc.args, &out, &out, nil, false); code != tc.code || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("Main(%q) = %d, output %q; want %d and %q", tc.args, code, out.String(), tc.code, tc.want)
 		}
 	}
@@ -52,7 +52,7 @@ func TestMainFlags(t *testing.T) {
 func TestMainServesUntilShutdown(t *testing.T) {
 	var out syncBuffer
 	d := startWith(t, okAck(1), func(ctx context.Context, o Options) error {
-		if code := mainWith([]string{"--lane", o.Lane, "--socket", o.Socket, "--id", "r-7"}, &out, ctx.Done(), false); code != 0 {
+		if code := mainWith([]string{"--lane", o.Lane, "--socket", o.Socket, "--id", "r-7"}, &out, &out, ctx.Done(), false); code != 0 {
 			return fmt.Errorf("exit code %d", code)
 		}
 		return nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -26,10 +28,14 @@ const maxSymlinks = 40
 // second form catches "link/../x", which Clean folds away lexically.
 func (r *runner) checkPaths(spec *wire.Job) (string, error) {
 	if spec.WorktreeDir == "" {
-		if spec.Cwd == "" || filepath.IsAbs(spec.Cwd) {
-			return spec.Cwd, nil
+		dir := spec.Cwd
+		if dir == "" {
+			return "", nil
 		}
-		return filepath.Join(r.cwd, spec.Cwd), nil
+		if !filepath.IsAbs(dir) {
+			dir = r.cwd + "/" + dir // not cleaned: the kernel walks it, symlinks first
+		}
+		return dir, checkDir("working directory", spec.Cwd, dir)
 	}
 	wt := spec.WorktreeDir
 	if !filepath.IsAbs(wt) {
@@ -63,7 +69,41 @@ func (r *runner) checkPaths(spec *wire.Job) (string, error) {
 			return "", fmt.Errorf("file_paths[%d] %q %w", i, p, err)
 		}
 	}
-	return dir, nil
+	if spec.Cwd == "" {
+		return dir, checkDir("worktree_dir", spec.WorktreeDir, dir)
+	}
+	return dir, checkDir("working directory", spec.Cwd, dir)
+}
+
+// checkDir says why the job cannot run in the directory path, naming it as
+// the job gave it (given): the kernel's "no such file or directory" from
+// exec would name the command instead.
+func checkDir(what, given, path string) error {
+	name := fmt.Sprintf("%s %q", what, given)
+	if path != given {
+		name += fmt.Sprintf(" (%s)", path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", name)
+	case err == nil:
+		if err := unix.Access(path, unix.X_OK); err != nil {
+			return fmt.Errorf("%s cannot be entered: %w", name, err)
+		}
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s does not exist", name)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%s does not exist: a part of it is not a directory", name)
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%s cannot be resolved: too many symlinks", name)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // inside resolves raw (absolute, not cleaned) both ways and returns the

@@ -120,7 +120,7 @@ func TestJobErrors(t *testing.T) {
 		{wire.Job{JobID: "nopath", Argv: []string{"orchestrd-no-such-program"}}, false, "not found in PATH"},
 		{wire.Job{JobID: "badenv", Command: "true", Env: map[string]string{"A=B": "c"}}, false, "invalid environment"},
 		{wire.Job{JobID: "noexec", Argv: []string{"/nonexistent/prog"}}, true, "no such file"},
-		{wire.Job{JobID: "nocwd", Command: "true", Cwd: "/nonexistent/dir"}, true, "no such file"},
+		{wire.Job{JobID: "nocwd", Command: "true", Cwd: "/nonexistent/dir"}, false, `working directory "/nonexistent/dir" does not exist`},
 	} {
 		o := d.run(tc.job)
 		if o.ack.Accepted != tc.accepted {

@@ -29,10 +29,12 @@ type (
 	}
 	empty    struct{}
 	idParams struct {
-		ID string `json:"id"`
+		ID    string `json:"id"`
+		JobID string `json:"job_id"` // the same, named as job.submit answers
 	}
 	waitParams struct {
 		ID        string `json:"id"`
+		JobID     string `json:"job_id"`
 		TimeoutMs uint64 `json:"timeout_ms,omitempty"`
 	}
 	subscribeParams struct {
@@ -120,7 +122,7 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 
 	case "job.get":
 		var p idParams
-		if e := decodeID(req, &p.ID, &p); e != nil {
+		if e := decodeID(req, &p.ID, &p.JobID, &p); e != nil {
 			cn.respond(req.ID, nil, e)
 			return
 		}
@@ -150,7 +152,7 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 
 	case "job.cancel":
 		var p idParams
-		if e := decodeID(req, &p.ID, &p); e != nil {
+		if e := decodeID(req, &p.ID, &p.JobID, &p); e != nil {
 			cn.respond(req.ID, nil, e)
 			return
 		}
@@ -165,7 +167,7 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 
 	case "job.wait":
 		var p waitParams
-		if e := decodeID(req, &p.ID, &p); e != nil {
+		if e := decodeID(req, &p.ID, &p.JobID, &p); e != nil {
 			cn.respond(req.ID, nil, e)
 			return
 		}
@@ -232,13 +234,20 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 	}
 }
 
-// decodeID decodes params holding a required "id".
-func decodeID(req wire.Request, id *string, v any) *wire.Error {
+// decodeID decodes params naming a job by "id" or "job_id" (the name
+// job.submit answers with); the id ends up in *id.
+func decodeID(req wire.Request, id, jobID *string, v any) *wire.Error {
 	if e := wire.DecodeParams(req, v); e != nil {
 		return e
 	}
+	if *jobID != "" {
+		if *id != "" && *id != *jobID {
+			return wire.Errorf(wire.CodeInvalidParams, "invalid params for %s: id %q and job_id %q differ; give one", req.Method, *id, *jobID)
+		}
+		*id = *jobID
+	}
 	if *id == "" {
-		return wire.Errorf(wire.CodeInvalidParams, "invalid params for %s: id is required", req.Method)
+		return wire.Errorf(wire.CodeInvalidParams, "invalid params for %s: id is required (job_id is taken too)", req.Method)
 	}
 	return nil
 }

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+)
+
+// runCLIWith runs the binary in dir (the test's cwd if "") with stdin
+// (/dev/null if nil).
+func runCLIWith(t *testing.T, dir string, stdin io.Reader, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = dir, stdin, &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// startDaemonCmd starts bin with args as a daemon on home and waits until
+// its lanes are ready; it is stopped and checked like startDaemon's.
+func startDaemonCmd(t *testing.T, home, bin string, args ...string) *testDaemon {
+	t.Helper()
+	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stderr, d.cmd.Stdout = d.stderr, d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exit = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(d.stop)
+	d.waitReady(20 * time.Second)
+	return d
+}
+
+// A working directory that does not exist is named as such, not reported
+// as the command missing.
+func TestRunNamesMissingWorkingDirectory(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	_, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--cwd", "/nonexistent", "--", "true")
+	if code != 1 || !strings.Contains(errOut, `working directory "/nonexistent" does not exist`) || strings.Contains(errOut, "fork/exec") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 saying the directory does not exist", code, errOut)
+	}
+}
+
+// --cwd reaches the runner as given, only made absolute: "up/.." with up a
+// symlink climbs from the link's target, as the kernel walks it, and not
+// back to where the text says; inside a worktree that is an escape.
+func TestRunSendsCwdUncleaned(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	base, err := filepath.EvalSymlinks(shortTemp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{base + "/wt/sub", base + "/x/y", base + "/x/outside"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(base+"/x/y", base+"/wt/sub/up"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLIWith(t, base, nil, "run", "--home", d.home, "--lane", "net", "--cwd", "wt/sub/up/../outside", "--", "sh", "-c", "pwd -P")
+	if code != 0 || strings.TrimSpace(out) != base+"/x/outside" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want it run in %s", code, out, errOut, base+"/x/outside")
+	}
+	_, errOut, code = runCLIWith(t, base, nil, "run", "--home", d.home, "--lane", "net", "--worktree", "wt", "--cwd", "wt/sub/up/../outside", "--", "true")
+	if code != 1 || !strings.Contains(errOut, "outside worktree_dir") {
+		t.Fatalf("exit %d, stderr %q; want the escape refused", code, errOut)
+	}
+}
+
+// --timeout takes a number of seconds as well as a Go duration, and a bad
+// value says what is expected.
+func TestRunTimeoutTakesSeconds(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	for _, v := range []string{"5", "2.5", "30s"} {
+		out, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--timeout", v, "--", "echo", "ok")
+		if code != 0 || out != "ok\n" {
+			t.Errorf("--timeout %s: exit %d, stdout %q, stderr %q", v, code, out, errOut)
+		}
+	}
+	if _, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--timeout", "0.2", "--", "sleep", "30"); code != exitTimeout || !strings.Contains(errOut, "timed out") {
+		t.Errorf("--timeout 0.2: exit %d, stderr %q; want 124", code, errOut)
+	}
+	for _, v := range []string{"5x", "soon", "-1", "NaN"} {
+		_, errOut, code := runCLI(t, "run", "--home", d.home, "--timeout", v, "--", "true")
+		if code != exitUsage || !strings.Contains(errOut, "-timeout") || !(strings.Contains(errOut, "want seconds (30, 1.5) or a duration") || strings.Contains(errOut, "negative")) {
+			t.Errorf("--timeout %s: exit %d, stderr %q; want 2 saying what is expected", v, code, errOut)
+		}
+	}
+}
+
+// --home before the command works for every command, serve included.
+func TestGlobalHomeBeforeCommand(t *testing.T) {
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonCmd(t, home, binary, "--home", home, "serve", "--log-format", "json")
+	out, errOut, code := runCLI(t, "--home", home, "run", "--lane", "net", "--", "echo", "hi")
+	if code != 0 || out != "hi\n" {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "--home", home, "jobs", "--json")
+	var jobs []lanes.JobRecord
+	if code != 0 || jsonUnmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 {
+		t.Fatalf("jobs: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, errOut, code = runCLI(t, "--home", home, "status"); code != 0 || !strings.Contains(out, "net-0") {
+		t.Fatalf("status: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, errOut, code = runCLI(t, "--home", home, "cancel", jobs[0].ID); code != 1 || !strings.Contains(errOut, "already finished") {
+		t.Fatalf("cancel: exit %d, stderr %q; want the daemon's answer", code, errOut)
+	}
+	if out, errOut, code = runCLI(t, "--home="+home, "events", "--kind", "daemon.started"); code != 0 || !strings.Contains(out, "daemon.started") {
+		t.Fatalf("events: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, errOut, code = runCLI(t, "--home", home, "runner", "--lane", "net", "--socket", "x"); code != exitUsage || !strings.Contains(errOut, "--home") {
+		t.Fatalf("runner: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code = runCLI(t, "--bogus", "jobs"); code != exitUsage || !strings.Contains(errOut, "-bogus") {
+		t.Fatalf("unknown global flag: exit %d, stderr %q", code, errOut)
+	}
+	d.lanes()
+}
+
+// A bad --state is a usage error that lists the states.
+func TestJobsBadStateListsStates(t *testing.T) {
+	_, errOut, code := runCLI(t, "jobs", "--home", shortTemp(t), "--state", "bogus")
+	if code != exitUsage || !strings.Contains(errOut, `unknown state "bogus"`) {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, s := range allStates {
+		if !strings.Contains(errOut, string(s)) {
+			t.Errorf("stderr %q does not list %q", errOut, s)
+		}
+	}
+}
+
+// run forwards its stdin to the job byte for byte unless it is a terminal
+// or --no-stdin is given; more than the cap is refused naming it; a job
+// that does not read its input is not held up by it.
+func TestRunForwardsStdin(t *testing.T) {
+	d := startDaemon(t, fastConfig)
+	out, errOut, code := runCLIWith(t, "", strings.NewReader("hi\n"), "run", "--home", d.home, "--lane", "net", "--", "cat")
+	if code != 0 || out != "hi\n" {
+		t.Fatalf("echo hi | run -- cat: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	data := make([]byte, 300<<10)
+	rand.Read(data)
+	sum := sha256.Sum256(data)
+	out, errOut, code = runCLIWith(t, "", bytes.NewReader(data), "run", "--home", d.home, "--lane", "net", "--", "sha256sum")
+	if code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])+" ") {
+		t.Fatalf("binary stdin: exit %d, stdout %q, stderr %q; want sha256 %x", code, out, errOut, sum)
+	}
+	out, errOut, code = runCLIWith(t, "", strings.NewReader("hi\n"), "run", "--home", d.home, "--lane", "net", "--no-stdin", "--", "wc", "-c")
+	if code != 0 || strings.TrimSpace(out) != "0" {
+		t.Fatalf("--no-stdin: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runCLIWith(t, "", bytes.NewReader(bytes.Repeat([]byte("y\n"), 250<<10)), "run", "--home", d.home, "--lane", "net", "--", "head", "-c", "4")
+	if code != 0 || out != "y\ny\n" {
+		t.Fatalf("a job that stops reading: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	_, errOut, code = runCLIWith(t, "", bytes.NewReader(make([]byte, lanes.MaxStdinBytes+1)), "run", "--home", d.home, "--lane", "net", "--", "cat")
+	if code != exitUsage || !strings.Contains(errOut, "512 KiB") || !strings.Contains(errOut, "file") {
+		t.Fatalf("stdin over the cap: exit %d, stderr %q", code, errOut)
+	}
+	var r struct{ Jobs []lanes.JobRecord }
+	d.mustCall("job.list", nil, &r)
+	if len(r.Jobs) != 4 {
+		t.Fatalf("%d jobs, want 4 (the one over the cap is never submitted)", len(r.Jobs))
+	}
+}
+
+// Every command's --help has one format: "usage: orchestrd ..." and an
+// "options:" section, on stdout, exit 0.
+func TestHelpHasOneFormat(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"}, {"help", "run"},
+		{"serve", "--help"}, {"run", "--help"}, {"jobs", "--help"}, {"cancel", "--help"},
+		{"status", "--help"}, {"runner", "--help"},
+	} {
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: orchestrd") || !strings.Contains(out, "\n\noptions:\n  -") {
+			t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, errOut, out)
+		}
+	}
+	// A usage error prints the same usage, on stderr.
+	_, errOut, code := runCLI(t, "serve", "--bogus")
+	if code != exitUsage || !strings.Contains(errOut, "usage: orchestrd serve") || !strings.Contains(errOut, "options:") {
+		t.Errorf("serve --bogus: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A job waiting on a lane whose runner cannot start is explained once on
+// stderr: queued, and why.
+func TestRunSaysWhyItsJobIsQueued(t *testing.T) {
+	home := shortTemp(t)
+	// The daemon runs from its own link to the binary, so that removing the
+	// link makes every respawn of a runner fail; the lane socket goes too,
+	// so a runner that did start could not join.
+	exe := filepath.Join(home, "orchestrd")
+	if err := os.Link(binary, exe); err != nil {
+		t.Skipf("cannot link the binary: %v", err)
+	}
+	cfg := `
+[lanes.stuck]
+runners = 1
+slots = 1
+spares = 0
+network = "host"
+[lanes.stuck.restart]
+stable = "10s"
+base_delay = "10ms"
+max_delay = "100ms"
+max_r = 2
+max_t = "60s"
+`
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonCmd(t, home, exe, "serve", "--home", home, "--log-format", "json")
+	pid := d.lane("stuck").Runners[0].Pid
+	if err := os.Remove(exe); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(home, "runner-stuck.sock"))
+	syscall.Kill(pid, syscall.SIGKILL)
+	d.waitEvent("lane.degraded", func(e map[string]any) bool { return e["lane"] == "stuck" })
+
+	cmd := exec.Command(binary, "run", "--home", home, "--lane", "stuck", "--", "true")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var all []string
+	deadline := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("run exited without saying why its job waits: %q", all)
+			}
+			all = append(all, l)
+			if strings.Contains(l, "is queued") {
+				break wait
+			}
+		case <-deadline:
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no queued notice on stderr within 20s: %q", all)
+		}
+	}
+	last := all[len(all)-1]
+	if !strings.Contains(last, "lane stuck is degraded") || !strings.Contains(last, "position 1 of 1") {
+		t.Errorf("notice %q; want the position and the lane degraded", last)
+	}
+	// Ctrl-C cancels the queued job; the notice was said once.
+	cmd.Process.Signal(syscall.SIGINT)
+	for l := range lines {
+		all = append(all, l)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitCancelled {
+		t.Errorf("run after SIGINT: %v, want exit %d", err, exitCancelled)
+	}
+	n := 0
+	for _, l := range all {
+		if strings.Contains(l, "is queued") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the notice was printed %d times: %q", n, all)
+	}
+}

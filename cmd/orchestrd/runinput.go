@@ -1,0 +1,110 @@
+package main
+
+// What `run` sends besides argv: the job's stdin, its working directory as
+// given, a --timeout that also takes plain seconds.
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/lanes"
+)
+
+// timeoutFlag is --timeout: a number of seconds ("5", "1.5") or a Go
+// duration ("500ms", "2m", "1h30m").
+type timeoutFlag struct{ d *time.Duration }
+
+func (f timeoutFlag) String() string {
+	if f.d == nil || *f.d == 0 {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f timeoutFlag) Set(v string) error {
+	if secs, err := strconv.ParseFloat(v, 64); err == nil && !strings.ContainsAny(v, "xXpPnNiI") {
+		if secs < 0 {
+			return fmt.Errorf("must not be negative, got %s", v)
+		}
+		if secs*float64(time.Second) > math.MaxInt64 {
+			return fmt.Errorf("%s seconds is too long", v)
+		}
+		*f.d = time.Duration(secs * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("want seconds (30, 1.5) or a duration (500ms, 2m, 1h30m), got %q", v)
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative, got %s", v)
+	}
+	*f.d = d
+	return nil
+}
+
+// absDir makes a --cwd or --worktree absolute against the current
+// directory without cleaning it: the runner resolves it the way the kernel
+// does, where "link/.." climbs from the link's target and not back to
+// where the text says.
+func absDir(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return p, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(wd, "/") + "/" + p, nil
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// readStdin reads what `run` forwards to the job: all of f unless it is a
+// terminal, refusing more than lanes.MaxStdinBytes.
+func readStdin(f *os.File) ([]byte, error) {
+	if isTerminal(f) {
+		return nil, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, lanes.MaxStdinBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading stdin: %w", err)
+	}
+	if len(data) > lanes.MaxStdinBytes {
+		return nil, fmt.Errorf("stdin is more than %d KiB, the most run forwards to a job; "+
+			"put the input in a file the job reads (run -- sh -c 'CMD < FILE'), or pass --no-stdin",
+			lanes.MaxStdinBytes>>10)
+	}
+	return data, nil
+}
+
+// setStdin puts data in spec the way output is carried: as text when it is
+// valid UTF-8 (unless escaping would make it longer than base64), else as
+// base64 bytes.
+func setStdin(spec *lanes.JobSpec, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	if utf8.Valid(data) {
+		if enc, err := json.Marshal(string(data)); err == nil && len(enc) <= base64.StdEncoding.EncodedLen(len(data))+2 {
+			spec.Stdin = string(data)
+			return
+		}
+	}
+	spec.StdinB64 = data
+}

@@ -1,0 +1,79 @@
+package lanes
+
+import (
+	"sort"
+	"strings"
+	"testing"
+)
+
+// A negative number for an unsigned key is refused naming the key (the
+// TOML decoder would wrap it around to a huge limit).
+func TestConfigRefusesNegativeUnsigned(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"[lanes.x]\nmax_runner_memory_bytes = -1\n", "cfg.toml: lanes.x.max_runner_memory_bytes must be >= 0, got -1"},
+		{"[lanes.x]\ntimeout_ms = -5\n", "cfg.toml: lanes.x.timeout_ms must be >= 0, got -5"},
+		{"[lanes.no-net]\nmax_output_bytes = -1\n", "cfg.toml: lanes.no-net.max_output_bytes must be >= 0, got -1"},
+		{"[daemon]\nmax_frame_bytes = -1\n", "cfg.toml: daemon.max_frame_bytes must be >= 0, got -1"},
+	} {
+		_, err := ParseConfig("cfg.toml", []byte(tc.in))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	c, err := ParseConfig("cfg.toml", []byte("[lanes.x]\nmax_runner_memory_bytes = 0\ntimeout_ms = 1500\n"))
+	if err != nil || c.Lanes["x"].TimeoutMs != 1500 {
+		t.Fatalf("good values: %v %+v", err, c.Lanes["x"])
+	}
+}
+
+// Every problem of a config is reported, one line each, each with the
+// file name and its full key; none is lost behind the first.
+func TestConfigReportsEveryError(t *testing.T) {
+	in := `
+[daemon]
+subscriber_queue = 1
+[lanes.x]
+slots = 0
+max_runner_memory_bytes = -1
+network = "wifi"
+bogus = 1
+[lanes.x.restart]
+stable = "0s"
+base_delay = "0s"
+[lanes.y]
+slots = "four"
+heartbeat_timeout = "soon"
+`
+	_, err := ParseConfig("cfg.toml", []byte(in))
+	if err == nil {
+		t.Fatal("config accepted")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		"daemon.subscriber_queue",
+		"lanes.x.bogus",
+		"lanes.x.max_runner_memory_bytes",
+		"lanes.x.network",
+		"lanes.x.restart.base_delay",
+		"lanes.x.restart.stable",
+		"lanes.x.slots",
+		"lanes.y.heartbeat_timeout",
+		"lanes.y.slots",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), err)
+	}
+	var keys []string
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "cfg.toml: ") {
+			t.Errorf("line %q lacks the file name", l)
+		}
+		l = strings.TrimPrefix(strings.TrimPrefix(l, "cfg.toml: "), "unknown key ")
+		k, _, _ := strings.Cut(l, " ")
+		keys = append(keys, strings.TrimSuffix(k, ":"))
+	}
+	sort.Strings(keys)
+	if strings.Join(keys, ",") != strings.Join(want, ",") {
+		t.Fatalf("keys %v, want %v\n%s", keys, want, err)
+	}
+}

@@ -1,0 +1,76 @@
+package lanes
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// MaxStdinBytes is the most standard input a job can be given with
+// job.submit. Sent as base64 it fits the control socket's default line
+// (wire.DefaultMaxLine) and the runner frame limit; larger input belongs in
+// a file the job reads.
+const MaxStdinBytes = 512 << 10
+
+// wireJob is the Job frame that runs spec as job id.
+func (s *JobSpec) wireJob(id string) wire.Job {
+	return wire.Job{JobID: id, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
+		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
+		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths, Stdin: s.StdinB64}
+}
+
+// checkEnv refuses environment entries no process can be given, naming the
+// key: an empty key, a key holding '=' (it would end at the '='), and NUL
+// bytes (they would cut the entry short).
+func checkEnv(env map[string]string) *wire.Error {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch {
+		case k == "":
+			return wire.Errorf(wire.CodeInvalidParams, "env has an empty key")
+		case strings.IndexByte(k, '=') >= 0:
+			return wire.Errorf(wire.CodeInvalidParams, "env key %q contains '=', which cannot be part of a variable name", k)
+		case strings.IndexByte(k, 0) >= 0:
+			return wire.Errorf(wire.CodeInvalidParams, "env key %q contains a NUL byte", k)
+		case strings.IndexByte(env[k], 0) >= 0:
+			return wire.Errorf(wire.CodeInvalidParams, "env value of %q contains a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+// takeStdin moves the job's input, given as text (stdin) or bytes
+// (stdin_b64), into spec.StdinB64 and checks that it fits a Job frame.
+func (m *Manager) takeStdin(spec *JobSpec) *wire.Error {
+	if spec.Stdin != "" && len(spec.StdinB64) > 0 {
+		return wire.Errorf(wire.CodeInvalidParams, "job takes stdin or stdin_b64, not both")
+	}
+	if spec.Stdin != "" {
+		spec.StdinB64, spec.Stdin = []byte(spec.Stdin), ""
+	}
+	n := len(spec.StdinB64)
+	if n == 0 {
+		spec.StdinB64 = nil
+		return nil
+	}
+	if n > MaxStdinBytes {
+		return wire.Errorf(wire.CodeInvalidParams,
+			"stdin is %d bytes, more than the %d (%d KiB) a job can be given; pass larger input in a file", n, MaxStdinBytes, MaxStdinBytes>>10)
+	}
+	j := spec.wireJob(m.idPre + "18446744073709551615") // the longest id
+	frame, err := wire.Marshal(wire.TypeJob, &j)
+	if err != nil {
+		return wire.Errorf(wire.CodeInvalidParams, "encoding the job: %v", err)
+	}
+	if size := len(frame) - wire.HeaderSize; m.sh.maxFrame > 0 && size > int(m.sh.maxFrame) {
+		return wire.Errorf(wire.CodeInvalidParams,
+			"the job with %d bytes of stdin needs a %d-byte runner frame, more than daemon.max_frame_bytes (%d); pass the input in a file",
+			n, size, m.sh.maxFrame)
+	}
+	return nil
+}
