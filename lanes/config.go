@@ -77,6 +77,9 @@ type DaemonConfig struct {
 	FinishedJobs       int      `toml:"finished_jobs"`       // finished jobs kept queryable
 	EventLogMaxBytes   int64    `toml:"event_log_max_bytes"`
 	EventLogFiles      int      `toml:"event_log_files"`
+	// FinishedOutputBytes bounds the output all finished jobs keep in
+	// memory together; past it the oldest finished jobs lose theirs.
+	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
 }
 
 // Config is the whole config file.
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 			ShutdownTimeout: Duration{5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
 			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
 			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3,
+			FinishedOutputBytes: 64 << 20,
 		},
 		Lanes: DefaultLanes(),
 	}
@@ -196,6 +200,8 @@ func (c Config) Validate() error {
 		return errors.New("daemon.event_log_max_bytes must be >= 4096")
 	case d.EventLogFiles < 1:
 		return errors.New("daemon.event_log_files must be >= 1")
+	case d.FinishedOutputBytes < 0:
+		return fmt.Errorf("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
 	}
 	if len(c.Lanes) == 0 {
 		return errors.New("lanes: at least one lane is needed")
