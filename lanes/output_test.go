@@ -167,3 +167,22 @@ func TestConfigFinishedOutputBytes(t *testing.T) {
 		t.Fatalf("a string: %v, want an error naming the key", err)
 	}
 }
+
+// Whatever the bytes, a record's output decodes back to exactly them.
+func FuzzJobRecordOutput(f *testing.F) {
+	f.Add("hello\n")
+	f.Add("ok \xff\xfe")
+	f.Add("\xf0\x9f\x98")
+	f.Fuzz(func(t *testing.T, out string) {
+		r := rec("a", StateSucceeded)
+		r.Output = out
+		enc, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back JobRecord
+		if err := json.Unmarshal(enc, &back); err != nil || back.Output != out || back.ID != "a" || back.State != StateSucceeded {
+			t.Fatalf("%q: %s decoded to output %q (%v)", out, enc, back.Output, err)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // job.output carries the job's bytes losslessly: text as "data", anything
@@ -53,4 +54,32 @@ func TestJobOutputCarriesBytesExactly(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"job_id":"j","data_b64":"%%%"}`), &bad); err == nil {
 		t.Fatal("bad base64 accepted")
 	}
+}
+
+// Whatever the bytes, a job.output event decodes back to exactly them, and
+// carries exactly one of data (valid UTF-8) and data_b64.
+func FuzzJobOutputBytes(f *testing.F) {
+	f.Add("hello\n")
+	f.Add("ok \xff\xfe")
+	f.Add("\xe2\x9c")
+	f.Add("\u2028<&>\x00\"\\")
+	f.Fuzz(func(t *testing.T, data string) {
+		enc, err := json.Marshal(JobOutput{JobID: "j", Stream: "stderr", Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(enc, &m); err != nil {
+			t.Fatalf("%s is not a JSON object: %v", enc, err)
+		}
+		_, text := m["data"]
+		_, b64 := m["data_b64"]
+		if text == b64 || text != utf8.ValidString(data) {
+			t.Fatalf("%q encoded as %s", data, enc)
+		}
+		var back JobOutput
+		if err := json.Unmarshal(enc, &back); err != nil || back.Data != data || back.Stream != "stderr" || back.JobID != "j" {
+			t.Fatalf("%q: %s decoded to %+v (%v)", data, enc, back, err)
+		}
+	})
 }
