@@ -1,7 +1,12 @@
 package lanes
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
+	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // State is a job's lifecycle state. A job moves queued -> dispatched ->
@@ -75,7 +80,7 @@ type JobRecord struct {
 	RunnerPid    int        `json:"runner_pid,omitempty"`
 	State        State      `json:"state"`
 	ExitCode     *int32     `json:"exit_code"`
-	Output       string     `json:"output"`
+	Output       string     `json:"-"` // see OutputBytes and MarshalJSON
 	WasTimeout   bool       `json:"was_timeout"`
 	WasCancelled bool       `json:"was_cancelled"`
 	DurationMs   int64      `json:"duration_ms"`
@@ -86,6 +91,68 @@ type JobRecord struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+
+	// Signal names the signal that ended the job's process ("SIGSEGV"); the
+	// job then has no exit code.
+	Signal string `json:"signal,omitempty"`
+	// Output is the output kept of a finished job: the first
+	// max_output_bytes it wrote, stdout and stderr as they came, byte for
+	// byte (not necessarily UTF-8). In JSON it is "output" when it is valid
+	// UTF-8, else "output_b64" (see MarshalJSON). OutputBytes counts every
+	// byte the job wrote, kept or not; OutputTruncated says Output holds
+	// only the first max_output_bytes of them.
+	OutputBytes     int64 `json:"output_bytes"`
+	OutputTruncated bool  `json:"output_truncated"`
+	// OutputEvicted: Output was dropped after the job finished, to keep
+	// finished jobs' output within [daemon] finished_output_bytes.
+	OutputEvicted bool `json:"output_evicted,omitempty"`
+}
+
+// jobRecordFields is JobRecord without its JSON methods.
+type jobRecordFields JobRecord
+
+// MarshalJSON writes the record with its output as "output" (a string) when
+// it is valid UTF-8 and as "output_b64" (standard base64) otherwise, so
+// that every byte survives: encoding/json would turn the bytes of a string
+// that are not UTF-8 into U+FFFD.
+func (r JobRecord) MarshalJSON() ([]byte, error) {
+	v := struct {
+		jobRecordFields
+		Output    *string `json:"output,omitempty"`
+		OutputB64 []byte  `json:"output_b64,omitempty"`
+	}{jobRecordFields: jobRecordFields(r)}
+	if utf8.ValidString(r.Output) {
+		v.Output = &r.Output
+	} else {
+		v.OutputB64 = []byte(r.Output)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "a < b" stays readable
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON reads a record written by MarshalJSON: its output from
+// "output" or "output_b64".
+func (r *JobRecord) UnmarshalJSON(b []byte) error {
+	var v struct {
+		jobRecordFields
+		Output    *string `json:"output"`
+		OutputB64 []byte  `json:"output_b64"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	out, err := eventlog.BytesField("output", v.Output, v.OutputB64)
+	if err != nil {
+		return err
+	}
+	*r = JobRecord(v.jobRecordFields)
+	r.Output = out
+	return nil
 }
 
 // Filter selects jobs for List; empty fields match everything.
@@ -132,4 +199,7 @@ type Metrics struct {
 	OpenFDs         int              `json:"open_fds"`
 	Connections     int64            `json:"connections"`      // open now (filled by the control server)
 	ConnectionsSeen int64            `json:"connections_seen"` // ever (filled by the control server)
+	// FinishedOutputBytes is the output finished jobs hold now, at most
+	// [daemon] finished_output_bytes.
+	FinishedOutputBytes int64 `json:"finished_output_bytes"`
 }

@@ -96,6 +96,9 @@ type DaemonConfig struct {
 	// be made (e.g. a container without CAP_SYS_ADMIN): jobs can then reach
 	// the daemon's sockets.
 	Sandbox bool `toml:"sandbox"`
+	// FinishedOutputBytes bounds the output all finished jobs keep in
+	// memory together; past it the oldest finished jobs lose theirs.
+	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
 }
 
 // Config is the whole config file.
@@ -130,6 +133,7 @@ func DefaultConfig() Config {
 			ShutdownTimeout: Duration{5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
 			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
 			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
+			FinishedOutputBytes: 64 << 20,
 		},
 		Lanes: DefaultLanes(),
 	}
@@ -340,6 +344,9 @@ func (c Config) Validate() error {
 	}
 	if d.EventLogFiles < 1 {
 		bad("daemon.event_log_files must be >= 1")
+	}
+	if d.FinishedOutputBytes < 0 {
+		bad("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
 	}
 	if len(c.Lanes) == 0 {
 		bad("lanes: at least one lane is needed")

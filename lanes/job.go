@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -64,6 +65,14 @@ type jobActor struct {
 	// cancelSent: a cancel went to the runner the job was dispatched to.
 	cancelSent bool
 	started    time.Time
+
+	// outBytes counts every byte of output; streamed says chunks came (then
+	// Result.output, a JSON string that cannot carry every byte, is not
+	// used); partial holds, per stream, the start of a UTF-8 character cut
+	// by a chunk boundary, sent with the next chunk (see emitOutput).
+	outBytes int64
+	streamed bool
+	partial  [2][]byte
 }
 
 func (j *jobActor) Receive(c *actors.Context) {
@@ -99,23 +108,22 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.sh.store.update(j.rec)
 		}
 	case jobOutput:
-		if room := j.maxOut - len(j.out); room > 0 {
-			d := m.data
-			if len(d) > room {
-				d = d[:room]
-			}
-			j.out = append(j.out, d...)
+		if j.rec.State.Terminal() {
+			return
 		}
-		stream := "stdout"
-		if m.stream == wire.Stderr {
-			stream = "stderr"
-		}
-		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: stream, Data: string(m.data)})
+		j.streamed = true
+		j.keep(m.data)
+		j.emitOutput(m.stream, m.data)
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode
+		j.rec.Signal = r.Signal
 		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
-		j.rec.Output = r.Output
+		if !j.streamed {
+			// A runner that does not stream (Loopr's may not): its
+			// Result.output is all there is.
+			j.keep([]byte(r.Output))
+		}
 		if r.DurationMs > 0 {
 			j.rec.DurationMs = int64(r.DurationMs)
 		}
@@ -225,9 +233,10 @@ func (j *jobActor) finish(c *actors.Context, st State) {
 	if j.rec.DurationMs == 0 && !j.started.IsZero() {
 		j.rec.DurationMs = now.Sub(j.started).Milliseconds()
 	}
-	if j.rec.Output == "" && len(j.out) > 0 {
-		j.rec.Output = string(j.out)
-	}
+	j.flushPartial()
+	j.rec.Output = string(j.out)
+	j.rec.OutputBytes = j.outBytes
+	j.rec.OutputTruncated = j.outBytes > int64(len(j.out))
 	j.out = nil
 	for _, r := range j.cancelRq {
 		r(false, wire.Errorf(wire.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
@@ -237,10 +246,79 @@ func (j *jobActor) finish(c *actors.Context, st State) {
 		return
 	}
 	j.sh.bus.Emit(eventlog.JobFinished{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID,
-		State: string(st), ExitCode: j.rec.ExitCode, Error: j.rec.Error, DurationMs: j.rec.DurationMs, Record: j.rec})
+		State: string(st), ExitCode: j.rec.ExitCode, Error: j.rec.Error, DurationMs: j.rec.DurationMs, Record: j.rec,
+		Signal: j.rec.Signal, OutputBytes: j.rec.OutputBytes, OutputTruncated: j.rec.OutputTruncated})
 	if _, stopping := c.Message().(actors.Stopped); !stopping {
 		c.StopSelf()
 	}
+}
+
+// keep counts p and keeps it up to the job's output cap.
+func (j *jobActor) keep(p []byte) {
+	j.outBytes += int64(len(p))
+	if room := j.maxOut - len(j.out); room > 0 {
+		j.out = append(j.out, p[:min(len(p), room)]...)
+	}
+}
+
+// emitOutput sends a chunk to subscribers as job.output. The bytes go out
+// exactly as they came, except that a UTF-8 character the chunk boundary
+// cut in two is sent whole with the next chunk of its stream: text then
+// stays text ("data") instead of turning into base64 ("data_b64") because
+// of where the runner's read happened to end.
+func (j *jobActor) emitOutput(s wire.Stream, p []byte) {
+	i := 0
+	if s == wire.Stderr {
+		i = 1
+	}
+	if len(j.partial[i]) > 0 {
+		p = append(j.partial[i], p...)
+		j.partial[i] = nil
+	}
+	head, tail := splitPartialRune(p)
+	if len(tail) > 0 {
+		j.partial[i] = append([]byte(nil), tail...)
+	}
+	if len(head) > 0 {
+		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(head)})
+	}
+}
+
+// flushPartial sends what emitOutput held back, before the job ends.
+func (j *jobActor) flushPartial() {
+	for i, p := range j.partial {
+		if len(p) > 0 {
+			j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(p)})
+			j.partial[i] = nil
+		}
+	}
+}
+
+func streamName(i int) string {
+	if i == 1 {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// splitPartialRune splits p before a trailing incomplete UTF-8 sequence
+// (the first 1-3 bytes of a multi-byte character), if p is valid UTF-8 up
+// to it. Otherwise tail is empty: bytes that are not UTF-8 anyway are not
+// held back.
+func splitPartialRune(p []byte) (head, tail []byte) {
+	for k := 1; k <= utf8.UTFMax-1 && k <= len(p); k++ {
+		c := p[len(p)-k]
+		if c < utf8.RuneSelf {
+			break // ASCII: nothing is cut
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(p[len(p)-k:]) && utf8.Valid(p[:len(p)-k]) {
+				return p[:len(p)-k], p[len(p)-k:]
+			}
+			break
+		}
+	}
+	return p, nil
 }
 
 func firstLine(s string) string {

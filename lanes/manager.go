@@ -136,7 +136,12 @@ func Start(opts Options) (*Manager, error) {
 	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{}, started: time.Now(),
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	m.sh = &shared{bus: opts.Bus, store: newStore(opts.Config.Daemon.FinishedJobs), reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger,
+	st := newStore(opts.Config.Daemon.FinishedJobs)
+	budget := opts.Config.Daemon.FinishedOutputBytes
+	st.boundOutput(budget, func(rec JobRecord, n int) {
+		opts.Bus.Emit(eventlog.JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
+	})
+	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
 		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
 	for n, lc := range opts.Config.Lanes {
@@ -301,7 +306,7 @@ func (m *Manager) Metrics() Metrics {
 	mt := Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
 		JobsSubmitted: m.sh.submitted.Load(), RunnerRestarts: m.sh.restarts.Load(),
 		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{},
-		Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs()}
+		Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), FinishedOutputBytes: m.sh.store.finishedOutput()}
 	for _, l := range m.Lanes() {
 		var n int64
 		for _, r := range l.Runners {

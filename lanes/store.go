@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"math"
 	"sort"
 	"sync"
 )
@@ -15,6 +16,14 @@ type store struct {
 	finished    []string // ring of finished ids, oldest first
 	maxFinished int
 	counts      map[State]int64 // live jobs per non-terminal state; terminal states cumulative
+
+	// The output of finished jobs is bounded too (see boundOutput):
+	// outKept bytes are held; finished[:outGone] have no output any more
+	// (dropped, or they had none), so the oldest kept one is next.
+	outBudget int64
+	outKept   int64
+	outGone   int
+	onEvict   func(rec JobRecord, bytes int)
 }
 
 type entry struct {
@@ -24,7 +33,17 @@ type entry struct {
 }
 
 func newStore(maxFinished int) *store {
-	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[State]int64{}}
+	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[State]int64{},
+		outBudget: math.MaxInt64}
+}
+
+// boundOutput keeps the output of finished jobs within budget bytes in
+// all: past it, the oldest finished jobs lose their output (their records
+// stay, with output_evicted), and onEvict, if set, is called for each
+// (outside the lock) with the record and the bytes dropped. Call it before
+// the store is used.
+func (s *store) boundOutput(budget int64, onEvict func(rec JobRecord, bytes int)) {
+	s.outBudget, s.onEvict = budget, onEvict
 }
 
 func (s *store) add(rec JobRecord) {
@@ -61,19 +80,48 @@ func (s *store) finish(rec JobRecord) bool {
 	ws := e.waiters
 	e.waiters = nil
 	s.finished = append(s.finished, rec.ID)
+	s.outKept += int64(len(rec.Output))
 	for len(s.finished) > s.maxFinished {
 		old := s.finished[0]
 		s.finished = s.finished[1:]
+		s.outKept -= int64(len(s.jobs[old].rec.Output))
+		s.outGone = max(0, s.outGone-1)
 		delete(s.jobs, old) // terminal counts are cumulative: kept
 	}
 	if cap(s.finished) > 4*s.maxFinished+64 {
 		s.finished = append([]string(nil), s.finished...)
 	}
+	type eviction struct {
+		rec JobRecord
+		n   int
+	}
+	var evicted []eviction
+	for s.outKept > s.outBudget && s.outGone < len(s.finished) {
+		old := s.jobs[s.finished[s.outGone]]
+		s.outGone++
+		if n := len(old.rec.Output); n > 0 {
+			s.outKept -= int64(n)
+			old.rec.Output, old.rec.OutputEvicted = "", true
+			if s.onEvict != nil {
+				evicted = append(evicted, eviction{old.rec, n})
+			}
+		}
+	}
 	s.mu.Unlock()
 	for _, w := range ws {
 		w(rec)
 	}
+	for _, e := range evicted {
+		s.onEvict(e.rec, e.n)
+	}
 	return true
+}
+
+// finishedOutput is the bytes of output finished jobs hold now.
+func (s *store) finishedOutput() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outKept
 }
 
 func (s *store) get(id string) (JobRecord, bool) {

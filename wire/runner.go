@@ -215,7 +215,7 @@ func variantName(b []byte, what string) ([]byte, error) {
 	return nil, fmt.Errorf("%s must be a string naming a variant, got %s", what, excerpt(b))
 }
 
-// Result is the spec's ToolResult.
+// Result is the spec's ToolResult, plus one orchestrd extension: Signal.
 type Result struct {
 	JobID        string     `json:"job_id"`
 	Status       ExitStatus `json:"status"`
@@ -224,6 +224,11 @@ type Result struct {
 	WasTimeout   bool       `json:"was_timeout"`
 	WasCancelled bool       `json:"was_cancelled"`
 	DurationMs   uint64     `json:"duration_ms"`
+	// Signal names the signal that ended the job's process ("SIGSEGV"),
+	// when one did; ExitCode is then null. It is orchestrd's extension and
+	// omitted when empty, so a Result without it is byte for byte the
+	// spec's, and Loopr peers (serde ignores unknown fields) read it as such.
+	Signal string `json:"signal,omitempty"`
 	// Killed is an orchestrd extension: the processes the job left behind
 	// when it ended (in its process group, its cgroup, or daemonised out of
 	// both), which the runner killed. Loopr peers ignore it.

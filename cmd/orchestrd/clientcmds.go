@@ -20,9 +20,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -226,6 +229,11 @@ type jobFollower struct {
 	pending []wire.Event // events that arrived before the job id was known
 	waiting bool         // a job.wait fallback is running
 	waitCh  chan waitResult
+	// received counts the job's output bytes written to stdout/stderr;
+	// dropped the events the daemon dropped because this client fell
+	// behind. finished compares them with the record's output_bytes.
+	received int64
+	dropped  uint64
 }
 
 type submitResult struct {
@@ -318,11 +326,8 @@ func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
 func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 	switch ev.Event {
 	case "job.output":
-		var o struct {
-			JobID  string `json:"job_id"`
-			Stream string `json:"stream"`
-			Data   string `json:"data"`
-		}
+		// data or data_b64: the bytes exactly as the job wrote them.
+		var o eventlog.JobOutput
 		if json.Unmarshal(ev.Data, &o) != nil || o.JobID != r.jobID {
 			return rec, false
 		}
@@ -331,6 +336,7 @@ func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 		} else {
 			io.WriteString(r.stdout, o.Data)
 		}
+		r.received += int64(len(o.Data))
 	case "job.finished":
 		var f struct {
 			Job lanes.JobRecord `json:"job"`
@@ -341,11 +347,12 @@ func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 	case "events.dropped":
 		// The daemon dropped events for us (we fell behind): output is
 		// incomplete and job.finished may be gone too, so ask for the end.
+		// finished says so, once.
 		var d struct {
 			Dropped uint64 `json:"dropped"`
 		}
 		json.Unmarshal(ev.Data, &d)
-		fmt.Fprintf(r.stderr, "orchestrd: the daemon dropped %d events; output of job %s is incomplete\n", d.Dropped, r.jobID)
+		r.dropped += max(d.Dropped, 1)
 		if !r.waiting {
 			r.waiting = true
 			go func() {
@@ -389,6 +396,7 @@ var runnerFailures = map[string]string{
 // finished reports the job's end and returns the exit code for it.
 func (r *jobFollower) finished(rec lanes.JobRecord) int {
 	id := rec.ID
+	r.completeOutput(rec)
 	if what, ok := runnerFailures[rec.Error]; ok && rec.State != lanes.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
 		return exitFailure
@@ -399,6 +407,14 @@ func (r *jobFollower) finished(rec lanes.JobRecord) int {
 	case lanes.StateFailed:
 		if rec.ExitCode != nil && *rec.ExitCode > 0 && *rec.ExitCode < 256 {
 			return int(*rec.ExitCode)
+		}
+		if rec.Signal != "" {
+			// As a shell reports it: 128 + the signal's number.
+			fmt.Fprintf(r.stderr, "orchestrd: job %s was killed by signal %s\n", id, rec.Signal)
+			if n := signalNumber(rec.Signal); n > 0 {
+				return 128 + n
+			}
+			return exitFailure
 		}
 		if rec.Error != "" {
 			fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s\n", id, rec.Error)
@@ -428,6 +444,39 @@ func (r *jobFollower) finished(rec lanes.JobRecord) int {
 	}
 	fmt.Fprintf(r.stderr, "orchestrd: job %s ended in state %q\n", id, rec.State)
 	return exitFailure
+}
+
+// completeOutput makes sure the caller knows when run's output is not all
+// the job wrote. A runner that does not stream (a Loopr runner may not)
+// leaves its output only in the record: it is written to stdout then.
+// Otherwise, if events were dropped or fewer bytes came than the record
+// counts, one line on stderr says so.
+func (r *jobFollower) completeOutput(rec lanes.JobRecord) {
+	if r.received == 0 && r.dropped == 0 && rec.Output != "" && rec.State != lanes.StateError {
+		io.WriteString(r.stdout, rec.Output)
+		r.received = int64(len(rec.Output))
+	}
+	if r.dropped == 0 && r.received >= rec.OutputBytes {
+		return
+	}
+	var why string
+	if r.dropped > 0 {
+		why = fmt.Sprintf(": the daemon dropped %d events because this client fell behind", r.dropped)
+	}
+	fmt.Fprintf(r.stderr, "orchestrd: output of job %s is incomplete: %d of %d bytes reached this client%s\n",
+		rec.ID, r.received, rec.OutputBytes, why)
+}
+
+// signalNumber is the number of a signal named as Result.signal names it
+// ("SIGSEGV", or "SIG" and a number), or 0.
+func signalNumber(name string) int {
+	if n := unix.SignalNum(name); n > 0 {
+		return int(n)
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil && n > 0 && n < 128 {
+		return n
+	}
+	return 0
 }
 
 // ---- jobs ----
@@ -500,6 +549,8 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		exit := "-"
 		if j.ExitCode != nil {
 			exit = strconv.Itoa(int(*j.ExitCode))
+		} else if j.Signal != "" {
+			exit = j.Signal
 		}
 		dur := "-"
 		if j.DurationMs > 0 || j.State.Terminal() {

@@ -400,15 +400,29 @@ func (j *job) execute() wire.Result {
 	}
 	ws, _ := state.Sys().(syscall.WaitStatus)
 	var code *int32
-	if ws.Exited() {
+	var sig string
+	switch {
+	case ws.Exited():
 		c := int32(ws.ExitStatus())
 		code = &c
+	case ws.Signaled():
+		sig = signalName(ws.Signal())
 	}
 	j.mu.Lock()
 	res := j.resultLocked(code, dur)
 	j.mu.Unlock()
 	res.Killed = killed
+	res.Signal = sig
 	return res
+}
+
+// signalName names a signal as Result.signal carries it: "SIGSEGV", or
+// "SIG" and its number for one without a name (real-time signals).
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(s))
 }
 
 // resultLocked builds the Result from the kill reason, exit code and output.
@@ -448,7 +462,7 @@ func (j *job) startFailed(err error) wire.Result {
 var bufPool = sync.Pool{New: func() any { b := make([]byte, chunkMax); return &b }}
 
 // pump reads one output pipe until EOF (or the drain deadline), streaming
-// and collecting up to the job's output cap and discarding the rest.
+// all of it and collecting up to the job's output cap.
 func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:j.r.chunk]
@@ -465,10 +479,14 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 	done <- struct{}{}
 }
 
-// emit collects p up to the cap and streams what was collected.
+// emit streams all of p and collects it up to the cap for Result.output.
+// The cap bounds what the runner keeps in memory, not what it streams: the
+// daemon keeps its own capped copy from the chunks, and a client following
+// the job gets every byte. A daemon that reads slowly slows the job down
+// (send blocks, the pipe fills), so nothing piles up here.
 func (j *job) emit(s wire.Stream, p []byte) {
 	j.mu.Lock()
-	take := min(len(p), j.limit-len(j.out))
+	take := max(0, min(len(p), j.limit-len(j.out)))
 	if take < len(p) {
 		j.truncated = true
 	}
@@ -476,10 +494,7 @@ func (j *job) emit(s wire.Stream, p []byte) {
 		j.out = append(j.out, p[:take]...)
 	}
 	j.mu.Unlock()
-	if take <= 0 {
-		return
-	}
-	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p[:take], Stream: s})
+	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
 }
 
 // sendResult writes a Result, cutting its output further if the frame would

@@ -291,8 +291,9 @@ func TestOutputTruncation(t *testing.T) {
 	if o.res.Output != want {
 		t.Fatalf("output (%d bytes) ends %q", len(o.res.Output), o.res.Output[max(0, len(o.res.Output)-60):])
 	}
-	if o.stdout != strings.Repeat("a", 1000) {
-		t.Fatalf("streamed %d bytes, want 1000", len(o.stdout))
+	// The cap is on what is kept, not on what is streamed.
+	if o.stdout != strings.Repeat("a", 100000) {
+		t.Fatalf("streamed %d bytes, want all 100000", len(o.stdout))
 	}
 	// The pipe kept being drained, so the writer did not die of SIGPIPE.
 	if o.res.Status != wire.StatusSuccess {
@@ -309,6 +310,9 @@ func TestOutputTruncation(t *testing.T) {
 		if len(c.Chunk) > 32<<10 || len(c.Chunk) == 0 {
 			t.Fatalf("chunk of %d bytes", len(c.Chunk))
 		}
+	}
+	if len(o.stdout) != 1100000+len("tail\n") {
+		t.Fatalf("streamed %d bytes, want all %d", len(o.stdout), 1100000+len("tail\n"))
 	}
 
 	// Exactly at the cap is not truncated.

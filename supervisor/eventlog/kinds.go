@@ -1,5 +1,7 @@
 package eventlog
 
+import "encoding/json"
+
 // Every supervisor decision and lifecycle change is one of these typed
 // structs. Kinds are noun.verb_past; field names are stable snake_case and
 // only ever added to. Empty optional fields are omitted.
@@ -188,6 +190,13 @@ type JobFinished struct {
 	Error      string `json:"error,omitempty"`
 	DurationMs int64  `json:"duration_ms"`
 	Record     any    `json:"-"`
+
+	// Signal names the signal that ended the job's process (there is no
+	// exit_code then). OutputBytes is all the output the job wrote;
+	// OutputTruncated says its record kept only the first max_output_bytes.
+	Signal          string `json:"signal,omitempty"`
+	OutputBytes     int64  `json:"output_bytes,omitempty"`
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
 }
 
 func (JobFinished) Kind() string { return "job.finished" }
@@ -218,7 +227,10 @@ type JobRequeued struct {
 
 func (JobRequeued) Kind() string { return "job.requeued" }
 
-// JobOutput is streamed output; ephemeral.
+// JobOutput is streamed output; ephemeral. Data holds the bytes exactly as
+// the job wrote them, which need not be UTF-8. In JSON (see MarshalJSON)
+// they are "data", a string, when they are valid UTF-8, and otherwise
+// "data_b64", standard base64, with no "data".
 type JobOutput struct {
 	JobID  string `json:"job_id"`
 	Stream string `json:"stream"` // stdout or stderr
@@ -227,6 +239,48 @@ type JobOutput struct {
 
 func (JobOutput) Kind() string { return "job.output" }
 func (JobOutput) Ephemeral()   {}
+
+// MarshalJSON writes Data as "data" or "data_b64" (see JobOutput).
+func (e JobOutput) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 48+len(e.JobID)+len(e.Stream)+len(e.Data)*4/3+8)
+	b = append(b, `{"job_id":`...)
+	b = appendJSONString(b, e.JobID)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, e.Stream)
+	b = AppendBytesField(b, "data", e.Data)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads "data" or "data_b64" into Data.
+func (e *JobOutput) UnmarshalJSON(b []byte) error {
+	var v struct {
+		JobID   string  `json:"job_id"`
+		Stream  string  `json:"stream"`
+		Data    *string `json:"data"`
+		DataB64 []byte  `json:"data_b64"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	data, err := BytesField("data", v.Data, v.DataB64)
+	if err != nil {
+		return err
+	}
+	*e = JobOutput{JobID: v.JobID, Stream: v.Stream, Data: data}
+	return nil
+}
+
+// JobOutputEvicted: the kept output of a finished job was dropped to keep
+// all finished jobs' output within [daemon] finished_output_bytes (Budget),
+// oldest first. The job's record stays, with output_evicted: true.
+type JobOutputEvicted struct {
+	JobID  string `json:"job_id"`
+	Lane   string `json:"lane"`
+	Bytes  int    `json:"bytes"`
+	Budget int64  `json:"budget"`
+}
+
+func (JobOutputEvicted) Kind() string { return "job.output_evicted" }
 
 type ConnOpened struct {
 	ConnID string `json:"conn_id"`

@@ -146,6 +146,7 @@ func sampleEvents() []Event {
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
+		JobOutputEvicted{JobID: "j1", Lane: "review", Bytes: 4096, Budget: 65536},
 		ConnOpened{ConnID: "c1", Socket: "/h/control.sock", Pid: 99, UID: 1000},
 		ConnClosed{ConnID: "c1", Reason: "eof", Requests: 12},
 		ConnRefused{Socket: "/h/control.sock", Pid: 98, UID: 1001, Reason: "uid"},

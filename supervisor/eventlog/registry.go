@@ -25,6 +25,7 @@ var knownKinds = []string{
 	"job.orphaned",
 	"job.requeued",
 	"job.output",
+	"job.output_evicted",
 	"conn.opened",
 	"conn.closed",
 	"conn.refused",

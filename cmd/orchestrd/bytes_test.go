@@ -1,0 +1,344 @@
+package main
+
+// Issue 6, items 2-4: job output is bytes, kept losslessly and streamed in
+// full; truncation and signals are said; finished jobs' output has a
+// memory budget. Every test drives the real binary.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// bytesConfig is fastConfig with the default heartbeat timeout: these
+// tests move megabytes through a race-built daemon on a shared machine.
+const bytesConfig = `
+[daemon]
+shutdown_timeout = "2s"
+[lanes.net]
+runners = 1
+slots = 4
+network = "host"
+[lanes.no-net]
+runners = 1
+slots = 2
+network = "none"
+`
+
+// runIn runs the CLI in dir and returns its exact stdout and stderr bytes.
+func runIn(t *testing.T, dir string, args ...string) (stdout, stderr []byte, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.Bytes(), e.Bytes(), code
+}
+
+// firstDiff describes where two byte strings part, for a failure message.
+func firstDiff(got, want []byte) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	return fmt.Sprintf("%d bytes, want %d; first difference at byte %d", len(got), len(want), i)
+}
+
+// rawJob is job.get's answer with the record as the daemon wrote it.
+func (d *testDaemon) rawJob(id string) map[string]any {
+	d.t.Helper()
+	var r struct {
+		Job map[string]any `json:"job"`
+	}
+	d.mustCall("job.get", map[string]any{"id": id}, &r)
+	return r.Job
+}
+
+// `orchestrd run` reproduces a job's stdout and stderr byte for byte, and
+// the job's record keeps the exact bytes: "output" when they are UTF-8,
+// "output_b64" when not.
+func TestRunReproducesOutputBytes(t *testing.T) {
+	d := startDaemon(t, bytesConfig)
+	dir := shortTemp(t)
+	random := make([]byte, 4096)
+	rand.Read(random)
+	big := make([]byte, 200000) // several chunks
+	rand.Read(big)
+	for name, data := range map[string][]byte{"r.bin": random, "big.bin": big, "bad.txt": []byte("ok \xff\xfe"),
+		"text.txt": []byte("héllo ✓ <b>\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		file string
+		want []byte
+	}{{"r.bin", random}, {"big.bin", big}, {"bad.txt", []byte("ok \xff\xfe")}, {"text.txt", []byte("héllo ✓ <b>\n")}} {
+		out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "net", "--", "cat", tc.file)
+		if code != 0 || !bytes.Equal(out, tc.want) || len(errOut) != 0 {
+			t.Fatalf("run cat %s: exit %d, stdout %s, stderr %q", tc.file, code, firstDiff(out, tc.want), errOut)
+		}
+		out, errOut, code = runIn(t, dir, "run", "--home", d.home, "--lane", "no-net", "--", "sh", "-c", `cat "$1" >&2`, "sh", tc.file)
+		if code != 0 || !bytes.Equal(errOut, tc.want) || len(out) != 0 {
+			t.Fatalf("run cat %s >&2: exit %d, stderr %s, stdout %d bytes", tc.file, code, firstDiff(errOut, tc.want), len(out))
+		}
+	}
+	// The issue's printf, straight from the job.
+	out, _, code := runIn(t, dir, "run", "--home", d.home, "--lane", "net", "--", "printf", `ok \377\376`)
+	if code != 0 || !bytes.Equal(out, []byte("ok \xff\xfe")) {
+		t.Fatalf("printf: exit %d, stdout %q", code, out)
+	}
+
+	// The record round-trips the bytes through job.wait and job.get.
+	for _, tc := range []struct {
+		file, field string
+		want        []byte
+	}{{"r.bin", "output_b64", random}, {"bad.txt", "output_b64", []byte("ok \xff\xfe")}, {"text.txt", "output", []byte("héllo ✓ <b>\n")}} {
+		id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"cat", filepath.Join(dir, tc.file)}})
+		rec := d.wait(id)
+		if rec.State != lanes.StateSucceeded || rec.Output != string(tc.want) || rec.OutputBytes != int64(len(tc.want)) || rec.OutputTruncated {
+			t.Fatalf("%s: record %s, %d bytes of %d, truncated %v; output %s", tc.file, rec.State, len(rec.Output), rec.OutputBytes,
+				rec.OutputTruncated, firstDiff([]byte(rec.Output), tc.want))
+		}
+		raw := d.rawJob(id)
+		other := map[string]string{"output": "output_b64", "output_b64": "output"}[tc.field]
+		if _, ok := raw[tc.field]; !ok {
+			t.Fatalf("%s: job.get has no %q: %v", tc.file, tc.field, raw)
+		}
+		if _, ok := raw[other]; ok {
+			t.Fatalf("%s: job.get has both %q and %q", tc.file, tc.field, other)
+		}
+	}
+}
+
+// A job's output is streamed to `run` in full whatever max_output_bytes
+// says; the record keeps the first max_output_bytes, unaltered, and says
+// how much there was.
+func TestRunStreamsPastTheOutputCap(t *testing.T) {
+	d := startDaemon(t, bytesConfig)
+	out, errOut, code := runIn(t, shortTemp(t), "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "yes abcdefghij | head -c 3000000")
+	want := bytes.Repeat([]byte("abcdefghij\n"), 3000000/11+1)[:3000000]
+	if code != 0 || !bytes.Equal(out, want) || len(errOut) != 0 {
+		t.Fatalf("run: exit %d, stdout %s, stderr %q", code, firstDiff(out, want), errOut)
+	}
+	var r struct {
+		Jobs []lanes.JobRecord `json:"jobs"`
+	}
+	d.mustCall("job.list", map[string]any{"lane": "net"}, &r)
+	if len(r.Jobs) != 1 {
+		t.Fatalf("%d jobs", len(r.Jobs))
+	}
+	rec := d.wait(r.Jobs[0].ID)
+	if !rec.OutputTruncated || rec.OutputBytes != 3000000 || rec.Output != string(want[:1<<20]) {
+		t.Fatalf("record: truncated %v, output_bytes %d, kept %d bytes (the first MiB unaltered: %v)",
+			rec.OutputTruncated, rec.OutputBytes, len(rec.Output), strings.HasPrefix(string(want), rec.Output))
+	}
+	e := d.waitEvent("job.finished", func(e map[string]any) bool { return e["job_id"] == rec.ID })
+	if e["output_bytes"] != float64(3000000) || e["output_truncated"] != true {
+		t.Fatalf("job.finished = %v", e)
+	}
+}
+
+// A `run` client that falls behind loses output (the daemon drops the
+// oldest events rather than wait for it) and says so in one line.
+func TestRunSaysWhenOutputWasDropped(t *testing.T) {
+	d := startDaemon(t, strings.Replace(bytesConfig, "[daemon]\n", "[daemon]\nsubscriber_queue = 16\n", 1))
+	// More than the client library buffers (256 events of up to 32 KiB),
+	// the socket holds and the daemon queues for run (16 events).
+	const total = 24 << 20
+	cmd := exec.Command(binary, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", total))
+	cmd.Dir = shortTemp(t)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads run's stdout until the job has ended: the daemon could
+	// queue only 16 of its events for run.
+	d.waitEvent("job.finished", nil)
+	out, _ := io.ReadAll(stdout)
+	err = cmd.Wait()
+	if err != nil {
+		t.Fatalf("run: %v; stderr %q", err, errOut.String())
+	}
+	if len(out) >= total || strings.Trim(string(out), "a") != "" {
+		t.Fatalf("stdout: %d bytes (want fewer than %d, all 'a')", len(out), total)
+	}
+	line := errOut.String()
+	if strings.Count(line, "\n") != 1 || !strings.Contains(line, "incomplete") || !strings.Contains(line, fmt.Sprintf("of %d bytes", total)) ||
+		!strings.Contains(line, "dropped") {
+		t.Fatalf("stderr %q: want one line saying the output is incomplete and why", line)
+	}
+}
+
+// A job killed by a signal: the record and job.finished name it, `run`
+// says so and exits 128+n as a shell does, `jobs` shows it.
+func TestRunReportsTheTerminatingSignal(t *testing.T) {
+	d := startDaemon(t, bytesConfig)
+	dir := shortTemp(t)
+	out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "ulimit -c 0; kill -SEGV $$")
+	if code != 128+11 || len(out) != 0 || strings.Count(string(errOut), "\n") != 1 || !strings.Contains(string(errOut), "SIGSEGV") {
+		t.Fatalf("run: exit %d (want 139), stdout %q, stderr %q (want one line naming SIGSEGV)", code, out, errOut)
+	}
+	_, errOut, code = runIn(t, dir, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "kill -TERM $$")
+	if code != 128+15 || !strings.Contains(string(errOut), "SIGTERM") {
+		t.Fatalf("run: exit %d (want 143), stderr %q", code, errOut)
+	}
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: "ulimit -c 0; kill -SEGV $$"})
+	rec := d.wait(id)
+	if rec.State != lanes.StateFailed || rec.ExitCode != nil || rec.Signal != "SIGSEGV" {
+		t.Fatalf("record: state %s, exit_code %v, signal %q", rec.State, rec.ExitCode, rec.Signal)
+	}
+	e := d.waitEvent("job.finished", func(e map[string]any) bool { return e["job_id"] == id })
+	if e["signal"] != "SIGSEGV" {
+		t.Fatalf("job.finished = %v", e)
+	}
+	jobs, _, code := runIn(t, dir, "jobs", "--home", d.home)
+	var row string
+	for _, l := range strings.Split(string(jobs), "\n") {
+		if strings.HasPrefix(l, id+" ") {
+			row = l
+		}
+	}
+	if code != 0 || len(strings.Fields(row)) < 4 || strings.Fields(row)[3] != "SIGSEGV" {
+		t.Fatalf("jobs: exit %d, row %q: want SIGSEGV in the EXIT column\n%s", code, row, jobs)
+	}
+}
+
+// Finished jobs' output is bounded by [daemon] finished_output_bytes: the
+// oldest lose theirs first, their records say so, the event log tells.
+func TestFinishedOutputBudget(t *testing.T) {
+	d := startDaemon(t, `
+[daemon]
+finished_output_bytes = 100000
+[lanes.net]
+runners = 1
+slots = 1
+network = "host"
+`)
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, d.submit(lanes.JobSpec{Lane: "net", Command: "head -c 60000 /dev/zero | tr '\\0' x"}))
+		rec := d.wait(ids[i])
+		if rec.State != lanes.StateSucceeded || len(rec.Output) != 60000 {
+			t.Fatalf("job %d: %s with %d bytes", i, rec.State, len(rec.Output))
+		}
+		var m lanes.Metrics
+		d.mustCall("metrics.get", nil, &m)
+		if m.FinishedOutputBytes > 100000 || m.FinishedOutputBytes < 60000 {
+			t.Fatalf("after job %d finished jobs hold %d bytes of output; budget 100000", i, m.FinishedOutputBytes)
+		}
+	}
+	for i, id := range ids {
+		raw := d.rawJob(id)
+		last := i == len(ids)-1
+		if last {
+			if raw["output_evicted"] != nil || len(raw["output"].(string)) != 60000 {
+				t.Fatalf("newest job lost its output: %v", raw["output_evicted"])
+			}
+			continue
+		}
+		if raw["output_evicted"] != true || raw["output"] != "" || raw["output_bytes"] != float64(60000) || raw["state"] != "succeeded" {
+			t.Fatalf("job %d: output_evicted %v, output %d bytes, output_bytes %v", i, raw["output_evicted"], len(raw["output"].(string)), raw["output_bytes"])
+		}
+		d.waitEvent("job.output_evicted", func(e map[string]any) bool {
+			return e["job_id"] == id && e["bytes"] == float64(60000) && e["budget"] == float64(100000)
+		})
+	}
+}
+
+// A runner that does not stream (a Loopr runner may send only its Result)
+// still has its output kept and shown; a runner that streams has its
+// chunks kept, not Result.output, which as a JSON string cannot carry
+// every byte.
+func TestOutputFromNonStreamingRunner(t *testing.T) {
+	d := startDaemon(t, `
+[lanes.byo]
+runners = 0
+slots = 1
+network = "host"
+heartbeat_timeout = "60s"
+`)
+	c, err := net.Dial("unix", filepath.Join(d.home, "runner-byo.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "result-only", Token: d.joinToken("byo")}); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		fr := wire.NewFrameReader(c, 0)
+		for {
+			f, err := fr.Next()
+			if err != nil {
+				return
+			}
+			if f.Type != wire.TypeJob {
+				continue
+			}
+			var j wire.Job
+			if wire.Unmarshal(f, &j) != nil {
+				return
+			}
+			wire.WriteFrame(c, wire.TypeJobAck, wire.JobAck{JobID: j.JobID, Accepted: true})
+			code := int32(0)
+			res := wire.Result{JobID: j.JobID, Status: wire.StatusSuccess, ExitCode: &code, Output: "from the result\n"}
+			if len(j.Argv) > 0 && j.Argv[0] == "stream" {
+				wire.WriteFrame(c, wire.TypeOutputChunk, wire.OutputChunk{JobID: j.JobID, Chunk: wire.Bytes("streamed \xff\n"), Stream: wire.Stdout})
+			}
+			wire.WriteFrame(c, wire.TypeResult, res)
+		}
+	}()
+	eventually(t, 10*time.Second, "the runner joined", func() bool {
+		l := d.lane("byo")
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+	})
+	dir := shortTemp(t)
+	out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "byo", "--", "quiet")
+	if code != 0 || string(out) != "from the result\n" || len(errOut) != 0 {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"quiet"}})); rec.Output != "from the result\n" || rec.OutputBytes != 16 {
+		t.Fatalf("record output %q, %d bytes", rec.Output, rec.OutputBytes)
+	}
+	out, errOut, code = runIn(t, dir, "run", "--home", d.home, "--lane", "byo", "--", "stream")
+	if code != 0 || string(out) != "streamed \xff\n" || len(errOut) != 0 {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"stream"}})); rec.Output != "streamed \xff\n" || rec.OutputBytes != 11 {
+		t.Fatalf("record output %q, %d bytes; want the streamed bytes", rec.Output, rec.OutputBytes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d.stop()
+	select {
+	case <-served:
+	case <-ctx.Done():
+		t.Fatal("the daemon did not close the runner's connection")
+	}
+}

@@ -1,0 +1,41 @@
+package eventlog
+
+import (
+	"encoding/base64"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Job output is bytes, and JSON strings are text: a Go string holding bytes
+// that are not UTF-8 comes out of encoding/json with U+FFFD in their place.
+// So a field holding job output is written under one of two names: NAME, a
+// JSON string, when the bytes are valid UTF-8 (readable, and what almost
+// every job writes), else NAME_b64, standard base64, and NAME is absent.
+// job.output events ("data") and job records ("output") use this.
+
+// AppendBytesField appends ,"name":"..." or ,"name_b64":"..." for s.
+func AppendBytesField(dst []byte, name, s string) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	if utf8.ValidString(s) {
+		dst = append(dst, '"', ':')
+		return appendJSONString(dst, s)
+	}
+	dst = append(dst, `_b64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, []byte(s))
+	return append(dst, '"')
+}
+
+// BytesField returns the bytes of a field written by AppendBytesField, given
+// what was decoded for name (text, nil if absent) and for name_b64 (b64, as
+// encoding/json decodes base64 into a []byte; nil if absent). Both at once
+// is an error.
+func BytesField(name string, text *string, b64 []byte) (string, error) {
+	switch {
+	case text != nil && b64 != nil:
+		return "", fmt.Errorf("both %q and %q are set; want one", name, name+"_b64")
+	case text != nil:
+		return *text, nil
+	}
+	return string(b64), nil
+}
