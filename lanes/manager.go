@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -33,6 +34,7 @@ type shared struct {
 	sandbox         bool         // [daemon] sandbox: hide them
 	log             zerolog.Logger
 	exe             string
+	exeFile         *os.File // exe, opened at start; runners are executed from it
 	runnerStderr    io.Writer
 	maxFrame        uint32
 	shutdownTimeout time.Duration
@@ -112,8 +114,19 @@ func Start(opts Options) (*Manager, error) {
 	if opts.RunnerStderr == nil {
 		opts.RunnerStderr = os.Stderr
 	}
+	// A descriptor the daemon inherited by accident (whatever started it
+	// held) must not reach a runner, and through it a job.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	// Runners are started from this descriptor, not from the path: a job
+	// that replaces the file at the path must not choose what the daemon
+	// runs next.
+	exeFile, err := os.Open(opts.Exe)
+	if err != nil {
+		return nil, fmt.Errorf("opening the orchestrd binary to spawn runners: %w", err)
+	}
 	rp, err := proc.NewReaper(func(o proc.Orphan) { killOrphan(opts.Bus, o) })
 	if err != nil {
+		exeFile.Close()
 		return nil, err
 	}
 	hide, err := hiddenPaths(opts.Home)
@@ -126,6 +139,7 @@ func Start(opts Options) (*Manager, error) {
 	}
 	cg := runnersCgroup(opts.Logger)
 	release := func() {
+		exeFile.Close()
 		rp.Stop()
 		if cg != nil {
 			_ = cg.Remove()
@@ -141,7 +155,7 @@ func Start(opts Options) (*Manager, error) {
 	st.boundOutput(budget, func(rec JobRecord, n int) {
 		opts.Bus.Emit(eventlog.JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
-	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger,
+	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
 		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
 	for n, lc := range opts.Config.Lanes {
@@ -363,6 +377,7 @@ func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 			m.lanes[n].closeListener()
 		}
 		m.sh.reaper.Stop()
+		m.sh.exeFile.Close()
 		if cg := m.sh.cgroup; cg != nil {
 			if err := cg.Remove(); err != nil {
 				m.opts.Logger.Warn().Err(err).Msg("removing the runners' cgroup")

@@ -13,60 +13,24 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
-// runnerSysProcAttr starts a runner in its own process group (so the
-// whole group can be killed), sends it SIGHUP if the daemon dies (it then
-// kills its jobs and exits; its socket's EOF says the same; SIGHUP, not
-// SIGTERM, because the kernel sends it again for every thread of the dying
-// daemon, and a runner takes a second SIGTERM as "die now"), and gives it a
-// mount namespace of its own, where it hides the daemon's home from its
-// jobs. For network "none" it also gets a fresh network namespace: no
-// interfaces but a loopback that is down, so its jobs reach nothing, not
-// even the host's 127.0.0.1. Without root, both are made inside a new user
-// namespace that maps only the daemon's own uid and gid, and the runner
-// keeps CAP_SYS_ADMIN in it (ambient) to mount its masks; its jobs get no
-// capability at all. With cg, the runner starts inside that cgroup.
-//
-// With sandbox off (where no namespace can be made), only the network
-// namespace of a "none" lane is made.
-func runnerSysProcAttr(network string, cg *proc.Cgroup, sandbox bool) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGHUP}
-	if sandbox {
-		a.Cloneflags |= syscall.CLONE_NEWNS
-	}
-	if network == NetworkNone {
-		a.Cloneflags |= syscall.CLONE_NEWNET
-	}
-	if cg != nil {
-		a.UseCgroupFD, a.CgroupFD = true, cg.FD()
-	}
-	if os.Geteuid() == 0 || a.Cloneflags == 0 {
-		return a
-	}
-	a.Cloneflags |= syscall.CLONE_NEWUSER
-	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-	a.GidMappingsEnableSetgroups = false
-	if sandbox {
-		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
-	}
-	return a
-}
-
-// spawnHint explains a runner that could not be started for want of the
-// right to make its namespaces.
-func spawnHint(err error) error {
-	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOSPC) {
-		return err
-	}
-	return fmt.Errorf("%w (making the runner's namespaces was refused: run the daemon as root, or where unprivileged "+
-		"user namespaces are allowed (try: unshare -Urm true), or set [daemon] sandbox = false, which lets jobs reach the daemon's sockets)", err)
+// runnerIsolation is what a runner is started in (see proc.SandboxAttr):
+// with the sandbox on (the default), a mount namespace where it hides the
+// daemon's home from its jobs and a pid namespace whose init it is, so
+// that its jobs can neither see nor signal the daemon, other runners or
+// other lanes' jobs, and when it dies, by any cause, everything in it dies
+// too (a daemon killed with -9 takes every runner and job with it). For
+// network "none" also a fresh network namespace: jobs reach nothing, not
+// even the host's 127.0.0.1. With the sandbox off (where no namespace can
+// be made) the runner gets SIGHUP when the daemon dies, and then kills its
+// jobs itself.
+func runnerIsolation(network string, cg *proc.Cgroup, sandbox bool) proc.Isolation {
+	return proc.Isolation{Sandbox: sandbox, NoNetwork: network == NetworkNone, Cgroup: cg, DeathSignal: syscall.SIGHUP}
 }
 
 // hiddenPaths is what every runner hides from its jobs: the daemon's home

@@ -342,10 +342,10 @@ func (r *runnerActor) spawn(c *actors.Context) {
 			r.sh.log.Warn().Err(err).Str("runner_id", r.id).Msg("runner starts without a cgroup: its jobs are tracked by process group")
 		}
 	}
-	cmd := exec.Command(r.sh.exe, args...)
+	cmd := &exec.Cmd{Path: "/proc/self/fd/" + strconv.Itoa(int(r.sh.exeFile.Fd())), Args: append([]string{r.sh.exe}, args...)}
 	cmd.Stdout, cmd.Stderr = nil, r.sh.runnerStderr
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.SysProcAttr = runnerSysProcAttr(r.cfg.Network, cg, r.sh.sandbox)
+	cmd.SysProcAttr = proc.SandboxAttr(runnerIsolation(r.cfg.Network, cg, r.sh.sandbox))
 	hsTimeout := handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)
 	go func() {
 		pid, err := r.sh.reaper.Start(func() (int, error) {
@@ -358,7 +358,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 		if err != nil {
 			ours.Close()
 			removeRunnerCgroup(r.sh, cg)
-			fail(spawnHint(err))
+			fail(proc.ExplainSpawnError(err))
 			return
 		}
 		if r.cfg.Nice != 0 {

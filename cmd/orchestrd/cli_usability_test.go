@@ -38,8 +38,15 @@ func runCLIWith(t *testing.T, dir string, stdin io.Reader, args ...string) (stdo
 // its lanes are ready; it is stopped and checked like startDaemon's.
 func startDaemonCmd(t *testing.T, home, bin string, args ...string) *testDaemon {
 	t.Helper()
+	return startDaemonCmdIn(t, "", home, bin, args...)
+}
+
+// startDaemonCmdIn is startDaemonCmd with the daemon's working directory.
+func startDaemonCmdIn(t *testing.T, dir, home, bin string, args ...string) *testDaemon {
+	t.Helper()
 	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
 	d.cmd = exec.Command(bin, args...)
+	d.cmd.Dir = dir
 	d.cmd.Stderr, d.cmd.Stdout = d.stderr, d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -214,13 +221,10 @@ func TestHelpHasOneFormat(t *testing.T) {
 // stderr: queued, and why.
 func TestRunSaysWhyItsJobIsQueued(t *testing.T) {
 	home := shortTemp(t)
-	// The daemon runs from its own link to the binary, so that removing the
-	// link makes every respawn of a runner fail; the lane socket goes too,
-	// so a runner that did start could not join.
-	exe := filepath.Join(home, "orchestrd")
-	if err := os.Link(binary, exe); err != nil {
-		t.Skipf("cannot link the binary: %v", err)
-	}
+	// The daemon runs in a directory of its own, so that removing it makes
+	// every respawn of a runner fail: a runner cannot start in a working
+	// directory that is gone.
+	cwd := shortTemp(t)
 	cfg := `
 [lanes.stuck]
 runners = 1
@@ -237,12 +241,11 @@ max_t = "60s"
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemonCmd(t, home, exe, "serve", "--home", home, "--log-format", "json")
+	d := startDaemonCmdIn(t, cwd, home, binary, "serve", "--home", home, "--log-format", "json")
 	pid := d.lane("stuck").Runners[0].Pid
-	if err := os.Remove(exe); err != nil {
+	if err := os.Remove(cwd); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(home, "runner-stuck.sock"))
 	syscall.Kill(pid, syscall.SIGKILL)
 	d.waitEvent("lane.degraded", func(e map[string]any) bool { return e["lane"] == "stuck" })
 

@@ -171,10 +171,11 @@ func TestRunnerKilledMidJob(t *testing.T) {
 	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	dir := shortTemp(t)
-	pidfile := filepath.Join(dir, "grandchild")
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: "sleep 300 & echo $! > " + pidfile + "; wait"})
-	grandchild := readPid(t, pidfile)
+	// Jobs live in their runner's pid namespace: find the grandchild by its
+	// command line, by its host pid.
+	tag := newTag()
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: "sleep " + tag + " & wait"})
+	grandchild := waitTagged(t, tag, 1)[0]
 	var g struct{ Job lanes.JobRecord }
 	d.mustCall("job.get", map[string]string{"id": id}, &g)
 	runnerPid := g.Job.RunnerPid
@@ -333,10 +334,9 @@ network = "host"
 
 func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	dir := shortTemp(t)
-	pidfile := filepath.Join(dir, "job")
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: "echo $$ > " + pidfile + "; exec sleep 300"})
-	jobPid := readPid(t, pidfile)
+	tag := newTag()
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: "exec sleep " + tag})
+	jobPid := waitTagged(t, tag, 1)[0]
 	c := d.client()
 	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
 		t.Fatal(err)

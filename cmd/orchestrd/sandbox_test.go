@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,9 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +67,8 @@ timeout 5 %[2]s runner --lane net --socket %[1]s/runner-net.sock >/dev/null 2>&1
 test -e /proc/%[3]d/root%[1]s/daemon.sock && echo ESCAPE:proc-root
 nsenter --net=/proc/%[3]d/ns/net true 2>/dev/null && echo ESCAPE:nsenter
 unshare -rm sh -c 'umount %[1]s && ls %[1]s' >/dev/null 2>&1 && echo ESCAPE:unmount
+kill -0 %[3]d 2>/dev/null && echo ESCAPE:sees-daemon
+for s in TERM INT HUP QUIT SEGV ABRT USR1 PIPE TSTP; do kill -$s 1; done
 echo probe-done`, d.home, d.bin, d.cmd.Process.Pid)
 		out, errOut, code := d.cli("run", "--home", d.home, "--lane", lane, "--", "sh", "-c", probe)
 		if code != 0 || !strings.Contains(out, "probe-done") {
@@ -100,131 +101,110 @@ echo probe-done`, d.home, d.bin, d.cmd.Process.Pid)
 		if e["kind"] == "runner.ready" && e["spawned"] == false {
 			t.Errorf("a job joined a lane as a runner: %v", e)
 		}
+		// Signalling pid 1, its runner, costs a job nothing.
+		if e["kind"] == "runner.exited" {
+			t.Errorf("a job stopped its runner: %v", e)
+		}
 	}
 }
 
-// pidLines matches the KEY=PID lines the leftover jobs print.
-var pidLines = regexp.MustCompile(`(?m)^(P\d)=(\d+)$`)
+// tagSeq makes each leftover job's processes findable on the host by a
+// unique argument: jobs live in pid namespaces of their own, so the pids
+// they could print are not the host's.
+var tagSeq atomic.Int64
+
+func newTag() string { return fmt.Sprintf("300.%d%04d", os.Getpid()%100000, tagSeq.Add(1)) }
 
 // leftoverScript starts a background child in the job's process group and
-// a daemonised one (setsid -f: its own session, re-parented away), waits
-// until both have written their pid, prints them, then runs tail.
-func leftoverScript(dir, tail string) string {
-	return fmt.Sprintf(`cd %s || exit 1
-sleep 300 & echo P1=$!
-setsid -f sh -c 'echo $$ > p2.tmp && mv p2.tmp p2 && exec sleep 301'
-while [ ! -s p2 ]; do :; done
-echo P2=$(cat p2)
-%s`, dir, tail)
+// a daemonised one (setsid -f: its own session, re-parented away), both
+// running "sleep TAG", waits until both run, says "ready", waits for the
+// file go to exist in dir, then runs tail.
+func leftoverScript(dir, tag, tail string) string {
+	return fmt.Sprintf(`cd %[1]s || exit 1
+sleep %[2]s &
+setsid -f sh -c 'touch ready2; exec sleep %[2]s'
+while [ ! -e ready2 ]; do :; done
+echo ready
+while [ ! -e go ]; do sleep 0.01; done
+%[3]s`, dir, tag, tail)
 }
 
-func parsePids(t *testing.T, out string) map[string]int {
+// tagged lists the live host pids running exactly "sleep TAG".
+func tagged(tag string) []int {
+	var out []int
+	for _, p := range proc.AllPids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		if err == nil && string(b) == "sleep\x00"+tag+"\x00" && alive(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitTagged waits until n processes run "sleep TAG", and returns them.
+func waitTagged(t *testing.T, tag string, n int) []int {
 	t.Helper()
-	pids := map[string]int{}
-	for _, m := range pidLines.FindAllStringSubmatch(out, -1) {
-		pids[m[1]], _ = strconv.Atoi(m[2])
-	}
-	if len(pids) != 2 {
-		t.Fatalf("want P1 and P2 in the job's output, got %q", out)
-	}
+	var pids []int
+	eventually(t, 20*time.Second, fmt.Sprintf("%d processes running sleep %s", n, tag), func() bool {
+		pids = tagged(tag)
+		return len(pids) == n
+	})
 	return pids
 }
 
 func sandboxLeftovers(t *testing.T, d *sandboxDaemon) {
 	dir := d.scratch(t)
-	out, errOut, code := d.cli("run", "--home", d.home, "--lane", "net", "--", "sh", "-c", leftoverScript(dir, "echo main-done"))
-	if code != 0 {
-		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	tag := newTag()
+	cmd := d.cliCmd("run", "--home", d.home, "--lane", "net", "--", "sh", "-c", leftoverScript(dir, tag, "echo main-done"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	pids := parsePids(t, out)
-	eventually(t, 10*time.Second, "the job's leftovers to die", func() bool {
-		return !alive(pids["P1"]) && !alive(pids["P2"])
-	})
-	// One process.orphan_killed each, naming the job.
-	var jobID string
+	pids := waitTagged(t, tag, 2)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "main-done") {
+		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	eventually(t, 10*time.Second, "the job's leftovers to die", func() bool { return len(tagged(tag)) == 0 })
+	// One process.orphan_killed each, with its host pid, naming the job.
+	jobID := d.jobWith(t, tag)
 	eventually(t, 10*time.Second, "process.orphan_killed for both leftovers", func() bool {
 		n := map[int]int{}
 		for _, e := range d.events() {
-			if e["kind"] != "process.orphan_killed" {
+			if e["kind"] != "process.orphan_killed" || e["job_id"] != jobID {
 				continue
 			}
-			pid := int(e["pid"].(float64))
-			if pid != pids["P1"] && pid != pids["P2"] {
-				continue
-			}
-			if e["reason"] != "job_ended" || e["job_id"] == nil || e["lane"] != "net" {
+			if e["reason"] != "job_ended" || e["lane"] != "net" {
 				t.Fatalf("event = %v", e)
 			}
-			if jobID == "" {
-				jobID = e["job_id"].(string)
-			} else if e["job_id"] != jobID {
-				t.Fatalf("leftovers of one job named two jobs: %s and %v", jobID, e["job_id"])
-			}
-			n[pid]++
+			n[int(e["pid"].(float64))]++
 		}
-		for _, p := range pids {
-			if n[p] > 1 {
-				t.Fatalf("pid %d killed %d times", p, n[p])
+		for p, c := range n {
+			if c > 1 {
+				t.Fatalf("pid %d killed %d times", p, c)
 			}
 		}
-		return n[pids["P1"]] == 1 && n[pids["P2"]] == 1
+		return len(n) == 2 && n[pids[0]] == 1 && n[pids[1]] == 1
 	})
-	var rec struct{ State string }
-	if j := d.jobRecord(t, jobID); json.Unmarshal(j, &rec) != nil || rec.State != "succeeded" {
-		t.Fatalf("job %s: %s", jobID, j)
-	}
 }
 
 func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
-	dir := d.scratch(t)
 	// Two jobs, one per lane, each with a child in its group, a daemonised
 	// one and a main process that keeps running.
 	var clis []*exec.Cmd
 	var watched []int
 	for _, lane := range []string{"net", "no-net"} {
-		cmd := d.cliCmd("run", "--home", d.home, "--lane", lane, "--", "sh", "-c",
-			leftoverScript(filepath.Join(dir, lane), "echo P3=$$; sleep 302"))
-		if err := os.MkdirAll(filepath.Join(dir, lane), 0o777); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(filepath.Join(dir, lane), 0o777)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		dir, tag := d.scratch(t), newTag()
+		os.WriteFile(filepath.Join(dir, "go"), nil, 0o666)
+		cmd := d.cliCmd("run", "--home", d.home, "--lane", lane, "--", "sh", "-c", leftoverScript(dir, tag, "exec sleep "+tag))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		clis = append(clis, cmd)
-		lines := make(chan string, 16)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		got := 0
-		deadline := time.After(20 * time.Second)
-		for got < 3 {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("lane %s: the job's output ended early", lane)
-				}
-				if m := regexp.MustCompile(`^P\d=(\d+)$`).FindStringSubmatch(l); m != nil {
-					p, _ := strconv.Atoi(m[1])
-					watched = append(watched, p)
-					got++
-				}
-			case <-deadline:
-				t.Fatalf("lane %s: the job did not start its processes", lane)
-			}
-		}
-		go func() {
-			for range lines {
-			}
-		}()
+		watched = append(watched, waitTagged(t, tag, 3)...)
 	}
 	watched = append(watched, d.runnerPids()...)
 	if len(watched) < 6+2 {
@@ -381,6 +361,22 @@ func (d *sandboxDaemon) events() []map[string]any {
 	return out
 }
 
+// jobWith is the id of the job whose command has s.
+func (d *sandboxDaemon) jobWith(t *testing.T, s string) string {
+	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
+	var jobs []lanes.JobRecord
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
+		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
+	}
+	for _, j := range jobs {
+		if strings.Contains(strings.Join(j.Argv, " ")+j.Command, s) {
+			return j.ID
+		}
+	}
+	t.Fatalf("no job with %q in %s", s, out)
+	return ""
+}
+
 func (d *sandboxDaemon) jobRecord(t *testing.T, id string) []byte {
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
 	var jobs []json.RawMessage
@@ -488,14 +484,14 @@ func TestExternalRunnersNeedTheLaneToken(t *testing.T) {
 }
 
 // A runner killed under a job: the job fails runner_lost, and what the job
-// had started (a child in its group, a daemonised one) is re-parented to
-// the daemon, which kills each once and names the job it belonged to.
-func TestRunnerDeathKillsItsJobsLeftovers(t *testing.T) {
+// had started (a child in its group, a daemonised one) dies with the
+// runner, which is the init of their pid namespace.
+func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	dir := shortTemp(t)
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: leftoverScript(dir, "echo $$ > p3; sleep 302")})
-	p3 := readPid(t, filepath.Join(dir, "p3"))
-	p2 := readPid(t, filepath.Join(dir, "p2"))
+	dir, tag := shortTemp(t), newTag()
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o666)
+	id := d.submit(lanes.JobSpec{Lane: "net", Command: leftoverScript(dir, tag, "exec sleep "+tag)})
+	pids := waitTagged(t, tag, 3)
 	var rec struct{ Job lanes.JobRecord }
 	d.mustCall("job.get", map[string]any{"id": id}, &rec)
 	if err := syscall.Kill(rec.Job.RunnerPid, syscall.SIGKILL); err != nil {
@@ -504,20 +500,13 @@ func TestRunnerDeathKillsItsJobsLeftovers(t *testing.T) {
 	if r := d.wait(id); r.State != lanes.StateFailed || r.Error != lanes.ErrRunnerLost {
 		t.Fatalf("record = %+v", r)
 	}
-	eventually(t, 10*time.Second, "the job's processes to die", func() bool { return !alive(p2) && !alive(p3) })
-	e := d.waitEvent("process.orphan_killed", func(e map[string]any) bool { return int(e["pid"].(float64)) == p2 })
-	if e["reason"] != "runner_gone" || e["job_id"] != id {
-		t.Fatalf("event = %v, want reason runner_gone and job_id %s", e, id)
-	}
-	d.lanes() // the replacement runner, for the leak check at stop
-	d.stop()
-	n := 0
-	for _, e := range d.events() {
-		if e["kind"] == "process.orphan_killed" && int(e["pid"].(float64)) == p2 {
-			n++
+	eventually(t, 10*time.Second, "the job's processes to die", func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
 		}
-	}
-	if n != 1 {
-		t.Fatalf("pid %d reported killed %d times", p2, n)
-	}
+		return true
+	})
+	d.lanes() // the replacement runner, for the leak check at stop
 }

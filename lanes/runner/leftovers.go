@@ -2,8 +2,12 @@ package runner
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -16,11 +20,13 @@ const (
 	emptyTimeout  = 2 * time.Second
 )
 
-// jobSysProcAttr starts a job as the leader of its own process group,
-// killed if the runner's spawner thread dies, and, with a cgroup, inside
-// that cgroup from its first instruction (clone3 CLONE_INTO_CGROUP).
+// jobSysProcAttr starts a job as the leader of its own session and
+// process group (so it has no controlling terminal to type into, and its
+// group can be killed whole), killed if the runner's spawner thread dies,
+// and, with a cgroup, inside that cgroup from its first instruction (clone3
+// CLONE_INTO_CGROUP).
 func jobSysProcAttr(cg *proc.Cgroup) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	a := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if cg != nil {
 		a.UseCgroupFD, a.CgroupFD = true, cg.FD()
 	}
@@ -98,6 +104,7 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.Kille
 			for _, p := range pids {
 				note(p)
 			}
+			r.hostPids(killed) // while they are there to be found
 			if err := cg.Kill(); err != nil {
 				r.log.Warn().Err(err).Str("job_id", id).Msg("killing what a job left")
 			}
@@ -109,24 +116,35 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.Kille
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return nil
 	}
-	orphans := r.reaper.Orphans()
-	if len(orphans) == 0 {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return nil
-	}
-	var mine []int
-	for _, o := range orphans {
-		if o.Pgid == pid || r.ownerOf(o.Pid, id) {
-			mine = append(mine, o.Pid)
+	// Without a cgroup there is no freezing the job: stop what is found,
+	// list what it started meanwhile, kill all of it, and look again (a
+	// process that keeps forking and leaving is caught as its children are
+	// re-parented to us) until nothing of the job is left.
+	seen := map[int]bool{}
+	for round := 0; round < 100; round++ {
+		var mine []int
+		for _, o := range r.reaper.Orphans() {
+			if o.Pgid == pid || r.ownerOf(o.Pid, id) {
+				mine = append(mine, o.Pid)
+			}
 		}
-	}
-	if len(mine) == 0 {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return nil
-	}
-	for _, p := range descendants(mine) {
-		note(p)
-		_ = syscall.Kill(p, syscall.SIGKILL)
+		if len(mine) == 0 {
+			break
+		}
+		for _, p := range mine {
+			_ = syscall.Kill(p, syscall.SIGSTOP)
+		}
+		all, before := descendants(mine), len(killed)
+		for _, p := range all {
+			if !seen[p] {
+				seen[p] = true
+				note(p)
+			}
+		}
+		r.hostPids(killed[before:]) // while they are there to be found
+		for _, p := range all {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	return killed
@@ -168,4 +186,75 @@ func descendants(roots []int) []int {
 		queue = append(queue, kids[p]...)
 	}
 	return out
+}
+
+// hostPids rewrites the pids of killed, which are this runner's pid
+// namespace's when it is that namespace's init, to the pids the daemon and
+// the host know them by (found through the /proc the runner was started
+// with: NSpid ends with our pid, and the process is in our namespace).
+// Pids it cannot find are left as they are.
+func (r *runner) hostPids(killed []wire.KilledProcess) {
+	if !r.init || r.hostProc <= 0 || len(killed) == 0 {
+		return
+	}
+	want := map[string]int{}
+	for i, k := range killed {
+		want[strconv.Itoa(k.Pid)] = i
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return
+	}
+	dfd, err := unix.Openat(r.hostProc, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	d := os.NewFile(uintptr(dfd), "/proc")
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	buf := make([]byte, 4096)
+	for _, n := range names {
+		if len(want) == 0 {
+			return
+		}
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		fd, err := unix.Openat(r.hostProc, n+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		m, _ := unix.Read(fd, buf)
+		unix.Close(fd)
+		line, ok := fieldLine(buf[:max(m, 0)], "NSpid:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		i, ok := want[f[len(f)-1]]
+		if !ok {
+			continue
+		}
+		lbuf := make([]byte, 64)
+		if ln, err := unix.Readlinkat(r.hostProc, n+"/ns/pid", lbuf); err != nil || string(lbuf[:ln]) != ns {
+			continue
+		}
+		if hp, err := strconv.Atoi(n); err == nil {
+			killed[i].Pid = hp
+			delete(want, f[len(f)-1])
+		}
+	}
+}
+
+// fieldLine returns the rest of the line of b that starts with key.
+func fieldLine(b []byte, key string) (string, bool) {
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, key); ok {
+			return rest, true
+		}
+	}
+	return "", false
 }

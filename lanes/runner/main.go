@@ -8,13 +8,18 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // Environment the daemon sets for the runners it spawns.
@@ -54,6 +59,8 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	var hide stringsFlag
 	fs.Var(&hide, "hide", "`PATH` to hide from jobs in the runner's own mount namespace (set by the daemon; repeatable)")
 	cgroup := fs.String("cgroup", "", "cgroup v2 `DIR` the runner was started in; each job gets a cgroup below it (set by the daemon)")
+	noSandbox := fs.Bool("no-sandbox", false, "a bring-your-own runner: run jobs without the sandbox (its jobs can then see the lane socket's directory and the token file)")
+	stopFD := fs.Int("stop-fd", -1, "inherited descriptor `N` whose end of file stops the runner cleanly (set when a bring-your-own runner sandboxes itself)")
 	// The same format as every orchestrd command's --help.
 	printUsage := func(w io.Writer) {
 		fmt.Fprint(w, usage+"\noptions:\n")
@@ -93,6 +100,11 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	if *socket != "" && standalone && !*noSandbox {
+		// A bring-your-own runner sandboxes its jobs as a spawned one does:
+		// it connects, then runs itself again in namespaces of its own.
+		return sandboxed(*lane, *socket, *id, *tokenFile, token, stderr)
+	}
 	var conn *net.UnixConn
 	if *connFD >= 0 {
 		f := os.NewFile(uintptr(*connFD), "daemon-socket")
@@ -117,25 +129,37 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 		level = l
 	}
 	log := zerolog.New(out).Level(level).With().Timestamp().
-		Str("component", "runner").Str("lane", *lane).Str("runner_id", *id).Int("pid", os.Getpid()).
+		Str("component", "runner").Str("lane", *lane).Str("runner_id", *id).Int("pid", hostPid()).
 		Logger()
 
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if os.Getpid() == 1 {
+		// The init of its own pid namespace: stopped by the daemon's
+		// Shutdown frame, its socket's end, or --stop-fd; signals come
+		// only from its jobs, and are absorbed.
+		ctx, cancel = context.WithCancel(context.Background())
+		AbsorbInitSignals()
+	} else {
+		ctx, cancel = signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		// A second signal, once the first one started the shutdown, kills
+		// at once.
+		context.AfterFunc(ctx, cancel)
+		// SIGHUP is what a runner without the sandbox gets when the daemon
+		// dies (its parent-death signal), once per daemon thread that
+		// exits: every one after the first must be absorbed, or the runner
+		// would die before it has killed its jobs. It stops the runner like
+		// SIGTERM, just once.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer func() { signal.Stop(hup); close(hup) }()
+		go func() {
+			for range hup {
+				cancel()
+			}
+		}()
+	}
 	defer cancel()
-	// A second signal, once the first one started the shutdown, kills at once.
-	context.AfterFunc(ctx, cancel)
-	// SIGHUP is what a spawned runner gets when the daemon dies (its
-	// parent-death signal), once per daemon thread that exits: every one
-	// after the first must be absorbed, or the runner would die before it
-	// has killed its jobs. It stops the runner like SIGTERM, just once.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer func() { signal.Stop(hup); close(hup) }()
-	go func() {
-		for range hup {
-			cancel()
-		}
-	}()
 	if stop != nil {
 		go func() {
 			select {
@@ -143,6 +167,13 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 				cancel()
 			case <-ctx.Done():
 			}
+		}()
+	}
+	if *stopFD >= 0 {
+		f := os.NewFile(uintptr(*stopFD), "stop")
+		go func() {
+			_, _ = io.Copy(io.Discard, f) // until the wrapper closes it or dies
+			cancel()
 		}()
 	}
 
@@ -172,4 +203,86 @@ func (s *stringsFlag) String() string { return strings.Join(*s, ",") }
 func (s *stringsFlag) Set(v string) error {
 	*s = append(*s, v)
 	return nil
+}
+
+// hostPid is this process's pid as the host knows it: a sandboxed runner
+// is pid 1 of its own pid namespace, but /proc, not yet replaced by the
+// namespace's own when this runs, still names it by the daemon's pid.
+func hostPid() int {
+	if p := os.Getpid(); p != 1 {
+		return p
+	}
+	if l, err := os.Readlink("/proc/self"); err == nil {
+		if p, err := strconv.Atoi(l); err == nil {
+			return p
+		}
+	}
+	return 1
+}
+
+// sandboxed is a bring-your-own runner started by hand: it connects to the
+// lane socket, then starts itself again as the runner proper (pid 1 of its
+// own pid namespace, in its own mount namespace, hiding the socket's
+// directory and the token file from its jobs; without root inside a user
+// namespace), handing it the connection (fd 3) and the token, and waits for
+// it. SIGTERM or SIGINT stops it cleanly (through fd 4, which the runner
+// reads to its end); if this process dies, so does the runner, and every
+// job with it.
+func sandboxed(lane, socket, id, tokenFile, token string, stderr io.Writer) int {
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd runner: connecting to %s: %v\n", socket, err)
+		return 1
+	}
+	cf, err := c.(*net.UnixConn).File()
+	c.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd runner: %v\n", err)
+		return 1
+	}
+	stopR, stopW, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd runner: %v\n", err)
+		return 1
+	}
+	args := []string{"runner", "--lane", lane, "--id", id, "--fd", "3", "--stop-fd", "4", "--hide", filepath.Dir(socket)}
+	if tokenFile != "" {
+		args = append(args, "--hide", tokenFile)
+	}
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, stderr
+	cmd.ExtraFiles = []*os.File{cf, stopR}
+	cmd.Env = append(os.Environ(), EnvJoinToken+"="+token)
+	cmd.SysProcAttr = proc.SandboxAttr(proc.Isolation{Sandbox: true})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	err = cmd.Start()
+	cf.Close()
+	stopR.Close()
+	if err != nil {
+		stopW.Close()
+		fmt.Fprintf(stderr, "orchestrd runner: starting the sandboxed runner: %v\n", proc.ExplainSpawnError(err))
+		fmt.Fprintln(stderr, "orchestrd runner: (--no-sandbox runs it without the sandbox)")
+		return 1
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			stopW.Close()
+		case <-done:
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	stopW.Close()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd runner: %v\n", err)
+		return 1
+	}
+	return 0
 }

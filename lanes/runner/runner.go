@@ -18,11 +18,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -105,9 +107,14 @@ type runner struct {
 	reaper  *proc.Reaper
 	cg      *proc.Cgroup
 	baseEnv []string // the runner's environment, less what jobs must not inherit
-	slots   int
-	maxOut  int // largest frame payload the daemon accepts
-	chunk   int // largest OutputChunk data per frame
+	// init: the runner is pid 1 of a pid namespace of its own; its jobs'
+	// pids are that namespace's, and hostProc (a descriptor of the /proc
+	// it was started with) turns them into the pids the daemon knows.
+	init     bool
+	hostProc int
+	slots    int
+	maxOut   int // largest frame payload the daemon accepts
+	chunk    int // largest OutputChunk data per frame
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -190,7 +197,7 @@ func Run(ctx context.Context, opts Options) error {
 	if ms := ack.Config.HeartbeatIntervalMs; ms > 0 {
 		hb = time.Duration(min(ms, uint64(maxHeartbeat/time.Millisecond))) * time.Millisecond
 	}
-	r.log.Info().Str("socket", opts.Socket).Bool("spawned", opts.Conn != nil).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
+	r.log.Info().Str("socket", opts.Socket).Bool("inherited_connection", opts.Conn != nil).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
 
 	readDone := make(chan error, 1)
 	go func() { readDone <- r.readLoop(wire.NewFrameReader(br, ack.Config.MaxFrameBytes)) }()
@@ -376,16 +383,22 @@ func (r *runner) where() string {
 	return " at " + r.opts.Socket
 }
 
-// setUp builds the sandbox before the runner takes any job: it hides the
-// paths it was told to (then makes the cgroup tree read-only for the jobs,
-// keeping its own descriptor to write through), becomes undumpable (so a
-// job cannot ptrace it or read its descriptors and memory), becomes the
+// setUp builds the sandbox before the runner takes any job. With paths to
+// hide (the runner is then in a mount namespace of its own) it hides them
+// and the whole cgroup tree (the runner keeps its own descriptor to write
+// through), mounts a /proc of its pid namespace when it is that
+// namespace's init, and moves to its working directory again through the
+// new mounts (one inside a hidden path becomes /). It becomes undumpable
+// (so a job cannot ptrace it or read its descriptors and memory), the
 // subreaper when asked, and starts the spawner thread that forks jobs
 // without privileges. Any failure is fatal: a runner never runs a job with
 // less isolation than it was started for.
 func (r *runner) setUp() error {
 	sb := r.opts.Sandbox
 	r.baseEnv = jobBaseEnv(os.Environ())
+	// Descriptors the runner inherited by accident (whatever started the
+	// daemon held) must not reach a job.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	if sb.Cgroup != "" {
 		cg, err := proc.OpenCgroup(sb.Cgroup)
 		if err != nil {
@@ -393,24 +406,40 @@ func (r *runner) setUp() error {
 		}
 		r.cg = cg
 	}
+	r.init = os.Getpid() == 1
 	if len(sb.Hide) > 0 {
-		if err := proc.HidePaths(sb.Hide...); err != nil {
+		if r.init {
+			// The /proc of the daemon's pid namespace, kept to name our
+			// jobs' processes by the pids the host knows.
+			fd, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("runner: opening /proc: %w", err)
+			}
+			r.hostProc = fd
+		}
+		hide := append([]string(nil), sb.Hide...)
+		if fi, err := os.Stat(cgroupRoot); err == nil && fi.IsDir() {
+			hide = append(hide, cgroupRoot)
+		}
+		if err := proc.HidePaths(hide...); err != nil {
 			return fmt.Errorf("runner: sandboxing jobs: %w", err)
 		}
-		if r.cg != nil {
-			mnt, err := proc.Cgroup2MountPoint()
-			if err == nil {
-				err = proc.ReadOnly(mnt)
+		if r.init {
+			if err := proc.MountProc(); err != nil {
+				return fmt.Errorf("runner: sandboxing jobs: %w", err)
 			}
-			if err != nil {
-				return fmt.Errorf("runner: sandboxing jobs' cgroups: %w", err)
+		}
+		if err := os.Chdir(r.cwd); err != nil {
+			r.cwd = "/"
+			if err := os.Chdir("/"); err != nil {
+				return fmt.Errorf("runner: changing to /: %w", err)
 			}
 		}
 	}
 	if err := proc.SetNotDumpable(); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	if sb.Subreaper {
+	if sb.Subreaper || r.init {
 		rp, err := proc.NewReaper(nil)
 		if err != nil {
 			return fmt.Errorf("runner: %w", err)
@@ -424,6 +453,35 @@ func (r *runner) setUp() error {
 	}
 	r.spawner = sp
 	return nil
+}
+
+// cgroupRoot is where cgroup hierarchies are mounted; a sandboxed runner
+// hides all of it from its jobs (as uid 0 a job could otherwise write a
+// cgroup.procs, or clone into a cgroup, to leave its own).
+const cgroupRoot = "/sys/fs/cgroup"
+
+// InitSignals is every signal a job could send its runner, the init of
+// their pid namespace (see AbsorbInitSignals), but SIGCHLD (its reaper
+// needs it), SIGCONT and the Go runtime's own SIGURG and SIGPROF.
+var InitSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGUSR1, syscall.SIGSEGV, syscall.SIGUSR2,
+	syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM, syscall.SIGSTKFLT, syscall.SIGTSTP, syscall.SIGTTIN,
+	syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGWINCH, syscall.SIGIO,
+	syscall.SIGPWR, syscall.SIGSYS}
+
+// AbsorbInitSignals takes and drops every signal in InitSignals. The init
+// of a pid namespace gets from inside it only the signals it handles, and
+// Go handles them all: unhandled, a job's `kill -TERM 1` would stop its
+// runner (and every job on it). They are caught, not ignored: an ignored
+// signal stays ignored across exec, in every job. The daemon only ever
+// sends a runner SIGKILL, which nothing absorbs.
+func AbsorbInitSignals() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, InitSignals...)
+	go func() {
+		for range ch {
+		}
+	}()
 }
 
 // tearDown kills whatever the jobs left (Run has ended every job by now)
@@ -453,5 +511,9 @@ func (r *runner) tearDown() {
 	if r.spawner != nil {
 		r.spawner.Close()
 		r.spawner = nil
+	}
+	if r.hostProc > 0 {
+		unix.Close(r.hostProc)
+		r.hostProc = 0
 	}
 }

@@ -5,38 +5,63 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // HidePaths makes this process's mount namespace private (nothing mounted
-// here reaches the namespace it was copied from) and mounts an empty,
-// read-only, mode-000 tmpfs over each path, so that nothing started from
-// here can see or reach what is below it. The process must be in a mount
-// namespace of its own (CLONE_NEWNS) with CAP_SYS_ADMIN in it.
+// here reaches the namespace it was copied from) and hides each path: a
+// directory under an empty, read-only, mode-000 tmpfs, a file under
+// /dev/null, so that nothing started from here can see or reach what it
+// held. A path inside another one hidden is covered already. The process
+// must be in a mount namespace of its own (CLONE_NEWNS) with CAP_SYS_ADMIN
+// in it.
 func HidePaths(paths ...string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making the mount namespace private: %w", err)
 	}
-	for _, p := range paths {
-		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY,
-			"size=4k,nr_inodes=1,mode=000"); err != nil {
+	sorted := append([]string(nil), paths...)
+	sort.Strings(sorted)
+	var done []string
+next:
+	for _, p := range sorted {
+		p = filepath.Clean(p)
+		for _, d := range done {
+			if p == d || strings.HasPrefix(p, d+"/") || d == "/" {
+				continue next
+			}
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
 			return fmt.Errorf("hiding %s: %w", p, err)
 		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY,
+				"size=4k,nr_inodes=1,mode=000")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("hiding %s: %w", p, err)
+		}
+		done = append(done, p)
 	}
 	return nil
 }
 
-// ReadOnly bind-mounts path over itself read-only. Descriptors opened
-// below path before the call keep writing through the original mount.
-func ReadOnly(path string) error {
-	if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("binding %s: %w", path, err)
-	}
-	if err := unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %w", path, err)
+// MountProc mounts a /proc of this process's pid namespace over /proc, so
+// that what is started from here sees (and can address) only that
+// namespace's processes. The process must be in a mount namespace of its
+// own with CAP_SYS_ADMIN over its pid namespace.
+func MountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc of the runner's pid namespace: %w", err)
 	}
 	return nil
 }
@@ -151,4 +176,60 @@ func SetNotDumpable() error {
 		return fmt.Errorf("making the process undumpable: %w", err)
 	}
 	return nil
+}
+
+// Isolation is what SandboxAttr puts a new process in.
+type Isolation struct {
+	// Sandbox: a mount namespace and a pid namespace of its own (the
+	// process is their init; the kernel kills everything in the pid
+	// namespace when it dies). Its parent-death signal is then SIGKILL.
+	Sandbox bool
+	// NoNetwork: a network namespace of its own, with only a loopback that
+	// is down.
+	NoNetwork bool
+	// Cgroup, if not nil, is where the process starts (clone3).
+	Cgroup *Cgroup
+	// DeathSignal is the parent-death signal without Sandbox (0: none).
+	DeathSignal syscall.Signal
+}
+
+// SandboxAttr starts a process as the leader of its own session (no
+// controlling terminal for what it starts to type into) in the namespaces
+// iso asks for. Without root they are made inside a new user namespace
+// that maps only this process's uid and gid, where the new process keeps
+// CAP_SYS_ADMIN (ambient) to mount what it hides and its /proc; the uid it
+// runs as is unchanged.
+func SandboxAttr(iso Isolation) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setsid: true, Pdeathsig: iso.DeathSignal}
+	if iso.Sandbox {
+		a.Cloneflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWPID
+		a.Pdeathsig = syscall.SIGKILL
+	}
+	if iso.NoNetwork {
+		a.Cloneflags |= syscall.CLONE_NEWNET
+	}
+	if iso.Cgroup != nil {
+		a.UseCgroupFD, a.CgroupFD = true, iso.Cgroup.FD()
+	}
+	if os.Geteuid() == 0 || a.Cloneflags == 0 {
+		return a
+	}
+	a.Cloneflags |= syscall.CLONE_NEWUSER
+	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+	a.GidMappingsEnableSetgroups = false
+	if iso.Sandbox {
+		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
+	return a
+}
+
+// ExplainSpawnError adds to err, when it is the kernel refusing a
+// namespace, what the user can do about it.
+func ExplainSpawnError(err error) error {
+	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	return fmt.Errorf("%w (making the runner's namespaces was refused: run as root, or where unprivileged "+
+		"user namespaces are allowed (try: unshare -Urmp --fork true), or turn the sandbox off, which lets jobs reach the daemon's sockets)", err)
 }
