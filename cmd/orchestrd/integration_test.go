@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -430,8 +431,15 @@ max_r = 1000
 				return
 			case <-timer.C:
 			}
+			// This goroutine must not fail t (t.Fatal only stops the
+			// goroutine it runs on): it reports and gives up.
+			ls, err := d.tryLanes()
+			if err != nil {
+				t.Errorf("chaos killer: %v", err)
+				return
+			}
 			var pids []int
-			for _, l := range d.lanes() {
+			for _, l := range ls {
 				for _, r := range l.Runners {
 					if r.State == "ready" && r.Pid > 0 {
 						pids = append(pids, r.Pid)
@@ -455,13 +463,27 @@ max_r = 1000
 	}
 	var wg sync.WaitGroup
 	recs := make([]lanes.JobRecord, jobs)
+	waitErrs := make([]error, jobs)
 	for i, id := range ids {
 		wg.Add(1)
-		go func() { defer wg.Done(); recs[i] = d.wait(id) }()
+		go func() { defer wg.Done(); recs[i], waitErrs[i] = d.tryWait(id) }()
 	}
 	wg.Wait()
 	close(stop)
 	killer.Wait()
+	var failedWaits []error
+	for _, err := range waitErrs {
+		if err != nil {
+			failedWaits = append(failedWaits, err)
+		}
+	}
+	if n := len(failedWaits); n > 0 {
+		t.Fatalf("%d of %d job.wait calls failed, the first ones:\n%v\ndaemon log tail:\n%s", n, jobs,
+			errors.Join(failedWaits[:min(n, 3)]...), tail(d.stderr.String(), 3000))
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	lost := 0
 	for _, r := range recs {
 		if !r.State.Terminal() {
