@@ -119,7 +119,12 @@ func shortTemp(t *testing.T) string {
 // waits until every lane has all its runners ready.
 func startDaemon(t *testing.T, config string) *testDaemon {
 	t.Helper()
-	home := shortTemp(t)
+	return startDaemonAt(t, shortTemp(t), config)
+}
+
+// startDaemonAt is startDaemon on a home the test prepared.
+func startDaemonAt(t *testing.T, home, config string) *testDaemon {
+	t.Helper()
 	args := []string{"serve", "--home", home, "--log-format", "json"}
 	if config != "" {
 		p := filepath.Join(home, "config.toml")

@@ -122,6 +122,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		cfg = c
 	}
 	err := daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
+	var running *daemon.AlreadyRunningError
+	if errors.As(err, &running) {
+		fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+		return 1
+	}
 	if err != nil {
 		logger.Error().Err(err).Msg("orchestrd stopped with an error")
 		return 1

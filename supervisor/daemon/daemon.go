@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,9 +41,17 @@ type Options struct {
 // everything down: no runner or job process survives it.
 func Run(ctx context.Context, opts Options) error {
 	started := time.Now()
+	// The home's lock comes before anything else but making sure there is
+	// a home: a second daemon on a live home must leave it as it is (no
+	// socket replaced, no line in its event log).
 	if err := prepareHome(opts.Home); err != nil {
 		return err
 	}
+	lock, err := lockHome(opts.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
 		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger})
@@ -169,4 +179,66 @@ func prepareHome(home string) error {
 		}
 	}
 	return nil
+}
+
+// LockFile is the file in the home a running daemon holds an exclusive
+// flock on; it holds that daemon's pid.
+const LockFile = "daemon.lock"
+
+// AlreadyRunningError is Run's error when another daemon holds the home.
+type AlreadyRunningError struct {
+	Home string
+	Pid  int // 0 if the other daemon has not written its pid yet
+}
+
+func (e *AlreadyRunningError) Error() string {
+	if e.Pid > 0 {
+		return fmt.Sprintf("a daemon (pid %d) is already running on %s", e.Pid, e.Home)
+	}
+	return fmt.Sprintf("a daemon is already running on %s", e.Home)
+}
+
+// lockHome takes the home's lock: an exclusive, non-blocking flock on
+// <home>/daemon.lock, then writes our pid in it. The kernel releases the
+// lock when the process ends however it ends, so the file a dead daemon
+// left is simply locked again; it is never removed (removing it would let
+// two daemons lock two different files). The descriptor is close-on-exec:
+// runners do not inherit the lock.
+func lockHome(home string) (*os.File, error) {
+	path := filepath.Join(home, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &AlreadyRunningError{Home: home, Pid: lockHolder(path)}
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt(pid, 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing our pid to %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// lockHolder reads the pid the daemon holding the lock wrote, giving it a
+// moment when it has only just taken the lock; 0 if there is none.
+func lockHolder(path string) int {
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(path)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && pid > 0 {
+			return pid
+		}
+		if i == 20 {
+			return 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
