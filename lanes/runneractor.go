@@ -135,7 +135,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.alive = false
 			c.SetState("backoff")
 			r.publish(c)
-			c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: 0, ref: c.Self()})
+			c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: 0, cause: "spawn_failed", ref: c.Self()})
 			return
 		}
 		r.pid = m.pid
@@ -197,7 +197,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.sh.restarts.Add(1)
 		c.SetState("backoff")
 		r.publish(c)
-		c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: uptime, ref: c.Self()})
+		c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: uptime, cause: r.cause, ref: c.Self()})
 	case restartIn:
 		if m.gen != r.gen || r.stopReq {
 			return

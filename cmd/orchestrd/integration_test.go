@@ -285,7 +285,7 @@ max_t = "60s"
 	for _, e := range d.events() {
 		if e["kind"] == "runner.restart_scheduled" {
 			delays = append(delays, e["delay_ms"].(float64))
-			if e["reason"] == "stable_exit" {
+			if e["policy"] == "stable_exit" {
 				t.Fatalf("a runner killed right after start was restarted as stable: %v", e)
 			}
 		}

@@ -48,6 +48,7 @@ var fieldOrder = []string{
 	"pgid",
 	"state",
 	"reason",
+	"policy",
 	"cause",
 	"error",
 	"panic",
