@@ -101,7 +101,7 @@ func TestCLITimeZoneAndDays(t *testing.T) {
 
 func TestCLIJSON(t *testing.T) {
 	home := cliHome(t, sampleEvents(), nil)
-	code, out, _ := runTestCLI(t, context.Background(), home, "--json")
+	code, out, _ := runTestCLI(t, context.Background(), home, "--json", "--kind", "*")
 	file, _ := os.ReadFile(filepath.Join(home, "events.ndjson"))
 	if code != 0 || out != string(file) {
 		t.Fatalf("--json output differs from the file (code %d)", code)
@@ -181,8 +181,11 @@ func TestCLIErrors(t *testing.T) {
 func TestCLIHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-h"} {
 		code, out, errs := runTestCLI(t, context.Background(), "/srv/orchestrd", arg)
-		if code != 0 || errs != "" || !strings.HasPrefix(out, "Usage: orchestrd events [flags]") ||
-			!strings.Contains(out, "--follow") || !strings.Contains(out, "(default: /srv/orchestrd)") {
+		// The format of the other client commands: "usage: ...", a blank
+		// line, "options:" and the flags.
+		if code != 0 || errs != "" || !strings.HasPrefix(out, "usage: orchestrd events [--home DIR] ") ||
+			!strings.Contains(out, "]\n\noptions:\n  -f\t") || !strings.Contains(out, "\n  -follow\n") ||
+			!strings.Contains(out, "\n  -n N\n") || !strings.Contains(out, "(default: /srv/orchestrd)") {
 			t.Fatalf("%s: code %d stderr %q\n%s", arg, code, errs, out)
 		}
 	}
