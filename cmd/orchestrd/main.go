@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -98,13 +99,22 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	case "json":
 		logger = zerolog.New(stderr).With().Timestamp().Logger()
 	case "console":
-		logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+		logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly,
+			NoColor: !isTerminal(stderr)}).With().Timestamp().Logger()
 	default:
 		fmt.Fprintf(stderr, "orchestrd serve: --log-format must be json or console, got %q\n", *logFormat)
 		return 2
 	}
-	// Runners inherit the daemon's environment: make their logs match.
+	// Runners inherit the daemon's environment and write to its stderr:
+	// make their logs match (colour only on a terminal), and keep them to
+	// warnings and errors unless asked (their comings and goings are in
+	// the event log), so a quiet daemon's stderr is one line at start and
+	// one at the end.
 	os.Setenv(runner.EnvLogFormat, *logFormat)
+	os.Setenv(runner.EnvLogColor, strconv.FormatBool(isTerminal(stderr)))
+	if os.Getenv(runner.EnvLogLevel) == "" {
+		os.Setenv(runner.EnvLogLevel, "warn")
+	}
 	h := resolveHome(*home)
 	cfg := lanes.DefaultConfig()
 	path := *cfgPath

@@ -9,16 +9,21 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Environment the daemon sets for the runners it spawns.
 const (
 	EnvLogFormat = "ORCHESTRD_LOG_FORMAT" // json (default) or console
 	EnvLogLevel  = "ORCHESTRD_LOG_LEVEL"  // zerolog level, default info
+	// EnvLogColor says whether console logs are coloured: "true" or
+	// "false"; unset, they are when stderr is a terminal.
+	EnvLogColor = "ORCHESTRD_LOG_COLOR"
 )
 
 // Main is the `orchestrd runner` subcommand: it parses
@@ -65,7 +70,11 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	// one log; a runner started by hand logs JSON at info.
 	var out io.Writer = stderr
 	if os.Getenv(EnvLogFormat) == "console" {
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+		color, err := strconv.ParseBool(os.Getenv(EnvLogColor))
+		if err != nil {
+			color = isTerminal(stderr)
+		}
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !color}
 	}
 	level := zerolog.InfoLevel
 	if l, err := zerolog.ParseLevel(os.Getenv(EnvLogLevel)); err == nil && os.Getenv(EnvLogLevel) != "" {
@@ -96,6 +105,16 @@ func mainWith(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	}
 	log.Info().Msg("runner stopped")
 	return 0
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // version is the main module's version from the build info.

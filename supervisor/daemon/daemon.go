@@ -59,8 +59,14 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("opening the event log: %w", err)
 	}
 	defer bus.Close()
+	// protoactor's own info lines ("actor system started") are noise on
+	// the daemon's stderr; its warnings are not.
+	actorLog := opts.Logger
+	if actorLog.GetLevel() < zerolog.WarnLevel {
+		actorLog = actorLog.Level(zerolog.WarnLevel)
+	}
 	sys := actors.NewSystem(actors.Options{
-		Logger: opts.Logger,
+		Logger: actorLog,
 		OnPanic: func(p actors.PanicInfo) {
 			bus.Emit(eventlog.ActorPanicked{Actor: p.Kind + "/" + p.ID, Panic: fmt.Sprint(p.Value),
 				Stack: p.Stack, Directive: p.Directive.String()})
@@ -95,7 +101,9 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	bus.Emit(eventlog.DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
-	opts.Logger.Info().Str("home", opts.Home).Strs("lanes", mgr.LaneNames()).Msg("orchestrd serving")
+	sockPath := filepath.Join(opts.Home, "daemon.sock")
+	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
+		Msg("orchestrd ready")
 
 	sigs := opts.Signals
 	if len(sigs) == 0 {
@@ -112,13 +120,16 @@ func Run(ctx context.Context, opts Options) error {
 	stopped := make(chan struct{})
 	defer close(stopped)
 	var g run.Group
+	why := "" // what stopped the daemon, for the last line of its log
 	{
 		stop := make(chan struct{})
 		g.Add(func() error {
 			select {
 			case s := <-sigCh:
+				why = s.String()
 				bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal"})
 			case <-ctx.Done():
+				why = "context done"
 				bus.Emit(eventlog.DaemonStopping{Reason: "context done"})
 			case <-stop:
 			}
@@ -150,9 +161,14 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	err = g.Run()
-	bus.Emit(eventlog.DaemonStopped{UptimeMs: time.Since(started).Milliseconds(), Killed: killed})
+	uptime := time.Since(started)
+	bus.Emit(eventlog.DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil { // an error is the caller's to report
+		opts.Logger.Info().Str("by", why).Str("uptime", uptime.Round(time.Second).String()).
+			Int("killed_runners", killed).Msg("orchestrd stopped")
 	}
 	return err
 }
