@@ -560,6 +560,9 @@ func (r *runnerActor) publish(c *actors.Context) {
 	default:
 		st.State = "starting"
 	}
+	if st.State == "backoff" || !r.alive {
+		st.Pid, st.LastPid = 0, r.pid // a dead process's pid is not the runner's
+	}
 	c.Send(r.lane, st)
 }
 
