@@ -438,6 +438,16 @@ max_r = 1000
 				t.Errorf("chaos killer: %v", err)
 				return
 			}
+			// One runner down at a time: kill only once the last one is
+			// replaced. On an idle machine that takes milliseconds, less
+			// than the pause between kills; on a loaded one a restart can
+			// take a second or more, and killing at a fixed rate would
+			// kill every runner as soon as it is back, starving the jobs
+			// until their waits time out.
+			if !fullStrength(ls, map[string]int{"net": 3, "heavy": 2}) {
+				timer.Reset(10 * time.Millisecond)
+				continue
+			}
 			var pids []int
 			for _, l := range ls {
 				for _, r := range l.Runners {
