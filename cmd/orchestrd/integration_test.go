@@ -412,8 +412,17 @@ base_delay = "1ms"
 max_delay = "50ms"
 max_r = 1000
 `)
-	var base lanes.Metrics
-	d.mustCall("metrics.get", nil, &base)
+	// The baseline is the daemon at rest: every runner up and two readings
+	// in a row alike. On a loaded machine it may still be starting or
+	// replacing a runner when startDaemon returns, with fewer goroutines
+	// than it will have at rest.
+	var base, prev lanes.Metrics
+	eventuallyOr(t, 30*time.Second, "the daemon at rest before the chaos", func() bool {
+		prev = base
+		d.mustCall("metrics.get", nil, &base)
+		return fullStrength(d.lanes(), map[string]int{"net": 3, "heavy": 2}) &&
+			base.Goroutines == prev.Goroutines && base.OpenFDs == prev.OpenFDs
+	}, func() string { return fmt.Sprintf("last readings %+v, %+v", prev, base) })
 	const jobs = 400
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	stop := make(chan struct{})
