@@ -305,19 +305,7 @@ func (d *testDaemon) waitReady(within time.Duration) {
 		}
 		var r struct{ Lanes []lanes.LaneStatus }
 		if err := d.call("lane.list", nil, &r); err == nil {
-			ok := len(r.Lanes) > 0
-			for _, l := range r.Lanes {
-				n := 0
-				for _, rn := range l.Runners {
-					if rn.State == "ready" {
-						n++
-					}
-				}
-				if n < countSpawned(l) {
-					ok = false
-				}
-			}
-			if ok {
+			if lanesReady(r.Lanes, d.configuredRunners()) {
 				d.lanes()
 				return
 			}
@@ -327,6 +315,47 @@ func (d *testDaemon) waitReady(within time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lanesReady reports whether every lane has all its runners ready:
+// every runner listed, and as many as configured (the lane.started
+// events' counts) plus the lane's spares. A lane that has not published
+// its status yet is listed with no runners at all.
+func lanesReady(ls []lanes.LaneStatus, configured map[string]int) bool {
+	if len(ls) == 0 {
+		return false
+	}
+	for _, l := range ls {
+		n := 0
+		for _, rn := range l.Runners {
+			if rn.State == "ready" {
+				n++
+			}
+		}
+		want, started := configured[l.Name]
+		if !started || n < countSpawned(l) || n < want+l.Spares {
+			return false
+		}
+	}
+	return true
+}
+
+// configuredRunners reads the lanes' runner counts from their lane.started
+// events, for the lanes whose event is in the log yet.
+func (d *testDaemon) configuredRunners() map[string]int {
+	out := map[string]int{}
+	b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var e struct {
+			Kind    string `json:"kind"`
+			Lane    string `json:"lane"`
+			Runners int    `json:"runners"`
+		}
+		if json.Unmarshal(line, &e) == nil && e.Kind == "lane.started" {
+			out[e.Lane] = e.Runners
+		}
+	}
+	return out
 }
 
 func countSpawned(l lanes.LaneStatus) int {
