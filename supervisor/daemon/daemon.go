@@ -120,7 +120,7 @@ func Run(ctx context.Context, opts Options) error {
 	stopped := make(chan struct{})
 	defer close(stopped)
 	var g run.Group
-	why := "" // what stopped the daemon, for the last line of its log
+	why := "control socket" // what stopped the daemon, for the last line of its log
 	{
 		stop := make(chan struct{})
 		g.Add(func() error {
