@@ -274,7 +274,7 @@ type TreeNode struct {
 	Kind      string     `json:"kind"`
 	ID        string     `json:"id"`
 	State     string     `json:"state"`
-	Restarts  int64      `json:"restarts"`
+	Restarts  int64      `json:"panic_restarts"` // times this actor was restarted after a panic
 	StartedAt time.Time  `json:"started_at"`
 	Children  []TreeNode `json:"children"`
 }

@@ -164,9 +164,10 @@ type Filter struct {
 // RunnerStatus describes one runner of a lane.
 type RunnerStatus struct {
 	ID          string `json:"id"`
-	Pid         int    `json:"pid"`
-	State       string `json:"state"` // starting, ready, backoff, stopping
-	Restarts    int    `json:"restarts"`
+	Pid         int    `json:"pid,omitempty"`      // its process, while it has one
+	LastPid     int    `json:"last_pid,omitempty"` // the process it had, while it has none (backoff, stopped)
+	State       string `json:"state"`              // starting, ready, backoff, stopping
+	Restarts    int    `json:"restarts"`           // times its process was started again (tree.get's panic_restarts are its actor's)
 	ActiveJobs  int    `json:"active_jobs"`
 	MemoryBytes uint64 `json:"memory_bytes"`
 	Spawned     bool   `json:"spawned"`         // false: bring-your-own

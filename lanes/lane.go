@@ -51,6 +51,7 @@ type (
 		id     string
 		gen    int
 		uptime int64
+		cause  string // why it is gone: runner.exited's cause, or spawn_failed
 		ref    actors.Ref
 	}
 	slotFreed    struct{ id string }
@@ -381,7 +382,7 @@ func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
 	now := time.Now()
 	d := l.tracker.Exited(m.id, now, time.Duration(m.uptime)*time.Millisecond)
 	l.sh.bus.Emit(eventlog.RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
-		RestartsInWindow: d.RestartsInWindow, Reason: d.Reason})
+		RestartsInWindow: d.RestartsInWindow, Reason: m.cause, Policy: d.Reason})
 	if d.BecameDegraded {
 		p := l.tracker.Policy()
 		l.sh.bus.Emit(eventlog.LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,

@@ -141,7 +141,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.alive = false
 			c.SetState("backoff")
 			r.publish(c)
-			c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: 0, ref: c.Self()})
+			c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: 0, cause: "spawn_failed", ref: c.Self()})
 			return
 		}
 		r.pid = m.pid
@@ -209,7 +209,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.sh.restarts.Add(1)
 		c.SetState("backoff")
 		r.publish(c)
-		c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: uptime, ref: c.Self()})
+		c.Send(r.lane, runnerExited{id: r.id, gen: r.gen, uptime: uptime, cause: r.cause, ref: c.Self()})
 	case restartIn:
 		if m.gen != r.gen || r.stopReq {
 			return
@@ -657,6 +657,9 @@ func (r *runnerActor) publish(c *actors.Context) {
 		st.UptimeMs = time.Since(r.readyAt).Milliseconds()
 	default:
 		st.State = "starting"
+	}
+	if st.State == "backoff" || !r.alive {
+		st.Pid, st.LastPid = 0, r.pid // a dead process's pid is not the runner's
 	}
 	c.Send(r.lane, st)
 }

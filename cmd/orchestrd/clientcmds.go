@@ -685,8 +685,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		for _, r := range l.Runners {
 			runners++
 			pid := "-"
-			if r.Pid > 0 {
+			switch {
+			case r.Pid > 0:
 				pid = strconv.Itoa(r.Pid)
+			case r.LastPid > 0:
+				pid = "- (was " + strconv.Itoa(r.LastPid) + ")" // no process now
 			}
 			role := "serving"
 			switch {
@@ -705,7 +708,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, "ACTORS")
+	fmt.Fprintln(stdout, "ACTORS (panic_restarts: restarts of the actor after a panic, not of its process)")
 	for _, n := range tr.Tree {
 		printTree(stdout, n, 0)
 	}
@@ -725,7 +728,7 @@ func printTree(w io.Writer, n actors.TreeNode, depth int) {
 	if n.ID != "" {
 		name += "/" + n.ID
 	}
-	fmt.Fprintf(w, "%s%s  %s  restarts=%d\n", strings.Repeat("  ", depth), name, n.State, n.Restarts)
+	fmt.Fprintf(w, "%s%s  %s  panic_restarts=%d\n", strings.Repeat("  ", depth), name, n.State, n.Restarts)
 	for _, c := range n.Children {
 		printTree(w, c, depth+1)
 	}

@@ -119,7 +119,12 @@ func shortTemp(t *testing.T) string {
 // waits until every lane has all its runners ready.
 func startDaemon(t *testing.T, config string) *testDaemon {
 	t.Helper()
-	home := shortTemp(t)
+	return startDaemonAt(t, shortTemp(t), config)
+}
+
+// startDaemonAt is startDaemon on a home the test prepared.
+func startDaemonAt(t *testing.T, home, config string) *testDaemon {
+	t.Helper()
 	args := []string{"serve", "--home", home, "--log-format", "json"}
 	if config != "" {
 		p := filepath.Join(home, "config.toml")
@@ -166,21 +171,47 @@ func (d *testDaemon) client() *control.Client {
 	return c
 }
 
+// testCallTimeout bounds one call of the tests' helpers on the client side.
+// A call that makes the daemon wait (job.wait's timeout_ms) gets that wait
+// on top: the client must never give up before the daemon answers.
+var testCallTimeout = 30 * time.Second
+
+// testWaitTimeout is the server-side timeout of wait's job.wait.
+const testWaitTimeout = 60 * time.Second
+
 func (d *testDaemon) call(method string, params, result any) error {
+	return d.callWithin(testCallTimeout, method, params, result)
+}
+
+// callWithin is call with a client deadline of within.
+func (d *testDaemon) callWithin(within time.Duration, method string, params, result any) error {
 	c, err := control.Dial(d.sock())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	return c.Call(ctx, method, params, result)
+	if err := c.Call(ctx, method, params, result); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return nil
 }
 
+// mustCall fails the test when the call fails. Like every helper that
+// fails t, it must only be called from the test's own goroutine (t.Fatal
+// elsewhere does not stop the test): other goroutines use call, tryWait
+// and tryLanes and report errors back.
 func (d *testDaemon) mustCall(method string, params, result any) {
 	d.t.Helper()
-	if err := d.call(method, params, result); err != nil {
-		d.t.Fatalf("%s: %v\ndaemon log tail:\n%s", method, err, tail(d.stderr.String(), 3000))
+	d.check(d.call(method, params, result))
+}
+
+// check fails the test with the daemon's log tail when err is not nil.
+func (d *testDaemon) check(err error) {
+	d.t.Helper()
+	if err != nil {
+		d.t.Fatalf("%v\ndaemon log tail:\n%s", err, tail(d.stderr.String(), 3000))
 	}
 }
 
@@ -192,8 +223,19 @@ func tail(s string, n int) string {
 }
 
 func (d *testDaemon) lanes() []lanes.LaneStatus {
+	d.t.Helper()
+	ls, err := d.tryLanes()
+	d.check(err)
+	return ls
+}
+
+// tryLanes is lanes for any goroutine: it returns the error instead of
+// failing the test.
+func (d *testDaemon) tryLanes() ([]lanes.LaneStatus, error) {
 	var r struct{ Lanes []lanes.LaneStatus }
-	d.mustCall("lane.list", nil, &r)
+	if err := d.call("lane.list", nil, &r); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	for _, l := range r.Lanes {
 		for _, rn := range l.Runners {
@@ -203,7 +245,7 @@ func (d *testDaemon) lanes() []lanes.LaneStatus {
 		}
 	}
 	d.mu.Unlock()
-	return r.Lanes
+	return r.Lanes, nil
 }
 
 func (d *testDaemon) lane(name string) lanes.LaneStatus {
@@ -263,19 +305,7 @@ func (d *testDaemon) waitReady(within time.Duration) {
 		}
 		var r struct{ Lanes []lanes.LaneStatus }
 		if err := d.call("lane.list", nil, &r); err == nil {
-			ok := len(r.Lanes) > 0
-			for _, l := range r.Lanes {
-				n := 0
-				for _, rn := range l.Runners {
-					if rn.State == "ready" {
-						n++
-					}
-				}
-				if n < countSpawned(l) {
-					ok = false
-				}
-			}
-			if ok {
+			if lanesReady(r.Lanes, d.configuredRunners()) {
 				d.lanes()
 				return
 			}
@@ -285,6 +315,47 @@ func (d *testDaemon) waitReady(within time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lanesReady reports whether every lane has all its runners ready:
+// every runner listed, and as many as configured (the lane.started
+// events' counts) plus the lane's spares. A lane that has not published
+// its status yet is listed with no runners at all.
+func lanesReady(ls []lanes.LaneStatus, configured map[string]int) bool {
+	if len(ls) == 0 {
+		return false
+	}
+	for _, l := range ls {
+		n := 0
+		for _, rn := range l.Runners {
+			if rn.State == "ready" {
+				n++
+			}
+		}
+		want, started := configured[l.Name]
+		if !started || n < countSpawned(l) || n < want+l.Spares {
+			return false
+		}
+	}
+	return true
+}
+
+// configuredRunners reads the lanes' runner counts from their lane.started
+// events, for the lanes whose event is in the log yet.
+func (d *testDaemon) configuredRunners() map[string]int {
+	out := map[string]int{}
+	b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var e struct {
+			Kind    string `json:"kind"`
+			Lane    string `json:"lane"`
+			Runners int    `json:"runners"`
+		}
+		if json.Unmarshal(line, &e) == nil && e.Kind == "lane.started" {
+			out[e.Lane] = e.Runners
+		}
+	}
+	return out
 }
 
 func countSpawned(l lanes.LaneStatus) int {
@@ -362,9 +433,24 @@ func (d *testDaemon) submit(spec lanes.JobSpec) string {
 
 func (d *testDaemon) wait(id string) lanes.JobRecord {
 	d.t.Helper()
+	rec, err := d.tryWait(id)
+	d.check(err)
+	return rec
+}
+
+// tryWait is wait for any goroutine: it returns the error instead of
+// failing the test. The daemon waits up to testWaitTimeout for the job; the
+// client waits that long plus testCallTimeout for the daemon's answer, so a
+// slow machine gets the daemon's verdict (or the record), never a client
+// deadline that fires first.
+func (d *testDaemon) tryWait(id string) (lanes.JobRecord, error) {
 	var r struct{ Job lanes.JobRecord }
-	d.mustCall("job.wait", map[string]any{"id": id, "timeout_ms": 60000}, &r)
-	return r.Job
+	err := d.callWithin(testWaitTimeout+testCallTimeout, "job.wait",
+		map[string]any{"id": id, "timeout_ms": testWaitTimeout.Milliseconds()}, &r)
+	if err != nil {
+		return lanes.JobRecord{}, fmt.Errorf("job %s: %w", id, err)
+	}
+	return r.Job, nil
 }
 
 // events reads the complete lines of the event log (the daemon may be in

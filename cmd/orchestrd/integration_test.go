@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -285,7 +286,7 @@ max_t = "60s"
 	for _, e := range d.events() {
 		if e["kind"] == "runner.restart_scheduled" {
 			delays = append(delays, e["delay_ms"].(float64))
-			if e["reason"] == "stable_exit" {
+			if e["policy"] == "stable_exit" {
 				t.Fatalf("a runner killed right after start was restarted as stable: %v", e)
 			}
 		}
@@ -411,8 +412,17 @@ base_delay = "1ms"
 max_delay = "50ms"
 max_r = 1000
 `)
-	var base lanes.Metrics
-	d.mustCall("metrics.get", nil, &base)
+	// The baseline is the daemon at rest: every runner up and two readings
+	// in a row alike. On a loaded machine it may still be starting or
+	// replacing a runner when startDaemon returns, with fewer goroutines
+	// than it will have at rest.
+	var base, prev lanes.Metrics
+	eventuallyOr(t, 30*time.Second, "the daemon at rest before the chaos", func() bool {
+		prev = base
+		d.mustCall("metrics.get", nil, &base)
+		return fullStrength(d.lanes(), map[string]int{"net": 3, "heavy": 2}) &&
+			base.Goroutines == prev.Goroutines && base.OpenFDs == prev.OpenFDs
+	}, func() string { return fmt.Sprintf("last readings %+v, %+v", prev, base) })
 	const jobs = 400
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	stop := make(chan struct{})
@@ -430,8 +440,25 @@ max_r = 1000
 				return
 			case <-timer.C:
 			}
+			// This goroutine must not fail t (t.Fatal only stops the
+			// goroutine it runs on): it reports and gives up.
+			ls, err := d.tryLanes()
+			if err != nil {
+				t.Errorf("chaos killer: %v", err)
+				return
+			}
+			// One runner down at a time: kill only once the last one is
+			// replaced. On an idle machine that takes milliseconds, less
+			// than the pause between kills; on a loaded one a restart can
+			// take a second or more, and killing at a fixed rate would
+			// kill every runner as soon as it is back, starving the jobs
+			// until their waits time out.
+			if !fullStrength(ls, map[string]int{"net": 3, "heavy": 2}) {
+				timer.Reset(10 * time.Millisecond)
+				continue
+			}
 			var pids []int
-			for _, l := range d.lanes() {
+			for _, l := range ls {
 				for _, r := range l.Runners {
 					if r.State == "ready" && r.Pid > 0 {
 						pids = append(pids, r.Pid)
@@ -455,13 +482,27 @@ max_r = 1000
 	}
 	var wg sync.WaitGroup
 	recs := make([]lanes.JobRecord, jobs)
+	waitErrs := make([]error, jobs)
 	for i, id := range ids {
 		wg.Add(1)
-		go func() { defer wg.Done(); recs[i] = d.wait(id) }()
+		go func() { defer wg.Done(); recs[i], waitErrs[i] = d.tryWait(id) }()
 	}
 	wg.Wait()
 	close(stop)
 	killer.Wait()
+	var failedWaits []error
+	for _, err := range waitErrs {
+		if err != nil {
+			failedWaits = append(failedWaits, err)
+		}
+	}
+	if n := len(failedWaits); n > 0 {
+		t.Fatalf("%d of %d job.wait calls failed, the first ones:\n%v\ndaemon log tail:\n%s", n, jobs,
+			errors.Join(failedWaits[:min(n, 3)]...), tail(d.stderr.String(), 3000))
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	lost := 0
 	for _, r := range recs {
 		if !r.State.Terminal() {

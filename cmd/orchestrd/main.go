@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -134,13 +135,22 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	case "json":
 		logger = zerolog.New(stderr).With().Timestamp().Logger()
 	case "console":
-		logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+		logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly,
+			NoColor: !isTerminal(stderr)}).With().Timestamp().Logger()
 	default:
 		fmt.Fprintf(stderr, "orchestrd serve: --log-format must be json or console, got %q\n", *logFormat)
 		return 2
 	}
-	// Runners inherit the daemon's environment: make their logs match.
+	// Runners inherit the daemon's environment and write to its stderr:
+	// make their logs match (colour only on a terminal), and keep them to
+	// warnings and errors unless asked (their comings and goings are in
+	// the event log), so a quiet daemon's stderr is one line at start and
+	// one at the end.
 	os.Setenv(runner.EnvLogFormat, *logFormat)
+	os.Setenv(runner.EnvLogColor, strconv.FormatBool(isTerminal(stderr)))
+	if os.Getenv(runner.EnvLogLevel) == "" {
+		os.Setenv(runner.EnvLogLevel, "warn")
+	}
 	h := resolveHome(*home)
 	cfg := lanes.DefaultConfig()
 	path := *cfgPath
@@ -161,6 +171,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		cfg = c
 	}
 	err := daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
+	var running *daemon.AlreadyRunningError
+	if errors.As(err, &running) {
+		fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+		return 1
+	}
 	if err != nil {
 		logger.Error().Err(err).Msg("orchestrd stopped with an error")
 		return 1

@@ -16,8 +16,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/orchestrd/orchestrd/lanes"
 )
 
@@ -67,12 +65,6 @@ func absDir(p string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSuffix(wd, "/") + "/" + p, nil
-}
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // readStdin reads what `run` forwards to the job: all of f unless it is a

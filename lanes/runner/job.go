@@ -180,12 +180,12 @@ const EnvJobID = "ORCHESTRD_JOB_ID"
 const EnvJoinToken = "ORCHESTRD_JOIN_TOKEN"
 
 // jobBaseEnv is the environment jobs start from: the runner's, less the
-// variables that are the runner's own.
+// variables that are the runner's own (its token, its logging).
 func jobBaseEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == EnvJoinToken || k == EnvJobID {
+		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") {
 			continue
 		}
 		out = append(out, kv)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
@@ -26,6 +27,9 @@ import (
 const (
 	EnvLogFormat = "ORCHESTRD_LOG_FORMAT" // json (default) or console
 	EnvLogLevel  = "ORCHESTRD_LOG_LEVEL"  // zerolog level, default info
+	// EnvLogColor says whether console logs are coloured: "true" or
+	// "false"; unset, they are when stderr is a terminal.
+	EnvLogColor = "ORCHESTRD_LOG_COLOR"
 )
 
 // Main is the `orchestrd runner` subcommand: it parses
@@ -122,7 +126,11 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	// one log; a runner started by hand logs JSON at info.
 	var out io.Writer = stderr
 	if os.Getenv(EnvLogFormat) == "console" {
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+		color, err := strconv.ParseBool(os.Getenv(EnvLogColor))
+		if err != nil {
+			color = isTerminal(stderr)
+		}
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !color}
 	}
 	level := zerolog.InfoLevel
 	if l, err := zerolog.ParseLevel(os.Getenv(EnvLogLevel)); err == nil && os.Getenv(EnvLogLevel) != "" {
@@ -185,6 +193,16 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	}
 	log.Info().Msg("runner stopped")
 	return 0
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // version is the main module's version from the build info.

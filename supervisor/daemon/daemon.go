@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,9 +41,17 @@ type Options struct {
 // everything down: no runner or job process survives it.
 func Run(ctx context.Context, opts Options) error {
 	started := time.Now()
+	// The home's lock comes before anything else but making sure there is
+	// a home: a second daemon on a live home must leave it as it is (no
+	// socket replaced, no line in its event log).
 	if err := prepareHome(opts.Home); err != nil {
 		return err
 	}
+	lock, err := lockHome(opts.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
 		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger})
@@ -49,8 +59,14 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("opening the event log: %w", err)
 	}
 	defer bus.Close()
+	// protoactor's own info lines ("actor system started") are noise on
+	// the daemon's stderr; its warnings are not.
+	actorLog := opts.Logger
+	if actorLog.GetLevel() < zerolog.WarnLevel {
+		actorLog = actorLog.Level(zerolog.WarnLevel)
+	}
 	sys := actors.NewSystem(actors.Options{
-		Logger: opts.Logger,
+		Logger: actorLog,
 		OnPanic: func(p actors.PanicInfo) {
 			bus.Emit(eventlog.ActorPanicked{Actor: p.Kind + "/" + p.ID, Panic: fmt.Sprint(p.Value),
 				Stack: p.Stack, Directive: p.Directive.String()})
@@ -85,7 +101,9 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	bus.Emit(eventlog.DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
-	opts.Logger.Info().Str("home", opts.Home).Strs("lanes", mgr.LaneNames()).Msg("orchestrd serving")
+	sockPath := filepath.Join(opts.Home, "daemon.sock")
+	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
+		Msg("orchestrd ready")
 
 	sigs := opts.Signals
 	if len(sigs) == 0 {
@@ -102,13 +120,16 @@ func Run(ctx context.Context, opts Options) error {
 	stopped := make(chan struct{})
 	defer close(stopped)
 	var g run.Group
+	why := "control socket" // what stopped the daemon, for the last line of its log
 	{
 		stop := make(chan struct{})
 		g.Add(func() error {
 			select {
 			case s := <-sigCh:
+				why = s.String()
 				bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal"})
 			case <-ctx.Done():
+				why = "context done"
 				bus.Emit(eventlog.DaemonStopping{Reason: "context done"})
 			case <-stop:
 			}
@@ -140,9 +161,14 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	err = g.Run()
-	bus.Emit(eventlog.DaemonStopped{UptimeMs: time.Since(started).Milliseconds(), Killed: killed})
+	uptime := time.Since(started)
+	bus.Emit(eventlog.DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil { // an error is the caller's to report
+		opts.Logger.Info().Str("by", why).Str("uptime", uptime.Round(time.Second).String()).
+			Int("killed_runners", killed).Msg("orchestrd stopped")
 	}
 	return err
 }
@@ -169,4 +195,66 @@ func prepareHome(home string) error {
 		}
 	}
 	return nil
+}
+
+// LockFile is the file in the home a running daemon holds an exclusive
+// flock on; it holds that daemon's pid.
+const LockFile = "daemon.lock"
+
+// AlreadyRunningError is Run's error when another daemon holds the home.
+type AlreadyRunningError struct {
+	Home string
+	Pid  int // 0 if the other daemon has not written its pid yet
+}
+
+func (e *AlreadyRunningError) Error() string {
+	if e.Pid > 0 {
+		return fmt.Sprintf("a daemon (pid %d) is already running on %s", e.Pid, e.Home)
+	}
+	return fmt.Sprintf("a daemon is already running on %s", e.Home)
+}
+
+// lockHome takes the home's lock: an exclusive, non-blocking flock on
+// <home>/daemon.lock, then writes our pid in it. The kernel releases the
+// lock when the process ends however it ends, so the file a dead daemon
+// left is simply locked again; it is never removed (removing it would let
+// two daemons lock two different files). The descriptor is close-on-exec:
+// runners do not inherit the lock.
+func lockHome(home string) (*os.File, error) {
+	path := filepath.Join(home, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &AlreadyRunningError{Home: home, Pid: lockHolder(path)}
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt(pid, 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing our pid to %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// lockHolder reads the pid the daemon holding the lock wrote, giving it a
+// moment when it has only just taken the lock; 0 if there is none.
+func lockHolder(path string) int {
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(path)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && pid > 0 {
+			return pid
+		}
+		if i == 20 {
+			return 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -160,7 +160,8 @@ const reopenCheckInterval = time.Second
 
 // Open creates the bus and, when opts.Path is set, opens the log for
 // appending (creating its directory with mode 0700 and the file with mode
-// 0600 if missing) and starts the writer goroutine. Seq continues from the
+// 0600 if missing, and making an existing log and its rotated files 0600)
+// and starts the writer goroutine. Seq continues from the
 // last line already in the log.
 func Open(opts Options) (*Bus, error) { return open(opts, hooks{}) }
 
@@ -188,6 +189,10 @@ func open(opts Options, h hooks) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := privateRotated(opts.Path); err != nil {
+		f.Close()
+		return nil, err
+	}
 	b.seq.Store(last)
 	b.queue = make(chan []byte, opts.Buffer)
 	b.w = &writer{bus: b, path: opts.Path, maxBytes: opts.MaxBytes, maxFiles: opts.MaxFiles, f: f, fi: fi,
@@ -199,17 +204,43 @@ func open(opts Options, h hooks) (*Bus, error) {
 	return b, nil
 }
 
+// openAppend opens the log at path for appending, creating it 0600. A file
+// that already exists with a looser mode (an old log, one copied in with
+// mode 0666) is made 0600: what the daemon logs is for its user only.
 func openAppend(path string) (*os.File, os.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("eventlog: %w", err)
 	}
 	st, err := f.Stat()
+	if err == nil && st.Mode().Perm() != 0o600 {
+		if err = f.Chmod(0o600); err != nil {
+			err = fmt.Errorf("making %s private (mode 0600, was %#o): %w", path, st.Mode().Perm(), err)
+		} else {
+			st, err = f.Stat()
+		}
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("eventlog: %w", err)
 	}
 	return f, st, nil
+}
+
+// privateRotated makes the rotated files of path 0600, as openAppend does
+// the current one.
+func privateRotated(path string) error {
+	for _, n := range rotatedIndexes(path) {
+		name := rotatedName(path, n)
+		st, err := os.Stat(name)
+		if err != nil || st.Mode().Perm() == 0o600 {
+			continue
+		}
+		if err := os.Chmod(name, 0o600); err != nil {
+			return fmt.Errorf("eventlog: making %s private (mode 0600, was %#o): %w", name, st.Mode().Perm(), err)
+		}
+	}
+	return nil
 }
 
 // Seq returns the last assigned seq.

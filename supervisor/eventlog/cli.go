@@ -24,35 +24,31 @@ import (
 
 const cliName = "orchestrd events"
 
-const cliHelp = `Usage: orchestrd events [flags]
+const cliUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
-Print the supervisor event log, <home>/events.ndjson (rotated files
+const cliDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
 events.ndjson.N first, oldest first), one event per line: local time, seq,
 kind, lane, then the event's fields. Stack traces follow, indented.
 
-  03:12:45.123    1042  runner.exited             review    runner_id=review-1 pid=4242 cause=killed_memory ...
+  03:12:45.123    1042  runner.exited             review    runner_id=review-1 pid=4242 cause=killed_memory_limit ...
 
-Flags:
-  -f, --follow       keep printing new events as they are logged (Ctrl-C stops)
-      --kind K       only events of kind K; repeatable or comma-separated;
-                     "runner.*" matches every runner event
-      --lane L       only events of lane L
-      --job ID       only events of job ID (the job_id field)
-      --since S      only events at or after S: a duration ago (90s, 5m, 2h),
-                     an RFC3339 time (2025-11-21T03:00:00Z) or a local clock
-                     time today (03:00, 03:00:30)
-      --json         print the raw NDJSON lines (for jq)
-      --utc          print times in UTC instead of local time
-      --home DIR     the daemon's home directory (default: %s)
+Connection churn (conn.opened, conn.closed) stays in the log but is not
+printed unless --kind asks for it: --kind 'conn.*', or --kind '*' for all.
+--follow starts from now; with -n or --since it prints that tail first.
 
 Exit status: 0 on success or Ctrl-C while following, 1 if the log cannot be
 read, 2 for bad flags.
 
 Examples:
   orchestrd events -f --lane review
+  orchestrd events -n 50 -f
   orchestrd events --since 10m --kind 'runner.*' --kind job.orphaned
   orchestrd events --job 01JD3... --json | jq .
 `
+
+// churnKinds are the kinds the CLI leaves out unless --kind names them:
+// every client connection logs both, and they drown everything else.
+var churnKinds = []string{"conn.opened", "conn.closed"}
 
 // cliEnv is what the CLI takes from the world; tests replace it.
 type cliEnv struct {
@@ -67,6 +63,28 @@ func CLI(args []string, home string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return runCLI(ctx, args, home, stdout, stderr, cliEnv{now: time.Now, loc: time.Local})
+}
+
+// tailFlag is -n: unset, or a count of lines.
+type tailFlag struct {
+	n   int
+	set bool
+}
+
+func (f *tailFlag) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return strconv.Itoa(f.n)
+}
+
+func (f *tailFlag) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number of events >= 0, got %q", v)
+	}
+	f.n, f.set = n, true
+	return nil
 }
 
 type kindsFlag []string
@@ -91,29 +109,35 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	var (
 		follow, asJSON, utc bool
 		kinds               kindsFlag
+		tail                tailFlag
 		lane, job, since    string
 		homeFlag            string
 	)
-	flags.BoolVar(&follow, "follow", false, "")
-	flags.BoolVar(&follow, "f", false, "")
-	flags.Var(&kinds, "kind", "")
-	flags.StringVar(&lane, "lane", "", "")
-	flags.StringVar(&job, "job", "", "")
-	flags.StringVar(&since, "since", "", "")
-	flags.BoolVar(&asJSON, "json", false, "")
-	flags.BoolVar(&utc, "utc", false, "")
-	flags.StringVar(&homeFlag, "home", "", "")
+	def := home
+	if def == "" {
+		def = "none"
+	}
+	flags.BoolVar(&follow, "follow", false, "keep printing new events as they are logged, from now on\n(after the tail -n or --since asks for); Ctrl-C stops")
+	flags.BoolVar(&follow, "f", false, "short for -follow")
+	flags.Var(&tail, "n", "print only the last `N` matching events (with -follow: then follow)")
+	flags.Var(&kinds, "kind", "only events of kind `K`; repeatable or comma-separated; \"runner.*\"\nmatches every runner event, \"*\" every event (conn.opened and\nconn.closed are left out unless a -kind names them)")
+	flags.StringVar(&lane, "lane", "", "only events of `LANE`")
+	flags.StringVar(&job, "job", "", "only events of job `ID` (the job_id field)")
+	flags.StringVar(&since, "since", "", "only events at or after `S`: a duration ago (90s, 5m, 2h), an RFC3339\ntime (2025-11-21T03:00:00Z) or a local clock time today (03:00, 03:00:30)")
+	flags.BoolVar(&asJSON, "json", false, "print the raw NDJSON lines (for jq)")
+	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
+	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "%s: %s (see --help)\n", cliName, fmt.Sprintf(format, a...))
 		return 2
 	}
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			def := home
-			if def == "" {
-				def = "none"
-			}
-			fmt.Fprintf(stdout, cliHelp, def)
+			// The format of the other client commands: usage, then options.
+			fmt.Fprintf(stdout, "usage: %s\n\noptions:\n", cliUsage)
+			flags.SetOutput(stdout)
+			flags.PrintDefaults()
+			fmt.Fprintf(stdout, "\n%s", cliDetails)
 			return 0
 		}
 		return usageErr("%v", err)
@@ -132,12 +156,20 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		loc = time.UTC
 	}
 	q := Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
+	start := env.now()
 	if since != "" {
-		t, err := parseSince(since, env.now(), loc)
+		t, err := parseSince(since, start, loc)
 		if err != nil {
 			return usageErr("%v", err)
 		}
 		q.Since = t
+	} else if follow && !tail.set {
+		// Following starts from now: the history is what -n and --since
+		// are for.
+		q.Since = start
+	}
+	if len(kinds) == 0 {
+		q.Exclude = churnKinds
 	}
 	for _, k := range kinds {
 		m := newKindMatcher([]string{k})
@@ -148,16 +180,66 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 
 	path := filepath.Join(home, "events.ndjson")
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	h := &humanPrinter{w: out, loc: loc, today: env.now().In(loc).Format(time.DateOnly), laneW: 8}
-	r := &reader{ctx: ctx, path: path, q: q, match: newKindMatcher(q.Kinds), onIdle: func() { out.Flush() }}
-	r.fn = func(l Line) error {
+	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), laneW: 8}
+	emit := func(l Line) error {
 		if asJSON {
 			out.Write(l.Raw)
 			return out.WriteByte('\n')
 		}
 		return h.print(l)
 	}
+	r := newReader(ctx, path, q, emit)
+	r.onIdle = func() { out.Flush() }
+	// With -n the lines read before the reader first catches up are kept
+	// in a ring of the last N and printed once it has (or, following, as
+	// soon as a line logged after we started comes: that one and all
+	// after it are followed, not tail).
+	var ring []Line
+	next, catching := 0, tail.set
+	flushTail := func() error {
+		catching = false
+		for i := range ring {
+			if err := emit(ring[(next+i)%len(ring)]); err != nil {
+				return err
+			}
+		}
+		ring = nil
+		return nil
+	}
+	if tail.set {
+		r.fn = func(l Line) error {
+			if catching && follow && !l.TS.Before(start) {
+				if err := flushTail(); err != nil {
+					return err
+				}
+			}
+			if !catching {
+				return emit(l)
+			}
+			if tail.n == 0 {
+				return nil
+			}
+			if len(ring) < tail.n {
+				ring = append(ring, l)
+				return nil
+			}
+			ring[next] = l
+			next = (next + 1) % tail.n
+			return nil
+		}
+		r.onIdle = func() {
+			if catching {
+				if err := flushTail(); err != nil {
+					return // stdout is gone; the next write says so
+				}
+			}
+			out.Flush()
+		}
+	}
 	err := r.run()
+	if catching && err == nil {
+		err = flushTail()
+	}
 	flushErr := out.Flush()
 	if err == nil {
 		err = flushErr
@@ -168,7 +250,11 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	switch {
 	case err == nil:
 		if r.stats.Matched == 0 {
-			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s)\n", cliName, r.stats.Lines, path)
+			hidden := ""
+			if r.stats.Excluded > 0 {
+				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", r.stats.Excluded)
+			}
+			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", cliName, r.stats.Lines, path, hidden)
 		}
 		return 0
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):

@@ -32,7 +32,7 @@ func TestCLIHuman(t *testing.T) {
 	evs := []Event{
 		DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
 		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
-		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited"},
+		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
 		RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
 		JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
 		ActorPanicked{Actor: "lane/review", Panic: "index out of range [3] with length 3", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1\n", Directive: "restart"},
@@ -44,7 +44,7 @@ func TestCLIHuman(t *testing.T) {
 	}
 	want := `03:00:00.000       1  daemon.started            -         pid=1 home=/h lanes=["review","build-long-name"] version=v1
 03:01:00.000       2  runner.exited             review    runner_id=review-1 pid=42 cause=killed_memory exit_code=137 signal=SIGKILL uptime_ms=5000 spawned=true
-03:02:00.000       3  runner.restart_scheduled  review    runner_id=review-1 reason=exited delay_ms=500 restarts_in_window=2
+03:02:00.000       3  runner.restart_scheduled  review    runner_id=review-1 reason=exited policy=crash_loop delay_ms=500 restarts_in_window=2
 03:03:00.000       4  runner.killed             build-long-name  runner_id=b-1 pid=7 reason=memory_limit detail="rss 2.1 GiB > 2 GiB, \"hard\""
 03:04:00.000       5  job.finished              review           job_id=j1 state=failed error=boom duration_ms=900
 03:05:00.000       6  actor.panicked            -                actor=lane/review panic="index out of range [3] with length 3" directive=restart
@@ -101,7 +101,7 @@ func TestCLITimeZoneAndDays(t *testing.T) {
 
 func TestCLIJSON(t *testing.T) {
 	home := cliHome(t, sampleEvents(), nil)
-	code, out, _ := runTestCLI(t, context.Background(), home, "--json")
+	code, out, _ := runTestCLI(t, context.Background(), home, "--json", "--kind", "*")
 	file, _ := os.ReadFile(filepath.Join(home, "events.ndjson"))
 	if code != 0 || out != string(file) {
 		t.Fatalf("--json output differs from the file (code %d)", code)
@@ -181,8 +181,11 @@ func TestCLIErrors(t *testing.T) {
 func TestCLIHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-h"} {
 		code, out, errs := runTestCLI(t, context.Background(), "/srv/orchestrd", arg)
-		if code != 0 || errs != "" || !strings.HasPrefix(out, "Usage: orchestrd events [flags]") ||
-			!strings.Contains(out, "--follow") || !strings.Contains(out, "(default: /srv/orchestrd)") {
+		// The format of the other client commands: "usage: ...", a blank
+		// line, "options:" and the flags.
+		if code != 0 || errs != "" || !strings.HasPrefix(out, "usage: orchestrd events [--home DIR] ") ||
+			!strings.Contains(out, "]\n\noptions:\n  -f\t") || !strings.Contains(out, "\n  -follow\n") ||
+			!strings.Contains(out, "\n  -n N\n") || !strings.Contains(out, "(default: /srv/orchestrd)") {
 			t.Fatalf("%s: code %d stderr %q\n%s", arg, code, errs, out)
 		}
 	}

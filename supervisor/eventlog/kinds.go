@@ -85,7 +85,7 @@ type RunnerExited struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
 	UptimeMs int64  `json:"uptime_ms"`
-	Cause    string `json:"cause"` // exited, socket_closed, killed_unresponsive, killed_memory, shutdown, ...
+	Cause    string `json:"cause"` // exited, socket_closed, killed_runner_unresponsive, killed_memory_limit, protocol_error, shutdown, ...
 	Spawned  bool   `json:"spawned"`
 }
 
@@ -101,12 +101,20 @@ type RunnerKilled struct {
 
 func (RunnerKilled) Kind() string { return "runner.killed" }
 
+// RunnerRestartScheduled: a runner slot's process is gone and will be
+// started again after DelayMs. Reason is why it is being restarted: the
+// cause of its runner.exited (exited, socket_closed, killed_memory_limit,
+// killed_runner_unresponsive, protocol_error, spawn_failed). Policy is the
+// restart policy's verdict on the delay: stable_exit (it had been up
+// restart.stable: at once), crash_loop (it died sooner: backoff) or
+// degraded (the lane is over its restart intensity: at the cap).
 type RunnerRestartScheduled struct {
 	Lane             string `json:"lane"`
 	RunnerID         string `json:"runner_id"`
 	DelayMs          int64  `json:"delay_ms"`
 	RestartsInWindow int    `json:"restarts_in_window"`
 	Reason           string `json:"reason"`
+	Policy           string `json:"policy"`
 }
 
 func (RunnerRestartScheduled) Kind() string { return "runner.restart_scheduled" }

@@ -25,6 +25,9 @@ type Query struct {
 	Job    string    // the line's "job_id" field equals Job
 	Since  time.Time // ts at or after Since
 	Follow bool      // after the existing lines, wait for new ones until ctx is done
+	// Exclude leaves out the kinds it matches (same patterns as Kinds)
+	// even when Kinds matches them; they are counted in Stats.Excluded.
+	Exclude []string
 }
 
 // Line is one parsed log line.
@@ -41,6 +44,7 @@ type Stats struct {
 	Lines     uint64 // well-formed lines read
 	Matched   uint64 // lines passed to fn
 	Malformed uint64 // lines skipped because they do not parse
+	Excluded  uint64 // lines that matched but for Query.Exclude
 }
 
 // ErrMalformed is wrapped by ParseLine's errors.
@@ -76,19 +80,20 @@ func Read(ctx context.Context, path string, q Query, fn func(Line) error) error 
 // ReadWithStats is Read, also returning how many lines were read, matched
 // and skipped as malformed.
 func ReadWithStats(ctx context.Context, path string, q Query, fn func(Line) error) (Stats, error) {
-	r := &reader{ctx: ctx, path: path, q: q, fn: fn, match: newKindMatcher(q.Kinds)}
+	r := newReader(ctx, path, q, fn)
 	err := r.run()
 	return r.stats, err
 }
 
 type reader struct {
-	ctx    context.Context
-	path   string
-	q      Query
-	fn     func(Line) error
-	onIdle func() // called when caught up, before waiting (the CLI flushes)
-	match  kindMatcher
-	stats  Stats
+	ctx     context.Context
+	path    string
+	q       Query
+	fn      func(Line) error
+	onIdle  func() // called when caught up, before waiting (the CLI flushes)
+	match   kindMatcher
+	exclude *kindMatcher // nil: nothing excluded
+	stats   Stats
 
 	laneNeedle, jobNeedle []byte
 
@@ -97,6 +102,15 @@ type reader struct {
 	minSeq    uint64 // while catching up after losing track: skip seq <= minSeq
 	useMinSeq bool
 	n         int // lines handled, for periodic ctx checks
+}
+
+func newReader(ctx context.Context, path string, q Query, fn func(Line) error) *reader {
+	r := &reader{ctx: ctx, path: path, q: q, fn: fn, match: newKindMatcher(q.Kinds)}
+	if len(q.Exclude) > 0 {
+		m := newKindMatcher(q.Exclude)
+		r.exclude = &m
+	}
+	return r
 }
 
 func (r *reader) run() error {
@@ -394,6 +408,10 @@ func (r *reader) matches(l *Line) bool {
 		if s, _ := l.Fields["job_id"].(string); s != r.q.Job {
 			return false
 		}
+	}
+	if r.exclude != nil && r.exclude.match(l.Kind) {
+		r.stats.Excluded++
+		return false
 	}
 	return true
 }

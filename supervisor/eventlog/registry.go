@@ -49,6 +49,7 @@ var fieldOrder = []string{
 	"pgid",
 	"state",
 	"reason",
+	"policy",
 	"cause",
 	"error",
 	"panic",

@@ -1,0 +1,199 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// follow runs `orchestrd events -f args...` on home with the real clock
+// and returns once the CLI has read the clock (so whatever is emitted from
+// then on is "from now"). stop cancels it and returns its exit code.
+func followCLI(t *testing.T, home string, args ...string) (out *notifyBuffer, stop func() int) {
+	t.Helper()
+	var once sync.Once
+	started := make(chan struct{})
+	env := cliEnv{loc: time.UTC, now: func() time.Time {
+		now := time.Now()
+		once.Do(func() { close(started) })
+		return now
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	out = &notifyBuffer{wrote: make(chan struct{}, 1)}
+	var errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- runCLI(ctx, append([]string{"-f"}, args...), home, out, &errb, env) }()
+	stopped := false
+	stop = func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("events -f %v exited %d: %s", args, code, errb.String())
+			}
+			return code
+		case <-time.After(waitTimeout):
+			t.Fatal("events -f did not stop")
+			return -1
+		}
+	}
+	t.Cleanup(func() { stop() })
+	select {
+	case <-started:
+	case code := <-done:
+		stopped = true
+		t.Fatalf("events -f %v exited %d before following: %s", args, code, errb.String())
+	case <-time.After(waitTimeout):
+		t.Fatal("events -f never read the clock")
+	}
+	return out, stop
+}
+
+// lanesOf is the lane column of human output, one entry a line.
+func lanesOf(out string) []string {
+	var lanes []string
+	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(ln); len(f) > 3 && f[0] != "--" { // not a day line
+			lanes = append(lanes, f[3])
+		}
+	}
+	return lanes
+}
+
+// --follow starts from now (issue 6: it printed the whole history first);
+// -n N and --since give a tail of the history before following.
+func TestCLIFollowStartsNow(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string // lanes printed: the history's tail, then the new events
+	}{
+		{"from now", nil, "new new-started"},
+		{"-n 2", []string{"-n", "2"}, "h3 h4 new new-started"},
+		{"-n 0", []string{"-n", "0"}, "new new-started"},
+		{"-n beyond the history", []string{"-n", "99"}, "h1 h2 h3 h4 new new-started"},
+		{"--since", []string{"--since", "2025-11-21T03:02:00Z"}, "h3 h4 new new-started"},
+		{"--since and -n", []string{"--since", "2025-11-21T03:01:00Z", "-n", "1"}, "h4 new new-started"},
+		{"-n with a filter", []string{"-n", "1", "--kind", "lane.started"}, "h2 new-started"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			home := t.TempDir()
+			path := filepath.Join(home, "events.ndjson")
+			// The history, at t0, t0+1m, ...
+			writeLog(t, path, []Event{LaneRecovered{Lane: "h1"}, LaneStarted{Lane: "h2"},
+				LaneRecovered{Lane: "h3"}, LaneRecovered{Lane: "h4"}}, nil)
+			b := openTest(t, Options{Path: path})
+			out, stop := followCLI(t, home, c.args...)
+			b.Emit(LaneRecovered{Lane: "new"})
+			b.Emit(LaneStarted{Lane: "new-started"})
+			out.waitFor(t, "new-started")
+			stop()
+			if got := strings.Join(lanesOf(out.String()), " "); got != c.want {
+				t.Fatalf("printed lanes %q, want %q:\n%s", got, c.want, out)
+			}
+		})
+	}
+}
+
+// -n N without --follow prints the last N matching events.
+func TestCLITail(t *testing.T) {
+	home := cliHome(t, []Event{
+		JobQueued{JobID: "j1", Lane: "a"},   // seq 1
+		JobQueued{JobID: "j2", Lane: "b"},   // 2
+		JobQueued{JobID: "j3", Lane: "a"},   // 3
+		LaneRecovered{Lane: "a"},            // 4
+		JobFinished{JobID: "j1", Lane: "a"}, // 5
+		JobQueued{JobID: "j4", Lane: "b"},   // 6
+	}, nil)
+	for _, c := range []struct {
+		args []string
+		seqs string
+	}{
+		{[]string{"-n", "2"}, "5 6"},
+		{[]string{"-n", "1", "--lane", "a"}, "5"},
+		{[]string{"-n", "2", "--kind", "job.queued"}, "3 6"},
+		{[]string{"-n", "100"}, "1 2 3 4 5 6"},
+		{[]string{"-n", "0"}, ""},
+		{[]string{"-n", "3", "--since", "2025-11-21T03:04:00Z"}, "5 6"},
+	} {
+		code, out, errs := runTestCLI(t, context.Background(), home, c.args...)
+		var seqs []string
+		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(ln); len(f) > 1 {
+				seqs = append(seqs, f[1])
+			}
+		}
+		if code != 0 || strings.Join(seqs, " ") != c.seqs {
+			t.Errorf("%v: code %d seqs %v, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
+		}
+	}
+	code, out, _ := runTestCLI(t, context.Background(), home, "--json", "-n", "1")
+	if code != 0 || !strings.HasPrefix(out, `{"ts":`) || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"j4"`) {
+		t.Fatalf("--json -n 1: code %d %q", code, out)
+	}
+	for _, bad := range []string{"-1", "x", ""} {
+		code, out, errs := runTestCLI(t, context.Background(), home, "-n", bad)
+		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "want a number of events >= 0") {
+			t.Errorf("-n %q: code %d stdout %q stderr %q", bad, code, out, errs)
+		}
+	}
+}
+
+// Connection churn stays in the log but is not printed unless asked for
+// (issue 6: 2,000 connections made 4,000 lines that drowned the rest).
+func TestCLIHidesConnectionChurn(t *testing.T) {
+	home := cliHome(t, []Event{
+		ConnOpened{ConnID: "c1"},                         // 1
+		LaneRecovered{Lane: "a"},                         // 2
+		ConnClosed{ConnID: "c1", Reason: "eof"},          // 3
+		ConnRefused{Reason: "uid"},                       // 4
+		ConnProtocolError{Peer: "control", Error: "bad"}, // 5
+		ConnOpened{ConnID: "c2"},                         // 6
+	}, nil)
+	for _, c := range []struct {
+		args []string
+		seqs string
+	}{
+		{nil, "2 4 5"},
+		{[]string{"--json"}, "2 4 5"},
+		{[]string{"--kind", "conn.*"}, "1 3 4 5 6"},
+		{[]string{"--kind", "conn.opened"}, "1 6"},
+		{[]string{"--kind", "*"}, "1 2 3 4 5 6"},
+		{[]string{"--kind", "lane.*,conn.closed"}, "2 3"},
+		{[]string{"-n", "1"}, "5"},
+	} {
+		code, out, errs := runTestCLI(t, context.Background(), home, c.args...)
+		var seqs []string
+		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(ln, "{") { // --json
+				l, err := ParseLine([]byte(ln))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs = append(seqs, strconv.FormatUint(l.Seq, 10))
+				continue
+			}
+			if f := strings.Fields(ln); len(f) > 1 {
+				seqs = append(seqs, f[1])
+			}
+		}
+		if code != 0 || strings.Join(seqs, " ") != c.seqs {
+			t.Errorf("%v: code %d seqs %v, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
+		}
+	}
+	// Only churn in the log: the "nothing matched" note says why.
+	churn := cliHome(t, []Event{ConnOpened{ConnID: "c1"}, ConnClosed{ConnID: "c1"}}, nil)
+	code, out, errs := runTestCLI(t, context.Background(), churn)
+	if code != 0 || out != "" || !strings.Contains(errs, "2 connection events not shown, --kind 'conn.*' shows them") {
+		t.Fatalf("only churn: code %d stdout %q stderr %q", code, out, errs)
+	}
+}
