@@ -84,17 +84,13 @@ func runnersCgroup(log zerolog.Logger) *proc.Cgroup {
 }
 
 // killOrphan is the daemon's reaper's verdict on a process re-parented to
-// it: a job process whose runner died. Its process group and itself are
-// killed, and the event names the job it belonged to (its environment, or
-// its cgroup), so the 3 a.m. reader knows whose it was.
+// it: a job process whose runner died (only without the sandbox: with it,
+// the runner's pid namespace dies whole). Its process group and itself are
+// killed, and the event names the job it belonged to (its
+// ORCHESTRD_JOB_ID), so the 3 a.m. reader knows whose it was.
 func killOrphan(bus *eventlog.Bus, o proc.Orphan) {
 	st, _ := proc.ReadStat(o.Pid)
 	jobID := proc.EnvValue(o.Pid, runner.EnvJobID)
-	if jobID == "" {
-		if base := filepath.Base(proc.CgroupOf(o.Pid)); strings.HasPrefix(base, "job-") {
-			jobID = strings.TrimPrefix(base, "job-")
-		}
-	}
 	if o.Pgid > 1 && o.Pgid != syscall.Getpgrp() {
 		_ = syscall.Kill(-o.Pgid, syscall.SIGKILL)
 	}

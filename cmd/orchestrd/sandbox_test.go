@@ -189,6 +189,13 @@ func sandboxLeftovers(t *testing.T, d *sandboxDaemon) {
 		}
 		return len(n) == 2 && n[pids[0]] == 1 && n[pids[1]] == 1
 	})
+	// The runner goes on: the jobs after it run as any other (a cgroup
+	// whose leftovers were killed is not reused).
+	for i := 0; i < 3; i++ {
+		if out, errOut, code := d.cli("run", "--home", d.home, "--lane", "net", "--", "echo", "next"); code != 0 || out != "next\n" {
+			t.Fatalf("job after the leftovers: exit %d %q %q", code, out, errOut)
+		}
+	}
 }
 
 func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {

@@ -57,6 +57,7 @@ type job struct {
 	out       []byte
 	truncated bool
 	cg        *proc.Cgroup // the job's cgroup, nil without one
+	cgKilled  bool         // its leftovers were killed through cgroup.kill
 }
 
 // killLocked records reason and SIGKILLs the job's process group. It
@@ -123,7 +124,10 @@ func (r *runner) handleJob(f wire.Frame) {
 		return
 	}
 	_ = r.send(wire.TypeJobAck, wire.JobAck{JobID: spec.JobID, Accepted: true})
-	go j.run()
+	// The whole job runs on a thread of the spawner: the process it starts
+	// inherits that thread's lack of privileges, and no hop to another
+	// thread sits between a Job frame and its fork.
+	r.spawner.Go(j.run)
 }
 
 // reject answers a Job that will not run: JobAck{accepted:false} and, if
@@ -273,7 +277,7 @@ func (j *job) run() {
 	delete(j.r.jobs, j.id)
 	j.r.mu.Unlock()
 	j.r.sendResult(res)
-	j.r.removeCgroup(j.cg)
+	j.r.releaseCgroup(j.cg, j.cgKilled)
 	j.r.log.Debug().Str("job_id", j.id).Str("status", string(res.Status)).Uint64("duration_ms", res.DurationMs).Msg("job finished")
 }
 
@@ -356,12 +360,12 @@ func (j *job) execute() wire.Result {
 	// Whatever the job left behind goes with it: its process group, its
 	// cgroup, and what it daemonised out of both. The main process is a
 	// zombie until Wait, so its pid still names its group.
-	killed := j.r.killLeftovers(j.id, pid, jcg)
+	killed, cgKilled := j.r.killLeftovers(j.id, pid, jcg)
 	state, werr := p.Wait()
 	if j.r.reaper != nil {
 		j.r.reaper.Unregister(pid)
 	}
-	j.cg = jcg // removed once the Result is out: not on the job's critical path
+	j.cg, j.cgKilled = jcg, cgKilled // released once the Result is out: not on the job's critical path
 	dur := time.Since(start)
 	if timer != nil {
 		timer.Stop()

@@ -33,14 +33,14 @@ func jobSysProcAttr(cg *proc.Cgroup) *syscall.SysProcAttr {
 	return a
 }
 
-// start forks a job from the spawner's thread (no privileges,
-// no_new_privs), registered with the reaper when there is one.
+// start forks a job. It runs on a thread of the spawner (no privileges,
+// no_new_privs: see handleJob), which the job inherits; the pid is
+// registered with the reaper when there is one.
 func (r *runner) start(path string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
 	var p *os.Process
 	fork := func() (int, error) {
 		var err error
-		r.spawner.Do(func() { p, err = os.StartProcess(path, argv, attr) })
-		if err != nil {
+		if p, err = os.StartProcess(path, argv, attr); err != nil {
 			return 0, err
 		}
 		return p.Pid, nil
@@ -54,18 +54,51 @@ func (r *runner) start(path string, argv []string, attr *os.ProcAttr) (*os.Proce
 	return p, err
 }
 
-// jobCgroup makes the job's cgroup, or returns nil when the runner has no
-// cgroup (the job is then tracked by process group and the subreaper).
+// jobCgroup gives the job an empty cgroup of its own, or nil when the
+// runner has none (the job is then tracked by process group and the
+// runner's reaping). Cgroups are reused: one a job left empty goes back to
+// a pool (as many as the runner has slots), since making and removing one
+// per job costs more than the rest of a trivial job's bookkeeping.
 func (r *runner) jobCgroup(id string) *proc.Cgroup {
 	if r.cg == nil {
 		return nil
 	}
-	cg, err := r.cg.Mkdir("job-" + id)
+	r.mu.Lock()
+	if n := len(r.cgPool); n > 0 {
+		cg := r.cgPool[n-1]
+		r.cgPool = r.cgPool[:n-1]
+		r.mu.Unlock()
+		return cg
+	}
+	r.cgSeq++
+	name := "job-" + strconv.Itoa(r.cgSeq)
+	r.mu.Unlock()
+	cg, err := r.cg.Mkdir(name)
 	if err != nil {
 		r.log.Warn().Err(err).Str("job_id", id).Msg("job runs without a cgroup; it is tracked by process group")
 		return nil
 	}
 	return cg
+}
+
+// releaseCgroup takes back a job's cgroup once the job is over: into the
+// pool if the job left nothing in it (killLeftovers found it empty after
+// the job's main process exited, and nothing else can enter it), else
+// removed once it is empty. A
+// cgroup whose leftovers were killed through cgroup.kill is never reused:
+// on some kernels every process later cloned into it is killed too.
+func (r *runner) releaseCgroup(cg *proc.Cgroup, killed bool) {
+	if cg == nil {
+		return
+	}
+	r.mu.Lock()
+	if !killed && len(r.cgPool) < r.slots && !r.closing {
+		r.cgPool = append(r.cgPool, cg)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.removeCgroup(cg)
 }
 
 func (r *runner) removeCgroup(cg *proc.Cgroup) {
@@ -86,8 +119,7 @@ func (r *runner) removeCgroup(cg *proc.Cgroup) {
 // Without one: the job's process group, and each process re-parented to
 // the runner (the subreaper) that belongs to the job by its process group
 // or its ORCHESTRD_JOB_ID, or to no running job, with its descendants.
-func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.KilledProcess {
-	var killed []wire.KilledProcess
+func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) (killed []wire.KilledProcess, cgKilled bool) {
 	note := func(p int) {
 		st, ok := proc.ReadStat(p)
 		if !ok || st.State == 'Z' {
@@ -97,6 +129,7 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.Kille
 	}
 	if cg != nil {
 		if pids, err := cg.Procs(); err == nil && len(pids) > 0 {
+			cgKilled = true
 			if err := cg.Freeze(freezeTimeout); err != nil {
 				r.log.Warn().Err(err).Str("job_id", id).Msg("listing what a job left without freezing it")
 			}
@@ -110,11 +143,11 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.Kille
 			}
 		}
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return killed
+		return killed, cgKilled
 	}
 	if r.reaper == nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return nil
+		return nil, false
 	}
 	// Without a cgroup there is no freezing the job: stop what is found,
 	// list what it started meanwhile, kill all of it, and look again (a
@@ -147,7 +180,7 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) []wire.Kille
 		}
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	return killed
+	return killed, false
 }
 
 // ownerOf reports whether orphan p is job id's to kill: its environment

@@ -112,9 +112,13 @@ type runner struct {
 	// it was started with) turns them into the pids the daemon knows.
 	init     bool
 	hostProc int
-	slots    int
-	maxOut   int // largest frame payload the daemon accepts
-	chunk    int // largest OutputChunk data per frame
+	// cgPool holds emptied job cgroups for reuse, cgSeq names new ones
+	// (both under mu).
+	cgPool []*proc.Cgroup
+	cgSeq  int
+	slots  int
+	maxOut int // largest frame payload the daemon accepts
+	chunk  int // largest OutputChunk data per frame
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -183,6 +187,9 @@ func Run(ctx context.Context, opts Options) error {
 	if r.slots <= 0 {
 		r.log.Warn().Int("slots", ack.Slots).Msg("HandshakeAck gave no slots; running one job at a time")
 		r.slots = 1
+	}
+	if err := r.startSpawner(); err != nil {
+		return err
 	}
 	r.maxOut = wire.DefaultMaxFrame
 	if ack.Config.MaxFrameBytes > 0 {
@@ -446,9 +453,14 @@ func (r *runner) setUp() error {
 		}
 		r.reaper = rp
 	}
-	sp, err := proc.NewSpawner()
+	return nil
+}
+
+// startSpawner starts the threads jobs run on, one per slot: each job runs
+// whole (start, wait, report) on one of them.
+func (r *runner) startSpawner() error {
+	sp, err := proc.NewSpawner(r.slots)
 	if err != nil {
-		r.tearDown()
 		return fmt.Errorf("runner: preparing the job spawner: %w", err)
 	}
 	r.spawner = sp
@@ -496,6 +508,12 @@ func (r *runner) tearDown() {
 		r.reaper.Stop()
 		r.reaper = nil
 	}
+	r.mu.Lock()
+	for _, cg := range r.cgPool {
+		cg.Close()
+	}
+	r.cgPool = nil
+	r.mu.Unlock()
 	if r.cg != nil {
 		for _, n := range r.cg.Children() {
 			if ch, err := r.cg.Child(n); err == nil {

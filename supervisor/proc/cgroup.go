@@ -135,16 +135,31 @@ func (c *Cgroup) Close() {
 	}
 }
 
+// read reads a cgroup file (they are small) with plain system calls: it is
+// on every job's path.
 func (c *Cgroup) read(file string) ([]byte, error) {
 	fd, err := unix.Openat(c.fd, file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), file)
-	defer f.Close()
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(f)
-	return buf.Bytes(), err
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 func (c *Cgroup) write(file, value string) error {

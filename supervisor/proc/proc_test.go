@@ -49,7 +49,7 @@ func statusField(t *testing.T, status, key string) string {
 // gain none; the rest of this process keeps what it had.
 func TestSpawnerDropsPrivileges(t *testing.T) {
 	before, _ := os.ReadFile("/proc/self/status")
-	sp, err := NewSpawner()
+	sp, err := NewSpawner(2)
 	if err != nil {
 		t.Fatal(err)
 	}

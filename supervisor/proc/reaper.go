@@ -113,7 +113,7 @@ func (r *Reaper) Kick() {
 // Orphans lists our live children that were not started through Start.
 func (r *Reaper) Orphans() []Orphan {
 	var out []Orphan
-	for _, pid := range Children(r.self) {
+	for _, pid := range adopted(r.self) {
 		if r.Started(pid) {
 			continue
 		}
@@ -128,7 +128,7 @@ func (r *Reaper) Orphans() []Orphan {
 // are listed without the lock (reading /proc is the slow part, and a start
 // must not wait for it); each one is checked again under the lock.
 func (r *Reaper) sweep() {
-	cands := Children(r.self)
+	cands := adopted(r.self)
 	if len(cands) == 0 {
 		return
 	}
@@ -170,6 +170,26 @@ func (r *Reaper) Stop() {
 	close(r.done)
 	r.wg.Wait()
 	r.sweep()
+}
+
+// adopted lists the children of pid's main thread. That is where the
+// kernel re-parents an orphan (to the first live thread of its subreaper
+// or pid-namespace init, and the main thread of a Go process lives as long
+// as the process), so one file has every orphan: what a process forked
+// itself (Start's children) may be on any thread, but needs no sweep.
+// Without CONFIG_PROC_CHILDREN it is Children.
+func adopted(pid int) []int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	if err != nil {
+		return Children(pid)
+	}
+	var out []int
+	for _, f := range bytes.Fields(b) {
+		if c, err := strconv.Atoi(string(f)); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Children lists pid's children from /proc/PID/task/*/children (a process

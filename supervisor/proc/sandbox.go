@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -66,28 +67,33 @@ func MountProc() error {
 	return nil
 }
 
-// Spawner runs functions on one OS thread that holds no capabilities (none
+// Spawner runs functions on OS threads that hold no capabilities (none
 // effective, permitted, inheritable or ambient, and an empty bounding set
-// where the process may empty it) and has no_new_privs set. A process
-// forked from that thread inherits all of it: even as root, and through
+// where the process may empty it) and have no_new_privs set. A process
+// forked from such a thread inherits all of it: even as root, and through
 // any setuid or file-capability binary, it cannot gain a privilege, so it
 // cannot undo a mount namespace's masks or enter another namespace.
-// Credentials are per thread on Linux, which is why this is one locked
-// thread and not the whole process: the rest of the process keeps what it
-// needs.
+// Credentials are per thread on Linux, which is why these are locked
+// threads and not the whole process: the rest of the process keeps what it
+// needs. There are several threads because starting a process waits for
+// its exec: one thread would start one job at a time.
 type Spawner struct {
-	req  chan func()
-	done chan struct{}
+	req chan func()
+	wg  sync.WaitGroup
 }
 
-// NewSpawner starts the thread. It fails if the privileges cannot be
-// dropped, so that no job ever runs with them.
-func NewSpawner() (*Spawner, error) {
-	s := &Spawner{req: make(chan func()), done: make(chan struct{})}
-	ready := make(chan error, 1)
-	go s.serve(ready)
-	if err := <-ready; err != nil {
-		return nil, err
+// NewSpawner starts n threads (at least one). It fails if the privileges
+// cannot be dropped, so that no job ever runs with them.
+func NewSpawner(n int) (*Spawner, error) {
+	s := &Spawner{req: make(chan func(), 2*max(n, 1))}
+	for i := 0; i < max(n, 1); i++ {
+		ready := make(chan error, 1)
+		s.wg.Add(1)
+		go s.serve(ready)
+		if err := <-ready; err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -109,7 +115,7 @@ func (s *Spawner) serve(ready chan<- error) {
 	}
 	// Never unlocked: when this goroutine returns, the thread ends with it
 	// rather than going back to the scheduler without privileges.
-	defer close(s.done)
+	defer s.wg.Done()
 	if err := dropPrivileges(); err != nil {
 		ready <- err
 		return
@@ -120,18 +126,22 @@ func (s *Spawner) serve(ready chan<- error) {
 	}
 }
 
-// Do runs fn on the spawner's thread and returns when it has.
+// Go runs fn on one of the spawner's threads, as soon as one is free.
+// Everything fn does (a process it starts, waiting for it) happens there.
+func (s *Spawner) Go(fn func()) { s.req <- fn }
+
+// Do runs fn on one of the spawner's threads and returns when it has.
 func (s *Spawner) Do(fn func()) {
 	done := make(chan struct{})
 	s.req <- func() { fn(); close(done) }
 	<-done
 }
 
-// Close ends the thread. Processes it forked with a parent-death signal
+// Close ends the threads. Processes they forked with a parent-death signal
 // get it then.
 func (s *Spawner) Close() {
 	close(s.req)
-	<-s.done
+	s.wg.Wait()
 }
 
 func dropPrivileges() error {
