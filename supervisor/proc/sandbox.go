@@ -80,22 +80,32 @@ func MountProc() error {
 type Spawner struct {
 	req chan func()
 	wg  sync.WaitGroup
+
+	mu    sync.Mutex
+	max   int // threads at most
+	total int // threads started
+	idle  int // threads waiting for work
 }
 
-// NewSpawner starts n threads (at least one). It fails if the privileges
-// cannot be dropped, so that no job ever runs with them.
+// NewSpawner prepares up to n threads (at least one), started as they are
+// needed: an idle runner keeps one. It starts the first at once and fails
+// if its privileges cannot be dropped, so that no job ever runs with them.
 func NewSpawner(n int) (*Spawner, error) {
-	s := &Spawner{req: make(chan func(), 2*max(n, 1))}
-	for i := 0; i < max(n, 1); i++ {
-		ready := make(chan error, 1)
-		s.wg.Add(1)
-		go s.serve(ready)
-		if err := <-ready; err != nil {
-			s.Close()
-			return nil, err
-		}
+	s := &Spawner{req: make(chan func(), 2*max(n, 1)), max: max(n, 1), total: 1, idle: 1}
+	if err := s.grow(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
+}
+
+// grow starts one more thread, already counted in total and idle, and
+// waits until it is ready.
+func (s *Spawner) grow() error {
+	ready := make(chan error, 1)
+	s.wg.Add(1)
+	go s.serve(ready)
+	return <-ready
 }
 
 // serve locks a thread other than the main one (whose credentials are what
@@ -117,23 +127,48 @@ func (s *Spawner) serve(ready chan<- error) {
 	// rather than going back to the scheduler without privileges.
 	defer s.wg.Done()
 	if err := dropPrivileges(); err != nil {
+		s.mu.Lock()
+		s.total--
+		s.idle--
+		s.mu.Unlock()
 		ready <- err
 		return
 	}
 	ready <- nil
 	for fn := range s.req {
+		s.mu.Lock()
+		s.idle--
+		s.mu.Unlock()
 		fn()
+		s.mu.Lock()
+		s.idle++
+		s.mu.Unlock()
 	}
 }
 
-// Go runs fn on one of the spawner's threads, as soon as one is free.
-// Everything fn does (a process it starts, waiting for it) happens there.
-func (s *Spawner) Go(fn func()) { s.req <- fn }
+// Go runs fn on one of the spawner's threads, as soon as one is free,
+// starting another (up to the spawner's size) when none is. Everything fn
+// does (a process it starts, waiting for it) happens there.
+func (s *Spawner) Go(fn func()) {
+	s.mu.Lock()
+	more := s.idle == 0 && s.total < s.max
+	if more {
+		s.total++
+		s.idle++
+	}
+	s.mu.Unlock()
+	if more {
+		// A thread that could not drop its privileges runs nothing; the
+		// ones already there take the work.
+		_ = s.grow()
+	}
+	s.req <- fn
+}
 
 // Do runs fn on one of the spawner's threads and returns when it has.
 func (s *Spawner) Do(fn func()) {
 	done := make(chan struct{})
-	s.req <- func() { fn(); close(done) }
+	s.Go(func() { fn(); close(done) })
 	<-done
 }
 
