@@ -136,7 +136,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		logger = zerolog.New(stderr).With().Timestamp().Logger()
 	case "console":
 		logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly,
-			NoColor: !isTerminal(stderr)}).With().Timestamp().Logger()
+			NoColor: !runner.IsTerminal(stderr)}).With().Timestamp().Logger()
 	default:
 		fmt.Fprintf(stderr, "orchestrd serve: --log-format must be json or console, got %q\n", *logFormat)
 		return 2
@@ -147,7 +147,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	// the event log), so a quiet daemon's stderr is one line at start and
 	// one at the end.
 	os.Setenv(runner.EnvLogFormat, *logFormat)
-	os.Setenv(runner.EnvLogColor, strconv.FormatBool(isTerminal(stderr)))
+	os.Setenv(runner.EnvLogColor, strconv.FormatBool(runner.IsTerminal(stderr)))
 	if os.Getenv(runner.EnvLogLevel) == "" {
 		os.Setenv(runner.EnvLogLevel, "warn")
 	}

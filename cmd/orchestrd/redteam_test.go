@@ -93,103 +93,50 @@ func redTool(mode string, args []string) int {
 // would start it by hand: from a shell in its home, on a terminal, with a
 // descriptor it inherited.
 func startRedDaemon(t *testing.T, cred *syscall.Credential) (*sandboxDaemon, string) {
-	top := shortTemp(t)
-	os.Chmod(top, 0o755)
-	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
-		stderr: &syncBuffer{}, done: make(chan struct{})}
-	tool := filepath.Join(top, "redtool")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for src, dst := range map[string]string{binary: d.bin, self: tool} {
-		if err := copyFile(src, dst, 0o755); err != nil {
+	var tool string
+	d := startSandboxDaemonWith(t, cred, "[lanes.byo]\nrunners = 0\nnetwork = \"host\"\n", func(top string, cmd *exec.Cmd) {
+		tool = filepath.Join(top, "redtool")
+		self, err := os.Executable()
+		if err == nil {
+			err = copyFile(self, tool, 0o755)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.Mkdir(d.home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.home, "config.toml"), []byte(`
-[daemon]
-shutdown_timeout = "2s"
-[lanes.no-net]
-runners = 1
-spares = 0
-network = "none"
-[lanes.net]
-runners = 1
-spares = 0
-network = "host"
-[lanes.byo]
-runners = 0
-network = "host"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d.chown(d.home, filepath.Join(d.home, "config.toml"))
-
-	// A terminal, as `orchestrd serve` in the foreground of a shell has.
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Skip("no pty:", err)
-	}
-	t.Cleanup(func() { ptmx.Close() })
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptsPath := "/dev/pts/" + strconv.Itoa(n)
-	d.chown(ptsPath)
-	pts, err := os.OpenFile(ptsPath, os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pts.Close()
-	// A descriptor the daemon inherits from whoever started it (fd 10).
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pr.Close() })
-	defer pw.Close()
-
-	d.cmd = d.cliCmd("serve", "--home", d.home, "--log-format", "json")
-	d.cmd.Dir = d.home
-	d.cmd.Stdin = pts
-	d.cmd.Stderr = d.stderr
-	d.cmd.ExtraFiles = []*os.File{nil, nil, nil, nil, nil, nil, nil, pw}
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setsid: true, Setctty: true, Ctty: 0}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-d.done:
-		default:
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(30 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-			}
+		// A terminal, as `orchestrd serve` in the foreground of a shell has.
+		ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			t.Skip("no pty:", err)
 		}
-		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
+		t.Cleanup(func() { ptmx.Close() })
+		if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+			t.Fatal(err)
+		}
+		n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptsPath := "/dev/pts/" + strconv.Itoa(n)
+		if cred != nil {
+			os.Chown(ptsPath, int(cred.Uid), int(cred.Gid))
+		}
+		pts, err := os.OpenFile(ptsPath, os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pts.Close() })
+		// A descriptor the daemon inherits from whoever started it (fd 10).
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pr.Close(); pw.Close() })
+		// Started from a shell in its home.
+		cmd.Dir = filepath.Join(top, "h")
+		cmd.Stdin = pts
+		cmd.ExtraFiles = []*os.File{nil, nil, nil, nil, nil, nil, nil, pw}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setsid: true, Setctty: true, Ctty: 0}
 	})
-	eventuallyOr(t, 20*time.Second, "both runners ready", func() bool {
-		n := 0
-		for _, e := range d.events() {
-			if e["kind"] == "runner.ready" {
-				n++
-			}
-		}
-		return n >= 2
-	}, func() string { return tail(d.stderr.String(), 3000) })
 	return d, tool
 }
 

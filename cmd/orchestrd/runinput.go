@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/lanes/runner"
 )
 
 // timeoutFlag is --timeout: a number of seconds ("5", "1.5") or a Go
@@ -70,7 +71,7 @@ func absDir(p string) (string, error) {
 // readStdin reads what `run` forwards to the job: all of f unless it is a
 // terminal, refusing more than lanes.MaxStdinBytes.
 func readStdin(f *os.File) ([]byte, error) {
-	if isTerminal(f) {
+	if runner.IsTerminal(f) {
 		return nil, nil
 	}
 	data, err := io.ReadAll(io.LimitReader(f, lanes.MaxStdinBytes+1))

@@ -257,17 +257,12 @@ type sandboxDaemon struct {
 }
 
 func startSandboxDaemon(t *testing.T, cred *syscall.Credential) *sandboxDaemon {
-	top := shortTemp(t)
-	os.Chmod(top, 0o755)
-	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
-		stderr: &syncBuffer{}, done: make(chan struct{})}
-	if err := copyFile(binary, d.bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(d.home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.home, "config.toml"), []byte(`
+	return startSandboxDaemonWith(t, cred, "", nil)
+}
+
+// sandboxConfig is the config of every sandboxDaemon: two lanes with one
+// runner each and no spares, plus extra.
+const sandboxConfig = `
 [daemon]
 shutdown_timeout = "2s"
 [lanes.no-net]
@@ -278,12 +273,32 @@ network = "none"
 runners = 1
 spares = 0
 network = "host"
-`), 0o600); err != nil {
+`
+
+// startSandboxDaemonWith starts the daemon with sandboxConfig and extra
+// config, in a directory its user can reach; prepare, if not nil, adjusts
+// the serve command before it starts (how it is started: terminal,
+// descriptors, working directory).
+func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string, prepare func(top string, cmd *exec.Cmd)) *sandboxDaemon {
+	top := shortTemp(t)
+	os.Chmod(top, 0o755)
+	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
+		stderr: &syncBuffer{}, done: make(chan struct{})}
+	if err := copyFile(binary, d.bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.home, "config.toml"), []byte(sandboxConfig+extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d.chown(d.home, filepath.Join(d.home, "config.toml"))
 	d.cmd = d.cliCmd("serve", "--home", d.home, "--log-format", "json")
 	d.cmd.Stderr = d.stderr
+	if prepare != nil {
+		prepare(top, d.cmd)
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	if os.Getenv(EnvLogFormat) == "console" {
 		color, err := strconv.ParseBool(os.Getenv(EnvLogColor))
 		if err != nil {
-			color = isTerminal(stderr)
+			color = IsTerminal(stderr)
 		}
 		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !color}
 	}
@@ -195,8 +195,8 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	return 0
 }
 
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a terminal (logs are coloured only then).
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
