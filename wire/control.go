@@ -261,7 +261,8 @@ type LineReader struct {
 	// partial: buf holds the start of a line whose read was interrupted by
 	// an error; the next call continues it.
 	partial bool
-	err     error // sticky ErrLineTooLong
+	err     error  // sticky ErrLineTooLong
+	what    string // names the line in that error; "control line" when empty
 }
 
 // NewLineReader reads lines of at most max bytes (0 means DefaultMaxLine).
@@ -341,7 +342,11 @@ func (lr *LineReader) finish(line []byte) ([]byte, error) {
 
 func (lr *LineReader) tooLong() ([]byte, error) {
 	lr.buf = nil
-	lr.err = fmt.Errorf("control line longer than %d bytes: %w", lr.max, ErrLineTooLong)
+	what := lr.what
+	if what == "" {
+		what = "control line"
+	}
+	lr.err = fmt.Errorf("%s longer than %d bytes: %w", what, lr.max, ErrLineTooLong)
 	return nil, lr.err
 }
 
