@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -491,8 +492,8 @@ func jsonValueWords(v string) string {
 	case "object":
 		return "an object"
 	}
-	if n, ok := bytes.CutPrefix([]byte(v), []byte("number ")); ok {
-		return "the number " + string(n)
+	if n, ok := strings.CutPrefix(v, "number "); ok {
+		return "the number " + n
 	}
 	return v
 }
@@ -527,7 +528,7 @@ func jsonTypeWords(t reflect.Type, value string) string {
 		return t.String()
 	}
 	// An integer given as a number: it was out of range, or not whole.
-	if n, ok := bytes.CutPrefix([]byte(value), []byte("number ")); ok && bytes.IndexAny(n, ".eE") < 0 {
+	if n, ok := strings.CutPrefix(value, "number "); ok && !strings.ContainsAny(n, ".eE") {
 		return what + " that fits " + t.Kind().String()
 	}
 	return what
