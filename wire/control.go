@@ -100,30 +100,18 @@ func ParseRequest(line []byte) (Request, *Error) {
 		idRaw, mRaw, pRaw []byte
 		idN, mN, pN       int // how many times each key appears
 	)
-	i = skipJSONSpace(line, i+1)
-	for line[i] != '}' {
-		kEnd := skipString(line, i)
-		key := line[i+1 : kEnd-1]
-		if !plainStringContent(key) {
-			var k string
-			if json.Unmarshal(line[i:kEnd], &k) == nil {
-				key = []byte(k)
-			}
+	for it := members(line, i); ; {
+		key, val, ok := it.next()
+		if !ok {
+			break
 		}
-		i = skipJSONSpace(line, kEnd) // at ':'
-		i = skipJSONSpace(line, i+1)  // at the value
-		vEnd := skipValue(line, i)
 		switch string(key) {
 		case "id":
-			idRaw, idN = line[i:vEnd], idN+1
+			idRaw, idN = val, idN+1
 		case "method":
-			mRaw, mN = line[i:vEnd], mN+1
+			mRaw, mN = val, mN+1
 		case "params":
-			pRaw, pN = line[i:vEnd], pN+1
-		}
-		i = skipJSONSpace(line, vEnd) // at ',' or '}'
-		if line[i] == ',' {
-			i = skipJSONSpace(line, i+1)
+			pRaw, pN = val, pN+1
 		}
 	}
 
@@ -261,7 +249,8 @@ type LineReader struct {
 	// partial: buf holds the start of a line whose read was interrupted by
 	// an error; the next call continues it.
 	partial bool
-	err     error // sticky ErrLineTooLong
+	err     error  // sticky ErrLineTooLong
+	what    string // names the line in that error; "control line" when empty
 }
 
 // NewLineReader reads lines of at most max bytes (0 means DefaultMaxLine).
@@ -341,7 +330,11 @@ func (lr *LineReader) finish(line []byte) ([]byte, error) {
 
 func (lr *LineReader) tooLong() ([]byte, error) {
 	lr.buf = nil
-	lr.err = fmt.Errorf("control line longer than %d bytes: %w", lr.max, ErrLineTooLong)
+	what := lr.what
+	if what == "" {
+		what = "control line"
+	}
+	lr.err = fmt.Errorf("%s longer than %d bytes: %w", what, lr.max, ErrLineTooLong)
 	return nil, lr.err
 }
 

@@ -175,6 +175,44 @@ func skipValue(data []byte, i int) int {
 	}
 }
 
+// objectMembers walks the members of a JSON object in valid JSON.
+type objectMembers struct {
+	data []byte
+	i    int // at the next key, or at the closing '}'
+}
+
+// members starts a walk of the object whose '{' is at data[open].
+func members(data []byte, open int) objectMembers {
+	return objectMembers{data: data, i: skipJSONSpace(data, open+1)}
+}
+
+// next returns the next member's key (unescaped) and raw value, or false
+// at the end of the object.
+func (o *objectMembers) next() (key, val []byte, ok bool) {
+	d := o.data
+	if d[o.i] == '}' {
+		return nil, nil, false
+	}
+	kEnd := skipString(d, o.i)
+	key = d[o.i+1 : kEnd-1]
+	if !plainStringContent(key) {
+		var k string
+		if json.Unmarshal(d[o.i:kEnd], &k) == nil {
+			key = []byte(k)
+		}
+	}
+	i := skipJSONSpace(d, kEnd) // at ':'
+	i = skipJSONSpace(d, i+1)   // at the value
+	vEnd := skipValue(d, i)     // just past it
+	val = d[i:vEnd]             // never empty
+	i = skipJSONSpace(d, vEnd)  // at ',' or '}'
+	if d[i] == ',' {
+		i = skipJSONSpace(d, i+1)
+	}
+	o.i = i
+	return key, val, true
+}
+
 // appendStringArray appends ss as a JSON array of strings; nil is [].
 func appendStringArray(dst []byte, ss []string) []byte {
 	dst = append(dst, '[')
