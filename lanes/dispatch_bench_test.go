@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
@@ -214,20 +216,20 @@ func runJobs(b *testing.B, m *Manager, conc int, argv []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done := make(chan JobRecord, 1)
+			done := make(chan api.JobRecord, 1)
 			for next.Add(1) <= int64(b.N) {
-				id, werr := m.Submit(JobSpec{Lane: "bench", Argv: argv})
+				id, werr := m.Submit(api.JobSpec{Lane: "bench", Argv: argv})
 				if werr != nil {
 					msg := werr.Error()
 					failed.CompareAndSwap(nil, &msg)
 					return
 				}
-				if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
+				if _, werr := m.Wait(id, func(r api.JobRecord) { done <- r }); werr != nil {
 					msg := werr.Error()
 					failed.CompareAndSwap(nil, &msg)
 					return
 				}
-				if r := <-done; r.State != StateSucceeded {
+				if r := <-done; r.State != api.StateSucceeded {
 					msg := fmt.Sprintf("job %s ended %s (%s)", r.ID, r.State, r.Error)
 					failed.CompareAndSwap(nil, &msg)
 					return

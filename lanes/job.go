@@ -4,6 +4,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
@@ -57,7 +59,7 @@ type (
 type jobActor struct {
 	sh       *shared
 	lane     actors.Ref
-	rec      JobRecord
+	rec      api.JobRecord
 	maxOut   int
 	out      []byte // streamed output, capped
 	runner   actors.Ref
@@ -85,7 +87,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		}
 		now := time.Now()
 		j.runner = m.runner
-		j.rec.State = StateDispatched
+		j.rec.State = api.StateDispatched
 		j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = m.runnerID, m.pid, &now
 		j.started = now
 		c.SetState(string(j.rec.State))
@@ -102,8 +104,8 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.cancelRq = nil
 		}
 	case jobAcked:
-		if j.rec.State == StateDispatched {
-			j.rec.State = StateRunning
+		if j.rec.State == api.StateDispatched {
+			j.rec.State = api.StateRunning
 			c.SetState(string(j.rec.State))
 			j.sh.store.update(j.rec)
 		}
@@ -127,18 +129,18 @@ func (j *jobActor) Receive(c *actors.Context) {
 		if r.DurationMs > 0 {
 			j.rec.DurationMs = int64(r.DurationMs)
 		}
-		st := StateError
+		st := api.StateError
 		switch r.Status {
 		case wire.StatusSuccess:
-			st = StateSucceeded
+			st = api.StateSucceeded
 		case wire.StatusFailed:
-			st = StateFailed
+			st = api.StateFailed
 		case wire.StatusTimeout:
-			st = StateTimeout
+			st = api.StateTimeout
 		case wire.StatusCancelled:
-			st = StateCancelled
+			st = api.StateCancelled
 			if j.rec.Error == "" {
-				j.rec.Error = ErrCancelled
+				j.rec.Error = api.ErrCancelled
 			}
 		case wire.StatusError:
 			if j.rec.Error == "" {
@@ -148,7 +150,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		j.finish(c, st)
 	case jobRejected:
 		j.rec.Error = m.reason
-		j.finish(c, StateError)
+		j.finish(c, api.StateError)
 	case jobLost:
 		if j.rec.State.Terminal() {
 			return
@@ -156,22 +158,22 @@ func (j *jobActor) Receive(c *actors.Context) {
 		j.rec.Error = m.reason
 		j.sh.orphaned.Add(1)
 		j.sh.bus.Emit(eventlog.JobOrphaned{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID, Reason: m.reason})
-		if m.reason == ErrDaemonShutdown {
+		if m.reason == api.ErrDaemonShutdown {
 			j.rec.WasCancelled = true
-			j.finish(c, StateCancelled)
+			j.finish(c, api.StateCancelled)
 			return
 		}
-		j.finish(c, StateFailed)
+		j.finish(c, api.StateFailed)
 	case jobShutdown:
-		if j.rec.State == StateQueued {
-			j.rec.Error, j.rec.WasCancelled = ErrDaemonShutdown, true
-			j.finish(c, StateCancelled)
+		if j.rec.State == api.StateQueued {
+			j.rec.Error, j.rec.WasCancelled = api.ErrDaemonShutdown, true
+			j.finish(c, api.StateCancelled)
 		}
 	case jobCancel:
 		switch {
 		case j.rec.State.Terminal():
 			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
-		case j.rec.State == StateQueued:
+		case j.rec.State == api.StateQueued:
 			j.cancelRq = append(j.cancelRq, m.reply)
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
 		default:
@@ -182,21 +184,21 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobBounced:
 		j.bounced(c, m)
 	case jobDequeued:
-		if j.rec.State != StateQueued {
+		if j.rec.State != api.StateQueued {
 			return
 		}
 		for _, r := range j.cancelRq {
 			r(false, nil)
 		}
 		j.cancelRq = nil
-		j.rec.Error, j.rec.WasCancelled = ErrCancelled, true
-		j.finish(c, StateCancelled)
+		j.rec.Error, j.rec.WasCancelled = api.ErrCancelled, true
+		j.finish(c, api.StateCancelled)
 	case actors.Stopped:
 		if !j.rec.State.Terminal() {
 			// Stopped from above (daemon shutdown or a lane restart).
-			j.rec.Error = ErrDaemonShutdown
+			j.rec.Error = api.ErrDaemonShutdown
 			j.rec.WasCancelled = true
-			j.finish(c, StateCancelled)
+			j.finish(c, api.StateCancelled)
 		}
 	}
 }
@@ -204,26 +206,26 @@ func (j *jobActor) Receive(c *actors.Context) {
 // bounced puts a job whose runner was gone before it got the job back in
 // its lane's queue; a job already cancelled meanwhile ends cancelled.
 func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
-	if j.rec.State != StateDispatched {
+	if j.rec.State != api.StateDispatched {
 		return
 	}
 	if j.cancelSent {
-		j.rec.Error, j.rec.WasCancelled = ErrCancelled, true
-		j.finish(c, StateCancelled)
+		j.rec.Error, j.rec.WasCancelled = api.ErrCancelled, true
+		j.finish(c, api.StateCancelled)
 		return
 	}
 	runnerID := j.rec.RunnerID
 	j.runner = actors.Ref{}
-	j.rec.State = StateQueued
+	j.rec.State = api.StateQueued
 	j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = "", 0, nil
 	j.started = time.Time{}
 	c.SetState(string(j.rec.State))
 	j.sh.store.update(j.rec)
-	j.sh.bus.Emit(eventlog.JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: ErrRunnerLost})
+	j.sh.bus.Emit(eventlog.JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: api.ErrRunnerLost})
 	c.Send(j.lane, requeueJob{id: j.rec.ID, job: c.Self(), w: m.w})
 }
 
-func (j *jobActor) finish(c *actors.Context, st State) {
+func (j *jobActor) finish(c *actors.Context, st api.State) {
 	if j.rec.State.Terminal() {
 		return
 	}

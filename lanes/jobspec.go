@@ -4,17 +4,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-// MaxStdinBytes is the most standard input a job can be given with
-// job.submit. Sent as base64 it fits the control socket's default line
-// (wire.DefaultMaxLine) and the runner frame limit; larger input belongs in
-// a file the job reads.
-const MaxStdinBytes = 512 << 10
-
 // wireJob is the Job frame that runs spec as job id.
-func (s *JobSpec) wireJob(id string) wire.Job {
+func wireJob(s *api.JobSpec, id string) wire.Job {
 	return wire.Job{JobID: id, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
 		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
 		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths, Stdin: s.StdinB64}
@@ -46,7 +42,7 @@ func checkEnv(env map[string]string) *wire.Error {
 
 // takeStdin moves the job's input, given as text (stdin) or bytes
 // (stdin_b64), into spec.StdinB64 and checks that it fits a Job frame.
-func (m *Manager) takeStdin(spec *JobSpec) *wire.Error {
+func (m *Manager) takeStdin(spec *api.JobSpec) *wire.Error {
 	if spec.Stdin != "" && len(spec.StdinB64) > 0 {
 		return wire.Errorf(wire.CodeInvalidParams, "job takes stdin or stdin_b64, not both")
 	}
@@ -58,11 +54,11 @@ func (m *Manager) takeStdin(spec *JobSpec) *wire.Error {
 		spec.StdinB64 = nil
 		return nil
 	}
-	if n > MaxStdinBytes {
+	if n > api.MaxStdinBytes {
 		return wire.Errorf(wire.CodeInvalidParams,
-			"stdin is %d bytes, more than the %d (%d KiB) a job can be given; pass larger input in a file", n, MaxStdinBytes, MaxStdinBytes>>10)
+			"stdin is %d bytes, more than the %d (%d KiB) a job can be given; pass larger input in a file", n, api.MaxStdinBytes, api.MaxStdinBytes>>10)
 	}
-	j := spec.wireJob(m.idPre + "18446744073709551615") // the longest id
+	j := wireJob(spec, m.idPre+"18446744073709551615") // the longest id
 	frame, err := wire.Marshal(wire.TypeJob, &j)
 	if err != nil {
 		return wire.Errorf(wire.CodeInvalidParams, "encoding the job: %v", err)

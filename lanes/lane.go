@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
@@ -22,8 +24,8 @@ import (
 // Messages a lane actor handles.
 type (
 	submitJob struct {
-		rec  JobRecord
-		spec JobSpec
+		rec  api.JobRecord
+		spec api.JobSpec
 	}
 	cancelJob struct {
 		id    string
@@ -79,7 +81,7 @@ type laneHandle struct {
 	ref     atomic.Pointer[actors.Ref]
 	pending atomic.Int64 // jobs submitted and not yet dispatched or cancelled
 	running atomic.Int64
-	status  atomic.Pointer[LaneStatus]
+	status  atomic.Pointer[api.LaneStatus]
 }
 
 func (h *laneHandle) laneRef() actors.Ref {
@@ -91,7 +93,7 @@ func (h *laneHandle) laneRef() actors.Ref {
 
 type runnerSlot struct {
 	ref     actors.Ref
-	status  RunnerStatus
+	status  api.RunnerStatus
 	ready   bool
 	serving bool // the lane dispatches to it; a ready spawned runner that does not serve is a spare
 	active  int
@@ -195,7 +197,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 		if next > 0 {
 			l.recheck = c.After(next, laneRecheck{})
 		}
-	case RunnerStatus:
+	case api.RunnerStatus:
 		if s := l.runners[m.ID]; s != nil {
 			s.status = m
 			l.publish()
@@ -269,7 +271,7 @@ func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach
 		return
 	}
 	l.runners[id] = &runnerSlot{ref: ref, spawned: spawned, slots: l.h.cfg.Slots,
-		status: RunnerStatus{ID: id, State: "starting", Spawned: spawned}}
+		status: api.RunnerStatus{ID: id, State: "starting", Spawned: spawned}}
 	l.order = append(l.order, id)
 }
 
@@ -288,7 +290,7 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	if l.stopping {
 		l.h.pending.Add(-1)
 		rec := m.rec
-		rec.State, rec.Error, rec.WasCancelled = StateCancelled, ErrDaemonShutdown, true
+		rec.State, rec.Error, rec.WasCancelled = api.StateCancelled, api.ErrDaemonShutdown, true
 		l.sh.store.finish(rec)
 		return
 	}
@@ -298,14 +300,14 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	if err != nil {
 		l.h.pending.Add(-1)
 		rec := m.rec
-		rec.State, rec.Error = StateError, "spawning job actor: "+err.Error()
+		rec.State, rec.Error = api.StateError, "spawning job actor: "+err.Error()
 		l.sh.store.finish(rec)
 		return
 	}
 	l.jobs[m.rec.ID] = ref
 	l.jobIDs[ref.String()] = m.rec.ID
 	s := m.spec
-	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: s.wireJob(m.rec.ID)})
+	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wireJob(&s, m.rec.ID)})
 	l.sh.bus.Emit(eventlog.JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
 	l.dispatch(c)
 }
@@ -476,9 +478,9 @@ func (l *laneActor) maybeStopped() {
 }
 
 func (l *laneActor) publish() {
-	st := &LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots, Spares: l.h.cfg.effectiveSpares(),
+	st := &api.LaneStatus{Name: l.h.name, Network: l.h.cfg.Network, Slots: l.h.cfg.Slots, Spares: l.h.cfg.effectiveSpares(),
 		QueueLimit: l.h.cfg.QueueLimit, Queued: int(l.h.pending.Load()), Running: int(l.h.running.Load()),
-		Degraded: l.tracker != nil && l.tracker.Degraded(), Runners: make([]RunnerStatus, 0, len(l.order))}
+		Degraded: l.tracker != nil && l.tracker.Degraded(), Runners: make([]api.RunnerStatus, 0, len(l.order))}
 	for _, id := range l.order {
 		s := l.runners[id]
 		rs := s.status

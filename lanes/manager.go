@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
@@ -152,7 +154,7 @@ func Start(opts Options) (*Manager, error) {
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
 	st := newStore(opts.Config.Daemon.FinishedJobs)
 	budget := opts.Config.Daemon.FinishedOutputBytes
-	st.boundOutput(budget, func(rec JobRecord, n int) {
+	st.boundOutput(budget, func(rec api.JobRecord, n int) {
 		opts.Bus.Emit(eventlog.JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
 	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger, exeFile: exeFile,
@@ -213,7 +215,7 @@ func Start(opts Options) (*Manager, error) {
 func (m *Manager) LaneNames() []string { return append([]string(nil), m.names...) }
 
 // Submit validates a job, queues it on its lane and returns its id.
-func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
+func (m *Manager) Submit(spec api.JobSpec) (string, *wire.Error) {
 	if m.stopping.Load() {
 		return "", wire.Errorf(wire.CodeShuttingDown, "daemon is stopping; job not accepted")
 	}
@@ -255,7 +257,7 @@ func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
 			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)}
 	}
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
-	rec := JobRecord{ID: id, Lane: spec.Lane, State: StateQueued, Command: spec.Command, Argv: spec.Argv,
+	rec := api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
 	m.sh.store.add(rec)
 	m.sh.submitted.Add(1)
@@ -264,12 +266,12 @@ func (m *Manager) Submit(spec JobSpec) (string, *wire.Error) {
 }
 
 // Get returns a job's record.
-func (m *Manager) Get(id string) (JobRecord, bool) {
+func (m *Manager) Get(id string) (api.JobRecord, bool) {
 	return m.sh.store.get(id)
 }
 
 // List returns matching jobs, oldest first, without their output.
-func (m *Manager) List(f Filter) []JobRecord { return m.sh.store.list(f) }
+func (m *Manager) List(f api.Filter) []api.JobRecord { return m.sh.store.list(f) }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
 func (m *Manager) Cancel(id string, reply func(wasRunning bool, err *wire.Error)) {
@@ -289,7 +291,7 @@ func (m *Manager) Cancel(id string, reply func(wasRunning bool, err *wire.Error)
 }
 
 // Wait calls fn once the job is terminal.
-func (m *Manager) Wait(id string, fn func(JobRecord)) (func(), *wire.Error) {
+func (m *Manager) Wait(id string, fn func(api.JobRecord)) (func(), *wire.Error) {
 	cancel, ok := m.sh.store.wait(id, fn)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "no job %q", id)
@@ -298,8 +300,8 @@ func (m *Manager) Wait(id string, fn func(JobRecord)) (func(), *wire.Error) {
 }
 
 // Lanes returns every lane's status.
-func (m *Manager) Lanes() []LaneStatus {
-	out := make([]LaneStatus, 0, len(m.names))
+func (m *Manager) Lanes() []api.LaneStatus {
+	out := make([]api.LaneStatus, 0, len(m.names))
 	for _, n := range m.names {
 		h := m.lanes[n]
 		if st := h.status.Load(); st != nil {
@@ -307,8 +309,8 @@ func (m *Manager) Lanes() []LaneStatus {
 			cp.Queued, cp.Running = int(h.pending.Load()), int(h.running.Load())
 			out = append(out, cp)
 		} else {
-			out = append(out, LaneStatus{Name: n, Network: h.cfg.Network, Slots: h.cfg.Slots,
-				QueueLimit: h.cfg.QueueLimit, Runners: []RunnerStatus{}})
+			out = append(out, api.LaneStatus{Name: n, Network: h.cfg.Network, Slots: h.cfg.Slots,
+				QueueLimit: h.cfg.QueueLimit, Runners: []api.RunnerStatus{}})
 		}
 	}
 	return out
@@ -316,8 +318,8 @@ func (m *Manager) Lanes() []LaneStatus {
 
 // Metrics returns the daemon's counters (connections are the control
 // server's to fill).
-func (m *Manager) Metrics() Metrics {
-	mt := Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
+func (m *Manager) Metrics() api.Metrics {
+	mt := api.Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
 		JobsSubmitted: m.sh.submitted.Load(), RunnerRestarts: m.sh.restarts.Load(),
 		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{},
 		Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), FinishedOutputBytes: m.sh.store.finishedOutput()}

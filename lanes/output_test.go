@@ -6,12 +6,14 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // finishWith adds and finishes a job with output out.
 func finishWith(s *store, id, out string) {
-	s.add(rec(id, StateRunning))
-	r := rec(id, StateSucceeded)
+	s.add(rec(id, api.StateRunning))
+	r := rec(id, api.StateSucceeded)
 	r.Output = out
 	s.finish(r)
 }
@@ -22,7 +24,7 @@ func TestStoreBoundsFinishedOutput(t *testing.T) {
 	s := newStore(4)
 	var mu sync.Mutex
 	var evicted []string
-	s.boundOutput(100, func(r JobRecord, n int) {
+	s.boundOutput(100, func(r api.JobRecord, n int) {
 		mu.Lock()
 		evicted = append(evicted, r.ID+":"+strings.Repeat("x", n/10))
 		mu.Unlock()
@@ -37,7 +39,7 @@ func TestStoreBoundsFinishedOutput(t *testing.T) {
 	check := func(id string, want string, gone bool) {
 		t.Helper()
 		r, ok := s.get(id)
-		if !ok || r.Output != want || r.OutputEvicted != gone || r.State != StateSucceeded {
+		if !ok || r.Output != want || r.OutputEvicted != gone || r.State != api.StateSucceeded {
 			t.Fatalf("%s: found %v, output %d bytes, evicted %v; want %d bytes, evicted %v", id, ok, len(r.Output), r.OutputEvicted, len(want), gone)
 		}
 	}
@@ -79,10 +81,10 @@ func TestStoreBoundsFinishedOutput(t *testing.T) {
 func TestStoreWaiterGetsOutputBeforeEviction(t *testing.T) {
 	s := newStore(4)
 	s.boundOutput(0, nil)
-	s.add(rec("a", StateRunning))
-	var got JobRecord
-	s.wait("a", func(r JobRecord) { got = r })
-	r := rec("a", StateSucceeded)
+	s.add(rec("a", api.StateRunning))
+	var got api.JobRecord
+	s.wait("a", func(r api.JobRecord) { got = r })
+	r := rec("a", api.StateSucceeded)
 	r.Output = "kept for the waiter"
 	s.finish(r)
 	if got.Output != "kept for the waiter" || got.OutputEvicted {
@@ -97,7 +99,7 @@ func TestStoreWaiterGetsOutputBeforeEviction(t *testing.T) {
 // else "output_b64"; both decode back to the same bytes.
 func TestJobRecordOutputRoundTrips(t *testing.T) {
 	for _, out := range []string{"", "hello <b> & ü\n", "ok \xff\xfe", "\x00\x01\x80 end"} {
-		r := rec("a", StateSucceeded)
+		r := rec("a", api.StateSucceeded)
 		r.Output, r.OutputBytes, r.Signal = out, int64(len(out)), "SIGSEGV"
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -112,7 +114,7 @@ func TestJobRecordOutputRoundTrips(t *testing.T) {
 		if hasText != utf8.ValidString(out) || hasB64 == hasText {
 			t.Fatalf("%q: JSON %s: want exactly one of output (UTF-8) or output_b64", out, b)
 		}
-		var back JobRecord
+		var back api.JobRecord
 		if err := json.Unmarshal(b, &back); err != nil || back.Output != out || back.Signal != "SIGSEGV" || back.ID != "a" {
 			t.Fatalf("%q: round trip %+v (%v)", out, back, err)
 		}
@@ -121,10 +123,10 @@ func TestJobRecordOutputRoundTrips(t *testing.T) {
 	var buf strings.Builder
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(JobRecord{Output: "a < b"}); err != nil || !strings.Contains(buf.String(), `"output":"a < b"`) {
+	if err := enc.Encode(api.JobRecord{Output: "a < b"}); err != nil || !strings.Contains(buf.String(), `"output":"a < b"`) {
 		t.Fatalf("encoded %s (%v)", buf.String(), err)
 	}
-	var r JobRecord
+	var r api.JobRecord
 	if err := json.Unmarshal([]byte(`{"id":"a","output":"x","output_b64":"eA=="}`), &r); err == nil {
 		t.Fatal("a record with both output and output_b64 was accepted")
 	}
@@ -174,14 +176,14 @@ func FuzzJobRecordOutput(f *testing.F) {
 	f.Add("ok \xff\xfe")
 	f.Add("\xf0\x9f\x98")
 	f.Fuzz(func(t *testing.T, out string) {
-		r := rec("a", StateSucceeded)
+		r := rec("a", api.StateSucceeded)
 		r.Output = out
 		enc, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back JobRecord
-		if err := json.Unmarshal(enc, &back); err != nil || back.Output != out || back.ID != "a" || back.State != StateSucceeded {
+		var back api.JobRecord
+		if err := json.Unmarshal(enc, &back); err != nil || back.Output != out || back.ID != "a" || back.State != api.StateSucceeded {
 			t.Fatalf("%q: %s decoded to output %q (%v)", out, enc, back.Output, err)
 		}
 	})

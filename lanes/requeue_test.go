@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -74,13 +76,13 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	testHookDispatch.Store(&hook)
 	defer testHookDispatch.Store(nil)
 
-	id, rec := runJob(t, m, JobSpec{Lane: "bench", Argv: []string{"true"}})
+	id, rec := runJob(t, m, api.JobSpec{Lane: "bench", Argv: []string{"true"}})
 	select {
 	case e := <-hookErr:
 		t.Fatal(e)
 	default:
 	}
-	if rec.State != StateSucceeded || rec.RunnerPid == victim.Pid || rec.RunnerPid == 0 {
+	if rec.State != api.StateSucceeded || rec.RunnerPid == victim.Pid || rec.RunnerPid == 0 {
 		t.Fatalf("job ended %s (%s) on pid %d; want succeeded on the replacement of %d", rec.State, rec.Error, rec.RunnerPid, victim.Pid)
 	}
 
@@ -109,8 +111,8 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 			of = e.JobID
 		case eventlog.JobRequeued:
 			of = e.JobID
-			if e.RunnerID != victim.ID || e.Reason != ErrRunnerLost || e.Lane != "bench" {
-				t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, ErrRunnerLost)
+			if e.RunnerID != victim.ID || e.Reason != api.ErrRunnerLost || e.Lane != "bench" {
+				t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, api.ErrRunnerLost)
 			}
 		case eventlog.JobFinished:
 			of = e.JobID

@@ -12,12 +12,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes/proctree"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/proc/proctree"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -172,9 +174,9 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if m.gen != r.gen || r.down {
 			return
 		}
-		cause, reason := "socket_closed", ErrRunnerLost
+		cause, reason := "socket_closed", api.ErrRunnerLost
 		if r.stopReq {
-			reason = ErrDaemonShutdown
+			reason = api.ErrDaemonShutdown
 		}
 		var tooBig *wire.FrameTooLargeError
 		if errors.As(m.err, &tooBig) {
@@ -188,9 +190,9 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if m.gen != r.gen {
 			return
 		}
-		reason := ErrRunnerLost
+		reason := api.ErrRunnerLost
 		if r.stopReq {
-			reason = ErrDaemonShutdown
+			reason = api.ErrDaemonShutdown
 		}
 		r.lost(c, "exited", reason)
 		r.alive = false
@@ -228,13 +230,13 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		timeout := r.cfg.HeartbeatTimeout.Duration
-		r.kill(c, "runner_unresponsive", fmt.Sprintf("no heartbeat for %s", timeout), ErrRunnerUnresponsive)
+		r.kill(c, "runner_unresponsive", fmt.Sprintf("no heartbeat for %s", timeout), api.ErrRunnerUnresponsive)
 	case hsExpired:
 		if m.gen != r.gen || r.down || r.conn != nil || !r.alive {
 			return
 		}
 		r.kill(c, "runner_unresponsive", fmt.Sprintf("no handshake within %s of spawning",
-			handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)), ErrRunnerUnresponsive)
+			handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)), api.ErrRunnerUnresponsive)
 	case stableTimer:
 		if m.gen == r.gen && r.alive && !r.down {
 			c.Send(r.lane, runnerStable{id: r.id})
@@ -266,7 +268,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		}
 		if r.conn == nil && r.spawned && !r.down {
 			// Not handshaken yet: it holds no jobs, so no need to wait.
-			r.lost(c, "shutdown", ErrDaemonShutdown)
+			r.lost(c, "shutdown", api.ErrDaemonShutdown)
 			return
 		}
 		if r.conn != nil && !r.down {
@@ -297,7 +299,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.conn.Close()
 		}
 		for _, j := range r.jobs {
-			c.Send(j, jobLost{reason: ErrDaemonShutdown})
+			c.Send(j, jobLost{reason: api.ErrDaemonShutdown})
 		}
 	}
 }
@@ -470,7 +472,7 @@ func (r *runnerActor) measured(c *actors.Context, m memMeasured) {
 	r.measuredMem = m.bytes
 	if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 && m.bytes > lim {
 		r.kill(c, "memory_limit", fmt.Sprintf("runner's process tree measured at %d bytes (it reports %d), over max_runner_memory_bytes %d",
-			m.bytes, r.reportedMem, lim), ErrRunnerMemory)
+			m.bytes, r.reportedMem, lim), api.ErrRunnerMemory)
 	}
 }
 
@@ -517,7 +519,7 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 			r.sh.bus.Emit(eventlog.OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
 		}
 		if r.stopReq && m.Status == wire.StatusCancelled {
-			c.Send(j, jobLost{reason: ErrDaemonShutdown})
+			c.Send(j, jobLost{reason: api.ErrDaemonShutdown})
 		} else {
 			c.Send(j, jobResult{res: m})
 		}
@@ -530,7 +532,7 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		r.send(c, wire.TypeHeartbeatAck, wire.HeartbeatAck{Timestamp: uint64(time.Now().UnixMilli())})
 		if lim := r.cfg.MaxRunnerMemoryBytes; lim > 0 {
 			if m.MemoryBytes > lim {
-				r.kill(c, "memory_limit", fmt.Sprintf("runner reports %d bytes, over max_runner_memory_bytes %d", m.MemoryBytes, lim), ErrRunnerMemory)
+				r.kill(c, "memory_limit", fmt.Sprintf("runner reports %d bytes, over max_runner_memory_bytes %d", m.MemoryBytes, lim), api.ErrRunnerMemory)
 				return
 			}
 			r.measure(c)
@@ -555,7 +557,7 @@ func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
 	case r.out <- b:
 		return true
 	default:
-		r.kill(c, "runner_unresponsive", "runner stopped reading its socket", ErrRunnerUnresponsive)
+		r.kill(c, "runner_unresponsive", "runner stopped reading its socket", api.ErrRunnerUnresponsive)
 		return false
 	}
 }
@@ -574,7 +576,7 @@ func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
 func (r *runnerActor) killAtShutdown(c *actors.Context, reason, detail string) {
 	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.sh.killedOnShutdown.Add(1)
-	r.lost(c, reason, ErrDaemonShutdown)
+	r.lost(c, reason, api.ErrDaemonShutdown)
 	if r.spawned {
 		// lost spares a runner that closed its socket at shutdown; now its
 		// group dies regardless.
@@ -645,7 +647,7 @@ func (r *runnerActor) exitedEvent(code *int, sig, cause string) int64 {
 }
 
 func (r *runnerActor) publish(c *actors.Context) {
-	st := RunnerStatus{ID: r.id, Pid: r.pid, State: "", Restarts: max(r.attempt-1, 0), ActiveJobs: len(r.jobs),
+	st := api.RunnerStatus{ID: r.id, Pid: r.pid, State: "", Restarts: max(r.attempt-1, 0), ActiveJobs: len(r.jobs),
 		MemoryBytes: max(r.reportedMem, r.measuredMem), Spawned: r.spawned}
 	switch {
 	case r.stopReq:

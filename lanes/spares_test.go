@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -19,14 +21,14 @@ func (c chanSink) Deliver(r *eventlog.Record) {
 }
 
 // runJob submits spec and waits (up to 30 s) for the job's record.
-func runJob(t *testing.T, m *Manager, spec JobSpec) (string, JobRecord) {
+func runJob(t *testing.T, m *Manager, spec api.JobSpec) (string, api.JobRecord) {
 	t.Helper()
 	id, werr := m.Submit(spec)
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	done := make(chan JobRecord, 1)
-	if _, werr := m.Wait(id, func(r JobRecord) { done <- r }); werr != nil {
+	done := make(chan api.JobRecord, 1)
+	if _, werr := m.Wait(id, func(r api.JobRecord) { done <- r }); werr != nil {
 		t.Fatal(werr)
 	}
 	select {
@@ -35,11 +37,11 @@ func runJob(t *testing.T, m *Manager, spec JobSpec) (string, JobRecord) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("job %s did not finish", id)
 	}
-	return id, JobRecord{}
+	return id, api.JobRecord{}
 }
 
 // laneRunners returns lane bench's runners.
-func laneRunners(m *Manager) []RunnerStatus {
+func laneRunners(m *Manager) []api.RunnerStatus {
 	for _, l := range m.Lanes() {
 		if l.Name == "bench" {
 			return l.Runners
@@ -48,7 +50,7 @@ func laneRunners(m *Manager) []RunnerStatus {
 	return nil
 }
 
-func waitRunners(t *testing.T, m *Manager, what string, ok func([]RunnerStatus) bool) []RunnerStatus {
+func waitRunners(t *testing.T, m *Manager, what string, ok func([]api.RunnerStatus) bool) []api.RunnerStatus {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -64,7 +66,7 @@ func waitRunners(t *testing.T, m *Manager, what string, ok func([]RunnerStatus) 
 }
 
 // roles returns the ready serving runner and the ready spare, if any.
-func roles(rs []RunnerStatus) (serving, spare *RunnerStatus) {
+func roles(rs []api.RunnerStatus) (serving, spare *api.RunnerStatus) {
 	for i := range rs {
 		r := &rs[i]
 		switch {
@@ -81,7 +83,7 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	lc := defaultLane(1, 1, NetworkHost, 0)
 	lc.Spares = 1
 	m, bus := startTestLane(t, lc)
-	rs := waitRunners(t, m, "one serving runner and one spare", func(rs []RunnerStatus) bool {
+	rs := waitRunners(t, m, "one serving runner and one spare", func(rs []api.RunnerStatus) bool {
 		s, sp := roles(rs)
 		return len(rs) == 2 && s != nil && sp != nil
 	})
@@ -91,12 +93,12 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	}
 
 	// Jobs go to the serving runner only.
-	runTrue := func() JobRecord {
+	runTrue := func() api.JobRecord {
 		t.Helper()
-		_, r := runJob(t, m, JobSpec{Lane: "bench", Argv: []string{"true"}})
+		_, r := runJob(t, m, api.JobSpec{Lane: "bench", Argv: []string{"true"}})
 		return r
 	}
-	if r := runTrue(); r.State != StateSucceeded || r.RunnerPid != serving.Pid {
+	if r := runTrue(); r.State != api.StateSucceeded || r.RunnerPid != serving.Pid {
 		t.Fatalf("job ran %s on pid %d, want succeeded on the serving runner %d", r.State, r.RunnerPid, serving.Pid)
 	}
 
@@ -115,11 +117,11 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no runner.promoted after the serving runner was killed")
 	}
-	if r := runTrue(); r.State != StateSucceeded || r.RunnerPid != spare.Pid {
+	if r := runTrue(); r.State != api.StateSucceeded || r.RunnerPid != spare.Pid {
 		t.Fatalf("job ran %s on pid %d, want succeeded on the promoted spare %d", r.State, r.RunnerPid, spare.Pid)
 	}
 	// The lost runner's slot restarts and becomes the new spare.
-	waitRunners(t, m, "a new spare behind the promoted runner", func(rs []RunnerStatus) bool {
+	waitRunners(t, m, "a new spare behind the promoted runner", func(rs []api.RunnerStatus) bool {
 		s, sp := roles(rs)
 		return s != nil && sp != nil && s.Pid == spare.Pid && sp.Pid != serving.Pid
 	})

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"sync"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // store holds the published record of every live job and of the most
@@ -15,7 +17,7 @@ type store struct {
 	jobs        map[string]*entry
 	finished    []string // ring of finished ids, oldest first
 	maxFinished int
-	counts      map[State]int64 // live jobs per non-terminal state; terminal states cumulative
+	counts      map[api.State]int64 // live jobs per non-terminal state; terminal states cumulative
 
 	// The output of finished jobs is bounded too (see boundOutput):
 	// outKept bytes are held; finished[:outGone] have no output any more
@@ -23,17 +25,17 @@ type store struct {
 	outBudget int64
 	outKept   int64
 	outGone   int
-	onEvict   func(rec JobRecord, bytes int)
+	onEvict   func(rec api.JobRecord, bytes int)
 }
 
 type entry struct {
-	rec     JobRecord
-	waiters map[int]func(JobRecord)
+	rec     api.JobRecord
+	waiters map[int]func(api.JobRecord)
 	nextW   int
 }
 
 func newStore(maxFinished int) *store {
-	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[State]int64{},
+	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[api.State]int64{},
 		outBudget: math.MaxInt64}
 }
 
@@ -42,11 +44,11 @@ func newStore(maxFinished int) *store {
 // stay, with output_evicted), and onEvict, if set, is called for each
 // (outside the lock) with the record and the bytes dropped. Call it before
 // the store is used.
-func (s *store) boundOutput(budget int64, onEvict func(rec JobRecord, bytes int)) {
+func (s *store) boundOutput(budget int64, onEvict func(rec api.JobRecord, bytes int)) {
 	s.outBudget, s.onEvict = budget, onEvict
 }
 
-func (s *store) add(rec JobRecord) {
+func (s *store) add(rec api.JobRecord) {
 	s.mu.Lock()
 	s.jobs[rec.ID] = &entry{rec: rec}
 	s.counts[rec.State]++
@@ -54,7 +56,7 @@ func (s *store) add(rec JobRecord) {
 }
 
 // update publishes a non-terminal snapshot.
-func (s *store) update(rec JobRecord) {
+func (s *store) update(rec api.JobRecord) {
 	s.mu.Lock()
 	if e, ok := s.jobs[rec.ID]; ok && !e.rec.State.Terminal() {
 		s.counts[e.rec.State]--
@@ -67,7 +69,7 @@ func (s *store) update(rec JobRecord) {
 // finish publishes the terminal record, evicts the oldest finished jobs past
 // the bound and calls the waiters (outside the lock). It reports false if
 // the job had already finished.
-func (s *store) finish(rec JobRecord) bool {
+func (s *store) finish(rec api.JobRecord) bool {
 	s.mu.Lock()
 	e, ok := s.jobs[rec.ID]
 	if !ok || e.rec.State.Terminal() {
@@ -92,7 +94,7 @@ func (s *store) finish(rec JobRecord) bool {
 		s.finished = append([]string(nil), s.finished...)
 	}
 	type eviction struct {
-		rec JobRecord
+		rec api.JobRecord
 		n   int
 	}
 	var evicted []eviction
@@ -124,20 +126,20 @@ func (s *store) finishedOutput() int64 {
 	return s.outKept
 }
 
-func (s *store) get(id string) (JobRecord, bool) {
+func (s *store) get(id string) (api.JobRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.jobs[id]
 	if !ok {
-		return JobRecord{}, false
+		return api.JobRecord{}, false
 	}
 	return e.rec, true
 }
 
 // list returns matching jobs, oldest first.
-func (s *store) list(f Filter) []JobRecord {
+func (s *store) list(f api.Filter) []api.JobRecord {
 	s.mu.Lock()
-	out := make([]JobRecord, 0, len(s.jobs))
+	out := make([]api.JobRecord, 0, len(s.jobs))
 	for _, e := range s.jobs {
 		if (f.State == "" || string(e.rec.State) == f.State) && (f.Lane == "" || e.rec.Lane == f.Lane) {
 			r := e.rec
@@ -157,7 +159,7 @@ func (s *store) list(f Filter) []JobRecord {
 
 // wait calls fn once the job is terminal: at once (on this goroutine) if it
 // already is. found is false for an unknown job.
-func (s *store) wait(id string, fn func(JobRecord)) (cancel func(), found bool) {
+func (s *store) wait(id string, fn func(api.JobRecord)) (cancel func(), found bool) {
 	s.mu.Lock()
 	e, ok := s.jobs[id]
 	if !ok {
@@ -171,7 +173,7 @@ func (s *store) wait(id string, fn func(JobRecord)) (cancel func(), found bool) 
 		return func() {}, true
 	}
 	if e.waiters == nil {
-		e.waiters = map[int]func(JobRecord){}
+		e.waiters = map[int]func(api.JobRecord){}
 	}
 	k := e.nextW
 	e.nextW++
@@ -184,10 +186,10 @@ func (s *store) wait(id string, fn func(JobRecord)) (cancel func(), found bool) 
 	}, true
 }
 
-func (s *store) stateCounts() map[State]int64 {
+func (s *store) stateCounts() map[api.State]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[State]int64, len(s.counts))
+	out := make(map[api.State]int64, len(s.counts))
 	for k, v := range s.counts {
 		if v != 0 {
 			out[k] = v

@@ -65,13 +65,20 @@ func plainStringContent(b []byte) bool {
 // U+2028 and U+2029 escaped, invalid UTF-8 replaced by \ufffd. (A port of
 // encoding/json's appendString with escapeHTML set; FuzzJSONString checks
 // the two agree.)
-func appendJSONString(dst []byte, s string) []byte {
+func appendJSONString(dst []byte, s string) []byte { return AppendJSONString(dst, s, true) }
+
+// AppendJSONString appends s as a JSON string, exactly as encoding/json
+// writes it with escapeHTML (the control socket's frames), or without
+// (the event log, which people read): invalid UTF-8 becomes U+FFFD, and
+// U+2028 and U+2029 are escaped either way. It is the one string writer of
+// every hand-written encoder in orchestrd.
+func AppendJSONString(dst []byte, s string, escapeHTML bool) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+			if b >= 0x20 && b != '"' && b != '\\' && (!escapeHTML || b != '<' && b != '>' && b != '&') {
 				i++
 				continue
 			}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // daemon is one `orchestrd serve` process in its own temporary home.
@@ -106,7 +106,7 @@ func (d *daemon) waitReady(timeout time.Duration) error {
 }
 
 // laneInfo is the part of lane.list the harness reads (decoded here rather
-// than into lanes.LaneStatus so that the harness also reads daemons with
+// than into api.LaneStatus so that the harness also reads daemons with
 // fewer fields).
 type laneInfo struct {
 	Name    string       `json:"name"`

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // fanoutJob prints short lines as fast as the shell can: many small

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // loadResult is one timed run of a closed-loop load at some concurrency.

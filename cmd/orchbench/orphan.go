@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // runOrphan: SIGKILL a runner while a job runs on it; time until a client

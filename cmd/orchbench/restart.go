@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // laneConfig is the TOML of a daemon with one lane, "bench", for a scenario.

@@ -18,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -112,9 +113,9 @@ func TestRunReproducesOutputBytes(t *testing.T) {
 		file, field string
 		want        []byte
 	}{{"r.bin", "output_b64", random}, {"bad.txt", "output_b64", []byte("ok \xff\xfe")}, {"text.txt", "output", []byte("héllo ✓ <b>\n")}} {
-		id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"cat", filepath.Join(dir, tc.file)}})
+		id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"cat", filepath.Join(dir, tc.file)}})
 		rec := d.wait(id)
-		if rec.State != lanes.StateSucceeded || rec.Output != string(tc.want) || rec.OutputBytes != int64(len(tc.want)) || rec.OutputTruncated {
+		if rec.State != api.StateSucceeded || rec.Output != string(tc.want) || rec.OutputBytes != int64(len(tc.want)) || rec.OutputTruncated {
 			t.Fatalf("%s: record %s, %d bytes of %d, truncated %v; output %s", tc.file, rec.State, len(rec.Output), rec.OutputBytes,
 				rec.OutputTruncated, firstDiff([]byte(rec.Output), tc.want))
 		}
@@ -140,7 +141,7 @@ func TestRunStreamsPastTheOutputCap(t *testing.T) {
 		t.Fatalf("run: exit %d, stdout %s, stderr %q", code, firstDiff(out, want), errOut)
 	}
 	var r struct {
-		Jobs []lanes.JobRecord `json:"jobs"`
+		Jobs []api.JobRecord `json:"jobs"`
 	}
 	d.mustCall("job.list", map[string]any{"lane": "net"}, &r)
 	if len(r.Jobs) != 1 {
@@ -206,9 +207,9 @@ func TestRunReportsTheTerminatingSignal(t *testing.T) {
 	if code != 128+15 || !strings.Contains(string(errOut), "SIGTERM") {
 		t.Fatalf("run: exit %d (want 143), stderr %q", code, errOut)
 	}
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: "ulimit -c 0; kill -SEGV $$"})
+	id := d.submit(api.JobSpec{Lane: "net", Command: "ulimit -c 0; kill -SEGV $$"})
 	rec := d.wait(id)
-	if rec.State != lanes.StateFailed || rec.ExitCode != nil || rec.Signal != "SIGSEGV" {
+	if rec.State != api.StateFailed || rec.ExitCode != nil || rec.Signal != "SIGSEGV" {
 		t.Fatalf("record: state %s, exit_code %v, signal %q", rec.State, rec.ExitCode, rec.Signal)
 	}
 	e := d.waitEvent("job.finished", func(e map[string]any) bool { return e["job_id"] == id })
@@ -240,12 +241,12 @@ network = "host"
 `)
 	var ids []string
 	for i := 0; i < 6; i++ {
-		ids = append(ids, d.submit(lanes.JobSpec{Lane: "net", Command: "head -c 60000 /dev/zero | tr '\\0' x"}))
+		ids = append(ids, d.submit(api.JobSpec{Lane: "net", Command: "head -c 60000 /dev/zero | tr '\\0' x"}))
 		rec := d.wait(ids[i])
-		if rec.State != lanes.StateSucceeded || len(rec.Output) != 60000 {
+		if rec.State != api.StateSucceeded || len(rec.Output) != 60000 {
 			t.Fatalf("job %d: %s with %d bytes", i, rec.State, len(rec.Output))
 		}
-		var m lanes.Metrics
+		var m api.Metrics
 		d.mustCall("metrics.get", nil, &m)
 		if m.FinishedOutputBytes > 100000 || m.FinishedOutputBytes < 60000 {
 			t.Fatalf("after job %d finished jobs hold %d bytes of output; budget 100000", i, m.FinishedOutputBytes)
@@ -323,14 +324,14 @@ heartbeat_timeout = "60s"
 	if code != 0 || string(out) != "from the result\n" || len(errOut) != 0 {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"quiet"}})); rec.Output != "from the result\n" || rec.OutputBytes != 16 {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "byo", Argv: []string{"quiet"}})); rec.Output != "from the result\n" || rec.OutputBytes != 16 {
 		t.Fatalf("record output %q, %d bytes", rec.Output, rec.OutputBytes)
 	}
 	out, errOut, code = runIn(t, dir, "run", "--home", d.home, "--lane", "byo", "--", "stream")
 	if code != 0 || string(out) != "streamed \xff\n" || len(errOut) != 0 {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"stream"}})); rec.Output != "streamed \xff\n" || rec.OutputBytes != 11 {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "byo", Argv: []string{"stream"}})); rec.Output != "streamed \xff\n" || rec.OutputBytes != 11 {
 		t.Fatalf("record output %q, %d bytes; want the streamed bytes", rec.Output, rec.OutputBytes)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

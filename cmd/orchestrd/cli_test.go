@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -85,9 +86,9 @@ heartbeat_timeout = "600ms"
 max_delay = "100ms"
 max_r = 1000
 `)
-	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
+	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
 	rec := d.wait(id)
-	if rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerMemory {
+	if rec.State != api.StateFailed || rec.Error != api.ErrRunnerMemory {
 		t.Fatalf("record = %+v", rec)
 	}
 	e := d.waitEvent("runner.killed", func(e map[string]any) bool { return e["reason"] == "memory_limit" })
@@ -127,7 +128,7 @@ func TestOversizedRunnerFrameIsRefused(t *testing.T) {
 		t.Fatalf("event = %v", e)
 	}
 	eventually(t, 10*time.Second, "hostile runner removed", func() bool { return len(d.lane("net").Runners) == base })
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "fine"}})); rec.State != lanes.StateSucceeded {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"echo", "fine"}})); rec.State != api.StateSucceeded {
 		t.Fatalf("lane disturbed: %+v", rec)
 	}
 	// The daemon closed the connection.
@@ -158,9 +159,9 @@ slots = 1
 queue_limit = 2
 network = "host"
 `)
-	a := d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
-	d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
-	err := d.call("job.submit", lanes.JobSpec{Lane: "idle", Argv: []string{"true"}}, nil)
+	a := d.submit(api.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	d.submit(api.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	err := d.call("job.submit", api.JobSpec{Lane: "idle", Argv: []string{"true"}}, nil)
 	if remoteCode(err) != wire.CodeQueueFull || !strings.Contains(err.Error(), "queue_limit 2") {
 		t.Fatalf("third submit: %v, want code 1004 naming the limit", err)
 	}
@@ -174,11 +175,11 @@ network = "host"
 	if r.WasRunning {
 		t.Fatal("a queued job was reported running")
 	}
-	if rec := d.wait(a); rec.State != lanes.StateCancelled || rec.DispatchedAt != nil {
+	if rec := d.wait(a); rec.State != api.StateCancelled || rec.DispatchedAt != nil {
 		t.Fatalf("cancelled queued job = %+v", rec)
 	}
 	// The freed place takes a new job.
-	d.submit(lanes.JobSpec{Lane: "idle", Argv: []string{"true"}})
+	d.submit(api.JobSpec{Lane: "idle", Argv: []string{"true"}})
 	d.waitEvent("job.rejected", func(e map[string]any) bool { return e["reason"] == "queue_full" })
 }
 
@@ -204,8 +205,8 @@ func TestPythonBringYourOwnRunner(t *testing.T) {
 		l := d.lane("py")
 		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
 	})
-	rec := d.wait(d.submit(lanes.JobSpec{Lane: "py", Command: "echo from python; exit 4"}))
-	if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 4 || rec.Output != "from python\n" {
+	rec := d.wait(d.submit(api.JobSpec{Lane: "py", Command: "echo from python; exit 4"}))
+	if rec.State != api.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 4 || rec.Output != "from python\n" {
 		t.Fatalf("record = %+v\nrunner stderr: %s", rec, stderr.String())
 	}
 	d.stop() // Shutdown frame: the runner exits on its own

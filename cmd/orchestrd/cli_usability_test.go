@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // runCLIWith runs the binary in dir (the test's cwd if "") with stdin
@@ -127,7 +127,7 @@ func TestGlobalHomeBeforeCommand(t *testing.T) {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, "--home", home, "jobs", "--json")
-	var jobs []lanes.JobRecord
+	var jobs []api.JobRecord
 	if code != 0 || jsonUnmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 {
 		t.Fatalf("jobs: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -186,11 +186,11 @@ func TestRunForwardsStdin(t *testing.T) {
 	if code != 0 || out != "y\ny\n" {
 		t.Fatalf("a job that stops reading: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	_, errOut, code = runCLIWith(t, "", bytes.NewReader(make([]byte, lanes.MaxStdinBytes+1)), "run", "--home", d.home, "--lane", "net", "--", "cat")
+	_, errOut, code = runCLIWith(t, "", bytes.NewReader(make([]byte, api.MaxStdinBytes+1)), "run", "--home", d.home, "--lane", "net", "--", "cat")
 	if code != exitUsage || !strings.Contains(errOut, "512 KiB") || !strings.Contains(errOut, "file") {
 		t.Fatalf("stdin over the cap: exit %d, stderr %q", code, errOut)
 	}
-	var r struct{ Jobs []lanes.JobRecord }
+	var r struct{ Jobs []api.JobRecord }
 	d.mustCall("job.list", nil, &r)
 	if len(r.Jobs) != 4 {
 		t.Fatalf("%d jobs, want 4 (the one over the cap is never submitted)", len(r.Jobs))

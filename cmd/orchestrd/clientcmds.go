@@ -20,11 +20,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -186,7 +187,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
 		return exitFailure
 	}
-	spec := lanes.JobSpec{Lane: *lane, Argv: argv, Cwd: dir, TimeoutMs: uint64(timeout.Milliseconds())}
+	spec := api.JobSpec{Lane: *lane, Argv: argv, Cwd: dir, TimeoutMs: uint64(timeout.Milliseconds())}
 	if *worktree != "" {
 		if spec.WorktreeDir, err = absDir(*worktree); err != nil {
 			fmt.Fprintf(stderr, "orchestrd: worktree: %v\n", err)
@@ -242,11 +243,11 @@ type submitResult struct {
 }
 
 type waitResult struct {
-	rec lanes.JobRecord
+	rec api.JobRecord
 	err error
 }
 
-func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
+func (r *jobFollower) run(spec api.JobSpec, sig <-chan os.Signal) int {
 	if err := call(r.c, "events.subscribe", map[string]any{"kinds": []string{"job.output", "job.finished"}}, nil); err != nil {
 		return callErr(r.stderr, err)
 	}
@@ -323,7 +324,7 @@ func (r *jobFollower) run(spec lanes.JobSpec, sig <-chan os.Signal) int {
 }
 
 // event handles one pushed event; done reports the job's end.
-func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
+func (r *jobFollower) event(ev wire.Event) (rec api.JobRecord, done bool) {
 	switch ev.Event {
 	case "job.output":
 		// data or data_b64: the bytes exactly as the job wrote them.
@@ -339,7 +340,7 @@ func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 		r.received += int64(len(o.Data))
 	case "job.finished":
 		var f struct {
-			Job lanes.JobRecord `json:"job"`
+			Job api.JobRecord `json:"job"`
 		}
 		if json.Unmarshal(ev.Data, &f) == nil && f.Job.ID == r.jobID {
 			return f.Job, true
@@ -357,7 +358,7 @@ func (r *jobFollower) event(ev wire.Event) (rec lanes.JobRecord, done bool) {
 			r.waiting = true
 			go func() {
 				var res struct {
-					Job lanes.JobRecord `json:"job"`
+					Job api.JobRecord `json:"job"`
 				}
 				err := r.c.Call(context.Background(), "job.wait", map[string]any{"id": r.jobID}, &res)
 				r.waitCh <- waitResult{res.Job, err}
@@ -387,24 +388,24 @@ func (r *jobFollower) cancel() int {
 // runnerFailures describes job errors that mean the job's runner, not the
 // job, failed.
 var runnerFailures = map[string]string{
-	lanes.ErrRunnerLost:         "runner lost",
-	lanes.ErrRunnerUnresponsive: "runner unresponsive",
-	lanes.ErrRunnerMemory:       "runner exceeded its memory limit",
-	lanes.ErrDaemonShutdown:     "daemon shut down",
+	api.ErrRunnerLost:         "runner lost",
+	api.ErrRunnerUnresponsive: "runner unresponsive",
+	api.ErrRunnerMemory:       "runner exceeded its memory limit",
+	api.ErrDaemonShutdown:     "daemon shut down",
 }
 
 // finished reports the job's end and returns the exit code for it.
-func (r *jobFollower) finished(rec lanes.JobRecord) int {
+func (r *jobFollower) finished(rec api.JobRecord) int {
 	id := rec.ID
 	r.completeOutput(rec)
-	if what, ok := runnerFailures[rec.Error]; ok && rec.State != lanes.StateSucceeded {
+	if what, ok := runnerFailures[rec.Error]; ok && rec.State != api.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
 		return exitFailure
 	}
 	switch rec.State {
-	case lanes.StateSucceeded:
+	case api.StateSucceeded:
 		return exitOK
-	case lanes.StateFailed:
+	case api.StateFailed:
 		if rec.ExitCode != nil && *rec.ExitCode > 0 && *rec.ExitCode < 256 {
 			return int(*rec.ExitCode)
 		}
@@ -420,21 +421,21 @@ func (r *jobFollower) finished(rec lanes.JobRecord) int {
 			fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s\n", id, rec.Error)
 		}
 		return exitFailure
-	case lanes.StateTimeout:
+	case api.StateTimeout:
 		d := r.timeout
 		if d <= 0 {
 			d = (time.Duration(rec.DurationMs) * time.Millisecond).Round(time.Millisecond)
 		}
 		fmt.Fprintf(r.stderr, "orchestrd: job %s timed out after %s\n", id, d)
 		return exitTimeout
-	case lanes.StateCancelled:
+	case api.StateCancelled:
 		reason := rec.Error
 		if reason == "" {
 			reason = "cancelled"
 		}
 		fmt.Fprintf(r.stderr, "orchestrd: job %s was cancelled (%s)\n", id, reason)
 		return exitCancelled
-	case lanes.StateError:
+	case api.StateError:
 		msg := strings.TrimSpace(rec.Output)
 		if msg == "" {
 			msg = rec.Error
@@ -451,8 +452,8 @@ func (r *jobFollower) finished(rec lanes.JobRecord) int {
 // leaves its output only in the record: it is written to stdout then.
 // Otherwise, if events were dropped or fewer bytes came than the record
 // counts, one line on stderr says so.
-func (r *jobFollower) completeOutput(rec lanes.JobRecord) {
-	if r.received == 0 && r.dropped == 0 && rec.Output != "" && rec.State != lanes.StateError {
+func (r *jobFollower) completeOutput(rec api.JobRecord) {
+	if r.received == 0 && r.dropped == 0 && rec.Output != "" && rec.State != api.StateError {
 		io.WriteString(r.stdout, rec.Output)
 		r.received = int64(len(rec.Output))
 	}
@@ -502,8 +503,8 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--json]"
 
 // allStates are the job states, in lifecycle order.
-var allStates = []lanes.State{lanes.StateQueued, lanes.StateDispatched, lanes.StateRunning, lanes.StateSucceeded,
-	lanes.StateFailed, lanes.StateTimeout, lanes.StateCancelled, lanes.StateError}
+var allStates = []api.State{api.StateQueued, api.StateDispatched, api.StateRunning, api.StateSucceeded,
+	api.StateFailed, api.StateTimeout, api.StateCancelled, api.StateError}
 
 // cmdJobs lists jobs as a table or JSON.
 func cmdJobs(args []string, stdout, stderr io.Writer) int {
@@ -515,7 +516,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if *state != "" && !lanes.ValidState(*state) {
+	if *state != "" && !api.ValidState(*state) {
 		names := make([]string, len(allStates))
 		for i, s := range allStates {
 			names[i] = string(s)
@@ -531,9 +532,9 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	var res struct {
-		Jobs []lanes.JobRecord `json:"jobs"`
+		Jobs []api.JobRecord `json:"jobs"`
 	}
-	if err := call(c, "job.list", lanes.Filter{State: *state, Lane: *lane}, &res); err != nil {
+	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane}, &res); err != nil {
 		return callErr(stderr, err)
 	}
 	if *asJSON {
@@ -572,7 +573,7 @@ func dash(s string) string {
 
 // commandLine shows a job's command: the shell command, or argv quoted
 // where needed.
-func commandLine(j lanes.JobRecord) string {
+func commandLine(j api.JobRecord) string {
 	if j.Command != "" {
 		return j.Command
 	}
@@ -656,7 +657,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	var ls struct {
-		Lanes []lanes.LaneStatus `json:"lanes"`
+		Lanes []api.LaneStatus `json:"lanes"`
 	}
 	if err := call(c, "lane.list", nil, &ls); err != nil {
 		return callErr(stderr, err)

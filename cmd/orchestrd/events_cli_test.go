@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // `orchestrd events` against a real daemon: connection churn is kept in
@@ -51,7 +51,7 @@ func TestEventsCLIAgainstRealDaemon(t *testing.T) {
 	// The follower reads the clock when it starts, which this test cannot
 	// see: run jobs until one of them shows up.
 	eventually(t, 30*time.Second, "a job.finished on events --follow", func() bool {
-		d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"true"}}))
+		d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"true"}}))
 		return strings.Contains(fout.String(), `"kind":"job.finished"`)
 	})
 	if err := follow.Process.Signal(syscall.SIGINT); err != nil {

@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"go.uber.org/goleak"
 
-	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -222,7 +223,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (d *testDaemon) lanes() []lanes.LaneStatus {
+func (d *testDaemon) lanes() []api.LaneStatus {
 	d.t.Helper()
 	ls, err := d.tryLanes()
 	d.check(err)
@@ -231,8 +232,8 @@ func (d *testDaemon) lanes() []lanes.LaneStatus {
 
 // tryLanes is lanes for any goroutine: it returns the error instead of
 // failing the test.
-func (d *testDaemon) tryLanes() ([]lanes.LaneStatus, error) {
-	var r struct{ Lanes []lanes.LaneStatus }
+func (d *testDaemon) tryLanes() ([]api.LaneStatus, error) {
+	var r struct{ Lanes []api.LaneStatus }
 	if err := d.call("lane.list", nil, &r); err != nil {
 		return nil, err
 	}
@@ -248,14 +249,14 @@ func (d *testDaemon) tryLanes() ([]lanes.LaneStatus, error) {
 	return r.Lanes, nil
 }
 
-func (d *testDaemon) lane(name string) lanes.LaneStatus {
+func (d *testDaemon) lane(name string) api.LaneStatus {
 	for _, l := range d.lanes() {
 		if l.Name == name {
 			return l
 		}
 	}
 	d.t.Fatalf("no lane %s", name)
-	return lanes.LaneStatus{}
+	return api.LaneStatus{}
 }
 
 // eventually polls cond until it holds or the deadline passes. It is for
@@ -279,7 +280,7 @@ func eventuallyOr(t *testing.T, within time.Duration, what string, cond func() b
 
 // fullStrength reports whether each lane in want has that many serving
 // runners ready plus its spares.
-func fullStrength(ls []lanes.LaneStatus, want map[string]int) bool {
+func fullStrength(ls []api.LaneStatus, want map[string]int) bool {
 	for _, l := range ls {
 		ready := 0
 		for _, r := range l.Runners {
@@ -303,7 +304,7 @@ func (d *testDaemon) waitReady(within time.Duration) {
 			d.t.Fatalf("daemon exited early: %v\n%s", d.exit, d.stderr.String())
 		default:
 		}
-		var r struct{ Lanes []lanes.LaneStatus }
+		var r struct{ Lanes []api.LaneStatus }
 		if err := d.call("lane.list", nil, &r); err == nil {
 			if lanesReady(r.Lanes, d.configuredRunners()) {
 				d.lanes()
@@ -321,7 +322,7 @@ func (d *testDaemon) waitReady(within time.Duration) {
 // every runner listed, and as many as configured (the lane.started
 // events' counts) plus the lane's spares. A lane that has not published
 // its status yet is listed with no runners at all.
-func lanesReady(ls []lanes.LaneStatus, configured map[string]int) bool {
+func lanesReady(ls []api.LaneStatus, configured map[string]int) bool {
 	if len(ls) == 0 {
 		return false
 	}
@@ -358,7 +359,7 @@ func (d *testDaemon) configuredRunners() map[string]int {
 	return out
 }
 
-func countSpawned(l lanes.LaneStatus) int {
+func countSpawned(l api.LaneStatus) int {
 	n := 0
 	for _, r := range l.Runners {
 		if r.Spawned {
@@ -422,7 +423,7 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
-func (d *testDaemon) submit(spec lanes.JobSpec) string {
+func (d *testDaemon) submit(spec api.JobSpec) string {
 	d.t.Helper()
 	var r struct {
 		JobID string `json:"job_id"`
@@ -431,7 +432,7 @@ func (d *testDaemon) submit(spec lanes.JobSpec) string {
 	return r.JobID
 }
 
-func (d *testDaemon) wait(id string) lanes.JobRecord {
+func (d *testDaemon) wait(id string) api.JobRecord {
 	d.t.Helper()
 	rec, err := d.tryWait(id)
 	d.check(err)
@@ -443,12 +444,12 @@ func (d *testDaemon) wait(id string) lanes.JobRecord {
 // client waits that long plus testCallTimeout for the daemon's answer, so a
 // slow machine gets the daemon's verdict (or the record), never a client
 // deadline that fires first.
-func (d *testDaemon) tryWait(id string) (lanes.JobRecord, error) {
-	var r struct{ Job lanes.JobRecord }
+func (d *testDaemon) tryWait(id string) (api.JobRecord, error) {
+	var r struct{ Job api.JobRecord }
 	err := d.callWithin(testWaitTimeout+testCallTimeout, "job.wait",
 		map[string]any{"id": id, "timeout_ms": testWaitTimeout.Milliseconds()}, &r)
 	if err != nil {
-		return lanes.JobRecord{}, fmt.Errorf("job %s: %w", id, err)
+		return api.JobRecord{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	return r.Job, nil
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // The harness's wait gives the daemon its whole server-side wait: a job
@@ -14,14 +14,14 @@ import (
 // daemon had been asked to wait 60 s).
 func TestWaitOutlastsCallDeadline(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "1"}})
+	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "1"}})
 	defer func(old time.Duration) { testCallTimeout = old }(testCallTimeout)
 	testCallTimeout = 200 * time.Millisecond // far shorter than the job
 	rec, err := d.tryWait(id)
 	if err != nil {
 		t.Fatalf("wait: %v", err)
 	}
-	if rec.State != lanes.StateSucceeded {
+	if rec.State != api.StateSucceeded {
 		t.Fatalf("record = %+v", rec)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // A second `orchestrd serve` on a live home says which daemon holds it, in
@@ -60,7 +60,7 @@ func TestSecondDaemonOnLiveHome(t *testing.T) {
 		}
 	}
 	// The live daemon keeps serving: a job runs.
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "still here"}})); rec.State != lanes.StateSucceeded {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"echo", "still here"}})); rec.State != api.StateSucceeded {
 		t.Fatalf("live daemon after the second serve: %+v", rec)
 	}
 	d.waitEvent("job.finished", nil)
@@ -118,7 +118,7 @@ func TestLockOfADeadDaemonIsRetaken(t *testing.T) {
 	if pid := lockPid(); pid != second.cmd.Process.Pid {
 		t.Fatalf("daemon.lock holds %d, want the second daemon's pid %d", pid, second.cmd.Process.Pid)
 	}
-	if rec := second.wait(second.submit(lanes.JobSpec{Lane: "net", Argv: []string{"true"}})); rec.State != lanes.StateSucceeded {
+	if rec := second.wait(second.submit(api.JobSpec{Lane: "net", Argv: []string{"true"}})); rec.State != api.StateSucceeded {
 		t.Fatalf("second daemon: %+v", rec)
 	}
 	st, err := os.Stat(filepath.Join(home, "daemon.lock"))

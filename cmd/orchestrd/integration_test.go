@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -45,8 +47,8 @@ func TestJobLifecycle(t *testing.T) {
 
 	t.Run("succeeds with output", func(t *testing.T) {
 		d := d.in(t)
-		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "hello"}}))
-		if rec.State != lanes.StateSucceeded || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Output != "hello\n" {
+		rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"echo", "hello"}}))
+		if rec.State != api.StateSucceeded || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Output != "hello\n" {
 			t.Fatalf("record = %+v", rec)
 		}
 		if rec.RunnerID == "" || rec.RunnerPid == 0 || rec.FinishedAt == nil {
@@ -55,22 +57,22 @@ func TestJobLifecycle(t *testing.T) {
 	})
 	t.Run("non-zero exit fails", func(t *testing.T) {
 		d := d.in(t)
-		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "echo oops >&2; exit 7"}))
-		if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 7 || !strings.Contains(rec.Output, "oops") {
+		rec := d.wait(d.submit(api.JobSpec{Lane: "net", Command: "echo oops >&2; exit 7"}))
+		if rec.State != api.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 7 || !strings.Contains(rec.Output, "oops") {
 			t.Fatalf("record = %+v", rec)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
 		d := d.in(t)
-		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}, TimeoutMs: 100}))
-		if rec.State != lanes.StateTimeout || !rec.WasTimeout {
+		rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}, TimeoutMs: 100}))
+		if rec.State != api.StateTimeout || !rec.WasTimeout {
 			t.Fatalf("record = %+v", rec)
 		}
 	})
 	t.Run("cancel running", func(t *testing.T) {
 		d := d.in(t)
 		marker := filepath.Join(dir, "started")
-		id := d.submit(lanes.JobSpec{Lane: "net", Command: "echo $$ > " + marker + "; exec sleep 30"})
+		id := d.submit(api.JobSpec{Lane: "net", Command: "echo $$ > " + marker + "; exec sleep 30"})
 		readPid(t, marker)
 		var r struct {
 			WasRunning bool `json:"was_running"`
@@ -80,7 +82,7 @@ func TestJobLifecycle(t *testing.T) {
 			t.Fatal("was_running = false for a running job")
 		}
 		rec := d.wait(id)
-		if rec.State != lanes.StateCancelled || !rec.WasCancelled {
+		if rec.State != api.StateCancelled || !rec.WasCancelled {
 			t.Fatalf("record = %+v", rec)
 		}
 		err := d.call("job.cancel", map[string]string{"id": id}, nil)
@@ -93,16 +95,16 @@ func TestJobLifecycle(t *testing.T) {
 		wt := filepath.Join(dir, "wt")
 		os.MkdirAll(wt, 0o755)
 		marker := filepath.Join(dir, "escaped")
-		rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "touch " + marker, WorktreeDir: wt, Cwd: "/tmp"}))
-		if rec.State != lanes.StateError {
+		rec := d.wait(d.submit(api.JobSpec{Lane: "net", Command: "touch " + marker, WorktreeDir: wt, Cwd: "/tmp"}))
+		if rec.State != api.StateError {
 			t.Fatalf("record = %+v", rec)
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatal("job ran although its cwd escaped the worktree")
 		}
-		rec = d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "true", WorktreeDir: wt, Cwd: wt,
+		rec = d.wait(d.submit(api.JobSpec{Lane: "net", Command: "true", WorktreeDir: wt, Cwd: wt,
 			FilePaths: []string{"../../etc/passwd"}}))
-		if rec.State != lanes.StateError {
+		if rec.State != api.StateError {
 			t.Fatalf("file_paths escape: record = %+v", rec)
 		}
 	})
@@ -123,14 +125,14 @@ func TestJobLifecycle(t *testing.T) {
 	})
 	t.Run("list and metrics", func(t *testing.T) {
 		d := d.in(t)
-		var r struct{ Jobs []lanes.JobRecord }
+		var r struct{ Jobs []api.JobRecord }
 		d.mustCall("job.list", map[string]string{"state": "succeeded"}, &r)
 		if len(r.Jobs) == 0 {
 			t.Fatal("no succeeded jobs listed")
 		}
-		var m lanes.Metrics
+		var m api.Metrics
 		d.mustCall("metrics.get", nil, &m)
-		if m.JobsByState[lanes.StateSucceeded] == 0 || m.JobsSubmitted < 5 {
+		if m.JobsByState[api.StateSucceeded] == 0 || m.JobsSubmitted < 5 {
 			t.Fatalf("metrics = %+v", m)
 		}
 	})
@@ -153,15 +155,15 @@ func TestNoNetLaneHasNoNetwork(t *testing.T) {
 	}()
 	d := startDaemon(t, fastConfig)
 	self, _ := os.Executable()
-	spec := func(lane string) lanes.JobSpec {
-		return lanes.JobSpec{Lane: lane, Argv: []string{self, ln.Addr().String()},
+	spec := func(lane string) api.JobSpec {
+		return api.JobSpec{Lane: lane, Argv: []string{self, ln.Addr().String()},
 			Env: map[string]string{"ORCHESTRD_TEST_HELPER": "dial"}}
 	}
-	if rec := d.wait(d.submit(spec("net"))); rec.State != lanes.StateSucceeded {
+	if rec := d.wait(d.submit(spec("net"))); rec.State != api.StateSucceeded {
 		t.Fatalf("net lane could not reach 127.0.0.1: %+v", rec)
 	}
 	rec := d.wait(d.submit(spec("no-net")))
-	if rec.State != lanes.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 3 {
+	if rec.State != api.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 3 {
 		t.Fatalf("no-net lane reached the host's loopback: %+v", rec)
 	}
 }
@@ -175,9 +177,9 @@ func TestRunnerKilledMidJob(t *testing.T) {
 	// Jobs live in their runner's pid namespace: find the grandchild by its
 	// command line, by its host pid.
 	tag := newTag()
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: "sleep " + tag + " & wait"})
+	id := d.submit(api.JobSpec{Lane: "net", Command: "sleep " + tag + " & wait"})
 	grandchild := waitTagged(t, tag, 1)[0]
-	var g struct{ Job lanes.JobRecord }
+	var g struct{ Job api.JobRecord }
 	d.mustCall("job.get", map[string]string{"id": id}, &g)
 	runnerPid := g.Job.RunnerPid
 	if runnerPid == 0 {
@@ -193,11 +195,11 @@ func TestRunnerKilledMidJob(t *testing.T) {
 			if ev.Event != "job.finished" || !strings.Contains(string(ev.Data), id) {
 				continue
 			}
-			var data struct{ Job lanes.JobRecord }
+			var data struct{ Job api.JobRecord }
 			if err := jsonUnmarshal(ev.Data, &data); err != nil {
 				t.Fatal(err)
 			}
-			if data.Job.State != lanes.StateFailed || data.Job.Error != lanes.ErrRunnerLost {
+			if data.Job.State != api.StateFailed || data.Job.Error != api.ErrRunnerLost {
 				t.Fatalf("orphaned job = %+v", data.Job)
 			}
 			goto finished
@@ -227,18 +229,18 @@ finished:
 
 func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
-	var g struct{ Job lanes.JobRecord }
+	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
+	var g struct{ Job api.JobRecord }
 	eventually(t, 10*time.Second, "job running", func() bool {
 		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == lanes.StateRunning
+		return g.Job.State == api.StateRunning
 	})
 	pid := g.Job.RunnerPid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	rec := d.wait(id)
-	if rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerUnresponsive {
+	if rec.State != api.StateFailed || rec.Error != api.ErrRunnerUnresponsive {
 		t.Fatalf("record = %+v", rec)
 	}
 	d.waitEvent("runner.killed", func(e map[string]any) bool {
@@ -316,18 +318,18 @@ network = "host"
 		l := d.lane("byo")
 		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
 	})
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"echo", "byo"}})); rec.State != lanes.StateSucceeded || rec.Output != "byo\n" {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "byo", Argv: []string{"echo", "byo"}})); rec.State != api.StateSucceeded || rec.Output != "byo\n" {
 		t.Fatalf("record = %+v", rec)
 	}
-	id := d.submit(lanes.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
+	id := d.submit(api.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
 	eventually(t, 10*time.Second, "running", func() bool {
-		var g struct{ Job lanes.JobRecord }
+		var g struct{ Job api.JobRecord }
 		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == lanes.StateRunning
+		return g.Job.State == api.StateRunning
 	})
 	byo.Process.Kill()
 	<-byoDone
-	if rec := d.wait(id); rec.State != lanes.StateFailed || rec.Error != lanes.ErrRunnerLost {
+	if rec := d.wait(id); rec.State != api.StateFailed || rec.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", rec)
 	}
 	eventually(t, 10*time.Second, "byo runner removed, not restarted", func() bool { return len(d.lane("byo").Runners) == 0 })
@@ -336,7 +338,7 @@ network = "host"
 func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 	d := startDaemon(t, fastConfig)
 	tag := newTag()
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: "exec sleep " + tag})
+	id := d.submit(api.JobSpec{Lane: "net", Command: "exec sleep " + tag})
 	jobPid := waitTagged(t, tag, 1)[0]
 	c := d.client()
 	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
@@ -351,9 +353,9 @@ func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 				t.Fatal("connection closed before the job's end was heard")
 			}
 			if ev.Event == "job.finished" && strings.Contains(string(ev.Data), id) {
-				var data struct{ Job lanes.JobRecord }
+				var data struct{ Job api.JobRecord }
 				jsonUnmarshal(ev.Data, &data)
-				if data.Job.State != lanes.StateCancelled || data.Job.Error != lanes.ErrDaemonShutdown {
+				if data.Job.State != api.StateCancelled || data.Job.Error != api.ErrDaemonShutdown {
 					t.Fatalf("job at shutdown = %+v", data.Job)
 				}
 				got = true
@@ -416,7 +418,7 @@ max_r = 1000
 	// in a row alike. On a loaded machine it may still be starting or
 	// replacing a runner when startDaemon returns, with fewer goroutines
 	// than it will have at rest.
-	var base, prev lanes.Metrics
+	var base, prev api.Metrics
 	eventuallyOr(t, 30*time.Second, "the daemon at rest before the chaos", func() bool {
 		prev = base
 		d.mustCall("metrics.get", nil, &base)
@@ -478,10 +480,10 @@ max_r = 1000
 		if i%3 == 0 {
 			lane = "heavy"
 		}
-		ids = append(ids, d.submit(lanes.JobSpec{Lane: lane, Command: fmt.Sprintf("sleep 0.0%d; echo %d", rng.IntN(10), i)}))
+		ids = append(ids, d.submit(api.JobSpec{Lane: lane, Command: fmt.Sprintf("sleep 0.0%d; echo %d", rng.IntN(10), i)}))
 	}
 	var wg sync.WaitGroup
-	recs := make([]lanes.JobRecord, jobs)
+	recs := make([]api.JobRecord, jobs)
 	waitErrs := make([]error, jobs)
 	for i, id := range ids {
 		wg.Add(1)
@@ -509,9 +511,9 @@ max_r = 1000
 			t.Fatalf("job not terminal: %+v", r)
 		}
 		switch r.State {
-		case lanes.StateSucceeded:
-		case lanes.StateFailed:
-			if r.Error != lanes.ErrRunnerLost {
+		case api.StateSucceeded:
+		case api.StateFailed:
+			if r.Error != api.ErrRunnerLost {
 				t.Fatalf("failed job without runner_lost: %+v", r)
 			}
 			lost++
@@ -558,7 +560,7 @@ max_r = 1000
 		bounced += requeued[id]
 	}
 	t.Logf("%d dispatches bounced off a dead runner and were requeued", bounced)
-	var last []lanes.LaneStatus
+	var last []api.LaneStatus
 	eventuallyOr(t, 30*time.Second, "all lanes back at full strength", func() bool {
 		last = d.lanes()
 		return fullStrength(last, map[string]int{"net": 3, "heavy": 2})
@@ -566,7 +568,7 @@ max_r = 1000
 	// Nothing leaked: the daemon settles back to its goroutine and fd
 	// counts from before the chaos (same runners, no extra connections),
 	// and its only children are its runners.
-	var now lanes.Metrics
+	var now api.Metrics
 	eventuallyOr(t, 30*time.Second, "goroutines and fds back to baseline", func() bool {
 		d.mustCall("metrics.get", nil, &now)
 		return now.Goroutines <= base.Goroutines && now.OpenFDs <= base.OpenFDs

@@ -15,9 +15,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/daemon"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
-	"github.com/orchestrd/orchestrd/supervisor/daemon"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/control"
+	"github.com/orchestrd/orchestrd/api"
+
+	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // queuedAfter is how long `run` waits, its job still queued, before it
@@ -21,22 +22,22 @@ func queuedNotice(c *control.Client, id string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var g struct {
-		Job lanes.JobRecord `json:"job"`
+		Job api.JobRecord `json:"job"`
 	}
-	if c.Call(ctx, "job.get", map[string]any{"id": id}, &g) != nil || g.Job.State != lanes.StateQueued {
+	if c.Call(ctx, "job.get", map[string]any{"id": id}, &g) != nil || g.Job.State != api.StateQueued {
 		return ""
 	}
 	var ls struct {
-		Lanes []lanes.LaneStatus `json:"lanes"`
+		Lanes []api.LaneStatus `json:"lanes"`
 	}
 	if c.Call(ctx, "lane.list", nil, &ls) != nil {
 		return ""
 	}
 	where := ""
 	var q struct {
-		Jobs []lanes.JobRecord `json:"jobs"`
+		Jobs []api.JobRecord `json:"jobs"`
 	}
-	if c.Call(ctx, "job.list", lanes.Filter{State: string(lanes.StateQueued), Lane: g.Job.Lane}, &q) == nil {
+	if c.Call(ctx, "job.list", api.Filter{State: string(api.StateQueued), Lane: g.Job.Lane}, &q) == nil {
 		for i, j := range q.Jobs {
 			if j.ID == id {
 				where = fmt.Sprintf(" (position %d of %d)", i+1, len(q.Jobs))
@@ -52,7 +53,7 @@ func queuedNotice(c *control.Client, id string) string {
 }
 
 // whyQueued explains from its status why a lane is not taking a job.
-func whyQueued(l lanes.LaneStatus) string {
+func whyQueued(l api.LaneStatus) string {
 	var serving, spares, backoff, starting, busy int
 	for _, r := range l.Runners {
 		switch {

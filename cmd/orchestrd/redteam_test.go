@@ -19,10 +19,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/control"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
@@ -74,11 +76,11 @@ func redTool(mode string, args []string) int {
 		var sub struct {
 			JobID string `json:"job_id"`
 		}
-		if err := c.Call(ctx, "job.submit", lanes.JobSpec{Lane: "no-net", Command: args[1]}, &sub); err != nil {
+		if err := c.Call(ctx, "job.submit", api.JobSpec{Lane: "no-net", Command: args[1]}, &sub); err != nil {
 			fmt.Println(err)
 			return 1
 		}
-		var r struct{ Job lanes.JobRecord }
+		var r struct{ Job api.JobRecord }
 		if err := c.Call(ctx, "job.wait", map[string]any{"id": sub.JobID, "timeout_ms": 20000}, &r); err != nil {
 			fmt.Println(err)
 			return 1

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // restartAfter waits for the runner.exited of pid and the
@@ -103,7 +103,7 @@ stable = "10s"
 		if restart["policy"] != "crash_loop" {
 			t.Fatalf("runner.restart_scheduled = %v, want policy crash_loop (up less than restart.stable)", restart)
 		}
-		if rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"true"}})); rec.State != lanes.StateSucceeded {
+		if rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"true"}})); rec.State != api.StateSucceeded {
 			t.Fatalf("after the restart: %+v", rec)
 		}
 		d.lanes()

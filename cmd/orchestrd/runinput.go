@@ -16,7 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/lanes/runner"
 )
 
@@ -69,19 +70,19 @@ func absDir(p string) (string, error) {
 }
 
 // readStdin reads what `run` forwards to the job: all of f unless it is a
-// terminal, refusing more than lanes.MaxStdinBytes.
+// terminal, refusing more than api.MaxStdinBytes.
 func readStdin(f *os.File) ([]byte, error) {
 	if runner.IsTerminal(f) {
 		return nil, nil
 	}
-	data, err := io.ReadAll(io.LimitReader(f, lanes.MaxStdinBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, api.MaxStdinBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading stdin: %w", err)
 	}
-	if len(data) > lanes.MaxStdinBytes {
+	if len(data) > api.MaxStdinBytes {
 		return nil, fmt.Errorf("stdin is more than %d KiB, the most run forwards to a job; "+
 			"put the input in a file the job reads (run -- sh -c 'CMD < FILE'), or pass --no-stdin",
-			lanes.MaxStdinBytes>>10)
+			api.MaxStdinBytes>>10)
 	}
 	return data, nil
 }
@@ -89,7 +90,7 @@ func readStdin(f *os.File) ([]byte, error) {
 // setStdin puts data in spec the way output is carried: as text when it is
 // valid UTF-8 (unless escaping would make it longer than base64), else as
 // base64 bytes.
-func setStdin(spec *lanes.JobSpec, data []byte) {
+func setStdin(spec *api.JobSpec, data []byte) {
 	if len(data) == 0 {
 		return
 	}

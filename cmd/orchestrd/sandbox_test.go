@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -88,7 +90,7 @@ echo probe-done`, d.home, d.bin, d.cmd.Process.Pid)
 	}
 	// Nothing reached the net lane but what the test itself submitted.
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--lane", "net", "--json")
-	var jobs []lanes.JobRecord
+	var jobs []api.JobRecord
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
 		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
 	}
@@ -386,7 +388,7 @@ func (d *sandboxDaemon) events() []map[string]any {
 // jobWith is the id of the job whose command has s.
 func (d *sandboxDaemon) jobWith(t *testing.T, s string) string {
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
-	var jobs []lanes.JobRecord
+	var jobs []api.JobRecord
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
 		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
 	}
@@ -512,14 +514,14 @@ func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 	d := startDaemon(t, fastConfig)
 	dir, tag := shortTemp(t), newTag()
 	os.WriteFile(filepath.Join(dir, "go"), nil, 0o666)
-	id := d.submit(lanes.JobSpec{Lane: "net", Command: leftoverScript(dir, tag, "exec sleep "+tag)})
+	id := d.submit(api.JobSpec{Lane: "net", Command: leftoverScript(dir, tag, "exec sleep "+tag)})
 	pids := waitTagged(t, tag, 3)
-	var rec struct{ Job lanes.JobRecord }
+	var rec struct{ Job api.JobRecord }
 	d.mustCall("job.get", map[string]any{"id": id}, &rec)
 	if err := syscall.Kill(rec.Job.RunnerPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if r := d.wait(id); r.State != lanes.StateFailed || r.Error != lanes.ErrRunnerLost {
+	if r := d.wait(id); r.State != api.StateFailed || r.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", r)
 	}
 	eventually(t, 10*time.Second, "the job's processes to die", func() bool {

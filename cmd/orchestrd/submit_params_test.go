@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -24,19 +25,19 @@ func TestSubmitRefusesBadEnv(t *testing.T) {
 		{map[string]string{"OK": "1", "NUL\x00KEY": "1"}, `env key "NUL\x00KEY" contains a NUL byte`},
 		{map[string]string{"VAL": "a\x00b"}, `env value of "VAL" contains a NUL byte`},
 	} {
-		err := d.call("job.submit", lanes.JobSpec{Lane: "net", Argv: []string{"true"}, Env: tc.env}, nil)
+		err := d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"true"}, Env: tc.env}, nil)
 		if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("env %q: %v; want -32602 with %q", tc.env, err, tc.want)
 		}
 	}
-	var r struct{ Jobs []lanes.JobRecord }
+	var r struct{ Jobs []api.JobRecord }
 	d.mustCall("job.list", nil, &r)
 	if len(r.Jobs) != 0 {
 		t.Fatalf("refused jobs were recorded: %+v", r.Jobs)
 	}
 	// A good entry still works, on the same daemon.
-	rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: `printf %s "$K"`, Env: map[string]string{"K": "v=w"}}))
-	if rec.State != lanes.StateSucceeded || rec.Output != "v=w" {
+	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Command: `printf %s "$K"`, Env: map[string]string{"K": "v=w"}}))
+	if rec.State != api.StateSucceeded || rec.Output != "v=w" {
 		t.Fatalf("record = %+v", rec)
 	}
 }
@@ -45,20 +46,20 @@ func TestSubmitRefusesBadEnv(t *testing.T) {
 // job.submit answers with, as well as "id".
 func TestJobMethodsTakeJobID(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	id := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"echo", "hi"}})
-	var w struct{ Job lanes.JobRecord }
+	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"echo", "hi"}})
+	var w struct{ Job api.JobRecord }
 	d.mustCall("job.wait", map[string]any{"job_id": id, "timeout_ms": 60000}, &w)
-	if w.Job.ID != id || w.Job.State != lanes.StateSucceeded {
+	if w.Job.ID != id || w.Job.State != api.StateSucceeded {
 		t.Fatalf("job.wait {job_id} = %+v", w.Job)
 	}
-	var g struct{ Job lanes.JobRecord }
+	var g struct{ Job api.JobRecord }
 	d.mustCall("job.get", map[string]any{"job_id": id}, &g)
 	if g.Job.ID != id || g.Job.Output != "hi\n" {
 		t.Fatalf("job.get {job_id} = %+v", g.Job)
 	}
 	d.mustCall("job.get", map[string]any{"id": id, "job_id": id}, &g)
 
-	long := d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}})
+	long := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}})
 	err := d.call("job.cancel", map[string]any{"id": id, "job_id": long}, nil)
 	if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), "differ") {
 		t.Fatalf("job.cancel with two different ids: %v, want -32602", err)
@@ -67,7 +68,7 @@ func TestJobMethodsTakeJobID(t *testing.T) {
 		WasRunning bool `json:"was_running"`
 	}
 	d.mustCall("job.cancel", map[string]any{"job_id": long}, &c)
-	if rec := d.wait(long); rec.State != lanes.StateCancelled {
+	if rec := d.wait(long); rec.State != api.StateCancelled {
 		t.Fatalf("cancelled by job_id: %+v", rec)
 	}
 	if err := d.call("job.get", map[string]any{}, nil); remoteCode(err) != wire.CodeInvalidParams {
@@ -76,29 +77,29 @@ func TestJobMethodsTakeJobID(t *testing.T) {
 }
 
 // job.submit takes the job's stdin as text or as base64 bytes, and refuses
-// more than lanes.MaxStdinBytes naming the cap.
+// more than api.MaxStdinBytes naming the cap.
 func TestSubmitStdin(t *testing.T) {
 	d := startDaemon(t, fastConfig)
-	rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"cat"}, Stdin: "from stdin\n"}))
-	if rec.State != lanes.StateSucceeded || rec.Output != "from stdin\n" {
+	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"cat"}, Stdin: "from stdin\n"}))
+	if rec.State != api.StateSucceeded || rec.Output != "from stdin\n" {
 		t.Fatalf("stdin text: %+v", rec)
 	}
-	data := make([]byte, lanes.MaxStdinBytes)
+	data := make([]byte, api.MaxStdinBytes)
 	rand.Read(data)
 	sum := sha256.Sum256(data)
-	rec = d.wait(d.submit(lanes.JobSpec{Lane: "net", Argv: []string{"sha256sum"}, StdinB64: data}))
-	if rec.State != lanes.StateSucceeded || !strings.HasPrefix(rec.Output, hex.EncodeToString(sum[:])) {
+	rec = d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"sha256sum"}, StdinB64: data}))
+	if rec.State != api.StateSucceeded || !strings.HasPrefix(rec.Output, hex.EncodeToString(sum[:])) {
 		t.Fatalf("stdin_b64: %+v, want sha256 %x", rec, sum)
 	}
-	err := d.call("job.submit", lanes.JobSpec{Lane: "net", Argv: []string{"cat"}, StdinB64: append(data, 'x')}, nil)
+	err := d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"cat"}, StdinB64: append(data, 'x')}, nil)
 	if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), "512 KiB") || !strings.Contains(err.Error(), "file") {
 		t.Fatalf("stdin over the cap: %v", err)
 	}
-	err = d.call("job.submit", lanes.JobSpec{Lane: "net", Argv: []string{"cat"}, Stdin: "a", StdinB64: []byte("b")}, nil)
+	err = d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"cat"}, Stdin: "a", StdinB64: []byte("b")}, nil)
 	if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("stdin and stdin_b64: %v", err)
 	}
-	if rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "wc -c"})); strings.TrimSpace(rec.Output) != "0" {
+	if rec := d.wait(d.submit(api.JobSpec{Lane: "net", Command: "wc -c"})); strings.TrimSpace(rec.Output) != "0" {
 		t.Fatalf("without stdin: %+v", rec)
 	}
 }
@@ -107,12 +108,12 @@ func TestSubmitStdin(t *testing.T) {
 // naming daemon.max_frame_bytes, not sent to kill the runner.
 func TestSubmitStdinOverFrameLimit(t *testing.T) {
 	d := startDaemon(t, "[daemon]\nmax_frame_bytes = 65536\n[lanes.net]\nrunners = 1\nnetwork = \"host\"\n")
-	err := d.call("job.submit", lanes.JobSpec{Lane: "net", Argv: []string{"cat"}, StdinB64: make([]byte, 60000)}, nil)
+	err := d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"cat"}, StdinB64: make([]byte, 60000)}, nil)
 	if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), "daemon.max_frame_bytes (65536)") {
 		t.Fatalf("stdin over the frame limit: %v", err)
 	}
-	rec := d.wait(d.submit(lanes.JobSpec{Lane: "net", Command: "wc -c", StdinB64: make([]byte, 40000)}))
-	if rec.State != lanes.StateSucceeded || strings.TrimSpace(rec.Output) != "40000" {
+	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Command: "wc -c", StdinB64: make([]byte, 40000)}))
+	if rec.State != api.StateSucceeded || strings.TrimSpace(rec.Output) != "40000" {
 		t.Fatalf("stdin within the frame limit: %+v", rec)
 	}
 }

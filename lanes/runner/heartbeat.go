@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes/proctree"
+	"github.com/orchestrd/orchestrd/supervisor/proc/proctree"
 	"github.com/orchestrd/orchestrd/wire"
 )
 

@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Defaults for Options fields left zero.
@@ -102,7 +104,7 @@ func (r *Record) Wire() []byte {
 		}
 		w := make([]byte, 0, len(`{"event":,"data":}`)+len(r.Kind)+2+len(data)+1)
 		w = append(w, `{"event":`...)
-		w = appendJSONString(w, r.Kind)
+		w = wire.AppendJSONString(w, r.Kind, false)
 		w = append(w, `,"data":`...)
 		w = append(w, data...)
 		w = append(w, "}\n"...)
@@ -308,7 +310,7 @@ func (b *Bus) encode(eb *encBuf, kind string, ev Event) []byte {
 }
 
 func errorObject(err error) []byte {
-	b := appendJSONString([]byte(`{"eventlog_error":`), err.Error())
+	b := wire.AppendJSONString([]byte(`{"eventlog_error":`), err.Error(), false)
 	return append(b, '}')
 }
 
@@ -322,25 +324,12 @@ func appendLine(dst []byte, ts time.Time, seq uint64, kind string, body []byte) 
 	dst = append(dst, `","seq":`...)
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, `,"kind":`...)
-	dst = appendJSONString(dst, kind)
+	dst = wire.AppendJSONString(dst, kind, false)
 	inner := bytes.TrimSpace(body[1:]) // after '{'
 	if len(inner) > 0 && inner[0] != '}' {
 		dst = append(dst, ',')
 	}
 	return append(dst, inner...)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			q, _ := marshalValue(s) // as the event encoder would: no HTML escaping
-			return append(dst, q...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 type encBuf struct {

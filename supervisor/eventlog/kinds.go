@@ -1,6 +1,10 @@
 package eventlog
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
 
 // Every supervisor decision and lifecycle change is one of these typed
 // structs. Kinds are noun.verb_past; field names are stable snake_case and
@@ -252,10 +256,10 @@ func (JobOutput) Ephemeral()   {}
 func (e JobOutput) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 48+len(e.JobID)+len(e.Stream)+len(e.Data)*4/3+8)
 	b = append(b, `{"job_id":`...)
-	b = appendJSONString(b, e.JobID)
+	b = wire.AppendJSONString(b, e.JobID, false)
 	b = append(b, `,"stream":`...)
-	b = appendJSONString(b, e.Stream)
-	b = AppendBytesField(b, "data", e.Data)
+	b = wire.AppendJSONString(b, e.Stream, false)
+	b = wire.AppendBytesField(b, "data", e.Data)
 	return append(b, '}'), nil
 }
 
@@ -270,7 +274,7 @@ func (e *JobOutput) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	data, err := BytesField("data", v.Data, v.DataB64)
+	data, err := wire.BytesField("data", v.Data, v.DataB64)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Query selects log lines. Zero fields match everything.
@@ -377,10 +379,10 @@ func (r *reader) mayMatch(h *header, raw []byte) bool {
 		return false
 	}
 	if r.laneNeedle == nil && r.q.Lane != "" {
-		r.laneNeedle = appendJSONString(nil, r.q.Lane)
+		r.laneNeedle = wire.AppendJSONString(nil, r.q.Lane, false)
 	}
 	if r.jobNeedle == nil && r.q.Job != "" {
-		r.jobNeedle = appendJSONString(nil, r.q.Job)
+		r.jobNeedle = wire.AppendJSONString(nil, r.q.Job, false)
 	}
 	// A field equal to X contains X's JSON encoding, as the writer escapes it.
 	if r.laneNeedle != nil && !bytes.Contains(raw, r.laneNeedle) {

@@ -6,7 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -20,7 +21,7 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	h := newHarness(t, nil)
 	h.be.cancelAsync = true
 	var j jobIDResult
-	h.mustCall(h.client(), "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(h.client(), "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 
 	const workers, perWorker = 8, 150
 	var wg sync.WaitGroup
@@ -89,7 +90,7 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	h := newHarness(t, nil)
 	h.be.cancelAsync = true
-	id, werr := h.be.Submit(lanes.JobSpec{Lane: "net", Argv: []string{"x"}})
+	id, werr := h.be.Submit(api.JobSpec{Lane: "net", Argv: []string{"x"}})
 	if werr != nil {
 		t.Fatal(werr)
 	}

@@ -1,4 +1,4 @@
-package lanes
+package api
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // State is a job's lifecycle state. A job moves queued -> dispatched ->
@@ -146,7 +146,7 @@ func (r *JobRecord) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	out, err := eventlog.BytesField("output", v.Output, v.OutputB64)
+	out, err := wire.BytesField("output", v.Output, v.OutputB64)
 	if err != nil {
 		return err
 	}
@@ -204,3 +204,9 @@ type Metrics struct {
 	// [daemon] finished_output_bytes.
 	FinishedOutputBytes int64 `json:"finished_output_bytes"`
 }
+
+// MaxStdinBytes is the most standard input a job can be given with
+// job.submit. Sent as base64 it fits the control socket's default line
+// (wire.DefaultMaxLine) and the runner frame limit; larger input belongs in
+// a file the job reads.
+const MaxStdinBytes = 512 << 10

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -94,7 +93,7 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 	buf = append(buf, `{"id":`...)
 	buf = strconv.AppendUint(buf, id, 10)
 	buf = append(buf, `,"method":`...)
-	buf = appendJSONString(buf, method)
+	buf = wire.AppendJSONString(buf, method, true)
 	if params != nil {
 		p, err := json.Marshal(params)
 		if err != nil {
@@ -314,17 +313,4 @@ func (c *Client) Close() error {
 		<-c.readerDone
 	})
 	return err
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			q, _ := json.Marshal(s)
-			return append(dst, q...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }

@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -38,9 +39,9 @@ func TestMain(m *testing.M) {
 
 type fakeBackend struct {
 	mu          sync.Mutex
-	jobs        map[string]*lanes.JobRecord
+	jobs        map[string]*api.JobRecord
 	order       []string
-	waiters     map[string]map[int]func(lanes.JobRecord)
+	waiters     map[string]map[int]func(api.JobRecord)
 	nextWaiter  int
 	next        int
 	queueLimit  int
@@ -49,12 +50,12 @@ type fakeBackend struct {
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{jobs: map[string]*lanes.JobRecord{}, waiters: map[string]map[int]func(lanes.JobRecord){}, queueLimit: 1000}
+	return &fakeBackend{jobs: map[string]*api.JobRecord{}, waiters: map[string]map[int]func(api.JobRecord){}, queueLimit: 1000}
 }
 
 var fakeLanes = map[string]string{"no-net": "none", "net": "full"}
 
-func (b *fakeBackend) Submit(spec lanes.JobSpec) (string, *wire.Error) {
+func (b *fakeBackend) Submit(spec api.JobSpec) (string, *wire.Error) {
 	if _, ok := fakeLanes[spec.Lane]; !ok {
 		return "", wire.Errorf(wire.CodeNotFound, "lane %s not found", spec.Lane)
 	}
@@ -65,7 +66,7 @@ func (b *fakeBackend) Submit(spec lanes.JobSpec) (string, *wire.Error) {
 	defer b.mu.Unlock()
 	queued := 0
 	for _, j := range b.jobs {
-		if j.State == lanes.StateQueued {
+		if j.State == api.StateQueued {
 			queued++
 		}
 	}
@@ -74,26 +75,26 @@ func (b *fakeBackend) Submit(spec lanes.JobSpec) (string, *wire.Error) {
 	}
 	b.next++
 	id := fmt.Sprintf("j-%d", b.next)
-	b.jobs[id] = &lanes.JobRecord{ID: id, Lane: spec.Lane, State: lanes.StateQueued, Command: spec.Command,
+	b.jobs[id] = &api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
 		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: time.Now()}
 	b.order = append(b.order, id)
 	return id, nil
 }
 
-func (b *fakeBackend) Get(id string) (lanes.JobRecord, bool) {
+func (b *fakeBackend) Get(id string) (api.JobRecord, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	j, ok := b.jobs[id]
 	if !ok {
-		return lanes.JobRecord{}, false
+		return api.JobRecord{}, false
 	}
 	return *j, true
 }
 
-func (b *fakeBackend) List(f lanes.Filter) []lanes.JobRecord {
+func (b *fakeBackend) List(f api.Filter) []api.JobRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []lanes.JobRecord
+	var out []api.JobRecord
 	for _, id := range b.order {
 		j := b.jobs[id]
 		if (f.State == "" || string(j.State) == f.State) && (f.Lane == "" || j.Lane == f.Lane) {
@@ -109,8 +110,8 @@ func (b *fakeBackend) Cancel(id string, reply func(bool, *wire.Error)) {
 	var (
 		was bool
 		err *wire.Error
-		fns []func(lanes.JobRecord)
-		rec lanes.JobRecord
+		fns []func(api.JobRecord)
+		rec api.JobRecord
 	)
 	switch {
 	case !ok:
@@ -118,8 +119,8 @@ func (b *fakeBackend) Cancel(id string, reply func(bool, *wire.Error)) {
 	case j.State.Terminal():
 		err = wire.Errorf(wire.CodeInvalidState, "job %s is already %s", id, j.State)
 	default:
-		was = j.State == lanes.StateRunning
-		j.State, j.WasCancelled, j.Error = lanes.StateCancelled, true, lanes.ErrCancelled
+		was = j.State == api.StateRunning
+		j.State, j.WasCancelled, j.Error = api.StateCancelled, true, api.ErrCancelled
 		rec = *j
 		fns = b.takeWaitersLocked(id)
 	}
@@ -136,8 +137,8 @@ func (b *fakeBackend) Cancel(id string, reply func(bool, *wire.Error)) {
 	reply(was, err)
 }
 
-func (b *fakeBackend) takeWaitersLocked(id string) []func(lanes.JobRecord) {
-	var fns []func(lanes.JobRecord)
+func (b *fakeBackend) takeWaitersLocked(id string) []func(api.JobRecord) {
+	var fns []func(api.JobRecord)
 	for _, fn := range b.waiters[id] {
 		fns = append(fns, fn)
 	}
@@ -145,7 +146,7 @@ func (b *fakeBackend) takeWaitersLocked(id string) []func(lanes.JobRecord) {
 	return fns
 }
 
-func (b *fakeBackend) Wait(id string, fn func(lanes.JobRecord)) (func(), *wire.Error) {
+func (b *fakeBackend) Wait(id string, fn func(api.JobRecord)) (func(), *wire.Error) {
 	b.mu.Lock()
 	j, ok := b.jobs[id]
 	if !ok {
@@ -161,7 +162,7 @@ func (b *fakeBackend) Wait(id string, fn func(lanes.JobRecord)) (func(), *wire.E
 	b.nextWaiter++
 	n := b.nextWaiter
 	if b.waiters[id] == nil {
-		b.waiters[id] = map[int]func(lanes.JobRecord){}
+		b.waiters[id] = map[int]func(api.JobRecord){}
 	}
 	b.waiters[id][n] = fn
 	b.mu.Unlock()
@@ -185,13 +186,13 @@ func (b *fakeBackend) waiterCount() int {
 	return n
 }
 
-func (b *fakeBackend) setState(id string, s lanes.State, exit *int32) {
+func (b *fakeBackend) setState(id string, s api.State, exit *int32) {
 	b.mu.Lock()
 	j := b.jobs[id]
 	j.State = s
 	j.ExitCode = exit
 	rec := *j
-	var fns []func(lanes.JobRecord)
+	var fns []func(api.JobRecord)
 	if s.Terminal() {
 		fns = b.takeWaitersLocked(id)
 	}
@@ -201,17 +202,17 @@ func (b *fakeBackend) setState(id string, s lanes.State, exit *int32) {
 	}
 }
 
-func (b *fakeBackend) Lanes() []lanes.LaneStatus {
-	return []lanes.LaneStatus{
-		{Name: "net", Network: "full", Slots: 2, QueueLimit: 10, Runners: []lanes.RunnerStatus{{ID: "net-1", Pid: 11, State: "ready"}}},
-		{Name: "no-net", Network: "none", Slots: 4, QueueLimit: 10, Runners: []lanes.RunnerStatus{{ID: "no-net-1", Pid: 12, State: "ready"}}},
+func (b *fakeBackend) Lanes() []api.LaneStatus {
+	return []api.LaneStatus{
+		{Name: "net", Network: "full", Slots: 2, QueueLimit: 10, Runners: []api.RunnerStatus{{ID: "net-1", Pid: 11, State: "ready"}}},
+		{Name: "no-net", Network: "none", Slots: 4, QueueLimit: 10, Runners: []api.RunnerStatus{{ID: "no-net-1", Pid: 12, State: "ready"}}},
 	}
 }
 
-func (b *fakeBackend) Metrics() lanes.Metrics {
+func (b *fakeBackend) Metrics() api.Metrics {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return lanes.Metrics{UptimeMs: 1234, JobsSubmitted: int64(b.next), JobsByState: map[lanes.State]int64{}}
+	return api.Metrics{UptimeMs: 1234, JobsSubmitted: int64(b.next), JobsByState: map[api.State]int64{}}
 }
 
 // ---- event recorder ----

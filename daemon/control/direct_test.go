@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -18,7 +19,7 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
 	var j jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	big := strings.Repeat("line of output\n", 200000) // 3 MB: far more than a socket buffer
 	h.be.mu.Lock()
 	h.be.jobs[j.JobID].Output = big

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -56,17 +57,17 @@ func TestJobMethods(t *testing.T) {
 
 	// submit: the lane defaults to no-net.
 	var sub jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"echo", "hi"}, Cwd: "/tmp"}, &sub)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"echo", "hi"}, Cwd: "/tmp"}, &sub)
 	if sub.JobID == "" {
 		t.Fatal("job.submit: empty job_id")
 	}
 	var got jobResult
 	h.mustCall(c, "job.get", idParams{ID: sub.JobID}, &got)
-	if got.Job.ID != sub.JobID || got.Job.Lane != "no-net" || got.Job.State != lanes.StateQueued {
+	if got.Job.ID != sub.JobID || got.Job.Lane != "no-net" || got.Job.State != api.StateQueued {
 		t.Fatalf("job.get = %+v", got.Job)
 	}
 	var sub2 jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Lane: "net", Command: "true"}, &sub2)
+	h.mustCall(c, "job.submit", api.JobSpec{Lane: "net", Command: "true"}, &sub2)
 
 	for _, tc := range []struct {
 		name   string
@@ -76,8 +77,8 @@ func TestJobMethods(t *testing.T) {
 		msg    string
 	}{
 		{"submit unknown field", "job.submit", map[string]any{"argv": []string{"x"}, "nope": 1}, wire.CodeInvalidParams, "nope"},
-		{"submit unknown lane", "job.submit", lanes.JobSpec{Lane: "moon", Argv: []string{"x"}}, wire.CodeNotFound, "lane moon"},
-		{"submit nothing to run", "job.submit", lanes.JobSpec{}, wire.CodeInvalidParams, "argv"},
+		{"submit unknown lane", "job.submit", api.JobSpec{Lane: "moon", Argv: []string{"x"}}, wire.CodeNotFound, "lane moon"},
+		{"submit nothing to run", "job.submit", api.JobSpec{}, wire.CodeInvalidParams, "argv"},
 		{"submit wrong type", "job.submit", map[string]any{"argv": "x"}, wire.CodeInvalidParams, "argv"},
 		{"get missing", "job.get", idParams{ID: "j-404"}, wire.CodeNotFound, "j-404"},
 		{"get no id", "job.get", nil, wire.CodeInvalidParams, "id is required"},
@@ -113,13 +114,13 @@ func TestJobMethods(t *testing.T) {
 		t.Fatalf("job.list: %d jobs, want 2", len(all.Jobs))
 	}
 	var netOnly jobsResult
-	h.mustCall(c, "job.list", lanes.Filter{Lane: "net"}, &netOnly)
+	h.mustCall(c, "job.list", api.Filter{Lane: "net"}, &netOnly)
 	if len(netOnly.Jobs) != 1 || netOnly.Jobs[0].ID != sub2.JobID {
 		t.Fatalf("job.list lane=net: %+v", netOnly.Jobs)
 	}
 	var none jobsResult
 	var rawNone json.RawMessage
-	h.mustCall(c, "job.list", lanes.Filter{State: "succeeded"}, &rawNone)
+	h.mustCall(c, "job.list", api.Filter{State: "succeeded"}, &rawNone)
 	if err := json.Unmarshal(rawNone, &none); err != nil || len(none.Jobs) != 0 || !strings.Contains(string(rawNone), `"jobs":[]`) {
 		t.Fatalf("job.list state=succeeded: %s", rawNone)
 	}
@@ -130,7 +131,7 @@ func TestJobMethods(t *testing.T) {
 	if cr.WasRunning {
 		t.Fatal("cancel of a queued job says was_running")
 	}
-	h.be.setState(sub2.JobID, lanes.StateRunning, nil)
+	h.be.setState(sub2.JobID, api.StateRunning, nil)
 	h.be.mu.Lock()
 	h.be.cancelAsync = true
 	h.be.mu.Unlock()
@@ -146,7 +147,7 @@ func TestJobMethods(t *testing.T) {
 	h.be.mu.Lock()
 	h.be.queueLimit = 0
 	h.be.mu.Unlock()
-	if e := h.callErr(c, "job.submit", lanes.JobSpec{Argv: []string{"x"}}); e.Code != wire.CodeQueueFull {
+	if e := h.callErr(c, "job.submit", api.JobSpec{Argv: []string{"x"}}); e.Code != wire.CodeQueueFull {
 		t.Fatalf("queue full: %+v", e)
 	}
 }
@@ -172,7 +173,7 @@ func TestLaneTreeMetrics(t *testing.T) {
 	}
 	c2 := h.client()
 	h.mustCall(c2, "ping", nil, nil)
-	var m lanes.Metrics
+	var m api.Metrics
 	h.mustCall(c, "metrics.get", nil, &m)
 	if m.Connections != 2 || m.ConnectionsSeen != 2 || m.UptimeMs != 1234 {
 		t.Fatalf("metrics.get = %+v", m)
@@ -192,16 +193,16 @@ func TestJobWait(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
 	var a, b, d jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"a"}}, &a)
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"b"}}, &b)
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"d"}}, &d)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"a"}}, &a)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"b"}}, &b)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"d"}}, &d)
 
 	// Already terminal: at once.
 	zero := int32(0)
-	h.be.setState(a.JobID, lanes.StateSucceeded, &zero)
+	h.be.setState(a.JobID, api.StateSucceeded, &zero)
 	var w jobResult
 	h.mustCall(c, "job.wait", waitParams{ID: a.JobID}, &w)
-	if w.Job.State != lanes.StateSucceeded || w.Job.ExitCode == nil || *w.Job.ExitCode != 0 {
+	if w.Job.State != api.StateSucceeded || w.Job.ExitCode == nil || *w.Job.ExitCode != 0 {
 		t.Fatalf("wait on a finished job = %+v", w.Job)
 	}
 
@@ -217,11 +218,11 @@ func TestJobWait(t *testing.T) {
 	}
 	h.mustCall(c, "ping", nil, nil) // the connection serves other calls meanwhile
 	three := int32(3)
-	h.be.setState(b.JobID, lanes.StateFailed, &three)
+	h.be.setState(b.JobID, api.StateFailed, &three)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if wb.Job.ID != b.JobID || wb.Job.State != lanes.StateFailed || *wb.Job.ExitCode != 3 {
+	if wb.Job.ID != b.JobID || wb.Job.State != api.StateFailed || *wb.Job.ExitCode != 3 {
 		t.Fatalf("woken wait = %+v", wb.Job)
 	}
 
@@ -236,7 +237,7 @@ func TestJobWait(t *testing.T) {
 	}
 	data, _ := json.Marshal(we.Data)
 	var wd jobResult
-	if err := json.Unmarshal(data, &wd); err != nil || wd.Job.ID != d.JobID || wd.Job.State != lanes.StateQueued {
+	if err := json.Unmarshal(data, &wd); err != nil || wd.Job.ID != d.JobID || wd.Job.State != api.StateQueued {
 		t.Fatalf("wait timeout data = %s", data)
 	}
 	waitUntil(t, "the timed-out wait is cancelled", func() bool { return h.be.waiterCount() == 0 })
@@ -323,7 +324,7 @@ func TestEventsSubscribe(t *testing.T) {
 	r.send(`{"id":5,"method":"events.subscribe","params":{}}`)
 	r.mustLine()
 	code := int32(0)
-	h.bus.Emit(eventlog.JobFinished{JobID: "j-9", State: "succeeded", Record: lanes.JobRecord{ID: "j-9", State: lanes.StateSucceeded, ExitCode: &code}})
+	h.bus.Emit(eventlog.JobFinished{JobID: "j-9", State: "succeeded", Record: api.JobRecord{ID: "j-9", State: api.StateSucceeded, ExitCode: &code}})
 	fin := r.mustLine()
 	var fd jobResult
 	if err := json.Unmarshal(fin.Data, &fd); fin.Event != "job.finished" || err != nil || fd.Job.ID != "j-9" {
@@ -489,7 +490,7 @@ func TestResponseQueueFull(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.SubscriberQueue = 8 })
 	c := h.client()
 	var j jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	r := h.raw()
 	const waits = 5000
 	var b strings.Builder
@@ -499,7 +500,7 @@ func TestResponseQueueFull(t *testing.T) {
 	r.send(b.String())
 	waitUntil(t, "all waits registered", func() bool { return h.be.waiterCount() == waits })
 	one := int32(1)
-	h.be.setState(j.JobID, lanes.StateFailed, &one) // 5000 answers, nobody reads
+	h.be.setState(j.JobID, api.StateFailed, &one) // 5000 answers, nobody reads
 	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(eventlog.ConnClosed)
 	if ev.Reason != ReasonResponseQueueFull {
 		t.Fatalf("conn.closed = %+v", ev)
@@ -560,7 +561,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
 	var j jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"sleep"}}, &j)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"sleep"}}, &j)
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- h.call(c, "job.wait", waitParams{ID: j.JobID}, nil) }()
 	waitUntil(t, "the wait is registered", func() bool { return h.be.waiterCount() == 1 })
@@ -689,7 +690,7 @@ func TestClientReadsLongLines(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
 	var j jobIDResult
-	h.mustCall(c, "job.submit", lanes.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	big := strings.Repeat("line of output\n", 300000) // 4.5 MB, more once escaped
 	h.be.mu.Lock()
 	h.be.jobs[j.JobID].Output = big

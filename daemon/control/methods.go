@@ -6,8 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -44,16 +45,16 @@ type (
 		JobID string `json:"job_id"`
 	}
 	jobResult struct {
-		Job lanes.JobRecord `json:"job"`
+		Job api.JobRecord `json:"job"`
 	}
 	jobsResult struct {
-		Jobs []lanes.JobRecord `json:"jobs"`
+		Jobs []api.JobRecord `json:"jobs"`
 	}
 	cancelResult struct {
 		WasRunning bool `json:"was_running"`
 	}
 	lanesResult struct {
-		Lanes []lanes.LaneStatus `json:"lanes"`
+		Lanes []api.LaneStatus `json:"lanes"`
 	}
 	treeResult struct {
 		Tree []actors.TreeNode `json:"tree"`
@@ -105,7 +106,7 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 		c.StopSelf()
 
 	case "job.submit":
-		var spec lanes.JobSpec
+		var spec api.JobSpec
 		if e := wire.DecodeParams(req, &spec); e != nil {
 			cn.respond(req.ID, nil, e)
 			return
@@ -134,19 +135,19 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 		cn.respond(req.ID, jobResult{Job: rec}, nil)
 
 	case "job.list":
-		var f lanes.Filter
+		var f api.Filter
 		if e := wire.DecodeParams(req, &f); e != nil {
 			cn.respond(req.ID, nil, e)
 			return
 		}
-		if f.State != "" && !lanes.ValidState(f.State) {
+		if f.State != "" && !api.ValidState(f.State) {
 			cn.respond(req.ID, nil, wire.Errorf(wire.CodeInvalidParams,
 				"invalid params for job.list: unknown state %q (want queued, dispatched, running, succeeded, failed, timeout, cancelled or error)", f.State))
 			return
 		}
 		jobs := be.List(f)
 		if jobs == nil {
-			jobs = []lanes.JobRecord{}
+			jobs = []api.JobRecord{}
 		}
 		cn.respond(req.ID, jobsResult{Jobs: jobs}, nil)
 
@@ -180,7 +181,7 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 		}
 		ls := be.Lanes()
 		if ls == nil {
-			ls = []lanes.LaneStatus{}
+			ls = []api.LaneStatus{}
 		}
 		cn.respond(req.ID, lanesResult{Lanes: ls}, nil)
 
@@ -278,7 +279,7 @@ func (w *pendingWait) cancel() {
 type (
 	waitDone struct {
 		n   uint64
-		rec lanes.JobRecord
+		rec api.JobRecord
 	}
 	waitTimeout struct{ n uint64 }
 )
@@ -288,7 +289,7 @@ func (a *connActor) startWait(c *actors.Context, reqID uint64, p waitParams) {
 	cn.nextWait++
 	n := cn.nextWait
 	sys, self := c.System(), c.Self()
-	stop, e := cn.srv.backend.Wait(p.ID, func(rec lanes.JobRecord) {
+	stop, e := cn.srv.backend.Wait(p.ID, func(rec api.JobRecord) {
 		sys.Send(self, waitDone{n: n, rec: rec})
 	})
 	if e != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/control"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 

@@ -1,4 +1,4 @@
-package eventlog
+package wire
 
 import (
 	"encoding/base64"
@@ -19,7 +19,7 @@ func AppendBytesField(dst []byte, name, s string) []byte {
 	dst = append(dst, name...)
 	if utf8.ValidString(s) {
 		dst = append(dst, '"', ':')
-		return appendJSONString(dst, s)
+		return AppendJSONString(dst, s, false)
 	}
 	dst = append(dst, `_b64":"`...)
 	dst = base64.StdEncoding.AppendEncode(dst, []byte(s))

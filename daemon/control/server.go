@@ -12,11 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -27,17 +28,17 @@ import (
 type Backend interface {
 	// Submit queues a job. Errors: CodeInvalidParams, CodeNotFound (lane),
 	// CodeQueueFull.
-	Submit(spec lanes.JobSpec) (jobID string, err *wire.Error)
-	Get(id string) (lanes.JobRecord, bool)
-	List(f lanes.Filter) []lanes.JobRecord
+	Submit(spec api.JobSpec) (jobID string, err *wire.Error)
+	Get(id string) (api.JobRecord, bool)
+	List(f api.Filter) []api.JobRecord
 	// Cancel calls reply exactly once.
 	Cancel(id string, reply func(wasRunning bool, err *wire.Error))
 	// Wait calls fn once when the job is terminal (at once if it already
 	// is). cancel stops a pending wait; fn is not called after it returns
 	// unless it was already running.
-	Wait(id string, fn func(lanes.JobRecord)) (cancel func(), err *wire.Error)
-	Lanes() []lanes.LaneStatus
-	Metrics() lanes.Metrics
+	Wait(id string, fn func(api.JobRecord)) (cancel func(), err *wire.Error)
+	Lanes() []api.LaneStatus
+	Metrics() api.Metrics
 }
 
 // Overflow policies for subscribers that fall behind.
