@@ -1,0 +1,3 @@
+package state
+
+func crashChild() {}

@@ -1,0 +1,67 @@
+// Package state is the one owner of the daemon's durable state,
+// <home>/state.db: an SQLite database (modernc.org/sqlite, pure Go) in WAL
+// mode.
+//
+// # Writes and reads
+//
+// Every write goes through one writer goroutine that owns the only write
+// connection. Writes are queued (bounded, Options.QueueSize); the writer
+// takes everything queued (up to maxBatch writes) and commits it in one
+// transaction, so many writes in the same millisecond cost one commit (group
+// commit). A write returns, or calls its done function, only once its
+// transaction has committed, or with an error saying what failed; a write
+// that failed left nothing behind. Writes are applied in the order they were
+// queued: the writes one goroutine enqueues keep their order.
+//
+// Reads use a pool of separate read-only connections and never wait on the
+// writer: in WAL mode a reader sees the last committed state while a write
+// transaction is open.
+//
+// # Durability
+//
+// Options.Durability "process" (the default) is synchronous=NORMAL: a commit
+// is in the WAL file (the kernel's page cache) when it is acknowledged, so
+// it survives kill -9 of the daemon but not necessarily a power loss or a
+// kernel crash. "power" is synchronous=FULL: the WAL is fsynced on every
+// commit, which survives power loss too and costs an fsync per group commit.
+//
+// # Schema
+//
+// The schema is versioned with PRAGMA user_version and migrated in code
+// (schema.go): a newer orchestrd upgrades an older file at Open, each
+// migration in a transaction of its own; an older one refuses a newer file
+// with a *SchemaError naming the file and both versions. The tables, for a
+// person with the sqlite3 tool (`sqlite3 ~/.orchestrd/state.db`):
+//
+//	meta  key TEXT PRIMARY KEY, value TEXT
+//	      node_id      this home's stable id (32 hex digits, made at first open)
+//	      opened_at    when a daemon last opened the file
+//	      <counters>   ranges handed out by Meta.Reserve (the event log's seq)
+//
+//	jobs  one row per job, in submission order
+//	      seq            INTEGER PRIMARY KEY: submission order, the paging cursor
+//	      id, lane, state           state: queued dispatched running | succeeded
+//	                                failed timeout cancelled error
+//	      created_at, dispatched_at, finished_at
+//	                                UTC text, 2006-01-02T15:04:05.000000Z;
+//	                                finished_at is set iff the state is terminal
+//	      runner_id, runner_pid     the runner it was dispatched to
+//	      exit_code, signal, error, was_timeout, was_cancelled, duration_ms
+//	      output_bytes, output_truncated
+//	                                every byte the job wrote / whether output
+//	                                keeps only the first max_output_bytes
+//	      command, argv, cwd, worktree_dir, env, timeout_ms, max_output_bytes,
+//	      file_paths, agent_id, tool_name, stdin, stdin_b64
+//	                                the submitted spec, enough to run a queued
+//	                                job again after a crash (argv, env and
+//	                                file_paths are JSON text)
+//	      output BLOB               the kept output, byte for byte
+//
+// For example:
+//
+//	sqlite3 -header -column state.db \
+//	  "select id, lane, state, exit_code, finished_at from jobs order by seq desc limit 20"
+//
+// Times are stored with microsecond precision; a record read back has its
+// times truncated to the microsecond, in UTC.
+package state

@@ -1,0 +1,627 @@
+package state
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Jobs is the jobs table's typed interface. Its write methods return once
+// the write is committed; the JobSubmitted, JobDispatched, ... constructors
+// make the same writes for Store.Enqueue (an actor that must not block) and
+// Store.Do (many at once).
+//
+// The recovery rule after a crash rests on one ordering the caller keeps: a
+// job's dispatch is committed (JobDispatched) before its Job frame is
+// written to a runner. Then a job still recorded as queued was never seen by
+// any runner and can run again; one recorded as dispatched or running may
+// have run (Unfinished.MayHaveRun).
+type Jobs struct{ s *Store }
+
+// Jobs returns the jobs table's interface.
+func (s *Store) Jobs() Jobs { return Jobs{s} }
+
+// Submit records a submitted job: rec (ID, Lane, CreatedAt; State queued)
+// and the spec it was submitted with, so that a queued job can run again
+// after a crash.
+func (j Jobs) Submit(ctx context.Context, rec api.JobRecord, spec api.JobSpec) error {
+	return j.s.Do(ctx, JobSubmitted(rec, spec))
+}
+
+// Dispatch records that the job was handed to a runner.
+func (j Jobs) Dispatch(ctx context.Context, id, runnerID string, runnerPid int, at time.Time) error {
+	return j.s.Do(ctx, JobDispatched(id, runnerID, runnerPid, at))
+}
+
+// Run records that the runner started the job.
+func (j Jobs) Run(ctx context.Context, id string) error { return j.s.Do(ctx, JobRunning(id)) }
+
+// Requeue records that a dispatched job went back to its queue without any
+// runner having seen it.
+func (j Jobs) Requeue(ctx context.Context, id string) error { return j.s.Do(ctx, JobRequeued(id)) }
+
+// Finish records a job's terminal record. A job finishes once: a second
+// Finish fails with ErrFinished and changes nothing.
+func (j Jobs) Finish(ctx context.Context, rec api.JobRecord) error {
+	return j.s.Do(ctx, JobFinished(rec))
+}
+
+// The time format of every time column: UTC, fixed width (so text order is
+// time order), microseconds.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+func fmtTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+func fmtTimePtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return fmtTime(*t)
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// jsonStrings writes a JSON array of strings, readable in sqlite3 (no
+// HTML escaping). Strings must be UTF-8: JSON cannot carry other bytes.
+func jsonStrings(field string, ss []string) (any, error) {
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	b := make([]byte, 0, 64)
+	b = append(b, '[')
+	for i, s := range ss {
+		if !utf8.ValidString(s) {
+			return nil, fmt.Errorf("%s[%d] is not valid UTF-8", field, i)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = wire.AppendJSONString(b, s, false)
+	}
+	return string(append(b, ']')), nil
+}
+
+func jsonEnv(env map[string]string) (any, error) {
+	if len(env) == 0 {
+		return nil, nil
+	}
+	for k, v := range env {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("env %q is not valid UTF-8", k)
+		}
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(env); err != nil { // sorted keys
+		return nil, err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+func uint63(field string, v uint64) (any, error) {
+	if v == 0 {
+		return nil, nil
+	}
+	if v > math.MaxInt64 {
+		return nil, fmt.Errorf("%s %d is too large", field, v)
+	}
+	return int64(v), nil
+}
+
+// JobSubmitted is the write Jobs.Submit makes.
+func JobSubmitted(rec api.JobRecord, spec api.JobSpec) Write {
+	return &jobSubmitted{rec: rec, spec: spec}
+}
+
+type jobSubmitted struct {
+	rec  api.JobRecord
+	spec api.JobSpec
+	args []any
+}
+
+func (w *jobSubmitted) what() string { return "record job " + w.rec.ID + " submitted" }
+
+func (w *jobSubmitted) prepare() error {
+	r, sp := &w.rec, &w.spec
+	switch {
+	case r.ID == "":
+		return errors.New("the job has no id")
+	case r.Lane == "":
+		return errors.New("the job has no lane")
+	case r.State != "" && r.State != api.StateQueued:
+		return fmt.Errorf("a submitted job is queued, not %s", r.State)
+	case !utf8.ValidString(r.ID):
+		return errors.New("the job id is not valid UTF-8")
+	}
+	created := r.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	argv, err := jsonStrings("argv", sp.Argv)
+	if err != nil {
+		return err
+	}
+	env, err := jsonEnv(sp.Env)
+	if err != nil {
+		return err
+	}
+	files, err := jsonStrings("file_paths", sp.FilePaths)
+	if err != nil {
+		return err
+	}
+	timeout, err := uint63("timeout_ms", sp.TimeoutMs)
+	if err != nil {
+		return err
+	}
+	maxOut, err := uint63("max_output_bytes", sp.MaxOutputBytes)
+	if err != nil {
+		return err
+	}
+	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd),
+		nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID), nullStr(sp.ToolName),
+		nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64)}
+	return nil
+}
+
+func (w *jobSubmitted) apply(t *wtx) error {
+	ok, err := t.exec1(`INSERT INTO jobs(id, lane, state, created_at, command, argv, cwd, worktree_dir, env,
+		timeout_ms, max_output_bytes, file_paths, agent_id, tool_name, stdin, stdin_b64)
+		VALUES(?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
+	if err == nil && !ok {
+		return ErrExists
+	}
+	return err
+}
+
+// JobDispatched is the write Jobs.Dispatch makes.
+func JobDispatched(id, runnerID string, runnerPid int, at time.Time) Write {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return &jobUpdate{id: id, verb: "dispatched", query: `UPDATE jobs SET state = 'dispatched', runner_id = ?,
+		runner_pid = ?, dispatched_at = ? WHERE id = ? AND finished_at IS NULL`,
+		args: []any{nullStr(runnerID), int64(runnerPid), fmtTime(at), id}}
+}
+
+// JobRunning is the write Jobs.Run makes.
+func JobRunning(id string) Write {
+	return &jobUpdate{id: id, verb: "running",
+		query: `UPDATE jobs SET state = 'running' WHERE id = ? AND finished_at IS NULL`, args: []any{id}}
+}
+
+// JobRequeued is the write Jobs.Requeue makes.
+func JobRequeued(id string) Write {
+	return &jobUpdate{id: id, verb: "requeued", query: `UPDATE jobs SET state = 'queued', runner_id = NULL,
+		runner_pid = NULL, dispatched_at = NULL WHERE id = ? AND finished_at IS NULL`, args: []any{id}}
+}
+
+type jobUpdate struct {
+	id, verb, query string
+	args            []any
+}
+
+func (w *jobUpdate) what() string { return "record job " + w.id + " " + w.verb }
+func (w *jobUpdate) prepare() error {
+	if w.id == "" {
+		return errors.New("the job has no id")
+	}
+	return nil
+}
+func (w *jobUpdate) apply(t *wtx) error {
+	ok, err := t.exec1(w.query, w.args...)
+	if err == nil && !ok {
+		return whyUnchanged(t, w.id)
+	}
+	return err
+}
+
+// whyUnchanged says why an update of an unfinished job changed no row.
+func whyUnchanged(t *wtx, id string) error {
+	var finished bool
+	err := t.queryRow("SELECT finished_at IS NOT NULL FROM jobs WHERE id = ?", id).Scan(&finished)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return err
+	case finished:
+		return ErrFinished
+	}
+	return errors.New("no row changed") // not reached: the row matched
+}
+
+// JobFinished is the write Jobs.Finish makes.
+func JobFinished(rec api.JobRecord) Write { return &jobFinished{rec: rec} }
+
+type jobFinished struct {
+	rec  api.JobRecord
+	args []any
+}
+
+func (w *jobFinished) what() string { return "record job " + w.rec.ID + " finished" }
+
+func (w *jobFinished) prepare() error {
+	r := &w.rec
+	if r.ID == "" {
+		return errors.New("the job has no id")
+	}
+	if !r.State.Terminal() {
+		return fmt.Errorf("%q is not a terminal state", r.State)
+	}
+	finished := time.Now()
+	if r.FinishedAt != nil {
+		finished = *r.FinishedAt
+	}
+	var exit any
+	if r.ExitCode != nil {
+		exit = int64(*r.ExitCode)
+	}
+	var pid any
+	if r.RunnerPid != 0 {
+		pid = int64(r.RunnerPid)
+	}
+	w.args = []any{string(r.State), nullStr(r.RunnerID), pid, fmtTimePtr(r.DispatchedAt), fmtTime(finished), exit,
+		nullStr(r.Signal), nullStr(r.Error), b2i(r.WasTimeout), b2i(r.WasCancelled), r.DurationMs, r.OutputBytes,
+		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), r.ID}
+	return nil
+}
+
+func (w *jobFinished) apply(t *wtx) error {
+	ok, err := t.exec1(`UPDATE jobs SET state = ?, runner_id = ?, runner_pid = ?, dispatched_at = ?, finished_at = ?,
+		exit_code = ?, signal = ?, error = ?, was_timeout = ?, was_cancelled = ?, duration_ms = ?,
+		output_bytes = ?, output_truncated = ?, output = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
+	if err == nil && !ok {
+		return whyUnchanged(t, w.rec.ID)
+	}
+	return err
+}
+
+// The columns of a record, then those of its spec, then its output, in the
+// order scanJob reads them.
+const (
+	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
+		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd`
+	specCols = `worktree_dir, env, timeout_ms, max_output_bytes, file_paths, agent_id, tool_name, stdin, stdin_b64`
+)
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanJob reads recordCols, then specCols if spec is not nil, then the
+// output if output.
+func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) {
+	var (
+		r                                      api.JobRecord
+		state, created                         string
+		dispatched, finished, runnerID, signal sql.NullString
+		errStr, command, argv, cwd             sql.NullString
+		pid, exit                              sql.NullInt64
+		timeout, cancelled, truncated          bool
+		worktree, env, files, agent, tool      sql.NullString
+		timeoutMs, maxOut                      sql.NullInt64
+		stdin, stdinB64, out                   []byte
+	)
+	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
+		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd}
+	if spec != nil {
+		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64)
+	}
+	if output {
+		dest = append(dest, &out)
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return r, err
+	}
+	var err error
+	r.State = api.State(state)
+	if r.CreatedAt, err = time.Parse(timeLayout, created); err != nil {
+		return r, fmt.Errorf("job %s: created_at: %w", r.ID, err)
+	}
+	if r.DispatchedAt, err = parseTimePtr(dispatched); err != nil {
+		return r, fmt.Errorf("job %s: dispatched_at: %w", r.ID, err)
+	}
+	if r.FinishedAt, err = parseTimePtr(finished); err != nil {
+		return r, fmt.Errorf("job %s: finished_at: %w", r.ID, err)
+	}
+	r.RunnerID, r.RunnerPid = runnerID.String, int(pid.Int64)
+	if exit.Valid {
+		c := int32(exit.Int64)
+		r.ExitCode = &c
+	}
+	r.Signal, r.Error = signal.String, errStr.String
+	r.WasTimeout, r.WasCancelled, r.OutputTruncated = timeout, cancelled, truncated
+	r.Command, r.Cwd = command.String, cwd.String
+	if argv.Valid {
+		if err := json.Unmarshal([]byte(argv.String), &r.Argv); err != nil {
+			return r, fmt.Errorf("job %s: argv: %w", r.ID, err)
+		}
+	}
+	r.Output = string(out)
+	if spec != nil {
+		*spec = api.JobSpec{Lane: r.Lane, Command: r.Command, Argv: r.Argv, Cwd: r.Cwd, WorktreeDir: worktree.String,
+			TimeoutMs: uint64(timeoutMs.Int64), MaxOutputBytes: uint64(maxOut.Int64), AgentID: agent.String,
+			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64}
+		if env.Valid {
+			if err := json.Unmarshal([]byte(env.String), &spec.Env); err != nil {
+				return r, fmt.Errorf("job %s: env: %w", r.ID, err)
+			}
+		}
+		if files.Valid {
+			if err := json.Unmarshal([]byte(files.String), &spec.FilePaths); err != nil {
+				return r, fmt.Errorf("job %s: file_paths: %w", r.ID, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func parseTimePtr(s sql.NullString) (*time.Time, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	t, err := time.Parse(timeLayout, s.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Get returns a job's record with its output; ok is false for a job that
+// is not recorded.
+func (j Jobs) Get(id string) (rec api.JobRecord, ok bool, err error) {
+	st, err := j.s.read("SELECT " + recordCols + ", output FROM jobs WHERE id = ?")
+	if err == nil {
+		rec, err = scanJob(st.QueryRowContext(bg, id), nil, true)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return api.JobRecord{}, false, nil
+	}
+	if err != nil {
+		return api.JobRecord{}, false, j.s.readErr("read job "+id, err)
+	}
+	return rec, true, nil
+}
+
+// Query selects jobs for List; empty fields match everything.
+type Query struct {
+	State string    // a state name
+	Lane  string    // a lane name
+	Since time.Time // created at or after
+	// Limit is the most jobs a page holds; 0 is no limit.
+	Limit int
+	// Cursor continues the listing after the last job of a page: the page's
+	// Next. Use it with the same Newest.
+	Cursor string
+	// Newest lists newest first; else oldest first.
+	Newest bool
+}
+
+// Page is one page of List.
+type Page struct {
+	Jobs []api.JobRecord // without their output (Get has it)
+	// Next is the cursor of the next page; "" when this page is the last.
+	Next string
+}
+
+// List returns matching jobs in submission order (oldest first, or newest
+// first), one page at a time. A page that ends at Limit has a Next cursor.
+func (j Jobs) List(q Query) (Page, error) {
+	var where []string
+	var args []any
+	if q.State != "" {
+		if !api.ValidState(q.State) {
+			return Page{}, fmt.Errorf("list jobs: unknown state %q", q.State)
+		}
+		where, args = append(where, "state = ?"), append(args, q.State)
+	}
+	if q.Lane != "" {
+		where, args = append(where, "lane = ?"), append(args, q.Lane)
+	}
+	if !q.Since.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, fmtTime(q.Since))
+	}
+	if q.Limit < 0 {
+		return Page{}, fmt.Errorf("list jobs: negative limit %d", q.Limit)
+	}
+	if q.Cursor != "" {
+		seq, err := strconv.ParseInt(q.Cursor, 10, 64)
+		if err != nil || seq < 1 {
+			return Page{}, fmt.Errorf("list jobs: bad cursor %q (pass the next of a previous page)", q.Cursor)
+		}
+		if q.Newest {
+			where = append(where, "seq < ?")
+		} else {
+			where = append(where, "seq > ?")
+		}
+		args = append(args, seq)
+	}
+	query := "SELECT seq, " + recordCols + " FROM jobs"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	if q.Newest {
+		query += " ORDER BY seq DESC"
+	} else {
+		query += " ORDER BY seq"
+	}
+	if q.Limit > 0 {
+		query += " LIMIT ?"
+		args = append(args, q.Limit+1) // one more says whether there is a next page
+	}
+	st, err := j.s.read(query)
+	if err != nil {
+		return Page{}, j.s.readErr("list jobs", err)
+	}
+	rows, err := st.QueryContext(bg, args...)
+	if err != nil {
+		return Page{}, j.s.readErr("list jobs", err)
+	}
+	defer rows.Close()
+	p := Page{Jobs: []api.JobRecord{}}
+	var last int64
+	for rows.Next() {
+		if q.Limit > 0 && len(p.Jobs) == q.Limit {
+			p.Next = strconv.FormatInt(last, 10)
+			break
+		}
+		rec, err := scanJob(seqScanner{rows, &last}, nil, false)
+		if err != nil {
+			return Page{}, j.s.readErr("list jobs", err)
+		}
+		p.Jobs = append(p.Jobs, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, j.s.readErr("list jobs", err)
+	}
+	return p, nil
+}
+
+// seqScanner reads the seq column in front of the others.
+type seqScanner struct {
+	rows *sql.Rows
+	seq  *int64
+}
+
+func (s seqScanner) Scan(dest ...any) error {
+	return s.rows.Scan(append([]any{s.seq}, dest...)...)
+}
+
+// Unfinished is a job a daemon left unfinished: recorded, never finished.
+type Unfinished struct {
+	Record api.JobRecord
+	Spec   api.JobSpec // as submitted, with the lane it was queued in
+}
+
+// MayHaveRun reports whether a runner may have seen the job: it was
+// dispatched or running. A job that was only queued (never dispatched, or
+// requeued since without a runner seeing it) did not run and can be queued
+// again; one that may have run must not be run again.
+func (u Unfinished) MayHaveRun() bool { return u.Record.State != api.StateQueued }
+
+// Unfinished returns the jobs not finished, in submission order, with their
+// specs: after a crash, the jobs the dead daemon left.
+func (j Jobs) Unfinished() ([]Unfinished, error) {
+	st, err := j.s.read("SELECT " + recordCols + ", " + specCols + " FROM jobs WHERE finished_at IS NULL ORDER BY seq")
+	if err != nil {
+		return nil, j.s.readErr("list unfinished jobs", err)
+	}
+	rows, err := st.QueryContext(bg)
+	if err != nil {
+		return nil, j.s.readErr("list unfinished jobs", err)
+	}
+	defer rows.Close()
+	var out []Unfinished
+	for rows.Next() {
+		var u Unfinished
+		if u.Record, err = scanJob(rows, &u.Spec, false); err != nil {
+			return nil, j.s.readErr("list unfinished jobs", err)
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.s.readErr("list unfinished jobs", err)
+	}
+	return out, nil
+}
+
+// pruneChunk is the most rows one prune write deletes, so that pruning a
+// big backlog never holds the writer long.
+const pruneChunk = 500
+
+// Prune deletes finished jobs: all but the keep most recently finished
+// (keep <= 0: no bound on the count), and those finished before before
+// (zero: no bound on age). Unfinished jobs are never pruned. It deletes in
+// small transactions between other writes and returns how many it deleted.
+func (j Jobs) Prune(ctx context.Context, keep int, before time.Time) (int, error) {
+	total := 0
+	for _, w := range []*jobPrune{{keep: keep}, {before: before}} {
+		if w.keep <= 0 && w.before.IsZero() {
+			continue
+		}
+		for {
+			w.deleted = 0
+			if err := j.s.Do(ctx, w); err != nil {
+				return total, err
+			}
+			total += w.deleted
+			if w.deleted < pruneChunk {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return total, fmt.Errorf("prune jobs: %w", err)
+			}
+		}
+	}
+	return total, nil
+}
+
+type jobPrune struct {
+	keep    int
+	before  time.Time
+	deleted int // the result
+}
+
+func (w *jobPrune) what() string   { return "prune finished jobs" }
+func (w *jobPrune) prepare() error { return nil }
+func (w *jobPrune) apply(t *wtx) error {
+	var res sql.Result
+	var err error
+	if w.keep > 0 {
+		// The keep-th most recently finished job is the last one kept.
+		var at string
+		var seq int64
+		err = t.queryRow(`SELECT finished_at, seq FROM jobs WHERE finished_at IS NOT NULL
+			ORDER BY finished_at DESC, seq DESC LIMIT 1 OFFSET ?`, w.keep-1).Scan(&at, &seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // no more than keep
+		}
+		if err != nil {
+			return err
+		}
+		res, err = t.exec(`DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
+			AND (finished_at < ? OR finished_at = ? AND seq < ?) LIMIT ?)`, at, at, seq, pruneChunk)
+	} else {
+		res, err = t.exec(`DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
+			AND finished_at < ? LIMIT ?)`, fmtTime(w.before), pruneChunk)
+	}
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	w.deleted = int(n)
+	return err
+}

@@ -1,0 +1,63 @@
+package state
+
+// A migration takes the file from version-1 to version. Migrations only ever
+// get appended: a released one never changes, since files out there were
+// made by it. A later issue adding a domain (approvals, executor sessions,
+// clanker tasks, context) appends one that creates its tables.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+var migrations = []migration{
+	{version: 1, name: "meta and jobs", sql: `
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY NOT NULL,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE jobs (
+	seq              INTEGER PRIMARY KEY,
+	id               TEXT NOT NULL UNIQUE,
+	lane             TEXT NOT NULL,
+	state            TEXT NOT NULL CHECK (state IN
+	                   ('queued','dispatched','running','succeeded','failed','timeout','cancelled','error')),
+	created_at       TEXT NOT NULL,
+	dispatched_at    TEXT,
+	finished_at      TEXT CHECK ((finished_at IS NULL) = (state IN ('queued','dispatched','running'))),
+	runner_id        TEXT,
+	runner_pid       INTEGER,
+	exit_code        INTEGER,
+	signal           TEXT,
+	error            TEXT,
+	was_timeout      INTEGER NOT NULL DEFAULT 0,
+	was_cancelled    INTEGER NOT NULL DEFAULT 0,
+	duration_ms      INTEGER NOT NULL DEFAULT 0,
+	output_bytes     INTEGER NOT NULL DEFAULT 0,
+	output_truncated INTEGER NOT NULL DEFAULT 0,
+	command          TEXT,
+	argv             TEXT,
+	cwd              TEXT,
+	worktree_dir     TEXT,
+	env              TEXT,
+	timeout_ms       INTEGER,
+	max_output_bytes INTEGER,
+	file_paths       TEXT,
+	agent_id         TEXT,
+	tool_name        TEXT,
+	stdin            BLOB,
+	stdin_b64        BLOB,
+	output           BLOB
+);
+
+-- The jobs a restart has to look at, and the finished ones in the order
+-- pruning takes them.
+CREATE INDEX jobs_unfinished ON jobs(seq) WHERE finished_at IS NULL;
+CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+`},
+}
+
+// SchemaVersion is the schema version this build writes and the newest it
+// can open.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
