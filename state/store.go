@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -94,7 +95,7 @@ type Store struct {
 	q       chan *op
 	stopped chan struct{}
 
-	commits, writes, failed, maxBatch atomic.Int64
+	commits, writes, failed, maxBatch, inFlight atomic.Int64
 }
 
 // Stats counts what the writer did since Open.
@@ -104,12 +105,13 @@ type Stats struct {
 	Failed   int64 // writes that ended with an error
 	MaxBatch int64 // the most writes one transaction committed
 	Queued   int   // writes waiting for the writer now
+	InFlight int64 // writes in the transaction the writer is committing now
 }
 
 // Stats returns the writer's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Commits: s.commits.Load(), Writes: s.writes.Load(), Failed: s.failed.Load(),
-		MaxBatch: s.maxBatch.Load(), Queued: len(s.q)}
+		MaxBatch: s.maxBatch.Load(), Queued: len(s.q), InFlight: s.inFlight.Load()}
 }
 
 // Path is the database file's absolute path.
@@ -136,6 +138,11 @@ func open(path string, opt Options, migs []migration) (_ *Store, err error) {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err // the path is named once, here
+		}
+		if !errors.Is(err, syscall.ENOSPC) && noSpace(filepath.Dir(path)) {
+			// SQLite says only "disk I/O error" when it cannot grow its
+			// -shm file.
+			err = fmt.Errorf("%w (the file system is full)", err)
 		}
 		return fmt.Errorf("state store %s: %s: %w", path, what, err)
 	}
@@ -223,6 +230,12 @@ func open(path string, opt Options, migs []migration) (_ *Store, err error) {
 
 	go s.run()
 	return s, nil
+}
+
+// noSpace reports whether the file system of dir has no free block left.
+func noSpace(dir string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(dir, &st) == nil && st.Bavail == 0
 }
 
 // dsn is the driver's name for the file: a URI (so any path works) with the
@@ -458,7 +471,9 @@ func (s *Store) run() {
 				break fill
 			}
 		}
+		s.inFlight.Store(int64(len(batch)))
 		s.commit(batch)
+		s.inFlight.Store(0)
 		for _, o := range batch {
 			if o.done != nil {
 				if o.err != nil {
