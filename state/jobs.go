@@ -149,9 +149,9 @@ func JobSubmitted(rec api.JobRecord, spec api.JobSpec) Write {
 }
 
 type jobSubmitted struct {
-	rec  api.JobRecord
-	spec api.JobSpec
-	args []any
+	rec            api.JobRecord
+	spec           api.JobSpec
+	args, specArgs []any
 }
 
 func (w *jobSubmitted) what() string { return "record job " + w.rec.ID + " submitted" }
@@ -192,19 +192,23 @@ func (w *jobSubmitted) prepare() error {
 	if err != nil {
 		return err
 	}
-	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd),
-		nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID), nullStr(sp.ToolName),
-		nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64)}
+	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd)}
+	w.specArgs = []any{nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID),
+		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64)}
 	return nil
 }
 
 func (w *jobSubmitted) apply(t *wtx) error {
-	ok, err := t.exec1(`INSERT INTO jobs(id, lane, state, created_at, command, argv, cwd, worktree_dir, env,
-		timeout_ms, max_output_bytes, file_paths, agent_id, tool_name, stdin, stdin_b64)
-		VALUES(?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
+	ok, err := t.exec1(`INSERT INTO jobs(id, lane, state, created_at, command, argv, cwd)
+		VALUES(?, ?, 'queued', ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
 	if err == nil && !ok {
 		return ErrExists
 	}
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(`INSERT INTO job_specs(seq, worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
+		agent_id, tool_name, stdin, stdin_b64) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
 	return err
 }
 
@@ -316,7 +320,8 @@ func (w *jobFinished) apply(t *wtx) error {
 const (
 	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd`
-	specCols = `worktree_dir, env, timeout_ms, max_output_bytes, file_paths, agent_id, tool_name, stdin, stdin_b64`
+	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
+		s.stdin, s.stdin_b64`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -535,7 +540,8 @@ func (u Unfinished) MayHaveRun() bool { return u.Record.State != api.StateQueued
 // Unfinished returns the jobs not finished, in submission order, with their
 // specs: after a crash, the jobs the dead daemon left.
 func (j Jobs) Unfinished() ([]Unfinished, error) {
-	st, err := j.s.read("SELECT " + recordCols + ", " + specCols + " FROM jobs WHERE finished_at IS NULL ORDER BY seq")
+	// Every unfinished job has its spec in job_specs, and no finished one.
+	st, err := j.s.read("SELECT " + recordCols + ", " + specCols + " FROM job_specs s JOIN jobs USING (seq) ORDER BY seq")
 	if err != nil {
 		return nil, j.s.readErr("list unfinished jobs", err)
 	}

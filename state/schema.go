@@ -10,6 +10,8 @@ type migration struct {
 	sql     string
 }
 
+// (The CHECKs are written with OR, not IN: SQLite builds a temporary
+// b-tree for an IN list on every row it checks.)
 var migrations = []migration{
 	{version: 1, name: "meta and jobs", sql: `
 CREATE TABLE meta (
@@ -21,11 +23,12 @@ CREATE TABLE jobs (
 	seq              INTEGER PRIMARY KEY,
 	id               TEXT NOT NULL UNIQUE,
 	lane             TEXT NOT NULL,
-	state            TEXT NOT NULL CHECK (state IN
-	                   ('queued','dispatched','running','succeeded','failed','timeout','cancelled','error')),
+	state            TEXT NOT NULL CHECK (state = 'queued' OR state = 'dispatched' OR state = 'running' OR
+	                   state = 'succeeded' OR state = 'failed' OR state = 'timeout' OR state = 'cancelled' OR
+	                   state = 'error'),
 	created_at       TEXT NOT NULL,
 	dispatched_at    TEXT,
-	finished_at      TEXT CHECK ((finished_at IS NULL) = (state IN ('queued','dispatched','running'))),
+	finished_at      TEXT CHECK ((finished_at IS NULL) = (state = 'queued' OR state = 'dispatched' OR state = 'running')),
 	runner_id        TEXT,
 	runner_pid       INTEGER,
 	exit_code        INTEGER,
@@ -39,6 +42,17 @@ CREATE TABLE jobs (
 	command          TEXT,
 	argv             TEXT,
 	cwd              TEXT,
+	output           BLOB
+);
+
+-- The finished jobs in the order pruning takes them.
+CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+
+-- The rest of an unfinished job's spec, kept until it finishes: what a
+-- restart needs to run a queued job again. Apart from jobs so that a job's
+-- state changes do not rewrite it (stdin can be 512 KiB).
+CREATE TABLE job_specs (
+	seq              INTEGER PRIMARY KEY,
 	worktree_dir     TEXT,
 	env              TEXT,
 	timeout_ms       INTEGER,
@@ -47,14 +61,18 @@ CREATE TABLE jobs (
 	agent_id         TEXT,
 	tool_name        TEXT,
 	stdin            BLOB,
-	stdin_b64        BLOB,
-	output           BLOB
+	stdin_b64        BLOB
 );
 
--- The jobs a restart has to look at, and the finished ones in the order
--- pruning takes them.
-CREATE INDEX jobs_unfinished ON jobs(seq) WHERE finished_at IS NULL;
-CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+CREATE TRIGGER job_specs_finished AFTER UPDATE OF finished_at ON jobs WHEN NEW.finished_at IS NOT NULL
+BEGIN
+	DELETE FROM job_specs WHERE seq = NEW.seq;
+END;
+
+CREATE TRIGGER job_specs_deleted AFTER DELETE ON jobs
+BEGIN
+	DELETE FROM job_specs WHERE seq = OLD.seq;
+END;
 `},
 }
 

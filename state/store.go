@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,7 +225,7 @@ func open(path string, opt Options, migs []migration) (_ *Store, err error) {
 	s.rdb.SetMaxOpenConns(opt.Readers)
 	s.rdb.SetMaxIdleConns(opt.Readers)
 	var n int
-	if err = s.rdb.QueryRowContext(ctx, "SELECT count(*) FROM jobs WHERE finished_at IS NULL").Scan(&n); err != nil {
+	if err = s.rdb.QueryRowContext(ctx, "SELECT count(*) FROM job_specs").Scan(&n); err != nil {
 		return nil, fail("open for reading", err)
 	}
 
@@ -480,6 +481,18 @@ func (s *Store) run() {
 					o.done(s.wrap(o.w, o.err))
 				} else {
 					o.done(nil)
+				}
+			}
+		}
+		if len(batch) > 1 {
+			// The writers just acknowledged are runnable now; let them queue
+			// their next writes before the next batch is taken, while the
+			// queue keeps growing, so that they share its commit.
+			for range 4 {
+				n := len(s.q)
+				runtime.Gosched()
+				if len(s.q) == n {
+					break
 				}
 			}
 		}
