@@ -50,17 +50,24 @@
 //	      output_bytes, output_truncated
 //	                                every byte the job wrote / whether output
 //	                                keeps only the first max_output_bytes
-//	      command, argv, cwd, worktree_dir, env, timeout_ms, max_output_bytes,
-//	      file_paths, agent_id, tool_name, stdin, stdin_b64
-//	                                the submitted spec, enough to run a queued
-//	                                job again after a crash (argv, env and
-//	                                file_paths are JSON text)
+//	      command, argv, cwd        argv is JSON text
 //	      output BLOB               the kept output, byte for byte
+//
+//	job_specs  the rest of the spec of each unfinished job, enough to run a
+//	      queued job again after a crash; a trigger deletes it when the job
+//	      finishes (a job's state changes do not rewrite it: stdin can be
+//	      512 KiB)
+//	      seq                       the job's seq in jobs
+//	      worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
+//	      agent_id, tool_name, stdin, stdin_b64
+//	                                env and file_paths are JSON text, stdin
+//	                                and stdin_b64 BLOBs
 //
 // For example:
 //
 //	sqlite3 -header -column state.db \
 //	  "select id, lane, state, exit_code, finished_at from jobs order by seq desc limit 20"
+//	sqlite3 state.db "select id, env from jobs join job_specs using (seq)"   # unfinished
 //
 // Times are stored with microsecond precision; a record read back has its
 // times truncated to the microsecond, in UTC.

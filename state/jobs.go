@@ -540,6 +540,10 @@ func (u Unfinished) MayHaveRun() bool { return u.Record.State != api.StateQueued
 // Unfinished returns the jobs not finished, in submission order, with their
 // specs: after a crash, the jobs the dead daemon left.
 func (j Jobs) Unfinished() ([]Unfinished, error) {
+	var n int // room for all of them, at once: they are big
+	if cst, err := j.s.read("SELECT count(*) FROM job_specs"); err == nil && cst.QueryRowContext(bg).Scan(&n) == nil {
+		n += 16 // some may come meanwhile
+	}
 	// Every unfinished job has its spec in job_specs, and no finished one.
 	st, err := j.s.read("SELECT " + recordCols + ", " + specCols + " FROM job_specs s JOIN jobs USING (seq) ORDER BY seq")
 	if err != nil {
@@ -550,7 +554,7 @@ func (j Jobs) Unfinished() ([]Unfinished, error) {
 		return nil, j.s.readErr("list unfinished jobs", err)
 	}
 	defer rows.Close()
-	var out []Unfinished
+	out := make([]Unfinished, 0, n)
 	for rows.Next() {
 		var u Unfinished
 		if u.Record, err = scanJob(rows, &u.Spec, false); err != nil {

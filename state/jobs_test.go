@@ -168,6 +168,23 @@ func TestOutputBytesRoundTrip(t *testing.T) {
 			t.Fatalf("%s: output of %d bytes came back as %d bytes, differing", id, len(b), len(got.Output))
 		}
 	}
+	// The stdin of a queued job too, as big as it may be.
+	stdin := make([]byte, api.MaxStdinBytes)
+	for k := range stdin {
+		stdin[k] = byte(rng.UintN(256))
+	}
+	spec := api.JobSpec{StdinB64: stdin, Stdin: "text \xff\x00 not UTF-8"}
+	if err := s.Jobs().Submit(ctx, submitted("j-in", "net", spec, time.Now()), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Jobs().Run(ctx, "j-in"); err != nil {
+		t.Fatal(err)
+	}
+	un, err := s.Jobs().Unfinished()
+	if err != nil || len(un) != 1 || !bytes.Equal(un[0].Spec.StdinB64, stdin) || un[0].Spec.Stdin != spec.Stdin {
+		t.Fatalf("stdin did not come back whole (%d jobs, %v)", len(un), err)
+	}
+
 	if _, err := exec.LookPath("sqlite3"); err != nil {
 		t.Skip("no sqlite3 tool to look at the column types with")
 	}
