@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -111,6 +112,14 @@ func TestJobLifecycleRoundTrip(t *testing.T) {
 	}
 	if un, _ := jobs.Unfinished(); len(un) != 0 {
 		t.Fatalf("a finished job is still unfinished: %+v", un)
+	}
+
+	// The file and its WAL are the daemon's user's alone: specs hold
+	// environments.
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want mode 0600", f, st.Mode(), err)
+		}
 	}
 
 	// A signal, no exit code; and it survives closing and reopening.

@@ -190,7 +190,10 @@ func open(path string, opt Options, migs []migration) (_ *Store, err error) {
 	if opt.Durability == DurabilityPower {
 		syncMode = "FULL"
 	}
-	if s.wdb, err = sql.Open("sqlite", dsn(path, opt.BusyTimeout, "synchronous("+syncMode+")")); err != nil {
+	// After a burst (big outputs) the WAL file is cut back to 64 MiB at
+	// the next checkpoint instead of keeping its largest size.
+	if s.wdb, err = sql.Open("sqlite", dsn(path, opt.BusyTimeout, "synchronous("+syncMode+")",
+		"journal_size_limit(67108864)")); err != nil {
 		return nil, fail("open", err)
 	}
 	s.wdb.SetMaxOpenConns(1)
