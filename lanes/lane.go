@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,11 +12,10 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -491,30 +489,6 @@ func (l *laneActor) publish() {
 	l.h.status.Store(st)
 }
 
-// listenUnix listens on path with mode 0600, replacing a stale socket file
-// but refusing to steal one another process is serving.
-func listenUnix(path string) (*net.UnixListener, error) {
-	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("another process is already listening on %s", path)
-	}
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
-	}
-	old := unix.Umask(0o177)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
-	}
-	return ln, nil
-}
-
 // startAccepting starts the accept loop once; later calls (a restarted lane
 // actor) find it running and keep it, since it sends to the lane's Ref,
 // which a restart does not change.
@@ -555,13 +529,9 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 		if err != nil {
 			return
 		}
-		uid, peerPid, ok := peerCred(conn)
-		if !ok || uid != uint32(os.Getuid()) {
-			reason := fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", uid, os.Getuid())
-			if !ok {
-				reason = "refused: cannot read peer credentials"
-			}
-			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peerPid, UID: uid, Reason: reason})
+		peer, err := proc.CheckSameUID(conn)
+		if err != nil {
+			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peer.Pid, UID: peer.UID, Reason: "refused: " + err.Error()})
 			conn.Close()
 			continue
 		}
@@ -585,7 +555,7 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 				conn.Close()
 				return
 			}
-			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peerPid)})
+			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peer.Pid)})
 		}()
 	}
 }
@@ -606,19 +576,4 @@ func readHandshake(conn *net.UnixConn, maxFrame uint32, timeout time.Duration) (
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return hs, br, nil
-}
-
-func peerCred(c *net.UnixConn) (uid uint32, pid int32, ok bool) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, 0, false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return 0, 0, false
-	}
-	return cred.Uid, cred.Pid, true
 }

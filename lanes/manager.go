@@ -169,7 +169,7 @@ func Start(opts Options) (*Manager, error) {
 	// not writable, served by another daemon) fails start-up, not a lane.
 	for _, n := range m.names {
 		h := m.lanes[n]
-		ln, err := listenUnix(h.socket)
+		ln, err := proc.ListenUnix(h.socket)
 		if err != nil {
 			for _, o := range m.names {
 				if m.lanes[o].ln != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -84,8 +85,9 @@ const (
 // Options configures New.
 type Options struct {
 	// Path is the socket path. Its directory is created if needed and forced
-	// to mode 0700; the socket is chmod 0600. A stale socket file is removed;
-	// a live one (a connect succeeds) is an error.
+	// to mode 0700; the socket is made as proc.ListenUnix makes it (0600
+	// from the start; a stale socket file is replaced, a live one or
+	// anything that is not a socket is an error).
 	Path string
 	// MaxLine bounds one request line; default wire.DefaultMaxLine.
 	MaxLine int
@@ -112,7 +114,6 @@ type Server struct {
 	dropOldest bool
 	inFlight   int // lines a reader may hand over unhandled
 	respHigh   int // queued responses at which a reader stops handing over lines
-	uid        int
 	ln         *net.UnixListener
 	sys        *actors.System
 	bus        *eventlog.Bus
@@ -167,7 +168,6 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:       opts,
 		dropOldest: opts.Overflow == OverflowDropOldest,
-		uid:        os.Getuid(),
 		ln:         ln,
 		sys:        opts.System,
 		bus:        opts.Bus,
@@ -198,27 +198,12 @@ func listen(path string) (*net.UnixListener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control: securing socket directory: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("control: %s exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("control: another daemon is listening on %s", path)
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("control: removing stale socket: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control: %w", err)
+	ln, err := proc.ListenUnix(path)
+	if errors.Is(err, proc.ErrInUse) {
+		return nil, fmt.Errorf("control: another daemon is listening on %s", path)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control: securing socket: %w", err)
 	}
 	return ln, nil
 }
@@ -286,13 +271,9 @@ func (s *Server) isClosed() bool {
 
 // admit checks the peer and hands an accepted connection to the conns actor.
 func (s *Server) admit(nc *net.UnixConn) {
-	cred, err := peerCred(nc)
+	peer, err := proc.CheckSameUID(nc)
 	if err != nil {
-		s.refuse(nc, 0, 0, fmt.Sprintf("refused: cannot read peer credentials: %v", err))
-		return
-	}
-	if int(cred.Uid) != s.uid {
-		s.refuse(nc, cred.Pid, cred.Uid, fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.uid))
+		s.refuse(nc, peer.Pid, peer.UID, "refused: "+err.Error())
 		return
 	}
 	s.mu.Lock()
@@ -307,23 +288,8 @@ func (s *Server) admit(nc *net.UnixConn) {
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
-	s.emit(eventlog.ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: cred.Pid, UID: cred.Uid})
+	s.emit(eventlog.ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID})
 	s.sys.Send(s.connsRef, spawnConn{cn})
-}
-
-func peerCred(nc *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := nc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
 }
 
 // refuse answers a refused peer with one error line and closes it.
