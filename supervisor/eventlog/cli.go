@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +44,33 @@ Examples:
   orchestrd events --since 10m --kind 'runner.*' --kind job.orphaned
   orchestrd events --job 01JD3... --json | jq .
 `
+
+// fieldOrder is the order the CLI prints fields in after ts, seq, kind and
+// lane: identity first, then what happened and why, then measurements.
+// Fields not listed follow alphabetically.
+var fieldOrder = []string{
+	"job_id",
+	"runner_id",
+	"conn_id",
+	"actor",
+	"pid",
+	"pgid",
+	"state",
+	"reason",
+	"policy",
+	"cause",
+	"error",
+	"panic",
+	"directive",
+	"exit_code",
+	"signal",
+	"detail",
+	"delay_ms",
+	"duration_ms",
+	"uptime_ms",
+	"restarts_in_window",
+	"attempt",
+}
 
 // churnKinds are the kinds the CLI leaves out unless --kind names them:
 // every client connection logs both, and they drown everything else.
@@ -172,15 +198,14 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		q.Exclude = churnKinds
 	}
 	for _, k := range kinds {
-		m := newKindMatcher([]string{k})
-		if !slices.ContainsFunc(knownKinds, m.match) {
+		if !Known(k) {
 			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", cliName, k)
 		}
 	}
 
 	path := filepath.Join(home, "events.ndjson")
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), laneW: 8}
+	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), kindW: kindWidth(), laneW: 8}
 	emit := func(l Line) error {
 		if asJSON {
 			out.Write(l.Raw)
@@ -299,13 +324,13 @@ func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) 
 }
 
 // kindWidth is the kind column's width: the longest known kind.
-var kindWidth = func() int {
+func kindWidth() int {
 	w := 0
-	for _, k := range knownKinds {
+	for _, k := range Kinds() {
 		w = max(w, len(k))
 	}
 	return w
-}()
+}
 
 var fieldRank = func() map[string]int {
 	m := make(map[string]int, len(fieldOrder))
@@ -325,6 +350,7 @@ type humanPrinter struct {
 	loc     *time.Location
 	today   string
 	lastDay string
+	kindW   int
 	laneW   int
 	buf     []byte
 	keys    []string
@@ -344,7 +370,7 @@ func (h *humanPrinter) print(l Line) error {
 	seq := strconv.FormatUint(l.Seq, 10)
 	b = appendPad(b, seq, 6, true)
 	b = append(b, "  "...)
-	b = appendPad(b, l.Kind, kindWidth, false)
+	b = appendPad(b, l.Kind, h.kindW, false)
 	b = append(b, "  "...)
 	lane := "-"
 	if v, ok := l.Fields["lane"]; ok {

@@ -378,3 +378,14 @@ type LogDropped struct {
 }
 
 func (LogDropped) Kind() string { return "eventlog.dropped" }
+
+func init() {
+	Register(DaemonStarted{}, DaemonStopping{}, DaemonStopped{},
+		RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{}, RunnerKilled{},
+		RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{},
+		LaneStarted{}, LaneDegraded{}, LaneRecovered{},
+		JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{}, JobOrphaned{}, JobRequeued{},
+		JobOutput{}, JobOutputEvicted{},
+		ConnOpened{}, ConnClosed{}, ConnRefused{}, ConnProtocolError{}, SubscriberOverflowed{},
+		ActorPanicked{}, ActorRestarted{}, OrphanKilled{}, LogDropped{})
+}
