@@ -18,8 +18,9 @@
 // lines were dropped, and the eventlog.dropped line after the gap says how
 // many. Event fields must not be named ts, seq or kind.
 //
-// Read and CLI read the log back (rotated files oldest first, then the
-// current file) and can follow it across rotations.
+// Read reads the log back (rotated files oldest first, then the current
+// file) and can follow it across rotations; `orchestrd events` (in
+// cmd/orchestrd) prints it.
 package eventlog
 
 import (

@@ -1,4 +1,4 @@
-package eventlog
+package main
 
 import (
 	"bufio"
@@ -19,13 +19,15 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-const cliName = "orchestrd events"
+const eventsName = "orchestrd events"
 
-const cliUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
+const eventsUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
-const cliDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
+const eventsDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
 events.ndjson.N first, oldest first), one event per line: local time, seq,
 kind, lane, then the event's fields. Stack traces follow, indented.
 
@@ -76,19 +78,20 @@ var fieldOrder = []string{
 // every client connection logs both, and they drown everything else.
 var churnKinds = []string{"conn.opened", "conn.closed"}
 
-// cliEnv is what the CLI takes from the world; tests replace it.
-type cliEnv struct {
+// eventsEnv is what the events command takes from the world; tests replace
+// it.
+type eventsEnv struct {
 	now func() time.Time
 	loc *time.Location
 }
 
-// CLI implements `orchestrd events`: it prints the event log in <home> and
-// returns the exit status. SIGINT and SIGTERM stop it (status 0 with
-// --follow).
-func CLI(args []string, home string, stdout, stderr io.Writer) int {
+// cmdEvents implements `orchestrd events`: it prints the event log in
+// <home> and returns the exit status. SIGINT and SIGTERM stop it (status 0
+// with --follow).
+func cmdEvents(args []string, home string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runCLI(ctx, args, home, stdout, stderr, cliEnv{now: time.Now, loc: time.Local})
+	return runEvents(ctx, args, home, stdout, stderr, eventsEnv{now: time.Now, loc: time.Local})
 }
 
 // tailFlag is -n: unset, or a count of lines.
@@ -128,8 +131,8 @@ func (k *kindsFlag) Set(v string) error {
 	return nil
 }
 
-func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env cliEnv) int {
-	flags := flag.NewFlagSet(cliName, flag.ContinueOnError)
+func runEvents(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env eventsEnv) int {
+	flags := flag.NewFlagSet(eventsName, flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
 	flags.Usage = func() {}
 	var (
@@ -154,16 +157,16 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s (see --help)\n", cliName, fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "%s: %s (see --help)\n", eventsName, fmt.Sprintf(format, a...))
 		return 2
 	}
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			// The format of the other client commands: usage, then options.
-			fmt.Fprintf(stdout, "usage: %s\n\noptions:\n", cliUsage)
+			fmt.Fprintf(stdout, "usage: %s\n\noptions:\n", eventsUsage)
 			flags.SetOutput(stdout)
 			flags.PrintDefaults()
-			fmt.Fprintf(stdout, "\n%s", cliDetails)
+			fmt.Fprintf(stdout, "\n%s", eventsDetails)
 			return 0
 		}
 		return usageErr("%v", err)
@@ -181,7 +184,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	if utc {
 		loc = time.UTC
 	}
-	q := Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
+	q := eventlog.Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
 	start := env.now()
 	if since != "" {
 		t, err := parseSince(since, start, loc)
@@ -198,28 +201,28 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		q.Exclude = churnKinds
 	}
 	for _, k := range kinds {
-		if !Known(k) {
-			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", cliName, k)
+		if !eventlog.Known(k) {
+			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", eventsName, k)
 		}
 	}
 
 	path := filepath.Join(home, "events.ndjson")
 	out := bufio.NewWriterSize(stdout, 64<<10)
 	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), kindW: kindWidth(), laneW: 8}
-	emit := func(l Line) error {
+	emit := func(l eventlog.Line) error {
 		if asJSON {
 			out.Write(l.Raw)
 			return out.WriteByte('\n')
 		}
 		return h.print(l)
 	}
-	r := newReader(ctx, path, q, emit)
-	r.onIdle = func() { out.Flush() }
+	fn := emit
+	q.OnIdle = func() { out.Flush() }
 	// With -n the lines read before the reader first catches up are kept
 	// in a ring of the last N and printed once it has (or, following, as
 	// soon as a line logged after we started comes: that one and all
 	// after it are followed, not tail).
-	var ring []Line
+	var ring []eventlog.Line
 	next, catching := 0, tail.set
 	flushTail := func() error {
 		catching = false
@@ -232,7 +235,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		return nil
 	}
 	if tail.set {
-		r.fn = func(l Line) error {
+		fn = func(l eventlog.Line) error {
 			if catching && follow && !l.TS.Before(start) {
 				if err := flushTail(); err != nil {
 					return err
@@ -252,7 +255,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 			next = (next + 1) % tail.n
 			return nil
 		}
-		r.onIdle = func() {
+		q.OnIdle = func() {
 			if catching {
 				if err := flushTail(); err != nil {
 					return // stdout is gone; the next write says so
@@ -261,7 +264,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 			out.Flush()
 		}
 	}
-	err := r.run()
+	stats, err := eventlog.ReadWithStats(ctx, path, q, fn)
 	if catching && err == nil {
 		err = flushTail()
 	}
@@ -269,17 +272,17 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	if err == nil {
 		err = flushErr
 	}
-	if r.stats.Malformed > 0 {
-		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) in %s\n", cliName, r.stats.Malformed, path)
+	if stats.Malformed > 0 {
+		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) in %s\n", eventsName, stats.Malformed, path)
 	}
 	switch {
 	case err == nil:
-		if r.stats.Matched == 0 {
+		if stats.Matched == 0 {
 			hidden := ""
-			if r.stats.Excluded > 0 {
-				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", r.stats.Excluded)
+			if stats.Excluded > 0 {
+				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", stats.Excluded)
 			}
-			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", cliName, r.stats.Lines, path, hidden)
+			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", eventsName, stats.Lines, path, hidden)
 		}
 		return 0
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -288,12 +291,12 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		}
 		return 130
 	case errors.Is(err, fs.ErrNotExist):
-		fmt.Fprintf(stderr, "%s: no event log at %s (is the daemon running with --home %s?)\n", cliName, path, home)
+		fmt.Fprintf(stderr, "%s: no event log at %s (is the daemon running with --home %s?)\n", eventsName, path, home)
 		return 1
 	case errors.Is(err, syscall.EPIPE):
 		return 0 // stdout closed (| head)
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", cliName, err)
+		fmt.Fprintf(stderr, "%s: %v\n", eventsName, err)
 		return 1
 	}
 }
@@ -326,7 +329,7 @@ func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) 
 // kindWidth is the kind column's width: the longest known kind.
 func kindWidth() int {
 	w := 0
-	for _, k := range Kinds() {
+	for _, k := range eventlog.Kinds() {
 		w = max(w, len(k))
 	}
 	return w
@@ -356,7 +359,7 @@ type humanPrinter struct {
 	keys    []string
 }
 
-func (h *humanPrinter) print(l Line) error {
+func (h *humanPrinter) print(l eventlog.Line) error {
 	ts := l.TS.In(h.loc)
 	if day := ts.Format(time.DateOnly); day != h.lastDay {
 		if h.lastDay != "" || day != h.today {
