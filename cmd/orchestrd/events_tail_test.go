@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -91,12 +93,12 @@ func TestEventsFollowStartsNow(t *testing.T) {
 			home := t.TempDir()
 			path := filepath.Join(home, "events.ndjson")
 			// The history, at logT0, logT0+1m, ...
-			writeLog(t, path, []eventlog.Event{eventlog.LaneRecovered{Lane: "h1"}, eventlog.LaneStarted{Lane: "h2"},
-				eventlog.LaneRecovered{Lane: "h3"}, eventlog.LaneRecovered{Lane: "h4"}}, nil)
+			writeLog(t, path, []eventlog.Event{lanes.LaneRecovered{Lane: "h1"}, lanes.LaneStarted{Lane: "h2"},
+				lanes.LaneRecovered{Lane: "h3"}, lanes.LaneRecovered{Lane: "h4"}}, nil)
 			b := openBus(t, eventlog.Options{Path: path})
 			out, stop := followEvents(t, home, c.args...)
-			b.Emit(eventlog.LaneRecovered{Lane: "new"})
-			b.Emit(eventlog.LaneStarted{Lane: "new-started"})
+			b.Emit(lanes.LaneRecovered{Lane: "new"})
+			b.Emit(lanes.LaneStarted{Lane: "new-started"})
 			out.waitFor(t, "new-started")
 			stop()
 			if got := strings.Join(lanesOf(out.String()), " "); got != c.want {
@@ -109,12 +111,12 @@ func TestEventsFollowStartsNow(t *testing.T) {
 // -n N without --follow prints the last N matching events.
 func TestEventsTail(t *testing.T) {
 	home := eventsHome(t, []eventlog.Event{
-		eventlog.JobQueued{JobID: "j1", Lane: "a"},   // seq 1
-		eventlog.JobQueued{JobID: "j2", Lane: "b"},   // 2
-		eventlog.JobQueued{JobID: "j3", Lane: "a"},   // 3
-		eventlog.LaneRecovered{Lane: "a"},            // 4
-		eventlog.JobFinished{JobID: "j1", Lane: "a"}, // 5
-		eventlog.JobQueued{JobID: "j4", Lane: "b"},   // 6
+		lanes.JobQueued{JobID: "j1", Lane: "a"},   // seq 1
+		lanes.JobQueued{JobID: "j2", Lane: "b"},   // 2
+		lanes.JobQueued{JobID: "j3", Lane: "a"},   // 3
+		lanes.LaneRecovered{Lane: "a"},            // 4
+		lanes.JobFinished{JobID: "j1", Lane: "a"}, // 5
+		lanes.JobQueued{JobID: "j4", Lane: "b"},   // 6
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -154,12 +156,12 @@ func TestEventsTail(t *testing.T) {
 // (issue 6: 2,000 connections made 4,000 lines that drowned the rest).
 func TestEventsHidesConnectionChurn(t *testing.T) {
 	home := eventsHome(t, []eventlog.Event{
-		eventlog.ConnOpened{ConnID: "c1"},                         // 1
-		eventlog.LaneRecovered{Lane: "a"},                         // 2
-		eventlog.ConnClosed{ConnID: "c1", Reason: "eof"},          // 3
+		control.ConnOpened{ConnID: "c1"},                          // 1
+		lanes.LaneRecovered{Lane: "a"},                            // 2
+		control.ConnClosed{ConnID: "c1", Reason: "eof"},           // 3
 		eventlog.ConnRefused{Reason: "uid"},                       // 4
 		eventlog.ConnProtocolError{Peer: "control", Error: "bad"}, // 5
-		eventlog.ConnOpened{ConnID: "c2"},                         // 6
+		control.ConnOpened{ConnID: "c2"},                          // 6
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -193,7 +195,7 @@ func TestEventsHidesConnectionChurn(t *testing.T) {
 		}
 	}
 	// Only churn in the log: the "nothing matched" note says why.
-	churn := eventsHome(t, []eventlog.Event{eventlog.ConnOpened{ConnID: "c1"}, eventlog.ConnClosed{ConnID: "c1"}}, nil)
+	churn := eventsHome(t, []eventlog.Event{control.ConnOpened{ConnID: "c1"}, control.ConnClosed{ConnID: "c1"}}, nil)
 	code, out, errs := runEventsTest(t, context.Background(), churn)
 	if code != 0 || out != "" || !strings.Contains(errs, "2 connection events not shown, --kind 'conn.*' shows them") {
 		t.Fatalf("only churn: code %d stdout %q stderr %q", code, out, errs)

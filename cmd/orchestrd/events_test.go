@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon"
+	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -103,13 +105,13 @@ func eventsHome(t *testing.T, evs []eventlog.Event, extra map[int]string) string
 
 func TestEventsHuman(t *testing.T) {
 	evs := []eventlog.Event{
-		eventlog.DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
-		eventlog.RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
-		eventlog.RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
-		eventlog.RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
-		eventlog.JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
-		eventlog.ActorPanicked{Actor: "lane/review", Panic: "index out of range [3] with length 3", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1\n", Directive: "restart"},
-		eventlog.LaneRecovered{Lane: "review"},
+		daemon.DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
+		lanes.RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
+		lanes.RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
+		lanes.RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
+		lanes.JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
+		daemon.ActorPanicked{Actor: "lane/review", Panic: "index out of range [3] with length 3", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1\n", Directive: "restart"},
+		lanes.LaneRecovered{Lane: "review"},
 	}
 	code, out, errs := runEventsTest(t, context.Background(), eventsHome(t, evs, nil))
 	if code != 0 || errs != "" {
@@ -187,12 +189,12 @@ func TestEventsJSON(t *testing.T) {
 
 func TestEventsFilters(t *testing.T) {
 	home := eventsHome(t, []eventlog.Event{
-		eventlog.JobQueued{JobID: "j1", Lane: "a"},                    // 03:00
-		eventlog.RunnerExited{Lane: "a", RunnerID: "a-1"},             // 03:01
-		eventlog.JobQueued{JobID: "j2", Lane: "b"},                    // 03:02
-		eventlog.JobFinished{JobID: "j1", Lane: "a", State: "ok"},     // 03:03
-		eventlog.RunnerSpawned{Lane: "b", RunnerID: "b-1"},            // 03:04
-		eventlog.JobDispatched{JobID: "j2", Lane: "b", RunnerID: "x"}, // 03:05
+		lanes.JobQueued{JobID: "j1", Lane: "a"},                    // 03:00
+		lanes.RunnerExited{Lane: "a", RunnerID: "a-1"},             // 03:01
+		lanes.JobQueued{JobID: "j2", Lane: "b"},                    // 03:02
+		lanes.JobFinished{JobID: "j1", Lane: "a", State: "ok"},     // 03:03
+		lanes.RunnerSpawned{Lane: "b", RunnerID: "b-1"},            // 03:04
+		lanes.JobDispatched{JobID: "j2", Lane: "b", RunnerID: "x"}, // 03:05
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -221,7 +223,7 @@ func TestEventsFilters(t *testing.T) {
 }
 
 func TestEventsErrors(t *testing.T) {
-	home := eventsHome(t, []eventlog.Event{eventlog.LaneRecovered{Lane: "a"}}, map[int]string{0: "garbage"})
+	home := eventsHome(t, []eventlog.Event{lanes.LaneRecovered{Lane: "a"}}, map[int]string{0: "garbage"})
 	for _, c := range []struct {
 		name   string
 		home   string
@@ -302,7 +304,7 @@ func (b *notifyBuffer) waitFor(t *testing.T, s string) {
 func TestEventsFollow(t *testing.T) {
 	home := t.TempDir()
 	b := openBus(t, eventlog.Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
-	b.Emit(eventlog.LaneStarted{Lane: "a", Runners: 1})
+	b.Emit(lanes.LaneStarted{Lane: "a", Runners: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &notifyBuffer{wrote: make(chan struct{}, 1)}
 	var errb bytes.Buffer
@@ -312,8 +314,8 @@ func TestEventsFollow(t *testing.T) {
 	}()
 	out.waitFor(t, "lane.started")
 	for i := range 5 { // rotates along the way
-		b.Emit(eventlog.JobQueued{JobID: "job-" + string(rune('0'+i)), Lane: "a"})
-		b.Emit(eventlog.JobQueued{JobID: "other", Lane: "b"})
+		b.Emit(lanes.JobQueued{JobID: "job-" + string(rune('0'+i)), Lane: "a"})
+		b.Emit(lanes.JobQueued{JobID: "other", Lane: "b"})
 		out.waitFor(t, "job_id=job-"+string(rune('0'+i)))
 	}
 	cancel() // Ctrl-C
