@@ -10,17 +10,15 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 )
 
-func intp(i int) *int       { return &i }
-func int32p(i int32) *int32 { return &i }
-
 // Every kind lanes emits is registered, sampled here, and logged as it
 // promises.
 func TestKinds(t *testing.T) {
+	killed, failed := 137, int32(1)
 	eventlogtest.CheckKinds(t,
 		RunnerSpawned{Lane: "review", RunnerID: "review-1", Pid: 42, Attempt: 1, Network: "none"},
 		RunnerSpawnFailed{Lane: "review", RunnerID: "review-1", Error: "exec: not found"},
 		RunnerReady{Lane: "review", RunnerID: "review-1", Pid: 42, Slots: 4, Spawned: true, Version: "r1", StartMs: 80},
-		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
+		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: &killed, Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
 		RunnerKilled{Lane: "review", RunnerID: "review-1", Pid: 42, Reason: "memory_limit", Detail: "rss 2.1 GiB > 2 GiB"},
 		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
 		RunnerPromoted{Lane: "review", RunnerID: "review-2", Pid: 43, Replaces: "review-1"},
@@ -31,7 +29,7 @@ func TestKinds(t *testing.T) {
 		JobQueued{JobID: "j1", Lane: "review", Queued: 3},
 		JobRejected{Lane: "review", Reason: "queue_full"},
 		JobDispatched{JobID: "j1", Lane: "review", RunnerID: "review-1", Pid: 42},
-		JobFinished{JobID: "j1", Lane: "review", RunnerID: "review-1", State: "failed", ExitCode: int32p(1), Error: "boom", DurationMs: 900,
+		JobFinished{JobID: "j1", Lane: "review", RunnerID: "review-1", State: "failed", ExitCode: &failed, Error: "boom", DurationMs: 900,
 			Signal: "SIGSEGV", OutputBytes: 10, OutputTruncated: true, Record: map[string]any{"id": "j1"}},
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},

@@ -62,8 +62,8 @@ func followEvents(t *testing.T, home string, args ...string) (out *notifyBuffer,
 	return out, stop
 }
 
-// lanesOf is the lane column of human output, one entry a line.
-func lanesOf(out string) []string {
+// printedLanes is the lane column of human output, one entry a line.
+func printedLanes(out string) []string {
 	var lanes []string
 	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
 		if f := strings.Fields(ln); len(f) > 3 && f[0] != "--" { // not a day line
@@ -93,15 +93,15 @@ func TestEventsFollowStartsNow(t *testing.T) {
 			home := t.TempDir()
 			path := filepath.Join(home, "events.ndjson")
 			// The history, at logT0, logT0+1m, ...
-			writeLog(t, path, []eventlog.Event{lanes.LaneRecovered{Lane: "h1"}, lanes.LaneStarted{Lane: "h2"},
+			writeEventLog(t, path, []eventlog.Event{lanes.LaneRecovered{Lane: "h1"}, lanes.LaneStarted{Lane: "h2"},
 				lanes.LaneRecovered{Lane: "h3"}, lanes.LaneRecovered{Lane: "h4"}}, nil)
-			b := openBus(t, eventlog.Options{Path: path})
+			b := openEventBus(t, eventlog.Options{Path: path})
 			out, stop := followEvents(t, home, c.args...)
 			b.Emit(lanes.LaneRecovered{Lane: "new"})
 			b.Emit(lanes.LaneStarted{Lane: "new-started"})
 			out.waitFor(t, "new-started")
 			stop()
-			if got := strings.Join(lanesOf(out.String()), " "); got != c.want {
+			if got := strings.Join(printedLanes(out.String()), " "); got != c.want {
 				t.Fatalf("printed lanes %q, want %q:\n%s", got, c.want, out)
 			}
 		})

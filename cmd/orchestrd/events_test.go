@@ -40,9 +40,10 @@ func logLine(ts time.Time, seq uint64, kind string, body []byte) []byte {
 	return append(b, '}')
 }
 
-// writeLog writes lines built from events with fixed timestamps (logT0 + i
-// minutes) and seqs, plus any extra raw lines after the index given.
-func writeLog(t *testing.T, path string, evs []eventlog.Event, extra map[int]string) {
+// writeEventLog writes lines built from events with fixed timestamps
+// (logT0 + i minutes) and seqs, plus any extra raw lines after the index
+// given.
+func writeEventLog(t *testing.T, path string, evs []eventlog.Event, extra map[int]string) {
 	t.Helper()
 	var buf bytes.Buffer
 	for i, ev := range evs {
@@ -64,8 +65,8 @@ func writeLog(t *testing.T, path string, evs []eventlog.Event, extra map[int]str
 	}
 }
 
-// openBus opens an event bus that the test closes at its end.
-func openBus(t *testing.T, opts eventlog.Options) *eventlog.Bus {
+// openEventBus opens an event bus that the test closes at its end.
+func openEventBus(t *testing.T, opts eventlog.Options) *eventlog.Bus {
 	t.Helper()
 	b, err := eventlog.Open(opts)
 	if err != nil {
@@ -84,8 +85,6 @@ func registeredEvents() []eventlog.Event {
 	return evs
 }
 
-func intp(i int) *int { return &i }
-
 func runEventsTest(t *testing.T, ctx context.Context, home string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -99,14 +98,15 @@ func eventsTestEnv(loc *time.Location) eventsEnv {
 
 func eventsHome(t *testing.T, evs []eventlog.Event, extra map[int]string) string {
 	home := t.TempDir()
-	writeLog(t, filepath.Join(home, "events.ndjson"), evs, extra)
+	writeEventLog(t, filepath.Join(home, "events.ndjson"), evs, extra)
 	return home
 }
 
 func TestEventsHuman(t *testing.T) {
+	killed := 137
 	evs := []eventlog.Event{
 		daemon.DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
-		lanes.RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
+		lanes.RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: &killed, Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
 		lanes.RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
 		lanes.RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
 		lanes.JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
@@ -303,7 +303,7 @@ func (b *notifyBuffer) waitFor(t *testing.T, s string) {
 
 func TestEventsFollow(t *testing.T) {
 	home := t.TempDir()
-	b := openBus(t, eventlog.Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
+	b := openEventBus(t, eventlog.Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
 	b.Emit(lanes.LaneStarted{Lane: "a", Runners: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &notifyBuffer{wrote: make(chan struct{}, 1)}
