@@ -103,7 +103,7 @@ type pidSink struct {
 }
 
 func (p *pidSink) Deliver(r *eventlog.Record) {
-	if e, ok := r.Event.(eventlog.RunnerSpawned); ok {
+	if e, ok := r.Event.(RunnerSpawned); ok {
 		p.mu.Lock()
 		p.pids = append(p.pids, e.Pid)
 		p.mu.Unlock()

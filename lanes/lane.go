@@ -182,14 +182,14 @@ func (l *laneActor) Receive(c *actors.Context) {
 		l.runnerExited(c, m)
 	case runnerStable:
 		if l.tracker.Stable(m.id, time.Now()) {
-			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.sh.bus.Emit(LaneRecovered{Lane: l.h.name})
 			l.publish()
 		}
 	case laneRecheck:
 		l.recheck = nil
 		rec, next := l.tracker.Recheck(time.Now())
 		if rec {
-			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.sh.bus.Emit(LaneRecovered{Lane: l.h.name})
 			l.publish()
 		}
 		if next > 0 {
@@ -241,7 +241,7 @@ func (l *laneActor) start(c *actors.Context) {
 	l.jobIDs = map[string]string{}
 	l.tracker = supervisor.NewTracker(l.h.cfg.Restart.Policy(), nil)
 	l.h.startAccepting(c.System(), c.Self())
-	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
+	l.sh.bus.Emit(LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
 		Network: l.h.cfg.Network, Socket: l.h.socket})
 	for i := 0; i < l.h.cfg.Runners+l.h.cfg.effectiveSpares(); i++ {
 		id := l.h.name + "-" + strconv.Itoa(i)
@@ -262,7 +262,7 @@ func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach
 			return &cp
 		}})
 	if err != nil {
-		l.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: l.h.name, RunnerID: id, Error: err.Error()})
+		l.sh.bus.Emit(RunnerSpawnFailed{Lane: l.h.name, RunnerID: id, Error: err.Error()})
 		if attach != nil {
 			attach.conn.Close()
 		}
@@ -306,7 +306,7 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	l.jobIDs[ref.String()] = m.rec.ID
 	s := m.spec
 	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wireJob(&s, m.rec.ID)})
-	l.sh.bus.Emit(eventlog.JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
+	l.sh.bus.Emit(JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
 	l.dispatch(c)
 }
 
@@ -381,11 +381,11 @@ func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
 	}
 	now := time.Now()
 	d := l.tracker.Exited(m.id, now, time.Duration(m.uptime)*time.Millisecond)
-	l.sh.bus.Emit(eventlog.RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
+	l.sh.bus.Emit(RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
 		RestartsInWindow: d.RestartsInWindow, Reason: m.cause, Policy: d.Reason})
 	if d.BecameDegraded {
 		p := l.tracker.Policy()
-		l.sh.bus.Emit(eventlog.LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,
+		l.sh.bus.Emit(LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,
 			MaxTMs: p.MaxT.Milliseconds()})
 	}
 	if d.Degraded && l.recheck == nil {
@@ -399,7 +399,7 @@ func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
 
 func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 	reject := func(reason string) {
-		l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Pid: int(m.hs.Pid), Reason: reason})
+		l.sh.bus.Emit(RunnerRejected{Lane: l.h.name, Pid: int(m.hs.Pid), Reason: reason})
 		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = wire.WriteFrame(m.conn, wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: false,
 			Config: wire.RunnerConfig{Lane: l.h.name, Reason: reason}})
@@ -551,7 +551,7 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 			delete(l.pendC, conn)
 			l.pendMu.Unlock()
 			if err != nil {
-				l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.name, Reason: err.Error()})
+				l.sh.bus.Emit(RunnerRejected{Lane: l.name, Reason: err.Error()})
 				conn.Close()
 				return
 			}

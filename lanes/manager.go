@@ -155,7 +155,7 @@ func Start(opts Options) (*Manager, error) {
 	st := newStore(opts.Config.Daemon.FinishedJobs)
 	budget := opts.Config.Daemon.FinishedOutputBytes
 	st.boundOutput(budget, func(rec api.JobRecord, n int) {
-		opts.Bus.Emit(eventlog.JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
+		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
 	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
@@ -252,7 +252,7 @@ func (m *Manager) Submit(spec api.JobSpec) (string, *wire.Error) {
 	}
 	if n := h.pending.Add(1); h.cfg.QueueLimit > 0 && n > int64(h.cfg.QueueLimit) {
 		h.pending.Add(-1)
-		m.sh.bus.Emit(eventlog.JobRejected{Lane: spec.Lane, Reason: "queue_full"})
+		m.sh.bus.Emit(JobRejected{Lane: spec.Lane, Reason: "queue_full"})
 		return "", &wire.Error{Code: wire.CodeQueueFull,
 			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)}
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -44,7 +43,7 @@ func TestMemoryLimitDoesNotTrustTheRunner(t *testing.T) {
 	}
 	select {
 	case r := <-killed:
-		e := r.Event.(eventlog.RunnerKilled)
+		e := r.Event.(RunnerKilled)
 		if e.Reason != "memory_limit" || e.Pid != os.Getpid() || !strings.Contains(e.Detail, "measured") ||
 			!strings.Contains(e.Detail, "it reports 0") {
 			t.Fatalf("runner.killed = %+v", e)

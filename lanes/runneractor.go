@@ -137,7 +137,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		if m.err != nil {
-			r.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: r.laneN, RunnerID: r.id, Error: m.err.Error()})
+			r.sh.bus.Emit(RunnerSpawnFailed{Lane: r.laneN, RunnerID: r.id, Error: m.err.Error()})
 			r.alive = false
 			c.SetState("backoff")
 			r.publish(c)
@@ -146,7 +146,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		}
 		r.pid = m.pid
 		c.After(handshakeTimeout(r.cfg.HeartbeatTimeout.Duration), hsExpired{gen: r.gen})
-		r.sh.bus.Emit(eventlog.RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
+		r.sh.bus.Emit(RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
 		r.publish(c)
 	case connAttach:
 		if !r.spawned || !r.alive || r.conn != nil || m.gen != r.gen || r.down {
@@ -180,7 +180,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if errors.As(m.err, &tooBig) {
 			cause = "protocol_error"
 			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: m.err.Error(), Fatal: true})
-			r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
+			r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
 		}
 		r.lost(c, cause, reason)
 		r.retireExternal(c, cause)
@@ -383,7 +383,7 @@ func (r *runnerActor) handshakeSpawned(sys *actors.System, self actors.Ref, gen,
 	fc, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		r.sh.bus.Emit(eventlog.RunnerRejected{Lane: r.laneN, Pid: pid, Reason: "socketpair: " + err.Error()})
+		r.sh.bus.Emit(RunnerRejected{Lane: r.laneN, Pid: pid, Reason: "socketpair: " + err.Error()})
 		return
 	}
 	conn := fc.(*net.UnixConn)
@@ -417,7 +417,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	if r.spawned {
 		startMs = r.readyAt.Sub(r.spawnedAt).Milliseconds()
 	}
-	r.sh.bus.Emit(eventlog.RunnerReady{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Slots: r.cfg.Slots,
+	r.sh.bus.Emit(RunnerReady{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Slots: r.cfg.Slots,
 		Spawned: r.spawned, Version: a.hs.Version, StartMs: startMs})
 	c.SetState("ready")
 	r.armHeartbeat(c)
@@ -491,7 +491,7 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		}
 		delete(r.jobs, m.JobID)
 		for _, k := range m.Killed {
-			r.sh.bus.Emit(eventlog.OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
+			r.sh.bus.Emit(OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
 		}
 		if r.stopReq && m.Status == wire.StatusCancelled {
 			c.Send(j, jobLost{reason: api.ErrDaemonShutdown})
@@ -540,7 +540,7 @@ func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
 // kill replaces an unhealthy runner: the event says why, its jobs fail with
 // jobErr, its process group gets SIGKILL, and procExited does the rest.
 func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
-	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.lost(c, "killed_"+reason, jobErr)
 	r.retireExternal(c, "killed_"+reason)
 }
@@ -549,7 +549,7 @@ func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
 // Shutdown: its jobs end cancelled (daemon_shutdown), a spawned runner's
 // group is killed, a bring-your-own runner is disconnected.
 func (r *runnerActor) killAtShutdown(c *actors.Context, reason, detail string) {
-	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.sh.killedOnShutdown.Add(1)
 	r.lost(c, reason, api.ErrDaemonShutdown)
 	if r.spawned {
@@ -620,7 +620,7 @@ func (r *runnerActor) exitedEvent(code *int, sig, cause string, uptime time.Dura
 		cause = "exited"
 	}
 	ms := uptime.Milliseconds()
-	r.sh.bus.Emit(eventlog.RunnerExited{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, ExitCode: code, Signal: sig,
+	r.sh.bus.Emit(RunnerExited{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, ExitCode: code, Signal: sig,
 		UptimeMs: ms, Cause: cause, Spawned: r.spawned})
 	return ms
 }

@@ -110,7 +110,7 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	}
 	select {
 	case rec := <-events:
-		p, ok := rec.Event.(eventlog.RunnerPromoted)
+		p, ok := rec.Event.(RunnerPromoted)
 		if !ok || p.RunnerID != spare.ID || p.Pid != spare.Pid || p.Replaces != serving.ID || p.Lane != "bench" {
 			t.Fatalf("promoted %+v, want spare %s (pid %d) replacing %s", rec.Event, spare.ID, spare.Pid, serving.ID)
 		}

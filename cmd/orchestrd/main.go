@@ -18,7 +18,6 @@ import (
 	"github.com/orchestrd/orchestrd/daemon"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // version is set with -ldflags "-X main.version=..." in releases.
@@ -97,7 +96,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		return cmdStatus(withHome(rest), stdout, stderr)
 	case "events":
-		return eventlog.CLI(rest, resolveHome(*home), stdout, stderr)
+		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":
 		return cmdLane(withHome(rest), stdout, stderr)
 	case "version", "--version":

@@ -177,7 +177,7 @@ func (cn *conn) finish(a *connActor) {
 		requests = cn.requests
 	}
 	cn.srv.forget(cn) // before conn.closed: whoever hears it sees the count updated
-	cn.srv.emit(eventlog.ConnClosed{ConnID: cn.id, Reason: reason, Requests: requests})
+	cn.srv.emit(ConnClosed{ConnID: cn.id, Reason: reason, Requests: requests})
 	cn.release()
 }
 

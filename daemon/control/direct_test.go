@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/lanes"
 )
 
 // A response is written directly by the goroutine that answers, when
@@ -51,7 +50,7 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 		t.Fatal("the answer was not written directly")
 	}
 	for i := 0; i < 3; i++ {
-		h.bus.Emit(eventlog.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
+		h.bus.Emit(lanes.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
 	}
 	r.send(`{"id":3,"method":"ping"}`)
 
@@ -65,7 +64,7 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		ev := r.mustLine()
-		var o eventlog.JobOutput
+		var o lanes.JobOutput
 		if ev.Event != "job.output" || json.Unmarshal(ev.Data, &o) != nil || o.Data != string(rune('a'+i)) {
 			t.Fatalf("line %d after the answer: %+v %s", i, ev.Event, ev.Data)
 		}

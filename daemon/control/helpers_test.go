@@ -264,7 +264,7 @@ func (r *recorder) wait(t testing.TB, what string, pred func(*eventlog.Record) b
 
 func isClosed(connID string) func(*eventlog.Record) bool {
 	return func(r *eventlog.Record) bool {
-		e, ok := r.Event.(eventlog.ConnClosed)
+		e, ok := r.Event.(ConnClosed)
 		return ok && e.ConnID == connID
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // Queue states.
@@ -268,7 +266,7 @@ func (q *outq) overflowDisconnect() {
 	if cn.closing.Load() {
 		return
 	}
-	cn.srv.emit(eventlog.SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDisconnect})
+	cn.srv.emit(SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDisconnect})
 	cn.abort(ReasonSubscriberOverflow)
 }
 
@@ -382,7 +380,7 @@ func (q *outq) run() {
 		if dropped > 0 {
 			// The episode ends now that the queue is empty again.
 			vec = append(vec, droppedLine(dropped))
-			cn.srv.emit(eventlog.SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDropOldest, Dropped: dropped})
+			cn.srv.emit(SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDropOldest, Dropped: dropped})
 		}
 		vec = merge(vec, resp, evAll[evHead:])
 		all := vec

@@ -69,7 +69,7 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	h.stop()
 	closed := map[string]int{}
 	for _, r := range h.rec.all() {
-		if e, ok := r.Event.(eventlog.ConnClosed); ok {
+		if e, ok := r.Event.(ConnClosed); ok {
 			closed[e.ConnID]++
 		}
 	}

@@ -288,7 +288,7 @@ func (s *Server) admit(nc *net.UnixConn) {
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
-	s.emit(eventlog.ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID})
+	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID})
 	s.sys.Send(s.connsRef, spawnConn{cn})
 }
 

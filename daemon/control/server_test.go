@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -282,9 +283,9 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 1 || cl.Error != nil || string(cl.Result) != "{}" {
 		t.Fatalf("subscribe answer = %+v", cl)
 	}
-	rec := h.bus.Emit(eventlog.JobQueued{JobID: "j-1", Lane: "no-net", Queued: 1})
-	h.bus.Emit(eventlog.RunnerReady{Lane: "no-net", RunnerID: "r1"})
-	h.bus.Emit(eventlog.JobOutput{JobID: "j-1", Stream: "stdout", Data: "hello\n"})
+	rec := h.bus.Emit(lanes.JobQueued{JobID: "j-1", Lane: "no-net", Queued: 1})
+	h.bus.Emit(lanes.RunnerReady{Lane: "no-net", RunnerID: "r1"})
+	h.bus.Emit(lanes.JobOutput{JobID: "j-1", Stream: "stdout", Data: "hello\n"})
 	s, err := r.line()
 	if err != nil || s+"\n" != string(rec.Wire()) {
 		t.Fatalf("got %q (%v), want the record's wire line %q", s, err, rec.Wire())
@@ -293,7 +294,7 @@ func TestEventsSubscribe(t *testing.T) {
 	if out.Event != "job.output" {
 		t.Fatalf("second event %q, want job.output (runner.ready is not subscribed)", out.Event)
 	}
-	var o eventlog.JobOutput
+	var o lanes.JobOutput
 	if err := json.Unmarshal(out.Data, &o); err != nil || o.Data != "hello\n" || o.Stream != "stdout" {
 		t.Fatalf("job.output data %s", out.Data)
 	}
@@ -303,8 +304,8 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 2 {
 		t.Fatalf("resubscribe answer = %+v", cl)
 	}
-	h.bus.Emit(eventlog.JobQueued{JobID: "j-2"})
-	h.bus.Emit(eventlog.RunnerReady{RunnerID: "r2"})
+	h.bus.Emit(lanes.JobQueued{JobID: "j-2"})
+	h.bus.Emit(lanes.RunnerReady{RunnerID: "r2"})
 	if cl := r.mustLine(); cl.Event != "runner.ready" {
 		t.Fatalf("after resubscribe got %+v, want runner.ready only", cl)
 	}
@@ -314,7 +315,7 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 3 || string(cl.Result) != "{}" {
 		t.Fatalf("unsubscribe answer = %+v", cl)
 	}
-	h.bus.Emit(eventlog.RunnerReady{RunnerID: "r3"})
+	h.bus.Emit(lanes.RunnerReady{RunnerID: "r3"})
 	r.send(`{"id":4,"method":"ping"}`)
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 4 {
 		t.Fatalf("after unsubscribe got %+v, want the ping answer", cl)
@@ -324,7 +325,7 @@ func TestEventsSubscribe(t *testing.T) {
 	r.send(`{"id":5,"method":"events.subscribe","params":{}}`)
 	r.mustLine()
 	code := int32(0)
-	h.bus.Emit(eventlog.JobFinished{JobID: "j-9", State: "succeeded", Record: api.JobRecord{ID: "j-9", State: api.StateSucceeded, ExitCode: &code}})
+	h.bus.Emit(lanes.JobFinished{JobID: "j-9", State: "succeeded", Record: api.JobRecord{ID: "j-9", State: api.StateSucceeded, ExitCode: &code}})
 	fin := r.mustLine()
 	var fd jobResult
 	if err := json.Unmarshal(fin.Data, &fd); fin.Event != "job.finished" || err != nil || fd.Job.ID != "j-9" {
@@ -354,11 +355,11 @@ func TestDisconnect(t *testing.T) {
 	if rest := r.expectEOF(); len(rest) != 0 {
 		t.Fatalf("lines after disconnect: %q", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientDisconnect || ev.Requests < 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(eventlog.ConnOpened); !ok {
+	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
 		t.Fatal("no conn.opened")
 	}
 }
@@ -372,7 +373,7 @@ func TestClientEOFAnswersWhatWasSent(t *testing.T) {
 	if len(rest) != 2 {
 		t.Fatalf("after half-close got %q, want two answers", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientClosed || ev.Requests != 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -441,7 +442,7 @@ func TestOversizedLineClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("oversized line answer %+v", cl)
 	}
 	r.expectEOF()
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonLineTooLong {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -501,7 +502,7 @@ func TestResponseQueueFull(t *testing.T) {
 	waitUntil(t, "all waits registered", func() bool { return h.be.waiterCount() == waits })
 	one := int32(1)
 	h.be.setState(j.JobID, api.StateFailed, &one) // 5000 answers, nobody reads
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonResponseQueueFull {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -572,7 +573,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	stalled.send(`{"id":1,"method":"events.subscribe"}`)
 	stalled.mustLine()
 	for i := 0; i < 20000; i++ { // fill the stalled one's socket and queue
-		h.bus.Emit(eventlog.JobQueued{JobID: "j-x", Lane: "no-net", Queued: i})
+		h.bus.Emit(lanes.JobQueued{JobID: "j-x", Lane: "no-net", Queued: i})
 	}
 	idle := h.raw()
 	idle.send(`{"id":1,"method":"ping"}`)
@@ -589,7 +590,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	}
 	closed := 0
 	for _, r := range h.rec.all() {
-		if e, ok := r.Event.(eventlog.ConnClosed); ok {
+		if e, ok := r.Event.(ConnClosed); ok {
 			closed++
 			if e.Reason != ReasonDaemonStopping {
 				t.Errorf("conn.closed %+v, want reason daemon_stopping", e)
