@@ -42,12 +42,14 @@ type conn struct {
 	// subGen is bumped (under mu) by every (un)subscribe; a sink whose
 	// generation is stale ignores records. Read without mu by Deliver.
 	subGen atomic.Uint64
+	// pending are the calls answered later that are not answered yet;
+	// callsClosed: the connection has ended them (see closeCalls).
+	pending     map[*Call]struct{}
+	callsClosed bool
 
 	// actor only
 	requests  uint64
 	session   string
-	waits     map[uint64]*pendingWait
-	nextWait  uint64
 	protoErrs int
 }
 
@@ -164,13 +166,7 @@ func (cn *conn) finish(a *connActor) {
 	reason := cn.setReason(ReasonActorStopped)
 	cn.unsubscribe()
 	close(cn.done)
-	for _, w := range cn.waits {
-		w.cancel()
-		if reason == ReasonDaemonStopping {
-			cn.respond(w.reqID, nil, wire.Errorf(wire.CodeShuttingDown, "daemon is stopping"))
-		}
-	}
-	cn.waits = nil
+	cn.closeCalls(reason)
 	cn.q.closeAfterFlush()
 	var requests uint64
 	if a != nil {
@@ -267,10 +263,6 @@ func (a *connActor) Receive(c *actors.Context) {
 		case <-cn.credit:
 		default:
 		}
-	case waitDone:
-		a.waitDone(m)
-	case waitTimeout:
-		a.waitTimeout(m)
 	case readEnd:
 		a.readEnd(c, m.err)
 	case stopConn:
