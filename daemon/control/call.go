@@ -56,13 +56,13 @@ func (c *Call) Decode(v any) error {
 // Respond answers with result.
 func (c *Call) Respond(result any) { c.respondThen(result, nil) }
 
-// respondThen answers with result and runs then (see outq.pushRespThen)
+// respondThen answers with result and runs then (see OutQueue.PushRespThen)
 // before any other line can be queued after the answer.
 func (c *Call) respondThen(result any, then func()) {
 	if !c.answered.CompareAndSwap(false, true) {
 		return
 	}
-	c.cn.q.pushRespThen(c.cn.encode(c.id, result, nil), then)
+	c.cn.q.PushRespThen(c.cn.encode(c.id, result, nil), then)
 	c.settled()
 }
 

@@ -27,7 +27,8 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	// been made (the socket took what it could, far less than 3 MB), while
 	// or after its rest goes back to the queue.
 	written := make(chan struct{}, 1)
-	hook := func(cn *conn, n int) {
+	hook := func(c QueueConn, n int) {
+		cn := c.(*conn)
 		if cn.id == "c1" && n > len(big) { // the test.big answer, not the subscribe answer
 			select {
 			case written <- struct{}{}:

@@ -12,7 +12,7 @@
 // One connection:
 //
 //	reader goroutine --lines, at most 32 unhandled--> conn actor
-//	conn actor, calls answered later, Bus sink --lines--> outq --> writer goroutine
+//	conn actor, calls answered later, Bus sink --lines--> OutQueue --> writer goroutine
 //
 // The parts:
 //
@@ -32,7 +32,7 @@
 //     as pending until then. It is spawned Inline, so it runs on the
 //     goroutine that sends to it (nearly always the reader): a request
 //     costs no goroutine hand-off.
-//   - outq is a mutex-protected pair of FIFOs (responses, events) under one
+//   - OutQueue (outq.go) is a mutex-protected pair of FIFOs (responses, events) under one
 //     bound. Bus.Emit delivers into it in O(1) on the emitter's goroutine. A
 //     response queued alone, with no writer running, is written at once by
 //     the goroutine that queued it, in one attempt that never blocks; what
@@ -44,7 +44,9 @@
 //     exceed the bound is disconnected. Events over the bound are dropped
 //     oldest first and reported to the client as events.dropped once the
 //     queue has room again, or close the connection, as Options.Overflow
-//     says.
+//     says. The queue knows no protocol and no connection type: it writes
+//     to a Writer (any stream socket of package net) for a QueueConn, so
+//     another front-end's connections can use it as they are.
 //
 // Every way a connection ends leads to the conn actor's Stopped message
 // (or, for a connection whose actor never started, to Server.Close), which

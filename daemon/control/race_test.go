@@ -87,7 +87,8 @@ func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	r := h.raw()
 	var once sync.Once
 	hookErr := make(chan string, 1)
-	hook := func(cn *conn, _ int) {
+	hook := func(c QueueConn, _ int) {
+		cn := c.(*conn)
 		once.Do(func() {
 			r.nc.Close()
 			// The reader's reference goes last, just after conn.closed.

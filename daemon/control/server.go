@@ -88,16 +88,15 @@ type Options struct {
 
 // Server is the control socket.
 type Server struct {
-	opts       Options
-	dropOldest bool
-	inFlight   int // lines a reader may hand over unhandled
-	respHigh   int // queued responses at which a reader stops handing over lines
-	uid        int
-	ln         *net.UnixListener
-	sys        *actors.System
-	bus        *eventlog.Bus
-	log        zerolog.Logger
-	connsRef   actors.Ref
+	opts     Options
+	inFlight int          // lines a reader may hand over unhandled
+	qopts    QueueOptions // every connection's outbound queue
+	uid      int
+	ln       *net.UnixListener
+	sys      *actors.System
+	bus      *eventlog.Bus
+	log      zerolog.Logger
+	connsRef actors.Ref
 	// methods is the method table: read without a lock once Serve runs,
 	// written (Handle) only before.
 	methods map[string]method
@@ -144,24 +143,24 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opts:       opts,
-		dropOldest: opts.Overflow == OverflowDropOldest,
-		uid:        os.Getuid(),
-		ln:         ln,
-		sys:        opts.System,
-		bus:        opts.Bus,
-		log:        opts.Logger.With().Str("component", "control").Logger(),
-		conns:      map[*conn]struct{}{},
-		methods:    make(map[string]method, len(ownMethods)),
+		opts:    opts,
+		uid:     os.Getuid(),
+		ln:      ln,
+		sys:     opts.System,
+		bus:     opts.Bus,
+		log:     opts.Logger.With().Str("component", "control").Logger(),
+		conns:   map[*conn]struct{}{},
+		methods: make(map[string]method, len(ownMethods)),
 	}
 	for name, f := range ownMethods {
 		s.methods[name] = method{own: f}
 	}
 	// Requests answered at once can't overflow the queue: a reader hands
-	// over a line only while fewer than respHigh responses are queued, and
+	// over a line only while fewer than RespHigh responses are queued, and
 	// at most inFlight lines are unhandled.
 	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
-	s.respHigh = max(1, opts.SubscriberQueue-s.inFlight)
+	s.qopts = QueueOptions{Lines: opts.SubscriberQueue, DropOldest: opts.Overflow == OverflowDropOldest,
+		RespHigh: max(1, opts.SubscriberQueue-s.inFlight)}
 	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", New: func() actors.Actor { return &connsActor{s: s} }})
 	if err != nil {
 		ln.Close()
