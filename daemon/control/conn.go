@@ -93,6 +93,8 @@ func (cn *conn) actorRef() actors.Ref {
 // return with an error.
 func (cn *conn) CloseSocket() { cn.closeOnce.Do(func() { cn.nc.Close() }) }
 
+var _ QueueConn = (*conn)(nil)
+
 // Abort is the outbound queue giving up on the connection (see QueueConn).
 func (cn *conn) Abort(reason string, err error) {
 	switch reason {

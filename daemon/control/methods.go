@@ -35,6 +35,8 @@ var ownMethods = map[string]func(c *actors.Context, call *Call){
 // ownCalls recycles the calls of the protocol's own methods.
 var ownCalls = sync.Pool{New: func() any { return new(Call) }}
 
+var _ api.Mux = (*Server)(nil)
+
 // Handle registers h to serve method on every connection. Methods are
 // registered before Serve; registering one twice (the protocol's own
 // included) or after Serve is a programming error and panics.
