@@ -94,12 +94,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
-		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Backend: mgr, Bus: bus,
+		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
 		System: sys, Logger: opts.Logger})
 	if err != nil {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
+	registerMethods(srv, sys, mgr, started)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).

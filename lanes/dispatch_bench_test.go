@@ -48,6 +48,12 @@ func startBenchLane(tb testing.TB, runners, slots int) *Manager {
 // runners are this test binary (see init). It stops when the test ends.
 func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 	tb.Helper()
+	return startTestLanes(tb, map[string]LaneConfig{"bench": lc})
+}
+
+// startTestLanes is startTestLane with the lanes given.
+func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *eventlog.Bus) {
+	tb.Helper()
 	tb.Setenv(benchRunnerEnv, "1")
 	exe, err := os.Executable()
 	if err != nil {
@@ -60,7 +66,7 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 	}
 	tb.Cleanup(func() { os.RemoveAll(home) })
 	cfg := DefaultConfig()
-	cfg.Lanes = map[string]LaneConfig{"bench": lc}
+	cfg.Lanes = lanes
 	cfg.Daemon.ShutdownTimeout = Duration{2 * time.Second}
 	if err := cfg.Validate(); err != nil {
 		tb.Fatal(err)

@@ -42,7 +42,7 @@ type (
 		w   wire.Job
 	}
 	jobCancel struct {
-		reply func(wasRunning bool, err *wire.Error)
+		reply func(wasRunning bool, err error)
 	}
 	jobDequeued    struct{}
 	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
@@ -62,7 +62,7 @@ type jobActor struct {
 	maxOut   int
 	out      []byte // streamed output, capped
 	runner   actors.Ref
-	cancelRq []func(bool, *wire.Error)
+	cancelRq []func(bool, error)
 	// cancelSent: a cancel went to the runner the job was dispatched to.
 	cancelSent bool
 	started    time.Time
@@ -171,7 +171,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobCancel:
 		switch {
 		case j.rec.State.Terminal():
-			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
+			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
 		case j.rec.State == api.StateQueued:
 			j.cancelRq = append(j.cancelRq, m.reply)
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
@@ -240,7 +240,7 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	j.rec.OutputTruncated = j.outBytes > int64(len(j.out))
 	j.out = nil
 	for _, r := range j.cancelRq {
-		r(false, wire.Errorf(wire.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
+		r(false, api.Errorf(api.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
 	}
 	j.cancelRq = nil
 	if !j.sh.store.finish(j.rec) {

@@ -27,7 +27,7 @@ type (
 	}
 	cancelJob struct {
 		id    string
-		reply func(bool, *wire.Error)
+		reply func(bool, error)
 	}
 	runnerConn struct {
 		conn *net.UnixConn
@@ -135,7 +135,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 	case cancelJob:
 		j, ok := l.jobs[m.id]
 		if !ok {
-			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished", m.id))
+			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished", m.id))
 			return
 		}
 		c.Send(j, jobCancel{reply: m.reply})

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes"
 )
 
@@ -16,13 +15,8 @@ import (
 // it.
 func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	h := newHarness(t, nil)
-	c := h.client()
-	var j jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	big := strings.Repeat("line of output\n", 200000) // 3 MB: far more than a socket buffer
-	h.be.mu.Lock()
-	h.be.jobs[j.JobID].Output = big
-	h.be.mu.Unlock()
+	h.dom.setBig(big)
 
 	r := h.raw()
 	r.send(`{"id":1,"method":"events.subscribe","params":{"kinds":["job.output"]}}`)
@@ -33,8 +27,9 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	// been made (the socket took what it could, far less than 3 MB), while
 	// or after its rest goes back to the queue.
 	written := make(chan struct{}, 1)
-	hook := func(cn *conn, n int) {
-		if cn.id == "c2" && n > len(big) { // the job.get answer, not the subscribe answer
+	hook := func(c QueueConn, n int) {
+		cn := c.(*conn)
+		if cn.id == "c1" && n > len(big) { // the test.big answer, not the subscribe answer
 			select {
 			case written <- struct{}{}:
 			default:
@@ -43,7 +38,7 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	}
 	testHookDirectWritten.Store(&hook)
 	defer testHookDirectWritten.Store(nil)
-	r.send(`{"id":2,"method":"job.get","params":{"id":"` + j.JobID + `"}}`)
+	r.send(`{"id":2,"method":"test.big"}`)
 	select {
 	case <-written:
 	case <-time.After(10 * time.Second):
@@ -56,11 +51,11 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 
 	cl := r.mustLine()
 	if cl.ID == nil || *cl.ID != 2 {
-		t.Fatalf("first line %+v, want the job.get answer", cl.ID)
+		t.Fatalf("first line %+v, want the test.big answer", cl.ID)
 	}
-	var got jobResult
-	if err := json.Unmarshal(cl.Result, &got); err != nil || got.Job.Output != big {
-		t.Fatalf("job.get answer: %v, output %d bytes, want %d", err, len(got.Job.Output), len(big))
+	var got textParams
+	if err := json.Unmarshal(cl.Result, &got); err != nil || got.Text != big {
+		t.Fatalf("test.big answer: %v, %d bytes, want %d", err, len(got.Text), len(big))
 	}
 	for i := 0; i < 3; i++ {
 		ev := r.mustLine()

@@ -23,25 +23,6 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-// Backend is what the daemon's lanes provide (*lanes.Manager implements it).
-// All methods are non-blocking and safe from any goroutine; callbacks may run
-// on any goroutine, including synchronously inside the call.
-type Backend interface {
-	// Submit queues a job. Errors: CodeInvalidParams, CodeNotFound (lane),
-	// CodeQueueFull.
-	Submit(spec api.JobSpec) (jobID string, err *wire.Error)
-	Get(id string) (api.JobRecord, bool)
-	List(f api.Filter) []api.JobRecord
-	// Cancel calls reply exactly once.
-	Cancel(id string, reply func(wasRunning bool, err *wire.Error))
-	// Wait calls fn once when the job is terminal (at once if it already
-	// is). cancel stops a pending wait; fn is not called after it returns
-	// unless it was already running.
-	Wait(id string, fn func(api.JobRecord)) (cancel func(), err *wire.Error)
-	Lanes() []api.LaneStatus
-	Metrics() api.Metrics
-}
-
 // Overflow policies for subscribers that fall behind.
 const (
 	OverflowDropOldest = "drop_oldest"
@@ -98,7 +79,6 @@ type Options struct {
 	// SubscriberQueue: "drop_oldest" (default) or "disconnect".
 	Overflow string
 	Version  string
-	Backend  Backend
 	// Bus is where conn.* and subscriber.* events go and where
 	// events.subscribe subscribes. Nil disables both.
 	Bus *eventlog.Bus
@@ -110,16 +90,17 @@ type Options struct {
 
 // Server is the control socket.
 type Server struct {
-	opts       Options
-	dropOldest bool
-	inFlight   int // lines a reader may hand over unhandled
-	respHigh   int // queued responses at which a reader stops handing over lines
-	ln         *net.UnixListener
-	sys        *actors.System
-	bus        *eventlog.Bus
-	backend    Backend
-	log        zerolog.Logger
-	connsRef   actors.Ref
+	opts     Options
+	inFlight int          // lines a reader may hand over unhandled
+	qopts    QueueOptions // every connection's outbound queue
+	ln       *net.UnixListener
+	sys      *actors.System
+	bus      *eventlog.Bus
+	log      zerolog.Logger
+	connsRef actors.Ref
+	// methods is the method table: read without a lock once Serve runs,
+	// written (Handle) only before.
+	methods map[string]method
 
 	open, seen atomic.Int64
 	sessions   atomic.Uint64
@@ -145,9 +126,6 @@ func New(opts Options) (*Server, error) {
 	if opts.System == nil {
 		return nil, errors.New("control: Options.System is nil")
 	}
-	if opts.Backend == nil {
-		return nil, errors.New("control: Options.Backend is nil")
-	}
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = wire.DefaultMaxLine
 	}
@@ -166,20 +144,23 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opts:       opts,
-		dropOldest: opts.Overflow == OverflowDropOldest,
-		ln:         ln,
-		sys:        opts.System,
-		bus:        opts.Bus,
-		backend:    opts.Backend,
-		log:        opts.Logger.With().Str("component", "control").Logger(),
-		conns:      map[*conn]struct{}{},
+		opts:    opts,
+		ln:      ln,
+		sys:     opts.System,
+		bus:     opts.Bus,
+		log:     opts.Logger.With().Str("component", "control").Logger(),
+		conns:   map[*conn]struct{}{},
+		methods: make(map[string]method, len(ownMethods)),
+	}
+	for name, f := range ownMethods {
+		s.methods[name] = method{own: f}
 	}
 	// Requests answered at once can't overflow the queue: a reader hands
-	// over a line only while fewer than respHigh responses are queued, and
+	// over a line only while fewer than RespHigh responses are queued, and
 	// at most inFlight lines are unhandled.
 	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
-	s.respHigh = max(1, opts.SubscriberQueue-s.inFlight)
+	s.qopts = QueueOptions{Lines: opts.SubscriberQueue, DropOldest: opts.Overflow == OverflowDropOldest,
+		RespHigh: max(1, opts.SubscriberQueue-s.inFlight)}
 	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", New: func() actors.Actor { return &connsActor{s: s} }})
 	if err != nil {
 		ln.Close()
@@ -208,8 +189,10 @@ func listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// Stats returns the connections open now and ever admitted.
-func (s *Server) Stats() (open, seen int64) { return s.open.Load(), s.seen.Load() }
+// Metrics counts the connections open now and ever admitted.
+func (s *Server) Metrics() api.ConnMetrics {
+	return api.ConnMetrics{Connections: s.open.Load(), ConnectionsSeen: s.seen.Load()}
+}
 
 // Serve accepts connections until ctx is done or Close is called, and then
 // returns nil. Once ctx is done no more connections are accepted; the open
@@ -316,7 +299,7 @@ func (s *Server) forget(cn *conn) {
 }
 
 // Close stops accepting, closes every connection (conn.closed reason
-// "daemon_stopping"; pending job.wait calls are answered with
+// "daemon_stopping"; calls still unanswered are answered with
 // CodeShuttingDown), stops the conn actors and waits for every goroutine the
 // server started. It is idempotent.
 func (s *Server) Close() error {
