@@ -28,7 +28,7 @@ import (
 // Options configures a daemon.
 type Options struct {
 	Home         string
-	Config       lanes.Config
+	Config       Config
 	Logger       zerolog.Logger
 	Version      string
 	Exe          string    // binary spawned for runners; default os.Executable()
@@ -77,7 +77,10 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	defer sys.Shutdown()
 
-	mgr, err := lanes.Start(lanes.Options{Config: cfg, Home: opts.Home, Exe: opts.Exe,
+	d := cfg.Daemon
+	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
+		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
+		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe,
 		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger})
 	if err != nil {
 		return fmt.Errorf("starting lanes: %w", err)

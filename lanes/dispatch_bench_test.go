@@ -65,11 +65,8 @@ func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *even
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(home) })
-	cfg := DefaultConfig()
-	cfg.Lanes = lanes
-	cfg.Daemon.ShutdownTimeout = Duration{2 * time.Second}
-	if err := cfg.Validate(); err != nil {
-		tb.Fatal(err)
+	if errs := ValidateLanes("lanes", lanes); len(errs) > 0 {
+		tb.Fatal(errs)
 	}
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
 	if err != nil {
@@ -78,7 +75,8 @@ func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *even
 	pids := &pidSink{}
 	bus.Subscribe([]string{"runner.spawned"}, pids)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	m, err := Start(Options{Config: cfg, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
+	m, err := Start(Options{Lanes: lanes, ShutdownTimeout: 2 * time.Second, MaxFrameBytes: wire.DefaultMaxFrame,
+		FinishedJobs: 10000, FinishedOutputBytes: 64 << 20, Sandbox: true, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
 		Logger: zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)

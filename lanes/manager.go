@@ -48,8 +48,14 @@ type shared struct {
 
 // Options configures a Manager.
 type Options struct {
-	Config Config
-	Home   string // sockets live here: runner-<lane>.sock
+	Lanes map[string]LaneConfig
+	// What lanes takes of the config file's [daemon] table.
+	ShutdownTimeout     time.Duration // a runner's drain before it is killed
+	MaxFrameBytes       uint32        // runner protocol frames
+	FinishedJobs        int           // finished jobs kept queryable
+	FinishedOutputBytes int64         // output all finished jobs keep together
+	Sandbox             bool          // hide the home from jobs (runnerSysProcAttr)
+	Home                string        // sockets live here: runner-<lane>.sock
 	// Exe is the binary spawned as `Exe runner --lane L --socket P --id ID`;
 	// default os.Executable().
 	Exe          string
@@ -133,7 +139,7 @@ func Start(opts Options) (*Manager, error) {
 		rp.Stop()
 		return nil, err
 	}
-	if !opts.Config.Daemon.Sandbox {
+	if !opts.Sandbox {
 		opts.Logger.Warn().Msg("[daemon] sandbox = false: jobs can see the daemon's home and reach its sockets")
 	}
 	cg := runnersCgroup(opts.Logger)
@@ -149,15 +155,15 @@ func Start(opts Options) (*Manager, error) {
 	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	st := newStore(opts.Config.Daemon.FinishedJobs)
-	budget := opts.Config.Daemon.FinishedOutputBytes
+	st := newStore(opts.FinishedJobs)
+	budget := opts.FinishedOutputBytes
 	st.boundOutput(budget, func(rec api.JobRecord, n int) {
 		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
-	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger, exeFile: exeFile,
-		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
-		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
-	for n, lc := range opts.Config.Lanes {
+	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.MaxFrameBytes,
+		shutdownTimeout: opts.ShutdownTimeout}
+	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestMemoryLimitDoesNotTrustTheRunner(t *testing.T) {
 	lc := defaultLane(0, 1, NetworkHost, 0)
 	lc.MaxRunnerMemoryBytes = 1 << 20
-	lc.HeartbeatTimeout = Duration{30 * time.Second}
+	lc.HeartbeatTimeout = api.Duration{Duration: 30 * time.Second}
 	m, bus := startTestLane(t, lc)
 	killed := make(chanSink, 4)
 	defer bus.Subscribe([]string{"runner.killed"}, killed)()

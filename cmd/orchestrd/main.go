@@ -16,7 +16,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/daemon"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
 )
 
@@ -151,7 +150,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		os.Setenv(runner.EnvLogLevel, "warn")
 	}
 	h := resolveHome(*home)
-	cfg := lanes.DefaultConfig()
+	cfg := daemon.DefaultConfig()
 	path := *cfgPath
 	if path == "" {
 		if _, err := os.Stat(filepath.Join(h, "config.toml")); err == nil {
@@ -159,7 +158,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if path != "" {
-		c, err := lanes.LoadConfig(path)
+		c, err := daemon.LoadConfig(path)
 		if err != nil {
 			// One line per problem, each naming its key.
 			for _, line := range strings.Split(err.Error(), "\n") {
