@@ -52,6 +52,9 @@ const (
 	ErrCancelled          = "cancelled_by_request"
 )
 
+// DefaultLane is the lane of a job submitted without one.
+const DefaultLane = "no-net"
+
 // JobSpec is what a client submits (the params of job.submit).
 type JobSpec struct {
 	Lane           string            `json:"lane,omitempty"`
@@ -188,21 +191,34 @@ type LaneStatus struct {
 	Runners    []RunnerStatus `json:"runners"`
 }
 
-// Metrics are the counters behind metrics.get.
+// Metrics is the answer to metrics.get. Each part comes from its owner:
+// the daemon (uptime, goroutines, descriptors, all of the process), the
+// lanes (LaneMetrics, FinishedOutputBytes) and the control socket
+// (ConnMetrics).
 type Metrics struct {
-	UptimeMs        int64            `json:"uptime_ms"`
-	JobsByState     map[State]int64  `json:"jobs_by_state"`
-	JobsSubmitted   int64            `json:"jobs_submitted"`
-	RunnerRestarts  int64            `json:"runner_restarts"`
-	OrphanedJobs    int64            `json:"orphaned_jobs"`
-	RunnersByLane   map[string]int64 `json:"runners_by_lane"`
-	Goroutines      int              `json:"goroutines"`
-	OpenFDs         int              `json:"open_fds"`
-	Connections     int64            `json:"connections"`      // open now (filled by the control server)
-	ConnectionsSeen int64            `json:"connections_seen"` // ever (filled by the control server)
+	UptimeMs int64 `json:"uptime_ms"`
+	LaneMetrics
+	Goroutines int `json:"goroutines"`
+	OpenFDs    int `json:"open_fds"`
+	ConnMetrics
 	// FinishedOutputBytes is the output finished jobs hold now, at most
 	// [daemon] finished_output_bytes.
 	FinishedOutputBytes int64 `json:"finished_output_bytes"`
+}
+
+// LaneMetrics are the lanes' job and runner counters.
+type LaneMetrics struct {
+	JobsByState    map[State]int64  `json:"jobs_by_state"`
+	JobsSubmitted  int64            `json:"jobs_submitted"`
+	RunnerRestarts int64            `json:"runner_restarts"`
+	OrphanedJobs   int64            `json:"orphaned_jobs"`
+	RunnersByLane  map[string]int64 `json:"runners_by_lane"` // ready runners
+}
+
+// ConnMetrics count a front-end's connections.
+type ConnMetrics struct {
+	Connections     int64 `json:"connections"`      // open now
+	ConnectionsSeen int64 `json:"connections_seen"` // ever
 }
 
 // MaxStdinBytes is the most standard input a job can be given with

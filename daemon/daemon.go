@@ -28,7 +28,7 @@ import (
 // Options configures a daemon.
 type Options struct {
 	Home         string
-	Config       lanes.Config
+	Config       Config
 	Logger       zerolog.Logger
 	Version      string
 	Exe          string    // binary spawned for runners; default os.Executable()
@@ -68,16 +68,19 @@ func Run(ctx context.Context, opts Options) error {
 	sys := actors.NewSystem(actors.Options{
 		Logger: actorLog,
 		OnPanic: func(p actors.PanicInfo) {
-			bus.Emit(eventlog.ActorPanicked{Actor: p.Kind + "/" + p.ID, Panic: fmt.Sprint(p.Value),
+			bus.Emit(ActorPanicked{Actor: p.Kind + "/" + p.ID, Panic: fmt.Sprint(p.Value),
 				Stack: p.Stack, Directive: p.Directive.String()})
 		},
 		OnRestart: func(kind, id string, n int) {
-			bus.Emit(eventlog.ActorRestarted{Actor: kind + "/" + id, Restarts: n})
+			bus.Emit(ActorRestarted{Actor: kind + "/" + id, Restarts: n})
 		},
 	})
 	defer sys.Shutdown()
 
-	mgr, err := lanes.Start(lanes.Options{Config: cfg, Home: opts.Home, Exe: opts.Exe,
+	d := cfg.Daemon
+	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
+		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
+		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe,
 		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger})
 	if err != nil {
 		return fmt.Errorf("starting lanes: %w", err)
@@ -94,13 +97,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
-		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Backend: mgr, Bus: bus,
+		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
 		System: sys, Logger: opts.Logger})
 	if err != nil {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
-	bus.Emit(eventlog.DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
+	registerMethods(srv, sys, mgr, started)
+	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
 		Msg("orchestrd ready")
@@ -127,16 +131,16 @@ func Run(ctx context.Context, opts Options) error {
 			select {
 			case s := <-sigCh:
 				why = s.String()
-				bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal"})
+				bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal"})
 			case <-ctx.Done():
 				why = "context done"
-				bus.Emit(eventlog.DaemonStopping{Reason: "context done"})
+				bus.Emit(DaemonStopping{Reason: "context done"})
 			case <-stop:
 			}
 			go func() {
 				select {
 				case s := <-sigCh:
-					bus.Emit(eventlog.DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
+					bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
 					mgr.Force()
 				case <-stopped:
 				}
@@ -149,7 +153,7 @@ func Run(ctx context.Context, opts Options) error {
 		g.Add(func() error {
 			err := srv.Serve(sctx)
 			if err != nil {
-				bus.Emit(eventlog.DaemonStopping{Reason: "control socket failed: " + err.Error()})
+				bus.Emit(DaemonStopping{Reason: "control socket failed: " + err.Error()})
 			}
 			return err
 		}, func(error) {
@@ -162,7 +166,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	err = g.Run()
 	uptime := time.Since(started)
-	bus.Emit(eventlog.DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
+	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

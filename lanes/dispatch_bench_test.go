@@ -48,6 +48,12 @@ func startBenchLane(tb testing.TB, runners, slots int) *Manager {
 // runners are this test binary (see init). It stops when the test ends.
 func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 	tb.Helper()
+	return startTestLanes(tb, map[string]LaneConfig{"bench": lc})
+}
+
+// startTestLanes is startTestLane with the lanes given.
+func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *eventlog.Bus) {
+	tb.Helper()
 	tb.Setenv(benchRunnerEnv, "1")
 	exe, err := os.Executable()
 	if err != nil {
@@ -59,11 +65,8 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(home) })
-	cfg := DefaultConfig()
-	cfg.Lanes = map[string]LaneConfig{"bench": lc}
-	cfg.Daemon.ShutdownTimeout = Duration{2 * time.Second}
-	if err := cfg.Validate(); err != nil {
-		tb.Fatal(err)
+	if errs := ValidateLanes("lanes", lanes); len(errs) > 0 {
+		tb.Fatal(errs)
 	}
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
 	if err != nil {
@@ -72,7 +75,8 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 	pids := &pidSink{}
 	bus.Subscribe([]string{"runner.spawned"}, pids)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	m, err := Start(Options{Config: cfg, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
+	m, err := Start(Options{Lanes: lanes, ShutdownTimeout: 2 * time.Second, MaxFrameBytes: wire.DefaultMaxFrame,
+		FinishedJobs: 10000, FinishedOutputBytes: 64 << 20, Sandbox: true, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
 		Logger: zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)
@@ -103,7 +107,7 @@ type pidSink struct {
 }
 
 func (p *pidSink) Deliver(r *eventlog.Record) {
-	if e, ok := r.Event.(eventlog.RunnerSpawned); ok {
+	if e, ok := r.Event.(RunnerSpawned); ok {
 		p.mu.Lock()
 		p.pids = append(p.pids, e.Pid)
 		p.mu.Unlock()

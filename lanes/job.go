@@ -7,7 +7,6 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -43,7 +42,7 @@ type (
 		w   wire.Job
 	}
 	jobCancel struct {
-		reply func(wasRunning bool, err *wire.Error)
+		reply func(wasRunning bool, err error)
 	}
 	jobDequeued    struct{}
 	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
@@ -63,7 +62,7 @@ type jobActor struct {
 	maxOut   int
 	out      []byte // streamed output, capped
 	runner   actors.Ref
-	cancelRq []func(bool, *wire.Error)
+	cancelRq []func(bool, error)
 	// cancelSent: a cancel went to the runner the job was dispatched to.
 	cancelSent bool
 	started    time.Time
@@ -92,7 +91,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		j.started = now
 		c.SetState(string(j.rec.State))
 		j.sh.store.update(j.rec)
-		j.sh.bus.Emit(eventlog.JobDispatched{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: m.runnerID, Pid: m.pid})
+		j.sh.bus.Emit(JobDispatched{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: m.runnerID, Pid: m.pid})
 		if len(j.cancelRq) > 0 {
 			// A cancel raced with dispatch: the lane had already given the
 			// job away. Cancel it on the runner now.
@@ -157,7 +156,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		}
 		j.rec.Error = m.reason
 		j.sh.orphaned.Add(1)
-		j.sh.bus.Emit(eventlog.JobOrphaned{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID, Reason: m.reason})
+		j.sh.bus.Emit(JobOrphaned{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID, Reason: m.reason})
 		if m.reason == api.ErrDaemonShutdown {
 			j.rec.WasCancelled = true
 			j.finish(c, api.StateCancelled)
@@ -172,7 +171,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobCancel:
 		switch {
 		case j.rec.State.Terminal():
-			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
+			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
 		case j.rec.State == api.StateQueued:
 			j.cancelRq = append(j.cancelRq, m.reply)
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
@@ -221,7 +220,7 @@ func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 	j.started = time.Time{}
 	c.SetState(string(j.rec.State))
 	j.sh.store.update(j.rec)
-	j.sh.bus.Emit(eventlog.JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: api.ErrRunnerLost})
+	j.sh.bus.Emit(JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: api.ErrRunnerLost})
 	c.Send(j.lane, requeueJob{id: j.rec.ID, job: c.Self(), w: m.w})
 }
 
@@ -241,13 +240,13 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	j.rec.OutputTruncated = j.outBytes > int64(len(j.out))
 	j.out = nil
 	for _, r := range j.cancelRq {
-		r(false, wire.Errorf(wire.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
+		r(false, api.Errorf(api.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
 	}
 	j.cancelRq = nil
 	if !j.sh.store.finish(j.rec) {
 		return
 	}
-	j.sh.bus.Emit(eventlog.JobFinished{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID,
+	j.sh.bus.Emit(JobFinished{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID,
 		State: string(st), ExitCode: j.rec.ExitCode, Error: j.rec.Error, DurationMs: j.rec.DurationMs, Record: j.rec,
 		Signal: j.rec.Signal, OutputBytes: j.rec.OutputBytes, OutputTruncated: j.rec.OutputTruncated})
 	if _, stopping := c.Message().(actors.Stopped); !stopping {
@@ -282,7 +281,7 @@ func (j *jobActor) emitOutput(s wire.Stream, p []byte) {
 		j.partial[i] = append([]byte(nil), tail...)
 	}
 	if len(head) > 0 {
-		j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(head)})
+		j.sh.bus.Emit(JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(head)})
 	}
 }
 
@@ -290,7 +289,7 @@ func (j *jobActor) emitOutput(s wire.Stream, p []byte) {
 func (j *jobActor) flushPartial() {
 	for i, p := range j.partial {
 		if len(p) > 0 {
-			j.sh.bus.Emit(eventlog.JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(p)})
+			j.sh.bus.Emit(JobOutput{JobID: j.rec.ID, Stream: streamName(i), Data: string(p)})
 			j.partial[i] = nil
 		}
 	}

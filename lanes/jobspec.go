@@ -19,7 +19,7 @@ func wireJob(s *api.JobSpec, id string) wire.Job {
 // checkEnv refuses environment entries no process can be given, naming the
 // key: an empty key, a key holding '=' (it would end at the '='), and NUL
 // bytes (they would cut the entry short).
-func checkEnv(env map[string]string) *wire.Error {
+func checkEnv(env map[string]string) error {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
@@ -28,13 +28,13 @@ func checkEnv(env map[string]string) *wire.Error {
 	for _, k := range keys {
 		switch {
 		case k == "":
-			return wire.Errorf(wire.CodeInvalidParams, "env has an empty key")
+			return api.Errorf(api.CodeInvalidParams, "env has an empty key")
 		case strings.IndexByte(k, '=') >= 0:
-			return wire.Errorf(wire.CodeInvalidParams, "env key %q contains '=', which cannot be part of a variable name", k)
+			return api.Errorf(api.CodeInvalidParams, "env key %q contains '=', which cannot be part of a variable name", k)
 		case strings.IndexByte(k, 0) >= 0:
-			return wire.Errorf(wire.CodeInvalidParams, "env key %q contains a NUL byte", k)
+			return api.Errorf(api.CodeInvalidParams, "env key %q contains a NUL byte", k)
 		case strings.IndexByte(env[k], 0) >= 0:
-			return wire.Errorf(wire.CodeInvalidParams, "env value of %q contains a NUL byte", k)
+			return api.Errorf(api.CodeInvalidParams, "env value of %q contains a NUL byte", k)
 		}
 	}
 	return nil
@@ -42,9 +42,9 @@ func checkEnv(env map[string]string) *wire.Error {
 
 // takeStdin moves the job's input, given as text (stdin) or bytes
 // (stdin_b64), into spec.StdinB64 and checks that it fits a Job frame.
-func (m *Manager) takeStdin(spec *api.JobSpec) *wire.Error {
+func (m *Manager) takeStdin(spec *api.JobSpec) error {
 	if spec.Stdin != "" && len(spec.StdinB64) > 0 {
-		return wire.Errorf(wire.CodeInvalidParams, "job takes stdin or stdin_b64, not both")
+		return api.Errorf(api.CodeInvalidParams, "job takes stdin or stdin_b64, not both")
 	}
 	if spec.Stdin != "" {
 		spec.StdinB64, spec.Stdin = []byte(spec.Stdin), ""
@@ -55,16 +55,16 @@ func (m *Manager) takeStdin(spec *api.JobSpec) *wire.Error {
 		return nil
 	}
 	if n > api.MaxStdinBytes {
-		return wire.Errorf(wire.CodeInvalidParams,
+		return api.Errorf(api.CodeInvalidParams,
 			"stdin is %d bytes, more than the %d (%d KiB) a job can be given; pass larger input in a file", n, api.MaxStdinBytes, api.MaxStdinBytes>>10)
 	}
 	j := wireJob(spec, m.idPre+"18446744073709551615") // the longest id
 	frame, err := wire.Marshal(wire.TypeJob, &j)
 	if err != nil {
-		return wire.Errorf(wire.CodeInvalidParams, "encoding the job: %v", err)
+		return api.Errorf(api.CodeInvalidParams, "encoding the job: %v", err)
 	}
 	if size := len(frame) - wire.HeaderSize; m.sh.maxFrame > 0 && size > int(m.sh.maxFrame) {
-		return wire.Errorf(wire.CodeInvalidParams,
+		return api.Errorf(api.CodeInvalidParams,
 			"the job with %d bytes of stdin needs a %d-byte runner frame, more than daemon.max_frame_bytes (%d); pass the input in a file",
 			n, size, m.sh.maxFrame)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,11 +12,10 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -29,7 +27,7 @@ type (
 	}
 	cancelJob struct {
 		id    string
-		reply func(bool, *wire.Error)
+		reply func(bool, error)
 	}
 	runnerConn struct {
 		conn *net.UnixConn
@@ -137,7 +135,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 	case cancelJob:
 		j, ok := l.jobs[m.id]
 		if !ok {
-			m.reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished", m.id))
+			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished", m.id))
 			return
 		}
 		c.Send(j, jobCancel{reply: m.reply})
@@ -184,14 +182,14 @@ func (l *laneActor) Receive(c *actors.Context) {
 		l.runnerExited(c, m)
 	case runnerStable:
 		if l.tracker.Stable(m.id, time.Now()) {
-			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.sh.bus.Emit(LaneRecovered{Lane: l.h.name})
 			l.publish()
 		}
 	case laneRecheck:
 		l.recheck = nil
 		rec, next := l.tracker.Recheck(time.Now())
 		if rec {
-			l.sh.bus.Emit(eventlog.LaneRecovered{Lane: l.h.name})
+			l.sh.bus.Emit(LaneRecovered{Lane: l.h.name})
 			l.publish()
 		}
 		if next > 0 {
@@ -243,7 +241,7 @@ func (l *laneActor) start(c *actors.Context) {
 	l.jobIDs = map[string]string{}
 	l.tracker = supervisor.NewTracker(l.h.cfg.Restart.Policy(), nil)
 	l.h.startAccepting(c.System(), c.Self())
-	l.sh.bus.Emit(eventlog.LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
+	l.sh.bus.Emit(LaneStarted{Lane: l.h.name, Runners: l.h.cfg.Runners, Slots: l.h.cfg.Slots,
 		Network: l.h.cfg.Network, Socket: l.h.socket})
 	for i := 0; i < l.h.cfg.Runners+l.h.cfg.effectiveSpares(); i++ {
 		id := l.h.name + "-" + strconv.Itoa(i)
@@ -264,7 +262,7 @@ func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach
 			return &cp
 		}})
 	if err != nil {
-		l.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: l.h.name, RunnerID: id, Error: err.Error()})
+		l.sh.bus.Emit(RunnerSpawnFailed{Lane: l.h.name, RunnerID: id, Error: err.Error()})
 		if attach != nil {
 			attach.conn.Close()
 		}
@@ -308,7 +306,7 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	l.jobIDs[ref.String()] = m.rec.ID
 	s := m.spec
 	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wireJob(&s, m.rec.ID)})
-	l.sh.bus.Emit(eventlog.JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
+	l.sh.bus.Emit(JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
 	l.dispatch(c)
 }
 
@@ -383,11 +381,11 @@ func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
 	}
 	now := time.Now()
 	d := l.tracker.Exited(m.id, now, time.Duration(m.uptime)*time.Millisecond)
-	l.sh.bus.Emit(eventlog.RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
+	l.sh.bus.Emit(RunnerRestartScheduled{Lane: l.h.name, RunnerID: m.id, DelayMs: d.Delay.Milliseconds(),
 		RestartsInWindow: d.RestartsInWindow, Reason: m.cause, Policy: d.Reason})
 	if d.BecameDegraded {
 		p := l.tracker.Policy()
-		l.sh.bus.Emit(eventlog.LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,
+		l.sh.bus.Emit(LaneDegraded{Lane: l.h.name, RestartsInWindow: d.RestartsInWindow, MaxR: p.MaxR,
 			MaxTMs: p.MaxT.Milliseconds()})
 	}
 	if d.Degraded && l.recheck == nil {
@@ -401,7 +399,7 @@ func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
 
 func (l *laneActor) runnerConn(c *actors.Context, m runnerConn) {
 	reject := func(reason string) {
-		l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.h.name, Pid: int(m.hs.Pid), Reason: reason})
+		l.sh.bus.Emit(RunnerRejected{Lane: l.h.name, Pid: int(m.hs.Pid), Reason: reason})
 		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = wire.WriteFrame(m.conn, wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: false,
 			Config: wire.RunnerConfig{Lane: l.h.name, Reason: reason}})
@@ -491,30 +489,6 @@ func (l *laneActor) publish() {
 	l.h.status.Store(st)
 }
 
-// listenUnix listens on path with mode 0600, replacing a stale socket file
-// but refusing to steal one another process is serving.
-func listenUnix(path string) (*net.UnixListener, error) {
-	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("another process is already listening on %s", path)
-	}
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
-	}
-	old := unix.Umask(0o177)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
-	}
-	return ln, nil
-}
-
 // startAccepting starts the accept loop once; later calls (a restarted lane
 // actor) find it running and keep it, since it sends to the lane's Ref,
 // which a restart does not change.
@@ -555,13 +529,9 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 		if err != nil {
 			return
 		}
-		uid, peerPid, ok := peerCred(conn)
-		if !ok || uid != uint32(os.Getuid()) {
-			reason := fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", uid, os.Getuid())
-			if !ok {
-				reason = "refused: cannot read peer credentials"
-			}
-			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peerPid, UID: uid, Reason: reason})
+		peer, err := proc.CheckSameUID(conn)
+		if err != nil {
+			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peer.Pid, UID: peer.UID, Reason: "refused: " + err.Error()})
 			conn.Close()
 			continue
 		}
@@ -581,11 +551,11 @@ func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
 			delete(l.pendC, conn)
 			l.pendMu.Unlock()
 			if err != nil {
-				l.sh.bus.Emit(eventlog.RunnerRejected{Lane: l.name, Reason: err.Error()})
+				l.sh.bus.Emit(RunnerRejected{Lane: l.name, Reason: err.Error()})
 				conn.Close()
 				return
 			}
-			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peerPid)})
+			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peer.Pid)})
 		}()
 	}
 }
@@ -606,19 +576,4 @@ func readHandshake(conn *net.UnixConn, maxFrame uint32, timeout time.Duration) (
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return hs, br, nil
-}
-
-func peerCred(c *net.UnixConn) (uid uint32, pid int32, ok bool) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, 0, false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return 0, 0, false
-	}
-	return cred.Uid, cred.Pid, true
 }

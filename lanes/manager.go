@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -22,7 +21,6 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
-	"github.com/orchestrd/orchestrd/wire"
 )
 
 // shared is what every lane, runner and job actor of one daemon reads. It
@@ -50,8 +48,14 @@ type shared struct {
 
 // Options configures a Manager.
 type Options struct {
-	Config Config
-	Home   string // sockets live here: runner-<lane>.sock
+	Lanes map[string]LaneConfig
+	// What lanes takes of the config file's [daemon] table.
+	ShutdownTimeout     time.Duration // a runner's drain before it is killed
+	MaxFrameBytes       uint32        // runner protocol frames
+	FinishedJobs        int           // finished jobs kept queryable
+	FinishedOutputBytes int64         // output all finished jobs keep together
+	Sandbox             bool          // hide the home from jobs (runnerSysProcAttr)
+	Home                string        // sockets live here: runner-<lane>.sock
 	// Exe is the binary spawned as `Exe runner --lane L --socket P --id ID`;
 	// default os.Executable().
 	Exe          string
@@ -61,7 +65,7 @@ type Options struct {
 	Logger       zerolog.Logger
 }
 
-// Manager is the lanes supervisor and the API the control socket calls.
+// Manager is the lanes supervisor and the API its methods (methods.go) call.
 // Every method is non-blocking and safe from any goroutine.
 type Manager struct {
 	opts     Options
@@ -70,7 +74,6 @@ type Manager struct {
 	root     actors.Ref
 	lanes    map[string]*laneHandle
 	names    []string
-	started  time.Time
 	idPre    string
 	seq      atomic.Uint64
 	stopped  sync.Once
@@ -136,7 +139,7 @@ func Start(opts Options) (*Manager, error) {
 		rp.Stop()
 		return nil, err
 	}
-	if !opts.Config.Daemon.Sandbox {
+	if !opts.Sandbox {
 		opts.Logger.Warn().Msg("[daemon] sandbox = false: jobs can see the daemon's home and reach its sockets")
 	}
 	cg := runnersCgroup(opts.Logger)
@@ -150,17 +153,17 @@ func Start(opts Options) (*Manager, error) {
 	}
 	var pre [3]byte
 	_, _ = rand.Read(pre[:])
-	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{}, started: time.Now(),
+	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	st := newStore(opts.Config.Daemon.FinishedJobs)
-	budget := opts.Config.Daemon.FinishedOutputBytes
+	st := newStore(opts.FinishedJobs)
+	budget := opts.FinishedOutputBytes
 	st.boundOutput(budget, func(rec api.JobRecord, n int) {
-		opts.Bus.Emit(eventlog.JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
+		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
-	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Config.Daemon.Sandbox, log: opts.Logger, exeFile: exeFile,
-		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.Config.Daemon.MaxFrameBytes,
-		shutdownTimeout: opts.Config.Daemon.ShutdownTimeout.Duration}
-	for n, lc := range opts.Config.Lanes {
+	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.MaxFrameBytes,
+		shutdownTimeout: opts.ShutdownTimeout}
+	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)
 	}
@@ -169,7 +172,7 @@ func Start(opts Options) (*Manager, error) {
 	// not writable, served by another daemon) fails start-up, not a lane.
 	for _, n := range m.names {
 		h := m.lanes[n]
-		ln, err := listenUnix(h.socket)
+		ln, err := proc.ListenUnix(h.socket)
 		if err != nil {
 			for _, o := range m.names {
 				if m.lanes[o].ln != nil {
@@ -215,28 +218,28 @@ func Start(opts Options) (*Manager, error) {
 func (m *Manager) LaneNames() []string { return append([]string(nil), m.names...) }
 
 // Submit validates a job, queues it on its lane and returns its id.
-func (m *Manager) Submit(spec api.JobSpec) (string, *wire.Error) {
+func (m *Manager) Submit(spec api.JobSpec) (string, error) {
 	if m.stopping.Load() {
-		return "", wire.Errorf(wire.CodeShuttingDown, "daemon is stopping; job not accepted")
+		return "", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted")
 	}
 	if spec.Lane == "" {
-		spec.Lane = "no-net"
+		spec.Lane = api.DefaultLane
 	}
 	h, ok := m.lanes[spec.Lane]
 	if !ok {
-		return "", wire.Errorf(wire.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names)
+		return "", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names)
 	}
 	if spec.Command == "" && len(spec.Argv) == 0 {
-		return "", wire.Errorf(wire.CodeInvalidParams, "job needs command or argv")
+		return "", api.Errorf(api.CodeInvalidParams, "job needs command or argv")
 	}
 	if spec.Command != "" && len(spec.Argv) > 0 {
-		return "", wire.Errorf(wire.CodeInvalidParams, "job takes command or argv, not both")
+		return "", api.Errorf(api.CodeInvalidParams, "job takes command or argv, not both")
 	}
 	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
-		return "", wire.Errorf(wire.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd)
+		return "", api.Errorf(api.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd)
 	}
 	if spec.WorktreeDir != "" && !filepath.IsAbs(spec.WorktreeDir) {
-		return "", wire.Errorf(wire.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir)
+		return "", api.Errorf(api.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir)
 	}
 	if e := checkEnv(spec.Env); e != nil {
 		return "", e
@@ -252,8 +255,8 @@ func (m *Manager) Submit(spec api.JobSpec) (string, *wire.Error) {
 	}
 	if n := h.pending.Add(1); h.cfg.QueueLimit > 0 && n > int64(h.cfg.QueueLimit) {
 		h.pending.Add(-1)
-		m.sh.bus.Emit(eventlog.JobRejected{Lane: spec.Lane, Reason: "queue_full"})
-		return "", &wire.Error{Code: wire.CodeQueueFull,
+		m.sh.bus.Emit(JobRejected{Lane: spec.Lane, Reason: "queue_full"})
+		return "", &api.Error{Code: api.CodeQueueFull,
 			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)}
 	}
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
@@ -274,27 +277,27 @@ func (m *Manager) Get(id string) (api.JobRecord, bool) {
 func (m *Manager) List(f api.Filter) []api.JobRecord { return m.sh.store.list(f) }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
-func (m *Manager) Cancel(id string, reply func(wasRunning bool, err *wire.Error)) {
+func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
 	rec, ok := m.sh.store.get(id)
 	if !ok {
-		reply(false, wire.Errorf(wire.CodeNotFound, "no job %q", id))
+		reply(false, api.Errorf(api.CodeNotFound, "no job %q", id))
 		return
 	}
 	if rec.State.Terminal() {
-		reply(false, wire.Errorf(wire.CodeInvalidState, "job %s already finished (%s)", id, rec.State))
+		reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", id, rec.State))
 		return
 	}
 	var once sync.Once
-	m.sys.Send(m.lanes[rec.Lane].laneRef(), cancelJob{id: id, reply: func(w bool, e *wire.Error) {
+	m.sys.Send(m.lanes[rec.Lane].laneRef(), cancelJob{id: id, reply: func(w bool, e error) {
 		once.Do(func() { reply(w, e) })
 	}})
 }
 
 // Wait calls fn once the job is terminal.
-func (m *Manager) Wait(id string, fn func(api.JobRecord)) (func(), *wire.Error) {
+func (m *Manager) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 	cancel, ok := m.sh.store.wait(id, fn)
 	if !ok {
-		return nil, wire.Errorf(wire.CodeNotFound, "no job %q", id)
+		return nil, api.Errorf(api.CodeNotFound, "no job %q", id)
 	}
 	return cancel, nil
 }
@@ -316,13 +319,10 @@ func (m *Manager) Lanes() []api.LaneStatus {
 	return out
 }
 
-// Metrics returns the daemon's counters (connections are the control
-// server's to fill).
-func (m *Manager) Metrics() api.Metrics {
-	mt := api.Metrics{UptimeMs: time.Since(m.started).Milliseconds(), JobsByState: m.sh.store.stateCounts(),
-		JobsSubmitted: m.sh.submitted.Load(), RunnerRestarts: m.sh.restarts.Load(),
-		OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{},
-		Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), FinishedOutputBytes: m.sh.store.finishedOutput()}
+// Metrics returns the lanes' job and runner counters.
+func (m *Manager) Metrics() api.LaneMetrics {
+	mt := api.LaneMetrics{JobsByState: m.sh.store.stateCounts(), JobsSubmitted: m.sh.submitted.Load(),
+		RunnerRestarts: m.sh.restarts.Load(), OrphanedJobs: m.sh.orphaned.Load(), RunnersByLane: map[string]int64{}}
 	for _, l := range m.Lanes() {
 		var n int64
 		for _, r := range l.Runners {
@@ -334,6 +334,10 @@ func (m *Manager) Metrics() api.Metrics {
 	}
 	return mt
 }
+
+// FinishedOutputBytes is the output finished jobs hold now, at most
+// [daemon] finished_output_bytes.
+func (m *Manager) FinishedOutputBytes() int64 { return m.sh.store.finishedOutput() }
 
 // Shutdown stops the lanes: queued jobs end cancelled, runners get
 // Shutdown and, past the shutdown timeout, SIGKILL on their process group;
@@ -388,13 +392,4 @@ func (m *Manager) Shutdown(ctx context.Context) (int, error) {
 		}
 	})
 	return int(m.sh.killedOnShutdown.Load()), err
-}
-
-// openFDs counts this process's open file descriptors (-1 if unknown).
-func openFDs() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	return len(ents) - 1 // the directory handle ReadDir itself opened
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestMemoryLimitDoesNotTrustTheRunner(t *testing.T) {
 	lc := defaultLane(0, 1, NetworkHost, 0)
 	lc.MaxRunnerMemoryBytes = 1 << 20
-	lc.HeartbeatTimeout = Duration{30 * time.Second}
+	lc.HeartbeatTimeout = api.Duration{Duration: 30 * time.Second}
 	m, bus := startTestLane(t, lc)
 	killed := make(chanSink, 4)
 	defer bus.Subscribe([]string{"runner.killed"}, killed)()
@@ -44,7 +44,7 @@ func TestMemoryLimitDoesNotTrustTheRunner(t *testing.T) {
 	}
 	select {
 	case r := <-killed:
-		e := r.Event.(eventlog.RunnerKilled)
+		e := r.Event.(RunnerKilled)
 		if e.Reason != "memory_limit" || e.Pid != os.Getpid() || !strings.Contains(e.Detail, "measured") ||
 			!strings.Contains(e.Detail, "it reports 0") {
 			t.Fatalf("runner.killed = %+v", e)

@@ -152,24 +152,6 @@ func TestSplitPartialRune(t *testing.T) {
 	}
 }
 
-func TestConfigFinishedOutputBytes(t *testing.T) {
-	c, err := ParseConfig("c.toml", nil)
-	if err != nil || c.Daemon.FinishedOutputBytes != 64<<20 {
-		t.Fatalf("default %d (%v), want 64 MiB", c.Daemon.FinishedOutputBytes, err)
-	}
-	if c, err := ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = 0\n")); err != nil || c.Daemon.FinishedOutputBytes != 0 {
-		t.Fatalf("0: %d, %v", c.Daemon.FinishedOutputBytes, err)
-	}
-	_, err = ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = -1\n"))
-	if err == nil || !strings.Contains(err.Error(), "daemon.finished_output_bytes must be >= 0") {
-		t.Fatalf("-1: %v, want an error naming the key", err)
-	}
-	_, err = ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = \"lots\"\n"))
-	if err == nil || !strings.Contains(err.Error(), "finished_output_bytes") {
-		t.Fatalf("a string: %v, want an error naming the key", err)
-	}
-}
-
 // Whatever the bytes, a record's output decodes back to exactly them.
 func FuzzJobRecordOutput(f *testing.F) {
 	f.Add("hello\n")

@@ -95,7 +95,7 @@ func killOrphan(bus *eventlog.Bus, o proc.Orphan) {
 		_ = syscall.Kill(-o.Pgid, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(o.Pid, syscall.SIGKILL)
-	bus.Emit(eventlog.OrphanKilled{Pid: o.Pid, Pgid: o.Pgid, JobID: jobID, Command: st.Comm, Reason: "runner_gone"})
+	bus.Emit(OrphanKilled{Pid: o.Pid, Pgid: o.Pgid, JobID: jobID, Command: st.Comm, Reason: "runner_gone"})
 }
 
 // tokenDir holds one join token per lane that takes bring-your-own

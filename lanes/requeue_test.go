@@ -63,7 +63,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 			for {
 				select {
 				case r := <-exited:
-					if e := r.Event.(eventlog.RunnerExited); e.Pid == pid {
+					if e := r.Event.(RunnerExited); e.Pid == pid {
 						return
 					}
 				case <-deadline:
@@ -90,7 +90,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	// for it, then the events of this job are complete.
 	finished := func() bool {
 		for _, r := range jobEvents.all() {
-			if e, ok := r.Event.(eventlog.JobFinished); ok && e.JobID == id {
+			if e, ok := r.Event.(JobFinished); ok && e.JobID == id {
 				return true
 			}
 		}
@@ -105,18 +105,18 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	for _, r := range jobEvents.all() {
 		var of string
 		switch e := r.Event.(type) {
-		case eventlog.JobQueued:
+		case JobQueued:
 			of = e.JobID
-		case eventlog.JobDispatched:
+		case JobDispatched:
 			of = e.JobID
-		case eventlog.JobRequeued:
+		case JobRequeued:
 			of = e.JobID
 			if e.RunnerID != victim.ID || e.Reason != api.ErrRunnerLost || e.Lane != "bench" {
 				t.Errorf("job.requeued = %+v, want runner %s, reason %s", e, victim.ID, api.ErrRunnerLost)
 			}
-		case eventlog.JobFinished:
+		case JobFinished:
 			of = e.JobID
-		case eventlog.JobOrphaned:
+		case JobOrphaned:
 			of = e.JobID
 		}
 		if of == id {

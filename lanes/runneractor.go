@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -32,9 +30,8 @@ type (
 		err error
 	}
 	procExited struct {
-		gen      int
-		exitCode *int
-		signal   string
+		gen  int
+		exit proc.Exit
 	}
 	connAttach struct {
 		gen     int // a spawned runner's incarnation (its socketpair); 0 for bring-your-own
@@ -95,6 +92,7 @@ type runnerActor struct {
 
 	gen       int
 	attempt   int
+	proc      *proc.Incarnation // a spawned runner's current process
 	pid       int
 	alive     bool // process running (spawned) or connection up (byo)
 	spawnedAt time.Time
@@ -139,7 +137,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		if m.err != nil {
-			r.sh.bus.Emit(eventlog.RunnerSpawnFailed{Lane: r.laneN, RunnerID: r.id, Error: m.err.Error()})
+			r.sh.bus.Emit(RunnerSpawnFailed{Lane: r.laneN, RunnerID: r.id, Error: m.err.Error()})
 			r.alive = false
 			c.SetState("backoff")
 			r.publish(c)
@@ -148,7 +146,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		}
 		r.pid = m.pid
 		c.After(handshakeTimeout(r.cfg.HeartbeatTimeout.Duration), hsExpired{gen: r.gen})
-		r.sh.bus.Emit(eventlog.RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
+		r.sh.bus.Emit(RunnerSpawned{Lane: r.laneN, RunnerID: r.id, Pid: m.pid, Attempt: r.attempt, Network: r.cfg.Network})
 		r.publish(c)
 	case connAttach:
 		if !r.spawned || !r.alive || r.conn != nil || m.gen != r.gen || r.down {
@@ -182,7 +180,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if errors.As(m.err, &tooBig) {
 			cause = "protocol_error"
 			r.sh.bus.Emit(eventlog.ConnProtocolError{Lane: r.laneN, Peer: "runner", Error: m.err.Error(), Fatal: true})
-			r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
+			r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: "protocol_error", Detail: m.err.Error()})
 		}
 		r.lost(c, cause, reason)
 		r.retireExternal(c, cause)
@@ -200,7 +198,14 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			r.killReq()
 			r.killReq = nil
 		}
-		uptime := r.exitedEvent(m.exitCode, m.signal, r.cause)
+		var code *int
+		sig := ""
+		if m.exit.Signal != 0 {
+			sig = m.exit.Signal.String()
+		} else {
+			code = &m.exit.Code
+		}
+		uptime := r.exitedEvent(code, sig, r.cause, m.exit.Uptime)
 		r.sh.reaper.Kick()
 		if r.stopReq {
 			c.SetState("stopped")
@@ -293,7 +298,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		// Last resort: whatever is still running dies with the actor
 		// (daemon shutdown, or this actor panicked and is replaced).
 		if r.alive && r.spawned && r.pid > 0 {
-			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+			r.proc.Kill()
 		}
 		if r.conn != nil {
 			r.conn.Close()
@@ -317,7 +322,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	r.gen = int(r.sh.gens.Add(1))
 	r.attempt++
 	r.down, r.cause, r.alive = false, "", true
-	r.pid, r.reportedMem, r.measuredMem = 0, 0, 0
+	r.proc, r.pid, r.reportedMem, r.measuredMem = nil, 0, 0, 0
 	r.spawnedAt = time.Now()
 	c.SetState("starting")
 	gen, self, sys := r.gen, c.Self(), c.System()
@@ -344,42 +349,30 @@ func (r *runnerActor) spawn(c *actors.Context) {
 			r.sh.log.Warn().Err(err).Str("runner_id", r.id).Msg("runner starts without a cgroup: its jobs are tracked by process group")
 		}
 	}
-	cmd := &exec.Cmd{Path: "/proc/self/fd/" + strconv.Itoa(int(r.sh.exeFile.Fd())), Args: append([]string{r.sh.exe}, args...)}
-	cmd.Stdout, cmd.Stderr = nil, r.sh.runnerStderr
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.SysProcAttr = proc.SandboxAttr(runnerIsolation(r.cfg.Network, cg, r.sh.sandbox))
 	hsTimeout := handshakeTimeout(r.cfg.HeartbeatTimeout.Duration)
-	go func() {
-		pid, err := r.sh.reaper.Start(func() (int, error) {
-			if err := cmd.Start(); err != nil {
-				return 0, err
+	r.proc = proc.Spawn(proc.Spec{
+		Path:       "/proc/self/fd/" + strconv.Itoa(int(r.sh.exeFile.Fd())),
+		Args:       append([]string{r.sh.exe}, args...),
+		Stderr:     r.sh.runnerStderr,
+		ExtraFiles: []*os.File{theirs},
+		Isolation:  runnerIsolation(r.cfg.Network, cg, r.sh.sandbox),
+		Nice:       r.cfg.Nice,
+		Reaper:     r.sh.reaper,
+		OnStart: func(pid int, err error) {
+			if err != nil {
+				ours.Close()
+				fail(proc.ExplainSpawnError(err))
+				return
 			}
-			return cmd.Process.Pid, nil
-		})
-		theirs.Close()
-		if err != nil {
-			ours.Close()
-			removeRunnerCgroup(r.sh, cg)
-			fail(proc.ExplainSpawnError(err))
-			return
-		}
-		if r.cfg.Nice != 0 {
-			_ = syscall.Setpriority(syscall.PRIO_PROCESS, pid, r.cfg.Nice)
-		}
-		sys.Send(self, procStarted{gen: gen, pid: pid})
-		go r.handshakeSpawned(sys, self, gen, pid, ours, hsTimeout)
-		_ = cmd.Wait()
-		r.sh.reaper.Unregister(pid)
-		ex := procExited{gen: gen}
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			ex.signal = ws.Signal().String()
-		} else {
-			code := cmd.ProcessState.ExitCode()
-			ex.exitCode = &code
-		}
-		sys.Send(self, ex)
-		removeRunnerCgroup(r.sh, cg)
-	}()
+			sys.Send(self, procStarted{gen: gen, pid: pid})
+			go r.handshakeSpawned(sys, self, gen, pid, ours, hsTimeout)
+		},
+		OnExit: func(e proc.Exit) { sys.Send(self, procExited{gen: gen, exit: e}) },
+		// Job processes a dead runner left are re-parented to the daemon,
+		// whose reaper kills them with an event each; what the reaper has
+		// not reached within the grace is killed with the cgroup.
+		Warn: func(err error) { r.sh.log.Warn().Err(err).Msg("removing a runner's cgroup") },
+	})
 }
 
 // handshakeSpawned reads a spawned runner's Handshake off its socketpair
@@ -390,7 +383,7 @@ func (r *runnerActor) handshakeSpawned(sys *actors.System, self actors.Ref, gen,
 	fc, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		r.sh.bus.Emit(eventlog.RunnerRejected{Lane: r.laneN, Pid: pid, Reason: "socketpair: " + err.Error()})
+		r.sh.bus.Emit(RunnerRejected{Lane: r.laneN, Pid: pid, Reason: "socketpair: " + err.Error()})
 		return
 	}
 	conn := fc.(*net.UnixConn)
@@ -403,24 +396,6 @@ func (r *runnerActor) handshakeSpawned(sys *actors.System, self actors.Ref, gen,
 		return
 	}
 	sys.Send(self, connAttach{gen: gen, conn: conn, br: br, hs: hs, peerPid: pid})
-}
-
-// removeRunnerCgroup removes a runner incarnation's cgroup once it is
-// empty. Job processes a dead runner left are re-parented to the daemon,
-// whose reaper kills them with an event each; what the reaper has not
-// reached after a while is killed here.
-func removeRunnerCgroup(sh *shared, cg *proc.Cgroup) {
-	if cg == nil {
-		return
-	}
-	defer cg.Close()
-	if !cg.WaitEmpty(5 * time.Second) {
-		_ = cg.Kill()
-		cg.WaitEmpty(5 * time.Second)
-	}
-	if err := cg.Remove(); err != nil {
-		sh.log.Warn().Err(err).Msg("removing a runner's cgroup")
-	}
 }
 
 // attach takes over a handshaken connection: ack it, start its reader and
@@ -442,7 +417,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	if r.spawned {
 		startMs = r.readyAt.Sub(r.spawnedAt).Milliseconds()
 	}
-	r.sh.bus.Emit(eventlog.RunnerReady{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Slots: r.cfg.Slots,
+	r.sh.bus.Emit(RunnerReady{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Slots: r.cfg.Slots,
 		Spawned: r.spawned, Version: a.hs.Version, StartMs: startMs})
 	c.SetState("ready")
 	r.armHeartbeat(c)
@@ -516,7 +491,7 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		}
 		delete(r.jobs, m.JobID)
 		for _, k := range m.Killed {
-			r.sh.bus.Emit(eventlog.OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
+			r.sh.bus.Emit(OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
 		}
 		if r.stopReq && m.Status == wire.StatusCancelled {
 			c.Send(j, jobLost{reason: api.ErrDaemonShutdown})
@@ -565,7 +540,7 @@ func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
 // kill replaces an unhealthy runner: the event says why, its jobs fail with
 // jobErr, its process group gets SIGKILL, and procExited does the rest.
 func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
-	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.lost(c, "killed_"+reason, jobErr)
 	r.retireExternal(c, "killed_"+reason)
 }
@@ -574,13 +549,16 @@ func (r *runnerActor) kill(c *actors.Context, reason, detail, jobErr string) {
 // Shutdown: its jobs end cancelled (daemon_shutdown), a spawned runner's
 // group is killed, a bring-your-own runner is disconnected.
 func (r *runnerActor) killAtShutdown(c *actors.Context, reason, detail string) {
-	r.sh.bus.Emit(eventlog.RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
+	r.sh.bus.Emit(RunnerKilled{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, Reason: reason, Detail: detail})
 	r.sh.killedOnShutdown.Add(1)
 	r.lost(c, reason, api.ErrDaemonShutdown)
 	if r.spawned {
 		// lost spares a runner that closed its socket at shutdown; now its
-		// group dies regardless.
-		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+		// group dies regardless (if it is still being started, as soon as
+		// it has; nil: its start failed before a process was asked for).
+		if r.proc != nil {
+			r.proc.Kill()
+		}
 	} else {
 		c.Send(r.lane, runnerStopped{id: r.id})
 		r.retireExternal(c, reason)
@@ -594,7 +572,11 @@ func (r *runnerActor) retireExternal(c *actors.Context, cause string) {
 	if r.spawned {
 		return
 	}
-	r.exitedEvent(nil, "", cause)
+	var uptime time.Duration
+	if !r.readyAt.IsZero() {
+		uptime = time.Since(r.readyAt)
+	}
+	r.exitedEvent(nil, "", cause, uptime)
 	c.StopSelf()
 }
 
@@ -625,25 +607,22 @@ func (r *runnerActor) lost(c *actors.Context, cause, jobErr string) {
 	// until the shutdown timer (shutdownKill) before the group is killed.
 	graceful := r.stopReq && cause == "socket_closed"
 	if r.spawned && r.alive && r.pid > 0 && !graceful {
-		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+		r.proc.Kill()
 	}
 	c.SetState("down")
 }
 
-func (r *runnerActor) exitedEvent(code *int, sig, cause string) int64 {
-	var uptime int64
-	if !r.spawnedAt.IsZero() {
-		uptime = time.Since(r.spawnedAt).Milliseconds()
-	}
-	if !r.spawned && !r.readyAt.IsZero() {
-		uptime = time.Since(r.readyAt).Milliseconds()
-	}
+// exitedEvent logs the end of an incarnation (a spawned runner's process,
+// a bring-your-own runner's connection), up for uptime, and returns the
+// uptime in milliseconds.
+func (r *runnerActor) exitedEvent(code *int, sig, cause string, uptime time.Duration) int64 {
 	if cause == "" {
 		cause = "exited"
 	}
-	r.sh.bus.Emit(eventlog.RunnerExited{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, ExitCode: code, Signal: sig,
-		UptimeMs: uptime, Cause: cause, Spawned: r.spawned})
-	return uptime
+	ms := uptime.Milliseconds()
+	r.sh.bus.Emit(RunnerExited{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, ExitCode: code, Signal: sig,
+		UptimeMs: ms, Cause: cause, Spawned: r.spawned})
+	return ms
 }
 
 func (r *runnerActor) publish(c *actors.Context) {

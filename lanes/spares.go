@@ -2,7 +2,6 @@ package lanes
 
 import (
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // Spare runners. A lane with `spares = S` starts runners+S spawned runners.
@@ -58,7 +57,7 @@ func (l *laneActor) lostServing(c *actors.Context, id string, s *runnerSlot) {
 		sp := l.runners[sid]
 		if sp != s && sp.spawned && sp.ready && !sp.serving {
 			sp.serving = true
-			l.sh.bus.Emit(eventlog.RunnerPromoted{Lane: l.h.name, RunnerID: sid, Pid: sp.status.Pid, Replaces: id})
+			l.sh.bus.Emit(RunnerPromoted{Lane: l.h.name, RunnerID: sid, Pid: sp.status.Pid, Replaces: id})
 			l.dispatch(c)
 			return
 		}

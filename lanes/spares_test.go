@@ -110,7 +110,7 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 	}
 	select {
 	case rec := <-events:
-		p, ok := rec.Event.(eventlog.RunnerPromoted)
+		p, ok := rec.Event.(RunnerPromoted)
 		if !ok || p.RunnerID != spare.ID || p.Pid != spare.Pid || p.Replaces != serving.ID || p.Lane != "bench" {
 			t.Fatalf("promoted %+v, want spare %s (pid %d) replacing %s", rec.Event, spare.ID, spare.Pid, serving.ID)
 		}
@@ -128,21 +128,20 @@ func TestSpareTakesOverALostRunner(t *testing.T) {
 }
 
 func TestSparesConfig(t *testing.T) {
-	cfg, err := ParseConfig("c.toml", []byte("[lanes.x]\nnetwork = \"host\"\n[lanes.byo]\nrunners = 0\n"))
-	if err != nil || cfg.Lanes["x"].Spares != 1 || cfg.Lanes["x"].effectiveSpares() != 1 {
-		t.Fatalf("default spares: %+v %v", cfg.Lanes["x"], err)
+	x := DefaultFor("x")
+	if x.Spares != 1 || x.effectiveSpares() != 1 {
+		t.Fatalf("default spares: %+v", x)
 	}
-	if cfg.Lanes["byo"].effectiveSpares() != 0 {
+	x.Runners = 0
+	if x.effectiveSpares() != 0 {
 		t.Fatal("a lane without spawned runners must start no spares")
 	}
-	cfg, err = ParseConfig("c.toml", []byte("[lanes.x]\nspares = 2\n"))
-	if err != nil || cfg.Lanes["x"].Spares != 2 {
-		t.Fatalf("spares = 2: %+v %v", cfg.Lanes["x"], err)
-	}
-	for _, bad := range []string{"-1", "17"} {
-		_, err := ParseConfig("c.toml", []byte("[lanes.x]\nspares = "+bad+"\n"))
-		if err == nil || !strings.Contains(err.Error(), "lanes.x.spares") {
-			t.Fatalf("spares = %s: %v", bad, err)
+	for _, bad := range []int{-1, 17} {
+		x := DefaultFor("x")
+		x.Spares = bad
+		errs := ValidateLanes("lanes", map[string]LaneConfig{"x": x})
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "lanes.x.spares") {
+			t.Fatalf("spares = %d: %v", bad, errs)
 		}
 	}
 }

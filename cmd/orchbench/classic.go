@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // helloMsg is one "hello PID" received, stamped on arrival.
@@ -203,7 +205,7 @@ func (b *bench) measureClassic(sv classicSV, n int, upFor time.Duration) ([]time
 	if err := os.MkdirAll(svc, 0o755); err != nil {
 		return nil, err
 	}
-	if err := copyFile(b.hello, filepath.Join(svc, "run"), 0o755); err != nil {
+	if err := daemonrun.CopyFile(b.hello, filepath.Join(svc, "run"), 0o755); err != nil {
 		return nil, err
 	}
 	hs, err := newHelloServer(filepath.Join(svc, "hello.sock"))
@@ -260,21 +262,4 @@ func (b *bench) measureClassic(sv classicSV, n int, upFor time.Duration) ([]time
 		b.debugf("%s trial %d: %s", sv.name, i+1, m.at.Sub(t0))
 	}
 	return out, nil
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,18 +14,16 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // daemon is one `orchestrd serve` process in its own temporary home.
 type daemon struct {
-	b      *bench
-	name   string
-	home   string
-	sock   string
-	cmd    *exec.Cmd
-	logf   *os.File
-	exited chan struct{}
-	werr   error
+	run  *daemonrun.Daemon
+	b    *bench
+	name string
+	sock string
+	logf *os.File
 }
 
 // startDaemon writes config (TOML; "" = the embedded defaults) into a fresh
@@ -36,7 +33,7 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, err
 	}
-	args := []string{"serve", "--home", home, "--log-format", "json"}
+	var args []string
 	if config != "" {
 		path := filepath.Join(home, "orchbench.toml")
 		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
@@ -48,18 +45,17 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.bin, args...)
+	cmd := daemonrun.Serve(b.bin, home, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The daemon must not outlive the harness; its runners die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := daemonrun.Start(cmd, home)
+	if err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", b.bin, err)
+		return nil, err
 	}
-	d := &daemon{b: b, name: name, home: home, sock: filepath.Join(home, "daemon.sock"), cmd: cmd, logf: logf,
-		exited: make(chan struct{})}
-	go func() { d.werr = cmd.Wait(); close(d.exited) }()
-	if err := d.waitReady(30 * time.Second); err != nil {
+	d := &daemon{run: p, b: b, name: name, sock: p.Socket(), logf: logf}
+	if _, err := p.WaitReady(30 * time.Second); err != nil {
 		d.stop()
 		return nil, fmt.Errorf("daemon %s: %w\n%s", name, err, d.logTail())
 	}
@@ -67,43 +63,7 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 	return d, nil
 }
 
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
-
-// waitReady polls (setup only, never while measuring) until the control
-// socket answers and every spawned runner is ready.
-func (d *daemon) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var c *control.Client
-	for {
-		select {
-		case <-d.exited:
-			return fmt.Errorf("exited early: %v", d.werr)
-		default:
-		}
-		var err error
-		if c, err = control.Dial(d.sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("control socket not up after %s: %w", timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	defer c.Close()
-	for {
-		ls, err := laneList(c)
-		if err != nil {
-			return err
-		}
-		if allReady(ls) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("runners not ready after %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+func (d *daemon) pid() int { return d.run.Pid() }
 
 // laneInfo is the part of lane.list the harness reads (decoded here rather
 // than into api.LaneStatus so that the harness also reads daemons with
@@ -124,31 +84,15 @@ type runnerInfo struct {
 	Spare   bool   `json:"spare"`
 }
 
-func allReady(ls []laneInfo) bool {
-	for _, l := range ls {
-		for _, r := range l.Runners {
-			if r.Spawned && r.State != "ready" {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// stop sends SIGTERM and waits (then SIGKILL). It reports a daemon that
-// did not stop cleanly.
+// stop sends SIGTERM and waits (then SIGQUIT, for the goroutines' stacks
+// in its log, and SIGKILL). It reports a daemon that did not stop cleanly.
 func (d *daemon) stop() error {
 	defer d.logf.Close()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
+	if err := d.run.Stop(20 * time.Second); err != nil {
 		return fmt.Errorf("daemon %s did not stop within 20s of SIGTERM", d.name)
 	}
-	if d.werr != nil {
-		return fmt.Errorf("daemon %s: %v\n%s", d.name, d.werr, d.logTail())
+	if err := d.run.Err(); err != nil {
+		return fmt.Errorf("daemon %s: %v\n%s", d.name, err, d.logTail())
 	}
 	return nil
 }

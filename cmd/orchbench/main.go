@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // scenario is one numbered scenario of the issue.
@@ -97,7 +99,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		mode = "quick"
 	}
 	rep := &Report{Env: machineEnv(mode), Samples: map[string]Stats{}}
-	tmp, err := os.MkdirTemp("", "orchbench-")
+	tmp, err := daemonrun.ShortTempDir("orchbench-")
 	if err != nil {
 		fmt.Fprintf(stderr, "orchbench: %v\n", err)
 		return 1
@@ -270,10 +272,8 @@ func (b *bench) build(prebuilt string) error {
 	for _, t := range targets {
 		out := filepath.Join(dir, filepath.Base(t.pkg))
 		b.logf("building %s", t.pkg)
-		cmd := exec.Command("go", "build", "-o", out, t.pkg)
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", t.pkg, err, msg)
+		if err := daemonrun.Build(root, t.pkg, out); err != nil {
+			return err
 		}
 		*t.out = out
 	}

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	orchd "github.com/orchestrd/orchestrd/daemon"
 	"github.com/orchestrd/orchestrd/lanes"
 )
 
@@ -160,7 +161,7 @@ func TestLaneConfigParses(t *testing.T) {
 		{runners: 1, slots: 4, finishedJobs: 16},
 		{runners: 1, slots: 1, extraLanes: "\n[lanes.queue]\nrunners = 0\nslots = 1\nnetwork = \"host\"\nqueue_limit = 11000\n"},
 	} {
-		cfg, err := lanes.ParseConfig("bench.toml", []byte(c.toml()))
+		cfg, err := orchd.ParseConfig("bench.toml", []byte(c.toml()))
 		if err != nil {
 			t.Fatalf("%+v: %v\n%s", c, err, c.toml())
 		}

@@ -44,16 +44,11 @@ func startDaemonCmd(t *testing.T, home, bin string, args ...string) *testDaemon 
 // startDaemonCmdIn is startDaemonCmd with the daemon's working directory.
 func startDaemonCmdIn(t *testing.T, dir, home, bin string, args ...string) *testDaemon {
 	t.Helper()
-	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Dir = dir
-	d.cmd.Stderr, d.cmd.Stdout = d.stderr, d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.exit = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(d.stop)
-	d.waitReady(20 * time.Second)
+	d := newTestDaemon(t, home)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stderr, cmd.Stdout = d.stderr, d.stderr
+	d.launch(cmd)
 	return d
 }
 

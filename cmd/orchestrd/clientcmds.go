@@ -26,7 +26,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/daemon/control"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -328,7 +328,7 @@ func (r *jobFollower) event(ev wire.Event) (rec api.JobRecord, done bool) {
 	switch ev.Event {
 	case "job.output":
 		// data or data_b64: the bytes exactly as the job wrote them.
-		var o eventlog.JobOutput
+		var o lanes.JobOutput
 		if json.Unmarshal(ev.Data, &o) != nil || o.JobID != r.jobID {
 			return rec, false
 		}

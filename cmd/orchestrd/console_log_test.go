@@ -23,9 +23,9 @@ func startConsoleDaemon(t *testing.T, stderr io.Writer, level string) *testDaemo
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
-	d.cmd = exec.Command(binary, "serve", "--home", home)
-	d.cmd.Stderr = stderr
+	d := newTestDaemon(t, home)
+	cmd := exec.Command(binary, "serve", "--home", home)
+	cmd.Stderr = stderr
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "ORCHESTRD_LOG_") {
@@ -35,13 +35,8 @@ func startConsoleDaemon(t *testing.T, stderr io.Writer, level string) *testDaemo
 	if level != "" {
 		env = append(env, "ORCHESTRD_LOG_LEVEL="+level)
 	}
-	d.cmd.Env = env
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.exit = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(d.stop)
-	d.waitReady(20 * time.Second)
+	cmd.Env = env
+	d.launch(cmd)
 	return d
 }
 

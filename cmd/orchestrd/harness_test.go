@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -36,9 +37,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "orchestrd")
-	out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building orchestrd: %v\n%s", err, out)
+	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -81,9 +81,9 @@ func (d *testDaemon) in(t *testing.T) *testDaemon { return &testDaemon{t: t, dae
 type daemonProc struct {
 	home   string
 	cmd    *exec.Cmd
+	proc   *daemonrun.Daemon
+	done   <-chan struct{} // closed once it has exited: proc.Done()
 	stderr *syncBuffer
-	done   chan struct{}
-	exit   error
 	seen   map[int]bool // every runner pid seen
 	mu     sync.Mutex
 }
@@ -108,7 +108,7 @@ func (s *syncBuffer) String() string {
 // shortTemp returns a short directory: unix socket paths are limited to 108
 // bytes and t.TempDir() can be long.
 func shortTemp(t *testing.T) string {
-	d, err := os.MkdirTemp("", "od")
+	d, err := daemonrun.ShortTempDir("od")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,24 +126,37 @@ func startDaemon(t *testing.T, config string) *testDaemon {
 // startDaemonAt is startDaemon on a home the test prepared.
 func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 	t.Helper()
-	args := []string{"serve", "--home", home, "--log-format", "json"}
 	if config != "" {
 		p := filepath.Join(home, "config.toml")
 		if err := os.WriteFile(p, []byte(config), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}}
-	d.cmd = exec.Command(binary, args...)
-	d.cmd.Stderr = d.stderr
-	d.cmd.Stdout = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.exit = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(d.stop)
-	d.waitReady(20 * time.Second)
+	d := newTestDaemon(t, home)
+	cmd := daemonrun.Serve(binary, home)
+	cmd.Stderr = d.stderr
+	cmd.Stdout = d.stderr
+	d.launch(cmd)
 	return d
+}
+
+// newTestDaemon is the daemon on home as its test will see it, before it
+// is launched.
+func newTestDaemon(t *testing.T, home string) *testDaemon {
+	return &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, seen: map[int]bool{}}}
+}
+
+// launch starts cmd, a daemon on d's home, stops it when the test ends
+// and waits until its lanes are ready.
+func (d *testDaemon) launch(cmd *exec.Cmd) {
+	d.t.Helper()
+	p, err := daemonrun.Start(cmd, d.home)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.cmd, d.proc, d.done = cmd, p, p.Done()
+	d.t.Cleanup(d.stop)
+	d.waitReady(20 * time.Second)
 }
 
 // waitCleanExit waits up to 30 s for the daemon to exit (failing with
@@ -155,8 +168,8 @@ func (d *testDaemon) waitCleanExit(what string) {
 	case <-time.After(30 * time.Second):
 		d.t.Fatal(what)
 	}
-	if d.exit != nil {
-		d.t.Fatalf("daemon exit: %v\n%s", d.exit, tail(d.stderr.String(), 3000))
+	if err := d.proc.Err(); err != nil {
+		d.t.Fatalf("daemon exit: %v\n%s", err, tail(d.stderr.String(), 3000))
 	}
 }
 
@@ -237,16 +250,22 @@ func (d *testDaemon) tryLanes() ([]api.LaneStatus, error) {
 	if err := d.call("lane.list", nil, &r); err != nil {
 		return nil, err
 	}
+	d.record(r.Lanes)
+	return r.Lanes, nil
+}
+
+// record notes the pids of the runners the daemon spawned in ls: stop
+// checks that none of them outlives it.
+func (d *testDaemon) record(ls []api.LaneStatus) {
 	d.mu.Lock()
-	for _, l := range r.Lanes {
+	defer d.mu.Unlock()
+	for _, l := range ls {
 		for _, rn := range l.Runners {
 			if rn.Pid > 0 && rn.Spawned {
 				d.seen[rn.Pid] = true
 			}
 		}
 	}
-	d.mu.Unlock()
-	return r.Lanes, nil
 }
 
 func (d *testDaemon) lane(name string) api.LaneStatus {
@@ -297,98 +316,22 @@ func fullStrength(ls []api.LaneStatus, want map[string]int) bool {
 
 func (d *testDaemon) waitReady(within time.Duration) {
 	d.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		select {
-		case <-d.done:
-			d.t.Fatalf("daemon exited early: %v\n%s", d.exit, d.stderr.String())
-		default:
-		}
-		var r struct{ Lanes []api.LaneStatus }
-		if err := d.call("lane.list", nil, &r); err == nil {
-			if lanesReady(r.Lanes, d.configuredRunners()) {
-				d.lanes()
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("daemon not ready after %s\n%s", within, tail(d.stderr.String(), 4000))
-		}
-		time.Sleep(10 * time.Millisecond)
+	ls, err := d.proc.WaitReady(within)
+	switch {
+	case errors.Is(err, daemonrun.ErrExited):
+		d.t.Fatalf("daemon exited early: %v\n%s", d.proc.Err(), d.stderr.String())
+	case err != nil:
+		d.t.Fatalf("daemon not ready after %s\n%s", within, tail(d.stderr.String(), 4000))
 	}
-}
-
-// lanesReady reports whether every lane has all its runners ready:
-// every runner listed, and as many as configured (the lane.started
-// events' counts) plus the lane's spares. A lane that has not published
-// its status yet is listed with no runners at all.
-func lanesReady(ls []api.LaneStatus, configured map[string]int) bool {
-	if len(ls) == 0 {
-		return false
-	}
-	for _, l := range ls {
-		n := 0
-		for _, rn := range l.Runners {
-			if rn.State == "ready" {
-				n++
-			}
-		}
-		want, started := configured[l.Name]
-		if !started || n < countSpawned(l) || n < want+l.Spares {
-			return false
-		}
-	}
-	return true
-}
-
-// configuredRunners reads the lanes' runner counts from their lane.started
-// events, for the lanes whose event is in the log yet.
-func (d *testDaemon) configuredRunners() map[string]int {
-	out := map[string]int{}
-	b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		var e struct {
-			Kind    string `json:"kind"`
-			Lane    string `json:"lane"`
-			Runners int    `json:"runners"`
-		}
-		if json.Unmarshal(line, &e) == nil && e.Kind == "lane.started" {
-			out[e.Lane] = e.Runners
-		}
-	}
-	return out
-}
-
-func countSpawned(l api.LaneStatus) int {
-	n := 0
-	for _, r := range l.Runners {
-		if r.Spawned {
-			n++
-		}
-	}
-	return n
+	d.record(ls)
 }
 
 // stop sends SIGTERM, waits for the daemon to exit, and checks that no
 // runner it ever reported is still alive.
 func (d *testDaemon) stop() {
-	select {
-	case <-d.done:
-	default:
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(30 * time.Second):
-			// Ask Go for every goroutine's stack before giving up.
-			_ = d.cmd.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-d.done:
-			case <-time.After(5 * time.Second):
-				_ = d.cmd.Process.Kill()
-				<-d.done
-			}
-			d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 60000))
-		}
+	// On a hang the daemon's log ends with every goroutine's stack.
+	if err := d.proc.Stop(30 * time.Second); err != nil {
+		d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 60000))
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -457,25 +400,9 @@ func (d *testDaemon) tryWait(id string) (api.JobRecord, error) {
 // events reads the complete lines of the event log (the daemon may be in
 // the middle of writing the last one).
 func (d *testDaemon) events() []map[string]any {
-	b, err := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
+	out, err := daemonrun.ReadEvents(daemonrun.EventLog(d.home))
 	if err != nil {
 		d.t.Fatal(err)
-	}
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	} else {
-		b = nil
-	}
-	var out []map[string]any
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			d.t.Fatalf("bad event line %q: %v", line, err)
-		}
-		out = append(out, m)
 	}
 	return out
 }

@@ -16,9 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/daemon"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // version is set with -ldflags "-X main.version=..." in releases.
@@ -97,7 +95,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		return cmdStatus(withHome(rest), stdout, stderr)
 	case "events":
-		return eventlog.CLI(rest, resolveHome(*home), stdout, stderr)
+		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":
 		return cmdLane(withHome(rest), stdout, stderr)
 	case "version", "--version":
@@ -152,7 +150,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		os.Setenv(runner.EnvLogLevel, "warn")
 	}
 	h := resolveHome(*home)
-	cfg := lanes.DefaultConfig()
+	cfg := daemon.DefaultConfig()
 	path := *cfgPath
 	if path == "" {
 		if _, err := os.Stat(filepath.Join(h, "config.toml")); err == nil {
@@ -160,7 +158,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if path != "" {
-		c, err := lanes.LoadConfig(path)
+		c, err := daemon.LoadConfig(path)
 		if err != nil {
 			// One line per problem, each naming its key.
 			for _, line := range strings.Split(err.Error(), "\n") {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
@@ -100,7 +101,7 @@ func startRedDaemon(t *testing.T, cred *syscall.Credential) (*sandboxDaemon, str
 		tool = filepath.Join(top, "redtool")
 		self, err := os.Executable()
 		if err == nil {
-			err = copyFile(self, tool, 0o755)
+			err = daemonrun.CopyFile(self, tool, 0o755)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -222,7 +222,7 @@ func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-d.done
+	<-d.proc.Done()
 	eventuallyOr(t, 10*time.Second, "every runner and job process to die with the daemon", func() bool {
 		for _, p := range watched {
 			if alive(p) {
@@ -254,8 +254,8 @@ type sandboxDaemon struct {
 	bin    string              // the binary, where that user can run it
 	home   string
 	cmd    *exec.Cmd
+	proc   *daemonrun.Daemon
 	stderr *syncBuffer
-	done   chan struct{}
 }
 
 func startSandboxDaemon(t *testing.T, cred *syscall.Credential) *sandboxDaemon {
@@ -285,8 +285,8 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 	top := shortTemp(t)
 	os.Chmod(top, 0o755)
 	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
-		stderr: &syncBuffer{}, done: make(chan struct{})}
-	if err := copyFile(binary, d.bin, 0o755); err != nil {
+		stderr: &syncBuffer{}}
+	if err := daemonrun.CopyFile(binary, d.bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(d.home, 0o700); err != nil {
@@ -301,22 +301,14 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 	if prepare != nil {
 		prepare(top, d.cmd)
 	}
-	if err := d.cmd.Start(); err != nil {
+	p, err := daemonrun.Start(d.cmd, d.home)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { d.cmd.Wait(); close(d.done) }()
+	d.proc = p
 	t.Cleanup(func() {
-		select {
-		case <-d.done:
-		default:
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(30 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-				t.Errorf("daemon did not stop on SIGTERM\n%s", tail(d.stderr.String(), 3000))
-			}
+		if err := d.proc.Stop(30 * time.Second); err != nil {
+			t.Errorf("daemon did not stop on SIGTERM\n%s", tail(d.stderr.String(), 3000))
 		}
 		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
 	})
@@ -374,14 +366,7 @@ func (d *sandboxDaemon) cli(args ...string) (stdout, stderr string, code int) {
 }
 
 func (d *sandboxDaemon) events() []map[string]any {
-	b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
-	var out []map[string]any
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) == nil {
-			out = append(out, m)
-		}
-	}
+	out, _ := daemonrun.ReadEvents(daemonrun.EventLog(d.home))
 	return out
 }
 
@@ -428,23 +413,6 @@ func (d *sandboxDaemon) runnerPids() []int {
 		}
 	}
 	return out
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // Bring-your-own runners join only lanes that take them, and only with

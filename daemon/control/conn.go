@@ -21,7 +21,7 @@ type conn struct {
 	srv *Server
 	nc  *net.UnixConn
 	id  string
-	q   outq
+	q   OutQueue
 
 	// credit holds one token per line handed to the actor and not yet
 	// handled; the reader blocks when it is full.
@@ -29,7 +29,7 @@ type conn struct {
 	// done is closed by finish; it releases a reader waiting for credit.
 	done chan struct{}
 
-	refs      atomic.Int32 // see acquire / release
+	refs      atomic.Int32 // see Acquire / Release
 	closing   atomic.Bool  // a reason is set: the reader stops handing lines over
 	finished  atomic.Bool
 	stopSent  atomic.Bool
@@ -42,29 +42,31 @@ type conn struct {
 	// subGen is bumped (under mu) by every (un)subscribe; a sink whose
 	// generation is stale ignores records. Read without mu by Deliver.
 	subGen atomic.Uint64
+	// pending are the calls answered later that are not answered yet;
+	// callsClosed: the connection has ended them (see closeCalls).
+	pending     map[*Call]struct{}
+	callsClosed bool
 
 	// actor only
 	requests  uint64
 	session   string
-	waits     map[uint64]*pendingWait
-	nextWait  uint64
 	protoErrs int
 }
 
 func newConn(s *Server, nc *net.UnixConn, id string) *conn {
 	cn := &conn{srv: s, nc: nc, id: id, credit: make(chan struct{}, s.inFlight), done: make(chan struct{})}
-	cn.q.cn = cn
+	cn.q.Init(nc, cn, &s.qopts)
 	cn.refs.Store(1)
 	return cn
 }
 
-// acquire takes a reference for a goroutine about to start; the caller must
+// Acquire takes a reference for a goroutine about to start; the caller must
 // already hold one (the conn's own token, or a running goroutine's).
-func (cn *conn) acquire() { cn.refs.Add(1) }
+func (cn *conn) Acquire() { cn.refs.Add(1) }
 
-// release drops a reference; the last one releases the server's WaitGroup
+// Release drops a reference; the last one releases the server's WaitGroup
 // token for this connection.
-func (cn *conn) release() {
+func (cn *conn) Release() {
 	if cn.refs.Add(-1) == 0 {
 		cn.srv.wg.Done()
 	}
@@ -87,9 +89,35 @@ func (cn *conn) actorRef() actors.Ref {
 	return cn.ref
 }
 
-// closeSocket closes the socket once. The reader and a blocked writer
+// CloseSocket closes the socket once. The reader and a blocked writer
 // return with an error.
-func (cn *conn) closeSocket() { cn.closeOnce.Do(func() { cn.nc.Close() }) }
+func (cn *conn) CloseSocket() { cn.closeOnce.Do(func() { cn.nc.Close() }) }
+
+var _ QueueConn = (*conn)(nil)
+
+// Abort is the outbound queue giving up on the connection (see QueueConn).
+func (cn *conn) Abort(reason string, err error) {
+	switch reason {
+	case ReasonWriteError:
+		if !cn.closing.Load() {
+			cn.srv.log.Debug().Err(err).Str("conn_id", cn.id).Msg("control: write failed")
+		}
+	case ReasonResponseQueueFull:
+		cn.srv.log.Warn().Str("conn_id", cn.id).Int("queued", cn.srv.opts.SubscriberQueue).
+			Msg("control: client does not read its responses; disconnecting")
+	case ReasonSubscriberOverflow:
+		if cn.closing.Load() {
+			return
+		}
+		cn.srv.emit(SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDisconnect})
+	}
+	cn.abort(reason)
+}
+
+// Dropped reports events dropped under the drop_oldest policy.
+func (cn *conn) Dropped(n uint64) {
+	cn.srv.emit(SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDropOldest, Dropped: n})
+}
 
 // abort closes the connection now, without flushing: the writer failed, the
 // client let its responses pile up, or a subscriber overflowed under the
@@ -97,8 +125,8 @@ func (cn *conn) closeSocket() { cn.closeOnce.Do(func() { cn.nc.Close() }) }
 func (cn *conn) abort(reason string) {
 	cn.setReason(reason)
 	cn.unsubscribe()
-	cn.q.kill()
-	cn.closeSocket()
+	cn.q.Kill()
+	cn.CloseSocket()
 	// Tell the actor to stop, unless it is already stopping (finish has
 	// begun) or not started yet (its Started sees the reason and stops).
 	if ref := cn.actorRef(); !ref.IsZero() && !cn.finished.Load() && cn.stopSent.CompareAndSwap(false, true) {
@@ -150,7 +178,7 @@ type sink struct {
 
 func (s *sink) Deliver(r *eventlog.Record) {
 	if s.cn.subGen.Load() == s.gen {
-		s.cn.q.pushEvent(r.Wire())
+		s.cn.q.PushEvent(r.Wire())
 	}
 }
 
@@ -164,26 +192,20 @@ func (cn *conn) finish(a *connActor) {
 	reason := cn.setReason(ReasonActorStopped)
 	cn.unsubscribe()
 	close(cn.done)
-	for _, w := range cn.waits {
-		w.cancel()
-		if reason == ReasonDaemonStopping {
-			cn.respond(w.reqID, nil, wire.Errorf(wire.CodeShuttingDown, "daemon is stopping"))
-		}
-	}
-	cn.waits = nil
-	cn.q.closeAfterFlush()
+	cn.closeCalls(reason)
+	cn.q.CloseAfterFlush()
 	var requests uint64
 	if a != nil {
 		requests = cn.requests
 	}
 	cn.srv.forget(cn) // before conn.closed: whoever hears it sees the count updated
-	cn.srv.emit(eventlog.ConnClosed{ConnID: cn.id, Reason: reason, Requests: requests})
-	cn.release()
+	cn.srv.emit(ConnClosed{ConnID: cn.id, Reason: reason, Requests: requests})
+	cn.Release()
 }
 
 // respond queues a response. It may run on any goroutine.
 func (cn *conn) respond(id uint64, result any, rerr *wire.Error) {
-	cn.q.pushResp(cn.encode(id, result, rerr))
+	cn.q.PushResp(cn.encode(id, result, rerr))
 }
 
 func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
@@ -197,7 +219,7 @@ func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
 
 // readLoop is the connection's reader goroutine.
 func (cn *conn) readLoop(ref actors.Ref) {
-	defer cn.release()
+	defer cn.Release()
 	lr := wire.NewLineReader(cn.nc, cn.srv.opts.MaxLine)
 	sys := cn.srv.sys
 	for {
@@ -214,7 +236,7 @@ func (cn *conn) readLoop(ref actors.Ref) {
 		msg := lineMsg(bytes.Clone(line))
 		// Back-pressure: don't hand over another request while the client
 		// leaves its responses unread, nor more than the in-flight bound.
-		if !cn.q.waitRoom(cn.done) {
+		if !cn.q.WaitRoom(cn.done) {
 			return
 		}
 		select {
@@ -256,7 +278,7 @@ func (a *connActor) Receive(c *actors.Context) {
 			c.StopSelf()
 			return
 		}
-		cn.acquire()
+		cn.Acquire()
 		go cn.readLoop(c.Self())
 	case lineMsg:
 		cn.requests++
@@ -267,10 +289,6 @@ func (a *connActor) Receive(c *actors.Context) {
 		case <-cn.credit:
 		default:
 		}
-	case waitDone:
-		a.waitDone(m)
-	case waitTimeout:
-		a.waitTimeout(m)
 	case readEnd:
 		a.readEnd(c, m.err)
 	case stopConn:

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchestrd/orchestrd/api"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/lanes"
 )
 
 // A response is written directly by the goroutine that answers, when
@@ -17,13 +15,8 @@ import (
 // it.
 func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	h := newHarness(t, nil)
-	c := h.client()
-	var j jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	big := strings.Repeat("line of output\n", 200000) // 3 MB: far more than a socket buffer
-	h.be.mu.Lock()
-	h.be.jobs[j.JobID].Output = big
-	h.be.mu.Unlock()
+	h.dom.setBig(big)
 
 	r := h.raw()
 	r.send(`{"id":1,"method":"events.subscribe","params":{"kinds":["job.output"]}}`)
@@ -34,8 +27,9 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	// been made (the socket took what it could, far less than 3 MB), while
 	// or after its rest goes back to the queue.
 	written := make(chan struct{}, 1)
-	hook := func(cn *conn, n int) {
-		if cn.id == "c2" && n > len(big) { // the job.get answer, not the subscribe answer
+	hook := func(c QueueConn, n int) {
+		cn := c.(*conn)
+		if cn.id == "c1" && n > len(big) { // the test.big answer, not the subscribe answer
 			select {
 			case written <- struct{}{}:
 			default:
@@ -44,28 +38,28 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 	}
 	testHookDirectWritten.Store(&hook)
 	defer testHookDirectWritten.Store(nil)
-	r.send(`{"id":2,"method":"job.get","params":{"id":"` + j.JobID + `"}}`)
+	r.send(`{"id":2,"method":"test.big"}`)
 	select {
 	case <-written:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the answer was not written directly")
 	}
 	for i := 0; i < 3; i++ {
-		h.bus.Emit(eventlog.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
+		h.bus.Emit(lanes.JobOutput{JobID: "j-x", Stream: "stdout", Data: string(rune('a' + i))})
 	}
 	r.send(`{"id":3,"method":"ping"}`)
 
 	cl := r.mustLine()
 	if cl.ID == nil || *cl.ID != 2 {
-		t.Fatalf("first line %+v, want the job.get answer", cl.ID)
+		t.Fatalf("first line %+v, want the test.big answer", cl.ID)
 	}
-	var got jobResult
-	if err := json.Unmarshal(cl.Result, &got); err != nil || got.Job.Output != big {
-		t.Fatalf("job.get answer: %v, output %d bytes, want %d", err, len(got.Job.Output), len(big))
+	var got textParams
+	if err := json.Unmarshal(cl.Result, &got); err != nil || got.Text != big {
+		t.Fatalf("test.big answer: %v, %d bytes, want %d", err, len(got.Text), len(big))
 	}
 	for i := 0; i < 3; i++ {
 		ev := r.mustLine()
-		var o eventlog.JobOutput
+		var o lanes.JobOutput
 		if ev.Event != "job.output" || json.Unmarshal(ev.Data, &o) != nil || o.Data != string(rune('a'+i)) {
 			t.Fatalf("line %d after the answer: %+v %s", i, ev.Event, ev.Data)
 		}

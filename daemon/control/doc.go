@@ -2,10 +2,17 @@
 // Loopr TUI<->daemon NDJSON protocol (package wire) over a unix stream
 // socket, plus a small client (client.go) for the CLI, tests and benchmarks.
 //
+// The server knows no domain. It serves the protocol's own methods
+// (connect, ping, disconnect, events.subscribe, events.unsubscribe) and
+// whatever is registered with Handle before Serve: a method table of
+// api.Handler, each given a *Call (an api.Call) to answer at once or
+// later (methods.go, call.go). The daemon registers the lanes' methods and
+// its own.
+//
 // One connection:
 //
 //	reader goroutine --lines, at most 32 unhandled--> conn actor
-//	conn actor, Backend callbacks, Bus sink --lines--> outq --> writer goroutine
+//	conn actor, calls answered later, Bus sink --lines--> OutQueue --> writer goroutine
 //
 // The parts:
 //
@@ -18,12 +25,14 @@
 //     actor's mailbox. It also stops handing lines over while the client
 //     leaves its responses unread, so a client that pipelines requests and
 //     reads slowly is throttled, not disconnected.
-//   - The conn actor parses and dispatches requests. It never blocks:
-//     job.wait callbacks and timeouts come back to it as messages; job.cancel
-//     replies go straight to the output queue. It is spawned Inline, so it
-//     runs on the goroutine that sends to it (nearly always the reader): a
-//     request costs no goroutine hand-off.
-//   - outq is a mutex-protected pair of FIFOs (responses, events) under one
+//   - The conn actor parses requests and hands each to its method's
+//     handler, which never blocks: a call it cannot answer at once is
+//     answered later from whichever goroutine can (job.wait's when its job
+//     ends), straight into the output queue, and the connection holds it
+//     as pending until then. It is spawned Inline, so it runs on the
+//     goroutine that sends to it (nearly always the reader): a request
+//     costs no goroutine hand-off.
+//   - OutQueue (outq.go) is a mutex-protected pair of FIFOs (responses, events) under one
 //     bound. Bus.Emit delivers into it in O(1) on the emitter's goroutine. A
 //     response queued alone, with no writer running, is written at once by
 //     the goroutine that queued it, in one attempt that never blocks; what
@@ -35,11 +44,14 @@
 //     exceed the bound is disconnected. Events over the bound are dropped
 //     oldest first and reported to the client as events.dropped once the
 //     queue has room again, or close the connection, as Options.Overflow
-//     says.
+//     says. The queue knows no protocol and no connection type: it writes
+//     to a Writer (any stream socket of package net) for a QueueConn, so
+//     another front-end's connections can use it as they are.
 //
 // Every way a connection ends leads to the conn actor's Stopped message
 // (or, for a connection whose actor never started, to Server.Close), which
-// unsubscribes, cancels pending waits, emits conn.closed with the first
-// reason recorded, and lets the writer flush what is queued (bounded by
-// flushTimeout) before the socket is closed.
+// unsubscribes, closes the pending calls (their OnClose functions run;
+// when the daemon stops they are answered CodeShuttingDown), emits
+// conn.closed with the first reason recorded, and lets the writer flush
+// what is queued (bounded by flushTimeout) before the socket is closed.
 package control

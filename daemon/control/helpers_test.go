@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,184 +34,103 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
 }
 
-// ---- fake backend ----
+// ---- a domain ----
 
-type fakeBackend struct {
-	mu          sync.Mutex
-	jobs        map[string]*api.JobRecord
-	order       []string
-	waiters     map[string]map[int]func(api.JobRecord)
-	nextWaiter  int
-	next        int
-	queueLimit  int
-	cancelAsync bool // reply to Cancel from another goroutine
-	wg          sync.WaitGroup
+// testDomain registers methods with the server as a domain does, to
+// exercise what a method can do: answer at once, later from another
+// goroutine, or never (until its connection closes).
+type testDomain struct {
+	mu      sync.Mutex
+	pending map[api.Call]bool // test.later calls not answered yet
+	closed  int               // OnClose functions run
+	big     string            // test.big's answer
+	wg      sync.WaitGroup    // goroutines answering test.async
 }
 
-func newFakeBackend() *fakeBackend {
-	return &fakeBackend{jobs: map[string]*api.JobRecord{}, waiters: map[string]map[int]func(api.JobRecord){}, queueLimit: 1000}
+type textParams struct {
+	Text string `json:"text"`
 }
 
-var fakeLanes = map[string]string{"no-net": "none", "net": "full"}
+func newTestDomain() *testDomain { return &testDomain{pending: map[api.Call]bool{}} }
 
-func (b *fakeBackend) Submit(spec api.JobSpec) (string, *wire.Error) {
-	if _, ok := fakeLanes[spec.Lane]; !ok {
-		return "", wire.Errorf(wire.CodeNotFound, "lane %s not found", spec.Lane)
-	}
-	if spec.Command == "" && len(spec.Argv) == 0 {
-		return "", wire.Errorf(wire.CodeInvalidParams, "invalid params for job.submit: command or argv is required")
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	queued := 0
-	for _, j := range b.jobs {
-		if j.State == api.StateQueued {
-			queued++
+func (d *testDomain) register(mux api.Mux) {
+	// test.echo answers at once with its params.
+	mux.Handle("test.echo", func(call api.Call) {
+		var p textParams
+		if err := call.Decode(&p); err != nil {
+			call.Fail(err)
+			return
 		}
-	}
-	if queued >= b.queueLimit {
-		return "", wire.Errorf(wire.CodeQueueFull, "lane %s queue is full (%d jobs)", spec.Lane, queued)
-	}
-	b.next++
-	id := fmt.Sprintf("j-%d", b.next)
-	b.jobs[id] = &api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
-		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: time.Now()}
-	b.order = append(b.order, id)
-	return id, nil
-}
-
-func (b *fakeBackend) Get(id string) (api.JobRecord, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	j, ok := b.jobs[id]
-	if !ok {
-		return api.JobRecord{}, false
-	}
-	return *j, true
-}
-
-func (b *fakeBackend) List(f api.Filter) []api.JobRecord {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []api.JobRecord
-	for _, id := range b.order {
-		j := b.jobs[id]
-		if (f.State == "" || string(j.State) == f.State) && (f.Lane == "" || j.Lane == f.Lane) {
-			out = append(out, *j)
+		if p.Text == "" {
+			call.Fail(api.Errorf(api.CodeNotFound, "nothing to echo"))
+			return
 		}
-	}
-	return out
-}
-
-func (b *fakeBackend) Cancel(id string, reply func(bool, *wire.Error)) {
-	b.mu.Lock()
-	j, ok := b.jobs[id]
-	var (
-		was bool
-		err *wire.Error
-		fns []func(api.JobRecord)
-		rec api.JobRecord
-	)
-	switch {
-	case !ok:
-		err = wire.Errorf(wire.CodeNotFound, "job %s not found", id)
-	case j.State.Terminal():
-		err = wire.Errorf(wire.CodeInvalidState, "job %s is already %s", id, j.State)
-	default:
-		was = j.State == api.StateRunning
-		j.State, j.WasCancelled, j.Error = api.StateCancelled, true, api.ErrCancelled
-		rec = *j
-		fns = b.takeWaitersLocked(id)
-	}
-	async := b.cancelAsync
-	b.mu.Unlock()
-	for _, fn := range fns {
-		fn(rec)
-	}
-	if async {
-		b.wg.Add(1)
-		go func() { defer b.wg.Done(); reply(was, err) }()
-		return
-	}
-	reply(was, err)
-}
-
-func (b *fakeBackend) takeWaitersLocked(id string) []func(api.JobRecord) {
-	var fns []func(api.JobRecord)
-	for _, fn := range b.waiters[id] {
-		fns = append(fns, fn)
-	}
-	delete(b.waiters, id)
-	return fns
-}
-
-func (b *fakeBackend) Wait(id string, fn func(api.JobRecord)) (func(), *wire.Error) {
-	b.mu.Lock()
-	j, ok := b.jobs[id]
-	if !ok {
-		b.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
-	}
-	if j.State.Terminal() {
-		rec := *j
-		b.mu.Unlock()
-		fn(rec)
-		return func() {}, nil
-	}
-	b.nextWaiter++
-	n := b.nextWaiter
-	if b.waiters[id] == nil {
-		b.waiters[id] = map[int]func(api.JobRecord){}
-	}
-	b.waiters[id][n] = fn
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		delete(b.waiters[id], n)
-		if len(b.waiters[id]) == 0 {
-			delete(b.waiters, id)
+		call.Respond(p)
+	})
+	// test.later answers when release is called, or never: its OnClose
+	// then counts it and forgets it.
+	mux.Handle("test.later", func(call api.Call) {
+		if err := call.Decode(&api.NoParams{}); err != nil {
+			call.Fail(err)
+			return
 		}
-		b.mu.Unlock()
-	}, nil
+		d.mu.Lock()
+		d.pending[call] = true
+		d.mu.Unlock()
+		call.OnClose(func() {
+			d.mu.Lock()
+			delete(d.pending, call)
+			d.closed++
+			d.mu.Unlock()
+		})
+	})
+	// test.async fails from a goroutine of its own, as a job actor answers.
+	mux.Handle("test.async", func(call api.Call) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			call.Fail(&api.Error{Code: api.CodeInvalidState, Message: "answered later", Data: map[string]int{"n": 1}})
+		}()
+	})
+	// test.big answers with d.big.
+	mux.Handle("test.big", func(call api.Call) {
+		d.mu.Lock()
+		big := d.big
+		d.mu.Unlock()
+		call.Respond(textParams{Text: big})
+	})
 }
 
-func (b *fakeBackend) waiterCount() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, m := range b.waiters {
-		n += len(m)
-	}
-	return n
+// pendingCount is how many test.later calls are neither answered nor
+// closed.
+func (d *testDomain) pendingCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending)
 }
 
-func (b *fakeBackend) setState(id string, s api.State, exit *int32) {
-	b.mu.Lock()
-	j := b.jobs[id]
-	j.State = s
-	j.ExitCode = exit
-	rec := *j
-	var fns []func(api.JobRecord)
-	if s.Terminal() {
-		fns = b.takeWaitersLocked(id)
-	}
-	b.mu.Unlock()
-	for _, fn := range fns {
-		fn(rec)
-	}
+func (d *testDomain) closedCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
 }
 
-func (b *fakeBackend) Lanes() []api.LaneStatus {
-	return []api.LaneStatus{
-		{Name: "net", Network: "full", Slots: 2, QueueLimit: 10, Runners: []api.RunnerStatus{{ID: "net-1", Pid: 11, State: "ready"}}},
-		{Name: "no-net", Network: "none", Slots: 4, QueueLimit: 10, Runners: []api.RunnerStatus{{ID: "no-net-1", Pid: 12, State: "ready"}}},
+// release answers every pending test.later call with {"text":"done"}, from
+// the calling goroutine.
+func (d *testDomain) release() {
+	d.mu.Lock()
+	calls := d.pending
+	d.pending = map[api.Call]bool{}
+	d.mu.Unlock()
+	for call := range calls {
+		call.Respond(textParams{Text: "done"})
 	}
 }
 
-func (b *fakeBackend) Metrics() api.Metrics {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return api.Metrics{UptimeMs: 1234, JobsSubmitted: int64(b.next), JobsByState: map[api.State]int64{}}
+func (d *testDomain) setBig(s string) {
+	d.mu.Lock()
+	d.big = s
+	d.mu.Unlock()
 }
 
 // ---- event recorder ----
@@ -264,7 +182,7 @@ func (r *recorder) wait(t testing.TB, what string, pred func(*eventlog.Record) b
 
 func isClosed(connID string) func(*eventlog.Record) bool {
 	return func(r *eventlog.Record) bool {
-		e, ok := r.Event.(eventlog.ConnClosed)
+		e, ok := r.Event.(ConnClosed)
 		return ok && e.ConnID == connID
 	}
 }
@@ -277,7 +195,7 @@ type harness struct {
 	path string
 	sys  *actors.System
 	bus  *eventlog.Bus
-	be   *fakeBackend
+	dom  *testDomain
 	srv  *Server
 	rec  *recorder
 
@@ -298,7 +216,7 @@ func shortTempDir(t testing.TB) string {
 
 func newHarness(t testing.TB, mod func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortTempDir(t), be: newFakeBackend(), rec: newRecorder(), serveDone: make(chan error, 1)}
+	h := &harness{t: t, dir: shortTempDir(t), dom: newTestDomain(), rec: newRecorder(), serveDone: make(chan error, 1)}
 	h.path = filepath.Join(h.dir, "home", "daemon.sock")
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
@@ -307,7 +225,7 @@ func newHarness(t testing.TB, mod func(*Options)) *harness {
 	h.bus = bus
 	bus.Subscribe([]string{"conn.*", "subscriber.*"}, h.rec)
 	h.sys = actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	opts := Options{Path: h.path, Version: "test-1", Backend: h.be, Bus: bus, System: h.sys, Logger: zerolog.Nop()}
+	opts := Options{Path: h.path, Version: "test-1", Bus: bus, System: h.sys, Logger: zerolog.Nop()}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -317,6 +235,7 @@ func newHarness(t testing.TB, mod func(*Options)) *harness {
 		t.Fatal(err)
 	}
 	h.srv = srv
+	h.dom.register(srv)
 	go func() { h.serveDone <- srv.Serve(context.Background()) }()
 	t.Cleanup(h.stop)
 	return h
@@ -336,7 +255,7 @@ func (h *harness) stop() {
 		case <-time.After(10 * time.Second):
 			h.t.Errorf("Serve did not return after Close")
 		}
-		h.be.wg.Wait()
+		h.dom.wg.Wait()
 		h.sys.Shutdown()
 		h.bus.Close()
 	})

@@ -1,16 +1,62 @@
 package control
 
 import (
+	"io"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
+
+// Writer is the socket an OutQueue writes to: a stream socket of package
+// net (*net.UnixConn, *net.TCPConn), whose writes of several lines are one
+// writev and which can be tried without blocking.
+type Writer interface {
+	io.Writer
+	syscall.Conn
+	SetWriteDeadline(t time.Time) error
+}
+
+// QueueConn is the connection an OutQueue serves. The queue calls it from
+// any goroutine; none of its methods may block.
+type QueueConn interface {
+	// Acquire takes a reference on the connection for a goroutine writing
+	// for it (a writer goroutine, or one answering that writes directly);
+	// Release gives it back. The queue acquires only while it is open, so
+	// the connection must hold a reference of its own until it has called
+	// CloseAfterFlush or Kill.
+	Acquire()
+	Release()
+	// Abort closes the connection at once, the queue having given up:
+	// writing failed (ReasonWriteError, with err), the client leaves its
+	// responses unread past the bound (ReasonResponseQueueFull), or events
+	// overflowed under OverflowDisconnect (ReasonSubscriberOverflow). The
+	// connection then calls Kill.
+	Abort(reason string, err error)
+	// Dropped reports n events dropped under OverflowDropOldest, once the
+	// queue has room again and the client is told (events.dropped).
+	Dropped(n uint64)
+	// CloseSocket closes the socket, once CloseAfterFlush's lines are
+	// written.
+	CloseSocket()
+}
+
+// QueueOptions bound an OutQueue; one value serves every queue of a server.
+type QueueOptions struct {
+	// Lines bounds the lines queued (responses and events); one line is
+	// always accepted, and maxQueuedBytes bounds the bytes.
+	Lines int
+	// DropOldest: events over the bound drop the oldest queued ones
+	// (OverflowDropOldest); otherwise the connection is aborted
+	// (OverflowDisconnect).
+	DropOldest bool
+	// RespHigh is how many unread responses make WaitRoom wait.
+	RespHigh int
+}
 
 // Queue states.
 const (
@@ -25,11 +71,16 @@ type qent struct {
 	line []byte
 }
 
-// outq is a connection's outbound queue: responses and events in two FIFOs
-// under one bound, drained by a writer goroutine that runs only while there
-// is something to write.
-type outq struct {
-	cn *conn
+// OutQueue is a connection's outbound queue: responses and events in two
+// FIFOs under one bound, drained by a writer goroutine that runs only while
+// there is something to write. It knows nothing of the protocol: lines are
+// bytes, written to a Writer for a QueueConn. The zero value is unusable:
+// call Init.
+type OutQueue struct {
+	w    Writer
+	rc   syscall.RawConn // w's, for direct writes; nil if w has none
+	c    QueueConn
+	opts *QueueOptions
 
 	mu      sync.Mutex
 	state   uint8
@@ -44,7 +95,7 @@ type outq struct {
 	// its iovec.
 	spareResp, spareEv []qent
 	vec                net.Buffers
-	// room wakes a reader waiting in waitRoom; made on first need.
+	// room wakes a reader waiting in WaitRoom; made on first need.
 	room chan struct{}
 }
 
@@ -52,17 +103,23 @@ type outq struct {
 // the writer goes idle.
 const keepEntries = 64
 
-func (q *outq) count() int { return len(q.resp) + len(q.ev) - q.evHead }
+// Init readies q to write to w for c, bounded by opts.
+func (q *OutQueue) Init(w Writer, c QueueConn, opts *QueueOptions) {
+	q.w, q.c, q.opts = w, c, opts
+	q.rc, _ = w.SyscallConn() // an error comes again at the first write
+}
+
+func (q *OutQueue) count() int { return len(q.resp) + len(q.ev) - q.evHead }
 
 // full reports whether adding a line of n bytes would pass the bound.
-func (q *outq) full(n int) bool {
+func (q *OutQueue) full(n int) bool {
 	c := q.count()
-	return c >= q.cn.srv.opts.SubscriberQueue || (c > 0 && q.bytes+n > maxQueuedBytes)
+	return c >= q.opts.Lines || (c > 0 && q.bytes+n > maxQueuedBytes)
 }
 
 // dropOldestEvent drops the oldest queued event. The caller holds mu and
 // has checked that there is one.
-func (q *outq) dropOldestEvent() {
+func (q *OutQueue) dropOldestEvent() {
 	q.bytes -= len(q.ev[q.evHead].line)
 	q.ev[q.evHead] = qent{}
 	q.evHead++
@@ -85,34 +142,34 @@ func (q *outq) dropOldestEvent() {
 //
 // The reference is taken here, under mu with the queue open, because that
 // is the one place where the connection's own token is known to be held:
-// finish drops it only after closeAfterFlush has taken mu and moved the
-// queue out of qOpen. A writer started later, from a goroutine holding no
+// the connection drops it only after CloseAfterFlush or Kill has taken mu
+// and moved the queue out of qOpen (conn.finish does). A writer started later, from a goroutine holding no
 // reference (a job actor answering job.wait), could otherwise revive a
 // count that had already reached zero and release the server's WaitGroup
 // twice.
-func (q *outq) startWriter() bool {
+func (q *OutQueue) startWriter() bool {
 	if q.writing {
 		return false
 	}
 	q.writing = true
-	q.cn.acquire()
+	q.c.Acquire()
 	return true
 }
 
 // spawnWriter starts the writer goroutine; it takes over the reference
 // startWriter took.
-func (q *outq) spawnWriter() { go q.run() }
+func (q *OutQueue) spawnWriter() { go q.run() }
 
-// pushResp queues a response. Responses are never dropped: when the queue
+// PushResp queues a response. Responses are never dropped: when the queue
 // is full, queued events make room (or, under the disconnect policy, the
 // subscriber is disconnected); when responses alone fill it, the client is
 // disconnected. Safe from any goroutine; never blocks.
-func (q *outq) pushResp(line []byte) { q.pushRespThen(line, nil) }
+func (q *OutQueue) PushResp(line []byte) { q.PushRespThen(line, nil) }
 
-// pushRespThen queues a response and, if it was queued, calls then before
+// PushRespThen queues a response and, if it was queued, calls then before
 // any other line can be queued after it (then runs with mu held: it must
 // not call back into q).
-func (q *outq) pushRespThen(line []byte, then func()) {
+func (q *OutQueue) PushRespThen(line []byte, then func()) {
 	q.mu.Lock()
 	if q.state != qOpen {
 		q.mu.Unlock()
@@ -120,18 +177,16 @@ func (q *outq) pushRespThen(line []byte, then func()) {
 	}
 	for q.full(len(line)) {
 		if q.evHead < len(q.ev) {
-			if q.cn.srv.dropOldest {
+			if q.opts.DropOldest {
 				q.dropOldestEvent()
 				continue
 			}
 			q.mu.Unlock()
-			q.overflowDisconnect()
+			q.c.Abort(ReasonSubscriberOverflow, nil)
 			return
 		}
 		q.mu.Unlock()
-		q.cn.srv.log.Warn().Str("conn_id", q.cn.id).Int("queued", q.cn.srv.opts.SubscriberQueue).
-			Msg("control: client does not read its responses; disconnecting")
-		q.cn.abort(ReasonResponseQueueFull)
+		q.c.Abort(ReasonResponseQueueFull, nil)
 		return
 	}
 	q.seq++
@@ -164,20 +219,17 @@ func (q *outq) pushRespThen(line []byte, then func()) {
 // not take at once goes back to the head of the queue and a writer
 // goroutine takes over as usual; it also handles a close requested
 // meanwhile.
-func (q *outq) writeDirect(line []byte, seq uint64) {
-	n, err := writeNonBlocking(q.cn.nc, line)
+func (q *OutQueue) writeDirect(line []byte, seq uint64) {
+	n, err := q.writeNonBlocking(line)
 	if h := testHookDirectWritten.Load(); h != nil {
-		(*h)(q.cn, len(line))
+		(*h)(q.c, len(line))
 	}
 	if err != nil {
-		if !q.cn.closing.Load() {
-			q.cn.srv.log.Debug().Err(err).Str("conn_id", q.cn.id).Msg("control: write failed")
-		}
 		q.mu.Lock()
 		q.writing = false
 		q.mu.Unlock()
-		q.cn.abort(ReasonWriteError)
-		q.cn.release()
+		q.c.Abort(ReasonWriteError, err)
+		q.c.Release()
 		return
 	}
 	q.mu.Lock()
@@ -190,7 +242,7 @@ func (q *outq) writeDirect(line []byte, seq uint64) {
 	if q.count() == 0 && q.dropped == 0 && q.state == qOpen {
 		q.writing = false
 		q.mu.Unlock()
-		q.cn.release()
+		q.c.Release()
 		return
 	}
 	q.mu.Unlock()
@@ -200,25 +252,25 @@ func (q *outq) writeDirect(line []byte, seq uint64) {
 // testHookDirectWritten, when set by a test, runs after writeDirect's write
 // of a line of n bytes and before it looks at the queue again: the window
 // in which the connection can close under it.
-var testHookDirectWritten atomic.Pointer[func(cn *conn, n int)]
+var testHookDirectWritten atomic.Pointer[func(c QueueConn, n int)]
 
 // writeNonBlocking makes one write attempt on the non-blocking socket; a
 // full socket buffer is 0 bytes written, not an error.
-func writeNonBlocking(nc *net.UnixConn, b []byte) (int, error) {
-	rc, err := nc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	var werr error
-	if err := rc.Write(func(fd uintptr) bool {
-		for {
-			n, werr = unix.Write(int(fd), b)
-			if werr != unix.EINTR {
-				return true // done, whatever happened: never wait here
-			}
+func (q *OutQueue) writeNonBlocking(b []byte) (int, error) {
+	rc := q.rc
+	if rc == nil {
+		var err error
+		if rc, err = q.w.SyscallConn(); err != nil {
+			return 0, err
 		}
-	}); err != nil {
+	}
+	a := attempts.Get().(*attempt)
+	a.b = b
+	err := rc.Write(a.do)
+	n, werr := a.n, a.err
+	a.b, a.err = nil, nil
+	attempts.Put(a)
+	if err != nil {
 		return 0, err
 	}
 	if werr == unix.EAGAIN {
@@ -227,18 +279,43 @@ func writeNonBlocking(nc *net.UnixConn, b []byte) (int, error) {
 	return max(n, 0), werr
 }
 
-// pushEvent queues an event line (shared, never modified). It runs inside
+// attempt is one write attempt's line and result. Its do is bound once, so
+// handing it to syscall.RawConn.Write allocates nothing (a closure would:
+// it escapes through the interface).
+type attempt struct {
+	b   []byte
+	n   int
+	err error
+	do  func(fd uintptr) bool
+}
+
+var attempts = sync.Pool{New: func() any {
+	a := &attempt{}
+	a.do = a.write
+	return a
+}}
+
+func (a *attempt) write(fd uintptr) bool {
+	for {
+		a.n, a.err = unix.Write(int(fd), a.b)
+		if a.err != unix.EINTR {
+			return true // done, whatever happened: never wait here
+		}
+	}
+}
+
+// PushEvent queues an event line (shared, never modified). It runs inside
 // Bus.Emit on the emitter's goroutine: O(1) amortised, never blocks.
-func (q *outq) pushEvent(line []byte) {
+func (q *OutQueue) PushEvent(line []byte) {
 	q.mu.Lock()
 	if q.state != qOpen {
 		q.mu.Unlock()
 		return
 	}
 	if q.full(len(line)) {
-		if !q.cn.srv.dropOldest {
+		if !q.opts.DropOldest {
 			q.mu.Unlock()
-			q.overflowDisconnect()
+			q.c.Abort(ReasonSubscriberOverflow, nil)
 			return
 		}
 		for q.full(len(line)) && q.evHead < len(q.ev) {
@@ -261,35 +338,24 @@ func (q *outq) pushEvent(line []byte) {
 	}
 }
 
-// overflowDisconnect closes a subscriber that fell behind under the
-// disconnect policy. The caller must not hold mu.
-func (q *outq) overflowDisconnect() {
-	cn := q.cn
-	if cn.closing.Load() {
-		return
-	}
-	cn.srv.emit(eventlog.SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDisconnect})
-	cn.abort(ReasonSubscriberOverflow)
-}
-
-// kill discards everything queued; nothing more is accepted or written.
-func (q *outq) kill() {
+// Kill discards everything queued; nothing more is accepted or written.
+func (q *OutQueue) Kill() {
 	q.mu.Lock()
 	q.state = qDead
 	q.discardLocked()
 	q.mu.Unlock()
 }
 
-func (q *outq) discardLocked() {
+func (q *OutQueue) discardLocked() {
 	clear(q.resp)
 	clear(q.ev)
 	q.resp, q.ev, q.evHead, q.bytes = nil, nil, 0, 0
 }
 
-// closeAfterFlush stops accepting lines and closes the socket once what is
+// CloseAfterFlush stops accepting lines and closes the socket once what is
 // queued has been written, or at once when nothing is. Writing is bounded
 // by flushTimeout.
-func (q *outq) closeAfterFlush() {
+func (q *OutQueue) CloseAfterFlush() {
 	q.mu.Lock()
 	if q.state != qOpen {
 		q.mu.Unlock()
@@ -298,19 +364,19 @@ func (q *outq) closeAfterFlush() {
 	if !q.writing {
 		q.state = qDead
 		q.mu.Unlock()
-		q.cn.closeSocket()
+		q.c.CloseSocket()
 		return
 	}
 	q.state = qClosing
 	q.mu.Unlock()
-	q.cn.nc.SetWriteDeadline(time.Now().Add(flushTimeout))
+	q.w.SetWriteDeadline(time.Now().Add(flushTimeout))
 }
 
-// waitRoom blocks the connection's reader while the client leaves too many
+// WaitRoom blocks the connection's reader while the client leaves too many
 // responses unread (the writer is stuck behind a full socket). It returns
 // false if done closes first.
-func (q *outq) waitRoom(done <-chan struct{}) bool {
-	high := q.cn.srv.respHigh
+func (q *OutQueue) WaitRoom(done <-chan struct{}) bool {
+	high := q.opts.RespHigh
 	for {
 		q.mu.Lock()
 		if q.state != qOpen || (len(q.resp) < high && q.bytes < maxQueuedBytes/2) {
@@ -332,9 +398,8 @@ func (q *outq) waitRoom(done <-chan struct{}) bool {
 
 // run is the writer goroutine: it takes everything queued, writes it with
 // one writev (net.Buffers), and repeats until the queue is empty.
-func (q *outq) run() {
-	cn := q.cn
-	defer cn.release()
+func (q *OutQueue) run() {
+	defer q.c.Release()
 	q.mu.Lock()
 	vec := q.vec
 	q.vec = nil
@@ -358,7 +423,7 @@ func (q *outq) run() {
 			q.shrinkLocked()
 			q.mu.Unlock()
 			if closing {
-				cn.closeSocket()
+				q.c.CloseSocket()
 			}
 			return
 		}
@@ -382,11 +447,11 @@ func (q *outq) run() {
 		if dropped > 0 {
 			// The episode ends now that the queue is empty again.
 			vec = append(vec, droppedLine(dropped))
-			cn.srv.emit(eventlog.SubscriberOverflowed{ConnID: cn.id, Policy: OverflowDropOldest, Dropped: dropped})
+			q.c.Dropped(dropped)
 		}
 		vec = merge(vec, resp, evAll[evHead:])
 		all := vec
-		_, err := vec.WriteTo(cn.nc) // consumes vec
+		_, err := vec.WriteTo(q.w) // consumes vec; one writev
 		clear(all[:cap(all)])
 		vec = all[:0]
 		clear(resp)
@@ -400,20 +465,17 @@ func (q *outq) run() {
 		}
 		q.mu.Unlock()
 		if err != nil {
-			if !cn.closing.Load() {
-				cn.srv.log.Debug().Err(err).Str("conn_id", cn.id).Msg("control: write failed")
-			}
 			q.mu.Lock()
 			q.writing = false
 			q.mu.Unlock()
-			cn.abort(ReasonWriteError)
+			q.c.Abort(ReasonWriteError, err)
 			return
 		}
 	}
 }
 
 // shrinkLocked releases large idle slices so an idle connection stays small.
-func (q *outq) shrinkLocked() {
+func (q *OutQueue) shrinkLocked() {
 	if cap(q.resp) > keepEntries {
 		q.resp = nil
 	}

@@ -133,7 +133,7 @@ func TestStalledSubscriberDropsOldest(t *testing.T) {
 	h.rec.wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" })
 	sum := uint64(0)
 	for _, r := range h.rec.all() {
-		if e, ok := r.Event.(eventlog.SubscriberOverflowed); ok {
+		if e, ok := r.Event.(SubscriberOverflowed); ok {
 			if e.ConnID != "c2" || e.Policy != OverflowDropOldest {
 				t.Fatalf("subscriber.overflowed %+v", e)
 			}
@@ -168,11 +168,11 @@ func TestStalledSubscriberDisconnectPolicy(t *testing.T) {
 			h.bus.Emit(burstEv{N: i + j})
 		}
 	}
-	ev := h.rec.wait(t, "c2 closed", closed).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c2 closed", closed).Event.(ConnClosed)
 	if ev.Reason != ReasonSubscriberOverflow {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	so := h.rec.wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" }).Event.(eventlog.SubscriberOverflowed)
+	so := h.rec.wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" }).Event.(SubscriberOverflowed)
 	if so.ConnID != "c2" || so.Policy != OverflowDisconnect {
 		t.Fatalf("subscriber.overflowed = %+v", so)
 	}

@@ -105,8 +105,8 @@ func TestPeerWithAnotherUIDIsRefused(t *testing.T) {
 	if ev.UID != uid || ev.Pid == 0 || ev.Socket != h.path {
 		t.Fatalf("conn.refused = %+v", ev)
 	}
-	if open, seen := h.srv.Stats(); open != 0 || seen != 0 {
-		t.Fatalf("a refused peer was counted: open %d seen %d", open, seen)
+	if m := h.srv.Metrics(); m.Connections != 0 || m.ConnectionsSeen != 0 {
+		t.Fatalf("a refused peer was counted: %+v", m)
 	}
 	// Our own uid is still welcome.
 	h.mustCall(h.client(), "ping", nil, nil)

@@ -6,22 +6,18 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/orchestrd/orchestrd/api"
-
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // An answer written by a goroutine that holds no reference on the
-// connection (here the backend's, as a job actor's would be) can race the
+// connection (here the domain's, as a job actor's would be) can race the
 // client hanging up. The writer role it takes must keep the connection
 // counted until it is done; before it did, the server's WaitGroup could be
 // released twice ("sync: negative WaitGroup counter", a daemon crash seen
 // in CI) or Close could return while a writer still ran.
 func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	h := newHarness(t, nil)
-	h.be.cancelAsync = true
-	var j jobIDResult
-	h.mustCall(h.client(), "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(h.client(), "ping", nil, nil)
 
 	const workers, perWorker = 8, 150
 	var wg sync.WaitGroup
@@ -36,10 +32,9 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 					errs <- err
 					return
 				}
-				// The answer (an error: the job is already cancelled after
-				// the first time) is written from another goroutine while
-				// this client closes without reading it.
-				_, err = nc.Write([]byte(`{"id":1,"method":"job.cancel","params":{"id":"` + j.JobID + `"}}` + "\n"))
+				// The answer is written from another goroutine while this
+				// client closes without reading it.
+				_, err = nc.Write([]byte(`{"id":1,"method":"test.async"}` + "\n"))
 				nc.Close()
 				if err != nil {
 					errs <- err
@@ -69,7 +64,7 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	h.stop()
 	closed := map[string]int{}
 	for _, r := range h.rec.all() {
-		if e, ok := r.Event.(eventlog.ConnClosed); ok {
+		if e, ok := r.Event.(ConnClosed); ok {
 			closed[e.ConnID]++
 		}
 	}
@@ -84,20 +79,16 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 }
 
 // The same race, made certain: the answer is written directly by the
-// backend's goroutine, and before that writer looks at the queue again the
+// domain's goroutine, and before that writer looks at the queue again the
 // client hangs up and the connection finishes completely. The writer then
 // has the socket to close; it must still hold its own reference.
 func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	h := newHarness(t, nil)
-	h.be.cancelAsync = true
-	id, werr := h.be.Submit(api.JobSpec{Lane: "net", Argv: []string{"x"}})
-	if werr != nil {
-		t.Fatal(werr)
-	}
 	r := h.raw()
 	var once sync.Once
 	hookErr := make(chan string, 1)
-	hook := func(cn *conn, _ int) {
+	hook := func(c QueueConn, _ int) {
+		cn := c.(*conn)
 		once.Do(func() {
 			r.nc.Close()
 			// The reader's reference goes last, just after conn.closed.
@@ -114,7 +105,7 @@ func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	testHookDirectWritten.Store(&hook)
 	defer testHookDirectWritten.Store(nil)
 
-	r.send(`{"id":1,"method":"job.cancel","params":{"id":"` + id + `"}}`)
+	r.send(`{"id":1,"method":"test.async"}`)
 	h.rec.wait(t, "c1 closed", isClosed("c1"))
 	h.stop() // panicked ("negative WaitGroup counter") when the writer held no reference
 	close(hookErr)

@@ -19,27 +19,9 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
-
-// Backend is what the daemon's lanes provide (*lanes.Manager implements it).
-// All methods are non-blocking and safe from any goroutine; callbacks may run
-// on any goroutine, including synchronously inside the call.
-type Backend interface {
-	// Submit queues a job. Errors: CodeInvalidParams, CodeNotFound (lane),
-	// CodeQueueFull.
-	Submit(spec api.JobSpec) (jobID string, err *wire.Error)
-	Get(id string) (api.JobRecord, bool)
-	List(f api.Filter) []api.JobRecord
-	// Cancel calls reply exactly once.
-	Cancel(id string, reply func(wasRunning bool, err *wire.Error))
-	// Wait calls fn once when the job is terminal (at once if it already
-	// is). cancel stops a pending wait; fn is not called after it returns
-	// unless it was already running.
-	Wait(id string, fn func(api.JobRecord)) (cancel func(), err *wire.Error)
-	Lanes() []api.LaneStatus
-	Metrics() api.Metrics
-}
 
 // Overflow policies for subscribers that fall behind.
 const (
@@ -84,8 +66,9 @@ const (
 // Options configures New.
 type Options struct {
 	// Path is the socket path. Its directory is created if needed and forced
-	// to mode 0700; the socket is chmod 0600. A stale socket file is removed;
-	// a live one (a connect succeeds) is an error.
+	// to mode 0700; the socket is made as proc.ListenUnix makes it (0600
+	// from the start; a stale socket file is replaced, a live one or
+	// anything that is not a socket is an error).
 	Path string
 	// MaxLine bounds one request line; default wire.DefaultMaxLine.
 	MaxLine int
@@ -96,7 +79,6 @@ type Options struct {
 	// SubscriberQueue: "drop_oldest" (default) or "disconnect".
 	Overflow string
 	Version  string
-	Backend  Backend
 	// Bus is where conn.* and subscriber.* events go and where
 	// events.subscribe subscribes. Nil disables both.
 	Bus *eventlog.Bus
@@ -108,17 +90,17 @@ type Options struct {
 
 // Server is the control socket.
 type Server struct {
-	opts       Options
-	dropOldest bool
-	inFlight   int // lines a reader may hand over unhandled
-	respHigh   int // queued responses at which a reader stops handing over lines
-	uid        int
-	ln         *net.UnixListener
-	sys        *actors.System
-	bus        *eventlog.Bus
-	backend    Backend
-	log        zerolog.Logger
-	connsRef   actors.Ref
+	opts     Options
+	inFlight int          // lines a reader may hand over unhandled
+	qopts    QueueOptions // every connection's outbound queue
+	ln       *net.UnixListener
+	sys      *actors.System
+	bus      *eventlog.Bus
+	log      zerolog.Logger
+	connsRef actors.Ref
+	// methods is the method table: read without a lock once Serve runs,
+	// written (Handle) only before.
+	methods map[string]method
 
 	open, seen atomic.Int64
 	sessions   atomic.Uint64
@@ -144,9 +126,6 @@ func New(opts Options) (*Server, error) {
 	if opts.System == nil {
 		return nil, errors.New("control: Options.System is nil")
 	}
-	if opts.Backend == nil {
-		return nil, errors.New("control: Options.Backend is nil")
-	}
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = wire.DefaultMaxLine
 	}
@@ -165,21 +144,23 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opts:       opts,
-		dropOldest: opts.Overflow == OverflowDropOldest,
-		uid:        os.Getuid(),
-		ln:         ln,
-		sys:        opts.System,
-		bus:        opts.Bus,
-		backend:    opts.Backend,
-		log:        opts.Logger.With().Str("component", "control").Logger(),
-		conns:      map[*conn]struct{}{},
+		opts:    opts,
+		ln:      ln,
+		sys:     opts.System,
+		bus:     opts.Bus,
+		log:     opts.Logger.With().Str("component", "control").Logger(),
+		conns:   map[*conn]struct{}{},
+		methods: make(map[string]method, len(ownMethods)),
+	}
+	for name, f := range ownMethods {
+		s.methods[name] = method{own: f}
 	}
 	// Requests answered at once can't overflow the queue: a reader hands
-	// over a line only while fewer than respHigh responses are queued, and
+	// over a line only while fewer than RespHigh responses are queued, and
 	// at most inFlight lines are unhandled.
 	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
-	s.respHigh = max(1, opts.SubscriberQueue-s.inFlight)
+	s.qopts = QueueOptions{Lines: opts.SubscriberQueue, DropOldest: opts.Overflow == OverflowDropOldest,
+		RespHigh: max(1, opts.SubscriberQueue-s.inFlight)}
 	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", New: func() actors.Actor { return &connsActor{s: s} }})
 	if err != nil {
 		ln.Close()
@@ -198,33 +179,20 @@ func listen(path string) (*net.UnixListener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control: securing socket directory: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("control: %s exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("control: another daemon is listening on %s", path)
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("control: removing stale socket: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control: %w", err)
+	ln, err := proc.ListenUnix(path)
+	if errors.Is(err, proc.ErrInUse) {
+		return nil, fmt.Errorf("control: another daemon is listening on %s", path)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control: securing socket: %w", err)
 	}
 	return ln, nil
 }
 
-// Stats returns the connections open now and ever admitted.
-func (s *Server) Stats() (open, seen int64) { return s.open.Load(), s.seen.Load() }
+// Metrics counts the connections open now and ever admitted.
+func (s *Server) Metrics() api.ConnMetrics {
+	return api.ConnMetrics{Connections: s.open.Load(), ConnectionsSeen: s.seen.Load()}
+}
 
 // Serve accepts connections until ctx is done or Close is called, and then
 // returns nil. Once ctx is done no more connections are accepted; the open
@@ -286,13 +254,9 @@ func (s *Server) isClosed() bool {
 
 // admit checks the peer and hands an accepted connection to the conns actor.
 func (s *Server) admit(nc *net.UnixConn) {
-	cred, err := peerCred(nc)
+	peer, err := proc.CheckSameUID(nc)
 	if err != nil {
-		s.refuse(nc, 0, 0, fmt.Sprintf("refused: cannot read peer credentials: %v", err))
-		return
-	}
-	if int(cred.Uid) != s.uid {
-		s.refuse(nc, cred.Pid, cred.Uid, fmt.Sprintf("refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.uid))
+		s.refuse(nc, peer.Pid, peer.UID, "refused: "+err.Error())
 		return
 	}
 	s.mu.Lock()
@@ -307,23 +271,8 @@ func (s *Server) admit(nc *net.UnixConn) {
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
-	s.emit(eventlog.ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: cred.Pid, UID: cred.Uid})
+	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID})
 	s.sys.Send(s.connsRef, spawnConn{cn})
-}
-
-func peerCred(nc *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := nc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
 }
 
 // refuse answers a refused peer with one error line and closes it.
@@ -350,7 +299,7 @@ func (s *Server) forget(cn *conn) {
 }
 
 // Close stops accepting, closes every connection (conn.closed reason
-// "daemon_stopping"; pending job.wait calls are answered with
+// "daemon_stopping"; calls still unanswered are answered with
 // CodeShuttingDown), stops the conn actors and waits for every goroutine the
 // server started. It is idempotent.
 func (s *Server) Close() error {

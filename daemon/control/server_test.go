@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -51,208 +52,6 @@ func TestConnectAndPing(t *testing.T) {
 	}
 }
 
-func TestJobMethods(t *testing.T) {
-	h := newHarness(t, nil)
-	c := h.client()
-
-	// submit: the lane defaults to no-net.
-	var sub jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"echo", "hi"}, Cwd: "/tmp"}, &sub)
-	if sub.JobID == "" {
-		t.Fatal("job.submit: empty job_id")
-	}
-	var got jobResult
-	h.mustCall(c, "job.get", idParams{ID: sub.JobID}, &got)
-	if got.Job.ID != sub.JobID || got.Job.Lane != "no-net" || got.Job.State != api.StateQueued {
-		t.Fatalf("job.get = %+v", got.Job)
-	}
-	var sub2 jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Lane: "net", Command: "true"}, &sub2)
-
-	for _, tc := range []struct {
-		name   string
-		method string
-		params any
-		code   int
-		msg    string
-	}{
-		{"submit unknown field", "job.submit", map[string]any{"argv": []string{"x"}, "nope": 1}, wire.CodeInvalidParams, "nope"},
-		{"submit unknown lane", "job.submit", api.JobSpec{Lane: "moon", Argv: []string{"x"}}, wire.CodeNotFound, "lane moon"},
-		{"submit nothing to run", "job.submit", api.JobSpec{}, wire.CodeInvalidParams, "argv"},
-		{"submit wrong type", "job.submit", map[string]any{"argv": "x"}, wire.CodeInvalidParams, "argv"},
-		{"get missing", "job.get", idParams{ID: "j-404"}, wire.CodeNotFound, "j-404"},
-		{"get no id", "job.get", nil, wire.CodeInvalidParams, "id is required"},
-		{"get unknown field", "job.get", map[string]any{"id": "j-1", "x": 1}, wire.CodeInvalidParams, "x"},
-		{"list bad state", "job.list", map[string]any{"state": "sleeping"}, wire.CodeInvalidParams, "sleeping"},
-		{"list unknown field", "job.list", map[string]any{"status": "queued"}, wire.CodeInvalidParams, "status"},
-		{"cancel missing", "job.cancel", idParams{ID: "j-404"}, wire.CodeNotFound, "j-404"},
-		{"cancel no id", "job.cancel", map[string]any{}, wire.CodeInvalidParams, "id is required"},
-		{"wait missing", "job.wait", waitParams{ID: "j-404"}, wire.CodeNotFound, "j-404"},
-		{"wait no id", "job.wait", nil, wire.CodeInvalidParams, "id is required"},
-		{"lane.list params", "lane.list", map[string]any{"x": 1}, wire.CodeInvalidParams, "x"},
-		{"tree.get params", "tree.get", map[string]any{"x": 1}, wire.CodeInvalidParams, "x"},
-		{"metrics.get params", "metrics.get", map[string]any{"x": 1}, wire.CodeInvalidParams, "x"},
-		{"subscribe bad kinds", "events.subscribe", map[string]any{"kinds": "job.*"}, wire.CodeInvalidParams, "kinds"},
-		{"subscribe empty kind", "events.subscribe", map[string]any{"kinds": []string{""}}, wire.CodeInvalidParams, "empty kind"},
-		{"unsubscribe params", "events.unsubscribe", map[string]any{"x": 1}, wire.CodeInvalidParams, "x"},
-		{"disconnect params", "disconnect", map[string]any{"x": 1}, wire.CodeInvalidParams, "x"},
-		{"unknown method", "job.explode", nil, wire.CodeMethodNotFound, "job.explode"},
-		{"params not an object", "ping", []int{1}, wire.CodeInvalidParams, "object"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := h.callErr(c, tc.method, tc.params)
-			if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) {
-				t.Fatalf("%s: error %d %q, want %d containing %q", tc.method, e.Code, e.Message, tc.code, tc.msg)
-			}
-		})
-	}
-
-	// list and its filters.
-	var all jobsResult
-	h.mustCall(c, "job.list", nil, &all)
-	if len(all.Jobs) != 2 {
-		t.Fatalf("job.list: %d jobs, want 2", len(all.Jobs))
-	}
-	var netOnly jobsResult
-	h.mustCall(c, "job.list", api.Filter{Lane: "net"}, &netOnly)
-	if len(netOnly.Jobs) != 1 || netOnly.Jobs[0].ID != sub2.JobID {
-		t.Fatalf("job.list lane=net: %+v", netOnly.Jobs)
-	}
-	var none jobsResult
-	var rawNone json.RawMessage
-	h.mustCall(c, "job.list", api.Filter{State: "succeeded"}, &rawNone)
-	if err := json.Unmarshal(rawNone, &none); err != nil || len(none.Jobs) != 0 || !strings.Contains(string(rawNone), `"jobs":[]`) {
-		t.Fatalf("job.list state=succeeded: %s", rawNone)
-	}
-
-	// cancel: queued, then running, then already finished.
-	var cr cancelResult
-	h.mustCall(c, "job.cancel", idParams{ID: sub.JobID}, &cr)
-	if cr.WasRunning {
-		t.Fatal("cancel of a queued job says was_running")
-	}
-	h.be.setState(sub2.JobID, api.StateRunning, nil)
-	h.be.mu.Lock()
-	h.be.cancelAsync = true
-	h.be.mu.Unlock()
-	h.mustCall(c, "job.cancel", idParams{ID: sub2.JobID}, &cr)
-	if !cr.WasRunning {
-		t.Fatal("cancel of a running job says not was_running")
-	}
-	if e := h.callErr(c, "job.cancel", idParams{ID: sub2.JobID}); e.Code != wire.CodeInvalidState {
-		t.Fatalf("second cancel: %+v", e)
-	}
-
-	// queue full.
-	h.be.mu.Lock()
-	h.be.queueLimit = 0
-	h.be.mu.Unlock()
-	if e := h.callErr(c, "job.submit", api.JobSpec{Argv: []string{"x"}}); e.Code != wire.CodeQueueFull {
-		t.Fatalf("queue full: %+v", e)
-	}
-}
-
-func TestLaneTreeMetrics(t *testing.T) {
-	h := newHarness(t, nil)
-	c := h.client()
-	var ll lanesResult
-	h.mustCall(c, "lane.list", nil, &ll)
-	if len(ll.Lanes) != 2 || ll.Lanes[1].Name != "no-net" || len(ll.Lanes[1].Runners) != 1 {
-		t.Fatalf("lane.list = %+v", ll)
-	}
-	var tr treeResult
-	h.mustCall(c, "tree.get", nil, &tr)
-	var conns *actors.TreeNode
-	for i := range tr.Tree {
-		if tr.Tree[i].Kind == "conns" {
-			conns = &tr.Tree[i]
-		}
-	}
-	if conns == nil || len(conns.Children) != 1 || conns.Children[0].Kind != "conn" || conns.Children[0].ID != "c1" {
-		t.Fatalf("tree.get = %+v", tr.Tree)
-	}
-	c2 := h.client()
-	h.mustCall(c2, "ping", nil, nil)
-	var m api.Metrics
-	h.mustCall(c, "metrics.get", nil, &m)
-	if m.Connections != 2 || m.ConnectionsSeen != 2 || m.UptimeMs != 1234 {
-		t.Fatalf("metrics.get = %+v", m)
-	}
-	c2.Close()
-	h.rec.wait(t, "c2 closed", isClosed("c2"))
-	h.mustCall(c, "metrics.get", nil, &m)
-	if m.Connections != 1 || m.ConnectionsSeen != 2 {
-		t.Fatalf("metrics.get after a close = %+v", m)
-	}
-	if open, seen := h.srv.Stats(); open != 1 || seen != 2 {
-		t.Fatalf("Stats = %d, %d", open, seen)
-	}
-}
-
-func TestJobWait(t *testing.T) {
-	h := newHarness(t, nil)
-	c := h.client()
-	var a, b, d jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"a"}}, &a)
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"b"}}, &b)
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"d"}}, &d)
-
-	// Already terminal: at once.
-	zero := int32(0)
-	h.be.setState(a.JobID, api.StateSucceeded, &zero)
-	var w jobResult
-	h.mustCall(c, "job.wait", waitParams{ID: a.JobID}, &w)
-	if w.Job.State != api.StateSucceeded || w.Job.ExitCode == nil || *w.Job.ExitCode != 0 {
-		t.Fatalf("wait on a finished job = %+v", w.Job)
-	}
-
-	// Wake-up: the wait is pending until the job finishes.
-	done := make(chan error, 1)
-	var wb jobResult
-	go func() { done <- h.call(c, "job.wait", waitParams{ID: b.JobID, TimeoutMs: 60000}, &wb) }()
-	waitUntil(t, "the wait is registered", func() bool { return h.be.waiterCount() == 1 })
-	select {
-	case err := <-done:
-		t.Fatalf("job.wait returned before the job finished: %v", err)
-	default:
-	}
-	h.mustCall(c, "ping", nil, nil) // the connection serves other calls meanwhile
-	three := int32(3)
-	h.be.setState(b.JobID, api.StateFailed, &three)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if wb.Job.ID != b.JobID || wb.Job.State != api.StateFailed || *wb.Job.ExitCode != 3 {
-		t.Fatalf("woken wait = %+v", wb.Job)
-	}
-
-	// Timeout: 1002 with the job as data, and the backend wait is cancelled.
-	err := h.call(c, "job.wait", waitParams{ID: d.JobID, TimeoutMs: 50}, nil)
-	var we *wire.Error
-	if !errors.As(err, &we) || we.Code != wire.CodeInvalidState {
-		t.Fatalf("wait timeout: %v", err)
-	}
-	if want := "job " + d.JobID + " is still queued after 50 ms"; we.Message != want {
-		t.Fatalf("wait timeout message %q, want %q", we.Message, want)
-	}
-	data, _ := json.Marshal(we.Data)
-	var wd jobResult
-	if err := json.Unmarshal(data, &wd); err != nil || wd.Job.ID != d.JobID || wd.Job.State != api.StateQueued {
-		t.Fatalf("wait timeout data = %s", data)
-	}
-	waitUntil(t, "the timed-out wait is cancelled", func() bool { return h.be.waiterCount() == 0 })
-
-	// A pending wait is cancelled when the connection closes.
-	c2 := h.client()
-	go h.call(c2, "job.wait", waitParams{ID: d.JobID}, nil)
-	waitUntil(t, "the wait is registered", func() bool { return h.be.waiterCount() == 1 })
-	c2.Close()
-	h.rec.wait(t, "c2 closed", isClosed("c2"))
-	if n := h.be.waiterCount(); n != 0 {
-		t.Fatalf("%d backend waits left after the connection closed", n)
-	}
-}
-
 // waitUntil polls cond (state owned by another goroutine with no event to
 // wait on) until it holds or 10s pass.
 func waitUntil(t testing.TB, what string, cond func() bool) {
@@ -282,9 +81,9 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 1 || cl.Error != nil || string(cl.Result) != "{}" {
 		t.Fatalf("subscribe answer = %+v", cl)
 	}
-	rec := h.bus.Emit(eventlog.JobQueued{JobID: "j-1", Lane: "no-net", Queued: 1})
-	h.bus.Emit(eventlog.RunnerReady{Lane: "no-net", RunnerID: "r1"})
-	h.bus.Emit(eventlog.JobOutput{JobID: "j-1", Stream: "stdout", Data: "hello\n"})
+	rec := h.bus.Emit(lanes.JobQueued{JobID: "j-1", Lane: "no-net", Queued: 1})
+	h.bus.Emit(lanes.RunnerReady{Lane: "no-net", RunnerID: "r1"})
+	h.bus.Emit(lanes.JobOutput{JobID: "j-1", Stream: "stdout", Data: "hello\n"})
 	s, err := r.line()
 	if err != nil || s+"\n" != string(rec.Wire()) {
 		t.Fatalf("got %q (%v), want the record's wire line %q", s, err, rec.Wire())
@@ -293,7 +92,7 @@ func TestEventsSubscribe(t *testing.T) {
 	if out.Event != "job.output" {
 		t.Fatalf("second event %q, want job.output (runner.ready is not subscribed)", out.Event)
 	}
-	var o eventlog.JobOutput
+	var o lanes.JobOutput
 	if err := json.Unmarshal(out.Data, &o); err != nil || o.Data != "hello\n" || o.Stream != "stdout" {
 		t.Fatalf("job.output data %s", out.Data)
 	}
@@ -303,8 +102,8 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 2 {
 		t.Fatalf("resubscribe answer = %+v", cl)
 	}
-	h.bus.Emit(eventlog.JobQueued{JobID: "j-2"})
-	h.bus.Emit(eventlog.RunnerReady{RunnerID: "r2"})
+	h.bus.Emit(lanes.JobQueued{JobID: "j-2"})
+	h.bus.Emit(lanes.RunnerReady{RunnerID: "r2"})
 	if cl := r.mustLine(); cl.Event != "runner.ready" {
 		t.Fatalf("after resubscribe got %+v, want runner.ready only", cl)
 	}
@@ -314,7 +113,7 @@ func TestEventsSubscribe(t *testing.T) {
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 3 || string(cl.Result) != "{}" {
 		t.Fatalf("unsubscribe answer = %+v", cl)
 	}
-	h.bus.Emit(eventlog.RunnerReady{RunnerID: "r3"})
+	h.bus.Emit(lanes.RunnerReady{RunnerID: "r3"})
 	r.send(`{"id":4,"method":"ping"}`)
 	if cl := r.mustLine(); cl.ID == nil || *cl.ID != 4 {
 		t.Fatalf("after unsubscribe got %+v, want the ping answer", cl)
@@ -324,9 +123,9 @@ func TestEventsSubscribe(t *testing.T) {
 	r.send(`{"id":5,"method":"events.subscribe","params":{}}`)
 	r.mustLine()
 	code := int32(0)
-	h.bus.Emit(eventlog.JobFinished{JobID: "j-9", State: "succeeded", Record: api.JobRecord{ID: "j-9", State: api.StateSucceeded, ExitCode: &code}})
+	h.bus.Emit(lanes.JobFinished{JobID: "j-9", State: "succeeded", Record: api.JobRecord{ID: "j-9", State: api.StateSucceeded, ExitCode: &code}})
 	fin := r.mustLine()
-	var fd jobResult
+	var fd struct{ Job api.JobRecord }
 	if err := json.Unmarshal(fin.Data, &fd); fin.Event != "job.finished" || err != nil || fd.Job.ID != "j-9" {
 		t.Fatalf("job.finished line %+v", fin)
 	}
@@ -354,11 +153,11 @@ func TestDisconnect(t *testing.T) {
 	if rest := r.expectEOF(); len(rest) != 0 {
 		t.Fatalf("lines after disconnect: %q", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientDisconnect || ev.Requests < 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(eventlog.ConnOpened); !ok {
+	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
 		t.Fatal("no conn.opened")
 	}
 }
@@ -372,7 +171,7 @@ func TestClientEOFAnswersWhatWasSent(t *testing.T) {
 	if len(rest) != 2 {
 		t.Fatalf("after half-close got %q, want two answers", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientClosed || ev.Requests != 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -441,7 +240,7 @@ func TestOversizedLineClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("oversized line answer %+v", cl)
 	}
 	r.expectEOF()
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(eventlog.ConnClosed)
+	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonLineTooLong {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -484,24 +283,23 @@ func TestSlowReaderIsThrottled(t *testing.T) {
 	}
 }
 
-// Responses that arrive on their own (job.wait wake-ups) can still pile up
+// Responses that arrive on their own (calls answered later, as job.wait
+// is) can still pile up
 // behind a client that does not read; past the bound it is disconnected.
 func TestResponseQueueFull(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.SubscriberQueue = 8 })
 	c := h.client()
-	var j jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
+	h.mustCall(c, "ping", nil, nil)
 	r := h.raw()
 	const waits = 5000
 	var b strings.Builder
 	for i := 0; i < waits; i++ {
-		b.WriteString(`{"id":` + itoa(i+1) + `,"method":"job.wait","params":{"id":"` + j.JobID + `"}}` + "\n")
+		b.WriteString(`{"id":` + itoa(i+1) + `,"method":"test.later"}` + "\n")
 	}
 	r.send(b.String())
-	waitUntil(t, "all waits registered", func() bool { return h.be.waiterCount() == waits })
-	one := int32(1)
-	h.be.setState(j.JobID, api.StateFailed, &one) // 5000 answers, nobody reads
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(eventlog.ConnClosed)
+	waitUntil(t, "all calls pending", func() bool { return h.dom.pendingCount() == waits })
+	h.dom.release() // 5000 answers, nobody reads
+	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonResponseQueueFull {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -524,7 +322,7 @@ func TestListenChecks(t *testing.T) {
 	ln.Close()
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
-	srv, err := New(Options{Path: path, Backend: newFakeBackend(), System: sys})
+	srv, err := New(Options{Path: path, System: sys})
 	if err != nil {
 		t.Fatalf("New over a stale socket: %v", err)
 	}
@@ -537,7 +335,7 @@ func TestListenChecks(t *testing.T) {
 	// A live one is an error.
 	sys2 := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys2.Shutdown()
-	if _, err := New(Options{Path: path, Backend: newFakeBackend(), System: sys2}); err == nil ||
+	if _, err := New(Options{Path: path, System: sys2}); err == nil ||
 		!strings.Contains(err.Error(), "another daemon is listening on "+path) {
 		t.Fatalf("New over a live socket: %v", err)
 	}
@@ -549,10 +347,10 @@ func TestListenChecks(t *testing.T) {
 	}
 	// Not a socket: refused.
 	os.WriteFile(path, nil, 0o600)
-	if _, err := New(Options{Path: path, Backend: newFakeBackend(), System: sys2}); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := New(Options{Path: path, System: sys2}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("New over a regular file: %v", err)
 	}
-	if _, err := New(Options{Path: path + "x", Backend: newFakeBackend(), System: sys2, Overflow: "explode"}); err == nil {
+	if _, err := New(Options{Path: path + "x", System: sys2, Overflow: "explode"}); err == nil {
 		t.Fatal("bad overflow policy accepted")
 	}
 }
@@ -560,11 +358,9 @@ func TestListenChecks(t *testing.T) {
 func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
-	var j jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"sleep"}}, &j)
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- h.call(c, "job.wait", waitParams{ID: j.JobID}, nil) }()
-	waitUntil(t, "the wait is registered", func() bool { return h.be.waiterCount() == 1 })
+	go func() { waitErr <- h.call(c, "test.later", nil, nil) }()
+	waitUntil(t, "the call is pending", func() bool { return h.dom.pendingCount() == 1 })
 
 	sub := h.client()
 	h.mustCall(sub, "events.subscribe", nil, nil)
@@ -572,7 +368,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	stalled.send(`{"id":1,"method":"events.subscribe"}`)
 	stalled.mustLine()
 	for i := 0; i < 20000; i++ { // fill the stalled one's socket and queue
-		h.bus.Emit(eventlog.JobQueued{JobID: "j-x", Lane: "no-net", Queued: i})
+		h.bus.Emit(lanes.JobQueued{JobID: "j-x", Lane: "no-net", Queued: i})
 	}
 	idle := h.raw()
 	idle.send(`{"id":1,"method":"ping"}`)
@@ -585,11 +381,11 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	}
 	var we *wire.Error
 	if err := <-waitErr; !errors.As(err, &we) || we.Code != wire.CodeShuttingDown {
-		t.Fatalf("pending wait at Close got %v, want code %d", err, wire.CodeShuttingDown)
+		t.Fatalf("pending call at Close got %v, want code %d", err, wire.CodeShuttingDown)
 	}
 	closed := 0
 	for _, r := range h.rec.all() {
-		if e, ok := r.Event.(eventlog.ConnClosed); ok {
+		if e, ok := r.Event.(ConnClosed); ok {
 			closed++
 			if e.Reason != ReasonDaemonStopping {
 				t.Errorf("conn.closed %+v, want reason daemon_stopping", e)
@@ -599,12 +395,12 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 	if closed != 4 {
 		t.Fatalf("%d conn.closed events, want 4", closed)
 	}
-	if open, _ := h.srv.Stats(); open != 0 {
+	if open := h.srv.Metrics().Connections; open != 0 {
 		t.Fatalf("%d connections open after Close", open)
 	}
 	idle.expectEOF()
-	if n := h.be.waiterCount(); n != 0 {
-		t.Fatalf("%d backend waits left", n)
+	if n, closed := h.dom.pendingCount(), h.dom.closedCount(); n != 0 || closed != 1 {
+		t.Fatalf("%d calls left pending, %d closed; want 0 and 1", n, closed)
 	}
 	// Everything the server started has ended (goleak in TestMain checks
 	// the whole package at exit too).
@@ -621,7 +417,7 @@ func TestServeStopsOnContext(t *testing.T) {
 	dir := shortTempDir(t)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
-	srv, err := New(Options{Path: filepath.Join(dir, "d.sock"), Backend: newFakeBackend(), System: sys})
+	srv, err := New(Options{Path: filepath.Join(dir, "d.sock"), System: sys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,16 +485,12 @@ func TestClientConcurrentCalls(t *testing.T) {
 func TestClientReadsLongLines(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
-	var j jobIDResult
-	h.mustCall(c, "job.submit", api.JobSpec{Argv: []string{"x"}}, &j)
 	big := strings.Repeat("line of output\n", 300000) // 4.5 MB, more once escaped
-	h.be.mu.Lock()
-	h.be.jobs[j.JobID].Output = big
-	h.be.mu.Unlock()
-	var got jobResult
-	h.mustCall(c, "job.get", idParams{ID: j.JobID}, &got)
-	if got.Job.Output != big {
-		t.Fatalf("output of %d bytes came back as %d", len(big), len(got.Job.Output))
+	h.dom.setBig(big)
+	var got textParams
+	h.mustCall(c, "test.big", nil, &got)
+	if got.Text != big {
+		t.Fatalf("output of %d bytes came back as %d", len(big), len(got.Text))
 	}
 }
 

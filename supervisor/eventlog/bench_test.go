@@ -39,7 +39,7 @@ func BenchmarkEmit(b *testing.B) {
 				bus := benchBus(b, file, subs)
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
-					bus.Emit(RunnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
+					bus.Emit(runnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
 				}
 				b.StopTimer()
 				dropped := bus.dropped.Load()
@@ -59,7 +59,7 @@ func BenchmarkEmitParallel(b *testing.B) {
 				i := 0
 				for pb.Next() {
 					i++
-					bus.Emit(RunnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
+					bus.Emit(runnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
 				}
 			})
 			b.StopTimer()
@@ -75,7 +75,7 @@ func BenchmarkEmitEphemeral(b *testing.B) {
 	defer bus.Close()
 	b.ReportAllocs()
 	for b.Loop() {
-		bus.Emit(JobOutput{JobID: "j1", Stream: "stdout", Data: "some output line\n"})
+		bus.Emit(jobOutput{JobID: "j1", Stream: "stdout", Data: "some output line\n"})
 	}
 }
 
@@ -84,7 +84,7 @@ func BenchmarkRead(b *testing.B) {
 	bus, _ := Open(Options{Path: path, Buffer: 1 << 17})
 	const n = 100000
 	for i := range n {
-		bus.Emit(RunnerExited{Lane: "review", RunnerID: "review-1", Pid: i, UptimeMs: 5000, Cause: "exited", Spawned: true})
+		bus.Emit(runnerExited{Lane: "review", RunnerID: "review-1", Pid: i, UptimeMs: 5000, Cause: "exited", Spawned: true})
 	}
 	bus.Close()
 	for _, c := range []struct {

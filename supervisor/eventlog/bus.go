@@ -1,7 +1,9 @@
 // Package eventlog is the supervisor's event bus and its on-disk log.
 //
-// Every supervisor decision is a typed Event (kinds.go). Bus.Emit stamps it
-// with a timestamp and, unless it is Ephemeral, a sequence number; hands it
+// Every supervisor decision is a typed Event, defined by the package that
+// emits it and registered here (Register); kinds.go has the interfaces and
+// the kinds several packages share. Bus.Emit stamps an event with a
+// timestamp and, unless it is Ephemeral, a sequence number; hands it
 // synchronously to the subscribers whose kind patterns match; and queues one
 // NDJSON line for a writer goroutine that appends to <home>/events.ndjson and
 // rotates it by size. Emit never waits for the disk: when the writer falls
@@ -18,8 +20,9 @@
 // lines were dropped, and the eventlog.dropped line after the gap says how
 // many. Event fields must not be named ts, seq or kind.
 //
-// Read and CLI read the log back (rotated files oldest first, then the
-// current file) and can follow it across rotations.
+// Read reads the log back (rotated files oldest first, then the current
+// file) and can follow it across rotations; `orchestrd events` (in
+// cmd/orchestrd) prints it.
 package eventlog
 
 import (

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -30,7 +27,7 @@ func TestSeqContiguousUnderConcurrentEmit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				b.Emit(JobQueued{JobID: fmt.Sprintf("g%d-%d", g, i), Lane: "l", Queued: i})
+				b.Emit(jobQueued{JobID: fmt.Sprintf("g%d-%d", g, i), Lane: "l", Queued: i})
 			}
 		}()
 	}
@@ -178,9 +175,9 @@ func TestEphemeralDeliveredNotLogged(t *testing.T) {
 	b := openTest(t, Options{Path: path})
 	c := newCollector()
 	b.Subscribe(nil, c)
-	b.Emit(JobQueued{JobID: "j1", Lane: "l"})
-	r := b.Emit(JobOutput{JobID: "j1", Stream: "stdout", Data: "line <1>\n"})
-	b.Emit(JobQueued{JobID: "j2", Lane: "l"})
+	b.Emit(jobQueued{JobID: "j1", Lane: "l"})
+	r := b.Emit(jobOutput{JobID: "j1", Stream: "stdout", Data: "line <1>\n"})
+	b.Emit(jobQueued{JobID: "j2", Lane: "l"})
 	if r.Seq != 0 || r.Line != nil || r.TS.IsZero() {
 		t.Fatalf("ephemeral record: seq %d line %q ts %v", r.Seq, r.Line, r.TS)
 	}
@@ -211,7 +208,7 @@ func TestWire(t *testing.T) {
 	c := newCollector()
 	b.Subscribe(nil, c)
 
-	r := b.Emit(RunnerSpawned{Lane: "l", RunnerID: "l-1", Pid: 5, Attempt: 1, Network: "none"})
+	r := b.Emit(runnerSpawned{Lane: "l", RunnerID: "l-1", Pid: 5, Attempt: 1, Network: "none"})
 	want := `{"event":"runner.spawned","data":` + string(r.Line) + "}\n"
 	if string(r.Wire()) != want {
 		t.Fatalf("Wire() = %s\nwant %s", r.Wire(), want)
@@ -230,7 +227,7 @@ func TestWire(t *testing.T) {
 		State  string `json:"state"`
 		Output string `json:"output"`
 	}{"j1", "succeeded", "all good"}
-	r = b.Emit(JobFinished{JobID: "j1", Lane: "l", State: "succeeded", DurationMs: 10, Record: rec})
+	r = b.Emit(jobFinished{JobID: "j1", Lane: "l", State: "succeeded", DurationMs: 10, Record: rec})
 	rec.Output = "mutated after Emit" // must not show: Wire was computed at delivery
 	wantWire := `{"event":"job.finished","data":{"job":{"id":"j1","state":"succeeded","output":"all good"}}}` + "\n"
 	if string(r.Wire()) != wantWire {
@@ -241,7 +238,7 @@ func TestWire(t *testing.T) {
 	}
 
 	// Concurrent Wire callers get the same cached bytes.
-	r = b.Emit(LaneRecovered{Lane: "l"})
+	r = b.Emit(laneRecovered{Lane: "l"})
 	var wg sync.WaitGroup
 	outs := make([][]byte, 8)
 	for i := range outs {
@@ -311,10 +308,10 @@ func TestUnsubscribe(t *testing.T) {
 	a, c := newCollector(), newCollector()
 	unA := b.Subscribe(nil, a)
 	b.Subscribe(nil, c)
-	b.Emit(LaneRecovered{Lane: "1"})
+	b.Emit(laneRecovered{Lane: "1"})
 	unA()
 	unA() // idempotent
-	b.Emit(LaneRecovered{Lane: "2"})
+	b.Emit(laneRecovered{Lane: "2"})
 	if n := len(a.records()); n != 1 {
 		t.Fatalf("unsubscribed sink got %d records", n)
 	}
@@ -334,7 +331,7 @@ func TestUnsubscribe(t *testing.T) {
 				case <-stop:
 					return
 				default:
-					b.Emit(LaneRecovered{Lane: "x"})
+					b.Emit(laneRecovered{Lane: "x"})
 				}
 			}
 		}()
@@ -353,11 +350,11 @@ func TestSinkMayEmitAndPanic(t *testing.T) {
 	// A sink that emits (like a subscriber reporting its own overflow) must
 	// not deadlock; a panicking sink must not take down the emitter.
 	b.Subscribe([]string{"conn.opened"}, funcSink(func(r *Record) {
-		b.Emit(SubscriberOverflowed{ConnID: "c", Policy: "disconnect", Dropped: 1})
+		b.Emit(subscriberOverflowed{ConnID: "c", Policy: "disconnect", Dropped: 1})
 	}))
 	b.Subscribe([]string{"conn.opened"}, funcSink(func(*Record) { panic("bad sink") }))
 	b.Subscribe(nil, c)
-	b.Emit(ConnOpened{ConnID: "c"})
+	b.Emit(connOpened{ConnID: "c"})
 	if got := c.kinds(); !slices.Equal(got, []string{"subscriber.overflowed", "conn.opened"}) {
 		t.Fatalf("got %v", got)
 	}
@@ -368,14 +365,14 @@ func TestEmitAfterClose(t *testing.T) {
 	b := openTest(t, Options{Path: path})
 	c := newCollector()
 	b.Subscribe(nil, c)
-	b.Emit(LaneRecovered{Lane: "a"})
+	b.Emit(laneRecovered{Lane: "a"})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	r := b.Emit(LaneRecovered{Lane: "b"})
+	r := b.Emit(laneRecovered{Lane: "b"})
 	if r.Seq != 2 || len(c.records()) != 2 {
 		t.Fatalf("after Close: seq %d, %d delivered", r.Seq, len(c.records()))
 	}
@@ -389,7 +386,7 @@ func TestCloseFlushesEverything(t *testing.T) {
 	const n = 50000
 	b := openTest(t, Options{Path: path, Buffer: n}) // room for all: nothing can drop
 	for i := range n {
-		b.Emit(JobQueued{JobID: strconv.Itoa(i), Lane: "l"})
+		b.Emit(jobQueued{JobID: strconv.Itoa(i), Lane: "l"})
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -403,8 +400,8 @@ func TestOpenPermsAndAppend(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "home")
 	path := filepath.Join(dir, "events.ndjson")
 	b := openTest(t, Options{Path: path})
-	b.Emit(LaneRecovered{Lane: "a"})
-	b.Emit(LaneRecovered{Lane: "b"})
+	b.Emit(laneRecovered{Lane: "a"})
+	b.Emit(laneRecovered{Lane: "b"})
 	b.Close()
 	st, err := os.Stat(dir)
 	if err != nil || st.Mode().Perm() != 0o700 {
@@ -420,7 +417,7 @@ func TestOpenPermsAndAppend(t *testing.T) {
 	if b2.Seq() != 2 {
 		t.Fatalf("reopened Seq() = %d, want 2", b2.Seq())
 	}
-	if r := b2.Emit(LaneRecovered{Lane: "c"}); r.Seq != 3 {
+	if r := b2.Emit(laneRecovered{Lane: "c"}); r.Seq != 3 {
 		t.Fatalf("seq after reopen = %d", r.Seq)
 	}
 	b2.Close()
@@ -433,7 +430,7 @@ func TestOpenPermsAndAppend(t *testing.T) {
 func TestOpenAfterTornLine(t *testing.T) {
 	path := logPath(t)
 	b := openTest(t, Options{Path: path})
-	b.Emit(LaneRecovered{Lane: "a"})
+	b.Emit(laneRecovered{Lane: "a"})
 	b.Close()
 	// A crash in the middle of a write leaves a partial line.
 	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -444,7 +441,7 @@ func TestOpenAfterTornLine(t *testing.T) {
 	if b2.Seq() != 1 {
 		t.Fatalf("Seq() after torn line = %d, want 1", b2.Seq())
 	}
-	b2.Emit(LaneRecovered{Lane: "b"})
+	b2.Emit(laneRecovered{Lane: "b"})
 	b2.Close()
 	lines, st := readAll(t, path, Query{})
 	if len(lines) != 2 || lines[1].Seq != 2 || lines[1].Fields["lane"] != "b" || st.Malformed != 1 {
@@ -456,7 +453,7 @@ func TestOpenSeqFromRotatedFile(t *testing.T) {
 	path := logPath(t)
 	b := openTest(t, Options{Path: path, MaxBytes: 300})
 	for range 10 {
-		b.Emit(JobQueued{JobID: "j", Lane: "l"})
+		b.Emit(jobQueued{JobID: "j", Lane: "l"})
 	}
 	b.Close()
 	rot := rawLines(t, rotatedName(path, 1))
@@ -477,7 +474,7 @@ func TestRotation(t *testing.T) {
 	b := openTest(t, Options{Path: path, MaxBytes: maxBytes, MaxFiles: maxFiles})
 	const n = 500
 	for i := range n {
-		b.Emit(JobQueued{JobID: fmt.Sprintf("job-%04d", i), Lane: "rot", Queued: i})
+		b.Emit(jobQueued{JobID: fmt.Sprintf("job-%04d", i), Lane: "rot", Queued: i})
 	}
 	b.Close()
 
@@ -514,7 +511,7 @@ func TestRotation(t *testing.T) {
 	// A smaller MaxFiles on a later run removes the surplus.
 	b = openTest(t, Options{Path: path, MaxBytes: maxBytes, MaxFiles: 1})
 	for range 100 {
-		b.Emit(JobQueued{JobID: "job-xxxx", Lane: "rot"})
+		b.Emit(jobQueued{JobID: "job-xxxx", Lane: "rot"})
 	}
 	b.Close()
 	if _, err := os.Stat(rotatedName(path, 2)); !os.IsNotExist(err) {
@@ -525,9 +522,9 @@ func TestRotation(t *testing.T) {
 func TestRotationOversizeLine(t *testing.T) {
 	path := logPath(t)
 	b := openTest(t, Options{Path: path, MaxBytes: 200, MaxFiles: 5})
-	b.Emit(LaneRecovered{Lane: "a"})
-	big := b.Emit(RunnerSpawnFailed{Lane: "a", RunnerID: "a-1", Error: string(bytes.Repeat([]byte("x"), 500))})
-	b.Emit(LaneRecovered{Lane: "b"})
+	b.Emit(laneRecovered{Lane: "a"})
+	big := b.Emit(runnerSpawnFailed{Lane: "a", RunnerID: "a-1", Error: string(bytes.Repeat([]byte("x"), 500))})
+	b.Emit(laneRecovered{Lane: "b"})
 	b.Close()
 	lines, st := readAll(t, path, Query{})
 	if len(lines) != 3 || st.Malformed != 0 {
@@ -558,7 +555,7 @@ func TestDropCounting(t *testing.T) {
 	c := newCollector()
 	b.Subscribe([]string{"eventlog.dropped"}, c)
 
-	b.Emit(JobQueued{JobID: "first"})
+	b.Emit(jobQueued{JobID: "first"})
 	select {
 	case <-entered: // the writer holds "first" and is blocked
 	case <-time.After(waitTimeout):
@@ -567,7 +564,7 @@ func TestDropCounting(t *testing.T) {
 	const emitted = 20
 	start := time.Now()
 	for i := 1; i < emitted; i++ {
-		b.Emit(JobQueued{JobID: strconv.Itoa(i)})
+		b.Emit(jobQueued{JobID: strconv.Itoa(i)})
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Emit blocked on a stuck writer for %v", d)
@@ -620,10 +617,10 @@ func TestWriteErrorCountsLostLines(t *testing.T) {
 	defer b.Close()
 	c := newCollector()
 	b.Subscribe([]string{"eventlog.dropped"}, c)
-	b.Emit(LaneRecovered{Lane: "lost"})
+	b.Emit(laneRecovered{Lane: "lost"})
 	deadline := time.After(waitTimeout)
 	for {
-		b.Emit(LaneRecovered{Lane: "ok"}) // the next successful write reports the loss
+		b.Emit(laneRecovered{Lane: "ok"}) // the next successful write reports the loss
 		select {
 		case r := <-c.ch:
 			if ev := r.Event.(LogDropped); ev.Dropped < 1 {
@@ -644,46 +641,6 @@ func TestWriteErrorCountsLostLines(t *testing.T) {
 			t.Fatal("no eventlog.dropped after a failed write")
 		case <-time.After(time.Millisecond):
 		}
-	}
-}
-
-// TestKnownKindsMatchSource keeps knownKinds and sampleEvents in step with
-// the Kind methods in kinds.go, and checks that no event uses a reserved
-// field name.
-func TestKnownKindsMatchSource(t *testing.T) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "kinds.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var src []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		fd, ok := n.(*ast.FuncDecl)
-		if !ok || fd.Recv == nil || fd.Name.Name != "Kind" || fd.Body == nil || len(fd.Body.List) != 1 {
-			return true
-		}
-		if ret, ok := fd.Body.List[0].(*ast.ReturnStmt); ok && len(ret.Results) == 1 {
-			if lit, ok := ret.Results[0].(*ast.BasicLit); ok {
-				s, _ := strconv.Unquote(lit.Value)
-				src = append(src, s)
-			}
-		}
-		return true
-	})
-	if !slices.Equal(src, knownKinds) {
-		t.Fatalf("knownKinds out of date with kinds.go:\nkinds.go   %v\nknownKinds %v", src, knownKinds)
-	}
-	var samples []string
-	for _, ev := range sampleEvents() {
-		samples = append(samples, ev.Kind())
-		for k := range fieldsOf(t, ev) {
-			if k == "ts" || k == "seq" || k == "kind" {
-				t.Errorf("%s has a field named %q", ev.Kind(), k)
-			}
-		}
-	}
-	if !slices.Equal(samples, knownKinds) {
-		t.Fatalf("sampleEvents out of date:\n%v\n%v", samples, knownKinds)
 	}
 }
 
@@ -713,20 +670,20 @@ func TestLogRemovedOrRenamedIsReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	b.Emit(LaneRecovered{Lane: "first"})
+	b.Emit(laneRecovered{Lane: "first"})
 	waitForLine(t, path, "first")
 
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	b.Emit(LaneRecovered{Lane: "after-remove"})
+	b.Emit(laneRecovered{Lane: "after-remove"})
 	waitForLine(t, path, "after-remove")
 
 	moved := path + ".moved"
 	if err := os.Rename(path, moved); err != nil {
 		t.Fatal(err)
 	}
-	b.Emit(LaneRecovered{Lane: "after-rename"})
+	b.Emit(laneRecovered{Lane: "after-rename"})
 	waitForLine(t, path, "after-rename")
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

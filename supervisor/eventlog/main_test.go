@@ -122,39 +122,27 @@ func rawLines(t *testing.T, name string) [][]byte {
 func intp(i int) *int       { return &i }
 func int32p(i int32) *int32 { return &i }
 
-// sampleEvents has one populated value of every event type in kinds.go.
+// sampleEvents has one populated value of each of eventlog's own kinds
+// (kinds.go) and of each stand-in (testevents_test.go).
 func sampleEvents() []Event {
 	return []Event{
-		DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"a", "b"}},
-		DaemonStopping{Signal: "SIGTERM", Reason: "signal"},
-		DaemonStopped{UptimeMs: 1234567, Killed: 2},
-		RunnerSpawned{Lane: "review", RunnerID: "review-1", Pid: 42, Attempt: 1, Network: "none"},
-		RunnerSpawnFailed{Lane: "review", RunnerID: "review-1", Error: "exec: not found"},
-		RunnerReady{Lane: "review", RunnerID: "review-1", Pid: 42, Slots: 4, Spawned: true, Version: "r1", StartMs: 80},
-		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
-		RunnerKilled{Lane: "review", RunnerID: "review-1", Pid: 42, Reason: "memory_limit", Detail: "rss 2.1 GiB > 2 GiB"},
-		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
-		RunnerPromoted{Lane: "review", RunnerID: "review-2", Pid: 43, Replaces: "review-1"},
-		RunnerRejected{Lane: "review", Pid: 7, Reason: "bad token"},
-		LaneStarted{Lane: "review", Runners: 2, Slots: 8, Network: "none", Socket: "/h/review.sock"},
-		LaneDegraded{Lane: "review", RestartsInWindow: 5, MaxR: 5, MaxTMs: 60000},
-		LaneRecovered{Lane: "review"},
-		JobQueued{JobID: "j1", Lane: "review", Queued: 3},
-		JobRejected{Lane: "review", Reason: "queue_full"},
-		JobDispatched{JobID: "j1", Lane: "review", RunnerID: "review-1", Pid: 42},
-		JobFinished{JobID: "j1", Lane: "review", RunnerID: "review-1", State: "failed", ExitCode: int32p(1), Error: "boom", DurationMs: 900, Record: map[string]any{"id": "j1"}},
-		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
-		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
-		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
-		JobOutputEvicted{JobID: "j1", Lane: "review", Bytes: 4096, Budget: 65536},
-		ConnOpened{ConnID: "c1", Socket: "/h/control.sock", Pid: 99, UID: 1000},
-		ConnClosed{ConnID: "c1", Reason: "eof", Requests: 12},
+		daemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"a", "b"}},
+		runnerSpawned{Lane: "review", RunnerID: "review-1", Pid: 42, Attempt: 1, Network: "none"},
+		runnerSpawnFailed{Lane: "review", RunnerID: "review-1", Error: "exec: not found"},
+		runnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
+		runnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500},
+		laneStarted{Lane: "review", Runners: 2},
+		laneRecovered{Lane: "review"},
+		jobQueued{JobID: "j1", Lane: "review", Queued: 3},
+		jobDispatched{JobID: "j1", Lane: "review", RunnerID: "review-1"},
+		jobFinished{JobID: "j1", Lane: "review", State: "failed", ExitCode: int32p(1), DurationMs: 900, Record: map[string]any{"id": "j1"}},
+		jobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1"},
+		jobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
+		connOpened{ConnID: "c1", Pid: 99, UID: 1000},
 		ConnRefused{Socket: "/h/control.sock", Pid: 98, UID: 1001, Reason: "uid"},
 		ConnProtocolError{ConnID: "c1", Peer: "control", Error: "bad json", Fatal: true},
-		SubscriberOverflowed{ConnID: "c1", Policy: "drop_oldest", Dropped: 10},
-		ActorPanicked{Actor: "lane/review", Panic: "index out of range", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1", Directive: "restart"},
-		ActorRestarted{Actor: "lane/review", Restarts: 1},
-		OrphanKilled{Pid: 50, Pgid: 50, Reason: "runner_lost"},
+		subscriberOverflowed{ConnID: "c1", Policy: "drop_oldest", Dropped: 10},
+		actorPanicked{Actor: "lane/review", Panic: "index out of range", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1"},
 		LogDropped{Dropped: 3},
 	}
 }

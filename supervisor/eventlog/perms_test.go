@@ -13,15 +13,15 @@ import (
 func TestOpenMakesAnExistingLogPrivate(t *testing.T) {
 	home := t.TempDir()
 	path := filepath.Join(home, "events.ndjson")
-	writeLog(t, path, []Event{LaneRecovered{Lane: "a"}}, nil)
-	writeLog(t, path+".1", []Event{LaneRecovered{Lane: "old"}}, nil)
+	writeLog(t, path, []Event{laneRecovered{Lane: "a"}}, nil)
+	writeLog(t, path+".1", []Event{laneRecovered{Lane: "old"}}, nil)
 	for name, mode := range map[string]os.FileMode{path: 0o666, path + ".1": 0o644} {
 		if err := os.Chmod(name, mode); err != nil { // not left to the umask
 			t.Fatal(err)
 		}
 	}
 	b := openTest(t, Options{Path: path})
-	b.Emit(LaneRecovered{Lane: "b"})
+	b.Emit(laneRecovered{Lane: "b"})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestReopenedLogIsPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	b.Emit(LaneRecovered{Lane: "a"})
+	b.Emit(laneRecovered{Lane: "a"})
 	waitForLine(t, path, "a")
 	// An outside tool renames the log away and leaves a world-writable
 	// empty file in its place.
@@ -61,7 +61,7 @@ func TestReopenedLogIsPrivate(t *testing.T) {
 	if err := os.Chmod(path, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	b.Emit(LaneRecovered{Lane: "b"})
+	b.Emit(laneRecovered{Lane: "b"})
 	waitForLine(t, path, "b")
 	st, err := os.Stat(path)
 	if err != nil {

@@ -30,6 +30,10 @@ type Query struct {
 	// Exclude leaves out the kinds it matches (same patterns as Kinds)
 	// even when Kinds matches them; they are counted in Stats.Excluded.
 	Exclude []string
+	// OnIdle, if set, is called whenever a Follow read has caught up with
+	// the log, before it waits for more (the events CLI flushes its
+	// output then).
+	OnIdle func()
 }
 
 // Line is one parsed log line.
@@ -92,7 +96,6 @@ type reader struct {
 	path    string
 	q       Query
 	fn      func(Line) error
-	onIdle  func() // called when caught up, before waiting (the CLI flushes)
 	match   kindMatcher
 	exclude *kindMatcher // nil: nothing excluded
 	stats   Stats
@@ -175,8 +178,8 @@ func (r *reader) run() error {
 			cur = next
 			continue
 		}
-		if r.onIdle != nil {
-			r.onIdle()
+		if r.q.OnIdle != nil {
+			r.q.OnIdle()
 		}
 		select {
 		case <-r.ctx.Done():

@@ -49,16 +49,16 @@ func seqsOf(lines []Line) []uint64 {
 func TestReadFilters(t *testing.T) {
 	path := logPath(t)
 	evs := []Event{
-		DaemonStarted{Pid: 1},                                            // 1 03:00
-		LaneStarted{Lane: "a"},                                           // 2 03:01
-		LaneStarted{Lane: "b"},                                           // 3 03:02
-		JobQueued{JobID: "j1", Lane: "a"},                                // 4 03:03
-		JobDispatched{JobID: "j1", Lane: "a", RunnerID: "a-1"},           // 5 03:04
-		JobQueued{JobID: "j2", Lane: "b"},                                // 6 03:05
-		RunnerExited{Lane: "a", RunnerID: "a-1", Cause: "killed_memory"}, // 7 03:06
-		JobOrphaned{JobID: "j1", Lane: "a", RunnerID: "a-1"},             // 8 03:07
-		JobFinished{JobID: "j2", Lane: "b", State: "succeeded"},          // 9 03:08
-		RunnerRestartScheduled{Lane: "a", RunnerID: "a-1", DelayMs: 500}, // 10 03:09
+		daemonStarted{Pid: 1},                                            // 1 03:00
+		laneStarted{Lane: "a"},                                           // 2 03:01
+		laneStarted{Lane: "b"},                                           // 3 03:02
+		jobQueued{JobID: "j1", Lane: "a"},                                // 4 03:03
+		jobDispatched{JobID: "j1", Lane: "a", RunnerID: "a-1"},           // 5 03:04
+		jobQueued{JobID: "j2", Lane: "b"},                                // 6 03:05
+		runnerExited{Lane: "a", RunnerID: "a-1", Cause: "killed_memory"}, // 7 03:06
+		jobOrphaned{JobID: "j1", Lane: "a", RunnerID: "a-1"},             // 8 03:07
+		jobFinished{JobID: "j2", Lane: "b", State: "succeeded"},          // 9 03:08
+		runnerRestartScheduled{Lane: "a", RunnerID: "a-1", DelayMs: 500}, // 10 03:09
 	}
 	writeLog(t, path, evs, map[int]string{
 		3: `not json at all`,
@@ -112,7 +112,7 @@ func TestReadErrors(t *testing.T) {
 	}
 
 	path := logPath(t)
-	writeLog(t, path, []Event{LaneRecovered{Lane: "a"}, LaneRecovered{Lane: "b"}}, nil)
+	writeLog(t, path, []Event{laneRecovered{Lane: "a"}, laneRecovered{Lane: "b"}}, nil)
 	stop := errors.New("stop")
 	n := 0
 	err = Read(context.Background(), path, Query{}, func(Line) error { n++; return stop })
@@ -128,7 +128,7 @@ func TestReadErrors(t *testing.T) {
 
 func TestReadOnlyRotatedFiles(t *testing.T) {
 	path := logPath(t)
-	writeLog(t, rotatedName(path, 1), []Event{LaneRecovered{Lane: "a"}}, nil)
+	writeLog(t, rotatedName(path, 1), []Event{laneRecovered{Lane: "a"}}, nil)
 	lines, _ := readAll(t, path, Query{})
 	if len(lines) != 1 {
 		t.Fatalf("%d lines", len(lines))
@@ -141,9 +141,9 @@ func TestReadLongAndTornLines(t *testing.T) {
 	defer func() { maxLine = old }()
 	path := logPath(t)
 	b := openTest(t, Options{Path: path})
-	b.Emit(LaneRecovered{Lane: "a"})
-	b.Emit(RunnerSpawnFailed{Lane: "a", Error: strings.Repeat("e", 200<<10)}) // > maxLine, > read buffer
-	b.Emit(LaneRecovered{Lane: "b"})
+	b.Emit(laneRecovered{Lane: "a"})
+	b.Emit(runnerSpawnFailed{Lane: "a", Error: strings.Repeat("e", 200<<10)}) // > maxLine, > read buffer
+	b.Emit(laneRecovered{Lane: "b"})
 	b.Close()
 	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	f.WriteString(`{"ts":"2025-11-21T03:00:00Z","seq":4,"kind":"torn`) // no newline
@@ -210,9 +210,9 @@ func TestFollow(t *testing.T) {
 	path := logPath(t)
 	b := openTest(t, Options{Path: path, MaxBytes: 4000, MaxFiles: 20})
 	for i := range 3 {
-		b.Emit(JobQueued{JobID: fmt.Sprint(i), Lane: "f"})
+		b.Emit(jobQueued{JobID: fmt.Sprint(i), Lane: "f"})
 	}
-	b.Emit(LaneRecovered{Lane: "other"})
+	b.Emit(laneRecovered{Lane: "other"})
 	f := follow(t, path, Query{Lane: "f"})
 	f.next(t, 3)
 
@@ -221,8 +221,8 @@ func TestFollow(t *testing.T) {
 	want := uint64(5)
 	for step := range 20 {
 		for range 25 {
-			b.Emit(JobQueued{JobID: fmt.Sprint(step), Lane: "f"})
-			b.Emit(LaneRecovered{Lane: "other"}) // filtered out
+			b.Emit(jobQueued{JobID: fmt.Sprint(step), Lane: "f"})
+			b.Emit(laneRecovered{Lane: "other"}) // filtered out
 		}
 		for _, l := range f.next(t, 25) {
 			if l.Seq != want {
@@ -248,11 +248,11 @@ func TestFollowPollingFallback(t *testing.T) {
 	defer func() { inotifyInit = old }()
 	path := logPath(t)
 	b := openTest(t, Options{Path: path, MaxBytes: 250, MaxFiles: 10})
-	b.Emit(LaneRecovered{Lane: "a"})
+	b.Emit(laneRecovered{Lane: "a"})
 	f := follow(t, path, Query{})
 	f.next(t, 1)
 	for i := range 6 { // two lines per file: a few rotations
-		b.Emit(JobQueued{JobID: fmt.Sprint(i), Lane: "a"})
+		b.Emit(jobQueued{JobID: fmt.Sprint(i), Lane: "a"})
 		if l := f.next(t, 1)[0]; l.Seq != uint64(i+2) {
 			t.Fatalf("seq %d, want %d", l.Seq, i+2)
 		}
@@ -265,13 +265,13 @@ func TestFollowPollingFallback(t *testing.T) {
 func TestFollowStartsBeforeLogExists(t *testing.T) {
 	path := logPath(t)
 	// Only a rotated file: Read starts, then the daemon creates the log.
-	writeLog(t, rotatedName(path, 1), []Event{LaneRecovered{Lane: "old"}}, nil)
+	writeLog(t, rotatedName(path, 1), []Event{laneRecovered{Lane: "old"}}, nil)
 	f := follow(t, path, Query{})
 	if l := f.next(t, 1)[0]; l.Fields["lane"] != "old" {
 		t.Fatalf("got %s", l.Raw)
 	}
 	b := openTest(t, Options{Path: path})
-	b.Emit(LaneRecovered{Lane: "new"})
+	b.Emit(laneRecovered{Lane: "new"})
 	if l := f.next(t, 1)[0]; l.Fields["lane"] != "new" || l.Seq != 2 {
 		t.Fatalf("got %s", l.Raw)
 	}
@@ -291,7 +291,7 @@ func TestFollowCatchUp(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := logPath(t)
 			b := openTest(t, Options{Path: path, MaxBytes: 1000, MaxFiles: c.maxFiles})
-			b.Emit(LaneRecovered{Lane: "a"})
+			b.Emit(laneRecovered{Lane: "a"})
 			b.Close()
 			var got []uint64
 			r := &reader{ctx: context.Background(), path: path, match: newKindMatcher(nil),
@@ -305,7 +305,7 @@ func TestFollowCatchUp(t *testing.T) {
 			}
 			b = openTest(t, Options{Path: path, MaxBytes: 1000, MaxFiles: c.maxFiles})
 			for i := range 60 { // ~6 rotations
-				b.Emit(JobQueued{JobID: fmt.Sprint(i), Lane: "a"})
+				b.Emit(jobQueued{JobID: fmt.Sprint(i), Lane: "a"})
 			}
 			b.Close()
 			for range 10 {
@@ -339,14 +339,14 @@ func TestFollowCatchUp(t *testing.T) {
 
 func TestFollowTruncated(t *testing.T) {
 	path := logPath(t)
-	writeLog(t, path, []Event{LaneRecovered{Lane: "a"}, LaneRecovered{Lane: "b"}}, nil)
+	writeLog(t, path, []Event{laneRecovered{Lane: "a"}, laneRecovered{Lane: "b"}}, nil)
 	var got []string
 	r := &reader{ctx: context.Background(), path: path, match: newKindMatcher(nil),
 		fn: func(l Line) error { got = append(got, l.Fields["lane"].(string)); return nil }}
 	cur, _ := openLogFile(path)
 	defer cur.f.Close()
 	r.drain(cur)
-	writeLog(t, path, []Event{LaneRecovered{Lane: "c"}}, nil) // truncates and rewrites
+	writeLog(t, path, []Event{laneRecovered{Lane: "c"}}, nil) // truncates and rewrites
 	r.drain(cur)
 	if !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("got %v", got)

@@ -278,6 +278,18 @@ func (c *Cgroup) waitEvent(key, want string, timeout time.Duration) bool {
 	}
 }
 
+// Retire removes a cgroup whose process has ended and closes it: what is
+// left in it gets grace to end by itself, then is killed (and gets grace
+// again to die); the error says why it could not be removed.
+func (c *Cgroup) Retire(grace time.Duration) error {
+	defer c.Close()
+	if !c.WaitEmpty(grace) {
+		_ = c.Kill()
+		c.WaitEmpty(grace)
+	}
+	return c.Remove()
+}
+
 // Remove removes the cgroup's children (depth first) and then the cgroup;
 // a cgroup that still holds processes is left, with an error.
 func (c *Cgroup) Remove() error {

@@ -41,8 +41,19 @@ func startTree(t *testing.T, script string, n int) int {
 
 func TestRSSCountsDescendants(t *testing.T) {
 	pid := startTree(t, "sleep 300 & sleep 300 & wait", 2)
-	alone := rss(pid)
+	// Freshly exec'd children are still faulting their pages in: wait
+	// until two readings agree, so the comparisons below compare like with
+	// like.
 	all := RSS(pid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		time.Sleep(10 * time.Millisecond)
+		again := RSS(pid)
+		if again == all || time.Now().After(deadline) {
+			break
+		}
+		all = again
+	}
+	alone := rss(pid)
 	if alone == 0 || all <= alone {
 		t.Fatalf("sh alone %d bytes, with its children %d", alone, all)
 	}

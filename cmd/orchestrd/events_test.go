@@ -1,44 +1,119 @@
-package eventlog
+package main
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/daemon"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-func runTestCLI(t *testing.T, ctx context.Context, home string, args ...string) (code int, stdout, stderr string) {
+// The events command's own tests: they write logs and run the command in
+// this process (TestEventsCLIAgainstRealDaemon runs it against a daemon).
+
+// eventsWaitTimeout bounds every wait in these tests; nothing sleeps for
+// correctness.
+const eventsWaitTimeout = 10 * time.Second
+
+// logT0 is the time of a test log's first line.
+var logT0 = time.Date(2025, 11, 21, 3, 0, 0, 0, time.UTC)
+
+// logLine is a log line in the writer's format: ts, seq and kind, then
+// body's fields.
+func logLine(ts time.Time, seq uint64, kind string, body []byte) []byte {
+	b := []byte(`{"ts":"` + ts.UTC().Format(time.RFC3339Nano) + `","seq":` + strconv.FormatUint(seq, 10) + `,"kind":`)
+	k, _ := json.Marshal(kind)
+	b = append(b, k...)
+	if inner := bytes.TrimSpace(body[1:]); len(inner) > 0 && inner[0] != '}' {
+		b = append(b, ',')
+		return append(b, inner...)
+	}
+	return append(b, '}')
+}
+
+// writeEventLog writes lines built from events with fixed timestamps
+// (logT0 + i minutes) and seqs, plus any extra raw lines after the index
+// given.
+func writeEventLog(t *testing.T, path string, evs []eventlog.Event, extra map[int]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	for i, ev := range evs {
+		if s, ok := extra[i]; ok {
+			buf.WriteString(s + "\n")
+		}
+		var body bytes.Buffer
+		enc := json.NewEncoder(&body)
+		enc.SetEscapeHTML(false) // as the bus writes
+		if err := enc.Encode(ev); err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(logLine(logT0.Add(time.Duration(i)*time.Minute), uint64(i+1), ev.Kind(), body.Bytes()))
+		buf.WriteByte('\n')
+	}
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openEventBus opens an event bus that the test closes at its end.
+func openEventBus(t *testing.T, opts eventlog.Options) *eventlog.Bus {
+	t.Helper()
+	b, err := eventlog.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// registeredEvents is a zero value of every registered kind.
+func registeredEvents() []eventlog.Event {
+	var evs []eventlog.Event
+	for _, k := range eventlog.Kinds() {
+		evs = append(evs, eventlog.Registered(k))
+	}
+	return evs
+}
+
+func runEventsTest(t *testing.T, ctx context.Context, home string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = runCLI(ctx, args, home, &out, &errb, testEnv(time.UTC))
+	code = runEvents(ctx, args, home, &out, &errb, eventsTestEnv(time.UTC))
 	return code, out.String(), errb.String()
 }
 
-func testEnv(loc *time.Location) cliEnv {
-	return cliEnv{now: func() time.Time { return t0.Add(time.Hour) }, loc: loc}
+func eventsTestEnv(loc *time.Location) eventsEnv {
+	return eventsEnv{now: func() time.Time { return logT0.Add(time.Hour) }, loc: loc}
 }
 
-func cliHome(t *testing.T, evs []Event, extra map[int]string) string {
+func eventsHome(t *testing.T, evs []eventlog.Event, extra map[int]string) string {
 	home := t.TempDir()
-	writeLog(t, filepath.Join(home, "events.ndjson"), evs, extra)
+	writeEventLog(t, filepath.Join(home, "events.ndjson"), evs, extra)
 	return home
 }
 
-func TestCLIHuman(t *testing.T) {
-	evs := []Event{
-		DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
-		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: intp(137), Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
-		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
-		RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
-		JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
-		ActorPanicked{Actor: "lane/review", Panic: "index out of range [3] with length 3", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1\n", Directive: "restart"},
-		LaneRecovered{Lane: "review"},
+func TestEventsHuman(t *testing.T) {
+	killed := 137
+	evs := []eventlog.Event{
+		daemon.DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
+		lanes.RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: &killed, Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
+		lanes.RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
+		lanes.RunnerKilled{Lane: "build-long-name", RunnerID: "b-1", Pid: 7, Reason: "memory_limit", Detail: `rss 2.1 GiB > 2 GiB, "hard"`},
+		lanes.JobFinished{JobID: "j1", Lane: "review", State: "failed", Error: "boom", DurationMs: 900},
+		daemon.ActorPanicked{Actor: "lane/review", Panic: "index out of range [3] with length 3", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1\n", Directive: "restart"},
+		lanes.LaneRecovered{Lane: "review"},
 	}
-	code, out, errs := runTestCLI(t, context.Background(), cliHome(t, evs, nil))
+	code, out, errs := runEventsTest(t, context.Background(), eventsHome(t, evs, nil))
 	if code != 0 || errs != "" {
 		t.Fatalf("code %d stderr %q", code, errs)
 	}
@@ -68,21 +143,21 @@ func TestCLIHuman(t *testing.T) {
 	}
 }
 
-func TestCLITimeZoneAndDays(t *testing.T) {
+func TestEventsTimeZoneAndDays(t *testing.T) {
 	home := t.TempDir()
 	path := filepath.Join(home, "events.ndjson")
 	var buf bytes.Buffer
-	for i, ts := range []time.Time{t0.Add(-25 * time.Hour), t0.Add(-2 * time.Hour), t0} {
-		buf.Write(appendLine(nil, ts, uint64(i+1), "lane.recovered", []byte(`{"lane":"a"}`)))
+	for i, ts := range []time.Time{logT0.Add(-25 * time.Hour), logT0.Add(-2 * time.Hour), logT0} {
+		buf.Write(logLine(ts, uint64(i+1), "lane.recovered", []byte(`{"lane":"a"}`)))
 		buf.WriteByte('\n')
 	}
 	os.WriteFile(path, buf.Bytes(), 0o600)
 	var out, errb bytes.Buffer
 	zone := time.FixedZone("XST", 5*3600)
-	if code := runCLI(context.Background(), nil, home, &out, &errb, testEnv(zone)); code != 0 {
+	if code := runEvents(context.Background(), nil, home, &out, &errb, eventsTestEnv(zone)); code != 0 {
 		t.Fatalf("code %d: %s", code, errb.String())
 	}
-	// t0 is 03:00 UTC = 08:00 XST on the 21st; "now" is the 21st.
+	// logT0 is 03:00 UTC = 08:00 XST on the 21st; "now" is the 21st.
 	// A day line precedes the first line (not today) and marks the change.
 	want := `-- Thu 2025-11-20 XST --
 07:00:00.000       1  lane.recovered            a
@@ -93,33 +168,33 @@ func TestCLITimeZoneAndDays(t *testing.T) {
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
 	}
-	_, utc, _ := runTestCLI(t, context.Background(), home, "--utc", "--since", "2025-11-21T02:00:00Z")
+	_, utc, _ := runEventsTest(t, context.Background(), home, "--utc", "--since", "2025-11-21T02:00:00Z")
 	if utc != "03:00:00.000       3  lane.recovered            a\n" {
 		t.Fatalf("--utc: %q", utc)
 	}
 }
 
-func TestCLIJSON(t *testing.T) {
-	home := cliHome(t, sampleEvents(), nil)
-	code, out, _ := runTestCLI(t, context.Background(), home, "--json", "--kind", "*")
+func TestEventsJSON(t *testing.T) {
+	home := eventsHome(t, registeredEvents(), nil)
+	code, out, _ := runEventsTest(t, context.Background(), home, "--json", "--kind", "*")
 	file, _ := os.ReadFile(filepath.Join(home, "events.ndjson"))
 	if code != 0 || out != string(file) {
 		t.Fatalf("--json output differs from the file (code %d)", code)
 	}
-	code, out, _ = runTestCLI(t, context.Background(), "", "--json", "--home", home, "--kind", "job.queued")
+	code, out, _ = runEventsTest(t, context.Background(), "", "--json", "--home", home, "--kind", "job.queued")
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"kind":"job.queued"`) {
 		t.Fatalf("--home/--kind: code %d %q", code, out)
 	}
 }
 
-func TestCLIFilters(t *testing.T) {
-	home := cliHome(t, []Event{
-		JobQueued{JobID: "j1", Lane: "a"},                    // 03:00
-		RunnerExited{Lane: "a", RunnerID: "a-1"},             // 03:01
-		JobQueued{JobID: "j2", Lane: "b"},                    // 03:02
-		JobFinished{JobID: "j1", Lane: "a", State: "ok"},     // 03:03
-		RunnerSpawned{Lane: "b", RunnerID: "b-1"},            // 03:04
-		JobDispatched{JobID: "j2", Lane: "b", RunnerID: "x"}, // 03:05
+func TestEventsFilters(t *testing.T) {
+	home := eventsHome(t, []eventlog.Event{
+		lanes.JobQueued{JobID: "j1", Lane: "a"},                    // 03:00
+		lanes.RunnerExited{Lane: "a", RunnerID: "a-1"},             // 03:01
+		lanes.JobQueued{JobID: "j2", Lane: "b"},                    // 03:02
+		lanes.JobFinished{JobID: "j1", Lane: "a", State: "ok"},     // 03:03
+		lanes.RunnerSpawned{Lane: "b", RunnerID: "b-1"},            // 03:04
+		lanes.JobDispatched{JobID: "j2", Lane: "b", RunnerID: "x"}, // 03:05
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -134,7 +209,7 @@ func TestCLIFilters(t *testing.T) {
 		{[]string{"--since", "03:03"}, "4 5 6"},
 		{[]string{"-f=false", "--lane", "a", "--kind", "job.*"}, "1 4"},
 	} {
-		code, out, errs := runTestCLI(t, context.Background(), home, c.args...)
+		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
 		var seqs []string
 		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
 			if f := strings.Fields(ln); len(f) > 1 {
@@ -147,8 +222,8 @@ func TestCLIFilters(t *testing.T) {
 	}
 }
 
-func TestCLIErrors(t *testing.T) {
-	home := cliHome(t, []Event{LaneRecovered{Lane: "a"}}, map[int]string{0: "garbage"})
+func TestEventsErrors(t *testing.T) {
+	home := eventsHome(t, []eventlog.Event{lanes.LaneRecovered{Lane: "a"}}, map[int]string{0: "garbage"})
 	for _, c := range []struct {
 		name   string
 		home   string
@@ -167,7 +242,7 @@ func TestCLIErrors(t *testing.T) {
 		{"no match noted", home, []string{"--lane", "zzz"}, 0, "no matching events (1 read from"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, out, errs := runTestCLI(t, context.Background(), c.home, c.args...)
+			code, out, errs := runEventsTest(t, context.Background(), c.home, c.args...)
 			if code != c.code || !strings.Contains(errs, c.stderr) {
 				t.Fatalf("code %d, stderr %q; want %d, %q", code, errs, c.code, c.stderr)
 			}
@@ -178,9 +253,9 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-func TestCLIHelp(t *testing.T) {
+func TestEventsHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-h"} {
-		code, out, errs := runTestCLI(t, context.Background(), "/srv/orchestrd", arg)
+		code, out, errs := runEventsTest(t, context.Background(), "/srv/orchestrd", arg)
 		// The format of the other client commands: "usage: ...", a blank
 		// line, "options:" and the flags.
 		if code != 0 || errs != "" || !strings.HasPrefix(out, "usage: orchestrd events [--home DIR] ") ||
@@ -216,7 +291,7 @@ func (b *notifyBuffer) String() string {
 
 func (b *notifyBuffer) waitFor(t *testing.T, s string) {
 	t.Helper()
-	deadline := time.After(waitTimeout)
+	deadline := time.After(eventsWaitTimeout)
 	for !strings.Contains(b.String(), s) {
 		select {
 		case <-b.wrote:
@@ -226,19 +301,21 @@ func (b *notifyBuffer) waitFor(t *testing.T, s string) {
 	}
 }
 
-func TestCLIFollow(t *testing.T) {
+func TestEventsFollow(t *testing.T) {
 	home := t.TempDir()
-	b := openTest(t, Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
-	b.Emit(LaneStarted{Lane: "a", Runners: 1})
+	b := openEventBus(t, eventlog.Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
+	b.Emit(lanes.LaneStarted{Lane: "a", Runners: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &notifyBuffer{wrote: make(chan struct{}, 1)}
 	var errb bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- runCLI(ctx, []string{"-f", "--lane", "a"}, home, out, &errb, testEnv(time.UTC)) }()
+	go func() {
+		done <- runEvents(ctx, []string{"-f", "--lane", "a"}, home, out, &errb, eventsTestEnv(time.UTC))
+	}()
 	out.waitFor(t, "lane.started")
 	for i := range 5 { // rotates along the way
-		b.Emit(JobQueued{JobID: "job-" + string(rune('0'+i)), Lane: "a"})
-		b.Emit(JobQueued{JobID: "other", Lane: "b"})
+		b.Emit(lanes.JobQueued{JobID: "job-" + string(rune('0'+i)), Lane: "a"})
+		b.Emit(lanes.JobQueued{JobID: "other", Lane: "b"})
 		out.waitFor(t, "job_id=job-"+string(rune('0'+i)))
 	}
 	cancel() // Ctrl-C
@@ -247,7 +324,7 @@ func TestCLIFollow(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("follow exited %d: %s", code, errb.String())
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(eventsWaitTimeout):
 		t.Fatal("follow did not stop")
 	}
 	if strings.Contains(out.String(), "other") {

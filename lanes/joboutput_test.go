@@ -1,4 +1,4 @@
-package eventlog
+package lanes
 
 import (
 	"bytes"
@@ -6,12 +6,18 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // job.output carries the job's bytes losslessly: text as "data", anything
 // else as "data_b64", on the control socket as in a decoded event.
 func TestJobOutputCarriesBytesExactly(t *testing.T) {
-	b := openTest(t, Options{})
+	b, err := eventlog.Open(eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
 	bin := "ok \xff\xfe\x00\x80 end"
 	cases := []struct {
 		data, want string

@@ -1,4 +1,4 @@
-package eventlog
+package main
 
 import (
 	"bytes"
@@ -9,16 +9,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // follow runs `orchestrd events -f args...` on home with the real clock
 // and returns once the CLI has read the clock (so whatever is emitted from
 // then on is "from now"). stop cancels it and returns its exit code.
-func followCLI(t *testing.T, home string, args ...string) (out *notifyBuffer, stop func() int) {
+func followEvents(t *testing.T, home string, args ...string) (out *notifyBuffer, stop func() int) {
 	t.Helper()
 	var once sync.Once
 	started := make(chan struct{})
-	env := cliEnv{loc: time.UTC, now: func() time.Time {
+	env := eventsEnv{loc: time.UTC, now: func() time.Time {
 		now := time.Now()
 		once.Do(func() { close(started) })
 		return now
@@ -27,7 +31,7 @@ func followCLI(t *testing.T, home string, args ...string) (out *notifyBuffer, st
 	out = &notifyBuffer{wrote: make(chan struct{}, 1)}
 	var errb bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- runCLI(ctx, append([]string{"-f"}, args...), home, out, &errb, env) }()
+	go func() { done <- runEvents(ctx, append([]string{"-f"}, args...), home, out, &errb, env) }()
 	stopped := false
 	stop = func() int {
 		if stopped {
@@ -41,7 +45,7 @@ func followCLI(t *testing.T, home string, args ...string) (out *notifyBuffer, st
 				t.Errorf("events -f %v exited %d: %s", args, code, errb.String())
 			}
 			return code
-		case <-time.After(waitTimeout):
+		case <-time.After(eventsWaitTimeout):
 			t.Fatal("events -f did not stop")
 			return -1
 		}
@@ -52,14 +56,14 @@ func followCLI(t *testing.T, home string, args ...string) (out *notifyBuffer, st
 	case code := <-done:
 		stopped = true
 		t.Fatalf("events -f %v exited %d before following: %s", args, code, errb.String())
-	case <-time.After(waitTimeout):
+	case <-time.After(eventsWaitTimeout):
 		t.Fatal("events -f never read the clock")
 	}
 	return out, stop
 }
 
-// lanesOf is the lane column of human output, one entry a line.
-func lanesOf(out string) []string {
+// printedLanes is the lane column of human output, one entry a line.
+func printedLanes(out string) []string {
 	var lanes []string
 	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
 		if f := strings.Fields(ln); len(f) > 3 && f[0] != "--" { // not a day line
@@ -71,7 +75,7 @@ func lanesOf(out string) []string {
 
 // --follow starts from now (issue 6: it printed the whole history first);
 // -n N and --since give a tail of the history before following.
-func TestCLIFollowStartsNow(t *testing.T) {
+func TestEventsFollowStartsNow(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		args []string
@@ -88,16 +92,16 @@ func TestCLIFollowStartsNow(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			home := t.TempDir()
 			path := filepath.Join(home, "events.ndjson")
-			// The history, at t0, t0+1m, ...
-			writeLog(t, path, []Event{LaneRecovered{Lane: "h1"}, LaneStarted{Lane: "h2"},
-				LaneRecovered{Lane: "h3"}, LaneRecovered{Lane: "h4"}}, nil)
-			b := openTest(t, Options{Path: path})
-			out, stop := followCLI(t, home, c.args...)
-			b.Emit(LaneRecovered{Lane: "new"})
-			b.Emit(LaneStarted{Lane: "new-started"})
+			// The history, at logT0, logT0+1m, ...
+			writeEventLog(t, path, []eventlog.Event{lanes.LaneRecovered{Lane: "h1"}, lanes.LaneStarted{Lane: "h2"},
+				lanes.LaneRecovered{Lane: "h3"}, lanes.LaneRecovered{Lane: "h4"}}, nil)
+			b := openEventBus(t, eventlog.Options{Path: path})
+			out, stop := followEvents(t, home, c.args...)
+			b.Emit(lanes.LaneRecovered{Lane: "new"})
+			b.Emit(lanes.LaneStarted{Lane: "new-started"})
 			out.waitFor(t, "new-started")
 			stop()
-			if got := strings.Join(lanesOf(out.String()), " "); got != c.want {
+			if got := strings.Join(printedLanes(out.String()), " "); got != c.want {
 				t.Fatalf("printed lanes %q, want %q:\n%s", got, c.want, out)
 			}
 		})
@@ -105,14 +109,14 @@ func TestCLIFollowStartsNow(t *testing.T) {
 }
 
 // -n N without --follow prints the last N matching events.
-func TestCLITail(t *testing.T) {
-	home := cliHome(t, []Event{
-		JobQueued{JobID: "j1", Lane: "a"},   // seq 1
-		JobQueued{JobID: "j2", Lane: "b"},   // 2
-		JobQueued{JobID: "j3", Lane: "a"},   // 3
-		LaneRecovered{Lane: "a"},            // 4
-		JobFinished{JobID: "j1", Lane: "a"}, // 5
-		JobQueued{JobID: "j4", Lane: "b"},   // 6
+func TestEventsTail(t *testing.T) {
+	home := eventsHome(t, []eventlog.Event{
+		lanes.JobQueued{JobID: "j1", Lane: "a"},   // seq 1
+		lanes.JobQueued{JobID: "j2", Lane: "b"},   // 2
+		lanes.JobQueued{JobID: "j3", Lane: "a"},   // 3
+		lanes.LaneRecovered{Lane: "a"},            // 4
+		lanes.JobFinished{JobID: "j1", Lane: "a"}, // 5
+		lanes.JobQueued{JobID: "j4", Lane: "b"},   // 6
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -125,7 +129,7 @@ func TestCLITail(t *testing.T) {
 		{[]string{"-n", "0"}, ""},
 		{[]string{"-n", "3", "--since", "2025-11-21T03:04:00Z"}, "5 6"},
 	} {
-		code, out, errs := runTestCLI(t, context.Background(), home, c.args...)
+		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
 		var seqs []string
 		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
 			if f := strings.Fields(ln); len(f) > 1 {
@@ -136,12 +140,12 @@ func TestCLITail(t *testing.T) {
 			t.Errorf("%v: code %d seqs %v, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
 		}
 	}
-	code, out, _ := runTestCLI(t, context.Background(), home, "--json", "-n", "1")
+	code, out, _ := runEventsTest(t, context.Background(), home, "--json", "-n", "1")
 	if code != 0 || !strings.HasPrefix(out, `{"ts":`) || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"j4"`) {
 		t.Fatalf("--json -n 1: code %d %q", code, out)
 	}
 	for _, bad := range []string{"-1", "x", ""} {
-		code, out, errs := runTestCLI(t, context.Background(), home, "-n", bad)
+		code, out, errs := runEventsTest(t, context.Background(), home, "-n", bad)
 		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "want a number of events >= 0") {
 			t.Errorf("-n %q: code %d stdout %q stderr %q", bad, code, out, errs)
 		}
@@ -150,14 +154,14 @@ func TestCLITail(t *testing.T) {
 
 // Connection churn stays in the log but is not printed unless asked for
 // (issue 6: 2,000 connections made 4,000 lines that drowned the rest).
-func TestCLIHidesConnectionChurn(t *testing.T) {
-	home := cliHome(t, []Event{
-		ConnOpened{ConnID: "c1"},                         // 1
-		LaneRecovered{Lane: "a"},                         // 2
-		ConnClosed{ConnID: "c1", Reason: "eof"},          // 3
-		ConnRefused{Reason: "uid"},                       // 4
-		ConnProtocolError{Peer: "control", Error: "bad"}, // 5
-		ConnOpened{ConnID: "c2"},                         // 6
+func TestEventsHidesConnectionChurn(t *testing.T) {
+	home := eventsHome(t, []eventlog.Event{
+		control.ConnOpened{ConnID: "c1"},                          // 1
+		lanes.LaneRecovered{Lane: "a"},                            // 2
+		control.ConnClosed{ConnID: "c1", Reason: "eof"},           // 3
+		eventlog.ConnRefused{Reason: "uid"},                       // 4
+		eventlog.ConnProtocolError{Peer: "control", Error: "bad"}, // 5
+		control.ConnOpened{ConnID: "c2"},                          // 6
 	}, nil)
 	for _, c := range []struct {
 		args []string
@@ -171,11 +175,11 @@ func TestCLIHidesConnectionChurn(t *testing.T) {
 		{[]string{"--kind", "lane.*,conn.closed"}, "2 3"},
 		{[]string{"-n", "1"}, "5"},
 	} {
-		code, out, errs := runTestCLI(t, context.Background(), home, c.args...)
+		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
 		var seqs []string
 		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
 			if strings.HasPrefix(ln, "{") { // --json
-				l, err := ParseLine([]byte(ln))
+				l, err := eventlog.ParseLine([]byte(ln))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -191,8 +195,8 @@ func TestCLIHidesConnectionChurn(t *testing.T) {
 		}
 	}
 	// Only churn in the log: the "nothing matched" note says why.
-	churn := cliHome(t, []Event{ConnOpened{ConnID: "c1"}, ConnClosed{ConnID: "c1"}}, nil)
-	code, out, errs := runTestCLI(t, context.Background(), churn)
+	churn := eventsHome(t, []eventlog.Event{control.ConnOpened{ConnID: "c1"}, control.ConnClosed{ConnID: "c1"}}, nil)
+	code, out, errs := runEventsTest(t, context.Background(), churn)
 	if code != 0 || out != "" || !strings.Contains(errs, "2 connection events not shown, --kind 'conn.*' shows them") {
 		t.Fatalf("only churn: code %d stdout %q stderr %q", code, out, errs)
 	}

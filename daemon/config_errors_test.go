@@ -1,4 +1,4 @@
-package lanes
+package daemon
 
 import (
 	"sort"

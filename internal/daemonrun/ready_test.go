@@ -1,4 +1,4 @@
-package main
+package daemonrun
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 )
 
-// startDaemon returns only once every lane has all its runners ready. A
+// WaitReady returns only once every lane has all its runners ready. A
 // lane that has not published its status yet is listed with no runners;
 // taking that for "all (zero) runners ready" let tests go on with no
 // runner up (seen on a loaded machine: a daemon stopped before any runner
@@ -36,8 +36,8 @@ func TestLanesReady(t *testing.T) {
 		{"a bring-your-own lane", []api.LaneStatus{{Name: "byo", Runners: []api.RunnerStatus{}}},
 			map[string]int{"byo": 0}, true},
 	} {
-		if got := lanesReady(c.ls, c.configured); got != c.want {
-			t.Errorf("%s: lanesReady = %v, want %v", c.name, got, c.want)
+		if got := LanesReady(c.ls, c.configured); got != c.want {
+			t.Errorf("%s: LanesReady = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

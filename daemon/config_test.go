@@ -1,10 +1,12 @@
-package lanes
+package daemon
 
 import (
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/lanes"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -12,7 +14,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][3]any{"no-net": {2, 4, NetworkNone}, "net": {1, 4, NetworkHost}, "heavy": {1, 1, NetworkHost}}
+	want := map[string][3]any{"no-net": {2, 4, lanes.NetworkNone}, "net": {1, 4, lanes.NetworkHost}, "heavy": {1, 1, lanes.NetworkHost}}
 	for n, w := range want {
 		l, ok := c.Lanes[n]
 		if !ok || l.Runners != w[0] || l.Slots != w[1] || l.Network != w[2] {
@@ -102,5 +104,43 @@ func unwrapAll(err error) error {
 			return err
 		}
 		err = u.Unwrap()
+	}
+}
+
+func TestConfigFinishedOutputBytes(t *testing.T) {
+	c, err := ParseConfig("c.toml", nil)
+	if err != nil || c.Daemon.FinishedOutputBytes != 64<<20 {
+		t.Fatalf("default %d (%v), want 64 MiB", c.Daemon.FinishedOutputBytes, err)
+	}
+	if c, err := ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = 0\n")); err != nil || c.Daemon.FinishedOutputBytes != 0 {
+		t.Fatalf("0: %d, %v", c.Daemon.FinishedOutputBytes, err)
+	}
+	_, err = ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = -1\n"))
+	if err == nil || !strings.Contains(err.Error(), "daemon.finished_output_bytes must be >= 0") {
+		t.Fatalf("-1: %v, want an error naming the key", err)
+	}
+	_, err = ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = \"lots\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "finished_output_bytes") {
+		t.Fatalf("a string: %v, want an error naming the key", err)
+	}
+}
+
+func TestConfigSpares(t *testing.T) {
+	cfg, err := ParseConfig("c.toml", []byte("[lanes.x]\nnetwork = \"host\"\n[lanes.byo]\nrunners = 0\n"))
+	if err != nil || cfg.Lanes["x"].Spares != 1 {
+		t.Fatalf("default spares: %+v %v", cfg.Lanes["x"], err)
+	}
+	if cfg.Lanes["byo"].Runners != 0 || !cfg.Lanes["byo"].AcceptsExternal() {
+		t.Fatal("lanes.byo: runners = 0 should parse and take external runners")
+	}
+	cfg, err = ParseConfig("c.toml", []byte("[lanes.x]\nspares = 2\n"))
+	if err != nil || cfg.Lanes["x"].Spares != 2 {
+		t.Fatalf("spares = 2: %+v %v", cfg.Lanes["x"], err)
+	}
+	for _, bad := range []string{"-1", "17"} {
+		_, err := ParseConfig("c.toml", []byte("[lanes.x]\nspares = "+bad+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "lanes.x.spares") {
+			t.Fatalf("spares = %s: %v", bad, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package eventlog
+package main
 
 import (
 	"bufio"
@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,13 +19,15 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-const cliName = "orchestrd events"
+const eventsName = "orchestrd events"
 
-const cliUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
+const eventsUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
-const cliDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
+const eventsDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
 events.ndjson.N first, oldest first), one event per line: local time, seq,
 kind, lane, then the event's fields. Stack traces follow, indented.
 
@@ -46,23 +47,51 @@ Examples:
   orchestrd events --job 01JD3... --json | jq .
 `
 
+// fieldOrder is the order the CLI prints fields in after ts, seq, kind and
+// lane: identity first, then what happened and why, then measurements.
+// Fields not listed follow alphabetically.
+var fieldOrder = []string{
+	"job_id",
+	"runner_id",
+	"conn_id",
+	"actor",
+	"pid",
+	"pgid",
+	"state",
+	"reason",
+	"policy",
+	"cause",
+	"error",
+	"panic",
+	"directive",
+	"exit_code",
+	"signal",
+	"detail",
+	"delay_ms",
+	"duration_ms",
+	"uptime_ms",
+	"restarts_in_window",
+	"attempt",
+}
+
 // churnKinds are the kinds the CLI leaves out unless --kind names them:
 // every client connection logs both, and they drown everything else.
 var churnKinds = []string{"conn.opened", "conn.closed"}
 
-// cliEnv is what the CLI takes from the world; tests replace it.
-type cliEnv struct {
+// eventsEnv is what the events command takes from the world; tests replace
+// it.
+type eventsEnv struct {
 	now func() time.Time
 	loc *time.Location
 }
 
-// CLI implements `orchestrd events`: it prints the event log in <home> and
-// returns the exit status. SIGINT and SIGTERM stop it (status 0 with
-// --follow).
-func CLI(args []string, home string, stdout, stderr io.Writer) int {
+// cmdEvents implements `orchestrd events`: it prints the event log in
+// <home> and returns the exit status. SIGINT and SIGTERM stop it (status 0
+// with --follow).
+func cmdEvents(args []string, home string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runCLI(ctx, args, home, stdout, stderr, cliEnv{now: time.Now, loc: time.Local})
+	return runEvents(ctx, args, home, stdout, stderr, eventsEnv{now: time.Now, loc: time.Local})
 }
 
 // tailFlag is -n: unset, or a count of lines.
@@ -102,8 +131,8 @@ func (k *kindsFlag) Set(v string) error {
 	return nil
 }
 
-func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env cliEnv) int {
-	flags := flag.NewFlagSet(cliName, flag.ContinueOnError)
+func runEvents(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env eventsEnv) int {
+	flags := flag.NewFlagSet(eventsName, flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
 	flags.Usage = func() {}
 	var (
@@ -128,16 +157,16 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s (see --help)\n", cliName, fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "%s: %s (see --help)\n", eventsName, fmt.Sprintf(format, a...))
 		return 2
 	}
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			// The format of the other client commands: usage, then options.
-			fmt.Fprintf(stdout, "usage: %s\n\noptions:\n", cliUsage)
+			fmt.Fprintf(stdout, "usage: %s\n\noptions:\n", eventsUsage)
 			flags.SetOutput(stdout)
 			flags.PrintDefaults()
-			fmt.Fprintf(stdout, "\n%s", cliDetails)
+			fmt.Fprintf(stdout, "\n%s", eventsDetails)
 			return 0
 		}
 		return usageErr("%v", err)
@@ -155,7 +184,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	if utc {
 		loc = time.UTC
 	}
-	q := Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
+	q := eventlog.Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
 	start := env.now()
 	if since != "" {
 		t, err := parseSince(since, start, loc)
@@ -172,29 +201,28 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		q.Exclude = churnKinds
 	}
 	for _, k := range kinds {
-		m := newKindMatcher([]string{k})
-		if !slices.ContainsFunc(knownKinds, m.match) {
-			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", cliName, k)
+		if !eventlog.Known(k) {
+			fmt.Fprintf(stderr, "%s: warning: --kind %q matches no known kind\n", eventsName, k)
 		}
 	}
 
 	path := filepath.Join(home, "events.ndjson")
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), laneW: 8}
-	emit := func(l Line) error {
+	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), kindW: kindWidth(), laneW: 8}
+	emit := func(l eventlog.Line) error {
 		if asJSON {
 			out.Write(l.Raw)
 			return out.WriteByte('\n')
 		}
 		return h.print(l)
 	}
-	r := newReader(ctx, path, q, emit)
-	r.onIdle = func() { out.Flush() }
+	fn := emit
+	q.OnIdle = func() { out.Flush() }
 	// With -n the lines read before the reader first catches up are kept
 	// in a ring of the last N and printed once it has (or, following, as
 	// soon as a line logged after we started comes: that one and all
 	// after it are followed, not tail).
-	var ring []Line
+	var ring []eventlog.Line
 	next, catching := 0, tail.set
 	flushTail := func() error {
 		catching = false
@@ -207,7 +235,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		return nil
 	}
 	if tail.set {
-		r.fn = func(l Line) error {
+		fn = func(l eventlog.Line) error {
 			if catching && follow && !l.TS.Before(start) {
 				if err := flushTail(); err != nil {
 					return err
@@ -227,7 +255,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 			next = (next + 1) % tail.n
 			return nil
 		}
-		r.onIdle = func() {
+		q.OnIdle = func() {
 			if catching {
 				if err := flushTail(); err != nil {
 					return // stdout is gone; the next write says so
@@ -236,7 +264,7 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 			out.Flush()
 		}
 	}
-	err := r.run()
+	stats, err := eventlog.ReadWithStats(ctx, path, q, fn)
 	if catching && err == nil {
 		err = flushTail()
 	}
@@ -244,17 +272,17 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 	if err == nil {
 		err = flushErr
 	}
-	if r.stats.Malformed > 0 {
-		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) in %s\n", cliName, r.stats.Malformed, path)
+	if stats.Malformed > 0 {
+		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) in %s\n", eventsName, stats.Malformed, path)
 	}
 	switch {
 	case err == nil:
-		if r.stats.Matched == 0 {
+		if stats.Matched == 0 {
 			hidden := ""
-			if r.stats.Excluded > 0 {
-				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", r.stats.Excluded)
+			if stats.Excluded > 0 {
+				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", stats.Excluded)
 			}
-			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", cliName, r.stats.Lines, path, hidden)
+			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", eventsName, stats.Lines, path, hidden)
 		}
 		return 0
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -263,12 +291,12 @@ func runCLI(ctx context.Context, args []string, home string, stdout, stderr io.W
 		}
 		return 130
 	case errors.Is(err, fs.ErrNotExist):
-		fmt.Fprintf(stderr, "%s: no event log at %s (is the daemon running with --home %s?)\n", cliName, path, home)
+		fmt.Fprintf(stderr, "%s: no event log at %s (is the daemon running with --home %s?)\n", eventsName, path, home)
 		return 1
 	case errors.Is(err, syscall.EPIPE):
 		return 0 // stdout closed (| head)
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", cliName, err)
+		fmt.Fprintf(stderr, "%s: %v\n", eventsName, err)
 		return 1
 	}
 }
@@ -299,13 +327,13 @@ func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) 
 }
 
 // kindWidth is the kind column's width: the longest known kind.
-var kindWidth = func() int {
+func kindWidth() int {
 	w := 0
-	for _, k := range knownKinds {
+	for _, k := range eventlog.Kinds() {
 		w = max(w, len(k))
 	}
 	return w
-}()
+}
 
 var fieldRank = func() map[string]int {
 	m := make(map[string]int, len(fieldOrder))
@@ -325,12 +353,13 @@ type humanPrinter struct {
 	loc     *time.Location
 	today   string
 	lastDay string
+	kindW   int
 	laneW   int
 	buf     []byte
 	keys    []string
 }
 
-func (h *humanPrinter) print(l Line) error {
+func (h *humanPrinter) print(l eventlog.Line) error {
 	ts := l.TS.In(h.loc)
 	if day := ts.Format(time.DateOnly); day != h.lastDay {
 		if h.lastDay != "" || day != h.today {
@@ -344,7 +373,7 @@ func (h *humanPrinter) print(l Line) error {
 	seq := strconv.FormatUint(l.Seq, 10)
 	b = appendPad(b, seq, 6, true)
 	b = append(b, "  "...)
-	b = appendPad(b, l.Kind, kindWidth, false)
+	b = appendPad(b, l.Kind, h.kindW, false)
 	b = append(b, "  "...)
 	lane := "-"
 	if v, ok := l.Fields["lane"]; ok {

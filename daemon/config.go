@@ -1,0 +1,287 @@
+package daemon
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// The config file: one TOML table per part of the daemon. The daemon owns
+// the file (reading it, the [daemon] table, decoding key by key so every
+// bad key is named); each domain owns its table's type, defaults and
+// validation (lanes/config.go for [lanes.NAME]). A new domain adds a field
+// to Config, an entry to sections and a call in Validate.
+
+// DaemonConfig is the [daemon] table.
+type DaemonConfig struct {
+	ShutdownTimeout    api.Duration `toml:"shutdown_timeout"`
+	MaxFrameBytes      uint32       `toml:"max_frame_bytes"`
+	MaxLineBytes       int          `toml:"max_line_bytes"`
+	SubscriberQueue    int          `toml:"subscriber_queue"`
+	SubscriberOverflow string       `toml:"subscriber_overflow"` // drop_oldest | disconnect
+	FinishedJobs       int          `toml:"finished_jobs"`       // finished jobs kept queryable
+	EventLogMaxBytes   int64        `toml:"event_log_max_bytes"`
+	EventLogFiles      int          `toml:"event_log_files"`
+	// Sandbox hides the daemon's home from jobs in a mount namespace of
+	// each runner (see runnerSysProcAttr). Off only where namespaces cannot
+	// be made (e.g. a container without CAP_SYS_ADMIN): jobs can then reach
+	// the daemon's sockets.
+	Sandbox bool `toml:"sandbox"`
+	// FinishedOutputBytes bounds the output all finished jobs keep in
+	// memory together; past it the oldest finished jobs lose theirs.
+	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
+}
+
+// Config is the whole config file.
+type Config struct {
+	Daemon DaemonConfig                `toml:"daemon"`
+	Lanes  map[string]lanes.LaneConfig `toml:"lanes"`
+}
+
+// DefaultConfig is the embedded configuration.
+func DefaultConfig() Config {
+	return Config{
+		Daemon: DaemonConfig{
+			ShutdownTimeout: api.Duration{Duration: 5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
+			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
+			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
+			FinishedOutputBytes: 64 << 20,
+		},
+		Lanes: lanes.DefaultLanes(),
+	}
+}
+
+// LoadConfig reads a TOML config. A missing file at a default path is the
+// caller's business; here it is an error. Keys absent from the file keep
+// their defaults; if the file has any [lanes.*] table, the lanes are exactly
+// those it names (a table named like a default lane starts from that lane's
+// defaults, others from the net lane's). Unknown keys and bad values are
+// errors naming the key, every one of them (see ParseConfig).
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	return ParseConfig(path, b)
+}
+
+// ParseConfig is LoadConfig on bytes; name is used in messages. Every
+// problem is reported, not only the first: the error joins one single-line
+// error per problem, each naming its full key (lanes.x.slots).
+func ParseConfig(name string, b []byte) (Config, error) {
+	cfg := DefaultConfig()
+	var top map[string]toml.Primitive
+	md, err := toml.Decode(string(b), &top)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %s", name, tomlMessage(err))
+	}
+	var errs []error
+	for _, k := range sortedKeys(top) {
+		decode, ok := sections[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown key %s", k))
+			continue
+		}
+		errs = append(errs, decode(&cfg, &md, top[k], k)...)
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, splitErrors(err)...)
+	}
+	if len(errs) > 0 {
+		for i, e := range errs {
+			errs[i] = fmt.Errorf("%s: %w", name, e)
+		}
+		return Config{}, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// sections are the top-level tables of the file, each with how it is
+// decoded into Config (key is the table's name, for messages).
+var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error{
+	"daemon": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Daemon).Elem(), key)
+	},
+	"lanes": decodeLanes,
+}
+
+// decodeLanes decodes the [lanes.NAME] tables. If the file names any lane,
+// the lanes are exactly those it names, each starting from
+// lanes.DefaultFor(NAME).
+func decodeLanes(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+	var ls map[string]toml.Primitive
+	if !isTable(md, prim) {
+		return []error{fmt.Errorf("%s must be a table of [%s.NAME] tables", key, key)}
+	}
+	if err := md.PrimitiveDecode(prim, &ls); err != nil {
+		return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	var errs []error
+	cfg.Lanes = map[string]lanes.LaneConfig{}
+	for _, n := range sortedKeys(ls) {
+		lc := lanes.DefaultFor(n)
+		errs = append(errs, decodeTable(md, ls[n], reflect.ValueOf(&lc).Elem(), key+"."+n)...)
+		cfg.Lanes[n] = lc
+	}
+	return errs
+}
+
+// decodeTable decodes a TOML table into the struct dst key by key, so that
+// every bad key is reported (each with its full name under key) and the
+// good ones still take effect. Keys without a field are unknown; negative
+// numbers are refused for unsigned fields (the TOML decoder would wrap them
+// around).
+func decodeTable(md *toml.MetaData, prim toml.Primitive, dst reflect.Value, key string) []error {
+	var fields map[string]toml.Primitive
+	if !isTable(md, prim) {
+		return []error{fmt.Errorf("%s must be a table ([%s])", key, key)}
+	}
+	if err := md.PrimitiveDecode(prim, &fields); err != nil {
+		return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
+	}
+	var errs []error
+	for _, k := range sortedKeys(fields) {
+		full := key + "." + k
+		f, ok := fieldByTag(dst, k)
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown key %s", full))
+			continue
+		}
+		if f.Kind() == reflect.Struct && !f.Addr().Type().Implements(textUnmarshaler) {
+			errs = append(errs, decodeTable(md, fields[k], f, full)...)
+			continue
+		}
+		switch f.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			var v any
+			if md.PrimitiveDecode(fields[k], &v) == nil {
+				if n, ok := v.(int64); ok && n < 0 {
+					errs = append(errs, fmt.Errorf("%s must be >= 0, got %d", full, n))
+					continue
+				}
+			}
+		}
+		v := reflect.New(f.Type())
+		if err := md.PrimitiveDecode(fields[k], v.Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s", full, tomlMessage(err)))
+			continue
+		}
+		f.Set(v.Elem())
+	}
+	return errs
+}
+
+var textUnmarshaler = reflect.TypeOf((*encoding.TextUnmarshaler)(nil)).Elem()
+
+// fieldByTag finds the field of the struct v whose toml tag is name.
+func fieldByTag(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+		if tag == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// tomlMessage is the TOML decoder's message without its "toml: " prefix
+// and its "(last key ...)" (the caller names the key), with the line.
+func tomlMessage(err error) string {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s (line %d)", pe.Message, pe.Position.Line)
+	}
+	msg := strings.TrimPrefix(err.Error(), "toml: ")
+	if m := tomlLineKey.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s (line %s)", m[2], m[1])
+	}
+	return msg
+}
+
+// tomlLineKey matches the decoder's value errors: line N (last key "k"): msg.
+var tomlLineKey = regexp.MustCompile(`^line (\d+) \(last key "(?:[^"\\]|\\.)*"\): (.*)$`)
+
+// isTable reports whether prim holds a TOML table (the decoder quietly
+// decodes a number into a map as an empty one).
+func isTable(md *toml.MetaData, prim toml.Primitive) bool {
+	var v any
+	if md.PrimitiveDecode(prim, &v) != nil {
+		return false
+	}
+	_, ok := v.(map[string]any)
+	return ok
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// splitErrors flattens joined errors into one error per problem.
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// Validate checks every value. The error joins one error per bad value,
+// each naming its full key.
+func (c Config) Validate() error {
+	d := c.Daemon
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if d.ShutdownTimeout.Duration <= 0 {
+		bad("daemon.shutdown_timeout must be > 0")
+	}
+	if d.MaxFrameBytes < 1024 {
+		bad("daemon.max_frame_bytes must be >= 1024")
+	}
+	if d.MaxLineBytes < 1024 {
+		bad("daemon.max_line_bytes must be >= 1024")
+	}
+	if d.SubscriberQueue < 16 {
+		bad("daemon.subscriber_queue must be >= 16")
+	}
+	if d.SubscriberOverflow != "drop_oldest" && d.SubscriberOverflow != "disconnect" {
+		bad("daemon.subscriber_overflow must be \"drop_oldest\" or \"disconnect\", got %q", d.SubscriberOverflow)
+	}
+	if d.FinishedJobs < 1 {
+		bad("daemon.finished_jobs must be >= 1")
+	}
+	if d.EventLogMaxBytes < 4096 {
+		bad("daemon.event_log_max_bytes must be >= 4096")
+	}
+	if d.EventLogFiles < 1 {
+		bad("daemon.event_log_files must be >= 1")
+	}
+	if d.FinishedOutputBytes < 0 {
+		bad("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
+	}
+	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
+	return errors.Join(errs...)
+}

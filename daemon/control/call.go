@@ -1,0 +1,150 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+
+	"github.com/orchestrd/orchestrd/api"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Call is one request on a connection, handed to its method's handler (it
+// is the control socket's api.Call). It is answered exactly once, at once or
+// later, from any goroutine; later answers are ignored.
+//
+// A call its handler leaves unanswered is tracked by its connection until
+// it is answered. When the connection ends first, its OnClose functions
+// run and, when the daemon is stopping, it is answered CodeShuttingDown.
+type Call struct {
+	cn     *conn
+	id     uint64
+	method string
+	params json.RawMessage
+
+	answered atomic.Bool
+	// tracked: the connection holds the call among its pending ones (or
+	// is about to), so its answer must take it out.
+	tracked atomic.Bool
+	onClose []func() // under cn.mu
+}
+
+var _ api.Call = (*Call)(nil)
+
+// reset readies c for the request req on cn.
+func (c *Call) reset(cn *conn, req wire.Request) {
+	c.cn, c.id, c.method, c.params = cn, req.ID, req.Method, req.Params
+	c.answered.Store(false)
+	c.tracked.Store(false)
+	c.onClose = nil
+}
+
+// Method is the method called.
+func (c *Call) Method() string { return c.method }
+
+// Decode decodes the params into v, refusing unknown fields and trailing
+// data; absent params leave v as it is. The error is an *api.Error
+// (CodeInvalidParams) naming the method and the problem.
+func (c *Call) Decode(v any) error {
+	if e := wire.DecodeParams(wire.Request{ID: c.id, Method: c.method, Params: c.params}, v); e != nil {
+		return &api.Error{Code: e.Code, Message: e.Message}
+	}
+	return nil
+}
+
+// Respond answers with result.
+func (c *Call) Respond(result any) { c.respondThen(result, nil) }
+
+// respondThen answers with result and runs then (see OutQueue.PushRespThen)
+// before any other line can be queued after the answer.
+func (c *Call) respondThen(result any, then func()) {
+	if !c.answered.CompareAndSwap(false, true) {
+		return
+	}
+	c.cn.q.PushRespThen(c.cn.encode(c.id, result, nil), then)
+	c.settled()
+}
+
+// Fail answers with err: an *api.Error keeps its code, message and data;
+// any other error is CodeInternal.
+func (c *Call) Fail(err error) {
+	if !c.answered.CompareAndSwap(false, true) {
+		return
+	}
+	c.cn.respond(c.id, nil, wireError(err))
+	c.settled()
+}
+
+// settled takes an answered call out of its connection's pending ones.
+func (c *Call) settled() {
+	if c.tracked.Load() {
+		c.cn.untrack(c)
+	}
+}
+
+// OnClose registers f to run if the connection ends while the call is
+// unanswered; at once if it has already ended. f must not block.
+func (c *Call) OnClose(f func()) {
+	cn := c.cn
+	cn.mu.Lock()
+	if !cn.callsClosed {
+		c.onClose = append(c.onClose, f)
+		cn.mu.Unlock()
+		return
+	}
+	cn.mu.Unlock()
+	if !c.answered.Load() {
+		f()
+	}
+}
+
+// wireError is err as the protocol's error object.
+func wireError(err error) *wire.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return &wire.Error{Code: ae.Code, Message: ae.Message, Data: ae.Data}
+	}
+	return wire.Errorf(wire.CodeInternal, "internal error: %v", err)
+}
+
+// track holds a call its handler left unanswered until it is answered or
+// the connection ends.
+func (cn *conn) track(c *Call) {
+	cn.mu.Lock()
+	c.tracked.Store(true)
+	if !c.answered.Load() { // else it was answered meanwhile: nothing to hold
+		if cn.pending == nil {
+			cn.pending = map[*Call]struct{}{}
+		}
+		cn.pending[c] = struct{}{}
+	}
+	cn.mu.Unlock()
+}
+
+func (cn *conn) untrack(c *Call) {
+	cn.mu.Lock()
+	delete(cn.pending, c)
+	cn.mu.Unlock()
+}
+
+// closeCalls ends the calls still pending when the connection ends: their
+// OnClose functions run, and when the daemon is stopping they are answered
+// so (the answer is flushed before the socket closes).
+func (cn *conn) closeCalls(reason string) {
+	cn.mu.Lock()
+	calls := cn.pending
+	cn.pending = nil
+	cn.callsClosed = true
+	cn.mu.Unlock()
+	for c := range calls {
+		if !c.answered.Load() {
+			for _, f := range c.onClose {
+				f()
+			}
+		}
+		if reason == ReasonDaemonStopping {
+			c.Fail(api.Errorf(api.CodeShuttingDown, "daemon is stopping"))
+		}
+	}
+}

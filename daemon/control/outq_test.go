@@ -1,0 +1,154 @@
+package control
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// queueConn is a connection of another front-end: it counts references
+// and records what the queue tells it.
+type queueConn struct {
+	refs    atomic.Int32
+	mu      sync.Mutex
+	aborted []string
+	dropped uint64
+	closed  chan struct{}
+	once    sync.Once
+	nc      net.Conn
+}
+
+func (c *queueConn) Acquire() { c.refs.Add(1) }
+func (c *queueConn) Release() { c.refs.Add(-1) }
+func (c *queueConn) Abort(reason string, _ error) {
+	c.mu.Lock()
+	c.aborted = append(c.aborted, reason)
+	c.mu.Unlock()
+}
+func (c *queueConn) Dropped(n uint64) {
+	c.mu.Lock()
+	c.dropped += n
+	c.mu.Unlock()
+}
+func (c *queueConn) CloseSocket() { c.once.Do(func() { c.nc.Close(); close(c.closed) }) }
+
+// tcpPair is a connected pair of TCP sockets on the loopback.
+func tcpPair(t *testing.T) (server *net.TCPConn, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no loopback TCP here: %v", err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); s.Close() })
+	return s.(*net.TCPConn), client
+}
+
+// The outbound queue is not the control socket's alone: any front-end's
+// connection (here a TCP socket and a QueueConn of a test's own) gets the
+// same ordering, bound, drop-oldest and flush-on-close.
+func TestOutQueueServesAnyConnection(t *testing.T) {
+	srv, client := tcpPair(t)
+	qc := &queueConn{closed: make(chan struct{}), nc: srv}
+	var q OutQueue
+	q.Init(srv, qc, &QueueOptions{Lines: 4, DropOldest: true, RespHigh: 2})
+	qc.refs.Store(1) // the connection's own
+
+	// Lines come out in the order they were queued.
+	q.PushResp([]byte(`{"id":1,"result":{}}` + "\n"))
+	q.PushEvent([]byte(`{"event":"e","data":1}` + "\n"))
+	q.PushResp([]byte(`{"id":2,"result":{}}` + "\n"))
+	br := bufio.NewReader(client)
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for _, want := range []string{`{"id":1,"result":{}}`, `{"event":"e","data":1}`, `{"id":2,"result":{}}`} {
+		if got, err := br.ReadString('\n'); err != nil || strings.TrimSuffix(got, "\n") != want {
+			t.Fatalf("read %q (%v), want %q", got, err, want)
+		}
+	}
+
+	// Past the bound, the oldest events go, responses stay, and the client
+	// is told how many went once the queue drains. The client reads nothing
+	// until the socket is full and the writer is stuck.
+	big := `{"event":"pad","data":"` + strings.Repeat("x", 64<<10) + `"}` + "\n"
+	waitUntil(t, "the socket is full", func() bool {
+		q.PushEvent([]byte(big))
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.count() >= 3
+	})
+	for i := 0; i < 10; i++ {
+		q.PushEvent([]byte(`{"event":"n","data":` + strconv.Itoa(i) + `}` + "\n"))
+	}
+	q.PushResp([]byte(`{"id":3,"result":{}}` + "\n"))
+	var notices uint64
+	var ns []string
+	for {
+		s, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		s = strings.TrimSuffix(s, "\n")
+		if strings.HasPrefix(s, `{"id":3`) {
+			break
+		}
+		if n, ok := strings.CutPrefix(s, `{"event":"events.dropped","data":{"dropped":`); ok {
+			k, err := strconv.ParseUint(strings.TrimSuffix(n, "}}"), 10, 64)
+			if err != nil {
+				t.Fatalf("notice %q", s)
+			}
+			notices += k
+		}
+		if strings.HasPrefix(s, `{"event":"n"`) {
+			ns = append(ns, s)
+		}
+	}
+	if notices == 0 || notices != droppedOf(qc) {
+		t.Fatalf("the client was told of %d dropped events, the connection of %d", notices, droppedOf(qc))
+	}
+	// The newest events survive, the oldest went.
+	if len(ns) == 0 || len(ns) == 10 || ns[len(ns)-1] != `{"event":"n","data":9}` {
+		t.Fatalf("events after the overflow: %q", ns)
+	}
+
+	// Close after flush: what is queued goes out, then the socket closes,
+	// and every reference the queue took is back.
+	q.PushResp([]byte(`{"id":4,"result":{}}` + "\n"))
+	q.CloseAfterFlush()
+	q.PushResp([]byte(`{"id":5,"result":{}}` + "\n")) // refused: closing
+	if s, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(s, `{"id":4`) {
+		t.Fatalf("last line %q (%v)", s, err)
+	}
+	select {
+	case <-qc.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the socket was not closed after the flush")
+	}
+	waitUntil(t, "the writer's references are back", func() bool { return qc.refs.Load() == 1 })
+	if len(qc.aborted) != 0 {
+		t.Fatalf("aborted: %v", qc.aborted)
+	}
+}
+
+func droppedOf(c *queueConn) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
+}

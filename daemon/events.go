@@ -1,0 +1,52 @@
+package daemon
+
+import "github.com/orchestrd/orchestrd/supervisor/eventlog"
+
+// The event kinds the daemon emits: its own lifecycle (daemon.*) and the
+// actor system's panics and restarts (actor.*). Kinds are noun.verb_past;
+// field names are stable snake_case and only ever added to. They are
+// registered with the event log below.
+
+type DaemonStarted struct {
+	Pid     int      `json:"pid"`
+	Version string   `json:"version"`
+	Home    string   `json:"home"`
+	Lanes   []string `json:"lanes"`
+}
+
+func (DaemonStarted) Kind() string { return "daemon.started" }
+
+type DaemonStopping struct {
+	Signal string `json:"signal,omitempty"`
+	Reason string `json:"reason"`
+}
+
+func (DaemonStopping) Kind() string { return "daemon.stopping" }
+
+type DaemonStopped struct {
+	UptimeMs int64 `json:"uptime_ms"`
+	Killed   int   `json:"killed_runners"`
+}
+
+func (DaemonStopped) Kind() string { return "daemon.stopped" }
+
+type ActorPanicked struct {
+	Actor     string `json:"actor"` // kind/id
+	Panic     string `json:"panic"`
+	Stack     string `json:"stack"`
+	Directive string `json:"directive"` // restart, stop
+}
+
+func (ActorPanicked) Kind() string { return "actor.panicked" }
+
+type ActorRestarted struct {
+	Actor    string `json:"actor"`
+	Restarts int    `json:"restarts"`
+}
+
+func (ActorRestarted) Kind() string { return "actor.restarted" }
+
+func init() {
+	eventlog.Register(DaemonStarted{}, DaemonStopping{}, DaemonStopped{}, ActorPanicked{},
+		ActorRestarted{})
+}

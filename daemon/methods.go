@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/lanes"
+)
+
+// registerMethods gives the control socket its methods beyond the
+// protocol's own: the lanes' (job.*, lane.list) and the daemon's, tree.get
+// (the actor tree) and metrics.get (the daemon's, the lanes' and the
+// control socket's counters).
+func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time) {
+	mgr.Register(srv)
+	srv.Handle("tree.get", func(call api.Call) {
+		if err := call.Decode(&api.NoParams{}); err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(treeResult{Tree: sys.Tree()})
+	})
+	srv.Handle("metrics.get", func(call api.Call) {
+		if err := call.Decode(&api.NoParams{}); err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
+			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
+			FinishedOutputBytes: mgr.FinishedOutputBytes()})
+	})
+}
+
+type treeResult struct {
+	Tree []actors.TreeNode `json:"tree"`
+}
+
+// openFDs counts this process's open file descriptors (-1 if unknown).
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1 // the directory handle ReadDir itself opened
+}

@@ -1,0 +1,230 @@
+// Package daemonrun runs the real orchestrd binary as a daemon on a home:
+// it starts `orchestrd serve`, waits until every lane has all its runners
+// ready, stops it (SIGTERM, a deadline, a goroutine dump when it hangs) and
+// reads its event log. It is the one launch harness of cmd/orchbench and
+// of the cmd/orchestrd tests; it returns errors and never fails a test
+// itself (the tests' thin layer, cmd/orchestrd/harness_test.go, does).
+//
+// It is test and benchmark support: only cmd/ and tests import it.
+package daemonrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control"
+)
+
+// ErrExited is wrapped by WaitReady's error when the daemon exited before
+// its lanes were ready.
+var ErrExited = errors.New("exited early")
+
+// quitGrace is how long Stop waits after SIGQUIT (Go writes every
+// goroutine's stack to stderr and exits) before it kills the daemon.
+const quitGrace = 5 * time.Second
+
+// Daemon is one daemon process started by Start.
+type Daemon struct {
+	Home string
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error // Cmd.Wait's; set before done closes
+}
+
+// Serve returns the command `bin serve --home HOME --log-format json`
+// followed by args. The caller sets its output, environment and process
+// attributes before Start.
+func Serve(bin, home string, args ...string) *exec.Cmd {
+	return exec.Command(bin, append([]string{"serve", "--home", home, "--log-format", "json"}, args...)...)
+}
+
+// Start starts cmd, a daemon serving home, and watches for its exit.
+func Start(cmd *exec.Cmd, home string) (*Daemon, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	d := &Daemon{Home: home, Cmd: cmd, done: make(chan struct{})}
+	go func() { d.err = cmd.Wait(); close(d.done) }()
+	return d, nil
+}
+
+// Pid is the daemon's process id.
+func (d *Daemon) Pid() int { return d.Cmd.Process.Pid }
+
+// Done is closed once the daemon has exited.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// Err is how the daemon exited (nil: status 0); valid once Done is closed.
+func (d *Daemon) Err() error {
+	select {
+	case <-d.done:
+		return d.err
+	default:
+		return nil
+	}
+}
+
+// Socket is the path of the daemon's control socket.
+func (d *Daemon) Socket() string { return filepath.Join(d.Home, "daemon.sock") }
+
+// EventLog is the path of the daemon's event log.
+func (d *Daemon) EventLog() string { return EventLog(d.Home) }
+
+// EventLog is the path of the event log of a daemon on home.
+func EventLog(home string) string { return filepath.Join(home, "events.ndjson") }
+
+// Stop sends SIGTERM and waits up to within for the daemon to exit. A
+// daemon that has not exited by then is sent SIGQUIT, for Go to write
+// every goroutine's stack to its stderr, and SIGKILL 5 s later; Stop then
+// says so in its error. Stop on a daemon that has exited does nothing; how
+// it exited is Err.
+func (d *Daemon) Stop(within time.Duration) error {
+	select {
+	case <-d.done:
+		return nil
+	default:
+	}
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(within):
+	}
+	_ = d.Cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-d.done:
+	case <-time.After(quitGrace):
+		_ = d.Cmd.Process.Kill()
+		<-d.done
+	}
+	return fmt.Errorf("daemon (pid %d) did not exit within %s of SIGTERM", d.Pid(), within)
+}
+
+// WaitReady polls the control socket (for setup, never while measuring)
+// until every lane has all its runners ready (LanesReady), and returns the
+// lanes as it found them then. It fails when the daemon exits first
+// (wrapping ErrExited) or within passes.
+func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
+	deadline := time.Now().Add(within)
+	var lastErr error
+	answered := false
+	for {
+		select {
+		case <-d.done:
+			return nil, fmt.Errorf("%w: %v", ErrExited, d.err)
+		default:
+		}
+		ls, err := d.laneList(deadline)
+		if err == nil {
+			answered = true
+			if LanesReady(ls, ConfiguredRunners(d.Home)) {
+				return ls, nil
+			}
+		} else {
+			lastErr = err
+		}
+		if time.Now().After(deadline) {
+			if !answered {
+				return nil, fmt.Errorf("control socket not up after %s: %w", within, lastErr)
+			}
+			return nil, fmt.Errorf("runners not ready after %s", within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// laneList asks the daemon for lane.list on a connection of its own.
+func (d *Daemon) laneList(deadline time.Time) ([]api.LaneStatus, error) {
+	c, err := control.Dial(d.Socket())
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var r struct {
+		Lanes []api.LaneStatus `json:"lanes"`
+	}
+	if err := c.Call(ctx, "lane.list", nil, &r); err != nil {
+		return nil, fmt.Errorf("lane.list: %w", err)
+	}
+	return r.Lanes, nil
+}
+
+// LanesReady reports whether every lane has all its runners ready: every
+// runner listed, and as many as configured (the lane.started events'
+// counts) plus the lane's spares. A lane that has not published its status
+// yet is listed with no runners at all.
+func LanesReady(ls []api.LaneStatus, configured map[string]int) bool {
+	if len(ls) == 0 {
+		return false
+	}
+	for _, l := range ls {
+		n := 0
+		for _, rn := range l.Runners {
+			if rn.State == "ready" {
+				n++
+			}
+		}
+		want, started := configured[l.Name]
+		if !started || n < countSpawned(l) || n < want+l.Spares {
+			return false
+		}
+	}
+	return true
+}
+
+func countSpawned(l api.LaneStatus) int {
+	n := 0
+	for _, r := range l.Runners {
+		if r.Spawned {
+			n++
+		}
+	}
+	return n
+}
+
+// CopyFile copies src to dst, created (or truncated) with mode.
+func CopyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// ShortTempDir makes a new directory directly in the system's temporary
+// directory, for daemon homes: a unix socket path is limited to 108 bytes,
+// and a test's t.TempDir() can be longer than that with the socket's name.
+// The caller removes it.
+func ShortTempDir(prefix string) (string, error) { return os.MkdirTemp("", prefix) }
+
+// Build compiles the package pkg (a path relative to dir, or an import
+// path) into out with go build and the extra flags; dir "" is the current
+// directory.
+func Build(dir, pkg, out string, flags ...string) error {
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %w\n%s", pkg, err, msg)
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package lanes
+
+import (
+	"encoding/json"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// The event kinds lanes emits: its runners (runner.*), lanes (lane.*),
+// jobs (job.*) and the job processes killed for outliving their job or
+// runner (process.orphan_killed). Kinds are noun.verb_past; field names are
+// stable snake_case and only ever added to. Empty optional fields are
+// omitted. They are registered with the event log below, so the log and
+// `orchestrd events` know them.
+
+type RunnerSpawned struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Attempt  int    `json:"attempt"`
+	Network  string `json:"network"`
+}
+
+func (RunnerSpawned) Kind() string { return "runner.spawned" }
+
+type RunnerSpawnFailed struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Error    string `json:"error"`
+}
+
+func (RunnerSpawnFailed) Kind() string { return "runner.spawn_failed" }
+
+type RunnerReady struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Slots    int    `json:"slots"`
+	Spawned  bool   `json:"spawned"` // false for a bring-your-own runner
+	Version  string `json:"version"`
+	StartMs  int64  `json:"start_ms"` // spawn to handshake, spawned runners only
+}
+
+func (RunnerReady) Kind() string { return "runner.ready" }
+
+type RunnerExited struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	UptimeMs int64  `json:"uptime_ms"`
+	Cause    string `json:"cause"` // exited, socket_closed, killed_runner_unresponsive, killed_memory_limit, protocol_error, shutdown, ...
+	Spawned  bool   `json:"spawned"`
+}
+
+func (RunnerExited) Kind() string { return "runner.exited" }
+
+type RunnerKilled struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Reason   string `json:"reason"` // runner_unresponsive, memory_limit, shutdown_timeout, protocol_error
+	Detail   string `json:"detail,omitempty"`
+}
+
+func (RunnerKilled) Kind() string { return "runner.killed" }
+
+// RunnerRestartScheduled: a runner slot's process is gone and will be
+// started again after DelayMs. Reason is why it is being restarted: the
+// cause of its runner.exited (exited, socket_closed, killed_memory_limit,
+// killed_runner_unresponsive, protocol_error, spawn_failed). Policy is the
+// restart policy's verdict on the delay: stable_exit (it had been up
+// restart.stable: at once), crash_loop (it died sooner: backoff) or
+// degraded (the lane is over its restart intensity: at the cap).
+type RunnerRestartScheduled struct {
+	Lane             string `json:"lane"`
+	RunnerID         string `json:"runner_id"`
+	DelayMs          int64  `json:"delay_ms"`
+	RestartsInWindow int    `json:"restarts_in_window"`
+	Reason           string `json:"reason"`
+	Policy           string `json:"policy"`
+}
+
+func (RunnerRestartScheduled) Kind() string { return "runner.restart_scheduled" }
+
+// RunnerPromoted: a lane lost a serving runner and a ready spare took its
+// place (lanes with spares > 0). Replaces is the lost runner's id.
+type RunnerPromoted struct {
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+	Replaces string `json:"replaces"`
+}
+
+func (RunnerPromoted) Kind() string { return "runner.promoted" }
+
+type RunnerRejected struct {
+	Lane   string `json:"lane"`
+	Pid    int    `json:"pid,omitempty"`
+	Reason string `json:"reason"`
+}
+
+func (RunnerRejected) Kind() string { return "runner.rejected" }
+
+type LaneStarted struct {
+	Lane    string `json:"lane"`
+	Runners int    `json:"runners"`
+	Slots   int    `json:"slots"`
+	Network string `json:"network"`
+	Socket  string `json:"socket"`
+}
+
+func (LaneStarted) Kind() string { return "lane.started" }
+
+type LaneDegraded struct {
+	Lane             string `json:"lane"`
+	RestartsInWindow int    `json:"restarts_in_window"`
+	MaxR             int    `json:"max_r"`
+	MaxTMs           int64  `json:"max_t_ms"`
+}
+
+func (LaneDegraded) Kind() string { return "lane.degraded" }
+
+type LaneRecovered struct {
+	Lane string `json:"lane"`
+}
+
+func (LaneRecovered) Kind() string { return "lane.recovered" }
+
+type JobQueued struct {
+	JobID  string `json:"job_id"`
+	Lane   string `json:"lane"`
+	Queued int    `json:"queued"`
+}
+
+func (JobQueued) Kind() string { return "job.queued" }
+
+type JobRejected struct {
+	Lane   string `json:"lane"`
+	Reason string `json:"reason"`
+}
+
+func (JobRejected) Kind() string { return "job.rejected" }
+
+type JobDispatched struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Pid      int    `json:"pid"`
+}
+
+func (JobDispatched) Kind() string { return "job.dispatched" }
+
+// JobFinished is logged with the summary fields; subscribers receive
+// {"job": <full record>} (see WireData).
+type JobFinished struct {
+	JobID      string `json:"job_id"`
+	Lane       string `json:"lane"`
+	RunnerID   string `json:"runner_id,omitempty"`
+	State      string `json:"state"`
+	ExitCode   *int32 `json:"exit_code,omitempty"`
+	Error      string `json:"error,omitempty"`
+	DurationMs int64  `json:"duration_ms"`
+	Record     any    `json:"-"`
+
+	// Signal names the signal that ended the job's process (there is no
+	// exit_code then). OutputBytes is all the output the job wrote;
+	// OutputTruncated says its record kept only the first max_output_bytes.
+	Signal          string `json:"signal,omitempty"`
+	OutputBytes     int64  `json:"output_bytes,omitempty"`
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
+}
+
+func (JobFinished) Kind() string { return "job.finished" }
+func (e JobFinished) WireData() any {
+	return struct {
+		Job any `json:"job"`
+	}{e.Record}
+}
+
+type JobOrphaned struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"`
+	Reason   string `json:"reason"` // runner_lost, runner_unresponsive, runner_memory
+}
+
+func (JobOrphaned) Kind() string { return "job.orphaned" }
+
+// JobRequeued: a job dispatched to a runner that was gone before the job
+// could be written to it goes back to the head of its lane's queue. It never
+// reached a runner, so this is not a retry.
+type JobRequeued struct {
+	JobID    string `json:"job_id"`
+	Lane     string `json:"lane"`
+	RunnerID string `json:"runner_id"` // the runner it was meant for
+	Reason   string `json:"reason"`
+}
+
+func (JobRequeued) Kind() string { return "job.requeued" }
+
+// JobOutput is streamed output; ephemeral. Data holds the bytes exactly as
+// the job wrote them, which need not be UTF-8. In JSON (see MarshalJSON)
+// they are "data", a string, when they are valid UTF-8, and otherwise
+// "data_b64", standard base64, with no "data".
+type JobOutput struct {
+	JobID  string `json:"job_id"`
+	Stream string `json:"stream"` // stdout or stderr
+	Data   string `json:"data"`
+}
+
+func (JobOutput) Kind() string { return "job.output" }
+func (JobOutput) Ephemeral()   {}
+
+// MarshalJSON writes Data as "data" or "data_b64" (see JobOutput).
+func (e JobOutput) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 48+len(e.JobID)+len(e.Stream)+len(e.Data)*4/3+8)
+	b = append(b, `{"job_id":`...)
+	b = wire.AppendJSONString(b, e.JobID, false)
+	b = append(b, `,"stream":`...)
+	b = wire.AppendJSONString(b, e.Stream, false)
+	b = wire.AppendBytesField(b, "data", e.Data)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads "data" or "data_b64" into Data.
+func (e *JobOutput) UnmarshalJSON(b []byte) error {
+	var v struct {
+		JobID   string  `json:"job_id"`
+		Stream  string  `json:"stream"`
+		Data    *string `json:"data"`
+		DataB64 []byte  `json:"data_b64"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	data, err := wire.BytesField("data", v.Data, v.DataB64)
+	if err != nil {
+		return err
+	}
+	*e = JobOutput{JobID: v.JobID, Stream: v.Stream, Data: data}
+	return nil
+}
+
+// JobOutputEvicted: the kept output of a finished job was dropped to keep
+// all finished jobs' output within [daemon] finished_output_bytes (Budget),
+// oldest first. The job's record stays, with output_evicted: true.
+type JobOutputEvicted struct {
+	JobID  string `json:"job_id"`
+	Lane   string `json:"lane"`
+	Bytes  int    `json:"bytes"`
+	Budget int64  `json:"budget"`
+}
+
+func (JobOutputEvicted) Kind() string { return "job.output_evicted" }
+
+// OrphanKilled: a job process was killed because it outlived what it
+// belonged to: its job ended (reason job_ended; the runner killed it and
+// said so in the job's Result) or its runner died (runner_gone; the daemon,
+// as child subreaper, found it). One event per process, once.
+type OrphanKilled struct {
+	Pid     int    `json:"pid"`
+	Pgid    int    `json:"pgid,omitempty"`
+	JobID   string `json:"job_id,omitempty"`
+	Lane    string `json:"lane,omitempty"`
+	Command string `json:"command,omitempty"` // the process's name (comm)
+	Reason  string `json:"reason"`            // job_ended, runner_gone
+}
+
+func (OrphanKilled) Kind() string { return "process.orphan_killed" }
+
+func init() {
+	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
+		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
+		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
+		JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{})
+}

@@ -1,0 +1,225 @@
+package lanes
+
+import (
+	"sync"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Register registers the lane methods with mux: job.submit, job.get,
+// job.list, job.cancel, job.wait and lane.list.
+func (m *Manager) Register(mux api.Mux) {
+	mux.Handle("job.submit", m.submitMethod)
+	mux.Handle("job.get", m.getMethod)
+	mux.Handle("job.list", m.listMethod)
+	mux.Handle("job.cancel", m.cancelMethod)
+	mux.Handle("job.wait", m.waitMethod)
+	mux.Handle("lane.list", m.laneListMethod)
+}
+
+// Param and result shapes of the lane methods.
+type (
+	idParams struct {
+		ID    string `json:"id"`
+		JobID string `json:"job_id"` // the same, named as job.submit answers
+	}
+	waitParams struct {
+		ID        string `json:"id"`
+		JobID     string `json:"job_id"`
+		TimeoutMs uint64 `json:"timeout_ms,omitempty"`
+	}
+	jobIDResult struct {
+		JobID string `json:"job_id"`
+	}
+	jobRecordResult struct {
+		Job api.JobRecord `json:"job"`
+	}
+	jobsResult struct {
+		Jobs []api.JobRecord `json:"jobs"`
+	}
+	cancelResult struct {
+		WasRunning bool `json:"was_running"`
+	}
+	lanesResult struct {
+		Lanes []api.LaneStatus `json:"lanes"`
+	}
+)
+
+func (m *Manager) submitMethod(call api.Call) {
+	var spec api.JobSpec
+	if err := call.Decode(&spec); err != nil {
+		call.Fail(err)
+		return
+	}
+	id, err := m.Submit(spec)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	call.Respond(jobIDResult{JobID: id})
+}
+
+func (m *Manager) getMethod(call api.Call) {
+	var p idParams
+	if err := decodeID(call, &p.ID, &p.JobID, &p); err != nil {
+		call.Fail(err)
+		return
+	}
+	rec, ok := m.Get(p.ID)
+	if !ok {
+		call.Fail(api.Errorf(api.CodeNotFound, "job %s not found", p.ID))
+		return
+	}
+	call.Respond(jobRecordResult{Job: rec})
+}
+
+func (m *Manager) listMethod(call api.Call) {
+	var f api.Filter
+	if err := call.Decode(&f); err != nil {
+		call.Fail(err)
+		return
+	}
+	if f.State != "" && !api.ValidState(f.State) {
+		call.Fail(api.Errorf(api.CodeInvalidParams,
+			"invalid params for job.list: unknown state %q (want queued, dispatched, running, succeeded, failed, timeout, cancelled or error)", f.State))
+		return
+	}
+	jobs := m.List(f)
+	if jobs == nil {
+		jobs = []api.JobRecord{}
+	}
+	call.Respond(jobsResult{Jobs: jobs})
+}
+
+func (m *Manager) cancelMethod(call api.Call) {
+	var p idParams
+	if err := decodeID(call, &p.ID, &p.JobID, &p); err != nil {
+		call.Fail(err)
+		return
+	}
+	m.Cancel(p.ID, func(wasRunning bool, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(cancelResult{WasRunning: wasRunning})
+	})
+}
+
+func (m *Manager) laneListMethod(call api.Call) {
+	if err := call.Decode(&api.NoParams{}); err != nil {
+		call.Fail(err)
+		return
+	}
+	ls := m.Lanes()
+	if ls == nil {
+		ls = []api.LaneStatus{}
+	}
+	call.Respond(lanesResult{Lanes: ls})
+}
+
+// decodeID decodes params naming a job by "id" or "job_id" (the name
+// job.submit answers with); the id ends up in *id.
+func decodeID(call api.Call, id, jobID *string, v any) error {
+	if err := call.Decode(v); err != nil {
+		return err
+	}
+	if *jobID != "" {
+		if *id != "" && *id != *jobID {
+			return api.Errorf(api.CodeInvalidParams, "invalid params for %s: id %q and job_id %q differ; give one", call.Method(), *id, *jobID)
+		}
+		*id = *jobID
+	}
+	if *id == "" {
+		return api.Errorf(api.CodeInvalidParams, "invalid params for %s: id is required (job_id is taken too)", call.Method())
+	}
+	return nil
+}
+
+// job.wait answers when the job ends: at once if it has, else from the
+// goroutine that ends it, or when timeout_ms passes, whichever comes first.
+// A client that goes away first cancels it.
+func (m *Manager) waitMethod(call api.Call) {
+	var p waitParams
+	if err := decodeID(call, &p.ID, &p.JobID, &p); err != nil {
+		call.Fail(err)
+		return
+	}
+	w := &pendingWait{m: m, call: call, id: p.ID, timeoutMs: p.TimeoutMs}
+	stop, err := m.Wait(p.ID, w.finished) // may call w.finished at once
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	w.mu.Lock()
+	if w.over {
+		w.mu.Unlock()
+		return
+	}
+	w.stopWait = stop
+	if p.TimeoutMs > 0 {
+		w.timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, w.timedOut)
+	}
+	w.mu.Unlock()
+	call.OnClose(w.cancel)
+}
+
+// pendingWait is one job.wait in progress.
+type pendingWait struct {
+	m         *Manager
+	call      api.Call
+	id        string
+	timeoutMs uint64
+
+	mu       sync.Mutex
+	over     bool   // answered or cancelled
+	stopWait func() // the store's cancel
+	timer    *time.Timer
+}
+
+// cancel stops what is pending: the store's wait and the timer.
+func (w *pendingWait) cancel() {
+	w.mu.Lock()
+	w.over = true
+	stop, t := w.stopWait, w.timer
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if t != nil {
+		t.Stop()
+	}
+}
+
+// finished answers with the job's terminal record.
+func (w *pendingWait) finished(rec api.JobRecord) {
+	w.mu.Lock()
+	w.over = true
+	t := w.timer
+	w.mu.Unlock()
+	if t != nil {
+		t.Stop()
+	}
+	w.call.Respond(jobRecordResult{Job: rec})
+}
+
+// timedOut answers CodeInvalidState with the job as data, unless the job
+// has ended just now.
+func (w *pendingWait) timedOut() {
+	w.cancel()
+	rec, found := w.m.Get(w.id)
+	if found && rec.State.Terminal() {
+		w.call.Respond(jobRecordResult{Job: rec})
+		return
+	}
+	state := string(rec.State)
+	if !found {
+		state = "unknown"
+	}
+	e := api.Errorf(api.CodeInvalidState, "job %s is still %s after %d ms", w.id, state, w.timeoutMs)
+	if found {
+		e.Data = jobRecordResult{Job: rec}
+	}
+	w.call.Fail(e)
+}

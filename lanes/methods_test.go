@@ -1,0 +1,393 @@
+package lanes
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// testMux collects the methods registered with it.
+type testMux map[string]api.Handler
+
+func (mx testMux) Handle(method string, h api.Handler) {
+	if _, dup := mx[method]; dup {
+		panic("registered twice: " + method)
+	}
+	mx[method] = h
+}
+
+// testCall is a call as a front-end hands it to a handler; it keeps the
+// answer.
+type testCall struct {
+	method   string
+	params   json.RawMessage
+	once     sync.Once
+	answered chan struct{} // closed by the first answer
+	result   json.RawMessage
+	err      *api.Error
+
+	mu      sync.Mutex
+	onClose []func()
+	closed  bool
+}
+
+func (c *testCall) Method() string { return c.method }
+
+// Decode is the control socket's: the same messages.
+func (c *testCall) Decode(v any) error {
+	if e := wire.DecodeParams(wire.Request{Method: c.method, Params: c.params}, v); e != nil {
+		return &api.Error{Code: e.Code, Message: e.Message}
+	}
+	return nil
+}
+
+func (c *testCall) Respond(result any) {
+	c.once.Do(func() {
+		b, err := json.Marshal(result)
+		if err != nil {
+			c.err = api.Errorf(api.CodeInternal, "encoding the result: %v", err)
+		}
+		c.result = b
+		close(c.answered)
+	})
+}
+
+func (c *testCall) Fail(err error) {
+	c.once.Do(func() {
+		if !errors.As(err, &c.err) {
+			c.err = api.Errorf(api.CodeInternal, "not an *api.Error: %v", err)
+		}
+		close(c.answered)
+	})
+}
+
+func (c *testCall) OnClose(f func()) {
+	c.mu.Lock()
+	if !c.closed {
+		c.onClose = append(c.onClose, f)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	f()
+}
+
+// close is the client going away.
+func (c *testCall) close() {
+	c.mu.Lock()
+	c.closed = true
+	fs := c.onClose
+	c.mu.Unlock()
+	if !c.isAnswered() {
+		for _, f := range fs {
+			f()
+		}
+	}
+}
+
+func (c *testCall) isAnswered() bool {
+	select {
+	case <-c.answered:
+		return true
+	default:
+		return false
+	}
+}
+
+// call hands a call of method with params (encoded as JSON unless nil) to
+// its handler.
+func (mx testMux) call(t *testing.T, method string, params any) *testCall {
+	t.Helper()
+	h, ok := mx[method]
+	if !ok {
+		t.Fatalf("%s is not registered", method)
+	}
+	c := &testCall{method: method, answered: make(chan struct{})}
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.params = b
+	}
+	h(c)
+	return c
+}
+
+// answer waits for the call's answer.
+func (c *testCall) answer(t *testing.T) (json.RawMessage, *api.Error) {
+	t.Helper()
+	select {
+	case <-c.answered:
+		return c.result, c.err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s not answered after 30s", c.method)
+		return nil, nil
+	}
+}
+
+// mustAnswer waits for a result and decodes it into v.
+func (mx testMux) mustAnswer(t *testing.T, method string, params, v any) {
+	t.Helper()
+	res, err := mx.call(t, method, params).answer(t)
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	if v != nil {
+		if err := json.Unmarshal(res, v); err != nil {
+			t.Fatalf("%s: result %s: %v", method, res, err)
+		}
+	}
+}
+
+// mustFail waits for an error.
+func (mx testMux) mustFail(t *testing.T, method string, params any) *api.Error {
+	t.Helper()
+	res, err := mx.call(t, method, params).answer(t)
+	if err == nil {
+		t.Fatalf("%s: result %s, want an error", method, res)
+	}
+	return err
+}
+
+// waiters counts the store's pending waits.
+func waiters(m *Manager) int {
+	s := m.sh.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.jobs {
+		n += len(e.waiters)
+	}
+	return n
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// startMethodLanes starts the default lane, with one runner and one slot,
+// and lane "idle", with no runner (its jobs stay queued) and room for two
+// queued jobs; it registers the lane methods.
+func startMethodLanes(t *testing.T) (*Manager, testMux) {
+	lc := defaultLane(1, 1, NetworkHost, 0)
+	lc.Spares = 0
+	idle := defaultLane(0, 1, NetworkHost, 0)
+	idle.Spares, idle.QueueLimit = 0, 2
+	m, _ := startTestLanes(t, map[string]LaneConfig{api.DefaultLane: lc, "idle": idle})
+	mx := testMux{}
+	m.Register(mx)
+	return m, mx
+}
+
+func TestRegisterLaneMethods(t *testing.T) {
+	_, mx := startMethodLanes(t)
+	var names []string
+	for n := range mx {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if want := []string{"job.cancel", "job.get", "job.list", "job.submit", "job.wait", "lane.list"}; !slices.Equal(names, want) {
+		t.Fatalf("registered %v, want %v", names, want)
+	}
+}
+
+func TestLaneMethods(t *testing.T) {
+	m, mx := startMethodLanes(t)
+
+	// submit: the lane defaults to no-net.
+	var sub jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Argv: []string{"echo", "hi"}, Cwd: "/tmp"}, &sub)
+	if sub.JobID == "" {
+		t.Fatal("job.submit: empty job_id")
+	}
+	var got jobRecordResult
+	mx.mustAnswer(t, "job.get", idParams{ID: sub.JobID}, &got)
+	if got.Job.ID != sub.JobID || got.Job.Lane != api.DefaultLane {
+		t.Fatalf("job.get = %+v", got.Job)
+	}
+	mx.mustAnswer(t, "job.get", map[string]string{"job_id": sub.JobID}, &got)
+	if got.Job.ID != sub.JobID {
+		t.Fatalf("job.get by job_id = %+v", got.Job)
+	}
+	var sub2 jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Command: "true"}, &sub2)
+
+	unknownField := wire.DecodeParams(wire.Request{Method: "job.submit", Params: []byte(`{"argv":["x"],"nope":1}`)}, &api.JobSpec{})
+	for _, tc := range []struct {
+		name   string
+		method string
+		params any
+		code   int
+		msg    string
+	}{
+		{"submit unknown field", "job.submit", map[string]any{"argv": []string{"x"}, "nope": 1}, api.CodeInvalidParams, unknownField.Message},
+		{"submit unknown lane", "job.submit", api.JobSpec{Lane: "moon", Argv: []string{"x"}}, api.CodeNotFound, `unknown lane "moon" (lanes: [idle no-net])`},
+		{"submit nothing to run", "job.submit", api.JobSpec{}, api.CodeInvalidParams, "job needs command or argv"},
+		{"submit wrong type", "job.submit", map[string]any{"argv": "x"}, api.CodeInvalidParams, "argv"},
+		{"submit bad env", "job.submit", api.JobSpec{Argv: []string{"x"}, Env: map[string]string{"A=B": "c"}}, api.CodeInvalidParams, `env key "A=B" contains '='`},
+		{"get missing", "job.get", idParams{ID: "j-404"}, api.CodeNotFound, "job j-404 not found"},
+		{"get no id", "job.get", nil, api.CodeInvalidParams, "invalid params for job.get: id is required (job_id is taken too)"},
+		{"get two ids", "job.get", idParams{ID: "j-1", JobID: "j-2"}, api.CodeInvalidParams, `invalid params for job.get: id "j-1" and job_id "j-2" differ; give one`},
+		{"get unknown field", "job.get", map[string]any{"id": "j-1", "x": 1}, api.CodeInvalidParams, `unknown field "x"`},
+		{"list bad state", "job.list", map[string]any{"state": "sleeping"}, api.CodeInvalidParams, `invalid params for job.list: unknown state "sleeping"`},
+		{"list unknown field", "job.list", map[string]any{"status": "queued"}, api.CodeInvalidParams, "status"},
+		{"cancel missing", "job.cancel", idParams{ID: "j-404"}, api.CodeNotFound, `no job "j-404"`},
+		{"cancel no id", "job.cancel", map[string]any{}, api.CodeInvalidParams, "invalid params for job.cancel: id is required"},
+		{"wait missing", "job.wait", waitParams{ID: "j-404"}, api.CodeNotFound, `no job "j-404"`},
+		{"wait no id", "job.wait", nil, api.CodeInvalidParams, "invalid params for job.wait: id is required"},
+		{"lane.list params", "lane.list", map[string]any{"x": 1}, api.CodeInvalidParams, `unknown field "x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := mx.mustFail(t, tc.method, tc.params)
+			if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("%s: error %d %q, want %d containing %q", tc.method, e.Code, e.Message, tc.code, tc.msg)
+			}
+		})
+	}
+
+	// list and its filters.
+	var all jobsResult
+	mx.mustAnswer(t, "job.list", nil, &all)
+	if len(all.Jobs) != 2 {
+		t.Fatalf("job.list: %d jobs, want 2", len(all.Jobs))
+	}
+	var idleOnly jobsResult
+	mx.mustAnswer(t, "job.list", api.Filter{Lane: "idle"}, &idleOnly)
+	if len(idleOnly.Jobs) != 1 || idleOnly.Jobs[0].ID != sub2.JobID {
+		t.Fatalf("job.list lane=idle: %+v", idleOnly.Jobs)
+	}
+	res, e := mx.call(t, "job.list", api.Filter{State: "timeout"}).answer(t)
+	if e != nil || string(res) != `{"jobs":[]}` {
+		t.Fatalf("job.list state=timeout: %s %v", res, e)
+	}
+
+	// cancel: queued, then running, then already finished.
+	var cr cancelResult
+	mx.mustAnswer(t, "job.cancel", idParams{ID: sub2.JobID}, &cr)
+	if cr.WasRunning {
+		t.Fatal("cancel of a queued job says was_running")
+	}
+	var sleeper jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Argv: []string{"sleep", "60"}}, &sleeper)
+	eventually(t, "the sleeper runs", func() bool {
+		rec, _ := m.Get(sleeper.JobID)
+		return rec.State == api.StateRunning
+	})
+	mx.mustAnswer(t, "job.cancel", idParams{JobID: sleeper.JobID}, &cr)
+	if !cr.WasRunning {
+		t.Fatal("cancel of a running job says not was_running")
+	}
+	var ended jobRecordResult
+	mx.mustAnswer(t, "job.wait", idParams{ID: sleeper.JobID}, &ended)
+	if ended.Job.State != api.StateCancelled {
+		t.Fatalf("cancelled job ended %+v", ended.Job)
+	}
+	if e := mx.mustFail(t, "job.cancel", idParams{ID: sleeper.JobID}); e.Code != api.CodeInvalidState {
+		t.Fatalf("second cancel: %+v", e)
+	}
+
+	// queue full: lane idle keeps two queued jobs.
+	for i := 0; i < 2; i++ {
+		mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"x"}}, nil)
+	}
+	if e := mx.mustFail(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"x"}}); e.Code != api.CodeQueueFull ||
+		e.Message != "lane idle queue is full (2 jobs waiting, queue_limit 2)" {
+		t.Fatalf("queue full: %+v", e)
+	}
+
+	var ll lanesResult
+	mx.mustAnswer(t, "lane.list", nil, &ll)
+	if len(ll.Lanes) != 2 || ll.Lanes[0].Name != "idle" || ll.Lanes[1].Name != api.DefaultLane || len(ll.Lanes[1].Runners) != 1 ||
+		ll.Lanes[0].Queued != 2 {
+		t.Fatalf("lane.list = %+v", ll)
+	}
+}
+
+func TestJobWaitMethod(t *testing.T) {
+	m, mx := startMethodLanes(t)
+
+	// A job that ends: answered with its record once it has.
+	var a jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Argv: []string{"sh", "-c", "exit 3"}}, &a)
+	var w jobRecordResult
+	mx.mustAnswer(t, "job.wait", waitParams{ID: a.JobID, TimeoutMs: 60000}, &w)
+	if w.Job.ID != a.JobID || w.Job.State != api.StateFailed || w.Job.ExitCode == nil || *w.Job.ExitCode != 3 {
+		t.Fatalf("wait = %+v", w.Job)
+	}
+	// Already ended: at once, on the handler's own goroutine.
+	if c := mx.call(t, "job.wait", waitParams{JobID: a.JobID}); !c.isAnswered() {
+		t.Fatal("wait on a finished job is not answered at once")
+	}
+
+	// Wake-up: pending until the job ends (here: cancelled), then the
+	// store's wait is gone.
+	var b jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"b"}}, &b)
+	pending := mx.call(t, "job.wait", waitParams{ID: b.JobID, TimeoutMs: 60000})
+	if pending.isAnswered() || waiters(m) != 1 {
+		t.Fatalf("wait on a queued job: answered %v, %d store waits", pending.isAnswered(), waiters(m))
+	}
+	mx.mustAnswer(t, "job.cancel", idParams{ID: b.JobID}, nil)
+	res, e := pending.answer(t)
+	if e != nil || json.Unmarshal(res, &w) != nil || w.Job.ID != b.JobID || w.Job.State != api.StateCancelled {
+		t.Fatalf("woken wait: %s %v", res, e)
+	}
+	if n := waiters(m); n != 0 {
+		t.Fatalf("%d store waits left", n)
+	}
+
+	// Timeout: 1002 with the job as data, and the store's wait is gone.
+	var d jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"d"}}, &d)
+	e = mx.mustFail(t, "job.wait", waitParams{ID: d.JobID, TimeoutMs: 50})
+	if want := "job " + d.JobID + " is still queued after 50 ms"; e.Code != api.CodeInvalidState || e.Message != want {
+		t.Fatalf("wait timeout: %+v, want 1002 %q", e, want)
+	}
+	data, _ := json.Marshal(e.Data)
+	var wd jobRecordResult
+	if err := json.Unmarshal(data, &wd); err != nil || wd.Job.ID != d.JobID || wd.Job.State != api.StateQueued {
+		t.Fatalf("wait timeout data = %s", data)
+	}
+	if n := waiters(m); n != 0 {
+		t.Fatalf("%d store waits left after a timeout", n)
+	}
+
+	// A client that goes away cancels its wait: nothing is left pending
+	// and the job's end answers nothing.
+	left := mx.call(t, "job.wait", waitParams{ID: d.JobID, TimeoutMs: 60000})
+	if waiters(m) != 1 {
+		t.Fatal("the wait is not registered")
+	}
+	left.close()
+	if n := waiters(m); n != 0 {
+		t.Fatalf("%d store waits left after the client went away", n)
+	}
+	mx.mustAnswer(t, "job.cancel", idParams{ID: d.JobID}, nil)
+	if left.isAnswered() {
+		t.Fatal("a wait whose client went away was answered")
+	}
+	// A wait registered after its client went away is cancelled at once.
+	var e2 jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"e"}}, &e2)
+	gone := &testCall{method: "job.wait", params: []byte(`{"id":"` + e2.JobID + `"}`), answered: make(chan struct{}), closed: true}
+	mx["job.wait"](gone)
+	if n := waiters(m); n != 0 || gone.isAnswered() {
+		t.Fatalf("a wait for a client already gone: %d store waits, answered %v", n, gone.isAnswered())
+	}
+}
