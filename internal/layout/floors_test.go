@@ -27,6 +27,7 @@ var floors = map[string]int{
 	"wire":       0,
 	"actors":     0,
 	"supervisor": 1,
+	"state":      1,
 	"lanes":      2,
 	"spool":      2,
 	"daemon":     3,
@@ -37,7 +38,7 @@ var floors = map[string]int{
 // floorNames says what each floor holds, for the failure messages.
 var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
-	"domain-free supervision: supervisor",
+	"domain-free supervision and the state store: supervisor, state",
 	"the domains: lanes, spool",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
