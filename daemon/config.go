@@ -4,10 +4,11 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,9 +97,7 @@ func ParseConfig(name string, b []byte) (Config, error) {
 		}
 		errs = append(errs, decode(&cfg, &md, top[k], k)...)
 	}
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, splitErrors(err)...)
-	}
+	errs = append(errs, cfg.validate()...)
 	if len(errs) > 0 {
 		for i, e := range errs {
 			errs[i] = fmt.Errorf("%s: %w", name, e)
@@ -228,30 +227,13 @@ func isTable(md *toml.MetaData, prim toml.Primitive) bool {
 	return ok
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// splitErrors flattens joined errors into one error per problem.
-func splitErrors(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrors(e)...)
-		}
-		return out
-	}
-	return []error{err}
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Validate checks every value. The error joins one error per bad value,
 // each naming its full key.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return errors.Join(c.validate()...) }
+
+func (c Config) validate() []error {
 	d := c.Daemon
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -283,5 +265,5 @@ func (c Config) Validate() error {
 		bad("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
 	}
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
-	return errors.Join(errs...)
+	return errs
 }

@@ -2,7 +2,8 @@ package lanes
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,12 +101,7 @@ func ValidateLanes(key string, ls map[string]LaneConfig) []error {
 	if len(ls) == 0 {
 		errs = append(errs, fmt.Errorf("%s: at least one lane is needed", key))
 	}
-	names := make([]string, 0, len(ls))
-	for n := range ls {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(ls)) {
 		if n == "" || strings.ContainsAny(n, "/ \t\n") || len(n) > 64 {
 			errs = append(errs, fmt.Errorf("%s.%q: a lane name must be 1-64 characters without '/' or spaces", key, n))
 		}
