@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,14 +281,7 @@ slots = 1
 network = "host"
 heartbeat_timeout = "60s"
 `)
-	c, err := net.Dial("unix", filepath.Join(d.home, "runner-byo.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "result-only", Token: d.joinToken("byo")}); err != nil {
-		t.Fatal(err)
-	}
+	c := d.joinByo("byo", "result-only")
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -315,10 +307,7 @@ heartbeat_timeout = "60s"
 			wire.WriteFrame(c, wire.TypeResult, res)
 		}
 	}()
-	eventually(t, 10*time.Second, "the runner joined", func() bool {
-		l := d.lane("byo")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-	})
+	d.waitByoReady("byo")
 	dir := shortTemp(t)
 	out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "byo", "--", "quiet")
 	if code != 0 || string(out) != "from the result\n" || len(errOut) != 0 {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	binenc "encoding/binary"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,14 +102,7 @@ max_r = 1000
 func TestOversizedRunnerFrameIsRefused(t *testing.T) {
 	d := startDaemon(t, strings.Replace(fastConfig, "[lanes.net.restart]", "external_runners = true\n[lanes.net.restart]", 1))
 	base := len(d.lane("net").Runners)
-	conn, err := net.Dial("unix", filepath.Join(d.home, "runner-net.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := wire.WriteFrame(conn, wire.TypeHandshake, wire.Handshake{Lane: "net", Pid: 1, Version: "evil", Token: d.joinToken("net")}); err != nil {
-		t.Fatal(err)
-	}
+	conn := d.joinByo("net", "evil")
 	ack, err := wire.NewFrameReader(conn, 0).Next()
 	if err != nil || ack.Type != wire.TypeHandshakeAck {
 		t.Fatalf("ack: %v %v", ack.Type, err)

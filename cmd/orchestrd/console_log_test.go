@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +57,7 @@ func (d *testDaemon) stopWith(sig syscall.Signal) {
 // redirected log, nothing like "ready", nothing at Ctrl-C).
 func TestConsoleLogRedirected(t *testing.T) {
 	t.Run("quiet by default", func(t *testing.T) {
-		var stderr syncBuffer
+		var stderr testio.SyncBuffer
 		d := startConsoleDaemon(t, &stderr, "")
 		d.stopWith(syscall.SIGINT)
 		lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
@@ -76,7 +78,7 @@ func TestConsoleLogRedirected(t *testing.T) {
 		}
 	})
 	t.Run("runners too", func(t *testing.T) {
-		var stderr syncBuffer
+		var stderr testio.SyncBuffer
 		d := startConsoleDaemon(t, &stderr, "info") // runners say "runner connected"
 		d.stopWith(syscall.SIGTERM)
 		out := stderr.String()
@@ -116,7 +118,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 // On a terminal the log keeps its colours, the runners' lines too.
 func TestConsoleLogOnATerminal(t *testing.T) {
 	master, slave := openPty(t)
-	var out syncBuffer
+	var out testio.SyncBuffer
 	copied := make(chan struct{})
 	go func() { io.Copy(&out, master); close(copied) }() // ends with EIO once every slave fd is closed
 	t.Cleanup(func() { slave.Close(); master.Close(); <-copied })

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
+
 	"github.com/orchestrd/orchestrd/api"
 )
 
@@ -33,7 +35,7 @@ func TestEventsCLIAgainstRealDaemon(t *testing.T) {
 	}
 
 	// --follow prints what happens from now on, not the history.
-	var fout, ferr syncBuffer
+	var fout, ferr testio.SyncBuffer
 	follow := exec.Command(binary, "events", "--home", d.home, "--follow", "--json")
 	follow.Stdout, follow.Stderr = &fout, &ferr
 	if err := follow.Start(); err != nil {

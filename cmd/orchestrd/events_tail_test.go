@@ -130,14 +130,9 @@ func TestEventsTail(t *testing.T) {
 		{[]string{"-n", "3", "--since", "2025-11-21T03:04:00Z"}, "5 6"},
 	} {
 		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
-		var seqs []string
-		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(ln); len(f) > 1 {
-				seqs = append(seqs, f[1])
-			}
-		}
-		if code != 0 || strings.Join(seqs, " ") != c.seqs {
-			t.Errorf("%v: code %d seqs %v, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
+		seqs := textSeqs(out)
+		if code != 0 || seqs != c.seqs {
+			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
 		}
 	}
 	code, out, _ := runEventsTest(t, context.Background(), home, "--json", "-n", "1")
@@ -191,7 +186,7 @@ func TestEventsHidesConnectionChurn(t *testing.T) {
 			}
 		}
 		if code != 0 || strings.Join(seqs, " ") != c.seqs {
-			t.Errorf("%v: code %d seqs %v, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
+			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
 		}
 	}
 	// Only churn in the log: the "nothing matched" note says why.

@@ -210,14 +210,9 @@ func TestEventsFilters(t *testing.T) {
 		{[]string{"-f=false", "--lane", "a", "--kind", "job.*"}, "1 4"},
 	} {
 		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
-		var seqs []string
-		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(ln); len(f) > 1 {
-				seqs = append(seqs, f[1])
-			}
-		}
-		if code != 0 || strings.Join(seqs, " ") != c.seqs {
-			t.Errorf("%v: code %d seqs %v, want %s; stderr %q", c.args, code, seqs, c.seqs, errs)
+		seqs := textSeqs(out)
+		if code != 0 || seqs != c.seqs {
+			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
 		}
 	}
 }
@@ -330,4 +325,16 @@ func TestEventsFollow(t *testing.T) {
 	if strings.Contains(out.String(), "other") {
 		t.Fatalf("lane filter ignored while following:\n%s", out)
 	}
+}
+
+// textSeqs is the seq column of `orchestrd events` text output, the second
+// field of each line, joined with spaces.
+func textSeqs(out string) string {
+	var seqs []string
+	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(ln); len(f) > 1 {
+			seqs = append(seqs, f[1])
+		}
+	}
+	return strings.Join(seqs, " ")
 }

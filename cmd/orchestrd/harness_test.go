@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -83,26 +86,9 @@ type daemonProc struct {
 	cmd    *exec.Cmd
 	proc   *daemonrun.Daemon
 	done   <-chan struct{} // closed once it has exited: proc.Done()
-	stderr *syncBuffer
+	stderr *testio.SyncBuffer
 	seen   map[int]bool // every runner pid seen
 	mu     sync.Mutex
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // shortTemp returns a short directory: unix socket paths are limited to 108
@@ -143,7 +129,7 @@ func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 // newTestDaemon is the daemon on home as its test will see it, before it
 // is launched.
 func newTestDaemon(t *testing.T, home string) *testDaemon {
-	return &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &syncBuffer{}, seen: map[int]bool{}}}
+	return &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &testio.SyncBuffer{}, seen: map[int]bool{}}}
 }
 
 // launch starts cmd, a daemon on d's home, stops it when the test ends
@@ -446,3 +432,29 @@ func readPid(t *testing.T, path string) int {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// joinByo connects to lane's runner socket as a bring-your-own runner and
+// sends its handshake with the lane's join token; version names the fake
+// runner in the daemon's events. The caller reads the ack.
+func (d *testDaemon) joinByo(lane, version string) net.Conn {
+	d.t.Helper()
+	c, err := net.Dial("unix", filepath.Join(d.home, "runner-"+lane+".sock"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { c.Close() })
+	hs := wire.Handshake{Lane: lane, Pid: uint32(os.Getpid()), Version: version, Token: d.joinToken(lane)}
+	if err := wire.WriteFrame(c, wire.TypeHandshake, hs); err != nil {
+		d.t.Fatal(err)
+	}
+	return c
+}
+
+// waitByoReady waits until lane's one runner is the ready byo runner.
+func (d *testDaemon) waitByoReady(lane string) {
+	d.t.Helper()
+	eventually(d.t, 10*time.Second, "the bring-your-own runner joined", func() bool {
+		l := d.lane(lane)
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+	})
+}

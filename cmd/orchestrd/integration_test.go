@@ -653,14 +653,7 @@ heartbeat_timeout = "60s"
 `)
 	// A bring-your-own runner that handshakes, then ignores everything,
 	// Shutdown included.
-	c, err := net.Dial("unix", filepath.Join(d.home, "runner-byo.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := wire.WriteFrame(c, wire.TypeHandshake, wire.Handshake{Lane: "byo", Pid: uint32(os.Getpid()), Version: "stubborn", Token: d.joinToken("byo")}); err != nil {
-		t.Fatal(err)
-	}
+	c := d.joinByo("byo", "stubborn")
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -671,10 +664,7 @@ heartbeat_timeout = "60s"
 			}
 		}
 	}()
-	eventually(t, 10*time.Second, "the stubborn runner joined", func() bool {
-		l := d.lane("byo")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-	})
+	d.waitByoReady("byo")
 
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.waitEvent("daemon.stopping", nil)

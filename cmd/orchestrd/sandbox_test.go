@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
@@ -255,7 +257,7 @@ type sandboxDaemon struct {
 	home   string
 	cmd    *exec.Cmd
 	proc   *daemonrun.Daemon
-	stderr *syncBuffer
+	stderr *testio.SyncBuffer
 }
 
 func startSandboxDaemon(t *testing.T, cred *syscall.Credential) *sandboxDaemon {
@@ -285,7 +287,7 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 	top := shortTemp(t)
 	os.Chmod(top, 0o755)
 	d := &sandboxDaemon{t: t, cred: cred, bin: filepath.Join(top, "orchestrd"), home: filepath.Join(top, "h"),
-		stderr: &syncBuffer{}}
+		stderr: &testio.SyncBuffer{}}
 	if err := daemonrun.CopyFile(binary, d.bin, 0o755); err != nil {
 		t.Fatal(err)
 	}

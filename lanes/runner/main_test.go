@@ -1,33 +1,15 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/wire"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestMainFlags(t *testing.T) {
 	for _, tc := range []struct {
@@ -42,7 +24,7 @@ func TestMainFlags(t *testing.T) {
 		{[]string{"--lane", "x", "--socket", "/s", "extra"}, 2, "unexpected argument"},
 		{[]string{"--lane", "x", "--socket", t.TempDir() + "/missing.sock", "--id", "r9"}, 1, `"message":"runner failed"`},
 	} {
-		var out syncBuffer
+		var out testio.SyncBuffer
 		if code := mainWith(tc.args, &out, &out, nil, false); code != tc.code || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("Main(%q) = %d, output %q; want %d and %q", tc.args, code, out.String(), tc.code, tc.want)
 		}
@@ -50,7 +32,7 @@ func TestMainFlags(t *testing.T) {
 }
 
 func TestMainServesUntilShutdown(t *testing.T) {
-	var out syncBuffer
+	var out testio.SyncBuffer
 	d := startWith(t, okAck(1), func(ctx context.Context, o Options) error {
 		if code := mainWith([]string{"--lane", o.Lane, "--socket", o.Socket, "--id", "r-7"}, &out, &out, ctx.Done(), false); code != 0 {
 			return fmt.Errorf("exit code %d", code)
