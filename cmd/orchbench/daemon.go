@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
@@ -110,9 +111,9 @@ func (d *daemon) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-func (d *daemon) dial() (*control.Client, error) { return control.Dial(d.sock) }
+func (d *daemon) dial() (*client.Client, error) { return client.Dial(d.sock) }
 
-func laneList(c *control.Client) ([]laneInfo, error) {
+func laneList(c *client.Client) ([]laneInfo, error) {
 	var res struct {
 		Lanes []laneInfo `json:"lanes"`
 	}
@@ -124,7 +125,7 @@ func laneList(c *control.Client) ([]laneInfo, error) {
 	return res.Lanes, nil
 }
 
-func call(c *control.Client, method string, params, result any) error {
+func call(c *client.Client, method string, params, result any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return c.Call(ctx, method, params, result)
@@ -157,7 +158,7 @@ type evData struct {
 
 // subscription is a control connection subscribed to some event kinds.
 type subscription struct {
-	c  *control.Client
+	c  *client.Client
 	ch chan event
 }
 

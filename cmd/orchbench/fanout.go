@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
 // fanoutJob prints short lines as fast as the shell can: many small
@@ -199,7 +199,7 @@ func runFanout(b *bench) error {
 }
 
 // runOutputJob runs one fan-out job to its end.
-func runOutputJob(ctx context.Context, c *control.Client) error {
+func runOutputJob(ctx context.Context, c *client.Client) error {
 	var sub struct {
 		JobID string `json:"job_id"`
 	}

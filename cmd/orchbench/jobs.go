@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
 // loadResult is one timed run of a closed-loop load at some concurrency.
@@ -104,7 +104,7 @@ func orchJobWorker(d *daemon) func() (func() error, func(), error) {
 	}
 }
 
-func runTrueJob(c *control.Client) error {
+func runTrueJob(c *client.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var sub struct {

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
 // runOrphan: SIGKILL a runner while a job runs on it; time until a client
@@ -77,7 +77,7 @@ func runOrphan(b *bench) error {
 }
 
 // waitRunning polls job.get until the job runs and returns its runner's pid.
-func waitRunning(c *control.Client, id string, timeout time.Duration) (int, error) {
+func waitRunning(c *client.Client, id string, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		var res struct {

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
 // laneConfig is the TOML of a daemon with one lane, "bench", for a scenario.
@@ -125,7 +125,7 @@ func (b *bench) measureOrchRestart(name string, spares, n int, upFor time.Durati
 }
 
 // servingPid returns the pid of the bench lane's serving runner.
-func servingPid(c *control.Client) (int, error) {
+func servingPid(c *client.Client) (int, error) {
 	ls, err := laneList(c)
 	if err != nil {
 		return 0, err
@@ -145,7 +145,7 @@ func servingPid(c *control.Client) (int, error) {
 
 // waitSpareReady waits (setup, between trials) until the bench lane has a
 // ready spare.
-func waitSpareReady(c *control.Client, timeout time.Duration) error {
+func waitSpareReady(c *client.Client, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ls, err := laneList(c)

@@ -1,7 +1,7 @@
 package main
 
 // Client commands: run, jobs, cancel, status. Each talks to the daemon over
-// its control socket (<home>/daemon.sock) with control.Client and returns
+// its control socket (<home>/daemon.sock) with client.Client and returns
 // the process exit code.
 
 import (
@@ -20,12 +20,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -104,11 +105,11 @@ func usageError(fs *flag.FlagSet, usage string, stderr io.Writer, format string,
 
 // dial connects to the daemon, printing the one-line diagnosis when there is
 // none.
-func dial(home string, stderr io.Writer) (*control.Client, bool) {
+func dial(home string, stderr io.Writer) (*client.Client, bool) {
 	sock := socketPath(home)
-	c, err := control.Dial(sock)
+	c, err := client.Dial(sock)
 	if err != nil {
-		if errors.Is(err, control.ErrNoDaemon) {
+		if errors.Is(err, client.ErrNoDaemon) {
 			fmt.Fprintf(stderr, "orchestrd: no daemon running at %s (start one with: orchestrd serve)\n", sock)
 		} else {
 			fmt.Fprintf(stderr, "orchestrd: %v\n", err)
@@ -129,7 +130,7 @@ func callErr(stderr io.Writer, err error) int {
 	return exitFailure
 }
 
-func call(c *control.Client, method string, params, result any) error {
+func call(c *client.Client, method string, params, result any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return c.Call(ctx, method, params, result)
@@ -222,7 +223,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 // jobFollower follows one job for cmdRun.
 type jobFollower struct {
-	c       *control.Client
+	c       *client.Client
 	stdout  io.Writer
 	stderr  io.Writer
 	timeout time.Duration
@@ -486,7 +487,7 @@ func signalNumber(name string) int {
 // arguments: parse, refuse extra arguments, connect to the daemon at the
 // --home the flags gave. When ok is false the reason has been printed and
 // code is the exit code.
-func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *string, stdout, stderr io.Writer) (c *control.Client, code int, ok bool) {
+func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *string, stdout, stderr io.Writer) (c *client.Client, code int, ok bool) {
 	if code, ok := parseFlags(fs, usage, args, stdout, stderr); !ok {
 		return nil, code, false
 	}

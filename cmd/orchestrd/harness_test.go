@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
 	"go.uber.org/goleak"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -161,9 +162,9 @@ func (d *testDaemon) waitCleanExit(what string) {
 
 func (d *testDaemon) sock() string { return filepath.Join(d.home, "daemon.sock") }
 
-func (d *testDaemon) client() *control.Client {
+func (d *testDaemon) client() *client.Client {
 	d.t.Helper()
-	c, err := control.Dial(d.sock())
+	c, err := client.Dial(d.sock())
 	if err != nil {
 		d.t.Fatalf("dial: %v\ndaemon log:\n%s", err, d.stderr.String())
 	}
@@ -185,7 +186,7 @@ func (d *testDaemon) call(method string, params, result any) error {
 
 // callWithin is call with a client deadline of within.
 func (d *testDaemon) callWithin(within time.Duration, method string, params, result any) error {
-	c, err := control.Dial(d.sock())
+	c, err := client.Dial(d.sock())
 	if err != nil {
 		return err
 	}

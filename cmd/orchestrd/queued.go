@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // queuedAfter is how long `run` waits, its job still queued, before it
@@ -18,7 +18,7 @@ const queuedAfter = time.Second
 
 // queuedNotice asks the daemon about job id and, if it is still queued,
 // returns one line saying so and why; "" otherwise.
-func queuedNotice(c *control.Client, id string) string {
+func queuedNotice(c *client.Client, id string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var g struct {

@@ -19,11 +19,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
@@ -66,7 +67,7 @@ func redTool(mode string, args []string) int {
 		}
 		return 0
 	case "submit": // submit SOCKET COMMAND: a job with no cwd, as an API client may send it
-		c, err := control.Dial(args[0])
+		c, err := client.Dial(args[0])
 		if err != nil {
 			fmt.Println(err)
 			return 1

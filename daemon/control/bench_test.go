@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
 // BenchmarkPing measures one ping round trip through Client, socket, conn
@@ -15,7 +17,7 @@ func BenchmarkPing(b *testing.B) {
 	for _, clients := range []int{1, 64} {
 		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
 			h := newHarness(b, nil)
-			cs := make([]*Client, clients)
+			cs := make([]*client.Client, clients)
 			for i := range cs {
 				cs[i] = h.client()
 				if err := cs[i].Call(context.Background(), "ping", nil, nil); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/rs/zerolog"
@@ -261,9 +263,9 @@ func (h *harness) stop() {
 	})
 }
 
-func (h *harness) client() *Client {
+func (h *harness) client() *client.Client {
 	h.t.Helper()
-	c, err := Dial(h.path)
+	c, err := client.Dial(h.path)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -271,14 +273,14 @@ func (h *harness) client() *Client {
 	return c
 }
 
-func (h *harness) call(c *Client, method string, params, result any) error {
+func (h *harness) call(c *client.Client, method string, params, result any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return c.Call(ctx, method, params, result)
 }
 
 // mustCall calls and fails the test on any error.
-func (h *harness) mustCall(c *Client, method string, params, result any) {
+func (h *harness) mustCall(c *client.Client, method string, params, result any) {
 	h.t.Helper()
 	if err := h.call(c, method, params, result); err != nil {
 		h.t.Fatalf("%s: %v", method, err)
@@ -286,7 +288,7 @@ func (h *harness) mustCall(c *Client, method string, params, result any) {
 }
 
 // callErr calls and returns the remote error, failing if there is none.
-func (h *harness) callErr(c *Client, method string, params any) *wire.Error {
+func (h *harness) callErr(c *client.Client, method string, params any) *wire.Error {
 	h.t.Helper()
 	err := h.call(c, method, params, nil)
 	we, ok := err.(*wire.Error)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/rs/zerolog"
@@ -161,7 +163,7 @@ func TestCallAnsweredLater(t *testing.T) {
 	go func() { left <- h.call(c2, "test.later", nil, nil) }()
 	waitUntil(t, "the call is pending", func() bool { return h.dom.pendingCount() == 1 })
 	c2.Close()
-	if err := <-left; !errors.Is(err, ErrClientClosed) {
+	if err := <-left; !errors.Is(err, client.ErrClientClosed) {
 		t.Fatalf("call on a closed client: %v", err)
 	}
 	h.rec.wait(t, "c2 closed", isClosed("c2"))

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/rs/zerolog"
@@ -424,7 +426,7 @@ func TestServeStopsOnContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	c, err := Dial(filepath.Join(dir, "d.sock"))
+	c, err := client.Dial(filepath.Join(dir, "d.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +444,7 @@ func TestServeStopsOnContext(t *testing.T) {
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Call(context.Background(), "ping", nil, nil); !errors.Is(err, ErrClientClosed) {
+	if err := c.Call(context.Background(), "ping", nil, nil); !errors.Is(err, client.ErrClientClosed) {
 		t.Fatalf("call after Close: %v", err)
 	}
 	c.Close()
@@ -497,14 +499,14 @@ func TestClientReadsLongLines(t *testing.T) {
 func TestDialNoDaemon(t *testing.T) {
 	dir := shortTempDir(t)
 	path := filepath.Join(dir, "daemon.sock")
-	_, err := Dial(path)
-	if !errors.Is(err, ErrNoDaemon) || !strings.Contains(err.Error(), "no daemon at "+path) {
+	_, err := client.Dial(path)
+	if !errors.Is(err, client.ErrNoDaemon) || !strings.Contains(err.Error(), "no daemon at "+path) {
 		t.Fatalf("Dial(missing) = %v", err)
 	}
 	ln, _ := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	ln.SetUnlinkOnClose(false)
 	ln.Close() // stale socket: ECONNREFUSED
-	if _, err := Dial(path); !errors.Is(err, ErrNoDaemon) {
+	if _, err := client.Dial(path); !errors.Is(err, client.ErrNoDaemon) {
 		t.Fatalf("Dial(stale) = %v", err)
 	}
 }

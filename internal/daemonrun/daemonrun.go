@@ -19,8 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/daemon/control"
 )
 
 // ErrExited is wrapped by WaitReady's error when the daemon exited before
@@ -143,7 +144,7 @@ func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
 
 // laneList asks the daemon for lane.list on a connection of its own.
 func (d *Daemon) laneList(deadline time.Time) ([]api.LaneStatus, error) {
-	c, err := control.Dial(d.Socket())
+	c, err := client.Dial(d.Socket())
 	if err != nil {
 		return nil, err
 	}
