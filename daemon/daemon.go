@@ -56,11 +56,23 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
-	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
-		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger})
+	// The state store before the event log: the log's seq numbers are
+	// reserved in it.
+	store, err := openState(opts.Home, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	evOpts := eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
+		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger}
+	if err := reserveSeq(ctx, store, &evOpts); err != nil {
+		return err
+	}
+	bus, err := eventlog.Open(evOpts)
 	if err != nil {
 		return fmt.Errorf("opening the event log: %w", err)
 	}
+	defer releaseSeq(store, bus, opts.Logger) // after bus.Close
 	defer bus.Close()
 	// protoactor's own info lines ("actor system started") are noise on
 	// the daemon's stderr; its warnings are not.
@@ -107,7 +119,8 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
-	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
+	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
+		SeqSkipped: bus.SeqSkipped()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
 		Msg("orchestrd ready")
