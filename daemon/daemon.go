@@ -41,6 +41,9 @@ type Options struct {
 // everything down: no runner or job process survives it.
 func Run(ctx context.Context, opts Options) error {
 	started := time.Now()
+	// Before anything can start a process: no runner or job inherits
+	// $NOTIFY_SOCKET.
+	sd := newNotifier(opts.Logger)
 	// The home's lock comes before anything else but making sure there is
 	// a home: a second daemon on a live home must leave it as it is (no
 	// socket replaced, no line in its event log).
@@ -53,11 +56,23 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
-	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
-		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger})
+	// The state store before the event log: the log's seq numbers are
+	// reserved in it.
+	store, err := openState(opts.Home, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	evOpts := eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
+		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger}
+	if err := reserveSeq(ctx, store, &evOpts); err != nil {
+		return err
+	}
+	bus, err := eventlog.Open(evOpts)
 	if err != nil {
 		return fmt.Errorf("opening the event log: %w", err)
 	}
+	defer releaseSeq(store, bus, opts.Logger) // after bus.Close
 	defer bus.Close()
 	// protoactor's own info lines ("actor system started") are noise on
 	// the daemon's stderr; its warnings are not.
@@ -104,10 +119,12 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
-	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
+	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
+		SeqSkipped: bus.SeqSkipped()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
 		Msg("orchestrd ready")
+	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes))
 
 	sigs := opts.Signals
 	if len(sigs) == 0 {
@@ -125,22 +142,25 @@ func Run(ctx context.Context, opts Options) error {
 	defer close(stopped)
 	var g run.Group
 	why := "control socket" // what stopped the daemon, for the last line of its log
+	var stopSig os.Signal   // the signal that stopped it, if one did
 	{
 		stop := make(chan struct{})
 		g.Add(func() error {
 			select {
 			case s := <-sigCh:
-				why = s.String()
+				why, stopSig = s.String(), s
 				bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal"})
 			case <-ctx.Done():
 				why = "context done"
 				bus.Emit(DaemonStopping{Reason: "context done"})
 			case <-stop:
 			}
+			sd.notify("STOPPING=1", stoppingStatus(stopSig, why))
 			go func() {
 				select {
 				case s := <-sigCh:
 					bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
+					sd.notify(stoppingStatus(s, "") + ", killing runners now")
 					mgr.Force()
 				case <-stopped:
 				}

@@ -12,6 +12,10 @@ type DaemonStarted struct {
 	Version string   `json:"version"`
 	Home    string   `json:"home"`
 	Lanes   []string `json:"lanes"`
+	// SeqSkipped: how many seq numbers were skipped since the last line
+	// of the log, the unused rest of the range a daemon that died had
+	// reserved (see supervisor/eventlog); omitted when none.
+	SeqSkipped uint64 `json:"seq_skipped,omitempty"`
 }
 
 func (DaemonStarted) Kind() string { return "daemon.started" }

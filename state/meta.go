@@ -49,6 +49,16 @@ func (m Meta) Reserve(ctx context.Context, key string, n int64) (first int64, er
 	return w.first, nil
 }
 
+// ReserveLater is Reserve without waiting: done gets the first number of
+// the range once it is committed, or the error, on the writer goroutine
+// (see Enqueue: it must return quickly and not call the Store). An error
+// returned here means nothing was queued and done is not called. The event
+// log asks for its next seq range this way from inside Emit.
+func (m Meta) ReserveLater(key string, n int64, done func(first int64, err error)) error {
+	w := &metaReserve{key: key, n: n}
+	return m.s.Enqueue(w, func(err error) { done(w.first, err) })
+}
+
 type metaSet struct{ key, value string }
 
 func (w *metaSet) what() string { return "set meta " + w.key }

@@ -189,7 +189,10 @@ func jobBaseEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") {
+		// NOTIFY_SOCKET: a runner started by systemd (a bring-your-own one
+		// as a service) must not let its jobs speak for it; the daemon
+		// drops it from its own environment at start.
+		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") || k == "NOTIFY_SOCKET" {
 			continue
 		}
 		out = append(out, kv)

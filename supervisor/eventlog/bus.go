@@ -15,10 +15,17 @@
 //
 //	{"ts":"2025-11-21T03:12:45.123456789Z","seq":1042,"kind":"runner.exited","lane":"review",...}
 //
-// Seq is contiguous over logged events and continues across daemon restarts
-// (Open reads the last seq back from the log), so a gap in the file means
-// lines were dropped, and the eventlog.dropped line after the gap says how
-// many. Event fields must not be named ts, seq or kind.
+// Seq continues across daemon restarts and is never handed out twice: Open
+// reads the last seq back from the log, and with Options.ReserveSeq the
+// numbers also come from ranges reserved ahead in durable storage (the
+// daemon's state.db), so the numbers of lines a daemon killed with -9 had
+// handed out to subscribers but not yet written are not reused. Within one
+// run seq is contiguous over logged events: a gap there means lines were
+// dropped, and the eventlog.dropped line after the gap says how many. A gap
+// between one run's last line and the next run's first is the unused rest
+// of the dead run's reserved range; SeqSkipped says how many numbers the
+// new run skipped (the daemon puts it in daemon.started as seq_skipped).
+// Event fields must not be named ts, seq or kind.
 //
 // Read reads the log back (rotated files oldest first, then the current
 // file) and can follow it across rotations; `orchestrd events` (in
@@ -64,6 +71,22 @@ type Options struct {
 	MaxFiles int            // rotated files kept: events.ndjson.1 (newest) .. .N; default 3
 	Buffer   int            // lines queued for the writer goroutine; default 65536
 	Logger   zerolog.Logger // the bus's own problems: write and rotation errors, sink panics
+
+	// SeqFrom: seq continues above it as well as above the log's last
+	// line. It is the highest number an earlier bus on this log may have
+	// handed out (the end of its reserved range).
+	SeqFrom uint64
+	// ReserveSeq, if set, keeps seq inside ranges reserved in durable
+	// storage: SeqReserved is the last number reserved at Open; when fewer
+	// than SeqBlock/2 of the reserved numbers are left, Emit calls
+	// ReserveSeq (one call at a time). It must not block: it reserves the
+	// next range asynchronously and calls done, from any goroutine, with
+	// that range's last number or the error. A bus that runs past its
+	// reservation (storage too slow or failing) goes on numbering and logs
+	// it: Emit never waits.
+	ReserveSeq  func(done func(last uint64, err error))
+	SeqReserved uint64
+	SeqBlock    uint64
 }
 
 // Record is one emitted event as subscribers see it. Records are shared
@@ -144,6 +167,14 @@ type Bus struct {
 	subMu sync.Mutex // serialises Subscribe/unsubscribe copy-on-write
 	subs  atomic.Pointer[[]*subscriber]
 
+	// Seq reservation (Options.ReserveSeq).
+	reserve   func(done func(last uint64, err error))
+	seqBlock  uint64
+	seqLimit  atomic.Uint64 // last reserved number
+	seqRetry  atomic.Uint64 // after a failed reservation: not before this seq
+	reserving atomic.Bool
+	skipped   uint64
+
 	w         *writer
 	done      chan struct{} // closed when the writer goroutine has exited
 	closeOnce sync.Once
@@ -182,7 +213,12 @@ func open(opts Options, h hooks) (*Bus, error) {
 	}
 	b := &Bus{log: opts.Logger, hooks: h, done: make(chan struct{})}
 	b.limit.interval = 10 * time.Second
+	if opts.ReserveSeq != nil {
+		b.reserve, b.seqBlock = opts.ReserveSeq, max(opts.SeqBlock, 2)
+		b.seqLimit.Store(opts.SeqReserved)
+	}
 	if opts.Path == "" {
+		b.startSeq(0, opts.SeqFrom)
 		close(b.done)
 		return b, nil
 	}
@@ -198,7 +234,7 @@ func open(opts Options, h hooks) (*Bus, error) {
 		f.Close()
 		return nil, err
 	}
-	b.seq.Store(last)
+	b.startSeq(last, opts.SeqFrom)
 	b.queue = make(chan []byte, opts.Buffer)
 	b.w = &writer{bus: b, path: opts.Path, maxBytes: opts.MaxBytes, maxFiles: opts.MaxFiles, f: f, fi: fi,
 		size: fi.Size(), torn: torn, checkEvery: reopenCheckInterval, checked: time.Now()}
@@ -248,6 +284,55 @@ func privateRotated(path string) error {
 	return nil
 }
 
+// startSeq makes seq continue above both the log's last line and from.
+func (b *Bus) startSeq(last, from uint64) {
+	if from > last {
+		b.skipped = from - last
+		last = from
+	}
+	b.seq.Store(last)
+}
+
+// SeqSkipped is how many numbers this bus skipped at Open, between the
+// log's last line and the end of the range an earlier bus had reserved:
+// the numbers a daemon that died did not use, or used for lines it never
+// wrote.
+func (b *Bus) SeqSkipped() uint64 { return b.skipped }
+
+// reserveAhead asks for the next seq range when fewer than half a block of
+// reserved numbers are left after seq.
+func (b *Bus) reserveAhead(seq uint64) {
+	limit := b.seqLimit.Load()
+	if seq > limit {
+		b.limit.do("seq-unreserved", func(suppressed int) {
+			b.log.Warn().Uint64("seq", seq).Uint64("reserved_to", limit).Int("suppressed", suppressed).
+				Msg("eventlog: seq runs past its durable reservation: after a crash now, numbers could be handed out again")
+		})
+	}
+	if seq+b.seqBlock/2 < limit || seq < b.seqRetry.Load() || !b.reserving.CompareAndSwap(false, true) {
+		return
+	}
+	b.reserve(b.seqReserved)
+}
+
+// seqReserved is ReserveSeq's done.
+func (b *Bus) seqReserved(last uint64, err error) {
+	if err != nil {
+		b.seqRetry.Store(b.seq.Load() + b.seqBlock/16) // not at every Emit
+		b.limit.do("seq-reserve", func(suppressed int) {
+			b.log.Error().Err(err).Int("suppressed", suppressed).Msg("eventlog: reserving seq numbers")
+		})
+	} else {
+		for {
+			cur := b.seqLimit.Load()
+			if last <= cur || b.seqLimit.CompareAndSwap(cur, last) {
+				break
+			}
+		}
+	}
+	b.reserving.Store(false)
+}
+
 // Seq returns the last assigned seq.
 func (b *Bus) Seq() uint64 { return b.seq.Load() }
 
@@ -287,6 +372,9 @@ func (b *Bus) Emit(ev Event) *Record {
 				}
 			}
 			b.mu.Unlock()
+		}
+		if b.reserve != nil {
+			b.reserveAhead(r.Seq)
 		}
 	}
 	eb.put()
