@@ -36,7 +36,6 @@ type notifier struct {
 
 // newNotifier takes $NOTIFY_SOCKET out of the environment and returns the
 // notifier for it.
-
 func newNotifier(log zerolog.Logger) *notifier {
 	n := &notifier{log: log}
 	path := os.Getenv(EnvNotifySocket)
