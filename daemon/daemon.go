@@ -22,8 +22,25 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
+
+// StateFile is the durable store's file in the home.
+const StateFile = "state.db"
+
+// StateError is Run's error when the state store cannot be opened (a
+// corrupt or unreadable file, a read-only home, a full disk, a schema
+// newer than this build): one line naming the file and the problem.
+type StateError struct{ Err error }
+
+func (e *StateError) Error() string { return e.Err.Error() }
+func (e *StateError) Unwrap() error { return e.Err }
+
+// stateQueue bounds the writes waiting for the store's writer: room for a
+// burst of submissions, each a record that must be committed before it is
+// acknowledged (a full queue refuses them: store_unavailable).
+const stateQueue = 1 << 16
 
 // Options configures a daemon.
 type Options struct {
@@ -53,6 +70,25 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
+	// The state store next: after the lock (one daemon per file), before
+	// anything else, so a store that cannot be opened stops the daemon
+	// before it touches the home. Closed last but the lock (see below).
+	st, err := state.Open(filepath.Join(opts.Home, StateFile), state.Options{
+		Durability: state.Durability(cfg.State.Durability), QueueSize: stateQueue})
+	if err != nil {
+		return &StateError{Err: err}
+	}
+	stClosed := false
+	closeState := func() {
+		if stClosed {
+			return
+		}
+		stClosed = true
+		if err := st.Close(); err != nil {
+			opts.Logger.Error().Err(err).Msg("closing the state store")
+		}
+	}
+	defer closeState()
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
 		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger})
 	if err != nil {
@@ -81,7 +117,7 @@ func Run(ctx context.Context, opts Options) error {
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe,
-		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger})
+		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st}})
 	if err != nil {
 		return fmt.Errorf("starting lanes: %w", err)
 	}
@@ -95,6 +131,14 @@ func Run(ctx context.Context, opts Options) error {
 			opts.Logger.Error().Err(err).Str("reason", reason).Msg("lanes did not stop cleanly")
 		}
 	}
+	// The jobs a dead daemon left, before the control socket takes work.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	recovered, err := mgr.Recover(rctx)
+	rcancel()
+	if err != nil {
+		shutdownLanes("recovery failed")
+		return fmt.Errorf("recovering jobs: %w", err)
+	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
 		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
@@ -104,7 +148,8 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
-	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames()})
+	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
+		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
 		Msg("orchestrd ready")
@@ -165,6 +210,14 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	err = g.Run()
+	// The lanes have stopped and their last terminal records are queued:
+	// a write after them returns once they are committed and published
+	// (job.finished) while the event log is still open.
+	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if ferr := st.Meta().Set(fctx, "stopped_at", time.Now().UTC().Format(time.RFC3339Nano)); ferr != nil {
+		opts.Logger.Error().Err(ferr).Msg("recording the stop in the state store")
+	}
+	fcancel()
 	uptime := time.Since(started)
 	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {

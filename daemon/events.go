@@ -7,11 +7,17 @@ import "github.com/orchestrd/orchestrd/supervisor/eventlog"
 // field names are stable snake_case and only ever added to. They are
 // registered with the event log below.
 
+// DaemonStarted: the daemon serves. Recovered says the previous daemon
+// died leaving unfinished jobs, of which Requeued were queued again and
+// Failed ended failed (job.recovered has each).
 type DaemonStarted struct {
-	Pid     int      `json:"pid"`
-	Version string   `json:"version"`
-	Home    string   `json:"home"`
-	Lanes   []string `json:"lanes"`
+	Pid       int      `json:"pid"`
+	Version   string   `json:"version"`
+	Home      string   `json:"home"`
+	Lanes     []string `json:"lanes"`
+	Recovered bool     `json:"recovered"`
+	Requeued  int      `json:"requeued"`
+	Failed    int      `json:"failed"`
 }
 
 func (DaemonStarted) Kind() string { return "daemon.started" }

@@ -10,7 +10,7 @@ import (
 // it promises.
 func TestKinds(t *testing.T) {
 	eventlogtest.CheckKinds(t,
-		DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"a", "b"}},
+		DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"a", "b"}, Recovered: true, Requeued: 2, Failed: 1},
 		DaemonStopping{Signal: "SIGTERM", Reason: "signal"},
 		DaemonStopped{UptimeMs: 1234567, Killed: 2},
 		ActorPanicked{Actor: "lane/review", Panic: "index out of range", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1", Directive: "restart"},
