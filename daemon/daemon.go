@@ -148,6 +148,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
+	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
@@ -210,6 +211,7 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	err = g.Run()
+	stopPruning()
 	// The lanes have stopped and their last terminal records are queued:
 	// a write after them returns once they are committed and published
 	// (job.finished) while the event log is still open.

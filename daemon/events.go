@@ -52,7 +52,20 @@ type ActorRestarted struct {
 
 func (ActorRestarted) Kind() string { return "actor.restarted" }
 
+// JobsPruned: finished jobs were deleted from the state store, past
+// [state] retain_jobs (the most recently finished kept; 0: no bound) or
+// older than retain_for ("0s": no bound). Only a prune that deleted
+// something is logged.
+type JobsPruned struct {
+	Count      int    `json:"count"`
+	RetainJobs int    `json:"retain_jobs"`
+	RetainFor  string `json:"retain_for"`
+}
+
+func (JobsPruned) Kind() string { return "jobs.pruned" }
+
 func init() {
+	eventlog.Register(JobsPruned{})
 	eventlog.Register(DaemonStarted{}, DaemonStopping{}, DaemonStopped{}, ActorPanicked{},
 		ActorRestarted{})
 }
