@@ -30,6 +30,13 @@ func (d *testDaemon) kill9() {
 	case <-time.After(20 * time.Second):
 		d.t.Fatal("daemon still alive 20s after SIGKILL")
 	}
+	// Its runners (and so their jobs) die with it; wait for them, so the
+	// next daemon does not find their cgroups busy.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for pid := range d.seen {
+		waitGone(d.t, pid)
+	}
 }
 
 // markJob is a shell command that appends a line to dir/<its job id>: a
