@@ -43,6 +43,7 @@ type (
 	// the lane tells the job, after the jobDispatched it sent it.
 	jobBounced struct {
 		runnerID string
+		gen      int // the runner's incarnation it was meant for
 		job      actors.Ref
 		w        wire.Job
 	}
@@ -145,7 +146,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		if m.err != nil || j.cancelSent {
 			// Not handed over: the lane frees the slot and the job ends
 			// (bounced), as for a runner gone before it got the job.
-			c.Send(j.lane, jobBounced{runnerID: j.rec.RunnerID, job: c.Self(), w: j.w})
+			c.Send(j.lane, jobBounced{runnerID: j.rec.RunnerID, gen: j.gen, job: c.Self(), w: j.w})
 			j.w = wire.Job{}
 			return
 		}

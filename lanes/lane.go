@@ -179,7 +179,11 @@ func (l *laneActor) Receive(c *actors.Context) {
 		// Forwarded by the lane, not the runner, so that it reaches the
 		// job after the jobDispatched the lane sent it.
 		c.Send(m.job, m)
-		l.slotFreed(c, m.runnerID)
+		// The slot it held is the incarnation's it was meant for: one
+		// that came up since (runnerUp reset the count) lost nothing.
+		if s := l.runners[m.runnerID]; s != nil && s.gen == m.gen {
+			l.slotFreed(c, m.runnerID)
+		}
 	case runnerExited:
 		l.runnerExited(c, m)
 	case runnerStable:

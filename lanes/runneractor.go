@@ -252,7 +252,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			// Gone before a byte of the job was written (or replaced by
 			// another incarnation since the lane chose it): it never
 			// reached a runner, so it goes back to the queue (not a retry).
-			c.Send(r.lane, jobBounced{runnerID: r.id, job: m.job, w: m.w})
+			c.Send(r.lane, jobBounced{runnerID: r.id, gen: m.gen, job: m.job, w: m.w})
 			return
 		}
 		r.jobs[m.w.JobID] = m.job
