@@ -53,7 +53,7 @@ type UnfinishedJob struct {
 
 // storeUnavailable is the error a submission gets when its record could
 // not be written: the job is not accepted.
-func storeUnavailable(id string, err error) *api.Error {
+func storeUnavailable(err error) *api.Error {
 	return &api.Error{Code: api.CodeStoreUnavailable,
 		Message: fmt.Sprintf("job not accepted: it could not be recorded in the state store: %v", err)}
 }

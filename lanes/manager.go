@@ -308,7 +308,7 @@ func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error))
 		if err != nil {
 			h.pending.Add(-1)
 			m.sh.writeFailed("record job "+id+" submitted", err)
-			reply("", storeUnavailable(id, err))
+			reply("", storeUnavailable(err))
 			return
 		}
 		accept()
