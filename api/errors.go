@@ -22,6 +22,9 @@ const (
 	CodeUnauthorized   = wire.CodeUnauthorized   // 1003: the peer is refused
 	CodeQueueFull      = wire.CodeQueueFull      // 1004: the lane's queue is full
 	CodeShuttingDown   = wire.CodeShuttingDown   // 1005: the daemon is stopping
+	// 1006: the state store could not record it (a full disk, a failing
+	// file): a job.submit refused so is not accepted.
+	CodeStoreUnavailable = wire.CodeStoreUnavailable
 )
 
 // Error is why a call failed: a code (above), a message for people, and

@@ -50,6 +50,13 @@ const (
 	ErrRunnerMemory       = "runner_memory_exceeded"
 	ErrDaemonShutdown     = "daemon_shutdown"
 	ErrCancelled          = "cancelled_by_request"
+	// ErrDaemonLost: the daemon died (kill -9, a crash) while the job was
+	// dispatched or running; the daemon that started next failed it, since
+	// it may have run (it is never run again).
+	ErrDaemonLost = "daemon_lost"
+	// ErrLaneRemoved: the daemon died while the job was queued, and the
+	// daemon that started next has no lane of its name in its config.
+	ErrLaneRemoved = "lane_removed"
 )
 
 // DefaultLane is the lane of a job submitted without one.
@@ -158,11 +165,26 @@ func (r *JobRecord) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Filter selects jobs for List; empty fields match everything.
+// Filter selects jobs for List (the params of job.list); empty fields
+// match everything.
 type Filter struct {
 	State string `json:"state,omitempty"`
 	Lane  string `json:"lane,omitempty"`
+	// Since keeps jobs created at or after a time: RFC 3339
+	// ("2026-01-02T15:04:05Z"), or a Go duration ("1h", "90m") meaning
+	// that long ago.
+	Since string `json:"since,omitempty"`
+	// Limit pages the list: at most Limit jobs (1 to MaxListLimit),
+	// newest first, and next_cursor when there are more. Without it every
+	// matching job comes, oldest first.
+	Limit int `json:"limit,omitempty"`
+	// Cursor continues a paged list: the next_cursor of the page before
+	// (with the same filter and limit).
+	Cursor string `json:"cursor,omitempty"`
 }
+
+// MaxListLimit is the largest page job.list gives.
+const MaxListLimit = 10000
 
 // RunnerStatus describes one runner of a lane.
 type RunnerStatus struct {

@@ -45,9 +45,23 @@ type DaemonConfig struct {
 	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
 }
 
+// StateConfig is the [state] table: the durable store <home>/state.db.
+type StateConfig struct {
+	// Durability is what a commit survives: "process" (kill -9 of the
+	// daemon) or "power" (power loss too; an fsync per group commit).
+	Durability string `toml:"durability"`
+	// RetainJobs bounds the finished jobs kept in the store (the most
+	// recently finished); 0 keeps any number.
+	RetainJobs int `toml:"retain_jobs"`
+	// RetainFor bounds how long a finished job is kept; 0 keeps them
+	// whatever their age.
+	RetainFor api.Duration `toml:"retain_for"`
+}
+
 // Config is the whole config file.
 type Config struct {
 	Daemon DaemonConfig                `toml:"daemon"`
+	State  StateConfig                 `toml:"state"`
 	Lanes  map[string]lanes.LaneConfig `toml:"lanes"`
 }
 
@@ -60,6 +74,8 @@ func DefaultConfig() Config {
 			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
 			FinishedOutputBytes: 64 << 20,
 		},
+		State: StateConfig{Durability: "process", RetainJobs: 10000,
+			RetainFor: api.Duration{Duration: 168 * time.Hour}},
 		Lanes: lanes.DefaultLanes(),
 	}
 }
@@ -112,6 +128,9 @@ func ParseConfig(name string, b []byte) (Config, error) {
 var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error{
 	"daemon": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Daemon).Elem(), key)
+	},
+	"state": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.State).Elem(), key)
 	},
 	"lanes": decodeLanes,
 }
@@ -263,6 +282,16 @@ func (c Config) validate() []error {
 	}
 	if d.FinishedOutputBytes < 0 {
 		bad("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
+	}
+	st := c.State
+	if st.Durability != "process" && st.Durability != "power" {
+		bad("state.durability must be \"process\" or \"power\", got %q", st.Durability)
+	}
+	if st.RetainJobs < 0 {
+		bad("state.retain_jobs must be >= 0 (0 keeps any number), got %d", st.RetainJobs)
+	}
+	if st.RetainFor.Duration < 0 {
+		bad("state.retain_for must be >= 0 (0 keeps jobs whatever their age), got %s", st.RetainFor)
 	}
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
 	return errs

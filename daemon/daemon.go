@@ -22,8 +22,25 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
+
+// StateFile is the durable store's file in the home.
+const StateFile = "state.db"
+
+// StateError is Run's error when the state store cannot be opened (a
+// corrupt or unreadable file, a read-only home, a full disk, a schema
+// newer than this build): one line naming the file and the problem.
+type StateError struct{ Err error }
+
+func (e *StateError) Error() string { return e.Err.Error() }
+func (e *StateError) Unwrap() error { return e.Err }
+
+// stateQueue bounds the writes waiting for the store's writer: room for a
+// burst of submissions, each a record that must be committed before it is
+// acknowledged (a full queue refuses them: store_unavailable).
+const stateQueue = 1 << 16
 
 // Options configures a daemon.
 type Options struct {
@@ -56,23 +73,30 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
-	// The state store before the event log: the log's seq numbers are
-	// reserved in it.
-	store, err := openState(opts.Home, cfg)
+	// The state store next: after the lock (one daemon per file), before
+	// anything else, so a store that cannot be opened stops the daemon
+	// before it touches the home. Closed last but the lock (see below).
+	st, err := state.Open(filepath.Join(opts.Home, StateFile), state.Options{
+		Durability: state.Durability(cfg.State.Durability), QueueSize: stateQueue})
 	if err != nil {
-		return err
+		return &StateError{Err: err}
 	}
-	defer store.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			opts.Logger.Error().Err(err).Msg("closing the state store")
+		}
+	}()
+	// The event log after the store: its seq numbers are reserved in it.
 	evOpts := eventlog.Options{Path: filepath.Join(opts.Home, "events.ndjson"),
 		MaxBytes: cfg.Daemon.EventLogMaxBytes, MaxFiles: cfg.Daemon.EventLogFiles, Logger: opts.Logger}
-	if err := reserveSeq(ctx, store, &evOpts); err != nil {
+	if err := reserveSeq(ctx, st, &evOpts); err != nil {
 		return err
 	}
 	bus, err := eventlog.Open(evOpts)
 	if err != nil {
 		return fmt.Errorf("opening the event log: %w", err)
 	}
-	defer releaseSeq(store, bus, opts.Logger) // after bus.Close
+	defer releaseSeq(st, bus, opts.Logger) // after bus.Close
 	defer bus.Close()
 	// protoactor's own info lines ("actor system started") are noise on
 	// the daemon's stderr; its warnings are not.
@@ -96,7 +120,7 @@ func Run(ctx context.Context, opts Options) error {
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe,
-		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger})
+		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st}})
 	if err != nil {
 		return fmt.Errorf("starting lanes: %w", err)
 	}
@@ -110,6 +134,14 @@ func Run(ctx context.Context, opts Options) error {
 			opts.Logger.Error().Err(err).Str("reason", reason).Msg("lanes did not stop cleanly")
 		}
 	}
+	// The jobs a dead daemon left, before the control socket takes work.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	recovered, err := mgr.Recover(rctx)
+	rcancel()
+	if err != nil {
+		shutdownLanes("recovery failed")
+		return fmt.Errorf("recovering jobs: %w", err)
+	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
 		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
@@ -119,7 +151,9 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
+	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
+		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
 		SeqSkipped: bus.SeqSkipped()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
@@ -185,6 +219,15 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	err = g.Run()
+	stopPruning()
+	// The lanes have stopped and their last terminal records are queued:
+	// a write after them returns once they are committed and published
+	// (job.finished) while the event log is still open.
+	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if ferr := st.Meta().Set(fctx, "stopped_at", time.Now().UTC().Format(time.RFC3339Nano)); ferr != nil {
+		opts.Logger.Error().Err(ferr).Msg("recording the stop in the state store")
+	}
+	fcancel()
 	uptime := time.Since(started)
 	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {

@@ -7,11 +7,17 @@ import "github.com/orchestrd/orchestrd/supervisor/eventlog"
 // field names are stable snake_case and only ever added to. They are
 // registered with the event log below.
 
+// DaemonStarted: the daemon serves. Recovered says the previous daemon
+// died leaving unfinished jobs, of which Requeued were queued again and
+// Failed ended failed (job.recovered has each).
 type DaemonStarted struct {
-	Pid     int      `json:"pid"`
-	Version string   `json:"version"`
-	Home    string   `json:"home"`
-	Lanes   []string `json:"lanes"`
+	Pid       int      `json:"pid"`
+	Version   string   `json:"version"`
+	Home      string   `json:"home"`
+	Lanes     []string `json:"lanes"`
+	Recovered bool     `json:"recovered"`
+	Requeued  int      `json:"requeued"`
+	Failed    int      `json:"failed"`
 	// SeqSkipped: how many seq numbers were skipped since the last line
 	// of the log, the unused rest of the range a daemon that died had
 	// reserved (see supervisor/eventlog); omitted when none.
@@ -50,7 +56,20 @@ type ActorRestarted struct {
 
 func (ActorRestarted) Kind() string { return "actor.restarted" }
 
+// JobsPruned: finished jobs were deleted from the state store, past
+// [state] retain_jobs (the most recently finished kept; 0: no bound) or
+// older than retain_for ("0s": no bound). Only a prune that deleted
+// something is logged.
+type JobsPruned struct {
+	Count      int    `json:"count"`
+	RetainJobs int    `json:"retain_jobs"`
+	RetainFor  string `json:"retain_for"`
+}
+
+func (JobsPruned) Kind() string { return "jobs.pruned" }
+
 func init() {
+	eventlog.Register(JobsPruned{})
 	eventlog.Register(DaemonStarted{}, DaemonStopping{}, DaemonStopped{}, ActorPanicked{},
 		ActorRestarted{})
 }

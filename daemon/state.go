@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -12,15 +11,6 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
-
-// StateFile is the state store in the home.
-const StateFile = "state.db"
-
-// openState opens the home's state store, <home>/state.db. Its error names
-// the file (state.Open's do).
-func openState(home string, _ Config) (*state.Store, error) {
-	return state.Open(filepath.Join(home, StateFile), state.Options{Durability: state.DurabilityProcess})
-}
 
 // The event log's seq numbers come from the meta counter seqCounter, in
 // ranges of seqBlock reserved ahead: a daemon killed with -9 wastes at most

@@ -271,7 +271,34 @@ type OrphanKilled struct {
 
 func (OrphanKilled) Kind() string { return "process.orphan_killed" }
 
+// JobRecovered: at start, a job the previous daemon left unfinished (it
+// died: kill -9, a crash). Action "requeued": it was only queued (no
+// runner ever saw it) and is queued again under its id. Action "failed":
+// it ended failed with Error daemon_lost, not retried, because Was
+// (dispatched or running) says a runner may have run it; or with
+// lane_removed, its lane being gone from the config.
+type JobRecovered struct {
+	JobID  string `json:"job_id"`
+	Lane   string `json:"lane"`
+	Action string `json:"action"`          // requeued, failed
+	Was    string `json:"was,omitempty"`   // the state it was recorded in, for failed
+	Error  string `json:"error,omitempty"` // daemon_lost, lane_removed, for failed
+}
+
+func (JobRecovered) Kind() string { return "job.recovered" }
+
+// StateWriteFailed: a write to the state store failed (a full disk, a
+// failing file, the store closed). What says what was being recorded; a
+// job.submit whose record failed was refused (store_unavailable).
+type StateWriteFailed struct {
+	What  string `json:"what"`
+	Error string `json:"error"`
+}
+
+func (StateWriteFailed) Kind() string { return "state.write_failed" }
+
 func init() {
+	eventlog.Register(JobRecovered{}, StateWriteFailed{})
 	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},

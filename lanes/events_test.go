@@ -36,6 +36,8 @@ func TestKinds(t *testing.T) {
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
 		JobOutputEvicted{JobID: "j1", Lane: "review", Bytes: 4096, Budget: 65536},
 		OrphanKilled{Pid: 50, Pgid: 50, JobID: "j1", Lane: "review", Command: "sleep", Reason: "runner_gone"},
+		JobRecovered{JobID: "j1", Lane: "review", Action: "failed", Was: "running", Error: "daemon_lost"},
+		StateWriteFailed{What: "record job j1 submitted", Error: "state store /h/state.db: disk I/O error"},
 	)
 }
 

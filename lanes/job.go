@@ -16,10 +16,21 @@ type (
 		runner   actors.Ref
 		runnerID string
 		pid      int
+		gen      int // the runner's incarnation the lane chose
+		w        wire.Job
+		direct   bool // the lane hands it to the runner itself (no JobLog)
 	}
-	jobAcked    struct{}
-	jobRejected struct{ reason string }
-	jobOutput   struct {
+	// dispatchRecorded: the job's dispatch (the epoch-th) is committed,
+	// or failed with err.
+	dispatchRecorded struct {
+		epoch int
+		err   error
+	}
+	// jobPublished: the terminal record is committed and published.
+	jobPublished struct{}
+	jobAcked     struct{}
+	jobRejected  struct{ reason string }
+	jobOutput    struct {
 		stream wire.Stream
 		data   []byte
 	}
@@ -32,6 +43,7 @@ type (
 	// the lane tells the job, after the jobDispatched it sent it.
 	jobBounced struct {
 		runnerID string
+		gen      int // the runner's incarnation it was meant for
 		job      actors.Ref
 		w        wire.Job
 	}
@@ -63,9 +75,19 @@ type jobActor struct {
 	out      []byte // streamed output, capped
 	runner   actors.Ref
 	cancelRq []func(bool, error)
-	// cancelSent: a cancel went to the runner the job was dispatched to.
+	// cancelSent: a cancel went to the runner the job was dispatched to
+	// (or will instead of the job, if it has not been handed over yet).
 	cancelSent bool
 	started    time.Time
+
+	// The dispatch under way: the runner's incarnation, the job's frame
+	// until it is handed over (assigned), the epoch of its record, and
+	// the error that record ended with.
+	gen      int
+	w        wire.Job
+	assigned bool
+	epoch    int
+	storeErr error
 
 	// outBytes counts every byte of output; streamed says chunks came (then
 	// Result.output, a JSON string that cannot carry every byte, is not
@@ -85,28 +107,65 @@ func (j *jobActor) Receive(c *actors.Context) {
 			return
 		}
 		now := time.Now()
-		j.runner = m.runner
+		j.runner, j.gen, j.w, j.assigned = m.runner, m.gen, m.w, false
 		j.rec.State = api.StateDispatched
 		j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = m.runnerID, m.pid, &now
 		j.started = now
 		c.SetState(string(j.rec.State))
 		j.sh.store.update(j.rec)
 		j.sh.bus.Emit(JobDispatched{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: m.runnerID, Pid: m.pid})
+		j.epoch++
+		if m.direct {
+			j.assigned = true
+		} else {
+			// The dispatch is committed before the runner gets the job:
+			// after a crash, a job recorded as queued provably never
+			// reached one.
+			epoch, self, sys := j.epoch, c.Self(), c.System()
+			j.sh.jobs.RecordDispatched(j.rec.ID, m.runnerID, m.pid, now, func(err error) {
+				sys.Send(self, dispatchRecorded{epoch: epoch, err: err})
+			})
+		}
 		if len(j.cancelRq) > 0 {
 			// A cancel raced with dispatch: the lane had already given the
-			// job away. Cancel it on the runner now.
-			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
-			j.cancelSent = true
+			// job away. Cancel it on the runner (or do not hand it over).
+			j.cancelOnRunner(c)
 			for _, r := range j.cancelRq {
 				r(true, nil)
 			}
 			j.cancelRq = nil
 		}
+	case dispatchRecorded:
+		if m.epoch != j.epoch || j.rec.State != api.StateDispatched || j.assigned {
+			return
+		}
+		if m.err != nil {
+			j.sh.writeFailed("record job "+j.rec.ID+" dispatched", m.err)
+			j.storeErr = m.err
+		}
+		if m.err != nil || j.cancelSent {
+			// Not handed over: the lane frees the slot and the job ends
+			// (bounced), as for a runner gone before it got the job.
+			c.Send(j.lane, jobBounced{runnerID: j.rec.RunnerID, gen: j.gen, job: c.Self(), w: j.w})
+			j.w = wire.Job{}
+			return
+		}
+		j.assign(c)
+	case jobPublished:
+		c.StopSelf()
 	case jobAcked:
 		if j.rec.State == api.StateDispatched {
 			j.rec.State = api.StateRunning
 			c.SetState(string(j.rec.State))
 			j.sh.store.update(j.rec)
+			if j.sh.jobs != nil {
+				id := j.rec.ID
+				j.sh.jobs.RecordRunning(id, func(err error) {
+					if err != nil {
+						j.sh.writeFailed("record job "+id+" running", err)
+					}
+				})
+			}
 		}
 	case jobOutput:
 		if j.rec.State.Terminal() {
@@ -176,8 +235,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.cancelRq = append(j.cancelRq, m.reply)
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
 		default:
-			c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
-			j.cancelSent = true
+			j.cancelOnRunner(c)
 			m.reply(true, nil)
 		}
 	case jobBounced:
@@ -208,6 +266,11 @@ func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 	if j.rec.State != api.StateDispatched {
 		return
 	}
+	if j.storeErr != nil {
+		j.rec.Error = "state store: " + j.storeErr.Error()
+		j.finish(c, api.StateError)
+		return
+	}
 	if j.cancelSent {
 		j.rec.Error, j.rec.WasCancelled = api.ErrCancelled, true
 		j.finish(c, api.StateCancelled)
@@ -221,7 +284,32 @@ func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 	c.SetState(string(j.rec.State))
 	j.sh.store.update(j.rec)
 	j.sh.bus.Emit(JobRequeued{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: runnerID, Reason: api.ErrRunnerLost})
+	if j.sh.jobs != nil {
+		id := j.rec.ID
+		j.sh.jobs.RecordRequeued(id, func(err error) {
+			if err != nil {
+				j.sh.writeFailed("record job "+id+" requeued", err)
+			}
+		})
+	}
 	c.Send(j.lane, requeueJob{id: j.rec.ID, job: c.Self(), w: m.w})
+}
+
+// assign hands the dispatched job to its runner (its dispatch is
+// recorded). A runner gone or replaced meanwhile bounces it back.
+func (j *jobActor) assign(c *actors.Context) {
+	j.assigned = true
+	c.Send(j.runner, assignJob{job: c.Self(), gen: j.gen, w: j.w})
+	j.w = wire.Job{}
+}
+
+// cancelOnRunner cancels the dispatched job on its runner; one not yet
+// handed over is not handed over (dispatchRecorded).
+func (j *jobActor) cancelOnRunner(c *actors.Context) {
+	if j.assigned {
+		c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+	}
+	j.cancelSent = true
 }
 
 func (j *jobActor) finish(c *actors.Context, st api.State) {
@@ -243,15 +331,22 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 		r(false, api.Errorf(api.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
 	}
 	j.cancelRq = nil
-	if !j.sh.store.finish(j.rec) {
-		return
-	}
-	j.sh.bus.Emit(JobFinished{JobID: j.rec.ID, Lane: j.rec.Lane, RunnerID: j.rec.RunnerID,
-		State: string(st), ExitCode: j.rec.ExitCode, Error: j.rec.Error, DurationMs: j.rec.DurationMs, Record: j.rec,
-		Signal: j.rec.Signal, OutputBytes: j.rec.OutputBytes, OutputTruncated: j.rec.OutputTruncated})
-	if _, stopping := c.Message().(actors.Stopped); !stopping {
-		c.StopSelf()
-	}
+	// The terminal record is committed before waiters and subscribers
+	// hear of it: no client sees an end the store does not have. The
+	// actor stops once it is published (jobPublished).
+	rec, sh := j.rec, j.sh
+	_, stopping := c.Message().(actors.Stopped)
+	self, sys := c.Self(), c.System()
+	sh.recordFinished(rec, func() {
+		if sh.store.finish(rec) {
+			sh.bus.Emit(JobFinished{JobID: rec.ID, Lane: rec.Lane, RunnerID: rec.RunnerID,
+				State: string(rec.State), ExitCode: rec.ExitCode, Error: rec.Error, DurationMs: rec.DurationMs, Record: rec,
+				Signal: rec.Signal, OutputBytes: rec.OutputBytes, OutputTruncated: rec.OutputTruncated})
+		}
+		if !stopping {
+			sys.Send(self, jobPublished{})
+		}
+	})
 }
 
 // keep counts p and keeps it up to the job's output cap.

@@ -40,6 +40,7 @@ type (
 	runnerUp struct {
 		id      string
 		ref     actors.Ref
+		gen     int // the incarnation that is up
 		pid     int
 		slots   int
 		spawned bool
@@ -91,6 +92,7 @@ func (h *laneHandle) laneRef() actors.Ref {
 
 type runnerSlot struct {
 	ref     actors.Ref
+	gen     int // the incarnation that is up (runnerUp)
 	status  api.RunnerStatus
 	ready   bool
 	serving bool // the lane dispatches to it; a ready spawned runner that does not serve is a spare
@@ -160,7 +162,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 		if s == nil {
 			return
 		}
-		s.ready, s.active, s.slots = true, 0, m.slots
+		s.ready, s.active, s.slots, s.gen = true, 0, m.slots, m.gen
 		l.assignRole(s)
 		l.dispatch(c)
 		l.publish()
@@ -177,7 +179,11 @@ func (l *laneActor) Receive(c *actors.Context) {
 		// Forwarded by the lane, not the runner, so that it reaches the
 		// job after the jobDispatched the lane sent it.
 		c.Send(m.job, m)
-		l.slotFreed(c, m.runnerID)
+		// The slot it held is the incarnation's it was meant for: one
+		// that came up since (runnerUp reset the count) lost nothing.
+		if s := l.runners[m.runnerID]; s != nil && s.gen == m.gen {
+			l.slotFreed(c, m.runnerID)
+		}
 	case runnerExited:
 		l.runnerExited(c, m)
 	case runnerStable:
@@ -288,8 +294,9 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	if l.stopping {
 		l.h.pending.Add(-1)
 		rec := m.rec
-		rec.State, rec.Error, rec.WasCancelled = api.StateCancelled, api.ErrDaemonShutdown, true
-		l.sh.store.finish(rec)
+		now := time.Now()
+		rec.State, rec.Error, rec.WasCancelled, rec.FinishedAt = api.StateCancelled, api.ErrDaemonShutdown, true, &now
+		l.sh.recordFinished(rec, func() { l.sh.store.finish(rec) })
 		return
 	}
 	ja := &jobActor{sh: l.sh, lane: c.Self(), rec: m.rec, maxOut: int(m.spec.MaxOutputBytes)}
@@ -298,8 +305,9 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	if err != nil {
 		l.h.pending.Add(-1)
 		rec := m.rec
-		rec.State, rec.Error = api.StateError, "spawning job actor: "+err.Error()
-		l.sh.store.finish(rec)
+		now := time.Now()
+		rec.State, rec.Error, rec.FinishedAt = api.StateError, "spawning job actor: "+err.Error(), &now
+		l.sh.recordFinished(rec, func() { l.sh.store.finish(rec) })
 		return
 	}
 	l.jobs[m.rec.ID] = ref
@@ -340,7 +348,8 @@ func (l *laneActor) requeue(c *actors.Context, m requeueJob) {
 }
 
 // testHookDispatch, when a test sets it, runs on the lane's goroutine
-// between choosing a runner (by its pid) for a job and handing it the job.
+// between choosing a runner (by its pid) for a job and the job handing
+// itself to it.
 var testHookDispatch atomic.Pointer[func(pid int)]
 
 // dispatch hands queued jobs to ready runners, least loaded first.
@@ -363,11 +372,21 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		best.active++
 		l.h.pending.Add(-1)
 		l.h.running.Add(1)
-		c.Send(q.ref, jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid})
+		// With a JobLog the job records its dispatch, then hands itself to
+		// the runner (jobActor.assign): a job recorded as queued never
+		// reached one. Without, the lane hands it over at once.
+		direct := l.sh.jobs == nil
+		d := jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid, gen: best.gen, direct: direct}
+		if !direct {
+			d.w = q.wire
+		}
+		c.Send(q.ref, d)
 		if h := testHookDispatch.Load(); h != nil {
 			(*h)(best.status.Pid)
 		}
-		c.Send(best.ref, assignJob{job: q.ref, w: q.wire})
+		if direct {
+			c.Send(best.ref, assignJob{job: q.ref, gen: best.gen, w: q.wire})
+		}
 	}
 	if l.qhead > 1024 && l.qhead*2 > len(l.queue) {
 		l.queue = append([]queuedJob(nil), l.queue[l.qhead:]...)

@@ -28,6 +28,7 @@ import (
 type shared struct {
 	bus             *eventlog.Bus
 	store           *store
+	jobs            JobLog // the durable record; nil: memory only
 	reaper          *proc.Reaper
 	cgroup          *proc.Cgroup // the daemon's cgroup for its runners and their jobs; nil without cgroup v2
 	hide            []string     // paths jobs must not see: the home
@@ -63,6 +64,11 @@ type Options struct {
 	Bus          *eventlog.Bus
 	System       *actors.System
 	Logger       zerolog.Logger
+	// Jobs is the durable record of jobs (the daemon's state store): a
+	// job is acknowledged once recorded, its dispatch is recorded before
+	// a runner gets it, its terminal record before anyone is told. nil
+	// keeps jobs in memory only.
+	Jobs JobLog
 }
 
 // Manager is the lanes supervisor and the API its methods (methods.go) call.
@@ -160,7 +166,7 @@ func Start(opts Options) (*Manager, error) {
 	st.boundOutput(budget, func(rec api.JobRecord, n int) {
 		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
-	m.sh = &shared{bus: opts.Bus, store: st, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout}
 	for n, lc := range opts.Lanes {
@@ -217,32 +223,56 @@ func Start(opts Options) (*Manager, error) {
 // LaneNames lists the lanes, sorted.
 func (m *Manager) LaneNames() []string { return append([]string(nil), m.names...) }
 
-// Submit validates a job, queues it on its lane and returns its id.
+// Submit validates a job, records it, queues it on its lane and returns
+// its id; it waits for the record's commit (SubmitThen does not).
 func (m *Manager) Submit(spec api.JobSpec) (string, error) {
+	type res struct {
+		id  string
+		err error
+	}
+	ch := make(chan res, 1)
+	m.SubmitThen(spec, func(id string, err error) { ch <- res{id, err} })
+	r := <-ch
+	return r.id, r.err
+}
+
+// SubmitThen validates a job and records it; once the record is committed
+// it calls reply with the job's id and hands the job to its lane. reply
+// runs exactly once, on any goroutine (at once for a refusal), and must
+// not block. A job whose record could not be written is refused
+// (CodeStoreUnavailable, state.write_failed) and not queued.
+func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error)) {
 	if m.stopping.Load() {
-		return "", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted")
+		reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
+		return
 	}
 	if spec.Lane == "" {
 		spec.Lane = api.DefaultLane
 	}
 	h, ok := m.lanes[spec.Lane]
 	if !ok {
-		return "", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names)
+		reply("", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names))
+		return
 	}
 	if spec.Command == "" && len(spec.Argv) == 0 {
-		return "", api.Errorf(api.CodeInvalidParams, "job needs command or argv")
+		reply("", api.Errorf(api.CodeInvalidParams, "job needs command or argv"))
+		return
 	}
 	if spec.Command != "" && len(spec.Argv) > 0 {
-		return "", api.Errorf(api.CodeInvalidParams, "job takes command or argv, not both")
+		reply("", api.Errorf(api.CodeInvalidParams, "job takes command or argv, not both"))
+		return
 	}
 	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
-		return "", api.Errorf(api.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd)
+		reply("", api.Errorf(api.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd))
+		return
 	}
 	if spec.WorktreeDir != "" && !filepath.IsAbs(spec.WorktreeDir) {
-		return "", api.Errorf(api.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir)
+		reply("", api.Errorf(api.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir))
+		return
 	}
 	if e := checkEnv(spec.Env); e != nil {
-		return "", e
+		reply("", e)
+		return
 	}
 	if spec.TimeoutMs == 0 {
 		spec.TimeoutMs = h.cfg.TimeoutMs
@@ -251,34 +281,92 @@ func (m *Manager) Submit(spec api.JobSpec) (string, error) {
 		spec.MaxOutputBytes = h.cfg.MaxOutputBytes
 	}
 	if e := m.takeStdin(&spec); e != nil {
-		return "", e
+		reply("", e)
+		return
 	}
 	if n := h.pending.Add(1); h.cfg.QueueLimit > 0 && n > int64(h.cfg.QueueLimit) {
 		h.pending.Add(-1)
 		m.sh.bus.Emit(JobRejected{Lane: spec.Lane, Reason: "queue_full"})
-		return "", &api.Error{Code: api.CodeQueueFull,
-			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)}
+		reply("", &api.Error{Code: api.CodeQueueFull,
+			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)})
+		return
 	}
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
 	rec := api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
-	m.sh.store.add(rec)
-	m.sh.submitted.Add(1)
-	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
-	return id, nil
+	accept := func() {
+		m.sh.store.add(rec)
+		m.sh.submitted.Add(1)
+		reply(id, nil)
+		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
+	}
+	if m.sh.jobs == nil {
+		accept()
+		return
+	}
+	m.sh.jobs.RecordSubmitted(rec, spec, func(err error) {
+		if err != nil {
+			h.pending.Add(-1)
+			m.sh.writeFailed("record job "+id+" submitted", err)
+			reply("", storeUnavailable(err))
+			return
+		}
+		accept()
+	})
 }
 
-// Get returns a job's record.
+// Get returns a job's record: from memory while the job is live or
+// recently finished, else from the state store (a read error is logged
+// and reads as not found; getMethod reports it).
 func (m *Manager) Get(id string) (api.JobRecord, bool) {
-	return m.sh.store.get(id)
+	rec, ok, err := m.lookup(id)
+	if err != nil {
+		m.sh.log.Error().Err(err).Str("job_id", id).Msg("reading a job from the state store")
+	}
+	return rec, ok
 }
 
-// List returns matching jobs, oldest first, without their output.
-func (m *Manager) List(f api.Filter) []api.JobRecord { return m.sh.store.list(f) }
+// lookup is Get with the store's error.
+func (m *Manager) lookup(id string) (api.JobRecord, bool, error) {
+	if rec, ok := m.sh.store.get(id); ok || m.sh.jobs == nil {
+		return rec, ok, nil
+	}
+	return m.sh.jobs.Get(id)
+}
+
+// List returns matching jobs, oldest first, without their output (as
+// ListPage without paging; a store error reads as no jobs).
+func (m *Manager) List(f api.Filter) []api.JobRecord {
+	jobs, _, err := m.ListPage(JobQuery{State: f.State, Lane: f.Lane})
+	if err != nil {
+		m.sh.log.Error().Err(err).Msg("listing jobs")
+	}
+	return jobs
+}
+
+// ListPage returns one page of matching jobs without their output: from
+// the state store (every job it holds), or from memory without one.
+func (m *Manager) ListPage(q JobQuery) ([]api.JobRecord, string, error) {
+	if m.sh.jobs == nil {
+		if q.Limit > 0 || q.Cursor != "" || !q.Since.IsZero() {
+			return nil, "", api.Errorf(api.CodeInvalidParams, "invalid params for job.list: limit, cursor and since need the state store")
+		}
+		return m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane}), "", nil
+	}
+	jobs, next, err := m.sh.jobs.List(q)
+	if err != nil {
+		return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
+	}
+	return jobs, next, nil
+}
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
 func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
-	rec, ok := m.sh.store.get(id)
+	rec, ok, err := m.lookup(id)
+	if err != nil {
+		reply(false, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err))
+		return
+	}
 	if !ok {
 		reply(false, api.Errorf(api.CodeNotFound, "no job %q", id))
 		return
@@ -287,19 +375,35 @@ func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
 		reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", id, rec.State))
 		return
 	}
+	h, live := m.lanes[rec.Lane]
+	if _, inMem := m.sh.store.get(id); !live || !inMem {
+		reply(false, api.Errorf(api.CodeInvalidState, "job %s is recorded as %s but is not live in this daemon", id, rec.State))
+		return
+	}
 	var once sync.Once
-	m.sys.Send(m.lanes[rec.Lane].laneRef(), cancelJob{id: id, reply: func(w bool, e error) {
+	m.sys.Send(h.laneRef(), cancelJob{id: id, reply: func(w bool, e error) {
 		once.Do(func() { reply(w, e) })
 	}})
 }
 
-// Wait calls fn once the job is terminal.
+// Wait calls fn once the job is terminal: at once for a job that already
+// is (in memory, or only in the state store).
 func (m *Manager) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 	cancel, ok := m.sh.store.wait(id, fn)
-	if !ok {
-		return nil, api.Errorf(api.CodeNotFound, "no job %q", id)
+	if ok {
+		return cancel, nil
 	}
-	return cancel, nil
+	rec, found, err := m.lookup(id)
+	switch {
+	case err != nil:
+		return nil, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err)
+	case !found:
+		return nil, api.Errorf(api.CodeNotFound, "no job %q", id)
+	case !rec.State.Terminal():
+		return nil, api.Errorf(api.CodeInvalidState, "job %s is recorded as %s but is not live in this daemon", id, rec.State)
+	}
+	fn(rec)
+	return func() {}, nil
 }
 
 // Lanes returns every lane's status.

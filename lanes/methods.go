@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,6 +38,8 @@ type (
 	}
 	jobsResult struct {
 		Jobs []api.JobRecord `json:"jobs"`
+		// NextCursor continues a paged list; absent on its last page.
+		NextCursor string `json:"next_cursor,omitempty"`
 	}
 	cancelResult struct {
 		WasRunning bool `json:"was_running"`
@@ -52,12 +55,14 @@ func (m *Manager) submitMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	id, err := m.Submit(spec)
-	if err != nil {
-		call.Fail(err)
-		return
-	}
-	call.Respond(jobIDResult{JobID: id})
+	// Answered once the job is recorded (SubmitThen never blocks here).
+	m.SubmitThen(spec, func(id string, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(jobIDResult{JobID: id})
+	})
 }
 
 func (m *Manager) getMethod(call api.Call) {
@@ -66,7 +71,11 @@ func (m *Manager) getMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	rec, ok := m.Get(p.ID)
+	rec, ok, err := m.lookup(p.ID)
+	if err != nil {
+		call.Fail(api.Errorf(api.CodeInternal, "reading job %s: %v", p.ID, err))
+		return
+	}
 	if !ok {
 		call.Fail(api.Errorf(api.CodeNotFound, "job %s not found", p.ID))
 		return
@@ -80,16 +89,52 @@ func (m *Manager) listMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	if f.State != "" && !api.ValidState(f.State) {
-		call.Fail(api.Errorf(api.CodeInvalidParams,
-			"invalid params for job.list: unknown state %q (want queued, dispatched, running, succeeded, failed, timeout, cancelled or error)", f.State))
+	q, err := listQuery(f, time.Now())
+	if err != nil {
+		call.Fail(err)
 		return
 	}
-	jobs := m.List(f)
+	jobs, next, err := m.ListPage(q)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
 	if jobs == nil {
 		jobs = []api.JobRecord{}
 	}
-	call.Respond(jobsResult{Jobs: jobs})
+	call.Respond(jobsResult{Jobs: jobs, NextCursor: next})
+}
+
+// listQuery checks job.list's params, naming the one that is bad.
+func listQuery(f api.Filter, now time.Time) (JobQuery, error) {
+	bad := func(format string, args ...any) error {
+		return api.Errorf(api.CodeInvalidParams, "invalid params for job.list: "+format, args...)
+	}
+	q := JobQuery{State: f.State, Lane: f.Lane, Limit: f.Limit, Cursor: f.Cursor, Newest: f.Limit > 0}
+	if f.State != "" && !api.ValidState(f.State) {
+		return q, bad("unknown state %q (want queued, dispatched, running, succeeded, failed, timeout, cancelled or error)", f.State)
+	}
+	if f.Limit < 0 || f.Limit > api.MaxListLimit {
+		return q, bad("limit must be between 1 and %d (or absent for every job), got %d", api.MaxListLimit, f.Limit)
+	}
+	if f.Cursor != "" {
+		if f.Limit == 0 {
+			return q, bad("cursor continues a paged list: give it with the limit of the page before")
+		}
+		if n, err := strconv.ParseInt(f.Cursor, 10, 64); err != nil || n < 1 {
+			return q, bad("cursor %q is not one job.list gave (pass its next_cursor)", f.Cursor)
+		}
+	}
+	if f.Since != "" {
+		if t, err := time.Parse(time.RFC3339Nano, f.Since); err == nil {
+			q.Since = t
+		} else if d, derr := time.ParseDuration(f.Since); derr == nil && d >= 0 {
+			q.Since = now.Add(-d)
+		} else {
+			return q, bad("since must be an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (1h, 30m), got %q", f.Since)
+		}
+	}
+	return q, nil
 }
 
 func (m *Manager) cancelMethod(call api.Call) {

@@ -68,6 +68,7 @@ type (
 	}
 	assignJob struct {
 		job actors.Ref
+		gen int // the incarnation the lane chose
 		w   wire.Job
 	}
 	runnerShutdown struct{}
@@ -247,10 +248,11 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			c.Send(r.lane, runnerStable{id: r.id})
 		}
 	case assignJob:
-		if r.down || r.conn == nil {
-			// Gone before a byte of the job was written: it never reached
-			// a runner, so it goes back to the queue (not a retry).
-			c.Send(r.lane, jobBounced{runnerID: r.id, job: m.job, w: m.w})
+		if r.down || r.conn == nil || m.gen != r.gen {
+			// Gone before a byte of the job was written (or replaced by
+			// another incarnation since the lane chose it): it never
+			// reached a runner, so it goes back to the queue (not a retry).
+			c.Send(r.lane, jobBounced{runnerID: r.id, gen: m.gen, job: m.job, w: m.w})
 			return
 		}
 		r.jobs[m.w.JobID] = m.job
@@ -422,7 +424,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	c.SetState("ready")
 	r.armHeartbeat(c)
 	c.After(r.cfg.Restart.Stable.Duration, stableTimer{gen: gen})
-	c.Send(r.lane, runnerUp{id: r.id, ref: c.Self(), pid: r.pid, slots: r.cfg.Slots, spawned: r.spawned})
+	c.Send(r.lane, runnerUp{id: r.id, ref: c.Self(), gen: r.gen, pid: r.pid, slots: r.cfg.Slots, spawned: r.spawned})
 	r.publish(c)
 }
 

@@ -14,16 +14,17 @@ import (
 
 // Control-socket error codes from the Loopr spec's TUI protocol table.
 const (
-	CodeParseError     = -32700 // the line is not JSON
-	CodeInvalidRequest = -32600 // JSON, but not a request object
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternal       = -32603
-	CodeNotFound       = 1001 // the spec's LoopNotFound, used for any unknown id
-	CodeInvalidState   = 1002 // wrong state for the action
-	CodeUnauthorized   = 1003
-	CodeQueueFull      = 1004 // orchestrd's: the lane's queue is full
-	CodeShuttingDown   = 1005 // orchestrd's: the daemon is stopping
+	CodeParseError       = -32700 // the line is not JSON
+	CodeInvalidRequest   = -32600 // JSON, but not a request object
+	CodeMethodNotFound   = -32601
+	CodeInvalidParams    = -32602
+	CodeInternal         = -32603
+	CodeNotFound         = 1001 // the spec's LoopNotFound, used for any unknown id
+	CodeInvalidState     = 1002 // wrong state for the action
+	CodeUnauthorized     = 1003
+	CodeQueueFull        = 1004 // orchestrd's: the lane's queue is full
+	CodeShuttingDown     = 1005 // orchestrd's: the daemon is stopping
+	CodeStoreUnavailable = 1006 // orchestrd's: the state store cannot record it
 )
 
 // DefaultMaxLine is the longest control line accepted unless configured.

@@ -501,7 +501,12 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 	return c, 0, true
 }
 
-const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--json]"
+// jobsUsage: jobs lists the daemon's live jobs and those its state store
+// keeps, newest first a page at a time (--limit, default 50; 0 lists every
+// job, oldest first); when there are more the last line is the command for
+// the next page. --json prints the records as a JSON array (by default
+// every job, oldest first) and the next page's command on stderr.
+const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since 1h|TIME] [--limit N] [--cursor C] [--json]"
 
 // allStates are the job states, in lifecycle order.
 var allStates = []api.State{api.StateQueued, api.StateDispatched, api.StateRunning, api.StateSucceeded,
@@ -513,6 +518,9 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
+	since := fs.String("since", "", "only jobs created since `T`: a duration ago (1h, 30m) or an RFC 3339 time")
+	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job, oldest first")
+	cursor := fs.String("cursor", "", "the page after the one that printed this `C`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
 	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
 		return code
@@ -527,26 +535,63 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageError(fs, jobsUsage, stderr, "unexpected argument %q", fs.Arg(0))
 	}
+	limit := new(int)
+	switch n, err := strconv.Atoi(*limitS); {
+	case *limitS == "" && *asJSON:
+		*limit = 0
+	case *limitS == "":
+		*limit = 50
+	case err != nil || n < 0 || n > api.MaxListLimit:
+		return usageError(fs, jobsUsage, stderr, "--limit must be a number from 0 to %d, got %q", api.MaxListLimit, *limitS)
+	default:
+		*limit = n
+	}
+	if *cursor != "" && *limit == 0 {
+		return usageError(fs, jobsUsage, stderr, "--cursor continues a page: give it with the --limit of the page before")
+	}
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
 	var res struct {
-		Jobs []api.JobRecord `json:"jobs"`
+		Jobs       []api.JobRecord `json:"jobs"`
+		NextCursor string          `json:"next_cursor"`
 	}
-	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane}, &res); err != nil {
+	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane, Since: *since, Limit: *limit, Cursor: *cursor}, &res); err != nil {
 		return callErr(stderr, err)
 	}
+	// The command that prints the next page: this one with its cursor.
+	next := ""
+	if res.NextCursor != "" {
+		parts := []string{"orchestrd jobs"}
+		if *home != "" {
+			parts = append(parts, "--home "+shellQuote(*home))
+		}
+		for _, f := range []struct{ name, v string }{{"state", *state}, {"lane", *lane}, {"since", *since}} {
+			if f.v != "" {
+				parts = append(parts, "--"+f.name+" "+shellQuote(f.v))
+			}
+		}
+		parts = append(parts, "--limit "+strconv.Itoa(*limit), "--cursor "+res.NextCursor)
+		if *asJSON {
+			parts = append(parts, "--json")
+		}
+		next = strings.Join(parts, " ")
+	}
 	if *asJSON {
-		return printJSON(stdout, stderr, res.Jobs)
+		code := printJSON(stdout, stderr, res.Jobs)
+		if next != "" {
+			fmt.Fprintf(stderr, "more: %s\n", next)
+		}
+		return code
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(stdout, "no jobs")
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tLANE\tSTATE\tEXIT\tDURATION\tRUNNER\tERROR\tCOMMAND")
+	fmt.Fprintln(tw, "ID\tLANE\tSTATE\tEXIT\tERROR\tCREATED\tDURATION\tRUNNER\tCOMMAND")
 	for _, j := range res.Jobs {
 		exit := "-"
 		if j.ExitCode != nil {
@@ -558,11 +603,22 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		if j.DurationMs > 0 || j.State.Terminal() {
 			dur = formatDuration(time.Duration(j.DurationMs) * time.Millisecond)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dur,
-			dash(j.RunnerID), dash(j.Error), commandLine(j))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
+			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), dur, dash(j.RunnerID), commandLine(j))
 	}
 	tw.Flush()
+	if next != "" {
+		fmt.Fprintf(stdout, "more (next %d): %s\n", *limit, next)
+	}
 	return exitOK
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n\"'\\$`*?[]{}()<>|&;#~") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func dash(s string) string {

@@ -169,6 +169,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		cfg = c
 	}
 	err := daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
+	var stErr *daemon.StateError
+	if errors.As(err, &stErr) {
+		// One line naming the file and the problem, like a bad config.
+		fmt.Fprintf(stderr, "orchestrd serve: %s\n", strings.ReplaceAll(stErr.Error(), "\n", " "))
+		return 2
+	}
 	var running *daemon.AlreadyRunningError
 	if errors.As(err, &running) {
 		fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)

@@ -1,0 +1,282 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// gateLog is a JobLog that holds the commit of the writes the test
+// chooses until it releases them, and fails every write once failing is
+// set: the test decides when the store "commits".
+type gateLog struct {
+	mu      sync.Mutex
+	hold    map[string]bool // kind -> hold its commits
+	held    chan heldWrite
+	failing error
+	kinds   []string
+}
+
+type heldWrite struct {
+	kind, id string
+	commit   func()
+}
+
+func newGateLog() *gateLog { return &gateLog{hold: map[string]bool{}, held: make(chan heldWrite, 64)} }
+
+func (g *gateLog) write(kind, id string, done func(error)) {
+	g.mu.Lock()
+	g.kinds = append(g.kinds, kind)
+	fail, hold := g.failing, g.hold[kind]
+	g.mu.Unlock()
+	if done == nil {
+		done = func(error) {}
+	}
+	switch {
+	case fail != nil:
+		done(fail)
+	case hold:
+		g.held <- heldWrite{kind: kind, id: id, commit: func() { done(nil) }}
+	default:
+		done(nil)
+	}
+}
+
+func (g *gateLog) RecordSubmitted(rec api.JobRecord, _ api.JobSpec, done func(error)) {
+	g.write("submitted", rec.ID, done)
+}
+func (g *gateLog) RecordDispatched(id, _ string, _ int, _ time.Time, done func(error)) {
+	g.write("dispatched", id, done)
+}
+func (g *gateLog) RecordRunning(id string, done func(error))  { g.write("running", id, done) }
+func (g *gateLog) RecordRequeued(id string, done func(error)) { g.write("requeued", id, done) }
+func (g *gateLog) RecordFinished(rec api.JobRecord, done func(error)) {
+	g.write("finished", rec.ID, done)
+}
+func (g *gateLog) FinishAll(context.Context, []api.JobRecord) error { return nil }
+func (g *gateLog) Get(string) (api.JobRecord, bool, error)          { return api.JobRecord{}, false, nil }
+func (g *gateLog) List(JobQuery) ([]api.JobRecord, string, error)   { return nil, "", nil }
+func (g *gateLog) Unfinished() ([]UnfinishedJob, error)             { return nil, nil }
+
+func (g *gateLog) next(t *testing.T, kind string) heldWrite {
+	t.Helper()
+	select {
+	case w := <-g.held:
+		if w.kind != kind {
+			t.Fatalf("held write %s, want %s", w.kind, kind)
+		}
+		return w
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s write", kind)
+	}
+	return heldWrite{}
+}
+
+// startGatedLane starts lane "bench" (one host runner, one slot, no
+// spare) with jobs recorded in jl.
+func startGatedLane(t *testing.T, jl JobLog) (*Manager, *eventlog.Bus) {
+	t.Helper()
+	t.Setenv(benchRunnerEnv, "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, err := os.MkdirTemp("", "lanedur")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	lc := defaultLane(1, 1, NetworkHost, 0)
+	lc.Spares = 0
+	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := &pidSink{}
+	bus.Subscribe([]string{"runner.spawned"}, pids)
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	m, err := Start(Options{Lanes: map[string]LaneConfig{"bench": lc}, ShutdownTimeout: 2 * time.Second,
+		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
+		Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: zerolog.Nop(), Jobs: jl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		sys.Shutdown()
+		bus.Close()
+		for _, pid := range pids.all() {
+			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+				t.Errorf("runner pid %d still exists after Shutdown (kill 0: %v)", pid, err)
+			}
+		}
+	})
+	waitServing(t, m, 1)
+	return m, bus
+}
+
+// A job reaches its runner only once its dispatch is committed, and its
+// end reaches waiters and subscribers only once its terminal record is.
+func TestDispatchAndEndWaitForTheirCommits(t *testing.T) {
+	g := newGateLog()
+	g.hold["dispatched"], g.hold["finished"] = true, true
+	m, bus := startGatedLane(t, g)
+	finished := make(chanSink, 16)
+	defer bus.Subscribe([]string{"job.finished"}, finished)()
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+
+	id, err := m.Submit(api.JobSpec{Lane: "bench", Argv: []string{"touch", mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan api.JobRecord, 1)
+	if _, err := m.Wait(id, func(r api.JobRecord) { ended <- r }); err != nil {
+		t.Fatal(err)
+	}
+	d := g.next(t, "dispatched")
+	// The lane chose the runner; the dispatch is not committed: the runner
+	// has not been given the job, so it has not run.
+	if rec, _ := m.Get(id); rec.State != api.StateDispatched {
+		t.Fatalf("job is %s, want dispatched", rec.State)
+	}
+	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the job ran before its dispatch was committed (%v)", err)
+	}
+	d.commit()
+
+	f := g.next(t, "finished")
+	// It ran; its end is not committed: nobody has heard of it.
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the job did not run: %v", err)
+	}
+	select {
+	case r := <-ended:
+		t.Fatalf("job.wait answered %s before the terminal record was committed", r.State)
+	case r := <-finished:
+		t.Fatalf("job.finished emitted before the terminal record was committed: %v", r.Event)
+	default:
+	}
+	if rec, _ := m.Get(id); rec.State.Terminal() {
+		t.Fatalf("job.get says %s before the terminal record was committed", rec.State)
+	}
+	f.commit()
+	select {
+	case r := <-ended:
+		if r.State != api.StateSucceeded {
+			t.Fatalf("job ended %s (%s)", r.State, r.Error)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer after the commit")
+	}
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no job.finished after the commit")
+	}
+	g.mu.Lock()
+	kinds := g.kinds
+	g.mu.Unlock()
+	if want := []string{"submitted", "dispatched", "running", "finished"}; !equalStrings(kinds, want) {
+		t.Fatalf("writes %v, want %v", kinds, want)
+	}
+}
+
+// A cancel that comes while the dispatch is being committed: the job is
+// never handed to the runner and ends cancelled.
+func TestCancelWhileDispatchCommits(t *testing.T) {
+	g := newGateLog()
+	g.hold["dispatched"] = true
+	m, _ := startGatedLane(t, g)
+	mark := filepath.Join(t.TempDir(), "ran")
+	id, err := m.Submit(api.JobSpec{Lane: "bench", Argv: []string{"touch", mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := g.next(t, "dispatched")
+	replied := make(chan error, 1)
+	m.Cancel(id, func(_ bool, err error) { replied <- err })
+	if err := <-replied; err != nil {
+		t.Fatal(err)
+	}
+	d.commit()
+	ended := make(chan api.JobRecord, 1)
+	if _, err := m.Wait(id, func(r api.JobRecord) { ended <- r }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ended:
+		if r.State != api.StateCancelled {
+			t.Fatalf("job ended %s (%s), want cancelled", r.State, r.Error)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("job did not end")
+	}
+	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a job cancelled before it was handed over ran (%v)", err)
+	}
+	// The slot is free again: the next job runs.
+	g.mu.Lock()
+	g.hold["dispatched"] = false
+	g.mu.Unlock()
+	if _, r := runJob(t, m, api.JobSpec{Lane: "bench", Argv: []string{"true"}}); r.State != api.StateSucceeded {
+		t.Fatalf("next job ended %s (%s)", r.State, r.Error)
+	}
+}
+
+// A submission whose record cannot be written is refused with
+// store_unavailable and state.write_failed, and nothing is queued.
+func TestSubmitRefusedWhenTheStoreFails(t *testing.T) {
+	g := newGateLog()
+	m, bus := startGatedLane(t, g)
+	failed := make(chanSink, 4)
+	defer bus.Subscribe([]string{"state.write_failed"}, failed)()
+	g.mu.Lock()
+	g.failing = errors.New("disk full")
+	g.mu.Unlock()
+	id, err := m.Submit(api.JobSpec{Lane: "bench", Argv: []string{"true"}})
+	var ae *api.Error
+	if id != "" || !errors.As(err, &ae) || ae.Code != api.CodeStoreUnavailable {
+		t.Fatalf("submit: id %q, err %v; want code %d", id, err, api.CodeStoreUnavailable)
+	}
+	select {
+	case r := <-failed:
+		if e := r.Event.(StateWriteFailed); e.Error != "disk full" {
+			t.Fatalf("state.write_failed = %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no state.write_failed")
+	}
+	if l := m.Lanes()[0]; l.Queued != 0 || len(m.List(api.Filter{})) != 0 {
+		t.Fatalf("after a refused submission: %d queued, %d listed", l.Queued, len(m.List(api.Filter{})))
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

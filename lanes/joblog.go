@@ -1,0 +1,82 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// JobLog is the durable record of the job path: what lanes needs of the
+// state store (the daemon hands it state.Jobs behind this interface).
+//
+// The Record methods queue a write and return at once. done is called
+// exactly once: with nil once the write is committed, or with the error
+// that ended it (bad input, a full write queue, a closed or failing store;
+// then possibly before the method returns). It may run on any goroutine
+// (the store's writer): it must return quickly and must not call the
+// JobLog. Writes one goroutine records are applied in that order.
+type JobLog interface {
+	RecordSubmitted(rec api.JobRecord, spec api.JobSpec, done func(error))
+	RecordDispatched(id, runnerID string, runnerPid int, at time.Time, done func(error))
+	RecordRunning(id string, done func(error))
+	RecordRequeued(id string, done func(error))
+	RecordFinished(rec api.JobRecord, done func(error))
+	// FinishAll records many terminal records in one go (recovery) and
+	// returns once they are committed.
+	FinishAll(ctx context.Context, recs []api.JobRecord) error
+	// Get reads a job's record with its output.
+	Get(id string) (api.JobRecord, bool, error)
+	// List reads one page of jobs (see JobQuery); next is the cursor of
+	// the page after it, "" for the last.
+	List(q JobQuery) (jobs []api.JobRecord, next string, err error)
+	// Unfinished reads the jobs a dead daemon left unfinished, in
+	// submission order, with the specs they were submitted with.
+	Unfinished() ([]UnfinishedJob, error)
+}
+
+// JobQuery selects jobs for JobLog.List; empty fields match everything.
+type JobQuery struct {
+	State, Lane string
+	Since       time.Time // created at or after
+	Limit       int       // the most jobs a page holds; 0: all
+	Cursor      string    // the next of the previous page
+	Newest      bool      // newest first, else oldest first
+}
+
+// UnfinishedJob is a job recorded and never finished.
+type UnfinishedJob struct {
+	Record api.JobRecord
+	Spec   api.JobSpec
+}
+
+// storeUnavailable is the error a submission gets when its record could
+// not be written: the job is not accepted.
+func storeUnavailable(err error) *api.Error {
+	return &api.Error{Code: api.CodeStoreUnavailable,
+		Message: fmt.Sprintf("job not accepted: it could not be recorded in the state store: %v", err)}
+}
+
+// writeFailed logs a job write that failed.
+func (sh *shared) writeFailed(what string, err error) {
+	sh.bus.Emit(StateWriteFailed{What: what, Error: err.Error()})
+	sh.log.Error().Err(err).Str("what", what).Msg("state store write failed")
+}
+
+// recordFinished writes a job's terminal record and, once it is committed
+// (or the write failed, which is logged), calls publish: the store then
+// has what waiters and subscribers are about to be told. Without a JobLog
+// publish runs at once.
+func (sh *shared) recordFinished(rec api.JobRecord, publish func()) {
+	if sh.jobs == nil {
+		publish()
+		return
+	}
+	sh.jobs.RecordFinished(rec, func(err error) {
+		if err != nil {
+			sh.writeFailed("record job "+rec.ID+" finished", err)
+		}
+		publish()
+	})
+}
