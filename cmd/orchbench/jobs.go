@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,33 @@ func runJobs(b *bench) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 
+	if err := measureJobs(b, d, "", levels, trials, dur); err != nil {
+		return err
+	}
+	if err := d.stop(); err != nil {
+		return err
+	}
+
+	// The same with durability = "power": an fsync per group commit.
+	dp, err := b.startDaemon("jobs-power", laneConfig{runners: 2, slots: 16, finishedJobs: 1000, durability: "power"}.toml())
+	if err != nil {
+		return err
+	}
+	defer dp.stop()
+	if _, err := closedLoop(4, pick(b, 500*time.Millisecond, 200*time.Millisecond), orchJobWorker(dp)); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if err := measureJobs(b, dp, "durability power, ", levels, pick(b, 4, 1), dur); err != nil {
+		return err
+	}
+	return dp.stop()
+}
+
+// measureJobs runs trivial jobs through d at each concurrency, paired with
+// the exec loop, and adds the rows; label prefixes the metrics ("" for the
+// default daemon, which carries the targets).
+func measureJobs(b *bench, d *daemon, label string, levels []int, trials int, dur time.Duration) error {
+	key := strings.NewReplacer(",", "", " ", "_", "=", "_").Replace(label)
 	type series struct{ orch, base []measured }
 	res := map[int]*series{}
 	none := func() []int { return nil }
@@ -172,31 +200,31 @@ func runJobs(b *bench) error {
 	}
 	for _, c := range levels {
 		s := res[c]
-		or := b.sample(fmt.Sprintf("jobs.c%d.orchestrd_jobs_per_s", c), rates(s.orch), "jobs/s")
-		br := b.sample(fmt.Sprintf("jobs.c%d.exec_loop_jobs_per_s", c), rates(s.base), "jobs/s")
-		rt := b.sample(fmt.Sprintf("jobs.c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
-		ol := b.sample(fmt.Sprintf("jobs.c%d.orchestrd_latency_ms", c), durationsMs(latencies(s.orch)), "ms")
-		bl := b.sample(fmt.Sprintf("jobs.c%d.exec_loop_latency_ms", c), durationsMs(latencies(s.base)), "ms")
-		row := Row{Metric: fmt.Sprintf("c=%d: throughput (median of trials; ratio: median of paired trials)", c), N: or.N,
+		or := b.sample(fmt.Sprintf("jobs."+key+"c%d.orchestrd_jobs_per_s", c), rates(s.orch), "jobs/s")
+		br := b.sample(fmt.Sprintf("jobs."+key+"c%d.exec_loop_jobs_per_s", c), rates(s.base), "jobs/s")
+		rt := b.sample(fmt.Sprintf("jobs."+key+"c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
+		ol := b.sample(fmt.Sprintf("jobs."+key+"c%d.orchestrd_latency_ms", c), durationsMs(latencies(s.orch)), "ms")
+		bl := b.sample(fmt.Sprintf("jobs."+key+"c%d.exec_loop_latency_ms", c), durationsMs(latencies(s.base)), "ms")
+		row := Row{Metric: fmt.Sprintf(label+"c=%d: throughput (median of trials; ratio: median of paired trials)", c), N: or.N,
 			Orchestrd: fmtRate(or.P50, "jobs"), Value: or.P50, Unit: "jobs/s",
 			Baseline: fmtRate(br.P50, "jobs") + " (exec loop)", BaselineValue: floatp(br.P50), BaselineN: br.N,
 			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50)}
-		if c == 32 {
+		if c == 32 && label == "" {
 			row.Target, row.Met = "≥ 70% of baseline", boolp(rt.P50 >= 0.70)
 		}
 		b.add(row)
 		ratio, rv := fmtRatio(ol.P50, bl.P50)
-		row = Row{Metric: fmt.Sprintf("c=%d: latency p50", c), N: ol.N, Orchestrd: fmtMs(ol.P50), Value: ol.P50, Unit: "ms",
+		row = Row{Metric: fmt.Sprintf(label+"c=%d: latency p50", c), N: ol.N, Orchestrd: fmtMs(ol.P50), Value: ol.P50, Unit: "ms",
 			Baseline: fmtMs(bl.P50) + " (exec loop)", BaselineValue: floatp(bl.P50), BaselineN: bl.N, Ratio: ratio, RatioValue: rv}
-		if c == 1 {
+		if c == 1 && label == "" {
 			row.Target, row.Met = "≤ 2x baseline", boolp(ol.P50 <= 2*bl.P50)
 		}
 		b.add(row)
 		ratio, rv = fmtRatio(ol.P99, bl.P99)
-		b.add(Row{Metric: fmt.Sprintf("c=%d: latency p99", c), N: ol.N, Orchestrd: fmtMs(ol.P99), Value: ol.P99, Unit: "ms",
+		b.add(Row{Metric: fmt.Sprintf(label+"c=%d: latency p99", c), N: ol.N, Orchestrd: fmtMs(ol.P99), Value: ol.P99, Unit: "ms",
 			Baseline: fmtMs(bl.P99) + " (exec loop)", BaselineValue: floatp(bl.P99), BaselineN: bl.N, Ratio: ratio, RatioValue: rv})
 	}
-	return d.stop()
+	return nil
 }
 
 // measured is one trial of a closed loop plus the CPU its server used.

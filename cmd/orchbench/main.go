@@ -45,6 +45,7 @@ var scenarios = []scenario{
 	{"fanout", "5. Fan-out, stalled subscriber", runFanout},
 	{"scale", "6. Scale", runScale},
 	{"idle", "7. Idle cost", runIdle},
+	{"store", "8. State store", runStore},
 }
 
 // bench is the state of one harness run.

@@ -19,6 +19,7 @@ type laneConfig struct {
 	queueLimit             int
 	finishedJobs           int
 	extraLanes             string // more TOML appended
+	durability             string // [state] durability; "" = the default
 }
 
 func (c laneConfig) toml() string {
@@ -26,6 +27,9 @@ func (c laneConfig) toml() string {
 	b.WriteString("[daemon]\nshutdown_timeout = \"2s\"\n")
 	if c.finishedJobs > 0 {
 		fmt.Fprintf(&b, "finished_jobs = %d\n", c.finishedJobs)
+	}
+	if c.durability != "" {
+		fmt.Fprintf(&b, "\n[state]\ndurability = %q\n", c.durability)
 	}
 	fmt.Fprintf(&b, "\n[lanes.bench]\nrunners = %d\nslots = %d\nnetwork = \"host\"\n", c.runners, max(c.slots, 1))
 	// Always explicit: lanes default to one spare.
