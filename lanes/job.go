@@ -28,6 +28,9 @@ type (
 	}
 	// jobPublished: the terminal record is committed and published.
 	jobPublished struct{}
+	// recordRunning: the job (dispatched for the epoch-th time) has run
+	// for runningRecordDelay; record it running if it still is.
+	recordRunning struct{ epoch int }
 	jobAcked     struct{}
 	jobRejected  struct{ reason string }
 	jobOutput    struct {
@@ -98,6 +101,13 @@ type jobActor struct {
 	partial  [2][]byte
 }
 
+// runningRecordDelay is how long a job runs before the store records it
+// running. Most jobs end sooner: their terminal record follows the
+// dispatched one, and the commit a running record would cost (one more on
+// the writer, in front of the job's end) is saved. Recovery treats
+// dispatched and running alike (daemon_lost), so nothing depends on it.
+const runningRecordDelay = 100 * time.Millisecond
+
 func (j *jobActor) Receive(c *actors.Context) {
 	switch m := c.Message().(type) {
 	case actors.Started:
@@ -159,14 +169,19 @@ func (j *jobActor) Receive(c *actors.Context) {
 			c.SetState(string(j.rec.State))
 			j.sh.store.update(j.rec)
 			if j.sh.jobs != nil {
-				id := j.rec.ID
-				j.sh.jobs.RecordRunning(id, func(err error) {
-					if err != nil {
-						j.sh.writeFailed("record job "+id+" running", err)
-					}
-				})
+				c.After(runningRecordDelay, recordRunning{epoch: j.epoch})
 			}
 		}
+	case recordRunning:
+		if m.epoch != j.epoch || j.rec.State != api.StateRunning {
+			return // ended (its terminal record says more), or requeued
+		}
+		id := j.rec.ID
+		j.sh.jobs.RecordRunning(id, func(err error) {
+			if err != nil {
+				j.sh.writeFailed("record job "+id+" running", err)
+			}
+		})
 	case jobOutput:
 		if j.rec.State.Terminal() {
 			return
