@@ -31,9 +31,9 @@ type (
 	// recordRunning: the job (dispatched for the epoch-th time) has run
 	// for runningRecordDelay; record it running if it still is.
 	recordRunning struct{ epoch int }
-	jobAcked     struct{}
-	jobRejected  struct{ reason string }
-	jobOutput    struct {
+	jobAcked      struct{}
+	jobRejected   struct{ reason string }
+	jobOutput     struct {
 		stream wire.Stream
 		data   []byte
 	}
