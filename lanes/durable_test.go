@@ -226,17 +226,8 @@ func TestLongJobIsRecordedRunning(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ended := make(chan api.JobRecord, 1)
-	if _, err := m.Wait(id, func(r api.JobRecord) { ended <- r }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-ended:
-		if r.State != api.StateSucceeded {
-			t.Fatalf("job ended %s (%s)", r.State, r.Error)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job did not end")
+	if r := waitEnd(t, m, id); r.State != api.StateSucceeded {
+		t.Fatalf("job ended %s (%s)", r.State, r.Error)
 	}
 	g.mu.Lock()
 	kinds := g.kinds
@@ -264,17 +255,8 @@ func TestCancelWhileDispatchCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.commit()
-	ended := make(chan api.JobRecord, 1)
-	if _, err := m.Wait(id, func(r api.JobRecord) { ended <- r }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-ended:
-		if r.State != api.StateCancelled {
-			t.Fatalf("job ended %s (%s), want cancelled", r.State, r.Error)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("job did not end")
+	if r := waitEnd(t, m, id); r.State != api.StateCancelled {
+		t.Fatalf("job ended %s (%s), want cancelled", r.State, r.Error)
 	}
 	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a job cancelled before it was handed over ran (%v)", err)
@@ -326,4 +308,62 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// waitEnd waits for job id's terminal record, through Manager.Wait.
+func waitEnd(t *testing.T, m *Manager, id string) api.JobRecord {
+	t.Helper()
+	ended := make(chan api.JobRecord, 1)
+	if _, err := m.Wait(id, func(r api.JobRecord) { ended <- r }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ended:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatalf("job %s did not end", id)
+	}
+	return api.JobRecord{}
+}
+
+// job.submit is answered once the submission is committed; meanwhile the
+// lane already chose a runner, and the dispatch is written after the
+// submission (so it cannot commit first) and shares its commit in the
+// real store; the job reaches the runner only once its dispatch commits.
+func TestSubmissionAndDispatchOverlap(t *testing.T) {
+	g := newGateLog()
+	g.hold["submitted"], g.hold["dispatched"] = true, true
+	m, _ := startGatedLane(t, g)
+	mark := filepath.Join(t.TempDir(), "ran")
+	type res struct {
+		id  string
+		err error
+	}
+	answered := make(chan res, 1)
+	m.SubmitThen(api.JobSpec{Lane: "bench", Argv: []string{"touch", mark}}, func(id string, err error) { answered <- res{id, err} })
+	s := g.next(t, "submitted")
+	d := g.next(t, "dispatched") // written while the submission is not committed
+	if s.id != d.id {
+		t.Fatalf("submitted %s, dispatched %s", s.id, d.id)
+	}
+	select {
+	case r := <-answered:
+		t.Fatalf("job.submit answered %+v before the submission was committed", r)
+	default:
+	}
+	s.commit()
+	r := <-answered
+	if r.err != nil || r.id != s.id {
+		t.Fatalf("job.submit = %+v, want %s", r, s.id)
+	}
+	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the job ran before its dispatch was committed (%v)", err)
+	}
+	d.commit()
+	if rec := waitEnd(t, m, r.id); rec.State != api.StateSucceeded {
+		t.Fatalf("job ended %s (%s)", rec.State, rec.Error)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the job did not run: %v", err)
+	}
 }

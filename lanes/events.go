@@ -138,8 +138,9 @@ type JobQueued struct {
 func (JobQueued) Kind() string { return "job.queued" }
 
 type JobRejected struct {
+	JobID  string `json:"job_id,omitempty"` // a job refused after its id was chosen (store_unavailable)
 	Lane   string `json:"lane"`
-	Reason string `json:"reason"`
+	Reason string `json:"reason"` // queue_full, store_unavailable
 }
 
 func (JobRejected) Kind() string { return "job.rejected" }

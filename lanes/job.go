@@ -28,6 +28,8 @@ type (
 	}
 	// jobPublished: the terminal record is committed and published.
 	jobPublished struct{}
+	// submitRecorded: the job's submission is committed, or failed.
+	submitRecorded struct{ err error }
 	// recordRunning: the job (dispatched for the epoch-th time) has run
 	// for runningRecordDelay; record it running if it still is.
 	recordRunning struct{ epoch int }
@@ -99,6 +101,14 @@ type jobActor struct {
 	outBytes int64
 	streamed bool
 	partial  [2][]byte
+
+	// A submission not yet committed: its spec to record, and the answer
+	// to job.submit once it is (submitRecorded). refused: its record
+	// could not be written; the job goes without running, and refusal is
+	// the answer job.submit gets once it is gone (see drop).
+	spec    api.JobSpec
+	reply   func(id string, err error)
+	refused error
 }
 
 // runningRecordDelay is how long a job runs before the store records it
@@ -112,6 +122,31 @@ func (j *jobActor) Receive(c *actors.Context) {
 	switch m := c.Message().(type) {
 	case actors.Started:
 		c.SetState(string(j.rec.State))
+		if j.reply != nil {
+			// First in the store's write queue for this job: its dispatch
+			// can only commit after this does.
+			self, sys := c.Self(), c.System()
+			j.sh.jobs.RecordSubmitted(j.rec, j.spec, func(err error) { sys.Send(self, submitRecorded{err: err}) })
+			j.spec = api.JobSpec{}
+		}
+	case submitRecorded:
+		if m.err == nil {
+			j.sh.submitted.Add(1)
+			j.reply(j.rec.ID, nil)
+			j.reply = nil
+			return
+		}
+		j.sh.writeFailed("record job "+j.rec.ID+" submitted", m.err)
+		j.refused = storeUnavailable(m.err)
+		j.sh.bus.Emit(JobRejected{JobID: j.rec.ID, Lane: j.rec.Lane, Reason: "store_unavailable"})
+		switch {
+		case j.rec.State == api.StateQueued:
+			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()}) // -> jobDequeued
+		case j.rec.State.Terminal():
+			j.drop(c)
+		}
+		// Dispatched: its dispatch cannot commit without the submission;
+		// dispatchRecorded fails and the job comes back (jobBounced).
 	case jobDispatched:
 		if j.rec.State.Terminal() {
 			return
@@ -149,11 +184,11 @@ func (j *jobActor) Receive(c *actors.Context) {
 		if m.epoch != j.epoch || j.rec.State != api.StateDispatched || j.assigned {
 			return
 		}
-		if m.err != nil {
+		if m.err != nil && j.refused == nil {
 			j.sh.writeFailed("record job "+j.rec.ID+" dispatched", m.err)
 			j.storeErr = m.err
 		}
-		if m.err != nil || j.cancelSent {
+		if m.err != nil || j.cancelSent || j.refused != nil {
 			// Not handed over: the lane frees the slot and the job ends
 			// (bounced), as for a runner gone before it got the job.
 			c.Send(j.lane, jobBounced{runnerID: j.rec.RunnerID, gen: j.gen, job: c.Self(), w: j.w})
@@ -256,6 +291,10 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobBounced:
 		j.bounced(c, m)
 	case jobDequeued:
+		if j.refused != nil {
+			j.drop(c)
+			return
+		}
 		if j.rec.State != api.StateQueued {
 			return
 		}
@@ -266,6 +305,15 @@ func (j *jobActor) Receive(c *actors.Context) {
 		j.rec.Error, j.rec.WasCancelled = api.ErrCancelled, true
 		j.finish(c, api.StateCancelled)
 	case actors.Stopped:
+		if j.reply != nil {
+			// Stopped (the daemon stops) before its submission was
+			// answered: refused, whatever the store does with it.
+			j.reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
+			j.reply = nil
+		}
+		if j.refused != nil {
+			return
+		}
 		if !j.rec.State.Terminal() {
 			// Stopped from above (daemon shutdown or a lane restart).
 			j.rec.Error = api.ErrDaemonShutdown
@@ -275,10 +323,26 @@ func (j *jobActor) Receive(c *actors.Context) {
 	}
 }
 
+// drop ends a job whose submission could not be recorded, once its lane
+// has let go of it (dequeued, or bounced back from its runner): it leaves
+// without a terminal state, and job.submit hears the refusal.
+func (j *jobActor) drop(c *actors.Context) {
+	j.sh.store.remove(j.rec.ID)
+	if j.reply != nil {
+		j.reply("", j.refused)
+		j.reply = nil
+	}
+	c.StopSelf()
+}
+
 // bounced puts a job whose runner was gone before it got the job back in
 // its lane's queue; a job already cancelled meanwhile ends cancelled.
 func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 	if j.rec.State != api.StateDispatched {
+		return
+	}
+	if j.refused != nil {
+		j.drop(c)
 		return
 	}
 	if j.storeErr != nil {

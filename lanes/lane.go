@@ -24,6 +24,10 @@ type (
 	submitJob struct {
 		rec  api.JobRecord
 		spec api.JobSpec
+		// reply, when set, answers job.submit: the job is not recorded
+		// yet; its actor records it and answers once that is committed
+		// (submitRecorded). Nil for a job already recorded (recovery).
+		reply func(id string, err error)
 	}
 	cancelJob struct {
 		id    string
@@ -293,6 +297,11 @@ func (l *laneActor) removeRunner(id string) {
 func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	if l.stopping {
 		l.h.pending.Add(-1)
+		if m.reply != nil { // not recorded, not acknowledged: refused
+			l.sh.store.remove(m.rec.ID)
+			m.reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
+			return
+		}
 		rec := m.rec
 		now := time.Now()
 		rec.State, rec.Error, rec.WasCancelled, rec.FinishedAt = api.StateCancelled, api.ErrDaemonShutdown, true, &now
@@ -300,10 +309,18 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 		return
 	}
 	ja := &jobActor{sh: l.sh, lane: c.Self(), rec: m.rec, maxOut: int(m.spec.MaxOutputBytes)}
+	if m.reply != nil {
+		ja.spec, ja.reply = m.spec, m.reply
+	}
 	ref, err := c.Spawn(actors.Props{Kind: "job", ID: m.rec.ID, OnPanic: actors.Stop,
 		New: func() actors.Actor { return ja }})
 	if err != nil {
 		l.h.pending.Add(-1)
+		if m.reply != nil {
+			l.sh.store.remove(m.rec.ID)
+			m.reply("", api.Errorf(api.CodeInternal, "job not accepted: spawning its actor: %v", err))
+			return
+		}
 		rec := m.rec
 		now := time.Now()
 		rec.State, rec.Error, rec.FinishedAt = api.StateError, "spawning job actor: "+err.Error(), &now

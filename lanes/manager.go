@@ -236,11 +236,12 @@ func (m *Manager) Submit(spec api.JobSpec) (string, error) {
 	return r.id, r.err
 }
 
-// SubmitThen validates a job and records it; once the record is committed
-// it calls reply with the job's id and hands the job to its lane. reply
+// SubmitThen validates a job and hands it to its lane, whose job actor
+// records it; once the record is committed reply gets the job's id. reply
 // runs exactly once, on any goroutine (at once for a refusal), and must
 // not block. A job whose record could not be written is refused
-// (CodeStoreUnavailable, state.write_failed) and not queued.
+// (CodeStoreUnavailable, state.write_failed, job.rejected) and gone from
+// its lane before reply hears of it.
 func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error)) {
 	if m.stopping.Load() {
 		reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
@@ -294,25 +295,19 @@ func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error))
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
 	rec := api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
-	accept := func() {
-		m.sh.store.add(rec)
+	m.sh.store.add(rec)
+	if m.sh.jobs == nil {
 		m.sh.submitted.Add(1)
 		reply(id, nil)
 		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
-	}
-	if m.sh.jobs == nil {
-		accept()
 		return
 	}
-	m.sh.jobs.RecordSubmitted(rec, spec, func(err error) {
-		if err != nil {
-			h.pending.Add(-1)
-			m.sh.writeFailed("record job "+id+" submitted", err)
-			reply("", storeUnavailable(err))
-			return
-		}
-		accept()
-	})
+	// The job's actor records it before anything else it records (its
+	// dispatch comes after, in the same write queue: a committed dispatch
+	// means a committed submission) and answers once that is committed;
+	// meanwhile the lane may already choose its runner, so the submission
+	// and the dispatch share a commit when a slot is free.
+	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, reply: reply})
 }
 
 // Get returns a job's record: from memory while the job is live or

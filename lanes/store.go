@@ -55,6 +55,17 @@ func (s *store) add(rec api.JobRecord) {
 	s.mu.Unlock()
 }
 
+// remove forgets a job that was never accepted (its record could not be
+// written).
+func (s *store) remove(id string) {
+	s.mu.Lock()
+	if e, ok := s.jobs[id]; ok && !e.rec.State.Terminal() {
+		delete(s.jobs, id)
+		s.counts[e.rec.State]--
+	}
+	s.mu.Unlock()
+}
+
 // update publishes a non-terminal snapshot.
 func (s *store) update(rec api.JobRecord) {
 	s.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
@@ -89,23 +88,7 @@ func killedDaemonLeavesNothing(t *testing.T, cred *syscall.Credential, sandbox b
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyOr(t, 10*time.Second, "every runner, job and grandchild to die with the daemon", func() bool {
-		for _, p := range watched {
-			if alive(p) {
-				return false
-			}
-		}
-		return true
-	}, func() string {
-		var left []string
-		for _, p := range watched {
-			if alive(p) {
-				b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-				left = append(left, fmt.Sprintf("%d %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-			}
-		}
-		return "still running: " + strings.Join(left, ", ") + "\n" + tail(d.stderr.String(), 3000)
-	})
+	waitAllGone(t, watched, "every runner, job and grandchild to die with the daemon", d.stderr.String)
 	<-d.proc.Done()
 	for _, c := range clis {
 		c.Wait() // they lost the daemon

@@ -225,23 +225,7 @@ func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
 		t.Fatal(err)
 	}
 	<-d.proc.Done()
-	eventuallyOr(t, 10*time.Second, "every runner and job process to die with the daemon", func() bool {
-		for _, p := range watched {
-			if alive(p) {
-				return false
-			}
-		}
-		return true
-	}, func() string {
-		var left []string
-		for _, p := range watched {
-			if alive(p) {
-				b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-				left = append(left, fmt.Sprintf("%d %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-			}
-		}
-		return "still running: " + strings.Join(left, ", ")
-	})
+	waitAllGone(t, watched, "every runner and job process to die with the daemon", nil)
 	for _, c := range clis {
 		c.Wait() // they lost the daemon
 	}
@@ -503,4 +487,31 @@ func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 		return true
 	})
 	d.lanes() // the replacement runner, for the leak check at stop
+}
+
+// waitAllGone waits until none of pids is alive, failing with the command
+// lines of those left (and the tail of log(), if given) after a deadline.
+func waitAllGone(t *testing.T, pids []int, what string, log func() string) {
+	t.Helper()
+	eventuallyOr(t, 10*time.Second, what, func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		var left []string
+		for _, p := range pids {
+			if alive(p) {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+				left = append(left, fmt.Sprintf("%d %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+			}
+		}
+		msg := "still running: " + strings.Join(left, ", ")
+		if log != nil {
+			msg += "\n" + tail(log(), 3000)
+		}
+		return msg
+	})
 }
