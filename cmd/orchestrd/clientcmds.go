@@ -535,18 +535,17 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageError(fs, jobsUsage, stderr, "unexpected argument %q", fs.Arg(0))
 	}
-	limit := new(int)
+	limit := 0 // --json without --limit: every job
 	switch n, err := strconv.Atoi(*limitS); {
 	case *limitS == "" && *asJSON:
-		*limit = 0
 	case *limitS == "":
-		*limit = 50
+		limit = 50
 	case err != nil || n < 0 || n > api.MaxListLimit:
 		return usageError(fs, jobsUsage, stderr, "--limit must be a number from 0 to %d, got %q", api.MaxListLimit, *limitS)
 	default:
-		*limit = n
+		limit = n
 	}
-	if *cursor != "" && *limit == 0 {
+	if *cursor != "" && limit == 0 {
 		return usageError(fs, jobsUsage, stderr, "--cursor continues a page: give it with the --limit of the page before")
 	}
 	c, ok := dial(resolveHome(*home), stderr)
@@ -558,7 +557,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		Jobs       []api.JobRecord `json:"jobs"`
 		NextCursor string          `json:"next_cursor"`
 	}
-	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane, Since: *since, Limit: *limit, Cursor: *cursor}, &res); err != nil {
+	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane, Since: *since, Limit: limit, Cursor: *cursor}, &res); err != nil {
 		return callErr(stderr, err)
 	}
 	// The command that prints the next page: this one with its cursor.
@@ -573,7 +572,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 				parts = append(parts, "--"+f.name+" "+shellQuote(f.v))
 			}
 		}
-		parts = append(parts, "--limit "+strconv.Itoa(*limit), "--cursor "+res.NextCursor)
+		parts = append(parts, "--limit "+strconv.Itoa(limit), "--cursor "+res.NextCursor)
 		if *asJSON {
 			parts = append(parts, "--json")
 		}
@@ -608,7 +607,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	if next != "" {
-		fmt.Fprintf(stdout, "more (next %d): %s\n", *limit, next)
+		fmt.Fprintf(stdout, "more (next %d): %s\n", limit, next)
 	}
 	return exitOK
 }
