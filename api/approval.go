@@ -1,0 +1,163 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ApprovalState is where a pending approval is: pending, then exactly one
+// of the terminal states.
+type ApprovalState string
+
+const (
+	ApprovalPending       ApprovalState = "pending"
+	ApprovalAllowed       ApprovalState = "allowed"
+	ApprovalDenied        ApprovalState = "denied"
+	ApprovalAlwaysAllowed ApprovalState = "always_allowed"
+	ApprovalReplied       ApprovalState = "replied"
+	ApprovalTimedOut      ApprovalState = "timed_out"
+	ApprovalCancelled     ApprovalState = "cancelled"
+)
+
+// Terminal reports whether s is a final state.
+func (s ApprovalState) Terminal() bool {
+	switch s {
+	case ApprovalAllowed, ApprovalDenied, ApprovalAlwaysAllowed, ApprovalReplied, ApprovalTimedOut, ApprovalCancelled:
+		return true
+	}
+	return false
+}
+
+// ValidApprovalState reports whether s names a state.
+func ValidApprovalState(s string) bool {
+	return ApprovalState(s) == ApprovalPending || ApprovalState(s).Terminal()
+}
+
+// Decision is how an approval was answered, spelled as on vibe-reachout's
+// wire (PascalCase).
+type Decision string
+
+const (
+	DecisionAllow       Decision = "Allow"
+	DecisionDeny        Decision = "Deny"
+	DecisionAlwaysAllow Decision = "AlwaysAllow"
+	DecisionReply       Decision = "Reply"
+	DecisionTimeout     Decision = "Timeout"
+)
+
+// State is the state an approval resolved with d ends in; "" for a
+// decision that is not one.
+func (d Decision) State() ApprovalState {
+	switch d {
+	case DecisionAllow:
+		return ApprovalAllowed
+	case DecisionDeny:
+		return ApprovalDenied
+	case DecisionAlwaysAllow:
+		return ApprovalAlwaysAllowed
+	case DecisionReply:
+		return ApprovalReplied
+	case DecisionTimeout:
+		return ApprovalTimedOut
+	}
+	return ""
+}
+
+// Where an approval came from (Approval.Source).
+const (
+	SourceReachout = "reachout" // vibe-reachout's hook socket
+	SourcePlan     = "plan"     // a Loopr plan gate (approval.request kind plan)
+	SourceControl  = "control"  // approval.request kind tool on the control socket
+	SourceExecutor = "executor" // an Agor executor's request_permission
+)
+
+// Kinds of approval (Approval.Kind).
+const (
+	KindTool = "tool" // may a tool run?
+	KindPlan = "plan" // may a plan's specs be spawned?
+)
+
+// Who or what resolved an approval (Resolution.By), besides a label a
+// control client gives (approval.resolve's by: "cli" from the CLI).
+const (
+	ByControl = "control" // a control-socket client that gave no label
+	ByCLI     = "cli"
+	ByRule    = "rule"    // a config or recorded rule (Resolution.RuleID)
+	ByTimeout = "timeout" // its deadline passed
+	ByDaemon  = "daemon"  // the daemon cancelled it (Resolution.Reason)
+	ByRequest = "requester"
+)
+
+// Reasons an approval was cancelled (Resolution.Reason).
+const (
+	CancelRequesterGone = "requester_gone"
+	CancelDaemonStopped = "daemon_stopping"
+	CancelDaemonRestart = "daemon_restarted"
+	CancelRequested     = "cancelled" // approval.cancel
+)
+
+// Approval is one question put to a person: may this tool run, may this
+// plan go ahead. The JSON is what approval.list and approval.get answer
+// and what notify_command reads on its stdin.
+type Approval struct {
+	ID        string          `json:"id"`
+	State     ApprovalState   `json:"state"`
+	Source    string          `json:"source"`
+	Kind      string          `json:"kind"`
+	RequestID string          `json:"request_id,omitempty"` // the hook's request_id
+	ToolName  string          `json:"tool_name,omitempty"`
+	ToolInput json.RawMessage `json:"tool_input,omitempty"`
+	Cwd       string          `json:"cwd,omitempty"`
+	SessionID string          `json:"session_id,omitempty"`
+	TaskID    string          `json:"task_id,omitempty"`
+	// PermissionSuggestions are the always-allow options the requester
+	// offered; approval.resolve's suggestion indexes them.
+	PermissionSuggestions []json.RawMessage `json:"permission_suggestions,omitempty"`
+	// AssistantContext is the agent's last words before the request (the
+	// hook sends it), for the person deciding.
+	AssistantContext string `json:"assistant_context,omitempty"`
+	// Content and Specs are a plan's (kind plan).
+	Content    string          `json:"content,omitempty"`
+	Specs      json.RawMessage `json:"specs,omitempty"` // a JSON array
+	CreatedAt  time.Time       `json:"created_at"`
+	Deadline   time.Time       `json:"deadline"`
+	Resolution *Resolution     `json:"resolution,omitempty"`
+}
+
+// Resolution is how an approval ended.
+type Resolution struct {
+	Decision    Decision `json:"decision"` // Timeout for timed_out; "" for cancelled
+	Message     string   `json:"message,omitempty"`
+	UserMessage string   `json:"user_message,omitempty"`
+	// Suggestion is the permission suggestion applied (AlwaysAllow), and
+	// SuggestionIndex its index in the request's permission_suggestions.
+	Suggestion      json.RawMessage `json:"suggestion,omitempty"`
+	SuggestionIndex *int            `json:"suggestion_index,omitempty"`
+	By              string          `json:"by"`
+	RuleID          string          `json:"rule_id,omitempty"` // By rule, or the rule AlwaysAllow recorded
+	Reason          string          `json:"reason,omitempty"`  // why it was cancelled
+	At              time.Time       `json:"at"`
+}
+
+// ApprovalRule answers matching requests before anyone is asked: a rule
+// from the config file ([[approvals.rules]], Origin "config", ID "config-N"
+// by position) or one recorded by an AlwaysAllow (Origin "always_allow").
+type ApprovalRule struct {
+	ID     string `json:"id"`
+	Origin string `json:"origin"` // config | always_allow
+	Tool   string `json:"tool"`   // a glob on tool_name
+	// InputField and InputPattern match a field of tool_input (a regular
+	// expression on its string value); config rules only.
+	InputField   string `json:"input_field,omitempty"`
+	InputPattern string `json:"input_pattern,omitempty"`
+	Cwd          string `json:"cwd,omitempty"`        // a glob (config) or the exact cwd it was scoped to
+	SessionID    string `json:"session_id,omitempty"` // the session it was scoped to
+	// Content is a Claude Code rule content the suggestion carried
+	// ("git status:*" for Bash, a path glob for Read/Edit/Write).
+	Content      string          `json:"content,omitempty"`
+	Decision     string          `json:"decision"` // allow | deny
+	Message      string          `json:"message,omitempty"`
+	Suggestion   json.RawMessage `json:"suggestion,omitempty"` // always_allow: the suggestion it came from
+	FromApproval string          `json:"from_approval,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+}

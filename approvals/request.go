@@ -1,0 +1,40 @@
+package approvals
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Request is a question a front-end puts to Manager.Ask: may this tool run
+// (kind tool), may this plan go ahead (kind plan).
+type Request struct {
+	Source string // api.Source*
+	Kind   string // api.Kind*
+	// RequestID is the requester's own id (the hook's request_id, a
+	// canonical lowercase hyphenated UUID); "" if it has none.
+	RequestID             string
+	ToolName              string
+	ToolInput             json.RawMessage // a JSON object for kind tool
+	Cwd                   string
+	SessionID             string
+	TaskID                string
+	PermissionSuggestions []json.RawMessage
+	AssistantContext      string
+	Content               string          // kind plan
+	Specs                 json.RawMessage // kind plan: a JSON array
+	// Timeout bounds how long it stays pending; 0 is Config.Timeout.
+	Timeout time.Duration
+	// Bound ties the approval to its requester's connection (the hook's):
+	// cancelled when the requester goes, and after a daemon restart
+	// (nobody is left to hear the answer).
+	Bound bool
+}
+
+// Pending is an approval Ask started, for the front-end that asked.
+type Pending interface {
+	ID() string
+	// Cancel ends the approval cancelled with reason if it is still
+	// pending; Ask's answer func is still called once, with the cancelled
+	// approval. Safe from any goroutine, any number of times.
+	Cancel(reason string)
+}
