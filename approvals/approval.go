@@ -165,7 +165,9 @@ func (a *approvalActor) Receive(c *actors.Context) {
 		snap := e.snapshot()
 		c.SetState("pending")
 		a.cancelTimer = c.After(max(0, time.Until(snap.Deadline)), timeoutMsg{})
-		if e.recovered {
+		if e.recovered || c.Restarts() > 0 {
+			// Recovered: announced by the daemon that asked. Restarted
+			// after a panic: announced by the first incarnation.
 			return
 		}
 		m.bus.Emit(ApprovalRequested{ID: snap.ID, Source: snap.Source, ApprovalKind: snap.Kind, ToolName: snap.ToolName,

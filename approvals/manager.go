@@ -99,7 +99,12 @@ func (s *supervisorActor) Receive(c *actors.Context) {
 			e.refuseQueued()
 			return
 		}
-		ref, err := c.Spawn(actors.Props{Kind: "approval", ID: e.id, OnPanic: actors.Stop,
+		// A panic restarts the actor: the approval's state lives in its
+		// entry, so the fresh one goes on where the old one was (its
+		// deadline re-armed, nobody told twice); past the restart
+		// intensity it is stopped, and the approval stays pending until
+		// the daemon restarts (actor.panicked says so).
+		ref, err := c.Spawn(actors.Props{Kind: "approval", ID: e.id, OnPanic: actors.Restart, MaxRestarts: 3, Within: time.Minute,
 			New: func() actors.Actor { return &approvalActor{e: e} }})
 		if err != nil {
 			s.m.log.Error().Err(err).Str("approval", e.id).Msg("spawning an approval actor")
