@@ -68,8 +68,19 @@ type JobsPruned struct {
 
 func (JobsPruned) Kind() string { return "jobs.pruned" }
 
+// ApprovalsPruned: finished approvals were deleted from the state store by
+// the same [state] keys as jobs (retain_jobs counts approvals apart from
+// jobs). Pending approvals and recorded rules are never pruned.
+type ApprovalsPruned struct {
+	Count      int    `json:"count"`
+	RetainJobs int    `json:"retain_jobs"`
+	RetainFor  string `json:"retain_for"`
+}
+
+func (ApprovalsPruned) Kind() string { return "approvals.pruned" }
+
 func init() {
-	eventlog.Register(JobsPruned{})
+	eventlog.Register(JobsPruned{}, ApprovalsPruned{})
 	eventlog.Register(DaemonStarted{}, DaemonStopping{}, DaemonStopped{}, ActorPanicked{},
 		ActorRestarted{})
 }

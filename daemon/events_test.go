@@ -16,5 +16,6 @@ func TestKinds(t *testing.T) {
 		ActorPanicked{Actor: "lane/review", Panic: "index out of range", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1", Directive: "restart"},
 		ActorRestarted{Actor: "lane/review", Restarts: 1},
 		JobsPruned{Count: 500, RetainJobs: 10000, RetainFor: "168h0m0s"},
+		ApprovalsPruned{Count: 12, RetainJobs: 10000, RetainFor: "168h0m0s"},
 	)
 }

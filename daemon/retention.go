@@ -10,13 +10,13 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-// pruneEvery is how often finished jobs past [state] retain_jobs and
-// retain_for are pruned, after once at start.
+// pruneEvery is how often finished jobs and approvals past [state]
+// retain_jobs and retain_for are pruned, after once at start.
 const pruneEvery = time.Minute
 
-// startPruning prunes the state store's finished jobs in the background:
-// now, then every pruneEvery, each prune that removed something a
-// jobs.pruned event. The returned stop ends it and waits for it (a prune
+// startPruning prunes the state store's finished jobs and approvals in the
+// background: now, then every pruneEvery, each prune that removed
+// something a jobs.pruned or approvals.pruned event. The returned stop ends it and waits for it (a prune
 // under way is cut short between its small transactions).
 func startPruning(st *state.Store, cfg StateConfig, bus *eventlog.Bus, log zerolog.Logger) (stop func()) {
 	if cfg.RetainJobs <= 0 && cfg.RetainFor.Duration <= 0 {
@@ -39,6 +39,14 @@ func startPruning(st *state.Store, cfg StateConfig, bus *eventlog.Bus, log zerol
 			}
 			if err != nil && ctx.Err() == nil {
 				log.Error().Err(err).Msg("pruning finished jobs")
+			}
+			// Finished approvals by the same keys, counted apart from jobs.
+			n, err = st.Approvals().Prune(ctx, cfg.RetainJobs, before)
+			if n > 0 {
+				bus.Emit(ApprovalsPruned{Count: n, RetainJobs: cfg.RetainJobs, RetainFor: cfg.RetainFor.String()})
+			}
+			if err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("pruning finished approvals")
 			}
 			select {
 			case <-ctx.Done():

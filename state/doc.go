@@ -63,6 +63,23 @@
 //	                                env and file_paths are JSON text, stdin
 //	                                and stdin_b64 BLOBs
 //
+//	approvals  one row per approval (schema version 2), pending or finished
+//	      id, request_id            request_id: the hook's, approval.get takes it
+//	      source, kind, state       state: pending | allowed denied always_allowed
+//	                                replied timed_out cancelled
+//	      tool_name, tool_input, cwd, session_id, task_id,
+//	      permission_suggestions, assistant_context, content, specs
+//	                                JSON fields as the text they came as
+//	      created_at, deadline, resolved_at
+//	                                resolved_at is set iff the state is terminal
+//	      decision, message, user_message, suggestion, suggestion_index,
+//	      resolved_by, rule_id, reason
+//	                                the resolution
+//
+//	approval_rules  the rules AlwaysAllow recorded
+//	      id, origin, tool, input_field, input_pattern, cwd, session_id,
+//	      content, decision, message, suggestion, from_approval, created_at
+//
 // For example:
 //
 //	sqlite3 -header -column state.db \

@@ -74,6 +74,62 @@ BEGIN
 	DELETE FROM job_specs WHERE seq = OLD.seq;
 END;
 `},
+	{version: 2, name: "approvals and approval rules", sql: `
+CREATE TABLE approvals (
+	id                     TEXT PRIMARY KEY NOT NULL,
+	request_id             TEXT,
+	source                 TEXT NOT NULL,
+	kind                   TEXT NOT NULL,
+	state                  TEXT NOT NULL CHECK (state = 'pending' OR state = 'allowed' OR state = 'denied' OR
+	                         state = 'always_allowed' OR state = 'replied' OR state = 'timed_out' OR
+	                         state = 'cancelled'),
+	tool_name              TEXT,
+	tool_input             TEXT,
+	cwd                    TEXT,
+	session_id             TEXT,
+	task_id                TEXT,
+	permission_suggestions TEXT,
+	assistant_context      TEXT,
+	content                TEXT,
+	specs                  TEXT,
+	created_at             TEXT NOT NULL,
+	deadline               TEXT,
+	resolved_at            TEXT CHECK ((resolved_at IS NULL) = (state = 'pending')),
+	decision               TEXT,
+	message                TEXT,
+	user_message           TEXT,
+	suggestion             TEXT,
+	suggestion_index       INTEGER,
+	resolved_by            TEXT,
+	rule_id                TEXT,
+	reason                 TEXT
+);
+
+-- What a restart takes over, oldest first.
+CREATE INDEX approvals_pending ON approvals(created_at) WHERE state = 'pending';
+-- History, newest first.
+CREATE INDEX approvals_created ON approvals(created_at);
+-- The finished approvals in the order pruning takes them.
+CREATE INDEX approvals_resolved ON approvals(resolved_at) WHERE resolved_at IS NOT NULL;
+-- approval.get takes the hook's request_id as the id.
+CREATE INDEX approvals_request_id ON approvals(request_id) WHERE request_id IS NOT NULL;
+
+CREATE TABLE approval_rules (
+	id            TEXT PRIMARY KEY NOT NULL,
+	origin        TEXT NOT NULL,
+	tool          TEXT NOT NULL,
+	input_field   TEXT,
+	input_pattern TEXT,
+	cwd           TEXT,
+	session_id    TEXT,
+	content       TEXT,
+	decision      TEXT NOT NULL CHECK (decision = 'allow' OR decision = 'deny'),
+	message       TEXT,
+	suggestion    TEXT,
+	from_approval TEXT,
+	created_at    TEXT NOT NULL
+);
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -77,7 +77,7 @@ func TestMigrationUpgradesOlderFile(t *testing.T) {
 	newer := append(migrations[:len(migrations):len(migrations)], migration{version: v + 1, name: "test: job notes",
 		sql: `ALTER TABLE jobs ADD COLUMN note TEXT;
 			UPDATE jobs SET note = 'was ' || state;
-			CREATE TABLE approvals (id TEXT PRIMARY KEY, rule TEXT NOT NULL);`})
+			CREATE TABLE test_notes (id TEXT PRIMARY KEY, rule TEXT NOT NULL);`})
 	s2, err := open(path, testOpts, newer)
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,10 @@ commands:
   run       run a job, stream its output, exit with its code
   jobs      list jobs
   cancel    cancel a job
+  approvals pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])
+  approve   approve ID [--always [--suggestion N]] [--message M]: allow a pending approval
+  deny      deny ID [--message M]: deny a pending approval
+  reply     reply ID MESSAGE: answer a pending approval with a message for the agent
   status    lanes, runners and the live actor tree
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
@@ -94,6 +98,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdCancel(withHome(rest), stdout, stderr)
 	case "status":
 		return cmdStatus(withHome(rest), stdout, stderr)
+	case "approvals":
+		return cmdApprovals(withHome(rest), stdout, stderr)
+	case "approve":
+		return cmdApprove(withHome(rest), stdout, stderr)
+	case "deny":
+		return cmdDeny(withHome(rest), stdout, stderr)
+	case "reply":
+		return cmdReply(withHome(rest), stdout, stderr)
 	case "events":
 		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":
