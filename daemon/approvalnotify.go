@@ -17,5 +17,3 @@ func startNotifier(cfg approvals.Config, reaper *proc.Reaper, bus *eventlog.Bus,
 	return notify.New(notify.Options{Command: cfg.NotifyCommand, Timeout: cfg.NotifyTimeout.Duration, Reaper: reaper,
 		Bus: bus, Logger: log.With().Str("component", "notify").Logger()})
 }
-
-var _ = startNotifier // wired into Run by the lead (daemon.go is core's)

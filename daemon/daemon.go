@@ -147,9 +147,11 @@ func Run(ctx context.Context, opts Options) error {
 	// subreaper); the approvals a dead daemon left, before any front-end
 	// takes requests. Stopped before the lanes, while the sockets are up:
 	// a waiting hook hears Timeout.
+	notifier := startNotifier(cfg.Approvals, mgr.Reaper(), bus, opts.Logger)
 	approvalsMgr, err := approvals.Start(approvals.Options{Config: cfg.Approvals, Bus: bus, System: sys,
-		Logger: opts.Logger, Reaper: mgr.Reaper()})
+		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: approvalLog{st}, OnPending: notifier.Notify})
 	if err != nil {
+		notifier.Close()
 		shutdownLanes("approvals failed")
 		return fmt.Errorf("starting approvals: %w", err)
 	}
@@ -159,6 +161,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err := approvalsMgr.Shutdown(actx); err != nil {
 			opts.Logger.Error().Err(err).Msg("approvals did not stop cleanly")
 		}
+		notifier.Close()
 	}
 	arctx, arcancel := context.WithTimeout(context.Background(), time.Minute)
 	_, err = approvalsMgr.Recover(arctx)

@@ -24,7 +24,7 @@ func TestFinishedApprovalsArePruned(t *testing.T) {
 	base := time.Now().Add(-time.Hour)
 	for i := range 6 {
 		a := api.Approval{ID: fmt.Sprintf("a-test-%d", i), Source: api.SourceControl, Kind: api.KindTool,
-			ToolName: "Bash", CreatedAt: base}
+			ToolName: "Bash", CreatedAt: base, Deadline: time.Now().Add(time.Hour)}
 		if i < 5 {
 			a.State, a.Resolution = api.ApprovalDenied, &api.Resolution{Decision: api.DecisionDeny, By: api.ByCLI,
 				At: base.Add(time.Duration(i) * time.Second)}

@@ -1,9 +1,3 @@
-//go:build approvals_wired
-
-// Run with -tags approvals_wired once daemon.Run passes the store and the
-// notifier to approvals.Start (Log: approvalLog{st}, OnPending:
-// notifier.Notify; see daemon/approvalnotify.go), then drop the tag.
-
 package main
 
 import (
