@@ -1,6 +1,9 @@
 package approvals
 
 import (
+	"fmt"
+	"path"
+	"regexp"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -53,4 +56,63 @@ func DefaultConfig() Config {
 		NotifyTimeout: api.Duration{Duration: 10 * time.Second},
 		Reachout:      ReachoutConfig{Enabled: true},
 	}
+}
+
+// Validate checks c, the table named key ("approvals"): every problem is
+// one error naming its full key (approvals.rules[2].input.pattern). Rules
+// are numbered from 1, as their ids are (config-1 is approvals.rules[1]).
+func Validate(key string, c Config) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Timeout.Duration <= 0 {
+		bad("%s.timeout must be > 0, got %s", key, c.Timeout)
+	}
+	if c.NotifyTimeout.Duration <= 0 {
+		bad("%s.notify_timeout must be > 0, got %s", key, c.NotifyTimeout)
+	}
+	for i, a := range c.NotifyCommand {
+		if a == "" && i == 0 {
+			bad("%s.notify_command[0] (the program) must not be empty", key)
+		}
+	}
+	for i, r := range c.Rules {
+		errs = append(errs, validateRule(fmt.Sprintf("%s.rules[%d]", key, i+1), r)...)
+	}
+	return errs
+}
+
+func validateRule(key string, r RuleConfig) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if r.Tool == "" {
+		bad("%s.tool is required (a glob on the tool's name: \"Bash\", \"mcp__*\", \"*\")", key)
+	} else if _, err := path.Match(r.Tool, ""); err != nil {
+		bad("%s.tool: bad glob %q: %v", key, r.Tool, err)
+	}
+	if r.Cwd != "" {
+		if err := checkGlob(r.Cwd); err != nil {
+			bad("%s.cwd: bad glob %q: %v", key, r.Cwd, err)
+		}
+	}
+	if r.Input != nil {
+		if r.Input.Field == "" {
+			bad("%s.input.field is required (the tool_input field to match, e.g. \"command\")", key)
+		}
+		if r.Input.Pattern == "" {
+			bad("%s.input.pattern is required (a regular expression)", key)
+		} else if _, err := regexp.Compile(r.Input.Pattern); err != nil {
+			bad("%s.input.pattern: bad regular expression %q: %v", key, r.Input.Pattern, err)
+		}
+	}
+	switch r.Decision {
+	case "allow", "deny":
+	case "":
+		bad("%s.decision is required: \"allow\" or \"deny\"", key)
+	default:
+		bad("%s.decision must be \"allow\" or \"deny\", got %q", key, r.Decision)
+	}
+	if r.Message != "" && r.Decision == "allow" {
+		bad("%s.message is a deny's message to the agent: an allow rule has none", key)
+	}
+	return errs
 }

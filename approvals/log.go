@@ -16,9 +16,10 @@ type Log interface {
 	// resolved when a rule answered it at once).
 	RecordRequested(a api.Approval, done func(error))
 	// RecordResolved writes a pending approval's terminal state and
-	// resolution and, in the same commit, the rule an AlwaysAllow recorded
-	// (rule may be nil).
-	RecordResolved(a api.Approval, rule *api.ApprovalRule, done func(error))
+	// resolution and, in the same commit, the rules an AlwaysAllow
+	// recorded (none, one, or several: a Claude Code addRules suggestion
+	// carries a list of rules, one row each).
+	RecordResolved(a api.Approval, rules []api.ApprovalRule, done func(error))
 	// DeleteRule deletes a recorded rule; done gets ErrNotFound (state's)
 	// wrapped when there is none.
 	DeleteRule(id string, done func(error))

@@ -1,0 +1,556 @@
+package approvals
+
+import (
+	"encoding/json"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Register registers the approval methods with mux: approval.list, get,
+// resolve, request, wait, cancel, rules, rule_delete, and the plan gate's
+// plan.get_preview, approve, reject, iterate.
+func (m *Manager) Register(mux api.Mux) {
+	mux.Handle("approval.list", m.listMethod)
+	mux.Handle("approval.get", m.getMethod)
+	mux.Handle("approval.resolve", m.resolveMethod)
+	mux.Handle("approval.request", m.requestMethod)
+	mux.Handle("approval.wait", m.waitMethod)
+	mux.Handle("approval.cancel", m.cancelMethod)
+	mux.Handle("approval.rules", m.rulesMethod)
+	mux.Handle("approval.rule_delete", m.ruleDeleteMethod)
+	mux.Handle("plan.get_preview", m.planPreviewMethod)
+	mux.Handle("plan.approve", m.planApproveMethod)
+	mux.Handle("plan.reject", m.planRejectMethod)
+	mux.Handle("plan.iterate", m.planIterateMethod)
+}
+
+// DefaultListLimit and MaxListLimit bound approval.list's history.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// Param and result shapes.
+type (
+	listParams struct {
+		State  string `json:"state,omitempty"`
+		Source string `json:"source,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+	}
+	idParams struct {
+		ID string `json:"id"`
+	}
+	resolveParams struct {
+		ID          string `json:"id"`
+		Decision    string `json:"decision"`
+		Message     string `json:"message,omitempty"`
+		UserMessage string `json:"user_message,omitempty"`
+		Suggestion  *int   `json:"suggestion,omitempty"`
+		By          string `json:"by,omitempty"`
+	}
+	requestParams struct {
+		Kind                  string            `json:"kind"`
+		ToolName              string            `json:"tool_name,omitempty"`
+		ToolInput             json.RawMessage   `json:"tool_input,omitempty"`
+		Cwd                   string            `json:"cwd,omitempty"`
+		SessionID             string            `json:"session_id,omitempty"`
+		TaskID                string            `json:"task_id,omitempty"`
+		Content               string            `json:"content,omitempty"`
+		Specs                 json.RawMessage   `json:"specs,omitempty"`
+		TimeoutMs             int64             `json:"timeout_ms,omitempty"`
+		PermissionSuggestions []json.RawMessage `json:"permission_suggestions,omitempty"`
+	}
+	waitParams struct {
+		ID        string `json:"id"`
+		TimeoutMs int64  `json:"timeout_ms,omitempty"`
+	}
+	cancelParams struct {
+		ID     string `json:"id"`
+		Reason string `json:"reason,omitempty"`
+	}
+	rejectParams struct {
+		ID     string `json:"id"`
+		Reason string `json:"reason,omitempty"`
+	}
+	iterateParams struct {
+		ID       string `json:"id"`
+		Feedback string `json:"feedback"`
+	}
+	approvalsResult struct {
+		Approvals []api.Approval `json:"approvals"`
+	}
+	approvalResult struct {
+		Approval api.Approval `json:"approval"`
+	}
+	idResult struct {
+		ID string `json:"id"`
+	}
+	rulesResult struct {
+		Rules []api.ApprovalRule `json:"rules"`
+	}
+	previewResult struct {
+		Content string          `json:"content"`
+		Specs   json.RawMessage `json:"specs"`
+	}
+	approveResult struct {
+		SpecsSpawned int `json:"specs_spawned"`
+	}
+	empty struct{}
+)
+
+func badParams(call api.Call, format string, args ...any) *api.Error {
+	return api.Errorf(api.CodeInvalidParams, "invalid params for "+call.Method()+": "+format, args...)
+}
+
+// decode decodes params and checks the id most methods take.
+func decode(call api.Call, v any, id *string) bool {
+	if err := call.Decode(v); err != nil {
+		call.Fail(err)
+		return false
+	}
+	if id != nil && *id == "" {
+		call.Fail(badParams(call, "id is required (an approval id, or the requester's request_id)"))
+		return false
+	}
+	return true
+}
+
+func (m *Manager) listMethod(call api.Call) {
+	var p listParams
+	if !decode(call, &p, nil) {
+		return
+	}
+	if p.State != "" && p.State != "all" && !api.ValidApprovalState(p.State) {
+		call.Fail(badParams(call, "unknown state %q (want all, pending, allowed, denied, always_allowed, replied, timed_out or cancelled)", p.State))
+		return
+	}
+	if p.Limit < 0 || p.Limit > MaxListLimit {
+		call.Fail(badParams(call, "limit must be between 1 and %d (default %d), got %d", MaxListLimit, DefaultListLimit, p.Limit))
+		return
+	}
+	if p.Limit == 0 {
+		p.Limit = DefaultListLimit
+	}
+	var out []api.Approval
+	if p.State == "" || p.State == string(api.ApprovalPending) {
+		for _, a := range m.PendingApprovals() {
+			if p.Source == "" || a.Source == p.Source {
+				out = append(out, a)
+			}
+		}
+		if p.State == "" && len(out) > p.Limit {
+			out = out[:p.Limit]
+		}
+	} else if m.store != nil {
+		q := Query{Source: p.Source, Limit: p.Limit}
+		if p.State != "all" {
+			q.State = p.State
+		}
+		as, err := m.store.List(q)
+		if err != nil {
+			call.Fail(api.Errorf(api.CodeInternal, "reading approvals from the state store: %v", err))
+			return
+		}
+		out = as
+	} else {
+		out = m.memoryHistory(p.State, p.Source, p.Limit)
+	}
+	if out == nil {
+		out = []api.Approval{}
+	}
+	call.Respond(approvalsResult{Approvals: out})
+}
+
+// memoryHistory is approval.list's history without a store: what memory
+// holds, newest first.
+func (m *Manager) memoryHistory(state, source string, limit int) []api.Approval {
+	all := m.PendingApprovals()
+	m.mu.Lock()
+	for _, a := range m.finished {
+		all = append(all, a)
+	}
+	m.mu.Unlock()
+	var out []api.Approval
+	for _, a := range all {
+		if (state == "all" || string(a.State) == state) && (source == "" || a.Source == source) {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID > out[j].ID
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// find is the approval id names, or the call failed (1001 unknown).
+func (m *Manager) find(call api.Call, id string) (api.Approval, bool) {
+	a, ok, err := m.Get(id)
+	if err != nil {
+		call.Fail(api.Errorf(api.CodeInternal, "%v", err))
+		return a, false
+	}
+	if !ok {
+		call.Fail(api.Errorf(api.CodeNotFound, "approval %s not found", id))
+		return a, false
+	}
+	return a, true
+}
+
+func (m *Manager) getMethod(call api.Call) {
+	var p idParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	if a, ok := m.find(call, p.ID); ok {
+		call.Respond(approvalResult{Approval: a})
+	}
+}
+
+// resolve hands msg to the pending approval id names; reply hears how it
+// ended. An approval that is over is 1002 naming its state, an unknown one
+// 1001.
+func (m *Manager) resolve(call api.Call, id string, msg resolveMsg) {
+	if e := m.lookupPending(id); e != nil {
+		e.send(msg)
+		return
+	}
+	a, ok := m.find(call, id)
+	if !ok {
+		return
+	}
+	if a.State == api.ApprovalPending {
+		// Pending in the store, not in this daemon: Recover has not seen it.
+		call.Fail(api.Errorf(api.CodeInvalidState, "approval %s is pending but not held by this daemon", a.ID))
+		return
+	}
+	if msg.check != nil {
+		if err := msg.check(a); err != nil {
+			call.Fail(err)
+			return
+		}
+	}
+	call.Fail(alreadyErr(a.ID, a.State))
+}
+
+// replyApproval answers a call with the terminal approval.
+func replyApproval(call api.Call) func(api.Approval, error) {
+	return func(a api.Approval, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(approvalResult{Approval: a})
+	}
+}
+
+func (m *Manager) resolveMethod(call api.Call) {
+	var p resolveParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	d := api.Decision(p.Decision)
+	switch d {
+	case api.DecisionAllow, api.DecisionDeny, api.DecisionAlwaysAllow:
+		if p.UserMessage != "" {
+			call.Fail(badParams(call, "user_message goes with decision Reply, not %s", d))
+			return
+		}
+	case api.DecisionReply:
+		if p.UserMessage == "" {
+			call.Fail(badParams(call, "decision Reply needs user_message (what the agent is told)"))
+			return
+		}
+	case "":
+		call.Fail(badParams(call, "decision is required: Allow, Deny, AlwaysAllow or Reply"))
+		return
+	default:
+		call.Fail(badParams(call, "decision %q is not one of Allow, Deny, AlwaysAllow, Reply", p.Decision))
+		return
+	}
+	if p.Suggestion != nil && d != api.DecisionAlwaysAllow {
+		call.Fail(badParams(call, "suggestion goes with decision AlwaysAllow, not %s", d))
+		return
+	}
+	by := p.By
+	if by == "" {
+		by = api.ByControl
+	}
+	res := api.Resolution{Decision: d, Message: p.Message, UserMessage: p.UserMessage, By: by}
+	check := func(a api.Approval) error { return nil }
+	if d == api.DecisionAlwaysAllow {
+		idx := p.Suggestion
+		check = func(a api.Approval) error {
+			n := len(a.PermissionSuggestions)
+			if idx != nil && (*idx < 0 || *idx >= n) {
+				if n == 0 {
+					return badParams(call, "suggestion %d: approval %s offers no permission suggestions", *idx, a.ID)
+				}
+				return badParams(call, "suggestion %d is out of range: approval %s offers %d (0 to %d)", *idx, a.ID, n, n-1)
+			}
+			return nil
+		}
+		if e := m.lookupPending(p.ID); e != nil {
+			a := e.snapshot()
+			if err := check(a); err != nil {
+				call.Fail(err)
+				return
+			}
+			if idx == nil && len(a.PermissionSuggestions) > 0 {
+				idx = new(int)
+			}
+			if idx != nil {
+				i := *idx
+				res.SuggestionIndex, res.Suggestion = &i, a.PermissionSuggestions[i]
+			}
+		}
+	}
+	m.resolve(call, p.ID, resolveMsg{state: d.State(), res: res, check: check, reply: replyApproval(call)})
+}
+
+func (m *Manager) requestMethod(call api.Call) {
+	var p requestParams
+	if !decode(call, &p, nil) {
+		return
+	}
+	req := Request{Kind: p.Kind, ToolName: p.ToolName, ToolInput: p.ToolInput, Cwd: p.Cwd, SessionID: p.SessionID,
+		TaskID: p.TaskID, Content: p.Content, Specs: p.Specs, PermissionSuggestions: p.PermissionSuggestions}
+	switch p.Kind {
+	case api.KindTool:
+		if p.ToolName == "" {
+			call.Fail(badParams(call, "kind tool needs tool_name"))
+			return
+		}
+		if len(p.ToolInput) > 0 && p.ToolInput[0] != '{' {
+			call.Fail(badParams(call, "tool_input must be a JSON object"))
+			return
+		}
+		req.Source = api.SourceControl
+	case api.KindPlan:
+		if p.Content == "" {
+			call.Fail(badParams(call, "kind plan needs content (the plan)"))
+			return
+		}
+		if len(p.Specs) > 0 && p.Specs[0] != '[' && string(p.Specs) != "null" {
+			call.Fail(badParams(call, "specs must be a JSON array"))
+			return
+		}
+		req.Source = api.SourcePlan
+	case "":
+		call.Fail(badParams(call, "kind is required: tool or plan"))
+		return
+	default:
+		call.Fail(badParams(call, "kind %q is not tool or plan", p.Kind))
+		return
+	}
+	if p.TimeoutMs < 0 {
+		call.Fail(badParams(call, "timeout_ms must be > 0 (or absent for [approvals] timeout), got %d", p.TimeoutMs))
+		return
+	}
+	req.Timeout = time.Duration(p.TimeoutMs) * time.Millisecond
+	var once sync.Once
+	_, err := m.ask(req, nil, func(a api.Approval, err error) {
+		once.Do(func() {
+			if err != nil {
+				call.Fail(&api.Error{Code: api.CodeStoreUnavailable,
+					Message: "approval " + a.ID + " could not be recorded in the state store: " + err.Error()})
+				return
+			}
+			call.Respond(idResult{ID: a.ID})
+		})
+	})
+	if err != nil {
+		call.Fail(err)
+	}
+}
+
+// approval.wait answers once the approval is over: at once if it is,
+// else when it ends or timeout_ms passes (1002 with the approval as data).
+func (m *Manager) waitMethod(call api.Call) {
+	var p waitParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	if p.TimeoutMs < 0 {
+		call.Fail(badParams(call, "timeout_ms must be > 0 (or absent to wait as long as it takes), got %d", p.TimeoutMs))
+		return
+	}
+	e := m.lookupPending(p.ID)
+	if e == nil {
+		if a, ok := m.find(call, p.ID); ok {
+			if a.State.Terminal() {
+				call.Respond(approvalResult{Approval: a})
+			} else {
+				call.Fail(api.Errorf(api.CodeInvalidState, "approval %s is pending but not held by this daemon", a.ID))
+			}
+		}
+		return
+	}
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		over  bool
+	)
+	finish := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if over {
+			return false
+		}
+		over = true
+		if timer != nil {
+			timer.Stop()
+		}
+		return true
+	}
+	stop := e.addWaiter(func(a api.Approval) {
+		if finish() {
+			call.Respond(approvalResult{Approval: a})
+		}
+	})
+	if p.TimeoutMs > 0 {
+		mu.Lock()
+		if !over {
+			timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, func() {
+				if !finish() {
+					return
+				}
+				stop()
+				a := e.snapshot()
+				err := api.Errorf(api.CodeInvalidState, "approval %s is still %s after %d ms", a.ID, a.State, p.TimeoutMs)
+				err.Data = approvalResult{Approval: a}
+				call.Fail(err)
+			})
+		}
+		mu.Unlock()
+	}
+	call.OnClose(func() {
+		if finish() {
+			stop()
+		}
+	})
+}
+
+func (m *Manager) cancelMethod(call api.Call) {
+	var p cancelParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	reason := p.Reason
+	if reason == "" {
+		reason = api.CancelRequested
+	}
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalCancelled,
+		res: api.Resolution{By: api.ByControl, Reason: reason}, reply: replyApproval(call)})
+}
+
+func (m *Manager) rulesMethod(call api.Call) {
+	if err := call.Decode(&api.NoParams{}); err != nil {
+		call.Fail(err)
+		return
+	}
+	call.Respond(rulesResult{Rules: m.Rules()})
+}
+
+func (m *Manager) ruleDeleteMethod(call api.Call) {
+	var p idParams
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if p.ID == "" {
+		call.Fail(badParams(call, "id is required (a rule id from approval.rules)"))
+		return
+	}
+	m.DeleteRule(p.ID, func(err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(empty{})
+	})
+}
+
+// planCheck refuses plan.* on an approval that is not a plan.
+func planCheck(call api.Call) func(api.Approval) error {
+	return func(a api.Approval) error {
+		if a.Kind != api.KindPlan {
+			return api.Errorf(api.CodeInvalidState, "approval %s is not a plan (kind %s): %s takes plan approvals only", a.ID, a.Kind, call.Method())
+		}
+		return nil
+	}
+}
+
+func (m *Manager) planPreviewMethod(call api.Call) {
+	var p idParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	a, ok := m.find(call, p.ID)
+	if !ok {
+		return
+	}
+	if err := planCheck(call)(a); err != nil {
+		call.Fail(err)
+		return
+	}
+	call.Respond(previewResult{Content: a.Content, Specs: specsOrEmpty(a.Specs)})
+}
+
+func (m *Manager) planApproveMethod(call api.Call) {
+	var p idParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed,
+		res: api.Resolution{Decision: api.DecisionAllow, By: api.ByControl}, check: planCheck(call),
+		reply: func(a api.Approval, err error) {
+			if err != nil {
+				call.Fail(err)
+				return
+			}
+			call.Respond(approveResult{SpecsSpawned: specsCount(a.Specs)})
+		}})
+}
+
+func (m *Manager) planRejectMethod(call api.Call) {
+	var p rejectParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied,
+		res: api.Resolution{Decision: api.DecisionDeny, Message: p.Reason, By: api.ByControl}, check: planCheck(call),
+		reply: emptyReply(call)})
+}
+
+func (m *Manager) planIterateMethod(call api.Call) {
+	var p iterateParams
+	if !decode(call, &p, &p.ID) {
+		return
+	}
+	if p.Feedback == "" {
+		call.Fail(badParams(call, "feedback is required (what the planner is told to change)"))
+		return
+	}
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalReplied,
+		res: api.Resolution{Decision: api.DecisionReply, UserMessage: p.Feedback, By: api.ByControl}, check: planCheck(call),
+		reply: emptyReply(call)})
+}
+
+func emptyReply(call api.Call) func(api.Approval, error) {
+	return func(_ api.Approval, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(empty{})
+	}
+}
