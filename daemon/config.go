@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -63,6 +64,8 @@ type Config struct {
 	Daemon DaemonConfig                `toml:"daemon"`
 	State  StateConfig                 `toml:"state"`
 	Lanes  map[string]lanes.LaneConfig `toml:"lanes"`
+	// Approvals is the [approvals] table (approvals/config.go).
+	Approvals approvals.Config `toml:"approvals"`
 }
 
 // DefaultConfig is the embedded configuration.
@@ -76,7 +79,8 @@ func DefaultConfig() Config {
 		},
 		State: StateConfig{Durability: "process", RetainJobs: 10000,
 			RetainFor: api.Duration{Duration: 168 * time.Hour}},
-		Lanes: lanes.DefaultLanes(),
+		Lanes:     lanes.DefaultLanes(),
+		Approvals: approvals.DefaultConfig(),
 	}
 }
 
@@ -133,6 +137,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.State).Elem(), key)
 	},
 	"lanes": decodeLanes,
+	"approvals": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Approvals).Elem(), key)
+	},
 }
 
 // decodeLanes decodes the [lanes.NAME] tables. If the file names any lane,
@@ -182,6 +189,29 @@ func decodeTable(md *toml.MetaData, prim toml.Primitive, dst reflect.Value, key 
 		}
 		if f.Kind() == reflect.Struct && !f.Addr().Type().Implements(textUnmarshaler) {
 			errs = append(errs, decodeTable(md, fields[k], f, full)...)
+			continue
+		}
+		// An optional table (*T) and an array of tables ([[key]], []T)
+		// are decoded key by key too: approvals.rules[N].input.field.
+		if f.Kind() == reflect.Pointer && f.Type().Elem().Kind() == reflect.Struct &&
+			!f.Type().Implements(textUnmarshaler) {
+			v := reflect.New(f.Type().Elem())
+			errs = append(errs, decodeTable(md, fields[k], v.Elem(), full)...)
+			f.Set(v)
+			continue
+		}
+		if f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct {
+			var items []toml.Primitive
+			if err := md.PrimitiveDecode(fields[k], &items); err != nil {
+				errs = append(errs, fmt.Errorf("%s must be an array of tables ([[%s]])", full, full))
+				continue
+			}
+			v := reflect.MakeSlice(f.Type(), len(items), len(items))
+			for i := range items {
+				// Counted from 1, as approvals names its rules (config-1).
+				errs = append(errs, decodeTable(md, items[i], v.Index(i), fmt.Sprintf("%s[%d]", full, i+1))...)
+			}
+			f.Set(v)
 			continue
 		}
 		switch f.Kind() {
@@ -294,5 +324,6 @@ func (c Config) validate() []error {
 		bad("state.retain_for must be >= 0 (0 keeps jobs whatever their age), got %s", st.RetainFor)
 	}
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
+	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
 	return errs
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/state"
@@ -142,15 +143,42 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("recovery failed")
 		return fmt.Errorf("recovering jobs: %w", err)
 	}
+	// Approvals after lanes (their notify_command runs under the lanes'
+	// subreaper); the approvals a dead daemon left, before any front-end
+	// takes requests. Stopped before the lanes, while the sockets are up:
+	// a waiting hook hears Timeout.
+	approvalsMgr, err := approvals.Start(approvals.Options{Config: cfg.Approvals, Bus: bus, System: sys,
+		Logger: opts.Logger, Reaper: mgr.Reaper()})
+	if err != nil {
+		shutdownLanes("approvals failed")
+		return fmt.Errorf("starting approvals: %w", err)
+	}
+	shutdownApprovals := func() {
+		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := approvalsMgr.Shutdown(actx); err != nil {
+			opts.Logger.Error().Err(err).Msg("approvals did not stop cleanly")
+		}
+	}
+	arctx, arcancel := context.WithTimeout(context.Background(), time.Minute)
+	_, err = approvalsMgr.Recover(arctx)
+	arcancel()
+	if err != nil {
+		shutdownApprovals()
+		shutdownLanes("approvals recovery failed")
+		return fmt.Errorf("recovering approvals: %w", err)
+	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
 		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
 		System: sys, Logger: opts.Logger})
 	if err != nil {
+		shutdownApprovals()
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
+	approvalsMgr.Register(srv)
 	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
@@ -211,8 +239,9 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}, func(error) {
-			// Lanes first, while clients are still connected and hear their
-			// jobs end; then the control socket.
+			// Approvals, then lanes, while clients are still connected and
+			// hear their approvals and jobs end; then the control socket.
+			shutdownApprovals()
 			shutdownLanes("stopping")
 			cancel()
 			_ = srv.Close()

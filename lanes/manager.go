@@ -223,6 +223,10 @@ func Start(opts Options) (*Manager, error) {
 // LaneNames lists the lanes, sorted.
 func (m *Manager) LaneNames() []string { return append([]string(nil), m.names...) }
 
+// Reaper is the daemon's subreaper: other domains spawn their processes
+// with it (approvals' notify_command) so that their exits are reaped.
+func (m *Manager) Reaper() *proc.Reaper { return m.sh.reaper }
+
 // Submit validates a job, records it, queues it on its lane and returns
 // its id; it waits for the record's commit (SubmitThen does not).
 func (m *Manager) Submit(spec api.JobSpec) (string, error) {
