@@ -148,8 +148,9 @@ func (s *Server) isClosed() bool {
 }
 
 // Close stops accepting, cancels (daemon_stopping) what connections still
-// wait (normally none: the approvals' Shutdown has answered them), closes
-// the connections left after a short grace, and waits for every goroutine
+// wait (normally none: the approvals' Shutdown has answered them), which
+// answers them Timeout, cuts short the reading of requests, closes the
+// connections left after a short grace, and waits for every goroutine
 // of the server. The socket file is removed.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -172,7 +173,9 @@ func (s *Server) Close() error {
 		if p != nil {
 			p.Cancel(api.CancelDaemonStopped)
 		} else {
-			c.nc.Close() // still reading its request: nothing was asked
+			// Still reading its request (a line read is cut short), or
+			// asking right now: serve then sees closed and cancels.
+			c.nc.SetReadDeadline(time.Now())
 		}
 	}
 	done := make(chan struct{})
@@ -217,6 +220,8 @@ func (s *Server) serve(c *conn) {
 		// Closed before sending a byte: a liveness probe (another
 		// daemon's, or a bot's, before it takes the socket over).
 		s.log.Debug().Msg("reachout: a connection closed without a request")
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded) && s.isClosed():
 		return
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.refuse(fmt.Sprintf("no request line within %s", s.opts.LineTimeout), "")

@@ -92,15 +92,20 @@ func TestSend(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// A server that closes without answering.
+	// A server that reads the request and closes without answering.
 	go func() {
 		c, err := ln.Accept()
 		if err == nil {
+			bufio.NewReader(c).ReadBytes('\n')
 			c.Close()
 		}
+		done <- err
 	}()
-	if _, err := Send(path, RequestFrom(HookInput{ToolName: "Bash", ToolInput: json.RawMessage(`{}`)}), 10*time.Second); err == nil ||
-		!strings.Contains(err.Error(), "empty response") && !strings.Contains(err.Error(), "reset") {
+	_, err = Send(path, RequestFrom(HookInput{ToolName: "Bash", ToolInput: json.RawMessage(`{}`)}), 10*time.Second)
+	if serr := <-done; serr != nil {
+		t.Fatal(serr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "empty response") {
 		t.Fatalf("closed without an answer: %v", err)
 	}
 }
