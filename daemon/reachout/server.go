@@ -265,22 +265,9 @@ func (s *Server) serve(c *conn) {
 	if closed { // Close did not see it pending
 		p.Cancel(api.CancelDaemonStopped)
 	}
-	var a api.Approval
-	select {
-	case a = <-answered:
-	default:
-		gone, err := waitHangup(c.nc)
-		select {
-		case a = <-answered:
-		default:
-			if gone {
-				s.log.Debug().Str("approval", p.ID()).Msg("reachout: the hook went away before its answer")
-			} else {
-				s.log.Debug().Err(err).Str("approval", p.ID()).Msg("reachout: the connection ended before its answer")
-			}
-			p.Cancel(api.CancelRequesterGone)
-			return
-		}
+	a, ok := s.await(c, p, answered)
+	if !ok {
+		return
 	}
 	resp, ok := responseFor(req.RequestID, a)
 	if !ok {
@@ -290,6 +277,40 @@ func (s *Server) serve(c *conn) {
 	if _, err := c.nc.Write(wire.AppendReachoutResponse(nil, resp)); err != nil {
 		s.log.Debug().Err(err).Str("approval", a.ID).Msg("reachout: the hook did not take its answer")
 	}
+}
+
+// await waits for p's answer while watching for the hook going away:
+// gone, p is cancelled (requester_gone) and await returns false.
+func (s *Server) await(c *conn, p approvals.Pending, answered <-chan api.Approval) (api.Approval, bool) {
+	select {
+	case a := <-answered:
+		return a, true
+	default:
+	}
+	gone, err := waitHangup(c.nc)
+	select {
+	case a := <-answered:
+		return a, true
+	default:
+	}
+	if !gone && s.isClosed() {
+		// Close cut the wait short; the daemon_stopping answer is on its
+		// way (a Cancel answers from the approval's actor).
+		t := time.NewTimer(closeGrace)
+		defer t.Stop()
+		select {
+		case a := <-answered:
+			return a, true
+		case <-t.C:
+		}
+	}
+	if gone {
+		s.log.Debug().Str("approval", p.ID()).Msg("reachout: the hook went away before its answer")
+	} else {
+		s.log.Debug().Err(err).Str("approval", p.ID()).Msg("reachout: the connection ended before its answer")
+	}
+	p.Cancel(api.CancelRequesterGone)
+	return api.Approval{}, false
 }
 
 func (s *Server) refuse(msg, requestID string) {

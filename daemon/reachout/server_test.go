@@ -3,6 +3,7 @@ package reachout
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -30,6 +31,7 @@ type asked struct {
 	req    approvals.Request
 	answer func(api.Approval)
 	id     string
+	async  bool // Cancel answers from another goroutine, later
 
 	mu      sync.Mutex
 	done    bool
@@ -43,6 +45,12 @@ func (a *asked) Cancel(reason string) {
 	a.mu.Lock()
 	a.cancels = append(a.cancels, reason)
 	a.mu.Unlock()
+	if a.async {
+		// As the approval actor does: the answer comes later, from
+		// another goroutine.
+		go a.resolve(api.ApprovalCancelled, api.Resolution{By: api.ByDaemon, Reason: reason})
+		return
+	}
 	a.resolve(api.ApprovalCancelled, api.Resolution{By: api.ByDaemon, Reason: reason})
 }
 
@@ -71,6 +79,7 @@ type fakeAsker struct {
 	err error
 	// auto, when set, answers at once from inside Ask (a rule).
 	auto  *api.Resolution
+	async bool
 	asked chan *asked
 }
 
@@ -79,7 +88,7 @@ func newFakeAsker() *fakeAsker { return &fakeAsker{asked: make(chan *asked, 100)
 func (f *fakeAsker) Ask(req approvals.Request, answer func(api.Approval)) (approvals.Pending, error) {
 	f.mu.Lock()
 	f.n++
-	a := &asked{req: req, answer: answer, id: "a-test-" + string(rune('0'+f.n))}
+	a := &asked{req: req, answer: answer, id: "a-test-" + string(rune('0'+f.n)), async: f.async}
 	err, auto := f.err, f.auto
 	f.mu.Unlock()
 	if err != nil {
@@ -463,7 +472,14 @@ func TestSocketInUse(t *testing.T) {
 // Timeout), closes connections still sending, waits for everything and
 // removes the socket.
 func TestClose(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async cancel %v", async), func(t *testing.T) { testClose(t, async) })
+	}
+}
+
+func testClose(t *testing.T, async bool) {
 	h := newHarness(t, Options{})
+	h.asker.async = async
 	waiting := h.dial(requestLine(uuid1), true)
 	a := h.asker.next(t)
 	sending := h.dial(`{"request_id"`, false)
