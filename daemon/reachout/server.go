@@ -96,7 +96,6 @@ func Start(opts Options) (*Server, error) {
 	}
 	s.ln = ln
 	s.emit(Listening{Socket: opts.Path, TimeoutMs: opts.Timeout.Milliseconds()})
-	s.log.Info().Str("socket", opts.Path).Dur("timeout", opts.Timeout).Msg("reachout: listening for vibe-reachout's hook")
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil

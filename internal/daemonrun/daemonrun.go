@@ -56,8 +56,16 @@ func Serve(bin, home string, args ...string) *exec.Cmd {
 // PrivateXDG points this process's XDG_RUNTIME_DIR and XDG_CONFIG_HOME at
 // fresh directories under dir, so that every daemon it starts, however,
 // resolves vibe-reachout's paths there and never to the user's (a test
-// binary's TestMain calls it).
+// binary's TestMain calls it). The go command it runs (Build) keeps the
+// user's go env file: GOENV is set to where it was found before.
 func PrivateXDG(dir string) error {
+	if os.Getenv("GOENV") == "" {
+		if cfg, err := os.UserConfigDir(); err == nil {
+			if err := os.Setenv("GOENV", filepath.Join(cfg, "go", "env")); err != nil {
+				return fmt.Errorf("setting GOENV: %w", err)
+			}
+		}
+	}
 	for _, kv := range [][2]string{{"XDG_RUNTIME_DIR", "xdg-run"}, {"XDG_CONFIG_HOME", "xdg-config"}} {
 		p := filepath.Join(dir, kv[1])
 		if err := os.MkdirAll(p, 0o700); err != nil {
