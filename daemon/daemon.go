@@ -182,6 +182,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	registerMethods(srv, sys, mgr, started)
 	approvalsMgr.Register(srv)
+	// vibe-reachout's hook socket, once its approvals can be answered; nil
+	// when off or when the socket cannot be made (the daemon goes on).
+	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)
 	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
@@ -245,6 +248,12 @@ func Run(ctx context.Context, opts Options) error {
 			// Approvals, then lanes, while clients are still connected and
 			// hear their approvals and jobs end; then the control socket.
 			shutdownApprovals()
+			// Its waiting hooks were answered by the approvals' Shutdown.
+			if hookSrv != nil {
+				if err := hookSrv.Close(); err != nil {
+					opts.Logger.Error().Err(err).Msg("closing vibe-reachout's hook socket")
+				}
+			}
 			shutdownLanes("stopping")
 			cancel()
 			_ = srv.Close()

@@ -15,6 +15,10 @@
 //     AppendRPCResult, AppendRPCError (and AppendRPCMessage) write them;
 //     DecodeRPCParams decodes params into a struct; NewRPCLineReader bounds
 //     a line (DefaultMaxRPCLine, 8 MiB).
+//   - reachout.go: vibe-reachout's hook socket (spec 002): one IpcRequest
+//     line in (DecodeReachoutRequest, bounded by MaxReachoutLine), one
+//     IpcResponse line out (AppendReachoutResponse); ParseUUID reads a
+//     request_id as Rust's uuid crate does.
 //   - jsonutil.go: small JSON helpers shared by the fast paths.
 //
 // Choices where the Loopr spec is silent, made to match what a serde peer

@@ -41,6 +41,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "orchestrd")
+	// No daemon of these tests may take the user's vibe-reachout socket.
+	if err := daemonrun.PrivateXDG(dir); err != nil {
+		panic(err)
+	}
 	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

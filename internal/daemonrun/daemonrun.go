@@ -42,9 +42,40 @@ type Daemon struct {
 
 // Serve returns the command `bin serve --home HOME --log-format json`
 // followed by args. The caller sets its output, environment and process
-// attributes before Start.
+// attributes before Start. Its environment is this process's but for
+// XDG_RUNTIME_DIR (the home) and XDG_CONFIG_HOME (HOME/xdg-config): the
+// daemon's vibe-reachout hook socket, on by default, resolves its path
+// from them, and a test or benchmark daemon must never take the user's
+// (see PrivateXDG). A caller setting Env keeps these (append to cmd.Env).
 func Serve(bin, home string, args ...string) *exec.Cmd {
-	return exec.Command(bin, append([]string{"serve", "--home", home, "--log-format", "json"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--home", home, "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "xdg-config"))
+	return cmd
+}
+
+// PrivateXDG points this process's XDG_RUNTIME_DIR and XDG_CONFIG_HOME at
+// fresh directories under dir, so that every daemon it starts, however,
+// resolves vibe-reachout's paths there and never to the user's (a test
+// binary's TestMain calls it). The go command it runs (Build) keeps the
+// user's go env file: GOENV is set to where it was found before.
+func PrivateXDG(dir string) error {
+	if os.Getenv("GOENV") == "" {
+		if cfg, err := os.UserConfigDir(); err == nil {
+			if err := os.Setenv("GOENV", filepath.Join(cfg, "go", "env")); err != nil {
+				return fmt.Errorf("setting GOENV: %w", err)
+			}
+		}
+	}
+	for _, kv := range [][2]string{{"XDG_RUNTIME_DIR", "xdg-run"}, {"XDG_CONFIG_HOME", "xdg-config"}} {
+		p := filepath.Join(dir, kv[1])
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return fmt.Errorf("making %s: %w", p, err)
+		}
+		if err := os.Setenv(kv[0], p); err != nil {
+			return fmt.Errorf("setting %s: %w", kv[0], err)
+		}
+	}
+	return nil
 }
 
 // Start starts cmd, a daemon serving home, and watches for its exit.

@@ -1,0 +1,395 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/testio"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// The daemon in place of vibe-reachout's bot: a real-like hook process
+// (cmd/orchbench/internal/hook, written as the real hook is) asks, a
+// control client answers.
+
+var (
+	hookOnce sync.Once
+	hookBin  string
+	hookErr  error
+)
+
+// hookBinary builds the hook once, into a directory anyone may read (a
+// test runs it as another user).
+func hookBinary(t *testing.T) string {
+	t.Helper()
+	hookOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orchhook")
+		if err != nil {
+			hookErr = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		hookBin = filepath.Join(dir, "hook")
+		hookErr = daemonrun.Build("../..", "./cmd/orchbench/internal/hook", hookBin)
+	})
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	return hookBin
+}
+
+// reachoutDaemon starts a daemon whose hook socket is home/hook.sock, and
+// waits until it listens.
+func reachoutDaemon(t *testing.T, extra string) (*testDaemon, string) {
+	t.Helper()
+	home := shortTemp(t)
+	sock := filepath.Join(home, "hook.sock")
+	d := startDaemonAt(t, home, fmt.Sprintf("[approvals.reachout]\nsocket = %q\n", sock)+extra)
+	d.waitEvent("reachout.listening", func(e map[string]any) bool { return e["socket"] == sock })
+	return d, sock
+}
+
+// hookProc is one run of the hook.
+type hookProc struct {
+	cmd    *exec.Cmd
+	stdout *testio.SyncBuffer
+	stderr *testio.SyncBuffer
+	done   chan struct{}
+	err    error
+}
+
+const hookInput = `{"session_id":"s-1","transcript_path":"/nonexistent","cwd":"/work/p","permission_mode":"default",` +
+	`"hook_event_name":"PermissionRequest","tool_name":"Bash","tool_input":{"command":"rm -rf build"},` +
+	`"permission_suggestions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"rm:*"}],"behavior":"allow","destination":"localSettings"}]}`
+
+func startHook(t *testing.T, sock string, cred *syscall.Credential, args ...string) *hookProc {
+	t.Helper()
+	h := &hookProc{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}, done: make(chan struct{})}
+	h.cmd = exec.Command(hookBinary(t), append([]string{"-socket", sock}, args...)...)
+	h.cmd.Stdin = strings.NewReader(hookInput)
+	h.cmd.Stdout, h.cmd.Stderr = h.stdout, h.stderr
+	if cred != nil {
+		h.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.err = h.cmd.Wait(); close(h.done) }()
+	t.Cleanup(func() {
+		h.cmd.Process.Kill()
+		<-h.done
+	})
+	return h
+}
+
+// requestID is the request_id the hook sent.
+func (h *hookProc) requestID(t *testing.T) string {
+	t.Helper()
+	var id string
+	eventually(t, 20*time.Second, "the hook's request_id", func() bool {
+		for _, l := range strings.Split(h.stderr.String(), "\n") {
+			if s, ok := strings.CutPrefix(l, "hook: request_id "); ok {
+				id = s
+				return true
+			}
+		}
+		return false
+	})
+	return id
+}
+
+// exit waits for the hook to end: its stdout and exit code.
+func (h *hookProc) exit(t *testing.T) (string, int) {
+	t.Helper()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the hook did not end; stderr: %s", h.stderr.String())
+	}
+	code := 0
+	if h.err != nil {
+		ee, ok := h.err.(*exec.ExitError)
+		if !ok {
+			t.Fatal(h.err)
+		}
+		code = ee.ExitCode()
+	}
+	return h.stdout.String(), code
+}
+
+// pending waits until the hook's request is a pending approval (get takes
+// the hook's request_id as the id) and returns it.
+func (d *testDaemon) pendingApproval(requestID string) api.Approval {
+	d.t.Helper()
+	var res struct {
+		Approval api.Approval `json:"approval"`
+	}
+	eventually(d.t, 20*time.Second, "approval of request "+requestID, func() bool {
+		return d.call("approval.get", map[string]any{"id": requestID}, &res) == nil
+	})
+	return res.Approval
+}
+
+func (d *testDaemon) pendingIDs() []string {
+	d.t.Helper()
+	var res struct {
+		Approvals []api.Approval `json:"approvals"`
+	}
+	d.mustCall("approval.list", map[string]any{}, &res)
+	var ids []string
+	for _, a := range res.Approvals {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
+
+// Every decision given over the control socket reaches the hook and
+// becomes Claude Code's answer, as the real bot's would.
+func TestReachoutDecisions(t *testing.T) {
+	d, sock := reachoutDaemon(t, "")
+	out := func(decision string) string {
+		return `{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":` + decision + `}}` + "\n"
+	}
+	for _, c := range []struct {
+		name    string
+		resolve map[string]any
+		state   api.ApprovalState
+		want    string
+	}{
+		{"allow", map[string]any{"decision": "Allow"}, api.ApprovalAllowed, out(`{"behavior":"allow"}`)},
+		{"deny", map[string]any{"decision": "Deny", "message": "not the build dir"}, api.ApprovalDenied,
+			out(`{"behavior":"deny","message":"not the build dir"}`)},
+		{"reply", map[string]any{"decision": "Reply", "user_message": "use make clean"}, api.ApprovalReplied,
+			out(`{"behavior":"deny","message":"The user wants you to modify your approach: use make clean"}`)},
+		// Last: the rule it records answers the same request from then on.
+		{"always allow", map[string]any{"decision": "AlwaysAllow", "suggestion": 0}, api.ApprovalAlwaysAllowed,
+			out(`{"behavior":"allow","updatedPermissions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"rm:*"}],"behavior":"allow","destination":"localSettings"}]}`)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := d.in(t)
+			h := startHook(t, sock, nil)
+			rid := h.requestID(t)
+			a := d.pendingApproval(rid)
+			if a.State != api.ApprovalPending || a.Source != api.SourceReachout || a.RequestID != rid || a.ToolName != "Bash" ||
+				a.Cwd != "/work/p" || a.SessionID != "s-1" || string(a.ToolInput) != `{"command":"rm -rf build"}` ||
+				len(a.PermissionSuggestions) != 1 {
+				t.Fatalf("pending approval %+v", a)
+			}
+			c.resolve["id"] = a.ID
+			var res struct {
+				Approval api.Approval `json:"approval"`
+			}
+			d.mustCall("approval.resolve", c.resolve, &res)
+			if res.Approval.State != c.state {
+				t.Fatalf("resolved %+v", res.Approval)
+			}
+			stdout, code := h.exit(t)
+			if code != 0 || stdout != c.want {
+				t.Fatalf("hook exit %d, stdout %q\nwant %q\nstderr %s", code, stdout, c.want, h.stderr.String())
+			}
+		})
+	}
+}
+
+// The approvals timeout, capped by the hook's own timeout_seconds (read
+// from its config file, whose token never shows), ends in Timeout: the
+// hook exits 1 without output (Claude Code asks in the terminal).
+func TestReachoutTimeout(t *testing.T) {
+	home := shortTemp(t)
+	sock := filepath.Join(home, "hook.sock")
+	// The daemon's XDG_CONFIG_HOME (daemonrun.Serve): home/xdg-config.
+	cfgDir := filepath.Join(home, "xdg-config", "vibe-reachout")
+	if err := os.MkdirAll(cfgDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const token = "987654:TOKEN-NEVER-LOGGED"
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.toml"),
+		[]byte("telegram_bot_token = \""+token+"\"\nallowed_chat_ids = [1]\ntimeout_seconds = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonAt(t, home, fmt.Sprintf("[approvals]\ntimeout = \"10m\"\n[approvals.reachout]\nsocket = %q\n", sock))
+	ev := d.waitEvent("reachout.listening", nil)
+	if ev["socket"] != sock || ev["timeout_ms"] != float64(1000) {
+		t.Fatalf("listening %v", ev)
+	}
+	h := startHook(t, sock, nil, "-timeout", "1")
+	rid := h.requestID(t)
+	stdout, code := h.exit(t)
+	if code != 1 || stdout != "" || !strings.Contains(h.stderr.String(), "timed out") {
+		t.Fatalf("hook exit %d, stdout %q, stderr %s", code, stdout, h.stderr.String())
+	}
+	a := d.pendingApproval(rid)
+	if a.State != api.ApprovalTimedOut {
+		t.Fatalf("approval %+v", a)
+	}
+	d.waitEvent("approval.timed_out", func(e map[string]any) bool { return e["id"] == a.ID })
+	b, _ := os.ReadFile(daemonrun.EventLog(home))
+	if strings.Contains(string(b), "TOKEN") || strings.Contains(d.stderr.String(), "TOKEN") {
+		t.Fatal("the hook's token got into the daemon's log or events")
+	}
+}
+
+// A hook killed while it waits cancels its approval at once
+// (requester_gone); a hook that only shut its write side (as every hook
+// does after its line) is still waiting.
+func TestReachoutHookKilled(t *testing.T) {
+	d, sock := reachoutDaemon(t, "")
+	waiting := startHook(t, sock, nil)
+	wa := d.pendingApproval(waiting.requestID(t))
+	killed := startHook(t, sock, nil)
+	ka := d.pendingApproval(killed.requestID(t))
+	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.waitEvent("approval.cancelled", func(e map[string]any) bool {
+		return e["id"] == ka.ID && e["reason"] == api.CancelRequesterGone
+	})
+	for _, id := range d.pendingIDs() {
+		if id == ka.ID {
+			t.Fatalf("the killed hook's approval %s is still pending", id)
+		}
+	}
+	if got := d.pendingApproval(wa.RequestID); got.State != api.ApprovalPending {
+		t.Fatalf("the waiting hook's approval: %+v", got)
+	}
+	d.mustCall("approval.resolve", map[string]any{"id": wa.ID, "decision": "Allow"}, nil)
+	if stdout, code := waiting.exit(t); code != 0 || !strings.Contains(stdout, `"behavior":"allow"`) {
+		t.Fatalf("waiting hook: %d %q", code, stdout)
+	}
+}
+
+// Malformed requests are closed without an answer and logged
+// (reachout.request_refused); a hook waiting meanwhile is undisturbed.
+func TestReachoutMalformed(t *testing.T) {
+	d, sock := reachoutDaemon(t, "")
+	h := startHook(t, sock, nil)
+	a := d.pendingApproval(h.requestID(t))
+	const id = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+	for _, c := range []struct{ name, line, want string }{
+		{"not JSON", "{nope\n", "request is not JSON"},
+		{"missing field", `{"request_id":"` + id + `","tool_name":"Bash","tool_input":{},"cwd":"/"}` + "\n", "missing session_id"},
+		{"not a UUID", `{"request_id":"1234","tool_name":"Bash","tool_input":{},"cwd":"/","session_id":"s"}` + "\n", `request_id \"1234\" is not a UUID`},
+		{"over 1 MiB", `{"request_id":"` + id + `","tool_name":"` + strings.Repeat("x", wire.MaxReachoutLine) + `"}` + "\n",
+			"reachout request line longer than 1048576 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := d.in(t)
+			conn, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// Written from a goroutine: the daemon stops reading a line
+			// that is too long.
+			go func() {
+				io.WriteString(conn, c.line)
+				conn.(*net.UnixConn).CloseWrite()
+			}()
+			conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			got, err := io.ReadAll(conn)
+			if len(got) != 0 || (err != nil && !strings.Contains(err.Error(), "connection reset")) {
+				t.Fatalf("answered %q, %v", got, err)
+			}
+			d.waitEvent("reachout.request_refused", func(e map[string]any) bool {
+				s, _ := e["error"].(string)
+				return strings.Contains(s, strings.ReplaceAll(c.want, `\"`, `"`))
+			})
+		})
+	}
+	if got := d.pendingApproval(a.RequestID); got.State != api.ApprovalPending {
+		t.Fatalf("the waiting hook's approval: %+v", got)
+	}
+	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Deny", "message": "no"}, nil)
+	if stdout, code := h.exit(t); code != 0 || !strings.Contains(stdout, `"message":"no"`) {
+		t.Fatalf("waiting hook: %d %q", code, stdout)
+	}
+}
+
+// A hook of another uid is refused (conn.refused) and falls back.
+func TestReachoutOtherUID(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the hook as another user")
+	}
+	d, sock := reachoutDaemon(t, "")
+	// The home is 0700 and the socket 0600, which alone keep others out;
+	// open them so that the uid check is what refuses.
+	if err := os.Chmod(d.home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	h := startHook(t, sock, &syscall.Credential{Uid: 65534, Gid: 65534})
+	if stdout, code := h.exit(t); code != 1 || stdout != "" {
+		t.Fatalf("hook of uid 65534: %d %q %s", code, stdout, h.stderr.String())
+	}
+	d.waitEvent("conn.refused", func(e map[string]any) bool { return e["socket"] == sock && e["uid"] == float64(65534) })
+	if ids := d.pendingIDs(); len(ids) != 0 {
+		t.Fatalf("pending %v", ids)
+	}
+}
+
+// Without [approvals.reachout] socket the daemon listens where the hook
+// looks: $XDG_RUNTIME_DIR/vibe-reachout.sock (daemonrun.Serve makes it the
+// home); enabled = false: no socket at all.
+func TestReachoutDefaultPathAndDisabled(t *testing.T) {
+	d := startDaemon(t, "")
+	sock := filepath.Join(d.home, "vibe-reachout.sock")
+	d.waitEvent("reachout.listening", func(e map[string]any) bool { return e["socket"] == sock })
+	h := startHook(t, sock, nil)
+	a := d.pendingApproval(h.requestID(t))
+	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Allow"}, nil)
+	if stdout, code := h.exit(t); code != 0 || !strings.Contains(stdout, "allow") {
+		t.Fatalf("hook: %d %q", code, stdout)
+	}
+
+	off := startDaemon(t, "[approvals.reachout]\nenabled = false\n")
+	off.mustCall("approval.list", map[string]any{}, nil) // it is up
+	if _, err := os.Stat(filepath.Join(off.home, "vibe-reachout.sock")); !os.IsNotExist(err) {
+		t.Fatalf("socket with reachout disabled: %v", err)
+	}
+	for _, e := range off.events() {
+		if k, _ := e["kind"].(string); strings.HasPrefix(k, "reachout.") {
+			t.Fatalf("reachout event with reachout disabled: %v", e)
+		}
+	}
+}
+
+// A daemon that stops answers its waiting hooks Timeout (as the real bot
+// does when it stops): they fall back to the terminal at once.
+func TestReachoutDaemonStops(t *testing.T) {
+	d, sock := reachoutDaemon(t, "")
+	h := startHook(t, sock, nil)
+	a := d.pendingApproval(h.requestID(t))
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stdout, code := h.exit(t)
+	if code != 1 || stdout != "" || !strings.Contains(h.stderr.String(), "timed out") {
+		t.Fatalf("hook: %d %q %s", code, stdout, h.stderr.String())
+	}
+	d.waitCleanExit("the daemon did not stop")
+	found := false
+	for _, e := range d.events() {
+		if e["kind"] == "approval.cancelled" && e["id"] == a.ID && e["reason"] == api.CancelDaemonStopped {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no approval.cancelled daemon_stopping")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("socket left: %v", err)
+	}
+}

@@ -1,0 +1,416 @@
+// Package reachout is the daemon's vibe-reachout front-end: it serves the
+// hook's unix socket (spec 002) in place of the vibe-reachout bot, so that
+// Claude Code's PermissionRequest hook asks orchestrd's approvals. Each
+// connection is one request line and one answer line.
+package reachout
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Asker puts a question to the approvals (approvals.Manager).
+type Asker interface {
+	Ask(approvals.Request, func(api.Approval)) (approvals.Pending, error)
+}
+
+// DefaultLineTimeout bounds how long a connection may take to send its
+// request line.
+const DefaultLineTimeout = time.Minute
+
+// writeTimeout bounds writing the answer line (a few hundred bytes).
+const writeTimeout = 10 * time.Second
+
+// closeGrace is how long Close lets connections still waiting hear the
+// cancellation's answer before it closes them.
+const closeGrace = 2 * time.Second
+
+// Options configures a Server.
+type Options struct {
+	Path  string // the socket
+	Asker Asker
+	// Timeout is how long an approval asked through the socket stays
+	// pending (the [approvals] timeout capped by the hook's
+	// timeout_seconds); 0 is the Asker's default.
+	Timeout time.Duration
+	// LineTimeout bounds the wait for the request line; 0 is
+	// DefaultLineTimeout.
+	LineTimeout time.Duration
+	Bus         *eventlog.Bus // nil: no events
+	Logger      zerolog.Logger
+}
+
+// Server serves the hook socket.
+type Server struct {
+	opts Options
+	ln   *net.UnixListener
+	log  zerolog.Logger
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*conn]struct{}
+}
+
+// conn is one hook connection.
+type conn struct {
+	nc      *net.UnixConn
+	mu      sync.Mutex
+	pending approvals.Pending // set once asked
+}
+
+// Start listens on opts.Path (0600; a stale socket is replaced, a live one
+// is left alone) and serves it until Close. When the socket cannot be
+// made it warns, emits reachout.unavailable and returns the error: the
+// daemon goes on without it.
+func Start(opts Options) (*Server, error) {
+	if opts.Asker == nil {
+		return nil, errors.New("reachout: no Asker")
+	}
+	if opts.LineTimeout <= 0 {
+		opts.LineTimeout = DefaultLineTimeout
+	}
+	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "reachout").Logger(),
+		conns: map[*conn]struct{}{}}
+	ln, err := proc.ListenUnix(opts.Path)
+	if err != nil {
+		err = fmt.Errorf("making vibe-reachout's hook socket: %w", err)
+		s.log.Warn().Err(err).Str("socket", opts.Path).Msg("reachout: going on without vibe-reachout's hook socket")
+		s.emit(Unavailable{Socket: opts.Path, Error: err.Error()})
+		return nil, err
+	}
+	s.ln = ln
+	s.emit(Listening{Socket: opts.Path, TimeoutMs: opts.Timeout.Milliseconds()})
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.opts.Path }
+
+func (s *Server) emit(ev eventlog.Event) {
+	if s.opts.Bus != nil {
+		s.opts.Bus.Emit(ev)
+	}
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.AcceptUnix()
+		if err != nil {
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off rather than spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("reachout: accept failed")
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := &conn{nc: nc}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops accepting, cancels (daemon_stopping) what connections still
+// wait (normally none: the approvals' Shutdown has answered them), which
+// answers them Timeout, cuts short the reading of requests, closes the
+// connections left after a short grace, and waits for every goroutine
+// of the server. The socket file is removed.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for _, c := range conns {
+		c.mu.Lock()
+		p := c.pending
+		c.mu.Unlock()
+		if p != nil {
+			p.Cancel(api.CancelDaemonStopped)
+		} else {
+			// Still reading its request (a line read is cut short), or
+			// asking right now: serve then sees closed and cancels.
+			c.nc.SetReadDeadline(time.Now())
+		}
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("closing vibe-reachout's hook socket: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) serve(c *conn) {
+	defer s.wg.Done()
+	defer func() {
+		c.nc.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	if p, err := proc.CheckSameUID(c.nc); err != nil {
+		msg := "refused: " + err.Error()
+		s.log.Warn().Int32("pid", p.Pid).Uint32("uid", p.UID).Msg("reachout: " + msg)
+		s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: p.Pid, UID: p.UID, Reason: msg})
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(s.opts.LineTimeout))
+	lr := wire.NewReachoutLineReader(c.nc)
+	line, err := lr.Next()
+	switch {
+	case errors.Is(err, io.EOF):
+		// Closed before sending a byte: a liveness probe (another
+		// daemon's, or a bot's, before it takes the socket over).
+		s.log.Debug().Msg("reachout: a connection closed without a request")
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded) && s.isClosed():
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.refuse(fmt.Sprintf("no request line within %s", s.opts.LineTimeout), "")
+		return
+	case errors.Is(err, wire.ErrLineTooLong):
+		s.refuse(err.Error(), "")
+		return
+	case err != nil:
+		if !s.isClosed() {
+			s.log.Debug().Err(err).Msg("reachout: reading a request")
+		}
+		return
+	}
+	req, err := wire.DecodeReachoutRequest(line)
+	if err != nil {
+		s.refuse(err.Error(), requestIDOf(line))
+		return
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	answered := make(chan api.Approval, 1)
+	answer := func(a api.Approval) {
+		select {
+		case answered <- a:
+		default: // called more than once: the first one counts
+		}
+		// Wakes the wait for the peer's close below.
+		c.nc.SetReadDeadline(time.Now())
+	}
+	p, err := s.opts.Asker.Ask(approvals.Request{Source: api.SourceReachout, Kind: api.KindTool,
+		RequestID: req.RequestID, ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd,
+		SessionID: req.SessionID, PermissionSuggestions: req.PermissionSuggestions,
+		AssistantContext: req.AssistantContext, Timeout: s.opts.Timeout, Bound: true}, answer)
+	if err != nil {
+		s.refuse("asking: "+err.Error(), req.RequestID)
+		return
+	}
+	c.mu.Lock()
+	c.pending = p
+	closed := s.isClosed()
+	c.mu.Unlock()
+	if closed { // Close did not see it pending
+		p.Cancel(api.CancelDaemonStopped)
+	}
+	a, ok := s.await(c, p, answered)
+	if !ok {
+		return
+	}
+	resp, ok := responseFor(req.RequestID, a)
+	if !ok {
+		return // cancelled: closed without an answer
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.nc.Write(wire.AppendReachoutResponse(nil, resp)); err != nil {
+		s.log.Debug().Err(err).Str("approval", a.ID).Msg("reachout: the hook did not take its answer")
+	}
+}
+
+// await waits for p's answer while watching for the hook going away:
+// gone, p is cancelled (requester_gone) and await returns false.
+func (s *Server) await(c *conn, p approvals.Pending, answered <-chan api.Approval) (api.Approval, bool) {
+	select {
+	case a := <-answered:
+		return a, true
+	default:
+	}
+	gone, err := waitHangup(c.nc)
+	select {
+	case a := <-answered:
+		return a, true
+	default:
+	}
+	if !gone && s.isClosed() {
+		// Close cut the wait short; the daemon_stopping answer is on its
+		// way (a Cancel answers from the approval's actor).
+		t := time.NewTimer(closeGrace)
+		defer t.Stop()
+		select {
+		case a := <-answered:
+			return a, true
+		case <-t.C:
+		}
+	}
+	if gone {
+		s.log.Debug().Str("approval", p.ID()).Msg("reachout: the hook went away before its answer")
+	} else {
+		s.log.Debug().Err(err).Str("approval", p.ID()).Msg("reachout: the connection ended before its answer")
+	}
+	p.Cancel(api.CancelRequesterGone)
+	return api.Approval{}, false
+}
+
+func (s *Server) refuse(msg, requestID string) {
+	s.log.Warn().Str("request_id", requestID).Msg("reachout: refused a request: " + msg)
+	s.emit(RequestRefused{Error: msg, RequestID: requestID})
+}
+
+// requestIDOf is a malformed request's request_id, canonical, if it has a
+// readable one; "".
+func requestIDOf(line []byte) string {
+	var v struct {
+		RequestID string `json:"request_id"`
+	}
+	if json.Unmarshal(line, &v) != nil {
+		return ""
+	}
+	id, _ := wire.ParseUUID(v.RequestID)
+	return id
+}
+
+// waitHangup waits until the peer has closed its end completely (POLLHUP:
+// both directions shut, which a half-close does not do), discarding what
+// the peer still writes, or until a read deadline interrupts it. It holds
+// no OS thread while it waits: the callback is run again by the netpoller
+// only when the socket changes state. gone reports the peer's close.
+func waitHangup(nc *net.UnixConn) (gone bool, err error) {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var buf [4096]byte
+	var ioErr error
+	err = raw.Read(func(fd uintptr) bool {
+		for {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				ioErr = err
+				return true
+			}
+			if n == 0 {
+				return false
+			}
+			re := fds[0].Revents
+			if re&(unix.POLLHUP|unix.POLLERR) != 0 {
+				gone = true
+				return true
+			}
+			if re&unix.POLLIN == 0 {
+				return false
+			}
+			// Bytes after the request line are ignored; a read of 0 is
+			// the half-close, which is not the hook going away.
+			k, err := unix.Read(int(fd), buf[:])
+			if k > 0 {
+				continue
+			}
+			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+				ioErr = err
+				return true
+			}
+			return false
+		}
+	})
+	if err == nil {
+		err = ioErr
+	}
+	return gone, err
+}
+
+// responseFor is the answer a hook hears for a, an approval in its
+// terminal state; false: it hears none (the connection is closed), as for
+// a cancelled approval (but one cancelled because the daemon stops, which
+// answers Timeout as the real bot does when it stops).
+func responseFor(requestID string, a api.Approval) (wire.ReachoutResponse, bool) {
+	r := wire.ReachoutResponse{RequestID: requestID}
+	res := a.Resolution
+	if res == nil {
+		return r, false
+	}
+	switch a.State {
+	case api.ApprovalAllowed:
+		r.Decision, r.Message = string(api.DecisionAllow), res.Message
+	case api.ApprovalDenied:
+		r.Decision, r.Message = string(api.DecisionDeny), res.Message
+	case api.ApprovalAlwaysAllowed:
+		r.Decision, r.AlwaysAllowSuggestion = string(api.DecisionAlwaysAllow), res.Suggestion
+	case api.ApprovalReplied:
+		r.Decision, r.UserMessage = string(api.DecisionReply), res.UserMessage
+	case api.ApprovalTimedOut:
+		r.Decision = string(api.DecisionTimeout)
+	case api.ApprovalCancelled:
+		if res.Reason != api.CancelDaemonStopped {
+			return r, false
+		}
+		r.Decision = string(api.DecisionTimeout)
+	default:
+		return r, false
+	}
+	return r, true
+}
