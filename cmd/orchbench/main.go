@@ -46,6 +46,7 @@ var scenarios = []scenario{
 	{"scale", "6. Scale", runScale},
 	{"idle", "7. Idle cost", runIdle},
 	{"store", "8. State store", runStore},
+	{"approvals", "9. Approvals", runApprovals},
 }
 
 // bench is the state of one harness run.

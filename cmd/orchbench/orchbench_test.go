@@ -172,6 +172,16 @@ func TestLaneConfigParses(t *testing.T) {
 	}
 }
 
+func TestApprovalsConfigParses(t *testing.T) {
+	cfg, err := orchd.ParseConfig("bench.toml", []byte(approvalsConfig("/tmp/x/reachout.sock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Approvals; a.Timeout.Duration != 10*time.Minute || !a.Reachout.Enabled || a.Reachout.Socket != "/tmp/x/reachout.sock" {
+		t.Fatalf("parsed as %+v", a)
+	}
+}
+
 func TestClosedLoop(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var workers, done atomic.Int32
