@@ -27,7 +27,8 @@ func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("plan.iterate", m.planIterateMethod)
 }
 
-// DefaultListLimit and MaxListLimit bound approval.list's history.
+// DefaultListLimit and MaxListLimit bound approval.list's history (the
+// pending ones are listed whole unless a limit is given).
 const (
 	DefaultListLimit = 100
 	MaxListLimit     = 10000
@@ -81,6 +82,9 @@ type (
 	}
 	approvalsResult struct {
 		Approvals []api.Approval `json:"approvals"`
+		// Truncated: there are more than the limit let through (never
+		// a silent cut).
+		Truncated bool `json:"truncated,omitempty"`
 	}
 	approvalResult struct {
 		Approval api.Approval `json:"approval"`
@@ -131,37 +135,42 @@ func (m *Manager) listMethod(call api.Call) {
 		call.Fail(badParams(call, "limit must be between 1 and %d (default %d), got %d", MaxListLimit, DefaultListLimit, p.Limit))
 		return
 	}
-	if p.Limit == 0 {
-		p.Limit = DefaultListLimit
-	}
 	var out []api.Approval
 	if p.State == "" || p.State == string(api.ApprovalPending) {
+		// The pending ones: all of them unless a limit is given.
 		for _, a := range m.PendingApprovals() {
 			if p.Source == "" || a.Source == p.Source {
 				out = append(out, a)
 			}
 		}
-		if p.State == "" && len(out) > p.Limit {
-			out = out[:p.Limit]
-		}
-	} else if m.store != nil {
-		q := Query{Source: p.Source, Limit: p.Limit}
-		if p.State != "all" {
-			q.State = p.State
-		}
-		as, err := m.store.List(q)
-		if err != nil {
-			call.Fail(api.Errorf(api.CodeInternal, "reading approvals from the state store: %v", err))
-			return
-		}
-		out = as
 	} else {
-		out = m.memoryHistory(p.State, p.Source, p.Limit)
+		if p.Limit == 0 {
+			p.Limit = DefaultListLimit
+		}
+		if m.store != nil {
+			// One more than the limit: whether there are more.
+			q := Query{Source: p.Source, Limit: p.Limit + 1}
+			if p.State != "all" {
+				q.State = p.State
+			}
+			as, err := m.store.List(q)
+			if err != nil {
+				call.Fail(api.Errorf(api.CodeInternal, "reading approvals from the state store: %v", err))
+				return
+			}
+			out = as
+		} else {
+			out = m.memoryHistory(p.State, p.Source, p.Limit+1)
+		}
 	}
-	if out == nil {
-		out = []api.Approval{}
+	res := approvalsResult{Approvals: out}
+	if p.Limit > 0 && len(out) > p.Limit {
+		res.Approvals, res.Truncated = out[:p.Limit], true
 	}
-	call.Respond(approvalsResult{Approvals: out})
+	if res.Approvals == nil {
+		res.Approvals = []api.Approval{}
+	}
+	call.Respond(res)
 }
 
 // memoryHistory is approval.list's history without a store: what memory

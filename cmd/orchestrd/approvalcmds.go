@@ -107,9 +107,13 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 	}
 	var res struct {
 		Approvals []api.Approval `json:"approvals"`
+		Truncated bool           `json:"truncated"`
 	}
 	if err := call(c, "approval.list", params, &res); err != nil {
 		return callErr(stderr, err)
+	}
+	if res.Truncated {
+		defer fmt.Fprintf(stderr, "orchestrd: only the %d newest are shown: there are more (--limit N)\n", len(res.Approvals))
 	}
 	if *asJSON {
 		if res.Approvals == nil {

@@ -166,6 +166,14 @@ func TestApprovalsCLI(t *testing.T) {
 	if json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 2 {
 		t.Fatalf("approvals --all --limit 2 --json: %s", out)
 	}
+	// A cut list says so.
+	out, errOut, code = runCLI(t, "approvals", "--home", h, "--all", "--limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "only the 2 newest are shown: there are more") {
+		t.Fatalf("approvals --all --limit 2: exit %d\n%s\nstderr: %s", code, out, errOut)
+	}
+	if _, errOut, _ := runCLI(t, "approvals", "--home", h, "--all"); strings.Contains(errOut, "there are more") {
+		t.Fatalf("approvals --all (every one shown) says there are more: %s", errOut)
+	}
 
 	// Rules: the config's first, then the recorded one; rm.
 	out, _, code = runCLI(t, "approvals", "--home", h, "rules")
