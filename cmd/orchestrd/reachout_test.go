@@ -49,6 +49,13 @@ func hookBinary(t *testing.T) string {
 	return hookBin
 }
 
+// removeHookBinary removes what hookBinary built (TestMain, at the end).
+func removeHookBinary() {
+	if hookBin != "" {
+		os.RemoveAll(filepath.Dir(hookBin))
+	}
+}
+
 // reachoutDaemon starts a daemon whose hook socket is home/hook.sock, and
 // waits until it listens.
 func reachoutDaemon(t *testing.T, extra string) (*testDaemon, string) {
