@@ -68,15 +68,15 @@ func TestWaitTimeout(t *testing.T) {
 	}
 	c := h.start("approval.wait", map[string]any{"id": p.ID(), "timeout_ms": 30})
 	select {
-	case <-c.answered:
+	case <-c.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("approval.wait did not give up")
 	}
-	if c.err == nil || c.err.Code != api.CodeInvalidState || !strings.Contains(c.err.Message, "still pending after 30 ms") {
-		t.Fatalf("wait: %v", c.err)
+	if c.Err() == nil || c.Err().Code != api.CodeInvalidState || !strings.Contains(c.Err().Message, "still pending after 30 ms") {
+		t.Fatalf("wait: %v", c.Err())
 	}
-	if d, ok := c.err.Data.(approvalResult); !ok || d.Approval.ID != p.ID() {
-		t.Fatalf("wait data %#v", c.err.Data)
+	if d, ok := c.Err().Data.(approvalResult); !ok || d.Approval.ID != p.ID() {
+		t.Fatalf("wait data %#v", c.Err().Data)
 	}
 	// By request_id too.
 	req := toolReq(`{"command":"ls"}`)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/apitest"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Every test ends with no goroutine of its own left.
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 type harness struct {
 	t   *testing.T
 	m   *Manager
-	mux testMux
+	mux apitest.Mux
 	ev  chan *eventlog.Record
 }
 
@@ -56,7 +56,7 @@ func newHarness(t *testing.T, cfg Config, lg Log) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, m: m, mux: testMux{}, ev: ev}
+	h := &harness{t: t, m: m, mux: apitest.Mux{}, ev: ev}
 	m.Register(h.mux)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -122,93 +122,23 @@ func (a *answers) wait() api.Approval {
 	}
 }
 
-// testMux collects the methods registered with it.
-type testMux map[string]api.Handler
-
-func (mx testMux) Handle(method string, h api.Handler) {
-	if _, dup := mx[method]; dup {
-		panic("registered twice: " + method)
-	}
-	mx[method] = h
-}
-
-// testCall is a call as a front-end hands it to a handler; it keeps the
-// answer.
-type testCall struct {
-	method   string
-	params   json.RawMessage
-	once     sync.Once
-	answered chan struct{}
-	result   json.RawMessage
-	err      *api.Error
-}
-
-func (c *testCall) Method() string { return c.method }
-
-func (c *testCall) Decode(v any) error {
-	if e := wire.DecodeParams(wire.Request{Method: c.method, Params: c.params}, v); e != nil {
-		return &api.Error{Code: e.Code, Message: e.Message}
-	}
-	return nil
-}
-
-func (c *testCall) Respond(result any) {
-	c.once.Do(func() {
-		b, err := json.Marshal(result)
-		if err != nil {
-			c.err = api.Errorf(api.CodeInternal, "encoding the result: %v", err)
-		}
-		c.result = b
-		close(c.answered)
-	})
-}
-
-func (c *testCall) Fail(err error) {
-	c.once.Do(func() {
-		if !errors.As(err, &c.err) {
-			c.err = api.Errorf(api.CodeInternal, "not an *api.Error: %v", err)
-		}
-		close(c.answered)
-	})
-}
-
-func (c *testCall) OnClose(func()) {}
-
 // start hands a call to its handler without waiting for the answer.
-func (h *harness) start(method string, params any) *testCall {
+func (h *harness) start(method string, params any) *apitest.Call {
 	h.t.Helper()
-	hd, ok := h.mux[method]
-	if !ok {
-		h.t.Fatalf("%s is not registered", method)
-	}
-	c := &testCall{method: method, answered: make(chan struct{})}
-	if params != nil {
-		b, err := json.Marshal(params)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		c.params = b
-	}
-	hd(c)
-	return c
+	return h.mux.Start(h.t, method, params)
 }
 
 // call calls method and waits for its answer: the result decoded into out
 // (if not nil), or the error.
 func (h *harness) call(method string, params, out any) *api.Error {
 	h.t.Helper()
-	c := h.start(method, params)
-	select {
-	case <-c.answered:
-	case <-time.After(10 * time.Second):
-		h.t.Fatalf("%s: no answer within 10s", method)
-	}
-	if c.err != nil {
-		return c.err
+	res, err := h.start(method, params).Wait(h.t, 10*time.Second)
+	if err != nil {
+		return err
 	}
 	if out != nil {
-		if err := json.Unmarshal(c.result, out); err != nil {
-			h.t.Fatalf("%s: decoding %s: %v", method, c.result, err)
+		if err := json.Unmarshal(res, out); err != nil {
+			h.t.Fatalf("%s: decoding %s: %v", method, res, err)
 		}
 	}
 	return nil

@@ -161,9 +161,9 @@ func TestResolutionCommittedBeforeAnyoneHears(t *testing.T) {
 	select {
 	case a := <-ans.ch:
 		t.Fatalf("answered %s before the resolution was committed", a.State)
-	case <-res.answered:
+	case <-res.Done():
 		t.Fatal("approval.resolve answered before the resolution was committed")
-	case <-wait.answered:
+	case <-wait.Done():
 		t.Fatal("approval.wait answered before the resolution was committed")
 	case r := <-h.ev:
 		if r.Kind == "approval.resolved" {
@@ -175,10 +175,10 @@ func TestResolutionCommittedBeforeAnyoneHears(t *testing.T) {
 	if got := ans.wait(); got.State != api.ApprovalAllowed {
 		t.Fatalf("answer %s", got.State)
 	}
-	<-res.answered
-	<-wait.answered
-	if res.err != nil || wait.err != nil {
-		t.Fatalf("resolve %v, wait %v", res.err, wait.err)
+	<-res.Done()
+	<-wait.Done()
+	if res.Err() != nil || wait.Err() != nil {
+		t.Fatalf("resolve %v, wait %v", res.Err(), wait.Err())
 	}
 	if a := lg.get(p.ID()); a.State != api.ApprovalAllowed {
 		t.Fatalf("store has %s", a.State)

@@ -2,142 +2,34 @@ package lanes
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/apitest"
 
 	"github.com/orchestrd/orchestrd/wire"
 )
 
+// methodTimeout bounds the wait for a method's answer.
+const methodTimeout = 30 * time.Second
+
 // testMux collects the methods registered with it.
-type testMux map[string]api.Handler
-
-func (mx testMux) Handle(method string, h api.Handler) {
-	if _, dup := mx[method]; dup {
-		panic("registered twice: " + method)
-	}
-	mx[method] = h
-}
-
-// testCall is a call as a front-end hands it to a handler; it keeps the
-// answer.
-type testCall struct {
-	method   string
-	params   json.RawMessage
-	once     sync.Once
-	answered chan struct{} // closed by the first answer
-	result   json.RawMessage
-	err      *api.Error
-
-	mu      sync.Mutex
-	onClose []func()
-	closed  bool
-}
-
-func (c *testCall) Method() string { return c.method }
-
-// Decode is the control socket's: the same messages.
-func (c *testCall) Decode(v any) error {
-	if e := wire.DecodeParams(wire.Request{Method: c.method, Params: c.params}, v); e != nil {
-		return &api.Error{Code: e.Code, Message: e.Message}
-	}
-	return nil
-}
-
-func (c *testCall) Respond(result any) {
-	c.once.Do(func() {
-		b, err := json.Marshal(result)
-		if err != nil {
-			c.err = api.Errorf(api.CodeInternal, "encoding the result: %v", err)
-		}
-		c.result = b
-		close(c.answered)
-	})
-}
-
-func (c *testCall) Fail(err error) {
-	c.once.Do(func() {
-		if !errors.As(err, &c.err) {
-			c.err = api.Errorf(api.CodeInternal, "not an *api.Error: %v", err)
-		}
-		close(c.answered)
-	})
-}
-
-func (c *testCall) OnClose(f func()) {
-	c.mu.Lock()
-	if !c.closed {
-		c.onClose = append(c.onClose, f)
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	f()
-}
-
-// close is the client going away.
-func (c *testCall) close() {
-	c.mu.Lock()
-	c.closed = true
-	fs := c.onClose
-	c.mu.Unlock()
-	if !c.isAnswered() {
-		for _, f := range fs {
-			f()
-		}
-	}
-}
-
-func (c *testCall) isAnswered() bool {
-	select {
-	case <-c.answered:
-		return true
-	default:
-		return false
-	}
-}
+type testMux struct{ apitest.Mux }
 
 // call hands a call of method with params (encoded as JSON unless nil) to
 // its handler.
-func (mx testMux) call(t *testing.T, method string, params any) *testCall {
+func (mx testMux) call(t *testing.T, method string, params any) *apitest.Call {
 	t.Helper()
-	h, ok := mx[method]
-	if !ok {
-		t.Fatalf("%s is not registered", method)
-	}
-	c := &testCall{method: method, answered: make(chan struct{})}
-	if params != nil {
-		b, err := json.Marshal(params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.params = b
-	}
-	h(c)
-	return c
-}
-
-// answer waits for the call's answer.
-func (c *testCall) answer(t *testing.T) (json.RawMessage, *api.Error) {
-	t.Helper()
-	select {
-	case <-c.answered:
-		return c.result, c.err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s not answered after 30s", c.method)
-		return nil, nil
-	}
+	return mx.Start(t, method, params)
 }
 
 // mustAnswer waits for a result and decodes it into v.
 func (mx testMux) mustAnswer(t *testing.T, method string, params, v any) {
 	t.Helper()
-	res, err := mx.call(t, method, params).answer(t)
+	res, err := mx.call(t, method, params).Wait(t, methodTimeout)
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)
 	}
@@ -151,7 +43,7 @@ func (mx testMux) mustAnswer(t *testing.T, method string, params, v any) {
 // mustFail waits for an error.
 func (mx testMux) mustFail(t *testing.T, method string, params any) *api.Error {
 	t.Helper()
-	res, err := mx.call(t, method, params).answer(t)
+	res, err := mx.call(t, method, params).Wait(t, methodTimeout)
 	if err == nil {
 		t.Fatalf("%s: result %s, want an error", method, res)
 	}
@@ -190,7 +82,7 @@ func startMethodLanes(t *testing.T) (*Manager, testMux) {
 	idle := defaultLane(0, 1, NetworkHost, 0)
 	idle.Spares, idle.QueueLimit = 0, 2
 	m, _ := startTestLanes(t, map[string]LaneConfig{api.DefaultLane: lc, "idle": idle})
-	mx := testMux{}
+	mx := testMux{apitest.Mux{}}
 	m.Register(mx)
 	return m, mx
 }
@@ -198,7 +90,7 @@ func startMethodLanes(t *testing.T) (*Manager, testMux) {
 func TestRegisterLaneMethods(t *testing.T) {
 	_, mx := startMethodLanes(t)
 	var names []string
-	for n := range mx {
+	for n := range mx.Mux {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -272,7 +164,7 @@ func TestLaneMethods(t *testing.T) {
 	if len(idleOnly.Jobs) != 1 || idleOnly.Jobs[0].ID != sub2.JobID {
 		t.Fatalf("job.list lane=idle: %+v", idleOnly.Jobs)
 	}
-	res, e := mx.call(t, "job.list", api.Filter{State: "timeout"}).answer(t)
+	res, e := mx.call(t, "job.list", api.Filter{State: "timeout"}).Wait(t, methodTimeout)
 	if e != nil || string(res) != `{"jobs":[]}` {
 		t.Fatalf("job.list state=timeout: %s %v", res, e)
 	}
@@ -331,7 +223,7 @@ func TestJobWaitMethod(t *testing.T) {
 		t.Fatalf("wait = %+v", w.Job)
 	}
 	// Already ended: at once, on the handler's own goroutine.
-	if c := mx.call(t, "job.wait", waitParams{JobID: a.JobID}); !c.isAnswered() {
+	if c := mx.call(t, "job.wait", waitParams{JobID: a.JobID}); !c.Answered() {
 		t.Fatal("wait on a finished job is not answered at once")
 	}
 
@@ -340,11 +232,11 @@ func TestJobWaitMethod(t *testing.T) {
 	var b jobIDResult
 	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"b"}}, &b)
 	pending := mx.call(t, "job.wait", waitParams{ID: b.JobID, TimeoutMs: 60000})
-	if pending.isAnswered() || waiters(m) != 1 {
-		t.Fatalf("wait on a queued job: answered %v, %d store waits", pending.isAnswered(), waiters(m))
+	if pending.Answered() || waiters(m) != 1 {
+		t.Fatalf("wait on a queued job: answered %v, %d store waits", pending.Answered(), waiters(m))
 	}
 	mx.mustAnswer(t, "job.cancel", idParams{ID: b.JobID}, nil)
-	res, e := pending.answer(t)
+	res, e := pending.Wait(t, methodTimeout)
 	if e != nil || json.Unmarshal(res, &w) != nil || w.Job.ID != b.JobID || w.Job.State != api.StateCancelled {
 		t.Fatalf("woken wait: %s %v", res, e)
 	}
@@ -374,20 +266,20 @@ func TestJobWaitMethod(t *testing.T) {
 	if waiters(m) != 1 {
 		t.Fatal("the wait is not registered")
 	}
-	left.close()
+	left.Close()
 	if n := waiters(m); n != 0 {
 		t.Fatalf("%d store waits left after the client went away", n)
 	}
 	mx.mustAnswer(t, "job.cancel", idParams{ID: d.JobID}, nil)
-	if left.isAnswered() {
+	if left.Answered() {
 		t.Fatal("a wait whose client went away was answered")
 	}
 	// A wait registered after its client went away is cancelled at once.
 	var e2 jobIDResult
 	mx.mustAnswer(t, "job.submit", api.JobSpec{Lane: "idle", Argv: []string{"e"}}, &e2)
-	gone := &testCall{method: "job.wait", params: []byte(`{"id":"` + e2.JobID + `"}`), answered: make(chan struct{}), closed: true}
-	mx["job.wait"](gone)
-	if n := waiters(m); n != 0 || gone.isAnswered() {
-		t.Fatalf("a wait for a client already gone: %d store waits, answered %v", n, gone.isAnswered())
+	gone := apitest.NewClosedCall("job.wait", []byte(`{"id":"`+e2.JobID+`"}`))
+	mx.Mux["job.wait"](gone)
+	if n := waiters(m); n != 0 || gone.Answered() {
+		t.Fatalf("a wait for a client already gone: %d store waits, answered %v", n, gone.Answered())
 	}
 }

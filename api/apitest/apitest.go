@@ -1,0 +1,189 @@
+// Package apitest holds test doubles of the method-table contract of
+// api/call.go: a Mux that collects the methods a domain registers, and a
+// Call that keeps its first answer, as a front-end would hand it to a
+// handler. Decode is the control socket's (wire.DecodeParams), so the
+// messages a test sees are those a client would.
+//
+// It is test support: only tests import it.
+package apitest
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Mux collects the methods registered with it; registering one twice
+// panics, as a front-end does.
+type Mux map[string]api.Handler
+
+// Handle registers h for method.
+func (mx Mux) Handle(method string, h api.Handler) {
+	if _, dup := mx[method]; dup {
+		panic("registered twice: " + method)
+	}
+	mx[method] = h
+}
+
+// Start hands a call of method with params (encoded as JSON unless nil)
+// to its handler and returns it, answered or not. The test fails if method
+// is not registered.
+func (mx Mux) Start(t testing.TB, method string, params any) *Call {
+	t.Helper()
+	h, ok := mx[method]
+	if !ok {
+		t.Fatalf("%s is not registered", method)
+	}
+	c := NewCall(method, nil)
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			t.Fatalf("encoding the params of %s: %v", method, err)
+		}
+		c.params = b
+	}
+	h(c)
+	return c
+}
+
+// Call is an api.Call that keeps its first answer; later answers are
+// ignored. Close is its client going away.
+type Call struct {
+	method   string
+	params   json.RawMessage
+	once     sync.Once
+	answered chan struct{} // closed by the first answer
+	result   json.RawMessage
+	err      *api.Error
+
+	mu      sync.Mutex
+	onClose []func()
+	closed  bool
+}
+
+var _ api.Call = (*Call)(nil)
+
+// NewCall is an unanswered call of method with params as they came on the
+// wire (nil: none); its client is there.
+func NewCall(method string, params json.RawMessage) *Call {
+	return &Call{method: method, params: params, answered: make(chan struct{})}
+}
+
+// NewClosedCall is NewCall for a call whose client has already gone: what
+// it registers with OnClose runs at once.
+func NewClosedCall(method string, params json.RawMessage) *Call {
+	c := NewCall(method, params)
+	c.closed = true
+	return c
+}
+
+// Method is the method called.
+func (c *Call) Method() string { return c.method }
+
+// Decode is the control socket's: the same messages.
+func (c *Call) Decode(v any) error {
+	if e := wire.DecodeParams(wire.Request{Method: c.method, Params: c.params}, v); e != nil {
+		return &api.Error{Code: e.Code, Message: e.Message}
+	}
+	return nil
+}
+
+// Respond answers with result, unless the call is answered already.
+func (c *Call) Respond(result any) {
+	c.once.Do(func() {
+		b, err := json.Marshal(result)
+		if err != nil {
+			c.err = api.Errorf(api.CodeInternal, "encoding the result: %v", err)
+		}
+		c.result = b
+		close(c.answered)
+	})
+}
+
+// Fail answers with err, unless the call is answered already; an error
+// that is no *api.Error becomes CodeInternal.
+func (c *Call) Fail(err error) {
+	c.once.Do(func() {
+		if !errors.As(err, &c.err) {
+			c.err = api.Errorf(api.CodeInternal, "not an *api.Error: %v", err)
+		}
+		close(c.answered)
+	})
+}
+
+// OnClose registers f to run when the client goes away (Close) while the
+// call is unanswered; once the client is gone, f runs at once.
+func (c *Call) OnClose(f func()) {
+	c.mu.Lock()
+	if !c.closed {
+		c.onClose = append(c.onClose, f)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	f()
+}
+
+// Close is the client going away: the funcs registered with OnClose run,
+// on the caller's goroutine, unless the call is answered.
+func (c *Call) Close() {
+	c.mu.Lock()
+	c.closed = true
+	fs := c.onClose
+	c.onClose = nil
+	c.mu.Unlock()
+	if !c.Answered() {
+		for _, f := range fs {
+			f()
+		}
+	}
+}
+
+// Done is closed by the call's first answer.
+func (c *Call) Done() <-chan struct{} { return c.answered }
+
+// Answered says whether the call is answered.
+func (c *Call) Answered() bool {
+	select {
+	case <-c.answered:
+		return true
+	default:
+		return false
+	}
+}
+
+// Result is the answer's result as JSON: nil while the call is unanswered
+// or if it failed.
+func (c *Call) Result() json.RawMessage {
+	if !c.Answered() {
+		return nil
+	}
+	return c.result
+}
+
+// Err is the answer's error: nil while the call is unanswered or if it
+// succeeded.
+func (c *Call) Err() *api.Error {
+	if !c.Answered() {
+		return nil
+	}
+	return c.err
+}
+
+// Wait waits up to timeout for the call's answer and returns it; the test
+// fails if none comes.
+func (c *Call) Wait(t testing.TB, timeout time.Duration) (json.RawMessage, *api.Error) {
+	t.Helper()
+	select {
+	case <-c.answered:
+		return c.result, c.err
+	case <-time.After(timeout):
+		t.Fatalf("%s not answered after %v", c.method, timeout)
+		return nil, nil
+	}
+}
