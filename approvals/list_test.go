@@ -1,6 +1,8 @@
 package approvals
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -50,5 +52,52 @@ func TestListIsNeverCutSilently(t *testing.T) {
 	}
 	if l := list(map[string]any{"state": "denied", "limit": 3}); len(l.Approvals) != 3 || l.Truncated {
 		t.Fatalf("denied with limit 3: %d listed (truncated %v), want 3, not truncated", len(l.Approvals), l.Truncated)
+	}
+}
+
+// failingDeletes is a Log whose rule deletions fail.
+type failingDeletes struct{ *memLog }
+
+func (failingDeletes) DeleteRule(id string, done func(error)) { done(errors.New("disk full")) }
+
+// A rule deletion the store cannot record stops the rule at once but
+// fails the call (1006), saying the rule would be back after a restart.
+func TestRuleDeletionNotRecorded(t *testing.T) {
+	lg := failingDeletes{newMemLog()}
+	h := newHarness(t, DefaultConfig(), lg)
+	var req struct {
+		ID string `json:"id"`
+	}
+	if err := h.call("approval.request", map[string]any{"kind": "tool", "tool_name": "Bash",
+		"tool_input":             map[string]any{"command": "make"},
+		"permission_suggestions": []any{map[string]any{"type": "toolAlwaysAllow", "tool": "Bash"}}}, &req); err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Approval api.Approval `json:"approval"`
+	}
+	if err := h.call("approval.resolve", map[string]any{"id": req.ID, "decision": "AlwaysAllow"}, &res); err != nil {
+		t.Fatal(err)
+	}
+	rule := res.Approval.Resolution.RuleID
+	if rule == "" {
+		t.Fatalf("no rule recorded: %+v", res.Approval.Resolution)
+	}
+	e := h.call("approval.rule_delete", map[string]any{"id": rule}, nil)
+	if e == nil || e.Code != api.CodeStoreUnavailable || !strings.Contains(e.Message, "back after a restart") ||
+		!strings.Contains(e.Message, "disk full") {
+		t.Fatalf("rule_delete with a failing store: %v, want 1006 saying it would be back after a restart", e)
+	}
+	h.waitEvent("approval.write_failed")
+	// It no longer applies: the next request is asked.
+	if err := h.call("approval.request", map[string]any{"kind": "tool", "tool_name": "Bash",
+		"tool_input": map[string]any{"command": "make"}}, &req); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Approval api.Approval `json:"approval"`
+	}
+	if err := h.call("approval.get", map[string]any{"id": req.ID}, &got); err != nil || got.Approval.State != api.ApprovalPending {
+		t.Fatalf("after the failed deletion: %+v %v, want pending", got.Approval, err)
 	}
 }

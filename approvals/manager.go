@@ -443,11 +443,17 @@ func (m *Manager) DeleteRule(id string, then func(error)) {
 		then(api.Errorf(api.CodeNotFound, "rule %s not found", id))
 		return
 	}
+	// Out of memory first: it answers nothing from now on, whatever the
+	// store says. A deletion the store cannot record fails the call: the
+	// rule would be back after a restart, and whoever deleted it must know.
 	fin := func(err error) {
+		m.bus.Emit(ApprovalRuleDeleted{ID: id})
 		if err != nil {
 			m.writeFailed("", "delete approval rule "+id, err)
+			then(&api.Error{Code: api.CodeStoreUnavailable, Message: fmt.Sprintf(
+				"rule %s no longer applies, but its deletion could not be recorded in the state store (it would be back after a restart): %v", id, err)})
+			return
 		}
-		m.bus.Emit(ApprovalRuleDeleted{ID: id})
 		then(nil)
 	}
 	if m.store == nil {
