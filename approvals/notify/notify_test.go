@@ -3,6 +3,7 @@ package notify
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -158,6 +159,16 @@ func (f *fixture) pid(name string) int {
 	return pid
 }
 
+// readPid reads a pid file the command wrote, if it did.
+func (f *fixture) readPid(name string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(f.dir, name))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil
+}
+
 // gone waits until pid is dead (a zombie no one reaped yet counts).
 func gone(t *testing.T, pid int) {
 	t.Helper()
@@ -245,25 +256,43 @@ func TestNotifyFailures(t *testing.T) {
 }
 
 // A command past its timeout is killed with its whole process group, a
-// child it forked included.
+// child it forked included. The command writes its pid and its child's
+// before it waits; on a machine so loaded that the timeout fires first, the
+// attempt proves nothing and is made again with a longer timeout (the test
+// waits for events, it does not time anything).
 func TestNotifyTimeoutKillsGroup(t *testing.T) {
 	testReaper(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	f := newFixture(t)
-	n := f.start(Options{Timeout: 300 * time.Millisecond},
-		`sleep 1000 & echo $! > "$1/child.tmp"; mv "$1/child.tmp" "$1/child"; echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; echo waiting >&2; wait`)
-	n.Notify(approval("a-2-1"))
-	child, pid := f.pid("child"), f.pid("pid")
-	ev := f.failure()
-	if ev.ID != "a-2-1" || !strings.HasPrefix(ev.Error, "timed out after 300ms") || ev.Signal != "SIGKILL" ||
-		ev.ExitCode != nil || ev.StderrTail != "waiting\n" {
-		t.Fatalf("event %+v", ev)
-	}
-	gone(t, pid)
-	gone(t, child)
-	n.Close()
-	if wasOrphan(pid) {
-		t.Fatal("the reaper took the notify command for an orphan")
+	for attempt, timeout := 1, 300*time.Millisecond; ; attempt, timeout = attempt+1, timeout*4 {
+		if attempt > 5 {
+			t.Fatalf("the command never wrote its pids before its timeout (last %s)", timeout/4)
+		}
+		child, self := fmt.Sprintf("child-%d", attempt), fmt.Sprintf("pid-%d", attempt)
+		n := f.start(Options{Timeout: timeout}, fmt.Sprintf(
+			`sleep 1000 & echo $! > "$1/%[1]s.tmp"; mv "$1/%[1]s.tmp" "$1/%[1]s"; echo $$ > "$1/%[2]s.tmp"; mv "$1/%[2]s.tmp" "$1/%[2]s"; echo waiting >&2; wait`,
+			child, self))
+		id := fmt.Sprintf("a-2-%d", attempt)
+		n.Notify(approval(id))
+		ev := f.failure() // the timeout's kill: nothing of the group writes after it
+		childPid, ok1 := f.readPid(child)
+		pid, ok2 := f.readPid(self)
+		if !ok1 || !ok2 {
+			n.Close()
+			t.Logf("attempt %d: killed at %s before it wrote its pids; again with a longer timeout", attempt, timeout)
+			continue
+		}
+		if ev.ID != id || !strings.HasPrefix(ev.Error, "timed out after "+timeout.String()) || ev.Signal != "SIGKILL" ||
+			ev.ExitCode != nil || ev.StderrTail != "waiting\n" {
+			t.Fatalf("event %+v", ev)
+		}
+		gone(t, pid)
+		gone(t, childPid)
+		n.Close()
+		if wasOrphan(pid) {
+			t.Fatal("the reaper took the notify command for an orphan")
+		}
+		return
 	}
 }
 
