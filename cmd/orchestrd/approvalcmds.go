@@ -63,7 +63,7 @@ func parseInterspersed(fs *flag.FlagSet, usage string, args []string, stdout, st
 
 func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("approvals")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	all := fs.Bool("all", false, "the history too: finished approvals, newest first (from the state store)")
 	limit := fs.Int("limit", 0, "with --all, at most `N` approvals (default 100)")
 	source := fs.String("source", "", "only approvals from `SOURCE` (reachout, plan, control, executor)")
@@ -300,7 +300,7 @@ const (
 
 func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("approve")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	always := fs.Bool("always", false, "allow, and record a rule from a permission suggestion so that the like is allowed from now on")
 	suggestion := fs.Int("suggestion", -1, "with --always, the permission suggestion to apply: its index `N` (default the first)")
 	message := fs.String("message", "", "a `MESSAGE` for the agent")
@@ -328,7 +328,7 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 
 func cmdDeny(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("deny")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	message := fs.String("message", "", "a `MESSAGE` for the agent: why not")
 	pos, code, ok := parseInterspersed(fs, denyUsage, args, stdout, stderr)
 	if !ok {
@@ -346,7 +346,7 @@ func cmdDeny(args []string, stdout, stderr io.Writer) int {
 
 func cmdReply(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("reply")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	pos, code, ok := parseInterspersed(fs, replyUsage, args, stdout, stderr)
 	if !ok {
 		return code

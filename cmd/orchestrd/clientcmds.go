@@ -156,7 +156,7 @@ func (e envFlag) Set(s string) error {
 // cmdRun submits a job, streams its output and exits with its exit code.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	lane := fs.String("lane", "", "`LANE` to run in (default no-net)")
 	timeout := new(time.Duration)
 	fs.Var(timeoutFlag{timeout}, "timeout", "kill the job after `D`: seconds (30, 1.5) or a duration (500ms, 2m) (default: the lane's)")
@@ -515,7 +515,7 @@ var allStates = []api.State{api.StateQueued, api.StateDispatched, api.StateRunni
 // cmdJobs lists jobs as a table or JSON.
 func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("jobs")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
 	since := fs.String("since", "", "only jobs created since `T`: a duration ago (1h, 30m) or an RFC 3339 time")
@@ -671,7 +671,7 @@ const cancelUsage = "orchestrd cancel [--home DIR] ID"
 // cmdCancel cancels one job.
 func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("cancel")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	if code, ok := parseFlags(fs, cancelUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -705,7 +705,7 @@ const statusUsage = "orchestrd status [--home DIR] [--json]"
 // cmdStatus shows the lanes, their runners and the actor tree.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	asJSON := fs.Bool("json", false, "print lanes and tree as JSON")
 	c, code, ok := parseNoArgsAndDial(fs, statusUsage, args, home, stdout, stderr)
 	if !ok {
@@ -805,4 +805,9 @@ func humanBytes(n uint64) string {
 		i++
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64) + " " + []string{"KiB", "MiB", "GiB", "TiB"}[i]
+}
+
+// homeFlag adds the client commands' --home flag to fs.
+func homeFlag(fs *flag.FlagSet) *string {
+	return fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
 }

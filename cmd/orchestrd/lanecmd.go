@@ -18,7 +18,7 @@ var laneCommands = map[string]bool{"token": true}
 // home, so it works whether or not the daemon is running.
 func cmdLane(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("lane")
-	home := fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	home := homeFlag(fs)
 	// The subcommand may come before the flags (lane token --home H L) or
 	// after them (--home H lane token L, as the global --home gives it).
 	sub := ""
