@@ -23,20 +23,9 @@ const (
 	NetworkHost = "host"
 )
 
-// RestartConfig is the [lanes.NAME.restart] table.
-type RestartConfig struct {
-	Stable    api.Duration `toml:"stable"`
-	BaseDelay api.Duration `toml:"base_delay"`
-	MaxDelay  api.Duration `toml:"max_delay"`
-	MaxR      int          `toml:"max_r"`
-	MaxT      api.Duration `toml:"max_t"`
-}
-
-// Policy converts the table to a supervisor.Policy.
-func (r RestartConfig) Policy() supervisor.Policy {
-	return supervisor.Policy{Stable: r.Stable.Duration, BaseDelay: r.BaseDelay.Duration,
-		MaxDelay: r.MaxDelay.Duration, MaxR: r.MaxR, MaxT: r.MaxT.Duration}
-}
+// RestartConfig is the [lanes.NAME.restart] table (the keys every domain
+// that restarts processes shares).
+type RestartConfig = supervisor.RestartConfig
 
 // LaneConfig is one [lanes.NAME] table.
 type LaneConfig struct {
@@ -65,12 +54,10 @@ func (l LaneConfig) AcceptsExternal() bool {
 }
 
 func defaultLane(runners, slots int, network string, nice int) LaneConfig {
-	p := supervisor.DefaultPolicy()
 	return LaneConfig{
 		Runners: runners, Slots: slots, Spares: 1, Network: network, QueueLimit: 10000,
 		MaxOutputBytes: 1 << 20, HeartbeatTimeout: api.Duration{Duration: 5 * time.Second}, Nice: nice,
-		Restart: RestartConfig{Stable: api.Duration{Duration: p.Stable}, BaseDelay: api.Duration{Duration: p.BaseDelay},
-			MaxDelay: api.Duration{Duration: p.MaxDelay}, MaxR: p.MaxR, MaxT: api.Duration{Duration: p.MaxT}},
+		Restart: supervisor.DefaultRestartConfig(),
 	}
 }
 

@@ -1,0 +1,176 @@
+package executors
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor"
+)
+
+// This file holds the executors' own tables of the config file
+// ([executors.NAME] and [executors.NAME.restart]), their defaults and their
+// validation. The file itself is the daemon's (daemon/config.go).
+
+// Network modes of a pool's executor processes (as lanes').
+const (
+	NetworkNone = "none"
+	NetworkHost = "host"
+)
+
+// MCPServer is one [[executors.NAME.mcp_servers]] entry, handed to the
+// executor by get_execution_context.
+type MCPServer struct {
+	Name    string            `toml:"name" json:"name"`
+	Command string            `toml:"command" json:"command"`
+	Args    []string          `toml:"args" json:"args"`
+	Env     map[string]string `toml:"env" json:"env,omitempty"`
+}
+
+// ModelConfig is [executors.NAME.model_config].
+type ModelConfig struct {
+	Model          string `toml:"model" json:"model"`
+	ThinkingTokens int    `toml:"thinking_tokens" json:"thinking_tokens,omitempty"`
+}
+
+// PoolConfig is one [executors.NAME] table: a pool of executor processes
+// that all run the same command.
+type PoolConfig struct {
+	// Command is the executor's argv. "--socket PATH" is appended unless an
+	// argument holds "{socket}", which is replaced by PATH.
+	Command []string          `toml:"command"`
+	Env     map[string]string `toml:"env"`
+	Cwd     string            `toml:"cwd"`
+	// Instances are kept warm (started before any task); MaxInstances
+	// bounds the processes running at once.
+	Instances    int    `toml:"instances"`
+	MaxInstances int    `toml:"max_instances"`
+	Network      string `toml:"network"`
+	// QueueLimit bounds the tasks waiting for an executor.
+	QueueLimit int `toml:"queue_limit"`
+	// IdleTimeout: an idle executor beyond Instances gets shutdown
+	// {reason: "idle_timeout"} after it.
+	IdleTimeout api.Duration `toml:"idle_timeout"`
+	// StartupTimeout bounds spawn-to-connected; past it the process is
+	// killed.
+	StartupTimeout api.Duration `toml:"startup_timeout"`
+	// PermissionTimeout: an unanswered request_permission is denied after
+	// it.
+	PermissionTimeout api.Duration `toml:"permission_timeout"`
+	// ShutdownTimeout is shutdown's timeout_ms; the group is killed after
+	// it.
+	ShutdownTimeout api.Duration `toml:"shutdown_timeout"`
+	// TaskTimeout is the timeout_ms of a task that gives none; StopGrace
+	// is the time from stop_task to cancel_task, and from cancel_task to
+	// the kill, for a task past its timeout or stopped.
+	TaskTimeout api.Duration `toml:"task_timeout"`
+	StopGrace   api.Duration `toml:"stop_grace"`
+	// HighWater and LowWater bound the notifications read from one
+	// executor and not yet committed: pause_notifications above HighWater,
+	// resume_notifications below LowWater.
+	HighWater int `toml:"high_water"`
+	LowWater  int `toml:"low_water"`
+	// get_execution_context's pool-wide parts.
+	MCPServers   []MCPServer              `toml:"mcp_servers"`
+	ContextFiles []string                 `toml:"context_files"`
+	ModelConfig  *ModelConfig             `toml:"model_config"`
+	Restart      supervisor.RestartConfig `toml:"restart"`
+}
+
+// DefaultPool is the table every [executors.NAME] starts from: the
+// config file sets only what it changes.
+func DefaultPool() PoolConfig {
+	return PoolConfig{
+		MaxInstances: 4, Network: NetworkHost, QueueLimit: 1000,
+		IdleTimeout:       api.Duration{Duration: 5 * time.Minute},
+		StartupTimeout:    api.Duration{Duration: 10 * time.Second},
+		PermissionTimeout: api.Duration{Duration: 30 * time.Second},
+		ShutdownTimeout:   api.Duration{Duration: 5 * time.Second},
+		TaskTimeout:       api.Duration{Duration: 30 * time.Minute},
+		StopGrace:         api.Duration{Duration: 5 * time.Second},
+		HighWater:         100, LowWater: 50,
+		Restart: supervisor.DefaultRestartConfig(),
+	}
+}
+
+// Validate checks every [executors.NAME] table; key is "executors". Each
+// error names the key that is wrong.
+func Validate(key string, pools map[string]PoolConfig) []error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		errs = append(errs, pools[name].validate(key+"."+name)...)
+	}
+	return errs
+}
+
+func (p PoolConfig) validate(key string) []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s", key, fmt.Sprintf(format, args...)))
+	}
+	if len(p.Command) == 0 || strings.TrimSpace(p.Command[0]) == "" {
+		bad("command must name the executor's program, as an array: command = [\"orchestrd\", \"executor\", \"--\", \"claude\", \"-p\"]")
+	}
+	if p.MaxInstances < 1 || p.MaxInstances > 256 {
+		bad("max_instances must be between 1 and 256, got %d", p.MaxInstances)
+	}
+	if p.Instances < 0 || p.Instances > p.MaxInstances {
+		bad("instances must be between 0 and max_instances (%d), got %d", p.MaxInstances, p.Instances)
+	}
+	if p.Network != NetworkNone && p.Network != NetworkHost {
+		bad("network must be \"none\" or \"host\", got %q", p.Network)
+	}
+	if p.QueueLimit < 0 {
+		bad("queue_limit must be >= 0, got %d", p.QueueLimit)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"idle_timeout", p.IdleTimeout.Duration, time.Second},
+		{"startup_timeout", p.StartupTimeout.Duration, 100 * time.Millisecond},
+		{"permission_timeout", p.PermissionTimeout.Duration, 100 * time.Millisecond},
+		{"shutdown_timeout", p.ShutdownTimeout.Duration, 10 * time.Millisecond},
+		{"task_timeout", p.TaskTimeout.Duration, 100 * time.Millisecond},
+		{"stop_grace", p.StopGrace.Duration, 10 * time.Millisecond},
+	} {
+		if d.v < d.min {
+			bad("%s must be >= %s, got %s", d.name, d.min, d.v)
+		}
+	}
+	if p.HighWater < 2 || p.HighWater > 1<<20 {
+		bad("high_water must be between 2 and %d, got %d", 1<<20, p.HighWater)
+	}
+	if p.LowWater < 0 || p.LowWater >= p.HighWater {
+		bad("low_water must be >= 0 and below high_water (%d), got %d", p.HighWater, p.LowWater)
+	}
+	for i, s := range p.MCPServers {
+		if s.Name == "" || s.Command == "" {
+			bad("mcp_servers[%d] needs a name and a command", i)
+		}
+	}
+	if err := p.Restart.Policy().Validate(); err != nil {
+		for _, e := range flatten(err) {
+			errs = append(errs, fmt.Errorf("%s.%w", key, e))
+		}
+	}
+	return errs
+}
+
+// flatten splits joined errors into one error per problem.
+func flatten(err error) []error {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
