@@ -37,6 +37,10 @@ commands:
   approve   approve ID [--always [--suggestion N]] [--message M]: allow a pending approval
   deny      deny ID [--message M]: deny a pending approval
   reply     reply ID MESSAGE: answer a pending approval with a message for the agent
+  prompt    run a prompt on an executor pool, stream what the agent does, exit with its status
+  tasks     list executor tasks
+  stop      stop TASK [--force]: stop an executor task
+  session   session ID: a session's transcript
   status    lanes, runners and the live actor tree
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
@@ -106,6 +110,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdDeny(withHome(rest), stdout, stderr)
 	case "reply":
 		return cmdReply(withHome(rest), stdout, stderr)
+	case "prompt":
+		return cmdPrompt(withHome(rest), stdout, stderr)
+	case "tasks":
+		return cmdTasks(withHome(rest), stdout, stderr)
+	case "stop":
+		return cmdStop(withHome(rest), stdout, stderr)
+	case "session":
+		return cmdSession(withHome(rest), stdout, stderr)
 	case "events":
 		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":
