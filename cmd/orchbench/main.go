@@ -51,15 +51,17 @@ var scenarios = []scenario{
 
 // bench is the state of one harness run.
 type bench struct {
-	quick   bool
-	verbose bool
-	tmp     string // everything the run creates lives here
-	bin     string // the orchestrd binary
-	hello   string // the hello program (restart baselines)
-	echo    string // the NDJSON echo server (control baseline)
-	log     io.Writer
-	rep     *Report
-	title   string // current scenario's title
+	quick    bool
+	verbose  bool
+	tmp      string // everything the run creates lives here
+	bin      string // the orchestrd binary
+	hello    string // the hello program (restart baselines)
+	echo     string // the NDJSON echo server (control baseline)
+	flood    string // report_message lines into a pipe (executor baseline)
+	testexec string // the scripted test executor (internal/testexecutor)
+	log      io.Writer
+	rep      *Report
+	title    string // current scenario's title
 }
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -255,6 +257,7 @@ func (b *bench) build(prebuilt string) error {
 	}{
 		{"./cmd/orchbench/internal/hello", &b.hello},
 		{"./cmd/orchbench/internal/echo", &b.echo},
+		{"./cmd/orchbench/internal/flood", &b.flood},
 	}
 	if prebuilt != "" {
 		p, err := filepath.Abs(prebuilt)

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	_ "modernc.org/sqlite" // the slowed-store phase locks state.db from outside, as another process would
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// runExecutors: report_message throughput from one executor (the scripted
+// test executor flooding) through the daemon — parsed, committed to the
+// store, published — to one control-socket subscriber, against a plain
+// NDJSON pipe between two processes carrying the same lines; again with a
+// stalled subscriber present; again with the store locked from outside
+// for 1.5 s (pause/resume, RSS, every sequence at the subscriber and in
+// the store); and the time from an executor's SIGKILL to task.finished
+// {executor_lost} at a subscriber.
+func runExecutors(b *bench) error {
+	n := pick(b, 20000, 3000)
+	base, err := floodBaseline(b, n)
+	if err != nil {
+		return err
+	}
+	d, err := b.startDaemon("executors", executorsConfig(b.testexec))
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	c, err := d.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	flood := func(phase string) (float64, *subscription, string, error) {
+		sub, err := d.subscribe("task.message", "task.finished", "executor.paused", "executor.resumed")
+		if err != nil {
+			return 0, nil, "", err
+		}
+		script := fmt.Sprintf(`{"steps":[{"op":"flood","n":%d}]}`, n)
+		var res struct {
+			TaskID    string `json:"task_id"`
+			SessionID string `json:"session_id"`
+		}
+		t0 := time.Now()
+		if err := call(c, "task.execute", api.TaskSpec{Executor: "bench", Prompt: script, Cwd: b.tmp}, &res); err != nil {
+			sub.close()
+			return 0, nil, "", fmt.Errorf("%s: task.execute: %w", phase, err)
+		}
+		seen := make(map[int64]bool, n)
+		var last time.Time
+		for len(seen) < n {
+			e, err := sub.wait(2*time.Minute, fmt.Sprintf("%s: message %d of %d", phase, len(seen)+1, n), func(e event) bool {
+				return e.kind == "task.message"
+			})
+			if err != nil {
+				sub.close()
+				return 0, nil, "", err
+			}
+			var m struct {
+				TaskID   string `json:"task_id"`
+				Sequence int64  `json:"sequence"`
+			}
+			if json.Unmarshal(e.raw, &m) == nil && m.TaskID == res.TaskID {
+				seen[m.Sequence] = true
+				last = e.at
+			}
+		}
+		if _, err := sub.wait(time.Minute, phase+": task.finished", func(e event) bool {
+			var f struct {
+				TaskID string `json:"task_id"`
+			}
+			return e.kind == "task.finished" && json.Unmarshal(e.raw, &f) == nil && f.TaskID == res.TaskID
+		}); err != nil {
+			sub.close()
+			return 0, nil, "", err
+		}
+		return float64(n) / last.Sub(t0).Seconds(), sub, res.SessionID, nil
+	}
+
+	// 1. One subscriber.
+	rate, sub, _, err := flood("plain")
+	if err != nil {
+		return err
+	}
+	sub.close()
+	b.add(Row{Metric: fmt.Sprintf("report_message throughput, executor → daemon (store, publish) → subscriber (%d messages)", n),
+		N: n, Orchestrd: fmt.Sprintf("%.0f msg/s", rate), Value: rate, Unit: "msg/s",
+		Baseline: fmt.Sprintf("%.0f msg/s (NDJSON pipe between two processes)", base), BaselineValue: &base,
+		Ratio: fmt.Sprintf("%.0f%% of baseline", 100*rate/base), Target: "≥ 50% of baseline", Met: boolp(rate >= base/2)})
+
+	// 2. With a stalled subscriber: a connection subscribed to every
+	// task.message that never reads.
+	stalledConn, err := net.Dial("unix", d.sock)
+	if err != nil {
+		return err
+	}
+	if _, err := stalledConn.Write([]byte(`{"id":1,"method":"events.subscribe","params":{"kinds":["task.message"]}}` + "\n")); err != nil {
+		stalledConn.Close()
+		return err
+	}
+	rate2, sub, _, err := flood("stalled")
+	stalledConn.Close()
+	if err != nil {
+		return err
+	}
+	sub.close()
+	b.add(Row{Metric: "… with a stalled subscriber present", N: n, Orchestrd: fmt.Sprintf("%.0f msg/s", rate2), Value: rate2,
+		Unit: "msg/s", Baseline: fmt.Sprintf("%.0f msg/s (no stalled subscriber, this run)", rate), BaselineValue: &rate,
+		Ratio: fmt.Sprintf("%.0f%%", 100*rate2/rate), Target: "unchanged (≥ 80%)", Met: boolp(rate2 >= 0.8*rate)})
+
+	// 3. The store locked from outside for 1.5 s during the flood.
+	rss0, err := procRSS(d.pid())
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(b.tmp, "executors", "state.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	locked := make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			locked <- err
+			return
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			locked <- err
+			return
+		}
+		time.Sleep(1500 * time.Millisecond)
+		_, err = conn.ExecContext(ctx, "ROLLBACK")
+		locked <- err
+	}()
+	var rssMax int64
+	stopRSS := make(chan struct{})
+	rssDone := make(chan struct{})
+	go func() {
+		defer close(rssDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopRSS:
+				return
+			case <-t.C:
+				if r, err := procRSS(d.pid()); err == nil && r > rssMax {
+					rssMax = r
+				}
+			}
+		}
+	}()
+	_, sub, session, err := flood("slow store")
+	close(stopRSS)
+	<-rssDone
+	if lerr := <-locked; lerr != nil && err == nil {
+		err = fmt.Errorf("locking the store from outside: %w", lerr)
+	}
+	if err != nil {
+		return err
+	}
+	paused, resumed := 0, 0
+	for {
+		select {
+		case e := <-sub.ch:
+			switch e.kind {
+			case "executor.paused":
+				paused++
+			case "executor.resumed":
+				resumed++
+			}
+			continue
+		default:
+		}
+		break
+	}
+	sub.close()
+	var sess struct {
+		Messages []struct {
+			Sequence int64 `json:"sequence"`
+		} `json:"messages"`
+	}
+	if err := call(c, "session.get", map[string]any{"id": session}, &sess); err != nil {
+		return fmt.Errorf("session.get: %w", err)
+	}
+	stored := map[int64]bool{}
+	for _, m := range sess.Messages {
+		stored[m.Sequence] = true
+	}
+	ok := paused > 0 && resumed > 0 && len(stored) == n
+	b.add(Row{Metric: "… with the store locked 1.5 s: pauses / resumes, messages stored (of sent), RSS growth",
+		N: n, Orchestrd: fmt.Sprintf("%d / %d, %d of %d, +%s", paused, resumed, len(stored), n, fmtBytes(float64(rssMax-rss0))),
+		Value: float64(len(stored)), Unit: "messages", Target: "switches, nothing lost, RSS flat", Met: boolp(ok)})
+
+	// 4. Executor death -> task.finished {executor_lost} at a subscriber.
+	trials := pick(b, 50, 10)
+	sub, err = d.subscribe("task.finished")
+	if err != nil {
+		return err
+	}
+	defer sub.close()
+	var ds []time.Duration
+	for i := 0; i < trials; i++ {
+		var res struct {
+			TaskID string `json:"task_id"`
+		}
+		if err := call(c, "task.execute", api.TaskSpec{Executor: "bench", Prompt: `{"steps":[{"op":"hang"}]}`, Cwd: b.tmp}, &res); err != nil {
+			return fmt.Errorf("task.execute (hang): %w", err)
+		}
+		pid, err := runningExecutorPid(c, res.TaskID)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("killing executor %d: %w", pid, err)
+		}
+		e, err := sub.wait(30*time.Second, "task.finished after the executor's SIGKILL", func(e event) bool {
+			var f struct {
+				TaskID string         `json:"task_id"`
+				Error  *api.TaskError `json:"error"`
+			}
+			return e.kind == "task.finished" && json.Unmarshal(e.raw, &f) == nil && f.TaskID == res.TaskID
+		})
+		if err != nil {
+			return err
+		}
+		var f struct {
+			State string         `json:"state"`
+			Error *api.TaskError `json:"error"`
+		}
+		_ = json.Unmarshal(e.raw, &f)
+		if f.Error == nil || f.Error.Code != api.TaskErrExecutorLost {
+			return fmt.Errorf("task %s ended %s %+v after its executor was killed, want failed executor_lost", res.TaskID, f.State, f.Error)
+		}
+		ds = append(ds, e.at.Sub(t0))
+	}
+	st := b.sample("executors.death_to_finished_ms", durationsMs(ds), "ms")
+	b.add(Row{Metric: "p50 executor SIGKILL → task.finished {executor_lost} at a subscriber", N: st.N, Orchestrd: fmtMs(st.P50), Value: st.P50, Unit: "ms"})
+	b.add(Row{Metric: "p99 executor SIGKILL → task.finished {executor_lost} at a subscriber", N: st.N, Orchestrd: fmtMs(st.P99), Value: st.P99, Unit: "ms",
+		Target: "≤ 5 ms", Met: boolp(st.P99 <= 5)})
+	return d.stop()
+}
+
+// runningExecutorPid waits until task runs and returns its executor's pid.
+func runningExecutorPid(c interface {
+	Call(ctx context.Context, method string, params, result any) error
+}, taskID string) (int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var res struct {
+			Pools []api.PoolStatus `json:"pools"`
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Call(ctx, "executor.list", nil, &res)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("executor.list: %w", err)
+		}
+		for _, p := range res.Pools {
+			for _, e := range p.Executors {
+				if e.TaskID == taskID && e.Pid > 0 {
+					return e.Pid, nil
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("task %s not running on any executor after 30 s", taskID)
+}
+
+// floodBaseline: n report_message lines from a flood process through a
+// pipe, each decoded as JSON on this side; messages per second.
+func floodBaseline(b *bench, n int) (float64, error) {
+	var best float64
+	for range 3 {
+		cmd := exec.Command(b.flood, strconv.Itoa(n))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("starting flood: %w", err)
+		}
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		got := 0
+		for sc.Scan() {
+			var m struct {
+				Method string `json:"method"`
+				Params struct {
+					Sequence  int64           `json:"sequence"`
+					EventData json.RawMessage `json:"event_data"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m.Method == "report_message" {
+				got++
+			}
+		}
+		elapsed := time.Since(t0)
+		if err := cmd.Wait(); err != nil {
+			return 0, fmt.Errorf("flood: %w", err)
+		}
+		if got != n {
+			return 0, fmt.Errorf("flood baseline: %d of %d lines", got, n)
+		}
+		if r := float64(n) / elapsed.Seconds(); r > best {
+			best = r
+		}
+	}
+	return best, nil
+}
+
+// executorsConfig: one small lane and one executor pool running the
+// scripted test executor, one warm instance.
+func executorsConfig(testexec string) string {
+	return laneConfig{runners: 1, slots: 1}.toml() +
+		fmt.Sprintf("\n[executors.bench]\ncommand = [%q]\ninstances = 1\nmax_instances = 1\n", testexec)
+}
