@@ -292,7 +292,7 @@ func TestApprovalsMigrationFromVersion1(t *testing.T) {
 		t.Fatalf("the old file is at version %d", v)
 	}
 	s := openT(t, path, testOpts)
-	if v := userVersion(t, path); v != 2 {
+	if v := userVersion(t, path); v != SchemaVersion() {
 		t.Fatalf("user_version %d after the upgrade", v)
 	}
 	if rec, ok, err := s.Jobs().Get("j-old"); !ok || err != nil || rec.State != api.StateQueued {

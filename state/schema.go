@@ -130,6 +130,38 @@ CREATE TABLE approval_rules (
 	created_at    TEXT NOT NULL
 );
 `},
+	{version: 3, name: "executor sessions, tasks and their messages", sql: `
+CREATE TABLE sessions (
+	id         TEXT PRIMARY KEY NOT NULL,
+	executor   TEXT NOT NULL,
+	created_at TEXT NOT NULL,
+	updated_at TEXT NOT NULL
+);
+CREATE TABLE tasks (
+	seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+	id          TEXT UNIQUE NOT NULL,
+	session_id  TEXT NOT NULL,
+	executor    TEXT NOT NULL,
+	state       TEXT NOT NULL CHECK (state = 'queued' OR state = 'running' OR state = 'completed' OR
+	              state = 'failed' OR state = 'cancelled' OR state = 'timeout'),
+	record      TEXT NOT NULL,
+	created_at  TEXT NOT NULL,
+	finished_at TEXT
+);
+CREATE INDEX tasks_session ON tasks(session_id, seq);
+CREATE INDEX tasks_state ON tasks(state);
+CREATE TABLE task_messages (
+	task_id     TEXT NOT NULL,
+	sequence    INTEGER NOT NULL,
+	session_id  TEXT NOT NULL,
+	event_type  TEXT NOT NULL,
+	event_data  TEXT,
+	ts          INTEGER,
+	received_at TEXT NOT NULL,
+	PRIMARY KEY (task_id, sequence)
+) WITHOUT ROWID;
+CREATE INDEX task_messages_session ON task_messages(session_id);
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it
