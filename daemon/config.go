@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -66,6 +67,9 @@ type Config struct {
 	Lanes  map[string]lanes.LaneConfig `toml:"lanes"`
 	// Approvals is the [approvals] table (approvals/config.go).
 	Approvals approvals.Config `toml:"approvals"`
+	// Executors are the [executors.NAME] pools (executors/config.go);
+	// none unless the file names them.
+	Executors map[string]executors.PoolConfig `toml:"executors"`
 }
 
 // DefaultConfig is the embedded configuration.
@@ -137,6 +141,23 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.State).Elem(), key)
 	},
 	"lanes": decodeLanes,
+	"executors": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		var ps map[string]toml.Primitive
+		if !isTable(md, prim) {
+			return []error{fmt.Errorf("%s must be a table of [%s.NAME] tables", key, key)}
+		}
+		if err := md.PrimitiveDecode(prim, &ps); err != nil {
+			return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
+		}
+		var errs []error
+		cfg.Executors = map[string]executors.PoolConfig{}
+		for _, n := range sortedKeys(ps) {
+			pc := executors.DefaultPool()
+			errs = append(errs, decodeTable(md, ps[n], reflect.ValueOf(&pc).Elem(), key+"."+n)...)
+			cfg.Executors[n] = pc
+		}
+		return errs
+	},
 	"approvals": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Approvals).Elem(), key)
 	},
@@ -325,5 +346,6 @@ func (c Config) validate() []error {
 	}
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
 	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
+	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	return errs
 }

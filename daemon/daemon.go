@@ -22,10 +22,25 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/secrets"
 )
+
+// SecretsFile is the secrets file in the home (supervisor/secrets): read
+// at start, refused if others can read it.
+const SecretsFile = "secrets.toml"
+
+// maxShutdownTimeout is the longest shutdown_timeout of the pools.
+func maxShutdownTimeout(pools map[string]executors.PoolConfig) time.Duration {
+	var d time.Duration
+	for _, p := range pools {
+		d = max(d, p.ShutdownTimeout.Duration)
+	}
+	return d
+}
 
 // StateFile is the durable store's file in the home.
 const StateFile = "state.db"
@@ -74,6 +89,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer lock.Close() // last: everything below is torn down first
 	cfg := opts.Config
+	// The secrets file before anything starts: one that others can read,
+	// or a bad one, stops the daemon with one line naming it.
+	secretsFile, err := secrets.Load(filepath.Join(opts.Home, SecretsFile))
+	if err != nil {
+		return err
+	}
 	// The state store next: after the lock (one daemon per file), before
 	// anything else, so a store that cannot be opened stops the daemon
 	// before it touches the home. Closed last but the lock (see below).
@@ -171,17 +192,45 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("approvals recovery failed")
 		return fmt.Errorf("recovering approvals: %w", err)
 	}
+	// Executors after approvals (their permissions are approvals) and
+	// before the front-ends; stopped first.
+	execMgr, err := executors.Start(executors.Options{Pools: cfg.Executors, Home: opts.Home, Bus: bus, System: sys,
+		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: executorLog{st}, Secrets: secretsFile,
+		Permissions: executorPermissions{approvalsMgr}, Stderr: opts.RunnerStderr})
+	if err != nil {
+		shutdownApprovals()
+		shutdownLanes("executors failed")
+		return fmt.Errorf("starting executors: %w", err)
+	}
+	shutdownExecutors := func() {
+		ectx, cancel := context.WithTimeout(context.Background(), maxShutdownTimeout(cfg.Executors)+10*time.Second)
+		defer cancel()
+		if err := execMgr.Shutdown(ectx); err != nil {
+			opts.Logger.Error().Err(err).Msg("executors did not stop cleanly")
+		}
+	}
+	ectx, ecancel := context.WithTimeout(context.Background(), time.Minute)
+	_, err = execMgr.Recover(ectx)
+	ecancel()
+	if err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("executor recovery failed")
+		return fmt.Errorf("recovering executor tasks: %w", err)
+	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
 		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
 		System: sys, Logger: opts.Logger})
 	if err != nil {
+		shutdownExecutors()
 		shutdownApprovals()
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
 	registerMethods(srv, sys, mgr, started)
 	approvalsMgr.Register(srv)
+	execMgr.Register(srv)
 	// vibe-reachout's hook socket, once its approvals can be answered; nil
 	// when off or when the socket cannot be made (the daemon goes on).
 	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)
@@ -245,8 +294,10 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}, func(error) {
-			// Approvals, then lanes, while clients are still connected and
-			// hear their approvals and jobs end; then the control socket.
+			// Executors, approvals, then lanes, while clients are still
+			// connected and hear their tasks, approvals and jobs end; then
+			// the control socket.
+			shutdownExecutors()
 			shutdownApprovals()
 			// Its waiting hooks were answered by the approvals' Shutdown.
 			if hookSrv != nil {

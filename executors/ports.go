@@ -80,8 +80,10 @@ type PermissionAnswer struct {
 }
 
 // Permissions puts permission requests to the approvals domain. answer is
-// called exactly once, on any goroutine, and must not block. cancel ends
-// a pending request (the task ended, its executor went away).
+// called exactly once, on any goroutine, and must not block (it may be
+// called before Ask returns, when a rule answers at once). id is the
+// approval's; cancel ends it while pending (the task ended, its executor
+// went away).
 type Permissions interface {
-	Ask(req PermissionRequest, answer func(PermissionAnswer)) (cancel func(reason string), err error)
+	Ask(req PermissionRequest, answer func(PermissionAnswer)) (id string, cancel func(reason string), err error)
 }

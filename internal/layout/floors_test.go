@@ -30,6 +30,7 @@ var floors = map[string]int{
 	"state":      1,
 	"lanes":      2,
 	"approvals":  2,
+	"executors":  2,
 	"spool":      2,
 	"daemon":     3,
 	"cmd":        4,
@@ -40,7 +41,7 @@ var floors = map[string]int{
 var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
 	"domain-free supervision and the state store: supervisor, state",
-	"the domains: lanes, approvals, spool",
+	"the domains: lanes, approvals, executors, spool",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
 }
@@ -248,13 +249,13 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"internal uses the daemon", pkg{ImportPath: m("internal/daemonrun"), Imports: []string{m("daemon/control"), m("api")}}, ""},
 
 		{"higher floor", pkg{ImportPath: m("lanes"), Imports: []string{m("daemon/control")}},
-			"lanes imports daemon/control: floor 2 (the domains: lanes, approvals, spool) must not import floor 3 (the daemon and its front-ends: daemon)"},
+			"lanes imports daemon/control: floor 2 (the domains: lanes, approvals, executors, spool) must not import floor 3 (the daemon and its front-ends: daemon)"},
 		{"higher floor in a test", pkg{ImportPath: m("supervisor/eventlog"), XTestImports: []string{m("lanes")}},
 			"supervisor/eventlog imports in its tests lanes: floor 1"},
 		{"api on a domain", pkg{ImportPath: m("api"), Imports: []string{m("lanes")}},
 			"api imports lanes: floor 0 (bytes, shared types and the actor facade: api, wire, actors) must not import floor 2"},
 		{"same floor, other folder", pkg{ImportPath: m("lanes"), Imports: []string{m("spool")}},
-			"lanes imports spool: both on floor 2 (the domains: lanes, approvals, spool), and a package imports its own floor only within its own folder (lanes/)"},
+			"lanes imports spool: both on floor 2 (the domains: lanes, approvals, executors, spool), and a package imports its own floor only within its own folder (lanes/)"},
 		{"wire on api", pkg{ImportPath: m("wire"), Imports: []string{m("api")}}, "wire imports api: both on floor 0"},
 		{"wire on protoactor", pkg{ImportPath: m("wire"), Deps: []string{"fmt", protoactor + "/actor"}},
 			"wire depends on protoactor (" + protoactor + "/actor, 1 package(s) in all): api/, wire/ and the control client are free of actor code"},

@@ -1,0 +1,248 @@
+package executors
+
+import (
+	"encoding/json"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Task events. Every one carries task_id.
+
+// TaskQueued: task.execute recorded a task; it waits for an executor.
+type TaskQueued struct {
+	TaskID    string `json:"task_id"`
+	SessionID string `json:"session_id"`
+	Executor  string `json:"executor"`
+}
+
+func (TaskQueued) Kind() string { return "task.queued" }
+
+// TaskStarted: execute_prompt was sent to an executor instance.
+type TaskStarted struct {
+	TaskID    string `json:"task_id"`
+	SessionID string `json:"session_id"`
+	Executor  string `json:"executor"`
+	Instance  string `json:"instance"`
+	Pid       int    `json:"pid"`
+}
+
+func (TaskStarted) Kind() string { return "task.started" }
+
+// TaskMessage is one report_message, published once it is committed to
+// the store, in sequence order per task. Ephemeral: the store has it.
+type TaskMessage struct {
+	TaskID    string          `json:"task_id"`
+	SessionID string          `json:"session_id"`
+	Sequence  int64           `json:"sequence"`
+	EventType string          `json:"event_type"`
+	EventData json.RawMessage `json:"event_data,omitempty"`
+}
+
+func (TaskMessage) Kind() string { return "task.message" }
+func (TaskMessage) Ephemeral()   {}
+
+// TaskProgress is a report_progress; ephemeral.
+type TaskProgress struct {
+	TaskID   string          `json:"task_id"`
+	Progress json.RawMessage `json:"progress"`
+}
+
+func (TaskProgress) Kind() string { return "task.progress" }
+func (TaskProgress) Ephemeral()   {}
+
+// TaskErrorReported is a report_error: an error the agent went on after.
+type TaskErrorReported struct {
+	TaskID  string `json:"task_id"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (TaskErrorReported) Kind() string { return "task.error" }
+
+// TaskFinished: a task reached its terminal state.
+type TaskFinished struct {
+	TaskID       string          `json:"task_id"`
+	SessionID    string          `json:"session_id"`
+	Executor     string          `json:"executor"`
+	State        api.TaskState   `json:"state"`
+	Error        *api.TaskError  `json:"error,omitempty"`
+	MessageCount int64           `json:"message_count"`
+	TokenUsage   *api.TokenUsage `json:"token_usage,omitempty"`
+}
+
+func (TaskFinished) Kind() string { return "task.finished" }
+
+// TaskPermissionRequested: the task's agent asked to use a tool and a
+// person (or a rule) is asked, as approval approval_id.
+type TaskPermissionRequested struct {
+	TaskID     string `json:"task_id"`
+	ToolName   string `json:"tool_name"`
+	ApprovalID string `json:"approval_id,omitempty"`
+}
+
+func (TaskPermissionRequested) Kind() string { return "task.permission_requested" }
+
+// TaskPermissionDecided: a permission answered without a person (the
+// task's permission_mode) or by the approval.
+type TaskPermissionDecided struct {
+	TaskID   string `json:"task_id"`
+	ToolName string `json:"tool_name"`
+	Approved bool   `json:"approved"`
+	Reason   string `json:"reason"`
+}
+
+func (TaskPermissionDecided) Kind() string { return "task.permission_decided" }
+
+// TaskRecovered: a task a dead daemon left queued or running, failed at
+// the next start (daemon_lost: it may have run; never run again).
+type TaskRecovered struct {
+	TaskID        string        `json:"task_id"`
+	PreviousState api.TaskState `json:"previous_state"`
+}
+
+func (TaskRecovered) Kind() string { return "task.recovered" }
+
+// SecretIssued: get_api_key handed a secret to a task's executor. Never
+// the value.
+type SecretIssued struct {
+	TaskID   string `json:"task_id"`
+	Service  string `json:"service"`
+	Executor string `json:"executor"`
+}
+
+func (SecretIssued) Kind() string { return "secret.issued" }
+
+// SecretRefused: get_api_key asked for a secret that is not configured.
+type SecretRefused struct {
+	TaskID   string `json:"task_id"`
+	Service  string `json:"service"`
+	Executor string `json:"executor"`
+}
+
+func (SecretRefused) Kind() string { return "secret.refused" }
+
+// Executor process events.
+
+// ExecutorSpawned: an executor process started.
+type ExecutorSpawned struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pid      int    `json:"pid"`
+	Socket   string `json:"socket"`
+}
+
+func (ExecutorSpawned) Kind() string { return "executor.spawned" }
+
+// ExecutorConnected: the daemon connected to the executor's socket; it
+// takes tasks.
+type ExecutorConnected struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pid      int    `json:"pid"`
+	StartMs  int64  `json:"start_ms"`
+}
+
+func (ExecutorConnected) Kind() string { return "executor.connected" }
+
+// ExecutorStartFailed: an executor could not be started, or did not
+// listen within startup_timeout (then it was killed).
+type ExecutorStartFailed struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Reason   string `json:"reason"`
+}
+
+func (ExecutorStartFailed) Kind() string { return "executor.start_failed" }
+
+// ExecutorExited: an executor process ended; Task is the task it held
+// (failed executor_lost), if any.
+type ExecutorExited struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pid      int    `json:"pid"`
+	Code     int    `json:"code"`
+	Signal   string `json:"signal,omitempty"`
+	Task     string `json:"task_id,omitempty"`
+	Expected bool   `json:"expected"` // the daemon asked it to stop
+}
+
+func (ExecutorExited) Kind() string { return "executor.exited" }
+
+// ExecutorRestartScheduled: a warm instance that died is started again
+// after DelayMs (0 but in a crash loop).
+type ExecutorRestartScheduled struct {
+	Pool             string `json:"pool"`
+	DelayMs          int64  `json:"delay_ms"`
+	RestartsInWindow int    `json:"restarts_in_window"`
+	Policy           string `json:"policy"`
+}
+
+func (ExecutorRestartScheduled) Kind() string { return "executor.restart_scheduled" }
+
+// ExecutorPaused / ExecutorResumed: pause_notifications and
+// resume_notifications sent, with the notifications read and not yet
+// committed.
+type ExecutorPaused struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pending  int    `json:"pending"`
+}
+
+func (ExecutorPaused) Kind() string { return "executor.paused" }
+
+type ExecutorResumed struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pending  int    `json:"pending"`
+}
+
+func (ExecutorResumed) Kind() string { return "executor.resumed" }
+
+// ExecutorBadToken: a request or notification whose session_token is not
+// the live token of a task on that executor. Never the token.
+type ExecutorBadToken struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Method   string `json:"method"`
+}
+
+func (ExecutorBadToken) Kind() string { return "executor.bad_token" }
+
+// ExecutorProtocolError: a line the executor sent that could not be used.
+type ExecutorProtocolError struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Problem  string `json:"problem"`
+}
+
+func (ExecutorProtocolError) Kind() string { return "executor.protocol_error" }
+
+// ExecutorStopping: the daemon sent shutdown (reason idle_timeout or
+// server_restart) and kills the group after timeout_ms.
+type ExecutorStopping struct {
+	Pool      string `json:"pool"`
+	Executor  string `json:"executor"`
+	Reason    string `json:"reason"`
+	TimeoutMs int64  `json:"timeout_ms"`
+}
+
+func (ExecutorStopping) Kind() string { return "executor.stopping" }
+
+// ExecutorKilled: the daemon killed an executor's process group.
+type ExecutorKilled struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pid      int    `json:"pid"`
+	Reason   string `json:"reason"`
+}
+
+func (ExecutorKilled) Kind() string { return "executor.killed" }
+
+func init() {
+	eventlog.Register(TaskQueued{}, TaskStarted{}, TaskMessage{}, TaskProgress{}, TaskErrorReported{},
+		TaskFinished{}, TaskPermissionRequested{}, TaskPermissionDecided{}, TaskRecovered{}, SecretIssued{},
+		SecretRefused{}, ExecutorSpawned{}, ExecutorConnected{}, ExecutorStartFailed{}, ExecutorExited{},
+		ExecutorRestartScheduled{}, ExecutorPaused{}, ExecutorResumed{}, ExecutorBadToken{},
+		ExecutorProtocolError{}, ExecutorStopping{}, ExecutorKilled{})
+}

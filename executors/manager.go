@@ -1,0 +1,257 @@
+package executors
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
+)
+
+// Options configures the executors domain.
+type Options struct {
+	Pools       map[string]PoolConfig
+	Home        string // executor sockets live in <Home>/executors/ (0700)
+	Bus         *eventlog.Bus
+	System      *actors.System
+	Logger      zerolog.Logger
+	Reaper      *proc.Reaper // may be nil
+	Log         Log
+	Secrets     Secrets     // nil: every get_api_key is refused
+	Permissions Permissions // nil: every asked permission is denied
+	// Environ is the base environment of executor processes; nil is a
+	// minimal one taken from this process's (PATH, HOME, USER, LANG...):
+	// never the whole of it, so the daemon's own secrets stay its own.
+	Environ []string
+	// Stderr receives the executors' stderr; nil discards it.
+	Stderr io.Writer
+}
+
+// Manager is the executors domain: its pools, the live tasks, the
+// control-socket methods.
+type Manager struct {
+	opts  Options
+	sys   *actors.System
+	bus   *eventlog.Bus
+	log   Log
+	dir   string // socket directory
+	env   []string
+	idPre string
+	seq   atomic.Int64
+	pools map[string]*poolHandle
+
+	mu       sync.Mutex
+	stopping bool
+	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
+	waiters  map[string][]func(api.TaskRecord)
+}
+
+// poolHandle is what the Manager knows of one pool actor.
+type poolHandle struct {
+	name   string
+	cfg    PoolConfig
+	ref    actors.Ref
+	queued atomic.Int64 // tasks waiting in its queue
+	done   chan struct{}
+
+	mu   sync.Mutex
+	snap api.PoolStatus
+}
+
+// Start starts one pool actor per [executors.NAME] and the warm instances.
+func Start(opts Options) (*Manager, error) {
+	if opts.Bus == nil || opts.System == nil || opts.Log == nil {
+		return nil, errors.New("executors: Bus, System and Log are required")
+	}
+	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
+		live: map[string]api.TaskRecord{}, waiters: map[string][]func(api.TaskRecord){},
+		dir: filepath.Join(opts.Home, "executors"), env: opts.Environ}
+	m.idPre = randomHex(3) + "-"
+	if m.env == nil {
+		m.env = minimalEnv()
+	}
+	if len(opts.Pools) > 0 {
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the executor socket directory: %w", err)
+		}
+		if err := os.Chmod(m.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("securing the executor socket directory: %w", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(opts.Pools)) {
+		h := &poolHandle{name: name, cfg: opts.Pools[name], done: make(chan struct{})}
+		h.snap = api.PoolStatus{Name: name, Instances: h.cfg.Instances, MaxInstances: h.cfg.MaxInstances,
+			Executors: []api.ExecutorStatus{}}
+		ref, err := m.sys.Spawn(actors.Props{Kind: "executor-pool", ID: name, OnPanic: actors.Restart,
+			MaxRestarts: 3, Within: time.Minute,
+			New: func() actors.Actor { return newPool(m, h) }})
+		if err != nil {
+			_ = m.Shutdown(context.Background())
+			return nil, fmt.Errorf("starting executor pool %s: %w", name, err)
+		}
+		h.ref = ref
+		m.pools[name] = h
+	}
+	return m, nil
+}
+
+// PoolNames lists the pools, sorted.
+func (m *Manager) PoolNames() []string { return slices.Sorted(maps.Keys(m.pools)) }
+
+// minimalEnv is what an executor gets of the daemon's environment.
+func minimalEnv() []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHELL", "TERM", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+func (m *Manager) newTaskID() string { return "t-" + m.idPre + fmt.Sprint(m.seq.Add(1)) }
+
+// update records a live task's latest state.
+func (m *Manager) update(rec api.TaskRecord) {
+	m.mu.Lock()
+	m.live[rec.ID] = rec
+	m.mu.Unlock()
+}
+
+// finished records a task's end and answers its waiters.
+func (m *Manager) finished(rec api.TaskRecord) {
+	m.mu.Lock()
+	m.live[rec.ID] = rec
+	ws := m.waiters[rec.ID]
+	delete(m.waiters, rec.ID)
+	m.mu.Unlock()
+	for _, w := range ws {
+		w(rec)
+	}
+}
+
+// forget drops a finished task from memory once its record is committed.
+func (m *Manager) forget(id string) {
+	m.mu.Lock()
+	if rec, ok := m.live[id]; ok && rec.State.Terminal() {
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+}
+
+// Recover fails the tasks a dead daemon left queued or running (they may
+// have run: never run again) and returns how many.
+func (m *Manager) Recover(ctx context.Context) (int, error) {
+	un, err := m.log.Unfinished(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the tasks a dead daemon left: %w", err)
+	}
+	now := time.Now().UTC()
+	for _, rec := range un {
+		prev := rec.State
+		rec.State = api.TaskFailed
+		rec.Error = &api.TaskError{Code: api.TaskErrDaemonLost,
+			Message: "the daemon stopped without finishing this task (it may have run part way); not run again"}
+		rec.FinishedAt = &now
+		done := make(chan error, 1)
+		if err := m.log.TaskFinished(rec, func(err error) { done <- err }); err != nil {
+			return 0, fmt.Errorf("recording task %s failed: %w", rec.ID, err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				return 0, fmt.Errorf("recording task %s failed: %w", rec.ID, err)
+			}
+		case <-ctx.Done():
+			return 0, fmt.Errorf("recording task %s failed: %w", rec.ID, ctx.Err())
+		}
+		m.bus.Emit(TaskRecovered{TaskID: rec.ID, PreviousState: prev})
+	}
+	return len(un), nil
+}
+
+// stopAll is the message that starts a pool's shutdown.
+type stopAll struct{}
+
+// Shutdown refuses new tasks, ends the running and queued ones cancelled
+// (daemon_shutdown), asks every executor to shut down and kills the groups
+// of those still running after their shutdown_timeout. It returns once
+// every executor process is reaped, or with ctx's error (after killing
+// what is left).
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	for _, h := range m.pools {
+		m.sys.Send(h.ref, stopAll{})
+	}
+	var errs []error
+	for _, name := range m.PoolNames() {
+		h := m.pools[name]
+		select {
+		case <-h.done:
+		case <-ctx.Done():
+			m.sys.Send(h.ref, killAll{reason: "daemon shutdown: " + ctx.Err().Error()})
+			select {
+			case <-h.done:
+			case <-time.After(5 * time.Second):
+				errs = append(errs, fmt.Errorf("executor pool %s: executors still running after the kill", name))
+			}
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.sys.Stop(sctx, h.ref); err != nil {
+			errs = append(errs, fmt.Errorf("stopping executor pool %s: %w", name, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// pool resolves task.execute's executor: the pool named, else the only
+// pool, else "default".
+func (m *Manager) pool(name string) (*poolHandle, error) {
+	if name == "" {
+		switch {
+		case len(m.pools) == 1:
+			for _, h := range m.pools {
+				return h, nil
+			}
+		case m.pools["default"] != nil:
+			return m.pools["default"], nil
+		}
+	}
+	if h := m.pools[name]; h != nil {
+		return h, nil
+	}
+	if len(m.pools) == 0 {
+		return nil, api.Errorf(api.CodeNotFound, "no executor pools are configured: add an [executors.NAME] table to the config file")
+	}
+	if name == "" {
+		return nil, api.Errorf(api.CodeInvalidParams, "task.execute: name an executor pool (have %s)", strings.Join(m.PoolNames(), ", "))
+	}
+	return nil, api.Errorf(api.CodeNotFound, "no executor pool %q (have %s)", name, strings.Join(m.PoolNames(), ", "))
+}

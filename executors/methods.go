@@ -1,0 +1,343 @@
+package executors
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Register registers the executor methods with mux: task.execute,
+// task.get, task.wait, task.list, task.stop, session.get, executor.list.
+func (m *Manager) Register(mux api.Mux) {
+	mux.Handle("task.execute", m.executeMethod)
+	mux.Handle("task.get", m.getMethod)
+	mux.Handle("task.wait", m.waitMethod)
+	mux.Handle("task.list", m.listMethod)
+	mux.Handle("task.stop", m.stopMethod)
+	mux.Handle("session.get", m.sessionMethod)
+	mux.Handle("executor.list", m.executorListMethod)
+}
+
+// maxPrompt bounds a prompt (it goes to the store and to the executor on
+// one line).
+const maxPrompt = 1 << 20
+
+func (m *Manager) executeMethod(call api.Call) {
+	var spec api.TaskSpec
+	if err := call.Decode(&spec); err != nil {
+		call.Fail(err)
+		return
+	}
+	bad := func(format string, args ...any) {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "task.execute: "+format, args...))
+	}
+	switch {
+	case strings.TrimSpace(spec.Prompt) == "":
+		bad("prompt is empty")
+		return
+	case len(spec.Prompt) > maxPrompt:
+		bad("prompt is %d bytes, over the limit of %d", len(spec.Prompt), maxPrompt)
+		return
+	case spec.Cwd == "" || !filepath.IsAbs(spec.Cwd):
+		bad("cwd must be an absolute path, got %q", spec.Cwd)
+		return
+	case spec.TimeoutMs < 0:
+		bad("timeout_ms must not be negative")
+		return
+	}
+	switch spec.PermissionMode {
+	case "":
+		spec.PermissionMode = api.ModeDefault
+	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	default:
+		bad("permission_mode must be default, acceptEdits or bypassPermissions, got %q", spec.PermissionMode)
+		return
+	}
+	h, err := m.pool(spec.Executor)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	m.mu.Lock()
+	stopping := m.stopping
+	m.mu.Unlock()
+	if stopping {
+		call.Fail(api.Errorf(api.CodeShuttingDown, "the daemon is stopping: task not accepted"))
+		return
+	}
+	if int(h.queued.Load()) >= h.cfg.QueueLimit {
+		call.Fail(api.Errorf(api.CodeQueueFull, "executor pool %s has %d tasks queued (queue_limit): task not accepted", h.name, h.cfg.QueueLimit))
+		return
+	}
+	if spec.SessionID != "" {
+		s, ok, err := m.log.Session(context.Background(), spec.SessionID)
+		if err != nil {
+			call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading session %s: %v", spec.SessionID, err))
+			return
+		}
+		if !ok {
+			call.Fail(api.Errorf(api.CodeNotFound, "no session %s", spec.SessionID))
+			return
+		}
+		if s.Executor != h.name {
+			bad("session %s belongs to executor pool %s, not %s", s.ID, s.Executor, h.name)
+			return
+		}
+	} else {
+		spec.SessionID = "s-" + randomHex(8)
+	}
+	if spec.TimeoutMs == 0 {
+		spec.TimeoutMs = h.cfg.TaskTimeout.Milliseconds()
+	}
+	tools := spec.Tools
+	if tools == nil {
+		tools = []string{}
+	}
+	rec := api.TaskRecord{ID: m.newTaskID(), SessionID: spec.SessionID, Executor: h.name, State: api.TaskQueued,
+		Prompt: spec.Prompt, Cwd: spec.Cwd, Tools: tools, PermissionMode: spec.PermissionMode,
+		TimeoutMs: spec.TimeoutMs, CreatedAt: time.Now().UTC()}
+	m.update(rec)
+	err = m.log.TaskCreated(rec, func(err error) {
+		if err != nil {
+			m.forget(rec.ID)
+			m.mu.Lock()
+			delete(m.live, rec.ID)
+			m.mu.Unlock()
+			call.Fail(api.Errorf(api.CodeStoreUnavailable, "the state store could not record the task: %v", err))
+			return
+		}
+		m.bus.Emit(TaskQueued{TaskID: rec.ID, SessionID: rec.SessionID, Executor: h.name})
+		m.sys.Send(h.ref, queueTask{t: &task{rec: rec}})
+		call.Respond(map[string]any{"task_id": rec.ID, "session_id": rec.SessionID})
+	})
+	if err != nil {
+		m.mu.Lock()
+		delete(m.live, rec.ID)
+		m.mu.Unlock()
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "the state store cannot take the task: %v", err))
+	}
+}
+
+type idParams struct {
+	ID string `json:"id"`
+}
+
+// task returns a task: the live one, else the store's.
+func (m *Manager) task(id string) (api.TaskRecord, error) {
+	m.mu.Lock()
+	rec, ok := m.live[id]
+	m.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	rec, ok, err := m.log.Task(context.Background(), id)
+	if err != nil {
+		return rec, api.Errorf(api.CodeStoreUnavailable, "reading task %s: %v", id, err)
+	}
+	if !ok {
+		return rec, api.Errorf(api.CodeNotFound, "no task %s", id)
+	}
+	return rec, nil
+}
+
+func (m *Manager) getMethod(call api.Call) {
+	var p idParams
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if p.ID == "" {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "task.get: id is missing"))
+		return
+	}
+	rec, err := m.task(p.ID)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	call.Respond(map[string]any{"task": rec})
+}
+
+// wait calls f once with the task's record when it ends (at once if it
+// has).
+func (m *Manager) wait(id string, f func(api.TaskRecord)) {
+	m.mu.Lock()
+	if rec, ok := m.live[id]; ok && rec.State.Terminal() {
+		m.mu.Unlock()
+		f(rec)
+		return
+	}
+	m.waiters[id] = append(m.waiters[id], f)
+	m.mu.Unlock()
+}
+
+func (m *Manager) waitMethod(call api.Call) {
+	var p struct {
+		ID        string `json:"id"`
+		TimeoutMs int64  `json:"timeout_ms"`
+	}
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if p.ID == "" || p.TimeoutMs < 0 {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "task.wait: give an id and a timeout_ms >= 0"))
+		return
+	}
+	rec, err := m.task(p.ID)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	if rec.State.Terminal() {
+		call.Respond(map[string]any{"task": rec})
+		return
+	}
+	var timer *time.Timer
+	m.wait(p.ID, func(rec api.TaskRecord) {
+		if timer != nil {
+			timer.Stop()
+		}
+		call.Respond(map[string]any{"task": rec})
+	})
+	if p.TimeoutMs > 0 {
+		timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, func() {
+			rec, err := m.task(p.ID)
+			if err != nil {
+				call.Fail(err)
+				return
+			}
+			call.Respond(map[string]any{"task": rec, "timed_out": !rec.State.Terminal()})
+		})
+	}
+	// A client gone: the answer goes nowhere (Respond after OnClose is a
+	// no-op); the waiter is dropped when the task ends.
+	call.OnClose(func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	})
+}
+
+func (m *Manager) listMethod(call api.Call) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		Executor  string `json:"executor"`
+		State     string `json:"state"`
+		Limit     int    `json:"limit"`
+	}
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if p.Limit < 0 {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "task.list: limit must not be negative"))
+		return
+	}
+	switch api.TaskState(p.State) {
+	case "", api.TaskQueued, api.TaskRunning, api.TaskCompleted, api.TaskFailed, api.TaskCancelled, api.TaskTimeout:
+	default:
+		call.Fail(api.Errorf(api.CodeInvalidParams, "task.list: unknown state %q", p.State))
+		return
+	}
+	f := TaskFilter{SessionID: p.SessionID, Executor: p.Executor, State: api.TaskState(p.State)}
+	if p.Limit > 0 {
+		f.Limit = p.Limit + 1
+	}
+	tasks, err := m.log.Tasks(context.Background(), f)
+	if err != nil {
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "listing tasks: %v", err))
+		return
+	}
+	// What memory knows is newer than the store's (a task's end is
+	// committed after it is announced).
+	m.mu.Lock()
+	for i, t := range tasks {
+		if rec, ok := m.live[t.ID]; ok {
+			tasks[i] = rec
+		}
+	}
+	m.mu.Unlock()
+	res := map[string]any{}
+	if p.Limit > 0 && len(tasks) > p.Limit {
+		tasks = tasks[:p.Limit]
+		res["truncated"] = true
+	}
+	res["tasks"] = tasks
+	call.Respond(res)
+}
+
+func (m *Manager) stopMethod(call api.Call) {
+	var p struct {
+		ID    string `json:"id"`
+		Force bool   `json:"force"`
+	}
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	rec, err := m.task(p.ID)
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	if rec.State.Terminal() {
+		call.Fail(api.Errorf(api.CodeInvalidState, "task %s is %s already", rec.ID, rec.State))
+		return
+	}
+	h := m.pools[rec.Executor]
+	if h == nil {
+		call.Fail(api.Errorf(api.CodeNotFound, "task %s's executor pool %s is gone", rec.ID, rec.Executor))
+		return
+	}
+	m.sys.Send(h.ref, stopTask{id: rec.ID, force: p.Force, call: call})
+}
+
+func (m *Manager) sessionMethod(call api.Call) {
+	var p struct {
+		ID    string `json:"id"`
+		Limit int    `json:"limit"`
+	}
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if p.ID == "" || p.Limit < 0 {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "session.get: give an id and a limit >= 0"))
+		return
+	}
+	ctx := context.Background()
+	s, ok, err := m.log.Session(ctx, p.ID)
+	if err != nil {
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading session %s: %v", p.ID, err))
+		return
+	}
+	if !ok {
+		call.Fail(api.Errorf(api.CodeNotFound, "no session %s", p.ID))
+		return
+	}
+	ms, err := m.log.SessionMessages(ctx, p.ID, p.Limit)
+	if err != nil {
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading session %s's messages: %v", p.ID, err))
+		return
+	}
+	call.Respond(map[string]any{"session": s, "messages": ms})
+}
+
+func (m *Manager) executorListMethod(call api.Call) {
+	if err := call.Decode(&struct{}{}); err != nil {
+		call.Fail(err)
+		return
+	}
+	pools := make([]api.PoolStatus, 0, len(m.pools))
+	for _, name := range m.PoolNames() {
+		h := m.pools[name]
+		h.mu.Lock()
+		pools = append(pools, h.snap)
+		h.mu.Unlock()
+	}
+	call.Respond(map[string]any{"pools": pools})
+}

@@ -1,0 +1,360 @@
+// Command testexecutor is a scripted Agor-style executor for orchestrd's
+// tests and benchmarks. It listens on --socket, takes the daemon's one
+// connection and speaks JSON-RPC 2.0 on it, one object per line. Each
+// execute_prompt's prompt is a script:
+//
+//	{"steps":[{"op":"message","n":3,"text":"hi"},{"op":"status","status":"completed"}]}
+//
+// Ops: message {n, type, text, data}, flood {n}, progress {percent,
+// message}, error {code, message}, key {service} (reports key_result with
+// a hash of the key, never the key), permission {tool, input} (reports
+// permission_result), context (reports context_result), bad_token {method}
+// (reports bad_token_result), raw {line}, sleep {ms}, hang (until stopped
+// or cancelled), crash {signal}, usage {input, output}, status {status,
+// code, message}. A prompt that is not a script is echoed as one
+// content_block_delta.
+//
+// Flags: --ignore-pause (keep sending while paused), --hang-on-shutdown,
+// --no-listen (never listen: a startup timeout), --pidfile PATH, --log
+// PATH (one line per method received from the daemon).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type rpc struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+type step struct {
+	Op      string          `json:"op"`
+	N       int             `json:"n"`
+	Type    string          `json:"type"`
+	Text    string          `json:"text"`
+	Data    json.RawMessage `json:"data"`
+	Percent int             `json:"percent"`
+	Message string          `json:"message"`
+	Code    string          `json:"code"`
+	Service string          `json:"service"`
+	Tool    string          `json:"tool"`
+	Input   json.RawMessage `json:"input"`
+	Method  string          `json:"method"`
+	Line    string          `json:"line"`
+	Ms      int             `json:"ms"`
+	Signal  int             `json:"signal"`
+	Status  string          `json:"status"`
+	In      int64           `json:"input_tokens"`
+	Out     int64           `json:"output_tokens"`
+}
+
+type executor struct {
+	conn        net.Conn
+	wmu         sync.Mutex
+	ignorePause bool
+	logf        *os.File
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	paused  bool
+	nextID  int
+	waits   map[string]chan rpc
+	cancels map[string]context.CancelFunc
+}
+
+func main() {
+	fs := flag.NewFlagSet("testexecutor", flag.ExitOnError)
+	socket := fs.String("socket", "", "socket path to listen on")
+	ignorePause := fs.Bool("ignore-pause", false, "keep sending while paused")
+	hangOnShutdown := fs.Bool("hang-on-shutdown", false, "answer nothing to shutdown and keep running")
+	noListen := fs.Bool("no-listen", false, "never listen")
+	pidfile := fs.String("pidfile", "", "write the pid here")
+	logPath := fs.String("log", "", "append one line per method received")
+	_ = fs.Parse(os.Args[1:])
+	if *pidfile != "" {
+		_ = os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())), 0o600)
+	}
+	if *socket == "" {
+		fmt.Fprintln(os.Stderr, "testexecutor: --socket is required")
+		os.Exit(2)
+	}
+	if *noListen {
+		select {}
+	}
+	_ = os.Remove(*socket)
+	ln, err := net.Listen("unix", *socket)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testexecutor:", err)
+		os.Exit(1)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testexecutor:", err)
+		os.Exit(1)
+	}
+	ln.Close()
+	e := &executor{conn: c, ignorePause: *ignorePause, waits: map[string]chan rpc{}, cancels: map[string]context.CancelFunc{}}
+	e.cond = sync.NewCond(&e.mu)
+	if *logPath != "" {
+		e.logf, _ = os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m rpc
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		if m.Method != "" && e.logf != nil {
+			fmt.Fprintln(e.logf, m.Method)
+		}
+		switch {
+		case m.Method == "" && len(m.ID) > 0:
+			e.mu.Lock()
+			ch := e.waits[string(m.ID)]
+			delete(e.waits, string(m.ID))
+			e.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		case m.Method == "execute_prompt":
+			go e.execute(m)
+		case m.Method == "stop_task" || m.Method == "cancel_task":
+			var p struct {
+				TaskID string `json:"task_id"`
+			}
+			_ = json.Unmarshal(m.Params, &p)
+			e.mu.Lock()
+			cancel := e.cancels[p.TaskID]
+			e.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+			if len(m.ID) > 0 {
+				e.reply(m.ID, map[string]any{"stopped": cancel != nil})
+			}
+		case m.Method == "shutdown":
+			if *hangOnShutdown {
+				continue
+			}
+			e.reply(m.ID, map[string]any{"status": "idle"})
+			os.Exit(0)
+		case m.Method == "pause_notifications":
+			e.mu.Lock()
+			e.paused = true
+			e.mu.Unlock()
+		case m.Method == "resume_notifications":
+			e.mu.Lock()
+			e.paused = false
+			e.mu.Unlock()
+			e.cond.Broadcast()
+		case len(m.ID) > 0:
+			e.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": rpcError{-32601, "method not found: " + m.Method}})
+		}
+	}
+	os.Exit(0)
+}
+
+func (e *executor) write(v any) {
+	b, _ := json.Marshal(v)
+	e.writeLine(b)
+}
+
+func (e *executor) writeLine(b []byte) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	_, _ = e.conn.Write(append(b, '\n'))
+}
+
+func (e *executor) reply(id json.RawMessage, result any) {
+	e.write(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+func (e *executor) notify(method string, params any) {
+	if !e.ignorePause {
+		e.mu.Lock()
+		for e.paused {
+			e.cond.Wait()
+		}
+		e.mu.Unlock()
+	}
+	e.write(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+// call sends a request and waits for its response.
+func (e *executor) call(method string, params any) rpc {
+	e.mu.Lock()
+	e.nextID++
+	id := strconv.Quote("e-" + strconv.Itoa(e.nextID))
+	ch := make(chan rpc, 1)
+	e.waits[id] = ch
+	e.mu.Unlock()
+	e.write(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params})
+	return <-ch
+}
+
+type task struct {
+	e     *executor
+	id    string
+	token string
+	seq   int64
+	n     int
+}
+
+func (t *task) report(typ string, data any) {
+	t.seq++
+	t.n++
+	t.e.notify("report_message", map[string]any{"session_token": t.token, "task_id": t.id, "sequence": t.seq,
+		"timestamp": time.Now().UnixMilli(), "event_type": typ, "event_data": data})
+}
+
+func (e *executor) execute(m rpc) {
+	var p struct {
+		SessionToken string `json:"session_token"`
+		TaskID       string `json:"task_id"`
+		Prompt       string `json:"prompt"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	ctx, cancel := context.WithCancel(context.Background())
+	e.mu.Lock()
+	e.cancels[p.TaskID] = cancel
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.cancels, p.TaskID)
+		e.mu.Unlock()
+		cancel()
+	}()
+	t := &task{e: e, id: p.TaskID, token: p.SessionToken}
+	var script struct {
+		Steps []step `json:"steps"`
+	}
+	if json.Unmarshal([]byte(p.Prompt), &script) != nil || len(script.Steps) == 0 {
+		t.report("content_block_delta", map[string]any{"delta": map[string]string{"text": p.Prompt}})
+		e.reply(m.ID, map[string]any{"status": "completed", "message_count": t.n})
+		return
+	}
+	result := map[string]any{"status": "completed"}
+	for _, s := range script.Steps {
+		switch s.Op {
+		case "message":
+			for i := 0; i < max(s.N, 1); i++ {
+				typ := s.Type
+				if typ == "" {
+					typ = "content_block_delta"
+				}
+				var data any = map[string]any{"delta": map[string]string{"text": s.Text}}
+				if len(s.Data) > 0 {
+					data = s.Data
+				}
+				t.report(typ, data)
+			}
+		case "flood":
+			for i := 0; i < s.N; i++ {
+				t.report("content_block_delta", map[string]any{"delta": map[string]string{"text": "chunk " + strconv.Itoa(i+1)}})
+			}
+		case "progress":
+			e.notify("report_progress", map[string]any{"session_token": t.token, "task_id": t.id,
+				"progress": map[string]any{"percent": s.Percent, "message": s.Message}})
+		case "error":
+			e.notify("report_error", map[string]any{"session_token": t.token, "task_id": t.id,
+				"error": map[string]any{"code": s.Code, "message": s.Message}})
+		case "key":
+			r := e.call("get_api_key", map[string]any{"session_token": t.token, "service": s.Service})
+			out := map[string]any{"ok": r.Error == nil}
+			if r.Error != nil {
+				out["error"] = r.Error.Message
+				out["code"] = r.Error.Code
+			} else {
+				var k struct {
+					APIKey string `json:"api_key"`
+				}
+				_ = json.Unmarshal(r.Result, &k)
+				sum := sha256.Sum256([]byte(k.APIKey))
+				out["sha256"] = hex.EncodeToString(sum[:])[:12]
+			}
+			t.report("key_result", out)
+		case "permission":
+			r := e.call("request_permission", map[string]any{"session_token": t.token, "tool_name": s.Tool, "tool_input": s.Input})
+			out := map[string]any{}
+			if r.Error != nil {
+				out["error"] = r.Error.Message
+			} else {
+				_ = json.Unmarshal(r.Result, &out)
+			}
+			t.report("permission_result", out)
+		case "context":
+			r := e.call("get_execution_context", map[string]any{"session_token": t.token})
+			var c struct {
+				Messages     []json.RawMessage `json:"messages"`
+				MCPServers   []json.RawMessage `json:"mcp_servers"`
+				ContextFiles []string          `json:"context_files"`
+			}
+			_ = json.Unmarshal(r.Result, &c)
+			t.report("context_result", map[string]any{"messages": len(c.Messages), "mcp_servers": len(c.MCPServers),
+				"context_files": c.ContextFiles})
+		case "bad_token":
+			method := s.Method
+			if method == "" {
+				method = "get_api_key"
+			}
+			r := e.call(method, map[string]any{"session_token": "not-the-token", "service": "anthropic",
+				"tool_name": "Bash", "tool_input": map[string]any{}})
+			out := map[string]any{}
+			if r.Error != nil {
+				out["code"], out["message"] = r.Error.Code, r.Error.Message
+			}
+			t.report("bad_token_result", out)
+		case "raw":
+			e.writeLine([]byte(s.Line))
+		case "sleep":
+			select {
+			case <-time.After(time.Duration(s.Ms) * time.Millisecond):
+			case <-ctx.Done():
+			}
+		case "hang":
+			<-ctx.Done()
+			result["status"] = "cancelled"
+		case "crash":
+			if s.Signal != 0 {
+				_ = syscall.Kill(os.Getpid(), syscall.Signal(s.Signal))
+			}
+			os.Exit(3)
+		case "usage":
+			result["token_usage"] = map[string]any{"input_tokens": s.In, "output_tokens": s.Out}
+		case "status":
+			result["status"] = s.Status
+			if s.Code != "" || s.Message != "" {
+				result["error"] = map[string]any{"code": s.Code, "message": s.Message}
+			}
+		}
+		if ctx.Err() != nil {
+			result["status"] = "cancelled"
+			break
+		}
+	}
+	result["message_count"] = t.n
+	e.reply(m.ID, result)
+}
