@@ -75,8 +75,8 @@ type TaskError struct {
 type TaskRecord struct {
 	ID             string      `json:"id"`
 	SessionID      string      `json:"session_id"`
-	Executor       string      `json:"executor"`               // pool name
-	Instance       string      `json:"instance,omitempty"`     // executor instance id that ran it
+	Executor       string      `json:"executor"`           // pool name
+	Instance       string      `json:"instance,omitempty"` // executor instance id that ran it
 	State          TaskState   `json:"state"`
 	Prompt         string      `json:"prompt"`
 	Cwd            string      `json:"cwd"`
@@ -119,7 +119,7 @@ type ExecutorStatus struct {
 	Pid       int       `json:"pid,omitempty"`
 	State     string    `json:"state"` // starting, idle, busy, stopping
 	TaskID    string    `json:"task_id,omitempty"`
-	Paused    bool      `json:"paused"` // pause_notifications in force
+	Paused    bool      `json:"paused"`  // pause_notifications in force
 	Pending   int       `json:"pending"` // notifications read but not yet committed
 	StartedAt time.Time `json:"started_at"`
 }

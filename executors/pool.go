@@ -106,8 +106,8 @@ func newPool(m *Manager, h *poolHandle) *pool {
 
 // Messages of the pool actor.
 type (
-	queueTask    struct{ t *task }
-	stopTask     struct {
+	queueTask struct{ t *task }
+	stopTask  struct {
 		id    string
 		force bool
 		call  api.Call
@@ -161,8 +161,8 @@ type (
 		stage int
 	}
 	idleCheck struct {
-		id   string
-		gen  int
+		id    string
+		gen   int
 		since time.Time
 	}
 	killInst struct {
