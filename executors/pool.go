@@ -42,6 +42,9 @@ type instance struct {
 	// not a crash.
 	expected bool
 	stopDial chan struct{}
+	// lostTask is the task that ended executor_lost when the connection
+	// closed, before the exit was seen (executor.exited names it).
+	lostTask string
 
 	calls  map[string]func(json.RawMessage, *wire.RPCError)
 	nextID int
@@ -385,7 +388,8 @@ func (p *pool) exited(c *actors.Context, m instExited) {
 	if m.exit.Signal != 0 {
 		sig = signalName(m.exit.Signal)
 	}
-	ev := ExecutorExited{Pool: p.h.name, Executor: in.id, Pid: m.exit.Pid, Code: m.exit.Code, Signal: sig, Expected: in.expected}
+	ev := ExecutorExited{Pool: p.h.name, Executor: in.id, Pid: m.exit.Pid, Code: m.exit.Code, Signal: sig,
+		Expected: in.expected, Task: in.lostTask}
 	if t := in.task; t != nil {
 		ev.Task = t.rec.ID
 		p.lost(c, t, fmt.Sprintf("executor %s (pid %d) exited (%s) while it ran the task", in.id, m.exit.Pid, exitWords(m.exit)))
@@ -832,6 +836,7 @@ func (p *pool) inbound(c *actors.Context, in *instance, x inbound) {
 		// The socket closed: the process is going or gone. The task ends
 		// now; the exit follows.
 		if t := in.task; t != nil {
+			in.lostTask = t.rec.ID
 			p.lost(c, t, fmt.Sprintf("executor %s (pid %d) closed its connection while it ran the task: %v", in.id, in.pid, x.err))
 		}
 		p.kill(in, "connection_closed")

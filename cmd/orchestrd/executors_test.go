@@ -1,0 +1,509 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
+)
+
+var (
+	testExecOnce sync.Once
+	testExecPath string
+	testExecErr  error
+)
+
+// testExecutor builds internal/testexecutor once per test binary.
+func testExecutor(t *testing.T) string {
+	t.Helper()
+	testExecOnce.Do(func() {
+		testExecPath = filepath.Join(filepath.Dir(binary), "testexecutor")
+		testExecErr = daemonrun.Build("../..", "./internal/testexecutor", testExecPath)
+	})
+	if testExecErr != nil {
+		t.Fatal(testExecErr)
+	}
+	return testExecPath
+}
+
+// execConfig is a daemon with one small lane and one executor pool
+// "scripted" running the test executor with args; extra is more of the
+// pool's table.
+func execConfig(t *testing.T, extra string, args ...string) string {
+	cmd := append([]string{testExecutor(t)}, args...)
+	q := make([]string, len(cmd))
+	for i, a := range cmd {
+		q[i] = fmt.Sprintf("%q", a)
+	}
+	return "[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.scripted]\ncommand = [" +
+		strings.Join(q, ", ") + "]\n" + extra
+}
+
+// script is a test executor prompt.
+func script(steps ...string) string { return `{"steps":[` + strings.Join(steps, ",") + `]}` }
+
+func (d *testDaemon) execute(spec api.TaskSpec) (taskID, sessionID string) {
+	d.t.Helper()
+	if spec.Executor == "" {
+		spec.Executor = "scripted"
+	}
+	if spec.Cwd == "" {
+		spec.Cwd = d.home
+	}
+	var r struct {
+		TaskID    string `json:"task_id"`
+		SessionID string `json:"session_id"`
+	}
+	d.mustCall("task.execute", spec, &r)
+	return r.TaskID, r.SessionID
+}
+
+func (d *testDaemon) waitTask(id string) api.TaskRecord {
+	d.t.Helper()
+	var r struct {
+		Task     api.TaskRecord `json:"task"`
+		TimedOut bool           `json:"timed_out"`
+	}
+	d.check(d.callWithin(testWaitTimeout+testCallTimeout, "task.wait",
+		map[string]any{"id": id, "timeout_ms": testWaitTimeout.Milliseconds()}, &r))
+	if r.TimedOut {
+		d.t.Fatalf("task %s still %s after %s", id, r.Task.State, testWaitTimeout)
+	}
+	return r.Task
+}
+
+// runningExecutor waits until task runs and returns its executor's pid.
+func (d *testDaemon) runningExecutor(taskID string) int {
+	d.t.Helper()
+	pid := 0
+	eventually(d.t, 20*time.Second, "task "+taskID+" running on an executor", func() bool {
+		var r struct {
+			Pools []api.PoolStatus `json:"pools"`
+		}
+		d.mustCall("executor.list", nil, &r)
+		for _, p := range r.Pools {
+			for _, e := range p.Executors {
+				if e.TaskID == taskID && e.Pid > 0 {
+					pid = e.Pid
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return pid
+}
+
+func (d *testDaemon) session(id string) []api.SessionMessage {
+	d.t.Helper()
+	var r struct {
+		Messages []api.SessionMessage `json:"messages"`
+	}
+	d.mustCall("session.get", map[string]any{"id": id}, &r)
+	return r.Messages
+}
+
+func messagesOf(ms []api.SessionMessage, typ string) []map[string]any {
+	var out []map[string]any
+	for _, m := range ms {
+		if m.EventType == typ {
+			var v map[string]any
+			_ = json.Unmarshal(m.EventData, &v)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// A task from task.execute to task.finished through the real daemon and a
+// real executor process: messages stored in order and streamed, progress
+// and errors, a secret handed over just in time and found nowhere else,
+// permissions by mode and through the approval actors.
+func TestExecutorTask(t *testing.T) {
+	const canary = "sk-canary-3f9a1c77e2b4d5"
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("ANTHROPIC_API_KEY = \""+canary+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonAt(t, home, execConfig(t, "instances = 1\n"))
+	sub := d.client()
+	defer sub.Close()
+	d.check(call(sub, "events.subscribe", map[string]any{"kinds": []string{"task.message", "task.progress", "task.finished"}}, nil))
+
+	id, session := d.execute(api.TaskSpec{PermissionMode: api.ModeAcceptEdits, Prompt: script(
+		`{"op":"message","n":5,"text":"part "}`,
+		`{"op":"progress","percent":40,"message":"reading"}`,
+		`{"op":"error","code":"TOOL_FAILED","message":"grep: no such file"}`,
+		`{"op":"key","service":"anthropic"}`,
+		`{"op":"key","service":"openai"}`,
+		`{"op":"permission","tool":"Edit","input":{"file_path":"/tmp/x"}}`,
+		`{"op":"permission","tool":"Bash","input":{"command":"git push"}}`,
+		`{"op":"usage","input_tokens":100,"output_tokens":20}`)})
+
+	// The Bash permission waits for a person: an approval of source
+	// executor, answered here as the CLI would.
+	var appr api.Approval
+	eventually(t, 20*time.Second, "the executor's approval pending", func() bool {
+		var r struct {
+			Approvals []api.Approval `json:"approvals"`
+		}
+		d.mustCall("approval.list", map[string]any{}, &r)
+		for _, a := range r.Approvals {
+			if a.TaskID == id {
+				appr = a
+				return true
+			}
+		}
+		return false
+	})
+	if appr.Source != api.SourceExecutor || appr.ToolName != "Bash" || appr.SessionID != session {
+		t.Fatalf("approval = %+v", appr)
+	}
+	d.mustCall("approval.resolve", map[string]any{"id": appr.ID, "decision": "Allow", "by": "cli"}, nil)
+
+	rec := d.waitTask(id)
+	if rec.State != api.TaskCompleted || rec.MessageCount != 9 || rec.TokenUsage == nil || rec.TokenUsage.InputTokens != 100 {
+		t.Fatalf("task = %+v", rec)
+	}
+	// Streamed: every message once, in order, then task.finished.
+	var seqs []int64
+	progress := false
+	for done := false; !done; {
+		select {
+		case ev := <-sub.Events():
+			var m struct {
+				TaskID   string `json:"task_id"`
+				Sequence int64  `json:"sequence"`
+			}
+			_ = json.Unmarshal(ev.Data, &m)
+			if m.TaskID != id {
+				continue
+			}
+			switch ev.Event {
+			case "task.message":
+				seqs = append(seqs, m.Sequence)
+			case "task.progress":
+				progress = true
+			case "task.finished":
+				done = true
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no task.finished streamed; messages %v", seqs)
+		}
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6 7 8 9]" || !progress {
+		t.Fatalf("streamed sequences %v (want 1..9), progress %v", seqs, progress)
+	}
+	// Stored, in order, byte for byte what the executor sent.
+	ms := d.session(session)
+	if len(ms) != 9 || ms[0].Sequence != 1 || ms[8].Sequence != 9 || string(ms[0].EventData) != `{"delta":{"text":"part "}}` {
+		t.Fatalf("session messages: %+v", ms)
+	}
+	keys := messagesOf(ms, "key_result")
+	sum := sha256.Sum256([]byte(canary))
+	if len(keys) != 2 || keys[0]["ok"] != true || keys[0]["sha256"] != hex.EncodeToString(sum[:])[:12] ||
+		keys[1]["ok"] != false || !strings.Contains(fmt.Sprint(keys[1]["error"]), "no API key configured for openai") {
+		t.Fatalf("key results: %v", keys)
+	}
+	perms := messagesOf(ms, "permission_result")
+	if len(perms) != 2 || perms[0]["approved"] != true || perms[0]["reason"] != "mode=acceptEdits" ||
+		perms[1]["approved"] != true || perms[1]["reason"] != "user_approved" {
+		t.Fatalf("permission results: %v", perms)
+	}
+	d.waitEvent("secret.issued", func(e map[string]any) bool { return e["task_id"] == id && e["service"] == "anthropic" })
+	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["code"] == "TOOL_FAILED" })
+
+	// The secret is nowhere but in the executor: not in the event log, the
+	// daemon's output, the store, the task's record or the CLI's lists.
+	out, _ := exec.Command(binary, "--home", home, "tasks", "--json").CombinedOutput()
+	d.stop()
+	places := map[string][]byte{"daemon stderr": []byte(d.stderr.String()), "tasks --json": out}
+	entries, _ := os.ReadDir(home)
+	for _, e := range entries {
+		if e.Name() == "secrets.toml" || e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(home, e.Name()))
+		if err == nil {
+			places[e.Name()] = b
+		}
+	}
+	if len(places) < 4 {
+		t.Fatalf("looked in too few places: %d", len(places))
+	}
+	for where, b := range places {
+		if bytes.Contains(b, []byte(canary)) {
+			t.Errorf("the secret is in %s", where)
+		}
+	}
+}
+
+// An executor killed mid-task: the task fails executor_lost at once, is
+// not run again, and the pool starts a new executor for the next task.
+func TestExecutorLost(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 1\n"))
+	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":2}`, `{"op":"hang"}`)})
+	pid := d.runningExecutor(id)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rec := d.waitTask(id)
+	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrExecutorLost {
+		t.Fatalf("task after its executor's SIGKILL: %+v", rec)
+	}
+	waitGone(t, pid)
+	d.waitEvent("executor.exited", func(e map[string]any) bool { return e["task_id"] == id })
+	// The next task runs on a new executor.
+	id2, _ := d.execute(api.TaskSpec{Prompt: "after the crash"})
+	if rec := d.waitTask(id2); rec.State != api.TaskCompleted {
+		t.Fatalf("the next task: %+v", rec)
+	}
+	started := 0
+	for _, e := range d.events() {
+		if e["kind"] == "task.started" && e["task_id"] == id {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the lost task started %d times, want once (never retried)", started)
+	}
+}
+
+// A flood of report_message while the store is locked by another process:
+// the daemon pauses the executor, resumes it, and every message is stored
+// and streamed exactly once.
+func TestExecutorBackpressure(t *testing.T) {
+	const n = 3000
+	logPath := filepath.Join(shortTemp(t), "exec.log")
+	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 20\nlow_water = 10\n", "--log", logPath))
+	sub := d.client()
+	defer sub.Close()
+	d.check(call(sub, "events.subscribe", map[string]any{"kinds": []string{"task.message", "task.finished"}}, nil))
+
+	// Another process holds the store's write lock.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.home, "state.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The task's own record first, then the lock.
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"flood","n":%d}`, n))})
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unlock()
+	d.waitEvent("executor.paused", nil)
+	unlock()
+
+	seen := map[int64]int{}
+	for done := false; !done; {
+		select {
+		case ev := <-sub.Events():
+			var m struct {
+				TaskID   string `json:"task_id"`
+				Sequence int64  `json:"sequence"`
+			}
+			_ = json.Unmarshal(ev.Data, &m)
+			if m.TaskID != id {
+				continue
+			}
+			if ev.Event == "task.finished" {
+				done = true
+			} else if ev.Event == "task.message" {
+				seen[m.Sequence]++
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d messages streamed, then nothing for 30 s", len(seen), n)
+		}
+	}
+	rec := d.waitTask(id)
+	if rec.State != api.TaskCompleted || rec.MessageCount != n {
+		t.Fatalf("task: %+v", rec)
+	}
+	for i := int64(1); i <= n; i++ {
+		if seen[i] != 1 {
+			t.Fatalf("message %d streamed %d times (want exactly once)", i, seen[i])
+		}
+	}
+	stored := map[int64]int{}
+	for _, m := range d.session(session) {
+		stored[m.Sequence]++
+	}
+	if len(stored) != n {
+		t.Fatalf("%d of %d messages stored", len(stored), n)
+	}
+	d.waitEvent("executor.resumed", nil)
+	log, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(log), "pause_notifications") || !strings.Contains(string(log), "resume_notifications") {
+		t.Fatalf("the executor did not hear pause and resume:\n%s", tail(string(log), 500))
+	}
+}
+
+// A task past its timeout_ms ends timeout (stop_task first); task.stop
+// ends one cancelled; a bad token, a line that is not JSON and an unknown
+// method are refused without disturbing the task.
+func TestExecutorStopTimeoutAndBadInput(t *testing.T) {
+	logPath := filepath.Join(shortTemp(t), "exec.log")
+	d := startDaemon(t, execConfig(t, "instances = 1\nstop_grace = \"200ms\"\n", "--log", logPath))
+	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`), TimeoutMs: 200})
+	if rec := d.waitTask(id); rec.State != api.TaskTimeout || rec.Error == nil || rec.Error.Code != api.TaskErrTimeout {
+		t.Fatalf("task past its timeout: %+v", rec)
+	}
+	id, _ = d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`)})
+	d.runningExecutor(id)
+	var stopped struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d.mustCall("task.stop", map[string]any{"id": id}, &stopped)
+	if stopped.Task.State != api.TaskCancelled || stopped.Task.Error == nil || stopped.Task.Error.Code != api.TaskErrStopped {
+		t.Fatalf("stopped task: %+v", stopped.Task)
+	}
+	if err := d.call("task.stop", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("stopping a finished task: %v, want 1002", err)
+	}
+	log, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(log), "stop_task") {
+		t.Fatalf("the executor never heard stop_task; it heard:\n%s", log)
+	}
+
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"bad_token","method":"get_api_key"}`,
+		`{"op":"raw","line":"this is not JSON"}`, `{"op":"raw","line":"{\"jsonrpc\":\"2.0\",\"id\":\"x-1\",\"method\":\"no_such_method\"}"}`,
+		`{"op":"message","n":1,"text":"still here"}`)})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("task after bad input: %+v", rec)
+	}
+	bad := messagesOf(d.session(session), "bad_token_result")
+	if len(bad) != 1 || bad[0]["code"] != float64(-32001) || !strings.Contains(fmt.Sprint(bad[0]["message"]), "invalid session_token") {
+		t.Fatalf("bad token answer: %v", bad)
+	}
+	d.waitEvent("executor.bad_token", func(e map[string]any) bool { return e["method"] == "get_api_key" })
+	d.waitEvent("executor.protocol_error", nil)
+
+	// Bad task.execute params are refused by name.
+	for _, c := range []struct {
+		spec api.TaskSpec
+		code int
+		want string
+	}{
+		{api.TaskSpec{Executor: "scripted", Prompt: " ", Cwd: "/"}, api.CodeInvalidParams, "prompt is empty"},
+		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "rel"}, api.CodeInvalidParams, "cwd must be an absolute path"},
+		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "/", PermissionMode: "yolo"}, api.CodeInvalidParams, "permission_mode"},
+		{api.TaskSpec{Executor: "nope", Prompt: "x", Cwd: "/"}, api.CodeNotFound, `no executor pool "nope" (have scripted)`},
+		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "/", SessionID: "s-unknown"}, api.CodeNotFound, "no session s-unknown"},
+	} {
+		err := d.call("task.execute", c.spec, nil)
+		if remoteCode(err) != c.code || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("task.execute %+v: %v, want %d saying %q", c.spec, err, c.code, c.want)
+		}
+	}
+}
+
+// The daemon stops while a task runs on an executor that ignores
+// shutdown: the task ends cancelled, the executor's group is killed after
+// shutdown_timeout, and nothing outlives the daemon. A daemon killed with
+// a task running fails it daemon_lost at its next start.
+func TestExecutorShutdownAndCrash(t *testing.T) {
+	home := shortTemp(t)
+	cfg := execConfig(t, "instances = 1\nshutdown_timeout = \"300ms\"\n", "--hang-on-shutdown")
+	d := startDaemonAt(t, home, cfg)
+	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`)})
+	pid := d.runningExecutor(id)
+	d.stop()
+	waitGone(t, pid)
+	d2 := startDaemonAt(t, home, cfg)
+	var r struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d2.mustCall("task.get", map[string]any{"id": id}, &r)
+	if r.Task.State != api.TaskCancelled || r.Task.Error == nil || r.Task.Error.Code != api.TaskErrDaemonShutdown {
+		t.Fatalf("task after a daemon shutdown: %+v", r.Task)
+	}
+	d2.waitEvent("executor.killed", nil)
+
+	// kill -9 of the daemon with a task running.
+	id, _ = d2.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`)})
+	pid = d2.runningExecutor(id)
+	if err := syscall.Kill(d2.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d2.done
+	waitGone(t, pid) // the executor dies with its daemon (parent-death signal)
+	d3 := startDaemonAt(t, home, cfg)
+	d3.mustCall("task.get", map[string]any{"id": id}, &r)
+	if r.Task.State != api.TaskFailed || r.Task.Error == nil || r.Task.Error.Code != api.TaskErrDaemonLost {
+		t.Fatalf("task after a daemon crash: %+v", r.Task)
+	}
+	d3.waitEvent("task.recovered", func(e map[string]any) bool { return e["task_id"] == id })
+}
+
+// orchestrd prompt streams the agent's text and exits with the task's
+// status; tasks and stop work from the CLI.
+func TestPromptCLI(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 1\n"))
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(binary, append([]string{"--home", d.home}, args...)...)
+		cmd.Dir = d.home
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	out, errs, code := run("prompt", "--executor", "scripted", script(`{"op":"message","n":2,"text":"hello "}`,
+		`{"op":"message","type":"tool_call","data":{"tool":"Bash","input":{"command":"ls -la"}}}`))
+	if code != 0 || out != "hello hello \n> Bash ls -la\n" {
+		t.Fatalf("prompt: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	_, errs, code = run("prompt", script(`{"op":"status","status":"failed","code":"boom","message":"it broke"}`))
+	if code != 1 || !strings.Contains(errs, "failed: boom (it broke)") {
+		t.Fatalf("failed prompt: exit %d, stderr %q", code, errs)
+	}
+	_, errs, code = run("prompt", "--mode", "yolo", "x")
+	if code != 2 || !strings.Contains(errs, "--mode must be") {
+		t.Fatalf("bad mode: exit %d, stderr %q", code, errs)
+	}
+	out, _, code = run("tasks")
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "failed (boom)") {
+		t.Fatalf("tasks: exit %d\n%s", code, out)
+	}
+	_, errs, code = run("stop", "t-nope")
+	if code == 0 || !strings.Contains(errs, "no task t-nope") {
+		t.Fatalf("stop of an unknown task: exit %d, stderr %q", code, errs)
+	}
+}
