@@ -47,6 +47,7 @@ var scenarios = []scenario{
 	{"idle", "7. Idle cost", runIdle},
 	{"store", "8. State store", runStore},
 	{"approvals", "9. Approvals", runApprovals},
+	{"executors", "10. Executors", runExecutors},
 }
 
 // bench is the state of one harness run.
@@ -258,6 +259,7 @@ func (b *bench) build(prebuilt string) error {
 		{"./cmd/orchbench/internal/hello", &b.hello},
 		{"./cmd/orchbench/internal/echo", &b.echo},
 		{"./cmd/orchbench/internal/flood", &b.flood},
+		{"./internal/testexecutor", &b.testexec},
 	}
 	if prebuilt != "" {
 		p, err := filepath.Abs(prebuilt)
