@@ -507,3 +507,67 @@ func TestPromptCLI(t *testing.T) {
 		t.Fatalf("stop of an unknown task: exit %d, stderr %q", code, errs)
 	}
 }
+
+// orchestrd executor runs a command-line agent per prompt: the prompt on
+// its stdin, stdout lines as messages (JSON passed through, text as
+// deltas), stderr as reported errors, the exit code as the status, the key
+// in that one process's environment; task.stop sends it SIGINT.
+func TestCLIExecutor(t *testing.T) {
+	const key = "sk-cli-executor-7d2e41"
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \""+key+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := `read prompt
+case "$prompt" in
+hang*) trap 'echo got SIGINT; exit 130' INT; echo waiting; sleep 30 & wait; exit 0;;
+esac
+echo "you said: $prompt"
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"hi"}]}}'
+echo 'careful' >&2
+printf %s "$AGENT_KEY" | sha256sum | cut -c1-12
+echo '{"type":"result","usage":{"input_tokens":11,"output_tokens":22}}'
+exit 3`
+	cfg := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.cli]\ncommand = [%q, \"executor\", \"--key-env\", \"AGENT_KEY\", \"--key-service\", \"anthropic\", \"--stop-grace\", \"5s\", \"--\", \"sh\", \"-c\", %q]\n",
+		binary, agent)
+	d := startDaemonAt(t, home, cfg)
+	id, session := d.execute(api.TaskSpec{Executor: "cli", Prompt: "hello there"})
+	rec := d.waitTask(id)
+	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != "exit_3" || rec.TokenUsage == nil || rec.TokenUsage.OutputTokens != 22 {
+		t.Fatalf("task: %+v", rec)
+	}
+	ms := d.session(session)
+	var got []string
+	for _, m := range ms {
+		got = append(got, m.EventType+" "+string(m.EventData))
+	}
+	sum := sha256.Sum256([]byte(key))
+	want := []string{
+		`content_block_delta {"delta":{"text":"you said: hello there\n"}}`,
+		`assistant {"type":"assistant","message":{"content":[{"type":"text","text":"hi"}]}}`,
+		`content_block_delta {"delta":{"text":"` + hex.EncodeToString(sum[:])[:12] + `\n"}}`,
+		`result {"type":"result","usage":{"input_tokens":11,"output_tokens":22}}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("messages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["message"] == "careful" })
+
+	id, session = d.execute(api.TaskSpec{Executor: "cli", Prompt: "hang on"})
+	eventually(t, 20*time.Second, "the agent waiting", func() bool { return len(d.session(session)) > 0 })
+	var stopped struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d.mustCall("task.stop", map[string]any{"id": id}, &stopped)
+	if stopped.Task.State != api.TaskCancelled {
+		t.Fatalf("stopped: %+v", stopped.Task)
+	}
+	eventually(t, 20*time.Second, "the agent's SIGINT message", func() bool {
+		for _, m := range d.session(session) {
+			if strings.Contains(string(m.EventData), "got SIGINT") {
+				return true
+			}
+		}
+		return false
+	})
+}

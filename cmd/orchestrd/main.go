@@ -44,6 +44,7 @@ commands:
   status    lanes, runners and the live actor tree
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
+  executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
   runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
   version   print the version
 
@@ -94,6 +95,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return runner.Main(rest)
+	case "executor":
+		if *home != "" {
+			fmt.Fprintln(stderr, "orchestrd executor: --home is not used by executor (the daemon gives it --socket PATH)")
+			return exitUsage
+		}
+		return cmdExecutor(rest, stdout, stderr)
 	case "run":
 		return cmdRun(withHome(rest), stdout, stderr)
 	case "jobs":
