@@ -118,16 +118,16 @@ func TestEventsHuman(t *testing.T) {
 		t.Fatalf("code %d stderr %q", code, errs)
 	}
 	want := `03:00:00.000       1  daemon.started            -         pid=1 failed=0 home=/h lanes=["review","build-long-name"] recovered=false requeued=0 version=v1
-03:01:00.000       2  runner.exited             review    runner_id=review-1 pid=42 cause=killed_memory exit_code=137 signal=SIGKILL uptime_ms=5000 spawned=true
-03:02:00.000       3  runner.restart_scheduled  review    runner_id=review-1 reason=exited policy=crash_loop delay_ms=500 restarts_in_window=2
-03:03:00.000       4  runner.killed             build-long-name  runner_id=b-1 pid=7 reason=memory_limit detail="rss 2.1 GiB > 2 GiB, \"hard\""
-03:04:00.000       5  job.finished              review           job_id=j1 state=failed error=boom duration_ms=900
-03:05:00.000       6  actor.panicked            -                actor=lane/review panic="index out of range [3] with length 3" directive=restart
+03:01:00.000       2  runner.exited               review    runner_id=review-1 pid=42 cause=killed_memory exit_code=137 signal=SIGKILL uptime_ms=5000 spawned=true
+03:02:00.000       3  runner.restart_scheduled    review    runner_id=review-1 reason=exited policy=crash_loop delay_ms=500 restarts_in_window=2
+03:03:00.000       4  runner.killed               build-long-name  runner_id=b-1 pid=7 reason=memory_limit detail="rss 2.1 GiB > 2 GiB, \"hard\""
+03:04:00.000       5  job.finished                review           job_id=j1 state=failed error=boom duration_ms=900
+03:05:00.000       6  actor.panicked              -                actor=lane/review panic="index out of range [3] with length 3" directive=restart
     stack:
         goroutine 1 [running]:
         main.main()
         	/x.go:1
-03:06:00.000       7  lane.recovered            review
+03:06:00.000       7  lane.recovered              review
 `
 	if out != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
@@ -160,16 +160,16 @@ func TestEventsTimeZoneAndDays(t *testing.T) {
 	// logT0 is 03:00 UTC = 08:00 XST on the 21st; "now" is the 21st.
 	// A day line precedes the first line (not today) and marks the change.
 	want := `-- Thu 2025-11-20 XST --
-07:00:00.000       1  lane.recovered            a
+07:00:00.000       1  lane.recovered              a
 -- Fri 2025-11-21 XST --
-06:00:00.000       2  lane.recovered            a
-08:00:00.000       3  lane.recovered            a
+06:00:00.000       2  lane.recovered              a
+08:00:00.000       3  lane.recovered              a
 `
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
 	}
 	_, utc, _ := runEventsTest(t, context.Background(), home, "--utc", "--since", "2025-11-21T02:00:00Z")
-	if utc != "03:00:00.000       3  lane.recovered            a\n" {
+	if utc != "03:00:00.000       3  lane.recovered              a\n" {
 		t.Fatalf("--utc: %q", utc)
 	}
 }
