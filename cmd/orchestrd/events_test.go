@@ -117,7 +117,7 @@ func TestEventsHuman(t *testing.T) {
 	if code != 0 || errs != "" {
 		t.Fatalf("code %d stderr %q", code, errs)
 	}
-	want := `03:00:00.000       1  daemon.started            -         pid=1 failed=0 home=/h lanes=["review","build-long-name"] recovered=false requeued=0 version=v1
+	want := `03:00:00.000       1  daemon.started              -         pid=1 failed=0 home=/h lanes=["review","build-long-name"] recovered=false requeued=0 version=v1
 03:01:00.000       2  runner.exited               review    runner_id=review-1 pid=42 cause=killed_memory exit_code=137 signal=SIGKILL uptime_ms=5000 spawned=true
 03:02:00.000       3  runner.restart_scheduled    review    runner_id=review-1 reason=exited policy=crash_loop delay_ms=500 restarts_in_window=2
 03:03:00.000       4  runner.killed               build-long-name  runner_id=b-1 pid=7 reason=memory_limit detail="rss 2.1 GiB > 2 GiB, \"hard\""
