@@ -571,3 +571,28 @@ exit 3`
 		return false
 	})
 }
+
+// An executor that never listens is killed at startup_timeout, with an
+// event that says why; an on-demand executor left idle is shut down at
+// idle_timeout.
+func TestExecutorStartupAndIdleTimeouts(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 1\nstartup_timeout = \"300ms\"\n", "--no-listen")+
+		fmt.Sprintf("\n[executors.ondemand]\ncommand = [%q]\nidle_timeout = \"1s\"\n", testExecutor(t)))
+	ev := d.waitEvent("executor.start_failed", func(e map[string]any) bool { return e["pool"] == "scripted" })
+	if !strings.Contains(fmt.Sprint(ev["reason"]), "no connection on") {
+		t.Fatalf("start_failed: %v", ev)
+	}
+	killed := d.waitEvent("executor.killed", func(e map[string]any) bool {
+		return e["pool"] == "scripted" && e["reason"] == "startup_timeout"
+	})
+	waitGone(t, int(killed["pid"].(float64)))
+
+	id, _ := d.execute(api.TaskSpec{Executor: "ondemand", Prompt: "one task"})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("on-demand task: %+v", rec)
+	}
+	d.waitEvent("executor.stopping", func(e map[string]any) bool {
+		return e["pool"] == "ondemand" && e["reason"] == "idle_timeout"
+	})
+	d.waitEvent("executor.exited", func(e map[string]any) bool { return e["pool"] == "ondemand" && e["expected"] == true })
+}
