@@ -196,7 +196,8 @@ func Run(ctx context.Context, opts Options) error {
 	// before the front-ends; stopped first.
 	execMgr, err := executors.Start(executors.Options{Pools: cfg.Executors, Home: opts.Home, Bus: bus, System: sys,
 		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: executorLog{st}, Secrets: secretsFile,
-		Permissions: executorPermissions{approvalsMgr}, Stderr: opts.RunnerStderr})
+		Permissions: executorPermissions{approvalsMgr}, Stderr: opts.RunnerStderr,
+		Sandbox: cfg.Daemon.Sandbox, Exe: opts.Exe})
 	if err != nil {
 		shutdownApprovals()
 		shutdownLanes("executors failed")

@@ -26,8 +26,14 @@ import (
 
 // Options configures the executors domain.
 type Options struct {
-	Pools       map[string]PoolConfig
-	Home        string // executor sockets live in <Home>/executors/ (0700)
+	Pools map[string]PoolConfig
+	Home  string // the daemon's home: hidden from sandboxed executors
+	// Sandbox starts each executor through `Exe sandbox-exec` in user,
+	// mount and pid namespaces of its own with Home hidden, so that the
+	// agent cannot reach the daemon's sockets, store, logs or secrets file.
+	// Its socket then lives in a private directory outside the home.
+	Sandbox     bool
+	Exe         string // the orchestrd binary (for sandbox-exec); default os.Executable()
 	Bus         *eventlog.Bus
 	System      *actors.System
 	Logger      zerolog.Logger
@@ -51,6 +57,7 @@ type Manager struct {
 	bus   *eventlog.Bus
 	log   Log
 	dir   string // socket directory
+	hide  string // the home as the kernel resolves it, hidden from sandboxed executors
 	env   []string
 	idPre string
 	seq   atomic.Int64
@@ -87,11 +94,8 @@ func Start(opts Options) (*Manager, error) {
 		m.env = minimalEnv()
 	}
 	if len(opts.Pools) > 0 {
-		if err := os.MkdirAll(m.dir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating the executor socket directory: %w", err)
-		}
-		if err := os.Chmod(m.dir, 0o700); err != nil {
-			return nil, fmt.Errorf("securing the executor socket directory: %w", err)
+		if err := m.prepareSandbox(); err != nil {
+			return nil, err
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Pools)) {
@@ -109,6 +113,41 @@ func Start(opts Options) (*Manager, error) {
 		m.pools[name] = h
 	}
 	return m, nil
+}
+
+// prepareSandbox makes the socket directory (0700): in the home, or, for
+// sandboxed executors that cannot see the home, a fresh one under the
+// temporary directory (removed at Shutdown).
+func (m *Manager) prepareSandbox() error {
+	if !m.opts.Sandbox {
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
+			return fmt.Errorf("creating the executor socket directory: %w", err)
+		}
+		if err := os.Chmod(m.dir, 0o700); err != nil {
+			return fmt.Errorf("securing the executor socket directory: %w", err)
+		}
+		return nil
+	}
+	if m.opts.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding the orchestrd binary for sandbox-exec: %w", err)
+		}
+		m.opts.Exe = exe
+	}
+	abs, err := filepath.Abs(m.opts.Home)
+	if err == nil {
+		m.hide, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return fmt.Errorf("resolving the home to hide it from executors: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "orchestrd-executors-")
+	if err != nil {
+		return fmt.Errorf("creating the executor socket directory: %w", err)
+	}
+	m.dir = dir
+	return nil
 }
 
 // PoolNames lists the pools, sorted.
@@ -227,6 +266,11 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stopping executor pool %s: %w", name, err))
 		}
 		cancel()
+	}
+	if m.opts.Sandbox && m.dir != "" {
+		if err := os.RemoveAll(m.dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing the executor socket directory: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -307,11 +308,25 @@ func (p *pool) start(c *actors.Context, warm bool) {
 	dir := p.cfg.Cwd
 	if dir == "" {
 		dir = p.m.opts.Home
+		if p.m.opts.Sandbox {
+			// The home is hidden from it: the user's home directory.
+			if h, err := os.UserHomeDir(); err == nil {
+				dir = h
+			} else {
+				dir = "/"
+			}
+		}
+	}
+	iso := proc.Isolation{NoNetwork: p.cfg.Network == NetworkNone, DeathSignal: syscall.SIGKILL}
+	if p.m.opts.Sandbox {
+		iso.Sandbox = true
+		argv = append([]string{p.m.opts.Exe, "sandbox-exec", "--hide", p.m.hide, "--"}, argv...)
+		path = p.m.opts.Exe
 	}
 	p.insts[in.id] = in
 	sys, self, id, gen := p.sys, p.self, in.id, in.gen
 	in.inc = proc.Spawn(proc.Spec{Path: path, Args: argv, Env: env, Dir: dir, Stderr: p.m.opts.Stderr,
-		Isolation: proc.Isolation{NoNetwork: p.cfg.Network == NetworkNone, DeathSignal: syscall.SIGKILL},
+		Isolation: iso,
 		Reaper:    p.m.opts.Reaper,
 		OnStart:   func(pid int, err error) { sys.Send(self, instStarted{id: id, gen: gen, pid: pid, err: err}) },
 		OnExit:    func(e proc.Exit) { sys.Send(self, instExited{id: id, gen: gen, exit: e}) },

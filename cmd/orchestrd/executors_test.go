@@ -154,7 +154,9 @@ func TestExecutorTask(t *testing.T) {
 		`{"op":"key","service":"openai"}`,
 		`{"op":"permission","tool":"Edit","input":{"file_path":"/tmp/x"}}`,
 		`{"op":"permission","tool":"Bash","input":{"command":"git push"}}`,
-		`{"op":"usage","input_tokens":100,"output_tokens":20}`)})
+		`{"op":"usage","input_tokens":100,"output_tokens":20}`,
+		`{"op":"probe","path":"`+filepath.Join(home, "daemon.sock")+`"}`,
+		`{"op":"probe","path":"`+filepath.Join(home, "secrets.toml")+`"}`)})
 
 	// The Bash permission waits for a person: an approval of source
 	// executor, answered here as the CLI would.
@@ -178,7 +180,7 @@ func TestExecutorTask(t *testing.T) {
 	d.mustCall("approval.resolve", map[string]any{"id": appr.ID, "decision": "Allow", "by": "cli"}, nil)
 
 	rec := d.waitTask(id)
-	if rec.State != api.TaskCompleted || rec.MessageCount != 9 || rec.TokenUsage == nil || rec.TokenUsage.InputTokens != 100 {
+	if rec.State != api.TaskCompleted || rec.MessageCount != 11 || rec.TokenUsage == nil || rec.TokenUsage.InputTokens != 100 {
 		t.Fatalf("task = %+v", rec)
 	}
 	// Streamed: every message once, in order, then task.finished.
@@ -207,12 +209,12 @@ func TestExecutorTask(t *testing.T) {
 			t.Fatalf("no task.finished streamed; messages %v", seqs)
 		}
 	}
-	if fmt.Sprint(seqs) != "[1 2 3 4 5 6 7 8 9]" || !progress {
-		t.Fatalf("streamed sequences %v (want 1..9), progress %v", seqs, progress)
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6 7 8 9 10 11]" || !progress {
+		t.Fatalf("streamed sequences %v (want 1..11), progress %v", seqs, progress)
 	}
 	// Stored, in order, byte for byte what the executor sent.
 	ms := d.session(session)
-	if len(ms) != 9 || ms[0].Sequence != 1 || ms[8].Sequence != 9 || string(ms[0].EventData) != `{"delta":{"text":"part "}}` {
+	if len(ms) != 11 || ms[0].Sequence != 1 || ms[10].Sequence != 11 || string(ms[0].EventData) != `{"delta":{"text":"part "}}` {
 		t.Fatalf("session messages: %+v", ms)
 	}
 	keys := messagesOf(ms, "key_result")
@@ -225,6 +227,16 @@ func TestExecutorTask(t *testing.T) {
 	if len(perms) != 2 || perms[0]["approved"] != true || perms[0]["reason"] != "mode=acceptEdits" ||
 		perms[1]["approved"] != true || perms[1]["reason"] != "user_approved" {
 		t.Fatalf("permission results: %v", perms)
+	}
+	// The agent cannot reach the daemon's socket nor read its secrets
+	// file: the sandbox hides the home from executors.
+	for _, p := range messagesOf(ms, "probe_result") {
+		if p["connected"] != nil || p["read"] != nil || !strings.Contains(fmt.Sprint(p["error"]), "permission denied") {
+			t.Errorf("the executor reached %v", p)
+		}
+	}
+	if n := len(messagesOf(ms, "probe_result")); n != 2 {
+		t.Fatalf("%d probe results, want 2", n)
 	}
 	d.waitEvent("secret.issued", func(e map[string]any) bool { return e["task_id"] == id && e["service"] == "anthropic" })
 	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["code"] == "TOOL_FAILED" })
@@ -531,10 +543,11 @@ exit 3`
 	cfg := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.cli]\ncommand = [%q, \"executor\", \"--key-env\", \"AGENT_KEY\", \"--key-service\", \"anthropic\", \"--stop-grace\", \"5s\", \"--\", \"sh\", \"-c\", %q]\n",
 		binary, agent)
 	d := startDaemonAt(t, home, cfg)
-	id, session := d.execute(api.TaskSpec{Executor: "cli", Prompt: "hello there"})
+	work := shortTemp(t) // the agent's directory: not the daemon's home, which it cannot see
+	id, session := d.execute(api.TaskSpec{Executor: "cli", Prompt: "hello there", Cwd: work})
 	rec := d.waitTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != "exit_3" || rec.TokenUsage == nil || rec.TokenUsage.OutputTokens != 22 {
-		t.Fatalf("task: %+v", rec)
+		t.Fatalf("task: %+v, error %+v", rec, rec.Error)
 	}
 	ms := d.session(session)
 	var got []string
@@ -553,7 +566,7 @@ exit 3`
 	}
 	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["message"] == "careful" })
 
-	id, session = d.execute(api.TaskSpec{Executor: "cli", Prompt: "hang on"})
+	id, session = d.execute(api.TaskSpec{Executor: "cli", Prompt: "hang on", Cwd: work})
 	eventually(t, 20*time.Second, "the agent waiting", func() bool { return len(d.session(session)) > 0 })
 	var stopped struct {
 		Task api.TaskRecord `json:"task"`

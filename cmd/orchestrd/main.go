@@ -95,6 +95,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return runner.Main(rest)
+	case "sandbox-exec":
+		return cmdSandboxExec(rest, stderr)
 	case "executor":
 		if *home != "" {
 			fmt.Fprintln(stderr, "orchestrd executor: --home is not used by executor (the daemon gives it --socket PATH)")

@@ -9,7 +9,8 @@
 // message}, error {code, message}, key {service} (reports key_result with
 // a hash of the key, never the key), permission {tool, input} (reports
 // permission_result), context (reports context_result), bad_token {method}
-// (reports bad_token_result), raw {line}, sleep {ms}, hang (until stopped
+// (reports bad_token_result), probe {path} (reports probe_result: connected,
+// read or error), raw {line}, sleep {ms}, hang (until stopped
 // or cancelled), crash {signal}, usage {input, output}, status {status,
 // code, message}. A prompt that is not a script is echoed as one
 // content_block_delta.
@@ -63,6 +64,7 @@ type step struct {
 	Input   json.RawMessage `json:"input"`
 	Method  string          `json:"method"`
 	Line    string          `json:"line"`
+	Path    string          `json:"path"`
 	Ms      int             `json:"ms"`
 	Signal  int             `json:"signal"`
 	Status  string          `json:"status"`
@@ -327,6 +329,19 @@ func (e *executor) execute(m rpc) {
 				out["code"], out["message"] = r.Error.Code, r.Error.Message
 			}
 			t.report("bad_token_result", out)
+		case "probe":
+			// Can this executor reach path? (A sandboxed one must not
+			// reach the daemon's home.)
+			out := map[string]any{"path": s.Path}
+			if c, err := net.Dial("unix", s.Path); err == nil {
+				c.Close()
+				out["connected"] = true
+			} else if b, err := os.ReadFile(s.Path); err == nil {
+				out["read"] = len(b)
+			} else {
+				out["error"] = err.Error()
+			}
+			t.report("probe_result", out)
 		case "raw":
 			e.writeLine([]byte(s.Line))
 		case "sleep":

@@ -278,3 +278,53 @@ func ExplainSpawnError(err error) error {
 	return fmt.Errorf("%w (making the runner's namespaces was refused: run as root, or where unprivileged "+
 		"user namespaces are allowed (try: unshare -Urmp --fork true), or turn the sandbox off, which lets jobs reach the daemon's sockets)", err)
 }
+
+// ExecHidden replaces this process with argv (env as its environment)
+// after hiding paths (HidePaths), mounting the /proc of its pid namespace
+// and dropping every privilege on the thread that execs, so that the
+// program cannot undo the masks. The process must have been started with
+// SandboxAttr(Isolation{Sandbox: true}). It returns only on failure.
+func ExecHidden(hide []string, argv, env []string) error {
+	if len(argv) == 0 {
+		return errors.New("nothing to run")
+	}
+	runtime.LockOSThread() // the credentials dropped are this thread's, and exec runs on it
+	if err := HidePaths(hide...); err != nil {
+		return err
+	}
+	if err := MountProc(); err != nil {
+		return err
+	}
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		lp, err := lookPath(path, env)
+		if err != nil {
+			return err
+		}
+		path = lp
+	}
+	if err := dropPrivileges(); err != nil {
+		return err
+	}
+	if err := syscall.Exec(path, argv, env); err != nil {
+		return fmt.Errorf("executing %s: %w", path, err)
+	}
+	return nil
+}
+
+// lookPath finds a program in env's PATH.
+func lookPath(name string, env []string) (string, error) {
+	pathVar := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH %s", name, pathVar)
+}
