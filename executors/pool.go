@@ -905,9 +905,8 @@ func (p *pool) taskOf(in *instance, method string, params json.RawMessage) *task
 }
 
 const (
-	codeBadToken   = -32001
-	codeNoSecret   = -32002
-	codeNotRunning = -32003
+	codeBadToken = -32001
+	codeNoSecret = -32002
 )
 
 func (p *pool) request(c *actors.Context, in *instance, m wire.RPCMessage) {
