@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -608,4 +609,78 @@ func TestExecutorStartupAndIdleTimeouts(t *testing.T) {
 		return e["pool"] == "ondemand" && e["reason"] == "idle_timeout"
 	})
 	d.waitEvent("executor.exited", func(e map[string]any) bool { return e["pool"] == "ondemand" && e["expected"] == true })
+}
+
+// A pool with network = "none" runs executors that cannot open a
+// connection (a listener on the host's loopback is out of reach); a full
+// queue refuses a task by name; a secret's expires_at reaches the
+// executor as epoch milliseconds.
+func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "secrets.toml"),
+		[]byte("github = { value = \"ghp-test-value\", expires_at = 2030-01-02T03:04:05Z }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := execConfig(t, "instances = 1\nnetwork = \"none\"\n") +
+		fmt.Sprintf("\n[executors.host]\ncommand = [%q]\ninstances = 1\nmax_instances = 1\nqueue_limit = 1\n", testExecutor(t))
+	d := startDaemonAt(t, home, cfg)
+	probe := script(`{"op":"net","path":"`+ln.Addr().String()+`"}`, `{"op":"key","service":"GITHUB_TOKEN"}`)
+	id, session := d.execute(api.TaskSpec{Prompt: probe})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("task: %+v", rec)
+	}
+	ms := d.session(session)
+	if r := messagesOf(ms, "net_result"); len(r) != 1 || r[0]["connected"] != nil {
+		t.Fatalf("an executor of a network = \"none\" pool reached %s: %v", ln.Addr(), r)
+	}
+	want := float64(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
+	if k := messagesOf(ms, "key_result"); len(k) != 1 || k[0]["ok"] != true || k[0]["expires_at"] != want {
+		t.Fatalf("key result: %v (want expires_at %v)", k, want)
+	}
+	// The host pool reaches it (the check above can fail).
+	id, session = d.execute(api.TaskSpec{Executor: "host", Prompt: probe})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("task: %+v", rec)
+	}
+	if r := messagesOf(d.session(session), "net_result"); len(r) != 1 || r[0]["connected"] != true {
+		t.Fatalf("an executor of a host pool could not reach %s: %v", ln.Addr(), r)
+	}
+	// One running, one queued: the next is refused.
+	running, _ := d.execute(api.TaskSpec{Executor: "host", Prompt: script(`{"op":"hang"}`)})
+	d.runningExecutor(running)
+	queued, _ := d.execute(api.TaskSpec{Executor: "host", Prompt: "queued"})
+	eventually(t, 10*time.Second, "the queued task counted", func() bool {
+		var r struct {
+			Pools []api.PoolStatus `json:"pools"`
+		}
+		d.mustCall("executor.list", nil, &r)
+		for _, p := range r.Pools {
+			if p.Name == "host" {
+				return p.Queued == 1
+			}
+		}
+		return false
+	})
+	err = d.call("task.execute", api.TaskSpec{Executor: "host", Prompt: "one too many", Cwd: d.home}, nil)
+	if remoteCode(err) != api.CodeQueueFull || !strings.Contains(fmt.Sprint(err), "queue_limit") {
+		t.Fatalf("a task over queue_limit: %v, want 1004", err)
+	}
+	d.mustCall("task.stop", map[string]any{"id": running, "force": true}, nil)
+	if rec := d.waitTask(queued); rec.State != api.TaskCompleted {
+		t.Fatalf("the queued task after the running one was stopped: %+v", rec)
+	}
 }

@@ -10,7 +10,7 @@
 // a hash of the key, never the key), permission {tool, input} (reports
 // permission_result), context (reports context_result), bad_token {method}
 // (reports bad_token_result), probe {path} (reports probe_result: connected,
-// read or error), raw {line}, sleep {ms}, hang (until stopped
+// read or error), net {path: "host:port"} (reports net_result), raw {line}, sleep {ms}, hang (until stopped
 // or cancelled), crash {signal}, usage {input, output}, status {status,
 // code, message}. A prompt that is not a script is echoed as one
 // content_block_delta.
@@ -291,11 +291,15 @@ func (e *executor) execute(m rpc) {
 				out["code"] = r.Error.Code
 			} else {
 				var k struct {
-					APIKey string `json:"api_key"`
+					APIKey    string `json:"api_key"`
+					ExpiresAt int64  `json:"expires_at"`
 				}
 				_ = json.Unmarshal(r.Result, &k)
 				sum := sha256.Sum256([]byte(k.APIKey))
 				out["sha256"] = hex.EncodeToString(sum[:])[:12]
+				if k.ExpiresAt != 0 {
+					out["expires_at"] = k.ExpiresAt
+				}
 			}
 			t.report("key_result", out)
 		case "permission":
@@ -329,6 +333,16 @@ func (e *executor) execute(m rpc) {
 				out["code"], out["message"] = r.Error.Code, r.Error.Message
 			}
 			t.report("bad_token_result", out)
+		case "net":
+			// Can this executor open a TCP connection to path (host:port)?
+			out := map[string]any{"addr": s.Path}
+			if c, err := net.DialTimeout("tcp", s.Path, 2*time.Second); err == nil {
+				c.Close()
+				out["connected"] = true
+			} else {
+				out["error"] = err.Error()
+			}
+			t.report("net_result", out)
 		case "probe":
 			// Can this executor reach path? (A sandboxed one must not
 			// reach the daemon's home.)
