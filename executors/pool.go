@@ -66,7 +66,9 @@ type task struct {
 	rec       api.TaskRecord
 	token     string
 	inst      *instance
-	seen      map[int64]bool
+	seen      map[int64]bool // sequences seen above low
+	low       int64          // every sequence from the first up to low was seen
+	any       bool           // a message was seen (low is set)
 	maxSeq    int64
 	pending   int   // messages read and not yet committed
 	committed int64 // messages committed
@@ -1160,10 +1162,21 @@ func (p *pool) notification(c *actors.Context, in *instance, m wire.RPCMessage) 
 // accept takes one message into the pipeline (a duplicate sequence is
 // ignored).
 func (p *pool) accept(c *actors.Context, in *instance, t *task, msg api.SessionMessage) {
-	if t.seen[msg.Sequence] {
+	// Duplicates: every sequence up to t.low was seen; seen holds only
+	// those above it (out of order), so an in-order stream keeps it empty.
+	// The first message sets where the task's sequences start (0 or 1 in
+	// practice): one below it is taken for a duplicate.
+	if !t.any {
+		t.any, t.low = true, msg.Sequence-1
+	}
+	if msg.Sequence <= t.low || t.seen[msg.Sequence] {
 		return
 	}
 	t.seen[msg.Sequence] = true
+	for t.seen[t.low+1] {
+		delete(t.seen, t.low+1)
+		t.low++
+	}
 	t.maxSeq = max(t.maxSeq, msg.Sequence)
 	t.pending++
 	in.pending++
