@@ -3,9 +3,12 @@ package executors
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 
+	"github.com/orchestrd/orchestrd/executors/ptyfd"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -21,6 +24,9 @@ const writeQueue = 1024
 type conn struct {
 	c   net.Conn
 	out chan []byte
+	// fds keeps the descriptors that came with the executor's lines
+	// (spawn_terminal's PTY); nil on a socket that cannot carry them.
+	fds *ptyfd.Reader
 
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -42,6 +48,9 @@ type inbound struct {
 func startConn(c net.Conn, maxLine int, deliver func(inbound)) *conn {
 	cn := &conn{c: c, out: make(chan []byte, writeQueue), done: make(chan struct{})}
 	cn.cond = sync.NewCond(&cn.mu)
+	if uc, ok := c.(*net.UnixConn); ok {
+		cn.fds = ptyfd.NewReader(uc)
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -60,7 +69,12 @@ func startConn(c net.Conn, maxLine int, deliver func(inbound)) *conn {
 }
 
 func (cn *conn) read(maxLine int, deliver func(inbound)) {
-	lr := wire.NewRPCLineReader(cn.c, maxLine)
+	var r io.Reader = cn.c
+	if cn.fds != nil {
+		r = cn.fds
+		defer cn.fds.Close()
+	}
+	lr := wire.NewRPCLineReader(r, maxLine)
 	for {
 		cn.mu.Lock()
 		for cn.gated && !cn.closed {
@@ -118,6 +132,15 @@ func (cn *conn) send(line []byte) bool {
 	default:
 		return false
 	}
+}
+
+// takeFD returns the oldest descriptor the executor passed and the daemon
+// has not taken.
+func (cn *conn) takeFD() (*os.File, error) {
+	if cn.fds == nil {
+		return nil, ptyfd.ErrNoFD
+	}
+	return cn.fds.Take()
 }
 
 // gate stops (true) or resumes (false) reading.

@@ -239,8 +239,45 @@ type ExecutorKilled struct {
 
 func (ExecutorKilled) Kind() string { return "executor.killed" }
 
+// TerminalOpened: an executor spawned a terminal and passed its PTY.
+type TerminalOpened struct {
+	TerminalID string `json:"terminal_id"`
+	Pool       string `json:"pool"`
+	Executor   string `json:"executor"`
+	PtyPid     int    `json:"pty_pid"`
+	Cwd        string `json:"cwd,omitempty"`
+	Cols       int    `json:"cols"`
+	Rows       int    `json:"rows"`
+}
+
+func (TerminalOpened) Kind() string { return "terminal.opened" }
+
+// TerminalClosed: a terminal ended; Reason is one of api.Term*.
+type TerminalClosed struct {
+	TerminalID string `json:"terminal_id"`
+	Pool       string `json:"pool"`
+	Executor   string `json:"executor"`
+	PtyPid     int    `json:"pty_pid"`
+	Reason     string `json:"reason"`
+	BytesOut   int64  `json:"bytes_out"`
+	BytesIn    int64  `json:"bytes_in"`
+	DurationMs int64  `json:"duration_ms"`
+}
+
+func (TerminalClosed) Kind() string { return "terminal.closed" }
+
+// TerminalOpenFailed: terminal.open got no terminal, and why.
+type TerminalOpenFailed struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+func (TerminalOpenFailed) Kind() string { return "terminal.open_failed" }
+
 func init() {
-	eventlog.Register(TaskQueued{}, TaskStarted{}, TaskMessage{}, TaskProgress{}, TaskErrorReported{},
+	eventlog.Register(TerminalOpened{}, TerminalClosed{}, TerminalOpenFailed{},
+		TaskQueued{}, TaskStarted{}, TaskMessage{}, TaskProgress{}, TaskErrorReported{},
 		TaskFinished{}, TaskPermissionRequested{}, TaskPermissionDecided{}, TaskRecovered{}, SecretIssued{},
 		SecretRefused{}, ExecutorSpawned{}, ExecutorConnected{}, ExecutorStartFailed{}, ExecutorExited{},
 		ExecutorRestartScheduled{}, ExecutorPaused{}, ExecutorResumed{}, ExecutorBadToken{},

@@ -37,5 +37,9 @@ func TestKinds(t *testing.T) {
 		ExecutorProtocolError{Pool: "claude", Executor: "claude-1", Problem: "not JSON"},
 		ExecutorStopping{Pool: "claude", Executor: "claude-1", Reason: "idle_timeout", TimeoutMs: 5000},
 		ExecutorKilled{Pool: "claude", Executor: "claude-1", Pid: 42, Reason: "startup_timeout"},
+		TerminalOpened{TerminalID: "term-1", Pool: "claude", Executor: "claude-1", PtyPid: 43, Cwd: "/src", Cols: 80, Rows: 24},
+		TerminalClosed{TerminalID: "term-1", Pool: "claude", Executor: "claude-1", PtyPid: 43, Reason: api.TermExited,
+			BytesOut: 120, BytesIn: 7, DurationMs: 1500},
+		TerminalOpenFailed{Pool: "claude", Executor: "claude-1", Reason: "executor claude-1 refused spawn_terminal"},
 	)
 }

@@ -67,6 +67,8 @@ type Manager struct {
 	stopping bool
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
+	terms    map[string]*terminal // open, and closed for termKeep
+	termSeq  atomic.Int64
 }
 
 // poolHandle is what the Manager knows of one pool actor.
@@ -87,7 +89,7 @@ func Start(opts Options) (*Manager, error) {
 		return nil, errors.New("executors: Bus, System and Log are required")
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
-		live: map[string]api.TaskRecord{}, waiters: map[string][]func(api.TaskRecord){},
+		live: map[string]api.TaskRecord{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
 		dir: filepath.Join(opts.Home, "executors"), env: opts.Environ}
 	m.idPre = randomHex(3) + "-"
 	if m.env == nil {
@@ -173,6 +175,8 @@ func randomHex(n int) string {
 }
 
 func (m *Manager) newTaskID() string { return "t-" + m.idPre + fmt.Sprint(m.seq.Add(1)) }
+
+func (m *Manager) newTerminalID() string { return "term-" + m.idPre + fmt.Sprint(m.termSeq.Add(1)) }
 
 // update records a live task's latest state.
 func (m *Manager) update(rec api.TaskRecord) {

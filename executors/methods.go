@@ -10,7 +10,8 @@ import (
 )
 
 // Register registers the executor methods with mux: task.execute,
-// task.get, task.wait, task.list, task.stop, session.get, executor.list.
+// task.get, task.wait, task.list, task.stop, session.get, executor.list,
+// and terminal.open, read, write, resize, close, wait and list.
 func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("task.execute", m.executeMethod)
 	mux.Handle("task.get", m.getMethod)
@@ -19,6 +20,13 @@ func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("task.stop", m.stopMethod)
 	mux.Handle("session.get", m.sessionMethod)
 	mux.Handle("executor.list", m.executorListMethod)
+	mux.Handle("terminal.open", m.terminalOpenMethod)
+	mux.Handle("terminal.read", m.terminalReadMethod)
+	mux.Handle("terminal.write", m.terminalWriteMethod)
+	mux.Handle("terminal.resize", m.terminalResizeMethod)
+	mux.Handle("terminal.close", m.terminalCloseMethod)
+	mux.Handle("terminal.wait", m.terminalWaitMethod)
+	mux.Handle("terminal.list", m.terminalListMethod)
 }
 
 // maxPrompt bounds a prompt (it goes to the store and to the executor on

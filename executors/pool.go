@@ -49,6 +49,9 @@ type instance struct {
 
 	calls  map[string]func(json.RawMessage, *wire.RPCError)
 	nextID int
+	// terms are the terminals it spawned: it is not shut down idle while
+	// one is open, and they close when it exits.
+	terms map[string]*terminal
 
 	// The notification pipeline: buf waits for the store, inflight is
 	// there, pending counts both.
@@ -103,6 +106,8 @@ type pool struct {
 	holdTill time.Time // no start before (crash-loop backoff)
 	holdSet  bool
 	stopping bool
+	// termQueue: terminal.open calls waiting for an executor to connect.
+	termQueue []*pendingTerm
 }
 
 func newPool(m *Manager, h *poolHandle) *pool {
@@ -199,6 +204,12 @@ func (p *pool) Receive(c *actors.Context) {
 		p.dispatch(c)
 	case stopTask:
 		p.stopTask(c, msg)
+	case openTerminal:
+		p.openTerminal(c, msg)
+	case termGone:
+		p.termGone(c, msg)
+	case termOpenExpired:
+		p.termOpenExpired(msg)
 	case instStarted:
 		p.started(c, msg)
 	case instConnected:
@@ -234,6 +245,7 @@ func (p *pool) Receive(c *actors.Context) {
 		p.holdSet = false
 		p.fillWarm(c)
 		p.dispatch(c)
+		p.termStart(c)
 	case release:
 		p.holdSet = false
 		p.dispatch(c)
@@ -388,6 +400,7 @@ func (p *pool) connected(c *actors.Context, m instConnected) {
 		return
 	}
 	p.dispatch(c)
+	p.serveTerminals(c)
 	p.armIdle(c, in)
 }
 
@@ -401,6 +414,7 @@ func (p *pool) exited(c *actors.Context, m instExited) {
 	if in.conn != nil {
 		in.conn.close()
 	}
+	p.endTerminals(in, api.TermExecutorExited)
 	sig := ""
 	if m.exit.Signal != 0 {
 		sig = signalName(m.exit.Signal)
@@ -439,6 +453,7 @@ func (p *pool) crashed(c *actors.Context, in *instance, uptime time.Duration) {
 					d.RestartsInWindow, p.tracker.Policy().MaxT)})
 		}
 		p.queue = nil
+		p.failTerminals(api.CodeInvalidState, fmt.Sprintf("executor pool %s is crash-looping", p.h.name))
 	}
 	if d.Delay > 0 {
 		p.holdTill, p.holdSet = now.Add(d.Delay), true
@@ -447,6 +462,21 @@ func (p *pool) crashed(c *actors.Context, in *instance, uptime time.Duration) {
 	}
 	p.fillWarm(c)
 	p.dispatch(c)
+	p.termStart(c)
+}
+
+// termStart starts an executor for waiting terminal.open calls when none
+// is on its way.
+func (p *pool) termStart(c *actors.Context) {
+	if len(p.termQueue) == 0 || p.stopping || p.holdSet || p.live() >= p.cfg.MaxInstances {
+		return
+	}
+	for _, in := range p.insts {
+		if in.state == instStarting {
+			return
+		}
+	}
+	p.start(c, false)
 }
 
 // fillWarm starts instances until `instances` are up.
@@ -722,7 +752,7 @@ func (p *pool) armIdle(c *actors.Context, in *instance) {
 
 func (p *pool) idleCheck(c *actors.Context, m idleCheck) {
 	in := p.inst(m.id, m.gen)
-	if in == nil || in.state != instIdle || !in.idle.Equal(m.since) || p.live() <= p.cfg.Instances {
+	if in == nil || in.state != instIdle || !in.idle.Equal(m.since) || p.live() <= p.cfg.Instances || len(in.terms) > 0 {
 		return
 	}
 	p.askShutdown(c, in, "idle_timeout")
@@ -744,6 +774,10 @@ func (p *pool) askShutdown(c *actors.Context, in *instance, reason string) {
 
 func (p *pool) stopAll(c *actors.Context) {
 	p.stopping = true
+	p.failTerminals(api.CodeShuttingDown, "the daemon is stopping")
+	for _, in := range p.insts {
+		p.endTerminals(in, api.TermDaemonShutdown)
+	}
 	shut := &api.TaskError{Code: api.TaskErrDaemonShutdown, Message: "the daemon stopped"}
 	for _, t := range slices.Clone(p.queue) {
 		p.end(c, t, api.TaskCancelled, shut)

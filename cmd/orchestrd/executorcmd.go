@@ -7,15 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/executors/ptyfd"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -28,7 +31,9 @@ prompt in place of an argument {prompt}, else on its stdin. Its stdout
 lines are the task's messages (a JSON line with a "type" passes through
 as it is, a plain line is text), its stderr lines are reported errors, its
 exit code is the task's status. --key-env fetches an API key from the
-daemon for each prompt and gives it to that one process as VAR.`
+daemon for each prompt and gives it to that one process as VAR.
+spawn_terminal starts the shell asked for (default $SHELL, else /bin/sh)
+on a new PTY and passes the PTY to the daemon ('orchestrd terminal').`
 
 // lineMax bounds one stdout line as a message; a longer line is split, and
 // said so.
@@ -74,7 +79,7 @@ func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	x := &cliExecutor{conn: conn, argv: argv, keyEnv: *keyEnv, service: service, grace: *grace,
-		calls: map[string]chan wire.RPCMessage{}, tasks: map[string]*cliTask{}, stderr: stderr}
+		calls: map[string]chan wire.RPCMessage{}, tasks: map[string]*cliTask{}, terms: map[int]*exec.Cmd{}, stderr: stderr}
 	x.cond = sync.NewCond(&x.mu)
 	return x.serve()
 }
@@ -96,6 +101,7 @@ type cliExecutor struct {
 	nextID int
 	calls  map[string]chan wire.RPCMessage
 	tasks  map[string]*cliTask
+	terms  map[int]*exec.Cmd // shells on PTYs, by pid
 	wg     sync.WaitGroup
 }
 
@@ -114,6 +120,7 @@ func (x *cliExecutor) serve() int {
 		if err != nil {
 			// The daemon went away: what runs is killed.
 			x.killAll(syscall.SIGKILL)
+			x.killTerminals()
 			x.wg.Wait()
 			if errors.Is(err, io.EOF) {
 				return exitOK
@@ -149,6 +156,8 @@ func (x *cliExecutor) serve() int {
 				defer x.wg.Done()
 				x.execute(m)
 			}()
+		case "spawn_terminal":
+			x.spawnTerminal(m)
 		case "stop_task", "cancel_task":
 			var p struct {
 				TaskID string `json:"task_id"`
@@ -188,6 +197,7 @@ func (x *cliExecutor) serve() int {
 				}
 			}
 			x.reply(m.ID, map[string]any{"status": status})
+			x.killTerminals()
 			x.wg.Wait()
 			x.conn.Close()
 			return exitOK
@@ -201,6 +211,73 @@ func (x *cliExecutor) serve() int {
 				x.writeErr(m.ID, wire.RPCErrorf(wire.CodeMethodNotFound, "method not found: %s", m.Method))
 			}
 		}
+	}
+}
+
+// spawnTerminal starts a shell on a new PTY and passes its master to the
+// daemon with the response (SCM_RIGHTS); the daemon owns it from then on.
+func (x *cliExecutor) spawnTerminal(m wire.RPCMessage) {
+	var p struct {
+		SessionToken string            `json:"session_token"`
+		Cwd          string            `json:"cwd"`
+		Shell        string            `json:"shell"`
+		Env          map[string]string `json:"env"`
+		UseTmux      bool              `json:"use_tmux"`
+		Cols         int               `json:"cols"`
+		Rows         int               `json:"rows"`
+	}
+	if e := wire.DecodeRPCParams(m, &p); e != nil {
+		x.writeErr(m.ID, e)
+		return
+	}
+	uc, ok := x.conn.(*net.UnixConn)
+	if !ok {
+		x.writeErr(m.ID, wire.RPCErrorf(wire.CodeInternal, "spawn_terminal: the connection cannot pass a file descriptor"))
+		return
+	}
+	shell := p.Shell
+	if shell == "" {
+		shell = os.Getenv("SHELL")
+	}
+	env := os.Environ()
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		env = append(env, k+"="+p.Env[k])
+	}
+	master, cmd, err := ptyfd.Start(shell, p.Cwd, env, p.Cols, p.Rows)
+	if err != nil {
+		x.writeErr(m.ID, wire.RPCErrorf(wire.CodeInternal, "spawn_terminal: %v", err))
+		return
+	}
+	defer master.Close()
+	pid := cmd.Process.Pid
+	x.mu.Lock()
+	x.terms[pid] = cmd
+	x.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		x.mu.Lock()
+		delete(x.terms, pid)
+		x.mu.Unlock()
+	}()
+	b, err := wire.AppendRPCResult(nil, m.ID, map[string]any{"terminal_id": fmt.Sprintf("pty-%d", pid), "pty_pid": pid})
+	if err != nil {
+		x.writeErr(m.ID, wire.RPCErrorf(wire.CodeInternal, "encoding the result: %v", err))
+		return
+	}
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	if err := ptyfd.SendFD(uc, append(b, '\n'), master); err != nil {
+		fmt.Fprintf(x.stderr, "orchestrd executor: passing the terminal to the daemon: %v\n", err)
+	}
+}
+
+// killTerminals hangs up the shells on PTYs (their sessions' groups).
+func (x *cliExecutor) killTerminals() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for pid := range x.terms {
+		_ = syscall.Kill(-pid, syscall.SIGHUP)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 }
 

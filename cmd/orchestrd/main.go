@@ -41,6 +41,7 @@ commands:
   tasks     list executor tasks
   stop      stop TASK [--force]: stop an executor task
   session   session ID: a session's transcript
+  terminal  a shell on a PTY an executor spawns, attached to this terminal (--list: the open ones)
   status    lanes, runners and the live actor tree
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
@@ -127,6 +128,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdStop(withHome(rest), stdout, stderr)
 	case "session":
 		return cmdSession(withHome(rest), stdout, stderr)
+	case "terminal":
+		return cmdTerminal(withHome(rest), stdout, stderr)
 	case "events":
 		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":

@@ -15,6 +15,11 @@
 // code, message}. A prompt that is not a script is echoed as one
 // content_block_delta.
 //
+// spawn_terminal starts the shell asked for on a real PTY and passes the
+// master with SCM_RIGHTS on the response; --terminal refuse (an error),
+// nofd (a response without the descriptor) or notpty (a pipe instead)
+// misbehave.
+//
 // Flags: --ignore-pause (keep sending while paused), --hang-on-shutdown,
 // --no-listen (never listen: a startup timeout), --pidfile PATH, --log
 // PATH (one line per method received from the daemon).
@@ -34,6 +39,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/executors/ptyfd"
 )
 
 type rpc struct {
@@ -94,6 +101,7 @@ func main() {
 	noListen := fs.Bool("no-listen", false, "never listen")
 	pidfile := fs.String("pidfile", "", "write the pid here")
 	logPath := fs.String("log", "", "append one line per method received")
+	termMode := fs.String("terminal", "ok", "spawn_terminal: ok, refuse, nofd or notpty")
 	_ = fs.Parse(os.Args[1:])
 	if *pidfile != "" {
 		_ = os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())), 0o600)
@@ -143,6 +151,8 @@ func main() {
 			}
 		case m.Method == "execute_prompt":
 			go e.execute(m)
+		case m.Method == "spawn_terminal":
+			e.spawnTerminal(m, *termMode)
 		case m.Method == "stop_task" || m.Method == "cancel_task":
 			var p struct {
 				TaskID string `json:"task_id"`
@@ -177,6 +187,49 @@ func main() {
 		}
 	}
 	os.Exit(0)
+}
+
+// spawnTerminal answers spawn_terminal, passing the PTY's master.
+func (e *executor) spawnTerminal(m rpc, mode string) {
+	var p struct {
+		Cwd   string            `json:"cwd"`
+		Shell string            `json:"shell"`
+		Env   map[string]string `json:"env"`
+		Cols  int               `json:"cols"`
+		Rows  int               `json:"rows"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	if mode == "refuse" {
+		e.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": rpcError{-32000, "terminals are disabled here"}})
+		return
+	}
+	env := os.Environ()
+	for k, v := range p.Env {
+		env = append(env, k+"="+v)
+	}
+	master, cmd, err := ptyfd.Start(p.Shell, p.Cwd, env, p.Cols, p.Rows)
+	if err != nil {
+		e.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": rpcError{-32000, err.Error()}})
+		return
+	}
+	go func() { _ = cmd.Wait() }()
+	defer master.Close()
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID,
+		"result": map[string]any{"terminal_id": fmt.Sprintf("pty-%d", cmd.Process.Pid), "pty_pid": cmd.Process.Pid}})
+	line = append(line, '\n')
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	switch mode {
+	case "nofd":
+		_, _ = e.conn.Write(line)
+	case "notpty":
+		r, w, _ := os.Pipe()
+		defer r.Close()
+		defer w.Close()
+		_ = ptyfd.SendFD(e.conn.(*net.UnixConn), line, r)
+	default:
+		_ = ptyfd.SendFD(e.conn.(*net.UnixConn), line, master)
+	}
 }
 
 func (e *executor) write(v any) {
