@@ -108,6 +108,7 @@ type pool struct {
 	stopping bool
 	// termQueue: terminal.open calls waiting for an executor to connect.
 	termQueue []*pendingTerm
+	pubArmed  bool // a republish is due
 }
 
 func newPool(m *Manager, h *poolHandle) *pool {
@@ -182,6 +183,7 @@ type (
 		reason string
 	}
 	killAll   struct{ reason string }
+	republish struct{}
 	startWarm struct{}
 	release   struct{}
 )
@@ -259,9 +261,25 @@ func (p *pool) Receive(c *actors.Context) {
 		for _, in := range p.insts {
 			p.kill(in, "executor pool stopped")
 		}
+	case republish:
+		p.pubArmed = false
+	}
+	switch c.Message().(type) {
+	case rpcIn, committed:
+		// The hot path (a message per notification): what executor.list
+		// shows is refreshed within republishAfter, not per message.
+		if !p.pubArmed {
+			p.pubArmed = true
+			c.After(republishAfter, republish{})
+		}
+		return
 	}
 	p.publish()
 }
+
+// republishAfter bounds how stale executor.list may be while notifications
+// stream.
+const republishAfter = 20 * time.Millisecond
 
 func (p *pool) inst(id string, gen int) *instance {
 	if in := p.insts[id]; in != nil && in.gen == gen {
@@ -932,6 +950,11 @@ type tokenParams struct {
 func (p *pool) taskOf(in *instance, method string, params json.RawMessage) *task {
 	var tp tokenParams
 	_ = json.Unmarshal(params, &tp)
+	return p.taskOfToken(in, method, tp)
+}
+
+// taskOfToken is taskOf for params already decoded.
+func (p *pool) taskOfToken(in *instance, method string, tp tokenParams) *task {
 	t := in.task
 	if t == nil || tp.SessionToken == "" || tp.SessionToken != t.token || (tp.TaskID != "" && tp.TaskID != t.rec.ID) {
 		p.m.bus.Emit(ExecutorBadToken{Pool: p.h.name, Executor: in.id, Method: method})
@@ -1149,12 +1172,8 @@ func (p *pool) notification(c *actors.Context, in *instance, m wire.RPCMessage) 
 		p.protocolError(in, "unknown notification "+m.Method)
 		return
 	}
-	t := p.taskOf(in, m.Method, m.Params)
-	if t == nil {
-		return
-	}
-	switch m.Method {
-	case "report_message":
+	if m.Method == "report_message" {
+		// The hot path: one decode gives the token and the message.
 		var a struct {
 			SessionToken string          `json:"session_token"`
 			TaskID       string          `json:"task_id"`
@@ -1163,7 +1182,12 @@ func (p *pool) notification(c *actors.Context, in *instance, m wire.RPCMessage) 
 			EventType    string          `json:"event_type"`
 			EventData    json.RawMessage `json:"event_data"`
 		}
-		if e := wire.DecodeRPCParams(m, &a); e != nil {
+		e := wire.DecodeRPCParams(m, &a)
+		t := p.taskOfToken(in, m.Method, tokenParams{SessionToken: a.SessionToken, TaskID: a.TaskID})
+		if t == nil {
+			return
+		}
+		if e != nil {
 			p.protocolError(in, "report_message: "+e.Message)
 			return
 		}
@@ -1173,6 +1197,13 @@ func (p *pool) notification(c *actors.Context, in *instance, m wire.RPCMessage) 
 		}
 		p.accept(c, in, t, api.SessionMessage{SessionID: t.rec.SessionID, TaskID: t.rec.ID, Sequence: a.Sequence,
 			EventType: a.EventType, EventData: a.EventData, Timestamp: a.Timestamp, ReceivedAt: time.Now().UTC()})
+		return
+	}
+	t := p.taskOf(in, m.Method, m.Params)
+	if t == nil {
+		return
+	}
+	switch m.Method {
 	case "report_progress":
 		var a struct {
 			Progress json.RawMessage `json:"progress"`

@@ -136,10 +136,35 @@ func (w *messagesWrite) prepare() error {
 	return nil
 }
 
+// messagesChunk is how many messages one INSERT carries: a statement per
+// row costs more in binding and stepping than the row itself.
+const messagesChunk = 32
+
+var messagesInsert = map[int]string{}
+
+func init() {
+	for _, n := range []int{1, messagesChunk} {
+		q := `INSERT INTO task_messages(task_id, sequence, session_id, event_type, event_data, ts, received_at) VALUES` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?),", n), ",") +
+			` ON CONFLICT(task_id, sequence) DO NOTHING`
+		messagesInsert[n] = q
+	}
+}
+
 func (w *messagesWrite) apply(t *wtx) error {
-	for _, a := range w.args {
-		if _, err := t.exec(`INSERT INTO task_messages(task_id, sequence, session_id, event_type, event_data, ts, received_at)
-			VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id, sequence) DO NOTHING`, a...); err != nil {
+	args := w.args
+	for len(args) >= messagesChunk {
+		flat := make([]any, 0, 7*messagesChunk)
+		for _, a := range args[:messagesChunk] {
+			flat = append(flat, a...)
+		}
+		if _, err := t.exec(messagesInsert[messagesChunk], flat...); err != nil {
+			return err
+		}
+		args = args[messagesChunk:]
+	}
+	for _, a := range args {
+		if _, err := t.exec(messagesInsert[1], a...); err != nil {
 			return err
 		}
 	}

@@ -356,5 +356,9 @@ func executorsConfig(testexec string) string {
 	// messages of one commit are published at once): a deeper queue than
 	// the default 1024 lines keeps the measure about throughput, not drops.
 	return strings.Replace(laneConfig{runners: 1, slots: 1}.toml(), "[daemon]\n", "[daemon]\nsubscriber_queue = 65536\n", 1) +
-		fmt.Sprintf("\n[executors.bench]\ncommand = [%q]\ninstances = 1\nmax_instances = 1\n", testexec)
+		fmt.Sprintf("\n[executors.bench]\ncommand = [%q]\ninstances = 1\nmax_instances = 1\n", testexec) +
+		// The death phase kills the executor 50 times in a row: a crash
+		// loop by the default policy (10 in a minute), which would hold
+		// the restarts back. It measures the loss, not the policy.
+		"\n[executors.bench.restart]\nmax_r = 1000\nstable = \"1ms\"\n"
 }

@@ -132,6 +132,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 	if oobn > 0 {
 		r.keep(r.oob[:oobn], flags&unix.MSG_CTRUNC != 0)
 	}
+	if n < 0 {
+		// recvmsg's -1 on an error (a reset connection) comes back as it
+		// is; io.Reader's contract wants 0.
+		n = 0
+	}
 	return n, err
 }
 

@@ -125,3 +125,23 @@ func TestNotPTYAndOverflow(t *testing.T) {
 		t.Fatalf("Take after Close: %v", err)
 	}
 }
+
+// A peer that goes away with bytes unread resets the connection: Read
+// says so with an error and a count of 0 (recvmsg's -1 once crashed the
+// bufio reader above it).
+func TestReadAfterReset(t *testing.T) {
+	tx, rx := pair(t)
+	if _, err := rx.Write([]byte("never read\n")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Close() // with that line unread: rx's next read is ECONNRESET
+	r := NewReader(rx)
+	defer r.Close()
+	n, err := r.Read(make([]byte, 64))
+	if n != 0 || err == nil {
+		t.Fatalf("Read after a reset: %d, %v; want 0 and an error", n, err)
+	}
+	if _, err := bufio.NewReader(r).ReadString('\n'); err == nil {
+		t.Fatal("bufio read after a reset: no error")
+	}
+}
