@@ -684,3 +684,64 @@ func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
 		t.Fatalf("the queued task after the running one was stopped: %+v", rec)
 	}
 }
+
+// A daemon that crashes while a task holds a secret leaves it in no crash
+// report: the goroutine dump of a SIGQUIT (what a Go crash prints), the
+// event log, the store, or the status output taken just before.
+func TestSecretNotInCrashReport(t *testing.T) {
+	const canary = "sk-crash-canary-9b17e0c4"
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \""+canary+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(execConfig(t, "instances = 1\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDaemon(t, home)
+	cmd := daemonrun.Serve(binary, home)
+	cmd.Env = append(cmd.Env, "GOTRACEBACK=all")
+	cmd.Stderr, cmd.Stdout = d.stderr, d.stderr
+	d.launch(cmd)
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"key","service":"anthropic"}`, `{"op":"hang"}`)})
+	d.waitEvent("secret.issued", func(e map[string]any) bool { return e["task_id"] == id })
+	pid := d.runningExecutor(id)
+	var status []byte
+	for _, args := range [][]string{{"status"}, {"tasks", "--json"}, {"session", "--json", session}} {
+		out, err := exec.Command(binary, append([]string{"--home", home}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("orchestrd %v: %v\n%s", args, err, out)
+		}
+		status = append(status, out...)
+	}
+	if !bytes.Contains(status, []byte(id)) || !bytes.Contains(status, []byte("key_result")) {
+		t.Fatalf("the status output shows neither the task nor its key result:\n%s", status)
+	}
+	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not die of SIGQUIT")
+	}
+	waitGone(t, pid) // its executors die with it
+	dump := d.stderr.String()
+	if !strings.Contains(dump, "goroutine ") || !strings.Contains(dump, "SIGQUIT") {
+		t.Fatalf("no goroutine dump on stderr:\n%s", tail(dump, 2000))
+	}
+	places := map[string][]byte{"crash dump": []byte(dump), "status output": status}
+	entries, _ := os.ReadDir(home)
+	for _, e := range entries {
+		if e.Name() == "secrets.toml" || e.IsDir() {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(home, e.Name())); err == nil {
+			places[e.Name()] = b
+		}
+	}
+	for where, b := range places {
+		if bytes.Contains(b, []byte(canary)) {
+			t.Errorf("the secret is in %s", where)
+		}
+	}
+}
