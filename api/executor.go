@@ -44,6 +44,7 @@ const (
 	TaskErrDaemonLost     = "daemon_lost"     // the daemon died while it ran; found at the next start
 	TaskErrStartFailed    = "executor_start_failed"
 	TaskErrPoolRemoved    = "executor_removed" // queued for a pool the restarted daemon has not got
+	TaskErrActorFailed    = "actor_failed"     // the daemon's actor of the task failed (a bug: see actor.panicked)
 )
 
 // TaskSpec is task.execute's params.

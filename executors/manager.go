@@ -79,8 +79,32 @@ type poolHandle struct {
 	queued atomic.Int64 // tasks waiting in its queue
 	done   chan struct{}
 
-	mu   sync.Mutex
-	snap api.PoolStatus
+	mu    sync.Mutex
+	execs map[string]api.ExecutorStatus // each executor actor's own line
+}
+
+// setExec records (nil: drops) an executor's line of executor.list.
+func (h *poolHandle) setExec(id string, st *api.ExecutorStatus) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st == nil {
+		delete(h.execs, id)
+		return
+	}
+	h.execs[id] = *st
+}
+
+// status is the pool as executor.list shows it.
+func (h *poolHandle) status() api.PoolStatus {
+	st := api.PoolStatus{Name: h.name, Instances: h.cfg.Instances, MaxInstances: h.cfg.MaxInstances,
+		Queued: int(h.queued.Load()), Executors: []api.ExecutorStatus{}}
+	h.mu.Lock()
+	for _, e := range h.execs {
+		st.Executors = append(st.Executors, e)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(st.Executors, func(a, b api.ExecutorStatus) int { return strings.Compare(a.ID, b.ID) })
+	return st
 }
 
 // Start starts one pool actor per [executors.NAME] and the warm instances.
@@ -101,9 +125,7 @@ func Start(opts Options) (*Manager, error) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Pools)) {
-		h := &poolHandle{name: name, cfg: opts.Pools[name], done: make(chan struct{})}
-		h.snap = api.PoolStatus{Name: name, Instances: h.cfg.Instances, MaxInstances: h.cfg.MaxInstances,
-			Executors: []api.ExecutorStatus{}}
+		h := &poolHandle{name: name, cfg: opts.Pools[name], done: make(chan struct{}), execs: map[string]api.ExecutorStatus{}}
 		ref, err := m.sys.Spawn(actors.Props{Kind: "executor-pool", ID: name, OnPanic: actors.Restart,
 			MaxRestarts: 3, Within: time.Minute,
 			New: func() actors.Actor { return newPool(m, h) }})

@@ -118,7 +118,7 @@ func (m *Manager) executeMethod(call api.Call) {
 			return
 		}
 		m.bus.Emit(TaskQueued{TaskID: rec.ID, SessionID: rec.SessionID, Executor: h.name})
-		m.sys.Send(h.ref, queueTask{t: &task{rec: rec}})
+		m.sys.Send(h.ref, queueTask{rec: rec})
 		call.Respond(map[string]any{"task_id": rec.ID, "session_id": rec.SessionID})
 	})
 	if err != nil {
@@ -204,13 +204,9 @@ func (m *Manager) waitMethod(call api.Call) {
 		call.Respond(map[string]any{"task": rec})
 		return
 	}
+	// The timer is set before the waiter is registered: the waiter may
+	// run at once, on another goroutine.
 	var timer *time.Timer
-	m.wait(p.ID, func(rec api.TaskRecord) {
-		if timer != nil {
-			timer.Stop()
-		}
-		call.Respond(map[string]any{"task": rec})
-	})
 	if p.TimeoutMs > 0 {
 		timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, func() {
 			rec, err := m.task(p.ID)
@@ -221,6 +217,12 @@ func (m *Manager) waitMethod(call api.Call) {
 			call.Respond(map[string]any{"task": rec, "timed_out": !rec.State.Terminal()})
 		})
 	}
+	m.wait(p.ID, func(rec api.TaskRecord) {
+		if timer != nil {
+			timer.Stop()
+		}
+		call.Respond(map[string]any{"task": rec})
+	})
 	// A client gone: the answer goes nowhere (Respond after OnClose is a
 	// no-op); the waiter is dropped when the task ends.
 	call.OnClose(func() {
@@ -342,10 +344,7 @@ func (m *Manager) executorListMethod(call api.Call) {
 	}
 	pools := make([]api.PoolStatus, 0, len(m.pools))
 	for _, name := range m.PoolNames() {
-		h := m.pools[name]
-		h.mu.Lock()
-		pools = append(pools, h.snap)
-		h.mu.Unlock()
+		pools = append(pools, m.pools[name].status())
 	}
 	call.Respond(map[string]any{"pools": pools})
 }

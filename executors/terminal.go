@@ -46,12 +46,10 @@ const (
 // terminal is one terminal; its fields under mu are shared by its actor,
 // its two goroutines and the control-socket handlers.
 type terminal struct {
-	m      *Manager
-	f      *os.File
-	poolR  actors.Ref
-	instID string
-	gen    int
-	ref    actors.Ref
+	m     *Manager
+	f     *os.File
+	owner actors.Ref // the executor actor that spawned it
+	ref   actors.Ref
 
 	mu       sync.Mutex
 	room     *sync.Cond // the reader waits for room in buf
@@ -110,8 +108,8 @@ func (a *termActor) Receive(c *actors.Context) {
 	}
 }
 
-func newTerminal(m *Manager, f *os.File, st api.TerminalStatus, pool actors.Ref, instID string, gen int) *terminal {
-	t := &terminal{m: m, f: f, st: st, poolR: pool, instID: instID, gen: gen,
+func newTerminal(m *Manager, f *os.File, st api.TerminalStatus, owner actors.Ref) *terminal {
+	t := &terminal{m: m, f: f, st: st, owner: owner,
 		readers: map[*termRead]struct{}{}, waiters: map[api.Call]struct{}{}, in: make(chan termInput, termInQueue)}
 	t.room = sync.NewCond(&t.mu)
 	return t
@@ -198,7 +196,7 @@ func (t *terminal) end(reason string) {
 	}
 	t.m.bus.Emit(TerminalClosed{TerminalID: st.ID, Pool: st.Pool, Executor: st.Executor, PtyPid: st.PtyPid,
 		Reason: reason, BytesOut: st.BytesOut, BytesIn: st.BytesIn, DurationMs: now.Sub(st.OpenedAt).Milliseconds()})
-	t.m.sys.Send(t.poolR, termGone{id: st.ID, inst: t.instID, gen: t.gen})
+	t.m.sys.Send(t.owner, termGone{id: st.ID})
 	time.AfterFunc(termKeep, func() { t.m.dropTerminal(st.ID, t) })
 }
 
