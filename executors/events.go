@@ -1,10 +1,13 @@
 package executors
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Task events. Every one carries task_id.
@@ -41,6 +44,34 @@ type TaskMessage struct {
 
 func (TaskMessage) Kind() string { return "task.message" }
 func (TaskMessage) Ephemeral()   {}
+
+// AppendJSON writes the event as json.Marshal would, without reflection:
+// there is one per report_message. EventData is JSON the store took (it
+// checked it); one spread over lines is compacted.
+func (e TaskMessage) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"task_id":`...)
+	dst = wire.AppendJSONString(dst, e.TaskID, false)
+	dst = append(dst, `,"session_id":`...)
+	dst = wire.AppendJSONString(dst, e.SessionID, false)
+	dst = append(dst, `,"sequence":`...)
+	dst = strconv.AppendInt(dst, e.Sequence, 10)
+	dst = append(dst, `,"event_type":`...)
+	dst = wire.AppendJSONString(dst, e.EventType, false)
+	if len(e.EventData) > 0 {
+		dst = append(dst, `,"event_data":`...)
+		if bytes.ContainsAny(e.EventData, "\r\n") {
+			var b bytes.Buffer
+			if json.Compact(&b, e.EventData) == nil {
+				dst = append(dst, b.Bytes()...)
+			} else {
+				dst = append(dst, "null"...)
+			}
+		} else {
+			dst = append(dst, e.EventData...)
+		}
+	}
+	return append(dst, '}')
+}
 
 // TaskProgress is a report_progress; ephemeral.
 type TaskProgress struct {

@@ -285,6 +285,56 @@ func (t *task) report(typ string, data any) {
 		"timestamp": time.Now().UnixMilli(), "event_type": typ, "event_data": data})
 }
 
+// flood sends n report_message notifications as a busy agent's executor
+// would: lines built without reflection and written in batches of up to
+// 32 KiB (as a Node stream coalesces its writes), the batch flushed and
+// the sending held while the daemon has paused notifications (unless
+// --ignore-pause).
+func (t *task) flood(n int) {
+	e := t.e
+	buf := make([]byte, 0, 40<<10)
+	flush := func() {
+		if len(buf) > 0 {
+			e.wmu.Lock()
+			_, _ = e.conn.Write(buf)
+			e.wmu.Unlock()
+			buf = buf[:0]
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !e.ignorePause {
+			e.mu.Lock()
+			paused := e.paused
+			e.mu.Unlock()
+			if paused {
+				flush()
+				e.mu.Lock()
+				for e.paused {
+					e.cond.Wait()
+				}
+				e.mu.Unlock()
+			}
+		}
+		t.seq++
+		t.n++
+		buf = append(buf, `{"jsonrpc":"2.0","method":"report_message","params":{"session_token":`...)
+		buf = strconv.AppendQuote(buf, t.token)
+		buf = append(buf, `,"task_id":`...)
+		buf = strconv.AppendQuote(buf, t.id)
+		buf = append(buf, `,"sequence":`...)
+		buf = strconv.AppendInt(buf, t.seq, 10)
+		buf = append(buf, `,"timestamp":`...)
+		buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
+		buf = append(buf, `,"event_type":"content_block_delta","event_data":{"delta":{"text":"chunk `...)
+		buf = strconv.AppendInt(buf, int64(i+1), 10)
+		buf = append(buf, "\"}}}}\n"...)
+		if len(buf) >= 32<<10 {
+			flush()
+		}
+	}
+	flush()
+}
+
 func (e *executor) execute(m rpc) {
 	var p struct {
 		SessionToken string `json:"session_token"`
@@ -327,9 +377,7 @@ func (e *executor) execute(m rpc) {
 				t.report(typ, data)
 			}
 		case "flood":
-			for i := 0; i < s.N; i++ {
-				t.report("content_block_delta", map[string]any{"delta": map[string]string{"text": "chunk " + strconv.Itoa(i+1)}})
-			}
+			t.flood(s.N)
 		case "progress":
 			e.notify("report_progress", map[string]any{"session_token": t.token, "task_id": t.id,
 				"progress": map[string]any{"percent": s.Percent, "message": s.Message}})

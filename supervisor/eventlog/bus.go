@@ -387,6 +387,9 @@ func (b *Bus) Emit(ev Event) *Record {
 // eventlog_error field; non-object JSON is wrapped as {"value":...}.
 func (b *Bus) encode(eb *encBuf, kind string, ev Event) []byte {
 	eb.buf.Reset()
+	if a, ok := ev.(Appender); ok {
+		return a.AppendJSON(eb.buf.AvailableBuffer())
+	}
 	if err := eb.enc.Encode(ev); err != nil {
 		b.limit.do("marshal", func(suppressed int) {
 			b.log.Error().Err(err).Str("kind", kind).Int("suppressed", suppressed).Msg("eventlog: event does not marshal")

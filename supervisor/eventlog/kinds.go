@@ -22,6 +22,16 @@ type Ephemeral interface {
 	Ephemeral()
 }
 
+// Appender is implemented by the hot events that write their own JSON
+// object (task.message, by the ten thousand a second): Emit appends it
+// instead of going through encoding/json. AppendJSON must append one JSON
+// object, on one line, with the fields and values json.Marshal would write
+// (eventlogtest.CheckKinds compares the two).
+type Appender interface {
+	Event
+	AppendJSON(dst []byte) []byte
+}
+
 // WireDataer is implemented by events whose data for control-socket
 // subscribers differs from their log line (job.finished carries the whole
 // job record there). WireData's JSON is sent as the event's data as it is.

@@ -50,6 +50,17 @@ func CheckKinds(t testing.TB, samples ...eventlog.Event) {
 			t.Errorf("%s: %v", kind, err)
 			continue
 		}
+		if a, ok := ev.(eventlog.Appender); ok {
+			own := a.AppendJSON(nil)
+			dec := json.NewDecoder(bytes.NewReader(own))
+			dec.UseNumber()
+			var got map[string]any
+			if err := dec.Decode(&got); err != nil || bytes.ContainsAny(own, "\r\n") {
+				t.Errorf("%s: AppendJSON wrote %s: not one JSON object on one line (%v)", kind, own, err)
+			} else if !reflect.DeepEqual(got, fields) {
+				t.Errorf("%s: AppendJSON wrote %s, json.Marshal the fields %v", kind, own, fields)
+			}
+		}
 		for _, k := range []string{"ts", "seq", "kind"} {
 			if _, ok := fields[k]; ok {
 				t.Errorf("%s has a field named %q, which the log line uses itself", kind, k)

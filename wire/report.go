@@ -1,0 +1,100 @@
+package wire
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ReportMessage is the params of Agor's report_message notification, the
+// one message an executor sends by the thousand.
+type ReportMessage struct {
+	SessionToken string          `json:"session_token"`
+	TaskID       string          `json:"task_id"`
+	Sequence     int64           `json:"sequence"`
+	Timestamp    int64           `json:"timestamp"`
+	EventType    string          `json:"event_type"`
+	EventData    json.RawMessage `json:"event_data"`
+}
+
+// DecodeReportMessage decodes params, which must be valid JSON (ParseRPC
+// checked the line), as encoding/json would into a ReportMessage, without
+// its reflection: one walk over the object, the strings and numbers read
+// in place. It returns false for whatever it does not take on (not an
+// object, a number that is not a plain integer, a string of the wrong
+// type); the caller then decodes with DecodeRPCParams, which also names
+// the problem. FuzzDecodeReportMessage checks the two agree.
+func DecodeReportMessage(params []byte) (ReportMessage, bool) {
+	var r ReportMessage
+	i := skipJSONSpace(params, 0)
+	if i >= len(params) || params[i] != '{' {
+		return r, false
+	}
+	for it := members(params, i); ; {
+		key, val, ok := it.next()
+		if !ok {
+			return r, true
+		}
+		var s *string
+		var n *int64
+		// encoding/json matches names without regard to case (Unicode
+		// simple folding), and so does this.
+		switch foldReportKey(key) {
+		case "session_token":
+			s = &r.SessionToken
+		case "task_id":
+			s = &r.TaskID
+		case "event_type":
+			s = &r.EventType
+		case "sequence":
+			n = &r.Sequence
+		case "timestamp":
+			n = &r.Timestamp
+		case "event_data":
+			r.EventData = json.RawMessage(val)
+			continue
+		default:
+			continue
+		}
+		if string(val) == "null" {
+			continue // encoding/json leaves the field as it is
+		}
+		switch {
+		case s != nil:
+			if val[0] != '"' {
+				return r, false
+			}
+			if content := val[1 : len(val)-1]; plainStringContent(content) && utf8.Valid(content) {
+				*s = string(content)
+			} else if json.Unmarshal(val, s) != nil {
+				return r, false
+			}
+		case n != nil:
+			v, err := strconv.ParseInt(string(val), 10, 64)
+			if err != nil {
+				return r, false
+			}
+			*n = v
+		}
+	}
+}
+
+var reportKeys = []string{"session_token", "task_id", "event_type", "sequence", "timestamp", "event_data"}
+
+// foldReportKey returns the field name key stands for: itself, or the one
+// it equals but for case.
+func foldReportKey(key []byte) string {
+	k := string(key)
+	for _, f := range reportKeys {
+		if k == f {
+			return f
+		}
+	}
+	for _, f := range reportKeys {
+		if strings.EqualFold(k, f) {
+			return f
+		}
+	}
+	return ""
+}
