@@ -226,7 +226,7 @@ func runExecutors(b *bench) error {
 	}
 	ok := paused > 0 && resumed > 0 && len(stored) == n
 	b.add(Row{Metric: "… with the store locked 1.5 s: pauses / resumes, messages stored (of sent), RSS growth",
-		N: n, Orchestrd: fmt.Sprintf("%d / %d, %d of %d, +%s", paused, resumed, len(stored), n, fmtBytes(float64(rssMax-rss0))),
+		N: n, Orchestrd: fmt.Sprintf("%d / %d, %d of %d, %s", paused, resumed, len(stored), n, signedBytes(rssMax-rss0)),
 		Value: float64(len(stored)), Unit: "messages", Target: "switches, nothing lost, RSS flat", Met: boolp(ok)})
 
 	// 4. Executor death -> task.finished {executor_lost} at a subscriber.
@@ -361,4 +361,12 @@ func executorsConfig(testexec string) string {
 		// loop by the default policy (10 in a minute), which would hold
 		// the restarts back. It measures the loss, not the policy.
 		"\n[executors.bench.restart]\nmax_r = 1000\nstable = \"1ms\"\n"
+}
+
+// signedBytes is a growth in bytes with its sign: "+340.0 KiB", "-504.0 KiB".
+func signedBytes(n int64) string {
+	if n < 0 {
+		return "-" + fmtBytes(float64(-n))
+	}
+	return "+" + fmtBytes(float64(n))
 }
