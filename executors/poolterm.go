@@ -38,6 +38,7 @@ func (p *pool) openTerminal(c *actors.Context, m openTerminal) {
 	}
 	pt := &pendingTerm{spec: m.spec, call: m.call}
 	if in := p.termInstance(); in != nil {
+		in.terms++ // not shut down idle meanwhile; the executor says how many it has
 		c.Send(in.ref, spawnTerm{pt: pt})
 		return
 	}

@@ -139,9 +139,12 @@ func (t *terminal) readLoop(self actors.Ref) {
 			t.eof = true
 		}
 		t.answerReaders()
+		ended := t.ended
 		t.mu.Unlock()
 		if err != nil {
-			t.m.sys.Send(self, termEnd{reason: api.TermExited})
+			if !ended { // else end closed the PTY under this read
+				t.m.sys.Send(self, termEnd{reason: api.TermExited})
+			}
 			return
 		}
 	}
