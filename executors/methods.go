@@ -64,16 +64,8 @@ func (m *Manager) executeMethod(call api.Call) {
 		bad("permission_mode must be default, acceptEdits or bypassPermissions, got %q", spec.PermissionMode)
 		return
 	}
-	h, err := m.pool(spec.Executor)
-	if err != nil {
-		call.Fail(err)
-		return
-	}
-	m.mu.Lock()
-	stopping := m.stopping
-	m.mu.Unlock()
-	if stopping {
-		call.Fail(api.Errorf(api.CodeShuttingDown, "the daemon is stopping: task not accepted"))
+	h, ok := m.livePool(call, spec.Executor, "task not accepted")
+	if !ok {
 		return
 	}
 	if int(h.queued.Load()) >= h.cfg.QueueLimit {
@@ -108,7 +100,7 @@ func (m *Manager) executeMethod(call api.Call) {
 		Prompt: spec.Prompt, Cwd: spec.Cwd, Tools: tools, PermissionMode: spec.PermissionMode,
 		TimeoutMs: spec.TimeoutMs, CreatedAt: time.Now().UTC()}
 	m.update(rec)
-	err = m.log.TaskCreated(rec, func(err error) {
+	err := m.log.TaskCreated(rec, func(err error) {
 		if err != nil {
 			m.forget(rec.ID)
 			m.mu.Lock()
@@ -127,6 +119,24 @@ func (m *Manager) executeMethod(call api.Call) {
 		m.mu.Unlock()
 		call.Fail(api.Errorf(api.CodeStoreUnavailable, "the state store cannot take the task: %v", err))
 	}
+}
+
+// livePool resolves a call's pool (see pool), failing the call when there
+// is none or when the daemon is stopping (refused says what is not done).
+func (m *Manager) livePool(call api.Call, name, refused string) (*poolHandle, bool) {
+	h, err := m.pool(name)
+	if err != nil {
+		call.Fail(err)
+		return nil, false
+	}
+	m.mu.Lock()
+	stopping := m.stopping
+	m.mu.Unlock()
+	if stopping {
+		call.Fail(api.Errorf(api.CodeShuttingDown, "the daemon is stopping: %s", refused))
+		return nil, false
+	}
+	return h, true
 }
 
 type idParams struct {

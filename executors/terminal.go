@@ -334,16 +334,8 @@ func (m *Manager) terminalOpenMethod(call api.Call) {
 	if spec.Rows == 0 {
 		spec.Rows = 24
 	}
-	h, err := m.pool(spec.Executor)
-	if err != nil {
-		call.Fail(err)
-		return
-	}
-	m.mu.Lock()
-	stopping := m.stopping
-	m.mu.Unlock()
-	if stopping {
-		call.Fail(api.Errorf(api.CodeShuttingDown, "the daemon is stopping: no terminal opened"))
+	h, ok := m.livePool(call, spec.Executor, "no terminal opened")
+	if !ok {
 		return
 	}
 	m.sys.Send(h.ref, openTerminal{spec: spec, call: call})

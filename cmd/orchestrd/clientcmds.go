@@ -177,15 +177,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	// --cwd goes as given (made absolute, never cleaned): the runner
 	// resolves it and says if it does not exist.
-	dir := *cwd
-	var err error
-	if dir == "" {
-		dir, err = os.Getwd()
-	} else {
-		dir, err = absDir(dir)
-	}
+	dir, err := workDir(*cwd)
 	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return exitFailure
 	}
 	spec := api.JobSpec{Lane: *lane, Argv: argv, Cwd: dir, TimeoutMs: uint64(timeout.Milliseconds())}

@@ -54,6 +54,21 @@ func (f timeoutFlag) Set(v string) error {
 	return nil
 }
 
+// workDir is a command's --cwd: the current directory when empty, else
+// made absolute (as absDir). The error names what was being resolved.
+func workDir(flagValue string) (string, error) {
+	dir, err := flagValue, error(nil)
+	if dir == "" {
+		dir, err = os.Getwd()
+	} else {
+		dir, err = absDir(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	return dir, nil
+}
+
 // absDir makes a --cwd or --worktree absolute against the current
 // directory without cleaning it: the runner resolves it the way the kernel
 // does, where "link/.." climbs from the link's target and not back to

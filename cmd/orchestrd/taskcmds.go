@@ -61,15 +61,9 @@ func cmdPrompt(args []string, stdout, stderr io.Writer) int {
 	default:
 		return usageError(fs, promptUsage, stderr, "--mode must be default, acceptEdits or bypassPermissions, got %q", *mode)
 	}
-	dir := *cwd
-	var err error
-	if dir == "" {
-		dir, err = os.Getwd()
-	} else {
-		dir, err = absDir(dir)
-	}
+	dir, err := workDir(*cwd)
 	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return exitFailure
 	}
 	spec := api.TaskSpec{Executor: *executor, Prompt: text, Cwd: dir, SessionID: *session, Tools: tools,

@@ -221,6 +221,7 @@ command = [%q, "executor", "--", "cat"]
 		want   string
 	}{
 		{"terminal.open", map[string]any{"executor": "scripted", "cwd": "relative/dir"}, "absolute"},
+		{"terminal.open", map[string]any{"executor": "scripted", "cwd": "/nonexistent-orchestrd-dir"}, "working directory"},
 		{"terminal.open", map[string]any{"executor": "nope"}, "no executor pool"},
 		{"terminal.read", map[string]any{"id": "term-nope"}, "no terminal"},
 		{"terminal.read", map[string]any{"id": st.ID, "offset": 0}, "outside the bytes held"},

@@ -53,15 +53,9 @@ func cmdTerminal(args []string, stdout, stderr io.Writer) int {
 	if *list {
 		return listTerminals(c, *asJSON, stdout, stderr)
 	}
-	dir := *cwd
-	var err error
-	if dir == "" {
-		dir, err = os.Getwd()
-	} else {
-		dir, err = absDir(dir)
-	}
+	dir, err := workDir(*cwd)
 	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd: working directory: %v\n", err)
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return exitFailure
 	}
 	spec := api.TerminalSpec{Executor: *executor, Cwd: dir, Shell: *shell, Env: map[string]string{}}

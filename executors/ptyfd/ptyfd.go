@@ -29,6 +29,14 @@ func Start(shell, cwd string, env []string, cols, rows int) (*os.File, *exec.Cmd
 	if shell == "" {
 		shell = "/bin/sh"
 	}
+	if cwd != "" {
+		// exec would blame the shell for a directory it cannot enter.
+		if fi, err := os.Stat(cwd); err != nil {
+			return nil, nil, fmt.Errorf("working directory: %w", err)
+		} else if !fi.IsDir() {
+			return nil, nil, fmt.Errorf("working directory %s is not a directory", cwd)
+		}
+	}
 	cmd := exec.Command(shell)
 	cmd.Dir, cmd.Env = cwd, env
 	master, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: clampSize(cols, 80), Rows: clampSize(rows, 24)})
