@@ -279,6 +279,7 @@ func Run(ctx context.Context, opts Options) error {
 				case s := <-sigCh:
 					bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
 					sd.notify(stoppingStatus(s, "") + ", killing runners now")
+					execMgr.Force()
 					mgr.Force()
 				case <-stopped:
 				}

@@ -65,6 +65,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	stopping bool
+	forced   bool // Force was called: executors are killed, not asked
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
 	terms    map[string]*terminal // open, and closed for termKeep
@@ -92,6 +93,13 @@ func (h *poolHandle) setExec(id string, st *api.ExecutorStatus) {
 		return
 	}
 	h.execs[id] = *st
+}
+
+// clearExecs forgets every executor's line.
+func (h *poolHandle) clearExecs() {
+	h.mu.Lock()
+	clear(h.execs)
+	h.mu.Unlock()
 }
 
 // status is the pool as executor.list shows it.
@@ -270,9 +278,13 @@ type stopAll struct{}
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
+	forced := m.forced
 	m.mu.Unlock()
 	for _, h := range m.pools {
 		m.sys.Send(h.ref, stopAll{})
+		if forced {
+			m.sys.Send(h.ref, killAll{reason: "shutdown_forced"})
+		}
 	}
 	var errs []error
 	for _, name := range m.PoolNames() {
@@ -299,6 +311,23 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Force hurries a Shutdown under way, or the one to come: executors still
+// running are killed now (executor.killed {reason: shutdown_forced})
+// instead of at their shutdown_timeout. Call it only once the daemon is
+// stopping.
+func (m *Manager) Force() {
+	m.mu.Lock()
+	m.forced = true
+	stopping := m.stopping
+	m.mu.Unlock()
+	if !stopping {
+		return // Shutdown kills them when it starts
+	}
+	for _, h := range m.pools {
+		m.sys.Send(h.ref, killAll{reason: "shutdown_forced"})
+	}
 }
 
 // pool resolves task.execute's executor: the pool named, else the only

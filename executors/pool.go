@@ -94,6 +94,9 @@ func (p *pool) Receive(c *actors.Context) {
 	case actors.Started:
 		p.self = c.Self()
 		p.ps.pool = c.Self()
+		// A fresh incarnation after a panic: the executors of the failed
+		// one were stopped (and their processes killed) before this.
+		p.ps.h.clearExecs()
 		for range p.ps.cfg.Instances {
 			p.start(c, true)
 		}

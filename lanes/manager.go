@@ -447,14 +447,13 @@ func (m *Manager) FinishedOutputBytes() int64 { return m.sh.store.finishedOutput
 // running jobs end cancelled (daemon_shutdown). Then the actors stop and a
 // last sweep kills anything re-parented to the daemon. It returns how many
 // runners had to be killed.
-// Force hurries a Shutdown under way: runners that have not stopped yet
-// are killed now (runner.killed {reason: shutdown_forced}) instead of at
-// the shutdown timeout; their jobs end cancelled as at any shutdown. A
-// no-op before Shutdown.
+// Force hurries a Shutdown under way, or the one to come (the daemon
+// stops other domains before the lanes, and a second signal may come
+// meanwhile): runners that have not stopped yet are killed now
+// (runner.killed {reason: shutdown_forced}) instead of at the shutdown
+// timeout; their jobs end cancelled as at any shutdown. Call it only once
+// the daemon is stopping.
 func (m *Manager) Force() {
-	if !m.stopping.Load() {
-		return
-	}
 	for _, n := range m.names {
 		m.sys.Send(m.lanes[n].laneRef(), laneForce{})
 	}

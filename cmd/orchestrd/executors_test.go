@@ -745,3 +745,27 @@ func TestSecretNotInCrashReport(t *testing.T) {
 		}
 	}
 }
+
+// A second SIGTERM while the executors are being asked to shut down kills
+// the ones that ignore it now, not at their shutdown_timeout, and the
+// lanes stopped after them are hurried too.
+func TestSecondSignalKillsExecutors(t *testing.T) {
+	cfg := "[daemon]\nshutdown_timeout = \"60s\"\n\n" + execConfig(t, "instances = 1\nshutdown_timeout = \"60s\"\n", "--hang-on-shutdown")
+	d := startDaemon(t, cfg)
+	ev := d.waitEvent("executor.connected", nil)
+	pid := int(ev["pid"].(float64))
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.waitEvent("executor.stopping", func(e map[string]any) bool { return e["reason"] == "server_restart" })
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.waitCleanExit("the daemon did not exit after a second SIGTERM")
+	waitGone(t, pid)
+	forced := 0
+	for _, e := range d.events() {
+		if e["kind"] == "executor.killed" && e["reason"] == "shutdown_forced" {
+			forced++
+		}
+	}
+	if forced != 1 {
+		t.Fatalf("executor.killed {shutdown_forced}: %d, want 1", forced)
+	}
+}
