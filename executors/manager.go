@@ -65,7 +65,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	stopping bool
-	forced   bool // Force was called: executors are killed, not asked
+	forced   bool                      // Force was called: executors are killed, not asked
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
 	terms    map[string]*terminal // open, and closed for termKeep
