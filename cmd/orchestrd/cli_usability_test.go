@@ -242,7 +242,9 @@ max_t = "60s"
 		t.Fatal(err)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
-	d.waitEvent("lane.degraded", func(e map[string]any) bool { return e["lane"] == "stuck" })
+	// Three failed starts of a runner: on a loaded machine each can take
+	// seconds.
+	d.waitEventWithin(90*time.Second, "lane.degraded", func(e map[string]any) bool { return e["lane"] == "stuck" })
 
 	cmd := exec.Command(binary, "run", "--home", home, "--lane", "stuck", "--", "true")
 	stderr, err := cmd.StderrPipe()

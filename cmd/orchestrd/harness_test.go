@@ -402,8 +402,15 @@ func (d *testDaemon) events() []map[string]any {
 // waitEvent waits until the event log has a line of kind matching match.
 func (d *testDaemon) waitEvent(kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()
+	return d.waitEventWithin(20*time.Second, kind, match)
+}
+
+// waitEventWithin is waitEvent with a deadline of its own, for events that
+// take several process starts to come.
+func (d *testDaemon) waitEventWithin(within time.Duration, kind string, match func(map[string]any) bool) map[string]any {
+	d.t.Helper()
 	var found map[string]any
-	eventually(d.t, 20*time.Second, "event "+kind, func() bool {
+	eventually(d.t, within, "event "+kind, func() bool {
 		for _, e := range d.events() {
 			if e["kind"] == kind && (match == nil || match(e)) {
 				found = e
