@@ -154,7 +154,7 @@ type (
 	republishE   struct{}
 )
 
-func newExecActor(ps *poolShared, id string, warm bool) *execActor {
+func newExecActor(ps *poolShared, id string) *execActor {
 	return &execActor{ps: ps, id: id, state: instStarting, started: time.Now(),
 		calls: map[string]func(json.RawMessage, *wire.RPCError){}, replies: map[string]wire.RPCID{},
 		terms: map[string]*terminal{}, stopDial: make(chan struct{})}

@@ -18,19 +18,17 @@ import (
 
 // inst is what the pool knows of one executor actor.
 type inst struct {
-	id      string
-	ref     actors.Ref
-	state   string // starting, idle, busy, stopping
-	warm    bool   // one of the pool's `instances`
-	pid     int
-	task    string // the task it was given, until it is idle again
-	terms   int
-	idle    time.Time // when it last became idle
-	started time.Time
+	id    string
+	ref   actors.Ref
+	state string // starting, idle, busy, stopping
+	pid   int
+	task  string // the task it was given, until it is idle again
+	terms int
+	idle  time.Time // when it last became idle
 }
 
-// queued is a task in the pool: its actor, and whether it waits in the
-// queue.
+// queued is a task in the pool: its id and its actor (in p.queue while
+// it waits for an executor).
 type queued struct {
 	id  string
 	ref actors.Ref
@@ -38,7 +36,6 @@ type queued struct {
 
 type pool struct {
 	ps       *poolShared
-	self     actors.Ref
 	queue    []*queued
 	tasks    map[string]*queued
 	insts    map[string]*inst
@@ -92,13 +89,12 @@ type (
 func (p *pool) Receive(c *actors.Context) {
 	switch msg := c.Message().(type) {
 	case actors.Started:
-		p.self = c.Self()
 		p.ps.pool = c.Self()
 		// A fresh incarnation after a panic: the executors of the failed
 		// one were stopped (and their processes killed) before this.
 		p.ps.h.clearExecs()
 		for range p.ps.cfg.Instances {
-			p.start(c, true)
+			p.start(c)
 		}
 	case queueTask:
 		p.queueTask(c, msg)
@@ -188,16 +184,16 @@ func (p *pool) publish() {
 // ---- executors ----
 
 // start starts one executor actor, which spawns its process.
-func (p *pool) start(c *actors.Context, warm bool) {
+func (p *pool) start(c *actors.Context) {
 	p.n++
 	id := fmt.Sprintf("%s-%d", p.ps.h.name, p.n)
 	ref, err := c.Spawn(actors.Props{Kind: "executor", ID: id, OnPanic: actors.Stop,
-		New: func() actors.Actor { return newExecActor(p.ps, id, warm) }})
+		New: func() actors.Actor { return newExecActor(p.ps, id) }})
 	if err != nil {
 		p.ps.m.bus.Emit(ExecutorStartFailed{Pool: p.ps.h.name, Executor: id, Reason: "starting its actor: " + err.Error()})
 		return
 	}
-	p.insts[id] = &inst{id: id, ref: ref, state: instStarting, warm: warm, started: time.Now()}
+	p.insts[id] = &inst{id: id, ref: ref, state: instStarting}
 }
 
 func (p *pool) gone(c *actors.Context, m instGone) {
@@ -261,7 +257,7 @@ func (p *pool) fillWarm(c *actors.Context) {
 		return
 	}
 	for p.live() < p.ps.cfg.Instances {
-		p.start(c, true)
+		p.start(c)
 	}
 }
 
@@ -410,7 +406,7 @@ func (p *pool) dispatch(c *actors.Context) {
 		}
 	}
 	for need := len(p.queue) - starting; need > 0 && p.live() < p.ps.cfg.MaxInstances; need-- {
-		p.start(c, false)
+		p.start(c)
 	}
 }
 

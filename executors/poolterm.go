@@ -50,7 +50,7 @@ func (p *pool) openTerminal(c *actors.Context, m openTerminal) {
 				p.ps.h.name, p.ps.cfg.MaxInstances))
 			return
 		}
-		p.start(c, false)
+		p.start(c)
 	}
 	wait := p.ps.cfg.StartupTimeout.Duration + time.Second
 	pt.cancel = c.After(wait, termOpenExpired{p: pt})
@@ -103,7 +103,7 @@ func (p *pool) termStart(c *actors.Context) {
 	if len(p.termQueue) == 0 || p.stopping || p.holdSet || p.live() >= p.ps.cfg.MaxInstances || p.starting() {
 		return
 	}
-	p.start(c, false)
+	p.start(c)
 }
 
 func (p *pool) termOpenExpired(m termOpenExpired) {

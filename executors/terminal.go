@@ -291,6 +291,22 @@ func (m *Manager) lookupTerminal(call api.Call, method, id string) (*terminal, b
 	return t, true
 }
 
+// openTerminalLocked finds a terminal that is still open and returns it
+// with its mu held; a closed one fails the call (CodeInvalidState).
+func (m *Manager) openTerminalLocked(call api.Call, method, id string) (*terminal, bool) {
+	t, ok := m.lookupTerminal(call, method, id)
+	if !ok {
+		return nil, false
+	}
+	t.mu.Lock()
+	if t.ended {
+		call.Fail(api.Errorf(api.CodeInvalidState, "terminal %s is closed (%s)", t.st.ID, t.st.Reason))
+		t.mu.Unlock()
+		return nil, false
+	}
+	return t, true
+}
+
 func (m *Manager) dropTerminal(id string, t *terminal) {
 	m.mu.Lock()
 	if m.terms[id] == t {
@@ -397,16 +413,11 @@ func (m *Manager) terminalWriteMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "terminal.write: %d bytes, over the limit of %d per write", len(data), termWriteMax))
 		return
 	}
-	t, ok := m.lookupTerminal(call, "terminal.write", p.ID)
+	t, ok := m.openTerminalLocked(call, "terminal.write", p.ID)
 	if !ok {
 		return
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ended {
-		call.Fail(api.Errorf(api.CodeInvalidState, "terminal %s is closed (%s)", t.st.ID, t.st.Reason))
-		return
-	}
 	select {
 	case t.in <- termInput{b: []byte(data), call: call}:
 	default:
@@ -428,16 +439,11 @@ func (m *Manager) terminalResizeMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "terminal.resize: cols and rows must be between 1 and 10000, got %dx%d", p.Cols, p.Rows))
 		return
 	}
-	t, ok := m.lookupTerminal(call, "terminal.resize", p.ID)
+	t, ok := m.openTerminalLocked(call, "terminal.resize", p.ID)
 	if !ok {
 		return
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ended {
-		call.Fail(api.Errorf(api.CodeInvalidState, "terminal %s is closed (%s)", t.st.ID, t.st.Reason))
-		return
-	}
 	if err := ptyfd.SetSize(t.f, p.Cols, p.Rows); err != nil {
 		call.Fail(api.Errorf(api.CodeInternal, "terminal %s: setting the window size: %v", t.st.ID, err))
 		return
