@@ -18,6 +18,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -70,6 +71,9 @@ type Config struct {
 	// Executors are the [executors.NAME] pools (executors/config.go);
 	// none unless the file names them.
 	Executors map[string]executors.PoolConfig `toml:"executors"`
+	// Clanker is the [clanker] table (spool/config.go): the repos whose
+	// dashboard orchestrd is; none unless the file names them.
+	Clanker spool.Config `toml:"clanker"`
 }
 
 // DefaultConfig is the embedded configuration.
@@ -160,6 +164,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"approvals": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Approvals).Elem(), key)
+	},
+	"clanker": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Clanker).Elem(), key)
 	},
 }
 
@@ -347,5 +354,6 @@ func (c Config) validate() []error {
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
 	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
+	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	return errs
 }

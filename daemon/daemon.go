@@ -21,9 +21,11 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/secrets"
@@ -219,11 +221,29 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("executor recovery failed")
 		return fmt.Errorf("recovering executor tasks: %w", err)
 	}
+	// clanker's repos after the executors; stopped first (their pods
+	// spool while the sockets are down).
+	clankerMgr, err := spool.Start(spool.Options{Config: cfg.Clanker, Store: clankerStore{st},
+		Listen: clankeripc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger})
+	if err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("clanker failed")
+		return fmt.Errorf("starting clanker's repos: %w", err)
+	}
+	shutdownClanker := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := clankerMgr.Shutdown(cctx); err != nil {
+			opts.Logger.Error().Err(err).Msg("clanker's repos did not stop cleanly")
+		}
+	}
 	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
 		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
 		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
 		System: sys, Logger: opts.Logger})
 	if err != nil {
+		shutdownClanker()
 		shutdownExecutors()
 		shutdownApprovals()
 		shutdownLanes("control socket failed")
@@ -232,6 +252,7 @@ func Run(ctx context.Context, opts Options) error {
 	registerMethods(srv, sys, mgr, started)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
+	clankerMgr.Register(srv)
 	// vibe-reachout's hook socket, once its approvals can be answered; nil
 	// when off or when the socket cannot be made (the daemon goes on).
 	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)
@@ -296,9 +317,10 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}, func(error) {
-			// Executors, approvals, then lanes, while clients are still
-			// connected and hear their tasks, approvals and jobs end; then
-			// the control socket.
+			// clanker's repos, executors, approvals, then lanes, while
+			// clients are still connected and hear their tasks, approvals
+			// and jobs end; then the control socket.
+			shutdownClanker()
 			shutdownExecutors()
 			shutdownApprovals()
 			// Its waiting hooks were answered by the approvals' Shutdown.

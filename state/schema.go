@@ -162,6 +162,29 @@ CREATE TABLE task_messages (
 ) WITHOUT ROWID;
 CREATE INDEX task_messages_session ON task_messages(session_id);
 `},
+	{version: 4, name: "clanker repos: tasks, repo state, outbox", sql: `
+CREATE TABLE clanker_tasks (
+	repo      TEXT NOT NULL,
+	id        TEXT NOT NULL,
+	seq       INTEGER NOT NULL,
+	record    TEXT NOT NULL,
+	projected TEXT NOT NULL DEFAULT '',
+	created   TEXT NOT NULL DEFAULT '',
+	PRIMARY KEY (repo, id)
+) WITHOUT ROWID;
+CREATE TABLE clanker_repos (
+	repo  TEXT PRIMARY KEY NOT NULL,
+	state TEXT NOT NULL
+);
+CREATE TABLE clanker_outbox (
+	repo TEXT NOT NULL,
+	seq  INTEGER NOT NULL,
+	file TEXT NOT NULL,
+	mode TEXT NOT NULL CHECK (mode = 'append' OR mode = 'replace'),
+	data TEXT NOT NULL,
+	PRIMARY KEY (repo, seq)
+) WITHOUT ROWID;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

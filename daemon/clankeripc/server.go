@@ -1,0 +1,261 @@
+// Package clankeripc is the daemon's front-end for clanker's pods: it
+// serves one repo's IPC socket (spec 003) in place of clanker's dashboard.
+// NDJSON: each request line gets one response line, in order; a
+// connection may send several. The lines are decoded here (wire) and
+// handed to the repo's actor (spool), which answers.
+package clankeripc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// Timeouts of a connection.
+const (
+	// idleTimeout closes a connection that sends no request for this long
+	// (clanker's client sends one and waits 5 s for its answer).
+	idleTimeout = 5 * time.Minute
+	// answerTimeout bounds the wait for the repo's answer; past it the
+	// pod hears an error (its own client gave up after 5 s anyway).
+	answerTimeout = 30 * time.Second
+	writeTimeout  = 10 * time.Second
+	closeGrace    = 2 * time.Second
+)
+
+// Server serves one repo's socket.
+type Server struct {
+	path string
+	repo string
+	h    spool.Handler
+	bus  *eventlog.Bus
+	log  zerolog.Logger
+	ln   *net.UnixListener
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*net.UnixConn]struct{}
+}
+
+// Listener returns the spool.Listener the daemon gives the clanker domain.
+func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
+	return func(socket, repo string, h spool.Handler) (spool.Closer, error) {
+		return Listen(socket, repo, h, bus, log)
+	}
+}
+
+// Listen makes the socket (0600; its directory is made; a stale socket is
+// replaced, a live one refused) and serves it until Close.
+func Listen(socket, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
+	if err := os.MkdirAll(dirOf(socket), 0o755); err != nil {
+		return nil, fmt.Errorf("making the directory of socket %s: %w", socket, err)
+	}
+	ln, err := proc.ListenUnix(socket)
+	if err != nil {
+		return nil, fmt.Errorf("making clanker's socket: %w", err)
+	}
+	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, conns: map[*net.UnixConn]struct{}{},
+		log: log.With().Str("component", "clankeripc").Str("repo", repo).Logger()}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func dirOf(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			if i == 0 {
+				return "/"
+			}
+			return p[:i]
+		}
+	}
+	return "."
+}
+
+func (s *Server) emit(ev eventlog.Event) {
+	if s.bus != nil {
+		s.bus.Emit(ev)
+	}
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.AcceptUnix()
+		if err != nil {
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("clanker: accept failed")
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[nc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(nc)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops accepting, lets each connection finish the request it is
+// answering (a short grace), closes them, waits for every goroutine and
+// removes the socket file.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for nc := range s.conns {
+		// A read waiting for the next request ends now.
+		nc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.mu.Lock()
+		for nc := range s.conns {
+			nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
+	}
+	return nil
+}
+
+type answer struct {
+	data []byte
+	err  error
+}
+
+func (s *Server) serve(nc *net.UnixConn) {
+	defer s.wg.Done()
+	defer func() {
+		nc.Close()
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+	}()
+	if p, err := proc.CheckSameUID(nc); err != nil {
+		msg := "refused: " + err.Error()
+		s.log.Warn().Int32("pid", p.Pid).Uint32("uid", p.UID).Msg("clanker: " + msg)
+		s.emit(eventlog.ConnRefused{Socket: s.path, Pid: p.Pid, UID: p.UID, Reason: msg})
+		return
+	}
+	lr := wire.NewClankerLineReader(nc)
+	var out []byte
+	answers := make(chan answer, 1)
+	for {
+		if s.isClosed() {
+			return
+		}
+		nc.SetReadDeadline(time.Now().Add(idleTimeout))
+		line, err := lr.Next()
+		switch {
+		case errors.Is(err, wire.ErrLineTooLong):
+			s.refused("", err.Error())
+			s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error()))
+			return
+		case errors.Is(err, io.EOF):
+			return
+		case err != nil:
+			return // the idle timeout, a reset, Close
+		}
+		if len(trimSpace(line)) == 0 {
+			continue
+		}
+		req, err := wire.DecodeClankerRequest(line)
+		if err != nil {
+			// Answered without an id, as the real dashboard answers; the
+			// connection goes on.
+			s.refused("", err.Error())
+			if !s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error())) {
+				return
+			}
+			continue
+		}
+		s.h.Handle(req.Type, req.Payload, func(data []byte, err error) { answers <- answer{data, err} })
+		t := time.NewTimer(answerTimeout)
+		var a answer
+		select {
+		case a = <-answers:
+			t.Stop()
+		case <-t.C:
+			// The repo did not answer in time (a store stalled): this
+			// connection stops here; a late answer is dropped.
+			s.write(nc, wire.AppendClankerError(out[:0], req.ID, fmt.Sprintf("the repo did not answer within %s", answerTimeout)))
+			return
+		}
+		if a.err != nil {
+			out = wire.AppendClankerError(out[:0], req.ID, a.err.Error())
+		} else {
+			out = wire.AppendClankerOK(out[:0], req.ID, a.data)
+		}
+		if !s.write(nc, out) {
+			return
+		}
+	}
+}
+
+func (s *Server) refused(typ, msg string) {
+	s.log.Debug().Str("type", typ).Msg("clanker: refused a request line: " + msg)
+	s.emit(spool.RequestRefused{Repo: s.repo, Type: typ, Error: msg, Via: "ipc"})
+}
+
+func (s *Server) write(nc *net.UnixConn, b []byte) bool {
+	nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := nc.Write(b); err != nil {
+		s.log.Debug().Err(err).Msg("clanker: a pod did not take its answer")
+		return false
+	}
+	return true
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,17 @@
+package daemon
+
+import (
+	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/state"
+)
+
+// clankerStore is the clanker repos' durable record in the state store.
+type clankerStore struct{ st *state.Store }
+
+var _ spool.Store = clankerStore{}
+
+func (s clankerStore) Load(repo string) (state.ClankerSnapshot, error) { return s.st.Clanker().Load(repo) }
+
+func (s clankerStore) Commit(c state.ClankerCommit, done func(error)) error {
+	return s.st.Enqueue(state.ClankerCommitted(c), done)
+}

@@ -1,0 +1,201 @@
+package spool
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// drain applies the spool, at most spoolBatch lines a tick, in file order,
+// through the same handlers as the socket's requests.
+//
+// The spool is taken from its writers atomically: it is renamed to
+// ipc-spool.draining.ndjson, so a pod's next append creates a new spool,
+// and the taken file is read only once no process has it open (a writer
+// that opened it before the rename finishes its append first). The
+// effects of a tick's lines are committed to the store together with the
+// offset after the last of them, so a daemon killed mid-drain resumes
+// after the last line it applied: none is lost, none applied twice. A line
+// that is not valid, or that its handler refuses, is appended to
+// ipc-spool.dead.ndjson with its error (through the same commit) and never
+// tried again. The taken file is removed once read to its end; the next
+// spool is taken after that.
+func (r *repo) drain(c *actors.Context) {
+	draining := filepath.Join(r.dir, drainingName)
+	fi, err := os.Stat(draining)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if r.st.Drain != nil { // removed after its last line was committed
+			r.st.Drain = nil
+			ch := r.newChange("spool")
+			ch.saveState = true
+			r.commit(c, ch)
+		}
+		spool := filepath.Join(r.dir, spoolName)
+		sfi, err := os.Stat(spool)
+		if err != nil || sfi.Size() == 0 {
+			return
+		}
+		if err := os.Rename(spool, draining); err != nil {
+			r.writeFailed(spool, fmt.Errorf("taking the spool: %w", err))
+			return
+		}
+		r.takenAt = r.now()
+		if fi, err = os.Stat(draining); err != nil {
+			return
+		}
+	case err != nil:
+		r.writeFailed(draining, err)
+		return
+	}
+	ino := stampOf(fi).ino
+	if r.st.Drain == nil || r.st.Drain.Ino != ino {
+		r.st.Drain = &drainPos{Ino: ino}
+		if r.takenAt.IsZero() {
+			r.takenAt = r.now()
+		}
+	}
+	if open, err := openedBy(draining); err == nil && open && r.now().Sub(r.takenAt) < writersGrace {
+		return // a writer is still appending: next tick
+	}
+	r.drainBatch(c, draining, fi.Size())
+}
+
+// drainBatch reads up to spoolBatch lines of the taken file from the
+// recorded offset and applies them in one commit.
+func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
+	f, err := os.Open(path)
+	if err != nil {
+		r.writeFailed(path, err)
+		return
+	}
+	defer f.Close()
+	pos := r.st.Drain.Offset
+	if _, err := f.Seek(pos, io.SeekStart); err != nil {
+		r.writeFailed(path, err)
+		return
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	ch := r.newChange("spool")
+	ch.saveState = true
+	lines, applied, dead := 0, 0, 0
+	eof := false
+	for lines < spoolBatch {
+		line, n, err := readSpoolLine(br)
+		if n == 0 && err != nil {
+			eof = errors.Is(err, io.EOF)
+			if !eof {
+				r.writeFailed(path, err)
+			}
+			break
+		}
+		first := pos == 0
+		pos += int64(n)
+		if len(bytes.TrimSpace(line)) == 0 && err == nil {
+			continue
+		}
+		lines++
+		var typ string
+		if err == nil {
+			var e wire.SpoolEntry
+			if e, err = wire.DecodeSpoolLine(line); err == nil {
+				typ = e.Type
+				_, err = r.handle(ch, e.Type, e.Payload)
+			}
+		}
+		if err != nil {
+			dead++
+			r.deadLetter(ch, line, typ, err, first)
+			continue
+		}
+		applied++
+	}
+	if !eof && pos >= size {
+		eof = true
+	}
+	r.st.Drain.Offset = pos
+	if lines == 0 && !eof {
+		return
+	}
+	if eof {
+		ch.after = func() {
+			// Every line of the taken file is committed: it goes, and the
+			// next tick takes the next spool.
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				r.writeFailed(path, err)
+			}
+		}
+	}
+	if lines > 0 {
+		ch.events = append(ch.events, SpoolDrained{Repo: r.name, Lines: lines, Applied: applied, Dead: dead, More: !eof})
+	}
+	r.commit(c, ch)
+}
+
+// readSpoolLine reads one line (without its newline); n is the bytes
+// consumed. A line over wire.MaxClankerLine is consumed whole and returned
+// cut, with an error saying so.
+func readSpoolLine(br *bufio.Reader) (line []byte, n int, err error) {
+	var buf []byte
+	over := false
+	for {
+		frag, err := br.ReadSlice('\n')
+		n += len(frag)
+		if !over {
+			if len(buf)+len(frag) > wire.MaxClankerLine+1 {
+				over = true
+				buf = append(buf, frag[:min(len(frag), 256)]...)
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == nil:
+			buf = bytes.TrimSuffix(buf, []byte("\n"))
+		case errors.Is(err, io.EOF) && n > 0:
+			// A last line without its newline: its writer is done (the
+			// file is no longer open), so it is whole.
+		default:
+			return nil, n, err
+		}
+		if over {
+			return buf, n, fmt.Errorf("a spool line over %d bytes", wire.MaxClankerLine)
+		}
+		return bytes.TrimSuffix(buf, []byte("\r")), n, nil
+	}
+}
+
+// deadLetter appends a line that cannot be applied to the dead-letter
+// file, {"ts", "error", "type"?, "line"}, through ch's commit.
+func (r *repo) deadLetter(ch *change, line []byte, typ string, err error, first bool) {
+	if first && !json.Valid(bytes.TrimSpace(line)) {
+		err = fmt.Errorf("%w (the first line of a spool its writers trimmed to 1 MB may be cut)", err)
+	}
+	text := string(line)
+	if len(text) > 64<<10 {
+		text = text[:64<<10] + "…"
+	}
+	entry := jsonObject("ts", isoNow(r.now()), "error", err.Error(), "type", optional(typ), "line", text)
+	r.addOutbox(ch, filepath.Join(r.dir, deadName), false, string(entry)+"\n")
+	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: typ, Error: err.Error()})
+}
+
+// readFileMaybe reads a file; nil without an error when it does not exist.
+func readFileMaybe(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}

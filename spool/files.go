@@ -1,0 +1,145 @@
+package spool
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// writeAtomic replaces path with data: a temporary file in the same
+// directory, written, synced, renamed over path, and the directory synced,
+// so a reader sees the old content or the new, never a part.
+func writeAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// appendLines appends data (whole lines) to path in one write, then syncs
+// it. If the file already ends with data (the append of a daemon killed
+// before it could record it), nothing is written: an outbox entry replayed
+// after a crash is appended once.
+func appendLines(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", filepath.Dir(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("appending to %s: %w", path, err)
+	}
+	defer f.Close()
+	if endsWith(f, data) {
+		return nil
+	}
+	// A file that does not end with a newline (a writer killed mid-line)
+	// gets one first, so the line stays a line.
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		var last [1]byte
+		if _, err := f.ReadAt(last[:], fi.Size()-1); err == nil && last[0] != '\n' {
+			data = append([]byte{'\n'}, data...)
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("appending to %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return nil
+}
+
+// endsWith: f's content ends with data.
+func endsWith(f *os.File, data []byte) bool {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < int64(len(data)) || len(data) == 0 {
+		return false
+	}
+	buf := make([]byte, len(data))
+	if _, err := f.ReadAt(buf, fi.Size()-int64(len(data))); err != nil && !errors.Is(err, io.EOF) {
+		return false
+	}
+	return bytes.Equal(buf, data)
+}
+
+// hashOf is the hash of a file's content, as stored for the projection.
+func hashOf(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// openedBy reports whether a process (readable by this uid) holds path
+// open: a writer that opened the spool before it was taken away may still
+// append to it. Each /proc/PID/fd/N link is read; an unreadable process is
+// another uid's, whose appends the spool's mode would refuse anyway.
+func openedBy(path string) (bool, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return false, err
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, p := range procs {
+		name := p.Name()
+		if name == self || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		fdDir := "/proc/" + name + "/fd"
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(fdDir + "/" + fd.Name()); err == nil && l == path {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

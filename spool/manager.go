@@ -1,0 +1,282 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Options configures the clanker domain.
+type Options struct {
+	Config Config
+	Store  Store
+	// Listen serves a repo's socket (daemon/clankeripc).
+	Listen Listener
+	Bus    *eventlog.Bus
+	System *actors.System
+	Logger zerolog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Manager is the clanker domain: one actor per repo, under a supervisor.
+type Manager struct {
+	opts   Options
+	sys    *actors.System
+	bus    *eventlog.Bus
+	store  Store
+	listen Listener
+	log    zerolog.Logger
+	now    func() time.Time
+	root   actors.Ref
+
+	mu       sync.Mutex
+	repos    map[string]*repoEntry // by path
+	stopping bool
+}
+
+// repoEntry is a repo the manager runs.
+type repoEntry struct {
+	cfg     RepoConfig
+	ref     actors.Ref
+	ready   chan error // the start's outcome, once
+	started bool
+}
+
+// supervisorActor is the parent of the repos' actors.
+type supervisorActor struct{ m *Manager }
+
+// spawnRepo asks the supervisor to start a repo's actor.
+type spawnRepo struct {
+	props actors.Props
+	path  string
+	reply chan<- error
+}
+
+func (s supervisorActor) Receive(c *actors.Context) {
+	switch msg := c.Message().(type) {
+	case spawnRepo:
+		ref, err := c.Spawn(msg.props)
+		if err == nil {
+			s.m.mu.Lock()
+			if e, ok := s.m.repos[msg.path]; ok {
+				e.ref = ref
+			}
+			s.m.mu.Unlock()
+		}
+		msg.reply <- err
+	case actors.Terminated:
+		// A repo's actor stopped for good (past its restart intensity,
+		// or a failed start): it is no longer served.
+		s.m.mu.Lock()
+		for p, e := range s.m.repos {
+			if e.ref.Equal(msg.Who) {
+				delete(s.m.repos, p)
+			}
+		}
+		s.m.mu.Unlock()
+	}
+}
+
+// Start starts the repos of the config. A repo that cannot start (its
+// directory, its store records, its socket) is said (clanker.repo_failed)
+// and left out; the others and the daemon go on.
+func Start(opts Options) (*Manager, error) {
+	if opts.Store == nil || opts.Listen == nil || opts.System == nil {
+		return nil, errors.New("clanker: Start needs a Store, a Listen and a System")
+	}
+	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, store: opts.Store, listen: opts.Listen,
+		log: opts.Logger.With().Str("component", "clanker").Logger(), now: opts.Now, repos: map[string]*repoEntry{}}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	var err error
+	m.root, err = opts.System.Spawn(actors.Props{Kind: "clanker", OnPanic: actors.Restart,
+		New: func() actors.Actor { return supervisorActor{m: m} }})
+	if err != nil {
+		return nil, fmt.Errorf("starting the clanker supervisor: %w", err)
+	}
+	for _, rc := range opts.Config.Repos {
+		if _, err := m.AddRepo(context.Background(), rc); err != nil {
+			m.log.Warn().Err(err).Str("repo", rc.Path).Msg("clanker: going on without this repo")
+		}
+	}
+	return m, nil
+}
+
+// AddRepo starts serving a repo (clanker.repo_add, orchestrd clanker
+// serve-repo) and returns once its socket is up. A repo already served is
+// no error: its config is returned as it runs.
+func (m *Manager) AddRepo(ctx context.Context, rc RepoConfig) (RepoConfig, error) {
+	if errs := ValidateRepo(rc); len(errs) > 0 {
+		return rc, api.Errorf(api.CodeInvalidParams, "clanker repo %s: %v", rc.Path, errors.Join(errs...))
+	}
+	rc = rc.Normalize()
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return rc, api.Errorf(api.CodeShuttingDown, "the daemon is stopping")
+	}
+	if e, ok := m.repos[rc.Path]; ok {
+		m.mu.Unlock()
+		select {
+		case err := <-e.ready:
+			e.ready <- err
+			return e.cfg, err
+		case <-ctx.Done():
+			return e.cfg, ctx.Err()
+		}
+	}
+	for _, e := range m.repos {
+		if e.cfg.Socket == rc.Socket {
+			m.mu.Unlock()
+			return rc, api.Errorf(api.CodeInvalidParams, "clanker repo %s: socket %s is already repo %s's", rc.Path, rc.Socket, e.cfg.Path)
+		}
+	}
+	e := &repoEntry{cfg: rc, ready: make(chan error, 1)}
+	m.repos[rc.Path] = e
+	m.mu.Unlock()
+	spawned := make(chan error, 1)
+	m.sys.Send(m.root, spawnRepo{path: rc.Path, reply: spawned, props: actors.Props{Kind: "repo", ID: repoID(rc.Path),
+		OnPanic: actors.Restart, MaxRestarts: 5, Within: time.Minute,
+		New: func() actors.Actor { return &repo{m: m, cfg: rc, name: rc.Path, dir: filepath.Join(rc.Path, ".clanker")} }}})
+	select {
+	case err := <-spawned:
+		if err != nil {
+			m.repoFailed(rc.Path, err)
+		}
+	case <-ctx.Done():
+		return rc, ctx.Err()
+	}
+	select {
+	case err := <-e.ready:
+		e.ready <- err
+		return rc, err
+	case <-ctx.Done():
+		return rc, ctx.Err()
+	}
+}
+
+// repoID names a repo's actor: its path, its slashes made dashes.
+func repoID(path string) string {
+	return strings.ReplaceAll(strings.Trim(path, "/"), "/", "-")
+}
+
+// repoStarted and repoFailed are called by a repo's actor once its start
+// is done.
+func (m *Manager) repoStarted(path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.repos[path]; ok && !e.started {
+		e.started = true
+		select {
+		case e.ready <- nil:
+		default:
+		}
+	}
+}
+
+func (m *Manager) repoFailed(path string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.repos[path]
+	if !ok {
+		return
+	}
+	if !e.started {
+		delete(m.repos, path)
+		select {
+		case e.ready <- fmt.Errorf("starting clanker repo %s: %w", path, err):
+		default:
+		}
+	}
+}
+
+// entry returns a started repo.
+func (m *Manager) entry(path string) (*repoEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.repos[filepath.Clean(path)]
+	if !ok || !e.started {
+		return nil, api.Errorf(api.CodeNotFound, "no clanker repo %s (orchestrd clanker serve-repo PATH adds one)", path)
+	}
+	return e, nil
+}
+
+// Resume hands a paused repo's fleet work again; false when it was not
+// paused.
+func (m *Manager) Resume(ctx context.Context, path string) (bool, error) {
+	e, err := m.entry(path)
+	if err != nil {
+		return false, err
+	}
+	type res struct {
+		ok  bool
+		err error
+	}
+	ch := make(chan res, 1)
+	m.sys.Send(e.ref, resumeReq{reply: func(ok bool, err error) { ch <- res{ok, err} }})
+	select {
+	case r := <-ch:
+		return r.ok, r.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// Status returns every repo's status, by path.
+func (m *Manager) Status(ctx context.Context) []RepoStatus {
+	m.mu.Lock()
+	var refs []actors.Ref
+	for _, e := range m.repos {
+		if e.started {
+			refs = append(refs, e.ref)
+		}
+	}
+	m.mu.Unlock()
+	ch := make(chan RepoStatus, len(refs))
+	for _, ref := range refs {
+		m.sys.Send(ref, statusReq{reply: func(s RepoStatus) { ch <- s }})
+	}
+	out := []RepoStatus{}
+	for range refs {
+		select {
+		case s := <-ch:
+			out = append(out, s)
+		case <-ctx.Done():
+			return out
+		case <-time.After(5 * time.Second):
+			return out // a repo busy writing; the others are shown
+		}
+	}
+	slices.SortFunc(out, func(a, b RepoStatus) int {
+		switch {
+		case a.Path < b.Path:
+			return -1
+		case a.Path > b.Path:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Shutdown stops every repo: their sockets close (a pod's next request
+// spools), what they committed is written out.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	return m.sys.Stop(ctx, m.root)
+}

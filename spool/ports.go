@@ -1,0 +1,26 @@
+package spool
+
+import "github.com/orchestrd/orchestrd/state"
+
+// Store is the durable record of the repos (the daemon's state store).
+type Store interface {
+	// Load reads one repo's records.
+	Load(repo string) (state.ClankerSnapshot, error)
+	// Commit queues c and returns at once; done is called (from another
+	// goroutine) once c is committed or has failed. An error is a refusal
+	// at once (the queue is full, the store closed): done is not called.
+	Commit(c state.ClankerCommit, done func(error)) error
+}
+
+// Listener serves a repo's socket: it hands each request line to h and
+// writes its answer. The daemon's front-end (daemon/clankeripc) is one.
+type Listener func(socket, repo string, h Handler) (Closer, error)
+
+// Closer stops a repo's socket (waiting for its connections).
+type Closer interface{ Close() error }
+
+// Handler takes one request of a pod: reply is called once, from another
+// goroutine, with the response's data (JSON) or the error to answer.
+type Handler interface {
+	Handle(typ string, payload []byte, reply func(data []byte, err error))
+}

@@ -1,0 +1,111 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestDecodeClankerRequest(t *testing.T) {
+	for _, tc := range []struct {
+		line, typ, id, payload, err string
+	}{
+		{line: `{"v":1,"id":"req-1","type":"hello","payload":{"podId":"p"}}`, typ: "hello", id: `"req-1"`, payload: `{"podId":"p"}`},
+		{line: ` {"v":1.0,"type":"heartbeat"} `, typ: "heartbeat"},
+		{line: `{"v":1,"id":7,"type":"x","payload":null}`, typ: "x", id: `7`},
+		{line: `{"v":1,"type":""}`, typ: ""},
+		{line: `not json`, err: "invalid ipc request: not JSON"},
+		{line: `[1]`, err: "want a JSON object"},
+		{line: `{"type":"hello"}`, err: "v is missing"},
+		{line: `{"v":2,"type":"hello"}`, err: "unsupported version v=2"},
+		{line: `{"v":"1","type":"hello"}`, err: `unsupported version v="1"`},
+		{line: `{"v":1}`, err: "type is missing"},
+		{line: `{"v":1,"type":3}`, err: "type must be a string, got 3"},
+	} {
+		req, err := DecodeClankerRequest([]byte(tc.line))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !IsClankerRequestError(err) {
+				t.Errorf("%s: error %v, want one containing %q", tc.line, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.line, err)
+			continue
+		}
+		if req.Type != tc.typ || string(req.ID) != tc.id || string(req.Payload) != tc.payload {
+			t.Errorf("%s: got type %q id %s payload %s", tc.line, req.Type, req.ID, req.Payload)
+		}
+	}
+}
+
+func TestDecodeSpoolLine(t *testing.T) {
+	e, err := DecodeSpoolLine([]byte(`{"ts":"2026-01-26T10:00:00.000Z","type":"task_status","payload":{"taskId":"t1","status":"done"}}`))
+	if err != nil || e.Type != "task_status" || e.TS != "2026-01-26T10:00:00.000Z" || string(e.Payload) != `{"taskId":"t1","status":"done"}` {
+		t.Fatalf("got %+v, %v", e, err)
+	}
+	for _, bad := range []string{`sk":"t1"}}`, `{"ts":"x"}`, `{"type":""}`, `{"type":"a","ts":5}`, `"a"`} {
+		if _, err := DecodeSpoolLine([]byte(bad)); err == nil {
+			t.Errorf("%s: decoded", bad)
+		}
+	}
+}
+
+func TestAppendClankerResponse(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{string(AppendClankerOK(nil, json.RawMessage(`"r1"`), json.RawMessage(`{"taskId":null}`))), `{"v":1,"id":"r1","ok":true,"data":{"taskId":null}}` + "\n"},
+		{string(AppendClankerOK(nil, nil, nil)), `{"v":1,"ok":true}` + "\n"},
+		{string(AppendClankerError(nil, nil, "invalid ipc request")), `{"v":1,"ok":false,"error":"invalid ipc request"}` + "\n"},
+		{string(AppendClankerError(nil, json.RawMessage(`"r2"`), "unknown ipc type: \"x\"")), `{"v":1,"id":"r2","ok":false,"error":"unknown ipc type: \"x\""}` + "\n"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %s want %s", tc.got, tc.want)
+		}
+	}
+}
+
+// FuzzDecodeClankerRequest: any line decodes or is refused with an error,
+// never a panic; what decodes answers with a line that is one JSON
+// object carrying the same id.
+func FuzzDecodeClankerRequest(f *testing.F) {
+	for _, s := range []string{`{"v":1,"id":"a","type":"hello","payload":{}}`, `{"v":1,"type":"x"}`, `{"v":2}`, `[]`, `{"v":1,"id":[1,{"a":2}],"type":"t"}`, "\x00", `{"v":1e0,"type":"a"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, err := DecodeClankerRequest(line)
+		if err != nil {
+			if !IsClankerRequestError(err) {
+				t.Fatalf("error %v is not a ClankerRequestError", err)
+			}
+			out := AppendClankerError(nil, nil, err.Error())
+			if !json.Valid(out) {
+				t.Fatalf("error response %q is not JSON", out)
+			}
+			return
+		}
+		out := AppendClankerOK(nil, req.ID, req.Payload)
+		var back struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("response %q: %v", out, err)
+		}
+		if req.ID != nil && !json.Valid(back.ID) {
+			t.Fatalf("id %q not echoed", req.ID)
+		}
+	})
+}
+
+// FuzzDecodeSpoolLine: any line decodes or is refused, never a panic; a
+// decoded one has a type.
+func FuzzDecodeSpoolLine(f *testing.F) {
+	for _, s := range []string{`{"ts":"2026-01-26T10:00:00Z","type":"task_note","payload":{"taskId":"t"}}`, `{"type":"a"}`, `ype":"a"}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		e, err := DecodeSpoolLine(line)
+		if err == nil && e.Type == "" {
+			t.Fatalf("%q decoded without a type", line)
+		}
+	})
+}
