@@ -10,7 +10,9 @@ type clankerStore struct{ st *state.Store }
 
 var _ spool.Store = clankerStore{}
 
-func (s clankerStore) Load(repo string) (state.ClankerSnapshot, error) { return s.st.Clanker().Load(repo) }
+func (s clankerStore) Load(repo string) (state.ClankerSnapshot, error) {
+	return s.st.Clanker().Load(repo)
+}
 
 func (s clankerStore) Commit(c state.ClankerCommit, done func(error)) error {
 	return s.st.Enqueue(state.ClankerCommitted(c), done)

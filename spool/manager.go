@@ -150,7 +150,9 @@ func (m *Manager) AddRepo(ctx context.Context, rc RepoConfig) (RepoConfig, error
 	spawned := make(chan error, 1)
 	m.sys.Send(m.root, spawnRepo{path: rc.Path, reply: spawned, props: actors.Props{Kind: "repo", ID: repoID(rc.Path),
 		OnPanic: actors.Restart, MaxRestarts: 5, Within: time.Minute,
-		New: func() actors.Actor { return &repo{m: m, cfg: rc, name: rc.Path, dir: filepath.Join(rc.Path, ".clanker")} }}})
+		New: func() actors.Actor {
+			return &repo{m: m, cfg: rc, name: rc.Path, dir: filepath.Join(rc.Path, ".clanker")}
+		}}})
 	select {
 	case err := <-spawned:
 		if err != nil {
