@@ -37,12 +37,16 @@ type RepoConfig struct {
 	// UsageLimitPause is how long a usage_limit pauses the repo's fleet
 	// before it resumes on its own; default 30m.
 	UsageLimitPause api.Duration `toml:"usage_limit_pause" json:"usage_limit_pause,omitempty"`
+	// StaleAfter is how long a pod may stay silent before it is stale
+	// (clanker.pod_stale); default 30s, clanker's own.
+	StaleAfter api.Duration `toml:"stale_after" json:"stale_after,omitempty"`
 }
 
 // Defaults.
 const (
 	DefaultTick            = time.Second
 	DefaultUsageLimitPause = 30 * time.Minute
+	DefaultStaleAfter      = 30 * time.Second
 )
 
 // Normalize fills the defaults: the socket, the tick, the pause.
@@ -58,6 +62,9 @@ func (c RepoConfig) Normalize() RepoConfig {
 	}
 	if c.UsageLimitPause.Duration == 0 {
 		c.UsageLimitPause.Duration = DefaultUsageLimitPause
+	}
+	if c.StaleAfter.Duration == 0 {
+		c.StaleAfter.Duration = DefaultStaleAfter
 	}
 	return c
 }
@@ -126,6 +133,9 @@ func ValidateRepo(r RepoConfig) []error {
 	}
 	if r.UsageLimitPause.Duration < 0 {
 		bad("usage_limit_pause must be > 0, got %s", r.UsageLimitPause)
+	}
+	if r.StaleAfter.Duration < 0 {
+		bad("stale_after must be > 0, got %s", r.StaleAfter)
 	}
 	return errs
 }

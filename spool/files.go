@@ -64,9 +64,7 @@ func syncDir(dir string) error {
 }
 
 // appendLines appends data (whole lines) to path in one write, then syncs
-// it. If the file already ends with data (the append of a daemon killed
-// before it could record it), nothing is written: an outbox entry replayed
-// after a crash is appended once.
+// it.
 func appendLines(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", filepath.Dir(path), err)
@@ -76,9 +74,6 @@ func appendLines(path string, data []byte) error {
 		return fmt.Errorf("appending to %s: %w", path, err)
 	}
 	defer f.Close()
-	if endsWith(f, data) {
-		return nil
-	}
 	// A file that does not end with a newline (a writer killed mid-line)
 	// gets one first, so the line stays a line.
 	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
@@ -94,6 +89,24 @@ func appendLines(path string, data []byte) error {
 		return fmt.Errorf("syncing %s: %w", path, err)
 	}
 	return nil
+}
+
+// appended returns how many of entries (the data appended to path, in
+// order, each whole lines) path already ends with: the appends a daemon
+// killed before it recorded them made. An outbox replayed after a crash
+// appends the rest only, so each entry is appended once.
+func appended(path string, entries [][]byte) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	for k := len(entries); k > 0; k-- {
+		if endsWith(f, bytes.Join(entries[:k], nil)) {
+			return k
+		}
+	}
+	return 0
 }
 
 // endsWith: f's content ends with data.

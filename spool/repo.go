@@ -19,7 +19,6 @@ import (
 
 // Clanker's own timings (its src/constants.ts).
 const (
-	heartbeatStale   = 30 * time.Second // a pod silent this long is stale
 	slavePromptStale = 30 * time.Second // a task prompted this long ago is prompted again
 	judgePromptStale = 60 * time.Second // likewise a judge's
 	spoolBatch       = 200              // spool lines applied per tick
@@ -224,7 +223,7 @@ func (r *repo) start(c *actors.Context) error {
 		r.tasks[t.ID] = &task{id: t.ID, seq: t.Seq, rec: rec, projected: t.Projected, created: t.Created}
 		r.st.NextSeq = max(r.st.NextSeq, t.Seq+1)
 	}
-	r.outbox = snap.Outbox
+	r.outbox = recoverOutbox(snap.Outbox)
 	r.seedPods()
 	// What was committed and maybe not written out when the daemon
 	// stopped: the outbox, and the files whose task changed.
@@ -237,6 +236,32 @@ func (r *repo) start(c *actors.Context) error {
 	r.sock = sock
 	r.emit(RepoStarted{Repo: r.name, Socket: r.cfg.Socket, Tasks: len(r.tasks), Imported: r.imported})
 	return nil
+}
+
+// recoverOutbox drops from the stored outbox the appends already made
+// (the daemon was killed after it appended them and before it recorded
+// that): for each file, the longest run of its first pending appends the
+// file ends with. Replacements are written again (the same content).
+func recoverOutbox(out []state.ClankerLine) []state.ClankerLine {
+	byFile := map[string][][]byte{}
+	for _, l := range out {
+		if !l.Replace {
+			byFile[l.File] = append(byFile[l.File], []byte(l.Data))
+		}
+	}
+	skip := map[string]int{}
+	for f, entries := range byFile {
+		skip[f] = appended(f, entries)
+	}
+	kept := out[:0:0]
+	for _, l := range out {
+		if !l.Replace && skip[l.File] > 0 {
+			skip[l.File]--
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return kept
 }
 
 // seedPods reads the heartbeat files, so a pod that beat before the
@@ -492,7 +517,7 @@ func (r *repo) tick(c *actors.Context) {
 	}
 	now := r.now()
 	for _, p := range r.pods {
-		if !p.stale && now.Sub(p.lastSeen) > heartbeatStale {
+		if !p.stale && now.Sub(p.lastSeen) > r.cfg.StaleAfter.Duration {
 			p.stale = true
 			r.emit(PodStale{Repo: r.name, Pod: p.id, Role: p.role, Pid: p.pid, LastSeenMs: now.Sub(p.lastSeen).Milliseconds()})
 		}

@@ -45,6 +45,7 @@ commands:
   status    lanes, runners and the live actor tree
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
+  clanker   clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)
   executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
   runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
   version   print the version
@@ -134,6 +135,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
 	case "lane":
 		return cmdLane(withHome(rest), stdout, stderr)
+	case "clanker":
+		return cmdClanker(withHome(rest), stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "orchestrd", version)
 		return exitOK
