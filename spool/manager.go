@@ -80,12 +80,25 @@ func (s supervisorActor) Receive(c *actors.Context) {
 		// A repo's actor stopped for good (past its restart intensity,
 		// or a failed start): it is no longer served.
 		s.m.mu.Lock()
+		var gone []string
 		for p, e := range s.m.repos {
 			if e.ref.Equal(msg.Who) {
+				if e.started {
+					gone = append(gone, p)
+				}
 				delete(s.m.repos, p)
 			}
 		}
+		stopping := s.m.stopping
 		s.m.mu.Unlock()
+		for _, p := range gone {
+			if !stopping {
+				s.m.log.Error().Str("repo", p).Msg("clanker: a repo's actor failed past its restart intensity; the repo is no longer served")
+				if s.m.bus != nil {
+					s.m.bus.Emit(RepoFailed{Repo: p, Error: "its actor failed past its restart intensity (5 in a minute); orchestrd clanker serve-repo starts it again"})
+				}
+			}
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -489,5 +490,101 @@ func TestClankerServeRepoAndStalePods(t *testing.T) {
 	e := d2.waitEvent("clanker.pod_stale", func(e map[string]any) bool { return e["pod"] == "slave-7" })
 	if e["pid"] != 77.0 {
 		t.Fatalf("pod_stale %v", e)
+	}
+}
+
+// A writer that opened the spool before the drain took it appends after
+// the take: the drain waits for it to close the file, and its line is
+// applied (once).
+func TestClankerSpoolWriterRacesTheTake(t *testing.T) {
+	repo := shortTemp(t)
+	d := startDaemon(t, clankerConfig(repo, ""))
+	d.waitEvent("clanker.repo_started", nil)
+	spool := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
+	f, err := os.OpenFile(spool, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(spoolLine("task_create", map[string]any{"task": map[string]any{"id": "before", "prompt": "p"}})); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon takes the file (renames it) while this writer holds it.
+	draining := filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson")
+	eventually(t, 20*time.Second, "the spool taken", func() bool { _, err := os.Stat(draining); return err == nil })
+	if _, err := f.WriteString(spoolLine("task_create", map[string]any{"task": map[string]any{"id": "after", "prompt": "p"}})); err != nil {
+		t.Fatal(err)
+	}
+	if n := taskFiles(repo); n != 0 {
+		t.Fatalf("%d tasks applied while a writer still had the spool open", n)
+	}
+	f.Close()
+	eventually(t, 20*time.Second, "both lines applied", func() bool { return taskFiles(repo) == 2 })
+	eventually(t, 20*time.Second, "the taken spool removed", func() bool { _, err := os.Stat(draining); return os.IsNotExist(err) })
+	createdOnce(t, repo, map[string]bool{"before": true, "after": true})
+}
+
+// A pod of another uid is refused (conn.refused); the repo serves its own.
+func TestClankerOtherUID(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a pod as another user")
+	}
+	repo := shortTemp(t)
+	d := startDaemon(t, clankerConfig(repo, ""))
+	sock := filepath.Join(repo, ".clanker", "ipc.sock")
+	d.waitEvent("clanker.repo_started", nil)
+	// The socket is 0600, which alone keeps others out; opened here so
+	// that the uid check is what refuses.
+	for _, p := range []string{repo, filepath.Join(repo, ".clanker")} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// This test binary, where uid 65534 can run it.
+	dir, err := os.MkdirTemp("", "orchpod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "pod")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, sock, `{"v":1,"id":"x","type":"task_create","payload":{"task":{"id":"evil","prompt":"p"}}}`)
+	cmd.Env = append(os.Environ(), "ORCHESTRD_TEST_HELPER=unixline")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), `"ok"`) {
+		t.Fatalf("a pod of uid 65534 was answered: %v %q", err, out)
+	}
+	d.waitEvent("conn.refused", func(e map[string]any) bool { return e["socket"] == sock && e["uid"] == 65534.0 })
+	if n := taskFiles(repo); n != 0 {
+		t.Fatalf("the refused pod's task was created")
+	}
+	okData(t, pod(t, sock, "hello", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
+}
+
+// A usage limit pauses the fleet for usage_limit_pause, then it resumes on
+// its own.
+func TestClankerUsageLimitTimesOut(t *testing.T) {
+	repo := shortTemp(t)
+	d := startDaemon(t, clankerConfig(repo, "usage_limit_pause = \"300ms\"\n"))
+	sock := filepath.Join(repo, ".clanker", "ipc.sock")
+	d.waitEvent("clanker.repo_started", nil)
+	okData(t, pod(t, sock, "task_create", map[string]any{"task": map[string]any{"id": "t1", "prompt": "p"}}), `{"taskId":"t1"}`)
+	okData(t, pod(t, sock, "usage_limit", map[string]any{"podId": "judge-1", "role": "judge"}), `{"ok":true}`)
+	d.waitEvent("clanker.resumed", func(e map[string]any) bool { return e["reason"] == "timeout" })
+	okData(t, pod(t, sock, "task_request", map[string]any{"podId": "slave-1"}), `{"taskId":"t1","prompt":"BASE\n\np","status":"running"}`)
+	var st map[string]any
+	json.Unmarshal([]byte(readFile(t, filepath.Join(repo, ".clanker", "state.json"))), &st)
+	if ul, _ := st["usageLimit"].(map[string]any); st["paused"] != false || ul["active"] != false {
+		t.Fatalf("state.json after the pause: %v", st)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -72,6 +73,18 @@ func helperMain(what string) int {
 		}
 		c.Close()
 		fmt.Println("dial ok")
+		return 0
+	case "unixline": // unixline SOCK LINE: send LINE on a unix socket, print the answer line
+		c, err := net.Dial("unix", os.Args[1])
+		if err != nil {
+			fmt.Println("dial failed:", err)
+			return 3
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte(os.Args[2] + "\n"))
+		b, _ := io.ReadAll(c)
+		fmt.Print(string(b))
 		return 0
 	}
 	return 2
