@@ -224,7 +224,8 @@ func Run(ctx context.Context, opts Options) error {
 	// clanker's repos after the executors; stopped first (their pods
 	// spool while the sockets are down).
 	clankerMgr, err := spool.Start(spool.Options{Config: cfg.Clanker, Store: clankerStore{st},
-		Listen: clankeripc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger})
+		Listen: clankeripc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger,
+		Sync: cfg.State.Durability == string(state.DurabilityPower)})
 	if err != nil {
 		shutdownExecutors()
 		shutdownApprovals()

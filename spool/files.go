@@ -13,9 +13,11 @@ import (
 )
 
 // writeAtomic replaces path with data: a temporary file in the same
-// directory, written, synced, renamed over path, and the directory synced,
-// so a reader sees the old content or the new, never a part.
-func writeAtomic(path string, data []byte, perm os.FileMode) error {
+// directory, written, renamed over path, so a reader sees the old content
+// or the new, never a part. With sync the file and the directory are
+// synced too (the store's power durability): without, a power loss may
+// lose the write, which the store, the truth, then writes again at start.
+func writeAtomic(path string, data []byte, perm os.FileMode, sync bool) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", dir, err)
@@ -38,8 +40,10 @@ func writeAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Chmod(perm); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", path, err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("syncing %s: %w", path, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
@@ -48,6 +52,9 @@ func writeAtomic(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("replacing %s: %w", path, err)
 	}
 	ok = true
+	if !sync {
+		return nil
+	}
 	return syncDir(dir)
 }
 
@@ -63,9 +70,9 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// appendLines appends data (whole lines) to path in one write, then syncs
-// it.
-func appendLines(path string, data []byte) error {
+// appendLines appends data (whole lines) to path in one write (then syncs
+// it, with sync).
+func appendLines(path string, data []byte, sync bool) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", filepath.Dir(path), err)
 	}
@@ -85,8 +92,10 @@ func appendLines(path string, data []byte) error {
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("appending to %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", path, err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("syncing %s: %w", path, err)
+		}
 	}
 	return nil
 }

@@ -142,7 +142,7 @@ func heartbeat(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]b
 	hb.set("pid", jsonNumber(pid))
 	hb.setString("role", role)
 	path := filepath.Join(r.dir, "heartbeat", id+".json")
-	if err := writeAtomic(path, hb.file(), 0o644); err != nil {
+	if err := writeAtomic(path, hb.file(), 0o644, r.m.opts.Sync); err != nil {
 		return nil, fmt.Errorf("writing the heartbeat: %w", err)
 	}
 	pd := r.pod(id)

@@ -28,6 +28,10 @@ type Options struct {
 	Logger zerolog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Sync syncs every file written to .clanker (the store's power
+	// durability); without, a power loss may lose what the page cache
+	// held, which the store writes again at the repo's start.
+	Sync bool
 }
 
 // Manager is the clanker domain: one actor per repo, under a supervisor.

@@ -156,7 +156,6 @@ func (r *repo) Receive(c *actors.Context) {
 		}
 		r.started = true
 		r.m.repoStarted(r.name)
-		c.Every(r.cfg.Tick.Duration, tick{})
 		r.tick(c)
 	case request:
 		r.request(c, m)
@@ -458,7 +457,7 @@ func (r *repo) writeOut() {
 		}
 		path := r.taskPath(id)
 		b := t.rec.file()
-		if err := writeAtomic(path, b, 0o644); err != nil {
+		if err := writeAtomic(path, b, 0o644, r.m.opts.Sync); err != nil {
 			r.writeFailed(path, err)
 			continue
 		}
@@ -481,23 +480,30 @@ func (r *repo) writeOut() {
 }
 
 // flushOutbox writes the outbox out in order, stopping at the first
-// failure; it returns the seq of the last entry written (0: none).
+// failure; it returns the seq of the last entry written (0: none). Appends
+// to one file in a row are one write.
 func (r *repo) flushOutbox() int64 {
 	var done int64
 	for len(r.outbox) > 0 {
 		l := r.outbox[0]
+		n := 1
 		var err error
 		if l.Replace {
-			err = writeAtomic(l.File, []byte(l.Data), 0o644)
+			err = writeAtomic(l.File, []byte(l.Data), 0o644, r.m.opts.Sync)
 		} else {
-			err = appendLines(l.File, []byte(l.Data))
+			data := []byte(l.Data)
+			for n < len(r.outbox) && !r.outbox[n].Replace && r.outbox[n].File == l.File {
+				data = append(data, r.outbox[n].Data...)
+				n++
+			}
+			err = appendLines(l.File, data, r.m.opts.Sync)
 		}
 		if err != nil {
 			r.writeFailed(l.File, err)
 			break
 		}
-		done = l.Seq
-		r.outbox = r.outbox[1:]
+		done = r.outbox[n-1].Seq
+		r.outbox = r.outbox[n:]
 	}
 	return done
 }
@@ -511,7 +517,11 @@ func (r *repo) taskPath(id string) string { return filepath.Join(r.dir, "tasks",
 
 // ---- the tick ----
 
+// tick is the repo's periodic work. The next tick is set when this one is
+// done, so a slow tick (a big directory, a slow disk) delays the next
+// rather than queueing ticks behind it.
 func (r *repo) tick(c *actors.Context) {
+	defer c.After(r.cfg.Tick.Duration, tick{})
 	if len(r.dirty) > 0 || len(r.outbox) > 0 {
 		r.writeOut()
 	}
@@ -587,6 +597,11 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 			err = fmt.Errorf("its id %q is not its file's name", rec.str("id"))
 		}
 		if err != nil {
+			if t != nil && starting {
+				// Torn by a power loss, or written badly: the store has it.
+				r.dirty[id] = true
+				continue
+			}
 			r.m.log.Debug().Err(err).Str("repo", r.name).Str("file", name).Msg("clanker: a task file is not a valid task; left as it is")
 			if t != nil {
 				t.stamp = st

@@ -73,7 +73,7 @@ func TestRecoverOutbox(t *testing.T) {
 	}
 	// Appending to a file whose last line lost its newline keeps lines.
 	os.WriteFile(dead, []byte("cut"), 0o644)
-	if err := appendLines(dead, []byte("x\n")); err != nil {
+	if err := appendLines(dead, []byte("x\n"), false); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(dead); string(b) != "cut\nx\n" {

@@ -48,6 +48,7 @@ var scenarios = []scenario{
 	{"store", "8. State store", runStore},
 	{"approvals", "9. Approvals", runApprovals},
 	{"executors", "10. Executors", runExecutors},
+	{"clanker", "11. clanker pod IPC", runClanker},
 }
 
 // bench is the state of one harness run.
