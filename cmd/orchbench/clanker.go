@@ -57,7 +57,9 @@ func runClanker(b *bench) error {
 	for _, c := range []int{1, 16} {
 		o, e, err := paired(trials,
 			func() (measured, error) { return trial(func() []int { return []int{d.pid()} }, c, dur, hello(sock)) },
-			func() (measured, error) { return trial(func() []int { return []int{echo.pid()} }, c, dur, hello(echo.sock)) })
+			func() (measured, error) {
+				return trial(func() []int { return []int{echo.pid()} }, c, dur, hello(echo.sock))
+			})
 		if err != nil {
 			return fmt.Errorf("hello, %d clients: %w", c, err)
 		}
