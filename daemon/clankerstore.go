@@ -14,6 +14,8 @@ func (s clankerStore) Load(repo string) (state.ClankerSnapshot, error) {
 	return s.st.Clanker().Load(repo)
 }
 
+func (s clankerStore) Repos() (map[string][]byte, error) { return s.st.Clanker().Repos() }
+
 func (s clankerStore) Commit(c state.ClankerCommit, done func(error)) error {
 	return s.st.Enqueue(state.ClankerCommitted(c), done)
 }

@@ -40,6 +40,9 @@ type RepoConfig struct {
 	// StaleAfter is how long a pod may stay silent before it is stale
 	// (clanker.pod_stale); default 30s, clanker's own.
 	StaleAfter api.Duration `toml:"stale_after" json:"stale_after,omitempty"`
+
+	// runtime: added at run time (clanker.repo_add), not by the config.
+	runtime bool
 }
 
 // Defaults.

@@ -2,6 +2,7 @@ package spool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -124,18 +125,42 @@ func Start(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the clanker supervisor: %w", err)
 	}
+	inConfig := map[string]bool{}
 	for _, rc := range opts.Config.Repos {
-		if _, err := m.AddRepo(context.Background(), rc); err != nil {
+		inConfig[rc.Normalize().Path] = true
+		if _, err := m.addRepo(context.Background(), rc); err != nil {
 			m.log.Warn().Err(err).Str("repo", rc.Path).Msg("clanker: going on without this repo")
+		}
+	}
+	// The repos added at run time before the daemon stopped.
+	recorded, err := opts.Store.Repos()
+	if err != nil {
+		m.log.Warn().Err(err).Msg("clanker: reading the repos added at run time; going on without them")
+	}
+	for path, st := range recorded {
+		var rs repoState
+		if json.Unmarshal(st, &rs) != nil || rs.Added == nil || inConfig[path] {
+			continue
+		}
+		rc := *rs.Added
+		rc.runtime = true
+		if _, err := m.addRepo(context.Background(), rc); err != nil {
+			m.log.Warn().Err(err).Str("repo", path).Msg("clanker: a repo added at run time cannot be served again; going on without it")
 		}
 	}
 	return m, nil
 }
 
 // AddRepo starts serving a repo (clanker.repo_add, orchestrd clanker
-// serve-repo) and returns once its socket is up. A repo already served is
-// no error: its config is returned as it runs.
+// serve-repo) and returns once its socket is up; the daemon serves it
+// again when it restarts. A repo already served is no error: its config
+// is returned as it runs.
 func (m *Manager) AddRepo(ctx context.Context, rc RepoConfig) (RepoConfig, error) {
+	rc.runtime = true
+	return m.addRepo(ctx, rc)
+}
+
+func (m *Manager) addRepo(ctx context.Context, rc RepoConfig) (RepoConfig, error) {
 	if errs := ValidateRepo(rc); len(errs) > 0 {
 		return rc, api.Errorf(api.CodeInvalidParams, "clanker repo %s: %v", rc.Path, errors.Join(errs...))
 	}

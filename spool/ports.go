@@ -6,6 +6,8 @@ import "github.com/orchestrd/orchestrd/state"
 type Store interface {
 	// Load reads one repo's records.
 	Load(repo string) (state.ClankerSnapshot, error)
+	// Repos returns every recorded repo's state (JSON), by path.
+	Repos() (map[string][]byte, error)
 	// Commit queues c and returns at once; done is called (from another
 	// goroutine) once c is committed or has failed. An error is a refusal
 	// at once (the queue is full, the store closed): done is not called.

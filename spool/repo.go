@@ -72,6 +72,9 @@ type pod struct {
 
 // repoState is the repo's own state, stored as JSON with its tasks.
 type repoState struct {
+	// Added is the config of a repo added at run time (serve-repo): the
+	// daemon serves it again when it restarts.
+	Added     *RepoConfig `json:"added,omitempty"`
 	Paused    *pauseState `json:"paused,omitempty"`
 	Drain     *drainPos   `json:"drain,omitempty"`
 	NextSeq   int64       `json:"next_seq"`
@@ -224,6 +227,18 @@ func (r *repo) start(c *actors.Context) error {
 	}
 	r.outbox = recoverOutbox(snap.Outbox)
 	r.seedPods()
+	if r.cfg.runtime && r.st.Added == nil {
+		added := r.cfg
+		r.st.Added = &added
+		ch := r.newChange("ipc")
+		ch.saveState = true
+		r.commit(c, ch)
+	} else if !r.cfg.runtime && r.st.Added != nil {
+		r.st.Added = nil // in the config now
+		ch := r.newChange("ipc")
+		ch.saveState = true
+		r.commit(c, ch)
+	}
 	// What was committed and maybe not written out when the daemon
 	// stopped: the outbox, and the files whose task changed.
 	r.flushOutbox()

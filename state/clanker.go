@@ -84,6 +84,20 @@ func (c Clanker) Load(repo string) (ClankerSnapshot, error) {
 	return snap, err
 }
 
+// Repos returns every recorded repo's state, by repo.
+func (c Clanker) Repos() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := Approvals(c).query("read the clanker repos", `SELECT repo, state FROM clanker_repos ORDER BY repo`, func(sc scanner) error {
+		var repo, st string
+		if err := sc.Scan(&repo, &st); err != nil {
+			return err
+		}
+		out[repo] = []byte(st)
+		return nil
+	})
+	return out, err
+}
+
 // ClankerCommit is one atomic change to a repo's records: everything in it
 // is committed together or not at all (a spool line's effects with the
 // drain position after it).

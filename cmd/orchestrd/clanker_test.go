@@ -482,6 +482,19 @@ func TestClankerServeRepoAndStalePods(t *testing.T) {
 	if code != 0 || !strings.Contains(out, repo) || !strings.Contains(out, "slave-1") {
 		t.Fatalf("orchestrd clanker (%d):\n%s", code, out)
 	}
+	// A repo added at run time is served again after a restart.
+	d.stop()
+	d = startDaemonAt(t, d.home, "")
+	eventually(t, 20*time.Second, "the repo started again", func() bool {
+		n := 0
+		for _, e := range d.events() {
+			if e["kind"] == "clanker.repo_started" && e["repo"] == repo {
+				n++
+			}
+		}
+		return n == 2
+	})
+	okData(t, pod(t, sock, "hello", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
 
 	repo2 := shortTemp(t)
 	d2 := startDaemon(t, clankerConfig(repo2, "stale_after = \"200ms\"\n"))
