@@ -580,8 +580,8 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 		}
 		st := stampOf(fi)
 		t := r.tasks[id]
-		if t != nil && t.stamp == st && !starting {
-			continue
+		if t != nil && (t.stamp == st && !starting || r.inflight(id)) {
+			continue // unchanged, or a change of ours is on its way to it
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -635,7 +635,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 		ch.events = append(ch.events, TaskImported{Repo: r.name, TaskID: id, Status: rec.str("status")})
 	}
 	for id, t := range r.tasks {
-		if onDisk[id] {
+		if onDisk[id] || r.inflight(id) {
 			continue
 		}
 		if t.projected == "" || r.dirty[id] {
@@ -650,6 +650,17 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 		r.writeOut()
 	}
 	r.commit(c, ch)
+}
+
+// inflight: a change to task id is on its way to the store (its file
+// will be written once it is committed, and not before).
+func (r *repo) inflight(id string) bool {
+	for ch := range r.waiting {
+		if ch.tasks[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // ---- pause ----
