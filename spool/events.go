@@ -168,7 +168,7 @@ type SpoolDeadLettered struct {
 	Error string `json:"error"`
 }
 
-func (SpoolDeadLettered) Kind() string { return "clanker.spool_dead_lettered" }
+func (SpoolDeadLettered) Kind() string { return "clanker.line_dead_lettered" }
 
 // WriteFailed: writing a repo's .clanker files failed (disk full, a
 // permission); the store keeps the truth and the write is tried again.

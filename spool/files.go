@@ -13,10 +13,12 @@ import (
 )
 
 // writeAtomic replaces path with data: a temporary file in the same
-// directory, written, renamed over path, so a reader sees the old content
-// or the new, never a part. With sync the file and the directory are
-// synced too (the store's power durability): without, a power loss may
-// lose the write, which the store, the truth, then writes again at start.
+// directory, written, synced, renamed over path, so a reader (or a
+// machine that lost power) sees the old content or the new, never a part.
+// With sync the directory is synced too (the store's power durability),
+// so the rename itself survives a power loss; without, a power loss may
+// lose the rename, and the store, the truth, writes the file again at the
+// repo's start.
 func writeAtomic(path string, data []byte, perm os.FileMode, sync bool) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -40,10 +42,8 @@ func writeAtomic(path string, data []byte, perm os.FileMode, sync bool) error {
 	if err := f.Chmod(perm); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("syncing %s: %w", path, err)
-		}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

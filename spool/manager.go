@@ -29,9 +29,10 @@ type Options struct {
 	Logger zerolog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
-	// Sync syncs every file written to .clanker (the store's power
-	// durability); without, a power loss may lose what the page cache
-	// held, which the store writes again at the repo's start.
+	// Sync also syncs the directory of every file replaced in .clanker
+	// and every append (the store's power durability); without, a power
+	// loss may lose the last renames and appends, which the store writes
+	// again at the repo's start (task files; appended lines are not).
 	Sync bool
 }
 
