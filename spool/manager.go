@@ -295,14 +295,18 @@ func (m *Manager) Status(ctx context.Context) []RepoStatus {
 		m.sys.Send(ref, statusReq{reply: func(s RepoStatus) { ch <- s }})
 	}
 	out := []RepoStatus{}
+	// A repo busy writing for 5 s is left out; the others are shown.
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+wait:
 	for range refs {
 		select {
 		case s := <-ch:
 			out = append(out, s)
 		case <-ctx.Done():
-			return out
-		case <-time.After(5 * time.Second):
-			return out // a repo busy writing; the others are shown
+			break wait
+		case <-t.C:
+			break wait
 		}
 	}
 	slices.SortFunc(out, func(a, b RepoStatus) int {

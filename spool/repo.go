@@ -108,10 +108,9 @@ type (
 		ch  *change
 		err error
 	}
-	tick         struct{}
-	resumeReq    struct{ reply func(bool, error) }
-	statusReq    struct{ reply func(RepoStatus) }
-	projectedMsg struct{} // the projection markers are recorded
+	tick      struct{}
+	resumeReq struct{ reply func(bool, error) }
+	statusReq struct{ reply func(RepoStatus) }
 )
 
 // repo is the actor that owns one repo's state.
@@ -170,7 +169,6 @@ func (r *repo) Receive(c *actors.Context) {
 		m.reply(r.resume(c, "command"), nil)
 	case statusReq:
 		m.reply(r.status())
-	case projectedMsg:
 	case actors.Restarting, actors.Stopping:
 		r.stop(errors.New("the repo's actor is restarting"))
 	case actors.Stopped:

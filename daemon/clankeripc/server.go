@@ -6,11 +6,13 @@
 package clankeripc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -59,7 +61,7 @@ func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
 // Listen makes the socket (0600; its directory is made; a stale socket is
 // replaced, a live one refused) and serves it until Close.
 func Listen(socket, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
-	if err := os.MkdirAll(dirOf(socket), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
 		return nil, fmt.Errorf("making the directory of socket %s: %w", socket, err)
 	}
 	ln, err := proc.ListenUnix(socket)
@@ -71,18 +73,6 @@ func Listen(socket, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			if i == 0 {
-				return "/"
-			}
-			return p[:i]
-		}
-	}
-	return "."
 }
 
 func (s *Server) emit(ev eventlog.Event) {
@@ -200,7 +190,7 @@ func (s *Server) serve(nc *net.UnixConn) {
 		case err != nil:
 			return // the idle timeout, a reset, Close
 		}
-		if len(trimSpace(line)) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		req, err := wire.DecodeClankerRequest(line)
@@ -248,14 +238,4 @@ func (s *Server) write(nc *net.UnixConn, b []byte) bool {
 		return false
 	}
 	return true
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
