@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/spool"
@@ -74,6 +75,8 @@ type Config struct {
 	// Clanker is the [clanker] table (spool/config.go): the repos whose
 	// dashboard orchestrd is; none unless the file names them.
 	Clanker spool.Config `toml:"clanker"`
+	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
+	HTTP httpapi.Config `toml:"http"`
 }
 
 // DefaultConfig is the embedded configuration.
@@ -89,6 +92,7 @@ func DefaultConfig() Config {
 			RetainFor: api.Duration{Duration: 168 * time.Hour}},
 		Lanes:     lanes.DefaultLanes(),
 		Approvals: approvals.DefaultConfig(),
+		HTTP:      httpapi.DefaultConfig(),
 	}
 }
 
@@ -167,6 +171,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"clanker": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Clanker).Elem(), key)
+	},
+	"http": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.HTTP).Elem(), key)
 	},
 }
 
@@ -355,5 +362,6 @@ func (c Config) validate() []error {
 	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
+	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
 	return errs
 }

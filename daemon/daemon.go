@@ -254,6 +254,9 @@ func Run(ctx context.Context, opts Options) error {
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
 	clankerMgr.Register(srv)
+	// Loopsy's HTTP API, once the lanes take jobs; nil when off or when it
+	// cannot listen (the daemon goes on).
+	httpSrv := startHTTP(cfg.HTTP, opts.Home, st.NodeID(), opts.Version, mgr, bus, started, opts.Logger)
 	// vibe-reachout's hook socket, once its approvals can be answered; nil
 	// when off or when the socket cannot be made (the daemon goes on).
 	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)
@@ -321,6 +324,15 @@ func Run(ctx context.Context, opts Options) error {
 			// clanker's repos, executors, approvals, then lanes, while
 			// clients are still connected and hear their tasks, approvals
 			// and jobs end; then the control socket.
+			// Loopsy's API first: its executions are cancelled while the
+			// lanes still run them, and the waiting requests answered.
+			if httpSrv != nil {
+				hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := httpSrv.Close(hctx); err != nil {
+					opts.Logger.Error().Err(err).Msg("closing the HTTP API")
+				}
+				hcancel()
+			}
 			shutdownClanker()
 			shutdownExecutors()
 			shutdownApprovals()

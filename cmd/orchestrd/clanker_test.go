@@ -136,6 +136,7 @@ func clankerConfig(repo, extra string) string {
 // The pods' socket speaks clanker's envelope and its nine types as the
 // dashboard does, and keeps .clanker in clanker's own formats.
 func TestClankerIPC(t *testing.T) {
+	t.Parallel()
 	repo := shortTemp(t)
 	d := startDaemon(t, clankerConfig(repo, "usage_limit_pause = \"1h\"\n"))
 	sock := filepath.Join(repo, ".clanker", "ipc.sock")
@@ -373,6 +374,7 @@ func taskFiles(repo string) int {
 // line cut by the writers' 1 MB trim goes to the dead-letter file); lines
 // appended by many writers while drains run are each applied once.
 func TestClankerSpoolDrain(t *testing.T) {
+	t.Parallel()
 	repo := shortTemp(t)
 	if err := os.MkdirAll(filepath.Join(repo, ".clanker"), 0o755); err != nil {
 		t.Fatal(err)
@@ -424,6 +426,7 @@ func TestClankerSpoolDrain(t *testing.T) {
 // A daemon killed with SIGKILL in the middle of a drain resumes it after
 // its restart: no spool line is lost and none is applied twice.
 func TestClankerDrainKilled(t *testing.T) {
+	t.Parallel()
 	repo := shortTemp(t)
 	if err := os.MkdirAll(filepath.Join(repo, ".clanker"), 0o755); err != nil {
 		t.Fatal(err)
@@ -467,6 +470,7 @@ func TestClankerDrainKilled(t *testing.T) {
 // A pod silent past stale_after is said stale once; orchestrd clanker
 // serve-repo adds a repo at run time, and a bad one is refused with why.
 func TestClankerServeRepoAndStalePods(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "")
 	repo := shortTemp(t)
 	out, code := clankerCLI(t, d.home, "clanker", "serve-repo", repo)
@@ -510,6 +514,7 @@ func TestClankerServeRepoAndStalePods(t *testing.T) {
 // the take: the drain waits for it to close the file, and its line is
 // applied (once).
 func TestClankerSpoolWriterRacesTheTake(t *testing.T) {
+	t.Parallel()
 	repo := shortTemp(t)
 	d := startDaemon(t, clankerConfig(repo, ""))
 	d.waitEvent("clanker.repo_started", nil)
@@ -541,6 +546,7 @@ func TestClankerOtherUID(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a pod as another user")
 	}
+	t.Parallel()
 	repo := shortTemp(t)
 	d := startDaemon(t, clankerConfig(repo, ""))
 	sock := filepath.Join(repo, ".clanker", "ipc.sock")
@@ -587,6 +593,7 @@ func TestClankerOtherUID(t *testing.T) {
 // A usage limit pauses the fleet for usage_limit_pause, then it resumes on
 // its own.
 func TestClankerUsageLimitTimesOut(t *testing.T) {
+	t.Parallel()
 	repo := shortTemp(t)
 	d := startDaemon(t, clankerConfig(repo, "usage_limit_pause = \"300ms\"\n"))
 	sock := filepath.Join(repo, ".clanker", "ipc.sock")

@@ -46,6 +46,7 @@ commands:
   events    read the supervisor event log
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
   clanker   clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)
+  http      http key: the Loopsy API key peers and the loopsy CLI present
   executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
   runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
   version   print the version
@@ -137,6 +138,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdLane(withHome(rest), stdout, stderr)
 	case "clanker":
 		return cmdClanker(withHome(rest), stdout, stderr)
+	case "http":
+		return cmdHTTP(withHome(rest), stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "orchestrd", version)
 		return exitOK

@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// KeyFile is the daemon's own API key, in its home.
+const KeyFile = "http.key"
+
+// LoadKey reads home/http.key, making it (64 random hex characters and a
+// newline, 0600) the first time. A key file others can read is refused.
+func LoadKey(home string) (string, error) {
+	path := filepath.Join(home, KeyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", fmt.Errorf("making the HTTP API key: %w", err)
+		}
+		k := hex.EncodeToString(raw[:])
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return LoadKey(home) // made by another start meanwhile
+			}
+			return "", fmt.Errorf("writing the HTTP API key: %w", err)
+		}
+		_, werr := f.WriteString(k + "\n")
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			os.Remove(path)
+			return "", fmt.Errorf("writing the HTTP API key %s: %w", path, werr)
+		}
+		return k, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the HTTP API key: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("the HTTP API key %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	k := strings.TrimSpace(string(b))
+	if !hexKey.MatchString(k) {
+		return "", fmt.Errorf("the HTTP API key %s is not 64 lowercase hex characters", path)
+	}
+	return k, nil
+}

@@ -1,0 +1,281 @@
+// Package httpapi is the daemon's HTTP front-end: Loopsy's cross-machine
+// API (spec 004) at /api/v1, so the loopsy CLI and other Loopsy daemons
+// work against orchestrd. Commands run as jobs on a lane, supervised like
+// any other. Every request but /health needs a key (Authorization: Bearer
+// <64 hex>): the daemon's own (home/http.key) or a peer's (allowed_keys).
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// ProtocolVersion is the Loopsy protocol version orchestrd speaks.
+const ProtocolVersion = "1.0.0"
+
+// Loopsy's error codes (its packages/protocol/src/errors.ts).
+const (
+	CodeMissingKey       = 1001
+	CodeInvalidKey       = 1002
+	CodeCommandDenied    = 3001
+	CodeMaxConcurrent    = 3003
+	CodeExecFailed       = 3004
+	CodeJobNotFound      = 3006
+	CodeInternal         = 9001
+	CodeRateLimited      = 9002
+	CodeInvalidRequest   = 9003
+	maxJSONBody          = 1 << 20
+	readHeaderTimeout    = 10 * time.Second
+	readBodyTimeout      = 30 * time.Second
+	idleTimeout          = 2 * time.Minute
+	maxHeaderBytes       = 64 << 10
+	shutdownStreamsGrace = 2 * time.Second
+)
+
+// Options configures a Server.
+type Options struct {
+	Config  Config
+	APIKey  string // the daemon's own key
+	NodeID  string
+	Version string // orchestrd's
+	Lanes   *lanes.Manager
+	Bus     *eventlog.Bus
+	Logger  zerolog.Logger
+	Started time.Time
+}
+
+// Server serves the API.
+type Server struct {
+	opts  Options
+	cfg   Config
+	keys  []namedKey
+	srv   *http.Server
+	ln    net.Listener
+	log   zerolog.Logger
+	done  chan struct{}
+	exec  *executions
+	serve error
+}
+
+type namedKey struct{ name, key string }
+
+// Start listens on cfg.Listen and serves until Close. When it cannot
+// listen it warns, emits http.unavailable and returns the error: the
+// daemon goes on without it.
+func Start(opts Options) (*Server, error) {
+	cfg := opts.Config
+	s := &Server{opts: opts, cfg: cfg, log: opts.Logger.With().Str("component", "http").Logger(), done: make(chan struct{})}
+	s.keys = append(s.keys, namedKey{"self", opts.APIKey})
+	for name, k := range cfg.AllowedKeys {
+		s.keys = append(s.keys, namedKey{name, k})
+	}
+	var err error
+	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
+		err = fmt.Errorf("[http] exec_lane %q is not a lane (lanes: %v)", cfg.ExecLane, opts.Lanes.LaneNames())
+		s.log.Warn().Err(err).Msg("http: going on without the HTTP API")
+		s.emit(Unavailable{Addr: cfg.Listen, Error: err.Error()})
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err == nil && cfg.Cert != "" {
+		var cert tls.Certificate
+		cert, err = tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+		if err != nil {
+			ln.Close()
+		} else {
+			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err)
+		s.log.Warn().Err(err).Msg("http: going on without the HTTP API")
+		s.emit(Unavailable{Addr: cfg.Listen, Error: err.Error()})
+		return nil, err
+	}
+	s.ln = ln
+	s.exec = newExecutions(s)
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes, ErrorLog: nil}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serve = err
+			s.log.Error().Err(err).Msg("http: the server stopped")
+		}
+	}()
+	s.emit(Listening{Addr: ln.Addr().String(), TLS: cfg.Cert != ""})
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("http: Loopsy's API is up")
+	return s, nil
+}
+
+// Addr is where the server listens.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server: it stops accepting, cancels the executions
+// still running (their waiting requests answer killed), lets requests
+// finish for a moment, then closes what is left.
+func (s *Server) Close(ctx context.Context) error {
+	s.exec.closeAll()
+	sctx, cancel := context.WithTimeout(ctx, shutdownStreamsGrace)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	<-s.done
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("stopping the HTTP API: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) emit(ev eventlog.Event) {
+	if s.opts.Bus != nil {
+		s.opts.Bus.Emit(ev)
+	}
+}
+
+// ctxKey carries the request's key name.
+type ctxKey struct{}
+
+func keyName(r *http.Request) string {
+	n, _ := r.Context().Value(ctxKey{}).(string)
+	return n
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	const p = "/api/v1"
+	mux.HandleFunc("GET "+p+"/health", s.health)
+	mux.HandleFunc("GET "+p+"/status", s.auth(s.status))
+	mux.HandleFunc("GET "+p+"/identity", s.auth(s.identity))
+	mux.HandleFunc("POST "+p+"/execute", s.auth(s.execute))
+	mux.HandleFunc("POST "+p+"/execute/stream", s.auth(s.executeStream))
+	mux.HandleFunc("DELETE "+p+"/execute/{jobId}", s.auth(s.cancel))
+	mux.HandleFunc("GET "+p+"/execute/jobs", s.auth(s.jobs))
+	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeInvalidRequest, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	}))
+	return mux
+}
+
+// auth admits a request with a known key: missing, 401 code 1001; wrong,
+// 403 code 1002. Keys are compared in constant time.
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		hdr := r.Header.Get("Authorization")
+		if hdr == "" {
+			s.emit(AuthFailed{Peer: r.RemoteAddr, Path: r.URL.Path, Reason: "missing_key"})
+			writeError(w, http.StatusUnauthorized, CodeMissingKey, "Missing Authorization header")
+			return
+		}
+		tok := hdr
+		if len(hdr) > 7 && strings.EqualFold(hdr[:7], "bearer ") {
+			tok = strings.TrimSpace(hdr[7:])
+		}
+		name := ""
+		for _, k := range s.keys {
+			if subtle.ConstantTimeCompare([]byte(tok), []byte(k.key)) == 1 {
+				name = k.name
+			}
+		}
+		if name == "" {
+			s.emit(AuthFailed{Peer: r.RemoteAddr, Path: r.URL.Path, Reason: "invalid_key"})
+			writeError(w, http.StatusForbidden, CodeInvalidKey, "Invalid API key")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, name)))
+	}
+}
+
+// writeError writes Loopsy's error body, {"error": {"code", "message"}}.
+func writeError(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":9001,"message":"encoding the answer"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// decodeBody decodes a JSON body of at most 1 MiB into v, refusing
+// unknown fields? No: Loopsy's clients may send more (stream: true); they
+// are ignored. The error names the problem.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxJSONBody)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(readBodyTimeout))
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			writeError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest, fmt.Sprintf("request body over %d bytes", maxJSONBody))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("request body not sent within %s", readBodyTimeout))
+		default:
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid JSON body: "+err.Error())
+		}
+		return false
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return true
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "nodeId": s.opts.NodeID,
+		"uptime": time.Since(s.opts.Started).Milliseconds(), "version": ProtocolVersion})
+}
+
+func (s *Server) identityBody() map[string]any {
+	host, _ := os.Hostname()
+	return map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
+		"version": ProtocolVersion, "port": s.port(), "capabilities": []string{"execute", "execute-stream"},
+		"orchestrd": s.opts.Version}
+}
+
+func (s *Server) port() int {
+	if a, ok := s.ln.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+func (s *Server) identity(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.identityBody())
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	host, _ := os.Hostname()
+	ls := []api.LaneStatus{}
+	if s.opts.Lanes != nil {
+		ls = s.opts.Lanes.Lanes()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
+		"version": ProtocolVersion, "orchestrd": s.opts.Version, "uptime": time.Since(s.opts.Started).Milliseconds(),
+		"peers": map[string]int{"total": 0, "online": 0, "offline": 0},
+		"jobs":  map[string]int{"active": s.exec.active(), "total": s.exec.total()},
+		"lanes": ls})
+}
