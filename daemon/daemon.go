@@ -265,8 +265,11 @@ func Run(ctx context.Context, opts Options) error {
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
 		SeqSkipped: bus.SeqSkipped()})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
-	opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
-		Msg("orchestrd ready")
+	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid())
+	if httpSrv != nil {
+		ready = ready.Str("http", httpSrv.Addr())
+	}
+	ready.Msg("orchestrd ready")
 	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes))
 
 	sigs := opts.Signals

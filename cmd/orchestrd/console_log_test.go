@@ -22,7 +22,10 @@ import (
 func startConsoleDaemon(t *testing.T, stderr io.Writer, level string) *testDaemon {
 	t.Helper()
 	home := shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
+	// The HTTP API on a port of its own: the default one may be another
+	// test daemon's, and its warning would be a line more.
+	config := fastConfig + "\n[http]\nlisten = \"127.0.0.1:0\"\n"
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := newTestDaemon(t, home)
@@ -67,8 +70,8 @@ func TestConsoleLogRedirected(t *testing.T) {
 		ready, stopped := lines[0], lines[1]
 		sock := filepath.Join(d.home, "daemon.sock")
 		if !strings.Contains(ready, "orchestrd ready") || !strings.Contains(ready, "socket="+sock) ||
-			!strings.Contains(ready, `lanes=["net","no-net"]`) {
-			t.Errorf("first line %q, want orchestrd ready with socket=%s and the lanes", ready, sock)
+			!strings.Contains(ready, `lanes=["net","no-net"]`) || !strings.Contains(ready, "http=127.0.0.1:") {
+			t.Errorf("first line %q, want orchestrd ready with socket=%s, the lanes and the HTTP API's address", ready, sock)
 		}
 		if !strings.Contains(stopped, "orchestrd stopped") || !strings.Contains(stopped, "by=interrupt") {
 			t.Errorf("last line %q, want orchestrd stopped by=interrupt", stopped)

@@ -121,7 +121,6 @@ func Start(opts Options) (*Server, error) {
 		}
 	}()
 	s.emit(Listening{Addr: ln.Addr().String(), TLS: cfg.Cert != ""})
-	s.log.Info().Str("addr", ln.Addr().String()).Msg("http: Loopsy's API is up")
 	return s, nil
 }
 
