@@ -71,7 +71,6 @@ type Server struct {
 	log   zerolog.Logger
 	done  chan struct{}
 	exec  *executions
-	serve error
 }
 
 type namedKey struct{ name, key string }
@@ -116,7 +115,6 @@ func Start(opts Options) (*Server, error) {
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.serve = err
 			s.log.Error().Err(err).Msg("http: the server stopped")
 		}
 	}()
@@ -219,9 +217,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b)
 }
 
-// decodeBody decodes a JSON body of at most 1 MiB into v, refusing
-// unknown fields? No: Loopsy's clients may send more (stream: true); they
-// are ignored. The error names the problem.
+// decodeBody decodes a JSON body of at most 1 MiB, sent within 30 s, into
+// v; unknown fields are ignored (Loopsy's clients send more, such as
+// stream). A refusal is answered here, naming the problem.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, maxJSONBody)
 	rc := http.NewResponseController(w)
