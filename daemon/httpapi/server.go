@@ -63,14 +63,14 @@ type Options struct {
 
 // Server serves the API.
 type Server struct {
-	opts  Options
-	cfg   Config
-	keys  []namedKey
-	srv   *http.Server
-	ln    net.Listener
-	log   zerolog.Logger
-	done  chan struct{}
-	exec  *executions
+	opts Options
+	cfg  Config
+	keys []namedKey
+	srv  *http.Server
+	ln   net.Listener
+	log  zerolog.Logger
+	done chan struct{}
+	exec *executions
 }
 
 type namedKey struct{ name, key string }
