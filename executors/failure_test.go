@@ -23,8 +23,9 @@ import (
 // memLog is the executors' Log in memory; TaskStarted panics for a task
 // whose prompt says so (a bug in the task's actor, as far as it knows).
 type memLog struct {
-	mu   sync.Mutex
-	msgs []api.SessionMessage
+	mu       sync.Mutex
+	msgs     []api.SessionMessage
+	finished map[string]api.TaskRecord // as a store keeps them: task.wait on a task already forgotten in memory
 }
 
 func (l *memLog) TaskCreated(t api.TaskRecord, done func(error)) error { done(nil); return nil }
@@ -35,7 +36,16 @@ func (l *memLog) TaskStarted(t api.TaskRecord, done func(error)) error {
 	done(nil)
 	return nil
 }
-func (l *memLog) TaskFinished(t api.TaskRecord, done func(error)) error { done(nil); return nil }
+func (l *memLog) TaskFinished(t api.TaskRecord, done func(error)) error {
+	l.mu.Lock()
+	if l.finished == nil {
+		l.finished = map[string]api.TaskRecord{}
+	}
+	l.finished[t.ID] = t
+	l.mu.Unlock()
+	done(nil)
+	return nil
+}
 func (l *memLog) Messages(ms []api.SessionMessage, done func(error)) error {
 	l.mu.Lock()
 	l.msgs = append(l.msgs, ms...)
@@ -43,8 +53,11 @@ func (l *memLog) Messages(ms []api.SessionMessage, done func(error)) error {
 	done(nil)
 	return nil
 }
-func (l *memLog) Task(context.Context, string) (api.TaskRecord, bool, error) {
-	return api.TaskRecord{}, false, nil
+func (l *memLog) Task(_ context.Context, id string) (api.TaskRecord, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.finished[id]
+	return t, ok, nil
 }
 func (l *memLog) Tasks(context.Context, TaskFilter) ([]api.TaskRecord, error) { return nil, nil }
 func (l *memLog) Session(context.Context, string) (api.SessionRecord, bool, error) {

@@ -462,23 +462,29 @@ func (r *repo) failed(c *actors.Context, ch *change, err error) {
 // the outbox. What fails stays to be tried again on the next tick.
 func (r *repo) writeOut() {
 	projected := map[string]string{}
+	var ws []*fileWrite
+	var ids []string
 	for id := range r.dirty {
 		t := r.tasks[id]
 		if t == nil {
 			delete(r.dirty, id)
 			continue
 		}
-		path := r.taskPath(id)
-		b := t.rec.file()
-		if err := writeAtomic(path, b, 0o644, r.m.opts.Sync); err != nil {
-			r.writeFailed(path, err)
+		ws = append(ws, &fileWrite{path: r.taskPath(id), data: t.rec.file()})
+		ids = append(ids, id)
+	}
+	writeAll(ws, 0o644, r.m.opts.Sync)
+	for i, w := range ws {
+		id, t := ids[i], r.tasks[ids[i]]
+		if w.err != nil {
+			r.writeFailed(w.path, w.err)
 			continue
 		}
 		delete(r.dirty, id)
-		if fi, err := os.Stat(path); err == nil {
+		if fi, err := os.Stat(w.path); err == nil {
 			t.stamp = stampOf(fi)
 		}
-		h := hashOf(b)
+		h := hashOf(w.data)
 		if h != t.projected {
 			t.projected = h
 			projected[id] = h

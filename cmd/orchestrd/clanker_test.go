@@ -410,7 +410,7 @@ func TestClankerSpoolDrain(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	eventuallyOr(t, 60*time.Second, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
+	eventuallyOr(t, 2*time.Minute, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
 		func() string { return fmt.Sprintf("%d task files of %d", taskFiles(repo), len(ids)) })
 	eventually(t, 20*time.Second, "the spool drained", func() bool {
 		_, e1 := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.ndjson"))
@@ -454,7 +454,7 @@ func TestClankerDrainKilled(t *testing.T) {
 		t.Logf("the drain ended before the kill (%v); the test proves less", err)
 	}
 	d2 := startDaemonAt(t, home, "")
-	eventuallyOr(t, 60*time.Second, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
+	eventuallyOr(t, 2*time.Minute, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
 		func() string { return fmt.Sprintf("%d task files of %d", taskFiles(repo), len(ids)) })
 	eventually(t, 20*time.Second, "the taken spool removed", func() bool {
 		_, err := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
