@@ -190,12 +190,3 @@ func (r *repo) deadLetter(ch *change, line []byte, typ string, err error, first 
 	r.addOutbox(ch, filepath.Join(r.dir, deadName), false, string(entry)+"\n")
 	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: typ, Error: err.Error()})
 }
-
-// readFileMaybe reads a file; nil without an error when it does not exist.
-func readFileMaybe(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return b, err
-}

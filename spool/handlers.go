@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,7 +17,7 @@ import (
 // handler is one request type's handler: it checks the payload, then
 // changes the repo (recording in ch what it changed) and returns the
 // response's data. An error means nothing changed.
-type handler func(r *repo, ch *change, raw []byte, p map[string]json.RawMessage) ([]byte, error)
+type handler func(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error)
 
 // handlers is the table of the nine request types, as clanker's dashboard
 // serves them (its src/ipc/handlers.ts), but git commit tracking and
@@ -37,17 +38,10 @@ func init() {
 	}
 }
 
-// Types are the request types a repo serves.
-func Types() []string {
-	ts := make([]string, 0, len(handlers))
-	for t := range handlers {
-		ts = append(ts, t)
-	}
-	slices.Sort(ts)
-	return ts
-}
-
-var okData = []byte(`{"ok":true}`)
+var (
+	okData = []byte(`{"ok":true}`)
+	noTask = []byte(`{"taskId":null}`) // no work for the pod
+)
 
 // requireString is clanker's requireString: a non-blank string, or
 // "Missing LABEL".
@@ -77,6 +71,19 @@ func requireRole(p map[string]json.RawMessage) (string, error) {
 	return role, nil
 }
 
+// taskAndRole reads the taskId (it names files: history/task-<id>-...)
+// and the role (slave or judge) of a handoff or a note.
+func taskAndRole(p map[string]json.RawMessage) (id, role string, err error) {
+	if id, err = requireString(p, "taskId", "taskId"); err != nil {
+		return "", "", err
+	}
+	if err = validTaskID(id); err != nil {
+		return "", "", err
+	}
+	role, err = requireRole(p)
+	return id, role, err
+}
+
 // podName checks a pod id that names a file (heartbeat/<id>.json).
 func podName(id string) error {
 	if id == "." || id == ".." || strings.ContainsAny(id, "/\\\x00") || len(id) > 200 {
@@ -85,7 +92,7 @@ func podName(id string) error {
 	return nil
 }
 
-func hello(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func hello(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	if id := optString(p, "podId"); id != "" && podName(id) == nil {
 		pd := r.pod(id)
 		if role := optString(p, "role"); role != "" {
@@ -109,7 +116,7 @@ func (r *repo) pod(id string) *pod {
 // heartbeat writes heartbeat/<podId>.json ({slaveId, ts, pid, role}, as
 // clanker's writeHeartbeat) and marks the pod alive. A heartbeat is not
 // in the store: the next one replaces it.
-func heartbeat(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func heartbeat(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	id, err := requireString(p, "podId", "podId")
 	if err != nil {
 		return nil, err
@@ -153,7 +160,7 @@ func heartbeat(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]b
 // usageLimit pauses the repo's fleet: task_request and judge_request
 // answer {taskId: null} until orchestrd clanker resume or
 // usage_limit_pause.
-func usageLimit(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func usageLimit(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	id, err := requireString(p, "podId", "podId")
 	if err != nil {
 		return nil, err
@@ -175,7 +182,7 @@ func usageLimit(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]
 	}
 	now := r.now()
 	autoPaused := true
-	if b, err := readFileMaybe(filepath.Join(r.dir, stateName)); err == nil && b != nil {
+	if b, err := os.ReadFile(filepath.Join(r.dir, stateName)); err == nil {
 		if s, err := parseRecord(b); err == nil && string(s.vals["paused"]) == "true" {
 			autoPaused = false
 		}
@@ -206,7 +213,7 @@ func usageLimit(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]
 
 // taskCreate saves the task (status queued unless given), as clanker's
 // writeTaskCreate; a replay of the same create changes nothing.
-func taskCreate(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func taskCreate(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	raw := p["task"]
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, errors.New("Missing task payload")
@@ -250,7 +257,7 @@ var statusEvents = map[string]string{"rework": "TASK_REWORK", "blocked": "TASK_B
 // taskStatus is clanker's transitionTaskStatus: rework clears promptedAt;
 // blocked keeps the assigned pod as the resume pod and clears the
 // assignment; failed clears the assignment, the resume pod and promptedAt.
-func taskStatus(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func taskStatus(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	id, err := requireString(p, "taskId", "taskId")
 	if err != nil {
 		return nil, err
@@ -325,14 +332,13 @@ var busy = map[string]bool{"running": true, "needs_judge": true, "rework": true,
 // rework), else the oldest queued task if the pod is not busy with
 // another. The prompt is the base prompt and the task's; a task prompted
 // less than 30 s ago is answered without it.
-func taskRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func taskRequest(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	podID, err := requireString(p, "podId", "podId")
 	if err != nil {
 		return nil, err
 	}
-	none := []byte(`{"taskId":null}`)
 	if r.st.Paused != nil {
-		return none, nil
+		return noTask, nil
 	}
 	ordered := r.ordered()
 	var target *task
@@ -346,7 +352,7 @@ func taskRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([
 	if target == nil {
 		for _, t := range ordered {
 			if t.rec.str("assignedSlaveId") == podID && busy[t.rec.str("status")] {
-				return none, nil // busy with another
+				return noTask, nil // busy with another
 			}
 		}
 		for _, t := range ordered {
@@ -356,7 +362,7 @@ func taskRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([
 			}
 		}
 		if target == nil {
-			return none, nil
+			return noTask, nil
 		}
 		rec = target.rec.clone()
 		rec.setString("status", "running")
@@ -366,7 +372,7 @@ func taskRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([
 		rec = target.rec.clone()
 	}
 	if rec.str("prompt") == "" {
-		return none, nil
+		return noTask, nil
 	}
 	now := r.now()
 	if !stale(rec.str("promptedAt"), now, slavePromptStale) {
@@ -396,14 +402,13 @@ func taskRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([
 
 // judgeRequest hands a judge the first (by id) needs_judge task not handed
 // to a judge in the last 60 s (judgePromptedAt; unparseable is old).
-func judgeRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
+func judgeRequest(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	podID, err := requireString(p, "podId", "podId")
 	if err != nil {
 		return nil, err
 	}
-	none := []byte(`{"taskId":null}`)
 	if r.st.Paused != nil {
-		return none, nil
+		return noTask, nil
 	}
 	now := r.now()
 	var target *task
@@ -416,7 +421,7 @@ func judgeRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) (
 		}
 	}
 	if target == nil {
-		return none, nil
+		return noTask, nil
 	}
 	rec := target.rec.clone()
 	at := isoNow(now)
@@ -430,15 +435,8 @@ func judgeRequest(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) (
 
 // taskHandoff writes history/task-<id>-<role>.md as clanker's handoff
 // content, and the usage into the task's.
-func taskHandoff(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
-	id, err := requireString(p, "taskId", "taskId")
-	if err != nil {
-		return nil, err
-	}
-	if err := validTaskID(id); err != nil {
-		return nil, err
-	}
-	role, err := requireRole(p)
+func taskHandoff(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
+	id, role, err := taskAndRole(p)
 	if err != nil {
 		return nil, err
 	}
@@ -465,15 +463,8 @@ func taskHandoff(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([
 // taskNote writes the note as history/task-<id>-<role>.md (clanker keeps
 // one file per task and role: a note replaces the handoff before it), and
 // the usage into the task's.
-func taskNote(r *repo, ch *change, _ []byte, p map[string]json.RawMessage) ([]byte, error) {
-	id, err := requireString(p, "taskId", "taskId")
-	if err != nil {
-		return nil, err
-	}
-	if err := validTaskID(id); err != nil {
-		return nil, err
-	}
-	role, err := requireRole(p)
+func taskNote(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
+	id, role, err := taskAndRole(p)
 	if err != nil {
 		return nil, err
 	}

@@ -342,7 +342,7 @@ func (r *repo) handle(ch *change, typ string, payload []byte) ([]byte, error) {
 	if p == nil {
 		p = map[string]json.RawMessage{}
 	}
-	return h(r, ch, payload, p)
+	return h(r, ch, p)
 }
 
 // ---- commits ----
