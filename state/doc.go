@@ -80,6 +80,13 @@
 //	      id, origin, tool, input_field, input_pattern, cwd, session_id,
 //	      content, decision, message, suggestion, from_approval, created_at
 //
+//	http_context  Loopsy's shared context (schema version 5), one row per key
+//	      key, entry, expires       entry: the JSON the API answers with;
+//	                                expires: Unix ms, 0 for never
+//
+//	http_peers  the Loopsy peers this node knows
+//	      node_id, peer             peer: the JSON /peers answers with
+//
 // For example:
 //
 //	sqlite3 -header -column state.db \

@@ -185,6 +185,18 @@ CREATE TABLE clanker_outbox (
 	PRIMARY KEY (repo, seq)
 ) WITHOUT ROWID;
 `},
+	{version: 5, name: "Loopsy's shared context and peers", sql: `
+CREATE TABLE http_context (
+	key     TEXT PRIMARY KEY NOT NULL,
+	entry   TEXT NOT NULL,
+	expires INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX http_context_expires ON http_context(expires) WHERE expires > 0;
+CREATE TABLE http_peers (
+	node_id TEXT PRIMARY KEY NOT NULL,
+	peer    TEXT NOT NULL
+) WITHOUT ROWID;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

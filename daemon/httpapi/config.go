@@ -3,7 +3,10 @@ package httpapi
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -33,13 +36,69 @@ type Config struct {
 	// MaxOutputBytes bounds what /execute keeps of each of stdout and
 	// stderr for its answer (the stream carries every byte).
 	MaxOutputBytes int `toml:"max_output_bytes"`
+	// Context bounds the shared context ([http.context]).
+	Context ContextConfig `toml:"context"`
+	// Transfer says where files may be pushed and pulled ([http.transfer]).
+	Transfer TransferConfig `toml:"transfer"`
+	// RateLimits are requests per minute per key and category
+	// ([http.rate_limits]).
+	RateLimits RateLimits `toml:"rate_limits"`
+	// Peers: their health checks ([http.peers]).
+	Peers PeersConfig `toml:"peers"`
+	// Audit is the request log <home>/audit.jsonl ([http.audit]).
+	Audit AuditConfig `toml:"audit"`
+}
+
+// ContextConfig is [http.context].
+type ContextConfig struct {
+	MaxValueBytes int `toml:"max_value_bytes"` // 5002 past it
+	MaxEntries    int `toml:"max_entries"`     // 5003 past it
+	// PruneInterval is how often expired entries are removed from the
+	// store (readers never see them once expired).
+	PruneInterval api.Duration `toml:"prune_interval"`
+}
+
+// TransferConfig is [http.transfer]. Nothing is allowed until configured;
+// ~/.ssh and ~/.gnupg are always denied.
+type TransferConfig struct {
+	AllowedPaths []string `toml:"allowed_paths"`
+	DeniedPaths  []string `toml:"denied_paths"`
+	MaxFileSize  int64    `toml:"max_file_size"` // 4003 past it
+}
+
+// RateLimits is [http.rate_limits]: requests per minute per key; 0 turns a
+// category's limit off.
+type RateLimits struct {
+	Exec     int `toml:"exec"`
+	Transfer int `toml:"transfer"`
+	Context  int `toml:"context"`
+}
+
+// PeersConfig is [http.peers].
+type PeersConfig struct {
+	// HealthInterval is how often each known peer's /health is asked;
+	// HealthFailures failures in a row mark it offline.
+	HealthInterval api.Duration `toml:"health_interval"`
+	HealthFailures int          `toml:"health_failures"`
+}
+
+// AuditConfig is [http.audit]: audit.jsonl is rotated like the event log.
+type AuditConfig struct {
+	MaxBytes int64 `toml:"max_bytes"` // rotate past it
+	Keep     int   `toml:"keep"`      // rotated files kept
 }
 
 // DefaultConfig is the embedded [http] table.
 func DefaultConfig() Config {
 	return Config{Enabled: true, Listen: "127.0.0.1:19532", ExecLane: "net",
 		Denylist:      []string{"rm", "rmdir", "format", "mkfs", "dd", "shutdown", "reboot"},
-		MaxConcurrent: 10, DefaultTimeout: api.Duration{Duration: 300 * time.Second}, MaxOutputBytes: 8 << 20}
+		MaxConcurrent: 10, DefaultTimeout: api.Duration{Duration: 300 * time.Second}, MaxOutputBytes: 8 << 20,
+		Context:    ContextConfig{MaxValueBytes: 1 << 20, MaxEntries: 1000, PruneInterval: api.Duration{Duration: 10 * time.Second}},
+		Transfer:   TransferConfig{AllowedPaths: []string{}, DeniedPaths: []string{}, MaxFileSize: 1 << 30},
+		RateLimits: RateLimits{Exec: 30, Transfer: 10, Context: 60},
+		Peers:      PeersConfig{HealthInterval: api.Duration{Duration: 15 * time.Second}, HealthFailures: 3},
+		Audit:      AuditConfig{MaxBytes: 64 << 20, Keep: 5},
+	}
 }
 
 var hexKey = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -73,5 +132,57 @@ func Validate(key string, c Config) []error {
 	if c.MaxOutputBytes < 1 {
 		bad("%s.max_output_bytes must be >= 1, got %d", key, c.MaxOutputBytes)
 	}
+	if c.Context.MaxValueBytes < 1 || c.Context.MaxValueBytes > 64<<20 {
+		bad("%s.context.max_value_bytes must be between 1 and 64 MiB, got %d", key, c.Context.MaxValueBytes)
+	}
+	if c.Context.MaxEntries < 1 {
+		bad("%s.context.max_entries must be >= 1, got %d", key, c.Context.MaxEntries)
+	}
+	if c.Context.PruneInterval.Duration < 10*time.Millisecond {
+		bad("%s.context.prune_interval must be at least 10ms, got %s", key, c.Context.PruneInterval)
+	}
+	for i, p := range c.Transfer.AllowedPaths {
+		if !filepath.IsAbs(expandHome(p)) {
+			bad("%s.transfer.allowed_paths[%d] must be an absolute path (or start with ~/), got %q", key, i+1, p)
+		}
+	}
+	for i, p := range c.Transfer.DeniedPaths {
+		if !filepath.IsAbs(expandHome(p)) {
+			bad("%s.transfer.denied_paths[%d] must be an absolute path (or start with ~/), got %q", key, i+1, p)
+		}
+	}
+	if c.Transfer.MaxFileSize < 1 {
+		bad("%s.transfer.max_file_size must be >= 1, got %d", key, c.Transfer.MaxFileSize)
+	}
+	for _, l := range []struct {
+		name string
+		n    int
+	}{{"exec", c.RateLimits.Exec}, {"transfer", c.RateLimits.Transfer}, {"context", c.RateLimits.Context}} {
+		if l.n < 0 {
+			bad("%s.rate_limits.%s must be >= 0 (0: no limit), got %d", key, l.name, l.n)
+		}
+	}
+	if c.Peers.HealthInterval.Duration < 10*time.Millisecond {
+		bad("%s.peers.health_interval must be at least 10ms, got %s", key, c.Peers.HealthInterval)
+	}
+	if c.Peers.HealthFailures < 1 {
+		bad("%s.peers.health_failures must be >= 1, got %d", key, c.Peers.HealthFailures)
+	}
+	if c.Audit.MaxBytes < 4096 {
+		bad("%s.audit.max_bytes must be at least 4096, got %d", key, c.Audit.MaxBytes)
+	}
+	if c.Audit.Keep < 1 {
+		bad("%s.audit.keep must be >= 1, got %d", key, c.Audit.Keep)
+	}
 	return errs
+}
+
+// expandHome turns a leading ~/ into the user's home directory.
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if h, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(h, p[1:])
+		}
+	}
+	return p
 }

@@ -64,6 +64,88 @@ type AuthFailed struct {
 
 func (AuthFailed) Kind() string { return "http.auth_failed" }
 
+// PeerAdded: a peer became known, by POST /peers (Source manual), by its
+// handshake, or by mDNS.
+type PeerAdded struct {
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
+	Port    int    `json:"port"`
+	Source  string `json:"source"` // manual, handshake, mdns
+	KeyName string `json:"key_name,omitempty"`
+}
+
+func (PeerAdded) Kind() string { return "http.peer_added" }
+
+// PeerRemoved: DELETE /peers/:nodeId.
+type PeerRemoved struct {
+	NodeID  string `json:"node_id"`
+	KeyName string `json:"key_name,omitempty"`
+}
+
+func (PeerRemoved) Kind() string { return "http.peer_removed" }
+
+// PeerStatusChanged: a health check found a peer online again, or
+// HealthFailures checks in a row failed (offline).
+type PeerStatusChanged struct {
+	NodeID   string `json:"node_id"`
+	Address  string `json:"address"`
+	Port     int    `json:"port"`
+	Status   string `json:"status"`
+	Failures int    `json:"failures"`
+}
+
+func (PeerStatusChanged) Kind() string { return "http.peer_status_changed" }
+
+// PeerHandshakeRefused: a handshake from an incompatible version.
+type PeerHandshakeRefused struct {
+	NodeID  string `json:"node_id"`
+	Peer    string `json:"peer"`
+	Version string `json:"version"`
+	Reason  string `json:"reason"`
+}
+
+func (PeerHandshakeRefused) Kind() string { return "http.peer_handshake_refused" }
+
+// RateLimited: a key went past its category's rate; the request was
+// refused (429, code 9002). Repeats within a second are counted in
+// Suppressed of the next one, so a flood does not flood the log.
+type RateLimited struct {
+	KeyName    string `json:"key_name"`
+	Peer       string `json:"peer"`
+	Category   string `json:"category"`
+	Path       string `json:"path"`
+	RetryAfter int    `json:"retry_after_s"`
+	Suppressed int    `json:"suppressed,omitempty"`
+}
+
+func (RateLimited) Kind() string { return "http.rate_limited" }
+
+// TransferDone: a file was pushed to this node or pulled from it.
+type TransferDone struct {
+	Direction string `json:"direction"` // push, pull
+	Path      string `json:"path"`
+	Bytes     int64  `json:"bytes"`
+	SHA256    string `json:"sha256,omitempty"`
+	KeyName   string `json:"key_name"`
+	Peer      string `json:"peer"`
+}
+
+func (TransferDone) Kind() string { return "http.transfer_done" }
+
+// TransferDenied: a path outside allowed_paths or under denied_paths, a
+// file past max_file_size, or a checksum that did not match; nothing was
+// written.
+type TransferDenied struct {
+	Direction string `json:"direction"`
+	Path      string `json:"path"`
+	Reason    string `json:"reason"` // path_denied, too_large, checksum_mismatch
+	KeyName   string `json:"key_name"`
+	Peer      string `json:"peer"`
+}
+
+func (TransferDenied) Kind() string { return "http.transfer_denied" }
+
 func init() {
-	eventlog.Register(Listening{}, Unavailable{}, ExecStarted{}, ExecCancelled{}, ExecDenied{}, AuthFailed{})
+	eventlog.Register(Listening{}, Unavailable{}, ExecStarted{}, ExecCancelled{}, ExecDenied{}, AuthFailed{},
+		PeerAdded{}, PeerRemoved{}, PeerStatusChanged{}, PeerHandshakeRefused{}, RateLimited{}, TransferDone{}, TransferDenied{})
 }

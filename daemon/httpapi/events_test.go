@@ -16,5 +16,12 @@ func TestKinds(t *testing.T) {
 		ExecCancelled{JobID: "j-1", KeyName: "laptop", Reason: "client_gone"},
 		ExecDenied{KeyName: "self", Peer: "127.0.0.1:5000", Command: "rm", Reason: "denylist"},
 		AuthFailed{Peer: "10.0.0.2:4000", Path: "/api/v1/status", Reason: "invalid_key"},
+		PeerAdded{NodeID: "n-1", Address: "10.0.0.3", Port: 19532, Source: "handshake", KeyName: "laptop"},
+		PeerRemoved{NodeID: "n-1", KeyName: "self"},
+		PeerStatusChanged{NodeID: "n-1", Address: "10.0.0.3", Port: 19532, Status: "offline", Failures: 3},
+		PeerHandshakeRefused{NodeID: "n-2", Peer: "10.0.0.4:5000", Version: "2.0.0", Reason: "version_mismatch"},
+		RateLimited{KeyName: "laptop", Peer: "10.0.0.3:5000", Category: "exec", Path: "/api/v1/execute", RetryAfter: 2, Suppressed: 7},
+		TransferDone{Direction: "push", Path: "/srv/in/a.bin", Bytes: 1 << 20, SHA256: "ab12", KeyName: "laptop", Peer: "10.0.0.3:5000"},
+		TransferDenied{Direction: "pull", Path: "/home/u/.ssh/id_ed25519", Reason: "path_denied", KeyName: "laptop", Peer: "10.0.0.3:5000"},
 	)
 }

@@ -334,6 +334,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*ex
 		return nil, "", false
 	}
 	e.info.JobID = sr.id
+	info(r).jobID = sr.id
 	s.exec.submitted(sr.id, e)
 	s.emit(ExecStarted{JobID: sr.id, KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Args: p.Args, Stream: stream})
 	return e, sr.id, true
@@ -462,6 +463,7 @@ func (s *Server) clientGone(id string) {
 // cancel is DELETE /execute/:jobId.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("jobId")
+	info(r).jobID = id
 	if s.exec.get(id) == nil {
 		writeError(w, http.StatusNotFound, CodeJobNotFound, fmt.Sprintf("Job %s not found", id))
 		return

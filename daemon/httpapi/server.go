@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,21 +33,31 @@ const ProtocolVersion = "1.0.0"
 
 // Loopsy's error codes (its packages/protocol/src/errors.ts).
 const (
-	CodeMissingKey       = 1001
-	CodeInvalidKey       = 1002
-	CodeCommandDenied    = 3001
-	CodeMaxConcurrent    = 3003
-	CodeExecFailed       = 3004
-	CodeJobNotFound      = 3006
-	CodeInternal         = 9001
-	CodeRateLimited      = 9002
-	CodeInvalidRequest   = 9003
-	maxJSONBody          = 1 << 20
-	readHeaderTimeout    = 10 * time.Second
-	readBodyTimeout      = 30 * time.Second
-	idleTimeout          = 2 * time.Minute
-	maxHeaderBytes       = 64 << 10
-	shutdownStreamsGrace = 2 * time.Second
+	CodeMissingKey          = 1001
+	CodeInvalidKey          = 1002
+	CodePeerNotFound        = 2001
+	CodePeerVersionMismatch = 2005
+	CodeCommandDenied       = 3001
+	CodeMaxConcurrent       = 3003
+	CodeExecFailed          = 3004
+	CodeJobNotFound         = 3006
+	CodePathDenied          = 4001
+	CodeFileNotFound        = 4002
+	CodeTooLarge            = 4003
+	CodeChecksumMismatch    = 4004
+	CodeTransferFailed      = 4005
+	CodeContextNotFound     = 5001
+	CodeContextTooLarge     = 5002
+	CodeContextMaxEntries   = 5003
+	CodeInternal            = 9001
+	CodeRateLimited         = 9002
+	CodeInvalidRequest      = 9003
+	maxJSONBody             = 1 << 20
+	readHeaderTimeout       = 10 * time.Second
+	readBodyTimeout         = 30 * time.Second
+	idleTimeout             = 2 * time.Minute
+	maxHeaderBytes          = 64 << 10
+	shutdownStreamsGrace    = 2 * time.Second
 )
 
 // Options configures a Server.
@@ -56,6 +67,8 @@ type Options struct {
 	NodeID  string
 	Version string // orchestrd's
 	Lanes   *lanes.Manager
+	Store   Store // nil: context and peers live in memory only
+	Home    string
 	Bus     *eventlog.Bus
 	Logger  zerolog.Logger
 	Started time.Time
@@ -63,14 +76,21 @@ type Options struct {
 
 // Server serves the API.
 type Server struct {
-	opts Options
-	cfg  Config
-	keys []namedKey
-	srv  *http.Server
-	ln   net.Listener
-	log  zerolog.Logger
-	done chan struct{}
-	exec *executions
+	opts   Options
+	cfg    Config
+	keys   []namedKey
+	srv    *http.Server
+	ln     net.Listener
+	log    zerolog.Logger
+	done   chan struct{}
+	stop   chan struct{} // ends the background loops
+	bg     sync.WaitGroup
+	exec   *executions
+	ctx    *ctxStore
+	peers  *peers
+	paths  paths
+	limits *limiter
+	audit  *audit // nil without a home
 }
 
 type namedKey struct{ name, key string }
@@ -85,12 +105,22 @@ func Start(opts Options) (*Server, error) {
 	for name, k := range cfg.AllowedKeys {
 		s.keys = append(s.keys, namedKey{name, k})
 	}
-	var err error
-	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
-		err = fmt.Errorf("[http] exec_lane %q is not a lane (lanes: %v)", cfg.ExecLane, opts.Lanes.LaneNames())
+	unavailable := func(err error) (*Server, error) {
 		s.log.Warn().Err(err).Msg("http: going on without the HTTP API")
 		s.emit(Unavailable{Addr: cfg.Listen, Error: err.Error()})
 		return nil, err
+	}
+	var err error
+	if s.ctx, err = newCtxStore(opts.Store, cfg.Context); err != nil {
+		return unavailable(err)
+	}
+	if s.peers, err = newPeers(opts.Store); err != nil {
+		return unavailable(err)
+	}
+	s.paths = newPaths(cfg.Transfer, opts.Home)
+	s.limits = newLimiter(cfg.RateLimits)
+	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
+		return unavailable(fmt.Errorf("[http] exec_lane %q is not a lane (lanes: %v)", cfg.ExecLane, opts.Lanes.LaneNames()))
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err == nil && cfg.Cert != "" {
@@ -103,20 +133,32 @@ func Start(opts Options) (*Server, error) {
 		}
 	}
 	if err != nil {
-		err = fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err)
-		s.log.Warn().Err(err).Msg("http: going on without the HTTP API")
-		s.emit(Unavailable{Addr: cfg.Listen, Error: err.Error()})
-		return nil, err
+		return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
 	}
 	s.ln = ln
 	s.exec = newExecutions(s)
-	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+	if opts.Home != "" {
+		s.audit = openAudit(opts.Home, cfg.Audit, s.log)
+	}
+	s.srv = &http.Server{Handler: s.audited(s.routes()), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes, ErrorLog: nil}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error().Err(err).Msg("http: the server stopped")
 		}
+	}()
+	s.stop = make(chan struct{})
+	s.bg.Add(2)
+	go func() {
+		defer s.bg.Done()
+		s.ctx.pruneLoop(cfg.Context.PruneInterval.Duration, s.stop, func(err error) {
+			s.log.Error().Err(err).Msg("http: pruning the expired context entries")
+		})
+	}()
+	go func() {
+		defer s.bg.Done()
+		s.healthLoop(s.stop)
 	}()
 	s.emit(Listening{Addr: ln.Addr().String(), TLS: cfg.Cert != ""})
 	return s, nil
@@ -129,6 +171,8 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // still running (their waiting requests answer killed), lets requests
 // finish for a moment, then closes what is left.
 func (s *Server) Close(ctx context.Context) error {
+	close(s.stop)
+	s.bg.Wait()
 	s.exec.closeAll()
 	sctx, cancel := context.WithTimeout(ctx, shutdownStreamsGrace)
 	defer cancel()
@@ -137,6 +181,9 @@ func (s *Server) Close(ctx context.Context) error {
 		s.srv.Close()
 	}
 	<-s.done
+	if s.audit != nil {
+		s.audit.close()
+	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("stopping the HTTP API: %w", err)
 	}
@@ -149,12 +196,25 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-// ctxKey carries the request's key name.
-type ctxKey struct{}
+func keyName(r *http.Request) string { return info(r).keyName }
 
-func keyName(r *http.Request) string {
-	n, _ := r.Context().Value(ctxKey{}).(string)
-	return n
+// audited records every request in the audit log once it is answered.
+func (s *Server) audited(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &reqInfo{}
+		rec := &recorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
+		if s.audit != nil {
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			s.audit.add(auditLine{Time: start.UTC().Format(time.RFC3339Nano), Peer: r.RemoteAddr, KeyName: ri.keyName,
+				Method: r.Method, Path: r.URL.Path, Status: status, JobID: ri.jobID,
+				Duration: time.Since(start).Milliseconds(), Bytes: rec.bytes})
+		}
+	})
 }
 
 func (s *Server) routes() http.Handler {
@@ -167,6 +227,17 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+p+"/execute/stream", s.auth(s.executeStream))
 	mux.HandleFunc("DELETE "+p+"/execute/{jobId}", s.auth(s.cancel))
 	mux.HandleFunc("GET "+p+"/execute/jobs", s.auth(s.jobs))
+	mux.HandleFunc("PUT "+p+"/context/{key}", s.auth(s.contextPut))
+	mux.HandleFunc("GET "+p+"/context/{key}", s.auth(s.contextGet))
+	mux.HandleFunc("DELETE "+p+"/context/{key}", s.auth(s.contextDelete))
+	mux.HandleFunc("GET "+p+"/context", s.auth(s.contextList))
+	mux.HandleFunc("POST "+p+"/transfer/push", s.auth(s.push))
+	mux.HandleFunc("POST "+p+"/transfer/pull", s.auth(s.pull))
+	mux.HandleFunc("POST "+p+"/transfer/list", s.auth(s.list))
+	mux.HandleFunc("GET "+p+"/peers", s.auth(s.peersList))
+	mux.HandleFunc("POST "+p+"/peers", s.auth(s.peersAdd))
+	mux.HandleFunc("POST "+p+"/peers/handshake", s.auth(s.peersHandshake))
+	mux.HandleFunc("DELETE "+p+"/peers/{nodeId}", s.auth(s.peersRemove))
 	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeInvalidRequest, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	}))
@@ -198,7 +269,11 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusForbidden, CodeInvalidKey, "Invalid API key")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, name)))
+		info(r).keyName = name
+		if !s.limit(w, r, name) {
+			return
+		}
+		h(w, r)
 	}
 }
 
@@ -221,7 +296,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // v; unknown fields are ignored (Loopsy's clients send more, such as
 // stream). A refusal is answered here, naming the problem.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxJSONBody)
+	return decodeBodyMax(w, r, v, maxJSONBody)
+}
+
+// decodeBodyMax is decodeBody with a bound of limit bytes.
+func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(readBodyTimeout))
 	dec := json.NewDecoder(r.Body)
@@ -229,7 +309,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			writeError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest, fmt.Sprintf("request body over %d bytes", maxJSONBody))
+			writeError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest, fmt.Sprintf("request body over %d bytes", limit))
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("request body not sent within %s", readBodyTimeout))
 		default:
@@ -249,7 +329,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 func (s *Server) identityBody() map[string]any {
 	host, _ := os.Hostname()
 	return map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
-		"version": ProtocolVersion, "port": s.port(), "capabilities": []string{"execute", "execute-stream"},
+		"version": ProtocolVersion, "port": s.port(), "capabilities": []string{"execute", "execute-stream", "transfer", "context", "peers"},
 		"orchestrd": s.opts.Version}
 }
 
@@ -272,7 +352,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
 		"version": ProtocolVersion, "orchestrd": s.opts.Version, "uptime": time.Since(s.opts.Started).Milliseconds(),
-		"peers": map[string]int{"total": 0, "online": 0, "offline": 0},
+		"peers": s.peers.counts(),
 		"jobs":  map[string]int{"active": s.exec.active(), "total": s.exec.total()},
 		"lanes": ls})
 }

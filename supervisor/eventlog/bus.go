@@ -758,9 +758,8 @@ func (w *writer) fail(err error, p []byte, n int) {
 	})
 }
 
-// rotate renames path.N-1 -> path.N ... path -> path.1, removes rotated files
-// beyond maxFiles and opens a fresh path. On failure it keeps writing to the
-// current file and reports false.
+// rotate moves the current file aside (RotateFiles) and opens a fresh
+// path. On failure it keeps writing to the current file and reports false.
 func (w *writer) rotate() bool {
 	b := w.bus
 	logErr := func(err error) {
@@ -768,19 +767,7 @@ func (w *writer) rotate() bool {
 			b.log.Error().Err(err).Str("path", w.path).Int("suppressed", suppressed).Msg("eventlog: rotation failed")
 		})
 	}
-	for _, n := range rotatedIndexes(w.path) {
-		if n >= w.maxFiles {
-			if err := os.Remove(rotatedName(w.path, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				logErr(err)
-			}
-		}
-	}
-	for i := w.maxFiles - 1; i >= 1; i-- {
-		if err := os.Rename(rotatedName(w.path, i), rotatedName(w.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			logErr(err)
-		}
-	}
-	if err := os.Rename(w.path, rotatedName(w.path, 1)); err != nil {
+	if err := RotateFiles(w.path, w.maxFiles, logErr); err != nil {
 		logErr(err)
 		return false
 	}
@@ -792,6 +779,27 @@ func (w *writer) rotate() bool {
 	w.f.Close()
 	w.f, w.fi, w.size, w.torn = f, fi, fi.Size(), false
 	return true
+}
+
+// RotateFiles renames path.N-1 -> path.N ... path -> path.1 and removes
+// rotated files beyond keep. Failures to move the older files are passed
+// to logErr and do not stop it; the error is moving path itself (the
+// caller then keeps writing to it). Another append-only log of the daemon
+// (the HTTP API's audit.jsonl) rotates with it too.
+func RotateFiles(path string, keep int, logErr func(error)) error {
+	for _, n := range rotatedIndexes(path) {
+		if n >= keep {
+			if err := os.Remove(rotatedName(path, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				logErr(err)
+			}
+		}
+	}
+	for i := keep - 1; i >= 1; i-- {
+		if err := os.Rename(rotatedName(path, i), rotatedName(path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logErr(err)
+		}
+	}
+	return os.Rename(path, rotatedName(path, 1))
 }
 
 // checkPath reopens the log when its path no longer names the file being

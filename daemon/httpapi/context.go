@@ -1,0 +1,326 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/state"
+)
+
+// Store is where the API keeps what must survive a restart: the shared
+// context and the peers. Writes go through Enqueue (applied in order); the
+// answer to a request that changed something waits for its commit.
+type Store interface {
+	Enqueue(w state.Write, done func(error)) error
+	Context(nowMs int64) ([]state.LoopsyRow, error)
+	Peers() ([]state.LoopsyRow, error)
+}
+
+// ContextEntry is Loopsy's ContextEntry, as every context endpoint answers.
+type ContextEntry struct {
+	Key        string   `json:"key"`
+	Value      string   `json:"value"`
+	FromNodeID string   `json:"fromNodeId"`
+	CreatedAt  int64    `json:"createdAt"`
+	UpdatedAt  int64    `json:"updatedAt"`
+	TTL        *float64 `json:"ttl,omitempty"` // seconds
+	ExpiresAt  int64    `json:"expiresAt,omitempty"`
+}
+
+func (e *ContextEntry) expired(nowMs int64) bool { return e.ExpiresAt != 0 && e.ExpiresAt <= nowMs }
+
+const (
+	maxContextKey = 256
+	// contextBodySlack is what a PUT body may hold beside its value (the
+	// JSON around it, escapes).
+	contextBodySlack = 64 << 10
+)
+
+// ctxStore is the shared context: a map readers see at once, written
+// through to the store in the order of the changes. An expired entry is
+// gone for readers at once and pruned from the store in the background.
+type ctxStore struct {
+	writeThrough
+	mu  sync.Mutex
+	m   map[string]*ContextEntry
+	cfg ContextConfig
+	now func() time.Time
+}
+
+func newCtxStore(st Store, cfg ContextConfig) (*ctxStore, error) {
+	c := &ctxStore{writeThrough: writeThrough{st}, m: map[string]*ContextEntry{}, cfg: cfg, now: time.Now}
+	if st == nil {
+		return c, nil
+	}
+	rows, err := st.Context(c.now().UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("reading the shared context: %w", err)
+	}
+	for _, r := range rows {
+		var e ContextEntry
+		if err := json.Unmarshal(r.Doc, &e); err != nil || e.Key != r.Key {
+			return nil, fmt.Errorf("reading the shared context: entry %q is not a context entry: %v", r.Key, err)
+		}
+		c.m[e.Key] = &e
+	}
+	return c, nil
+}
+
+// writeThrough records changes made in memory: callers commit under the
+// lock that guards their map, so commits follow the order of the changes.
+type writeThrough struct{ st Store } // nil: memory only
+
+// commit queues w and returns what to wait on.
+func (t writeThrough) commit(w state.Write) <-chan error {
+	ch := make(chan error, 1)
+	if t.st == nil {
+		ch <- nil
+		return ch
+	}
+	if err := t.st.Enqueue(w, func(err error) { ch <- err }); err != nil {
+		ch <- err
+	}
+	return ch
+}
+
+// errContext is a refusal with Loopsy's code and an HTTP status.
+type errContext struct {
+	status, code int
+	msg          string
+}
+
+func (e *errContext) Error() string { return e.msg }
+
+func checkContextKey(key string) error {
+	switch {
+	case key == "":
+		return &errContext{http.StatusBadRequest, CodeInvalidRequest, "a context key must not be empty"}
+	case len(key) > maxContextKey:
+		return &errContext{http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("a context key is at most %d bytes, got %d", maxContextKey, len(key))}
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return &errContext{http.StatusBadRequest, CodeInvalidRequest, "a context key must be UTF-8 text without NUL"}
+	}
+	return nil
+}
+
+// put sets key; the entry is visible at once and durable once wait
+// returns nil. When the store refused it, wait puts back what was there
+// (unless another change came since) and returns the error.
+func (c *ctxStore) put(key, value, from string, ttl *float64) (ContextEntry, func() error, error) {
+	if err := checkContextKey(key); err != nil {
+		return ContextEntry{}, nil, err
+	}
+	if len(value) > c.cfg.MaxValueBytes {
+		return ContextEntry{}, nil, &errContext{http.StatusRequestEntityTooLarge, CodeContextTooLarge,
+			fmt.Sprintf("Value exceeds max size of %d bytes (got %d)", c.cfg.MaxValueBytes, len(value))}
+	}
+	now := c.now().UnixMilli()
+	e := &ContextEntry{Key: key, Value: value, FromNodeID: from, CreatedAt: now, UpdatedAt: now, TTL: ttl}
+	if ttl != nil {
+		e.ExpiresAt = now + int64(math.Ceil(*ttl*1000))
+	}
+	doc, err := json.Marshal(e)
+	if err != nil {
+		return ContextEntry{}, nil, fmt.Errorf("encoding context entry %q: %w", key, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.m[key]
+	if prev != nil && prev.expired(now) {
+		prev = nil
+	}
+	if prev == nil && c.live(now) >= c.cfg.MaxEntries {
+		return ContextEntry{}, nil, &errContext{http.StatusBadRequest, CodeContextMaxEntries,
+			fmt.Sprintf("Max context entries (%d) reached", c.cfg.MaxEntries)}
+	}
+	if prev != nil {
+		e.CreatedAt = prev.CreatedAt
+		if doc, err = json.Marshal(e); err != nil {
+			return ContextEntry{}, nil, fmt.Errorf("encoding context entry %q: %w", key, err)
+		}
+	}
+	c.m[key] = e
+	done := c.commit(state.ContextPut(state.LoopsyRow{Key: key, Doc: doc, Expires: e.ExpiresAt}))
+	wait := func() error {
+		err := <-done
+		if err != nil {
+			c.mu.Lock()
+			if c.m[key] == e {
+				if prev != nil {
+					c.m[key] = prev
+				} else {
+					delete(c.m, key)
+				}
+			}
+			c.mu.Unlock()
+		}
+		return err
+	}
+	return *e, wait, nil
+}
+
+// live counts the entries not expired at now, dropping the expired ones
+// from memory (the store's rows go with the next prune).
+func (c *ctxStore) live(now int64) int {
+	for k, e := range c.m {
+		if e.expired(now) {
+			delete(c.m, k)
+		}
+	}
+	return len(c.m)
+}
+
+func (c *ctxStore) get(key string) (ContextEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[key]
+	if e == nil || e.expired(c.now().UnixMilli()) {
+		return ContextEntry{}, false
+	}
+	return *e, true
+}
+
+// del removes key: false if there was none (or it had expired).
+func (c *ctxStore) del(key string) (bool, <-chan error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[key]
+	if e == nil {
+		return false, nil
+	}
+	delete(c.m, key)
+	if e.expired(c.now().UnixMilli()) {
+		return false, nil
+	}
+	return true, c.commit(state.ContextDeleted(key))
+}
+
+func (c *ctxStore) list(prefix string) []ContextEntry {
+	c.mu.Lock()
+	now := c.now().UnixMilli()
+	out := make([]ContextEntry, 0, len(c.m))
+	for k, e := range c.m {
+		if !e.expired(now) && strings.HasPrefix(k, prefix) {
+			out = append(out, *e)
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b ContextEntry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// prune removes the entries expired by now from memory and the store.
+func (c *ctxStore) prune() <-chan error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now().UnixMilli()
+	c.live(now)
+	return c.commit(state.ContextPruned(now))
+}
+
+// pruneLoop prunes every interval until stop is closed.
+func (c *ctxStore) pruneLoop(interval time.Duration, stop <-chan struct{}, logErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			select {
+			case err := <-c.prune():
+				if err != nil {
+					logErr(err)
+				}
+			case <-stop:
+				return
+			}
+		}
+	}
+}
+
+// contextSetBody is Loopsy's ContextSetSchema.
+type contextSetBody struct {
+	Value *string  `json:"value"`
+	TTL   *float64 `json:"ttl"`
+}
+
+func (b contextSetBody) check() error {
+	switch {
+	case b.Value == nil:
+		return errors.New("Missing value")
+	case b.TTL != nil && !(*b.TTL > 0 && *b.TTL <= float64(math.MaxInt64/1e6)):
+		return errors.New("ttl must be a positive number of seconds")
+	}
+	return nil
+}
+
+func (s *Server) writeCtxErr(w http.ResponseWriter, what string, err error) {
+	var ec *errContext
+	if errors.As(err, &ec) {
+		writeError(w, ec.status, ec.code, ec.msg)
+		return
+	}
+	s.log.Error().Err(err).Msg("http: " + what)
+	writeError(w, http.StatusInternalServerError, CodeInternal, what+": "+err.Error())
+}
+
+func (s *Server) contextPut(w http.ResponseWriter, r *http.Request) {
+	var b contextSetBody
+	if !decodeBodyMax(w, r, &b, int64(s.cfg.Context.MaxValueBytes)*6+contextBodySlack) {
+		return
+	}
+	if err := b.check(); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
+		return
+	}
+	from := r.Header.Get("X-Loopsy-Node-Id")
+	if from == "" {
+		from = "local"
+	}
+	e, wait, err := s.ctx.put(r.PathValue("key"), *b.Value, from, b.TTL)
+	if err == nil {
+		err = wait()
+	}
+	if err != nil {
+		s.writeCtxErr(w, "recording the context entry", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) contextGet(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	e, ok := s.ctx.get(key)
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("Key '%s' not found", key))
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) contextDelete(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	ok, done := s.ctx.del(key)
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("Key '%s' not found", key))
+		return
+	}
+	if err := <-done; err != nil {
+		s.writeCtxErr(w, "removing the context entry", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": key})
+}
+
+func (s *Server) contextList(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"entries": s.ctx.list(r.URL.Query().Get("prefix"))})
+}

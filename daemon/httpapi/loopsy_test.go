@@ -1,0 +1,371 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime/multipart"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/state"
+)
+
+// resolve follows symlinks and .. on the real file system, component by
+// component; what does not exist yet may not climb.
+func TestResolve(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := filepath.Join(root, "allowed")
+	outside := filepath.Join(root, "outside")
+	for _, d := range []string{allowed, outside, filepath.Join(allowed, "sub"), filepath.Join(allowed, ".ssh")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(allowed, "sub"), filepath.Join(root, "via")); err != nil {
+		t.Fatal(err)
+	}
+	ps := newPaths(TransferConfig{AllowedPaths: []string{allowed, filepath.Join(root, "via")},
+		DeniedPaths: []string{filepath.Join(allowed, ".ssh")}}, "")
+	for _, c := range []struct {
+		raw     string
+		real    string
+		missing int
+		ok      bool
+	}{
+		{allowed + "/sub/f", allowed + "/sub", 1, true},
+		{allowed + "/sub/../f", allowed, 1, true},
+		{allowed + "/../outside/f", outside, 1, false},
+		{allowed + "/escape/f", outside, 1, false},                     // a symlink out
+		{allowed + "/escape/../allowed/f", root + "/allowed", 1, true}, // .. after a link is the target's parent
+		{root + "/via/f", allowed + "/sub", 1, true},                   // a symlinked root
+		{allowed + "/.ssh/id", allowed + "/.ssh", 1, false},            // denied inside allowed
+		{allowed + "/new/dir/f", allowed, 3, true},
+		{allowed + "//./sub/./f", allowed + "/sub", 1, true},
+	} {
+		real, missing, err := resolve(c.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", c.raw, err)
+		}
+		if real != c.real || len(missing) != c.missing {
+			t.Errorf("%s: real %s missing %v, want %s and %d", c.raw, real, missing, c.real, c.missing)
+		}
+		if got := ps.ok(filepath.Join(append([]string{real}, missing...)...)); got != c.ok {
+			t.Errorf("%s: allowed %v, want %v", c.raw, got, c.ok)
+		}
+	}
+	for _, bad := range []string{"rel/path", allowed + "/nope/../../outside/f", allowed + "/a\x00b"} {
+		if _, _, err := resolve(bad); err == nil {
+			t.Errorf("%q resolved", bad)
+		}
+	}
+	if newPaths(TransferConfig{}, "").ok(allowed + "/sub") {
+		t.Error("nothing is allowed until configured")
+	}
+	home := t.TempDir()
+	if newPaths(TransferConfig{AllowedPaths: []string{"/"}}, home).ok(filepath.Join(home, "http.key")) {
+		t.Error("orchestrd's own home is allowed")
+	}
+}
+
+func TestCategory(t *testing.T) {
+	for path, want := range map[string]string{"/api/v1/execute": "exec", "/api/v1/execute/stream": "exec", "/api/v1/execute/j-1": "exec",
+		"/api/v1/transfer/push": "transfer", "/api/v1/context/a": "context", "/api/v1/context": "context", "/api/v1/health": "",
+		"/api/v1/peers": "", "/api/v1/executes": "", "/other": ""} {
+		if got := category(path); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}
+
+// A bucket holds a minute's worth; past it a refusal says how long to
+// wait; other keys and categories are untouched; an event at most once a
+// second, counting the refusals between.
+func TestLimiter(t *testing.T) {
+	l := newLimiter(RateLimits{Exec: 3, Transfer: 0, Context: 60})
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		if w, _, _ := l.allow("k", "exec", now); w != 0 {
+			t.Fatalf("request %d refused", i)
+		}
+	}
+	w, report, _ := l.allow("k", "exec", now)
+	if w <= 0 || w > 20*time.Second || !report {
+		t.Fatalf("4th: wait %v report %v", w, report)
+	}
+	if _, report, _ := l.allow("k", "exec", now.Add(100*time.Millisecond)); report {
+		t.Fatal("a second event within a second")
+	}
+	if w, _, _ := l.allow("other", "exec", now); w != 0 {
+		t.Fatal("another key was limited")
+	}
+	if w, _, _ := l.allow("k", "context", now); w != 0 {
+		t.Fatal("another category was limited")
+	}
+	for range 100 {
+		if w, _, _ := l.allow("k", "transfer", now); w != 0 {
+			t.Fatal("a category set to 0 was limited")
+		}
+	}
+	if w, _, _ := l.allow("k", "exec", now.Add(20*time.Second)); w != 0 {
+		t.Fatal("no token after 20 s at 3 a minute")
+	}
+	_, report, suppressed := l.allow("k", "exec", now.Add(21*time.Second))
+	if !report || suppressed != 1 {
+		t.Fatalf("report %v suppressed %d, want true 1", report, suppressed)
+	}
+}
+
+// memStore is a Store that can be told to refuse.
+type memStore struct {
+	fail   error
+	writes int
+}
+
+func (m *memStore) Enqueue(w state.Write, done func(error)) error {
+	if m.fail != nil {
+		return m.fail
+	}
+	m.writes++
+	done(nil)
+	return nil
+}
+func (m *memStore) Context(int64) ([]state.LoopsyRow, error) { return nil, nil }
+func (m *memStore) Peers() ([]state.LoopsyRow, error)        { return nil, nil }
+
+func TestContextStore(t *testing.T) {
+	st := &memStore{}
+	c, err := newCtxStore(st, ContextConfig{MaxValueBytes: 8, MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_000_000)
+	c.now = func() time.Time { return now }
+	ttl := 1.5
+	put := func(k, v string, ttl *float64) error {
+		_, wait, err := c.put(k, v, "n", ttl)
+		if err == nil {
+			err = wait()
+		}
+		return err
+	}
+	if err := put("a", "1", &ttl); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := c.get("a"); !ok || e.ExpiresAt != 1_001_500 {
+		t.Fatalf("get a: %+v %v", e, ok)
+	}
+	if err := put("b", "2", nil); err != nil {
+		t.Fatal(err)
+	}
+	var ec *errContext
+	if err := put("c", "3", nil); !errors.As(err, &ec) || ec.code != CodeContextMaxEntries {
+		t.Fatalf("a third entry: %v", err)
+	}
+	if err := put("b", "123456789", nil); !errors.As(err, &ec) || ec.code != CodeContextTooLarge || ec.status != 413 {
+		t.Fatalf("a 9-byte value: %v", err)
+	}
+	now = now.Add(1500 * time.Millisecond)
+	if _, ok := c.get("a"); ok {
+		t.Fatal("an expired entry is still read")
+	}
+	if got := c.list(""); len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("list: %+v", got)
+	}
+	if err := put("c", "3", nil); err != nil { // the expired one no longer counts
+		t.Fatalf("a new entry once one expired: %v", err)
+	}
+	if e, _ := c.get("b"); e.CreatedAt != 1_000_000 {
+		t.Fatalf("b: %+v", e)
+	}
+	now = now.Add(time.Second)
+	if err := put("b", "new", nil); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := c.get("b"); e.CreatedAt != 1_000_000 || e.UpdatedAt != now.UnixMilli() || e.Value != "new" {
+		t.Fatalf("an update keeps createdAt: %+v", e)
+	}
+	// A write the store refuses is not kept: the value before it is back.
+	st.fail = errors.New("disk full")
+	if err := put("b", "lost", nil); err == nil {
+		t.Fatal("a refused write succeeded")
+	}
+	if e, _ := c.get("b"); e.Value != "new" {
+		t.Fatalf("after a refused write b is %q", e.Value)
+	}
+	if err := put("d", "x", nil); err == nil {
+		t.Fatal("a refused write succeeded")
+	}
+	if _, ok := c.get("d"); ok {
+		t.Fatal("a refused new entry is kept")
+	}
+	for _, k := range []string{"", strings.Repeat("k", 257), "a\x00b", "\xff"} {
+		if err := put(k, "v", nil); !errors.As(err, &ec) || ec.code != CodeInvalidRequest {
+			t.Errorf("key %q: %v", k, err)
+		}
+	}
+}
+
+// pushServer is a Server enough for push: the transfer paths and limits.
+func pushServer(t testing.TB, dir string, max int64) *Server {
+	cfg := DefaultConfig()
+	cfg.Transfer = TransferConfig{AllowedPaths: []string{dir}, MaxFileSize: max}
+	return &Server{cfg: cfg, paths: newPaths(cfg.Transfer, ""), log: zerolog.Nop()}
+}
+
+func multipartBody(t testing.TB, fields [][2]string, file []byte) (*bytes.Buffer, string) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for _, f := range fields {
+		mw.WriteField(f[0], f[1])
+	}
+	if file != nil {
+		fw, _ := mw.CreateFormFile("file", "f.bin")
+		fw.Write(file)
+	}
+	mw.Close()
+	return &b, mw.FormDataContentType()
+}
+
+func doPush(s *Server, body *bytes.Buffer, ctype string, hdr map[string]string) (*httptest.ResponseRecorder, map[string]any) {
+	req := httptest.NewRequest("POST", "/api/v1/transfer/push", body)
+	req.Header.Set("Content-Type", ctype)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	s.push(rec, req)
+	var m map[string]any
+	json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec, m
+}
+
+func errCode(m map[string]any) float64 {
+	e, _ := m["error"].(map[string]any)
+	c, _ := e["code"].(float64)
+	return c
+}
+
+// A push lands whole or not at all: too large, a bad checksum, a path
+// outside, a missing destPath leave no file and no temporary.
+func TestPush(t *testing.T) {
+	dir := t.TempDir()
+	s := pushServer(t, dir, 16)
+	dest := filepath.Join(dir, "a", "b.txt")
+	body, ct := multipartBody(t, [][2]string{{"destPath", dest}}, []byte("hello"))
+	rec, m := doPush(s, body, ct, nil)
+	if rec.Code != 200 || m["size"] != float64(5) || m["checksum"] != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
+		t.Fatalf("push: %d %s", rec.Code, rec.Body)
+	}
+	if b, _ := os.ReadFile(dest); string(b) != "hello" {
+		t.Fatalf("the file holds %q", b)
+	}
+	for _, c := range []struct {
+		name   string
+		fields [][2]string
+		file   []byte
+		hdr    map[string]string
+		status int
+		code   float64
+	}{
+		{"too large", [][2]string{{"destPath", dir + "/big"}}, bytes.Repeat([]byte("x"), 17), nil, 413, CodeTooLarge},
+		{"checksum field", [][2]string{{"destPath", dir + "/sum"}, {"checksum", strings.Repeat("0", 64)}}, []byte("x"), nil, 400, CodeChecksumMismatch},
+		{"checksum header", [][2]string{{"destPath", dir + "/sum"}}, []byte("x"), map[string]string{"X-Loopsy-Checksum": "sha256:" + strings.Repeat("a", 64)}, 400, CodeChecksumMismatch},
+		{"bad checksum", [][2]string{{"destPath", dir + "/sum"}, {"checksum", "xyz"}}, []byte("x"), nil, 400, CodeInvalidRequest},
+		{"outside", [][2]string{{"destPath", "/tmp/orchestrd-push-test"}}, []byte("x"), nil, 403, CodePathDenied},
+		{"climbing", [][2]string{{"destPath", dir + "/../x"}}, []byte("x"), nil, 403, CodePathDenied},
+		{"no dest", nil, []byte("x"), nil, 400, CodeInvalidRequest},
+		{"no file", [][2]string{{"destPath", dir + "/nofile"}}, nil, nil, 400, CodeTransferFailed},
+	} {
+		body, ct := multipartBody(t, c.fields, c.file)
+		rec, m := doPush(s, body, ct, c.hdr)
+		if rec.Code != c.status || errCode(m) != c.code {
+			t.Errorf("%s: %d %s, want %d code %v", c.name, rec.Code, rec.Body, c.status, c.code)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != "a" {
+		t.Fatalf("left in the directory: %v", ents)
+	}
+	if _, err := os.Stat("/tmp/orchestrd-push-test"); err == nil {
+		t.Fatal("a denied push wrote its file")
+	}
+	rec, m = doPush(s, bytes.NewBufferString("{}"), "application/json", nil)
+	if rec.Code != 400 || errCode(m) != CodeInvalidRequest {
+		t.Fatalf("a JSON push: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// FuzzPush: any multipart body either lands one file under the allowed
+// directory or is refused with Loopsy's error; never a panic, never a
+// file elsewhere, never a temporary left behind.
+func FuzzPush(f *testing.F) {
+	f.Add([]byte("--B\r\nContent-Disposition: form-data; name=\"destPath\"\r\n\r\nDIR/x\r\n--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\nhello\r\n--B--\r\n"))
+	f.Add([]byte("--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\nhello\r\n--B--\r\n"))
+	f.Add([]byte("--B\r\n\r\n--B--"))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		dir := t.TempDir()
+		s := pushServer(t, dir, 64)
+		body = bytes.ReplaceAll(body, []byte("DIR"), []byte(dir))
+		rec, m := doPush(s, bytes.NewBuffer(body), "multipart/form-data; boundary=B", nil)
+		if rec.Code != 200 && errCode(m) == 0 {
+			t.Fatalf("%d without a Loopsy error: %s", rec.Code, rec.Body)
+		}
+		err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && strings.HasPrefix(fi.Name(), ".loopsy-push-") {
+				return fmt.Errorf("a temporary is left: %s", p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzBodies: the JSON bodies of context, peers and transfers decode and
+// check without a panic; what passes holds what its handler needs.
+func FuzzBodies(f *testing.F) {
+	for _, s := range []string{`{"value":"v","ttl":60}`, `{"value":""}`, `{"ttl":-1}`, `{"value":"v","ttl":1e300}`,
+		`{"nodeId":"n","hostname":"h","platform":"linux","version":"1.0.53","port":19532,"capabilities":[]}`,
+		`{"address":"10.0.0.1","port":70000}`, `{"address":"a b"}`, `[]`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var cs contextSetBody
+		if json.Unmarshal(b, &cs) == nil && cs.check() == nil {
+			if cs.Value == nil || (cs.TTL != nil && *cs.TTL <= 0) {
+				t.Fatalf("context %q passed", b)
+			}
+		}
+		var hs handshakeBody
+		if json.Unmarshal(b, &hs) == nil && hs.check() == nil {
+			if hs.NodeID == "" || hs.Port < 1 || hs.Port > 65535 || hs.Capabilities == nil {
+				t.Fatalf("handshake %q passed", b)
+			}
+		}
+		var ap addPeerBody
+		if json.Unmarshal(b, &ap) == nil && ap.check() == nil {
+			if ap.Address == "" || ap.Port < 1 || ap.Port > 65535 {
+				t.Fatalf("peer %q passed", b)
+			}
+		}
+		if v, err := wantChecksum(string(b)); err == nil && v != "" && len(v) != 64 {
+			t.Fatalf("checksum %q passed as %q", b, v)
+		}
+	})
+}

@@ -1,0 +1,365 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orchestrd/orchestrd/state"
+)
+
+// PeerInfo is Loopsy's PeerInfo, as /peers answers.
+type PeerInfo struct {
+	NodeID        string   `json:"nodeId"`
+	Hostname      string   `json:"hostname"`
+	Address       string   `json:"address"`
+	Port          int      `json:"port"`
+	Platform      string   `json:"platform"`
+	Version       string   `json:"version"`
+	Capabilities  []string `json:"capabilities"`
+	Status        string   `json:"status"` // online, offline, unknown
+	LastSeen      int64    `json:"lastSeen"`
+	FailureCount  int      `json:"failureCount"`
+	Trusted       bool     `json:"trusted"`
+	ManuallyAdded bool     `json:"manuallyAdded"`
+}
+
+// peers is the registry of known peers, written through to the store;
+// a health loop marks them online or offline.
+type peers struct {
+	writeThrough
+	mu  sync.Mutex
+	m   map[string]*PeerInfo
+	now func() time.Time
+}
+
+func newPeers(st Store) (*peers, error) {
+	p := &peers{writeThrough: writeThrough{st}, m: map[string]*PeerInfo{}, now: time.Now}
+	if st == nil {
+		return p, nil
+	}
+	rows, err := st.Peers()
+	if err != nil {
+		return nil, fmt.Errorf("reading the peers: %w", err)
+	}
+	for _, r := range rows {
+		var pi PeerInfo
+		if err := json.Unmarshal(r.Doc, &pi); err != nil || pi.NodeID != r.Key {
+			return nil, fmt.Errorf("reading the peers: peer %q is not a peer record: %v", r.Key, err)
+		}
+		p.m[pi.NodeID] = &pi
+	}
+	return p, nil
+}
+
+// upsert records pi (under p.mu): what to wait on for its commit.
+func (p *peers) upsertLocked(pi *PeerInfo) <-chan error {
+	if pi.Capabilities == nil {
+		pi.Capabilities = []string{}
+	}
+	p.m[pi.NodeID] = pi
+	doc, err := json.Marshal(pi)
+	if err != nil {
+		ch := make(chan error, 1)
+		ch <- fmt.Errorf("encoding peer %s: %w", pi.NodeID, err)
+		return ch
+	}
+	return p.commit(state.PeerPut(state.LoopsyRow{Key: pi.NodeID, Doc: doc}))
+}
+
+// add records a peer; a peer already known keeps what the other way of
+// learning of it said (manuallyAdded, trusted).
+func (p *peers) add(pi PeerInfo) (PeerInfo, bool, <-chan error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.m[pi.NodeID]
+	if old != nil {
+		pi.ManuallyAdded = pi.ManuallyAdded || old.ManuallyAdded
+		pi.Trusted = pi.Trusted || old.Trusted
+	}
+	done := p.upsertLocked(&pi)
+	return pi, old == nil, done
+}
+
+func (p *peers) remove(nodeID string) (bool, <-chan error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m[nodeID] == nil {
+		return false, nil
+	}
+	delete(p.m, nodeID)
+	return true, p.commit(state.PeerDeleted(nodeID))
+}
+
+func (p *peers) list() []PeerInfo {
+	p.mu.Lock()
+	out := make([]PeerInfo, 0, len(p.m))
+	for _, pi := range p.m {
+		out = append(out, *pi)
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b PeerInfo) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return out
+}
+
+func (p *peers) get(nodeID string) (PeerInfo, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pi := p.m[nodeID]
+	if pi == nil {
+		return PeerInfo{}, false
+	}
+	return *pi, true
+}
+
+// counts is /status's peers: total, online, offline.
+func (p *peers) counts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := map[string]int{"total": len(p.m), "online": 0, "offline": 0}
+	for _, pi := range p.m {
+		if pi.Status == "online" || pi.Status == "offline" {
+			c[pi.Status]++
+		}
+	}
+	return c
+}
+
+// checked records a health check of nodeID: its new state, and whether
+// its status changed.
+func (p *peers) checked(nodeID string, ok bool, failuresToOffline int) (PeerInfo, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.m[nodeID]
+	if old == nil {
+		return PeerInfo{}, false
+	}
+	pi := *old
+	if ok {
+		pi.Status, pi.FailureCount, pi.LastSeen = "online", 0, p.now().UnixMilli()
+	} else {
+		pi.FailureCount++
+		if pi.FailureCount >= failuresToOffline {
+			pi.Status = "offline"
+		}
+	}
+	changed := pi.Status != old.Status
+	if changed {
+		p.upsertLocked(&pi) // the next check corrects a failed write
+	} else {
+		p.m[nodeID] = &pi
+	}
+	return pi, changed
+}
+
+// healthLoop asks every known peer's /health each interval until stop.
+func (s *Server) healthLoop(stop <-chan struct{}) {
+	cfg := s.cfg.Peers
+	client := &http.Client{Timeout: min(cfg.HealthInterval.Duration, 5*time.Second),
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	t := time.NewTicker(cfg.HealthInterval.Duration)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var wg sync.WaitGroup
+		for _, pi := range s.peers.list() {
+			if pi.Address == "" || pi.Port == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok := probeHealth(ctx, client, pi)
+				if np, changed := s.peers.checked(pi.NodeID, ok, cfg.HealthFailures); changed {
+					s.emit(PeerStatusChanged{NodeID: np.NodeID, Address: np.Address, Port: np.Port, Status: np.Status, Failures: np.FailureCount})
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+	}
+}
+
+func probeHealth(ctx context.Context, c *http.Client, pi PeerInfo) bool {
+	u := "http://" + net.JoinHostPort(pi.Address, strconv.Itoa(pi.Port)) + "/api/v1/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// majorVersion is the major number of a version such as "1.0.53".
+func majorVersion(v string) (int, bool) {
+	m, _, _ := strings.Cut(strings.TrimPrefix(v, "v"), ".")
+	n, err := strconv.Atoi(m)
+	return n, err == nil && n >= 0
+}
+
+// handshakeBody is Loopsy's HandshakeSchema.
+type handshakeBody struct {
+	NodeID       string   `json:"nodeId"`
+	Hostname     string   `json:"hostname"`
+	Platform     string   `json:"platform"`
+	Version      string   `json:"version"`
+	Port         int      `json:"port"`
+	Capabilities []string `json:"capabilities"`
+}
+
+func (b handshakeBody) check() error {
+	switch {
+	case b.NodeID == "":
+		return errors.New("nodeId is required")
+	case len(b.NodeID) > 256:
+		return errors.New("nodeId is at most 256 bytes")
+	case b.Hostname == "":
+		return errors.New("hostname is required")
+	case b.Platform == "":
+		return errors.New("platform is required")
+	case b.Version == "":
+		return errors.New("version is required")
+	case b.Port < 1 || b.Port > 65535:
+		return fmt.Errorf("port must be 1-65535, got %d", b.Port)
+	case b.Capabilities == nil:
+		return errors.New("capabilities is required (a list)")
+	}
+	return nil
+}
+
+// addPeerBody is POST /peers.
+type addPeerBody struct {
+	Address  string `json:"address"`
+	Port     int    `json:"port"`
+	NodeID   string `json:"nodeId"`
+	Hostname string `json:"hostname"`
+}
+
+func (b *addPeerBody) check() error {
+	if b.Port == 0 {
+		b.Port = 19532
+	}
+	switch {
+	case b.Address == "":
+		return errors.New("address is required")
+	case strings.ContainsAny(b.Address, "/ \t\r\n"):
+		return fmt.Errorf("address must be a host name or IP address, got %q", b.Address)
+	case b.Port < 1 || b.Port > 65535:
+		return fmt.Errorf("port must be 1-65535, got %d", b.Port)
+	case len(b.NodeID) > 256:
+		return errors.New("nodeId is at most 256 bytes")
+	}
+	return nil
+}
+
+func (s *Server) peerCommitted(w http.ResponseWriter, done <-chan error, what string) bool {
+	if err := <-done; err != nil {
+		s.log.Error().Err(err).Msg("http: " + what)
+		writeError(w, http.StatusInternalServerError, CodeInternal, what+": "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Server) peersList(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"peers": s.peers.list()})
+}
+
+func (s *Server) peersAdd(w http.ResponseWriter, r *http.Request) {
+	var b addPeerBody
+	if !decodeBody(w, r, &b) {
+		return
+	}
+	if err := b.check(); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
+		return
+	}
+	id := b.NodeID
+	if id == "" {
+		id = "manual-" + net.JoinHostPort(b.Address, strconv.Itoa(b.Port))
+	}
+	host := b.Hostname
+	if host == "" {
+		host = b.Address
+	}
+	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: b.Address, Port: b.Port, Platform: "unknown",
+		Version: "unknown", Status: "unknown", ManuallyAdded: true})
+	if !s.peerCommitted(w, done, "recording the peer") {
+		return
+	}
+	if added {
+		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "manual", KeyName: keyName(r)})
+	}
+	writeJSON(w, http.StatusOK, pi)
+}
+
+func (s *Server) peersHandshake(w http.ResponseWriter, r *http.Request) {
+	var b handshakeBody
+	if !decodeBody(w, r, &b) {
+		return
+	}
+	if err := b.check(); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid handshake: "+err.Error())
+		return
+	}
+	ours, _ := majorVersion(ProtocolVersion)
+	if theirs, ok := majorVersion(b.Version); !ok || theirs != ours {
+		s.emit(PeerHandshakeRefused{NodeID: b.NodeID, Peer: r.RemoteAddr, Version: b.Version, Reason: "version_mismatch"})
+		writeError(w, http.StatusBadRequest, CodePeerVersionMismatch,
+			fmt.Sprintf("protocol version %q is not compatible with this node's %s (the major versions differ)", b.Version, ProtocolVersion))
+		return
+	}
+	addr, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		addr = r.RemoteAddr
+	}
+	pi, added, done := s.peers.add(PeerInfo{NodeID: b.NodeID, Hostname: b.Hostname, Address: addr, Port: b.Port,
+		Platform: b.Platform, Version: b.Version, Capabilities: b.Capabilities, Status: "online", LastSeen: time.Now().UnixMilli()})
+	if !s.peerCommitted(w, done, "recording the peer") {
+		return
+	}
+	if added {
+		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "handshake", KeyName: keyName(r)})
+	}
+	id := s.identityBody()
+	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id["nodeId"], "hostname": id["hostname"], "platform": id["platform"],
+		"version": id["version"], "port": id["port"], "capabilities": id["capabilities"]})
+}
+
+func (s *Server) peersRemove(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("nodeId")
+	ok, done := s.peers.remove(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, CodePeerNotFound, fmt.Sprintf("Peer %s not found", id))
+		return
+	}
+	if !s.peerCommitted(w, done, "removing the peer") {
+		return
+	}
+	s.emit(PeerRemoved{NodeID: id, KeyName: keyName(r)})
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "nodeId": id})
+}
