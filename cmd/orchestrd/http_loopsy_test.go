@@ -1,0 +1,586 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// httpDoHdr is httpDo with extra request headers; it answers the
+// response's headers too.
+func httpDoHdr(t *testing.T, method, url, key, body string, hdr map[string]string) (httpAnswer, http.Header) {
+	t.Helper()
+	a, h, err := tryHTTP(method, url, key, body, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, h
+}
+
+// tryHTTP makes one request; safe from any goroutine.
+func tryHTTP(method, url, key, body string, hdr map[string]string) (httpAnswer, http.Header, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return httpAnswer{}, nil, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return httpAnswer{}, nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	defer resp.Body.Close()
+	a := httpAnswer{status: resp.StatusCode}
+	b, err := io.ReadAll(resp.Body)
+	a.raw = string(b)
+	_ = jsonUnmarshal(b, &a.body)
+	return a, resp.Header, err
+}
+
+// Shared context: set, read, list, delete; its bounds and codes; TTL
+// expiry for readers at once and in the store by the pruner; an
+// acknowledged PUT survives kill -9 of the daemon.
+func TestHTTPContext(t *testing.T) {
+	t.Parallel()
+	cfg := "[http.context]\nmax_value_bytes = 64\nmax_entries = 3\nprune_interval = \"50ms\"\n[http.rate_limits]\ncontext = 0\n"
+	d, base, key := httpDaemon(t, cfg)
+	a, _ := httpDoHdr(t, "PUT", base+"/context/build%2Fstatus", key, `{"value":"green","ttl":3600}`, map[string]string{"X-Loopsy-Node-Id": "laptop-1"})
+	if a.status != 200 || a.body["key"] != "build/status" || a.body["value"] != "green" || a.body["fromNodeId"] != "laptop-1" ||
+		a.body["ttl"] != float64(3600) || a.body["expiresAt"].(float64)-a.body["createdAt"].(float64) != 3600e3 {
+		t.Fatalf("put: %d %s", a.status, a.raw)
+	}
+	created := a.body["createdAt"]
+	if g := httpDo(t, "GET", base+"/context/build%2Fstatus", key, ""); g.status != 200 || g.raw != a.raw {
+		t.Fatalf("get: %d %s, want %s", g.status, g.raw, a.raw)
+	}
+	if a := httpDo(t, "PUT", base+"/context/build%2Fstatus", key, `{"value":"red"}`); a.status != 200 || a.body["createdAt"] != created ||
+		a.body["fromNodeId"] != "local" || a.body["expiresAt"] != nil {
+		t.Fatalf("update: %d %s", a.status, a.raw)
+	}
+	wantHTTPError(t, httpDo(t, "GET", base+"/context/nope", key, ""), 404, 5001)
+	wantHTTPError(t, httpDo(t, "DELETE", base+"/context/nope", key, ""), 404, 5001)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/big", key, `{"value":"`+strings.Repeat("x", 65)+`"}`), 413, 5002)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/big", key, `{"value":"`+strings.Repeat("x", 200<<10)+`"}`), 413, 9003)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/k", key, `{"value":`), 400, 9003)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/k", key, `{"ttl":5}`), 400, 9003)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/k", key, `{"value":"v","ttl":-1}`), 400, 9003)
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/"+strings.Repeat("k", 257), key, `{"value":"v"}`), 400, 9003)
+	for _, k := range []string{"a", "b"} {
+		if a := httpDo(t, "PUT", base+"/context/"+k, key, `{"value":"`+k+`"}`); a.status != 200 {
+			t.Fatalf("put %s: %d %s", k, a.status, a.raw)
+		}
+	}
+	wantHTTPError(t, httpDo(t, "PUT", base+"/context/c", key, `{"value":"c"}`), 400, 5003)
+	if l := httpDo(t, "GET", base+"/context?prefix=build", key, ""); l.status != 200 || len(l.body["entries"].([]any)) != 1 {
+		t.Fatalf("list build*: %s", l.raw)
+	}
+	if a := httpDo(t, "DELETE", base+"/context/b", key, ""); a.status != 200 || a.body["success"] != true || a.body["key"] != "b" {
+		t.Fatalf("delete: %d %s", a.status, a.raw)
+	}
+
+	// A short TTL: gone for readers once expired, then from the store.
+	if a := httpDo(t, "PUT", base+"/context/short", key, `{"value":"v","ttl":0.2}`); a.status != 200 {
+		t.Fatalf("put short: %d %s", a.status, a.raw)
+	}
+	eventually(t, 30*time.Second, "the expired entry gone", func() bool {
+		return httpDo(t, "GET", base+"/context/short", key, "").status == 404
+	})
+	if strings.Contains(httpDo(t, "GET", base+"/context", key, "").raw, "short") {
+		t.Fatal("the expired entry is listed")
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.home, "state.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	eventually(t, 30*time.Second, "the expired entry pruned from the store", func() bool {
+		var n int
+		return db.QueryRow(`SELECT count(*) FROM http_context WHERE key = 'short'`).Scan(&n) == nil && n == 0
+	})
+
+	// Acknowledged is durable: kill -9, start again, it is there.
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.proc.Done()
+	d2 := startDaemonAt(t, d.home, "")
+	base2 := lastHTTPBase(d2)
+	l := httpDo(t, "GET", base2+"/context", key, "")
+	if l.status != 200 || !strings.Contains(l.raw, `"key":"build/status","value":"red"`) || !strings.Contains(l.raw, `"key":"a"`) ||
+		strings.Contains(l.raw, `"key":"b"`) {
+		t.Fatalf("after kill -9: %s", l.raw)
+	}
+}
+
+// Peers: manual, handshake (and a version it refuses), removal; a health
+// check finds a live peer online and a dead one offline; all of it kept
+// across a restart.
+func TestHTTPPeers(t *testing.T) {
+	t.Parallel()
+	d, base, key := httpDaemon(t, "[http.peers]\nhealth_interval = \"50ms\"\nhealth_failures = 2\n")
+	self := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/api/v1")
+	_, port, _ := net.SplitHostPort(self)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := dead.Addr().(*net.TCPAddr).Port
+	dead.Close()
+
+	a := httpDo(t, "POST", base+"/peers", key, `{"address":"127.0.0.1","port":`+port+`}`)
+	if a.status != 200 || a.body["nodeId"] != "manual-127.0.0.1:"+port || a.body["manuallyAdded"] != true || a.body["status"] != "unknown" {
+		t.Fatalf("add: %d %s", a.status, a.raw)
+	}
+	live := a.body["nodeId"]
+	if a := httpDo(t, "POST", base+"/peers", key, fmt.Sprintf(`{"address":"127.0.0.1","port":%d,"nodeId":"dead-one","hostname":"gone"}`, deadPort)); a.status != 200 {
+		t.Fatalf("add dead: %d %s", a.status, a.raw)
+	}
+	d.waitEvent("http.peer_status_changed", func(e map[string]any) bool { return e["node_id"] == live && e["status"] == "online" })
+	d.waitEvent("http.peer_status_changed", func(e map[string]any) bool {
+		return e["node_id"] == "dead-one" && e["status"] == "offline" && e["failures"] == float64(2)
+	})
+	d.waitEvent("http.peer_added", func(e map[string]any) bool { return e["node_id"] == "dead-one" && e["source"] == "manual" })
+
+	hs := `{"nodeId":"peer-7","hostname":"build-box","platform":"linux","version":"1.0.53","port":19532,"capabilities":["execute"]}`
+	a = httpDo(t, "POST", base+"/peers/handshake", key, hs)
+	if a.status != 200 || a.body["nodeId"] == "" || a.body["version"] == "" || a.body["port"] != jsonNumber(port) {
+		t.Fatalf("handshake: %d %s", a.status, a.raw)
+	}
+	wantHTTPError(t, httpDo(t, "POST", base+"/peers/handshake", key, strings.Replace(hs, `"1.0.53"`, `"2.0.0"`, 1)), 400, 2005)
+	d.waitEvent("http.peer_handshake_refused", func(e map[string]any) bool { return e["version"] == "2.0.0" })
+	wantHTTPError(t, httpDo(t, "POST", base+"/peers/handshake", key, `{"nodeId":"x"}`), 400, 9003)
+	wantHTTPError(t, httpDo(t, "POST", base+"/peers", key, `{"port":1}`), 400, 9003)
+	wantHTTPError(t, httpDo(t, "POST", base+"/peers", key, `{"address":"a","port":70000}`), 400, 9003)
+
+	l := httpDo(t, "GET", base+"/peers", key, "")
+	if !strings.Contains(l.raw, `"nodeId":"peer-7","hostname":"build-box","address":"127.0.0.1","port":19532`) {
+		t.Fatalf("peers: %s", l.raw)
+	}
+	if a := httpDo(t, "DELETE", base+"/peers/dead-one", key, ""); a.status != 200 || a.body["nodeId"] != "dead-one" {
+		t.Fatalf("remove: %d %s", a.status, a.raw)
+	}
+	wantHTTPError(t, httpDo(t, "DELETE", base+"/peers/dead-one", key, ""), 404, 2001)
+	st := httpDo(t, "GET", base+"/status", key, "")
+	if p, _ := st.body["peers"].(map[string]any); p == nil || p["total"] != float64(2) {
+		t.Fatalf("status peers: %s", st.raw)
+	}
+
+	d.stop()
+	d2 := startDaemonAt(t, d.home, "")
+	base2 := lastHTTPBase(d2)
+	l = httpDo(t, "GET", base2+"/peers", key, "")
+	if !strings.Contains(l.raw, `"nodeId":"peer-7"`) || !strings.Contains(l.raw, `"nodeId":"`+live.(string)+`"`) || strings.Contains(l.raw, "dead-one") {
+		t.Fatalf("peers after a restart: %s", l.raw)
+	}
+}
+
+// lastHTTPBase is the API's base URL of the daemon started last in d's
+// home: once its daemon.started is logged (after the API started), its
+// http.listening is the log's last.
+func lastHTTPBase(d *testDaemon) string {
+	d.started(d.cmd.Process.Pid)
+	addr := ""
+	for _, e := range d.events() {
+		if e["kind"] == "http.listening" {
+			addr, _ = e["addr"].(string)
+		}
+	}
+	return "http://" + addr + "/api/v1"
+}
+
+func jsonNumber(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+// push sends r as the file of a push to dest; checksum, if not "", goes
+// in the X-Loopsy-Checksum header.
+func push(t *testing.T, base, key, dest, checksum string, r io.Reader) httpAnswer {
+	t.Helper()
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		mw.WriteField("destPath", dest)
+		fw, _ := mw.CreateFormFile("file", filepath.Base(dest))
+		if _, err := io.CopyBuffer(fw, r, make([]byte, 1<<20)); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		pw.CloseWithError(mw.Close())
+	}()
+	req, _ := http.NewRequest("POST", base+"/transfer/push", pr)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	if checksum != "" {
+		req.Header.Set("X-Loopsy-Checksum", checksum)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
+	_ = jsonUnmarshal(b, &a.body)
+	return a
+}
+
+func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// Transfers: push, pull and list under allowed_paths only, on real
+// paths: a symlink or .. out is refused, as are orchestrd's own home,
+// a file too large and a wrong checksum; a refused push leaves nothing.
+func TestHTTPTransfer(t *testing.T) {
+	t.Parallel()
+	allowed, outside := shortTemp(t), shortTemp(t)
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "link")); err != nil {
+		t.Fatal(err)
+	}
+	home := shortTemp(t)
+	cfg := fmt.Sprintf("[http.transfer]\nallowed_paths = [%q, %q]\nmax_file_size = 1048576\n[http.rate_limits]\ntransfer = 0\n", allowed, home)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig+"\n[http]\nlisten = \"127.0.0.1:0\"\n"+cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonAt(t, home, "")
+	base := "http://" + d.waitEvent("http.listening", nil)["addr"].(string) + "/api/v1"
+	kb, _ := os.ReadFile(filepath.Join(home, "http.key"))
+	key := strings.TrimSpace(string(kb))
+
+	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
+	dest := filepath.Join(allowed, "in", "deep", "data.bin")
+	a := push(t, base, key, dest, sha(data), bytes.NewReader(data))
+	if a.status != 200 || a.body["size"] != float64(len(data)) || a.body["checksum"] != sha(data) || a.body["path"] != dest {
+		t.Fatalf("push: %d %s", a.status, a.raw)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, data) {
+		t.Fatal("the pushed file differs")
+	}
+	d.waitEvent("http.transfer_done", func(e map[string]any) bool { return e["direction"] == "push" && e["path"] == dest })
+
+	for _, c := range []struct {
+		name, dest, sum string
+		body            []byte
+		status, code    int
+	}{
+		{"through a symlink", filepath.Join(allowed, "link", "evil"), "", data, 403, 4001},
+		{"climbing out", allowed + "/../" + filepath.Base(outside) + "/evil", "", data, 403, 4001},
+		{"into orchestrd's home", filepath.Join(home, "evil"), "", data, 403, 4001},
+		{"too large", filepath.Join(allowed, "big"), "", bytes.Repeat([]byte("x"), 1<<20+1), 413, 4003},
+		{"wrong checksum", filepath.Join(allowed, "sum"), strings.Repeat("0", 64), data, 400, 4004},
+		{"relative", "rel/x", "", data, 400, 9003},
+	} {
+		wantHTTPError(t, push(t, base, key, c.dest, c.sum, bytes.NewReader(c.body)), c.status, c.code)
+	}
+	d.waitEvent("http.transfer_denied", func(e map[string]any) bool { return e["reason"] == "checksum_mismatch" })
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Fatalf("the outside directory holds %d files", len(ents))
+	}
+	if ents, _ := os.ReadDir(allowed); len(ents) != 2 { // in, link
+		t.Fatalf("the allowed directory holds %v", ents)
+	}
+
+	// Pull: the bytes, streamed; refused the same way.
+	req, _ := http.NewRequest("POST", base+"/transfer/pull", strings.NewReader(`{"sourcePath":"`+dest+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(got, data) || resp.Header.Get("X-Loopsy-File-Size") != strconv.Itoa(len(data)) {
+		t.Fatalf("pull: %d, %d bytes, headers %v", resp.StatusCode, len(got), resp.Header)
+	}
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/pull", key, `{"sourcePath":"`+filepath.Join(allowed, "link", "secret")+`"}`), 403, 4001)
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/pull", key, `{"sourcePath":"`+filepath.Join(home, "http.key")+`"}`), 403, 4001)
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/pull", key, `{"sourcePath":"`+filepath.Join(allowed, "none")+`"}`), 404, 4002)
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/pull", key, `{}`), 400, 9003)
+
+	l := httpDo(t, "POST", base+"/transfer/list", key, `{"path":"`+allowed+`"}`)
+	if l.status != 200 || !strings.Contains(l.raw, `"name":"in","path":"`+allowed+`/in","type":"directory"`) ||
+		!strings.Contains(l.raw, `"name":"link"`) || !strings.Contains(l.raw, `"type":"symlink"`) {
+		t.Fatalf("list: %d %s", l.status, l.raw)
+	}
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/list", key, `{"path":"`+outside+`"}`), 403, 4001)
+	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/list", key, `{"path":"`+filepath.Join(allowed, "link")+`"}`), 403, 4001)
+}
+
+// vmHWM is a process's peak resident memory, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// zeroes is an endless reader of a repeating pattern.
+type pattern struct{ n int64 }
+
+func (p *pattern) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = byte((p.n + int64(i)) % 251)
+	}
+	p.n += int64(len(b))
+	return len(b), nil
+}
+
+// A 1 GiB push streams to disk: the daemon's peak memory stays far below
+// the file's size.
+func TestHTTPPushLarge(t *testing.T) {
+	t.Parallel()
+	dir := shortTemp(t)
+	const size = 1 << 30
+	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n", dir))
+	before := vmHWM(t, d.cmd.Process.Pid)
+	h := sha256.New()
+	src := io.TeeReader(io.LimitReader(&pattern{}, size), h)
+	dest := filepath.Join(dir, "big.bin")
+	a := push(t, base, key, dest, "", src)
+	defer os.Remove(dest)
+	if a.status != 200 || a.body["size"] != float64(size) || a.body["checksum"] != hex.EncodeToString(h.Sum(nil)) {
+		t.Fatalf("push: %d %s", a.status, a.raw)
+	}
+	if fi, err := os.Stat(dest); err != nil || fi.Size() != size {
+		t.Fatalf("the file: %v %v", fi, err)
+	}
+	peak := vmHWM(t, d.cmd.Process.Pid)
+	t.Logf("daemon peak RSS %d MiB before, %d MiB after a 1 GiB push", before>>20, peak>>20)
+	if peak-before > 128<<20 {
+		t.Fatalf("the daemon's peak memory grew by %d MiB for a 1 GiB push", (peak-before)>>20)
+	}
+}
+
+// Rate limits under parallel load: exactly the bucket's worth passes per
+// key, the rest get 429 code 9002 with Retry-After; another key, another
+// category and /health are untouched; every request is in audit.jsonl
+// with its key's name, never the key.
+func TestHTTPRateLimits(t *testing.T) {
+	t.Parallel()
+	peerKey := strings.Repeat("ab", 32)
+	d, base, key := httpDaemon(t, "[http.allowed_keys]\nlaptop = \""+peerKey+"\"\n[http.rate_limits]\nexec = 5\ncontext = 1000\n")
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			a, h, err := tryHTTP("GET", base+"/execute/jobs", key, "", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if a.status == 429 {
+				if e, _ := a.body["error"].(map[string]any); e == nil || e["code"] != float64(9002) || h.Get("Retry-After") == "" {
+					t.Errorf("429 without code 9002 and Retry-After: %s %v", a.raw, h)
+				}
+			}
+			mu.Lock()
+			counts[a.status]++
+			mu.Unlock()
+		}()
+		go func() {
+			defer wg.Done()
+			if a, _, err := tryHTTP("GET", base+"/health", "", "", nil); err != nil || a.status != 200 {
+				t.Errorf("health under load: %d %v", a.status, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if a, _, err := tryHTTP("GET", base+"/context", key, "", nil); err != nil || a.status != 200 {
+				t.Errorf("context under load: %d %s %v", a.status, a.raw, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if counts[200] != 5 || counts[429] != 35 {
+		t.Fatalf("answers %v, want 5 ok and 35 limited", counts)
+	}
+	d.waitEvent("http.rate_limited", func(e map[string]any) bool { return e["key_name"] == "self" && e["category"] == "exec" })
+	a := httpDo(t, "POST", base+"/execute", peerKey, `{"command":"echo","args":["hi"]}`)
+	if a.status != 200 || a.body["stdout"] != "hi\n" {
+		t.Fatalf("another key: %d %s", a.status, a.raw)
+	}
+	job := a.body["jobId"].(string)
+
+	audit := filepath.Join(d.home, "audit.jsonl")
+	var lines []map[string]any
+	eventually(t, 30*time.Second, "the audit log has every request", func() bool {
+		f, err := os.Open(audit)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		lines = lines[:0]
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), key) || strings.Contains(sc.Text(), peerKey) {
+				t.Fatalf("a key in the audit log: %s", sc.Text())
+			}
+			var m map[string]any
+			if err := jsonUnmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("audit line %q: %v", sc.Text(), err)
+			}
+			lines = append(lines, m)
+		}
+		return len(lines) >= 121
+	})
+	limited, withJob := 0, false
+	for _, l := range lines {
+		if l["status"] == float64(429) && l["key_name"] == "self" && l["path"] == "/api/v1/execute/jobs" {
+			limited++
+		}
+		if l["job_id"] == job && l["key_name"] == "laptop" && l["method"] == "POST" && l["status"] == float64(200) {
+			withJob = true
+		}
+	}
+	if limited != 35 || !withJob {
+		t.Fatalf("audit: %d limited lines (want 35), the execution's line found: %v", limited, withJob)
+	}
+	if fi, _ := os.Stat(audit); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("audit.jsonl mode %v", fi.Mode().Perm())
+	}
+}
+
+// A client that never finishes its request headers, or its body, is cut
+// by the server's timeouts; meanwhile everyone else is served.
+func TestHTTPSlowClient(t *testing.T) {
+	t.Parallel()
+	_, base, key := httpDaemon(t, "")
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/api/v1")
+	headers, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer headers.Close()
+	fmt.Fprintf(headers, "GET /api/v1/health HTTP/1.1\r\nHost: x\r\n")
+	body, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	fmt.Fprintf(body, "PUT /api/v1/context/slow HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"value\":", key)
+	if a := httpDo(t, "GET", base+"/status", key, ""); a.status != 200 {
+		t.Fatalf("status beside the slow clients: %d", a.status)
+	}
+	headers.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	if n, err := io.Copy(io.Discard, headers); err != nil {
+		t.Fatalf("the stalled headers were not cut: %v (%d bytes)", err, n)
+	}
+	body.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	resp, err := http.ReadResponse(bufio.NewReader(body), nil)
+	if err != nil {
+		t.Fatalf("the stalled body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "not sent within") {
+		t.Fatalf("the stalled body: %d %s", resp.StatusCode, b)
+	}
+}
+
+// 1,000 streams at once: every one gets its own output, then exit.
+func TestHTTPManyStreams(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	_, base, key := httpDaemon(t, "max_concurrent = 1000\n[http.rate_limits]\nexec = 0\n")
+	tr := &http.Transport{MaxIdleConnsPerHost: n}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/execute/stream", strings.NewReader(fmt.Sprintf(`{"command":"echo","args":["stream-%d"]}`, i)))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := c.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				errs <- fmt.Errorf("stream %d: %d %s", i, resp.StatusCode, b)
+				return
+			}
+			evs, err := parseSSE(resp.Body)
+			if err != nil {
+				errs <- fmt.Errorf("stream %d: %w", i, err)
+				return
+			}
+			var out strings.Builder
+			for _, e := range evs {
+				if e.Type == "stdout" {
+					out.WriteString(e.Data)
+				}
+			}
+			if len(evs) == 0 || evs[len(evs)-1].Type != "exit" || evs[len(evs)-1].Data != "0" || out.String() != fmt.Sprintf("stream-%d\n", i) {
+				errs <- fmt.Errorf("stream %d: %q then %+v", i, out.String(), evs)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	bad := 0
+	for err := range errs {
+		if bad++; bad <= 5 {
+			t.Error(err)
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d streams failed", bad, n)
+	}
+}
+
+// parseSSE reads a stream's events to its end; safe from any goroutine.
+func parseSSE(body io.Reader) ([]sseEvent, error) {
+	var out []sseEvent
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var e sseEvent
+			if err := jsonUnmarshal([]byte(l), &e); err != nil {
+				return out, fmt.Errorf("event %q: %w", l, err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out, sc.Err()
+}
