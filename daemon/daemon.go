@@ -257,6 +257,7 @@ func Run(ctx context.Context, opts Options) error {
 	// Loopsy's HTTP API, once the lanes take jobs; nil when off or when it
 	// cannot listen (the daemon goes on).
 	httpSrv := startHTTP(cfg.HTTP, opts.Home, st, opts.Version, mgr, bus, started, opts.Logger)
+	registerHTTPInfo(srv, httpSrv, cfg.HTTP, st.NodeID())
 	// vibe-reachout's hook socket, once its approvals can be answered; nil
 	// when off or when the socket cannot be made (the daemon goes on).
 	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
@@ -41,4 +42,25 @@ func startHTTP(c httpapi.Config, home string, st *state.Store, version string, m
 		return nil
 	}
 	return srv
+}
+
+// registerHTTPInfo registers http.info: where the Loopsy API listens, for
+// the CLI's peers and run --peer. When it is off or could not start, the
+// call says so.
+func registerHTTPInfo(mux api.Mux, srv *httpapi.Server, c httpapi.Config, nodeID string) {
+	mux.Handle("http.info", func(call api.Call) {
+		var p api.NoParams
+		if err := call.Decode(&p); err != nil {
+			call.Fail(err)
+			return
+		}
+		switch {
+		case !c.Enabled:
+			call.Fail(api.Errorf(api.CodeInvalidState, "the HTTP API is off ([http] enabled = false)"))
+		case srv == nil:
+			call.Fail(api.Errorf(api.CodeInvalidState, "the HTTP API is not serving (the event log's http.unavailable says why)"))
+		default:
+			call.Respond(map[string]any{"addr": srv.Addr(), "tls": c.Cert != "", "node_id": nodeID})
+		}
+	})
 }

@@ -138,7 +138,15 @@ func call(c *client.Client, method string, params, result any) error {
 
 // ---- run ----
 
-const runUsage = "orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... [--no-stdin] -- CMD [ARGS...]"
+const runUsage = `orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... [--no-stdin] -- CMD [ARGS...]
+orchestrd run --peer NAME [--key-file F] [--timeout D] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
+
+With --peer, the job runs on another machine's lanes through its Loopsy
+API: NAME is a known peer (orchestrd peers: node id or a prefix of it,
+host name, ADDRESS[:PORT]) or a URL. Its output streams here; Ctrl-C
+cancels it there. The key presented is --key-file's, else
+$ORCHESTRD_PEER_KEY, else this daemon's own (peers list each other's keys
+in [http] allowed_keys). stdin is not sent to a peer.`
 
 type envFlag map[string]string
 
@@ -165,6 +173,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	env := envFlag{}
 	fs.Var(env, "env", "set `K=V` in the job's environment (repeatable)")
 	noStdin := fs.Bool("no-stdin", false, "do not forward stdin to the job (it is forwarded when it is not a terminal)")
+	peer := fs.String("peer", "", "run on the Loopsy peer `NAME` (node id, host name, ADDRESS[:PORT] or URL)")
+	keyFile := fs.String("key-file", "", "with --peer: the `FILE` holding the key to present")
 	if code, ok := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -174,6 +184,21 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if *timeout < 0 {
 		return usageError(fs, runUsage, stderr, "--timeout must not be negative")
+	}
+	if *peer != "" {
+		if *lane != "" || *worktree != "" {
+			return usageError(fs, runUsage, stderr, "--lane and --worktree are the local daemon's; a peer runs on its [http] exec_lane")
+		}
+		if *cwd != "" && !filepath.IsAbs(*cwd) {
+			return usageError(fs, runUsage, stderr, "with --peer, --cwd is a path on the peer and must be absolute")
+		}
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sig)
+		return runOnPeer(resolveHome(*home), *peer, *keyFile, argv, *cwd, env, *timeout, stdout, stderr, sig)
+	}
+	if *keyFile != "" {
+		return usageError(fs, runUsage, stderr, "--key-file goes with --peer")
 	}
 	// --cwd goes as given (made absolute, never cleaned): the runner
 	// resolves it and says if it does not exist.

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -583,4 +584,73 @@ func parseSSE(body io.Reader) ([]sseEvent, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// orchestrd peers and run --peer, as a user types them: one daemon runs a
+// job on another's lanes (which lists its key), streams its output, exits
+// with its code; a denied command, a timeout and Ctrl-C say what happened.
+func TestHTTPRunPeer(t *testing.T) {
+	t.Parallel()
+	local, _, localKey := httpDaemon(t, "")
+	remote, remoteBase, _ := httpDaemon(t, "[http.allowed_keys]\nlaptop = \""+localKey+"\"\n")
+	addr := strings.TrimSuffix(strings.TrimPrefix(remoteBase, "http://"), "/api/v1")
+	if out, errOut, code := runCLI(t, "peers", "--home", local.home); code != 0 || !strings.Contains(out, "no peers") {
+		t.Fatalf("peers: %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "peers", "add", addr, "--node-id", "build-box", "--home", local.home); code != 0 || !strings.Contains(out, "added build-box") {
+		t.Fatalf("peers add: %d %q %q", code, out, errOut)
+	}
+	if out, _, code := runCLI(t, "peers", "--home", local.home); code != 0 || !strings.Contains(out, "build-box") || !strings.Contains(out, addr) {
+		t.Fatalf("peers: %d %q", code, out)
+	}
+	out, errOut, code := runCLI(t, "run", "--home", local.home, "--peer", "build", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if code != 3 || out != "out\n" || errOut != "err\n" {
+		t.Fatalf("run --peer: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	remote.waitEvent("http.exec_started", func(e map[string]any) bool { return e["key_name"] == "laptop" && e["command"] == "sh" })
+	if _, errOut, code := runCLI(t, "run", "--home", local.home, "--peer", "build-box", "--", "rm", "-rf", "/nothing"); code != 1 ||
+		!strings.Contains(errOut, "Command 'rm' is denied (code 3001)") {
+		t.Fatalf("a denied command: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "run", "--home", local.home, "--peer", "build-box", "--timeout", "0.2", "--", "sleep", "30"); code != exitTimeout ||
+		!strings.Contains(errOut, "timed out") {
+		t.Fatalf("a timeout: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "run", "--home", local.home, "--peer", "nobody", "--", "true"); code != 1 || !strings.Contains(errOut, `no peer "nobody"; known: build-box`) {
+		t.Fatalf("an unknown peer: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "run", "--home", local.home, "--peer", "build-box", "--lane", "net", "--", "true"); code != exitUsage || !strings.Contains(errOut, "--lane") {
+		t.Fatalf("--lane with --peer: exit %d, %q", code, errOut)
+	}
+
+	// Ctrl-C cancels the job on the peer.
+	cmd := exec.Command(binary, "run", "--home", local.home, "--peer", "build-box", "--", "sh", "-c", "echo started; exec sleep 60")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "started\n" {
+		t.Fatalf("first line %q: %v", l, err)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitCancelled || !strings.Contains(stderr.String(), "was cancelled") {
+		t.Fatalf("run --peer after SIGINT: %v, %q", err, stderr.String())
+	}
+	e := remote.waitEvent("http.exec_cancelled", func(e map[string]any) bool { return e["key_name"] == "laptop" })
+	if f := remote.waitEvent("job.finished", func(f map[string]any) bool { return f["job_id"] == e["job_id"] }); f["state"] != "cancelled" {
+		t.Fatalf("the peer's job: %v", f)
+	}
+
+	if out, _, code := runCLI(t, "peers", "rm", "build-box", "--home", local.home); code != 0 || !strings.Contains(out, "removed build-box") {
+		t.Fatalf("peers rm: %d %q", code, out)
+	}
+	if _, errOut, code := runCLI(t, "peers", "rm", "build-box", "--home", local.home); code != 1 || !strings.Contains(errOut, "code 2001") {
+		t.Fatalf("peers rm again: %d %q", code, errOut)
+	}
 }

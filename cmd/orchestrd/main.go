@@ -47,6 +47,7 @@ commands:
   lane      lane token LANE: the join token of a lane that takes bring-your-own runners
   clanker   clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)
   http      http key: the Loopsy API key peers and the loopsy CLI present
+  peers     the Loopsy peers this daemon knows (add ADDRESS[:PORT], rm NODE_ID); run --peer NAME runs a job on one
   executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
   runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
   version   print the version
@@ -138,6 +139,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdLane(withHome(rest), stdout, stderr)
 	case "clanker":
 		return cmdClanker(withHome(rest), stdout, stderr)
+	case "peers":
+		return cmdPeers(withHome(rest), stdout, stderr)
 	case "http":
 		return cmdHTTP(withHome(rest), stdout, stderr)
 	case "version", "--version":

@@ -442,6 +442,9 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			if rec.Signal != "" {
 				extra["signal"] = rec.Signal
 			}
+			if rec.WasTimeout {
+				extra["timedOut"] = true
+			}
 			if rec.Error != "" {
 				extra["error"] = rec.Error
 			}
