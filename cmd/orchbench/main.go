@@ -49,6 +49,7 @@ var scenarios = []scenario{
 	{"approvals", "9. Approvals", runApprovals},
 	{"executors", "10. Executors", runExecutors},
 	{"clanker", "11. clanker pod IPC", runClanker},
+	{"http", "12. Loopsy HTTP API", runHTTP},
 }
 
 // bench is the state of one harness run.
