@@ -654,3 +654,36 @@ func TestHTTPRunPeer(t *testing.T) {
 		t.Fatalf("peers rm again: %d %q", code, errOut)
 	}
 }
+
+// mDNS: two daemons with discovery on announce _loopsy._tcp and find each
+// other as peers.
+func TestHTTPDiscovery(t *testing.T) {
+	t.Parallel()
+	cfg := "discovery = true\n[http.peers]\ndiscovery_interval = \"200ms\"\n"
+	a, baseA, keyA := httpDaemon(t, cfg)
+	b, baseB, keyB := httpDaemon(t, cfg)
+	for _, d := range []*testDaemon{a, b} {
+		var e map[string]any
+		eventually(t, 20*time.Second, "discovery started or unavailable", func() bool {
+			for _, ev := range d.events() {
+				if ev["kind"] == "http.discovery_started" || ev["kind"] == "http.discovery_unavailable" {
+					e = ev
+					return true
+				}
+			}
+			return false
+		})
+		if e["kind"] == "http.discovery_unavailable" {
+			t.Skipf("no mDNS on this machine: %v", e["error"])
+		}
+	}
+	idA := httpDo(t, "GET", baseA+"/identity", keyA, "").body["nodeId"].(string)
+	idB := httpDo(t, "GET", baseB+"/identity", keyB, "").body["nodeId"].(string)
+	_, portB, _ := net.SplitHostPort(strings.TrimSuffix(strings.TrimPrefix(baseB, "http://"), "/api/v1"))
+	a.waitEventWithin(60*time.Second, "http.peer_added", func(e map[string]any) bool { return e["node_id"] == idB && e["source"] == "mdns" })
+	b.waitEventWithin(60*time.Second, "http.peer_added", func(e map[string]any) bool { return e["node_id"] == idA && e["source"] == "mdns" })
+	l := httpDo(t, "GET", baseA+"/peers", keyA, "")
+	if !strings.Contains(l.raw, `"nodeId":"`+idB+`"`) || !strings.Contains(l.raw, `"port":`+portB) || !strings.Contains(l.raw, `"status":"online"`) {
+		t.Fatalf("a's peers: %s", l.raw)
+	}
+}

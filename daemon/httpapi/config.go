@@ -43,7 +43,10 @@ type Config struct {
 	// RateLimits are requests per minute per key and category
 	// ([http.rate_limits]).
 	RateLimits RateLimits `toml:"rate_limits"`
-	// Peers: their health checks ([http.peers]).
+	// Discovery announces this node and finds peers by mDNS
+	// (_loopsy._tcp). Unset: on only when Listen is beyond loopback.
+	Discovery *bool `toml:"discovery"`
+	// Peers: their health checks and discovery ([http.peers]).
 	Peers PeersConfig `toml:"peers"`
 	// Audit is the request log <home>/audit.jsonl ([http.audit]).
 	Audit AuditConfig `toml:"audit"`
@@ -80,6 +83,8 @@ type PeersConfig struct {
 	// HealthFailures failures in a row mark it offline.
 	HealthInterval api.Duration `toml:"health_interval"`
 	HealthFailures int          `toml:"health_failures"`
+	// DiscoveryInterval is how often mDNS is browsed for peers.
+	DiscoveryInterval api.Duration `toml:"discovery_interval"`
 }
 
 // AuditConfig is [http.audit]: audit.jsonl is rotated like the event log.
@@ -96,8 +101,9 @@ func DefaultConfig() Config {
 		Context:    ContextConfig{MaxValueBytes: 1 << 20, MaxEntries: 1000, PruneInterval: api.Duration{Duration: 10 * time.Second}},
 		Transfer:   TransferConfig{AllowedPaths: []string{}, DeniedPaths: []string{}, MaxFileSize: 1 << 30},
 		RateLimits: RateLimits{Exec: 30, Transfer: 10, Context: 60},
-		Peers:      PeersConfig{HealthInterval: api.Duration{Duration: 15 * time.Second}, HealthFailures: 3},
-		Audit:      AuditConfig{MaxBytes: 64 << 20, Keep: 5},
+		Peers: PeersConfig{HealthInterval: api.Duration{Duration: 15 * time.Second}, HealthFailures: 3,
+			DiscoveryInterval: api.Duration{Duration: 30 * time.Second}},
+		Audit: AuditConfig{MaxBytes: 64 << 20, Keep: 5},
 	}
 }
 
@@ -167,6 +173,9 @@ func Validate(key string, c Config) []error {
 	}
 	if c.Peers.HealthFailures < 1 {
 		bad("%s.peers.health_failures must be >= 1, got %d", key, c.Peers.HealthFailures)
+	}
+	if c.Peers.DiscoveryInterval.Duration < 100*time.Millisecond {
+		bad("%s.peers.discovery_interval must be at least 100ms, got %s", key, c.Peers.DiscoveryInterval)
 	}
 	if c.Audit.MaxBytes < 4096 {
 		bad("%s.audit.max_bytes must be at least 4096, got %d", key, c.Audit.MaxBytes)

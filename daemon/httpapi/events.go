@@ -145,7 +145,24 @@ type TransferDenied struct {
 
 func (TransferDenied) Kind() string { return "http.transfer_denied" }
 
+// DiscoveryStarted: this node is announced by mDNS and browses for peers.
+type DiscoveryStarted struct {
+	Service string `json:"service"`
+	Port    int    `json:"port"`
+}
+
+func (DiscoveryStarted) Kind() string { return "http.discovery_started" }
+
+// DiscoveryUnavailable: mDNS could not start (no multicast interface, a
+// port refused); peers can still be added by hand.
+type DiscoveryUnavailable struct {
+	Error string `json:"error"`
+}
+
+func (DiscoveryUnavailable) Kind() string { return "http.discovery_unavailable" }
+
 func init() {
 	eventlog.Register(Listening{}, Unavailable{}, ExecStarted{}, ExecCancelled{}, ExecDenied{}, AuthFailed{},
-		PeerAdded{}, PeerRemoved{}, PeerStatusChanged{}, PeerHandshakeRefused{}, RateLimited{}, TransferDone{}, TransferDenied{})
+		PeerAdded{}, PeerRemoved{}, PeerStatusChanged{}, PeerHandshakeRefused{}, RateLimited{}, TransferDone{}, TransferDenied{},
+		DiscoveryStarted{}, DiscoveryUnavailable{})
 }

@@ -22,6 +22,8 @@ func TestKinds(t *testing.T) {
 		PeerHandshakeRefused{NodeID: "n-2", Peer: "10.0.0.4:5000", Version: "2.0.0", Reason: "version_mismatch"},
 		RateLimited{KeyName: "laptop", Peer: "10.0.0.3:5000", Category: "exec", Path: "/api/v1/execute", RetryAfter: 2, Suppressed: 7},
 		TransferDone{Direction: "push", Path: "/srv/in/a.bin", Bytes: 1 << 20, SHA256: "ab12", KeyName: "laptop", Peer: "10.0.0.3:5000"},
+		DiscoveryStarted{Service: "_loopsy._tcp", Port: 19532},
+		DiscoveryUnavailable{Error: "no multicast interface"},
 		TransferDenied{Direction: "pull", Path: "/home/u/.ssh/id_ed25519", Reason: "path_denied", KeyName: "laptop", Peer: "10.0.0.3:5000"},
 	)
 }

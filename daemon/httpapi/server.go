@@ -91,6 +91,8 @@ type Server struct {
 	paths  paths
 	limits *limiter
 	audit  *audit // nil without a home
+	// stopDiscovery ends mDNS; nil when discovery is off.
+	stopDiscovery func()
 }
 
 type namedKey struct{ name, key string }
@@ -161,6 +163,16 @@ func Start(opts Options) (*Server, error) {
 		s.healthLoop(s.stop)
 	}()
 	s.emit(Listening{Addr: ln.Addr().String(), TLS: cfg.Cert != ""})
+	if discoveryOn(cfg) {
+		stop, err := s.startDiscovery(cfg.Peers.DiscoveryInterval.Duration)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("http: going on without mDNS discovery")
+			s.emit(DiscoveryUnavailable{Error: err.Error()})
+		} else {
+			s.stopDiscovery = stop
+			s.emit(DiscoveryStarted{Service: MDNSService, Port: s.port()})
+		}
+	}
 	return s, nil
 }
 
@@ -171,6 +183,9 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // still running (their waiting requests answer killed), lets requests
 // finish for a moment, then closes what is left.
 func (s *Server) Close(ctx context.Context) error {
+	if s.stopDiscovery != nil {
+		s.stopDiscovery()
+	}
 	close(s.stop)
 	s.bg.Wait()
 	s.exec.closeAll()
