@@ -369,3 +369,44 @@ func FuzzBodies(f *testing.F) {
 		}
 	})
 }
+
+// The audit log rotates past max_bytes, keeps keep files, and every line
+// is whole JSON; close writes what was queued.
+func TestAuditRotates(t *testing.T) {
+	home := t.TempDir()
+	a := openAudit(home, AuditConfig{MaxBytes: 4096, Keep: 2}, zerolog.Nop())
+	for i := range 300 {
+		a.add(auditLine{Time: "2026-11-25T00:00:00Z", Peer: "127.0.0.1:1", KeyName: "self", Method: "GET",
+			Path: fmt.Sprintf("/api/v1/context/k%d", i), Status: 200, Duration: 1})
+	}
+	a.close()
+	a.add(auditLine{Path: "after close"}) // dropped quietly, no panic
+	path := filepath.Join(home, AuditFile)
+	if _, err := os.Stat(path + ".3"); err == nil {
+		t.Fatal("more rotated files than keep")
+	}
+	last := ""
+	for _, p := range []string{path + ".2", path + ".1", path} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 4096 {
+			t.Fatalf("%s has %d bytes", p, len(b))
+		}
+		fi, _ := os.Stat(p)
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s mode %v", p, fi.Mode().Perm())
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("%s: line %q: %v", p, l, err)
+			}
+			last, _ = m["path"].(string)
+		}
+	}
+	if last != "/api/v1/context/k299" {
+		t.Fatalf("the newest line is %q", last)
+	}
+}
