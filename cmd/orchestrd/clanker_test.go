@@ -410,8 +410,9 @@ func TestClankerSpoolDrain(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	eventuallyOr(t, 2*time.Minute, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
-		func() string { return fmt.Sprintf("%d task files of %d", taskFiles(repo), len(ids)) })
+	// The drain syncs each task file: on a disk another test is filling
+	// it is slow, so the wait is on progress, not on a total time.
+	whileProgressing(t, time.Minute, "every spooled task created", func() int { return taskFiles(repo) }, len(ids))
 	eventually(t, 20*time.Second, "the spool drained", func() bool {
 		_, e1 := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.ndjson"))
 		_, e2 := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
@@ -454,8 +455,9 @@ func TestClankerDrainKilled(t *testing.T) {
 		t.Logf("the drain ended before the kill (%v); the test proves less", err)
 	}
 	d2 := startDaemonAt(t, home, "")
-	eventuallyOr(t, 2*time.Minute, "every spooled task created", func() bool { return taskFiles(repo) == len(ids) },
-		func() string { return fmt.Sprintf("%d task files of %d", taskFiles(repo), len(ids)) })
+	// The drain syncs each task file: on a disk another test is filling
+	// it is slow, so the wait is on progress, not on a total time.
+	whileProgressing(t, time.Minute, "every spooled task created", func() int { return taskFiles(repo) }, len(ids))
 	eventually(t, 20*time.Second, "the taken spool removed", func() bool {
 		_, err := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
 		return os.IsNotExist(err)
@@ -606,5 +608,25 @@ func TestClankerUsageLimitTimesOut(t *testing.T) {
 	json.Unmarshal([]byte(readFile(t, filepath.Join(repo, ".clanker", "state.json"))), &st)
 	if ul, _ := st["usageLimit"].(map[string]any); st["paused"] != false || ul["active"] != false {
 		t.Fatalf("state.json after the pause: %v", st)
+	}
+}
+
+// whileProgressing waits until count() reaches want, failing only when it
+// stops growing for stall: a slow machine is waited for, a stuck daemon
+// is not.
+func whileProgressing(t *testing.T, stall time.Duration, what string, count func() int, want int) {
+	t.Helper()
+	last, since := -1, time.Now()
+	for {
+		n := count()
+		if n >= want {
+			return
+		}
+		if n > last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			t.Fatalf("no progress for %s waiting for %s: %d of %d", stall, what, n, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

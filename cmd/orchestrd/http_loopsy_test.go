@@ -168,7 +168,7 @@ func TestHTTPPeers(t *testing.T) {
 		t.Fatalf("handshake: %d %s", a.status, a.raw)
 	}
 	wantHTTPError(t, httpDo(t, "POST", base+"/peers/handshake", key, strings.Replace(hs, `"1.0.53"`, `"2.0.0"`, 1)), 400, 2005)
-	d.waitEvent("http.peer_handshake_refused", func(e map[string]any) bool { return e["version"] == "2.0.0" })
+	d.waitEvent("http.handshake_refused", func(e map[string]any) bool { return e["version"] == "2.0.0" })
 	wantHTTPError(t, httpDo(t, "POST", base+"/peers/handshake", key, `{"nodeId":"x"}`), 400, 9003)
 	wantHTTPError(t, httpDo(t, "POST", base+"/peers", key, `{"port":1}`), 400, 9003)
 	wantHTTPError(t, httpDo(t, "POST", base+"/peers", key, `{"address":"a","port":70000}`), 400, 9003)
@@ -358,9 +358,9 @@ func (p *pattern) Read(b []byte) (int, error) {
 }
 
 // A 1 GiB push streams to disk: the daemon's peak memory stays far below
-// the file's size.
+// the file's size. Not parallel: syncing 1 GiB stalls every other test's
+// fsyncs for seconds.
 func TestHTTPPushLarge(t *testing.T) {
-	t.Parallel()
 	dir := shortTemp(t)
 	const size = 1 << 30
 	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n", dir))

@@ -104,7 +104,7 @@ type PeerHandshakeRefused struct {
 	Reason  string `json:"reason"`
 }
 
-func (PeerHandshakeRefused) Kind() string { return "http.peer_handshake_refused" }
+func (PeerHandshakeRefused) Kind() string { return "http.handshake_refused" }
 
 // RateLimited: a key went past its category's rate; the request was
 // refused (429, code 9002). Repeats within a second are counted in
