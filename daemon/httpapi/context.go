@@ -61,17 +61,28 @@ func newCtxStore(st Store, cfg ContextConfig) (*ctxStore, error) {
 		return c, nil
 	}
 	rows, err := st.Context(c.now().UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("reading the shared context: %w", err)
-	}
-	for _, r := range rows {
-		var e ContextEntry
-		if err := json.Unmarshal(r.Doc, &e); err != nil || e.Key != r.Key {
-			return nil, fmt.Errorf("reading the shared context: entry %q is not a context entry: %v", r.Key, err)
-		}
-		c.m[e.Key] = &e
+	if c.m, err = decodeRows(rows, err, "the shared context", func(e *ContextEntry) string { return e.Key }); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// decodeRows reads the store's documents (what: "the peers") into a map
+// by key; a document that does not decode, or whose own key is not its
+// row's, is refused.
+func decodeRows[T any](rows []state.LoopsyRow, err error, what string, key func(*T) string) (map[string]*T, error) {
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", what, err)
+	}
+	m := make(map[string]*T, len(rows))
+	for _, r := range rows {
+		v := new(T)
+		if err := json.Unmarshal(r.Doc, v); err != nil || key(v) != r.Key {
+			return nil, fmt.Errorf("reading %s: the row of %q does not hold its record (%v)", what, r.Key, err)
+		}
+		m[r.Key] = v
+	}
+	return m, nil
 }
 
 // writeThrough records changes made in memory: callers commit under the

@@ -35,11 +35,13 @@ func discoveryOn(c Config) bool {
 	return host != "localhost" && (ip == nil || !ip.IsLoopback())
 }
 
-// zlogWriter routes the mdns library's log lines into zerolog (debug).
+// zlogWriter routes the lines of a standard-library logger (net/http's
+// server errors such as failed TLS handshakes, the mdns library's) into
+// zerolog at debug level: a scanner on the port must not fill the log.
 type zlogWriter struct{ log zerolog.Logger }
 
 func (w zlogWriter) Write(p []byte) (int, error) {
-	w.log.Debug().Str("component", "mdns").Msg(strings.TrimSpace(string(p)))
+	w.log.Debug().Msg(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
 

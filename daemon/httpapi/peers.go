@@ -47,15 +47,8 @@ func newPeers(st Store) (*peers, error) {
 		return p, nil
 	}
 	rows, err := st.Peers()
-	if err != nil {
-		return nil, fmt.Errorf("reading the peers: %w", err)
-	}
-	for _, r := range rows {
-		var pi PeerInfo
-		if err := json.Unmarshal(r.Doc, &pi); err != nil || pi.NodeID != r.Key {
-			return nil, fmt.Errorf("reading the peers: peer %q is not a peer record: %v", r.Key, err)
-		}
-		p.m[pi.NodeID] = &pi
+	if p.m, err = decodeRows(rows, err, "the peers", func(pi *PeerInfo) string { return pi.NodeID }); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -167,20 +160,18 @@ func (s *Server) healthLoop(stop <-chan struct{}) {
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 	t := time.NewTicker(cfg.HealthInterval.Duration)
 	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop // the loop returns then too
+		cancel()
+	}()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		var wg sync.WaitGroup
 		for _, pi := range s.peers.list() {
 			if pi.Address == "" || pi.Port == 0 {
@@ -196,7 +187,6 @@ func (s *Server) healthLoop(stop <-chan struct{}) {
 			}()
 		}
 		wg.Wait()
-		cancel()
 	}
 }
 

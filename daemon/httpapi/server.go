@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -143,7 +144,7 @@ func Start(opts Options) (*Server, error) {
 		s.audit = openAudit(opts.Home, cfg.Audit, s.log)
 	}
 	s.srv = &http.Server{Handler: s.audited(s.routes()), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
-		MaxHeaderBytes: maxHeaderBytes, ErrorLog: nil}
+		MaxHeaderBytes: maxHeaderBytes, ErrorLog: log.New(zlogWriter{s.log}, "", 0)}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
