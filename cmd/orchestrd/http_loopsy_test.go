@@ -4,11 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"database/sql"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -686,4 +694,64 @@ func TestHTTPDiscovery(t *testing.T) {
 	if !strings.Contains(l.raw, `"nodeId":"`+idB+`"`) || !strings.Contains(l.raw, `"port":`+portB) || !strings.Contains(l.raw, `"status":"online"`) {
 		t.Fatalf("a's peers: %s", l.raw)
 	}
+}
+
+// [http] cert and key serve HTTPS; the listening event says tls.
+func TestHTTPTLS(t *testing.T) {
+	t.Parallel()
+	dir := shortTemp(t)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	pool := selfSigned(t, certFile, keyFile)
+	d := startDaemon(t, fastConfig+fmt.Sprintf("\n[http]\nlisten = \"127.0.0.1:0\"\ncert = %q\nkey = %q\n", certFile, keyFile))
+	e := d.waitEvent("http.listening", nil)
+	if e["tls"] != true {
+		t.Fatalf("listening: %v", e)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get("https://" + e["addr"].(string) + "/api/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("https health: %d", resp.StatusCode)
+	}
+	if r, err := http.Get("http://" + e["addr"].(string) + "/api/v1/health"); err == nil {
+		r.Body.Close()
+		if r.StatusCode == 200 {
+			t.Fatal("plain HTTP was served on the TLS port")
+		}
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns a
+// pool that trusts it.
+func selfSigned(t *testing.T, certFile, keyFile string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "orchestrd test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
 }
