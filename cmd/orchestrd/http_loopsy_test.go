@@ -146,7 +146,10 @@ func TestHTTPContext(t *testing.T) {
 // across a restart.
 func TestHTTPPeers(t *testing.T) {
 	t.Parallel()
-	d, base, key := httpDaemon(t, "[http.peers]\nhealth_interval = \"50ms\"\nhealth_failures = 2\n")
+	d, base, key := httpDaemon(t, "[http.peers]\nhealth_interval = \"50ms\"\nhealth_failures = 2\nmanual = [\"192.0.2.77\"]\n")
+	d.waitEvent("http.peer_added", func(e map[string]any) bool {
+		return e["node_id"] == "manual-192.0.2.77:19532" && e["source"] == "config"
+	})
 	self := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/api/v1")
 	_, port, _ := net.SplitHostPort(self)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
@@ -190,7 +193,7 @@ func TestHTTPPeers(t *testing.T) {
 	}
 	wantHTTPError(t, httpDo(t, "DELETE", base+"/peers/dead-one", key, ""), 404, 2001)
 	st := httpDo(t, "GET", base+"/status", key, "")
-	if p, _ := st.body["peers"].(map[string]any); p == nil || p["total"] != float64(2) {
+	if p, _ := st.body["peers"].(map[string]any); p == nil || p["total"] != float64(3) {
 		t.Fatalf("status peers: %s", st.raw)
 	}
 

@@ -109,7 +109,7 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 		tw.Flush()
 		return exitOK
 	case len(pos) == 2 && pos[0] == "add":
-		host, port, err := splitPeerAddr(pos[1])
+		host, port, err := httpapi.SplitPeerAddr(pos[1])
 		if err != nil {
 			return usageError(fs, peersUsage, stderr, "%v", err)
 		}
@@ -129,22 +129,6 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	return usageError(fs, peersUsage, stderr, "want: peers [list], peers add ADDRESS[:PORT], or peers rm NODE_ID")
-}
-
-// splitPeerAddr reads ADDRESS[:PORT] (port 19532 when not given).
-func splitPeerAddr(s string) (string, int, error) {
-	host, ps, err := net.SplitHostPort(s)
-	if err != nil {
-		if strings.Contains(err.Error(), "missing port") {
-			return strings.Trim(s, "[]"), 19532, nil
-		}
-		return "", 0, fmt.Errorf("want ADDRESS[:PORT], got %q", s)
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("the port of %q must be 1-65535", s)
-	}
-	return host, port, nil
 }
 
 // peerTarget finds where NAME's API is: a URL as given; else a known peer

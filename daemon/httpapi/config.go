@@ -83,6 +83,9 @@ type PeersConfig struct {
 	// HealthFailures failures in a row mark it offline.
 	HealthInterval api.Duration `toml:"health_interval"`
 	HealthFailures int          `toml:"health_failures"`
+	// Manual peers, ADDRESS[:PORT] each, are added at start when not
+	// known (as Loopsy's discovery.manualPeers).
+	Manual []string `toml:"manual"`
 	// DiscoveryInterval is how often mDNS is browsed for peers.
 	DiscoveryInterval api.Duration `toml:"discovery_interval"`
 }
@@ -176,6 +179,11 @@ func Validate(key string, c Config) []error {
 	}
 	if c.Peers.DiscoveryInterval.Duration < 100*time.Millisecond {
 		bad("%s.peers.discovery_interval must be at least 100ms, got %s", key, c.Peers.DiscoveryInterval)
+	}
+	for i, m := range c.Peers.Manual {
+		if _, _, err := SplitPeerAddr(m); err != nil {
+			bad("%s.peers.manual[%d]: %v", key, i+1, err)
+		}
 	}
 	if c.Audit.MaxBytes < 4096 {
 		bad("%s.audit.max_bytes must be at least 4096, got %d", key, c.Audit.MaxBytes)

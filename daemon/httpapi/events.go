@@ -70,7 +70,7 @@ type PeerAdded struct {
 	NodeID  string `json:"node_id"`
 	Address string `json:"address"`
 	Port    int    `json:"port"`
-	Source  string `json:"source"` // manual, handshake, mdns
+	Source  string `json:"source"` // manual, handshake, mdns, config
 	KeyName string `json:"key_name,omitempty"`
 }
 

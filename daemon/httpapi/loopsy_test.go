@@ -410,3 +410,17 @@ func TestAuditRotates(t *testing.T) {
 		t.Fatalf("the newest line is %q", last)
 	}
 }
+
+func TestSplitPeerAddr(t *testing.T) {
+	for in, want := range map[string]string{"10.0.0.1": "10.0.0.1 19532", "10.0.0.1:80": "10.0.0.1 80", "box.local": "box.local 19532",
+		"[::1]:9": "::1 9", "::1": "", "a:0": "", "a:70000": "", "": "", "a b": "", ":80": ""} {
+		h, p, err := SplitPeerAddr(in)
+		got := ""
+		if err == nil {
+			got = fmt.Sprintf("%s %d", h, p)
+		}
+		if got != want {
+			t.Errorf("%q: %q (%v), want %q", in, got, err, want)
+		}
+	}
+}

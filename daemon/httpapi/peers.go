@@ -180,7 +180,7 @@ func (s *Server) healthLoop(stop <-chan struct{}) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ok := probeHealth(ctx, client, pi)
+				ok := probeHealth(ctx, client, pi, s.cfg.Cert != "")
 				if np, changed := s.peers.checked(pi.NodeID, ok, cfg.HealthFailures); changed {
 					s.emit(PeerStatusChanged{NodeID: np.NodeID, Address: np.Address, Port: np.Port, Status: np.Status, Failures: np.FailureCount})
 				}
@@ -190,18 +190,64 @@ func (s *Server) healthLoop(stop <-chan struct{}) {
 	}
 }
 
-func probeHealth(ctx context.Context, c *http.Client, pi PeerInfo) bool {
-	u := "http://" + net.JoinHostPort(pi.Address, strconv.Itoa(pi.Port)) + "/api/v1/health"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return false
+// probeHealth asks pi's /health: over HTTPS first when this node serves
+// TLS (its peers likely do too), then over HTTP, as Loopsy does.
+func probeHealth(ctx context.Context, c *http.Client, pi PeerInfo, tls bool) bool {
+	schemes := []string{"http"}
+	if tls {
+		schemes = []string{"https", "http"}
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return false
+	for _, scheme := range schemes {
+		u := scheme + "://" + net.JoinHostPort(pi.Address, strconv.Itoa(pi.Port)) + "/api/v1/health"
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return false
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true
+		}
 	}
-	defer resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return false
+}
+
+// addManual records the peers [http.peers] manual names that are not
+// known yet.
+func (s *Server) addManual() error {
+	for _, m := range s.cfg.Peers.Manual {
+		host, port, _ := SplitPeerAddr(m)
+		id := "manual-" + net.JoinHostPort(host, strconv.Itoa(port))
+		if _, ok := s.peers.get(id); ok {
+			continue
+		}
+		pi, _, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: host, Port: port, Platform: "unknown",
+			Version: "unknown", Status: "unknown", ManuallyAdded: true})
+		if err := <-done; err != nil {
+			return fmt.Errorf("recording the configured peer %s: %w", m, err)
+		}
+		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "config"})
+	}
+	return nil
+}
+
+// SplitPeerAddr reads ADDRESS[:PORT], the port 19532 when not given.
+func SplitPeerAddr(s string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") && s != "" && !strings.ContainsAny(s, "/ \t") {
+			return strings.Trim(s, "[]"), 19532, nil
+		}
+		return "", 0, fmt.Errorf("want ADDRESS[:PORT], got %q", s)
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("want ADDRESS[:PORT] with a port 1-65535, got %q", s)
+	}
+	return host, port, nil
 }
 
 // majorVersion is the major number of a version such as "1.0.53".

@@ -120,6 +120,9 @@ func Start(opts Options) (*Server, error) {
 	if s.peers, err = newPeers(opts.Store); err != nil {
 		return unavailable(err)
 	}
+	if err := s.addManual(); err != nil {
+		return unavailable(err)
+	}
 	s.paths = newPaths(cfg.Transfer, opts.Home)
 	s.limits = newLimiter(cfg.RateLimits)
 	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
