@@ -102,7 +102,8 @@ func (t writeThrough) commit(w state.Write) <-chan error {
 	return ch
 }
 
-// errContext is a refusal with Loopsy's code and an HTTP status.
+// errContext is a refusal of the context or peers with Loopsy's code and
+// an HTTP status.
 type errContext struct {
 	status, code int
 	msg          string
@@ -274,7 +275,7 @@ func (b contextSetBody) check() error {
 	return nil
 }
 
-func (s *Server) writeCtxErr(w http.ResponseWriter, what string, err error) {
+func (s *Server) writeStoreErr(w http.ResponseWriter, what string, err error) {
 	var ec *errContext
 	if errors.As(err, &ec) {
 		writeError(w, ec.status, ec.code, ec.msg)
@@ -302,7 +303,7 @@ func (s *Server) contextPut(w http.ResponseWriter, r *http.Request) {
 		err = wait()
 	}
 	if err != nil {
-		s.writeCtxErr(w, "recording the context entry", err)
+		s.writeStoreErr(w, "recording the context entry", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, e)
@@ -326,7 +327,7 @@ func (s *Server) contextDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := <-done; err != nil {
-		s.writeCtxErr(w, "removing the context entry", err)
+		s.writeStoreErr(w, "removing the context entry", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": key})

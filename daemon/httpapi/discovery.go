@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -157,7 +158,11 @@ func (s *Server) found(e *mdns.ServiceEntry) {
 	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: strings.TrimSuffix(e.Host, "."), Address: addr.String(), Port: e.Port,
 		Platform: fields["platform"], Version: fields["version"], Capabilities: caps, Status: "online", LastSeen: time.Now().UnixMilli()})
 	if err := <-done; err != nil {
-		s.log.Warn().Err(err).Str("node_id", id).Msg("http: recording a peer found by mDNS")
+		ev := s.log.Warn()
+		if errors.As(err, new(*errContext)) { // the registry is full: a flood of answers must not flood the log
+			ev = s.log.Debug()
+		}
+		ev.Err(err).Str("node_id", id).Msg("http: recording a peer found by mDNS")
 		return
 	}
 	if added {

@@ -424,3 +424,27 @@ func TestSplitPeerAddr(t *testing.T) {
 		}
 	}
 }
+
+// The registry keeps at most maxPeers; a known peer is still updated.
+func TestPeersBounded(t *testing.T) {
+	p, err := newPeers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxPeers {
+		if _, _, done := p.add(PeerInfo{NodeID: fmt.Sprint(i)}); <-done != nil {
+			t.Fatal("refused below the bound")
+		}
+	}
+	_, added, done := p.add(PeerInfo{NodeID: "one-more"})
+	var ec *errContext
+	if err := <-done; added || !errors.As(err, &ec) || ec.code != CodeInvalidRequest {
+		t.Fatalf("past the bound: added %v, %v", added, err)
+	}
+	if _, _, done := p.add(PeerInfo{NodeID: "7", Status: "online"}); <-done != nil {
+		t.Fatal("a known peer refused at the bound")
+	}
+	if pi, _ := p.get("7"); pi.Status != "online" {
+		t.Fatalf("peer 7: %+v", pi)
+	}
+}

@@ -32,6 +32,10 @@ type PeerInfo struct {
 	ManuallyAdded bool     `json:"manuallyAdded"`
 }
 
+// maxPeers bounds the registry: mDNS answers are unauthenticated, and a
+// flood of them must not grow it (or the health checks) without end.
+const maxPeers = 1000
+
 // peers is the registry of known peers, written through to the store;
 // a health loop marks them online or offline.
 type peers struct {
@@ -74,6 +78,12 @@ func (p *peers) add(pi PeerInfo) (PeerInfo, bool, <-chan error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.m[pi.NodeID]
+	if old == nil && len(p.m) >= maxPeers {
+		ch := make(chan error, 1)
+		ch <- &errContext{http.StatusBadRequest, CodeInvalidRequest,
+			fmt.Sprintf("this node knows %d peers, the most it keeps: remove one first", maxPeers)}
+		return pi, false, ch
+	}
 	if old != nil {
 		pi.ManuallyAdded = pi.ManuallyAdded || old.ManuallyAdded
 		pi.Trusted = pi.Trusted || old.Trusted
@@ -314,8 +324,7 @@ func (b *addPeerBody) check() error {
 
 func (s *Server) peerCommitted(w http.ResponseWriter, done <-chan error, what string) bool {
 	if err := <-done; err != nil {
-		s.log.Error().Err(err).Msg("http: " + what)
-		writeError(w, http.StatusInternalServerError, CodeInternal, what+": "+err.Error())
+		s.writeStoreErr(w, what, err)
 		return false
 	}
 	return true
