@@ -526,12 +526,23 @@ func TestHTTPSlowClient(t *testing.T) {
 func TestHTTPManyStreams(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	_, base, key := httpDaemon(t, "max_concurrent = 1000\n[http.rate_limits]\nexec = 0\n")
+	// The lane's default heartbeat timeout (5 s), not fastConfig's 1 s: a
+	// thousand requests at once on a loaded machine can starve a runner
+	// for a second, and its jobs would then fail as runner_lost, rightly.
+	cfg := strings.Replace(fastConfig, "heartbeat_timeout = \"1s\"", "heartbeat_timeout = \"5s\"", 1)
+	d := startDaemon(t, cfg+"\n[http]\nlisten = \"127.0.0.1:0\"\nmax_concurrent = 1000\n[http.rate_limits]\nexec = 0\n")
+	base := "http://" + d.waitEvent("http.listening", nil)["addr"].(string) + "/api/v1"
+	kb, err := os.ReadFile(filepath.Join(d.home, "http.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(string(kb))
 	tr := &http.Transport{MaxIdleConnsPerHost: n}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
+	failedJobs := make(chan string, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -564,6 +575,7 @@ func TestHTTPManyStreams(t *testing.T) {
 			}
 			if len(evs) == 0 || evs[len(evs)-1].Type != "exit" || evs[len(evs)-1].Data != "0" || out.String() != fmt.Sprintf("stream-%d\n", i) {
 				errs <- fmt.Errorf("stream %d: %q then %+v", i, out.String(), evs)
+				failedJobs <- evs[len(evs)-1].JobID
 			}
 		}()
 	}
@@ -576,6 +588,14 @@ func TestHTTPManyStreams(t *testing.T) {
 		}
 	}
 	if bad > 0 {
+		close(failedJobs)
+		for id := range failedJobs {
+			for _, e := range d.events() {
+				if e["job_id"] == id && e["kind"] == "job.finished" {
+					t.Logf("job %s: %v", id, e)
+				}
+			}
+		}
 		t.Fatalf("%d of %d streams failed", bad, n)
 	}
 }

@@ -126,6 +126,7 @@ type sseEvent struct {
 	Data   string `json:"data"`
 	JobID  string `json:"jobId"`
 	Killed bool   `json:"killed"`
+	Error  string `json:"error"`
 }
 
 // readSSE reads events until the stream ends (or n events, if n > 0).
