@@ -692,7 +692,7 @@ func TestHTTPDiscovery(t *testing.T) {
 	t.Parallel()
 	cfg := "discovery = true\n[http.peers]\ndiscovery_interval = \"200ms\"\n"
 	a, baseA, keyA := httpDaemon(t, cfg)
-	b, baseB, keyB := httpDaemon(t, cfg)
+	b, baseB, keyB := httpDaemon(t, cfg+"[http.allowed_keys]\na = \""+keyA+"\"\n")
 	for _, d := range []*testDaemon{a, b} {
 		var e map[string]any
 		eventually(t, 20*time.Second, "discovery started or unavailable", func() bool {
@@ -714,8 +714,30 @@ func TestHTTPDiscovery(t *testing.T) {
 	a.waitEventWithin(60*time.Second, "http.peer_added", func(e map[string]any) bool { return e["node_id"] == idB && e["source"] == "mdns" })
 	b.waitEventWithin(60*time.Second, "http.peer_added", func(e map[string]any) bool { return e["node_id"] == idA && e["source"] == "mdns" })
 	l := httpDo(t, "GET", baseA+"/peers", keyA, "")
-	if !strings.Contains(l.raw, `"nodeId":"`+idB+`"`) || !strings.Contains(l.raw, `"port":`+portB) || !strings.Contains(l.raw, `"status":"online"`) {
+	if !strings.Contains(l.raw, `"nodeId":"`+idB+`"`) || !strings.Contains(l.raw, `"port":`+portB) || !strings.Contains(l.raw, `"status":"online"`) ||
+		!strings.Contains(l.raw, `"source":"mdns"`) {
 		t.Fatalf("a's peers: %s", l.raw)
+	}
+
+	// a's own key is not sent to a peer only mDNS vouches for; once a
+	// person adds it (same node id), it is, and b (which lists a's key)
+	// runs the job.
+	if _, errOut, code := runCLI(t, "run", "--home", a.home, "--peer", idB, "--", "echo", "hi"); code != 1 || !strings.Contains(errOut, "found by mDNS only") {
+		t.Fatalf("run on an mDNS-only peer: exit %d, %q", code, errOut)
+	}
+	for _, e := range b.events() {
+		if e["kind"] == "http.auth_failed" || e["kind"] == "http.exec_started" {
+			t.Fatalf("b was called: %v", e)
+		}
+	}
+	if _, errOut, code := runCLI(t, "peers", "add", "127.0.0.1:"+portB, "--node-id", idB, "--home", a.home); code != 0 {
+		t.Fatalf("peers add: %d %q", code, errOut)
+	}
+	if l := httpDo(t, "GET", baseA+"/peers", keyA, ""); !strings.Contains(l.raw, `"manuallyAdded":true,"source":"manual"`) {
+		t.Fatalf("a's peers after the add: %s", l.raw)
+	}
+	if out, errOut, code := runCLI(t, "run", "--home", a.home, "--peer", idB, "--", "echo", "hi"); code != 0 || out != "hi\n" {
+		t.Fatalf("run on the added peer: exit %d, %q %q", code, out, errOut)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -133,14 +134,15 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 
 // peerTarget finds where NAME's API is: a URL as given; else a known peer
 // by node id, host name, node id prefix, or address[:port]; else, when
-// NAME is ADDRESS:PORT, that address.
-func peerTarget(home, name string) (string, error) {
+// NAME is ADDRESS:PORT, that address. The peer is returned when NAME named
+// a known one.
+func peerTarget(home, name string) (string, *loopsy.Peer, error) {
 	if strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") {
 		base := strings.TrimSuffix(name, "/")
 		if !strings.HasSuffix(base, "/api/v1") {
 			base += "/api/v1"
 		}
-		return base, nil
+		return base, nil, nil
 	}
 	base := func(p loopsy.Peer) string {
 		return "http://" + net.JoinHostPort(p.Address, strconv.Itoa(p.Port)) + "/api/v1"
@@ -152,6 +154,9 @@ func peerTarget(home, name string) (string, error) {
 		peers, lerr = local.Peers(ctx)
 		cancel()
 	}
+	// Where two peers match alike (a host name mDNS announced and one you
+	// added), the one you added wins.
+	slices.SortStableFunc(peers, func(a, b loopsy.Peer) int { return peerTrust(b) - peerTrust(a) })
 	for _, match := range []func(p loopsy.Peer) bool{
 		func(p loopsy.Peer) bool { return p.NodeID == name },
 		func(p loopsy.Peer) bool { return p.Hostname == name },
@@ -161,7 +166,7 @@ func peerTarget(home, name string) (string, error) {
 	} {
 		for _, p := range peers {
 			if match(p) {
-				return base(p), nil
+				return base(p), &p, nil
 			}
 		}
 	}
@@ -172,31 +177,45 @@ func peerTarget(home, name string) (string, error) {
 		}
 	}
 	if len(prefixed) == 1 {
-		return base(prefixed[0]), nil
+		return base(prefixed[0]), &prefixed[0], nil
 	}
 	if host, port, err := net.SplitHostPort(name); err == nil {
-		return "http://" + net.JoinHostPort(host, port) + "/api/v1", nil
+		return "http://" + net.JoinHostPort(host, port) + "/api/v1", nil, nil
 	}
 	switch {
 	case len(prefixed) > 1:
-		return "", fmt.Errorf("%q names %d peers; give more of the node id", name, len(prefixed))
+		return "", nil, fmt.Errorf("%q names %d peers; give more of the node id", name, len(prefixed))
 	case lerr != nil:
-		return "", fmt.Errorf("no peer %q: the local daemon's peers could not be read (%v); give ADDRESS:PORT or a URL", name, lerr)
+		return "", nil, fmt.Errorf("no peer %q: the local daemon's peers could not be read (%v); give ADDRESS:PORT or a URL", name, lerr)
 	}
 	known := make([]string, 0, len(peers))
 	for _, p := range peers {
 		known = append(known, p.NodeID+" ("+p.Hostname+")")
 	}
 	if len(known) == 0 {
-		return "", fmt.Errorf("no peer %q: this daemon knows no peers (orchestrd peers add ADDRESS[:PORT]), or give ADDRESS:PORT", name)
+		return "", nil, fmt.Errorf("no peer %q: this daemon knows no peers (orchestrd peers add ADDRESS[:PORT]), or give ADDRESS:PORT", name)
 	}
-	return "", fmt.Errorf("no peer %q; known: %s", name, strings.Join(known, ", "))
+	return "", nil, fmt.Errorf("no peer %q; known: %s", name, strings.Join(known, ", "))
+}
+
+// peerTrust orders how the daemon learned of a peer, as the daemon does:
+// by hand or config, then handshake, then mDNS.
+func peerTrust(p loopsy.Peer) int {
+	if p.ManuallyAdded || p.Source == "manual" || p.Source == "config" {
+		return 3
+	}
+	if p.Source == "handshake" {
+		return 2
+	}
+	return 1
 }
 
 // peerKey is the key to present to a peer: --key-file, else
-// $ORCHESTRD_PEER_KEY, else this daemon's own key (Loopsy peers list each
-// other's keys in allowed_keys).
-func peerKey(home, keyFile string) (string, error) {
+// $ORCHESTRD_PEER_KEY, else this daemon's own (Loopsy peers list each
+// other's keys in allowed_keys). This daemon's own key is the key to its
+// own API: it is never sent to a peer only an mDNS answer vouches for,
+// since anyone on the network can answer with a known host name.
+func peerKey(home, keyFile, name string, peer *loopsy.Peer) (string, error) {
 	if keyFile != "" {
 		b, err := os.ReadFile(keyFile)
 		if err != nil {
@@ -207,6 +226,11 @@ func peerKey(home, keyFile string) (string, error) {
 	if k := strings.TrimSpace(os.Getenv("ORCHESTRD_PEER_KEY")); k != "" {
 		return k, nil
 	}
+	if peer != nil && peer.Source == "mdns" && !peer.ManuallyAdded {
+		addr := net.JoinHostPort(peer.Address, strconv.Itoa(peer.Port))
+		return "", fmt.Errorf("peer %s (%s) was found by mDNS only, which anyone on the network can answer, so this daemon's key is not sent to it: "+
+			"add it yourself (orchestrd peers add %s --node-id %s), or give --key-file", name, addr, addr, peer.NodeID)
+	}
 	return httpapi.LoadKey(home)
 }
 
@@ -214,12 +238,12 @@ func peerKey(home, keyFile string) (string, error) {
 // output here; Ctrl-C cancels it there.
 func runOnPeer(home, peer, keyFile string, argv []string, cwd string, env map[string]string, timeout time.Duration,
 	stdout, stderr io.Writer, sig <-chan os.Signal) int {
-	base, err := peerTarget(home, peer)
+	base, known, err := peerTarget(home, peer)
 	if err != nil {
 		fmt.Fprintf(stderr, "orchestrd run: %v\n", err)
 		return exitFailure
 	}
-	key, err := peerKey(home, keyFile)
+	key, err := peerKey(home, keyFile, peer, known)
 	if err != nil {
 		fmt.Fprintf(stderr, "orchestrd run: %v\n", err)
 		return exitFailure

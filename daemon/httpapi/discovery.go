@@ -156,7 +156,8 @@ func (s *Server) found(e *mdns.ServiceEntry) {
 		caps = strings.Split(c, ",")
 	}
 	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: strings.TrimSuffix(e.Host, "."), Address: addr.String(), Port: e.Port,
-		Platform: fields["platform"], Version: fields["version"], Capabilities: caps, Status: "online", LastSeen: time.Now().UnixMilli()})
+		Platform: fields["platform"], Version: fields["version"], Capabilities: caps, Status: "online", LastSeen: time.Now().UnixMilli(),
+		Source: "mdns"})
 	if err := <-done; err != nil {
 		ev := s.log.Warn()
 		if errors.As(err, new(*errContext)) { // the registry is full: a flood of answers must not flood the log

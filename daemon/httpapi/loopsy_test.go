@@ -448,3 +448,27 @@ func TestPeersBounded(t *testing.T) {
 		t.Fatalf("peer 7: %+v", pi)
 	}
 }
+
+// An mDNS answer cannot move a peer known a more trusted way; a more
+// trusted way updates one mDNS found.
+func TestPeersTrust(t *testing.T) {
+	p, _ := newPeers(nil)
+	add := func(pi PeerInfo) PeerInfo {
+		got, _, done := p.add(pi)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	add(PeerInfo{NodeID: "n", Address: "10.0.0.1", Source: "handshake"})
+	if got := add(PeerInfo{NodeID: "n", Address: "10.6.6.6", Source: "mdns"}); got.Address != "10.0.0.1" {
+		t.Fatalf("mDNS moved a handshaken peer: %+v", got)
+	}
+	add(PeerInfo{NodeID: "m", Address: "10.0.0.2", Source: "mdns"})
+	if got := add(PeerInfo{NodeID: "m", Address: "10.0.0.3", Port: 1, Source: "manual", ManuallyAdded: true}); got.Address != "10.0.0.3" || got.Source != "manual" {
+		t.Fatalf("a hand-added update of an mDNS peer: %+v", got)
+	}
+	if got := add(PeerInfo{NodeID: "m", Address: "10.6.6.6", Source: "mdns"}); got.Address != "10.0.0.3" {
+		t.Fatalf("mDNS moved a hand-added peer: %+v", got)
+	}
+}

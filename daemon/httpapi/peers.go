@@ -30,6 +30,20 @@ type PeerInfo struct {
 	FailureCount  int      `json:"failureCount"`
 	Trusted       bool     `json:"trusted"`
 	ManuallyAdded bool     `json:"manuallyAdded"`
+	// Source is the most trusted way this node learned of the peer:
+	// manual or config (a person named it), handshake (it called with a
+	// valid key), mdns (anyone on the network can answer). orchestrd's
+	// own; Loopsy's clients ignore it.
+	Source string `json:"source,omitempty"`
+}
+
+// trust orders how a peer was learned of: an mDNS answer (anyone on the
+// network) is the least; a person naming it, the most.
+func trust(p PeerInfo) int {
+	if p.ManuallyAdded {
+		return 3
+	}
+	return map[string]int{"mdns": 1, "handshake": 2, "config": 3, "manual": 3}[p.Source]
 }
 
 // maxPeers bounds the registry: mDNS answers are unauthenticated, and a
@@ -73,7 +87,10 @@ func (p *peers) upsertLocked(pi *PeerInfo) <-chan error {
 }
 
 // add records a peer; a peer already known keeps what the other way of
-// learning of it said (manuallyAdded, trusted).
+// learning of it said (manuallyAdded, trusted). A less trusted way never
+// changes a peer known a more trusted way: an mDNS answer naming a
+// handshaken or hand-added peer's node id cannot move it to another
+// address.
 func (p *peers) add(pi PeerInfo) (PeerInfo, bool, <-chan error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -83,6 +100,11 @@ func (p *peers) add(pi PeerInfo) (PeerInfo, bool, <-chan error) {
 		ch <- &errContext{http.StatusBadRequest, CodeInvalidRequest,
 			fmt.Sprintf("this node knows %d peers, the most it keeps: remove one first", maxPeers)}
 		return pi, false, ch
+	}
+	if old != nil && trust(*old) > trust(pi) {
+		ch := make(chan error, 1)
+		ch <- nil
+		return *old, false, ch
 	}
 	if old != nil {
 		pi.ManuallyAdded = pi.ManuallyAdded || old.ManuallyAdded
@@ -235,7 +257,7 @@ func (s *Server) addManual() error {
 			continue
 		}
 		pi, _, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: host, Port: port, Platform: "unknown",
-			Version: "unknown", Status: "unknown", ManuallyAdded: true})
+			Version: "unknown", Status: "unknown", ManuallyAdded: true, Source: "config"})
 		if err := <-done; err != nil {
 			return fmt.Errorf("recording the configured peer %s: %w", m, err)
 		}
@@ -352,7 +374,7 @@ func (s *Server) peersAdd(w http.ResponseWriter, r *http.Request) {
 		host = b.Address
 	}
 	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: b.Address, Port: b.Port, Platform: "unknown",
-		Version: "unknown", Status: "unknown", ManuallyAdded: true})
+		Version: "unknown", Status: "unknown", ManuallyAdded: true, Source: "manual"})
 	if !s.peerCommitted(w, done, "recording the peer") {
 		return
 	}
@@ -383,7 +405,8 @@ func (s *Server) peersHandshake(w http.ResponseWriter, r *http.Request) {
 		addr = r.RemoteAddr
 	}
 	pi, added, done := s.peers.add(PeerInfo{NodeID: b.NodeID, Hostname: b.Hostname, Address: addr, Port: b.Port,
-		Platform: b.Platform, Version: b.Version, Capabilities: b.Capabilities, Status: "online", LastSeen: time.Now().UnixMilli()})
+		Platform: b.Platform, Version: b.Version, Capabilities: b.Capabilities, Status: "online", LastSeen: time.Now().UnixMilli(),
+		Source: "handshake"})
 	if !s.peerCommitted(w, done, "recording the peer") {
 		return
 	}

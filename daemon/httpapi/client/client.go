@@ -133,6 +133,9 @@ type Peer struct {
 	FailureCount  int      `json:"failureCount"`
 	Trusted       bool     `json:"trusted"`
 	ManuallyAdded bool     `json:"manuallyAdded"`
+	// Source (orchestrd only): manual, config, handshake or mdns, the
+	// most trusted way the node learned of the peer.
+	Source string `json:"source,omitempty"`
 }
 
 // Peers lists the node's known peers.
