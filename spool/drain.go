@@ -30,6 +30,9 @@ import (
 // tried again. The taken file is removed once read to its end; the next
 // spool is taken after that.
 func (r *repo) drain(c *actors.Context) {
+	if r.drainPending {
+		return // the last batch is committing: next tick
+	}
 	draining := filepath.Join(r.dir, drainingName)
 	fi, err := os.Stat(draining)
 	switch {
@@ -38,7 +41,7 @@ func (r *repo) drain(c *actors.Context) {
 			r.st.Drain = nil
 			ch := r.newChange("spool")
 			ch.saveState = true
-			r.commit(c, ch)
+			r.commitDrain(c, ch)
 		}
 		spool := filepath.Join(r.dir, spoolName)
 		sfi, err := os.Stat(spool)
@@ -137,6 +140,21 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 	}
 	if lines > 0 {
 		ch.events = append(ch.events, SpoolDrained{Repo: r.name, Lines: lines, Applied: applied, Dead: dead, More: !eof})
+	}
+	r.commitDrain(c, ch)
+}
+
+// commitDrain commits a drain's change; no other drain runs until it is
+// done (committed, its file removed if it was the last batch). A store
+// failure restarts the repo, which clears the flag as it loads.
+func (r *repo) commitDrain(c *actors.Context, ch *change) {
+	r.drainPending = true
+	after := ch.after
+	ch.after = func() {
+		if after != nil {
+			after()
+		}
+		r.drainPending = false
 	}
 	r.commit(c, ch)
 }

@@ -131,11 +131,15 @@ type repo struct {
 	// dirty: tasks whose file is not yet written as committed.
 	dirty map[string]bool
 	// waiting: changes committed to the store but not yet answered.
-	waiting  map[*change]bool
-	sock     Closer
-	takenAt  time.Time // when the spool was taken (for writersGrace)
-	started  bool
-	imported int
+	waiting map[*change]bool
+	sock    Closer
+	takenAt time.Time // when the spool was taken (for writersGrace)
+	// drainPending: a drain's change is committing. The next drain waits
+	// for it: its end removes the taken file, which must not be the next
+	// one taken meanwhile.
+	drainPending bool
+	started      bool
+	imported     int
 }
 
 func (r *repo) now() time.Time { return r.m.now() }
@@ -198,6 +202,7 @@ func (r *repo) stop(why error) {
 // and opens the socket.
 func (r *repo) start(c *actors.Context) error {
 	r.tasks, r.pods, r.dirty, r.waiting = map[string]*task{}, map[string]*pod{}, map[string]bool{}, map[*change]bool{}
+	r.drainPending = false
 	base, judge, err := r.cfg.prompts()
 	if err != nil {
 		return err
