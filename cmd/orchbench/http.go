@@ -48,7 +48,6 @@ func runHTTP(b *bench) error {
 		return err
 	}
 	api := loopsy.New("http://"+info.Addr+"/api/v1", strings.TrimSpace(string(key)), false)
-	api.HTTP.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 
 	execute := func() (func() error, func(), error) {
 		return func() error {
@@ -99,7 +98,6 @@ func runHTTP(b *bench) error {
 	}
 	defer floor.stop()
 	floorAPI := loopsy.New("http://"+floorAddr+"/api/v1", "k", false)
-	floorAPI.HTTP.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 	var wid atomic.Int64
 	ctxOp := func(api *loopsy.Client, put bool) func() (func() error, func(), error) {
 		return func() (func() error, func(), error) {

@@ -273,13 +273,7 @@ func TestHTTPTransfer(t *testing.T) {
 	}
 	home := shortTemp(t)
 	cfg := fmt.Sprintf("[http.transfer]\nallowed_paths = [%q, %q]\nmax_file_size = 1048576\n[http.rate_limits]\ntransfer = 0\n", allowed, home)
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig+"\n[http]\nlisten = \"127.0.0.1:0\"\n"+cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemonAt(t, home, "")
-	base := "http://" + d.waitEvent("http.listening", nil)["addr"].(string) + "/api/v1"
-	kb, _ := os.ReadFile(filepath.Join(home, "http.key"))
-	key := strings.TrimSpace(string(kb))
+	d, base, key := httpDaemonAt(t, home, fastConfig, cfg)
 
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	dest := filepath.Join(allowed, "in", "deep", "data.bin")
@@ -357,7 +351,7 @@ func vmHWM(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// zeroes is an endless reader of a repeating pattern.
+// pattern is an endless reader of a repeating byte pattern.
 type pattern struct{ n int64 }
 
 func (p *pattern) Read(b []byte) (int, error) {
@@ -530,13 +524,7 @@ func TestHTTPManyStreams(t *testing.T) {
 	// thousand requests at once on a loaded machine can starve a runner
 	// for a second, and its jobs would then fail as runner_lost, rightly.
 	cfg := strings.Replace(fastConfig, "heartbeat_timeout = \"1s\"", "heartbeat_timeout = \"5s\"", 1)
-	d := startDaemon(t, cfg+"\n[http]\nlisten = \"127.0.0.1:0\"\nmax_concurrent = 1000\n[http.rate_limits]\nexec = 0\n")
-	base := "http://" + d.waitEvent("http.listening", nil)["addr"].(string) + "/api/v1"
-	kb, err := os.ReadFile(filepath.Join(d.home, "http.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := strings.TrimSpace(string(kb))
+	d, base, key := httpDaemonAt(t, shortTemp(t), cfg, "max_concurrent = 1000\n[http.rate_limits]\nexec = 0\n")
 	tr := &http.Transport{MaxIdleConnsPerHost: n}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}

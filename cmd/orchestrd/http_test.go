@@ -15,10 +15,18 @@ import (
 )
 
 // httpDaemon starts a daemon whose Loopsy API listens on a free loopback
-// port; it returns the base URL and the daemon's key.
+// port, extra added to its [http] table; it returns the base URL and the
+// daemon's key.
 func httpDaemon(t *testing.T, extra string) (*testDaemon, string, string) {
 	t.Helper()
-	d := startDaemon(t, fastConfig+"\n[http]\nlisten = \"127.0.0.1:0\"\n"+extra)
+	return httpDaemonAt(t, shortTemp(t), fastConfig, extra)
+}
+
+// httpDaemonAt is httpDaemon in a home the test prepared, with its own
+// lanes config.
+func httpDaemonAt(t *testing.T, home, lanes, extra string) (*testDaemon, string, string) {
+	t.Helper()
+	d := startDaemonAt(t, home, lanes+"\n[http]\nlisten = \"127.0.0.1:0\"\n"+extra)
 	e := d.waitEvent("http.listening", nil)
 	key, err := os.ReadFile(filepath.Join(d.home, "http.key"))
 	if err != nil {

@@ -220,13 +220,13 @@ func TestContextStore(t *testing.T) {
 }
 
 // pushServer is a Server enough for push: the transfer paths and limits.
-func pushServer(t testing.TB, dir string, max int64) *Server {
+func pushServer(dir string, max int64) *Server {
 	cfg := DefaultConfig()
 	cfg.Transfer = TransferConfig{AllowedPaths: []string{dir}, MaxFileSize: max}
 	return &Server{cfg: cfg, paths: newPaths(cfg.Transfer, ""), log: zerolog.Nop()}
 }
 
-func multipartBody(t testing.TB, fields [][2]string, file []byte) (*bytes.Buffer, string) {
+func multipartBody(fields [][2]string, file []byte) (*bytes.Buffer, string) {
 	var b bytes.Buffer
 	mw := multipart.NewWriter(&b)
 	for _, f := range fields {
@@ -263,9 +263,9 @@ func errCode(m map[string]any) float64 {
 // outside, a missing destPath leave no file and no temporary.
 func TestPush(t *testing.T) {
 	dir := t.TempDir()
-	s := pushServer(t, dir, 16)
+	s := pushServer(dir, 16)
 	dest := filepath.Join(dir, "a", "b.txt")
-	body, ct := multipartBody(t, [][2]string{{"destPath", dest}}, []byte("hello"))
+	body, ct := multipartBody([][2]string{{"destPath", dest}}, []byte("hello"))
 	rec, m := doPush(s, body, ct, nil)
 	if rec.Code != 200 || m["size"] != float64(5) || m["checksum"] != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
 		t.Fatalf("push: %d %s", rec.Code, rec.Body)
@@ -290,7 +290,7 @@ func TestPush(t *testing.T) {
 		{"no dest", nil, []byte("x"), nil, 400, CodeInvalidRequest},
 		{"no file", [][2]string{{"destPath", dir + "/nofile"}}, nil, nil, 400, CodeTransferFailed},
 	} {
-		body, ct := multipartBody(t, c.fields, c.file)
+		body, ct := multipartBody(c.fields, c.file)
 		rec, m := doPush(s, body, ct, c.hdr)
 		if rec.Code != c.status || errCode(m) != c.code {
 			t.Errorf("%s: %d %s, want %d code %v", c.name, rec.Code, rec.Body, c.status, c.code)
@@ -319,7 +319,7 @@ func FuzzPush(f *testing.F) {
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		dir := t.TempDir()
-		s := pushServer(t, dir, 64)
+		s := pushServer(dir, 64)
 		body = bytes.ReplaceAll(body, []byte("DIR"), []byte(dir))
 		rec, m := doPush(s, bytes.NewBuffer(body), "multipart/form-data; boundary=B", nil)
 		if rec.Code != 200 && errCode(m) == 0 {
