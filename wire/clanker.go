@@ -113,7 +113,7 @@ func DecodeSpoolLine(line []byte) (SpoolEntry, error) {
 // members (the last of a repeated member wins, as in JavaScript).
 func clankerObject(line []byte, what string) (map[string]json.RawMessage, error) {
 	line = bytes.TrimSpace(line)
-	if !json.Valid(line) {
+	if !ValidJSON(line) {
 		return nil, &ClankerRequestError{fmt.Sprintf("invalid %s: not JSON: %s", what, excerpt(line))}
 	}
 	if len(line) == 0 || line[0] != '{' {

@@ -90,7 +90,7 @@ type ClientLine struct {
 // Params nil (DecodeParams then treats it as {}). Params is a copy: the
 // Request stays valid after the line's buffer is reused.
 func ParseRequest(line []byte) (Request, *Error) {
-	if !json.Valid(line) {
+	if !ValidJSON(line) {
 		return Request{}, Errorf(CodeParseError, "parse error: line is not valid JSON")
 	}
 	i := skipJSONSpace(line, 0)
@@ -392,14 +392,14 @@ func AppendResponse(dst []byte, id uint64, result any, rerr *Error) ([]byte, err
 // AppendEvent appends one pushed event line, newline included. data must
 // already be JSON. The line is always one valid JSON object on one line:
 // data containing line breaks is compacted, and data that is empty or not
-// valid JSON is written as null (check with json.Valid first if that
+// valid JSON is written as null (check with ValidJSON first if that
 // matters).
 func AppendEvent(dst []byte, event string, data []byte) []byte {
 	dst = append(dst, `{"event":`...)
 	dst = appendJSONString(dst, event)
 	dst = append(dst, `,"data":`...)
 	switch {
-	case !json.Valid(data):
+	case !ValidJSON(data):
 		dst = append(dst, "null"...)
 	case bytes.ContainsAny(data, "\r\n"):
 		buf := bytes.NewBuffer(dst)

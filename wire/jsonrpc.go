@@ -129,7 +129,7 @@ func (id RPCID) MarshalJSON() ([]byte, error) { return id.AppendJSON(nil), nil }
 
 // UnmarshalJSON implements json.Unmarshaler: a string, a number or null.
 func (id *RPCID) UnmarshalJSON(data []byte) error {
-	if !json.Valid(data) {
+	if !ValidJSON(data) {
 		return fmt.Errorf("decoding JSON-RPC id: not valid JSON: %s", excerpt(data))
 	}
 	v, ok := parseRPCID(trimJSONSpace(data))
@@ -243,7 +243,7 @@ func decodeRPCMethod(raw []byte) (string, bool) {
 // params null is taken as absent.
 func ParseRPC(line []byte) (RPCMessage, *RPCDecodeError) {
 	var m RPCMessage
-	if !json.Valid(line) {
+	if !ValidJSON(line) {
 		return m, rpcParseError(line)
 	}
 	i := skipJSONSpace(line, 0)
@@ -436,7 +436,7 @@ func refuseRPC(id RPCID, resp bool, format string, args ...any) *RPCDecodeError 
 	return &RPCDecodeError{RPCError: RPCError{Code: CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}, ID: id, Response: resp}
 }
 
-// rpcParseError words a -32700 for a line json.Valid refused.
+// rpcParseError words a -32700 for a line ValidJSON refused.
 func rpcParseError(line []byte) *RPCDecodeError {
 	msg := "parse error: line is not valid JSON"
 	if len(trimJSONSpace(line)) == 0 {
@@ -693,7 +693,7 @@ func appendJSONValue(dst []byte, v any) ([]byte, error) {
 // spread over lines is compacted, so the result is one line. On error dst
 // is returned unchanged.
 func appendRawJSON(dst []byte, raw []byte) ([]byte, error) {
-	if !json.Valid(raw) {
+	if !ValidJSON(raw) {
 		return dst, fmt.Errorf("not valid JSON: %s", excerpt(raw))
 	}
 	raw = trimJSONSpace(raw)

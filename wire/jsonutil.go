@@ -146,7 +146,7 @@ func skipString(data []byte, i int) int {
 }
 
 // skipValue returns the index just past the JSON value that starts at
-// data[i]. data must be valid JSON (checked by json.Valid): this finds the
+// data[i]. data must be valid JSON (checked by ValidJSON): this finds the
 // end of a value, it does not check it.
 func skipValue(data []byte, i int) int {
 	switch data[i] {
