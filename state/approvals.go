@@ -350,6 +350,9 @@ func scanApproval(sc scanner) (api.Approval, error) {
 }
 
 // query runs a read and scans every row with scan.
+// errStopScan, from a scan function, ends a query early without an error.
+var errStopScan = errors.New("stop the scan")
+
 func (a Approvals) query(what, query string, scan func(scanner) error, args ...any) error {
 	st, err := a.s.read(query)
 	if err != nil {
@@ -361,7 +364,9 @@ func (a Approvals) query(what, query string, scan func(scanner) error, args ...a
 	}
 	defer rows.Close()
 	for rows.Next() {
-		if err := scan(rows); err != nil {
+		if err := scan(rows); errors.Is(err, errStopScan) {
+			return nil
+		} else if err != nil {
 			return a.s.readErr(what, err)
 		}
 	}

@@ -1,15 +1,18 @@
 package state
 
 import (
+	"cmp"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Tasks is the executor tables' typed interface: sessions, tasks and the
@@ -97,13 +100,25 @@ func (w *taskWrite) apply(t *wtx) error {
 	}
 }
 
-// MessagesReported records report_message notifications; a (task_id,
-// sequence) already recorded is ignored.
+// MessagesReported records report_message notifications: one row per
+// task, its messages in sequence order as one JSON array. The caller drops
+// the duplicates it saw (the executor actor does, for the task's life); a
+// (task_id, sequence) recorded twice all the same is read back once, the
+// copy written first. Each event_data must be JSON and is kept byte for
+// byte.
 func MessagesReported(ms []api.SessionMessage) Write { return &messagesWrite{ms: ms} }
 
 type messagesWrite struct {
 	ms   []api.SessionMessage
-	args [][]any
+	rows []messageRow
+}
+
+// messageRow is one row of task_message_batches.
+type messageRow struct {
+	task, session string
+	first, last   int64
+	count         int
+	messages      string
 }
 
 func (w *messagesWrite) what() string {
@@ -114,57 +129,95 @@ func (w *messagesWrite) what() string {
 }
 
 func (w *messagesWrite) prepare() error {
-	w.args = make([][]any, 0, len(w.ms))
 	for i, m := range w.ms {
 		if m.TaskID == "" || m.SessionID == "" {
 			return fmt.Errorf("message %d has no task or session", i)
 		}
-		data, err := jsonText("event_data", m.EventData)
-		if err != nil {
-			return fmt.Errorf("message %d of task %s: %w", m.Sequence, m.TaskID, err)
+		if len(m.EventData) > 0 && !wire.ValidJSON(m.EventData) {
+			return fmt.Errorf("message %d of task %s: event_data is not valid JSON", m.Sequence, m.TaskID)
 		}
-		at := m.ReceivedAt
-		if at.IsZero() {
-			at = time.Now()
+	}
+	// The messages of each task, by sequence, each sequence once (the
+	// first of a batch wins). A batch is nearly always one task's, in
+	// order: sorted only when it is not.
+	ms := w.ms
+	if !slices.IsSortedFunc(ms, cmpMessage) {
+		ms = slices.Clone(ms)
+		slices.SortStableFunc(ms, cmpMessage)
+	}
+	var buf []byte
+	now := time.Now()
+	for len(ms) > 0 {
+		n := 1
+		for n < len(ms) && ms[n].TaskID == ms[0].TaskID {
+			n++
 		}
-		var ts any
-		if m.Timestamp != 0 {
-			ts = m.Timestamp
+		group := ms[:n]
+		ms = ms[n:]
+		row := messageRow{task: group[0].TaskID, session: group[0].SessionID, first: group[0].Sequence}
+		buf = append(buf[:0], '[')
+		for i, m := range group {
+			if i > 0 && m.Sequence == group[i-1].Sequence {
+				continue
+			}
+			if row.count > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendMessage(buf, m, now)
+			row.count++
+			row.last = m.Sequence
 		}
-		w.args = append(w.args, []any{m.TaskID, m.Sequence, m.SessionID, m.EventType, data, ts, fmtTime(at)})
+		row.messages = string(append(buf, ']'))
+		w.rows = append(w.rows, row)
 	}
 	return nil
 }
 
-// messagesChunk is how many messages one INSERT carries: a statement per
-// row costs more in binding and stepping than the row itself.
-const messagesChunk = 32
-
-var messagesInsert = map[int]string{}
-
-func init() {
-	for _, n := range []int{1, messagesChunk} {
-		q := `INSERT INTO task_messages(task_id, sequence, session_id, event_type, event_data, ts, received_at) VALUES` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?),", n), ",") +
-			` ON CONFLICT(task_id, sequence) DO NOTHING`
-		messagesInsert[n] = q
+func cmpMessage(a, b api.SessionMessage) int {
+	if c := strings.Compare(a.TaskID, b.TaskID); c != 0 {
+		return c
 	}
+	return cmp.Compare(a.Sequence, b.Sequence)
+}
+
+// storedMessage is one element of a row's messages.
+type storedMessage struct {
+	Sequence   int64           `json:"sequence"`
+	EventType  string          `json:"event_type"`
+	TS         int64           `json:"ts"`
+	ReceivedAt string          `json:"received_at"`
+	EventData  json.RawMessage `json:"event_data"`
+}
+
+// appendMessage appends m as a storedMessage (without a zero ts or an
+// empty event_data).
+func appendMessage(buf []byte, m api.SessionMessage, now time.Time) []byte {
+	buf = append(buf, `{"sequence":`...)
+	buf = strconv.AppendInt(buf, m.Sequence, 10)
+	buf = append(buf, `,"event_type":`...)
+	buf = wire.AppendJSONString(buf, m.EventType, false)
+	if m.Timestamp != 0 {
+		buf = append(buf, `,"ts":`...)
+		buf = strconv.AppendInt(buf, m.Timestamp, 10)
+	}
+	at := m.ReceivedAt
+	if at.IsZero() {
+		at = now
+	}
+	buf = append(buf, `,"received_at":"`...)
+	buf = at.UTC().AppendFormat(buf, timeLayout)
+	buf = append(buf, '"')
+	if len(m.EventData) > 0 {
+		buf = append(buf, `,"event_data":`...)
+		buf = append(buf, m.EventData...)
+	}
+	return append(buf, '}')
 }
 
 func (w *messagesWrite) apply(t *wtx) error {
-	args := w.args
-	for len(args) >= messagesChunk {
-		flat := make([]any, 0, 7*messagesChunk)
-		for _, a := range args[:messagesChunk] {
-			flat = append(flat, a...)
-		}
-		if _, err := t.exec(messagesInsert[messagesChunk], flat...); err != nil {
-			return err
-		}
-		args = args[messagesChunk:]
-	}
-	for _, a := range args {
-		if _, err := t.exec(messagesInsert[1], a...); err != nil {
+	for _, r := range w.rows {
+		if _, err := t.exec(`INSERT INTO task_message_batches(task_id, session_id, first_seq, last_seq, count, messages)
+			VALUES(?, ?, ?, ?, ?, ?)`, r.task, r.session, r.first, r.last, r.count, r.messages); err != nil {
 			return err
 		}
 	}
@@ -266,36 +319,89 @@ func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 
 // Messages returns a session's messages in order (its tasks in the order
 // they were created, each task's by sequence); limit > 0 keeps the last
-// limit of them.
+// limit of them, reading only the rows that hold them.
 func (q Tasks) Messages(sessionID string, limit int) ([]api.SessionMessage, error) {
-	query := `SELECT m.task_id, m.sequence, m.event_type, m.event_data, m.ts, m.received_at
-		FROM task_messages m JOIN tasks t ON t.id = m.task_id WHERE m.session_id = ?
-		ORDER BY t.seq DESC, m.sequence DESC`
-	args := []any{sessionID}
-	if limit > 0 {
-		query += " LIMIT ?"
-		args = append(args, limit)
-	}
+	// Rows newest task first, each task's by its last sequence, highest
+	// first: the messages wanted come first. A task's messages are taken
+	// whole (rows may interleave when sequences came out of order), then
+	// put in order, last first; out is the reverse of the answer.
 	out := []api.SessionMessage{}
-	err := q.query("read the messages of session "+sessionID, query, func(sc scanner) error {
-		m := api.SessionMessage{SessionID: sessionID}
-		var data sql.NullString
-		var ts sql.NullInt64
-		var at string
-		if err := sc.Scan(&m.TaskID, &m.Sequence, &m.EventType, &data, &ts, &at); err != nil {
+	var task []taskMessage // the current task's, as read
+	var taskID string
+	bySeq := map[int64]int{}
+	endTask := func() {
+		slices.SortFunc(task, func(a, b taskMessage) int { return cmp.Compare(b.m.Sequence, a.m.Sequence) })
+		for _, m := range task {
+			out = append(out, m.m)
+		}
+		task = task[:0]
+		clear(bySeq)
+	}
+	full := func() bool { return limit > 0 && len(out) >= limit }
+	err := q.query("read the messages of session "+sessionID, `SELECT b.id, b.task_id, b.last_seq, b.messages
+		FROM task_message_batches b JOIN tasks t ON t.id = b.task_id WHERE b.session_id = ?
+		ORDER BY t.seq DESC, b.last_seq DESC`, func(sc scanner) error {
+		var id, last int64
+		var tid, raw string
+		if err := sc.Scan(&id, &tid, &last, &raw); err != nil {
 			return err
 		}
-		if data.Valid {
-			m.EventData = json.RawMessage(data.String)
+		if tid != taskID {
+			endTask()
+			taskID = tid
 		}
-		m.Timestamp = ts.Int64
-		var err error
-		if m.ReceivedAt, err = time.Parse(timeLayout, at); err != nil {
-			return err
+		if full() {
+			return errStopScan // an older task: none of its messages is wanted
 		}
-		out = append(out, m)
+		if limit > 0 && len(out)+len(task) >= limit && last < cutoff(task, limit-len(out)) {
+			return errStopScan // this row and the rest of the task's are older than every message wanted
+		}
+		var ms []storedMessage
+		if err := json.Unmarshal([]byte(raw), &ms); err != nil {
+			return fmt.Errorf("decoding the messages of task %s (row %d): %w", tid, id, err)
+		}
+		for _, sm := range ms {
+			m := api.SessionMessage{SessionID: sessionID, TaskID: tid, Sequence: sm.Sequence, EventType: sm.EventType,
+				EventData: sm.EventData, Timestamp: sm.TS}
+			var err error
+			if m.ReceivedAt, err = time.Parse(timeLayout, sm.ReceivedAt); err != nil {
+				return fmt.Errorf("message %d of task %s: %w", sm.Sequence, tid, err)
+			}
+			if i, ok := bySeq[m.Sequence]; ok {
+				if id < task[i].row { // the copy written first is kept
+					task[i] = taskMessage{row: id, m: m}
+				}
+				continue
+			}
+			bySeq[m.Sequence] = len(task)
+			task = append(task, taskMessage{row: id, m: m})
+		}
 		return nil
-	}, args...)
+	}, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	endTask()
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
 	slices.Reverse(out)
-	return out, err
+	return out, nil
+}
+
+// taskMessage is a message read, with the row it came from.
+type taskMessage struct {
+	row int64
+	m   api.SessionMessage
+}
+
+// cutoff is the lowest sequence among the n highest of task (n >= 1,
+// len(task) >= n).
+func cutoff(task []taskMessage, n int) int64 {
+	seqs := make([]int64, len(task))
+	for i, m := range task {
+		seqs[i] = m.m.Sequence
+	}
+	slices.SortFunc(seqs, func(a, b int64) int { return cmp.Compare(b, a) })
+	return seqs[n-1]
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,118 @@ func TestTasksRoundTrip(t *testing.T) {
 	if err := s.Do(ctx, MessagesReported([]api.SessionMessage{{SessionID: "s-1", TaskID: "t-1", Sequence: 9,
 		EventType: "x", EventData: json.RawMessage(`{not json`)}})); err == nil {
 		t.Fatal("a message whose event_data is not JSON was recorded")
+	}
+}
+
+// Messages read with a limit are the tail of all of them, however the rows
+// interleave: sequences out of order across commits, a task's messages
+// spread over many rows, a duplicate across rows (the copy written first
+// is kept), several tasks.
+func TestMessagesLimitAcrossRows(t *testing.T) {
+	s := openT(t, dbPath(t), testOpts)
+	now := time.Now().UTC()
+	for i, id := range []string{"t-a", "t-b"} {
+		rec := api.TaskRecord{ID: id, SessionID: "s", Executor: "e", State: api.TaskQueued, CreatedAt: now.Add(time.Duration(i) * time.Second)}
+		if err := s.Do(ctx, TaskCreated(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := func(task string, seq int64, text string) api.SessionMessage {
+		return api.SessionMessage{SessionID: "s", TaskID: task, Sequence: seq, EventType: "e",
+			EventData: json.RawMessage(`{"t": "` + text + `"}`)}
+	}
+	commits := [][]api.SessionMessage{
+		{msg("t-a", 1, "a1"), msg("t-a", 2, "a2")},
+		{msg("t-a", 5, "a5"), msg("t-a", 3, "a3")},
+		{msg("t-a", 4, "a4"), msg("t-a", 3, "a3-dup"), msg("t-a", 6, "a6")},
+		{msg("t-b", 2, "b2")},
+		{msg("t-b", 1, "b1"), msg("t-b", 1, "b1-dup-same-commit"), msg("t-b", 3, "b3")},
+	}
+	for _, c := range commits {
+		if err := s.Do(ctx, MessagesReported(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	texts := func(ms []api.SessionMessage) string {
+		var out []string
+		for _, m := range ms {
+			var d struct{ T string }
+			_ = json.Unmarshal(m.EventData, &d)
+			out = append(out, d.T)
+		}
+		return strings.Join(out, " ")
+	}
+	all, err := s.Tasks().Messages("s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "a1 a2 a3 a4 a5 a6 b1 b2 b3"
+	if got := texts(all); got != want {
+		t.Fatalf("all messages: %q, want %q", got, want)
+	}
+	for limit := 1; limit <= 10; limit++ {
+		got, err := s.Tasks().Messages("s", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := all[max(0, len(all)-limit):]
+		if texts(got) != texts(w) {
+			t.Errorf("the last %d: %q, want %q", limit, texts(got), texts(w))
+		}
+	}
+	// The view shows a message a row.
+	var n string
+	if err := s.Do(ctx, &sqlWrite{query: `SELECT count(*) || ' ' || sum(sequence) FROM task_messages WHERE task_id = 't-a'`, out: &n}); err != nil || n != "7 24" {
+		t.Fatalf("the task_messages view: %q (%v), want 7 rows (a duplicate included) summing to 24", n, err)
+	}
+}
+
+// A file of schema 5 kept a message a row: the upgrade moves them into
+// batch rows, each event_data byte for byte, a missing ts and event_data
+// still missing.
+func TestMessagesMigratedFromRows(t *testing.T) {
+	path := dbPath(t)
+	old, err := open(path, testOpts, migrations[:5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if err := old.Do(ctx, TaskCreated(api.TaskRecord{ID: "t-1", SessionID: "s-1", Executor: "e", State: api.TaskQueued, CreatedAt: now})); err != nil {
+		t.Fatal(err)
+	}
+	data := "{ \"text\" : \"é \\u00e9 \\\"q\\\" 'x'\" ,\n \"n\": 1.50 }"
+	rows := []string{
+		`INSERT INTO task_messages VALUES('t-1', 2, 's-1', 'content_block_delta', '` + strings.ReplaceAll(data, "'", "''") + `', 17, '2026-11-26T01:02:03.000004Z')`,
+		`INSERT INTO task_messages VALUES('t-1', 1, 's-1', 'type "quoted"', NULL, NULL, '2026-11-26T01:02:03.000001Z')`,
+	}
+	for _, q := range rows {
+		if err := old.Do(ctx, &sqlWrite{query: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := openT(t, path, testOpts)
+	ms, err := s.Tasks().Messages("s-1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 {
+		t.Fatalf("%d messages after the upgrade, want 2: %+v", len(ms), ms)
+	}
+	if m := ms[0]; m.Sequence != 1 || m.EventType != `type "quoted"` || m.EventData != nil || m.Timestamp != 0 ||
+		m.ReceivedAt.Format(timeLayout) != "2026-11-26T01:02:03.000001Z" {
+		t.Errorf("message 1 after the upgrade: %+v", m)
+	}
+	if m := ms[1]; m.Sequence != 2 || string(m.EventData) != data || m.Timestamp != 17 || m.EventType != "content_block_delta" {
+		t.Errorf("message 2 after the upgrade: %+v, event_data %q, want %q", m, m.EventData, data)
+	}
+	// New messages go on after them.
+	if err := s.Do(ctx, MessagesReported([]api.SessionMessage{{SessionID: "s-1", TaskID: "t-1", Sequence: 3, EventType: "x"}})); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := s.Tasks().Messages("s-1", 2); err != nil || len(ms) != 2 || ms[0].Sequence != 2 || ms[1].Sequence != 3 {
+		t.Fatalf("the last 2 after a new message: %+v, %v", ms, err)
 	}
 }

@@ -197,6 +197,38 @@ CREATE TABLE http_peers (
 	peer    TEXT NOT NULL
 ) WITHOUT ROWID;
 `},
+	// An executor reports messages by the thousand a second: a row per
+	// message cost the store more than everything else on their path. A
+	// row now holds the messages of one commit for one task, as a JSON
+	// array of {sequence, event_type, ts, received_at, event_data} (each
+	// event_data the bytes it came as). The view task_messages shows them
+	// a message a row, as the old table did, for whoever looks with
+	// sqlite3. Old rows move over byte for byte, one message a row.
+	{version: 6, name: "executor messages kept a commit a row", sql: `
+CREATE TABLE task_message_batches (
+	id         INTEGER PRIMARY KEY,
+	task_id    TEXT NOT NULL,
+	session_id TEXT NOT NULL,
+	first_seq  INTEGER NOT NULL,
+	last_seq   INTEGER NOT NULL,
+	count      INTEGER NOT NULL,
+	messages   TEXT NOT NULL
+);
+CREATE INDEX task_message_batches_session ON task_message_batches(session_id, task_id, last_seq);
+INSERT INTO task_message_batches(task_id, session_id, first_seq, last_seq, count, messages)
+	SELECT task_id, session_id, sequence, sequence, 1,
+		'[{"sequence":' || sequence || ',"event_type":' || json_quote(event_type) ||
+		CASE WHEN ts IS NULL THEN '' ELSE ',"ts":' || ts END ||
+		',"received_at":' || json_quote(received_at) ||
+		CASE WHEN event_data IS NULL THEN '' ELSE ',"event_data":' || event_data END || '}]'
+	FROM task_messages ORDER BY task_id, sequence;
+DROP TABLE task_messages;
+CREATE VIEW task_messages AS
+	SELECT b.task_id, json_extract(m.value, '$.sequence') AS sequence, b.session_id,
+		json_extract(m.value, '$.event_type') AS event_type, json_extract(m.value, '$.event_data') AS event_data,
+		json_extract(m.value, '$.ts') AS ts, json_extract(m.value, '$.received_at') AS received_at
+	FROM task_message_batches b, json_each(b.messages) m;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it
