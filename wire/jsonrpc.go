@@ -241,7 +241,21 @@ func decodeRPCMethod(raw []byte) (string, bool) {
 //
 // Other members are ignored, in the message and in its error object.
 // params null is taken as absent.
-func ParseRPC(line []byte) (RPCMessage, *RPCDecodeError) {
+func ParseRPC(line []byte) (RPCMessage, *RPCDecodeError) { return parseRPC(line, true) }
+
+// ParseRPCInPlace is ParseRPC without copying: the message's Params and
+// Result alias line, so they are valid only as long as line is (a
+// LineReader's line: until its next call). For a reader that decodes what
+// it needs at once and copies only what it keeps.
+func ParseRPCInPlace(line []byte) (RPCMessage, *RPCDecodeError) { return parseRPC(line, false) }
+
+func parseRPC(line []byte, copied bool) (RPCMessage, *RPCDecodeError) {
+	keep := func(b []byte) json.RawMessage {
+		if copied {
+			return append(json.RawMessage(nil), b...)
+		}
+		return b
+	}
 	var m RPCMessage
 	if !ValidJSON(line) {
 		return m, rpcParseError(line)
@@ -328,7 +342,7 @@ func ParseRPC(line []byte) (RPCMessage, *RPCDecodeError) {
 		if params != nil {
 			switch params[0] {
 			case '{', '[':
-				m.Params = append(json.RawMessage(nil), params...)
+				m.Params = keep(params)
 			case 'n':
 			default:
 				return m, refuseRPC(id, false, "invalid request: params of %s must be an object or an array, got %s", name, excerpt(params))
@@ -352,7 +366,7 @@ func ParseRPC(line []byte) (RPCMessage, *RPCDecodeError) {
 		if id.IsNull() {
 			return m, refuseRPC(id, true, "invalid response: a result must carry the id of its request, got null")
 		}
-		m.Kind, m.ID, m.Result = RPCKindResult, id, append(json.RawMessage(nil), result...)
+		m.Kind, m.ID, m.Result = RPCKindResult, id, keep(result)
 		return m, nil
 	}
 	e, msg := parseRPCErrorObject(errRaw)

@@ -182,6 +182,10 @@ func FuzzParseRPC(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		m, derr := ParseRPC(line)
 		ref := refParseRPC(line)
+		// In place, the same message, its Params and Result inside line.
+		if im, ierr := ParseRPCInPlace(line); !reflect.DeepEqual(im, m) || !reflect.DeepEqual(ierr, derr) {
+			t.Fatalf("ParseRPCInPlace(%q) = %+v, %v; ParseRPC %+v, %v", line, im, ierr, m, derr)
+		}
 		if derr != nil {
 			if derr.Message == "" {
 				t.Fatal("refused without a message")

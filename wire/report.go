@@ -25,7 +25,41 @@ type ReportMessage struct {
 // object, a number that is not a plain integer, a string of the wrong
 // type); the caller then decodes with DecodeRPCParams, which also names
 // the problem. FuzzDecodeReportMessage checks the two agree.
-func DecodeReportMessage(params []byte) (ReportMessage, bool) {
+func DecodeReportMessage(params []byte) (ReportMessage, bool) { return decodeReport(params, nil) }
+
+// DecodeReportMessage is the package function, its strings made by in:
+// the token, task id and event type a stream repeats cost no allocation
+// after their first time. EventData aliases params.
+func (in *Interner) DecodeReportMessage(params []byte) (ReportMessage, bool) {
+	return decodeReport(params, in)
+}
+
+// Interner makes strings from bytes, remembering the last few it made and
+// giving one of them back when the bytes are the same: for the values a
+// stream repeats on every line. Not safe for concurrent use; the zero
+// value is ready.
+type Interner struct {
+	recent [8]string
+	next   int
+}
+
+// String returns string(b), without an allocation when it made it lately.
+func (in *Interner) String(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	for _, s := range in.recent {
+		if s == string(b) { // the comparison does not allocate
+			return s
+		}
+	}
+	s := string(b)
+	in.recent[in.next] = s
+	in.next = (in.next + 1) % len(in.recent)
+	return s
+}
+
+func decodeReport(params []byte, in *Interner) (ReportMessage, bool) {
 	var r ReportMessage
 	i := skipJSONSpace(params, 0)
 	if i >= len(params) || params[i] != '{' {
@@ -66,7 +100,7 @@ func DecodeReportMessage(params []byte) (ReportMessage, bool) {
 				return r, false
 			}
 			if content := val[1 : len(val)-1]; plainStringContent(content) && utf8.Valid(content) {
-				*s = string(content)
+				*s = in.String(content)
 			} else if json.Unmarshal(val, s) != nil {
 				return r, false
 			}

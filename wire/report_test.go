@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 var reportSeeds = []string{
@@ -40,12 +41,41 @@ func TestDecodeReportMessage(t *testing.T) {
 	}
 }
 
+// The interner gives back a string it made when the bytes are the same,
+// and never a wrong one.
+func TestInterner(t *testing.T) {
+	var in Interner
+	a := in.String([]byte("task-1"))
+	if b := in.String([]byte("task-1")); b != a || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("the same bytes made a new string")
+	}
+	for i := range 20 {
+		if s := in.String([]byte{byte('a' + i)}); s != string(rune('a'+i)) {
+			t.Fatalf("String(%q) = %q", rune('a'+i), s)
+		}
+	}
+	if got := in.String([]byte("task-1")); got != "task-1" {
+		t.Fatalf("after it was forgotten: %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = in.String([]byte("task-1")) }); n != 0 {
+		t.Fatalf("a remembered string costs %v allocations", n)
+	}
+}
+
 func checkReport(t *testing.T, params []byte) {
 	t.Helper()
 	if !json.Valid(params) {
 		return
 	}
 	fast, ok := DecodeReportMessage(params)
+	// The interned decoder agrees, the first time and when its strings
+	// come from its memory.
+	var in Interner
+	for range 2 {
+		if r, iok := in.DecodeReportMessage(params); iok != ok || !reflect.DeepEqual(r, fast) {
+			t.Fatalf("%s: interned %+v (%v), plain %+v (%v)", params, r, iok, fast, ok)
+		}
+	}
 	if !ok {
 		return
 	}
