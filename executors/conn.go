@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -36,16 +37,32 @@ type conn struct {
 }
 
 // inbound is what the reader hands the actor: a decoded message, or the
-// refusal of a line (bad), or the end of the stream (err).
+// refusal of a line (bad), or the end of the stream (err). A
+// report_message the reader could decode itself comes as report (msg
+// holds only its kind and method): the actor's hot path decodes nothing.
 type inbound struct {
-	msg wire.RPCMessage
-	bad *wire.RPCDecodeError
-	err error // set on the last inbound: the connection is gone
+	msg    wire.RPCMessage
+	report *wire.ReportMessage
+	bad    *wire.RPCDecodeError
+	err    error // set on the last inbound: the connection is gone
 }
 
+// Reading in batches: the lines already in the read buffer go to the actor
+// together, at most maxBatch of them, so a flood costs the actor a message
+// per batch, not per line. A line that is not complete yet is not waited
+// for: what is there goes at once.
+const maxBatch = 256
+
+// arenaSize is how much of the report_message event data one allocation
+// holds: the reader copies each message's event_data out of its line
+// buffer into the current arena, and starts a new one when it is full.
+const arenaSize = 32 << 10
+
 // startConn starts c's goroutines; deliver runs on the reader goroutine,
-// once per line and once more at the end, and must not block for long.
-func startConn(c net.Conn, maxLine int, deliver func(inbound)) *conn {
+// once per batch of lines and once more at the end (a batch of one
+// inbound with err set), and must not block for long. The batch is the
+// actor's to keep.
+func startConn(c net.Conn, maxLine int, deliver func([]inbound)) *conn {
 	cn := &conn{c: c, out: make(chan []byte, writeQueue), done: make(chan struct{})}
 	cn.cond = sync.NewCond(&cn.mu)
 	if uc, ok := c.(*net.UnixConn); ok {
@@ -68,13 +85,14 @@ func startConn(c net.Conn, maxLine int, deliver func(inbound)) *conn {
 	return cn
 }
 
-func (cn *conn) read(maxLine int, deliver func(inbound)) {
+func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 	var r io.Reader = cn.c
 	if cn.fds != nil {
 		r = cn.fds
 		defer cn.fds.Close()
 	}
 	lr := wire.NewRPCLineReader(r, maxLine)
+	d := lineDecoder{}
 	for {
 		cn.mu.Lock()
 		for cn.gated && !cn.closed {
@@ -83,28 +101,73 @@ func (cn *conn) read(maxLine int, deliver func(inbound)) {
 		closed := cn.closed
 		cn.mu.Unlock()
 		if closed {
-			deliver(inbound{err: errors.New("connection closed by the daemon")})
+			deliver([]inbound{{err: errors.New("connection closed by the daemon")}})
 			return
 		}
-		line, err := lr.Next()
-		if err != nil {
-			if errors.Is(err, wire.ErrLineTooLong) {
-				err = fmt.Errorf("a line over %d bytes: %w", maxLine, err)
+		var batch []inbound
+		for len(batch) < maxBatch && (len(batch) == 0 || lr.LineBuffered()) {
+			line, err := lr.Next()
+			if err != nil {
+				if errors.Is(err, wire.ErrLineTooLong) {
+					err = fmt.Errorf("a line over %d bytes: %w", maxLine, err)
+				}
+				deliver(append(batch, inbound{err: err}))
+				cn.close()
+				return
 			}
-			deliver(inbound{err: err})
-			cn.close()
-			return
+			if len(line) > 0 {
+				batch = append(batch, d.decode(line))
+			}
 		}
-		if len(line) == 0 {
-			continue
+		if len(batch) > 0 {
+			deliver(batch)
 		}
-		m, bad := wire.ParseRPC(line)
-		if bad != nil {
-			deliver(inbound{bad: bad})
-			continue
-		}
-		deliver(inbound{msg: m})
 	}
+}
+
+// lineDecoder decodes an executor's lines on the reader goroutine.
+type lineDecoder struct {
+	names wire.Interner
+	arena []byte
+}
+
+// decode decodes line, which is valid only until the next read: what the
+// inbound keeps is copied.
+func (d *lineDecoder) decode(line []byte) inbound {
+	m, bad := wire.ParseRPCInPlace(line)
+	if bad != nil {
+		return inbound{bad: bad}
+	}
+	if m.Kind == wire.RPCKindNotification && m.Method == "report_message" {
+		if rep, ok := d.names.DecodeReportMessage(m.Params); ok {
+			rep.EventData = d.keep(rep.EventData)
+			return inbound{msg: wire.RPCMessage{Kind: m.Kind, Method: m.Method}, report: &rep}
+		}
+	}
+	// Anything else is rare: the actor decodes it, from copies.
+	if m.Params != nil {
+		m.Params = bytes.Clone(m.Params)
+	}
+	if m.Result != nil {
+		m.Result = bytes.Clone(m.Result)
+	}
+	return inbound{msg: m}
+}
+
+// keep copies b into the arena.
+func (d *lineDecoder) keep(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	if len(b) > arenaSize/4 {
+		return bytes.Clone(b)
+	}
+	if cap(d.arena)-len(d.arena) < len(b) {
+		d.arena = make([]byte, 0, arenaSize)
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return d.arena[start:len(d.arena):len(d.arena)]
 }
 
 func (cn *conn) write() {

@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -80,6 +81,7 @@ type execActor struct {
 	gated    bool
 	protoErr int
 	pubArmed bool
+	now      time.Time // when the batch of lines being taken was read
 }
 
 // running is the task an executor runs.
@@ -115,7 +117,7 @@ type (
 		took time.Duration
 	}
 	eDialFailed struct{ reason string }
-	rpcIn       struct{ in inbound }
+	rpcIn       struct{ ins []inbound }
 	committed   struct {
 		batch []api.SessionMessage
 		err   error
@@ -175,7 +177,14 @@ func (e *execActor) Receive(c *actors.Context) {
 	case eExited:
 		e.exitedMsg(msg)
 	case rpcIn:
-		e.inbound(c, msg.in)
+		// A batch of lines: the messages it brings go to the store
+		// together, and the marks are checked once.
+		e.now = time.Now().UTC()
+		for _, x := range msg.ins {
+			e.inbound(c, x)
+		}
+		e.flush(c)
+		e.water()
 	case committed:
 		e.committed(c, msg)
 	case retryFlush:
@@ -349,7 +358,7 @@ func (e *execActor) connected(m eConnected) {
 		return
 	}
 	sys, self := e.sys, e.self
-	e.conn = startConn(m.conn, 0, func(x inbound) { sys.Send(self, rpcIn{in: x}) })
+	e.conn = startConn(m.conn, 0, func(xs []inbound) { sys.Send(self, rpcIn{ins: xs}) })
 	e.state = instIdle
 	e.ps.m.bus.Emit(ExecutorConnected{Pool: e.ps.h.name, Executor: e.id, Pid: e.pid, StartMs: m.took.Milliseconds()})
 	e.ps.m.sys.Send(e.ps.pool, instUp{id: e.id, pid: e.pid})
@@ -631,6 +640,8 @@ func (e *execActor) inbound(c *actors.Context, x inbound) {
 			line, _ := wire.AppendRPCError(nil, x.bad.ID, &x.bad.RPCError)
 			e.send(append(line, '\n'))
 		}
+	case x.report != nil:
+		e.report(c, *x.report, nil)
 	default:
 		e.message(c, x.msg)
 	}
@@ -883,28 +894,10 @@ func (e *execActor) createMessage(c *actors.Context, r *running, m wire.RPCMessa
 func (e *execActor) notification(c *actors.Context, m wire.RPCMessage) {
 	switch m.Method {
 	case "report_message":
-		// The hot path: one decode, without reflection when it can, gives
-		// the token and the message.
-		a, ok := wire.DecodeReportMessage(m.Params)
-		var er *wire.RPCError
-		if !ok {
-			a = wire.ReportMessage{}
-			er = wire.DecodeRPCParams(m, &a)
-		}
-		r := e.taskOfToken(m.Method, tokenParams{SessionToken: a.SessionToken, TaskID: a.TaskID})
-		if r == nil {
-			return
-		}
-		if er != nil {
-			e.protocolError("report_message: " + er.Message)
-			return
-		}
-		if a.EventType == "" {
-			e.protocolError("report_message without event_type")
-			return
-		}
-		e.accept(c, r, api.SessionMessage{SessionID: r.rec.SessionID, TaskID: r.rec.ID, Sequence: a.Sequence,
-			EventType: a.EventType, EventData: a.EventData, Timestamp: a.Timestamp, ReceivedAt: time.Now().UTC()})
+		// The reader decodes nearly all of them (inbound.report); these
+		// are the rest, with a problem to name.
+		var a wire.ReportMessage
+		e.report(c, a, wire.DecodeRPCParams(m, &a))
 	case "report_progress":
 		r := e.taskOf(m.Method, m.Params)
 		if r == nil {
@@ -933,6 +926,24 @@ func (e *execActor) notification(c *actors.Context, m wire.RPCMessage) {
 	}
 }
 
+// report takes a report_message (er: what was wrong with its params).
+func (e *execActor) report(c *actors.Context, a wire.ReportMessage, er *wire.RPCError) {
+	r := e.taskOfToken("report_message", tokenParams{SessionToken: a.SessionToken, TaskID: a.TaskID})
+	if r == nil {
+		return
+	}
+	if er != nil {
+		e.protocolError("report_message: " + er.Message)
+		return
+	}
+	if a.EventType == "" {
+		e.protocolError("report_message without event_type")
+		return
+	}
+	e.accept(c, r, api.SessionMessage{SessionID: r.rec.SessionID, TaskID: r.rec.ID, Sequence: a.Sequence,
+		EventType: a.EventType, EventData: a.EventData, Timestamp: a.Timestamp, ReceivedAt: e.now})
+}
+
 // ---- the pipeline ----
 
 // accept takes one message into the pipeline (a duplicate sequence is
@@ -957,8 +968,7 @@ func (e *execActor) accept(c *actors.Context, r *running, msg api.SessionMessage
 	r.pending++
 	e.pending++
 	e.buf = append(e.buf, msg)
-	e.flush(c)
-	e.water()
+	// flush and water follow once the batch of lines is taken (rpcIn).
 }
 
 // flush hands what waits to the store, one batch at a time.
@@ -988,12 +998,15 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 		c.After(200*time.Millisecond, retryFlush{})
 		return
 	}
-	slices.SortStableFunc(m.batch, func(a, b api.SessionMessage) int {
+	bySeq := func(a, b api.SessionMessage) int {
 		if a.TaskID != b.TaskID {
 			return 0
 		}
-		return int(a.Sequence - b.Sequence)
-	})
+		return cmp.Compare(a.Sequence, b.Sequence)
+	}
+	if !slices.IsSortedFunc(m.batch, bySeq) {
+		slices.SortStableFunc(m.batch, bySeq)
+	}
 	r := e.run
 	for _, msg := range m.batch {
 		e.ps.m.bus.Emit(TaskMessage{TaskID: msg.TaskID, SessionID: msg.SessionID, Sequence: msg.Sequence,
@@ -1002,10 +1015,12 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 			r.pending--
 			r.committed++
 		}
-		key := fmt.Sprintf("%s/%d", msg.TaskID, msg.Sequence)
-		if id, ok := e.replies[key]; ok {
-			delete(e.replies, key)
-			e.respond(id, map[string]any{"message_id": key, "created_at": msg.ReceivedAt.Format(time.RFC3339Nano)})
+		if len(e.replies) > 0 {
+			key := fmt.Sprintf("%s/%d", msg.TaskID, msg.Sequence)
+			if id, ok := e.replies[key]; ok {
+				delete(e.replies, key)
+				e.respond(id, map[string]any{"message_id": key, "created_at": msg.ReceivedAt.Format(time.RFC3339Nano)})
+			}
 		}
 	}
 	e.inflight = false

@@ -319,6 +319,18 @@ func (lr *LineReader) Next() ([]byte, error) {
 	}
 }
 
+// LineBuffered reports whether a whole line is already read and waits in
+// the buffer, so that Next returns it without reading: a reader that takes
+// what has come in batches stops at the first line that is not complete,
+// rather than wait for its end.
+func (lr *LineReader) LineBuffered() bool {
+	if lr.err != nil {
+		return false
+	}
+	b, _ := lr.br.Peek(lr.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 func (lr *LineReader) finish(line []byte) ([]byte, error) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]

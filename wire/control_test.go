@@ -517,3 +517,23 @@ func TestAppendEvent(t *testing.T) {
 		})
 	}
 }
+
+// LineBuffered says whether Next has a whole line without reading.
+func TestLineBuffered(t *testing.T) {
+	lr := NewLineReader(strings.NewReader("a\nb\r\nc"), 0)
+	if lr.LineBuffered() {
+		t.Fatal("a line buffered before anything was read")
+	}
+	for _, want := range []struct {
+		line     string
+		buffered bool
+	}{{"a", true}, {"b", false}, {"c", false}} {
+		line, err := lr.Next()
+		if err != nil || string(line) != want.line {
+			t.Fatalf("Next = %q, %v; want %q", line, err, want.line)
+		}
+		if got := lr.LineBuffered(); got != want.buffered {
+			t.Fatalf("after %q: LineBuffered %v, want %v", want.line, got, want.buffered)
+		}
+	}
+}
