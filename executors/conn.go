@@ -38,13 +38,14 @@ type conn struct {
 
 // inbound is what the reader hands the actor: a decoded message, or the
 // refusal of a line (bad), or the end of the stream (err). A
-// report_message the reader could decode itself comes as report (msg
-// holds only its kind and method): the actor's hot path decodes nothing.
+// report_message the reader could decode itself comes as report, with
+// isReport set (msg is then empty): the actor's hot path decodes nothing.
 type inbound struct {
-	msg    wire.RPCMessage
-	report *wire.ReportMessage
-	bad    *wire.RPCDecodeError
-	err    error // set on the last inbound: the connection is gone
+	msg      wire.RPCMessage
+	report   wire.ReportMessage
+	isReport bool
+	bad      *wire.RPCDecodeError
+	err      error // set on the last inbound: the connection is gone
 }
 
 // Reading in batches: the lines already in the read buffer go to the actor
@@ -93,6 +94,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 	}
 	lr := wire.NewRPCLineReader(r, maxLine)
 	d := lineDecoder{}
+	size := 16 // the last batch's length: the next one is made as large
 	for {
 		cn.mu.Lock()
 		for cn.gated && !cn.closed {
@@ -104,7 +106,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 			deliver([]inbound{{err: errors.New("connection closed by the daemon")}})
 			return
 		}
-		var batch []inbound
+		batch := make([]inbound, 0, size)
 		for len(batch) < maxBatch && (len(batch) == 0 || lr.LineBuffered()) {
 			line, err := lr.Next()
 			if err != nil {
@@ -120,6 +122,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 			}
 		}
 		if len(batch) > 0 {
+			size = len(batch)
 			deliver(batch)
 		}
 	}
@@ -134,6 +137,11 @@ type lineDecoder struct {
 // decode decodes line, which is valid only until the next read: what the
 // inbound keeps is copied.
 func (d *lineDecoder) decode(line []byte) inbound {
+	// The flood's lines, in one pass.
+	if rep, ok := d.names.DecodeReportLine(line); ok {
+		rep.EventData = d.keep(rep.EventData)
+		return inbound{report: rep, isReport: true}
+	}
 	m, bad := wire.ParseRPCInPlace(line)
 	if bad != nil {
 		return inbound{bad: bad}
@@ -141,7 +149,7 @@ func (d *lineDecoder) decode(line []byte) inbound {
 	if m.Kind == wire.RPCKindNotification && m.Method == "report_message" {
 		if rep, ok := d.names.DecodeReportMessage(m.Params); ok {
 			rep.EventData = d.keep(rep.EventData)
-			return inbound{msg: wire.RPCMessage{Kind: m.Kind, Method: m.Method}, report: &rep}
+			return inbound{report: rep, isReport: true}
 		}
 	}
 	// Anything else is rare: the actor decodes it, from copies.

@@ -74,6 +74,7 @@ type execActor struct {
 	// The notification pipeline: buf waits for the store, inflight is
 	// there, pending counts both.
 	buf      []api.SessionMessage
+	spare    []api.SessionMessage  // a committed batch's array, for buf to reuse
 	replies  map[string]wire.RPCID // create_message answers, by task/sequence
 	inflight bool
 	pending  int
@@ -640,8 +641,8 @@ func (e *execActor) inbound(c *actors.Context, x inbound) {
 			line, _ := wire.AppendRPCError(nil, x.bad.ID, &x.bad.RPCError)
 			e.send(append(line, '\n'))
 		}
-	case x.report != nil:
-		e.report(c, *x.report, nil)
+	case x.isReport:
+		e.report(c, x.report, nil)
 	default:
 		e.message(c, x.msg)
 	}
@@ -977,7 +978,7 @@ func (e *execActor) flush(c *actors.Context) {
 		return
 	}
 	batch := e.buf
-	e.buf = nil
+	e.buf, e.spare = e.spare, nil
 	e.inflight = true
 	sys, self := e.sys, e.self
 	if err := e.ps.m.log.Messages(batch, func(err error) {
@@ -1025,6 +1026,9 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 	}
 	e.inflight = false
 	e.pending -= len(m.batch)
+	// The batch is done with: its array takes the next messages.
+	clear(m.batch)
+	e.spare = m.batch[:0]
 	e.water()
 	e.flush(c)
 	if r != nil && r.finishing != nil && r.pending == 0 {

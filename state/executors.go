@@ -145,32 +145,67 @@ func (w *messagesWrite) prepare() error {
 		ms = slices.Clone(ms)
 		slices.SortStableFunc(ms, cmpMessage)
 	}
-	var buf []byte
 	now := time.Now()
+	var at timeText
 	for len(ms) > 0 {
 		n := 1
+		size := 2
 		for n < len(ms) && ms[n].TaskID == ms[0].TaskID {
 			n++
 		}
 		group := ms[:n]
 		ms = ms[n:]
+		for _, m := range group {
+			size += len(m.EventType) + len(m.EventData) + messageOverhead
+		}
 		row := messageRow{task: group[0].TaskID, session: group[0].SessionID, first: group[0].Sequence}
-		buf = append(buf[:0], '[')
+		// Built in place: the row's text is the builder's one allocation.
+		var sb strings.Builder
+		sb.Grow(size)
+		var scratch [96]byte
+		sb.WriteByte('[')
 		for i, m := range group {
 			if i > 0 && m.Sequence == group[i-1].Sequence {
 				continue
 			}
 			if row.count > 0 {
-				buf = append(buf, ',')
+				sb.WriteByte(',')
 			}
-			buf = appendMessage(buf, m, now)
+			sb.Write(appendMessageHead(scratch[:0], m, at.of(m.ReceivedAt, now)))
+			if len(m.EventData) > 0 {
+				sb.WriteString(`,"event_data":`)
+				sb.Write(m.EventData)
+			}
+			sb.WriteByte('}')
 			row.count++
 			row.last = m.Sequence
 		}
-		row.messages = string(append(buf, ']'))
+		sb.WriteByte(']')
+		row.messages = sb.String()
 		w.rows = append(w.rows, row)
 	}
 	return nil
+}
+
+// messageOverhead is about what a stored message takes besides its event
+// type and data.
+const messageOverhead = len(`{"sequence":,"event_type":"","ts":,"received_at":"","event_data":},`) + 20 + 13 + len(timeLayout)
+
+// timeText formats the times of a batch, which are nearly all one time,
+// once.
+type timeText struct {
+	t    time.Time
+	text []byte
+}
+
+func (c *timeText) of(t, now time.Time) []byte {
+	if t.IsZero() {
+		t = now
+	}
+	if c.text == nil || !t.Equal(c.t) {
+		c.t, c.text = t, t.UTC().AppendFormat(c.text[:0], timeLayout)
+	}
+	return c.text
 }
 
 func cmpMessage(a, b api.SessionMessage) int {
@@ -189,9 +224,9 @@ type storedMessage struct {
 	EventData  json.RawMessage `json:"event_data"`
 }
 
-// appendMessage appends m as a storedMessage (without a zero ts or an
-// empty event_data).
-func appendMessage(buf []byte, m api.SessionMessage, now time.Time) []byte {
+// appendMessageHead appends m as a storedMessage up to its event_data (it
+// leaves out a zero ts); receivedAt is its time, formatted.
+func appendMessageHead(buf []byte, m api.SessionMessage, receivedAt []byte) []byte {
 	buf = append(buf, `{"sequence":`...)
 	buf = strconv.AppendInt(buf, m.Sequence, 10)
 	buf = append(buf, `,"event_type":`...)
@@ -200,18 +235,9 @@ func appendMessage(buf []byte, m api.SessionMessage, now time.Time) []byte {
 		buf = append(buf, `,"ts":`...)
 		buf = strconv.AppendInt(buf, m.Timestamp, 10)
 	}
-	at := m.ReceivedAt
-	if at.IsZero() {
-		at = now
-	}
 	buf = append(buf, `,"received_at":"`...)
-	buf = at.UTC().AppendFormat(buf, timeLayout)
-	buf = append(buf, '"')
-	if len(m.EventData) > 0 {
-		buf = append(buf, `,"event_data":`...)
-		buf = append(buf, m.EventData...)
-	}
-	return append(buf, '}')
+	buf = append(buf, receivedAt...)
+	return append(buf, '"')
 }
 
 func (w *messagesWrite) apply(t *wtx) error {

@@ -47,3 +47,24 @@ func BenchmarkRPCReportMessage(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 }
+
+// The one-pass decoder against the long way, on the line executors flood.
+func BenchmarkDecodeReportLine(b *testing.B) {
+	line := []byte(`{"jsonrpc":"2.0","method":"report_message","params":{"session_token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","task_id":"t-bench","sequence":12345,"timestamp":1764000000000,"event_type":"content_block_delta","event_data":{"delta":{"text":"chunk 12345 of the agent's streamed answer"}}}}`)
+	var in Interner
+	b.Run("one-pass", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := in.DecodeReportLine(line); !ok {
+				b.Fatal("left to the long way")
+			}
+		}
+	})
+	b.Run("long-way", func(b *testing.B) {
+		for b.Loop() {
+			m, _ := ParseRPCInPlace(line)
+			if _, ok := in.DecodeReportMessage(m.Params); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+}

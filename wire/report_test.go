@@ -100,3 +100,79 @@ func FuzzDecodeReportMessage(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, params []byte) { checkReport(t, params) })
 }
+
+var reportLineSeeds = []string{
+	`{"jsonrpc":"2.0","method":"report_message","params":{"session_token":"tok","task_id":"t-1","sequence":3,"timestamp":1700000000000,"event_type":"content_block_delta","event_data":{"delta":{"text":"hi"}}}}`,
+	` { "params" : { "event_data" : [1, {"a": null}] , "sequence" : -0 } , "method" : "report_message" , "x": {"y": [true]}, "jsonrpc" : "2.0" } `,
+	`{"jsonrpc":"2.0","method":"report_message","params":{}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"task_id":null,"event_data":null,"sequence":null}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"task_id":"caf\u00e9"}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"Task_Id":"a"}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"sequence":1.5}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"sequence":12345678901234567890}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"task_id":"a","task_id":"b"}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{"event_data":{"a":1},}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":{}} x`,
+	`{"jsonrpc":"2.0","method":"report_message","id":1,"params":{}}`,
+	`{"jsonrpc":"2.0","jsonrpc":"2.0","method":"report_message","params":{}}`,
+	`{"jsonrpc":"2.0","method":"report_progress","params":{}}`,
+	`{"jsonrpc":"2.0","method":"report_message","params":[1]}`,
+	"{\"jsonrpc\":\"2.0\",\"method\":\"report_message\",\"params\":{\"event_type\":\"\xff\"}}",
+	`{"jsonrpc":"2.0","method":"report_message","params":{"event_type":"a\"b"}}`,
+}
+
+// The one-pass line decoder takes the lines executors send, and what it
+// takes the long way takes as the same message.
+func TestDecodeReportLine(t *testing.T) {
+	for _, s := range reportLineSeeds {
+		checkReportLine(t, []byte(s))
+	}
+	var in Interner
+	for _, s := range reportLineSeeds[:4] {
+		if _, ok := in.DecodeReportLine([]byte(s)); !ok {
+			t.Errorf("%s: left to the long way", s)
+		}
+	}
+	r, _ := in.DecodeReportLine([]byte(reportLineSeeds[0]))
+	if r.SessionToken != "tok" || r.TaskID != "t-1" || r.Sequence != 3 || r.Timestamp != 1700000000000 ||
+		r.EventType != "content_block_delta" || string(r.EventData) != `{"delta":{"text":"hi"}}` {
+		t.Fatalf("decoded %+v", r)
+	}
+}
+
+func FuzzDecodeReportLine(f *testing.F) {
+	for _, s := range reportLineSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) { checkReportLine(t, line) })
+}
+
+func checkReportLine(t *testing.T, line []byte) {
+	t.Helper()
+	var in Interner
+	fast, ok := in.DecodeReportLine(line)
+	if !ok {
+		return
+	}
+	m, bad := ParseRPC(line)
+	if bad != nil || m.Kind != RPCKindNotification || m.Method != "report_message" {
+		t.Fatalf("%s: taken as a report_message, but ParseRPC says %+v, %v", line, m, bad)
+	}
+	slow, sok := DecodeReportMessage(m.Params)
+	if !sok {
+		var ref ReportMessage
+		if err := json.Unmarshal(m.Params, &ref); err != nil {
+			t.Fatalf("%s: taken, but encoding/json refuses its params: %v", line, err)
+		}
+		slow = ref
+	}
+	if len(slow.EventData) == 0 {
+		slow.EventData = nil
+	}
+	if len(fast.EventData) == 0 {
+		fast.EventData = nil
+	}
+	if !reflect.DeepEqual(fast, slow) {
+		t.Fatalf("%s:\none pass %+v\nlong way %+v", line, fast, slow)
+	}
+}

@@ -11,19 +11,25 @@ package wire
 // As encoding/json, it does not check that strings are UTF-8 (a decoder
 // replaces bad bytes), and it refuses nesting deeper than 10,000.
 func ValidJSON(data []byte) bool {
+	end, ok := validValue(data, skipJSONSpace(data, 0), 0)
+	return ok && skipJSONSpace(data, end) == len(data)
+}
+
+// validValue checks the one JSON value that starts at data[i], inside depth
+// containers, and returns the index just past it.
+func validValue(data []byte, i, depth int) (int, bool) {
 	var stackBuf [64]byte
 	stack := stackBuf[:0] // '{' or '[' per open container
-	i := skipJSONSpace(data, 0)
 	for {
 		// A value starts at i.
 		if i >= len(data) {
-			return false
+			return i, false
 		}
 		ok := true
 		switch c := data[i]; c {
 		case '{', '[':
-			if len(stack) >= maxJSONDepth {
-				return false
+			if depth+len(stack) >= maxJSONDepth {
+				return i, false
 			}
 			stack = append(stack, c)
 			i = skipJSONSpace(data, i+1)
@@ -34,7 +40,7 @@ func ValidJSON(data []byte) bool {
 			}
 			if c == '{' {
 				if i, ok = validKey(data, i); !ok {
-					return false
+					return i, false
 				}
 			}
 			continue // the first member's or element's value
@@ -50,17 +56,17 @@ func ValidJSON(data []byte) bool {
 			i, ok = validNumber(data, i)
 		}
 		if !ok {
-			return false
+			return i, false
 		}
 		// After a value: close containers, or go on to the next member or
 		// element.
 		for {
-			i = skipJSONSpace(data, i)
 			if len(stack) == 0 {
-				return i == len(data)
+				return i, true
 			}
+			i = skipJSONSpace(data, i)
 			if i >= len(data) {
-				return false
+				return i, false
 			}
 			top := stack[len(stack)-1]
 			switch data[i] {
@@ -68,7 +74,7 @@ func ValidJSON(data []byte) bool {
 				i = skipJSONSpace(data, i+1)
 				if top == '{' {
 					if i, ok = validKey(data, i); !ok {
-						return false
+						return i, false
 					}
 				}
 			case top + 2:
@@ -76,7 +82,7 @@ func ValidJSON(data []byte) bool {
 				i++
 				continue
 			default:
-				return false
+				return i, false
 			}
 			break
 		}

@@ -101,7 +101,7 @@ type Record struct {
 	// It is nil for ephemeral events, which are never logged.
 	Line []byte
 
-	body     []byte // ephemeral events: the event's own JSON
+	body     []byte // ephemeral WireDataer events: the event's own JSON (the others have their wire at once)
 	wireOnce sync.Once
 	wire     []byte
 }
@@ -128,15 +128,24 @@ func (r *Record) Wire() []byte {
 		if data == nil {
 			data = []byte("null")
 		}
-		w := make([]byte, 0, len(`{"event":,"data":}`)+len(r.Kind)+2+len(data)+1)
-		w = append(w, `{"event":`...)
-		w = wire.AppendJSONString(w, r.Kind, false)
-		w = append(w, `,"data":`...)
-		w = append(w, data...)
-		w = append(w, "}\n"...)
-		r.wire = w
+		r.wire = appendWire(make([]byte, 0, wireLen(r.Kind, data)), r.Kind, data)
 	})
 	return r.wire
+}
+
+// appendWire appends the control-socket line {"event":kind,"data":data}\n.
+func appendWire(w []byte, kind string, data []byte) []byte {
+	w = append(w, `{"event":`...)
+	w = wire.AppendJSONString(w, kind, false)
+	w = append(w, `,"data":`...)
+	w = append(w, data...)
+	return append(w, "}\n"...)
+}
+
+// wireLen is the length of appendWire's line for a kind that needs no
+// escaping.
+func wireLen(kind string, data []byte) int {
+	return len(`{"event":"","data":}`+"\n") + len(kind) + len(data)
 }
 
 // Sink receives records. Deliver is called synchronously inside Emit, from
@@ -352,7 +361,14 @@ func (b *Bus) Emit(ev Event) *Record {
 	body := b.encode(eb, kind, ev)
 	if _, ok := ev.(Ephemeral); ok {
 		r.TS = time.Now()
-		r.body = bytes.Clone(body)
+		if _, wd := ev.(WireDataer); wd {
+			r.body = bytes.Clone(body)
+		} else {
+			// Its control-socket line is all it will be: made now, in
+			// one allocation (the flood of task.message comes this way).
+			r.wire = appendWire(make([]byte, 0, wireLen(kind, body)), kind, body)
+			r.wireOnce.Do(func() {})
+		}
 	} else {
 		line := make([]byte, 0, linePrefixMax+len(kind)+len(body))
 		if b.queue == nil {
@@ -388,7 +404,8 @@ func (b *Bus) Emit(ev Event) *Record {
 func (b *Bus) encode(eb *encBuf, kind string, ev Event) []byte {
 	eb.buf.Reset()
 	if a, ok := ev.(Appender); ok {
-		return a.AppendJSON(eb.buf.AvailableBuffer())
+		eb.app = a.AppendJSON(eb.app[:0]) // kept for the next event: appending allocates only when it grows
+		return eb.app
 	}
 	if err := eb.enc.Encode(ev); err != nil {
 		b.limit.do("marshal", func(suppressed int) {
@@ -429,6 +446,7 @@ func appendLine(dst []byte, ts time.Time, seq uint64, kind string, body []byte) 
 type encBuf struct {
 	buf bytes.Buffer
 	enc *json.Encoder
+	app []byte // what an Appender appended to
 }
 
 var encPool = sync.Pool{New: func() any {
@@ -439,7 +457,7 @@ var encPool = sync.Pool{New: func() any {
 }}
 
 func (e *encBuf) put() {
-	if e.buf.Cap() > 64<<10 {
+	if e.buf.Cap() > 64<<10 || cap(e.app) > 64<<10 {
 		return // don't keep a huge buffer alive for one large event
 	}
 	encPool.Put(e)
