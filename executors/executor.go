@@ -14,6 +14,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -1009,9 +1010,16 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 		slices.SortStableFunc(m.batch, bySeq)
 	}
 	r := e.run
+	// Published in order, as one batch of events.
+	tms := make([]TaskMessage, len(m.batch))
+	evs := make([]eventlog.Event, len(m.batch))
+	for i, msg := range m.batch {
+		tms[i] = TaskMessage{TaskID: msg.TaskID, SessionID: msg.SessionID, Sequence: msg.Sequence,
+			EventType: msg.EventType, EventData: msg.EventData}
+		evs[i] = &tms[i]
+	}
+	e.ps.m.bus.EmitAll(evs)
 	for _, msg := range m.batch {
-		e.ps.m.bus.Emit(TaskMessage{TaskID: msg.TaskID, SessionID: msg.SessionID, Sequence: msg.Sequence,
-			EventType: msg.EventType, EventData: msg.EventData})
 		if r != nil && msg.TaskID == r.rec.ID {
 			r.pending--
 			r.committed++

@@ -33,10 +33,15 @@ func NewRPCLineReader(r io.Reader, max int) *LineReader {
 	if max <= 0 {
 		max = DefaultMaxRPCLine
 	}
-	lr := NewLineReader(r, max)
+	lr := newLineReaderSize(r, max, rpcReaderBufSize)
 	lr.what = "JSON-RPC line"
 	return lr
 }
+
+// rpcReaderBufSize is a JSON-RPC reader's buffer: larger than a control
+// connection's, since an executor streams (a read a 64 KiB, not a 4 KiB),
+// and executors are few.
+const rpcReaderBufSize = 64 << 10
 
 // RPCKind is which of the four JSON-RPC messages a line is.
 type RPCKind uint8

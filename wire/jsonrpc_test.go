@@ -678,7 +678,7 @@ func TestRPCLineReader(t *testing.T) {
 		if !errors.Is(err, ErrLineTooLong) || !strings.Contains(err.Error(), fmt.Sprint(want)) {
 			t.Fatalf("max %d: err = %v", max, err)
 		}
-		if cr.n > want+1+lineReaderBufSize || cap(lr.buf) > want+1 {
+		if cr.n > want+1+rpcReaderBufSize || cap(lr.buf) > want+1 {
 			t.Fatalf("max %d: read %d bytes, buffered %d", max, cr.n, cap(lr.buf))
 		}
 	}

@@ -29,7 +29,10 @@ import (
 // the store); and the time from an executor's SIGKILL to task.finished
 // {executor_lost} at a subscriber.
 func runExecutors(b *bench) error {
-	n := pick(b, 20000, 3000)
+	// Throughput is the steady rate: 100,000 messages a flood (some 0.6 s),
+	// the best of three floods, as the baseline is the best of three pipes.
+	n := pick(b, 100000, 3000)
+	const tries = 3
 	base, err := floodBaseline(b, n)
 	if err != nil {
 		return err
@@ -107,15 +110,28 @@ func runExecutors(b *bench) error {
 		return float64(n) / last.Sub(t0).Seconds(), sub, res.SessionID, nil
 	}
 
+	// best runs the flood phase tries times and returns its best rate.
+	best := func(phase string) (float64, error) {
+		var top float64
+		for i := range tries {
+			rate, sub, _, err := flood(fmt.Sprintf("%s (%d of %d)", phase, i+1, tries), nil)
+			if err != nil {
+				return 0, err
+			}
+			sub.close()
+			top = max(top, rate)
+		}
+		return top, nil
+	}
+
 	// 1. One subscriber.
-	rate, sub, _, err := flood("plain", nil)
+	rate, err := best("plain")
 	if err != nil {
 		return err
 	}
-	sub.close()
-	b.add(Row{Metric: fmt.Sprintf("report_message throughput, executor → daemon (store, publish) → subscriber (%d messages)", n),
+	b.add(Row{Metric: fmt.Sprintf("report_message throughput, executor → daemon (store, publish) → subscriber (%d messages, best of %d)", n, tries),
 		N: n, Orchestrd: fmt.Sprintf("%.0f msg/s", rate), Value: rate, Unit: "msg/s",
-		Baseline: fmt.Sprintf("%.0f msg/s (NDJSON pipe between two processes)", base), BaselineValue: &base,
+		Baseline: fmt.Sprintf("%.0f msg/s (NDJSON pipe between two processes, best of 3)", base), BaselineValue: &base,
 		Ratio: fmt.Sprintf("%.0f%% of baseline", 100*rate/base), Target: "≥ 50% of baseline", Met: boolp(rate >= base/2)})
 
 	// 2. With a stalled subscriber: a connection subscribed to every
@@ -128,12 +144,11 @@ func runExecutors(b *bench) error {
 		stalledConn.Close()
 		return err
 	}
-	rate2, sub, _, err := flood("stalled", nil)
+	rate2, err := best("stalled")
 	stalledConn.Close()
 	if err != nil {
 		return err
 	}
-	sub.close()
 	b.add(Row{Metric: "… with a stalled subscriber present", N: n, Orchestrd: fmt.Sprintf("%.0f msg/s", rate2), Value: rate2,
 		Unit: "msg/s", Baseline: fmt.Sprintf("%.0f msg/s (no stalled subscriber, this run)", rate), BaselineValue: &rate,
 		Ratio: fmt.Sprintf("%.0f%%", 100*rate2/rate), Target: "unchanged (≥ 80%)", Met: boolp(rate2 >= 0.8*rate)})
@@ -229,7 +244,10 @@ func runExecutors(b *bench) error {
 		Value: float64(len(stored)), Unit: "messages", Target: "switches, nothing lost, RSS flat", Met: boolp(ok)})
 
 	// 4. Executor death -> task.finished {executor_lost} at a subscriber.
-	trials := pick(b, 50, 10)
+	// 200 deaths: with 50, the p99 was the second worst of them, and the
+	// kernel's own teardown of a killed process (1.7 ms at the median on
+	// this VM, for a Go process; 4 ms for python) has a tail of its own.
+	trials := pick(b, 200, 10)
 	dsub, err := d.subscribe("task.finished")
 	if err != nil {
 		return err
@@ -273,7 +291,7 @@ func runExecutors(b *bench) error {
 	}
 	st := b.sample("executors.death_to_finished_ms", durationsMs(ds), "ms")
 	b.add(Row{Metric: "p50 executor SIGKILL → task.finished {executor_lost} at a subscriber", N: st.N, Orchestrd: fmtMs(st.P50), Value: st.P50, Unit: "ms"})
-	b.add(Row{Metric: "p99 executor SIGKILL → task.finished {executor_lost} at a subscriber", N: st.N, Orchestrd: fmtMs(st.P99), Value: st.P99, Unit: "ms",
+	b.add(Row{Metric: "p99 executor SIGKILL → task.finished {executor_lost} at a subscriber (worst " + fmtMs(st.Max) + ")", N: st.N, Orchestrd: fmtMs(st.P99), Value: st.P99, Unit: "ms",
 		Target: "≤ 5 ms", Met: boolp(st.P99 <= 5)})
 	return d.stop()
 }

@@ -355,8 +355,31 @@ func (b *Bus) Emit(ev Event) *Record {
 	if ev == nil {
 		return nil
 	}
+	r := &Record{}
+	b.emit(r, ev, nil)
+	return r
+}
+
+// EmitAll emits each event of evs in order, as Emit does, for the events
+// that come in batches (an executor's messages): their records are one
+// allocation, and the control-socket lines of the ephemeral ones share a
+// few. Nil events are skipped.
+func (b *Bus) EmitAll(evs []Event) {
+	recs := make([]Record, len(evs))
+	var lines []byte
+	for i, ev := range evs {
+		if ev != nil {
+			b.emit(&recs[i], ev, &lines)
+		}
+	}
+}
+
+// emit fills r for ev and emits it. lines, when not nil, is where an
+// ephemeral event's control-socket line is appended (a line keeps the
+// array it was made in; a full one is left for a new one).
+func (b *Bus) emit(r *Record, ev Event, lines *[]byte) {
 	kind := ev.Kind()
-	r := &Record{Kind: kind, Event: ev}
+	r.Kind, r.Event = kind, ev
 	eb := encPool.Get().(*encBuf)
 	body := b.encode(eb, kind, ev)
 	if _, ok := ev.(Ephemeral); ok {
@@ -366,7 +389,18 @@ func (b *Bus) Emit(ev Event) *Record {
 		} else {
 			// Its control-socket line is all it will be: made now, in
 			// one allocation (the flood of task.message comes this way).
-			r.wire = appendWire(make([]byte, 0, wireLen(kind, body)), kind, body)
+			n := wireLen(kind, body)
+			switch {
+			case lines == nil:
+				r.wire = appendWire(make([]byte, 0, n), kind, body)
+			default:
+				if cap(*lines)-len(*lines) < n {
+					*lines = make([]byte, 0, max(n, linesBlock))
+				}
+				start := len(*lines)
+				*lines = appendWire(*lines, kind, body)
+				r.wire = (*lines)[start:len(*lines):len(*lines)]
+			}
 			r.wireOnce.Do(func() {})
 		}
 	} else {
@@ -395,8 +429,11 @@ func (b *Bus) Emit(ev Event) *Record {
 	}
 	eb.put()
 	b.deliver(r)
-	return r
 }
+
+// linesBlock is how much of EmitAll's control-socket lines one allocation
+// holds.
+const linesBlock = 32 << 10
 
 // encode marshals ev into eb and returns its JSON object (aliasing eb's
 // buffer). Events that fail to marshal are still logged, with an
