@@ -327,7 +327,8 @@ func (t *task) flood(n int) {
 		buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
 		buf = append(buf, `,"event_type":"content_block_delta","event_data":{"delta":{"text":"chunk `...)
 		buf = strconv.AppendInt(buf, int64(i+1), 10)
-		buf = append(buf, "\"}}}}\n"...)
+		// The same text as orchbench's baseline (internal/flood) sends.
+		buf = append(buf, " of the agent's streamed answer\"}}}}\n"...)
 		if len(buf) >= 32<<10 {
 			flush()
 		}
