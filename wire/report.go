@@ -70,25 +70,15 @@ func decodeReport(params []byte, in *Interner) (ReportMessage, bool) {
 		if !ok {
 			return r, true
 		}
-		var s *string
-		var n *int64
 		// encoding/json matches names without regard to case (Unicode
 		// simple folding), and so does this.
-		switch foldReportKey(key) {
-		case "session_token":
-			s = &r.SessionToken
-		case "task_id":
-			s = &r.TaskID
-		case "event_type":
-			s = &r.EventType
-		case "sequence":
-			n = &r.Sequence
-		case "timestamp":
-			n = &r.Timestamp
-		case "event_data":
+		name := foldReportKey(key)
+		if name == "event_data" {
 			r.EventData = json.RawMessage(val)
 			continue
-		default:
+		}
+		s, n := r.slot(name)
+		if s == nil && n == nil {
 			continue
 		}
 		if string(val) == "null" {
@@ -112,6 +102,25 @@ func decodeReport(params []byte, in *Interner) (ReportMessage, bool) {
 			*n = v
 		}
 	}
+}
+
+// slot is the field of r a member named name (a JSON name of
+// ReportMessage) is decoded into: a string or an integer; neither for
+// event_data and any other name.
+func (r *ReportMessage) slot(name string) (*string, *int64) {
+	switch name {
+	case "session_token":
+		return &r.SessionToken, nil
+	case "task_id":
+		return &r.TaskID, nil
+	case "event_type":
+		return &r.EventType, nil
+	case "sequence":
+		return nil, &r.Sequence
+	case "timestamp":
+		return nil, &r.Timestamp
+	}
+	return nil, nil
 }
 
 var reportKeys = []string{"session_token", "task_id", "event_type", "sequence", "timestamp", "event_data"}

@@ -82,20 +82,10 @@ func (in *Interner) reportParams(line []byte, i int, r *ReportMessage) (int, boo
 		if key, i, ok = plainKey(line, i); !ok {
 			return i, false
 		}
-		var s *string
-		var n *int64
-		switch string(key) {
-		case "session_token":
-			s = &r.SessionToken
-		case "task_id":
-			s = &r.TaskID
-		case "event_type":
-			s = &r.EventType
-		case "sequence":
-			n = &r.Sequence
-		case "timestamp":
-			n = &r.Timestamp
-		case "event_data":
+		s, n := r.slot(string(key))
+		switch {
+		case s != nil || n != nil:
+		case string(key) == "event_data":
 			start := i
 			if i, ok = validValue(line, i, 2); !ok {
 				return i, false
