@@ -147,26 +147,27 @@ func (w *messagesWrite) prepare() error {
 	}
 	now := time.Now()
 	var at timeText
-	for len(ms) > 0 {
-		n := 1
-		size := 2
-		for n < len(ms) && ms[n].TaskID == ms[0].TaskID {
-			n++
+	for i := 0; i < len(ms); {
+		row := messageRow{task: ms[i].TaskID, session: ms[i].SessionID, first: ms[i].Sequence}
+		// The messages of this row: the task's, as many as fit in
+		// maxRowBytes (one at least).
+		j, size := i, 2
+		for j < len(ms) && ms[j].TaskID == row.task {
+			n := len(ms[j].EventType) + len(ms[j].EventData) + messageOverhead
+			if j > i && size+n > maxRowBytes {
+				break
+			}
+			size += n
+			j++
 		}
-		group := ms[:n]
-		ms = ms[n:]
-		for _, m := range group {
-			size += len(m.EventType) + len(m.EventData) + messageOverhead
-		}
-		row := messageRow{task: group[0].TaskID, session: group[0].SessionID, first: group[0].Sequence}
 		// Built in place: the row's text is the builder's one allocation.
 		var sb strings.Builder
 		sb.Grow(size)
 		var scratch [96]byte
 		sb.WriteByte('[')
-		for i, m := range group {
-			if i > 0 && m.Sequence == group[i-1].Sequence {
-				continue
+		for k, m := range ms[i:j] {
+			if k > 0 && m.Sequence == row.last {
+				continue // a duplicate: the first of the batch stays
 			}
 			if row.count > 0 {
 				sb.WriteByte(',')
@@ -183,9 +184,17 @@ func (w *messagesWrite) prepare() error {
 		sb.WriteByte(']')
 		row.messages = sb.String()
 		w.rows = append(w.rows, row)
+		// Duplicates of the row's last message do not start the next.
+		for i = j; i < len(ms) && ms[i].TaskID == row.task && ms[i].Sequence == row.last; i++ {
+		}
 	}
 	return nil
 }
+
+// maxRowBytes bounds one row's messages (a message larger than it has a
+// row of its own): SQLite refuses a value over 1e9 bytes, and an
+// executor's line may be 8 MiB.
+const maxRowBytes = 4 << 20
 
 // messageOverhead is about what a stored message takes besides its event
 // type and data.

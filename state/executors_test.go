@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +212,49 @@ func TestMessagesMigratedFromRows(t *testing.T) {
 	}
 	if ms, err := s.Tasks().Messages("s-1", 2); err != nil || len(ms) != 2 || ms[0].Sequence != 2 || ms[1].Sequence != 3 {
 		t.Fatalf("the last 2 after a new message: %+v, %v", ms, err)
+	}
+}
+
+// A commit of large messages is split into rows of at most maxRowBytes
+// (SQLite refuses a value over 1e9 bytes; an executor's line may be
+// 8 MiB), a message larger than that alone in its row, and read back
+// whole, a duplicate at a split kept out.
+func TestMessagesLargeCommitSplit(t *testing.T) {
+	s := openT(t, dbPath(t), testOpts)
+	if err := s.Do(ctx, TaskCreated(api.TaskRecord{ID: "t-big", SessionID: "s", Executor: "e", State: api.TaskQueued, CreatedAt: time.Now()})); err != nil {
+		t.Fatal(err)
+	}
+	data := func(n int, c byte) json.RawMessage {
+		return json.RawMessage(`"` + strings.Repeat(string(c), n) + `"`)
+	}
+	sizes := []int{3 << 20, 3 << 20, 5 << 20, 1 << 10, 1 << 10}
+	var ms []api.SessionMessage
+	for i, n := range sizes {
+		ms = append(ms, api.SessionMessage{SessionID: "s", TaskID: "t-big", Sequence: int64(i + 1), EventType: "e", EventData: data(n, byte('a'+i))})
+	}
+	// The second message again, right after itself and too large to join
+	// its row: the next row would start with it.
+	ms = slices.Insert(ms, 2, api.SessionMessage{SessionID: "s", TaskID: "t-big", Sequence: 2, EventType: "dup", EventData: data(3<<20, 'z')})
+	if err := s.Do(ctx, MessagesReported(ms)); err != nil {
+		t.Fatal(err)
+	}
+	var rows string
+	if err := s.Do(ctx, &sqlWrite{query: `SELECT group_concat(count, ' ') FROM (SELECT count FROM task_message_batches ORDER BY id)`, out: &rows}); err != nil {
+		t.Fatal(err)
+	}
+	if rows != "1 1 1 2" {
+		t.Errorf("messages a row: %q, want \"1 1 1 2\" (3 MiB; 3 MiB; 5 MiB; 1 KiB and 1 KiB)", rows)
+	}
+	got, err := s.Tasks().Messages("s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(sizes) {
+		t.Fatalf("%d messages read back, want %d", len(got), len(sizes))
+	}
+	for i, m := range got {
+		if m.Sequence != int64(i+1) || m.EventType != "e" || string(m.EventData) != string(data(sizes[i], byte('a'+i))) {
+			t.Errorf("message %d: sequence %d, type %q, %d bytes of data", i+1, m.Sequence, m.EventType, len(m.EventData))
+		}
 	}
 }
