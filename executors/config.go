@@ -74,6 +74,10 @@ type PoolConfig struct {
 	// resume_notifications below LowWater.
 	HighWater int `toml:"high_water"`
 	LowWater  int `toml:"low_water"`
+	// MaxPendingBytes also closes the read gate: the event data read from
+	// one executor and not yet committed, whatever its count (a line may
+	// be 8 MiB).
+	MaxPendingBytes int `toml:"max_pending_bytes"`
 	// get_execution_context's pool-wide parts.
 	MCPServers   []MCPServer              `toml:"mcp_servers"`
 	ContextFiles []string                 `toml:"context_files"`
@@ -92,7 +96,7 @@ func DefaultPool() PoolConfig {
 		ShutdownTimeout:   api.Duration{Duration: 5 * time.Second},
 		TaskTimeout:       api.Duration{Duration: 30 * time.Minute},
 		StopGrace:         api.Duration{Duration: 5 * time.Second},
-		HighWater:         100, LowWater: 50,
+		HighWater:         100, LowWater: 50, MaxPendingBytes: 64 << 20,
 		Restart: supervisor.DefaultRestartConfig(),
 	}
 }
@@ -145,6 +149,9 @@ func (p PoolConfig) validate(key string) []error {
 	}
 	if p.HighWater < 2 || p.HighWater > 1<<20 {
 		bad("high_water must be between 2 and %d, got %d", 1<<20, p.HighWater)
+	}
+	if p.MaxPendingBytes < 1<<10 || p.MaxPendingBytes > 1<<30 {
+		bad("max_pending_bytes must be between %d and %d, got %d", 1<<10, 1<<30, p.MaxPendingBytes)
 	}
 	if p.LowWater < 0 || p.LowWater >= p.HighWater {
 		bad("low_water must be >= 0 and below high_water (%d), got %d", p.HighWater, p.LowWater)

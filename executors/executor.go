@@ -74,16 +74,20 @@ type execActor struct {
 
 	// The notification pipeline: buf waits for the store, inflight is
 	// there, pending counts both.
-	buf      []api.SessionMessage
-	spare    []api.SessionMessage  // a committed batch's array, for buf to reuse
-	replies  map[string]wire.RPCID // create_message answers, by task/sequence
-	inflight bool
-	pending  int
-	paused   bool
-	gated    bool
-	protoErr int
-	pubArmed bool
-	now      time.Time // when the batch of lines being taken was read
+	buf   []api.SessionMessage
+	spare []api.SessionMessage // a committed batch's array, for buf to reuse
+	// pendingBytes: the event data of the pending messages. A line may be
+	// 8 MiB: the gate also closes at max_pending_bytes, so that memory per
+	// executor is bounded in bytes, not only in messages.
+	pendingBytes int
+	replies      map[string]wire.RPCID // create_message answers, by task/sequence
+	inflight     bool
+	pending      int
+	paused       bool
+	gated        bool
+	protoErr     int
+	pubArmed     bool
+	now          time.Time // when the batch of lines being taken was read
 }
 
 // running is the task an executor runs.
@@ -969,6 +973,7 @@ func (e *execActor) accept(c *actors.Context, r *running, msg api.SessionMessage
 	r.maxSeq = max(r.maxSeq, msg.Sequence)
 	r.pending++
 	e.pending++
+	e.pendingBytes += len(msg.EventData)
 	e.buf = append(e.buf, msg)
 	// flush and water follow once the batch of lines is taken (rpcIn).
 }
@@ -1034,6 +1039,9 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 	}
 	e.inflight = false
 	e.pending -= len(m.batch)
+	for _, msg := range m.batch {
+		e.pendingBytes -= len(msg.EventData)
+	}
 	// The batch is done with: its array takes the next messages.
 	clear(m.batch)
 	e.spare = m.batch[:0]
@@ -1045,7 +1053,7 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 }
 
 // water sends pause/resume around the marks and stops reading the socket
-// at four times the high mark.
+// at four times the high mark, or at max_pending_bytes of event data.
 func (e *execActor) water() {
 	cfg := e.ps.cfg
 	switch {
@@ -1058,7 +1066,7 @@ func (e *execActor) water() {
 		e.notify("resume_notifications", map[string]any{})
 		e.ps.m.bus.Emit(ExecutorResumed{Pool: e.ps.h.name, Executor: e.id, Pending: e.pending})
 	}
-	gate := e.pending >= 4*cfg.HighWater
+	gate := e.pending >= 4*cfg.HighWater || e.pendingBytes >= cfg.MaxPendingBytes
 	if e.conn != nil && gate != e.gated {
 		e.gated = gate
 		e.conn.gate(gate)

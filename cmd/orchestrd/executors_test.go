@@ -383,6 +383,75 @@ func TestExecutorBackpressure(t *testing.T) {
 	}
 }
 
+// The read gate closes on bytes too: an executor that ignores pause and
+// sends large messages while the store is locked is read up to
+// max_pending_bytes of event data, not up to 4 x high_water messages; once
+// the store is free again, every message is stored.
+func TestExecutorGateBytes(t *testing.T) {
+	const n, size = 100, 64 << 10
+	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 50\nlow_water = 10\nmax_pending_bytes = 1048576\n", "--ignore-pause"))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.home, "state.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"message","n":%d,"size":%d}`, n, size))})
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unlock()
+
+	// 16 messages of 64 KiB make 1 MiB: pending stops there (give or take
+	// the line the reader has started). Without the byte gate all 100
+	// would be read (4 x high_water is 200).
+	peak := 0
+	pending := func() int {
+		var r struct {
+			Pools []api.PoolStatus `json:"pools"`
+		}
+		d.mustCall("executor.list", nil, &r)
+		for _, p := range r.Pools {
+			for _, e := range p.Executors {
+				if e.TaskID == id {
+					peak = max(peak, e.Pending)
+					return e.Pending
+				}
+			}
+		}
+		return 0
+	}
+	eventually(t, 20*time.Second, "16 messages pending", func() bool { return pending() >= 16 })
+	for range 50 { // the gate holds while the store stays locked
+		pending()
+	}
+	t.Logf("at most %d messages pending", peak)
+	if peak > 24 {
+		t.Fatalf("%d messages of 64 KiB pending with max_pending_bytes = 1 MiB: the gate did not close on bytes", peak)
+	}
+	unlock()
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted || rec.MessageCount != n {
+		t.Fatalf("task after the store was free again: %+v", rec)
+	}
+	if got := len(d.session(session)); got != n {
+		t.Fatalf("%d of %d messages stored", got, n)
+	}
+}
+
 // A task past its timeout_ms ends timeout (stop_task first); task.stop
 // ends one cancelled; a bad token, a line that is not JSON and an unknown
 // method are refused without disturbing the task.

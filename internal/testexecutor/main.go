@@ -36,6 +36,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,6 +63,7 @@ type step struct {
 	N       int             `json:"n"`
 	Type    string          `json:"type"`
 	Text    string          `json:"text"`
+	Size    int             `json:"size"` // message: the text is this many x's
 	Data    json.RawMessage `json:"data"`
 	Percent int             `json:"percent"`
 	Message string          `json:"message"`
@@ -371,7 +373,11 @@ func (e *executor) execute(m rpc) {
 				if typ == "" {
 					typ = "content_block_delta"
 				}
-				var data any = map[string]any{"delta": map[string]string{"text": s.Text}}
+				text := s.Text
+				if s.Size > 0 {
+					text = strings.Repeat("x", s.Size)
+				}
+				var data any = map[string]any{"delta": map[string]string{"text": text}}
 				if len(s.Data) > 0 {
 					data = s.Data
 				}
