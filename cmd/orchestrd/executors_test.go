@@ -298,6 +298,39 @@ func TestExecutorLost(t *testing.T) {
 	}
 }
 
+// lockStore takes the write lock of home's state.db as another process
+// would, until unlock (once; the test's end unlocks too).
+func lockStore(t *testing.T, home string) (unlock func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(home, "state.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		conn.Close()
+		db.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+			conn.Close()
+			db.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // A flood of report_message while the store is locked by another process:
 // the daemon pauses the executor, resumes it, and every message is stored
 // and streamed exactly once.
@@ -309,33 +342,10 @@ func TestExecutorBackpressure(t *testing.T) {
 	defer sub.Close()
 	d.check(call(sub, "events.subscribe", map[string]any{"kinds": []string{"task.message", "task.finished"}}, nil))
 
-	// Another process holds the store's write lock.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.home, "state.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// The task's own record first, then the lock.
+	// The task's own record first, then another process holds the
+	// store's write lock.
 	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"flood","n":%d}`, n))})
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	locked := true
-	unlock := func() {
-		if locked {
-			locked = false
-			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unlock()
+	unlock := lockStore(t, d.home)
 	d.waitEvent("executor.paused", nil)
 	unlock()
 
@@ -390,31 +400,8 @@ func TestExecutorBackpressure(t *testing.T) {
 func TestExecutorGateBytes(t *testing.T) {
 	const n, size = 100, 64 << 10
 	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 50\nlow_water = 10\nmax_pending_bytes = 1048576\n", "--ignore-pause"))
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(d.home, "state.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"message","n":%d,"size":%d}`, n, size))})
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	locked := true
-	unlock := func() {
-		if locked {
-			locked = false
-			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unlock()
+	unlock := lockStore(t, d.home)
 
 	// 16 messages of 64 KiB make 1 MiB: pending stops there (give or take
 	// the line the reader has started). Without the byte gate all 100
