@@ -56,10 +56,11 @@ func (in *Interner) DecodeReportLine(line []byte) (ReportMessage, bool) {
 				return r, false
 			}
 		}
-		if i, ok = nextMember(line, i); !ok {
+		var closed bool
+		if i, closed, ok = nextMember(line, i); !ok {
 			return r, false
 		}
-		if line[i-1] == '}' {
+		if closed {
 			break
 		}
 	}
@@ -115,10 +116,11 @@ func (in *Interner) reportParams(line []byte, i int, r *ReportMessage) (int, boo
 				return i, false
 			}
 		}
-		if i, ok = nextMember(line, i); !ok {
+		var closed bool
+		if i, closed, ok = nextMember(line, i); !ok {
 			return i, false
 		}
-		if line[i-1] == '}' {
+		if closed {
 			return i, true
 		}
 	}
@@ -187,16 +189,19 @@ func plainInt(line []byte, i int) (int64, int, bool) {
 }
 
 // nextMember steps over the white space after a member's value and its
-// ',' or '}', returning the index past that and the white space after it.
-func nextMember(line []byte, i int) (int, bool) {
+// ',' (then the white space after it) or its '}' (closed), returning the
+// index past them.
+func nextMember(line []byte, i int) (next int, closed, ok bool) {
 	i = skipJSONSpace(line, i)
-	if i >= len(line) || line[i] != ',' && line[i] != '}' {
-		return i, false
+	switch {
+	case i >= len(line):
+		return i, false, false
+	case line[i] == '}':
+		return i + 1, true, true
+	case line[i] == ',':
+		return skipJSONSpace(line, i+1), false, true
 	}
-	if line[i] == '}' {
-		return i + 1, true
-	}
-	return skipJSONSpace(line, i+1), true
+	return i, false, false
 }
 
 func hasAt(line []byte, i int, s string) bool {
