@@ -141,15 +141,28 @@ func Run(ctx context.Context, opts Options) error {
 	defer sys.Shutdown()
 
 	d := cfg.Daemon
+	// vibe-reachout's hook socket before anything that starts a sandbox:
+	// each one hides it. Answered once its approvals can be (Serve below);
+	// closed after the approvals have answered its waiting hooks.
+	hookSrv := listenReachout(cfg.Approvals, bus, opts.Logger)
+	closeHook := func() {
+		if hookSrv != nil {
+			if err := hookSrv.Close(); err != nil {
+				opts.Logger.Error().Err(err).Msg("closing vibe-reachout's hook socket")
+			}
+		}
+	}
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
-		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe,
-		RunnerStderr: opts.RunnerStderr, Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st}})
+		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe, Hide: hookHide(hookSrv),
+		RunnerStderr: opts.RunnerStderr, RunnerEnv: runnerLogEnv(), Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st}})
 	if err != nil {
+		closeHook()
 		return fmt.Errorf("starting lanes: %w", err)
 	}
 	killed := 0
 	shutdownLanes := func(reason string) {
+		defer closeHook() // on the paths that fail before the approvals: a no-op once closed
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownTimeout.Duration+10*time.Second)
 		defer cancel()
 		n, err := mgr.Shutdown(sctx)
@@ -199,7 +212,7 @@ func Run(ctx context.Context, opts Options) error {
 	execMgr, err := executors.Start(executors.Options{Pools: cfg.Executors, Home: opts.Home, Bus: bus, System: sys,
 		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: executorLog{st}, Secrets: secretsFile,
 		Permissions: executorPermissions{approvalsMgr}, Stderr: opts.RunnerStderr,
-		Sandbox: cfg.Daemon.Sandbox, Exe: opts.Exe})
+		Sandbox: cfg.Daemon.Sandbox, Exe: opts.Exe, Hide: hookHide(hookSrv)})
 	if err != nil {
 		shutdownApprovals()
 		shutdownLanes("executors failed")
@@ -258,9 +271,10 @@ func Run(ctx context.Context, opts Options) error {
 	// cannot listen (the daemon goes on).
 	httpSrv := startHTTP(cfg.HTTP, opts.Home, st, opts.Version, mgr, bus, started, opts.Logger)
 	registerHTTPInfo(srv, httpSrv, cfg.HTTP, st.NodeID())
-	// vibe-reachout's hook socket, once its approvals can be answered; nil
-	// when off or when the socket cannot be made (the daemon goes on).
-	hookSrv := startReachout(cfg.Approvals, approvalsMgr, bus, opts.Logger)
+	// vibe-reachout's hook socket is answered once its approvals can be.
+	if hookSrv != nil {
+		hookSrv.Serve(approvalsMgr)
+	}
 	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
@@ -341,11 +355,7 @@ func Run(ctx context.Context, opts Options) error {
 			shutdownExecutors()
 			shutdownApprovals()
 			// Its waiting hooks were answered by the approvals' Shutdown.
-			if hookSrv != nil {
-				if err := hookSrv.Close(); err != nil {
-					opts.Logger.Error().Err(err).Msg("closing vibe-reachout's hook socket")
-				}
-			}
+			closeHook()
 			shutdownLanes("stopping")
 			cancel()
 			_ = srv.Close()
@@ -371,6 +381,19 @@ func Run(ctx context.Context, opts Options) error {
 			Int("killed_runners", killed).Msg("orchestrd stopped")
 	}
 	return err
+}
+
+// runnerLogEnv is what a runner takes of the daemon's environment beside
+// what its lane lets its jobs have: its log settings (ORCHESTRD_LOG_*),
+// which it never passes on to a job.
+func runnerLogEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "ORCHESTRD_LOG_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // prepareHome creates the home directory 0700, or tightens it to 0700, and

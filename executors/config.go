@@ -10,6 +10,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // This file holds the executors' own tables of the config file
@@ -20,6 +21,12 @@ import (
 const (
 	NetworkNone = "none"
 	NetworkHost = "host"
+)
+
+// Transports: how the daemon and an executor are connected.
+const (
+	TransportSocket = "socket" // the executor listens on --socket PATH (Agor's way)
+	TransportFD     = "fd"     // a socketpair; the executor's end is its descriptor 3
 )
 
 // MCPServer is one [[executors.NAME.mcp_servers]] entry, handed to the
@@ -44,7 +51,21 @@ type PoolConfig struct {
 	// argument holds "{socket}", which is replaced by PATH.
 	Command []string          `toml:"command"`
 	Env     map[string]string `toml:"env"`
-	Cwd     string            `toml:"cwd"`
+	// InheritEnv names the variables of the daemon's environment (a name,
+	// or a prefix ending in "*") the executors get beside the base ones
+	// (proc.BaseEnvKeys); nothing else of it reaches them.
+	InheritEnv []string `toml:"inherit_env"`
+	// Secrets lists the secrets (of secrets.toml, by a name get_api_key
+	// takes: "anthropic", "GITHUB_TOKEN") the pool's tasks may receive;
+	// none by default.
+	Secrets []string `toml:"secrets"`
+	// Transport is how the daemon reaches the executor: "socket" (the
+	// default, as Agor's executors expect: the executor listens on a
+	// path in a directory of its own) or "fd" (a socketpair: the
+	// executor gets its end as descriptor 3, "--fd 3" appended unless an
+	// argument holds "{fd}").
+	Transport string `toml:"transport"`
+	Cwd       string `toml:"cwd"`
 	// Instances are kept warm (started before any task); MaxInstances
 	// bounds the processes running at once.
 	Instances    int    `toml:"instances"`
@@ -89,7 +110,7 @@ type PoolConfig struct {
 // config file sets only what it changes.
 func DefaultPool() PoolConfig {
 	return PoolConfig{
-		MaxInstances: 4, Network: NetworkHost, QueueLimit: 1000,
+		MaxInstances: 4, Network: NetworkHost, QueueLimit: 1000, Transport: TransportSocket,
 		IdleTimeout:       api.Duration{Duration: 5 * time.Minute},
 		StartupTimeout:    api.Duration{Duration: 10 * time.Second},
 		PermissionTimeout: api.Duration{Duration: 30 * time.Second},
@@ -124,6 +145,24 @@ func (p PoolConfig) validate(key string) []error {
 	}
 	if p.Instances < 0 || p.Instances > p.MaxInstances {
 		bad("instances must be between 0 and max_instances (%d), got %d", p.MaxInstances, p.Instances)
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		if err := proc.CheckEnvEntry(k, p.Env[k]); err != nil {
+			bad("env: %v", err)
+		}
+	}
+	for _, n := range p.InheritEnv {
+		if err := proc.CheckEnvName(n); err != nil {
+			bad("inherit_env: %v", err)
+		}
+	}
+	for _, s := range p.Secrets {
+		if s == "" {
+			bad("secrets: an empty name")
+		}
+	}
+	if p.Transport != TransportSocket && p.Transport != TransportFD {
+		bad("transport must be \"socket\" or \"fd\", got %q", p.Transport)
 	}
 	if p.Network != NetworkNone && p.Network != NetworkHost {
 		bad("network must be \"none\" or \"host\", got %q", p.Network)

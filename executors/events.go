@@ -135,20 +135,28 @@ type TaskRecovered struct {
 func (TaskRecovered) Kind() string { return "task.recovered" }
 
 // SecretIssued: get_api_key handed a secret to a task's executor. Never
-// the value.
+// the value. Service is the name asked for (eventlog.Ident: a name that is
+// not a plain identifier is shown as its length and hash), Entry the
+// secrets file's entry that answered.
 type SecretIssued struct {
 	TaskID   string `json:"task_id"`
 	Service  string `json:"service"`
 	Executor string `json:"executor"`
+	Pool     string `json:"pool"`
+	Entry    string `json:"entry"`
 }
 
 func (SecretIssued) Kind() string { return "secret.issued" }
 
-// SecretRefused: get_api_key asked for a secret that is not configured.
+// SecretRefused: get_api_key asked for a secret that is not configured
+// (reason not_configured) or that the pool's secrets do not list
+// (not_allowed). Service is the name asked for, as in SecretIssued.
 type SecretRefused struct {
 	TaskID   string `json:"task_id"`
 	Service  string `json:"service"`
 	Executor string `json:"executor"`
+	Pool     string `json:"pool"`
+	Reason   string `json:"reason"`
 }
 
 func (SecretRefused) Kind() string { return "secret.refused" }
@@ -160,7 +168,9 @@ type ExecutorSpawned struct {
 	Pool     string `json:"pool"`
 	Executor string `json:"executor"`
 	Pid      int    `json:"pid"`
-	Socket   string `json:"socket"`
+	Socket   string `json:"socket,omitempty"` // transport socket: the path it listens on
+	// Transport is how the daemon reaches it: socket or fd (a socketpair).
+	Transport string `json:"transport"`
 }
 
 func (ExecutorSpawned) Kind() string { return "executor.spawned" }
@@ -185,6 +195,21 @@ type ExecutorStartFailed struct {
 }
 
 func (ExecutorStartFailed) Kind() string { return "executor.start_failed" }
+
+// ExecutorPeerRefused: what listened on an executor's socket was not the
+// process the daemon spawned for it (nor one of that process's own
+// children), so the daemon spoke no word to it and killed the executor.
+// PeerPid is 0 when the listener lives where the daemon cannot see it.
+type ExecutorPeerRefused struct {
+	Pool     string `json:"pool"`
+	Executor string `json:"executor"`
+	Pid      int    `json:"pid"`
+	PeerPid  int32  `json:"peer_pid"`
+	PeerUID  uint32 `json:"peer_uid"`
+	Reason   string `json:"reason"`
+}
+
+func (ExecutorPeerRefused) Kind() string { return "executor.peer_refused" }
 
 // ExecutorExited: an executor process ended; Task is the task it held
 // (failed executor_lost), if any.
@@ -310,7 +335,7 @@ func init() {
 	eventlog.Register(TerminalOpened{}, TerminalClosed{}, TerminalOpenFailed{},
 		TaskQueued{}, TaskStarted{}, TaskMessage{}, TaskProgress{}, TaskErrorReported{},
 		TaskFinished{}, TaskPermissionRequested{}, TaskPermissionDecided{}, TaskRecovered{}, SecretIssued{},
-		SecretRefused{}, ExecutorSpawned{}, ExecutorConnected{}, ExecutorStartFailed{}, ExecutorExited{},
+		SecretRefused{}, ExecutorSpawned{}, ExecutorConnected{}, ExecutorStartFailed{}, ExecutorPeerRefused{}, ExecutorExited{},
 		ExecutorRestartScheduled{}, ExecutorPaused{}, ExecutorResumed{}, ExecutorBadToken{},
 		ExecutorProtocolError{}, ExecutorStopping{}, ExecutorKilled{})
 }

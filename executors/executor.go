@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -53,7 +55,9 @@ type execActor struct {
 	self actors.Ref
 	sys  *actors.System
 
-	sock     string
+	sock     string   // transport socket: the path the executor listens on
+	sockDir  string   // its directory, the executor's alone; removed when it ends
+	pair     *os.File // transport fd: the daemon's end of the socketpair, until connected
 	inc      *proc.Incarnation
 	pid      int
 	conn     *conn
@@ -122,9 +126,13 @@ type (
 		conn net.Conn
 		took time.Duration
 	}
-	eDialFailed struct{ reason string }
-	rpcIn       struct{ ins []inbound }
-	committed   struct {
+	eDialFailed  struct{ reason string }
+	ePeerRefused struct {
+		peer   proc.Peer
+		reason string
+	}
+	rpcIn     struct{ ins []inbound }
+	committed struct {
 		batch []api.SessionMessage
 		err   error
 	}
@@ -180,6 +188,10 @@ func (e *execActor) Receive(c *actors.Context) {
 	case eDialFailed:
 		e.ps.m.bus.Emit(ExecutorStartFailed{Pool: e.ps.h.name, Executor: e.id, Reason: msg.reason})
 		e.kill("startup_timeout")
+	case ePeerRefused:
+		e.ps.m.bus.Emit(ExecutorPeerRefused{Pool: e.ps.h.name, Executor: e.id, Pid: e.pid,
+			PeerPid: msg.peer.Pid, PeerUID: msg.peer.UID, Reason: msg.reason})
+		e.kill("peer_refused")
 	case eExited:
 		e.exitedMsg(msg)
 	case rpcIn:
@@ -274,29 +286,50 @@ func (e *execActor) maybeStop(c *actors.Context) {
 
 // ---- the process ----
 
+// spawn starts the executor process, connected to the daemon in a way no
+// other process can take: transport fd, a socketpair whose end it
+// inherits as descriptor 3; transport socket, a path in a 0700 directory
+// of its own under the daemon's home, which every other sandbox hides (a
+// sandboxed executor sees only its own, see Manager), and whose listener
+// is checked to be this process (spawned).
 func (e *execActor) spawn() {
 	m, cfg := e.ps.m, e.ps.cfg
-	e.sock = filepath.Join(m.dir, e.id+".sock")
+	var extra []*os.File
+	var env []string
 	argv := slices.Clone(cfg.Command)
-	substituted := false
-	for i, a := range argv {
-		if strings.Contains(a, "{socket}") {
-			argv[i] = strings.ReplaceAll(a, "{socket}", e.sock)
-			substituted = true
-		}
+	fail := func(err error) {
+		sys, self := e.sys, e.self
+		sys.Send(self, eStarted{err: err})
 	}
-	if !substituted {
-		argv = append(argv, "--socket", e.sock)
+	if cfg.Transport == TransportFD {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			fail(fmt.Errorf("making its socketpair: %w", err))
+			return
+		}
+		e.pair = os.NewFile(uintptr(fds[0]), "executor-"+e.id)
+		extra = []*os.File{os.NewFile(uintptr(fds[1]), "daemon")} // its descriptor 3
+		argv = placeholder(argv, "{fd}", "3", "--fd")
+		env = append(env, "ORCHESTRD_EXECUTOR_FD=3")
+	} else {
+		dir, err := m.socketDir(e.id)
+		if err != nil {
+			fail(err)
+			return
+		}
+		e.sockDir, e.sock = dir, filepath.Join(dir, socketName)
+		argv = placeholder(argv, "{socket}", e.sock, "--socket")
+		env = append(env, "ORCHESTRD_EXECUTOR_SOCKET="+e.sock)
 	}
 	path := argv[0]
 	if lp, err := lookPath(path); err == nil {
 		path = lp
 	}
-	env := slices.Clone(m.env)
+	base := proc.CleanEnv(m.env, cfg.InheritEnv)
 	for _, k := range sortedKeys(cfg.Env) {
-		env = append(env, k+"="+cfg.Env[k])
+		base = append(base, k+"="+cfg.Env[k])
 	}
-	env = append(env, "ORCHESTRD_EXECUTOR_ID="+e.id, "ORCHESTRD_EXECUTOR_SOCKET="+e.sock)
+	env = append(append(base, "ORCHESTRD_EXECUTOR_ID="+e.id), env...)
 	dir := cfg.Cwd
 	if dir == "" {
 		dir = m.opts.Home
@@ -312,20 +345,48 @@ func (e *execActor) spawn() {
 	iso := proc.Isolation{NoNetwork: cfg.Network == NetworkNone, DeathSignal: syscall.SIGKILL}
 	if m.opts.Sandbox {
 		iso.Sandbox = true
-		argv = append([]string{m.opts.Exe, "sandbox-exec", "--hide", m.hide, "--"}, argv...)
+		pre := []string{m.opts.Exe, "sandbox-exec", "--hide", m.hide}
+		for _, h := range m.opts.Hide {
+			pre = append(pre, "--hide", h)
+		}
+		if e.sockDir != "" {
+			pre = append(pre, "--expose", e.sockDir)
+		}
+		argv = append(append(pre, "--"), argv...)
 		path = m.opts.Exe
 	}
 	sys, self := e.sys, e.self
 	e.inc = proc.Spawn(proc.Spec{Path: path, Args: argv, Env: env, Dir: dir, Stderr: m.opts.Stderr,
-		Isolation: iso,
-		Reaper:    m.opts.Reaper,
-		OnStart:   func(pid int, err error) { sys.Send(self, eStarted{pid: pid, err: err}) },
-		OnExit:    func(x proc.Exit) { sys.Send(self, eExited{exit: x}) },
+		ExtraFiles: extra,
+		Isolation:  iso,
+		Reaper:     m.opts.Reaper,
+		OnStart:    func(pid int, err error) { sys.Send(self, eStarted{pid: pid, err: err}) },
+		OnExit:     func(x proc.Exit) { sys.Send(self, eExited{exit: x}) },
 	})
+}
+
+// placeholder puts value in place of key in the arguments that hold it,
+// or, when none does, appends flag and value.
+func placeholder(argv []string, key, value, flag string) []string {
+	found := false
+	for i, a := range argv {
+		if strings.Contains(a, key) {
+			argv[i] = strings.ReplaceAll(a, key, value)
+			found = true
+		}
+	}
+	if !found {
+		argv = append(argv, flag, value)
+	}
+	return argv
 }
 
 func (e *execActor) spawned(m eStarted) {
 	if m.err != nil {
+		if e.pair != nil {
+			e.pair.Close()
+			e.pair = nil
+		}
 		e.ps.m.bus.Emit(ExecutorStartFailed{Pool: e.ps.h.name, Executor: e.id, Reason: proc.ExplainSpawnError(m.err).Error()})
 		e.spawnErr, e.readDone = true, true
 		x := proc.Exit{Code: -1}
@@ -333,15 +394,42 @@ func (e *execActor) spawned(m eStarted) {
 		return
 	}
 	e.pid = m.pid
-	e.ps.m.bus.Emit(ExecutorSpawned{Pool: e.ps.h.name, Executor: e.id, Pid: e.pid, Socket: e.sock})
-	sys, self, sock, stop := e.sys, e.self, e.sock, e.stopDial
-	deadline := e.started.Add(e.ps.cfg.StartupTimeout.Duration)
+	e.ps.m.bus.Emit(ExecutorSpawned{Pool: e.ps.h.name, Executor: e.id, Pid: e.pid, Socket: e.sock, Transport: e.ps.cfg.Transport})
+	sys, self, sock, stop, pid := e.sys, e.self, e.sock, e.stopDial, e.pid
 	t0 := e.started
+	if e.pair != nil {
+		// A socketpair: connected from the start, to this process alone.
+		f := e.pair
+		e.pair = nil
+		conn, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			e.ps.m.bus.Emit(ExecutorStartFailed{Pool: e.ps.h.name, Executor: e.id, Reason: "its socketpair: " + err.Error()})
+			e.kill("startup_failed")
+			return
+		}
+		e.connected(eConnected{conn: conn, took: time.Since(t0)})
+		return
+	}
+	deadline := e.started.Add(e.ps.cfg.StartupTimeout.Duration)
 	go func() {
 		for {
 			conn, err := net.DialTimeout("unix", sock, time.Second)
 			if err == nil {
-				sys.Send(self, eConnected{conn: conn, took: time.Since(t0)})
+				// Only the executor's own process (or a child of it,
+				// such as the program a wrapper starts) may answer.
+				peer, perr := proc.PeerOf(conn.(*net.UnixConn))
+				switch {
+				case perr != nil:
+					conn.Close()
+					sys.Send(self, ePeerRefused{reason: "its credentials could not be read: " + perr.Error()})
+				case peer.Pid == 0 || !proc.Descends(int(peer.Pid), pid):
+					conn.Close()
+					sys.Send(self, ePeerRefused{peer: peer, reason: fmt.Sprintf(
+						"the process listening on %s (pid %d) is not the executor (pid %d) nor its child", sock, peer.Pid, pid)})
+				default:
+					sys.Send(self, eConnected{conn: conn, took: time.Since(t0)})
+				}
 				return
 			}
 			if time.Now().After(deadline) {
@@ -376,6 +464,12 @@ func (e *execActor) exitedMsg(m eExited) {
 	}
 	e.exited = &m.exit
 	close(e.stopDial)
+	if e.sockDir != "" {
+		// Its socket goes with it: nothing can answer on it any more.
+		if err := os.RemoveAll(e.sockDir); err != nil {
+			e.ps.m.opts.Logger.Warn().Err(err).Str("executor", e.id).Msg("removing an executor's socket directory")
+		}
+	}
 	if e.conn != nil {
 		e.conn.close()
 	} else {
@@ -742,16 +836,10 @@ func (e *execActor) apiKey(r *running, m wire.RPCMessage) {
 		e.fail(m.ID, wire.CodeInvalidParams, "get_api_key: give service or credential_key")
 		return
 	}
-	var (
-		val string
-		exp time.Time
-		ok  bool
-	)
-	if s := e.ps.m.opts.Secrets; s != nil {
-		val, exp, ok = s.Lookup(name)
-	}
-	if !ok {
-		e.ps.m.bus.Emit(SecretRefused{TaskID: r.rec.ID, Service: name, Executor: e.id})
+	entry, val, exp, reason := e.secret(name)
+	if reason != "" {
+		e.ps.m.bus.Emit(SecretRefused{TaskID: r.rec.ID, Service: eventlog.Ident(name), Executor: e.id,
+			Pool: e.ps.h.name, Reason: reason})
 		e.fail(m.ID, codeNoSecret, "no API key configured for %s", name)
 		return
 	}
@@ -759,8 +847,30 @@ func (e *execActor) apiKey(r *running, m wire.RPCMessage) {
 	if !exp.IsZero() {
 		res["expires_at"] = exp.UnixMilli()
 	}
-	e.ps.m.bus.Emit(SecretIssued{TaskID: r.rec.ID, Service: name, Executor: e.id})
+	e.ps.m.bus.Emit(SecretIssued{TaskID: r.rec.ID, Service: eventlog.Ident(name), Executor: e.id, Pool: e.ps.h.name, Entry: entry})
 	e.respond(m.ID, res)
+}
+
+// secret finds the secret name resolves to, if the pool may receive it:
+// one of the names its secrets list resolves to the same entry of the
+// secrets file. reason is why not ("not_configured", "not_allowed").
+// Both refusals answer alike (-32002), so an executor cannot probe which
+// secrets exist beyond its pool's.
+func (e *execActor) secret(name string) (entry, val string, exp time.Time, reason string) {
+	s := e.ps.m.opts.Secrets
+	if s == nil {
+		return "", "", time.Time{}, "not_configured"
+	}
+	entry, val, exp, ok := s.Find(name)
+	if !ok {
+		return "", "", time.Time{}, "not_configured"
+	}
+	for _, allowed := range e.ps.cfg.Secrets {
+		if a, _, _, ok := s.Find(allowed); ok && a == entry {
+			return entry, val, exp, ""
+		}
+	}
+	return "", "", time.Time{}, "not_allowed"
 }
 
 // editTools are what acceptEdits approves without asking.

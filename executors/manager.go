@@ -29,11 +29,14 @@ type Options struct {
 	Pools map[string]PoolConfig
 	Home  string // the daemon's home: hidden from sandboxed executors
 	// Sandbox starts each executor through `Exe sandbox-exec` in user,
-	// mount and pid namespaces of its own with Home hidden, so that the
-	// agent cannot reach the daemon's sockets, store, logs or secrets file.
-	// Its socket then lives in a private directory outside the home.
-	Sandbox     bool
-	Exe         string // the orchestrd binary (for sandbox-exec); default os.Executable()
+	// mount and pid namespaces of its own with Home hidden (but for its
+	// own socket directory), so that the agent cannot reach the daemon's
+	// sockets, store, logs, secrets file, or another executor's socket.
+	Sandbox bool
+	Exe     string // the orchestrd binary (for sandbox-exec); default os.Executable()
+	// Hide are more paths a sandboxed executor may not see, reach or
+	// replace: vibe-reachout's hook socket.
+	Hide        []string
 	Bus         *eventlog.Bus
 	System      *actors.System
 	Logger      zerolog.Logger
@@ -41,9 +44,10 @@ type Options struct {
 	Log         Log
 	Secrets     Secrets     // nil: every get_api_key is refused
 	Permissions Permissions // nil: every asked permission is denied
-	// Environ is the base environment of executor processes; nil is a
-	// minimal one taken from this process's (PATH, HOME, USER, LANG...):
-	// never the whole of it, so the daemon's own secrets stay its own.
+	// Environ is the environment executors' variables are taken from
+	// (nil: this process's): only what proc.CleanEnv keeps of it with the
+	// pool's inherit_env (PATH, HOME, USER, LANG...), never the whole of
+	// it, so the daemon's own secrets stay its own.
 	Environ []string
 	// Stderr receives the executors' stderr; nil discards it.
 	Stderr io.Writer
@@ -56,9 +60,9 @@ type Manager struct {
 	sys   *actors.System
 	bus   *eventlog.Bus
 	log   Log
-	dir   string // socket directory
-	hide  string // the home as the kernel resolves it, hidden from sandboxed executors
-	env   []string
+	dir   string   // HOME/executors (its real path): one directory per executor socket
+	hide  string   // the home as the kernel resolves it, hidden from sandboxed executors
+	env   []string // where executors' variables are taken from (proc.CleanEnv)
 	idPre string
 	seq   atomic.Int64
 	pools map[string]*poolHandle
@@ -122,10 +126,10 @@ func Start(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
 		live: map[string]api.TaskRecord{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
-		dir: filepath.Join(opts.Home, "executors"), env: opts.Environ}
+		env: opts.Environ}
 	m.idPre = randomHex(3) + "-"
 	if m.env == nil {
-		m.env = minimalEnv()
+		m.env = os.Environ()
 	}
 	if len(opts.Pools) > 0 {
 		if err := m.prepareSandbox(); err != nil {
@@ -147,17 +151,31 @@ func Start(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// prepareSandbox makes the socket directory (0700): in the home, or, for
-// sandboxed executors that cannot see the home, a fresh one under the
-// temporary directory (removed at Shutdown).
+// socketName is an executor's socket in its directory.
+const socketName = "executor.sock"
+
+// prepareSandbox makes HOME/executors (0700), where each executor listening
+// on a path gets a directory of its own, and empties it: what a daemon
+// killed with -9 left there is gone. The home is hidden from every
+// sandbox (runners' and executors'), and a sandboxed executor is shown its
+// own directory alone (sandbox-exec --expose), so no job and no other
+// executor can reach, replace or listen at another's socket.
 func (m *Manager) prepareSandbox() error {
+	abs, err := filepath.Abs(m.opts.Home)
+	if err == nil {
+		m.hide, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return fmt.Errorf("resolving the home to hide it from executors: %w", err)
+	}
+	m.dir = filepath.Join(m.hide, "executors")
+	if err := os.RemoveAll(m.dir); err != nil {
+		return fmt.Errorf("removing what a dead daemon left in %s: %w", m.dir, err)
+	}
+	if err := os.Mkdir(m.dir, 0o700); err != nil {
+		return fmt.Errorf("creating the executor socket directory: %w", err)
+	}
 	if !m.opts.Sandbox {
-		if err := os.MkdirAll(m.dir, 0o700); err != nil {
-			return fmt.Errorf("creating the executor socket directory: %w", err)
-		}
-		if err := os.Chmod(m.dir, 0o700); err != nil {
-			return fmt.Errorf("securing the executor socket directory: %w", err)
-		}
 		return nil
 	}
 	if m.opts.Exe == "" {
@@ -167,34 +185,32 @@ func (m *Manager) prepareSandbox() error {
 		}
 		m.opts.Exe = exe
 	}
-	abs, err := filepath.Abs(m.opts.Home)
-	if err == nil {
-		m.hide, err = filepath.EvalSymlinks(abs)
-	}
-	if err != nil {
-		return fmt.Errorf("resolving the home to hide it from executors: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "orchestrd-executors-")
-	if err != nil {
-		return fmt.Errorf("creating the executor socket directory: %w", err)
-	}
-	m.dir = dir
 	return nil
 }
 
+// socketDir makes executor id's socket directory, HOME/executors/ID
+// (0700), afresh.
+func (m *Manager) socketDir(id string) (string, error) {
+	dir := filepath.Join(m.dir, id)
+	if n := len(filepath.Join(dir, socketName)); n > maxSocketPath {
+		return "", fmt.Errorf("the executor's socket path %s is %d bytes, over the %d a unix socket's path may hold: "+
+			"use a shorter home, or transport = \"fd\"", filepath.Join(dir, socketName), n, maxSocketPath)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("removing the executor's old socket directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the executor's socket directory: %w", err)
+	}
+	return dir, nil
+}
+
+// maxSocketPath is the longest path a unix socket can be bound at
+// (sun_path holds 108 bytes with its NUL).
+const maxSocketPath = 107
+
 // PoolNames lists the pools, sorted.
 func (m *Manager) PoolNames() []string { return slices.Sorted(maps.Keys(m.pools)) }
-
-// minimalEnv is what an executor gets of the daemon's environment.
-func minimalEnv() []string {
-	var out []string
-	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHELL", "TERM", "TZ"} {
-		if v, ok := os.LookupEnv(k); ok {
-			out = append(out, k+"="+v)
-		}
-	}
-	return out
-}
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -305,7 +321,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
-	if m.opts.Sandbox && m.dir != "" {
+	if m.dir != "" {
 		if err := os.RemoveAll(m.dir); err != nil {
 			errs = append(errs, fmt.Errorf("removing the executor socket directory: %w", err))
 		}

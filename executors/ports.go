@@ -52,11 +52,13 @@ type TaskFilter struct {
 	Limit     int
 }
 
-// Secrets hands out what secrets.toml holds. Lookup takes a service
+// Secrets hands out what secrets.toml holds. Find takes a service
 // ("anthropic") or a credential key ("ANTHROPIC_API_KEY"), either as the
-// file names it or through the aliases a Secrets implementation knows.
+// file names it or through the aliases a Secrets implementation knows, and
+// says which entry answered: a pool may receive a secret only when one of
+// the names its secrets list resolves to that same entry.
 type Secrets interface {
-	Lookup(name string) (value string, expiresAt time.Time, ok bool)
+	Find(name string) (entry, value string, expiresAt time.Time, ok bool)
 }
 
 // PermissionRequest is an executor's request_permission, put to a person

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // This file holds the lanes' own tables of the config file ([lanes.NAME]
@@ -43,6 +44,13 @@ type LaneConfig struct {
 	// ExternalRunners lets bring-your-own runners join the lane (with the
 	// lane's join token). Unset: true only for a lane with runners = 0.
 	ExternalRunners *bool `toml:"external_runners"`
+	// Env is given to every job of the lane, over the base environment
+	// and under the job's own env.
+	Env map[string]string `toml:"env"`
+	// InheritEnv names the variables of the daemon's environment (a name,
+	// or a prefix ending in "*") that the lane's jobs get beside the base
+	// ones (proc.BaseEnvKeys); nothing else of it reaches them.
+	InheritEnv []string `toml:"inherit_env"`
 }
 
 // AcceptsExternal reports whether bring-your-own runners may join.
@@ -125,6 +133,16 @@ func (l LaneConfig) validate(key string) []error {
 	}
 	if l.Nice < -20 || l.Nice > 19 {
 		bad("nice must be between -20 and 19, got %d", l.Nice)
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
+		if err := proc.CheckEnvEntry(k, l.Env[k]); err != nil {
+			bad("env: %v", err)
+		}
+	}
+	for _, n := range l.InheritEnv {
+		if err := proc.CheckEnvName(n); err != nil {
+			bad("inherit_env: %v", err)
+		}
 	}
 	if err := l.Restart.Policy().Validate(); err != nil {
 		for _, e := range flatten(err) {

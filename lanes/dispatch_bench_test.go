@@ -77,7 +77,8 @@ func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *even
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	m, err := Start(Options{Lanes: lanes, ShutdownTimeout: 2 * time.Second, MaxFrameBytes: wire.DefaultMaxFrame,
 		FinishedJobs: 10000, FinishedOutputBytes: 64 << 20, Sandbox: true, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
-		Logger: zerolog.Nop()})
+		RunnerEnv: []string{benchRunnerEnv + "=1"},
+		Logger:    zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)
 	}

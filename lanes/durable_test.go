@@ -110,7 +110,7 @@ func startGatedLane(t *testing.T, jl JobLog) (*Manager, *eventlog.Bus) {
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	m, err := Start(Options{Lanes: map[string]LaneConfig{"bench": lc}, ShutdownTimeout: 2 * time.Second,
 		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
-		Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: zerolog.Nop(), Jobs: jl})
+		Home: home, Exe: exe, RunnerStderr: io.Discard, RunnerEnv: []string{benchRunnerEnv + "=1"}, Bus: bus, System: sys, Logger: zerolog.Nop(), Jobs: jl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ type shared struct {
 	exe             string
 	exeFile         *os.File // exe, opened at start; runners are executed from it
 	runnerStderr    io.Writer
+	runnerEnv       []string // added to each spawned runner's clean environment
 	maxFrame        uint32
 	shutdownTimeout time.Duration
 	gens            atomic.Int64
@@ -57,13 +58,21 @@ type Options struct {
 	FinishedOutputBytes int64         // output all finished jobs keep together
 	Sandbox             bool          // hide the home from jobs (runnerSysProcAttr)
 	Home                string        // sockets live here: runner-<lane>.sock
+	// Hide are more paths no job may see, reach or replace (with Sandbox):
+	// vibe-reachout's hook socket.
+	Hide []string
 	// Exe is the binary spawned as `Exe runner --lane L --socket P --id ID`;
 	// default os.Executable().
 	Exe          string
 	RunnerStderr io.Writer // where runners' logs go; default os.Stderr
-	Bus          *eventlog.Bus
-	System       *actors.System
-	Logger       zerolog.Logger
+	// RunnerEnv (KEY=VALUE) is added to the environment of every runner
+	// the lanes spawn, which is otherwise proc.CleanEnv of the daemon's
+	// with the lane's inherit_env: the runner's own settings (its log
+	// format and level), never passed on to its jobs.
+	RunnerEnv []string
+	Bus       *eventlog.Bus
+	System    *actors.System
+	Logger    zerolog.Logger
 	// Jobs is the durable record of jobs (the daemon's state store): a
 	// job is acknowledged once recorded, its dispatch is recorded before
 	// a runner gets it, its terminal record before anyone is told. nil
@@ -145,6 +154,7 @@ func Start(opts Options) (*Manager, error) {
 		rp.Stop()
 		return nil, err
 	}
+	hide = append(hide, opts.Hide...)
 	if !opts.Sandbox {
 		opts.Logger.Warn().Msg("[daemon] sandbox = false: jobs can see the daemon's home and reach its sockets")
 	}
@@ -167,7 +177,7 @@ func Start(opts Options) (*Manager, error) {
 		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
 	})
 	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
-		exe: opts.Exe, runnerStderr: opts.RunnerStderr, maxFrame: opts.MaxFrameBytes,
+		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout}
 	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}

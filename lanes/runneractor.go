@@ -355,6 +355,7 @@ func (r *runnerActor) spawn(c *actors.Context) {
 	r.proc = proc.Spawn(proc.Spec{
 		Path:       "/proc/self/fd/" + strconv.Itoa(int(r.sh.exeFile.Fd())),
 		Args:       append([]string{r.sh.exe}, args...),
+		Env:        append(proc.CleanEnv(os.Environ(), r.cfg.InheritEnv), r.sh.runnerEnv...),
 		Stderr:     r.sh.runnerStderr,
 		ExtraFiles: []*os.File{theirs},
 		Isolation:  runnerIsolation(r.cfg.Network, cg, r.sh.sandbox),
@@ -408,7 +409,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	gen, self, sys := r.gen, c.Self(), c.System()
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots,
 		Config: wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: heartbeatInterval(r.cfg.HeartbeatTimeout.Duration),
-			MaxFrameBytes: r.sh.maxFrame}})
+			MaxFrameBytes: r.sh.maxFrame, Env: r.cfg.Env, InheritEnv: r.cfg.InheritEnv}})
 	if err == nil {
 		r.out <- ack
 	}

@@ -96,6 +96,11 @@ type RunnerConfig struct {
 	HeartbeatIntervalMs uint64 `json:"heartbeat_interval_ms"`
 	MaxFrameBytes       uint32 `json:"max_frame_bytes"`
 	Reason              string `json:"reason,omitempty"`
+	// Env and InheritEnv are orchestrd extensions: a job's environment is
+	// the runner's own, cut to the base variables and those InheritEnv
+	// names (a name or a prefix ending in "*"), then Env, then the job's.
+	Env        map[string]string `json:"env,omitempty"`
+	InheritEnv []string          `json:"inherit_env,omitempty"`
 }
 
 // Job is the spec's ToolJob: one command for a runner to execute.

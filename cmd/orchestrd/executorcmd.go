@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,7 +27,7 @@ const executorUsage = `orchestrd executor [--key-env VAR [--key-service S]] [--s
 
 An Agor-style executor that runs any command-line agent, one process per
 prompt. The daemon starts it (an [executors.NAME] command) and appends
---socket PATH. Each prompt runs CMD ARGS in the task's directory, with the
+--socket PATH, or --fd 3 (transport = "fd": its end of a socketpair). Each prompt runs CMD ARGS in the task's directory, with the
 prompt in place of an argument {prompt}, else on its stdin. Its stdout
 lines are the task's messages (a JSON line with a "type" passes through
 as it is, a plain line is text), its stderr lines are reported errors, its
@@ -45,43 +46,69 @@ func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 	keyService := fs.String("key-service", "", "the `SERVICE` of the key (default: VAR itself, such as ANTHROPIC_API_KEY)")
 	grace := fs.Duration("stop-grace", 5*time.Second, "on stop_task, SIGINT then SIGKILL after `D`")
 	socket := fs.String("socket", "", "the socket `PATH` to listen on (the daemon gives it)")
+	fd := fs.Int("fd", -1, "the daemon's connection is descriptor `N` (the daemon gives it)")
 	if code, ok := parseFlags(fs, executorUsage, args, stdout, stderr); !ok {
 		return code
 	}
 	argv := fs.Args()
-	// The daemon appends --socket PATH after the agent's command.
+	// The daemon appends --socket PATH or --fd N after the agent's command.
 	if n := len(argv); n >= 2 && argv[n-2] == "--socket" {
 		*socket, argv = argv[n-1], argv[:n-2]
+	} else if n >= 2 && argv[n-2] == "--fd" {
+		v, err := strconv.Atoi(argv[n-1])
+		if err != nil || v < 3 {
+			return usageError(fs, executorUsage, stderr, "--fd takes a descriptor number of 3 or more, got %q", argv[n-1])
+		}
+		*fd, argv = v, argv[:n-2]
 	}
-	if *socket == "" {
+	if *socket == "" && *fd < 0 {
 		*socket = os.Getenv("ORCHESTRD_EXECUTOR_SOCKET")
 	}
 	if len(argv) == 0 {
 		return usageError(fs, executorUsage, stderr, "no agent command given after --")
 	}
-	if *socket == "" {
-		return usageError(fs, executorUsage, stderr, "no --socket PATH (the daemon appends it)")
+	if *socket == "" && *fd < 0 {
+		return usageError(fs, executorUsage, stderr, "no --socket PATH or --fd N (the daemon appends one)")
 	}
 	service := *keyService
 	if service == "" {
 		service = *keyEnv
 	}
-	_ = os.Remove(*socket)
-	ln, err := net.Listen("unix", *socket)
+	conn, err := daemonConn(*socket, *fd)
 	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd executor: listening on %s: %v\n", *socket, err)
-		return exitFailure
-	}
-	conn, err := ln.Accept()
-	ln.Close()
-	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd executor: accepting the daemon: %v\n", err)
+		fmt.Fprintf(stderr, "orchestrd executor: %v\n", err)
 		return exitFailure
 	}
 	x := &cliExecutor{conn: conn, argv: argv, keyEnv: *keyEnv, service: service, grace: *grace,
 		calls: map[string]chan wire.RPCMessage{}, tasks: map[string]*cliTask{}, terms: map[int]*exec.Cmd{}, stderr: stderr}
 	x.cond = sync.NewCond(&x.mu)
 	return x.serve()
+}
+
+// daemonConn is the executor's connection with the daemon: the socketpair
+// end it inherited as descriptor fd, or the first connection on a socket
+// it listens on at path.
+func daemonConn(path string, fd int) (net.Conn, error) {
+	if fd >= 0 {
+		f := os.NewFile(uintptr(fd), "daemon")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			return nil, fmt.Errorf("taking descriptor %d as the daemon's connection: %w", fd, err)
+		}
+		return c, nil
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	defer ln.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		return nil, fmt.Errorf("accepting the daemon: %w", err)
+	}
+	return c, nil
 }
 
 // cliExecutor is orchestrd executor's one connection with the daemon.

@@ -86,8 +86,80 @@ func helperMain(what string) int {
 		b, _ := io.ReadAll(c)
 		fmt.Print(string(b))
 		return 0
+	case "attacksock": // attacksock "CAPTURE PATTERN...": see attackSockets
+		return attackSockets(strings.Fields(os.Args[1]))
 	}
 	return 2
+}
+
+// attackSockets is what a hostile job or agent does to a unix socket it
+// wants to answer in its owner's place. args are a capture file, then
+// paths or glob patterns. For each path it connects, removes the file
+// and binds its own socket there, printing one line for each attempt
+// ("PATH: connect ok", "PATH: remove failed: ..."); then "attacks done".
+// What it bound it serves until killed, appending every byte a
+// connection sends to the capture file.
+func attackSockets(args []string) int {
+	if len(args) < 2 {
+		return 2
+	}
+	capture := args[0]
+	var paths []string
+	for _, p := range args[1:] {
+		if m, _ := filepath.Glob(p); len(m) > 0 {
+			paths = append(paths, m...)
+		} else {
+			paths = append(paths, p)
+		}
+	}
+	var lns []net.Listener
+	for _, p := range paths {
+		if c, err := net.DialTimeout("unix", p, 2*time.Second); err == nil {
+			c.Close()
+			fmt.Printf("%s: connect ok\n", p)
+		} else {
+			fmt.Printf("%s: connect failed: %v\n", p, err)
+		}
+		if err := os.Remove(p); err == nil {
+			fmt.Printf("%s: remove ok\n", p)
+		} else {
+			fmt.Printf("%s: remove failed: %v\n", p, err)
+		}
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			fmt.Printf("%s: bind failed: %v\n", p, err)
+			continue
+		}
+		fmt.Printf("%s: bind ok\n", p)
+		lns = append(lns, ln)
+	}
+	fmt.Println("attacks done")
+	if len(lns) == 0 {
+		return 0
+	}
+	var mu sync.Mutex
+	for _, ln := range lns {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					b, _ := io.ReadAll(c)
+					mu.Lock()
+					defer mu.Unlock()
+					f, err := os.OpenFile(capture, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+					if err == nil {
+						fmt.Fprintf(f, "connection: %q\n", b)
+						f.Close()
+					}
+				}()
+			}
+		}()
+	}
+	select {}
 }
 
 // testDaemon is a running daemon as seen from one test: helpers fail t.

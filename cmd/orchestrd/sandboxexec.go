@@ -10,23 +10,29 @@ import (
 
 // cmdSandboxExec is how the daemon starts an executor in the sandbox
 // (not for people: it is not in the usage): `orchestrd sandbox-exec --hide
-// PATH... -- CMD ARGS`, already in its own user, mount and pid namespaces,
-// hides the paths (the daemon's home), mounts its /proc, drops every
-// privilege and becomes CMD.
+// PATH... [--expose DIR...] -- CMD ARGS`, already in its own user, mount and
+// pid namespaces, hides the paths (the daemon's home) and the cgroup tree
+// but the directories exposed (the executor's own socket directory, inside
+// the home), mounts its /proc, drops every privilege and becomes CMD.
 func cmdSandboxExec(args []string, stderr io.Writer) int {
-	var hide []string
+	var hide, expose []string
 	for len(args) > 0 && args[0] != "--" {
-		if args[0] != "--hide" || len(args) < 2 {
-			fmt.Fprintln(stderr, "orchestrd sandbox-exec: usage: sandbox-exec --hide PATH... -- CMD [ARGS...]")
+		if (args[0] != "--hide" && args[0] != "--expose") || len(args) < 2 {
+			fmt.Fprintln(stderr, "orchestrd sandbox-exec: usage: sandbox-exec --hide PATH... [--expose DIR...] -- CMD [ARGS...]")
 			return exitUsage
 		}
-		hide, args = append(hide, args[1]), args[2:]
+		if args[0] == "--hide" {
+			hide = append(hide, args[1])
+		} else {
+			expose = append(expose, args[1])
+		}
+		args = args[2:]
 	}
 	if len(args) < 2 {
 		fmt.Fprintln(stderr, "orchestrd sandbox-exec: no command after --")
 		return exitUsage
 	}
-	err := proc.ExecHidden(hide, args[1:], os.Environ())
+	err := proc.ExecHidden(hide, expose, args[1:], os.Environ())
 	fmt.Fprintf(stderr, "orchestrd sandbox-exec: %v\n", err)
 	return 127
 }

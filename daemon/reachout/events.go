@@ -37,6 +37,20 @@ type RequestRefused struct {
 
 func (RequestRefused) Kind() string { return "reachout.request_refused" }
 
+// SocketReplaced: the file at the socket's path was no longer the socket
+// the daemon made (Found: nothing, socket, symlink, file, directory,
+// fifo, other): someone removed or replaced it, maybe to answer the
+// hook's questions itself. TookBack: it was removed and the socket made
+// again; else Error says why not (said once until it changes).
+type SocketReplaced struct {
+	Socket   string `json:"socket"`
+	Found    string `json:"found"`
+	TookBack bool   `json:"took_back"`
+	Error    string `json:"error,omitempty"`
+}
+
+func (SocketReplaced) Kind() string { return "reachout.socket_replaced" }
+
 func init() {
-	eventlog.Register(Listening{}, Unavailable{}, RequestRefused{})
+	eventlog.Register(Listening{}, Unavailable{}, RequestRefused{}, SocketReplaced{})
 }

@@ -13,5 +13,6 @@ func TestKinds(t *testing.T) {
 		Listening{Socket: "/run/user/1000/vibe-reachout.sock", TimeoutMs: 300000},
 		Unavailable{Socket: "/run/user/1000/vibe-reachout.sock", Error: "socket in use"},
 		RequestRefused{Error: "missing tool_name", RequestID: "550e8400-e29b-41d4-a716-446655440000"},
+		SocketReplaced{Socket: "/tmp/vibe-reachout-1000.sock", Found: "directory", Error: "a directory is at the socket's path: not removed"},
 	)
 }

@@ -53,18 +53,30 @@ type Options struct {
 	LineTimeout time.Duration
 	Bus         *eventlog.Bus // nil: no events
 	Logger      zerolog.Logger
+	// CheckEvery is how often the server checks that the socket at Path
+	// is still its own (see guard); 0 is DefaultCheckEvery.
+	CheckEvery time.Duration
 }
+
+// DefaultCheckEvery is how often, by default, the server checks that the
+// socket at its path is its own.
+const DefaultCheckEvery = time.Second
 
 // Server serves the hook socket.
 type Server struct {
 	opts Options
-	ln   *net.UnixListener
 	log  zerolog.Logger
 	wg   sync.WaitGroup
+	stop chan struct{} // closed by Close: the guard ends
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[*conn]struct{}
+	mu      sync.Mutex
+	ln      *net.UnixListener
+	dev     uint64 // the socket file's device and inode, as made
+	ino     uint64
+	lost    string // what was found at the path and could not be taken back ("": nothing)
+	closed  bool
+	serving bool
+	conns   map[*conn]struct{}
 }
 
 // conn is one hook connection.
@@ -74,31 +86,163 @@ type conn struct {
 	pending approvals.Pending // set once asked
 }
 
-// Start listens on opts.Path (0600; a stale socket is replaced, a live one
-// is left alone) and serves it until Close. When the socket cannot be
-// made it warns, emits reachout.unavailable and returns the error: the
-// daemon goes on without it.
+// Start is Listen, then Serve.
 func Start(opts Options) (*Server, error) {
 	if opts.Asker == nil {
 		return nil, errors.New("reachout: no Asker")
 	}
+	s, err := Listen(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.Serve(opts.Asker)
+	return s, nil
+}
+
+// Listen makes the socket at opts.Path (0600; a stale socket is replaced,
+// a live one is left alone) without answering it yet: a hook that
+// connects waits until Serve. The daemon listens before it starts any
+// sandbox, so that every sandbox can hide the socket (a job or an executor
+// can then neither reach it nor replace it). When the socket cannot be
+// made it warns, emits reachout.unavailable and returns the error: the
+// daemon goes on without it.
+func Listen(opts Options) (*Server, error) {
 	if opts.LineTimeout <= 0 {
 		opts.LineTimeout = DefaultLineTimeout
 	}
+	if opts.CheckEvery <= 0 {
+		opts.CheckEvery = DefaultCheckEvery
+	}
 	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "reachout").Logger(),
-		conns: map[*conn]struct{}{}}
-	ln, err := proc.ListenUnix(opts.Path)
-	if err != nil {
+		conns: map[*conn]struct{}{}, stop: make(chan struct{})}
+	if err := s.listen(); err != nil {
 		err = fmt.Errorf("making vibe-reachout's hook socket: %w", err)
 		s.log.Warn().Err(err).Str("socket", opts.Path).Msg("reachout: going on without vibe-reachout's hook socket")
 		s.emit(Unavailable{Socket: opts.Path, Error: err.Error()})
 		return nil, err
 	}
-	s.ln = ln
 	s.emit(Listening{Socket: opts.Path, TimeoutMs: opts.Timeout.Milliseconds()})
-	s.wg.Add(1)
-	go s.accept()
 	return s, nil
+}
+
+// listen makes the socket and records its file's identity (under mu, or
+// before the server is shared).
+func (s *Server) listen() error {
+	ln, err := proc.ListenUnix(s.opts.Path)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(s.opts.Path, &st); err != nil {
+		ln.Close()
+		return fmt.Errorf("checking %s: %w", s.opts.Path, err)
+	}
+	s.ln, s.dev, s.ino = ln, uint64(st.Dev), st.Ino
+	return nil
+}
+
+// Serve answers the socket through asker, and guards it, until Close.
+func (s *Server) Serve(asker Asker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving || s.closed {
+		return
+	}
+	s.serving = true
+	s.opts.Asker = asker
+	s.wg.Add(2)
+	go s.accept(s.ln)
+	go s.guard()
+}
+
+// guard checks every CheckEvery that the file at the socket's path is
+// still the socket this server made (by device and inode). Anything else
+// there (removed, replaced by another process's socket, a link, a file:
+// someone who could write the directory, such as a process of this uid in
+// /tmp, wants the hook to ask it) is removed and the socket made again:
+// reachout.socket_replaced says what was found and whether the path was
+// taken back. A directory cannot be taken back; that is said once.
+func (s *Server) guard() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.CheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.check()
+		}
+	}
+}
+
+func (s *Server) check() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	path := s.opts.Path
+	var st unix.Stat_t
+	err := unix.Lstat(path, &st)
+	if err == nil && uint64(st.Dev) == s.dev && st.Ino == s.ino {
+		return
+	}
+	found := "nothing"
+	if err == nil {
+		found = fileType(st.Mode)
+	}
+	ev := SocketReplaced{Socket: path, Found: found}
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		ev.Error = "a directory is at the socket's path: not removed"
+	} else {
+		if err == nil {
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				ev.Error = "removing it: " + rerr.Error()
+			}
+		}
+		if ev.Error == "" {
+			old := s.ln
+			if lerr := s.listen(); lerr != nil {
+				ev.Error = "making the socket again: " + lerr.Error()
+			} else {
+				// The old listener's file is gone: closing it must not
+				// remove the new one by name.
+				old.SetUnlinkOnClose(false)
+				old.Close()
+				ev.TookBack = true
+				s.wg.Add(1)
+				go s.accept(s.ln)
+			}
+		}
+	}
+	if !ev.TookBack && s.lost == found+ev.Error {
+		return // said already
+	}
+	s.lost = ""
+	if !ev.TookBack {
+		s.lost = found + ev.Error
+	}
+	s.log.Warn().Str("socket", path).Str("found", found).Bool("took_back", ev.TookBack).Str("error", ev.Error).
+		Msg("reachout: the hook socket's path no longer held this daemon's socket")
+	s.emit(ev)
+}
+
+// fileType names a file's type for reachout.socket_replaced.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFIFO:
+		return "fifo"
+	}
+	return "other"
 }
 
 // Path is the socket's path.
@@ -110,11 +254,12 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-func (s *Server) accept() {
+// accept serves ln until it is closed (by Close, or replaced by guard).
+func (s *Server) accept(ln *net.UnixListener) {
 	defer s.wg.Done()
 	var backoff time.Duration
 	for {
-		nc, err := s.ln.AcceptUnix()
+		nc, err := ln.AcceptUnix()
 		if err != nil {
 			if s.isClosed() || errors.Is(err, net.ErrClosed) {
 				return
@@ -159,12 +304,14 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.stop)
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
+	ln := s.ln
 	s.mu.Unlock()
-	err := s.ln.Close()
+	err := ln.Close()
 	for _, c := range conns {
 		c.mu.Lock()
 		p := c.pending
@@ -205,10 +352,14 @@ func (s *Server) serve(c *conn) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
-	if p, err := proc.CheckSameUID(c.nc); err != nil {
+	peer, err := proc.CheckSameUID(c.nc)
+	if err == nil {
+		err = refusedPeer(peer)
+	}
+	if err != nil {
 		msg := "refused: " + err.Error()
-		s.log.Warn().Int32("pid", p.Pid).Uint32("uid", p.UID).Msg("reachout: " + msg)
-		s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: p.Pid, UID: p.UID, Reason: msg})
+		s.log.Warn().Int32("pid", peer.Pid).Uint32("uid", peer.UID).Msg("reachout: " + msg)
+		s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID, Reason: msg})
 		return
 	}
 	c.nc.SetReadDeadline(time.Now().Add(s.opts.LineTimeout))
@@ -276,6 +427,17 @@ func (s *Server) serve(c *conn) {
 	if _, err := c.nc.Write(wire.AppendReachoutResponse(nil, resp)); err != nil {
 		s.log.Debug().Err(err).Str("approval", a.ID).Msg("reachout: the hook did not take its answer")
 	}
+}
+
+// refusedPeer says why a peer of the daemon's uid may not ask through the
+// hook socket: it is a process this daemon started (a job, an executor,
+// or anything they started), which are the agents the hook asks about,
+// never the hook. nil: it may.
+func refusedPeer(p proc.Peer) error {
+	if self := os.Getpid(); p.Pid > 0 && int(p.Pid) != self && proc.Descends(int(p.Pid), self) {
+		return fmt.Errorf("peer pid %d is a process this daemon started (a job, an executor or their child)", p.Pid)
+	}
+	return nil
 }
 
 // await waits for p's answer while watching for the hook going away:

@@ -132,24 +132,43 @@ func (r *recorder) Deliver(rec *eventlog.Record) {
 
 func (r *recorder) wait(t *testing.T, what string, pred func(eventlog.Event) bool) eventlog.Event {
 	t.Helper()
+	ev, _ := r.waitFrom(t, 0, what, pred)
+	return ev
+}
+
+// waitFrom is wait for an event at or after the from'th recorded; it
+// returns the event and the index after it.
+func (r *recorder) waitFrom(t *testing.T, from int, what string, pred func(eventlog.Event) bool) (eventlog.Event, int) {
+	t.Helper()
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
 		recs := append([]*eventlog.Record(nil), r.recs...)
 		r.mu.Unlock()
-		for _, rec := range recs {
-			if pred(rec.Event) {
-				return rec.Event
+		for i := from; i < len(recs); i++ {
+			if pred(recs[i].Event) {
+				return recs[i].Event, i + 1
 			}
 		}
 		select {
 		case <-r.notify:
 		case <-deadline.C:
 			t.Fatalf("timed out waiting for event: %s", what)
-			return nil
+			return nil, from
 		}
 	}
+}
+
+// all is every event recorded so far.
+func (r *recorder) all() []eventlog.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]eventlog.Event, len(r.recs))
+	for i, rec := range r.recs {
+		out[i] = rec.Event
+	}
+	return out
 }
 
 // ---- harness ----
@@ -497,5 +516,93 @@ func testClose(t *testing.T, async bool) {
 	}
 	if _, err := os.Stat(h.path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket left: %v", err)
+	}
+}
+
+// Whatever takes the socket's path (another process's socket bound there
+// after ours was removed, a link, nothing at all), the server takes it
+// back within a check, says so, and answers the hook again; a directory
+// there is said once and left.
+func TestSocketReplaced(t *testing.T) {
+	h := newHarness(t, Options{CheckEvery: 20 * time.Millisecond})
+	next := 0
+	replaced := func(found string) SocketReplaced {
+		t.Helper()
+		ev, n := h.rec.waitFrom(t, next, "socket_replaced "+found, func(e eventlog.Event) bool {
+			r, ok := e.(SocketReplaced)
+			return ok && r.Found == found
+		})
+		next = n
+		return ev.(SocketReplaced)
+	}
+	asks := func() {
+		t.Helper()
+		c := h.dial(requestLine(uuid1), true)
+		h.asker.next(t).resolve(api.ApprovalAllowed, api.Resolution{Decision: api.DecisionAllow})
+		if got := readAll(t, c); !strings.Contains(got, "Allow") {
+			t.Fatalf("answer %q", got)
+		}
+	}
+	// An impostor binds the path after removing ours.
+	if err := os.Remove(h.path); err != nil {
+		t.Fatal(err)
+	}
+	imp, err := net.ListenUnix("unix", &net.UnixAddr{Name: h.path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp.SetUnlinkOnClose(false)
+	defer imp.Close()
+	if ev := replaced("socket"); !ev.TookBack || ev.Socket != h.path || ev.Error != "" {
+		t.Fatalf("socket_replaced %+v", ev)
+	}
+	asks()
+	// A link to somewhere else.
+	if err := os.Remove(h.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere.sock"), h.path); err != nil {
+		t.Fatal(err)
+	}
+	if ev := replaced("symlink"); !ev.TookBack {
+		t.Fatalf("socket_replaced %+v", ev)
+	}
+	asks()
+	// Nothing.
+	if err := os.Remove(h.path); err != nil {
+		t.Fatal(err)
+	}
+	if ev := replaced("nothing"); !ev.TookBack {
+		t.Fatalf("socket_replaced %+v", ev)
+	}
+	asks()
+	// A directory: said, not removed; then taken back once it is gone.
+	if err := os.Remove(h.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(h.path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if ev := replaced("directory"); ev.TookBack || !strings.Contains(ev.Error, "directory") {
+		t.Fatalf("socket_replaced %+v", ev)
+	}
+	if fi, err := os.Lstat(h.path); err != nil || !fi.IsDir() {
+		t.Fatalf("the directory was touched: %v %v", fi, err)
+	}
+	if err := os.Remove(h.path); err != nil {
+		t.Fatal(err)
+	}
+	if ev := replaced("nothing"); !ev.TookBack {
+		t.Fatalf("socket_replaced %+v", ev)
+	}
+	asks()
+	n := 0
+	for _, e := range h.rec.all() {
+		if r, ok := e.(SocketReplaced); ok && r.Found == "directory" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the directory was said %d times, want once", n)
 	}
 }

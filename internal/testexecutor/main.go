@@ -98,6 +98,7 @@ type executor struct {
 func main() {
 	fs := flag.NewFlagSet("testexecutor", flag.ExitOnError)
 	socket := fs.String("socket", "", "socket path to listen on")
+	fdN := fs.Int("fd", -1, "the daemon's connection is this descriptor (a socketpair's end)")
 	ignorePause := fs.Bool("ignore-pause", false, "keep sending while paused")
 	hangOnShutdown := fs.Bool("hang-on-shutdown", false, "answer nothing to shutdown and keep running")
 	noListen := fs.Bool("no-listen", false, "never listen")
@@ -108,25 +109,36 @@ func main() {
 	if *pidfile != "" {
 		_ = os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())), 0o600)
 	}
-	if *socket == "" {
-		fmt.Fprintln(os.Stderr, "testexecutor: --socket is required")
+	if *socket == "" && *fdN < 0 {
+		fmt.Fprintln(os.Stderr, "testexecutor: --socket or --fd is required")
 		os.Exit(2)
 	}
 	if *noListen {
 		select {}
 	}
-	_ = os.Remove(*socket)
-	ln, err := net.Listen("unix", *socket)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testexecutor:", err)
-		os.Exit(1)
+	var c net.Conn
+	if *fdN >= 0 {
+		f := os.NewFile(uintptr(*fdN), "daemon")
+		fc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testexecutor:", err)
+			os.Exit(1)
+		}
+		c = fc
+	} else {
+		_ = os.Remove(*socket)
+		ln, err := net.Listen("unix", *socket)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testexecutor:", err)
+			os.Exit(1)
+		}
+		if c, err = ln.Accept(); err != nil {
+			fmt.Fprintln(os.Stderr, "testexecutor:", err)
+			os.Exit(1)
+		}
+		ln.Close()
 	}
-	c, err := ln.Accept()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testexecutor:", err)
-		os.Exit(1)
-	}
-	ln.Close()
 	e := &executor{conn: c, ignorePause: *ignorePause, waits: map[string]chan rpc{}, cancels: map[string]context.CancelFunc{}}
 	e.cond = sync.NewCond(&e.mu)
 	if *logPath != "" {

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,19 +185,29 @@ const EnvJobID = "ORCHESTRD_JOB_ID"
 // bring-your-own runner started by hand; jobs never see it.
 const EnvJoinToken = "ORCHESTRD_JOIN_TOKEN"
 
-// jobBaseEnv is the environment jobs start from: the runner's, less the
-// variables that are the runner's own (its token, its logging).
-func jobBaseEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
+// jobBaseEnv is the environment jobs start from: of the runner's own
+// (env), the base variables and those the lane's inherit_env names
+// (proc.CleanEnv), never the runner's own settings (its token, its
+// logging, systemd's NOTIFY_SOCKET, which a bring-your-own runner run as
+// a service has and its jobs must not speak through), then the lane's env
+// (cfg.Env, sorted by key). The job's own env goes on top (buildEnv).
+func jobBaseEnv(env []string, cfg wire.RunnerConfig) []string {
+	clean := proc.CleanEnv(env, cfg.InheritEnv)
+	out := make([]string, 0, len(clean)+len(cfg.Env))
+	for _, kv := range clean {
 		k, _, _ := strings.Cut(kv, "=")
-		// NOTIFY_SOCKET: a runner started by systemd (a bring-your-own one
-		// as a service) must not let its jobs speak for it; the daemon
-		// drops it from its own environment at start.
 		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") || k == "NOTIFY_SOCKET" {
 			continue
 		}
+		if _, over := cfg.Env[k]; over {
+			continue
+		}
 		out = append(out, kv)
+	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
+		if proc.CheckEnvEntry(k, cfg.Env[k]) == nil {
+			out = append(out, k+"="+cfg.Env[k])
+		}
 	}
 	return out
 }

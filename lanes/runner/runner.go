@@ -106,7 +106,7 @@ type runner struct {
 	spawner *proc.Spawner
 	reaper  *proc.Reaper
 	cg      *proc.Cgroup
-	baseEnv []string // the runner's environment, less what jobs must not inherit
+	baseEnv []string // what every job's environment starts from (jobBaseEnv)
 	// init: the runner is pid 1 of a pid namespace of its own; its jobs'
 	// pids are that namespace's, and hostProc (a descriptor of the /proc
 	// it was started with) turns them into the pids the daemon knows.
@@ -183,6 +183,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	r.baseEnv = jobBaseEnv(os.Environ(), ack.Config)
 	r.slots = ack.Slots
 	if r.slots <= 0 {
 		r.log.Warn().Int("slots", ack.Slots).Msg("HandshakeAck gave no slots; running one job at a time")
@@ -402,7 +403,6 @@ func (r *runner) where() string {
 // less isolation than it was started for.
 func (r *runner) setUp() error {
 	sb := r.opts.Sandbox
-	r.baseEnv = jobBaseEnv(os.Environ())
 	// Descriptors the runner inherited by accident (whatever started the
 	// daemon held) must not reach a job.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
@@ -424,11 +424,7 @@ func (r *runner) setUp() error {
 			}
 			r.hostProc = fd
 		}
-		hide := append([]string(nil), sb.Hide...)
-		if fi, err := os.Stat(cgroupRoot); err == nil && fi.IsDir() {
-			hide = append(hide, cgroupRoot)
-		}
-		if err := proc.HidePaths(hide...); err != nil {
+		if err := proc.HidePaths(proc.WithCgroupRoot(sb.Hide)...); err != nil {
 			return fmt.Errorf("runner: sandboxing jobs: %w", err)
 		}
 		if r.init {
@@ -466,11 +462,6 @@ func (r *runner) startSpawner() error {
 	r.spawner = sp
 	return nil
 }
-
-// cgroupRoot is where cgroup hierarchies are mounted; a sandboxed runner
-// hides all of it from its jobs (as uid 0 a job could otherwise write a
-// cgroup.procs, or clone into a cgroup, to leave its own).
-const cgroupRoot = "/sys/fs/cgroup"
 
 // InitSignals is every signal a job could send its runner, the init of
 // their pid namespace (see AbsorbInitSignals), but SIGCHLD (its reaper

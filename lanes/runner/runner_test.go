@@ -344,10 +344,15 @@ func TestEnvOverride(t *testing.T) {
 	if err := os.WriteFile(bin+"/orchestrd-rt-tool", []byte("#!/bin/sh\necho tool:$ORCHESTRD_RT_OVERRIDE\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := startRunner(t, okAck(1))
-	o := d.run(wire.Job{JobID: "env", Command: `echo "$ORCHESTRD_RT_INHERITED|$ORCHESTRD_RT_OVERRIDE|$ORCHESTRD_RT_NEW"`,
+	t.Setenv("ORCHESTRD_RT_SECRET", "sk-not-for-jobs")
+	ack := okAck(1)
+	// The lane's inherit_env and env, as the daemon's HandshakeAck carries them.
+	ack.Config.InheritEnv = []string{"ORCHESTRD_RT_INHERITED", "ORCHESTRD_RT_OVER*"}
+	ack.Config.Env = map[string]string{"ORCHESTRD_RT_LANE": "lane", "ORCHESTRD_RT_NEW": "from-lane"}
+	d := startRunner(t, ack)
+	o := d.run(wire.Job{JobID: "env", Command: `echo "$ORCHESTRD_RT_INHERITED|$ORCHESTRD_RT_OVERRIDE|$ORCHESTRD_RT_NEW|$ORCHESTRD_RT_LANE|$ORCHESTRD_RT_SECRET"`,
 		Env: map[string]string{"ORCHESTRD_RT_OVERRIDE": "new", "ORCHESTRD_RT_NEW": "fresh"}})
-	if o.stdout != "inherited|new|fresh\n" {
+	if o.stdout != "inherited|new|fresh|lane|\n" {
 		t.Fatalf("stdout %q", o.stdout)
 	}
 	// argv[0] is looked up in the job's PATH.

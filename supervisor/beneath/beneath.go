@@ -511,4 +511,6 @@ func (d *Dir) WriteFile(rel string, data []byte, perm os.FileMode, syncDir bool)
 }
 
 // IsNotExist: err says the path does not exist.
-func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOENT) }
+func IsNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOENT)
+}

@@ -22,11 +22,38 @@ import (
 // /dev/null, so that nothing started from here can see or reach what it
 // held. A path inside another one hidden is covered already. The process
 // must be in a mount namespace of its own (CLONE_NEWNS) with CAP_SYS_ADMIN
-// in it.
-func HidePaths(paths ...string) error {
+// in it. A path that does not exist has nothing to hide and is skipped.
+func HidePaths(paths ...string) error { return HideExpose(paths, nil) }
+
+// HideExpose is HidePaths, then puts each directory of expose that a
+// hidden path covers back where it was, alone: the tmpfs over the hidden
+// directory gets the path down to it (directories that can be traversed
+// but not listed, mode 0111) and the directory itself bind-mounted there,
+// then is made read-only. So an executor sees its own socket directory
+// inside the daemon's home and nothing else of the home, and cannot make
+// anything beside it. Exposed paths must be directories, given by their
+// real paths.
+func HideExpose(paths, expose []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making the mount namespace private: %w", err)
 	}
+	// The exposed directories, held before they are covered.
+	held := make([]int, len(expose))
+	for i, e := range expose {
+		fd, err := unix.Open(filepath.Clean(e), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, h := range held[:i] {
+				unix.Close(h)
+			}
+			return fmt.Errorf("opening %s to expose it: %w", e, err)
+		}
+		held[i] = fd
+	}
+	defer func() {
+		for _, h := range held {
+			unix.Close(h)
+		}
+	}()
 	sorted := append([]string(nil), paths...)
 	sort.Strings(sorted)
 	var done []string
@@ -39,14 +66,28 @@ next:
 			}
 		}
 		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			// Nothing to hide (vibe-reachout's socket in the instant
+			// someone removed it and the daemon has not made it again).
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("hiding %s: %w", p, err)
 		}
-		if fi.IsDir() {
+		var inside []int // the exposed directories below p
+		for i, e := range expose {
+			if strings.HasPrefix(filepath.Clean(e), p+"/") {
+				inside = append(inside, i)
+			}
+		}
+		switch {
+		case !fi.IsDir():
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		case len(inside) == 0:
 			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY,
 				"size=4k,nr_inodes=1,mode=000")
-		} else {
-			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		default:
+			err = exposeUnder(p, expose, held, inside)
 		}
 		if err != nil {
 			return fmt.Errorf("hiding %s: %w", p, err)
@@ -54,6 +95,52 @@ next:
 		done = append(done, p)
 	}
 	return nil
+}
+
+// exposeUnder covers the directory p with a tmpfs that holds only the
+// exposed directories inside (expose[i] for i in inside, held[i] their
+// descriptors), bind-mounted at their paths, then makes it read-only.
+func exposeUnder(p string, expose []string, held []int, inside []int) error {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=16k,nr_inodes=64,mode=0111"); err != nil {
+		return err
+	}
+	for _, i := range inside {
+		rel := strings.TrimPrefix(filepath.Clean(expose[i]), p+"/")
+		at := p
+		for _, c := range strings.Split(rel, "/") {
+			at = filepath.Join(at, c)
+			if err := unix.Mkdir(at, 0o111); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("making %s to expose it: %w", at, err)
+			}
+		}
+		if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(held[i]), at, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("exposing %s: %w", expose[i], err)
+		}
+	}
+	if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return fmt.Errorf("making the cover of %s read-only: %w", p, err)
+	}
+	return nil
+}
+
+// CgroupRoot is where cgroup hierarchies are mounted. Every sandbox (a
+// runner's around its jobs, sandbox-exec's around an executor) hides all
+// of it: as uid 0, or as the owner of a delegated cgroup, what runs there
+// could otherwise write a cgroup.procs or clone into a cgroup to leave its
+// own, or freeze (cgroup.freeze) or kill a runner's cgroup and so every
+// lane's jobs. The daemon and runners write cgroups through descriptors
+// opened before.
+const CgroupRoot = "/sys/fs/cgroup"
+
+// WithCgroupRoot is paths and CgroupRoot, when it is a directory here:
+// what a sandbox hides.
+func WithCgroupRoot(paths []string) []string {
+	out := append([]string(nil), paths...)
+	if fi, err := os.Stat(CgroupRoot); err == nil && fi.IsDir() {
+		out = append(out, CgroupRoot)
+	}
+	return out
 }
 
 // MountProc mounts a /proc of this process's pid namespace over /proc, so
@@ -280,16 +367,18 @@ func ExplainSpawnError(err error) error {
 }
 
 // ExecHidden replaces this process with argv (env as its environment)
-// after hiding paths (HidePaths), mounting the /proc of its pid namespace
+// after hiding paths and the cgroup tree but what expose names
+// (HideExpose, WithCgroupRoot),
+// mounting the /proc of its pid namespace
 // and dropping every privilege on the thread that execs, so that the
 // program cannot undo the masks. The process must have been started with
 // SandboxAttr(Isolation{Sandbox: true}). It returns only on failure.
-func ExecHidden(hide []string, argv, env []string) error {
+func ExecHidden(hide, expose []string, argv, env []string) error {
 	if len(argv) == 0 {
 		return errors.New("nothing to run")
 	}
 	runtime.LockOSThread() // the credentials dropped are this thread's, and exec runs on it
-	if err := HidePaths(hide...); err != nil {
+	if err := HideExpose(WithCgroupRoot(hide), expose); err != nil {
 		return err
 	}
 	if err := MountProc(); err != nil {

@@ -1,11 +1,14 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -105,4 +108,38 @@ func CheckSameUID(c *net.UnixConn) (Peer, error) {
 		return p, fmt.Errorf("peer uid %d is not the daemon's uid %d", p.UID, own)
 	}
 	return p, nil
+}
+
+// Descends reports whether the process pid is ancestor or one of its
+// descendants, by the parent links in /proc (as this process's pid
+// namespace numbers them). A process that is gone, or a chain longer than
+// 64, is not.
+func Descends(pid, ancestor int) bool {
+	for range 64 {
+		if pid == ancestor {
+			return true
+		}
+		if pid <= 1 {
+			return false
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			return false
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err != nil {
+			return false
+		}
+		pid = ppid
+	}
+	return false
 }

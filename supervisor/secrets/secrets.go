@@ -159,8 +159,16 @@ func candidates(name string) []string {
 // Lookup returns the secret for name (a service or a credential key); ok
 // is false when none is configured (or its env variable is unset).
 func (f *File) Lookup(name string) (string, time.Time, bool) {
+	_, v, exp, ok := f.Find(name)
+	return v, exp, ok
+}
+
+// Find is Lookup that also says which entry of the file answered (the
+// secret's identity: "anthropic" and "ANTHROPIC_API_KEY" may both be
+// answered by the entry anthropic).
+func (f *File) Find(name string) (entry, value string, expiresAt time.Time, ok bool) {
 	if f == nil || name == "" {
-		return "", time.Time{}, false
+		return "", "", time.Time{}, false
 	}
 	for _, n := range candidates(name) {
 		e, ok := f.entries[n]
@@ -172,10 +180,10 @@ func (f *File) Lookup(name string) (string, time.Time, bool) {
 			v = os.Getenv(e.env)
 		}
 		if v != "" {
-			return v, e.expires, true
+			return n, v, e.expires, true
 		}
 	}
-	return "", time.Time{}, false
+	return "", "", time.Time{}, false
 }
 
 // Names lists the configured names, sorted.
