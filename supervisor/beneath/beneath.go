@@ -411,7 +411,12 @@ func (d *Dir) Rename(oldRel, newRel string) error {
 // ReadDir lists the directory rel beneath d ("." for d itself), sorted by
 // name: each entry's name and type as the directory says (Lstat an entry
 // before trusting more of it).
-func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) {
+func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) { return d.ReadDirN(rel, -1) }
+
+// ReadDirN is ReadDir reading at most n entries (n <= 0: all): the first
+// n the directory gives, then sorted, so a huge directory costs no more
+// than n entries' memory.
+func (d *Dir) ReadDirN(rel string, n int) ([]fs.DirEntry, error) {
 	var f *os.File
 	if rel == "." {
 		fd, err := unix.Openat(int(d.f.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -427,7 +432,10 @@ func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) {
 		f = sub.f
 	}
 	defer f.Close()
-	ents, err := f.ReadDir(-1)
+	ents, err := f.ReadDir(n)
+	if n > 0 && err == io.EOF {
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", f.Name(), err)
 	}
@@ -511,4 +519,6 @@ func (d *Dir) WriteFile(rel string, data []byte, perm os.FileMode, syncDir bool)
 }
 
 // IsNotExist: err says the path does not exist.
-func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOENT) }
+func IsNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOENT)
+}
