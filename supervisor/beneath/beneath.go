@@ -444,7 +444,8 @@ func (d *Dir) ReadDirN(rel string, n int) ([]fs.DirEntry, error) {
 }
 
 // CreateTemp creates a new file beneath d, in the directory of rel, named
-// after rel's last component with a random suffix (".NAME.tmp-XXXXXX"),
+// after rel's last component with a random suffix (".NAME.tmp-XXXXXX",
+// NAME cut to 200 bytes so that a name of 255 has a temporary too),
 // O_EXCL with perm; it returns the file and its path relative to d.
 func (d *Dir) CreateTemp(rel string, perm os.FileMode) (*os.File, string, error) {
 	comps, err := split(rel)
@@ -453,6 +454,9 @@ func (d *Dir) CreateTemp(rel string, perm os.FileMode) (*os.File, string, error)
 	}
 	dirRel := strings.Join(comps[:len(comps)-1], "/")
 	base := comps[len(comps)-1]
+	if len(base) > 200 {
+		base = base[:200]
+	}
 	for try := 0; ; try++ {
 		name := "." + base + ".tmp-" + strconv.FormatUint(uint64(rand.Uint32()), 36)
 		tmpRel := name

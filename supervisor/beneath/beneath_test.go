@@ -229,6 +229,13 @@ func TestWriteFileReadDirLstat(t *testing.T) {
 	if _, err := d.ReadFile("a/b", 0); !errors.Is(err, ErrRefused) {
 		t.Fatalf("ReadFile of a directory: %v", err)
 	}
+	long := "a/" + strings.Repeat("n", 255) // the longest name a file may have
+	if err := d.WriteFile(long, []byte("long"), 0o600, false); err != nil {
+		t.Fatalf("WriteFile of a 255-byte name: %v", err)
+	}
+	if err := d.Remove(long); err != nil {
+		t.Fatal(err)
+	}
 	f, err := d.OpenFile("a/log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
