@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // httpDoHdr is httpDo with extra request headers; it answers the
@@ -332,6 +334,150 @@ func TestHTTPTransfer(t *testing.T) {
 	}
 	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/list", key, `{"path":"`+outside+`"}`), 403, 4001)
 	wantHTTPError(t, httpDo(t, "POST", base+"/transfer/list", key, `{"path":"`+filepath.Join(allowed, "link")+`"}`), 403, 4001)
+}
+
+// Transfers race a link (issue 21): a goroutine swaps a directory inside
+// allowed_paths with a link to one outside, over and over, while pulls,
+// lists and pushes go through it. None may read, list or write outside:
+// each answers inside, refused or not found. A FIFO under the allowed
+// root is refused at once, not waited on for a writer.
+func TestHTTPTransferLinkRace(t *testing.T) {
+	t.Parallel()
+	allowed, outside := shortTemp(t), shortTemp(t)
+	const secret = "OUTSIDE-SECRET"
+	for _, name := range []string{"f", "only-outside"} {
+		if err := os.WriteFile(filepath.Join(outside, name), []byte(secret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// flip and flop are swapped by RENAME_EXCHANGE, so both always exist:
+	// one is the real directory, the other a link to outside.
+	flip, flop := filepath.Join(allowed, "flip"), filepath.Join(allowed, "flop")
+	if err := os.Mkdir(flip, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(flip, "f"), []byte("inside"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, flop); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE); err != nil {
+		t.Skipf("RENAME_EXCHANGE: %v", err)
+	}
+	fifo := filepath.Join(allowed, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n[http.rate_limits]\ntransfer = 0\n", allowed))
+
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	swaps := 0
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE) == nil {
+				swaps++
+			}
+		}
+	}()
+	halt := sync.OnceFunc(func() { close(stop); <-stopped })
+	defer halt()
+
+	// strays counts what pushes left outside, and removes it.
+	strays := func() int {
+		ents, _ := os.ReadDir(outside)
+		n := 0
+		for _, e := range ents {
+			if e.Name() != "f" && e.Name() != "only-outside" {
+				os.Remove(filepath.Join(outside, e.Name()))
+				n++
+			}
+		}
+		return n
+	}
+	const rounds = 800
+	var pulled, refused, listed, pushed, pullsOut, listsOut, pushesOut int
+	var odd []string
+	i := 0
+	for ; i < rounds || pulled == 0; i++ {
+		if i == 20*rounds {
+			t.Fatalf("no pull read the file inside in %d tries", i)
+		}
+		dir := flip
+		if i%2 == 1 {
+			dir = flop
+		}
+		a, _, err := tryHTTP("POST", base+"/transfer/pull", key, `{"sourcePath":"`+filepath.Join(dir, "f")+`"}`, nil)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case strings.Contains(a.raw, secret):
+			pullsOut++
+		case a.status == 200 && a.raw == "inside":
+			pulled++
+		case a.status == 403:
+			refused++
+		case a.status == 404: // resolving met the swap (a link read as it became a directory)
+		default:
+			odd = append(odd, fmt.Sprintf("pull: %d %s", a.status, a.raw))
+		}
+		a, _, err = tryHTTP("POST", base+"/transfer/list", key, `{"path":"`+dir+`"}`, nil)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case strings.Contains(a.raw, "only-outside"):
+			listsOut++
+		case a.status == 200:
+			listed++
+		case a.status != 403 && a.status != 404:
+			odd = append(odd, fmt.Sprintf("list: %d %s", a.status, a.raw))
+		}
+		a = push(t, base, key, filepath.Join(dir, "pushed"), "", strings.NewReader("pushed"))
+		if a.status == 200 {
+			pushed++
+		} else if a.status != 403 && a.status != 404 {
+			odd = append(odd, fmt.Sprintf("push: %d %s", a.status, a.raw))
+		}
+		pushesOut += strays()
+	}
+	halt()
+	t.Logf("%d swaps; of %d rounds, %d pulls read the file inside (%d refused), %d lists and %d pushes went inside", swaps, i, pulled, refused, listed, pushed)
+	if pullsOut+listsOut+pushesOut > 0 {
+		t.Errorf("through the link, of %d rounds: %d pulls read the file outside, %d lists listed outside, %d pushes wrote outside",
+			i, pullsOut, listsOut, pushesOut)
+	}
+	if len(odd) > 0 {
+		t.Errorf("%d answers neither inside nor refused, the first: %s", len(odd), odd[0])
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "f")); string(b) != secret {
+		t.Errorf("the file outside was changed: %q", b)
+	}
+	d.waitEvent("http.transfer_denied", func(e map[string]any) bool { return e["direction"] == "pull" && e["reason"] == "path_denied" })
+
+	// The FIFO: refused without waiting for a writer. Should the daemon
+	// wait, a writer opened here lets it go before the test fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/transfer/pull", strings.NewReader(`{"sourcePath":"`+fifo+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if w, werr := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); werr == nil {
+			w.Close()
+		}
+		t.Fatalf("a pull of a FIFO did not answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
+	_ = jsonUnmarshal(b, &a.body)
+	wantHTTPError(t, a, 404, 4002)
 }
 
 // vmHWM is a process's peak resident memory, in bytes.

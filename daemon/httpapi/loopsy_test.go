@@ -6,14 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"mime/multipart"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/state"
 )
@@ -309,6 +313,213 @@ func TestPush(t *testing.T) {
 	}
 }
 
+// transferCall calls a transfer handler of s with a JSON body.
+func transferCall(h func(http.ResponseWriter, *http.Request), body string) (*httptest.ResponseRecorder, map[string]any) {
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest("POST", "/api/v1/transfer/x", strings.NewReader(body)))
+	var m map[string]any
+	json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec, m
+}
+
+// Transfers open what they checked beneath its allowed root without
+// following a link: a hard link to a file outside is denied, a FIFO is
+// not waited on, a listed link is described itself, never its target; a
+// root that is a file can be pulled but not pushed over; a push into a
+// root not made yet makes it.
+func TestTransferBeneath(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, outside := filepath.Join(base, "allowed"), filepath.Join(base, "outside")
+	fileRoot, laterRoot := filepath.Join(base, "single.txt"), filepath.Join(base, "later", "inbox")
+	for _, d := range []string{filepath.Join(allowed, "sub"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, c := range map[string]string{filepath.Join(outside, "secret"): "SECRET", filepath.Join(allowed, "sub", "f"): "inside", fileRoot: "single"} {
+		if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(outside, "secret"), filepath.Join(allowed, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(allowed, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for l, target := range map[string]string{filepath.Join(allowed, "sub", "out"): filepath.Join(outside, "secret"), filepath.Join(allowed, "in"): filepath.Join(allowed, "sub", "f")} {
+		if err := os.Symlink(target, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := pushServer(allowed, 1<<20)
+	s.paths = newPaths(TransferConfig{AllowedPaths: []string{allowed, fileRoot, laterRoot}}, "")
+
+	pull := func(p string) (*httptest.ResponseRecorder, map[string]any) {
+		return transferCall(s.pull, `{"sourcePath":"`+p+`"}`)
+	}
+	for p, want := range map[string]string{filepath.Join(allowed, "sub", "f"): "inside", filepath.Join(allowed, "in"): "inside", fileRoot: "single"} {
+		if rec, _ := pull(p); rec.Code != 200 || rec.Body.String() != want {
+			t.Errorf("pull %s: %d %s, want %q", p, rec.Code, rec.Body, want)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range []struct {
+			path   string
+			status int
+			code   float64
+		}{
+			{filepath.Join(allowed, "hard"), 403, CodePathDenied},
+			{filepath.Join(allowed, "sub", "out"), 403, CodePathDenied}, // resolved: outside
+			{filepath.Join(allowed, "fifo"), 404, CodeFileNotFound},
+			{filepath.Join(allowed, "sub"), 404, CodeFileNotFound},
+			{allowed, 404, CodeFileNotFound},
+		} {
+			if rec, m := pull(c.path); rec.Code != c.status || errCode(m) != c.code {
+				t.Errorf("pull %s: %d %s, want %d code %v", c.path, rec.Code, rec.Body, c.status, c.code)
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		if w, err := os.OpenFile(filepath.Join(allowed, "fifo"), os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close() // lets a pull waiting on the FIFO go
+		}
+		<-done
+		t.Fatal("a pull waited on a FIFO")
+	}
+
+	rec, m := transferCall(s.list, `{"path":"`+filepath.Join(allowed, "sub")+`"}`)
+	files, _ := m["files"].([]any)
+	if rec.Code != 200 || len(files) != 2 {
+		t.Fatalf("list: %d %s", rec.Code, rec.Body)
+	}
+	for _, f := range files {
+		e := f.(map[string]any)
+		want := map[string]any{"f": "file", "out": "symlink"}[e["name"].(string)]
+		size := map[string]any{"f": float64(6), "out": float64(len(filepath.Join(outside, "secret")))}[e["name"].(string)]
+		if e["type"] != want || e["size"] != size {
+			t.Errorf("listed %v, want type %v and size %v (a link's own)", e, want, size)
+		}
+	}
+	if rec, m := transferCall(s.list, `{"path":"`+filepath.Join(allowed, "sub", "f")+`"}`); rec.Code != 400 || errCode(m) != CodeTransferFailed {
+		t.Errorf("list of a file: %d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := transferCall(s.list, `{"path":"`+allowed+`"}`); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"name":"fifo"`) {
+		t.Errorf("list of the root: %d %s", rec.Code, rec.Body)
+	}
+
+	pushTo := func(dest string) (*httptest.ResponseRecorder, map[string]any) {
+		body, ct := multipartBody([][2]string{{"destPath", dest}}, []byte("pushed"))
+		return doPush(s, body, ct, nil)
+	}
+	if rec, m := pushTo(fileRoot); rec.Code != 403 || errCode(m) != CodePathDenied {
+		t.Errorf("a push onto a root: %d %s", rec.Code, rec.Body)
+	}
+	if b, _ := os.ReadFile(fileRoot); string(b) != "single" {
+		t.Errorf("the root that is a file holds %q", b)
+	}
+	if rec, _ := pushTo(filepath.Join(laterRoot, "a", "b.txt")); rec.Code != 200 {
+		t.Errorf("a push into a root not made yet: %d %s", rec.Code, rec.Body)
+	}
+	if b, _ := os.ReadFile(filepath.Join(laterRoot, "a", "b.txt")); string(b) != "pushed" {
+		t.Errorf("the push into a root not made yet holds %q", b)
+	}
+	if rec, _ := pushTo(filepath.Join(allowed, "hard")); rec.Code != 200 {
+		t.Errorf("a push over a hard link: %d %s", rec.Code, rec.Body)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "SECRET" {
+		t.Errorf("a push over a hard link wrote the file outside: %q", b)
+	}
+}
+
+// A goroutine swaps a directory under the allowed root with a link to
+// one outside while pulls, lists and pushes (each into directories not
+// made yet) go through it: none reads, lists, writes or makes a
+// directory outside.
+func TestTransferLinkRace(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, outside := filepath.Join(base, "allowed"), filepath.Join(base, "outside")
+	flip, flop := filepath.Join(allowed, "flip"), filepath.Join(allowed, "flop")
+	for _, d := range []string{flip, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, c := range map[string]string{filepath.Join(outside, "f"): "SECRET", filepath.Join(outside, "only-outside"): "SECRET", filepath.Join(flip, "f"): "inside"} {
+		if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, flop); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE); err != nil {
+		t.Skipf("RENAME_EXCHANGE: %v", err)
+	}
+	s := pushServer(allowed, 1<<20)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE)
+			}
+		}
+	}()
+	halt := sync.OnceFunc(func() { close(stop); <-stopped })
+	defer halt()
+	inside, escapes := 0, 0
+	var odd []string
+	for i := 0; i < 1000 || inside == 0; i++ {
+		if i == 20000 {
+			t.Fatal("no pull read the file inside")
+		}
+		dir := []string{flip, flop}[i%2]
+		// 404: resolving met the swap (a link read as it became a directory).
+		rec, _ := transferCall(s.pull, `{"sourcePath":"`+filepath.Join(dir, "f")+`"}`)
+		switch {
+		case strings.Contains(rec.Body.String(), "SECRET"):
+			escapes++
+		case rec.Code == 200:
+			inside++
+		case rec.Code != 403 && rec.Code != 404:
+			odd = append(odd, fmt.Sprintf("pull: %d %s", rec.Code, rec.Body))
+		}
+		if rec, _ := transferCall(s.list, `{"path":"`+dir+`"}`); strings.Contains(rec.Body.String(), "only-outside") {
+			escapes++
+		} else if rec.Code != 200 && rec.Code != 403 && rec.Code != 404 {
+			odd = append(odd, fmt.Sprintf("list: %d %s", rec.Code, rec.Body))
+		}
+		if i%8 == 0 {
+			body, ct := multipartBody([][2]string{{"destPath", filepath.Join(dir, fmt.Sprintf("d-%d", i), "x")}}, []byte("pushed"))
+			if rec, _ := doPush(s, body, ct, nil); rec.Code != 200 && rec.Code != 403 && rec.Code != 404 {
+				odd = append(odd, fmt.Sprintf("push: %d %s", rec.Code, rec.Body))
+			}
+		}
+	}
+	halt()
+	if ents, _ := os.ReadDir(outside); len(ents) != 2 || escapes > 0 {
+		t.Errorf("%d pulls or lists reached outside; outside holds %d entries, not 2", escapes, len(ents))
+	}
+	if len(odd) > 0 {
+		t.Errorf("%d answers neither inside nor refused, the first: %s", len(odd), odd[0])
+	}
+	t.Logf("%d pulls read the file inside", inside)
+}
+
 // FuzzPush: any multipart body either lands one file under the allowed
 // directory or is refused with Loopsy's error; never a panic, never a
 // file elsewhere, never a temporary left behind.
@@ -326,7 +537,7 @@ func FuzzPush(f *testing.F) {
 			t.Fatalf("%d without a Loopsy error: %s", rec.Code, rec.Body)
 		}
 		err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-			if err == nil && strings.HasPrefix(fi.Name(), ".loopsy-push-") {
+			if err == nil && strings.Contains(fi.Name(), ".tmp-") {
 				return fmt.Errorf("a temporary is left: %s", p)
 			}
 			return err

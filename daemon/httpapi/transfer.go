@@ -15,7 +15,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 )
 
 const (
@@ -49,7 +52,8 @@ func denied(p string) *transferErr {
 // paths decides where transfers may go: the real path of a request
 // (symlinks and .. resolved) must be under an allowed root and under no
 // denied one. Roots are resolved when checked, so a root that is a
-// symlink, or that appears later, is handled.
+// symlink, or that appears later, is handled. What is checked is then
+// opened beneath its root (see openBeneath).
 type paths struct {
 	allowed, denied []string
 }
@@ -82,18 +86,68 @@ func under(p, root string) bool {
 	return p == root || root == "/" || strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
-func (ps paths) ok(real string) bool {
+// root is the real path of the allowed root that real is under, "" when
+// real is under none or under a denied one.
+func (ps paths) root(real string) string {
 	for _, d := range ps.denied {
 		if under(real, realRoot(d)) {
-			return false
+			return ""
 		}
 	}
 	for _, a := range ps.allowed {
-		if under(real, realRoot(a)) {
-			return true
+		if r := realRoot(a); under(real, r) {
+			return r
 		}
 	}
-	return false
+	return ""
+}
+
+func (ps paths) ok(real string) bool { return ps.root(real) != "" }
+
+// openBeneath opens root, the allowed root of the checked real path real,
+// and returns it with real relative to it ("." for the root itself; a
+// root that is a file is reached from its directory by its name). Every
+// open of a transfer then goes through the Dir, one component at a time
+// without following a link: real held no link when it was resolved, so a
+// directory swapped for a link since is refused on the way down (denied),
+// never followed out of the root or into a denied path.
+func openBeneath(root, real string) (*beneath.Dir, string, error) {
+	rel := "."
+	if real != root {
+		rel, _ = filepath.Rel(root, real)
+	}
+	d, err := beneath.OpenRoot(root, beneath.Options{})
+	if err != nil && errors.Is(err, syscall.ENOTDIR) && rel == "." {
+		rel = filepath.Base(root)
+		d, err = beneath.OpenRoot(filepath.Dir(root), beneath.Options{})
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return d, rel, nil
+}
+
+// openErr answers an open of rel beneath d that failed (raw, as asked;
+// dir: a directory was asked for, else a file): a link on the way, or a
+// file with a second link (it may be a file elsewhere), is denied; what is
+// there but of another type (a directory or a FIFO to pull, a file to
+// list) is not what was asked for; anything else is not found.
+func openErr(d *beneath.Dir, rel, raw string, err error, dir bool) error {
+	what, notKind := "File", &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("File not found: %s (not a regular file)", raw)}
+	if dir {
+		what, notKind = "Directory", &transferErr{http.StatusBadRequest, CodeTransferFailed, "", fmt.Sprintf("Not a directory: %s", raw)}
+	}
+	if !errors.Is(err, beneath.ErrRefused) {
+		return &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("%s not found: %s", what, raw)}
+	}
+	if rel == "." {
+		return notKind
+	}
+	info, lerr := d.Lstat(rel)
+	if lerr == nil && info.Mode&fs.ModeSymlink == 0 && (dir && !info.Mode.IsDir() || !dir && !info.IsRegular()) {
+		return notKind
+	}
+	return denied(raw)
 }
 
 // resolve returns the real path of raw (absolute): each existing
@@ -134,22 +188,32 @@ func resolve(raw string) (real string, missing []string, err error) {
 	return real, nil, nil
 }
 
-// existing resolves raw, which must exist and be allowed.
-func (s *Server) existing(raw string) (string, error) {
+// existing resolves raw, which must exist and be allowed, and opens its
+// allowed root: real is its real path, rel that path relative to d (see
+// openBeneath). The caller closes d.
+func (s *Server) existing(raw string) (real string, d *beneath.Dir, rel string, err error) {
 	real, missing, err := resolve(raw)
 	if err != nil {
-		return "", err
+		return "", nil, "", err
 	}
+	notFound := &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("File not found: %s", raw)}
 	if len(missing) > 0 {
 		if !s.paths.ok(filepath.Join(append([]string{real}, missing...)...)) {
-			return "", denied(raw)
+			return "", nil, "", denied(raw)
 		}
-		return "", &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("File not found: %s", raw)}
+		return "", nil, "", notFound
 	}
-	if !s.paths.ok(real) {
-		return "", denied(raw)
+	root := s.paths.root(real)
+	if root == "" {
+		return "", nil, "", denied(raw)
 	}
-	return real, nil
+	if d, rel, err = openBeneath(root, real); err != nil {
+		if beneath.IsNotExist(err) {
+			return "", nil, "", notFound
+		}
+		return "", nil, "", fmt.Errorf("opening the allowed root %s: %w", root, err)
+	}
+	return real, d, rel, nil
 }
 
 // idleReader extends a read deadline before each read: a peer that stops
@@ -297,35 +361,53 @@ type transferResult struct {
 	Duration int64  `json:"duration"`
 }
 
-// receive streams part into dest's directory and renames it into place.
+// receive streams part into a temporary file in dest's directory and
+// renames it into place, all beneath dest's allowed root (see
+// openBeneath): the directories of dest that do not exist are made there,
+// and the directory is held open from the temporary file to the rename.
 func (s *Server) receive(part io.Reader, dest, want string, max int64) (transferResult, error) {
 	real, missing, err := resolve(dest)
 	if err != nil {
 		return transferResult{}, err
 	}
 	target := filepath.Join(append([]string{real}, missing...)...)
-	if !s.paths.ok(target) {
+	root := s.paths.root(target)
+	if root == "" || target == root { // a push lands beneath a root, never on one
 		return transferResult{}, denied(dest)
 	}
-	dir := filepath.Dir(target)
-	if len(missing) > 1 {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return transferResult{}, fmt.Errorf("making the directory of %s: %w", dest, err)
-		}
-		// A directory made by someone else meanwhile may be a symlink.
-		if rd, err := filepath.EvalSymlinks(dir); err != nil || rd != dir {
-			return transferResult{}, denied(dest)
+	if !under(real, root) { // the root does not exist yet: the operator's, made as named
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return transferResult{}, fmt.Errorf("making the allowed root of %s: %w", dest, err)
 		}
 	}
-	f, err := os.CreateTemp(dir, ".loopsy-push-*")
+	rd, rel, err := openBeneath(root, target)
 	if err != nil {
+		return transferResult{}, fmt.Errorf("opening the allowed root of %s: %w", dest, err)
+	}
+	defer rd.Close()
+	dir, name := rd, rel
+	if d := filepath.Dir(rel); d != "." {
+		if dir, err = rd.MkdirAll(d, 0o755); err != nil {
+			if errors.Is(err, beneath.ErrRefused) {
+				return transferResult{}, denied(dest)
+			}
+			return transferResult{}, fmt.Errorf("making the directory of %s: %w", dest, err)
+		}
+		defer dir.Close()
+		name = filepath.Base(rel)
+	}
+	f, tmp, err := dir.CreateTemp(name, 0o600)
+	if err != nil {
+		if errors.Is(err, beneath.ErrRefused) {
+			return transferResult{}, denied(dest)
+		}
 		return transferResult{}, fmt.Errorf("writing %s: %w", dest, err)
 	}
 	ok := false
 	defer func() {
 		if !ok {
 			f.Close()
-			os.Remove(f.Name())
+			_ = dir.Remove(tmp)
 		}
 	}()
 	h := sha256.New()
@@ -354,7 +436,7 @@ func (s *Server) receive(part io.Reader, dest, want string, max int64) (transfer
 	if err := f.Close(); err != nil {
 		return transferResult{}, fmt.Errorf("writing %s: %w", dest, err)
 	}
-	if err := os.Rename(f.Name(), target); err != nil {
+	if err := dir.Rename(tmp, name); err != nil {
 		return transferResult{}, fmt.Errorf("putting the file in place at %s: %w", dest, err)
 	}
 	ok = true
@@ -387,20 +469,23 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "Missing sourcePath")
 		return
 	}
-	real, err := s.existing(b.SourcePath)
+	real, d, rel, err := s.existing(b.SourcePath)
 	if err != nil {
 		s.transferFailed(w, r, "pull", b.SourcePath, err)
 		return
 	}
-	f, err := os.Open(real)
+	defer d.Close()
+	// Open refuses what is not a regular file, and a FIFO without waiting
+	// for a writer.
+	f, err := d.Open(rel)
 	if err != nil {
-		s.transferFailed(w, r, "pull", b.SourcePath, &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("File not found: %s", b.SourcePath)})
+		s.transferFailed(w, r, "pull", b.SourcePath, openErr(d, rel, b.SourcePath, err, false))
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		s.transferFailed(w, r, "pull", b.SourcePath, &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("File not found: %s (not a regular file)", b.SourcePath)})
+	if err != nil {
+		s.transferFailed(w, r, "pull", b.SourcePath, fmt.Errorf("reading %s: %w", real, err))
 		return
 	}
 	if fi.Size() > s.cfg.Transfer.MaxFileSize {
@@ -444,20 +529,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "Missing path")
 		return
 	}
-	real, err := s.existing(b.Path)
+	real, root, rel, err := s.existing(b.Path)
 	if err != nil {
 		s.transferFailed(w, r, "list", b.Path, err)
 		return
 	}
-	d, err := os.Open(real)
-	if err != nil {
-		s.transferFailed(w, r, "list", b.Path, &transferErr{http.StatusNotFound, CodeFileNotFound, "", fmt.Sprintf("Directory not found: %s", b.Path)})
-		return
+	defer root.Close()
+	d := root
+	if rel != "." {
+		if d, err = root.Dir(rel); err != nil {
+			s.transferFailed(w, r, "list", b.Path, openErr(root, rel, b.Path, err, true))
+			return
+		}
+		defer d.Close()
 	}
-	defer d.Close()
-	ents, err := d.ReadDir(maxListEntries + 1)
-	if err != nil && err != io.EOF {
-		s.transferFailed(w, r, "list", b.Path, &transferErr{http.StatusBadRequest, CodeTransferFailed, "", fmt.Sprintf("Not a directory: %s", b.Path)})
+	ents, err := d.ReadDirN(".", maxListEntries+1)
+	if err != nil {
+		s.transferFailed(w, r, "list", b.Path, fmt.Errorf("listing %s: %w", real, err))
 		return
 	}
 	truncated := len(ents) > maxListEntries
@@ -466,19 +554,20 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	files := make([]fileListEntry, 0, len(ents))
 	for _, e := range ents {
-		full := filepath.Join(b.Path, e.Name())
-		fi, err := os.Stat(filepath.Join(real, e.Name()))
+		// The entry itself, through the directory listed: a link is
+		// described as a link, never by what it points to.
+		info, err := d.Lstat(e.Name())
 		if err != nil {
-			continue // a dangling link, a file gone meanwhile
+			continue // gone meanwhile
 		}
 		typ := "file"
 		switch {
-		case e.Type()&fs.ModeSymlink != 0:
+		case info.Mode&fs.ModeSymlink != 0:
 			typ = "symlink"
-		case e.IsDir():
+		case info.Mode.IsDir():
 			typ = "directory"
 		}
-		files = append(files, fileListEntry{Name: e.Name(), Path: full, Type: typ, Size: fi.Size(), Modified: fi.ModTime().UnixMilli()})
+		files = append(files, fileListEntry{Name: e.Name(), Path: filepath.Join(b.Path, e.Name()), Type: typ, Size: info.Size, Modified: info.Mtime.UnixMilli()})
 	}
 	slices.SortFunc(files, func(a, b fileListEntry) int { return strings.Compare(a.Name, b.Name) })
 	out := map[string]any{"files": files}

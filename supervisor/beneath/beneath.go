@@ -411,7 +411,12 @@ func (d *Dir) Rename(oldRel, newRel string) error {
 // ReadDir lists the directory rel beneath d ("." for d itself), sorted by
 // name: each entry's name and type as the directory says (Lstat an entry
 // before trusting more of it).
-func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) {
+func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) { return d.ReadDirN(rel, -1) }
+
+// ReadDirN is ReadDir reading at most n entries (n <= 0: all): the first
+// n the directory gives, then sorted, so a huge directory costs no more
+// than n entries' memory.
+func (d *Dir) ReadDirN(rel string, n int) ([]fs.DirEntry, error) {
 	var f *os.File
 	if rel == "." {
 		fd, err := unix.Openat(int(d.f.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -427,7 +432,10 @@ func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) {
 		f = sub.f
 	}
 	defer f.Close()
-	ents, err := f.ReadDir(-1)
+	ents, err := f.ReadDir(n)
+	if n > 0 && err == io.EOF {
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", f.Name(), err)
 	}
@@ -436,7 +444,8 @@ func (d *Dir) ReadDir(rel string) ([]fs.DirEntry, error) {
 }
 
 // CreateTemp creates a new file beneath d, in the directory of rel, named
-// after rel's last component with a random suffix (".NAME.tmp-XXXXXX"),
+// after rel's last component with a random suffix (".NAME.tmp-XXXXXX",
+// NAME cut to 200 bytes so that a name of 255 has a temporary too),
 // O_EXCL with perm; it returns the file and its path relative to d.
 func (d *Dir) CreateTemp(rel string, perm os.FileMode) (*os.File, string, error) {
 	comps, err := split(rel)
@@ -445,6 +454,9 @@ func (d *Dir) CreateTemp(rel string, perm os.FileMode) (*os.File, string, error)
 	}
 	dirRel := strings.Join(comps[:len(comps)-1], "/")
 	base := comps[len(comps)-1]
+	if len(base) > 200 {
+		base = base[:200]
+	}
 	for try := 0; ; try++ {
 		name := "." + base + ".tmp-" + strconv.FormatUint(uint64(rand.Uint32()), 36)
 		tmpRel := name

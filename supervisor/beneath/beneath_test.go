@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,6 +229,13 @@ func TestWriteFileReadDirLstat(t *testing.T) {
 	if _, err := d.ReadFile("a/b", 0); !errors.Is(err, ErrRefused) {
 		t.Fatalf("ReadFile of a directory: %v", err)
 	}
+	long := "a/" + strings.Repeat("n", 255) // the longest name a file may have
+	if err := d.WriteFile(long, []byte("long"), 0o600, false); err != nil {
+		t.Fatalf("WriteFile of a 255-byte name: %v", err)
+	}
+	if err := d.Remove(long); err != nil {
+		t.Fatal(err)
+	}
 	f, err := d.OpenFile("a/log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -314,4 +322,56 @@ func FuzzReadFile(f *testing.F) {
 			t.Fatalf("ReadFile(%q) read %q", rel, s)
 		}
 	})
+}
+
+// ReadDirN reads at most n entries, sorted; an empty directory is no
+// error; a link on the way is refused.
+func TestReadDirN(t *testing.T) {
+	root, _ := tree(t)
+	d, err := OpenRoot(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	many, err := d.MkdirAll("many", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer many.Close()
+	for _, name := range []string{"e", "b", "d", "a", "c"} {
+		if err := many.WriteFile(name, nil, 0o600, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(ents []fs.DirEntry) string {
+		var s []string
+		for _, e := range ents {
+			s = append(s, e.Name())
+		}
+		return strings.Join(s, ",")
+	}
+	ents, err := d.ReadDirN("many", 3)
+	byName := func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) }
+	if err != nil || len(ents) != 3 || !slices.IsSortedFunc(ents, byName) {
+		t.Fatalf("ReadDirN(many, 3): %s, %v", names(ents), err)
+	}
+	for _, n := range []int{0, -1, 5, 100} {
+		if ents, err := d.ReadDirN("many", n); err != nil || names(ents) != "a,b,c,d,e" {
+			t.Fatalf("ReadDirN(many, %d): %s, %v", n, names(ents), err)
+		}
+	}
+	if ents, err := many.ReadDirN(".", 2); err != nil || len(ents) != 2 {
+		t.Fatalf(`ReadDirN(".", 2): %s, %v`, names(ents), err)
+	}
+	empty, err := d.MkdirAll("empty", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty.Close()
+	if ents, err := d.ReadDirN("empty", 10); err != nil || len(ents) != 0 {
+		t.Fatalf("ReadDirN(empty, 10): %s, %v", names(ents), err)
+	}
+	if _, err := d.ReadDirN("in/dirlink", 10); !errors.Is(err, ErrRefused) {
+		t.Fatalf("ReadDirN through a link: %v", err)
+	}
 }
