@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -263,17 +262,16 @@ func (m *Manager) matchRule(req *Request) *rule {
 	if req.Kind == api.KindPlan {
 		return nil
 	}
-	var input map[string]any
-	_ = json.Unmarshal(req.ToolInput, &input)
+	p := newProbe(req)
 	for _, r := range m.rules {
-		if r.matches(req, input) {
+		if r.matches(p) {
 			return r
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.recorded {
-		if r.matches(req, input) {
+		if r.matches(p) {
 			return r
 		}
 	}

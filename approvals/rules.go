@@ -27,8 +27,35 @@ type rule struct {
 	nothing bool
 }
 
-// matcher matches a tool's input (a JSON object).
-type matcher func(input map[string]any) bool
+// matcher matches a request.
+type matcher func(p *probe) bool
+
+// probe is a request as rules match it: its tool_input decoded once, and
+// a Bash command split once, when a rule first asks.
+type probe struct {
+	req   *Request
+	input map[string]any // nil if tool_input is not a JSON object
+	shell *shellCommand
+}
+
+func newProbe(req *Request) *probe {
+	p := &probe{req: req}
+	_ = json.Unmarshal(req.ToolInput, &p.input)
+	return p
+}
+
+// bash is the request's Bash command ("" for another tool) and, split,
+// what the shell would run.
+func (p *probe) bash() (string, *shellCommand) {
+	if p.req.ToolName != "Bash" {
+		return "", nil
+	}
+	c, _ := p.input["command"].(string)
+	if p.shell == nil {
+		p.shell = splitShell(c)
+	}
+	return c, p.shell
+}
 
 // configRules compiles the config's rules (Validate has checked them).
 func configRules(rs []RuleConfig) ([]*rule, error) {
@@ -52,18 +79,18 @@ func configRules(rs []RuleConfig) ([]*rule, error) {
 func recordedRule(ar api.ApprovalRule) *rule {
 	r := &rule{ApprovalRule: ar}
 	if ar.Content != "" {
-		r.content = contentMatcher(ar.Tool, ar.Content)
+		r.content = contentMatcher(ar.Tool, ar.Content, ar.Decision == "deny")
 		r.nothing = r.content == nil
 	}
 	return r
 }
 
-// matches reports whether r answers req; input is req's tool_input decoded
-// (nil if it is not a JSON object).
-func (r *rule) matches(req *Request, input map[string]any) bool {
+// matches reports whether r answers p's request.
+func (r *rule) matches(p *probe) bool {
 	if r.nothing {
 		return false
 	}
+	req := p.req
 	if ok, _ := path.Match(r.Tool, req.ToolName); !ok {
 		return false
 	}
@@ -79,46 +106,59 @@ func (r *rule) matches(req *Request, input map[string]any) bool {
 			return false
 		}
 	}
-	if r.input != nil {
-		s, ok := input[r.InputField].(string)
-		if !ok || !r.input.MatchString(s) {
-			return false
-		}
+	if r.input != nil && !r.inputMatches(p) {
+		return false
 	}
-	if r.content != nil && (input == nil || !r.content(input)) {
+	if r.content != nil && (p.input == nil || !r.content(p)) {
 		return false
 	}
 	return true
 }
 
-// contentMatcher interprets a Claude Code rule content for tool; nil when
-// it cannot:
+// inputMatches matches a config rule's regular expression. On a Bash
+// command it is matched as a Bash content rule is: an allow rule's against
+// every part of a command the splitter vouches for, a deny rule's against
+// the whole command or any part. Other fields and tools: the field's
+// value.
+func (r *rule) inputMatches(p *probe) bool {
+	s, ok := p.input[r.InputField].(string)
+	if !ok {
+		return false
+	}
+	if r.InputField != "command" || p.req.ToolName != "Bash" {
+		return r.input.MatchString(s)
+	}
+	_, sh := p.bash()
+	if r.Decision == "deny" {
+		return r.input.MatchString(s) || sh.any(r.input.MatchString)
+	}
+	return sh.every(r.input.MatchString)
+}
+
+// contentMatcher interprets a Claude Code rule content for tool (for a
+// deny rule if deny); nil when it cannot:
 //   - Bash: "X:*" matches the command X and X followed by a space and
-//     anything; any other content is the exact command;
+//     anything; any other content is the exact command. As Claude Code
+//     does, a command is split into the simple commands it runs (see
+//     splitShell): an allow rule answers it when it answers every one,
+//     and none is opaque (a substitution, a redirection to a file, ...);
+//     an exact rule also answers the very command it names. A deny rule
+//     answers the whole command or any part, nested ones included;
 //   - WebFetch: "domain:H" matches a url whose host is H;
 //   - Read, Edit, Write, MultiEdit, NotebookEdit: a path glob ("**" any
 //     number of directories) on file_path, notebook_path or path; the
 //     glob is absolute by the time a rule is recorded (see absContent).
-func contentMatcher(tool, content string) matcher {
+func contentMatcher(tool, content string, deny bool) matcher {
 	switch tool {
 	case "Bash":
-		if pre, ok := strings.CutSuffix(content, ":*"); ok {
-			return func(in map[string]any) bool {
-				c, _ := in["command"].(string)
-				return c == pre || strings.HasPrefix(c, pre+" ")
-			}
-		}
-		return func(in map[string]any) bool {
-			c, _ := in["command"].(string)
-			return c == content
-		}
+		return bashMatcher(content, deny)
 	case "WebFetch":
 		host, ok := strings.CutPrefix(content, "domain:")
 		if !ok || host == "" {
 			return nil
 		}
-		return func(in map[string]any) bool {
-			s, _ := in["url"].(string)
+		return func(p *probe) bool {
+			s, _ := p.input["url"].(string)
 			u, err := url.Parse(s)
 			return err == nil && strings.EqualFold(u.Hostname(), host)
 		}
@@ -126,16 +166,37 @@ func contentMatcher(tool, content string) matcher {
 		if !strings.HasPrefix(content, "/") || checkGlob(content) != nil {
 			return nil
 		}
-		return func(in map[string]any) bool {
+		return func(p *probe) bool {
 			for _, f := range []string{"file_path", "notebook_path", "path"} {
-				if p, ok := in[f].(string); ok && p != "" {
-					return globMatch(content, path.Clean(p))
+				if s, ok := p.input[f].(string); ok && s != "" {
+					return globMatch(content, path.Clean(s))
 				}
 			}
 			return false
 		}
 	}
 	return nil
+}
+
+// bashMatcher is a Bash rule's content: "X:*" or an exact command.
+func bashMatcher(content string, deny bool) matcher {
+	pre, prefix := strings.CutSuffix(content, ":*")
+	ok := func(c string) bool { return c == content }
+	if prefix {
+		ok = func(c string) bool { return c == pre || strings.HasPrefix(c, pre+" ") }
+	}
+	return func(p *probe) bool {
+		c, sh := p.bash()
+		switch {
+		case sh == nil:
+			return false
+		case deny:
+			return ok(c) || sh.any(ok)
+		case !prefix && c == content:
+			return true
+		}
+		return sh.every(ok)
+	}
 }
 
 // absContent makes a path rule's content absolute, as Claude Code reads

@@ -97,11 +97,9 @@ func TestSuggestionRules(t *testing.T) {
 			}
 			for _, p := range tc.probes {
 				req := Request{Kind: api.KindTool, ToolName: p.tool, ToolInput: json.RawMessage(p.input), Cwd: p.cwd, SessionID: p.session}
-				var in map[string]any
-				_ = json.Unmarshal(req.ToolInput, &in)
 				got := false
 				for _, r := range rs {
-					got = got || recordedRule(r).matches(&req, in)
+					got = got || recordedRule(r).matches(newProbe(&req))
 				}
 				if got != p.want {
 					t.Errorf("%s %s (cwd %s, session %s): matched %v, want %v", p.tool, p.input, p.cwd, p.session, got, p.want)

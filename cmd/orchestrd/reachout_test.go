@@ -82,9 +82,16 @@ const hookInput = `{"session_id":"s-1","transcript_path":"/nonexistent","cwd":"/
 
 func startHook(t *testing.T, sock string, cred *syscall.Credential, args ...string) *hookProc {
 	t.Helper()
+	return startHookWith(t, sock, hookInput, cred, args...)
+}
+
+// startHookWith is startHook with input, Claude Code's hook JSON, on its
+// stdin.
+func startHookWith(t *testing.T, sock, input string, cred *syscall.Credential, args ...string) *hookProc {
+	t.Helper()
 	h := &hookProc{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}, done: make(chan struct{})}
 	h.cmd = exec.Command(hookBinary(t), append([]string{"-socket", sock}, args...)...)
-	h.cmd.Stdin = strings.NewReader(hookInput)
+	h.cmd.Stdin = strings.NewReader(input)
 	h.cmd.Stdout, h.cmd.Stderr = h.stdout, h.stderr
 	if cred != nil {
 		h.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
