@@ -93,7 +93,7 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 	lines, applied, dead := 0, 0, 0
 	eof := false
 	for lines < spoolBatch {
-		line, n, err := readSpoolLine(br)
+		line, n, size, err := readSpoolLine(br)
 		if n == 0 && err != nil {
 			eof = errors.Is(err, io.EOF)
 			if !eof {
@@ -117,7 +117,7 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 		}
 		if err != nil {
 			dead++
-			r.deadLetter(ch, line, typ, err, first)
+			r.deadLetter(ch, line, size, typ, err, first)
 			continue
 		}
 		applied++
@@ -160,14 +160,16 @@ func (r *repo) commitDrain(c *actors.Context, ch *change) {
 }
 
 // readSpoolLine reads one line (without its newline); n is the bytes
-// consumed. A line over wire.MaxClankerLine is consumed whole and returned
-// cut, with an error saying so.
-func readSpoolLine(br *bufio.Reader) (line []byte, n int, err error) {
+// consumed, size the line's length without its newline (and a CR before
+// it). A line over wire.MaxClankerLine is consumed whole and returned cut,
+// with an error saying so.
+func readSpoolLine(br *bufio.Reader) (line []byte, n, size int, err error) {
 	var buf []byte
 	over := false
 	for {
 		frag, err := br.ReadSlice('\n')
 		n += len(frag)
+		size += len(frag)
 		if !over {
 			if len(buf)+len(frag) > wire.MaxClankerLine+1 {
 				over = true
@@ -181,30 +183,40 @@ func readSpoolLine(br *bufio.Reader) (line []byte, n int, err error) {
 			continue
 		case err == nil:
 			buf = bytes.TrimSuffix(buf, []byte("\n"))
+			size--
 		case errors.Is(err, io.EOF) && n > 0:
 			// A last line without its newline: its writer is done (the
 			// file is no longer open), so it is whole.
 		default:
-			return nil, n, err
+			return nil, n, 0, err
 		}
 		if over {
-			return buf, n, fmt.Errorf("a spool line over %d bytes", wire.MaxClankerLine)
+			return buf, n, size, fmt.Errorf("a spool line over %d bytes", wire.MaxClankerLine)
 		}
-		return bytes.TrimSuffix(buf, []byte("\r")), n, nil
+		if bytes.HasSuffix(buf, []byte("\r")) {
+			buf, size = buf[:len(buf)-1], size-1
+		}
+		return buf, n, size, nil
 	}
 }
 
 // deadLetter appends a line that cannot be applied to the dead-letter
-// file, {"ts", "error", "type"?, "line"}, through ch's commit.
-func (r *repo) deadLetter(ch *change, line []byte, typ string, err error, first bool) {
+// file, {"ts", "error", "type"?, "line"}, through ch's commit. The file
+// keeps the line and the error as the pod would have heard it (its own
+// bytes, 0600); the event says which line it was, its length and hash,
+// and what was wrong without quoting it.
+func (r *repo) deadLetter(ch *change, line []byte, size int, typ string, err error, first bool) {
+	msg, log := err.Error(), logText(err)
 	if first && !json.Valid(bytes.TrimSpace(line)) {
-		err = fmt.Errorf("%w (the first line of a spool its writers trimmed to 1 MB may be cut)", err)
+		const cut = " (the first line of a spool its writers trimmed to 1 MB may be cut)"
+		msg, log = msg+cut, log+cut
 	}
 	text := string(line)
 	if len(text) > 64<<10 {
 		text = text[:64<<10] + "…"
 	}
-	entry := jsonObject("ts", isoNow(r.now()), "error", err.Error(), "type", optional(typ), "line", text)
+	entry := jsonObject("ts", isoNow(r.now()), "error", msg, "type", optional(typ), "line", text)
 	r.addOutbox(ch, filepath.Join(r.dir, deadName), false, string(entry)+"\n")
-	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: typ, Error: err.Error()})
+	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: knownType(typ), Error: log,
+		LineBytes: size, LineSHA256: LineSHA256(line)})
 }

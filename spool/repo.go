@@ -323,7 +323,7 @@ func (r *repo) request(c *actors.Context, m request) {
 	ch.reply = m.reply
 	data, err := r.handle(ch, m.typ, m.payload)
 	if err != nil {
-		r.emit(RequestRefused{Repo: r.name, Type: m.typ, Error: err.Error(), Via: "ipc"})
+		r.emit(RequestRefused{Repo: r.name, Type: knownType(m.typ), Error: logText(err), Via: "ipc"})
 		m.reply(nil, err)
 		return
 	}
@@ -336,7 +336,7 @@ func (r *repo) request(c *actors.Context, m request) {
 func (r *repo) handle(ch *change, typ string, payload []byte) ([]byte, error) {
 	h, ok := handlers[typ]
 	if !ok {
-		return nil, fmt.Errorf("unknown ipc type: %s", typ)
+		return nil, refuse("unknown ipc type", "unknown ipc type: %s", typ)
 	}
 	var p map[string]json.RawMessage
 	if len(payload) > 0 && string(payload) != "null" {
@@ -618,7 +618,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 			err = validTask(rec)
 		}
 		if err == nil && rec.str("id") != id {
-			err = fmt.Errorf("its id %q is not its file's name", rec.str("id"))
+			err = refuse("its id is not its file's name", "its id %q is not its file's name", rec.str("id"))
 		}
 		if err != nil {
 			if t != nil && starting {
@@ -626,7 +626,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 				r.dirty[id] = true
 				continue
 			}
-			r.m.log.Debug().Err(err).Str("repo", r.name).Str("file", name).Msg("clanker: a task file is not a valid task; left as it is")
+			r.m.log.Debug().Str("error", logText(err)).Str("repo", r.name).Str("file", name).Msg("clanker: a task file is not a valid task; left as it is")
 			if t != nil {
 				t.stamp = st
 			}

@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,11 +88,13 @@ func TestReadSpoolLine(t *testing.T) {
 	long := strings.Repeat("x", wire.MaxClankerLine+10)
 	br := bufio.NewReaderSize(strings.NewReader("a\r\n"+long+"\nb\nlast"), 4096)
 	var got []string
+	var sizes []int
 	for {
-		l, n, err := readSpoolLine(br)
+		l, n, size, err := readSpoolLine(br)
 		if n == 0 {
 			break
 		}
+		sizes = append(sizes, size)
 		if err != nil {
 			got = append(got, "ERR:"+err.Error())
 			continue
@@ -101,5 +104,8 @@ func TestReadSpoolLine(t *testing.T) {
 	want := []string{"a", "ERR:a spool line over 1048576 bytes", "b", "last"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q", got)
+	}
+	if fmt.Sprint(sizes) != fmt.Sprint([]int{1, len(long), 1, 4}) {
+		t.Fatalf("sizes %v, want each line's length without its end", sizes)
 	}
 }

@@ -182,7 +182,7 @@ func (s *Server) serve(nc *net.UnixConn) {
 		line, err := lr.Next()
 		switch {
 		case errors.Is(err, wire.ErrLineTooLong):
-			s.refused("", err.Error())
+			s.refused(nil, err)
 			s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error()))
 			return
 		case errors.Is(err, io.EOF):
@@ -197,7 +197,7 @@ func (s *Server) serve(nc *net.UnixConn) {
 		if err != nil {
 			// Answered without an id, as the real dashboard answers; the
 			// connection goes on.
-			s.refused("", err.Error())
+			s.refused(line, err)
 			if !s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error())) {
 				return
 			}
@@ -226,9 +226,16 @@ func (s *Server) serve(nc *net.UnixConn) {
 	}
 }
 
-func (s *Server) refused(typ, msg string) {
-	s.log.Debug().Str("type", typ).Msg("clanker: refused a request line: " + msg)
-	s.emit(spool.RequestRefused{Repo: s.repo, Type: typ, Error: msg, Via: "ipc"})
+// refused says a line was refused (nil: one too long to read): the pod
+// hears what it sent; the logs hear neither the line nor anything of it
+// but its length and hash.
+func (s *Server) refused(line []byte, err error) {
+	ev := spool.RequestRefused{Repo: s.repo, Error: wire.ClankerLogText(err), Via: "ipc"}
+	if line != nil {
+		ev.LineBytes, ev.LineSHA256 = len(line), spool.LineSHA256(line)
+	}
+	s.log.Debug().Int("line_bytes", ev.LineBytes).Str("line_sha256", ev.LineSHA256).Msg("clanker: refused a request line: " + ev.Error)
+	s.emit(ev)
 }
 
 func (s *Server) write(nc *net.UnixConn, b []byte) bool {
