@@ -184,6 +184,21 @@ type SpoolDeadLettered struct {
 
 func (SpoolDeadLettered) Kind() string { return "clanker.line_dead_lettered" }
 
+// FileRefused: a file or directory of a repo (its root, .clanker or what
+// is in it) is not one orchestrd reads or writes: a symbolic link, a hard
+// link to another file, a FIFO, a device or a socket, or another uid's.
+// It was neither read nor written nor followed: a spool is not drained, a
+// file's lines wait in the store, a state.json or task file is replaced by
+// the daemon's own. Path is absolute (orchestrd's name for the file, never
+// a pod's text). Said once per path and reason until it changes.
+type FileRefused struct {
+	Repo   string `json:"repo"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func (FileRefused) Kind() string { return "clanker.file_refused" }
+
 // WriteFailed: writing a repo's .clanker files failed (disk full, a
 // permission); the store keeps the truth and the write is tried again.
 type WriteFailed struct {
@@ -201,5 +216,5 @@ func LineSHA256(line []byte) string { return hashOf(line) }
 func init() {
 	eventlog.Register(RepoStarted{}, RepoFailed{}, RepoStopped{}, TaskCreated{}, TaskImported{}, TaskPrompted{},
 		TaskStatus{}, Handoff{}, Note{}, PodStale{}, Paused{}, Resumed{}, RequestRefused{}, SpoolDrained{},
-		SpoolDeadLettered{}, WriteFailed{})
+		SpoolDeadLettered{}, WriteFailed{}, FileRefused{})
 }

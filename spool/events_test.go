@@ -27,5 +27,6 @@ func TestKinds(t *testing.T) {
 		SpoolDrained{Repo: repo, Lines: 200, Applied: 199, Dead: 1, More: true},
 		SpoolDeadLettered{Repo: repo, Type: "task_status", Error: "Task not found", LineBytes: 88, LineSHA256: "9f86d081884c7d659a2feaa0c55ad015"},
 		WriteFailed{Repo: repo, Path: repo + "/.clanker/tasks/t1.json", Error: "no space left on device"},
+		FileRefused{Repo: repo, Path: repo + "/.clanker/events.log", Reason: "is a symbolic link"},
 	)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -150,7 +149,9 @@ func (r *repo) pod(id string) *pod {
 
 // heartbeat writes heartbeat/<podId>.json ({slaveId, ts, pid, role}, as
 // clanker's writeHeartbeat) and marks the pod alive. A heartbeat is not
-// in the store: the next one replaces it.
+// in the store: the next one replaces it. A heartbeat/ refused (a link,
+// another uid's) is said once and not written; the pod is alive all the
+// same.
 func heartbeat(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	id, err := requireString(p, "podId", "podId")
 	if err != nil {
@@ -183,8 +184,16 @@ func heartbeat(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error
 	hb.setString("ts", ts)
 	hb.set("pid", jsonNumber(pid))
 	hb.setString("role", role)
-	path := filepath.Join(r.dir, "heartbeat", id+".json")
-	if err := writeAtomic(path, hb.file(), 0o644, r.m.opts.Sync); err != nil {
+	rel := "heartbeat/" + id + ".json"
+	d, err := r.clanker()
+	if err == nil {
+		err = writeFile(d, rel, hb.file(), filePerm, r.m.opts.Sync)
+		d.Close()
+	}
+	switch {
+	case err == nil:
+		r.served(rel)
+	case !r.refusal(err):
 		return nil, fmt.Errorf("writing the heartbeat: %w", err)
 	}
 	pd := r.pod(id)
@@ -217,10 +226,8 @@ func usageLimit(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, erro
 	}
 	now := r.now()
 	autoPaused := true
-	if b, err := os.ReadFile(filepath.Join(r.dir, stateName)); err == nil {
-		if s, err := parseRecord(b); err == nil && string(s.vals["paused"]) == "true" {
-			autoPaused = false
-		}
+	if s := r.readStateFile(); s != nil && string(s.vals["paused"]) == "true" {
+		autoPaused = false
 	}
 	r.st.Paused = &pauseState{Pod: id, Role: role, Message: msg, At: now, Until: now.Add(r.cfg.UsageLimitPause.Duration), AutoPaused: autoPaused}
 	ch.saveState = true
