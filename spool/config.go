@@ -1,12 +1,15 @@
 package spool
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 )
 
 // Config is the [clanker] table. daemon/config.go decodes it key by key
@@ -124,7 +127,10 @@ func ValidateRepo(r RepoConfig) []error {
 		bad("judge_prompt and judge_prompt_file: give one of them")
 	}
 	for name, f := range map[string]string{"base_prompt_file": r.BasePromptFile, "judge_prompt_file": r.JudgePromptFile} {
-		if f == "" {
+		// One in the repo is the agents' to change: it is read when the
+		// repo starts, and a problem is that repo's (repo_failed), not
+		// the whole config's.
+		if f == "" || inRepo(r.Path, f) {
 			continue
 		}
 		if _, err := os.ReadFile(f); err != nil {
@@ -147,18 +153,54 @@ func ValidateRepo(r RepoConfig) []error {
 func (c RepoConfig) prompts() (base, judge string, err error) {
 	base, judge = c.BasePrompt, c.JudgePrompt
 	if c.BasePromptFile != "" {
-		b, err := os.ReadFile(c.BasePromptFile)
+		b, err := readPromptFile(c.Path, c.BasePromptFile)
 		if err != nil {
 			return "", "", fmt.Errorf("reading base_prompt_file: %w", err)
 		}
 		base = string(b)
 	}
 	if c.JudgePromptFile != "" {
-		b, err := os.ReadFile(c.JudgePromptFile)
+		b, err := readPromptFile(c.Path, c.JudgePromptFile)
 		if err != nil {
 			return "", "", fmt.Errorf("reading judge_prompt_file: %w", err)
 		}
 		judge = string(b)
 	}
 	return base, judge, nil
+}
+
+// inRepo: file is beneath the repo's root (by its path).
+func inRepo(repo, file string) bool {
+	if !filepath.IsAbs(repo) || !filepath.IsAbs(file) {
+		return false
+	}
+	rel, err := filepath.Rel(repo, file)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// maxPromptFile bounds a prompt file.
+const maxPromptFile = 4 << 20
+
+// readPromptFile reads a prompt file. One in the repo (the README puts
+// it in .clanker) is the agents' to write as much as the operator's: it
+// is read beneath the repo's root without following a link, a regular
+// file the daemon's uid owns, as every file of the repo is (a link to
+// /etc/shadow would be handed to the pods as their prompt, a FIFO would
+// block). One elsewhere is the operator's own path.
+func readPromptFile(repo, file string) ([]byte, error) {
+	if !inRepo(repo, file) {
+		return os.ReadFile(file)
+	}
+	rel, _ := filepath.Rel(repo, file)
+	root, err := beneath.OpenRoot(repo, beneath.Options{Owners: []int{os.Geteuid()}})
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	b, err := root.ReadFile(rel, maxPromptFile)
+	var re *beneath.RefusedError
+	if errors.As(err, &re) {
+		return nil, fmt.Errorf("refusing to read %s: %w", file, &beneath.RefusedError{Path: filepath.Join(repo, re.Path), Reason: re.Reason})
+	}
+	return b, err
 }

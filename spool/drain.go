@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -29,59 +29,83 @@ import (
 // ipc-spool.dead.ndjson with its error (through the same commit) and never
 // tried again. The taken file is removed once read to its end; the next
 // spool is taken after that.
-func (r *repo) drain(c *actors.Context) {
+//
+// Every file is reached through the repo's .clanker, d, without following
+// a link (see files.go): a spool or a taken file that is a link, a FIFO, a
+// hard link or another uid's is refused (clanker.file_refused, once), not
+// taken, not read, and left as it is; the drain goes on once it is gone.
+func (r *repo) drain(c *actors.Context, d *beneath.Dir) {
 	if r.drainPending {
 		return // the last batch is committing: next tick
 	}
-	draining := filepath.Join(r.dir, drainingName)
-	fi, err := os.Stat(draining)
+	f, err := d.Open(drainingName)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case beneath.IsNotExist(err):
 		if r.st.Drain != nil { // removed after its last line was committed
 			r.st.Drain = nil
 			ch := r.newChange("spool")
 			ch.saveState = true
 			r.commitDrain(c, ch)
 		}
-		spool := filepath.Join(r.dir, spoolName)
-		sfi, err := os.Stat(spool)
-		if err != nil || sfi.Size() == 0 {
+		if !r.take(d) {
 			return
 		}
-		if err := os.Rename(spool, draining); err != nil {
-			r.writeFailed(spool, fmt.Errorf("taking the spool: %w", err))
-			return
-		}
-		r.takenAt = r.now()
-		if fi, err = os.Stat(draining); err != nil {
+		if f, err = d.Open(drainingName); err != nil {
+			r.fileFailed(drainingName, err)
 			return
 		}
 	case err != nil:
-		r.writeFailed(draining, err)
+		r.fileFailed(drainingName, err)
 		return
 	}
-	ino := stampOf(fi).ino
-	if r.st.Drain == nil || r.st.Drain.Ino != ino {
-		r.st.Drain = &drainPos{Ino: ino}
+	defer f.Close()
+	r.served(drainingName)
+	info, err := beneath.Stat(f)
+	if err != nil {
+		r.writeFailed(f.Name(), err)
+		return
+	}
+	if r.st.Drain == nil || r.st.Drain.Ino != info.Ino {
+		r.st.Drain = &drainPos{Ino: info.Ino}
 		if r.takenAt.IsZero() {
 			r.takenAt = r.now()
 		}
 	}
-	if open, err := openedBy(draining); err == nil && open && r.now().Sub(r.takenAt) < writersGrace {
+	if open, err := openedBy(filepath.Join(r.dir, drainingName)); err == nil && open && r.now().Sub(r.takenAt) < writersGrace {
 		return // a writer is still appending: next tick
 	}
-	r.drainBatch(c, draining, fi.Size())
+	r.drainBatch(c, f, info.Size)
 }
 
-// drainBatch reads up to spoolBatch lines of the taken file from the
-// recorded offset and applies them in one commit.
-func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
-	f, err := os.Open(path)
-	if err != nil {
-		r.writeFailed(path, err)
-		return
+// take takes the spool from its writers (renames it to the taken file's
+// name), if it is a regular file of the daemon's uid with lines in it.
+func (r *repo) take(d *beneath.Dir) bool {
+	f, err := d.Open(spoolName)
+	if beneath.IsNotExist(err) {
+		return false
 	}
-	defer f.Close()
+	if err != nil {
+		r.fileFailed(spoolName, err)
+		return false
+	}
+	info, err := beneath.Stat(f)
+	f.Close()
+	if err != nil || info.Size == 0 {
+		return false
+	}
+	r.served(spoolName)
+	if err := d.Rename(spoolName, drainingName); err != nil {
+		r.fileFailed(spoolName, fmt.Errorf("taking the spool: %w", err))
+		return false
+	}
+	r.takenAt = r.now()
+	return true
+}
+
+// drainBatch reads up to spoolBatch lines of the taken file, f, from the
+// recorded offset and applies them in one commit.
+func (r *repo) drainBatch(c *actors.Context, f *os.File, size int64) {
+	path := f.Name()
 	pos := r.st.Drain.Offset
 	if _, err := f.Seek(pos, io.SeekStart); err != nil {
 		r.writeFailed(path, err)
@@ -93,7 +117,7 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 	lines, applied, dead := 0, 0, 0
 	eof := false
 	for lines < spoolBatch {
-		line, n, err := readSpoolLine(br)
+		line, n, lineLen, err := readSpoolLine(br)
 		if n == 0 && err != nil {
 			eof = errors.Is(err, io.EOF)
 			if !eof {
@@ -117,7 +141,7 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 		}
 		if err != nil {
 			dead++
-			r.deadLetter(ch, line, typ, err, first)
+			r.deadLetter(ch, line, lineLen, typ, err, first)
 			continue
 		}
 		applied++
@@ -133,8 +157,14 @@ func (r *repo) drainBatch(c *actors.Context, path string, size int64) {
 		ch.after = func() {
 			// Every line of the taken file is committed: it goes, and the
 			// next tick takes the next spool.
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				r.writeFailed(path, err)
+			d, err := r.clanker()
+			if err != nil {
+				r.openFailed(err)
+				return
+			}
+			defer d.Close()
+			if err := d.Remove(drainingName); err != nil && !beneath.IsNotExist(err) {
+				r.fileFailed(drainingName, err)
 			}
 		}
 	}
@@ -160,14 +190,16 @@ func (r *repo) commitDrain(c *actors.Context, ch *change) {
 }
 
 // readSpoolLine reads one line (without its newline); n is the bytes
-// consumed. A line over wire.MaxClankerLine is consumed whole and returned
-// cut, with an error saying so.
-func readSpoolLine(br *bufio.Reader) (line []byte, n int, err error) {
+// consumed, size the line's length without its newline (and a CR before
+// it). A line over wire.MaxClankerLine is consumed whole and returned cut,
+// with an error saying so.
+func readSpoolLine(br *bufio.Reader) (line []byte, n, size int, err error) {
 	var buf []byte
 	over := false
 	for {
 		frag, err := br.ReadSlice('\n')
 		n += len(frag)
+		size += len(frag)
 		if !over {
 			if len(buf)+len(frag) > wire.MaxClankerLine+1 {
 				over = true
@@ -181,30 +213,40 @@ func readSpoolLine(br *bufio.Reader) (line []byte, n int, err error) {
 			continue
 		case err == nil:
 			buf = bytes.TrimSuffix(buf, []byte("\n"))
+			size--
 		case errors.Is(err, io.EOF) && n > 0:
 			// A last line without its newline: its writer is done (the
 			// file is no longer open), so it is whole.
 		default:
-			return nil, n, err
+			return nil, n, 0, err
 		}
 		if over {
-			return buf, n, fmt.Errorf("a spool line over %d bytes", wire.MaxClankerLine)
+			return buf, n, size, fmt.Errorf("a spool line over %d bytes", wire.MaxClankerLine)
 		}
-		return bytes.TrimSuffix(buf, []byte("\r")), n, nil
+		if bytes.HasSuffix(buf, []byte("\r")) {
+			buf, size = buf[:len(buf)-1], size-1
+		}
+		return buf, n, size, nil
 	}
 }
 
 // deadLetter appends a line that cannot be applied to the dead-letter
-// file, {"ts", "error", "type"?, "line"}, through ch's commit.
-func (r *repo) deadLetter(ch *change, line []byte, typ string, err error, first bool) {
+// file, {"ts", "error", "type"?, "line"}, through ch's commit. The file
+// keeps the line and the error as the pod would have heard it (its own
+// bytes, 0600); the event says which line it was, its length and hash,
+// and what was wrong without quoting it.
+func (r *repo) deadLetter(ch *change, line []byte, size int, typ string, err error, first bool) {
+	msg, log := err.Error(), logText(err)
 	if first && !json.Valid(bytes.TrimSpace(line)) {
-		err = fmt.Errorf("%w (the first line of a spool its writers trimmed to 1 MB may be cut)", err)
+		const cut = " (the first line of a spool its writers trimmed to 1 MB may be cut)"
+		msg, log = msg+cut, log+cut
 	}
 	text := string(line)
 	if len(text) > 64<<10 {
 		text = text[:64<<10] + "…"
 	}
-	entry := jsonObject("ts", isoNow(r.now()), "error", err.Error(), "type", optional(typ), "line", text)
+	entry := jsonObject("ts", isoNow(r.now()), "error", msg, "type", optional(typ), "line", text)
 	r.addOutbox(ch, filepath.Join(r.dir, deadName), false, string(entry)+"\n")
-	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: typ, Error: err.Error()})
+	ch.events = append(ch.events, SpoolDeadLettered{Repo: r.name, Type: knownType(typ), Error: log,
+		LineBytes: size, LineSHA256: LineSHA256(line)})
 }

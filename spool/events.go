@@ -138,12 +138,18 @@ type Resumed struct {
 func (Resumed) Kind() string { return "clanker.resumed" }
 
 // RequestRefused: a pod's line was not a request, or its handler refused
-// it; the pod was answered with Error.
+// it; the pod was answered. What the pod sent is never in an event: Type
+// is one of the nine types (omitted for another), Error says what was
+// wrong without quoting the line (the pod's answer does).
 type RequestRefused struct {
 	Repo  string `json:"repo"`
 	Type  string `json:"type,omitempty"`
 	Error string `json:"error"`
 	Via   string `json:"via"` // ipc, spool
+	// LineBytes and LineSHA256 (the first 128 bits of its SHA-256, in
+	// hex) name a line the socket refused before it reached the repo.
+	LineBytes  int    `json:"line_bytes,omitempty"`
+	LineSHA256 string `json:"line_sha256,omitempty"`
 }
 
 func (RequestRefused) Kind() string { return "clanker.request_refused" }
@@ -161,14 +167,37 @@ type SpoolDrained struct {
 func (SpoolDrained) Kind() string { return "clanker.spool_drained" }
 
 // SpoolDeadLettered: a spool line was not valid or its handler refused it;
-// it is in ipc-spool.dead.ndjson with Error and never retried.
+// it is in ipc-spool.dead.ndjson (0600) with the error as the pod would
+// have heard it, and never retried. The event holds none of the line:
+// its length, its hash, one of the nine types (omitted for another) and
+// what was wrong.
 type SpoolDeadLettered struct {
 	Repo  string `json:"repo"`
 	Type  string `json:"type,omitempty"`
 	Error string `json:"error"`
+	// LineBytes is the line's length (without its newline); LineSHA256
+	// the first 128 bits of its SHA-256, in hex (of its first part, for a
+	// line over 1 MiB).
+	LineBytes  int    `json:"line_bytes"`
+	LineSHA256 string `json:"line_sha256"`
 }
 
 func (SpoolDeadLettered) Kind() string { return "clanker.line_dead_lettered" }
+
+// FileRefused: a file or directory of a repo (its root, .clanker or what
+// is in it) is not one orchestrd reads or writes: a symbolic link, a hard
+// link to another file, a FIFO, a device or a socket, or another uid's.
+// It was neither read nor written nor followed: a spool is not drained, a
+// file's lines wait in the store, a state.json or task file is replaced by
+// the daemon's own. Path is absolute (orchestrd's name for the file, never
+// a pod's text). Said once per path and reason until it changes.
+type FileRefused struct {
+	Repo   string `json:"repo"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func (FileRefused) Kind() string { return "clanker.file_refused" }
 
 // WriteFailed: writing a repo's .clanker files failed (disk full, a
 // permission); the store keeps the truth and the write is tried again.
@@ -180,8 +209,12 @@ type WriteFailed struct {
 
 func (WriteFailed) Kind() string { return "clanker.write_failed" }
 
+// LineSHA256 is the line_sha256 of a line: the first 128 bits of its
+// SHA-256, in hex.
+func LineSHA256(line []byte) string { return hashOf(line) }
+
 func init() {
 	eventlog.Register(RepoStarted{}, RepoFailed{}, RepoStopped{}, TaskCreated{}, TaskImported{}, TaskPrompted{},
 		TaskStatus{}, Handoff{}, Note{}, PodStale{}, Paused{}, Resumed{}, RequestRefused{}, SpoolDrained{},
-		SpoolDeadLettered{}, WriteFailed{})
+		SpoolDeadLettered{}, WriteFailed{}, FileRefused{})
 }

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // handler is one request type's handler: it checks the payload, then
@@ -42,6 +43,38 @@ var (
 	okData = []byte(`{"ok":true}`)
 	noTask = []byte(`{"taskId":null}`) // no work for the pod
 )
+
+// refusal is a handler's error that quotes what the pod sent: msg is the
+// pod's answer (clanker's words), log the same without what it sent, for
+// the event log and the daemon's log. What a pod sends never goes into
+// either: a spool's lines may be anyone's file (see drain.go).
+type refusal struct{ msg, log string }
+
+func (e *refusal) Error() string { return e.msg }
+
+// refuse is a refusal: log, and the answer made from format and args.
+func refuse(log, format string, args ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, args...), log: log}
+}
+
+// logText is err as the event log and the daemon's log may hold it: none
+// of the sender's bytes. The handlers' other errors quote nothing of it.
+func logText(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.log
+	}
+	return wire.ClankerLogText(err)
+}
+
+// knownType is typ if it is one of the nine types, else "" (the pod's
+// own text, which the logs do not hold).
+func knownType(typ string) string {
+	if _, ok := handlers[typ]; ok {
+		return typ
+	}
+	return ""
+}
 
 // requireString is clanker's requireString: a non-blank string, or
 // "Missing LABEL".
@@ -87,7 +120,8 @@ func taskAndRole(p map[string]json.RawMessage) (id, role string, err error) {
 // podName checks a pod id that names a file (heartbeat/<id>.json).
 func podName(id string) error {
 	if id == "." || id == ".." || strings.ContainsAny(id, "/\\\x00") || len(id) > 200 {
-		return fmt.Errorf("invalid podId %q (it names the file heartbeat/<podId>.json: no slashes, at most 200 bytes)", id)
+		const why = " (it names the file heartbeat/<podId>.json: no slashes, at most 200 bytes)"
+		return refuse("invalid podId"+why, "invalid podId %q"+why, id)
 	}
 	return nil
 }
@@ -115,7 +149,9 @@ func (r *repo) pod(id string) *pod {
 
 // heartbeat writes heartbeat/<podId>.json ({slaveId, ts, pid, role}, as
 // clanker's writeHeartbeat) and marks the pod alive. A heartbeat is not
-// in the store: the next one replaces it.
+// in the store: the next one replaces it. A heartbeat/ refused (a link,
+// another uid's) is said once and not written; the pod is alive all the
+// same.
 func heartbeat(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
 	id, err := requireString(p, "podId", "podId")
 	if err != nil {
@@ -148,8 +184,16 @@ func heartbeat(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error
 	hb.setString("ts", ts)
 	hb.set("pid", jsonNumber(pid))
 	hb.setString("role", role)
-	path := filepath.Join(r.dir, "heartbeat", id+".json")
-	if err := writeAtomic(path, hb.file(), 0o644, r.m.opts.Sync); err != nil {
+	rel := "heartbeat/" + id + ".json"
+	d, err := r.clanker()
+	if err == nil {
+		err = writeFile(d, rel, hb.file(), filePerm, r.m.opts.Sync)
+		d.Close()
+	}
+	switch {
+	case err == nil:
+		r.served(rel)
+	case !r.refusal(err):
 		return nil, fmt.Errorf("writing the heartbeat: %w", err)
 	}
 	pd := r.pod(id)
@@ -182,10 +226,8 @@ func usageLimit(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, erro
 	}
 	now := r.now()
 	autoPaused := true
-	if b, err := os.ReadFile(filepath.Join(r.dir, stateName)); err == nil {
-		if s, err := parseRecord(b); err == nil && string(s.vals["paused"]) == "true" {
-			autoPaused = false
-		}
+	if s := r.readStateFile(); s != nil && string(s.vals["paused"]) == "true" {
+		autoPaused = false
 	}
 	r.st.Paused = &pauseState{Pod: id, Role: role, Message: msg, At: now, Until: now.Add(r.cfg.UsageLimitPause.Duration), AutoPaused: autoPaused}
 	ch.saveState = true
@@ -267,11 +309,11 @@ func taskStatus(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, erro
 		return nil, errors.New("Missing status")
 	}
 	if !taskStatuses[status] {
-		return nil, fmt.Errorf("Invalid task record: %s (invalid status %q)", id, status)
+		return nil, refuse("Invalid task record (invalid status)", "Invalid task record: %s (invalid status %q)", id, status)
 	}
 	t := r.tasks[id]
 	if t == nil {
-		return nil, fmt.Errorf("Task not found: %s", id)
+		return nil, refuse("Task not found", "Task not found: %s", id)
 	}
 	rec := t.rec.clone()
 	from := rec.str("status")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -46,6 +47,9 @@ type Manager struct {
 	log    zerolog.Logger
 	now    func() time.Time
 	root   actors.Ref
+	// uid is the daemon's: what it reads and writes in a repo must be
+	// its own (a root daemon does not serve another user's repo).
+	uid int
 
 	mu       sync.Mutex
 	repos    map[string]*repoEntry // by path
@@ -116,7 +120,8 @@ func Start(opts Options) (*Manager, error) {
 		return nil, errors.New("clanker: Start needs a Store, a Listen and a System")
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, store: opts.Store, listen: opts.Listen,
-		log: opts.Logger.With().Str("component", "clanker").Logger(), now: opts.Now, repos: map[string]*repoEntry{}}
+		log: opts.Logger.With().Str("component", "clanker").Logger(), now: opts.Now, repos: map[string]*repoEntry{},
+		uid: os.Geteuid()}
 	if m.now == nil {
 		m.now = time.Now
 	}

@@ -1,6 +1,9 @@
 package spool
 
-import "github.com/orchestrd/orchestrd/state"
+import (
+	"github.com/orchestrd/orchestrd/state"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
+)
 
 // Store is the durable record of the repos (the daemon's state store).
 type Store interface {
@@ -16,7 +19,13 @@ type Store interface {
 
 // Listener serves a repo's socket: it hands each request line to h and
 // writes its answer. The daemon's front-end (daemon/clankeripc) is one.
-type Listener func(socket, repo string, h Handler) (Closer, error)
+// dir, when not nil, is the socket's directory, opened beneath the repo
+// without following a link: the socket is bound in it through its
+// descriptor, never through socket's path (an agent may have linked a
+// directory on the way elsewhere), and dir is the Listener's to close
+// (with the Closer, or at once on an error). nil: socket is outside the
+// repo, the operator's own path.
+type Listener func(socket string, dir *beneath.Dir, repo string, h Handler) (Closer, error)
 
 // Closer stops a repo's socket (waiting for its connections).
 type Closer interface{ Close() error }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 )
@@ -142,18 +141,22 @@ var taskStatuses = map[string]bool{"queued": true, "running": true, "needs_judge
 // prompt, string arrays of non-empty ownerDirs and ownerFiles, a string
 // resumeSlaveId, numeric usage. The error names every problem.
 func validTask(r *record) error {
-	var errs []string
+	// errs name the problems as the pod hears them; logs is the same
+	// without the values it sent (refusal).
+	var errs, logs []string
+	both := func(s string) { errs, logs = append(errs, s), append(logs, s) }
 	id := r.str("id")
 	if id == "" {
-		errs = append(errs, "missing id")
+		both("missing id")
 	} else if err := validTaskID(id); err != nil {
-		errs = append(errs, err.Error())
+		errs, logs = append(errs, err.Error()), append(logs, logText(err))
 	}
 	if st := r.str("status"); !taskStatuses[st] {
-		errs = append(errs, fmt.Sprintf("invalid status %s (want one of queued, running, needs_judge, rework, done, blocked, paused, failed)", valueText(r.vals["status"])))
+		const want = " (want one of queued, running, needs_judge, rework, done, blocked, paused, failed)"
+		errs, logs = append(errs, "invalid status "+valueText(r.vals["status"])+want), append(logs, "invalid status"+want)
 	}
 	if r.str("prompt") == "" {
-		errs = append(errs, "missing prompt")
+		both("missing prompt")
 	}
 	for _, k := range []string{"ownerDirs", "ownerFiles"} {
 		v, ok := r.vals[k]
@@ -162,40 +165,40 @@ func validTask(r *record) error {
 		}
 		var ss []string
 		if json.Unmarshal(v, &ss) != nil || v[0] != '[' {
-			errs = append(errs, "invalid "+k+" (want an array of strings)")
+			both("invalid " + k + " (want an array of strings)")
 			continue
 		}
 		for _, s := range ss {
 			if s == "" {
-				errs = append(errs, "invalid "+k+" (an empty entry)")
+				both("invalid " + k + " (an empty entry)")
 				break
 			}
 		}
 	}
 	for _, k := range []string{"resumeSlaveId", "assignedSlaveId", "title", "promptedAt", "judgePromptedAt"} {
 		if v, ok := r.vals[k]; ok && string(v) != "null" && v[0] != '"' {
-			errs = append(errs, "invalid "+k+" (want a string)")
+			both("invalid " + k + " (want a string)")
 		}
 	}
 	if v, ok := r.vals["usage"]; ok && string(v) != "null" {
 		var u map[string]json.RawMessage
 		if json.Unmarshal(v, &u) != nil || v[0] != '{' {
-			errs = append(errs, "invalid usage (want an object)")
+			both("invalid usage (want an object)")
 		} else {
 			for _, k := range []string{"tokens", "cost"} {
 				if !isNumber(u[k]) {
-					errs = append(errs, "invalid usage."+k+" (want a number)")
+					both("invalid usage." + k + " (want a number)")
 				}
 			}
 			for _, k := range []string{"judgeTokens", "judgeCost"} {
 				if x, ok := u[k]; ok && string(x) != "null" && !isNumber(x) {
-					errs = append(errs, "invalid usage."+k+" (want a number)")
+					both("invalid usage." + k + " (want a number)")
 				}
 			}
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("invalid task record %q: %s", id, strings.Join(errs, ", "))
+		return refuse("invalid task record: "+strings.Join(logs, ", "), "invalid task record %q: %s", id, strings.Join(errs, ", "))
 	}
 	return nil
 }
@@ -204,7 +207,8 @@ func validTask(r *record) error {
 // the directory.
 func validTaskID(id string) error {
 	if id == "." || id == ".." || strings.ContainsAny(id, "/\\\x00") || len(id) > 200 {
-		return fmt.Errorf("invalid id %q (it names the file tasks/<id>.json: no slashes, at most 200 bytes)", id)
+		const why = " (it names the file tasks/<id>.json: no slashes, at most 200 bytes)"
+		return refuse("invalid id"+why, "invalid id %q"+why, id)
 	}
 	return nil
 }

@@ -4,16 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/state"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -37,6 +35,13 @@ const (
 	stateName    = "state.json"
 )
 
+// The most orchestrd reads of a file of .clanker.
+const (
+	maxTaskFile      = 16 << 20
+	maxStateFile     = 1 << 20
+	maxHeartbeatFile = 64 << 10
+)
+
 // task is one task of a repo.
 type task struct {
 	id        string
@@ -54,13 +59,7 @@ type fileStamp struct {
 	ino   uint64
 }
 
-func stampOf(fi fs.FileInfo) fileStamp {
-	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino = st.Ino
-	}
-	return s
-}
+func stampOf(i beneath.Info) fileStamp { return fileStamp{size: i.Size, mtime: i.Mtime, ino: i.Ino} }
 
 // pod is a pod the repo heard from.
 type pod struct {
@@ -140,6 +139,12 @@ type repo struct {
 	drainPending bool
 	started      bool
 	imported     int
+	// refused: the refusals said (clanker.file_refused), path -> reason,
+	// each once until it changes (another reason, or the path served).
+	refused map[string]string
+	// openErr: the error opening .clanker said last (once until it
+	// changes).
+	openErr string
 }
 
 func (r *repo) now() time.Time { return r.m.now() }
@@ -199,16 +204,25 @@ func (r *repo) stop(why error) {
 
 // start loads the repo from the store, takes in what clanker wrote while
 // orchestrd was away, writes out what the store has and the files do not,
-// and opens the socket.
+// and opens the socket. A repo whose root or .clanker is not a directory
+// the daemon's uid owns is not served (see clanker).
 func (r *repo) start(c *actors.Context) error {
 	r.tasks, r.pods, r.dirty, r.waiting = map[string]*task{}, map[string]*pod{}, map[string]bool{}, map[*change]bool{}
+	r.refused = map[string]string{}
 	r.drainPending = false
 	base, judge, err := r.cfg.prompts()
 	if err != nil {
 		return err
 	}
 	r.base, r.judge = base, judge
-	if err := os.MkdirAll(filepath.Join(r.dir, "tasks"), 0o755); err != nil {
+	d, err := r.clanker()
+	if err != nil {
+		return r.notServed(err)
+	}
+	defer d.Close()
+	if sub, err := d.MkdirAll("tasks", dirPerm); err == nil {
+		sub.Close()
+	} else if !r.refusal(err) {
 		return fmt.Errorf("making %s: %w", filepath.Join(r.dir, "tasks"), err)
 	}
 	snap, err := r.m.store.Load(r.name)
@@ -228,8 +242,8 @@ func (r *repo) start(c *actors.Context) error {
 		r.tasks[t.ID] = &task{id: t.ID, seq: t.Seq, rec: rec, projected: t.Projected, created: t.Created}
 		r.st.NextSeq = max(r.st.NextSeq, t.Seq+1)
 	}
-	r.outbox = recoverOutbox(snap.Outbox)
-	r.seedPods()
+	r.outbox = recoverOutbox(d, r.dir, snap.Outbox)
+	r.seedPods(d)
 	if r.cfg.runtime && r.st.Added == nil {
 		added := r.cfg
 		r.st.Added = &added
@@ -244,9 +258,13 @@ func (r *repo) start(c *actors.Context) error {
 	}
 	// What was committed and maybe not written out when the daemon
 	// stopped: the outbox, and the files whose task changed.
-	r.flushOutbox()
-	r.rescan(c, true)
-	sock, err := r.m.listen(r.cfg.Socket, r.name, repoHandler{r.m, c.Self()})
+	r.writeOut(d)
+	r.rescan(c, d, true)
+	sockDir, err := r.socketDir()
+	if err != nil {
+		return r.notServed(err)
+	}
+	sock, err := r.m.listen(r.cfg.Socket, sockDir, r.name, repoHandler{r.m, c.Self()})
 	if err != nil {
 		return err
 	}
@@ -258,8 +276,9 @@ func (r *repo) start(c *actors.Context) error {
 // recoverOutbox drops from the stored outbox the appends already made
 // (the daemon was killed after it appended them and before it recorded
 // that): for each file, the longest run of its first pending appends the
-// file ends with. Replacements are written again (the same content).
-func recoverOutbox(out []state.ClankerLine) []state.ClankerLine {
+// file ends with. Replacements are written again (the same content). d is
+// the repo's .clanker, at dir: the outbox names its files by path.
+func recoverOutbox(d *beneath.Dir, dir string, out []state.ClankerLine) []state.ClankerLine {
 	byFile := map[string][][]byte{}
 	for _, l := range out {
 		if !l.Replace {
@@ -268,7 +287,9 @@ func recoverOutbox(out []state.ClankerLine) []state.ClankerLine {
 	}
 	skip := map[string]int{}
 	for f, entries := range byFile {
-		skip[f] = appended(f, entries)
+		if rel, ok := relTo(dir, f); ok {
+			skip[f] = appended(d, rel, entries)
+		}
 	}
 	kept := out[:0:0]
 	for _, l := range out {
@@ -283,9 +304,14 @@ func recoverOutbox(out []state.ClankerLine) []state.ClankerLine {
 
 // seedPods reads the heartbeat files, so a pod that beat before the
 // daemon started is known (and said stale if it stays silent).
-func (r *repo) seedPods() {
-	dir := filepath.Join(r.dir, "heartbeat")
-	ents, err := os.ReadDir(dir)
+func (r *repo) seedPods(d *beneath.Dir) {
+	hd, err := d.Dir("heartbeat")
+	if err != nil {
+		r.refusal(err)
+		return
+	}
+	defer hd.Close()
+	ents, err := hd.ReadDir(".")
 	if err != nil {
 		return
 	}
@@ -293,8 +319,9 @@ func (r *repo) seedPods() {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := hd.ReadFile(e.Name(), maxHeartbeatFile)
 		if err != nil {
+			r.refusal(within("heartbeat", err))
 			continue
 		}
 		var hb struct {
@@ -323,7 +350,7 @@ func (r *repo) request(c *actors.Context, m request) {
 	ch.reply = m.reply
 	data, err := r.handle(ch, m.typ, m.payload)
 	if err != nil {
-		r.emit(RequestRefused{Repo: r.name, Type: m.typ, Error: err.Error(), Via: "ipc"})
+		r.emit(RequestRefused{Repo: r.name, Type: knownType(m.typ), Error: logText(err), Via: "ipc"})
 		m.reply(nil, err)
 		return
 	}
@@ -336,7 +363,7 @@ func (r *repo) request(c *actors.Context, m request) {
 func (r *repo) handle(ch *change, typ string, payload []byte) ([]byte, error) {
 	h, ok := handlers[typ]
 	if !ok {
-		return nil, fmt.Errorf("unknown ipc type: %s", typ)
+		return nil, refuse("unknown ipc type", "unknown ipc type: %s", typ)
 	}
 	var p map[string]json.RawMessage
 	if len(payload) > 0 && string(payload) != "null" {
@@ -439,7 +466,12 @@ func (r *repo) committed(c *actors.Context, m committed) {
 		r.dirty[id] = true
 	}
 	r.outbox = append(r.outbox, m.ch.outbox...)
-	r.writeOut()
+	if d, err := r.clanker(); err != nil {
+		r.openFailed(err)
+	} else {
+		r.writeOut(d)
+		d.Close()
+	}
 	r.finish(m.ch)
 }
 
@@ -463,9 +495,10 @@ func (r *repo) failed(c *actors.Context, ch *change, err error) {
 	panic(fmt.Sprintf("clanker repo %s: %v", r.name, err))
 }
 
-// writeOut writes the committed state out: the task files changed, then
-// the outbox. What fails stays to be tried again on the next tick.
-func (r *repo) writeOut() {
+// writeOut writes the committed state out to the repo's .clanker, d: the
+// task files changed, then the outbox. What fails stays to be tried again
+// on the next tick.
+func (r *repo) writeOut(d *beneath.Dir) {
 	projected := map[string]string{}
 	var ws []*fileWrite
 	var ids []string
@@ -475,19 +508,20 @@ func (r *repo) writeOut() {
 			delete(r.dirty, id)
 			continue
 		}
-		ws = append(ws, &fileWrite{path: r.taskPath(id), data: t.rec.file()})
+		ws = append(ws, &fileWrite{rel: taskRel(id), data: t.rec.file()})
 		ids = append(ids, id)
 	}
-	writeAll(ws, 0o644, r.m.opts.Sync)
+	writeAll(d, ws, filePerm, r.m.opts.Sync)
 	for i, w := range ws {
 		id, t := ids[i], r.tasks[ids[i]]
 		if w.err != nil {
-			r.writeFailed(w.path, w.err)
+			r.fileFailed(w.rel, w.err)
 			continue
 		}
+		r.served(w.rel)
 		delete(r.dirty, id)
-		if fi, err := os.Stat(w.path); err == nil {
-			t.stamp = stampOf(fi)
+		if info, err := d.Lstat(w.rel); err == nil {
+			t.stamp = stampOf(info)
 		}
 		h := hashOf(w.data)
 		if h != t.projected {
@@ -495,41 +529,67 @@ func (r *repo) writeOut() {
 			projected[id] = h
 		}
 	}
-	done := r.flushOutbox()
-	if len(projected) > 0 || done > 0 {
+	done, written := r.flushOutbox(d)
+	if len(projected) > 0 || done > 0 || len(written) > 0 {
 		// The markers: no answer waits on them (a lost one is found again
-		// at start, by comparing the file with the store).
-		_ = r.m.store.Commit(state.ClankerCommit{Repo: r.name, Projected: projected, OutboxDone: done}, func(error) {})
+		// at start, by comparing the files with the store).
+		_ = r.m.store.Commit(state.ClankerCommit{Repo: r.name, Projected: projected, OutboxDone: done, OutboxWritten: written}, func(error) {})
 	}
 }
 
-// flushOutbox writes the outbox out in order, stopping at the first
-// failure; it returns the seq of the last entry written (0: none). Appends
-// to one file in a row are one write.
-func (r *repo) flushOutbox() int64 {
-	var done int64
-	for len(r.outbox) > 0 {
-		l := r.outbox[0]
+// flushOutbox writes the outbox out, each file's lines in order; appends
+// to one file in a row are one write. A file that fails (refused: a link,
+// a FIFO, a hard link, another uid's; or an I/O error) keeps its lines,
+// in order, for the next tick, and the other files go on. It returns the
+// seq up to which every line is written (0: none) and the seqs written
+// past it.
+func (r *repo) flushOutbox(d *beneath.Dir) (done int64, written []int64) {
+	var kept []state.ClankerLine
+	failed := map[string]bool{}
+	out := r.outbox
+	for i := 0; i < len(out); {
+		l := out[i]
 		n := 1
+		for !l.Replace && i+n < len(out) && !out[i+n].Replace && out[i+n].File == l.File {
+			n++
+		}
+		run := out[i : i+n]
+		i += n
+		if failed[l.File] {
+			kept = append(kept, run...)
+			continue
+		}
+		rel, ok := relTo(r.dir, l.File)
 		var err error
-		if l.Replace {
-			err = writeAtomic(l.File, []byte(l.Data), 0o644, r.m.opts.Sync)
-		} else {
+		switch {
+		case !ok:
+			err = &beneath.RefusedError{Path: l.File, Reason: "is not in the repo's .clanker"}
+		case l.Replace:
+			err = writeFile(d, rel, []byte(l.Data), permOf(rel), r.m.opts.Sync)
+		default:
 			data := []byte(l.Data)
-			for n < len(r.outbox) && !r.outbox[n].Replace && r.outbox[n].File == l.File {
-				data = append(data, r.outbox[n].Data...)
-				n++
+			for _, m := range run[1:] {
+				data = append(data, m.Data...)
 			}
-			err = appendLines(l.File, data, r.m.opts.Sync)
+			err = appendLines(d, rel, data, permOf(rel), r.m.opts.Sync)
 		}
 		if err != nil {
-			r.writeFailed(l.File, err)
-			break
+			r.fileFailed(rel, err)
+			failed[l.File] = true
+			kept = append(kept, run...)
+			continue
 		}
-		done = r.outbox[n-1].Seq
-		r.outbox = r.outbox[n:]
+		r.served(rel)
+		for _, m := range run {
+			if len(kept) == 0 {
+				done = m.Seq
+			} else {
+				written = append(written, m.Seq)
+			}
+		}
 	}
-	return done
+	r.outbox = kept
+	return done, written
 }
 
 func (r *repo) writeFailed(path string, err error) {
@@ -537,7 +597,140 @@ func (r *repo) writeFailed(path string, err error) {
 	r.emit(WriteFailed{Repo: r.name, Path: path, Error: err.Error()})
 }
 
-func (r *repo) taskPath(id string) string { return filepath.Join(r.dir, "tasks", id+".json") }
+// taskRel is a task's file, in .clanker.
+func taskRel(id string) string { return "tasks/" + id + ".json" }
+
+// relTo is path relative to dir, when it is beneath it.
+func relTo(dir, path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, dir+"/")
+	return rel, ok && rel != ""
+}
+
+// ---- the repo's files ----
+
+// clanker opens the repo's .clanker (made if missing) for one operation:
+// the repo's root is the operator's (its path is trusted, links and all),
+// .clanker and everything in it are the agents' to write too, so it is
+// opened anew each time (an agent may have renamed it away or put a link
+// there since) and what is beneath it is reached through it only. The
+// root and .clanker must be directories the daemon's uid owns: a root
+// daemon serving another user's repo would act there with its own rights.
+// A refusal names its path absolute.
+func (r *repo) clanker() (*beneath.Dir, error) {
+	root, err := beneath.OpenRoot(r.cfg.Path, beneath.Options{Owners: []int{r.m.uid}})
+	if err != nil {
+		var re *beneath.RefusedError
+		if errors.As(err, &re) {
+			return nil, &beneath.RefusedError{Path: r.cfg.Path, Reason: re.Reason}
+		}
+		return nil, err
+	}
+	defer root.Close()
+	d, err := root.MkdirAll(".clanker", dirPerm)
+	if err != nil {
+		var re *beneath.RefusedError
+		if errors.As(err, &re) {
+			return nil, &beneath.RefusedError{Path: filepath.Join(r.cfg.Path, re.Path), Reason: re.Reason}
+		}
+		return nil, err
+	}
+	r.openErr = ""
+	return d, nil
+}
+
+// socketDir opens the directory of the repo's socket, made if missing,
+// when the socket is in the repo (by default .clanker/ipc.sock): the
+// socket is bound through that descriptor, never through a path an agent
+// could have linked elsewhere. A socket the config puts outside the repo
+// is the operator's path: nil.
+func (r *repo) socketDir() (*beneath.Dir, error) {
+	rel, err := filepath.Rel(r.cfg.Path, filepath.Dir(r.cfg.Socket))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, nil
+	}
+	root, err := beneath.OpenRoot(r.cfg.Path, beneath.Options{Owners: []int{r.m.uid}})
+	if err != nil {
+		return nil, err
+	}
+	if rel == "." {
+		return root, nil
+	}
+	defer root.Close()
+	d, err := root.MkdirAll(rel, dirPerm)
+	var re *beneath.RefusedError
+	if errors.As(err, &re) {
+		return nil, &beneath.RefusedError{Path: filepath.Join(r.cfg.Path, re.Path), Reason: re.Reason}
+	}
+	return d, err
+}
+
+// notServed is the error of a start that could not open the repo's
+// .clanker or its socket's directory.
+func (r *repo) notServed(err error) error {
+	var re *beneath.RefusedError
+	if errors.As(err, &re) {
+		return fmt.Errorf("refusing to serve it: %s %s (orchestrd serves a repo whose root and .clanker are real directories its own uid, %d, owns)",
+			re.Path, re.Reason, r.m.uid)
+	}
+	return fmt.Errorf("opening %s: %w", r.dir, err)
+}
+
+// refusal says a refusal of a file of .clanker (its path relative to
+// .clanker, or absolute) once: clanker.file_refused and a warning, once
+// per path and reason until it changes (another reason, or the path
+// served again), so a repo that meets it every tick does not say it
+// every tick. It returns whether err was a refusal.
+func (r *repo) refusal(err error) bool {
+	var re *beneath.RefusedError
+	if !errors.As(err, &re) {
+		return false
+	}
+	p := re.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(r.dir, p)
+	}
+	if r.refused[p] == re.Reason {
+		return true
+	}
+	r.refused[p] = re.Reason
+	r.m.log.Warn().Str("repo", r.name).Str("path", p).Str("reason", re.Reason).
+		Msg("clanker: refused a file of the repo (not read, not written: see clanker.file_refused)")
+	r.emit(FileRefused{Repo: r.name, Path: p, Reason: re.Reason})
+	return true
+}
+
+// fileFailed reports err, met reading or writing rel (in .clanker): a
+// refusal once, another error as write_failed.
+func (r *repo) fileFailed(rel string, err error) {
+	if !r.refusal(err) {
+		r.writeFailed(filepath.Join(r.dir, rel), err)
+	}
+}
+
+// openFailed reports that the repo's .clanker could not be opened: a
+// refusal, or another error, each once until it changes (every tick meets
+// it).
+func (r *repo) openFailed(err error) {
+	if r.refusal(err) || r.openErr == err.Error() {
+		return
+	}
+	r.openErr = err.Error()
+	r.writeFailed(r.dir, err)
+}
+
+// served: rel (in .clanker) was read or written: a refusal of it, or of a
+// directory on its way, is over, and is said again if it comes back.
+func (r *repo) served(rel string) {
+	if len(r.refused) == 0 {
+		return
+	}
+	p := filepath.Join(r.dir, rel)
+	for k := range r.refused {
+		if k == p || strings.HasPrefix(p, k+"/") {
+			delete(r.refused, k)
+		}
+	}
+}
 
 // ---- the tick ----
 
@@ -546,8 +739,14 @@ func (r *repo) taskPath(id string) string { return filepath.Join(r.dir, "tasks",
 // rather than queueing ticks behind it.
 func (r *repo) tick(c *actors.Context) {
 	defer c.After(r.cfg.Tick.Duration, tick{})
-	if len(r.dirty) > 0 || len(r.outbox) > 0 {
-		r.writeOut()
+	d, err := r.clanker()
+	if err != nil {
+		r.openFailed(err)
+	} else {
+		defer d.Close()
+		if len(r.dirty) > 0 || len(r.outbox) > 0 {
+			r.writeOut(d)
+		}
 	}
 	now := r.now()
 	for _, p := range r.pods {
@@ -559,18 +758,27 @@ func (r *repo) tick(c *actors.Context) {
 	if p := r.st.Paused; p != nil && !now.Before(p.Until) {
 		r.resume(c, "timeout")
 	}
-	r.rescan(c, false)
-	r.drain(c)
+	if d != nil {
+		r.rescan(c, d, false)
+		r.drain(c, d)
+	}
 }
 
 // rescan takes in the task files clanker wrote itself (its filesystem
 // fallback while the socket was down): a file that is not what orchestrd
 // last wrote is the newer truth, if it is a valid task; a file gone is a
 // task archived. At start it also writes out the files the store has and
-// the directory lacks or has older.
-func (r *repo) rescan(c *actors.Context, starting bool) {
-	dir := filepath.Join(r.dir, "tasks")
-	ents, err := os.ReadDir(dir)
+// the directory lacks or has older. d is the repo's .clanker. A file
+// refused (a link, a FIFO, a hard link, another uid's) is not read; one
+// of a task the store has is written again in its place.
+func (r *repo) rescan(c *actors.Context, d *beneath.Dir, starting bool) {
+	td, err := d.Dir("tasks")
+	if err != nil {
+		r.refusal(err)
+		return
+	}
+	defer td.Close()
+	ents, err := td.ReadDir(".")
 	if err != nil {
 		return
 	}
@@ -583,19 +791,23 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 		}
 		id := strings.TrimSuffix(name, ".json")
 		onDisk[id] = true
-		fi, err := e.Info()
+		info, err := td.Lstat(name)
 		if err != nil {
 			continue
 		}
-		st := stampOf(fi)
+		st := stampOf(info)
 		t := r.tasks[id]
 		if t != nil && (t.stamp == st && !starting || r.inflight(id)) {
 			continue // unchanged, or a change of ours is on its way to it
 		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
+		b, err := td.ReadFile(name, maxTaskFile)
 		if err != nil {
+			if r.refusal(within("tasks", err)) && t != nil {
+				r.dirty[id] = true
+			}
 			continue
 		}
+		r.served(taskRel(id))
 		h := hashOf(b)
 		if t != nil {
 			t.stamp = st
@@ -618,7 +830,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 			err = validTask(rec)
 		}
 		if err == nil && rec.str("id") != id {
-			err = fmt.Errorf("its id %q is not its file's name", rec.str("id"))
+			err = refuse("its id is not its file's name", "its id %q is not its file's name", rec.str("id"))
 		}
 		if err != nil {
 			if t != nil && starting {
@@ -626,7 +838,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 				r.dirty[id] = true
 				continue
 			}
-			r.m.log.Debug().Err(err).Str("repo", r.name).Str("file", name).Msg("clanker: a task file is not a valid task; left as it is")
+			r.m.log.Debug().Str("error", logText(err)).Str("repo", r.name).Str("file", name).Msg("clanker: a task file is not a valid task; left as it is")
 			if t != nil {
 				t.stamp = st
 			}
@@ -656,7 +868,7 @@ func (r *repo) rescan(c *actors.Context, starting bool) {
 		ch.events = append(ch.events, TaskImported{Repo: r.name, TaskID: id, Removed: true})
 	}
 	if starting {
-		r.writeOut()
+		r.writeOut(d)
 	}
 	r.commit(c, ch)
 }
@@ -709,11 +921,9 @@ func (r *repo) resume(c *actors.Context, reason string) bool {
 // it, keeping what orchestrd does not know of it.
 func (r *repo) writeStateFile(ch *change, edit func(*record)) {
 	path := filepath.Join(r.dir, stateName)
-	s := newRecord()
-	if b, err := os.ReadFile(path); err == nil {
-		if old, err := parseRecord(b); err == nil {
-			s = old
-		}
+	s := r.readStateFile()
+	if s == nil {
+		s = newRecord()
 	}
 	// A pending replace of the same file is the newer content.
 	for i := len(r.outbox) - 1; i >= 0; i-- {
@@ -728,6 +938,28 @@ func (r *repo) writeStateFile(ch *change, edit func(*record)) {
 	r.addOutbox(ch, path, true, string(s.file()))
 }
 
+// readStateFile reads .clanker/state.json (nil: none, or not an object).
+// A refused one is not read (said once): the daemon's next write of it
+// replaces it with a file of its own.
+func (r *repo) readStateFile() *record {
+	d, err := r.clanker()
+	if err != nil {
+		r.openFailed(err)
+		return nil
+	}
+	defer d.Close()
+	b, err := d.ReadFile(stateName, maxStateFile)
+	if err != nil {
+		r.refusal(err)
+		return nil
+	}
+	s, err := parseRecord(b)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
 // ---- status ----
 
 // RepoStatus is one repo as clanker.repos shows it.
@@ -738,6 +970,18 @@ type RepoStatus struct {
 	Pods   []PodStatus    `json:"pods"`
 	Paused *PauseStatus   `json:"paused,omitempty"`
 	Spool  SpoolStatus    `json:"spool"`
+	// Refused are the files of .clanker refused (clanker.file_refused)
+	// and not served since.
+	Refused []FileRefusal `json:"refused,omitempty"`
+	// OutboxPending counts the lines committed and not yet written to
+	// their files (waiting for a refused one, or for the next write).
+	OutboxPending int `json:"outbox_pending,omitempty"`
+}
+
+// FileRefusal is a file of a repo refused, and why.
+type FileRefusal struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // PodStatus is one pod of a repo.
@@ -778,18 +1022,26 @@ func (r *repo) status() RepoStatus {
 	if p := r.st.Paused; p != nil {
 		s.Paused = &PauseStatus{Pod: p.Pod, Role: p.Role, Message: p.Message, Since: p.At, Until: p.Until}
 	}
-	if fi, err := os.Stat(filepath.Join(r.dir, spoolName)); err == nil {
-		s.Spool.PendingBytes = fi.Size()
-	}
-	if fi, err := os.Stat(filepath.Join(r.dir, drainingName)); err == nil {
-		s.Spool.DrainingBytes = fi.Size()
-		if r.st.Drain != nil {
-			s.Spool.DrainingBytes -= r.st.Drain.Offset
+	if d, err := r.clanker(); err == nil {
+		if info, err := d.Lstat(spoolName); err == nil && info.IsRegular() {
+			s.Spool.PendingBytes = info.Size
 		}
+		if info, err := d.Lstat(drainingName); err == nil && info.IsRegular() {
+			s.Spool.DrainingBytes = info.Size
+			if r.st.Drain != nil {
+				s.Spool.DrainingBytes -= r.st.Drain.Offset
+			}
+		}
+		if info, err := d.Lstat(deadName); err == nil && info.IsRegular() {
+			s.Spool.DeadBytes = info.Size
+		}
+		d.Close()
 	}
-	if fi, err := os.Stat(filepath.Join(r.dir, deadName)); err == nil {
-		s.Spool.DeadBytes = fi.Size()
+	for p, why := range r.refused {
+		s.Refused = append(s.Refused, FileRefusal{Path: p, Reason: why})
 	}
+	slices.SortFunc(s.Refused, func(a, b FileRefusal) int { return strings.Compare(a.Path, b.Path) })
+	s.OutboxPending = len(r.outbox)
 	return s
 }
 

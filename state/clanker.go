@@ -110,6 +110,9 @@ type ClankerCommit struct {
 	Outbox    []ClankerLine     // added
 	// OutboxDone removes the outbox lines up to this seq (appended).
 	OutboxDone int64
+	// OutboxWritten removes these lines too: written while an earlier
+	// line waits for its own file.
+	OutboxWritten []int64
 }
 
 // ClankerCommitted returns the write of c.
@@ -168,6 +171,11 @@ func (w *clankerWrite) apply(t *wtx) error {
 	}
 	if c.OutboxDone > 0 {
 		if _, err := t.exec(`DELETE FROM clanker_outbox WHERE repo = ? AND seq <= ?`, c.Repo, c.OutboxDone); err != nil {
+			return err
+		}
+	}
+	for _, seq := range c.OutboxWritten {
+		if _, err := t.exec(`DELETE FROM clanker_outbox WHERE repo = ? AND seq = ?`, c.Repo, seq); err != nil {
 			return err
 		}
 	}

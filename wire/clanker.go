@@ -39,10 +39,32 @@ type ClankerRequest struct {
 // without an id (as the real dashboard answers), but for an unknown type,
 // which is answered with the line's id.
 type ClankerRequestError struct {
+	// Msg is the answer: it may quote the line (the pod's own bytes).
 	Msg string
+	// Log is Msg without any of the line's bytes, for the event log and
+	// the daemon's log; "" when Msg quotes none.
+	Log string
 }
 
 func (e *ClankerRequestError) Error() string { return e.Msg }
+
+// LogText is the error without any of the line's bytes.
+func (e *ClankerRequestError) LogText() string {
+	if e.Log != "" {
+		return e.Log
+	}
+	return e.Msg
+}
+
+// ClankerLogText is err as the logs may hold it: a ClankerRequestError's
+// LogText, else err's text.
+func ClankerLogText(err error) string {
+	var e *ClankerRequestError
+	if errors.As(err, &e) {
+		return e.LogText()
+	}
+	return err.Error()
+}
 
 // DecodeClankerRequest decodes one request line. The error says what is
 // wrong with the line: not JSON, not an object, v missing or not 1, type
@@ -55,17 +77,20 @@ func DecodeClankerRequest(line []byte) (ClankerRequest, error) {
 	}
 	v, ok := fields["v"]
 	if !ok {
-		return req, &ClankerRequestError{"invalid ipc request: v is missing (this server speaks version 1)"}
+		return req, &ClankerRequestError{Msg: "invalid ipc request: v is missing (this server speaks version 1)"}
 	}
 	if !isJSONOne(v) {
-		return req, &ClankerRequestError{fmt.Sprintf("invalid ipc request: unsupported version v=%s (this server speaks version 1)", jsonExcerpt(v))}
+		return req, &ClankerRequestError{
+			Msg: fmt.Sprintf("invalid ipc request: unsupported version v=%s (this server speaks version 1)", jsonExcerpt(v)),
+			Log: fmt.Sprintf("invalid ipc request: unsupported version, %s (this server speaks version 1)", jsonKind(v))}
 	}
 	t, ok := fields["type"]
 	if !ok {
-		return req, &ClankerRequestError{"invalid ipc request: type is missing"}
+		return req, &ClankerRequestError{Msg: "invalid ipc request: type is missing"}
 	}
 	if err := json.Unmarshal(t, &req.Type); err != nil || t[0] != '"' {
-		return req, &ClankerRequestError{fmt.Sprintf("invalid ipc request: type must be a string, got %s", jsonExcerpt(t))}
+		return req, &ClankerRequestError{Msg: fmt.Sprintf("invalid ipc request: type must be a string, got %s", jsonExcerpt(t)),
+			Log: "invalid ipc request: type must be a string, got " + jsonKind(t)}
 	}
 	if id, ok := fields["id"]; ok && !bytes.Equal(id, []byte("null")) {
 		req.ID = id
@@ -93,14 +118,16 @@ func DecodeSpoolLine(line []byte) (SpoolEntry, error) {
 	}
 	t, ok := fields["type"]
 	if !ok {
-		return e, &ClankerRequestError{"invalid spool line: type is missing"}
+		return e, &ClankerRequestError{Msg: "invalid spool line: type is missing"}
 	}
 	if err := json.Unmarshal(t, &e.Type); err != nil || t[0] != '"' || e.Type == "" {
-		return e, &ClankerRequestError{fmt.Sprintf("invalid spool line: type must be a non-empty string, got %s", jsonExcerpt(t))}
+		return e, &ClankerRequestError{Msg: fmt.Sprintf("invalid spool line: type must be a non-empty string, got %s", jsonExcerpt(t)),
+			Log: "invalid spool line: type must be a non-empty string, got " + jsonKind(t)}
 	}
 	if ts, ok := fields["ts"]; ok && !bytes.Equal(ts, []byte("null")) {
 		if err := json.Unmarshal(ts, &e.TS); err != nil || ts[0] != '"' {
-			return e, &ClankerRequestError{fmt.Sprintf("invalid spool line: ts must be a string, got %s", jsonExcerpt(ts))}
+			return e, &ClankerRequestError{Msg: fmt.Sprintf("invalid spool line: ts must be a string, got %s", jsonExcerpt(ts)),
+				Log: "invalid spool line: ts must be a string, got " + jsonKind(ts)}
 		}
 	}
 	if p, ok := fields["payload"]; ok && !bytes.Equal(p, []byte("null")) {
@@ -114,14 +141,19 @@ func DecodeSpoolLine(line []byte) (SpoolEntry, error) {
 func clankerObject(line []byte, what string) (map[string]json.RawMessage, error) {
 	line = bytes.TrimSpace(line)
 	if !ValidJSON(line) {
-		return nil, &ClankerRequestError{fmt.Sprintf("invalid %s: not JSON: %s", what, excerpt(line))}
+		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: not JSON: %s", what, excerpt(line)),
+			Log: fmt.Sprintf("invalid %s: not JSON", what)}
 	}
 	if len(line) == 0 || line[0] != '{' {
-		return nil, &ClankerRequestError{fmt.Sprintf("invalid %s: want a JSON object, got %s", what, excerpt(line))}
+		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: want a JSON object, got %s", what, excerpt(line)),
+			Log: fmt.Sprintf("invalid %s: want a JSON object, got %s", what, jsonKind(line))}
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(line, &fields); err != nil {
-		return nil, &ClankerRequestError{fmt.Sprintf("invalid %s: %v", what, err)}
+		// Valid JSON that is an object: not expected; encoding/json's
+		// messages may quote the line.
+		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: %v", what, err),
+			Log: fmt.Sprintf("invalid %s: its members cannot be read", what)}
 	}
 	return fields, nil
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -108,4 +109,36 @@ func FuzzDecodeSpoolLine(f *testing.F) {
 			t.Fatalf("%q decoded without a type", line)
 		}
 	})
+}
+
+// A refused line's LogText holds none of its bytes; its Error (the pod's
+// answer) may quote them.
+func TestClankerLogTextQuotesNothing(t *testing.T) {
+	const m = "zqMARKzq"
+	for _, line := range []string{
+		`not json ` + m, `["` + m + `"]`, `"` + m + `"`, `{"v":"` + m + `","type":"hello"}`, `{"v":{"` + m + `":1},"type":"hello"}`,
+		`{"v":1,"type":["` + m + `"]}`, `{"v":1,"type":{"` + m + `":0}}`,
+	} {
+		_, err := DecodeClankerRequest([]byte(line))
+		if err == nil || !IsClankerRequestError(err) {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if lt := ClankerLogText(err); strings.Contains(lt, m) || lt == "" {
+			t.Errorf("%s: LogText %q", line, lt)
+		}
+	}
+	for _, line := range []string{`not json ` + m, `[1,"` + m + `"]`, `{"type":["` + m + `"]}`, `{"type":"a","ts":{"` + m + `":1}}`} {
+		_, err := DecodeSpoolLine([]byte(line))
+		if err == nil {
+			t.Fatalf("%s: decoded", line)
+		}
+		if lt := ClankerLogText(err); strings.Contains(lt, m) || lt == "" {
+			t.Errorf("%s: LogText %q", line, lt)
+		} else if !strings.Contains(err.Error(), m) && !strings.HasPrefix(line, "not json") {
+			t.Errorf("%s: the answer %q no longer says what was wrong", line, err)
+		}
+	}
+	if got := ClankerLogText(errors.New("plain")); got != "plain" {
+		t.Errorf("ClankerLogText of another error: %q", got)
+	}
 }

@@ -111,6 +111,12 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  spool   %d bytes waiting, %d bytes draining, %d bytes dead-lettered\n",
 			r.Spool.PendingBytes, r.Spool.DrainingBytes, r.Spool.DeadBytes)
+		for _, f := range r.Refused {
+			fmt.Fprintf(stdout, "  REFUSED %s %s: neither read nor written until it is a plain file (or directory) of this user\n", f.Path, f.Reason)
+		}
+		if r.OutboxPending > 0 {
+			fmt.Fprintf(stdout, "  waiting %d lines committed and not yet in their files\n", r.OutboxPending)
+		}
 		if len(r.Pods) > 0 {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "  POD\tROLE\tPID\tLAST SEEN\t")

@@ -13,12 +13,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -44,6 +46,7 @@ type Server struct {
 	bus  *eventlog.Bus
 	log  zerolog.Logger
 	ln   *net.UnixListener
+	dir  *beneath.Dir // the socket's directory, when the repo's; closed last
 	wg   sync.WaitGroup
 
 	mu     sync.Mutex
@@ -53,22 +56,32 @@ type Server struct {
 
 // Listener returns the spool.Listener the daemon gives the clanker domain.
 func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
-	return func(socket, repo string, h spool.Handler) (spool.Closer, error) {
-		return Listen(socket, repo, h, bus, log)
+	return func(socket string, dir *beneath.Dir, repo string, h spool.Handler) (spool.Closer, error) {
+		return Listen(socket, dir, repo, h, bus, log)
 	}
 }
 
-// Listen makes the socket (0600; its directory is made; a stale socket is
-// replaced, a live one refused) and serves it until Close.
-func Listen(socket, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
-	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+// Listen makes the socket (0600; a stale socket is replaced, a live one
+// refused) and serves it until Close. With dir (the socket's directory,
+// opened beneath the repo without following a link; Listen's to close)
+// the socket is bound in dir through its descriptor (/proc/self/fd/N/NAME),
+// so no link an agent put on socket's path is followed; without, socket
+// is the operator's path and its directory is made.
+func Listen(socket string, dir *beneath.Dir, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
+	bind := socket
+	if dir != nil {
+		bind = "/proc/self/fd/" + strconv.Itoa(dir.Fd()) + "/" + filepath.Base(socket)
+	} else if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
 		return nil, fmt.Errorf("making the directory of socket %s: %w", socket, err)
 	}
-	ln, err := proc.ListenUnix(socket)
+	ln, err := proc.ListenUnix(bind)
 	if err != nil {
-		return nil, fmt.Errorf("making clanker's socket: %w", err)
+		if dir != nil {
+			dir.Close()
+		}
+		return nil, fmt.Errorf("making clanker's socket %s: %w", socket, err)
 	}
-	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, conns: map[*net.UnixConn]struct{}{},
+	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, dir: dir, conns: map[*net.UnixConn]struct{}{},
 		log: log.With().Str("component", "clankeripc").Str("repo", repo).Logger()}
 	s.wg.Add(1)
 	go s.accept()
@@ -131,7 +144,12 @@ func (s *Server) Close() error {
 		nc.SetReadDeadline(time.Now())
 	}
 	s.mu.Unlock()
+	// The listener removes its socket by the path it was bound by: through
+	// the directory's descriptor, closed after it.
 	err := s.ln.Close()
+	if s.dir != nil {
+		s.dir.Close()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	t := time.NewTimer(closeGrace)
@@ -182,7 +200,7 @@ func (s *Server) serve(nc *net.UnixConn) {
 		line, err := lr.Next()
 		switch {
 		case errors.Is(err, wire.ErrLineTooLong):
-			s.refused("", err.Error())
+			s.refused(nil, err)
 			s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error()))
 			return
 		case errors.Is(err, io.EOF):
@@ -197,7 +215,7 @@ func (s *Server) serve(nc *net.UnixConn) {
 		if err != nil {
 			// Answered without an id, as the real dashboard answers; the
 			// connection goes on.
-			s.refused("", err.Error())
+			s.refused(line, err)
 			if !s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error())) {
 				return
 			}
@@ -226,9 +244,16 @@ func (s *Server) serve(nc *net.UnixConn) {
 	}
 }
 
-func (s *Server) refused(typ, msg string) {
-	s.log.Debug().Str("type", typ).Msg("clanker: refused a request line: " + msg)
-	s.emit(spool.RequestRefused{Repo: s.repo, Type: typ, Error: msg, Via: "ipc"})
+// refused says a line was refused (nil: one too long to read): the pod
+// hears what it sent; the logs hear neither the line nor anything of it
+// but its length and hash.
+func (s *Server) refused(line []byte, err error) {
+	ev := spool.RequestRefused{Repo: s.repo, Error: wire.ClankerLogText(err), Via: "ipc"}
+	if line != nil {
+		ev.LineBytes, ev.LineSHA256 = len(line), spool.LineSHA256(line)
+	}
+	s.log.Debug().Int("line_bytes", ev.LineBytes).Str("line_sha256", ev.LineSHA256).Msg("clanker: refused a request line: " + ev.Error)
+	s.emit(ev)
 }
 
 func (s *Server) write(nc *net.UnixConn, b []byte) bool {

@@ -255,13 +255,17 @@ func (d *Dir) parent(rel string) (fd int, name string, closeFn func(), err error
 // OpenFile opens the regular file rel beneath d with flag (os.O_*) and,
 // when it creates the file, perm (less the umask). The file must be a
 // regular file with one link, owned as d allows; a link, a FIFO, a device
-// or a socket at rel is refused (and opening one never blocks).
+// or a socket at rel is refused (and opening one never blocks). O_TRUNC
+// truncates once the file passed the checks: a file refused is left as
+// it was.
 func (d *Dir) OpenFile(rel string, flag int, perm os.FileMode) (*os.File, error) {
 	pfd, name, done, err := d.parent(rel)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	trunc := flag&os.O_TRUNC != 0
+	flag &^= os.O_TRUNC
 	// O_NONBLOCK: opening a FIFO for reading would wait for a writer.
 	fd, err := unix.Openat(pfd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, uint32(perm.Perm()))
 	if err != nil {
@@ -284,6 +288,11 @@ func (d *Dir) OpenFile(rel string, flag int, perm os.FileMode) (*os.File, error)
 	}
 	if err := d.checkOwner(rel, &st); err != nil {
 		return refuse(err)
+	}
+	if trunc {
+		if err := unix.Ftruncate(fd, 0); err != nil {
+			return refuse(&fs.PathError{Op: "truncate", Path: filepath.Join(d.path, rel), Err: err})
+		}
 	}
 	// A regular file: blocking I/O as usual.
 	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {

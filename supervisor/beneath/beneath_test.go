@@ -126,6 +126,17 @@ func TestOpenRefusesWhatIsNotBeneath(t *testing.T) {
 			t.Fatalf("OpenFile(%q, create|append) succeeded", rel)
 		}
 	}
+	// O_TRUNC too: a file refused is not truncated first.
+	for _, rel := range []string{"link", "in/hard", "in/dirlink/secret"} {
+		f, err := d.OpenFile(rel, os.O_WRONLY|os.O_TRUNC, 0)
+		if err == nil {
+			f.Close()
+			t.Fatalf("OpenFile(%q, truncate) succeeded", rel)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "SECRET" {
+		t.Fatalf("a refused open truncated the file: %q", b)
+	}
 	if err := d.WriteFile("link", []byte("replaced"), 0o600, true); err != nil {
 		t.Fatalf("WriteFile over a link: %v", err)
 	}
@@ -244,6 +255,14 @@ func TestWriteFileReadDirLstat(t *testing.T) {
 	f.Close()
 	if _, err := d.ReadFile("a/log", 1); err == nil || !strings.Contains(err.Error(), "larger than 1 bytes") {
 		t.Fatalf("ReadFile over max: %v", err)
+	}
+	f, err = d.OpenFile("a/log", os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if info, err := d.Lstat("a/log"); err != nil || info.Size != 0 {
+		t.Fatalf("O_TRUNC did not truncate: %+v, %v", info, err)
 	}
 }
 
