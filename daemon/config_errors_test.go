@@ -77,3 +77,31 @@ heartbeat_timeout = "soon"
 		t.Fatalf("keys %v, want %v\n%s", keys, want, err)
 	}
 }
+
+// The keys issue 21 added are read and checked, naming the key: a lane's
+// and a pool's env and inherit_env, a pool's secrets and transport.
+func TestConfigEnvSecretsTransport(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"[lanes.x]\nenv = { \"A=B\" = \"c\" }\n", `cfg.toml: lanes.x.env: variable "A=B" contains '=' or NUL`},
+		{"[lanes.x]\ninherit_env = [\"A*B\"]\n", `cfg.toml: lanes.x.inherit_env: "A*B": '*' may only end a name`},
+		{"[lanes.x]\ninherit_env = [\"*\"]\n", `cfg.toml: lanes.x.inherit_env: "*": a variable's name or a prefix ending in '*' is needed`},
+		{"[executors.p]\ncommand = [\"x\"]\ninherit_env = [\"\"]\n", `cfg.toml: executors.p.inherit_env: "": a variable's name or a prefix ending in '*' is needed`},
+		{"[executors.p]\ncommand = [\"x\"]\nsecrets = [\"\"]\n", `cfg.toml: executors.p.secrets: an empty name`},
+		{"[executors.p]\ncommand = [\"x\"]\ntransport = \"tcp\"\n", `cfg.toml: executors.p.transport must be "socket" or "fd", got "tcp"`},
+	} {
+		_, err := ParseConfig("cfg.toml", []byte(tc.in))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	c, err := ParseConfig("cfg.toml", []byte("[lanes.x]\nenv = { A = \"1\" }\ninherit_env = [\"MY_*\", \"SSH_AUTH_SOCK\"]\n"+
+		"[executors.p]\ncommand = [\"x\"]\nsecrets = [\"anthropic\"]\ntransport = \"fd\"\ninherit_env = [\"TMPDIR\"]\n"))
+	if err != nil || c.Lanes["x"].Env["A"] != "1" || len(c.Lanes["x"].InheritEnv) != 2 ||
+		c.Executors["p"].Transport != "fd" || c.Executors["p"].Secrets[0] != "anthropic" {
+		t.Fatalf("good values: %v %+v %+v", err, c.Lanes["x"], c.Executors["p"])
+	}
+	if d, err := ParseConfig("cfg.toml", []byte("[executors.p]\ncommand = [\"x\"]\n")); err != nil ||
+		d.Executors["p"].Transport != "socket" || len(d.Executors["p"].Secrets) != 0 {
+		t.Fatalf("defaults: %v %+v", err, d.Executors["p"])
+	}
+}

@@ -146,15 +146,8 @@ func (p PoolConfig) validate(key string) []error {
 	if p.Instances < 0 || p.Instances > p.MaxInstances {
 		bad("instances must be between 0 and max_instances (%d), got %d", p.MaxInstances, p.Instances)
 	}
-	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-		if err := proc.CheckEnvEntry(k, p.Env[k]); err != nil {
-			bad("env: %v", err)
-		}
-	}
-	for _, n := range p.InheritEnv {
-		if err := proc.CheckEnvName(n); err != nil {
-			bad("inherit_env: %v", err)
-		}
+	for _, err := range proc.CheckEnvConfig(p.Env, p.InheritEnv) {
+		bad("%v", err)
 	}
 	for _, s := range p.Secrets {
 		if s == "" {

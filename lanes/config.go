@@ -134,15 +134,8 @@ func (l LaneConfig) validate(key string) []error {
 	if l.Nice < -20 || l.Nice > 19 {
 		bad("nice must be between -20 and 19, got %d", l.Nice)
 	}
-	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
-		if err := proc.CheckEnvEntry(k, l.Env[k]); err != nil {
-			bad("env: %v", err)
-		}
-	}
-	for _, n := range l.InheritEnv {
-		if err := proc.CheckEnvName(n); err != nil {
-			bad("inherit_env: %v", err)
-		}
+	for _, err := range proc.CheckEnvConfig(l.Env, l.InheritEnv) {
+		bad("%v", err)
 	}
 	if err := l.Restart.Policy().Validate(); err != nil {
 		for _, e := range flatten(err) {

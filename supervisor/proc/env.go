@@ -2,6 +2,8 @@ package proc
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -45,6 +47,24 @@ func EnvNameMatches(names []string, key string) bool {
 		}
 	}
 	return false
+}
+
+// CheckEnvConfig checks a config table's env and inherit_env keys: one
+// error per bad entry, each starting with its key ("env: ...",
+// "inherit_env: ...").
+func CheckEnvConfig(env map[string]string, inherit []string) []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if err := CheckEnvEntry(k, env[k]); err != nil {
+			errs = append(errs, fmt.Errorf("env: %w", err))
+		}
+	}
+	for _, n := range inherit {
+		if err := CheckEnvName(n); err != nil {
+			errs = append(errs, fmt.Errorf("inherit_env: %w", err))
+		}
+	}
+	return errs
 }
 
 // CheckEnvName says what is wrong with a name for CleanEnv's inherit list

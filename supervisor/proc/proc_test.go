@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,5 +259,57 @@ func TestReaperHandsEachOrphanOnce(t *testing.T) {
 	defer mu.Unlock()
 	if handed[orphan] != 1 {
 		t.Fatalf("orphan %d handed %d times", orphan, handed[orphan])
+	}
+}
+
+func TestCleanEnv(t *testing.T) {
+	env := []string{"PATH=/bin", "HOME=/h", "ANTHROPIC_API_KEY=sk", "LC_ALL=C", "LC_TIME=C", "LANGUAGE=fr",
+		"MY_A=1", "MY=2", "TERM=xterm", "SSH_AUTH_SOCK=/s", "bad", "=x", "TZ=UTC", "SHELL=/bin/sh", "USER=u", "LOGNAME=u", "LANG=C"}
+	got := strings.Join(CleanEnv(env, []string{"MY_*", "SSH_AUTH_SOCK"}), " ")
+	want := "PATH=/bin HOME=/h LC_ALL=C LC_TIME=C MY_A=1 TERM=xterm SSH_AUTH_SOCK=/s TZ=UTC SHELL=/bin/sh USER=u LOGNAME=u LANG=C"
+	if got != want {
+		t.Fatalf("CleanEnv =\n%s\nwant\n%s", got, want)
+	}
+	if got := CleanEnv(env, nil); strings.Contains(strings.Join(got, " "), "sk") || strings.Contains(strings.Join(got, " "), "MY_A") {
+		t.Fatalf("CleanEnv without inherit_env: %q", got)
+	}
+}
+
+// A child (and its child) descends from this process; this process does
+// not descend from its child, and a pid that is gone descends from none.
+func TestDescends(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	var grandchild int
+	if _, err := fmt.Fscan(out, &grandchild); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(grandchild, syscall.SIGKILL)
+	self := os.Getpid()
+	for _, c := range []struct {
+		pid, ancestor int
+		want          bool
+	}{
+		{self, self, true},
+		{cmd.Process.Pid, self, true},
+		{grandchild, self, true},
+		{grandchild, cmd.Process.Pid, true},
+		{self, cmd.Process.Pid, false},
+		{os.Getppid(), self, false},
+		{1 << 30, self, false},
+	} {
+		if got := Descends(c.pid, c.ancestor); got != c.want {
+			t.Errorf("Descends(%d, %d) = %v, want %v", c.pid, c.ancestor, got, c.want)
+		}
 	}
 }
