@@ -336,14 +336,18 @@ func TestHostileReachoutSocket(t *testing.T) {
 			}
 			done <- err
 		}()
-		select {
-		case err := <-done:
-			t.Logf("events: %v", d.events())
-			t.Fatalf("%s: the hook's exchange ended before it was answered: %v", what, err)
-		case <-time.After(2 * time.Second):
+		var a struct {
+			Approval api.Approval `json:"approval"`
 		}
-		a := d.pendingApproval(req.RequestID)
-		d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Deny"}, nil)
+		eventually(t, 20*time.Second, what+": the hook's request pending", func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("%s: the hook's exchange ended before it was answered: %v\nevents: %v", what, err, d.events())
+			default:
+			}
+			return d.call("approval.get", map[string]any{"id": req.RequestID}, &a) == nil
+		})
+		d.mustCall("approval.resolve", map[string]any{"id": a.Approval.ID, "decision": "Deny"}, nil)
 		if err := <-done; err != nil {
 			t.Fatalf("%s: the hook did not hear the daemon: %v", what, err)
 		}
