@@ -93,9 +93,10 @@ func helperMain(what string) int {
 }
 
 // attackSockets is what a hostile job or agent does to a unix socket it
-// wants to answer in its owner's place. args are a capture file, then
-// paths or glob patterns. For each path it connects, removes the file
-// and binds its own socket there, printing one line for each attempt
+// wants to answer in its owner's place. args are a capture file ("-": do
+// not serve, exit), then paths, whose directory may be a glob pattern
+// (the socket need not exist yet). For each path it connects, removes the
+// file and binds its own socket there, printing one line for each attempt
 // ("PATH: connect ok", "PATH: remove failed: ..."); then "attacks done".
 // What it bound it serves until killed, appending every byte a
 // connection sends to the capture file.
@@ -106,10 +107,12 @@ func attackSockets(args []string) int {
 	capture := args[0]
 	var paths []string
 	for _, p := range args[1:] {
-		if m, _ := filepath.Glob(p); len(m) > 0 {
-			paths = append(paths, m...)
-		} else {
+		dirs, _ := filepath.Glob(filepath.Dir(p))
+		if len(dirs) == 0 {
 			paths = append(paths, p)
+		}
+		for _, d := range dirs {
+			paths = append(paths, filepath.Join(d, filepath.Base(p)))
 		}
 	}
 	var lns []net.Listener
@@ -134,7 +137,7 @@ func attackSockets(args []string) int {
 		lns = append(lns, ln)
 	}
 	fmt.Println("attacks done")
-	if len(lns) == 0 {
+	if len(lns) == 0 || capture == "-" {
 		return 0
 	}
 	var mu sync.Mutex

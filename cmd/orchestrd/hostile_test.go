@@ -355,7 +355,7 @@ func TestHostileReachoutSocket(t *testing.T) {
 	asks("at start")
 
 	// A job, on a sandboxed runner.
-	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{testBinary(t), capture + " " + sock},
+	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{testBinary(t), "- " + sock},
 		Env: map[string]string{"ORCHESTRD_TEST_HELPER": "attacksock"}}))
 	if !strings.Contains(rec.Output, "attacks done") || strings.Contains(rec.Output, " ok") {
 		t.Fatalf("a job reached the hook socket:\n%s", rec.Output)
