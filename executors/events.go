@@ -134,6 +134,24 @@ type TaskRecovered struct {
 
 func (TaskRecovered) Kind() string { return "task.recovered" }
 
+// TaskSequencesSkipped: an executor sent report_message sequences out of
+// order and left gaps unfilled while more than Limit (4 x high_water)
+// later ones arrived; the daemon stopped waiting for the gaps in
+// From..To (Missing sequences of that range it never received), so that
+// what it holds per task stays bounded. A message of those sequences
+// that arrives later is dropped as a duplicate; every message received
+// is kept.
+type TaskSequencesSkipped struct {
+	TaskID   string `json:"task_id"`
+	Executor string `json:"executor"`
+	From     int64  `json:"from"`
+	To       int64  `json:"to"`
+	Missing  int64  `json:"missing"`
+	Limit    int    `json:"limit"`
+}
+
+func (TaskSequencesSkipped) Kind() string { return "task.sequences_skipped" }
+
 // SecretIssued: get_api_key handed a secret to a task's executor. Never
 // the value. Service is the name asked for (eventlog.Ident: a name that is
 // not a plain identifier is shown as its length and hash), Entry the
@@ -334,7 +352,7 @@ func (TerminalOpenFailed) Kind() string { return "terminal.open_failed" }
 func init() {
 	eventlog.Register(TerminalOpened{}, TerminalClosed{}, TerminalOpenFailed{},
 		TaskQueued{}, TaskStarted{}, TaskMessage{}, TaskProgress{}, TaskErrorReported{},
-		TaskFinished{}, TaskPermissionRequested{}, TaskPermissionDecided{}, TaskRecovered{}, SecretIssued{},
+		TaskFinished{}, TaskPermissionRequested{}, TaskPermissionDecided{}, TaskRecovered{}, TaskSequencesSkipped{}, SecretIssued{},
 		SecretRefused{}, ExecutorSpawned{}, ExecutorConnected{}, ExecutorStartFailed{}, ExecutorPeerRefused{}, ExecutorExited{},
 		ExecutorRestartScheduled{}, ExecutorPaused{}, ExecutorResumed{}, ExecutorBadToken{},
 		ExecutorProtocolError{}, ExecutorStopping{}, ExecutorKilled{})

@@ -25,6 +25,7 @@ func TestKinds(t *testing.T) {
 		TaskPermissionRequested{TaskID: "t-1", ToolName: "Bash", ApprovalID: "a-1"},
 		TaskPermissionDecided{TaskID: "t-1", ToolName: "Edit", Approved: true, Reason: "mode=acceptEdits"},
 		TaskRecovered{TaskID: "t-1", PreviousState: api.TaskRunning},
+		TaskSequencesSkipped{TaskID: "t-1", Executor: "claude-1", From: 2, To: 402, Missing: 200, Limit: 400},
 		SecretIssued{TaskID: "t-1", Service: "anthropic", Executor: "claude-1", Pool: "claude", Entry: "ANTHROPIC_API_KEY"},
 		SecretRefused{TaskID: "t-1", Service: "openai", Executor: "claude-1", Pool: "claude", Reason: "not_allowed"},
 		ExecutorPeerRefused{Pool: "claude", Executor: "claude-1", Pid: 4242, PeerPid: 4300, PeerUID: 1000, Reason: "the process listening on /home/u/.orchestrd/executors/claude-1/executor.sock (pid 4300) is not the executor (pid 4242) nor its child"},

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -1076,6 +1077,9 @@ func (e *execActor) accept(c *actors.Context, r *running, msg api.SessionMessage
 		return
 	}
 	r.seen[msg.Sequence] = true
+	if len(r.seen) > e.maxOutOfOrder() {
+		e.skipGap(r)
+	}
 	for r.seen[r.low+1] {
 		delete(r.seen, r.low+1)
 		r.low++
@@ -1086,6 +1090,33 @@ func (e *execActor) accept(c *actors.Context, r *running, msg api.SessionMessage
 	e.pendingBytes += len(msg.EventData)
 	e.buf = append(e.buf, msg)
 	// flush and water follow once the batch of lines is taken (rpcIn).
+}
+
+// maxOutOfOrder bounds the sequences a task holds above its contiguous
+// mark (each a map entry, ~40 bytes): 4 x high_water, the read gate's
+// count, so an executor that never fills a gap cannot grow the daemon's
+// memory for the task's life.
+func (e *execActor) maxOutOfOrder() int { return 4 * e.ps.cfg.HighWater }
+
+// skipGap stops waiting for the gaps below the lower half of the
+// sequences held: the mark moves up to the median one, those held below it
+// are let go (they were seen), and task.sequences_skipped says which
+// sequences are no longer awaited (Missing of them were never seen). One
+// of them that arrives later is taken for a duplicate and dropped, as the
+// event says. Half at a time, so an executor that never fills a gap costs
+// one event per limit/2 messages, not one per message.
+func (e *execActor) skipGap(r *running) {
+	held := slices.Sorted(maps.Keys(r.seen))
+	mark := held[len(held)/2]
+	from := r.low + 1
+	missing := mark - r.low
+	for _, s := range held[:len(held)/2+1] {
+		delete(r.seen, s)
+		missing--
+	}
+	r.low = mark
+	e.ps.m.bus.Emit(TaskSequencesSkipped{TaskID: r.rec.ID, Executor: e.id, From: from, To: mark,
+		Missing: missing, Limit: e.maxOutOfOrder()})
 }
 
 // flush hands what waits to the store, one batch at a time.

@@ -827,3 +827,32 @@ func TestSecondSignalKillsExecutors(t *testing.T) {
 		t.Fatalf("executor.killed {shutdown_forced}: %d, want 1", forced)
 	}
 }
+
+// An executor that sends its sequences with gaps it never fills does not
+// make the daemon hold more per task than 4 x high_water of them: past
+// that it stops waiting for the oldest gaps and says so; every message it
+// sent is kept.
+func TestExecutorSequenceGapsBounded(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 4\nlow_water = 2\n"))
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"gaps","n":100}`)})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("task: %+v", rec)
+	}
+	if ms := d.session(session); len(ms) != 100 {
+		t.Fatalf("%d messages stored, want all 100", len(ms))
+	}
+	ev := d.waitEvent("task.sequences_skipped", func(e map[string]any) bool { return e["task_id"] == id })
+	if ev["limit"] != float64(16) || ev["from"] != float64(3) || ev["missing"].(float64) < 1 {
+		t.Fatalf("sequences_skipped %v", ev)
+	}
+	n := 0
+	for _, e := range d.events() {
+		if e["kind"] == "task.sequences_skipped" && e["task_id"] == id {
+			n++
+		}
+	}
+	// Half the window at a time: about 100/8 events, never one a message.
+	if n > 100/8+1 {
+		t.Fatalf("%d task.sequences_skipped events for 100 messages", n)
+	}
+}

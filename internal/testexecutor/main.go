@@ -395,6 +395,12 @@ func (e *executor) execute(m rpc) {
 				}
 				t.report(typ, data)
 			}
+		case "gaps":
+			// n messages whose sequences leave a gap before each: 2, 4, 6...
+			for i := 0; i < max(s.N, 1); i++ {
+				t.seq++
+				t.report("content_block_delta", map[string]any{"delta": map[string]string{"text": "gap"}})
+			}
 		case "flood":
 			t.flood(s.N)
 		case "progress":
