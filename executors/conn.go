@@ -92,6 +92,9 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 		r = cn.fds
 		defer cn.fds.Close()
 	}
+	if maxLine <= 0 {
+		maxLine = wire.DefaultMaxRPCLine // as the reader takes 0
+	}
 	lr := wire.NewRPCLineReader(r, maxLine)
 	d := lineDecoder{}
 	size := 16 // the last batch's length: the next one is made as large

@@ -3,6 +3,7 @@ package executors
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -668,7 +669,7 @@ func (e *execActor) call(method string, params any, h func(json.RawMessage, *wir
 		h = func(json.RawMessage, *wire.RPCError) {}
 	}
 	e.calls[id] = h
-	e.send(append(line, '\n'))
+	e.send(line)
 }
 
 func (e *execActor) notify(method string, params any) {
@@ -679,7 +680,7 @@ func (e *execActor) notify(method string, params any) {
 	if err != nil {
 		return
 	}
-	e.send(append(line, '\n'))
+	e.send(line)
 }
 
 func (e *execActor) respond(id wire.RPCID, result any) {
@@ -687,12 +688,12 @@ func (e *execActor) respond(id wire.RPCID, result any) {
 	if err != nil {
 		line, _ = wire.AppendRPCError(nil, id, wire.RPCErrorf(wire.CodeInternal, "encoding the result: %v", err))
 	}
-	e.send(append(line, '\n'))
+	e.send(line)
 }
 
 func (e *execActor) fail(id wire.RPCID, code int, format string, args ...any) {
 	line, _ := wire.AppendRPCError(nil, id, wire.RPCErrorf(code, format, args...))
-	e.send(append(line, '\n'))
+	e.send(line)
 }
 
 // send queues a line; an executor that stopped reading is killed.
@@ -725,6 +726,9 @@ func (e *execActor) inbound(c *actors.Context, x inbound) {
 		if e.state == instStopping {
 			return
 		}
+		if errors.Is(x.err, wire.ErrLineTooLong) {
+			e.protocolError(x.err.Error()) // the reader stopped there: said before the connection goes
+		}
 		// The socket closed: the process is going or gone. The task ends
 		// now; the exit follows.
 		e.state = instStopping
@@ -739,7 +743,7 @@ func (e *execActor) inbound(c *actors.Context, x inbound) {
 		e.protocolError(x.bad.Message)
 		if !x.bad.Response {
 			line, _ := wire.AppendRPCError(nil, x.bad.ID, &x.bad.RPCError)
-			e.send(append(line, '\n'))
+			e.send(line)
 		}
 	case x.isReport:
 		e.report(c, x.report, nil)
@@ -976,7 +980,7 @@ func (e *execActor) context(r *running, m wire.RPCMessage) {
 				line, _ = wire.AppendRPCError(nil, m.ID, wire.RPCErrorf(wire.CodeInternal, "encoding the context: %v", err))
 			}
 		}
-		cn.send(append(line, '\n'))
+		cn.send(line)
 	}()
 }
 
@@ -1177,6 +1181,9 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 				e.respond(id, map[string]any{"message_id": key, "created_at": msg.ReceivedAt.Format(time.RFC3339Nano)})
 			}
 		}
+	}
+	if r != nil {
+		e.ps.m.counted(r.rec.ID, r.committed) // task.list and task.get show a running task's count
 	}
 	e.inflight = false
 	e.pending -= len(m.batch)

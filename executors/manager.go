@@ -231,6 +231,18 @@ func (m *Manager) update(rec api.TaskRecord) {
 	m.mu.Unlock()
 }
 
+// counted records how many of a running task's messages are committed,
+// so that its live record says so before it ends (one map write a
+// committed batch).
+func (m *Manager) counted(id string, n int64) {
+	m.mu.Lock()
+	if rec, ok := m.live[id]; ok && !rec.State.Terminal() {
+		rec.MessageCount = n
+		m.live[id] = rec
+	}
+	m.mu.Unlock()
+}
+
 // finished records a task's end and answers its waiters.
 func (m *Manager) finished(rec api.TaskRecord) {
 	m.mu.Lock()

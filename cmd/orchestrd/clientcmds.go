@@ -617,18 +617,24 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		} else if j.Signal != "" {
 			exit = j.Signal
 		}
-		dur := "-"
-		if j.DurationMs > 0 || j.State.Terminal() {
-			dur = formatDuration(time.Duration(j.DurationMs) * time.Millisecond)
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
-			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), dur, dash(j.RunnerID), commandLine(j))
+			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), dash(j.RunnerID), commandLine(j))
 	}
 	tw.Flush()
 	if next != "" {
 		fmt.Fprintf(stdout, "more (next %d): %s\n", limit, next)
 	}
 	return exitOK
+}
+
+// jobDuration is a job's DURATION: "-" while it has none yet, and for a job
+// whose run nobody saw end (daemon_lost: the daemon died while it ran;
+// lane_removed: it never ran), whose record says 0.
+func jobDuration(j api.JobRecord) string {
+	if !j.State.Terminal() && j.DurationMs == 0 || j.Error == api.ErrDaemonLost || j.Error == api.ErrLaneRemoved {
+		return "-"
+	}
+	return formatDuration(time.Duration(j.DurationMs) * time.Millisecond)
 }
 
 // shellQuote quotes s for a shell when it needs it.

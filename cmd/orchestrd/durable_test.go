@@ -118,6 +118,17 @@ func TestKill9RecoversQueuedAndFailsRunning(t *testing.T) {
 	if n := lineCount(t, filepath.Join(marks, running)); n != 1 {
 		t.Fatalf("the running job ran %d times", n)
 	}
+	// Nobody saw how long the lost job ran: jobs says so, not 0s.
+	out, _, code := runCLI(t, "--home", home, "jobs", "--state", "failed")
+	var lost string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, running+" ") {
+			lost = l
+		}
+	}
+	if code != 0 || lost == "" || strings.Contains(lost, " 0s ") || !strings.Contains(lost, " - ") {
+		t.Fatalf("orchestrd jobs shows the lost job as %q (exit %d):\n%s", lost, code, out)
+	}
 	if n := lineCount(t, filepath.Join(marks, queued)); n != 1 {
 		t.Fatalf("the queued job ran %d times", n)
 	}

@@ -293,7 +293,7 @@ func (x *cliExecutor) spawnTerminal(m wire.RPCMessage) {
 	}
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	if err := ptyfd.SendFD(uc, append(b, '\n'), master); err != nil {
+	if err := ptyfd.SendFD(uc, b, master); err != nil {
 		fmt.Fprintf(x.stderr, "orchestrd executor: passing the terminal to the daemon: %v\n", err)
 	}
 }
@@ -333,10 +333,12 @@ func (t *cliTask) stop(grace time.Duration) {
 	time.AfterFunc(grace, func() { t.signal(syscall.SIGKILL) })
 }
 
+// writeLine writes one line (b ends with its newline, as wire's Append*
+// make it).
 func (x *cliExecutor) writeLine(b []byte) {
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	_, _ = x.conn.Write(append(b, '\n'))
+	_, _ = x.conn.Write(b)
 }
 
 func (x *cliExecutor) reply(id wire.RPCID, result any) {

@@ -856,3 +856,75 @@ func TestExecutorSequenceGapsBounded(t *testing.T) {
 		t.Fatalf("%d task.sequences_skipped events for 100 messages", n)
 	}
 }
+
+// Every line the daemon sends an executor is one JSON-RPC message and one
+// newline: an executor whose parser refuses an empty line (as strict
+// NDJSON readers do) runs a task through requests, answers and
+// notifications to its end.
+func TestExecutorLinesAreStrictNDJSON(t *testing.T) {
+	home := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \"sk-strict\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonAt(t, home, execConfig(t, "instances = 1\nsecrets = [\"anthropic\"]\n", "--strict-lines"))
+	id, session := d.execute(api.TaskSpec{PermissionMode: api.ModeBypass, Prompt: script(
+		`{"op":"key","service":"anthropic"}`, `{"op":"key","service":"openai"}`,
+		`{"op":"permission","tool":"Bash","input":{"command":"ls"}}`, `{"op":"context"}`, `{"op":"message","n":2,"text":"ok"}`)})
+	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+		t.Fatalf("task: %+v (an empty line from the daemon makes this executor exit)", rec)
+	}
+	if ms := d.session(session); len(ms) < 5 {
+		t.Fatalf("messages: %+v", ms)
+	}
+}
+
+// A line over the JSON-RPC limit ends the connection with an error that
+// names the limit in force.
+func TestExecutorOversizedLine(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 1\n"))
+	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"bigline","size":8388700}`)})
+	if rec := d.waitTask(id); rec.State != api.TaskFailed || rec.Error == nil || !strings.Contains(rec.Error.Message, "a line over 8388608 bytes") {
+		t.Fatalf("task: %+v (%+v)", rec, rec.Error)
+	}
+	d.waitEvent("executor.protocol_error", func(e map[string]any) bool {
+		return strings.Contains(fmt.Sprint(e["problem"]), "a line over 8388608 bytes")
+	})
+}
+
+// A plain {"type":"text","text":...} message (what an agent behind
+// `orchestrd executor` prints as a JSON text line) is shown by prompt and
+// session, and a running task's message count is its committed messages,
+// not 0 until it ends.
+func TestAgentTextAndLiveCount(t *testing.T) {
+	d := startDaemon(t, execConfig(t, "instances = 2\nmax_instances = 2\n"))
+	out, errs, code := runCLI(t, "--home", d.home, "prompt", "--executor", "scripted", "--cwd", shortTemp(t),
+		script(`{"op":"message","type":"text","data":{"type":"text","text":"plain text"}}`, `{"op":"message","text":"delta"}`))
+	if code != 0 || out != "plain text\ndelta\n" {
+		t.Fatalf("prompt: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":3,"text":"x"}`, `{"op":"sleep","ms":60000}`)})
+	eventually(t, 20*time.Second, "three messages stored", func() bool { return len(d.session(session)) == 3 })
+	eventually(t, 20*time.Second, "tasks showing the running task's 3 messages", func() bool {
+		out, _, _ := runCLI(t, "--home", d.home, "tasks", "--json")
+		var r struct {
+			Tasks []api.TaskRecord `json:"tasks"`
+		}
+		if json.Unmarshal([]byte(out), &r) != nil {
+			return false
+		}
+		for _, task := range r.Tasks {
+			if task.ID == id {
+				return task.State == api.TaskRunning && task.MessageCount == 3
+			}
+		}
+		return false
+	})
+	out, _, code = runCLI(t, "--home", d.home, "session", session)
+	if code != 0 || !strings.Contains(out, "xxx") {
+		t.Fatalf("session: exit %d\n%s", code, out)
+	}
+	var stopped struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d.mustCall("task.stop", map[string]any{"id": id}, &stopped)
+}

@@ -312,6 +312,7 @@ func renderMessage(eventType string, data json.RawMessage, verbose bool) (text s
 		Delta struct {
 			Text string `json:"text"`
 		} `json:"delta"`
+		Text    string          `json:"text"`
 		Tool    string          `json:"tool"`
 		Name    string          `json:"name"`
 		Input   json.RawMessage `json:"input"`
@@ -322,6 +323,13 @@ func renderMessage(eventType string, data json.RawMessage, verbose bool) (text s
 	switch eventType {
 	case "content_block_delta":
 		return d.Delta.Text, nil
+	case "text":
+		// A plain {"type":"text","text":...} line (an agent behind
+		// `orchestrd executor`): a block of text, ended as a line.
+		if d.Text != "" && !strings.HasSuffix(d.Text, "\n") {
+			return d.Text + "\n", nil
+		}
+		return d.Text, nil
 	case "tool_call", "tool_use":
 		name := d.Tool
 		if name == "" {

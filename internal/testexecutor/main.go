@@ -27,6 +27,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -105,6 +106,7 @@ func main() {
 	pidfile := fs.String("pidfile", "", "write the pid here")
 	logPath := fs.String("log", "", "append one line per method received")
 	termMode := fs.String("terminal", "ok", "spawn_terminal: ok, refuse, nofd or notpty")
+	strict := fs.Bool("strict-lines", false, "exit 3 on an empty line from the daemon (a strict NDJSON parser)")
 	_ = fs.Parse(os.Args[1:])
 	if *pidfile != "" {
 		_ = os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())), 0o600)
@@ -147,6 +149,10 @@ func main() {
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
+		if *strict && len(sc.Bytes()) == 0 {
+			fmt.Fprintln(os.Stderr, "testexecutor: an empty line from the daemon")
+			os.Exit(3)
+		}
 		var m rpc
 		if json.Unmarshal(sc.Bytes(), &m) != nil {
 			continue
@@ -484,6 +490,8 @@ func (e *executor) execute(m rpc) {
 			t.report("probe_result", out)
 		case "raw":
 			e.writeLine([]byte(s.Line))
+		case "bigline": // a line of size bytes (no JSON), as a runaway agent writes
+			e.writeLine(bytes.Repeat([]byte("x"), s.Size))
 		case "sleep":
 			select {
 			case <-time.After(time.Duration(s.Ms) * time.Millisecond):
