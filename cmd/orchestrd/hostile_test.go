@@ -59,6 +59,7 @@ func cliPool(name string, argv []string, extra string) string {
 // secrets.toml from the daemon's environment, as README advises), nor
 // anything else of the daemon's. Executors the same, by the same rule.
 func TestHostileEnvironment(t *testing.T) {
+	t.Parallel()
 	const key, other = "sk-ant-env-canary-61f0c2", "other-canary-9d41"
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = { env = \"ANTHROPIC_API_KEY\" }\n"), 0o600); err != nil {
@@ -112,6 +113,7 @@ func TestHostileEnvironment(t *testing.T) {
 // is (-32002), said in secret.refused {pool, reason}; a pool that lists
 // none gets none.
 func TestHostileSecretScope(t *testing.T) {
+	t.Parallel()
 	const anth, gh = "sk-ant-scope-canary-0b3e", "ghp-scope-canary-77a1"
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"),
@@ -166,6 +168,7 @@ func TestHostileSecretScope(t *testing.T) {
 // An executor sees no cgroup: it cannot freeze or kill a runner's, and
 // so every lane's jobs, even as root.
 func TestHostileExecutorCgroups(t *testing.T) {
+	t.Parallel()
 	attack := `n=$(ls -A /sys/fs/cgroup 2>/dev/null | wc -l); f=$(find /sys/fs/cgroup -name cgroup.freeze 2>/dev/null | wc -l)
 for c in $(find /sys/fs/cgroup -name cgroup.freeze 2>/dev/null); do echo 1 > "$c" 2>/dev/null && echo "froze $c"; done
 echo "entries=$n freeze_files=$f"`
@@ -189,6 +192,7 @@ echo "entries=$n freeze_files=$f"`
 // nothing, and the other pool's task runs on its own executor, its prompt
 // and session token seen by no one else.
 func TestHostileExecutorSocketTakeover(t *testing.T) {
+	t.Parallel()
 	capture := filepath.Join(shortTemp(t), "captured")
 	cfg := execConfig(t, "instances = 0\nmax_instances = 1\n") +
 		cliPool("evil", []string{testBinary(t), "{prompt}"}, "instances = 1\nenv = { ORCHESTRD_TEST_HELPER = \"attacksock\" }\n")
@@ -224,6 +228,7 @@ func TestHostileExecutorSocketTakeover(t *testing.T) {
 // another process's socket gets that process no word from the daemon,
 // and is killed (executor.peer_refused).
 func TestHostileExecutorPeerCheck(t *testing.T) {
+	t.Parallel()
 	dir := shortTemp(t)
 	outside := filepath.Join(dir, "outside.sock")
 	ln, err := net.Listen("unix", outside)
@@ -270,6 +275,7 @@ func TestHostileExecutorPeerCheck(t *testing.T) {
 
 // The executor's own socketpair (transport = "fd"): nothing on any path.
 func TestExecutorTransportFD(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\ntransport = \"fd\"\n"))
 	ev := d.waitEvent("executor.spawned", func(e map[string]any) bool { return e["executor"] == "scripted-1" })
 	if ev["transport"] != "fd" || ev["socket"] != nil {
@@ -288,6 +294,7 @@ func TestExecutorTransportFD(t *testing.T) {
 // A daemon killed with -9 leaves its executors' socket directories; the
 // next one on the home removes them.
 func TestExecutorSocketsAfterKill(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	cfg := execConfig(t, "instances = 1\n")
 	d := startDaemonAt(t, home, cfg)
@@ -317,6 +324,7 @@ func TestExecutorSocketsAfterKill(t *testing.T) {
 // within a check (reachout.socket_replaced), and the hook asks the daemon
 // once more.
 func TestHostileReachoutSocket(t *testing.T) {
+	t.Parallel()
 	dir := shortTemp(t)
 	sock := filepath.Join(dir, "vibe-reachout.sock")
 	capture := filepath.Join(dir, "captured")
@@ -393,6 +401,7 @@ func TestHostileReachoutSocket(t *testing.T) {
 // Without the sandbox a job can reach the hook socket's path; it is still
 // refused as a process the daemon started, before it is read.
 func TestHostileReachoutPeer(t *testing.T) {
+	t.Parallel()
 	dir := shortTemp(t)
 	sock := filepath.Join(dir, "vibe-reachout.sock")
 	d := startDaemon(t, fmt.Sprintf("[daemon]\nsandbox = false\n\n[approvals.reachout]\nsocket = %q\n\n"+
