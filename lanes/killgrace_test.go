@@ -74,7 +74,8 @@ func TestCancelGraceAndForce(t *testing.T) {
 	start := func(script string) string {
 		t.Helper()
 		marker := filepath.Join(dir, "m"+time.Now().Format("150405.000000000"))
-		id, err := m.Submit(api.JobSpec{Lane: "bench", Command: script + "; echo > " + marker + "; sleep 60"})
+		// (wait: see runner's TestCancelSendsSIGTERM)
+		id, err := m.Submit(api.JobSpec{Lane: "bench", Command: script + "; sleep 60 & echo > " + marker + "; wait"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,9 +33,14 @@ func wantStopped(t *testing.T, r wire.Result, status wire.ExitStatus, by string)
 }
 
 // A cancel gives SIGTERM: a job that cleans up and exits is not killed.
+//
+// The jobs that trap TERM wait for their sleep with `wait`: dash runs a
+// trap only once its foreground child has ended, and a child that gets
+// the signal between dash's fork and its exec loses it (it still has
+// dash's handler), so a foreground sleep could outlive the SIGTERM.
 func TestCancelSendsSIGTERM(t *testing.T) {
 	d := startRunner(t, okAck(1))
-	r := d.stopJob(wire.Job{JobID: "t1", Command: `trap 'echo got TERM; exit 3' TERM; echo ready; sleep 300`},
+	r := d.stopJob(wire.Job{JobID: "t1", Command: `trap 'echo got TERM; exit 3' TERM; sleep 300 & echo ready; wait`},
 		wire.Cancel{JobID: "t1"})
 	wantStopped(t, r, wire.StatusCancelled, wire.StoppedBySIGTERM)
 	if !r.WasCancelled || r.ExitCode == nil || *r.ExitCode != 3 || !strings.Contains(r.Output, "got TERM\n") {
@@ -78,7 +83,7 @@ func TestSecondOrForcedCancelKillsAtOnce(t *testing.T) {
 // has set its trap, and long before its sleep ends.
 func TestTimeoutSendsSIGTERMThenSIGKILL(t *testing.T) {
 	d := startRunner(t, okAck(2))
-	r := d.run(wire.Job{JobID: "o1", TimeoutMs: 2000, Command: `trap 'echo got TERM; exit 3' TERM; sleep 300`}).res
+	r := d.run(wire.Job{JobID: "o1", TimeoutMs: 2000, Command: `trap 'echo got TERM; exit 3' TERM; sleep 300 & wait`}).res
 	wantStopped(t, r, wire.StatusTimeout, wire.StoppedBySIGTERM)
 	if !r.WasTimeout || !strings.Contains(r.Output, "got TERM\n") {
 		t.Fatalf("result %+v", r)
