@@ -80,7 +80,15 @@ type JobSpec struct {
 	// /dev/null.
 	Stdin    string `json:"stdin,omitempty"`
 	StdinB64 []byte `json:"stdin_b64,omitempty"`
+	// KillGraceMs is how long the job has between SIGTERM and SIGKILL when
+	// it is cancelled or times out: 0 is SIGKILL at once, absent the
+	// lane's kill_grace; at most MaxKillGraceMs.
+	KillGraceMs *uint64 `json:"kill_grace_ms,omitempty"`
 }
+
+// MaxKillGraceMs is the longest kill grace a job or a lane can have: an
+// hour.
+const MaxKillGraceMs = 3_600_000
 
 // JobRecord is the queryable state of a job.
 type JobRecord struct {
@@ -105,6 +113,11 @@ type JobRecord struct {
 	// Signal names the signal that ended the job's process ("SIGSEGV"); the
 	// job then has no exit code.
 	Signal string `json:"signal,omitempty"`
+	// StoppedBy says how a cancelled or timed-out job was stopped: "sigterm"
+	// (it ended within its kill grace after SIGTERM) or "sigkill" (it
+	// needed SIGKILL: the grace ran out or was 0, or the cancel was forced
+	// or repeated). Absent when nothing had to be stopped.
+	StoppedBy string `json:"stopped_by,omitempty"`
 	// Output is the output kept of a finished job: the first
 	// max_output_bytes it wrote, stdout and stderr as they came, byte for
 	// byte (not necessarily UTF-8). In JSON it is "output" when it is valid

@@ -10,6 +10,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // This file holds the lanes' own tables of the config file ([lanes.NAME]
@@ -39,7 +40,8 @@ type LaneConfig struct {
 	MaxOutputBytes       uint64        `toml:"max_output_bytes"` // default and ceiling for jobs
 	MaxRunnerMemoryBytes uint64        `toml:"max_runner_memory_bytes"`
 	HeartbeatTimeout     api.Duration  `toml:"heartbeat_timeout"`
-	Nice                 int           `toml:"nice"` // CPU priority of the runners and their jobs
+	KillGrace            api.Duration  `toml:"kill_grace"` // SIGTERM to SIGKILL of a cancelled or timed-out job that gives no kill_grace_ms; 0 = SIGKILL at once
+	Nice                 int           `toml:"nice"`       // CPU priority of the runners and their jobs
 	Restart              RestartConfig `toml:"restart"`
 	// ExternalRunners lets bring-your-own runners join the lane (with the
 	// lane's join token). Unset: true only for a lane with runners = 0.
@@ -65,7 +67,8 @@ func defaultLane(runners, slots int, network string, nice int) LaneConfig {
 	return LaneConfig{
 		Runners: runners, Slots: slots, Spares: 1, Network: network, QueueLimit: 10000,
 		MaxOutputBytes: 1 << 20, HeartbeatTimeout: api.Duration{Duration: 5 * time.Second}, Nice: nice,
-		Restart: supervisor.DefaultRestartConfig(),
+		KillGrace: api.Duration{Duration: wire.DefaultKillGraceMs * time.Millisecond},
+		Restart:   supervisor.DefaultRestartConfig(),
 	}
 }
 
@@ -130,6 +133,9 @@ func (l LaneConfig) validate(key string) []error {
 	}
 	if l.HeartbeatTimeout.Duration < 100*time.Millisecond {
 		bad("heartbeat_timeout must be >= 100ms, got %s", l.HeartbeatTimeout.Duration)
+	}
+	if g := l.KillGrace.Duration; g < 0 || g > api.MaxKillGraceMs*time.Millisecond || g%time.Millisecond != 0 {
+		bad("kill_grace must be between 0s and %s, in whole milliseconds, got %s", api.MaxKillGraceMs*time.Millisecond, g)
 	}
 	if l.Nice < -20 || l.Nice > 19 {
 		bad("nice must be between -20 and 19, got %d", l.Nice)

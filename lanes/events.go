@@ -172,6 +172,9 @@ type JobFinished struct {
 	Signal          string `json:"signal,omitempty"`
 	OutputBytes     int64  `json:"output_bytes,omitempty"`
 	OutputTruncated bool   `json:"output_truncated,omitempty"`
+	// StoppedBy: how a cancelled or timed-out job was stopped, sigterm (it
+	// ended within its kill grace) or sigkill (it needed SIGKILL).
+	StoppedBy string `json:"stopped_by,omitempty"`
 }
 
 func (JobFinished) Kind() string { return "job.finished" }
@@ -180,6 +183,21 @@ func (e JobFinished) WireData() any {
 		Job any `json:"job"`
 	}{e.Record}
 }
+
+// JobCancelRequested: job.cancel (or a Loopsy cancel, a client gone)
+// reached a live job. State is the state it was in: a queued job ends
+// cancelled at once; a dispatched or running one gets SIGTERM, and SIGKILL
+// after its kill grace, or at once when Force or Again (a cancel had gone
+// to its runner already).
+type JobCancelRequested struct {
+	JobID string `json:"job_id"`
+	Lane  string `json:"lane"`
+	State string `json:"state"`
+	Force bool   `json:"force,omitempty"`
+	Again bool   `json:"again,omitempty"`
+}
+
+func (JobCancelRequested) Kind() string { return "job.cancel_requested" }
 
 type JobOrphaned struct {
 	JobID    string `json:"job_id"`
@@ -303,5 +321,5 @@ func init() {
 	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
-		JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{})
+		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{})
 }

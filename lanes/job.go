@@ -59,12 +59,16 @@ type (
 		w   wire.Job
 	}
 	jobCancel struct {
+		force bool // SIGKILL at once, without the job's kill grace
 		reply func(wasRunning bool, err error)
 	}
 	jobDequeued    struct{}
 	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
-	cancelOnRunner struct{ jobID string }
-	dequeueJob     struct {
+	cancelOnRunner struct {
+		jobID string
+		force bool
+	}
+	dequeueJob struct {
 		id  string
 		job actors.Ref
 	}
@@ -82,8 +86,9 @@ type jobActor struct {
 	cancelRq []func(bool, error)
 	// cancelSent: a cancel went to the runner the job was dispatched to
 	// (or will instead of the job, if it has not been handed over yet).
-	cancelSent bool
-	started    time.Time
+	// cancelForce: a cancel asked for SIGKILL at once.
+	cancelSent, cancelForce bool
+	started                 time.Time
 
 	// The dispatch under way: the runner's incarnation, the job's frame
 	// until it is handed over (assigned), the epoch of its record, and
@@ -227,11 +232,13 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode
-		j.rec.Signal = r.Signal
+		j.rec.Signal, j.rec.StoppedBy = r.Signal, r.StoppedBy
 		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
-		if !j.streamed {
+		if !j.streamed && r.Status != wire.StatusError {
 			// A runner that does not stream (Loopr's may not): its
-			// Result.output is all there is.
+			// Result.output is all there is. An Error's output is the
+			// runner's word on why the job did not run (the record's
+			// error below), not the job's output.
 			j.keep([]byte(r.Output))
 		}
 		if r.DurationMs > 0 {
@@ -278,16 +285,20 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.finish(c, api.StateCancelled)
 		}
 	case jobCancel:
-		switch {
-		case j.rec.State.Terminal():
+		if j.rec.State.Terminal() {
 			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", j.rec.ID, j.rec.State))
-		case j.rec.State == api.StateQueued:
+			return
+		}
+		j.sh.bus.Emit(JobCancelRequested{JobID: j.rec.ID, Lane: j.rec.Lane, State: string(j.rec.State),
+			Force: m.force, Again: j.cancelSent})
+		j.cancelForce = j.cancelForce || m.force
+		if j.rec.State == api.StateQueued {
 			j.cancelRq = append(j.cancelRq, m.reply)
 			c.Send(j.lane, dequeueJob{id: j.rec.ID, job: c.Self()})
-		default:
-			j.cancelOnRunner(c)
-			m.reply(true, nil)
+			return
 		}
+		j.cancelOnRunner(c)
+		m.reply(true, nil)
 	case jobBounced:
 		j.bounced(c, m)
 	case jobDequeued:
@@ -383,10 +394,11 @@ func (j *jobActor) assign(c *actors.Context) {
 }
 
 // cancelOnRunner cancels the dispatched job on its runner; one not yet
-// handed over is not handed over (dispatchRecorded).
+// handed over is not handed over (dispatchRecorded). Each cancel goes to
+// the runner: a second one SIGKILLs a job its first gave SIGTERM.
 func (j *jobActor) cancelOnRunner(c *actors.Context) {
 	if j.assigned {
-		c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID})
+		c.Send(j.runner, cancelOnRunner{jobID: j.rec.ID, force: j.cancelForce})
 	}
 	j.cancelSent = true
 }
@@ -420,7 +432,7 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 		if sh.store.finish(rec) {
 			sh.bus.Emit(JobFinished{JobID: rec.ID, Lane: rec.Lane, RunnerID: rec.RunnerID,
 				State: string(rec.State), ExitCode: rec.ExitCode, Error: rec.Error, DurationMs: rec.DurationMs, Record: rec,
-				Signal: rec.Signal, OutputBytes: rec.OutputBytes, OutputTruncated: rec.OutputTruncated})
+				Signal: rec.Signal, OutputBytes: rec.OutputBytes, OutputTruncated: rec.OutputTruncated, StoppedBy: rec.StoppedBy})
 		}
 		if !stopping {
 			sys.Send(self, jobPublished{})

@@ -10,10 +10,17 @@ import (
 )
 
 // wireJob is the Job frame that runs spec as job id.
+// kill_grace_ms goes only when it is not the runner's default: such a Job is
+// the spec's ToolJob byte for byte.
 func wireJob(s *api.JobSpec, id string) wire.Job {
-	return wire.Job{JobID: id, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
+	w := wire.Job{JobID: id, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
 		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
 		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths, Stdin: s.StdinB64}
+	if g := s.KillGraceMs; g != nil && *g != wire.DefaultKillGraceMs {
+		v := *g
+		w.KillGraceMs = &v
+	}
+	return w
 }
 
 // checkEnv refuses environment entries no process can be given, naming the

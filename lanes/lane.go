@@ -31,6 +31,7 @@ type (
 	}
 	cancelJob struct {
 		id    string
+		force bool
 		reply func(bool, error)
 	}
 	runnerConn struct {
@@ -144,7 +145,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 			m.reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished", m.id))
 			return
 		}
-		c.Send(j, jobCancel{reply: m.reply})
+		c.Send(j, jobCancel{force: m.force, reply: m.reply})
 	case dequeueJob:
 		for i := l.qhead; i < len(l.queue); i++ {
 			if l.queue[i].id == m.id {

@@ -292,6 +292,13 @@ func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error))
 	if spec.TimeoutMs == 0 {
 		spec.TimeoutMs = h.cfg.TimeoutMs
 	}
+	if spec.KillGraceMs == nil {
+		g := uint64(h.cfg.KillGrace.Milliseconds())
+		spec.KillGraceMs = &g
+	} else if *spec.KillGraceMs > api.MaxKillGraceMs {
+		reply("", api.Errorf(api.CodeInvalidParams, "kill_grace_ms must be at most %d (an hour), got %d", api.MaxKillGraceMs, *spec.KillGraceMs))
+		return
+	}
 	if spec.MaxOutputBytes == 0 || spec.MaxOutputBytes > h.cfg.MaxOutputBytes {
 		spec.MaxOutputBytes = h.cfg.MaxOutputBytes
 	}
@@ -370,7 +377,15 @@ func (m *Manager) ListPage(q JobQuery) ([]api.JobRecord, string, error) {
 }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
+// A running job gets SIGTERM, and SIGKILL after its kill grace; a second
+// cancel kills it at once.
 func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
+	m.CancelWith(id, false, reply)
+}
+
+// CancelWith is Cancel; force kills a running job at once, without its
+// kill grace.
+func (m *Manager) CancelWith(id string, force bool, reply func(wasRunning bool, err error)) {
 	rec, ok, err := m.lookup(id)
 	if err != nil {
 		reply(false, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err))
@@ -390,7 +405,7 @@ func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
 		return
 	}
 	var once sync.Once
-	m.sys.Send(h.laneRef(), cancelJob{id: id, reply: func(w bool, e error) {
+	m.sys.Send(h.laneRef(), cancelJob{id: id, force: force, reply: func(w bool, e error) {
 		once.Do(func() { reply(w, e) })
 	}})
 }

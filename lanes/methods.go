@@ -25,6 +25,12 @@ type (
 		ID    string `json:"id"`
 		JobID string `json:"job_id"` // the same, named as job.submit answers
 	}
+	cancelParams struct {
+		ID    string `json:"id"`
+		JobID string `json:"job_id"`
+		// Force: SIGKILL a running job at once, without its kill grace.
+		Force bool `json:"force,omitempty"`
+	}
 	waitParams struct {
 		ID        string `json:"id"`
 		JobID     string `json:"job_id"`
@@ -138,12 +144,12 @@ func listQuery(f api.Filter, now time.Time) (JobQuery, error) {
 }
 
 func (m *Manager) cancelMethod(call api.Call) {
-	var p idParams
+	var p cancelParams
 	if err := decodeID(call, &p.ID, &p.JobID, &p); err != nil {
 		call.Fail(err)
 		return
 	}
-	m.Cancel(p.ID, func(wasRunning bool, err error) {
+	m.CancelWith(p.ID, p.Force, func(wasRunning bool, err error) {
 		if err != nil {
 			call.Fail(err)
 			return

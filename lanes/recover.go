@@ -69,6 +69,10 @@ func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 		h := m.lanes[u.Record.Lane]
 		rec, spec := u.Record, u.Spec
 		spec.Lane = rec.Lane
+		if spec.KillGraceMs == nil { // recorded before kill grace was: the lane's
+			g := uint64(h.cfg.KillGrace.Milliseconds())
+			spec.KillGraceMs = &g
+		}
 		// Admitted long ago: the queue limit does not apply.
 		h.pending.Add(1)
 		m.sh.store.add(rec)

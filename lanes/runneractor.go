@@ -264,7 +264,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.measured(c, m)
 	case cancelOnRunner:
 		if _, ok := r.jobs[m.jobID]; ok && !r.down {
-			r.send(c, wire.TypeCancel, wire.Cancel{JobID: m.jobID})
+			r.send(c, wire.TypeCancel, wire.Cancel{JobID: m.jobID, Force: m.force})
 		}
 	case runnerShutdown:
 		r.stopReq = true

@@ -281,13 +281,10 @@ func TestApprovalsMigrationFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := api.JobSpec{Command: "true"}
-	if err := old.Jobs().Submit(ctx, submitted("j-old", "net", spec, time.Now()), spec); err != nil {
-		t.Fatal(err)
-	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
+	insertV1Job(t, path, "j-old")
 	if v := userVersion(t, path); v != 1 {
 		t.Fatalf("the old file is at version %d", v)
 	}

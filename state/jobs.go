@@ -192,9 +192,16 @@ func (w *jobSubmitted) prepare() error {
 	if err != nil {
 		return err
 	}
+	var grace any
+	if sp.KillGraceMs != nil {
+		if *sp.KillGraceMs > math.MaxInt64 {
+			return fmt.Errorf("kill_grace_ms %d is too large", *sp.KillGraceMs)
+		}
+		grace = int64(*sp.KillGraceMs)
+	}
 	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd)}
 	w.specArgs = []any{nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID),
-		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64)}
+		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), grace}
 	return nil
 }
 
@@ -208,7 +215,7 @@ func (w *jobSubmitted) apply(t *wtx) error {
 		return err
 	}
 	_, err = t.exec(`INSERT INTO job_specs(seq, worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
-		agent_id, tool_name, stdin, stdin_b64) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
+		agent_id, tool_name, stdin, stdin_b64, kill_grace_ms) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
 	return err
 }
 
@@ -301,14 +308,14 @@ func (w *jobFinished) prepare() error {
 	}
 	w.args = []any{string(r.State), nullStr(r.RunnerID), pid, fmtTimePtr(r.DispatchedAt), fmtTime(finished), exit,
 		nullStr(r.Signal), nullStr(r.Error), b2i(r.WasTimeout), b2i(r.WasCancelled), r.DurationMs, r.OutputBytes,
-		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), r.ID}
+		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), nullStr(r.StoppedBy), r.ID}
 	return nil
 }
 
 func (w *jobFinished) apply(t *wtx) error {
 	ok, err := t.exec1(`UPDATE jobs SET state = ?, runner_id = ?, runner_pid = ?, dispatched_at = ?, finished_at = ?,
 		exit_code = ?, signal = ?, error = ?, was_timeout = ?, was_cancelled = ?, duration_ms = ?,
-		output_bytes = ?, output_truncated = ?, output = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
+		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
 	if err == nil && !ok {
 		return whyUnchanged(t, w.rec.ID)
 	}
@@ -319,9 +326,10 @@ func (w *jobFinished) apply(t *wtx) error {
 // order scanJob reads them.
 const (
 	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
-		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd`
+		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd,
+		stopped_by`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
-		s.stdin, s.stdin_b64`
+		s.stdin, s.stdin_b64, s.kill_grace_ms`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -333,17 +341,18 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		r                                      api.JobRecord
 		state, created                         string
 		dispatched, finished, runnerID, signal sql.NullString
-		errStr, command, argv, cwd             sql.NullString
+		errStr, command, argv, cwd, stoppedBy  sql.NullString
 		pid, exit                              sql.NullInt64
 		timeout, cancelled, truncated          bool
 		worktree, env, files, agent, tool      sql.NullString
-		timeoutMs, maxOut                      sql.NullInt64
+		timeoutMs, maxOut, grace               sql.NullInt64
 		stdin, stdinB64, out                   []byte
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
-		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd}
+		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd,
+		&stoppedBy}
 	if spec != nil {
-		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64)
+		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace)
 	}
 	if output {
 		dest = append(dest, &out)
@@ -367,7 +376,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		c := int32(exit.Int64)
 		r.ExitCode = &c
 	}
-	r.Signal, r.Error = signal.String, errStr.String
+	r.Signal, r.Error, r.StoppedBy = signal.String, errStr.String, stoppedBy.String
 	r.WasTimeout, r.WasCancelled, r.OutputTruncated = timeout, cancelled, truncated
 	r.Command, r.Cwd = command.String, cwd.String
 	if argv.Valid {
@@ -380,6 +389,10 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		*spec = api.JobSpec{Lane: r.Lane, Command: r.Command, Argv: r.Argv, Cwd: r.Cwd, WorktreeDir: worktree.String,
 			TimeoutMs: uint64(timeoutMs.Int64), MaxOutputBytes: uint64(maxOut.Int64), AgentID: agent.String,
 			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64}
+		if grace.Valid {
+			g := uint64(grace.Int64)
+			spec.KillGraceMs = &g
+		}
 		if env.Valid {
 			if err := json.Unmarshal([]byte(env.String), &spec.Env); err != nil {
 				return r, fmt.Errorf("job %s: env: %w", r.ID, err)

@@ -24,8 +24,10 @@ func fullSpec() api.JobSpec {
 	return api.JobSpec{Lane: "", Command: "sh", Argv: []string{"-c", `echo "a < b" && printf 'é\n'`}, Cwd: "/tmp/w",
 		WorktreeDir: "/tmp/wt", Env: map[string]string{"A": "1", "B": "x=y", "ÜNI": "ç"}, TimeoutMs: 30000,
 		MaxOutputBytes: 1 << 20, FilePaths: []string{"a.go", "b/c.go"}, AgentID: "agent-7", ToolName: "bash",
-		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}}
+		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, KillGraceMs: graceMs(2500)}
 }
+
+func graceMs(v uint64) *uint64 { return &v }
 
 func submitted(id, lane string, spec api.JobSpec, at time.Time) api.JobRecord {
 	return api.JobRecord{ID: id, Lane: lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
@@ -98,7 +100,7 @@ func TestJobLifecycleRoundTrip(t *testing.T) {
 	final := api.JobRecord{ID: "j-1", Lane: "net", RunnerID: "net-1", RunnerPid: 4343, State: api.StateFailed,
 		ExitCode: &code, Output: "out\x00put\xff", DurationMs: 1234, Error: "boom", Command: spec.Command,
 		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: created, DispatchedAt: &d, FinishedAt: &fin,
-		OutputBytes: 99999, OutputTruncated: true, WasTimeout: true, WasCancelled: true}
+		OutputBytes: 99999, OutputTruncated: true, WasTimeout: true, WasCancelled: true, StoppedBy: "sigkill"}
 	if err := jobs.Finish(ctx, final); err != nil {
 		t.Fatal(err)
 	}

@@ -229,6 +229,12 @@ CREATE VIEW task_messages AS
 		json_extract(m.value, '$.ts') AS ts, json_extract(m.value, '$.received_at') AS received_at
 	FROM task_message_batches b, json_each(b.messages) m;
 `},
+	// A job's kill grace (kept with its spec, for a job run again after a
+	// restart) and how a cancelled or timed-out job was stopped.
+	{version: 7, name: "jobs' kill grace and stopped_by", sql: `
+ALTER TABLE job_specs ADD COLUMN kill_grace_ms INTEGER;
+ALTER TABLE jobs ADD COLUMN stopped_by TEXT CHECK (stopped_by IS NULL OR stopped_by = 'sigterm' OR stopped_by = 'sigkill');
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -122,7 +122,17 @@ type Job struct {
 	// Loopr runner, which ignores unknown fields, is unaffected. Without it
 	// the job's stdin is /dev/null.
 	Stdin []byte `json:"stdin_b64,omitempty"`
+	// KillGraceMs is orchestrd's extension too: how long the job has
+	// between SIGTERM and SIGKILL when it is cancelled or times out (0:
+	// SIGKILL at once). Omitted, the runner's default (DefaultKillGraceMs)
+	// applies; the daemon omits it when it is that default, so such a Job
+	// is the spec's ToolJob byte for byte.
+	KillGraceMs *uint64 `json:"kill_grace_ms,omitempty"`
 }
+
+// DefaultKillGraceMs is a job's kill grace when its Job frame gives none:
+// 10 s between SIGTERM and SIGKILL.
+const DefaultKillGraceMs = 10000
 
 // MarshalJSON writes nil Argv, FilePaths and Env as [] and {} rather than
 // null: serde's Vec and HashMap refuse null, so a Loopr runner would reject
@@ -157,6 +167,10 @@ func (j *Job) appendJSON(dst []byte) []byte {
 		dst = append(dst, `,"stdin_b64":"`...)
 		dst = base64.StdEncoding.AppendEncode(dst, j.Stdin)
 		dst = append(dst, '"')
+	}
+	if j.KillGraceMs != nil {
+		dst = append(dst, `,"kill_grace_ms":`...)
+		dst = strconv.AppendUint(dst, *j.KillGraceMs, 10)
 	}
 	return append(dst, '}')
 }
@@ -238,7 +252,19 @@ type Result struct {
 	// when it ended (in its process group, its cgroup, or daemonised out of
 	// both), which the runner killed. Loopr peers ignore it.
 	Killed []KilledProcess `json:"killed,omitempty"`
+	// StoppedBy is an orchestrd extension: how a cancelled or timed-out
+	// job was stopped. StoppedBySIGTERM: it ended within its kill grace
+	// after SIGTERM; StoppedBySIGKILL: it needed SIGKILL (the grace ran
+	// out, was 0, or the cancel was forced or repeated). Empty for a job
+	// that was not stopped.
+	StoppedBy string `json:"stopped_by,omitempty"`
 }
+
+// Result.StoppedBy values.
+const (
+	StoppedBySIGTERM = "sigterm"
+	StoppedBySIGKILL = "sigkill"
+)
 
 // KilledProcess is one process a job left running when it ended.
 type KilledProcess struct {
@@ -264,9 +290,14 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Cancel is the spec's CancelRequest.
+// Cancel is the spec's CancelRequest. A runner gives the job SIGTERM and
+// SIGKILL after its kill grace; a Cancel of a job already being stopped
+// SIGKILLs it at once.
 type Cancel struct {
 	JobID string `json:"job_id"`
+	// Force is orchestrd's extension, omitted when false: SIGKILL at once,
+	// without the grace.
+	Force bool `json:"force,omitempty"`
 }
 
 // CancelAck answers a Cancel.

@@ -255,6 +255,16 @@ type jobFollower struct {
 	// behind. finished compares them with the record's output_bytes.
 	received int64
 	dropped  uint64
+	// interrupts counts Ctrl-C (and SIGTERM): the first cancels the job
+	// with its kill grace, later ones kill it (force). cancelled gets each
+	// job.cancel's answer.
+	interrupts int
+	cancelled  chan cancelAnswer
+}
+
+type cancelAnswer struct {
+	force, wasRunning bool
+	err               error
 }
 
 type submitResult struct {
@@ -283,7 +293,7 @@ func (r *jobFollower) run(spec api.JobSpec, sig <-chan os.Signal) int {
 		submitted <- submitResult{res.JobID, err}
 	}()
 	r.waitCh = make(chan waitResult, 1)
-	interrupted := false
+	r.cancelled = make(chan cancelAnswer, 2) // at most two cancels are sent
 	events := r.c.Events()
 	// A second after submit, a job still queued is explained once on stderr.
 	var noticeAt <-chan time.Time
@@ -309,8 +319,8 @@ func (r *jobFollower) run(spec api.JobSpec, sig <-chan os.Signal) int {
 				return callErr(r.stderr, s.err)
 			}
 			r.jobID = s.id
-			if interrupted {
-				return r.cancel()
+			if r.interrupts > 0 {
+				r.cancel(r.interrupts > 1)
 			}
 			t := time.NewTimer(queuedAfter)
 			defer t.Stop()
@@ -334,11 +344,16 @@ func (r *jobFollower) run(spec api.JobSpec, sig <-chan os.Signal) int {
 			}
 			return r.finished(w.rec)
 		case <-sig:
-			if r.jobID == "" {
-				interrupted = true // cancel as soon as the id is known
-				continue
+			r.interrupts++
+			// Without the id yet, it is cancelled as soon as the id is
+			// known; past the second Ctrl-C there is nothing more to ask.
+			if r.jobID != "" && r.interrupts <= 2 {
+				r.cancel(r.interrupts > 1)
 			}
-			return r.cancel()
+		case a := <-r.cancelled:
+			if code, done := r.cancelAnswered(a); done {
+				return code
+			}
 		}
 	}
 }
@@ -388,21 +403,44 @@ func (r *jobFollower) event(ev wire.Event) (rec api.JobRecord, done bool) {
 	return rec, false
 }
 
-// cancel cancels the job after Ctrl-C.
-func (r *jobFollower) cancel() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := r.c.Call(ctx, "job.cancel", map[string]any{"id": r.jobID}, nil); err != nil {
-		var we *wire.Error
-		if errors.As(err, &we) {
-			fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %s\n", r.jobID, we.Message)
-		} else {
-			fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %v\n", r.jobID, err)
+// cancel cancels the job after Ctrl-C: the first time with its kill grace
+// (it gets SIGTERM), with force after that (SIGKILL at once). The call runs
+// on its own goroutine, the events keep flowing (the job's last output
+// included), and run still ends with the job (finished).
+func (r *jobFollower) cancel(force bool) {
+	id := r.jobID
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var res struct {
+			WasRunning bool `json:"was_running"`
 		}
-		return exitCancelled
+		p := map[string]any{"id": id}
+		if force {
+			p["force"] = true
+		}
+		err := r.c.Call(ctx, "job.cancel", p, &res)
+		r.cancelled <- cancelAnswer{force: force, wasRunning: res.WasRunning, err: err}
+	}()
+}
+
+// cancelAnswered reports job.cancel's answer; done when run must end
+// without the job's end (the cancel failed but for the job having ended).
+func (r *jobFollower) cancelAnswered(a cancelAnswer) (code int, done bool) {
+	var we *wire.Error
+	switch {
+	case errors.As(a.err, &we) && we.Code == wire.CodeInvalidState:
+		return 0, false // it ended meanwhile: its job.finished says how
+	case a.err != nil && we != nil:
+		fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %s\n", r.jobID, we.Message)
+		return exitCancelled, true
+	case a.err != nil:
+		fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: %v\n", r.jobID, a.err)
+		return exitCancelled, true
+	case a.wasRunning && !a.force:
+		fmt.Fprintf(r.stderr, "orchestrd: cancelling job %s: SIGTERM, SIGKILL after its kill grace (Ctrl-C again to kill it now)\n", r.jobID)
 	}
-	fmt.Fprintf(r.stderr, "orchestrd: job %s was cancelled (interrupted)\n", r.jobID)
-	return exitCancelled
+	return 0, false
 }
 
 // runnerFailures describes job errors that mean the job's runner, not the
@@ -450,12 +488,21 @@ func (r *jobFollower) finished(rec api.JobRecord) int {
 		return exitTimeout
 	case api.StateCancelled:
 		reason := rec.Error
+		if r.interrupts > 0 && reason == api.ErrCancelled {
+			reason = "interrupted"
+		}
 		if reason == "" {
 			reason = "cancelled"
 		}
 		fmt.Fprintf(r.stderr, "orchestrd: job %s was cancelled (%s)\n", id, reason)
 		return exitCancelled
 	case api.StateError:
+		if c := rec.ExitCode; c != nil && (*c == 126 || *c == 127) {
+			// The command could not be run: the runner's reason, in a
+			// shell's words, and a shell's exit code.
+			fmt.Fprintf(r.stderr, "orchestrd: %s\n", rec.Error)
+			return int(*c)
+		}
 		msg := strings.TrimSpace(rec.Output)
 		if msg == "" {
 			msg = rec.Error
@@ -691,12 +738,13 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 
 // ---- cancel ----
 
-const cancelUsage = "orchestrd cancel [--home DIR] ID"
+const cancelUsage = "orchestrd cancel [--home DIR] [--force] ID"
 
 // cmdCancel cancels one job.
 func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("cancel")
 	home := homeFlag(fs)
+	force := fs.Bool("force", false, "SIGKILL a running job at once, without its kill grace (so does a second cancel)")
 	if code, ok := parseFlags(fs, cancelUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -712,7 +760,11 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	var res struct {
 		WasRunning bool `json:"was_running"`
 	}
-	if err := call(c, "job.cancel", map[string]any{"id": id}, &res); err != nil {
+	p := map[string]any{"id": id}
+	if *force {
+		p["force"] = true
+	}
+	if err := call(c, "job.cancel", p, &res); err != nil {
 		return callErr(stderr, err)
 	}
 	if res.WasRunning {

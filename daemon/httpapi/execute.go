@@ -360,6 +360,17 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := <-s.wait(id)
 	s.exec.finished(id)
+	if rec.State == api.StateError {
+		// It never ran (its command could not be run, its cwd is not
+		// there...): upstream's spawn error, EXEC_FAILED. The store's
+		// failure is ours.
+		status := http.StatusBadRequest
+		if strings.HasPrefix(rec.Error, "state store: ") {
+			status = http.StatusInternalServerError
+		}
+		writeError(w, status, CodeExecFailed, "Execution failed: "+rec.Error)
+		return
+	}
 	e.mu.Lock()
 	body := map[string]any{"jobId": id, "exitCode": rec.ExitCode, "stdout": string(e.stdout), "stderr": string(e.stderr),
 		"duration": rec.DurationMs, "killed": killed(rec)}

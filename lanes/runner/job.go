@@ -50,7 +50,11 @@ type job struct {
 	env     []string // nil = the runner's environment
 	stdin   []byte   // written to the job's stdin; empty = /dev/null
 	timeout time.Duration
-	limit   int // cap on collected output
+	grace   time.Duration // from SIGTERM to SIGKILL when it is cancelled or times out
+	limit   int           // cap on collected output
+	// execErr: argv[0] is not in the job's PATH; the job is accepted and
+	// ends as a shell would end it (127), without a process.
+	execErr error
 
 	mu        sync.Mutex
 	pid       int // process group id once started
@@ -60,23 +64,68 @@ type job struct {
 	truncated bool
 	cg        *proc.Cgroup // the job's cgroup, nil without one
 	cgKilled  bool         // its leftovers were killed through cgroup.kill
+	// Stopping it: force says SIGKILL without a grace (a forced or second
+	// cancel, the runner stopping); stopping, that SIGTERM went out and
+	// graceTimer will send SIGKILL; stoppedBy, which of the two the job
+	// got last (wire.StoppedBy*).
+	force      bool
+	stopping   bool
+	graceTimer *time.Timer
+	stoppedBy  string
 }
 
-// killLocked records reason and SIGKILLs the job's process group. It
-// reports whether the job was still running (not yet exited). j.mu is held,
-// and exited is set under it before the process is reaped, so pid still
-// names this job's group.
-func (j *job) killLocked(reason killReason) bool {
+// stopLocked records reason and stops the job: SIGTERM to all of it and
+// SIGKILL to its process group after its grace, or SIGKILL at once when
+// force (or an earlier stop) asks for it or the grace is 0. A job not
+// started yet is signalled as soon as it is (or not started at all). It
+// reports whether the job was still running (not yet exited). j.mu is
+// held, and exited is set under it before the process is reaped, so pid
+// still names this job's group.
+func (j *job) stopLocked(reason killReason, force bool) bool {
 	if j.exited {
 		return false
 	}
 	if j.reason == reasonNone {
 		j.reason = reason
 	}
+	j.force = j.force || force
 	if j.pid > 0 {
-		_ = unix.Kill(-j.pid, unix.SIGKILL)
+		j.signalLocked()
 	}
 	return true
+}
+
+// signalLocked sends what stopping the started job calls for next.
+func (j *job) signalLocked() {
+	if j.force || j.grace <= 0 {
+		if j.stoppedBy != wire.StoppedBySIGKILL {
+			j.stoppedBy = wire.StoppedBySIGKILL
+			_ = unix.Kill(-j.pid, unix.SIGKILL)
+			if j.graceTimer != nil {
+				j.graceTimer.Stop()
+			}
+		}
+		return
+	}
+	if j.stopping {
+		return // SIGTERM went out; the grace runs (a timeout during a cancel's grace changes nothing)
+	}
+	j.stopping, j.stoppedBy = true, wire.StoppedBySIGTERM
+	// As timeout(1) does: a stopped process gets SIGCONT to act on SIGTERM.
+	_ = unix.Kill(-j.pid, unix.SIGTERM)
+	_ = unix.Kill(-j.pid, unix.SIGCONT)
+	for _, p := range j.r.strays(j.id, j.pid, j.cg) {
+		_ = unix.Kill(p, unix.SIGTERM)
+		_ = unix.Kill(p, unix.SIGCONT)
+	}
+	j.graceTimer = time.AfterFunc(j.grace, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if !j.exited {
+			j.force = true
+			j.signalLocked()
+		}
+	})
 }
 
 // handleJob validates a Job frame, reserves a slot, acknowledges it and
@@ -160,7 +209,9 @@ func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	j.stdin = spec.Stdin
 	if len(spec.Argv) > 0 {
 		p, err := lookPath(spec.Argv[0], pathEnv)
-		if err != nil {
+		if errors.Is(err, errNotInPath) {
+			j.execErr = err
+		} else if err != nil {
 			return nil, err.Error()
 		}
 		j.path, j.argv = p, spec.Argv
@@ -173,6 +224,10 @@ func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	}
 	if spec.TimeoutMs > 0 && spec.TimeoutMs < math.MaxInt64/uint64(time.Millisecond) {
 		j.timeout = time.Duration(spec.TimeoutMs) * time.Millisecond
+	}
+	j.grace = wire.DefaultKillGraceMs * time.Millisecond
+	if g := spec.KillGraceMs; g != nil {
+		j.grace = time.Duration(min(*g, maxKillGraceMs)) * time.Millisecond
 	}
 	return j, ""
 }
@@ -280,8 +335,16 @@ func lookPath(name, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("executable %q not found in PATH", name)
+	return name, fmt.Errorf("%s: %w", name, errNotInPath)
 }
+
+// errNotInPath: a job's argv[0] has no slash and is in no directory of its
+// PATH. The words are a shell's.
+var errNotInPath = errors.New("command not found")
+
+// maxKillGraceMs bounds a Job frame's kill_grace_ms (the daemon refuses
+// more; another daemon may send anything).
+const maxKillGraceMs = 3_600_000
 
 // run executes the job and sends its Result; the slot is freed first so the
 // daemon may send the next Job as soon as it reads the Result.
@@ -306,6 +369,9 @@ func (j *job) execute() wire.Result {
 		return res
 	}
 	j.mu.Unlock()
+	if j.execErr != nil {
+		return j.execFailed(127, j.execErr.Error())
+	}
 
 	in, err := j.openStdin()
 	if err != nil {
@@ -336,22 +402,25 @@ func (j *job) execute() wire.Result {
 		outR.Close()
 		errR.Close()
 		j.r.removeCgroup(jcg)
+		if code, why, ok := j.cannotExec(err); ok {
+			return j.execFailed(code, why)
+		}
 		return j.startFailed(err)
 	}
 	in.started()
 	pid := p.Pid
 
 	j.mu.Lock()
-	j.pid = pid
+	j.pid, j.cg = pid, jcg
 	if j.reason != reasonNone {
-		_ = unix.Kill(-pid, unix.SIGKILL)
+		j.signalLocked() // stopped while it was being started
 	}
 	j.mu.Unlock()
 	var timer *time.Timer
 	if j.timeout > 0 {
 		timer = time.AfterFunc(j.timeout, func() {
 			j.mu.Lock()
-			j.killLocked(reasonTimeout)
+			j.stopLocked(reasonTimeout, false)
 			j.mu.Unlock()
 		})
 	}
@@ -371,6 +440,9 @@ func (j *job) execute() wire.Result {
 	}
 	j.mu.Lock()
 	j.exited = true
+	if j.graceTimer != nil {
+		j.graceTimer.Stop()
+	}
 	j.mu.Unlock()
 	// Whatever the job left behind goes with it: its process group, its
 	// cgroup, and what it daemonised out of both. The main process is a
@@ -467,7 +539,79 @@ func (j *job) resultLocked(code *int32, dur time.Duration) wire.Result {
 		out = append(out, " bytes]"...)
 	}
 	res.Output = string(out)
+	if j.reason != reasonNone {
+		res.StoppedBy = j.stoppedBy
+	}
 	return res
+}
+
+// cannotExec tells whether a start error is exec's refusal of the command
+// (rather than the runner's trouble), and words it as a shell would: 127
+// when the file is not there, 126 when it is but cannot be executed.
+func (j *job) cannotExec(err error) (code int32, why string, ok bool) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return 0, "", false
+	}
+	name, path := j.argv[0], j.path
+	if !strings.HasPrefix(path, "/") {
+		dir := j.dir
+		if dir == "" {
+			dir = j.r.cwd
+		}
+		path = dir + "/" + path
+	}
+	st, serr := os.Stat(path)
+	switch errno {
+	case unix.ENOENT:
+		if serr != nil {
+			return 127, name + ": no such file or directory", true
+		}
+		// The file is there: what is missing is its interpreter.
+		if interp := interpreter(path); interp != "" {
+			return 126, name + ": bad interpreter " + interp + ": no such file or directory", true
+		}
+		return 0, "", false
+	case unix.EACCES:
+		if serr == nil && st.IsDir() {
+			return 126, name + ": is a directory", true
+		}
+		return 126, name + ": permission denied", true
+	case unix.ENOEXEC, unix.EISDIR, unix.ENOTDIR, unix.ELOOP, unix.ENAMETOOLONG, unix.ETXTBSY:
+		return 126, name + ": " + errno.Error(), true
+	}
+	return 0, "", false
+}
+
+// interpreter is the program a script's "#!" line names, or "".
+func interpreter(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := f.Read(b)
+	line, _, _ := strings.Cut(string(b[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return ""
+	}
+	if f := strings.Fields(rest); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// execFailed is the Result of a job whose command could not be run: Error
+// with the shell's exit code (127, 126) and why, in a shell's words
+// ("/x: no such file or directory", "x: command not found").
+func (j *job) execFailed(code int32, why string) wire.Result {
+	j.mu.Lock()
+	j.exited = true
+	j.mu.Unlock()
+	j.r.log.Info().Str("job_id", j.id).Int32("exit_code", code).Str("reason", why).Msg("job's command could not be run")
+	return wire.Result{JobID: j.id, Status: wire.StatusError, Output: why, ExitCode: &code}
 }
 
 func (j *job) startFailed(err error) wire.Result {

@@ -183,6 +183,35 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) (killed []wi
 	return killed, false
 }
 
+// strays lists the processes of job id (main process pid, running) that
+// are outside its process group, for them to get SIGTERM with the group:
+// with a cgroup, the rest of the cgroup; without one, what is below its
+// main process and what was re-parented to the runner that belongs to the
+// job (by its group or its ORCHESTRD_JOB_ID), with what is below that.
+func (r *runner) strays(id string, pid int, cg *proc.Cgroup) []int {
+	var pids []int
+	if cg != nil {
+		pids, _ = cg.Procs()
+	} else {
+		roots := []int{pid}
+		if r.reaper != nil {
+			for _, o := range r.reaper.Orphans() {
+				if o.Pgid == pid || proc.EnvValue(o.Pid, EnvJobID) == id {
+					roots = append(roots, o.Pid)
+				}
+			}
+		}
+		pids = descendants(roots)
+	}
+	out := pids[:0]
+	for _, p := range pids {
+		if st, ok := proc.ReadStat(p); ok && st.Pgid != pid && st.State != 'Z' {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ownerOf reports whether orphan p is job id's to kill: its environment
 // names id, or names no job running on this runner (a process that
 // scrubbed its environment is owned by the first job to end).

@@ -75,7 +75,7 @@ type Sandbox struct {
 // Capabilities is what the runner announces in its Handshake.
 var Capabilities = []string{
 	"argv", "command", "cwd", "env", "worktree_dir", "file_paths",
-	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat",
+	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat", "kill_grace",
 }
 
 const (
@@ -319,7 +319,7 @@ func (r *runner) readLoop(fr *wire.FrameReader) error {
 				r.log.Warn().Err(err).Msg("ignoring undecodable Cancel frame")
 				continue
 			}
-			r.handleCancel(c.JobID)
+			r.handleCancel(c.JobID, c.Force)
 		case wire.TypeShutdown:
 			return errShutdown
 		case wire.TypeHeartbeatAck:
@@ -354,19 +354,22 @@ func (r *runner) sendRaw(t wire.MsgType, b []byte) error {
 	return nil
 }
 
-// stopJobs refuses further jobs and kills every running job's group.
+// stopJobs refuses further jobs and kills every running job's group at
+// once (no grace: the runner is stopping or has lost the daemon).
 func (r *runner) stopJobs(reason killReason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closing = true
 	for _, j := range r.jobs {
 		j.mu.Lock()
-		j.killLocked(reason)
+		j.stopLocked(reason, true)
 		j.mu.Unlock()
 	}
 }
 
-func (r *runner) handleCancel(id string) {
+// handleCancel stops a job: SIGTERM, then SIGKILL after its grace; at once
+// when force, or when it is being stopped already (a second cancel).
+func (r *runner) handleCancel(id string, force bool) {
 	r.mu.Lock()
 	j := r.jobs[id]
 	r.mu.Unlock()
@@ -378,7 +381,7 @@ func (r *runner) handleCancel(id string) {
 	// under j.mu, cannot overtake it.
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	running := j.killLocked(reasonCancel)
+	running := j.stopLocked(reasonCancel, force || j.stopping)
 	_ = r.send(wire.TypeCancelAck, wire.CancelAck{JobID: id, WasRunning: running})
 }
 
