@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -55,6 +56,14 @@ type StateError struct{ Err error }
 func (e *StateError) Error() string { return e.Err.Error() }
 func (e *StateError) Unwrap() error { return e.Err }
 
+// ConfigError is Run's error when a file of the configuration it reads
+// at start is refused (secrets.toml readable by others, or not TOML): one
+// line naming it; serve exits 2, as for a bad config.toml.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // stateQueue bounds the writes waiting for the store's writer: room for a
 // burst of submissions, each a record that must be committed before it is
 // acknowledged (a full queue refuses them: store_unavailable).
@@ -95,7 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 	// or a bad one, stops the daemon with one line naming it.
 	secretsFile, err := secrets.Load(filepath.Join(opts.Home, SecretsFile))
 	if err != nil {
-		return err
+		return &ConfigError{Err: err}
 	}
 	// The state store next: after the lock (one daemon per file), before
 	// anything else, so a store that cannot be opened stops the daemon
@@ -396,25 +405,42 @@ func runnerLogEnv() []string {
 	return out
 }
 
+// HomeError is Run's error when the home cannot be used: it cannot be
+// created, is not a directory, is another user's, cannot be made private
+// or written. No restart fixes it: serve says it in one line and exits 2.
+type HomeError struct {
+	Home string
+	Err  error // what is wrong: "is not a directory", "cannot be created: ..."
+}
+
+func (e *HomeError) Error() string { return "home " + e.Home + " " + e.Err.Error() }
+func (e *HomeError) Unwrap() error { return e.Err }
+
 // prepareHome creates the home directory 0700, or tightens it to 0700, and
-// refuses one owned by another user.
+// refuses one that is not a directory or is owned by another user.
 func prepareHome(home string) error {
 	if home == "" {
-		return errors.New("no home directory given")
-	}
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return fmt.Errorf("creating home %s: %w", home, err)
+		return &HomeError{Err: errors.New("is not given")}
 	}
 	fi, err := os.Stat(home)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return &HomeError{Home: home, Err: fmt.Errorf("cannot be created: %w", err)}
+		}
+		fi, err = os.Stat(home)
+	}
 	if err != nil {
-		return fmt.Errorf("checking home %s: %w", home, err)
+		return &HomeError{Home: home, Err: fmt.Errorf("cannot be read: %w", err)}
+	}
+	if !fi.IsDir() {
+		return &HomeError{Home: home, Err: errors.New("is not a directory")}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("home %s is owned by uid %d, not by this user (uid %d)", home, st.Uid, os.Getuid())
+		return &HomeError{Home: home, Err: fmt.Errorf("is owned by uid %d, not by this user (uid %d)", st.Uid, os.Getuid())}
 	}
 	if fi.Mode().Perm() != 0o700 {
 		if err := os.Chmod(home, 0o700); err != nil {
-			return fmt.Errorf("making home %s private (0700): %w", home, err)
+			return &HomeError{Home: home, Err: fmt.Errorf("cannot be made private (0700): %w", err)}
 		}
 	}
 	return nil
@@ -447,7 +473,7 @@ func lockHome(home string) (*os.File, error) {
 	path := filepath.Join(home, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("opening the lock file: %w", err)
+		return nil, &HomeError{Home: home, Err: fmt.Errorf("cannot be written: %w", err)}
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -462,7 +488,7 @@ func lockHome(home string) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("writing our pid to %s: %w", path, err)
+		return nil, &HomeError{Home: home, Err: fmt.Errorf("cannot be written: writing our pid to %s: %w", path, err)}
 	}
 	return f, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -204,8 +205,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	cfg := daemon.DefaultConfig()
 	path := *cfgPath
 	if path == "" {
-		if _, err := os.Stat(filepath.Join(h, "config.toml")); err == nil {
-			path = filepath.Join(h, "config.toml")
+		// HOME/config.toml is optional: missing (or no home yet, which
+		// Run makes or names), the embedded defaults; there but
+		// unreadable, an error (exit 2), not the defaults in silence.
+		def := filepath.Join(h, "config.toml")
+		if _, err := os.Stat(def); !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			path = def
 		}
 	}
 	if path != "" {
@@ -220,10 +225,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		cfg = c
 	}
 	err = daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
-	var stErr *daemon.StateError
-	if errors.As(err, &stErr) {
-		// One line naming the file and the problem, like a bad config.
-		fmt.Fprintf(stderr, "orchestrd serve: %s\n", strings.ReplaceAll(stErr.Error(), "\n", " "))
+	if setupError(err) {
+		// One line naming the file and the problem, like a bad config:
+		// no restart fixes it (the unit's RestartPreventExitStatus=2).
+		fmt.Fprintf(stderr, "orchestrd serve: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 2
 	}
 	var running *daemon.AlreadyRunningError
@@ -252,4 +257,13 @@ func serveLogLevel(flagValue, env string) (zerolog.Level, error) {
 		return zerolog.ParseLevel(v)
 	}
 	return zerolog.NoLevel, fmt.Errorf("%s must be trace, debug, info, warn or error, got %q", from, v)
+}
+
+// setupError reports whether err is Run's for what no restart fixes: the
+// home, the state store, a config file it reads.
+func setupError(err error) bool {
+	var home *daemon.HomeError
+	var st *daemon.StateError
+	var cfg *daemon.ConfigError
+	return errors.As(err, &home) || errors.As(err, &st) || errors.As(err, &cfg)
 }
