@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
@@ -150,17 +151,28 @@ func Run(ctx context.Context, opts Options) error {
 	defer sys.Shutdown()
 
 	d := cfg.Daemon
-	// vibe-reachout's hook socket before anything that starts a sandbox:
-	// each one hides it. Answered once its approvals can be (Serve below);
-	// closed after the approvals have answered its waiting hooks.
-	hookSrv := listenReachout(cfg.Approvals, bus, opts.Logger)
-	closeHook := func() {
-		if hookSrv != nil {
-			if err := hookSrv.Close(); err != nil {
-				opts.Logger.Error().Err(err).Msg("closing vibe-reachout's hook socket")
-			}
-		}
+	// The front-ends whose address another process may hold, before
+	// anything starts (frontends.go): one the config file turns on that
+	// cannot start stops the daemon here; one on by default is then off,
+	// and warned about once both are made. vibe-reachout's hook socket
+	// first, before anything that starts a sandbox: each one hides it.
+	// Answered once its approvals can be (Serve below); closed after the
+	// approvals have answered its waiting hooks. The HTTP API's port,
+	// served once the lanes take jobs.
+	hook, err := listenReachout(cfg, bus, opts.Logger)
+	if err != nil {
+		return err
 	}
+	closeHook := func() { hook.close(opts.Logger) }
+	httpFE, err := bindHTTP(cfg, opts.Home, bus)
+	if err != nil {
+		closeHook()
+		return err
+	}
+	defer httpFE.closeListener() // when Run fails before it is served
+	hook.warn(opts.Logger)
+	httpFE.warn(opts.Logger)
+	hookSrv := hook.srv
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe, Hide: hookHide(hookSrv),
@@ -272,14 +284,24 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
-	registerMethods(srv, sys, mgr, started)
+	// Loopsy's HTTP API, once the lanes take jobs; nil when off.
+	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger); err != nil {
+		_ = srv.Close()
+		shutdownClanker()
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("the HTTP API failed")
+		return err
+	}
+	httpSrv := httpFE.srv
+	sockPath := filepath.Join(opts.Home, "daemon.sock")
+	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
+		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
+	registerMethods(srv, sys, mgr, started, fronts)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
 	clankerMgr.Register(srv)
-	// Loopsy's HTTP API, once the lanes take jobs; nil when off or when it
-	// cannot listen (the daemon goes on).
-	httpSrv := startHTTP(cfg.HTTP, opts.Home, st, opts.Version, mgr, bus, started, opts.Logger)
-	registerHTTPInfo(srv, httpSrv, cfg.HTTP, st.NodeID())
+	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
 		hookSrv.Serve(approvalsMgr)
@@ -288,13 +310,14 @@ func Run(ctx context.Context, opts Options) error {
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
 		SeqSkipped: bus.SeqSkipped()})
-	sockPath := filepath.Join(opts.Home, "daemon.sock")
-	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid())
-	if httpSrv != nil {
-		ready = ready.Str("http", httpSrv.Addr())
+	// Every front-end: its address, or off: why.
+	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
+		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook))
+	if socks := fronts.clankerSockets(); len(socks) > 0 {
+		ready = ready.Strs("clanker", socks)
 	}
 	ready.Msg("orchestrd ready")
-	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes))
+	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes)+fronts.failedStatus())
 
 	sigs := opts.Signals
 	if len(sigs) == 0 {

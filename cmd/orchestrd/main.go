@@ -260,10 +260,12 @@ func serveLogLevel(flagValue, env string) (zerolog.Level, error) {
 }
 
 // setupError reports whether err is Run's for what no restart fixes: the
-// home, the state store, a config file it reads.
+// home, the state store, a config file it reads, a front-end the config
+// turns on that cannot start.
 func setupError(err error) bool {
 	var home *daemon.HomeError
 	var st *daemon.StateError
 	var cfg *daemon.ConfigError
-	return errors.As(err, &home) || errors.As(err, &st) || errors.As(err, &cfg)
+	var fe *daemon.FrontEndError
+	return errors.As(err, &home) || errors.As(err, &st) || errors.As(err, &cfg) || errors.As(err, &fe)
 }

@@ -92,7 +92,9 @@ func TestSystemdNotify(t *testing.T) {
 
 func systemdNotify(t *testing.T, sd *notifyListener) {
 	home := shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
+	// The HTTP API on a port of its own: the default one may be another
+	// daemon's, and STATUS= would say the API is off.
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig+"\n[http]\nlisten = \"127.0.0.1:0\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := newTestDaemon(t, home)
