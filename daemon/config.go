@@ -77,7 +77,16 @@ type Config struct {
 	Clanker spool.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
+
+	// set are the keys the file set, by full name (http.listen): a
+	// front-end the file turns on is told from one on by default (Set).
+	set map[string]bool
 }
+
+// Set reports whether the config file set key, by its full name
+// ("http.listen", "approvals.reachout.enabled"), rather than leaving it
+// to its default.
+func (c Config) Set(key string) bool { return c.set[key] }
 
 // DefaultConfig is the embedded configuration.
 func DefaultConfig() Config {
@@ -135,6 +144,10 @@ func ParseConfig(name string, b []byte) (Config, error) {
 			errs[i] = fmt.Errorf("%s: %w", name, e)
 		}
 		return Config{}, errors.Join(errs...)
+	}
+	cfg.set = map[string]bool{}
+	for _, k := range md.Keys() {
+		cfg.set[strings.Join(k, ".")] = true
 	}
 	return cfg, nil
 }

@@ -144,3 +144,43 @@ func TestConfigSpares(t *testing.T) {
 		}
 	}
 }
+
+// Set tells the keys the file set from those left to their defaults: a
+// front-end the file turns on is told from one on by default.
+func TestConfigSet(t *testing.T) {
+	cfg, err := ParseConfig("t", []byte("[http]\nlisten = \"127.0.0.1:1\"\napprovals = { reachout = { enabled = true } }\n"))
+	if err == nil {
+		t.Fatalf("approvals inside [http] parsed: %+v", cfg)
+	}
+	cfg, err = ParseConfig("t", []byte("approvals = { reachout = { enabled = true } }\n[http]\nlisten = \"127.0.0.1:1\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"http.listen": true, "http.enabled": false, "http": true,
+		"approvals.reachout.enabled": true, "approvals.reachout.socket": false, "lanes": false} {
+		if cfg.Set(key) != want {
+			t.Errorf("Set(%q) = %v, want %v", key, !want, want)
+		}
+	}
+	if DefaultConfig().Set("http.listen") {
+		t.Error("the embedded defaults set http.listen")
+	}
+}
+
+// The example config leaves the front-ends on by default, not explicitly:
+// whoever copies it keeps a daemon that starts without the port or the
+// hook path when another process holds them.
+func TestExampleConfigLeavesFrontEndsToDefaults(t *testing.T) {
+	c, err := LoadConfig("../examples/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"http.listen", "http.enabled", "approvals.reachout.enabled", "approvals.reachout.socket"} {
+		if c.Set(k) {
+			t.Errorf("examples/config.toml sets %s", k)
+		}
+	}
+	if !c.HTTP.Enabled || c.HTTP.Listen != "127.0.0.1:19532" || !c.Approvals.Reachout.Enabled {
+		t.Errorf("front-ends: http %v %s, hook %v", c.HTTP.Enabled, c.HTTP.Listen, c.Approvals.Reachout.Enabled)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
@@ -54,6 +56,14 @@ type StateError struct{ Err error }
 
 func (e *StateError) Error() string { return e.Err.Error() }
 func (e *StateError) Unwrap() error { return e.Err }
+
+// ConfigError is Run's error when a file of the configuration it reads
+// at start is refused (secrets.toml readable by others, or not TOML): one
+// line naming it; serve exits 2, as for a bad config.toml.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // stateQueue bounds the writes waiting for the store's writer: room for a
 // burst of submissions, each a record that must be committed before it is
@@ -95,7 +105,7 @@ func Run(ctx context.Context, opts Options) error {
 	// or a bad one, stops the daemon with one line naming it.
 	secretsFile, err := secrets.Load(filepath.Join(opts.Home, SecretsFile))
 	if err != nil {
-		return err
+		return &ConfigError{Err: err}
 	}
 	// The state store next: after the lock (one daemon per file), before
 	// anything else, so a store that cannot be opened stops the daemon
@@ -141,17 +151,28 @@ func Run(ctx context.Context, opts Options) error {
 	defer sys.Shutdown()
 
 	d := cfg.Daemon
-	// vibe-reachout's hook socket before anything that starts a sandbox:
-	// each one hides it. Answered once its approvals can be (Serve below);
-	// closed after the approvals have answered its waiting hooks.
-	hookSrv := listenReachout(cfg.Approvals, bus, opts.Logger)
-	closeHook := func() {
-		if hookSrv != nil {
-			if err := hookSrv.Close(); err != nil {
-				opts.Logger.Error().Err(err).Msg("closing vibe-reachout's hook socket")
-			}
-		}
+	// The front-ends whose address another process may hold, before
+	// anything starts (frontends.go): one the config file turns on that
+	// cannot start stops the daemon here; one on by default is then off,
+	// and warned about once both are made. vibe-reachout's hook socket
+	// first, before anything that starts a sandbox: each one hides it.
+	// Answered once its approvals can be (Serve below); closed after the
+	// approvals have answered its waiting hooks. The HTTP API's port,
+	// served once the lanes take jobs.
+	hook, err := listenReachout(cfg, bus, opts.Logger)
+	if err != nil {
+		return err
 	}
+	closeHook := func() { hook.close(opts.Logger) }
+	httpFE, err := bindHTTP(cfg, opts.Home, bus)
+	if err != nil {
+		closeHook()
+		return err
+	}
+	defer httpFE.closeListener() // when Run fails before it is served
+	hook.warn(opts.Logger)
+	httpFE.warn(opts.Logger)
+	hookSrv := hook.srv
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe, Hide: hookHide(hookSrv),
@@ -263,14 +284,24 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
-	registerMethods(srv, sys, mgr, started)
+	// Loopsy's HTTP API, once the lanes take jobs; nil when off.
+	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger); err != nil {
+		_ = srv.Close()
+		shutdownClanker()
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("the HTTP API failed")
+		return err
+	}
+	httpSrv := httpFE.srv
+	sockPath := filepath.Join(opts.Home, "daemon.sock")
+	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
+		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
+	registerMethods(srv, sys, mgr, started, fronts)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
 	clankerMgr.Register(srv)
-	// Loopsy's HTTP API, once the lanes take jobs; nil when off or when it
-	// cannot listen (the daemon goes on).
-	httpSrv := startHTTP(cfg.HTTP, opts.Home, st, opts.Version, mgr, bus, started, opts.Logger)
-	registerHTTPInfo(srv, httpSrv, cfg.HTTP, st.NodeID())
+	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
 		hookSrv.Serve(approvalsMgr)
@@ -279,13 +310,14 @@ func Run(ctx context.Context, opts Options) error {
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
 		SeqSkipped: bus.SeqSkipped()})
-	sockPath := filepath.Join(opts.Home, "daemon.sock")
-	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid())
-	if httpSrv != nil {
-		ready = ready.Str("http", httpSrv.Addr())
+	// Every front-end: its address, or off: why.
+	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
+		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook))
+	if socks := fronts.clankerSockets(); len(socks) > 0 {
+		ready = ready.Strs("clanker", socks)
 	}
 	ready.Msg("orchestrd ready")
-	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes))
+	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes)+fronts.failedStatus())
 
 	sigs := opts.Signals
 	if len(sigs) == 0 {
@@ -396,25 +428,42 @@ func runnerLogEnv() []string {
 	return out
 }
 
+// HomeError is Run's error when the home cannot be used: it cannot be
+// created, is not a directory, is another user's, cannot be made private
+// or written. No restart fixes it: serve says it in one line and exits 2.
+type HomeError struct {
+	Home string
+	Err  error // what is wrong: "is not a directory", "cannot be created: ..."
+}
+
+func (e *HomeError) Error() string { return "home " + e.Home + " " + e.Err.Error() }
+func (e *HomeError) Unwrap() error { return e.Err }
+
 // prepareHome creates the home directory 0700, or tightens it to 0700, and
-// refuses one owned by another user.
+// refuses one that is not a directory or is owned by another user.
 func prepareHome(home string) error {
 	if home == "" {
-		return errors.New("no home directory given")
-	}
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return fmt.Errorf("creating home %s: %w", home, err)
+		return &HomeError{Err: errors.New("is not given")}
 	}
 	fi, err := os.Stat(home)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return &HomeError{Home: home, Err: fmt.Errorf("cannot be created: %w", err)}
+		}
+		fi, err = os.Stat(home)
+	}
 	if err != nil {
-		return fmt.Errorf("checking home %s: %w", home, err)
+		return &HomeError{Home: home, Err: fmt.Errorf("cannot be read: %w", err)}
+	}
+	if !fi.IsDir() {
+		return &HomeError{Home: home, Err: errors.New("is not a directory")}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("home %s is owned by uid %d, not by this user (uid %d)", home, st.Uid, os.Getuid())
+		return &HomeError{Home: home, Err: fmt.Errorf("is owned by uid %d, not by this user (uid %d)", st.Uid, os.Getuid())}
 	}
 	if fi.Mode().Perm() != 0o700 {
 		if err := os.Chmod(home, 0o700); err != nil {
-			return fmt.Errorf("making home %s private (0700): %w", home, err)
+			return &HomeError{Home: home, Err: fmt.Errorf("cannot be made private (0700): %w", err)}
 		}
 	}
 	return nil
@@ -447,7 +496,7 @@ func lockHome(home string) (*os.File, error) {
 	path := filepath.Join(home, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("opening the lock file: %w", err)
+		return nil, &HomeError{Home: home, Err: fmt.Errorf("cannot be written: %w", err)}
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -462,7 +511,7 @@ func lockHome(home string) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("writing our pid to %s: %w", path, err)
+		return nil, &HomeError{Home: home, Err: fmt.Errorf("cannot be written: writing our pid to %s: %w", path, err)}
 	}
 	return f, nil
 }

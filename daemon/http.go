@@ -1,11 +1,12 @@
 package daemon
 
 import (
+	"net"
 	"time"
 
-	"github.com/orchestrd/orchestrd/api"
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/state"
@@ -23,44 +24,112 @@ func (s loopsyStore) Context(nowMs int64) ([]state.LoopsyRow, error) {
 }
 func (s loopsyStore) Peers() ([]state.LoopsyRow, error) { return s.st.Loopsy().Peers() }
 
-// startHTTP starts Loopsy's HTTP API unless [http] enabled is off; nil
-// when off or when it cannot start (it warned and said why:
-// http.unavailable).
-func startHTTP(c httpapi.Config, home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger) *httpapi.Server {
+// httpFront is Loopsy's HTTP API as a front-end: its key read and its
+// address bound before the lanes start (bindHTTP), so that a port in use
+// is known before anything runs; served once the lanes take jobs (start).
+type httpFront struct {
+	cfg httpapi.Config
+	// explicit is the key of the config file that turned it on ("[http]
+	// listen"); "" when it is on by default.
+	explicit string
+	key      string
+	ln       net.Listener // bound, not yet served
+	srv      *httpapi.Server
+	fe       api.FrontEnd
+	err      error // why it failed, when it did
+}
+
+// bindHTTP reads the API's key and binds its address, unless [http]
+// enabled is false. When it cannot and the config file turned the API on,
+// it returns a FrontEndError; on by default, the API is off (said by
+// warn, once every front-end is bound) and http.unavailable emitted.
+func bindHTTP(cfg Config, home string, bus *eventlog.Bus) (*httpFront, error) {
+	c := cfg.HTTP
+	h := &httpFront{cfg: c, explicit: explicitKey(cfg, "http", "listen", "enabled"),
+		fe: api.FrontEnd{Name: "http", Address: c.Listen}}
 	if !c.Enabled {
-		return nil
+		h.fe.Address, h.fe.Off = "", "[http] enabled = false"
+		return h, nil
 	}
 	key, err := httpapi.LoadKey(home)
 	if err != nil {
-		log.Warn().Err(err).Msg("http: going on without the HTTP API")
-		bus.Emit(httpapi.Unavailable{Addr: c.Listen, Error: err.Error()})
-		return nil
+		return h, h.failed(bus, "cannot read its key", err.Error(), err)
 	}
-	srv, err := httpapi.Start(httpapi.Options{Config: c, APIKey: key, NodeID: st.NodeID(), Version: version, Lanes: mgr,
-		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started})
+	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		return h, h.failed(bus, "cannot listen on "+c.Listen, offReason(c.Listen, err), err)
+	}
+	h.key, h.ln = key, ln
+	h.fe.Address = ln.Addr().String()
+	return h, nil
+}
+
+// failed marks the API off, failed with err: a FrontEndError when the
+// config file turned it on.
+func (h *httpFront) failed(bus *eventlog.Bus, what, off string, err error) error {
+	bus.Emit(httpapi.Unavailable{Addr: h.cfg.Listen, Error: err.Error()})
+	h.fe = api.FrontEnd{Name: "http", Off: off, Failed: true}
+	h.err = err
+	if h.explicit != "" {
+		return &FrontEndError{What: "the HTTP API (" + h.explicit + ") " + what, Err: err}
+	}
+	return nil
+}
+
+// warn says that the API, on by default, failed to start.
+func (h *httpFront) warn(log zerolog.Logger) {
+	if h.err != nil {
+		log.Warn().Err(h.err).Str("addr", h.cfg.Listen).Msg("http: going on without the HTTP API")
+	}
+}
+
+// start serves the API on its bound address, once the lanes take jobs.
+// When it cannot (an exec_lane that is no lane, a bad certificate), as
+// bindHTTP: a FrontEndError when the config file turned it on, else
+// warned and off.
+func (h *httpFront) start(home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger) error {
+	if h.ln == nil {
 		return nil
 	}
-	return srv
+	ln := h.ln
+	h.ln = nil // Start serves or closes it
+	srv, err := httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Lanes: mgr,
+		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln})
+	if err != nil {
+		h.fe = api.FrontEnd{Name: "http", Off: err.Error(), Failed: true}
+		h.err = err
+		if h.explicit != "" {
+			return &FrontEndError{What: "the HTTP API (" + h.explicit + ") cannot start", Err: err}
+		}
+		h.warn(log)
+		return nil
+	}
+	h.srv = srv
+	return nil
+}
+
+// closeListener closes the address bound and never served (Run failed
+// before start).
+func (h *httpFront) closeListener() {
+	if h.ln != nil {
+		h.ln.Close()
+		h.ln = nil
+	}
 }
 
 // registerHTTPInfo registers http.info: where the Loopsy API listens, for
-// the CLI's peers and run --peer. When it is off or could not start, the
-// call says so.
-func registerHTTPInfo(mux api.Mux, srv *httpapi.Server, c httpapi.Config, nodeID string) {
+// the CLI's peers and run --peer. When it is off, the call says why.
+func registerHTTPInfo(mux api.Mux, h *httpFront, nodeID string) {
 	mux.Handle("http.info", func(call api.Call) {
 		var p api.NoParams
 		if err := call.Decode(&p); err != nil {
 			call.Fail(err)
 			return
 		}
-		switch {
-		case !c.Enabled:
-			call.Fail(api.Errorf(api.CodeInvalidState, "the HTTP API is off ([http] enabled = false)"))
-		case srv == nil:
-			call.Fail(api.Errorf(api.CodeInvalidState, "the HTTP API is not serving (the event log's http.unavailable says why)"))
-		default:
-			call.Respond(map[string]any{"addr": srv.Addr(), "tls": c.Cert != "", "node_id": nodeID})
+		if h.srv == nil {
+			call.Fail(api.Errorf(api.CodeInvalidState, "the HTTP API is off: %s", h.fe.Off))
+			return
 		}
+		call.Respond(map[string]any{"addr": h.srv.Addr(), "tls": h.cfg.Cert != "", "node_id": nodeID})
 	})
 }

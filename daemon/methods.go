@@ -13,10 +13,18 @@ import (
 
 // registerMethods gives the control socket its methods beyond the
 // protocol's own: the lanes' (job.*, lane.list) and the daemon's, tree.get
-// (the actor tree) and metrics.get (the daemon's, the lanes' and the
-// control socket's counters).
-func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time) {
+// (the actor tree), metrics.get (the daemon's, the lanes' and the control
+// socket's counters) and frontend.list (every way into the daemon: its
+// address, or why it is off).
+func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds) {
 	mgr.Register(srv)
+	srv.Handle("frontend.list", func(call api.Call) {
+		if err := call.Decode(&api.NoParams{}); err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(api.FrontEndList{FrontEnds: fronts.list()})
+	})
 	srv.Handle("tree.get", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
 			call.Fail(err)

@@ -6,12 +6,20 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/reachout"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 var _ reachout.Asker = (*approvals.Manager)(nil)
+
+// hookFront is vibe-reachout's hook socket as a front-end.
+type hookFront struct {
+	srv *reachout.Server // nil: off
+	fe  api.FrontEnd
+	err error // why it failed, when it did
+}
 
 // listenReachout makes vibe-reachout's hook socket when
 // [approvals.reachout] enabled is true: at the configured path, else where
@@ -20,11 +28,19 @@ var _ reachout.Asker = (*approvals.Manager)(nil)
 // executor starts, so that every sandbox hides it (hookHide), and answered
 // once the approvals run (Serve). Its approvals end before the hook's own
 // limit: the [approvals] timeout capped by the hook's timeout_seconds.
-// nil when it is off or the socket cannot be made (warned, and
-// reachout.unavailable): the daemon goes on without it.
-func listenReachout(c approvals.Config, bus *eventlog.Bus, log zerolog.Logger) *reachout.Server {
+// When the socket cannot be made (reachout.unavailable): a FrontEndError
+// when the config file turned it on (enabled = true, or a socket); on by
+// default, it is off (said by warn, once every front-end is made).
+func listenReachout(cfg Config, bus *eventlog.Bus, log zerolog.Logger) (*hookFront, error) {
+	c := cfg.Approvals
+	h := &hookFront{fe: api.FrontEnd{Name: "hook"}}
 	if !c.Reachout.Enabled {
-		return nil
+		h.fe.Off = "[approvals.reachout] enabled = false"
+		return h, nil
+	}
+	explicit := explicitKey(cfg, "approvals.reachout", "enabled")
+	if c.Reachout.Socket != "" {
+		explicit = explicitKey(cfg, "approvals.reachout", "socket", "enabled")
 	}
 	r := reachout.Resolve(c.Reachout.Socket, reachout.Env{Getenv: os.Getenv, ReadFile: os.ReadFile, UID: os.Getuid()})
 	if r.Warning != "" {
@@ -36,10 +52,33 @@ func listenReachout(c approvals.Config, bus *eventlog.Bus, log zerolog.Logger) *
 	}
 	srv, err := reachout.Listen(reachout.Options{Path: r.Path, Timeout: min(timeout, r.HookTimeout),
 		Bus: bus, Logger: log})
-	if err != nil {
-		return nil // warned, and reachout.unavailable emitted
+	if err != nil { // reachout.unavailable emitted
+		h.fe = api.FrontEnd{Name: "hook", Off: offReason(r.Path, err), Failed: true}
+		h.err = err
+		if explicit != "" {
+			return h, &FrontEndError{What: "vibe-reachout's hook socket (" + explicit + ") cannot be made at " + r.Path, Err: err}
+		}
+		return h, nil
 	}
-	return srv
+	h.srv = srv
+	h.fe.Address = srv.Path()
+	return h, nil
+}
+
+// warn says that the hook socket, on by default, could not be made.
+func (h *hookFront) warn(log zerolog.Logger) {
+	if h.err != nil {
+		log.Warn().Err(h.err).Msg("reachout: going on without vibe-reachout's hook socket")
+	}
+}
+
+// close closes the socket, if it was made (a no-op once closed).
+func (h *hookFront) close(log zerolog.Logger) {
+	if h.srv != nil {
+		if err := h.srv.Close(); err != nil {
+			log.Error().Err(err).Msg("closing vibe-reachout's hook socket")
+		}
+	}
 }
 
 // hookHide is what every sandbox hides beside the daemon's home: the hook

@@ -53,6 +53,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	repos    map[string]*repoEntry // by path
+	failed   map[string]RepoSocket // repos not served: why, by path (until served again)
 	stopping bool
 }
 
@@ -95,6 +96,7 @@ func (s supervisorActor) Receive(c *actors.Context) {
 			if e.ref.Equal(msg.Who) {
 				if e.started {
 					gone = append(gone, p)
+					s.m.failed[p] = RepoSocket{Path: p, Socket: e.cfg.Socket, Error: "its actor failed past its restart intensity"}
 				}
 				delete(s.m.repos, p)
 			}
@@ -121,7 +123,7 @@ func Start(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, store: opts.Store, listen: opts.Listen,
 		log: opts.Logger.With().Str("component", "clanker").Logger(), now: opts.Now, repos: map[string]*repoEntry{},
-		uid: os.Geteuid()}
+		failed: map[string]RepoSocket{}, uid: os.Geteuid()}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -230,6 +232,7 @@ func (m *Manager) repoStarted(path string) {
 	defer m.mu.Unlock()
 	if e, ok := m.repos[path]; ok && !e.started {
 		e.started = true
+		delete(m.failed, path)
 		select {
 		case e.ready <- nil:
 		default:
@@ -246,6 +249,7 @@ func (m *Manager) repoFailed(path string, err error) {
 	}
 	if !e.started {
 		delete(m.repos, path)
+		m.failed[path] = RepoSocket{Path: path, Socket: e.cfg.Socket, Error: err.Error()}
 		select {
 		case e.ready <- fmt.Errorf("starting clanker repo %s: %w", path, err):
 		default:
@@ -323,6 +327,32 @@ wait:
 		}
 		return 0
 	})
+	return out
+}
+
+// RepoSocket is a repo's socket, or why the repo is not served.
+type RepoSocket struct {
+	Path   string
+	Socket string
+	Error  string // "": served
+}
+
+// Sockets returns the repos' sockets, by path: those served, and those
+// whose start failed with why (until one is served again). It asks no
+// actor.
+func (m *Manager) Sockets() []RepoSocket {
+	m.mu.Lock()
+	out := make([]RepoSocket, 0, len(m.repos)+len(m.failed))
+	for p, e := range m.repos {
+		if e.started {
+			out = append(out, RepoSocket{Path: p, Socket: e.cfg.Socket})
+		}
+	}
+	for _, f := range m.failed {
+		out = append(out, f)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b RepoSocket) int { return strings.Compare(a.Path, b.Path) })
 	return out
 }
 

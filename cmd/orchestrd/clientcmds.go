@@ -779,11 +779,12 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 
 const statusUsage = "orchestrd status [--home DIR] [--json]"
 
-// cmdStatus shows the lanes, their runners and the actor tree.
+// cmdStatus shows the front-ends, the lanes, their runners and the actor
+// tree.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status")
 	home := homeFlag(fs)
-	asJSON := fs.Bool("json", false, "print lanes and tree as JSON")
+	asJSON := fs.Bool("json", false, "print front-ends, lanes and tree as JSON")
 	c, code, ok := parseNoArgsAndDial(fs, statusUsage, args, home, stdout, stderr)
 	if !ok {
 		return code
@@ -801,11 +802,26 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "tree.get", nil, &tr); err != nil {
 		return callErr(stderr, err)
 	}
+	var fe api.FrontEndList
+	if err := call(c, "frontend.list", nil, &fe); err != nil {
+		return callErr(stderr, err)
+	}
 	if *asJSON {
-		return printJSON(stdout, stderr, map[string]any{"lanes": ls.Lanes, "tree": tr.Tree})
+		return printJSON(stdout, stderr, map[string]any{"frontends": fe.FrontEnds, "lanes": ls.Lanes, "tree": tr.Tree})
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FRONT-END\tADDRESS")
+	for _, f := range fe.FrontEnds {
+		addr := f.Address
+		if f.Off != "" {
+			addr = "off: " + f.Off
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", f.Name, addr)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LANE\tNETWORK\tSLOTS\tQUEUED\tRUNNING\tDEGRADED")
 	for _, l := range ls.Lanes {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", l.Name, dash(l.Network), l.Slots, l.Queued, l.Running, yesNo(l.Degraded))

@@ -40,7 +40,9 @@ func startConsoleDaemon(t *testing.T, stderr io.Writer, level string) *testDaemo
 	if level != "" {
 		env = append(env, "ORCHESTRD_LOG_LEVEL="+level)
 	}
-	cmd.Env = env
+	// vibe-reachout's socket in the home: the test binary's is another
+	// daemon's, and its warning would be a line more.
+	cmd.Env = append(env, "XDG_RUNTIME_DIR="+home)
 	d.launch(cmd)
 	return d
 }
@@ -82,7 +84,7 @@ func TestConsoleLogRedirected(t *testing.T) {
 	})
 	t.Run("runners too", func(t *testing.T) {
 		var stderr testio.SyncBuffer
-		d := startConsoleDaemon(t, &stderr, "info") // runners say "runner connected"
+		d := startConsoleDaemon(t, &stderr, "debug") // runners say "runner connected"
 		d.stopWith(syscall.SIGTERM)
 		out := stderr.String()
 		if !strings.Contains(out, "runner connected") || !strings.Contains(out, "by=terminated") {
@@ -125,7 +127,7 @@ func TestConsoleLogOnATerminal(t *testing.T) {
 	copied := make(chan struct{})
 	go func() { io.Copy(&out, master); close(copied) }() // ends with EIO once every slave fd is closed
 	t.Cleanup(func() { slave.Close(); master.Close(); <-copied })
-	d := startConsoleDaemon(t, slave, "info")
+	d := startConsoleDaemon(t, slave, "debug")
 	d.stopWith(syscall.SIGTERM)
 	slave.Close()
 	select {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // A second `orchestrd serve` on a live home says which daemon holds it, in
@@ -146,5 +147,62 @@ func TestExistingEventLogIsMadePrivate(t *testing.T) {
 	}
 	if st.Mode().Perm() != 0o600 {
 		t.Fatalf("events.ndjson: mode %#o, want 0600", st.Mode().Perm())
+	}
+}
+
+// A home the daemon cannot use stops serve with exit 2 and one line
+// naming it, as a bad config does: restarting will not fix it, and the
+// unit's RestartPreventExitStatus=2 then leaves it stopped (issue 22
+// item 8: it was exit 1, and systemd restarted it in a loop). So does a
+// secrets.toml others can read (exit 1 and a log line before).
+func TestServeUnusableHome(t *testing.T) {
+	dir := shortTemp(t)
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	others := filepath.Join(dir, "others")
+	if err := os.Mkdir(others, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, home, want string
+	}{
+		{"cannot be created", filepath.Join(file, "home"), "not a directory"},
+		{"not a directory", file, "is not a directory"},
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(others, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct{ name, home, want string }{"another user's", others, "is owned by uid 65534"})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := serveCmd(tc.home, nil)
+			var stdout, stderr testio.SyncBuffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := runExpectingExit(t, cmd)
+			ee, ok := err.(*exec.ExitError)
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			if !ok || ee.ExitCode() != 2 || len(lines) != 1 || stdout.String() != "" ||
+				!strings.HasPrefix(lines[0], "orchestrd serve: home "+tc.home) || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("serve --home %s: %v\nstdout %q\nstderr %q\nwant exit 2 and one line: orchestrd serve: home %s ... %s",
+					tc.home, err, stdout.String(), stderr.String(), tc.home, tc.want)
+			}
+		})
+	}
+	// A secrets file others can read is refused the same way.
+	readable := shortTemp(t)
+	if err := os.WriteFile(filepath.Join(readable, "secrets.toml"), []byte("a = \"x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := serveCmd(readable, nil)
+	var out testio.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := runExpectingExit(t, cmd)
+	want := "orchestrd serve: secrets file " + filepath.Join(readable, "secrets.toml") + " is readable by others (mode 0644): chmod 600 "
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.HasPrefix(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("serve with a secrets.toml others can read: %v, output %q; want exit 2 and one line %q...", err, out.String(), want)
 	}
 }

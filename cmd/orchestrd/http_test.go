@@ -8,10 +8,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // httpDaemon starts a daemon whose Loopsy API listens on a free loopback
@@ -233,15 +236,29 @@ func TestHTTPStream(t *testing.T) {
 	})
 }
 
-// A port already taken: the daemon says why and goes on without the API.
+// A port already taken, named by [http] listen: the daemon says why in
+// one line and its event log, and exits 2 before it starts anything (on
+// by default only, it goes on without the API: TestSecondDaemonFrontEndsOff).
 func TestHTTPPortTaken(t *testing.T) {
 	t.Parallel()
 	_, base, _ := httpDaemon(t, "")
 	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/api/v1")
-	d := startDaemon(t, fastConfig+fmt.Sprintf("\n[http]\nlisten = %q\n", addr))
-	e := d.waitEvent("http.unavailable", nil)
-	if !strings.Contains(e["error"].(string), "address already in use") {
-		t.Fatalf("http.unavailable %v", e)
+	home := startupHome(t, fmt.Sprintf("[http]\nlisten = %q\n", addr))
+	cmd := serveCmd(home, nil)
+	var out testio.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := runExpectingExit(t, cmd)
+	want := "orchestrd serve: the HTTP API ([http] listen) cannot listen on " + addr + ": in use by another process\n"
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || out.String() != want {
+		t.Fatalf("serve: %v, output %q; want exit 2 and %q", err, out.String(), want)
 	}
-	d.mustCall("ping", nil, nil)
+	var unavailable map[string]any
+	for _, e := range readEvents(t, home) {
+		if e["kind"] == "http.unavailable" {
+			unavailable = e
+		}
+	}
+	if msg, _ := unavailable["error"].(string); !strings.Contains(msg, "address already in use") {
+		t.Fatalf("http.unavailable %v", unavailable)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -158,20 +159,27 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-const serveUsage = `orchestrd serve [--home DIR] [--config FILE] [--log-format json|console]
+const serveUsage = `orchestrd serve [--home DIR] [--config FILE] [--log-format json|console] [--log-level LEVEL]
 
-Runs the daemon in the foreground until SIGTERM or SIGINT.`
+Runs the daemon in the foreground until SIGTERM or SIGINT. Exit 2: a bad
+config, home or flag, or a front-end the config turns on that cannot start.`
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve")
 	home := fs.String("home", "", "daemon home `DIR`: sockets, config.toml, events.ndjson (default $ORCHESTRD_HOME or ~/.orchestrd)")
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default HOME/config.toml if it exists, else the embedded defaults)")
 	logFormat := fs.String("log-format", "console", "log `FORMAT` on stderr: json or console")
+	logLevel := fs.String("log-level", "", "log `LEVEL` of the daemon and its runners: trace, debug, info, warn or error (default $"+runner.EnvLogLevel+", else info)")
 	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return usageError(fs, serveUsage, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	level, err := serveLogLevel(*logLevel, os.Getenv(runner.EnvLogLevel))
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+		return 2
 	}
 	var logger zerolog.Logger
 	switch *logFormat {
@@ -184,22 +192,25 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "orchestrd serve: --log-format must be json or console, got %q\n", *logFormat)
 		return 2
 	}
-	// Runners inherit the daemon's environment and write to its stderr:
-	// make their logs match (colour only on a terminal), and keep them to
-	// warnings and errors unless asked (their comings and goings are in
-	// the event log), so a quiet daemon's stderr is one line at start and
-	// one at the end.
+	logger = logger.Level(level)
+	// Runners get ORCHESTRD_LOG_* (daemon.runnerLogEnv) and write to the
+	// daemon's stderr: the same format (colour only on a terminal) and
+	// level. Their routine lines are debug (their comings and goings are
+	// in the event log), so a quiet daemon's stderr at info is one line
+	// at start and one at the end.
 	os.Setenv(runner.EnvLogFormat, *logFormat)
 	os.Setenv(runner.EnvLogColor, strconv.FormatBool(runner.IsTerminal(stderr)))
-	if os.Getenv(runner.EnvLogLevel) == "" {
-		os.Setenv(runner.EnvLogLevel, "warn")
-	}
+	os.Setenv(runner.EnvLogLevel, level.String())
 	h := resolveHome(*home)
 	cfg := daemon.DefaultConfig()
 	path := *cfgPath
 	if path == "" {
-		if _, err := os.Stat(filepath.Join(h, "config.toml")); err == nil {
-			path = filepath.Join(h, "config.toml")
+		// HOME/config.toml is optional: missing (or no home yet, which
+		// Run makes or names), the embedded defaults; there but
+		// unreadable, an error (exit 2), not the defaults in silence.
+		def := filepath.Join(h, "config.toml")
+		if _, err := os.Stat(def); !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			path = def
 		}
 	}
 	if path != "" {
@@ -213,11 +224,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg = c
 	}
-	err := daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
-	var stErr *daemon.StateError
-	if errors.As(err, &stErr) {
-		// One line naming the file and the problem, like a bad config.
-		fmt.Fprintf(stderr, "orchestrd serve: %s\n", strings.ReplaceAll(stErr.Error(), "\n", " "))
+	err = daemon.Run(context.Background(), daemon.Options{Home: h, Config: cfg, Logger: logger, Version: version})
+	if setupError(err) {
+		// One line naming the file and the problem, like a bad config:
+		// no restart fixes it (the unit's RestartPreventExitStatus=2).
+		fmt.Fprintf(stderr, "orchestrd serve: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 2
 	}
 	var running *daemon.AlreadyRunningError
@@ -230,4 +241,31 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// serveLogLevel is the level of serve's log and its runners': --log-level,
+// else $ORCHESTRD_LOG_LEVEL, else info.
+func serveLogLevel(flagValue, env string) (zerolog.Level, error) {
+	v, from := flagValue, "--log-level"
+	if v == "" {
+		v, from = env, "$"+runner.EnvLogLevel
+	}
+	switch v {
+	case "":
+		return zerolog.InfoLevel, nil
+	case "trace", "debug", "info", "warn", "error":
+		return zerolog.ParseLevel(v)
+	}
+	return zerolog.NoLevel, fmt.Errorf("%s must be trace, debug, info, warn or error, got %q", from, v)
+}
+
+// setupError reports whether err is Run's for what no restart fixes: the
+// home, the state store, a config file it reads, a front-end the config
+// turns on that cannot start.
+func setupError(err error) bool {
+	var home *daemon.HomeError
+	var st *daemon.StateError
+	var cfg *daemon.ConfigError
+	var fe *daemon.FrontEndError
+	return errors.As(err, &home) || errors.As(err, &st) || errors.As(err, &cfg) || errors.As(err, &fe)
 }

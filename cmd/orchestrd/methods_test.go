@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 
 // The control socket serves the methods every owner registered: the
 // protocol's own, the lanes' (job.*, lane.list) and the daemon's
-// (tree.get, metrics.get); anything else is -32601 as it always was.
+// (tree.get, metrics.get, frontend.list); anything else is -32601 as it always was.
 func TestMethodsOfEveryOwner(t *testing.T) {
 	d := startDaemon(t, "[lanes.no-net]\nrunners = 0\nspares = 0\n") // jobs stay queued
 	c := d.client()
@@ -106,7 +107,19 @@ func TestMethodsOfEveryOwner(t *testing.T) {
 		t.Fatalf("metrics.get = %s", raw)
 	}
 
-	for _, m := range []string{"tree.get", "metrics.get", "lane.list"} {
+	// frontend.list: every way in, the lane of bring-your-own runners too.
+	var fe api.FrontEndList
+	must("frontend.list", nil, &fe)
+	byName := map[string]api.FrontEnd{}
+	for _, f := range fe.FrontEnds {
+		byName[f.Name] = f
+	}
+	if byName["control"].Address != d.sock() || byName["lane no-net"].Address != filepath.Join(d.home, "runner-no-net.sock") ||
+		byName["hook"].Name != "hook" || byName["http"].Name != "http" {
+		t.Fatalf("frontend.list = %+v", fe.FrontEnds)
+	}
+
+	for _, m := range []string{"tree.get", "metrics.get", "lane.list", "frontend.list"} {
 		err := call(m, map[string]int{"x": 1}, nil)
 		if !errors.As(err, &we) || we.Code != wire.CodeInvalidParams || we.Message != "invalid params for "+m+`: json: unknown field "x"` {
 			t.Fatalf("%s with a param: %v", m, err)

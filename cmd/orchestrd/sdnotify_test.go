@@ -92,7 +92,9 @@ func TestSystemdNotify(t *testing.T) {
 
 func systemdNotify(t *testing.T, sd *notifyListener) {
 	home := shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
+	// The HTTP API on a port of its own: the default one may be another
+	// daemon's, and STATUS= would say the API is off.
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig+"\n[http]\nlisten = \"127.0.0.1:0\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := newTestDaemon(t, home)
@@ -152,4 +154,47 @@ func systemdNotify(t *testing.T, sd *notifyListener) {
 		t.Errorf("status with STOPPING=1 is %q (messages %q)", s, stopping)
 	}
 	d.waitCleanExit("daemon did not exit on SIGTERM")
+}
+
+// The example unit's ExecStart, %h the user's home, starts a daemon on a
+// home with no config file: the embedded defaults (issue 22 item 8: it
+// passed --config ~/.orchestrd/config.toml, which README calls optional,
+// and a missing file is exit 2).
+func TestSystemdUnitWithoutConfig(t *testing.T) {
+	unit, err := os.ReadFile("../../examples/orchestrd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execStart string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			if execStart != "" {
+				t.Fatal("two ExecStart lines")
+			}
+			execStart = v
+		}
+	}
+	userHome := shortTemp(t)
+	argv := strings.Fields(strings.ReplaceAll(execStart, "%h", userHome))
+	if len(argv) < 2 || argv[0] != userHome+"/go/bin/orchestrd" || argv[1] != "serve" {
+		t.Fatalf("ExecStart=%s: want %%h/go/bin/orchestrd serve ...", execStart)
+	}
+	home := filepath.Join(userHome, ".orchestrd")
+	d := newTestDaemon(t, home)
+	cmd := serveCmd(home, nil)
+	cmd.Args = append([]string{binary}, argv[1:]...)
+	cmd.Env = append(cmd.Env, "HOME="+userHome)
+	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
+	d.launch(cmd)
+	if _, err := os.Stat(filepath.Join(home, "config.toml")); err == nil {
+		t.Fatal("a config file appeared")
+	}
+	names := map[string]bool{}
+	for _, l := range d.lanes() {
+		names[l.Name] = true
+	}
+	if len(names) != 3 || !names["no-net"] || !names["net"] || !names["heavy"] {
+		t.Fatalf("lanes %v, want the defaults", names)
+	}
+	d.stopWith(syscall.SIGTERM)
 }

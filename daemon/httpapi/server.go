@@ -73,6 +73,11 @@ type Options struct {
 	Bus     *eventlog.Bus
 	Logger  zerolog.Logger
 	Started time.Time
+	// Listener, when set, is Config.Listen already bound by the caller
+	// (the daemon binds it before its lanes start, so a port in use is
+	// known at once); Start serves on it, or closes it when it fails. Nil:
+	// Start listens itself.
+	Listener net.Listener
 }
 
 // Server serves the API.
@@ -98,9 +103,10 @@ type Server struct {
 
 type namedKey struct{ name, key string }
 
-// Start listens on cfg.Listen and serves until Close. When it cannot
-// listen it warns, emits http.unavailable and returns the error: the
-// daemon goes on without it.
+// Start listens on cfg.Listen (or serves on opts.Listener) until Close.
+// When it cannot start it emits http.unavailable and returns the error:
+// the caller says it (the daemon goes on without the API, or stops when
+// its config asked for it).
 func Start(opts Options) (*Server, error) {
 	cfg := opts.Config
 	s := &Server{opts: opts, cfg: cfg, log: opts.Logger.With().Str("component", "http").Logger(), done: make(chan struct{})}
@@ -108,8 +114,11 @@ func Start(opts Options) (*Server, error) {
 	for name, k := range cfg.AllowedKeys {
 		s.keys = append(s.keys, namedKey{name, k})
 	}
+	ln := opts.Listener
 	unavailable := func(err error) (*Server, error) {
-		s.log.Warn().Err(err).Msg("http: going on without the HTTP API")
+		if ln != nil {
+			ln.Close()
+		}
 		s.emit(Unavailable{Addr: cfg.Listen, Error: err.Error()})
 		return nil, err
 	}
@@ -128,18 +137,17 @@ func Start(opts Options) (*Server, error) {
 	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
 		return unavailable(fmt.Errorf("[http] exec_lane %q is not a lane (lanes: %v)", cfg.ExecLane, opts.Lanes.LaneNames()))
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err == nil && cfg.Cert != "" {
-		var cert tls.Certificate
-		cert, err = tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
-		if err != nil {
-			ln.Close()
-		} else {
-			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
 		}
 	}
-	if err != nil {
-		return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
+	if cfg.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+		if err != nil {
+			return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	s.ln = ln
 	s.exec = newExecutions(s)

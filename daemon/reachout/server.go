@@ -104,8 +104,9 @@ func Start(opts Options) (*Server, error) {
 // connects waits until Serve. The daemon listens before it starts any
 // sandbox, so that every sandbox can hide the socket (a job or an executor
 // can then neither reach it nor replace it). When the socket cannot be
-// made it warns, emits reachout.unavailable and returns the error: the
-// daemon goes on without it.
+// made it emits reachout.unavailable and returns the error: the caller
+// says it (the daemon goes on without the socket, or stops when its
+// config asked for it).
 func Listen(opts Options) (*Server, error) {
 	if opts.LineTimeout <= 0 {
 		opts.LineTimeout = DefaultLineTimeout
@@ -117,7 +118,6 @@ func Listen(opts Options) (*Server, error) {
 		conns: map[*conn]struct{}{}, stop: make(chan struct{})}
 	if err := s.listen(); err != nil {
 		err = fmt.Errorf("making vibe-reachout's hook socket: %w", err)
-		s.log.Warn().Err(err).Str("socket", opts.Path).Msg("reachout: going on without vibe-reachout's hook socket")
 		s.emit(Unavailable{Socket: opts.Path, Error: err.Error()})
 		return nil, err
 	}

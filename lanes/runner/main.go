@@ -26,7 +26,7 @@ import (
 // Environment the daemon sets for the runners it spawns.
 const (
 	EnvLogFormat = "ORCHESTRD_LOG_FORMAT" // json (default) or console
-	EnvLogLevel  = "ORCHESTRD_LOG_LEVEL"  // zerolog level, default info
+	EnvLogLevel  = "ORCHESTRD_LOG_LEVEL"  // zerolog level, default info (serve: the daemon's level)
 	// EnvLogColor says whether console logs are coloured: "true" or
 	// "false"; unset, they are when stderr is a terminal.
 	EnvLogColor = "ORCHESTRD_LOG_COLOR"
@@ -185,13 +185,21 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 		}()
 	}
 
+	// The daemon spawns a runner with --fd alone (a bring-your-own runner
+	// that sandboxes itself adds --stop-fd): its routine lines are then
+	// debug, the event log having its comings and goings; a runner
+	// started by hand says them at info.
+	routine := zerolog.InfoLevel
+	if *connFD >= 0 && *stopFD < 0 {
+		routine = zerolog.DebugLevel
+	}
 	err := Run(ctx, Options{Lane: *lane, Socket: *socket, ID: *id, Version: version(), Logger: log,
-		Conn: conn, Token: token, Sandbox: Sandbox{Hide: hide, Cgroup: *cgroup, Subreaper: standalone}})
+		Conn: conn, Token: token, Sandbox: Sandbox{Hide: hide, Cgroup: *cgroup, Subreaper: standalone}, Routine: routine})
 	if err != nil {
 		log.Error().Err(err).Msg("runner failed")
 		return 1
 	}
-	log.Info().Msg("runner stopped")
+	log.WithLevel(routine).Msg("runner stopped")
 	return 0
 }
 

@@ -49,6 +49,11 @@ type Options struct {
 	Token string
 	// Sandbox is what the runner puts around its jobs; see Sandbox.
 	Sandbox Sandbox
+	// Routine is the level of the runner's routine lines (connected,
+	// stopping); zerolog's zero value is debug. A runner the daemon
+	// spawns says them at debug (the daemon's event log has its comings
+	// and goings), one started by hand at info.
+	Routine zerolog.Level
 }
 
 // Sandbox is what a runner puts around its jobs, beyond running each in
@@ -205,7 +210,7 @@ func Run(ctx context.Context, opts Options) error {
 	if ms := ack.Config.HeartbeatIntervalMs; ms > 0 {
 		hb = time.Duration(min(ms, uint64(maxHeartbeat/time.Millisecond))) * time.Millisecond
 	}
-	r.log.Info().Str("socket", opts.Socket).Bool("inherited_connection", opts.Conn != nil).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
+	r.log.WithLevel(opts.Routine).Str("socket", opts.Socket).Bool("inherited_connection", opts.Conn != nil).Int("slots", r.slots).Dur("heartbeat", hb).Msg("runner connected")
 
 	readDone := make(chan error, 1)
 	go func() { readDone <- r.readLoop(wire.NewFrameReader(br, ack.Config.MaxFrameBytes)) }()
@@ -216,11 +221,11 @@ func Run(ctx context.Context, opts Options) error {
 	readerRunning := true
 	select {
 	case <-ctx.Done():
-		r.log.Info().Msg("runner stopping: context cancelled")
+		r.log.WithLevel(r.opts.Routine).Msg("runner stopping: context cancelled")
 	case readErr = <-readDone:
 		readerRunning = false
 		if errors.Is(readErr, errShutdown) {
-			r.log.Info().Msg("runner stopping: Shutdown frame")
+			r.log.WithLevel(r.opts.Routine).Msg("runner stopping: Shutdown frame")
 			readErr = nil
 		}
 	}
