@@ -5,6 +5,7 @@ package main
 // the process exit code.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -416,8 +417,14 @@ var runnerFailures = map[string]string{
 
 // finished reports the job's end and returns the exit code for it.
 func (r *jobFollower) finished(rec api.JobRecord) int {
-	id := rec.ID
 	r.completeOutput(rec)
+	return r.exitCode(rec)
+}
+
+// exitCode says on stderr how the job ended, when not by itself, and
+// returns the exit code for it (run's and wait's).
+func (r *jobFollower) exitCode(rec api.JobRecord) int {
+	id := rec.ID
 	if what, ok := runnerFailures[rec.Error]; ok && rec.State != api.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
 		return exitFailure
@@ -673,13 +680,18 @@ func formatDuration(d time.Duration) string {
 	}
 }
 
+// printJSON writes v as indented JSON, "<" as itself (a job's output is
+// read by people too).
 func printJSON(stdout, stderr io.Writer, v any) int {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return exitFailure
 	}
-	stdout.Write(append(b, '\n'))
+	stdout.Write(b.Bytes())
 	return exitOK
 }
 

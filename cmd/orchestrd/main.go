@@ -33,6 +33,8 @@ commands:
   run       run a job, stream its output, exit with its code
   jobs      list jobs
   cancel    cancel a job
+  job       job ID: a job's record
+  wait      wait ID: wait for a job's end, exit with its code
   approvals pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])
   approve   approve ID [--always [--suggestion N]] [--message M]: allow a pending approval
   deny      deny ID [--message M]: deny a pending approval
@@ -113,6 +115,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdJobs(withHome(rest), stdout, stderr)
 	case "cancel":
 		return cmdCancel(withHome(rest), stdout, stderr)
+	case "job":
+		return cmdJob(withHome(rest), stdout, stderr)
+	case "wait":
+		return cmdWait(withHome(rest), stdout, stderr)
 	case "status":
 		return cmdStatus(withHome(rest), stdout, stderr)
 	case "approvals":
