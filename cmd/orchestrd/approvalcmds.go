@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
@@ -113,13 +115,16 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 		return callErr(stderr, err)
 	}
 	if res.Truncated {
-		defer fmt.Fprintf(stderr, "orchestrd: only the %d newest are shown: there are more (--limit N)\n", len(res.Approvals))
+		// More of the newest, up to what approval.list gives.
+		next := ""
+		if n := len(res.Approvals); n < approvals.MaxListLimit {
+			next = cmdLine(slices.Concat([]string{"approvals"}, opt("--home", *home), []string{"--all", "--limit",
+				strconv.Itoa(min(10*n, approvals.MaxListLimit))}, opt("--source", *source), optIf("--json", *asJSON))...)
+		}
+		defer moreHint(stderr, len(res.Approvals), "approvals", next)
 	}
 	if *asJSON {
-		if res.Approvals == nil {
-			res.Approvals = []api.Approval{}
-		}
-		return printJSON(stdout, stderr, res.Approvals)
+		return printList(stdout, stderr, "approvals", res.Approvals, listCut{truncated: res.Truncated})
 	}
 	if len(res.Approvals) == 0 {
 		if *all {
@@ -438,10 +443,7 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 		return callErr(stderr, err)
 	}
 	if *asJSON {
-		if res.Rules == nil {
-			res.Rules = []api.ApprovalRule{}
-		}
-		return printJSON(stdout, stderr, res.Rules)
+		return printList(stdout, stderr, "rules", res.Rules, listCut{})
 	}
 	if len(res.Rules) == 0 {
 		fmt.Fprintln(stdout, "no rules")

@@ -122,10 +122,11 @@ func TestGlobalHomeBeforeCommand(t *testing.T) {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, "--home", home, "jobs", "--json")
-	var jobs []api.JobRecord
-	if code != 0 || jsonUnmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 {
+	var list struct{ Jobs []api.JobRecord }
+	if code != 0 || jsonUnmarshal([]byte(out), &list) != nil || len(list.Jobs) != 1 {
 		t.Fatalf("jobs: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	jobs := list.Jobs
 	if out, errOut, code = runCLI(t, "--home", home, "status"); code != 0 || !strings.Contains(out, "net-0") {
 		t.Fatalf("status: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -529,9 +530,9 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 
 // jobsUsage: jobs lists the daemon's live jobs and those its state store
 // keeps, newest first a page at a time (--limit, default 50; 0 lists every
-// job, oldest first); when there are more the last line is the command for
-// the next page. --json prints the records as a JSON array (by default
-// every job, oldest first) and the next page's command on stderr.
+// job); when there are more, a line on stderr gives the command for the
+// next page. --json prints {"jobs": [...], "next_cursor": ...} (by default
+// every job).
 const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since 1h|TIME] [--limit N] [--cursor C] [--json]"
 
 // allStates are the job states, in lifecycle order.
@@ -545,7 +546,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
 	since := fs.String("since", "", "only jobs created since `T`: a duration ago (1h, 30m) or an RFC 3339 time")
-	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job, oldest first")
+	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job")
 	cursor := fs.String("cursor", "", "the page after the one that printed this `C`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
 	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
@@ -586,30 +587,17 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane, Since: *since, Limit: limit, Cursor: *cursor}, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	// The command that prints the next page: this one with its cursor.
-	next := ""
+	if limit == 0 {
+		slices.Reverse(res.Jobs) // every job comes oldest first: newest first, as a page
+	}
 	if res.NextCursor != "" {
-		parts := []string{"orchestrd jobs"}
-		if *home != "" {
-			parts = append(parts, "--home "+shellQuote(*home))
-		}
-		for _, f := range []struct{ name, v string }{{"state", *state}, {"lane", *lane}, {"since", *since}} {
-			if f.v != "" {
-				parts = append(parts, "--"+f.name+" "+shellQuote(f.v))
-			}
-		}
-		parts = append(parts, "--limit "+strconv.Itoa(limit), "--cursor "+res.NextCursor)
-		if *asJSON {
-			parts = append(parts, "--json")
-		}
-		next = strings.Join(parts, " ")
+		// The command that prints the next page: this one with its cursor.
+		next := slices.Concat([]string{"jobs"}, opt("--home", *home), opt("--state", *state), opt("--lane", *lane),
+			opt("--since", *since), []string{"--limit", strconv.Itoa(limit), "--cursor", res.NextCursor}, optIf("--json", *asJSON))
+		defer moreHint(stderr, len(res.Jobs), "jobs", cmdLine(next...))
 	}
 	if *asJSON {
-		code := printJSON(stdout, stderr, res.Jobs)
-		if next != "" {
-			fmt.Fprintf(stderr, "more: %s\n", next)
-		}
-		return code
+		return printList(stdout, stderr, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor})
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(stdout, "no jobs")
@@ -632,9 +620,6 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), dur, dash(j.RunnerID), commandLine(j))
 	}
 	tw.Flush()
-	if next != "" {
-		fmt.Fprintf(stdout, "more (next %d): %s\n", limit, next)
-	}
 	return exitOK
 }
 

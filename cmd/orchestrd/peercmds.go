@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,9 +89,7 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		if *asJSON {
-			b, _ := json.MarshalIndent(map[string]any{"peers": peers}, "", "  ")
-			fmt.Fprintln(stdout, string(b))
-			return exitOK
+			return printList(stdout, stderr, "peers", peers, listCut{})
 		}
 		if len(peers) == 0 {
 			fmt.Fprintln(stdout, "no peers (add one: orchestrd peers add ADDRESS[:PORT])")
