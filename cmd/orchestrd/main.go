@@ -52,7 +52,7 @@ commands:
   peers     the Loopsy peers this daemon knows (add ADDRESS[:PORT], rm NODE_ID); run --peer NAME runs a job on one
   executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
   runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
-  version   print the version
+  version   print the version, commit and Go version
 
 Run 'orchestrd COMMAND --help' (or 'orchestrd help COMMAND') for its options.
 --home DIR goes before or after the command.`
@@ -76,7 +76,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "orchestrd", version)
+		fmt.Fprintln(stdout, versionLine())
 		return exitOK
 	}
 	if fs.NArg() == 0 {
@@ -149,9 +149,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdPeers(withHome(rest), stdout, stderr)
 	case "http":
 		return cmdHTTP(withHome(rest), stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "orchestrd", version)
-		return exitOK
+	case "version":
+		return cmdVersion(rest, stdout, stderr)
 	case "help":
 		if len(rest) > 0 && rest[0] != "help" {
 			return realMain([]string{rest[0], "--help"}, stdout, stderr)
