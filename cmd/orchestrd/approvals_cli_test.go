@@ -146,7 +146,8 @@ func TestApprovalsCLI(t *testing.T) {
 		t.Fatalf("a suggestion out of range: %d %q", code, errOut)
 	}
 	for _, args := range [][]string{{"approve"}, {"reply", plan}, {"approve", plan, "--suggestion", "1"}, {"approvals", "bogus"}} {
-		if _, errOut, code := runCLI(t, append(args, "--home", h)...); code != exitUsage || !strings.Contains(errOut, "usage: orchestrd") {
+		if _, errOut, code := runCLI(t, append(args, "--home", h)...); code != exitUsage || strings.Count(errOut, "\n") != 1 ||
+			!strings.HasSuffix(errOut, " --help)\n") {
 			t.Errorf("%v: %d %q", args, code, errOut)
 		}
 	}

@@ -71,7 +71,8 @@ func newFlags(name string) *flag.FlagSet {
 }
 
 // parseFlags parses args. ok is false when the command should exit with
-// code: 0 after --help (usage on stdout), 2 on a usage error (on stderr).
+// code: 0 after --help (usage on stdout), 2 on a usage error (one line on
+// stderr).
 func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	err := fs.Parse(args)
 	if err == nil {
@@ -81,9 +82,7 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 		printUsage(fs, usage, stdout)
 		return exitOK, false
 	}
-	fmt.Fprintf(stderr, "orchestrd %s: %v\n", fs.Name(), err)
-	printUsage(fs, usage, stderr)
-	return exitUsage, false
+	return usageLine(stderr, fs.Name(), flagError(fs, err)), false
 }
 
 func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
@@ -99,10 +98,10 @@ func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
 	fs.SetOutput(io.Discard)
 }
 
-func usageError(fs *flag.FlagSet, usage string, stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "orchestrd %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
-	printUsage(fs, usage, stderr)
-	return exitUsage
+// usageError prints a usage error of fs's command in one line, with where
+// its help is, and returns exitUsage.
+func usageError(fs *flag.FlagSet, _ string, stderr io.Writer, format string, args ...any) int {
+	return usageLine(stderr, fs.Name(), fmt.Sprintf(format, args...))
 }
 
 // dial connects to the daemon, printing the one-line diagnosis when there is

@@ -132,9 +132,7 @@ func (k *kindsFlag) Set(v string) error {
 }
 
 func runEvents(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env eventsEnv) int {
-	flags := flag.NewFlagSet(eventsName, flag.ContinueOnError)
-	flags.SetOutput(io.Discard)
-	flags.Usage = func() {}
+	flags := newFlags("events")
 	var (
 		follow, asJSON, utc bool
 		kinds               kindsFlag
@@ -157,8 +155,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s (see --help)\n", eventsName, fmt.Sprintf(format, a...))
-		return 2
+		return usageLine(stderr, "events", fmt.Sprintf(format, a...))
 	}
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,7 +166,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 			fmt.Fprintf(stdout, "\n%s", eventsDetails)
 			return 0
 		}
-		return usageErr("%v", err)
+		return usageErr("%s", flagError(flags, err))
 	}
 	if flags.NArg() > 0 {
 		return usageErr("unexpected argument %q", flags.Arg(0))

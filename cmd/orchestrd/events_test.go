@@ -226,7 +226,7 @@ func TestEventsErrors(t *testing.T) {
 		code   int
 		stderr string // substring; must be one line
 	}{
-		{"bad flag", home, []string{"--nope"}, 2, "orchestrd events: flag provided but not defined: -nope (see --help)"},
+		{"bad flag", home, []string{"--nope"}, 2, "orchestrd events: unknown flag --nope (orchestrd events --help)"},
 		{"missing value", home, []string{"--kind"}, 2, "flag needs an argument: -kind"},
 		{"positional", home, []string{"extra"}, 2, `unexpected argument "extra"`},
 		{"bad since", home, []string{"--since", "yesterday"}, 2, `bad --since "yesterday"`},
