@@ -532,7 +532,7 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 // job); when there are more, a line on stderr gives the command for the
 // next page. --json prints {"jobs": [...], "next_cursor": ...} (by default
 // every job).
-const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since 1h|TIME] [--limit N] [--cursor C] [--json]"
+const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since S] [--limit N] [--cursor C] [--json]"
 
 // allStates are the job states, in lifecycle order.
 var allStates = []api.State{api.StateQueued, api.StateDispatched, api.StateRunning, api.StateSucceeded,
@@ -544,7 +544,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	home := homeFlag(fs)
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
-	since := fs.String("since", "", "only jobs created since `T`: a duration ago (1h, 30m) or an RFC 3339 time")
+	since := fs.String("since", "", "only jobs created at or after `S`: "+sinceForms)
 	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job")
 	cursor := fs.String("cursor", "", "the page after the one that printed this `C`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
@@ -573,6 +573,14 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	}
 	if *cursor != "" && limit == 0 {
 		return usageError(fs, jobsUsage, stderr, "--cursor continues a page: give it with the --limit of the page before")
+	}
+	if *since != "" {
+		// Sent as the time it means, which the next page's command keeps.
+		t, err := parseSince("--since", *since, time.Now(), time.Local)
+		if err != nil {
+			return usageError(fs, jobsUsage, stderr, "%v", err)
+		}
+		*since = t.Format(time.RFC3339Nano)
 	}
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {

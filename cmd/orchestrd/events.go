@@ -150,7 +150,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	flags.Var(&kinds, "kind", "only events of kind `K`; repeatable or comma-separated; \"runner.*\"\nmatches every runner event, \"*\" every event (conn.opened and\nconn.closed are left out unless a -kind names them)")
 	flags.StringVar(&lane, "lane", "", "only events of `LANE`")
 	flags.StringVar(&job, "job", "", "only events of job `ID` (the job_id field)")
-	flags.StringVar(&since, "since", "", "only events at or after `S`: a duration ago (90s, 5m, 2h), an RFC3339\ntime (2025-11-21T03:00:00Z) or a local clock time today (03:00, 03:00:30)")
+	flags.StringVar(&since, "since", "", "only events at or after `S`: "+sinceForms)
 	flags.BoolVar(&asJSON, "json", false, "print the raw NDJSON lines (for jq)")
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
@@ -184,7 +184,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	q := eventlog.Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
 	start := env.now()
 	if since != "" {
-		t, err := parseSince(since, start, loc)
+		t, err := parseSince("--since", since, start, loc)
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -296,31 +296,6 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 		fmt.Fprintf(stderr, "%s: %v\n", eventsName, err)
 		return 1
 	}
-}
-
-// parseSince accepts a duration ago, an RFC 3339 time, or a clock time today
-// in loc (yesterday if that is still in the future).
-func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			d = -d
-		}
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	for _, layout := range []string{"15:04:05", "15:04"} {
-		if c, err := time.ParseInLocation(layout, s, loc); err == nil {
-			n := now.In(loc)
-			t := time.Date(n.Year(), n.Month(), n.Day(), c.Hour(), c.Minute(), c.Second(), 0, loc)
-			if t.After(n) {
-				t = t.AddDate(0, 0, -1)
-			}
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("bad --since %q: want a duration (5m, 2h), an RFC3339 time (2025-11-21T03:00:00Z) or a clock time (03:00)", s)
 }
 
 // kindWidth is the kind column's width: the longest known kind.

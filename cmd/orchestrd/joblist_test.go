@@ -155,7 +155,7 @@ func TestJobsCommandPages(t *testing.T) {
 	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--limit", "x"); code != exitUsage || !strings.Contains(errOut, "--limit") {
 		t.Fatalf("jobs --limit x: exit %d, %q", code, errOut)
 	}
-	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--since", "soon"); code != exitFailure || !strings.Contains(errOut, "since") {
+	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--since", "soon"); code != exitUsage || !strings.Contains(errOut, "--since") {
 		t.Fatalf("jobs --since soon: exit %d, %q", code, errOut)
 	}
 }

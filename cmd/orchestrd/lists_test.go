@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -91,5 +92,34 @@ func TestListsHaveOneShape(t *testing.T) {
 		if items, _ := listJSON(t, strings.Join(tc.args, " "), out, tc.things); code != 0 || len(items) != 0 {
 			t.Errorf("%v: exit %d, stderr %q\n%s", tc.args, code, errOut, out)
 		}
+	}
+}
+
+// --since takes the same forms in jobs as in events (a duration ago, an
+// RFC 3339 time, a clock time today) and a bad one is refused before the
+// daemon is asked: exit 2, one line naming the flag.
+func TestSinceIsOneParser(t *testing.T) {
+	noDaemon := shortTemp(t)
+	for _, cmd := range []string{"jobs", "events"} {
+		_, errOut, code := runCLI(t, cmd, "--home", noDaemon, "--since", "soon")
+		if code != exitUsage || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, `--since "soon"`) {
+			t.Errorf("%s --since soon: exit %d, stderr %q; want 2 and one line naming --since", cmd, code, errOut)
+		}
+	}
+
+	d := startDaemon(t, "[lanes.hold]\nrunners = 0\n")
+	id := d.submit(api.JobSpec{Lane: "hold", Argv: []string{"true"}})
+	var r struct{ Job api.JobRecord }
+	d.mustCall("job.get", map[string]any{"id": id}, &r)
+	before := r.Job.CreatedAt.Add(-time.Minute)
+	for _, since := range []string{"1h", before.Format(time.RFC3339), before.Local().Format("15:04")} {
+		out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--since", since)
+		if code != 0 || !strings.Contains(out, id+" ") {
+			t.Errorf("jobs --since %s: exit %d, stderr %q\n%s", since, code, errOut, out)
+		}
+	}
+	out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--since", r.Job.CreatedAt.Add(time.Minute).Format(time.RFC3339))
+	if code != 0 || strings.Contains(out, id) {
+		t.Errorf("jobs --since a minute after the job: exit %d, stderr %q\n%s", code, errOut, out)
 	}
 }
