@@ -28,7 +28,8 @@ const eventsName = "orchestrd events"
 const eventsUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
 const eventsDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
-events.ndjson.N first, oldest first), one event per line: local time, seq,
+events.ndjson.N first, oldest first), one event per line: local time (and
+the date on every line when the first one shown is not from today), seq,
 kind, lane, then the event's fields. Stack traces follow, indented.
 
   03:12:45.123    1042  runner.exited             review    runner_id=review-1 pid=4242 cause=killed_memory_limit ...
@@ -319,12 +320,17 @@ var fieldRank = func() map[string]int {
 //
 //	15:04:05.000  seq  kind  lane  key=value ...
 //
-// followed by multi-line fields (stacks) indented on their own lines.
+// followed by multi-line fields (stacks) indented on their own lines. When
+// the first line printed is not from today, every line shows its date
+// (2006-01-02 15:04:05.000), so that the columns stay where they are and a
+// line read alone says its day; otherwise a day that begins while
+// following is marked by a line of its own (-- Sat 2025-11-22 CET --).
 type humanPrinter struct {
 	w       *bufio.Writer
 	loc     *time.Location
 	today   string
 	lastDay string
+	dated   bool // every line shows its date
 	kindW   int
 	laneW   int
 	buf     []byte
@@ -333,13 +339,18 @@ type humanPrinter struct {
 
 func (h *humanPrinter) print(l eventlog.Line) error {
 	ts := l.TS.In(h.loc)
-	if day := ts.Format(time.DateOnly); day != h.lastDay {
-		if h.lastDay != "" || day != h.today {
-			fmt.Fprintf(h.w, "-- %s --\n", ts.Format("Mon 2006-01-02 MST"))
-		}
-		h.lastDay = day
+	day := ts.Format(time.DateOnly)
+	switch {
+	case h.lastDay == "":
+		h.dated = day != h.today
+	case day != h.lastDay && !h.dated:
+		fmt.Fprintf(h.w, "-- %s --\n", ts.Format("Mon 2006-01-02 MST"))
 	}
+	h.lastDay = day
 	b := h.buf[:0]
+	if h.dated {
+		b = ts.AppendFormat(b, "2006-01-02 ")
+	}
 	b = ts.AppendFormat(b, "15:04:05.000")
 	b = append(b, "  "...)
 	seq := strconv.FormatUint(l.Seq, 10)
