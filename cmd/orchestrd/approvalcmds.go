@@ -63,12 +63,15 @@ func parseInterspersed(fs *flag.FlagSet, usage string, args []string, stdout, st
 	}
 }
 
+// approvalSources are where approvals come from, what --source takes.
+var approvalSources = []string{api.SourceReachout, api.SourcePlan, api.SourceControl, api.SourceExecutor}
+
 func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("approvals")
 	home := homeFlag(fs)
 	all := fs.Bool("all", false, "the history too: finished approvals, newest first (from the state store)")
 	limit := fs.Int("limit", 0, "with --all, at most `N` approvals (default 100)")
-	source := fs.String("source", "", "only approvals from `SOURCE` (reachout, plan, control, executor)")
+	source := fs.String("source", "", "only approvals from `SOURCE` ("+strings.Join(approvalSources, ", ")+")")
 	asJSON := fs.Bool("json", false, "print the approvals as JSON")
 	watch := fs.Bool("watch", false, "print each new approval as it arrives; on a terminal, ask for a key to resolve it")
 	if code, ok := parseFlags(fs, approvalsUsage, args, stdout, stderr); !ok {
@@ -79,6 +82,9 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 			return cmdApprovalRules(fs.Args()[1:], *home, stdout, stderr)
 		}
 		return usageError(fs, approvalsUsage, stderr, "unexpected argument %q (the subcommand is rules)", fs.Arg(0))
+	}
+	if *source != "" && !slices.Contains(approvalSources, *source) {
+		return usageError(fs, approvalsUsage, stderr, "unknown source %q; the sources are %s", *source, strings.Join(approvalSources, ", "))
 	}
 	if *limit < 0 || *limit > 10000 {
 		return usageError(fs, approvalsUsage, stderr, "--limit must be a number from 1 to 10000, got %d", *limit)

@@ -54,7 +54,7 @@ func localAPI(home string) (*loopsy.Client, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	key, err := httpapi.LoadKey(home)
+	key, err := ownKey(home)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func peerKey(home, keyFile, name string, peer *loopsy.Peer) (string, error) {
 		return "", fmt.Errorf("peer %s (%s) was found by mDNS only, which anyone on the network can answer, so this daemon's key is not sent to it: "+
 			"add it yourself (orchestrd peers add %s --node-id %s), or give --key-file", name, addr, addr, peer.NodeID)
 	}
-	return httpapi.LoadKey(home)
+	return ownKey(home)
 }
 
 // runOnPeer runs argv on a peer's lanes through its HTTP API, streaming its
