@@ -67,6 +67,9 @@ func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parseFlags prints errors and help itself
 	fs.Usage = func() {}
+	if flagSpy != nil {
+		flagSpy(fs) // completion learns the command's flags
+	}
 	return fs
 }
 

@@ -49,7 +49,8 @@ type command struct {
 	// the global --home as its own.
 	noHome string
 	hidden bool     // sandbox-exec: neither listed, suggested nor completed
-	subs   []string // its subcommands, for completion
+	subs   []string // its subcommands, for completion ("rules", "rules rm")
+	ids    string   // "jobs" or "approvals": its argument is such an id, for completion
 }
 
 // commands are orchestrd's commands, in the order help lists them. Set in
@@ -61,14 +62,14 @@ func init() {
 		{name: "serve", summary: "run the daemon in the foreground", run: cmdServe},
 		{name: "run", summary: "run a job, stream its output, exit with its code", run: cmdRun},
 		{name: "jobs", summary: "list jobs, newest first", run: cmdJobs},
-		{name: "job", summary: "job ID: a job's record", run: cmdJob},
-		{name: "wait", summary: "wait ID: wait for a job's end, exit with its code", run: cmdWait},
-		{name: "cancel", summary: "cancel a job", run: cmdCancel},
+		{name: "job", summary: "job ID: a job's record", run: cmdJob, ids: "jobs"},
+		{name: "wait", summary: "wait ID: wait for a job's end, exit with its code", run: cmdWait, ids: "jobs"},
+		{name: "cancel", summary: "cancel a job", run: cmdCancel, ids: "jobs"},
 		{name: "approvals", summary: "pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])",
-			run: cmdApprovals, subs: []string{"rules"}},
-		{name: "approve", summary: "approve ID [--always [--suggestion N]] [--message M]: allow a pending approval", run: cmdApprove},
-		{name: "deny", summary: "deny ID [--message M]: deny a pending approval", run: cmdDeny},
-		{name: "reply", summary: "reply ID MESSAGE: answer a pending approval with a message for the agent", run: cmdReply},
+			run: cmdApprovals, subs: []string{"rules", "rules rm"}},
+		{name: "approve", summary: "approve ID [--always [--suggestion N]] [--message M]: allow a pending approval", run: cmdApprove, ids: "approvals"},
+		{name: "deny", summary: "deny ID [--message M]: deny a pending approval", run: cmdDeny, ids: "approvals"},
+		{name: "reply", summary: "reply ID MESSAGE: answer a pending approval with a message for the agent", run: cmdReply, ids: "approvals"},
 		{name: "prompt", summary: "run a prompt on an executor pool, stream what the agent does, exit with its status", run: cmdPrompt},
 		{name: "tasks", summary: "list executor tasks", run: cmdTasks},
 		{name: "stop", summary: "stop TASK [--force]: stop an executor task", run: cmdStop},
@@ -92,6 +93,8 @@ func init() {
 			noHome: "--home is not used by runner (it takes --socket PATH)"},
 		{name: "sandbox-exec", hidden: true, run: func(args []string, _, stderr io.Writer) int { return cmdSandboxExec(args, stderr) }},
 		{name: "version", summary: "print the version, commit and Go version", run: cmdVersion},
+		{name: "completion", summary: "completion bash|zsh|fish: a completion script for the shell", run: cmdCompletion,
+			subs: sortedKeys(completionShellNames)},
 		{name: "help", summary: "help COMMAND: a command's options", run: cmdHelp},
 	}
 }
