@@ -137,16 +137,20 @@ type jobRecordFields JobRecord
 // MarshalJSON writes the record with its output as "output" (a string) when
 // it is valid UTF-8 and as "output_b64" (standard base64) otherwise, so
 // that every byte survives: encoding/json would turn the bytes of a string
-// that are not UTF-8 into U+FFFD.
+// that are not UTF-8 into U+FFFD. A record that does not hold its job's
+// output (HoldsOutput) has neither: never an "output": "" for output that
+// exists.
 func (r JobRecord) MarshalJSON() ([]byte, error) {
 	v := struct {
 		jobRecordFields
 		Output    *string `json:"output,omitempty"`
 		OutputB64 []byte  `json:"output_b64,omitempty"`
 	}{jobRecordFields: jobRecordFields(r)}
-	if utf8.ValidString(r.Output) {
+	switch {
+	case !r.HoldsOutput():
+	case utf8.ValidString(r.Output):
 		v.Output = &r.Output
-	} else {
+	default:
 		v.OutputB64 = []byte(r.Output)
 	}
 	var b bytes.Buffer
@@ -156,6 +160,14 @@ func (r JobRecord) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// HoldsOutput reports whether the record carries its job's output, as
+// job.get and job.wait give a finished job's: some output, or a finished
+// job's that wrote none. A record job.list gives (without output), a
+// job's that has not finished and one whose output was evicted do not.
+func (r JobRecord) HoldsOutput() bool {
+	return r.Output != "" || r.State.Terminal() && r.OutputBytes == 0 && !r.OutputEvicted
 }
 
 // UnmarshalJSON reads a record written by MarshalJSON: its output from

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
@@ -61,12 +63,15 @@ func parseInterspersed(fs *flag.FlagSet, usage string, args []string, stdout, st
 	}
 }
 
+// approvalSources are where approvals come from, what --source takes.
+var approvalSources = []string{api.SourceReachout, api.SourcePlan, api.SourceControl, api.SourceExecutor}
+
 func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("approvals")
 	home := homeFlag(fs)
 	all := fs.Bool("all", false, "the history too: finished approvals, newest first (from the state store)")
 	limit := fs.Int("limit", 0, "with --all, at most `N` approvals (default 100)")
-	source := fs.String("source", "", "only approvals from `SOURCE` (reachout, plan, control, executor)")
+	source := fs.String("source", "", "only approvals from `SOURCE` ("+strings.Join(approvalSources, ", ")+")")
 	asJSON := fs.Bool("json", false, "print the approvals as JSON")
 	watch := fs.Bool("watch", false, "print each new approval as it arrives; on a terminal, ask for a key to resolve it")
 	if code, ok := parseFlags(fs, approvalsUsage, args, stdout, stderr); !ok {
@@ -77,6 +82,9 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 			return cmdApprovalRules(fs.Args()[1:], *home, stdout, stderr)
 		}
 		return usageError(fs, approvalsUsage, stderr, "unexpected argument %q (the subcommand is rules)", fs.Arg(0))
+	}
+	if *source != "" && !slices.Contains(approvalSources, *source) {
+		return usageError(fs, approvalsUsage, stderr, "unknown source %q; the sources are %s", *source, strings.Join(approvalSources, ", "))
 	}
 	if *limit < 0 || *limit > 10000 {
 		return usageError(fs, approvalsUsage, stderr, "--limit must be a number from 1 to 10000, got %d", *limit)
@@ -113,13 +121,16 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 		return callErr(stderr, err)
 	}
 	if res.Truncated {
-		defer fmt.Fprintf(stderr, "orchestrd: only the %d newest are shown: there are more (--limit N)\n", len(res.Approvals))
+		// More of the newest, up to what approval.list gives.
+		next := ""
+		if n := len(res.Approvals); n < approvals.MaxListLimit {
+			next = cmdLine(slices.Concat([]string{"approvals"}, opt("--home", *home), []string{"--all", "--limit",
+				strconv.Itoa(min(10*n, approvals.MaxListLimit))}, opt("--source", *source), optIf("--json", *asJSON))...)
+		}
+		defer moreHint(stderr, len(res.Approvals), "approvals", next)
 	}
 	if *asJSON {
-		if res.Approvals == nil {
-			res.Approvals = []api.Approval{}
-		}
-		return printJSON(stdout, stderr, res.Approvals)
+		return printList(stdout, stderr, "approvals", res.Approvals, listCut{truncated: res.Truncated})
 	}
 	if len(res.Approvals) == 0 {
 		if *all {
@@ -438,10 +449,7 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 		return callErr(stderr, err)
 	}
 	if *asJSON {
-		if res.Rules == nil {
-			res.Rules = []api.ApprovalRule{}
-		}
-		return printJSON(stdout, stderr, res.Rules)
+		return printList(stdout, stderr, "rules", res.Rules, listCut{})
 	}
 	if len(res.Rules) == 0 {
 		fmt.Fprintln(stdout, "no rules")

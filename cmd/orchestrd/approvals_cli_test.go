@@ -94,9 +94,9 @@ func TestApprovalsCLI(t *testing.T) {
 	if row := tableRow(t, out, longID); !strings.Contains(row, " "+long[:59]+"… ") {
 		t.Errorf("long command's row %q, want it cut at 60 with …", row)
 	}
-	var listed []api.Approval
+	var listed struct{ Approvals []api.Approval }
 	out, _, code = runCLI(t, "approvals", "--home", h, "--json")
-	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 5 {
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Approvals) != 5 {
 		t.Fatalf("approvals --json: %d %s", code, out)
 	}
 
@@ -146,7 +146,8 @@ func TestApprovalsCLI(t *testing.T) {
 		t.Fatalf("a suggestion out of range: %d %q", code, errOut)
 	}
 	for _, args := range [][]string{{"approve"}, {"reply", plan}, {"approve", plan, "--suggestion", "1"}, {"approvals", "bogus"}} {
-		if _, errOut, code := runCLI(t, append(args, "--home", h)...); code != exitUsage || !strings.Contains(errOut, "usage: orchestrd") {
+		if _, errOut, code := runCLI(t, append(args, "--home", h)...); code != exitUsage || strings.Count(errOut, "\n") != 1 ||
+			!strings.HasSuffix(errOut, " --help)\n") {
 			t.Errorf("%v: %d %q", args, code, errOut)
 		}
 	}
@@ -163,12 +164,16 @@ func TestApprovalsCLI(t *testing.T) {
 		}
 	}
 	out, _, _ = runCLI(t, "approvals", "--home", h, "--all", "--limit", "2", "--json")
-	if json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 2 {
+	var cut struct {
+		Approvals []api.Approval
+		Truncated bool
+	}
+	if json.Unmarshal([]byte(out), &cut) != nil || len(cut.Approvals) != 2 || !cut.Truncated {
 		t.Fatalf("approvals --all --limit 2 --json: %s", out)
 	}
-	// A cut list says so.
+	// A cut list says so, and which command shows more.
 	out, errOut, code = runCLI(t, "approvals", "--home", h, "--all", "--limit", "2")
-	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "only the 2 newest are shown: there are more") {
+	if code != 0 || strings.Count(out, "\n") != 3 || errOut != "orchestrd: 2 approvals shown, there are more: orchestrd approvals --home "+h+" --all --limit 20\n" {
 		t.Fatalf("approvals --all --limit 2: exit %d\n%s\nstderr: %s", code, out, errOut)
 	}
 	if _, errOut, _ := runCLI(t, "approvals", "--home", h, "--all"); strings.Contains(errOut, "there are more") {
@@ -199,8 +204,8 @@ func TestApprovalsCLI(t *testing.T) {
 		t.Fatalf("rules rm of a config rule: %d %q", code, errOut)
 	}
 	out, _, _ = runCLI(t, "--home", h, "approvals", "rules", "--json")
-	var rules []api.ApprovalRule
-	if json.Unmarshal([]byte(out), &rules) != nil || len(rules) != 1 || rules[0].ID != "config-1" {
+	var rules struct{ Rules []api.ApprovalRule }
+	if json.Unmarshal([]byte(out), &rules) != nil || len(rules.Rules) != 1 || rules.Rules[0].ID != "config-1" {
 		t.Fatalf("rules --json after rm: %s", out)
 	}
 }

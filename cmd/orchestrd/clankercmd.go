@@ -94,7 +94,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 		return callErr(stderr, err)
 	}
 	if *asJSON {
-		return printJSON(stdout, stderr, res)
+		return printList(stdout, stderr, "repos", res.Repos, listCut{})
 	}
 	if len(res.Repos) == 0 {
 		fmt.Fprintln(stdout, "no clanker repos ([[clanker.repos]] in the config, or orchestrd clanker serve-repo PATH)")

@@ -122,10 +122,11 @@ func TestGlobalHomeBeforeCommand(t *testing.T) {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, "--home", home, "jobs", "--json")
-	var jobs []api.JobRecord
-	if code != 0 || jsonUnmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 {
+	var list struct{ Jobs []api.JobRecord }
+	if code != 0 || jsonUnmarshal([]byte(out), &list) != nil || len(list.Jobs) != 1 {
 		t.Fatalf("jobs: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	jobs := list.Jobs
 	if out, errOut, code = runCLI(t, "--home", home, "status"); code != 0 || !strings.Contains(out, "net-0") {
 		t.Fatalf("status: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -192,22 +193,24 @@ func TestRunForwardsStdin(t *testing.T) {
 	}
 }
 
-// Every command's --help has one format: "usage: orchestrd ..." and an
-// "options:" section, on stdout, exit 0.
+// Every command's --help has one format: "usage: orchestrd ..." and, when
+// it has flags, an "options:" section, on stdout, exit 0. Every command
+// help lists is checked.
 func TestHelpHasOneFormat(t *testing.T) {
-	for _, args := range [][]string{
-		{"--help"}, {"-h"}, {"help"}, {"help", "run"},
-		{"serve", "--help"}, {"run", "--help"}, {"jobs", "--help"}, {"cancel", "--help"},
-		{"status", "--help"}, {"runner", "--help"},
-	} {
+	all := [][]string{{"--help"}, {"-h"}, {"help"}, {"help", "run"}, {"approvals", "rules", "--help"}}
+	for _, name := range helpCommands(t) {
+		all = append(all, []string{name, "--help"})
+	}
+	for _, args := range all {
 		out, errOut, code := runCLI(t, args...)
-		if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: orchestrd") || !strings.Contains(out, "\n\noptions:\n  -") {
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: orchestrd") ||
+			strings.Contains(out, "options:") && !strings.Contains(out, "\n\noptions:\n  -") {
 			t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, errOut, out)
 		}
 	}
-	// A usage error prints the same usage, on stderr.
+	// A usage error is one line on stderr, and where the help is.
 	_, errOut, code := runCLI(t, "serve", "--bogus")
-	if code != exitUsage || !strings.Contains(errOut, "usage: orchestrd serve") || !strings.Contains(errOut, "options:") {
+	if code != exitUsage || errOut != "orchestrd serve: unknown flag --bogus (orchestrd serve --help)\n" {
 		t.Errorf("serve --bogus: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -5,6 +5,7 @@ package main
 // the process exit code.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,11 +67,15 @@ func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parseFlags prints errors and help itself
 	fs.Usage = func() {}
+	if flagSpy != nil {
+		flagSpy(fs) // completion learns the command's flags
+	}
 	return fs
 }
 
 // parseFlags parses args. ok is false when the command should exit with
-// code: 0 after --help (usage on stdout), 2 on a usage error (on stderr).
+// code: 0 after --help (usage on stdout), 2 on a usage error (one line on
+// stderr).
 func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	err := fs.Parse(args)
 	if err == nil {
@@ -79,9 +85,7 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 		printUsage(fs, usage, stdout)
 		return exitOK, false
 	}
-	fmt.Fprintf(stderr, "orchestrd %s: %v\n", fs.Name(), err)
-	printUsage(fs, usage, stderr)
-	return exitUsage, false
+	return usageLine(stderr, fs.Name(), flagError(fs, err)), false
 }
 
 func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
@@ -97,10 +101,10 @@ func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
 	fs.SetOutput(io.Discard)
 }
 
-func usageError(fs *flag.FlagSet, usage string, stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "orchestrd %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
-	printUsage(fs, usage, stderr)
-	return exitUsage
+// usageError prints a usage error of fs's command in one line, with where
+// its help is, and returns exitUsage.
+func usageError(fs *flag.FlagSet, _ string, stderr io.Writer, format string, args ...any) int {
+	return usageLine(stderr, fs.Name(), fmt.Sprintf(format, args...))
 }
 
 // dial connects to the daemon, printing the one-line diagnosis when there is
@@ -454,8 +458,14 @@ var runnerFailures = map[string]string{
 
 // finished reports the job's end and returns the exit code for it.
 func (r *jobFollower) finished(rec api.JobRecord) int {
-	id := rec.ID
 	r.completeOutput(rec)
+	return r.exitCode(rec)
+}
+
+// exitCode says on stderr how the job ended, when not by itself, and
+// returns the exit code for it (run's and wait's).
+func (r *jobFollower) exitCode(rec api.JobRecord) int {
+	id := rec.ID
 	if what, ok := runnerFailures[rec.Error]; ok && rec.State != api.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
 		return exitFailure
@@ -569,10 +579,10 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 
 // jobsUsage: jobs lists the daemon's live jobs and those its state store
 // keeps, newest first a page at a time (--limit, default 50; 0 lists every
-// job, oldest first); when there are more the last line is the command for
-// the next page. --json prints the records as a JSON array (by default
-// every job, oldest first) and the next page's command on stderr.
-const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since 1h|TIME] [--limit N] [--cursor C] [--json]"
+// job); when there are more, a line on stderr gives the command for the
+// next page. --json prints {"jobs": [...], "next_cursor": ...} (by default
+// every job).
+const jobsUsage = "orchestrd jobs [--home DIR] [--state S] [--lane L] [--since S] [--limit N] [--cursor C] [--json]"
 
 // allStates are the job states, in lifecycle order.
 var allStates = []api.State{api.StateQueued, api.StateDispatched, api.StateRunning, api.StateSucceeded,
@@ -584,8 +594,8 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	home := homeFlag(fs)
 	state := fs.String("state", "", "only jobs in `STATE` (queued, dispatched, running, succeeded, failed, timeout, cancelled, error)")
 	lane := fs.String("lane", "", "only jobs of `LANE`")
-	since := fs.String("since", "", "only jobs created since `T`: a duration ago (1h, 30m) or an RFC 3339 time")
-	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job, oldest first")
+	since := fs.String("since", "", "only jobs created at or after `S`: "+sinceForms)
+	limitS := fs.String("limit", "", "at most `N` jobs, newest first (default 50; with --json every job); 0: every job")
 	cursor := fs.String("cursor", "", "the page after the one that printed this `C`")
 	asJSON := fs.Bool("json", false, "print the job records as JSON")
 	if code, ok := parseFlags(fs, jobsUsage, args, stdout, stderr); !ok {
@@ -614,6 +624,14 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if *cursor != "" && limit == 0 {
 		return usageError(fs, jobsUsage, stderr, "--cursor continues a page: give it with the --limit of the page before")
 	}
+	if *since != "" {
+		// Sent as the time it means, which the next page's command keeps.
+		t, err := parseSince("--since", *since, time.Now(), time.Local)
+		if err != nil {
+			return usageError(fs, jobsUsage, stderr, "%v", err)
+		}
+		*since = t.Format(time.RFC3339Nano)
+	}
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
@@ -626,30 +644,17 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "job.list", api.Filter{State: *state, Lane: *lane, Since: *since, Limit: limit, Cursor: *cursor}, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	// The command that prints the next page: this one with its cursor.
-	next := ""
+	if limit == 0 {
+		slices.Reverse(res.Jobs) // every job comes oldest first: newest first, as a page
+	}
 	if res.NextCursor != "" {
-		parts := []string{"orchestrd jobs"}
-		if *home != "" {
-			parts = append(parts, "--home "+shellQuote(*home))
-		}
-		for _, f := range []struct{ name, v string }{{"state", *state}, {"lane", *lane}, {"since", *since}} {
-			if f.v != "" {
-				parts = append(parts, "--"+f.name+" "+shellQuote(f.v))
-			}
-		}
-		parts = append(parts, "--limit "+strconv.Itoa(limit), "--cursor "+res.NextCursor)
-		if *asJSON {
-			parts = append(parts, "--json")
-		}
-		next = strings.Join(parts, " ")
+		// The command that prints the next page: this one with its cursor.
+		next := slices.Concat([]string{"jobs"}, opt("--home", *home), opt("--state", *state), opt("--lane", *lane),
+			opt("--since", *since), []string{"--limit", strconv.Itoa(limit), "--cursor", res.NextCursor}, optIf("--json", *asJSON))
+		defer moreHint(stderr, len(res.Jobs), "jobs", cmdLine(next...))
 	}
 	if *asJSON {
-		code := printJSON(stdout, stderr, res.Jobs)
-		if next != "" {
-			fmt.Fprintf(stderr, "more: %s\n", next)
-		}
-		return code
+		return printList(stdout, stderr, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor})
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(stdout, "no jobs")
@@ -668,9 +673,6 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), dash(j.RunnerID), commandLine(j))
 	}
 	tw.Flush()
-	if next != "" {
-		fmt.Fprintf(stdout, "more (next %d): %s\n", limit, next)
-	}
 	return exitOK
 }
 
@@ -726,13 +728,18 @@ func formatDuration(d time.Duration) string {
 	}
 }
 
+// printJSON writes v as indented JSON, "<" as itself (a job's output is
+// read by people too).
 func printJSON(stdout, stderr io.Writer, v any) int {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return exitFailure
 	}
-	stdout.Write(append(b, '\n'))
+	stdout.Write(b.Bytes())
 	return exitOK
 }
 

@@ -28,7 +28,8 @@ const eventsName = "orchestrd events"
 const eventsUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
 const eventsDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
-events.ndjson.N first, oldest first), one event per line: local time, seq,
+events.ndjson.N first, oldest first), one event per line: local time (and
+the date on every line when the first one shown is not from today), seq,
 kind, lane, then the event's fields. Stack traces follow, indented.
 
   03:12:45.123    1042  runner.exited             review    runner_id=review-1 pid=4242 cause=killed_memory_limit ...
@@ -132,9 +133,7 @@ func (k *kindsFlag) Set(v string) error {
 }
 
 func runEvents(ctx context.Context, args []string, home string, stdout, stderr io.Writer, env eventsEnv) int {
-	flags := flag.NewFlagSet(eventsName, flag.ContinueOnError)
-	flags.SetOutput(io.Discard)
-	flags.Usage = func() {}
+	flags := newFlags("events")
 	var (
 		follow, asJSON, utc bool
 		kinds               kindsFlag
@@ -152,13 +151,12 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	flags.Var(&kinds, "kind", "only events of kind `K`; repeatable or comma-separated; \"runner.*\"\nmatches every runner event, \"*\" every event (conn.opened and\nconn.closed are left out unless a -kind names them)")
 	flags.StringVar(&lane, "lane", "", "only events of `LANE`")
 	flags.StringVar(&job, "job", "", "only events of job `ID` (the job_id field)")
-	flags.StringVar(&since, "since", "", "only events at or after `S`: a duration ago (90s, 5m, 2h), an RFC3339\ntime (2025-11-21T03:00:00Z) or a local clock time today (03:00, 03:00:30)")
+	flags.StringVar(&since, "since", "", "only events at or after `S`: "+sinceForms)
 	flags.BoolVar(&asJSON, "json", false, "print the raw NDJSON lines (for jq)")
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s (see --help)\n", eventsName, fmt.Sprintf(format, a...))
-		return 2
+		return usageLine(stderr, "events", fmt.Sprintf(format, a...))
 	}
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,7 +167,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 			fmt.Fprintf(stdout, "\n%s", eventsDetails)
 			return 0
 		}
-		return usageErr("%v", err)
+		return usageErr("%s", flagError(flags, err))
 	}
 	if flags.NArg() > 0 {
 		return usageErr("unexpected argument %q", flags.Arg(0))
@@ -187,7 +185,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	q := eventlog.Query{Kinds: kinds, Lane: lane, Job: job, Follow: follow}
 	start := env.now()
 	if since != "" {
-		t, err := parseSince(since, start, loc)
+		t, err := parseSince("--since", since, start, loc)
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -301,31 +299,6 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	}
 }
 
-// parseSince accepts a duration ago, an RFC 3339 time, or a clock time today
-// in loc (yesterday if that is still in the future).
-func parseSince(s string, now time.Time, loc *time.Location) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			d = -d
-		}
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	for _, layout := range []string{"15:04:05", "15:04"} {
-		if c, err := time.ParseInLocation(layout, s, loc); err == nil {
-			n := now.In(loc)
-			t := time.Date(n.Year(), n.Month(), n.Day(), c.Hour(), c.Minute(), c.Second(), 0, loc)
-			if t.After(n) {
-				t = t.AddDate(0, 0, -1)
-			}
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("bad --since %q: want a duration (5m, 2h), an RFC3339 time (2025-11-21T03:00:00Z) or a clock time (03:00)", s)
-}
-
 // kindWidth is the kind column's width: the longest known kind.
 func kindWidth() int {
 	w := 0
@@ -347,12 +320,17 @@ var fieldRank = func() map[string]int {
 //
 //	15:04:05.000  seq  kind  lane  key=value ...
 //
-// followed by multi-line fields (stacks) indented on their own lines.
+// followed by multi-line fields (stacks) indented on their own lines. When
+// the first line printed is not from today, every line shows its date
+// (2006-01-02 15:04:05.000), so that the columns stay where they are and a
+// line read alone says its day; otherwise a day that begins while
+// following is marked by a line of its own (-- Sat 2025-11-22 CET --).
 type humanPrinter struct {
 	w       *bufio.Writer
 	loc     *time.Location
 	today   string
 	lastDay string
+	dated   bool // every line shows its date
 	kindW   int
 	laneW   int
 	buf     []byte
@@ -361,13 +339,18 @@ type humanPrinter struct {
 
 func (h *humanPrinter) print(l eventlog.Line) error {
 	ts := l.TS.In(h.loc)
-	if day := ts.Format(time.DateOnly); day != h.lastDay {
-		if h.lastDay != "" || day != h.today {
-			fmt.Fprintf(h.w, "-- %s --\n", ts.Format("Mon 2006-01-02 MST"))
-		}
-		h.lastDay = day
+	day := ts.Format(time.DateOnly)
+	switch {
+	case h.lastDay == "":
+		h.dated = day != h.today
+	case day != h.lastDay && !h.dated:
+		fmt.Fprintf(h.w, "-- %s --\n", ts.Format("Mon 2006-01-02 MST"))
 	}
+	h.lastDay = day
 	b := h.buf[:0]
+	if h.dated {
+		b = ts.AppendFormat(b, "2006-01-02 ")
+	}
 	b = ts.AppendFormat(b, "15:04:05.000")
 	b = append(b, "  "...)
 	seq := strconv.FormatUint(l.Seq, 10)

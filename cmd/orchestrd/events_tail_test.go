@@ -66,7 +66,7 @@ func followEvents(t *testing.T, home string, args ...string) (out *notifyBuffer,
 func printedLanes(out string) []string {
 	var lanes []string
 	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
-		if f := strings.Fields(ln); len(f) > 3 && f[0] != "--" { // not a day line
+		if f := eventColumns(ln); len(f) > 3 {
 			lanes = append(lanes, f[3])
 		}
 	}
@@ -181,7 +181,7 @@ func TestEventsHidesConnectionChurn(t *testing.T) {
 				seqs = append(seqs, strconv.FormatUint(l.Seq, 10))
 				continue
 			}
-			if f := strings.Fields(ln); len(f) > 1 {
+			if f := eventColumns(ln); len(f) > 1 {
 				seqs = append(seqs, f[1])
 			}
 		}

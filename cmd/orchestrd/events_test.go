@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -158,12 +159,12 @@ func TestEventsTimeZoneAndDays(t *testing.T) {
 		t.Fatalf("code %d: %s", code, errb.String())
 	}
 	// logT0 is 03:00 UTC = 08:00 XST on the 21st; "now" is the 21st.
-	// A day line precedes the first line (not today) and marks the change.
-	want := `-- Thu 2025-11-20 XST --
-07:00:00.000       1  lane.recovered              a
--- Fri 2025-11-21 XST --
-06:00:00.000       2  lane.recovered              a
-08:00:00.000       3  lane.recovered              a
+	// The first line is not from today: every line shows its date, so the
+	// columns stay aligned (and a line read alone, as grep gives it, says
+	// its day).
+	want := `2025-11-20 07:00:00.000       1  lane.recovered              a
+2025-11-21 06:00:00.000       2  lane.recovered              a
+2025-11-21 08:00:00.000       3  lane.recovered              a
 `
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
@@ -171,6 +172,27 @@ func TestEventsTimeZoneAndDays(t *testing.T) {
 	_, utc, _ := runEventsTest(t, context.Background(), home, "--utc", "--since", "2025-11-21T02:00:00Z")
 	if utc != "03:00:00.000       3  lane.recovered              a\n" {
 		t.Fatalf("--utc: %q", utc)
+	}
+}
+
+// Lines of today show the time alone; a day that begins while following
+// is marked by a line, the columns unmoved.
+func TestEventsNewDayWhileFollowing(t *testing.T) {
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	h := &humanPrinter{w: w, loc: time.UTC, today: "2025-11-21", kindW: 20, laneW: 4}
+	for i, ts := range []time.Time{logT0, logT0.Add(21*time.Hour + 30*time.Minute)} {
+		if err := h.print(eventlog.Line{TS: ts, Seq: uint64(i + 1), Kind: "lane.recovered", Fields: map[string]any{"lane": "a"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	want := `03:00:00.000       1  lane.recovered        a
+-- Sat 2025-11-22 UTC --
+00:30:00.000       2  lane.recovered        a
+`
+	if buf.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)
 	}
 }
 
@@ -226,7 +248,7 @@ func TestEventsErrors(t *testing.T) {
 		code   int
 		stderr string // substring; must be one line
 	}{
-		{"bad flag", home, []string{"--nope"}, 2, "orchestrd events: flag provided but not defined: -nope (see --help)"},
+		{"bad flag", home, []string{"--nope"}, 2, "orchestrd events: unknown flag --nope (orchestrd events --help)"},
 		{"missing value", home, []string{"--kind"}, 2, "flag needs an argument: -kind"},
 		{"positional", home, []string{"extra"}, 2, `unexpected argument "extra"`},
 		{"bad since", home, []string{"--since", "yesterday"}, 2, `bad --since "yesterday"`},
@@ -332,9 +354,25 @@ func TestEventsFollow(t *testing.T) {
 func textSeqs(out string) string {
 	var seqs []string
 	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
-		if f := strings.Fields(ln); len(f) > 1 {
+		if f := eventColumns(ln); len(f) > 1 {
 			seqs = append(seqs, f[1])
 		}
 	}
 	return strings.Join(seqs, " ")
+}
+
+// eventColumns is an event line of `orchestrd events` split at blanks,
+// time first (its date, when the line shows one, left out); nil for a day
+// line.
+func eventColumns(ln string) []string {
+	f := strings.Fields(ln)
+	if len(f) > 0 && f[0] == "--" {
+		return nil
+	}
+	if len(f) > 1 {
+		if _, err := time.Parse(time.DateOnly, f[0]); err == nil {
+			return f[1:]
+		}
+	}
+	return f
 }

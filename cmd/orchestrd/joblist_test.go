@@ -116,7 +116,7 @@ func TestJobsCommandPages(t *testing.T) {
 
 	out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--lane", "hold", "--since", "1h", "--limit", "4")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 6 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[0], "CREATED") {
+	if code != 0 || len(lines) != 5 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[0], "CREATED") {
 		t.Fatalf("jobs: exit %d, stderr %q\n%s", code, errOut, out)
 	}
 	for i, id := range []string{ids[6], ids[5], ids[4], ids[3]} {
@@ -124,9 +124,10 @@ func TestJobsCommandPages(t *testing.T) {
 			t.Fatalf("row %d is not %s (newest first):\n%s", i, id, out)
 		}
 	}
-	m := regexp.MustCompile(`^more \(next 4\): (orchestrd jobs .* --cursor \S+)$`).FindStringSubmatch(lines[5])
+	// The next page's command is on stderr.
+	m := regexp.MustCompile(`^orchestrd: 4 jobs shown, there are more: (orchestrd jobs .* --cursor \S+)\n$`).FindStringSubmatch(errOut)
 	if m == nil {
-		t.Fatalf("last line %q does not say how to get the next page", lines[5])
+		t.Fatalf("stderr %q does not say how to get the next page", errOut)
 	}
 	args := strings.Fields(strings.TrimPrefix(m[1], "orchestrd "))
 	out, errOut, code = runCLI(t, args...)
@@ -144,17 +145,17 @@ func TestJobsCommandPages(t *testing.T) {
 		t.Fatalf("row %v: want state failed, exit 4", row)
 	}
 
-	// --json stays the array of records.
+	// --json: the page's records and its cursor.
 	out, errOut, code = runCLI(t, "jobs", "--home", d.home, "--json", "--lane", "hold", "--limit", "3")
-	var recs []api.JobRecord
-	if code != 0 || jsonUnmarshal([]byte(out), &recs) != nil || len(recs) != 3 || recs[0].ID != ids[6] ||
-		!strings.Contains(errOut, "--cursor") {
+	var page listPage
+	if code != 0 || jsonUnmarshal([]byte(out), &page) != nil || len(page.Jobs) != 3 || page.Jobs[0].ID != ids[6] ||
+		page.NextCursor == "" || !strings.Contains(errOut, "--cursor "+page.NextCursor) {
 		t.Fatalf("jobs --json: exit %d, stderr %q\n%s", code, errOut, out)
 	}
 	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--limit", "x"); code != exitUsage || !strings.Contains(errOut, "--limit") {
 		t.Fatalf("jobs --limit x: exit %d, %q", code, errOut)
 	}
-	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--since", "soon"); code != exitFailure || !strings.Contains(errOut, "since") {
+	if _, errOut, code = runCLI(t, "jobs", "--home", d.home, "--since", "soon"); code != exitUsage || !strings.Contains(errOut, "--since") {
 		t.Fatalf("jobs --since soon: exit %d, %q", code, errOut)
 	}
 }

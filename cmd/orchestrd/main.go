@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,140 +24,191 @@ import (
 // version is set with -ldflags "-X main.version=..." in releases.
 var version = "0.1.0-dev"
 
-// usage is the top-level usage, in the format of every command's --help
-// (printUsage).
-const usage = `orchestrd [--home DIR] COMMAND [ARGS...]
+// usageHead and usageFoot frame the top-level usage, in the format of
+// every command's --help (printUsage); the commands between them come from
+// the command table.
+const (
+	usageHead = `orchestrd [--home DIR] COMMAND [ARGS...]
 
 A supervisor for AI-agent processes.
 
 commands:
-  serve     run the daemon in the foreground
-  run       run a job, stream its output, exit with its code
-  jobs      list jobs
-  cancel    cancel a job
-  approvals pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])
-  approve   approve ID [--always [--suggestion N]] [--message M]: allow a pending approval
-  deny      deny ID [--message M]: deny a pending approval
-  reply     reply ID MESSAGE: answer a pending approval with a message for the agent
-  prompt    run a prompt on an executor pool, stream what the agent does, exit with its status
-  tasks     list executor tasks
-  stop      stop TASK [--force]: stop an executor task
-  session   session ID: a session's transcript
-  terminal  a shell on a PTY an executor spawns, attached to this terminal (--list: the open ones)
-  status    lanes, runners and the live actor tree
-  events    read the supervisor event log
-  lane      lane token LANE: the join token of a lane that takes bring-your-own runners
-  clanker   clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)
-  http      http key: the Loopsy API key peers and the loopsy CLI present
-  peers     the Loopsy peers this daemon knows (add ADDRESS[:PORT], rm NODE_ID); run --peer NAME runs a job on one
-  executor  an executor that runs a command-line agent per prompt (an [executors.NAME] command)
-  runner    a lane's runner process (spawned by the daemon, or a bring-your-own runner)
-  version   print the version
-
+`
+	usageFoot = `
 Run 'orchestrd COMMAND --help' (or 'orchestrd help COMMAND') for its options.
 --home DIR goes before or after the command.`
+)
+
+// command is one of orchestrd's commands: what dispatches it, lists it in
+// the help, suggests it for a typo and completes it.
+type command struct {
+	name    string
+	summary string // its line in orchestrd help
+	run     func(args []string, stdout, stderr io.Writer) int
+	// noHome refuses a global --home, saying why (runner, executor:
+	// started with a socket, not a home); otherwise the command takes
+	// the global --home as its own.
+	noHome string
+	hidden bool     // sandbox-exec: neither listed, suggested nor completed
+	subs   []string // its subcommands, for completion ("rules", "rules rm")
+	ids    string   // "jobs" or "approvals": its argument is such an id, for completion
+}
+
+// commands are orchestrd's commands, in the order help lists them. Set in
+// init: help and completion read it.
+var commands []command
+
+func init() {
+	commands = []command{
+		{name: "serve", summary: "run the daemon in the foreground", run: cmdServe},
+		{name: "run", summary: "run a job, stream its output, exit with its code", run: cmdRun},
+		{name: "jobs", summary: "list jobs, newest first", run: cmdJobs},
+		{name: "job", summary: "job ID: a job's record", run: cmdJob, ids: "jobs"},
+		{name: "wait", summary: "wait ID: wait for a job's end, exit with its code", run: cmdWait, ids: "jobs"},
+		{name: "cancel", summary: "cancel a job", run: cmdCancel, ids: "jobs"},
+		{name: "approvals", summary: "pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])",
+			run: cmdApprovals, subs: []string{"rules", "rules rm"}},
+		{name: "approve", summary: "approve ID [--always [--suggestion N]] [--message M]: allow a pending approval", run: cmdApprove, ids: "approvals"},
+		{name: "deny", summary: "deny ID [--message M]: deny a pending approval", run: cmdDeny, ids: "approvals"},
+		{name: "reply", summary: "reply ID MESSAGE: answer a pending approval with a message for the agent", run: cmdReply, ids: "approvals"},
+		{name: "prompt", summary: "run a prompt on an executor pool, stream what the agent does, exit with its status", run: cmdPrompt},
+		{name: "tasks", summary: "list executor tasks", run: cmdTasks},
+		{name: "stop", summary: "stop TASK [--force]: stop an executor task", run: cmdStop},
+		{name: "session", summary: "session ID: a session's transcript", run: cmdSession},
+		{name: "terminal", summary: "a shell on a PTY an executor spawns, attached to this terminal (--list: the open ones)", run: cmdTerminal},
+		{name: "status", summary: "lanes, runners and the live actor tree", run: cmdStatus},
+		{name: "events", summary: "read the supervisor event log", run: func(args []string, stdout, stderr io.Writer) int {
+			return cmdEvents(args, resolveHome(""), stdout, stderr)
+		}},
+		{name: "lane", summary: "lane token LANE: the join token of a lane that takes bring-your-own runners",
+			run: cmdLane, subs: sortedKeys(laneCommands)},
+		{name: "clanker", summary: "clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)",
+			run: cmdClanker, subs: sortedKeys(clankerCommands)},
+		{name: "http", summary: "http key: the Loopsy API key peers and the loopsy CLI present", run: cmdHTTP, subs: []string{"key"}},
+		{name: "peers", summary: "the Loopsy peers this daemon knows (add ADDRESS[:PORT], rm NODE_ID); run --peer NAME runs a job on one",
+			run: cmdPeers, subs: []string{"list", "add", "rm"}},
+		{name: "executor", summary: "an executor that runs a command-line agent per prompt (an [executors.NAME] command)",
+			run: cmdExecutor, noHome: "--home is not used by executor (the daemon gives it --socket PATH)"},
+		{name: "runner", summary: "a lane's runner process (spawned by the daemon, or a bring-your-own runner)",
+			run:    func(args []string, _, _ io.Writer) int { return runner.Main(args) },
+			noHome: "--home is not used by runner (it takes --socket PATH)"},
+		{name: "sandbox-exec", hidden: true, run: func(args []string, _, stderr io.Writer) int { return cmdSandboxExec(args, stderr) }},
+		{name: "version", summary: "print the version, commit and Go version", run: cmdVersion},
+		{name: "completion", summary: "completion bash|zsh|fish: a completion script for the shell", run: cmdCompletion,
+			subs: sortedKeys(completionShellNames)},
+		{name: "help", summary: "help COMMAND: a command's options", run: cmdHelp},
+	}
+}
+
+// usageText is the top-level usage: the commands from the table.
+func usageText() string {
+	w := 0
+	for _, c := range commands {
+		if !c.hidden {
+			w = max(w, len(c.name))
+		}
+	}
+	var b strings.Builder
+	b.WriteString(usageHead)
+	for _, c := range commands {
+		if !c.hidden {
+			fmt.Fprintf(&b, "  %-*s  %s\n", w, c.name, c.summary)
+		}
+	}
+	b.WriteString(usageFoot)
+	return b.String()
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func realMain(args []string, stdout, stderr io.Writer) int {
-	// Global flags come before the command: orchestrd --home X jobs.
-	fs := flag.NewFlagSet("orchestrd", flag.ContinueOnError)
+// globalFlags are the flags before the command.
+func globalFlags() (fs *flag.FlagSet, home *string, showVersion *bool) {
+	fs = flag.NewFlagSet("orchestrd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	home := fs.String("home", "", "daemon home `DIR` for the command (default $ORCHESTRD_HOME or ~/.orchestrd)")
-	showVersion := fs.Bool("version", false, "print the version")
+	home = fs.String("home", "", "daemon home `DIR` for the command (default $ORCHESTRD_HOME or ~/.orchestrd)")
+	showVersion = fs.Bool("version", false, "print the version")
+	return fs, home, showVersion
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	// Global flags come before the command: orchestrd --home X jobs.
+	fs, home, showVersion := globalFlags()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(fs, usage, stdout)
+			printUsage(fs, usageText(), stdout)
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
-		printUsage(fs, usage, stderr)
-		return exitUsage
+		return usageLine(stderr, "", flagError(fs, err))
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "orchestrd", version)
+		fmt.Fprintln(stdout, versionLine())
 		return exitOK
 	}
 	if fs.NArg() == 0 {
-		printUsage(fs, usage, stderr)
+		printUsage(fs, usageText(), stderr)
 		return exitUsage
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	// A global --home is the command's own --home, given first: one given
-	// after the command still wins.
-	withHome := func(rest []string) []string {
-		if *home == "" {
-			return rest
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	cmd := findCommand(name)
+	if cmd == nil {
+		msg := fmt.Sprintf("unknown command %q", name)
+		if s := suggest(name, commandNames()); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
 		}
-		return append([]string{"--home", *home}, rest...)
+		return usageLine(stderr, "", msg)
 	}
-	switch cmd {
-	case "serve":
-		return cmdServe(withHome(rest), stdout, stderr)
-	case "runner":
-		if *home != "" {
-			fmt.Fprintln(stderr, "orchestrd runner: --home is not used by runner (it takes --socket PATH)")
-			return exitUsage
+	if *home != "" {
+		if cmd.noHome != "" {
+			return usageLine(stderr, cmd.name, cmd.noHome)
 		}
-		return runner.Main(rest)
-	case "sandbox-exec":
-		return cmdSandboxExec(rest, stderr)
-	case "executor":
-		if *home != "" {
-			fmt.Fprintln(stderr, "orchestrd executor: --home is not used by executor (the daemon gives it --socket PATH)")
-			return exitUsage
-		}
-		return cmdExecutor(rest, stdout, stderr)
-	case "run":
-		return cmdRun(withHome(rest), stdout, stderr)
-	case "jobs":
-		return cmdJobs(withHome(rest), stdout, stderr)
-	case "cancel":
-		return cmdCancel(withHome(rest), stdout, stderr)
-	case "status":
-		return cmdStatus(withHome(rest), stdout, stderr)
-	case "approvals":
-		return cmdApprovals(withHome(rest), stdout, stderr)
-	case "approve":
-		return cmdApprove(withHome(rest), stdout, stderr)
-	case "deny":
-		return cmdDeny(withHome(rest), stdout, stderr)
-	case "reply":
-		return cmdReply(withHome(rest), stdout, stderr)
-	case "prompt":
-		return cmdPrompt(withHome(rest), stdout, stderr)
-	case "tasks":
-		return cmdTasks(withHome(rest), stdout, stderr)
-	case "stop":
-		return cmdStop(withHome(rest), stdout, stderr)
-	case "session":
-		return cmdSession(withHome(rest), stdout, stderr)
-	case "terminal":
-		return cmdTerminal(withHome(rest), stdout, stderr)
-	case "events":
-		return cmdEvents(rest, resolveHome(*home), stdout, stderr)
-	case "lane":
-		return cmdLane(withHome(rest), stdout, stderr)
-	case "clanker":
-		return cmdClanker(withHome(rest), stdout, stderr)
-	case "peers":
-		return cmdPeers(withHome(rest), stdout, stderr)
-	case "http":
-		return cmdHTTP(withHome(rest), stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "orchestrd", version)
-		return exitOK
-	case "help":
-		if len(rest) > 0 && rest[0] != "help" {
-			return realMain([]string{rest[0], "--help"}, stdout, stderr)
-		}
-		printUsage(fs, usage, stdout)
-		return exitOK
+		// A global --home is the command's own --home, given first: one
+		// given after the command still wins.
+		rest = append([]string{"--home", *home}, rest...)
 	}
-	fmt.Fprintf(stderr, "orchestrd: unknown command %q\n", cmd)
-	printUsage(fs, usage, stderr)
-	return exitUsage
+	return cmd.run(rest, stdout, stderr)
+}
+
+// findCommand is the command named name, or nil.
+func findCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+const helpUsage = `orchestrd help [COMMAND]
+
+Lists the commands, or shows COMMAND's options (as COMMAND --help).`
+
+// cmdHelp is help [COMMAND].
+func cmdHelp(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("help")
+	home := homeFlag(fs)
+	pos, code, ok := parseInterspersed(fs, helpUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return usageError(fs, helpUsage, stderr, "want at most one COMMAND")
+	}
+	if len(pos) == 1 && pos[0] != "help" {
+		return realMain(append(opt("--home", *home), pos[0], "--help"), stdout, stderr)
+	}
+	gfs, _, _ := globalFlags()
+	printUsage(gfs, usageText(), stdout)
+	return exitOK
 }
 
 const serveUsage = `orchestrd serve [--home DIR] [--config FILE] [--log-format json|console] [--log-level LEVEL]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +54,7 @@ func localAPI(home string) (*loopsy.Client, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	key, err := httpapi.LoadKey(home)
+	key, err := ownKey(home)
 	if err != nil {
 		return nil, err
 	}
@@ -90,9 +89,7 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		if *asJSON {
-			b, _ := json.MarshalIndent(map[string]any{"peers": peers}, "", "  ")
-			fmt.Fprintln(stdout, string(b))
-			return exitOK
+			return printList(stdout, stderr, "peers", peers, listCut{})
 		}
 		if len(peers) == 0 {
 			fmt.Fprintln(stdout, "no peers (add one: orchestrd peers add ADDRESS[:PORT])")
@@ -231,7 +228,7 @@ func peerKey(home, keyFile, name string, peer *loopsy.Peer) (string, error) {
 		return "", fmt.Errorf("peer %s (%s) was found by mDNS only, which anyone on the network can answer, so this daemon's key is not sent to it: "+
 			"add it yourself (orchestrd peers add %s --node-id %s), or give --key-file", name, addr, addr, peer.NodeID)
 	}
-	return httpapi.LoadKey(home)
+	return ownKey(home)
 }
 
 // runOnPeer runs argv on a peer's lanes through its HTTP API, streaming its

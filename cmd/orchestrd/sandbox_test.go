@@ -92,11 +92,11 @@ echo probe-done`, d.home, d.bin, d.cmd.Process.Pid)
 	}
 	// Nothing reached the net lane but what the test itself submitted.
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--lane", "net", "--json")
-	var jobs []api.JobRecord
+	var jobs struct{ Jobs []api.JobRecord }
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
 		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
 	}
-	for _, j := range jobs {
+	for _, j := range jobs.Jobs {
 		if len(j.Argv) == 0 || j.Argv[0] != "sh" {
 			t.Errorf("a job submitted from inside a job ran: %+v", j)
 		}
@@ -359,11 +359,11 @@ func (d *sandboxDaemon) events() []map[string]any {
 // jobWith is the id of the job whose command has s.
 func (d *sandboxDaemon) jobWith(t *testing.T, s string) string {
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
-	var jobs []api.JobRecord
+	var jobs struct{ Jobs []api.JobRecord }
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
 		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
 	}
-	for _, j := range jobs {
+	for _, j := range jobs.Jobs {
 		if strings.Contains(strings.Join(j.Argv, " ")+j.Command, s) {
 			return j.ID
 		}
@@ -374,11 +374,11 @@ func (d *sandboxDaemon) jobWith(t *testing.T, s string) string {
 
 func (d *sandboxDaemon) jobRecord(t *testing.T, id string) []byte {
 	out, errOut, code := d.cli("jobs", "--home", d.home, "--json")
-	var jobs []json.RawMessage
+	var jobs struct{ Jobs []json.RawMessage }
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil {
 		t.Fatalf("jobs: exit %d %s %s", code, out, errOut)
 	}
-	for _, j := range jobs {
+	for _, j := range jobs.Jobs {
 		var r struct{ ID string }
 		if json.Unmarshal(j, &r) == nil && r.ID == id {
 			return j

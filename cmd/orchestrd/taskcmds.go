@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -576,8 +577,13 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "task.list", params, &res); err != nil {
 		return callErr(stderr, err)
 	}
+	if res.Truncated {
+		next := slices.Concat([]string{"tasks"}, opt("--home", *home), opt("--executor", *executor),
+			opt("--session", *session), opt("--state", *state), []string{"--limit", "0"}, optIf("--json", *asJSON))
+		defer moreHint(stderr, len(res.Tasks), "tasks", cmdLine(next...))
+	}
 	if *asJSON {
-		return printJSON(stdout, stderr, res)
+		return printList(stdout, stderr, "tasks", res.Tasks, listCut{truncated: res.Truncated})
 	}
 	if len(res.Tasks) == 0 {
 		fmt.Fprintln(stdout, "no tasks")
@@ -595,9 +601,6 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 			formatAge(now.Sub(t.CreatedAt)), t.MessageCount, cut(oneLine(t.Prompt), 50))
 	}
 	tw.Flush()
-	if res.Truncated {
-		fmt.Fprintf(stdout, "(more tasks than --limit %d: --limit 0 shows all)\n", *limit)
-	}
 	return exitOK
 }
 

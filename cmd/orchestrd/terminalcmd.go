@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +37,7 @@ func cmdTerminal(args []string, stdout, stderr io.Writer) int {
 	cwd := fs.String("cwd", "", "working `DIR` of the shell (default: the current directory)")
 	shell := fs.String("shell", "", "the `SHELL` to start (default: the executor's choice)")
 	list := fs.Bool("list", false, "list the open terminals instead")
-	asJSON := fs.Bool("json", false, "with --list: one JSON object per terminal")
+	asJSON := fs.Bool("json", false, "with --list: print the terminals as JSON")
 	if code, ok := parseFlags(fs, terminalUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -232,11 +231,7 @@ func listTerminals(c *client.Client, asJSON bool, stdout, stderr io.Writer) int 
 		return callErr(stderr, err)
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, t := range r.Terminals {
-			_ = enc.Encode(t)
-		}
-		return exitOK
+		return printList(stdout, stderr, "terminals", r.Terminals, listCut{})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEXECUTOR\tPID\tSIZE\tSTATE\tOUT\tIN\tCWD")

@@ -1,0 +1,221 @@
+package main
+
+// Job commands besides run, jobs and cancel: job (one record), wait (its
+// end, as run's exit code).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// exitStillRunning is wait's exit code when its --timeout passes first: the
+// job is still running (EX_TEMPFAIL: try again later). Not 124, which is
+// the job's own timeout.
+const exitStillRunning = 75
+
+// outputTailLines is how many of the kept output's last lines `job` shows.
+const outputTailLines = 10
+
+// ---- job ----
+
+const jobUsage = `orchestrd job [--home DIR] [--json] ID
+
+Shows job ID's record, as job.get gives it: its state and exit, lane,
+runner, command, times, what it wrote and the last lines of the output
+kept. --json prints the record itself.`
+
+func cmdJob(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("job")
+	home := homeFlag(fs)
+	asJSON := fs.Bool("json", false, "print the record as JSON")
+	pos, code, ok := parseInterspersed(fs, jobUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(fs, jobUsage, stderr, "want exactly one job ID")
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	var res struct {
+		Job api.JobRecord `json:"job"`
+	}
+	if err := call(c, "job.get", map[string]any{"id": pos[0]}, &res); err != nil {
+		return callErr(stderr, err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, res.Job)
+	}
+	printJob(stdout, res.Job, time.Now())
+	return exitOK
+}
+
+// printJob writes a record as aligned "field  value" lines, then the last
+// lines of the output it keeps.
+func printJob(w io.Writer, j api.JobRecord, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("job", j.ID)
+	state := string(j.State)
+	if j.ExitCode != nil {
+		state += ", exit " + strconv.Itoa(int(*j.ExitCode))
+	}
+	if j.Signal != "" {
+		state += ", killed by " + j.Signal
+	}
+	row("state", state)
+	row("lane", j.Lane)
+	if j.RunnerID != "" {
+		r := j.RunnerID
+		if j.RunnerPid > 0 {
+			r += " (pid " + strconv.Itoa(j.RunnerPid) + ")"
+		}
+		row("runner", r)
+	}
+	row("command", commandLine(j))
+	if j.Cwd != "" {
+		row("cwd", j.Cwd)
+	}
+	stamp := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000") }
+	row("created", stamp(j.CreatedAt)+" ("+formatAge(now.Sub(j.CreatedAt))+" ago)")
+	if j.DispatchedAt != nil {
+		row("dispatched", stamp(*j.DispatchedAt))
+	}
+	if j.FinishedAt != nil {
+		row("finished", stamp(*j.FinishedAt))
+	}
+	if j.DurationMs > 0 || j.State.Terminal() {
+		row("duration", formatDuration(time.Duration(j.DurationMs)*time.Millisecond))
+	}
+	if j.Error != "" {
+		row("error", j.Error)
+	}
+	row("output", outputSummary(j))
+	tw.Flush()
+	if j.Output == "" {
+		return
+	}
+	lines := strings.Split(strings.TrimSuffix(j.Output, "\n"), "\n")
+	if len(lines) > outputTailLines {
+		fmt.Fprintf(w, "\nlast %d lines of output:\n", outputTailLines)
+		lines = lines[len(lines)-outputTailLines:]
+	} else {
+		fmt.Fprintln(w)
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", printable(l))
+	}
+}
+
+// outputSummary says how much the job wrote and what its record keeps.
+func outputSummary(j api.JobRecord) string {
+	wrote := sizeOf(j.OutputBytes)
+	switch {
+	case !j.State.Terminal():
+		return "not in the record until the job ends"
+	case j.OutputEvicted:
+		return wrote + ", no longer kept (finished jobs' output is held within [daemon] finished_output_bytes)"
+	case j.OutputBytes == 0 && j.Output == "":
+		return "none"
+	case j.OutputTruncated:
+		return wrote + ", the first " + sizeOf(int64(len(j.Output))) + " kept (max_output_bytes)"
+	case j.OutputBytes == 0: // a runner that does not count (a Loopr runner)
+		return sizeOf(int64(len(j.Output)))
+	}
+	return wrote
+}
+
+// sizeOf is n bytes for a person: "8 B", "1.5 MiB".
+func sizeOf(n int64) string {
+	if n <= 0 {
+		return "0 B"
+	}
+	return humanBytes(uint64(n))
+}
+
+// printable makes a line of a job's output safe for a terminal: control
+// characters but tab, and bytes that are not UTF-8, as \xNN.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1, r < ' ' && r != '\t', r == 0x7f, r >= 0x80 && r < 0xa0:
+			for _, c := range []byte(s[i : i+n]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// ---- wait ----
+
+const waitUsage = `orchestrd wait [--home DIR] [--timeout D] [--json] ID
+
+Waits until job ID ends and exits as 'orchestrd run' would have: the job's
+exit code, 128+n when a signal killed it, 124 when it timed out, 130 when
+it was cancelled, 1 when it failed for another reason (saying why on
+stderr). With --timeout it gives up when D passes first and exits 75: the
+job runs on. Ctrl-C stops waiting, not the job.`
+
+func cmdWait(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("wait")
+	home := homeFlag(fs)
+	timeout := new(time.Duration)
+	fs.Var(timeoutFlag{timeout}, "timeout", "give up after `D` (seconds or a duration: 30, 2m), exit 75 (default: wait for the end)")
+	asJSON := fs.Bool("json", false, "print the job's final record as JSON")
+	pos, code, ok := parseInterspersed(fs, waitUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(fs, waitUsage, stderr, "want exactly one job ID")
+	}
+	id := pos[0]
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	params := map[string]any{"id": id}
+	if *timeout > 0 {
+		params["timeout_ms"] = max(1, timeout.Milliseconds())
+	}
+	var res struct {
+		Job api.JobRecord `json:"job"`
+	}
+	// No deadline of our own: the daemon answers at the end, or at
+	// timeout_ms; a daemon that goes away ends the call.
+	err := c.Call(context.Background(), "job.wait", params, &res)
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == api.CodeInvalidState && *timeout > 0 {
+		fmt.Fprintf(stderr, "orchestrd: job %s is still not finished after %s (wait again, or orchestrd cancel %s)\n", id, *timeout, id)
+		return exitStillRunning
+	}
+	if err != nil {
+		return callErr(stderr, err)
+	}
+	if *asJSON {
+		if code := printJSON(stdout, stderr, res.Job); code != exitOK {
+			return code
+		}
+	}
+	return (&jobFollower{stderr: stderr}).exitCode(res.Job)
+}
