@@ -60,6 +60,11 @@ type job struct {
 	truncated bool
 	cg        *proc.Cgroup // the job's cgroup, nil without one
 	cgKilled  bool         // its leftovers were killed through cgroup.kill
+	// Flow control (credit.go): output sent and acknowledged, and the
+	// stdin fed by StdinChunk frames (nil unless Job.stdin_stream).
+	sent, acked int64
+	credit      sync.Cond // on mu: acked grew, or the process exited
+	in          *stdinStream
 }
 
 // killLocked records reason and SIGKILLs the job's process group. It
@@ -144,6 +149,10 @@ func (r *runner) reject(id, msg string, withResult bool) {
 // prepare turns a Job into a runnable job, or returns why it cannot run.
 func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	j := &job{r: r, id: spec.JobID}
+	j.credit.L = &j.mu
+	if spec.StdinStream {
+		j.in = newStdinStream()
+	}
 	if len(spec.Argv) == 0 && spec.Command == "" {
 		return nil, "job has neither argv nor command"
 	}
@@ -371,6 +380,7 @@ func (j *job) execute() wire.Result {
 	}
 	j.mu.Lock()
 	j.exited = true
+	j.credit.Broadcast() // what is left in its pipes goes without waiting
 	j.mu.Unlock()
 	// Whatever the job left behind goes with it: its process group, its
 	// cgroup, and what it daemonised out of both. The main process is a
@@ -486,6 +496,7 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:j.r.chunk]
 	for {
+		j.waitCredit()
 		n, err := f.Read(buf)
 		if n > 0 {
 			j.emit(s, buf[:n])
@@ -502,7 +513,8 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 // The cap bounds what the runner keeps in memory, not what it streams: the
 // daemon keeps its own capped copy from the chunks, and a client following
 // the job gets every byte. A daemon that reads slowly slows the job down
-// (send blocks, the pipe fills), so nothing piles up here.
+// (send blocks, the pipe fills), and one that gives no credit stops pump
+// reading (waitCredit), so nothing piles up here.
 func (j *job) emit(s wire.Stream, p []byte) {
 	j.mu.Lock()
 	take := max(0, min(len(p), j.limit-len(j.out)))
@@ -512,6 +524,7 @@ func (j *job) emit(s wire.Stream, p []byte) {
 	if take > 0 {
 		j.out = append(j.out, p[:take]...)
 	}
+	j.sent += int64(len(p))
 	j.mu.Unlock()
 	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
 }
