@@ -281,13 +281,20 @@ func TestApprovalsMigrationFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := api.JobSpec{Command: "true"}
-	if err := old.Jobs().Submit(ctx, submitted("j-old", "net", spec, time.Now()), spec); err != nil {
-		t.Fatal(err)
-	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A job as a version-1 orchestrd wrote it (its job_specs had fewer
+	// columns than today's).
+	db := rawDB(t, path)
+	if _, err := db.Exec(`INSERT INTO jobs(id, lane, state, created_at, command) VALUES('j-old', 'net', 'queued', ?, 'true')`,
+		time.Now().UTC().Format(timeLayout)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO job_specs(seq) VALUES(last_insert_rowid())`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
 	if v := userVersion(t, path); v != 1 {
 		t.Fatalf("the old file is at version %d", v)
 	}

@@ -194,7 +194,7 @@ func (w *jobSubmitted) prepare() error {
 	}
 	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd)}
 	w.specArgs = []any{nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID),
-		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64)}
+		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), sp.StdinStream}
 	return nil
 }
 
@@ -208,7 +208,7 @@ func (w *jobSubmitted) apply(t *wtx) error {
 		return err
 	}
 	_, err = t.exec(`INSERT INTO job_specs(seq, worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
-		agent_id, tool_name, stdin, stdin_b64) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
+		agent_id, tool_name, stdin, stdin_b64, stdin_stream) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
 	return err
 }
 
@@ -321,7 +321,7 @@ const (
 	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
-		s.stdin, s.stdin_b64`
+		s.stdin, s.stdin_b64, s.stdin_stream`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -339,11 +339,12 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		worktree, env, files, agent, tool      sql.NullString
 		timeoutMs, maxOut                      sql.NullInt64
 		stdin, stdinB64, out                   []byte
+		stdinStream                            bool
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
 		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd}
 	if spec != nil {
-		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64)
+		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &stdinStream)
 	}
 	if output {
 		dest = append(dest, &out)
@@ -379,7 +380,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 	if spec != nil {
 		*spec = api.JobSpec{Lane: r.Lane, Command: r.Command, Argv: r.Argv, Cwd: r.Cwd, WorktreeDir: worktree.String,
 			TimeoutMs: uint64(timeoutMs.Int64), MaxOutputBytes: uint64(maxOut.Int64), AgentID: agent.String,
-			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64}
+			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64, StdinStream: stdinStream}
 		if env.Valid {
 			if err := json.Unmarshal([]byte(env.String), &spec.Env); err != nil {
 				return r, fmt.Errorf("job %s: env: %w", r.ID, err)

@@ -24,7 +24,7 @@ func fullSpec() api.JobSpec {
 	return api.JobSpec{Lane: "", Command: "sh", Argv: []string{"-c", `echo "a < b" && printf 'é\n'`}, Cwd: "/tmp/w",
 		WorktreeDir: "/tmp/wt", Env: map[string]string{"A": "1", "B": "x=y", "ÜNI": "ç"}, TimeoutMs: 30000,
 		MaxOutputBytes: 1 << 20, FilePaths: []string{"a.go", "b/c.go"}, AgentID: "agent-7", ToolName: "bash",
-		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}}
+		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, StdinStream: true}
 }
 
 func submitted(id, lane string, spec api.JobSpec, at time.Time) api.JobRecord {

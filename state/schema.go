@@ -229,6 +229,9 @@ CREATE VIEW task_messages AS
 		json_extract(m.value, '$.ts') AS ts, json_extract(m.value, '$.received_at') AS received_at
 	FROM task_message_batches b, json_each(b.messages) m;
 `},
+	{version: 7, name: "a job's streamed stdin", sql: `
+ALTER TABLE job_specs ADD COLUMN stdin_stream INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it
