@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Job output is bytes, and JSON strings are text: a Go string holding bytes
@@ -38,4 +39,31 @@ func BytesField(name string, text *string, b64 []byte) (string, error) {
 		return *text, nil
 	}
 	return string(b64), nil
+}
+
+// AppendBytesFieldCompact is AppendBytesField choosing the shorter form:
+// text when b is valid UTF-8 and its JSON escapes (control bytes are six
+// bytes each) leave it no longer than base64, else NAME_b64. Streams use
+// it: a job writing NUL bytes would otherwise send six bytes for each.
+func AppendBytesFieldCompact(dst []byte, name string, b []byte) []byte {
+	extra := 0
+	for _, c := range b {
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f':
+			extra++
+		case c < 0x20:
+			extra += 5
+		}
+	}
+	if extra <= len(b)/3 && utf8.Valid(b) {
+		dst = append(dst, ',', '"')
+		dst = append(dst, name...)
+		dst = append(dst, '"', ':')
+		return AppendJSONString(dst, unsafe.String(unsafe.SliceData(b), len(b)), false) // read only, not kept
+	}
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, `_b64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"')
 }

@@ -95,3 +95,23 @@ func TestStreamExtensions(t *testing.T) {
 		}
 	}
 }
+
+// A base64 OutputChunk decodes to the same chunk as the array form.
+func TestOutputChunkBase64(t *testing.T) {
+	c := OutputChunk{JobID: "j-1", Chunk: Bytes("ok \xff\x00\n"), Stream: Stderr}
+	frame, err := MarshalOutputChunkBase64(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(frame[HeaderSize:]) != `{"job_id":"j-1","chunk":"b2sg/wAK","stream":"Stderr"}` || frame[4] != byte(TypeOutputChunk) {
+		t.Fatalf("frame %q", frame)
+	}
+	fm, err := NewFrameReader(bytes.NewReader(frame), 0).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back OutputChunk
+	if err := Unmarshal(fm, &back); err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("decoded %#v (%v)", back, err)
+	}
+}

@@ -27,6 +27,22 @@ func (j *job) waitCredit() {
 	j.mu.Unlock()
 }
 
+// sendChunk sends an OutputChunk: base64 to a daemon that gave an output
+// window (orchestrd's, which reads it: a third of the size and work of an
+// array), an array of numbers (serde's Vec<u8>) to any other.
+func (r *runner) sendChunk(c *wire.OutputChunk) {
+	if r.window <= 0 {
+		_ = r.send(wire.TypeOutputChunk, c)
+		return
+	}
+	b, err := wire.MarshalOutputChunkBase64(c)
+	if err != nil {
+		r.log.Error().Err(err).Msg("encoding frame")
+		return
+	}
+	_ = r.sendRaw(wire.TypeOutputChunk, b)
+}
+
 // outputAcked takes an OutputAck: the job's pumps may read again.
 func (r *runner) outputAcked(a wire.OutputAck) {
 	r.mu.Lock()

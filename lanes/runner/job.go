@@ -526,7 +526,7 @@ func (j *job) emit(s wire.Stream, p []byte) {
 	}
 	j.sent += int64(len(p))
 	j.mu.Unlock()
-	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
+	j.r.sendChunk(&wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
 }
 
 // sendResult writes a Result, cutting its output further if the frame would
