@@ -46,16 +46,22 @@ func BytesField(name string, text *string, b64 []byte) (string, error) {
 // bytes each) leave it no longer than base64, else NAME_b64. Streams use
 // it: a job writing NUL bytes would otherwise send six bytes for each.
 func AppendBytesFieldCompact(dst []byte, name string, b []byte) []byte {
-	extra := 0
+	extra, limit := 0, len(b)/3
 	for _, c := range b {
-		switch {
-		case c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f':
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		switch c {
+		case '"', '\\', '\n', '\t', '\r', '\b', '\f':
 			extra++
-		case c < 0x20:
+		default:
 			extra += 5
 		}
+		if extra > limit {
+			break // base64 is shorter: no need to look further
+		}
 	}
-	if extra <= len(b)/3 && utf8.Valid(b) {
+	if extra <= limit && utf8.Valid(b) {
 		dst = append(dst, ',', '"')
 		dst = append(dst, name...)
 		dst = append(dst, '"', ':')
