@@ -31,6 +31,7 @@ A supervisor for AI-agent processes.
 commands:
   serve     run the daemon in the foreground
   run       run a job, stream its output, exit with its code
+  logs      logs ID [-f]: a job's output (-f: follow it until it ends)
   jobs      list jobs
   cancel    cancel a job
   approvals pending approvals (--all: history, --watch: answer them as they come; rules [rm ID])
@@ -109,6 +110,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdExecutor(rest, stdout, stderr)
 	case "run":
 		return cmdRun(withHome(rest), stdout, stderr)
+	case "logs":
+		return cmdLogs(withHome(rest), stdout, stderr)
 	case "jobs":
 		return cmdJobs(withHome(rest), stdout, stderr)
 	case "cancel":
