@@ -27,6 +27,21 @@ type Call interface {
 	OnClose(f func())
 }
 
+// StreamCall is a Call whose front-end can also send its client lines
+// ahead of the answer, at the client's pace: the control socket's calls are
+// (job.stream). A line is never dropped; the method sends the next once
+// the client's connection has taken the last, so a client that does not
+// read holds the method back, not the daemon's memory.
+type StreamCall interface {
+	Call
+	// Push queues one event line for the call's client: event, with data
+	// (a JSON object) as its data. taken runs once the client's socket
+	// has taken the line (true), or the connection is gone without it
+	// (false); it must not block. Pushed after the answer, a line is
+	// dropped (taken(false)).
+	Push(event string, data []byte, taken func(ok bool))
+}
+
 // Handler serves one method.
 type Handler func(Call)
 

@@ -57,6 +57,9 @@ const (
 	// ErrLaneRemoved: the daemon died while the job was queued, and the
 	// daemon that started next has no lane of its name in its config.
 	ErrLaneRemoved = "lane_removed"
+	// ErrStdinLost: the daemon died while the job was queued, and its
+	// stdin was to be streamed by a client that is gone with it.
+	ErrStdinLost = "stdin_lost"
 )
 
 // DefaultLane is the lane of a job submitted without one.
@@ -84,6 +87,11 @@ type JobSpec struct {
 	// it is cancelled or times out: 0 is SIGKILL at once, absent the
 	// lane's kill_grace; at most MaxKillGraceMs.
 	KillGraceMs *uint64 `json:"kill_grace_ms,omitempty"`
+	// StdinStream: the job's stdin comes while it runs, through job.stdin
+	// calls (any size, flow-controlled), until one with eof or until the
+	// client streaming it goes away. Not with stdin or stdin_b64. Not
+	// durable: a job still queued when the daemon died fails stdin_lost.
+	StdinStream bool `json:"stdin_stream,omitempty"`
 }
 
 // MaxKillGraceMs is the longest kill grace a job or a lane can have: an

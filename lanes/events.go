@@ -275,6 +275,32 @@ type JobOutputEvicted struct {
 
 func (JobOutputEvicted) Kind() string { return "job.output_evicted" }
 
+// JobStreamOpened: a reader that must not lose bytes attached to a job's
+// output (run, logs -f, /execute/stream): from the start (attached at
+// submission), running (the kept bytes, then live) or record (a finished
+// job's kept output). While it is behind, the job's runner waits for it.
+type JobStreamOpened struct {
+	JobID  string `json:"job_id"`
+	Reader string `json:"reader"` // control, http
+	From   string `json:"from"`   // start, running, record
+}
+
+func (JobStreamOpened) Kind() string { return "job.stream_opened" }
+
+// JobStreamClosed: such a reader let go: it read to the end (ended) or its
+// client went away (detached). Bytes it delivered, Missed it did not get
+// (not kept before it attached, or past the daemon's bound behind a runner
+// without flow control).
+type JobStreamClosed struct {
+	JobID  string `json:"job_id"`
+	Reader string `json:"reader"`
+	Reason string `json:"reason"` // ended, detached
+	Bytes  int64  `json:"bytes"`
+	Missed int64  `json:"missed,omitempty"`
+}
+
+func (JobStreamClosed) Kind() string { return "job.stream_closed" }
+
 // OrphanKilled: a job process was killed because it outlived what it
 // belonged to: its job ended (reason job_ended; the runner killed it and
 // said so in the job's Result) or its runner died (runner_gone; the daemon,
@@ -321,5 +347,6 @@ func init() {
 	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
-		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{})
+		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{},
+		JobStreamOpened{}, JobStreamClosed{})
 }

@@ -39,6 +39,8 @@ func TestKinds(t *testing.T) {
 		OrphanKilled{Pid: 50, Pgid: 50, JobID: "j1", Lane: "review", Command: "sleep", Reason: "runner_gone"},
 		JobRecovered{JobID: "j1", Lane: "review", Action: "failed", Was: "running", Error: "daemon_lost"},
 		StateWriteFailed{What: "record job j1 submitted", Error: "state store /h/state.db: disk I/O error"},
+		JobStreamOpened{JobID: "j1", Reader: "control", From: "start"},
+		JobStreamClosed{JobID: "j1", Reader: "http", Reason: "detached", Bytes: 1 << 20, Missed: 4096},
 	)
 }
 

@@ -19,6 +19,7 @@ type (
 		gen      int // the runner's incarnation the lane chose
 		w        wire.Job
 		direct   bool // the lane hands it to the runner itself (no JobLog)
+		stdinOK  bool // the runner takes streamed stdin
 	}
 	// dispatchRecorded: the job's dispatch (the epoch-th) is committed,
 	// or failed with err.
@@ -80,8 +81,7 @@ type jobActor struct {
 	sh       *shared
 	lane     actors.Ref
 	rec      api.JobRecord
-	maxOut   int
-	out      []byte // streamed output, capped
+	out      *outStream // its output: the capped copy, the readers
 	runner   actors.Ref
 	cancelRq []func(bool, error)
 	// cancelSent: a cancel went to the runner the job was dispatched to
@@ -95,17 +95,20 @@ type jobActor struct {
 	// the error that record ended with.
 	gen      int
 	w        wire.Job
+	stdinOK  bool
 	assigned bool
 	epoch    int
 	storeErr error
 
-	// outBytes counts every byte of output; streamed says chunks came (then
-	// Result.output, a JSON string that cannot carry every byte, is not
-	// used); partial holds, per stream, the start of a UTF-8 character cut
-	// by a chunk boundary, sent with the next chunk (see emitOutput).
-	outBytes int64
+	// streamed says chunks came (then Result.output, a JSON string that
+	// cannot carry every byte, is not used); partial holds, per stream,
+	// the start of a UTF-8 character cut by a chunk boundary, sent with
+	// the next chunk of job.output (see emitOutput).
 	streamed bool
 	partial  [2][]byte
+	// stdin streamed to the job (stdin.go), when submitted with
+	// stdin_stream.
+	stdin *stdinFeed
 
 	// A submission not yet committed: its spec to record, and the answer
 	// to job.submit once it is (submitRecorded). refused: its record
@@ -127,6 +130,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 	switch m := c.Message().(type) {
 	case actors.Started:
 		c.SetState(string(j.rec.State))
+		j.out.setActor(c.System(), c.Self())
 		if j.reply != nil {
 			// First in the store's write queue for this job: its dispatch
 			// can only commit after this does.
@@ -157,7 +161,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 			return
 		}
 		now := time.Now()
-		j.runner, j.gen, j.w, j.assigned = m.runner, m.gen, m.w, false
+		j.runner, j.gen, j.w, j.assigned, j.stdinOK = m.runner, m.gen, m.w, false, m.stdinOK
 		j.rec.State = api.StateDispatched
 		j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = m.runnerID, m.pid, &now
 		j.started = now
@@ -205,6 +209,9 @@ func (j *jobActor) Receive(c *actors.Context) {
 		c.StopSelf()
 	case jobAcked:
 		if j.rec.State == api.StateDispatched {
+			// The runner has it (and its actor knows it): acknowledgements
+			// of its output and its stdin go there from now on.
+			j.onRunner(c)
 			j.rec.State = api.StateRunning
 			c.SetState(string(j.rec.State))
 			j.sh.store.update(j.rec)
@@ -227,19 +234,20 @@ func (j *jobActor) Receive(c *actors.Context) {
 			return
 		}
 		j.streamed = true
-		j.keep(m.data)
+		j.out.write(streamName(streamIndex(m.stream)), m.data)
 		j.emitOutput(m.stream, m.data)
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode
 		j.rec.Signal, j.rec.StoppedBy = r.Signal, r.StoppedBy
 		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
-		if !j.streamed && r.Status != wire.StatusError {
+		if !j.streamed && r.Status != wire.StatusError && r.Output != "" {
 			// A runner that does not stream (Loopr's may not): its
 			// Result.output is all there is. An Error's output is the
 			// runner's word on why the job did not run (the record's
 			// error below), not the job's output.
-			j.keep([]byte(r.Output))
+			j.out.write(StreamStdout, []byte(r.Output))
+			j.sh.bus.Emit(JobOutput{JobID: j.rec.ID, Stream: StreamStdout, Data: r.Output})
 		}
 		if r.DurationMs > 0 {
 			j.rec.DurationMs = int64(r.DurationMs)
@@ -301,6 +309,10 @@ func (j *jobActor) Receive(c *actors.Context) {
 		m.reply(true, nil)
 	case jobBounced:
 		j.bounced(c, m)
+	case jobStdin:
+		j.stdinMsg(c, m)
+	case jobStdinAcked:
+		j.stdinAcked(c, m.bytes)
 	case jobDequeued:
 		if j.refused != nil {
 			j.drop(c)
@@ -367,6 +379,7 @@ func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 		return
 	}
 	runnerID := j.rec.RunnerID
+	j.offRunner()
 	j.runner = actors.Ref{}
 	j.rec.State = api.StateQueued
 	j.rec.RunnerID, j.rec.RunnerPid, j.rec.DispatchedAt = "", 0, nil
@@ -414,10 +427,9 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 		j.rec.DurationMs = now.Sub(j.started).Milliseconds()
 	}
 	j.flushPartial()
-	j.rec.Output = string(j.out)
-	j.rec.OutputBytes = j.outBytes
-	j.rec.OutputTruncated = j.outBytes > int64(len(j.out))
-	j.out = nil
+	j.out.record(&j.rec)
+	j.out.gone()
+	j.stdinEnded(api.Errorf(api.CodeInvalidState, "job %s finished (%s); its stdin is closed", j.rec.ID, st))
 	for _, r := range j.cancelRq {
 		r(false, api.Errorf(api.CodeInvalidState, "job %s finished (%s) before it could be cancelled", j.rec.ID, st))
 	}
@@ -428,7 +440,9 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	rec, sh := j.rec, j.sh
 	_, stopping := c.Message().(actors.Stopped)
 	self, sys := c.Self(), c.System()
+	out := j.out
 	sh.recordFinished(rec, func() {
+		defer out.end(rec) // readers get their EOF once the end is published
 		if sh.store.finish(rec) {
 			sh.bus.Emit(JobFinished{JobID: rec.ID, Lane: rec.Lane, RunnerID: rec.RunnerID,
 				State: string(rec.State), ExitCode: rec.ExitCode, Error: rec.Error, DurationMs: rec.DurationMs, Record: rec,
@@ -440,23 +454,16 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	})
 }
 
-// keep counts p and keeps it up to the job's output cap.
-func (j *jobActor) keep(p []byte) {
-	j.outBytes += int64(len(p))
-	if room := j.maxOut - len(j.out); room > 0 {
-		j.out = append(j.out, p[:min(len(p), room)]...)
-	}
-}
-
 // emitOutput sends a chunk to subscribers as job.output. The bytes go out
 // exactly as they came, except that a UTF-8 character the chunk boundary
 // cut in two is sent whole with the next chunk of its stream: text then
 // stays text ("data") instead of turning into base64 ("data_b64") because
 // of where the runner's read happened to end.
 func (j *jobActor) emitOutput(s wire.Stream, p []byte) {
-	i := 0
-	if s == wire.Stderr {
-		i = 1
+	i := streamIndex(s)
+	if !j.sh.bus.Wants("job.output") {
+		j.partial[i] = nil // nobody listens: no event to make
+		return
 	}
 	if len(j.partial[i]) > 0 {
 		p = append(j.partial[i], p...)
@@ -479,6 +486,13 @@ func (j *jobActor) flushPartial() {
 			j.partial[i] = nil
 		}
 	}
+}
+
+func streamIndex(s wire.Stream) int {
+	if s == wire.Stderr {
+		return 1
+	}
+	return 0
 }
 
 func streamName(i int) string {

@@ -15,7 +15,7 @@ import (
 func wireJob(s *api.JobSpec, id string) wire.Job {
 	w := wire.Job{JobID: id, AgentID: s.AgentID, ToolName: s.ToolName, Command: s.Command, Argv: s.Argv,
 		Cwd: s.Cwd, WorktreeDir: s.WorktreeDir, Env: s.Env, TimeoutMs: s.TimeoutMs,
-		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths, Stdin: s.StdinB64}
+		MaxOutputBytes: s.MaxOutputBytes, FilePaths: s.FilePaths, Stdin: s.StdinB64, StdinStream: s.StdinStream}
 	if g := s.KillGraceMs; g != nil && *g != wire.DefaultKillGraceMs {
 		v := *g
 		w.KillGraceMs = &v
@@ -52,6 +52,9 @@ func checkEnv(env map[string]string) error {
 func (m *Manager) takeStdin(spec *api.JobSpec) error {
 	if spec.Stdin != "" && len(spec.StdinB64) > 0 {
 		return api.Errorf(api.CodeInvalidParams, "job takes stdin or stdin_b64, not both")
+	}
+	if spec.StdinStream && (spec.Stdin != "" || len(spec.StdinB64) > 0) {
+		return api.Errorf(api.CodeInvalidParams, "job takes stdin_stream or its stdin inline (stdin, stdin_b64), not both")
 	}
 	if spec.Stdin != "" {
 		spec.StdinB64, spec.Stdin = []byte(spec.Stdin), ""

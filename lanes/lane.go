@@ -28,6 +28,9 @@ type (
 		// yet; its actor records it and answers once that is committed
 		// (submitRecorded). Nil for a job already recorded (recovery).
 		reply func(id string, err error)
+		// out is the job's output stream, made with the job (readers may
+		// be attached already).
+		out *outStream
 	}
 	cancelJob struct {
 		id    string
@@ -49,6 +52,7 @@ type (
 		pid     int
 		slots   int
 		spawned bool
+		stdinOK bool // it takes streamed stdin (wire.CapStdinStream)
 	}
 	runnerDown    struct{ id string }
 	runnerStable  struct{ id string }
@@ -105,6 +109,7 @@ type runnerSlot struct {
 	slots   int
 	spawned bool
 	stopped bool // process gone for good (daemon shutdown)
+	stdinOK bool
 }
 
 type queuedJob struct {
@@ -167,7 +172,7 @@ func (l *laneActor) Receive(c *actors.Context) {
 		if s == nil {
 			return
 		}
-		s.ready, s.active, s.slots, s.gen = true, 0, m.slots, m.gen
+		s.ready, s.active, s.slots, s.gen, s.stdinOK = true, 0, m.slots, m.gen, m.stdinOK
 		l.assignRole(s)
 		l.dispatch(c)
 		l.publish()
@@ -309,7 +314,13 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 		l.sh.recordFinished(rec, func() { l.sh.store.finish(rec) })
 		return
 	}
-	ja := &jobActor{sh: l.sh, lane: c.Self(), rec: m.rec, maxOut: int(m.spec.MaxOutputBytes)}
+	ja := &jobActor{sh: l.sh, lane: c.Self(), rec: m.rec, out: m.out}
+	if ja.out == nil {
+		ja.out = newOutStream(l.sh, m.rec.ID, int(m.spec.MaxOutputBytes))
+	}
+	if m.spec.StdinStream {
+		ja.stdin = &stdinFeed{}
+	}
 	if m.reply != nil {
 		ja.spec, ja.reply = m.spec, m.reply
 	}
@@ -394,7 +405,7 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		// the runner (jobActor.assign): a job recorded as queued never
 		// reached one. Without, the lane hands it over at once.
 		direct := l.sh.jobs == nil
-		d := jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid, gen: best.gen, direct: direct}
+		d := jobDispatched{runner: best.ref, runnerID: bestID, pid: best.status.Pid, gen: best.gen, direct: direct, stdinOK: best.stdinOK}
 		if !direct {
 			d.w = q.wire
 		}

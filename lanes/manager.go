@@ -257,6 +257,19 @@ func (m *Manager) Submit(spec api.JobSpec) (string, error) {
 // (CodeStoreUnavailable, state.write_failed, job.rejected) and gone from
 // its lane before reply hears of it.
 func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error)) {
+	m.submit(spec, "", func(id string, _ *OutputReader, err error) { reply(id, err) })
+}
+
+// SubmitReading is SubmitThen with a reader of the job's output attached
+// before the job exists, so it gets every byte from the first (see
+// OutputReader; who names the reader in job.stream_opened). reply gets the
+// reader with the id; on a refusal there is none.
+func (m *Manager) SubmitReading(spec api.JobSpec, who string, reply func(id string, r *OutputReader, err error)) {
+	m.submit(spec, who, reply)
+}
+
+func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r *OutputReader, err error)) {
+	reply := func(id string, err error) { answer(id, nil, err) }
 	if m.stopping.Load() {
 		reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
 		return
@@ -316,11 +329,25 @@ func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error))
 	id := m.idPre + fmt.Sprint(m.seq.Add(1))
 	rec := api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
-	m.sh.store.add(rec)
+	out := newOutStream(m.sh, id, int(spec.MaxOutputBytes))
+	var rd *OutputReader
+	if who != "" {
+		rd = out.attach(who)
+		reply = func(id string, err error) {
+			if err != nil {
+				rd.close("", false)
+				answer("", nil, err)
+				return
+			}
+			m.sh.bus.Emit(JobStreamOpened{JobID: id, Reader: who, From: "start"})
+			answer(id, rd, nil)
+		}
+	}
+	m.sh.store.add(rec, out)
 	if m.sh.jobs == nil {
 		m.sh.submitted.Add(1)
 		reply(id, nil)
-		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
+		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, out: out})
 		return
 	}
 	// The job's actor records it before anything else it records (its
@@ -328,7 +355,7 @@ func (m *Manager) SubmitThen(spec api.JobSpec, reply func(id string, err error))
 	// means a committed submission) and answers once that is committed;
 	// meanwhile the lane may already choose its runner, so the submission
 	// and the dispatch share a commit when a slot is free.
-	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, reply: reply})
+	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, reply: reply, out: out})
 }
 
 // Get returns a job's record: from memory while the job is live or

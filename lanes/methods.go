@@ -9,13 +9,15 @@ import (
 )
 
 // Register registers the lane methods with mux: job.submit, job.get,
-// job.list, job.cancel, job.wait and lane.list.
+// job.list, job.cancel, job.wait, job.stream, job.stdin and lane.list.
 func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("job.submit", m.submitMethod)
 	mux.Handle("job.get", m.getMethod)
 	mux.Handle("job.list", m.listMethod)
 	mux.Handle("job.cancel", m.cancelMethod)
 	mux.Handle("job.wait", m.waitMethod)
+	mux.Handle("job.stream", m.streamMethod)
+	mux.Handle("job.stdin", m.stdinMethod)
 	mux.Handle("lane.list", m.laneListMethod)
 }
 

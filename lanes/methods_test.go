@@ -94,7 +94,7 @@ func TestRegisterLaneMethods(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if want := []string{"job.cancel", "job.get", "job.list", "job.submit", "job.wait", "lane.list"}; !slices.Equal(names, want) {
+	if want := []string{"job.cancel", "job.get", "job.list", "job.stdin", "job.stream", "job.submit", "job.wait", "lane.list"}; !slices.Equal(names, want) {
 		t.Fatalf("registered %v, want %v", names, want)
 	}
 }
@@ -281,5 +281,105 @@ func TestJobWaitMethod(t *testing.T) {
 	mx.Mux["job.wait"](gone)
 	if n := waiters(m); n != 0 || gone.Answered() {
 		t.Fatalf("a wait for a client already gone: %d store waits, answered %v", n, gone.Answered())
+	}
+}
+
+// streamOut joins a job.stream's pushed lines: stdout and stderr, and the
+// id of the first line.
+func streamOut(t *testing.T, c *apitest.Call) (id string, stdout, stderr string) {
+	t.Helper()
+	for _, l := range c.Lines() {
+		if l.Event != StreamEvent {
+			t.Fatalf("pushed %s", l.Event)
+		}
+		var v struct {
+			JobID   string  `json:"job_id"`
+			Stream  string  `json:"stream"`
+			Data    *string `json:"data"`
+			DataB64 []byte  `json:"data_b64"`
+		}
+		if err := json.Unmarshal(l.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		id = v.JobID
+		d, _ := wire.BytesField("data", v.Data, v.DataB64)
+		if v.Stream == StreamStderr {
+			stderr += d
+		} else {
+			stdout += d
+		}
+	}
+	return id, stdout, stderr
+}
+
+// job.stream submits a job and pushes its output, its stdin streamed with
+// job.stdin, and answers with the record and what it delivered; job.stream
+// of a finished job gives its record's output.
+func TestStreamMethods(t *testing.T) {
+	_, mx := startMethodLanes(t)
+	c := mx.call(t, "job.stream", map[string]any{"submit": api.JobSpec{Command: "cat; echo done >&2"}, "stdin": true})
+	var id string
+	eventually(t, "the first line", func() bool { id, _, _ = streamOut(t, c); return id != "" })
+	mx.mustAnswer(t, "job.stdin", map[string]any{"id": id, "data": "hello "}, nil)
+	mx.mustAnswer(t, "job.stdin", map[string]any{"id": id, "data_b64": []byte("\xffworld\n"), "eof": true}, nil)
+	res, aerr := c.Wait(t, methodTimeout)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	var ans streamResult
+	if err := json.Unmarshal(res, &ans); err != nil {
+		t.Fatal(err)
+	}
+	_, out, errOut := streamOut(t, c)
+	if out != "hello \xffworld\n" || errOut != "done\n" || ans.Bytes != 18 || ans.Missed != 0 || ans.Job.State != api.StateSucceeded {
+		t.Fatalf("stdout %q stderr %q, answer %+v", out, errOut, ans)
+	}
+	// The record's output, a finished job's stream.
+	c = mx.call(t, "job.stream", map[string]any{"id": id})
+	if _, aerr := c.Wait(t, methodTimeout); aerr != nil {
+		t.Fatal(aerr)
+	}
+	if _, out, _ := streamOut(t, c); out != "hello \xffworld\ndone\n" {
+		t.Fatalf("finished job's stream %q", out)
+	}
+	if e := mx.mustFail(t, "job.stdin", map[string]any{"id": id, "data": "late"}); e.Code != api.CodeInvalidState {
+		t.Fatalf("stdin of a finished job: %+v", e)
+	}
+	if e := mx.mustFail(t, "job.stream", map[string]any{"id": "j-none-1"}); e.Code != api.CodeNotFound {
+		t.Fatalf("stream of no job: %+v", e)
+	}
+	if e := mx.mustFail(t, "job.stream", map[string]any{}); e.Code != api.CodeInvalidParams {
+		t.Fatalf("stream of nothing: %+v", e)
+	}
+	plain := mx.call(t, "job.submit", api.JobSpec{Command: "sleep 5"})
+	res, _ = plain.Wait(t, methodTimeout)
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	json.Unmarshal(res, &sub)
+	if e := mx.mustFail(t, "job.stdin", map[string]any{"id": sub.JobID, "data": "x"}); e.Code != api.CodeInvalidState ||
+		!strings.Contains(e.Message, "stdin_stream") {
+		t.Fatalf("stdin of a job without stdin_stream: %+v", e)
+	}
+	mx.mustAnswer(t, "job.cancel", map[string]any{"id": sub.JobID}, nil)
+}
+
+// A stream whose client goes away is detached at once, and the stdin it
+// streamed ends: the job reading it ends too.
+func TestStreamClientGone(t *testing.T) {
+	_, mx := startMethodLanes(t)
+	c := mx.call(t, "job.stream", map[string]any{"submit": api.JobSpec{Command: "cat"}, "stdin": true})
+	var id string
+	eventually(t, "the first line", func() bool { id, _, _ = streamOut(t, c); return id != "" })
+	c.Close()
+	w := mx.call(t, "job.wait", map[string]any{"id": id})
+	res, aerr := w.Wait(t, methodTimeout)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	var r struct{ Job api.JobRecord }
+	json.Unmarshal(res, &r)
+	if r.Job.State != api.StateSucceeded {
+		t.Fatalf("job after its stdin's client went: %+v", r.Job)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // finishWith adds and finishes a job with output out.
 func finishWith(s *store, id, out string) {
-	s.add(rec(id, api.StateRunning))
+	s.add(rec(id, api.StateRunning), nil)
 	r := rec(id, api.StateSucceeded)
 	r.Output = out
 	s.finish(r)
@@ -81,7 +81,7 @@ func TestStoreBoundsFinishedOutput(t *testing.T) {
 func TestStoreWaiterGetsOutputBeforeEviction(t *testing.T) {
 	s := newStore(4)
 	s.boundOutput(0, nil)
-	s.add(rec("a", api.StateRunning))
+	s.add(rec("a", api.StateRunning), nil)
 	var got api.JobRecord
 	s.wait("a", func(r api.JobRecord) { got = r })
 	r := rec("a", api.StateSucceeded)

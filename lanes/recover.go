@@ -47,6 +47,13 @@ func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 				Was: string(rec.State), Error: api.ErrDaemonLost})
 			rec.State, rec.Error, rec.FinishedAt = api.StateFailed, api.ErrDaemonLost, &now
 			failed = append(failed, rec)
+		case u.Spec.StdinStream:
+			// Its stdin was to come from a client that went with the
+			// daemon: it cannot run as submitted.
+			events = append(events, JobRecovered{JobID: rec.ID, Lane: rec.Lane, Action: "failed",
+				Was: string(rec.State), Error: api.ErrStdinLost})
+			rec.State, rec.Error, rec.FinishedAt = api.StateFailed, api.ErrStdinLost, &now
+			failed = append(failed, rec)
 		case !laneOK:
 			events = append(events, JobRecovered{JobID: rec.ID, Lane: rec.Lane, Action: "failed",
 				Was: string(rec.State), Error: api.ErrLaneRemoved})
@@ -75,9 +82,10 @@ func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 		}
 		// Admitted long ago: the queue limit does not apply.
 		h.pending.Add(1)
-		m.sh.store.add(rec)
+		out := newOutStream(m.sh, rec.ID, int(spec.MaxOutputBytes))
+		m.sh.store.add(rec, out)
 		m.sh.bus.Emit(JobRecovered{JobID: rec.ID, Lane: rec.Lane, Action: "requeued"})
-		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec})
+		m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, out: out})
 	}
 	r.Requeued = len(requeue)
 	return r, nil

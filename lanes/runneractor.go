@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -114,6 +115,10 @@ type runnerActor struct {
 	stopReq   bool // daemon shutdown
 	killReq   func()
 	pending   *connAttach // a byo runner's connection, attached at Started
+
+	// What the connected runner announced: it takes output
+	// acknowledgements (and got an output window), streamed stdin.
+	credit, stdinOK bool
 }
 
 func (r *runnerActor) Receive(c *actors.Context) {
@@ -255,6 +260,9 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			c.Send(r.lane, jobBounced{runnerID: r.id, gen: m.gen, job: m.job, w: m.w})
 			return
 		}
+		if !r.stdinOK {
+			m.w.StdinStream = false // it reads nothing (the job knew: jobDispatched.stdinOK)
+		}
 		r.jobs[m.w.JobID] = m.job
 		if !r.send(c, wire.TypeJob, m.w) {
 			return
@@ -262,6 +270,10 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.publish(c)
 	case memMeasured:
 		r.measured(c, m)
+	case outputAckMsg:
+		r.runnerOutputAck(c, m)
+	case toRunnerStdin:
+		r.runnerStdin(c, m)
 	case cancelOnRunner:
 		if _, ok := r.jobs[m.jobID]; ok && !r.down {
 			r.send(c, wire.TypeCancel, wire.Cancel{JobID: m.jobID, Force: m.force})
@@ -407,9 +419,14 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	r.conn = a.conn
 	r.out = make(chan []byte, 1024)
 	gen, self, sys := r.gen, c.Self(), c.System()
-	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots,
-		Config: wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: heartbeatInterval(r.cfg.HeartbeatTimeout.Duration),
-			MaxFrameBytes: r.sh.maxFrame, Env: r.cfg.Env, InheritEnv: r.cfg.InheritEnv}})
+	r.credit = slices.Contains(a.hs.Capabilities, wire.CapOutputCredit)
+	r.stdinOK = slices.Contains(a.hs.Capabilities, wire.CapStdinStream)
+	cfg := wire.RunnerConfig{Lane: r.laneN, HeartbeatIntervalMs: heartbeatInterval(r.cfg.HeartbeatTimeout.Duration),
+		MaxFrameBytes: r.sh.maxFrame, Env: r.cfg.Env, InheritEnv: r.cfg.InheritEnv}
+	if r.credit {
+		cfg.OutputWindow = OutputWindow
+	}
+	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots, Config: cfg})
 	if err == nil {
 		r.out <- ack
 	}
@@ -425,7 +442,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	c.SetState("ready")
 	r.armHeartbeat(c)
 	c.After(r.cfg.Restart.Stable.Duration, stableTimer{gen: gen})
-	c.Send(r.lane, runnerUp{id: r.id, ref: c.Self(), gen: r.gen, pid: r.pid, slots: r.cfg.Slots, spawned: r.spawned})
+	c.Send(r.lane, runnerUp{id: r.id, ref: c.Self(), gen: r.gen, pid: r.pid, slots: r.cfg.Slots, spawned: r.spawned, stdinOK: r.stdinOK})
 	r.publish(c)
 }
 
@@ -503,6 +520,10 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		}
 		c.Send(r.lane, slotFreed{id: r.id})
 		r.publish(c)
+	case wire.StdinAck:
+		if j, ok := r.jobs[m.JobID]; ok {
+			c.Send(j, jobStdinAcked{bytes: m.Bytes})
+		}
 	case wire.CancelAck:
 	case wire.Heartbeat:
 		r.reportedMem = m.MemoryBytes
@@ -657,6 +678,7 @@ var runnerFrames = map[wire.MsgType]func(wire.Frame) (any, error){
 	wire.TypeCancelAck:   decodeFrame[wire.CancelAck],
 	wire.TypeHeartbeat:   decodeFrame[wire.Heartbeat],
 	wire.TypeHandshake:   decodeFrame[wire.Handshake],
+	wire.TypeStdinAck:    decodeFrame[wire.StdinAck],
 }
 
 func decodeFrame[T any](f wire.Frame) (any, error) {

@@ -30,6 +30,7 @@ type store struct {
 
 type entry struct {
 	rec     api.JobRecord
+	out     *outStream // its output while it runs; nil once finished
 	waiters map[int]func(api.JobRecord)
 	nextW   int
 }
@@ -48,9 +49,9 @@ func (s *store) boundOutput(budget int64, onEvict func(rec api.JobRecord, bytes 
 	s.outBudget, s.onEvict = budget, onEvict
 }
 
-func (s *store) add(rec api.JobRecord) {
+func (s *store) add(rec api.JobRecord, out *outStream) {
 	s.mu.Lock()
-	s.jobs[rec.ID] = &entry{rec: rec}
+	s.jobs[rec.ID] = &entry{rec: rec, out: out}
 	s.counts[rec.State]++
 	s.mu.Unlock()
 }
@@ -90,6 +91,7 @@ func (s *store) finish(rec api.JobRecord) bool {
 	s.counts[e.rec.State]--
 	s.counts[rec.State]++
 	e.rec = rec
+	e.out = nil
 	ws := e.waiters
 	e.waiters = nil
 	s.finished = append(s.finished, rec.ID)
@@ -145,6 +147,18 @@ func (s *store) get(id string) (api.JobRecord, bool) {
 		return api.JobRecord{}, false
 	}
 	return e.rec, true
+}
+
+// stream returns a live job's output stream and record; out is nil for a
+// finished job (or one not in memory).
+func (s *store) stream(id string) (out *outStream, rec api.JobRecord, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.jobs[id]
+	if !ok {
+		return nil, api.JobRecord{}, false
+	}
+	return e.out, e.rec, true
 }
 
 // list returns matching jobs, oldest first.

@@ -14,7 +14,7 @@ func rec(id string, st api.State) api.JobRecord {
 
 func TestStoreWaitFinishEvict(t *testing.T) {
 	s := newStore(2)
-	s.add(rec("a", api.StateQueued))
+	s.add(rec("a", api.StateQueued), nil)
 	var got []api.JobRecord
 	var mu sync.Mutex
 	cancel, ok := s.wait("a", func(r api.JobRecord) { mu.Lock(); got = append(got, r); mu.Unlock() })
@@ -48,7 +48,7 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 		t.Fatal("wait on a finished job did not answer at once")
 	}
 	for _, id := range []string{"b", "c"} {
-		s.add(rec(id, api.StateQueued))
+		s.add(rec(id, api.StateQueued), nil)
 		s.finish(rec(id, api.StateFailed))
 	}
 	if _, ok := s.get("a"); ok {
@@ -71,8 +71,8 @@ func TestStoreListFilters(t *testing.T) {
 	a, b := rec("a", api.StateQueued), rec("b", api.StateQueued)
 	b.Lane = "heavy"
 	b.CreatedAt = a.CreatedAt.Add(time.Millisecond)
-	s.add(a)
-	s.add(b)
+	s.add(a, nil)
+	s.add(b, nil)
 	a.Output = "big"
 	a.State = api.StateSucceeded
 	s.finish(a)

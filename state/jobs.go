@@ -201,7 +201,7 @@ func (w *jobSubmitted) prepare() error {
 	}
 	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd)}
 	w.specArgs = []any{nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID),
-		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), grace}
+		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), grace, sp.StdinStream}
 	return nil
 }
 
@@ -215,7 +215,7 @@ func (w *jobSubmitted) apply(t *wtx) error {
 		return err
 	}
 	_, err = t.exec(`INSERT INTO job_specs(seq, worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
-		agent_id, tool_name, stdin, stdin_b64, kill_grace_ms) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
+		agent_id, tool_name, stdin, stdin_b64, kill_grace_ms, stdin_stream) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
 	return err
 }
 
@@ -329,7 +329,7 @@ const (
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd,
 		stopped_by`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
-		s.stdin, s.stdin_b64, s.kill_grace_ms`
+		s.stdin, s.stdin_b64, s.kill_grace_ms, s.stdin_stream`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -347,12 +347,13 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		worktree, env, files, agent, tool      sql.NullString
 		timeoutMs, maxOut, grace               sql.NullInt64
 		stdin, stdinB64, out                   []byte
+		stdinStream                            bool
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
 		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd,
 		&stoppedBy}
 	if spec != nil {
-		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace)
+		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace, &stdinStream)
 	}
 	if output {
 		dest = append(dest, &out)
@@ -388,7 +389,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 	if spec != nil {
 		*spec = api.JobSpec{Lane: r.Lane, Command: r.Command, Argv: r.Argv, Cwd: r.Cwd, WorktreeDir: worktree.String,
 			TimeoutMs: uint64(timeoutMs.Int64), MaxOutputBytes: uint64(maxOut.Int64), AgentID: agent.String,
-			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64}
+			ToolName: tool.String, Stdin: string(stdin), StdinB64: stdinB64, StdinStream: stdinStream}
 		if grace.Valid {
 			g := uint64(grace.Int64)
 			spec.KillGraceMs = &g

@@ -24,7 +24,7 @@ func fullSpec() api.JobSpec {
 	return api.JobSpec{Lane: "", Command: "sh", Argv: []string{"-c", `echo "a < b" && printf 'é\n'`}, Cwd: "/tmp/w",
 		WorktreeDir: "/tmp/wt", Env: map[string]string{"A": "1", "B": "x=y", "ÜNI": "ç"}, TimeoutMs: 30000,
 		MaxOutputBytes: 1 << 20, FilePaths: []string{"a.go", "b/c.go"}, AgentID: "agent-7", ToolName: "bash",
-		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, KillGraceMs: graceMs(2500)}
+		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, KillGraceMs: graceMs(2500), StdinStream: true}
 }
 
 func graceMs(v uint64) *uint64 { return &v }

@@ -235,6 +235,11 @@ CREATE VIEW task_messages AS
 ALTER TABLE job_specs ADD COLUMN kill_grace_ms INTEGER;
 ALTER TABLE jobs ADD COLUMN stopped_by TEXT CHECK (stopped_by IS NULL OR stopped_by = 'sigterm' OR stopped_by = 'sigkill');
 `},
+	// A job whose stdin a client streams (job.stdin): not durable, so a
+	// queued one is failed stdin_lost after a crash.
+	{version: 8, name: "a job's streamed stdin", sql: `
+ALTER TABLE job_specs ADD COLUMN stdin_stream INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -261,3 +261,33 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// AppendBytesFieldCompact writes text unless escapes would make it longer
+// than base64; either way the bytes read back exactly.
+func TestAppendBytesFieldCompact(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+	}{
+		{"hello\n", `,"data":"hello\n"`},
+		{"", `,"data":""`},
+		{"\x00\x00\x00", `,"data_b64":"AAAA"`},
+		{"ok \xff", `,"data_b64":"b2sg/w=="`},
+		{"a\tb", `,"data":"a\tb"`},
+	} {
+		got := string(AppendBytesFieldCompact(nil, "data", []byte(tc.in)))
+		if got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.in, got, tc.want)
+		}
+		var v struct {
+			Data    *string `json:"data"`
+			DataB64 []byte  `json:"data_b64"`
+		}
+		if err := json.Unmarshal([]byte("{"+got[1:]+"}"), &v); err != nil {
+			t.Fatal(err)
+		}
+		if back, err := BytesField("data", v.Data, v.DataB64); err != nil || back != tc.in {
+			t.Errorf("%q read back as %q (%v)", tc.in, back, err)
+		}
+	}
+}

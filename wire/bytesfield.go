@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Job output is bytes, and JSON strings are text: a Go string holding bytes
@@ -38,4 +39,37 @@ func BytesField(name string, text *string, b64 []byte) (string, error) {
 		return *text, nil
 	}
 	return string(b64), nil
+}
+
+// AppendBytesFieldCompact is AppendBytesField choosing the shorter form:
+// text when b is valid UTF-8 and its JSON escapes (control bytes are six
+// bytes each) leave it no longer than base64, else NAME_b64. Streams use
+// it: a job writing NUL bytes would otherwise send six bytes for each.
+func AppendBytesFieldCompact(dst []byte, name string, b []byte) []byte {
+	extra, limit := 0, len(b)/3
+	for _, c := range b {
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		switch c {
+		case '"', '\\', '\n', '\t', '\r', '\b', '\f':
+			extra++
+		default:
+			extra += 5
+		}
+		if extra > limit {
+			break // base64 is shorter: no need to look further
+		}
+	}
+	if extra <= limit && utf8.Valid(b) {
+		dst = append(dst, ',', '"')
+		dst = append(dst, name...)
+		dst = append(dst, '"', ':')
+		return AppendJSONString(dst, unsafe.String(unsafe.SliceData(b), len(b)), false) // read only, not kept
+	}
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, `_b64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"')
 }

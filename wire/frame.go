@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -214,6 +215,29 @@ func marshalOutputChunk(t MsgType, c *OutputChunk) ([]byte, error) {
 	if uint64(len(out)-HeaderSize) > math.MaxUint32 {
 		return nil, fmt.Errorf("encoding %s payload: %w: longer than 4 GiB", t, ErrFrameTooLarge)
 	}
+	binary.BigEndian.PutUint32(out, uint32(len(out)-HeaderSize))
+	return out, nil
+}
+
+// MarshalOutputChunkBase64 is Marshal(TypeOutputChunk, c) with the chunk
+// as a base64 string rather than an array of numbers: a third of the
+// bytes and far less work on both sides. orchestrd's runner sends it to a
+// daemon that gave it an output window (an orchestrd daemon, which reads
+// both); a Loopr daemon gets arrays, serde's Vec<u8>.
+func MarshalOutputChunkBase64(c *OutputChunk) ([]byte, error) {
+	if uint64(len(c.Chunk)) > math.MaxUint32/2 {
+		return nil, fmt.Errorf("encoding OutputChunk payload: %w: a %d-byte chunk does not fit in one frame", ErrFrameTooLarge, len(c.Chunk))
+	}
+	const fixed = len(`{"job_id":,"chunk":"","stream":}`) + 4
+	out := make([]byte, HeaderSize, HeaderSize+fixed+len(c.JobID)+base64.StdEncoding.EncodedLen(len(c.Chunk))+len(c.Stream))
+	out[4] = byte(TypeOutputChunk)
+	out = append(out, `{"job_id":`...)
+	out = appendJSONString(out, c.JobID)
+	out = append(out, `,"chunk":"`...)
+	out = base64.StdEncoding.AppendEncode(out, c.Chunk)
+	out = append(out, `","stream":`...)
+	out = appendJSONString(out, string(c.Stream))
+	out = append(out, '}')
 	binary.BigEndian.PutUint32(out, uint32(len(out)-HeaderSize))
 	return out, nil
 }

@@ -114,6 +114,12 @@ func newMessage(t MsgType) any {
 		return new(HeartbeatAck)
 	case TypeShutdown:
 		return new(Shutdown)
+	case TypeOutputAck:
+		return new(OutputAck)
+	case TypeStdinChunk:
+		return new(StdinChunk)
+	case TypeStdinAck:
+		return new(StdinAck)
 	}
 	return nil
 }
@@ -346,6 +352,7 @@ func normalize(v any) {
 		if len(m.Stdin) == 0 {
 			m.Stdin = nil // "stdin_b64":"" decodes as empty and is then omitted
 		}
+
 	case *OutputChunk:
 		if m.Chunk == nil {
 			m.Chunk = Bytes{}
@@ -376,7 +383,11 @@ func reflectJSON(v any) ([]byte, error) {
 // path must agree with plain encoding/json.
 func FuzzRunnerMessages(f *testing.F) {
 	types := []MsgType{TypeHandshake, TypeHandshakeAck, TypeJob, TypeJobAck, TypeResult, TypeCancel,
-		TypeCancelAck, TypeOutputChunk, TypeHeartbeat, TypeHeartbeatAck, TypeShutdown}
+		TypeCancelAck, TypeOutputChunk, TypeHeartbeat, TypeHeartbeatAck, TypeShutdown,
+		TypeOutputAck, TypeStdinChunk, TypeStdinAck}
+	f.Add([]byte(`{"job_id":"j-1","acked":1048576}`))
+	f.Add([]byte(`{"job_id":"j-1","data":"aGkK","eof":true}`))
+	f.Add([]byte(`{"job_id":"j-1","bytes":3,"stdin_stream":true}`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		for _, mt := range types {
 			v := newMessage(mt)

@@ -26,13 +26,37 @@ const (
 	TypeShutdown     MsgType = 0xF0 // daemon -> runner
 )
 
+// orchestrd's extension frames, numbered outside the spec's (0xE0-0xEF).
+// Each belongs to a capability a runner announces in its Handshake; a
+// runner that does not announce it never gets them, and an orchestrd runner
+// sends them only to a daemon that agreed (see RunnerConfig.OutputWindow,
+// Job.StdinStream).
+const (
+	TypeOutputAck  MsgType = 0xE0 // daemon -> runner, CapOutputCredit
+	TypeStdinChunk MsgType = 0xE1 // daemon -> runner, CapStdinStream
+	TypeStdinAck   MsgType = 0xE2 // runner -> daemon, CapStdinStream
+)
+
+// Capabilities of orchestrd's extensions, as a runner announces them.
+const (
+	// CapOutputCredit: the runner sends at most RunnerConfig.OutputWindow
+	// bytes of a job's output beyond what the daemon acknowledged
+	// (OutputAck), and stops reading the job's pipes until it does.
+	CapOutputCredit = "output_credit"
+	// CapStdinStream: the runner takes a job's stdin as StdinChunk frames
+	// while it runs (Job.StdinStream) and acknowledges each (StdinAck).
+	CapStdinStream = "stdin_stream"
+)
+
 var typeNames = map[MsgType]string{
 	TypeHandshake: "Handshake", TypeHandshakeAck: "HandshakeAck",
 	TypeJob: "Job", TypeJobAck: "JobAck", TypeResult: "Result",
 	TypeCancel: "Cancel", TypeCancelAck: "CancelAck",
 	TypeOutputChunk: "OutputChunk",
 	TypeHeartbeat:   "Heartbeat", TypeHeartbeatAck: "HeartbeatAck",
-	TypeShutdown: "Shutdown",
+	TypeShutdown:   "Shutdown",
+	TypeOutputAck:  "OutputAck",
+	TypeStdinChunk: "StdinChunk", TypeStdinAck: "StdinAck",
 }
 
 // typeNameTable is typeNames indexed by the type byte, so String and Known
@@ -52,7 +76,8 @@ func (t MsgType) String() string {
 	return fmt.Sprintf("0x%02X", byte(t))
 }
 
-// Known reports whether t is one of the spec's frame types.
+// Known reports whether t is one of the spec's frame types or orchestrd's
+// extensions.
 func (t MsgType) Known() bool { return typeNameTable[t] != "" }
 
 // Handshake is the first frame a runner sends.
@@ -101,6 +126,11 @@ type RunnerConfig struct {
 	// names (a name or a prefix ending in "*"), then Env, then the job's.
 	Env        map[string]string `json:"env,omitempty"`
 	InheritEnv []string          `json:"inherit_env,omitempty"`
+	// OutputWindow is an orchestrd extension, set only for a runner that
+	// announced CapOutputCredit: it may send at most this many bytes of a
+	// job's output beyond what the daemon acknowledged with OutputAck.
+	// Absent (a Loopr daemon): the runner streams without waiting.
+	OutputWindow uint64 `json:"output_window,omitempty"`
 }
 
 // Job is the spec's ToolJob: one command for a runner to execute.
@@ -128,6 +158,10 @@ type Job struct {
 	// applies; the daemon omits it when it is that default, so such a Job
 	// is the spec's ToolJob byte for byte.
 	KillGraceMs *uint64 `json:"kill_grace_ms,omitempty"`
+	// StdinStream is an orchestrd extension, sent only to a runner that
+	// announced CapStdinStream: the job's stdin is a pipe fed by StdinChunk
+	// frames while it runs, until one with EOF. Omitted when false.
+	StdinStream bool `json:"stdin_stream,omitempty"`
 }
 
 // DefaultKillGraceMs is a job's kill grace when its Job frame gives none:
@@ -171,6 +205,9 @@ func (j *Job) appendJSON(dst []byte) []byte {
 	if j.KillGraceMs != nil {
 		dst = append(dst, `,"kill_grace_ms":`...)
 		dst = strconv.AppendUint(dst, *j.KillGraceMs, 10)
+	}
+	if j.StdinStream {
+		dst = append(dst, `,"stdin_stream":true`...)
 	}
 	return append(dst, '}')
 }
@@ -358,6 +395,32 @@ func (c *OutputChunk) UnmarshalJSON(b []byte) error {
 	}
 	*c = OutputChunk(p)
 	return nil
+}
+
+// OutputAck acknowledges a job's output (CapOutputCredit): Acked is every
+// byte of it, stdout and stderr together, the daemon has taken so far. The
+// runner may send up to Acked + RunnerConfig.OutputWindow. It only grows;
+// an older one (a smaller Acked) changes nothing.
+type OutputAck struct {
+	JobID string `json:"job_id"`
+	Acked uint64 `json:"acked"`
+}
+
+// StdinChunk is a piece of a job's stdin (CapStdinStream), in order; EOF
+// closes the job's stdin after Data. The daemon sends at most its stdin
+// window beyond what the runner acknowledged.
+type StdinChunk struct {
+	JobID string `json:"job_id"`
+	Data  []byte `json:"data"` // base64
+	EOF   bool   `json:"eof,omitempty"`
+}
+
+// StdinAck says how many bytes of a job's stdin the runner is done with,
+// in all: written to the job's pipe, or dropped because the job no longer
+// reads it (it closed its stdin or ended).
+type StdinAck struct {
+	JobID string `json:"job_id"`
+	Bytes uint64 `json:"bytes"`
 }
 
 // Heartbeat is sent by a runner every second.

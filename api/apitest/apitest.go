@@ -64,9 +64,60 @@ type Call struct {
 	mu      sync.Mutex
 	onClose []func()
 	closed  bool
+	pushed  []Pushed
+	// Hold, when set, holds every pushed line's taken until Release: a
+	// client that does not read.
+	Hold     bool
+	heldBack []func(bool)
 }
 
-var _ api.Call = (*Call)(nil)
+// Pushed is one line a StreamCall pushed.
+type Pushed struct {
+	Event string
+	Data  json.RawMessage
+}
+
+var (
+	_ api.Call       = (*Call)(nil)
+	_ api.StreamCall = (*Call)(nil)
+)
+
+// Push keeps the line; it is taken at once (true) unless Hold is set or
+// the client is gone (false).
+func (c *Call) Push(event string, data []byte, taken func(bool)) {
+	c.mu.Lock()
+	if c.closed || c.Answered() {
+		c.mu.Unlock()
+		taken(false)
+		return
+	}
+	c.pushed = append(c.pushed, Pushed{Event: event, Data: append(json.RawMessage(nil), data...)})
+	if c.Hold {
+		c.heldBack = append(c.heldBack, taken)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	taken(true)
+}
+
+// Release takes the lines held back (Hold), and stops holding.
+func (c *Call) Release() {
+	c.mu.Lock()
+	fs := c.heldBack
+	c.heldBack, c.Hold = nil, false
+	c.mu.Unlock()
+	for _, f := range fs {
+		f(true)
+	}
+}
+
+// Lines returns the lines pushed so far.
+func (c *Call) Lines() []Pushed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Pushed(nil), c.pushed...)
+}
 
 // NewCall is an unanswered call of method with params as they came on the
 // wire (nil: none); its client is there.
@@ -136,7 +187,12 @@ func (c *Call) Close() {
 	c.closed = true
 	fs := c.onClose
 	c.onClose = nil
+	held := c.heldBack
+	c.heldBack = nil
 	c.mu.Unlock()
+	for _, f := range held {
+		f(false)
+	}
 	if !c.Answered() {
 		for _, f := range fs {
 			f()

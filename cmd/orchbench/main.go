@@ -50,6 +50,7 @@ var scenarios = []scenario{
 	{"executors", "10. Executors", runExecutors},
 	{"clanker", "11. clanker pod IPC", runClanker},
 	{"http", "12. Loopsy HTTP API", runHTTP},
+	{"streams", "13. Job output streams", runStreams},
 }
 
 // bench is the state of one harness run.

@@ -29,7 +29,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -221,14 +220,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if len(env) > 0 {
 		spec.Env = env
 	}
-	if !*noStdin {
-		data, err := readStdin(os.Stdin)
-		if err != nil {
-			fmt.Fprintf(stderr, "orchestrd run: %v\n", err)
-			return exitUsage
-		}
-		setStdin(&spec, data)
-	}
+	stdin := forwardedStdin(*noStdin) // streamed to the job while it runs
 
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
@@ -241,19 +233,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sig)
 
 	r := &jobFollower{c: c, stdout: stdout, stderr: stderr, timeout: *timeout}
-	return r.run(spec, sig)
+	return r.run(spec, stdin, sig)
 }
 
-// jobFollower follows one job for cmdRun.
+// jobFollower follows one job for cmdRun (stream.go: run, end).
 type jobFollower struct {
 	c       *client.Client
 	stdout  io.Writer
 	stderr  io.Writer
 	timeout time.Duration
 	jobID   string
-	pending []wire.Event // events that arrived before the job id was known
-	waiting bool         // a job.wait fallback is running
-	waitCh  chan waitResult
 	// received counts the job's output bytes written to stdout/stderr;
 	// dropped the events the daemon dropped because this client fell
 	// behind. finished compares them with the record's output_bytes.
@@ -269,142 +258,6 @@ type jobFollower struct {
 type cancelAnswer struct {
 	force, wasRunning bool
 	err               error
-}
-
-type submitResult struct {
-	id  string
-	err error
-}
-
-type waitResult struct {
-	rec api.JobRecord
-	err error
-}
-
-func (r *jobFollower) run(spec api.JobSpec, sig <-chan os.Signal) int {
-	if err := call(r.c, "events.subscribe", map[string]any{"kinds": []string{"job.output", "job.finished"}}, nil); err != nil {
-		return callErr(r.stderr, err)
-	}
-	// Submit on another goroutine and keep draining events meanwhile: the
-	// job's first output may arrive before the answer, and an undrained
-	// event channel would stall the client's reader, answer included.
-	submitted := make(chan submitResult, 1)
-	go func() {
-		var res struct {
-			JobID string `json:"job_id"`
-		}
-		err := call(r.c, "job.submit", spec, &res)
-		submitted <- submitResult{res.JobID, err}
-	}()
-	r.waitCh = make(chan waitResult, 1)
-	r.cancelled = make(chan cancelAnswer, 2) // at most two cancels are sent
-	events := r.c.Events()
-	// A second after submit, a job still queued is explained once on stderr.
-	var noticeAt <-chan time.Time
-	notice := make(chan string, 1)
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				// The connection is gone; a call reports why.
-				err := r.c.Call(context.Background(), "ping", nil, nil)
-				fmt.Fprintf(r.stderr, "orchestrd: lost the connection to the daemon: %v\n", err)
-				return exitFailure
-			}
-			if r.jobID == "" {
-				r.pending = append(r.pending, ev)
-				continue
-			}
-			if rec, done := r.event(ev); done {
-				return r.finished(rec)
-			}
-		case s := <-submitted:
-			if s.err != nil {
-				return callErr(r.stderr, s.err)
-			}
-			r.jobID = s.id
-			if r.interrupts > 0 {
-				r.cancel(r.interrupts > 1)
-			}
-			t := time.NewTimer(queuedAfter)
-			defer t.Stop()
-			noticeAt = t.C
-			for _, ev := range r.pending {
-				if rec, done := r.event(ev); done {
-					return r.finished(rec)
-				}
-			}
-			r.pending = nil
-		case <-noticeAt:
-			noticeAt = nil
-			go func(id string) { notice <- queuedNotice(r.c, id) }(r.jobID)
-		case msg := <-notice:
-			if msg != "" {
-				fmt.Fprintln(r.stderr, msg)
-			}
-		case w := <-r.waitCh:
-			if w.err != nil {
-				return callErr(r.stderr, w.err)
-			}
-			return r.finished(w.rec)
-		case <-sig:
-			r.interrupts++
-			// Without the id yet, it is cancelled as soon as the id is
-			// known; past the second Ctrl-C there is nothing more to ask.
-			if r.jobID != "" && r.interrupts <= 2 {
-				r.cancel(r.interrupts > 1)
-			}
-		case a := <-r.cancelled:
-			if code, done := r.cancelAnswered(a); done {
-				return code
-			}
-		}
-	}
-}
-
-// event handles one pushed event; done reports the job's end.
-func (r *jobFollower) event(ev wire.Event) (rec api.JobRecord, done bool) {
-	switch ev.Event {
-	case "job.output":
-		// data or data_b64: the bytes exactly as the job wrote them.
-		var o lanes.JobOutput
-		if json.Unmarshal(ev.Data, &o) != nil || o.JobID != r.jobID {
-			return rec, false
-		}
-		if strings.EqualFold(o.Stream, "stderr") {
-			io.WriteString(r.stderr, o.Data)
-		} else {
-			io.WriteString(r.stdout, o.Data)
-		}
-		r.received += int64(len(o.Data))
-	case "job.finished":
-		var f struct {
-			Job api.JobRecord `json:"job"`
-		}
-		if json.Unmarshal(ev.Data, &f) == nil && f.Job.ID == r.jobID {
-			return f.Job, true
-		}
-	case "events.dropped":
-		// The daemon dropped events for us (we fell behind): output is
-		// incomplete and job.finished may be gone too, so ask for the end.
-		// finished says so, once.
-		var d struct {
-			Dropped uint64 `json:"dropped"`
-		}
-		json.Unmarshal(ev.Data, &d)
-		r.dropped += max(d.Dropped, 1)
-		if !r.waiting {
-			r.waiting = true
-			go func() {
-				var res struct {
-					Job api.JobRecord `json:"job"`
-				}
-				err := r.c.Call(context.Background(), "job.wait", map[string]any{"id": r.jobID}, &res)
-				r.waitCh <- waitResult{res.Job, err}
-			}()
-		}
-	}
-	return rec, false
 }
 
 // cancel cancels the job after Ctrl-C: the first time with its kill grace

@@ -62,6 +62,7 @@ func init() {
 	commands = []command{
 		{name: "serve", summary: "run the daemon in the foreground", run: cmdServe},
 		{name: "run", summary: "run a job, stream its output, exit with its code", run: cmdRun},
+		{name: "logs", summary: "logs ID [-f]: a job's output, byte for byte (-f: follow it to its end)", run: cmdLogs, ids: "jobs"},
 		{name: "jobs", summary: "list jobs, newest first", run: cmdJobs},
 		{name: "job", summary: "job ID: a job's record", run: cmdJob, ids: "jobs"},
 		{name: "wait", summary: "wait ID: wait for a job's end, exit with its code", run: cmdWait, ids: "jobs"},

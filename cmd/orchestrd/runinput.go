@@ -4,19 +4,13 @@ package main
 // given, a --timeout that also takes plain seconds.
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/orchestrd/orchestrd/lanes/runner"
 )
@@ -84,36 +78,12 @@ func absDir(p string) (string, error) {
 	return strings.TrimSuffix(wd, "/") + "/" + p, nil
 }
 
-// readStdin reads what `run` forwards to the job: all of f unless it is a
-// terminal, refusing more than api.MaxStdinBytes.
-func readStdin(f *os.File) ([]byte, error) {
-	if runner.IsTerminal(f) {
-		return nil, nil
+// forwardedStdin is the stdin run streams to the job: its own, unless it
+// is a terminal (nothing is forwarded, as before) or --no-stdin says not
+// to (nil).
+func forwardedStdin(noStdin bool) *os.File {
+	if noStdin || runner.IsTerminal(os.Stdin) {
+		return nil
 	}
-	data, err := io.ReadAll(io.LimitReader(f, api.MaxStdinBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading stdin: %w", err)
-	}
-	if len(data) > api.MaxStdinBytes {
-		return nil, fmt.Errorf("stdin is more than %d KiB, the most run forwards to a job; "+
-			"put the input in a file the job reads (run -- sh -c 'CMD < FILE'), or pass --no-stdin",
-			api.MaxStdinBytes>>10)
-	}
-	return data, nil
-}
-
-// setStdin puts data in spec the way output is carried: as text when it is
-// valid UTF-8 (unless escaping would make it longer than base64), else as
-// base64 bytes.
-func setStdin(spec *api.JobSpec, data []byte) {
-	if len(data) == 0 {
-		return
-	}
-	if utf8.Valid(data) {
-		if enc, err := json.Marshal(string(data)); err == nil && len(enc) <= base64.StdEncoding.EncodedLen(len(data))+2 {
-			spec.Stdin = string(data)
-			return
-		}
-	}
-	spec.StdinB64 = data
+	return os.Stdin
 }

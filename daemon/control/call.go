@@ -30,7 +30,10 @@ type Call struct {
 	onClose []func() // under cn.mu
 }
 
-var _ api.Call = (*Call)(nil)
+var (
+	_ api.Call       = (*Call)(nil)
+	_ api.StreamCall = (*Call)(nil)
+)
 
 // reset readies c for the request req on cn.
 func (c *Call) reset(cn *conn, req wire.Request) {
@@ -74,6 +77,24 @@ func (c *Call) Fail(err error) {
 	}
 	c.cn.respond(c.id, nil, wireError(err))
 	c.settled()
+}
+
+// Push queues an event line for the call's client ahead of its answer,
+// never dropped (OutQueue.PushStream); taken hears when the socket took
+// it. data must be one JSON object (the method built it). After the
+// answer the line is not sent.
+func (c *Call) Push(event string, data []byte, taken func(ok bool)) {
+	if c.answered.Load() {
+		taken(false)
+		return
+	}
+	line := make([]byte, 0, len(`{"event":"","data":}`)+len(event)+len(data)+2)
+	line = append(line, `{"event":`...)
+	line = wire.AppendJSONString(line, event, false)
+	line = append(line, `,"data":`...)
+	line = append(line, data...)
+	line = append(line, '}', '\n')
+	c.cn.q.PushStream(line, taken)
 }
 
 // settled takes an answered call out of its connection's pending ones.

@@ -66,9 +66,11 @@ const (
 )
 
 // qent is one queued line. seq orders responses and events into one stream.
+// taken, set for a streamed line (PushStream), hears whether it was written.
 type qent struct {
-	seq  uint64
-	line []byte
+	seq   uint64
+	line  []byte
+	taken func(bool)
 }
 
 // OutQueue is a connection's outbound queue: responses and events in two
@@ -166,13 +168,29 @@ func (q *OutQueue) spawnWriter() { go q.run() }
 // disconnected. Safe from any goroutine; never blocks.
 func (q *OutQueue) PushResp(line []byte) { q.PushRespThen(line, nil) }
 
+// PushStream queues a line that is never dropped, as a response is, and
+// calls taken once it is written to the socket (true), or once the
+// connection is gone without it (false). A method streaming to its
+// client (job.stream) sends its next line from taken, so a client that
+// does not read holds the method back and nothing piles up here. Safe
+// from any goroutine; never blocks; taken runs on another goroutine or
+// after PushStream returns, never under the queue's lock.
+func (q *OutQueue) PushStream(line []byte, taken func(bool)) {
+	q.push(line, nil, taken)
+}
+
 // PushRespThen queues a response and, if it was queued, calls then before
 // any other line can be queued after it (then runs with mu held: it must
 // not call back into q).
-func (q *OutQueue) PushRespThen(line []byte, then func()) {
+func (q *OutQueue) PushRespThen(line []byte, then func()) { q.push(line, then, nil) }
+
+func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 	q.mu.Lock()
 	if q.state != qOpen {
 		q.mu.Unlock()
+		if taken != nil {
+			taken(false)
+		}
 		return
 	}
 	for q.full(len(line)) {
@@ -183,14 +201,20 @@ func (q *OutQueue) PushRespThen(line []byte, then func()) {
 			}
 			q.mu.Unlock()
 			q.c.Abort(ReasonSubscriberOverflow, nil)
+			if taken != nil {
+				taken(false)
+			}
 			return
 		}
 		q.mu.Unlock()
 		q.c.Abort(ReasonResponseQueueFull, nil)
+		if taken != nil {
+			taken(false)
+		}
 		return
 	}
 	q.seq++
-	q.resp = append(q.resp, qent{q.seq, line})
+	q.resp = append(q.resp, qent{q.seq, line, taken})
 	q.bytes += len(line)
 	if then != nil {
 		then()
@@ -208,7 +232,7 @@ func (q *OutQueue) PushRespThen(line []byte, then func()) {
 	}
 	q.mu.Unlock()
 	if direct {
-		q.writeDirect(line, seq)
+		q.writeDirect(line, seq, taken)
 	} else if start {
 		q.spawnWriter()
 	}
@@ -219,7 +243,7 @@ func (q *OutQueue) PushRespThen(line []byte, then func()) {
 // not take at once goes back to the head of the queue and a writer
 // goroutine takes over as usual; it also handles a close requested
 // meanwhile.
-func (q *OutQueue) writeDirect(line []byte, seq uint64) {
+func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
 	n, err := q.writeNonBlocking(line)
 	if h := testHookDirectWritten.Load(); h != nil {
 		(*h)(q.c, len(line))
@@ -230,14 +254,25 @@ func (q *OutQueue) writeDirect(line []byte, seq uint64) {
 		q.mu.Unlock()
 		q.c.Abort(ReasonWriteError, err)
 		q.c.Release()
+		if taken != nil {
+			taken(false)
+		}
 		return
+	}
+	if n == len(line) && taken != nil {
+		taken(true)
+		taken = nil
 	}
 	q.mu.Lock()
 	if n < len(line) && q.state != qDead {
 		q.resp = append(q.resp, qent{})
 		copy(q.resp[1:], q.resp)
-		q.resp[0] = qent{seq, line[n:]}
+		q.resp[0] = qent{seq, line[n:], taken}
 		q.bytes += len(line) - n
+		taken = nil
+	}
+	if taken != nil { // not written, and the queue is dead
+		defer taken(false)
 	}
 	if q.count() == 0 && q.dropped == 0 && q.state == qOpen {
 		q.writing = false
@@ -329,7 +364,7 @@ func (q *OutQueue) PushEvent(line []byte) {
 		}
 	}
 	q.seq++
-	q.ev = append(q.ev, qent{q.seq, line})
+	q.ev = append(q.ev, qent{seq: q.seq, line: line})
 	q.bytes += len(line)
 	start := q.startWriter()
 	q.mu.Unlock()
@@ -342,14 +377,35 @@ func (q *OutQueue) PushEvent(line []byte) {
 func (q *OutQueue) Kill() {
 	q.mu.Lock()
 	q.state = qDead
-	q.discardLocked()
+	lost := q.discardLocked()
 	q.mu.Unlock()
+	tellLost(lost)
 }
 
-func (q *OutQueue) discardLocked() {
+// discardLocked drops what is queued and returns the streamed lines' taken
+// functions, to be told outside the lock (tellLost).
+func (q *OutQueue) discardLocked() []func(bool) {
+	lost := takenOf(nil, q.resp)
 	clear(q.resp)
 	clear(q.ev)
 	q.resp, q.ev, q.evHead, q.bytes = nil, nil, 0, 0
+	return lost
+}
+
+// takenOf appends the taken functions of ents to dst.
+func takenOf(dst []func(bool), ents []qent) []func(bool) {
+	for _, e := range ents {
+		if e.taken != nil {
+			dst = append(dst, e.taken)
+		}
+	}
+	return dst
+}
+
+func tellLost(fs []func(bool)) {
+	for _, f := range fs {
+		f(false)
+	}
 }
 
 // CloseAfterFlush stops accepting lines and closes the socket once what is
@@ -404,11 +460,14 @@ func (q *OutQueue) run() {
 	vec := q.vec
 	q.vec = nil
 	q.mu.Unlock()
+	var written []func(bool)
 	for {
 		q.mu.Lock()
 		if q.state == qDead {
 			q.writing = false
+			lost := q.discardLocked()
 			q.mu.Unlock()
+			tellLost(lost)
 			return
 		}
 		if q.count() == 0 && q.dropped == 0 {
@@ -450,10 +509,15 @@ func (q *OutQueue) run() {
 			q.c.Dropped(dropped)
 		}
 		vec = merge(vec, resp, evAll[evHead:])
+		written = takenOf(written[:0], resp)
 		all := vec
 		_, err := vec.WriteTo(q.w) // consumes vec; one writev
 		clear(all[:cap(all)])
 		vec = all[:0]
+		for _, f := range written {
+			f(err == nil)
+		}
+		clear(written)
 		clear(resp)
 		clear(evAll)
 		q.mu.Lock()

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -151,4 +152,75 @@ func droppedOf(c *queueConn) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dropped
+}
+
+// A streamed line is never dropped and says when the socket took it: a
+// client that does not read leaves it untaken (the method waits), one that
+// reads lets it go, and a connection killed with it queued says false.
+func TestOutQueueStreamedLines(t *testing.T) {
+	srv, client := tcpPair(t)
+	qc := &queueConn{closed: make(chan struct{}), nc: srv}
+	var q OutQueue
+	q.Init(srv, qc, &QueueOptions{Lines: 4, DropOldest: true, RespHigh: 2})
+	qc.refs.Store(1)
+	srv.SetWriteBuffer(4096)
+	client.(*net.TCPConn).SetReadBuffer(4096)
+	line := []byte(`{"event":"job.stream","data":"` + strings.Repeat("x", 64<<10) + `"}` + "\n")
+	taken := make(chan bool, 64)
+	// Push until one is left untaken: the client reads nothing.
+	pushed, untaken := 0, 0
+	for untaken == 0 {
+		q.PushStream(line, func(ok bool) { taken <- ok })
+		pushed++
+		select {
+		case ok := <-taken:
+			if !ok {
+				t.Fatal("taken(false) on a live connection")
+			}
+		case <-time.After(200 * time.Millisecond):
+			untaken = 1 // the socket is full: it waits (a pause to see it wait, not for correctness)
+		}
+		if pushed > 200 {
+			t.Fatal("12 MiB taken by a client that reads nothing")
+		}
+	}
+	// Events beside it may overflow; the streamed line stays.
+	for range 10 {
+		q.PushEvent([]byte(`{"event":"e","data":1}` + "\n"))
+	}
+	// The client reads: the line is taken.
+	go io.Copy(io.Discard, client)
+	select {
+	case ok := <-taken:
+		if !ok {
+			t.Fatal("taken(false) once the client read")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the line was not taken once the client read")
+	}
+	// Killed with a line queued behind a stalled socket: false.
+	srv2, client2 := tcpPair(t)
+	qc2 := &queueConn{closed: make(chan struct{}), nc: srv2}
+	var q2 OutQueue
+	q2.Init(srv2, qc2, &QueueOptions{Lines: 4, DropOldest: true, RespHigh: 2})
+	qc2.refs.Store(1)
+	_ = client2
+	results := make(chan bool, 300)
+	for range 300 {
+		q2.PushStream(line, func(ok bool) { results <- ok })
+	}
+	q2.Kill()
+	srv2.Close()
+	sawFalse := false
+	for range 300 {
+		select {
+		case ok := <-results:
+			sawFalse = sawFalse || !ok
+		case <-time.After(10 * time.Second):
+			t.Fatal("a streamed line was never told")
+		}
+	}
+	if !sawFalse {
+		t.Fatal("every line taken by a client that read nothing")
+	}
 }

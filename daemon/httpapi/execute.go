@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"path"
@@ -13,24 +15,23 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
-// Limits of the executions.
-const (
-	// streamBuffer bounds the output waiting for a streaming client; past
-	// it the client is told how much it missed (an event of type
-	// "dropped") rather than the daemon holding more or slowing the job.
-	streamBuffer = 8 << 20
-	// earlyBuffer bounds the output of jobs whose id is not yet known,
-	// kept while a submission is under way (a job may write before its
-	// submission is answered).
-	earlyBuffer        = 4 << 20
-	streamWriteTimeout = 30 * time.Second
-)
+// streamWriteTimeout bounds each write of a stream once its job has
+// ended (the rest of its output to a client that stopped reading). While
+// the job runs a stream's writes wait as long as the client does: a client
+// that does not read stalls its job (the job's output is flow-controlled
+// to it), until the job's timeout.
+const streamWriteTimeout = 30 * time.Second
+
+// sseChunk is the most output one /execute/stream event carries.
+const sseChunk = 16 << 10
 
 // executeParams is Loopsy's ExecuteParams.
 type executeParams struct {
@@ -81,65 +82,12 @@ type jobInfo struct {
 	Stream     bool     `json:"stream"`
 }
 
-// execution is one command a peer asked for: its job's output as it comes.
+// execution is one command a peer asked for.
 type execution struct {
-	info   jobInfo
-	stream bool
-	limit  int
-
-	mu       sync.Mutex
-	chunks   []lanes.JobOutput // stream: waiting for the client
-	buffered int
-	dropped  int64
-	stdout   []byte
-	stderr   []byte
-	outCut   int64 // bytes of stdout past limit
-	errCut   int64
-	wake     chan struct{}
+	info jobInfo
 }
 
-func (e *execution) push(o lanes.JobOutput) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.stream {
-		if e.buffered+len(o.Data) > streamBuffer {
-			e.dropped += int64(len(o.Data))
-		} else {
-			e.chunks = append(e.chunks, o)
-			e.buffered += len(o.Data)
-		}
-		select {
-		case e.wake <- struct{}{}:
-		default:
-		}
-		return
-	}
-	buf, cut := &e.stdout, &e.outCut
-	if o.Stream == "stderr" {
-		buf, cut = &e.stderr, &e.errCut
-	}
-	room := e.limit - len(*buf)
-	if room >= len(o.Data) {
-		*buf = append(*buf, o.Data...)
-		return
-	}
-	if room > 0 {
-		*buf = append(*buf, o.Data[:room]...)
-	}
-	*cut += int64(len(o.Data) - max(room, 0))
-}
-
-// take returns the chunks waiting and how many bytes were dropped since.
-func (e *execution) take() ([]lanes.JobOutput, int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	cs, d := e.chunks, e.dropped
-	e.chunks, e.buffered, e.dropped = nil, 0, 0
-	return cs, d
-}
-
-// executions routes job output to the executions waiting for it, and
-// bounds how many run at once.
+// executions are the commands running, and bound how many run at once.
 type executions struct {
 	s *Server
 
@@ -147,37 +95,12 @@ type executions struct {
 	byID    map[string]*execution
 	slots   int // taken: running or being submitted
 	pending int // submissions not yet answered
-	early   map[string][]lanes.JobOutput
-	earlyN  int
 	totalN  int
-	unsub   func()
 	closed  bool
 }
 
 func newExecutions(s *Server) *executions {
-	x := &executions{s: s, byID: map[string]*execution{}, early: map[string][]lanes.JobOutput{}}
-	if s.opts.Bus != nil {
-		x.unsub = s.opts.Bus.Subscribe([]string{"job.output"}, x)
-	}
-	return x
-}
-
-// Deliver routes one job.output (from Bus.Emit: it never blocks).
-func (x *executions) Deliver(r *eventlog.Record) {
-	o, ok := r.Event.(lanes.JobOutput)
-	if !ok {
-		return
-	}
-	x.mu.Lock()
-	e := x.byID[o.JobID]
-	if e == nil && x.pending > 0 && x.earlyN+len(o.Data) <= earlyBuffer {
-		x.early[o.JobID] = append(x.early[o.JobID], o)
-		x.earlyN += len(o.Data)
-	}
-	x.mu.Unlock()
-	if e != nil {
-		e.push(o)
-	}
+	return &executions{s: s, byID: map[string]*execution{}}
 }
 
 // reserve takes a slot and marks a submission under way; false past
@@ -193,26 +116,17 @@ func (x *executions) reserve() bool {
 	return true
 }
 
-// submitted ends a submission: with an id, e starts receiving the job's
-// output (what came before it too); without, the slot is given back.
+// submitted ends a submission: with an id, e is listed until finished;
+// without, the slot is given back.
 func (x *executions) submitted(id string, e *execution) {
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	x.pending--
-	var early []lanes.JobOutput
 	if id != "" {
 		x.byID[id] = e
 		x.totalN++
-		early = x.early[id]
-		delete(x.early, id)
 	} else {
 		x.slots--
-	}
-	if x.pending == 0 {
-		x.early, x.earlyN = map[string][]lanes.JobOutput{}, 0
-	}
-	x.mu.Unlock()
-	for _, o := range early {
-		e.push(o)
 	}
 }
 
@@ -267,14 +181,12 @@ func (x *executions) closeAll() {
 	for _, id := range ids {
 		x.s.opts.Lanes.Cancel(id, func(bool, error) {})
 	}
-	if x.unsub != nil {
-		x.unsub()
-	}
 }
 
-// start checks a request and runs its command as a job on the exec lane:
-// the execution, or false once it answered the error.
-func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*execution, string, bool) {
+// start checks a request and runs its command as a job on the exec lane,
+// a reader attached to its output from the first byte: the reader, or
+// false once it answered the error.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*lanes.OutputReader, string, bool) {
 	var p executeParams
 	if !decodeBody(w, r, &p) {
 		return nil, "", false
@@ -307,16 +219,16 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*ex
 	if args == nil {
 		args = []string{}
 	}
-	e := &execution{stream: stream, limit: s.cfg.MaxOutputBytes, wake: make(chan struct{}, 1),
-		info: jobInfo{Command: p.Command, Args: args, StartedAt: time.Now().UnixMilli(), FromNodeID: from, Stream: stream}}
+	e := &execution{info: jobInfo{Command: p.Command, Args: args, StartedAt: time.Now().UnixMilli(), FromNodeID: from, Stream: stream}}
 	spec := api.JobSpec{Lane: s.cfg.ExecLane, Argv: append([]string{p.Command}, args...), Cwd: p.Cwd, Env: p.Env,
 		TimeoutMs: uint64(max(timeout.Milliseconds(), 1)), ToolName: "loopsy", AgentID: from}
 	type res struct {
 		id  string
+		rd  *lanes.OutputReader
 		err error
 	}
 	ch := make(chan res, 1)
-	s.opts.Lanes.SubmitThen(spec, func(id string, err error) { ch <- res{id, err} })
+	s.opts.Lanes.SubmitReading(spec, "http", func(id string, rd *lanes.OutputReader, err error) { ch <- res{id, rd, err} })
 	sr := <-ch
 	if sr.err != nil {
 		s.exec.submitted("", e)
@@ -337,7 +249,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*ex
 	info(r).jobID = sr.id
 	s.exec.submitted(sr.id, e)
 	s.emit(ExecStarted{JobID: sr.id, KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Args: p.Args, Stream: stream})
-	return e, sr.id, true
+	return sr.rd, sr.id, true
 }
 
 // wait returns a channel that gets the job's final record.
@@ -352,14 +264,36 @@ func (s *Server) wait(id string) <-chan api.JobRecord {
 func killed(rec api.JobRecord) bool { return rec.WasTimeout || rec.WasCancelled || rec.Signal != "" }
 
 // execute is POST /execute: the command runs to its end; the answer has
-// its output (each stream up to max_output_bytes; what was cut is said).
+// its output, each stream up to max_output_bytes (what was cut is said).
+// Its reader takes every piece as it comes, so the job never waits for
+// this request.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	e, id, ok := s.start(w, r, false)
+	rd, id, ok := s.start(w, r, false)
 	if !ok {
 		return
 	}
-	rec := <-s.wait(id)
-	s.exec.finished(id)
+	defer s.exec.finished(id)
+	var out, errOut []byte
+	var outCut, errCut int64
+	for {
+		p, err := rd.Next(context.Background())
+		if err != nil {
+			break // io.EOF: the job ended
+		}
+		buf, cut := &out, &outCut
+		if p.Stream == lanes.StreamStderr {
+			buf, cut = &errOut, &errCut
+		}
+		if p.Gap > 0 {
+			*cut += p.Gap
+			continue
+		}
+		room := max(s.cfg.MaxOutputBytes-len(*buf), 0)
+		*buf = append(*buf, p.Data[:min(room, len(p.Data))]...)
+		*cut += int64(len(p.Data) - min(room, len(p.Data)))
+	}
+	rd.Close("ended")
+	rec := rd.Record()
 	if rec.State == api.StateError {
 		// It never ran (its command could not be run, its cwd is not
 		// there...): upstream's spawn error, EXEC_FAILED. The store's
@@ -371,16 +305,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, CodeExecFailed, "Execution failed: "+rec.Error)
 		return
 	}
-	e.mu.Lock()
-	body := map[string]any{"jobId": id, "exitCode": rec.ExitCode, "stdout": string(e.stdout), "stderr": string(e.stderr),
+	body := map[string]any{"jobId": id, "exitCode": rec.ExitCode, "stdout": string(out), "stderr": string(errOut),
 		"duration": rec.DurationMs, "killed": killed(rec)}
-	if e.outCut > 0 {
-		body["stdoutTruncatedBytes"] = e.outCut
+	if outCut > 0 {
+		body["stdoutTruncatedBytes"] = outCut
 	}
-	if e.errCut > 0 {
-		body["stderrTruncatedBytes"] = e.errCut
+	if errCut > 0 {
+		body["stderrTruncatedBytes"] = errCut
 	}
-	e.mu.Unlock()
 	if rec.Error != "" {
 		body["error"] = rec.Error
 	}
@@ -392,9 +324,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 
 // executeStream is POST /execute/stream: server-sent events, one per
 // output chunk as it comes ({type: stdout|stderr, data, jobId,
-// timestamp}), then {type: exit}. A client that goes away cancels the job.
+// timestamp}), then {type: exit}. Every byte, at the client's pace: a
+// client that does not read holds its job back (its output is
+// flow-controlled to the stream), not the daemon's memory. One that goes
+// away cancels the job.
 func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
-	e, id, ok := s.start(w, r, true)
+	rd, id, ok := s.start(w, r, true)
 	if !ok {
 		return
 	}
@@ -406,7 +341,18 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Loopsy-Job-Id", id)
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
-	done := s.wait(id)
+	// Once the job has ended, the rest goes to a client that still reads,
+	// each write within streamWriteTimeout.
+	ended := s.wait(id)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-ended:
+			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		case <-stop:
+		}
+	}()
 	var buf []byte
 	send := func(typ, data string, extra map[string]any) bool {
 		ev := map[string]any{"type": typ, "data": data, "jobId": id, "timestamp": time.Now().UnixMilli()}
@@ -415,58 +361,76 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 		}
 		b, _ := json.Marshal(ev)
 		buf = append(append(append(buf[:0], "data: "...), b...), "\n\n"...)
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	flush := func() bool {
-		cs, dropped := e.take()
-		for _, c := range cs {
-			if !send(c.Stream, c.Data, nil) {
-				return false
-			}
+	// sendData is send for a piece of output, written by hand into the
+	// one buffer: no copy of the bytes, no map.
+	sendData := func(typ string, data []byte) bool {
+		buf = append(buf[:0], `data: {"type":`...)
+		buf = wire.AppendJSONString(buf, typ, true)
+		buf = append(buf, `,"data":`...)
+		buf = wire.AppendJSONString(buf, unsafe.String(unsafe.SliceData(data), len(data)), true)
+		buf = append(buf, `,"jobId":`...)
+		buf = wire.AppendJSONString(buf, id, true)
+		buf = append(buf, `,"timestamp":`...)
+		buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
+		buf = append(buf, "}\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return false
 		}
-		if dropped > 0 {
-			return send("dropped", strconv.FormatInt(dropped, 10), map[string]any{"bytes": dropped})
-		}
-		return true
+		return rc.Flush() == nil
 	}
 	for {
-		select {
-		case <-e.wake:
-			if !flush() {
-				s.clientGone(id)
-				<-done
-				return
+		p, err := rd.Next(r.Context())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		sent := err == nil
+		if sent && p.Gap > 0 {
+			sent = send("dropped", strconv.FormatInt(p.Gap, 10), map[string]any{"bytes": p.Gap})
+		} else if sent {
+			stream := p.Stream
+			if stream == lanes.StreamOutput {
+				stream = lanes.StreamStdout
 			}
-		case rec := <-done:
-			if !flush() {
-				return
+			// At most sseChunk bytes an event: a NUL is six bytes of
+			// JSON, and the line is held until the client takes it.
+			for data := p.Data; sent && len(data) > 0; {
+				n := min(len(data), sseChunk)
+				for n < len(data) && n > sseChunk-utf8.UTFMax && !utf8.RuneStart(data[n]) {
+					n-- // whole characters in each event
+				}
+				sent = sendData(stream, data[:n])
+				data = data[n:]
 			}
-			code := "null"
-			if rec.ExitCode != nil {
-				code = strconv.Itoa(int(*rec.ExitCode))
-			}
-			extra := map[string]any{"killed": killed(rec), "duration": rec.DurationMs}
-			if rec.Signal != "" {
-				extra["signal"] = rec.Signal
-			}
-			if rec.WasTimeout {
-				extra["timedOut"] = true
-			}
-			if rec.Error != "" {
-				extra["error"] = rec.Error
-			}
-			send("exit", code, extra)
-			return
-		case <-r.Context().Done():
+		}
+		if !sent {
+			rd.Close("detached")
 			s.clientGone(id)
-			<-done
+			<-ended
 			return
 		}
 	}
+	rd.Close("ended")
+	rec := rd.Record()
+	code := "null"
+	if rec.ExitCode != nil {
+		code = strconv.Itoa(int(*rec.ExitCode))
+	}
+	extra := map[string]any{"killed": killed(rec), "duration": rec.DurationMs}
+	if rec.Signal != "" {
+		extra["signal"] = rec.Signal
+	}
+	if rec.WasTimeout {
+		extra["timedOut"] = true
+	}
+	if rec.Error != "" {
+		extra["error"] = rec.Error
+	}
+	send("exit", code, extra)
 }
 
 func (s *Server) clientGone(id string) {

@@ -72,6 +72,11 @@ type job struct {
 	stopping   bool
 	graceTimer *time.Timer
 	stoppedBy  string
+	// Flow control (credit.go): output sent and acknowledged, and the
+	// stdin fed by StdinChunk frames (nil unless Job.stdin_stream).
+	sent, acked int64
+	credit      sync.Cond // on mu: acked grew, or the process exited
+	in          *stdinStream
 }
 
 // stopLocked records reason and stops the job: SIGTERM to all of it and
@@ -193,6 +198,10 @@ func (r *runner) reject(id, msg string, withResult bool) {
 // prepare turns a Job into a runnable job, or returns why it cannot run.
 func (r *runner) prepare(spec *wire.Job) (*job, string) {
 	j := &job{r: r, id: spec.JobID}
+	j.credit.L = &j.mu
+	if spec.StdinStream {
+		j.in = newStdinStream()
+	}
 	if len(spec.Argv) == 0 && spec.Command == "" {
 		return nil, "job has neither argv nor command"
 	}
@@ -443,6 +452,7 @@ func (j *job) execute() wire.Result {
 	if j.graceTimer != nil {
 		j.graceTimer.Stop()
 	}
+	j.credit.Broadcast() // what is left in its pipes goes without waiting
 	j.mu.Unlock()
 	// Whatever the job left behind goes with it: its process group, its
 	// cgroup, and what it daemonised out of both. The main process is a
@@ -630,6 +640,7 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:j.r.chunk]
 	for {
+		j.waitCredit()
 		n, err := f.Read(buf)
 		if n > 0 {
 			j.emit(s, buf[:n])
@@ -646,7 +657,8 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 // The cap bounds what the runner keeps in memory, not what it streams: the
 // daemon keeps its own capped copy from the chunks, and a client following
 // the job gets every byte. A daemon that reads slowly slows the job down
-// (send blocks, the pipe fills), so nothing piles up here.
+// (send blocks, the pipe fills), and one that gives no credit stops pump
+// reading (waitCredit), so nothing piles up here.
 func (j *job) emit(s wire.Stream, p []byte) {
 	j.mu.Lock()
 	take := max(0, min(len(p), j.limit-len(j.out)))
@@ -656,8 +668,9 @@ func (j *job) emit(s wire.Stream, p []byte) {
 	if take > 0 {
 		j.out = append(j.out, p[:take]...)
 	}
+	j.sent += int64(len(p))
 	j.mu.Unlock()
-	_ = j.r.send(wire.TypeOutputChunk, &wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
+	j.r.sendChunk(&wire.OutputChunk{JobID: j.id, Chunk: p, Stream: s})
 }
 
 // sendResult writes a Result, cutting its output further if the frame would

@@ -81,6 +81,7 @@ type Sandbox struct {
 var Capabilities = []string{
 	"argv", "command", "cwd", "env", "worktree_dir", "file_paths",
 	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat", "kill_grace",
+	wire.CapOutputCredit, wire.CapStdinStream,
 }
 
 const (
@@ -124,6 +125,10 @@ type runner struct {
 	slots  int
 	maxOut int // largest frame payload the daemon accepts
 	chunk  int // largest OutputChunk data per frame
+	// window is the output a job may have sent beyond what the daemon
+	// acknowledged (RunnerConfig.OutputWindow); 0: no flow control (a
+	// daemon that knows none, such as Loopr's).
+	window int64
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -203,6 +208,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// A chunk byte costs up to 4 bytes of JSON ("255,").
 	r.chunk = min(chunkMax, max(256, (r.maxOut-512)/4))
+	r.window = int64(min(ack.Config.OutputWindow, 1<<40))
 	hb := opts.HeartbeatInterval
 	if hb <= 0 {
 		hb = defaultHeartbeat
@@ -325,6 +331,20 @@ func (r *runner) readLoop(fr *wire.FrameReader) error {
 				continue
 			}
 			r.handleCancel(c.JobID, c.Force)
+		case wire.TypeOutputAck:
+			var a wire.OutputAck
+			if err := wire.Unmarshal(f, &a); err != nil {
+				r.log.Warn().Err(err).Msg("ignoring undecodable OutputAck frame")
+				continue
+			}
+			r.outputAcked(a)
+		case wire.TypeStdinChunk:
+			var c wire.StdinChunk
+			if err := wire.Unmarshal(f, &c); err != nil {
+				r.log.Warn().Err(err).Msg("ignoring undecodable StdinChunk frame")
+				continue
+			}
+			r.stdinChunk(c)
 		case wire.TypeShutdown:
 			return errShutdown
 		case wire.TypeHeartbeatAck:

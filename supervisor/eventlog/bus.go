@@ -511,6 +511,24 @@ func marshalValue(v any) ([]byte, error) {
 	return bytes.Clone(bytes.TrimRight(eb.buf.Bytes(), "\n")), nil
 }
 
+// Wants reports whether a subscriber would get an event of kind now, so
+// that an emitter of a costly ephemeral event (a job's output) can skip
+// making one nobody takes. (The answer may be stale by the time it emits:
+// a subscriber that comes meanwhile misses it, as it would have missed an
+// event emitted a moment before it subscribed.)
+func (b *Bus) Wants(kind string) bool {
+	p := b.subs.Load()
+	if p == nil {
+		return false
+	}
+	for _, s := range *p {
+		if s.match.match(kind) && !s.gone.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // deliver hands r to every matching subscriber.
 func (b *Bus) deliver(r *Record) {
 	p := b.subs.Load()

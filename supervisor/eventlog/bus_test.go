@@ -697,3 +697,19 @@ func TestLogRemovedOrRenamedIsReopened(t *testing.T) {
 		t.Fatalf("the renamed file: %q", old)
 	}
 }
+
+// Wants says whether a live subscriber matches a kind.
+func TestWants(t *testing.T) {
+	b := openTest(t, Options{})
+	if b.Wants("job.output") {
+		t.Fatal("wanted with no subscriber")
+	}
+	unsub := b.Subscribe([]string{"job.*"}, newCollector())
+	if !b.Wants("job.output") || b.Wants("runner.exited") {
+		t.Fatal("job.* subscriber: wrong answer")
+	}
+	unsub()
+	if b.Wants("job.output") {
+		t.Fatal("wanted after unsubscribe")
+	}
+}

@@ -79,6 +79,40 @@ func TestSpawnerDropsPrivileges(t *testing.T) {
 	}
 }
 
+// Work handed to the spawner in a burst runs at once on threads of its
+// own, up to its size, however long the first takes: a job that blocks
+// (its output not read) never holds back the runner's other slots. (Work
+// was counted as taken only when a thread took it, so a burst queued
+// behind one thread.)
+func TestSpawnerRunsABurstAtOnce(t *testing.T) {
+	sp, err := NewSpawner(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	started := make(chan struct{}, 4)
+	for range 4 {
+		sp.Go(func() { started <- struct{}{}; <-block })
+	}
+	for i := range 4 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 4 started while the others block", i)
+		}
+	}
+	// A fifth waits for a thread, then runs on it.
+	done := make(chan struct{})
+	sp.Go(func() { close(done) })
+	close(block)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fifth never ran")
+	}
+	sp.Close()
+}
+
 // HidePaths in a mount namespace of its own hides a directory there and
 // nowhere else.
 func TestHidePaths(t *testing.T) {

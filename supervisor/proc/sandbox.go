@@ -171,7 +171,11 @@ type Spawner struct {
 	mu    sync.Mutex
 	max   int // threads at most
 	total int // threads started
-	idle  int // threads waiting for work
+	// idle is threads waiting for work less work queued for none (it may
+	// go below 0): counted when work is queued, not when a thread takes
+	// it, so a burst of Go calls grows the spawner instead of queueing
+	// behind one thread that is busy with a long job.
+	idle int
 }
 
 // NewSpawner prepares up to n threads (at least one), started as they are
@@ -223,9 +227,6 @@ func (s *Spawner) serve(ready chan<- error) {
 	}
 	ready <- nil
 	for fn := range s.req {
-		s.mu.Lock()
-		s.idle--
-		s.mu.Unlock()
 		fn()
 		s.mu.Lock()
 		s.idle++
@@ -238,11 +239,12 @@ func (s *Spawner) serve(ready chan<- error) {
 // does (a process it starts, waiting for it) happens there.
 func (s *Spawner) Go(fn func()) {
 	s.mu.Lock()
-	more := s.idle == 0 && s.total < s.max
+	more := s.idle <= 0 && s.total < s.max
 	if more {
 		s.total++
 		s.idle++
 	}
+	s.idle-- // fn takes a thread, now or once one is free
 	s.mu.Unlock()
 	if more {
 		// A thread that could not drop its privileges runs nothing; the

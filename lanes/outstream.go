@@ -1,0 +1,461 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// A job's output as a stream with flow control (see ARCHITECTURE.md,
+// "Backpressure"). The job actor writes every chunk its runner sends into
+// the job's outStream, which keeps the record's capped copy and, while
+// readers are attached, the bytes the slowest of them has not taken yet.
+// Readers (run, logs -f, /execute/stream) each read at their own offset and
+// lose nothing from where they attached. The daemon acknowledges the
+// runner's output (wire.OutputAck) only as far as the slowest reader has
+// read plus what the buffer may hold, so a reader that stalls stalls the
+// job (its runner stops reading its pipe), never the daemon's memory; with
+// no reader attached the job runs at full speed.
+const (
+	// OutputWindow is what a runner may send of a job's output beyond what
+	// the daemon acknowledged (RunnerConfig.output_window).
+	OutputWindow = 256 << 10
+	// outputBuffer is what the daemon holds of a job's output for its
+	// slowest reader before it stops acknowledging: at most this much
+	// beyond the slowest reader, plus a window in flight.
+	outputBuffer = 512 << 10
+	// outputHardCap is how far behind a reader may fall at all. Only a
+	// runner that does not take acknowledgements (a Loopr runner), or a
+	// job's last bytes after its exit, get there: past it the reader skips
+	// ahead to outputBuffer behind and is told what it missed (a gap).
+	outputHardCap = 4 << 20
+	// readMerge is the most Next joins from small chunks into one piece.
+	readMerge = 64 << 10
+)
+
+// Streams of a piece of output.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	// StreamOutput is kept output whose stream is not known: the record
+	// keeps stdout and stderr as they came, together.
+	StreamOutput = "output"
+)
+
+// Reasons a reader misses bytes (OutputPiece.GapReason).
+const (
+	// GapNotKept: bytes written before the reader attached, past what the
+	// job's record keeps (max_output_bytes), or dropped from memory.
+	GapNotKept = "not_kept"
+	// GapBehind: the reader fell outputHardCap behind a runner that does
+	// not take acknowledgements; the daemon does not hold more for it.
+	GapBehind = "behind"
+)
+
+// ErrReaderClosed is returned by Next once the reader is closed.
+var ErrReaderClosed = errors.New("output reader closed")
+
+// OutputPiece is what Next returns: bytes of the job's output at Offset,
+// or a gap: bytes [Offset, Offset+Gap) the reader will not get.
+type OutputPiece struct {
+	Offset    int64
+	Stream    string
+	Data      []byte
+	Gap       int64
+	GapReason string
+}
+
+type outPiece struct {
+	off    int64
+	stream string
+	data   []byte
+}
+
+// outStream is one job's output. Its job actor writes; readers read from
+// any goroutine.
+type outStream struct {
+	sh    *shared
+	jobID string
+	keep  int // max_output_bytes: the record's copy
+
+	mu      sync.Mutex
+	kept    []byte
+	total   int64      // every byte written
+	pieces  []outPiece // retained for readers: [base, total)
+	base    int64
+	readers map[*OutputReader]struct{}
+	// ack tells the job's runner how far its output is acknowledged; nil
+	// while the job is on no runner. acked is the last acknowledgement.
+	ack   func(acked int64)
+	acked int64
+	ended bool
+	final api.JobRecord
+	// unstreamed counts output kept and not streamed (addKept).
+	unstreamed int64
+	// actor is the job's actor, where job.stdin goes; over once it ended.
+	actor actors.Ref
+	over  bool
+	early []any // for the actor, before it started
+}
+
+func (s *outStream) setActor(sys *actors.System, ref actors.Ref) {
+	s.mu.Lock()
+	s.actor = ref
+	for _, m := range s.early {
+		sys.Send(ref, m)
+	}
+	s.early = nil
+	s.mu.Unlock()
+}
+
+// gone: the job ended; its actor takes no more stdin.
+func (s *outStream) gone() {
+	s.mu.Lock()
+	s.over = true
+	s.mu.Unlock()
+}
+
+// toActor hands m to the job's actor (kept for it until it has started),
+// unless the job has ended (false). Sent under the lock, so nothing
+// reaches the actor after gone.
+func (s *outStream) toActor(sys *actors.System, m any) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.over:
+		return false
+	case s.actor.IsZero():
+		s.early = append(s.early, m) // one job.stdin at a time: bounded
+	default:
+		sys.Send(s.actor, m)
+	}
+	return true
+}
+
+func newOutStream(sh *shared, jobID string, keep int) *outStream {
+	return &outStream{sh: sh, jobID: jobID, keep: keep}
+}
+
+// finishedStream is the stream of a job that ended: its record's kept
+// output, then what it did not keep.
+func finishedStream(sh *shared, rec api.JobRecord) *outStream {
+	s := &outStream{sh: sh, jobID: rec.ID, ended: true, final: rec}
+	if rec.State != api.StateError { // an error's output is why it could not run
+		s.kept, s.total = []byte(rec.Output), max(rec.OutputBytes, int64(len(rec.Output)))
+	}
+	s.base = s.total
+	s.final.Output = ""
+	return s
+}
+
+// snapshot is a stream that ends now: what s kept so far, rec as it is.
+func (s *outStream) snapshot(rec api.JobRecord) *outStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec.Output = ""
+	return &outStream{sh: s.sh, jobID: s.jobID, kept: s.kept[:len(s.kept):len(s.kept)], total: s.total,
+		base: s.total, ended: true, final: rec}
+}
+
+// write adds a chunk of the job's output: kept up to the record's cap,
+// retained while readers are attached. Only the job actor writes.
+func (s *outStream) write(stream string, p []byte) {
+	s.mu.Lock()
+	if room := s.keep - len(s.kept); room > 0 {
+		s.kept = append(s.kept, p[:min(len(p), room)]...)
+	}
+	if len(s.readers) > 0 {
+		s.pieces = append(s.pieces, outPiece{off: s.total, stream: stream, data: p})
+	}
+	s.total += int64(len(p))
+	if len(s.readers) == 0 {
+		s.base = s.total
+	} else if s.total-s.minPinLocked() > outputHardCap {
+		// A runner that ignores acknowledgements: the readers furthest
+		// behind skip ahead, and hear of the gap.
+		to := s.total - outputBuffer
+		for r := range s.readers {
+			if max(r.off, r.pin) < to {
+				r.pin, r.behind = to, true
+			}
+		}
+		s.trimLocked()
+	}
+	for r := range s.readers {
+		r.signal()
+	}
+	ack, n := s.ackLocked()
+	s.mu.Unlock()
+	if n >= 0 {
+		ack(n)
+	}
+}
+
+// addKept counts output that is kept in the record but not streamed: a
+// runner's Result.output of a job that could not run (its error).
+func (s *outStream) addKept(p []byte) {
+	s.mu.Lock()
+	if room := s.keep - len(s.kept); room > 0 {
+		s.kept = append(s.kept, p[:min(len(p), room)]...)
+	}
+	s.unstreamed += int64(len(p))
+	s.mu.Unlock()
+}
+
+// record fills rec's output fields from what the stream kept and counted.
+func (s *outStream) record(rec *api.JobRecord) {
+	s.mu.Lock()
+	rec.Output = string(s.kept)
+	rec.OutputBytes = s.total + s.unstreamed
+	rec.OutputTruncated = rec.OutputBytes > int64(len(s.kept))
+	s.mu.Unlock()
+}
+
+// onRunner sets where acknowledgements go (nil: the job is on no runner);
+// it starts from nothing acknowledged, as a runner does.
+func (s *outStream) onRunner(ack func(int64)) {
+	s.mu.Lock()
+	s.ack, s.acked = ack, s.total
+	s.mu.Unlock()
+}
+
+// end marks the stream over with the job's terminal record: readers get
+// what they have not read yet, then io.EOF.
+func (s *outStream) end(rec api.JobRecord) {
+	s.mu.Lock()
+	s.ended, s.ack = true, nil
+	rec.Output = ""
+	if rec.State == api.StateError {
+		rec.Output = string(s.kept) // why it could not run
+	}
+	s.final = rec
+	for r := range s.readers {
+		r.signal()
+	}
+	s.mu.Unlock()
+}
+
+// minPinLocked is the offset the slowest reader still needs.
+func (s *outStream) minPinLocked() int64 {
+	m := s.total
+	for r := range s.readers {
+		m = min(m, max(r.off, r.pin))
+	}
+	return m
+}
+
+// trimLocked lets go of what every reader has taken.
+func (s *outStream) trimLocked() {
+	pin := s.minPinLocked()
+	i := 0
+	for i < len(s.pieces) && s.pieces[i].off+int64(len(s.pieces[i].data)) <= pin {
+		s.pieces[i] = outPiece{}
+		i++
+	}
+	s.pieces = s.pieces[i:]
+	if len(s.pieces) == 0 {
+		s.pieces = nil
+		s.base = max(s.base, pin)
+		if len(s.readers) == 0 {
+			s.base = s.total
+		}
+	} else {
+		s.base = max(s.base, s.pieces[0].off)
+	}
+}
+
+// ackLocked says how far to acknowledge now, if that moved on by a
+// quarter window: everything with no reader, else up to what keeps the
+// buffer beyond the slowest reader within outputBuffer. n < 0: nothing.
+func (s *outStream) ackLocked() (func(int64), int64) {
+	if s.ack == nil || s.ended {
+		return nil, -1
+	}
+	target := s.total
+	if len(s.readers) > 0 {
+		target = min(target, s.minPinLocked()+outputBuffer-OutputWindow)
+	}
+	if target < s.acked+OutputWindow/4 {
+		return nil, -1
+	}
+	s.acked = target
+	return s.ack, target
+}
+
+// attach adds a reader: from the start when the stream has not begun
+// (a reader attached at submission), else the kept bytes, a gap to what is
+// retained, then live.
+func (s *outStream) attach(who string) *OutputReader {
+	r := &OutputReader{s: s, who: who, wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	r.pin = s.base
+	if !s.ended {
+		if s.readers == nil {
+			s.readers = map[*OutputReader]struct{}{}
+		}
+		s.readers[r] = struct{}{}
+	}
+	s.mu.Unlock()
+	return r
+}
+
+// OutputReader reads one job's output at its own pace: every byte from
+// where it attached (before that, what the record keeps), then io.EOF
+// once the job has ended and its record is committed. While it is
+// attached and behind, the job's runner is not acknowledged past it. Close
+// it when done; Next and Close may be called from different goroutines.
+type OutputReader struct {
+	s      *outStream
+	who    string
+	wake   chan struct{}
+	off    int64 // the next byte to deliver
+	pin    int64 // the reader needs no retained byte below this
+	behind bool  // pushed ahead by the hard cap: the next gap is GapBehind
+	closed bool
+	buf    []byte // where small chunks are joined; reused by each Next
+
+	delivered, missed int64
+}
+
+func (r *OutputReader) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Next waits for the next piece of output (or gap), io.EOF once the job
+// has ended and everything was delivered, ctx's error, or ErrReaderClosed.
+// The piece's Data is valid until the next call.
+func (r *OutputReader) Next(ctx context.Context) (OutputPiece, error) {
+	s := r.s
+	for {
+		s.mu.Lock()
+		if r.closed {
+			s.mu.Unlock()
+			return OutputPiece{}, ErrReaderClosed
+		}
+		if p, ok := r.nextLocked(); ok {
+			if len(s.pieces) > 0 && s.readers != nil {
+				s.trimLocked()
+			}
+			ack, n := s.ackLocked()
+			s.mu.Unlock()
+			if n >= 0 {
+				ack(n)
+			}
+			return p, nil
+		}
+		if s.ended {
+			s.mu.Unlock()
+			return OutputPiece{}, io.EOF
+		}
+		s.mu.Unlock()
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return OutputPiece{}, ctx.Err()
+		}
+	}
+}
+
+// nextLocked takes the next piece or gap, if there is one.
+func (r *OutputReader) nextLocked() (OutputPiece, bool) {
+	s := r.s
+	if r.off >= s.total {
+		return OutputPiece{}, false
+	}
+	base := max(s.base, r.pin)
+	if r.off < base {
+		if r.off < int64(len(s.kept)) {
+			end := min(int64(len(s.kept)), base)
+			p := OutputPiece{Offset: r.off, Stream: StreamOutput, Data: s.kept[r.off:end:end]}
+			r.off = end
+			r.delivered += int64(len(p.Data))
+			return p, true
+		}
+		p := OutputPiece{Offset: r.off, Gap: base - r.off, GapReason: GapNotKept}
+		if r.behind {
+			p.GapReason, r.behind = GapBehind, false
+		}
+		r.off = base
+		r.missed += p.Gap
+		return p, true
+	}
+	// In the retained pieces: find r.off, join what follows of the same
+	// stream up to readMerge.
+	i := 0
+	for i < len(s.pieces) && s.pieces[i].off+int64(len(s.pieces[i].data)) <= r.off {
+		i++
+	}
+	if i == len(s.pieces) {
+		return OutputPiece{}, false
+	}
+	first := s.pieces[i]
+	data := first.data[r.off-first.off:]
+	if len(data) < readMerge && i+1 < len(s.pieces) && s.pieces[i+1].stream == first.stream &&
+		len(data)+len(s.pieces[i+1].data) <= readMerge {
+		if r.buf == nil {
+			r.buf = make([]byte, 0, readMerge)
+		}
+		buf := append(r.buf[:0], data...)
+		for j := i + 1; j < len(s.pieces) && s.pieces[j].stream == first.stream && len(buf)+len(s.pieces[j].data) <= readMerge; j++ {
+			buf = append(buf, s.pieces[j].data...)
+		}
+		data = buf
+	}
+	p := OutputPiece{Offset: r.off, Stream: first.stream, Data: data}
+	r.off += int64(len(data))
+	r.delivered += int64(len(data))
+	return p, true
+}
+
+// Close detaches the reader at once: the job is no longer held back by
+// it. reason says why in job.stream_closed: "ended" (read to its end),
+// "detached" (its client went away or stopped early).
+func (r *OutputReader) Close(reason string) { r.close(reason, true) }
+
+func (r *OutputReader) close(reason string, emit bool) {
+	s := r.s
+	s.mu.Lock()
+	if r.closed {
+		s.mu.Unlock()
+		return
+	}
+	r.closed = true
+	delete(s.readers, r)
+	s.trimLocked()
+	ack, n := s.ackLocked()
+	delivered, missed := r.delivered, r.missed
+	s.mu.Unlock()
+	if n >= 0 {
+		ack(n)
+	}
+	r.signal()
+	if emit && s.sh != nil {
+		s.sh.bus.Emit(JobStreamClosed{JobID: s.jobID, Reader: r.who, Reason: reason, Bytes: delivered, Missed: missed})
+	}
+}
+
+// Record is the job's terminal record once Next returned io.EOF (its
+// output only for a job that ended in error: why it could not run); the
+// record as it was for a reader of a running job that does not follow.
+func (r *OutputReader) Record() api.JobRecord {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.s.final
+}
+
+// Counts says how many bytes the reader delivered and missed so far.
+func (r *OutputReader) Counts() (delivered, missed int64) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.delivered, r.missed
+}
+
+// JobID is the job the reader reads.
+func (r *OutputReader) JobID() string { return r.s.jobID }

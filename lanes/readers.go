@@ -1,0 +1,70 @@
+package lanes
+
+import (
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// ReadOutput attaches a reader to job id's output (see OutputReader); who
+// names it in job.stream_opened. A running job's reader gets the output
+// the job's record keeps, a gap to what is still held, then every byte
+// live until the job ends (follow), or only what is kept now (!follow). A
+// finished job's reader gets its record's output (from the state store
+// when memory let go of it), then a gap for what the record did not keep.
+func (m *Manager) ReadOutput(id, who string, follow bool) (*OutputReader, error) {
+	out, rec, ok := m.sh.store.stream(id)
+	if ok && out != nil {
+		s, from := out, "running"
+		if !follow {
+			s = out.snapshot(rec)
+		}
+		r := s.attach(who)
+		m.sh.bus.Emit(JobStreamOpened{JobID: id, Reader: who, From: from})
+		return r, nil
+	}
+	rec, ok, err := m.lookup(id)
+	if err == nil && ok && rec.OutputEvicted && m.sh.jobs != nil {
+		rec, ok, err = m.sh.jobs.Get(id)
+	}
+	switch {
+	case err != nil:
+		return nil, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err)
+	case !ok:
+		return nil, api.Errorf(api.CodeNotFound, "job %s not found", id)
+	case !rec.State.Terminal():
+		return nil, api.Errorf(api.CodeInvalidState, "job %s is recorded as %s but is not live in this daemon", id, rec.State)
+	}
+	r := finishedStream(m.sh, rec).attach(who)
+	m.sh.bus.Emit(JobStreamOpened{JobID: id, Reader: who, From: "record"})
+	return r, nil
+}
+
+// Stdin gives job id, submitted with stdin_stream, the next piece of its
+// stdin (eof: and then its end). reply runs once the piece is on its way
+// to the job's runner, which may wait for the job to read (flow control):
+// send the next piece after it. One call at a time per job.
+func (m *Manager) Stdin(id string, data []byte, eof bool, reply func(error)) {
+	if len(data) > MaxStdinChunk {
+		reply(api.Errorf(api.CodeInvalidParams, "invalid params for job.stdin: %d bytes in one call, more than %d", len(data), MaxStdinChunk))
+		return
+	}
+	out, rec, ok := m.sh.store.stream(id)
+	if !ok {
+		if rec, found, _ := m.lookup(id); found {
+			reply(api.Errorf(api.CodeInvalidState, "job %s is %s; its stdin is closed", id, rec.State))
+			return
+		}
+		reply(api.Errorf(api.CodeNotFound, "job %s not found", id))
+		return
+	}
+	if out == nil || !out.toActor(m.sys, jobStdin{data: data, eof: eof, reply: reply}) {
+		reply(api.Errorf(api.CodeInvalidState, "job %s finished (%s); its stdin is closed", id, rec.State))
+	}
+}
+
+// StdinGone ends job id's streamed stdin: the client streaming it went
+// away.
+func (m *Manager) StdinGone(id string) {
+	if out, _, ok := m.sh.store.stream(id); ok && out != nil {
+		out.toActor(m.sys, jobStdin{owner: true})
+	}
+}

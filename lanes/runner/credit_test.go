@@ -1,0 +1,170 @@
+package runner
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+func creditAck(slots int, window uint64) *wire.HandshakeAck {
+	a := okAck(slots)
+	a.Config.OutputWindow = window
+	return a
+}
+
+// procLine reads "name: value" of /proc/PID/file.
+func procLine(pid int, file, name string) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// With an output window, a job whose output is not acknowledged blocks on
+// its pipe once the window is sent; acknowledgements let it go on to its
+// end, every byte sent once.
+func TestOutputCreditBlocksTheJob(t *testing.T) {
+	const window, total = 64 << 10, 1 << 20
+	d := startRunner(t, creditAck(1, window))
+	if !strings.Contains(strings.Join(d.hs.Capabilities, " "), wire.CapOutputCredit) ||
+		!strings.Contains(strings.Join(d.hs.Capabilities, " "), wire.CapStdinStream) {
+		t.Fatalf("capabilities %v", d.hs.Capabilities)
+	}
+	d.send(wire.TypeJob, wire.Job{JobID: "c1", Command: fmt.Sprintf("echo $$ >&2; exec head -c %d /dev/zero", total)})
+	if !d.jobAck("c1").Accepted {
+		t.Fatal("not accepted")
+	}
+	var got, stdout int
+	pid := 0
+	take := func() {
+		f := d.expect("output of c1", func(f rawFrame) bool { return f.t == wire.TypeOutputChunk && jobIDOf(f) == "c1" })
+		c := decode[wire.OutputChunk](t, f)
+		got += len(c.Chunk)
+		if c.Stream == wire.Stderr {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
+		} else {
+			stdout += len(c.Chunk)
+		}
+	}
+	for pid == 0 || stdout == 0 {
+		take()
+	}
+	// Blocked: head sleeps in a pipe write, the same bytes written twice in
+	// a row, with only about a window sent.
+	last := ""
+	deadline := time.Now().Add(waitFor)
+	for {
+		w := procLine(pid, "io", "wchar")
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		if strings.Contains(string(wchan), "pipe_write") && w == last {
+			break
+		}
+		last = w
+		if time.Now().After(deadline) {
+			t.Fatalf("job not blocked: wchan %q, wchar %s", wchan, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		select {
+		case f := <-d.frames:
+			d.backlog = append(d.backlog, f)
+			continue
+		default:
+		}
+		break
+	}
+	for len(d.backlog) > 0 {
+		take()
+	}
+	if got > window+2*d.chunkSize() {
+		t.Fatalf("%d bytes sent unacknowledged, window %d", got, window)
+	}
+	// Acknowledge as it comes: the rest flows, then the Result.
+	for stdout < total {
+		d.send(wire.TypeOutputAck, wire.OutputAck{JobID: "c1", Acked: uint64(got)})
+		take()
+	}
+	res := decode[wire.Result](t, d.expectType(wire.TypeResult, "c1"))
+	if res.Status != wire.StatusSuccess || stdout != total {
+		t.Fatalf("result %+v after %d bytes", res, stdout)
+	}
+}
+
+func (d *fakeDaemon) chunkSize() int { return chunkMax }
+
+// A job that exits does not wait for credit: what is left in its pipes
+// goes at once and its Result follows.
+func TestOutputCreditDoesNotHoldTheResult(t *testing.T) {
+	d := startRunner(t, creditAck(1, 1024))
+	o := d.run(wire.Job{JobID: "c2", Command: "head -c 20000 /dev/zero"})
+	if o.res.Status != wire.StatusSuccess || len(o.stdout) != 20000 {
+		t.Fatalf("result %+v, %d bytes", o.res, len(o.stdout))
+	}
+}
+
+// A streamed stdin: chunks reach the job's pipe in order, each
+// acknowledged once written, EOF closes it; a job that stops reading gets
+// the rest acknowledged unwritten.
+func TestStdinStream(t *testing.T) {
+	d := startRunner(t, creditAck(2, 1<<20))
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	sum := sha256.Sum256(data)
+	d.send(wire.TypeJob, wire.Job{JobID: "s1", Argv: []string{"sha256sum"}, StdinStream: true})
+	sendStdin := func(id string, data []byte) {
+		const piece, window = 64 << 10, 256 << 10
+		var sent, acked uint64
+		for len(data) > 0 || acked < sent {
+			if len(data) > 0 && sent-acked < window {
+				n := min(piece, len(data))
+				d.send(wire.TypeStdinChunk, wire.StdinChunk{JobID: id, Data: data[:n]})
+				data, sent = data[n:], sent+uint64(n)
+				continue
+			}
+			a := decode[wire.StdinAck](t, d.expectType(wire.TypeStdinAck, id))
+			if a.Bytes < acked || a.Bytes > sent {
+				t.Fatalf("ack %d after %d, %d sent", a.Bytes, acked, sent)
+			}
+			acked = a.Bytes
+		}
+		d.send(wire.TypeStdinChunk, wire.StdinChunk{JobID: id, EOF: true})
+	}
+	sendStdin("s1", data)
+	o := d.collect("s1")
+	if o.res.Status != wire.StatusSuccess || !strings.HasPrefix(o.stdout, hex.EncodeToString(sum[:])+" ") {
+		t.Fatalf("result %+v stdout %q, want %x", o.res, o.stdout, sum)
+	}
+	// It stops reading after 3 bytes; the rest is acknowledged all the same.
+	gate := d.dir + "/gate"
+	d.send(wire.TypeJob, wire.Job{JobID: "s2", StdinStream: true,
+		Command: "head -c 3; echo; exec 0<&-; while [ ! -e " + gate + " ]; do sleep 0.01; done"})
+	sendStdin("s2", bytes.Repeat([]byte("y\n"), 400<<10))
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o := d.collect("s2"); o.res.Status != wire.StatusSuccess || o.stdout != "y\ny\n" {
+		t.Fatalf("result %+v stdout %q", o.res, o.stdout)
+	}
+	// Output from a job whose stdin is still open: it runs at once.
+	d.send(wire.TypeJob, wire.Job{JobID: "s3", Command: "echo started; cat", StdinStream: true})
+	if out := d.waitStdout("s3", 1); out != "started\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	d.send(wire.TypeStdinChunk, wire.StdinChunk{JobID: "s3", Data: []byte("more\n"), EOF: true})
+	if o := d.collect("s3"); o.res.Status != wire.StatusSuccess || o.stdout != "more\n" {
+		t.Fatalf("result %+v stdout %q", o.res, o.stdout)
+	}
+}

@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// StreamPiece is the data of a job.stream line on the control socket: a
+// piece of a job's output at Offset (Data, from "data" or "data_b64"), or
+// a gap (Gap bytes from Offset the reader does not get, and why), or the
+// head line of a stream that submitted its job (neither).
+type StreamPiece struct {
+	JobID  string
+	Offset int64
+	Stream string
+	Data   []byte
+	Gap    int64
+	Reason string
+}
+
+// AppendStreamPiece appends p as JSON: {job_id, offset, stream, data |
+// data_b64} for bytes (the shorter form, AppendBytesFieldCompact), {job_id,
+// offset, gap, reason} for a gap, {job_id, offset} for neither.
+func AppendStreamPiece(dst []byte, p *StreamPiece) []byte {
+	dst = append(dst, `{"job_id":`...)
+	dst = AppendJSONString(dst, p.JobID, false)
+	dst = append(dst, `,"offset":`...)
+	dst = strconv.AppendInt(dst, p.Offset, 10)
+	switch {
+	case p.Gap > 0:
+		dst = append(dst, `,"gap":`...)
+		dst = strconv.AppendInt(dst, p.Gap, 10)
+		dst = append(dst, `,"reason":`...)
+		dst = AppendJSONString(dst, p.Reason, false)
+	case p.Stream != "":
+		dst = append(dst, `,"stream":`...)
+		dst = AppendJSONString(dst, p.Stream, false)
+		dst = AppendBytesFieldCompact(dst, "data", p.Data)
+	}
+	return append(dst, '}')
+}
+
+// DecodeStreamPiece decodes a job.stream line's data. The daemon's own
+// layout (AppendStreamPiece's, with base64 data) is read in one pass;
+// anything else goes through encoding/json, which decides and words the
+// error. Data is a new slice.
+func DecodeStreamPiece(b []byte) (StreamPiece, error) {
+	if p, ok := fastStreamPiece(b); ok {
+		return p, nil
+	}
+	var v struct {
+		JobID   string  `json:"job_id"`
+		Offset  int64   `json:"offset"`
+		Stream  string  `json:"stream"`
+		Data    *string `json:"data"`
+		DataB64 []byte  `json:"data_b64"`
+		Gap     int64   `json:"gap"`
+		Reason  string  `json:"reason"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return StreamPiece{}, err
+	}
+	if v.Data != nil && v.DataB64 != nil {
+		return StreamPiece{}, errors.New(`both "data" and "data_b64" are set; want one`)
+	}
+	p := StreamPiece{JobID: v.JobID, Offset: v.Offset, Stream: v.Stream, Data: v.DataB64, Gap: v.Gap, Reason: v.Reason}
+	if v.Data != nil {
+		p.Data = []byte(*v.Data)
+	}
+	return p, nil
+}
+
+// fastStreamPiece reads exactly {"job_id":"ID","offset":N,"stream":"S",
+// "data_b64":"B64"} with plain strings and digits; false for anything
+// else.
+func fastStreamPiece(b []byte) (StreamPiece, bool) {
+	var p StreamPiece
+	rest, ok := bytes.CutPrefix(b, []byte(`{"job_id":`))
+	if !ok || len(rest) == 0 {
+		return p, false
+	}
+	id, i, ok := simpleString(rest, 0)
+	if !ok {
+		return p, false
+	}
+	rest, ok = bytes.CutPrefix(rest[i:], []byte(`,"offset":`))
+	if !ok {
+		return p, false
+	}
+	n := 0
+	for n < len(rest) && n < 18 && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || (n > 1 && rest[0] == '0') || n == 18 {
+		return p, false
+	}
+	off, _ := strconv.ParseInt(string(rest[:n]), 10, 64)
+	rest, ok = bytes.CutPrefix(rest[n:], []byte(`,"stream":`))
+	if !ok || len(rest) == 0 {
+		return p, false
+	}
+	stream, i, ok := simpleString(rest, 0)
+	if !ok {
+		return p, false
+	}
+	rest, ok = bytes.CutPrefix(rest[i:], []byte(`,"data_b64":"`))
+	if !ok || len(rest) < 2 || rest[len(rest)-1] != '}' || rest[len(rest)-2] != '"' {
+		return p, false
+	}
+	enc := rest[:len(rest)-2]
+	if !plainBase64Candidate(enc) {
+		return p, false
+	}
+	data := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	m, err := base64.StdEncoding.Decode(data, enc)
+	if err != nil {
+		return p, false
+	}
+	return StreamPiece{JobID: string(id), Offset: off, Stream: string(stream), Data: data[:m]}, true
+}
