@@ -94,8 +94,6 @@ type outStream struct {
 	acked int64
 	ended bool
 	final api.JobRecord
-	// unstreamed counts output kept and not streamed (addKept).
-	unstreamed int64
 	// actor is the job's actor, where job.stdin goes; over once it ended.
 	actor actors.Ref
 	over  bool
@@ -195,22 +193,11 @@ func (s *outStream) write(stream string, p []byte) {
 	}
 }
 
-// addKept counts output that is kept in the record but not streamed: a
-// runner's Result.output of a job that could not run (its error).
-func (s *outStream) addKept(p []byte) {
-	s.mu.Lock()
-	if room := s.keep - len(s.kept); room > 0 {
-		s.kept = append(s.kept, p[:min(len(p), room)]...)
-	}
-	s.unstreamed += int64(len(p))
-	s.mu.Unlock()
-}
-
 // record fills rec's output fields from what the stream kept and counted.
 func (s *outStream) record(rec *api.JobRecord) {
 	s.mu.Lock()
 	rec.Output = string(s.kept)
-	rec.OutputBytes = s.total + s.unstreamed
+	rec.OutputBytes = s.total
 	rec.OutputTruncated = rec.OutputBytes > int64(len(s.kept))
 	s.mu.Unlock()
 }
@@ -229,9 +216,6 @@ func (s *outStream) end(rec api.JobRecord) {
 	s.mu.Lock()
 	s.ended, s.ack = true, nil
 	rec.Output = ""
-	if rec.State == api.StateError {
-		rec.Output = string(s.kept) // why it could not run
-	}
 	s.final = rec
 	for r := range s.readers {
 		r.signal()
