@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -39,6 +40,21 @@ func (m *Manager) executeMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
+	m.Execute(spec, func(taskID, sessionID string, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(map[string]any{"task_id": taskID, "session_id": sessionID})
+	})
+}
+
+// Execute queues a task as task.execute does: reply gets its id and
+// session once it is committed, or the error (an *api.Error) that refused
+// it. reply runs once, on any goroutine, and must not block. Another
+// domain's way in (loops, chat): the same checks as the method.
+func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string, err error)) {
+	call := &replyCall{method: "task.execute", fail: func(err error) { reply("", "", err) }}
 	bad := func(format string, args ...any) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "task.execute: "+format, args...))
 	}
@@ -111,7 +127,7 @@ func (m *Manager) executeMethod(call api.Call) {
 		}
 		m.bus.Emit(TaskQueued{TaskID: rec.ID, SessionID: rec.SessionID, Executor: h.name})
 		m.sys.Send(h.ref, queueTask{rec: rec})
-		call.Respond(map[string]any{"task_id": rec.ID, "session_id": rec.SessionID})
+		reply(rec.ID, rec.SessionID, nil)
 	})
 	if err != nil {
 		m.mu.Lock()
@@ -183,11 +199,25 @@ func (m *Manager) getMethod(call api.Call) {
 // has).
 func (m *Manager) wait(id string, f func(api.TaskRecord)) {
 	m.mu.Lock()
-	if rec, ok := m.live[id]; ok && rec.State.Terminal() {
+	rec, ok := m.live[id]
+	switch {
+	case ok && rec.State.Terminal():
 		m.mu.Unlock()
 		f(rec)
 		return
+	case ok:
+		m.waiters[id] = append(m.waiters[id], f)
+		m.mu.Unlock()
+		return
 	}
+	m.mu.Unlock()
+	// Not in memory: it ended and its record was committed (forget) since
+	// the caller looked.
+	if rec, ok, err := m.log.Task(context.Background(), id); err == nil && ok && rec.State.Terminal() {
+		f(rec)
+		return
+	}
+	m.mu.Lock()
 	m.waiters[id] = append(m.waiters[id], f)
 	m.mu.Unlock()
 }
@@ -299,6 +329,47 @@ func (m *Manager) stopMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
+	m.stop(call, p.ID, p.Force)
+}
+
+// Stop stops a queued or running task as task.stop does (force: no grace);
+// reply gets its record, or why not (already ended: CodeInvalidState). It
+// runs once, on any goroutine, and must not block.
+func (m *Manager) Stop(id string, force bool, reply func(api.TaskRecord, error)) {
+	m.stop(&replyCall{method: "task.stop", respond: func(v any) {
+		var rec api.TaskRecord
+		if r, ok := v.(map[string]any); ok {
+			rec, _ = r["task"].(api.TaskRecord)
+		}
+		reply(rec, nil)
+	}, fail: func(err error) { reply(api.TaskRecord{}, err) }}, id, force)
+}
+
+// Task is a task's record: the live one, else the store's (CodeNotFound:
+// no such task).
+func (m *Manager) Task(id string) (api.TaskRecord, error) { return m.task(id) }
+
+// Wait calls f once with the task's record when it ends (at once if it
+// has; from the store for a task of an earlier daemon). f runs on any
+// goroutine and must not block.
+func (m *Manager) Wait(id string, f func(api.TaskRecord)) error {
+	rec, err := m.task(id)
+	if err != nil {
+		return err
+	}
+	if rec.State.Terminal() {
+		f(rec)
+		return nil
+	}
+	m.wait(id, f)
+	return nil
+}
+
+func (m *Manager) stop(call api.Call, id string, force bool) {
+	p := struct {
+		ID    string
+		Force bool
+	}{id, force}
 	rec, err := m.task(p.ID)
 	if err != nil {
 		call.Fail(err)
@@ -357,4 +428,29 @@ func (m *Manager) executorListMethod(call api.Call) {
 		pools = append(pools, m.pools[name].status())
 	}
 	call.Respond(map[string]any{"pools": pools})
+}
+
+// replyCall is an api.Call made in the daemon, for the Go API: its answer
+// goes to functions.
+type replyCall struct {
+	method  string
+	respond func(any)
+	fail    func(error)
+	done    atomic.Bool
+}
+
+func (c *replyCall) Method() string   { return c.method }
+func (c *replyCall) Decode(any) error { return nil }
+func (c *replyCall) OnClose(func())   {}
+
+func (c *replyCall) Respond(v any) {
+	if c.done.CompareAndSwap(false, true) && c.respond != nil {
+		c.respond(v)
+	}
+}
+
+func (c *replyCall) Fail(err error) {
+	if c.done.CompareAndSwap(false, true) && c.fail != nil {
+		c.fail(err)
+	}
 }
