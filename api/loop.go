@@ -1,0 +1,191 @@
+package api
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Loops: Loopr's loops (an agent iterating in a git worktree until a
+// validation command passes), as the control socket and the store show
+// them. The record is Loopr's (src/domain/loop_record.rs): snake_case, its
+// members in Loopr's order, then orchestrd's.
+
+// LoopType is a loop's level in the tree: a plan spawns specs, a spec
+// phases, a phase one code loop.
+type LoopType string
+
+const (
+	LoopPlan  LoopType = "plan"
+	LoopSpec  LoopType = "spec"
+	LoopPhase LoopType = "phase"
+	LoopCode  LoopType = "code"
+)
+
+// LoopTypes are the loop types, from the root down.
+var LoopTypes = []LoopType{LoopPlan, LoopSpec, LoopPhase, LoopCode}
+
+// Valid reports whether t names a loop type.
+func (t LoopType) Valid() bool {
+	switch t {
+	case LoopPlan, LoopSpec, LoopPhase, LoopCode:
+		return true
+	}
+	return false
+}
+
+// LoopStatus is a loop's lifecycle state (Loopr's names).
+type LoopStatus string
+
+const (
+	LoopPending     LoopStatus = "pending"
+	LoopRunning     LoopStatus = "running"
+	LoopPaused      LoopStatus = "paused"
+	LoopRebasing    LoopStatus = "rebasing"
+	LoopComplete    LoopStatus = "complete"
+	LoopFailed      LoopStatus = "failed"
+	LoopInvalidated LoopStatus = "invalidated"
+)
+
+// LoopStatuses are every status, in lifecycle order.
+var LoopStatuses = []LoopStatus{LoopPending, LoopRunning, LoopPaused, LoopRebasing, LoopComplete, LoopFailed, LoopInvalidated}
+
+// Terminal reports whether s is a final status (Loopr's: complete,
+// failed, invalidated).
+func (s LoopStatus) Terminal() bool {
+	return s == LoopComplete || s == LoopFailed || s == LoopInvalidated
+}
+
+// Valid reports whether s names a status.
+func (s LoopStatus) Valid() bool {
+	for _, v := range LoopStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Loop error codes (LoopRecord.Error), for a loop that ended failed or
+// invalidated: why, in a word a script can match.
+const (
+	LoopErrMaxIterations  = "max_iterations"  // validation never passed
+	LoopErrMergeConflict  = "merge_conflict"  // its branch did not merge into its parent's (kept, named)
+	LoopErrChildFailed    = "child_failed"    // a child failed: the parent ends failed once its siblings ended
+	LoopErrWorktreeGone   = "worktree_gone"   // its worktree was not there after a restart
+	LoopErrCancelled      = "cancelled"       // loop.cancel, of it or an ancestor
+	LoopErrPlanRejected   = "plan_rejected"   // plan.reject
+	LoopErrParentIterated = "parent_iterated" // plan.iterate ran the plan again: its children are invalidated
+	LoopErrGit            = "git_failed"      // git could not make or commit its worktree
+	LoopErrAgent          = "agent_failed"    // its executor pool refused every task
+)
+
+// LoopRecord is a loop as loop.get, loop.list, loop.created and
+// loop.updated show it. Times are Unix milliseconds, as Loopr's.
+type LoopRecord struct {
+	ID                string          `json:"id"`
+	LoopType          LoopType        `json:"loop_type"`
+	ParentID          *string         `json:"parent_id"` // null for a root, never omitted
+	InputArtifact     *string         `json:"input_artifact"`
+	OutputArtifacts   []string        `json:"output_artifacts"`
+	PromptPath        string          `json:"prompt_path"`
+	ValidationCommand string          `json:"validation_command"`
+	MaxIterations     uint32          `json:"max_iterations"`
+	Worktree          string          `json:"worktree"`
+	Iteration         uint32          `json:"iteration"`
+	Status            LoopStatus      `json:"status"`
+	Progress          string          `json:"progress"`
+	Context           json.RawMessage `json:"context"` // a plan's task in context.task
+	CreatedAt         int64           `json:"created_at"`
+	UpdatedAt         int64           `json:"updated_at"`
+
+	// orchestrd's, after Loopr's.
+	Error    string `json:"error,omitempty"`    // a LoopErr* code, for failed and invalidated
+	Message  string `json:"message,omitempty"`  // what happened, in words (the failed children, the conflicting branch)
+	Repo     string `json:"repo"`               // the git repository
+	Base     string `json:"base"`               // the branch a root started from and merges into
+	Branch   string `json:"branch"`             // loop/<id>
+	TaskID   string `json:"task_id,omitempty"`  // the running iteration's executor task
+	JobID    string `json:"job_id,omitempty"`   // the running iteration's validation job
+	Children int    `json:"children,omitempty"` // how many loops it spawned
+	Paused   bool   `json:"pause_requested,omitempty"`
+}
+
+// LoopIteration is one iteration of a loop, as loop.get's iterations show
+// it: its prompt, its agent's task, its validation job and what came of it.
+type LoopIteration struct {
+	LoopID     string `json:"loop_id"`
+	Iteration  uint32 `json:"iteration"`
+	Prompt     string `json:"prompt"`
+	TaskID     string `json:"task_id,omitempty"`
+	JobID      string `json:"job_id,omitempty"`
+	Status     string `json:"status"` // running, passed, failed, interrupted
+	Passed     bool   `json:"passed"`
+	Feedback   string `json:"feedback,omitempty"` // what the next iteration is told
+	Commit     string `json:"commit,omitempty"`
+	StartedAt  int64  `json:"started_at"`
+	FinishedAt int64  `json:"finished_at,omitempty"`
+}
+
+// TaskLoop is what execute_prompt carries of the loop a task iterates
+// (TaskSpec.Loop), and what `orchestrd executor` gives its agent as
+// ORCHESTRD_LOOP_ID, _TYPE, _ITERATION and _ARTIFACT.
+type TaskLoop struct {
+	ID        string   `json:"id"`
+	LoopType  LoopType `json:"loop_type"`
+	Iteration uint32   `json:"iteration"`
+	Artifact  string   `json:"artifact,omitempty"` // relative to the worktree
+}
+
+// Loop method shapes.
+type (
+	// LoopListParams is loop.list's params.
+	LoopListParams struct {
+		Status   LoopStatus `json:"status,omitempty"`
+		LoopType LoopType   `json:"loop_type,omitempty"`
+		ParentID string     `json:"parent_id,omitempty"`
+		Limit    int        `json:"limit,omitempty"`
+		Cursor   string     `json:"cursor,omitempty"`
+	}
+	// LoopListResult is loop.list's answer: oldest first (a tree reads
+	// down), next_cursor when there are more.
+	LoopListResult struct {
+		Loops      []LoopRecord `json:"loops"`
+		NextCursor string       `json:"next_cursor,omitempty"`
+	}
+	// LoopGetResult is loop.get's answer.
+	LoopGetResult struct {
+		Loop       LoopRecord      `json:"loop"`
+		Iterations []LoopIteration `json:"iterations"`
+	}
+	// LoopCreatePlanParams is loop.create_plan's params.
+	LoopCreatePlanParams struct {
+		Description string `json:"description"`
+		Repo        string `json:"repo,omitempty"` // default: the daemon's [loops] repo, else refused
+		Base        string `json:"base,omitempty"` // default: the repo's current branch
+	}
+	// LoopCreatePlanResult is its answer: loop_id (the spec's) and id
+	// (what Loopr's client reads), the same.
+	LoopCreatePlanResult struct {
+		LoopID string `json:"loop_id"`
+		ID     string `json:"id"`
+		Status string `json:"status"` // "created"
+	}
+)
+
+// CodeVersionMismatch is initialize's error for a client whose major
+// version is not the daemon's (Loopr's VersionMismatch, data
+// {client_version, daemon_version}). Only initialize answers it: the same
+// number is CodeQueueFull of job.submit and task.execute. A loop that is
+// not there is CodeNotFound (the spec's LoopNotFound, 1001), a method its
+// status does not allow CodeInvalidState (1002, the status named).
+const CodeVersionMismatch = 1004
+
+// ChildLoopID is the id of parent's n-th child (from 1): {parent}-{NNN}.
+func ChildLoopID(parent string, n int) string {
+	s := strconv.Itoa(n)
+	if len(s) < 3 {
+		s = strings.Repeat("0", 3-len(s)) + s
+	}
+	return parent + "-" + s
+}
