@@ -32,6 +32,8 @@ var floors = map[string]int{
 	"approvals":  2,
 	"executors":  2,
 	"spool":      2,
+	"loops":      2,
+	"chat":       2,
 	"daemon":     3,
 	"cmd":        4,
 	"examples":   4,
@@ -41,7 +43,7 @@ var floors = map[string]int{
 var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
 	"domain-free supervision and the state store: supervisor, state",
-	"the domains: lanes, approvals, executors, spool",
+	"the domains: lanes, approvals, executors, spool, loops, chat",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
 }
