@@ -441,7 +441,7 @@ func (r *Repo) removeWorktree(ctx context.Context, op string, ov [][2]string, pa
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	// os.RemoveAll unlinks links, never follows them.
-	if err := os.RemoveAll(path); err != nil {
+	if err := removeAll(path); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if admin != "" {
@@ -581,4 +581,20 @@ func randomName() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// removeAll is os.RemoveAll (links unlinked, never followed), making the
+// directories the agent left unwritable writable again when it fails.
+func removeAll(path string) error {
+	err := os.RemoveAll(path)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, werr error) error {
+		if d != nil && d.IsDir() && d.Type()&fs.ModeSymlink == 0 {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
 }
