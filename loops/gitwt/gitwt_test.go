@@ -94,6 +94,18 @@ func parents(t *testing.T, r *Repo, c string) []string {
 	return f[1:]
 }
 
+func TestVersion(t *testing.T) {
+	for v, ok := range map[string]bool{"git version 2.39.5": true, "git version 2.32.0": true, "git version 3.0": true,
+		"git version 2.31.1": false, "git version 1.9.5": false, "git version 2.45.1.windows.1": true, "nonsense": false, "": false} {
+		if err := versionOK(v); (err == nil) != ok {
+			t.Errorf("versionOK(%q): %v", v, err)
+		}
+	}
+	if err := checkVersion(); err != nil {
+		t.Fatalf("this machine's git: %v", err)
+	}
+}
+
 func TestOpen(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
@@ -315,6 +327,23 @@ func TestMergeNotCheckedOut(t *testing.T) {
 	}
 	if wl := gitT(t, r.Dir, "worktree", "list", "--porcelain"); strings.Count(wl, "worktree ") != 2 {
 		t.Fatalf("worktrees: %s", wl)
+	}
+	// A branch whose worktree's directory went (a crash): the stale
+	// record is pruned and the merge goes through a temporary worktree.
+	gone := addLoop(t, r, "gone", "main")
+	if err := os.RemoveAll(gone); err != nil {
+		t.Fatal(err)
+	}
+	w := addLoop(t, r, "w", "loop/gone")
+	write(t, filepath.Join(w, "w"), "w\n", 0o644)
+	commit(t, r, w, "w")
+	if res, err := r.Merge(ctx, "loop/gone", "loop/w", "merge w"); err != nil || res.Conflict {
+		t.Fatalf("Merge into a branch whose worktree went: %+v %v", res, err)
+	} else if h, _ := r.BranchHead(ctx, "loop/gone"); h != res.Commit {
+		t.Fatalf("loop/gone at %s, want %s", h, res.Commit)
+	}
+	if err := r.RemoveWorktree(ctx, w); err != nil {
+		t.Fatal(err)
 	}
 	// A conflict there leaves the branch as it was, and no worktree.
 	gitT(t, r.Dir, "branch", "base3", "main")
