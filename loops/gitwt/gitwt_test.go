@@ -411,6 +411,14 @@ func TestRecoverWIP(t *testing.T) {
 		t.Fatal("CommitAll with a stale index.lock: no error (the test shows nothing)")
 	} else if strings.Contains(err.Error(), wt+"/") || strings.Contains(err.Error(), "index.lock") {
 		t.Fatalf("git's output reached the error's text: %v", err)
+	} else if ge := (*GitError)(nil); !errors.As(err, &ge) || !strings.Contains(ge.FirstLine(), "index.lock") || ge.Exit != 128 {
+		t.Fatalf("the GitError does not keep git's words apart: %#v", err)
+	}
+	// An ended context: nothing runs, the error says why.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := r.CommitAll(done, wt, "x"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CommitAll with an ended context: %v", err)
 	}
 	c, changed, err := r.RecoverWIP(ctx, wt)
 	if err != nil || !changed {
@@ -467,5 +475,26 @@ func TestConcurrentMerges(t *testing.T) {
 	}
 	if got := gitT(t, r.Dir, "rev-list", "--merges", "--count", "loop/p"); got != fmt.Sprint(n) {
 		t.Fatalf("%s merge commits on loop/p, want %d", got, n)
+	}
+}
+
+func TestGitErrorText(t *testing.T) {
+	e := &GitError{Op: "merging", Command: "merge", Exit: 1, Output: []byte("\n  fatal: x\x1b[31m\xff\nsecond " + strings.Repeat("y", 300)), Cut: 10}
+	if got := e.FirstLine(); got != "fatal: x?[31m?" {
+		t.Errorf("FirstLine: %q", got)
+	}
+	if got := e.Error(); got != "merging: git merge: exit status 1 (335 bytes on stderr)" {
+		t.Errorf("Error: %q", got)
+	}
+	long := &GitError{Output: []byte(strings.Repeat("z", 500))}
+	if len(long.FirstLine()) != 200 {
+		t.Errorf("FirstLine not bounded: %d", len(long.FirstLine()))
+	}
+	var c capped
+	c.max = 4
+	c.Write([]byte("abcdef"))
+	c.Write([]byte("gh"))
+	if c.buf.String() != "abcd" || c.cut != 4 {
+		t.Errorf("capped: %q %d", c.buf.String(), c.cut)
 	}
 }
