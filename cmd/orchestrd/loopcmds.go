@@ -358,7 +358,11 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	row("repo", l.Repo)
 	row("branch", l.Branch+" (from "+l.Base+")")
 	if l.Worktree != "" {
-		row("worktree", l.Worktree)
+		wt := l.Worktree
+		if _, err := os.Lstat(wt); err != nil && os.IsNotExist(err) {
+			wt += " (removed)"
+		}
+		row("worktree", wt)
 	}
 	if l.ValidationCommand != "" {
 		row("validation", printable(l.ValidationCommand))
