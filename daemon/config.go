@@ -77,6 +77,9 @@ type Config struct {
 	Clanker spool.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
+	// Loops is the [loops] table (loopsconfig.go): for now its
+	// chat_executor only, the pool Loopr's chat runs on.
+	Loops LoopsConfig `toml:"loops"`
 
 	// set are the keys the file set, by full name (http.listen): a
 	// front-end the file turns on is told from one on by default (Set).
@@ -187,6 +190,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"http": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.HTTP).Elem(), key)
+	},
+	"loops": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Loops).Elem(), key)
 	},
 }
 
@@ -376,5 +382,6 @@ func (c Config) validate() []error {
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
+	errs = append(errs, c.Loops.validate("loops", c.Executors)...)
 	return errs
 }

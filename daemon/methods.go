@@ -16,8 +16,17 @@ import (
 // (the actor tree), metrics.get (the daemon's, the lanes' and the control
 // socket's counters) and frontend.list (every way into the daemon: its
 // address, or why it is off).
-func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds) {
+func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
+	version string, llmReady func() bool) {
 	mgr.Register(srv)
+	// Loopr's status: what its TUI shows in its header.
+	srv.Handle("status", func(call api.Call) {
+		if err := call.Decode(&api.NoParams{}); err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(statusResult{Running: true, Version: version, LLMReady: llmReady()})
+	})
 	srv.Handle("frontend.list", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
 			call.Fail(err)
@@ -41,6 +50,14 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
 			FinishedOutputBytes: mgr.FinishedOutputBytes()})
 	})
+}
+
+// statusResult is status's answer (Loopr's): llm_ready says the chat can
+// answer (its pool is configured and has an executor up).
+type statusResult struct {
+	Running  bool   `json:"running"`
+	Version  string `json:"version"`
+	LLMReady bool   `json:"llm_ready"`
 }
 
 type treeResult struct {

@@ -345,6 +345,17 @@ func (m *Manager) Stop(id string, force bool, reply func(api.TaskRecord, error))
 	}, fail: func(err error) { reply(api.TaskRecord{}, err) }}, id, force)
 }
 
+// Pool is a pool as executor.list shows it, false when no pool has that
+// name: for another domain to tell whether a pool has an executor up
+// (the chat's llm_ready).
+func (m *Manager) Pool(name string) (api.PoolStatus, bool) {
+	h, ok := m.pools[name]
+	if !ok {
+		return api.PoolStatus{}, false
+	}
+	return h.status(), true
+}
+
 // Task is a task's record: the live one, else the store's (CodeNotFound:
 // no such task).
 func (m *Manager) Task(id string) (api.TaskRecord, error) { return m.task(id) }
