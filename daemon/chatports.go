@@ -1,13 +1,27 @@
 package daemon
 
-import "github.com/orchestrd/orchestrd/executors"
+import (
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/chat"
+	"github.com/orchestrd/orchestrd/executors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
 
-// chatPools tells whether an executor pool can answer: it is configured
-// and one of its executors is up (idle or busy).
-type chatPools struct{ m *executors.Manager }
+// chatTasks is the chat's Tasks port over the executors domain.
+type chatTasks struct{ m *executors.Manager }
 
-// Ready reports whether pool has an executor up.
-func (p chatPools) Ready(pool string) bool {
+var _ chat.Tasks = chatTasks{}
+
+func (p chatTasks) Execute(spec api.TaskSpec, reply func(taskID, sessionID string, err error)) {
+	p.m.Execute(spec, reply)
+}
+
+func (p chatTasks) Stop(taskID string, reply func(error)) {
+	p.m.Stop(taskID, false, func(_ api.TaskRecord, err error) { reply(err) })
+}
+
+// Ready reports whether pool has an executor up (idle or busy).
+func (p chatTasks) Ready(pool string) bool {
 	if pool == "" {
 		return false
 	}
@@ -23,5 +37,30 @@ func (p chatPools) Ready(pool string) bool {
 	return false
 }
 
-// readyFunc is Ready for one pool, as status's llm_ready asks it.
-func (p chatPools) readyFunc(pool string) func() bool { return func() bool { return p.Ready(pool) } }
+// chatEvents is the chat's TaskEvents port over the bus: task.message and
+// task.finished, as the executors emit them (a task's messages are
+// published before its end).
+type chatEvents struct{ bus *eventlog.Bus }
+
+var _ chat.TaskEvents = chatEvents{}
+
+func (p chatEvents) Follow(f func(chat.TaskEvent)) func() {
+	return p.bus.Subscribe([]string{"task.message", "task.finished"}, taskEventSink(f))
+}
+
+// taskEventSink turns the executors' events into the chat's; it never
+// blocks (f does not).
+type taskEventSink func(chat.TaskEvent)
+
+func (s taskEventSink) Deliver(r *eventlog.Record) {
+	switch e := r.Event.(type) {
+	case *executors.TaskMessage: // EmitAll's
+		s(chat.TaskEvent{TaskID: e.TaskID, Sequence: e.Sequence, EventType: e.EventType, EventData: e.EventData})
+	case executors.TaskMessage:
+		s(chat.TaskEvent{TaskID: e.TaskID, Sequence: e.Sequence, EventType: e.EventType, EventData: e.EventData})
+	case executors.TaskFinished:
+		s(chat.TaskEvent{TaskID: e.TaskID, Finished: true, State: e.State, Error: e.Error})
+	case *executors.TaskFinished:
+		s(chat.TaskEvent{TaskID: e.TaskID, Finished: true, State: e.State, Error: e.Error})
+	}
+}

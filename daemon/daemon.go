@@ -23,6 +23,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/chat"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
@@ -255,6 +256,19 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("executor recovery failed")
 		return fmt.Errorf("recovering executor tasks: %w", err)
 	}
+	// The chat over the executors: it follows their task events until
+	// they have stopped (the last replies' ends are streamed).
+	chatMgr, err := chat.Start(chat.Options{Executor: cfg.Loops.ChatExecutor, Tasks: chatTasks{execMgr},
+		Events: chatEvents{bus}, Bus: bus, Logger: opts.Logger})
+	if err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("chat failed")
+		return fmt.Errorf("starting the chat: %w", err)
+	}
+	shutdownExecutors = func(stop func()) func() {
+		return func() { stop(); chatMgr.Close() }
+	}(shutdownExecutors)
 	// clanker's repos after the executors; stopped first (their pods
 	// spool while the sockets are down).
 	clankerMgr, err := spool.Start(spool.Options{Config: cfg.Clanker, Store: clankerStore{st},
@@ -297,9 +311,10 @@ func Run(ctx context.Context, opts Options) error {
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
 		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
-	registerMethods(srv, sys, mgr, started, fronts, opts.Version, chatPools{execMgr}.readyFunc(cfg.Loops.ChatExecutor))
+	registerMethods(srv, sys, mgr, started, fronts, opts.Version, chatMgr.Ready)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
+	chatMgr.Register(srv)
 	clankerMgr.Register(srv)
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// vibe-reachout's hook socket is answered once its approvals can be.
