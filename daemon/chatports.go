@@ -20,7 +20,8 @@ func (p chatTasks) Stop(taskID string, reply func(error)) {
 	p.m.Stop(taskID, false, func(_ api.TaskRecord, err error) { reply(err) })
 }
 
-// Ready reports whether pool has an executor up (idle or busy).
+// Ready reports whether pool can answer: an executor of it is up (idle
+// or busy), or it keeps none warm (instances = 0: one starts for a task).
 func (p chatTasks) Ready(pool string) bool {
 	if pool == "" {
 		return false
@@ -28,6 +29,9 @@ func (p chatTasks) Ready(pool string) bool {
 	st, ok := p.m.Pool(pool)
 	if !ok {
 		return false
+	}
+	if st.Instances == 0 {
+		return true
 	}
 	for _, e := range st.Executors {
 		if e.State == "idle" || e.State == "busy" {

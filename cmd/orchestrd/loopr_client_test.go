@@ -154,6 +154,16 @@ func TestLooprClient(t *testing.T) {
 		t.Fatalf("status answered %s %+v", r.Result, r.Error)
 	}
 
+	// No chat pool: chat.send says which key to set, and so does chat.
+	r = c.request("chat.send", map[string]any{"message": "hi"})
+	if r.Error == nil || r.Error.Code != api.CodeInvalidState || !strings.Contains(r.Error.Message, "[loops] chat_executor") {
+		t.Fatalf("chat.send without a pool: %s %+v", r.Result, r.Error)
+	}
+	if _, errOut, code := runCLIWith(t, "", strings.NewReader("hi\n"), "chat", "--home", d.home); code != exitFailure ||
+		!strings.Contains(errOut, "[loops] chat_executor") {
+		t.Fatalf("orchestrd chat without a pool: exit %d, stderr %q", code, errOut)
+	}
+
 	r = c.request("ping", map[string]any{})
 	if r.Error != nil || string(r.Result) != `{"pong":true}` {
 		t.Fatalf("ping answered %s", r.Result)
