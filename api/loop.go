@@ -177,6 +177,14 @@ type (
 		Repo        string `json:"repo,omitempty"` // default: the daemon's [loops] repo, else refused
 		Base        string `json:"base,omitempty"` // default: the repo's current branch
 	}
+	// LoopCreateParams is loop.create's params (orchestrd's: a root loop
+	// of any type; its answer is loop.create_plan's).
+	LoopCreateParams struct {
+		LoopType    LoopType `json:"loop_type"`
+		Description string   `json:"description"`
+		Repo        string   `json:"repo,omitempty"`
+		Base        string   `json:"base,omitempty"`
+	}
 	// LoopCreatePlanResult is its answer: loop_id (the spec's) and id
 	// (what Loopr's client reads), the same.
 	LoopCreatePlanResult struct {

@@ -30,11 +30,6 @@ type (
 		arg   string
 		reply func(any, error)
 	}
-	mergeReq struct {
-		child  actors.Ref
-		branch string
-		msg    string
-	}
 	mergeDone struct {
 		conflict bool
 		err      error
@@ -64,8 +59,6 @@ type loop struct {
 	kidStat map[string]api.LoopStatus
 	kidErr  map[string]string
 	gate    func(reason string)
-	merging bool
-	merges  []mergeReq
 	resumeT func()
 }
 
@@ -105,11 +98,6 @@ func (l *loop) Receive(c *actors.Context) {
 		l.childChanged(c, msg.rec)
 	case ctl:
 		l.control(c, msg)
-	case mergeReq:
-		l.merges = append(l.merges, msg)
-		l.mergeNext(c)
-	case mergeDone:
-		l.merged(c, msg)
 	case usageLimitPassed:
 		l.resumeT = nil
 		if l.rec.Status == api.LoopPaused {
@@ -423,7 +411,7 @@ func (l *loop) validated(c *actors.Context, jobID string) {
 	var commit string
 	l.async(func() error {
 		var err error
-		commit, err = l.m.opts.Git.CommitAll(r.Worktree, fmt.Sprintf("loop %s: iteration %d", r.ID, it.Iteration))
+		commit, err = l.m.opts.Git.CommitAll(r.Repo, r.Worktree, fmt.Sprintf("loop %s: iteration %d", r.ID, it.Iteration))
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
@@ -608,9 +596,6 @@ func (l *loop) checkChildren(c *actors.Context) {
 			failed = append(failed, id)
 		}
 	}
-	if l.merging || len(l.merges) > 0 {
-		return
-	}
 	slices.Sort(failed)
 	if len(failed) > 0 {
 		l.fail(c, api.LoopErrChildFailed, "failed children: "+strings.Join(failed, ", "))
@@ -625,9 +610,11 @@ func (l *loop) checkChildren(c *actors.Context) {
 func (l *loop) mergeUp(c *actors.Context) {
 	r := l.rec
 	if r.ParentID != nil {
-		l.rec.Stage = api.StageMerge
-		c.Send(l.sup, mergeChild{parent: *r.ParentID, child: r.ID, branch: r.Branch,
-			msg: fmt.Sprintf("merge loop %s", r.ID)})
+		into := ""
+		if l.parent != nil {
+			into = l.parent.Branch
+		}
+		l.merge(c, into)
 		return
 	}
 	if l.m.cfg.AutoMerge {
@@ -658,12 +645,19 @@ func (l *loop) mergeUp(c *actors.Context) {
 	l.persist(c, false, nil)
 }
 
-func (l *loop) mergeRoot(c *actors.Context) {
+func (l *loop) mergeRoot(c *actors.Context) { l.merge(c, l.rec.Base) }
+
+// merge merges the loop's branch into into (its parent's branch, or a
+// root's base).
+func (l *loop) merge(c *actors.Context, into string) {
 	r := l.rec
 	var conflict bool
 	l.async(func() error {
+		if into == "" {
+			return errors.New("its parent is not known")
+		}
 		var err error
-		conflict, err = l.m.opts.Git.MergeInto(r.Repo, r.Base, r.Branch, fmt.Sprintf("merge loop %s", r.ID))
+		conflict, err = l.m.opts.Git.Merge(r.Repo, into, r.Branch, fmt.Sprintf("merge loop %s", r.ID))
 		return err
 	}, func(c *actors.Context, err error) {
 		l.merged(c, mergeDone{conflict: conflict, err: err})
@@ -688,30 +682,6 @@ func (l *loop) merged(c *actors.Context, msg mergeDone) {
 		l.m.bus.Emit(LoopMerged{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
 		l.complete(c)
 	}
-}
-
-// mergeNext merges the next child's branch into this loop's worktree.
-func (l *loop) mergeNext(c *actors.Context) {
-	if l.merging || len(l.merges) == 0 {
-		return
-	}
-	req := l.merges[0]
-	l.merges = l.merges[1:]
-	l.merging = true
-	dir := l.rec.Worktree
-	var conflict bool
-	l.async(func() error {
-		var err error
-		conflict, err = l.m.opts.Git.Merge(dir, req.branch, req.msg)
-		return err
-	}, func(c *actors.Context, err error) {
-		l.merging = false
-		c.Send(req.child, mergeDone{conflict: conflict, err: err})
-		l.mergeNext(c)
-		if l.rec.Stage == api.StageChildren {
-			l.checkChildren(c)
-		}
-	})
 }
 
 func (l *loop) complete(c *actors.Context) {
@@ -745,10 +715,6 @@ func (l *loop) end(c *actors.Context, st api.LoopStatus, code, message string) {
 // loop.delete), its actor stops once its children's merges are done.
 func (l *loop) finish(c *actors.Context) {
 	l.freeSlot(c)
-	for _, req := range l.merges {
-		c.Send(req.child, mergeDone{err: errors.New("its parent ended")})
-	}
-	l.merges = nil
 	r := l.rec
 	go func() {
 		if _, err := os.Lstat(r.Worktree); err == nil {
@@ -854,6 +820,11 @@ func (l *loop) recover(c *actors.Context) {
 		return
 	}
 	interrupted := r.Stage == api.StageIterating && r.Iteration > 0
+	if r.JobID != "" {
+		// A validation job the lanes queued again: its result is not
+		// wanted any more.
+		l.m.opts.Jobs.Cancel(r.JobID)
+	}
 	var wip string
 	var its []api.LoopIteration
 	l.async(func() error {
@@ -868,7 +839,7 @@ func (l *loop) recover(c *actors.Context) {
 			if its, err = l.m.opts.Store.Iterations(r.ID); err != nil {
 				return err
 			}
-			if wip, err = l.m.opts.Git.CommitAll(r.Worktree, "WIP: recovery"); err != nil {
+			if wip, err = l.m.opts.Git.RecoverWIP(r.Repo, r.Worktree); err != nil {
 				return fmt.Errorf("committing the work left in the worktree: %w", err)
 			}
 		}

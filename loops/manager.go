@@ -170,10 +170,10 @@ type (
 	// changed: a loop's record is committed (its actor tells).
 	changed struct{ rec api.LoopRecord }
 	// ended: a loop's actor is stopping (its loop ended).
-	ended     struct{ id string }
-	wantSlot  struct{ id string }
-	freeSlot  struct{ id string }
-	control   struct {
+	ended    struct{ id string }
+	wantSlot struct{ id string }
+	freeSlot struct{ id string }
+	control  struct {
 		op    string
 		id    string
 		arg   string
@@ -182,14 +182,6 @@ type (
 	spawnChildren struct {
 		parent   string
 		children []api.LoopRecord
-	}
-	// mergeChild: a validated child asks its parent to merge its branch;
-	// the answer goes to the child's actor.
-	mergeChild struct {
-		parent string
-		child  string
-		branch string
-		msg    string
 	}
 	deleted struct{ ids []string }
 )
@@ -268,17 +260,6 @@ func (s *sup) Receive(c *actors.Context) {
 		s.schedule(c)
 	case freeSlot:
 		s.release(c, msg.id)
-	case mergeChild:
-		p := s.nodes[msg.parent]
-		ch := s.nodes[msg.child]
-		if ch == nil {
-			return
-		}
-		if p == nil || p.ref.IsZero() {
-			c.Send(ch.ref, mergeDone{err: fmt.Errorf("its parent %s is not waiting for it", msg.parent)})
-			return
-		}
-		c.Send(p.ref, mergeReq{child: ch.ref, branch: msg.branch, msg: msg.msg})
 	case control:
 		s.control(c, msg)
 	case deleted:

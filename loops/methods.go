@@ -17,6 +17,7 @@ func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("loop.list", m.listMethod)
 	mux.Handle("loop.get", m.getMethod)
 	mux.Handle("loop.create_plan", m.createPlanMethod)
+	mux.Handle("loop.create", m.createMethod)
 	for _, op := range []string{"start", "pause", "resume", "cancel", "delete"} {
 		mux.Handle("loop."+op, func(call api.Call) { m.controlMethod(call, op) })
 	}
@@ -121,12 +122,31 @@ func (m *Manager) createPlanMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
+	m.create(call, api.LoopPlan, p)
+}
+
+// loop.create {loop_type, description, repo?, base?} is orchestrd's: a
+// root loop of any type (a code loop with a task, say).
+func (m *Manager) createMethod(call api.Call) {
+	var p api.LoopCreateParams
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	if !p.LoopType.Valid() {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create: loop_type %q is not plan, spec, phase or code", p.LoopType))
+		return
+	}
+	m.create(call, p.LoopType, api.LoopCreatePlanParams{Description: p.Description, Repo: p.Repo, Base: p.Base})
+}
+
+func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanParams) {
 	switch {
 	case strings.TrimSpace(p.Description) == "":
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: description is empty"))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: description is empty", call.Method()))
 		return
 	case len(p.Description) > maxDescription:
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: description is %d bytes, over %d", len(p.Description), maxDescription))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: description is %d bytes, over %d", call.Method(), len(p.Description), maxDescription))
 		return
 	}
 	repo := p.Repo
@@ -134,15 +154,15 @@ func (m *Manager) createPlanMethod(call api.Call) {
 		repo = m.cfg.Repo
 	}
 	if repo == "" {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: repo is missing and [loops] repo is not set"))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: repo is missing and [loops] repo is not set", call.Method()))
 		return
 	}
 	if !filepath.IsAbs(repo) {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: repo must be an absolute path, got %q", repo))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: repo must be an absolute path, got %q", call.Method(), repo))
 		return
 	}
 	if p.Base != "" && (strings.HasPrefix(p.Base, "-") || strings.ContainsAny(p.Base, " \t\n\x00~^:?*[\\")) {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: base %q is not a branch name", p.Base))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: base %q is not a branch name", call.Method(), p.Base))
 		return
 	}
 	m.mu.Lock()
@@ -155,21 +175,28 @@ func (m *Manager) createPlanMethod(call api.Call) {
 	ctx := []byte(fmt.Sprintf(`{"task":%s}`, strconv.Quote(p.Description)))
 	go func() {
 		if st, err := os.Stat(filepath.Join(repo, ".git")); err != nil || st == nil {
-			call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: %s is not a git repository", repo))
+			call.Fail(api.Errorf(api.CodeInvalidParams, "%s: %s is not a git repository", call.Method(), repo))
 			return
 		}
+		// The repository's real path: its worktrees are beneath it.
+		real, err := filepath.EvalSymlinks(repo)
+		if err != nil {
+			call.Fail(api.Errorf(api.CodeInvalidParams, "%s: %v", call.Method(), err))
+			return
+		}
+		repo = real
 		base := p.Base
 		if base == "" {
 			b, err := m.opts.Git.CurrentBranch(repo)
 			if err != nil {
-				call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create_plan: finding the current branch of %s: %v", repo, err))
+				call.Fail(api.Errorf(api.CodeInvalidParams, "%s: finding the current branch of %s: %v", call.Method(), repo, err))
 				return
 			}
 			base = b
 		}
 		now := time.Now()
 		id := newRootID(now)
-		r := m.newRoot(api.LoopPlan, id, repo, base, ctx, now)
+		r := m.newRoot(lt, id, repo, base, ctx, now)
 		m.sys.Send(m.sup, createLoop{rec: r, reply: func(rec api.LoopRecord, err error) {
 			if err != nil {
 				call.Fail(err)

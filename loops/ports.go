@@ -78,27 +78,27 @@ type Store interface {
 	Iterations(loopID string) ([]api.LoopIteration, error)
 }
 
-// Git is what the loops do with git. Every call blocks; the domain makes
-// them off its actors.
+// Git is what the loops do with git (GitWT, over loops/gitwt, is the
+// real one). Every call blocks; the domain makes them off its actors.
 type Git interface {
 	// CurrentBranch is the branch checked out in repo.
 	CurrentBranch(repo string) (string, error)
-	// AddWorktree makes dir a new worktree of repo on a new branch made
-	// from base.
-	AddWorktree(repo, dir, branch, base string) error
-	// CommitAll commits everything in the worktree dir (added, changed,
-	// removed) as msg; commit is the new commit's hash, "" when there was
-	// nothing to commit.
-	CommitAll(dir, msg string) (commit string, err error)
-	// Merge merges branch into the branch checked out in dir (--no-ff,
-	// msg). conflict reports a merge that did not apply (it is aborted, dir
-	// is left as it was).
-	Merge(dir, branch, msg string) (conflict bool, err error)
-	// MergeInto merges branch into into, a branch of repo that may be
-	// checked out in repo itself (a root's base).
-	MergeInto(repo, into, branch, msg string) (conflict bool, err error)
-	// RemoveWorktree removes the worktree dir of repo (forced: what is in
-	// it is gone).
+	// AddWorktree makes dir (<repo>/.loopr/worktrees/<id>) a worktree of
+	// repo on a new branch made from from (an existing branch is checked
+	// out as it is).
+	AddWorktree(repo, dir, branch, from string) error
+	// CommitAll commits everything in the worktree dir as msg; commit is
+	// the new commit's hash, "" when there was nothing to commit.
+	CommitAll(repo, dir, msg string) (commit string, err error)
+	// RecoverWIP commits what an interrupted iteration left in dir as
+	// "WIP: recovery" ("" : nothing).
+	RecoverWIP(repo, dir string) (commit string, err error)
+	// Merge merges branch into into (--no-ff, msg), wherever into is
+	// checked out. conflict reports a merge that did not apply (aborted:
+	// both branches as they were).
+	Merge(repo, into, branch, msg string) (conflict bool, err error)
+	// RemoveWorktree removes the worktree dir of repo (what is in it is
+	// gone; its branch stays).
 	RemoveWorktree(repo, dir string) error
 	// DeleteBranch deletes a branch of repo.
 	DeleteBranch(repo, branch string) error
