@@ -28,6 +28,7 @@ import (
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -258,6 +259,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Loops after lanes, approvals and executors (their validation jobs,
 	// plan gates and agents); stopped before them.
+	if rp := mgr.Reaper(); rp != nil {
+		gitwt.SetStarter(rp) // git is the daemon's child: registered, never taken for an orphan
+	}
 	loopsMgr, err := loops.Start(loops.Options{Config: cfg.Loops, Agents: loopAgents{execMgr, opts.Logger},
 		Jobs: loopJobs{mgr, opts.Logger}, Gate: loopGate{approvalsMgr}, Store: loopStore{st}, Git: loops.GitWT{},
 		Bus: bus, System: sys, Logger: opts.Logger})
