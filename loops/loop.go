@@ -113,11 +113,12 @@ func (l *loop) Receive(c *actors.Context) {
 	}
 }
 
-// later returns a function that runs f in the actor, if the loop has not
-// moved on meanwhile. Safe from any goroutine.
-func (l *loop) later(f func(c *actors.Context)) func() {
+// poster returns a function that runs f in the actor, if the loop has not
+// moved on meanwhile (its generation now). Call it in the actor; the
+// function it returns is safe from any goroutine.
+func (l *loop) poster() func(f func(c *actors.Context)) {
 	gen, sys, self := l.gen, l.m.sys, l.self
-	return func() { sys.Send(self, do{gen: gen, f: f}) }
+	return func(f func(c *actors.Context)) { sys.Send(self, do{gen: gen, f: f}) }
 }
 
 // async runs work off the actor and then f with its error in the actor.
@@ -248,8 +249,9 @@ func (l *loop) started(c *actors.Context, prompt string) {
 	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: api.ModeBypass,
 		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec.LoopType, l.rec.ID)}}
 	l.persist(c, false, func(c *actors.Context) {
+		post := l.poster()
 		l.m.opts.Agents.Execute(spec, func(taskID string, err error) {
-			l.later(func(c *actors.Context) { l.taskStarted(c, taskID, err) })()
+			post(func(c *actors.Context) { l.taskStarted(c, taskID, err) })
 		})
 	})
 }
@@ -265,8 +267,9 @@ func (l *loop) taskStarted(c *actors.Context, taskID string, err error) {
 	l.it.TaskID, l.rec.TaskID = taskID, taskID
 	l.m.bus.Emit(LoopIterationStarted{ID: l.rec.ID, Iteration: l.it.Iteration, TaskID: taskID, PromptBytes: len(l.it.Prompt)})
 	l.persist(c, false, func(c *actors.Context) {
+		post := l.poster()
 		if err := l.m.opts.Agents.Wait(taskID, func(tr api.TaskRecord) {
-			l.later(func(c *actors.Context) { l.taskEnded(c, tr) })()
+			post(func(c *actors.Context) { l.taskEnded(c, tr) })
 		}); err != nil {
 			l.taskEnded(c, api.TaskRecord{ID: taskID, State: api.TaskFailed, Error: &api.TaskError{Code: "lost", Message: err.Error()}})
 		}
@@ -344,8 +347,9 @@ func (l *loop) runValidation(c *actors.Context) {
 	spec := api.JobSpec{Lane: tc.ValidationLane, Argv: []string{"sh", "-c", cmd}, Cwd: l.rec.Worktree,
 		TimeoutMs: uint64(tc.ValidationTimeout.Milliseconds()), ToolName: "loop-validation", AgentID: l.rec.ID}
 	n := l.it.Iteration
+	post := l.poster()
 	l.m.opts.Jobs.Run(spec, func(jobID string, err error) {
-		l.later(func(c *actors.Context) {
+		post(func(c *actors.Context) {
 			if err != nil {
 				l.iterationFailed(c, "job_failed", "The validation job was refused: "+firstLine(err.Error()), nil)
 				return
@@ -353,9 +357,9 @@ func (l *loop) runValidation(c *actors.Context) {
 			l.it.JobID, l.rec.JobID = jobID, jobID
 			l.m.bus.Emit(LoopValidationStarted{ID: l.rec.ID, Iteration: n, JobID: jobID, Lane: tc.ValidationLane})
 			l.persist(c, false, nil)
-		})()
+		})
 	}, func(res JobResult) {
-		l.later(func(c *actors.Context) { l.jobEnded(c, res) })()
+		post(func(c *actors.Context) { l.jobEnded(c, res) })
 	})
 }
 
@@ -473,8 +477,9 @@ func (l *loop) askPlan(c *actors.Context) {
 		for i, s := range specs {
 			names[i] = "spec-" + s.Name
 		}
+		post := l.poster()
 		id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, content, names, func(a GateAnswer) {
-			l.later(func(c *actors.Context) { l.planAnswered(c, a, specs) })()
+			post(func(c *actors.Context) { l.planAnswered(c, a, specs) })
 		})
 		if err != nil {
 			l.fail(c, api.LoopErrAgent, "its plan could not be put to a person: "+firstLine(err.Error()))
@@ -621,9 +626,10 @@ func (l *loop) mergeUp(c *actors.Context) {
 		l.mergeRoot(c)
 		return
 	}
+	post := l.poster()
 	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
 		[]string{r.Branch}, func(a GateAnswer) {
-			l.later(func(c *actors.Context) {
+			post(func(c *actors.Context) {
 				l.gate = nil
 				l.rec.ApprovalID = ""
 				if a.Approved {
@@ -633,7 +639,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 				// Not merged: the tree is complete, its branch kept.
 				l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
 				l.complete(c)
-			})()
+			})
 		})
 	if err != nil {
 		l.fail(c, api.LoopErrAgent, "its merge could not be put to a person: "+firstLine(err.Error()))
@@ -696,6 +702,12 @@ func (l *loop) fail(c *actors.Context, code, message string) {
 }
 
 func (l *loop) end(c *actors.Context, st api.LoopStatus, code, message string) {
+	l.endThen(c, st, code, message, nil)
+}
+
+// endThen is end; then runs once the end is committed and the supervisor
+// told.
+func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message string, then func()) {
 	l.gen++
 	if l.it != nil && l.it.Status == "running" {
 		l.it.Status, l.it.FinishedAt = "failed", time.Now().UnixMilli()
@@ -708,7 +720,12 @@ func (l *loop) end(c *actors.Context, st api.LoopStatus, code, message string) {
 	l.rec.Status, l.rec.Error, l.rec.Message, l.rec.Stage = st, code, message, ""
 	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID = "", "", ""
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: st, Error: code})
-	l.persist(c, false, l.finish)
+	l.persist(c, false, func(c *actors.Context) {
+		l.finish(c)
+		if then != nil {
+			then()
+		}
+	})
 }
 
 // finish: the loop has ended. Its worktree goes (its branch stays until
@@ -796,12 +813,12 @@ func (l *loop) control(c *actors.Context, msg ctl) {
 			l.m.opts.Jobs.Cancel(l.rec.JobID)
 		}
 		l.m.bus.Emit(ev)
+		done := func() { reply(map[string]any{"cancelled": true}, nil) }
 		if msg.op == "invalidate" {
-			l.end(c, api.LoopInvalidated, api.LoopErrParentIterated, "its parent ran again")
+			l.endThen(c, api.LoopInvalidated, api.LoopErrParentIterated, "its parent ran again", done)
 		} else {
-			l.end(c, api.LoopFailed, api.LoopErrCancelled, "cancelled")
+			l.endThen(c, api.LoopFailed, api.LoopErrCancelled, "cancelled", done)
 		}
-		reply(map[string]any{"cancelled": true}, nil)
 	default:
 		reply(nil, api.Errorf(api.CodeInvalidParams, "unknown loop operation %q", msg.op))
 	}
