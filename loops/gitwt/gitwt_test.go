@@ -179,6 +179,12 @@ func TestAddCommitMerge(t *testing.T) {
 	if st := gitT(t, r.Dir, "status", "--porcelain"); st != "" {
 		t.Fatalf("the main working tree is not clean after the merge (.loopr excluded): %q", st)
 	}
+	// The agent left a directory it cannot write to (as the daemon's user,
+	// not root, removing what is in it would fail).
+	write(t, filepath.Join(child, "ro", "f"), "x", 0o444)
+	if err := os.Chmod(filepath.Join(child, "ro"), 0o500); err != nil {
+		t.Fatal(err)
+	}
 	for _, wt := range []string{child, parent} {
 		if err := r.RemoveWorktree(ctx, wt); err != nil {
 			t.Fatal(err)

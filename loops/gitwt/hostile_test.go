@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // evil writes an executable script that appends its name to marker.
@@ -161,5 +162,59 @@ func TestHostileGitFile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(wt, "work")); err != nil {
 		t.Fatalf("removing a link removed what it pointed at: %v", err)
+	}
+}
+
+// An agent makes a repository of its own inside its worktree (a nested
+// .git it controls, config and all): orchestrd's git never runs a git in
+// it, so its filter never runs.
+func TestHostileNestedRepo(t *testing.T) {
+	r := newRepo(t)
+	ctx := ctxT(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	evilDir := t.TempDir()
+	evil(t, filepath.Join(evilDir, "filter"), marker)
+	evil(t, filepath.Join(evilDir, "fsmonitor"), marker)
+	p := addLoop(t, r, "p", "main")
+	c := addLoop(t, r, "p-001", "loop/p")
+	// The parent's agent made sub/ a repository with a file, committed.
+	sub := filepath.Join(p, "sub")
+	write(t, filepath.Join(sub, "f"), "content\n", 0o644)
+	write(t, filepath.Join(sub, ".gitattributes"), "* filter=nested\n", 0o644)
+	gitT(t, sub, "init", "-q")
+	gitT(t, sub, "add", "-A")
+	gitT(t, sub, "commit", "-q", "-m", "nested")
+	gitT(t, sub, "config", "filter.nested.clean", filepath.Join(evilDir, "filter")+" clean")
+	gitT(t, sub, "config", "filter.nested.required", "true")
+	gitT(t, sub, "config", "core.fsmonitor", filepath.Join(evilDir, "fsmonitor"))
+	pc := commit(t, r, p, "parent's work")
+	if got := gitT(t, r.Dir, "ls-tree", pc, "sub"); !strings.HasPrefix(got, "160000 commit ") {
+		t.Fatalf("the nested repository is not committed as a gitlink: %q", got)
+	}
+	noMarker(t, marker)
+	// Its file touched: a status in sub would run the clean filter.
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(sub, "f"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(c, "g"), "g\n", 0o644)
+	commit(t, r, c, "child's work")
+	noMarker(t, marker)
+	if res, err := r.Merge(ctx, "loop/p", "loop/p-001", "merge"); err != nil || res.Conflict {
+		t.Fatalf("Merge: %+v %v", res, err)
+	}
+	noMarker(t, marker)
+	if _, _, err := r.CommitAll(ctx, p, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RecoverWIP(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	noMarker(t, marker)
+	// git status as a person would run it there does run it: the test
+	// can fail.
+	gitT(t, p, "status", "--porcelain")
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the nested repository's filter does not run even for plain git status: the test shows nothing (%v)", err)
 	}
 }

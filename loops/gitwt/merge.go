@@ -157,7 +157,7 @@ func mergeIn(ctx context.Context, s scope, branch, message string) (MergeResult,
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return MergeResult{}, fmt.Errorf("%s: %w", s.op, err)
 	}
-	st, err := run(ctx, s, "status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules=none")
+	st, err := run(ctx, s, "status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules=all")
 	if err != nil {
 		return MergeResult{}, err
 	}

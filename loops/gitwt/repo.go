@@ -43,6 +43,10 @@ import (
 	"syscall"
 )
 
+// maxGitlinks bounds the repositories nested in a worktree CommitAll
+// takes.
+const maxGitlinks = 1000
+
 // WorktreesDir is where loop worktrees are, relative to the repository.
 const WorktreesDir = ".loopr/worktrees"
 
@@ -437,7 +441,7 @@ func (r *Repo) removeWorktree(ctx context.Context, op string, ov [][2]string, pa
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	// os.RemoveAll unlinks links, never follows them.
-	if err := os.RemoveAll(path); err != nil {
+	if err := removeAll(path); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if admin != "" {
@@ -494,17 +498,42 @@ func commitAll(ctx context.Context, s scope, message string) (string, bool, erro
 	if strings.TrimSpace(message) == "" {
 		return "", false, fmt.Errorf("%s: an empty commit message", s.op)
 	}
-	if _, err := run(ctx, s, "add", "-A", "--", "."); err != nil {
+	// A repository the agent made in the worktree and committed (a
+	// gitlink) is left as it is: git add would run a git status inside it,
+	// under its own config, the agent's. A new one is added (as a gitlink,
+	// which runs nothing in it).
+	args := []string{"add", "-A", "--", "."}
+	gitlinks := 0
+	rec := &records{fn: func(rec []byte) {
+		if p, ok := bytes.CutPrefix(rec, []byte("160000 ")); ok {
+			if _, path, ok := bytes.Cut(p, []byte{'\t'}); ok && gitlinks < maxGitlinks {
+				args = append(args, ":(exclude,literal)"+string(path))
+			}
+			gitlinks++
+		}
+	}}
+	if err := runTo(ctx, s, rec, "ls-files", "--stage", "-z"); err != nil {
 		return "", false, err
 	}
-	_, err := run(ctx, s, "diff", "--cached", "--quiet", "--no-ext-diff", "--no-textconv")
-	switch exitCode(err) {
-	case 0:
+	if gitlinks > maxGitlinks || rec.long > 0 {
+		return "", false, fmt.Errorf("%s: the worktree holds %d repositories of its own (at most %d) or a path over 64 KiB: refused", s.op, gitlinks, maxGitlinks)
+	}
+	if _, err := run(ctx, s, args...); err != nil {
+		return "", false, err
+	}
+	// Anything staged? The index written as a tree against HEAD's: object
+	// work only, no look into the work tree or a repository nested in it.
+	tree, err := run(ctx, s, "write-tree")
+	if err != nil {
+		return "", false, err
+	}
+	headTree, err := run(ctx, s, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
+	if err != nil {
+		return "", false, err
+	}
+	if bytes.Equal(bytes.TrimSpace(tree), bytes.TrimSpace(headTree)) {
 		head, err := headOf(ctx, s)
 		return head, false, err
-	case 1:
-	default:
-		return "", false, err
 	}
 	if _, err := run(ctx, s, "commit", "-q", "--no-verify", "--no-edit", "--cleanup=verbatim", "-m", message); err != nil {
 		return "", false, err
@@ -552,4 +581,20 @@ func randomName() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// removeAll is os.RemoveAll (links unlinked, never followed), making the
+// directories the agent left unwritable writable again when it fails.
+func removeAll(path string) error {
+	err := os.RemoveAll(path)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, werr error) error {
+		if d != nil && d.IsDir() && d.Type()&fs.ModeSymlink == 0 {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
 }

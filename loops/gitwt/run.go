@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,6 +125,7 @@ var baseConfig = [][2]string{
 	{"merge.log", "false"},
 	{"protocol.allow", "never"}, // no transport at all: nothing here fetches
 	{"submodule.recurse", "false"},
+	{"status.submoduleSummary", "false"},
 	{"fetch.recurseSubmodules", "false"},
 	{"gc.auto", "0"}, // no background gc left running behind us
 	{"maintenance.auto", "false"},
@@ -192,9 +194,19 @@ type scope struct {
 
 // run runs git args in s and returns its stdout (at most maxStdout).
 func run(ctx context.Context, s scope, args ...string) ([]byte, error) {
+	stdout := &capped{max: maxStdout}
+	err := runTo(ctx, s, stdout, args...)
+	if err == nil && stdout.cut > 0 {
+		return nil, fmt.Errorf("%s: git %s: more than %d bytes of output", s.op, args[0], maxStdout)
+	}
+	return stdout.buf.Bytes(), err
+}
+
+// runTo runs git args in s, its stdout written to stdout.
+func runTo(ctx context.Context, s scope, stdout io.Writer, args ...string) error {
 	e, err := env(s.overrides)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	full := []string{"--no-pager", "--git-dir=" + s.gitDir}
 	dir := s.gitDir
@@ -206,9 +218,8 @@ func run(ctx context.Context, s scope, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", full...)
 	cmd.Env = e
 	cmd.Dir = dir
-	var stdout, stderr capped
-	stdout.max, stderr.max = maxStdout, maxStderr
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stderr := capped{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, &stderr
 	// Its own process group, killed whole when ctx ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -234,12 +245,43 @@ func run(ctx context.Context, s scope, args ...string) ([]byte, error) {
 		} else {
 			ge.Err = err
 		}
-		return stdout.buf.Bytes(), ge
+		return ge
 	}
-	if stdout.cut > 0 {
-		return nil, fmt.Errorf("%s: git %s: more than %d bytes of output", s.op, sub, maxStdout)
+	return nil
+}
+
+// records is an io.Writer that hands fn each NUL-terminated record
+// written to it (a record over 64 KiB is cut to that and counted in
+// long: git's paths are far shorter).
+type records struct {
+	fn   func(rec []byte)
+	part []byte
+	long int
+}
+
+func (r *records) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, 0)
+		if i < 0 {
+			r.add(p)
+			break
+		}
+		r.add(p[:i])
+		r.fn(r.part)
+		r.part = r.part[:0]
+		p = p[i+1:]
 	}
-	return stdout.buf.Bytes(), nil
+	return n, nil
+}
+
+func (r *records) add(b []byte) {
+	room := 64<<10 - len(r.part)
+	if len(b) > room {
+		b = b[:room]
+		r.long++
+	}
+	r.part = append(r.part, b...)
 }
 
 // Starter registers the processes a daemon starts with its child
