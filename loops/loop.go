@@ -1,18 +1,16 @@
 package loops
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/loops/artifact"
 )
 
 // Loop actor messages.
@@ -203,7 +201,6 @@ func (l *loop) begin(c *actors.Context) {
 	}
 	l.gen++
 	r := l.rec
-	tmpl := l.m.templates[r.LoopType]
 	var prompt string
 	l.async(func() error {
 		if _, err := os.Lstat(r.Worktree); err != nil {
@@ -211,24 +208,23 @@ func (l *loop) begin(c *actors.Context) {
 			if l.parent != nil {
 				from = l.parent.Branch
 			}
-			if err := os.MkdirAll(filepath.Dir(r.Worktree), 0o755); err != nil {
-				return fmt.Errorf("making the worktrees directory: %w", err)
-			}
 			if err := l.m.opts.Git.AddWorktree(r.Repo, r.Worktree, r.Branch, from); err != nil {
 				return fmt.Errorf("adding the worktree: %w", err)
 			}
 		}
-		input := ""
+		in := artifact.PromptInput{LoopID: r.ID, Task: readContext(r).Task, Artifact: artifactPath(r),
+			Validation: r.ValidationCommand, Iteration: r.Iteration + 1, MaxIterations: r.MaxIterations, Progress: r.Progress}
 		if r.InputArtifact != nil {
-			b, err := readBeneath(r.Worktree, *r.InputArtifact)
-			if err != nil {
-				input = "(the input artifact " + *r.InputArtifact + " could not be read)"
+			in.InputPath = *r.InputArtifact
+			if b, err := readBeneath(r.Worktree, *r.InputArtifact); err != nil {
+				in.Input = "(the input artifact " + *r.InputArtifact + " could not be read)"
 			} else {
-				input = string(b)
+				in.Input = string(b)
 			}
 		}
-		prompt = render(tmpl, loopTask(r), input, artifactPath(r.LoopType, r.ID), r.Progress)
-		return nil
+		var err error
+		prompt, err = l.m.templates.Render(r.LoopType, in)
+		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
 			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "add_worktree"})
@@ -247,7 +243,7 @@ func (l *loop) started(c *actors.Context, prompt string) {
 	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
 	tc := l.m.cfg.For(l.rec.LoopType)
 	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: api.ModeBypass,
-		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec.LoopType, l.rec.ID)}}
+		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)}}
 	l.persist(c, false, func(c *actors.Context) {
 		post := l.poster()
 		l.m.opts.Agents.Execute(spec, func(taskID string, err error) {
@@ -308,7 +304,7 @@ func (l *loop) taskEnded(c *actors.Context, tr api.TaskRecord) {
 // then the validation command.
 func (l *loop) validate(c *actors.Context) {
 	r := l.rec
-	art := artifactPath(r.LoopType, r.ID)
+	art := artifactPath(r)
 	if art == "" {
 		l.runValidation(c)
 		return
@@ -320,9 +316,9 @@ func (l *loop) validate(c *actors.Context) {
 		}
 		switch r.LoopType {
 		case api.LoopPlan:
-			_, err = parsePlan(string(b))
+			_, err = artifact.ParsePlan(b)
 		case api.LoopSpec:
-			_, err = parseSpec(string(b))
+			_, err = artifact.ParseSpec(b)
 		}
 		if err != nil {
 			return fmt.Errorf("the %s artifact %s does not parse: %w", r.LoopType, art, err)
@@ -427,13 +423,13 @@ func (l *loop) validated(c *actors.Context, jobID string) {
 		it.Commit = commit
 		l.m.bus.Emit(LoopCommitted{ID: r.ID, Iteration: it.Iteration, Commit: commit})
 		l.m.bus.Emit(LoopIterationEnded{ID: r.ID, Iteration: it.Iteration, Status: "passed", Passed: true})
-		if art := artifactPath(r.LoopType, r.ID); art != "" && !slices.Contains(l.rec.OutputArtifacts, art) {
+		if art := artifactPath(r); art != "" && !slices.Contains(l.rec.OutputArtifacts, art) {
 			l.rec.OutputArtifacts = append(l.rec.OutputArtifacts, art)
 		}
 		l.freeSlot(c)
 		l.persist(c, false, func(c *actors.Context) {
 			l.it = nil
-			if art := artifactPath(r.LoopType, r.ID); art != "" {
+			if art := artifactPath(r); art != "" {
 				l.m.bus.Emit(LoopArtifact{ID: r.ID, Path: art})
 			}
 			l.afterValidated(c)
@@ -457,16 +453,17 @@ func (l *loop) afterValidated(c *actors.Context) {
 
 func (l *loop) askPlan(c *actors.Context) {
 	r := l.rec
-	art := artifactPath(r.LoopType, r.ID)
+	art := artifactPath(r)
 	var content string
-	var specs []SpecItem
+	var specs []artifact.SpecItem
 	l.async(func() error {
 		b, err := readBeneath(r.Worktree, art)
 		if err != nil {
 			return err
 		}
 		content = string(b)
-		specs, err = parsePlan(content)
+		p, err := artifact.ParsePlan(b)
+		specs = p.Specs
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
@@ -493,7 +490,7 @@ func (l *loop) askPlan(c *actors.Context) {
 	})
 }
 
-func (l *loop) planAnswered(c *actors.Context, a GateAnswer, specs []SpecItem) {
+func (l *loop) planAnswered(c *actors.Context, a GateAnswer, specs []artifact.SpecItem) {
 	l.gate = nil
 	l.m.setPlanApproval(l.rec.ID, "")
 	l.rec.ApprovalID = ""
@@ -516,7 +513,7 @@ func (l *loop) planAnswered(c *actors.Context, a GateAnswer, specs []SpecItem) {
 // spec's phases, a phase's code loop.
 func (l *loop) spawnKids(c *actors.Context) {
 	r := l.rec
-	art := artifactPath(r.LoopType, r.ID)
+	art := artifactPath(r)
 	var kids []api.LoopRecord
 	l.async(func() error {
 		b, err := readBeneath(r.Worktree, art)
@@ -527,33 +524,33 @@ func (l *loop) spawnKids(c *actors.Context) {
 		var kt api.LoopType
 		switch r.LoopType {
 		case api.LoopPlan:
-			specs, err := parsePlan(string(b))
+			p, err := artifact.ParsePlan(b)
 			if err != nil {
 				return err
 			}
 			kt = api.LoopSpec
-			for _, s := range specs {
-				tasks = append(tasks, "Write spec-"+s.Name+": "+s.Description)
+			for _, s := range p.Specs {
+				tasks = append(tasks, "spec-"+s.Name+": "+s.Description)
 			}
 		case api.LoopSpec:
-			phases, err := parseSpec(string(b))
+			sp, err := artifact.ParseSpec(b)
 			if err != nil {
 				return err
 			}
 			kt = api.LoopPhase
-			for _, p := range phases {
-				tasks = append(tasks, "Detail phase "+p+" of the spec.")
+			for _, p := range sp.Phases {
+				tasks = append(tasks, fmt.Sprintf("Phase %d, %s: %s", p.Number, p.Name, p.Description))
 			}
 		default:
 			kt = api.LoopCode
-			tasks = []string{"Implement the phase."}
+			tasks = []string{"Implement the phase described in " + art + "."}
 		}
 		now := time.Now().UnixMilli()
 		tc := l.m.cfg.For(kt)
 		for i, t := range tasks {
 			id := api.ChildLoopID(r.ID, i+1)
 			pid, in := r.ID, art
-			ctx := []byte(fmt.Sprintf(`{"task":%q}`, t))
+			ctx := makeContext(t, artifactFor(kt, id, t))
 			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
 				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
 				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
@@ -915,28 +912,6 @@ func (l *loop) recover(c *actors.Context) {
 }
 
 var errWorktreeGone = errors.New("worktree gone")
-
-// readBeneath reads rel beneath dir without following links, at most
-// maxArtifact bytes.
-func readBeneath(dir, rel string) ([]byte, error) {
-	d, err := beneath.OpenRoot(dir, beneath.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return d.ReadFile(rel, maxArtifact)
-}
-
-// loopTask is the loop's task: its context's "task".
-func loopTask(r api.LoopRecord) string {
-	var v struct {
-		Task string `json:"task"`
-	}
-	if len(r.Context) > 0 {
-		_ = json.Unmarshal(r.Context, &v)
-	}
-	return v.Task
-}
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")

@@ -203,8 +203,8 @@ const planDoc = `# Plan
 
 const specDoc = `# Spec
 ## Phases
-1. **Build** it
-2. **Test** it
+1. **Build** - it
+2. **Test** - it
 `
 
 // A plan runs to a merged tree: approval spawns one spec per listed spec,
@@ -254,7 +254,7 @@ func TestPlanTree(t *testing.T) {
 		t.Fatalf("loops by type: %v", counts)
 	}
 	spec := h.rec(api.ChildLoopID(id, 1))
-	if spec.ParentID == nil || *spec.ParentID != id || spec.InputArtifact == nil || *spec.InputArtifact != artifactPath(api.LoopPlan, id) {
+	if spec.ParentID == nil || *spec.ParentID != id || spec.InputArtifact == nil || *spec.InputArtifact != artifactPath(h.rec(id)) {
 		t.Fatalf("spec: %+v", spec)
 	}
 	h.git.mu.Lock()
@@ -288,7 +288,7 @@ func TestChildConflictFailsParent(t *testing.T) {
 	h.git.conflict["loop/"+api.ChildLoopID(phase1, 1)] = true
 	ch := make(chan api.LoopRecord, 1)
 	now := time.Now()
-	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", []byte(`{"task":"t"}`), now)
+	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), now)
 	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
 	<-ch
 	got := h.waitStatus(root, api.LoopFailed)

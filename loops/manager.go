@@ -17,6 +17,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/artifact"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -41,7 +42,7 @@ type Manager struct {
 	sys       *actors.System
 	bus       *eventlog.Bus
 	log       zerolog.Logger
-	templates map[api.LoopType]string
+	templates *artifact.Templates
 	sup       actors.Ref
 
 	mu       sync.Mutex
@@ -60,21 +61,16 @@ func Start(opts Options) (*Manager, error) {
 	if opts.Config.MaxRunning == 0 {
 		opts.Config = DefaultConfig()
 	}
-	m := &Manager{opts: opts, cfg: opts.Config, sys: opts.System, bus: opts.Bus, log: opts.Logger,
-		templates: map[api.LoopType]string{}, counts: map[api.LoopStatus]int{}, plans: map[string]string{}}
-	for lt, t := range defaultTemplates {
-		m.templates[lt] = t
-	}
+	files := map[api.LoopType]string{}
 	for k, f := range opts.Config.Prompts {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("loops: reading the %s prompt template: %w", k, err)
-		}
-		if len(b) > maxArtifact {
-			return nil, fmt.Errorf("loops: the %s prompt template %s is %d bytes, over %d", k, f, len(b), maxArtifact)
-		}
-		m.templates[api.LoopType(k)] = string(b)
+		files[api.LoopType(k)] = f
 	}
+	tmpl, err := artifact.LoadTemplates(files)
+	if err != nil {
+		return nil, fmt.Errorf("loops: %w", err)
+	}
+	m := &Manager{opts: opts, cfg: opts.Config, sys: opts.System, bus: opts.Bus, log: opts.Logger,
+		templates: tmpl, counts: map[api.LoopStatus]int{}, plans: map[string]string{}}
 	ref, err := m.sys.Spawn(actors.Props{Kind: "loops", ID: "loops", OnPanic: actors.Restart, MaxRestarts: 3, Within: time.Minute,
 		New: func() actors.Actor { return newSup(m) }})
 	if err != nil {

@@ -1,7 +1,6 @@
 package loops
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -172,7 +171,6 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 		call.Fail(api.Errorf(api.CodeShuttingDown, "the daemon is stopping: no new loops"))
 		return
 	}
-	ctx := []byte(fmt.Sprintf(`{"task":%s}`, strconv.Quote(p.Description)))
 	go func() {
 		if st, err := os.Stat(filepath.Join(repo, ".git")); err != nil || st == nil {
 			call.Fail(api.Errorf(api.CodeInvalidParams, "%s: %s is not a git repository", call.Method(), repo))
@@ -196,7 +194,7 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 		}
 		now := time.Now()
 		id := newRootID(now)
-		r := m.newRoot(lt, id, repo, base, ctx, now)
+		r := m.newRoot(lt, id, repo, base, makeContext(p.Description, artifactFor(lt, id, p.Description)), now)
 		m.sys.Send(m.sup, createLoop{rec: r, reply: func(rec api.LoopRecord, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -225,8 +223,8 @@ func (m *Manager) Create(lt api.LoopType, task, repo, base string, reply func(ap
 		return
 	}
 	now := time.Now()
-	ctx := []byte(fmt.Sprintf(`{"task":%s}`, strconv.Quote(task)))
-	m.sys.Send(m.sup, createLoop{rec: m.newRoot(lt, newRootID(now), repo, base, ctx, now), reply: reply})
+	id := newRootID(now)
+	m.sys.Send(m.sup, createLoop{rec: m.newRoot(lt, id, repo, base, makeContext(task, artifactFor(lt, id, task)), now), reply: reply})
 }
 
 func (m *Manager) controlMethod(call api.Call, op string) {
