@@ -67,6 +67,8 @@ type Manager struct {
 	rules []*rule // config rules, in order
 
 	stopped atomic.Bool // the approval actors are stopped (Shutdown)
+	// planID maps a plan loop's id to its approval (SetPlanID).
+	planID atomic.Pointer[func(string) (string, bool)]
 
 	mu       sync.Mutex
 	stopping bool

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"maps"
 	"sync"
 	"time"
 
+	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -25,61 +27,77 @@ func init() { eventlog.Register(MetricsUpdate{}) }
 // metricsInterval is the least time between two metrics.update events.
 const metricsInterval = time.Second
 
-// metricsUpdater is the hook behind metrics.update: the loops domain calls
-// Changed (never blocking, from any goroutine) whenever its counts may
-// have changed; the updater emits one MetricsUpdate with counts() at once
-// when the last was at least metricsInterval ago, else once that interval
-// is over (however many changes came meanwhile). counts must not block.
+// metricsSettle is how long after a change the counts are read: the
+// loops supervisor recounts on a message that follows the loop's event.
+const metricsSettle = 20 * time.Millisecond
+
+// metricsUpdater is the hook behind metrics.update. Changed (never
+// blocking, from any goroutine, under any lock: nothing is read or
+// emitted on the caller's goroutine) says the counts may have changed; the
+// updater reads counts() on a timer of its own, metricsSettle later but
+// not sooner than metricsInterval after the last update, and emits them
+// if they differ from the last sent. Counts that have not changed yet
+// (the count lags the event) are read once more an interval later.
 type metricsUpdater struct {
 	bus    *eventlog.Bus
 	counts func() MetricsUpdate
 	every  time.Duration
+	settle time.Duration
 
-	mu     sync.Mutex
-	last   time.Time   // when the last update was emitted
-	timer  *time.Timer // armed: an update is due at last+every
-	closed bool
+	mu      sync.Mutex
+	last    time.Time // when the last update was emitted
+	sent    *MetricsUpdate
+	timer   *time.Timer // armed: a read is due
+	recheck bool        // the due read is the second for its change
+	closed  bool
 }
 
 func newMetricsUpdater(bus *eventlog.Bus, counts func() MetricsUpdate) *metricsUpdater {
-	return &metricsUpdater{bus: bus, counts: counts, every: metricsInterval}
+	return &metricsUpdater{bus: bus, counts: counts, every: metricsInterval, settle: metricsSettle}
 }
 
 // Changed says the counts may have changed.
 func (u *metricsUpdater) Changed() {
 	u.mu.Lock()
-	if u.closed || u.timer != nil {
-		u.mu.Unlock()
-		return // one is due already: it will read the counts then
-	}
-	if wait := u.every - time.Since(u.last); wait > 0 {
-		u.timer = time.AfterFunc(wait, u.fire)
-		u.mu.Unlock()
+	defer u.mu.Unlock()
+	if u.closed {
 		return
 	}
-	u.last = time.Now()
-	u.mu.Unlock()
-	u.emit()
+	if u.timer != nil {
+		if !u.recheck {
+			return // a read is due: it will see this change too
+		}
+		u.timer.Stop() // a recheck is due: this change reads sooner
+	}
+	u.recheck = false
+	u.timer = time.AfterFunc(max(u.settle, u.every-time.Since(u.last)), u.fire)
 }
 
-// fire is the timer's: the update that was due.
+// fire is the timer's: read the counts, send them if they changed.
 func (u *metricsUpdater) fire() {
 	u.mu.Lock()
-	u.timer = nil
 	if u.closed {
 		u.mu.Unlock()
 		return
 	}
-	u.last = time.Now()
-	u.mu.Unlock()
-	u.emit()
-}
-
-func (u *metricsUpdater) emit() {
+	u.timer = nil
 	m := u.counts()
 	if m.Loops == nil {
 		m.Loops = map[string]int{}
 	}
+	if u.sent != nil && u.sent.RunningLoops == m.RunningLoops && maps.Equal(u.sent.Loops, m.Loops) {
+		if !u.recheck {
+			u.recheck = true
+			u.timer = time.AfterFunc(u.every, u.fire)
+		} else {
+			u.recheck = false
+		}
+		u.mu.Unlock()
+		return
+	}
+	u.recheck = false
+	u.sent, u.last = &m, time.Now()
+	u.mu.Unlock()
 	u.bus.Emit(m)
 }
 
@@ -94,3 +112,24 @@ func (u *metricsUpdater) Close() {
 		u.timer = nil
 	}
 }
+
+// loopMetrics is metrics.update over the loops domain: every loop.created,
+// loop.updated and loop.deleted on the bus is a change; the counts are the
+// loops supervisor's. stop unsubscribes and closes it.
+func loopMetrics(bus *eventlog.Bus, m *loops.Manager) (stop func()) {
+	u := newMetricsUpdater(bus, func() MetricsUpdate {
+		by, running := m.Counts()
+		out := MetricsUpdate{RunningLoops: running, Loops: make(map[string]int, len(by))}
+		for s, n := range by {
+			out.Loops[string(s)] = n
+		}
+		return out
+	})
+	unsub := bus.Subscribe([]string{"loop.created", "loop.updated", "loop.deleted"}, changeSink(u.Changed))
+	return func() { unsub(); u.Close() }
+}
+
+// changeSink calls f for every record: f must not block.
+type changeSink func()
+
+func (f changeSink) Deliver(*eventlog.Record) { f() }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +22,47 @@ func (s updateSink) Deliver(r *eventlog.Record) {
 	}
 }
 
-// metrics.update: the first change is sent at once; changes within the
-// interval are one update when it is over, with the counts of then; after
-// Close nothing more.
+// fakeCounts are loop counts a test sets.
+type fakeCounts struct {
+	mu      sync.Mutex
+	running int
+}
+
+func (f *fakeCounts) set(n int) { f.mu.Lock(); f.running = n; f.mu.Unlock() }
+func (f *fakeCounts) get() MetricsUpdate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return MetricsUpdate{RunningLoops: f.running, Loops: map[string]int{"running": f.running}}
+}
+
+// armed reports whether a read is due, and stops its timer: the test
+// fires it by hand.
+func (u *metricsUpdater) takeTimer() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.timer == nil {
+		return false
+	}
+	u.timer.Stop()
+	return true
+}
+
+func expectUpdate(t *testing.T, got updateSink, running int) {
+	t.Helper()
+	select {
+	case m := <-got:
+		if m.RunningLoops != running || m.Loops["running"] != running {
+			t.Fatalf("update %+v, want %d running", m, running)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no update with %d running", running)
+	}
+}
+
+// metrics.update: a change is read on the updater's timer (never on the
+// caller's goroutine) and sent; changes before the next read are one
+// update with the counts of then; counts that did not change are not sent
+// but read once more (the count may lag its event); after Close nothing.
 func TestMetricsUpdater(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
@@ -33,44 +72,59 @@ func TestMetricsUpdater(t *testing.T) {
 	defer bus.Close()
 	got := make(updateSink, 16)
 	bus.Subscribe([]string{"metrics.update"}, got)
-	running := 1
-	u := newMetricsUpdater(bus, func() MetricsUpdate {
-		return MetricsUpdate{RunningLoops: running, Loops: map[string]int{"running": running}}
-	})
-	u.every = time.Hour // the due update is fired by hand below
+	counts := &fakeCounts{running: 1}
+	u := newMetricsUpdater(bus, counts.get)
+	u.every, u.settle = time.Hour, time.Hour // every read is fired by hand
 	u.Changed()
-	if m := <-got; m.RunningLoops != 1 || m.Loops["running"] != 1 {
-		t.Fatalf("first update %+v", m)
+	if !u.takeTimer() {
+		t.Fatal("a change armed no read")
 	}
-	for running = 2; running < 12; running++ {
+	if len(got) != 0 {
+		t.Fatal("an update sent on the caller's goroutine")
+	}
+	u.fire()
+	expectUpdate(t, got, 1)
+	// Many changes: one read, the counts of then.
+	for i := 2; i < 12; i++ {
+		counts.set(i)
 		u.Changed()
 	}
-	if n := len(got); n != 0 {
-		t.Fatalf("%d updates sent within the interval, want none before it is over", n)
+	if !u.takeTimer() {
+		t.Fatal("changes armed no read")
 	}
-	u.mu.Lock()
-	armed := u.timer != nil
-	u.mu.Unlock()
-	if !armed {
-		t.Fatal("changes within the interval armed no update")
+	u.fire()
+	expectUpdate(t, got, 11)
+	// A change whose count lags: nothing sent, read once more.
+	u.Changed()
+	u.takeTimer()
+	u.fire()
+	if len(got) != 0 {
+		t.Fatal("unchanged counts were sent")
 	}
-	u.timer.Stop()
-	u.fire() // the interval is over
-	if m := <-got; m.RunningLoops != 12 {
-		t.Fatalf("due update %+v, want the counts of when it is sent (12)", m)
+	if !u.takeTimer() {
+		t.Fatal("unchanged counts are not read again")
 	}
-	u.every = 0
+	counts.set(3) // the recount lands
+	u.fire()
+	expectUpdate(t, got, 3)
+	// Read twice unchanged: no more reads.
+	u.Changed()
+	u.takeTimer()
+	u.fire()
+	u.takeTimer()
+	u.fire()
+	if u.takeTimer() || len(got) != 0 {
+		t.Fatal("unchanged counts read a third time, or sent")
+	}
 	u.Close()
 	u.Changed()
-	if n := len(got); n != 0 {
-		t.Fatalf("%d updates after Close", n)
+	if u.takeTimer() {
+		t.Fatal("a change after Close armed a read")
 	}
-	// Without a limit each change is sent, the map never null.
-	v := newMetricsUpdater(bus, func() MetricsUpdate { return MetricsUpdate{} })
-	v.every = 0
+	// With the real timers: a change is sent without anyone firing it.
+	v := newMetricsUpdater(bus, counts.get)
+	counts.set(7)
 	v.Changed()
-	if m := <-got; m.Loops == nil {
-		t.Fatal("loops is null")
-	}
+	expectUpdate(t, got, 7)
 	v.Close()
 }

@@ -15,7 +15,7 @@ import (
 // chatConfig is a daemon whose chat runs on the test executor (one warm
 // instance).
 func chatConfig(t *testing.T) string {
-	return execConfig(t, "instances = 1\n") + "\n[loops]\nchat_executor = \"scripted\"\n"
+	return execConfig(t, "instances = 1\n") + "\n[loops]\nchat_executor = \"scripted\"\nvalidation_lane = \"net\"\n"
 }
 
 // chatPiece is one piece of a streamed reply, as a Loopr client reads it.

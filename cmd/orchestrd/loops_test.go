@@ -1,0 +1,285 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Loops through the real daemon: shell scripts are the agents (behind
+// `orchestrd executor`), a real git repository, real validation jobs.
+
+// gitRepo makes a repository on main with one commit.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := shortTemp(t)
+	repo := filepath.Join(dir, "repo")
+	if err := os.Mkdir(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "add", "README")
+	git(t, repo, "commit", "-q", "-m", "first")
+	real, err := filepath.EvalSymlinks(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
+		"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// loopAgent writes the agent script and returns the config of a daemon
+// whose [loops] run it. The script saves each prompt it gets as
+// PROMPTS/<loop id>-<iteration>.txt, then runs body in its worktree.
+func loopAgent(t *testing.T, prompts, body, loopsExtra string) string {
+	t.Helper()
+	script := filepath.Join(prompts, "agent.sh")
+	text := "#!/bin/sh\ncat > \"" + prompts + "/$ORCHESTRD_LOOP_ID-$ORCHESTRD_LOOP_ITERATION.txt\"\n" + body + "\n"
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`[daemon]
+sandbox = false
+
+[lanes.net]
+runners = 1
+slots = 2
+spares = 0
+
+[executors.agent]
+command = [%q, "executor", "--", "/bin/sh", %q]
+
+[loops]
+executor = "agent"
+validation_lane = "net"
+%s
+`, binary, script, loopsExtra)
+}
+
+func (d *testDaemon) createLoop(lt api.LoopType, repo, task string) string {
+	d.t.Helper()
+	var r api.LoopCreatePlanResult
+	method := "loop.create"
+	params := map[string]any{"loop_type": lt, "description": task, "repo": repo}
+	if lt == api.LoopPlan {
+		method = "loop.create_plan"
+		delete(params, "loop_type")
+	}
+	d.mustCall(method, params, &r)
+	if r.ID == "" || r.LoopID != r.ID || r.Status != "created" {
+		d.t.Fatalf("%s: %+v", method, r)
+	}
+	return r.ID
+}
+
+func (d *testDaemon) loop(id string) api.LoopGetResult {
+	d.t.Helper()
+	var r api.LoopGetResult
+	d.mustCall("loop.get", map[string]any{"id": id}, &r)
+	return r
+}
+
+// waitLoop waits until loop id's status is st.
+func (d *testDaemon) waitLoop(id string, st api.LoopStatus, within time.Duration) api.LoopGetResult {
+	d.t.Helper()
+	var r api.LoopGetResult
+	eventuallyOr(d.t, within, "loop "+id+" "+string(st), func() bool {
+		r = api.LoopGetResult{}
+		if err := d.call("loop.get", map[string]any{"id": id}, &r); err != nil {
+			return false
+		}
+		return r.Loop.Status == st
+	}, func() string { return fmt.Sprintf("%+v\n%s", r, tail(d.stderr.String(), 3000)) })
+	return r
+}
+
+// A code loop whose validation fails once passes at iteration 2; the
+// second prompt carries the failure's output; the work is committed and
+// merged into main.
+func TestLoopCodeFeedback(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// Each iteration adds a line; validation wants two.
+	cfg := loopAgent(t, prompts, `echo "line $ORCHESTRD_LOOP_ITERATION" >> work.txt`, `auto_merge = true
+[loops.code]
+validation_command = "n=$(wc -l < work.txt); [ $n -ge 2 ] || { echo \"need two lines, have $n: MARK-FEEDBACK\"; exit 3; }"
+max_iterations = 5
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "add two lines to work.txt")
+	got := d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	it1, it2 := got.Iterations[0], got.Iterations[1]
+	if it1.Passed || it1.Status != "failed" || !strings.Contains(it1.Feedback, "MARK-FEEDBACK") || it1.JobID == "" || it1.TaskID == "" {
+		t.Fatalf("iteration 1: %+v", it1)
+	}
+	if !it2.Passed || it2.Status != "passed" || it2.Commit == "" {
+		t.Fatalf("iteration 2: %+v", it2)
+	}
+	if !strings.Contains(got.Loop.Progress, "## Iteration 1 Failed\nneed two lines, have 1: MARK-FEEDBACK") {
+		t.Fatalf("progress: %q", got.Loop.Progress)
+	}
+	// The agent's prompts: the second carries the first's failure.
+	p1, err := os.ReadFile(filepath.Join(prompts, id+"-1.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(p1), "Previous Iteration Feedback") || !strings.Contains(string(p1), "add two lines") {
+		t.Fatalf("first prompt:\n%s", p1)
+	}
+	if !strings.Contains(string(p2), "## Previous Iteration Feedback") || !strings.Contains(string(p2), "MARK-FEEDBACK") {
+		t.Fatalf("second prompt:\n%s", p2)
+	}
+	// Committed on the loop's branch and merged into main (auto_merge).
+	if msg := git(t, repo, "log", "-1", "--format=%s", "loop/"+id); msg != "loop "+id+": iteration 2" {
+		t.Fatalf("the loop branch's last commit: %q", msg)
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "line 1\nline 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+	// The worktree of an ended loop is gone; its branch stays.
+	eventually(t, 10*time.Second, "worktree removed", func() bool {
+		_, err := os.Lstat(got.Loop.Worktree)
+		return os.IsNotExist(err)
+	})
+	// The events: the iteration results, the merge, the end.
+	d.waitEvent("loop.iteration", func(e map[string]any) bool { return e["id"] == id && e["passed"] == false })
+	d.waitEvent("loop.validation_failed", func(e map[string]any) bool { return e["id"] == id && e["reason"] == "exit_code" })
+	d.waitEvent("loop.merged", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
+	d.waitEvent("loop.updated", func(e map[string]any) bool { return e["id"] == id && e["status"] == "complete" })
+	for _, e := range d.events() {
+		if k, _ := e["kind"].(string); strings.HasPrefix(k, "loop.") && k != "loop.updated" && k != "loop.created" {
+			if b := fmt.Sprint(e); strings.Contains(b, "MARK-FEEDBACK") {
+				t.Fatalf("agent output in a supervisor event: %v", e)
+			}
+		}
+	}
+	// delete: the branch goes, then 1001.
+	d.mustCall("loop.delete", map[string]any{"id": id}, nil)
+	if out := git(t, repo, "branch", "--list", "loop/"+id); out != "" {
+		t.Fatalf("branch after loop.delete: %q", out)
+	}
+	if err := d.call("loop.get", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeNotFound {
+		t.Fatalf("loop.get of a deleted loop: %v", err)
+	}
+}
+
+// A loop whose validation never passes fails at max_iterations.
+func TestLoopMaxIterations(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "echo never; exit 1"
+max_iterations = 2
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "never good enough")
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if got.Loop.Error != api.LoopErrMaxIterations || got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	// 1002 naming the status.
+	err := d.call("loop.pause", map[string]any{"id": id}, nil)
+	if remoteCode(err) != api.CodeInvalidState || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("loop.pause of a failed loop: %v", err)
+	}
+	for _, m := range []string{"loop.get", "loop.start", "loop.pause", "loop.resume", "loop.cancel", "loop.delete"} {
+		if err := d.call(m, map[string]any{"id": "nope"}, nil); remoteCode(err) != api.CodeNotFound {
+			t.Fatalf("%s of no loop: %v", m, err)
+		}
+	}
+}
+
+// cancel stops the agent's process and the validation job at once.
+func TestLoopCancel(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// The agent sleeps until killed, its pid in a file.
+	cfg := loopAgent(t, prompts, `echo $$ > "`+prompts+`/agent.pid"; exec sleep 300`, "")
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "sleep")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	d.waitLoop(id, api.LoopRunning, 20*time.Second)
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopFailed, 10*time.Second)
+	if got.Loop.Error != api.LoopErrCancelled {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	eventually(t, 10*time.Second, "the agent's process gone", func() bool { return !alive(pid) })
+	if err := d.call("loop.cancel", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("a second loop.cancel: %v", err)
+	}
+}
+
+// A daemon killed with -9 mid-iteration: at the next start the loop goes
+// on with the next iteration number, the interrupted one is never run
+// again.
+func TestLoopKilledDaemon(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// Iteration 1 writes a file and hangs (the daemon is killed then);
+	// later ones finish.
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
+if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
+[loops.code]
+validation_command = "grep -q 'it 2' work.txt"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	_ = syscall.Kill(pid, syscall.SIGKILL) // its executor died with the daemon; the agent may linger
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	if it := got.Iterations[0]; it.Status != "interrupted" || it.Passed || it.Commit == "" {
+		t.Fatalf("the interrupted iteration: %+v", it)
+	}
+	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
+		t.Fatal("a third iteration ran")
+	}
+	// The WIP: recovery commit holds what iteration 1 wrote.
+	if log := git(t, repo, "log", "--format=%s", "loop/"+id); !strings.Contains(log, "WIP: recovery") {
+		t.Fatalf("the loop branch's log:\n%s", log)
+	}
+	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id && e["interrupted"] == true })
+	// The interrupted task ended daemon_lost, and was not run again.
+	var tr struct{ Task api.TaskRecord }
+	d2.mustCall("task.get", map[string]any{"id": got.Iterations[0].TaskID}, &tr)
+	if tr.Task.State != api.TaskFailed || tr.Task.Error == nil || tr.Task.Error.Code != api.TaskErrDaemonLost {
+		t.Fatalf("the interrupted task: %+v", tr.Task)
+	}
+}
