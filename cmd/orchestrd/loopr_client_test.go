@@ -242,3 +242,77 @@ func TestLooprClient(t *testing.T) {
 		t.Fatalf("1004 message %q", r.Error.Message)
 	}
 }
+
+// Loopr's client sees a loop's life as Loopr's TUI does: loop.created and
+// loop.updated with the loop record as data, in order, and metrics.update
+// settling on the final counts.
+func TestLooprClientLoopEvents(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, `echo done > out.txt`, "auto_merge = true"))
+	c := dialLoopr(t, d.sock())
+	if r := c.request("initialize", map[string]any{"version": "0.1.1"}); r.Error != nil {
+		t.Fatalf("initialize: %+v", r.Error)
+	}
+	if r := c.request("subscribe", nil); r.Error != nil {
+		t.Fatalf("subscribe: %+v", r.Error)
+	}
+	r := c.request("loop.create", map[string]any{"loop_type": "code", "description": "write out.txt", "repo": repo})
+	var created api.LoopCreatePlanResult
+	if r.Error != nil || json.Unmarshal(r.Result, &created) != nil || created.ID == "" {
+		t.Fatalf("loop.create: %s %+v", r.Result, r.Error)
+	}
+	type loopData struct {
+		ID       string          `json:"id"`
+		LoopType string          `json:"loop_type"`
+		ParentID json.RawMessage `json:"parent_id"`
+		Status   string          `json:"status"`
+	}
+	var statuses []string
+	sawCreated, complete, settled := false, false, false
+	var seen []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("events seen: %s", strings.Join(seen, "\n"))
+		}
+	}()
+	for !complete || !settled {
+		e := c.event(60 * time.Second)
+		seen = append(seen, e.Event+" "+string(e.Data))
+		switch e.Event {
+		case "loop.created", "loop.updated":
+			var l loopData
+			if err := json.Unmarshal(e.Data, &l); err != nil || l.ID != created.ID || l.LoopType != "code" || string(l.ParentID) != "null" {
+				t.Fatalf("%s data %s: not the loop's record (%v)", e.Event, e.Data, err)
+			}
+			if e.Event == "loop.created" {
+				if sawCreated || len(statuses) > 0 {
+					t.Fatalf("loop.created after %v", statuses)
+				}
+				sawCreated = true
+			} else if !sawCreated {
+				t.Fatalf("loop.updated %s before loop.created", e.Data)
+			}
+			if complete {
+				t.Fatalf("the loop changed after it completed: %s", e.Data)
+			}
+			statuses = append(statuses, l.Status)
+			complete = l.Status == string(api.LoopComplete)
+			if l.Status == string(api.LoopFailed) {
+				t.Fatalf("the loop failed: %s\n%s", e.Data, tail(d.stderr.String(), 3000))
+			}
+		case "metrics.update":
+			var m struct {
+				RunningLoops int            `json:"running_loops"`
+				Loops        map[string]int `json:"loops"`
+			}
+			if err := json.Unmarshal(e.Data, &m); err != nil {
+				t.Fatalf("metrics.update data %s: %v", e.Data, err)
+			}
+			settled = m.RunningLoops == 0 && m.Loops["complete"] == 1
+		}
+	}
+	if statuses[0] != string(api.LoopPending) && statuses[0] != string(api.LoopRunning) {
+		t.Fatalf("statuses %v", statuses)
+	}
+}
