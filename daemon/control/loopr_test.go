@@ -293,3 +293,27 @@ func TestLooprBadJSON(t *testing.T) {
 		t.Fatalf("after bad JSON: %+v", l)
 	}
 }
+
+// Whatever a client sends as its version, reading its major never panics,
+// a version that has one matches itself, and "v" or a suffix change
+// nothing.
+func FuzzMajor(f *testing.F) {
+	for _, s := range []string{"0.1.1", "v1.2.3-rc1", "", "x", "18446744073709551616.0", " 3 ", "1+meta", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		m, ok := major(v)
+		if !ok {
+			if SameMajor(v, v) {
+				t.Fatalf("%q has no major but matches itself", v)
+			}
+			return
+		}
+		if !SameMajor(v, v) {
+			t.Fatalf("%q (major %d) does not match itself", v, m)
+		}
+		if m2, ok2 := major("v" + strings.TrimSpace(v) + "-x"); !ok2 && !strings.HasPrefix(strings.TrimSpace(v), "v") || ok2 && m2 != m {
+			t.Fatalf("%q: major %d, with v and a suffix %d %v", v, m, m2, ok2)
+		}
+	})
+}
