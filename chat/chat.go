@@ -254,7 +254,7 @@ func (m *Manager) apply(r *reply, ev TaskEvent) {
 		m.cur = nil
 		code := ""
 		if ev.Error != nil {
-			code = ev.Error.Code
+			code = eventlog.Ident(ev.Error.Code) // an executor's own code: its words
 		}
 		m.bus.Emit(ChatChunk{Done: true, MessageID: r.messageID, State: ev.State, Error: ev.Error})
 		m.bus.Emit(ChatReplied{MessageID: r.messageID, TaskID: r.taskID, State: ev.State, ErrorCode: code,

@@ -284,3 +284,29 @@ func TestKinds(t *testing.T) {
 		ChatCleared{SessionID: "s-1"},
 	)
 }
+
+// An executor's error code reaches the log only as an identifier, or its
+// size and hash; the client's last chunk has it whole.
+func TestChatRepliedHostileCode(t *testing.T) {
+	f := newFixture(t, "chat")
+	f.mux.Start(t, "chat.send", map[string]any{"message": "hi"})
+	f.tasks.answer(0, "t-1", "s-1", nil)
+	code := "evil\x1b[2J\nsecret=hunter2"
+	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskFailed, Error: &api.TaskError{Code: code, Message: "m"}})
+	var replied *ChatReplied
+	var last *ChatChunk
+	for _, r := range f.sink.take() {
+		switch e := r.Event.(type) {
+		case ChatReplied:
+			replied = &e
+		case ChatChunk:
+			last = &e
+		}
+	}
+	if replied == nil || strings.Contains(replied.ErrorCode, "hunter2") || !strings.Contains(replied.ErrorCode, "sha256") {
+		t.Fatalf("chat.replied %+v", replied)
+	}
+	if last == nil || !last.Done || last.Error == nil || last.Error.Code != code {
+		t.Fatalf("last chunk %+v", last)
+	}
+}
