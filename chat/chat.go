@@ -44,11 +44,18 @@ type Options struct {
 	Executor string
 	// Cwd is where the agent works when chat.send gives no cwd; default
 	// the daemon's user's home directory.
-	Cwd    string
-	Tasks  Tasks
-	Events TaskEvents
-	Bus    *eventlog.Bus
-	Logger zerolog.Logger
+	Cwd string
+	// Session is the conversation a previous daemon left (its executor
+	// session), "" for a new one.
+	Session string
+	// SaveSession, if set, is told the conversation's session whenever it
+	// changes ("" after chat.clear), to be there after a restart. It must
+	// not block; it is called under the chat's lock.
+	SaveSession func(id string)
+	Tasks       Tasks
+	Events      TaskEvents
+	Bus         *eventlog.Bus
+	Logger      zerolog.Logger
 }
 
 // Manager is the chat domain.
@@ -94,7 +101,10 @@ func Start(opts Options) (*Manager, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("chat: reading random bytes: %w", err)
 	}
-	m := &Manager{opts: opts, bus: opts.Bus, prefix: "msg-" + hex.EncodeToString(rnd[:]) + "-"}
+	if opts.SaveSession == nil {
+		opts.SaveSession = func(string) {}
+	}
+	m := &Manager{opts: opts, bus: opts.Bus, prefix: "msg-" + hex.EncodeToString(rnd[:]) + "-", session: opts.Session}
 	m.stop = opts.Events.Follow(m.taskEvent)
 	return m, nil
 }
@@ -211,6 +221,7 @@ func (m *Manager) started(r *reply, taskID, sessionID string, newSession bool, s
 	r.taskID = taskID
 	if r.conv == m.conv && m.session == "" {
 		m.session = sessionID
+		m.opts.SaveSession(sessionID)
 	}
 	m.bus.Emit(ChatSent{MessageID: r.messageID, TaskID: taskID, SessionID: sessionID, Executor: m.opts.Executor,
 		Bytes: size, NewSession: newSession})
@@ -342,6 +353,7 @@ func (m *Manager) clearMethod(call api.Call) {
 	old := m.session
 	m.session = ""
 	m.conv++
+	m.opts.SaveSession("")
 	m.bus.Emit(ChatCleared{SessionID: old})
 	m.mu.Unlock()
 	call.Respond(ClearResult{Cleared: true})

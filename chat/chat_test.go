@@ -310,3 +310,34 @@ func TestChatRepliedHostileCode(t *testing.T) {
 		t.Fatalf("last chunk %+v", last)
 	}
 }
+
+// The conversation is saved when it changes and restored at start.
+func TestChatSessionSaved(t *testing.T) {
+	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	var saved []string
+	tasks, evs := &fakeTasks{ready: true}, &fakeEvents{}
+	m, err := Start(Options{Executor: "chat", Cwd: "/", Session: "s-old", SaveSession: func(id string) { saved = append(saved, id) },
+		Tasks: tasks, Events: evs, Bus: bus, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	mux := apitest.Mux{}
+	m.Register(mux)
+	mux.Start(t, "chat.send", map[string]any{"message": "hi"})
+	if s := tasks.spec(0); s.SessionID != "s-old" {
+		t.Fatalf("the restored conversation is not continued: %+v", s)
+	}
+	tasks.answer(0, "t-1", "s-old", nil)
+	evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCompleted})
+	mux.Start(t, "chat.clear", nil)
+	mux.Start(t, "chat.send", map[string]any{"message": "again"})
+	tasks.answer(1, "t-2", "s-new", nil)
+	if strings.Join(saved, ",") != ",s-new" {
+		t.Fatalf("saved %q, want the clear then the new session", saved)
+	}
+}

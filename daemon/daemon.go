@@ -260,16 +260,19 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The chat over the executors: it follows their task events until
 	// they have stopped (the last replies' ends are streamed).
+	chatSaved := startChatSessions(st, opts.Logger)
 	chatMgr, err := chat.Start(chat.Options{Executor: cfg.Loops.ChatExecutor, Tasks: chatTasks{execMgr},
-		Events: chatEvents{bus}, Bus: bus, Logger: opts.Logger})
+		Events: chatEvents{bus}, Bus: bus, Logger: opts.Logger,
+		Session: loadChatSession(st, cfg.Loops.ChatExecutor, opts.Logger), SaveSession: chatSaved.Save})
 	if err != nil {
+		chatSaved.Close()
 		shutdownExecutors()
 		shutdownApprovals()
 		shutdownLanes("chat failed")
 		return fmt.Errorf("starting the chat: %w", err)
 	}
 	shutdownExecutors = func(stop func()) func() {
-		return func() { stop(); chatMgr.Close() }
+		return func() { stop(); chatMgr.Close(); chatSaved.Close() }
 	}(shutdownExecutors)
 	// Loops after lanes, approvals and executors (their validation jobs,
 	// plan gates and agents); stopped before them.

@@ -261,3 +261,33 @@ func TestChatCLI(t *testing.T) {
 	}
 	stdin.Close()
 }
+
+// The conversation outlives the daemon: after a restart the next message
+// goes on in the same executor session, until chat.clear.
+func TestChatRestart(t *testing.T) {
+	home := shortTemp(t)
+	cfg := chatConfig(t)
+	d := startDaemonAt(t, home, cfg)
+	c := dialLoopr(t, d.sock())
+	c.request("subscribe", nil)
+	first := c.chatSend("before")
+	if got := c.reply(first.MessageID); strings.Join(got, "|") != "text:before|done:completed" {
+		t.Fatalf("reply %q", got)
+	}
+	d.stop()
+	d = startDaemonAt(t, home, cfg)
+	c = dialLoopr(t, d.sock())
+	c.request("subscribe", nil)
+	second := c.chatSend("after")
+	if second.SessionID != first.SessionID {
+		t.Fatalf("after a restart the chat is in session %s, not %s", second.SessionID, first.SessionID)
+	}
+	c.reply(second.MessageID)
+	var sess struct {
+		Messages []api.SessionMessage `json:"messages"`
+	}
+	r := c.request("session.get", map[string]any{"id": first.SessionID})
+	if r.Error != nil || json.Unmarshal(r.Result, &sess) != nil || len(sess.Messages) != 2 {
+		t.Fatalf("the session holds %s %+v, want both messages' replies", r.Result, r.Error)
+	}
+}
