@@ -211,6 +211,21 @@ func TestChatCLI(t *testing.T) {
 		t.Fatalf("chat: code %d stdout %q stderr %q", code, out, errOut)
 	}
 
+	// Another client's reply streaming: the line is refused, chat goes on
+	// (and leaves at the end of stdin).
+	lc := dialLoopr(t, d.sock())
+	lc.request("subscribe", nil)
+	other := lc.chatSend(script(`{"op":"message","text":"other"}`, `{"op":"hang"}`))
+	if p := lc.piece(other.MessageID); p.String() != "text:other" {
+		t.Fatalf("other client's reply: %s", p)
+	}
+	_, errOut, code = runCLIWith(t, "", strings.NewReader("mine\n"), "chat", "--home", d.home)
+	if code != 0 || !strings.Contains(errOut, "still streaming") {
+		t.Fatalf("chat while another reply streams: exit %d, stderr %q", code, errOut)
+	}
+	lc.request("chat.cancel", nil)
+	lc.reply(other.MessageID)
+
 	cmd := exec.Command(binary, "chat", "--home", d.home, "--new")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

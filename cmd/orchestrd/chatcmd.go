@@ -167,8 +167,11 @@ func (s *chatSession) send(line string) (int, bool) {
 		MessageID string `json:"message_id"`
 	}
 	if err := call(s.c, "chat.send", map[string]any{"message": line, "cwd": s.cwd}, &res); err != nil {
+		// A message refused (bad, or another client's reply streaming)
+		// lets the next line be tried; a chat that is off does not.
 		var we *wire.Error
-		if errors.As(err, &we) && we.Code == api.CodeInvalidParams {
+		if errors.As(err, &we) && (we.Code == api.CodeInvalidParams || we.Code == api.CodeQueueFull ||
+			we.Code == api.CodeInvalidState && !strings.Contains(we.Message, "chat_executor")) {
 			fmt.Fprintf(s.stderr, "orchestrd: %s\n", we.Message)
 			s.prompt()
 			return 0, false
