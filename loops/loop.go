@@ -520,7 +520,9 @@ func (l *loop) spawnKids(c *actors.Context) {
 		if err != nil {
 			return err
 		}
-		var tasks []string
+		// Each child's task, and what its artifact's slug is made of
+		// (unique in the tree: a phase's names its spec).
+		var tasks, slugs []string
 		var kt api.LoopType
 		switch r.LoopType {
 		case api.LoopPlan:
@@ -531,6 +533,7 @@ func (l *loop) spawnKids(c *actors.Context) {
 			kt = api.LoopSpec
 			for _, s := range p.Specs {
 				tasks = append(tasks, "spec-"+s.Name+": "+s.Description)
+				slugs = append(slugs, s.Name)
 			}
 		case api.LoopSpec:
 			sp, err := artifact.ParseSpec(b)
@@ -538,19 +541,22 @@ func (l *loop) spawnKids(c *actors.Context) {
 				return err
 			}
 			kt = api.LoopPhase
+			spec, _, _ := strings.Cut(readContext(r).Task, ":")
 			for _, p := range sp.Phases {
-				tasks = append(tasks, fmt.Sprintf("Phase %d, %s: %s", p.Number, p.Name, p.Description))
+				tasks = append(tasks, fmt.Sprintf("Phase %d of %s, %s: %s", p.Number, spec, p.Name, p.Description))
+				slugs = append(slugs, strings.TrimPrefix(spec, "spec-")+" "+p.Name)
 			}
 		default:
 			kt = api.LoopCode
 			tasks = []string{"Implement the phase described in " + art + "."}
+			slugs = []string{""}
 		}
 		now := time.Now().UnixMilli()
 		tc := l.m.cfg.For(kt)
 		for i, t := range tasks {
 			id := api.ChildLoopID(r.ID, i+1)
 			pid, in := r.ID, art
-			ctx := makeContext(t, artifactFor(kt, id, t))
+			ctx := makeContext(t, artifactFor(kt, id, slugs[i]))
 			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
 				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
 				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
@@ -628,6 +634,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 		[]string{r.Branch}, func(a GateAnswer) {
 			post(func(c *actors.Context) {
 				l.gate = nil
+				l.m.setPlanApproval(r.ID, "")
 				l.rec.ApprovalID = ""
 				if a.Approved {
 					l.mergeRoot(c)
@@ -643,6 +650,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 		return
 	}
 	l.gate = cancel
+	l.m.setPlanApproval(r.ID, id)
 	l.rec.Stage, l.rec.ApprovalID = api.StageMerge, id
 	l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "merge"})
 	l.persist(c, false, nil)

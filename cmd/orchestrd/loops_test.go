@@ -283,3 +283,144 @@ validation_command = "grep -q 'it 2' work.txt"
 		t.Fatalf("the interrupted task: %+v", tr.Task)
 	}
 }
+
+// treeAgent writes what each loop type is asked for.
+const treeAgent = `case "$ORCHESTRD_LOOP_TYPE" in
+plan) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Plan\n\n## Specs to Create\n- spec-alpha: the first part\n- spec-beta: the second part\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+spec) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Spec\n\n## Phases\n1. **Build** - build it\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+phase) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Phase\nWrite the code.\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+code) echo "$ORCHESTRD_LOOP_ID" > "code-$ORCHESTRD_LOOP_ID.txt" ;;
+esac`
+
+// A plan with two specs runs to a merged tree: plan.get_preview and
+// plan.approve take the plan loop's id (as Loopr's client sends it); each
+// spec spawns a phase, each phase a code loop; once the tree is complete
+// its root merges into main after a second approval.
+func TestLoopPlanTree(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var pv struct {
+		ID      string   `json:"id"`
+		Content string   `json:"content"`
+		Specs   []string `json:"specs"`
+		Status  string   `json:"status"`
+	}
+	d.mustCall("plan.get_preview", map[string]any{"id": id}, &pv)
+	if !strings.Contains(pv.Content, "## Specs to Create") || strings.Join(pv.Specs, ",") != "spec-alpha,spec-beta" || pv.Status != "pending" {
+		t.Fatalf("plan.get_preview: %+v", pv)
+	}
+	var ap struct {
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"`
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 || !ap.Approved {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	// The whole tree completes, then the root waits for its merge.
+	eventuallyOr(t, 120*time.Second, "the tree complete", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var list api.LoopListResult
+	d.mustCall("loop.list", map[string]any{"parent_id": id}, &list)
+	if len(list.Loops) != 2 || list.Loops[0].ID != api.ChildLoopID(id, 1) || list.Loops[0].Status != api.LoopComplete {
+		t.Fatalf("the plan's children: %+v", list.Loops)
+	}
+	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopComplete, 30*time.Second)
+	if len(got.Loop.OutputArtifacts) != 1 || !strings.HasPrefix(got.Loop.OutputArtifacts[0], ".loopr/plans/001-") {
+		t.Fatalf("the plan's artifacts: %+v", got.Loop)
+	}
+	// main has both code loops' files and every artifact.
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+	for _, c := range list.Loops {
+		if !strings.Contains(files, "code-"+c.ID+".txt") {
+			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
+		}
+	}
+	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
+		t.Fatalf("main's artifacts:\n%s", files)
+	}
+	d.waitEvent("loop.artifact", func(e map[string]any) bool { return e["id"] == id })
+	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// plan.iterate runs the plan again with the feedback; plan.reject ends it
+// failed.
+func TestLoopPlanIterateReject(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "plan it")
+	waitStage := func(iteration uint32) {
+		eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+			var r api.LoopGetResult
+			return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval &&
+				r.Loop.Iteration == iteration
+		}, func() string { return tail(d.stderr.String(), 3000) })
+	}
+	waitStage(1)
+	d.mustCall("plan.iterate", map[string]any{"id": id, "feedback": "ADD-A-SPEC-FOR-TESTS"}, nil)
+	waitStage(2)
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil || !strings.Contains(string(p2), "ADD-A-SPEC-FOR-TESTS") {
+		t.Fatalf("the second plan prompt: %v\n%s", err, p2)
+	}
+	var rj map[string]any
+	d.mustCall("plan.reject", map[string]any{"id": id, "reason": "no"}, &rj)
+	if rj["rejected"] != true {
+		t.Fatalf("plan.reject: %v", rj)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 20*time.Second)
+	if got.Loop.Error != api.LoopErrPlanRejected {
+		t.Fatalf("rejected plan: %+v", got.Loop)
+	}
+}
+
+// A branch that conflicts with its base ends the loop failed
+// merge_conflict, the branch kept.
+func TestLoopMergeConflict(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo agent > README
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "rewrite the readme")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "commit", "-q", "-am", "main's readme")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if got.Loop.Error != api.LoopErrMergeConflict || !strings.Contains(got.Loop.Message, "loop/"+id) {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	if out := git(t, repo, "show", "loop/"+id+":README"); out != "agent" {
+		t.Fatalf("the kept branch's README: %q", out)
+	}
+	if out := git(t, repo, "show", "main:README"); out != "main" {
+		t.Fatalf("main's README: %q", out)
+	}
+	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
+}
