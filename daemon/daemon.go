@@ -335,7 +335,7 @@ func Run(ctx context.Context, opts Options) error {
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
 		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
-	registerMethods(srv, sys, mgr, started, fronts)
+	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
 	loopsMgr.Register(srv)

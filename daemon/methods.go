@@ -16,7 +16,8 @@ import (
 // (the actor tree), metrics.get (the daemon's, the lanes' and the control
 // socket's counters) and frontend.list (every way into the daemon: its
 // address, or why it is off).
-func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds) {
+func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
+	loopCounts func() (map[api.LoopStatus]int, int)) {
 	mgr.Register(srv)
 	srv.Handle("frontend.list", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
@@ -37,9 +38,11 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			call.Fail(err)
 			return
 		}
+		byStatus, running := loopCounts()
 		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
-			FinishedOutputBytes: mgr.FinishedOutputBytes()})
+			FinishedOutputBytes: mgr.FinishedOutputBytes(),
+			LoopMetrics: api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
 	})
 }
 

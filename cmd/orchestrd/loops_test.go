@@ -205,6 +205,11 @@ max_iterations = 2
 	if got.Loop.Error != api.LoopErrMaxIterations || got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
 		t.Fatalf("loop: %+v", got)
 	}
+	var m api.Metrics
+	d.mustCall("metrics.get", nil, &m)
+	if m.RunningLoops != 0 || m.LoopsByStatus[api.LoopFailed] != 1 || m.LoopsByStatus[api.LoopComplete] != 0 {
+		t.Fatalf("metrics: %+v", m.LoopMetrics)
+	}
 	// 1002 naming the status.
 	err := d.call("loop.pause", map[string]any{"id": id}, nil)
 	if remoteCode(err) != api.CodeInvalidState || !strings.Contains(err.Error(), "failed") {
@@ -423,4 +428,48 @@ while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
 		t.Fatalf("main's README: %q", out)
 	}
 	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// pause lets the running iteration finish (its result kept) and starts no
+// new one; resume goes on.
+func TestLoopPauseResume(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, `auto_merge = true
+[loops.code]
+validation_command = "[ $(wc -l < work.txt) -ge 2 ] || { echo one line; exit 1; }"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "two lines")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	var pr struct{ Loop api.LoopRecord }
+	d.mustCall("loop.pause", map[string]any{"id": id}, &pr)
+	if !pr.Loop.Paused || pr.Loop.Status != api.LoopRunning {
+		t.Fatalf("loop.pause: %+v", pr.Loop)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopPaused, 30*time.Second)
+	if got.Loop.Iteration != 1 || len(got.Iterations) != 1 || got.Iterations[0].Status != "failed" ||
+		!strings.Contains(got.Iterations[0].Feedback, "one line") {
+		t.Fatalf("paused: %+v", got)
+	}
+	d.waitEvent("loop.paused", func(e map[string]any) bool { return e["id"] == id })
+	if _, err := os.Stat(filepath.Join(prompts, id+"-2.txt")); err == nil {
+		t.Fatal("a paused loop started an iteration")
+	}
+	if err := d.call("loop.pause", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("loop.pause of a paused loop: %v", err)
+	}
+	d.mustCall("loop.resume", map[string]any{"id": id}, nil)
+	got = d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 {
+		t.Fatalf("resumed: %+v", got.Loop)
+	}
 }
