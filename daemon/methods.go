@@ -42,7 +42,7 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
 			FinishedOutputBytes: mgr.FinishedOutputBytes(),
-			LoopMetrics: api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
+			LoopMetrics:         api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
 	})
 }
 
