@@ -587,7 +587,7 @@ func (l *loop) childChanged(c *actors.Context, rec api.LoopRecord) {
 	}
 	l.kidStat[rec.ID] = rec.Status
 	l.kidErr[rec.ID] = rec.Error
-	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() {
+	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() && l.rec.Status != api.LoopPaused {
 		l.checkChildren(c)
 	}
 }
