@@ -473,3 +473,84 @@ validation_command = "[ $(wc -l < work.txt) -ge 2 ] || { echo one line; exit 1; 
 		t.Fatalf("resumed: %+v", got.Loop)
 	}
 }
+
+// A daemon killed with -9 while an iteration's validation job runs: the
+// job ends daemon_lost, the loop goes on with iteration 2, the agent's
+// task of iteration 1 is not run again.
+func TestLoopKilledDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt`, `auto_merge = true
+[loops.code]
+validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 300; fi"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive validation")
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	var before api.LoopGetResult
+	d.mustCall("loop.get", map[string]any{"id": id}, &before)
+	if len(before.Iterations) != 1 || before.Iterations[0].JobID == "" {
+		t.Fatalf("before the kill: %+v", before)
+	}
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
+		t.Fatalf("loop: %+v", got)
+	}
+	var jr struct{ Job api.JobRecord }
+	d2.mustCall("job.get", map[string]any{"id": before.Iterations[0].JobID}, &jr)
+	if !jr.Job.State.Terminal() || jr.Job.State == api.StateSucceeded {
+		t.Fatalf("the interrupted validation job: %+v", jr.Job)
+	}
+	// One prompt per iteration: nothing ran twice.
+	for n := 1; n <= 3; n++ {
+		_, err := os.Stat(filepath.Join(prompts, fmt.Sprintf("%s-%d.txt", id, n)))
+		if (err == nil) != (n <= 2) {
+			t.Fatalf("prompt of iteration %d: %v", n, err)
+		}
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "it 1\nit 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+}
+
+// cancel while the validation job runs cancels the job at once.
+func TestLoopCancelDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "touch `+mark+`; sleep 300"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "validate for ever")
+	var job string
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		var r api.LoopGetResult
+		if d.call("loop.get", map[string]any{"id": id}, &r) != nil {
+			return false
+		}
+		job = r.Loop.JobID
+		_, err := os.Stat(mark)
+		return err == nil && job != ""
+	})
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+	eventually(t, 10*time.Second, "the validation job cancelled", func() bool {
+		var jr struct{ Job api.JobRecord }
+		return d.call("job.get", map[string]any{"id": job}, &jr) == nil && jr.Job.State == api.StateCancelled
+	})
+	got := d.waitLoop(id, api.LoopFailed, 10*time.Second)
+	if got.Loop.Error != api.LoopErrCancelled || got.Loop.JobID != "" {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	d.waitEvent("loop.cancelled", func(e map[string]any) bool { return e["id"] == id && e["job_id"] == job })
+}
