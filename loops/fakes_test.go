@@ -97,6 +97,8 @@ type fakeAgents struct {
 	stops   map[string]chan struct{}
 	stopped []string
 	work    func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState
+	// failCode is the error code of a task work failed (a usage limit).
+	failCode func(spec api.TaskSpec) string
 }
 
 func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
@@ -118,7 +120,11 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 			w := a.waiters[id]
 			a.mu.Unlock()
 			if w != nil {
-				w(api.TaskRecord{ID: id, State: st})
+				tr := api.TaskRecord{ID: id, State: st}
+				if st == api.TaskFailed && a.failCode != nil {
+					tr.Error = &api.TaskError{Code: a.failCode(spec)}
+				}
+				w(tr)
 				return
 			}
 			time.Sleep(time.Millisecond) // the loop has not called Wait yet
