@@ -216,6 +216,17 @@ func (g *fakeGate) Ask(loopID, kind, content string, specs []string, answer func
 	return fmt.Sprintf("a-%d", len(g.asks)), func(string) {}, nil
 }
 
+func (g *fakeGate) Await(id string, answer func(GateAnswer)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int
+	if _, err := fmt.Sscanf(id, "a-%d", &n); err != nil || n < 1 || n > len(g.asks) {
+		return fmt.Errorf("no approval %s", id)
+	}
+	g.asks[n-1].answer = answer
+	return nil
+}
+
 func (g *fakeGate) get(i int) (ask, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -490,7 +490,7 @@ func (l *loop) askPlan(c *actors.Context) {
 	})
 }
 
-func (l *loop) planAnswered(c *actors.Context, a GateAnswer, specs []artifact.SpecItem) {
+func (l *loop) planAnswered(c *actors.Context, a GateAnswer, _ []artifact.SpecItem) {
 	l.gate = nil
 	l.m.setPlanApproval(l.rec.ID, "")
 	l.rec.ApprovalID = ""
@@ -632,18 +632,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 	post := l.poster()
 	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
 		[]string{r.Branch}, func(a GateAnswer) {
-			post(func(c *actors.Context) {
-				l.gate = nil
-				l.m.setPlanApproval(r.ID, "")
-				l.rec.ApprovalID = ""
-				if a.Approved {
-					l.mergeRoot(c)
-					return
-				}
-				// Not merged: the tree is complete, its branch kept.
-				l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
-				l.complete(c)
-			})
+			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
 		})
 	if err != nil {
 		l.fail(c, api.LoopErrAgent, "its merge could not be put to a person: "+firstLine(err.Error()))
@@ -654,6 +643,22 @@ func (l *loop) mergeUp(c *actors.Context) {
 	l.rec.Stage, l.rec.ApprovalID = api.StageMerge, id
 	l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "merge"})
 	l.persist(c, false, nil)
+}
+
+// mergeAnswered: a person answered whether the complete tree merges into
+// its base.
+func (l *loop) mergeAnswered(c *actors.Context, a GateAnswer) {
+	r := l.rec
+	l.gate = nil
+	l.m.setPlanApproval(r.ID, "")
+	l.rec.ApprovalID = ""
+	if a.Approved {
+		l.mergeRoot(c)
+		return
+	}
+	// Not merged: the tree is complete, its branch kept.
+	l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
+	l.complete(c)
 }
 
 func (l *loop) mergeRoot(c *actors.Context) { l.merge(c, l.rec.Base) }
@@ -902,14 +907,38 @@ func (l *loop) recover(c *actors.Context) {
 			}
 		}
 		switch l.rec.Stage {
-		case api.StageApproval:
-			// The question's answer went with the dead daemon: ask again.
-			l.rec.Stage = ""
-			l.persist(c, false, func(c *actors.Context) { l.it = nil; l.askPlan(c) })
-			return
-		case api.StageMerge:
-			l.rec.Stage = ""
-			l.persist(c, false, func(c *actors.Context) { l.it = nil; l.mergeUp(c) })
+		case api.StageApproval, api.StageMerge:
+			// The question asked before the crash is still pending (the
+			// approvals recovered it): its answer comes here. Asked again
+			// when it is not known any more.
+			stage, aid := l.rec.Stage, l.rec.ApprovalID
+			post := l.poster()
+			err := errors.New("no approval")
+			if aid != "" {
+				err = l.m.opts.Gate.Await(aid, func(a GateAnswer) {
+					post(func(c *actors.Context) {
+						if stage == api.StageApproval {
+							l.planAnswered(c, a, nil)
+						} else {
+							l.mergeAnswered(c, a)
+						}
+					})
+				})
+			}
+			if err == nil {
+				l.m.setPlanApproval(r.ID, aid)
+				l.persist(c, false, func(c *actors.Context) { l.it = nil })
+				return
+			}
+			l.rec.Stage, l.rec.ApprovalID = "", ""
+			l.persist(c, false, func(c *actors.Context) {
+				l.it = nil
+				if stage == api.StageApproval {
+					l.askPlan(c)
+				} else {
+					l.mergeUp(c)
+				}
+			})
 			return
 		}
 		l.persist(c, false, func(c *actors.Context) {

@@ -554,3 +554,47 @@ validation_command = "touch `+mark+`; sleep 300"
 	}
 	d.waitEvent("loop.cancelled", func(e map[string]any) bool { return e["id"] == id && e["job_id"] == job })
 }
+
+// A plan that waits for its approval when the daemon is killed waits for
+// the same approval after the restart: plan.approve (by the loop's id)
+// then spawns its specs.
+func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, treeAgent, "auto_merge = true\n")
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopPlan, repo, "survive the wait")
+	var before api.LoopGetResult
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		return d.call("loop.get", map[string]any{"id": id}, &before) == nil && before.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id })
+	var ap struct {
+		SpecsSpawned int `json:"specs_spawned"`
+	}
+	d2.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	got := d2.waitLoop(id, api.LoopComplete, 120*time.Second)
+	if got.Loop.Iteration != 1 || got.Loop.ApprovalID != "" {
+		t.Fatalf("the plan: %+v", got.Loop)
+	}
+	var list api.LoopListResult
+	d2.mustCall("loop.list", map[string]any{"loop_type": "code", "status": "complete"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	// The approval asked before the kill is the one that was answered.
+	var a struct{ Approval api.Approval }
+	d2.mustCall("approval.get", map[string]any{"id": before.Loop.ApprovalID}, &a)
+	if a.Approval.State != api.ApprovalAllowed {
+		t.Fatalf("the approval: %+v", a.Approval)
+	}
+}
