@@ -242,7 +242,7 @@ func (l *loop) started(c *actors.Context, prompt string) {
 	l.rec.Iteration, l.rec.Status, l.rec.Stage = n, api.LoopRunning, api.StageIterating
 	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
 	tc := l.m.cfg.For(l.rec.LoopType)
-	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: api.ModeBypass,
+	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: l.m.cfg.PermissionMode,
 		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)}}
 	l.persist(c, false, func(c *actors.Context) {
 		post := l.poster()
