@@ -356,7 +356,7 @@ func Run(ctx context.Context, opts Options) error {
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
 		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
-	registerMethods(srv, sys, mgr, started, fronts, opts.Version, chatMgr.Ready)
+	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts, opts.Version, chatMgr.Ready)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
 	chatMgr.Register(srv)

@@ -133,30 +133,38 @@ func (g loopGate) Ask(loopID, kind, content string, specs []string, answer func(
 		return "", nil, err
 	}
 	p, err := g.m.Ask(approvals.Request{Source: api.SourcePlan, Kind: kind, Content: content, Specs: sp,
-		SessionID: loopID, Timeout: loopApprovalTimeout}, func(a api.Approval) {
-		ans := loops.GateAnswer{ApprovalID: a.ID}
-		switch a.State {
-		case api.ApprovalAllowed, api.ApprovalAlwaysAllowed:
-			ans.Approved = true
-		case api.ApprovalReplied:
-			ans.Iterate = true
-			if a.Resolution != nil {
-				ans.Feedback = a.Resolution.UserMessage
-			}
-		default:
-			ans.Reason = string(a.State)
-			if r := a.Resolution; r != nil && r.Message != "" {
-				ans.Reason += ": " + r.Message
-			} else if r != nil && r.Reason != "" {
-				ans.Reason += ": " + r.Reason
-			}
-		}
-		answer(ans)
-	})
+		SessionID: loopID, Timeout: loopApprovalTimeout}, func(a api.Approval) { answer(gateAnswer(a)) })
 	if err != nil {
 		return "", nil, err
 	}
 	return p.ID(), p.Cancel, nil
+}
+
+func (g loopGate) Await(id string, answer func(loops.GateAnswer)) error {
+	_, err := g.m.Await(id, func(a api.Approval) { answer(gateAnswer(a)) })
+	return err
+}
+
+// gateAnswer is an approval's end as a loop hears it.
+func gateAnswer(a api.Approval) loops.GateAnswer {
+	ans := loops.GateAnswer{ApprovalID: a.ID}
+	switch a.State {
+	case api.ApprovalAllowed, api.ApprovalAlwaysAllowed:
+		ans.Approved = true
+	case api.ApprovalReplied:
+		ans.Iterate = true
+		if a.Resolution != nil {
+			ans.Feedback = a.Resolution.UserMessage
+		}
+	default:
+		ans.Reason = string(a.State)
+		if r := a.Resolution; r != nil && r.Message != "" {
+			ans.Reason += ": " + r.Message
+		} else if r != nil && r.Reason != "" {
+			ans.Reason += ": " + r.Reason
+		}
+	}
+	return ans
 }
 
 // loopStore is the loops' durable record in the state store.

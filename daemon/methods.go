@@ -17,7 +17,7 @@ import (
 // socket's counters) and frontend.list (every way into the daemon: its
 // address, or why it is off).
 func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
-	version string, llmReady func() bool) {
+	loopCounts func() (map[api.LoopStatus]int, int), version string, llmReady func() bool) {
 	mgr.Register(srv)
 	// Loopr's status: what its TUI shows in its header.
 	srv.Handle("status", func(call api.Call) {
@@ -46,9 +46,11 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			call.Fail(err)
 			return
 		}
+		byStatus, running := loopCounts()
 		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
-			FinishedOutputBytes: mgr.FinishedOutputBytes()})
+			FinishedOutputBytes: mgr.FinishedOutputBytes(),
+			LoopMetrics:         api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
 	})
 }
 

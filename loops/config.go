@@ -35,6 +35,10 @@ type Config struct {
 	Prompts map[string]string `toml:"prompts"`
 	// Repo is loop.create_plan's repository when it names none.
 	Repo string `toml:"repo"`
+	// PermissionMode is the iterations' tasks' permission_mode: loops run
+	// unattended, so bypassPermissions by default (the pool's sandbox is
+	// what bounds the agent); "default" asks a person for every tool.
+	PermissionMode string `toml:"permission_mode"`
 
 	Plan  TypeConfig `toml:"plan"`
 	Spec  TypeConfig `toml:"spec"`
@@ -56,7 +60,7 @@ func DefaultConfig() Config {
 	t := func(max uint32) TypeConfig {
 		return TypeConfig{ValidationTimeout: api.Duration{Duration: 300 * time.Second}, MaxIterations: max}
 	}
-	return Config{ValidationLane: "no-net", MaxRunning: 4, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
+	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
 		Plan: t(10), Spec: t(10), Phase: t(10), Code: t(100)}
 }
 
@@ -109,6 +113,11 @@ func (c Config) Validate(key string, lanes, pools []string) []error {
 		if p != "" && pools != nil && !slices.Contains(pools, p) {
 			bad("%s: no executor pool %q (have %s)", k, p, strings.Join(pools, ", "))
 		}
+	}
+	switch c.PermissionMode {
+	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	default:
+		bad("permission_mode must be default, acceptEdits or bypassPermissions, got %q", c.PermissionMode)
 	}
 	checkLane("validation_lane", c.ValidationLane)
 	checkPool("executor", c.Executor)

@@ -97,6 +97,8 @@ type fakeAgents struct {
 	stops   map[string]chan struct{}
 	stopped []string
 	work    func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState
+	// failCode is the error code of a task work failed (a usage limit).
+	failCode func(spec api.TaskSpec) string
 }
 
 func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
@@ -118,7 +120,11 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 			w := a.waiters[id]
 			a.mu.Unlock()
 			if w != nil {
-				w(api.TaskRecord{ID: id, State: st})
+				tr := api.TaskRecord{ID: id, State: st}
+				if st == api.TaskFailed && a.failCode != nil {
+					tr.Error = &api.TaskError{Code: a.failCode(spec)}
+				}
+				w(tr)
 				return
 			}
 			time.Sleep(time.Millisecond) // the loop has not called Wait yet
@@ -208,6 +214,17 @@ func (g *fakeGate) Ask(loopID, kind, content string, specs []string, answer func
 	defer g.mu.Unlock()
 	g.asks = append(g.asks, ask{loopID, kind, content, specs, answer})
 	return fmt.Sprintf("a-%d", len(g.asks)), func(string) {}, nil
+}
+
+func (g *fakeGate) Await(id string, answer func(GateAnswer)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int
+	if _, err := fmt.Sscanf(id, "a-%d", &n); err != nil || n < 1 || n > len(g.asks) {
+		return fmt.Errorf("no approval %s", id)
+	}
+	g.asks[n-1].answer = answer
+	return nil
 }
 
 func (g *fakeGate) get(i int) (ask, bool) {

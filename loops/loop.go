@@ -242,7 +242,7 @@ func (l *loop) started(c *actors.Context, prompt string) {
 	l.rec.Iteration, l.rec.Status, l.rec.Stage = n, api.LoopRunning, api.StageIterating
 	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
 	tc := l.m.cfg.For(l.rec.LoopType)
-	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: api.ModeBypass,
+	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: l.m.cfg.PermissionMode,
 		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)}}
 	l.persist(c, false, func(c *actors.Context) {
 		post := l.poster()
@@ -490,7 +490,7 @@ func (l *loop) askPlan(c *actors.Context) {
 	})
 }
 
-func (l *loop) planAnswered(c *actors.Context, a GateAnswer, specs []artifact.SpecItem) {
+func (l *loop) planAnswered(c *actors.Context, a GateAnswer, _ []artifact.SpecItem) {
 	l.gate = nil
 	l.m.setPlanApproval(l.rec.ID, "")
 	l.rec.ApprovalID = ""
@@ -520,7 +520,9 @@ func (l *loop) spawnKids(c *actors.Context) {
 		if err != nil {
 			return err
 		}
-		var tasks []string
+		// Each child's task, and what its artifact's slug is made of
+		// (unique in the tree: a phase's names its spec).
+		var tasks, slugs []string
 		var kt api.LoopType
 		switch r.LoopType {
 		case api.LoopPlan:
@@ -531,6 +533,7 @@ func (l *loop) spawnKids(c *actors.Context) {
 			kt = api.LoopSpec
 			for _, s := range p.Specs {
 				tasks = append(tasks, "spec-"+s.Name+": "+s.Description)
+				slugs = append(slugs, s.Name)
 			}
 		case api.LoopSpec:
 			sp, err := artifact.ParseSpec(b)
@@ -538,19 +541,22 @@ func (l *loop) spawnKids(c *actors.Context) {
 				return err
 			}
 			kt = api.LoopPhase
+			spec, _, _ := strings.Cut(readContext(r).Task, ":")
 			for _, p := range sp.Phases {
-				tasks = append(tasks, fmt.Sprintf("Phase %d, %s: %s", p.Number, p.Name, p.Description))
+				tasks = append(tasks, fmt.Sprintf("Phase %d of %s, %s: %s", p.Number, spec, p.Name, p.Description))
+				slugs = append(slugs, strings.TrimPrefix(spec, "spec-")+" "+p.Name)
 			}
 		default:
 			kt = api.LoopCode
 			tasks = []string{"Implement the phase described in " + art + "."}
+			slugs = []string{""}
 		}
 		now := time.Now().UnixMilli()
 		tc := l.m.cfg.For(kt)
 		for i, t := range tasks {
 			id := api.ChildLoopID(r.ID, i+1)
 			pid, in := r.ID, art
-			ctx := makeContext(t, artifactFor(kt, id, t))
+			ctx := makeContext(t, artifactFor(kt, id, slugs[i]))
 			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
 				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
 				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
@@ -581,7 +587,7 @@ func (l *loop) childChanged(c *actors.Context, rec api.LoopRecord) {
 	}
 	l.kidStat[rec.ID] = rec.Status
 	l.kidErr[rec.ID] = rec.Error
-	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() {
+	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() && l.rec.Status != api.LoopPaused {
 		l.checkChildren(c)
 	}
 }
@@ -626,26 +632,33 @@ func (l *loop) mergeUp(c *actors.Context) {
 	post := l.poster()
 	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
 		[]string{r.Branch}, func(a GateAnswer) {
-			post(func(c *actors.Context) {
-				l.gate = nil
-				l.rec.ApprovalID = ""
-				if a.Approved {
-					l.mergeRoot(c)
-					return
-				}
-				// Not merged: the tree is complete, its branch kept.
-				l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
-				l.complete(c)
-			})
+			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
 		})
 	if err != nil {
 		l.fail(c, api.LoopErrAgent, "its merge could not be put to a person: "+firstLine(err.Error()))
 		return
 	}
 	l.gate = cancel
+	l.m.setPlanApproval(r.ID, id)
 	l.rec.Stage, l.rec.ApprovalID = api.StageMerge, id
 	l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "merge"})
 	l.persist(c, false, nil)
+}
+
+// mergeAnswered: a person answered whether the complete tree merges into
+// its base.
+func (l *loop) mergeAnswered(c *actors.Context, a GateAnswer) {
+	r := l.rec
+	l.gate = nil
+	l.m.setPlanApproval(r.ID, "")
+	l.rec.ApprovalID = ""
+	if a.Approved {
+		l.mergeRoot(c)
+		return
+	}
+	// Not merged: the tree is complete, its branch kept.
+	l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
+	l.complete(c)
 }
 
 func (l *loop) mergeRoot(c *actors.Context) { l.merge(c, l.rec.Base) }
@@ -894,14 +907,38 @@ func (l *loop) recover(c *actors.Context) {
 			}
 		}
 		switch l.rec.Stage {
-		case api.StageApproval:
-			// The question's answer went with the dead daemon: ask again.
-			l.rec.Stage = ""
-			l.persist(c, false, func(c *actors.Context) { l.it = nil; l.askPlan(c) })
-			return
-		case api.StageMerge:
-			l.rec.Stage = ""
-			l.persist(c, false, func(c *actors.Context) { l.it = nil; l.mergeUp(c) })
+		case api.StageApproval, api.StageMerge:
+			// The question asked before the crash is still pending (the
+			// approvals recovered it): its answer comes here. Asked again
+			// when it is not known any more.
+			stage, aid := l.rec.Stage, l.rec.ApprovalID
+			post := l.poster()
+			err := errors.New("no approval")
+			if aid != "" {
+				err = l.m.opts.Gate.Await(aid, func(a GateAnswer) {
+					post(func(c *actors.Context) {
+						if stage == api.StageApproval {
+							l.planAnswered(c, a, nil)
+						} else {
+							l.mergeAnswered(c, a)
+						}
+					})
+				})
+			}
+			if err == nil {
+				l.m.setPlanApproval(r.ID, aid)
+				l.persist(c, false, func(c *actors.Context) { l.it = nil })
+				return
+			}
+			l.rec.Stage, l.rec.ApprovalID = "", ""
+			l.persist(c, false, func(c *actors.Context) {
+				l.it = nil
+				if stage == api.StageApproval {
+					l.askPlan(c)
+				} else {
+					l.mergeUp(c)
+				}
+			})
 			return
 		}
 		l.persist(c, false, func(c *actors.Context) {

@@ -351,3 +351,86 @@ func TestArtifactCheckFeedback(t *testing.T) {
 		t.Fatalf("record: %+v", r)
 	}
 }
+
+// A task that hit a usage limit pauses its loop, which resumes by itself
+// after usage_limit_pause; the interrupted iteration is not retried under
+// its number.
+func TestUsageLimitPause(t *testing.T) {
+	cfg := testConfig()
+	cfg.UsageLimitPause.Duration = 50 * time.Millisecond
+	var n atomic.Int32
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState {
+		if n.Add(1) == 1 {
+			return api.TaskFailed
+		}
+		return api.TaskCompleted
+	}, failCode: func(api.TaskSpec) string { return "usage_limit_exceeded" }}
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopComplete)
+	if r.Iteration != 2 {
+		t.Fatalf("record: %+v", r)
+	}
+	var paused, resumed bool
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if p, ok := e.Event.(LoopPaused); ok && p.Reason == "usage_limit" {
+			paused = true
+		}
+		if p, ok := e.Event.(LoopResumed); ok && p.Reason == "usage_limit_passed" {
+			resumed = true
+		}
+	}
+	if !paused || !resumed {
+		t.Fatalf("paused %v, resumed %v", paused, resumed)
+	}
+}
+
+// cancel takes every live descendant; delete removes them all.
+func TestCancelCascadesDeleteRemovesTree(t *testing.T) {
+	agents := &fakeAgents{work: func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopPlan:
+			if err := writeArtifact(spec, planDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopSpec:
+			<-stop // the specs run until cancelled
+			return api.TaskCancelled
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopPlan, "p")
+	h.waitFor("the ask", func() bool { _, ok := h.gate.get(0); return ok })
+	a, _ := h.gate.get(0)
+	a.answer(GateAnswer{Approved: true})
+	s1, s2 := api.ChildLoopID(id, 1), api.ChildLoopID(id, 2)
+	h.waitFor("both specs' tasks", func() bool { return h.rec(s1).TaskID != "" && h.rec(s2).TaskID != "" })
+	if _, err := h.control("delete", id); err == nil {
+		t.Fatal("delete of a tree with running loops")
+	}
+	if _, err := h.control("cancel", id); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []string{id, s1, s2} {
+		if r := h.waitStatus(x, api.LoopFailed); r.Error != api.LoopErrCancelled {
+			t.Fatalf("%s: %+v", x, r)
+		}
+	}
+	h.agents.mu.Lock()
+	stopped := len(h.agents.stopped)
+	h.agents.mu.Unlock()
+	if stopped != 2 {
+		t.Fatalf("%d tasks stopped, want the two specs'", stopped)
+	}
+	if _, err := h.control("delete", id); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := h.store.Loops(); len(all) != 0 {
+		t.Fatalf("left after delete: %+v", all)
+	}
+	if _, err := h.control("get", id); err == nil {
+		t.Fatal("a deleted loop is still known")
+	}
+}

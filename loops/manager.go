@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -415,16 +416,53 @@ func (s *sup) control(c *actors.Context, msg control) {
 			msg.reply(map[string]any{"deleted": true, "removed": ids}, nil)
 		})
 	case "cancel":
-		for _, id := range s.descendants(msg.id) {
-			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
-				c.Send(d.ref, ctl{op: "cancel"})
-			}
-		}
 		if n.ref.IsZero() {
 			msg.reply(nil, api.Errorf(api.CodeInvalidState, "loop %s is %s but not live in this daemon", msg.id, st))
 			return
 		}
-		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: msg.reply})
+		// Answered once the loop and every live descendant have ended
+		// (each end committed and told to this supervisor first).
+		var targets []actors.Ref
+		for _, id := range s.descendants(msg.id) {
+			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
+				targets = append(targets, d.ref)
+			}
+		}
+		var left atomic.Int32
+		left.Store(int32(len(targets) + 1))
+		var rootErr atomic.Pointer[error]
+		var once sync.Once
+		var timer *time.Timer
+		finish := func() {
+			once.Do(func() {
+				if timer != nil {
+					timer.Stop()
+				}
+				if e := rootErr.Load(); e != nil {
+					msg.reply(nil, *e)
+					return
+				}
+				msg.reply(map[string]any{"cancelled": true, "descendants": len(targets)}, nil)
+			})
+		}
+		one := func() {
+			if left.Add(-1) == 0 {
+				finish()
+			}
+		}
+		// A descendant whose actor stopped meanwhile never answers: the
+		// answer does not wait for it past cancelWait.
+		timer = time.AfterFunc(cancelWait, finish)
+		for _, t := range targets {
+			// A descendant that ended meanwhile answers 1002: ended all the same.
+			c.Send(t, ctl{op: "cancel", reply: func(any, error) { one() }})
+		}
+		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: func(_ any, err error) {
+			if err != nil {
+				rootErr.Store(&err)
+			}
+			one()
+		}})
 	case "invalidate_children":
 		for _, id := range s.descendants(msg.id) {
 			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
@@ -440,6 +478,10 @@ func (s *sup) control(c *actors.Context, msg control) {
 		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: msg.reply})
 	}
 }
+
+// cancelWait bounds how long loop.cancel waits for the descendants'
+// ends before it answers.
+const cancelWait = 10 * time.Second
 
 // allowed is the state table: may op be done to a loop in status st?
 func allowed(op string, st api.LoopStatus) error {

@@ -1,8 +1,10 @@
 package loops
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +63,14 @@ func (m *Manager) listMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeStoreUnavailable, "loop.list: %v", err))
 		return
 	}
+	// Oldest first (siblings are recorded as their actors start: by
+	// created_at, then id).
+	slices.SortStableFunc(all, func(a, b api.LoopRecord) int {
+		if c := cmp.Compare(a.CreatedAt, b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	res := api.LoopListResult{Loops: []api.LoopRecord{}}
 	for i, r := range all {
 		if i <= after {

@@ -63,6 +63,10 @@ type Gate interface {
 	// Ask puts a question; answer is called once. content and specs are
 	// what the approval shows.
 	Ask(loopID, kind, content string, specs []string, answer func(GateAnswer)) (approvalID string, cancel func(reason string), err error)
+	// Await hears the answer to a question asked before (by a daemon
+	// that died since): answer is called once; an error if the approval
+	// is not known.
+	Await(approvalID string, answer func(GateAnswer)) error
 }
 
 // Store is the loops' durable record. The write methods queue the write

@@ -67,12 +67,6 @@ func cmdChat(args []string, stdout, stderr io.Writer) int {
 	return s.run(readLines(os.Stdin, stderr), sig)
 }
 
-// isTerminal reports whether f is a terminal (the prompt is shown then).
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 // readLines sends each line of r, then closes the channel at its end. The
 // goroutine lives as long as the command: it may be blocked in a read of
 // stdin when the command leaves.

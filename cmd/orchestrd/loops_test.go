@@ -205,6 +205,11 @@ max_iterations = 2
 	if got.Loop.Error != api.LoopErrMaxIterations || got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
 		t.Fatalf("loop: %+v", got)
 	}
+	var m api.Metrics
+	d.mustCall("metrics.get", nil, &m)
+	if m.RunningLoops != 0 || m.LoopsByStatus[api.LoopFailed] != 1 || m.LoopsByStatus[api.LoopComplete] != 0 {
+		t.Fatalf("metrics: %+v", m.LoopMetrics)
+	}
 	// 1002 naming the status.
 	err := d.call("loop.pause", map[string]any{"id": id}, nil)
 	if remoteCode(err) != api.CodeInvalidState || !strings.Contains(err.Error(), "failed") {
@@ -281,5 +286,315 @@ validation_command = "grep -q 'it 2' work.txt"
 	d2.mustCall("task.get", map[string]any{"id": got.Iterations[0].TaskID}, &tr)
 	if tr.Task.State != api.TaskFailed || tr.Task.Error == nil || tr.Task.Error.Code != api.TaskErrDaemonLost {
 		t.Fatalf("the interrupted task: %+v", tr.Task)
+	}
+}
+
+// treeAgent writes what each loop type is asked for.
+const treeAgent = `case "$ORCHESTRD_LOOP_TYPE" in
+plan) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Plan\n\n## Specs to Create\n- spec-alpha: the first part\n- spec-beta: the second part\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+spec) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Spec\n\n## Phases\n1. **Build** - build it\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+phase) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Phase\nWrite the code.\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+code) echo "$ORCHESTRD_LOOP_ID" > "code-$ORCHESTRD_LOOP_ID.txt" ;;
+esac`
+
+// A plan with two specs runs to a merged tree: plan.get_preview and
+// plan.approve take the plan loop's id (as Loopr's client sends it); each
+// spec spawns a phase, each phase a code loop; once the tree is complete
+// its root merges into main after a second approval.
+func TestLoopPlanTree(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var pv struct {
+		ID      string   `json:"id"`
+		Content string   `json:"content"`
+		Specs   []string `json:"specs"`
+		Status  string   `json:"status"`
+	}
+	d.mustCall("plan.get_preview", map[string]any{"id": id}, &pv)
+	if !strings.Contains(pv.Content, "## Specs to Create") || strings.Join(pv.Specs, ",") != "spec-alpha,spec-beta" || pv.Status != "pending" {
+		t.Fatalf("plan.get_preview: %+v", pv)
+	}
+	var ap struct {
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"`
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 || !ap.Approved {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	// The whole tree completes, then the root waits for its merge.
+	eventuallyOr(t, 120*time.Second, "the tree complete", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var list api.LoopListResult
+	d.mustCall("loop.list", map[string]any{"parent_id": id}, &list)
+	if len(list.Loops) != 2 || list.Loops[0].ID != api.ChildLoopID(id, 1) || list.Loops[0].Status != api.LoopComplete {
+		t.Fatalf("the plan's children: %+v", list.Loops)
+	}
+	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopComplete, 30*time.Second)
+	if len(got.Loop.OutputArtifacts) != 1 || !strings.HasPrefix(got.Loop.OutputArtifacts[0], ".loopr/plans/001-") {
+		t.Fatalf("the plan's artifacts: %+v", got.Loop)
+	}
+	// main has both code loops' files and every artifact.
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+	for _, c := range list.Loops {
+		if !strings.Contains(files, "code-"+c.ID+".txt") {
+			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
+		}
+	}
+	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
+		t.Fatalf("main's artifacts:\n%s", files)
+	}
+	d.waitEvent("loop.artifact", func(e map[string]any) bool { return e["id"] == id })
+	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// plan.iterate runs the plan again with the feedback; plan.reject ends it
+// failed.
+func TestLoopPlanIterateReject(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "plan it")
+	waitStage := func(iteration uint32) {
+		eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+			var r api.LoopGetResult
+			return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval &&
+				r.Loop.Iteration == iteration
+		}, func() string { return tail(d.stderr.String(), 3000) })
+	}
+	waitStage(1)
+	d.mustCall("plan.iterate", map[string]any{"id": id, "feedback": "ADD-A-SPEC-FOR-TESTS"}, nil)
+	waitStage(2)
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil || !strings.Contains(string(p2), "ADD-A-SPEC-FOR-TESTS") {
+		t.Fatalf("the second plan prompt: %v\n%s", err, p2)
+	}
+	var rj map[string]any
+	d.mustCall("plan.reject", map[string]any{"id": id, "reason": "no"}, &rj)
+	if rj["rejected"] != true {
+		t.Fatalf("plan.reject: %v", rj)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 20*time.Second)
+	if got.Loop.Error != api.LoopErrPlanRejected {
+		t.Fatalf("rejected plan: %+v", got.Loop)
+	}
+}
+
+// A branch that conflicts with its base ends the loop failed
+// merge_conflict, the branch kept.
+func TestLoopMergeConflict(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo agent > README
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "rewrite the readme")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "commit", "-q", "-am", "main's readme")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if got.Loop.Error != api.LoopErrMergeConflict || !strings.Contains(got.Loop.Message, "loop/"+id) {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	if out := git(t, repo, "show", "loop/"+id+":README"); out != "agent" {
+		t.Fatalf("the kept branch's README: %q", out)
+	}
+	if out := git(t, repo, "show", "main:README"); out != "main" {
+		t.Fatalf("main's README: %q", out)
+	}
+	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// pause lets the running iteration finish (its result kept) and starts no
+// new one; resume goes on.
+func TestLoopPauseResume(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, `auto_merge = true
+[loops.code]
+validation_command = "[ $(wc -l < work.txt) -ge 2 ] || { echo one line; exit 1; }"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "two lines")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	var pr struct{ Loop api.LoopRecord }
+	d.mustCall("loop.pause", map[string]any{"id": id}, &pr)
+	if !pr.Loop.Paused || pr.Loop.Status != api.LoopRunning {
+		t.Fatalf("loop.pause: %+v", pr.Loop)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopPaused, 30*time.Second)
+	if got.Loop.Iteration != 1 || len(got.Iterations) != 1 || got.Iterations[0].Status != "failed" ||
+		!strings.Contains(got.Iterations[0].Feedback, "one line") {
+		t.Fatalf("paused: %+v", got)
+	}
+	d.waitEvent("loop.paused", func(e map[string]any) bool { return e["id"] == id })
+	if _, err := os.Stat(filepath.Join(prompts, id+"-2.txt")); err == nil {
+		t.Fatal("a paused loop started an iteration")
+	}
+	if err := d.call("loop.pause", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("loop.pause of a paused loop: %v", err)
+	}
+	d.mustCall("loop.resume", map[string]any{"id": id}, nil)
+	got = d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 {
+		t.Fatalf("resumed: %+v", got.Loop)
+	}
+}
+
+// A daemon killed with -9 while an iteration's validation job runs: the
+// job ends daemon_lost, the loop goes on with iteration 2, the agent's
+// task of iteration 1 is not run again.
+func TestLoopKilledDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt`, `auto_merge = true
+[loops.code]
+validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 300; fi"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive validation")
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	var before api.LoopGetResult
+	d.mustCall("loop.get", map[string]any{"id": id}, &before)
+	if len(before.Iterations) != 1 || before.Iterations[0].JobID == "" {
+		t.Fatalf("before the kill: %+v", before)
+	}
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
+		t.Fatalf("loop: %+v", got)
+	}
+	var jr struct{ Job api.JobRecord }
+	d2.mustCall("job.get", map[string]any{"id": before.Iterations[0].JobID}, &jr)
+	if !jr.Job.State.Terminal() || jr.Job.State == api.StateSucceeded {
+		t.Fatalf("the interrupted validation job: %+v", jr.Job)
+	}
+	// One prompt per iteration: nothing ran twice.
+	for n := 1; n <= 3; n++ {
+		_, err := os.Stat(filepath.Join(prompts, fmt.Sprintf("%s-%d.txt", id, n)))
+		if (err == nil) != (n <= 2) {
+			t.Fatalf("prompt of iteration %d: %v", n, err)
+		}
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "it 1\nit 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+}
+
+// cancel while the validation job runs cancels the job at once.
+func TestLoopCancelDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "touch `+mark+`; sleep 300"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "validate for ever")
+	var job string
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		var r api.LoopGetResult
+		if d.call("loop.get", map[string]any{"id": id}, &r) != nil {
+			return false
+		}
+		job = r.Loop.JobID
+		_, err := os.Stat(mark)
+		return err == nil && job != ""
+	})
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+	eventually(t, 10*time.Second, "the validation job cancelled", func() bool {
+		var jr struct{ Job api.JobRecord }
+		return d.call("job.get", map[string]any{"id": job}, &jr) == nil && jr.Job.State == api.StateCancelled
+	})
+	got := d.waitLoop(id, api.LoopFailed, 10*time.Second)
+	if got.Loop.Error != api.LoopErrCancelled || got.Loop.JobID != "" {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	d.waitEvent("loop.cancelled", func(e map[string]any) bool { return e["id"] == id && e["job_id"] == job })
+}
+
+// A plan that waits for its approval when the daemon is killed waits for
+// the same approval after the restart: plan.approve (by the loop's id)
+// then spawns its specs.
+func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, treeAgent, "auto_merge = true\n")
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopPlan, repo, "survive the wait")
+	var before api.LoopGetResult
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		return d.call("loop.get", map[string]any{"id": id}, &before) == nil && before.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id })
+	var ap struct {
+		SpecsSpawned int `json:"specs_spawned"`
+	}
+	d2.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	got := d2.waitLoop(id, api.LoopComplete, 120*time.Second)
+	if got.Loop.Iteration != 1 || got.Loop.ApprovalID != "" {
+		t.Fatalf("the plan: %+v", got.Loop)
+	}
+	var list api.LoopListResult
+	d2.mustCall("loop.list", map[string]any{"loop_type": "code", "status": "complete"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	// The approval asked before the kill is the one that was answered.
+	var a struct{ Approval api.Approval }
+	d2.mustCall("approval.get", map[string]any{"id": before.Loop.ApprovalID}, &a)
+	if a.Approval.State != api.ApprovalAllowed {
+		t.Fatalf("the approval: %+v", a.Approval)
 	}
 }

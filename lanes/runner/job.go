@@ -68,8 +68,12 @@ type job struct {
 	// cancel, the runner stopping); stopping, that SIGTERM went out and
 	// graceTimer will send SIGKILL; stoppedBy, which of the two the job
 	// got last (wire.StoppedBy*).
-	force      bool
-	stopping   bool
+	force    bool
+	stopping bool
+	// cancelled: a Cancel came already. The next one kills at once, even
+	// if the first found the job not yet started (pid 0: its SIGTERM then
+	// waits for the start, and stopping is not set yet).
+	cancelled  bool
 	graceTimer *time.Timer
 	stoppedBy  string
 	// Flow control (credit.go): output sent and acknowledged, and the

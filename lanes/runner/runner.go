@@ -406,7 +406,8 @@ func (r *runner) handleCancel(id string, force bool) {
 	// under j.mu, cannot overtake it.
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	running := j.stopLocked(reasonCancel, force || j.stopping)
+	running := j.stopLocked(reasonCancel, force || j.stopping || j.cancelled)
+	j.cancelled = true
 	_ = r.send(wire.TypeCancelAck, wire.CancelAck{JobID: id, WasRunning: running})
 }
 

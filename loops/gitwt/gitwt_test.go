@@ -94,6 +94,18 @@ func parents(t *testing.T, r *Repo, c string) []string {
 	return f[1:]
 }
 
+func TestVersion(t *testing.T) {
+	for v, ok := range map[string]bool{"git version 2.39.5": true, "git version 2.32.0": true, "git version 3.0": true,
+		"git version 2.31.1": false, "git version 1.9.5": false, "git version 2.45.1.windows.1": true, "nonsense": false, "": false} {
+		if err := versionOK(v); (err == nil) != ok {
+			t.Errorf("versionOK(%q): %v", v, err)
+		}
+	}
+	if err := checkVersion(); err != nil {
+		t.Fatalf("this machine's git: %v", err)
+	}
+}
+
 func TestOpen(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
@@ -316,6 +328,23 @@ func TestMergeNotCheckedOut(t *testing.T) {
 	if wl := gitT(t, r.Dir, "worktree", "list", "--porcelain"); strings.Count(wl, "worktree ") != 2 {
 		t.Fatalf("worktrees: %s", wl)
 	}
+	// A branch whose worktree's directory went (a crash): the stale
+	// record is pruned and the merge goes through a temporary worktree.
+	gone := addLoop(t, r, "gone", "main")
+	if err := os.RemoveAll(gone); err != nil {
+		t.Fatal(err)
+	}
+	w := addLoop(t, r, "w", "loop/gone")
+	write(t, filepath.Join(w, "w"), "w\n", 0o644)
+	commit(t, r, w, "w")
+	if res, err := r.Merge(ctx, "loop/gone", "loop/w", "merge w"); err != nil || res.Conflict {
+		t.Fatalf("Merge into a branch whose worktree went: %+v %v", res, err)
+	} else if h, _ := r.BranchHead(ctx, "loop/gone"); h != res.Commit {
+		t.Fatalf("loop/gone at %s, want %s", h, res.Commit)
+	}
+	if err := r.RemoveWorktree(ctx, w); err != nil {
+		t.Fatal(err)
+	}
 	// A conflict there leaves the branch as it was, and no worktree.
 	gitT(t, r.Dir, "branch", "base3", "main")
 	y := addLoop(t, r, "y", "base3")
@@ -382,6 +411,14 @@ func TestRecoverWIP(t *testing.T) {
 		t.Fatal("CommitAll with a stale index.lock: no error (the test shows nothing)")
 	} else if strings.Contains(err.Error(), wt+"/") || strings.Contains(err.Error(), "index.lock") {
 		t.Fatalf("git's output reached the error's text: %v", err)
+	} else if ge := (*GitError)(nil); !errors.As(err, &ge) || !strings.Contains(ge.FirstLine(), "index.lock") || ge.Exit != 128 {
+		t.Fatalf("the GitError does not keep git's words apart: %#v", err)
+	}
+	// An ended context: nothing runs, the error says why.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := r.CommitAll(done, wt, "x"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CommitAll with an ended context: %v", err)
 	}
 	c, changed, err := r.RecoverWIP(ctx, wt)
 	if err != nil || !changed {
@@ -438,5 +475,26 @@ func TestConcurrentMerges(t *testing.T) {
 	}
 	if got := gitT(t, r.Dir, "rev-list", "--merges", "--count", "loop/p"); got != fmt.Sprint(n) {
 		t.Fatalf("%s merge commits on loop/p, want %d", got, n)
+	}
+}
+
+func TestGitErrorText(t *testing.T) {
+	e := &GitError{Op: "merging", Command: "merge", Exit: 1, Output: []byte("\n  fatal: x\x1b[31m\xff\nsecond " + strings.Repeat("y", 300)), Cut: 10}
+	if got := e.FirstLine(); got != "fatal: x?[31m?" {
+		t.Errorf("FirstLine: %q", got)
+	}
+	if got := e.Error(); got != "merging: git merge: exit status 1 (335 bytes on stderr)" {
+		t.Errorf("Error: %q", got)
+	}
+	long := &GitError{Output: []byte(strings.Repeat("z", 500))}
+	if len(long.FirstLine()) != 200 {
+		t.Errorf("FirstLine not bounded: %d", len(long.FirstLine()))
+	}
+	var c capped
+	c.max = 4
+	c.Write([]byte("abcdef"))
+	c.Write([]byte("gh"))
+	if c.buf.String() != "abcd" || c.cut != 4 {
+		t.Errorf("capped: %q %d", c.buf.String(), c.cut)
 	}
 }

@@ -24,31 +24,37 @@ type checkout struct {
 	prunable bool
 }
 
-// checkoutOf says where refs/heads/branch is checked out ("" path: not).
-func (r *Repo) checkoutOf(ctx context.Context, s scope, branch string) (checkout, error) {
-	out, err := run(ctx, s, "worktree", "list", "--porcelain", "-z")
+// checkoutOf says where refs/heads/branch is checked out ("" path: not),
+// from git's administrative files (the main HEAD, each linked worktree's
+// HEAD and gitdir): what git worktree list reads, without its output
+// formats that differ between git versions.
+func (r *Repo) checkoutOf(branch string) (checkout, error) {
+	want := "ref: refs/heads/" + branch
+	if b, err := readSmall(filepath.Join(r.gitDir, "HEAD")); err != nil {
+		return checkout{}, err
+	} else if strings.TrimSpace(string(b)) == want {
+		return checkout{path: r.Dir}, nil
+	}
+	base := filepath.Join(r.gitDir, "worktrees")
+	ents, err := os.ReadDir(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return checkout{}, nil
+	}
 	if err != nil {
 		return checkout{}, err
 	}
-	var cur checkout
-	hit := false
-	for _, f := range strings.Split(string(out), "\x00") {
-		switch {
-		case f == "":
-			if hit {
-				return cur, nil
-			}
-			cur = checkout{}
-		case strings.HasPrefix(f, "worktree "):
-			cur.path = f[len("worktree "):]
-		case f == "branch refs/heads/"+branch:
-			hit = true
-		case strings.HasPrefix(f, "prunable"):
-			cur.prunable = true
+	for _, e := range ents {
+		b, err := readSmall(filepath.Join(base, e.Name(), "HEAD"))
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			continue
 		}
-	}
-	if hit {
-		return cur, nil
+		gd, err := readSmall(filepath.Join(base, e.Name(), "gitdir"))
+		if err != nil {
+			return checkout{path: "", prunable: true}, nil
+		}
+		dotgit := strings.TrimRight(string(gd), "\n")
+		_, err = os.Lstat(dotgit)
+		return checkout{path: filepath.Dir(dotgit), prunable: err != nil}, nil
 	}
 	return checkout{}, nil
 }
@@ -91,9 +97,9 @@ func (r *Repo) Merge(ctx context.Context, into, branch, message string) (MergeRe
 	if _, err := r.revParse(ctx, bs, "refs/heads/"+branch); err != nil {
 		return MergeResult{}, err
 	}
-	co, err := r.checkoutOf(ctx, bs, into)
+	co, err := r.checkoutOf(into)
 	if err != nil {
-		return MergeResult{}, err
+		return MergeResult{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if co.prunable {
 		if _, err := run(ctx, bs, "worktree", "prune"); err != nil {

@@ -82,6 +82,9 @@ func Open(ctx context.Context, dir string) (*Repo, error) {
 			return nil, fmt.Errorf("opening repository %s: %w", dir, err)
 		}
 	}
+	if err := checkVersion(); err != nil {
+		return nil, fmt.Errorf("opening repository %s: %w", dir, err)
+	}
 	r := &Repo{Dir: real, gitDir: filepath.Join(real, ".git")}
 	out, err := run(ctx, scope{op: "opening repository " + dir, gitDir: r.gitDir, workTree: r.Dir}, "rev-parse", "--is-bare-repository", "--show-toplevel")
 	if err != nil {

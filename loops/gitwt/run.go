@@ -400,3 +400,43 @@ func lockRepo(ctx context.Context, gitDir string) (func(), error) {
 		return nil, fmt.Errorf("waiting for the repository's lock: %w", ctx.Err())
 	}
 }
+
+// MinVersion is the oldest git orchestrd runs: GIT_CONFIG_COUNT (2.31),
+// which carries the overrides, and GIT_CONFIG_GLOBAL (2.32). An older git
+// would ignore them, silently: refused.
+var MinVersion = [2]int{2, 32}
+
+var version = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := run(ctx, scope{op: "reading git's version", gitDir: "/"}, "version")
+	return strings.TrimSpace(string(out)), err
+})
+
+// checkVersion refuses a git older than MinVersion.
+func checkVersion() error {
+	v, err := version()
+	if err != nil {
+		return err
+	}
+	return versionOK(v)
+}
+
+// versionOK: v ("git version 2.39.5") is MinVersion or newer.
+func versionOK(v string) error {
+	f := strings.Fields(v) // git version 2.39.5
+	if len(f) >= 3 {
+		n := strings.SplitN(f[2], ".", 3)
+		if len(n) >= 2 {
+			maj, e1 := strconv.Atoi(n[0])
+			min, e2 := strconv.Atoi(n[1])
+			if e1 == nil && e2 == nil {
+				if maj > MinVersion[0] || maj == MinVersion[0] && min >= MinVersion[1] {
+					return nil
+				}
+				return fmt.Errorf("%q is older than git %d.%d, which orchestrd needs to run git safely", v, MinVersion[0], MinVersion[1])
+			}
+		}
+	}
+	return fmt.Errorf("git's version %q: not understood", v)
+}

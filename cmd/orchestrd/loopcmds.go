@@ -1,0 +1,511 @@
+package main
+
+// Loop commands: loops (the tree, as Loopr's TUI draws it), loop plan,
+// show, start, pause, resume, cancel, rm, and plan show, approve, reject,
+// iterate: each a call of the daemon's loop.* and plan.* methods.
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control/client"
+)
+
+// loopListMax is the most loops `loops` reads, a page of loopListPage at a
+// time.
+const (
+	loopListPage = 1000
+	loopListMax  = 100000
+)
+
+// ---- loops ----
+
+const loopsUsage = `orchestrd loops [--home DIR] [--json] [--watch] [--status S] [--type T]
+
+Draws the loops as a tree, as Loopr's TUI does: one line a loop,
+"[type] id - status (iteration/max_iterations)", its children indented under
+it; a failed or invalidated loop says why in brackets. --status and --type
+keep the loops that match (and show them as roots when their parent does
+not). --json prints {"loops": [...]}, oldest first. --watch draws the tree
+again each time a loop changes, until Ctrl-C.`
+
+func cmdLoops(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("loops")
+	home := homeFlag(fs)
+	asJSON := fs.Bool("json", false, "print the loops as JSON")
+	watch := fs.Bool("watch", false, "draw the tree again whenever a loop changes")
+	status := fs.String("status", "", "only loops in status `S` ("+joinStatuses()+")")
+	typ := fs.String("type", "", "only loops of type `T` (plan, spec, phase, code)")
+	pos, code, ok := parseInterspersed(fs, loopsUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(fs, loopsUsage, stderr, "takes no arguments (got %q)", pos[0])
+	}
+	if *status != "" && !api.LoopStatus(*status).Valid() {
+		return usageError(fs, loopsUsage, stderr, "--status %q is not a loop status (want %s)", *status, joinStatuses())
+	}
+	if *typ != "" && !api.LoopType(*typ).Valid() {
+		return usageError(fs, loopsUsage, stderr, "--type %q is not a loop type (want plan, spec, phase or code)", *typ)
+	}
+	if *watch && *asJSON {
+		return usageError(fs, loopsUsage, stderr, "--watch draws the tree; --json prints it once")
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	params := api.LoopListParams{Status: api.LoopStatus(*status), LoopType: api.LoopType(*typ)}
+	if !*watch {
+		loops, cut, err := listLoops(c, params)
+		if err != nil {
+			return callErr(stderr, err)
+		}
+		if *asJSON {
+			return printList(stdout, stderr, "loops", loops, listCut{truncated: cut})
+		}
+		if len(loops) == 0 {
+			fmt.Fprintln(stdout, "no loops")
+		}
+		drawLoops(stdout, loops)
+		if cut {
+			moreHint(stderr, len(loops), "loops", "")
+		}
+		return exitOK
+	}
+	return watchLoops(c, params, stdout, stderr)
+}
+
+func joinStatuses() string {
+	s := make([]string, len(api.LoopStatuses))
+	for i, v := range api.LoopStatuses {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}
+
+// listLoops reads every loop params selects, a page at a time; cut says
+// it stopped at loopListMax.
+func listLoops(c *client.Client, params api.LoopListParams) ([]api.LoopRecord, bool, error) {
+	var all []api.LoopRecord
+	params.Limit = loopListPage
+	for {
+		var res api.LoopListResult
+		if err := call(c, "loop.list", params, &res); err != nil {
+			return nil, false, err
+		}
+		all = append(all, res.Loops...)
+		if res.NextCursor == "" {
+			return all, false, nil
+		}
+		if len(all) >= loopListMax {
+			return all, true, nil
+		}
+		params.Cursor = res.NextCursor
+	}
+}
+
+// drawLoops writes loops as a tree: roots (and loops whose parent is not
+// among them) in the order given, each loop's children under it, indented
+// two spaces a level, in id order.
+func drawLoops(w io.Writer, loops []api.LoopRecord) {
+	byID := make(map[string]bool, len(loops))
+	for _, l := range loops {
+		byID[l.ID] = true
+	}
+	children := map[string][]api.LoopRecord{}
+	var roots []api.LoopRecord
+	for _, l := range loops {
+		if l.ParentID != nil && byID[*l.ParentID] {
+			children[*l.ParentID] = append(children[*l.ParentID], l)
+		} else {
+			roots = append(roots, l)
+		}
+	}
+	for _, cs := range children {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].ID < cs[j].ID })
+	}
+	var draw func(l api.LoopRecord, depth int)
+	draw = func(l api.LoopRecord, depth int) {
+		fmt.Fprintf(w, "%s%s\n", strings.Repeat("  ", depth), loopLine(l))
+		for _, ch := range children[l.ID] {
+			draw(ch, depth+1)
+		}
+	}
+	for _, r := range roots {
+		draw(r, 0)
+	}
+}
+
+// loopLine is a loop's line in the tree: Loopr's "[type] id - status
+// (iteration/max)", then why it failed, in brackets.
+func loopLine(l api.LoopRecord) string {
+	s := fmt.Sprintf("[%s] %s - %s (%d/%d)", l.LoopType, l.ID, l.Status, l.Iteration, l.MaxIterations)
+	if l.Error != "" && (l.Status == api.LoopFailed || l.Status == api.LoopInvalidated) {
+		s += " [" + printable(l.Error) + "]"
+	}
+	if l.Paused && l.Status == api.LoopRunning {
+		s += " [pausing after this iteration]"
+	}
+	return s
+}
+
+// watchLoops draws the tree, then again after each loop.created or
+// loop.updated (changes within a fifth of a second drawn once), until
+// Ctrl-C (exit 0) or the daemon goes (exit 1).
+func watchLoops(c *client.Client, params api.LoopListParams, stdout, stderr io.Writer) int {
+	if err := call(c, "events.subscribe", map[string]any{"kinds": []string{"loop.created", "loop.updated"}}, nil); err != nil {
+		return callErr(stderr, err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	clear := isTerminal(stdout)
+	draw := func() bool {
+		loops, _, err := listLoops(c, params)
+		if err != nil {
+			callErr(stderr, err)
+			return false
+		}
+		if clear {
+			io.WriteString(stdout, "\x1b[H\x1b[2J")
+		}
+		fmt.Fprintf(stdout, "loops at %s (Ctrl-C to stop)\n", time.Now().Format("15:04:05"))
+		if len(loops) == 0 {
+			fmt.Fprintln(stdout, "no loops")
+		}
+		drawLoops(stdout, loops)
+		return true
+	}
+	if !draw() {
+		return exitFailure
+	}
+	events := c.Events()
+	var redraw <-chan time.Time
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				fmt.Fprintln(stderr, "orchestrd: lost the connection to the daemon")
+				return exitFailure
+			}
+			if redraw == nil {
+				redraw = time.After(200 * time.Millisecond)
+			}
+		case <-redraw:
+			redraw = nil
+			if !draw() {
+				return exitFailure
+			}
+		case <-sig:
+			return exitOK
+		}
+	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ---- loop ----
+
+// loopCommands are the subcommands of `orchestrd loop`.
+var loopCommands = map[string]bool{"plan": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true}
+
+const loopUsage = `orchestrd loop plan [--home DIR] [--repo DIR] [--base BRANCH] TEXT
+orchestrd loop show [--home DIR] [--json] ID
+orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
+
+plan creates a plan loop for TEXT in the git repository --repo (default:
+the current directory's) from --base (default: its current branch) and
+prints its id. show prints a loop's record and each iteration: its result
+and the feedback the next was given. start starts a pending loop; pause lets
+the running iteration finish and starts no new one; resume goes on; cancel
+stops its agent and validation job at once, and every loop under it; rm
+deletes a loop that is not running, its worktree, branch and the loops under
+it.`
+
+func cmdLoop(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("loop")
+	home := homeFlag(fs)
+	repo := fs.String("repo", "", "plan: the git repository `DIR` (default: the current directory's)")
+	base := fs.String("base", "", "plan: the `BRANCH` the plan starts from and merges into (default: the repo's current branch)")
+	asJSON := fs.Bool("json", false, "show: print the record and iterations as JSON")
+	pos, code, ok := parseInterspersed(fs, loopUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, show, start, pause, resume, cancel or rm")
+	}
+	sub, rest := pos[0], pos[1:]
+	if !loopCommands[sub] {
+		msg := fmt.Sprintf("unknown subcommand %q", sub)
+		if s := suggest(sub, sortedKeys(loopCommands)); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		return usageError(fs, loopUsage, stderr, "%s", msg)
+	}
+	if sub == "plan" {
+		if len(rest) == 0 || strings.TrimSpace(strings.Join(rest, " ")) == "" {
+			return usageError(fs, loopUsage, stderr, "plan wants the TEXT of the task")
+		}
+	} else if len(rest) != 1 {
+		return usageError(fs, loopUsage, stderr, "%s wants exactly one loop ID", sub)
+	}
+	if sub != "plan" && (*repo != "" || *base != "") {
+		return usageError(fs, loopUsage, stderr, "--repo and --base go with plan")
+	}
+	var p api.LoopCreatePlanParams
+	if sub == "plan" {
+		dir := *repo
+		if dir == "" {
+			dir = "."
+		}
+		top, err := filepath.Abs(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd: --repo: %v\n", err)
+			return exitFailure
+		}
+		p = api.LoopCreatePlanParams{Description: strings.Join(rest, " "), Repo: top, Base: *base}
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	switch sub {
+	case "plan":
+		var res api.LoopCreatePlanResult
+		if err := call(c, "loop.create_plan", p, &res); err != nil {
+			return callErr(stderr, err)
+		}
+		fmt.Fprintln(stdout, res.ID)
+		return exitOK
+	case "show":
+		var res api.LoopGetResult
+		if err := call(c, "loop.get", map[string]any{"id": rest[0]}, &res); err != nil {
+			return callErr(stderr, err)
+		}
+		if *asJSON {
+			return printJSON(stdout, stderr, res)
+		}
+		printLoop(stdout, res, time.Now())
+		return exitOK
+	}
+	method := map[string]string{"start": "loop.start", "pause": "loop.pause", "resume": "loop.resume",
+		"cancel": "loop.cancel", "rm": "loop.delete"}[sub]
+	var res struct {
+		Loop *api.LoopRecord `json:"loop"`
+	}
+	if err := call(c, method, map[string]any{"id": rest[0]}, &res); err != nil {
+		return callErr(stderr, err)
+	}
+	if res.Loop != nil {
+		fmt.Fprintln(stdout, loopLine(*res.Loop))
+	} else {
+		fmt.Fprintf(stdout, "%s: %s\n", rest[0], map[string]string{"rm": "deleted"}[sub])
+	}
+	return exitOK
+}
+
+// printLoop writes a loop's record as "field  value" lines, then its
+// iterations, each with the first lines of its feedback.
+func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
+	l := g.Loop
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("loop", l.ID)
+	row("type", string(l.LoopType))
+	if l.ParentID != nil {
+		row("parent", *l.ParentID)
+	}
+	st := string(l.Status)
+	if l.Error != "" {
+		st += " (" + printable(l.Error) + ")"
+	}
+	row("status", st)
+	if l.Message != "" {
+		row("why", printable(l.Message))
+	}
+	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
+	row("repo", l.Repo)
+	row("branch", l.Branch+" (from "+l.Base+")")
+	if l.Worktree != "" {
+		row("worktree", l.Worktree)
+	}
+	if l.ValidationCommand != "" {
+		row("validation", printable(l.ValidationCommand))
+	}
+	for _, a := range l.OutputArtifacts {
+		row("artifact", printable(a))
+	}
+	if l.TaskID != "" {
+		row("task", l.TaskID)
+	}
+	if l.JobID != "" {
+		row("job", l.JobID)
+	}
+	created := time.UnixMilli(l.CreatedAt)
+	row("created", created.Local().Format("2006-01-02 15:04:05")+" ("+formatAge(now.Sub(created))+" ago)")
+	row("updated", time.UnixMilli(l.UpdatedAt).Local().Format("2006-01-02 15:04:05"))
+	tw.Flush()
+	if len(g.Iterations) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\niterations:")
+	for _, it := range g.Iterations {
+		res := it.Status
+		if it.Passed {
+			res = "passed"
+		}
+		line := fmt.Sprintf("  %d  %s", it.Iteration, res)
+		if it.TaskID != "" {
+			line += "  task " + it.TaskID
+		}
+		if it.JobID != "" {
+			line += "  job " + it.JobID
+		}
+		if it.Commit != "" {
+			line += "  commit " + shortCommit(it.Commit)
+		}
+		if it.FinishedAt > 0 && it.StartedAt > 0 {
+			line += "  " + formatDuration(time.Duration(it.FinishedAt-it.StartedAt)*time.Millisecond)
+		}
+		fmt.Fprintln(w, line)
+		if it.Feedback != "" {
+			lines := strings.Split(strings.TrimSpace(it.Feedback), "\n")
+			const most = 8
+			if len(lines) > most {
+				lines = append(lines[:most], fmt.Sprintf("... (%d more lines: loop show --json)", len(lines)-most))
+			}
+			for _, fl := range lines {
+				fmt.Fprintf(w, "      %s\n", printable(fl))
+			}
+		}
+	}
+}
+
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+// ---- plan ----
+
+// planCommands are the subcommands of `orchestrd plan`.
+var planCommands = map[string]bool{"show": true, "approve": true, "reject": true, "iterate": true}
+
+const planUsage = `orchestrd plan show [--home DIR] ID
+orchestrd plan approve [--home DIR] ID
+orchestrd plan reject [--home DIR] [--reason TEXT] ID
+orchestrd plan iterate [--home DIR] ID FEEDBACK
+
+The plan gate. ID is the plan loop's id (or its approval's). show prints
+the plan awaiting approval and the specs it lists; approve spawns one spec
+loop per spec; reject ends the plan loop failed; iterate runs the plan loop
+again with FEEDBACK (the loops it had spawned are invalidated).`
+
+func cmdPlan(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("plan")
+	home := homeFlag(fs)
+	reason := fs.String("reason", "", "reject: why, for the record")
+	pos, code, ok := parseInterspersed(fs, planUsage, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(fs, planUsage, stderr, "want a subcommand: show, approve, reject or iterate")
+	}
+	sub, rest := pos[0], pos[1:]
+	if !planCommands[sub] {
+		msg := fmt.Sprintf("unknown subcommand %q", sub)
+		if s := suggest(sub, sortedKeys(planCommands)); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		return usageError(fs, planUsage, stderr, "%s", msg)
+	}
+	switch {
+	case sub == "iterate" && (len(rest) < 2 || strings.TrimSpace(strings.Join(rest[1:], " ")) == ""):
+		return usageError(fs, planUsage, stderr, "iterate wants the plan's ID and the FEEDBACK for the planner")
+	case sub != "iterate" && len(rest) != 1:
+		return usageError(fs, planUsage, stderr, "%s wants exactly one plan ID", sub)
+	case sub != "reject" && *reason != "":
+		return usageError(fs, planUsage, stderr, "--reason goes with reject")
+	}
+	c, ok := dial(resolveHome(*home), stderr)
+	if !ok {
+		return exitFailure
+	}
+	defer c.Close()
+	id := rest[0]
+	switch sub {
+	case "show":
+		var res struct {
+			ID      string   `json:"id"`
+			Content string   `json:"content"`
+			Specs   []string `json:"specs"`
+			Status  string   `json:"status"`
+		}
+		if err := call(c, "plan.get_preview", map[string]any{"id": id}, &res); err != nil {
+			return callErr(stderr, err)
+		}
+		io.WriteString(stdout, res.Content)
+		if !strings.HasSuffix(res.Content, "\n") {
+			fmt.Fprintln(stdout)
+		}
+		if len(res.Specs) > 0 {
+			fmt.Fprintf(stdout, "\nspecs to create (%d): %s\n", len(res.Specs), strings.Join(res.Specs, ", "))
+		}
+		return exitOK
+	case "approve":
+		var res struct {
+			SpecsSpawned int `json:"specs_spawned"`
+		}
+		if err := call(c, "plan.approve", map[string]any{"id": id}, &res); err != nil {
+			return callErr(stderr, err)
+		}
+		fmt.Fprintf(stdout, "approved: %d spec loop%s spawned\n", res.SpecsSpawned, plural(res.SpecsSpawned))
+	case "reject":
+		p := map[string]any{"id": id}
+		if *reason != "" {
+			p["reason"] = *reason
+		}
+		if err := call(c, "plan.reject", p, nil); err != nil {
+			return callErr(stderr, err)
+		}
+		fmt.Fprintln(stdout, "rejected")
+	case "iterate":
+		if err := call(c, "plan.iterate", map[string]any{"id": id, "feedback": strings.Join(rest[1:], " ")}, nil); err != nil {
+			return callErr(stderr, err)
+		}
+		fmt.Fprintln(stdout, "the planner runs again with your feedback")
+	}
+	return exitOK
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
