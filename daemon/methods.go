@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"os"
 	"runtime"
 	"time"
@@ -19,9 +20,11 @@ import (
 func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
 	loopCounts func() (map[api.LoopStatus]int, int), version string, llmReady func() bool) {
 	mgr.Register(srv)
-	// Loopr's status: what its TUI shows in its header.
+	// Loopr's status: what its TUI shows in its header. Params, if any,
+	// are ignored (as initialize's extra members are).
 	srv.Handle("status", func(call api.Call) {
-		if err := call.Decode(&api.NoParams{}); err != nil {
+		var ignored map[string]json.RawMessage
+		if err := call.Decode(&ignored); err != nil {
 			call.Fail(err)
 			return
 		}

@@ -144,7 +144,7 @@ func TestLooprClient(t *testing.T) {
 	}
 
 	// status: no chat pool configured, so the LLM is not ready.
-	r = c.request("status", map[string]any{})
+	r = c.request("status", map[string]any{"detail": true}) // members it does not know are ignored
 	var st struct {
 		Running  bool   `json:"running"`
 		Version  string `json:"version"`
