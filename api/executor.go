@@ -56,6 +56,9 @@ type TaskSpec struct {
 	Tools          []string `json:"tools,omitempty"`
 	PermissionMode string   `json:"permission_mode,omitempty"` // "" is ModeDefault
 	TimeoutMs      int64    `json:"timeout_ms,omitempty"`      // 0 is the pool's default
+	// Loop is the loop this task is an iteration of (the loops domain's
+	// tasks): execute_prompt carries it as "loop".
+	Loop *TaskLoop `json:"loop,omitempty"`
 }
 
 // TokenUsage is what a task's agent spent, as its executor reported.
@@ -84,6 +87,7 @@ type TaskRecord struct {
 	Tools          []string    `json:"tools"`
 	PermissionMode string      `json:"permission_mode"`
 	TimeoutMs      int64       `json:"timeout_ms"`
+	Loop           *TaskLoop   `json:"loop,omitempty"` // the loop it is an iteration of
 	Error          *TaskError  `json:"error,omitempty"`
 	MessageCount   int64       `json:"message_count"`
 	TokenUsage     *TokenUsage `json:"token_usage,omitempty"`

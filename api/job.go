@@ -259,6 +259,13 @@ type Metrics struct {
 	// FinishedOutputBytes is the output finished jobs hold now, at most
 	// [daemon] finished_output_bytes.
 	FinishedOutputBytes int64 `json:"finished_output_bytes"`
+	LoopMetrics
+}
+
+// LoopMetrics count the loops (Loopr's metrics.get has running_loops).
+type LoopMetrics struct {
+	RunningLoops  int                `json:"running_loops"`
+	LoopsByStatus map[LoopStatus]int `json:"loops_by_status"`
 }
 
 // LaneMetrics are the lanes' job and runner counters.

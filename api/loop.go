@@ -109,7 +109,20 @@ type LoopRecord struct {
 	JobID    string `json:"job_id,omitempty"`   // the running iteration's validation job
 	Children int    `json:"children,omitempty"` // how many loops it spawned
 	Paused   bool   `json:"pause_requested,omitempty"`
+	// Stage is what a running loop is doing: iterating, approval (a
+	// validated plan waits for a person), children (it waits for its
+	// children), merge (a complete tree waits to merge into its base).
+	Stage      string `json:"stage,omitempty"`
+	ApprovalID string `json:"approval_id,omitempty"` // the approval it waits for
 }
+
+// Loop stages (LoopRecord.Stage).
+const (
+	StageIterating = "iterating"
+	StageApproval  = "approval"
+	StageChildren  = "children"
+	StageMerge     = "merge"
+)
 
 // LoopIteration is one iteration of a loop, as loop.get's iterations show
 // it: its prompt, its agent's task, its validation job and what came of it.
@@ -163,6 +176,14 @@ type (
 		Description string `json:"description"`
 		Repo        string `json:"repo,omitempty"` // default: the daemon's [loops] repo, else refused
 		Base        string `json:"base,omitempty"` // default: the repo's current branch
+	}
+	// LoopCreateParams is loop.create's params (orchestrd's: a root loop
+	// of any type; its answer is loop.create_plan's).
+	LoopCreateParams struct {
+		LoopType    LoopType `json:"loop_type"`
+		Description string   `json:"description"`
+		Repo        string   `json:"repo,omitempty"`
+		Base        string   `json:"base,omitempty"`
 	}
 	// LoopCreatePlanResult is its answer: loop_id (the spec's) and id
 	// (what Loopr's client reads), the same.

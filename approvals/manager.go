@@ -67,6 +67,8 @@ type Manager struct {
 	rules []*rule // config rules, in order
 
 	stopped atomic.Bool // the approval actors are stopped (Shutdown)
+	// planID maps a plan loop's id to its approval (SetPlanID).
+	planID atomic.Pointer[func(string) (string, bool)]
 
 	mu       sync.Mutex
 	stopping bool
@@ -347,6 +349,28 @@ func (m *Manager) lookupPending(id string) *entry {
 		return e
 	}
 	return m.byReq[id]
+}
+
+// Await calls answer once with approval id in its terminal state: when it
+// ends, or at once if it has. A requester that outlived a restart (a loop
+// waiting for its plan's approval) hears the approval it asked before.
+// An approval that is not known is CodeNotFound. stop forgets answer.
+func (m *Manager) Await(id string, answer func(api.Approval)) (stop func(), err error) {
+	if e := m.lookupPending(id); e != nil {
+		return e.addWaiter(answer), nil
+	}
+	a, ok, err := m.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, api.Errorf(api.CodeNotFound, "approval %s not found", id)
+	}
+	if !a.State.Terminal() {
+		return nil, api.Errorf(api.CodeInvalidState, "approval %s is pending but not held by this daemon", id)
+	}
+	answer(a)
+	return func() {}, nil
 }
 
 // Get finds an approval by id or request_id: pending, finished in memory,

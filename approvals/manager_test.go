@@ -3,6 +3,7 @@ package approvals
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -422,5 +423,43 @@ func TestRequestParams(t *testing.T) {
 	if e := h.call("plan.approve", map[string]any{"id": id.ID}, nil); e == nil || e.Code != api.CodeInvalidState ||
 		!strings.Contains(e.Message, "not a plan") {
 		t.Errorf("plan.approve on a tool: %v", e)
+	}
+}
+
+// Await hears a pending approval's end, or a finished one's at once; an
+// unknown one is 1001. plan.* take an id SetPlanID maps.
+func TestAwaitAndPlanID(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), nil)
+	first := newAnswers(t)
+	p, err := h.m.Ask(Request{Source: api.SourcePlan, Kind: api.KindPlan, Content: "# plan", Specs: json.RawMessage(`["spec-a"]`)}, first.answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := newAnswers(t)
+	if _, err := h.m.Await(p.ID(), later.answer); err != nil {
+		t.Fatal(err)
+	}
+	h.m.SetPlanID(func(id string) (string, bool) { return p.ID(), id == "1-loop" })
+	var pv map[string]any
+	if e := h.call("plan.get_preview", map[string]any{"id": "1-loop"}, &pv); e != nil || pv["id"] != p.ID() || pv["status"] != "pending" {
+		t.Fatalf("plan.get_preview by the loop's id: %v %v", pv, e)
+	}
+	var ap map[string]any
+	if e := h.call("plan.approve", map[string]any{"id": "1-loop"}, &ap); e != nil || ap["approved"] != true || ap["specs_spawned"] != float64(1) {
+		t.Fatalf("plan.approve by the loop's id: %v %v", ap, e)
+	}
+	if a := later.wait(); a.State != api.ApprovalAllowed {
+		t.Fatalf("Await heard %s", a.State)
+	}
+	if a := first.wait(); a.State != api.ApprovalAllowed {
+		t.Fatalf("Ask heard %s", a.State)
+	}
+	again := newAnswers(t)
+	if _, err := h.m.Await(p.ID(), again.answer); err != nil || again.wait().State != api.ApprovalAllowed {
+		t.Fatalf("Await of a finished approval: %v", err)
+	}
+	var ae *api.Error
+	if _, err := h.m.Await("a-nope", func(api.Approval) {}); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("Await of no approval: %v", err)
 	}
 }

@@ -96,11 +96,14 @@ type (
 		Rules []api.ApprovalRule `json:"rules"`
 	}
 	previewResult struct {
+		ID      string          `json:"id"`
 		Content string          `json:"content"`
 		Specs   json.RawMessage `json:"specs"`
+		Status  string          `json:"status"`
 	}
 	approveResult struct {
-		SpecsSpawned int `json:"specs_spawned"`
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"` // Loopr's CLI reads it
 	}
 	empty struct{}
 )
@@ -503,6 +506,7 @@ func (m *Manager) planPreviewMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	p.ID = m.planAlias(p.ID)
 	a, ok := m.find(call, p.ID)
 	if !ok {
 		return
@@ -511,7 +515,7 @@ func (m *Manager) planPreviewMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	call.Respond(previewResult{Content: a.Content, Specs: specsOrEmpty(a.Specs)})
+	call.Respond(previewResult{ID: a.ID, Content: a.Content, Specs: specsOrEmpty(a.Specs), Status: string(a.State)})
 }
 
 func (m *Manager) planApproveMethod(call api.Call) {
@@ -519,6 +523,7 @@ func (m *Manager) planApproveMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	p.ID = m.planAlias(p.ID)
 	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed,
 		res: api.Resolution{Decision: api.DecisionAllow, By: api.ByControl}, check: planCheck(call),
 		reply: func(a api.Approval, err error) {
@@ -526,7 +531,7 @@ func (m *Manager) planApproveMethod(call api.Call) {
 				call.Fail(err)
 				return
 			}
-			call.Respond(approveResult{SpecsSpawned: specsCount(a.Specs)})
+			call.Respond(approveResult{SpecsSpawned: specsCount(a.Specs), Approved: true})
 		}})
 }
 
@@ -535,9 +540,16 @@ func (m *Manager) planRejectMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	p.ID = m.planAlias(p.ID)
 	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied,
 		res: api.Resolution{Decision: api.DecisionDeny, Message: p.Reason, By: api.ByControl}, check: planCheck(call),
-		reply: emptyReply(call)})
+		reply: func(_ api.Approval, err error) {
+			if err != nil {
+				call.Fail(err)
+				return
+			}
+			call.Respond(map[string]bool{"rejected": true}) // Loopr's answer
+		}})
 }
 
 func (m *Manager) planIterateMethod(call api.Call) {
@@ -545,6 +557,7 @@ func (m *Manager) planIterateMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	p.ID = m.planAlias(p.ID)
 	if p.Feedback == "" {
 		call.Fail(badParams(call, "feedback is required (what the planner is told to change)"))
 		return
@@ -553,6 +566,21 @@ func (m *Manager) planIterateMethod(call api.Call) {
 		res: api.Resolution{Decision: api.DecisionReply, UserMessage: p.Feedback, By: api.ByControl}, check: planCheck(call),
 		reply: emptyReply(call)})
 }
+
+// planAlias is the approval a plan loop's id names (Loopr's client sends
+// the loop's id to plan.*), else id as it is.
+func (m *Manager) planAlias(id string) string {
+	if f := m.planID.Load(); f != nil {
+		if a, ok := (*f)(id); ok {
+			return a
+		}
+	}
+	return id
+}
+
+// SetPlanID lets plan.* take a plan loop's id: f maps it to the approval
+// its plan waits for (the daemon wires the loops domain's).
+func (m *Manager) SetPlanID(f func(loopID string) (approvalID string, ok bool)) { m.planID.Store(&f) }
 
 func emptyReply(call api.Call) func(api.Approval, error) {
 	return func(_ api.Approval, err error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	Clanker spool.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
+	// Loops is the [loops] table (loops/config.go).
+	Loops    loops.Config `toml:"loops"`
+	loopsSet bool         // the file has a [loops] table: its lanes and pools are checked
 
 	// set are the keys the file set, by full name (http.listen): a
 	// front-end the file turns on is told from one on by default (Set).
@@ -102,6 +106,7 @@ func DefaultConfig() Config {
 		Lanes:     lanes.DefaultLanes(),
 		Approvals: approvals.DefaultConfig(),
 		HTTP:      httpapi.DefaultConfig(),
+		Loops:     loops.DefaultConfig(),
 	}
 }
 
@@ -184,6 +189,10 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"clanker": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Clanker).Elem(), key)
+	},
+	"loops": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		cfg.loopsSet = true
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Loops).Elem(), key)
 	},
 	"http": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.HTTP).Elem(), key)
@@ -376,5 +385,13 @@ func (c Config) validate() []error {
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
+	// The lanes and pools [loops] names are checked when the file has a
+	// [loops] table: a daemon that runs no loops is not refused for
+	// lacking the default validation lane.
+	var laneNames, poolNames []string
+	if c.loopsSet {
+		laneNames, poolNames = sortedKeys(c.Lanes), append([]string{}, sortedKeys(c.Executors)...)
+	}
+	errs = append(errs, c.Loops.Validate("loops", laneNames, poolNames)...)
 	return errs
 }

@@ -23,10 +23,13 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/chat"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/loops"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -255,6 +258,62 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("executor recovery failed")
 		return fmt.Errorf("recovering executor tasks: %w", err)
 	}
+	// The chat over the executors: it follows their task events until
+	// they have stopped (the last replies' ends are streamed).
+	chatSaved := startChatSessions(st, opts.Logger)
+	chatMgr, err := chat.Start(chat.Options{Executor: cfg.Loops.ChatExecutor, Tasks: chatTasks{execMgr},
+		Events: chatEvents{bus}, Bus: bus, Logger: opts.Logger,
+		Session: loadChatSession(st, cfg.Loops.ChatExecutor, opts.Logger), SaveSession: chatSaved.Save})
+	if err != nil {
+		chatSaved.Close()
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("chat failed")
+		return fmt.Errorf("starting the chat: %w", err)
+	}
+	shutdownExecutors = func(stop func()) func() {
+		return func() { stop(); chatMgr.Close(); chatSaved.Close() }
+	}(shutdownExecutors)
+	// Loops after lanes, approvals and executors (their validation jobs,
+	// plan gates and agents); stopped before them.
+	if rp := mgr.Reaper(); rp != nil {
+		gitwt.SetStarter(rp) // git is the daemon's child: registered, never taken for an orphan
+	}
+	loopsMgr, err := loops.Start(loops.Options{Config: cfg.Loops, Agents: loopAgents{execMgr, opts.Logger},
+		Jobs: loopJobs{mgr, opts.Logger}, Gate: loopGate{approvalsMgr}, Store: loopStore{st}, Git: loops.GitWT{},
+		Bus: bus, System: sys, Logger: opts.Logger})
+	if err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("loops failed")
+		return fmt.Errorf("starting loops: %w", err)
+	}
+	approvalsMgr.SetPlanID(loopsMgr.PlanApproval)
+	// metrics.update: the loop counts, once a second at most, when they
+	// change (metricsupdate.go).
+	stopLoopMetrics := loopMetrics(bus, loopsMgr)
+	shutdownLoops := func() {
+		defer stopLoopMetrics()
+		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := loopsMgr.Shutdown(lctx); err != nil {
+			opts.Logger.Error().Err(err).Msg("loops did not stop cleanly")
+		}
+	}
+	shutdownExecutors0 := shutdownExecutors
+	shutdownExecutors = func() {
+		shutdownLoops()
+		shutdownExecutors0()
+	}
+	lrctx, lrcancel := context.WithTimeout(context.Background(), time.Minute)
+	_, err = loopsMgr.Recover(lrctx)
+	lrcancel()
+	if err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("loops recovery failed")
+		return fmt.Errorf("recovering loops: %w", err)
+	}
 	// clanker's repos after the executors; stopped first (their pods
 	// spool while the sockets are down).
 	clankerMgr, err := spool.Start(spool.Options{Config: cfg.Clanker, Store: clankerStore{st},
@@ -297,9 +356,11 @@ func Run(ctx context.Context, opts Options) error {
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
 		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
-	registerMethods(srv, sys, mgr, started, fronts)
+	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts, opts.Version, chatMgr.Ready)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
+	chatMgr.Register(srv)
+	loopsMgr.Register(srv)
 	clankerMgr.Register(srv)
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// vibe-reachout's hook socket is answered once its approvals can be.

@@ -17,5 +17,6 @@ func TestKinds(t *testing.T) {
 		ActorRestarted{Actor: "lane/review", Restarts: 1},
 		JobsPruned{Count: 500, RetainJobs: 10000, RetainFor: "168h0m0s"},
 		ApprovalsPruned{Count: 12, RetainJobs: 10000, RetainFor: "168h0m0s"},
+		MetricsUpdate{RunningLoops: 2, Loops: map[string]int{"running": 2, "pending": 1}},
 	)
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"os"
 	"runtime"
 	"time"
@@ -16,8 +17,19 @@ import (
 // (the actor tree), metrics.get (the daemon's, the lanes' and the control
 // socket's counters) and frontend.list (every way into the daemon: its
 // address, or why it is off).
-func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds) {
+func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
+	loopCounts func() (map[api.LoopStatus]int, int), version string, llmReady func() bool) {
 	mgr.Register(srv)
+	// Loopr's status: what its TUI shows in its header. Params, if any,
+	// are ignored (as initialize's extra members are).
+	srv.Handle("status", func(call api.Call) {
+		var ignored map[string]json.RawMessage
+		if err := call.Decode(&ignored); err != nil {
+			call.Fail(err)
+			return
+		}
+		call.Respond(statusResult{Running: true, Version: version, LLMReady: llmReady()})
+	})
 	srv.Handle("frontend.list", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
 			call.Fail(err)
@@ -37,10 +49,20 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			call.Fail(err)
 			return
 		}
+		byStatus, running := loopCounts()
 		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
-			FinishedOutputBytes: mgr.FinishedOutputBytes()})
+			FinishedOutputBytes: mgr.FinishedOutputBytes(),
+			LoopMetrics:         api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
 	})
+}
+
+// statusResult is status's answer (Loopr's): llm_ready says the chat can
+// answer (its pool is configured and has an executor up).
+type statusResult struct {
+	Running  bool   `json:"running"`
+	Version  string `json:"version"`
+	LLMReady bool   `json:"llm_ready"`
 }
 
 type treeResult struct {

@@ -555,9 +555,13 @@ func (e *execActor) runTask(m runTask) {
 		tools = []string{}
 	}
 	id := r.rec.ID
-	e.call("execute_prompt", map[string]any{"session_token": r.token, "session_id": r.rec.SessionID,
+	params := map[string]any{"session_token": r.token, "session_id": r.rec.SessionID,
 		"task_id": id, "prompt": r.rec.Prompt, "cwd": r.rec.Cwd, "tools": tools,
-		"permission_mode": r.rec.PermissionMode, "timeout_ms": r.rec.TimeoutMs, "stream": true},
+		"permission_mode": r.rec.PermissionMode, "timeout_ms": r.rec.TimeoutMs, "stream": true}
+	if r.rec.Loop != nil {
+		params["loop"] = r.rec.Loop
+	}
+	e.call("execute_prompt", params,
 		func(res json.RawMessage, er *wire.RPCError) { e.answered(id, res, er) })
 }
 

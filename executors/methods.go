@@ -114,7 +114,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 	}
 	rec := api.TaskRecord{ID: m.newTaskID(), SessionID: spec.SessionID, Executor: h.name, State: api.TaskQueued,
 		Prompt: spec.Prompt, Cwd: spec.Cwd, Tools: tools, PermissionMode: spec.PermissionMode,
-		TimeoutMs: spec.TimeoutMs, CreatedAt: time.Now().UTC()}
+		TimeoutMs: spec.TimeoutMs, Loop: spec.Loop, CreatedAt: time.Now().UTC()}
 	m.update(rec)
 	err := m.log.TaskCreated(rec, func(err error) {
 		if err != nil {
@@ -343,6 +343,17 @@ func (m *Manager) Stop(id string, force bool, reply func(api.TaskRecord, error))
 		}
 		reply(rec, nil)
 	}, fail: func(err error) { reply(api.TaskRecord{}, err) }}, id, force)
+}
+
+// Pool is a pool as executor.list shows it, false when no pool has that
+// name: for another domain to tell whether a pool has an executor up
+// (the chat's llm_ready).
+func (m *Manager) Pool(name string) (api.PoolStatus, bool) {
+	h, ok := m.pools[name]
+	if !ok {
+		return api.PoolStatus{}, false
+	}
+	return h.status(), true
 }
 
 // Task is a task's record: the live one, else the store's (CodeNotFound:

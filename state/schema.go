@@ -240,6 +240,29 @@ ALTER TABLE jobs ADD COLUMN stopped_by TEXT CHECK (stopped_by IS NULL OR stopped
 	{version: 8, name: "a job's streamed stdin", sql: `
 ALTER TABLE job_specs ADD COLUMN stdin_stream INTEGER NOT NULL DEFAULT 0;
 `},
+	// Loopr's loops: each loop's record whole as JSON beside the columns
+	// the queries need (its tree by parent_id), and each iteration's.
+	{version: 9, name: "loops and their iterations", sql: `
+CREATE TABLE loops (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	id         TEXT UNIQUE NOT NULL,
+	parent_id  TEXT,
+	loop_type  TEXT NOT NULL CHECK (loop_type = 'plan' OR loop_type = 'spec' OR loop_type = 'phase' OR loop_type = 'code'),
+	status     TEXT NOT NULL CHECK (status = 'pending' OR status = 'running' OR status = 'paused' OR
+	             status = 'rebasing' OR status = 'complete' OR status = 'failed' OR status = 'invalidated'),
+	record     TEXT NOT NULL,
+	created_at INTEGER NOT NULL
+);
+CREATE INDEX loops_parent ON loops(parent_id, seq);
+CREATE INDEX loops_status ON loops(status);
+CREATE TABLE loop_iterations (
+	loop_id   TEXT NOT NULL,
+	iteration INTEGER NOT NULL,
+	status    TEXT NOT NULL,
+	record    TEXT NOT NULL,
+	PRIMARY KEY (loop_id, iteration)
+) WITHOUT ROWID;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

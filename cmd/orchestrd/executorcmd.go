@@ -32,7 +32,10 @@ prompt in place of an argument {prompt}, else on its stdin. Its stdout
 lines are the task's messages (a JSON line with a "type" passes through
 as it is, a plain line is text), its stderr lines are reported errors, its
 exit code is the task's status. --key-env fetches an API key from the
-daemon for each prompt and gives it to that one process as VAR.
+daemon for each prompt and gives it to that one process as VAR. A prompt
+that is an iteration of a loop gives CMD ORCHESTRD_LOOP_ID,
+ORCHESTRD_LOOP_TYPE, ORCHESTRD_LOOP_ITERATION and ORCHESTRD_LOOP_ARTIFACT
+(where to write the loop's artifact, relative to its directory).
 spawn_terminal starts the shell asked for (default $SHELL, else /bin/sh)
 on a new PTY and passes the PTY to the daemon ('orchestrd terminal').`
 
@@ -397,6 +400,9 @@ type execParams struct {
 	TaskID       string `json:"task_id"`
 	Prompt       string `json:"prompt"`
 	Cwd          string `json:"cwd"`
+	// Loop is the loop the prompt is an iteration of: given to the agent
+	// as ORCHESTRD_LOOP_ID, _TYPE, _ITERATION and _ARTIFACT.
+	Loop *api.TaskLoop `json:"loop"`
 }
 
 func (x *cliExecutor) execute(m wire.RPCMessage) {
@@ -437,6 +443,10 @@ func (x *cliExecutor) run(p execParams) map[string]any {
 			return failed("no_api_key", "the daemon's get_api_key answer has no api_key")
 		}
 		env = append(env, x.keyEnv+"="+k.APIKey)
+	}
+	if l := p.Loop; l != nil {
+		env = append(env, "ORCHESTRD_LOOP_ID="+l.ID, "ORCHESTRD_LOOP_TYPE="+string(l.LoopType),
+			"ORCHESTRD_LOOP_ITERATION="+strconv.FormatUint(uint64(l.Iteration), 10), "ORCHESTRD_LOOP_ARTIFACT="+l.Artifact)
 	}
 	argv := make([]string, len(x.argv))
 	onStdin := true

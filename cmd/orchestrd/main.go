@@ -76,6 +76,7 @@ func init() {
 		{name: "tasks", summary: "list executor tasks", run: cmdTasks},
 		{name: "stop", summary: "stop TASK [--force]: stop an executor task", run: cmdStop},
 		{name: "session", summary: "session ID: a session's transcript", run: cmdSession},
+		{name: "chat", summary: "a conversation with the agent of [loops] chat_executor: lines from stdin, the reply streamed", run: cmdChat},
 		{name: "terminal", summary: "a shell on a PTY an executor spawns, attached to this terminal (--list: the open ones)", run: cmdTerminal},
 		{name: "status", summary: "lanes, runners and the live actor tree", run: cmdStatus},
 		{name: "events", summary: "read the supervisor event log", run: func(args []string, stdout, stderr io.Writer) int {

@@ -95,7 +95,8 @@ func TestMethodsOfEveryOwner(t *testing.T) {
 	var raw json.RawMessage
 	must("metrics.get", nil, &raw)
 	if keys := jsonKeys(t, raw); !slices.Equal(keys, []string{"uptime_ms", "jobs_by_state", "jobs_submitted", "runner_restarts",
-		"orphaned_jobs", "runners_by_lane", "goroutines", "open_fds", "connections", "connections_seen", "finished_output_bytes"}) {
+		"orphaned_jobs", "runners_by_lane", "goroutines", "open_fds", "connections", "connections_seen", "finished_output_bytes",
+		"running_loops", "loops_by_status"}) {
 		t.Fatalf("metrics.get fields %v", keys)
 	}
 	var m api.Metrics

@@ -3,7 +3,8 @@
 // socket, plus a small client (client.go) for the CLI, tests and benchmarks.
 //
 // The server knows no domain. It serves the protocol's own methods
-// (connect, ping, disconnect, events.subscribe, events.unsubscribe) and
+// (connect, ping, disconnect, events.subscribe, events.unsubscribe, and
+// Loopr's initialize and subscribe: loopr.go) and
 // whatever is registered with Handle before Serve: a method table of
 // api.Handler, each given a *Call (an api.Call) to answer at once or
 // later (methods.go, call.go). The daemon registers the lanes' methods and

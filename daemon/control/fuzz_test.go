@@ -25,6 +25,7 @@ func FuzzConnLines(f *testing.F) {
 		`{"id":1,"method":"ping","params":{"pad":"` + string(bytes.Repeat([]byte("x"), 5000)) + `"}}` + "\n",
 		"\x00\xff\n\n\r\n{",
 		`{"id":1,"method":"job.cancel","params":{"id":"j-1"}}` + "\n" + `{"id":2,"method":"tree.get"}` + "\n" + `{"id":3,"method":"metrics.get"}` + "\n" + `{"id":4,"method":"lane.list"}`,
+		`{"id":1,"method":"initialize","params":{"version":"0.1.1","x":[1]}}` + "\n" + `{"id":2,"method":"subscribe","params":{"a":1}}` + "\n" + `{"id":3,"method":"initialize","params":{"version":7}}`,
 		`{"id":1,"method":"test.later"}` + "\n" + `{"id":2,"method":"test.async"}` + "\n" + `{"id":3,"method":"test.echo","params":{"text":"x"}}` + "\n" + `{"id":4,"method":"test.later"}`,
 	} {
 		f.Add([]byte(s))

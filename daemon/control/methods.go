@@ -30,6 +30,9 @@ var ownMethods = map[string]func(c *actors.Context, call *Call){
 	"disconnect":         disconnect,
 	"events.subscribe":   subscribe,
 	"events.unsubscribe": unsubscribe,
+	// Loopr's real client (loopr.go): its handshake and its subscription.
+	"initialize": initialize,
+	"subscribe":  looprSubscribe,
 }
 
 // ownCalls recycles the calls of the protocol's own methods.
@@ -114,12 +117,18 @@ func connect(_ *actors.Context, call *Call) {
 		return
 	}
 	cn := call.cn
+	cn.ensureSession()
+	call.Respond(connectResult{SessionID: cn.session, State: "ready", Version: cn.srv.opts.Version})
+}
+
+// ensureSession gives the connection its session id (connect, initialize)
+// if it has none yet. Actor only.
+func (cn *conn) ensureSession() {
 	if cn.session == "" {
 		var rnd [4]byte
 		rand.Read(rnd[:])
 		cn.session = "s-" + strconv.FormatUint(cn.srv.sessions.Add(1), 10) + "-" + hex.EncodeToString(rnd[:])
 	}
-	call.Respond(connectResult{SessionID: cn.session, State: "ready", Version: cn.srv.opts.Version})
 }
 
 func ping(_ *actors.Context, call *Call) {

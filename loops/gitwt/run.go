@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -227,7 +228,13 @@ func runTo(ctx context.Context, s scope, stdout io.Writer, args ...string) error
 	if len(args) > 0 {
 		sub = args[0]
 	}
-	err = cmd.Run()
+	err = start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		if st := starter.Load(); st != nil {
+			(*st).Unregister(cmd.Process.Pid)
+		}
+	}
 	if err != nil {
 		ge := &GitError{Op: s.op, Command: sub, Exit: -1, Output: stderr.buf.Bytes(), Cut: stderr.cut}
 		var ee *exec.ExitError
@@ -275,6 +282,41 @@ func (r *records) add(b []byte) {
 		r.long++
 	}
 	r.part = append(r.part, b...)
+}
+
+// Starter registers the processes a daemon starts with its child
+// subreaper (proc.Reaper), which otherwise takes a child it did not
+// register for an orphan (and kills it).
+type Starter interface {
+	Start(fork func() (int, error)) (int, error)
+	Unregister(pid int)
+}
+
+var starter atomic.Pointer[Starter]
+
+// SetStarter makes every git process start through s (the daemon's
+// reaper); nil: plainly.
+func SetStarter(s Starter) {
+	if s == nil {
+		starter.Store(nil)
+		return
+	}
+	starter.Store(&s)
+}
+
+// start starts cmd, through the Starter when there is one.
+func start(cmd *exec.Cmd) error {
+	st := starter.Load()
+	if st == nil {
+		return cmd.Start()
+	}
+	_, err := (*st).Start(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	return err
 }
 
 // exitCode is 0 for no error, a GitError's exit status, or -1.

@@ -1,0 +1,600 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Loops through the real daemon: shell scripts are the agents (behind
+// `orchestrd executor`), a real git repository, real validation jobs.
+
+// gitRepo makes a repository on main with one commit.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := shortTemp(t)
+	repo := filepath.Join(dir, "repo")
+	if err := os.Mkdir(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "add", "README")
+	git(t, repo, "commit", "-q", "-m", "first")
+	real, err := filepath.EvalSymlinks(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
+		"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// loopAgent writes the agent script and returns the config of a daemon
+// whose [loops] run it. The script saves each prompt it gets as
+// PROMPTS/<loop id>-<iteration>.txt, then runs body in its worktree.
+func loopAgent(t *testing.T, prompts, body, loopsExtra string) string {
+	t.Helper()
+	script := filepath.Join(prompts, "agent.sh")
+	text := "#!/bin/sh\ncat > \"" + prompts + "/$ORCHESTRD_LOOP_ID-$ORCHESTRD_LOOP_ITERATION.txt\"\n" + body + "\n"
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`[daemon]
+sandbox = false
+
+[lanes.net]
+runners = 1
+slots = 2
+spares = 0
+
+[executors.agent]
+command = [%q, "executor", "--", "/bin/sh", %q]
+
+[loops]
+executor = "agent"
+validation_lane = "net"
+%s
+`, binary, script, loopsExtra)
+}
+
+func (d *testDaemon) createLoop(lt api.LoopType, repo, task string) string {
+	d.t.Helper()
+	var r api.LoopCreatePlanResult
+	method := "loop.create"
+	params := map[string]any{"loop_type": lt, "description": task, "repo": repo}
+	if lt == api.LoopPlan {
+		method = "loop.create_plan"
+		delete(params, "loop_type")
+	}
+	d.mustCall(method, params, &r)
+	if r.ID == "" || r.LoopID != r.ID || r.Status != "created" {
+		d.t.Fatalf("%s: %+v", method, r)
+	}
+	return r.ID
+}
+
+func (d *testDaemon) loop(id string) api.LoopGetResult {
+	d.t.Helper()
+	var r api.LoopGetResult
+	d.mustCall("loop.get", map[string]any{"id": id}, &r)
+	return r
+}
+
+// waitLoop waits until loop id's status is st.
+func (d *testDaemon) waitLoop(id string, st api.LoopStatus, within time.Duration) api.LoopGetResult {
+	d.t.Helper()
+	var r api.LoopGetResult
+	eventuallyOr(d.t, within, "loop "+id+" "+string(st), func() bool {
+		r = api.LoopGetResult{}
+		if err := d.call("loop.get", map[string]any{"id": id}, &r); err != nil {
+			return false
+		}
+		return r.Loop.Status == st
+	}, func() string { return fmt.Sprintf("%+v\n%s", r, tail(d.stderr.String(), 3000)) })
+	return r
+}
+
+// A code loop whose validation fails once passes at iteration 2; the
+// second prompt carries the failure's output; the work is committed and
+// merged into main.
+func TestLoopCodeFeedback(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// Each iteration adds a line; validation wants two.
+	cfg := loopAgent(t, prompts, `echo "line $ORCHESTRD_LOOP_ITERATION" >> work.txt`, `auto_merge = true
+[loops.code]
+validation_command = "n=$(wc -l < work.txt); [ $n -ge 2 ] || { echo \"need two lines, have $n: MARK-FEEDBACK\"; exit 3; }"
+max_iterations = 5
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "add two lines to work.txt")
+	got := d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	it1, it2 := got.Iterations[0], got.Iterations[1]
+	if it1.Passed || it1.Status != "failed" || !strings.Contains(it1.Feedback, "MARK-FEEDBACK") || it1.JobID == "" || it1.TaskID == "" {
+		t.Fatalf("iteration 1: %+v", it1)
+	}
+	if !it2.Passed || it2.Status != "passed" || it2.Commit == "" {
+		t.Fatalf("iteration 2: %+v", it2)
+	}
+	if !strings.Contains(got.Loop.Progress, "## Iteration 1 Failed\nneed two lines, have 1: MARK-FEEDBACK") {
+		t.Fatalf("progress: %q", got.Loop.Progress)
+	}
+	// The agent's prompts: the second carries the first's failure.
+	p1, err := os.ReadFile(filepath.Join(prompts, id+"-1.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(p1), "Previous Iteration Feedback") || !strings.Contains(string(p1), "add two lines") {
+		t.Fatalf("first prompt:\n%s", p1)
+	}
+	if !strings.Contains(string(p2), "## Previous Iteration Feedback") || !strings.Contains(string(p2), "MARK-FEEDBACK") {
+		t.Fatalf("second prompt:\n%s", p2)
+	}
+	// Committed on the loop's branch and merged into main (auto_merge).
+	if msg := git(t, repo, "log", "-1", "--format=%s", "loop/"+id); msg != "loop "+id+": iteration 2" {
+		t.Fatalf("the loop branch's last commit: %q", msg)
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "line 1\nline 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+	// The worktree of an ended loop is gone; its branch stays.
+	eventually(t, 10*time.Second, "worktree removed", func() bool {
+		_, err := os.Lstat(got.Loop.Worktree)
+		return os.IsNotExist(err)
+	})
+	// The events: the iteration results, the merge, the end.
+	d.waitEvent("loop.iteration", func(e map[string]any) bool { return e["id"] == id && e["passed"] == false })
+	d.waitEvent("loop.validation_failed", func(e map[string]any) bool { return e["id"] == id && e["reason"] == "exit_code" })
+	d.waitEvent("loop.merged", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
+	d.waitEvent("loop.updated", func(e map[string]any) bool { return e["id"] == id && e["status"] == "complete" })
+	for _, e := range d.events() {
+		if k, _ := e["kind"].(string); strings.HasPrefix(k, "loop.") && k != "loop.updated" && k != "loop.created" {
+			if b := fmt.Sprint(e); strings.Contains(b, "MARK-FEEDBACK") {
+				t.Fatalf("agent output in a supervisor event: %v", e)
+			}
+		}
+	}
+	// delete: the branch goes, then 1001.
+	d.mustCall("loop.delete", map[string]any{"id": id}, nil)
+	if out := git(t, repo, "branch", "--list", "loop/"+id); out != "" {
+		t.Fatalf("branch after loop.delete: %q", out)
+	}
+	if err := d.call("loop.get", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeNotFound {
+		t.Fatalf("loop.get of a deleted loop: %v", err)
+	}
+}
+
+// A loop whose validation never passes fails at max_iterations.
+func TestLoopMaxIterations(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "echo never; exit 1"
+max_iterations = 2
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "never good enough")
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if got.Loop.Error != api.LoopErrMaxIterations || got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	var m api.Metrics
+	d.mustCall("metrics.get", nil, &m)
+	if m.RunningLoops != 0 || m.LoopsByStatus[api.LoopFailed] != 1 || m.LoopsByStatus[api.LoopComplete] != 0 {
+		t.Fatalf("metrics: %+v", m.LoopMetrics)
+	}
+	// 1002 naming the status.
+	err := d.call("loop.pause", map[string]any{"id": id}, nil)
+	if remoteCode(err) != api.CodeInvalidState || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("loop.pause of a failed loop: %v", err)
+	}
+	for _, m := range []string{"loop.get", "loop.start", "loop.pause", "loop.resume", "loop.cancel", "loop.delete"} {
+		if err := d.call(m, map[string]any{"id": "nope"}, nil); remoteCode(err) != api.CodeNotFound {
+			t.Fatalf("%s of no loop: %v", m, err)
+		}
+	}
+}
+
+// cancel stops the agent's process and the validation job at once.
+func TestLoopCancel(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// The agent sleeps until killed, its pid in a file.
+	cfg := loopAgent(t, prompts, `echo $$ > "`+prompts+`/agent.pid"; exec sleep 300`, "")
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "sleep")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	d.waitLoop(id, api.LoopRunning, 20*time.Second)
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopFailed, 10*time.Second)
+	if got.Loop.Error != api.LoopErrCancelled {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	eventually(t, 10*time.Second, "the agent's process gone", func() bool { return !alive(pid) })
+	if err := d.call("loop.cancel", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("a second loop.cancel: %v", err)
+	}
+}
+
+// A daemon killed with -9 mid-iteration: at the next start the loop goes
+// on with the next iteration number, the interrupted one is never run
+// again.
+func TestLoopKilledDaemon(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	// Iteration 1 writes a file and hangs (the daemon is killed then);
+	// later ones finish.
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
+if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
+[loops.code]
+validation_command = "grep -q 'it 2' work.txt"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	_ = syscall.Kill(pid, syscall.SIGKILL) // its executor died with the daemon; the agent may linger
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	if it := got.Iterations[0]; it.Status != "interrupted" || it.Passed || it.Commit == "" {
+		t.Fatalf("the interrupted iteration: %+v", it)
+	}
+	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
+		t.Fatal("a third iteration ran")
+	}
+	// The WIP: recovery commit holds what iteration 1 wrote.
+	if log := git(t, repo, "log", "--format=%s", "loop/"+id); !strings.Contains(log, "WIP: recovery") {
+		t.Fatalf("the loop branch's log:\n%s", log)
+	}
+	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id && e["interrupted"] == true })
+	// The interrupted task ended daemon_lost, and was not run again.
+	var tr struct{ Task api.TaskRecord }
+	d2.mustCall("task.get", map[string]any{"id": got.Iterations[0].TaskID}, &tr)
+	if tr.Task.State != api.TaskFailed || tr.Task.Error == nil || tr.Task.Error.Code != api.TaskErrDaemonLost {
+		t.Fatalf("the interrupted task: %+v", tr.Task)
+	}
+}
+
+// treeAgent writes what each loop type is asked for.
+const treeAgent = `case "$ORCHESTRD_LOOP_TYPE" in
+plan) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Plan\n\n## Specs to Create\n- spec-alpha: the first part\n- spec-beta: the second part\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+spec) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Spec\n\n## Phases\n1. **Build** - build it\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+phase) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Phase\nWrite the code.\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+code) echo "$ORCHESTRD_LOOP_ID" > "code-$ORCHESTRD_LOOP_ID.txt" ;;
+esac`
+
+// A plan with two specs runs to a merged tree: plan.get_preview and
+// plan.approve take the plan loop's id (as Loopr's client sends it); each
+// spec spawns a phase, each phase a code loop; once the tree is complete
+// its root merges into main after a second approval.
+func TestLoopPlanTree(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var pv struct {
+		ID      string   `json:"id"`
+		Content string   `json:"content"`
+		Specs   []string `json:"specs"`
+		Status  string   `json:"status"`
+	}
+	d.mustCall("plan.get_preview", map[string]any{"id": id}, &pv)
+	if !strings.Contains(pv.Content, "## Specs to Create") || strings.Join(pv.Specs, ",") != "spec-alpha,spec-beta" || pv.Status != "pending" {
+		t.Fatalf("plan.get_preview: %+v", pv)
+	}
+	var ap struct {
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"`
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 || !ap.Approved {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	// The whole tree completes, then the root waits for its merge.
+	eventuallyOr(t, 120*time.Second, "the tree complete", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var list api.LoopListResult
+	d.mustCall("loop.list", map[string]any{"parent_id": id}, &list)
+	if len(list.Loops) != 2 || list.Loops[0].ID != api.ChildLoopID(id, 1) || list.Loops[0].Status != api.LoopComplete {
+		t.Fatalf("the plan's children: %+v", list.Loops)
+	}
+	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopComplete, 30*time.Second)
+	if len(got.Loop.OutputArtifacts) != 1 || !strings.HasPrefix(got.Loop.OutputArtifacts[0], ".loopr/plans/001-") {
+		t.Fatalf("the plan's artifacts: %+v", got.Loop)
+	}
+	// main has both code loops' files and every artifact.
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+	for _, c := range list.Loops {
+		if !strings.Contains(files, "code-"+c.ID+".txt") {
+			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
+		}
+	}
+	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
+		t.Fatalf("main's artifacts:\n%s", files)
+	}
+	d.waitEvent("loop.artifact", func(e map[string]any) bool { return e["id"] == id })
+	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// plan.iterate runs the plan again with the feedback; plan.reject ends it
+// failed.
+func TestLoopPlanIterateReject(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "plan it")
+	waitStage := func(iteration uint32) {
+		eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+			var r api.LoopGetResult
+			return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval &&
+				r.Loop.Iteration == iteration
+		}, func() string { return tail(d.stderr.String(), 3000) })
+	}
+	waitStage(1)
+	d.mustCall("plan.iterate", map[string]any{"id": id, "feedback": "ADD-A-SPEC-FOR-TESTS"}, nil)
+	waitStage(2)
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil || !strings.Contains(string(p2), "ADD-A-SPEC-FOR-TESTS") {
+		t.Fatalf("the second plan prompt: %v\n%s", err, p2)
+	}
+	var rj map[string]any
+	d.mustCall("plan.reject", map[string]any{"id": id, "reason": "no"}, &rj)
+	if rj["rejected"] != true {
+		t.Fatalf("plan.reject: %v", rj)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 20*time.Second)
+	if got.Loop.Error != api.LoopErrPlanRejected {
+		t.Fatalf("rejected plan: %+v", got.Loop)
+	}
+}
+
+// A branch that conflicts with its base ends the loop failed
+// merge_conflict, the branch kept.
+func TestLoopMergeConflict(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo agent > README
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "rewrite the readme")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "commit", "-q", "-am", "main's readme")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if got.Loop.Error != api.LoopErrMergeConflict || !strings.Contains(got.Loop.Message, "loop/"+id) {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	if out := git(t, repo, "show", "loop/"+id+":README"); out != "agent" {
+		t.Fatalf("the kept branch's README: %q", out)
+	}
+	if out := git(t, repo, "show", "main:README"); out != "main" {
+		t.Fatalf("main's README: %q", out)
+	}
+	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
+}
+
+// pause lets the running iteration finish (its result kept) and starts no
+// new one; resume goes on.
+func TestLoopPauseResume(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	gate := filepath.Join(prompts, "go")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt
+while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, `auto_merge = true
+[loops.code]
+validation_command = "[ $(wc -l < work.txt) -ge 2 ] || { echo one line; exit 1; }"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "two lines")
+	eventually(t, 30*time.Second, "the agent started", func() bool {
+		_, err := os.Stat(filepath.Join(prompts, id+"-1.txt"))
+		return err == nil
+	})
+	var pr struct{ Loop api.LoopRecord }
+	d.mustCall("loop.pause", map[string]any{"id": id}, &pr)
+	if !pr.Loop.Paused || pr.Loop.Status != api.LoopRunning {
+		t.Fatalf("loop.pause: %+v", pr.Loop)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := d.waitLoop(id, api.LoopPaused, 30*time.Second)
+	if got.Loop.Iteration != 1 || len(got.Iterations) != 1 || got.Iterations[0].Status != "failed" ||
+		!strings.Contains(got.Iterations[0].Feedback, "one line") {
+		t.Fatalf("paused: %+v", got)
+	}
+	d.waitEvent("loop.paused", func(e map[string]any) bool { return e["id"] == id })
+	if _, err := os.Stat(filepath.Join(prompts, id+"-2.txt")); err == nil {
+		t.Fatal("a paused loop started an iteration")
+	}
+	if err := d.call("loop.pause", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
+		t.Fatalf("loop.pause of a paused loop: %v", err)
+	}
+	d.mustCall("loop.resume", map[string]any{"id": id}, nil)
+	got = d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 {
+		t.Fatalf("resumed: %+v", got.Loop)
+	}
+}
+
+// A daemon killed with -9 while an iteration's validation job runs: the
+// job ends daemon_lost, the loop goes on with iteration 2, the agent's
+// task of iteration 1 is not run again.
+func TestLoopKilledDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt`, `auto_merge = true
+[loops.code]
+validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 300; fi"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive validation")
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	var before api.LoopGetResult
+	d.mustCall("loop.get", map[string]any{"id": id}, &before)
+	if len(before.Iterations) != 1 || before.Iterations[0].JobID == "" {
+		t.Fatalf("before the kill: %+v", before)
+	}
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
+		t.Fatalf("loop: %+v", got)
+	}
+	var jr struct{ Job api.JobRecord }
+	d2.mustCall("job.get", map[string]any{"id": before.Iterations[0].JobID}, &jr)
+	if !jr.Job.State.Terminal() || jr.Job.State == api.StateSucceeded {
+		t.Fatalf("the interrupted validation job: %+v", jr.Job)
+	}
+	// One prompt per iteration: nothing ran twice.
+	for n := 1; n <= 3; n++ {
+		_, err := os.Stat(filepath.Join(prompts, fmt.Sprintf("%s-%d.txt", id, n)))
+		if (err == nil) != (n <= 2) {
+			t.Fatalf("prompt of iteration %d: %v", n, err)
+		}
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "it 1\nit 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+}
+
+// cancel while the validation job runs cancels the job at once.
+func TestLoopCancelDuringValidation(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	mark := filepath.Join(prompts, "validating")
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "touch `+mark+`; sleep 300"
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "validate for ever")
+	var job string
+	eventually(t, 30*time.Second, "the validation job running", func() bool {
+		var r api.LoopGetResult
+		if d.call("loop.get", map[string]any{"id": id}, &r) != nil {
+			return false
+		}
+		job = r.Loop.JobID
+		_, err := os.Stat(mark)
+		return err == nil && job != ""
+	})
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+	eventually(t, 10*time.Second, "the validation job cancelled", func() bool {
+		var jr struct{ Job api.JobRecord }
+		return d.call("job.get", map[string]any{"id": job}, &jr) == nil && jr.Job.State == api.StateCancelled
+	})
+	got := d.waitLoop(id, api.LoopFailed, 10*time.Second)
+	if got.Loop.Error != api.LoopErrCancelled || got.Loop.JobID != "" {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	d.waitEvent("loop.cancelled", func(e map[string]any) bool { return e["id"] == id && e["job_id"] == job })
+}
+
+// A plan that waits for its approval when the daemon is killed waits for
+// the same approval after the restart: plan.approve (by the loop's id)
+// then spawns its specs.
+func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, treeAgent, "auto_merge = true\n")
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopPlan, repo, "survive the wait")
+	var before api.LoopGetResult
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		return d.call("loop.get", map[string]any{"id": id}, &before) == nil && before.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	d2 := startDaemonAt(t, home, cfg)
+	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id })
+	var ap struct {
+		SpecsSpawned int `json:"specs_spawned"`
+	}
+	d2.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	got := d2.waitLoop(id, api.LoopComplete, 120*time.Second)
+	if got.Loop.Iteration != 1 || got.Loop.ApprovalID != "" {
+		t.Fatalf("the plan: %+v", got.Loop)
+	}
+	var list api.LoopListResult
+	d2.mustCall("loop.list", map[string]any{"loop_type": "code", "status": "complete"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	// The approval asked before the kill is the one that was answered.
+	var a struct{ Approval api.Approval }
+	d2.mustCall("approval.get", map[string]any{"id": before.Loop.ApprovalID}, &a)
+	if a.Approval.State != api.ApprovalAllowed {
+		t.Fatalf("the approval: %+v", a.Approval)
+	}
+}

@@ -1,0 +1,203 @@
+package loops
+
+import (
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Loop events. Loopr's clients read loop.created, loop.updated,
+// loop.iteration and loop.artifact; the others are the supervisor's log
+// of every decision. None carries what an agent wrote: sizes, hashes and
+// codes only (a loop's record carries its progress, the validation
+// output a person reads with loop.get: loop.created and loop.updated are
+// Loopr's wire shape).
+
+// LoopCreated: a loop was recorded. Its data is the record itself.
+type LoopCreated struct{ api.LoopRecord }
+
+func (LoopCreated) Kind() string { return "loop.created" }
+
+// LoopUpdated: a loop's record changed (committed). Its data is the record.
+type LoopUpdated struct{ api.LoopRecord }
+
+func (LoopUpdated) Kind() string { return "loop.updated" }
+
+// LoopIterationEnded is Loopr's loop.iteration: an iteration ended, passed
+// or not.
+type LoopIterationEnded struct {
+	ID        string `json:"id"`
+	Iteration uint32 `json:"iteration"`
+	Status    string `json:"status"`
+	Passed    bool   `json:"passed"`
+}
+
+func (LoopIterationEnded) Kind() string { return "loop.iteration" }
+
+// LoopArtifact is Loopr's loop.artifact: the loop's artifact (a path
+// relative to its worktree) is committed.
+type LoopArtifact struct {
+	ID   string `json:"id"`
+	Path string `json:"path"`
+}
+
+func (LoopArtifact) Kind() string { return "loop.artifact" }
+
+// LoopIterationStarted: an iteration's agent task was started.
+type LoopIterationStarted struct {
+	ID          string `json:"id"`
+	Iteration   uint32 `json:"iteration"`
+	TaskID      string `json:"task_id"`
+	PromptBytes int    `json:"prompt_bytes"`
+}
+
+func (LoopIterationStarted) Kind() string { return "loop.iteration_started" }
+
+// LoopValidationStarted: an iteration's validation job was submitted.
+type LoopValidationStarted struct {
+	ID        string `json:"id"`
+	Iteration uint32 `json:"iteration"`
+	JobID     string `json:"job_id"`
+	Lane      string `json:"lane"`
+}
+
+func (LoopValidationStarted) Kind() string { return "loop.validation_started" }
+
+// LoopValidationFailed: an iteration did not validate; the next one is
+// told why (feedback_bytes of it).
+type LoopValidationFailed struct {
+	ID            string `json:"id"`
+	Iteration     uint32 `json:"iteration"`
+	Reason        string `json:"reason"` // exit_code, job_failed, task_failed, artifact_invalid
+	ExitCode      *int32 `json:"exit_code,omitempty"`
+	JobID         string `json:"job_id,omitempty"`
+	TaskID        string `json:"task_id,omitempty"`
+	FeedbackBytes int    `json:"feedback_bytes"`
+}
+
+func (LoopValidationFailed) Kind() string { return "loop.validation_failed" }
+
+// LoopValidationPassed: an iteration validated.
+type LoopValidationPassed struct {
+	ID        string `json:"id"`
+	Iteration uint32 `json:"iteration"`
+	JobID     string `json:"job_id,omitempty"`
+}
+
+func (LoopValidationPassed) Kind() string { return "loop.validation_passed" }
+
+// LoopCommitted: a validated iteration's work was committed in its
+// worktree (commit "" : there was nothing to commit).
+type LoopCommitted struct {
+	ID        string `json:"id"`
+	Iteration uint32 `json:"iteration"`
+	Commit    string `json:"commit"`
+	Recovery  bool   `json:"recovery,omitempty"` // a WIP: recovery commit
+}
+
+func (LoopCommitted) Kind() string { return "loop.committed" }
+
+// LoopMerged: a loop's branch was merged into Into.
+type LoopMerged struct {
+	ID     string `json:"id"`
+	Branch string `json:"branch"`
+	Into   string `json:"into"`
+}
+
+func (LoopMerged) Kind() string { return "loop.merged" }
+
+// LoopMergeConflicted: a loop's branch did not merge into Into; the branch
+// is kept.
+type LoopMergeConflicted struct {
+	ID     string `json:"id"`
+	Branch string `json:"branch"`
+	Into   string `json:"into"`
+}
+
+func (LoopMergeConflicted) Kind() string { return "loop.merge_conflicted" }
+
+// LoopChildrenSpawned: a validated loop (or an approved plan) spawned its
+// children.
+type LoopChildrenSpawned struct {
+	ID       string   `json:"id"`
+	Children []string `json:"children"`
+}
+
+func (LoopChildrenSpawned) Kind() string { return "loop.children_spawned" }
+
+// LoopApprovalAsked: a loop waits for a person (kind plan: may the plan
+// spawn its specs; kind merge: may the tree merge into its base).
+type LoopApprovalAsked struct {
+	ID         string `json:"id"`
+	ApprovalID string `json:"approval_id"`
+	Question   string `json:"question"` // plan, merge
+}
+
+func (LoopApprovalAsked) Kind() string { return "loop.approval_asked" }
+
+// LoopEnded: a loop reached a terminal status.
+type LoopEnded struct {
+	ID     string         `json:"id"`
+	Status api.LoopStatus `json:"status"`
+	Error  string         `json:"error,omitempty"`
+}
+
+func (LoopEnded) Kind() string { return "loop.ended" }
+
+// LoopPaused, LoopResumed: loop.pause and loop.resume (or a usage limit).
+type LoopPaused struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"` // requested, usage_limit
+}
+
+func (LoopPaused) Kind() string { return "loop.paused" }
+
+type LoopResumed struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"` // requested, usage_limit_passed
+}
+
+func (LoopResumed) Kind() string { return "loop.resumed" }
+
+// LoopCancelled: loop.cancel of it or of an ancestor.
+type LoopCancelled struct {
+	ID     string `json:"id"`
+	TaskID string `json:"task_id,omitempty"` // stopped
+	JobID  string `json:"job_id,omitempty"`  // cancelled
+}
+
+func (LoopCancelled) Kind() string { return "loop.cancelled" }
+
+// LoopDeleted: loop.delete removed a loop and its descendants.
+type LoopDeleted struct {
+	ID      string   `json:"id"`
+	Removed []string `json:"removed"`
+}
+
+func (LoopDeleted) Kind() string { return "loop.deleted" }
+
+// LoopRecovered: a loop a dead daemon left running goes on; its
+// interrupted iteration is counted and the next one has the next number.
+type LoopRecovered struct {
+	ID          string `json:"id"`
+	Iteration   uint32 `json:"iteration"`
+	Interrupted bool   `json:"interrupted"` // an iteration was under way
+	WIPCommit   string `json:"wip_commit,omitempty"`
+}
+
+func (LoopRecovered) Kind() string { return "loop.recovered" }
+
+// LoopGitFailed: a git operation of a loop failed (its first line of
+// error, which is git's, not the agent's).
+type LoopGitFailed struct {
+	ID string `json:"id"`
+	Op string `json:"op"`
+}
+
+func (LoopGitFailed) Kind() string { return "loop.git_failed" }
+
+func init() {
+	eventlog.Register(LoopCreated{}, LoopUpdated{}, LoopIterationEnded{}, LoopArtifact{}, LoopIterationStarted{},
+		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
+		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
+		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{})
+}

@@ -1,0 +1,78 @@
+package loops
+
+import (
+	"context"
+	"time"
+
+	"github.com/orchestrd/orchestrd/loops/gitwt"
+)
+
+// GitWT is the Git the daemon gives the loops: loops/gitwt's hardened git
+// (the repository's hooks and the agent's config never run), each call
+// bounded by gitTimeout.
+type GitWT struct{}
+
+var _ Git = GitWT{}
+
+// gitTimeout bounds one git operation of a loop.
+const gitTimeout = 5 * time.Minute
+
+func withRepo[T any](repo string, f func(ctx context.Context, r *gitwt.Repo) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), gitTimeout)
+	defer cancel()
+	r, err := gitwt.Open(ctx, repo)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return f(ctx, r)
+}
+
+func (GitWT) CurrentBranch(repo string) (string, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (string, error) { return r.CurrentBranch(ctx) })
+}
+
+func (GitWT) AddWorktree(repo, dir, branch, from string) error {
+	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
+		return struct{}{}, r.AddWorktree(ctx, dir, branch, from)
+	})
+	return err
+}
+
+func (GitWT) CommitAll(repo, dir, msg string) (string, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (string, error) {
+		c, _, err := r.CommitAll(ctx, dir, msg)
+		return c, err
+	})
+}
+
+func (GitWT) RecoverWIP(repo, dir string) (string, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (string, error) {
+		c, changed, err := r.RecoverWIP(ctx, dir)
+		if !changed {
+			c = ""
+		}
+		return c, err
+	})
+}
+
+func (GitWT) Merge(repo, into, branch, msg string) (bool, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (bool, error) {
+		res, err := r.Merge(ctx, into, branch, msg)
+		return res.Conflict, err
+	})
+}
+
+func (GitWT) RemoveWorktree(repo, dir string) error {
+	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
+		return struct{}{}, r.RemoveWorktree(ctx, dir)
+	})
+	return err
+}
+
+func (GitWT) DeleteBranch(repo, branch string) error {
+	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
+		return struct{}{}, r.DeleteBranch(ctx, branch)
+	})
+	return err
+}

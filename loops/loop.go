@@ -1,0 +1,966 @@
+package loops
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/artifact"
+)
+
+// Loop actor messages.
+type (
+	// do runs f in the actor, unless the loop moved on (gen differs): what
+	// a task, a job, git or the store answered.
+	do struct {
+		gen int
+		f   func(c *actors.Context)
+	}
+	slotGranted  struct{}
+	childChanged struct{ rec api.LoopRecord }
+	ctl          struct {
+		op    string
+		arg   string
+		reply func(any, error)
+	}
+	mergeDone struct {
+		conflict bool
+		err      error
+	}
+	usageLimitPassed struct{}
+)
+
+// anyGen is a do that runs whatever the loop's generation.
+const anyGen = -1
+
+// loop is one live loop's actor: it owns the loop's record, its current
+// iteration and its children's bookkeeping. It never blocks: the agent's
+// task, the validation job, git and the store answer with messages.
+type loop struct {
+	m      *Manager
+	sup    actors.Ref
+	rec    api.LoopRecord
+	how    int
+	reply  func(api.LoopRecord, error)
+	parent *api.LoopRecord
+	kids   []api.LoopRecord // as recovered
+
+	self    actors.Ref
+	gen     int                // bumped when the work under way is dropped (cancel, a new iteration)
+	it      *api.LoopIteration // the current iteration
+	slot    bool
+	kidStat map[string]api.LoopStatus
+	kidErr  map[string]string
+	gate    func(reason string)
+	resumeT func()
+}
+
+func (l *loop) Receive(c *actors.Context) {
+	switch msg := c.Message().(type) {
+	case actors.Started:
+		l.self = c.Self()
+		l.kidStat = map[string]api.LoopStatus{}
+		l.kidErr = map[string]string{}
+		for _, k := range l.kids {
+			l.kidStat[k.ID] = k.Status
+			l.kidErr[k.ID] = k.Error
+		}
+		if l.how == spawnRecovered {
+			l.recover(c)
+			return
+		}
+		l.persist(c, true, func(c *actors.Context) {
+			if l.reply != nil {
+				l.reply(l.rec, nil)
+				l.reply = nil
+			}
+			l.next(c)
+		})
+	case do:
+		if msg.gen == anyGen || msg.gen == l.gen {
+			msg.f(c)
+		}
+	case slotGranted:
+		l.slot = true
+		if l.rec.Status.Terminal() || l.rec.Status == api.LoopPaused {
+			l.freeSlot(c)
+			return
+		}
+		l.begin(c)
+	case childChanged:
+		l.childChanged(c, msg.rec)
+	case ctl:
+		l.control(c, msg)
+	case usageLimitPassed:
+		l.resumeT = nil
+		if l.rec.Status == api.LoopPaused {
+			l.m.bus.Emit(LoopResumed{ID: l.rec.ID, Reason: "usage_limit_passed"})
+			l.rec.Status, l.rec.Paused = api.LoopPending, false
+			l.persist(c, false, l.next)
+		}
+	case actors.Stopping:
+		l.gen++
+		if l.resumeT != nil {
+			l.resumeT()
+		}
+	}
+}
+
+// poster returns a function that runs f in the actor, if the loop has not
+// moved on meanwhile (its generation now). Call it in the actor; the
+// function it returns is safe from any goroutine.
+func (l *loop) poster() func(f func(c *actors.Context)) {
+	gen, sys, self := l.gen, l.m.sys, l.self
+	return func(f func(c *actors.Context)) { sys.Send(self, do{gen: gen, f: f}) }
+}
+
+// async runs work off the actor and then f with its error in the actor.
+func (l *loop) async(work func() error, f func(c *actors.Context, err error)) {
+	gen, sys, self := l.gen, l.m.sys, l.self
+	go func() {
+		err := work()
+		sys.Send(self, do{gen: gen, f: func(c *actors.Context) { f(c, err) }})
+	}()
+}
+
+// persist commits the record (and the current iteration) and then tells:
+// loop.created or loop.updated, the supervisor, then runs then. Nobody
+// hears of a change before it is committed.
+func (l *loop) persist(c *actors.Context, created bool, then func(c *actors.Context)) {
+	l.rec.UpdatedAt = time.Now().UnixMilli()
+	rec := l.rec
+	var it *api.LoopIteration
+	if l.it != nil {
+		cp := *l.it
+		it = &cp
+	}
+	st := l.m.opts.Store
+	sys, self := l.m.sys, l.self
+	tell := func(err error) {
+		sys.Send(self, do{gen: anyGen, f: func(c *actors.Context) {
+			if err != nil {
+				l.m.log.Error().Err(err).Str("loop_id", rec.ID).Msg("recording a loop in the state store")
+			}
+			if created {
+				l.m.bus.Emit(LoopCreated{rec})
+			} else {
+				l.m.bus.Emit(LoopUpdated{rec})
+			}
+			c.Send(l.sup, changed{rec: rec})
+			if then != nil {
+				then(c)
+			}
+		}})
+	}
+	if it != nil {
+		if err := st.SaveIteration(*it, func(error) {}); err != nil {
+			l.m.log.Error().Err(err).Str("loop_id", rec.ID).Msg("recording an iteration in the state store")
+		}
+	}
+	if err := st.SaveLoop(rec, tell); err != nil {
+		tell(err)
+	}
+}
+
+// next decides what the loop does now that nothing is under way.
+func (l *loop) next(c *actors.Context) {
+	switch {
+	case l.rec.Status.Terminal():
+		l.finish(c)
+	case l.rec.Status == api.LoopPaused:
+		l.freeSlot(c)
+	case l.rec.Stage == api.StageChildren:
+		l.checkChildren(c)
+	case l.rec.Stage == api.StageApproval || l.rec.Stage == api.StageMerge:
+		// waiting for a person
+	case l.slot:
+		l.begin(c)
+	default:
+		c.Send(l.sup, wantSlot{id: l.rec.ID})
+	}
+}
+
+func (l *loop) freeSlot(c *actors.Context) {
+	if l.slot {
+		l.slot = false
+	}
+	c.Send(l.sup, freeSlot{id: l.rec.ID})
+}
+
+// begin starts the next iteration: the worktree (made at the first), the
+// prompt, then the agent's task.
+func (l *loop) begin(c *actors.Context) {
+	if l.rec.Paused {
+		l.pauseNow(c, "requested")
+		return
+	}
+	l.gen++
+	r := l.rec
+	var prompt string
+	l.async(func() error {
+		if _, err := os.Lstat(r.Worktree); err != nil {
+			from := r.Base
+			if l.parent != nil {
+				from = l.parent.Branch
+			}
+			if err := l.m.opts.Git.AddWorktree(r.Repo, r.Worktree, r.Branch, from); err != nil {
+				return fmt.Errorf("adding the worktree: %w", err)
+			}
+		}
+		in := artifact.PromptInput{LoopID: r.ID, Task: readContext(r).Task, Artifact: artifactPath(r),
+			Validation: r.ValidationCommand, Iteration: r.Iteration + 1, MaxIterations: r.MaxIterations, Progress: r.Progress}
+		if r.InputArtifact != nil {
+			in.InputPath = *r.InputArtifact
+			if b, err := readBeneath(r.Worktree, *r.InputArtifact); err != nil {
+				in.Input = "(the input artifact " + *r.InputArtifact + " could not be read)"
+			} else {
+				in.Input = string(b)
+			}
+		}
+		var err error
+		prompt, err = l.m.templates.Render(r.LoopType, in)
+		return err
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "add_worktree"})
+			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("preparing a loop's worktree")
+			l.fail(c, api.LoopErrGit, "its worktree could not be made: "+firstLine(err.Error()))
+			return
+		}
+		l.started(c, prompt)
+	})
+}
+
+// started records the iteration and starts its agent's task.
+func (l *loop) started(c *actors.Context, prompt string) {
+	n := l.rec.Iteration + 1
+	l.rec.Iteration, l.rec.Status, l.rec.Stage = n, api.LoopRunning, api.StageIterating
+	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
+	tc := l.m.cfg.For(l.rec.LoopType)
+	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: l.m.cfg.PermissionMode,
+		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)}}
+	l.persist(c, false, func(c *actors.Context) {
+		post := l.poster()
+		l.m.opts.Agents.Execute(spec, func(taskID string, err error) {
+			post(func(c *actors.Context) { l.taskStarted(c, taskID, err) })
+		})
+	})
+}
+
+func (l *loop) taskStarted(c *actors.Context, taskID string, err error) {
+	if err != nil {
+		l.m.log.Error().Err(err).Str("loop_id", l.rec.ID).Msg("starting a loop's agent task")
+		l.it.Status, l.it.FinishedAt = "failed", time.Now().UnixMilli()
+		l.it.Feedback = "the agent's task was refused: " + firstLine(err.Error())
+		l.fail(c, api.LoopErrAgent, l.it.Feedback)
+		return
+	}
+	l.it.TaskID, l.rec.TaskID = taskID, taskID
+	l.m.bus.Emit(LoopIterationStarted{ID: l.rec.ID, Iteration: l.it.Iteration, TaskID: taskID, PromptBytes: len(l.it.Prompt)})
+	l.persist(c, false, func(c *actors.Context) {
+		post := l.poster()
+		if err := l.m.opts.Agents.Wait(taskID, func(tr api.TaskRecord) {
+			post(func(c *actors.Context) { l.taskEnded(c, tr) })
+		}); err != nil {
+			l.taskEnded(c, api.TaskRecord{ID: taskID, State: api.TaskFailed, Error: &api.TaskError{Code: "lost", Message: err.Error()}})
+		}
+	})
+}
+
+// isUsageLimit reports whether a task failed because its agent hit a
+// usage limit.
+func isUsageLimit(e *api.TaskError) bool {
+	if e == nil {
+		return false
+	}
+	code := strings.ToLower(e.Code)
+	return strings.Contains(code, "usage_limit") || strings.Contains(code, "rate_limit")
+}
+
+func (l *loop) taskEnded(c *actors.Context, tr api.TaskRecord) {
+	l.rec.TaskID = ""
+	if tr.State != api.TaskCompleted {
+		if isUsageLimit(tr.Error) {
+			l.it.Status, l.it.FinishedAt = "interrupted", time.Now().UnixMilli()
+			l.usagePause(c)
+			return
+		}
+		code := ""
+		if tr.Error != nil {
+			code = tr.Error.Code
+		}
+		l.iterationFailed(c, "task_failed", fmt.Sprintf("The agent's task ended %s (%s).", tr.State, code), nil)
+		return
+	}
+	l.validate(c)
+}
+
+// validate checks the iteration: the artifact of a plan, spec or phase,
+// then the validation command.
+func (l *loop) validate(c *actors.Context) {
+	r := l.rec
+	art := artifactPath(r)
+	if art == "" {
+		l.runValidation(c)
+		return
+	}
+	l.async(func() error {
+		b, err := readBeneath(r.Worktree, art)
+		if err != nil {
+			return fmt.Errorf("the %s artifact %s is missing or unreadable: write it there", r.LoopType, art)
+		}
+		switch r.LoopType {
+		case api.LoopPlan:
+			_, err = artifact.ParsePlan(b)
+		case api.LoopSpec:
+			_, err = artifact.ParseSpec(b)
+		}
+		if err != nil {
+			return fmt.Errorf("the %s artifact %s does not parse: %w", r.LoopType, art, err)
+		}
+		return nil
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.iterationFailed(c, "artifact_invalid", err.Error(), nil)
+			return
+		}
+		l.runValidation(c)
+	})
+}
+
+func (l *loop) runValidation(c *actors.Context) {
+	tc := l.m.cfg.For(l.rec.LoopType)
+	cmd := l.rec.ValidationCommand
+	if cmd == "" {
+		l.validated(c, "")
+		return
+	}
+	spec := api.JobSpec{Lane: tc.ValidationLane, Argv: []string{"sh", "-c", cmd}, Cwd: l.rec.Worktree,
+		TimeoutMs: uint64(tc.ValidationTimeout.Milliseconds()), ToolName: "loop-validation", AgentID: l.rec.ID}
+	n := l.it.Iteration
+	post := l.poster()
+	l.m.opts.Jobs.Run(spec, func(jobID string, err error) {
+		post(func(c *actors.Context) {
+			if err != nil {
+				l.iterationFailed(c, "job_failed", "The validation job was refused: "+firstLine(err.Error()), nil)
+				return
+			}
+			l.it.JobID, l.rec.JobID = jobID, jobID
+			l.m.bus.Emit(LoopValidationStarted{ID: l.rec.ID, Iteration: n, JobID: jobID, Lane: tc.ValidationLane})
+			l.persist(c, false, nil)
+		})
+	}, func(res JobResult) {
+		post(func(c *actors.Context) { l.jobEnded(c, res) })
+	})
+}
+
+func (l *loop) jobEnded(c *actors.Context, res JobResult) {
+	l.rec.JobID = ""
+	if res.Passed() {
+		l.validated(c, res.JobID)
+		return
+	}
+	out := string(res.Tail)
+	switch {
+	case res.State == api.StateTimeout:
+		out += fmt.Sprintf("\n(the validation command timed out after %s)", l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration)
+	case res.ExitCode == nil && res.Error != "":
+		out += "\n(the validation job ended " + string(res.State) + ": " + firstLine(res.Error) + ")"
+	}
+	reason := "exit_code"
+	if res.ExitCode == nil {
+		reason = "job_failed"
+	}
+	l.iterationFailed(c, reason, out, res.ExitCode)
+}
+
+// iterationFailed ends the iteration failed: its feedback is appended to
+// the progress; the next iteration starts, or the loop fails at its
+// max_iterations.
+func (l *loop) iterationFailed(c *actors.Context, reason, out string, exit *int32) {
+	it := l.it
+	fb := feedback(it.Iteration, out)
+	it.Status, it.Passed, it.FinishedAt = "failed", false, time.Now().UnixMilli()
+	it.Feedback = fb
+	l.rec.Progress += fb
+	l.m.bus.Emit(LoopValidationFailed{ID: l.rec.ID, Iteration: it.Iteration, Reason: reason, ExitCode: exit,
+		JobID: it.JobID, TaskID: it.TaskID, FeedbackBytes: len(fb)})
+	l.m.bus.Emit(LoopIterationEnded{ID: l.rec.ID, Iteration: it.Iteration, Status: "failed", Passed: false})
+	if it.Iteration >= l.rec.MaxIterations {
+		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("validation did not pass in %d iterations", l.rec.MaxIterations))
+		return
+	}
+	l.persist(c, false, func(c *actors.Context) {
+		l.it = nil
+		l.next(c)
+	})
+}
+
+// validated: the iteration passed. Its work is committed, then the loop
+// goes on by its type.
+func (l *loop) validated(c *actors.Context, jobID string) {
+	it := l.it
+	it.Status, it.Passed, it.FinishedAt = "passed", true, time.Now().UnixMilli()
+	l.m.bus.Emit(LoopValidationPassed{ID: l.rec.ID, Iteration: it.Iteration, JobID: jobID})
+	r := l.rec
+	var commit string
+	l.async(func() error {
+		var err error
+		commit, err = l.m.opts.Git.CommitAll(r.Repo, r.Worktree, fmt.Sprintf("loop %s: iteration %d", r.ID, it.Iteration))
+		return err
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "commit"})
+			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("committing a loop's iteration")
+			l.fail(c, api.LoopErrGit, "its work could not be committed: "+firstLine(err.Error()))
+			return
+		}
+		it.Commit = commit
+		l.m.bus.Emit(LoopCommitted{ID: r.ID, Iteration: it.Iteration, Commit: commit})
+		l.m.bus.Emit(LoopIterationEnded{ID: r.ID, Iteration: it.Iteration, Status: "passed", Passed: true})
+		if art := artifactPath(r); art != "" && !slices.Contains(l.rec.OutputArtifacts, art) {
+			l.rec.OutputArtifacts = append(l.rec.OutputArtifacts, art)
+		}
+		l.freeSlot(c)
+		l.persist(c, false, func(c *actors.Context) {
+			l.it = nil
+			if art := artifactPath(r); art != "" {
+				l.m.bus.Emit(LoopArtifact{ID: r.ID, Path: art})
+			}
+			l.afterValidated(c)
+		})
+	})
+}
+
+// afterValidated moves a validated loop on by its type: a code loop
+// merges up and is complete; a plan asks a person; a spec spawns its
+// phases, a phase its code loop.
+func (l *loop) afterValidated(c *actors.Context) {
+	switch l.rec.LoopType {
+	case api.LoopCode:
+		l.mergeUp(c)
+	case api.LoopPlan:
+		l.askPlan(c)
+	default:
+		l.spawnKids(c)
+	}
+}
+
+func (l *loop) askPlan(c *actors.Context) {
+	r := l.rec
+	art := artifactPath(r)
+	var content string
+	var specs []artifact.SpecItem
+	l.async(func() error {
+		b, err := readBeneath(r.Worktree, art)
+		if err != nil {
+			return err
+		}
+		content = string(b)
+		p, err := artifact.ParsePlan(b)
+		specs = p.Specs
+		return err
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.fail(c, api.LoopErrGit, "its committed plan could not be read again: "+firstLine(err.Error()))
+			return
+		}
+		names := make([]string, len(specs))
+		for i, s := range specs {
+			names[i] = "spec-" + s.Name
+		}
+		post := l.poster()
+		id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, content, names, func(a GateAnswer) {
+			post(func(c *actors.Context) { l.planAnswered(c, a, specs) })
+		})
+		if err != nil {
+			l.fail(c, api.LoopErrAgent, "its plan could not be put to a person: "+firstLine(err.Error()))
+			return
+		}
+		l.gate = cancel
+		l.m.setPlanApproval(r.ID, id)
+		l.rec.Stage, l.rec.ApprovalID = api.StageApproval, id
+		l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "plan"})
+		l.persist(c, false, nil)
+	})
+}
+
+func (l *loop) planAnswered(c *actors.Context, a GateAnswer, _ []artifact.SpecItem) {
+	l.gate = nil
+	l.m.setPlanApproval(l.rec.ID, "")
+	l.rec.ApprovalID = ""
+	switch {
+	case a.Approved:
+		l.spawnKids(c)
+	case a.Iterate:
+		// The plan runs again with the feedback; its children (none yet
+		// at this stage, but those of an earlier approval) are invalidated.
+		l.rec.Progress += fmt.Sprintf("\n---\n## Iteration %d Feedback From Review\n%s\n", l.rec.Iteration, boundTail(a.Feedback, MaxFeedback))
+		l.rec.Stage = ""
+		c.Send(l.sup, control{op: "invalidate_children", id: l.rec.ID, reply: func(any, error) {}})
+		l.persist(c, false, l.next)
+	default:
+		l.fail(c, api.LoopErrPlanRejected, "the plan was rejected: "+firstLine(boundTail(a.Reason, 512)))
+	}
+}
+
+// spawnKids makes the loop's children from its artifact: a plan's specs, a
+// spec's phases, a phase's code loop.
+func (l *loop) spawnKids(c *actors.Context) {
+	r := l.rec
+	art := artifactPath(r)
+	var kids []api.LoopRecord
+	l.async(func() error {
+		b, err := readBeneath(r.Worktree, art)
+		if err != nil {
+			return err
+		}
+		// Each child's task, and what its artifact's slug is made of
+		// (unique in the tree: a phase's names its spec).
+		var tasks, slugs []string
+		var kt api.LoopType
+		switch r.LoopType {
+		case api.LoopPlan:
+			p, err := artifact.ParsePlan(b)
+			if err != nil {
+				return err
+			}
+			kt = api.LoopSpec
+			for _, s := range p.Specs {
+				tasks = append(tasks, "spec-"+s.Name+": "+s.Description)
+				slugs = append(slugs, s.Name)
+			}
+		case api.LoopSpec:
+			sp, err := artifact.ParseSpec(b)
+			if err != nil {
+				return err
+			}
+			kt = api.LoopPhase
+			spec, _, _ := strings.Cut(readContext(r).Task, ":")
+			for _, p := range sp.Phases {
+				tasks = append(tasks, fmt.Sprintf("Phase %d of %s, %s: %s", p.Number, spec, p.Name, p.Description))
+				slugs = append(slugs, strings.TrimPrefix(spec, "spec-")+" "+p.Name)
+			}
+		default:
+			kt = api.LoopCode
+			tasks = []string{"Implement the phase described in " + art + "."}
+			slugs = []string{""}
+		}
+		now := time.Now().UnixMilli()
+		tc := l.m.cfg.For(kt)
+		for i, t := range tasks {
+			id := api.ChildLoopID(r.ID, i+1)
+			pid, in := r.ID, art
+			ctx := makeContext(t, artifactFor(kt, id, slugs[i]))
+			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
+				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
+				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
+				UpdatedAt: now, Repo: r.Repo, Base: r.Base, Branch: "loop/" + id})
+		}
+		return nil
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.fail(c, api.LoopErrGit, "its artifact could not be read again to spawn children: "+firstLine(err.Error()))
+			return
+		}
+		ids := make([]string, len(kids))
+		for i, k := range kids {
+			ids[i] = k.ID
+			l.kidStat[k.ID] = api.LoopPending
+		}
+		l.rec.Stage, l.rec.Children = api.StageChildren, len(kids)
+		l.m.bus.Emit(LoopChildrenSpawned{ID: l.rec.ID, Children: ids})
+		l.persist(c, false, func(c *actors.Context) {
+			c.Send(l.sup, spawnChildren{parent: l.rec.ID, children: kids})
+		})
+	})
+}
+
+func (l *loop) childChanged(c *actors.Context, rec api.LoopRecord) {
+	if _, ok := l.kidStat[rec.ID]; !ok && l.rec.Stage != api.StageChildren {
+		return
+	}
+	l.kidStat[rec.ID] = rec.Status
+	l.kidErr[rec.ID] = rec.Error
+	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() && l.rec.Status != api.LoopPaused {
+		l.checkChildren(c)
+	}
+}
+
+// checkChildren ends a parent whose children have all ended: complete
+// (merged up) when all are complete, else failed naming the failed ones.
+func (l *loop) checkChildren(c *actors.Context) {
+	var failed []string
+	for id, st := range l.kidStat {
+		if !st.Terminal() {
+			return
+		}
+		if st != api.LoopComplete {
+			failed = append(failed, id)
+		}
+	}
+	slices.Sort(failed)
+	if len(failed) > 0 {
+		l.fail(c, api.LoopErrChildFailed, "failed children: "+strings.Join(failed, ", "))
+		return
+	}
+	l.mergeUp(c)
+}
+
+// mergeUp merges a complete loop's branch into its parent's (the parent's
+// actor merges, one child at a time), or a root's into its base once a
+// person approves or at once with auto_merge.
+func (l *loop) mergeUp(c *actors.Context) {
+	r := l.rec
+	if r.ParentID != nil {
+		into := ""
+		if l.parent != nil {
+			into = l.parent.Branch
+		}
+		l.merge(c, into)
+		return
+	}
+	if l.m.cfg.AutoMerge {
+		l.mergeRoot(c)
+		return
+	}
+	post := l.poster()
+	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
+		[]string{r.Branch}, func(a GateAnswer) {
+			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
+		})
+	if err != nil {
+		l.fail(c, api.LoopErrAgent, "its merge could not be put to a person: "+firstLine(err.Error()))
+		return
+	}
+	l.gate = cancel
+	l.m.setPlanApproval(r.ID, id)
+	l.rec.Stage, l.rec.ApprovalID = api.StageMerge, id
+	l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "merge"})
+	l.persist(c, false, nil)
+}
+
+// mergeAnswered: a person answered whether the complete tree merges into
+// its base.
+func (l *loop) mergeAnswered(c *actors.Context, a GateAnswer) {
+	r := l.rec
+	l.gate = nil
+	l.m.setPlanApproval(r.ID, "")
+	l.rec.ApprovalID = ""
+	if a.Approved {
+		l.mergeRoot(c)
+		return
+	}
+	// Not merged: the tree is complete, its branch kept.
+	l.rec.Message = "its branch " + r.Branch + " was not merged into " + r.Base + ": the merge was not approved"
+	l.complete(c)
+}
+
+func (l *loop) mergeRoot(c *actors.Context) { l.merge(c, l.rec.Base) }
+
+// merge merges the loop's branch into into (its parent's branch, or a
+// root's base).
+func (l *loop) merge(c *actors.Context, into string) {
+	r := l.rec
+	var conflict bool
+	l.async(func() error {
+		if into == "" {
+			return errors.New("its parent is not known")
+		}
+		var err error
+		conflict, err = l.m.opts.Git.Merge(r.Repo, into, r.Branch, fmt.Sprintf("merge loop %s", r.ID))
+		return err
+	}, func(c *actors.Context, err error) {
+		l.merged(c, mergeDone{conflict: conflict, err: err})
+	})
+}
+
+// merged is the answer to this loop's merge (into its parent's branch or
+// its base).
+func (l *loop) merged(c *actors.Context, msg mergeDone) {
+	into := l.rec.Base
+	if l.parent != nil {
+		into = l.parent.Branch
+	}
+	switch {
+	case msg.err != nil:
+		l.m.bus.Emit(LoopGitFailed{ID: l.rec.ID, Op: "merge"})
+		l.fail(c, api.LoopErrGit, "its branch could not be merged into "+into+": "+firstLine(msg.err.Error()))
+	case msg.conflict:
+		l.m.bus.Emit(LoopMergeConflicted{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
+		l.fail(c, api.LoopErrMergeConflict, "its branch "+l.rec.Branch+" conflicts with "+into+": kept unmerged")
+	default:
+		l.m.bus.Emit(LoopMerged{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
+		l.complete(c)
+	}
+}
+
+func (l *loop) complete(c *actors.Context) {
+	l.rec.Status, l.rec.Stage, l.rec.TaskID, l.rec.JobID = api.LoopComplete, "", "", ""
+	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: api.LoopComplete})
+	l.persist(c, false, l.finish)
+}
+
+// fail ends the loop failed with code.
+func (l *loop) fail(c *actors.Context, code, message string) {
+	l.end(c, api.LoopFailed, code, message)
+}
+
+func (l *loop) end(c *actors.Context, st api.LoopStatus, code, message string) {
+	l.endThen(c, st, code, message, nil)
+}
+
+// endThen is end; then runs once the end is committed and the supervisor
+// told.
+func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message string, then func()) {
+	l.gen++
+	if l.it != nil && l.it.Status == "running" {
+		l.it.Status, l.it.FinishedAt = "failed", time.Now().UnixMilli()
+	}
+	if l.gate != nil {
+		l.gate("loop ended")
+		l.gate = nil
+	}
+	l.m.setPlanApproval(l.rec.ID, "")
+	l.rec.Status, l.rec.Error, l.rec.Message, l.rec.Stage = st, code, message, ""
+	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID = "", "", ""
+	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: st, Error: code})
+	l.persist(c, false, func(c *actors.Context) {
+		l.finish(c)
+		if then != nil {
+			then()
+		}
+	})
+}
+
+// finish: the loop has ended. Its worktree goes (its branch stays until
+// loop.delete), its actor stops once its children's merges are done.
+func (l *loop) finish(c *actors.Context) {
+	l.freeSlot(c)
+	r := l.rec
+	go func() {
+		if _, err := os.Lstat(r.Worktree); err == nil {
+			if err := l.m.opts.Git.RemoveWorktree(r.Repo, r.Worktree); err != nil {
+				l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "remove_worktree"})
+				l.m.log.Warn().Err(err).Str("loop_id", r.ID).Msg("removing an ended loop's worktree")
+			}
+		}
+	}()
+	c.Send(l.sup, ended{id: r.ID})
+	c.StopSelf()
+}
+
+func (l *loop) pauseNow(c *actors.Context, reason string) {
+	l.rec.Status, l.rec.Paused = api.LoopPaused, false
+	l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: reason})
+	l.freeSlot(c)
+	l.persist(c, false, nil)
+}
+
+// usagePause pauses a loop whose agent hit a usage limit; it resumes by
+// itself after usage_limit_pause.
+func (l *loop) usagePause(c *actors.Context) {
+	l.rec.Progress += feedback(l.it.Iteration, "The agent hit a usage limit; the loop paused.")
+	l.it.Feedback = "usage limit"
+	l.it = nil
+	l.pauseNow(c, "usage_limit")
+	l.resumeT = c.After(l.m.cfg.UsageLimitPause.Duration, usageLimitPassed{})
+}
+
+// control does loop.start, pause, resume, cancel (the supervisor checked
+// the state table) and the supervisor's invalidate.
+func (l *loop) control(c *actors.Context, msg ctl) {
+	reply := msg.reply
+	if reply == nil {
+		reply = func(any, error) {}
+	}
+	if l.rec.Status.Terminal() {
+		reply(nil, api.Errorf(api.CodeInvalidState, "loop %s is %s", l.rec.ID, l.rec.Status))
+		return
+	}
+	switch msg.op {
+	case "start", "resume":
+		if l.rec.Status != api.LoopPaused {
+			reply(l.rec, nil) // pending: it starts when a slot is free
+			return
+		}
+		if l.resumeT != nil {
+			l.resumeT()
+			l.resumeT = nil
+		}
+		l.m.bus.Emit(LoopResumed{ID: l.rec.ID, Reason: "requested"})
+		l.rec.Status, l.rec.Paused = api.LoopPending, false
+		if l.rec.Stage != "" && l.rec.Stage != api.StageIterating {
+			l.rec.Status = api.LoopRunning
+		}
+		l.persist(c, false, func(c *actors.Context) {
+			reply(l.rec, nil)
+			l.next(c)
+		})
+	case "pause":
+		if l.rec.Stage == api.StageIterating && l.it != nil {
+			// The running iteration finishes (its result is kept); no
+			// new one starts.
+			l.rec.Paused = true
+			l.persist(c, false, func(c *actors.Context) { reply(l.rec, nil) })
+			return
+		}
+		l.rec.Status, l.rec.Paused = api.LoopPaused, false
+		l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: "requested"})
+		l.freeSlot(c)
+		l.persist(c, false, func(c *actors.Context) { reply(l.rec, nil) })
+	case "cancel", "invalidate":
+		ev := LoopCancelled{ID: l.rec.ID, TaskID: l.rec.TaskID, JobID: l.rec.JobID}
+		if l.rec.TaskID != "" {
+			l.m.opts.Agents.Stop(l.rec.TaskID, true)
+		}
+		if l.rec.JobID != "" {
+			l.m.opts.Jobs.Cancel(l.rec.JobID)
+		}
+		l.m.bus.Emit(ev)
+		done := func() { reply(map[string]any{"cancelled": true}, nil) }
+		if msg.op == "invalidate" {
+			l.endThen(c, api.LoopInvalidated, api.LoopErrParentIterated, "its parent ran again", done)
+		} else {
+			l.endThen(c, api.LoopFailed, api.LoopErrCancelled, "cancelled", done)
+		}
+	default:
+		reply(nil, api.Errorf(api.CodeInvalidParams, "unknown loop operation %q", msg.op))
+	}
+}
+
+// recover takes over a loop a dead daemon left not ended: an iteration
+// under way was interrupted (its task and job ended daemon_lost); the
+// worktree's uncommitted work is committed (WIP: recovery) and the loop
+// goes on with the next iteration number. A worktree that is gone fails
+// the loop.
+func (l *loop) recover(c *actors.Context) {
+	r := l.rec
+	if r.Status == api.LoopPaused {
+		l.m.bus.Emit(LoopRecovered{ID: r.ID, Iteration: r.Iteration})
+		l.next(c)
+		return
+	}
+	interrupted := r.Stage == api.StageIterating && r.Iteration > 0
+	if r.JobID != "" {
+		// A validation job the lanes queued again: its result is not
+		// wanted any more.
+		l.m.opts.Jobs.Cancel(r.JobID)
+	}
+	var wip string
+	var its []api.LoopIteration
+	l.async(func() error {
+		if r.Iteration == 0 && r.Stage == "" {
+			return nil // never started: nothing to recover
+		}
+		if _, err := os.Lstat(r.Worktree); err != nil {
+			return errWorktreeGone
+		}
+		if interrupted {
+			var err error
+			if its, err = l.m.opts.Store.Iterations(r.ID); err != nil {
+				return err
+			}
+			if wip, err = l.m.opts.Git.RecoverWIP(r.Repo, r.Worktree); err != nil {
+				return fmt.Errorf("committing the work left in the worktree: %w", err)
+			}
+		}
+		return nil
+	}, func(c *actors.Context, err error) {
+		if errors.Is(err, errWorktreeGone) {
+			l.fail(c, api.LoopErrWorktreeGone, "its worktree "+r.Worktree+" was gone after a restart")
+			return
+		}
+		if err != nil {
+			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("recovering a loop")
+			l.fail(c, api.LoopErrGit, "it could not be recovered: "+firstLine(err.Error()))
+			return
+		}
+		l.m.bus.Emit(LoopRecovered{ID: r.ID, Iteration: r.Iteration, Interrupted: interrupted, WIPCommit: wip})
+		if wip != "" {
+			l.m.bus.Emit(LoopCommitted{ID: r.ID, Iteration: r.Iteration, Commit: wip, Recovery: true})
+		}
+		l.rec.TaskID, l.rec.JobID = "", ""
+		if interrupted {
+			for i := range its {
+				if its[i].Iteration == r.Iteration && its[i].Status == "running" {
+					it := its[i]
+					it.Status, it.FinishedAt = "interrupted", time.Now().UnixMilli()
+					it.Feedback = "the daemon stopped during this iteration"
+					if wip != "" {
+						it.Commit = wip
+					}
+					l.it = &it
+				}
+			}
+			l.rec.Stage = ""
+			if l.rec.Status == api.LoopRunning {
+				l.rec.Status = api.LoopPending
+			}
+			if l.it != nil {
+				l.m.bus.Emit(LoopIterationEnded{ID: r.ID, Iteration: r.Iteration, Status: "interrupted"})
+			}
+		}
+		switch l.rec.Stage {
+		case api.StageApproval, api.StageMerge:
+			// The question asked before the crash is still pending (the
+			// approvals recovered it): its answer comes here. Asked again
+			// when it is not known any more.
+			stage, aid := l.rec.Stage, l.rec.ApprovalID
+			post := l.poster()
+			err := errors.New("no approval")
+			if aid != "" {
+				err = l.m.opts.Gate.Await(aid, func(a GateAnswer) {
+					post(func(c *actors.Context) {
+						if stage == api.StageApproval {
+							l.planAnswered(c, a, nil)
+						} else {
+							l.mergeAnswered(c, a)
+						}
+					})
+				})
+			}
+			if err == nil {
+				l.m.setPlanApproval(r.ID, aid)
+				l.persist(c, false, func(c *actors.Context) { l.it = nil })
+				return
+			}
+			l.rec.Stage, l.rec.ApprovalID = "", ""
+			l.persist(c, false, func(c *actors.Context) {
+				l.it = nil
+				if stage == api.StageApproval {
+					l.askPlan(c)
+				} else {
+					l.mergeUp(c)
+				}
+			})
+			return
+		}
+		l.persist(c, false, func(c *actors.Context) {
+			l.it = nil
+			l.next(c)
+		})
+	})
+}
+
+var errWorktreeGone = errors.New("worktree gone")
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
+func boundTail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

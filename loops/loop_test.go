@@ -1,0 +1,436 @@
+package loops
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.AutoMerge = true
+	c.Code.ValidationCommand = "make check"
+	return c
+}
+
+// A failed validation's output is the next prompt's feedback; the loop
+// completes at the iteration that passes, committed and merged.
+func TestIterationFeedback(t *testing.T) {
+	var n atomic.Int32
+	jobs := &fakeJobs{result: func(spec api.JobSpec, _ <-chan struct{}) JobResult {
+		if spec.Argv[2] != "make check" || spec.Lane != "no-net" || spec.TimeoutMs != 300000 {
+			t.Errorf("validation job: %+v", spec)
+		}
+		if n.Add(1) == 1 {
+			return JobResult{State: api.StateFailed, ExitCode: exit(2), Tail: []byte("FAIL: widget_test.go:12")}
+		}
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, jobs)
+	id := h.create(api.LoopCode, "make the widget")
+	r := h.waitStatus(id, api.LoopComplete)
+	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\nFAIL: widget_test.go:12") {
+		t.Fatalf("record: %+v", r)
+	}
+	ps := h.agents.prompts()
+	if len(ps) != 2 || strings.Contains(ps[0], "Previous Iteration Feedback") ||
+		!strings.Contains(ps[1], "## Previous Iteration Feedback") || !strings.Contains(ps[1], "FAIL: widget_test.go:12") {
+		t.Fatalf("prompts: %q", ps)
+	}
+	its, _ := h.store.Iterations(id)
+	if len(its) != 2 || its[0].Passed || its[0].Status != "failed" || !its[1].Passed || its[1].Commit == "" {
+		t.Fatalf("iterations: %+v", its)
+	}
+	if h.agents.specs[1].Loop == nil || h.agents.specs[1].Loop.Iteration != 2 || h.agents.specs[1].Loop.ID != id {
+		t.Fatalf("task loop: %+v", h.agents.specs[1].Loop)
+	}
+	h.git.mu.Lock()
+	merges := h.git.merges
+	h.git.mu.Unlock()
+	if len(merges) != 1 || merges[0] != "loop/"+id+">main" {
+		t.Fatalf("merges: %v", merges)
+	}
+}
+
+func TestMaxIterationsFails(t *testing.T) {
+	cfg := testConfig()
+	cfg.Code.MaxIterations = 3
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no")}
+	}}
+	h := newHarness(t, cfg, &fakeAgents{work: completes}, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrMaxIterations || r.Iteration != 3 || strings.Count(r.Progress, "Failed\nno") != 3 {
+		t.Fatalf("record: %+v", r)
+	}
+}
+
+// At most max_running loops run an iteration at once, oldest first.
+func TestSchedulerMaxRunning(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRunning = 1
+	release := make(chan struct{})
+	var running, most atomic.Int32
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState {
+		if n := running.Add(1); n > most.Load() {
+			most.Store(n)
+		}
+		<-release
+		running.Add(-1)
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	a := h.create(api.LoopCode, "a")
+	time.Sleep(2 * time.Millisecond) // distinct created_at
+	b := h.create(api.LoopCode, "b")
+	h.waitStatus(a, api.LoopRunning)
+	if st := h.rec(b).Status; st != api.LoopPending {
+		t.Fatalf("b is %s while a runs", st)
+	}
+	close(release)
+	h.waitStatus(a, api.LoopComplete)
+	h.waitStatus(b, api.LoopComplete)
+	if most.Load() != 1 {
+		t.Fatalf("%d ran at once", most.Load())
+	}
+}
+
+// The state table: every method in every status, allowed or 1002.
+func TestStateTable(t *testing.T) {
+	want := map[string][]api.LoopStatus{
+		"start":  {api.LoopPending, api.LoopPaused},
+		"pause":  {api.LoopPending, api.LoopRunning, api.LoopRebasing},
+		"resume": {api.LoopPaused},
+		"cancel": {api.LoopPending, api.LoopRunning, api.LoopPaused, api.LoopRebasing},
+		"delete": {api.LoopPending, api.LoopPaused, api.LoopComplete, api.LoopFailed, api.LoopInvalidated},
+	}
+	for op, ok := range want {
+		for _, st := range api.LoopStatuses {
+			err := allowed(op, st)
+			yes := false
+			for _, s := range ok {
+				yes = yes || s == st
+			}
+			var ae *api.Error
+			switch {
+			case yes && err != nil:
+				t.Errorf("%s on %s: %v, want allowed", op, st, err)
+			case !yes && (!errors.As(err, &ae) || ae.Code != api.CodeInvalidState || !strings.Contains(err.Error(), string(st))):
+				t.Errorf("%s on %s: %v, want 1002 naming the status", op, st, err)
+			}
+		}
+	}
+}
+
+// pause lets the running iteration finish (its result kept) and starts no
+// new one; resume goes on; cancel stops the task and the job at once.
+func TestPauseResumeCancel(t *testing.T) {
+	step := make(chan struct{})
+	agents := &fakeAgents{work: func(_ api.TaskSpec, stop <-chan struct{}) api.TaskState {
+		select {
+		case <-step:
+			return api.TaskCompleted
+		case <-stop:
+			return api.TaskCancelled
+		}
+	}}
+	jobs := &fakeJobs{result: func(_ api.JobSpec, cancel <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("again")}
+	}}
+	h := newHarness(t, testConfig(), agents, jobs)
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopRunning)
+	h.waitFor("the task", func() bool { return h.rec(id).TaskID != "" })
+	if _, err := h.control("pause", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.control("resume", id); err == nil || !strings.Contains(err.Error(), "running") {
+		t.Fatalf("resume of a running loop: %v", err)
+	}
+	step <- struct{}{} // iteration 1 ends; its validation fails
+	r := h.waitStatus(id, api.LoopPaused)
+	if r.Iteration != 1 || !strings.Contains(r.Progress, "again") {
+		t.Fatalf("paused: %+v", r)
+	}
+	its, _ := h.store.Iterations(id)
+	if len(its) != 1 || its[0].Status != "failed" {
+		t.Fatalf("the iteration's result was not kept: %+v", its)
+	}
+	if _, err := h.control("delete", api.ChildLoopID(id, 9)); err == nil {
+		t.Fatal("delete of no loop")
+	}
+	if _, err := h.control("resume", id); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("iteration 2", func() bool { r := h.rec(id); return r.Iteration == 2 && r.TaskID != "" })
+	if _, err := h.control("delete", id); err == nil || !strings.Contains(err.Error(), "running") {
+		t.Fatalf("delete of a running loop: %v", err)
+	}
+	task := h.rec(id).TaskID
+	if _, err := h.control("cancel", id); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrCancelled {
+		t.Fatalf("cancelled: %+v", r)
+	}
+	h.agents.mu.Lock()
+	stopped := h.agents.stopped
+	h.agents.mu.Unlock()
+	if len(stopped) != 1 || stopped[0] != task {
+		t.Fatalf("stopped tasks: %v, want %s", stopped, task)
+	}
+	if _, err := h.control("delete", id); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.store.loops) != 0 {
+		t.Fatalf("records after delete: %v", h.store.loops)
+	}
+}
+
+const planDoc = `# Plan
+## Specs to Create
+- spec-alpha: the first
+- spec-beta: the second
+## Notes
+- spec-gamma: not a spec, not in the section
+`
+
+const specDoc = `# Spec
+## Phases
+1. **Build** - it
+2. **Test** - it
+`
+
+// A plan runs to a merged tree: approval spawns one spec per listed spec,
+// each spec a phase per phase, each phase a code loop; children merge
+// into their parents, the root into its base.
+func TestPlanTree(t *testing.T) {
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		var err error
+		switch spec.Loop.LoopType {
+		case api.LoopPlan:
+			err = writeArtifact(spec, planDoc)
+		case api.LoopSpec:
+			err = writeArtifact(spec, specDoc)
+		case api.LoopPhase:
+			err = writeArtifact(spec, "# Phase\nDo it.\n")
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopPlan, "build a thing")
+	h.waitFor("the plan's approval", func() bool { _, ok := h.gate.get(0); return ok })
+	a, _ := h.gate.get(0)
+	if a.kind != api.KindPlan || a.content != planDoc || strings.Join(a.specs, ",") != "spec-alpha,spec-beta" || a.loopID != id {
+		t.Fatalf("ask: %+v", a)
+	}
+	if ap, ok := h.m.PlanApproval(id); !ok || ap != "a-1" {
+		t.Fatalf("PlanApproval: %q %v", ap, ok)
+	}
+	a.answer(GateAnswer{Approved: true})
+	r := h.waitStatus(id, api.LoopComplete)
+	if r.Children != 2 {
+		t.Fatalf("root: %+v", r)
+	}
+	all, _ := h.store.Loops()
+	// 1 plan, 2 specs, 4 phases, 4 code loops.
+	counts := map[api.LoopType]int{}
+	for _, l := range all {
+		counts[l.LoopType]++
+		if l.Status != api.LoopComplete {
+			t.Errorf("%s is %s", l.ID, l.Status)
+		}
+	}
+	if counts[api.LoopSpec] != 2 || counts[api.LoopPhase] != 4 || counts[api.LoopCode] != 4 {
+		t.Fatalf("loops by type: %v", counts)
+	}
+	spec := h.rec(api.ChildLoopID(id, 1))
+	if spec.ParentID == nil || *spec.ParentID != id || spec.InputArtifact == nil || *spec.InputArtifact != artifactPath(h.rec(id)) {
+		t.Fatalf("spec: %+v", spec)
+	}
+	h.git.mu.Lock()
+	merges := h.git.merges
+	h.git.mu.Unlock()
+	if len(merges) != 11 || merges[len(merges)-1] != "loop/"+id+">main" {
+		t.Fatalf("merges: %v", merges)
+	}
+}
+
+// A failed child lets its siblings finish; the parent fails naming it. A
+// conflicting merge fails the child merge_conflict.
+func TestChildConflictFailsParent(t *testing.T) {
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		if spec.Loop.LoopType == api.LoopSpec {
+			if err := writeArtifact(spec, specDoc); err != nil {
+				t.Error(err)
+			}
+		}
+		if spec.Loop.LoopType == api.LoopPhase {
+			if err := writeArtifact(spec, "p"); err != nil {
+				t.Error(err)
+			}
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	// A spec root: its first phase's code loop conflicts.
+	root := "1-root"
+	phase1 := api.ChildLoopID(root, 1)
+	h.git.conflict["loop/"+api.ChildLoopID(phase1, 1)] = true
+	ch := make(chan api.LoopRecord, 1)
+	now := time.Now()
+	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), now)
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+	got := h.waitStatus(root, api.LoopFailed)
+	if got.Error != api.LoopErrChildFailed || !strings.Contains(got.Message, phase1) {
+		t.Fatalf("root: %+v", got)
+	}
+	if c := h.rec(api.ChildLoopID(phase1, 1)); c.Error != api.LoopErrMergeConflict || !strings.Contains(c.Message, "loop/") {
+		t.Fatalf("the conflicting code loop: %+v", c)
+	}
+	if p2 := h.rec(api.ChildLoopID(root, 2)); p2.Status != api.LoopComplete {
+		t.Fatalf("the sibling: %+v", p2)
+	}
+}
+
+// plan.reject ends the plan failed; plan.iterate runs it again with the
+// feedback.
+func TestPlanRejectIterate(t *testing.T) {
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		if err := writeArtifact(spec, planDoc); err != nil {
+			t.Error(err)
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopPlan, "p")
+	h.waitFor("ask 1", func() bool { _, ok := h.gate.get(0); return ok })
+	a, _ := h.gate.get(0)
+	a.answer(GateAnswer{Iterate: true, Feedback: "MORE-TESTS"})
+	h.waitFor("ask 2", func() bool { _, ok := h.gate.get(1); return ok })
+	ps := h.agents.prompts()
+	if len(ps) != 2 || !strings.Contains(ps[1], "MORE-TESTS") || h.rec(id).Iteration != 2 {
+		t.Fatalf("prompts after iterate: %q", ps)
+	}
+	a, _ = h.gate.get(1)
+	a.answer(GateAnswer{Reason: "denied: no"})
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrPlanRejected {
+		t.Fatalf("rejected: %+v", r)
+	}
+}
+
+// A plan artifact that does not parse is feedback like a failed command.
+func TestArtifactCheckFeedback(t *testing.T) {
+	var n atomic.Int32
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		doc := "# no specs\n"
+		if n.Add(1) > 1 {
+			doc = planDoc
+		}
+		if err := writeArtifact(spec, doc); err != nil {
+			t.Error(err)
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopPlan, "p")
+	h.waitFor("the ask", func() bool { _, ok := h.gate.get(0); return ok })
+	r := h.rec(id)
+	if r.Iteration != 2 || !strings.Contains(r.Progress, "Specs to Create") {
+		t.Fatalf("record: %+v", r)
+	}
+}
+
+// A task that hit a usage limit pauses its loop, which resumes by itself
+// after usage_limit_pause; the interrupted iteration is not retried under
+// its number.
+func TestUsageLimitPause(t *testing.T) {
+	cfg := testConfig()
+	cfg.UsageLimitPause.Duration = 50 * time.Millisecond
+	var n atomic.Int32
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState {
+		if n.Add(1) == 1 {
+			return api.TaskFailed
+		}
+		return api.TaskCompleted
+	}, failCode: func(api.TaskSpec) string { return "usage_limit_exceeded" }}
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopComplete)
+	if r.Iteration != 2 {
+		t.Fatalf("record: %+v", r)
+	}
+	var paused, resumed bool
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if p, ok := e.Event.(LoopPaused); ok && p.Reason == "usage_limit" {
+			paused = true
+		}
+		if p, ok := e.Event.(LoopResumed); ok && p.Reason == "usage_limit_passed" {
+			resumed = true
+		}
+	}
+	if !paused || !resumed {
+		t.Fatalf("paused %v, resumed %v", paused, resumed)
+	}
+}
+
+// cancel takes every live descendant; delete removes them all.
+func TestCancelCascadesDeleteRemovesTree(t *testing.T) {
+	agents := &fakeAgents{work: func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopPlan:
+			if err := writeArtifact(spec, planDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopSpec:
+			<-stop // the specs run until cancelled
+			return api.TaskCancelled
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopPlan, "p")
+	h.waitFor("the ask", func() bool { _, ok := h.gate.get(0); return ok })
+	a, _ := h.gate.get(0)
+	a.answer(GateAnswer{Approved: true})
+	s1, s2 := api.ChildLoopID(id, 1), api.ChildLoopID(id, 2)
+	h.waitFor("both specs' tasks", func() bool { return h.rec(s1).TaskID != "" && h.rec(s2).TaskID != "" })
+	if _, err := h.control("delete", id); err == nil {
+		t.Fatal("delete of a tree with running loops")
+	}
+	if _, err := h.control("cancel", id); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []string{id, s1, s2} {
+		if r := h.waitStatus(x, api.LoopFailed); r.Error != api.LoopErrCancelled {
+			t.Fatalf("%s: %+v", x, r)
+		}
+	}
+	h.agents.mu.Lock()
+	stopped := len(h.agents.stopped)
+	h.agents.mu.Unlock()
+	if stopped != 2 {
+		t.Fatalf("%d tasks stopped, want the two specs'", stopped)
+	}
+	if _, err := h.control("delete", id); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := h.store.Loops(); len(all) != 0 {
+		t.Fatalf("left after delete: %+v", all)
+	}
+	if _, err := h.control("get", id); err == nil {
+		t.Fatal("a deleted loop is still known")
+	}
+}

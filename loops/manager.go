@@ -1,0 +1,537 @@
+package loops
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/artifact"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Options configures the loops domain.
+type Options struct {
+	Config Config
+	Agents Agents
+	Jobs   Jobs
+	Gate   Gate
+	Store  Store
+	Git    Git
+	Bus    *eventlog.Bus
+	System *actors.System
+	Logger zerolog.Logger
+}
+
+// Manager is the loops domain: the loops supervisor actor, one actor per
+// live loop, the control-socket methods.
+type Manager struct {
+	opts      Options
+	cfg       Config
+	sys       *actors.System
+	bus       *eventlog.Bus
+	log       zerolog.Logger
+	templates *artifact.Templates
+	sup       actors.Ref
+
+	mu       sync.Mutex
+	stopping bool
+	counts   map[api.LoopStatus]int
+	plans    map[string]string // plan loop id -> the approval it waits for
+}
+
+// Start starts the loops supervisor; Recover then takes over the loops a
+// dead daemon left.
+func Start(opts Options) (*Manager, error) {
+	if opts.Bus == nil || opts.System == nil || opts.Store == nil || opts.Agents == nil || opts.Jobs == nil ||
+		opts.Gate == nil || opts.Git == nil {
+		return nil, errors.New("loops: Bus, System, Store, Agents, Jobs, Gate and Git are required")
+	}
+	if opts.Config.MaxRunning == 0 {
+		opts.Config = DefaultConfig()
+	}
+	files := map[api.LoopType]string{}
+	for k, f := range opts.Config.Prompts {
+		files[api.LoopType(k)] = f
+	}
+	tmpl, err := artifact.LoadTemplates(files)
+	if err != nil {
+		return nil, fmt.Errorf("loops: %w", err)
+	}
+	m := &Manager{opts: opts, cfg: opts.Config, sys: opts.System, bus: opts.Bus, log: opts.Logger,
+		templates: tmpl, counts: map[api.LoopStatus]int{}, plans: map[string]string{}}
+	ref, err := m.sys.Spawn(actors.Props{Kind: "loops", ID: "loops", OnPanic: actors.Restart, MaxRestarts: 3, Within: time.Minute,
+		New: func() actors.Actor { return newSup(m) }})
+	if err != nil {
+		return nil, fmt.Errorf("starting the loops supervisor: %w", err)
+	}
+	m.sup = ref
+	return m, nil
+}
+
+// ChatExecutor is [loops] chat_executor (the chat domain reads it).
+func (m *Manager) ChatExecutor() string { return m.cfg.ChatExecutor }
+
+// Recover takes over the loops the store holds: the ones not ended go on
+// (see loop.recover) and returns how many.
+func (m *Manager) Recover(ctx context.Context) (int, error) {
+	recs, err := m.opts.Store.Loops()
+	if err != nil {
+		return 0, fmt.Errorf("reading the loops a dead daemon left: %w", err)
+	}
+	done := make(chan int, 1)
+	m.sys.Send(m.sup, recoverAll{recs: recs, done: done})
+	select {
+	case n := <-done:
+		return n, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("recovering loops: %w", ctx.Err())
+	}
+}
+
+// Shutdown stops every loop actor (their tasks and jobs are the
+// executors' and lanes' to stop; a loop left running goes on at the next
+// start) and the supervisor.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	return m.sys.Stop(ctx, m.sup)
+}
+
+// Counts returns how many loops are in each status, and how many are
+// running.
+func (m *Manager) Counts() (map[api.LoopStatus]int, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[api.LoopStatus]int, len(api.LoopStatuses))
+	for _, s := range api.LoopStatuses {
+		out[s] = m.counts[s]
+	}
+	return out, m.counts[api.LoopRunning]
+}
+
+// PlanApproval maps a plan loop's id to the approval its plan waits for
+// (plan.approve and the like take either).
+func (m *Manager) PlanApproval(loopID string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.plans[loopID]
+	return a, ok
+}
+
+func (m *Manager) setPlanApproval(loopID, approvalID string) {
+	m.mu.Lock()
+	if approvalID == "" {
+		delete(m.plans, loopID)
+	} else {
+		m.plans[loopID] = approvalID
+	}
+	m.mu.Unlock()
+}
+
+// newRootID is a root loop's id, Loopr's {unix_ms}-{16 hex}.
+func newRootID(now time.Time) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err))
+	}
+	return fmt.Sprintf("%d-%s", now.UnixMilli(), hex.EncodeToString(b))
+}
+
+// worktreeDir is a loop's worktree: <repo>/.loopr/worktrees/<id>.
+func worktreeDir(repo, id string) string { return filepath.Join(repo, ".loopr", "worktrees", id) }
+
+// Supervisor messages.
+type (
+	recoverAll struct {
+		recs []api.LoopRecord
+		done chan int
+	}
+	createLoop struct {
+		rec   api.LoopRecord
+		reply func(api.LoopRecord, error)
+	}
+	// changed: a loop's record is committed (its actor tells).
+	changed struct{ rec api.LoopRecord }
+	// ended: a loop's actor is stopping (its loop ended).
+	ended    struct{ id string }
+	wantSlot struct{ id string }
+	freeSlot struct{ id string }
+	control  struct {
+		op    string
+		id    string
+		arg   string
+		reply func(any, error)
+	}
+	spawnChildren struct {
+		parent   string
+		children []api.LoopRecord
+	}
+	deleted struct{ ids []string }
+)
+
+// node is what the supervisor knows of a loop.
+type node struct {
+	rec      api.LoopRecord
+	ref      actors.Ref
+	children []string
+}
+
+type sup struct {
+	m       *Manager
+	nodes   map[string]*node
+	waiting []string
+	slots   map[string]bool
+}
+
+func newSup(m *Manager) *sup { return &sup{m: m, nodes: map[string]*node{}, slots: map[string]bool{}} }
+
+func (s *sup) Receive(c *actors.Context) {
+	switch msg := c.Message().(type) {
+	case recoverAll:
+		n := 0
+		for _, r := range msg.recs {
+			s.add(r)
+		}
+		for _, r := range msg.recs {
+			if r.Status.Terminal() {
+				continue
+			}
+			if s.spawn(c, r, spawnRecovered, nil) {
+				n++
+			}
+		}
+		s.recount()
+		msg.done <- n
+	case createLoop:
+		if s.nodes[msg.rec.ID] != nil {
+			msg.reply(api.LoopRecord{}, api.Errorf(api.CodeInvalidState, "loop %s exists", msg.rec.ID))
+			return
+		}
+		s.add(msg.rec)
+		if !s.spawn(c, msg.rec, spawnNew, msg.reply) {
+			delete(s.nodes, msg.rec.ID)
+		}
+	case spawnChildren:
+		for _, r := range msg.children {
+			if s.nodes[r.ID] != nil {
+				continue
+			}
+			s.add(r)
+			s.spawn(c, r, spawnNew, nil)
+		}
+	case changed:
+		n := s.nodes[msg.rec.ID]
+		if n == nil {
+			return
+		}
+		n.rec = msg.rec
+		s.recount()
+		if msg.rec.ParentID != nil {
+			if p := s.nodes[*msg.rec.ParentID]; p != nil {
+				c.Send(p.ref, childChanged{rec: msg.rec})
+			}
+		}
+	case ended:
+		if n := s.nodes[msg.id]; n != nil {
+			n.ref = actors.Ref{}
+		}
+		s.release(c, msg.id)
+	case wantSlot:
+		if !s.slots[msg.id] && !slices.Contains(s.waiting, msg.id) {
+			s.waiting = append(s.waiting, msg.id)
+		}
+		s.schedule(c)
+	case freeSlot:
+		s.release(c, msg.id)
+	case control:
+		s.control(c, msg)
+	case deleted:
+		for _, id := range msg.ids {
+			if n := s.nodes[id]; n != nil {
+				if n.rec.ParentID != nil {
+					if p := s.nodes[*n.rec.ParentID]; p != nil {
+						p.children = slices.DeleteFunc(p.children, func(x string) bool { return x == id })
+					}
+				}
+				c.Stop(n.ref)
+				delete(s.nodes, id)
+				s.m.setPlanApproval(id, "")
+			}
+		}
+		s.recount()
+	}
+}
+
+func (s *sup) add(r api.LoopRecord) {
+	s.nodes[r.ID] = &node{rec: r}
+	if r.ParentID != nil {
+		if p := s.nodes[*r.ParentID]; p != nil && !slices.Contains(p.children, r.ID) {
+			p.children = append(p.children, r.ID)
+		}
+	}
+}
+
+const (
+	spawnNew = iota
+	spawnRecovered
+)
+
+func (s *sup) spawn(c *actors.Context, r api.LoopRecord, how int, reply func(api.LoopRecord, error)) bool {
+	n := s.nodes[r.ID]
+	var kids []api.LoopRecord
+	for _, k := range n.children {
+		kids = append(kids, s.nodes[k].rec)
+	}
+	var parent *api.LoopRecord
+	if r.ParentID != nil {
+		if p := s.nodes[*r.ParentID]; p != nil {
+			pr := p.rec
+			parent = &pr
+		}
+	}
+	ref, err := c.Spawn(actors.Props{Kind: "loop", ID: r.ID, OnPanic: actors.Stop,
+		New: func() actors.Actor {
+			return &loop{m: s.m, sup: c.Self(), rec: r, how: how, reply: reply, kids: kids, parent: parent}
+		}})
+	if err != nil {
+		s.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("starting a loop's actor")
+		if reply != nil {
+			reply(api.LoopRecord{}, api.Errorf(api.CodeInternal, "starting loop %s: %v", r.ID, err))
+		}
+		return false
+	}
+	n.ref = ref
+	return true
+}
+
+func (s *sup) release(c *actors.Context, id string) {
+	delete(s.slots, id)
+	s.waiting = slices.DeleteFunc(s.waiting, func(x string) bool { return x == id })
+	s.schedule(c)
+}
+
+// schedule grants free slots to the waiting loops, oldest first.
+func (s *sup) schedule(c *actors.Context) {
+	for len(s.slots) < s.m.cfg.MaxRunning && len(s.waiting) > 0 {
+		slices.SortStableFunc(s.waiting, func(a, b string) int {
+			ra, rb := s.nodes[a], s.nodes[b]
+			if ra == nil || rb == nil {
+				return 0
+			}
+			if ra.rec.CreatedAt != rb.rec.CreatedAt {
+				return int(ra.rec.CreatedAt - rb.rec.CreatedAt)
+			}
+			return strings.Compare(a, b)
+		})
+		id := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		n := s.nodes[id]
+		if n == nil || n.ref.IsZero() {
+			continue
+		}
+		s.slots[id] = true
+		c.Send(n.ref, slotGranted{})
+	}
+}
+
+func (s *sup) recount() {
+	counts := map[api.LoopStatus]int{}
+	for _, n := range s.nodes {
+		counts[n.rec.Status]++
+	}
+	s.m.mu.Lock()
+	s.m.counts = counts
+	s.m.mu.Unlock()
+}
+
+// descendants lists id's descendants, depth first.
+func (s *sup) descendants(id string) []string {
+	var out []string
+	n := s.nodes[id]
+	if n == nil {
+		return nil
+	}
+	for _, k := range n.children {
+		out = append(out, k)
+		out = append(out, s.descendants(k)...)
+	}
+	return out
+}
+
+// control is loop.start, pause, resume, cancel and delete, checked
+// against the state table (ARCHITECTURE.md) and done by the loop's actor.
+func (s *sup) control(c *actors.Context, msg control) {
+	n := s.nodes[msg.id]
+	if n == nil {
+		msg.reply(nil, api.Errorf(api.CodeNotFound, "no loop %q", msg.id))
+		return
+	}
+	st := n.rec.Status
+	if err := allowed(msg.op, st); err != nil {
+		msg.reply(nil, fmt.Errorf("loop %s: %w", msg.id, err))
+		return
+	}
+	switch msg.op {
+	case "delete":
+		ids := append([]string{msg.id}, s.descendants(msg.id)...)
+		var recs []api.LoopRecord
+		for _, id := range ids {
+			d := s.nodes[id]
+			if d.rec.Status == api.LoopRunning || d.rec.Status == api.LoopRebasing {
+				msg.reply(nil, api.Errorf(api.CodeInvalidState, "loop %s: its descendant %s is %s: cancel it first", msg.id, id, d.rec.Status))
+				return
+			}
+			recs = append(recs, d.rec)
+		}
+		for _, id := range ids {
+			if d := s.nodes[id]; !d.ref.IsZero() {
+				c.Stop(d.ref)
+				d.ref = actors.Ref{}
+			}
+			s.waiting = slices.DeleteFunc(s.waiting, func(x string) bool { return x == id })
+			delete(s.slots, id)
+		}
+		self, m := c.Self(), s.m
+		go m.deleteLoops(recs, func(err error) {
+			if err != nil {
+				msg.reply(nil, err)
+				return
+			}
+			m.sys.Send(self, deleted{ids: ids})
+			m.bus.Emit(LoopDeleted{ID: msg.id, Removed: ids})
+			msg.reply(map[string]any{"deleted": true, "removed": ids}, nil)
+		})
+	case "cancel":
+		if n.ref.IsZero() {
+			msg.reply(nil, api.Errorf(api.CodeInvalidState, "loop %s is %s but not live in this daemon", msg.id, st))
+			return
+		}
+		// Answered once the loop and every live descendant have ended
+		// (each end committed and told to this supervisor first).
+		var targets []actors.Ref
+		for _, id := range s.descendants(msg.id) {
+			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
+				targets = append(targets, d.ref)
+			}
+		}
+		var left atomic.Int32
+		left.Store(int32(len(targets) + 1))
+		var rootErr atomic.Pointer[error]
+		var once sync.Once
+		var timer *time.Timer
+		finish := func() {
+			once.Do(func() {
+				if timer != nil {
+					timer.Stop()
+				}
+				if e := rootErr.Load(); e != nil {
+					msg.reply(nil, *e)
+					return
+				}
+				msg.reply(map[string]any{"cancelled": true, "descendants": len(targets)}, nil)
+			})
+		}
+		one := func() {
+			if left.Add(-1) == 0 {
+				finish()
+			}
+		}
+		// A descendant whose actor stopped meanwhile never answers: the
+		// answer does not wait for it past cancelWait.
+		timer = time.AfterFunc(cancelWait, finish)
+		for _, t := range targets {
+			// A descendant that ended meanwhile answers 1002: ended all the same.
+			c.Send(t, ctl{op: "cancel", reply: func(any, error) { one() }})
+		}
+		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: func(_ any, err error) {
+			if err != nil {
+				rootErr.Store(&err)
+			}
+			one()
+		}})
+	case "invalidate_children":
+		for _, id := range s.descendants(msg.id) {
+			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
+				c.Send(d.ref, ctl{op: "invalidate"})
+			}
+		}
+		msg.reply(nil, nil)
+	default:
+		if n.ref.IsZero() {
+			msg.reply(nil, api.Errorf(api.CodeInvalidState, "loop %s is %s but not live in this daemon", msg.id, st))
+			return
+		}
+		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: msg.reply})
+	}
+}
+
+// cancelWait bounds how long loop.cancel waits for the descendants'
+// ends before it answers.
+const cancelWait = 10 * time.Second
+
+// allowed is the state table: may op be done to a loop in status st?
+func allowed(op string, st api.LoopStatus) error {
+	ok := false
+	switch op {
+	case "start":
+		ok = st == api.LoopPending || st == api.LoopPaused
+	case "pause":
+		ok = st == api.LoopPending || st == api.LoopRunning || st == api.LoopRebasing
+	case "resume":
+		ok = st == api.LoopPaused
+	case "cancel":
+		ok = !st.Terminal()
+	case "delete":
+		ok = st != api.LoopRunning && st != api.LoopRebasing
+	case "invalidate_children":
+		ok = true
+	}
+	if !ok {
+		return api.Errorf(api.CodeInvalidState, "loop.%s is not allowed on a %s loop", op, st)
+	}
+	return nil
+}
+
+// deleteLoops removes the loops' worktrees and branches, then their
+// records (on a goroutine of its own: git blocks).
+func (m *Manager) deleteLoops(recs []api.LoopRecord, done func(error)) {
+	// Deepest first: a child's worktree is beneath nothing of its parent's,
+	// but its branch was made from its parent's.
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.Worktree != "" {
+			if _, err := os.Lstat(r.Worktree); err == nil {
+				if err := m.opts.Git.RemoveWorktree(r.Repo, r.Worktree); err != nil {
+					m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "remove_worktree"})
+					m.log.Warn().Err(err).Str("loop_id", r.ID).Msg("removing a deleted loop's worktree")
+				}
+			}
+		}
+		if r.Branch != "" {
+			if err := m.opts.Git.DeleteBranch(r.Repo, r.Branch); err != nil {
+				m.log.Debug().Err(err).Str("loop_id", r.ID).Msg("deleting a deleted loop's branch")
+			}
+		}
+	}
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	if err := m.opts.Store.DeleteLoops(ids, done); err != nil {
+		done(api.Errorf(api.CodeStoreUnavailable, "deleting loops from the state store: %v", err))
+	}
+}

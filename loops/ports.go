@@ -1,0 +1,109 @@
+package loops
+
+import (
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// The loops domain reaches the rest of the daemon through these small
+// interfaces; daemon.Run hands it implementations over the executors, the
+// lanes, the approvals, the state store and git. Every method returns at
+// once (a loop's actor calls them from Receive); what takes time answers
+// through its function, called exactly once on any goroutine, which must
+// not block. Git is the exception: its calls block, and the loops domain
+// makes them on goroutines of its own, never from an actor.
+
+// Agents runs an iteration's agent: an executor task.
+type Agents interface {
+	// Execute starts a task; reply gets its id once it is recorded.
+	Execute(spec api.TaskSpec, reply func(taskID string, err error))
+	// Wait calls done once with the task's record when it has ended.
+	Wait(taskID string, done func(api.TaskRecord)) error
+	// Stop stops a running task (force: at once).
+	Stop(taskID string, force bool)
+}
+
+// JobResult is how an iteration's validation job ended.
+type JobResult struct {
+	JobID    string
+	State    api.State
+	ExitCode *int32
+	Error    string // the job's error (a timeout, a lost runner)
+	// Tail is the last bytes of the job's output, at most MaxFeedback.
+	Tail []byte
+}
+
+// Passed reports whether the job exited 0.
+func (r JobResult) Passed() bool {
+	return r.State == api.StateSucceeded && r.ExitCode != nil && *r.ExitCode == 0
+}
+
+// Jobs runs validation jobs on a lane.
+type Jobs interface {
+	// Run submits a job: started gets its id once it is recorded (or the
+	// refusal, and then ended is never called); ended gets its result once
+	// it has finished.
+	Run(spec api.JobSpec, started func(jobID string, err error), ended func(JobResult))
+	// Cancel kills a running job at once.
+	Cancel(jobID string)
+}
+
+// GateAnswer is a person's answer to a loop's question.
+type GateAnswer struct {
+	ApprovalID string
+	Approved   bool
+	// Iterate: the plan is to run again with Feedback (plan.iterate).
+	Iterate  bool
+	Feedback string
+	Reason   string // why it was rejected, timed out or cancelled
+}
+
+// Gate asks people: may a validated plan spawn its specs (kind plan), may
+// a complete tree merge into its base.
+type Gate interface {
+	// Ask puts a question; answer is called once. content and specs are
+	// what the approval shows.
+	Ask(loopID, kind, content string, specs []string, answer func(GateAnswer)) (approvalID string, cancel func(reason string), err error)
+	// Await hears the answer to a question asked before (by a daemon
+	// that died since): answer is called once; an error if the approval
+	// is not known.
+	Await(approvalID string, answer func(GateAnswer)) error
+}
+
+// Store is the loops' durable record. The write methods queue the write
+// and return at once: an error if it was refused outright (done is then
+// not called), else done is called once, with nil once it is committed.
+// Writes are committed in the order they are queued.
+type Store interface {
+	SaveLoop(r api.LoopRecord, done func(error)) error
+	SaveIteration(it api.LoopIteration, done func(error)) error
+	DeleteLoops(ids []string, done func(error)) error
+	// Loops reads every loop, oldest first.
+	Loops() ([]api.LoopRecord, error)
+	Iterations(loopID string) ([]api.LoopIteration, error)
+}
+
+// Git is what the loops do with git (GitWT, over loops/gitwt, is the
+// real one). Every call blocks; the domain makes them off its actors.
+type Git interface {
+	// CurrentBranch is the branch checked out in repo.
+	CurrentBranch(repo string) (string, error)
+	// AddWorktree makes dir (<repo>/.loopr/worktrees/<id>) a worktree of
+	// repo on a new branch made from from (an existing branch is checked
+	// out as it is).
+	AddWorktree(repo, dir, branch, from string) error
+	// CommitAll commits everything in the worktree dir as msg; commit is
+	// the new commit's hash, "" when there was nothing to commit.
+	CommitAll(repo, dir, msg string) (commit string, err error)
+	// RecoverWIP commits what an interrupted iteration left in dir as
+	// "WIP: recovery" ("" : nothing).
+	RecoverWIP(repo, dir string) (commit string, err error)
+	// Merge merges branch into into (--no-ff, msg), wherever into is
+	// checked out. conflict reports a merge that did not apply (aborted:
+	// both branches as they were).
+	Merge(repo, into, branch, msg string) (conflict bool, err error)
+	// RemoveWorktree removes the worktree dir of repo (what is in it is
+	// gone; its branch stays).
+	RemoveWorktree(repo, dir string) error
+	// DeleteBranch deletes a branch of repo.
+	DeleteBranch(repo, branch string) error
+}
