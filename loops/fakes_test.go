@@ -291,7 +291,7 @@ func (s sink) Deliver(r *eventlog.Record) {
 	}
 }
 
-func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs) *harness {
+func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, seed ...func(h *harness)) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{})
 	if err != nil {
@@ -310,6 +310,9 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs) *h
 		t.Fatal(err)
 	}
 	h.m = m
+	for _, f := range seed {
+		f(h)
+	}
 	if _, err := m.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
