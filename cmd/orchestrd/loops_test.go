@@ -181,6 +181,15 @@ max_iterations = 5
 			}
 		}
 	}
+	// The CLI shows it.
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), id) || !strings.Contains(string(out), "MARK-FEEDBACK") {
+		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "loops", "--home", d.home).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "[code] "+id+" - complete (2/5)") {
+		t.Fatalf("orchestrd loops: %v\n%s", err, out)
+	}
 	// delete: the branch goes, then 1001.
 	d.mustCall("loop.delete", map[string]any{"id": id}, nil)
 	if out := git(t, repo, "branch", "--list", "loop/"+id); out != "" {
