@@ -558,7 +558,7 @@ func (l *loop) spawnKids(c *actors.Context) {
 			pid, in := r.ID, art
 			ctx := makeContext(t, artifactFor(kt, id, slugs[i]))
 			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
-				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
+				OutputArtifacts: []string{}, PromptPath: l.m.cfg.Prompts[string(kt)], ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
 				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
 				UpdatedAt: now, Repo: r.Repo, Base: r.Base, Branch: "loop/" + id})
 		}

@@ -250,6 +250,18 @@ func (s *sup) Receive(c *actors.Context) {
 			n.ref = actors.Ref{}
 		}
 		s.release(c, msg.id)
+	case actors.Terminated:
+		// A loop's actor stopped without ending its loop (it panicked):
+		// its loop waits, as it was recorded, for the next start.
+		for id, n := range s.nodes {
+			if n.ref.Equal(msg.Who) {
+				n.ref = actors.Ref{}
+				s.release(c, id)
+				if !n.rec.Status.Terminal() {
+					s.m.log.Error().Str("loop_id", id).Msg("a loop's actor stopped before its loop ended; it goes on at the next start")
+				}
+			}
+		}
 	case wantSlot:
 		if !s.slots[msg.id] && !slices.Contains(s.waiting, msg.id) {
 			s.waiting = append(s.waiting, msg.id)

@@ -218,7 +218,7 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 // newRoot is a root loop's first record.
 func (m *Manager) newRoot(lt api.LoopType, id, repo, base string, ctx []byte, now time.Time) api.LoopRecord {
 	tc := m.cfg.For(lt)
-	return api.LoopRecord{ID: id, LoopType: lt, OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand,
+	return api.LoopRecord{ID: id, LoopType: lt, OutputArtifacts: []string{}, PromptPath: m.cfg.Prompts[string(lt)], ValidationCommand: tc.ValidationCommand,
 		MaxIterations: tc.MaxIterations, Worktree: worktreeDir(repo, id), Status: api.LoopPending, Context: ctx,
 		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Repo: repo, Base: base, Branch: "loop/" + id}
 }
