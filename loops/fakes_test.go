@@ -281,6 +281,7 @@ type harness struct {
 	git    *fakeGit
 	repo   string
 	ev     chan *eventlog.Record
+	seen   *seen
 }
 
 type sink chan *eventlog.Record
@@ -292,6 +293,30 @@ func (s sink) Deliver(r *eventlog.Record) {
 	}
 }
 
+// seen records every loop.* event, for waits that must not race the
+// supervisor (a record is told to it before its event).
+type seen struct {
+	mu  sync.Mutex
+	evs []*eventlog.Record
+}
+
+func (s *seen) Deliver(r *eventlog.Record) {
+	s.mu.Lock()
+	s.evs = append(s.evs, r)
+	s.mu.Unlock()
+}
+
+func (s *seen) has(f func(*eventlog.Record) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.evs {
+		if f(r) {
+			return true
+		}
+	}
+	return false
+}
+
 func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, seed ...func(h *harness)) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{})
@@ -300,11 +325,13 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, se
 	}
 	ev := make(chan *eventlog.Record, 4096)
 	unsub := bus.Subscribe([]string{"loop.*"}, sink(ev))
+	rec := &seen{}
+	unsub2 := bus.Subscribe([]string{"loop.*"}, rec)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) {
 		t.Errorf("actor %s/%s panicked: %v\n%s", p.Kind, p.ID, p.Value, p.Stack)
 	}})
 	h := &harness{t: t, store: newFakeStore(), agents: agents, jobs: jobs, gate: &fakeGate{},
-		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev}
+		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev, seen: rec}
 	m, err := Start(Options{Config: cfg, Agents: agents, Jobs: jobs, Gate: h.gate, Store: h.store, Git: h.git,
 		Bus: bus, System: sys, Logger: zerolog.Nop()})
 	if err != nil {
@@ -325,6 +352,7 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, se
 		}
 		sys.Shutdown()
 		unsub()
+		unsub2()
 		bus.Close()
 		// The fake agents' and jobs' goroutines end with their tasks.
 		agents.mu.Lock()
@@ -378,9 +406,21 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
+// waitStatus waits until loop id's status st is told (its loop.updated
+// out: the supervisor knows it).
 func (h *harness) waitStatus(id string, st api.LoopStatus) api.LoopRecord {
 	h.t.Helper()
-	h.waitFor("loop "+id+" "+string(st), func() bool { return h.rec(id).Status == st })
+	h.waitFor("loop "+id+" "+string(st), func() bool {
+		return h.seen.has(func(r *eventlog.Record) bool {
+			switch e := r.Event.(type) {
+			case LoopUpdated:
+				return e.ID == id && e.Status == st
+			case LoopCreated:
+				return e.ID == id && e.Status == st
+			}
+			return false
+		})
+	})
 	return h.rec(id)
 }
 

@@ -146,12 +146,14 @@ func (l *loop) persist(c *actors.Context, created bool, then func(c *actors.Cont
 			if err != nil {
 				l.m.log.Error().Err(err).Str("loop_id", rec.ID).Msg("recording a loop in the state store")
 			}
+			// The supervisor first: whoever hears the event and calls a
+			// method finds the supervisor knowing the change.
+			c.Send(l.sup, changed{rec: rec})
 			if created {
 				l.m.bus.Emit(LoopCreated{rec})
 			} else {
 				l.m.bus.Emit(LoopUpdated{rec})
 			}
-			c.Send(l.sup, changed{rec: rec})
 			if then != nil {
 				then(c)
 			}

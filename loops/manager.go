@@ -181,6 +181,9 @@ type (
 		children []api.LoopRecord
 	}
 	deleted struct{ ids []string }
+	// snapshot asks for every loop's record as the supervisor knows it
+	// (committed, and what the state table is checked against).
+	snapshot struct{ reply func([]api.LoopRecord) }
 )
 
 // node is what the supervisor knows of a loop.
@@ -271,6 +274,12 @@ func (s *sup) Receive(c *actors.Context) {
 		s.release(c, msg.id)
 	case control:
 		s.control(c, msg)
+	case snapshot:
+		out := make([]api.LoopRecord, 0, len(s.nodes))
+		for _, n := range s.nodes {
+			out = append(out, n.rec)
+		}
+		msg.reply(out)
 	case deleted:
 		for _, id := range msg.ids {
 			if n := s.nodes[id]; n != nil {
