@@ -39,7 +39,7 @@ func (s *fakeStore) SaveLoop(r api.LoopRecord, done func(error)) error {
 	}
 	s.loops[r.ID] = r
 	s.mu.Unlock()
-	go done(nil)
+	done(nil) // in order, as the real store's writer calls them
 	return nil
 }
 
@@ -50,7 +50,7 @@ func (s *fakeStore) SaveIteration(it api.LoopIteration, done func(error)) error 
 	}
 	s.its[it.LoopID][it.Iteration] = it
 	s.mu.Unlock()
-	go done(nil)
+	done(nil)
 	return nil
 }
 
@@ -62,7 +62,7 @@ func (s *fakeStore) DeleteLoops(ids []string, done func(error)) error {
 		s.order = slices.DeleteFunc(s.order, func(x string) bool { return x == id })
 	}
 	s.mu.Unlock()
-	go done(nil)
+	done(nil)
 	return nil
 }
 

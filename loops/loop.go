@@ -85,9 +85,12 @@ func (l *loop) Receive(c *actors.Context) {
 			msg.f(c)
 		}
 	case slotGranted:
+		if l.slot {
+			return // already holding one
+		}
 		l.slot = true
-		if l.rec.Status.Terminal() || l.rec.Status == api.LoopPaused {
-			l.freeSlot(c)
+		if l.rec.Status.Terminal() || l.rec.Status == api.LoopPaused || (l.rec.Stage != "" && l.rec.Stage != api.StageIterating) {
+			l.freeSlot(c) // a grant it no longer needs
 			return
 		}
 		l.begin(c)
