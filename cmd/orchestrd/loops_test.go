@@ -607,3 +607,29 @@ func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
 		t.Fatalf("the approval: %+v", a.Approval)
 	}
 }
+
+// A daemon stopped (SIGTERM) mid-iteration: its agent is stopped with it,
+// and at the next start the loop goes on with iteration 2.
+func TestLoopDaemonRestart(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
+if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
+[loops.code]
+validation_command = "grep -q 'it 2' work.txt"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive a restart")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	d.stop()
+	eventually(t, 10*time.Second, "the agent stopped with the daemon", func() bool { return !alive(pid) })
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
+		t.Fatalf("loop: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
+		t.Fatal("a third iteration ran")
+	}
+}
