@@ -148,6 +148,7 @@ type evData struct {
 	RunnerID string `json:"runner_id"`
 	Pid      int    `json:"pid"`
 	JobID    string `json:"job_id"`
+	TaskID   string `json:"task_id"`
 	Spare    bool   `json:"spare"`
 	Job      *struct {
 		ID    string `json:"id"`

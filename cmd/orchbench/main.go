@@ -51,6 +51,7 @@ var scenarios = []scenario{
 	{"clanker", "11. clanker pod IPC", runClanker},
 	{"http", "12. Loopsy HTTP API", runHTTP},
 	{"streams", "13. Job output streams", runStreams},
+	{"loops", "14. Loops", runLoops},
 }
 
 // bench is the state of one harness run.

@@ -227,15 +227,16 @@ func isTerminal(w io.Writer) bool {
 // ---- loop ----
 
 // loopCommands are the subcommands of `orchestrd loop`.
-var loopCommands = map[string]bool{"plan": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true}
+var loopCommands = map[string]bool{"plan": true, "code": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true}
 
-const loopUsage = `orchestrd loop plan [--home DIR] [--repo DIR] [--base BRANCH] TEXT
+const loopUsage = `orchestrd loop plan|code [--home DIR] [--repo DIR] [--base BRANCH] TEXT
 orchestrd loop show [--home DIR] [--json] ID
 orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
 
 plan creates a plan loop for TEXT in the git repository --repo (default:
 the current directory's) from --base (default: its current branch) and
-prints its id. show prints a loop's record and each iteration: its result
+prints its id; code creates a single code loop (an agent writing code in a
+worktree until [loops.code] validation_command passes). show prints a loop's record and each iteration: its result
 and the feedback the next was given. start starts a pending loop; pause lets
 the running iteration finish and starts no new one; resume goes on; cancel
 stops its agent and validation job at once, and every loop under it; rm
@@ -253,7 +254,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, show, start, pause, resume, cancel or rm")
+		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, code, show, start, pause, resume, cancel or rm")
 	}
 	sub, rest := pos[0], pos[1:]
 	if !loopCommands[sub] {
@@ -263,18 +264,19 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		}
 		return usageError(fs, loopUsage, stderr, "%s", msg)
 	}
-	if sub == "plan" {
+	creates := sub == "plan" || sub == "code"
+	if creates {
 		if len(rest) == 0 || strings.TrimSpace(strings.Join(rest, " ")) == "" {
-			return usageError(fs, loopUsage, stderr, "plan wants the TEXT of the task")
+			return usageError(fs, loopUsage, stderr, "%s wants the TEXT of the task", sub)
 		}
 	} else if len(rest) != 1 {
 		return usageError(fs, loopUsage, stderr, "%s wants exactly one loop ID", sub)
 	}
-	if sub != "plan" && (*repo != "" || *base != "") {
-		return usageError(fs, loopUsage, stderr, "--repo and --base go with plan")
+	if !creates && (*repo != "" || *base != "") {
+		return usageError(fs, loopUsage, stderr, "--repo and --base go with plan and code")
 	}
 	var p api.LoopCreatePlanParams
-	if sub == "plan" {
+	if creates {
 		dir := *repo
 		if dir == "" {
 			dir = "."
@@ -292,9 +294,16 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	switch sub {
-	case "plan":
+	case "plan", "code":
 		var res api.LoopCreatePlanResult
-		if err := call(c, "loop.create_plan", p, &res); err != nil {
+		var err error
+		if sub == "plan" {
+			err = call(c, "loop.create_plan", p, &res)
+		} else {
+			err = call(c, "loop.create", map[string]any{"loop_type": api.LoopCode, "description": p.Description,
+				"repo": p.Repo, "base": p.Base}, &res)
+		}
+		if err != nil {
 			return callErr(stderr, err)
 		}
 		fmt.Fprintln(stdout, res.ID)
@@ -349,7 +358,11 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	row("repo", l.Repo)
 	row("branch", l.Branch+" (from "+l.Base+")")
 	if l.Worktree != "" {
-		row("worktree", l.Worktree)
+		wt := l.Worktree
+		if _, err := os.Lstat(wt); err != nil && os.IsNotExist(err) {
+			wt += " (removed)"
+		}
+		row("worktree", wt)
 	}
 	if l.ValidationCommand != "" {
 		row("validation", printable(l.ValidationCommand))
