@@ -2,6 +2,7 @@ package loops
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func (s *fakeStore) SaveLoop(r api.LoopRecord, done func(error)) error {
 	}
 	s.loops[r.ID] = r
 	s.mu.Unlock()
-	go done(nil)
+	done(nil) // in order, as the real store's writer calls them
 	return nil
 }
 
@@ -49,7 +50,7 @@ func (s *fakeStore) SaveIteration(it api.LoopIteration, done func(error)) error 
 	}
 	s.its[it.LoopID][it.Iteration] = it
 	s.mu.Unlock()
-	go done(nil)
+	done(nil)
 	return nil
 }
 
@@ -61,7 +62,7 @@ func (s *fakeStore) DeleteLoops(ids []string, done func(error)) error {
 		s.order = slices.DeleteFunc(s.order, func(x string) bool { return x == id })
 	}
 	s.mu.Unlock()
-	go done(nil)
+	done(nil)
 	return nil
 }
 
@@ -280,6 +281,7 @@ type harness struct {
 	git    *fakeGit
 	repo   string
 	ev     chan *eventlog.Record
+	seen   *seen
 }
 
 type sink chan *eventlog.Record
@@ -291,7 +293,31 @@ func (s sink) Deliver(r *eventlog.Record) {
 	}
 }
 
-func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs) *harness {
+// seen records every loop.* event, for waits that must not race the
+// supervisor (a record is told to it before its event).
+type seen struct {
+	mu  sync.Mutex
+	evs []*eventlog.Record
+}
+
+func (s *seen) Deliver(r *eventlog.Record) {
+	s.mu.Lock()
+	s.evs = append(s.evs, r)
+	s.mu.Unlock()
+}
+
+func (s *seen) has(f func(*eventlog.Record) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.evs {
+		if f(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, seed ...func(h *harness)) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{})
 	if err != nil {
@@ -299,17 +325,22 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs) *h
 	}
 	ev := make(chan *eventlog.Record, 4096)
 	unsub := bus.Subscribe([]string{"loop.*"}, sink(ev))
+	rec := &seen{}
+	unsub2 := bus.Subscribe([]string{"loop.*"}, rec)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) {
 		t.Errorf("actor %s/%s panicked: %v\n%s", p.Kind, p.ID, p.Value, p.Stack)
 	}})
 	h := &harness{t: t, store: newFakeStore(), agents: agents, jobs: jobs, gate: &fakeGate{},
-		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev}
+		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev, seen: rec}
 	m, err := Start(Options{Config: cfg, Agents: agents, Jobs: jobs, Gate: h.gate, Store: h.store, Git: h.git,
 		Bus: bus, System: sys, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.m = m
+	for _, f := range seed {
+		f(h)
+	}
 	if _, err := m.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -321,6 +352,7 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs) *h
 		}
 		sys.Shutdown()
 		unsub()
+		unsub2()
 		bus.Close()
 		// The fake agents' and jobs' goroutines end with their tasks.
 		agents.mu.Lock()
@@ -374,9 +406,21 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
+// waitStatus waits until loop id's status st is told (its loop.updated
+// out: the supervisor knows it).
 func (h *harness) waitStatus(id string, st api.LoopStatus) api.LoopRecord {
 	h.t.Helper()
-	h.waitFor("loop "+id+" "+string(st), func() bool { return h.rec(id).Status == st })
+	h.waitFor("loop "+id+" "+string(st), func() bool {
+		return h.seen.has(func(r *eventlog.Record) bool {
+			switch e := r.Event.(type) {
+			case LoopUpdated:
+				return e.ID == id && e.Status == st
+			case LoopCreated:
+				return e.ID == id && e.Status == st
+			}
+			return false
+		})
+	})
 	return h.rec(id)
 }
 
@@ -411,3 +455,5 @@ func completes(api.TaskSpec, <-chan struct{}) api.TaskState { return api.TaskCom
 func passes(api.JobSpec, <-chan struct{}) JobResult {
 	return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -74,21 +74,23 @@ func (l *loop) Receive(c *actors.Context) {
 			l.recover(c)
 			return
 		}
-		l.persist(c, true, func(c *actors.Context) {
+		l.save(c, true, l.next, func(c *actors.Context) {
 			if l.reply != nil {
 				l.reply(l.rec, nil)
 				l.reply = nil
 			}
-			l.next(c)
 		})
 	case do:
 		if msg.gen == anyGen || msg.gen == l.gen {
 			msg.f(c)
 		}
 	case slotGranted:
+		if l.slot {
+			return // already holding one
+		}
 		l.slot = true
-		if l.rec.Status.Terminal() || l.rec.Status == api.LoopPaused {
-			l.freeSlot(c)
+		if l.rec.Status.Terminal() || l.rec.Status == api.LoopPaused || (l.rec.Stage != "" && l.rec.Stage != api.StageIterating) {
+			l.freeSlot(c) // a grant it no longer needs
 			return
 		}
 		l.begin(c)
@@ -131,7 +133,15 @@ func (l *loop) async(work func() error, f func(c *actors.Context, err error)) {
 // persist commits the record (and the current iteration) and then tells:
 // loop.created or loop.updated, the supervisor, then runs then. Nobody
 // hears of a change before it is committed.
+//
+// then runs only if the loop has not moved on meanwhile (a cancel, say:
+// its generation is the same); always runs in any case (an answer owed).
 func (l *loop) persist(c *actors.Context, created bool, then func(c *actors.Context)) {
+	l.save(c, created, then, nil)
+}
+
+func (l *loop) save(c *actors.Context, created bool, then, always func(c *actors.Context)) {
+	gen := l.gen
 	l.rec.UpdatedAt = time.Now().UnixMilli()
 	rec := l.rec
 	var it *api.LoopIteration
@@ -146,13 +156,18 @@ func (l *loop) persist(c *actors.Context, created bool, then func(c *actors.Cont
 			if err != nil {
 				l.m.log.Error().Err(err).Str("loop_id", rec.ID).Msg("recording a loop in the state store")
 			}
+			// The supervisor first: whoever hears the event and calls a
+			// method finds the supervisor knowing the change.
+			c.Send(l.sup, changed{rec: rec})
 			if created {
 				l.m.bus.Emit(LoopCreated{rec})
 			} else {
 				l.m.bus.Emit(LoopUpdated{rec})
 			}
-			c.Send(l.sup, changed{rec: rec})
-			if then != nil {
+			if always != nil {
+				always(c)
+			}
+			if then != nil && l.gen == gen {
 				then(c)
 			}
 		}})
@@ -231,6 +246,9 @@ func (l *loop) begin(c *actors.Context) {
 			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("preparing a loop's worktree")
 			l.fail(c, api.LoopErrGit, "its worktree could not be made: "+firstLine(err.Error()))
 			return
+		}
+		if l.rec.Status == api.LoopPaused {
+			return // paused while its worktree was made: no iteration starts
 		}
 		l.started(c, prompt)
 	})
@@ -558,7 +576,7 @@ func (l *loop) spawnKids(c *actors.Context) {
 			pid, in := r.ID, art
 			ctx := makeContext(t, artifactFor(kt, id, slugs[i]))
 			kids = append(kids, api.LoopRecord{ID: id, LoopType: kt, ParentID: &pid, InputArtifact: &in,
-				OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
+				OutputArtifacts: []string{}, PromptPath: l.m.cfg.Prompts[string(kt)], ValidationCommand: tc.ValidationCommand, MaxIterations: tc.MaxIterations,
 				Worktree: worktreeDir(r.Repo, id), Status: api.LoopPending, Context: ctx, CreatedAt: now + int64(i),
 				UpdatedAt: now, Repo: r.Repo, Base: r.Base, Branch: "loop/" + id})
 		}
@@ -730,8 +748,7 @@ func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message strin
 	l.rec.Status, l.rec.Error, l.rec.Message, l.rec.Stage = st, code, message, ""
 	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID = "", "", ""
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: st, Error: code})
-	l.persist(c, false, func(c *actors.Context) {
-		l.finish(c)
+	l.save(c, false, l.finish, func(c *actors.Context) {
 		if then != nil {
 			then()
 		}
@@ -798,22 +815,19 @@ func (l *loop) control(c *actors.Context, msg ctl) {
 		if l.rec.Stage != "" && l.rec.Stage != api.StageIterating {
 			l.rec.Status = api.LoopRunning
 		}
-		l.persist(c, false, func(c *actors.Context) {
-			reply(l.rec, nil)
-			l.next(c)
-		})
+		l.save(c, false, l.next, func(c *actors.Context) { reply(l.rec, nil) })
 	case "pause":
 		if l.rec.Stage == api.StageIterating && l.it != nil {
 			// The running iteration finishes (its result is kept); no
 			// new one starts.
 			l.rec.Paused = true
-			l.persist(c, false, func(c *actors.Context) { reply(l.rec, nil) })
+			l.save(c, false, nil, func(c *actors.Context) { reply(l.rec, nil) })
 			return
 		}
 		l.rec.Status, l.rec.Paused = api.LoopPaused, false
 		l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: "requested"})
 		l.freeSlot(c)
-		l.persist(c, false, func(c *actors.Context) { reply(l.rec, nil) })
+		l.save(c, false, nil, func(c *actors.Context) { reply(l.rec, nil) })
 	case "cancel", "invalidate":
 		ev := LoopCancelled{ID: l.rec.ID, TaskID: l.rec.TaskID, JobID: l.rec.JobID}
 		if l.rec.TaskID != "" {

@@ -2,6 +2,7 @@ package loops
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -432,5 +433,49 @@ func TestCancelCascadesDeleteRemovesTree(t *testing.T) {
 	}
 	if _, err := h.control("get", id); err == nil {
 		t.Fatal("a deleted loop is still known")
+	}
+}
+
+// Recover: a loop left mid-iteration has its work committed as WIP, its
+// iteration marked interrupted, and goes on with the next number; a loop
+// whose worktree is gone fails worktree_gone.
+func TestRecover(t *testing.T) {
+	var alive, gone api.LoopRecord
+	seed := func(h *harness) {
+		mk := func(id string) api.LoopRecord {
+			r := h.m.newRoot(api.LoopCode, id, h.repo, "main", makeContext("t", ""), time.Now())
+			r.Status, r.Stage, r.Iteration, r.TaskID, r.JobID = api.LoopRunning, api.StageIterating, 3, "t-old", "j-old"
+			return r
+		}
+		alive, gone = mk("1-alive"), mk("2-gone")
+		if err := os.MkdirAll(alive.Worktree, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []api.LoopRecord{alive, gone} {
+			_ = h.store.SaveLoop(r, func(error) {})
+			_ = h.store.SaveIteration(api.LoopIteration{LoopID: r.ID, Iteration: 3, Status: "running", TaskID: "t-old"}, func(error) {})
+		}
+	}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes}, seed)
+	r := h.waitStatus(alive.ID, api.LoopComplete)
+	if r.Iteration != 4 {
+		t.Fatalf("recovered: %+v", r)
+	}
+	its, _ := h.store.Iterations(alive.ID)
+	if len(its) != 2 || its[0].Iteration != 3 || its[0].Status != "interrupted" || its[0].Commit != "wip" ||
+		its[1].Iteration != 4 || !its[1].Passed {
+		t.Fatalf("iterations: %+v", its)
+	}
+	if g := h.waitStatus(gone.ID, api.LoopFailed); g.Error != api.LoopErrWorktreeGone {
+		t.Fatalf("worktree gone: %+v", g)
+	}
+	h.jobs.mu.Lock()
+	cancelled := h.jobs.cancelled
+	h.jobs.mu.Unlock()
+	if len(cancelled) < 1 || cancelled[0] != "j-old" {
+		t.Fatalf("the old validation jobs cancelled: %v", cancelled)
+	}
+	if ps := h.agents.prompts(); len(ps) != 1 {
+		t.Fatalf("%d tasks ran, want one (iteration 4)", len(ps))
 	}
 }

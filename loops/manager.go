@@ -181,6 +181,9 @@ type (
 		children []api.LoopRecord
 	}
 	deleted struct{ ids []string }
+	// snapshot asks for every loop's record as the supervisor knows it
+	// (committed, and what the state table is checked against).
+	snapshot struct{ reply func([]api.LoopRecord) }
 )
 
 // node is what the supervisor knows of a loop.
@@ -250,6 +253,18 @@ func (s *sup) Receive(c *actors.Context) {
 			n.ref = actors.Ref{}
 		}
 		s.release(c, msg.id)
+	case actors.Terminated:
+		// A loop's actor stopped without ending its loop (it panicked):
+		// its loop waits, as it was recorded, for the next start.
+		for id, n := range s.nodes {
+			if n.ref.Equal(msg.Who) {
+				n.ref = actors.Ref{}
+				s.release(c, id)
+				if !n.rec.Status.Terminal() {
+					s.m.log.Error().Str("loop_id", id).Msg("a loop's actor stopped before its loop ended; it goes on at the next start")
+				}
+			}
+		}
 	case wantSlot:
 		if !s.slots[msg.id] && !slices.Contains(s.waiting, msg.id) {
 			s.waiting = append(s.waiting, msg.id)
@@ -259,6 +274,12 @@ func (s *sup) Receive(c *actors.Context) {
 		s.release(c, msg.id)
 	case control:
 		s.control(c, msg)
+	case snapshot:
+		out := make([]api.LoopRecord, 0, len(s.nodes))
+		for _, n := range s.nodes {
+			out = append(out, n.rec)
+		}
+		msg.reply(out)
 	case deleted:
 		for _, id := range msg.ids {
 			if n := s.nodes[id]; n != nil {

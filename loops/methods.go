@@ -58,11 +58,10 @@ func (m *Manager) listMethod(call api.Call) {
 		}
 		after = n
 	}
-	all, err := m.opts.Store.Loops()
-	if err != nil {
-		call.Fail(api.Errorf(api.CodeStoreUnavailable, "loop.list: %v", err))
-		return
-	}
+	m.sys.Send(m.sup, snapshot{reply: func(all []api.LoopRecord) { m.list(call, p, after, all) }})
+}
+
+func (m *Manager) list(call api.Call, p api.LoopListParams, after int, all []api.LoopRecord) {
 	// Oldest first (siblings are recorded as their actors start: by
 	// created_at, then id).
 	slices.SortStableFunc(all, func(a, b api.LoopRecord) int {
@@ -89,17 +88,17 @@ func (m *Manager) listMethod(call api.Call) {
 	call.Respond(res)
 }
 
-func (m *Manager) get(id string) (api.LoopRecord, error) {
-	all, err := m.opts.Store.Loops()
-	if err != nil {
-		return api.LoopRecord{}, api.Errorf(api.CodeStoreUnavailable, "reading loop %s: %v", id, err)
-	}
-	for _, r := range all {
-		if r.ID == id {
-			return r, nil
+// get answers loop id's record as the supervisor knows it.
+func (m *Manager) get(id string, reply func(api.LoopRecord, error)) {
+	m.sys.Send(m.sup, snapshot{reply: func(all []api.LoopRecord) {
+		for _, r := range all {
+			if r.ID == id {
+				reply(r, nil)
+				return
+			}
 		}
-	}
-	return api.LoopRecord{}, api.Errorf(api.CodeNotFound, "no loop %q", id)
+		reply(api.LoopRecord{}, api.Errorf(api.CodeNotFound, "no loop %q", id))
+	}})
 }
 
 func (m *Manager) getMethod(call api.Call) {
@@ -112,17 +111,21 @@ func (m *Manager) getMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.get: id is missing"))
 		return
 	}
-	r, err := m.get(p.ID)
-	if err != nil {
-		call.Fail(err)
-		return
-	}
-	its, err := m.opts.Store.Iterations(p.ID)
-	if err != nil {
-		call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading the iterations of loop %s: %v", p.ID, err))
-		return
-	}
-	call.Respond(api.LoopGetResult{Loop: r, Iterations: its})
+	m.get(p.ID, func(r api.LoopRecord, err error) {
+		if err != nil {
+			call.Fail(err)
+			return
+		}
+		// Off the supervisor's goroutine: a read of the store.
+		go func() {
+			its, err := m.opts.Store.Iterations(p.ID)
+			if err != nil {
+				call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading the iterations of loop %s: %v", p.ID, err))
+				return
+			}
+			call.Respond(api.LoopGetResult{Loop: r, Iterations: its})
+		}()
+	})
 }
 
 func (m *Manager) createPlanMethod(call api.Call) {
@@ -218,7 +221,7 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 // newRoot is a root loop's first record.
 func (m *Manager) newRoot(lt api.LoopType, id, repo, base string, ctx []byte, now time.Time) api.LoopRecord {
 	tc := m.cfg.For(lt)
-	return api.LoopRecord{ID: id, LoopType: lt, OutputArtifacts: []string{}, ValidationCommand: tc.ValidationCommand,
+	return api.LoopRecord{ID: id, LoopType: lt, OutputArtifacts: []string{}, PromptPath: m.cfg.Prompts[string(lt)], ValidationCommand: tc.ValidationCommand,
 		MaxIterations: tc.MaxIterations, Worktree: worktreeDir(repo, id), Status: api.LoopPending, Context: ctx,
 		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Repo: repo, Base: base, Branch: "loop/" + id}
 }

@@ -181,6 +181,15 @@ max_iterations = 5
 			}
 		}
 	}
+	// The CLI shows it.
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), id) || !strings.Contains(string(out), "MARK-FEEDBACK") {
+		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "loops", "--home", d.home).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "[code] "+id+" - complete (2/5)") {
+		t.Fatalf("orchestrd loops: %v\n%s", err, out)
+	}
 	// delete: the branch goes, then 1001.
 	d.mustCall("loop.delete", map[string]any{"id": id}, nil)
 	if out := git(t, repo, "branch", "--list", "loop/"+id); out != "" {
@@ -596,5 +605,31 @@ func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
 	d2.mustCall("approval.get", map[string]any{"id": before.Loop.ApprovalID}, &a)
 	if a.Approval.State != api.ApprovalAllowed {
 		t.Fatalf("the approval: %+v", a.Approval)
+	}
+}
+
+// A daemon stopped (SIGTERM) mid-iteration: its agent is stopped with it,
+// and at the next start the loop goes on with iteration 2.
+func TestLoopDaemonRestart(t *testing.T) {
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
+if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
+[loops.code]
+validation_command = "grep -q 'it 2' work.txt"
+`)
+	home := shortTemp(t)
+	d := startDaemonAt(t, home, cfg)
+	id := d.createLoop(api.LoopCode, repo, "survive a restart")
+	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	d.stop()
+	eventually(t, 10*time.Second, "the agent stopped with the daemon", func() bool { return !alive(pid) })
+	d2 := startDaemonAt(t, home, cfg)
+	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
+	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
+		t.Fatalf("loop: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
+		t.Fatal("a third iteration ran")
 	}
 }
