@@ -649,7 +649,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 	}
 	post := l.poster()
 	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
-		[]string{r.Branch}, func(a GateAnswer) {
+		nil, func(a GateAnswer) {
 			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
 		})
 	if err != nil {

@@ -155,8 +155,18 @@ func loopLine(l api.LoopRecord) string {
 	if l.Error != "" && (l.Status == api.LoopFailed || l.Status == api.LoopInvalidated) {
 		s += " [" + printable(l.Error) + "]"
 	}
-	if l.Paused && l.Status == api.LoopRunning {
-		s += " [pausing after this iteration]"
+	if l.Status == api.LoopRunning {
+		switch {
+		case l.Stage == api.StageApproval && l.ApprovalID != "":
+			s += " [plan awaiting approval: orchestrd plan show " + l.ID + "]"
+		case l.Stage == api.StageMerge && l.ApprovalID != "":
+			s += " [merge into " + l.Base + " awaiting approval: orchestrd plan approve " + l.ID + "]"
+		case l.Stage == api.StageChildren:
+			s += " [waiting for its children]"
+		}
+		if l.Paused {
+			s += " [pausing after this iteration]"
+		}
 	}
 	return s
 }
@@ -497,7 +507,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		if err := call(c, "plan.approve", map[string]any{"id": id}, &res); err != nil {
 			return callErr(stderr, err)
 		}
-		fmt.Fprintf(stdout, "approved: %d spec loop%s spawned\n", res.SpecsSpawned, plural(res.SpecsSpawned))
+		if res.SpecsSpawned > 0 {
+			fmt.Fprintf(stdout, "approved: %d spec loop%s spawned\n", res.SpecsSpawned, plural(res.SpecsSpawned))
+		} else {
+			fmt.Fprintln(stdout, "approved")
+		}
 	case "reject":
 		p := map[string]any{"id": id}
 		if *reason != "" {

@@ -18,6 +18,8 @@ func TestDrawLoopsTree(t *testing.T) {
 		// Its parent is not listed (filtered out): drawn as a root.
 		{ID: "1764000000001-ffffffffffffffff-003", ParentID: p("1764000000001-ffffffffffffffff"), LoopType: api.LoopCode,
 			Status: api.LoopRunning, Iteration: 3, MaxIterations: 100, Paused: true},
+		{ID: "1764000000002-eeeeeeeeeeeeeeee", LoopType: api.LoopCode, Status: api.LoopRunning, Iteration: 2, MaxIterations: 100,
+			Base: "main", Stage: api.StageMerge, ApprovalID: "a-1"},
 	}
 	var b bytes.Buffer
 	drawLoops(&b, loops)
@@ -25,7 +27,8 @@ func TestDrawLoopsTree(t *testing.T) {
 		"  [spec] " + root + "-001 - running (1/10)\n" +
 		"    [phase] " + root + "-001-001 - pending (0/10)\n" +
 		"  [spec] " + root + "-002 - failed (10/10) [max_iterations]\n" +
-		"[code] 1764000000001-ffffffffffffffff-003 - running (3/100) [pausing after this iteration]\n"
+		"[code] 1764000000001-ffffffffffffffff-003 - running (3/100) [pausing after this iteration]\n" +
+		"[code] 1764000000002-eeeeeeeeeeeeeeee - running (2/100) [merge into main awaiting approval: orchestrd plan approve 1764000000002-eeeeeeeeeeeeeeee]\n"
 	if b.String() != want {
 		t.Fatalf("tree:\n%s\nwant:\n%s", b.String(), want)
 	}
