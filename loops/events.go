@@ -12,15 +12,48 @@ import (
 // output a person reads with loop.get: loop.created and loop.updated are
 // Loopr's wire shape).
 
-// LoopCreated: a loop was recorded. Its data is the record itself.
-type LoopCreated struct{ api.LoopRecord }
+// LoopCreated: a loop was recorded. A subscriber's data is the record
+// itself (Loopr's wire); the log line has what a person needs of it and
+// nothing an agent or a job wrote (loopLine: the record's progress holds
+// validation output, its context the task a client gave).
+type LoopCreated struct{ loopLine }
 
 func (LoopCreated) Kind() string { return "loop.created" }
 
-// LoopUpdated: a loop's record changed (committed). Its data is the record.
-type LoopUpdated struct{ api.LoopRecord }
+// LoopUpdated: a loop's record changed (committed); data as LoopCreated's.
+type LoopUpdated struct{ loopLine }
 
 func (LoopUpdated) Kind() string { return "loop.updated" }
+
+// loopLine is what loop.created and loop.updated write to the log: the
+// record's ids, type, status and counts, its progress as a size.
+type loopLine struct {
+	ID            string         `json:"id"`
+	LoopType      api.LoopType   `json:"loop_type"`
+	ParentID      *string        `json:"parent_id"`
+	Status        api.LoopStatus `json:"status"`
+	Iteration     uint32         `json:"iteration"`
+	MaxIterations uint32         `json:"max_iterations"`
+	Stage         string         `json:"stage,omitempty"`
+	ApprovalID    string         `json:"approval_id,omitempty"`
+	Error         string         `json:"error,omitempty"`
+	TaskID        string         `json:"task_id,omitempty"`
+	JobID         string         `json:"job_id,omitempty"`
+	ProgressBytes int            `json:"progress_bytes"`
+	Record        api.LoopRecord `json:"-"`
+}
+
+func newLoopLine(r api.LoopRecord) loopLine {
+	return loopLine{ID: r.ID, LoopType: r.LoopType, ParentID: r.ParentID, Status: r.Status, Iteration: r.Iteration,
+		MaxIterations: r.MaxIterations, Stage: r.Stage, ApprovalID: r.ApprovalID, Error: r.Error, TaskID: r.TaskID,
+		JobID: r.JobID, ProgressBytes: len(r.Progress), Record: r}
+}
+
+// WireData is the record itself, as Loopr's client reads it.
+func (e LoopCreated) WireData() any { return e.Record }
+
+// WireData is the record itself, as Loopr's client reads it.
+func (e LoopUpdated) WireData() any { return e.Record }
 
 // LoopIterationEnded is Loopr's loop.iteration: an iteration ended, passed
 // or not.

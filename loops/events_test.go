@@ -1,6 +1,9 @@
 package loops
 
 import (
+	"bytes"
+	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -16,8 +19,8 @@ func TestKinds(t *testing.T) {
 		Repo: "/r", Base: "main", Branch: "loop/" + pid + "-001"}
 	code := int32(2)
 	eventlogtest.CheckKinds(t,
-		LoopCreated{rec},
-		LoopUpdated{rec},
+		LoopCreated{newLoopLine(rec)},
+		LoopUpdated{newLoopLine(rec)},
 		LoopIterationEnded{ID: rec.ID, Iteration: 1, Status: "failed"},
 		LoopArtifact{ID: rec.ID, Path: ".loopr/specs/001-x.spec.md"},
 		LoopIterationStarted{ID: rec.ID, Iteration: 1, TaskID: "t-1", PromptBytes: 100},
@@ -37,4 +40,33 @@ func TestKinds(t *testing.T) {
 		LoopRecovered{ID: rec.ID, Iteration: 3, Interrupted: true, WIPCommit: "def"},
 		LoopGitFailed{ID: rec.ID, Op: "commit"},
 	)
+}
+
+// loop.created and loop.updated give subscribers the whole record (Loopr's
+// wire) and the log only what no agent or job wrote: progress (validation
+// output) and context (the task) as a size or not at all.
+func TestLoopLineKeepsAgentTextOut(t *testing.T) {
+	rec := api.LoopRecord{ID: "1-00ff", LoopType: api.LoopCode, OutputArtifacts: []string{}, MaxIterations: 5, Iteration: 2,
+		Status: api.LoopRunning, Progress: "\n---\n## Iteration 1 Failed\nSECRET-FROM-THE-JOB\n",
+		Context: []byte(`{"task":"TASK-TEXT"}`), Repo: "/r", Base: "main", Branch: "loop/1-00ff"}
+	for _, ev := range []interface {
+		WireData() any
+	}{LoopCreated{newLoopLine(rec)}, LoopUpdated{newLoopLine(rec)}} {
+		line, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(line, []byte("SECRET-FROM-THE-JOB")) || bytes.Contains(line, []byte("TASK-TEXT")) ||
+			!bytes.Contains(line, []byte(`"progress_bytes":`+strconv.Itoa(len(rec.Progress)))) || !bytes.Contains(line, []byte(`"status":"running"`)) {
+			t.Fatalf("log line %s", line)
+		}
+		wire, err := json.Marshal(ev.WireData())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back api.LoopRecord
+		if err := json.Unmarshal(wire, &back); err != nil || back.Progress != rec.Progress || back.ID != rec.ID {
+			t.Fatalf("wire data %s: %v", wire, err)
+		}
+	}
 }

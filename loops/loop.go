@@ -160,9 +160,9 @@ func (l *loop) save(c *actors.Context, created bool, then, always func(c *actors
 			// method finds the supervisor knowing the change.
 			c.Send(l.sup, changed{rec: rec})
 			if created {
-				l.m.bus.Emit(LoopCreated{rec})
+				l.m.bus.Emit(LoopCreated{newLoopLine(rec)})
 			} else {
-				l.m.bus.Emit(LoopUpdated{rec})
+				l.m.bus.Emit(LoopUpdated{newLoopLine(rec)})
 			}
 			if always != nil {
 				always(c)
