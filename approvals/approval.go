@@ -173,7 +173,9 @@ func (a *approvalActor) Receive(c *actors.Context) {
 		m.bus.Emit(ApprovalRequested{ID: snap.ID, Source: snap.Source, ApprovalKind: snap.Kind, ToolName: snap.ToolName,
 			Cwd: snap.Cwd, SessionID: snap.SessionID, RequestID: snap.RequestID, Deadline: snap.Deadline})
 		if snap.Kind == api.KindPlan {
-			m.bus.Emit(PlanAwaitingApproval{ID: snap.ID, Content: snap.Content, Specs: specsOrEmpty(snap.Specs)})
+			specs := specsOrEmpty(snap.Specs)
+			m.bus.Emit(PlanAwaitingApproval{ID: snap.ID, Content: snap.Content, Specs: specs,
+				ContentBytes: len(snap.Content), SpecsCount: specsCount(specs)})
 		}
 		if m.opts.OnPending != nil {
 			m.opts.OnPending(snap)

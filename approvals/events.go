@@ -116,13 +116,26 @@ type ApprovalWriteFailed struct {
 func (ApprovalWriteFailed) Kind() string { return "approval.write_failed" }
 
 // PlanAwaitingApproval: a plan (an approval of kind plan) is pending.
+// Subscribers get {id, content, specs} (Loopr's event); the log line only
+// the sizes: a loop's plan is what its agent wrote.
 type PlanAwaitingApproval struct {
-	ID      string          `json:"id"`
-	Content string          `json:"content"`
-	Specs   json.RawMessage `json:"specs"`
+	ID           string          `json:"id"`
+	Content      string          `json:"-"`
+	Specs        json.RawMessage `json:"-"`
+	ContentBytes int             `json:"content_bytes"`
+	SpecsCount   int             `json:"specs"`
 }
 
 func (PlanAwaitingApproval) Kind() string { return "plan.awaiting_approval" }
+
+// WireData is Loopr's plan.awaiting_approval: the plan and its specs.
+func (e PlanAwaitingApproval) WireData() any {
+	return struct {
+		ID      string          `json:"id"`
+		Content string          `json:"content"`
+		Specs   json.RawMessage `json:"specs"`
+	}{e.ID, e.Content, e.Specs}
+}
 
 // PlanApproved: a plan was allowed; SpecsSpawned is the number of its
 // specs.

@@ -201,10 +201,17 @@ func TestLooprClient(t *testing.T) {
 				t.Fatalf("event %s (%s), want %s of plan %d", e.Event, e.Data, want, i)
 			}
 			var data struct {
-				ID string `json:"id"`
+				ID      string   `json:"id"`
+				Content *string  `json:"content"`
+				Specs   []string `json:"specs"`
 			}
 			if json.Unmarshal(e.Data, &data) != nil || data.ID != ids[i] {
 				t.Fatalf("%s data %s, want id %s", e.Event, e.Data, ids[i])
+			}
+			// Loopr's plan.awaiting_approval carries the plan itself.
+			if want == "plan.awaiting_approval" && (data.Content == nil || *data.Content != fmt.Sprintf("# Plan %d", i) ||
+				len(data.Specs) != 1 || data.Specs[0] != "spec-a.md") {
+				t.Fatalf("%s data %s: want the plan and its specs", e.Event, e.Data)
 			}
 		}
 	}
