@@ -78,6 +78,7 @@ const (
 	LoopErrParentIterated = "parent_iterated" // plan.iterate ran the plan again: its children are invalidated
 	LoopErrGit            = "git_failed"      // git could not make or commit its worktree
 	LoopErrAgent          = "agent_failed"    // its executor pool refused every task
+	LoopErrActorFailed    = "actor_failed"    // the daemon's actor of the loop failed (a bug: see actor.panicked)
 )
 
 // LoopRecord is a loop as loop.get, loop.list, loop.created and

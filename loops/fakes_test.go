@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,10 +101,16 @@ type fakeAgents struct {
 	work    func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState
 	// failCode is the error code of a task work failed (a usage limit).
 	failCode func(spec api.TaskSpec) string
+	// panics: Execute panics (in the loop's actor, which calls it).
+	panics bool
 }
 
 func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 	a.mu.Lock()
+	if a.panics {
+		a.mu.Unlock()
+		panic("fakeAgents.Execute told to panic")
+	}
 	a.n++
 	id := fmt.Sprintf("t-%d", a.n)
 	a.specs = append(a.specs, spec)
@@ -272,6 +279,7 @@ func (g *fakeGit) RemoveWorktree(_, dir string) error {
 func (g *fakeGit) DeleteBranch(string, string) error { return nil }
 
 type harness struct {
+	panics *atomic.Int32
 	t      *testing.T
 	m      *Manager
 	store  *fakeStore
@@ -327,10 +335,18 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, se
 	unsub := bus.Subscribe([]string{"loop.*"}, sink(ev))
 	rec := &seen{}
 	unsub2 := bus.Subscribe([]string{"loop.*"}, rec)
+	panics := &atomic.Int32{} // panics the test expects (agents.panics)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) {
+		agents.mu.Lock()
+		expected := agents.panics
+		agents.mu.Unlock()
+		if expected && p.Kind == "loop" {
+			panics.Add(1)
+			return
+		}
 		t.Errorf("actor %s/%s panicked: %v\n%s", p.Kind, p.ID, p.Value, p.Stack)
 	}})
-	h := &harness{t: t, store: newFakeStore(), agents: agents, jobs: jobs, gate: &fakeGate{},
+	h := &harness{t: t, panics: panics, store: newFakeStore(), agents: agents, jobs: jobs, gate: &fakeGate{},
 		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev, seen: rec}
 	m, err := Start(Options{Config: cfg, Agents: agents, Jobs: jobs, Gate: h.gate, Store: h.store, Git: h.git,
 		Bus: bus, System: sys, Logger: zerolog.Nop()})

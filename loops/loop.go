@@ -768,6 +768,12 @@ func (l *loop) finish(c *actors.Context) {
 			}
 		}
 	}()
+	l.m.mu.Lock()
+	if l.m.done == nil {
+		l.m.done = map[string]bool{}
+	}
+	l.m.done[r.ID] = true
+	l.m.mu.Unlock()
 	c.Send(l.sup, ended{id: r.ID})
 	c.StopSelf()
 }

@@ -479,3 +479,35 @@ func TestRecover(t *testing.T) {
 		t.Fatalf("%d tasks ran, want one (iteration 4)", len(ps))
 	}
 }
+
+// A loop whose actor panics is failed (actor_failed), committed, not left
+// running for ever nor run again; the other loops go on.
+func TestLoopActorPanicFailsTheLoop(t *testing.T) {
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes, panics: true}, jobs)
+	id := h.create(api.LoopCode, "make the widget")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrActorFailed || r.TaskID != "" {
+		t.Fatalf("record: %+v", r)
+	}
+	h.waitFor("the failed loop in the store", func() bool {
+		recs, _ := h.store.Loops()
+		for _, s := range recs {
+			if s.ID == id {
+				return s.Status == api.LoopFailed && s.Error == api.LoopErrActorFailed
+			}
+		}
+		return false
+	})
+	// A loop created after it runs (its slot was given back).
+	if h.panics.Load() != 1 {
+		t.Fatalf("%d panics, want 1", h.panics.Load())
+	}
+	h.agents.mu.Lock()
+	h.agents.panics = false
+	h.agents.mu.Unlock()
+	id2 := h.create(api.LoopCode, "another")
+	h.waitStatus(id2, api.LoopComplete)
+}

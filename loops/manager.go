@@ -50,6 +50,11 @@ type Manager struct {
 	stopping bool
 	counts   map[api.LoopStatus]int
 	plans    map[string]string // plan loop id -> the approval it waits for
+	// done: loops whose actor stopped itself, its loop ended (finish).
+	// The actor's Terminated can reach the supervisor before its ended
+	// (system messages go first): an actor stopped and not in done
+	// panicked.
+	done map[string]bool
 }
 
 // Start starts the loops supervisor; Recover then takes over the loops a
@@ -249,6 +254,9 @@ func (s *sup) Receive(c *actors.Context) {
 			}
 		}
 	case ended:
+		s.m.mu.Lock()
+		delete(s.m.done, msg.id)
+		s.m.mu.Unlock()
 		if n := s.nodes[msg.id]; n != nil {
 			n.ref = actors.Ref{}
 		}
@@ -260,8 +268,12 @@ func (s *sup) Receive(c *actors.Context) {
 			if n.ref.Equal(msg.Who) {
 				n.ref = actors.Ref{}
 				s.release(c, id)
-				if !n.rec.Status.Terminal() {
-					s.m.log.Error().Str("loop_id", id).Msg("a loop's actor stopped before its loop ended; it goes on at the next start")
+				s.m.mu.Lock()
+				normal, stopping := s.m.done[id], s.m.stopping
+				delete(s.m.done, id)
+				s.m.mu.Unlock()
+				if !normal && !stopping && !n.rec.Status.Terminal() {
+					s.actorFailed(c, n)
 				}
 			}
 		}
@@ -337,6 +349,40 @@ func (s *sup) spawn(c *actors.Context, r api.LoopRecord, how int, reply func(api
 	}
 	n.ref = ref
 	return true
+}
+
+// actorFailed ends the loop whose actor stopped before its loop did (it
+// panicked: actor.panicked says where): its agent's task and validation
+// job are stopped, never left running unwatched, and the loop is failed
+// (actor_failed) as its record was, committed before anyone hears of it,
+// its parent told as of any child's end. Not run again: the panic would
+// come again.
+func (s *sup) actorFailed(c *actors.Context, n *node) {
+	r := n.rec
+	if r.TaskID != "" {
+		s.m.opts.Agents.Stop(r.TaskID, true)
+	}
+	if r.JobID != "" {
+		s.m.opts.Jobs.Cancel(r.JobID)
+	}
+	r.Status, r.Error, r.Stage = api.LoopFailed, api.LoopErrActorFailed, ""
+	r.Message = "the daemon's actor of this loop failed (see the actor.panicked event)"
+	r.TaskID, r.JobID, r.ApprovalID = "", "", ""
+	r.UpdatedAt = time.Now().UnixMilli()
+	s.m.log.Error().Str("loop_id", r.ID).Msg("a loop's actor stopped before its loop ended: the loop is failed")
+	s.m.bus.Emit(LoopEnded{ID: r.ID, Status: r.Status, Error: r.Error})
+	self, sys := c.Self(), c.System()
+	if err := s.m.opts.Store.SaveLoop(r, func(err error) {
+		if err != nil {
+			s.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("recording a failed loop in the state store")
+		}
+		sys.Send(self, changed{rec: r})
+		s.m.bus.Emit(LoopUpdated{newLoopLine(r)})
+	}); err != nil {
+		s.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("recording a failed loop in the state store")
+		sys.Send(self, changed{rec: r})
+		s.m.bus.Emit(LoopUpdated{newLoopLine(r)})
+	}
 }
 
 func (s *sup) release(c *actors.Context, id string) {
