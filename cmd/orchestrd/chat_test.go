@@ -100,6 +100,7 @@ func (c *looprClient) chatSend(message string) chatSent {
 // the conversation goes on in one session; chat.cancel stops a reply;
 // chat.clear starts a new session.
 func TestChatLoopr(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	d := startDaemon(t, chatConfig(t))
 	c := dialLoopr(t, d.sock())
 	if r := c.request("initialize", map[string]any{"version": "0.1.1"}); r.Error != nil {
@@ -203,6 +204,7 @@ func TestChatLoopr(t *testing.T) {
 // reply, Ctrl-C with none leaves (130); the end of stdin leaves (0) once
 // the last reply is over.
 func TestChatCLI(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	d := startDaemon(t, chatConfig(t))
 
 	// End of stdin: the reply is streamed whole first.
@@ -280,6 +282,7 @@ func TestChatCLI(t *testing.T) {
 // The conversation outlives the daemon: after a restart the next message
 // goes on in the same executor session, until chat.clear.
 func TestChatRestart(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	home := shortTemp(t)
 	cfg := chatConfig(t)
 	d := startDaemonAt(t, home, cfg)

@@ -15,6 +15,7 @@ import (
 // code loop made, drawn, shown, refused a pause once complete, removed; a
 // plan shown and rejected; the errors a person meets.
 func TestLoopCLI(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	cfg := loopAgent(t, prompts, `case "$ORCHESTRD_LOOP_TYPE" in

@@ -129,6 +129,7 @@ func (c *looprClient) event(within time.Duration) looprEvent {
 // another major is refused 1004 with both versions), status, subscribe and
 // then Loopr's events in order, bad JSON answered with id 0.
 func TestLooprClient(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	d := startDaemon(t, "[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n")
 	c := dialLoopr(t, d.sock())
 
@@ -254,6 +255,7 @@ func TestLooprClient(t *testing.T) {
 // loop.updated with the loop record as data, in order, and metrics.update
 // settling on the final counts.
 func TestLooprClientLoopEvents(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	d := startDaemon(t, loopAgent(t, prompts, `echo done > out.txt`, "auto_merge = true"))

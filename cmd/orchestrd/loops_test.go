@@ -118,6 +118,7 @@ func (d *testDaemon) waitLoop(id string, st api.LoopStatus, within time.Duration
 // second prompt carries the failure's output; the work is committed and
 // merged into main.
 func TestLoopCodeFeedback(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	// Each iteration adds a line; validation wants two.
@@ -202,6 +203,7 @@ max_iterations = 5
 
 // A loop whose validation never passes fails at max_iterations.
 func TestLoopMaxIterations(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
@@ -233,6 +235,7 @@ max_iterations = 2
 
 // cancel stops the agent's process and the validation job at once.
 func TestLoopCancel(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	// The agent sleeps until killed, its pid in a file.
@@ -256,6 +259,7 @@ func TestLoopCancel(t *testing.T) {
 // on with the next iteration number, the interrupted one is never run
 // again.
 func TestLoopKilledDaemon(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	// Iteration 1 writes a file and hangs (the daemon is killed then);
@@ -314,6 +318,7 @@ esac`
 // spec spawns a phase, each phase a code loop; once the tree is complete
 // its root merges into main after a second approval.
 func TestLoopPlanTree(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
@@ -376,6 +381,7 @@ func TestLoopPlanTree(t *testing.T) {
 // plan.iterate runs the plan again with the feedback; plan.reject ends it
 // failed.
 func TestLoopPlanIterateReject(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
@@ -408,6 +414,7 @@ func TestLoopPlanIterateReject(t *testing.T) {
 // A branch that conflicts with its base ends the loop failed
 // merge_conflict, the branch kept.
 func TestLoopMergeConflict(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	gate := filepath.Join(prompts, "go")
@@ -442,6 +449,7 @@ while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
 // pause lets the running iteration finish (its result kept) and starts no
 // new one; resume goes on.
 func TestLoopPauseResume(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	gate := filepath.Join(prompts, "go")
@@ -487,6 +495,7 @@ validation_command = "[ $(wc -l < work.txt) -ge 2 ] || { echo one line; exit 1; 
 // job ends daemon_lost, the loop goes on with iteration 2, the agent's
 // task of iteration 1 is not run again.
 func TestLoopKilledDuringValidation(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	mark := filepath.Join(prompts, "validating")
@@ -534,6 +543,7 @@ validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 3
 
 // cancel while the validation job runs cancels the job at once.
 func TestLoopCancelDuringValidation(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	mark := filepath.Join(prompts, "validating")
@@ -568,6 +578,7 @@ validation_command = "touch `+mark+`; sleep 300"
 // the same approval after the restart: plan.approve (by the loop's id)
 // then spawns its specs.
 func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	cfg := loopAgent(t, prompts, treeAgent, "auto_merge = true\n")
@@ -611,6 +622,7 @@ func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
 // A daemon stopped (SIGTERM) mid-iteration: its agent is stopped with it,
 // and at the next start the loop goes on with iteration 2.
 func TestLoopDaemonRestart(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
 	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
