@@ -268,11 +268,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	}
 	sub, rest := pos[0], pos[1:]
 	if !loopCommands[sub] {
-		msg := fmt.Sprintf("unknown subcommand %q", sub)
-		if s := suggest(sub, sortedKeys(loopCommands)); s != "" {
-			msg += fmt.Sprintf("; did you mean %q?", s)
-		}
-		return usageError(fs, loopUsage, stderr, "%s", msg)
+		return usageError(fs, loopUsage, stderr, "%s", unknownSub(sub, loopCommands))
 	}
 	creates := sub == "plan" || sub == "code"
 	if creates {
@@ -461,11 +457,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	sub, rest := pos[0], pos[1:]
 	if !planCommands[sub] {
-		msg := fmt.Sprintf("unknown subcommand %q", sub)
-		if s := suggest(sub, sortedKeys(planCommands)); s != "" {
-			msg += fmt.Sprintf("; did you mean %q?", s)
-		}
-		return usageError(fs, planUsage, stderr, "%s", msg)
+		return usageError(fs, planUsage, stderr, "%s", unknownSub(sub, planCommands))
 	}
 	switch {
 	case sub == "iterate" && (len(rest) < 2 || strings.TrimSpace(strings.Join(rest[1:], " ")) == ""):
@@ -535,4 +527,13 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// unknownSub says a subcommand is not one of subs, with a suggestion.
+func unknownSub(sub string, subs map[string]bool) string {
+	msg := fmt.Sprintf("unknown subcommand %q", sub)
+	if s := suggest(sub, sortedKeys(subs)); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return msg
 }
