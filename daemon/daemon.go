@@ -343,16 +343,6 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
-	// Loopsy's HTTP API, once the lanes take jobs; nil when off.
-	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger); err != nil {
-		_ = srv.Close()
-		shutdownClanker()
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("the HTTP API failed")
-		return err
-	}
-	httpSrv := httpFE.srv
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
 		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
@@ -363,6 +353,18 @@ func Run(ctx context.Context, opts Options) error {
 	loopsMgr.Register(srv)
 	clankerMgr.Register(srv)
 	registerHTTPInfo(srv, httpFE, st.NodeID())
+	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
+	// jobs and every method is registered; nil when off.
+	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, nil, nil); err != nil {
+		_ = srv.Close()
+		shutdownClanker()
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("the HTTP API failed")
+		return err
+	}
+	httpSrv := httpFE.srv
+	fronts.http = httpFE.fe
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
 		hookSrv.Serve(approvalsMgr)

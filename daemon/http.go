@@ -87,14 +87,18 @@ func (h *httpFront) warn(log zerolog.Logger) {
 // When it cannot (an exec_lane that is no lane, a bad certificate), as
 // bindHTTP: a FrontEndError when the config file turned it on, else
 // warned and off.
-func (h *httpFront) start(home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger) error {
+// mounts are the other front-ends served on its listener (the dashboard,
+// /metrics); observe hears of every request answered.
+func (h *httpFront) start(home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger,
+	mounts []httpapi.Mount, observe func(route string, status int, d time.Duration)) error {
 	if h.ln == nil {
 		return nil
 	}
 	ln := h.ln
 	h.ln = nil // Start serves or closes it
 	srv, err := httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Lanes: mgr,
-		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln})
+		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln,
+		Mounts: mounts, Observe: observe})
 	if err != nil {
 		h.fe = api.FrontEnd{Name: "http", Off: err.Error(), Failed: true}
 		h.err = err

@@ -78,6 +78,22 @@ type Options struct {
 	// known at once); Start serves on it, or closes it when it fails. Nil:
 	// Start listens itself.
 	Listener net.Listener
+	// Mounts are other front-ends served on the API's listener (the
+	// dashboard, /metrics). A mount does its own authentication unless
+	// Bearer asks for the API's (a known key, rate limited).
+	Mounts []Mount
+	// Observe, when set, hears of every request once it is answered: the
+	// pattern of the route that served it ("" when none did), its status
+	// and how long it took. It must not block.
+	Observe func(route string, status int, d time.Duration)
+}
+
+// Mount is a handler served on the API's listener under Pattern (a
+// net/http ServeMux pattern).
+type Mount struct {
+	Pattern string
+	Handler http.Handler
+	Bearer  bool
 }
 
 // Server serves the API.
@@ -231,12 +247,16 @@ func (s *Server) audited(h http.Handler) http.Handler {
 		start := time.Now()
 		ri := &reqInfo{}
 		rec := &recorder{ResponseWriter: w}
-		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
+		r2 := r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+		h.ServeHTTP(rec, r2)
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if s.opts.Observe != nil {
+			s.opts.Observe(r2.Pattern, status, time.Since(start))
+		}
 		if s.audit != nil {
-			status := rec.status
-			if status == 0 {
-				status = http.StatusOK
-			}
 			s.audit.add(auditLine{Time: start.UTC().Format(time.RFC3339Nano), Peer: r.RemoteAddr, KeyName: ri.keyName,
 				Method: r.Method, Path: r.URL.Path, Status: status, JobID: ri.jobID,
 				Duration: time.Since(start).Milliseconds(), Bytes: rec.bytes})
@@ -265,6 +285,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+p+"/peers", s.auth(s.peersAdd))
 	mux.HandleFunc("POST "+p+"/peers/handshake", s.auth(s.peersHandshake))
 	mux.HandleFunc("DELETE "+p+"/peers/{nodeId}", s.auth(s.peersRemove))
+	for _, m := range s.opts.Mounts {
+		h := m.Handler
+		if m.Bearer {
+			h = s.auth(h.ServeHTTP)
+		}
+		mux.Handle(m.Pattern, h)
+	}
 	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeInvalidRequest, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	}))
