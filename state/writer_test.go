@@ -252,3 +252,48 @@ func TestDurabilitySetting(t *testing.T) {
 		t.Fatalf("bad durability: %v", err)
 	}
 }
+
+// OnCommit hears every committed transaction, with its writes and how
+// long it took; the sums match the writer's counters.
+func TestOnCommitHearsEachCommit(t *testing.T) {
+	var mu sync.Mutex
+	var calls, writes int
+	var slowest time.Duration
+	opts := testOpts
+	opts.OnCommit = func(n int, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		writes += n
+		slowest = max(slowest, d)
+	}
+	s := openT(t, dbPath(t), opts)
+	before := s.Stats()
+	mu.Lock()
+	calls0, writes0 := calls, writes // what opening the store committed
+	mu.Unlock()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				id := fmt.Sprintf("j-%d-%d", g, i)
+				if err := s.Jobs().Submit(ctx, submitted(id, "net", api.JobSpec{}, time.Now()), api.JobSpec{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := s.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := int64(calls-calls0), st.Commits-before.Commits; got != want || got == 0 {
+		t.Fatalf("OnCommit called %d times for %d commits", got, want)
+	}
+	if got, want := int64(writes-writes0), st.Writes-before.Writes; got != want || got != 200 {
+		t.Fatalf("OnCommit heard %d writes, the writer counted %d; want 200", got, want)
+	}
+	if slowest <= 0 {
+		t.Fatalf("slowest commit %v", slowest)
+	}
+}

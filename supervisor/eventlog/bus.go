@@ -153,10 +153,20 @@ func wireLen(kind string, data []byte) int {
 // record to a buffered channel or ring and return). It may call Emit.
 type Sink interface{ Deliver(r *Record) }
 
+// EventSink is a Sink that reads only a record's Kind, Seq, TS and Event,
+// never its Wire or Line bytes (a counter of events, such as the daemon's
+// metrics): Emit does not marshal a WireDataer event's data ahead for it,
+// so subscribing one to job.finished costs the emitter no JSON.
+type EventSink interface {
+	Sink
+	EventsOnly()
+}
+
 type subscriber struct {
-	match kindMatcher
-	sink  Sink
-	gone  atomic.Bool
+	match      kindMatcher
+	sink       Sink
+	eventsOnly bool // an EventSink: Wire is not computed for it
+	gone       atomic.Bool
 }
 
 // Bus is the event bus. Create it with Open.
@@ -172,6 +182,9 @@ type Bus struct {
 	queue   chan []byte
 	seq     atomic.Uint64
 	dropped atomic.Uint64 // lines not enqueued because the queue was full
+	// droppedTotal counts every line dropped since Open (dropped is
+	// reset by each eventlog.dropped line); DroppedTotal reads it.
+	droppedTotal atomic.Uint64
 
 	subMu sync.Mutex // serialises Subscribe/unsubscribe copy-on-write
 	subs  atomic.Pointer[[]*subscriber]
@@ -342,6 +355,11 @@ func (b *Bus) seqReserved(last uint64, err error) {
 	b.reserving.Store(false)
 }
 
+// DroppedTotal is how many log lines were dropped since Open (the writer
+// fell behind, or a write lost them): the sum of every eventlog.dropped
+// line's count, and those not reported yet. Read without a lock.
+func (b *Bus) DroppedTotal() uint64 { return b.droppedTotal.Load() }
+
 // Seq returns the last assigned seq.
 func (b *Bus) Seq() uint64 { return b.seq.Load() }
 
@@ -419,6 +437,7 @@ func (b *Bus) emit(r *Record, ev Event, lines *[]byte) {
 				case b.queue <- r.Line:
 				default:
 					b.dropped.Add(1)
+					b.droppedTotal.Add(1)
 				}
 			}
 			b.mu.Unlock()
@@ -540,7 +559,7 @@ func (b *Bus) deliver(r *Record) {
 		if !s.match.match(r.Kind) || s.gone.Load() {
 			continue
 		}
-		if wd {
+		if wd && !s.eventsOnly {
 			r.Wire() // marshal WireData on the emitter's goroutine; see Wire
 			wd = false
 		}
@@ -566,11 +585,15 @@ func (b *Bus) deliverOne(s *subscriber, r *Record) {
 // Subscribe delivers records whose kind matches one of kinds to s (all
 // records when kinds is empty). A pattern is an exact kind, "*", or a prefix
 // ending in ".*" ("job.*" matches job.queued, job.output, ...). The returned
-// function unsubscribes; it is idempotent. Once it returns, no new Deliver
+// function unsubscribes; it is idempotent. An EventSink is not handed a
+// record whose Wire was made for it (see EventSink). Once it returns, no new Deliver
 // call starts except from an Emit that had already checked the subscriber,
 // so a sink that tears itself down must tolerate one late call.
 func (b *Bus) Subscribe(kinds []string, s Sink) (unsubscribe func()) {
 	sub := &subscriber{match: newKindMatcher(kinds), sink: s}
+	if _, ok := s.(EventSink); ok {
+		sub.eventsOnly = true
+	}
 	b.subMu.Lock()
 	var cur []*subscriber
 	if p := b.subs.Load(); p != nil {
@@ -814,6 +837,7 @@ func (w *writer) writeRaw(p []byte) {
 	}
 	if w.lost > 0 {
 		b.dropped.Add(w.lost)
+		b.droppedTotal.Add(w.lost)
 		w.lost = 0
 	}
 }

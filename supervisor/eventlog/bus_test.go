@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -569,8 +570,11 @@ func TestDropCounting(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Emit blocked on a stuck writer for %v", d)
 	}
-	close(release)
 	const want = emitted - 1 - 4 // one with the writer, four queued
+	if n := b.DroppedTotal(); n != want {
+		t.Fatalf("DroppedTotal %d while the writer is stuck, want %d", n, want)
+	}
+	close(release)
 	r := c.waitFor(t, func(*Record) bool { return true })
 	if ev := r.Event.(LogDropped); ev.Dropped != want {
 		t.Fatalf("eventlog.dropped %d, want %d", ev.Dropped, want)
@@ -590,6 +594,46 @@ func TestDropCounting(t *testing.T) {
 	}
 	if last := lines[len(lines)-1]; last.Kind != "eventlog.dropped" || last.Fields["dropped"].(json.Number).String() != strconv.Itoa(want) {
 		t.Fatalf("last line %s", last.Raw)
+	}
+	if n := b.DroppedTotal(); n != want { // not reset by the eventlog.dropped line
+		t.Fatalf("DroppedTotal %d after the dropped line, want %d", n, want)
+	}
+}
+
+// eventsOnlySink counts records and says it never reads their Wire.
+type eventsOnlySink struct{ n atomic.Int64 }
+
+func (s *eventsOnlySink) Deliver(*Record) { s.n.Add(1) }
+func (s *eventsOnlySink) EventsOnly()     {}
+
+// countedWire is a WireDataer that counts how often its data is made.
+type countedWire struct{ made *atomic.Int64 }
+
+func (countedWire) Kind() string { return "job.finished" }
+func (e countedWire) WireData() any {
+	e.made.Add(1)
+	return map[string]int{"n": 1}
+}
+
+// An EventSink on a WireDataer kind costs the emitter no marshalling; a
+// plain Sink beside it still gets the wire made before delivery.
+func TestEventSinkSkipsWire(t *testing.T) {
+	b := openTest(t, Options{})
+	es := &eventsOnlySink{}
+	b.Subscribe([]string{"job.finished"}, es)
+	var made atomic.Int64
+	b.Emit(countedWire{made: &made})
+	if es.n.Load() != 1 || made.Load() != 0 {
+		t.Fatalf("an EventSink alone: delivered %d, WireData made %d times; want 1, 0", es.n.Load(), made.Load())
+	}
+	c := newCollector()
+	b.Subscribe([]string{"job.finished"}, c)
+	r := b.Emit(countedWire{made: &made})
+	if es.n.Load() != 2 || made.Load() != 1 {
+		t.Fatalf("with a plain Sink too: delivered %d, WireData made %d times; want 2, 1", es.n.Load(), made.Load())
+	}
+	if !bytes.Contains(r.Wire(), []byte(`{"n":1}`)) || made.Load() != 1 {
+		t.Fatalf("Wire %s (made %d times)", r.Wire(), made.Load())
 	}
 }
 
