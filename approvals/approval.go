@@ -254,6 +254,9 @@ func (e *entry) publish(final api.Approval, rules []api.ApprovalRule, reply func
 	e.waiters, e.overFns = nil, nil
 	e.mu.Unlock()
 	m.forgetPending(e)
+	if m.opts.OnEnded != nil {
+		m.opts.OnEnded(final)
+	}
 	r := final.Resolution
 	switch final.State {
 	case api.ApprovalTimedOut:

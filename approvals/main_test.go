@@ -43,7 +43,7 @@ func (s sink) Deliver(r *eventlog.Record) {
 	}
 }
 
-func newHarness(t *testing.T, cfg Config, lg Log) *harness {
+func newHarness(t *testing.T, cfg Config, lg Log, with ...func(*Options)) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{})
 	if err != nil {
@@ -52,7 +52,11 @@ func newHarness(t *testing.T, cfg Config, lg Log) *harness {
 	ev := make(chan *eventlog.Record, 4096)
 	unsub := bus.Subscribe([]string{"approval.*", "plan.*"}, sink(ev))
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) { t.Errorf("actor %s/%s panicked: %v\n%s", p.Kind, p.ID, p.Value, p.Stack) }})
-	m, err := Start(Options{Config: cfg, Bus: bus, System: sys, Logger: zerolog.Nop(), Log: lg})
+	opts := Options{Config: cfg, Bus: bus, System: sys, Logger: zerolog.Nop(), Log: lg}
+	for _, f := range with {
+		f(&opts)
+	}
+	m, err := Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

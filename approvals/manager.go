@@ -41,6 +41,10 @@ type Options struct {
 	// OnPending is called once an approval becomes pending (the daemon
 	// hands it to the notifier). It must not block.
 	OnPending func(api.Approval)
+	// OnEnded is called once a pending approval ends (answered, timed out
+	// or cancelled), with its final record, before its events: the
+	// daemon's metrics time its resolution. It must not block.
+	OnEnded func(api.Approval)
 }
 
 // RecoverStats is what Recover did.

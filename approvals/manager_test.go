@@ -463,3 +463,57 @@ func TestAwaitAndPlanID(t *testing.T) {
 		t.Fatalf("Await of no approval: %v", err)
 	}
 }
+
+// OnEnded hears each approval's end once, with its final record (state,
+// source, resolution), before its event; an approval a rule answers at
+// once was never pending and is not heard.
+func TestOnEnded(t *testing.T) {
+	ended := make(chan api.Approval, 8)
+	cfg := DefaultConfig()
+	cfg.Rules = []RuleConfig{{Tool: "Read", Decision: "allow"}}
+	h := newHarness(t, cfg, nil, func(o *Options) {
+		o.OnEnded = func(a api.Approval) { ended <- a }
+	})
+	next := func() api.Approval {
+		t.Helper()
+		select {
+		case a := <-ended:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnEnded not called within 10s")
+			return api.Approval{}
+		}
+	}
+	ans := newAnswers(t)
+	p, err := h.m.Ask(toolReq(`{"command":"ls"}`), ans.answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent("approval.requested")
+	if e := h.call("approval.resolve", map[string]any{"id": p.ID(), "decision": "Deny"}, nil); e != nil {
+		t.Fatal(e)
+	}
+	if a := next(); a.ID != p.ID() || a.State != api.ApprovalDenied || a.Source != api.SourceReachout ||
+		a.Resolution == nil || a.Resolution.At.Before(a.CreatedAt) {
+		t.Fatalf("OnEnded got %+v", a)
+	}
+	req := toolReq(`{"command":"ls"}`)
+	req.Timeout = 20 * time.Millisecond
+	if _, err := h.m.Ask(req, newAnswers(t).answer); err != nil {
+		t.Fatal(err)
+	}
+	if a := next(); a.State != api.ApprovalTimedOut {
+		t.Fatalf("OnEnded got %s, want timed_out", a.State)
+	}
+	read := toolReq(`{"file_path":"/work/p/x"}`)
+	read.ToolName = "Read"
+	if _, err := h.m.Ask(read, newAnswers(t).answer); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent("approval.auto_resolved")
+	select {
+	case a := <-ended:
+		t.Fatalf("OnEnded heard an approval a rule answered: %+v", a)
+	default:
+	}
+}

@@ -1173,6 +1173,7 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 		evs[i] = &tms[i]
 	}
 	e.ps.m.bus.EmitAll(evs)
+	e.ps.h.messages.Add(int64(len(evs)))
 	for _, msg := range m.batch {
 		if r != nil && msg.TaskID == r.rec.ID {
 			r.pending--

@@ -82,7 +82,10 @@ type poolHandle struct {
 	cfg    PoolConfig
 	ref    actors.Ref
 	queued atomic.Int64 // tasks waiting in its queue
-	done   chan struct{}
+	// messages counts the report_messages its executors published
+	// (committed, then task.message), since the daemon started.
+	messages atomic.Int64
+	done     chan struct{}
 
 	mu    sync.Mutex
 	execs map[string]api.ExecutorStatus // each executor actor's own line
@@ -117,6 +120,51 @@ func (h *poolHandle) status() api.PoolStatus {
 	h.mu.Unlock()
 	slices.SortFunc(st.Executors, func(a, b api.ExecutorStatus) int { return strings.Compare(a.ID, b.ID) })
 	return st
+}
+
+// PoolMetrics is what a pool holds now and has done since the daemon
+// started, for the daemon's metrics (daemon/metrics).
+type PoolMetrics struct {
+	Name string
+	// Tasks are its live tasks by state (queued, running; a finished
+	// task until its end is committed).
+	Tasks map[api.TaskState]int
+	// Executors are its executor processes by state (starting, idle,
+	// busy, stopping); Paused of them have pause_notifications in force.
+	Executors map[string]int
+	Paused    int
+	// Messages is how many report_messages its executors published.
+	Messages int64
+}
+
+// Metrics returns every pool's PoolMetrics, by name, from memory: it asks
+// no actor and reads no store.
+func (m *Manager) Metrics() []PoolMetrics {
+	out := make([]PoolMetrics, 0, len(m.pools))
+	idx := make(map[string]int, len(m.pools))
+	for _, name := range m.PoolNames() {
+		h := m.pools[name]
+		pm := PoolMetrics{Name: name, Tasks: map[api.TaskState]int{}, Executors: map[string]int{},
+			Messages: h.messages.Load()}
+		h.mu.Lock()
+		for _, e := range h.execs {
+			pm.Executors[e.State]++
+			if e.Paused {
+				pm.Paused++
+			}
+		}
+		h.mu.Unlock()
+		idx[name] = len(out)
+		out = append(out, pm)
+	}
+	m.mu.Lock()
+	for _, rec := range m.live {
+		if i, ok := idx[rec.Executor]; ok {
+			out[i].Tasks[rec.State]++
+		}
+	}
+	m.mu.Unlock()
+	return out
 }
 
 // Start starts one pool actor per [executors.NAME] and the warm instances.

@@ -511,3 +511,33 @@ func TestLoopActorPanicFailsTheLoop(t *testing.T) {
 	id2 := h.create(api.LoopCode, "another")
 	h.waitStatus(id2, api.LoopComplete)
 }
+
+// CountsByType counts the loops by type and status (every type and
+// status there, zeros too), as Counts does by status.
+func TestCountsByType(t *testing.T) {
+	cfg := testConfig()
+	cfg.Code.MaxIterations = 1
+	jobs := &fakeJobs{result: func(spec api.JobSpec, _ <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no")}
+	}}
+	h := newHarness(t, cfg, &fakeAgents{work: completes}, jobs)
+	a, b := h.create(api.LoopCode, "a"), h.create(api.LoopCode, "b")
+	h.waitStatus(a, api.LoopFailed)
+	h.waitStatus(b, api.LoopFailed)
+	h.waitFor("the supervisor's recount", func() bool { return h.m.CountsByType()[api.LoopCode][api.LoopFailed] == 2 })
+	byType := h.m.CountsByType()
+	byStatus, _ := h.m.Counts()
+	if len(byType) != len(api.LoopTypes) {
+		t.Fatalf("types %v, want every one of %v", byType, api.LoopTypes)
+	}
+	for _, lt := range api.LoopTypes {
+		if len(byType[lt]) != len(api.LoopStatuses) {
+			t.Fatalf("%s: statuses %v, want every one", lt, byType[lt])
+		}
+		for st, n := range byType[lt] {
+			if lt != api.LoopCode && n != 0 || lt == api.LoopCode && n != byStatus[st] {
+				t.Fatalf("%s %s: %d (by status: %v)", lt, st, n, byStatus)
+			}
+		}
+	}
+}

@@ -49,7 +49,8 @@ type Manager struct {
 	mu       sync.Mutex
 	stopping bool
 	counts   map[api.LoopStatus]int
-	plans    map[string]string // plan loop id -> the approval it waits for
+	byType   map[api.LoopType]map[api.LoopStatus]int // counts, by type too (CountsByType)
+	plans    map[string]string                       // plan loop id -> the approval it waits for
 	// done: loops whose actor stopped itself, its loop ended (finish).
 	// The actor's Terminated can reach the supervisor before its ended
 	// (system messages go first): an actor stopped and not in done
@@ -126,6 +127,23 @@ func (m *Manager) Counts() (map[api.LoopStatus]int, int) {
 		out[s] = m.counts[s]
 	}
 	return out, m.counts[api.LoopRunning]
+}
+
+// CountsByType returns how many loops of each type are in each status
+// (every type and status, zeros included), as the supervisor last
+// counted them: for the daemon's metrics, asking no actor.
+func (m *Manager) CountsByType() map[api.LoopType]map[api.LoopStatus]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[api.LoopType]map[api.LoopStatus]int, len(api.LoopTypes))
+	for _, t := range api.LoopTypes {
+		byStatus := make(map[api.LoopStatus]int, len(api.LoopStatuses))
+		for _, s := range api.LoopStatuses {
+			byStatus[s] = m.byType[t][s]
+		}
+		out[t] = byStatus
+	}
+	return out
 }
 
 // PlanApproval maps a plan loop's id to the approval its plan waits for
@@ -417,11 +435,16 @@ func (s *sup) schedule(c *actors.Context) {
 
 func (s *sup) recount() {
 	counts := map[api.LoopStatus]int{}
+	byType := map[api.LoopType]map[api.LoopStatus]int{}
 	for _, n := range s.nodes {
 		counts[n.rec.Status]++
+		if byType[n.rec.LoopType] == nil {
+			byType[n.rec.LoopType] = map[api.LoopStatus]int{}
+		}
+		byType[n.rec.LoopType][n.rec.Status]++
 	}
 	s.m.mu.Lock()
-	s.m.counts = counts
+	s.m.counts, s.m.byType = counts, byType
 	s.m.mu.Unlock()
 }
 

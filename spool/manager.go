@@ -55,6 +55,45 @@ type Manager struct {
 	repos    map[string]*repoEntry // by path
 	failed   map[string]RepoSocket // repos not served: why, by path (until served again)
 	stopping bool
+
+	// tallies are the repos' tasks by status and pause, as their actors
+	// last published them (Tallies), by path.
+	tmu     sync.Mutex
+	tallies map[string]RepoTally
+}
+
+// RepoTally is a repo's tasks by status and whether its fleet is paused,
+// as its actor last published them (after each message that may change
+// them): what the daemon's metrics read, asking no actor.
+type RepoTally struct {
+	Tasks  map[string]int // by status: one of clanker's (KnownTaskStatus)
+	Paused bool
+}
+
+// KnownTaskStatus reports whether s is one of the task statuses clanker
+// knows (a task record with another is refused).
+func KnownTaskStatus(s string) bool { return taskStatuses[s] }
+
+// Tallies returns every served repo's RepoTally, by path.
+func (m *Manager) Tallies() map[string]RepoTally {
+	m.tmu.Lock()
+	defer m.tmu.Unlock()
+	out := make(map[string]RepoTally, len(m.tallies))
+	for p, t := range m.tallies {
+		out[p] = t // each published map is never written again
+	}
+	return out
+}
+
+// setTally publishes a repo's tally; nil tasks drops the repo.
+func (m *Manager) setTally(path string, t *RepoTally) {
+	m.tmu.Lock()
+	defer m.tmu.Unlock()
+	if t == nil {
+		delete(m.tallies, path)
+		return
+	}
+	m.tallies[path] = *t
 }
 
 // repoEntry is a repo the manager runs.
@@ -123,7 +162,7 @@ func Start(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, store: opts.Store, listen: opts.Listen,
 		log: opts.Logger.With().Str("component", "clanker").Logger(), now: opts.Now, repos: map[string]*repoEntry{},
-		failed: map[string]RepoSocket{}, uid: os.Geteuid()}
+		failed: map[string]RepoSocket{}, uid: os.Geteuid(), tallies: map[string]RepoTally{}}
 	if m.now == nil {
 		m.now = time.Now
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -145,6 +146,8 @@ type repo struct {
 	// openErr: the error opening .clanker said last (once until it
 	// changes).
 	openErr string
+	// tally: what publishTally published last.
+	tally RepoTally
 }
 
 func (r *repo) now() time.Time { return r.m.now() }
@@ -178,13 +181,35 @@ func (r *repo) Receive(c *actors.Context) {
 		m.reply(r.resume(c, "command"), nil)
 	case statusReq:
 		m.reply(r.status())
+		return
 	case actors.Restarting, actors.Stopping:
 		r.stop(errors.New("the repo's actor is restarting"))
+		return
 	case actors.Stopped:
 		if r.started {
 			r.emit(RepoStopped{Repo: r.name})
 		}
+		r.m.setTally(r.name, nil)
+		return
 	}
+	if r.started {
+		r.publishTally()
+	}
+}
+
+// publishTally publishes the repo's tasks by status and its pause for the
+// daemon's metrics (Manager.Tallies), when they changed since it last did.
+func (r *repo) publishTally() {
+	tasks := make(map[string]int, len(taskStatuses))
+	for _, t := range r.tasks {
+		tasks[t.rec.str("status")]++
+	}
+	paused := r.st.Paused != nil
+	if r.tally.Tasks != nil && paused == r.tally.Paused && maps.Equal(tasks, r.tally.Tasks) {
+		return
+	}
+	r.tally = RepoTally{Tasks: tasks, Paused: paused}
+	r.m.setTally(r.name, &r.tally)
 }
 
 // stop closes the socket and answers what waits (their changes may or may
