@@ -17,6 +17,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
+	"github.com/orchestrd/orchestrd/daemon/metrics"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -78,6 +79,9 @@ type Config struct {
 	Clanker spool.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
+	// Metrics is the [metrics] table (daemon/metrics/config.go): GET
+	// /metrics on a loopback listener of its own, without a key.
+	Metrics metrics.Config `toml:"metrics"`
 	// Loops is the [loops] table (loops/config.go).
 	Loops    loops.Config `toml:"loops"`
 	loopsSet bool         // the file has a [loops] table: its lanes and pools are checked
@@ -106,6 +110,7 @@ func DefaultConfig() Config {
 		Lanes:     lanes.DefaultLanes(),
 		Approvals: approvals.DefaultConfig(),
 		HTTP:      httpapi.DefaultConfig(),
+		Metrics:   metrics.DefaultConfig(),
 		Loops:     loops.DefaultConfig(),
 	}
 }
@@ -196,6 +201,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"http": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.HTTP).Elem(), key)
+	},
+	"metrics": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Metrics).Elem(), key)
 	},
 }
 
@@ -385,6 +393,7 @@ func (c Config) validate() []error {
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
+	errs = append(errs, metrics.Validate("metrics", c.Metrics)...)
 	// The lanes and pools [loops] names are checked when the file has a
 	// [loops] table: a daemon that runs no loops is not refused for
 	// lacking the default validation lane.

@@ -175,12 +175,12 @@ func TestExampleConfigLeavesFrontEndsToDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"http.listen", "http.enabled", "approvals.reachout.enabled", "approvals.reachout.socket"} {
+	for _, k := range []string{"http.listen", "http.enabled", "approvals.reachout.enabled", "approvals.reachout.socket", "metrics.listen"} {
 		if c.Set(k) {
 			t.Errorf("examples/config.toml sets %s", k)
 		}
 	}
-	if !c.HTTP.Enabled || c.HTTP.Listen != "127.0.0.1:19532" || !c.Approvals.Reachout.Enabled {
+	if !c.HTTP.Enabled || c.HTTP.Listen != "127.0.0.1:19532" || !c.Approvals.Reachout.Enabled || c.Metrics.Listen != "" {
 		t.Errorf("front-ends: http %v %s, hook %v", c.HTTP.Enabled, c.HTTP.Listen, c.Approvals.Reachout.Enabled)
 	}
 }

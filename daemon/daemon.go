@@ -26,6 +26,8 @@ import (
 	"github.com/orchestrd/orchestrd/chat"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/httpapi"
+	"github.com/orchestrd/orchestrd/daemon/metrics"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -110,11 +112,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
+	// The metrics' registry before the store: its commits are observed
+	// (metricsfront.go).
+	mx := newMetrics(cfg, opts.Version)
 	// The state store next: after the lock (one daemon per file), before
 	// anything else, so a store that cannot be opened stops the daemon
 	// before it touches the home. Closed last but the lock (see below).
 	st, err := state.Open(filepath.Join(opts.Home, StateFile), state.Options{
-		Durability: state.Durability(cfg.State.Durability), QueueSize: stateQueue})
+		Durability: state.Durability(cfg.State.Durability), QueueSize: stateQueue, OnCommit: mx.ObserveCommit})
 	if err != nil {
 		return &StateError{Err: err}
 	}
@@ -135,6 +140,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer releaseSeq(st, bus, opts.Logger) // after bus.Close
 	defer bus.Close()
+	// The metrics count the bus's events from the first (exact kinds).
+	defer mx.Subscribe(bus)()
 	// protoactor's own info lines ("actor system started") are noise on
 	// the daemon's stderr; its warnings are not.
 	actorLog := opts.Logger
@@ -144,6 +151,7 @@ func Run(ctx context.Context, opts Options) error {
 	sys := actors.NewSystem(actors.Options{
 		Logger: actorLog,
 		OnPanic: func(p actors.PanicInfo) {
+			mx.ActorPanicked(p.Kind)
 			bus.Emit(ActorPanicked{Actor: p.Kind + "/" + p.ID, Panic: fmt.Sprint(p.Value),
 				Stack: p.Stack, Directive: p.Directive.String()})
 		},
@@ -173,6 +181,14 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer httpFE.closeListener() // when Run fails before it is served
+	// [metrics] listen, when the config file sets it: an address in use
+	// stops the daemon here (exit 2).
+	metricsFE, err := bindMetrics(cfg)
+	if err != nil {
+		closeHook()
+		return err
+	}
+	defer metricsFE.close(opts.Logger) // when Run fails before it is served
 	hook.warn(opts.Logger)
 	httpFE.warn(opts.Logger)
 	hookSrv := hook.srv
@@ -209,7 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	// a waiting hook hears Timeout.
 	notifier := startNotifier(cfg.Approvals, mgr.Reaper(), bus, opts.Logger)
 	approvalsMgr, err := approvals.Start(approvals.Options{Config: cfg.Approvals, Bus: bus, System: sys,
-		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: approvalLog{st}, OnPending: notifier.Notify})
+		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: approvalLog{st}, OnPending: notifier.Notify, OnEnded: mx.ApprovalEnded})
 	if err != nil {
 		notifier.Close()
 		shutdownLanes("approvals failed")
@@ -343,9 +359,12 @@ func Run(ctx context.Context, opts Options) error {
 		shutdownLanes("control socket failed")
 		return fmt.Errorf("starting the control socket: %w", err)
 	}
+	// The gauges read the domains' counters at each scrape, from now on.
+	mx.Attach(metrics.Sources{Lanes: mgr, Approvals: approvalsMgr, Executors: execMgr, Loops: loopsMgr,
+		Clanker: clankerMgr, Store: st, Bus: bus, Control: srv})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
-		lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
+		metrics: metricsFE.fe, lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
 	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts, opts.Version, chatMgr.Ready)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)
@@ -355,7 +374,9 @@ func Run(ctx context.Context, opts Options) error {
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
 	// jobs and every method is registered; nil when off.
-	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, nil, nil); err != nil {
+	// GET /metrics behind the API's key; every request observed.
+	mounts := []httpapi.Mount{{Pattern: "GET /metrics", Handler: mx.Handler(), Bearer: true}}
+	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, mounts, mx.ObserveHTTP); err != nil {
 		_ = srv.Close()
 		shutdownClanker()
 		shutdownExecutors()
@@ -365,6 +386,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	httpSrv := httpFE.srv
 	fronts.http = httpFE.fe
+	metricsFE.start(mx, opts.Logger)
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
 		hookSrv.Serve(approvalsMgr)
@@ -375,7 +397,7 @@ func Run(ctx context.Context, opts Options) error {
 		SeqSkipped: bus.SeqSkipped()})
 	// Every front-end: its address, or off: why.
 	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
-		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook))
+		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook)).Str("metrics", readyValue(fronts.metrics))
 	if socks := fronts.clankerSockets(); len(socks) > 0 {
 		ready = ready.Strs("clanker", socks)
 	}
@@ -437,8 +459,10 @@ func Run(ctx context.Context, opts Options) error {
 			// clanker's repos, executors, approvals, then lanes, while
 			// clients are still connected and hear their tasks, approvals
 			// and jobs end; then the control socket.
-			// Loopsy's API first: its executions are cancelled while the
+			// The metrics listener first (a scrape reads the domains),
+			// then Loopsy's API: its executions are cancelled while the
 			// lanes still run them, and the waiting requests answered.
+			metricsFE.close(opts.Logger)
 			if httpSrv != nil {
 				hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := httpSrv.Close(hctx); err != nil {

@@ -77,6 +77,7 @@ type frontEnds struct {
 	control api.FrontEnd
 	http    api.FrontEnd
 	hook    api.FrontEnd
+	metrics api.FrontEnd   // [metrics] listen: off unless the config file sets it
 	lanes   []api.FrontEnd // those that take bring-your-own runners
 	clanker *spool.Manager // nil before it starts
 }
@@ -93,10 +94,10 @@ func laneFrontEnds(home string, names []string, cfgs map[string]lanes.LaneConfig
 	return out
 }
 
-// list is every front-end: control, http, hook, clanker's repos, the
-// lanes that take bring-your-own runners.
+// list is every front-end: control, http, hook, metrics, clanker's repos,
+// the lanes that take bring-your-own runners.
 func (f *frontEnds) list() []api.FrontEnd {
-	out := []api.FrontEnd{f.control, f.http, f.hook}
+	out := []api.FrontEnd{f.control, f.http, f.hook, f.metrics}
 	if f.clanker != nil {
 		for _, r := range f.clanker.Sockets() {
 			fe := api.FrontEnd{Name: "clanker " + r.Path, Address: r.Socket}
