@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -545,3 +548,66 @@ func BenchmarkScrape(b *testing.B) {
 }
 
 func zeroLogger() zerolog.Logger { return zerolog.Nop() }
+
+// described are the names of every metric the registry can export (a
+// histogram's _bucket, _sum and _count too), whether or not it has a
+// series yet: from the collectors' descriptions.
+func described(t *testing.T, m *Metrics) map[string]bool {
+	t.Helper()
+	ch := make(chan *prometheus.Desc, 1024)
+	for _, c := range []prometheus.Collector{m.jobsSubmitted.vec, m.jobsRejected.vec, m.jobsFinished.vec, m.jobsOrphaned.vec,
+		m.jobDuration.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
+		m.approvalsRequested.vec, m.approvalsAuto.vec, m.approvalResolution.vec, m.tasksFinished.vec, m.executorPauses.vec,
+		m.executorRestarts.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
+		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec,
+		m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()}} {
+		c.Describe(ch)
+	}
+	close(ch)
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	out := map[string]bool{}
+	for d := range ch {
+		name := fq.FindStringSubmatch(d.String())[1]
+		out[name] = true
+		for _, s := range []string{"_bucket", "_sum", "_count"} {
+			out[name+s] = true
+		}
+	}
+	// The Go and process collectors', and build_info, as gathered.
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		out[f.GetName()] = true
+	}
+	return out
+}
+
+// Every metric the example Grafana dashboard and its variables query is
+// one this registry exports: no query on a name that does not exist.
+func TestDashboardNamesExist(t *testing.T) {
+	m := newMetrics(t, nil)
+	names := described(t, m)
+	b, err := os.ReadFile("../../examples/grafana-orchestrd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`\b(?:orchestrd|go|process)_[a-z_]+\b`).FindAllString(string(b), -1)
+	if len(used) < 40 {
+		t.Fatalf("the dashboard uses %d metric names", len(used))
+	}
+	seen := map[string]bool{}
+	for _, n := range used {
+		if !names[n] && !seen[n] {
+			t.Errorf("the dashboard queries %s, which orchestrd does not export", n)
+		}
+		seen[n] = true
+	}
+	for n := range names {
+		if strings.HasPrefix(n, "orchestrd_") && !strings.HasSuffix(n, "_bucket") && !strings.HasSuffix(n, "_sum") &&
+			!strings.HasSuffix(n, "_count") && !seen[n] && !seen[n+"_bucket"] && !seen[n+"_count"] {
+			t.Errorf("%s is on no panel of the dashboard", n)
+		}
+	}
+}
