@@ -172,6 +172,16 @@ func TestLaneConfigParses(t *testing.T) {
 	}
 }
 
+func TestMetricsConfigParses(t *testing.T) {
+	cfg, err := orchd.ParseConfig("bench.toml", []byte(metricsConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Daemon.FinishedJobs != 10000 || cfg.Metrics.Listen != "127.0.0.1:0" || cfg.HTTP.Listen != "127.0.0.1:0" {
+		t.Fatalf("parsed as %+v %+v %+v", cfg.Daemon, cfg.Metrics, cfg.HTTP)
+	}
+}
+
 func TestApprovalsConfigParses(t *testing.T) {
 	cfg, err := orchd.ParseConfig("bench.toml", []byte(approvalsConfig("/tmp/x/reachout.sock")))
 	if err != nil {

@@ -249,8 +249,8 @@ func TestMetricsEndpoints(t *testing.T) {
 		t.Fatalf("POST /metrics on the API: %d", code)
 	}
 	code, h, body := m.get("GET", m.api+"/metrics", "Bearer "+m.key, "Accept-Encoding", "gzip")
-	if code != 200 || h.Get("Content-Encoding") != "gzip" || !strings.Contains(body, "orchestrd_build_info") {
-		t.Fatalf("with the key, gzip: %d %s", code, h)
+	if code != 200 || h.Get("Content-Encoding") != "" || !strings.Contains(body, "orchestrd_build_info") {
+		t.Fatalf("with the key, asking gzip: %d %s, want it plain", code, h)
 	}
 	// The listener of its own: no key, /metrics only.
 	code, _, body = m.get("GET", m.local+"/metrics", "")

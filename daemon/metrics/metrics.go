@@ -1,6 +1,7 @@
 // Package metrics is the daemon's Prometheus metrics (GET /metrics): a
-// registry of its own (never the process-wide default) with the Go and
-// process collectors and three kinds of orchestrd_ metrics.
+// registry of its own (never the process-wide default) with the Go
+// collector, a process collector (client_golang's process_* metrics, read
+// more cheaply: process.go) and three kinds of orchestrd_ metrics.
 //
 //   - Counters of what happened come from the event bus: one EventSink
 //     subscribed to the exact kinds it counts (never "*", never
@@ -176,11 +177,10 @@ func New(opts Options) *Metrics {
 		m.pools[p] = true
 	}
 	m.laneLs, m.poolLs = sortedSet(m.lanes), sortedSet(m.pools)
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(), newProcessCollector())
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1: the running orchestrd's version.", ConstLabels: prometheus.Labels{"version": opts.Version}})
 	info.Set(1)
-	m.reg.MustRegister(info)
 
 	// The labels before the first free one are the config's (lane, pool).
 	fixed := func(labels []string) int {
@@ -190,15 +190,19 @@ func New(opts Options) *Metrics {
 		}
 		return n
 	}
+	// orchestrd's own metrics are one collector: the registry gathers
+	// each collector on a goroutine of its own, and two dozen goroutines
+	// a scrape cost more than the metrics they collect.
+	var own collectorList
 	c := func(name, help string, labels ...string) *counters {
 		cs := newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels), fixed(labels))
-		m.reg.MustRegister(cs.vec)
+		own = append(own, cs.vec)
 		return cs
 	}
 	h := func(name, help string, buckets []float64, labels ...string) *histograms {
 		hs := newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name,
 			Help: help, Buckets: buckets}, labels), fixed(labels))
-		m.reg.MustRegister(hs.vec)
+		own = append(own, hs.vec)
 		return hs
 	}
 	m.jobsSubmitted = c("jobs_submitted_total", "Jobs queued on a lane (job.queued; jobs a restarted daemon queues again count again).", "lane")
@@ -228,7 +232,8 @@ func New(opts Options) *Metrics {
 		Help: "How long each state-store transaction took to commit (BEGIN to COMMIT, the fsync too at durability power).", Buckets: commitBuckets})
 	m.commitWrites = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "state_commit_writes",
 		Help: "Writes each state-store transaction committed together (group commit).", Buckets: batchBuckets})
-	m.reg.MustRegister(m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()})
+	own = append(own, info, m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()})
+	m.reg.MustRegister(own)
 
 	// The known children, at 0.
 	for _, l := range m.laneLs {
@@ -258,16 +263,18 @@ func New(opts Options) *Metrics {
 	m.clankerDeadLettered.seed()
 	m.subscriberDropped.seed()
 
+	// Not compressed: some 20 KiB a scrape, on loopback by default, where
+	// gzip would double the scrape's time for nothing.
 	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 8}))
+		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 8, DisableCompression: true}))
 	return m
 }
 
 // Registry is the registry (for tests and benchmarks).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus text format (gzip when
-// asked), at most 8 scrapes at once.
+// Handler serves the registry in the Prometheus text format (never
+// compressed), at most 8 scrapes at once.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // Attach gives the gauges their sources; until then they are not
@@ -390,6 +397,22 @@ func (m *Metrics) ApprovalEnded(a api.Approval) {
 // ActorPanicked counts a panic caught in an actor of kind (job, runner,
 // lane, ...).
 func (m *Metrics) ActorPanicked(kind string) { m.actorPanics.inc(token(kind)) }
+
+// collectorList is collectors gathered as one, in order, on the
+// registry's one goroutine for it.
+type collectorList []prometheus.Collector
+
+func (l collectorList) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range l {
+		c.Describe(ch)
+	}
+}
+
+func (l collectorList) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range l {
+		c.Collect(ch)
+	}
+}
 
 // statusCodes are the codes' label values, made once.
 var statusCodes = func() []string {

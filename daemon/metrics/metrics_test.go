@@ -5,16 +5,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
@@ -464,8 +469,9 @@ func TestCheckLoopback(t *testing.T) {
 	}
 }
 
-// The listener of its own serves GET /metrics without a key (gzip when
-// asked, as Prometheus does), 404 elsewhere, and stops cleanly.
+// The listener of its own serves GET /metrics without a key (plain even
+// when gzip is asked, as Prometheus does), 404 elsewhere, and stops
+// cleanly.
 func TestServer(t *testing.T) {
 	m := newMetrics(t, nil)
 	ln, err := Listen("127.0.0.1:0")
@@ -510,8 +516,8 @@ func TestServer(t *testing.T) {
 		t.Fatalf("GET /metrics: %d %s\n%.400s", resp.StatusCode, resp.Header, body)
 	}
 	resp, body = get("GET", "/metrics", map[string]string{"Accept-Encoding": "gzip"})
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" || !strings.Contains(body, "orchestrd_build_info") {
-		t.Fatalf("GET /metrics gzip: %d %s", resp.StatusCode, resp.Header)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" || !strings.Contains(body, "orchestrd_build_info") {
+		t.Fatalf("GET /metrics asking gzip: %d %s, want it plain", resp.StatusCode, resp.Header)
 	}
 	for _, c := range []struct {
 		method, path string
@@ -609,5 +615,69 @@ func TestDashboardNamesExist(t *testing.T) {
 			!strings.HasSuffix(n, "_count") && !seen[n] && !seen[n+"_bucket"] && !seen[n+"_count"] {
 			t.Errorf("%s is on no panel of the dashboard", n)
 		}
+	}
+}
+
+// The process collector says what client_golang's says, by the same names,
+// help and types (but the network counters, left out), and costs less.
+func TestProcessCollectorAgrees(t *testing.T) {
+	ours, theirs := prometheus.NewRegistry(), prometheus.NewRegistry()
+	ours.MustRegister(newProcessCollector())
+	theirs.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	get := func(r *prometheus.Registry) map[string]*dto.MetricFamily {
+		fams, err := r.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			out[f.GetName()] = f
+		}
+		return out
+	}
+	o, th := get(ours), get(theirs)
+	for name, f := range th {
+		if strings.HasPrefix(name, "process_network_") {
+			continue
+		}
+		g, ok := o[name]
+		if !ok {
+			t.Errorf("%s missing", name)
+			continue
+		}
+		if g.GetHelp() != f.GetHelp() || g.GetType() != f.GetType() {
+			t.Errorf("%s: help %q type %v, want %q %v", name, g.GetHelp(), g.GetType(), f.GetHelp(), f.GetType())
+		}
+		val := func(f *dto.MetricFamily) float64 {
+			m := f.GetMetric()[0]
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+		a, b := val(g), val(f)
+		tol := map[string]float64{"process_cpu_seconds_total": 0.5, "process_open_fds": 2,
+			"process_resident_memory_bytes": 64 << 20, "process_virtual_memory_bytes": 256 << 20, "process_start_time_seconds": 1}[name]
+		if math.Abs(a-b) > tol {
+			t.Errorf("%s = %v, client_golang's %v", name, a, b)
+		}
+	}
+	if len(o) != 7 {
+		t.Errorf("%d families: %v", len(o), slices.Collect(maps.Keys(o)))
+	}
+}
+
+func BenchmarkProcessCollector(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+	}{{"ours", newProcessCollector()}, {"client_golang", collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := prometheus.NewRegistry()
+			r.MustRegister(c.c)
+			for b.Loop() {
+				r.Gather()
+			}
+		})
 	}
 }
