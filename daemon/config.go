@@ -17,6 +17,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
+	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -78,6 +79,8 @@ type Config struct {
 	Clanker spool.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
+	// UI is the [ui] table (daemon/ui/config.go): the dashboard.
+	UI ui.Config `toml:"ui"`
 	// Loops is the [loops] table (loops/config.go).
 	Loops    loops.Config `toml:"loops"`
 	loopsSet bool         // the file has a [loops] table: its lanes and pools are checked
@@ -106,6 +109,7 @@ func DefaultConfig() Config {
 		Lanes:     lanes.DefaultLanes(),
 		Approvals: approvals.DefaultConfig(),
 		HTTP:      httpapi.DefaultConfig(),
+		UI:        ui.DefaultConfig(),
 		Loops:     loops.DefaultConfig(),
 	}
 }
@@ -196,6 +200,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"http": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.HTTP).Elem(), key)
+	},
+	"ui": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.UI).Elem(), key)
 	},
 }
 
@@ -385,6 +392,7 @@ func (c Config) validate() []error {
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
+	errs = append(errs, ui.Validate("ui", c.UI)...)
 	// The lanes and pools [loops] names are checked when the file has a
 	// [loops] table: a daemon that runs no loops is not refused for
 	// lacking the default validation lane.

@@ -26,6 +26,8 @@ import (
 	"github.com/orchestrd/orchestrd/chat"
 	"github.com/orchestrd/orchestrd/daemon/clankeripc"
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/daemon/httpapi"
+	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -355,7 +357,25 @@ func Run(ctx context.Context, opts Options) error {
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
 	// jobs and every method is registered; nil when off.
-	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, nil, nil); err != nil {
+	// The dashboard: on the HTTP API's listener, through the same method
+	// table as the control socket.
+	var dash *ui.Server
+	var mounts []httpapi.Mount
+	if httpFE.ln != nil && cfg.UI.Enabled {
+		dash, err = ui.New(ui.Options{Config: cfg.UI, Caller: srv, Bus: bus, Key: httpFE.key, Home: opts.Home,
+			Version: opts.Version, Logger: opts.Logger, Loopback: isLoopback(httpFE.ln.Addr()), TLS: cfg.HTTP.Cert != ""})
+		if err != nil {
+			_ = srv.Close()
+			shutdownClanker()
+			shutdownExecutors()
+			shutdownApprovals()
+			shutdownLanes("the dashboard failed")
+			return fmt.Errorf("starting the dashboard: %w", err)
+		}
+		dash.Register(srv)
+		mounts = append(mounts, httpapi.Mount{Pattern: "/ui/", Handler: dash}, httpapi.Mount{Pattern: "GET /ui", Handler: dash})
+	}
+	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, mounts, nil); err != nil {
 		_ = srv.Close()
 		shutdownClanker()
 		shutdownExecutors()
@@ -439,6 +459,9 @@ func Run(ctx context.Context, opts Options) error {
 			// and jobs end; then the control socket.
 			// Loopsy's API first: its executions are cancelled while the
 			// lanes still run them, and the waiting requests answered.
+			if dash != nil {
+				dash.Close() // its streams end first: they would hold the server's shutdown
+			}
 			if httpSrv != nil {
 				hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := httpSrv.Close(hctx); err != nil {

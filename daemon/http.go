@@ -137,3 +137,11 @@ func registerHTTPInfo(mux api.Mux, h *httpFront, nodeID string) {
 		call.Respond(map[string]any{"addr": h.srv.Addr(), "tls": h.cfg.Cert != "", "node_id": nodeID})
 	})
 }
+
+// isLoopback says addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.IsLoopback()
+	}
+	return false
+}
