@@ -385,6 +385,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	httpSrv := httpFE.srv
 	fronts.http = httpFE.fe
+	fronts.ui = uiFrontEnd(cfg, httpFE, dash)
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
 		hookSrv.Serve(approvalsMgr)
@@ -395,7 +396,7 @@ func Run(ctx context.Context, opts Options) error {
 		SeqSkipped: bus.SeqSkipped()})
 	// Every front-end: its address, or off: why.
 	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
-		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook))
+		Str("http", readyValue(fronts.http)).Str("ui", readyValue(fronts.ui)).Str("hook", readyValue(fronts.hook))
 	if socks := fronts.clankerSockets(); len(socks) > 0 {
 		ready = ready.Strs("clanker", socks)
 	}

@@ -228,3 +228,42 @@ func TestOutputReaderWaits(t *testing.T) {
 		t.Fatalf("closed: %v", err)
 	}
 }
+
+// An observer (the dashboard's reader) never holds the job back: with
+// only a stalled observer attached everything is acknowledged as it
+// comes; it skips ahead past outputBuffer behind, so memory holds at most
+// that for it, and it is told of the gap (behind); a reader that is not
+// an observer still holds the runner back beside it.
+func TestObserverHoldsNothingBack(t *testing.T) {
+	s := newOutStream(nil, "j-1", 0)
+	var a acks
+	s.onRunner(a.ack)
+	obs := s.attach("observer", true)
+	chunk := make([]byte, 32<<10)
+	for range 64 { // 2 MiB, the observer reads nothing
+		s.write(StreamStdout, chunk)
+	}
+	if got := a.get(); got != s.total {
+		t.Fatalf("acknowledged %d of %d with only a stalled observer", got, s.total)
+	}
+	s.mu.Lock()
+	held := s.total - s.base
+	s.mu.Unlock()
+	if held > outputBuffer {
+		t.Fatalf("memory holds %d bytes for a stalled observer, more than %d", held, outputBuffer)
+	}
+	reader := s.attach("control", false)
+	before := a.get()
+	for range 64 {
+		s.write(StreamStdout, chunk)
+	}
+	if got := a.get(); got > before+outputBuffer {
+		t.Fatalf("a stalled reader beside the observer: acknowledged %d past %d, more than outputBuffer", got-before, before)
+	}
+	reader.Close("detached")
+	s.end(api.JobRecord{ID: "j-1", State: api.StateSucceeded})
+	_, gaps := readAll(t, obs)
+	if len(gaps) == 0 || gaps[0].GapReason != GapBehind {
+		t.Fatalf("the observer's gaps %+v, want one that says it fell behind", gaps)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -258,6 +259,9 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 // never another site.
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, "/ui/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/ui/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Host != "" || u.Scheme != "" {
 		return "/ui/"
 	}
 	return next
