@@ -52,6 +52,7 @@ var scenarios = []scenario{
 	{"http", "12. Loopsy HTTP API", runHTTP},
 	{"streams", "13. Job output streams", runStreams},
 	{"loops", "14. Loops", runLoops},
+	{"dashboard", "15. Dashboard", runDashboard},
 }
 
 // bench is the state of one harness run.

@@ -220,31 +220,18 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 }
 
 // readEvents is the last n lines of the event log that q matches, oldest
-// first, and whether there were more.
+// first, and whether there were more (read from the log's end back).
 func (s *Server) readEvents(ctx context.Context, q eventlog.Query, n int) ([]eventlog.Line, bool) {
 	if s.opts.Home == "" {
 		return nil, false
 	}
-	ring := make([]eventlog.Line, 0, n)
-	next, more := 0, false
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_ = eventlog.Read(rctx, filepath.Join(s.opts.Home, "events.ndjson"), q, func(l eventlog.Line) error {
-		if len(ring) < n {
-			ring = append(ring, l)
-			return nil
-		}
-		ring[next] = l
-		next = (next + 1) % n
-		more = true
-		return nil
-	})
-	if !more {
-		return ring, false
+	lines, more, err := eventlog.Tail(rctx, filepath.Join(s.opts.Home, "events.ndjson"), q, n)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("ui: reading the event log")
 	}
-	out := make([]eventlog.Line, 0, n)
-	out = append(out, ring[next:]...)
-	return append(out, ring[:next]...), true
+	return lines, more
 }
 
 // eventsKinds is the events page's stream: its filter, or every kind but

@@ -3,8 +3,10 @@ package ui
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,19 +32,28 @@ const (
 	maxStreamKinds   = 64
 )
 
-// stream is one open page's queue: a Sink of the bus.
+// stream is one open page's queue: a Sink of the bus. A page that only
+// reloads (signal) gets no records, only `event: changed` with how many
+// came and of which kinds, at most every signalEvery: it costs the bus a
+// counter, and its page is never stale (it reloads what it shows).
 type stream struct {
-	limit int
-	job   []byte // `"job_id":"ID"`: only records naming that job, when set
-	wake  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	limit  int
+	job    []byte // `"job_id":"ID"`: only records naming that job, when set
+	signal bool
+	wake   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 
 	mu     sync.Mutex
 	queue  [][]byte
 	bytes  int
 	missed int64
+	count  int64           // signal: records since the last changed
+	kinds  map[string]bool // signal: their kinds
 }
+
+// signalEvery is how often a signal stream says what changed, at most.
+const signalEvery = 250 * time.Millisecond
 
 func newStream(limit int) *stream {
 	return &stream{limit: limit, wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -50,6 +61,20 @@ func newStream(limit int) *stream {
 
 // Deliver queues r's wire line, or counts it missed; it never blocks.
 func (st *stream) Deliver(r *eventlog.Record) {
+	if st.signal {
+		if st.job != nil && !bytes.Contains(r.Line, st.job) {
+			return
+		}
+		st.mu.Lock()
+		st.count++
+		if st.kinds == nil {
+			st.kinds = map[string]bool{}
+		}
+		st.kinds[r.Kind] = true
+		st.mu.Unlock()
+		st.poke()
+		return
+	}
 	line := r.Wire()
 	if st.job != nil && !bytes.Contains(line, st.job) {
 		return
@@ -62,10 +87,31 @@ func (st *stream) Deliver(r *eventlog.Record) {
 		st.bytes += len(line)
 	}
 	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *stream) poke() {
 	select {
 	case st.wake <- struct{}{}:
 	default:
 	}
+}
+
+// changed empties a signal stream's count: its message, or nil.
+func (st *stream) changed() []byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.count == 0 {
+		return nil
+	}
+	ks := make([]string, 0, len(st.kinds))
+	for k := range st.kinds {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	b, _ := json.Marshal(map[string]any{"n": st.count, "kinds": ks})
+	st.count, st.kinds = 0, nil
+	return b
 }
 
 // take empties the queue.
@@ -128,6 +174,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(s.cfg.StreamQueue)
+	st.signal = r.URL.Query().Get("mode") == "signal"
 	if job := r.URL.Query().Get("job"); job != "" {
 		if !validID(job) {
 			http.Error(w, "stream: not a job id", http.StatusBadRequest)
@@ -160,6 +207,23 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-st.wake:
+			if st.signal {
+				// At most one message per signalEvery: what came meanwhile
+				// is in it.
+				select {
+				case <-time.After(signalEvery):
+				case <-r.Context().Done():
+					return
+				case <-st.done:
+					continue
+				}
+				if b := st.changed(); b != nil {
+					if err := sse.send("changed", b); err != nil {
+						return
+					}
+				}
+				continue
+			}
 			q, missed := st.take()
 			for _, line := range q {
 				sse.buffer("", bytes.TrimRight(line, "\n"))

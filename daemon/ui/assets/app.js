@@ -49,9 +49,14 @@
     }
   }
 
+  // A burst of events is one reload, and a page reloads at most once a
+  // second (what a busy daemon costs a tab is bounded, and a change shows
+  // within a second).
+  let lastRefresh = 0;
   function schedule() {
     if (refreshTimer) return;
-    refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, 150);
+    const wait = Math.max(100, 1000 - (Date.now() - lastRefresh));
+    refreshTimer = setTimeout(() => { refreshTimer = null; lastRefresh = Date.now(); refresh(); }, wait);
   }
 
   document.addEventListener("focusout", () => { if (again && !editing()) { again = false; schedule(); } });
@@ -86,13 +91,16 @@
 
   function notify(ev) {
     if (ev.event !== "approval.requested" || !("Notification" in window) || Notification.permission !== "granted") return;
-    try { new Notification("orchestrd: an approval is waiting", { body: (ev.data && ev.data.tool) ? "Tool: " + ev.data.tool : "" , tag: "orchestrd-approval" }); } catch (e) { /* not shown */ }
+    try { new Notification("orchestrd: an approval is waiting", { body: "Open the approvals inbox to answer it.", tag: "orchestrd-approval" }); } catch (e) { /* not shown */ }
   }
 
   function openStream() {
     const kinds = body.dataset.kinds;
     if (!kinds) return;
-    let url = "/ui/stream?kinds=" + encodeURIComponent(kinds);
+    // A page that follows (the events page) takes the records; the others
+    // only hear that something changed, and reload.
+    const follow = !!document.querySelector("[data-follow=true]");
+    let url = "/ui/stream?kinds=" + encodeURIComponent(kinds) + (follow ? "" : "&mode=signal");
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
     const es = new EventSource(url);
     let lost = false;
@@ -106,6 +114,13 @@
       notify(ev);
       if (!appendFollow.add(ev)) schedule();
     };
+    es.addEventListener("changed", (m) => {
+      let c = {};
+      try { c = JSON.parse(m.data); } catch (e) { /* reload anyway */ }
+      if ((c.kinds || []).includes("approval.requested")) notify({ event: "approval.requested" });
+      body.dataset.changes = String((Number(body.dataset.changes) || 0) + (Number(c.n) || 1));
+      schedule();
+    });
     es.addEventListener("missed", (m) => {
       let n = "some";
       try { n = JSON.parse(m.data).missed; } catch (e) { /* keep "some" */ }
