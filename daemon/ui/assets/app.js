@@ -94,6 +94,22 @@
     try { new Notification("orchestrd: an approval is waiting", { body: "Open the approvals inbox to answer it.", tag: "orchestrd-approval" }); } catch (e) { /* not shown */ }
   }
 
+  // A browser keeps at most six connections to one host over HTTP/1.1:
+  // a tab that is hidden lets its stream go (it reloads when shown again),
+  // but for the approvals inbox while notifications are on.
+  let es = null;
+  function keepWhenHidden() {
+    return body.dataset.page === "approvals" && "Notification" in window && Notification.permission === "granted";
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      if (es && !keepWhenHidden()) { es.close(); es = null; body.dataset.stream = "paused"; }
+    } else if (!es) {
+      openStream();
+      refresh();
+    }
+  });
+
   function openStream() {
     const kinds = body.dataset.kinds;
     if (!kinds) return;
@@ -102,7 +118,7 @@
     const follow = !!document.querySelector("[data-follow=true]");
     let url = "/ui/stream?kinds=" + encodeURIComponent(kinds) + (follow ? "" : "&mode=signal");
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
-    const es = new EventSource(url);
+    es = new EventSource(url);
     let lost = false;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
@@ -128,9 +144,9 @@
       say("This tab fell behind and missed " + n + " events: reloaded what it shows.", "warn");
       refresh();
     });
-    es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); es.close(); });
+    es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); if (es) es.close(); });
     es.onerror = () => {
-      if (es.readyState === EventSource.CLOSED) return;
+      if (!es || es.readyState === EventSource.CLOSED) return;
       lost = true; stale = true;
       body.dataset.stream = "lost";
       main().classList.add("stale");
