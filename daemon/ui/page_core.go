@@ -180,7 +180,7 @@ func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return nil, err
 	}
 	v := jobView{Job: res.Job, Live: !res.Job.State.Terminal()}
-	v.Events, _ = s.readEvents(ctx, eventlog.Query{Job: id, Exclude: []string{"conn.*"}}, 200)
+	v.Events, _ = s.readEvents(ctx, eventlog.Query{Job: id, Exclude: []string{"conn.*"}, Since: res.Job.CreatedAt.Add(-time.Second)}, 200)
 	return v, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Tail gives the last n matching lines, oldest first, across the current
@@ -55,6 +56,12 @@ func TestTailMatchesRead(t *testing.T) {
 				}
 			}
 		}
+	}
+	// Since stops the read: lines older than it are not even looked at.
+	since, _ := time.Parse(time.RFC3339Nano, "2026-11-26T10:00:00.002900Z")
+	got, more, err := Tail(context.Background(), path, Query{Since: since}, 5000)
+	if err != nil || more || len(got) != 100 || got[0].Seq != 2900 {
+		t.Fatalf("since: %d lines (more %v, err %v), first %v", len(got), more, err, got)
 	}
 	if got, more, err := Tail(context.Background(), filepath.Join(dir, "none"), Query{}, 5); err != nil || len(got) != 0 || more {
 		t.Fatalf("no log: %v %v %v", got, more, err)
