@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -51,7 +52,6 @@ type overview struct {
 	Pending   int
 	Running   int
 	Queued    int
-	Tasks     int
 	TasksLive int
 	Loops     int
 	Errors    []errorLine
@@ -88,18 +88,15 @@ func overviewData(ctx context.Context, s *Server, r *http.Request) (any, error) 
 		o.Problems = append(o.Problems, "approvals: "+err.Error())
 	}
 	o.Pending = len(appr.Approvals)
-	var tasks struct {
-		Tasks []struct {
-			State string `json:"state"`
-		} `json:"tasks"`
-	}
-	if err := s.call(ctx, "task.list", map[string]any{"limit": 1000}, &tasks); err == nil {
-		o.Tasks = len(tasks.Tasks)
-		for _, t := range tasks.Tasks {
-			if t.State == "queued" || t.State == "running" {
-				o.TasksLive++
-			}
+	for _, st := range []string{"queued", "running"} {
+		var tasks struct {
+			Tasks []json.RawMessage `json:"tasks"`
 		}
+		if err := s.call(ctx, "task.list", map[string]any{"state": st, "limit": 1000}, &tasks); err != nil {
+			o.Problems = append(o.Problems, "tasks: "+err.Error())
+			break
+		}
+		o.TasksLive += len(tasks.Tasks)
 	}
 	o.Loops = o.Metrics.LoopMetrics.RunningLoops
 	o.Errors = s.errs.list()
