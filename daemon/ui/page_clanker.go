@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // clanker: the repos the daemon serves clanker's pods for (clanker.repos),
@@ -25,26 +23,20 @@ import (
 // clankerKinds change what the clanker page shows. Heartbeats are no
 // events (a pod sends one every few seconds): a pod's last heartbeat is as
 // of the page's last reload, and a new pod shows at the next; a pod gone
-// quiet is clanker.pod_stale. clanker.handoff and clanker.note change no
-// count; clanker.task_prompted does (a queued task handed out runs).
+// quiet is clanker.pod_stale. clanker.handoff, clanker.note and
+// clanker.request_refused change nothing it shows; clanker.task_prompted
+// does (a queued task handed out runs). clanker.repo_failed and
+// clanker.write_failed are the errors it lists (a repo that did not start
+// is not among clanker.repos).
 var clankerKinds = []string{"clanker.repo_started", "clanker.repo_failed", "clanker.repo_stopped", "clanker.task_created",
 	"clanker.task_imported", "clanker.task_prompted", "clanker.task_status", "clanker.pod_stale", "clanker.paused",
 	"clanker.resumed", "clanker.spool_drained", "clanker.line_dead_lettered", "clanker.file_refused",
-	"clanker.write_failed", "clanker.request_refused"}
-
-// clankerProblemKinds are the clanker events the page lists from the log:
-// what went wrong that clanker.repos does not show (a repo that did not
-// start is not among them).
-var clankerProblemKinds = []string{"clanker.repo_failed", "clanker.pod_stale", "clanker.request_refused",
-	"clanker.line_dead_lettered", "clanker.file_refused", "clanker.write_failed"}
+	"clanker.write_failed"}
 
 // clankerStatusOrder is clanker's order of task statuses.
 var clankerStatusOrder = []string{"queued", "running", "needs_judge", "rework", "blocked", "paused", "done", "failed"}
 
-const (
-	clankerProblemsShown = 20
-	maxRepoPath          = 4096
-)
+const maxRepoPath = 4096
 
 func init() {
 	register(&page{Name: "clanker", Title: "clanker", Pattern: "/ui/clanker", Nav: true, Kinds: clankerKinds, Data: clankerData})
@@ -125,10 +117,11 @@ type clankerCount struct {
 }
 
 type clankerView struct {
-	Repos    []clankerRepo
-	AsOf     time.Time
-	Paused   int
-	Problems []eventlog.Line
+	Repos  []clankerRepo
+	AsOf   time.Time
+	Paused int
+	Errors []errorLine // the clanker ones of the overview's last errors, newest first
+	Kept   int         // how many errors the overview keeps
 }
 
 func clankerData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -138,7 +131,7 @@ func clankerData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	if err := s.call(ctx, "clanker.repos", nil, &res); err != nil {
 		return nil, err
 	}
-	v := clankerView{Repos: res.Repos, AsOf: time.Now()}
+	v := clankerView{Repos: res.Repos, AsOf: time.Now(), Kept: recentErrorsKept}
 	for i := range v.Repos {
 		rp := &v.Repos[i]
 		rp.Counts, rp.Total = clankerCounts(rp.Tasks)
@@ -146,9 +139,12 @@ func clankerData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 			v.Paused++
 		}
 	}
-	lines, _ := s.readEvents(ctx, eventlog.Query{Kinds: clankerProblemKinds}, clankerProblemsShown)
-	for i := len(lines) - 1; i >= 0; i-- { // newest first
-		v.Problems = append(v.Problems, lines[i])
+	// The overview's last errors, not a read of the log: a page that
+	// reloads on every task handed out must not scan the event log.
+	for _, e := range s.errs.list() {
+		if strings.HasPrefix(e.Kind, "clanker.") {
+			v.Errors = append(v.Errors, e)
+		}
 	}
 	return v, nil
 }

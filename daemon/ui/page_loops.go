@@ -147,11 +147,12 @@ type loopNode struct {
 
 // loopTree makes the tree of loops: roots (and loops whose parent is not
 // among them) in the order given, each loop's children under it.
-func loopTree(loops []api.LoopRecord) (roots []*loopNode, byID map[string]*loopNode) {
-	byID = make(map[string]*loopNode, len(loops))
+func loopTree(loops []api.LoopRecord) []*loopNode {
+	byID := make(map[string]*loopNode, len(loops))
 	for _, l := range loops {
 		byID[l.ID] = &loopNode{LoopRecord: l}
 	}
+	var roots []*loopNode
 	for _, l := range loops {
 		n := byID[l.ID]
 		if l.ParentID != nil && byID[*l.ParentID] != nil && *l.ParentID != l.ID {
@@ -164,7 +165,7 @@ func loopTree(loops []api.LoopRecord) (roots []*loopNode, byID map[string]*loopN
 	for _, n := range byID {
 		sort.Slice(n.Kids, func(i, j int) bool { return n.Kids[i].ID < n.Kids[j].ID })
 	}
-	return roots, byID
+	return roots
 }
 
 // listLoops reads the loops p selects, a page at a time, up to
@@ -233,9 +234,48 @@ func loopsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	if err != nil {
 		return v, err
 	}
-	v.Roots, _ = loopTree(loops)
+	v.Roots = loopTree(loops)
 	v.Count, v.Cut = len(loops), cut
 	return v, nil
+}
+
+// loopSubtree reads the loops under l, a level at a time: loop.list by
+// parent_id of each loop that spawned children (at most loopsListMax
+// loops in all; cut says there were more).
+func loopSubtree(ctx context.Context, s *Server, l api.LoopRecord) (kids []*loopNode, cut bool, err error) {
+	root := &loopNode{LoopRecord: l}
+	level := []*loopNode{root}
+	seen := map[string]bool{l.ID: true}
+	n := 0
+	for len(level) > 0 {
+		var next []*loopNode
+		for _, p := range level {
+			if p.Children == 0 && p != root {
+				continue
+			}
+			if n >= loopsListMax {
+				return root.Kids, true, nil
+			}
+			cs, more, err := listLoops(ctx, s, api.LoopListParams{ParentID: p.ID})
+			if err != nil {
+				return root.Kids, false, err
+			}
+			cut = cut || more
+			for _, c := range cs {
+				if seen[c.ID] {
+					continue
+				}
+				seen[c.ID] = true
+				node := &loopNode{LoopRecord: c}
+				p.Kids = append(p.Kids, node)
+				next = append(next, node)
+				n++
+			}
+			sort.Slice(p.Kids, func(i, j int) bool { return p.Kids[i].ID < p.Kids[j].ID })
+		}
+		level = next
+	}
+	return root.Kids, cut, nil
 }
 
 // planPreview is plan.get_preview's answer: a plan awaiting approval
@@ -252,11 +292,10 @@ type loopView struct {
 	Loop       api.LoopRecord
 	Iterations []api.LoopIteration
 	Task       string // what the loop was asked (its context's task)
-	Path       []api.LoopRecord
 	Kids       []*loopNode
 	Preview    *planPreview // the approval the loop waits for, while it is pending
 	Merge      bool         // the preview is a merge's, not a plan's
-	Cut        bool         // the tree was read in part
+	Cut        bool         // the loops under it were read in part
 	Problems   []string     // what could not be read
 }
 
@@ -266,7 +305,8 @@ func loopData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return nil, api.Errorf(api.CodeInvalidParams, "not a loop id: %q", clipForm(id))
 	}
 	var g api.LoopGetResult
-	if err := s.call(ctx, "loop.get", map[string]any{"id": id}, &g); err != nil {
+	err := s.call(ctx, "loop.get", map[string]any{"id": id}, &g)
+	if err != nil {
 		return nil, err
 	}
 	v := loopView{Loop: g.Loop, Iterations: g.Iterations}
@@ -285,27 +325,11 @@ func loopData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 			v.Preview, v.Merge = &pv, l.Stage == api.StageMerge
 		}
 	}
-	// Its place in the tree: the loops above it and below it.
-	loops, cut, err := listLoops(ctx, s, api.LoopListParams{})
+	// The loops under it, a level at a time (loop.list by parent_id, of
+	// the loops that spawned some): not every loop of the daemon.
+	v.Kids, v.Cut, err = loopSubtree(ctx, s, l)
 	if err != nil {
 		v.Problems = append(v.Problems, "the loops under it: "+err.Error())
-		return v, nil
-	}
-	v.Cut = cut
-	_, byID := loopTree(loops)
-	if n := byID[id]; n != nil {
-		v.Kids = n.Kids
-	}
-	seen := map[string]bool{id: true}
-	for p := l.ParentID; p != nil && !seen[*p]; {
-		seen[*p] = true
-		n := byID[*p]
-		if n == nil {
-			v.Path = append([]api.LoopRecord{{ID: *p}}, v.Path...)
-			break
-		}
-		v.Path = append([]api.LoopRecord{n.LoopRecord}, v.Path...)
-		p = n.ParentID
 	}
 	return v, nil
 }

@@ -2,11 +2,13 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +40,52 @@ func (h *harness) act(c *http.Client, tok, name string, form url.Values) (int, s
 
 func ptr[T any](v T) *T { return &v }
 
+// loopsCaller answers loop.list from loops as the loops domain does (by
+// status, type and parent_id, oldest first as given), and every other
+// method from the fake caller, which records every call.
+type loopsCaller struct {
+	*fakeCaller
+	mu    sync.Mutex
+	loops []api.LoopRecord
+}
+
+func (c *loopsCaller) Invoke(ctx context.Context, method string, params any, push func(string, []byte, func(bool))) (json.RawMessage, error) {
+	if method != "loop.list" {
+		return c.fakeCaller.Invoke(ctx, method, params, push)
+	}
+	b, _ := json.Marshal(params)
+	c.fakeCaller.mu.Lock()
+	c.fakeCaller.calls = append(c.fakeCaller.calls, fakeCall{method, string(b)})
+	c.fakeCaller.mu.Unlock()
+	var p api.LoopListParams
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	res := api.LoopListResult{Loops: []api.LoopRecord{}}
+	c.mu.Lock()
+	for _, l := range c.loops {
+		if p.Status != "" && l.Status != p.Status || p.LoopType != "" && l.LoopType != p.LoopType ||
+			p.ParentID != "" && (l.ParentID == nil || *l.ParentID != p.ParentID) {
+			continue
+		}
+		res.Loops = append(res.Loops, l)
+	}
+	c.mu.Unlock()
+	return json.Marshal(res)
+}
+
+// setLoops makes loop.list answer loops.
+func (h *harness) setLoops(loops []api.LoopRecord) {
+	lc, ok := h.srv.opts.Caller.(*loopsCaller)
+	if !ok {
+		lc = &loopsCaller{fakeCaller: h.caller}
+		h.srv.opts.Caller = lc
+	}
+	lc.mu.Lock()
+	lc.loops = loops
+	lc.mu.Unlock()
+}
+
 const (
 	planID   = "1764100000000-aaaaaaaaaaaaaaaa"
 	otherID  = "1764100000001-bbbbbbbbbbbbbbbb"
@@ -56,12 +104,13 @@ func loopTreeRecords() []api.LoopRecord {
 	spec1, spec2 := api.ChildLoopID(planID, 1), api.ChildLoopID(planID, 2)
 	phase := api.ChildLoopID(spec1, 1)
 	plan := rec(planID, api.LoopPlan, nil, api.LoopRunning)
-	plan.Stage = api.StageChildren
+	plan.Stage, plan.Children = api.StageChildren, 2
 	other := rec(otherID, api.LoopCode, nil, api.LoopFailed)
 	other.Error = api.LoopErrMaxIterations
 	// Siblings out of id order: the tree puts them in it.
-	return []api.LoopRecord{plan, other, rec(spec2, api.LoopSpec, ptr(planID), api.LoopPending),
-		rec(spec1, api.LoopSpec, ptr(planID), api.LoopRunning), rec(phase, api.LoopPhase, ptr(spec1), api.LoopRunning),
+	s1, ph := rec(spec1, api.LoopSpec, ptr(planID), api.LoopRunning), rec(phase, api.LoopPhase, ptr(spec1), api.LoopRunning)
+	s1.Children, ph.Children = 1, 1
+	return []api.LoopRecord{plan, other, rec(spec2, api.LoopSpec, ptr(planID), api.LoopPending), s1, ph,
 		rec(api.ChildLoopID(phase, 1), api.LoopCode, ptr(phase), api.LoopPaused)}
 }
 
@@ -72,7 +121,7 @@ func TestLoopsPageTree(t *testing.T) {
 	h := newHarness(t, Config{})
 	c := h.client()
 	h.signIn(c)
-	h.answer("loop.list", api.LoopListResult{Loops: loopTreeRecords()})
+	h.setLoops(loopTreeRecords())
 	resp, body := h.do(c, "GET", "/ui/loops", nil, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("loops: %d\n%s", resp.StatusCode, body)
@@ -135,7 +184,7 @@ func TestLoopPagePlanAwaitingApproval(t *testing.T) {
 	}})
 	h.answer("plan.get_preview", map[string]any{"id": approval, "content": "# Plan\n<script>alert('plan')</script>\n## Specs to Create\n- spec-alpha",
 		"specs": []string{"spec-alpha", "<i>spec-beta</i>"}, "status": "pending"})
-	h.answer("loop.list", api.LoopListResult{Loops: []api.LoopRecord{plan, recs[1]}}) // no children yet
+	h.setLoops([]api.LoopRecord{plan, recs[1]}) // no children yet
 	resp, body := h.do(c, "GET", "/ui/loops/"+planID, nil, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("a loop: %d\n%s", resp.StatusCode, body)
@@ -220,7 +269,7 @@ func TestLoopPageStates(t *testing.T) {
 	c := h.client()
 	h.signIn(c)
 	recs := loopTreeRecords()
-	h.answer("loop.list", api.LoopListResult{Loops: recs})
+	h.setLoops(recs)
 	h.answer("loop.get", api.LoopGetResult{Loop: recs[0], Iterations: []api.LoopIteration{}})
 	_, body := h.do(c, "GET", "/ui/loops/"+planID, nil, nil)
 	spec1 := api.ChildLoopID(planID, 1)
@@ -236,12 +285,27 @@ func TestLoopPageStates(t *testing.T) {
 	if _, ok := h.caller.last("plan.get_preview"); ok {
 		t.Fatal("plan.get_preview called for a loop that waits for no approval")
 	}
+	// It read the loops under it a level at a time, each loop that spawned
+	// some: not every loop of the daemon.
+	var lists []string
+	h.caller.mu.Lock()
+	for _, c := range h.caller.calls {
+		if c.Method == "loop.list" {
+			lists = append(lists, c.Params)
+		}
+	}
+	h.caller.calls = nil
+	h.caller.mu.Unlock()
+	if want := []string{`{"parent_id":"` + planID + `","limit":1000}`, `{"parent_id":"` + spec1 + `","limit":1000}`,
+		`{"parent_id":"` + api.ChildLoopID(spec1, 1) + `","limit":1000}`}; !reflect.DeepEqual(lists, want) {
+		t.Fatalf("loop.list calls %q, want %q", lists, want)
+	}
 
 	// A child's page: the path to it.
 	code := recs[5]
 	h.answer("loop.get", api.LoopGetResult{Loop: code})
 	_, body = h.do(c, "GET", "/ui/loops/"+code.ID, nil, nil)
-	if !strings.Contains(body, `<a href="/ui/loops/`+planID+`">[plan] `+planID+`</a> › <a href="/ui/loops/`+spec1+`">[spec] `) ||
+	if !strings.Contains(body, `<a href="/ui/loops">Loops</a> › <a href="/ui/loops/`+*code.ParentID+`" rel="up">`+*code.ParentID+`</a> › <span aria-current="page">`) ||
 		!strings.Contains(body, `action="/ui/act/loop.resume"`) || strings.Contains(body, `action="/ui/act/loop.pause"`) {
 		t.Fatalf("a paused code loop's page:\n%s", body)
 	}
@@ -435,9 +499,25 @@ func TestClankerPage(t *testing.T) {
 	if n := strings.Count(body, `action="/ui/act/clanker.resume"`); n != 1 {
 		t.Fatalf("%d Resume buttons, want one (the paused repo's)", n)
 	}
+	if !strings.Contains(body, "None among the daemon's last 20 errors.") {
+		t.Fatalf("errors before any:\n%s", body)
+	}
+	// A repo that did not start is not among clanker.repos: its error is
+	// listed (the overview's last errors, no read of the log).
 	h.answer("clanker.repos", map[string]any{"repos": []spool.RepoStatus{}})
-	if _, body := h.do(c, "GET", "/ui/clanker", nil, nil); !strings.Contains(body, "No clanker repos") {
-		t.Fatalf("no repos:\n%s", body)
+	h.bus.Emit(spool.RepoFailed{Repo: "/src/c", Error: "<b>socket in use</b>"})
+	h.bus.Emit(spool.Note{Repo: "/src/c", TaskID: "t1", Role: "slave", Via: "ipc"}) // no error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body = h.do(c, "GET", "/ui/clanker", nil, nil)
+		if strings.Contains(body, "<code>clanker.repo_failed</code>") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, "No clanker repos") || !strings.Contains(body, "<code>clanker.repo_failed</code>") ||
+		!strings.Contains(body, `&lt;b&gt;socket in use&lt;/b&gt;`) || strings.Contains(body, "clanker.note") {
+		t.Fatalf("no repos, one failed:\n%s", body)
 	}
 }
 
