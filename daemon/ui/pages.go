@@ -88,6 +88,10 @@ func (s *Server) parseTemplates() error {
 	return nil
 }
 
+// navOrder is the navigation's order; a page it does not name comes
+// after, by name.
+var navOrder = []string{"overview", "approvals", "jobs", "agents", "loops", "clanker", "events"}
+
 func navPages() []*page {
 	var n []*page
 	for _, p := range pages {
@@ -95,6 +99,20 @@ func navPages() []*page {
 			n = append(n, p)
 		}
 	}
+	rank := func(p *page) int {
+		for i, name := range navOrder {
+			if name == p.Name {
+				return i
+			}
+		}
+		return len(navOrder)
+	}
+	sort.SliceStable(n, func(i, j int) bool {
+		if ri, rj := rank(n[i]), rank(n[j]); ri != rj {
+			return ri < rj
+		}
+		return n[i].Name < n[j].Name
+	})
 	return n
 }
 

@@ -34,7 +34,9 @@
       const m = main();
       const focusId = document.activeElement && document.activeElement.id;
       const out = document.getElementById("output");
+      const kept = keep(m);
       m.innerHTML = html;
+      restore(kept);
       if (out) { const n = document.getElementById("output"); if (n) n.replaceWith(out); }
       if (focusId) { const f = document.getElementById(focusId); if (f) f.focus(); }
       m.classList.remove("stale");
@@ -47,6 +49,21 @@
       refreshing = false;
       if (again) { again = false; schedule(); }
     }
+  }
+
+  // What the person opened or typed survives a reload: the <details>
+  // open and the text boxes' text, by id (a box the new content has not
+  // is dropped with it).
+  function keep(m) {
+    const open = [], text = [];
+    m.querySelectorAll("details[open][id]").forEach((d) => open.push(d.id));
+    m.querySelectorAll("textarea[id], input[type=text][id]").forEach((t) => { if (t.value !== "") text.push([t.id, t.value]); });
+    return { open, text };
+  }
+
+  function restore(k) {
+    k.open.forEach((id) => { const d = document.getElementById(id); if (d && d.tagName === "DETAILS") d.open = true; });
+    k.text.forEach(([id, v]) => { const t = document.getElementById(id); if (t && "value" in t && t.value === "") t.value = v; });
   }
 
   // A burst of events is one reload, and a page reloads at most once a
@@ -230,11 +247,11 @@
     const btn = f.querySelector("button[type=submit]");
     if (btn) btn.disabled = true;
     try {
-      const r = await fetch(f.action, { method: "POST", body: new FormData(f), credentials: "same-origin",
+      const r = await fetch(f.action, { method: "POST", body: new URLSearchParams(new FormData(f)), credentials: "same-origin",
         headers: { "Accept": "application/json", "X-CSRF-Token": csrf } });
       let res = {};
       try { res = await r.json(); } catch (e2) { res = { ok: false, error: "HTTP " + r.status }; }
-      if (res.ok) say((f.dataset.done || "Done") + ".", "ok");
+      if (res.ok) { say((f.dataset.done || "Done") + ".", "ok"); f.reset(); }
       else say("Failed: " + res.error, "error");
       body.dataset.lastAction = res.ok ? "ok" : "failed";
     } catch (err) {
