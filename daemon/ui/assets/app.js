@@ -41,6 +41,7 @@
       body.dataset.loaded = String(Date.now());
       if (stale) { stale = false; }
       appendFollow.reset();
+      notifyButton();
     } catch (e) {
       say("Could not reload this page: " + e, "warn");
     } finally {
@@ -96,9 +97,14 @@
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
     const es = new EventSource(url);
     let lost = false;
+    let first = true;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
       if (lost) { lost = false; say("Live updates are back; reloaded what this page shows.", "ok"); refresh(); }
+      // What changed between the page's render and its subscription
+      // came on no stream: read it once now that the stream is open.
+      else if (first) refresh();
+      first = false;
     });
     es.onmessage = (m) => {
       let ev;
@@ -199,7 +205,7 @@
     const btn = f.querySelector("button[type=submit]");
     if (btn) btn.disabled = true;
     try {
-      const r = await fetch(f.action, { method: "POST", body: new FormData(f), credentials: "same-origin",
+      const r = await fetch(f.action, { method: "POST", body: new URLSearchParams(new FormData(f)), credentials: "same-origin",
         headers: { "Accept": "application/json", "X-CSRF-Token": csrf } });
       let res = {};
       try { res = await r.json(); } catch (e2) { res = { ok: false, error: "HTTP " + r.status }; }
@@ -217,9 +223,20 @@
   document.addEventListener("click", (e) => {
     const b = e.target.closest && e.target.closest("#enable-notifications");
     if (!b || !("Notification" in window)) return;
-    Notification.requestPermission().then((p) => { b.textContent = p === "granted" ? "Notifications on" : "Notifications " + p; });
+    Notification.requestPermission().then(notifyButton);
   });
+
+  // The notifications button says what the browser allows (the page's
+  // content, and so the button, is reloaded on each event).
+  function notifyButton() {
+    const b = document.getElementById("enable-notifications");
+    if (!b) return;
+    if (!("Notification" in window)) { b.textContent = "Notifications: not in this browser"; b.disabled = true; return; }
+    if (Notification.permission === "granted") b.textContent = "Notifications on";
+    else if (Notification.permission === "denied") b.textContent = "Notifications blocked (the browser's site settings)";
+  }
 
   openStream();
   openOutput();
+  notifyButton();
 })();
