@@ -654,3 +654,53 @@ func TestAgentTaskItems(t *testing.T) {
 		t.Fatalf("text of non-UTF-8: %q", s)
 	}
 }
+
+// A plan waits in the inbox as a plan (no Always allow; Reply asks for
+// another); one approval's page answers it as the inbox does.
+func TestApprovalsPlanAndDetail(t *testing.T) {
+	h := newAPHarness(t)
+	raw, err := h.caller.Invoke(context.Background(), "approval.request", map[string]any{"kind": "plan",
+		"content": "# Plan <x>\n1. refactor\n", "specs": []map[string]any{{"title": "a"}, {"title": "b"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(raw, &res)
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	card := page[strings.Index(page, `id="appr-`+res.ID+`"`):]
+	card = card[:strings.Index(card, "</section>")]
+	mustContain(t, card, "Plan</a>", "# Plan &lt;x&gt;", "2 specs", "Ask for another plan")
+	mustNotContain(t, card, `value="AlwaysAllow"`, "No always-allow suggestion")
+
+	id := h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a.go", "old_string": "x", "new_string": "<y>"},
+		"permission_suggestions": []map[string]any{{"type": "toolAlwaysAllow", "tool": "Edit"}}})
+	_, detail := h.get("/ui/approvals/"+id, http.StatusOK)
+	mustContain(t, detail, "/w/a.go", `&#34;new_string&#34;: &#34;\u003cy\u003e&#34;`, "Edit</strong> run?",
+		"records: allow every Edit call, in any directory and session", `value="AlwaysAllow"`, `name="user_message"`)
+	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}}); code != http.StatusOK {
+		t.Fatalf("AlwaysAllow without a suggestion index (the first): %d %s", code, msg)
+	}
+	if a := h.waitState(id, api.ApprovalAlwaysAllowed); a.Resolution.RuleID == "" {
+		t.Fatalf("no rule recorded: %+v", a.Resolution)
+	}
+	if code, msg := h.act("approval.resolve", url.Values{"id": {res.ID}, "decision": {"Reply"}, "user_message": {"smaller steps"}}); code != http.StatusOK {
+		t.Fatalf("Reply to a plan: %d %s", code, msg)
+	}
+	if a := h.waitState(res.ID, api.ApprovalReplied); a.Resolution.UserMessage != "smaller steps" {
+		t.Fatalf("plan replied: %+v", a.Resolution)
+	}
+}
+
+// app.js posts a form urlencoded: act reads the body with ParseForm,
+// which does not read multipart (FormData as it is).
+func TestAppJSPostsURLEncoded(t *testing.T) {
+	b, err := assetFS.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "body: new URLSearchParams(new FormData(f))") {
+		t.Fatal("app.js does not post its act forms urlencoded")
+	}
+}
