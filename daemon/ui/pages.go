@@ -27,8 +27,8 @@ type page struct {
 	Pattern string // a net/http pattern under /ui/, without the method
 	Nav     bool   // listed in the navigation
 	Kinds   []string
-	// ByID: the stream is only of records naming the page's {id} (a
-	// job's page).
+	// ByID: the stream is only of records naming the page's {id}, in
+	// whatever field (a job's, a task's, an approval's page).
 	ByID bool
 	// StreamKinds and StreamJob, when set, make the stream's kinds and
 	// job filter from the request (the events page's filter).
@@ -60,16 +60,17 @@ func register(p *page) {
 // view is what every template gets: the page, the session's CSRF token,
 // the nav, and the page's own data.
 type view struct {
-	Page    *page
-	Nav     []*page
-	CSRF    string
-	Version string
-	Kinds   string
-	StreamJ string // the job id the stream is filtered on
-	Path    string // the request's path and query: where a form returns
-	Now     time.Time
-	Data    any
-	Err     string
+	Page     *page
+	Nav      []*page
+	CSRF     string
+	Version  string
+	Kinds    string
+	StreamJ  string // the job id the stream is filtered on (job_id)
+	StreamID string // the id the stream is filtered on (any field)
+	Path     string // the request's path and query: where a form returns
+	Now      time.Time
+	Data     any
+	Err      string
 }
 
 func (s *Server) parseTemplates() error {
@@ -126,7 +127,7 @@ func (s *Server) pageHandler(p *page) http.HandlerFunc {
 		v := view{Page: p, Nav: navPages(), CSRF: se.csrf, Version: s.opts.Version, Kinds: strings.Join(p.Kinds, ","),
 			Path: r.URL.RequestURI(), Now: time.Now()}
 		if p.ByID {
-			v.StreamJ = r.PathValue("id")
+			v.StreamID = r.PathValue("id")
 		}
 		if p.StreamKinds != nil {
 			v.Kinds = p.StreamKinds(r)

@@ -38,7 +38,7 @@ const (
 // counter, and its page is never stale (it reloads what it shows).
 type stream struct {
 	limit  int
-	job    []byte // `"job_id":"ID"`: only records naming that job, when set
+	job    []byte // `"job_id":"ID"` or `"ID"`: only records naming it, when set
 	signal bool
 	wake   chan struct{}
 	done   chan struct{}
@@ -181,6 +181,14 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		st.job = []byte(`"job_id":"` + job + `"`)
+	} else if id := r.URL.Query().Get("id"); id != "" {
+		// A page of one thing (a job, a task, an approval): the records
+		// that name it, in whatever field.
+		if !validID(id) {
+			http.Error(w, "stream: not an id", http.StatusBadRequest)
+			return
+		}
+		st.job = []byte(`"` + id + `"`)
 	}
 	if !s.open(st) {
 		http.Error(w, "the daemon is stopping", http.StatusServiceUnavailable)

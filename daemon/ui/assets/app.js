@@ -43,6 +43,7 @@
       body.dataset.loaded = String(Date.now());
       if (stale) { stale = false; }
       appendFollow.reset();
+      notifyButton();
     } catch (e) {
       say("Could not reload this page: " + e, "warn");
     } finally {
@@ -135,11 +136,17 @@
     const follow = !!document.querySelector("[data-follow=true]");
     let url = "/ui/stream?kinds=" + encodeURIComponent(kinds) + (follow ? "" : "&mode=signal");
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
+    else if (body.dataset.id) url += "&id=" + encodeURIComponent(body.dataset.id);
     es = new EventSource(url);
     let lost = false;
+    let first = true;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
       if (lost) { lost = false; say("Live updates are back; reloaded what this page shows.", "ok"); refresh(); }
+      // What changed between the page's render and its subscription
+      // came on no stream: read it once now that the stream is open.
+      else if (first) refresh();
+      first = false;
     });
     es.onmessage = (m) => {
       let ev;
@@ -265,9 +272,20 @@
   document.addEventListener("click", (e) => {
     const b = e.target.closest && e.target.closest("#enable-notifications");
     if (!b || !("Notification" in window)) return;
-    Notification.requestPermission().then((p) => { b.textContent = p === "granted" ? "Notifications on" : "Notifications " + p; });
+    Notification.requestPermission().then(notifyButton);
   });
+
+  // The notifications button says what the browser allows (the page's
+  // content, and so the button, is reloaded on each event).
+  function notifyButton() {
+    const b = document.getElementById("enable-notifications");
+    if (!b) return;
+    if (!("Notification" in window)) { b.textContent = "Notifications: not in this browser"; b.disabled = true; return; }
+    if (Notification.permission === "granted") b.textContent = "Notifications on";
+    else if (Notification.permission === "denied") b.textContent = "Notifications blocked (the browser's site settings)";
+  }
 
   openStream();
   openOutput();
+  notifyButton();
 })();
