@@ -18,13 +18,11 @@ import (
 // for (an approval, answered as in the inbox: approval.resolve) and Stop
 // (task.stop).
 //
-// Live: a task's messages are task.message on the bus, which no page may
-// stream (it is one event per chunk an agent writes). A task's page
-// reloads on its lifecycle, its permissions and task.progress, which an
-// executor sends when it chooses to (report_progress): the text an agent
-// writes between those shows when one of them comes, or on a reload.
-// The stream is not filtered by task (it filters on job_id only): every
-// open task page hears every task's events of those kinds.
+// Live: a task's page streams, in signal mode and only for its task (the
+// stream filters on its id), its lifecycle, its permissions and its
+// task.message events (one per chunk an agent writes; the bus makes them
+// whoever listens, and a signal stream only counts them): the page
+// reloads at most once a second while the agent writes.
 
 // agentKinds change the agents page: instances coming and going, tasks'
 // lifecycle and permissions (not executor.paused/resumed: flow control,
@@ -34,7 +32,7 @@ var agentKinds = []string{"executor.spawned", "executor.connected", "executor.st
 	"task.finished", "task.recovered", "task.permission_requested", "task.permission_decided"}
 
 // agentTaskKinds change a task's page.
-var agentTaskKinds = []string{"task.started", "task.progress", "task.error", "task.finished",
+var agentTaskKinds = []string{"task.started", "task.progress", "task.message", "task.error", "task.finished",
 	"task.permission_requested", "task.permission_decided", "approval.resolved", "approval.timed_out", "approval.cancelled"}
 
 const (

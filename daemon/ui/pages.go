@@ -47,7 +47,12 @@ func register(p *page) {
 	pagesMu.Lock()
 	defer pagesMu.Unlock()
 	for _, k := range p.Kinds {
-		if k == "*" || k == "job.output" || k == "job.*" || k == "task.message" {
+		if k == "task.message" && p.ByID {
+			// Always made (and logged): a task's page counts them, for its
+			// task only, and reloads at most once a second.
+			continue
+		}
+		if k == "*" || k == "job.output" || k == "job.*" || k == "task.message" || k == "task.*" {
 			// A page's stream must not make the bus produce what only it
 			// would read: job output is for a job's own page (an observer
 			// reader), never a list's.
