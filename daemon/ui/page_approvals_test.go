@@ -572,7 +572,7 @@ func TestAgentsPages(t *testing.T) {
 	_, page = h.get("/ui/agents/tasks/t-1", http.StatusOK)
 	mustContain(t, page, "Hello, &lt;img src=x onerror=alert(2)&gt; world", "go test ./...", "ok  \tgithub.com/x", "rate limited",
 		"Reading it.", "/work/repo/main.go", "system", `id="appr-`+perm+`"`, "rm -rf build/", `name="decision" value="Allow"`,
-		`name="user_message"`, "Kill now", "claude-1", "New text shows when the agent reports progress")
+		`name="user_message"`, "Kill now", "claude-1", "What the agent writes shows as it comes")
 	mustNotContain(t, page, "an earlier task", "<img src=x")
 	kinds = attr(t, page, "data-kinds")
 	if strings.Contains(kinds, "task.message") || !strings.Contains(kinds, "task.progress") || !strings.Contains(kinds, "task.permission_requested") {
