@@ -575,7 +575,8 @@ func TestAgentsPages(t *testing.T) {
 		`name="user_message"`, "Kill now", "claude-1", "What the agent writes shows as it comes")
 	mustNotContain(t, page, "an earlier task", "<img src=x")
 	kinds = attr(t, page, "data-kinds")
-	if strings.Contains(kinds, "task.message") || !strings.Contains(kinds, "task.progress") || !strings.Contains(kinds, "task.permission_requested") {
+	if !strings.Contains(kinds, "task.message") || !strings.Contains(kinds, "task.progress") || !strings.Contains(kinds, "task.permission_requested") ||
+		attr(t, page, "data-id") != "t-1" {
 		t.Fatalf("a task's page streams %s", kinds)
 	}
 	// The permission answered in place.
@@ -601,7 +602,7 @@ func TestAgentsPages(t *testing.T) {
 
 	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
 	mustContain(t, page, "the agent exited 3", "10 in, 22 out", "No messages yet.")
-	mustNotContain(t, page, "Kill now", "New text shows")
+	mustNotContain(t, page, "Kill now", "What the agent writes shows")
 	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
 	h.get("/ui/agents/tasks/"+url.PathEscape("t<1>"), http.StatusBadRequest)
 }
