@@ -18,6 +18,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/daemon/metrics"
+	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -82,6 +83,8 @@ type Config struct {
 	// Metrics is the [metrics] table (daemon/metrics/config.go): GET
 	// /metrics on a loopback listener of its own, without a key.
 	Metrics metrics.Config `toml:"metrics"`
+	// UI is the [ui] table (daemon/ui/config.go): the dashboard.
+	UI ui.Config `toml:"ui"`
 	// Loops is the [loops] table (loops/config.go).
 	Loops    loops.Config `toml:"loops"`
 	loopsSet bool         // the file has a [loops] table: its lanes and pools are checked
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 		Approvals: approvals.DefaultConfig(),
 		HTTP:      httpapi.DefaultConfig(),
 		Metrics:   metrics.DefaultConfig(),
+		UI:        ui.DefaultConfig(),
 		Loops:     loops.DefaultConfig(),
 	}
 }
@@ -204,6 +208,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"metrics": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.Metrics).Elem(), key)
+	},
+	"ui": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.UI).Elem(), key)
 	},
 }
 
@@ -394,6 +401,7 @@ func (c Config) validate() []error {
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
 	errs = append(errs, metrics.Validate("metrics", c.Metrics)...)
+	errs = append(errs, ui.Validate("ui", c.UI)...)
 	// The lanes and pools [loops] names are checked when the file has a
 	// [loops] table: a daemon that runs no loops is not refused for
 	// lacking the default validation lane.

@@ -28,6 +28,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/daemon/metrics"
+	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
@@ -374,8 +375,26 @@ func Run(ctx context.Context, opts Options) error {
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
 	// jobs and every method is registered; nil when off.
+	// The dashboard: on the HTTP API's listener, through the same method
+	// table as the control socket.
+	var dash *ui.Server
+	var mounts []httpapi.Mount
+	if httpFE.ln != nil && cfg.UI.Enabled {
+		dash, err = ui.New(ui.Options{Config: cfg.UI, Caller: srv, Bus: bus, Key: httpFE.key, Home: opts.Home,
+			Version: opts.Version, Logger: opts.Logger, Loopback: isLoopback(httpFE.ln.Addr()), TLS: cfg.HTTP.Cert != ""})
+		if err != nil {
+			_ = srv.Close()
+			shutdownClanker()
+			shutdownExecutors()
+			shutdownApprovals()
+			shutdownLanes("the dashboard failed")
+			return fmt.Errorf("starting the dashboard: %w", err)
+		}
+		dash.Register(srv)
+		mounts = append(mounts, httpapi.Mount{Pattern: "/ui/", Handler: dash}, httpapi.Mount{Pattern: "GET /ui", Handler: dash})
+	}
 	// GET /metrics behind the API's key; every request observed.
-	mounts := []httpapi.Mount{{Pattern: "GET /metrics", Handler: mx.Handler(), Bearer: true}}
+	mounts = append(mounts, httpapi.Mount{Pattern: "GET /metrics", Handler: mx.Handler(), Bearer: true})
 	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, mounts, mx.ObserveHTTP); err != nil {
 		_ = srv.Close()
 		shutdownClanker()
@@ -386,6 +405,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	httpSrv := httpFE.srv
 	fronts.http = httpFE.fe
+	fronts.ui = uiFrontEnd(cfg, httpFE, dash)
 	metricsFE.start(mx, opts.Logger)
 	// vibe-reachout's hook socket is answered once its approvals can be.
 	if hookSrv != nil {
@@ -397,7 +417,8 @@ func Run(ctx context.Context, opts Options) error {
 		SeqSkipped: bus.SeqSkipped()})
 	// Every front-end: its address, or off: why.
 	ready := opts.Logger.Info().Str("socket", sockPath).Strs("lanes", mgr.LaneNames()).Int("pid", os.Getpid()).
-		Str("http", readyValue(fronts.http)).Str("hook", readyValue(fronts.hook)).Str("metrics", readyValue(fronts.metrics))
+		Str("http", readyValue(fronts.http)).Str("ui", readyValue(fronts.ui)).Str("hook", readyValue(fronts.hook)).
+		Str("metrics", readyValue(fronts.metrics))
 	if socks := fronts.clankerSockets(); len(socks) > 0 {
 		ready = ready.Strs("clanker", socks)
 	}
@@ -463,6 +484,9 @@ func Run(ctx context.Context, opts Options) error {
 			// then Loopsy's API: its executions are cancelled while the
 			// lanes still run them, and the waiting requests answered.
 			metricsFE.close(opts.Logger)
+			if dash != nil {
+				dash.Close() // its streams end first: they would hold the server's shutdown
+			}
 			if httpSrv != nil {
 				hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := httpSrv.Close(hctx); err != nil {

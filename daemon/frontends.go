@@ -76,6 +76,7 @@ func explicitKey(cfg Config, table string, keys ...string) string {
 type frontEnds struct {
 	control api.FrontEnd
 	http    api.FrontEnd
+	ui      api.FrontEnd // the dashboard, on http's listener
 	hook    api.FrontEnd
 	metrics api.FrontEnd   // [metrics] listen: off unless the config file sets it
 	lanes   []api.FrontEnd // those that take bring-your-own runners
@@ -97,7 +98,7 @@ func laneFrontEnds(home string, names []string, cfgs map[string]lanes.LaneConfig
 // list is every front-end: control, http, hook, metrics, clanker's repos,
 // the lanes that take bring-your-own runners.
 func (f *frontEnds) list() []api.FrontEnd {
-	out := []api.FrontEnd{f.control, f.http, f.hook, f.metrics}
+	out := []api.FrontEnd{f.control, f.http, f.ui, f.hook, f.metrics}
 	if f.clanker != nil {
 		for _, r := range f.clanker.Sockets() {
 			fe := api.FrontEnd{Name: "clanker " + r.Path, Address: r.Socket}

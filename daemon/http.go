@@ -8,6 +8,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
+	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -136,4 +137,32 @@ func registerHTTPInfo(mux api.Mux, h *httpFront, nodeID string) {
 		}
 		call.Respond(map[string]any{"addr": h.srv.Addr(), "tls": h.cfg.Cert != "", "node_id": nodeID})
 	})
+}
+
+// isLoopback says addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.IsLoopback()
+	}
+	return false
+}
+
+// uiFrontEnd is the dashboard as a front-end: its URL, or why it is off.
+func uiFrontEnd(cfg Config, h *httpFront, dash *ui.Server) api.FrontEnd {
+	fe := api.FrontEnd{Name: "ui"}
+	switch {
+	case !cfg.UI.Enabled:
+		fe.Off = "[ui] enabled = false"
+	case h.srv == nil:
+		fe.Off = "the HTTP API is off"
+	case dash == nil:
+		fe.Off = "not started"
+	default:
+		scheme := "http"
+		if cfg.HTTP.Cert != "" {
+			scheme = "https"
+		}
+		fe.Address = scheme + "://" + h.srv.Addr() + "/ui/"
+	}
+	return fe
 }

@@ -332,7 +332,7 @@ func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r 
 	out := newOutStream(m.sh, id, int(spec.MaxOutputBytes))
 	var rd *OutputReader
 	if who != "" {
-		rd = out.attach(who)
+		rd = out.attach(who, false)
 		reply = func(id string, err error) {
 			if err != nil {
 				rd.close("", false)

@@ -170,6 +170,17 @@ func (s *outStream) write(stream string, p []byte) {
 		s.pieces = append(s.pieces, outPiece{off: s.total, stream: stream, data: p})
 	}
 	s.total += int64(len(p))
+	// An observer that falls outputBuffer behind skips ahead to half
+	// that, and hears of the gap: it never holds the job back.
+	skipped := false
+	for r := range s.readers {
+		if r.observer && s.total-max(r.off, r.pin) > outputBuffer {
+			r.pin, r.behind, skipped = s.total-outputBuffer/2, true, true
+		}
+	}
+	if skipped {
+		s.trimLocked()
+	}
 	if len(s.readers) == 0 {
 		s.base = s.total
 	} else if s.total-s.minPinLocked() > outputHardCap {
@@ -224,9 +235,17 @@ func (s *outStream) end(rec api.JobRecord) {
 }
 
 // minPinLocked is the offset the slowest reader still needs.
-func (s *outStream) minPinLocked() int64 {
+func (s *outStream) minPinLocked() int64 { return s.minPin(true) }
+
+// minPin is where the slowest reader is; observers counts the readers
+// that hold nothing back (the dashboard's), for what memory keeps, or
+// not, for how far the runner is acknowledged.
+func (s *outStream) minPin(observers bool) int64 {
 	m := s.total
 	for r := range s.readers {
+		if r.observer && !observers {
+			continue
+		}
 		m = min(m, max(r.off, r.pin))
 	}
 	return m
@@ -260,8 +279,8 @@ func (s *outStream) ackLocked() (func(int64), int64) {
 		return nil, -1
 	}
 	target := s.total
-	if len(s.readers) > 0 {
-		target = min(target, s.minPinLocked()+outputBuffer-OutputWindow)
+	if pin := s.minPin(false); pin < s.total {
+		target = min(target, pin+outputBuffer-OutputWindow)
 	}
 	if target < s.acked+OutputWindow/4 {
 		return nil, -1
@@ -273,8 +292,8 @@ func (s *outStream) ackLocked() (func(int64), int64) {
 // attach adds a reader: from the start when the stream has not begun
 // (a reader attached at submission), else the kept bytes, a gap to what is
 // retained, then live.
-func (s *outStream) attach(who string) *OutputReader {
-	r := &OutputReader{s: s, who: who, wake: make(chan struct{}, 1)}
+func (s *outStream) attach(who string, observer bool) *OutputReader {
+	r := &OutputReader{s: s, who: who, wake: make(chan struct{}, 1), observer: observer}
 	s.mu.Lock()
 	r.pin = s.base
 	if !s.ended {
@@ -299,8 +318,11 @@ type OutputReader struct {
 	off    int64 // the next byte to deliver
 	pin    int64 // the reader needs no retained byte below this
 	behind bool  // pushed ahead by the hard cap: the next gap is GapBehind
-	closed bool
-	buf    []byte // where small chunks are joined; reused by each Next
+	// observer: the reader holds nothing back; past outputBuffer behind it
+	// skips ahead (a gap, GapBehind). Set before it is attached.
+	observer bool
+	closed   bool
+	buf      []byte // where small chunks are joined; reused by each Next
 
 	delivered, missed int64
 }

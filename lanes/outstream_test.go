@@ -66,7 +66,7 @@ func readAll(t *testing.T, r *OutputReader) (out map[string][]byte, gaps []Outpu
 // in order, then io.EOF with the record; nothing is retained after it.
 func TestOutputReaderGetsEveryByte(t *testing.T) {
 	s := newOutStream(nil, "j-1", 10)
-	r := s.attach("test")
+	r := s.attach("test", false)
 	var want bytes.Buffer
 	for i := range 100 {
 		chunk := bytes.Repeat([]byte{byte(i)}, 1000)
@@ -113,7 +113,7 @@ func TestOutputAcknowledgedAsReadersRead(t *testing.T) {
 	if a.get() < s.total-OutputWindow/4 {
 		t.Fatalf("no reader: acknowledged %d of %d", a.get(), s.total)
 	}
-	r := s.attach("test")
+	r := s.attach("test", false)
 	start := s.total
 	// The runner sends what it may: up to acked + OutputWindow.
 	for s.total < a.get()+OutputWindow {
@@ -143,7 +143,7 @@ func TestOutputAcknowledgedAsReadersRead(t *testing.T) {
 // more than that.
 func TestOutputReaderBehindARunnerWithoutCredit(t *testing.T) {
 	s := newOutStream(nil, "j-1", 0)
-	r := s.attach("test")
+	r := s.attach("test", false)
 	chunk := make([]byte, 32<<10)
 	for range 512 { // 16 MiB
 		s.write(StreamStdout, chunk)
@@ -179,7 +179,7 @@ func TestOutputReaderBehindARunnerWithoutCredit(t *testing.T) {
 func TestOutputReaderAttachedLate(t *testing.T) {
 	s := newOutStream(nil, "j-1", 5)
 	s.write(StreamStdout, []byte("0123456789"))
-	r := s.attach("test")
+	r := s.attach("test", false)
 	s.write(StreamStderr, []byte("live"))
 	s.end(api.JobRecord{ID: "j-1", State: api.StateFailed})
 	out, gaps := readAll(t, r)
@@ -188,13 +188,13 @@ func TestOutputReaderAttachedLate(t *testing.T) {
 		t.Fatalf("out %q, gaps %+v", out, gaps)
 	}
 	f := finishedStream(nil, api.JobRecord{ID: "j-2", State: api.StateSucceeded, Output: "abc", OutputBytes: 7})
-	out, gaps = readAll(t, f.attach("test"))
+	out, gaps = readAll(t, f.attach("test", false))
 	if string(out[StreamOutput]) != "abc" || len(gaps) != 1 || gaps[0].Gap != 4 {
 		t.Fatalf("finished: out %q, gaps %+v", out, gaps)
 	}
 	// An error's output is why it could not run: not output.
 	e := finishedStream(nil, api.JobRecord{ID: "j-3", State: api.StateError, Output: "no such file", OutputBytes: 12})
-	if out, gaps = readAll(t, e.attach("test")); len(out) != 0 || len(gaps) != 0 {
+	if out, gaps = readAll(t, e.attach("test", false)); len(out) != 0 || len(gaps) != 0 {
 		t.Fatalf("error: out %q, gaps %+v", out, gaps)
 	}
 }
@@ -203,7 +203,7 @@ func TestOutputReaderAttachedLate(t *testing.T) {
 // context; a closed reader returns ErrReaderClosed.
 func TestOutputReaderWaits(t *testing.T) {
 	s := newOutStream(nil, "j-1", 0)
-	r := s.attach("test")
+	r := s.attach("test", false)
 	got := make(chan OutputPiece, 1)
 	go func() {
 		p, _ := r.Next(context.Background())
@@ -226,5 +226,44 @@ func TestOutputReaderWaits(t *testing.T) {
 	r.Close("detached")
 	if _, err := r.Next(context.Background()); !errors.Is(err, ErrReaderClosed) {
 		t.Fatalf("closed: %v", err)
+	}
+}
+
+// An observer (the dashboard's reader) never holds the job back: with
+// only a stalled observer attached everything is acknowledged as it
+// comes; it skips ahead past outputBuffer behind, so memory holds at most
+// that for it, and it is told of the gap (behind); a reader that is not
+// an observer still holds the runner back beside it.
+func TestObserverHoldsNothingBack(t *testing.T) {
+	s := newOutStream(nil, "j-1", 0)
+	var a acks
+	s.onRunner(a.ack)
+	obs := s.attach("observer", true)
+	chunk := make([]byte, 32<<10)
+	for range 64 { // 2 MiB, the observer reads nothing
+		s.write(StreamStdout, chunk)
+	}
+	if got := a.get(); got != s.total {
+		t.Fatalf("acknowledged %d of %d with only a stalled observer", got, s.total)
+	}
+	s.mu.Lock()
+	held := s.total - s.base
+	s.mu.Unlock()
+	if held > outputBuffer {
+		t.Fatalf("memory holds %d bytes for a stalled observer, more than %d", held, outputBuffer)
+	}
+	reader := s.attach("control", false)
+	before := a.get()
+	for range 64 {
+		s.write(StreamStdout, chunk)
+	}
+	if got := a.get(); got > before+outputBuffer {
+		t.Fatalf("a stalled reader beside the observer: acknowledged %d past %d, more than outputBuffer", got-before, before)
+	}
+	reader.Close("detached")
+	s.end(api.JobRecord{ID: "j-1", State: api.StateSucceeded})
+	_, gaps := readAll(t, obs)
+	if len(gaps) == 0 || gaps[0].GapReason != GapBehind {
+		t.Fatalf("the observer's gaps %+v, want one that says it fell behind", gaps)
 	}
 }

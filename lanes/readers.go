@@ -11,13 +11,24 @@ import (
 // finished job's reader gets its record's output (from the state store
 // when memory let go of it), then a gap for what the record did not keep.
 func (m *Manager) ReadOutput(id, who string, follow bool) (*OutputReader, error) {
+	return m.readOutput(id, who, follow, false)
+}
+
+// ObserveOutput is ReadOutput for a reader that must never hold the job
+// back (the dashboard's): one that falls behind skips ahead, told of the
+// gap (GapBehind), and the job runs at full speed.
+func (m *Manager) ObserveOutput(id, who string) (*OutputReader, error) {
+	return m.readOutput(id, who, true, true)
+}
+
+func (m *Manager) readOutput(id, who string, follow, observer bool) (*OutputReader, error) {
 	out, rec, ok := m.sh.store.stream(id)
 	if ok && out != nil {
 		s, from := out, "running"
 		if !follow {
 			s = out.snapshot(rec)
 		}
-		r := s.attach(who)
+		r := s.attach(who, observer)
 		m.sh.bus.Emit(JobStreamOpened{JobID: id, Reader: who, From: from})
 		return r, nil
 	}
@@ -33,7 +44,7 @@ func (m *Manager) ReadOutput(id, who string, follow bool) (*OutputReader, error)
 	case !rec.State.Terminal():
 		return nil, api.Errorf(api.CodeInvalidState, "job %s is recorded as %s but is not live in this daemon", id, rec.State)
 	}
-	r := finishedStream(m.sh, rec).attach(who)
+	r := finishedStream(m.sh, rec).attach(who, observer)
 	m.sh.bus.Emit(JobStreamOpened{JobID: id, Reader: who, From: "record"})
 	return r, nil
 }

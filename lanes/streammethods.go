@@ -32,6 +32,10 @@ type (
 		// stdin ends when the call's client goes away. With submit, the
 		// job is submitted with stdin_stream.
 		Stdin bool `json:"stdin,omitempty"`
+		// Observe: the reader never holds the job back; when it falls
+		// behind it skips ahead and is told of the gap (reason
+		// "behind"). Not with submit or stdin.
+		Observe bool `json:"observe,omitempty"`
 	}
 	streamResult struct {
 		Job    api.JobRecord `json:"job"`
@@ -73,6 +77,10 @@ func (m *Manager) streamMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for job.stream: give the job's id, or a job to submit"))
 		return
 	}
+	if p.Observe && (p.Job != nil || p.Stdin) {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for job.stream: observe is for a job's output only (not with submit or stdin)"))
+		return
+	}
 	if p.Job != nil {
 		if p.Follow != nil && !*p.Follow {
 			call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for job.stream: a job submitted here is followed"))
@@ -92,7 +100,13 @@ func (m *Manager) streamMethod(call api.Call) {
 		})
 		return
 	}
-	rd, err := m.ReadOutput(p.ID, "control", p.Follow == nil || *p.Follow)
+	var rd *OutputReader
+	var err error
+	if p.Observe {
+		rd, err = m.ObserveOutput(p.ID, "observer")
+	} else {
+		rd, err = m.ReadOutput(p.ID, "control", p.Follow == nil || *p.Follow)
+	}
 	if err != nil {
 		call.Fail(err)
 		return

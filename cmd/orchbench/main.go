@@ -52,7 +52,8 @@ var scenarios = []scenario{
 	{"http", "12. Loopsy HTTP API", runHTTP},
 	{"streams", "13. Job output streams", runStreams},
 	{"loops", "14. Loops", runLoops},
-	{"metrics", "15. Prometheus metrics", runMetrics},
+	{"dashboard", "15. Dashboard", runDashboard},
+	{"metrics", "16. Prometheus metrics", runMetrics},
 }
 
 // bench is the state of one harness run.

@@ -90,6 +90,7 @@ func init() {
 			run: cmdLane, subs: sortedKeys(laneCommands)},
 		{name: "clanker", summary: "clanker's repos (serve-repo PATH: serve one now; resume PATH: after a usage limit)",
 			run: cmdClanker, subs: sortedKeys(clankerCommands)},
+		{name: "ui", summary: "a one-time link that signs a browser in to the dashboard (/ui/)", run: cmdUI},
 		{name: "http", summary: "http key: the Loopsy API key peers and the loopsy CLI present", run: cmdHTTP, subs: []string{"key"}},
 		{name: "peers", summary: "the Loopsy peers this daemon knows (add ADDRESS[:PORT], rm NODE_ID); run --peer NAME runs a job on one",
 			run: cmdPeers, subs: []string{"list", "add", "rm"}},

@@ -116,7 +116,7 @@ func TestMethodsOfEveryOwner(t *testing.T) {
 		byName[f.Name] = f
 	}
 	if byName["control"].Address != d.sock() || byName["lane no-net"].Address != filepath.Join(d.home, "runner-no-net.sock") ||
-		byName["hook"].Name != "hook" || byName["http"].Name != "http" {
+		byName["hook"].Name != "hook" || byName["http"].Name != "http" || byName["ui"].Name != "ui" {
 		t.Fatalf("frontend.list = %+v", fe.FrontEnds)
 	}
 

@@ -1,0 +1,291 @@
+// orchestrd dashboard: live updates for server-rendered pages. Each page
+// has one event stream (/ui/stream) of the kinds that change what it shows;
+// an event reloads the page's content (debounced). When the stream says the
+// tab missed events, or the stream is lost, the page says so and reloads
+// what it shows rather than showing stale state as current.
+"use strict";
+(function () {
+  const body = document.body;
+  const live = document.getElementById("live");
+  const csrf = body.dataset.csrf || "";
+  let refreshTimer = null, refreshing = false, again = false, stale = false;
+
+  function say(msg, kind) {
+    if (!live) return;
+    live.textContent = msg;
+    live.className = kind || "";
+  }
+
+  function main() { return document.getElementById("main"); }
+
+  function editing() {
+    const a = document.activeElement;
+    return a && main().contains(a) && (a.tagName === "TEXTAREA" || (a.tagName === "INPUT" && a.type === "text")) && a.value !== "";
+  }
+
+  async function refresh() {
+    if (refreshing) { again = true; return; }
+    if (editing()) { again = true; return; } // after the person is done typing
+    refreshing = true;
+    try {
+      const r = await fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin" });
+      if (r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
+      const html = await r.text();
+      const m = main();
+      const focusId = document.activeElement && document.activeElement.id;
+      const out = document.getElementById("output");
+      const kept = keep(m);
+      m.innerHTML = html;
+      restore(kept);
+      if (out) { const n = document.getElementById("output"); if (n) n.replaceWith(out); }
+      if (focusId) { const f = document.getElementById(focusId); if (f) f.focus(); }
+      m.classList.remove("stale");
+      body.dataset.loaded = String(Date.now());
+      if (stale) { stale = false; }
+      appendFollow.reset();
+      notifyButton();
+    } catch (e) {
+      say("Could not reload this page: " + e, "warn");
+    } finally {
+      refreshing = false;
+      if (again) { again = false; schedule(); }
+    }
+  }
+
+  // What the person opened or typed survives a reload: the <details>
+  // open and the text boxes' text, by id (a box the new content has not
+  // is dropped with it).
+  function keep(m) {
+    const open = [], text = [];
+    m.querySelectorAll("details[open][id]").forEach((d) => open.push(d.id));
+    m.querySelectorAll("textarea[id], input[type=text][id]").forEach((t) => { if (t.value !== "") text.push([t.id, t.value]); });
+    return { open, text };
+  }
+
+  function restore(k) {
+    k.open.forEach((id) => { const d = document.getElementById(id); if (d && d.tagName === "DETAILS") d.open = true; });
+    k.text.forEach(([id, v]) => { const t = document.getElementById(id); if (t && "value" in t && t.value === "") t.value = v; });
+  }
+
+  // A burst of events is one reload, and a page reloads at most once a
+  // second (what a busy daemon costs a tab is bounded, and a change shows
+  // within a second).
+  let lastRefresh = 0;
+  function schedule() {
+    if (refreshTimer) return;
+    const wait = Math.max(100, 1000 - (Date.now() - lastRefresh));
+    refreshTimer = setTimeout(() => { refreshTimer = null; lastRefresh = Date.now(); refresh(); }, wait);
+  }
+
+  document.addEventListener("focusout", () => { if (again && !editing()) { again = false; schedule(); } });
+
+  // The events page follows: new lines are added, not the page reloaded.
+  const appendFollow = {
+    reset() {},
+    add(ev) {
+      const list = document.getElementById("events");
+      if (!list || list.dataset.follow !== "true") return false;
+      const none = list.querySelector(".none");
+      if (none) none.remove();
+      const d = ev.data || {};
+      const li = document.createElement("li");
+      const t = document.createElement("time");
+      t.textContent = d.ts ? new Date(d.ts).toLocaleString() : "";
+      const k = document.createElement("code");
+      k.textContent = ev.event;
+      const f = document.createElement("span");
+      f.className = "fields";
+      const rest = Object.assign({}, d);
+      delete rest.ts; delete rest.seq; delete rest.kind;
+      let s = JSON.stringify(rest);
+      if (s.length > 400) s = s.slice(0, 400) + "…";
+      f.textContent = s;
+      li.append(t, " ", k, " ", f);
+      list.append(li);
+      while (list.children.length > 1000) list.firstElementChild.remove();
+      return true;
+    },
+  };
+
+  function notify(ev) {
+    if (ev.event !== "approval.requested" || !("Notification" in window) || Notification.permission !== "granted") return;
+    try { new Notification("orchestrd: an approval is waiting", { body: "Open the approvals inbox to answer it.", tag: "orchestrd-approval" }); } catch (e) { /* not shown */ }
+  }
+
+  // A browser keeps at most six connections to one host over HTTP/1.1:
+  // a tab that is hidden lets its stream go (it reloads when shown again),
+  // but for the approvals inbox while notifications are on.
+  let es = null;
+  function keepWhenHidden() {
+    return body.dataset.page === "approvals" && "Notification" in window && Notification.permission === "granted";
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      if (es && !keepWhenHidden()) { es.close(); es = null; body.dataset.stream = "paused"; }
+    } else if (!es) {
+      openStream();
+      refresh();
+    }
+  });
+
+  function openStream() {
+    const kinds = body.dataset.kinds;
+    if (!kinds) return;
+    // A page that follows (the events page) takes the records; the others
+    // only hear that something changed, and reload.
+    const follow = !!document.querySelector("[data-follow=true]");
+    let url = "/ui/stream?kinds=" + encodeURIComponent(kinds) + (follow ? "" : "&mode=signal");
+    if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
+    else if (body.dataset.id) url += "&id=" + encodeURIComponent(body.dataset.id);
+    es = new EventSource(url);
+    let lost = false;
+    let first = true;
+    es.addEventListener("hello", () => {
+      body.dataset.stream = "open";
+      if (lost) { lost = false; say("Live updates are back; reloaded what this page shows.", "ok"); refresh(); }
+      // What changed between the page's render and its subscription
+      // came on no stream: read it once now that the stream is open.
+      else if (first) refresh();
+      first = false;
+    });
+    es.onmessage = (m) => {
+      let ev;
+      try { ev = JSON.parse(m.data); } catch (e) { return; }
+      notify(ev);
+      if (!appendFollow.add(ev)) schedule();
+    };
+    es.addEventListener("changed", (m) => {
+      let c = {};
+      try { c = JSON.parse(m.data); } catch (e) { /* reload anyway */ }
+      if ((c.kinds || []).includes("approval.requested")) notify({ event: "approval.requested" });
+      body.dataset.changes = String((Number(body.dataset.changes) || 0) + (Number(c.n) || 1));
+      schedule();
+    });
+    es.addEventListener("missed", (m) => {
+      let n = "some";
+      try { n = JSON.parse(m.data).missed; } catch (e) { /* keep "some" */ }
+      body.dataset.missed = String((Number(body.dataset.missed) || 0) + (Number(n) || 0));
+      say("This tab fell behind and missed " + n + " events: reloaded what it shows.", "warn");
+      refresh();
+    });
+    es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); if (es) es.close(); });
+    es.onerror = () => {
+      if (!es || es.readyState === EventSource.CLOSED) return;
+      lost = true; stale = true;
+      body.dataset.stream = "lost";
+      main().classList.add("stale");
+      say("Live updates lost: reconnecting. What you see may be out of date.", "warn");
+    };
+  }
+
+  // A job's output, every byte the daemon gives this tab (it is told of
+  // what it skipped when it fell behind).
+  function openOutput() {
+    const pre = document.getElementById("output");
+    if (!pre || !pre.dataset.job) return;
+    const state = () => document.getElementById("output-state");
+    const es = new EventSource("/ui/jobs/" + encodeURIComponent(pre.dataset.job) + "/output");
+    const utf8 = new TextDecoder("utf-8", { fatal: true });
+    let bytes = 0;
+    function mark(text) {
+      const s = document.createElement("span");
+      s.className = "gap";
+      s.textContent = text;
+      pre.append(s);
+    }
+    es.addEventListener("out", (m) => {
+      const p = JSON.parse(m.data);
+      if (p.gap) { mark("[" + p.gap + " bytes not shown: " + (p.reason === "behind" ? "this tab fell behind" : "not kept") + "]\n"); return; }
+      let raw = null;
+      if (p.data_b64 !== undefined) {
+        const bin = atob(p.data_b64);
+        raw = new Uint8Array(bin.length);
+        for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
+      }
+      let text;
+      if (raw) {
+        try { text = utf8.decode(raw, { stream: true }); } catch (e) { mark("[" + raw.length + " bytes of binary output]"); bytes += raw.length; return; }
+      } else {
+        text = p.data || "";
+      }
+      if (text === "") return;
+      bytes += raw ? raw.length : new TextEncoder().encode(text).length;
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      const span = document.createElement("span");
+      if (p.stream === "stderr") span.className = "stderr";
+      span.textContent = text;
+      pre.append(span);
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+      pre.dataset.bytes = String(bytes);
+    });
+    es.addEventListener("end", (m) => {
+      es.close();
+      let missed = 0;
+      try { missed = JSON.parse(m.data).missed || 0; } catch (e) { /* none */ }
+      pre.dataset.ended = "true";
+      const s = state();
+      if (s) s.textContent = "ended: " + bytes + " bytes shown" + (missed ? ", " + missed + " not shown" : "");
+      schedule();
+    });
+    es.addEventListener("failed", (m) => {
+      es.close();
+      const s = state();
+      let msg = "";
+      try { msg = JSON.parse(m.data).error; } catch (e) { msg = m.data; }
+      if (s) s.textContent = "output unavailable: " + msg;
+    });
+    es.onerror = () => {
+      if (pre.dataset.ended) return;
+      es.close();
+      const s = state();
+      if (s) s.textContent = "the output stream was lost; reload the page to read it again";
+    };
+    const s = state();
+    if (s) s.textContent = "streaming…";
+  }
+
+  // Forms that act (class act) post with fetch and reload the content;
+  // without script they post and come back.
+  document.addEventListener("submit", async (e) => {
+    const f = e.target;
+    if (!(f instanceof HTMLFormElement) || !f.classList.contains("act")) return;
+    e.preventDefault();
+    if (f.dataset.confirm && !window.confirm(f.dataset.confirm)) return;
+    const btn = f.querySelector("button[type=submit]");
+    if (btn) btn.disabled = true;
+    try {
+      const r = await fetch(f.action, { method: "POST", body: new URLSearchParams(new FormData(f)), credentials: "same-origin",
+        headers: { "Accept": "application/json", "X-CSRF-Token": csrf } });
+      let res = {};
+      try { res = await r.json(); } catch (e2) { res = { ok: false, error: "HTTP " + r.status }; }
+      if (res.ok) { say((f.dataset.done || "Done") + ".", "ok"); f.reset(); }
+      else say("Failed: " + res.error, "error");
+      body.dataset.lastAction = res.ok ? "ok" : "failed";
+    } catch (err) {
+      say("Failed: " + err, "error");
+    } finally {
+      if (btn) btn.disabled = false;
+      refresh();
+    }
+  });
+
+  document.addEventListener("click", (e) => {
+    const b = e.target.closest && e.target.closest("#enable-notifications");
+    if (!b || !("Notification" in window)) return;
+    Notification.requestPermission().then(notifyButton);
+  });
+
+  // The notifications button says what the browser allows (the page's
+  // content, and so the button, is reloaded on each event).
+  function notifyButton() {
+    const b = document.getElementById("enable-notifications");
+    if (!b) return;
+    if (!("Notification" in window)) { b.textContent = "Notifications: not in this browser"; b.disabled = true; return; }
+    if (Notification.permission === "granted") b.textContent = "Notifications on";
+    else if (Notification.permission === "denied") b.textContent = "Notifications blocked (the browser's site settings)";
+  }
+
+  openStream();
+  openOutput();
+  notifyButton();
+})();

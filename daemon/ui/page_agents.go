@@ -1,0 +1,443 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// The agents: executor pools and their instances, tasks; a task's page
+// with its messages (text, tool calls, results), the permission it waits
+// for (an approval, answered as in the inbox: approval.resolve) and Stop
+// (task.stop).
+//
+// Live: a task's page streams, in signal mode and only for its task (the
+// stream filters on its id), its lifecycle, its permissions and its
+// task.message events (one per chunk an agent writes; the bus makes them
+// whoever listens, and a signal stream only counts them): the page
+// reloads at most once a second while the agent writes.
+
+// agentKinds change the agents page: instances coming and going, tasks'
+// lifecycle and permissions (not executor.paused/resumed: flow control,
+// as often as an agent writes fast).
+var agentKinds = []string{"executor.spawned", "executor.connected", "executor.start_failed", "executor.exited",
+	"executor.killed", "executor.stopping", "executor.restart_scheduled", "task.queued", "task.started",
+	"task.finished", "task.recovered", "task.permission_requested", "task.permission_decided"}
+
+// agentTaskKinds change a task's page.
+var agentTaskKinds = []string{"task.started", "task.progress", "task.message", "task.error", "task.finished",
+	"task.permission_requested", "task.permission_decided", "approval.resolved", "approval.timed_out", "approval.cancelled"}
+
+const (
+	agentTasksPage = 50
+	agentTasksMax  = 1000
+	// agentMessagesRead is how many of a session's last messages a task's
+	// page reads (session.get's limit).
+	agentMessagesRead = 2000
+	// agentPermsRead is how many of the last executor permission requests
+	// a task's page looks through for its own.
+	agentPermsRead = 200
+)
+
+var agentTaskStates = []string{"queued", "running", "completed", "failed", "cancelled", "timeout"}
+
+func init() {
+	register(&page{Name: "agents", Title: "Agents", Pattern: "/ui/agents", Nav: true, Kinds: agentKinds, Data: agentsData})
+	register(&page{Name: "task", ByID: true, Title: "Task", Pattern: "/ui/agents/tasks/{id}", Kinds: agentTaskKinds, Data: agentTaskData})
+	registerAction(&action{Name: "task.stop", Method: "task.stop", Params: func(f url.Values) (any, error) {
+		id, err := formID(f, "id")
+		if err != nil {
+			return nil, err
+		}
+		force, err := formBool(f, "force")
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id, "force": force}, nil
+	}})
+	funcs["agentTerminal"] = func(st api.TaskState) bool { return st.Terminal() }
+	funcs["agentTook"] = func(t api.TaskRecord) string {
+		if t.StartedAt == nil {
+			return "-"
+		}
+		end := time.Now()
+		if t.FinishedAt != nil {
+			end = *t.FinishedAt
+		}
+		return humanDuration(end.Sub(*t.StartedAt))
+	}
+	funcs["agentTools"] = func(ts []string) string {
+		if len(ts) == 0 {
+			return "the executor's"
+		}
+		return strings.Join(ts, ", ")
+	}
+}
+
+// agentTask is a task in the list: Waiting is how many permission
+// requests of it are pending.
+type agentTask struct {
+	api.TaskRecord
+	Waiting int
+}
+
+type agentsView struct {
+	Pools     []api.PoolStatus
+	Tasks     []agentTask
+	Truncated bool
+	More      string
+	Executor  string
+	State     string
+	Executors []string
+	States    []string
+	Limit     int
+	Waiting   int // pending permission requests of tasks
+	Problems  []string
+}
+
+func agentsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	v := agentsView{Executor: strings.TrimSpace(q.Get("executor")), State: q.Get("state"), States: agentTaskStates, Limit: agentTasksPage}
+	if v.State != "" && !agentValidTaskState(v.State) {
+		return v, api.Errorf(api.CodeInvalidParams, "state: not a task state: %q", clipForm(v.State))
+	}
+	if v.Executor != "" && !validID(v.Executor) {
+		return v, api.Errorf(api.CodeInvalidParams, "executor: not a pool name: %q", clipForm(v.Executor))
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > agentTasksMax {
+			return v, api.Errorf(api.CodeInvalidParams, "limit: want 1 to %d, got %q", agentTasksMax, clipForm(l))
+		}
+		v.Limit = n
+	}
+	var pools struct {
+		Pools []api.PoolStatus `json:"pools"`
+	}
+	if err := s.call(ctx, "executor.list", nil, &pools); err != nil {
+		v.Problems = append(v.Problems, "the executor pools: "+err.Error())
+	}
+	v.Pools = pools.Pools
+	for _, p := range v.Pools {
+		v.Executors = append(v.Executors, p.Name)
+	}
+	tp := map[string]any{"limit": v.Limit}
+	if v.Executor != "" {
+		tp["executor"] = v.Executor
+	}
+	if v.State != "" {
+		tp["state"] = v.State
+	}
+	var tasks struct {
+		Tasks     []api.TaskRecord `json:"tasks"`
+		Truncated bool             `json:"truncated"`
+	}
+	if err := s.call(ctx, "task.list", tp, &tasks); err != nil {
+		return v, err
+	}
+	waiting := map[string]int{}
+	var pending apprList
+	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
+		v.Problems = append(v.Problems, "the pending permission requests: "+err.Error())
+	}
+	for _, a := range pending.Approvals {
+		if a.TaskID != "" {
+			waiting[a.TaskID]++
+			v.Waiting++
+		}
+	}
+	for _, t := range tasks.Tasks {
+		v.Tasks = append(v.Tasks, agentTask{TaskRecord: t, Waiting: waiting[t.ID]})
+	}
+	if tasks.Truncated && v.Limit < agentTasksMax {
+		v.Truncated = true
+		nq := url.Values{}
+		if v.Executor != "" {
+			nq.Set("executor", v.Executor)
+		}
+		if v.State != "" {
+			nq.Set("state", v.State)
+		}
+		nq.Set("limit", strconv.Itoa(min(v.Limit*4, agentTasksMax)))
+		v.More = "/ui/agents?" + nq.Encode() + "#tasks-h"
+	}
+	return v, nil
+}
+
+func agentValidTaskState(s string) bool {
+	for _, st := range agentTaskStates {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
+// agentTaskView is a task's page.
+type agentTaskView struct {
+	Task     api.TaskRecord
+	Items    []agentTaskItem
+	Shown    int  // messages of the task read
+	Partial  bool // it has more than were read (the session's last agentMessagesRead)
+	Asking   []apprItem
+	Asked    []apprItem // its permission requests that are over (of the last agentPermsRead)
+	Problems []string
+}
+
+// agentTaskItem is what a person reads of one or more messages: Kind text (an
+// agent's words, consecutive chunks joined), tool (a call: Label the
+// tool, Text what it does), result (what a tool gave back), error, or
+// other (Label the event type, Text its data).
+type agentTaskItem struct {
+	Kind  string
+	Label string
+	Text  string
+	Seq   int64
+	At    time.Time
+}
+
+func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		return nil, api.Errorf(api.CodeInvalidParams, "not a task id: %q", clipForm(id))
+	}
+	var res struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	if err := s.call(ctx, "task.get", map[string]any{"id": id}, &res); err != nil {
+		return nil, err
+	}
+	v := agentTaskView{Task: res.Task}
+	if v.Task.SessionID != "" {
+		var sess struct {
+			Messages []api.SessionMessage `json:"messages"`
+		}
+		if err := s.call(ctx, "session.get", map[string]any{"id": v.Task.SessionID, "limit": agentMessagesRead}, &sess); err != nil {
+			v.Problems = append(v.Problems, "the messages: "+err.Error())
+		}
+		var ms []api.SessionMessage
+		for _, m := range sess.Messages {
+			if m.TaskID == id {
+				ms = append(ms, m)
+			}
+		}
+		v.Shown = len(ms)
+		v.Partial = int64(len(ms)) < v.Task.MessageCount
+		v.Items = agentTaskItems(ms)
+	}
+	var pending apprList
+	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
+		v.Problems = append(v.Problems, "the permission requests: "+err.Error())
+	}
+	for _, a := range pending.Approvals {
+		if a.TaskID == id {
+			v.Asking = append(v.Asking, newApprItem(a))
+		}
+	}
+	var asked apprList
+	if err := s.call(ctx, "approval.list", map[string]any{"state": "all", "source": api.SourceExecutor, "limit": agentPermsRead}, &asked); err != nil {
+		v.Problems = append(v.Problems, "the permission history: "+err.Error())
+	}
+	for _, a := range asked.Approvals {
+		if a.TaskID == id && a.State != api.ApprovalPending {
+			v.Asked = append(v.Asked, newApprItem(a))
+		}
+	}
+	return v, nil
+}
+
+// agentTextMax bounds the text kept of one item (the page clips it again).
+const agentTextMax = 256 << 10
+
+// agentTaskItems turns a task's messages into what a person reads. It knows
+// Agor's event types (content_block_delta, tool_call, tool_result, error)
+// and Claude Code's stream-json lines (assistant, user, result, system)
+// that `orchestrd executor` passes through with their type as event_type;
+// anything else is shown as its type and data.
+func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
+	var out []agentTaskItem
+	add := func(m api.SessionMessage, kind, label, text string) {
+		if kind == "text" && len(out) > 0 && out[len(out)-1].Kind == "text" {
+			last := &out[len(out)-1]
+			if len(last.Text) < agentTextMax {
+				last.Text += text
+			}
+			return
+		}
+		if len(text) > agentTextMax {
+			text = text[:agentTextMax]
+		}
+		out = append(out, agentTaskItem{Kind: kind, Label: label, Text: text, Seq: m.Sequence, At: m.ReceivedAt})
+	}
+	for _, m := range ms {
+		var d struct {
+			Delta struct {
+				Text string `json:"text"`
+			} `json:"delta"`
+			Text      string          `json:"text"`
+			Tool      string          `json:"tool"`
+			Name      string          `json:"name"`
+			Input     json.RawMessage `json:"input"`
+			Message   json.RawMessage `json:"message"`
+			Result    json.RawMessage `json:"result"`
+			Output    json.RawMessage `json:"output"`
+			Content   json.RawMessage `json:"content"`
+			Subtype   string          `json:"subtype"`
+			IsError   bool            `json:"is_error"`
+			ErrorText string          `json:"error"`
+		}
+		_ = json.Unmarshal(m.EventData, &d)
+		switch m.EventType {
+		case "content_block_delta":
+			add(m, "text", "", d.Delta.Text)
+			continue
+		case "text":
+			t := d.Text
+			if t != "" && !strings.HasSuffix(t, "\n") {
+				t += "\n"
+			}
+			add(m, "text", "", t)
+			continue
+		case "tool_call", "tool_use":
+			name := d.Tool
+			if name == "" {
+				name = d.Name
+			}
+			add(m, "tool", name, agentToolText(name, d.Input))
+			continue
+		case "tool_result":
+			t := agentRawText(d.Content)
+			if t == "" {
+				t = agentRawText(d.Result)
+			}
+			if t == "" {
+				t = agentRawText(d.Output)
+			}
+			kind := "result"
+			if d.IsError {
+				kind = "error"
+			}
+			add(m, kind, d.Name, t)
+			continue
+		case "assistant", "user":
+			var msg struct {
+				Content json.RawMessage `json:"content"`
+			}
+			if json.Unmarshal(d.Message, &msg) != nil {
+				break
+			}
+			var blocks []struct {
+				Type    string          `json:"type"`
+				Text    string          `json:"text"`
+				Name    string          `json:"name"`
+				Input   json.RawMessage `json:"input"`
+				Content json.RawMessage `json:"content"`
+				IsError bool            `json:"is_error"`
+			}
+			if json.Unmarshal(msg.Content, &blocks) != nil {
+				// A user message's content may be a string.
+				if t := agentRawText(msg.Content); t != "" {
+					add(m, "other", m.EventType, t)
+					continue
+				}
+				break
+			}
+			for _, b := range blocks {
+				switch b.Type {
+				case "text":
+					t := b.Text
+					if t != "" && !strings.HasSuffix(t, "\n") {
+						t += "\n"
+					}
+					if m.EventType == "user" {
+						add(m, "other", "user", t)
+					} else {
+						add(m, "text", "", t)
+					}
+				case "tool_use":
+					add(m, "tool", b.Name, agentToolText(b.Name, b.Input))
+				case "tool_result":
+					kind := "result"
+					if b.IsError {
+						kind = "error"
+					}
+					add(m, kind, "", agentRawText(b.Content))
+				}
+			}
+			continue
+		case "result":
+			if t := agentRawText(d.Result); t != "" {
+				kind := "result"
+				if d.IsError {
+					kind = "error"
+				}
+				add(m, kind, "final result", t)
+				continue
+			}
+		case "error":
+			var e struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(m.EventData, &e) == nil && e.Message != "" {
+				add(m, "error", "", e.Message)
+				continue
+			}
+		}
+		var b bytes.Buffer
+		if json.Compact(&b, m.EventData) != nil {
+			b.Reset()
+			b.Write(m.EventData)
+		}
+		add(m, "other", m.EventType, b.String())
+	}
+	return out
+}
+
+// agentToolText is what a tool call does, in one line: the command, the
+// file, the URL, else its input as compact JSON.
+func agentToolText(name string, input json.RawMessage) string {
+	return apprSummary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input})
+}
+
+// agentRawText is a JSON value as text: a string as it is, an array of
+// {type: text, text} blocks joined, anything else compact JSON.
+func agentRawText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &blocks) == nil {
+		var sb strings.Builder
+		for _, b := range blocks {
+			if b.Type == "text" {
+				sb.WriteString(b.Text)
+				if !strings.HasSuffix(b.Text, "\n") {
+					sb.WriteByte('\n')
+				}
+			}
+		}
+		if sb.Len() > 0 {
+			return sb.String()
+		}
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}

@@ -1,0 +1,707 @@
+package ui
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/apitest"
+	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// The approvals inbox and the agents pages over a real approvals domain
+// (approvals.Manager on its own actor system and bus, its methods as the
+// daemon registers them) and the executors' methods answering realistic
+// records; every method call the dashboard makes is recorded.
+
+const apKey = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+
+// apCaller is the method table: an apitest.Mux, called as
+// control.Server.Invoke does, recording each call's method and params.
+type apCaller struct {
+	mux apitest.Mux
+
+	mu    sync.Mutex
+	calls []apCall
+}
+
+type apCall struct {
+	Method string
+	Params string
+}
+
+func (c *apCaller) Invoke(ctx context.Context, method string, params any, _ func(string, []byte, func(bool))) (json.RawMessage, error) {
+	var raw json.RawMessage
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	}
+	c.mu.Lock()
+	c.calls = append(c.calls, apCall{method, string(raw)})
+	c.mu.Unlock()
+	h, ok := c.mux[method]
+	if !ok {
+		return nil, api.Errorf(api.CodeNotFound, "method not found: %s", method)
+	}
+	call := apitest.NewCall(method, raw)
+	h(call)
+	select {
+	case <-call.Done():
+	case <-ctx.Done():
+		call.Close()
+		return nil, ctx.Err()
+	}
+	if e := call.Err(); e != nil {
+		return nil, e
+	}
+	return call.Result(), nil
+}
+
+// calls is the recorded calls of method.
+func (c *apCaller) callsOf(method string) []apCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []apCall
+	for _, k := range c.calls {
+		if k.Method == method {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+type apHarness struct {
+	t      *testing.T
+	caller *apCaller
+	m      *approvals.Manager
+	bus    *eventlog.Bus
+	http   *httptest.Server
+	c      *http.Client
+	csrf   string
+}
+
+func newAPHarness(t *testing.T) *apHarness {
+	t.Helper()
+	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) {
+		t.Errorf("actor %s/%s panicked: %v", p.Kind, p.ID, p.Value)
+	}})
+	m, err := approvals.Start(approvals.Options{Bus: bus, System: sys, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &apHarness{t: t, caller: &apCaller{mux: apitest.Mux{}}, m: m, bus: bus}
+	m.Register(h.caller.mux)
+	registerFakeExecutors(h.caller.mux)
+	s, err := New(Options{Config: DefaultConfig(), Caller: h.caller, Bus: bus, Key: apKey, Version: "test", Logger: zerolog.Nop(), Loopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", s)
+	h.http = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		h.http.CloseClientConnections()
+		s.Close()
+		h.http.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("approvals Shutdown: %v", err)
+		}
+		sys.Shutdown()
+		bus.Close()
+	})
+	jar, _ := cookiejar.New(nil)
+	h.c = &http.Client{Jar: jar, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, _ := h.do("POST", "/ui/login", url.Values{"key": {apKey}, "next": {"/ui/approvals"}}, false)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in: %d", resp.StatusCode)
+	}
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	h.csrf = attr(t, page, "data-csrf")
+	return h
+}
+
+// attr is the value of the first name="..." attribute on page.
+func attr(t *testing.T, page, name string) string {
+	t.Helper()
+	i := strings.Index(page, name+`="`)
+	if i < 0 {
+		t.Fatalf("no %s on the page:\n%s", name, page)
+	}
+	v := page[i+len(name)+2:]
+	return v[:strings.IndexByte(v, '"')]
+}
+
+func (h *apHarness) do(method, path string, form url.Values, fetch bool) (*http.Response, string) {
+	h.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, h.http.URL+path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if fetch {
+		req.Header.Set("Accept", "application/json")
+	}
+	resp, err := h.c.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func (h *apHarness) get(path string, want int) (*http.Response, string) {
+	h.t.Helper()
+	resp, page := h.do("GET", path, nil, false)
+	if resp.StatusCode != want {
+		h.t.Fatalf("GET %s: %d, want %d:\n%s", path, resp.StatusCode, want, page)
+	}
+	return resp, page
+}
+
+// act posts a page's form as app.js does (fetch, JSON answer) and
+// returns the status and the answer's error.
+func (h *apHarness) act(name string, form url.Values) (int, string) {
+	h.t.Helper()
+	form.Set("csrf", h.csrf)
+	resp, body := h.do("POST", "/ui/act/"+name, form, true)
+	var res struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &res); err != nil {
+		h.t.Fatalf("POST %s: %d, not JSON: %s", name, resp.StatusCode, body)
+	}
+	if res.OK != (resp.StatusCode == http.StatusOK) {
+		h.t.Fatalf("POST %s: %d with ok %v", name, resp.StatusCode, res.OK)
+	}
+	return resp.StatusCode, res.Error
+}
+
+// request asks an approval through approval.request, as a client of the
+// control socket does, and returns its id.
+func (h *apHarness) request(params map[string]any) string {
+	h.t.Helper()
+	params["kind"] = "tool"
+	raw, err := h.caller.Invoke(context.Background(), "approval.request", params, nil)
+	if err != nil {
+		h.t.Fatalf("approval.request: %v", err)
+	}
+	var res struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || res.ID == "" {
+		h.t.Fatalf("approval.request answered %s", raw)
+	}
+	return res.ID
+}
+
+func (h *apHarness) approval(id string) api.Approval {
+	h.t.Helper()
+	raw, err := h.caller.Invoke(context.Background(), "approval.get", map[string]any{"id": id}, nil)
+	if err != nil {
+		h.t.Fatalf("approval.get %s: %v", id, err)
+	}
+	var res struct {
+		Approval api.Approval `json:"approval"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		h.t.Fatal(err)
+	}
+	return res.Approval
+}
+
+// waitState waits for approval id to be in state st (an answer is
+// committed by the approval's actor, after the call is answered).
+func (h *apHarness) waitState(id string, st api.ApprovalState) api.Approval {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := h.approval(id)
+		if a.State == st {
+			return a
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("approval %s is %s, want %s", id, a.State, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func mustContain(t *testing.T, page string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(page, w) {
+			t.Errorf("the page has no %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("page:\n%s", page)
+	}
+}
+
+func mustNotContain(t *testing.T, page string, nots ...string) {
+	t.Helper()
+	for _, n := range nots {
+		if strings.Contains(page, n) {
+			t.Errorf("the page has %q", n)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("page:\n%s", page)
+	}
+}
+
+// The inbox shows what waits (the command, the directory, the session,
+// the suggestions and what Always allow would record), escaped; Allow,
+// Deny, Always allow and Reply answer through approval.resolve with the
+// form's fields; the rule Always allow recorded is listed and deleted;
+// the history has what was answered.
+func TestApprovalsInbox(t *testing.T) {
+	h := newAPHarness(t)
+	bash := h.request(map[string]any{"tool_name": "Bash", "cwd": "/work/<b>repo</b>", "session_id": "s-1",
+		"tool_input": map[string]any{"command": "git status && echo '<script>alert(1)</script>'"},
+		"permission_suggestions": []json.RawMessage{
+			json.RawMessage(`{"type":"setMode","mode":"acceptEdits","destination":"session"}`),
+			json.RawMessage(`{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"git status:*"}],"behavior":"allow","destination":"session"}`),
+		}})
+	read := h.request(map[string]any{"tool_name": "Read", "cwd": "/work/repo", "tool_input": map[string]any{"file_path": "/etc/shadow"}})
+	web := h.request(map[string]any{"tool_name": "WebFetch", "tool_input": map[string]any{"url": "https://example.com/x"}})
+	deny := h.request(map[string]any{"tool_name": "Bash", "tool_input": map[string]any{"command": "rm -rf /"}})
+
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	mustContain(t, page, `id="appr-`+bash+`"`, `id="appr-`+read+`"`, `id="appr-`+web+`"`, `id="appr-`+deny+`"`,
+		"git status &amp;&amp; echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39;", "/work/&lt;b&gt;repo&lt;/b&gt;", "s-1", "/etc/shadow",
+		"https://example.com/x",
+		"records: allow Bash(git status:*) in this session (s-1)", "switches the agent to mode acceptEdits; records no rule here",
+		"No always-allow suggestion came with it", `id="enable-notifications"`, `<th scope="col">`, "<caption", `class="scroll"`,
+		`data-kinds="approval.requested,approval.resolved,`)
+	mustNotContain(t, page, "<script>alert", "<b>repo")
+	// Pending first, oldest first.
+	if i, j := strings.Index(page, `id="appr-`+bash+`"`), strings.Index(page, `id="appr-`+deny+`"`); i > j || j > strings.Index(page, `id="history-h"`) {
+		t.Fatalf("pending not first, oldest first:\n%s", page)
+	}
+
+	// Allow.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {read}, "decision": {"Allow"}}); code != http.StatusOK {
+		t.Fatalf("Allow: %d %s", code, msg)
+	}
+	a := h.waitState(read, api.ApprovalAllowed)
+	if a.Resolution.By != "ui" || a.Resolution.Decision != api.DecisionAllow {
+		t.Fatalf("allowed: %+v", a.Resolution)
+	}
+	// Deny.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {deny}, "decision": {"Deny"}}); code != http.StatusOK {
+		t.Fatalf("Deny: %d %s", code, msg)
+	}
+	h.waitState(deny, api.ApprovalDenied)
+	// Reply: what the agent is told.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {web}, "decision": {"Reply"}, "user_message": {"use the <mirror> instead"}}); code != http.StatusOK {
+		t.Fatalf("Reply: %d %s", code, msg)
+	}
+	if a := h.waitState(web, api.ApprovalReplied); a.Resolution.UserMessage != "use the <mirror> instead" {
+		t.Fatalf("replied: %+v", a.Resolution)
+	}
+	// Always allow with the second suggestion: a rule for this session.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {bash}, "decision": {"AlwaysAllow"}, "suggestion": {"1"}}); code != http.StatusOK {
+		t.Fatalf("AlwaysAllow: %d %s", code, msg)
+	}
+	a = h.waitState(bash, api.ApprovalAlwaysAllowed)
+	if a.Resolution.SuggestionIndex == nil || *a.Resolution.SuggestionIndex != 1 || a.Resolution.RuleID == "" {
+		t.Fatalf("always allowed: %+v", a.Resolution)
+	}
+	rule := a.Resolution.RuleID
+	// It answers the like at once from now on.
+	again := h.request(map[string]any{"tool_name": "Bash", "session_id": "s-1", "tool_input": map[string]any{"command": "git status --short"}})
+	if a := h.approval(again); a.State != api.ApprovalAllowed || a.Resolution.By != api.ByRule {
+		t.Fatalf("the rule did not answer: %+v", a)
+	}
+
+	_, page = h.get("/ui/approvals", http.StatusOK)
+	mustContain(t, page, "Nothing is waiting for an answer.", `id="rule-`+rule+`"`, "Bash(git status:*)", "session s-1",
+		"AlwaysAllow by ui, recorded rule "+rule, "Allow by ui", "Deny by ui", "Reply by ui", "Allow by rule "+rule,
+		`action="/ui/act/approval.rule_delete"`)
+	_, one := h.get("/ui/approvals?state=replied", http.StatusOK)
+	hist := one[strings.Index(one, `id="history-h"`):]
+	if !strings.Contains(hist, web) || strings.Contains(hist, read) {
+		t.Fatalf("history filtered on replied:\n%s", hist)
+	}
+	_, detail := h.get("/ui/approvals/"+web, http.StatusOK)
+	mustContain(t, detail, "use the &lt;mirror&gt; instead", "Reply by ui")
+	mustNotContain(t, detail, `action="/ui/act/approval.resolve"`)
+
+	// The rule deleted: the like is asked again.
+	if code, msg := h.act("approval.rule_delete", url.Values{"id": {rule}}); code != http.StatusOK {
+		t.Fatalf("rule_delete: %d %s", code, msg)
+	}
+	if got := h.caller.callsOf("approval.rule_delete"); len(got) != 1 || got[0].Params != `{"id":"`+rule+`"}` {
+		t.Fatalf("rule_delete calls: %+v", got)
+	}
+	if a := h.approval(h.request(map[string]any{"tool_name": "Bash", "session_id": "s-1", "tool_input": map[string]any{"command": "git status"}})); a.State != api.ApprovalPending {
+		t.Fatalf("after the rule was deleted: %+v", a)
+	}
+	// Answering one that is over is the domain's conflict, said.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {read}, "decision": {"Deny"}}); code != http.StatusConflict || !strings.Contains(msg, "allowed") {
+		t.Fatalf("resolving a finished approval: %d %q", code, msg)
+	}
+}
+
+// A form the inbox cannot make sense of is refused, naming the field,
+// before any method is called; a plain (script-less) form comes back to
+// its page; none acts without the session's CSRF token.
+func TestApprovalResolveForm(t *testing.T) {
+	h := newAPHarness(t)
+	id := h.request(map[string]any{"tool_name": "Bash", "tool_input": map[string]any{"command": "ls"}})
+	for _, c := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"id": {id}, "decision": {"Maybe"}}, "decision: want Allow, Deny, AlwaysAllow or Reply"},
+		{url.Values{"id": {id}}, "decision: want"},
+		{url.Values{"id": {"../x"}, "decision": {"Allow"}}, "id: not an id"},
+		{url.Values{"id": {id}, "decision": {"Reply"}, "user_message": {"  \n"}}, "user_message: the reply is empty"},
+		{url.Values{"id": {id}, "decision": {"Allow"}, "user_message": {"hi"}}, "user_message goes with decision Reply"},
+		{url.Values{"id": {id}, "decision": {"Allow"}, "suggestion": {"0"}}, "suggestion goes with decision AlwaysAllow"},
+		{url.Values{"id": {id}, "decision": {"AlwaysAllow"}, "suggestion": {"-1"}}, "suggestion: want the index"},
+		{url.Values{"id": {id}, "decision": {"Reply"}, "user_message": {strings.Repeat("x", apprMaxReply+1)}}, "user_message: at most"},
+	} {
+		if code, msg := h.act("approval.resolve", c.form); code != http.StatusBadRequest || !strings.Contains(msg, c.want) {
+			t.Errorf("%v: %d %q, want 400 %q", c.form, code, msg, c.want)
+		}
+	}
+	if n := len(h.caller.callsOf("approval.resolve")); n != 0 {
+		t.Fatalf("a refused form called approval.resolve %d times", n)
+	}
+	// AlwaysAllow when the request offered no suggestion: the domain's
+	// refusal comes through.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}, "suggestion": {"0"}}); code != http.StatusBadRequest || !strings.Contains(msg, "offers no permission suggestions") {
+		t.Fatalf("a suggestion out of range: %d %q", code, msg)
+	}
+	// The params sent are exactly those.
+	h.act("approval.resolve", url.Values{"id": {id}, "decision": {"Deny"}, "message": {"not today"}})
+	got := h.caller.callsOf("approval.resolve")
+	if last := got[len(got)-1].Params; last != `{"by":"ui","decision":"Deny","id":"`+id+`","message":"not today"}` {
+		t.Fatalf("approval.resolve params: %s", last)
+	}
+	if a := h.waitState(id, api.ApprovalDenied); a.Resolution.Message != "not today" {
+		t.Fatalf("denied: %+v", a.Resolution)
+	}
+
+	// No CSRF token: refused.
+	id2 := h.request(map[string]any{"tool_name": "Bash", "tool_input": map[string]any{"command": "ls"}})
+	resp, _ := h.do("POST", "/ui/act/approval.resolve", url.Values{"id": {id2}, "decision": {"Allow"}}, true)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("without the CSRF token: %d", resp.StatusCode)
+	}
+	// A plain form: back to the page it came from.
+	resp, _ = h.do("POST", "/ui/act/approval.resolve", url.Values{"id": {id2}, "decision": {"Allow"}, "csrf": {h.csrf},
+		"return": {"/ui/approvals/" + id2}}, false)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/approvals/"+id2 {
+		t.Fatalf("a plain form: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	h.waitState(id2, api.ApprovalAllowed)
+	h.get("/ui/approvals?state=bogus", http.StatusBadRequest)
+	h.get("/ui/approvals?limit=0", http.StatusBadRequest)
+	h.get("/ui/approvals/a-nope", http.StatusNotFound)
+}
+
+// A new approval comes on the inbox's stream at once (the page reloads
+// and app.js shows a notification when the person allowed them).
+func TestApprovalsStream(t *testing.T) {
+	h := newAPHarness(t)
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	kinds := attr(t, page, "data-kinds")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.http.URL+"/ui/stream?kinds="+url.QueryEscape(kinds), nil)
+	resp, err := h.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	waitLine := func(sub string) {
+		t.Helper()
+		deadline := time.After(time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the stream ended before %q", sub)
+				}
+				if strings.Contains(l, sub) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no %q on the stream within a second", sub)
+			}
+		}
+	}
+	waitLine("event: hello")
+	start := time.Now()
+	id := h.request(map[string]any{"tool_name": "Bash", "tool_input": map[string]any{"command": "ls"}})
+	waitLine(`"approval.requested"`)
+	t.Logf("approval.requested on the stream %v after it was asked", time.Since(start))
+	h.act("approval.resolve", url.Values{"id": {id}, "decision": {"Allow"}})
+	waitLine(`"approval.resolved"`)
+	cancel()
+	for range lines {
+	}
+}
+
+// registerFakeExecutors answers the executors' methods with records as
+// the executors domain gives them: pool "claude" with two instances, task
+// t-1 running (its messages: text in chunks, a tool call, its result, an
+// error, a Claude Code assistant line), t-2 failed.
+func registerFakeExecutors(mux apitest.Mux) {
+	started := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	finished := started.Add(90 * time.Second)
+	t1 := api.TaskRecord{ID: "t-1", SessionID: "s-9", Executor: "claude", Instance: "claude-1", State: api.TaskRunning,
+		Prompt: "fix the <script>alert('p')</script> bug", Cwd: "/work/repo", Tools: []string{"Bash", "Read"},
+		PermissionMode: api.ModeDefault, TimeoutMs: 600000, MessageCount: 7, CreatedAt: started, StartedAt: &started}
+	t2 := api.TaskRecord{ID: "t-2", SessionID: "s-8", Executor: "claude", Instance: "claude-2", State: api.TaskFailed,
+		Prompt: "second", Cwd: "/work/repo", PermissionMode: api.ModeAcceptEdits, MessageCount: 0, CreatedAt: started,
+		StartedAt: &started, FinishedAt: &finished, Error: &api.TaskError{Code: "exit_3", Message: "the agent exited 3"},
+		TokenUsage: &api.TokenUsage{InputTokens: 10, OutputTokens: 22}}
+	msgs := []api.SessionMessage{
+		{TaskID: "t-0", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"an earlier task"}}`)},
+		{TaskID: "t-1", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"Hello, "}}`)},
+		{TaskID: "t-1", Sequence: 2, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"<img src=x onerror=alert(2)> world\n"}}`)},
+		{TaskID: "t-1", Sequence: 3, EventType: "tool_call", EventData: json.RawMessage(`{"tool":"Bash","input":{"command":"go test ./..."}}`)},
+		{TaskID: "t-1", Sequence: 4, EventType: "tool_result", EventData: json.RawMessage(`{"content":"ok  \tgithub.com/x\t0.1s"}`)},
+		{TaskID: "t-1", Sequence: 5, EventType: "error", EventData: json.RawMessage(`{"message":"rate limited"}`)},
+		{TaskID: "t-1", Sequence: 6, EventType: "assistant", EventData: json.RawMessage(`{"type":"assistant","message":{"content":[{"type":"text","text":"Reading it."},{"type":"tool_use","name":"Read","input":{"file_path":"/work/repo/main.go"}}]}}`)},
+		{TaskID: "t-1", Sequence: 7, EventType: "system", EventData: json.RawMessage(`{"type":"system","subtype":"init"}`)},
+	}
+	respond := func(v any) api.Handler { return func(c api.Call) { c.Respond(v) } }
+	mux.Handle("executor.list", respond(map[string]any{"pools": []api.PoolStatus{{Name: "claude", Instances: 2, MaxInstances: 4, Queued: 1,
+		Executors: []api.ExecutorStatus{{Pool: "claude", ID: "claude-1", Pid: 4242, State: "busy", TaskID: "t-1", StartedAt: started},
+			{Pool: "claude", ID: "claude-2", Pid: 4243, State: "idle", Paused: true, Pending: 3, StartedAt: started}}}}}))
+	mux.Handle("task.list", respond(map[string]any{"tasks": []api.TaskRecord{t1, t2}, "truncated": true}))
+	mux.Handle("task.get", func(c api.Call) {
+		var p struct {
+			ID string `json:"id"`
+		}
+		_ = c.Decode(&p)
+		switch p.ID {
+		case "t-1":
+			c.Respond(map[string]any{"task": t1})
+		case "t-2":
+			c.Respond(map[string]any{"task": t2})
+		default:
+			c.Fail(api.Errorf(api.CodeNotFound, "no task %s", p.ID))
+		}
+	})
+	mux.Handle("session.get", func(c api.Call) {
+		var p struct {
+			ID string `json:"id"`
+		}
+		_ = c.Decode(&p)
+		var ms []api.SessionMessage
+		if p.ID == "s-9" {
+			ms = msgs
+		}
+		c.Respond(map[string]any{"session": api.SessionRecord{ID: p.ID, Executor: "claude"}, "messages": ms})
+	})
+	mux.Handle("task.stop", respond(map[string]any{"task": t1}))
+}
+
+// The agents page: pools, instances and tasks (escaped), a task waiting
+// for permission marked; a task's page: its messages read, its pending
+// permission answered in place, Stop.
+func TestAgentsPages(t *testing.T) {
+	h := newAPHarness(t)
+	perm := h.request(map[string]any{"tool_name": "Bash", "task_id": "t-1", "session_id": "s-9", "cwd": "/work/repo",
+		"tool_input": map[string]any{"command": "rm -rf build/"}})
+
+	_, page := h.get("/ui/agents", http.StatusOK)
+	mustContain(t, page, "claude-1", "4242", "paused, 3 pending", `href="/ui/agents/tasks/t-1"`, "fix the &lt;script&gt;",
+		"asks permission", "exit_3", `action="/ui/act/task.stop"`, "2 of at most 4", `rel="next"`, "<caption")
+	mustNotContain(t, page, "<script>alert")
+	kinds := attr(t, page, "data-kinds")
+	if strings.Contains(kinds, "task.message") || strings.Contains(kinds, "*") {
+		t.Fatalf("the agents page streams %s", kinds)
+	}
+	if got := h.caller.callsOf("task.list"); got[len(got)-1].Params != `{"limit":50}` {
+		t.Fatalf("task.list params: %s", got[len(got)-1].Params)
+	}
+	h.get("/ui/agents?executor=claude&state=failed", http.StatusOK)
+	if got := h.caller.callsOf("task.list"); got[len(got)-1].Params != `{"executor":"claude","limit":50,"state":"failed"}` {
+		t.Fatalf("task.list params: %s", got[len(got)-1].Params)
+	}
+	h.get("/ui/agents?state=sleeping", http.StatusBadRequest)
+
+	_, page = h.get("/ui/agents/tasks/t-1", http.StatusOK)
+	mustContain(t, page, "Hello, &lt;img src=x onerror=alert(2)&gt; world", "go test ./...", "ok  \tgithub.com/x", "rate limited",
+		"Reading it.", "/work/repo/main.go", "system", `id="appr-`+perm+`"`, "rm -rf build/", `name="decision" value="Allow"`,
+		`name="user_message"`, "Kill now", "claude-1", "What the agent writes shows as it comes")
+	mustNotContain(t, page, "an earlier task", "<img src=x")
+	kinds = attr(t, page, "data-kinds")
+	if !strings.Contains(kinds, "task.message") || !strings.Contains(kinds, "task.progress") || !strings.Contains(kinds, "task.permission_requested") ||
+		attr(t, page, "data-id") != "t-1" {
+		t.Fatalf("a task's page streams %s", kinds)
+	}
+	// The permission answered in place.
+	if code, msg := h.act("approval.resolve", url.Values{"id": {perm}, "decision": {"Allow"}}); code != http.StatusOK {
+		t.Fatalf("Allow: %d %s", code, msg)
+	}
+	h.waitState(perm, api.ApprovalAllowed)
+	// Stop, and kill.
+	if code, msg := h.act("task.stop", url.Values{"id": {"t-1"}}); code != http.StatusOK {
+		t.Fatalf("Stop: %d %s", code, msg)
+	}
+	h.act("task.stop", url.Values{"id": {"t-1"}, "force": {"true"}})
+	if code, msg := h.act("task.stop", url.Values{"id": {"t 1"}}); code != http.StatusBadRequest || !strings.Contains(msg, "id: not an id") {
+		t.Fatalf("Stop with a bad id: %d %q", code, msg)
+	}
+	if code, msg := h.act("task.stop", url.Values{"id": {"t-1"}, "force": {"maybe"}}); code != http.StatusBadRequest || !strings.Contains(msg, "force") {
+		t.Fatalf("Stop with a bad force: %d %q", code, msg)
+	}
+	got := h.caller.callsOf("task.stop")
+	if len(got) != 2 || got[0].Params != `{"force":false,"id":"t-1"}` || got[1].Params != `{"force":true,"id":"t-1"}` {
+		t.Fatalf("task.stop calls: %+v", got)
+	}
+
+	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
+	mustContain(t, page, "the agent exited 3", "10 in, 22 out", "No messages yet.")
+	mustNotContain(t, page, "Kill now", "What the agent writes shows")
+	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
+	h.get("/ui/agents/tasks/"+url.PathEscape("t<1>"), http.StatusBadRequest)
+}
+
+// What Always allow records is said as approvals records it.
+func TestApprSuggestion(t *testing.T) {
+	a := api.Approval{ID: "a-1", Kind: api.KindTool, ToolName: "Bash", Cwd: "/w", SessionID: "s-1"}
+	for _, c := range []struct {
+		sugg, want string
+		records    bool
+	}{
+		{`{"type":"toolAlwaysAllow","tool":"Bash"}`, "records: allow every Bash call, in any directory and session", true},
+		{`{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"npm test"}],"behavior":"allow","destination":"localSettings"}`, "records: allow Bash(npm test) in /w", true},
+		{`{"type":"addRules","rules":[{"toolName":"Read","ruleContent":"src/**"},{"toolName":"Edit"}],"destination":"userSettings"}`, "records: allow Read(src/**), Edit in any directory and session", true},
+		{`{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"rm:*"}],"behavior":"deny","destination":"session"}`, "records: deny Bash(rm:*) in this session (s-1)", true},
+		{`{"type":"addRules","rules":[{"toolName":"Bash"}],"behavior":"ask"}`, `passes {"type":"addRules","rules":[{"toolName":"Bash"}],"behavior":"ask"} back to the agent; records no rule here`, false},
+		{`{"type":"setMode","mode":"plan"}`, "switches the agent to mode plan; records no rule here", false},
+		{`"x"`, `passes "x" back to the agent; records no rule here`, false},
+	} {
+		got := apprSuggestion(a, 0, json.RawMessage(c.sugg))
+		if got.Text != c.want || got.Records != c.records {
+			t.Errorf("%s: %q %v, want %q %v", c.sugg, got.Text, got.Records, c.want, c.records)
+		}
+	}
+	// A session-scoped suggestion without a session records nothing.
+	if got := apprSuggestion(api.Approval{}, 0, json.RawMessage(`{"type":"addRules","rules":[{"toolName":"Bash"}],"destination":"session"}`)); got.Records {
+		t.Errorf("session scope without a session: %+v", got)
+	}
+}
+
+// A task's messages as a person reads them: chunks joined, tool calls one
+// line, results, errors; a text that is not UTF-8 is not shown as it is.
+func TestAgentTaskItems(t *testing.T) {
+	ms := []api.SessionMessage{
+		{Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"a"}}`)},
+		{Sequence: 2, EventType: "text", EventData: json.RawMessage(`{"text":"b"}`)},
+		{Sequence: 3, EventType: "tool_use", EventData: json.RawMessage(`{"name":"Write","input":{"file_path":"/x","content":"..."}}`)},
+		{Sequence: 4, EventType: "user", EventData: json.RawMessage(`{"message":{"content":[{"type":"tool_result","content":[{"type":"text","text":"done"}],"is_error":true}]}}`)},
+		{Sequence: 5, EventType: "result", EventData: json.RawMessage(`{"result":"all good","usage":{}}`)},
+		{Sequence: 6, EventType: "weird", EventData: json.RawMessage("{\n\"k\": 1\n}")},
+	}
+	got := agentTaskItems(ms)
+	want := []agentTaskItem{{Kind: "text", Text: "ab\n", Seq: 1}, {Kind: "tool", Label: "Write", Text: "/x", Seq: 3},
+		{Kind: "error", Text: "done\n", Seq: 4}, {Kind: "result", Label: "final result", Text: "all good", Seq: 5},
+		{Kind: "other", Label: "weird", Text: `{"k":1}`, Seq: 6}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("items:\n%+v\nwant\n%+v", got, want)
+	}
+	if s := funcs["text"].(func(string) string)("\xff\xfe"); !strings.Contains(s, "binary") {
+		t.Fatalf("text of non-UTF-8: %q", s)
+	}
+}
+
+// A plan waits in the inbox as a plan (no Always allow; Reply asks for
+// another); one approval's page answers it as the inbox does.
+func TestApprovalsPlanAndDetail(t *testing.T) {
+	h := newAPHarness(t)
+	raw, err := h.caller.Invoke(context.Background(), "approval.request", map[string]any{"kind": "plan",
+		"content": "# Plan <x>\n1. refactor\n", "specs": []map[string]any{{"title": "a"}, {"title": "b"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(raw, &res)
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	card := page[strings.Index(page, `id="appr-`+res.ID+`"`):]
+	card = card[:strings.Index(card, "</section>")]
+	mustContain(t, card, "Plan</a>", "# Plan &lt;x&gt;", "2 specs", "Ask for another plan")
+	mustNotContain(t, card, `value="AlwaysAllow"`, "No always-allow suggestion")
+
+	id := h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a.go", "old_string": "x", "new_string": "<y>"},
+		"permission_suggestions": []map[string]any{{"type": "toolAlwaysAllow", "tool": "Edit"}}})
+	_, detail := h.get("/ui/approvals/"+id, http.StatusOK)
+	mustContain(t, detail, "/w/a.go", `&#34;new_string&#34;: &#34;\u003cy\u003e&#34;`, "Edit</strong> run?",
+		"records: allow every Edit call, in any directory and session", `value="AlwaysAllow"`, `name="user_message"`)
+	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}}); code != http.StatusOK {
+		t.Fatalf("AlwaysAllow without a suggestion index (the first): %d %s", code, msg)
+	}
+	if a := h.waitState(id, api.ApprovalAlwaysAllowed); a.Resolution.RuleID == "" {
+		t.Fatalf("no rule recorded: %+v", a.Resolution)
+	}
+	if code, msg := h.act("approval.resolve", url.Values{"id": {res.ID}, "decision": {"Reply"}, "user_message": {"smaller steps"}}); code != http.StatusOK {
+		t.Fatalf("Reply to a plan: %d %s", code, msg)
+	}
+	if a := h.waitState(res.ID, api.ApprovalReplied); a.Resolution.UserMessage != "smaller steps" {
+		t.Fatalf("plan replied: %+v", a.Resolution)
+	}
+}
+
+// app.js posts a form urlencoded: act reads the body with ParseForm,
+// which does not read multipart (FormData as it is).
+func TestAppJSPostsURLEncoded(t *testing.T) {
+	b, err := assetFS.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "body: new URLSearchParams(new FormData(f))") {
+		t.Fatal("app.js does not post its act forms urlencoded")
+	}
+}
