@@ -33,11 +33,13 @@
       const html = await r.text();
       const m = main();
       const focusId = document.activeElement && document.activeElement.id;
-      const out = document.getElementById("output");
+      // A job's output and what its stream said of it are this tab's
+      // own: the reloaded content has them empty ("loading…").
+      const own = ["output", "output-state"].map((id) => document.getElementById(id));
       const kept = keep(m);
       m.innerHTML = html;
       restore(kept);
-      if (out) { const n = document.getElementById("output"); if (n) n.replaceWith(out); }
+      for (const old of own) { if (!old) continue; const n = document.getElementById(old.id); if (n) n.replaceWith(old); }
       if (focusId) { const f = document.getElementById(focusId); if (f) f.focus(); }
       m.classList.remove("stale");
       body.dataset.loaded = String(Date.now());
