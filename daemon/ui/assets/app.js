@@ -166,8 +166,11 @@
     es.addEventListener("missed", (m) => {
       let n = "some";
       try { n = JSON.parse(m.data).missed; } catch (e) { /* keep "some" */ }
-      body.dataset.missed = String((Number(body.dataset.missed) || 0) + (Number(n) || 0));
-      say("This tab fell behind and missed " + n + (n === 1 ? " event" : " events") + ": reloaded what it shows.", "warn");
+      // Told in bursts, one after another: the page says them all, not
+      // the last one.
+      const total = (Number(body.dataset.missed) || 0) + (Number(n) || 0);
+      body.dataset.missed = String(total);
+      say("This tab fell behind and missed " + (total || n) + (total === 1 ? " event" : " events") + ": reloaded what it shows.", "warn");
       refresh();
     });
     es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); if (es) es.close(); });
