@@ -10,21 +10,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/debugger"
 	"github.com/chromedp/chromedp"
 )
 
 // A tab that falls behind misses events and says so. The events page
-// follows job.output, with [ui] stream_queue = 4; the tab is frozen
-// (Page.setWebLifecycleState, what Chrome does to a tab in the
-// background: its scripts and its reading stop) while a job writes
-// without end. Chromium stops reading the stream's socket; once the
-// kernel shows the daemon's side of it full and the job has written a
-// good deal more, the tab is thawed: the page says how many events it
-// missed, reloads what it shows, and its stream is still the one it had
-// (the daemon did not drop it). (Network throttling does not do this:
-// Chromium reads an event stream at full speed under any emulated
-// download throughput.)
+// follows job.output, with [ui] stream_queue = 4; the tab's script is
+// held (paused in the debugger, as a page busy with a long script is:
+// the tab stays shown and its stream open) while a job writes without
+// end. Chromium stops reading the stream's socket; once the kernel shows
+// the daemon's side of it full and the job has written a good deal more,
+// the tab goes on: the page says how many events it missed, reloads what
+// it shows, and its stream is still the one it had (the daemon did not
+// drop it).
+//
+// What does not make a tab fall behind: network throttling
+// (Network.emulateNetworkConditionsByRule: Chromium reads an event stream
+// at full speed under any download throughput), and freezing the page
+// (Page.setWebLifecycleState frozen hides it first, and a hidden tab lets
+// its stream go: it reloads when shown).
 func TestSlowTabMissesEvents(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, "\n[ui]\nstream_queue = 4\n")
@@ -35,22 +40,36 @@ func TestSlowTabMissesEvents(t *testing.T) {
 	tb := newTab(t, d)
 	tb.signIn()
 	tb.open("/ui/events?kind=job.output")
-	tb.waitJS("the events page's stream", `document.body.dataset.page === "events" && document.body.dataset.stream === "open"`)
-	eval[chromedp.Void](tb, `window.loadedBefore = document.body.dataset.loaded || ""`)
+	// The page reads itself once when its stream opens: after that, a
+	// reload is what the missed events make.
+	tb.waitJS("the events page's stream", `document.body.dataset.page === "events" && document.body.dataset.stream === "open" && !!document.body.dataset.loaded`)
+	eval[chromedp.Void](tb, `window.loadedBefore = document.body.dataset.loaded`)
 
 	dir := t.TempDir()
 	count, stop := filepath.Join(dir, "count"), filepath.Join(dir, "stop")
-	lifecycle := func(state page.SetWebLifecycleStateState) {
+	hold := func(paused bool) {
 		t.Helper()
-		if _, err := chromedp.Call(tb.ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state}); err != nil {
-			tb.fatalf("Page.setWebLifecycleState %s: %v", state, err)
+		var err error
+		if paused {
+			if _, err = chromedp.Call(tb.ctx, debugger.Enable, debugger.EnableParams{}); err == nil {
+				_, err = chromedp.Call(tb.ctx, debugger.Pause, cdp.Empty{})
+			}
+		} else {
+			if _, err = chromedp.Call(tb.ctx, debugger.Resume, debugger.ResumeParams{}); err == nil {
+				_, err = chromedp.Call(tb.ctx, debugger.Disable, cdp.Empty{})
+			}
+		}
+		if err != nil {
+			tb.fatalf("holding the tab's script (%v): %v", paused, err)
 		}
 	}
-	lifecycle(page.SetWebLifecycleStateStateFrozen)
-	frozen := true
+	// The tab pauses at the first statement it runs: the handler of the
+	// first event the job's output brings.
+	hold(true)
+	held := true
 	defer func() {
-		if frozen {
-			lifecycle(page.SetWebLifecycleStateStateActive)
+		if held {
+			hold(false)
 		}
 	}()
 
@@ -68,7 +87,7 @@ func TestSlowTabMissesEvents(t *testing.T) {
 	var full, lastQ, since int
 	for full == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the frozen tab's stream never filled: send queue %d after %d chunks\n%s", lastQ, chunks(), tail(r.stderr.String(), 2000))
+			t.Fatalf("the held tab's stream never filled: send queue %d after %d chunks\n%s", lastQ, chunks(), tail(r.stderr.String(), 2000))
 		}
 		q, n := sendQueue(port), chunks()
 		switch {
@@ -87,9 +106,9 @@ func TestSlowTabMissesEvents(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("the stream's socket was full (%d bytes queued) at chunk %d; thawed at chunk %d", lastQ, full, chunks())
-	lifecycle(page.SetWebLifecycleStateStateActive)
-	frozen = false
+	t.Logf("the stream's socket was full (%d bytes queued) at chunk %d; let go at chunk %d", lastQ, full, chunks())
+	hold(false)
+	held = false
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +117,18 @@ func TestSlowTabMissesEvents(t *testing.T) {
 	}
 
 	tb.waitJS("the page to say it missed events", `Number(document.body.dataset.missed) > 0`)
-	live := eval[string](tb, `document.getElementById("live").textContent`)
-	if !regexp.MustCompile(`^This tab fell behind and missed \d+ events?: reloaded what it shows\.$`).MatchString(live) {
+	if live := eval[string](tb, `document.getElementById("live").textContent`); !regexp.MustCompile(`^This tab fell behind and missed \d+ events?: reloaded what it shows\.$`).MatchString(live) {
 		t.Fatalf("the page says %q", live)
 	}
 	tb.waitJS("the reload after the missed events", `(document.body.dataset.loaded || "") !== window.loadedBefore`)
 	if st := eval[string](tb, `document.body.dataset.stream`); st != "open" || strings.Contains(eval[string](tb, `document.getElementById("live").textContent`), "lost") {
 		t.Fatalf("the stream was lost (%s): the daemon dropped the slow tab instead of telling it what it missed", st)
 	}
-	missed := eval[string](tb, `document.body.dataset.missed`)
+	said := eval[[]string](tb, `[document.body.dataset.missed, document.getElementById("live").textContent]`)
+	missed, live := said[0], said[1]
+	if !strings.Contains(live, " missed "+missed+" events:") {
+		t.Fatalf("the page says %q; it missed %s events in all", live, missed)
+	}
 	if n, _ := strconv.Atoi(missed); n < 16 {
 		t.Fatalf("the page missed %s events; the job wrote 32 chunks of 64 KiB past a full socket into a queue of 4", missed)
 	}
