@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -33,6 +34,7 @@ type tab struct {
 	mu      sync.Mutex
 	console []chromedp.ConsoleMessage
 	shots   int
+	waits   []func() // for what watches the tab, once it is closed
 }
 
 // newTab opens a tab for t on d's dashboard (not signed in), at 1280x800.
@@ -64,10 +66,44 @@ func newTab(t *testing.T, d *daemon) *tab {
 		cancel()
 		closeTab()
 		wg.Wait()
+		tb.mu.Lock()
+		waits := tb.waits
+		tb.mu.Unlock()
+		for _, w := range waits {
+			w()
+		}
 		tb.checkConsole()
 	})
 	tb.do(chromedp.EmulateViewport(1280, 800))
 	return tb
+}
+
+// acceptDialogs answers every confirm() the page asks with OK, and
+// returns what they asked.
+func (tb *tab) acceptDialogs() func() []string {
+	var mu sync.Mutex
+	var asked []string
+	dialogs := chromedp.Events(tb.ctx, page.JavascriptDialogOpening)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			asked = append(asked, ev.Message)
+			mu.Unlock()
+			chromedp.Call(tb.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	})
+	tb.mu.Lock()
+	tb.waits = append(tb.waits, wg.Wait) // once the tab is closed
+	tb.mu.Unlock()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), asked...)
+	}
 }
 
 // checkConsole fails the test for an exception or a CSP refusal on a page

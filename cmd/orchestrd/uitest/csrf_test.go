@@ -48,7 +48,7 @@ window.results = (async () => {
 // (the positive control) it cancels the job.
 func TestCrossOrigin(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "")
+	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()
 	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)

@@ -22,11 +22,9 @@ import (
 	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
-// lanesConfig is a small daemon: two lanes, fast restarts, a short
-// shutdown.
+// lanesConfig is a small daemon's lanes and its HTTP listener on a free
+// port of loopback.
 const lanesConfig = `
-[daemon]
-shutdown_timeout = "2s"
 [lanes.net]
 runners = 1
 slots = 4
@@ -38,6 +36,14 @@ network = "none"
 [http]
 listen = "127.0.0.1:0"
 `
+
+// config is what a test adds to a daemon's config file: keys of its
+// [daemon] table, and more tables. {{home}} in either is the daemon's
+// home.
+type config struct {
+	daemon string
+	extra  string
+}
 
 // daemon is one real daemon of a test, with its dashboard's address.
 type daemon struct {
@@ -54,17 +60,19 @@ type daemon struct {
 }
 
 // startDaemon starts `orchestrd serve` on a new home with lanesConfig and
-// extra (more TOML), waits until its lanes are ready and reads its HTTP
+// cfg, waits until its lanes are ready and reads its HTTP
 // address from its ready line and its key through the CLI. The daemon is
 // stopped when the test ends.
-func startDaemon(t *testing.T, extra string) *daemon {
+func startDaemon(t *testing.T, cfg config) *daemon {
 	t.Helper()
 	home, err := daemonrun.ShortTempDir("odui")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(lanesConfig+extra), 0o600); err != nil {
+	text := "[daemon]\nshutdown_timeout = \"2s\"\n" + cfg.daemon + "\n" + lanesConfig + cfg.extra
+	text = strings.ReplaceAll(text, "{{home}}", home)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := &daemon{t: t, home: home, stderr: &testio.SyncBuffer{}}
@@ -306,6 +314,28 @@ func (r *running) line(t *testing.T, prefix string) string {
 			t.Fatalf("%s ended (%v) before printing %q\n%s", r.cmd, r.err, prefix, r.stderr.String())
 		case <-timeout:
 			t.Fatalf("%s printed no %q in 60s\n%s", r.cmd, prefix, r.stderr.String())
+		}
+	}
+}
+
+// stderrLine waits until the command's stderr has a line that starts
+// with prefix, and returns the rest of it.
+func (r *running) stderrLine(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, l := range strings.Split(r.stderr.String(), "\n") {
+			if rest, ok := strings.CutPrefix(l, prefix); ok {
+				return rest
+			}
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("%s ended (%v) before writing %q on stderr\n%s", r.cmd, r.err, prefix, r.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no %q on stderr in 60s\n%s", r.cmd, prefix, r.stderr.String())
 		}
 	}
 }

@@ -21,7 +21,7 @@ func jsID(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'"
 // binary, not as garbage.
 func TestJobsLive(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "")
+	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()
 	tb.open("/ui/jobs")
@@ -89,7 +89,7 @@ func TestJobsLive(t *testing.T) {
 // `orchestrd run` that started it exits as a cancelled job does.
 func TestJobCancel(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "")
+	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()
 	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)

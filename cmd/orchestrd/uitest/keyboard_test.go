@@ -23,7 +23,7 @@ import (
 // the job.
 func TestKeyboardAndLabels(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "")
+	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.open("/ui/login")
 	tb.checkNames("sign-in")

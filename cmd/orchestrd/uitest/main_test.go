@@ -132,6 +132,38 @@ func needBrowser(t *testing.T) {
 	}
 }
 
+// tools are the helper programs some tests run (vibe-reachout's hook, the
+// test executor), each built once, next to the binary, when first asked
+// for.
+var (
+	toolsMu sync.Mutex
+	tools   = map[string]*toolBuild{}
+)
+
+type toolBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// tool is the program of package pkg (an import path in this module),
+// built.
+func tool(t *testing.T, pkg string) string {
+	t.Helper()
+	toolsMu.Lock()
+	tb, ok := tools[pkg]
+	if !ok {
+		tb = &toolBuild{path: filepath.Join(filepath.Dir(binary), filepath.Base(pkg))}
+		tools[pkg] = tb
+	}
+	toolsMu.Unlock()
+	tb.once.Do(func() { tb.err = daemonrun.Build("", pkg, tb.path) })
+	if tb.err != nil {
+		t.Fatal(tb.err)
+	}
+	return tb.path
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]

@@ -19,7 +19,7 @@ import (
 // the session.
 func TestSignIn(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "")
+	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 
 	tb.open("/ui/")
