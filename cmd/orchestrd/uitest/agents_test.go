@@ -36,14 +36,14 @@ func TestAgentsStop(t *testing.T) {
 	tb.waitJS("its instance", `[...document.querySelectorAll("#instances tr")].some(r => r.textContent.includes(`+jsID(id)+`))`)
 	tb.shot("agents-running")
 
-	tb.do(chromedp.Click(chromedp.CSS(`#task-` + id + ` a[href="/ui/agents/tasks/` + id + `"]`)))
+	tb.click(chromedp.CSS(`#task-` + id + ` a[href="/ui/agents/tasks/` + id + `"]`))
 	tb.waitJS("the task's page", `document.body.dataset.page === "task"`)
 	tb.waitText("main", "working on the widget")
 	tb.shot("task-running")
 	tb.do(chromedp.NavigateBack())
 	tb.waitJS("the agents page", `document.body.dataset.page === "agents" && !!document.getElementById(`+jsID("task-"+id)+`)`)
 
-	tb.do(chromedp.Click(chromedp.CSS(`button[aria-label="Stop task ` + id + `"]`)))
+	tb.click(chromedp.CSS(`button[aria-label="Stop task ` + id + `"]`))
 	tb.waitText("#live", "Stop asked.")
 	tb.waitJS("the task cancelled on the page", row+` && `+row+`.querySelector(".state").textContent === "cancelled" && !`+row+`.querySelector("button")`)
 	if a := asked(); len(a) != 1 || a[0] != "Stop task "+id+"?" {

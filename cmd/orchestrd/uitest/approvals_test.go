@@ -124,7 +124,7 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("the inbox counts %s waiting, want (1)", n)
 	}
 	tb.shot("approval-pending")
-	tb.do(chromedp.Click(button(a1, "Allow")))
+	tb.click(button(a1, "Allow"))
 	if got, want := h1.answer(t), hookAnswer(`{"behavior":"allow"}`); !sameJSON(got, want) {
 		t.Fatalf("the hook answered %q after Allow, want %q", got, want)
 	}
@@ -134,7 +134,7 @@ func TestApprovals(t *testing.T) {
 	// Always allow.
 	h2 := askHook(t, sock, "rm -rf build-2")
 	a2 := card("rm -rf build-2")
-	tb.do(chromedp.Click(button(a2, "AlwaysAllow")))
+	tb.click(button(a2, "AlwaysAllow"))
 	want := hookAnswer(`{"behavior":"allow","updatedPermissions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"rm:*"}],"behavior":"allow","destination":"localSettings"}]}`)
 	if got := h2.answer(t); !sameJSON(got, want) {
 		t.Fatalf("the hook answered %q after Always allow, want %q", got, want)

@@ -141,6 +141,29 @@ func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel finds, as a person does with the mouse.
+// A live page may swap its content between chromedp's finding the node
+// and clicking it (the node then is gone): the click is tried again on
+// the content that replaced it, until the deadline.
+func (tb *tab) click(sel chromedp.CSS) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, waitDeadline)
+	defer cancel()
+	for {
+		err := chromedp.Do(ctx, chromedp.Click(sel, chromedp.NodeVisible))
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			tb.fatalf("clicking %s: %v", sel, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
 // fatalf fails the test with the page's address, text and console.
 func (tb *tab) fatalf(format string, args ...any) {
 	tb.t.Helper()

@@ -42,7 +42,7 @@ func TestJobsLive(t *testing.T) {
 	tb.shot("jobs-running")
 
 	// Its page, from its row.
-	tb.do(chromedp.Click(chromedp.CSS(`#job-` + id + ` a[href="/ui/jobs/` + id + `"]`)))
+	tb.click(chromedp.CSS(`#job-` + id + ` a[href="/ui/jobs/` + id + `"]`))
 	tb.waitJS("the job's page", `document.body.dataset.page === "job" && location.pathname === `+jsID("/ui/jobs/"+id))
 	tb.waitText("#output", "first line")
 	if out := eval[string](tb, `document.getElementById("output").textContent`); strings.Contains(out, "second line") {
@@ -101,7 +101,7 @@ func TestJobCancel(t *testing.T) {
 	if rec := d.job(id); rec.State != api.StateRunning {
 		t.Fatalf("job %s is %s before the click", id, rec.State)
 	}
-	tb.do(chromedp.Click(chromedp.CSS(`.actions form.act:not(:has(input[name=force])) button`)))
+	tb.click(chromedp.CSS(`.actions form.act:not(:has(input[name=force])) button`))
 	tb.waitText("#live", "Done.")
 	tb.waitText("h1 .state", "cancelled")
 	tb.waitOutputEnd(id)

@@ -118,7 +118,7 @@ validation_lane = "net"
 	}
 	tb.shot("plan-awaiting-approval")
 
-	tb.do(chromedp.Click(chromedp.ID("plan-approve")))
+	tb.click(chromedp.CSS("#plan-approve"))
 	tb.waitText("#live", "Plan approved.")
 	kids := []string{api.ChildLoopID(id, 1), api.ChildLoopID(id, 2)}
 	tb.waitJS("the plan's children", `document.getElementById("plan-approve") === null && `+
@@ -142,7 +142,7 @@ validation_lane = "net"
 		t.Fatalf("orchestrd loops lists %d spec loops under %s, want 2:\n%s", spawned, id, out)
 	}
 
-	tb.do(chromedp.Click(chromedp.CSS(`button[aria-label="Cancel loop ` + id + ` and every loop under it"]`)))
+	tb.click(chromedp.CSS(`button[aria-label="Cancel loop ` + id + ` and every loop under it"]`))
 	// A cancelled loop ends failed, cancelled (as Loopr's do).
 	tb.waitText("h1 .state", "failed")
 	tb.waitText("main", "cancelled")

@@ -93,7 +93,7 @@ func TestSignIn(t *testing.T) {
 
 	// Signing out ends the session: the page goes to the sign-in, and
 	// the old cookie opens nothing.
-	tb.do(chromedp.Click(chromedp.CSS(`form.signout button`)))
+	tb.click(chromedp.CSS(`form.signout button`))
 	tb.waitJS("the sign-in page after signing out", `document.body.dataset.page === "login"`)
 	d.waitEvent("ui.signed_out", nil)
 	if resp, _ := do(t, cl, "GET", d.base+"/ui/jobs", real, false, nil); resp.StatusCode != http.StatusSeeOther {
