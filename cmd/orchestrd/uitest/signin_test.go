@@ -101,6 +101,15 @@ func TestSignIn(t *testing.T) {
 	}
 	tb.open("/ui/jobs")
 	tb.waitJS("the sign-in page", `document.body.dataset.page === "login"`)
+
+	// Browsing the dashboard asked the HTTP API for nothing (a browser
+	// asks /favicon.ico of a page that names no icon: the API refuses it
+	// and logs an http.auth_failed each time).
+	for _, e := range d.events() {
+		if e["kind"] == "http.auth_failed" {
+			t.Fatalf("the browser's visit logged %v", e)
+		}
+	}
 }
 
 // sessionCookie is the tab's dashboard session cookie, as the browser
