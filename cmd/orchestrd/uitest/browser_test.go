@@ -281,15 +281,16 @@ func (tb *tab) shot(name string) {
 		tb.t.Fatalf("screenshots: %v", err)
 	}
 	dir := filepath.Join(root, unsafeName.ReplaceAllString(tb.t.Name(), "_"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.t.Fatal(err)
-	}
 	tb.mu.Lock()
 	tb.shots++
 	n := tb.shots
 	tb.mu.Unlock()
 	if n == 1 {
+		os.RemoveAll(dir) // an earlier run's, in $ORCHESTRD_SCREENSHOTS
 		tb.t.Logf("screenshots in %s", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.t.Fatal(err)
 	}
 	for _, size := range []struct {
 		w, h   int64

@@ -14,9 +14,9 @@ import (
 )
 
 // Every control is labelled and reachable by keyboard. On each page (the
-// sign-in, the overview, the jobs, a job, the events) every button, link,
-// field and list box has an accessible name in Chromium's accessibility
-// tree. On the jobs page, Tab from the top goes to the skip link, the
+// sign-in, a job, and every page the navigation names) every button,
+// link, field and list box has an accessible name in Chromium's
+// accessibility tree. On the jobs page, Tab from the top goes to the skip link, the
 // navigation, the filter (lane, state, since, Filter) and a running
 // job's Cancel button, each with a visible focus ring; the filter is
 // used by keyboard (state running, Enter), and Enter on Cancel cancels
@@ -28,15 +28,24 @@ func TestKeyboardAndLabels(t *testing.T) {
 	tb.open("/ui/login")
 	tb.checkNames("sign-in")
 	tb.signIn()
-	tb.checkNames("overview")
 
 	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
 	id := r.line(t, "id=")
 	tb.open("/ui/jobs/" + id)
 	tb.waitText("h1 .state", "running")
 	tb.checkNames("job")
-	tb.open("/ui/events")
-	tb.checkNames("events")
+	// Every page the navigation names.
+	nav := eval[[]string](tb, `[...document.querySelectorAll("nav[aria-label=Main] a")].map(a => a.getAttribute("href"))`)
+	if len(nav) < 4 {
+		t.Fatalf("the navigation names %q", nav)
+	}
+	for _, href := range nav {
+		tb.open(href)
+		tb.waitJS("page "+href, `!!document.body.dataset.page && document.body.dataset.page !== "login" && !document.querySelector("main p.error")`)
+		name := eval[string](tb, `document.body.dataset.page`)
+		tb.checkNames(name)
+		tb.shot(name)
+	}
 	tb.open("/ui/jobs")
 	tb.waitJS("the running job's Cancel", `!!document.querySelector('button[aria-label="Cancel job `+id+`"]')`)
 	tb.checkNames("jobs")
