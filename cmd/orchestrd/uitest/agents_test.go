@@ -19,6 +19,7 @@ import (
 // cancelled task does, and the page shows it so.
 func TestAgentsStop(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 	d := startDaemon(t, config{extra: fmt.Sprintf("[executors.scripted]\ncommand = [%q]\ninstances = 1\nstop_grace = \"500ms\"\n", exe)})
 	tb := newTab(t, d)

@@ -84,6 +84,7 @@ func sameJSON(a, b string) bool {
 // next such request before anyone is asked.
 func TestApprovals(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{extra: "[approvals.reachout]\nsocket = \"{{home}}/hook.sock\"\n"})
 	sock := filepath.Join(d.home, "hook.sock")
 	d.waitEvent("reachout.listening", func(e map[string]any) bool { return e["socket"] == sock })

@@ -48,6 +48,7 @@ window.results = (async () => {
 // (the positive control) it cancels the job.
 func TestCrossOrigin(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()

@@ -65,6 +65,7 @@ type daemon struct {
 // stopped when the test ends.
 func startDaemon(t *testing.T, cfg config) *daemon {
 	t.Helper()
+	needBrowser(t) // and so the binary
 	home, err := daemonrun.ShortTempDir("odui")
 	if err != nil {
 		t.Fatal(err)

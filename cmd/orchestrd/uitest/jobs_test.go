@@ -21,6 +21,7 @@ func jsID(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'"
 // binary, not as garbage.
 func TestJobsLive(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()
@@ -89,6 +90,7 @@ func TestJobsLive(t *testing.T) {
 // `orchestrd run` that started it exits as a cancelled job does.
 func TestJobCancel(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()

@@ -23,6 +23,7 @@ import (
 // the job.
 func TestKeyboardAndLabels(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.open("/ui/login")

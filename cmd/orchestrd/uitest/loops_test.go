@@ -71,6 +71,7 @@ func gitRepo(t *testing.T) string {
 // loop under it (failed: cancelled).
 func TestLoopPlanApproved(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}

@@ -30,17 +30,25 @@ var (
 	profileDir    string
 )
 
-// findChromium is $CHROMIUM, else /usr/bin/chromium, when it exists.
+// findChromium is $CHROMIUM when set, else /usr/bin/chromium, when it is
+// there.
 func findChromium() string {
-	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium"} {
-		if p == "" {
-			continue
-		}
-		if lp, err := exec.LookPath(p); err == nil {
-			return lp
-		}
+	p := os.Getenv("CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if lp, err := exec.LookPath(p); err == nil {
+		return lp
 	}
 	return ""
+}
+
+// chromiumWanted is where findChromium looked.
+func chromiumWanted() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
 }
 
 func TestMain(m *testing.M) {
@@ -124,7 +132,7 @@ func startBrowser() {
 func needBrowser(t *testing.T) {
 	t.Helper()
 	if chromium == "" {
-		t.Skip("no Chromium: set CHROMIUM to its path or install Debian's chromium package (/usr/bin/chromium)")
+		t.Skipf("no Chromium at %s: set CHROMIUM to its path or install Debian's chromium package (/usr/bin/chromium)", chromiumWanted())
 	}
 	browserOnce.Do(startBrowser)
 	if browserErr != nil {
@@ -150,6 +158,7 @@ type toolBuild struct {
 // built.
 func tool(t *testing.T, pkg string) string {
 	t.Helper()
+	needBrowser(t) // and so the binary, next to which tools go
 	toolsMu.Lock()
 	tb, ok := tools[pkg]
 	if !ok {

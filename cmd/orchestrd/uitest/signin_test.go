@@ -19,6 +19,7 @@ import (
 // the session.
 func TestSignIn(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 

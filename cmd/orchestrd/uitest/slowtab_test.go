@@ -32,6 +32,7 @@ import (
 // its stream go: it reloads when shown).
 func TestSlowTabMissesEvents(t *testing.T) {
 	t.Parallel()
+	needBrowser(t)
 	d := startDaemon(t, config{extra: "[ui]\nstream_queue = 4\n"})
 	port, err := strconv.Atoi(d.addr[strings.LastIndexByte(d.addr, ':')+1:])
 	if err != nil {
