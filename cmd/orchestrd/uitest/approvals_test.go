@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -77,7 +79,8 @@ func sameJSON(a, b string) bool {
 }
 
 // The approvals inbox: a request vibe-reachout's hook asks appears on the
-// open page without a reload, with what it asks; Allow answers the
+// open page without a reload, with what it asks, and the browser's
+// notification once the person allowed notifications; Allow answers the
 // waiting hook Allow and the request moves to the history; Always allow
 // answers it with the suggestion's permission and records the rule
 // (orchestrd approvals rules), which the page lists and which answers the
@@ -90,9 +93,25 @@ func TestApprovals(t *testing.T) {
 	d.waitEvent("reachout.listening", func(e map[string]any) bool { return e["socket"] == sock })
 	tb := newTab(t, d)
 	tb.signIn()
+	// The person allows the dashboard's notifications; what the page
+	// shows is noted as well (a headless browser shows none).
+	if _, err := chromedp.CallBrowser(tb.ctx, browser.SetPermission, browser.SetPermissionParams{
+		Permission: &browser.PermissionDescriptor{Name: "notifications"}, Setting: browser.PermissionSettingGranted,
+		Origin: d.base, BrowserContextID: chromedp.FromContext(tb.ctx).BrowserContextID}); err != nil {
+		t.Fatalf("Browser.setPermission: %v", err)
+	}
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+window.notes = [];
+if (window.Notification) window.Notification = class extends window.Notification {
+  constructor(title, opts) { window.notes.push(title + " | " + ((opts && opts.body) || "")); super(title, opts); }
+};`}); err != nil {
+		t.Fatalf("Page.addScriptToEvaluateOnNewDocument: %v", err)
+	}
 	tb.open("/ui/approvals")
 	tb.waitJS("the inbox's live stream", `document.body.dataset.page === "approvals" && document.body.dataset.stream === "open" && !!document.body.dataset.loaded`)
 	tb.waitJS("an empty inbox", `!!document.getElementById("no-pending")`)
+	tb.click(chromedp.CSS("#enable-notifications"))
+	tb.waitText("#enable-notifications", "Notifications on")
 	tb.shot("approvals-empty")
 	eval[chromedp.Void](tb, `window.notReloaded = true`)
 
@@ -121,6 +140,7 @@ func TestApprovals(t *testing.T) {
 			t.Fatalf("the approval's card lacks %q:\n%s", want, text)
 		}
 	}
+	tb.waitJS("the browser's notification", `window.notes.length === 1 && window.notes[0].startsWith("orchestrd: an approval is waiting")`)
 	if n := eval[string](tb, `document.getElementById("pending-count").textContent`); n != "(1)" {
 		t.Fatalf("the inbox counts %s waiting, want (1)", n)
 	}
