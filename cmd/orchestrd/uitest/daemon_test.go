@@ -197,12 +197,8 @@ func (d *daemon) job(id string) api.JobRecord {
 		d.t.Fatalf("orchestrd job %s: exit %d: %s", id, code, errOut)
 	}
 	var rec api.JobRecord
-	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		var wrapped struct{ Job api.JobRecord }
-		if err2 := json.Unmarshal([]byte(out), &wrapped); err2 != nil || wrapped.Job.ID == "" {
-			d.t.Fatalf("orchestrd job --json %s: %v\n%s", id, err, out)
-		}
-		rec = wrapped.Job
+	if err := json.Unmarshal([]byte(out), &rec); err != nil || rec.ID != id {
+		d.t.Fatalf("orchestrd job --json %s: %v\n%s", id, err, out)
 	}
 	return rec
 }
