@@ -1,0 +1,12 @@
+// Package uitest tests the web dashboard (daemon/ui) in a real browser:
+// headless Chromium driven through the DevTools protocol (chromedp),
+// against real daemons (the orchestrd binary, built once with -race) and
+// the real CLI. It holds only tests; it is its own package so that it
+// runs in parallel with the big cmd/orchestrd package.
+//
+// The tests skip when no Chromium is found: $CHROMIUM, else
+// /usr/bin/chromium (Debian's chromium package, which .ci/run installs).
+// Each test writes full-page screenshots of the pages it visits, at
+// 1280x800 and at a phone's 390x844, under $ORCHESTRD_SCREENSHOTS or a
+// new temporary directory that the test's log names.
+package uitest

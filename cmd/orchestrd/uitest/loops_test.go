@@ -1,0 +1,157 @@
+package uitest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
+)
+
+// planAgent is the loops' agent (behind `orchestrd executor`): what each
+// loop type is asked for, as a real agent would write it. A plan asks for
+// two specs.
+const planAgent = `#!/bin/sh
+cat > /dev/null
+case "$ORCHESTRD_LOOP_TYPE" in
+plan) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Plan\n\n## Specs to Create\n- spec-alpha: the first part\n- spec-beta: the second part\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+spec) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Spec\n\n## Phases\n1. **Build** - build it\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+phase) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
+  printf '# Phase\nWrite the code.\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
+code) echo "$ORCHESTRD_LOOP_ID" > "code-$ORCHESTRD_LOOP_ID.txt" ;;
+esac
+`
+
+// gitRepo is a new repository on main with one commit.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir, err := daemonrun.ShortTempDir("oduirepo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	repo := filepath.Join(dir, "repo")
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
+			"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.Mkdir(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "README")
+	git("commit", "-q", "-m", "first")
+	real, err := filepath.EvalSymlinks(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+// A plan loop's page: the plan its agent wrote shows, without a reload,
+// with the specs approving it creates; Approve makes its children (the
+// two spec loops) appear under it; Cancel, confirmed, ends it and every
+// loop under it (failed: cancelled).
+func TestLoopPlanApproved(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	repo := gitRepo(t)
+	agentDir, err := daemonrun.ShortTempDir("oduiagent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(agentDir) })
+	agent := filepath.Join(agentDir, "agent.sh")
+	if err := os.WriteFile(agent, []byte(planAgent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, config{daemon: "sandbox = false\n", extra: fmt.Sprintf(`
+[executors.agent]
+command = [%q, "executor", "--", "/bin/sh", %q]
+[loops]
+executor = "agent"
+validation_lane = "net"
+`, binary, agent)})
+	tb := newTab(t, d)
+	asked := tb.acceptDialogs()
+	tb.signIn()
+
+	out, errOut, code := d.cli("loop", "plan", "--repo", repo, "build the widget")
+	if code != 0 {
+		t.Fatalf("orchestrd loop plan: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	if i := strings.LastIndexByte(id, ' '); i >= 0 {
+		id = id[i+1:]
+	}
+	tb.open("/ui/loops/" + id)
+	tb.waitJS("the loop's page", `document.body.dataset.page === "loop" && document.body.dataset.stream === "open"`)
+	eval[chromedp.Void](tb, `window.notReloaded = true`)
+	tb.waitJS("the plan awaiting approval", `!!document.getElementById("plan-approve") && document.querySelector("pre[aria-label='The plan']").textContent.includes("## Specs to Create")`)
+	if !eval[bool](tb, `window.notReloaded === true`) {
+		t.Fatal("the loop's page was reloaded to show its plan")
+	}
+	if specs := eval[string](tb, `document.querySelector("ul.specs").innerText`); !strings.Contains(specs, "spec-alpha") || !strings.Contains(specs, "spec-beta") {
+		t.Fatalf("the plan's specs on its page: %q", specs)
+	}
+	if !eval[bool](tb, `!!document.getElementById("children-none")`) {
+		t.Fatal("a plan has loops under it before it is approved")
+	}
+	tb.shot("plan-awaiting-approval")
+
+	tb.click(chromedp.CSS("#plan-approve"))
+	tb.waitText("#live", "Plan approved.")
+	kids := []string{api.ChildLoopID(id, 1), api.ChildLoopID(id, 2)}
+	tb.waitJS("the plan's children", `document.getElementById("plan-approve") === null && `+
+		`!!document.getElementById(`+jsID("loop-"+kids[0])+`) && !!document.getElementById(`+jsID("loop-"+kids[1])+`)`)
+	if kid := eval[string](tb, `document.getElementById(`+jsID("loop-"+kids[0])+`).querySelector("a").textContent`); kid != "[spec] "+kids[0] {
+		t.Fatalf("the first child reads %q", kid)
+	}
+	tb.shot("plan-approved")
+	var list struct{ Loops []api.LoopRecord }
+	out, errOut, code = d.cli("loops", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("orchestrd loops --json: exit %d: %s%s", code, errOut, out)
+	}
+	spawned := 0
+	for _, l := range list.Loops {
+		if l.ParentID != nil && *l.ParentID == id && l.LoopType == api.LoopSpec {
+			spawned++
+		}
+	}
+	if spawned != 2 {
+		t.Fatalf("orchestrd loops lists %d spec loops under %s, want 2:\n%s", spawned, id, out)
+	}
+
+	tb.click(chromedp.CSS(`button[aria-label="Cancel loop ` + id + ` and every loop under it"]`))
+	// A cancelled loop ends failed, cancelled (as Loopr's do).
+	tb.waitText("h1 .state", "failed")
+	tb.waitText("main", "cancelled")
+	if a := asked(); len(a) != 1 || !strings.HasPrefix(a[0], "Cancel loop "+id+" and every loop under it?") {
+		t.Fatalf("Cancel asked %q", a)
+	}
+	for _, k := range kids {
+		tb.waitJS(k+" cancelled with it", `(() => { const e = document.getElementById(`+jsID("loop-"+k)+`); return e.querySelector(".state").textContent === "failed" && e.querySelector(".note").textContent.includes("cancelled"); })()`)
+	}
+	tb.shot("plan-cancelled")
+}
