@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
 	}
+	if err := noRaceExitSleep(); err != nil {
+		panic(err)
+	}
 	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -60,6 +63,25 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// noRaceExitSleep sets GORACE's atexit_sleep_ms to 0 for every process the
+// tests start (the binary is built with -race): by default a race-built
+// program sleeps a second after main returns, in case a goroutine still
+// running races then. Every orchestrd command a test runs paid it, and
+// every daemon stop twice (its runners, then itself): two thirds of a
+// CLI test's time, a second or two of each test's. Races are still
+// reported as they happen and still make the process exit 66. A GORACE
+// that says atexit_sleep_ms itself is left as it is.
+func noRaceExitSleep() error {
+	v := os.Getenv("GORACE")
+	if strings.Contains(v, "atexit_sleep_ms") {
+		return nil
+	}
+	if err := os.Setenv("GORACE", strings.TrimSpace(v+" atexit_sleep_ms=0")); err != nil {
+		return fmt.Errorf("setting GORACE: %w", err)
+	}
+	return nil
 }
 
 // helperMain lets a job run this test binary as a small tool.
