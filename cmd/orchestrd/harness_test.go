@@ -258,8 +258,13 @@ func (d *testDaemon) launch(cmd *exec.Cmd) {
 	}
 	d.cmd, d.proc, d.done = cmd, p, p.Done()
 	d.t.Cleanup(d.stop)
-	d.waitReady(20 * time.Second)
+	d.waitReady(readyTimeout)
 }
+
+// readyTimeout bounds a daemon's start until its lanes are ready: seconds
+// when the machine is idle, far more with the tests running in parallel
+// under -race on a loaded machine.
+const readyTimeout = 60 * time.Second
 
 // waitCleanExit waits up to 30 s for the daemon to exit (failing with
 // what otherwise) and fails unless it exited with status 0.
