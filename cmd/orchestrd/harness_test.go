@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,7 @@ func TestMain(m *testing.M) {
 	if err := noRaceExitSleep(); err != nil {
 		panic(err)
 	}
+	moreParallel()
 	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -82,6 +85,21 @@ func noRaceExitSleep() error {
 		return fmt.Errorf("setting GORACE: %w", err)
 	}
 	return nil
+}
+
+// moreParallel runs up to twice GOMAXPROCS parallel tests at once where
+// -parallel is not given (its default is GOMAXPROCS): each test here
+// mostly waits on the processes it started (daemons, runners, jobs, the
+// CLI), and with two at a time on two cores most of the machine sat idle.
+func moreParallel() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // helperMain lets a job run this test binary as a small tool.
