@@ -57,6 +57,7 @@ func tableRow(t *testing.T, out, id string) string {
 // The list, each way of resolving from the CLI (by "cli"), the errors
 // it prints (exit 1, the daemon's message), history and rules.
 func TestApprovalsCLI(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, approvalsCLIConfig)
 	h := d.home
 	out, errOut, code := runCLI(t, "approvals", "--home", h)
@@ -306,6 +307,7 @@ func stopWatch(t *testing.T, cmd *exec.Cmd) {
 // Without a terminal --watch only prints: the pending ones, each new one,
 // and how each ends.
 func TestApprovalsWatchPrints(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, approvalsCLIConfig)
 	before := d.cliRequest("Read", map[string]any{"file_path": "/etc/passwd"}, nil)
 	devnull, err := os.Open(os.DevNull)
@@ -348,6 +350,7 @@ func watchPty(t *testing.T) (master, slave *os.File) {
 // resolved elsewhere while asked about moves the prompt on. The terminal's
 // mode is restored on SIGINT.
 func TestApprovalsWatchKeys(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, approvalsCLIConfig)
 	master, slave := watchPty(t)
 	orig, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
@@ -447,6 +450,7 @@ func TestApprovalsWatchKeys(t *testing.T) {
 
 // The key a person presses at --watch's prompt and what it does.
 func TestWatchKeyDecision(t *testing.T) {
+	t.Parallel()
 	for key, want := range map[byte]api.Decision{'a': api.DecisionAllow, 'y': api.DecisionAllow,
 		'd': api.DecisionDeny, 'n': api.DecisionDeny, 'A': api.DecisionAlwaysAllow, 'r': api.DecisionReply,
 		's': "", '\r': ""} {

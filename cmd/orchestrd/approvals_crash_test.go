@@ -14,6 +14,7 @@ import (
 // asked with approval.request is bound to no connection and is pending
 // again, and can still be answered.
 func TestApprovalsAfterDaemonKilled(t *testing.T) {
+	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
 	h := startHook(t, sock, nil)
 	hooked := d.pendingApproval(h.requestID(t))

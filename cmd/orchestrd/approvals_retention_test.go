@@ -15,6 +15,7 @@ import (
 // Finished approvals are pruned by [state] retain_jobs and retain_for,
 // counted apart from jobs (approvals.pruned); pending ones stay.
 func TestFinishedApprovalsArePruned(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	path := filepath.Join(home, "state.db")
 	st, err := state.Open(path, state.Options{})

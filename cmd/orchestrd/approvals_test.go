@@ -80,6 +80,7 @@ func tool(name, command string) map[string]any {
 // resolvers, the timeout, config rules, cancel, rule_delete and the plan
 // gate, each with its events in the log.
 func TestApprovals(t *testing.T) {
+	t.Parallel()
 	d0 := startDaemon(t, approvalsConfig)
 
 	t.Run("decisions", func(t *testing.T) {
@@ -341,6 +342,7 @@ func hasApproval(as []api.Approval, id string) bool {
 // A bad [[approvals.rules]] entry stops the daemon with exit 2, naming the
 // rule and the key.
 func TestApprovalsBadRuleExits2(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	for _, tc := range []struct{ cfg, want string }{
 		{"[[approvals.rules]]\ntool = \"Bash\"\ndecision = \"allow\"\ninput = { field = \"command\", pattern = \"^git (\" }\n",

@@ -15,6 +15,7 @@ import (
 // a control approval is pending again, and notify_command gets each new
 // pending approval as JSON on its stdin; one that fails is an event.
 func TestApprovalsStoreAndNotifyWired(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	out := filepath.Join(shortTemp(t), "notified")
 	if err := os.MkdirAll(out, 0o777); err != nil {

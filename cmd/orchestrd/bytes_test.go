@@ -21,8 +21,11 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-// bytesConfig is fastConfig with the default heartbeat timeout: these
-// tests move megabytes through a race-built daemon on a shared machine.
+// bytesConfig is fastConfig with a long heartbeat timeout: these tests
+// move megabytes through a race-built daemon, in parallel with other
+// tests on a shared machine, where the default 5 s was missed
+// (TestRunDeliversEveryByte: every byte delivered, then the job failed
+// runner_unresponsive). None of them is about heartbeats.
 const bytesConfig = `
 [daemon]
 shutdown_timeout = "2s"
@@ -30,10 +33,12 @@ shutdown_timeout = "2s"
 runners = 1
 slots = 4
 network = "host"
+heartbeat_timeout = "60s"
 [lanes.no-net]
 runners = 1
 slots = 2
 network = "none"
+heartbeat_timeout = "60s"
 `
 
 // runIn runs the CLI in dir and returns its exact stdout and stderr bytes.
@@ -75,6 +80,7 @@ func (d *testDaemon) rawJob(id string) map[string]any {
 // the job's record keeps the exact bytes: "output" when they are UTF-8,
 // "output_b64" when not.
 func TestRunReproducesOutputBytes(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, bytesConfig)
 	dir := shortTemp(t)
 	random := make([]byte, 4096)
@@ -132,6 +138,7 @@ func TestRunReproducesOutputBytes(t *testing.T) {
 // says; the record keeps the first max_output_bytes, unaltered, and says
 // how much there was.
 func TestRunStreamsPastTheOutputCap(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, bytesConfig)
 	out, errOut, code := runIn(t, shortTemp(t), "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "yes abcdefghij | head -c 3000000")
 	want := bytes.Repeat([]byte("abcdefghij\n"), 3000000/11+1)[:3000000]
@@ -159,6 +166,7 @@ func TestRunStreamsPastTheOutputCap(t *testing.T) {
 // A job killed by a signal: the record and job.finished name it, `run`
 // says so and exits 128+n as a shell does, `jobs` shows it.
 func TestRunReportsTheTerminatingSignal(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, bytesConfig)
 	dir := shortTemp(t)
 	out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "ulimit -c 0; kill -SEGV $$")
@@ -193,6 +201,7 @@ func TestRunReportsTheTerminatingSignal(t *testing.T) {
 // Finished jobs' output is bounded by [daemon] finished_output_bytes: the
 // oldest lose theirs first, their records say so, the event log tells.
 func TestFinishedOutputBudget(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [daemon]
 finished_output_bytes = 100000
@@ -238,6 +247,7 @@ network = "host"
 // chunks kept, not Result.output, which as a JSON string cannot carry
 // every byte.
 func TestOutputFromNonStreamingRunner(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [lanes.byo]
 runners = 0

@@ -31,6 +31,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 }
 
 func TestCLIAgainstRealDaemon(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	out, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
 	if code != 3 || out != "out\n" || !strings.Contains(errOut, "err\n") {
@@ -60,6 +61,7 @@ func TestCLIAgainstRealDaemon(t *testing.T) {
 }
 
 func TestCLIWithoutDaemon(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	for _, args := range [][]string{{"jobs"}, {"status"}, {"cancel", "x"}, {"run", "--", "true"}} {
 		full := append([]string{args[0], "--home", home}, args[1:]...)
@@ -74,6 +76,7 @@ func TestCLIWithoutDaemon(t *testing.T) {
 }
 
 func TestRunnerOverMemoryIsReplaced(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [lanes.net]
 runners = 1
@@ -100,6 +103,7 @@ max_r = 1000
 // A hostile runner that sends an oversized frame is cut off with an event;
 // the lane's other runner and its jobs are not disturbed.
 func TestOversizedRunnerFrameIsRefused(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, strings.Replace(fastConfig, "[lanes.net.restart]", "external_runners = true\n[lanes.net.restart]", 1))
 	base := len(d.lane("net").Runners)
 	conn := d.joinByo("net", "evil")
@@ -136,6 +140,7 @@ func TestOversizedRunnerFrameIsRefused(t *testing.T) {
 // A socket path the kernel cannot take fails start-up with one clear error
 // instead of leaving a lane that never runs jobs.
 func TestUnusableSocketPathFailsStartup(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(shortTemp(t), strings.Repeat("h", 100))
 	_, errOut, code := runCLI(t, "serve", "--home", home, "--log-format", "json")
 	if code != 1 || !strings.Contains(errOut, "listening on") {
@@ -144,6 +149,7 @@ func TestUnusableSocketPathFailsStartup(t *testing.T) {
 }
 
 func TestQueueLimitAndQueuedCancel(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [lanes.idle]
 runners = 0
@@ -179,6 +185,7 @@ network = "host"
 // the runner protocol (chunks as serde-style byte arrays): it must join a
 // lane and run jobs unchanged.
 func TestPythonBringYourOwnRunner(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not installed")

@@ -56,6 +56,7 @@ func startDaemonCmdIn(t *testing.T, dir, home, bin string, args ...string) *test
 // A working directory that does not exist is named as such, not reported
 // as the command missing.
 func TestRunNamesMissingWorkingDirectory(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	_, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--cwd", "/nonexistent", "--", "true")
 	if code != 1 || !strings.Contains(errOut, `working directory "/nonexistent" does not exist`) || strings.Contains(errOut, "fork/exec") {
@@ -67,6 +68,7 @@ func TestRunNamesMissingWorkingDirectory(t *testing.T) {
 // symlink climbs from the link's target, as the kernel walks it, and not
 // back to where the text says; inside a worktree that is an escape.
 func TestRunSendsCwdUncleaned(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	base, err := filepath.EvalSymlinks(shortTemp(t))
 	if err != nil {
@@ -93,6 +95,7 @@ func TestRunSendsCwdUncleaned(t *testing.T) {
 // --timeout takes a number of seconds as well as a Go duration, and a bad
 // value says what is expected.
 func TestRunTimeoutTakesSeconds(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	for _, v := range []string{"5", "2.5", "30s"} {
 		out, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "net", "--timeout", v, "--", "echo", "ok")
@@ -113,6 +116,7 @@ func TestRunTimeoutTakesSeconds(t *testing.T) {
 
 // --home before the command works for every command, serve included.
 func TestGlobalHomeBeforeCommand(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(fastConfig), 0o600); err != nil {
 		t.Fatal(err)
@@ -148,6 +152,7 @@ func TestGlobalHomeBeforeCommand(t *testing.T) {
 
 // A bad --state is a usage error that lists the states.
 func TestJobsBadStateListsStates(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := runCLI(t, "jobs", "--home", shortTemp(t), "--state", "bogus")
 	if code != exitUsage || !strings.Contains(errOut, `unknown state "bogus"`) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -163,6 +168,7 @@ func TestJobsBadStateListsStates(t *testing.T) {
 // or --no-stdin is given, any size (streamed); a job that does not read
 // its input is not held up by it.
 func TestRunForwardsStdin(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	out, errOut, code := runCLIWith(t, "", strings.NewReader("hi\n"), "run", "--home", d.home, "--lane", "net", "--", "cat")
 	if code != 0 || out != "hi\n" {
@@ -194,6 +200,7 @@ func TestRunForwardsStdin(t *testing.T) {
 // it has flags, an "options:" section, on stdout, exit 0. Every command
 // help lists is checked.
 func TestHelpHasOneFormat(t *testing.T) {
+	t.Parallel()
 	all := [][]string{{"--help"}, {"-h"}, {"help"}, {"help", "run"}, {"approvals", "rules", "--help"}}
 	for _, name := range helpCommands(t) {
 		all = append(all, []string{name, "--help"})
@@ -215,6 +222,7 @@ func TestHelpHasOneFormat(t *testing.T) {
 // A job waiting on a lane whose runner cannot start is explained once on
 // stderr: queued, and why.
 func TestRunSaysWhyItsJobIsQueued(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	// The daemon runs in a directory of its own, so that removing it makes
 	// every respawn of a runner fail: a runner cannot start in a working

@@ -77,6 +77,7 @@ func bashComplete(t *testing.T, script string, lines ...string) []string {
 // --help lists them), flag values, subcommands, and job and approval ids
 // from the daemon.
 func TestCompletionBash(t *testing.T) {
+	t.Parallel()
 	script := completionScript(t, "bash", "bash", "-n")
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "abc"), 0o700); err != nil {
@@ -157,6 +158,7 @@ func TestCompletionBash(t *testing.T) {
 // pseudo-terminal: zsh/zpty), each line ending where the completion left
 // it.
 func TestCompletionZsh(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("zsh"); err != nil {
 		t.Skip("zsh not installed")
 	}
@@ -203,6 +205,7 @@ zpty -d z`
 // The fish script passes fish --no-execute and completes in fish
 // (complete -C).
 func TestCompletionFish(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("fish"); err != nil {
 		t.Skip("fish not installed")
 	}
@@ -238,6 +241,7 @@ func TestCompletionFish(t *testing.T) {
 
 // completion wants one shell it knows.
 func TestCompletionWantsAShell(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"completion"}, {"completion", "tcsh"}, {"completion", "bash", "zsh"}} {
 		_, errOut, code := runCLI(t, args...)
 		if code != exitUsage || errOut != "orchestrd completion: want one shell: bash, zsh or fish (orchestrd completion --help)\n" {

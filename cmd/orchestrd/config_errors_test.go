@@ -11,6 +11,7 @@ import (
 // serve with a config holding several mistakes prints each on its own
 // line with its full key, and exits 2 without starting.
 func TestServePrintsEveryConfigError(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	p := filepath.Join(home, "bad.toml")
 	cfg := "[lanes.x]\nmax_runner_memory_bytes = -1\nslots = 0\n[lanes.x.restart]\nstable = \"0s\"\nbase_delay = \"0s\"\n"

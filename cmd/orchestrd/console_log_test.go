@@ -61,6 +61,7 @@ func (d *testDaemon) stopWith(sig syscall.Signal) {
 // (socket and lanes) and one when it stops (issue 6: ANSI colours in a
 // redirected log, nothing like "ready", nothing at Ctrl-C).
 func TestConsoleLogRedirected(t *testing.T) {
+	t.Parallel()
 	t.Run("quiet by default", func(t *testing.T) {
 		var stderr testio.SyncBuffer
 		d := startConsoleDaemon(t, &stderr, "")
@@ -122,6 +123,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 
 // On a terminal the log keeps its colours, the runners' lines too.
 func TestConsoleLogOnATerminal(t *testing.T) {
+	t.Parallel()
 	master, slave := openPty(t)
 	var out testio.SyncBuffer
 	copied := make(chan struct{})

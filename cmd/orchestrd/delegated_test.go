@@ -17,6 +17,7 @@ import (
 // cgroup.threads and cgroup.subtree_control owned by the user) runs each
 // job in a cgroup of its own below it, with the sandbox on.
 func TestDelegatedCgroupGivesJobsCgroups(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to delegate a cgroup to another user")
 	}

@@ -82,6 +82,7 @@ network = "host"
 // daemon on the home queues the first again under its id and it runs; the
 // second ends failed daemon_lost and never runs again.
 func TestKill9RecoversQueuedAndFailsRunning(t *testing.T) {
+	t.Parallel()
 	home, marks := shortTemp(t), shortTemp(t)
 	d := startDaemonAt(t, home, holdLanes)
 	queued := d.submit(api.JobSpec{Lane: "hold", Command: markJob(marks, "")})
@@ -142,6 +143,7 @@ func TestKill9RecoversQueuedAndFailsRunning(t *testing.T) {
 // Every job.submit answered with a job_id is in the store after kill -9,
 // however many were in flight.
 func TestAcknowledgedSubmissionsSurviveKill9(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	cfg := "[lanes.hold]\nrunners = 0\n"
 	d := startDaemonAt(t, home, cfg)
@@ -200,6 +202,7 @@ func TestAcknowledgedSubmissionsSurviveKill9(t *testing.T) {
 // A finished job (its record, its output) is found by job.get, job.wait
 // and job.list after a clean restart and after kill -9.
 func TestFinishedJobQueryableAfterRestart(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	cfg := holdLanes
 	d := startDaemonAt(t, home, cfg)
@@ -236,6 +239,7 @@ func TestFinishedJobQueryableAfterRestart(t *testing.T) {
 // A state.db that cannot be opened stops `serve` with exit 2 and one line
 // naming the file and the problem.
 func TestUnopenableStateExits2(t *testing.T) {
+	t.Parallel()
 	corrupt := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(corrupt, "state.db"), []byte(strings.Repeat("not a database\n", 400)), 0o600); err != nil {
 		t.Fatal(err)
@@ -273,6 +277,7 @@ func TestUnopenableStateExits2(t *testing.T) {
 // event, acknowledging nothing it did not record; once there is room
 // again it takes them again.
 func TestFullStoreRefusesSubmissions(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs as a full file system")
 	}

@@ -10,6 +10,7 @@ import (
 // lane token of a lane there is not says the lane is unknown and which
 // there are: the running daemon's, else those of the config it would read.
 func TestLaneTokenOfAnUnknownLane(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig+"[lanes.byo]\nrunners = 0\n")
 	_, errOut, code := runCLI(t, "lane", "token", "--home", d.home, "NOPE")
 	if code != exitFailure || errOut != "orchestrd lane token: unknown lane \"NOPE\"; the daemon's lanes are byo, net, no-net\n" {
@@ -40,6 +41,7 @@ func TestLaneTokenOfAnUnknownLane(t *testing.T) {
 // approvals --source takes only the sources there are: anything else is
 // refused before the daemon is asked, naming them.
 func TestApprovalsSourceIsChecked(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := runCLI(t, "approvals", "--home", shortTemp(t), "--source", "bogus")
 	want := "orchestrd approvals: unknown source \"bogus\"; the sources are reachout, plan, control, executor (orchestrd approvals --help)\n"
 	if code != exitUsage || errOut != want {
@@ -51,6 +53,7 @@ func TestApprovalsSourceIsChecked(t *testing.T) {
 // has made it, it says where the daemon will, and leaves the home as it
 // was.
 func TestHTTPKeyNeverWrites(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	_, errOut, code := runCLI(t, "http", "key", "--home", home)
 	path := filepath.Join(home, "http.key")

@@ -17,6 +17,7 @@ import (
 // the log but shown only when asked for, --follow starts from now, and
 // --help has the format of the other client commands.
 func TestEventsCLIAgainstRealDaemon(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	d.lanes() // a connection: conn.opened, conn.closed
 	d.waitEvent("conn.closed", nil)

@@ -76,6 +76,7 @@ func printedLanes(out string) []string {
 // --follow starts from now (issue 6: it printed the whole history first);
 // -n N and --since give a tail of the history before following.
 func TestEventsFollowStartsNow(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		args []string
@@ -110,6 +111,7 @@ func TestEventsFollowStartsNow(t *testing.T) {
 
 // -n N without --follow prints the last N matching events.
 func TestEventsTail(t *testing.T) {
+	t.Parallel()
 	home := eventsHome(t, []eventlog.Event{
 		lanes.JobQueued{JobID: "j1", Lane: "a"},   // seq 1
 		lanes.JobQueued{JobID: "j2", Lane: "b"},   // 2
@@ -150,6 +152,7 @@ func TestEventsTail(t *testing.T) {
 // Connection churn stays in the log but is not printed unless asked for
 // (issue 6: 2,000 connections made 4,000 lines that drowned the rest).
 func TestEventsHidesConnectionChurn(t *testing.T) {
+	t.Parallel()
 	home := eventsHome(t, []eventlog.Event{
 		control.ConnOpened{ConnID: "c1"},                          // 1
 		lanes.LaneRecovered{Lane: "a"},                            // 2

@@ -104,6 +104,7 @@ func eventsHome(t *testing.T, evs []eventlog.Event, extra map[int]string) string
 }
 
 func TestEventsHuman(t *testing.T) {
+	t.Parallel()
 	killed := 137
 	evs := []eventlog.Event{
 		daemon.DaemonStarted{Pid: 1, Version: "v1", Home: "/h", Lanes: []string{"review", "build-long-name"}},
@@ -145,6 +146,7 @@ func TestEventsHuman(t *testing.T) {
 }
 
 func TestEventsTimeZoneAndDays(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	path := filepath.Join(home, "events.ndjson")
 	var buf bytes.Buffer
@@ -178,6 +180,7 @@ func TestEventsTimeZoneAndDays(t *testing.T) {
 // Lines of today show the time alone; a day that begins while following
 // is marked by a line, the columns unmoved.
 func TestEventsNewDayWhileFollowing(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
 	h := &humanPrinter{w: w, loc: time.UTC, today: "2025-11-21", kindW: 20, laneW: 4}
@@ -197,6 +200,7 @@ func TestEventsNewDayWhileFollowing(t *testing.T) {
 }
 
 func TestEventsJSON(t *testing.T) {
+	t.Parallel()
 	home := eventsHome(t, registeredEvents(), nil)
 	code, out, _ := runEventsTest(t, context.Background(), home, "--json", "--kind", "*")
 	file, _ := os.ReadFile(filepath.Join(home, "events.ndjson"))
@@ -210,6 +214,7 @@ func TestEventsJSON(t *testing.T) {
 }
 
 func TestEventsFilters(t *testing.T) {
+	t.Parallel()
 	home := eventsHome(t, []eventlog.Event{
 		lanes.JobQueued{JobID: "j1", Lane: "a"},                    // 03:00
 		lanes.RunnerExited{Lane: "a", RunnerID: "a-1"},             // 03:01
@@ -240,6 +245,7 @@ func TestEventsFilters(t *testing.T) {
 }
 
 func TestEventsErrors(t *testing.T) {
+	t.Parallel()
 	home := eventsHome(t, []eventlog.Event{lanes.LaneRecovered{Lane: "a"}}, map[int]string{0: "garbage"})
 	for _, c := range []struct {
 		name   string
@@ -271,6 +277,7 @@ func TestEventsErrors(t *testing.T) {
 }
 
 func TestEventsHelp(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"--help", "-h"} {
 		code, out, errs := runEventsTest(t, context.Background(), "/srv/orchestrd", arg)
 		// The format of the other client commands: "usage: ...", a blank
@@ -319,6 +326,7 @@ func (b *notifyBuffer) waitFor(t *testing.T, s string) {
 }
 
 func TestEventsFollow(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	b := openEventBus(t, eventlog.Options{Path: filepath.Join(home, "events.ndjson"), MaxBytes: 600})
 	b.Emit(lanes.LaneStarted{Lane: "a", Runners: 1})

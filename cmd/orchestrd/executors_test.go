@@ -137,6 +137,7 @@ func messagesOf(ms []api.SessionMessage, typ string) []map[string]any {
 // and errors, a secret handed over just in time and found nowhere else,
 // permissions by mode and through the approval actors.
 func TestExecutorTask(t *testing.T) {
+	t.Parallel()
 	const canary = "sk-canary-3f9a1c77e2b4d5"
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("ANTHROPIC_API_KEY = \""+canary+"\"\n"), 0o600); err != nil {
@@ -272,6 +273,7 @@ func TestExecutorTask(t *testing.T) {
 // An executor killed mid-task: the task fails executor_lost at once, is
 // not run again, and the pool starts a new executor for the next task.
 func TestExecutorLost(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":2}`, `{"op":"hang"}`)})
 	pid := d.runningExecutor(id)
@@ -336,6 +338,11 @@ func lockStore(t *testing.T, home string) (unlock func()) {
 // A flood of report_message while the store is locked by another process:
 // the daemon pauses the executor, resumes it, and every message is stored
 // and streamed exactly once.
+//
+// Not parallel: the flood is larger than a subscription's queue, which
+// drops the oldest events of a subscriber that falls behind, as designed;
+// a test process starved by other tests fell behind (message 1481
+// streamed 0 times).
 func TestExecutorBackpressure(t *testing.T) {
 	const n = 3000
 	logPath := filepath.Join(shortTemp(t), "exec.log")
@@ -400,6 +407,7 @@ func TestExecutorBackpressure(t *testing.T) {
 // max_pending_bytes of event data, not up to 4 x high_water messages; once
 // the store is free again, every message is stored.
 func TestExecutorGateBytes(t *testing.T) {
+	t.Parallel()
 	const n, size = 100, 64 << 10
 	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 50\nlow_water = 10\nmax_pending_bytes = 1048576\n", "--ignore-pause"))
 	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"message","n":%d,"size":%d}`, n, size))})
@@ -445,6 +453,7 @@ func TestExecutorGateBytes(t *testing.T) {
 // ends one cancelled; a bad token, a line that is not JSON and an unknown
 // method are refused without disturbing the task.
 func TestExecutorStopTimeoutAndBadInput(t *testing.T) {
+	t.Parallel()
 	logPath := filepath.Join(shortTemp(t), "exec.log")
 	d := startDaemon(t, execConfig(t, "instances = 1\nstop_grace = \"200ms\"\n", "--log", logPath))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`), TimeoutMs: 200})
@@ -505,6 +514,7 @@ func TestExecutorStopTimeoutAndBadInput(t *testing.T) {
 // shutdown_timeout, and nothing outlives the daemon. A daemon killed with
 // a task running fails it daemon_lost at its next start.
 func TestExecutorShutdownAndCrash(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	cfg := execConfig(t, "instances = 1\nshutdown_timeout = \"300ms\"\n", "--hang-on-shutdown")
 	d := startDaemonAt(t, home, cfg)
@@ -541,6 +551,7 @@ func TestExecutorShutdownAndCrash(t *testing.T) {
 // orchestrd prompt streams the agent's text and exits with the task's
 // status; tasks and stop work from the CLI.
 func TestPromptCLI(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	run := func(args ...string) (string, string, int) {
 		cmd := exec.Command(binary, append([]string{"--home", d.home}, args...)...)
@@ -584,6 +595,7 @@ func TestPromptCLI(t *testing.T) {
 // deltas), stderr as reported errors, the exit code as the status, the key
 // in that one process's environment; task.stop sends it SIGINT.
 func TestCLIExecutor(t *testing.T) {
+	t.Parallel()
 	const key = "sk-cli-executor-7d2e41"
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \""+key+"\"\n"), 0o600); err != nil {
@@ -648,6 +660,7 @@ exit 3`
 // event that says why; an on-demand executor left idle is shut down at
 // idle_timeout.
 func TestExecutorStartupAndIdleTimeouts(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\nstartup_timeout = \"300ms\"\n", "--no-listen")+
 		fmt.Sprintf("\n[executors.ondemand]\ncommand = [%q]\nidle_timeout = \"1s\"\n", testExecutor(t)))
 	ev := d.waitEvent("executor.start_failed", func(e map[string]any) bool { return e["pool"] == "scripted" })
@@ -674,6 +687,7 @@ func TestExecutorStartupAndIdleTimeouts(t *testing.T) {
 // queue refuses a task by name; a secret's expires_at reaches the
 // executor as epoch milliseconds.
 func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -747,6 +761,7 @@ func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
 // report: the goroutine dump of a SIGQUIT (what a Go crash prints), the
 // event log, the store, or the status output taken just before.
 func TestSecretNotInCrashReport(t *testing.T) {
+	t.Parallel()
 	const canary = "sk-crash-canary-9b17e0c4"
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \""+canary+"\"\n"), 0o600); err != nil {
@@ -808,6 +823,7 @@ func TestSecretNotInCrashReport(t *testing.T) {
 // the ones that ignore it now, not at their shutdown_timeout, and the
 // lanes stopped after them are hurried too.
 func TestSecondSignalKillsExecutors(t *testing.T) {
+	t.Parallel()
 	cfg := "[daemon]\nshutdown_timeout = \"60s\"\n\n" + execConfig(t, "instances = 1\nshutdown_timeout = \"60s\"\n", "--hang-on-shutdown")
 	d := startDaemon(t, cfg)
 	ev := d.waitEvent("executor.connected", nil)
@@ -833,6 +849,7 @@ func TestSecondSignalKillsExecutors(t *testing.T) {
 // that it stops waiting for the oldest gaps and says so; every message it
 // sent is kept.
 func TestExecutorSequenceGapsBounded(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 4\nlow_water = 2\n"))
 	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"gaps","n":100}`)})
 	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
@@ -862,6 +879,7 @@ func TestExecutorSequenceGapsBounded(t *testing.T) {
 // NDJSON readers do) runs a task through requests, answers and
 // notifications to its end.
 func TestExecutorLinesAreStrictNDJSON(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \"sk-strict\"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -881,6 +899,7 @@ func TestExecutorLinesAreStrictNDJSON(t *testing.T) {
 // A line over the JSON-RPC limit ends the connection with an error that
 // names the limit in force.
 func TestExecutorOversizedLine(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"bigline","size":8388700}`)})
 	if rec := d.waitTask(id); rec.State != api.TaskFailed || rec.Error == nil || !strings.Contains(rec.Error.Message, "a line over 8388608 bytes") {
@@ -896,6 +915,7 @@ func TestExecutorOversizedLine(t *testing.T) {
 // session, and a running task's message count is its committed messages,
 // not 0 until it ends.
 func TestAgentTextAndLiveCount(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 2\nmax_instances = 2\n"))
 	out, errs, code := runCLI(t, "--home", d.home, "prompt", "--executor", "scripted", "--cwd", shortTemp(t),
 		script(`{"op":"message","type":"text","data":{"type":"text","text":"plain text"}}`, `{"op":"message","text":"delta"}`))

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +48,10 @@ func TestMain(m *testing.M) {
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
 	}
+	if err := noRaceExitSleep(); err != nil {
+		panic(err)
+	}
+	moreParallel()
 	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -60,6 +66,40 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// noRaceExitSleep sets GORACE's atexit_sleep_ms to 0 for every process the
+// tests start (the binary is built with -race): by default a race-built
+// program sleeps a second after main returns, in case a goroutine still
+// running races then. Every orchestrd command a test runs paid it, and
+// every daemon stop twice (its runners, then itself): two thirds of a
+// CLI test's time, a second or two of each test's. Races are still
+// reported as they happen and still make the process exit 66. A GORACE
+// that says atexit_sleep_ms itself is left as it is.
+func noRaceExitSleep() error {
+	v := os.Getenv("GORACE")
+	if strings.Contains(v, "atexit_sleep_ms") {
+		return nil
+	}
+	if err := os.Setenv("GORACE", strings.TrimSpace(v+" atexit_sleep_ms=0")); err != nil {
+		return fmt.Errorf("setting GORACE: %w", err)
+	}
+	return nil
+}
+
+// moreParallel runs up to twice GOMAXPROCS parallel tests at once where
+// -parallel is not given (its default is GOMAXPROCS): each test here
+// mostly waits on the processes it started (daemons, runners, jobs, the
+// CLI), and with two at a time on two cores most of the machine sat idle.
+func moreParallel() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // helperMain lets a job run this test binary as a small tool.
@@ -236,8 +276,13 @@ func (d *testDaemon) launch(cmd *exec.Cmd) {
 	}
 	d.cmd, d.proc, d.done = cmd, p, p.Done()
 	d.t.Cleanup(d.stop)
-	d.waitReady(20 * time.Second)
+	d.waitReady(readyTimeout)
 }
+
+// readyTimeout bounds a daemon's start until its lanes are ready: seconds
+// when the machine is idle, far more with the tests running in parallel
+// under -race on a loaded machine.
+const readyTimeout = 60 * time.Second
 
 // waitCleanExit waits up to 30 s for the daemon to exit (failing with
 // what otherwise) and fails unless it exited with status 0.

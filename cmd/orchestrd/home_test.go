@@ -21,6 +21,7 @@ import (
 // one line, exits 1 and touches nothing of the live daemon: its sockets
 // stay, its event log gets no line from the intruder, and it keeps serving.
 func TestSecondDaemonOnLiveHome(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	socks, err := filepath.Glob(filepath.Join(d.home, "*.sock"))
 	if err != nil || len(socks) < 3 {
@@ -91,6 +92,7 @@ func TestSecondDaemonOnLiveHome(t *testing.T) {
 // The lock a daemon killed with SIGKILL leaves behind does not stop the
 // next daemon on the same home; the lock file names the new one.
 func TestLockOfADeadDaemonIsRetaken(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	first := startDaemonAt(t, home, fastConfig)
 	first.lanes() // note its runners: they must die with it
@@ -131,6 +133,7 @@ func TestLockOfADeadDaemonIsRetaken(t *testing.T) {
 // An event log that exists with mode 0666 when the daemon starts is made
 // 0600 (issue 6: it kept its mode).
 func TestExistingEventLogIsMadePrivate(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	path := filepath.Join(home, "events.ndjson")
 	if err := os.WriteFile(path, nil, 0o666); err != nil {
@@ -156,6 +159,7 @@ func TestExistingEventLogIsMadePrivate(t *testing.T) {
 // item 8: it was exit 1, and systemd restarted it in a loop). So does a
 // secrets.toml others can read (exit 1 and a log line before).
 func TestServeUnusableHome(t *testing.T) {
+	t.Parallel()
 	dir := shortTemp(t)
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {

@@ -512,6 +512,7 @@ func (p *pattern) Read(b []byte) (int, error) {
 // the file's size. Not parallel: syncing 1 GiB stalls every other test's
 // fsyncs for seconds.
 func TestHTTPPushLarge(t *testing.T) {
+	t.Parallel()
 	dir := shortTemp(t)
 	const size = 1 << 30
 	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n", dir))

@@ -42,6 +42,7 @@ network = "none"
 `
 
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	dir := shortTemp(t)
 
@@ -139,6 +140,7 @@ func TestJobLifecycle(t *testing.T) {
 }
 
 func TestNoNetLaneHasNoNetwork(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +171,7 @@ func TestNoNetLaneHasNoNetwork(t *testing.T) {
 }
 
 func TestRunnerKilledMidJob(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	c := d.client()
 	if err := c.Call(context.Background(), "events.subscribe", map[string]any{"kinds": []string{"job.finished"}}, nil); err != nil {
@@ -228,6 +231,7 @@ finished:
 }
 
 func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
 	var g struct{ Job api.JobRecord }
@@ -253,6 +257,7 @@ func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
 }
 
 func TestCrashLoopDegradesLane(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [lanes.net]
 runners = 1
@@ -299,6 +304,7 @@ max_t = "60s"
 }
 
 func TestBringYourOwnRunner(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [lanes.byo]
 runners = 0
@@ -336,6 +342,7 @@ network = "host"
 }
 
 func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	tag := newTag()
 	id := d.submit(api.JobSpec{Lane: "net", Command: "exec sleep " + tag})
@@ -389,6 +396,7 @@ func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 }
 
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos test in -short mode")
 	}
@@ -618,6 +626,7 @@ func childrenOf(pid int) []int {
 }
 
 func TestConfigErrorsExit2(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	for _, tc := range []struct{ cfg, want string }{
 		{"[lanes.net]\nslotz = 3\n", "unknown key lanes.net.slotz"},
@@ -642,6 +651,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 // ignores Shutdown is killed at once instead of at shutdown_timeout (60 s
 // here), and the daemon still exits cleanly with its event log complete.
 func TestSecondSignalHurriesShutdown(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, `
 [daemon]
 shutdown_timeout = "60s"

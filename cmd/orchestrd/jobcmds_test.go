@@ -14,6 +14,7 @@ import (
 // `orchestrd job ID` shows a job's record: readable by default, the record
 // as job.get gives it with --json; an unknown id says so.
 func TestJobCommandShowsTheRecord(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	id := d.submit(api.JobSpec{Lane: "net", Command: "printf 'one\\ntwo\\n'; exit 3"})
 	d.wait(id)
@@ -67,6 +68,7 @@ func TestJobCommandShowsTheRecord(t *testing.T) {
 // have: its exit code, 128+n for a signal, 124 for its timeout; with
 // --timeout it gives up first with 75, the job still running.
 func TestWaitCommandExitsWithTheJobs(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	for _, tc := range []struct {
 		spec api.JobSpec

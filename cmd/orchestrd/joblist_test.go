@@ -21,6 +21,7 @@ type listPage struct {
 // params are refused naming the param; without a limit it lists every
 // job oldest first, as it always did.
 func TestJobListPages(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "[lanes.hold]\nrunners = 0\n[lanes.other]\nrunners = 0\n")
 	var ids []string // oldest first
 	for i := range 23 {
@@ -106,6 +107,7 @@ func TestJobListPages(t *testing.T) {
 // `orchestrd jobs` prints a page newest first with the command for the
 // next one, which prints the rest.
 func TestJobsCommandPages(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "[lanes.hold]\nrunners = 0\n[lanes.work]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n")
 	var ids []string
 	for i := range 7 {

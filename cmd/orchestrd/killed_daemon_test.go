@@ -22,6 +22,7 @@ import (
 // away from the job); with the sandbox (pid namespaces) and without it, as
 // root and as a non-root user.
 func TestKilledDaemonLeavesNothing(t *testing.T) {
+	t.Parallel()
 	for _, who := range []string{"root", "non-root"} {
 		for _, sandbox := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/sandbox=%v", who, sandbox), func(t *testing.T) {

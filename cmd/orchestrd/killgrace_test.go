@@ -96,6 +96,7 @@ func (e ended) stopped(t *testing.T, state api.State, how string) {
 // and whatever else it started, and SIGKILL only once its kill_grace has
 // passed; job.finished says which it took.
 func TestCancelAndTimeoutTermThenKill(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, graceConfig)
 	dir := shortTemp(t)
 	n := 0
@@ -316,6 +317,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 // its cleanup's output still streams), and run waits for its end; a second
 // Ctrl-C kills it at once. Either way run exits 130.
 func TestRunCtrlCTermsThenKills(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, graceConfig)
 
 	t.Run("first Ctrl-C: SIGTERM", func(t *testing.T) {
@@ -365,6 +367,7 @@ func TestRunCtrlCTermsThenKills(t *testing.T) {
 // job.get and jobs show the reason; Loopsy's /execute answers it as
 // upstream does (400, code 3004).
 func TestRunCommandThatCannotRun(t *testing.T) {
+	t.Parallel()
 	d, base, key := httpDaemonAt(t, shortTemp(t), graceConfig, "")
 	for _, c := range []struct {
 		argv []string

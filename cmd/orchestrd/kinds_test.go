@@ -34,6 +34,7 @@ type sourceKind struct {
 // every package that emits events. It replaces the list of kinds kept by
 // hand, and the test that kept that list in step with kinds.go.
 func TestEveryKindIsRegistered(t *testing.T) {
+	t.Parallel()
 	root, module := moduleRoot(t)
 	var found []sourceKind
 	fset := token.NewFileSet()

@@ -35,6 +35,7 @@ func listJSON(t *testing.T, what, out, things string) (items []map[string]any, o
 // whatever the limit; a listed record has no "output": "" for output that
 // exists.
 func TestListsHaveOneShape(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "[lanes.hold]\nrunners = 0\n[lanes.work]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n")
 	var ids []string // oldest first
 	for range 3 {
@@ -99,6 +100,7 @@ func TestListsHaveOneShape(t *testing.T) {
 // RFC 3339 time, a clock time today) and a bad one is refused before the
 // daemon is asked: exit 2, one line naming the flag.
 func TestSinceIsOneParser(t *testing.T) {
+	t.Parallel()
 	noDaemon := shortTemp(t)
 	for _, cmd := range []string{"jobs", "events"} {
 		_, errOut, code := runCLI(t, cmd, "--home", noDaemon, "--since", "soon")

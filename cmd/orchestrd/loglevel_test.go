@@ -131,6 +131,7 @@ func has(lines []stderrLine, level, msg string, runner bool) bool {
 // A runner's routine lines (connected, stopping, stopped) are debug: the
 // event log has its comings and goings.
 func TestLogLevel(t *testing.T) {
+	t.Parallel()
 	t.Run("default info", func(t *testing.T) {
 		lines := levelRun(t, nil)
 		var levels []string

@@ -8,6 +8,7 @@ import (
 )
 
 func TestDrawLoopsTree(t *testing.T) {
+	t.Parallel()
 	p := func(s string) *string { return &s }
 	root := "1764000000000-00112233aabbccdd"
 	loops := []api.LoopRecord{

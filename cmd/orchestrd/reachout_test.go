@@ -171,6 +171,7 @@ func (d *testDaemon) pendingIDs() []string {
 // Every decision given over the control socket reaches the hook and
 // becomes Claude Code's answer, as the real bot's would.
 func TestReachoutDecisions(t *testing.T) {
+	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
 	out := func(decision string) string {
 		return `{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":` + decision + `}}` + "\n"
@@ -220,6 +221,7 @@ func TestReachoutDecisions(t *testing.T) {
 // from its config file, whose token never shows), ends in Timeout: the
 // hook exits 1 without output (Claude Code asks in the terminal).
 func TestReachoutTimeout(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	sock := filepath.Join(home, "hook.sock")
 	// The daemon's XDG_CONFIG_HOME (daemonrun.Serve): home/xdg-config.
@@ -258,6 +260,7 @@ func TestReachoutTimeout(t *testing.T) {
 // (requester_gone); a hook that only shut its write side (as every hook
 // does after its line) is still waiting.
 func TestReachoutHookKilled(t *testing.T) {
+	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
 	waiting := startHook(t, sock, nil)
 	wa := d.pendingApproval(waiting.requestID(t))
@@ -286,6 +289,7 @@ func TestReachoutHookKilled(t *testing.T) {
 // Malformed requests are closed without an answer and logged
 // (reachout.request_refused); a hook waiting meanwhile is undisturbed.
 func TestReachoutMalformed(t *testing.T) {
+	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))
@@ -332,6 +336,7 @@ func TestReachoutMalformed(t *testing.T) {
 
 // A hook of another uid is refused (conn.refused) and falls back.
 func TestReachoutOtherUID(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run the hook as another user")
 	}
@@ -358,6 +363,7 @@ func TestReachoutOtherUID(t *testing.T) {
 // looks: $XDG_RUNTIME_DIR/vibe-reachout.sock (daemonrun.Serve makes it the
 // home); enabled = false: no socket at all.
 func TestReachoutDefaultPathAndDisabled(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "")
 	sock := filepath.Join(d.home, "vibe-reachout.sock")
 	d.waitEvent("reachout.listening", func(e map[string]any) bool { return e["socket"] == sock })
@@ -383,6 +389,7 @@ func TestReachoutDefaultPathAndDisabled(t *testing.T) {
 // A daemon that stops answers its waiting hooks Timeout (as the real bot
 // does when it stops): they fall back to the terminal at once.
 func TestReachoutDaemonStops(t *testing.T) {
+	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))

@@ -190,6 +190,7 @@ func noEscape(t *testing.T, out string) {
 }
 
 func TestRedTeam(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (the non-root half runs as nobody)")
 	}

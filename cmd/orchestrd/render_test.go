@@ -7,6 +7,7 @@ import (
 )
 
 func TestRenderMessage(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, typ, data string
 		verbose         bool

@@ -44,6 +44,7 @@ func (d *testDaemon) readyRunner(lane string) int {
 // reason; the restart policy's verdict (it had been up long enough: at
 // once) is its own field (issue 6: the event said reason=stable_exit).
 func TestRestartReasonIsTheCause(t *testing.T) {
+	t.Parallel()
 	t.Run("runner_unresponsive", func(t *testing.T) {
 		d := startDaemon(t, fastConfig) // net: heartbeat_timeout 1s, stable 200ms
 		pid := d.readyRunner("net")

@@ -10,6 +10,7 @@ import (
 // from the store (here at start), each prune a jobs.pruned event; the
 // jobs kept stay queryable.
 func TestFinishedJobsArePruned(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	lanes := "[lanes.work]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n"
 	d := startDaemonAt(t, home, "[state]\nretain_jobs = 2\n"+lanes)

@@ -75,6 +75,7 @@ func treeNode(nodes []map[string]any, kind, id string) map[string]any {
 // last_pid, and `orchestrd status` says so (issue 6: the dead pid was shown
 // as the runner's pid).
 func TestBackoffRunnerShowsLastPid(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, statusConfig)
 	pid := d.readyRunner("slow")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -109,6 +110,7 @@ func TestBackoffRunnerShowsLastPid(t *testing.T) {
 // differently, each agrees with what it counts, and status says which is
 // which (issue 6: the tree said restarts=0 where the table said 2).
 func TestRestartCountsAreNamedForWhatTheyCount(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, statusConfig)
 	const kills = 2
 	for i := 0; i < kills; i++ {

@@ -43,6 +43,7 @@ func (d *testDaemon) joinToken(lane string) string {
 // each with an event naming the job; and a daemon killed with -9 leaves
 // nothing running.
 func TestJobSandbox(t *testing.T) {
+	t.Parallel()
 	for _, who := range []string{"root", "non-root"} {
 		t.Run(who, func(t *testing.T) {
 			var cred *syscall.Credential
@@ -298,7 +299,7 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 		}
 		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
 	})
-	eventuallyOr(t, 20*time.Second, "both runners ready", func() bool {
+	eventuallyOr(t, readyTimeout, "both runners ready", func() bool {
 		n := 0
 		for _, e := range d.events() {
 			if e["kind"] == "runner.ready" {
@@ -405,6 +406,7 @@ func (d *sandboxDaemon) runnerPids() []int {
 // the lane's join token; everyone else is refused with a reason, an event,
 // and nothing else disturbed.
 func TestExternalRunnersNeedTheLaneToken(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig+"[lanes.byo]\nrunners = 0\nnetwork = \"host\"\n")
 	handshake := func(lane, token string) (wire.HandshakeAck, *net.UnixConn) {
 		t.Helper()
@@ -465,6 +467,7 @@ func TestExternalRunnersNeedTheLaneToken(t *testing.T) {
 // had started (a child in its group, a daemonised one) dies with the
 // runner, which is the init of their pid namespace.
 func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	dir, tag := shortTemp(t), newTag()
 	os.WriteFile(filepath.Join(dir, "go"), nil, 0o666)

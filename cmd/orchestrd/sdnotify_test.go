@@ -75,6 +75,7 @@ func hasPrefixLine(lines []string, prefix string) string {
 // `systemctl status`; STOPPING=1 and why when it stops; and neither its
 // runners nor its jobs see $NOTIFY_SOCKET (they must not speak for it).
 func TestSystemdNotify(t *testing.T) {
+	t.Parallel()
 	for _, abstract := range []bool{false, true} {
 		name := "path"
 		if abstract {
@@ -99,7 +100,10 @@ func systemdNotify(t *testing.T, sd *notifyListener) {
 	}
 	d := newTestDaemon(t, home)
 	cmd := daemonrun.Serve(binary, home)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sd.addr)
+	// Serve's environment keeps vibe-reachout's socket in the home: the
+	// test binary's is any other daemon's, and STATUS= would say the hook
+	// is off.
+	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+sd.addr)
 	cmd.Stderr, cmd.Stdout = d.stderr, d.stderr
 	p, err := daemonrun.Start(cmd, home)
 	if err != nil {
@@ -121,7 +125,7 @@ func systemdNotify(t *testing.T, sd *notifyListener) {
 	if status != "STATUS=serving 2 lanes (net, no-net), 3 runners" {
 		t.Errorf("status with READY=1 is %q (message %q)", status, ready)
 	}
-	d.waitReady(20 * time.Second)
+	d.waitReady(readyTimeout)
 
 	// No runner has NOTIFY_SOCKET in its environment, and no job.
 	for _, l := range d.lanes() {
@@ -161,6 +165,7 @@ func systemdNotify(t *testing.T, sd *notifyListener) {
 // passed --config ~/.orchestrd/config.toml, which README calls optional,
 // and a missing file is exit 2).
 func TestSystemdUnitWithoutConfig(t *testing.T) {
+	t.Parallel()
 	unit, err := os.ReadFile("../../examples/orchestrd.service")
 	if err != nil {
 		t.Fatal(err)

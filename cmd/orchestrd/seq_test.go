@@ -23,6 +23,7 @@ import (
 // the home numbers every event above all of them, and its daemon.started
 // says how many numbers it skipped. A clean restart skips none.
 func TestSeqNeverReusedAfterKill(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	logPath := filepath.Join(home, "events.ndjson")
 	for round := range 3 {

@@ -31,6 +31,7 @@ network = "host"
 // sees each one created and never chmod-ed afterwards (IN_ATTRIB), so there
 // was no moment another user could have connected.
 func TestSocketsArePrivateFromTheStart(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	in, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -77,6 +78,7 @@ func TestSocketsArePrivateFromTheStart(t *testing.T) {
 // What sits where a lane's socket goes and is not a socket is not the
 // daemon's to remove: serve refuses to start, naming it, and leaves it.
 func TestServeLeavesWhatIsNotASocket(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(socketsConfig), 0o600); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // Environment entries no process can be given are refused at job.submit
 // with -32602 naming the key; nothing is queued.
 func TestSubmitRefusesBadEnv(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	for _, tc := range []struct {
 		env  map[string]string
@@ -45,6 +46,7 @@ func TestSubmitRefusesBadEnv(t *testing.T) {
 // job.get, job.wait and job.cancel take the job as "job_id", the name
 // job.submit answers with, as well as "id".
 func TestJobMethodsTakeJobID(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"echo", "hi"}})
 	var w struct{ Job api.JobRecord }
@@ -79,6 +81,7 @@ func TestJobMethodsTakeJobID(t *testing.T) {
 // job.submit takes the job's stdin as text or as base64 bytes, and refuses
 // more than api.MaxStdinBytes naming the cap.
 func TestSubmitStdin(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"cat"}, Stdin: "from stdin\n"}))
 	if rec.State != api.StateSucceeded || rec.Output != "from stdin\n" {
@@ -107,6 +110,7 @@ func TestSubmitStdin(t *testing.T) {
 // A stdin that would not fit the runner frame limit is refused at submit,
 // naming daemon.max_frame_bytes, not sent to kill the runner.
 func TestSubmitStdinOverFrameLimit(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "[daemon]\nmax_frame_bytes = 65536\n[lanes.net]\nrunners = 1\nnetwork = \"host\"\n")
 	err := d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"cat"}, StdinB64: make([]byte, 60000)}, nil)
 	if remoteCode(err) != wire.CodeInvalidParams || !strings.Contains(err.Error(), "daemon.max_frame_bytes (65536)") {

@@ -152,6 +152,7 @@ func waitNoMarked(t *testing.T, mark string) {
 // the shell, and the terminal closes (its shell gone) when its shell
 // exits, when its client goes away, and when its executor is killed.
 func TestExecutorTerminal(t *testing.T) {
+	t.Parallel()
 	te := testExecutor(t)
 	cfg := execConfig(t, "") + fmt.Sprintf(`
 [executors.refuse]
@@ -306,6 +307,7 @@ command = [%q, "executor", "--", "cat"]
 // whichever comes first; either way the terminal closes and the shell is
 // gone.
 func TestExecutorTerminalUnsandboxed(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, "[daemon]\nsandbox = false\n\n"+execConfig(t, ""))
 	mark := "u" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	st, _, r := d.openTerminal("scripted", mark, 80, 24)

@@ -31,6 +31,7 @@ func helpCommands(t *testing.T) []string {
 // wrong, a "did you mean" when something is close, and where the help is;
 // exit 2. Never the whole usage.
 func TestUsageErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	home := shortTemp(t)
 	for _, tc := range []struct {
 		args []string

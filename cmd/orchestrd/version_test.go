@@ -12,6 +12,7 @@ import (
 // binary was built from (as its build stamp says), the Go version and the
 // platform.
 func TestVersionSaysCommitAndGo(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := runCLI(t, "version")
 	if code != 0 || errOut != "" || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "orchestrd "+version+", commit ") ||
 		!strings.HasSuffix(out, ", "+runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH+"\n") {
