@@ -468,21 +468,73 @@ func mkKey(vals []string) key {
 	return k
 }
 
-// counters is a CounterVec whose children are kept by their label values:
-// once made, an increment is a read-locked map lookup and an atomic add,
-// without allocating. At most maxSeries children: past that, the labels
-// from the free'th on are "other" (the config's lane or pool before them
-// stays).
-type counters struct {
-	vec  *prometheus.CounterVec
+// series are a vector's children by their label values, at most
+// maxSeries of them (past that, the labels from free on are "other"): a
+// lookup of a child made before takes a read lock and allocates nothing.
+type series[T any] struct {
+	with func(...string) T // the vector's WithLabelValues
 	free int
 	mu   sync.RWMutex
-	m    map[key]prometheus.Counter
+	m    map[key]T
 }
 
-func newCounters(vec *prometheus.CounterVec, free int) *counters {
-	return &counters{vec: vec, free: free, m: map[key]prometheus.Counter{}}
+func newSeries[T any](with func(...string) T, free int) *series[T] {
+	return &series[T]{with: with, free: free, m: map[key]T{}}
 }
+
+func (s *series[T]) seed(vals ...string) { s.get(vals) }
+
+func (s *series[T]) get(vals []string) T {
+	k := mkKey(vals)
+	s.mu.RLock()
+	c, ok := s.m[k]
+	s.mu.RUnlock()
+	if ok {
+		return c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok = s.m[k]; ok {
+		return c
+	}
+	if len(s.m) >= maxSeries {
+		vals = capped(vals, s.free)
+		k = mkKey(vals)
+		if c, ok = s.m[k]; ok {
+			return c
+		}
+	}
+	c = s.with(slices.Clone(vals)...) // a copy: vals stays on its caller's stack
+	s.m[k] = c
+	return c
+}
+
+// counters and histograms are the series of a CounterVec and a
+// HistogramVec.
+type (
+	counters struct {
+		*series[prometheus.Counter]
+		vec *prometheus.CounterVec
+	}
+	histograms struct {
+		*series[prometheus.Observer]
+		vec *prometheus.HistogramVec
+	}
+)
+
+func newCounters(vec *prometheus.CounterVec, free int) *counters {
+	return &counters{newSeries[prometheus.Counter](vec.WithLabelValues, free), vec}
+}
+
+func newHistograms(vec *prometheus.HistogramVec, free int) *histograms {
+	return &histograms{newSeries[prometheus.Observer](vec.WithLabelValues, free), vec}
+}
+
+func (c *counters) inc(vals ...string) { c.get(vals).Inc() }
+
+func (c *counters) add(n float64, vals ...string) { c.get(vals).Add(n) }
+
+func (h *histograms) observe(v float64, vals ...string) { h.get(vals).Observe(v) }
 
 // capped is vals with those from free on "other".
 func capped(vals []string, free int) []string {
@@ -491,76 +543,4 @@ func capped(vals []string, free int) []string {
 		out[i] = other
 	}
 	return out
-}
-
-func (c *counters) seed(vals ...string) { c.get(vals) }
-
-func (c *counters) inc(vals ...string) { c.get(vals).Inc() }
-
-func (c *counters) add(n float64, vals ...string) { c.get(vals).Add(n) }
-
-func (c *counters) get(vals []string) prometheus.Counter {
-	k := mkKey(vals)
-	c.mu.RLock()
-	ctr, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return ctr
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ctr, ok = c.m[k]; ok {
-		return ctr
-	}
-	if len(c.m) >= maxSeries {
-		vals = capped(vals, c.free)
-		k = mkKey(vals)
-		if ctr, ok = c.m[k]; ok {
-			return ctr
-		}
-	}
-	ctr = c.vec.WithLabelValues(slices.Clone(vals)...) // a copy: vals stays on its caller's stack
-	c.m[k] = ctr
-	return ctr
-}
-
-// histograms is counters for a HistogramVec.
-type histograms struct {
-	vec  *prometheus.HistogramVec
-	free int
-	mu   sync.RWMutex
-	m    map[key]prometheus.Observer
-}
-
-func newHistograms(vec *prometheus.HistogramVec, free int) *histograms {
-	return &histograms{vec: vec, free: free, m: map[key]prometheus.Observer{}}
-}
-
-func (h *histograms) seed(vals ...string) { h.get(vals) }
-
-func (h *histograms) observe(v float64, vals ...string) { h.get(vals).Observe(v) }
-
-func (h *histograms) get(vals []string) prometheus.Observer {
-	k := mkKey(vals)
-	h.mu.RLock()
-	o, ok := h.m[k]
-	h.mu.RUnlock()
-	if ok {
-		return o
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if o, ok = h.m[k]; ok {
-		return o
-	}
-	if len(h.m) >= maxSeries {
-		vals = capped(vals, h.free)
-		k = mkKey(vals)
-		if o, ok = h.m[k]; ok {
-			return o
-		}
-	}
-	o = h.vec.WithLabelValues(slices.Clone(vals)...)
-	h.m[k] = o
-	return o
 }
