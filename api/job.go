@@ -137,6 +137,11 @@ type JobRecord struct {
 	// OutputEvicted: Output was dropped after the job finished, to keep
 	// finished jobs' output within [daemon] finished_output_bytes.
 	OutputEvicted bool `json:"output_evicted,omitempty"`
+	// OutputCut: after the job and what it left behind were killed,
+	// something that outlived them still held the job's output open, so
+	// the runner stopped reading it; whatever that wrote later is not in
+	// the output. A client reading the output says it may be incomplete.
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 // jobRecordFields is JobRecord without its JSON methods.

@@ -175,6 +175,9 @@ type JobFinished struct {
 	// StoppedBy: how a cancelled or timed-out job was stopped, sigterm (it
 	// ended within its kill grace) or sigkill (it needed SIGKILL).
 	StoppedBy string `json:"stopped_by,omitempty"`
+	// OutputCut: the runner stopped reading the job's output while
+	// something that outlived the job held it open (api.JobRecord).
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 func (JobFinished) Kind() string { return "job.finished" }

@@ -239,7 +239,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode
-		j.rec.Signal, j.rec.StoppedBy = r.Signal, r.StoppedBy
+		j.rec.Signal, j.rec.StoppedBy, j.rec.OutputCut = r.Signal, r.StoppedBy, r.OutputCut
 		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
 		if !j.streamed && r.Status != wire.StatusError && r.Output != "" {
 			// A runner that does not stream (Loopr's may not): its
@@ -446,7 +446,7 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 		if sh.store.finish(rec) {
 			sh.bus.Emit(JobFinished{JobID: rec.ID, Lane: rec.Lane, RunnerID: rec.RunnerID,
 				State: string(rec.State), ExitCode: rec.ExitCode, Error: rec.Error, DurationMs: rec.DurationMs, Record: rec,
-				Signal: rec.Signal, OutputBytes: rec.OutputBytes, OutputTruncated: rec.OutputTruncated, StoppedBy: rec.StoppedBy})
+				Signal: rec.Signal, OutputBytes: rec.OutputBytes, OutputTruncated: rec.OutputTruncated, StoppedBy: rec.StoppedBy, OutputCut: rec.OutputCut})
 		}
 		if !stopping {
 			sys.Send(self, jobPublished{})

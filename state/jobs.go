@@ -308,14 +308,14 @@ func (w *jobFinished) prepare() error {
 	}
 	w.args = []any{string(r.State), nullStr(r.RunnerID), pid, fmtTimePtr(r.DispatchedAt), fmtTime(finished), exit,
 		nullStr(r.Signal), nullStr(r.Error), b2i(r.WasTimeout), b2i(r.WasCancelled), r.DurationMs, r.OutputBytes,
-		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), nullStr(r.StoppedBy), r.ID}
+		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), nullStr(r.StoppedBy), b2i(r.OutputCut), r.ID}
 	return nil
 }
 
 func (w *jobFinished) apply(t *wtx) error {
 	ok, err := t.exec1(`UPDATE jobs SET state = ?, runner_id = ?, runner_pid = ?, dispatched_at = ?, finished_at = ?,
 		exit_code = ?, signal = ?, error = ?, was_timeout = ?, was_cancelled = ?, duration_ms = ?,
-		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
+		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ?, output_cut = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
 	if err == nil && !ok {
 		return whyUnchanged(t, w.rec.ID)
 	}
@@ -327,7 +327,7 @@ func (w *jobFinished) apply(t *wtx) error {
 const (
 	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd,
-		stopped_by`
+		stopped_by, output_cut`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
 		s.stdin, s.stdin_b64, s.kill_grace_ms, s.stdin_stream`
 )
@@ -347,11 +347,11 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		worktree, env, files, agent, tool      sql.NullString
 		timeoutMs, maxOut, grace               sql.NullInt64
 		stdin, stdinB64, out                   []byte
-		stdinStream                            bool
+		stdinStream, cut                       bool
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
 		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd,
-		&stoppedBy}
+		&stoppedBy, &cut}
 	if spec != nil {
 		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace, &stdinStream)
 	}
@@ -378,7 +378,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		r.ExitCode = &c
 	}
 	r.Signal, r.Error, r.StoppedBy = signal.String, errStr.String, stoppedBy.String
-	r.WasTimeout, r.WasCancelled, r.OutputTruncated = timeout, cancelled, truncated
+	r.WasTimeout, r.WasCancelled, r.OutputTruncated, r.OutputCut = timeout, cancelled, truncated, cut
 	r.Command, r.Cwd = command.String, cwd.String
 	if argv.Valid {
 		if err := json.Unmarshal([]byte(argv.String), &r.Argv); err != nil {

@@ -100,7 +100,7 @@ func TestJobLifecycleRoundTrip(t *testing.T) {
 	final := api.JobRecord{ID: "j-1", Lane: "net", RunnerID: "net-1", RunnerPid: 4343, State: api.StateFailed,
 		ExitCode: &code, Output: "out\x00put\xff", DurationMs: 1234, Error: "boom", Command: spec.Command,
 		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: created, DispatchedAt: &d, FinishedAt: &fin,
-		OutputBytes: 99999, OutputTruncated: true, WasTimeout: true, WasCancelled: true, StoppedBy: "sigkill"}
+		OutputBytes: 99999, OutputTruncated: true, WasTimeout: true, WasCancelled: true, StoppedBy: "sigkill", OutputCut: true}
 	if err := jobs.Finish(ctx, final); err != nil {
 		t.Fatal(err)
 	}

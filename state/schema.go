@@ -263,6 +263,11 @@ CREATE TABLE loop_iterations (
 	PRIMARY KEY (loop_id, iteration)
 ) WITHOUT ROWID;
 `},
+	// A job whose output the runner stopped reading while something that
+	// outlived the job still held it open (Result.output_cut).
+	{version: 10, name: "a job's cut output", sql: `
+ALTER TABLE jobs ADD COLUMN output_cut INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -295,6 +295,11 @@ type Result struct {
 	// out, was 0, or the cancel was forced or repeated). Empty for a job
 	// that was not stopped.
 	StoppedBy string `json:"stopped_by,omitempty"`
+	// OutputCut is an orchestrd extension: after the job and what it left
+	// were killed, something outside them still held its output open and
+	// wrote nothing for a while, so the runner stopped reading it. What
+	// that holder wrote later was not read. Loopr peers ignore it.
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 // Result.StoppedBy values.

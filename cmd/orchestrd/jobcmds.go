@@ -122,6 +122,14 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 
 // outputSummary says how much the job wrote and what its record keeps.
 func outputSummary(j api.JobRecord) string {
+	s := outputKept(j)
+	if j.OutputCut {
+		s += "; may be incomplete: something that outlived the job held its output open, and what it wrote later was not read"
+	}
+	return s
+}
+
+func outputKept(j api.JobRecord) string {
 	wrote := sizeOf(j.OutputBytes)
 	switch {
 	case !j.State.Terminal():

@@ -109,10 +109,13 @@ func (s *streamReader) incomplete(rec api.JobRecord, who string) bool {
 	if rec.State == api.StateError {
 		total = s.received + s.missed // its output is why it could not run
 	}
-	if s.missed == 0 && s.received >= total {
+	if s.missed == 0 && s.received >= total && !rec.OutputCut {
 		return false
 	}
 	var why []string
+	if rec.OutputCut {
+		why = append(why, "something that outlived the job held its output open, and what it wrote after the job was not read")
+	}
 	if s.reasons[lanes.GapBehind] {
 		why = append(why, "the daemon could not hold more for this client: the job's runner does not take flow control")
 	}
@@ -126,6 +129,11 @@ func (s *streamReader) incomplete(rec api.JobRecord, who string) bool {
 	}
 	if len(why) == 0 {
 		why = append(why, "the stream ended early")
+	}
+	if s.missed == 0 && s.received >= total {
+		fmt.Fprintf(s.stderr, "orchestrd: output of job %s may be incomplete: %d bytes %s (%s)\n",
+			rec.ID, s.received, who, strings.Join(why, "; "))
+		return true
 	}
 	fmt.Fprintf(s.stderr, "orchestrd: output of job %s is incomplete: %d of %d bytes %s (%s)\n",
 		rec.ID, s.received, total, who, strings.Join(why, "; "))

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -173,5 +175,88 @@ func TestStdinStream(t *testing.T) {
 	d.send(wire.TypeStdinChunk, wire.StdinChunk{JobID: "s3", Data: []byte("more\n"), EOF: true})
 	if o := d.collect("s3"); o.res.Status != wire.StatusSuccess || o.stdout != "more\n" {
 		t.Fatalf("result %+v stdout %q", o.res, o.stdout)
+	}
+}
+
+// A job that ends while its output is still on the way (the daemon reads
+// slowly, the runner is starved) loses none of it, however long the way:
+// its pipes are cut only when empty and idle. Job b ends with its output
+// in its pipe while the runner is blocked sending job a's flood to a
+// daemon that stopped reading; the daemon reads again only well after b
+// is gone (drainGrace used to cut b's pipe there, telling no one).
+func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
+	d := startRunner(t, okAck(2))
+	dir := t.TempDir()
+	const total = 40000
+	d.send(wire.TypeJob, wire.Job{JobID: "b", Command: fmt.Sprintf(
+		"echo $$ > %s/b.pid; while [ ! -e %s/go ]; do sleep 0.01; done; exec head -c %d /dev/zero", dir, dir, total)})
+	if !d.jobAck("b").Accepted {
+		t.Fatal("b not accepted")
+	}
+	d.send(wire.TypeJob, wire.Job{JobID: "a", Command: "echo $$ >&2; exec cat /dev/zero"})
+	if !d.jobAck("a").Accepted {
+		t.Fatal("a not accepted")
+	}
+	// a floods; once its pid came, stop reading and wait until a is
+	// blocked on its pipe: the socket and the runner are full.
+	aPid := 0
+	for aPid == 0 {
+		c := decode[wire.OutputChunk](t, d.expect("a's pid", func(f rawFrame) bool {
+			return f.t == wire.TypeOutputChunk && jobIDOf(f) == "a"
+		}))
+		if c.Stream == wire.Stderr {
+			aPid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
+		}
+	}
+	d.gate.Lock()
+	gated := true
+	defer func() {
+		if gated {
+			d.gate.Unlock()
+		}
+	}()
+	last := ""
+	deadline := time.Now().Add(waitFor)
+	for {
+		w := procLine(aPid, "io", "wchar")
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", aPid))
+		if strings.Contains(string(wchan), "pipe_write") && w == last {
+			break
+		}
+		last = w
+		if time.Now().After(deadline) {
+			t.Fatalf("a not blocked: wchan %q, wchar %s", wchan, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// b writes all of its output into its pipe and ends.
+	b, err := os.ReadFile(dir + "/b.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bPid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := os.WriteFile(dir+"/go", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(waitFor)
+	for unix.Kill(bPid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("b (pid %d) did not end", bPid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Provocation, not correctness: the old bound fired 250 ms after the
+	// end; give it well over that before the daemon reads again.
+	time.Sleep(4 * drainGrace)
+	d.gate.Unlock()
+	gated = false
+	d.send(wire.TypeCancel, wire.Cancel{JobID: "a", Force: true})
+	o := d.collect("b")
+	if o.res.Status != wire.StatusSuccess || len(o.stdout) != total || o.res.OutputCut {
+		t.Fatalf("b: status %s, output_cut %v, %d of %d bytes", o.res.Status, o.res.OutputCut, len(o.stdout), total)
+	}
+	ra := decode[wire.Result](t, d.expectType(wire.TypeResult, "a"))
+	if !ra.WasCancelled {
+		t.Fatalf("a: result %+v", ra)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ type fakeDaemon struct {
 	runErr  chan error
 	ran     bool
 	runRes  error
+	// gate: holding it for writing stops the daemon reading the runner's
+	// frames after the one it is at, so the socket fills.
+	gate sync.RWMutex
 }
 
 type launcher func(ctx context.Context, o Options) error
@@ -110,6 +114,8 @@ func startWith(tb testing.TB, ack *wire.HandshakeAck, run launcher, mutate ...fu
 			if err != nil {
 				return
 			}
+			d.gate.RLock()
+			d.gate.RUnlock() //nolint:staticcheck // a gate, not a critical section
 			d.frames <- rawFrame{f.Type, bytes.Clone(f.Payload)}
 		}
 	}()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,9 +24,13 @@ import (
 const (
 	// defaultMaxOutput caps Result.output when the job gives max_output_bytes 0.
 	defaultMaxOutput = 1 << 20
-	// drainGrace is how long the output pipes may stay open after the job's
-	// process group was killed: only a process that left the group (setsid)
-	// can still hold them, and it does not get to hold the Result.
+	// drainGrace is how long an output pipe may stay open, empty and
+	// unwritten after the job and its leftovers were killed: only a process
+	// that escaped both (its fd passed to a stranger) can still hold it,
+	// and it does not get to hold the Result. A pipe that still has bytes
+	// in it, or whose bytes are on their way to the daemon, is never cut:
+	// a runner starved of CPU or a slow daemon delays the Result, it does
+	// not lose the output's end.
 	drainGrace = 250 * time.Millisecond
 )
 
@@ -56,8 +61,15 @@ type job struct {
 	// ends as a shell would end it (127), without a process.
 	execErr error
 
-	mu        sync.Mutex
-	pid       int // process group id once started
+	// reading[s] is set while the pump of stream s waits in a read of its
+	// pipe, not in sending what it read.
+	reading [2]atomic.Bool
+
+	mu  sync.Mutex
+	pid int // process group id once started
+	// outputCut: a pipe was cut while something still held it open
+	// (drainGrace); Result.output_cut says so.
+	outputCut bool
 	exited    bool
 	reason    killReason
 	out       []byte
@@ -472,31 +484,9 @@ func (j *job) execute() wire.Result {
 		timer.Stop()
 	}
 
-	// The group is dead, so the pipes reach EOF at once unless a process that
-	// left the group holds them; do not wait for that one long.
-	var bound *time.Timer
-	for n := 0; n < 2; {
-		if bound == nil {
-			select {
-			case <-drained:
-				n++
-				continue
-			default:
-			}
-			bound = time.NewTimer(drainGrace)
-		}
-		select {
-		case <-drained:
-			n++
-		case <-bound.C:
-			past := time.Unix(1, 0)
-			_ = outR.SetReadDeadline(past)
-			_ = errR.SetReadDeadline(past)
-		}
-	}
-	if bound != nil {
-		bound.Stop()
-	}
+	// The job and its leftovers are dead, so the pipes reach EOF once they
+	// are read to their end.
+	j.drain([2]*os.File{outR, errR}, drained)
 	outR.Close()
 	errR.Close()
 
@@ -519,6 +509,65 @@ func (j *job) execute() wire.Result {
 	res.Killed = killed
 	res.Signal = sig
 	return res
+}
+
+// drain waits for both pumps to reach their pipes' EOF. A pipe is cut
+// (its read deadline set in the past) only once it was found empty, with
+// its pump waiting in a read, at two checks drainGrace apart: something
+// outside the job holds it open and has written nothing for that long.
+// The cut is told in Result.output_cut, since that holder might have
+// written more.
+func (j *job) drain(pipes [2]*os.File, drained <-chan struct{}) {
+	n := 0
+	select { // the common case: both at EOF already, no timer
+	case <-drained:
+		n++
+		select {
+		case <-drained:
+			n++
+		default:
+		}
+	default:
+	}
+	if n == 2 {
+		return
+	}
+	tick := time.NewTicker(drainGrace)
+	defer tick.Stop()
+	var idle, cut [2]bool
+	for n < 2 {
+		select {
+		case <-drained:
+			n++
+		case <-tick.C:
+			for s, f := range pipes {
+				if cut[s] {
+					continue
+				}
+				empty := j.reading[s].Load() && pipeEmpty(f)
+				if empty && idle[s] {
+					cut[s] = true
+					j.mu.Lock()
+					j.outputCut = true
+					j.mu.Unlock()
+					_ = f.SetReadDeadline(time.Unix(1, 0))
+				}
+				idle[s] = empty
+			}
+		}
+	}
+}
+
+// pipeEmpty tells whether nothing is waiting to be read in pipe f
+// (TIOCINQ is FIONREAD on Linux; it works on pipes).
+func pipeEmpty(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	n := 0
+	ierr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	return ierr == nil && err == nil && n == 0
 }
 
 // signalName names a signal as Result.signal carries it: "SIGSEGV", or
@@ -556,6 +605,7 @@ func (j *job) resultLocked(code *int32, dur time.Duration) wire.Result {
 	if j.reason != reasonNone {
 		res.StoppedBy = j.stoppedBy
 	}
+	res.OutputCut = j.outputCut
 	return res
 }
 
@@ -643,9 +693,15 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, chunkMax); return &b
 func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:j.r.chunk]
+	reading := &j.reading[0]
+	if s == wire.Stderr {
+		reading = &j.reading[1]
+	}
 	for {
 		j.waitCredit()
+		reading.Store(true)
 		n, err := f.Read(buf)
+		reading.Store(false)
 		if n > 0 {
 			j.emit(s, buf[:n])
 		}

@@ -486,6 +486,10 @@ func TestEscapedChildDoesNotHoldResult(t *testing.T) {
 	if o.res.Status != wire.StatusSuccess || took > 5*time.Second {
 		t.Fatalf("result %+v after %v", o.res, took)
 	}
+	// What it might still write is not read, and the Result says so.
+	if !o.res.OutputCut {
+		t.Fatalf("result %+v: output_cut not set", o.res)
+	}
 	t.Logf("result after %v with an escaped process holding the pipes", took)
 }
 
