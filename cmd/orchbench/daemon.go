@@ -42,6 +42,11 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 		}
 		args = append(args, "--config", path)
 	}
+	if b.profiles != "" {
+		prof := filepath.Join(b.profiles, name+".pprof")
+		_ = os.Remove(prof) // serve refuses to overwrite
+		args = append(args, "--cpuprofile", prof)
+	}
 	logf, err := os.Create(filepath.Join(b.tmp, name+".log"))
 	if err != nil {
 		return nil, err

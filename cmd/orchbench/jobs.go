@@ -210,14 +210,14 @@ func measureJobs(b *bench, d *daemon, label string, levels []int, trials int, du
 			Baseline: fmtRate(br.P50, "jobs") + " (exec loop)", BaselineValue: floatp(br.P50), BaselineN: br.N,
 			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50)}
 		if c == 32 && label == "" {
-			row.Target, row.Met = "≥ 70% of baseline", boolp(rt.P50 >= 0.70)
+			row.Target, row.Met = "≥ 85% of baseline", boolp(rt.P50 >= 0.85)
 		}
 		b.add(row)
 		ratio, rv := fmtRatio(ol.P50, bl.P50)
 		row = Row{Metric: fmt.Sprintf(label+"c=%d: latency p50", c), N: ol.N, Orchestrd: fmtMs(ol.P50), Value: ol.P50, Unit: "ms",
 			Baseline: fmtMs(bl.P50) + " (exec loop)", BaselineValue: floatp(bl.P50), BaselineN: bl.N, Ratio: ratio, RatioValue: rv}
 		if c == 1 && label == "" {
-			row.Target, row.Met = "≤ 2x baseline", boolp(ol.P50 <= 2*bl.P50)
+			row.Target, row.Met = "≤ 1.5x baseline", boolp(ol.P50 <= 1.5*bl.P50)
 		}
 		b.add(row)
 		ratio, rv = fmtRatio(ol.P99, bl.P99)

@@ -69,6 +69,7 @@ type bench struct {
 	log      io.Writer
 	rep      *Report
 	title    string // current scenario's title
+	profiles string // when set, each daemon writes its CPU profile here (--cpuprofile)
 }
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -82,8 +83,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run: "+scenarioIDs())
 	keep := fs.Bool("keep", false, "keep the temporary directory (daemon homes and logs)")
 	verbose := fs.Bool("v", false, "log progress in detail on stderr")
+	profiles := fs.String("cpuprofile", "", "each daemon writes a CPU profile of its run to `DIR`/NAME.pprof (serve --cpuprofile)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: orchbench [--quick] [--json FILE] [--bin ORCHESTRD] [--only LIST] [--keep] [-v]")
+		fmt.Fprintln(stderr, "Usage: orchbench [--quick] [--json FILE] [--bin ORCHESTRD] [--only LIST] [--keep] [--cpuprofile DIR] [-v]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -120,7 +122,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	b := &bench{quick: *quick, verbose: *verbose, tmp: tmp, log: stderr, rep: rep}
+	b := &bench{quick: *quick, verbose: *verbose, tmp: tmp, log: stderr, rep: rep, profiles: *profiles}
+	if b.profiles != "" {
+		if err := os.MkdirAll(b.profiles, 0o700); err != nil {
+			fmt.Fprintf(stderr, "orchbench: --cpuprofile: %v\n", err)
+			return 2
+		}
+	}
 
 	if err := raiseNofile(); err != nil {
 		b.logf("could not raise the open-files limit: %v (scenario 6 may fail)", err)

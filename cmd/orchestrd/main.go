@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,9 +220,12 @@ func cmdHelp(args []string, stdout, stderr io.Writer) int {
 }
 
 const serveUsage = `orchestrd serve [--home DIR] [--config FILE] [--log-format json|console] [--log-level LEVEL]
+                [--cpuprofile FILE]
 
 Runs the daemon in the foreground until SIGTERM or SIGINT. Exit 2: a bad
-config, home or flag, or a front-end the config turns on that cannot start.`
+config, home or flag, or a front-end the config turns on that cannot start.
+--cpuprofile writes a pprof CPU profile of the whole run to FILE when the
+daemon stops (for finding where time goes; it costs a few percent).`
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve")
@@ -229,8 +233,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default HOME/config.toml if it exists, else the embedded defaults)")
 	logFormat := fs.String("log-format", "console", "log `FORMAT` on stderr: json or console")
 	logLevel := fs.String("log-level", "", "log `LEVEL` of the daemon and its runners: trace, debug, info, warn or error (default $"+runner.EnvLogLevel+", else info)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE` when the daemon stops")
 	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
 		return code
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd serve: %v\n", err)
+			return 2
+		}
+		defer stop()
 	}
 	if fs.NArg() > 0 {
 		return usageError(fs, serveUsage, stderr, "unexpected argument %q", fs.Arg(0))
@@ -327,4 +340,22 @@ func setupError(err error) bool {
 	var cfg *daemon.ConfigError
 	var fe *daemon.FrontEndError
 	return errors.As(err, &home) || errors.As(err, &st) || errors.As(err, &cfg) || errors.As(err, &fe)
+}
+
+// startCPUProfile profiles the process's CPU into a new file at path until
+// the returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("--cpuprofile: starting the profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
