@@ -257,14 +257,17 @@ func TestRedTeam(t *testing.T) {
 			// running job's id still dies with its own job. Without them
 			// (non-root here) the runner knows a daemonised process's job
 			// only by its ORCHESTRD_JOB_ID: one that claims another running
-			// job's id lives until that job ends, and no longer.
+			// job's id lives until that job ends, and no longer. (It does
+			// not hold the job's output: one that did would outlive the job
+			// holding it, and the job's output would be cut and reported
+			// so, exit 1: TestEscapedChildDoesNotHoldResult.)
 			t.Run("a process claiming another job's id dies with a job", func(t *testing.T) {
 				dir, tag := d.scratch(t), newTag()
 				d.startJob(t, "no-net", dir+"/a", "touch "+dir+"/a; while [ ! -e "+dir+"/end ]; do sleep 0.05; done")
 				d.runJob(t, "no-net", fmt.Sprintf(`cd %s
 v=$(for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f 2>/dev/null | grep '^ORCHESTRD_JOB_ID='; done | grep -v "=$ORCHESTRD_JOB_ID\$" | head -1)
 [ -n "$v" ] || v=ORCHESTRD_JOB_ID=j-000000-1
-env "$v" setsid -f sh -c 'touch p && exec sleep %s'
+env "$v" setsid -f sh -c 'touch p && exec sleep %s' </dev/null >/dev/null 2>&1
 while [ ! -e p ]; do :; done`, dir, tag))
 				if os.Geteuid() == 0 && cred == nil {
 					eventually(t, 10*time.Second, "the borrower to die with its own job", func() bool { return len(tagged(tag)) == 0 })
