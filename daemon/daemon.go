@@ -31,6 +31,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/spool"
@@ -532,7 +533,7 @@ func Run(ctx context.Context, opts Options) error {
 func runnerLogEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ORCHESTRD_LOG_") {
+		if strings.HasPrefix(kv, "ORCHESTRD_LOG_") || strings.HasPrefix(kv, runner.EnvCPUProfile+"=") {
 			out = append(out, kv)
 		}
 	}

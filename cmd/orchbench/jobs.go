@@ -188,9 +188,25 @@ func measureJobs(b *bench, d *daemon, label string, levels []int, trials int, du
 	type series struct{ orch, base []measured }
 	res := map[int]*series{}
 	none := func() []int { return nil }
+	// The CPU orchestrd spends on a job (the daemon and its runners, the
+	// job's own process not included): what the exec loop does not pay.
+	servers := func() []int {
+		ps := []int{d.pid()}
+		if c, err := d.dial(); err == nil {
+			if ls, err := laneList(c); err == nil {
+				for _, l := range ls {
+					for _, r := range l.Runners {
+						ps = append(ps, r.Pid)
+					}
+				}
+			}
+			c.Close()
+		}
+		return ps
+	}
 	for _, c := range levels {
 		o, e, err := paired(trials,
-			func() (measured, error) { return trial(none, c, dur, orchJobWorker(d)) },
+			func() (measured, error) { return trial(servers, c, dur, orchJobWorker(d)) },
 			func() (measured, error) { return trial(none, c, dur, execTrueWorker) })
 		if err != nil {
 			return fmt.Errorf("concurrency %d: %w", c, err)
@@ -223,6 +239,10 @@ func measureJobs(b *bench, d *daemon, label string, levels []int, trials int, du
 		ratio, rv = fmtRatio(ol.P99, bl.P99)
 		b.add(Row{Metric: fmt.Sprintf(label+"c=%d: latency p99", c), N: ol.N, Orchestrd: fmtMs(ol.P99), Value: ol.P99, Unit: "ms",
 			Baseline: fmtMs(bl.P99) + " (exec loop)", BaselineValue: floatp(bl.P99), BaselineN: bl.N, Ratio: ratio, RatioValue: rv})
+		if cpu := cpuPerOp(s.orch); !math.IsNaN(cpu) {
+			b.add(Row{Metric: fmt.Sprintf(label+"c=%d: CPU per job, daemon and runners (not the job's process)", c), N: len(s.orch),
+				Orchestrd: fmt.Sprintf("%.0f µs", cpu), Value: cpu, Unit: "µs"})
+		}
 	}
 	return nil
 }

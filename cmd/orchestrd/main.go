@@ -244,6 +244,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer stop()
+		// Runners profile themselves beside it (FILE.runner-ID.pprof).
+		os.Setenv(runner.EnvCPUProfile, *cpuProfile+".runner")
 	}
 	if fs.NArg() > 0 {
 		return usageError(fs, serveUsage, stderr, "unexpected argument %q", fs.Arg(0))

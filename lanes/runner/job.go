@@ -276,7 +276,7 @@ func jobBaseEnv(env []string, cfg wire.RunnerConfig) []string {
 	out := make([]string, 0, len(clean)+len(cfg.Env))
 	for _, kv := range clean {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") || k == "NOTIFY_SOCKET" {
+		if k == EnvJoinToken || k == EnvJobID || strings.HasPrefix(k, "ORCHESTRD_LOG_") || k == EnvCPUProfile || k == "NOTIFY_SOCKET" {
 			continue
 		}
 		if _, over := cfg.Env[k]; over {

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,10 @@ const (
 	// EnvLogColor says whether console logs are coloured: "true" or
 	// "false"; unset, they are when stderr is a terminal.
 	EnvLogColor = "ORCHESTRD_LOG_COLOR"
+	// EnvCPUProfile, when set (serve --cpuprofile sets it), is a path
+	// prefix: the runner writes a CPU profile of its run to PREFIX-ID.pprof
+	// when it stops. Never passed on to a job.
+	EnvCPUProfile = "ORCHESTRD_RUNNER_CPUPROFILE"
 )
 
 // Main is the `orchestrd runner` subcommand: it parses
@@ -108,6 +113,16 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 		// A bring-your-own runner sandboxes its jobs as a spawned one does:
 		// it connects, then runs itself again in namespaces of its own.
 		return sandboxed(*lane, *socket, *id, *tokenFile, token, stderr)
+	}
+	if prefix := os.Getenv(EnvCPUProfile); prefix != "" {
+		os.Unsetenv(EnvCPUProfile)
+		name := *id // unique among a daemon's runners; the pid may be 1 in each one's namespace
+		if name == "" {
+			name = strconv.Itoa(os.Getpid())
+		}
+		if stop := cpuProfile(prefix+"-"+name+".pprof", stderr); stop != nil {
+			defer stop()
+		}
 	}
 	var conn *net.UnixConn
 	if *connFD >= 0 {
@@ -311,4 +326,24 @@ func sandboxed(lane, socket, id, tokenFile, token string, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// cpuProfile profiles the runner's CPU into a new file at path until the
+// returned stop is called; nil (and a line on stderr) when it cannot.
+func cpuProfile(path string, stderr io.Writer) (stop func()) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orchestrd runner: no CPU profile: %v\n", err)
+		return nil
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
