@@ -20,6 +20,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -40,27 +41,21 @@ const (
 	// conn actor that the actor has not handled yet (at most half of
 	// SubscriberQueue).
 	maxInFlight = 32
-	// maxQueuedBytes bounds the bytes queued for one connection, next to
-	// the SubscriberQueue line bound (one line is always accepted).
-	maxQueuedBytes = 16 << 20
-	// flushTimeout bounds how long a closing connection may take to flush
-	// what is queued for it (a final response, a disconnect's {}).
-	flushTimeout = time.Second
 	// refuseTimeout bounds writing the refusal line to a refused peer.
 	refuseTimeout = time.Second
 )
 
 // Close reasons reported in conn.closed.
 const (
-	ReasonClientDisconnect   = "client_disconnect"   // the disconnect method
-	ReasonClientClosed       = "client_closed"       // EOF from the client
-	ReasonReadError          = "read_error"          // reading failed (reset, ...)
-	ReasonWriteError         = "write_error"         // writing failed (client gone, flush timeout)
-	ReasonLineTooLong        = "line_too_long"       // a line over MaxLine
-	ReasonResponseQueueFull  = "response_queue_full" // unread responses alone exceeded the bound
-	ReasonSubscriberOverflow = "subscriber_overflow" // Overflow "disconnect"
-	ReasonDaemonStopping     = "daemon_stopping"     // Server.Close
-	ReasonActorStopped       = "actor_stopped"       // the conn actor stopped for another cause (panic)
+	ReasonClientDisconnect   = "client_disconnect"                // the disconnect method
+	ReasonClientClosed       = "client_closed"                    // EOF from the client
+	ReasonReadError          = "read_error"                       // reading failed (reset, ...)
+	ReasonWriteError         = sockserve.ReasonWriteError         // writing failed (client gone, flush timeout)
+	ReasonLineTooLong        = "line_too_long"                    // a line over MaxLine
+	ReasonResponseQueueFull  = sockserve.ReasonResponseQueueFull  // unread responses alone exceeded the bound
+	ReasonSubscriberOverflow = sockserve.ReasonSubscriberOverflow // Overflow "disconnect"
+	ReasonDaemonStopping     = "daemon_stopping"                  // Server.Close
+	ReasonActorStopped       = "actor_stopped"                    // the conn actor stopped for another cause (panic)
 )
 
 // Options configures New.
