@@ -11,10 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,7 +18,7 @@ import (
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -38,6 +34,9 @@ const (
 	closeGrace    = 2 * time.Second
 )
 
+// maxConns bounds the pods' connections to one repo socket.
+const maxConns = 1024
+
 // Server serves one repo's socket.
 type Server struct {
 	path string
@@ -47,11 +46,7 @@ type Server struct {
 	log  zerolog.Logger
 	ln   *net.UnixListener
 	dir  *beneath.Dir // the socket's directory, when the repo's; closed last
-	wg   sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[*net.UnixConn]struct{}
+	srv  *sockserve.Server
 }
 
 // Listener returns the spool.Listener the daemon gives the clanker domain.
@@ -68,23 +63,22 @@ func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
 // so no link an agent put on socket's path is followed; without, socket
 // is the operator's path and its directory is made.
 func Listen(socket string, dir *beneath.Dir, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
-	bind := socket
+	lo := sockserve.ListenOptions{DirMode: 0o755}
 	if dir != nil {
-		bind = "/proc/self/fd/" + strconv.Itoa(dir.Fd()) + "/" + filepath.Base(socket)
-	} else if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
-		return nil, fmt.Errorf("making the directory of socket %s: %w", socket, err)
+		lo = sockserve.ListenOptions{DirFd: dir.Fd()}
 	}
-	ln, err := proc.ListenUnix(bind)
+	ln, err := sockserve.Listen(socket, lo)
 	if err != nil {
 		if dir != nil {
 			dir.Close()
 		}
 		return nil, fmt.Errorf("making clanker's socket %s: %w", socket, err)
 	}
-	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, dir: dir, conns: map[*net.UnixConn]struct{}{},
+	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, dir: dir,
 		log: log.With().Str("component", "clankeripc").Str("repo", repo).Logger()}
-	s.wg.Add(1)
-	go s.accept()
+	s.srv = sockserve.New(sockserve.Options{Path: socket, Component: "clanker", MaxConns: maxConns,
+		Serve: s.serve, Grace: closeGrace, Bus: bus, Logger: s.log})
+	s.srv.Serve(ln)
 	return s, nil
 }
 
@@ -94,76 +88,17 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-func (s *Server) accept() {
-	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		nc, err := s.ln.AcceptUnix()
-		if err != nil {
-			if s.isClosed() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("clanker: accept failed")
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return
-		}
-		s.conns[nc] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(nc)
-	}
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // Close stops accepting, lets each connection finish the request it is
 // answering (a short grace), closes them, waits for every goroutine and
 // removes the socket file.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	for nc := range s.conns {
-		// A read waiting for the next request ends now.
-		nc.SetReadDeadline(time.Now())
-	}
-	s.mu.Unlock()
 	// The listener removes its socket by the path it was bound by: through
 	// the directory's descriptor, closed after it.
 	err := s.ln.Close()
 	if s.dir != nil {
-		s.dir.Close()
+		defer s.dir.Close()
 	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		s.mu.Lock()
-		for nc := range s.conns {
-			nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-	}
+	s.srv.Close()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
 	}
@@ -175,25 +110,19 @@ type answer struct {
 	err  error
 }
 
-func (s *Server) serve(nc *net.UnixConn) {
-	defer s.wg.Done()
-	defer func() {
-		nc.Close()
-		s.mu.Lock()
-		delete(s.conns, nc)
-		s.mu.Unlock()
-	}()
-	if p, err := proc.CheckSameUID(nc); err != nil {
-		msg := "refused: " + err.Error()
-		s.log.Warn().Int32("pid", p.Pid).Uint32("uid", p.UID).Msg("clanker: " + msg)
-		s.emit(eventlog.ConnRefused{Socket: s.path, Pid: p.Pid, UID: p.UID, Reason: msg})
+func (s *Server) serve(c *sockserve.Conn) {
+	nc := c.NC
+	rc, err := nc.SyscallConn()
+	if err != nil {
 		return
 	}
-	lr := wire.NewClankerLineReader(nc)
+	lr := sockserve.NewLines(rc, wire.MaxClankerLine, "ipc request line")
+	defer lr.Close()
 	var out []byte
 	answers := make(chan answer, 1)
+	var t *time.Timer
 	for {
-		if s.isClosed() {
+		if s.srv.Closing() {
 			return
 		}
 		nc.SetReadDeadline(time.Now().Add(idleTimeout))
@@ -222,16 +151,27 @@ func (s *Server) serve(nc *net.UnixConn) {
 			continue
 		}
 		s.h.Handle(req.Type, req.Payload, func(data []byte, err error) { answers <- answer{data, err} })
-		t := time.NewTimer(answerTimeout)
 		var a answer
 		select {
-		case a = <-answers:
-			t.Stop()
-		case <-t.C:
-			// The repo did not answer in time (a store stalled): this
-			// connection stops here; a late answer is dropped.
-			s.write(nc, wire.AppendClankerError(out[:0], req.ID, fmt.Sprintf("the repo did not answer within %s", answerTimeout)))
-			return
+		case a = <-answers: // nearly always: no timer
+		default:
+			if t == nil {
+				t = time.NewTimer(answerTimeout)
+			} else {
+				t.Reset(answerTimeout)
+			}
+			select {
+			case a = <-answers:
+				t.Stop()
+			case <-t.C:
+				// The repo did not answer in time (a store stalled): this
+				// connection stops here; a late answer is dropped. The
+				// repo may still read the request's bytes: their buffer
+				// is not reused.
+				lr.Forget()
+				s.write(nc, wire.AppendClankerError(out[:0], req.ID, fmt.Sprintf("the repo did not answer within %s", answerTimeout)))
+				return
+			}
 		}
 		if a.err != nil {
 			out = wire.AppendClankerError(out[:0], req.ID, a.err.Error())

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
@@ -50,6 +51,9 @@ func (c *Call) Method() string { return c.method }
 // data; absent params leave v as it is. The error is an *api.Error
 // (CodeInvalidParams) naming the method and the problem.
 func (c *Call) Decode(v any) error {
+	if _, none := v.(*api.NoParams); none && noParams(c.params) {
+		return nil // absent or {}: nothing to decode (ping's way)
+	}
 	if e := wire.DecodeParams(wire.Request{ID: c.id, Method: c.method, Params: c.params}, v); e != nil {
 		return &api.Error{Code: e.Code, Message: e.Message}
 	}
@@ -168,4 +172,16 @@ func (cn *conn) closeCalls(reason string) {
 			c.Fail(api.Errorf(api.CodeShuttingDown, "daemon is stopping"))
 		}
 	}
+}
+
+// noParams reports whether params are absent or an empty object.
+func noParams(p json.RawMessage) bool {
+	p = bytes.TrimSpace(p)
+	if len(p) == 0 {
+		return true
+	}
+	if p[0] != '{' || p[len(p)-1] != '}' {
+		return false
+	}
+	return len(bytes.TrimSpace(p[1:len(p)-1])) == 0
 }

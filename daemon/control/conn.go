@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -209,6 +211,15 @@ func (cn *conn) respond(id uint64, result any, rerr *wire.Error) {
 }
 
 func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
+	if raw, ok := result.(rawResult); ok && rerr == nil {
+		// A result already encoded (ping's, an empty one): no reflection.
+		line := make([]byte, 0, len(`{"id":,"result":}`)+20+len(raw)+1)
+		line = append(line, `{"id":`...)
+		line = strconv.AppendUint(line, id, 10)
+		line = append(line, `,"result":`...)
+		line = append(line, raw...)
+		return append(line, '}', '\n')
+	}
 	line, err := wire.AppendResponse(nil, id, result, rerr)
 	if err != nil {
 		cn.srv.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: encoding response")
@@ -220,7 +231,14 @@ func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
 // readLoop is the connection's reader goroutine.
 func (cn *conn) readLoop(ref actors.Ref) {
 	defer cn.Release()
-	lr := wire.NewLineReader(cn.nc, cn.srv.opts.MaxLine)
+	rc, err := cn.nc.SyscallConn()
+	if err != nil {
+		cn.srv.sys.Send(ref, readEnd{err})
+		return
+	}
+	// An idle connection holds no read buffer (sockserve.Lines).
+	lr := sockserve.NewLines(rc, cn.srv.opts.MaxLine, "")
+	defer lr.Close()
 	sys := cn.srv.sys
 	for {
 		line, err := lr.Next()

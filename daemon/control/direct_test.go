@@ -1,6 +1,8 @@
 package control
 
 import (
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
+
 	"encoding/json"
 	"strings"
 	"testing"
@@ -36,8 +38,8 @@ func TestDirectWriteRemainderKeepsOrder(t *testing.T) {
 			}
 		}
 	}
-	testHookDirectWritten.Store(&hook)
-	defer testHookDirectWritten.Store(nil)
+	sockserve.TestHookDirectWritten.Store(&hook)
+	defer sockserve.TestHookDirectWritten.Store(nil)
 	r.send(`{"id":2,"method":"test.big"}`)
 	select {
 	case <-written:

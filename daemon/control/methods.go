@@ -76,7 +76,14 @@ type (
 	}
 )
 
-var emptyResult = struct{}{}
+// rawResult is a result already encoded as JSON (the protocol's own
+// constant answers), written as it is.
+type rawResult []byte
+
+var (
+	emptyResult = rawResult(`{}`)
+	pongJSON    = rawResult(`{"pong":true}`)
+)
 
 // handle parses one request line and hands it to its method.
 func (a *connActor) handle(c *actors.Context, line []byte) {
@@ -136,7 +143,7 @@ func ping(_ *actors.Context, call *Call) {
 		call.Fail(err)
 		return
 	}
-	call.Respond(pongResult{Pong: true})
+	call.Respond(pongJSON)
 }
 
 func disconnect(c *actors.Context, call *Call) {

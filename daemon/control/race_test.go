@@ -1,6 +1,8 @@
 package control
 
 import (
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
+
 	"fmt"
 	"net"
 	"sync"
@@ -102,8 +104,8 @@ func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 			}
 		})
 	}
-	testHookDirectWritten.Store(&hook)
-	defer testHookDirectWritten.Store(nil)
+	sockserve.TestHookDirectWritten.Store(&hook)
+	defer sockserve.TestHookDirectWritten.Store(nil)
 
 	r.send(`{"id":1,"method":"test.async"}`)
 	h.rec.wait(t, "c1 closed", isClosed("c1"))

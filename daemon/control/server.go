@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,11 +13,11 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -40,27 +38,19 @@ const (
 	// conn actor that the actor has not handled yet (at most half of
 	// SubscriberQueue).
 	maxInFlight = 32
-	// maxQueuedBytes bounds the bytes queued for one connection, next to
-	// the SubscriberQueue line bound (one line is always accepted).
-	maxQueuedBytes = 16 << 20
-	// flushTimeout bounds how long a closing connection may take to flush
-	// what is queued for it (a final response, a disconnect's {}).
-	flushTimeout = time.Second
-	// refuseTimeout bounds writing the refusal line to a refused peer.
-	refuseTimeout = time.Second
 )
 
 // Close reasons reported in conn.closed.
 const (
-	ReasonClientDisconnect   = "client_disconnect"   // the disconnect method
-	ReasonClientClosed       = "client_closed"       // EOF from the client
-	ReasonReadError          = "read_error"          // reading failed (reset, ...)
-	ReasonWriteError         = "write_error"         // writing failed (client gone, flush timeout)
-	ReasonLineTooLong        = "line_too_long"       // a line over MaxLine
-	ReasonResponseQueueFull  = "response_queue_full" // unread responses alone exceeded the bound
-	ReasonSubscriberOverflow = "subscriber_overflow" // Overflow "disconnect"
-	ReasonDaemonStopping     = "daemon_stopping"     // Server.Close
-	ReasonActorStopped       = "actor_stopped"       // the conn actor stopped for another cause (panic)
+	ReasonClientDisconnect   = "client_disconnect"                // the disconnect method
+	ReasonClientClosed       = "client_closed"                    // EOF from the client
+	ReasonReadError          = "read_error"                       // reading failed (reset, ...)
+	ReasonWriteError         = sockserve.ReasonWriteError         // writing failed (client gone, flush timeout)
+	ReasonLineTooLong        = "line_too_long"                    // a line over MaxLine
+	ReasonResponseQueueFull  = sockserve.ReasonResponseQueueFull  // unread responses alone exceeded the bound
+	ReasonSubscriberOverflow = sockserve.ReasonSubscriberOverflow // Overflow "disconnect"
+	ReasonDaemonStopping     = "daemon_stopping"                  // Server.Close
+	ReasonActorStopped       = "actor_stopped"                    // the conn actor stopped for another cause (panic)
 )
 
 // Options configures New.
@@ -108,7 +98,8 @@ type Server struct {
 	mu         sync.Mutex
 	closed     bool
 	serving    bool
-	acceptDone chan struct{} // closed when Serve's accept loop has returned
+	acceptDone chan struct{} // closed by Close: Serve returns
+	ss         *sockserve.Server
 	conns      map[*conn]struct{}
 
 	// wg counts every goroutine the server starts: one token per admitted
@@ -152,6 +143,8 @@ func New(opts Options) (*Server, error) {
 		conns:   map[*conn]struct{}{},
 		methods: make(map[string]method, len(ownMethods)),
 	}
+	s.ss = sockserve.New(sockserve.Options{Path: opts.Path, Component: "control", Refusal: refusal,
+		Serve: s.admit, ServeCloses: true, Bus: opts.Bus, Logger: s.log})
 	for name, f := range ownMethods {
 		s.methods[name] = method{own: f}
 	}
@@ -170,16 +163,10 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// listen prepares the socket's directory, clears a stale socket and listens.
+// listen prepares the socket's directory (0700), clears a stale socket
+// and listens.
 func listen(path string) (*net.UnixListener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("control: creating socket directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("control: securing socket directory: %w", err)
-	}
-	ln, err := proc.ListenUnix(path)
+	ln, err := sockserve.Listen(path, sockserve.ListenOptions{DirMode: 0o700})
 	if errors.Is(err, proc.ErrInUse) {
 		return nil, fmt.Errorf("control: another daemon is listening on %s", path)
 	}
@@ -196,7 +183,8 @@ func (s *Server) Metrics() api.ConnMetrics {
 
 // Serve accepts connections until ctx is done or Close is called, and then
 // returns nil. Once ctx is done no more connections are accepted; the open
-// ones stay until Close.
+// ones stay until Close. Accepting, its backoff and the peer check are
+// supervisor/sockserve's; admit makes each connection.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -208,42 +196,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		return errors.New("control: Serve called twice")
 	}
 	s.serving = true
-	done := make(chan struct{})
-	s.acceptDone = done
+	s.acceptDone = make(chan struct{})
 	s.mu.Unlock()
-	defer close(done)
-
-	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
-	defer stop()
-	var backoff time.Duration
-	for {
-		nc, err := s.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil || s.isClosed() || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			if isTemporary(err) {
-				// Out of file descriptors and the like: back off rather than spin.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("control: accept failed")
-				t := time.NewTimer(backoff)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-				}
-				continue
-			}
-			return fmt.Errorf("control: accept: %w", err)
-		}
-		backoff = 0
-		s.admit(nc)
+	s.ss.Serve(s.ln)
+	select {
+	case <-ctx.Done():
+		s.ln.Close()
+	case <-s.acceptDone:
 	}
-}
-
-func isTemporary(err error) bool {
-	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOBUFS) ||
-		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ECONNABORTED) || errors.Is(err, unix.EINTR)
+	return nil
 }
 
 func (s *Server) isClosed() bool {
@@ -252,13 +213,11 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// admit checks the peer and hands an accepted connection to the conns actor.
-func (s *Server) admit(nc *net.UnixConn) {
-	peer, err := proc.CheckSameUID(nc)
-	if err != nil {
-		s.refuse(nc, peer.Pid, peer.UID, "refused: "+err.Error())
-		return
-	}
+// admit hands a connection sockserve accepted and checked to the conns
+// actor. It runs on the connection's own sockserve goroutine, which ends
+// here: the conn's reader and writer goroutines are the server's own.
+func (s *Server) admit(c *sockserve.Conn) {
+	nc := c.NC
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -271,18 +230,14 @@ func (s *Server) admit(nc *net.UnixConn) {
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
-	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID})
+	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: c.Peer.Pid, UID: c.Peer.UID})
 	s.sys.Send(s.connsRef, spawnConn{cn})
 }
 
-// refuse answers a refused peer with one error line and closes it.
-func (s *Server) refuse(nc *net.UnixConn, pid int32, uid uint32, msg string) {
+// refusal is the line a refused peer hears.
+func refusal(msg string) []byte {
 	line, _ := wire.AppendResponse(nil, 0, nil, &wire.Error{Code: wire.CodeUnauthorized, Message: msg})
-	nc.SetWriteDeadline(time.Now().Add(refuseTimeout))
-	nc.Write(line)
-	nc.Close()
-	s.log.Warn().Int32("pid", pid).Uint32("uid", uid).Msg("control: " + msg)
-	s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: pid, UID: uid, Reason: msg})
+	return line
 }
 
 func (s *Server) emit(ev eventlog.Event) {
@@ -312,12 +267,12 @@ func (s *Server) close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.ln.Close()
+	s.ss.Close() // no admit runs after this
 	s.mu.Lock()
-	done := s.acceptDone
-	s.mu.Unlock()
-	if done != nil {
-		<-done // no admit runs after this
+	if s.acceptDone != nil {
+		close(s.acceptDone) // Serve returns
 	}
+	s.mu.Unlock()
 
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))

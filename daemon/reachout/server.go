@@ -21,6 +21,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -62,12 +63,17 @@ type Options struct {
 // socket at its path is its own.
 const DefaultCheckEvery = time.Second
 
+// maxConns bounds the hook connections open at once (each one is a
+// pending approval or a request on its way).
+const maxConns = 1024
+
 // Server serves the hook socket.
 type Server struct {
 	opts Options
 	log  zerolog.Logger
-	wg   sync.WaitGroup
-	stop chan struct{} // closed by Close: the guard ends
+	wg   sync.WaitGroup // the guard
+	stop chan struct{}  // closed by Close: the guard ends
+	srv  *sockserve.Server
 
 	mu      sync.Mutex
 	ln      *net.UnixListener
@@ -76,7 +82,6 @@ type Server struct {
 	lost    string // what was found at the path and could not be taken back ("": nothing)
 	closed  bool
 	serving bool
-	conns   map[*conn]struct{}
 }
 
 // conn is one hook connection.
@@ -114,8 +119,9 @@ func Listen(opts Options) (*Server, error) {
 	if opts.CheckEvery <= 0 {
 		opts.CheckEvery = DefaultCheckEvery
 	}
-	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "reachout").Logger(),
-		conns: map[*conn]struct{}{}, stop: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "reachout").Logger(), stop: make(chan struct{})}
+	s.srv = sockserve.New(sockserve.Options{Path: opts.Path, Component: "reachout", MaxConns: maxConns,
+		Admit: refusedPeer, Serve: s.serveConn, Interrupt: s.interrupt, Grace: closeGrace, Bus: opts.Bus, Logger: s.log})
 	if err := s.listen(); err != nil {
 		err = fmt.Errorf("making vibe-reachout's hook socket: %w", err)
 		s.emit(Unavailable{Socket: opts.Path, Error: err.Error()})
@@ -128,7 +134,7 @@ func Listen(opts Options) (*Server, error) {
 // listen makes the socket and records its file's identity (under mu, or
 // before the server is shared).
 func (s *Server) listen() error {
-	ln, err := proc.ListenUnix(s.opts.Path)
+	ln, err := sockserve.Listen(s.opts.Path, sockserve.ListenOptions{})
 	if err != nil {
 		return err
 	}
@@ -150,8 +156,8 @@ func (s *Server) Serve(asker Asker) {
 	}
 	s.serving = true
 	s.opts.Asker = asker
-	s.wg.Add(2)
-	go s.accept(s.ln)
+	s.wg.Add(1)
+	s.srv.Serve(s.ln)
 	go s.guard()
 }
 
@@ -211,8 +217,9 @@ func (s *Server) check() {
 				old.SetUnlinkOnClose(false)
 				old.Close()
 				ev.TookBack = true
-				s.wg.Add(1)
-				go s.accept(s.ln)
+				if s.serving {
+					s.srv.Serve(s.ln)
+				}
 			}
 		}
 	}
@@ -254,42 +261,7 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-// accept serves ln until it is closed (by Close, or replaced by guard).
-func (s *Server) accept(ln *net.UnixListener) {
-	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		nc, err := ln.AcceptUnix()
-		if err != nil {
-			if s.isClosed() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off rather than spin.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("reachout: accept failed")
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		c := &conn{nc: nc}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c)
-	}
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
+func (s *Server) isClosed() bool { return s.srv.Closing() }
 
 // Close stops accepting, cancels (daemon_stopping) what connections still
 // wait (normally none: the approvals' Shutdown has answered them), which
@@ -300,70 +272,60 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.srv.Close()
 		s.wg.Wait()
 		return nil
 	}
 	s.closed = true
 	close(s.stop)
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
 	ln := s.ln
 	s.mu.Unlock()
 	err := ln.Close()
-	for _, c := range conns {
-		c.mu.Lock()
-		p := c.pending
-		c.mu.Unlock()
-		if p != nil {
-			p.Cancel(api.CancelDaemonStopped)
-		} else {
-			// Still reading its request (a line read is cut short), or
-			// asking right now: serve then sees closed and cancels.
-			c.nc.SetReadDeadline(time.Now())
-		}
-	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-	}
+	s.srv.Close()
+	s.wg.Wait()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("closing vibe-reachout's hook socket: %w", err)
 	}
 	return nil
 }
 
-func (s *Server) serve(c *conn) {
-	defer s.wg.Done()
-	defer func() {
-		c.nc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	peer, err := proc.CheckSameUID(c.nc)
-	if err == nil {
-		err = refusedPeer(peer)
-	}
-	if err != nil {
-		msg := "refused: " + err.Error()
-		s.log.Warn().Int32("pid", peer.Pid).Uint32("uid", peer.UID).Msg("reachout: " + msg)
-		s.emit(eventlog.ConnRefused{Socket: s.opts.Path, Pid: peer.Pid, UID: peer.UID, Reason: msg})
+// interrupt is Close asking a connection to end: a pending approval is
+// cancelled (which answers it), a read is cut short.
+func (s *Server) interrupt(sc *sockserve.Conn) {
+	c, _ := sc.Value.Load().(*conn)
+	if c == nil {
+		sc.NC.SetReadDeadline(time.Now())
 		return
 	}
+	c.mu.Lock()
+	p := c.pending
+	c.mu.Unlock()
+	if p != nil {
+		p.Cancel(api.CancelDaemonStopped)
+	} else {
+		// Still reading its request (a line read is cut short), or
+		// asking right now: serve then sees closed and cancels.
+		c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+func (s *Server) serveConn(sc *sockserve.Conn) {
+	c := &conn{nc: sc.NC}
+	sc.Value.Store(c)
+	if s.isClosed() {
+		return
+	}
+	s.serve(c)
+}
+
+func (s *Server) serve(c *conn) {
 	c.nc.SetReadDeadline(time.Now().Add(s.opts.LineTimeout))
-	lr := wire.NewReachoutLineReader(c.nc)
+	rc, err := c.nc.SyscallConn()
+	if err != nil {
+		return
+	}
+	lr := sockserve.NewLines(rc, wire.MaxReachoutLine, "reachout request line")
+	defer lr.Close()
 	line, err := lr.Next()
 	switch {
 	case errors.Is(err, io.EOF):

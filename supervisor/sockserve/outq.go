@@ -1,4 +1,4 @@
-package control
+package sockserve
 
 import (
 	"io"
@@ -45,11 +45,31 @@ type QueueConn interface {
 	CloseSocket()
 }
 
+// Why an OutQueue gives up on its connection (QueueConn.Abort); the
+// control socket reports them in conn.closed.
+const (
+	ReasonWriteError         = "write_error"         // writing failed (client gone, flush timeout)
+	ReasonResponseQueueFull  = "response_queue_full" // unread responses alone exceeded the bound
+	ReasonSubscriberOverflow = "subscriber_overflow" // events overflowed, DropOldest unset
+)
+
+// Defaults of QueueOptions fields left zero.
+const (
+	DefaultMaxQueuedBytes = 16 << 20
+	DefaultFlushTimeout   = time.Second
+)
+
 // QueueOptions bound an OutQueue; one value serves every queue of a server.
 type QueueOptions struct {
 	// Lines bounds the lines queued (responses and events); one line is
-	// always accepted, and maxQueuedBytes bounds the bytes.
+	// always accepted, and MaxBytes bounds the bytes.
 	Lines int
+	// MaxBytes bounds the bytes queued, next to Lines; 0 is
+	// DefaultMaxQueuedBytes.
+	MaxBytes int
+	// FlushTimeout bounds how long CloseAfterFlush may take to write what
+	// is queued; 0 is DefaultFlushTimeout.
+	FlushTimeout time.Duration
 	// DropOldest: events over the bound drop the oldest queued ones
 	// (OverflowDropOldest); otherwise the connection is aborted
 	// (OverflowDisconnect).
@@ -111,12 +131,19 @@ func (q *OutQueue) Init(w Writer, c QueueConn, opts *QueueOptions) {
 	q.rc, _ = w.SyscallConn() // an error comes again at the first write
 }
 
+func (q *OutQueue) maxBytes() int {
+	if q.opts.MaxBytes > 0 {
+		return q.opts.MaxBytes
+	}
+	return DefaultMaxQueuedBytes
+}
+
 func (q *OutQueue) count() int { return len(q.resp) + len(q.ev) - q.evHead }
 
 // full reports whether adding a line of n bytes would pass the bound.
 func (q *OutQueue) full(n int) bool {
 	c := q.count()
-	return c >= q.opts.Lines || (c > 0 && q.bytes+n > maxQueuedBytes)
+	return c >= q.opts.Lines || (c > 0 && q.bytes+n > q.maxBytes())
 }
 
 // dropOldestEvent drops the oldest queued event. The caller holds mu and
@@ -245,7 +272,7 @@ func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 // meanwhile.
 func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
 	n, err := q.writeNonBlocking(line)
-	if h := testHookDirectWritten.Load(); h != nil {
+	if h := TestHookDirectWritten.Load(); h != nil {
 		(*h)(q.c, len(line))
 	}
 	if err != nil {
@@ -284,10 +311,11 @@ func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
 	q.spawnWriter()
 }
 
-// testHookDirectWritten, when set by a test, runs after writeDirect's write
+// TestHookDirectWritten is for tests only (this package's and the
+// front-ends'). When set, it runs after writeDirect's write
 // of a line of n bytes and before it looks at the queue again: the window
 // in which the connection can close under it.
-var testHookDirectWritten atomic.Pointer[func(c QueueConn, n int)]
+var TestHookDirectWritten atomic.Pointer[func(c QueueConn, n int)]
 
 // writeNonBlocking makes one write attempt on the non-blocking socket; a
 // full socket buffer is 0 bytes written, not an error.
@@ -410,7 +438,7 @@ func tellLost(fs []func(bool)) {
 
 // CloseAfterFlush stops accepting lines and closes the socket once what is
 // queued has been written, or at once when nothing is. Writing is bounded
-// by flushTimeout.
+// by QueueOptions.FlushTimeout.
 func (q *OutQueue) CloseAfterFlush() {
 	q.mu.Lock()
 	if q.state != qOpen {
@@ -425,7 +453,11 @@ func (q *OutQueue) CloseAfterFlush() {
 	}
 	q.state = qClosing
 	q.mu.Unlock()
-	q.w.SetWriteDeadline(time.Now().Add(flushTimeout))
+	ft := q.opts.FlushTimeout
+	if ft <= 0 {
+		ft = DefaultFlushTimeout
+	}
+	q.w.SetWriteDeadline(time.Now().Add(ft))
 }
 
 // WaitRoom blocks the connection's reader while the client leaves too many
@@ -435,7 +467,7 @@ func (q *OutQueue) WaitRoom(done <-chan struct{}) bool {
 	high := q.opts.RespHigh
 	for {
 		q.mu.Lock()
-		if q.state != qOpen || (len(q.resp) < high && q.bytes < maxQueuedBytes/2) {
+		if q.state != qOpen || (len(q.resp) < high && q.bytes < q.maxBytes()/2) {
 			q.mu.Unlock()
 			return true
 		}

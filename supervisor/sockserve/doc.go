@@ -1,0 +1,29 @@
+// Package sockserve is the one unix-socket server of the daemon: every
+// socket a front-end serves (the control socket, vibe-reachout's hook
+// socket, clanker's pod sockets) is made, accepted, checked, framed,
+// written and closed here, and the front-end keeps only its protocol.
+//
+// What it owns:
+//
+//   - Listen: the socket made as proc.ListenUnix makes it (0600 from the
+//     start, a stale socket replaced, a live one or a non-socket refused),
+//     in a directory made and forced to its mode, or bound through a
+//     directory's descriptor so no link on the path is followed.
+//   - Server: the accept loop with backoff (out of descriptors and the
+//     like never spin), the registry of open connections with a limit,
+//     the peer check (the daemon's uid, then the front-end's own Admit),
+//     a refused peer's one line and conn.refused, one goroutine per
+//     connection running the front-end's Serve, and Close: stop
+//     accepting, interrupt every connection (Interrupt), wait for them
+//     at most a grace, then close what is left and wait for every
+//     goroutine.
+//   - Lines: NDJSON line framing with a maximum line length, reading the
+//     socket without holding a buffer while the connection is idle.
+//   - OutQueue: the bounded, non-blocking outbound queue of a
+//     connection that streams many lines (responses never dropped, events
+//     dropped oldest first or the connection closed), so a slow client
+//     never stalls the daemon.
+//
+// It knows no protocol and no domain; it tells the event bus (conn.refused)
+// and the front-end (Serve, Admit, Interrupt) and nobody else.
+package sockserve
