@@ -130,6 +130,9 @@ type RunnerConfig struct {
 	// announced CapOutputCredit: it may send at most this many bytes of a
 	// job's output beyond what the daemon acknowledged with OutputAck.
 	// Absent (a Loopr daemon): the runner streams without waiting.
+	// Present, the daemon takes a job's output from its OutputChunks
+	// only: the runner's Results carry no output (but for an Error's,
+	// which says why the job did not run).
 	OutputWindow uint64 `json:"output_window,omitempty"`
 }
 

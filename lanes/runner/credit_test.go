@@ -122,6 +122,11 @@ func TestOutputCreditDoesNotHoldTheResult(t *testing.T) {
 	if o.res.Status != wire.StatusSuccess || len(o.stdout) != 20000 {
 		t.Fatalf("result %+v, %d bytes", o.res, len(o.stdout))
 	}
+	// A daemon that gave a window takes the output from the chunks: the
+	// Result does not carry it again (a Loopr daemon's does: TestArgvJob).
+	if o.res.Output != "" {
+		t.Fatalf("Result.output has %d bytes, want none", len(o.res.Output))
+	}
 }
 
 // A streamed stdin: chunks reach the job's pipe in order, each

@@ -544,7 +544,7 @@ func (j *job) drain(pipes [2]*os.File, drained <-chan struct{}) {
 				if cut[s] {
 					continue
 				}
-				empty := j.reading[s].Load() && pipeEmpty(f)
+				empty := j.reading[s].Load() && heldIdle(f)
 				if empty && idle[s] {
 					cut[s] = true
 					j.mu.Lock()
@@ -558,16 +558,23 @@ func (j *job) drain(pipes [2]*os.File, drained <-chan struct{}) {
 	}
 }
 
-// pipeEmpty tells whether nothing is waiting to be read in pipe f
-// (TIOCINQ is FIONREAD on Linux; it works on pipes).
-func pipeEmpty(f *os.File) bool {
+// heldIdle tells whether pipe f is empty and still held open by a writer:
+// no data to read and no end of file (POLLHUP: every writer closed it) to
+// see. A pump that has not been scheduled to read its EOF yet (a starved
+// runner) is not cut for it.
+func heldIdle(f *os.File) bool {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return true
+		return false
 	}
-	n := 0
-	ierr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
-	return ierr == nil && err == nil && n == 0
+	var n int
+	var perr error
+	fds := []unix.PollFd{{Events: unix.POLLIN}}
+	cerr := rc.Control(func(fd uintptr) {
+		fds[0].Fd = int32(fd)
+		n, perr = unix.Poll(fds, 0)
+	})
+	return cerr == nil && perr == nil && n == 0
 }
 
 // signalName names a signal as Result.signal carries it: "SIGSEGV", or
@@ -714,19 +721,26 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 }
 
 // emit streams all of p and collects it up to the cap for Result.output.
-// The cap bounds what the runner keeps in memory, not what it streams: the
+// (Only for a daemon that reads Result.output: a Loopr one.) The cap
+// bounds what the runner keeps in memory, not what it streams: the
 // daemon keeps its own capped copy from the chunks, and a client following
 // the job gets every byte. A daemon that reads slowly slows the job down
 // (send blocks, the pipe fills), and one that gives no credit stops pump
 // reading (waitCredit), so nothing piles up here.
 func (j *job) emit(s wire.Stream, p []byte) {
 	j.mu.Lock()
-	take := max(0, min(len(p), j.limit-len(j.out)))
-	if take < len(p) {
-		j.truncated = true
-	}
-	if take > 0 {
-		j.out = append(j.out, p[:take]...)
+	// orchestrd's daemon (it gave an output window) keeps its copy from
+	// the chunks and never reads Result.output: keeping one here too, and
+	// sending it again in the Result (a 1 MiB output of NULs is 6 MiB of
+	// JSON), would only cost.
+	if j.r.window <= 0 {
+		take := max(0, min(len(p), j.limit-len(j.out)))
+		if take < len(p) {
+			j.truncated = true
+		}
+		if take > 0 {
+			j.out = append(j.out, p[:take]...)
+		}
 	}
 	j.sent += int64(len(p))
 	j.mu.Unlock()
