@@ -136,8 +136,10 @@ type JobRecord struct {
 	// only the first max_output_bytes of them.
 	OutputBytes     int64 `json:"output_bytes"`
 	OutputTruncated bool  `json:"output_truncated"`
-	// OutputEvicted: Output was dropped after the job finished, to keep
-	// finished jobs' output within [daemon] finished_output_bytes.
+	// OutputEvicted: Output was dropped after the job finished. Daemons
+	// before issue 25 dropped it from memory past [daemon]
+	// finished_output_bytes; now every finished job's output is read from
+	// the state store and this is never set (kept for clients of both).
 	OutputEvicted bool `json:"output_evicted,omitempty"`
 	// OutputCut: after the job and what it left behind were killed,
 	// something that outlived them still held the job's output open, so
@@ -341,8 +343,9 @@ type Metrics struct {
 	Goroutines int `json:"goroutines"`
 	OpenFDs    int `json:"open_fds"`
 	ConnMetrics
-	// FinishedOutputBytes is the output finished jobs hold now, at most
-	// [daemon] finished_output_bytes.
+	// FinishedOutputBytes is what the cache of recently finished jobs
+	// holds now, their records and output, at most [daemon]
+	// finished_output_bytes.
 	FinishedOutputBytes int64 `json:"finished_output_bytes"`
 	LoopMetrics
 }
