@@ -238,7 +238,7 @@ network = "host"
 			id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"cat", filepath.Join(dir, name)}})
 			rec := d.wait(id) // job.wait: the record its end published
 			if rec.State != api.StateSucceeded || rec.Output != string(files[name]) || rec.OutputTruncated {
-				t.Fatalf("job.wait %s: %s, %d bytes of %d, truncated %v", name, rec.State, len(rec.Output), len(files[name]), rec.OutputTruncated)
+				t.Fatalf("job.wait %s: %s (exit %v, signal %q, error %q), %d bytes of %d, truncated %v", name, rec.State, rec.ExitCode, rec.Signal, rec.Error, len(rec.Output), len(files[name]), rec.OutputTruncated)
 			}
 			jobs = append(jobs, job{id, files[name]})
 		}
