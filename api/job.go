@@ -1,8 +1,10 @@
 package api
 
 import (
-	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -134,8 +136,10 @@ type JobRecord struct {
 	// only the first max_output_bytes of them.
 	OutputBytes     int64 `json:"output_bytes"`
 	OutputTruncated bool  `json:"output_truncated"`
-	// OutputEvicted: Output was dropped after the job finished, to keep
-	// finished jobs' output within [daemon] finished_output_bytes.
+	// OutputEvicted: Output was dropped after the job finished. Daemons
+	// before issue 25 dropped it from memory past [daemon]
+	// finished_output_bytes; now every finished job's output is read from
+	// the state store and this is never set (kept for clients of both).
 	OutputEvicted bool `json:"output_evicted,omitempty"`
 	// OutputCut: after the job and what it left behind were killed,
 	// something that outlived them still held the job's output open, so
@@ -147,32 +151,110 @@ type JobRecord struct {
 // jobRecordFields is JobRecord without its JSON methods.
 type jobRecordFields JobRecord
 
-// MarshalJSON writes the record with its output as "output" (a string) when
-// it is valid UTF-8 and as "output_b64" (standard base64) otherwise, so
-// that every byte survives: encoding/json would turn the bytes of a string
-// that are not UTF-8 into U+FFFD. A record that does not hold its job's
-// output (HoldsOutput) has neither: never an "output": "" for output that
-// exists.
-func (r JobRecord) MarshalJSON() ([]byte, error) {
-	v := struct {
-		jobRecordFields
-		Output    *string `json:"output,omitempty"`
-		OutputB64 []byte  `json:"output_b64,omitempty"`
-	}{jobRecordFields: jobRecordFields(r)}
+// MarshalJSON writes the record as AppendJSON does.
+func (r JobRecord) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil), nil }
+
+// AppendJSON appends the record as one compact JSON object: its members in
+// the order of its fields, then its output as "output" (a string) when it
+// is valid UTF-8 and as "output_b64" (standard base64) otherwise, so that
+// every byte survives (encoding/json would turn the bytes of a string that
+// are not UTF-8 into U+FFFD). A record that does not hold its job's output
+// (HoldsOutput) has neither: never an "output": "" for output that exists.
+// Strings are escaped as encoding/json does without HTML escaping ("a < b"
+// stays readable). It writes the output in one pass into dst, grown once:
+// job.get of a job with megabytes of output copies them once
+// (wire.JSONAppender).
+func (r JobRecord) AppendJSON(dst []byte) []byte {
+	holds := r.HoldsOutput()
+	b64 := holds && !utf8.ValidString(r.Output)
+	n := 512 + len(r.Command) + len(r.Error) + len(r.Cwd)
+	for _, a := range r.Argv {
+		n += len(a) + 4
+	}
 	switch {
-	case !r.HoldsOutput():
-	case utf8.ValidString(r.Output):
-		v.Output = &r.Output
-	default:
-		v.OutputB64 = []byte(r.Output)
+	case b64:
+		n += base64.StdEncoding.EncodedLen(len(r.Output))
+	case holds:
+		n += len(r.Output) + len(r.Output)/8 // room for some escapes
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // "a < b" stays readable
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	dst = slices.Grow(dst, n)
+	str := func(name, v string, omitEmpty bool) {
+		if omitEmpty && v == "" {
+			return
+		}
+		dst = append(append(dst, ',', '"'), name...)
+		dst = wire.AppendJSONString(append(dst, '"', ':'), v, false)
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	num := func(name string, v int64) {
+		dst = append(append(dst, ',', '"'), name...)
+		dst = strconv.AppendInt(append(dst, '"', ':'), v, 10)
+	}
+	boolean := func(name string, v, omitFalse bool) {
+		if omitFalse && !v {
+			return
+		}
+		dst = append(append(dst, ',', '"'), name...)
+		dst = strconv.AppendBool(append(dst, '"', ':'), v)
+	}
+	tm := func(name string, t *time.Time) {
+		if t == nil {
+			return
+		}
+		dst = append(append(dst, ',', '"'), name...)
+		dst = append(t.AppendFormat(append(dst, '"', ':', '"'), time.RFC3339Nano), '"')
+	}
+	dst = append(dst, `{"id":`...)
+	dst = wire.AppendJSONString(dst, r.ID, false)
+	str("lane", r.Lane, false)
+	str("runner_id", r.RunnerID, true)
+	if r.RunnerPid != 0 {
+		num("runner_pid", int64(r.RunnerPid))
+	}
+	str("state", string(r.State), false)
+	if r.ExitCode != nil {
+		num("exit_code", int64(*r.ExitCode))
+	} else {
+		dst = append(dst, `,"exit_code":null`...)
+	}
+	boolean("was_timeout", r.WasTimeout, false)
+	boolean("was_cancelled", r.WasCancelled, false)
+	num("duration_ms", r.DurationMs)
+	str("error", r.Error, true)
+	str("command", r.Command, true)
+	if len(r.Argv) > 0 {
+		dst = append(dst, `,"argv":[`...)
+		for i, a := range r.Argv {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = wire.AppendJSONString(dst, a, false)
+		}
+		dst = append(dst, ']')
+	}
+	str("cwd", r.Cwd, true)
+	tm("created_at", &r.CreatedAt)
+	tm("dispatched_at", r.DispatchedAt)
+	tm("finished_at", r.FinishedAt)
+	str("signal", r.Signal, true)
+	str("stopped_by", r.StoppedBy, true)
+	num("output_bytes", r.OutputBytes)
+	boolean("output_truncated", r.OutputTruncated, false)
+	boolean("output_evicted", r.OutputEvicted, true)
+	boolean("output_cut", r.OutputCut, true)
+	switch {
+	case b64:
+		dst = append(dst, `,"output_b64":"`...)
+		var buf [3 << 10]byte // whole 3-byte groups: padding only at the end
+		for out := r.Output; len(out) > 0; {
+			k := copy(buf[:], out)
+			dst = base64.StdEncoding.AppendEncode(dst, buf[:k])
+			out = out[k:]
+		}
+		dst = append(dst, '"')
+	case holds:
+		str("output", r.Output, false)
+	}
+	return append(dst, '}')
 }
 
 // HoldsOutput reports whether the record carries its job's output, as
@@ -261,8 +343,9 @@ type Metrics struct {
 	Goroutines int `json:"goroutines"`
 	OpenFDs    int `json:"open_fds"`
 	ConnMetrics
-	// FinishedOutputBytes is the output finished jobs hold now, at most
-	// [daemon] finished_output_bytes.
+	// FinishedOutputBytes is what the cache of recently finished jobs
+	// holds now, their records and output, at most [daemon]
+	// finished_output_bytes.
 	FinishedOutputBytes int64 `json:"finished_output_bytes"`
 	LoopMetrics
 }

@@ -39,7 +39,7 @@ type DaemonConfig struct {
 	MaxLineBytes       int          `toml:"max_line_bytes"`
 	SubscriberQueue    int          `toml:"subscriber_queue"`
 	SubscriberOverflow string       `toml:"subscriber_overflow"` // drop_oldest | disconnect
-	FinishedJobs       int          `toml:"finished_jobs"`       // finished jobs kept queryable
+	FinishedJobs       int          `toml:"finished_jobs"`       // the most records the cache of finished jobs holds
 	EventLogMaxBytes   int64        `toml:"event_log_max_bytes"`
 	EventLogFiles      int          `toml:"event_log_files"`
 	// Sandbox hides the daemon's home from jobs in a mount namespace of
@@ -47,8 +47,10 @@ type DaemonConfig struct {
 	// be made (e.g. a container without CAP_SYS_ADMIN): jobs can then reach
 	// the daemon's sockets.
 	Sandbox bool `toml:"sandbox"`
-	// FinishedOutputBytes bounds the output all finished jobs keep in
-	// memory together; past it the oldest finished jobs lose theirs.
+	// FinishedOutputBytes bounds the cache of recently finished jobs'
+	// records in memory, their output included; older ones (and every one,
+	// with 0) are read from the state store, which holds them all. Until
+	// issue 25 it bounded the output all finished jobs kept in memory.
 	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
 }
 
@@ -106,7 +108,7 @@ func DefaultConfig() Config {
 			ShutdownTimeout: api.Duration{Duration: 5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
 			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
 			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
-			FinishedOutputBytes: 64 << 20,
+			FinishedOutputBytes: 4 << 20,
 		},
 		State: StateConfig{Durability: "process", RetainJobs: 10000,
 			RetainFor: api.Duration{Duration: 168 * time.Hour}},
@@ -383,7 +385,7 @@ func (c Config) validate() []error {
 		bad("daemon.event_log_files must be >= 1")
 	}
 	if d.FinishedOutputBytes < 0 {
-		bad("daemon.finished_output_bytes must be >= 0 (0 keeps no output of finished jobs), got %d", d.FinishedOutputBytes)
+		bad("daemon.finished_output_bytes must be >= 0 (0 caches no finished job: they are read from the state store), got %d", d.FinishedOutputBytes)
 	}
 	st := c.State
 	if st.Durability != "process" && st.Durability != "power" {

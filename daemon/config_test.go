@@ -109,8 +109,8 @@ func unwrapAll(err error) error {
 
 func TestConfigFinishedOutputBytes(t *testing.T) {
 	c, err := ParseConfig("c.toml", nil)
-	if err != nil || c.Daemon.FinishedOutputBytes != 64<<20 {
-		t.Fatalf("default %d (%v), want 64 MiB", c.Daemon.FinishedOutputBytes, err)
+	if err != nil || c.Daemon.FinishedOutputBytes != 4<<20 {
+		t.Fatalf("default %d (%v), want 4 MiB", c.Daemon.FinishedOutputBytes, err)
 	}
 	if c, err := ParseConfig("c.toml", []byte("[daemon]\nfinished_output_bytes = 0\n")); err != nil || c.Daemon.FinishedOutputBytes != 0 {
 		t.Fatalf("0: %d, %v", c.Daemon.FinishedOutputBytes, err)

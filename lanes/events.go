@@ -266,18 +266,6 @@ func (e *JobOutput) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// JobOutputEvicted: the kept output of a finished job was dropped to keep
-// all finished jobs' output within [daemon] finished_output_bytes (Budget),
-// oldest first. The job's record stays, with output_evicted: true.
-type JobOutputEvicted struct {
-	JobID  string `json:"job_id"`
-	Lane   string `json:"lane"`
-	Bytes  int    `json:"bytes"`
-	Budget int64  `json:"budget"`
-}
-
-func (JobOutputEvicted) Kind() string { return "job.output_evicted" }
-
 // JobStreamOpened: a reader that must not lose bytes attached to a job's
 // output (run, logs -f, /execute/stream): from the start (attached at
 // submission), running (the kept bytes, then live) or record (a finished
@@ -350,6 +338,6 @@ func init() {
 	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
-		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, JobOutputEvicted{}, OrphanKilled{},
+		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, OrphanKilled{},
 		JobStreamOpened{}, JobStreamClosed{})
 }

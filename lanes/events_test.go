@@ -35,7 +35,6 @@ func TestKinds(t *testing.T) {
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
-		JobOutputEvicted{JobID: "j1", Lane: "review", Bytes: 4096, Budget: 65536},
 		OrphanKilled{Pid: 50, Pgid: 50, JobID: "j1", Lane: "review", Command: "sleep", Reason: "runner_gone"},
 		JobRecovered{JobID: "j1", Lane: "review", Action: "failed", Was: "running", Error: "daemon_lost"},
 		StateWriteFailed{What: "record job j1 submitted", Error: "state store /h/state.db: disk I/O error"},

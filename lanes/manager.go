@@ -52,12 +52,15 @@ type shared struct {
 type Options struct {
 	Lanes map[string]LaneConfig
 	// What lanes takes of the config file's [daemon] table.
-	ShutdownTimeout     time.Duration // a runner's drain before it is killed
-	MaxFrameBytes       uint32        // runner protocol frames
-	FinishedJobs        int           // finished jobs kept queryable
-	FinishedOutputBytes int64         // output all finished jobs keep together
-	Sandbox             bool          // hide the home from jobs (runnerSysProcAttr)
-	Home                string        // sockets live here: runner-<lane>.sock
+	ShutdownTimeout time.Duration // a runner's drain before it is killed
+	MaxFrameBytes   uint32        // runner protocol frames
+	// The cache of recently finished records (with their output) holds
+	// at most FinishedJobs of them and FinishedOutputBytes in all; older
+	// ones are read from Jobs (without Jobs, they are gone).
+	FinishedJobs        int
+	FinishedOutputBytes int64
+	Sandbox             bool   // hide the home from jobs (runnerSysProcAttr)
+	Home                string // sockets live here: runner-<lane>.sock
 	// Hide are more paths no job may see, reach or replace (with Sandbox):
 	// vibe-reachout's hook socket.
 	Hide []string
@@ -171,11 +174,7 @@ func Start(opts Options) (*Manager, error) {
 	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
-	st := newStore(opts.FinishedJobs)
-	budget := opts.FinishedOutputBytes
-	st.boundOutput(budget, func(rec api.JobRecord, n int) {
-		opts.Bus.Emit(JobOutputEvicted{JobID: rec.ID, Lane: rec.Lane, Bytes: n, Budget: budget})
-	})
+	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
 	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout}
@@ -358,9 +357,9 @@ func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r 
 	m.sys.Send(h.laneRef(), submitJob{rec: rec, spec: spec, reply: reply, out: out})
 }
 
-// Get returns a job's record: from memory while the job is live or
-// recently finished, else from the state store (a read error is logged
-// and reads as not found; getMethod reports it).
+// Get returns a job's record: from memory while the job is live or in the
+// cache of recently finished ones, else from the state store (a read
+// error is logged and reads as not found; getMethod reports it).
 func (m *Manager) Get(id string) (api.JobRecord, bool) {
 	rec, ok, err := m.lookup(id)
 	if err != nil {
@@ -369,7 +368,10 @@ func (m *Manager) Get(id string) (api.JobRecord, bool) {
 	return rec, ok
 }
 
-// lookup is Get with the store's error.
+// lookup is Get with the store's error. A job missing from memory is
+// either unknown or finished, and then committed to the state store
+// before it left the live jobs (store.finish): no moment has it in
+// neither.
 func (m *Manager) lookup(id string) (api.JobRecord, bool, error) {
 	if rec, ok := m.sh.store.get(id); ok || m.sh.jobs == nil {
 		return rec, ok, nil
@@ -490,8 +492,8 @@ func (m *Manager) Metrics() api.LaneMetrics {
 	return mt
 }
 
-// FinishedOutputBytes is the output finished jobs hold now, at most
-// [daemon] finished_output_bytes.
+// FinishedOutputBytes is what the cache of finished records holds now,
+// their output included, at most [daemon] finished_output_bytes.
 func (m *Manager) FinishedOutputBytes() int64 { return m.sh.store.finishedOutput() }
 
 // Shutdown stops the lanes: queued jobs end cancelled, runners get

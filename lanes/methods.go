@@ -57,6 +57,12 @@ type (
 	}
 )
 
+// AppendJSON writes the result in place in the response line
+// (wire.JSONAppender): a record's output is copied once.
+func (r jobRecordResult) AppendJSON(dst []byte) []byte {
+	return append(r.Job.AppendJSON(append(dst, `{"job":`...)), '}')
+}
+
 func (m *Manager) submitMethod(call api.Call) {
 	var spec api.JobSpec
 	if err := call.Decode(&spec); err != nil {

@@ -2,8 +2,8 @@ package lanes
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -18,80 +18,74 @@ func finishWith(s *store, id, out string) {
 	s.finish(r)
 }
 
-// Finished jobs' output stays within the budget, oldest dropped first; the
-// records stay and say so, and each drop is reported once.
-func TestStoreBoundsFinishedOutput(t *testing.T) {
-	s := newStore(4)
-	var mu sync.Mutex
-	var evicted []string
-	s.boundOutput(100, func(r api.JobRecord, n int) {
-		mu.Lock()
-		evicted = append(evicted, r.ID+":"+strings.Repeat("x", n/10))
-		mu.Unlock()
-	})
+// The cache of finished records stays within its bytes and its count,
+// oldest dropped first; a record alone over the bytes is not cached.
+func TestStoreCacheBounds(t *testing.T) {
+	r := rec("a", api.StateSucceeded)
+	unit := recordCost(r) // a record of id "x" and no output
+	s := newStore(4, 3*unit+100)
 	finishWith(s, "a", strings.Repeat("a", 60))
-	finishWith(s, "none", "")
+	finishWith(s, "n", "")
 	finishWith(s, "b", strings.Repeat("b", 30))
-	if got := s.finishedOutput(); got != 90 {
-		t.Fatalf("held %d bytes, want 90", got)
+	if got := s.finishedOutput(); got != 3*unit+90 {
+		t.Fatalf("held %d bytes, want %d", got, 3*unit+90)
 	}
-	finishWith(s, "c", strings.Repeat("c", 20)) // 110 > 100: a goes
-	check := func(id string, want string, gone bool) {
+	finishWith(s, "c", strings.Repeat("c", 20)) // over the bytes: a goes
+	check := func(id, want string, cached bool) {
 		t.Helper()
 		r, ok := s.get(id)
-		if !ok || r.Output != want || r.OutputEvicted != gone || r.State != api.StateSucceeded {
-			t.Fatalf("%s: found %v, output %d bytes, evicted %v; want %d bytes, evicted %v", id, ok, len(r.Output), r.OutputEvicted, len(want), gone)
+		if ok != cached || ok && (r.Output != want || r.State != api.StateSucceeded) {
+			t.Fatalf("%s: cached %v with %d bytes of output; want cached %v with %d", id, ok, len(r.Output), cached, len(want))
 		}
 	}
-	check("a", "", true)
-	check("none", "", false)
-	check("b", strings.Repeat("b", 30), false)
-	check("c", strings.Repeat("c", 20), false)
-	if got := s.finishedOutput(); got != 50 {
-		t.Fatalf("held %d bytes, want 50", got)
+	check("a", "", false)
+	check("n", "", true)
+	check("b", strings.Repeat("b", 30), true)
+	check("c", strings.Repeat("c", 20), true)
+	for _, id := range []string{"d", "e"} { // count: at most 4
+		finishWith(s, id, "")
 	}
-	// The finished_jobs ring drops whole records; the byte count follows.
-	finishWith(s, "d", strings.Repeat("d", 10)) // ring of 4: "a" goes
-	finishWith(s, "e", "")                      // "none" goes
-	finishWith(s, "f", strings.Repeat("f", 10)) // "b" goes
-	if _, ok := s.get("b"); ok {
-		t.Fatal("b is still there past finished_jobs")
+	check("n", "", false)
+	if len(s.done.recs) != 3 || s.finishedOutput() > 3*unit+100 {
+		t.Fatalf("%d records, %d bytes", len(s.done.recs), s.finishedOutput())
 	}
-	if got := s.finishedOutput(); got != 40 {
-		t.Fatalf("held %d bytes after the ring dropped b, want 40", got)
+	// A record alone over the bytes is not cached, and evicts nothing.
+	finishWith(s, "huge", strings.Repeat("h", int(3*unit+101)))
+	check("huge", "", false)
+	check("e", "", true)
+	// Many more: the order's front is let go of, the bound holds.
+	for i := range 1000 {
+		finishWith(s, "m"+strconv.Itoa(i), "x")
 	}
-	// A job alone over the budget loses its output at once, after every
-	// older one.
-	finishWith(s, "huge", strings.Repeat("h", 150))
-	check("d", "", true)
-	check("f", "", true)
-	check("huge", "", true)
-	if got := s.finishedOutput(); got > 100 {
-		t.Fatalf("held %d bytes, over the budget of 100", got)
+	if len(s.done.recs) > 4 || len(s.done.order)-s.done.head != len(s.done.recs) || cap(s.done.order) > 200 {
+		t.Fatalf("%d records, order %d from %d (cap %d)", len(s.done.recs), len(s.done.order), s.done.head, cap(s.done.order))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(evicted, " ") != "a:xxxxxx d:x f:x huge:"+strings.Repeat("x", 15) {
-		t.Fatalf("evictions reported: %v", evicted)
+	c := s.stateCounts()
+	if c[api.StateSucceeded] != 1007 || c[api.StateRunning] != 0 || len(s.jobs) != 0 {
+		t.Fatalf("counts %v, %d live", c, len(s.jobs))
 	}
 }
 
 // A waiter registered before the end gets the record with its output, even
-// when the budget drops it at once.
-func TestStoreWaiterGetsOutputBeforeEviction(t *testing.T) {
-	s := newStore(4)
-	s.boundOutput(0, nil)
+// when the cache keeps nothing.
+func TestStoreWaiterGetsOutputUncached(t *testing.T) {
+	s := newStore(4, 0)
 	s.add(rec("a", api.StateRunning), nil)
 	var got api.JobRecord
 	s.wait("a", func(r api.JobRecord) { got = r })
 	r := rec("a", api.StateSucceeded)
 	r.Output = "kept for the waiter"
-	s.finish(r)
-	if got.Output != "kept for the waiter" || got.OutputEvicted {
+	if !s.finish(r) {
+		t.Fatal("finish returned false")
+	}
+	if got.Output != "kept for the waiter" {
 		t.Fatalf("waiter got %+v", got)
 	}
-	if now, _ := s.get("a"); now.Output != "" || !now.OutputEvicted {
-		t.Fatalf("stored %+v, want its output evicted (budget 0)", now)
+	if _, ok := s.get("a"); ok {
+		t.Fatal("a finished job is still in memory with a cache of 0 bytes")
+	}
+	if _, found := s.wait("a", func(api.JobRecord) { t.Error("called") }); found {
+		t.Fatal("wait found a job memory no longer holds")
 	}
 }
 

@@ -164,7 +164,7 @@ func (s *outStream) snapshot(rec api.JobRecord) *outStream {
 func (s *outStream) write(stream string, p []byte) {
 	s.mu.Lock()
 	if room := s.keep - len(s.kept); room > 0 {
-		s.kept = append(s.kept, p[:min(len(p), room)]...)
+		s.kept = appendKept(s.kept, p[:min(len(p), room)], s.keep)
 	}
 	if len(s.readers) > 0 {
 		s.pieces = append(s.pieces, outPiece{off: s.total, stream: stream, data: p})
@@ -202,6 +202,18 @@ func (s *outStream) write(stream string, p []byte) {
 	if n >= 0 {
 		ack(n)
 	}
+}
+
+// appendKept appends p to kept, growing it by doubling up to keep at most:
+// append's own growth for large slices (a quarter at a time) would copy a
+// megabyte of output five times over.
+func appendKept(kept, p []byte, keep int) []byte {
+	if need := len(kept) + len(p); need > cap(kept) {
+		grown := make([]byte, len(kept), min(max(2*cap(kept), need, 4<<10), keep))
+		copy(grown, kept)
+		kept = grown
+	}
+	return append(kept, p...)
 }
 
 // record fills rec's output fields from what the stream kept and counted.

@@ -8,8 +8,9 @@ import (
 // names it in job.stream_opened. A running job's reader gets the output
 // the job's record keeps, a gap to what is still held, then every byte
 // live until the job ends (follow), or only what is kept now (!follow). A
-// finished job's reader gets its record's output (from the state store
-// when memory let go of it), then a gap for what the record did not keep.
+// finished job's reader gets its record's output (from the cache of
+// finished records or the state store), then a gap for what the record did
+// not keep.
 func (m *Manager) ReadOutput(id, who string, follow bool) (*OutputReader, error) {
 	return m.readOutput(id, who, follow, false)
 }
@@ -33,9 +34,6 @@ func (m *Manager) readOutput(id, who string, follow, observer bool) (*OutputRead
 		return r, nil
 	}
 	rec, ok, err := m.lookup(id)
-	if err == nil && ok && rec.OutputEvicted && m.sh.jobs != nil {
-		rec, ok, err = m.sh.jobs.Get(id)
-	}
 	switch {
 	case err != nil:
 		return nil, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err)

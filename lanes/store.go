@@ -1,52 +1,42 @@
 package lanes
 
 import (
-	"math"
 	"sort"
 	"sync"
 
 	"github.com/orchestrd/orchestrd/api"
 )
 
-// store holds the published record of every live job and of the most
-// recent finished ones. Job actors own their jobs' state and publish
-// snapshots here; the control socket reads them without asking an actor.
-// Waiters registered before a job ends are called exactly once when it does.
+// store holds the published record of every live job (queued, dispatched,
+// running) and a small cache of recently finished ones. Job actors own
+// their jobs' state and publish snapshots here; the control socket reads
+// them without asking an actor. Waiters registered before a job ends are
+// called exactly once when it does.
+//
+// A finished job leaves the live jobs at once: its terminal record is
+// committed to the state store before it is published here (finish), so a
+// reader that misses it in memory finds it in the state store; the cache
+// only saves that read for the jobs just finished (and, with no state
+// store, it is all there is).
 type store struct {
-	mu          sync.Mutex
-	jobs        map[string]*entry
-	finished    []string // ring of finished ids, oldest first
-	maxFinished int
-	counts      map[api.State]int64 // live jobs per non-terminal state; terminal states cumulative
-
-	// The output of finished jobs is bounded too (see boundOutput):
-	// outKept bytes are held; finished[:outGone] have no output any more
-	// (dropped, or they had none), so the oldest kept one is next.
-	outBudget int64
-	outKept   int64
-	outGone   int
-	onEvict   func(rec api.JobRecord, bytes int)
+	mu     sync.Mutex
+	jobs   map[string]*entry   // live jobs only
+	counts map[api.State]int64 // live jobs per non-terminal state; terminal states cumulative
+	done   finishedCache
 }
 
 type entry struct {
 	rec     api.JobRecord
-	out     *outStream // its output while it runs; nil once finished
+	out     *outStream // its output while it runs
 	waiters map[int]func(api.JobRecord)
 	nextW   int
 }
 
-func newStore(maxFinished int) *store {
-	return &store{jobs: map[string]*entry{}, maxFinished: maxFinished, counts: map[api.State]int64{},
-		outBudget: math.MaxInt64}
-}
-
-// boundOutput keeps the output of finished jobs within budget bytes in
-// all: past it, the oldest finished jobs lose their output (their records
-// stay, with output_evicted), and onEvict, if set, is called for each
-// (outside the lock) with the record and the bytes dropped. Call it before
-// the store is used.
-func (s *store) boundOutput(budget int64, onEvict func(rec api.JobRecord, bytes int)) {
-	s.outBudget, s.onEvict = budget, onEvict
+// newStore makes a store whose cache of finished records holds at most
+// maxJobs of them and maxBytes in all (see recordCost).
+func newStore(maxJobs int, maxBytes int64) *store {
+	return &store{jobs: map[string]*entry{}, counts: map[api.State]int64{},
+		done: finishedCache{recs: map[string]api.JobRecord{}, maxJobs: maxJobs, maxBytes: maxBytes}}
 }
 
 func (s *store) add(rec api.JobRecord, out *outStream) {
@@ -60,7 +50,7 @@ func (s *store) add(rec api.JobRecord, out *outStream) {
 // written).
 func (s *store) remove(id string) {
 	s.mu.Lock()
-	if e, ok := s.jobs[id]; ok && !e.rec.State.Terminal() {
+	if e, ok := s.jobs[id]; ok {
 		delete(s.jobs, id)
 		s.counts[e.rec.State]--
 	}
@@ -70,7 +60,7 @@ func (s *store) remove(id string) {
 // update publishes a non-terminal snapshot.
 func (s *store) update(rec api.JobRecord) {
 	s.mu.Lock()
-	if e, ok := s.jobs[rec.ID]; ok && !e.rec.State.Terminal() {
+	if e, ok := s.jobs[rec.ID]; ok {
 		s.counts[e.rec.State]--
 		s.counts[rec.State]++
 		e.rec = rec
@@ -78,101 +68,82 @@ func (s *store) update(rec api.JobRecord) {
 	s.mu.Unlock()
 }
 
-// finish publishes the terminal record, evicts the oldest finished jobs past
-// the bound and calls the waiters (outside the lock). It reports false if
-// the job had already finished.
+// finish publishes the terminal record: the job leaves the live jobs for
+// the cache, and its waiters are called (outside the lock). Call it only
+// once the record is committed to the state store. It reports false if
+// the job is not live (it had already finished).
 func (s *store) finish(rec api.JobRecord) bool {
 	s.mu.Lock()
 	e, ok := s.jobs[rec.ID]
-	if !ok || e.rec.State.Terminal() {
+	if !ok {
 		s.mu.Unlock()
 		return false
 	}
+	delete(s.jobs, rec.ID)
 	s.counts[e.rec.State]--
 	s.counts[rec.State]++
-	e.rec = rec
-	e.out = nil
+	s.done.put(rec)
 	ws := e.waiters
-	e.waiters = nil
-	s.finished = append(s.finished, rec.ID)
-	s.outKept += int64(len(rec.Output))
-	for len(s.finished) > s.maxFinished {
-		old := s.finished[0]
-		s.finished = s.finished[1:]
-		s.outKept -= int64(len(s.jobs[old].rec.Output))
-		s.outGone = max(0, s.outGone-1)
-		delete(s.jobs, old) // terminal counts are cumulative: kept
-	}
-	if cap(s.finished) > 4*s.maxFinished+64 {
-		s.finished = append([]string(nil), s.finished...)
-	}
-	type eviction struct {
-		rec api.JobRecord
-		n   int
-	}
-	var evicted []eviction
-	for s.outKept > s.outBudget && s.outGone < len(s.finished) {
-		old := s.jobs[s.finished[s.outGone]]
-		s.outGone++
-		if n := len(old.rec.Output); n > 0 {
-			s.outKept -= int64(n)
-			old.rec.Output, old.rec.OutputEvicted = "", true
-			if s.onEvict != nil {
-				evicted = append(evicted, eviction{old.rec, n})
-			}
-		}
-	}
 	s.mu.Unlock()
 	for _, w := range ws {
 		w(rec)
 	}
-	for _, e := range evicted {
-		s.onEvict(e.rec, e.n)
-	}
 	return true
 }
 
-// finishedOutput is the bytes of output finished jobs hold now.
+// finishedOutput is the bytes the cache of finished records holds now.
 func (s *store) finishedOutput() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.outKept
+	return s.done.bytes
 }
 
+// get returns a live job's record or a cached finished one.
 func (s *store) get(id string) (api.JobRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.jobs[id]
-	if !ok {
-		return api.JobRecord{}, false
+	if e, ok := s.jobs[id]; ok {
+		return e.rec, true
 	}
-	return e.rec, true
+	rec, ok := s.done.recs[id]
+	return rec, ok
 }
 
 // stream returns a live job's output stream and record; out is nil for a
-// finished job (or one not in memory).
+// finished job in the cache.
 func (s *store) stream(id string) (out *outStream, rec api.JobRecord, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.jobs[id]
-	if !ok {
-		return nil, api.JobRecord{}, false
+	if e, ok := s.jobs[id]; ok {
+		return e.out, e.rec, true
 	}
-	return e.out, e.rec, true
+	rec, ok = s.done.recs[id]
+	return nil, rec, ok
 }
 
-// list returns matching jobs, oldest first.
+// list returns the matching jobs memory holds (live and cached), oldest
+// first, without their output: the daemon without a state store lists
+// these.
 func (s *store) list(f api.Filter) []api.JobRecord {
+	match := func(r api.JobRecord) bool {
+		return (f.State == "" || string(r.State) == f.State) && (f.Lane == "" || r.Lane == f.Lane)
+	}
 	s.mu.Lock()
-	out := make([]api.JobRecord, 0, len(s.jobs))
+	out := make([]api.JobRecord, 0, len(s.jobs)+len(s.done.recs))
 	for _, e := range s.jobs {
-		if (f.State == "" || string(e.rec.State) == f.State) && (f.Lane == "" || e.rec.Lane == f.Lane) {
-			r := e.rec
-			r.Output = "" // lists stay small; job.get has the output
+		if match(e.rec) {
+			out = append(out, e.rec)
+		}
+	}
+	for _, r := range s.done.recs {
+		if match(r) {
 			out = append(out, r)
 		}
 	}
 	s.mu.Unlock()
+	for i := range out {
+		out[i].Output = "" // lists stay small; job.get has the output
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
 			return out[i].CreatedAt.Before(out[j].CreatedAt)
@@ -183,19 +154,18 @@ func (s *store) list(f api.Filter) []api.JobRecord {
 }
 
 // wait calls fn once the job is terminal: at once (on this goroutine) if it
-// already is. found is false for an unknown job.
+// is a cached finished one. found is false for a job memory does not hold
+// (unknown, or finished and read from the state store).
 func (s *store) wait(id string, fn func(api.JobRecord)) (cancel func(), found bool) {
 	s.mu.Lock()
 	e, ok := s.jobs[id]
 	if !ok {
+		rec, done := s.done.recs[id]
 		s.mu.Unlock()
-		return func() {}, false
-	}
-	if e.rec.State.Terminal() {
-		rec := e.rec
-		s.mu.Unlock()
-		fn(rec)
-		return func() {}, true
+		if done {
+			fn(rec)
+		}
+		return func() {}, done
 	}
 	if e.waiters == nil {
 		e.waiters = map[int]func(api.JobRecord){}
@@ -221,4 +191,55 @@ func (s *store) stateCounts() map[api.State]int64 {
 		}
 	}
 	return out
+}
+
+// finishedCache holds the most recently finished records, with their
+// output, first in first out, within maxJobs records and maxBytes in all.
+// A record alone over maxBytes is not cached. Its owner's lock guards it.
+type finishedCache struct {
+	recs     map[string]api.JobRecord
+	order    []string // ids in recs, oldest first, from head on
+	head     int
+	bytes    int64
+	maxJobs  int
+	maxBytes int64
+}
+
+// recordOverhead is what a cached record costs beyond its strings: the
+// struct, its map entry and its place in order.
+const recordOverhead = 512
+
+// recordCost is what a record is counted for in the cache's bound.
+func recordCost(r api.JobRecord) int64 {
+	n := recordOverhead + len(r.ID) + len(r.Lane) + len(r.RunnerID) + len(r.Error) + len(r.Command) + len(r.Cwd) +
+		len(r.Signal) + len(r.StoppedBy) + len(r.Output)
+	for _, a := range r.Argv {
+		n += len(a) + 16
+	}
+	return int64(n)
+}
+
+func (c *finishedCache) put(rec api.JobRecord) {
+	cost := recordCost(rec)
+	if c.maxJobs < 1 || cost > c.maxBytes {
+		return
+	}
+	for len(c.recs) >= c.maxJobs || c.bytes+cost > c.maxBytes {
+		c.evictOldest()
+	}
+	c.recs[rec.ID] = rec
+	c.order = append(c.order, rec.ID)
+	c.bytes += cost
+}
+
+func (c *finishedCache) evictOldest() {
+	id := c.order[c.head]
+	c.order[c.head] = ""
+	c.head++
+	c.bytes -= recordCost(c.recs[id])
+	delete(c.recs, id)
+	if c.head > len(c.order)/2 && c.head > 64 { // let go of the front
+		c.order = append([]string(nil), c.order[c.head:]...)
+		c.head = 0
+	}
 }

@@ -13,7 +13,7 @@ func rec(id string, st api.State) api.JobRecord {
 }
 
 func TestStoreWaitFinishEvict(t *testing.T) {
-	s := newStore(2)
+	s := newStore(2, 1<<20)
 	s.add(rec("a", api.StateQueued), nil)
 	var got []api.JobRecord
 	var mu sync.Mutex
@@ -52,7 +52,10 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 		s.finish(rec(id, api.StateFailed))
 	}
 	if _, ok := s.get("a"); ok {
-		t.Fatal("oldest finished job not evicted past the bound")
+		t.Fatal("oldest finished job not evicted from the cache past its bound")
+	}
+	if out, r, ok := s.stream("b"); !ok || out != nil || r.State != api.StateFailed {
+		t.Fatalf("stream of a cached finished job: %v %+v %v", out, r, ok)
 	}
 	if len(s.list(api.Filter{})) != 2 {
 		t.Fatalf("list = %v", s.list(api.Filter{}))
@@ -67,7 +70,7 @@ func TestStoreWaitFinishEvict(t *testing.T) {
 }
 
 func TestStoreListFilters(t *testing.T) {
-	s := newStore(10)
+	s := newStore(10, 1<<20)
 	a, b := rec("a", api.StateQueued), rec("b", api.StateQueued)
 	b.Lane = "heavy"
 	b.CreatedAt = a.CreatedAt.Add(time.Millisecond)

@@ -346,7 +346,8 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		timeout, cancelled, truncated          bool
 		worktree, env, files, agent, tool      sql.NullString
 		timeoutMs, maxOut, grace               sql.NullInt64
-		stdin, stdinB64, out                   []byte
+		stdin, stdinB64                        []byte
+		out                                    sql.RawBytes // copied once, into r.Output
 		stdinStream, cut                       bool
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
@@ -419,20 +420,28 @@ func parseTimePtr(s sql.NullString) (*time.Time, error) {
 	return &t, nil
 }
 
-// Get returns a job's record with its output; ok is false for a job that
-// is not recorded.
+// Get returns a job's record with its output, byte for byte; ok is false
+// for a job that is not recorded. The output is copied once from the
+// driver into the record (sql.RawBytes: no copy in between).
 func (j Jobs) Get(id string) (rec api.JobRecord, ok bool, err error) {
 	st, err := j.s.read("SELECT " + recordCols + ", output FROM jobs WHERE id = ?")
+	var rows *sql.Rows
 	if err == nil {
-		rec, err = scanJob(st.QueryRowContext(bg, id), nil, true)
+		rows, err = st.QueryContext(bg, id)
 	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return api.JobRecord{}, false, nil
+	if err == nil {
+		defer rows.Close()
+		if rows.Next() {
+			rec, err = scanJob(rows, nil, true)
+			ok = err == nil
+		} else {
+			err = rows.Err()
+		}
 	}
 	if err != nil {
 		return api.JobRecord{}, false, j.s.readErr("read job "+id, err)
 	}
-	return rec, true, nil
+	return rec, ok, nil
 }
 
 // Query selects jobs for List; empty fields match everything.

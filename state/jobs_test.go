@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,5 +494,73 @@ func TestMeta(t *testing.T) {
 	}
 	if first, err := s.Meta().Reserve(ctx, "eventlog.seq", 5); err != nil || first != 1011 {
 		t.Fatalf("reserve after reopen: %d %v, want 1011", first, err)
+	}
+}
+
+// The read path of a finished job's output: each record owns its bytes
+// (none alias the driver's buffer, which the next read reuses), readers
+// read while the writer commits, an unknown id is not found, and a closed
+// store says so.
+func TestGetOutputReadPath(t *testing.T) {
+	s := openT(t, dbPath(t), testOpts)
+	const n = 12
+	want := make([]string, n)
+	finish := func(i int) {
+		t.Helper()
+		id := fmt.Sprintf("j-%d", i)
+		b := bytes.Repeat([]byte{byte(i), 0xff, '\n', byte('a' + i)}, 64<<10+i) // 256 KiB and more, not UTF-8
+		want[i] = string(b)
+		if err := s.Jobs().Submit(ctx, submitted(id, "net", api.JobSpec{}, time.Now()), api.JobSpec{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Jobs().Finish(ctx, api.JobRecord{ID: id, State: api.StateSucceeded, Output: want[i], OutputBytes: int64(len(b))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n / 2 {
+		finish(i)
+	}
+	var got []api.JobRecord
+	for i := range n / 2 {
+		r, ok, err := s.Jobs().Get(fmt.Sprintf("j-%d", i))
+		if err != nil || !ok {
+			t.Fatalf("j-%d: %v %v", i, ok, err)
+		}
+		got = append(got, r)
+	}
+	// Readers while the writer commits the rest.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 40 {
+				i := (g + k) % (n / 2)
+				r, ok, err := s.Jobs().Get(fmt.Sprintf("j-%d", i))
+				if err != nil || !ok || r.Output != want[i] {
+					errs <- fmt.Errorf("j-%d: found %v, %d bytes, %v", i, ok, len(r.Output), err)
+					return
+				}
+			}
+		})
+	}
+	for i := n / 2; i < n; i++ {
+		finish(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if r.Output != want[i] || r.OutputBytes != int64(len(want[i])) || r.State != api.StateSucceeded {
+			t.Fatalf("j-%d read first changed after later reads: %d bytes", i, len(r.Output))
+		}
+	}
+	if _, ok, err := s.Jobs().Get("j-none"); ok || err != nil {
+		t.Fatalf("an unknown job: found %v, %v", ok, err)
+	}
+	s.Close()
+	if _, ok, err := s.Jobs().Get("j-0"); ok || err == nil || !strings.Contains(err.Error(), "read job j-0") {
+		t.Fatalf("a closed store: found %v, %v", ok, err)
 	}
 }

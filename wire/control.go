@@ -364,6 +364,14 @@ func appendBounded(buf, data []byte, limit int) []byte {
 	return append(buf, data...)
 }
 
+// JSONAppender is a result that appends its own JSON to a line, compact
+// and valid, with no line break: AppendResponse writes it in place, with
+// none of encoding/json's passes and copies (a record with megabytes of
+// output, job.get's).
+type JSONAppender interface {
+	AppendJSON(dst []byte) []byte
+}
+
 // AppendResponse appends one response line, newline included:
 // {"id":N,"result":R} or {"id":N,"error":{...}}. A result that encodes as
 // null (a nil result, a nil pointer) is written as {}: the spec's client
@@ -391,7 +399,9 @@ func AppendResponse(dst []byte, id uint64, result any, rerr *Error) ([]byte, err
 		dst = append(dst, `,"result":`...)
 		mark := len(dst)
 		var err error
-		if dst, err = appendMarshal(dst, result); err != nil {
+		if a, ok := result.(JSONAppender); ok {
+			dst = a.AppendJSON(dst)
+		} else if dst, err = appendMarshal(dst, result); err != nil {
 			return dst[:start], fmt.Errorf("encoding result: %w", err)
 		}
 		if string(dst[mark:]) == "null" {

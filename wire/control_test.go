@@ -415,6 +415,11 @@ func (r *scriptReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// appender is a result that writes its own JSON (JSONAppender).
+type appender string
+
+func (a appender) AppendJSON(dst []byte) []byte { return append(dst, a...) }
+
 func TestAppendResponse(t *testing.T) {
 	type msg struct {
 		MessageID string `json:"message_id"`
@@ -433,6 +438,7 @@ func TestAppendResponse(t *testing.T) {
 		{"RawResult", 4, json.RawMessage(`{ "a" : [1, 2] }`), nil, `{"id":4,"result":{"a":[1,2]}}`},
 		{"ScalarResult", 5, 42, nil, `{"id":5,"result":42}`},
 		{"HTMLResult", 6, "<b>&", nil, `{"id":6,"result":"\u003cb\u003e\u0026"}`},
+		{"AppenderResult", 6, appender(`{"a":[1,"x"]}`), nil, `{"id":6,"result":{"a":[1,"x"]}}`},
 		{"Error", 7, nil, Errorf(CodeNotFound, "loop %q not found", "l1"), `{"id":7,"error":{"code":1001,"message":"loop \"l1\" not found"}}`},
 		{"ErrorIgnoresResult", 8, msg{"x"}, Errorf(CodeMethodNotFound, "unknown method"), `{"id":8,"error":{"code":-32601,"message":"unknown method"}}`},
 		{"ErrorData", 9, nil, &Error{Code: CodeInvalidState, Message: "loop is paused", Data: map[string]string{"state": "paused"}},

@@ -33,25 +33,35 @@ func dialRaw(path string) (*rawConn, error) {
 // roundTrip sends {"id":N,"method":method,"params":{}} and reads one line,
 // which must carry the same id (a pong, or the echo of the request).
 func (r *rawConn) roundTrip(method string) error {
+	_, err := r.call(method, "{}")
+	return err
+}
+
+// call sends {"id":N,"method":method,"params":params} and returns the line
+// that answers it (valid until the next call; it must fit the reader's
+// buffer), undecoded.
+func (r *rawConn) call(method, params string) ([]byte, error) {
 	r.id++
 	b := append(r.buf[:0], `{"id":`...)
 	b = strconv.AppendUint(b, r.id, 10)
 	b = append(b, `,"method":"`...)
 	b = append(b, method...)
-	b = append(b, `","params":{}}`+"\n"...)
+	b = append(b, `","params":`...)
+	b = append(b, params...)
+	b = append(b, "}\n"...)
 	r.buf = b
 	if _, err := r.c.Write(b); err != nil {
-		return err
+		return nil, err
 	}
 	line, err := r.br.ReadSlice('\n')
 	if err != nil {
-		return err
+		return nil, err
 	}
 	want := b[:bytes.IndexByte(b, ',')+1] // {"id":N,
 	if !bytes.HasPrefix(line, want) {
-		return fmt.Errorf("unexpected reply %q", line)
+		return nil, fmt.Errorf("unexpected reply %q", line[:min(len(line), 200)])
 	}
-	return nil
+	return line, nil
 }
 
 func (r *rawConn) close() { r.c.Close() }

@@ -19,7 +19,8 @@ import (
 // runStore measures the state store: what recording a job costs (in this
 // process, through the state package as the daemon uses it), and how long
 // a daemon takes to start on a home whose last daemon died with 10,000
-// jobs unfinished.
+// jobs unfinished, and what finished jobs with large output cost the
+// daemon (finished.go).
 func runStore(b *bench) error {
 	for _, d := range []state.Durability{state.DurabilityProcess, state.DurabilityPower} {
 		for _, c := range []int{1, 32} {
@@ -28,7 +29,10 @@ func runStore(b *bench) error {
 			}
 		}
 	}
-	return measureRecovery(b)
+	if err := measureRecovery(b); err != nil {
+		return err
+	}
+	return measureFinishedOutput(b)
 }
 
 // processCPU is the CPU this process used so far.

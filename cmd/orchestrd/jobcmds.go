@@ -135,7 +135,7 @@ func outputKept(j api.JobRecord) string {
 	case !j.State.Terminal():
 		return "not in the record until the job ends"
 	case j.OutputEvicted:
-		return wrote + ", no longer kept (finished jobs' output is held within [daemon] finished_output_bytes)"
+		return wrote + ", no longer kept (an older daemon dropped it from memory)"
 	case j.OutputBytes == 0 && j.Output == "":
 		return "none"
 	case j.OutputTruncated:

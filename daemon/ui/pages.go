@@ -311,6 +311,11 @@ var errorKinds = []string{"actor.panicked", "runner.spawn_failed", "lane.degrade
 
 func newRecentErrors(n int) *recentErrors { return &recentErrors{keep: n} }
 
+// EventsOnly: recentErrors reads a record's log line, never its Wire, so
+// a job.finished is not marshalled for it with its output
+// (eventlog.EventSink).
+func (e *recentErrors) EventsOnly() {}
+
 // Deliver keeps r if it is an error; it never blocks.
 func (e *recentErrors) Deliver(r *eventlog.Record) {
 	line := r.Line

@@ -153,10 +153,11 @@ func wireLen(kind string, data []byte) int {
 // record to a buffered channel or ring and return). It may call Emit.
 type Sink interface{ Deliver(r *Record) }
 
-// EventSink is a Sink that reads only a record's Kind, Seq, TS and Event,
-// never its Wire or Line bytes (a counter of events, such as the daemon's
-// metrics): Emit does not marshal a WireDataer event's data ahead for it,
-// so subscribing one to job.finished costs the emitter no JSON.
+// EventSink is a Sink that reads only a record's Kind, Seq, TS, Event and
+// Line (made for every logged event), never its Wire (a counter of events,
+// such as the daemon's metrics; the dashboard's recent errors): Emit does
+// not marshal a WireDataer event's data ahead for it, so subscribing one to
+// job.finished costs the emitter no JSON of the record's output.
 type EventSink interface {
 	Sink
 	EventsOnly()
