@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -296,4 +297,81 @@ func TestOnCommitHearsEachCommit(t *testing.T) {
 	if slowest <= 0 {
 		t.Fatalf("slowest commit %v", slowest)
 	}
+}
+
+// Close while concurrent writers keep the writer lingering for them: every
+// write queued is answered once, and each answered nil is in the file.
+func TestCloseWhileWritersLinger(t *testing.T) {
+	path := dbPath(t)
+	s, err := Open(path, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 16
+	var mu sync.Mutex
+	answers := map[string]int{}
+	var committed []string
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range writers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k-%d-%d", g, i)
+				done := make(chan struct{})
+				err := s.Enqueue(ContextPut(LoopsyRow{Key: key, Doc: []byte(`{}`)}), func(err error) {
+					mu.Lock()
+					answers[key]++
+					if err == nil {
+						committed = append(committed, key)
+					}
+					mu.Unlock()
+					close(done)
+				})
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Errorf("enqueue %s: %v", key, err)
+					}
+					return
+				}
+				<-done
+			}
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().MaxBatch < lingerFrom && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if s.Stats().MaxBatch < lingerFrom {
+		t.Fatalf("no commit of %d writes from %d writers in 30 s", lingerFrom, writers)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	for k, n := range answers {
+		if n != 1 {
+			t.Fatalf("%s answered %d times", k, n)
+		}
+	}
+	s = openT(t, path, testOpts)
+	rows, err := s.Loopsy().Context(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, r := range rows {
+		have[r.Key] = true
+	}
+	for _, k := range committed {
+		if !have[k] {
+			t.Fatalf("%s was acknowledged and is not in the file", k)
+		}
+	}
+	t.Logf("%d writes committed", len(committed))
 }

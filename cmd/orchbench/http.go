@@ -142,6 +142,10 @@ func runHTTP(b *bench) error {
 			ol := b.sample(fmt.Sprintf("http.c%d.context_%s_rtt_ms", c, lo), durationsMs(latencies(ms)), "ms")
 			fr := b.sample(fmt.Sprintf("http.c%d.floor_%s_per_s", c, lo), rates(fs), "requests/s")
 			rt := b.sample(fmt.Sprintf("http.c%d.context_%s_ratio", c, lo), pairRatios(ms, fs), "ratio")
+			// The server's CPU per request (the daemon's, the baseline's),
+			// in the JSON report: where a ratio comes from.
+			b.sample(fmt.Sprintf("http.c%d.context_%s_server_cpu_us", c, lo), []float64{cpuPerOp(ms)}, "µs")
+			b.sample(fmt.Sprintf("http.c%d.floor_%s_server_cpu_us", c, lo), []float64{cpuPerOp(fs)}, "µs")
 			b.add(Row{Metric: fmt.Sprintf("%d client(s): context %s requests/s (%s), p50 / p99; upstream Loopsy: ~2,700 PUT / ~4,700 GET per s", c, op, note),
 				N: or.N, Orchestrd: fmtRate(or.P50, "req") + ", " + fmtMs(ol.P50) + " / " + fmtMs(ol.P99), Value: or.P50, Unit: "requests/s",
 				Baseline: fmtRate(fr.P50, "req") + " (bare Go net/http, fixed answer)", BaselineValue: floatp(fr.P50), BaselineN: fr.N,

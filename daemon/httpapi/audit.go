@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -21,6 +22,11 @@ const AuditFile = "audit.jsonl"
 // counted and the count written as a line of its own ({"dropped": N}), so
 // a burst never blocks a request and a loss is said where the reader looks.
 const auditQueue = 8192
+
+// auditBatch is how long the writer lets lines gather after a write: a
+// line is in the file at most this long (and the time to write it) after
+// its request was answered.
+const auditBatch = 5 * time.Millisecond
 
 // auditLine is one request. The key is never in it, only its name.
 type auditLine struct {
@@ -125,25 +131,39 @@ func (a *audit) run() {
 			a.log.Error().Err(err).Str("path", a.path).Msg("http: writing the audit log")
 		}
 	}
-	for {
-		l, ok := <-a.q
-		if ok {
-			b, _ := json.Marshal(l)
-			write(append(b, '\n'))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // a line: the JSON of json.Marshal, then \n
+	line := func(v any) {
+		buf.Reset()
+		_ = enc.Encode(v)
+		write(buf.Bytes())
+	}
+	for more := true; more; {
+		// One wake takes every line queued, then sleeps a moment while
+		// the lines of a burst queue up: one wake and one write to the
+		// file for many requests, not one each.
+		for l, ok := <-a.q; ; l, ok = <-a.q {
+			if !ok {
+				more = false
+				break
+			}
+			line(l)
+			if len(a.q) == 0 { // this goroutine alone receives
+				break
+			}
 		}
 		a.mu.Lock()
 		d := a.dropped
 		a.dropped = 0
 		a.mu.Unlock()
 		if d > 0 {
-			b, _ := json.Marshal(map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "dropped": d})
-			write(append(b, '\n'))
+			line(map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "dropped": d})
 		}
-		if !ok {
-			break
-		}
-		if len(a.q) == 0 && bw != nil {
+		if bw != nil {
 			bw.Flush()
+		}
+		if more {
+			time.Sleep(auditBatch)
 		}
 	}
 	if f != nil {

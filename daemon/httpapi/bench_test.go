@@ -2,12 +2,19 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	loopsy "github.com/orchestrd/orchestrd/daemon/httpapi/client"
+	"github.com/orchestrd/orchestrd/state"
 )
 
 // BenchmarkContextGet: one GET /context/KEY over loopback HTTP, client and
@@ -47,4 +54,65 @@ func BenchmarkContextGet(b *testing.B) {
 			resp.Body.Close()
 		}
 	})
+}
+
+// stateStore is the daemon's Store (daemon/http.go's loopsyStore): the
+// context and peers in a real state.db.
+type stateStore struct{ st *state.Store }
+
+func (s stateStore) Enqueue(w state.Write, done func(error)) error { return s.st.Enqueue(w, done) }
+func (s stateStore) Context(nowMs int64) ([]state.LoopsyRow, error) {
+	return s.st.Loopsy().Context(nowMs)
+}
+func (s stateStore) Peers() ([]state.LoopsyRow, error) { return s.st.Loopsy().Peers() }
+
+// BenchmarkContextPut: PUT /context/KEY over loopback HTTP from 16
+// clients at once (orchbench's figure), each PUT committed to a real
+// state.db (durability process) before its answer, the audit log on.
+func BenchmarkContextPut(b *testing.B) {
+	st, err := state.Open(filepath.Join(b.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.RateLimits = RateLimits{}
+	key := strings.Repeat("a", 64)
+	s, err := Start(Options{Config: cfg, APIKey: key, NodeID: "n", Store: stateStore{st}, Home: b.TempDir(), Logger: zerolog.Nop(), Started: time.Now()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	api := loopsy.New("http://"+s.Addr()+"/api/v1", key, false)
+	var wid atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8) // 16 clients on 2 cores
+	before, cpu0 := st.Stats(), cpuTime()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w, k := wid.Add(1), 0
+		for pb.Next() {
+			k++
+			err := api.Do(context.Background(), http.MethodPut, fmt.Sprintf("/context/bench-%d-%d", w, k%50), map[string]any{"value": "v", "ttl": 3600}, nil)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	after := st.Stats()
+	b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Commits-before.Commits), "writes/commit")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// cpuTime is the CPU this process used so far, user and system: clients
+// and server alike.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

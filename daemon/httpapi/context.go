@@ -125,23 +125,20 @@ func checkContextKey(key string) error {
 
 // put sets key; the entry is visible at once and durable once wait
 // returns nil. When the store refused it, wait puts back what was there
-// (unless another change came since) and returns the error.
-func (c *ctxStore) put(key, value, from string, ttl *float64) (ContextEntry, func() error, error) {
+// (unless another change came since) and returns the error. doc is the
+// entry as JSON: what the store keeps and what the API answers.
+func (c *ctxStore) put(key, value, from string, ttl *float64) (doc []byte, wait func() error, err error) {
 	if err := checkContextKey(key); err != nil {
-		return ContextEntry{}, nil, err
+		return nil, nil, err
 	}
 	if len(value) > c.cfg.MaxValueBytes {
-		return ContextEntry{}, nil, &errContext{http.StatusRequestEntityTooLarge, CodeContextTooLarge,
+		return nil, nil, &errContext{http.StatusRequestEntityTooLarge, CodeContextTooLarge,
 			fmt.Sprintf("Value exceeds max size of %d bytes (got %d)", c.cfg.MaxValueBytes, len(value))}
 	}
 	now := c.now().UnixMilli()
 	e := &ContextEntry{Key: key, Value: value, FromNodeID: from, CreatedAt: now, UpdatedAt: now, TTL: ttl}
 	if ttl != nil {
 		e.ExpiresAt = now + int64(math.Ceil(*ttl*1000))
-	}
-	doc, err := json.Marshal(e)
-	if err != nil {
-		return ContextEntry{}, nil, fmt.Errorf("encoding context entry %q: %w", key, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -150,18 +147,20 @@ func (c *ctxStore) put(key, value, from string, ttl *float64) (ContextEntry, fun
 		prev = nil
 	}
 	if prev == nil && c.live(now) >= c.cfg.MaxEntries {
-		return ContextEntry{}, nil, &errContext{http.StatusBadRequest, CodeContextMaxEntries,
+		return nil, nil, &errContext{http.StatusBadRequest, CodeContextMaxEntries,
 			fmt.Sprintf("Max context entries (%d) reached", c.cfg.MaxEntries)}
 	}
 	if prev != nil {
 		e.CreatedAt = prev.CreatedAt
-		if doc, err = json.Marshal(e); err != nil {
-			return ContextEntry{}, nil, fmt.Errorf("encoding context entry %q: %w", key, err)
-		}
+	}
+	// Encoded under the lock, once: the entry's CreatedAt is its
+	// predecessor's, and the commits follow the order of the changes.
+	if doc, err = json.Marshal(e); err != nil {
+		return nil, nil, fmt.Errorf("encoding context entry %q: %w", key, err)
 	}
 	c.m[key] = e
 	done := c.commit(state.ContextPut(state.LoopsyRow{Key: key, Doc: doc, Expires: e.ExpiresAt}))
-	wait := func() error {
+	wait = func() error {
 		err := <-done
 		if err != nil {
 			c.mu.Lock()
@@ -176,7 +175,7 @@ func (c *ctxStore) put(key, value, from string, ttl *float64) (ContextEntry, fun
 		}
 		return err
 	}
-	return *e, wait, nil
+	return doc, wait, nil
 }
 
 // live counts the entries not expired at now, dropping the expired ones
@@ -298,7 +297,7 @@ func (s *Server) contextPut(w http.ResponseWriter, r *http.Request) {
 	if from == "" {
 		from = "local"
 	}
-	e, wait, err := s.ctx.put(r.PathValue("key"), *b.Value, from, b.TTL)
+	doc, wait, err := s.ctx.put(r.PathValue("key"), *b.Value, from, b.TTL)
 	if err == nil {
 		err = wait()
 	}
@@ -306,7 +305,7 @@ func (s *Server) contextPut(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreErr(w, "recording the context entry", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSONBytes(w, http.StatusOK, doc)
 }
 
 func (s *Server) contextGet(w http.ResponseWriter, r *http.Request) {

@@ -341,6 +341,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":9001,"message":"encoding the answer"}}`)
 	}
+	writeJSONBytes(w, status, b)
+}
+
+// writeJSONBytes answers with b, a JSON document.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write(b)
