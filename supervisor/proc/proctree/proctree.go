@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"strconv"
-
 )
 
 // MaxProcs bounds the processes one measurement visits, so that a fork
