@@ -145,8 +145,8 @@ func AppendFrame(dst []byte, t MsgType, payload []byte) []byte {
 
 // Marshal encodes v as the JSON payload of a frame of type t, header
 // included, ready for a single Write. The payload is what json.Marshal
-// writes for v; OutputChunk and Job values take a faster, reflection-free
-// path with the same output.
+// writes for v; OutputChunk, Job and Handshake values take a faster,
+// reflection-free path with the same output.
 func Marshal(t MsgType, v any) ([]byte, error) {
 	switch m := v.(type) {
 	case OutputChunk:
@@ -162,10 +162,10 @@ func Marshal(t MsgType, v any) ([]byte, error) {
 			return marshalAppender(t, m.appendJSON)
 		}
 	case Handshake:
-		v = m.wire()
+		return marshalAppender(t, m.appendJSON)
 	case *Handshake:
 		if m != nil {
-			v = m.wire()
+			return marshalAppender(t, m.appendJSON)
 		}
 	}
 	var out []byte

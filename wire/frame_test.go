@@ -289,6 +289,8 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			return m
 		}()},
 		Handshake{},
+		&Handshake{Lane: "no-net", Pid: 1<<32 - 1, Version: "v1 <&>\u2028\xff", Capabilities: []string{"output_credit", "é\x00"},
+			Token: "0123abcd"},
 		Result{Status: StatusSuccess, ExitCode: ptr[int32](-1)},
 	}
 	for _, v := range values {

@@ -361,15 +361,24 @@ func normalize(v any) {
 }
 
 // reflectJSON encodes v with encoding/json's reflection, bypassing the
-// hand-written Job encoder, as the reference for it.
+// hand-written Job and Handshake encoders, as the reference for them.
 func reflectJSON(v any) ([]byte, error) {
 	type plainJob Job
+	type plainHandshake Handshake
 	var j Job
 	switch m := v.(type) {
 	case Job:
 		j = m
 	case *Job:
 		j = *m
+	case Handshake:
+		return reflectJSON(&m)
+	case *Handshake:
+		h := *m
+		if h.Capabilities == nil {
+			h.Capabilities = []string{}
+		}
+		return json.Marshal(plainHandshake(h))
 	default:
 		return json.Marshal(v)
 	}
@@ -386,6 +395,7 @@ func FuzzRunnerMessages(f *testing.F) {
 		TypeCancelAck, TypeOutputChunk, TypeHeartbeat, TypeHeartbeatAck, TypeShutdown,
 		TypeOutputAck, TypeStdinChunk, TypeStdinAck}
 	f.Add([]byte(`{"job_id":"j-1","acked":1048576}`))
+	f.Add([]byte(`{"lane":"net","pid":7,"version":"v<1>","capabilities":["output_credit"],"token":"t"}`))
 	f.Add([]byte(`{"job_id":"j-1","data":"aGkK","eof":true}`))
 	f.Add([]byte(`{"job_id":"j-1","bytes":3,"stdin_stream":true}`))
 	f.Fuzz(func(t *testing.T, payload []byte) {

@@ -92,18 +92,26 @@ type Handshake struct {
 	Token string `json:"token,omitempty"`
 }
 
-// handshakeWire is Handshake without its methods, for encoding.
-type handshakeWire Handshake
-
 // MarshalJSON writes a nil Capabilities as [] rather than null: serde's
-// Vec<String> refuses null.
-func (h Handshake) MarshalJSON() ([]byte, error) { return json.Marshal(h.wire()) }
+// Vec<String> refuses null. Otherwise the output is what encoding/json
+// would write, produced without reflection: a runner sends one Handshake
+// as it starts, before anything else of it has used encoding/json.
+func (h Handshake) MarshalJSON() ([]byte, error) { return h.appendJSON(nil), nil }
 
-func (h Handshake) wire() handshakeWire {
-	if h.Capabilities == nil {
-		h.Capabilities = []string{}
+func (h *Handshake) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"lane":`...)
+	dst = appendJSONString(dst, h.Lane)
+	dst = append(dst, `,"pid":`...)
+	dst = strconv.AppendUint(dst, uint64(h.Pid), 10)
+	dst = append(dst, `,"version":`...)
+	dst = appendJSONString(dst, h.Version)
+	dst = append(dst, `,"capabilities":`...)
+	dst = appendStringArray(dst, h.Capabilities)
+	if h.Token != "" {
+		dst = append(dst, `,"token":`...)
+		dst = appendJSONString(dst, h.Token)
 	}
-	return handshakeWire(h)
+	return append(dst, '}')
 }
 
 // HandshakeAck answers a Handshake.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	// Runs `orchestrd runner` before the daemon's packages are initialised.
+	_ "github.com/orchestrd/orchestrd/cmd/orchestrd/internal/runnerentry"
 	"github.com/orchestrd/orchestrd/daemon"
 	"github.com/orchestrd/orchestrd/lanes/runner"
 )

@@ -6,10 +6,9 @@ package proctree
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"strconv"
-
-	"github.com/shirou/gopsutil/v4/process"
 )
 
 // MaxProcs bounds the processes one measurement visits, so that a fork
@@ -84,11 +83,27 @@ func appendFile(dst []byte, path string) []byte {
 	}
 }
 
-// rss is pid's resident set size, 0 if it is gone.
+// rss is pid's resident set size, 0 if it is gone: the second field of
+// /proc/PID/statm, in pages.
 func rss(pid int) uint64 {
-	m, err := (&process.Process{Pid: int32(pid)}).MemoryInfo()
-	if err != nil || m == nil {
+	var buf [128]byte
+	return statmRSS(appendFile(buf[:0], "/proc/"+strconv.Itoa(pid)+"/statm"))
+}
+
+// pageSize is the unit of /proc/PID/statm.
+var pageSize = uint64(os.Getpagesize())
+
+// statmRSS is the resident set size, in bytes, a /proc/PID/statm line
+// gives ("size resident shared text lib data dt", in pages); 0 for a line
+// that is not one.
+func statmRSS(statm []byte) uint64 {
+	f := bytes.Fields(statm)
+	if len(f) < 2 {
 		return 0
 	}
-	return m.RSS
+	pages, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil || pages > math.MaxUint64/pageSize {
+		return 0
+	}
+	return pages * pageSize
 }

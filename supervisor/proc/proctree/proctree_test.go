@@ -136,3 +136,41 @@ func BenchmarkRSS(b *testing.B) {
 		}
 	}
 }
+
+// statmRSS reads the second field, in pages; anything else is 0.
+func TestStatmRSS(t *testing.T) {
+	ps := pageSize
+	for _, c := range []struct {
+		in   string
+		want uint64
+	}{
+		{"1234 56 7 8 0 9 0\n", 56 * ps},
+		{"1234 0 7 8 0 9 0", 0},
+		{"1234", 0},
+		{"", 0},
+		{"1234 -5 7", 0},
+		{"1234 x 7", 0},
+		{"1 99999999999999999999 0", 0},
+		{"1 18446744073709551615 0", 0}, // pages * page size overflows
+	} {
+		if got := statmRSS([]byte(c.in)); got != c.want {
+			t.Errorf("statmRSS(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	if rss(os.Getpid()) == 0 {
+		t.Error("rss of this process is 0")
+	}
+	if rss(0) != 0 || rss(-1) != 0 {
+		t.Error("rss of no process is not 0")
+	}
+}
+
+func FuzzStatmRSS(f *testing.F) {
+	f.Add([]byte("1234 56 7 8 0 9 0\n"))
+	f.Add([]byte("1 18446744073709551615"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got := statmRSS(b); got%pageSize != 0 {
+			t.Fatalf("statmRSS(%q) = %d, not a whole number of pages", b, got)
+		}
+	})
+}
