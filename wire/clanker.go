@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"unicode/utf8"
 )
 
 // clanker's pod IPC (spec 003): NDJSON over a unix socket, one request
@@ -181,36 +180,14 @@ func clankerObject(line []byte, what string) (clankerFields, error) {
 	return f, nil
 }
 
-// clankerString decodes a JSON string value as encoding/json does
-// (invalid UTF-8 becomes U+FFFD), without allocating for clanker's own
-// type names; false when v is not a string.
-func clankerString(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	inner := v[1 : len(v)-1]
-	if plainStringContent(inner) && utf8.Valid(inner) {
-		if s, ok := clankerTypes[string(inner)]; ok {
-			return s, true
-		}
-		return string(inner), true
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
+// clankerString decodes a JSON string value as encoding/json does,
+// without allocating for clanker's own type names; false when v is not a
+// string.
+func clankerString(v []byte) (string, bool) { return internedString(v, clankerTypes) }
 
 // clankerTypes interns the request types of spec 003.
-var clankerTypes = func() map[string]string {
-	m := map[string]string{}
-	for _, s := range []string{"hello", "heartbeat", "usage_limit", "task_create", "task_status",
-		"task_request", "judge_request", "task_handoff", "task_note"} {
-		m[s] = s
-	}
-	return m
-}()
+var clankerTypes = interned("hello", "heartbeat", "usage_limit", "task_create", "task_status",
+	"task_request", "judge_request", "task_handoff", "task_note")
 
 // jsonExcerpt is a JSON value as written, cut at 64 bytes.
 func jsonExcerpt(v json.RawMessage) string {
