@@ -126,18 +126,6 @@ func podName(id string) error {
 	return nil
 }
 
-func hello(r *repo, ch *change, p map[string]json.RawMessage) ([]byte, error) {
-	if id := optString(p, "podId"); id != "" && podName(id) == nil {
-		pd := r.pod(id)
-		if role := optString(p, "role"); role != "" {
-			pd.role = role
-		}
-		pd.worktree = optString(p, "worktree")
-		pd.lastSeen, pd.stale = r.now(), false
-	}
-	return okData, nil
-}
-
 func (r *repo) pod(id string) *pod {
 	pd := r.pods[id]
 	if pd == nil {

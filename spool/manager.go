@@ -28,7 +28,8 @@ type Options struct {
 	Bus    *eventlog.Bus
 	System *actors.System
 	Logger zerolog.Logger
-	// Now is the clock; nil is time.Now.
+	// Now is the clock; nil is time.Now. It is called from several
+	// goroutines at once (a hello is timed on its connection's).
 	Now func() time.Time
 	// Sync also syncs the directory of every file replaced in .clanker
 	// and every append (the store's power durability); without, a power

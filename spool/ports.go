@@ -30,8 +30,10 @@ type Listener func(socket string, dir *beneath.Dir, repo string, h Handler) (Clo
 // Closer stops a repo's socket (waiting for its connections).
 type Closer interface{ Close() error }
 
-// Handler takes one request of a pod: reply is called once, from another
-// goroutine, with the response's data (JSON) or the error to answer.
+// Handler takes one request of a pod: reply is called once, with the
+// response's data (JSON) or the error to answer: from the repo's actor,
+// or before Handle returns when the answer reads nothing the actor owns
+// (a hello). payload is read before reply is called, never after.
 type Handler interface {
 	Handle(typ string, payload []byte, reply func(data []byte, err error))
 }

@@ -133,6 +133,8 @@ type repo struct {
 	// waiting: changes committed to the store but not yet answered.
 	waiting map[*change]bool
 	sock    Closer
+	// seen: the hellos its socket answered, for the actor to apply.
+	seen    *seenPods
 	takenAt time.Time // when the spool was taken (for writersGrace)
 	// drainPending: a drain's change is committing. The next drain waits
 	// for it: its end removes the taken file, which must not be the next
@@ -159,6 +161,7 @@ func (r *repo) emit(ev eventlog.Event) {
 }
 
 func (r *repo) Receive(c *actors.Context) {
+	r.takeSeen()
 	switch m := c.Message().(type) {
 	case actors.Started:
 		if err := r.start(c); err != nil {
@@ -233,6 +236,7 @@ func (r *repo) stop(why error) {
 // the daemon's uid owns is not served (see clanker).
 func (r *repo) start(c *actors.Context) error {
 	r.tasks, r.pods, r.dirty, r.waiting = map[string]*task{}, map[string]*pod{}, map[string]bool{}, map[*change]bool{}
+	r.seen = &seenPods{}
 	r.refused = map[string]string{}
 	r.drainPending = false
 	base, judge, err := r.cfg.prompts()
@@ -289,7 +293,7 @@ func (r *repo) start(c *actors.Context) error {
 	if err != nil {
 		return r.notServed(err)
 	}
-	sock, err := r.m.listen(r.cfg.Socket, sockDir, r.name, repoHandler{r.m, c.Self()})
+	sock, err := r.m.listen(r.cfg.Socket, sockDir, r.name, repoHandler{r.m, c.Self(), r.seen})
 	if err != nil {
 		return err
 	}
@@ -1072,10 +1076,15 @@ func (r *repo) status() RepoStatus {
 
 // repoHandler hands a repo's requests to its actor.
 type repoHandler struct {
-	m   *Manager
-	ref actors.Ref
+	m    *Manager
+	ref  actors.Ref
+	seen *seenPods // hellos answered here, for the actor to apply
 }
 
 func (h repoHandler) Handle(typ string, payload []byte, reply func([]byte, error)) {
+	if typ == "hello" && h.hello(payload) {
+		reply(okData, nil)
+		return
+	}
 	h.m.sys.Send(h.ref, request{typ: typ, payload: payload, reply: reply})
 }

@@ -68,15 +68,16 @@ func ClankerLogText(err error) string {
 
 // DecodeClankerRequest decodes one request line. The error says what is
 // wrong with the line: not JSON, not an object, v missing or not 1, type
-// missing or not a string.
+// missing or not a string. ID and Payload are line's own bytes (no copy):
+// they are valid while line is.
 func DecodeClankerRequest(line []byte) (ClankerRequest, error) {
 	var req ClankerRequest
-	fields, err := clankerObject(line, "ipc request")
+	f, err := clankerObject(line, "ipc request")
 	if err != nil {
 		return req, err
 	}
-	v, ok := fields["v"]
-	if !ok {
+	v := f.v
+	if v == nil {
 		return req, &ClankerRequestError{Msg: "invalid ipc request: v is missing (this server speaks version 1)"}
 	}
 	if !isJSONOne(v) {
@@ -84,18 +85,20 @@ func DecodeClankerRequest(line []byte) (ClankerRequest, error) {
 			Msg: fmt.Sprintf("invalid ipc request: unsupported version v=%s (this server speaks version 1)", jsonExcerpt(v)),
 			Log: fmt.Sprintf("invalid ipc request: unsupported version, %s (this server speaks version 1)", jsonKind(v))}
 	}
-	t, ok := fields["type"]
-	if !ok {
+	t := f.typ
+	if t == nil {
 		return req, &ClankerRequestError{Msg: "invalid ipc request: type is missing"}
 	}
-	if err := json.Unmarshal(t, &req.Type); err != nil || t[0] != '"' {
+	typ, ok := clankerString(t)
+	if !ok {
 		return req, &ClankerRequestError{Msg: fmt.Sprintf("invalid ipc request: type must be a string, got %s", jsonExcerpt(t)),
 			Log: "invalid ipc request: type must be a string, got " + jsonKind(t)}
 	}
-	if id, ok := fields["id"]; ok && !bytes.Equal(id, []byte("null")) {
+	req.Type = typ
+	if id := f.id; id != nil && !bytes.Equal(id, []byte("null")) {
 		req.ID = id
 	}
-	if p, ok := fields["payload"]; ok && !bytes.Equal(p, []byte("null")) {
+	if p := f.payload; p != nil && !bytes.Equal(p, []byte("null")) {
 		req.Payload = p
 	}
 	return req, nil
@@ -109,54 +112,82 @@ type SpoolEntry struct {
 }
 
 // DecodeSpoolLine decodes one spool line: an object with a non-empty
-// string type; ts, when present, a string.
+// string type; ts, when present, a string. Payload is line's own bytes.
 func DecodeSpoolLine(line []byte) (SpoolEntry, error) {
 	var e SpoolEntry
-	fields, err := clankerObject(line, "spool line")
+	f, err := clankerObject(line, "spool line")
 	if err != nil {
 		return e, err
 	}
-	t, ok := fields["type"]
-	if !ok {
+	t := f.typ
+	if t == nil {
 		return e, &ClankerRequestError{Msg: "invalid spool line: type is missing"}
 	}
-	if err := json.Unmarshal(t, &e.Type); err != nil || t[0] != '"' || e.Type == "" {
+	typ, ok := clankerString(t)
+	if !ok || typ == "" {
 		return e, &ClankerRequestError{Msg: fmt.Sprintf("invalid spool line: type must be a non-empty string, got %s", jsonExcerpt(t)),
 			Log: "invalid spool line: type must be a non-empty string, got " + jsonKind(t)}
 	}
-	if ts, ok := fields["ts"]; ok && !bytes.Equal(ts, []byte("null")) {
-		if err := json.Unmarshal(ts, &e.TS); err != nil || ts[0] != '"' {
+	e.Type = typ
+	if ts := f.ts; ts != nil && !bytes.Equal(ts, []byte("null")) {
+		if e.TS, ok = clankerString(ts); !ok {
 			return e, &ClankerRequestError{Msg: fmt.Sprintf("invalid spool line: ts must be a string, got %s", jsonExcerpt(ts)),
 				Log: "invalid spool line: ts must be a string, got " + jsonKind(ts)}
 		}
 	}
-	if p, ok := fields["payload"]; ok && !bytes.Equal(p, []byte("null")) {
+	if p := f.payload; p != nil && !bytes.Equal(p, []byte("null")) {
 		e.Payload = p
 	}
 	return e, nil
 }
 
-// clankerObject decodes a line that must be one JSON object into its
-// members (the last of a repeated member wins, as in JavaScript).
-func clankerObject(line []byte, what string) (map[string]json.RawMessage, error) {
+// clankerFields are the members of a request or spool line that are read
+// (raw values, nil when absent; the last of a repeated member wins, as in
+// JavaScript).
+type clankerFields struct{ v, id, typ, ts, payload []byte }
+
+// clankerObject decodes a line that must be one JSON object into the
+// members read, without decoding the others.
+func clankerObject(line []byte, what string) (clankerFields, error) {
+	var f clankerFields
 	line = bytes.TrimSpace(line)
 	if !ValidJSON(line) {
-		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: not JSON: %s", what, excerpt(line)),
+		return f, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: not JSON: %s", what, excerpt(line)),
 			Log: fmt.Sprintf("invalid %s: not JSON", what)}
 	}
 	if len(line) == 0 || line[0] != '{' {
-		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: want a JSON object, got %s", what, excerpt(line)),
+		return f, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: want a JSON object, got %s", what, excerpt(line)),
 			Log: fmt.Sprintf("invalid %s: want a JSON object, got %s", what, jsonKind(line))}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(line, &fields); err != nil {
-		// Valid JSON that is an object: not expected; encoding/json's
-		// messages may quote the line.
-		return nil, &ClankerRequestError{Msg: fmt.Sprintf("invalid %s: %v", what, err),
-			Log: fmt.Sprintf("invalid %s: its members cannot be read", what)}
+	for it := members(line, 0); ; {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		switch string(key) {
+		case "v":
+			f.v = val
+		case "id":
+			f.id = val
+		case "type":
+			f.typ = val
+		case "ts":
+			f.ts = val
+		case "payload":
+			f.payload = val
+		}
 	}
-	return fields, nil
+	return f, nil
 }
+
+// clankerString decodes a JSON string value as encoding/json does,
+// without allocating for clanker's own type names; false when v is not a
+// string.
+func clankerString(v []byte) (string, bool) { return internedString(v, clankerTypes) }
+
+// clankerTypes interns the request types of spec 003.
+var clankerTypes = interned("hello", "heartbeat", "usage_limit", "task_create", "task_status",
+	"task_request", "judge_request", "task_handoff", "task_note")
 
 // jsonExcerpt is a JSON value as written, cut at 64 bytes.
 func jsonExcerpt(v json.RawMessage) string {
@@ -209,4 +240,45 @@ func AppendClankerError(dst []byte, id json.RawMessage, msg string) []byte {
 func IsClankerRequestError(err error) bool {
 	var e *ClankerRequestError
 	return errors.As(err, &e)
+}
+
+// ClankerHello is what a hello's payload says that the repo keeps: each
+// member "" when absent or not a string (clanker's handler reads them so).
+type ClankerHello struct {
+	PodID, Role, Worktree string
+}
+
+// DecodeClankerHello decodes a hello's payload (nil: none) without
+// decoding its other members; false when it is not a JSON object (the
+// request is refused: see spool's handlers).
+func DecodeClankerHello(payload []byte) (ClankerHello, bool) {
+	var h ClankerHello
+	if len(payload) == 0 {
+		return h, true
+	}
+	payload = trimJSONSpace(payload)
+	if string(payload) == "null" {
+		return h, true
+	}
+	if len(payload) == 0 || payload[0] != '{' || !ValidJSON(payload) {
+		return h, false
+	}
+	for it := members(payload, 0); ; {
+		key, val, ok := it.next()
+		if !ok {
+			return h, true
+		}
+		var dst *string
+		switch string(key) {
+		case "podId":
+			dst = &h.PodID
+		case "role":
+			dst = &h.Role
+		case "worktree":
+			dst = &h.Worktree
+		default:
+			continue
+		}
+		*dst, _ = clankerString(val) // "" when not a string
+	}
 }

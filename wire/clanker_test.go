@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -141,4 +142,69 @@ func TestClankerLogTextQuotesNothing(t *testing.T) {
 	if got := ClankerLogText(errors.New("plain")); got != "plain" {
 		t.Errorf("ClankerLogText of another error: %q", got)
 	}
+}
+
+// FuzzDecodeClankerHello: the hand-written decoder reads what
+// encoding/json reads into a map of members (the last of a repeated
+// member wins; a member that is not a string is ""), and refuses what is
+// not an object.
+func FuzzDecodeClankerHello(f *testing.F) {
+	for _, s := range []string{``, `null`, `{}`, `{"podId":"p","role":"slave","worktree":"/w"}`, `{"podId":1,"podId":"x","role":null}`,
+		`{"p\u006fdId":"a\u00e9\n","role":"\ud800"}`, "{\"role\":\"\xff\"}", `[]`, `"x"`, `{"podId":"a"`, ` {"role":"judge"} `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		h, ok := DecodeClankerHello(payload)
+		var m map[string]json.RawMessage
+		want := len(payload) == 0 || json.Unmarshal(payload, &m) == nil
+		if ok != want {
+			t.Fatalf("%q: ok %v, encoding/json %v", payload, ok, want)
+		}
+		if !ok {
+			return
+		}
+		str := func(k string) string {
+			var s string
+			if v := m[k]; len(v) > 0 && v[0] == '"' {
+				_ = json.Unmarshal(v, &s)
+			}
+			return s
+		}
+		if w := (ClankerHello{PodID: str("podId"), Role: str("role"), Worktree: str("worktree")}); h != w {
+			t.Fatalf("%q: decoded %+v, encoding/json %+v", payload, h, w)
+		}
+	})
+}
+
+// FuzzClankerMembers: the request's members are read as encoding/json
+// reads them into a map (the last of a repeated member wins, escaped
+// keys unescaped), and its type decoded as encoding/json decodes it.
+func FuzzClankerMembers(f *testing.F) {
+	for _, s := range []string{`{"v":1,"id":"a","type":"hello","payload":{}}`, `{"v":1,"type":"a","type":"b","\u0074s":"x"}`,
+		`{"v":1,"type":"t\u00e9\n","id":[1,{"a":2}],"payload":null}`, "{\"v\":1,\"type\":\"\xff\"}", ` {"ts":1} `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		got, err := clankerObject(line, "x")
+		var m map[string]json.RawMessage
+		if json.Unmarshal(bytes.TrimSpace(line), &m) != nil || m == nil {
+			if err == nil {
+				t.Fatalf("%q: read, encoding/json refuses it", line)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		for k, v := range map[string][]byte{"v": got.v, "id": got.id, "type": got.typ, "ts": got.ts, "payload": got.payload} {
+			if w, ok := m[k]; ok != (v != nil) || !bytes.Equal(v, w) {
+				t.Fatalf("%q: %s is %q, encoding/json %q", line, k, v, w)
+			}
+			var ws string
+			wErr := json.Unmarshal(v, &ws)
+			if s, ok := clankerString(v); v != nil && (ok != (wErr == nil && v[0] == '"') || ok && s != ws) {
+				t.Fatalf("%q: %s decoded %q %v, encoding/json %q %v", line, k, s, ok, ws, wErr)
+			}
+		}
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Control-socket error codes from the Loopr spec's TUI protocol table.
@@ -172,40 +171,16 @@ func parseUint64(b []byte) (uint64, bool) {
 
 // decodeMethod unquotes a method name, without allocating for the spec's
 // own methods.
-func decodeMethod(raw []byte) (string, bool) {
-	if raw[0] != '"' {
-		return "", false
-	}
-	inner := raw[1 : len(raw)-1]
-	if plainStringContent(inner) && utf8.Valid(inner) {
-		if m, ok := knownMethods[string(inner)]; ok {
-			return m, true
-		}
-		return string(inner), true
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
+func decodeMethod(raw []byte) (string, bool) { return internedString(raw, knownMethods) }
 
 // knownMethods interns the Loopr control methods so parsing them does not
 // allocate.
-var knownMethods = func() map[string]string {
-	m := map[string]string{}
-	for _, s := range []string{
-		"connect", "disconnect", "ping",
-		"chat.send", "chat.cancel", "chat.clear",
-		"loop.list", "loop.get", "loop.create_plan", "loop.start", "loop.pause",
-		"loop.resume", "loop.cancel", "loop.delete",
-		"plan.approve", "plan.reject", "plan.iterate", "plan.get_preview",
-		"metrics.get",
-	} {
-		m[s] = s
-	}
-	return m
-}()
+var knownMethods = interned("connect", "disconnect", "ping",
+	"chat.send", "chat.cancel", "chat.clear",
+	"loop.list", "loop.get", "loop.create_plan", "loop.start", "loop.pause",
+	"loop.resume", "loop.cancel", "loop.delete",
+	"plan.approve", "plan.reject", "plan.iterate", "plan.get_preview",
+	"metrics.get")
 
 // DecodeParams decodes req.Params into v, refusing unknown fields and
 // trailing data; a missing params object decodes as {} (v is left as it

@@ -255,3 +255,33 @@ func appendStringMap(dst []byte, m map[string]string) []byte {
 	}
 	return append(dst, '}')
 }
+
+// internedString decodes the JSON string raw as encoding/json does
+// (invalid UTF-8 becomes U+FFFD); a string of known is returned without
+// allocating. False when raw is not a string.
+func internedString(raw []byte, known map[string]string) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	if plainStringContent(inner) && utf8.Valid(inner) {
+		if s, ok := known[string(inner)]; ok {
+			return s, true
+		}
+		return string(inner), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// interned is the set of strings ss, each its own key, for internedString.
+func interned(ss ...string) map[string]string {
+	m := make(map[string]string, len(ss))
+	for _, s := range ss {
+		m[s] = s
+	}
+	return m
+}

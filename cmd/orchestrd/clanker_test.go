@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -508,6 +509,21 @@ func TestClankerServeRepoAndStalePods(t *testing.T) {
 	okData(t, pod(t, sock2, "heartbeat", map[string]any{"podId": "slave-7", "pid": 77, "role": "slave"}), `{"ok":true}`)
 	e := d2.waitEvent("clanker.pod_stale", func(e map[string]any) bool { return e["pod"] == "slave-7" })
 	if e["pid"] != 77.0 {
+		t.Fatalf("pod_stale %v", e)
+	}
+
+	// A hello is answered before the repo applies it: what the pod said
+	// (the last role said, in order) is there for whatever asks next,
+	// and the pod goes stale as one that said nothing since.
+	okData(t, pod(t, sock2, "hello", map[string]any{"podId": "judge-3", "role": "judge", "worktree": "/w1"}), `{"ok":true}`)
+	okData(t, pod(t, sock2, "hello", map[string]any{"podId": "judge-3", "worktree": "/w2"}), `{"ok":true}`)
+	okData(t, pod(t, sock2, "hello", map[string]any{"podId": "../x", "role": "judge"}), `{"ok":true}`) // names no pod: nothing kept
+	out, code = clankerCLI(t, d2.home, "clanker")
+	if code != 0 || !regexp.MustCompile(`judge-3 +judge `).MatchString(out) || strings.Contains(out, "../x") {
+		t.Fatalf("orchestrd clanker after hellos (%d):\n%s", code, out)
+	}
+	e = d2.waitEvent("clanker.pod_stale", func(e map[string]any) bool { return e["pod"] == "judge-3" })
+	if e["role"] != "judge" {
 		t.Fatalf("pod_stale %v", e)
 	}
 }
