@@ -161,7 +161,8 @@ func (d *sandboxDaemon) runJob(t *testing.T, lane, script string) string {
 	t.Helper()
 	out, errOut, code := d.cli("run", "--home", d.home, "--lane", lane, "--", "sh", "-c", script)
 	if code != 0 {
-		t.Fatalf("job exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		// The daemon's log says why (a runner lost: its exit, its cause).
+		t.Fatalf("job exit %d\nstdout: %s\nstderr: %s\ndaemon log tail:\n%s", code, out, errOut, tail(d.stderr.String(), 6000))
 	}
 	return out
 }
