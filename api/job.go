@@ -56,6 +56,10 @@ const (
 	// dispatched or running; the daemon that started next failed it, since
 	// it may have run (it is never run again).
 	ErrDaemonLost = "daemon_lost"
+	// ErrNodeLost: the fleet node running the cluster job stopped
+	// heartbeating and was declared lost; the job may have run (it is
+	// never run again), and a result the node sends later is not recorded.
+	ErrNodeLost = "node_lost"
 	// ErrLaneRemoved: the daemon died while the job was queued, and the
 	// daemon that started next has no lane of its name in its config.
 	ErrLaneRemoved = "lane_removed"
@@ -146,6 +150,9 @@ type JobRecord struct {
 	// the runner stopped reading it; whatever that wrote later is not in
 	// the output. A client reading the output says it may be incomplete.
 	OutputCut bool `json:"output_cut,omitempty"`
+	// Node is the fleet node a cluster job ran on (or was taken by);
+	// absent for a job of a lane that is not shared.
+	Node string `json:"node,omitempty"`
 }
 
 // jobRecordFields is JobRecord without its JSON methods.
@@ -241,6 +248,7 @@ func (r JobRecord) AppendJSON(dst []byte) []byte {
 	boolean("output_truncated", r.OutputTruncated, false)
 	boolean("output_evicted", r.OutputEvicted, true)
 	boolean("output_cut", r.OutputCut, true)
+	str("node", r.Node, true)
 	switch {
 	case b64:
 		dst = append(dst, `,"output_b64":"`...)

@@ -58,7 +58,7 @@ func TestJobRecordAppendJSON(t *testing.T) {
 	full := JobRecord{ID: "j-1", Lane: "net", RunnerID: "net-0", RunnerPid: 42, State: StateSucceeded, ExitCode: &code,
 		WasTimeout: true, WasCancelled: true, DurationMs: 17, Error: "it \"failed\" <b>\n", Command: "sh -c 'a && b'",
 		Argv: []string{"x", "\u2028", "\xff"}, Cwd: "/tmp/ü", CreatedAt: now, DispatchedAt: &now, FinishedAt: &later,
-		Signal: "SIGSEGV", StoppedBy: "sigterm", OutputBytes: 9, OutputTruncated: true, OutputEvicted: true, OutputCut: true,
+		Signal: "SIGSEGV", StoppedBy: "sigterm", OutputBytes: 9, OutputTruncated: true, OutputEvicted: true, OutputCut: true, Node: "gpu-box",
 		Output: "héllo\n\t<&>"}
 	for _, r := range []JobRecord{
 		{},
