@@ -53,6 +53,10 @@ type LaneConfig struct {
 	// or a prefix ending in "*") that the lane's jobs get beside the base
 	// ones (proc.BaseEnvKeys); nothing else of it reaches them.
 	InheritEnv []string `toml:"inherit_env"`
+	// Shared makes the lane a cluster lane (with [cluster] on): its jobs
+	// go through the fleet's work queue and any node that defines the
+	// lane may run them.
+	Shared bool `toml:"shared"`
 }
 
 // AcceptsExternal reports whether bring-your-own runners may join.
@@ -102,6 +106,8 @@ func ValidateLanes(key string, ls map[string]LaneConfig) []error {
 	for _, n := range slices.Sorted(maps.Keys(ls)) {
 		if n == "" || strings.ContainsAny(n, "/ \t\n") || len(n) > 64 {
 			errs = append(errs, fmt.Errorf("%s.%q: a lane name must be 1-64 characters without '/' or spaces", key, n))
+		} else if ls[n].Shared && !clusterName(n) {
+			errs = append(errs, fmt.Errorf("%s.%q: a shared lane's name must be letters, digits, '-' and '_' only (it names the lane's queue in the fleet)", key, n))
 		}
 		errs = append(errs, ls[n].validate(key+"."+n)...)
 	}
@@ -161,4 +167,14 @@ func flatten(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// clusterName: n can name a NATS stream and a subject token.
+func clusterName(n string) bool {
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return n != ""
 }

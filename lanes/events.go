@@ -273,7 +273,7 @@ func (e *JobOutput) UnmarshalJSON(b []byte) error {
 type JobStreamOpened struct {
 	JobID  string `json:"job_id"`
 	Reader string `json:"reader"` // control, http
-	From   string `json:"from"`   // start, running, record
+	From   string `json:"from"`   // start, running, record, fleet (a cluster job followed from the fleet)
 }
 
 func (JobStreamOpened) Kind() string { return "job.stream_opened" }

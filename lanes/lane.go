@@ -89,7 +89,10 @@ type laneHandle struct {
 	ref     atomic.Pointer[actors.Ref]
 	pending atomic.Int64 // jobs submitted and not yet dispatched or cancelled
 	running atomic.Int64
-	status  atomic.Pointer[api.LaneStatus]
+	// capacity: the slots of the lane's ready, serving runners (the
+	// fleet's FreeSlots).
+	capacity atomic.Int64
+	status   atomic.Pointer[api.LaneStatus]
 }
 
 func (h *laneHandle) laneRef() actors.Ref {
@@ -498,10 +501,27 @@ func (l *laneActor) shutdown(c *actors.Context, done func()) {
 	for _, s := range l.runners {
 		c.Send(s.ref, runnerShutdown{})
 	}
+	if l.h.cfg.Shared {
+		l.roomChanged()
+	}
 	if l.forced {
 		l.force(c)
 	}
 	l.maybeStopped()
+}
+
+// roomChanged tells the fleet a shared lane may have room now.
+func (l *laneActor) roomChanged() {
+	var n int64
+	for _, s := range l.runners {
+		if s.ready && s.serving {
+			n += int64(s.slots)
+		}
+	}
+	l.h.capacity.Store(n)
+	if fn := l.sh.room.Load(); fn != nil {
+		(*fn)()
+	}
 }
 
 func (l *laneActor) force(c *actors.Context) {

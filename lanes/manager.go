@@ -46,6 +46,9 @@ type shared struct {
 	orphaned         atomic.Int64
 	killedOnShutdown atomic.Int64
 	submitted        atomic.Int64
+	// room, when set (the fleet's), is called whenever a shared lane may
+	// have room for another job; it must not block.
+	room atomic.Pointer[func()]
 }
 
 // Options configures a Manager.
@@ -96,6 +99,7 @@ type Manager struct {
 	seq      atomic.Uint64
 	stopped  sync.Once
 	stopping atomic.Bool
+	cl       atomic.Pointer[clusterBox] // the fleet; nil: one machine
 }
 
 // lanesSupervisor is the parent of the lane actors.
@@ -268,6 +272,12 @@ func (m *Manager) SubmitReading(spec api.JobSpec, who string, reply func(id stri
 }
 
 func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r *OutputReader, err error)) {
+	m.submitAs("", spec, who, answer)
+}
+
+// submitAs is submit; a job the fleet gave this node keeps its cluster id
+// (id != ""), and runs here whatever its lane.
+func (m *Manager) submitAs(id string, spec api.JobSpec, who string, answer func(id string, r *OutputReader, err error)) {
 	reply := func(id string, err error) { answer(id, nil, err) }
 	if m.stopping.Load() {
 		reply("", api.Errorf(api.CodeShuttingDown, "daemon is stopping; job not accepted"))
@@ -277,27 +287,16 @@ func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r 
 		spec.Lane = api.DefaultLane
 	}
 	h, ok := m.lanes[spec.Lane]
+	c := m.cluster()
+	if c != nil && id == "" && (ok && h.cfg.Shared || !ok && c.Serves(spec.Lane)) {
+		m.submitCluster(c, spec, who, answer)
+		return
+	}
 	if !ok {
-		reply("", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.names))
+		reply("", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.laneNames(c)))
 		return
 	}
-	if spec.Command == "" && len(spec.Argv) == 0 {
-		reply("", api.Errorf(api.CodeInvalidParams, "job needs command or argv"))
-		return
-	}
-	if spec.Command != "" && len(spec.Argv) > 0 {
-		reply("", api.Errorf(api.CodeInvalidParams, "job takes command or argv, not both"))
-		return
-	}
-	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
-		reply("", api.Errorf(api.CodeInvalidParams, "cwd must be an absolute path, got %q", spec.Cwd))
-		return
-	}
-	if spec.WorktreeDir != "" && !filepath.IsAbs(spec.WorktreeDir) {
-		reply("", api.Errorf(api.CodeInvalidParams, "worktree_dir must be an absolute path, got %q", spec.WorktreeDir))
-		return
-	}
-	if e := checkEnv(spec.Env); e != nil {
+	if e := checkSpec(&spec); e != nil {
 		reply("", e)
 		return
 	}
@@ -307,9 +306,6 @@ func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r 
 	if spec.KillGraceMs == nil {
 		g := uint64(h.cfg.KillGrace.Milliseconds())
 		spec.KillGraceMs = &g
-	} else if *spec.KillGraceMs > api.MaxKillGraceMs {
-		reply("", api.Errorf(api.CodeInvalidParams, "kill_grace_ms must be at most %d (an hour), got %d", api.MaxKillGraceMs, *spec.KillGraceMs))
-		return
 	}
 	if spec.MaxOutputBytes == 0 || spec.MaxOutputBytes > h.cfg.MaxOutputBytes {
 		spec.MaxOutputBytes = h.cfg.MaxOutputBytes
@@ -325,7 +321,9 @@ func (m *Manager) submit(spec api.JobSpec, who string, answer func(id string, r 
 			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)})
 		return
 	}
-	id := m.idPre + fmt.Sprint(m.seq.Add(1))
+	if id == "" {
+		id = m.idPre + fmt.Sprint(m.seq.Add(1))
+	}
 	rec := api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command, Argv: spec.Argv,
 		Cwd: spec.Cwd, CreatedAt: time.Now()}
 	out := newOutStream(m.sh, id, int(spec.MaxOutputBytes))
@@ -373,6 +371,9 @@ func (m *Manager) Get(id string) (api.JobRecord, bool) {
 // before it left the live jobs (store.finish): no moment has it in
 // neither.
 func (m *Manager) lookup(id string) (api.JobRecord, bool, error) {
+	if c, ok := m.owned(id); ok {
+		return c.Get(id) // the fleet's record is the one that counts
+	}
 	if rec, ok := m.sh.store.get(id); ok || m.sh.jobs == nil {
 		return rec, ok, nil
 	}
@@ -392,17 +393,80 @@ func (m *Manager) List(f api.Filter) []api.JobRecord {
 // ListPage returns one page of matching jobs without their output: from
 // the state store (every job it holds), or from memory without one.
 func (m *Manager) ListPage(q JobQuery) ([]api.JobRecord, string, error) {
+	c := m.cluster()
+	if c != nil && q.Lane != "" && m.clusterLane(c, q.Lane) {
+		return m.listCluster(c, q, nil)
+	}
+	var jobs []api.JobRecord
+	var next string
 	if m.sh.jobs == nil {
 		if q.Limit > 0 || q.Cursor != "" || !q.Since.IsZero() {
 			return nil, "", api.Errorf(api.CodeInvalidParams, "invalid params for job.list: limit, cursor and since need the state store")
 		}
-		return m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane}), "", nil
+		jobs = m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane})
+	} else {
+		var err error
+		if jobs, next, err = m.sh.jobs.List(q); err != nil {
+			return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
+		}
 	}
-	jobs, next, err := m.sh.jobs.List(q)
+	if c == nil || q.Lane != "" {
+		return jobs, next, nil
+	}
+	// The fleet's jobs join the first page; the ones this node ran are in
+	// its store too, and the fleet's record is the one that counts.
+	local := jobs[:0]
+	for _, j := range jobs {
+		if !c.Owns(j.ID) {
+			local = append(local, j)
+		}
+	}
+	if q.Cursor != "" {
+		return local, next, nil
+	}
+	all, _, err := m.listCluster(c, q, local)
+	return all, next, err
+}
+
+// clusterLane: jobs of lane go through the fleet.
+func (m *Manager) clusterLane(c Cluster, lane string) bool {
+	if h, ok := m.lanes[lane]; ok {
+		return h.cfg.Shared
+	}
+	return c.Serves(lane)
+}
+
+// listCluster merges the fleet's jobs matching q (at most q.Limit of
+// them, the first in q's order) into local, in q's order.
+func (m *Manager) listCluster(c Cluster, q JobQuery, local []api.JobRecord) ([]api.JobRecord, string, error) {
+	if q.Cursor != "" {
+		return nil, "", nil // the fleet's jobs all came on the first page
+	}
+	fj, err := c.List(api.Filter{State: q.State, Lane: q.Lane})
 	if err != nil {
-		return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
+		return nil, "", api.Errorf(api.CodeInternal, "listing the fleet's jobs: %v", err)
 	}
-	return jobs, next, nil
+	order := func(js []api.JobRecord) {
+		sort.SliceStable(js, func(i, k int) bool {
+			if q.Newest {
+				return js[i].CreatedAt.After(js[k].CreatedAt)
+			}
+			return js[i].CreatedAt.Before(js[k].CreatedAt)
+		})
+	}
+	var mine []api.JobRecord
+	for _, j := range fj {
+		if q.Since.IsZero() || !j.CreatedAt.Before(q.Since) {
+			mine = append(mine, j)
+		}
+	}
+	order(mine)
+	if q.Limit > 0 && len(mine) > q.Limit {
+		mine = mine[:q.Limit]
+	}
+	all := append(local, mine...)
+	order(all)
+	return all, "", nil
 }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.
@@ -415,6 +479,10 @@ func (m *Manager) Cancel(id string, reply func(wasRunning bool, err error)) {
 // CancelWith is Cancel; force kills a running job at once, without its
 // kill grace.
 func (m *Manager) CancelWith(id string, force bool, reply func(wasRunning bool, err error)) {
+	if c, ok := m.owned(id); ok {
+		c.Cancel(id, force, reply)
+		return
+	}
 	rec, ok, err := m.lookup(id)
 	if err != nil {
 		reply(false, api.Errorf(api.CodeInternal, "reading job %s: %v", id, err))
@@ -424,6 +492,12 @@ func (m *Manager) CancelWith(id string, force bool, reply func(wasRunning bool, 
 		reply(false, api.Errorf(api.CodeNotFound, "no job %q", id))
 		return
 	}
+	m.cancelLive(rec, force, reply)
+}
+
+// cancelLive cancels the job of rec through its lane, if it is live here.
+func (m *Manager) cancelLive(rec api.JobRecord, force bool, reply func(wasRunning bool, err error)) {
+	id := rec.ID
 	if rec.State.Terminal() {
 		reply(false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", id, rec.State))
 		return
@@ -442,6 +516,9 @@ func (m *Manager) CancelWith(id string, force bool, reply func(wasRunning bool, 
 // Wait calls fn once the job is terminal: at once for a job that already
 // is (in memory, or only in the state store).
 func (m *Manager) Wait(id string, fn func(api.JobRecord)) (func(), error) {
+	if c, ok := m.owned(id); ok {
+		return c.Wait(id, fn)
+	}
 	cancel, ok := m.sh.store.wait(id, fn)
 	if ok {
 		return cancel, nil

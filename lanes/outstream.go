@@ -98,6 +98,9 @@ type outStream struct {
 	actor actors.Ref
 	over  bool
 	early []any // for the actor, before it started
+	// unread, when set, is called once the last reader of a stream that
+	// has not ended detaches (a cluster job's mirror stops following).
+	unread func()
 }
 
 func (s *outStream) setActor(sys *actors.System, ref actors.Ref) {
@@ -449,9 +452,16 @@ func (r *OutputReader) close(reason string, emit bool) {
 	s.trimLocked()
 	ack, n := s.ackLocked()
 	delivered, missed := r.delivered, r.missed
+	var unread func()
+	if len(s.readers) == 0 && !s.ended {
+		unread = s.unread
+	}
 	s.mu.Unlock()
 	if n >= 0 {
 		ack(n)
+	}
+	if unread != nil {
+		unread()
 	}
 	r.signal()
 	if emit && s.sh != nil {

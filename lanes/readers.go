@@ -23,6 +23,9 @@ func (m *Manager) ObserveOutput(id, who string) (*OutputReader, error) {
 }
 
 func (m *Manager) readOutput(id, who string, follow, observer bool) (*OutputReader, error) {
+	if c, ok := m.owned(id); ok {
+		return m.readCluster(c, id, who, follow, observer)
+	}
 	out, rec, ok := m.sh.store.stream(id)
 	if ok && out != nil {
 		s, from := out, "running"
