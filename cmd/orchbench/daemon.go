@@ -30,6 +30,16 @@ type daemon struct {
 // startDaemon writes config (TOML; "" = the embedded defaults) into a fresh
 // home, starts the daemon and waits until every lane's runners are ready.
 func (b *bench) startDaemon(name, config string) (*daemon, error) {
+	d, err := b.launchDaemon(name, config)
+	if err != nil {
+		return nil, err
+	}
+	return d, d.waitReady()
+}
+
+// launchDaemon is startDaemon without the wait: daemons that need each
+// other to be ready (a fleet) start together, then each is waited for.
+func (b *bench) launchDaemon(name, config string) (*daemon, error) {
 	home := filepath.Join(b.tmp, name)
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, err
@@ -60,13 +70,18 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 		logf.Close()
 		return nil, err
 	}
-	d := &daemon{run: p, b: b, name: name, sock: p.Socket(), logf: logf}
-	if _, err := p.WaitReady(30 * time.Second); err != nil {
+	return &daemon{run: p, b: b, name: name, sock: p.Socket(), logf: logf}, nil
+}
+
+// waitReady waits until every lane's runners are ready; a daemon that is
+// not is stopped.
+func (d *daemon) waitReady() error {
+	if _, err := d.run.WaitReady(60 * time.Second); err != nil {
 		d.stop()
-		return nil, fmt.Errorf("daemon %s: %w\n%s", name, err, d.logTail())
+		return fmt.Errorf("daemon %s: %w\n%s", d.name, err, d.logTail())
 	}
-	b.debugf("daemon %s up, pid %d", name, d.pid())
-	return d, nil
+	d.b.debugf("daemon %s up, pid %d", d.name, d.pid())
+	return nil
 }
 
 func (d *daemon) pid() int { return d.run.Pid() }
