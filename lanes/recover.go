@@ -21,7 +21,9 @@ type Recovery struct {
 // its id; one dispatched or running may have run and must not run twice:
 // it ends failed with api.ErrDaemonLost; a queued one whose lane is no
 // longer configured ends failed with api.ErrLaneRemoved. The failures are
-// recorded in one go; each job is a job.recovered event.
+// recorded in one go; each job is a job.recovered event. A cluster job
+// (the fleet set with SetCluster first) is never queued again here: it
+// ends failed with api.ErrNodeLost, as the fleet records it.
 func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 	var r Recovery
 	if m.sh.jobs == nil {
@@ -41,7 +43,16 @@ func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 	for _, u := range us {
 		rec := u.Record
 		_, laneOK := m.lanes[rec.Lane]
+		_, fleetJob := m.owned(rec.ID)
 		switch {
+		case fleetJob:
+			// A job the fleet gave the daemon that died: the nodes that
+			// remain end it node_lost in the fleet's record, which is
+			// the one that counts; here it is never run again.
+			events = append(events, JobRecovered{JobID: rec.ID, Lane: rec.Lane, Action: "failed",
+				Was: string(rec.State), Error: api.ErrNodeLost})
+			rec.State, rec.Error, rec.FinishedAt = api.StateFailed, api.ErrNodeLost, &now
+			failed = append(failed, rec)
 		case rec.State != api.StateQueued:
 			events = append(events, JobRecovered{JobID: rec.ID, Lane: rec.Lane, Action: "failed",
 				Was: string(rec.State), Error: api.ErrDaemonLost})
