@@ -522,8 +522,12 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		} else if j.Signal != "" {
 			exit = j.Signal
 		}
+		runner := dash(j.RunnerID)
+		if j.Node != "" { // a cluster job: the node it ran on first
+			runner = j.Node + ":" + runner
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
-			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), dash(j.RunnerID), commandLine(j))
+			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), runner, commandLine(j))
 	}
 	tw.Flush()
 	return exitOK
@@ -531,9 +535,10 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 
 // jobDuration is a job's DURATION: "-" while it has none yet, and for a job
 // whose run nobody saw end (daemon_lost: the daemon died while it ran;
-// lane_removed: it never ran), whose record says 0.
+// node_lost: so did the fleet node it ran on; lane_removed: it never ran),
+// whose record says 0.
 func jobDuration(j api.JobRecord) string {
-	if !j.State.Terminal() && j.DurationMs == 0 || j.Error == api.ErrDaemonLost || j.Error == api.ErrLaneRemoved {
+	if !j.State.Terminal() && j.DurationMs == 0 || j.Error == api.ErrDaemonLost || j.Error == api.ErrNodeLost || j.Error == api.ErrLaneRemoved {
 		return "-"
 	}
 	return formatDuration(time.Duration(j.DurationMs) * time.Millisecond)

@@ -78,6 +78,9 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 	}
 	row("state", state)
 	row("lane", j.Lane)
+	if j.Node != "" {
+		row("node", j.Node)
+	}
 	if j.RunnerID != "" {
 		r := j.RunnerID
 		if j.RunnerPid > 0 {
