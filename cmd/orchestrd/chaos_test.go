@@ -76,6 +76,7 @@ func (l *chaosLog) ids() []string {
 // appends a line to a file named after its id); a job that was only queued
 // when its daemon died ran after the restart; no process is left over.
 func TestChaosDaemonKilled(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -428,6 +428,7 @@ func TestClankerSpoolDrain(t *testing.T) {
 // A daemon killed with SIGKILL in the middle of a drain resumes it after
 // its restart: no spool line is lost and none is applied twice.
 func TestClankerDrainKilled(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	repo := shortTemp(t)
 	if err := os.MkdirAll(filepath.Join(repo, ".clanker"), 0o755); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,8 +33,31 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-// binary is the orchestrd binary built once for all integration tests.
-var binary string
+// binary is the orchestrd binary built once for all integration tests;
+// raceBinary is the same built with the race detector, for the daemons of
+// the tests that call underRace (and for every daemon with
+// ORCHESTRD_TEST_RACE_DAEMONS=1). A race-built daemon and its runners cost
+// twice the CPU of the whole package (557 s against 275 s): the domains'
+// own tests run under -race in process, and the tests here that drive the
+// most concurrency at once (chaos, many streams, every method, loops)
+// drive a race-built daemon.
+var binary, raceBinary string
+
+// raceTests are the top-level tests whose daemons are race-built.
+var raceTests sync.Map
+
+// underRace makes t's daemons race-built (call it before starting them).
+func underRace(t *testing.T) {
+	raceTests.Store(strings.SplitN(t.Name(), "/", 2)[0], true)
+}
+
+// binaryFor is the binary of t's daemons.
+func binaryFor(t *testing.T) string {
+	if _, ok := raceTests.Load(strings.SplitN(t.Name(), "/", 2)[0]); ok {
+		return raceBinary
+	}
+	return binary
+}
 
 func TestMain(m *testing.M) {
 	if h := os.Getenv("ORCHESTRD_TEST_HELPER"); h != "" {
@@ -43,7 +67,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "orchestrd")
+	binary, raceBinary = filepath.Join(dir, "orchestrd"), filepath.Join(dir, "orchestrd-race")
 	// No daemon of these tests may take the user's vibe-reachout socket.
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
@@ -52,9 +76,24 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	moreParallel()
-	if err := daemonrun.Build("", ".", binary, "-race"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	// Both at once: the race build reuses what go test compiled.
+	errs := make(chan error, 2)
+	go func() { errs <- daemonrun.Build("", ".", raceBinary, "-race") }()
+	go func() {
+		if os.Getenv("ORCHESTRD_TEST_RACE_DAEMONS") == "1" {
+			errs <- nil
+			return
+		}
+		errs <- daemonrun.Build("", ".", binary)
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	if os.Getenv("ORCHESTRD_TEST_RACE_DAEMONS") == "1" {
+		binary = raceBinary
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -69,7 +108,7 @@ func TestMain(m *testing.M) {
 }
 
 // noRaceExitSleep sets GORACE's atexit_sleep_ms to 0 for every process the
-// tests start (the binary is built with -race): by default a race-built
+// tests start that is race-built (raceBinary): by default a race-built
 // program sleeps a second after main returns, in case a goroutine still
 // running races then. Every orchestrd command a test runs paid it, and
 // every daemon stop twice (its runners, then itself): two thirds of a
@@ -253,7 +292,7 @@ func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 		}
 	}
 	d := newTestDaemon(t, home)
-	cmd := daemonrun.Serve(binary, home)
+	cmd := daemonrun.Serve(binaryFor(t), home)
 	cmd.Stderr = d.stderr
 	cmd.Stdout = d.stderr
 	d.launch(cmd)
@@ -603,4 +642,30 @@ func (d *testDaemon) waitByoReady(lane string) {
 		l := d.lane(lane)
 		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
 	})
+}
+
+// The tests that ask for race-built daemons get them, and the others
+// plain ones (unless every daemon is race-built).
+func TestRaceDaemonsAreRaceBuilt(t *testing.T) {
+	t.Parallel()
+	race := func(path string) bool {
+		bi, err := buildinfo.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				return true
+			}
+		}
+		return false
+	}
+	plain := binaryFor(t)
+	underRace(t)
+	if !race(binaryFor(t)) {
+		t.Fatalf("%s is not race-built", binaryFor(t))
+	}
+	if race(plain) != (os.Getenv("ORCHESTRD_TEST_RACE_DAEMONS") == "1") {
+		t.Fatalf("%s: race-built %v with ORCHESTRD_TEST_RACE_DAEMONS=%q", plain, race(plain), os.Getenv("ORCHESTRD_TEST_RACE_DAEMONS"))
+	}
 }

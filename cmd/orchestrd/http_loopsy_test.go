@@ -678,6 +678,7 @@ func TestHTTPSlowClient(t *testing.T) {
 
 // 1,000 streams at once: every one gets its own output, then exit.
 func TestHTTPManyStreams(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	const n = 1000
 	// The lane's default heartbeat timeout (5 s), not fastConfig's 1 s: a

@@ -396,6 +396,7 @@ func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
 }
 
 func TestChaos(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos test in -short mode")

@@ -318,6 +318,7 @@ esac`
 // spec spawns a phase, each phase a code loop; once the tree is complete
 // its root merges into main after a second approval.
 func TestLoopPlanTree(t *testing.T) {
+	underRace(t)
 	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)

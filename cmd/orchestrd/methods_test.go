@@ -21,6 +21,7 @@ import (
 // protocol's own, the lanes' (job.*, lane.list) and the daemon's
 // (tree.get, metrics.get, frontend.list); anything else is -32601 as it always was.
 func TestMethodsOfEveryOwner(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	d := startDaemon(t, "[lanes.no-net]\nrunners = 0\nspares = 0\n") // jobs stay queued
 	c := d.client()

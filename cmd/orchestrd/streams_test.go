@@ -59,6 +59,7 @@ func exitCode(t *testing.T, err error) int {
 // only an empty, idle pipe, and says so: lanes/runner's
 // TestOutputOfAnEndedJobIsNotCutWhileOnItsWay.)
 func TestRunDeliversEveryByte(t *testing.T) {
+	underRace(t)
 	t.Parallel()
 	d := startDaemon(t, streamConfig)
 	const total = 50000000
