@@ -186,7 +186,7 @@ func orchestrd(t *testing.T) string {
 			return
 		}
 		bin = filepath.Join(dir, "orchestrd")
-		buildErr = Build("", "github.com/orchestrd/orchestrd/cmd/orchestrd", bin, "-race")
+		buildErr = Build("", "github.com/orchestrd/orchestrd/cmd/orchestrd", bin)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

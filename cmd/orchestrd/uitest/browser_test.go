@@ -16,7 +16,7 @@ import (
 )
 
 // tabDeadline bounds everything one test does in its tab; waitDeadline
-// one condition waited for (generous: the daemon runs under -race on a
+// one condition waited for (generous: the daemon runs on a
 // machine the other tests share).
 const (
 	tabDeadline  = 4 * time.Minute

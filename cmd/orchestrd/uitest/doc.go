@@ -1,6 +1,6 @@
 // Package uitest tests the web dashboard (daemon/ui) in a real browser:
 // headless Chromium driven through the DevTools protocol (chromedp),
-// against real daemons (the orchestrd binary, built once with -race) and
+// against real daemons (the orchestrd binary, built once) and
 // the real CLI. It holds only tests; it is its own package so that it
 // runs in parallel with the big cmd/orchestrd package.
 //

@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	// binary is the orchestrd binary, built once (with -race) for every
+	// binary is the orchestrd binary, built once for every
 	// test; chromium is the browser's path, "" when there is none.
 	binary   string
 	chromium string
@@ -67,7 +67,10 @@ func TestMain(m *testing.M) {
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
 	}
-	if err := daemonrun.Build("", "github.com/orchestrd/orchestrd/cmd/orchestrd", binary, "-race"); err != nil {
+	// A plain build: these tests are about the browser; the daemon's races
+	// are the business of the tests that run it race-built (cmd/orchestrd's
+	// underRace, the domains' own tests).
+	if err := daemonrun.Build("", "github.com/orchestrd/orchestrd/cmd/orchestrd", binary); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
