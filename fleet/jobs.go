@@ -285,8 +285,9 @@ type runJob struct {
 	ended bool
 
 	// The sink's; done reads them after the last sink.
-	pending []jetstream.PubAckFuture
-	pubErrs int
+	pending   []jetstream.PubAckFuture
+	pubErrs   int
+	published int64
 }
 
 func (f *Fleet) run(j *runJob, spec api.JobSpec) {
@@ -323,6 +324,7 @@ func (j *runJob) sink(stream string, data []byte) {
 		msg := nats.NewMsg(outSubjPfx + j.id)
 		msg.Header.Set(hdrStream, stream)
 		msg.Data = bytes.Clone(data[:n])
+		j.published += int64(n)
 		data = data[n:]
 		fut, err := f.js.PublishMsgAsync(msg)
 		if err != nil {
@@ -380,6 +382,9 @@ func (j *runJob) end(rec api.JobRecord) {
 	j.ended = true
 	e := j.entry
 	old := e.Record
+	if rec.OutputBytes == 0 {
+		rec.OutputBytes = j.published
+	}
 	kept := keptBytes(rec, e.MaxOutput)
 	r := rec
 	r.ID, r.Lane, r.Node, r.Output = j.id, j.lane, f.name, ""
