@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +82,110 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 	if nc, err := nats.Connect(a.f.URL()); err == nil {
 		nc.Close()
 		t.Fatal("an anonymous client connected")
+	}
+}
+
+// Many jobs submitted at once from three nodes, two of them serving the
+// lane: every job runs exactly once and ends once.
+func TestTakeOnce(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
+	const jobs = 60
+	ids := make(chan string, jobs)
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := trySubmit(ns[i%3], api.JobSpec{Lane: "gpu", Command: "echo"})
+			if err != nil {
+				t.Errorf("submitting: %v", err)
+				return
+			}
+			ids <- id
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("id %s given twice", id)
+		}
+		seen[id] = true
+		rec := waitEnd(t, ns[0], id)
+		if rec.State != api.StateSucceeded || rec.Node != r.node(id) {
+			t.Errorf("%s: %s on %s (ran on %s)", id, rec.State, rec.Node, r.node(id))
+		}
+	}
+	if len(seen) != jobs {
+		t.Fatalf("%d jobs submitted, want %d", len(seen), jobs)
+	}
+	for id := range seen {
+		if n := r.count(id); n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	taken := len(ns[1].ev.kinds("cluster.job_taken")) + len(ns[2].ev.kinds("cluster.job_taken"))
+	if taken != jobs {
+		t.Errorf("%d cluster.job_taken, want %d", taken, jobs)
+	}
+}
+
+// Cancel a queued job (its record; it never runs) and a running one
+// (through the node running it).
+func TestCancel(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	a, b := ns[0], ns[1]
+	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
+	if got := b.waitStarted(t); got != held {
+		t.Fatalf("started %s, want %s", got, held)
+	}
+	queued := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	cancel := func(id string) (bool, error) {
+		type res struct {
+			was bool
+			err error
+		}
+		ch := make(chan res, 1)
+		a.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
+		select {
+		case x := <-ch:
+			return x.was, x.err
+		case <-time.After(testWait):
+			t.Fatalf("cancel of %s not answered", id)
+			return false, nil
+		}
+	}
+	if was, err := cancel(queued); err != nil || was {
+		t.Fatalf("cancelling queued %s: %v %v", queued, was, err)
+	}
+	if rec := waitEnd(t, a, queued); rec.State != api.StateCancelled || !rec.WasCancelled {
+		t.Fatalf("queued job cancelled: %+v", rec)
+	}
+	if was, err := cancel(held); err != nil || !was {
+		t.Fatalf("cancelling running %s: %v %v", held, was, err)
+	}
+	if rec := waitEnd(t, a, held); rec.State != api.StateCancelled || rec.Node != b.name {
+		t.Fatalf("running job cancelled: %+v", rec)
+	}
+	// The lane has room again: a job submitted now runs, and the
+	// cancelled one never did.
+	next := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	if rec := waitEnd(t, a, next); rec.State != api.StateSucceeded {
+		t.Fatalf("next job: %+v", rec)
+	}
+	if r.count(queued) != 0 {
+		t.Fatalf("the cancelled queued job ran %d times", r.count(queued))
+	}
+	_, err := cancel(queued)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("cancelling an ended job: %v", err)
+	}
+	_, err = cancel("c-00-1")
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("cancelling an unknown job: %v", err)
 	}
 }

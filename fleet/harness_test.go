@@ -36,6 +36,12 @@ func (r *runs) add(id, node string) {
 	r.on[id] = node
 }
 
+func (r *runs) node(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.on[id]
+}
+
 func (r *runs) count(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -376,7 +382,8 @@ func waitEnd(t *testing.T, n *testNode, id string) api.JobRecord {
 	case r := <-ch:
 		return r
 	case <-time.After(testWait):
-		t.Fatalf("%s has not ended after %v", id, testWait)
+		rec, found, err := n.f.Get(id)
+		t.Fatalf("%s has not ended after %v: %v %v %+v", id, testWait, found, err, rec)
 		return api.JobRecord{}
 	}
 }

@@ -202,7 +202,7 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 			}
 			continue
 		}
-		batch, err := c.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		batch, done, err := fetch(f.takeCtx, c, 1, time.Second)
 		if err != nil {
 			f.log.Debug().Err(err).Str("lane", lane).Msg("pulling a job")
 			if !pause(250 * time.Millisecond) {
@@ -213,7 +213,8 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 		for msg := range batch.Messages() {
 			f.takeOne(lane, msg)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		done()
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && f.takeCtx.Err() == nil {
 			f.log.Debug().Err(err).Str("lane", lane).Msg("pulling a job")
 			if !pause(250 * time.Millisecond) {
 				return
@@ -584,10 +585,11 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	}
 	var out []byte
 	for int64(len(out)) < limit {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(opTimeout))
+		batch, done, err := fetch(ctx, c, 256, opTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 		}
+		defer done()
 		n := 0
 		for msg := range batch.Messages() {
 			n++
@@ -629,11 +631,19 @@ func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 			}
 			return
 		}
-		rec, _, err := f.Get(id)
-		if err != nil || ctx.Err() != nil {
-			return
+		for {
+			rec, _, err := f.Get(id)
+			if err == nil {
+				fn(rec)
+				return
+			}
+			f.log.Warn().Err(err).Str("job_id", id).Msg("reading an ended cluster job for its waiter: trying again")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
 		}
-		fn(rec)
 	}()
 	return cancel, nil
 }
@@ -749,7 +759,7 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 		if err := ctx.Err(); err != nil {
 			return api.JobRecord{}, err
 		}
-		batch, err := c.Fetch(64, jetstream.FetchMaxWait(250*time.Millisecond))
+		batch, done, err := fetch(ctx, c, 64, 250*time.Millisecond)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -776,6 +786,7 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 				return api.JobRecord{}, err
 			}
 		}
+		done()
 		if ended == nil {
 			select {
 			case r := <-term:
@@ -800,4 +811,16 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 			}
 		}
 	}
+}
+
+// fetch pulls up to n messages, waiting at most wait (or until ctx ends);
+// done ends the pull (its goroutine) once its messages are read.
+func fetch(ctx context.Context, c jetstream.Consumer, n int, wait time.Duration) (jetstream.MessageBatch, context.CancelFunc, error) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	b, err := c.Fetch(n, jetstream.FetchContext(fctx))
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return b, cancel, nil
 }

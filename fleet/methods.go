@@ -202,7 +202,7 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 		if ctx.Err() != nil {
 			return n, ctx.Err()
 		}
-		batch, err := c.Fetch(64, jetstream.FetchMaxWait(500*time.Millisecond))
+		batch, done, err := fetch(ctx, c, 64, 500*time.Millisecond)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -220,6 +220,7 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 				select {
 				case slots <- struct{}{}:
 				case <-ctx.Done():
+					done()
 					return n, ctx.Err()
 				}
 				sc.Push(kind, data, func(ok bool) {
@@ -228,9 +229,11 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 				n++
 			}
 			if !p.Follow && md != nil && md.Sequence.Stream >= end {
+				done()
 				return n, nil
 			}
 		}
+		done()
 		if !p.Follow && got == 0 {
 			return n, nil
 		}
