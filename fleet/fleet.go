@@ -110,7 +110,7 @@ type Fleet struct {
 	takeWG     sync.WaitGroup
 	wakes      []chan struct{}
 
-	endWG   sync.WaitGroup // ends being recorded
+	ending  atomic.Int64   // job ends being recorded
 	submits chan struct{}  // a slot per submission in flight
 
 	mu      sync.Mutex
@@ -384,12 +384,14 @@ func (f *Fleet) StopTaking() {
 func (f *Fleet) Close(ctx context.Context) error {
 	f.closeOnce.Do(func() {
 		f.StopTaking()
-		done := make(chan struct{})
-		go func() { f.endWG.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			f.log.Warn().Msg("leaving the fleet with job ends not recorded")
+		for f.ending.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				f.log.Warn().Int64("ends", f.ending.Load()).Msg("leaving the fleet with job ends not recorded")
+			case <-time.After(20 * time.Millisecond):
+				continue
+			}
+			break
 		}
 		f.mu.Lock()
 		rev := f.hbRev

@@ -90,7 +90,7 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 func TestTakeOnce(t *testing.T) {
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
 	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
-	const jobs = 60
+	const jobs = 40
 	ids := make(chan string, jobs)
 	var wg sync.WaitGroup
 	for i := range jobs {

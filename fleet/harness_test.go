@@ -93,7 +93,7 @@ func (l *fakeLocal) OnSlotFreed(fn func()) {
 func testOutput(id string) [][2]string {
 	var out [][2]string
 	out = append(out, [2]string{"stdout", strings.Repeat("x", pieceMax+100) + id})
-	for i := range 50 {
+	for i := range 12 {
 		s := "stdout"
 		if i%3 == 0 {
 			s = "stderr"
@@ -289,7 +289,8 @@ func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				// A node cut off records no end: bounded.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				// Held jobs end (as the lanes end theirs at shutdown).
 				n.f.StopTaking()

@@ -350,6 +350,8 @@ func (j *runJob) settle(n int) {
 			j.pubErr(err)
 		case <-time.After(2 * opTimeout):
 			j.pubErr(errors.New("no acknowledgement"))
+		case <-j.f.ctx.Done():
+			j.pubErr(j.f.ctx.Err())
 		}
 	}
 }
@@ -365,14 +367,16 @@ func (j *runJob) pubErr(err error) {
 // the record has ended meanwhile (node_lost: this node was stopped or cut
 // off), the end is not recorded: cluster.result_dropped.
 func (j *runJob) done(rec api.JobRecord) {
+	j.f.ending.Add(1)
+	defer j.f.ending.Add(-1)
 	j.settle(len(j.pending))
 	j.end(rec)
 }
 
 func (j *runJob) end(rec api.JobRecord) {
 	f := j.f
-	f.endWG.Add(1)
-	defer f.endWG.Done()
+	f.ending.Add(1)
+	defer f.ending.Add(-1)
 	defer func() {
 		f.mu.Lock()
 		delete(f.running, j.id)
