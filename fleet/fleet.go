@@ -110,8 +110,8 @@ type Fleet struct {
 	takeWG     sync.WaitGroup
 	wakes      []chan struct{}
 
-	ending  atomic.Int64   // job ends being recorded
-	submits chan struct{}  // a slot per submission in flight
+	ending  atomic.Int64  // job ends being recorded
+	submits chan struct{} // a slot per submission in flight
 
 	mu      sync.Mutex
 	peers   map[string]*peer
