@@ -192,11 +192,12 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if err := f.join(sctx); err != nil {
 		return nil, err
 	}
-	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas})
-	f.emit(ClusterNodeJoined{Node: f.name, Incarnation: f.inc, Lanes: f.lanes})
 	if f.bus != nil {
+		// Queued until the publisher starts, below.
 		f.unsubBus = f.bus.Subscribe(nil, busSink{f})
 	}
+	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas})
+	f.emit(ClusterNodeJoined{Node: f.name, Incarnation: f.inc, Lanes: f.lanes})
 	f.cancelSub, err = f.nc.Subscribe(nodeSubjPfx+f.name+".cancel", f.serveCancel)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to this node's cancels: %w", err)

@@ -3,7 +3,9 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/apitest"
 )
 
 // A job submitted on a node that does not serve its lane runs on one that
@@ -18,7 +21,7 @@ import (
 // a third node's Wait sees its end.
 func TestSubmitElsewhereFollowWait(t *testing.T) {
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
-	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 2}, nodeSpec{})
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 2}, nodeSpec{})
 	a, b, c := ns[0], ns[1], ns[2]
 	if !a.f.Serves("gpu") || !c.f.Serves("gpu") || a.f.Serves("cpu") {
 		t.Fatalf("Serves: a gpu %v, c gpu %v, a cpu %v", a.f.Serves("gpu"), c.f.Serves("gpu"), a.f.Serves("cpu"))
@@ -78,6 +81,48 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 		t.Fatalf("streamed stdin: %v", err)
 	}
 
+	// cluster.nodes and cluster.events.
+	mux := apitest.Mux{}
+	c.f.Register(mux)
+	res, e := mux.Start(t, "cluster.nodes", nil).Wait(t, testWait)
+	var nodes struct {
+		Node  string       `json:"node"`
+		Nodes []NodeStatus `json:"nodes"`
+	}
+	if e != nil || json.Unmarshal(res, &nodes) != nil || nodes.Node != c.name || len(nodes.Nodes) != 3 ||
+		nodes.Nodes[1].Name != b.name || !slices.Equal(nodes.Nodes[1].Lanes, []string{"gpu"}) || !nodes.Nodes[2].Self {
+		t.Fatalf("cluster.nodes: %v %s", e, res)
+	}
+	waitEvery(t, 500*time.Millisecond, "every node's cluster.started in the fleet's events", func() bool {
+		call := mux.Start(t, "cluster.events", map[string]any{})
+		if _, e := call.Wait(t, testWait); e != nil {
+			t.Fatalf("cluster.events: %v", e)
+		}
+		origins := map[string]bool{}
+		for _, l := range call.Lines() {
+			var v struct {
+				Origin string `json:"origin"`
+				Kind   string `json:"kind"`
+			}
+			if json.Unmarshal(l.Data, &v) == nil && l.Event == "cluster.started" && v.Kind == l.Event {
+				origins[v.Origin] = true
+			}
+		}
+		return len(origins) == 3
+	})
+	follow := mux.Start(t, "cluster.events", map[string]any{"follow": true, "last": 0, "node": b.name})
+	id2 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	waitEnd(t, a, id2)
+	waitFor(t, "b's cluster.job_taken followed", func() bool {
+		for _, l := range follow.Lines() {
+			if l.Event == "cluster.job_taken" && bytes.Contains(l.Data, []byte(id2)) {
+				return true
+			}
+		}
+		return false
+	})
+	follow.Close()
+
 	// The embedded server refuses an anonymous client.
 	if nc, err := nats.Connect(a.f.URL()); err == nil {
 		nc.Close()
@@ -89,7 +134,7 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 // lane: every job runs exactly once and ends once.
 func TestTakeOnce(t *testing.T) {
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
-	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
 	const jobs = 40
 	ids := make(chan string, jobs)
 	var wg sync.WaitGroup
@@ -136,7 +181,7 @@ func TestTakeOnce(t *testing.T) {
 // (through the node running it).
 func TestCancel(t *testing.T) {
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
-	ns := startCluster(t, time.Second, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
 	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
 	if got := b.waitStarted(t); got != held {

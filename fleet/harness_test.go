@@ -22,6 +22,10 @@ import (
 
 const testWait = 60 * time.Second
 
+// testHeartbeat: three servers in one process under the race detector
+// on a shared machine stall for a second at times.
+const testHeartbeat = 2 * time.Second
+
 // runs counts every Run of every job id across the fake nodes of a test.
 type runs struct {
 	mu sync.Mutex
@@ -336,12 +340,18 @@ func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []
 // waitFor polls cond until it holds, failing after testWait.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitEvery(t, 20*time.Millisecond, what, cond)
+}
+
+// waitEvery polls cond every d until it holds, failing after testWait.
+func waitEvery(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(testWait)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after %v", what, testWait)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(d)
 	}
 }
 

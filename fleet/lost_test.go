@@ -3,7 +3,6 @@ package fleet
 import (
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -38,7 +37,7 @@ func record(t *testing.T, n *testNode, id string) api.JobRecord {
 // queued jobs run on the node that remains, each once.
 func TestLostNodes(t *testing.T) {
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
-	ns := startCluster(t, time.Second, r, nodeSpec{},
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{},
 		nodeSpec{lanes: []string{"gpu", "bonly"}, slots: 1}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b, c := ns[0], ns[1], ns[2]
 

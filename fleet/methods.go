@@ -33,25 +33,65 @@ func (s busSink) Deliver(r *eventlog.Record) {
 func (busSink) EventsOnly() {}
 
 // publishEvents publishes the queued event lines on
-// orchestrd.events.<node> (core NATS: the events stream keeps them).
+// orchestrd.events.<node> into the events stream: asynchronously, at most
+// eventsWindow unacknowledged; a line the stream did not take (no
+// responders while its leader is elected) is sent again, synchronously,
+// with retries; what still fails is counted as dropped.
 func (f *Fleet) publishEvents() {
 	defer f.wg.Done()
 	subj := eventsSubjPfx + f.name
+	var pending []jetstream.PubAckFuture
+	settle := func() {
+		for _, fut := range pending {
+			select {
+			case <-fut.Ok():
+				continue
+			case <-fut.Err():
+			case <-time.After(2 * opTimeout):
+			}
+			if !f.nc.IsConnected() {
+				f.evDropped.Add(1)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
+			_, err := f.js.PublishMsg(ctx, fut.Msg(), jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(100*time.Millisecond))
+			cancel()
+			if err != nil {
+				f.evDropped.Add(1)
+			}
+		}
+		pending = pending[:0]
+	}
+	publish := func(line []byte) {
+		fut, err := f.js.PublishAsync(subj, line)
+		if err != nil {
+			f.evDropped.Add(1)
+			return
+		}
+		pending = append(pending, fut)
+		if len(pending) >= eventsWindow {
+			settle()
+		}
+	}
 	for {
 		select {
 		case line := <-f.evq:
-			if err := f.nc.Publish(subj, line); err != nil {
-				f.evDropped.Add(1)
-			}
+			publish(line)
+			continue
+		default:
+		}
+		settle()
+		select {
+		case line := <-f.evq:
+			publish(line)
 		case <-f.ctx.Done():
 			// The lines queued until now (cluster.stopped among them).
 			for {
 				select {
 				case line := <-f.evq:
-					if f.nc.Publish(subj, line) != nil {
-						f.evDropped.Add(1)
-					}
+					publish(line)
 				default:
+					settle()
 					return
 				}
 			}
@@ -119,6 +159,7 @@ const (
 	defaultEventsLast = 1000
 	maxEventsLast     = 100_000
 	eventsInFlight    = 8
+	eventsWindow      = 256
 )
 
 // eventsMethod is cluster.events: the fleet's event lines, each pushed as
