@@ -219,8 +219,10 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 	end := info.State.LastSeq
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}}
 	switch {
-	case last == 0 && p.Follow:
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	case p.Follow && (last == 0 || info.State.Msgs == 0):
+		// From the first line after the stream's end now (none missed
+		// between reading its end and following).
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, end+1
 	case last == 0 || info.State.Msgs == 0:
 		return 0, nil
 	default:
