@@ -1,10 +1,16 @@
 package fleet
 
 import (
+	"context"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // lostEvents are the cluster.node_lost events about node that the nodes
@@ -105,5 +111,63 @@ func TestLostNodes(t *testing.T) {
 		if n := r.count(id); n != 1 {
 			t.Errorf("%s ran %d times", id, n)
 		}
+	}
+}
+
+// A node that comes back under a new incarnation before anyone declared
+// it lost (killed and restarted at once) fails its old incarnation's
+// jobs itself, once; the old incarnation's late result is dropped. The
+// new incarnation here reaches the old one's server as an external NATS.
+func TestRestartedNode(t *testing.T) {
+	dir := t.TempDir()
+	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	start := func(cfg Config, local *fakeLocal, home string) *testNode {
+		bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{ch: make(chan struct{}, 1)}
+		bus.Subscribe(nil, rec)
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+		f, err := Start(ctx, Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log})
+		if err != nil {
+			bus.Close()
+			t.Fatal(err)
+		}
+		n := &testNode{name: cfg.Name, f: f, local: local, bus: bus, ev: rec, home: home}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			f.StopTaking()
+			f.Close(ctx)
+			bus.Close()
+		})
+		return n
+	}
+	hb := api.Duration{Duration: testHeartbeat}
+	old := start(Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: hb},
+		newFakeLocal("solo", []string{"gpu"}, 1, r), filepath.Join(dir, "old"))
+	held := submit(t, old, api.JobSpec{Lane: "gpu", Command: "hold"})
+	old.waitStarted(t)
+	old.f.hbPaused.Store(true) // killed
+	now := start(Config{Enabled: true, Name: "solo", URL: old.f.URL(), Credentials: creds, Heartbeat: hb},
+		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "new"))
+	l := lostEvents("solo", now)
+	if len(l) != 1 || l[0].Reason != "restarted" || l[0].Incarnation != old.f.inc || !slices.Equal(l[0].Jobs, []string{held}) {
+		t.Fatalf("cluster.node_lost: %+v", l)
+	}
+	if rec := record(t, now, held); rec.State != api.StateFailed || rec.Error != api.ErrNodeLost {
+		t.Fatalf("the old incarnation's job: %+v", rec)
+	}
+	old.local.release(held, api.StateSucceeded)
+	waitFor(t, "the old incarnation drops its late result", func() bool { return len(old.ev.kinds("cluster.result_dropped")) == 1 })
+	if rec := record(t, now, held); rec.State != api.StateFailed || rec.Error != api.ErrNodeLost {
+		t.Fatalf("after the late result: %+v", rec)
 	}
 }
