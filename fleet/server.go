@@ -9,10 +9,15 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // clusterName is the NATS cluster name of the embedded servers.
 const clusterName = "orchestrd"
+
+// bcryptCost: the password is 32 random bytes; the hash only keeps it
+// out of the server's memory, and every client connection pays for it.
+const bcryptCost = 6
 
 // startEmbedded starts this node's NATS server: clients and routes
 // require the fleet's user and password, JetStream stores under
@@ -25,12 +30,19 @@ func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) 
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	// The server keeps a bcrypt hash of the clients' password (the
+	// routes' must stay plain: a server sends it when it connects to a
+	// route it learnt by gossip).
+	hash, err := bcrypt.GenerateFromPassword([]byte(cred.Password), bcryptCost)
+	if err != nil {
+		return nil, fmt.Errorf("hashing the fleet's password: %w", err)
+	}
 	o := &server.Options{
 		ServerName:         c.Name,
 		Host:               host,
 		Port:               port,
 		Username:           cred.User,
-		Password:           cred.Password,
+		Password:           string(hash),
 		NoSigs:             true,
 		NoLog:              false,
 		JetStream:          true,
