@@ -1,0 +1,132 @@
+package fleet
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+func TestConfigValidate(t *testing.T) {
+	ok := []Config{
+		{},
+		{Enabled: false, Listen: "0.0.0.0:4222"}, // off: not checked
+		{Enabled: true},
+		{Enabled: true, Name: "gpu-box.lan", Listen: "127.0.0.1:0", ClusterListen: "[::1]:6222", Routes: []string{"nats-route://127.0.0.1:6223"}},
+		{Enabled: true, Listen: "0.0.0.0:4222", TLSCert: "c.pem", TLSKey: "k.pem"},
+		{Enabled: true, URL: "nats://127.0.0.1:4222,nats://localhost:4223"},
+		{Enabled: true, URL: "tls://nats.example.com:4222"},
+		{Enabled: true, URL: "nats://nats.example.com:4222", TLSCA: "ca.pem"},
+		{Enabled: true, Heartbeat: api.Duration{Duration: 2 * time.Second}, Replicas: 3},
+	}
+	for _, c := range ok {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	bad := []struct {
+		c   Config
+		key string
+	}{
+		{Config{Enabled: true, Name: "a b"}, "name"},
+		{Config{Enabled: true, Name: ".x"}, "name"},
+		{Config{Enabled: true, Listen: "0.0.0.0:4222"}, "listen"},
+		{Config{Enabled: true, Listen: "4222"}, "listen"},
+		{Config{Enabled: true, ClusterListen: "10.0.0.1:6222"}, "cluster_listen"},
+		{Config{Enabled: true, Routes: []string{"nats-route://10.0.0.2:6222"}}, "routes"},
+		{Config{Enabled: true, Routes: []string{"http://127.0.0.1:6222"}}, "routes"},
+		{Config{Enabled: true, Routes: []string{"nats-route://u:secret@127.0.0.1:6222"}}, "routes"},
+		{Config{Enabled: true, URL: "nats://127.0.0.1:4222", Listen: "127.0.0.1:4222"}, "url"},
+		{Config{Enabled: true, URL: "nats://127.0.0.1:4222", Routes: []string{"nats-route://127.0.0.1:6222"}}, "url"},
+		{Config{Enabled: true, URL: "nats://127.0.0.1:4222", ClusterListen: "127.0.0.1:6222"}, "url"},
+		{Config{Enabled: true, URL: "nats://user:secret@nats.example.com:4222"}, "url"},
+		{Config{Enabled: true, URL: "http://127.0.0.1:4222"}, "url"},
+		{Config{Enabled: true, Heartbeat: api.Duration{Duration: time.Millisecond}}, "heartbeat"},
+		{Config{Enabled: true, Heartbeat: api.Duration{Duration: -time.Second}}, "heartbeat"},
+		{Config{Enabled: true, Heartbeat: api.Duration{Duration: time.Hour}}, "heartbeat"},
+		{Config{Enabled: true, Replicas: 9}, "replicas"},
+		{Config{Enabled: true, TLSCert: "c.pem"}, "tls_cert"},
+	}
+	for _, b := range bad {
+		err := b.c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "[cluster] "+b.key+":") {
+			t.Errorf("%+v: %v, want an error naming %s", b.c, err, b.key)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error shows a password: %v", err)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{Enabled: true, ClusterListen: "127.0.0.1:6222",
+		Routes: []string{"nats-route://127.0.0.1:6222", "nats-route://127.0.0.1:6223", "nats-route://127.0.0.1:6224", "nats-route://127.0.0.1:6225"}}.withDefaults("/h")
+	if c.Name == "" || !validName(c.Name) || c.Credentials != "/h/cluster.creds" || c.Heartbeat.Duration != DefaultHeartbeat ||
+		c.Listen != DefaultListen || c.Replicas != 3 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if c := (Config{Enabled: true, Routes: []string{"nats-route://127.0.0.1:6223"}}).withDefaults("/h"); c.Replicas != 2 {
+		t.Fatalf("two nodes: replicas %d", c.Replicas)
+	}
+	if c := (Config{Enabled: true, URL: "nats://127.0.0.1:4222"}).withDefaults("/h"); c.Replicas != 1 || c.Listen != "" {
+		t.Fatalf("external: %+v", c)
+	}
+	if c := (Config{Enabled: true}).withDefaults("/h"); c.Replicas != 1 {
+		t.Fatalf("alone: replicas %d", c.Replicas)
+	}
+	for in, want := range map[string]string{"box.example.com": "box.example.com", "a b/c": "a-b-c", "": "node", "..": "-"} {
+		if got := sanitizeName(in); got != want {
+			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestInitCredentials(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	path, err := InitCredentials(home, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v %v", path, fi.Mode(), err)
+	}
+	c, kind, err := readCredentials(path)
+	if err != nil || kind != credUserPassword || c.User == "" || len(c.Password) < 32 {
+		t.Fatalf("reading them back: %v %v", kind, err)
+	}
+	first, _ := os.ReadFile(path)
+	if _, err := InitCredentials(home, false); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("a second init without force: %v", err)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(first) {
+		t.Fatal("a refused init changed the file")
+	}
+	if _, err := InitCredentials(home, true); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(path); string(again) == string(first) {
+		t.Fatal("a forced init kept the old password")
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("forced: mode %v", fi.Mode())
+	}
+	// Readable by others: refused, without the password in the error.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readCredentials(path); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("mode 0644: %v", err)
+	}
+	os.Chmod(path, 0o600)
+	if err := os.WriteFile(path, []byte(`{"user":"u","password":"hunter2-secret"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readCredentials(path); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("a bad file: %v", err)
+	}
+}

@@ -1,0 +1,159 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// What the fleet reads back from NATS: any node (or anyone holding the
+// credentials) may have written it, so each decoder refuses what it does
+// not expect instead of trusting it (fuzzed in decode_test.go).
+
+const (
+	maxNodeValue  = 64 << 10
+	maxJobValue   = 256 << 10
+	maxJobMessage = 4 << 20
+	maxNodeLanes  = 256
+)
+
+// Node states in the nodes bucket.
+const (
+	nodeAlive   = "alive"
+	nodeLost    = "lost"
+	nodeStopped = "stopped"
+)
+
+// nodeInfo is a node's value in the nodes bucket: its heartbeat.
+type nodeInfo struct {
+	Name        string         `json:"name"`
+	Incarnation string         `json:"incarnation"`
+	Lanes       []string       `json:"lanes"`
+	Free        map[string]int `json:"free,omitempty"`
+	StartedAt   time.Time      `json:"started_at"`
+	HeartbeatAt time.Time      `json:"heartbeat_at"`
+	State       string         `json:"state"`
+	LostBy      string         `json:"lost_by,omitempty"`
+}
+
+// decodeNode decodes key's value in the nodes bucket.
+func decodeNode(key string, b []byte) (nodeInfo, error) {
+	var n nodeInfo
+	if len(b) > maxNodeValue {
+		return n, fmt.Errorf("node %s: value of %d bytes (at most %d)", key, len(b), maxNodeValue)
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nodeInfo{}, fmt.Errorf("node %s: %w", key, err)
+	}
+	switch {
+	case n.Name != key:
+		return nodeInfo{}, fmt.Errorf("node %s: value names node %q", key, n.Name)
+	case !validName(n.Name):
+		return nodeInfo{}, fmt.Errorf("node %s: not a node name", key)
+	case n.Incarnation == "" || len(n.Incarnation) > 64:
+		return nodeInfo{}, fmt.Errorf("node %s: bad incarnation", key)
+	case n.State != nodeAlive && n.State != nodeLost && n.State != nodeStopped:
+		return nodeInfo{}, fmt.Errorf("node %s: state %q", key, n.State)
+	case len(n.Lanes) > maxNodeLanes || len(n.Free) > maxNodeLanes:
+		return nodeInfo{}, fmt.Errorf("node %s: more than %d lanes", key, maxNodeLanes)
+	}
+	for _, l := range n.Lanes {
+		if !validToken(l) {
+			return nodeInfo{}, fmt.Errorf("node %s: lane %q is not a lane name", key, l)
+		}
+	}
+	for l, v := range n.Free {
+		if !validToken(l) || v < 0 {
+			return nodeInfo{}, fmt.Errorf("node %s: free slots of %q", key, l)
+		}
+	}
+	return n, nil
+}
+
+// jobEntry is a cluster job's value in the jobs bucket: its record
+// (without output; Node is the node that took it) and what the fleet needs
+// beside it.
+type jobEntry struct {
+	Record api.JobRecord `json:"record"`
+	// Incarnation of the node that took the job (a node declared lost
+	// fails the jobs of its incarnation).
+	Incarnation string `json:"incarnation,omitempty"`
+	// MaxOutput is the spec's max_output_bytes (0: the lane's default).
+	MaxOutput uint64 `json:"max_output,omitempty"`
+	// Kept is how many bytes of the output stream the record keeps (Get
+	// reads that much), set at the end.
+	Kept int64 `json:"kept,omitempty"`
+}
+
+// decodeJob decodes key's value in the jobs bucket.
+func decodeJob(key string, b []byte) (jobEntry, error) {
+	var e jobEntry
+	if len(b) > maxJobValue {
+		return e, fmt.Errorf("job %s: value of %d bytes (at most %d)", key, len(b), maxJobValue)
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return jobEntry{}, fmt.Errorf("job %s: %w", key, err)
+	}
+	r := &e.Record
+	switch {
+	case r.ID != key:
+		return jobEntry{}, fmt.Errorf("job %s: value names job %q", key, r.ID)
+	case !api.ValidState(string(r.State)):
+		return jobEntry{}, fmt.Errorf("job %s: state %q", key, r.State)
+	case r.Node != "" && !validName(r.Node):
+		return jobEntry{}, fmt.Errorf("job %s: node is not a node name", key)
+	case e.Kept < 0 || r.OutputBytes < 0:
+		return jobEntry{}, fmt.Errorf("job %s: negative output size", key)
+	}
+	r.Output = ""
+	return e, nil
+}
+
+// jobMessage is a submission in a lane's work queue.
+type jobMessage struct {
+	ID   string      `json:"id"`
+	Spec api.JobSpec `json:"spec"`
+}
+
+// decodeJobMessage decodes a lane queue's message for lane.
+func decodeJobMessage(lane string, b []byte) (jobMessage, error) {
+	var m jobMessage
+	if len(b) > maxJobMessage {
+		return m, fmt.Errorf("a job message of %d bytes (at most %d)", len(b), maxJobMessage)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return jobMessage{}, fmt.Errorf("a job message: %w", err)
+	}
+	switch {
+	case !validJobID(m.ID):
+		return jobMessage{}, fmt.Errorf("a job message: %q is not a cluster job id", m.ID)
+	case m.Spec.Lane != lane:
+		return jobMessage{}, fmt.Errorf("job %s: lane %q in lane %s's queue", m.ID, m.Spec.Lane, lane)
+	}
+	return m, nil
+}
+
+// validJobID: c-<hex>-<decimal>.
+func validJobID(id string) bool {
+	if !strings.HasPrefix(id, "c-") || len(id) > 64 {
+		return false
+	}
+	parts := strings.Split(id[2:], "-")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return false
+	}
+	for _, r := range parts[0] {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	for _, r := range parts[1] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,100 @@
+package fleet
+
+import "github.com/orchestrd/orchestrd/supervisor/eventlog"
+
+// The fleet's kinds (cluster.*). Noun.verb_past, stable snake_case fields,
+// only ever added to. Never a job's command, environment or output, never
+// a credential.
+
+// ClusterStarted: this node is in the fleet (its heartbeat is in).
+type ClusterStarted struct {
+	Node        string   `json:"node"`
+	Incarnation string   `json:"incarnation"`
+	Mode        string   `json:"mode"` // embedded, external
+	URL         string   `json:"url"`  // without credentials
+	Lanes       []string `json:"lanes,omitempty"`
+	Replicas    int      `json:"replicas"`
+}
+
+func (ClusterStarted) Kind() string { return "cluster.started" }
+
+// ClusterNodeJoined: this node joined the fleet under a new incarnation
+// (emitted once, by the node itself).
+type ClusterNodeJoined struct {
+	Node        string   `json:"node"`
+	Incarnation string   `json:"incarnation"`
+	Lanes       []string `json:"lanes,omitempty"`
+}
+
+func (ClusterNodeJoined) Kind() string { return "cluster.node_joined" }
+
+// ClusterNodeLost: a node stopped heartbeating (or came back under a new
+// incarnation) and was declared lost; the jobs it had taken ended failed
+// with node_lost. Emitted once in the fleet, by the node that declared it.
+type ClusterNodeLost struct {
+	Node        string   `json:"node"`
+	Incarnation string   `json:"incarnation"`
+	By          string   `json:"by"`     // the node that declared it
+	Reason      string   `json:"reason"` // heartbeat_expired, restarted
+	Jobs        []string `json:"jobs"`
+}
+
+func (ClusterNodeLost) Kind() string { return "cluster.node_lost" }
+
+// ClusterNodeReturned: this node, declared lost, heartbeats again (it was
+// stopped or cut off); its jobs' late results are not recorded.
+type ClusterNodeReturned struct {
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+}
+
+func (ClusterNodeReturned) Kind() string { return "cluster.node_returned" }
+
+// ClusterJobTaken: this node took a job of a shared lane from its queue.
+type ClusterJobTaken struct {
+	JobID string `json:"job_id"`
+	Lane  string `json:"lane"`
+}
+
+func (ClusterJobTaken) Kind() string { return "cluster.job_taken" }
+
+// ClusterResultDropped: a job this node ran ended, but its end was not
+// recorded: the record had ended already (node_lost while this node was
+// stopped or cut off), or the fleet could not be reached.
+type ClusterResultDropped struct {
+	JobID    string `json:"job_id"`
+	State    string `json:"state"`              // the end this node saw
+	Recorded string `json:"recorded,omitempty"` // the end the record has
+	Why      string `json:"why"`
+}
+
+func (ClusterResultDropped) Kind() string { return "cluster.result_dropped" }
+
+// ClusterDisconnected: this node lost its connection to NATS.
+type ClusterDisconnected struct {
+	Node  string `json:"node"`
+	Error string `json:"error,omitempty"`
+}
+
+func (ClusterDisconnected) Kind() string { return "cluster.disconnected" }
+
+// ClusterReconnected: this node is connected to NATS again.
+type ClusterReconnected struct {
+	Node string `json:"node"`
+	URL  string `json:"url"`
+}
+
+func (ClusterReconnected) Kind() string { return "cluster.reconnected" }
+
+// ClusterStopped: this node left the fleet cleanly.
+type ClusterStopped struct {
+	Node          string `json:"node"`
+	EventsDropped uint64 `json:"events_dropped,omitempty"` // event lines not published (queue full, no connection)
+}
+
+func (ClusterStopped) Kind() string { return "cluster.stopped" }
+
+func init() {
+	eventlog.Register(ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterNodeReturned{},
+		ClusterJobTaken{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
+}

@@ -1,0 +1,484 @@
+// Package fleet is orchestrd's fleet: the lanes shared across machines
+// (shared = true), on NATS. It starts an embedded nats-server (JetStream,
+// routes to the other nodes' servers) or connects to an external NATS,
+// heartbeats this node into a key-value bucket, declares silent nodes lost
+// (once in the fleet), commits every submission to a shared lane into that
+// lane's JetStream work queue, takes jobs from the queues of the lanes this
+// node serves when it has room (recording each as its own before
+// acknowledging it: a job runs at most once), keeps job records in a
+// replicated bucket and job output in a stream every node can follow.
+// DESIGN-NOTES.md has the subjects, streams, buckets and their limits.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// Names in NATS.
+const (
+	jobsBucket    = "orchestrd_jobs"
+	nodesBucket   = "orchestrd_nodes"
+	outputStream  = "ORCHESTRD_OUTPUT"
+	eventsStream  = "ORCHESTRD_EVENTS"
+	laneStreamPfx = "ORCHESTRD_LANE_"
+	laneSubjPfx   = "orchestrd.lane."
+	outSubjPfx    = "orchestrd.out."
+	eventsSubjPfx = "orchestrd.events."
+	nodeSubjPfx   = "orchestrd.node."
+	workers       = "workers"
+
+	hdrStream = "Orchestrd-Stream"
+	hdrEnd    = "Orchestrd-End"
+)
+
+// Limits (DESIGN-NOTES.md).
+const (
+	jobsMaxAge       = 7 * 24 * time.Hour
+	jobsMaxBytes     = 1 << 30
+	outputMaxAge     = time.Hour
+	outputMaxBytes   = 1 << 30
+	eventsMaxAge     = 24 * time.Hour
+	eventsMaxBytes   = 256 << 20
+	laneMaxMsgs      = 100_000
+	laneMaxBytes     = 1 << 30
+	laneMaxMsgSize   = 1 << 20
+	maxAckPending    = 1024
+	pieceMax         = 64 << 10 // an output message's data
+	pubWindow        = 32       // output messages in flight per job
+	eventQueue       = 4096     // event lines waiting for the publisher
+	submitsInFlight  = 256
+	opTimeout        = 5 * time.Second
+	startTimeout     = 2 * time.Minute
+	endRetryFor      = 30 * time.Second
+	defaultKeptBytes = 1 << 20 // lanes' default max_output_bytes
+)
+
+// Options is what Start needs.
+type Options struct {
+	Config Config
+	Home   string
+	Local  Local
+	Bus    *eventlog.Bus // nil: no events (tests)
+	Logger zerolog.Logger
+}
+
+// Fleet is this node in the fleet.
+type Fleet struct {
+	cfg       Config
+	local     Local
+	bus       *eventlog.Bus
+	log       zerolog.Logger
+	name, inc string
+	idPrefix  string
+	seq       atomic.Uint64
+	startedAt time.Time
+	mode, url string
+	lanes     []string // the shared lanes this node serves
+
+	srv   *server.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	jobs  jetstream.KeyValue
+	nodes jetstream.KeyValue
+	out   jetstream.Stream
+	evs   jetstream.Stream
+
+	ctx    context.Context // the fleet's life
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	takeCtx    context.Context
+	takeCancel context.CancelFunc
+	takeWG     sync.WaitGroup
+	wakes      []chan struct{}
+
+	ending  atomic.Int64  // job ends being recorded
+	submits chan struct{} // a slot per submission in flight
+
+	mu      sync.Mutex
+	peers   map[string]*peer
+	running map[string]*runJob
+	hbRev   uint64
+
+	evq       chan []byte
+	evDropped atomic.Uint64
+	unsubBus  func()
+	cancelSub *nats.Subscription
+
+	hbPaused atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
+
+	stopOnce  sync.Once
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// peer is a node as this one sees it in the nodes bucket.
+type peer struct {
+	info nodeInfo
+	rev  uint64
+	seen time.Time // when this node saw rev (monotonic)
+}
+
+// Start joins the fleet: the embedded server (or the external URL), the
+// streams and buckets, this node's heartbeat, then taking jobs. It returns
+// once all of that works (bounded by ctx and 2 minutes: a JetStream
+// cluster needs enough of its nodes up for its replicas).
+func Start(ctx context.Context, o Options) (*Fleet, error) {
+	cfg := o.Config.withDefaults(o.Home)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cred, kind, err := readCredentials(cfg.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
+		name: cfg.Name, inc: randHex(8), idPrefix: "c-" + randHex(3) + "-", startedAt: time.Now().UTC(),
+		peers: map[string]*peer{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
+		submits: make(chan struct{}, submitsInFlight)}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)
+	for _, l := range o.Local.SharedLanes() {
+		if !validToken(l) {
+			f.log.Warn().Str("lane", l).Msg("a shared lane's name must be [A-Za-z0-9_-] (at most 64) to be a NATS subject: it stays local")
+			continue
+		}
+		f.lanes = append(f.lanes, l)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.teardown()
+		}
+	}()
+	if cfg.URL == "" {
+		if kind != credUserPassword {
+			return nil, fmt.Errorf("[cluster] credentials: the embedded server takes a user and password file (`orchestrd cluster init`), not an nkey or a .creds file")
+		}
+		f.srv, err = startEmbedded(cfg, o.Home, cred, f.log)
+		if err != nil {
+			return nil, err
+		}
+		f.mode, f.url = "embedded", f.srv.ClientURL()
+	} else {
+		f.mode, f.url = "external", redactURL(cfg.URL)
+	}
+	if err := f.connect(cred, kind); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := f.setup(sctx); err != nil {
+		return nil, err
+	}
+	if err := f.join(sctx); err != nil {
+		return nil, err
+	}
+	if f.bus != nil {
+		// Queued until the publisher starts, below.
+		f.unsubBus = f.bus.Subscribe(nil, busSink{f})
+	}
+	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas})
+	f.emit(ClusterNodeJoined{Node: f.name, Incarnation: f.inc, Lanes: f.lanes})
+	f.cancelSub, err = f.nc.Subscribe(nodeSubjPfx+f.name+".cancel", f.serveCancel)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to this node's cancels: %w", err)
+	}
+	f.wg.Add(3)
+	go f.heartbeats()
+	go f.watchNodes()
+	go f.publishEvents()
+	if err := f.startTaking(sctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	return f, nil
+}
+
+// connect connects the client: to the embedded server only (its
+// neighbours are reached through routes), or to the external URLs.
+func (f *Fleet) connect(cred credentials, kind credKind) error {
+	url := f.cfg.URL
+	opts := []nats.Option{
+		nats.Name("orchestrd " + f.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(opTimeout),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			e := ""
+			if err != nil {
+				e = err.Error()
+			}
+			f.emit(ClusterDisconnected{Node: f.name, Error: e})
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			f.resetSeen()
+			f.emit(ClusterReconnected{Node: f.name, URL: redactURL(nc.ConnectedUrlRedacted())})
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			f.log.Warn().Err(err).Msg("NATS asynchronous error")
+		}),
+	}
+	if f.srv != nil {
+		url = f.srv.ClientURL()
+		opts = append(opts, nats.IgnoreDiscoveredServers())
+	}
+	switch kind {
+	case credUserPassword:
+		opts = append(opts, nats.UserInfo(cred.User, cred.Password))
+	case credNkeySeed:
+		o, err := nats.NkeyOptionFromSeed(f.cfg.Credentials)
+		if err != nil {
+			return fmt.Errorf("reading the nkey seed in %s: %w", f.cfg.Credentials, err)
+		}
+		opts = append(opts, o)
+	case credJWT:
+		opts = append(opts, nats.UserCredentials(f.cfg.Credentials))
+	}
+	if f.cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(f.cfg.TLSCA))
+	}
+	if f.cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(f.cfg.TLSCert, f.cfg.TLSKey))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to NATS at %s: %w", redactURL(url), err)
+	}
+	f.nc = nc
+	f.js, err = jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	return nil
+}
+
+// setup makes (or finds) the buckets and streams, retrying while
+// JetStream is not ready (a cluster electing its leader, too few nodes up
+// for the replicas).
+func (f *Fleet) setup(ctx context.Context) error {
+	r := f.cfg.Replicas
+	var last error
+	for {
+		err := f.setupOnce(ctx, r)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, last) {
+			f.log.Debug().Err(err).Msg("JetStream not ready yet")
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("making the fleet's streams and buckets (replicas %d): %w (last: %v)", r, ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Fleet) setupOnce(ctx context.Context, r int) error {
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var err error
+	if f.jobs == nil {
+		f.jobs, err = f.bucket(octx, jetstream.KeyValueConfig{Bucket: jobsBucket, History: 1, TTL: jobsMaxAge,
+			MaxBytes: jobsMaxBytes, MaxValueSize: maxJobValue, Storage: jetstream.FileStorage, Replicas: r})
+		if err != nil {
+			return err
+		}
+	}
+	if f.nodes == nil {
+		f.nodes, err = f.bucket(octx, jetstream.KeyValueConfig{Bucket: nodesBucket, History: 1,
+			MaxValueSize: maxNodeValue, MaxBytes: 64 << 20, Storage: jetstream.FileStorage, Replicas: r})
+		if err != nil {
+			return err
+		}
+	}
+	if f.out == nil {
+		f.out, err = f.stream(octx, jetstream.StreamConfig{Name: outputStream, Subjects: []string{outSubjPfx + ">"},
+			Retention: jetstream.LimitsPolicy, MaxAge: outputMaxAge, MaxBytes: outputMaxBytes, Discard: jetstream.DiscardOld,
+			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: laneMaxMsgSize})
+		if err != nil {
+			return err
+		}
+	}
+	if f.evs == nil {
+		f.evs, err = f.stream(octx, jetstream.StreamConfig{Name: eventsStream, Subjects: []string{eventsSubjPfx + ">"},
+			Retention: jetstream.LimitsPolicy, MaxAge: eventsMaxAge, MaxBytes: eventsMaxBytes, Discard: jetstream.DiscardOld,
+			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: laneMaxMsgSize})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *Fleet) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := f.js.CreateKeyValue(ctx, c)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = f.js.KeyValue(ctx, c.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("making bucket %s: %w", c.Bucket, err)
+	}
+	return kv, nil
+}
+
+func (f *Fleet) stream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := f.js.CreateStream(ctx, c)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = f.js.Stream(ctx, c.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("making stream %s: %w", c.Name, err)
+	}
+	return s, nil
+}
+
+// laneConsumer makes (or finds) lane's queue and its shared consumer.
+func (f *Fleet) laneConsumer(ctx context.Context, lane string) (jetstream.Consumer, error) {
+	s, err := f.stream(ctx, jetstream.StreamConfig{Name: laneStreamPfx + lane, Subjects: []string{laneSubjPfx + lane},
+		Retention: jetstream.WorkQueuePolicy, MaxMsgs: laneMaxMsgs, MaxBytes: laneMaxBytes, MaxMsgSize: laneMaxMsgSize,
+		Discard: jetstream.DiscardNew, Duplicates: 2 * time.Minute, Storage: jetstream.FileStorage, Replicas: f.cfg.Replicas})
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: workers, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 2 * f.cfg.Heartbeat.Duration, MaxAckPending: maxAckPending, MaxDeliver: -1, MaxWaiting: 512})
+	if err != nil {
+		return nil, fmt.Errorf("making lane %s's consumer: %w", lane, err)
+	}
+	return c, nil
+}
+
+// StopTaking stops taking jobs (shutdown's first step): the jobs already
+// taken run on, and their ends are recorded.
+func (f *Fleet) StopTaking() {
+	f.stopOnce.Do(func() {
+		f.takeCancel()
+		f.takeWG.Wait()
+	})
+}
+
+// Close leaves the fleet: stops taking, waits (within ctx) for the ends
+// being recorded, marks this node stopped (not lost), stops heartbeating,
+// publishes the last events, closes the connection and stops the embedded
+// server.
+func (f *Fleet) Close(ctx context.Context) error {
+	f.closeOnce.Do(func() {
+		f.StopTaking()
+		for f.ending.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				f.log.Warn().Int64("ends", f.ending.Load()).Msg("leaving the fleet with job ends not recorded")
+			case <-time.After(20 * time.Millisecond):
+				continue
+			}
+			break
+		}
+		f.mu.Lock()
+		rev := f.hbRev
+		f.mu.Unlock()
+		f.hbPaused.Store(true)
+		if b, err := json.Marshal(f.nodeInfo(nodeStopped)); err == nil {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			if _, err := f.nodes.Update(octx, f.name, b, rev); err != nil {
+				f.log.Debug().Err(err).Msg("marking this node stopped")
+			}
+			cancel()
+		}
+		f.emit(ClusterStopped{Node: f.name, EventsDropped: f.evDropped.Load()})
+		f.teardown()
+	})
+	return f.closeErr
+}
+
+// teardown stops everything Start started, in reverse.
+func (f *Fleet) teardown() {
+	if f.unsubBus != nil {
+		f.unsubBus()
+	}
+	f.takeCancel()
+	f.takeWG.Wait()
+	f.cancel()
+	f.wg.Wait()
+	if f.cancelSub != nil {
+		_ = f.cancelSub.Unsubscribe()
+	}
+	if f.nc != nil {
+		if err := f.nc.FlushTimeout(time.Second); err != nil {
+			f.log.Debug().Err(err).Msg("flushing the NATS connection")
+		}
+		f.nc.Close()
+	}
+	if f.srv != nil {
+		f.srv.Shutdown()
+		f.srv.WaitForShutdown()
+	}
+}
+
+func (f *Fleet) emit(ev eventlog.Event) {
+	if f.bus != nil {
+		f.bus.Emit(ev)
+	}
+}
+
+// Name is this node's name in the fleet.
+func (f *Fleet) Name() string { return f.name }
+
+// URL is the NATS URL this node's client uses (without credentials).
+func (f *Fleet) URL() string { return f.url }
+
+// Serves: lane is a shared lane some live node serves (this one included).
+func (f *Fleet) Serves(lane string) bool {
+	if slices.Contains(f.lanes, lane) {
+		return true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.peers {
+		if p.info.State == nodeAlive && slices.Contains(p.info.Lanes, lane) {
+			return true
+		}
+	}
+	return false
+}
+
+// Owns: id names a cluster job.
+func (f *Fleet) Owns(id string) bool { return strings.HasPrefix(id, "c-") }
+
+func (f *Fleet) newID() string { return f.idPrefix + strconv.FormatUint(f.seq.Add(1), 10) }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// isWrongSeq: a CAS (Create, Update) lost to another writer.
+func isWrongSeq(err error) bool {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}

@@ -1,0 +1,236 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/apitest"
+)
+
+// A job submitted on a node that does not serve its lane runs on one that
+// does; its output is followed on the submitting node byte for byte, and
+// a third node's Wait sees its end.
+func TestSubmitElsewhereFollowWait(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 2}, nodeSpec{})
+	a, b, c := ns[0], ns[1], ns[2]
+	if !a.f.Serves("gpu") || !c.f.Serves("gpu") || a.f.Serves("cpu") {
+		t.Fatalf("Serves: a gpu %v, c gpu %v, a cpu %v", a.f.Serves("gpu"), c.f.Serves("gpu"), a.f.Serves("cpu"))
+	}
+	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	if !a.f.Owns(id) {
+		t.Fatalf("a does not own %s", id)
+	}
+	var got bytes.Buffer
+	var streams []string
+	rec, err := a.f.Follow(context.Background(), id, func(stream string, data []byte) error {
+		got.Write(data)
+		streams = append(streams, stream)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("following %s on a: %v", id, err)
+	}
+	if got.String() != outputBytes(id) {
+		t.Fatalf("a followed %d bytes, want %d, in order", got.Len(), len(outputBytes(id)))
+	}
+	if rec.State != api.StateSucceeded || rec.Node != b.name {
+		t.Fatalf("followed record: %+v", rec)
+	}
+	if r.count(id) != 1 {
+		t.Fatalf("%s ran %d times", id, r.count(id))
+	}
+	wr := waitEnd(t, c, id)
+	if wr.State != api.StateSucceeded || wr.Output != outputBytes(id) {
+		t.Fatalf("c's wait: state %s, %d bytes of output", wr.State, len(wr.Output))
+	}
+	gr, found, err := c.f.Get(id)
+	if err != nil || !found || gr.Output != outputBytes(id) || gr.Lane != "gpu" || gr.DispatchedAt == nil {
+		t.Fatalf("c's get: found %v err %v record %+v", found, err, gr)
+	}
+	list, err := a.f.List(api.Filter{Lane: "gpu"})
+	if err != nil || len(list) != 1 || list[0].ID != id {
+		t.Fatalf("a's list: %v %+v", err, list)
+	}
+	// Following an ended job still gives every byte.
+	got.Reset()
+	if _, err := c.f.Follow(context.Background(), id, func(_ string, d []byte) error { got.Write(d); return nil }); err != nil || got.String() != outputBytes(id) {
+		t.Fatalf("c follows the ended job: %v, %d bytes", err, got.Len())
+	}
+	if len(b.ev.kinds("cluster.job_taken")) != 1 {
+		t.Fatalf("b took %d jobs", len(b.ev.kinds("cluster.job_taken")))
+	}
+
+	// A lane nobody serves is refused, as an unknown lane is.
+	_, err = trySubmit(a, api.JobSpec{Lane: "cpu", Command: "echo"})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("a lane nobody serves: %v", err)
+	}
+	_, err = trySubmit(a, api.JobSpec{Lane: "gpu", Command: "cat", StdinStream: true})
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidParams {
+		t.Fatalf("streamed stdin: %v", err)
+	}
+
+	// cluster.nodes and cluster.events.
+	mux := apitest.Mux{}
+	c.f.Register(mux)
+	res, e := mux.Start(t, "cluster.nodes", nil).Wait(t, testWait)
+	var nodes struct {
+		Node  string       `json:"node"`
+		Nodes []NodeStatus `json:"nodes"`
+	}
+	if e != nil || json.Unmarshal(res, &nodes) != nil || nodes.Node != c.name || len(nodes.Nodes) != 3 ||
+		nodes.Nodes[1].Name != b.name || !slices.Equal(nodes.Nodes[1].Lanes, []string{"gpu"}) || !nodes.Nodes[2].Self {
+		t.Fatalf("cluster.nodes: %v %s", e, res)
+	}
+	waitEvery(t, 500*time.Millisecond, "every node's cluster.started in the fleet's events", func() bool {
+		call := mux.Start(t, "cluster.events", map[string]any{})
+		if _, e := call.Wait(t, testWait); e != nil {
+			t.Fatalf("cluster.events: %v", e)
+		}
+		origins := map[string]bool{}
+		for _, l := range call.Lines() {
+			var v struct {
+				Origin string `json:"origin"`
+				Kind   string `json:"kind"`
+			}
+			if json.Unmarshal(l.Data, &v) == nil && l.Event == "cluster.started" && v.Kind == l.Event {
+				origins[v.Origin] = true
+			}
+		}
+		return len(origins) == 3
+	})
+	follow := mux.Start(t, "cluster.events", map[string]any{"follow": true, "last": 0, "node": b.name})
+	id2 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	waitEnd(t, a, id2)
+	waitFor(t, "b's cluster.job_taken followed", func() bool {
+		for _, l := range follow.Lines() {
+			if l.Event == "cluster.job_taken" && bytes.Contains(l.Data, []byte(id2)) {
+				return true
+			}
+		}
+		return false
+	})
+	follow.Close()
+
+	// The embedded server refuses an anonymous client.
+	if nc, err := nats.Connect(a.f.URL()); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous client connected")
+	}
+}
+
+// Many jobs submitted at once from three nodes, two of them serving the
+// lane: every job runs exactly once and ends once.
+func TestTakeOnce(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
+	const jobs = 40
+	ids := make(chan string, jobs)
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := trySubmit(ns[i%3], api.JobSpec{Lane: "gpu", Command: "echo"})
+			if err != nil {
+				t.Errorf("submitting: %v", err)
+				return
+			}
+			ids <- id
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("id %s given twice", id)
+		}
+		seen[id] = true
+		rec := waitEnd(t, ns[0], id)
+		if rec.State != api.StateSucceeded || rec.Node != r.node(id) {
+			t.Errorf("%s: %s on %s (ran on %s)", id, rec.State, rec.Node, r.node(id))
+		}
+	}
+	if len(seen) != jobs {
+		t.Fatalf("%d jobs submitted, want %d", len(seen), jobs)
+	}
+	for id := range seen {
+		if n := r.count(id); n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	taken := len(ns[1].ev.kinds("cluster.job_taken")) + len(ns[2].ev.kinds("cluster.job_taken"))
+	if taken != jobs {
+		t.Errorf("%d cluster.job_taken, want %d", taken, jobs)
+	}
+}
+
+// Cancel a queued job (its record; it never runs) and a running one
+// (through the node running it).
+func TestCancel(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	a, b := ns[0], ns[1]
+	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
+	if got := b.waitStarted(t); got != held {
+		t.Fatalf("started %s, want %s", got, held)
+	}
+	queued := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	cancel := func(id string) (bool, error) {
+		type res struct {
+			was bool
+			err error
+		}
+		ch := make(chan res, 1)
+		a.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
+		select {
+		case x := <-ch:
+			return x.was, x.err
+		case <-time.After(testWait):
+			t.Fatalf("cancel of %s not answered", id)
+			return false, nil
+		}
+	}
+	if was, err := cancel(queued); err != nil || was {
+		t.Fatalf("cancelling queued %s: %v %v", queued, was, err)
+	}
+	if rec := waitEnd(t, a, queued); rec.State != api.StateCancelled || !rec.WasCancelled {
+		t.Fatalf("queued job cancelled: %+v", rec)
+	}
+	if was, err := cancel(held); err != nil || !was {
+		t.Fatalf("cancelling running %s: %v %v", held, was, err)
+	}
+	if rec := waitEnd(t, a, held); rec.State != api.StateCancelled || rec.Node != b.name {
+		t.Fatalf("running job cancelled: %+v", rec)
+	}
+	// The lane has room again: a job submitted now runs, and the
+	// cancelled one never did.
+	next := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	if rec := waitEnd(t, a, next); rec.State != api.StateSucceeded {
+		t.Fatalf("next job: %+v", rec)
+	}
+	if r.count(queued) != 0 {
+		t.Fatalf("the cancelled queued job ran %d times", r.count(queued))
+	}
+	_, err := cancel(queued)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("cancelling an ended job: %v", err)
+	}
+	_, err = cancel("c-00-1")
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("cancelling an unknown job: %v", err)
+	}
+}

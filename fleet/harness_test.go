@@ -1,0 +1,411 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// A test fleet: embedded NATS servers clustered by routes on 127.0.0.1,
+// one Fleet each, a fake Local each.
+
+const testWait = 60 * time.Second
+
+// testHeartbeat: three servers in one process under the race detector
+// on a shared machine stall for a second at times.
+const testHeartbeat = 2 * time.Second
+
+// runs counts every Run of every job id across the fake nodes of a test.
+type runs struct {
+	mu sync.Mutex
+	n  map[string]int
+	on map[string]string // id -> node
+}
+
+func (r *runs) add(id, node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[id]++
+	r.on[id] = node
+}
+
+func (r *runs) node(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.on[id]
+}
+
+func (r *runs) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[id]
+}
+
+// fakeLocal "runs" a job: a job whose command is "hold" waits for
+// release (or a cancel); any other writes testOutput(id) and succeeds.
+type fakeLocal struct {
+	node  string
+	lanes []string
+	slots int
+	runs  *runs
+
+	mu      sync.Mutex
+	running map[string]*fakeJob
+	freed   func()
+	started chan string
+}
+
+type fakeJob struct {
+	id      string
+	sink    func(string, []byte)
+	done    func(api.JobRecord)
+	release chan api.State
+}
+
+func newFakeLocal(node string, lanes []string, slots int, r *runs) *fakeLocal {
+	return &fakeLocal{node: node, lanes: lanes, slots: slots, runs: r, running: map[string]*fakeJob{},
+		started: make(chan string, 1000)}
+}
+
+func (l *fakeLocal) SharedLanes() []string { return l.lanes }
+
+func (l *fakeLocal) FreeSlots(string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(0, l.slots-len(l.running))
+}
+
+func (l *fakeLocal) OnSlotFreed(fn func()) {
+	l.mu.Lock()
+	l.freed = fn
+	l.mu.Unlock()
+}
+
+// testOutput is what a job that does not hold writes: more than one
+// output message, pieces of both streams.
+func testOutput(id string) [][2]string {
+	var out [][2]string
+	out = append(out, [2]string{"stdout", strings.Repeat("x", pieceMax+100) + id})
+	for i := range 12 {
+		s := "stdout"
+		if i%3 == 0 {
+			s = "stderr"
+		}
+		out = append(out, [2]string{s, fmt.Sprintf("%s line %d\n", id, i)})
+	}
+	return out
+}
+
+func outputBytes(id string) string {
+	var b strings.Builder
+	for _, p := range testOutput(id) {
+		b.WriteString(p[1])
+	}
+	return b.String()
+}
+
+func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), done func(api.JobRecord)) error {
+	if l.FreeSlots(spec.Lane) <= 0 {
+		return fmt.Errorf("lane %s is full", spec.Lane)
+	}
+	l.runs.add(id, l.node)
+	j := &fakeJob{id: id, sink: sink, done: done, release: make(chan api.State, 1)}
+	l.mu.Lock()
+	l.running[id] = j
+	l.mu.Unlock()
+	l.started <- id
+	go func() {
+		st := api.StateSucceeded
+		n := 0
+		if spec.Command == "hold" {
+			st = <-j.release
+			sink("stdout", []byte("held "+id))
+			n = len("held " + id)
+		} else {
+			for _, p := range testOutput(id) {
+				sink(p[0], []byte(p[1]))
+				n += len(p[1])
+			}
+		}
+		l.finish(j, st, n)
+	}()
+	return nil
+}
+
+func (l *fakeLocal) finish(j *fakeJob, st api.State, n int) {
+	l.mu.Lock()
+	delete(l.running, j.id)
+	fn := l.freed
+	l.mu.Unlock()
+	code := int32(0)
+	now := time.Now().UTC()
+	rec := api.JobRecord{ID: j.id, State: st, ExitCode: &code, FinishedAt: &now, WasCancelled: st == api.StateCancelled,
+		OutputBytes: int64(n)}
+	j.done(rec)
+	if fn != nil {
+		fn()
+	}
+}
+
+// release ends a held job.
+func (l *fakeLocal) release(id string, st api.State) bool {
+	l.mu.Lock()
+	j := l.running[id]
+	l.mu.Unlock()
+	if j == nil {
+		return false
+	}
+	j.release <- st
+	return true
+}
+
+func (l *fakeLocal) Cancel(id string, _ bool, reply func(bool, error)) {
+	if !l.release(id, api.StateCancelled) {
+		reply(false, api.Errorf(api.CodeNotFound, "job %s does not run here", id))
+		return
+	}
+	reply(true, nil)
+}
+
+// recorder keeps a node's events.
+type recorder struct {
+	mu  sync.Mutex
+	evs []eventlog.Event
+	ch  chan struct{}
+}
+
+func (r *recorder) Deliver(rec *eventlog.Record) {
+	r.mu.Lock()
+	r.evs = append(r.evs, rec.Event)
+	r.mu.Unlock()
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) kinds(kind string) []eventlog.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []eventlog.Event
+	for _, e := range r.evs {
+		if e.Kind() == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+type testNode struct {
+	name  string
+	f     *Fleet
+	local *fakeLocal
+	bus   *eventlog.Bus
+	ev    *recorder
+	home  string
+}
+
+type nodeSpec struct {
+	lanes []string
+	slots int
+}
+
+// freePorts finds n free ports on 127.0.0.1 (routes need them known
+// before any server starts).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// startCluster starts len(specs) nodes, n0, n1..., routed to each other,
+// heartbeat hb; they are closed at the end of the test.
+func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []*testNode {
+	t.Helper()
+	dir := t.TempDir()
+	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, len(specs))
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	nodes := make([]*testNode, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		name := fmt.Sprintf("n%d", i)
+		home := filepath.Join(dir, name)
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{ch: make(chan struct{}, 1)}
+		bus.Subscribe(nil, rec)
+		n := &testNode{name: name, local: newFakeLocal(name, sp.lanes, sp.slots, r), bus: bus, ev: rec, home: home}
+		nodes[i] = n
+		cfg := Config{Enabled: true, Name: name, Listen: "127.0.0.1:0", ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			Routes: routes, Credentials: creds, Heartbeat: api.Duration{Duration: hb}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("node", name).Logger()
+			n.f, errs[i] = Start(ctx, Options{Config: cfg, Home: home, Local: n.local, Bus: bus, Logger: log})
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			if n.f == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// A node cut off records no end: bounded.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				// Held jobs end (as the lanes end theirs at shutdown).
+				n.f.StopTaking()
+				n.local.mu.Lock()
+				var held []string
+				for id := range n.local.running {
+					held = append(held, id)
+				}
+				n.local.mu.Unlock()
+				for _, id := range held {
+					n.local.release(id, api.StateFailed)
+				}
+				if err := n.f.Close(ctx); err != nil {
+					t.Errorf("closing %s: %v", n.name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, n := range nodes {
+			n.bus.Close()
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("starting %s: %v", nodes[i].name, err)
+		}
+	}
+	// Every node sees every other alive.
+	for _, n := range nodes {
+		waitFor(t, n.name+" sees the fleet", func() bool {
+			alive := 0
+			for _, s := range n.f.Nodes() {
+				if s.State == nodeAlive {
+					alive++
+				}
+			}
+			return alive == len(nodes)
+		})
+	}
+	return nodes
+}
+
+// waitFor polls cond until it holds, failing after testWait.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	waitEvery(t, 20*time.Millisecond, what, cond)
+}
+
+// waitEvery polls cond every d until it holds, failing after testWait.
+func waitEvery(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, testWait)
+		}
+		time.Sleep(d)
+	}
+}
+
+// submit submits spec on n and returns the id.
+func submit(t *testing.T, n *testNode, spec api.JobSpec) string {
+	t.Helper()
+	id, err := trySubmit(n, spec)
+	if err != nil {
+		t.Fatalf("submitting on %s: %v", n.name, err)
+	}
+	return id
+}
+
+func trySubmit(n *testNode, spec api.JobSpec) (string, error) {
+	type res struct {
+		id  string
+		err error
+	}
+	ch := make(chan res, 1)
+	n.f.Submit(spec, func(id string, err error) { ch <- res{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-time.After(testWait):
+		return "", fmt.Errorf("no answer to the submission after %v", testWait)
+	}
+}
+
+// waitEnd waits on n for id's terminal record.
+func waitEnd(t *testing.T, n *testNode, id string) api.JobRecord {
+	t.Helper()
+	ch := make(chan api.JobRecord, 1)
+	cancel, err := n.f.Wait(id, func(r api.JobRecord) { ch <- r })
+	if err != nil {
+		t.Fatalf("waiting for %s on %s: %v", id, n.name, err)
+	}
+	defer cancel()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(testWait):
+		rec, found, err := n.f.Get(id)
+		t.Fatalf("%s has not ended after %v: %v %v %+v", id, testWait, found, err, rec)
+		return api.JobRecord{}
+	}
+}
+
+func (n *testNode) waitStarted(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-n.local.started:
+		return id
+	case <-time.After(testWait):
+		t.Fatalf("no job started on %s after %v", n.name, testWait)
+		return ""
+	}
+}

@@ -1,0 +1,830 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// getJob reads id's entry and revision.
+func (f *Fleet) getJob(ctx context.Context, id string) (jobEntry, uint64, bool, error) {
+	e, err := f.jobs.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return jobEntry{}, 0, false, nil
+	}
+	if err != nil {
+		return jobEntry{}, 0, false, fmt.Errorf("reading cluster job %s: %w", id, err)
+	}
+	je, err := decodeJob(id, e.Value())
+	if err != nil {
+		return jobEntry{}, 0, false, fmt.Errorf("reading cluster job %s: %w", id, err)
+	}
+	return je, e.Revision(), true, nil
+}
+
+// putJob writes e over revision rev (a CAS).
+func (f *Fleet) putJob(ctx context.Context, e jobEntry, rev uint64) (uint64, error) {
+	e.Record.Output = ""
+	b, err := json.Marshal(e)
+	if err != nil {
+		return 0, fmt.Errorf("encoding cluster job %s: %w", e.Record.ID, err)
+	}
+	return f.jobs.Update(ctx, e.Record.ID, b, rev)
+}
+
+// scanJobs calls fn with every job in the bucket (one ordered read of the
+// bucket, not a request per key).
+func (f *Fleet) scanJobs(ctx context.Context, fn func(jobEntry, uint64)) error {
+	w, err := f.jobs.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("reading the cluster jobs: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	idle := time.NewTimer(opTimeout)
+	defer idle.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return nil
+			}
+			if je, err := decodeJob(e.Key(), e.Value()); err == nil {
+				fn(je, e.Revision())
+			} else {
+				f.log.Debug().Err(err).Msg("skipping a cluster job record")
+			}
+			idle.Reset(opTimeout)
+		case <-idle.C:
+			return fmt.Errorf("reading the cluster jobs: nothing for %v", opTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("reading the cluster jobs: %w", ctx.Err())
+		}
+	}
+}
+
+// Submit records spec as a queued cluster job, then commits it into its
+// lane's work queue; reply gets the id once both are done.
+func (f *Fleet) Submit(spec api.JobSpec, reply func(id string, err error)) {
+	if spec.StdinStream {
+		reply("", api.Errorf(api.CodeInvalidParams, "lane %s is shared across the fleet: its jobs take stdin given at submission, not streamed", spec.Lane))
+		return
+	}
+	if !validToken(spec.Lane) || !f.Serves(spec.Lane) {
+		reply("", api.Errorf(api.CodeNotFound, "lane %q is not served by any live node of the fleet", spec.Lane))
+		return
+	}
+	id := f.newID()
+	go func() {
+		select {
+		case f.submits <- struct{}{}:
+		case <-f.ctx.Done():
+			reply("", api.Errorf(api.CodeShuttingDown, "the fleet is stopping"))
+			return
+		}
+		defer func() { <-f.submits }()
+		reply(f.submit(id, spec))
+	}()
+}
+
+func (f *Fleet) submit(id string, spec api.JobSpec) (string, error) {
+	ctx, cancel := context.WithTimeout(f.ctx, 2*opTimeout)
+	defer cancel()
+	e := jobEntry{Record: api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
+		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: time.Now().UTC()}, MaxOutput: spec.MaxOutputBytes}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
+	}
+	rev, err := f.jobs.Create(ctx, id, b)
+	if err != nil {
+		return "", fmt.Errorf("recording cluster job %s: %w", id, err)
+	}
+	msg, err := json.Marshal(jobMessage{ID: id, Spec: spec})
+	if err != nil {
+		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
+	}
+	_, err = f.js.Publish(ctx, laneSubjPfx+spec.Lane, msg, jetstream.WithMsgID(id))
+	if err == nil {
+		return id, nil
+	}
+	perr := fmt.Errorf("queueing cluster job %s on lane %s: %w", id, spec.Lane, err)
+	now := time.Now().UTC()
+	e.Record.State, e.Record.Error, e.Record.FinishedAt = api.StateError, "not_queued: "+err.Error(), &now
+	uctx, ucancel := context.WithTimeout(f.ctx, opTimeout)
+	defer ucancel()
+	if _, uerr := f.putJob(uctx, e, rev); uerr != nil {
+		f.log.Warn().Err(uerr).Str("job_id", id).Msg("recording a cluster job that could not be queued")
+	}
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode == 10077 /* stream store failed: the queue is full */) {
+		return "", api.Errorf(api.CodeQueueFull, "%v", perr)
+	}
+	return "", perr
+}
+
+// startTaking starts a taker per lane this node serves.
+func (f *Fleet) startTaking(ctx context.Context) error {
+	type taker struct {
+		lane string
+		c    jetstream.Consumer
+		wake chan struct{}
+	}
+	var ts []taker
+	for _, l := range f.lanes {
+		var c jetstream.Consumer
+		var err error
+		for {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			c, err = f.laneConsumer(octx, l)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("serving lane %s in the fleet: %w", l, err)
+		}
+		ts = append(ts, taker{lane: l, c: c, wake: make(chan struct{}, 1)})
+	}
+	for _, t := range ts {
+		f.wakes = append(f.wakes, t.wake)
+	}
+	wakes := f.wakes
+	f.local.OnSlotFreed(func() {
+		for _, w := range wakes {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	})
+	for _, t := range ts {
+		f.takeWG.Add(1)
+		go f.take(t.lane, t.c, t.wake)
+	}
+	return nil
+}
+
+// take pulls lane's jobs one at a time while the lane has a free slot.
+func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
+	defer f.takeWG.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	pause := func(d time.Duration) bool {
+		select {
+		case <-f.takeCtx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for f.takeCtx.Err() == nil {
+		if f.local.FreeSlots(lane) <= 0 {
+			select {
+			case <-wake:
+			case <-tick.C:
+			case <-f.takeCtx.Done():
+				return
+			}
+			continue
+		}
+		batch, done, err := fetch(f.takeCtx, c, 1, time.Second)
+		if err != nil {
+			f.log.Debug().Err(err).Str("lane", lane).Msg("pulling a job")
+			if !pause(250 * time.Millisecond) {
+				return
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			f.takeOne(lane, msg)
+		}
+		done()
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && f.takeCtx.Err() == nil {
+			f.log.Debug().Err(err).Str("lane", lane).Msg("pulling a job")
+			if !pause(250 * time.Millisecond) {
+				return
+			}
+		}
+	}
+}
+
+// takeOne takes msg's job: recorded as this node's (a CAS on the queued
+// record), then acknowledged, then run. A job whose record is not queued
+// (cancelled, or taken by a node that died before acknowledging) is
+// acknowledged and skipped: a redelivery never starts a job twice.
+func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
+	if f.takeCtx.Err() != nil {
+		_ = msg.Nak()
+		return
+	}
+	m, err := decodeJobMessage(lane, msg.Data())
+	if err != nil {
+		f.log.Warn().Err(err).Str("lane", lane).Msg("dropping a message that is not a job from the lane's queue")
+		_ = msg.Term()
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		e, rev, found, err := f.getJob(ctx, m.ID)
+		if err != nil || attempt >= 10 {
+			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if !found || e.Record.State != api.StateQueued {
+			if err := msg.DoubleAck(ctx); err != nil {
+				f.log.Debug().Err(err).Str("job_id", m.ID).Msg("acknowledging a job not queued any more")
+			}
+			return
+		}
+		now := time.Now().UTC()
+		e.Record.State, e.Record.Node, e.Record.DispatchedAt = api.StateDispatched, f.name, &now
+		e.Incarnation = f.inc
+		nrev, err := f.putJob(ctx, e, rev)
+		if isWrongSeq(err) {
+			continue
+		}
+		if err != nil {
+			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if err := msg.DoubleAck(ctx); err != nil {
+			// Redelivered later, it is found taken and skipped.
+			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("acknowledging a taken job")
+		}
+		f.emit(ClusterJobTaken{JobID: m.ID, Lane: lane})
+		f.run(&runJob{f: f, id: m.ID, lane: lane, entry: e, rev: nrev}, m.Spec)
+		return
+	}
+}
+
+// runJob is a job this node took.
+type runJob struct {
+	f        *Fleet
+	id, lane string
+
+	mu    sync.Mutex
+	entry jobEntry
+	rev   uint64
+	ended bool
+
+	// The sink's; done reads them after the last sink.
+	pending   []jetstream.PubAckFuture
+	pubErrs   int
+	published int64
+}
+
+func (f *Fleet) run(j *runJob, spec api.JobSpec) {
+	f.mu.Lock()
+	f.running[j.id] = j
+	f.mu.Unlock()
+	if err := f.local.Run(j.id, spec, j.sink, j.done); err != nil {
+		now := time.Now().UTC()
+		j.end(api.JobRecord{State: api.StateError, Error: "not_run: " + err.Error(), FinishedAt: &now})
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return
+	}
+	e := j.entry
+	e.Record.State = api.StateRunning
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	defer cancel()
+	if rev, err := f.putJob(ctx, e, j.rev); err == nil {
+		j.entry, j.rev = e, rev
+	} else {
+		f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job running")
+	}
+}
+
+// sink publishes a piece of the job's output, at most pubWindow messages
+// unacknowledged (the job waits meanwhile: backpressure).
+func (j *runJob) sink(stream string, data []byte) {
+	f := j.f
+	for len(data) > 0 {
+		n := min(len(data), pieceMax)
+		msg := nats.NewMsg(outSubjPfx + j.id)
+		msg.Header.Set(hdrStream, stream)
+		msg.Data = bytes.Clone(data[:n])
+		j.published += int64(n)
+		data = data[n:]
+		fut, err := f.js.PublishMsgAsync(msg)
+		if err != nil {
+			j.pubErr(err)
+			continue
+		}
+		j.pending = append(j.pending, fut)
+		if len(j.pending) >= pubWindow {
+			j.settle(1)
+		}
+	}
+}
+
+// settle waits for the oldest n publications.
+func (j *runJob) settle(n int) {
+	for ; n > 0 && len(j.pending) > 0; n-- {
+		fut := j.pending[0]
+		j.pending = j.pending[1:]
+		select {
+		case <-fut.Ok():
+		case err := <-fut.Err():
+			j.pubErr(err)
+		case <-time.After(2 * opTimeout):
+			j.pubErr(errors.New("no acknowledgement"))
+		case <-j.f.ctx.Done():
+			j.pubErr(j.f.ctx.Err())
+		}
+	}
+}
+
+func (j *runJob) pubErr(err error) {
+	if j.pubErrs == 0 {
+		j.f.log.Warn().Err(err).Str("job_id", j.id).Msg("publishing a cluster job's output: some is lost")
+	}
+	j.pubErrs++
+}
+
+// done records the job's end: a CAS from the revision this node wrote. If
+// the record has ended meanwhile (node_lost: this node was stopped or cut
+// off), the end is not recorded: cluster.result_dropped.
+func (j *runJob) done(rec api.JobRecord) {
+	j.f.ending.Add(1)
+	defer j.f.ending.Add(-1)
+	j.settle(len(j.pending))
+	j.end(rec)
+}
+
+func (j *runJob) end(rec api.JobRecord) {
+	f := j.f
+	f.ending.Add(1)
+	defer f.ending.Add(-1)
+	defer func() {
+		f.mu.Lock()
+		delete(f.running, j.id)
+		f.mu.Unlock()
+	}()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ended = true
+	e := j.entry
+	old := e.Record
+	if rec.OutputBytes == 0 {
+		rec.OutputBytes = j.published
+	}
+	kept := keptBytes(rec, e.MaxOutput)
+	r := rec
+	r.ID, r.Lane, r.Node, r.Output = j.id, j.lane, f.name, ""
+	r.CreatedAt, r.Command, r.Argv, r.Cwd = old.CreatedAt, old.Command, old.Argv, old.Cwd
+	if old.DispatchedAt != nil {
+		r.DispatchedAt = old.DispatchedAt
+	}
+	if r.FinishedAt == nil {
+		now := time.Now().UTC()
+		r.FinishedAt = &now
+	}
+	if !r.State.Terminal() {
+		r.State, r.Error = api.StateError, "not_terminal: the lane ended the job as "+string(rec.State)
+	}
+	e.Record, e.Kept = r, kept
+	drop := func(recorded, why string) {
+		f.log.Warn().Str("job_id", j.id).Str("state", string(r.State)).Str("why", why).Msg("a cluster job's end is not recorded")
+		f.emit(ClusterResultDropped{JobID: j.id, State: string(r.State), Recorded: recorded, Why: why})
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, endRetryFor)
+	defer cancel()
+	rev := j.rev
+	for {
+		octx, ocancel := context.WithTimeout(ctx, opTimeout)
+		_, err := f.putJob(octx, e, rev)
+		ocancel()
+		if err == nil {
+			break
+		}
+		if isWrongSeq(err) {
+			octx, ocancel := context.WithTimeout(ctx, opTimeout)
+			cur, crev, found, gerr := f.getJob(octx, j.id)
+			ocancel()
+			switch {
+			case gerr != nil:
+			case !found:
+				drop("", "record_gone")
+				return
+			case cur.Record.State.Terminal():
+				drop(string(cur.Record.State), "already_ended: "+cur.Record.Error)
+				return
+			case cur.Record.Node != f.name || cur.Incarnation != f.inc:
+				drop(string(cur.Record.State), "taken_by_another_node")
+				return
+			default:
+				rev = crev
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			drop("", "unreachable: "+err.Error())
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	// The end message wakes the followers (they also see the record).
+	msg := nats.NewMsg(outSubjPfx + j.id)
+	msg.Header.Set(hdrEnd, string(r.State))
+	pctx, pcancel := context.WithTimeout(f.ctx, opTimeout)
+	defer pcancel()
+	if _, err := f.js.PublishMsg(pctx, msg); err != nil {
+		f.log.Debug().Err(err).Str("job_id", j.id).Msg("publishing a cluster job's end")
+	}
+}
+
+// keptBytes is how much of its output stream the record keeps: what the
+// lane kept, else all of it up to max_output_bytes (the lanes' default
+// when the spec gave none).
+func keptBytes(rec api.JobRecord, maxOut uint64) int64 {
+	switch {
+	case rec.Output != "":
+		return int64(len(rec.Output))
+	case !rec.OutputTruncated:
+		return rec.OutputBytes
+	case maxOut > 0:
+		return min(rec.OutputBytes, int64(maxOut))
+	}
+	return min(rec.OutputBytes, defaultKeptBytes)
+}
+
+// cancelRequest is a cancel sent to the node that runs a job.
+type cancelRequest struct {
+	ID    string `json:"id"`
+	Force bool   `json:"force,omitempty"`
+}
+
+type cancelReply struct {
+	WasRunning bool   `json:"was_running"`
+	Code       int    `json:"code,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// serveCancel answers orchestrd.node.<this>.cancel.
+func (f *Fleet) serveCancel(m *nats.Msg) {
+	var req cancelRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil || !validJobID(req.ID) {
+		b, _ := json.Marshal(cancelReply{Code: api.CodeInvalidParams, Error: "not a cancel of a cluster job"})
+		_ = m.Respond(b)
+		return
+	}
+	f.local.Cancel(req.ID, req.Force, func(wasRunning bool, err error) {
+		rep := cancelReply{WasRunning: wasRunning}
+		if err != nil {
+			rep.Code, rep.Error = api.CodeInternal, err.Error()
+			var ae *api.Error
+			if errors.As(err, &ae) {
+				rep.Code, rep.Error = ae.Code, ae.Message
+			}
+		}
+		b, _ := json.Marshal(rep)
+		_ = m.Respond(b)
+	})
+}
+
+// Cancel cancels a queued job (its record, which the taker then skips) or
+// a running one (through the node that runs it).
+func (f *Fleet) Cancel(id string, force bool, reply func(wasRunning bool, err error)) {
+	go func() { reply(f.cancel1(id, force)) }()
+}
+
+func (f *Fleet) cancel1(id string, force bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(f.ctx, 2*opTimeout)
+	defer cancel()
+	for {
+		e, rev, found, err := f.getJob(ctx, id)
+		switch {
+		case err != nil:
+			return false, err
+		case !found:
+			return false, api.Errorf(api.CodeNotFound, "no job %q", id)
+		case e.Record.State.Terminal():
+			return false, api.Errorf(api.CodeInvalidState, "job %s already finished (%s)", id, e.Record.State)
+		case e.Record.State == api.StateQueued:
+			now := time.Now().UTC()
+			r := &e.Record
+			r.State, r.WasCancelled, r.Error, r.FinishedAt = api.StateCancelled, true, api.ErrCancelled, &now
+			_, err := f.putJob(ctx, e, rev)
+			if isWrongSeq(err) {
+				continue
+			}
+			if err != nil {
+				return false, fmt.Errorf("cancelling cluster job %s: %w", id, err)
+			}
+			return false, nil
+		}
+		b, _ := json.Marshal(cancelRequest{ID: id, Force: force})
+		m, err := f.nc.RequestWithContext(ctx, nodeSubjPfx+e.Record.Node+".cancel", b)
+		if err != nil {
+			return false, api.Errorf(api.CodeInternal, "cancelling job %s on node %s: %v", id, e.Record.Node, err)
+		}
+		var rep cancelReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			return false, api.Errorf(api.CodeInternal, "cancelling job %s on node %s: a bad answer", id, e.Record.Node)
+		}
+		if rep.Code != 0 {
+			return rep.WasRunning, &api.Error{Code: rep.Code, Message: rep.Error}
+		}
+		return rep.WasRunning, nil
+	}
+}
+
+// Get reads a job's record; a finished job's carries its output, read back
+// from the output stream.
+func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
+	ctx, cancel := context.WithTimeout(f.ctx, 4*opTimeout)
+	defer cancel()
+	e, _, found, err := f.getJob(ctx, id)
+	if err != nil || !found {
+		return api.JobRecord{}, found, err
+	}
+	r := e.Record
+	if r.State.Terminal() && e.Kept > 0 {
+		out, err := f.readOutput(ctx, id, e.Kept)
+		if err != nil {
+			return api.JobRecord{}, true, err
+		}
+		r.Output = string(out)
+		r.OutputEvicted = int64(len(out)) < e.Kept
+	}
+	return r, true, nil
+}
+
+// readOutput reads up to limit bytes of id's output from the stream.
+func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte, error) {
+	subj := outSubjPfx + id
+	last, err := f.out.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
+	}
+	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
+	}
+	var out []byte
+	for int64(len(out)) < limit {
+		batch, done, err := fetch(ctx, c, 256, opTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
+		}
+		defer done()
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			if msg.Headers().Get(hdrEnd) == "" && int64(len(out)) < limit {
+				d := msg.Data()
+				out = append(out, d[:min(int64(len(d)), limit-int64(len(out)))]...)
+			}
+			if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last.Sequence {
+				return out, nil
+			}
+		}
+		if n == 0 {
+			return out, batch.Error()
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, ctx.Err())
+		}
+	}
+	return out, nil
+}
+
+// Wait calls fn once with the job's terminal record (with its output),
+// until cancel is called.
+func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
+	gctx, gcancel := context.WithTimeout(f.ctx, opTimeout)
+	_, _, found, err := f.getJob(gctx, id)
+	gcancel()
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, api.Errorf(api.CodeNotFound, "no job %q", id)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	go func() {
+		if _, err := f.waitTerminal(ctx, id); err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn().Err(err).Str("job_id", id).Msg("waiting for a cluster job")
+			}
+			return
+		}
+		for {
+			rec, _, err := f.Get(id)
+			if err == nil {
+				fn(rec)
+				return
+			}
+			f.log.Warn().Err(err).Str("job_id", id).Msg("reading an ended cluster job for its waiter: trying again")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return cancel, nil
+}
+
+// waitTerminal watches id's record until it is terminal.
+func (f *Fleet) waitTerminal(ctx context.Context, id string) (api.JobRecord, error) {
+	for {
+		w, err := f.jobs.Watch(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return api.JobRecord{}, ctx.Err()
+			}
+			select {
+			case <-ctx.Done():
+				return api.JobRecord{}, ctx.Err()
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				_ = w.Stop()
+				return api.JobRecord{}, ctx.Err()
+			case e, ok := <-w.Updates():
+				if !ok {
+					break
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				je, err := decodeJob(id, e.Value())
+				if err == nil && je.Record.State.Terminal() {
+					_ = w.Stop()
+					return je.Record, nil
+				}
+				continue
+			}
+			break
+		}
+		_ = w.Stop()
+	}
+}
+
+// List lists the cluster jobs matching flt, oldest first, without output;
+// with a limit, the newest limit of them.
+func (f *Fleet) List(flt api.Filter) ([]api.JobRecord, error) {
+	var since time.Time
+	if flt.Since != "" {
+		if t, err := time.Parse(time.RFC3339, flt.Since); err == nil {
+			since = t
+		} else if d, err := time.ParseDuration(flt.Since); err == nil {
+			since = time.Now().Add(-d)
+		} else {
+			return nil, api.Errorf(api.CodeInvalidParams, "since %q: want RFC 3339 or a duration like 1h", flt.Since)
+		}
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 6*opTimeout)
+	defer cancel()
+	var out []api.JobRecord
+	err := f.scanJobs(ctx, func(e jobEntry, _ uint64) {
+		r := e.Record
+		if flt.Lane != "" && r.Lane != flt.Lane || flt.State != "" && string(r.State) != flt.State ||
+			!since.IsZero() && r.CreatedAt.Before(since) {
+			return
+		}
+		out = append(out, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b api.JobRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	lim := api.MaxListLimit
+	if flt.Limit > 0 && flt.Limit < lim {
+		lim = flt.Limit
+	}
+	if len(out) > lim {
+		out = out[len(out)-lim:]
+	}
+	return out, nil
+}
+
+// Follow delivers the job's output from its first byte, in order, to
+// sink until the job ends, and returns its terminal record (without
+// output).
+func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, data []byte) error) (api.JobRecord, error) {
+	gctx, gcancel := context.WithTimeout(ctx, opTimeout)
+	_, _, found, err := f.getJob(gctx, id)
+	gcancel()
+	if err != nil {
+		return api.JobRecord{}, err
+	}
+	if !found {
+		return api.JobRecord{}, api.Errorf(api.CodeNotFound, "no job %q", id)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	subj := outSubjPfx + id
+	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
+	}
+	term := make(chan api.JobRecord, 1)
+	go func() {
+		if r, err := f.waitTerminal(ctx, id); err == nil {
+			term <- r
+		}
+	}()
+	var consumed, last uint64
+	var ended *api.JobRecord
+	lastKnown := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return api.JobRecord{}, err
+		}
+		batch, done, err := fetch(ctx, c, 64, 250*time.Millisecond)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			if md, err := msg.Metadata(); err == nil {
+				consumed = md.Sequence.Stream
+			}
+			if msg.Headers().Get(hdrEnd) != "" {
+				if ended != nil {
+					return *ended, nil
+				}
+				select {
+				case r := <-term:
+					return r, nil
+				case <-ctx.Done():
+					return api.JobRecord{}, ctx.Err()
+				}
+			}
+			if err := sink(msg.Headers().Get(hdrStream), msg.Data()); err != nil {
+				return api.JobRecord{}, err
+			}
+		}
+		done()
+		if ended == nil {
+			select {
+			case r := <-term:
+				ended = &r
+			default:
+			}
+		}
+		if ended != nil {
+			if !lastKnown {
+				gctx, gcancel := context.WithTimeout(ctx, opTimeout)
+				m, err := f.out.GetLastMsgForSubject(gctx, subj)
+				gcancel()
+				switch {
+				case errors.Is(err, jetstream.ErrMsgNotFound):
+					return *ended, nil
+				case err == nil:
+					last, lastKnown = m.Sequence, true
+				}
+			}
+			if lastKnown && consumed >= last {
+				return *ended, nil
+			}
+		}
+	}
+}
+
+// fetch pulls up to n messages, waiting at most wait (or until ctx ends);
+// done ends the pull (its goroutine) once its messages are read.
+func fetch(ctx context.Context, c jetstream.Consumer, n int, wait time.Duration) (jetstream.MessageBatch, context.CancelFunc, error) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	b, err := c.Fetch(n, jetstream.FetchContext(fctx))
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return b, cancel, nil
+}

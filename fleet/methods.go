@@ -1,0 +1,307 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// busSink hands every logged event line to the publisher, never blocking:
+// a full queue drops the line (counted in cluster.stopped's
+// events_dropped).
+type busSink struct{ f *Fleet }
+
+func (s busSink) Deliver(r *eventlog.Record) {
+	if r.Line == nil { // ephemeral: job output and the like stay local
+		return
+	}
+	select {
+	case s.f.evq <- r.Line:
+	default:
+		s.f.evDropped.Add(1)
+	}
+}
+
+func (busSink) EventsOnly() {}
+
+// publishEvents publishes the queued event lines on
+// orchestrd.events.<node> into the events stream: asynchronously, at most
+// eventsWindow unacknowledged; a line the stream did not take (no
+// responders while its leader is elected) is sent again, synchronously,
+// with retries; what still fails is counted as dropped.
+func (f *Fleet) publishEvents() {
+	defer f.wg.Done()
+	subj := eventsSubjPfx + f.name
+	var pending []jetstream.PubAckFuture
+	settle := func() {
+		for _, fut := range pending {
+			select {
+			case <-fut.Ok():
+				continue
+			case <-fut.Err():
+			case <-time.After(2 * opTimeout):
+			}
+			if !f.nc.IsConnected() {
+				f.evDropped.Add(1)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
+			_, err := f.js.PublishMsg(ctx, fut.Msg(), jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(100*time.Millisecond))
+			cancel()
+			if err != nil {
+				f.evDropped.Add(1)
+			}
+		}
+		pending = pending[:0]
+	}
+	publish := func(line []byte) {
+		fut, err := f.js.PublishAsync(subj, line)
+		if err != nil {
+			f.evDropped.Add(1)
+			return
+		}
+		pending = append(pending, fut)
+		if len(pending) >= eventsWindow {
+			settle()
+		}
+	}
+	for {
+		select {
+		case line := <-f.evq:
+			publish(line)
+			continue
+		default:
+		}
+		settle()
+		select {
+		case line := <-f.evq:
+			publish(line)
+		case <-f.ctx.Done():
+			// The lines queued until now (cluster.stopped among them).
+			for {
+				select {
+				case line := <-f.evq:
+					publish(line)
+				default:
+					settle()
+					return
+				}
+			}
+		}
+	}
+}
+
+// Register registers cluster.nodes and cluster.events.
+func (f *Fleet) Register(mux api.Mux) {
+	mux.Handle("cluster.nodes", f.nodesMethod)
+	mux.Handle("cluster.events", f.eventsMethod)
+}
+
+// NodeStatus is a node as cluster.nodes lists it.
+type NodeStatus struct {
+	Name        string         `json:"name"`
+	Incarnation string         `json:"incarnation"`
+	State       string         `json:"state"` // alive, lost, stopped
+	Lanes       []string       `json:"lanes"`
+	Free        map[string]int `json:"free,omitempty"`
+	StartedAt   time.Time      `json:"started_at"`
+	HeartbeatAt time.Time      `json:"heartbeat_at"` // the node's own clock
+	// SeenMsAgo: how long ago this node saw its last heartbeat (this
+	// node's clock).
+	SeenMsAgo int64  `json:"seen_ms_ago"`
+	LostBy    string `json:"lost_by,omitempty"`
+	Self      bool   `json:"self,omitempty"`
+}
+
+// Nodes lists the fleet's nodes as this node sees them, by name.
+func (f *Fleet) Nodes() []NodeStatus {
+	f.mu.Lock()
+	out := make([]NodeStatus, 0, len(f.peers))
+	for k, p := range f.peers {
+		out = append(out, NodeStatus{Name: p.info.Name, Incarnation: p.info.Incarnation, State: p.info.State,
+			Lanes: p.info.Lanes, Free: p.info.Free, StartedAt: p.info.StartedAt, HeartbeatAt: p.info.HeartbeatAt,
+			SeenMsAgo: time.Since(p.seen).Milliseconds(), LostBy: p.info.LostBy, Self: k == f.name})
+	}
+	f.mu.Unlock()
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (f *Fleet) nodesMethod(call api.Call) {
+	if err := call.Decode(&api.NoParams{}); err != nil {
+		call.Fail(err)
+		return
+	}
+	call.Respond(struct {
+		Node  string       `json:"node"`
+		Nodes []NodeStatus `json:"nodes"`
+	}{f.name, f.Nodes()})
+}
+
+// eventsParams are cluster.events' params.
+type eventsParams struct {
+	Follow bool   `json:"follow,omitempty"`
+	Node   string `json:"node,omitempty"` // one node's events only
+	// Last: the last this many lines before following (default 1000,
+	// at most 100000; with follow, 0 is none).
+	Last *int `json:"last,omitempty"`
+}
+
+const (
+	defaultEventsLast = 1000
+	maxEventsLast     = 100_000
+	eventsInFlight    = 8
+	eventsWindow      = 256
+)
+
+// eventsMethod is cluster.events: the fleet's event lines, each pushed as
+// its kind (as events.subscribe pushes them) with the node's log line as
+// data, "origin" (the node's name) first; without follow it answers {lines} after the
+// last, with follow it goes on until the client goes away.
+func (f *Fleet) eventsMethod(call api.Call) {
+	sc, ok := call.(api.StreamCall)
+	if !ok {
+		call.Fail(api.Errorf(api.CodeInvalidRequest, "cluster.events needs a connection that streams (the control socket)"))
+		return
+	}
+	var p eventsParams
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return
+	}
+	last := defaultEventsLast
+	if p.Last != nil {
+		last = *p.Last
+	}
+	if last < 0 || last > maxEventsLast {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: last must be 0 to %d", maxEventsLast))
+		return
+	}
+	if p.Node != "" && !validName(p.Node) {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: %q is not a node name", p.Node))
+		return
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	sc.OnClose(cancel)
+	go func() {
+		defer cancel()
+		n, err := f.streamEvents(ctx, sc, p, last)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			call.Fail(api.Errorf(api.CodeInternal, "reading the fleet's events: %v", err))
+		case err == nil:
+			call.Respond(struct {
+				Lines int `json:"lines"`
+			}{n})
+		}
+	}()
+}
+
+func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsParams, last int) (int, error) {
+	subj := eventsSubjPfx + ">"
+	if p.Node != "" {
+		subj = eventsSubjPfx + p.Node
+	}
+	ictx, icancel := context.WithTimeout(ctx, opTimeout)
+	info, err := f.evs.Info(ictx, jetstream.WithSubjectFilter(subj))
+	icancel()
+	if err != nil {
+		return 0, err
+	}
+	end := info.State.LastSeq
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}}
+	switch {
+	case p.Follow && (last == 0 || info.State.Msgs == 0):
+		// From the first line after the stream's end now (none missed
+		// between reading its end and following).
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, end+1
+	case last == 0 || info.State.Msgs == 0:
+		return 0, nil
+	default:
+		// The last `last` lines of the subject: counted back from the
+		// end of the stream (an estimate when other nodes' lines are
+		// interleaved: at least last of them come when they exist).
+		start := uint64(1)
+		if end > uint64(last) {
+			start = end - uint64(last) + 1
+		}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, max(start, info.State.FirstSeq)
+	}
+	c, err := f.js.OrderedConsumer(ctx, eventsStream, cfg)
+	if err != nil {
+		return 0, err
+	}
+	slots := make(chan struct{}, eventsInFlight)
+	n := 0
+	for {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		batch, done, err := fetch(ctx, c, 64, 500*time.Millisecond)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			md, _ := msg.Metadata()
+			node := strings.TrimPrefix(msg.Subject(), eventsSubjPfx)
+			kind, data, ok := withOrigin(node, msg.Data())
+			if ok {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					done()
+					return n, ctx.Err()
+				}
+				sc.Push(kind, data, func(ok bool) {
+					<-slots
+				})
+				n++
+			}
+			if !p.Follow && md != nil && md.Sequence.Stream >= end {
+				done()
+				return n, nil
+			}
+		}
+		done()
+		if !p.Follow && got == 0 {
+			return n, nil
+		}
+	}
+}
+
+// withOrigin checks an event line read from the fleet (any node wrote it)
+// and returns its kind and the line with "origin":node first.
+func withOrigin(node string, line []byte) (string, []byte, bool) {
+	if !validName(node) || len(line) < 2 || line[0] != '{' || !wire.ValidJSON(line) {
+		return "", nil, false
+	}
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil || head.Kind == "" || len(head.Kind) > 128 {
+		return "", nil, false
+	}
+	out := make([]byte, 0, len(line)+len(node)+16)
+	out = append(out, `{"origin":`...)
+	out = wire.AppendJSONString(out, node, false)
+	rest := strings.TrimSpace(string(line[1:]))
+	if rest != "}" {
+		out = append(out, ',')
+	}
+	out = append(out, rest...)
+	return head.Kind, out, true
+}

@@ -1,0 +1,294 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Nodes: each node puts its heartbeat (nodeInfo) under its name in the
+// nodes bucket every Heartbeat/5. Every node watches the bucket and
+// remembers, per node, the revision it last saw and when (its own
+// monotonic clock): no clocks are compared across machines. A node whose
+// revision has not changed for Heartbeat is declared lost by a CAS on
+// that revision: of the nodes that try, one wins, and only it fails the
+// lost node's jobs and emits cluster.node_lost.
+
+// nodeInfo is this node's heartbeat in state.
+func (f *Fleet) nodeInfo(state string) nodeInfo {
+	free := make(map[string]int, len(f.lanes))
+	for _, l := range f.lanes {
+		free[l] = f.local.FreeSlots(l)
+	}
+	return nodeInfo{Name: f.name, Incarnation: f.inc, Lanes: f.lanes, Free: free, StartedAt: f.startedAt,
+		HeartbeatAt: time.Now().UTC(), State: state}
+}
+
+// join puts this node's first heartbeat. If the bucket still has this
+// node's previous incarnation alive (it was killed and came back before
+// anyone declared it lost), this node takes over its key by a CAS and
+// declares that incarnation lost itself.
+func (f *Fleet) join(ctx context.Context) error {
+	for {
+		b, err := json.Marshal(f.nodeInfo(nodeAlive))
+		if err != nil {
+			return fmt.Errorf("encoding this node's heartbeat: %w", err)
+		}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		e, err := f.nodes.Get(octx, f.name)
+		var rev uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = f.nodes.Create(octx, f.name, b)
+		case err != nil:
+		default:
+			old, derr := decodeNode(f.name, e.Value())
+			rev, err = f.nodes.Update(octx, f.name, b, e.Revision())
+			if err == nil && derr == nil && old.State == nodeAlive && old.Incarnation != f.inc {
+				cancel()
+				f.setHBRev(rev)
+				jobs := f.failJobs(ctx, f.name, old.Incarnation)
+				f.emit(ClusterNodeLost{Node: f.name, Incarnation: old.Incarnation, By: f.name, Reason: "restarted", Jobs: jobs})
+				return nil
+			}
+		}
+		cancel()
+		if err == nil {
+			f.setHBRev(rev)
+			return nil
+		}
+		if !isWrongSeq(err) {
+			f.log.Debug().Err(err).Msg("putting this node's first heartbeat")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("putting this node's first heartbeat: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Fleet) setHBRev(rev uint64) {
+	f.mu.Lock()
+	f.hbRev = rev
+	f.mu.Unlock()
+}
+
+// heartbeats puts this node's heartbeat every Heartbeat/5 by a CAS on its
+// last revision: losing it means another node declared this one lost
+// (it was stopped or cut off): it is alive again (cluster.node_returned).
+func (f *Fleet) heartbeats() {
+	defer f.wg.Done()
+	t := time.NewTicker(f.cfg.Heartbeat.Duration / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if f.hbPaused.Load() {
+			continue
+		}
+		f.beat()
+	}
+}
+
+func (f *Fleet) beat() {
+	b, err := json.Marshal(f.nodeInfo(nodeAlive))
+	if err != nil {
+		f.log.Error().Err(err).Msg("encoding this node's heartbeat")
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Heartbeat.Duration)
+	defer cancel()
+	f.mu.Lock()
+	rev := f.hbRev
+	f.mu.Unlock()
+	nrev, err := f.nodes.Update(ctx, f.name, b, rev)
+	if isWrongSeq(err) {
+		e, gerr := f.nodes.Get(ctx, f.name)
+		if gerr != nil {
+			f.log.Debug().Err(gerr).Msg("reading this node's heartbeat")
+			return
+		}
+		old, derr := decodeNode(f.name, e.Value())
+		switch {
+		case derr != nil:
+			f.log.Warn().Err(derr).Msg("this node's heartbeat key holds something else: replacing it")
+		case old.Incarnation != f.inc:
+			f.log.Error().Str("other_incarnation", old.Incarnation).Msg("another process heartbeats under this node's name: give each node its own [cluster] name")
+		case old.State == nodeLost:
+			f.emit(ClusterNodeReturned{Node: f.name, Incarnation: f.inc})
+		}
+		nrev, err = f.nodes.Update(ctx, f.name, b, e.Revision())
+	}
+	if err != nil {
+		f.log.Debug().Err(err).Msg("putting this node's heartbeat")
+		return
+	}
+	f.setHBRev(nrev)
+}
+
+// watchNodes keeps the peers map from the nodes bucket and declares the
+// silent ones lost.
+func (f *Fleet) watchNodes() {
+	defer f.wg.Done()
+	t := time.NewTicker(f.cfg.Heartbeat.Duration / 5)
+	defer t.Stop()
+	var w jetstream.KeyWatcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	for {
+		if w == nil {
+			var err error
+			w, err = f.nodes.WatchAll(f.ctx)
+			if err != nil {
+				f.log.Debug().Err(err).Msg("watching the fleet's nodes")
+				w = nil
+			}
+		}
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
+		select {
+		case <-f.ctx.Done():
+			return
+		case e, ok := <-updates:
+			if !ok {
+				w = nil
+				continue
+			}
+			if e != nil {
+				f.sawNode(e)
+			}
+		case <-t.C:
+			f.checkLost()
+		}
+	}
+}
+
+func (f *Fleet) sawNode(e jetstream.KeyValueEntry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(f.peers, e.Key())
+		return
+	}
+	n, err := decodeNode(e.Key(), e.Value())
+	if err != nil {
+		f.log.Debug().Err(err).Msg("ignoring a node's heartbeat")
+		delete(f.peers, e.Key())
+		return
+	}
+	f.peers[e.Key()] = &peer{info: n, rev: e.Revision(), seen: time.Now()}
+}
+
+// resetSeen: after a reconnect, every node's silence is counted afresh
+// (this node may have missed their heartbeats).
+func (f *Fleet) resetSeen() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	for _, p := range f.peers {
+		p.seen = now
+	}
+}
+
+// checkLost declares lost each alive node silent for longer than
+// Heartbeat.
+func (f *Fleet) checkLost() {
+	var silent []peer
+	f.mu.Lock()
+	for k, p := range f.peers {
+		if k != f.name && p.info.State == nodeAlive && time.Since(p.seen) > f.cfg.Heartbeat.Duration {
+			silent = append(silent, *p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range silent {
+		f.declareLost(p)
+	}
+}
+
+// declareLost CASes p's key to lost on the revision this node last saw;
+// the winner fails p's jobs and emits cluster.node_lost.
+func (f *Fleet) declareLost(p peer) {
+	n := p.info
+	n.State, n.LostBy = nodeLost, f.name
+	b, err := json.Marshal(n)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	_, err = f.nodes.Update(ctx, n.Name, b, p.rev)
+	cancel()
+	if err != nil {
+		if !isWrongSeq(err) {
+			f.log.Debug().Err(err).Str("node", n.Name).Msg("declaring a node lost")
+		}
+		return
+	}
+	f.log.Warn().Str("node", n.Name).Str("incarnation", n.Incarnation).Msg("a fleet node stopped heartbeating: declared lost")
+	jobs := f.failJobs(f.ctx, n.Name, n.Incarnation)
+	f.emit(ClusterNodeLost{Node: n.Name, Incarnation: n.Incarnation, By: f.name, Reason: "heartbeat_expired", Jobs: jobs})
+}
+
+// failJobs ends every unfinished job node's incarnation took: failed,
+// node_lost. A CAS per record, so an end recorded meanwhile stands.
+func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
+	var ids []string
+	var todo []string
+	err := f.scanJobs(ctx, func(e jobEntry, _ uint64) {
+		if e.Record.Node == node && e.Incarnation == inc && !e.Record.State.Terminal() {
+			todo = append(todo, e.Record.ID)
+		}
+	})
+	if err != nil {
+		f.log.Error().Err(err).Str("node", node).Msg("listing a lost node's jobs")
+	}
+	for _, id := range todo {
+		for attempt := 0; attempt < 10; attempt++ {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			e, rev, found, err := f.getJob(octx, id)
+			if err == nil && (!found || e.Record.State.Terminal() || e.Record.Node != node || e.Incarnation != inc) {
+				cancel()
+				break
+			}
+			if err == nil {
+				now := time.Now().UTC()
+				r := &e.Record
+				r.State, r.Error, r.FinishedAt = api.StateFailed, api.ErrNodeLost, &now
+				if r.DispatchedAt != nil {
+					r.DurationMs = now.Sub(*r.DispatchedAt).Milliseconds()
+				}
+				_, err = f.putJob(octx, e, rev)
+				if err == nil {
+					ids = append(ids, id)
+					cancel()
+					break
+				}
+			}
+			cancel()
+			if !isWrongSeq(err) {
+				f.log.Warn().Err(err).Str("job_id", id).Msg("failing a lost node's job")
+				select {
+				case <-ctx.Done():
+					return ids
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return ids
+}
