@@ -20,6 +20,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/metrics"
 	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
+	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/spool"
@@ -90,6 +91,8 @@ type Config struct {
 	// Loops is the [loops] table (loops/config.go).
 	Loops    loops.Config `toml:"loops"`
 	loopsSet bool         // the file has a [loops] table: its lanes and pools are checked
+	// Cluster is the [cluster] table (fleet/config.go): off by default.
+	Cluster fleet.Config `toml:"cluster"`
 
 	// set are the keys the file set, by full name (http.listen): a
 	// front-end the file turns on is told from one on by default (Set).
@@ -118,6 +121,7 @@ func DefaultConfig() Config {
 		Metrics:   metrics.DefaultConfig(),
 		UI:        ui.DefaultConfig(),
 		Loops:     loops.DefaultConfig(),
+		Cluster:   fleet.DefaultConfig(),
 	}
 }
 
@@ -213,6 +217,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"ui": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
 		return decodeTable(md, prim, reflect.ValueOf(&cfg.UI).Elem(), key)
+	},
+	"cluster": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
+		return decodeTable(md, prim, reflect.ValueOf(&cfg.Cluster).Elem(), key)
 	},
 }
 
@@ -404,6 +411,16 @@ func (c Config) validate() []error {
 	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
 	errs = append(errs, metrics.Validate("metrics", c.Metrics)...)
 	errs = append(errs, ui.Validate("ui", c.UI)...)
+	if err := c.Cluster.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !c.Cluster.Enabled {
+		for _, n := range sortedKeys(c.Lanes) {
+			if c.Lanes[n].Shared {
+				bad("lanes.%s.shared: a shared lane needs the fleet ([cluster] enabled = true)", n)
+			}
+		}
+	}
 	// The lanes and pools [loops] names are checked when the file has a
 	// [loops] table: a daemon that runs no loops is not refused for
 	// lacking the default validation lane.

@@ -30,6 +30,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/metrics"
 	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
+	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/loops"
@@ -203,8 +204,12 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("starting lanes: %w", err)
 	}
 	killed := 0
+	var fl *fleet.Fleet // [cluster]: nil when off
 	shutdownLanes := func(reason string) {
 		defer closeHook() // on the paths that fail before the approvals: a no-op once closed
+		if fl != nil {
+			fl.StopTaking() // then the lanes end the fleet's jobs here, recorded in it
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownTimeout.Duration+10*time.Second)
 		defer cancel()
 		n, err := mgr.Shutdown(sctx)
@@ -212,6 +217,13 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			opts.Logger.Error().Err(err).Str("reason", reason).Msg("lanes did not stop cleanly")
 		}
+		closeFleet(fl, opts.Logger)
+	}
+	// The fleet before the recovery: a cluster job the dead daemon left is
+	// the fleet's (lanes.Recover never runs it again).
+	if fl, err = startFleet(cfg.Cluster, opts.Home, mgr, bus, opts.Logger); err != nil {
+		shutdownLanes("fleet failed")
+		return err
 	}
 	// The jobs a dead daemon left, before the control socket takes work.
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
@@ -373,6 +385,7 @@ func Run(ctx context.Context, opts Options) error {
 	chatMgr.Register(srv)
 	loopsMgr.Register(srv)
 	clankerMgr.Register(srv)
+	registerFleet(srv, fl)
 	registerHTTPInfo(srv, httpFE, st.NodeID())
 	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
 	// jobs and every method is registered; nil when off.

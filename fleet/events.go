@@ -41,6 +41,18 @@ type ClusterNodeLost struct {
 
 func (ClusterNodeLost) Kind() string { return "cluster.node_lost" }
 
+// ClusterJobLost: a job of a lost node (or of an incarnation since
+// restarted) that its node's declaration could not end was found by a
+// later sweep and ended failed with node_lost, by this node.
+type ClusterJobLost struct {
+	JobID       string `json:"job_id"`
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	By          string `json:"by"`
+}
+
+func (ClusterJobLost) Kind() string { return "cluster.job_lost" }
+
 // ClusterNodeReturned: this node, declared lost, heartbeats again (it was
 // stopped or cut off); its jobs' late results are not recorded.
 type ClusterNodeReturned struct {
@@ -95,6 +107,6 @@ type ClusterStopped struct {
 func (ClusterStopped) Kind() string { return "cluster.stopped" }
 
 func init() {
-	eventlog.Register(ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterNodeReturned{},
+	eventlog.Register(ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
 }

@@ -123,7 +123,9 @@ type Fleet struct {
 	unsubBus  func()
 	cancelSub *nats.Subscription
 
-	hbPaused atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
+	beatOK   atomic.Int64 // when this node's heartbeat was last written (unix ns)
+	sweeps   int          // checks made (the watcher's goroutine only)
+	hbPaused atomic.Bool  // tests: a node stopped (SIGSTOP) stops heartbeating
 
 	stopOnce  sync.Once
 	closeOnce sync.Once
@@ -338,6 +340,23 @@ func (f *Fleet) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 	}
 	if err != nil {
 		return nil, fmt.Errorf("making bucket %s: %w", c.Bucket, err)
+	}
+	// A bucket's reads are direct gets by default, which any replica
+	// answers, however far behind: a compare-and-set on a stale revision
+	// fails for ever, and a stale read misses a job's dispatch. Every read
+	// here goes to the leader.
+	s, err := f.js.Stream(ctx, "KV_"+c.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("reading bucket %s's stream: %w", c.Bucket, err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("making bucket %s's reads go to its leader: %w", c.Bucket, err)
+		}
+		if kv, err = f.js.KeyValue(ctx, c.Bucket); err != nil {
+			return nil, fmt.Errorf("binding bucket %s: %w", c.Bucket, err)
+		}
 	}
 	return kv, nil
 }

@@ -583,7 +583,7 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 	}
-	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, MaxResetAttempts: maxResets})
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 	}
@@ -621,11 +621,13 @@ func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 	gctx, gcancel := context.WithTimeout(f.ctx, opTimeout)
 	_, _, found, err := f.getJob(gctx, id)
 	gcancel()
-	if err != nil {
-		return nil, err
-	}
-	if !found {
+	// A read that failed (the fleet electing a leader) is no answer: the
+	// wait goes on, and reads again.
+	if err == nil && !found {
 		return nil, api.Errorf(api.CodeNotFound, "no job %q", id)
+	}
+	if err != nil && !validJobID(id) {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	go func() {
@@ -653,7 +655,24 @@ func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 }
 
 // waitTerminal watches id's record until it is terminal.
+// pollTerminal: how often waitTerminal reads the record besides watching it.
+const pollTerminal = 2 * time.Second
+
 func (f *Fleet) waitTerminal(ctx context.Context, id string) (api.JobRecord, error) {
+	// The watch is what is quick; the record is also read every
+	// pollTerminal, since a watch whose consumer lived on a server that
+	// died may go quiet for a while before it notices.
+	poll := time.NewTicker(pollTerminal)
+	defer poll.Stop()
+	polled := func() (api.JobRecord, bool) {
+		gctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		je, _, found, err := f.getJob(gctx, id)
+		if err == nil && found && je.Record.State.Terminal() {
+			return je.Record, true
+		}
+		return api.JobRecord{}, false
+	}
 	for {
 		w, err := f.jobs.Watch(ctx, id)
 		if err != nil {
@@ -663,7 +682,10 @@ func (f *Fleet) waitTerminal(ctx context.Context, id string) (api.JobRecord, err
 			select {
 			case <-ctx.Done():
 				return api.JobRecord{}, ctx.Err()
-			case <-time.After(time.Second):
+			case <-poll.C:
+				if r, ok := polled(); ok {
+					return r, nil
+				}
 				continue
 			}
 		}
@@ -672,6 +694,12 @@ func (f *Fleet) waitTerminal(ctx context.Context, id string) (api.JobRecord, err
 			case <-ctx.Done():
 				_ = w.Stop()
 				return api.JobRecord{}, ctx.Err()
+			case <-poll.C:
+				if r, ok := polled(); ok {
+					_ = w.Stop()
+					return r, nil
+				}
+				continue
 			case e, ok := <-w.Updates():
 				if !ok {
 					break
@@ -734,21 +762,32 @@ func (f *Fleet) List(flt api.Filter) ([]api.JobRecord, error) {
 // sink until the job ends, and returns its terminal record (without
 // output).
 func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, data []byte) error) (api.JobRecord, error) {
-	gctx, gcancel := context.WithTimeout(ctx, opTimeout)
-	_, _, found, err := f.getJob(gctx, id)
-	gcancel()
-	if err != nil {
-		return api.JobRecord{}, err
-	}
-	if !found {
-		return api.JobRecord{}, api.Errorf(api.CodeNotFound, "no job %q", id)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	subj := outSubjPfx + id
-	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	if err != nil {
-		return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
+	// The record and a consumer of the output, tried again for a while:
+	// the fleet may be electing a leader (just started, or a node died).
+	var c jetstream.Consumer
+	for deadline := time.Now().Add(followSetup); ; {
+		gctx, gcancel := context.WithTimeout(ctx, opTimeout)
+		_, _, found, err := f.getJob(gctx, id)
+		gcancel()
+		if err == nil && !found {
+			return api.JobRecord{}, api.Errorf(api.CodeNotFound, "no job %q", id)
+		}
+		if err == nil {
+			c, err = f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, MaxResetAttempts: maxResets})
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	term := make(chan api.JobRecord, 1)
 	go func() {
@@ -759,19 +798,35 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	var consumed, last uint64
 	var ended *api.JobRecord
 	lastKnown := false
+	fails := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return api.JobRecord{}, err
 		}
 		batch, done, err := fetch(ctx, c, 64, 250*time.Millisecond)
 		if err != nil {
+			// An ordered consumer that could not be reset (the server it
+			// lived on died) stays broken: a new one, from where this one
+			// left off.
+			if fails++; fails == 1 || fails%20 == 0 {
+				f.log.Debug().Err(err).Str("job_id", id).Int("fails", fails).Msg("following a cluster job's output")
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(250 * time.Millisecond):
 			}
-			continue
+			if fails%4 == 0 {
+				nc, nerr := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj},
+					DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: consumed + 1, MaxResetAttempts: maxResets})
+				if nerr == nil {
+					c = nc
+				}
+			}
+			batch, done = nil, func() {}
+		} else {
+			fails = 0
 		}
-		for msg := range batch.Messages() {
+		for msg := range messages(batch) {
 			if md, err := msg.Metadata(); err == nil {
 				consumed = md.Sequence.Stream
 			}
@@ -815,6 +870,24 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 			}
 		}
 	}
+}
+
+// followSetup bounds how long Follow tries to read a job's record and
+// start consuming its output before it gives up.
+const followSetup = 30 * time.Second
+
+// maxResets bounds an ordered consumer's own attempts to recreate itself
+// (unbounded by default, inside a Fetch that then never returns).
+const maxResets = 3
+
+// messages is batch's messages; none for no batch.
+func messages(batch jetstream.MessageBatch) <-chan jetstream.Msg {
+	if batch == nil {
+		ch := make(chan jetstream.Msg)
+		close(ch)
+		return ch
+	}
+	return batch.Messages()
 }
 
 // fetch pulls up to n messages, waiting at most wait (or until ctx ends);

@@ -32,6 +32,9 @@ func (s busSink) Deliver(r *eventlog.Record) {
 
 func (busSink) EventsOnly() {}
 
+// lastFlush bounds publishing the last event lines when the node leaves.
+const lastFlush = 2 * time.Second
+
 // publishEvents publishes the queued event lines on
 // orchestrd.events.<node> into the events stream: asynchronously, at most
 // eventsWindow unacknowledged; a line the stream did not take (no
@@ -41,19 +44,27 @@ func (f *Fleet) publishEvents() {
 	defer f.wg.Done()
 	subj := eventsSubjPfx + f.name
 	var pending []jetstream.PubAckFuture
+	// Once the fleet is left, the last lines get lastFlush in all: a
+	// fleet without a quorum acknowledges nothing, and the daemon's stop
+	// must not wait on it.
+	var until time.Time
 	settle := func() {
 		for _, fut := range pending {
+			wait := 2 * opTimeout
+			if !until.IsZero() {
+				wait = max(time.Until(until), time.Millisecond)
+			}
 			select {
 			case <-fut.Ok():
 				continue
 			case <-fut.Err():
-			case <-time.After(2 * opTimeout):
+			case <-time.After(wait):
 			}
-			if !f.nc.IsConnected() {
+			if !f.nc.IsConnected() || !until.IsZero() && time.Now().After(until) {
 				f.evDropped.Add(1)
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			_, err := f.js.PublishMsg(ctx, fut.Msg(), jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(100*time.Millisecond))
 			cancel()
 			if err != nil {
@@ -86,6 +97,7 @@ func (f *Fleet) publishEvents() {
 			publish(line)
 		case <-f.ctx.Done():
 			// The lines queued until now (cluster.stopped among them).
+			until = time.Now().Add(lastFlush)
 			for {
 				select {
 				case line := <-f.evq:
@@ -235,6 +247,7 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 		}
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, max(start, info.State.FirstSeq)
 	}
+	cfg.MaxResetAttempts = maxResets
 	c, err := f.js.OrderedConsumer(ctx, eventsStream, cfg)
 	if err != nil {
 		return 0, err

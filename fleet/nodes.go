@@ -78,6 +78,7 @@ func (f *Fleet) setHBRev(rev uint64) {
 	f.mu.Lock()
 	f.hbRev = rev
 	f.mu.Unlock()
+	f.beatOK.Store(time.Now().UnixNano())
 }
 
 // heartbeats puts this node's heartbeat every Heartbeat/5 by a CAS on its
@@ -143,6 +144,7 @@ func (f *Fleet) watchNodes() {
 	t := time.NewTicker(f.cfg.Heartbeat.Duration / 5)
 	defer t.Stop()
 	var w jetstream.KeyWatcher
+	heard := time.Now() // the watch's last update
 	defer func() {
 		if w != nil {
 			_ = w.Stop()
@@ -169,10 +171,22 @@ func (f *Fleet) watchNodes() {
 				w = nil
 				continue
 			}
+			heard = time.Now()
 			if e != nil {
 				f.sawNode(e)
 			}
 		case <-t.C:
+			// This node's own heartbeat comes through the watch every
+			// Heartbeat/5: a watch silent for Heartbeat/2 is broken (its
+			// consumer lived on a server that died), not the fleet. A new
+			// one, and everyone's silence counted afresh.
+			if w != nil && time.Since(heard) > f.cfg.Heartbeat.Duration/2 {
+				f.log.Debug().Msg("the watch of the fleet's nodes went quiet: watching again")
+				_ = w.Stop()
+				w, heard = nil, time.Now()
+				f.resetSeen()
+				continue
+			}
 			f.checkLost()
 		}
 	}
@@ -208,6 +222,19 @@ func (f *Fleet) resetSeen() {
 // checkLost declares lost each alive node silent for longer than
 // Heartbeat.
 func (f *Fleet) checkLost() {
+	// A node that cannot write its own heartbeat now (the fleet is
+	// electing a leader, or this node is cut off) judges no one: it counts
+	// everyone's silence afresh once it can. Else one election longer
+	// than the heartbeat bound would have the nodes declare each other
+	// lost.
+	if time.Since(time.Unix(0, f.beatOK.Load())) > f.cfg.Heartbeat.Duration/2 {
+		f.resetSeen()
+		return
+	}
+	f.sweeps++
+	if f.sweeps%sweepEvery == 0 {
+		f.sweepLost()
+	}
 	var silent []peer
 	f.mu.Lock()
 	for k, p := range f.peers {
@@ -258,7 +285,8 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 		f.log.Error().Err(err).Str("node", node).Msg("listing a lost node's jobs")
 	}
 	for _, id := range todo {
-		for attempt := 0; attempt < 10; attempt++ {
+		attempt := 0
+		for ; attempt < 10; attempt++ {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			e, rev, found, err := f.getJob(octx, id)
 			if err == nil && (!found || e.Record.State.Terminal() || e.Record.Node != node || e.Incarnation != inc) {
@@ -289,6 +317,58 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 				}
 			}
 		}
+		if attempt == 10 {
+			f.log.Error().Str("job_id", id).Str("node", node).Msg("a lost node's job could not be failed after 10 tries; it stays as recorded")
+		}
 	}
 	return ids
+}
+
+// sweepEvery: every this many checks (of Heartbeat/5 each) a node looks
+// for jobs a lost node left unfinished that its declaration could not end
+// (the fleet was electing a leader then): every Heartbeat*2.
+const sweepEvery = 10
+
+// sweepLost ends failed, node_lost, every unfinished job taken by a node
+// now lost, or by an incarnation of a node that has since restarted.
+// Only while the fleet knows such a node; a CAS per record, so whichever
+// node gets there first ends it, once.
+func (f *Fleet) sweepLost() {
+	f.mu.Lock()
+	gone := map[string]string{} // node -> its incarnation now ("" if lost)
+	for k, p := range f.peers {
+		if p.info.State == nodeLost {
+			gone[k] = ""
+		} else {
+			gone[k] = p.info.Incarnation
+		}
+	}
+	any := false
+	for _, inc := range gone {
+		any = any || inc == ""
+	}
+	f.mu.Unlock()
+	if !any {
+		return
+	}
+	type stray struct{ node, inc string }
+	strays := map[stray]bool{}
+	err := f.scanJobs(f.ctx, func(e jobEntry, _ uint64) {
+		now, known := gone[e.Record.Node]
+		if !known || e.Record.State.Terminal() || e.Record.Node == "" || e.Record.State == api.StateQueued {
+			return
+		}
+		if now == "" || (now != e.Incarnation && e.Record.Node != f.name) {
+			strays[stray{e.Record.Node, e.Incarnation}] = true
+		}
+	})
+	if err != nil {
+		f.log.Debug().Err(err).Msg("sweeping lost nodes' jobs")
+		return
+	}
+	for s := range strays {
+		for _, id := range f.failJobs(f.ctx, s.node, s.inc) {
+			f.emit(ClusterJobLost{JobID: id, Node: s.node, Incarnation: s.inc, By: f.name})
+		}
+	}
 }

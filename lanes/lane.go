@@ -185,6 +185,9 @@ func (l *laneActor) Receive(c *actors.Context) {
 			s.ready, s.active = false, 0
 			l.lostServing(c, m.id, s)
 			l.publish()
+			if l.h.cfg.Shared {
+				l.roomChanged() // less room: the fleet must not count on it
+			}
 		}
 	case slotFreed:
 		l.slotFreed(c, m.id)
@@ -424,6 +427,9 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		l.queue = append([]queuedJob(nil), l.queue[l.qhead:]...)
 		l.qhead = 0
 	}
+	if l.h.cfg.Shared {
+		l.roomChanged()
+	}
 }
 
 func (l *laneActor) runnerExited(c *actors.Context, m runnerExited) {
@@ -500,9 +506,6 @@ func (l *laneActor) shutdown(c *actors.Context, done func()) {
 	}
 	for _, s := range l.runners {
 		c.Send(s.ref, runnerShutdown{})
-	}
-	if l.h.cfg.Shared {
-		l.roomChanged()
 	}
 	if l.forced {
 		l.force(c)

@@ -97,7 +97,7 @@ func TestCompletionBash(t *testing.T) {
 		{"orchestrd help jo", "job jobs"},
 		{"orchestrd jobs --limit ", ""},
 		{"orchestrd run --cwd " + dir + "/a", dir + "/abc"},
-		{"orchestrd events -", "-f --follow --help --home --job --json --kind --lane -n --since --utc"},
+		{"orchestrd events -", "--cluster -f --follow --help --home --job --json --kind --lane -n --node --since --utc"},
 	}
 	var lines []string
 	for _, c := range cases {

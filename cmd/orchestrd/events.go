@@ -25,7 +25,7 @@ import (
 
 const eventsName = "orchestrd events"
 
-const eventsUsage = "orchestrd events [--home DIR] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
+const eventsUsage = "orchestrd events [--home DIR] [--cluster [--node N]] [--follow] [-n N] [--since S] [--kind K]... [--lane L] [--job ID] [--json] [--utc]"
 
 const eventsDetails = `Prints the supervisor event log, <home>/events.ndjson (rotated files
 events.ndjson.N first, oldest first), one event per line: local time (and
@@ -38,6 +38,11 @@ Connection churn (conn.opened, conn.closed) stays in the log but is not
 printed unless --kind asks for it: --kind 'conn.*', or --kind '*' for all.
 --follow starts from now; with -n or --since it prints that tail first.
 
+--cluster prints the events of every node of the daemon's fleet, as the
+fleet keeps them (24 hours at most), each line after its node's name
+(--node: one node's); it asks the running daemon, which must be in a
+fleet ([cluster]). Without -n it starts from each node's last 1000.
+
 Exit status: 0 on success or Ctrl-C while following, 1 if the log cannot be
 read, 2 for bad flags.
 
@@ -46,6 +51,7 @@ Examples:
   orchestrd events -n 50 -f
   orchestrd events --since 10m --kind 'runner.*' --kind job.orphaned
   orchestrd events --job 01JD3... --json | jq .
+  orchestrd events --cluster -f --kind 'cluster.*'
 `
 
 // fieldOrder is the order the CLI prints fields in after ts, seq, kind and
@@ -140,6 +146,8 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 		tail                tailFlag
 		lane, job, since    string
 		homeFlag            string
+		cluster             bool
+		node                string
 	)
 	def := home
 	if def == "" {
@@ -155,6 +163,8 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 	flags.BoolVar(&asJSON, "json", false, "print the raw NDJSON lines (for jq)")
 	flags.BoolVar(&utc, "utc", false, "print times in UTC instead of local time")
 	flags.StringVar(&homeFlag, "home", "", "the daemon's home `DIR` (default: "+def+")")
+	flags.BoolVar(&cluster, "cluster", false, "every node's events, from the daemon's fleet")
+	flags.StringVar(&node, "node", "", "with --cluster: only node `N`'s events")
 	usageErr := func(format string, a ...any) int {
 		return usageLine(stderr, "events", fmt.Sprintf(format, a...))
 	}
@@ -204,9 +214,16 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 		}
 	}
 
-	path := filepath.Join(home, "events.ndjson")
+	if node != "" && !cluster {
+		return usageErr("--node goes with --cluster")
+	}
 	out := bufio.NewWriterSize(stdout, 64<<10)
 	h := &humanPrinter{w: out, loc: loc, today: start.In(loc).Format(time.DateOnly), kindW: kindWidth(), laneW: 8}
+	if cluster {
+		q.Follow = false // the fleet follows; q filters
+		return clusterEvents(ctx, home, node, follow, tail, q, asJSON, h, out, stderr)
+	}
+	path := filepath.Join(home, "events.ndjson")
 	emit := func(l eventlog.Line) error {
 		if asJSON {
 			out.Write(l.Raw)
@@ -468,4 +485,98 @@ func needsQuote(s string) bool {
 		}
 	}
 	return false
+}
+
+// clusterEvents is events --cluster: cluster.events from the daemon, each
+// line filtered by q and printed after its node's name.
+func clusterEvents(ctx context.Context, home, node string, follow bool, tail tailFlag, q eventlog.Query,
+	asJSON bool, h *humanPrinter, out *bufio.Writer, stderr io.Writer) int {
+	c, ok := dial(home, stderr)
+	if !ok {
+		return 1
+	}
+	defer c.Close()
+	params := map[string]any{"follow": follow}
+	if node != "" {
+		params["node"] = node
+	}
+	if tail.set {
+		params["last"] = tail.n
+	}
+	match := q.Matcher()
+	done := make(chan error, 1)
+	go func() { done <- c.Call(ctx, "cluster.events", params, nil) }()
+	printed, bad := 0, 0
+	show := func(data []byte) error {
+		var head struct {
+			Origin string `json:"origin"`
+		}
+		l, err := eventlog.ParseLine(data)
+		if err != nil || json.Unmarshal(data, &head) != nil {
+			bad++
+			return nil
+		}
+		if !match(&l) {
+			return nil
+		}
+		printed++
+		if asJSON {
+			out.Write(data)
+			return out.WriteByte('\n')
+		}
+		fmt.Fprintf(out, "%-12s ", head.Origin)
+		delete(l.Fields, "origin") // printed first
+		return h.print(l)
+	}
+	var err error
+loop:
+	for {
+		select {
+		case ev, open := <-c.Events():
+			if !open { // the connection ended: the call says how
+				err = <-done
+				break loop
+			}
+			if err = show(ev.Data); err != nil {
+				break loop
+			}
+			if len(c.Events()) == 0 {
+				out.Flush()
+			}
+		case err = <-done:
+			// The answer comes after the last line pushed: take those.
+			for len(c.Events()) > 0 {
+				ev, open := <-c.Events()
+				if !open {
+					break
+				}
+				if serr := show(ev.Data); serr != nil && err == nil {
+					err = serr
+				}
+			}
+			break loop
+		}
+	}
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	if bad > 0 {
+		fmt.Fprintf(stderr, "%s: skipped %d malformed line(s) from the fleet\n", eventsName, bad)
+	}
+	switch {
+	case err == nil:
+		if printed == 0 {
+			fmt.Fprintf(stderr, "%s: no matching events in the fleet\n", eventsName)
+		}
+		return 0
+	case ctx.Err() != nil:
+		if follow {
+			return 0
+		}
+		return 130
+	case errors.Is(err, syscall.EPIPE):
+		return 0
+	default:
+		return callErr(stderr, err)
+	}
 }

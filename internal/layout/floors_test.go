@@ -29,6 +29,7 @@ var floors = map[string]int{
 	"supervisor": 1,
 	"state":      1,
 	"lanes":      2,
+	"fleet":      2,
 	"approvals":  2,
 	"executors":  2,
 	"spool":      2,

@@ -632,3 +632,9 @@ func (w *watcher) close() {
 	w.f.Close()
 	<-w.done
 }
+
+// Matcher is q's filter (Kinds, Exclude, Since, Lane, Job; not Follow)
+// for lines read elsewhere than a log file: the fleet's.
+func (q Query) Matcher() func(*Line) bool {
+	return newReader(context.Background(), "", q, nil).matches
+}

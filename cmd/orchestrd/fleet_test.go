@@ -1,0 +1,501 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
+)
+
+// The fleet: three real daemons on one machine, each with its own home and
+// its embedded NATS server, joined by routes on 127.0.0.1.
+
+// freePort is a port on 127.0.0.1 nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// fleetNode is one daemon of a test fleet.
+type fleetNode struct {
+	name string
+	home string
+	conf string
+	d    *testDaemon
+}
+
+// clusterTable is a node's [cluster] table: embedded (routes to the other
+// nodes' route ports) or external (url).
+func clusterTable(name string, client, route int, routes []int, url string) string {
+	if url != "" {
+		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nheartbeat = \"2s\"\n", name, url)
+	}
+	var rs []string
+	for _, p := range routes {
+		rs = append(rs, strconv.Quote(fmt.Sprintf("nats-route://127.0.0.1:%d", p)))
+	}
+	return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nlisten = \"127.0.0.1:%d\"\ncluster_listen = \"127.0.0.1:%d\"\nroutes = [%s]\nheartbeat = \"2s\"\n",
+		name, client, route, strings.Join(rs, ", "))
+}
+
+// startFleet starts three daemons a, b, c at once (an embedded cluster
+// forms only when a quorum of its servers is up). lanes[i] is node i's
+// [lanes.*] tables; url, when set, is an external NATS server for all.
+func startFleet(t *testing.T, url string, lanes [3]string) []*fleetNode {
+	t.Helper()
+	names := []string{"a", "b", "c"}
+	var clientP, routeP [3]int
+	for i := range 3 {
+		clientP[i], routeP[i] = freePort(t), freePort(t)
+	}
+	creds := ""
+	nodes := make([]*fleetNode, 3)
+	for i, n := range names {
+		home := shortTemp(t)
+		if creds == "" {
+			out, errOut, code := runCLI(t, "cluster", "init", "--home", home)
+			if code != 0 {
+				t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
+			}
+			creds = filepath.Join(home, "cluster.creds")
+		} else if err := daemonrun.CopyFile(creds, filepath.Join(home, "cluster.creds"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var routes []int
+		for k := range 3 {
+			if k != i {
+				routes = append(routes, routeP[k])
+			}
+		}
+		conf := clusterTable(n, clientP[i], routeP[i], routes, url) + lanes[i]
+		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = &fleetNode{name: n, home: home, conf: conf}
+	}
+	for _, fn := range nodes {
+		fn.d = newTestDaemon(t, fn.home)
+		fn.start(t)
+	}
+	for _, fn := range nodes {
+		fn.d.waitReady(readyTimeout)
+	}
+	return nodes
+}
+
+// start launches the node's daemon without waiting for it.
+func (fn *fleetNode) start(t *testing.T) {
+	t.Helper()
+	d := fn.d
+	cmd := daemonrun.Serve(binary, fn.home)
+	cmd.Stderr, cmd.Stdout = d.stderr, d.stderr
+	p, err := daemonrun.Start(cmd, fn.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd, d.proc, d.done = cmd, p, p.Done()
+	t.Cleanup(d.stop)
+}
+
+// restart starts the node's daemon again after it died.
+func (fn *fleetNode) restart(t *testing.T) {
+	t.Helper()
+	fn.d = newTestDaemon(t, fn.home)
+	fn.start(t)
+	fn.d.waitReady(readyTimeout)
+}
+
+type nodeInfo struct {
+	Name  string         `json:"name"`
+	State string         `json:"state"`
+	Lanes []string       `json:"lanes"`
+	Free  map[string]int `json:"free"`
+}
+
+// nodes is cluster.nodes as d sees it.
+func (d *testDaemon) nodes() []nodeInfo {
+	var r struct {
+		Nodes []nodeInfo `json:"nodes"`
+	}
+	if err := d.call("cluster.nodes", nil, &r); err != nil {
+		return nil
+	}
+	return r.Nodes
+}
+
+// waitNodes waits until d sees every named node alive serving lane.
+func (d *testDaemon) waitNodes(lane string, names ...string) {
+	d.t.Helper()
+	eventuallyOr(d.t, 60*time.Second, "nodes "+strings.Join(names, ",")+" alive serving "+lane, func() bool {
+		ns := d.nodes()
+		for _, want := range names {
+			ok := false
+			for _, n := range ns {
+				if n.Name == want && n.State == "alive" && contains(n.Lanes, lane) {
+					ok = true
+				}
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("%+v", d.nodes()) })
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// gpuLanes: node a has no gpu lane; b and c serve it, one runner of two
+// slots each.
+var gpuLanes = [3]string{
+	"[lanes.default]\nrunners = 1\nslots = 2\n",
+	"[lanes.default]\nrunners = 1\nslots = 2\n[lanes.gpu]\nshared = true\nrunners = 1\nslots = 2\nnetwork = \"host\"\n",
+	"[lanes.default]\nrunners = 1\nslots = 2\n[lanes.gpu]\nshared = true\nrunners = 1\nslots = 2\nnetwork = \"host\"\n",
+}
+
+// fleetMarker is a job that appends a line to the file named by its id in dir
+// (so a job run twice shows), then waits for dir/go before it exits.
+func fleetMarker(dir string) api.JobSpec {
+	return api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c",
+		`echo ran >> "$1/$ORCHESTRD_JOB_ID"; while [ ! -e "$1/go" ]; do sleep 0.05; done; echo done`, "sh", dir}}
+}
+
+// runs counts the lines job id appended (marker).
+func runs(t *testing.T, dir, id string) int {
+	b, err := os.ReadFile(filepath.Join(dir, id))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "ran\n")
+}
+
+func TestFleetEmbedded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three daemons")
+	}
+	nodes := startFleet(t, "", gpuLanes)
+	a, b, c := nodes[0].d, nodes[1], nodes[2]
+	a.waitNodes("gpu", "b", "c")
+
+	// A job submitted on a, which has no gpu lane, runs on b or c; its
+	// output streams to a's client byte for byte, its exit code through.
+	var want strings.Builder
+	for i := 1; i <= 40000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	out, errOut, code := runCLI(t, "run", "--home", a.home, "--lane", "gpu", "--no-stdin", "--", "sh", "-c",
+		`seq 1 40000; echo "on $ORCHESTRD_JOB_ID" >&2; exit 3`)
+	if code != 3 || out != want.String() {
+		t.Fatalf("run on a: exit %d, %d bytes of output (want 3, %d)\n%s", code, len(out), want.Len(), tail(errOut, 2000))
+	}
+	id := a.submit(api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", "echo hi"}})
+	rec := c.d.wait(id) // c sees a's job end
+	if rec.State != api.StateSucceeded || (rec.Node != "b" && rec.Node != "c") {
+		t.Fatalf("job %s seen from c: %+v", id, rec)
+	}
+	if got := a.wait(id); got.State != api.StateSucceeded || got.Node != rec.Node {
+		t.Fatalf("job %s seen from a: %+v", id, got)
+	}
+	// A lane no node serves is refused as an unknown lane is.
+	var r struct{ JobID string }
+	if err := a.call("job.submit", api.JobSpec{Lane: "tpu", Argv: []string{"true"}}, &r); remoteCode(err) != api.CodeNotFound {
+		t.Fatalf("submit to a lane nobody serves: %v", err)
+	}
+
+	// kill -9 of b with jobs running and queued: b's running jobs end
+	// node_lost, its queued ones run on c, nothing runs twice.
+	dir := t.TempDir()
+	var ids []string
+	for range 8 {
+		ids = append(ids, a.submit(fleetMarker(dir)))
+	}
+	onB := map[string]bool{}
+	eventuallyOr(t, 60*time.Second, "4 jobs running on b and c", func() bool {
+		n := 0
+		for _, id := range ids {
+			if runs(t, dir, id) == 1 {
+				n++
+			}
+		}
+		return n == 4
+	}, func() string { return fmt.Sprintf("%v", a.nodes()) })
+	for _, id := range ids {
+		var g struct{ Job api.JobRecord }
+		a.mustCall("job.get", map[string]string{"id": id}, &g)
+		if g.Job.Node == "b" {
+			onB[id] = true
+		}
+	}
+	if len(onB) != 2 {
+		t.Fatalf("want 2 jobs on b (one runner of two slots), got %v", onB)
+	}
+	if err := syscall.Kill(b.d.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-b.d.done
+	for id := range onB {
+		rec := a.wait(id)
+		if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost {
+			t.Fatalf("job %s of the killed node: %+v", id, rec)
+		}
+	}
+	// Declared lost once, by a or by c, naming b's jobs that ran.
+	var decls []map[string]any
+	eventually(t, 30*time.Second, "cluster.node_lost of b", func() bool {
+		decls = decls[:0]
+		for _, d := range []*testDaemon{a, c.d} {
+			for _, e := range d.events() {
+				if e["kind"] == "cluster.node_lost" && e["node"] == "b" {
+					decls = append(decls, e)
+				}
+			}
+		}
+		return len(decls) > 0
+	})
+	if len(decls) != 1 {
+		t.Fatalf("b declared lost %d times: %v", len(decls), decls)
+	}
+	// Each of b's jobs is named by the declaration, or by the sweep that
+	// ended it later (the fleet was electing leaders at the declaration).
+	for id := range onB {
+		named := strings.Contains(fmt.Sprint(decls[0]["jobs"]), id)
+		for _, d := range []*testDaemon{a, c.d} {
+			for _, e := range d.events() {
+				named = named || e["kind"] == "cluster.job_lost" && e["job_id"] == id
+			}
+		}
+		if !named {
+			t.Fatalf("neither cluster.node_lost nor cluster.job_lost names %s: %v", id, decls[0])
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		rec := a.wait(id)
+		if onB[id] {
+			continue
+		}
+		if rec.State != api.StateSucceeded || rec.Node != "c" {
+			t.Fatalf("job %s: %+v", id, rec)
+		}
+	}
+	for _, id := range ids {
+		if n := runs(t, dir, id); n != 1 {
+			t.Fatalf("job %s ran %d times", id, n)
+		}
+	}
+
+	// b restarted rejoins and takes work.
+	b.restart(t)
+	a.waitNodes("gpu", "b", "c")
+	dir2 := t.TempDir()
+	var ids2 []string
+	for range 4 {
+		ids2 = append(ids2, a.submit(fleetMarker(dir2)))
+	}
+	eventually(t, 60*time.Second, "a job on the restarted b", func() bool {
+		for _, id := range ids2 {
+			var g struct{ Job api.JobRecord }
+			if a.call("job.get", map[string]string{"id": id}, &g) == nil && g.Job.Node == "b" {
+				return true
+			}
+		}
+		return false
+	})
+	if err := os.WriteFile(filepath.Join(dir2, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids2 {
+		if rec := a.wait(id); rec.State != api.StateSucceeded {
+			t.Fatalf("job %s after b rejoined: %+v", id, rec)
+		}
+	}
+}
+
+// TestFleetChaos kills random nodes for a minute while four clients
+// submit to a lane all three serve: every acknowledged job ends exactly
+// once, and none runs twice.
+func TestFleetChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of chaos")
+	}
+	lanes := gpuLanes
+	lanes[0] = gpuLanes[1]
+	nodes := startFleet(t, "", lanes)
+	nodes[0].d.waitNodes("gpu", "a", "b", "c")
+	dir := t.TempDir()
+	spec := api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", `echo ran >> "$1/$ORCHESTRD_JOB_ID"; sleep 0.2`, "sh", dir}}
+
+	var mu sync.Mutex
+	live := map[int]bool{0: true, 1: true, 2: true}
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(w), 26))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				i := rnd.IntN(3)
+				ok := live[i]
+				d := nodes[i].d
+				mu.Unlock()
+				if !ok {
+					continue
+				}
+				var r struct {
+					JobID string `json:"job_id"`
+				}
+				// A refusal or a node dying under the call: not
+				// acknowledged, so nothing is owed.
+				if d.callWithin(5*time.Second, "job.submit", spec, &r) == nil && r.JobID != "" {
+					mu.Lock()
+					acked = append(acked, r.JobID)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	rnd := rand.New(rand.NewPCG(1, 26))
+	end := time.Now().Add(time.Minute)
+	kills := 0
+	for time.Now().Before(end) {
+		i := rnd.IntN(3)
+		mu.Lock()
+		live[i] = false
+		mu.Unlock()
+		if err := syscall.Kill(nodes[i].d.proc.Pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-nodes[i].d.done
+		kills++
+		// Half the time the others declare it lost before it comes back,
+		// half the time it is back first: both must hold.
+		if rnd.IntN(2) == 0 {
+			o := nodes[(i+1)%3].d
+			eventually(t, 30*time.Second, nodes[i].name+" declared lost", func() bool {
+				for _, n := range o.nodes() {
+					if n.Name == nodes[i].name {
+						return n.State == "lost"
+					}
+				}
+				return false
+			})
+		}
+		nodes[i].restart(t)
+		mu.Lock()
+		live[i] = true
+		mu.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	if len(acked) == 0 || kills == 0 {
+		t.Fatalf("%d jobs acknowledged, %d kills", len(acked), kills)
+	}
+	a, c := nodes[0].d, nodes[2].d
+	for _, id := range acked {
+		rec, err := a.tryWait(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := c.tryWait(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != other.State || rec.Error != other.Error || rec.Node != other.Node {
+			t.Fatalf("job %s ended twice? a says %+v, c says %+v", id, rec, other)
+		}
+		n := runs(t, dir, id)
+		switch {
+		case n > 1:
+			t.Fatalf("job %s ran %d times", id, n)
+		case rec.State == api.StateSucceeded && n != 1:
+			t.Fatalf("job %s succeeded and ran %d times", id, n)
+		}
+	}
+	t.Logf("%d jobs acknowledged, %d node kills", len(acked), kills)
+}
+
+// TestFleetStoppedNodeLateResult: a node stopped (SIGSTOP) for longer than
+// the heartbeat bound is declared lost and its job ends node_lost; once it
+// runs again (SIGCONT) its late result changes no recorded end.
+func TestFleetStoppedNodeLateResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three daemons")
+	}
+	solo := "[lanes.default]\nrunners = 1\nslots = 2\n"
+	nodes := startFleet(t, "", [3]string{solo, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n", solo})
+	a, b, c := nodes[0].d, nodes[1], nodes[2].d
+	a.waitNodes("solo", "b")
+	dir := t.TempDir()
+	spec := fleetMarker(dir)
+	spec.Lane = "solo"
+	id := a.submit(spec)
+	eventually(t, 60*time.Second, "the job running on b", func() bool { return runs(t, dir, id) == 1 })
+	pid := b.d.proc.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	defer func() {
+		if !continued {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	rec := a.wait(id)
+	if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost || rec.Node != "b" {
+		t.Fatalf("the stopped node's job: %+v", rec)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	continued = true
+	b.d.waitEventWithin(60*time.Second, "cluster.result_dropped", func(e map[string]any) bool { return e["job_id"] == id })
+	a.waitNodes("solo", "b") // alive again
+	for _, d := range []*testDaemon{a, c, b.d} {
+		var g struct{ Job api.JobRecord }
+		d.mustCall("job.get", map[string]string{"id": id}, &g)
+		if g.Job.State != api.StateFailed || g.Job.Error != api.ErrNodeLost {
+			t.Fatalf("after the late result, %s says %+v", d.home, g.Job)
+		}
+	}
+	if n := runs(t, dir, id); n != 1 {
+		t.Fatalf("job ran %d times", n)
+	}
+}

@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/fleet"
+	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+)
+
+// The fleet ([cluster]): started after the lanes have recovered their
+// jobs and before any front-end takes work; handed to the lanes, which
+// send it the jobs of shared lanes. Stopped in two steps around the lanes:
+// it takes no more jobs, the lanes end theirs (their ends still recorded
+// in the fleet), then it leaves.
+
+// fleetLocal is this node's lanes as the fleet sees them (fleet.Local).
+type fleetLocal struct{ m *lanes.Manager }
+
+func (l fleetLocal) SharedLanes() []string     { return l.m.SharedLanes() }
+func (l fleetLocal) FreeSlots(lane string) int { return l.m.FreeSlots(lane) }
+func (l fleetLocal) OnSlotFreed(fn func())     { l.m.OnSlotFreed(fn) }
+func (l fleetLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), done func(api.JobRecord)) error {
+	return l.m.RunClusterJob(id, spec, sink, done)
+}
+func (l fleetLocal) Cancel(id string, force bool, reply func(bool, error)) {
+	l.m.CancelHere(id, force, reply)
+}
+
+var _ lanes.Cluster = (*fleet.Fleet)(nil)
+
+// startFleet starts the fleet when [cluster] is on (nil when off) and
+// hands it to the lanes.
+func startFleet(cfg fleet.Config, home string, mgr *lanes.Manager, bus *eventlog.Bus, log zerolog.Logger) (*fleet.Fleet, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := fleet.Start(ctx, fleet.Options{Config: cfg, Home: home, Local: fleetLocal{mgr}, Bus: bus, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("starting the fleet ([cluster]): %w", err)
+	}
+	mgr.SetCluster(f)
+	return f, nil
+}
+
+// closeFleet leaves the fleet (after the lanes stopped).
+func closeFleet(f *fleet.Fleet, log zerolog.Logger) {
+	if f == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Close(ctx); err != nil {
+		log.Error().Err(err).Msg("leaving the fleet")
+	}
+}
+
+// registerFleet registers the fleet's methods; with the fleet off they
+// answer why.
+func registerFleet(mux api.Mux, f *fleet.Fleet) {
+	if f != nil {
+		f.Register(mux)
+		return
+	}
+	off := func(call api.Call) {
+		call.Fail(api.Errorf(api.CodeNotFound, "%s: this daemon is not in a fleet ([cluster] enabled = false in its config)", call.Method()))
+	}
+	mux.Handle("cluster.nodes", off)
+	mux.Handle("cluster.events", off)
+}
