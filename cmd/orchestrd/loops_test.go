@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // Loops through the real daemon: shell scripts are the agents (behind
@@ -56,7 +57,7 @@ func loopAgent(t *testing.T, prompts, body, loopsExtra string) string {
 	t.Helper()
 	script := filepath.Join(prompts, "agent.sh")
 	text := "#!/bin/sh\ncat > \"" + prompts + "/$ORCHESTRD_LOOP_ID-$ORCHESTRD_LOOP_ITERATION.txt\"\n" + body + "\n"
-	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+	if err := daemonrun.WriteExecutable(script, strings.NewReader(text), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf(`[daemon]

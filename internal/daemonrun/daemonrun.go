@@ -224,22 +224,44 @@ func countSpawned(l api.LaneStatus) int {
 	return n
 }
 
-// CopyFile copies src to dst, created (or truncated) with mode.
+// CopyFile copies src to dst, created (or truncated) with mode: the way
+// the tests and benchmarks write a program they then run (a copy of a
+// binary, a script). dst is open for writing only while syscall.ForkLock
+// is held for reading, so no process this one forks meanwhile (every fork
+// holds it for writing) inherits that descriptor: a child holds its copy
+// until it execs, and the kernel refuses to exec a file open for writing
+// anywhere (ETXTBSY, golang/go#22315), so a test that ran the file just
+// written failed when another test's goroutine forked at that moment.
+// Once CopyFile has returned, no process holds dst open for writing.
 func CopyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	return WriteExecutable(dst, in, mode)
+}
+
+// WriteExecutable writes what r reads to path, created (or truncated)
+// with mode, holding syscall.ForkLock for reading while path is open for
+// writing (see CopyFile): a file written so can be executed at once,
+// whatever other goroutines start meanwhile. r must not wait on a process
+// this one starts (a fork waits for WriteExecutable to return).
+func WriteExecutable(path string, r io.Reader, mode os.FileMode) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.Copy(out, r); err != nil {
 		out.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 // ShortTempDir makes a new directory directly in the system's temporary

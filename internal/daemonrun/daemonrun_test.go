@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -347,5 +348,44 @@ func TestCopyFile(t *testing.T) {
 	}
 	if err := CopyFile(filepath.Join(dir, "none"), dst, 0o700); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("copying a missing file: %v", err)
+	}
+}
+
+// A program CopyFile wrote runs at once, while other goroutines fork and
+// exec as fast as they can (golang/go#22315: a child forked while the
+// copy was open for writing held it until its own exec, and running the
+// copy failed with "text file busy").
+func TestCopyFileThenExecWhileForking(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	src, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1)")
+	}
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				exec.Command(src).Run()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 100 {
+		dst := filepath.Join(dir, "p"+strconv.Itoa(i))
+		if err := CopyFile(src, dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Command(dst).Run(); err != nil {
+			t.Fatalf("running the copy %d: %v", i, err)
+		}
 	}
 }
