@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -79,12 +80,43 @@ func PrivateXDG(dir string) error {
 }
 
 // Start starts cmd, a daemon serving home, and watches for its exit.
+//
+// The daemon dies with this process: a test binary killed by go test's
+// -timeout, or by its user, takes its daemons with it instead of leaving
+// them serving. Start sets Pdeathsig (SIGKILL; its runners, having lost
+// it, kill their jobs and exit) on a copy of cmd's SysProcAttr. The kernel
+// sends it when the thread that forked the daemon exits, not the process,
+// and Go ends a thread when a goroutine locked to it returns; so the fork
+// is made from a goroutine locked to its thread that waits for the daemon
+// and unlocks only once the daemon has exited: that thread lives exactly
+// as long as the daemon, whatever other goroutines do. Only this harness
+// asks it: `orchestrd serve` run by a user or by systemd must not die with
+// whatever started it.
 func Start(cmd *exec.Cmd, home string) (*Daemon, error) {
-	if err := cmd.Start(); err != nil {
+	var attr syscall.SysProcAttr
+	if cmd.SysProcAttr != nil {
+		attr = *cmd.SysProcAttr
+	}
+	if attr.Pdeathsig == 0 {
+		attr.Pdeathsig = syscall.SIGKILL
+	}
+	cmd.SysProcAttr = &attr
+	d := &Daemon{Home: home, Cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
-	d := &Daemon{Home: home, Cmd: cmd, done: make(chan struct{})}
-	go func() { d.err = cmd.Wait(); close(d.done) }()
 	return d, nil
 }
 
