@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -273,12 +275,17 @@ validation_command = "grep -q 'it 2' work.txt"
 	home := shortTemp(t)
 	d := startDaemonAt(t, home, cfg)
 	id := d.createLoop(api.LoopCode, repo, "survive")
-	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	// The agent, held while it runs (its script, or the sleep it became).
+	agent := holdPid(readPid(t, filepath.Join(prompts, "agent.pid")), func(p int) bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		return err == nil && (bytes.Contains(b, []byte("agent.sh")) || string(b) == "sleep\x00300\x00")
+	})
+	defer agent.release()
 	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-d.done
-	_ = syscall.Kill(pid, syscall.SIGKILL) // its executor died with the daemon; the agent may linger
+	agent.signal(syscall.SIGKILL) // its executor died with the daemon; the agent may linger
 	d2 := startDaemonAt(t, home, cfg)
 	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
 	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
