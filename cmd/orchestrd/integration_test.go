@@ -283,7 +283,7 @@ max_t = "60s"
 			}
 			return false
 		})
-		syscall.Kill(pid, syscall.SIGKILL)
+		killChild(d.proc.Pid(), pid)
 		d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(pid) })
 	}
 	e := d.waitEvent("lane.degraded", nil)
@@ -565,7 +565,7 @@ max_r = 1000
 				}
 			}
 			if len(pids) > 0 {
-				syscall.Kill(pids[krng.IntN(len(pids))], syscall.SIGKILL)
+				killChild(d.proc.Pid(), pids[krng.IntN(len(pids))])
 				kills++
 			}
 			timer.Reset(time.Duration(20+krng.IntN(60)) * time.Millisecond)

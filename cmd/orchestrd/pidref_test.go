@@ -78,6 +78,20 @@ func childOf(parent int) func(pid int) bool {
 	}
 }
 
+// killChild sends SIGKILL to pid if it is parent's child (a daemon's
+// runner or executor, found by its pid a moment ago): through a pidfd, so
+// that if it died meanwhile no process that took its pid is killed. It
+// reports whether the child was there to be killed.
+func killChild(parent, pid int) bool {
+	r := holdPid(pid, childOf(parent))
+	defer r.release()
+	if r.fd < 0 {
+		return false
+	}
+	r.signal(syscall.SIGKILL)
+	return true
+}
+
 // exited reports whether the process has ended (a zombie has).
 func (r pidRef) exited() bool {
 	if r.fd < 0 {

@@ -479,8 +479,8 @@ func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 	pids := waitTagged(t, tag, 3)
 	var rec struct{ Job api.JobRecord }
 	d.mustCall("job.get", map[string]any{"id": id}, &rec)
-	if err := syscall.Kill(rec.Job.RunnerPid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), rec.Job.RunnerPid) {
+		t.Fatalf("runner %d gone before it was killed", rec.Job.RunnerPid)
 	}
 	if r := d.wait(id); r.State != api.StateFailed || r.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", r)
