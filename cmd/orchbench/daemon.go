@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
@@ -63,8 +62,7 @@ func (b *bench) launchDaemon(name, config string) (*daemon, error) {
 	}
 	cmd := daemonrun.Serve(b.bin, home, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// The daemon must not outlive the harness; its runners die with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// daemonrun.Start has the daemon die with the harness; its runners die with it.
 	p, err := daemonrun.Start(cmd, home)
 	if err != nil {
 		logf.Close()

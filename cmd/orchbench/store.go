@@ -212,7 +212,6 @@ func timeStart(b *bench, name, seed string, unfinished int) (float64, error) {
 	}
 	cmd := daemonrun.Serve(b.bin, home, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	p, err := daemonrun.Start(cmd, home)
 	if err != nil {

@@ -153,11 +153,7 @@ func TestChaosDaemonKilled(t *testing.T) {
 		<-d.done
 		stop()
 		wg.Wait()
-		d.mu.Lock()
-		for pid := range d.seen {
-			waitGone(t, pid) // the dead daemon's runners go with it
-		}
-		d.mu.Unlock()
+		d.waitRunnersGone() // the dead daemon's runners go with it
 	}
 
 	// The last daemon: every acknowledged job ends, and nothing changed.

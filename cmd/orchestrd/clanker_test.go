@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // podRequest is a request line exactly as clanker's client writes it:
@@ -587,12 +589,8 @@ func TestClankerOtherUID(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(dir, "pod")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
+	if err := daemonrun.CopyFile(os.Args[0], bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, sock, `{"v":1,"id":"x","type":"task_create","payload":{"task":{"id":"evil","prompt":"p"}}}`)

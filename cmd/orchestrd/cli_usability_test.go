@@ -249,7 +249,7 @@ max_t = "60s"
 	if err := os.Remove(cwd); err != nil {
 		t.Fatal(err)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
+	killChild(d.proc.Pid(), pid)
 	// Three failed starts of a runner: on a loaded machine each can take
 	// seconds.
 	d.waitEventWithin(90*time.Second, "lane.degraded", func(e map[string]any) bool { return e["lane"] == "stuck" })

@@ -33,11 +33,7 @@ func (d *testDaemon) kill9() {
 	}
 	// Its runners (and so their jobs) die with it; wait for them, so the
 	// next daemon does not find their cgroups busy.
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for pid := range d.seen {
-		waitGone(d.t, pid)
-	}
+	d.waitRunnersGone()
 }
 
 // markJob is a shell command that appends a line to dir/<its job id>: a

@@ -277,8 +277,8 @@ func TestExecutorLost(t *testing.T) {
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":2}`, `{"op":"hang"}`)})
 	pid := d.runningExecutor(id)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), pid) {
+		t.Fatalf("executor %d gone before it was killed", pid)
 	}
 	rec := d.waitTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrExecutorLost {

@@ -260,7 +260,7 @@ type daemonProc struct {
 	proc   *daemonrun.Daemon
 	done   <-chan struct{} // closed once it has exited: proc.Done()
 	stderr *testio.SyncBuffer
-	seen   map[int]bool // every runner pid seen
+	seen   map[int]pidRef // every runner seen, held from when it was
 	mu     sync.Mutex
 }
 
@@ -302,7 +302,7 @@ func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 // newTestDaemon is the daemon on home as its test will see it, before it
 // is launched.
 func newTestDaemon(t *testing.T, home string) *testDaemon {
-	return &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &testio.SyncBuffer{}, seen: map[int]bool{}}}
+	return &testDaemon{t: t, daemonProc: &daemonProc{home: home, stderr: &testio.SyncBuffer{}, seen: map[int]pidRef{}}}
 }
 
 // launch starts cmd, a daemon on d's home, stops it when the test ends
@@ -425,9 +425,16 @@ func (d *testDaemon) record(ls []api.LaneStatus) {
 	defer d.mu.Unlock()
 	for _, l := range ls {
 		for _, rn := range l.Runners {
-			if rn.Pid > 0 && rn.Spawned {
-				d.seen[rn.Pid] = true
+			if rn.Pid <= 0 || !rn.Spawned {
+				continue
 			}
+			if r, ok := d.seen[rn.Pid]; ok {
+				if !r.exited() {
+					continue
+				}
+				r.release() // its pid is another runner's now
+			}
+			d.seen[rn.Pid] = holdPid(rn.Pid, childOf(d.proc.Pid()))
 		}
 	}
 }
@@ -497,10 +504,19 @@ func (d *testDaemon) stop() {
 	if err := d.proc.Stop(30 * time.Second); err != nil {
 		d.t.Errorf("daemon did not exit within 30s of SIGTERM\n%s", tail(d.stderr.String(), 60000))
 	}
+	d.waitRunnersGone()
+}
+
+// waitRunnersGone fails the test if a runner d saw is still alive after a
+// deadline.
+func (d *testDaemon) waitRunnersGone() {
+	d.t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for pid := range d.seen {
-		waitGone(d.t, pid)
+	for pid, r := range d.seen {
+		waitExited(d.t, r)
+		r.release()
+		delete(d.seen, pid)
 	}
 }
 

@@ -100,11 +100,7 @@ func TestLockOfADeadDaemonIsRetaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-first.done
-	first.mu.Lock()
-	for pid := range first.seen {
-		waitGone(t, pid) // Pdeathsig: nothing of the first one runs on
-	}
-	first.mu.Unlock()
+	first.waitRunnersGone() // Pdeathsig: nothing of the first one runs on
 	lockPid := func() int {
 		b, err := os.ReadFile(filepath.Join(home, "daemon.lock"))
 		if err != nil {

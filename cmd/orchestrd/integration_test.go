@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
@@ -281,7 +283,7 @@ max_t = "60s"
 			}
 			return false
 		})
-		syscall.Kill(pid, syscall.SIGKILL)
+		killChild(d.proc.Pid(), pid)
 		d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(pid) })
 	}
 	e := d.waitEvent("lane.degraded", nil)
@@ -339,6 +341,93 @@ network = "host"
 		t.Fatalf("record = %+v", rec)
 	}
 	eventually(t, 10*time.Second, "byo runner removed, not restarted", func() bool { return len(d.lane("byo").Runners) == 0 })
+}
+
+// A sandboxed bring-your-own runner (pid 1 of its namespace, under the
+// wrapper `orchestrd runner --socket` started) tells its wrapper's clean
+// stop from its death on its stop descriptor: a byte, then the end, stops
+// it cleanly (its job cancelled); the end alone, with no byte, is the
+// wrapper's death and the runner dies at once (its job runner_lost). The
+// kernel closes a dying wrapper's descriptors before it sends the runner
+// its parent-death signal: a runner that took that end for a clean stop
+// reported its job cancelled when its wrapper was killed
+// (TestBringYourOwnRunner under load). Here the runner is started as the
+// wrapper starts it, by the test and without the parent-death signal, so
+// only the descriptor speaks.
+func TestBringYourOwnRunnerStopDescriptor(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "[lanes.byo]\nrunners = 0\nslots = 1\nnetwork = \"host\"\n")
+	token, err := os.ReadFile(lanes.JoinTokenPath(d.home, "byo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stop  []byte // written before the end
+		state api.State
+		err   string
+	}{
+		{"clean stop", []byte{'s'}, api.StateCancelled, api.ErrCancelled},
+		{"wrapper died", nil, api.StateFailed, api.ErrRunnerLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := d.in(t)
+			c, err := net.Dial("unix", filepath.Join(d.home, "runner-byo.sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, err := c.(*net.UnixConn).File()
+			c.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopR, stopW, err := os.Pipe()
+			if err != nil {
+				cf.Close()
+				t.Fatal(err)
+			}
+			var stderr testio.SyncBuffer
+			r := exec.Command(binary, "runner", "--lane", "byo", "--fd", "3", "--stop-fd", "4", "--hide", d.home)
+			r.ExtraFiles = []*os.File{cf, stopR}
+			r.Env = append(os.Environ(), "ORCHESTRD_JOIN_TOKEN="+strings.TrimSpace(string(token)))
+			r.Stderr = &stderr
+			r.SysProcAttr = proc.SandboxAttr(proc.Isolation{Sandbox: true})
+			r.SysProcAttr.Pdeathsig = 0
+			err = r.Start()
+			cf.Close()
+			stopR.Close()
+			if err != nil {
+				stopW.Close()
+				t.Skip("cannot start a sandboxed runner here:", err)
+			}
+			rDone := make(chan struct{})
+			go func() { r.Wait(); close(rDone) }()
+			defer func() { stopW.Close(); r.Process.Kill(); <-rDone }()
+			eventually(t, 30*time.Second, "the runner joined", func() bool {
+				l := d.lane("byo")
+				return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+			})
+			tag := newTag()
+			id := d.submit(api.JobSpec{Lane: "byo", Command: "exec sleep " + tag})
+			job := waitTagged(t, tag, 1)[0]
+			if len(tc.stop) > 0 {
+				if _, err := stopW.Write(tc.stop); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stopW.Close()
+			if rec := d.wait(id); rec.State != tc.state || rec.Error != tc.err {
+				t.Fatalf("record = %+v; want %s %q\nrunner's stderr:\n%s", rec, tc.state, tc.err, stderr.String())
+			}
+			select {
+			case <-rDone:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the runner did not exit\n%s", stderr.String())
+			}
+			waitGone(t, job)
+			eventually(t, 10*time.Second, "the runner left the lane", func() bool { return len(d.lane("byo").Runners) == 0 })
+		})
+	}
 }
 
 func TestShutdownCancelsJobsAndLeavesNothing(t *testing.T) {
@@ -477,7 +566,7 @@ max_r = 1000
 				}
 			}
 			if len(pids) > 0 {
-				syscall.Kill(pids[krng.IntN(len(pids))], syscall.SIGKILL)
+				killChild(d.proc.Pid(), pids[krng.IntN(len(pids))])
 				kills++
 			}
 			timer.Reset(time.Duration(20+krng.IntN(60)) * time.Millisecond)

@@ -62,7 +62,7 @@ func killedDaemonLeavesNothing(t *testing.T, cred *syscall.Credential, sandbox b
 		}
 	})
 	var clis []*exec.Cmd
-	var watched []int
+	var watched []pidRef
 	for _, lane := range []string{"net", "no-net"} {
 		tag, stag, dtag := newTag(), newTag(), newTag()
 		cmd := d.cliCmd("run", "--home", d.home, "--lane", lane, "--no-stdin", "--", "sh", "-c", stubbornScript(tag, stag, dtag))
@@ -70,20 +70,28 @@ func killedDaemonLeavesNothing(t *testing.T, cred *syscall.Credential, sandbox b
 			t.Fatal(err)
 		}
 		clis = append(clis, cmd)
-		watched = append(watched, waitTagged(t, tag, 2)...)
-		watched = append(watched, waitTagged(t, stag, 1)...)
-		watched = append(watched, waitTagged(t, dtag, 1)...)
+		for _, tg := range []struct {
+			tag string
+			n   int
+		}{{tag, 2}, {stag, 1}, {dtag, 1}} {
+			watched = append(watched, holdTagged(t, tg.tag, waitTagged(t, tg.tag, tg.n))...)
+		}
 	}
 	runners := childPids(d.cmd.Process.Pid)
 	if len(runners) != 2 {
 		t.Fatalf("runners %v: want one a lane", runners)
 	}
-	watched = append(watched, runners...)
+	for _, p := range runners {
+		r := holdPid(p, childOf(d.cmd.Process.Pid))
+		t.Cleanup(r.release)
+		watched = append(watched, r)
+	}
 	// If the test fails, what is left is killed so the daemon's harness
-	// (which waits for its stderr, held by the runners) can finish.
+	// (which waits for its stderr, held by the runners) can finish: through
+	// their pidfds, never a process that took a pid of theirs since.
 	t.Cleanup(func() {
-		for _, p := range watched {
-			syscall.Kill(p, syscall.SIGKILL)
+		for _, r := range watched {
+			r.signal(syscall.SIGKILL)
 		}
 	})
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // Loops through the real daemon: shell scripts are the agents (behind
@@ -56,7 +59,7 @@ func loopAgent(t *testing.T, prompts, body, loopsExtra string) string {
 	t.Helper()
 	script := filepath.Join(prompts, "agent.sh")
 	text := "#!/bin/sh\ncat > \"" + prompts + "/$ORCHESTRD_LOOP_ID-$ORCHESTRD_LOOP_ITERATION.txt\"\n" + body + "\n"
-	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+	if err := daemonrun.WriteExecutable(script, strings.NewReader(text), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf(`[daemon]
@@ -272,12 +275,17 @@ validation_command = "grep -q 'it 2' work.txt"
 	home := shortTemp(t)
 	d := startDaemonAt(t, home, cfg)
 	id := d.createLoop(api.LoopCode, repo, "survive")
-	pid := readPid(t, filepath.Join(prompts, "agent.pid"))
+	// The agent, held while it runs (its script, or the sleep it became).
+	agent := holdPid(readPid(t, filepath.Join(prompts, "agent.pid")), func(p int) bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		return err == nil && (bytes.Contains(b, []byte("agent.sh")) || string(b) == "sleep\x00300\x00")
+	})
+	defer agent.release()
 	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-d.done
-	_ = syscall.Kill(pid, syscall.SIGKILL) // its executor died with the daemon; the agent may linger
+	agent.signal(syscall.SIGKILL) // its executor died with the daemon; the agent may linger
 	d2 := startDaemonAt(t, home, cfg)
 	got := d2.waitLoop(id, api.LoopComplete, 60*time.Second)
 	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 {

@@ -331,7 +331,7 @@ printf '#!/bin/sh\ngrep CapEff /proc/self/status > %[2]s\nexec %[1]s.real "$@"\n
 					return n
 				}
 				before := ready()
-				syscall.Kill(d.laneRunner("no-net"), syscall.SIGKILL)
+				killChild(d.cmd.Process.Pid, d.laneRunner("no-net"))
 				eventually(t, 20*time.Second, "the no-net runner's replacement", func() bool { return ready() > before })
 				if b, err := os.ReadFile(mark); err == nil {
 					t.Errorf("a job's program ran as the next runner: %s", b)

@@ -94,8 +94,8 @@ network = "host"
 stable = "10s"
 `)
 		pid := d.readyRunner("net")
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if !killChild(d.proc.Pid(), pid) {
+			t.Fatalf("runner %d gone before it was killed", pid)
 		}
 		exited, restart := d.restartAfter(pid)
 		if c := exited["cause"]; c != "exited" && c != "socket_closed" {

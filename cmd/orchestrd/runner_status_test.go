@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -78,8 +77,8 @@ func TestBackoffRunnerShowsLastPid(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, statusConfig)
 	pid := d.readyRunner("slow")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), pid) {
+		t.Fatalf("runner %d gone before it was killed", pid)
 	}
 	e := d.waitEvent("runner.restart_scheduled", func(e map[string]any) bool { return e["runner_id"] == "slow-0" })
 	if e["delay_ms"].(float64) < 10000 {
@@ -115,8 +114,8 @@ func TestRestartCountsAreNamedForWhatTheyCount(t *testing.T) {
 	const kills = 2
 	for i := 0; i < kills; i++ {
 		pid := d.readyRunner("fast")
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if !killChild(d.proc.Pid(), pid) {
+			t.Fatalf("runner %d gone before it was killed", pid)
 		}
 		d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(pid) })
 		eventually(t, 20*time.Second, "fast-0 back", func() bool {

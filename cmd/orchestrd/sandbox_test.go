@@ -207,7 +207,7 @@ func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
 	// Two jobs, one per lane, each with a child in its group, a daemonised
 	// one and a main process that keeps running.
 	var clis []*exec.Cmd
-	var watched []int
+	var watched []pidRef
 	for _, lane := range []string{"net", "no-net"} {
 		dir, tag := d.scratch(t), newTag()
 		os.WriteFile(filepath.Join(dir, "go"), nil, 0o666)
@@ -216,9 +216,13 @@ func sandboxDaemonKilled(t *testing.T, d *sandboxDaemon) {
 			t.Fatal(err)
 		}
 		clis = append(clis, cmd)
-		watched = append(watched, waitTagged(t, tag, 3)...)
+		watched = append(watched, holdTagged(t, tag, waitTagged(t, tag, 3))...)
 	}
-	watched = append(watched, d.runnerPids()...)
+	for _, p := range d.runnerPids() {
+		r := holdPid(p, childOf(d.cmd.Process.Pid))
+		t.Cleanup(r.release)
+		watched = append(watched, r)
+	}
 	if len(watched) < 6+2 {
 		t.Fatalf("watching %v: want 6 job processes and the runners", watched)
 	}
@@ -475,8 +479,8 @@ func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 	pids := waitTagged(t, tag, 3)
 	var rec struct{ Job api.JobRecord }
 	d.mustCall("job.get", map[string]any{"id": id}, &rec)
-	if err := syscall.Kill(rec.Job.RunnerPid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), rec.Job.RunnerPid) {
+		t.Fatalf("runner %d gone before it was killed", rec.Job.RunnerPid)
 	}
 	if r := d.wait(id); r.State != api.StateFailed || r.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", r)
@@ -494,21 +498,21 @@ func TestRunnerDeathTakesItsJobsProcesses(t *testing.T) {
 
 // waitAllGone waits until none of pids is alive, failing with the command
 // lines of those left (and the tail of log(), if given) after a deadline.
-func waitAllGone(t *testing.T, pids []int, what string, log func() string) {
+func waitAllGone(t *testing.T, refs []pidRef, what string, log func() string) {
 	t.Helper()
 	eventuallyOr(t, 10*time.Second, what, func() bool {
-		for _, p := range pids {
-			if alive(p) {
+		for _, r := range refs {
+			if !r.exited() {
 				return false
 			}
 		}
 		return true
 	}, func() string {
 		var left []string
-		for _, p := range pids {
-			if alive(p) {
-				b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-				left = append(left, fmt.Sprintf("%d %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		for _, r := range refs {
+			if !r.exited() {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(r.pid) + "/cmdline")
+				left = append(left, fmt.Sprintf("%d %q", r.pid, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 			}
 		}
 		msg := "still running: " + strings.Join(left, ", ")

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -274,8 +273,8 @@ command = [%q, "executor", "--", "cat"]
 	if pid == 0 {
 		t.Fatalf("executor %s not in executor.list: %+v", st2.Executor, pools)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), pid) {
+		t.Fatalf("executor %d gone before it was killed", pid)
 	}
 	// Sandboxed, the shell dies with the executor's pid namespace and the
 	// PTY may report its end first (exited); unsandboxed the daemon
@@ -321,8 +320,8 @@ func TestExecutorTerminalUnsandboxed(t *testing.T) {
 	}
 	d.mustCall("executor.list", nil, &pools)
 	pid := pools.Pools[0].Executors[0].Pid
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !killChild(d.proc.Pid(), pid) {
+		t.Fatalf("executor %d gone before it was killed", pid)
 	}
 	d.waitEvent("terminal.closed", func(e map[string]any) bool {
 		return e["terminal_id"] == st.ID && (e["reason"] == api.TermExecutorExited || e["reason"] == api.TermExited)

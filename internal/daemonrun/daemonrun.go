@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -79,12 +80,43 @@ func PrivateXDG(dir string) error {
 }
 
 // Start starts cmd, a daemon serving home, and watches for its exit.
+//
+// The daemon dies with this process: a test binary killed by go test's
+// -timeout, or by its user, takes its daemons with it instead of leaving
+// them serving. Start sets Pdeathsig (SIGKILL; its runners, having lost
+// it, kill their jobs and exit) on a copy of cmd's SysProcAttr. The kernel
+// sends it when the thread that forked the daemon exits, not the process,
+// and Go ends a thread when a goroutine locked to it returns; so the fork
+// is made from a goroutine locked to its thread that waits for the daemon
+// and unlocks only once the daemon has exited: that thread lives exactly
+// as long as the daemon, whatever other goroutines do. Only this harness
+// asks it: `orchestrd serve` run by a user or by systemd must not die with
+// whatever started it.
 func Start(cmd *exec.Cmd, home string) (*Daemon, error) {
-	if err := cmd.Start(); err != nil {
+	var attr syscall.SysProcAttr
+	if cmd.SysProcAttr != nil {
+		attr = *cmd.SysProcAttr
+	}
+	if attr.Pdeathsig == 0 {
+		attr.Pdeathsig = syscall.SIGKILL
+	}
+	cmd.SysProcAttr = &attr
+	d := &Daemon{Home: home, Cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
-	d := &Daemon{Home: home, Cmd: cmd, done: make(chan struct{})}
-	go func() { d.err = cmd.Wait(); close(d.done) }()
 	return d, nil
 }
 
@@ -224,22 +256,44 @@ func countSpawned(l api.LaneStatus) int {
 	return n
 }
 
-// CopyFile copies src to dst, created (or truncated) with mode.
+// CopyFile copies src to dst, created (or truncated) with mode: the way
+// the tests and benchmarks write a program they then run (a copy of a
+// binary, a script). dst is open for writing only while syscall.ForkLock
+// is held for reading, so no process this one forks meanwhile (every fork
+// holds it for writing) inherits that descriptor: a child holds its copy
+// until it execs, and the kernel refuses to exec a file open for writing
+// anywhere (ETXTBSY, golang/go#22315), so a test that ran the file just
+// written failed when another test's goroutine forked at that moment.
+// Once CopyFile has returned, no process holds dst open for writing.
 func CopyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	return WriteExecutable(dst, in, mode)
+}
+
+// WriteExecutable writes what r reads to path, created (or truncated)
+// with mode, holding syscall.ForkLock for reading while path is open for
+// writing (see CopyFile): a file written so can be executed at once,
+// whatever other goroutines start meanwhile. r must not wait on a process
+// this one starts (a fork waits for WriteExecutable to return).
+func WriteExecutable(path string, r io.Reader, mode os.FileMode) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.Copy(out, r); err != nil {
 		out.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 // ShortTempDir makes a new directory directly in the system's temporary

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv makes the test binary a stand-in daemon (see helperMain).
@@ -44,6 +47,15 @@ func helperMain(what string) int {
 	case "ignore-term-quit":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGQUIT)
 	case "wait":
+	case "starter": // start the helper "wait" through Start, say its pid, wait
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), helperEnv+"=wait")
+		d, err := Start(cmd, "")
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Println(d.Pid())
 	default:
 		return 2
 	}
@@ -347,5 +359,143 @@ func TestCopyFile(t *testing.T) {
 	}
 	if err := CopyFile(filepath.Join(dir, "none"), dst, 0o700); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("copying a missing file: %v", err)
+	}
+}
+
+// A program CopyFile wrote runs at once, while other goroutines fork and
+// exec as fast as they can (golang/go#22315: a child forked while the
+// copy was open for writing held it until its own exec, and running the
+// copy failed with "text file busy").
+func TestCopyFileThenExecWhileForking(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	src, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1)")
+	}
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				exec.Command(src).Run()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 100 {
+		dst := filepath.Join(dir, "p"+strconv.Itoa(i))
+		if err := CopyFile(src, dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Command(dst).Run(); err != nil {
+			t.Fatalf("running the copy %d: %v", i, err)
+		}
+	}
+}
+
+// A daemon dies with the process that started it (a test binary killed by
+// go test's -timeout): Start's Pdeathsig.
+func TestDaemonDiesWithItsStarter(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	starter := exec.Command(os.Args[0])
+	starter.Env = append(os.Environ(), helperEnv+"=starter")
+	starter.Stdout = w
+	err = starter.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer starter.Wait()
+	defer starter.Process.Kill()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		t.Fatalf("the starter said %q (%v)", line, err)
+	}
+	// Its pidfd, taken while the starter, its parent, lives: it cannot
+	// have been reaped yet.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	if err := starter.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, int((30 * time.Second).Milliseconds()))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("the daemon (pid %d) outlived its starter by 30 s", pid)
+		}
+		return
+	}
+}
+
+// The daemon's Pdeathsig is not sent when the thread that called Start
+// ends (the kernel sends it when the thread that forked ends): a
+// goroutine locked to its thread starts the daemon and returns, ending
+// that thread; the daemon then dies of the SIGTERM sent after, not of a
+// SIGKILL sent when the thread ended.
+func TestDaemonOutlivesTheThreadThatStartedIt(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type started struct {
+		d   *Daemon
+		tid int
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), helperEnv+"=wait")
+		d, err := Start(cmd, t.TempDir())
+		ch <- started{d, unix.Gettid(), err}
+	}()
+	s := <-ch
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	defer func() { s.d.Cmd.Process.Kill(); <-s.d.Done() }()
+	// The thread is gone from /proc once it has exited, Pdeathsig sent.
+	task := fmt.Sprintf("/proc/self/task/%d", s.tid)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still there after 30 s", s.tid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = s.d.Cmd.Process.Signal(syscall.SIGTERM) // fails if SIGKILL came first
+	<-s.d.Done()
+	var ee *exec.ExitError
+	if !errors.As(s.d.Err(), &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("the daemon exited %v, want killed by SIGTERM (SIGKILL: by the thread's end)", s.d.Err())
 	}
 }

@@ -69,7 +69,7 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	fs.Var(&hide, "hide", "`PATH` to hide from jobs in the runner's own mount namespace (set by the daemon; repeatable)")
 	cgroup := fs.String("cgroup", "", "cgroup v2 `DIR` the runner was started in; each job gets a cgroup below it (set by the daemon)")
 	noSandbox := fs.Bool("no-sandbox", false, "a bring-your-own runner: run jobs without the sandbox (its jobs can then see the lane socket's directory and the token file)")
-	stopFD := fs.Int("stop-fd", -1, "inherited descriptor `N` whose end of file stops the runner cleanly (set when a bring-your-own runner sandboxes itself)")
+	stopFD := fs.Int("stop-fd", -1, "inherited descriptor `N`: a byte then its end of file stops the runner cleanly, its end alone ends it at once (set when a bring-your-own runner sandboxes itself)")
 	// The same format as every orchestrd command's --help.
 	printUsage := func(w io.Writer) {
 		fmt.Fprint(w, usage+"\noptions:\n")
@@ -195,7 +195,18 @@ func mainWith(args []string, stdout, stderr io.Writer, stop <-chan struct{}, sta
 	if *stopFD >= 0 {
 		f := os.NewFile(uintptr(*stopFD), "stop")
 		go func() {
-			_, _ = io.Copy(io.Discard, f) // until the wrapper closes it or dies
+			// The wrapper writes a byte and closes its end to stop the
+			// runner cleanly. Its end closed with nothing written is its
+			// death: the kernel closes a dying process's descriptors before
+			// it sends the parent-death signal, so the runner could see
+			// this first and stop cleanly, reporting its jobs cancelled
+			// where they were lost. It dies at once instead, as that
+			// signal would have it, its jobs with it (it is the init of
+			// their pid namespace): the daemon hears its socket close.
+			if n, _ := io.Copy(io.Discard, f); n == 0 {
+				log.Error().Msg("runner: its sandboxing wrapper died; dying with it")
+				os.Exit(1)
+			}
 			cancel()
 		}()
 	}
@@ -267,8 +278,9 @@ func hostPid() int {
 // directory and the token file from its jobs; without root inside a user
 // namespace), handing it the connection (fd 3) and the token, and waits for
 // it. SIGTERM or SIGINT stops it cleanly (through fd 4, which the runner
-// reads to its end); if this process dies, so does the runner, and every
-// job with it.
+// reads to its end after the byte this process writes there); if this
+// process dies, so does the runner, and every job with it (fd 4 closed
+// with nothing written, then the parent-death signal).
 func sandboxed(lane, socket, id, tokenFile, token string, stderr io.Writer) int {
 	c, err := net.Dial("unix", socket)
 	if err != nil {
@@ -311,6 +323,7 @@ func sandboxed(lane, socket, id, tokenFile, token string, stderr io.Writer) int 
 	go func() {
 		select {
 		case <-sigs:
+			_, _ = stopW.Write([]byte{'s'}) // a clean stop, not this process's death
 			stopW.Close()
 		case <-done:
 		}

@@ -82,7 +82,7 @@ func TestLoopPlanApproved(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(agentDir) })
 	agent := filepath.Join(agentDir, "agent.sh")
-	if err := os.WriteFile(agent, []byte(planAgent), 0o755); err != nil {
+	if err := daemonrun.WriteExecutable(agent, strings.NewReader(planAgent), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, config{daemon: "sandbox = false\n", extra: fmt.Sprintf(`
