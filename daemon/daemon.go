@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts Options) error {
 	shutdownLanes := func(reason string) {
 		defer closeHook() // on the paths that fail before the approvals: a no-op once closed
 		if fl != nil {
-			fl.StopTaking() // then the lanes end the fleet's jobs here, recorded in it
+			stopTaking(fl, opts.Logger) // then the lanes end the fleet's jobs here, recorded in it
 		}
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownTimeout.Duration+10*time.Second)
 		defer cancel()

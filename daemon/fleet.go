@@ -57,8 +57,31 @@ func closeFleet(f *fleet.Fleet, log zerolog.Logger) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := f.Close(ctx); err != nil {
-		log.Error().Err(err).Msg("leaving the fleet")
+	done := make(chan error, 1)
+	go func() { done <- f.Close(ctx) }()
+	// A fleet that lost its quorum (the other nodes stopped first) answers
+	// nothing: the daemon stops anyway, within its bound.
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error().Err(err).Msg("leaving the fleet")
+		}
+	case <-time.After(fleetLeaveBound):
+		log.Error().Dur("bound", fleetLeaveBound).Msg("leaving the fleet took too long: stopping without it")
+	}
+}
+
+// fleetLeaveBound bounds each step of leaving the fleet at a stop.
+const fleetLeaveBound = 12 * time.Second
+
+// stopTaking stops the fleet's pulls, within fleetLeaveBound.
+func stopTaking(f *fleet.Fleet, log zerolog.Logger) {
+	done := make(chan struct{})
+	go func() { f.StopTaking(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(fleetLeaveBound):
+		log.Error().Dur("bound", fleetLeaveBound).Msg("the fleet's pulls did not stop in time: stopping the lanes anyway")
 	}
 }
 
