@@ -7,7 +7,7 @@
 // node serves when it has room (recording each as its own before
 // acknowledging it: a job runs at most once), keeps job records in a
 // replicated bucket and job output in a stream every node can follow.
-// DESIGN-NOTES.md has the subjects, streams, buckets and their limits.
+// ARCHITECTURE.md ("The fleet") has the subjects, streams, buckets and their limits.
 package fleet
 
 import (
@@ -49,7 +49,7 @@ const (
 	hdrEnd    = "Orchestrd-End"
 )
 
-// Limits (DESIGN-NOTES.md).
+// Limits (ARCHITECTURE.md, "The fleet").
 const (
 	jobsMaxAge       = 7 * 24 * time.Hour
 	jobsMaxBytes     = 1 << 30
