@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -482,6 +483,16 @@ func Run(ctx context.Context, opts Options) error {
 			return nil
 		}, func(error) { close(stop) })
 	}
+	// recordStop writes stopped_at once the lanes have stopped: their last
+	// terminal records are queued before it, so it returns once they are
+	// committed and published (job.finished) while the event log is open.
+	recordStop := sync.OnceFunc(func() {
+		fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer fcancel()
+		if ferr := st.Meta().Set(fctx, "stopped_at", time.Now().UTC().Format(time.RFC3339Nano)); ferr != nil {
+			opts.Logger.Error().Err(ferr).Msg("recording the stop in the state store")
+		}
+	})
 	{
 		sctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error {
@@ -514,20 +525,16 @@ func Run(ctx context.Context, opts Options) error {
 			// Its waiting hooks were answered by the approvals' Shutdown.
 			closeHook()
 			shutdownLanes("stopping")
+			// The last ends (job.finished) reach the clients still
+			// connected before the socket closes.
+			recordStop()
 			cancel()
 			_ = srv.Close()
 		})
 	}
 	err = g.Run()
 	stopPruning()
-	// The lanes have stopped and their last terminal records are queued:
-	// a write after them returns once they are committed and published
-	// (job.finished) while the event log is still open.
-	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	if ferr := st.Meta().Set(fctx, "stopped_at", time.Now().UTC().Format(time.RFC3339Nano)); ferr != nil {
-		opts.Logger.Error().Err(ferr).Msg("recording the stop in the state store")
-	}
-	fcancel()
+	recordStop() // if the control socket's interrupt did not
 	uptime := time.Since(started)
 	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
 	if errors.Is(err, context.Canceled) {

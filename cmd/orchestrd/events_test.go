@@ -254,7 +254,7 @@ func TestEventsErrors(t *testing.T) {
 		code   int
 		stderr string // substring; must be one line
 	}{
-		{"bad flag", home, []string{"--nope"}, 2, "orchestrd events: unknown flag --nope (orchestrd events --help)"},
+		{"bad flag", home, []string{"--zzz"}, 2, "orchestrd events: unknown flag --zzz (orchestrd events --help)"},
 		{"missing value", home, []string{"--kind"}, 2, "flag needs an argument: -kind"},
 		{"positional", home, []string{"extra"}, 2, `unexpected argument "extra"`},
 		{"bad since", home, []string{"--since", "yesterday"}, 2, `bad --since "yesterday"`},
@@ -283,7 +283,7 @@ func TestEventsHelp(t *testing.T) {
 		// The format of the other client commands: "usage: ...", a blank
 		// line, "options:" and the flags.
 		if code != 0 || errs != "" || !strings.HasPrefix(out, "usage: orchestrd events [--home DIR] ") ||
-			!strings.Contains(out, "]\n\noptions:\n  -f\t") || !strings.Contains(out, "\n  -follow\n") ||
+			!strings.Contains(out, "]\n\noptions:\n  -cluster\n") || !strings.Contains(out, "\n  -f\t") || !strings.Contains(out, "\n  -follow\n") ||
 			!strings.Contains(out, "\n  -n N\n") || !strings.Contains(out, "(default: /srv/orchestrd)") {
 			t.Fatalf("%s: code %d stderr %q\n%s", arg, code, errs, out)
 		}
