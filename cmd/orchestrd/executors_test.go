@@ -346,7 +346,11 @@ func lockStore(t *testing.T, home string) (unlock func()) {
 func TestExecutorBackpressure(t *testing.T) {
 	const n = 3000
 	logPath := filepath.Join(shortTemp(t), "exec.log")
-	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 20\nlow_water = 10\n", "--log", logPath))
+	// The subscriber's queue holds the whole flood: this test is about the
+	// executor's backpressure, not about a subscriber that falls behind
+	// (dropped oldest first, subscriber.overflowed), which a daemon
+	// releasing 3000 messages at once can outpace.
+	d := startDaemon(t, "[daemon]\nsubscriber_queue = 8192\n"+execConfig(t, "instances = 1\nhigh_water = 20\nlow_water = 10\n", "--log", logPath))
 	sub := d.client()
 	defer sub.Close()
 	d.check(call(sub, "events.subscribe", map[string]any{"kinds": []string{"task.message", "task.finished"}}, nil))
