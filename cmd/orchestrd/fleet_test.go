@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,7 +147,7 @@ func (d *testDaemon) waitNodes(lane string, names ...string) {
 		for _, want := range names {
 			ok := false
 			for _, n := range ns {
-				if n.Name == want && n.State == "alive" && contains(n.Lanes, lane) {
+				if n.Name == want && n.State == "alive" && slices.Contains(n.Lanes, lane) {
 					ok = true
 				}
 			}
@@ -156,15 +157,6 @@ func (d *testDaemon) waitNodes(lane string, names ...string) {
 		}
 		return true
 	}, func() string { return fmt.Sprintf("%+v", d.nodes()) })
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // gpuLanes: node a has no gpu lane; b and c serve it, one runner of two
