@@ -354,9 +354,12 @@ func (f *Fleet) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 		if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("making bucket %s's reads go to its leader: %w", c.Bucket, err)
 		}
-		if kv, err = f.js.KeyValue(ctx, c.Bucket); err != nil {
-			return nil, fmt.Errorf("binding bucket %s: %w", c.Bucket, err)
-		}
+	}
+	// Bound again whatever the handle above said: a handle made while
+	// direct gets were on (another node turned them off in between) asks
+	// a subject nobody answers any more, for ever ("no responders").
+	if kv, err = f.js.KeyValue(ctx, c.Bucket); err != nil {
+		return nil, fmt.Errorf("binding bucket %s: %w", c.Bucket, err)
 	}
 	return kv, nil
 }

@@ -54,6 +54,7 @@ var scenarios = []scenario{
 	{"loops", "14. Loops", runLoops},
 	{"dashboard", "15. Dashboard", runDashboard},
 	{"metrics", "16. Prometheus metrics", runMetrics},
+	{"fleet", "17. Fleet", runFleet},
 }
 
 // bench is the state of one harness run.

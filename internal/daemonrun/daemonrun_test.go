@@ -468,14 +468,31 @@ func TestDaemonOutlivesTheThreadThatStartedIt(t *testing.T) {
 		err error
 	}
 	ch := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), helperEnv+"=wait")
-		d, err := Start(cmd, t.TempDir())
-		ch <- started{d, unix.Gettid(), err}
-	}()
-	s := <-ch
+	var s started
+	// The main thread never ends (the runtime wedges it when its locked
+	// goroutine exits), so the goroutine starts the daemon only on
+	// another thread.
+	for tries := 0; ; tries++ {
+		if tries == 1000 {
+			t.Fatal("no goroutine ran on a thread other than the main thread in 1000 tries")
+		}
+		dir := t.TempDir()
+		go func() {
+			runtime.LockOSThread() // never unlocked but on the main thread: the thread ends with the goroutine
+			if unix.Gettid() == unix.Getpid() {
+				runtime.UnlockOSThread()
+				ch <- started{tid: -1}
+				return
+			}
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), helperEnv+"=wait")
+			d, err := Start(cmd, dir)
+			ch <- started{d, unix.Gettid(), err}
+		}()
+		if s = <-ch; s.tid != -1 {
+			break
+		}
+	}
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
