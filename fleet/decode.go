@@ -116,6 +116,17 @@ func decodeJob(key string, b []byte) (jobEntry, error) {
 type jobMessage struct {
 	ID   string      `json:"id"`
 	Spec api.JobSpec `json:"spec"`
+	// The queued record's creation and revision, as submitted: a taker
+	// writes its take over that revision without reading it first (a
+	// record changed since fails the write, and is read then).
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	Rev       uint64    `json:"rev,omitempty"`
+}
+
+// queuedEntry is the record a submission of spec as id makes.
+func queuedEntry(id string, spec api.JobSpec, created time.Time) jobEntry {
+	return jobEntry{Record: api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
+		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: created}, MaxOutput: spec.MaxOutputBytes}
 }
 
 // decodeJobMessage decodes a lane queue's message for lane.

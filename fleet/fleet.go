@@ -110,6 +110,8 @@ type Fleet struct {
 	takeWG     sync.WaitGroup
 	wakes      []chan struct{}
 
+	jw *jobWatch // the waiters' shared watch of the jobs bucket
+
 	ending  atomic.Int64  // job ends being recorded
 	submits chan struct{} // a slot per submission in flight
 
@@ -155,7 +157,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: randHex(8), idPrefix: "c-" + randHex(3) + "-", startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
-		submits: make(chan struct{}, submitsInFlight)}
+		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)
 	for _, l := range o.Local.SharedLanes() {
@@ -204,10 +206,11 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to this node's cancels: %w", err)
 	}
-	f.wg.Add(3)
+	f.wg.Add(4)
 	go f.heartbeats()
 	go f.watchNodes()
 	go f.publishEvents()
+	go f.watchJobs()
 	if err := f.startTaking(sctx); err != nil {
 		return nil, err
 	}
@@ -345,11 +348,15 @@ func (f *Fleet) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 	// answers, however far behind: a compare-and-set on a stale revision
 	// fails for ever, and a stale read misses a job's dispatch. Every read
 	// here goes to the leader.
-	s, err := f.js.Stream(ctx, "KV_"+c.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("reading bucket %s's stream: %w", c.Bucket, err)
-	}
-	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+	for {
+		s, err := f.js.Stream(ctx, "KV_"+c.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("reading bucket %s's stream: %w", c.Bucket, err)
+		}
+		cfg := s.CachedInfo().Config
+		if !cfg.AllowDirect {
+			break
+		}
 		cfg.AllowDirect = false
 		if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("making bucket %s's reads go to its leader: %w", c.Bucket, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,8 +100,7 @@ func (f *Fleet) Submit(spec api.JobSpec, reply func(id string, err error)) {
 func (f *Fleet) submit(id string, spec api.JobSpec) (string, error) {
 	ctx, cancel := context.WithTimeout(f.ctx, 2*opTimeout)
 	defer cancel()
-	e := jobEntry{Record: api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
-		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: time.Now().UTC()}, MaxOutput: spec.MaxOutputBytes}
+	e := queuedEntry(id, spec, time.Now().UTC())
 	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
@@ -109,7 +109,7 @@ func (f *Fleet) submit(id string, spec api.JobSpec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("recording cluster job %s: %w", id, err)
 	}
-	msg, err := json.Marshal(jobMessage{ID: id, Spec: spec})
+	msg, err := json.Marshal(jobMessage{ID: id, Spec: spec, CreatedAt: e.Record.CreatedAt, Rev: rev})
 	if err != nil {
 		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
 	}
@@ -179,7 +179,9 @@ func (f *Fleet) startTaking(ctx context.Context) error {
 	return nil
 }
 
-// take pulls lane's jobs one at a time while the lane has a free slot.
+// take pulls lane's jobs while the lane has free slots: as many at once as
+// it has slots free and not yet promised to a take in flight, each taken
+// (recorded, acknowledged, started) on its own goroutine.
 func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 	defer f.takeWG.Done()
 	tick := time.NewTicker(time.Second)
@@ -192,8 +194,12 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 			return true
 		}
 	}
+	// promised: slots of takes in flight, not yet in the lane's count (a
+	// take ends once its job is queued in the lane, or skipped).
+	var promised atomic.Int64
 	for f.takeCtx.Err() == nil {
-		if f.local.FreeSlots(lane) <= 0 {
+		free := f.local.FreeSlots(lane) - int(promised.Load())
+		if free <= 0 {
 			select {
 			case <-wake:
 			case <-tick.C:
@@ -202,7 +208,7 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 			}
 			continue
 		}
-		batch, done, err := fetch(f.takeCtx, c, 1, time.Second)
+		batch, done, err := fetch(f.takeCtx, c, min(free, maxTakeBatch), time.Second)
 		if err != nil {
 			f.log.Debug().Err(err).Str("lane", lane).Msg("pulling a job")
 			if !pause(250 * time.Millisecond) {
@@ -211,7 +217,17 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 			continue
 		}
 		for msg := range batch.Messages() {
-			f.takeOne(lane, msg)
+			promised.Add(1)
+			f.takeWG.Add(1)
+			go func() {
+				defer f.takeWG.Done()
+				f.takeOne(lane, msg)
+				promised.Add(-1)
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}()
 		}
 		done()
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && f.takeCtx.Err() == nil {
@@ -222,6 +238,9 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 		}
 	}
 }
+
+// maxTakeBatch: the most jobs one pull asks for.
+const maxTakeBatch = 64
 
 // takeOne takes msg's job: recorded as this node's (a CAS on the queued
 // record), then acknowledged, then run. A job whose record is not queued
@@ -240,19 +259,27 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
 	defer cancel()
+	// The first try writes over the revision the submission made, unread:
+	// a record changed since (cancelled, or taken by a node that died
+	// before acknowledging) fails it, and is read.
+	e, rev, known := queuedEntry(m.ID, m.Spec, m.CreatedAt), m.Rev, m.Rev > 0 && !m.CreatedAt.IsZero()
 	for attempt := 0; ; attempt++ {
-		e, rev, found, err := f.getJob(ctx, m.ID)
-		if err != nil || attempt >= 10 {
-			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
-		if !found || e.Record.State != api.StateQueued {
-			if err := msg.DoubleAck(ctx); err != nil {
-				f.log.Debug().Err(err).Str("job_id", m.ID).Msg("acknowledging a job not queued any more")
+		if !known {
+			var found bool
+			var err error
+			e, rev, found, err = f.getJob(ctx, m.ID)
+			if err != nil || attempt >= 10 {
+				f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
+				_ = msg.NakWithDelay(time.Second)
+				return
 			}
-			return
+			if !found || e.Record.State != api.StateQueued {
+				// An acknowledgement lost is a redelivery, skipped again.
+				_ = msg.Ack()
+				return
+			}
 		}
+		known = false
 		now := time.Now().UTC()
 		e.Record.State, e.Record.Node, e.Record.DispatchedAt = api.StateDispatched, f.name, &now
 		e.Incarnation = f.inc
@@ -265,10 +292,10 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
-		if err := msg.DoubleAck(ctx); err != nil {
-			// Redelivered later, it is found taken and skipped.
-			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("acknowledging a taken job")
-		}
+		// Taken: the record says so, whatever becomes of the
+		// acknowledgement (a redelivery finds it taken and skips it), so
+		// it is not waited for.
+		_ = msg.Ack()
 		f.emit(ClusterJobTaken{JobID: m.ID, Lane: lane})
 		f.run(&runJob{f: f, id: m.ID, lane: lane, entry: e, rev: nrev}, m.Spec)
 		return
@@ -631,19 +658,40 @@ func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	go func() {
-		if _, err := f.waitTerminal(ctx, id); err != nil {
+		ended, err := f.waitTerminal(ctx, id)
+		if err != nil {
 			if ctx.Err() == nil {
 				f.log.Warn().Err(err).Str("job_id", id).Msg("waiting for a cluster job")
 			}
 			return
 		}
-		for {
-			rec, _, err := f.Get(id)
-			if err == nil {
+		if ended.Kept == 0 {
+			// The record as watched is all of it.
+			fn(ended.Record)
+			return
+		}
+		// The record is read again with its output. A read that is behind
+		// what the watch saw (a leader just elected, catching up) is read
+		// again: a waiter is only ever answered with an end.
+		for behind := 0; ; {
+			rec, found, err := f.Get(id)
+			switch {
+			case err == nil && found && rec.State.Terminal():
 				fn(rec)
 				return
+			case err == nil:
+				if behind++; behind == 1 {
+					f.log.Warn().Str("job_id", id).Str("read", string(rec.State)).Str("watched", string(ended.Record.State)).
+						Msg("a read of a cluster job is behind its end: reading again")
+				}
+				if behind >= staleReads {
+					f.log.Warn().Str("job_id", id).Msg("answering a cluster job's waiter with its end as watched, without its output")
+					fn(ended.Record)
+					return
+				}
+			default:
+				f.log.Warn().Err(err).Str("job_id", id).Msg("reading an ended cluster job for its waiter: trying again")
 			}
-			f.log.Warn().Err(err).Str("job_id", id).Msg("reading an ended cluster job for its waiter: trying again")
 			select {
 			case <-ctx.Done():
 				return
@@ -654,69 +702,52 @@ func (f *Fleet) Wait(id string, fn func(api.JobRecord)) (func(), error) {
 	return cancel, nil
 }
 
-// waitTerminal watches id's record until it is terminal.
-// pollTerminal: how often waitTerminal reads the record besides watching it.
+// staleReads: how many reads behind a watched end a waiter takes (250 ms
+// apart) before it is answered with the end as watched.
+const staleReads = 40
+
+// waitTerminal waits for id's record to be terminal: told by the shared
+// watch, and read once the watch is live and every pollTerminal (a watch
+// being made again after its server died misses what happened meanwhile).
+// pollTerminal: how often.
 const pollTerminal = 2 * time.Second
 
-func (f *Fleet) waitTerminal(ctx context.Context, id string) (api.JobRecord, error) {
-	// The watch is what is quick; the record is also read every
-	// pollTerminal, since a watch whose consumer lived on a server that
-	// died may go quiet for a while before it notices.
+func (f *Fleet) waitTerminal(ctx context.Context, id string) (jobEntry, error) {
+	ch, live, remove := f.jw.add(id)
+	defer remove()
 	poll := time.NewTicker(pollTerminal)
 	defer poll.Stop()
-	polled := func() (api.JobRecord, bool) {
+	polled := func() (jobEntry, bool) {
 		gctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 		je, _, found, err := f.getJob(gctx, id)
 		if err == nil && found && je.Record.State.Terminal() {
-			return je.Record, true
+			return je, true
 		}
-		return api.JobRecord{}, false
+		return jobEntry{}, false
+	}
+	select {
+	case <-ctx.Done():
+		return jobEntry{}, ctx.Err()
+	case r := <-ch:
+		return r, nil
+	case <-live:
+	case <-poll.C:
+	}
+	if r, ok := polled(); ok {
+		return r, nil
 	}
 	for {
-		w, err := f.jobs.Watch(ctx, id)
-		if err != nil {
-			if ctx.Err() != nil {
-				return api.JobRecord{}, ctx.Err()
-			}
-			select {
-			case <-ctx.Done():
-				return api.JobRecord{}, ctx.Err()
-			case <-poll.C:
-				if r, ok := polled(); ok {
-					return r, nil
-				}
-				continue
+		select {
+		case <-ctx.Done():
+			return jobEntry{}, ctx.Err()
+		case r := <-ch:
+			return r, nil
+		case <-poll.C:
+			if r, ok := polled(); ok {
+				return r, nil
 			}
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				_ = w.Stop()
-				return api.JobRecord{}, ctx.Err()
-			case <-poll.C:
-				if r, ok := polled(); ok {
-					_ = w.Stop()
-					return r, nil
-				}
-				continue
-			case e, ok := <-w.Updates():
-				if !ok {
-					break
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				je, err := decodeJob(id, e.Value())
-				if err == nil && je.Record.State.Terminal() {
-					_ = w.Stop()
-					return je.Record, nil
-				}
-				continue
-			}
-			break
-		}
-		_ = w.Stop()
 	}
 }
 
@@ -791,8 +822,8 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	}
 	term := make(chan api.JobRecord, 1)
 	go func() {
-		if r, err := f.waitTerminal(ctx, id); err == nil {
-			term <- r
+		if e, err := f.waitTerminal(ctx, id); err == nil {
+			term <- e.Record
 		}
 	}()
 	var consumed, last uint64

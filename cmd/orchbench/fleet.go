@@ -22,7 +22,7 @@ import (
 //     three nodes serving the lane against one node alone;
 //   - RSS and idle CPU of a node with the cluster on against off.
 func runFleet(b *bench) error {
-	const slots = 4
+	const slots = 2
 	lanes := func(shared bool, extra string) string {
 		return fmt.Sprintf("[lanes.default]\nrunners = 1\nslots = 4\nspares = 0\n[lanes.gpu]\nshared = %t\nrunners = 1\nslots = %d\nspares = 0\n%s", shared, slots, extra)
 	}
@@ -58,7 +58,7 @@ func runFleet(b *bench) error {
 
 	// Throughput: three nodes serving gpu against one alone.
 	dur := pick(b, 10*time.Second, 2*time.Second)
-	conc := 3*slots + 4
+	conc := 2 * 3 * slots // twice the slots of three nodes: slots, not clients, the limit
 	three, err := sleepThroughput(a, "gpu", conc, dur)
 	if err != nil {
 		return fmt.Errorf("throughput of 3 nodes: %w", err)
