@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // The fleet: three real daemons on one machine, each with its own home and
@@ -44,7 +47,12 @@ type fleetNode struct {
 // nodes' route ports) or external (url).
 func clusterTable(name string, client, route int, routes []int, url string) string {
 	if url != "" {
-		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nheartbeat = \"2s\"\n", name, url)
+		// Several servers: the operator's cluster, three replicas.
+		replicas := 1
+		if strings.Contains(url, ",") {
+			replicas = 3
+		}
+		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nreplicas = %d\nheartbeat = \"2s\"\n", name, url, replicas)
 	}
 	var rs []string
 	for _, p := range routes {
@@ -59,12 +67,18 @@ func clusterTable(name string, client, route int, routes []int, url string) stri
 // [lanes.*] tables; url, when set, is an external NATS server for all.
 func startFleet(t *testing.T, url string, lanes [3]string) []*fleetNode {
 	t.Helper()
+	return startFleetCreds(t, url, lanes, "")
+}
+
+// startFleetCreds is startFleet with the credentials file creds copied
+// to every home ("": made by cluster init in a's).
+func startFleetCreds(t *testing.T, url string, lanes [3]string, creds string) []*fleetNode {
+	t.Helper()
 	names := []string{"a", "b", "c"}
 	var clientP, routeP [3]int
 	for i := range 3 {
 		clientP[i], routeP[i] = freePort(t), freePort(t)
 	}
-	creds := ""
 	nodes := make([]*fleetNode, 3)
 	for i, n := range names {
 		home := shortTemp(t)
@@ -190,7 +204,15 @@ func TestFleetEmbedded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three daemons")
 	}
-	nodes := startFleet(t, "", gpuLanes)
+	fleetScenario(t, startFleet(t, "", gpuLanes))
+}
+
+// fleetScenario: a's job runs on b or c with its output and exit code
+// back on a; c sees a's job end; kill -9 of b with jobs running and
+// queued ends b's running jobs node_lost (declared once), runs the queued
+// ones on c, none twice; b restarted takes work again.
+func fleetScenario(t *testing.T, nodes []*fleetNode) {
+	t.Helper()
 	a, b, c := nodes[0].d, nodes[1], nodes[2]
 	a.waitNodes("gpu", "b", "c")
 
@@ -521,4 +543,141 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	if n := runs(t, dir, id); n != 1 {
 		t.Fatalf("job ran %d times", n)
 	}
+}
+
+// natsServer is one server of an external NATS cluster: Debian's
+// nats-server, as an operator runs it.
+type natsServer struct {
+	conf string
+	d    *daemonrun.Daemon
+}
+
+// startNATSCluster starts three nats-server processes clustered on
+// 127.0.0.1 with JetStream, taking the user and password of the fleet's
+// credentials file creds; it returns their client URLs, comma-separated.
+func startNATSCluster(t *testing.T, bin, creds string) (string, []*natsServer) {
+	t.Helper()
+	var c struct{ User, Password string }
+	b, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil || c.User == "" || c.Password == "" {
+		t.Fatalf("cluster init's credentials are not a user and password: %v", err)
+	}
+	var clientP, routeP [3]int
+	for i := range 3 {
+		clientP[i], routeP[i] = freePort(t), freePort(t)
+	}
+	var urls []string
+	srvs := make([]*natsServer, 3)
+	for i := range 3 {
+		dir := shortTemp(t)
+		var routes []string
+		for k := range 3 {
+			if k != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routeP[k]))
+			}
+		}
+		conf := fmt.Sprintf(`server_name: ext%d
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q }
+authorization { user: %q, password: %q }
+cluster { name: ext, listen: 127.0.0.1:%d, routes: [%s] }
+`, i, clientP[i], filepath.Join(dir, "js"), c.User, c.Password, routeP[i], strings.Join(routes, ", "))
+		path := filepath.Join(dir, "nats.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		srvs[i] = &natsServer{conf: path}
+		srvs[i].start(t, bin)
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", clientP[i]))
+	}
+	return strings.Join(urls, ","), srvs
+}
+
+func (s *natsServer) start(t *testing.T, bin string) {
+	t.Helper()
+	cmd := exec.Command(bin, "-c", s.conf)
+	var out testio.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	d, err := daemonrun.Start(cmd, filepath.Dir(s.conf))
+	if err != nil {
+		t.Fatalf("starting nats-server: %v", err)
+	}
+	s.d = d
+	t.Cleanup(func() {
+		if d.Cmd.ProcessState == nil {
+			_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+		}
+		select {
+		case <-d.Done():
+		case <-time.After(10 * time.Second):
+			_ = d.Cmd.Process.Kill()
+			<-d.Done()
+		}
+		if t.Failed() {
+			t.Logf("nats-server %s:\n%s", s.conf, tail(out.String(), 3000))
+		}
+	})
+}
+
+// TestFleetExternalNATS: the same three daemons with no embedded server,
+// pointed (url) at an operator's NATS cluster of three Debian nats-server
+// processes, streams and buckets on three replicas. Then one NATS server
+// is killed: the daemons connected to it reconnect to the others, and a
+// job still crosses from a to b or c.
+func TestFleetExternalNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three daemons and three NATS servers")
+	}
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
+			t.Skip("nats-server is not installed (Debian's nats-server package; .ci/run installs it)")
+		}
+		bin = "/usr/sbin/nats-server"
+	}
+	credsDir := shortTemp(t)
+	if out, errOut, code := runCLI(t, "cluster", "init", "--home", credsDir); code != 0 {
+		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
+	}
+	url, srvs := startNATSCluster(t, bin, filepath.Join(credsDir, "cluster.creds"))
+	nodes := startFleetCreds(t, url, gpuLanes, filepath.Join(credsDir, "cluster.creds"))
+	for _, n := range nodes {
+		if ev := n.d.events(); !slices.ContainsFunc(ev, func(e map[string]any) bool {
+			return e["kind"] == "cluster.started" && e["mode"] == "external"
+		}) {
+			t.Fatalf("%s did not start on the external NATS", n.name)
+		}
+	}
+	fleetScenario(t, nodes)
+
+	// An operator's NATS server dies; the fleet carries on with the two
+	// that remain (a quorum of three replicas).
+	if err := syscall.Kill(srvs[0].d.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-srvs[0].d.Done()
+	a := nodes[0].d
+	var last string
+	eventuallyOr(t, 2*time.Minute, "a job across the fleet after a NATS server died", func() bool {
+		var r struct {
+			JobID string `json:"job_id"`
+		}
+		if err := a.callWithin(10*time.Second, "job.submit", api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", "echo after"}}, &r); err != nil {
+			last = "submit: " + err.Error()
+			return false
+		}
+		var w struct{ Job api.JobRecord }
+		err := a.callWithin(60*time.Second, "job.wait", map[string]any{"id": r.JobID}, &w)
+		last = fmt.Sprintf("%s: %+v, %v", r.JobID, w.Job, err)
+		return err == nil && w.Job.State == api.StateSucceeded && w.Job.Output == "after\n"
+	}, func() string {
+		var logs strings.Builder
+		for _, n := range nodes {
+			fmt.Fprintf(&logs, "\n--- %s:\n%s", n.name, tail(n.d.stderr.String(), 3000))
+		}
+		return fmt.Sprintf("last: %s\nnodes: %+v%s", last, a.nodes(), logs.String())
+	})
 }
