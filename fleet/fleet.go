@@ -125,9 +125,13 @@ type Fleet struct {
 	unsubBus  func()
 	cancelSub *nats.Subscription
 
-	beatOK   atomic.Int64 // when this node's heartbeat was last written (unix ns)
-	sweeps   int          // checks made (the watcher's goroutine only)
-	hbPaused atomic.Bool  // tests: a node stopped (SIGSTOP) stops heartbeating
+	beatOK atomic.Int64 // when this node's heartbeat was last written (unix ns)
+	sweeps int          // checks made (the watcher's goroutine only)
+	// Node incarnations whose jobs are swept, and whether a first sweep
+	// (of everything) was made; under mu.
+	suspects  map[stray]bool
+	sweptOnce bool
+	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
 
 	stopOnce  sync.Once
 	closeOnce sync.Once
@@ -156,7 +160,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: randHex(8), idPrefix: "c-" + randHex(3) + "-", startedAt: time.Now().UTC(),
-		peers: map[string]*peer{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
+		peers: map[string]*peer{}, suspects: map[stray]bool{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)

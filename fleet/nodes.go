@@ -205,6 +205,14 @@ func (f *Fleet) sawNode(e jetstream.KeyValueEntry) {
 		delete(f.peers, e.Key())
 		return
 	}
+	// An incarnation replaced, a node lost or stopped: their unfinished
+	// jobs are swept (sweepLost).
+	if old := f.peers[e.Key()]; old != nil && old.info.Incarnation != n.Incarnation {
+		f.suspects[stray{e.Key(), old.info.Incarnation}] = true
+	}
+	if n.State == nodeLost || n.State == nodeStopped {
+		f.suspects[stray{e.Key(), n.Incarnation}] = true
+	}
 	f.peers[e.Key()] = &peer{info: n, rev: e.Revision(), seen: time.Now()}
 }
 
@@ -325,40 +333,48 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 }
 
 // sweepEvery: every this many checks (of Heartbeat/5 each) a node looks
-// for jobs a lost node left unfinished that its declaration could not end
-// (the fleet was electing a leader then): every Heartbeat*2.
+// for unfinished jobs whose node is gone (lost, stopped, or restarted
+// under a new incarnation) that no declaration ended (the fleet was
+// electing a leader then, or the node that declared it died): every
+// Heartbeat*2, while there is something to look for.
 const sweepEvery = 10
 
+// stray is a node's incarnation whose unfinished jobs are swept.
+type stray struct{ node, inc string }
+
 // sweepLost ends failed, node_lost, every unfinished job taken by a node
-// now lost, or by an incarnation of a node that has since restarted.
-// Only while the fleet knows such a node; a CAS per record, so whichever
-// node gets there first ends it, once.
+// now lost or stopped, or by an incarnation of a node that has since
+// restarted (this one's included). It scans the bucket once when this
+// node starts, then only while a node was seen go (sawNode): a suspect is
+// dropped once a scan finds nothing of it left. A CAS per record, so
+// whichever node gets there first ends it, once.
 func (f *Fleet) sweepLost() {
 	f.mu.Lock()
-	gone := map[string]string{} // node -> its incarnation now ("" if lost)
-	for k, p := range f.peers {
-		if p.info.State == nodeLost {
-			gone[k] = ""
-		} else {
-			gone[k] = p.info.Incarnation
-		}
-	}
-	any := false
-	for _, inc := range gone {
-		any = any || inc == ""
-	}
-	f.mu.Unlock()
-	if !any {
+	first := !f.sweptOnce
+	if len(f.suspects) == 0 && !first {
+		f.mu.Unlock()
 		return
 	}
-	type stray struct{ node, inc string }
+	type now struct {
+		inc  string
+		gone bool // lost or stopped
+	}
+	nodes := map[string]now{}
+	for k, p := range f.peers {
+		nodes[k] = now{p.info.Incarnation, p.info.State == nodeLost || p.info.State == nodeStopped}
+	}
+	suspects := make(map[stray]bool, len(f.suspects))
+	for k := range f.suspects {
+		suspects[k] = true
+	}
+	f.mu.Unlock()
 	strays := map[stray]bool{}
 	err := f.scanJobs(f.ctx, func(e jobEntry, _ uint64) {
-		now, known := gone[e.Record.Node]
-		if !known || e.Record.State.Terminal() || e.Record.Node == "" || e.Record.State == api.StateQueued {
+		n, known := nodes[e.Record.Node]
+		if !known || e.Record.State.Terminal() || e.Record.State == api.StateQueued {
 			return
 		}
-		if now == "" || (now != e.Incarnation && e.Record.Node != f.name) {
+		if n.gone || n.inc != e.Incarnation {
 			strays[stray{e.Record.Node, e.Incarnation}] = true
 		}
 	})
@@ -366,6 +382,14 @@ func (f *Fleet) sweepLost() {
 		f.log.Debug().Err(err).Msg("sweeping lost nodes' jobs")
 		return
 	}
+	f.mu.Lock()
+	f.sweptOnce = true
+	for k := range suspects {
+		if !strays[k] {
+			delete(f.suspects, k)
+		}
+	}
+	f.mu.Unlock()
 	for s := range strays {
 		for _, id := range f.failJobs(f.ctx, s.node, s.inc) {
 			f.emit(ClusterJobLost{JobID: id, Node: s.node, Incarnation: s.inc, By: f.name})
