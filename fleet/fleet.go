@@ -132,6 +132,8 @@ type Fleet struct {
 	suspects  map[stray]bool
 	sweptOnce bool
 	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
+	// tests: called between a take and the lane's start
+	beforeRun atomic.Pointer[func(id string)]
 
 	stopOnce  sync.Once
 	closeOnce sync.Once

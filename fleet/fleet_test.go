@@ -234,3 +234,50 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancelling an unknown job: %v", err)
 	}
 }
+
+// A cancel that reaches the node between its take of a job and the lane's
+// start (the lane does not know the job yet) still cancels it: the job
+// ends cancelled and never starts.
+func TestCancelBetweenTakeAndStart(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	a, b := ns[0], ns[1]
+	entered, hold := make(chan string, 1), make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the nodes stop
+	fn := func(id string) {
+		entered <- id
+		<-hold
+	}
+	b.f.beforeRun.Store(&fn)
+	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	select {
+	case got := <-entered:
+		if got != id {
+			t.Fatalf("took %s, want %s", got, id)
+		}
+	case <-time.After(testWait):
+		t.Fatal("b did not take the job")
+	}
+	type res struct {
+		was bool
+		err error
+	}
+	ch := make(chan res, 1)
+	a.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
+	select {
+	case x := <-ch:
+		if x.err != nil || x.was {
+			t.Fatalf("cancelling %s between its take and its start: %v %v", id, x.was, x.err)
+		}
+	case <-time.After(testWait):
+		t.Fatal("the cancel was not answered")
+	}
+	release.Do(func() { close(hold) })
+	if rec := waitEnd(t, a, id); rec.State != api.StateCancelled || !rec.WasCancelled || rec.Node != b.name {
+		t.Fatalf("the job cancelled before its start: %+v", rec)
+	}
+	if n := r.count(id); n != 0 {
+		t.Fatalf("the job cancelled before its start ran %d times", n)
+	}
+}

@@ -263,6 +263,20 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
 	// a record changed since (cancelled, or taken by a node that died
 	// before acknowledging) fails it, and is read.
 	e, rev, known := queuedEntry(m.ID, m.Spec, m.CreatedAt), m.Rev, m.Rev > 0 && !m.CreatedAt.IsZero()
+	// Known here before the take is written: a cancel that comes between
+	// the take and the lane's start finds it (serveCancel).
+	j := &runJob{f: f, id: m.ID, lane: lane, started: make(chan struct{})}
+	f.mu.Lock()
+	f.running[j.id] = j
+	f.mu.Unlock()
+	taken := false
+	defer func() {
+		if !taken {
+			f.mu.Lock()
+			delete(f.running, j.id)
+			f.mu.Unlock()
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if !known {
 			var found bool
@@ -297,7 +311,12 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
 		// it is not waited for.
 		_ = msg.Ack()
 		f.emit(ClusterJobTaken{JobID: m.ID, Lane: lane})
-		f.run(&runJob{f: f, id: m.ID, lane: lane, entry: e, rev: nrev}, m.Spec)
+		taken = true
+		j.entry, j.rev = e, nrev
+		if fn := f.beforeRun.Load(); fn != nil {
+			(*fn)(j.id)
+		}
+		f.run(j, m.Spec)
 		return
 	}
 }
@@ -312,6 +331,12 @@ type runJob struct {
 	rev   uint64
 	ended bool
 
+	// Under f.mu: a cancel came before the lane had the job (it ends
+	// cancelled, never started); the lane is being given it (a cancel
+	// waits for started, closed once it has it or refused it).
+	cancelled, starting bool
+	started             chan struct{}
+
 	// The sink's; done reads them after the last sink.
 	pending   []jetstream.PubAckFuture
 	pubErrs   int
@@ -320,9 +345,17 @@ type runJob struct {
 
 func (f *Fleet) run(j *runJob, spec api.JobSpec) {
 	f.mu.Lock()
-	f.running[j.id] = j
+	cancelled := j.cancelled
+	j.starting = !cancelled
 	f.mu.Unlock()
-	if err := f.local.Run(j.id, spec, j.sink, j.done); err != nil {
+	if cancelled {
+		now := time.Now().UTC()
+		j.end(api.JobRecord{State: api.StateCancelled, WasCancelled: true, Error: api.ErrCancelled, FinishedAt: &now})
+		return
+	}
+	err := f.local.Run(j.id, spec, j.sink, j.done)
+	close(j.started)
+	if err != nil {
 		now := time.Now().UTC()
 		j.end(api.JobRecord{State: api.StateError, Error: "not_run: " + err.Error(), FinishedAt: &now})
 		return
@@ -518,7 +551,7 @@ func (f *Fleet) serveCancel(m *nats.Msg) {
 		_ = m.Respond(b)
 		return
 	}
-	f.local.Cancel(req.ID, req.Force, func(wasRunning bool, err error) {
+	f.cancelHere(req, func(wasRunning bool, err error) {
 		rep := cancelReply{WasRunning: wasRunning}
 		if err != nil {
 			rep.Code, rep.Error = api.CodeInternal, err.Error()
@@ -529,6 +562,42 @@ func (f *Fleet) serveCancel(m *nats.Msg) {
 		}
 		b, _ := json.Marshal(rep)
 		_ = m.Respond(b)
+	})
+}
+
+// cancelHere cancels a job this node took: through the lane once it has
+// it; before that, the take ends it cancelled, unstarted.
+func (f *Fleet) cancelHere(req cancelRequest, reply func(bool, error)) {
+	f.local.Cancel(req.ID, req.Force, func(wasRunning bool, err error) {
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+			reply(wasRunning, err)
+			return
+		}
+		f.mu.Lock()
+		j := f.running[req.ID]
+		starting := j != nil && j.starting
+		if j != nil && !starting {
+			j.cancelled = true
+		}
+		f.mu.Unlock()
+		if j == nil || !starting {
+			if j == nil {
+				reply(false, err)
+			} else {
+				reply(false, nil)
+			}
+			return
+		}
+		// Being given to the lane: asked again once it has it.
+		go func() {
+			select {
+			case <-j.started:
+				f.local.Cancel(req.ID, req.Force, reply)
+			case <-time.After(opTimeout):
+				reply(false, err)
+			}
+		}()
 	})
 }
 
