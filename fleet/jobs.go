@@ -221,12 +221,18 @@ func (f *Fleet) take(lane string, c jetstream.Consumer, wake chan struct{}) {
 			f.takeWG.Add(1)
 			go func() {
 				defer f.takeWG.Done()
-				f.takeOne(lane, msg)
-				promised.Add(-1)
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+				var once sync.Once
+				// Once the lane counts the job (or it was not taken), the
+				// slot is the lane's to report, not a promise.
+				f.takeOne(lane, msg, func() {
+					once.Do(func() {
+						promised.Add(-1)
+						select {
+						case wake <- struct{}{}:
+						default:
+						}
+					})
+				})
 			}()
 		}
 		done()
@@ -246,7 +252,8 @@ const maxTakeBatch = 64
 // record), then acknowledged, then run. A job whose record is not queued
 // (cancelled, or taken by a node that died before acknowledging) is
 // acknowledged and skipped: a redelivery never starts a job twice.
-func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
+func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
+	defer queued()
 	if f.takeCtx.Err() != nil {
 		_ = msg.Nak()
 		return
@@ -316,7 +323,7 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg) {
 		if fn := f.beforeRun.Load(); fn != nil {
 			(*fn)(j.id)
 		}
-		f.run(j, m.Spec)
+		f.run(j, m.Spec, queued)
 		return
 	}
 }
@@ -343,7 +350,7 @@ type runJob struct {
 	published int64
 }
 
-func (f *Fleet) run(j *runJob, spec api.JobSpec) {
+func (f *Fleet) run(j *runJob, spec api.JobSpec, queued func()) {
 	f.mu.Lock()
 	cancelled := j.cancelled
 	j.starting = !cancelled
@@ -355,6 +362,7 @@ func (f *Fleet) run(j *runJob, spec api.JobSpec) {
 	}
 	err := f.local.Run(j.id, spec, j.sink, j.done)
 	close(j.started)
+	queued()
 	if err != nil {
 		now := time.Now().UTC()
 		j.end(api.JobRecord{State: api.StateError, Error: "not_run: " + err.Error(), FinishedAt: &now})
