@@ -188,21 +188,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("started %s, want %s", got, held)
 	}
 	queued := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
-	cancel := func(id string) (bool, error) {
-		type res struct {
-			was bool
-			err error
-		}
-		ch := make(chan res, 1)
-		a.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
-		select {
-		case x := <-ch:
-			return x.was, x.err
-		case <-time.After(testWait):
-			t.Fatalf("cancel of %s not answered", id)
-			return false, nil
-		}
-	}
+	cancel := func(id string) (bool, error) { return cancelOn(t, a, id) }
 	if was, err := cancel(queued); err != nil || was {
 		t.Fatalf("cancelling queued %s: %v %v", queued, was, err)
 	}
@@ -259,19 +245,8 @@ func TestCancelBetweenTakeAndStart(t *testing.T) {
 	case <-time.After(testWait):
 		t.Fatal("b did not take the job")
 	}
-	type res struct {
-		was bool
-		err error
-	}
-	ch := make(chan res, 1)
-	a.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
-	select {
-	case x := <-ch:
-		if x.err != nil || x.was {
-			t.Fatalf("cancelling %s between its take and its start: %v %v", id, x.was, x.err)
-		}
-	case <-time.After(testWait):
-		t.Fatal("the cancel was not answered")
+	if was, err := cancelOn(t, a, id); err != nil || was {
+		t.Fatalf("cancelling %s between its take and its start: %v %v", id, was, err)
 	}
 	release.Do(func() { close(hold) })
 	if rec := waitEnd(t, a, id); rec.State != api.StateCancelled || !rec.WasCancelled || rec.Node != b.name {
@@ -279,5 +254,23 @@ func TestCancelBetweenTakeAndStart(t *testing.T) {
 	}
 	if n := r.count(id); n != 0 {
 		t.Fatalf("the job cancelled before its start ran %d times", n)
+	}
+}
+
+// cancelOn cancels id through n and waits (testWait) for the answer.
+func cancelOn(t *testing.T, n *testNode, id string) (bool, error) {
+	t.Helper()
+	type res struct {
+		was bool
+		err error
+	}
+	ch := make(chan res, 1)
+	n.f.Cancel(id, false, func(w bool, err error) { ch <- res{w, err} })
+	select {
+	case x := <-ch:
+		return x.was, x.err
+	case <-time.After(testWait):
+		t.Fatalf("cancel of %s not answered", id)
+		return false, nil
 	}
 }
