@@ -274,13 +274,22 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 	// the take and the lane's start finds it (serveCancel).
 	j := &runJob{f: f, id: m.ID, lane: lane, started: make(chan struct{})}
 	f.mu.Lock()
+	if f.running[j.id] != nil {
+		// A redelivery while this node's own take of it is in flight:
+		// later, when the record says what became of it.
+		f.mu.Unlock()
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
 	f.running[j.id] = j
 	f.mu.Unlock()
 	taken := false
 	defer func() {
 		if !taken {
 			f.mu.Lock()
-			delete(f.running, j.id)
+			if f.running[j.id] == j {
+				delete(f.running, j.id)
+			}
 			f.mu.Unlock()
 		}
 	}()
@@ -447,7 +456,9 @@ func (j *runJob) end(rec api.JobRecord) {
 	defer f.ending.Add(-1)
 	defer func() {
 		f.mu.Lock()
-		delete(f.running, j.id)
+		if f.running[j.id] == j {
+			delete(f.running, j.id)
+		}
 		f.mu.Unlock()
 	}()
 	j.mu.Lock()
@@ -687,34 +698,27 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 	}
-	c, err := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, MaxResetAttempts: maxResets})
-	if err != nil {
-		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
-	}
+	// Message by message from the stream's leader (the next one of the
+	// job's subject from a sequence on), not through a consumer: a
+	// consumer is made by the JetStream meta group, a round on every
+	// server per read, and one placed on a server that has died is never
+	// made (seen with an operator's cluster that lost a server).
 	var out []byte
-	for int64(len(out)) < limit {
-		batch, done, err := fetch(ctx, c, 256, opTimeout)
+	for seq := uint64(1); int64(len(out)) < limit; {
+		m, err := f.out.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil // the rest is gone (the stream's limits)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 		}
-		defer done()
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			if msg.Headers().Get(hdrEnd) == "" && int64(len(out)) < limit {
-				d := msg.Data()
-				out = append(out, d[:min(int64(len(d)), limit-int64(len(out)))]...)
-			}
-			if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last.Sequence {
-				return out, nil
-			}
+		if m.Header.Get(hdrEnd) == "" {
+			out = append(out, m.Data[:min(int64(len(m.Data)), limit-int64(len(out)))]...)
 		}
-		if n == 0 {
-			return out, batch.Error()
+		if m.Sequence >= last.Sequence {
+			break
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, ctx.Err())
-		}
+		seq = m.Sequence + 1
 	}
 	return out, nil
 }
