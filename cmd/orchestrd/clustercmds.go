@@ -44,15 +44,6 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 
 const nodesUsage = "orchestrd nodes [--home DIR] [--json]"
 
-// nodeRow is a node as cluster.nodes gives it.
-type nodeRow struct {
-	Name        string         `json:"name"`
-	State       string         `json:"state"`
-	Lanes       []string       `json:"lanes"`
-	FreeSlots   map[string]int `json:"free"`
-	HeartbeatAt time.Time      `json:"heartbeat_at"`
-}
-
 func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("nodes")
 	home := homeFlag(fs)
@@ -63,7 +54,7 @@ func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	var res struct {
-		Nodes []nodeRow `json:"nodes"`
+		Nodes []fleet.NodeStatus `json:"nodes"`
 	}
 	if err := call(c, "cluster.nodes", nil, &res); err != nil {
 		return callErr(stderr, err)
@@ -77,7 +68,7 @@ func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	for _, n := range res.Nodes {
 		var ls []string
 		for _, l := range n.Lanes {
-			ls = append(ls, l+" ("+strconv.Itoa(n.FreeSlots[l])+")")
+			ls = append(ls, l+" ("+strconv.Itoa(n.Free[l])+")")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.State, dash(strings.Join(ls, ", ")), formatAge(now.Sub(n.HeartbeatAt)))
 	}
