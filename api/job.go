@@ -311,6 +311,10 @@ type Filter struct {
 	Cursor string `json:"cursor,omitempty"`
 }
 
+// ClusterJobPrefix starts the id of every job of a fleet's shared lanes
+// (the ids a fleet gives); no other job's id starts with it.
+const ClusterJobPrefix = "c-"
+
 // MaxListLimit is the largest page job.list gives.
 const MaxListLimit = 10000
 

@@ -28,6 +28,9 @@ func (l fleetLocal) OnSlotFreed(fn func())     { l.m.OnSlotFreed(fn) }
 func (l fleetLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), done func(api.JobRecord)) error {
 	return l.m.RunClusterJob(id, spec, sink, done)
 }
+func (l fleetLocal) Stdin(id string, data []byte, eof bool, reply func(error)) {
+	l.m.StdinHere(id, data, eof, reply)
+}
 func (l fleetLocal) Cancel(id string, force bool, reply func(bool, error)) {
 	l.m.CancelHere(id, force, reply)
 }

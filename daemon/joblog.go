@@ -50,10 +50,10 @@ func (l jobLog) FinishAll(ctx context.Context, recs []api.JobRecord) error {
 
 func (l jobLog) Get(id string) (api.JobRecord, bool, error) { return l.st.Jobs().Get(id) }
 
-func (l jobLog) List(q lanes.JobQuery) ([]api.JobRecord, string, error) {
+func (l jobLog) List(q lanes.JobQuery) (lanes.JobPage, error) {
 	p, err := l.st.Jobs().List(state.Query{State: q.State, Lane: q.Lane, Since: q.Since, Limit: q.Limit,
-		Cursor: q.Cursor, Newest: q.Newest})
-	return p.Jobs, p.Next, err
+		Cursor: q.Cursor, Newest: q.Newest, NotPrefix: q.NotPrefix})
+	return lanes.JobPage{Jobs: p.Jobs, After: p.After, Next: p.Next}, err
 }
 
 func (l jobLog) Unfinished() ([]lanes.UnfinishedJob, error) {

@@ -86,6 +86,8 @@ type jobEntry struct {
 	// Kept is how many bytes of the output stream the record keeps (Get
 	// reads that much), set at the end.
 	Kept int64 `json:"kept,omitempty"`
+	// StdinStream: the job takes its stdin streamed (job.stdin).
+	StdinStream bool `json:"stdin_stream,omitempty"`
 }
 
 // decodeJob decodes key's value in the jobs bucket.
@@ -126,7 +128,7 @@ type jobMessage struct {
 // queuedEntry is the record a submission of spec as id makes.
 func queuedEntry(id string, spec api.JobSpec, created time.Time) jobEntry {
 	return jobEntry{Record: api.JobRecord{ID: id, Lane: spec.Lane, State: api.StateQueued, Command: spec.Command,
-		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: created}, MaxOutput: spec.MaxOutputBytes}
+		Argv: spec.Argv, Cwd: spec.Cwd, CreatedAt: created}, MaxOutput: spec.MaxOutputBytes, StdinStream: spec.StdinStream}
 }
 
 // decodeJobMessage decodes a lane queue's message for lane.
@@ -149,7 +151,7 @@ func decodeJobMessage(lane string, b []byte) (jobMessage, error) {
 
 // validJobID: c-<hex>-<decimal>.
 func validJobID(id string) bool {
-	if !strings.HasPrefix(id, "c-") || len(id) > 64 {
+	if !strings.HasPrefix(id, api.ClusterJobPrefix) || len(id) > 64 {
 		return false
 	}
 	parts := strings.Split(id[2:], "-")

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -41,33 +42,45 @@ const (
 	laneStreamPfx = "ORCHESTRD_LANE_"
 	laneSubjPfx   = "orchestrd.lane."
 	outSubjPfx    = "orchestrd.out."
+	inputStream   = "ORCHESTRD_INPUT"
+	inSubjPfx     = "orchestrd.in."
+	inTakenPfx    = "orchestrd.intaken."
 	eventsSubjPfx = "orchestrd.events."
 	nodeSubjPfx   = "orchestrd.node."
 	workers       = "workers"
 
 	hdrStream = "Orchestrd-Stream"
 	hdrEnd    = "Orchestrd-End"
+	hdrEOF    = "Orchestrd-Eof"
 )
 
 // Limits (ARCHITECTURE.md, "The fleet").
 const (
-	jobsMaxAge       = 7 * 24 * time.Hour
-	jobsMaxBytes     = 1 << 30
-	outputMaxAge     = time.Hour
-	outputMaxBytes   = 1 << 30
-	eventsMaxAge     = 24 * time.Hour
-	eventsMaxBytes   = 256 << 20
-	laneMaxMsgs      = 100_000
-	laneMaxBytes     = 1 << 30
-	laneMaxMsgSize   = 1 << 20
-	maxAckPending    = 1024
-	pieceMax         = 64 << 10 // an output message's data
-	pubWindow        = 32       // output messages in flight per job
-	eventQueue       = 4096     // event lines waiting for the publisher
-	submitsInFlight  = 256
-	opTimeout        = 5 * time.Second
-	startTimeout     = 2 * time.Minute
-	endRetryFor      = 30 * time.Second
+	jobsMaxAge      = 7 * 24 * time.Hour
+	jobsMaxBytes    = 1 << 30
+	outputMaxAge    = time.Hour
+	outputMaxBytes  = 1 << 30
+	inputMaxAge     = time.Hour
+	inputMaxBytes   = 1 << 30
+	inputPerJob     = 8 // pieces of a job's stdin kept, not yet given to it
+	eventsMaxAge    = 24 * time.Hour
+	eventsMaxBytes  = 256 << 20
+	laneMaxMsgs     = 100_000
+	laneMaxBytes    = 1 << 30
+	laneMaxMsgSize  = 1 << 20
+	maxAckPending   = 1024
+	pieceMax        = 64 << 10 // an output message's data
+	pubWindow       = 32       // output messages in flight per job
+	eventQueue      = 4096     // event lines waiting for the publisher
+	submitsInFlight = 256
+	opTimeout       = 5 * time.Second
+	startTimeout    = 2 * time.Minute
+	endRetryFor     = 30 * time.Second
+	// submitFor bounds a submission, its tries again included: long
+	// enough to ride out a JetStream leader election (seconds), short of
+	// the CLI's 30 s.
+	submitFor        = 20 * time.Second
+	retryPause       = 200 * time.Millisecond
 	defaultKeptBytes = 1 << 20 // lanes' default max_output_bytes
 )
 
@@ -99,6 +112,7 @@ type Fleet struct {
 	jobs  jetstream.KeyValue
 	nodes jetstream.KeyValue
 	out   jetstream.Stream
+	in    jetstream.Stream
 	evs   jetstream.Stream
 
 	ctx    context.Context // the fleet's life
@@ -161,7 +175,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
-		name: cfg.Name, inc: randHex(8), idPrefix: "c-" + randHex(3) + "-", startedAt: time.Now().UTC(),
+		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(3) + "-", startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]bool{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -326,6 +340,15 @@ func (f *Fleet) setupOnce(ctx context.Context, r int) error {
 	if f.out == nil {
 		f.out, err = f.stream(octx, jetstream.StreamConfig{Name: outputStream, Subjects: []string{outSubjPfx + ">"},
 			Retention: jetstream.LimitsPolicy, MaxAge: outputMaxAge, MaxBytes: outputMaxBytes, Discard: jetstream.DiscardOld,
+			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: laneMaxMsgSize})
+		if err != nil {
+			return err
+		}
+	}
+	if f.in == nil {
+		f.in, err = f.stream(octx, jetstream.StreamConfig{Name: inputStream, Subjects: []string{inSubjPfx + ">"},
+			Retention: jetstream.LimitsPolicy, MaxAge: inputMaxAge, MaxBytes: inputMaxBytes,
+			Discard: jetstream.DiscardNew, DiscardNewPerSubject: true, MaxMsgsPerSubject: inputPerJob,
 			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: laneMaxMsgSize})
 		if err != nil {
 			return err
@@ -498,7 +521,7 @@ func (f *Fleet) Serves(lane string) bool {
 }
 
 // Owns: id names a cluster job.
-func (f *Fleet) Owns(id string) bool { return strings.HasPrefix(id, "c-") }
+func (f *Fleet) Owns(id string) bool { return strings.HasPrefix(id, api.ClusterJobPrefix) }
 
 func (f *Fleet) newID() string { return f.idPrefix + strconv.FormatUint(f.seq.Add(1), 10) }
 
@@ -506,6 +529,37 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// again runs op until it succeeds, fails for good or ctx ends. A try that
+// reached no stream leader (an election, a server restarting or lost) was
+// certainly not carried out and is made again after a pause; so is one
+// that ran out of its own time (opTimeout) while ctx has more, which may
+// have been carried out: op is told the try (0, 1, ...) so that it can
+// tell its own earlier write from another's.
+func again(ctx context.Context, op func(ctx context.Context, try int) error) error {
+	for try := 0; ; try++ {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := op(octx, try)
+		timedOut := octx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if !noStream(err) && !(timedOut && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// noStream: the request reached no stream leader.
+func noStream(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // isWrongSeq: a CAS (Create, Update) lost to another writer.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/api/apitest"
@@ -76,10 +77,6 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
 		t.Fatalf("a lane nobody serves: %v", err)
 	}
-	_, err = trySubmit(a, api.JobSpec{Lane: "gpu", Command: "cat", StdinStream: true})
-	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidParams {
-		t.Fatalf("streamed stdin: %v", err)
-	}
 
 	// cluster.nodes and cluster.events.
 	mux := apitest.Mux{}
@@ -128,6 +125,96 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 		nc.Close()
 		t.Fatal("an anonymous client connected")
 	}
+}
+
+// A job's stdin streamed from the nodes: pieces sent while the job is
+// queued are kept for it, as many as the stream keeps a job (one more
+// waits: flow control), and the job gets every byte in order, whichever
+// node sent each piece (the one that runs it too).
+func TestStreamedStdin(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	a, b := ns[0], ns[1]
+	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
+	if got := b.waitStarted(t); got != held {
+		t.Fatalf("started %s, want %s", got, held)
+	}
+	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "cat", StdinStream: true})
+	stdin := func(n *testNode, data []byte, eof bool) chan error {
+		ch := make(chan error, 1)
+		n.f.Stdin(id, data, eof, func(err error) { ch <- err })
+		return ch
+	}
+	piece := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i*37) }
+	var want bytes.Buffer
+	for i := range inputPerJob {
+		if err := <-stdin(a, piece(i), false); err != nil {
+			t.Fatalf("piece %d while the job is queued: %v", i, err)
+		}
+		want.Write(piece(i))
+	}
+	more := stdin(a, piece(inputPerJob), false)
+	want.Write(piece(inputPerJob))
+	subj := inSubjPfx + id
+	kept := func() uint64 {
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		info, err := a.f.in.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			t.Fatalf("reading the input stream: %v", err)
+		}
+		return info.State.Subjects[subj]
+	}
+	if n := kept(); n != inputPerJob {
+		t.Fatalf("%d pieces kept for the queued job, want %d", n, inputPerJob)
+	}
+	select {
+	case err := <-more:
+		t.Fatalf("a piece beyond %d was answered while the job is queued: %v", inputPerJob, err)
+	default:
+	}
+	// The lane's slot frees: the job starts and reads.
+	if !b.local.release(held, api.StateSucceeded) {
+		t.Fatal("the held job is not running")
+	}
+	if err := <-more; err != nil {
+		t.Fatalf("piece %d once the job reads: %v", inputPerJob, err)
+	}
+	for i := inputPerJob + 1; i < 5*inputPerJob; i++ {
+		n := a
+		if i%3 == 0 {
+			n = b // the node that runs it
+		}
+		if err := <-stdin(n, piece(i), false); err != nil {
+			t.Fatalf("piece %d from %s: %v", i, n.name, err)
+		}
+		want.Write(piece(i))
+	}
+	if err := <-stdin(a, []byte("end"), true); err != nil {
+		t.Fatalf("the last piece: %v", err)
+	}
+	want.WriteString("end")
+	rec := waitEnd(t, a, id)
+	if rec.State != api.StateSucceeded || rec.Output != want.String() {
+		t.Fatalf("the job's output: %s, %d bytes, want %d (its stdin in order)", rec.State, len(rec.Output), want.Len())
+	}
+	waitFor(t, "the ended job's stdin purged", func() bool { return kept() == 0 })
+
+	var ae *api.Error
+	if err := <-stdin(a, []byte("late"), false); !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("stdin of an ended job: %v", err)
+	}
+	plain := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
+	ch := make(chan error, 1)
+	a.f.Stdin(plain, []byte("x"), false, func(err error) { ch <- err })
+	if err := <-ch; !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("stdin of a job not submitted with stdin_stream: %v", err)
+	}
+	a.f.Stdin("c-00-1", []byte("x"), false, func(err error) { ch <- err })
+	if err := <-ch; !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("stdin of an unknown job: %v", err)
+	}
+	waitEnd(t, a, plain)
 }
 
 // Many jobs submitted at once from three nodes, two of them serving the

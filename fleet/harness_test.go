@@ -71,6 +71,15 @@ type fakeJob struct {
 	sink    func(string, []byte)
 	done    func(api.JobRecord)
 	release chan api.State
+	stdin   chan stdinPiece // a "cat" job's
+	ended   chan struct{}
+}
+
+// stdinPiece is a piece of a "cat" job's stdin and its call's answer.
+type stdinPiece struct {
+	data  []byte
+	eof   bool
+	taken func(error)
 }
 
 func newFakeLocal(node string, lanes []string, slots int, r *runs) *fakeLocal {
@@ -120,7 +129,8 @@ func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), 
 		return fmt.Errorf("lane %s is full", spec.Lane)
 	}
 	l.runs.add(id, l.node)
-	j := &fakeJob{id: id, sink: sink, done: done, release: make(chan api.State, 1)}
+	j := &fakeJob{id: id, sink: sink, done: done, release: make(chan api.State, 1), stdin: make(chan stdinPiece),
+		ended: make(chan struct{})}
 	l.mu.Lock()
 	l.running[id] = j
 	l.mu.Unlock()
@@ -128,11 +138,26 @@ func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), 
 	go func() {
 		st := api.StateSucceeded
 		n := 0
-		if spec.Command == "hold" {
+		switch {
+		case spec.Command == "cat" && spec.StdinStream:
+			// Its stdin back as its output, a piece taken at a time;
+			// cancelled, it reads no more.
+			for eof := false; !eof; {
+				select {
+				case p := <-j.stdin:
+					sink("stdout", p.data)
+					n += len(p.data)
+					eof = p.eof
+					p.taken(nil)
+				case st = <-j.release:
+					eof = true
+				}
+			}
+		case spec.Command == "hold":
 			st = <-j.release
 			sink("stdout", []byte("held "+id))
 			n = len("held " + id)
-		} else {
+		default:
 			for _, p := range testOutput(id) {
 				sink(p[0], []byte(p[1]))
 				n += len(p[1])
@@ -148,6 +173,7 @@ func (l *fakeLocal) finish(j *fakeJob, st api.State, n int) {
 	delete(l.running, j.id)
 	fn := l.freed
 	l.mu.Unlock()
+	close(j.ended)
 	code := int32(0)
 	now := time.Now().UTC()
 	rec := api.JobRecord{ID: j.id, State: st, ExitCode: &code, FinishedAt: &now, WasCancelled: st == api.StateCancelled,
@@ -168,6 +194,23 @@ func (l *fakeLocal) release(id string, st api.State) bool {
 	}
 	j.release <- st
 	return true
+}
+
+func (l *fakeLocal) Stdin(id string, data []byte, eof bool, reply func(error)) {
+	l.mu.Lock()
+	j := l.running[id]
+	l.mu.Unlock()
+	if j == nil {
+		reply(api.Errorf(api.CodeNotFound, "job %s does not run here", id))
+		return
+	}
+	go func() {
+		select {
+		case j.stdin <- stdinPiece{data: data, eof: eof, taken: reply}:
+		case <-j.ended:
+			reply(api.Errorf(api.CodeInvalidState, "job %s finished; its stdin is closed", id))
+		}
+	}()
 }
 
 func (l *fakeLocal) Cancel(id string, _ bool, reply func(bool, error)) {

@@ -18,8 +18,14 @@ import (
 )
 
 // getJob reads id's entry and revision.
+// A read that reaches no leader is made again (again) until ctx ends.
 func (f *Fleet) getJob(ctx context.Context, id string) (jobEntry, uint64, bool, error) {
-	e, err := f.jobs.Get(ctx, id)
+	var e jetstream.KeyValueEntry
+	err := again(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		e, err = f.jobs.Get(ctx, id)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return jobEntry{}, 0, false, nil
 	}
@@ -76,10 +82,6 @@ func (f *Fleet) scanJobs(ctx context.Context, fn func(jobEntry, uint64)) error {
 // Submit records spec as a queued cluster job, then commits it into its
 // lane's work queue; reply gets the id once both are done.
 func (f *Fleet) Submit(spec api.JobSpec, reply func(id string, err error)) {
-	if spec.StdinStream {
-		reply("", api.Errorf(api.CodeInvalidParams, "lane %s is shared across the fleet: its jobs take stdin given at submission, not streamed", spec.Lane))
-		return
-	}
 	if !validToken(spec.Lane) || !f.Serves(spec.Lane) {
 		reply("", api.Errorf(api.CodeNotFound, "lane %q is not served by any live node of the fleet", spec.Lane))
 		return
@@ -97,15 +99,34 @@ func (f *Fleet) Submit(spec api.JobSpec, reply func(id string, err error)) {
 	}()
 }
 
+// submit records the job, then queues it. Both are tried again while they
+// reach no stream leader (again), so that a submission rides out an
+// election: a second try of the record that finds it made reads it back
+// (the first try was carried out but its answer lost), and the queue
+// drops a second copy of the message by its id.
 func (f *Fleet) submit(id string, spec api.JobSpec) (string, error) {
-	ctx, cancel := context.WithTimeout(f.ctx, 2*opTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, submitFor)
 	defer cancel()
 	e := queuedEntry(id, spec, time.Now().UTC())
 	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
 	}
-	rev, err := f.jobs.Create(ctx, id, b)
+	var rev uint64
+	err = again(ctx, func(ctx context.Context, try int) error {
+		var err error
+		rev, err = f.jobs.Create(ctx, id, b)
+		if try > 0 && errors.Is(err, jetstream.ErrKeyExists) {
+			// Ids are this node's own: the record there is an earlier
+			// try's if it was made at this submission's moment.
+			cur, crev, found, gerr := f.getJob(ctx, id)
+			if gerr == nil && found && cur.Record.CreatedAt.Equal(e.Record.CreatedAt) {
+				rev = crev
+				return nil
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("recording cluster job %s: %w", id, err)
 	}
@@ -113,7 +134,10 @@ func (f *Fleet) submit(id string, spec api.JobSpec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding cluster job %s: %w", id, err)
 	}
-	_, err = f.js.Publish(ctx, laneSubjPfx+spec.Lane, msg, jetstream.WithMsgID(id))
+	err = again(ctx, func(ctx context.Context, _ int) error {
+		_, err := f.js.Publish(ctx, laneSubjPfx+spec.Lane, msg, jetstream.WithMsgID(id))
+		return err
+	})
 	if err == nil {
 		return id, nil
 	}
@@ -353,6 +377,9 @@ type runJob struct {
 	cancelled, starting bool
 	started             chan struct{}
 
+	// stopIn stops the feed of its streamed stdin (feedStdin), under mu.
+	stopIn context.CancelFunc
+
 	// The sink's; done reads them after the last sink.
 	pending   []jetstream.PubAckFuture
 	pubErrs   int
@@ -372,6 +399,17 @@ func (f *Fleet) run(j *runJob, spec api.JobSpec, queued func()) {
 	err := f.local.Run(j.id, spec, j.sink, j.done)
 	close(j.started)
 	queued()
+	if err == nil && spec.StdinStream {
+		ctx, stop := context.WithCancel(f.ctx)
+		j.mu.Lock()
+		j.stopIn = stop
+		ended := j.ended
+		j.mu.Unlock()
+		if ended {
+			stop()
+		}
+		go j.feedStdin(ctx)
+	}
 	if err != nil {
 		now := time.Now().UTC()
 		j.end(api.JobRecord{State: api.StateError, Error: "not_run: " + err.Error(), FinishedAt: &now})
@@ -464,6 +502,12 @@ func (j *runJob) end(rec api.JobRecord) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.ended = true
+	if j.stopIn != nil {
+		j.stopIn()
+	}
+	if e := j.entry; e.StdinStream {
+		defer f.purgeStdin(j.id)
+	}
 	e := j.entry
 	old := e.Record
 	if rec.OutputBytes == 0 {
@@ -648,6 +692,9 @@ func (f *Fleet) cancel1(id string, force bool) (bool, error) {
 			}
 			if err != nil {
 				return false, fmt.Errorf("cancelling cluster job %s: %w", id, err)
+			}
+			if e.StdinStream {
+				f.purgeStdin(id)
 			}
 			return false, nil
 		}
@@ -877,18 +924,27 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	subj := outSubjPfx + id
-	// The record and a consumer of the output, tried again for a while:
-	// the fleet may be electing a leader (just started, or a node died).
-	var c jetstream.Consumer
+	// Woken by each piece published from now on (a plain subscription:
+	// the pieces are read from the stream, in order, not from it).
+	wake := make(chan struct{}, 1)
+	sub, err := f.nc.Subscribe(subj, func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// The record, tried again for a while: the fleet may be electing a
+	// leader (just started, or a node died).
 	for deadline := time.Now().Add(followSetup); ; {
 		gctx, gcancel := context.WithTimeout(ctx, opTimeout)
 		_, _, found, err := f.getJob(gctx, id)
 		gcancel()
 		if err == nil && !found {
 			return api.JobRecord{}, api.Errorf(api.CodeNotFound, "no job %q", id)
-		}
-		if err == nil {
-			c, err = f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, MaxResetAttempts: maxResets})
 		}
 		if err == nil {
 			break
@@ -907,42 +963,38 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 			term <- e.Record
 		}
 	}()
-	var consumed, last uint64
+	// The output, message by message from the stream's leader (as
+	// readOutput, and for its reasons: no consumer to make, none to lose
+	// with a server), from next on, until a read finds nothing newer.
+	// The end is recorded only after every piece was stored, so a read
+	// that finds nothing once the record has ended has read them all.
+	next := uint64(1)
 	var ended *api.JobRecord
-	lastKnown := false
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	fails := 0
 	for {
-		if err := ctx.Err(); err != nil {
-			return api.JobRecord{}, err
-		}
-		batch, done, err := fetch(ctx, c, 64, 250*time.Millisecond)
-		if err != nil {
-			// An ordered consumer that could not be reset (the server it
-			// lived on died) stays broken: a new one, from where this one
-			// left off.
-			if fails++; fails == 1 || fails%20 == 0 {
-				f.log.Debug().Err(err).Str("job_id", id).Int("fails", fails).Msg("following a cluster job's output")
+		caughtUp := false
+		for !caughtUp {
+			if err := ctx.Err(); err != nil {
+				return api.JobRecord{}, err
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
+			gctx, gcancel := context.WithTimeout(ctx, opTimeout)
+			m, err := f.out.GetMsg(gctx, next, jetstream.WithGetMsgSubject(subj))
+			gcancel()
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				caughtUp = true
+				break
 			}
-			if fails%4 == 0 {
-				nc, nerr := f.js.OrderedConsumer(ctx, outputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj},
-					DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: consumed + 1, MaxResetAttempts: maxResets})
-				if nerr == nil {
-					c = nc
+			if err != nil {
+				if fails++; fails == 1 || fails%20 == 0 {
+					f.log.Debug().Err(err).Str("job_id", id).Int("fails", fails).Msg("following a cluster job's output")
 				}
+				break
 			}
-			batch, done = nil, func() {}
-		} else {
 			fails = 0
-		}
-		for msg := range messages(batch) {
-			if md, err := msg.Metadata(); err == nil {
-				consumed = md.Sequence.Stream
-			}
-			if msg.Headers().Get(hdrEnd) != "" {
+			next = m.Sequence + 1
+			if m.Header.Get(hdrEnd) != "" {
 				if ended != nil {
 					return *ended, nil
 				}
@@ -953,54 +1005,38 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 					return api.JobRecord{}, ctx.Err()
 				}
 			}
-			if err := sink(msg.Headers().Get(hdrStream), msg.Data()); err != nil {
+			if err := sink(m.Header.Get(hdrStream), m.Data); err != nil {
 				return api.JobRecord{}, err
 			}
 		}
-		done()
-		if ended == nil {
-			select {
-			case r := <-term:
-				ended = &r
-			default:
-			}
+		if ended != nil && caughtUp {
+			return *ended, nil
 		}
-		if ended != nil {
-			if !lastKnown {
-				gctx, gcancel := context.WithTimeout(ctx, opTimeout)
-				m, err := f.out.GetLastMsgForSubject(gctx, subj)
-				gcancel()
-				switch {
-				case errors.Is(err, jetstream.ErrMsgNotFound):
-					return *ended, nil
-				case err == nil:
-					last, lastKnown = m.Sequence, true
-				}
+		if !caughtUp {
+			// A read failed: again shortly.
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
 			}
-			if lastKnown && consumed >= last {
-				return *ended, nil
-			}
+			continue
+		}
+		select {
+		case <-wake:
+		case r := <-term:
+			ended = &r
+		case <-tick.C:
+		case <-ctx.Done():
 		}
 	}
 }
 
-// followSetup bounds how long Follow tries to read a job's record and
-// start consuming its output before it gives up.
+// followSetup bounds how long Follow tries to read a job's record before
+// it gives up.
 const followSetup = 30 * time.Second
 
 // maxResets bounds an ordered consumer's own attempts to recreate itself
 // (unbounded by default, inside a Fetch that then never returns).
 const maxResets = 3
-
-// messages is batch's messages; none for no batch.
-func messages(batch jetstream.MessageBatch) <-chan jetstream.Msg {
-	if batch == nil {
-		ch := make(chan jetstream.Msg)
-		close(ch)
-		return ch
-	}
-	return batch.Messages()
-}
 
 // fetch pulls up to n messages, waiting at most wait (or until ctx ends);
 // done ends the pull (its goroutine) once its messages are read.

@@ -25,4 +25,8 @@ type Local interface {
 	Run(id string, spec api.JobSpec, sink func(stream string, data []byte), done func(api.JobRecord)) error
 	// Cancel cancels job id if it runs here (force: SIGKILL at once).
 	Cancel(id string, force bool, reply func(wasRunning bool, err error))
+	// Stdin gives job id, run here with stdin_stream, the next piece of
+	// its stdin (eof: then its end); reply runs once the piece is on its
+	// way to the job, which waits for the job to read (flow control).
+	Stdin(id string, data []byte, eof bool, reply func(error))
 }

@@ -33,6 +33,12 @@ type Cluster interface {
 	Cancel(id string, force bool, reply func(wasRunning bool, err error))
 	// List lists cluster jobs matching f, oldest first, without output.
 	List(f api.Filter) ([]api.JobRecord, error)
+	// Stdin gives a cluster job submitted with stdin_stream the next piece
+	// of its stdin (eof: then its end), wherever it runs or will run;
+	// reply runs once (on any goroutine) when the piece is kept for it,
+	// which waits while the job has not taken the pieces before (flow
+	// control).
+	Stdin(id string, data []byte, eof bool, reply func(error))
 	// Follow delivers the job's output from its first byte, in order, to
 	// sink, which may block (the fleet reads no further meanwhile), until
 	// the job ends: it returns the terminal record (without output).
@@ -93,10 +99,6 @@ func checkSpec(spec *api.JobSpec) error {
 func (m *Manager) submitCluster(c Cluster, spec api.JobSpec, who string, answer func(id string, r *OutputReader, err error)) {
 	if e := checkSpec(&spec); e != nil {
 		answer("", nil, e)
-		return
-	}
-	if spec.StdinStream {
-		answer("", nil, api.Errorf(api.CodeInvalidParams, "lane %s is shared across the fleet: its jobs take stdin given at submission (stdin, stdin_b64), not streamed", spec.Lane))
 		return
 	}
 	if e := m.takeStdin(&spec); e != nil {

@@ -68,7 +68,7 @@ func (g *gateLog) RecordFinished(rec api.JobRecord, done func(error)) {
 }
 func (g *gateLog) FinishAll(context.Context, []api.JobRecord) error { return nil }
 func (g *gateLog) Get(string) (api.JobRecord, bool, error)          { return api.JobRecord{}, false, nil }
-func (g *gateLog) List(JobQuery) ([]api.JobRecord, string, error)   { return nil, "", nil }
+func (g *gateLog) List(JobQuery) (JobPage, error)                   { return JobPage{}, nil }
 func (g *gateLog) Unfinished() ([]UnfinishedJob, error)             { return nil, nil }
 
 func (g *gateLog) next(t *testing.T, kind string) heldWrite {

@@ -28,9 +28,8 @@ type JobLog interface {
 	FinishAll(ctx context.Context, recs []api.JobRecord) error
 	// Get reads a job's record with its output.
 	Get(id string) (api.JobRecord, bool, error)
-	// List reads one page of jobs (see JobQuery); next is the cursor of
-	// the page after it, "" for the last.
-	List(q JobQuery) (jobs []api.JobRecord, next string, err error)
+	// List reads one page of jobs (see JobQuery).
+	List(q JobQuery) (JobPage, error)
 	// Unfinished reads the jobs a dead daemon left unfinished, in
 	// submission order, with the specs they were submitted with.
 	Unfinished() ([]UnfinishedJob, error)
@@ -43,6 +42,16 @@ type JobQuery struct {
 	Limit       int       // the most jobs a page holds; 0: all
 	Cursor      string    // the next of the previous page
 	Newest      bool      // newest first, else oldest first
+	NotPrefix   string    // leaves out jobs whose id starts with it
+}
+
+// JobPage is one page of JobLog.List.
+type JobPage struct {
+	Jobs []api.JobRecord
+	// After[i] is the cursor that continues the listing after Jobs[i].
+	After []string
+	// Next is the cursor of the page after this one, "" for the last.
+	Next string
 }
 
 // UnfinishedJob is a job recorded and never finished.

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -391,41 +393,28 @@ func (m *Manager) List(f api.Filter) []api.JobRecord {
 }
 
 // ListPage returns one page of matching jobs without their output: from
-// the state store (every job it holds), or from memory without one.
+// the state store (every job it holds), or from memory without one. With
+// a fleet, its jobs are merged in (listMerged).
 func (m *Manager) ListPage(q JobQuery) ([]api.JobRecord, string, error) {
-	c := m.cluster()
-	if c != nil && q.Lane != "" && m.clusterLane(c, q.Lane) {
-		return m.listCluster(c, q, nil)
+	if c := m.cluster(); c != nil {
+		return m.listMerged(c, q)
 	}
-	var jobs []api.JobRecord
-	var next string
 	if m.sh.jobs == nil {
 		if q.Limit > 0 || q.Cursor != "" || !q.Since.IsZero() {
 			return nil, "", api.Errorf(api.CodeInvalidParams, "invalid params for job.list: limit, cursor and since need the state store")
 		}
-		jobs = m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane})
-	} else {
-		var err error
-		if jobs, next, err = m.sh.jobs.List(q); err != nil {
-			return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
-		}
+		return m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane}), "", nil
 	}
-	if c == nil || q.Lane != "" {
-		return jobs, next, nil
+	cur, err := parseListCursor(q.Cursor)
+	if err != nil {
+		return nil, "", err
 	}
-	// The fleet's jobs join the first page; the ones this node ran are in
-	// its store too, and the fleet's record is the one that counts.
-	local := jobs[:0]
-	for _, j := range jobs {
-		if !c.Owns(j.ID) {
-			local = append(local, j)
-		}
+	q.Cursor = cur.local
+	p, err := m.sh.jobs.List(q)
+	if err != nil {
+		return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
 	}
-	if q.Cursor != "" {
-		return local, next, nil
-	}
-	all, _, err := m.listCluster(c, q, local)
-	return all, next, err
+	return p.Jobs, p.Next, nil
 }
 
 // clusterLane: jobs of lane go through the fleet.
@@ -436,37 +425,159 @@ func (m *Manager) clusterLane(c Cluster, lane string) bool {
 	return c.Serves(lane)
 }
 
-// listCluster merges the fleet's jobs matching q (at most q.Limit of
-// them, the first in q's order) into local, in q's order.
-func (m *Manager) listCluster(c Cluster, q JobQuery, local []api.JobRecord) ([]api.JobRecord, string, error) {
-	if q.Cursor != "" {
-		return nil, "", nil // the fleet's jobs all came on the first page
-	}
-	fj, err := c.List(api.Filter{State: q.State, Lane: q.Lane})
+// listMerged lists this node's own jobs (from its store, without its
+// copies of the fleet's) and the fleet's (from the fleet's records, which
+// count) as one list in q's order, paged across both: its cursor holds a
+// place in each (listCursor).
+func (m *Manager) listMerged(c Cluster, q JobQuery) ([]api.JobRecord, string, error) {
+	cur, err := parseListCursor(q.Cursor)
 	if err != nil {
-		return nil, "", api.Errorf(api.CodeInternal, "listing the fleet's jobs: %v", err)
+		return nil, "", err
 	}
-	order := func(js []api.JobRecord) {
-		sort.SliceStable(js, func(i, k int) bool {
-			if q.Newest {
-				return js[i].CreatedAt.After(js[k].CreatedAt)
+	// Oldest first without a limit, newest first with one (job.list).
+	before := func(a, b api.JobRecord) bool {
+		if q.Newest {
+			return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID > b.ID
+		}
+		return a.CreatedAt.Before(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID < b.ID
+	}
+	var local JobPage
+	switch {
+	case cur.localDone || q.Lane != "" && m.clusterLane(c, q.Lane):
+	case m.sh.jobs == nil:
+		if q.Limit > 0 || q.Cursor != "" || !q.Since.IsZero() {
+			return nil, "", api.Errorf(api.CodeInvalidParams, "invalid params for job.list: limit, cursor and since need the state store")
+		}
+		for _, j := range m.sh.store.list(api.Filter{State: q.State, Lane: q.Lane}) {
+			if !c.Owns(j.ID) {
+				local.Jobs = append(local.Jobs, j)
 			}
-			return js[i].CreatedAt.Before(js[k].CreatedAt)
-		})
-	}
-	var mine []api.JobRecord
-	for _, j := range fj {
-		if q.Since.IsZero() || !j.CreatedAt.Before(q.Since) {
-			mine = append(mine, j)
+		}
+	default:
+		lq := q
+		lq.Cursor, lq.NotPrefix = cur.local, api.ClusterJobPrefix
+		if local, err = m.sh.jobs.List(lq); err != nil {
+			return nil, "", api.Errorf(api.CodeInternal, "listing jobs: %v", err)
 		}
 	}
-	order(mine)
-	if q.Limit > 0 && len(mine) > q.Limit {
-		mine = mine[:q.Limit]
+	var fleet []api.JobRecord
+	if !cur.fleetDone {
+		fj, err := c.List(api.Filter{State: q.State, Lane: q.Lane})
+		if err != nil {
+			return nil, "", api.Errorf(api.CodeInternal, "listing the fleet's jobs: %v", err)
+		}
+		for _, j := range fj {
+			if (q.Since.IsZero() || !j.CreatedAt.Before(q.Since)) && (cur.fleetAfter == nil || before(*cur.fleetAfter, j)) {
+				fleet = append(fleet, j)
+			}
+		}
+		sort.SliceStable(fleet, func(i, k int) bool { return before(fleet[i], fleet[k]) })
 	}
-	all := append(local, mine...)
-	order(all)
-	return all, "", nil
+	out := make([]api.JobRecord, 0, min(len(local.Jobs)+len(fleet), max(q.Limit, 0)))
+	li, fi := 0, 0
+	for (q.Limit == 0 || len(out) < q.Limit) && (li < len(local.Jobs) || fi < len(fleet)) {
+		if li < len(local.Jobs) && (fi == len(fleet) || !before(fleet[fi], local.Jobs[li])) {
+			out, li = append(out, local.Jobs[li]), li+1
+		} else {
+			out, fi = append(out, fleet[fi]), fi+1
+		}
+	}
+	if q.Limit == 0 || li == len(local.Jobs) && local.Next == "" && fi == len(fleet) {
+		return out, "", nil
+	}
+	next := cur
+	switch {
+	case li == len(local.Jobs) && local.Next == "":
+		next.localDone = true
+	case li > 0:
+		next.local = local.After[li-1]
+	}
+	switch {
+	case fi == len(fleet):
+		next.fleetDone = true
+	case fi > 0:
+		next.fleetAfter = &fleet[fi-1]
+	}
+	return out, next.String(), nil
+}
+
+// listCursor is a place in a listing: after a job of this node's store
+// (local, the store's own cursor; "" from the start) and after a job of
+// the fleet's (fleetAfter; nil from the start), or at the end of either.
+type listCursor struct {
+	local                string
+	localDone, fleetDone bool
+	fleetAfter           *api.JobRecord // its CreatedAt and ID
+}
+
+// String is the cursor as job.list gives it: the store's cursor alone
+// without a fleet, else "m<local>.<fleet>", each part empty from the
+// start, "x" at the end, the fleet's "<created_at unix ns>_<id>".
+func (c listCursor) String() string {
+	var b strings.Builder
+	b.WriteString("m")
+	if c.localDone {
+		b.WriteString("x")
+	} else {
+		b.WriteString(c.local)
+	}
+	b.WriteString(".")
+	switch {
+	case c.fleetDone:
+		b.WriteString("x")
+	case c.fleetAfter != nil:
+		b.WriteString(strconv.FormatInt(c.fleetAfter.CreatedAt.UnixNano(), 10))
+		b.WriteString("_")
+		b.WriteString(c.fleetAfter.ID)
+	}
+	return b.String()
+}
+
+// parseListCursor reads a cursor job.list gave: the store's own (digits),
+// or a merged one (listCursor.String).
+func parseListCursor(s string) (listCursor, error) {
+	bad := api.Errorf(api.CodeInvalidParams, "invalid params for job.list: cursor %q is not one job.list gave (pass its next_cursor)", s)
+	digits := func(s string) bool {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return err == nil && n >= 1 && strconv.FormatInt(n, 10) == s
+	}
+	var c listCursor
+	if s == "" {
+		return c, nil
+	}
+	if digits(s) {
+		c.local = s
+		return c, nil
+	}
+	rest, ok := strings.CutPrefix(s, "m")
+	local, fleet, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return c, bad
+	}
+	switch {
+	case local == "x":
+		c.localDone = true
+	case local == "" || digits(local):
+		c.local = local
+	default:
+		return c, bad
+	}
+	switch {
+	case fleet == "x":
+		c.fleetDone = true
+	case fleet == "":
+	default:
+		ns, id, ok := strings.Cut(fleet, "_")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil || strconv.FormatInt(n, 10) != ns || !strings.HasPrefix(id, api.ClusterJobPrefix) || len(id) > 64 {
+			return c, bad
+		}
+		c.fleetAfter = &api.JobRecord{ID: id, CreatedAt: time.Unix(0, n).UTC()}
+	}
+	if c.localDone && c.fleetDone {
+		return c, bad
+	}
+	return c, nil
 }
 
 // Cancel cancels a queued or running job; reply runs once, on any goroutine.

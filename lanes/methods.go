@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -135,8 +134,8 @@ func listQuery(f api.Filter, now time.Time) (JobQuery, error) {
 		if f.Limit == 0 {
 			return q, bad("cursor continues a paged list: give it with the limit of the page before")
 		}
-		if n, err := strconv.ParseInt(f.Cursor, 10, 64); err != nil || n < 1 {
-			return q, bad("cursor %q is not one job.list gave (pass its next_cursor)", f.Cursor)
+		if _, err := parseListCursor(f.Cursor); err != nil {
+			return q, err
 		}
 	}
 	if f.Since != "" {

@@ -54,11 +54,24 @@ func (m *Manager) readOutput(id, who string, follow, observer bool) (*OutputRead
 // stdin (eof: and then its end). reply runs once the piece is on its way
 // to the job's runner, which may wait for the job to read (flow control):
 // send the next piece after it. One call at a time per job.
+//
+// A cluster job's stdin goes to the fleet, wherever the job runs (this
+// node too: every piece takes the one way, so none overtakes another).
 func (m *Manager) Stdin(id string, data []byte, eof bool, reply func(error)) {
 	if len(data) > MaxStdinChunk {
 		reply(api.Errorf(api.CodeInvalidParams, "invalid params for job.stdin: %d bytes in one call, more than %d", len(data), MaxStdinChunk))
 		return
 	}
+	if c, ok := m.owned(id); ok {
+		c.Stdin(id, data, eof, reply)
+		return
+	}
+	m.StdinHere(id, data, eof, reply)
+}
+
+// StdinHere is Stdin for a job that runs on this node: the fleet gives a
+// cluster job it runs here its stdin through it.
+func (m *Manager) StdinHere(id string, data []byte, eof bool, reply func(error)) {
 	out, rec, ok := m.sh.store.stream(id)
 	if !ok {
 		if rec, found, _ := m.lookup(id); found {
@@ -76,6 +89,10 @@ func (m *Manager) Stdin(id string, data []byte, eof bool, reply func(error)) {
 // StdinGone ends job id's streamed stdin: the client streaming it went
 // away.
 func (m *Manager) StdinGone(id string) {
+	if c, ok := m.owned(id); ok {
+		c.Stdin(id, nil, true, func(error) {})
+		return
+	}
 	if out, _, ok := m.sh.store.stream(id); ok && out != nil {
 		out.toActor(m.sys, jobStdin{owner: true})
 	}

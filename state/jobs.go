@@ -456,6 +456,9 @@ type Query struct {
 	Cursor string
 	// Newest lists newest first; else oldest first.
 	Newest bool
+	// NotPrefix leaves out jobs whose id starts with it (the fleet's, which
+	// a fleet lists from its own records); "" leaves out none.
+	NotPrefix string
 }
 
 // Page is one page of List.
@@ -463,6 +466,8 @@ type Page struct {
 	Jobs []api.JobRecord // without their output (Get has it)
 	// Next is the cursor of the next page; "" when this page is the last.
 	Next string
+	// After[i] is the cursor that continues the listing after Jobs[i].
+	After []string
 }
 
 // List returns matching jobs in submission order (oldest first, or newest
@@ -481,6 +486,9 @@ func (j Jobs) List(q Query) (Page, error) {
 	}
 	if !q.Since.IsZero() {
 		where, args = append(where, "created_at >= ?"), append(args, fmtTime(q.Since))
+	}
+	if q.NotPrefix != "" {
+		where, args = append(where, "substr(id, 1, ?) != ?"), append(args, len(q.NotPrefix), q.NotPrefix)
 	}
 	if q.Limit < 0 {
 		return Page{}, fmt.Errorf("list jobs: negative limit %d", q.Limit)
@@ -531,6 +539,7 @@ func (j Jobs) List(q Query) (Page, error) {
 			return Page{}, j.s.readErr("list jobs", err)
 		}
 		p.Jobs = append(p.Jobs, rec)
+		p.After = append(p.After, strconv.FormatInt(last, 10))
 	}
 	if err := rows.Err(); err != nil {
 		return Page{}, j.s.readErr("list jobs", err)

@@ -20,7 +20,11 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The dead-letter throttle of protoactor ends on its own, after its period.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
 
 const testKey = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
