@@ -288,6 +288,13 @@ func freePorts(t *testing.T, n int) []int {
 // heartbeat hb; they are closed at the end of the test.
 func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []*testNode {
 	t.Helper()
+	return startClusterWith(t, hb, r, nil, specs...)
+}
+
+// startClusterWith is startCluster with each node's config changed by mod
+// (when set) before it starts.
+func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config), specs ...nodeSpec) []*testNode {
+	t.Helper()
 	dir := t.TempDir()
 	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
 	if err != nil {
@@ -317,6 +324,9 @@ func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []
 		nodes[i] = n
 		cfg := Config{Enabled: true, Name: name, Listen: "127.0.0.1:0", ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			Routes: routes, Credentials: creds, Heartbeat: api.Duration{Duration: hb}}
+		if mod != nil {
+			mod(&cfg)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

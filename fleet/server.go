@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -75,6 +76,13 @@ func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) 
 			if err != nil {
 				return nil, fmt.Errorf("[cluster] tls_cert: %w", err)
 			}
+			// A route is a client of the server it dials as well as a
+			// server: it verifies that one's certificate against the same
+			// CA (nats-server's own cluster tls block does the same; left
+			// out, every route failed: certificate signed by unknown
+			// authority, found by TestTLS), and every route shows one.
+			tc.RootCAs = tc.ClientCAs
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
 			o.Cluster.TLSConfig, o.Cluster.TLSTimeout = tc, 2
 		}
 		for _, r := range c.Routes {

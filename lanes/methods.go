@@ -62,6 +62,9 @@ func (r jobRecordResult) AppendJSON(dst []byte) []byte {
 	return append(r.Job.AppendJSON(append(dst, `{"job":`...)), '}')
 }
 
+// JSONSize is about how long AppendJSON's JSON is (wire.JSONSizer).
+func (r jobRecordResult) JSONSize() int { return 1024 + len(r.Job.Output) + len(r.Job.Output)/8 }
+
 func (m *Manager) submitMethod(call api.Call) {
 	var spec api.JobSpec
 	if err := call.Decode(&spec); err != nil {

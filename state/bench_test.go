@@ -141,3 +141,33 @@ func BenchmarkRecover10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGetOutput1MiB reads finished jobs with 1 MiB of output each,
+// the oldest first (their pages long out of the reader's cache), as
+// job.get of a finished job does.
+func BenchmarkGetOutput1MiB(b *testing.B) {
+	s := openT(b, filepath.Join(b.TempDir(), "state.db"), Options{})
+	out := strings.Repeat("orchbench output line of text\n", (1<<20)/30+1)[:1<<20]
+	const jobs = 64
+	jobsT := s.Jobs()
+	for i := range jobs {
+		id := fmt.Sprintf("j-%d", i)
+		code := int32(0)
+		now := time.Now()
+		if err := jobsT.Submit(ctx, api.JobRecord{ID: id, Lane: "no-net", State: api.StateQueued, CreatedAt: now}, api.JobSpec{Command: "yes"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := jobsT.Finish(ctx, api.JobRecord{ID: id, Lane: "no-net", State: api.StateSucceeded, ExitCode: &code,
+			Output: out, OutputBytes: int64(len(out))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(1 << 20)
+	b.ResetTimer()
+	for i := range b.N {
+		rec, ok, err := jobsT.Get(fmt.Sprintf("j-%d", i%jobs))
+		if err != nil || !ok || len(rec.Output) != 1<<20 {
+			b.Fatalf("get: %v %v %d", err, ok, len(rec.Output))
+		}
+	}
+}

@@ -347,6 +347,13 @@ type JSONAppender interface {
 	AppendJSON(dst []byte) []byte
 }
 
+// JSONSizer is a result that knows about how long its JSON is (a record
+// with its output): a front-end may encode it into a buffer of that size
+// it reuses, rather than one the runtime must allocate, fault in and zero.
+type JSONSizer interface {
+	JSONSize() int
+}
+
 // AppendResponse appends one response line, newline included:
 // {"id":N,"result":R} or {"id":N,"error":{...}}. A result that encodes as
 // null (a nil result, a nil pointer) is written as {}: the spec's client

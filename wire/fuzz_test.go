@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -445,10 +446,33 @@ func FuzzRunnerMessages(f *testing.F) {
 func FuzzJSONString(f *testing.F) {
 	f.Add("plain")
 	f.Add("<a href=\"x\">&</a>\u2028\xff\x00\t")
+	f.Add("eight by eight: a long run of plain text\nthen a line, \"quoted\" and back\\slashed, <tag> & more\x1f\x7f~")
+	f.Add("0123456\x00" + "01234567" + "0123456\u00e9" + "012345\u2028")
 	f.Fuzz(func(t *testing.T, s string) {
 		want, _ := json.Marshal(s)
 		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
 			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got, want)
 		}
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		want = bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+		if got := AppendJSONString(nil, s, false); !bytes.Equal(got, want) {
+			t.Fatalf("AppendJSONString(%q, false) = %s, want %s", s, got, want)
+		}
 	})
+}
+
+// BenchmarkJSONString: a job's text output (lines of ASCII), 1 MiB, as
+// job.get writes it.
+func BenchmarkJSONString(b *testing.B) {
+	s := strings.Repeat("orchbench output line of text\n", (1<<20)/30)
+	buf := make([]byte, 0, 2*len(s))
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		buf = AppendJSONString(buf[:0], s, false)
+	}
 }

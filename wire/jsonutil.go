@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"math/bits"
 	"slices"
 	"sync"
 	"unicode/utf8"
@@ -77,6 +78,20 @@ func AppendJSONString(dst []byte, s string, escapeHTML bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look of its own (a
+		// job's text output is mostly such runs).
+		for i+8 <= len(s) {
+			m := special8(load8(s, i), escapeHTML)
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3 // the first byte that needs one
+			break
+		}
+		if i >= len(s) {
+			break
+		}
 		if b := s[i]; b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' && (!escapeHTML || b != '<' && b != '>' && b != '&') {
 				i++
@@ -122,6 +137,34 @@ func AppendJSONString(dst []byte, s string, escapeHTML bool) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// load8 is s[i:i+8] as a little-endian word (one load).
+func load8(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// zeroBytes marks each byte of w that is 0 with its high bit, exactly up
+// to the first such byte (above it a borrow may mark one wrongly).
+func zeroBytes(w uint64) uint64 { return (w - ones) &^ w & highs }
+
+// special8 marks with its high bit the first byte of w that needs a look
+// of its own as AppendJSONString writes it: not ASCII, below 0x20, '"' or
+// '\\' (or <, > or & with html). Bytes above it may be marked wrongly; 0:
+// none needs one.
+func special8(w uint64, html bool) uint64 {
+	m := w&highs | (w-ones*0x20)&^w&highs | zeroBytes(w^(ones*'"')) | zeroBytes(w^(ones*'\\'))
+	if html {
+		m |= zeroBytes(w^(ones*'<')) | zeroBytes(w^(ones*'>')) | zeroBytes(w^(ones*'&'))
+	}
+	return m
 }
 
 // skipString returns the index just past the JSON string that starts at

@@ -69,7 +69,7 @@ func (c *Call) respondThen(result any, then func()) {
 	if !c.answered.CompareAndSwap(false, true) {
 		return
 	}
-	c.cn.q.PushRespThen(c.cn.encode(c.id, result, nil), then)
+	c.cn.respondThen(c.id, result, nil, then)
 	c.settled()
 }
 

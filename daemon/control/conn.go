@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -205,12 +206,93 @@ func (cn *conn) finish(a *connActor) {
 	cn.Release()
 }
 
+// bigLines keeps the buffers of big answers (bigLine bytes and more) once
+// written, for the next ones.
+var bigLines lineCache
+
+const bigLine = 64 << 10
+
 // respond queues a response. It may run on any goroutine.
 func (cn *conn) respond(id uint64, result any, rerr *wire.Error) {
-	cn.q.PushResp(cn.encode(id, result, rerr))
+	cn.respondThen(id, result, rerr, nil)
 }
 
-func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
+// respondThen queues a response and runs then as PushRespThen does. A big
+// one is encoded into a kept buffer, given back once written.
+func (cn *conn) respondThen(id uint64, result any, rerr *wire.Error, then func()) {
+	var dst []byte
+	if sz, ok := result.(wire.JSONSizer); ok && rerr == nil {
+		if n := sz.JSONSize(); n >= bigLine {
+			dst = bigLines.get(n + 64)
+		}
+	}
+	line := cn.encode(dst, id, result, rerr)
+	if cap(line) < bigLine {
+		cn.q.PushRespThen(line, then)
+		return
+	}
+	// Written (or the connection gone), the buffer is the next one's.
+	cn.q.PushRespThenTaken(line, then, func(bool) { bigLines.put(line) })
+}
+
+// lineCache keeps up to keptLines buffers of big answers, each of at most
+// maxKeptLine bytes, and lets them all go after lineIdle without a big
+// answer. Encoded into a fresh buffer, a 1 MiB job.get spent as long
+// having the runtime allocate, fault in and zero it as encoding into it;
+// a sync.Pool does not help, since it empties at every other GC and each
+// such answer brings one on.
+type lineCache struct {
+	mu    sync.Mutex
+	bufs  [][]byte
+	timer *time.Timer
+}
+
+const (
+	keptLines   = 2
+	maxKeptLine = 8 << 20
+	lineIdle    = 5 * time.Second
+)
+
+// get is a kept buffer of at least n bytes' room, emptied; nil if none.
+func (c *lineCache) get(n int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, b := range c.bufs {
+		if cap(b) >= n {
+			c.bufs = append(c.bufs[:i], c.bufs[i+1:]...)
+			return b[:0]
+		}
+	}
+	return nil
+}
+
+// put keeps b (no longer used) for a later get, if there is room.
+func (c *lineCache) put(b []byte) {
+	if cap(b) > maxKeptLine {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bufs) < keptLines {
+		c.bufs = append(c.bufs, b[:0])
+	}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(lineIdle, c.drop)
+	} else {
+		c.timer.Reset(lineIdle)
+	}
+}
+
+func (c *lineCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.bufs, c.timer = nil, nil
+}
+
+func (cn *conn) encode(dst []byte, id uint64, result any, rerr *wire.Error) []byte {
 	if raw, ok := result.(rawResult); ok && rerr == nil {
 		// A result already encoded (ping's, an empty one): no reflection.
 		line := make([]byte, 0, len(`{"id":,"result":}`)+20+len(raw)+1)
@@ -220,7 +302,7 @@ func (cn *conn) encode(id uint64, result any, rerr *wire.Error) []byte {
 		line = append(line, raw...)
 		return append(line, '}', '\n')
 	}
-	line, err := wire.AppendResponse(nil, id, result, rerr)
+	line, err := wire.AppendResponse(dst, id, result, rerr)
 	if err != nil {
 		cn.srv.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: encoding response")
 		line, _ = wire.AppendResponse(nil, id, nil, wire.Errorf(wire.CodeInternal, "internal error: %v", err))

@@ -211,6 +211,13 @@ func (q *OutQueue) PushStream(line []byte, taken func(bool)) {
 // not call back into q).
 func (q *OutQueue) PushRespThen(line []byte, then func()) { q.push(line, then, nil) }
 
+// PushRespThenTaken is PushRespThen that also calls taken as PushStream
+// does: once line is written, or the connection gone without it (line is
+// then no longer the queue's: its buffer may be reused).
+func (q *OutQueue) PushRespThenTaken(line []byte, then func(), taken func(bool)) {
+	q.push(line, then, taken)
+}
+
 func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 	q.mu.Lock()
 	if q.state != qOpen {
