@@ -132,7 +132,10 @@ type Fleet struct {
 	mu      sync.Mutex
 	peers   map[string]*peer
 	running map[string]*runJob
-	hbRev   uint64
+	// stdinBusy: jobs with a job.stdin call of this node's under way (one
+	// at a time per job, as on one node).
+	stdinBusy map[string]bool
+	hbRev     uint64
 
 	evq       chan []byte
 	evDropped atomic.Uint64
@@ -176,7 +179,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(3) + "-", startedAt: time.Now().UTC(),
-		peers: map[string]*peer{}, suspects: map[stray]bool{}, running: map[string]*runJob{}, evq: make(chan []byte, eventQueue),
+		peers: map[string]*peer{}, suspects: map[stray]bool{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)

@@ -155,6 +155,16 @@ func TestStreamedStdin(t *testing.T) {
 	}
 	more := stdin(a, piece(inputPerJob), false)
 	want.Write(piece(inputPerJob))
+	// One call at a time per job, as on one node.
+	waitFor(t, "the waiting call registered", func() bool {
+		a.f.mu.Lock()
+		defer a.f.mu.Unlock()
+		return a.f.stdinBusy[id]
+	})
+	var ae *api.Error
+	if err := <-stdin(a, []byte("x"), false); !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("a second call while one waits: %v", err)
+	}
 	subj := inSubjPfx + id
 	kept := func() uint64 {
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
@@ -200,7 +210,6 @@ func TestStreamedStdin(t *testing.T) {
 	}
 	waitFor(t, "the ended job's stdin purged", func() bool { return kept() == 0 })
 
-	var ae *api.Error
 	if err := <-stdin(a, []byte("late"), false); !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
 		t.Fatalf("stdin of an ended job: %v", err)
 	}

@@ -38,6 +38,18 @@ func (f *Fleet) stdin(id string, data []byte, eof bool) error {
 	if !validJobID(id) {
 		return api.Errorf(api.CodeNotFound, "job %s not found", id)
 	}
+	f.mu.Lock()
+	busy := f.stdinBusy[id]
+	f.stdinBusy[id] = true
+	f.mu.Unlock()
+	if busy {
+		return api.Errorf(api.CodeInvalidState, "job %s: a job.stdin call is already waiting; send the next once it is answered", id)
+	}
+	defer func() {
+		f.mu.Lock()
+		delete(f.stdinBusy, id)
+		f.mu.Unlock()
+	}()
 	open := func() error {
 		ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
 		defer cancel()
