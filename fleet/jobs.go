@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,24 +52,54 @@ func (f *Fleet) putJob(ctx context.Context, e jobEntry, rev uint64) (uint64, err
 
 // scanJobs calls fn with every job in the bucket (one ordered read of the
 // bucket, not a request per key).
+//
+// The watch reads the replica its consumer was placed on, which may lag
+// the stream's leader: it goes on past its first "all read" until it has
+// seen the last write the leader had when the scan began (seen under
+// load: a job ended and waited for was missing from job.list). fn may so
+// get a record twice, the later one newer.
 func (f *Fleet) scanJobs(ctx context.Context, fn func(jobEntry, uint64)) error {
-	w, err := f.jobs.WatchAll(ctx, jetstream.IgnoreDeletes())
+	var last uint64
+	err := again(ctx, func(ctx context.Context, _ int) error {
+		st, err := f.jobs.Status(ctx)
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); err == nil && ok && bs.StreamInfo().State.Msgs > 0 {
+			last = bs.StreamInfo().State.LastSeq
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reading the cluster jobs: %w", err)
+	}
+	// Deletes too: their revisions count towards last.
+	w, err := f.jobs.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the cluster jobs: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	idle := time.NewTimer(opTimeout)
 	defer idle.Stop()
+	var seen uint64
+	initial := true
 	for {
 		select {
 		case e, ok := <-w.Updates():
-			if !ok || e == nil {
+			if !ok {
 				return nil
 			}
-			if je, err := decodeJob(e.Key(), e.Value()); err == nil {
-				fn(je, e.Revision())
+			if e == nil {
+				initial = false
 			} else {
-				f.log.Debug().Err(err).Msg("skipping a cluster job record")
+				seen = max(seen, e.Revision())
+				if e.Operation() == jetstream.KeyValuePut {
+					if je, err := decodeJob(e.Key(), e.Value()); err == nil {
+						fn(je, e.Revision())
+					} else {
+						f.log.Debug().Err(err).Msg("skipping a cluster job record")
+					}
+				}
+			}
+			if !initial && seen >= last {
+				return nil
 			}
 			idle.Reset(opTimeout)
 		case <-idle.C:
@@ -894,19 +925,29 @@ func (f *Fleet) List(flt api.Filter) ([]api.JobRecord, error) {
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, 6*opTimeout)
 	defer cancel()
-	var out []api.JobRecord
+	byID := map[string]api.JobRecord{}
 	err := f.scanJobs(ctx, func(e jobEntry, _ uint64) {
 		r := e.Record
 		if flt.Lane != "" && r.Lane != flt.Lane || flt.State != "" && string(r.State) != flt.State ||
 			!since.IsZero() && r.CreatedAt.Before(since) {
+			delete(byID, r.ID) // a later record of it no longer matches
 			return
 		}
-		out = append(out, r)
+		byID[r.ID] = r // a later record of a job replaces the earlier
 	})
+	out := make([]api.JobRecord, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, r)
+	}
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b api.JobRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(out, func(a, b api.JobRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	lim := api.MaxListLimit
 	if flt.Limit > 0 && flt.Limit < lim {
 		lim = flt.Limit

@@ -409,6 +409,9 @@ func (m *Manager) ListPage(q JobQuery) ([]api.JobRecord, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if cur.localDone {
+		return []api.JobRecord{}, "", nil // a merged cursor at the end of this node's jobs (the fleet since turned off)
+	}
 	q.Cursor = cur.local
 	p, err := m.sh.jobs.List(q)
 	if err != nil {

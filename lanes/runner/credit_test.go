@@ -234,12 +234,19 @@ func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// b writes all of its output into its pipe and ends.
-	b, err := os.ReadFile(dir + "/b.pid")
-	if err != nil {
-		t.Fatal(err)
+	// b writes all of its output into its pipe and ends; its shell may not
+	// have written its pid yet (a loaded machine).
+	bPid := 0
+	for deadline := time.Now().Add(waitFor); bPid == 0; {
+		b, _ := os.ReadFile(dir + "/b.pid")
+		bPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if bPid == 0 && time.Now().After(deadline) {
+			t.Fatalf("b wrote no pid: %q", b)
+		}
+		if bPid == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	bPid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err := os.WriteFile(dir+"/go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
