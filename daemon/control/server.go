@@ -264,8 +264,17 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	s.mu.Lock()
-	s.closed = true
+	s.closed = true // no connection registers after this
+	conns := make([]*conn, 0, len(s.conns))
+	for cn := range s.conns {
+		conns = append(conns, cn)
+	}
 	s.mu.Unlock()
+	// Their reason before the interrupt below ends their reads, which
+	// would else read as read errors first (seen under load).
+	for _, cn := range conns {
+		cn.setReason(ReasonDaemonStopping)
+	}
 	s.ln.Close()
 	s.ss.Close() // no admit runs after this
 	s.mu.Lock()
@@ -274,14 +283,7 @@ func (s *Server) close() error {
 	}
 	s.mu.Unlock()
 
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for cn := range s.conns {
-		conns = append(conns, cn)
-	}
-	s.mu.Unlock()
 	for _, cn := range conns {
-		cn.setReason(ReasonDaemonStopping)
 		cn.unsubscribe() // no more events from now on
 	}
 	all := append([]*conn(nil), conns...)
