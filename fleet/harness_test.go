@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -266,23 +267,40 @@ type nodeSpec struct {
 
 // freePorts finds n free ports on 127.0.0.1 (routes need them known
 // before any server starts).
+//
+// They are below Linux's ephemeral range (32768 and up), each handed out
+// once in this test binary: a port the kernel gave a listener (":0") and
+// took back may be given again at once to an outgoing connection (another
+// package's daemons run beside these tests), and a route port then fails
+// to bind.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ls []net.Listener
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for try := 0; len(ports) < n; try++ {
+		if try > 1000 {
+			t.Fatal("no free port below 32000")
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
+		p := 20000 + mrand.IntN(12000)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
 		l.Close()
+		portsGiven[p] = true
+		ports = append(ports, p)
 	}
 	return ports
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // startCluster starts len(specs) nodes, n0, n1..., routed to each other,
 // heartbeat hb; they are closed at the end of the test.

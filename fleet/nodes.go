@@ -256,6 +256,10 @@ func (f *Fleet) checkLost() {
 	}
 }
 
+// declareSettle: how long a node that declared another lost waits before
+// it reads the declaration back (declareLost).
+const declareSettle = 250 * time.Millisecond
+
 // declareLost CASes p's key to lost on the revision this node last saw;
 // the winner fails p's jobs and emits cluster.node_lost.
 func (f *Fleet) declareLost(p peer) {
@@ -273,6 +277,31 @@ func (f *Fleet) declareLost(p peer) {
 			f.log.Debug().Err(err).Str("node", n.Name).Msg("declaring a node lost")
 		}
 		return
+	}
+	// Two nodes' CASes on one revision both succeeded against Debian's
+	// nats-server 2.9.10 (TestFleetExternalNATS: b declared lost twice,
+	// 5 ms apart): a server of that line checks the revision before a
+	// concurrent write is applied. The last write stands, so once both
+	// would be applied, only the node whose declaration is the key's
+	// value goes on.
+	select {
+	case <-f.ctx.Done():
+		return
+	case <-time.After(declareSettle):
+	}
+	var cur jetstream.KeyValueEntry
+	rctx, rcancel := context.WithTimeout(f.ctx, 2*opTimeout)
+	err = again(rctx, func(ctx context.Context, _ int) error {
+		var err error
+		cur, err = f.nodes.Get(ctx, n.Name)
+		return err
+	})
+	rcancel()
+	if err == nil {
+		if now, derr := decodeNode(n.Name, cur.Value()); derr == nil && (now.LostBy != f.name || now.Incarnation != n.Incarnation) {
+			f.log.Info().Str("node", n.Name).Str("declared_by", now.LostBy).Msg("another node's declaration of a lost node stands")
+			return
+		}
 	}
 	f.log.Warn().Str("node", n.Name).Str("incarnation", n.Incarnation).Msg("a fleet node stopped heartbeating: declared lost")
 	jobs := f.failJobs(f.ctx, n.Name, n.Incarnation)

@@ -29,16 +29,36 @@ import (
 // The fleet: three real daemons on one machine, each with its own home and
 // its embedded NATS server, joined by routes on 127.0.0.1.
 
-// freePort is a port on 127.0.0.1 nothing listens on now.
+// freePort is a port on 127.0.0.1 nothing listens on now, handed out once
+// in this test binary, and below Linux's ephemeral range (32768 and up):
+// a port the kernel gave a listener (":0") and took back was soon given
+// again to another test's outgoing connection, and a daemon failed to
+// bind its route port ("address already in use").
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + rand.IntN(12000)
+		if portsGiven[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below 32000")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // fleetNode is one daemon of a test fleet.
 type fleetNode struct {
