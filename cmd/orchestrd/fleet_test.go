@@ -815,8 +815,23 @@ func TestFleetExternalNATS(t *testing.T) {
 	if err := a.callWithin(60*time.Second, "job.submit", api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", "echo after"}}, &r); err != nil {
 		t.Fatalf("submitting while the jobs bucket's leader is elected: %v\n%s", err, tail(a.stderr.String(), 3000))
 	}
+	// It runs. Its output may have been lost on its way if the output
+	// stream was electing its leader too (the record then says
+	// output_evicted): the output is checked on jobs submitted after.
+	var w struct{ Job api.JobRecord }
+	if err := a.callWithin(2*time.Minute, "job.wait", map[string]any{"id": r.JobID}, &w); err != nil || w.Job.State != api.StateSucceeded ||
+		w.Job.Output != "after\n" && !w.Job.OutputEvicted {
+		t.Fatalf("the job submitted during the election: %+v, %v", w.Job, err)
+	}
 	var last string
 	eventuallyOr(t, 2*time.Minute, "a job across the fleet after a NATS server died", func() bool {
+		var r struct {
+			JobID string `json:"job_id"`
+		}
+		if err := a.callWithin(30*time.Second, "job.submit", api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", "echo after"}}, &r); err != nil {
+			last = "submit: " + err.Error()
+			return false
+		}
 		var w struct{ Job api.JobRecord }
 		err := a.callWithin(60*time.Second, "job.wait", map[string]any{"id": r.JobID}, &w)
 		last = fmt.Sprintf("%s: %+v, %v", r.JobID, w.Job, err)
