@@ -967,17 +967,11 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	subj := outSubjPfx + id
 	// Woken by each piece published from now on (a plain subscription:
 	// the pieces are read from the stream, in order, not from it).
-	wake := make(chan struct{}, 1)
-	sub, err := f.nc.Subscribe(subj, func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
+	wake, unsub, err := f.wakeOn(subj)
 	if err != nil {
 		return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer unsub()
 	// The record, tried again for a while: the fleet may be electing a
 	// leader (just started, or a node died).
 	for deadline := time.Now().Add(followSetup); ; {
@@ -1069,6 +1063,23 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 		case <-ctx.Done():
 		}
 	}
+}
+
+// wakeOn is woken (never blocking the subscription) by each message
+// published on subj from now on: a plain subscription for readers that
+// read the stream itself (Follow, feedStdin).
+func (f *Fleet) wakeOn(subj string) (<-chan struct{}, func(), error) {
+	wake := make(chan struct{}, 1)
+	sub, err := f.nc.Subscribe(subj, func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return wake, func() { _ = sub.Unsubscribe() }, nil
 }
 
 // followSetup bounds how long Follow tries to read a job's record before

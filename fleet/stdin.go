@@ -131,18 +131,12 @@ func (f *Fleet) stdin(id string, data []byte, eof bool) error {
 func (j *runJob) feedStdin(ctx context.Context) {
 	f := j.f
 	subj := inSubjPfx + j.id
-	wake := make(chan struct{}, 1)
-	sub, err := f.nc.Subscribe(subj, func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
+	wake, unsub, err := f.wakeOn(subj)
 	if err != nil {
 		f.log.Warn().Err(err).Str("job_id", j.id).Msg("reading a cluster job's stdin: it gets none")
 		return
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer unsub()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	refused := false
