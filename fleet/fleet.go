@@ -146,7 +146,7 @@ type Fleet struct {
 	sweeps int          // checks made (the watcher's goroutine only)
 	// Node incarnations whose jobs are swept, and whether a first sweep
 	// (of everything) was made; under mu.
-	suspects  map[stray]bool
+	suspects  map[stray]time.Time
 	sweptOnce bool
 	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
 	// tests: called between a take and the lane's start
@@ -179,7 +179,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(3) + "-", startedAt: time.Now().UTC(),
-		peers: map[string]*peer{}, suspects: map[stray]bool{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
+		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)

@@ -27,6 +27,25 @@ func lostEvents(node string, ns ...*testNode) []ClusterNodeLost {
 	return out
 }
 
+// lostJobs is every job of node's the nodes ns told lost: in the
+// declaration's cluster.node_lost, or (a declarer slower than the sweep's
+// grace) in a sweep's cluster.job_lost.
+func lostJobs(node string, ns ...*testNode) []string {
+	var out []string
+	for _, l := range lostEvents(node, ns...) {
+		out = append(out, l.Jobs...)
+	}
+	for _, n := range ns {
+		for _, e := range n.ev.kinds("cluster.job_lost") {
+			if l := e.(ClusterJobLost); l.Node == node {
+				out = append(out, l.JobID)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func record(t *testing.T, n *testNode, id string) api.JobRecord {
 	t.Helper()
 	rec, found, err := n.f.Get(id)
@@ -58,8 +77,12 @@ func TestLostNodes(t *testing.T) {
 	if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost || rec.Node != b.name {
 		t.Fatalf("b's job after b was lost: %+v", rec)
 	}
-	if l := lostEvents(b.name, a, b, c); len(l) != 1 || !slices.Contains(l[0].Jobs, held) || l[0].Incarnation != b.f.inc {
+	if l := lostEvents(b.name, a, b, c); len(l) != 1 || l[0].Incarnation != b.f.inc {
 		t.Fatalf("cluster.node_lost of b: %+v", l)
+	}
+	waitFor(t, "b's job told lost", func() bool { return len(lostJobs(b.name, a, b, c)) > 0 })
+	if j := lostJobs(b.name, a, b, c); !slices.Equal(j, []string{held}) {
+		t.Fatalf("b's jobs told lost: %v, want [%s]", j, held)
 	}
 	// Its late result is dropped; the record stays as it is.
 	b.local.release(held, api.StateSucceeded)
@@ -97,8 +120,12 @@ func TestLostNodes(t *testing.T) {
 	if rec := waitEnd(t, a, onC); rec.State != api.StateFailed || rec.Error != api.ErrNodeLost {
 		t.Fatalf("c's job after c was lost: %+v", rec)
 	}
-	if l := lostEvents(c.name, a, b); len(l) != 1 || !slices.Equal(l[0].Jobs, []string{onC}) {
+	if l := lostEvents(c.name, a, b); len(l) != 1 {
 		t.Fatalf("cluster.node_lost of c: %+v", l)
+	}
+	waitFor(t, "c's job told lost", func() bool { return len(lostJobs(c.name, a, b)) > 0 })
+	if j := lostJobs(c.name, a, b); !slices.Equal(j, []string{onC}) {
+		t.Fatalf("c's jobs told lost: %v, want [%s]", j, onC)
 	}
 	// b ends its job; the queued ones run on b, once each.
 	b.local.release(onB, api.StateSucceeded)

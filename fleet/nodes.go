@@ -207,11 +207,16 @@ func (f *Fleet) sawNode(e jetstream.KeyValueEntry) {
 	}
 	// An incarnation replaced, a node lost or stopped: their unfinished
 	// jobs are swept (sweepLost).
+	suspect := func(s stray) {
+		if _, ok := f.suspects[s]; !ok {
+			f.suspects[s] = time.Now()
+		}
+	}
 	if old := f.peers[e.Key()]; old != nil && old.info.Incarnation != n.Incarnation {
-		f.suspects[stray{e.Key(), old.info.Incarnation}] = true
+		suspect(stray{e.Key(), old.info.Incarnation})
 	}
 	if n.State == nodeLost || n.State == nodeStopped {
-		f.suspects[stray{e.Key(), n.Incarnation}] = true
+		suspect(stray{e.Key(), n.Incarnation})
 	}
 	f.peers[e.Key()] = &peer{info: n, rev: e.Revision(), seen: time.Now()}
 }
@@ -392,9 +397,12 @@ func (f *Fleet) sweepLost() {
 	for k, p := range f.peers {
 		nodes[k] = now{p.info.Incarnation, p.info.State == nodeLost || p.info.State == nodeStopped}
 	}
+	// A suspect seen go less than a Heartbeat ago is left to the node
+	// that declared it lost (or to the restarted node itself): it is
+	// failing its jobs now, and its cluster.node_lost lists them.
 	suspects := make(map[stray]bool, len(f.suspects))
-	for k := range f.suspects {
-		suspects[k] = true
+	for k, since := range f.suspects {
+		suspects[k] = time.Since(since) < f.cfg.Heartbeat.Duration
 	}
 	f.mu.Unlock()
 	strays := map[stray]bool{}
@@ -413,8 +421,10 @@ func (f *Fleet) sweepLost() {
 	}
 	f.mu.Lock()
 	f.sweptOnce = true
-	for k := range suspects {
-		if !strays[k] {
+	for k, recent := range suspects {
+		if recent {
+			delete(strays, k)
+		} else if !strays[k] {
 			delete(f.suspects, k)
 		}
 	}
