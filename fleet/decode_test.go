@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 	"time"
@@ -104,6 +105,31 @@ func FuzzWithOrigin(f *testing.F) {
 		var v map[string]any
 		if err := json.Unmarshal(out, &v); err != nil || v["origin"] != "n1" || v["kind"] != kind {
 			t.Fatalf("%q -> %q: %v", b, out, err)
+		}
+	})
+}
+
+// eventLines gives every non-empty line of a message, in order, each
+// without its newline.
+func FuzzEventLines(f *testing.F) {
+	f.Add([]byte(`{"kind":"a"}` + "\n" + `{"kind":"b"}`))
+	f.Add([]byte("\n\nx\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want [][]byte
+		for _, l := range bytes.Split(b, []byte{'\n'}) {
+			if len(l) > 0 {
+				want = append(want, l)
+			}
+		}
+		var got [][]byte
+		eventLines(b, func(l []byte) { got = append(got, l) })
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d lines, want %d", b, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("%q: line %d %q, want %q", b, i, got[i], want[i])
+			}
 		}
 	})
 }

@@ -139,6 +139,11 @@ func TestStreamedStdin(t *testing.T) {
 	if got := b.waitStarted(t); got != held {
 		t.Fatalf("started %s, want %s", got, held)
 	}
+	// A job that runs on says so (once it has run runningAfter).
+	waitFor(t, "the held job's record says running", func() bool {
+		rec, found, err := a.f.Get(held)
+		return err == nil && found && rec.State == api.StateRunning && rec.Node == b.name
+	})
 	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "cat", StdinStream: true})
 	stdin := func(n *testNode, data []byte, eof bool) chan error {
 		ch := make(chan error, 1)

@@ -327,7 +327,7 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 	e, rev, known := queuedEntry(m.ID, m.Spec, m.CreatedAt), m.Rev, m.Rev > 0 && !m.CreatedAt.IsZero()
 	// Known here before the take is written: a cancel that comes between
 	// the take and the lane's start finds it (serveCancel).
-	j := &runJob{f: f, id: m.ID, lane: lane, started: make(chan struct{})}
+	j := &runJob{f: f, id: m.ID, lane: lane, started: make(chan struct{}), over: make(chan struct{})}
 	f.mu.Lock()
 	if f.running[j.id] != nil {
 		// A redelivery while this node's own take of it is in flight:
@@ -392,6 +392,10 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 	}
 }
 
+// runningAfter: how long a job runs before its record says running (a
+// shorter one's record goes from dispatched to its end).
+const runningAfter = 200 * time.Millisecond
+
 // runJob is a job this node took.
 type runJob struct {
 	f        *Fleet
@@ -401,6 +405,7 @@ type runJob struct {
 	entry jobEntry
 	rev   uint64
 	ended bool
+	over  chan struct{} // closed when ended is set
 
 	// Under f.mu: a cancel came before the lane had the job (it ends
 	// cancelled, never started); the lane is being given it (a cancel
@@ -446,20 +451,37 @@ func (f *Fleet) run(j *runJob, spec api.JobSpec, queued func()) {
 		j.end(api.JobRecord{State: api.StateError, Error: "not_run: " + err.Error(), FinishedAt: &now})
 		return
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.ended {
-		return
-	}
-	e := j.entry
-	e.Record.State = api.StateRunning
-	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
-	defer cancel()
-	if rev, err := f.putJob(ctx, e, j.rev); err == nil {
-		j.entry, j.rev = e, rev
-	} else {
-		f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job running")
-	}
+	// The record says running once the job has run runningAfter: a job
+	// that ends sooner goes from dispatched to its end, one replicated
+	// write fewer (the end carries when it started). On the fleet's
+	// goroutines, not the take's: StopTaking does not wait for it.
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTimer(runningAfter)
+		defer t.Stop()
+		select {
+		case <-j.over:
+			return
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.ended {
+			return
+		}
+		e := j.entry
+		e.Record.State = api.StateRunning
+		ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+		defer cancel()
+		if rev, err := f.putJob(ctx, e, j.rev); err == nil {
+			j.entry, j.rev = e, rev
+		} else {
+			f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job running")
+		}
+	}()
 }
 
 // sink publishes a piece of the job's output, at most pubWindow messages
@@ -532,6 +554,9 @@ func (j *runJob) end(rec api.JobRecord) {
 	}()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if !j.ended {
+		close(j.over)
+	}
 	j.ended = true
 	if j.stopIn != nil {
 		j.stopIn()
@@ -599,14 +624,6 @@ func (j *runJob) end(rec api.JobRecord) {
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
-	}
-	// The end message wakes the followers (they also see the record).
-	msg := nats.NewMsg(outSubjPfx + j.id)
-	msg.Header.Set(hdrEnd, string(r.State))
-	pctx, pcancel := context.WithTimeout(f.ctx, opTimeout)
-	defer pcancel()
-	if _, err := f.js.PublishMsg(pctx, msg); err != nil {
-		f.log.Debug().Err(err).Str("job_id", j.id).Msg("publishing a cluster job's end")
 	}
 }
 

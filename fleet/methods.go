@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -36,10 +37,13 @@ func (busSink) EventsOnly() {}
 const lastFlush = 2 * time.Second
 
 // publishEvents publishes the queued event lines on
-// orchestrd.events.<node> into the events stream: asynchronously, at most
-// eventsWindow unacknowledged; a line the stream did not take (no
-// responders while its leader is elected) is sent again, synchronously,
-// with retries; what still fails is counted as dropped.
+// orchestrd.events.<node> into the events stream: the lines queued
+// together in one message, newline-separated (at most eventsBatch bytes
+// but for a longer line alone), so that a burst of a job's events is one
+// replicated write; asynchronously, at most eventsWindow messages
+// unacknowledged; a message the stream did not take (no responders while
+// its leader is elected) is sent again, synchronously, with retries; the
+// lines of what still fails are counted as dropped.
 func (f *Fleet) publishEvents() {
 	defer f.wg.Done()
 	subj := eventsSubjPfx + f.name
@@ -48,6 +52,7 @@ func (f *Fleet) publishEvents() {
 	// fleet without a quorum acknowledges nothing, and the daemon's stop
 	// must not wait on it.
 	var until time.Time
+	dropped := func(data []byte) { f.evDropped.Add(uint64(bytes.Count(data, []byte{'\n'}) + 1)) }
 	settle := func() {
 		for _, fut := range pending {
 			wait := 2 * opTimeout
@@ -61,52 +66,84 @@ func (f *Fleet) publishEvents() {
 			case <-time.After(wait):
 			}
 			if !f.nc.IsConnected() || !until.IsZero() && time.Now().After(until) {
-				f.evDropped.Add(1)
+				dropped(fut.Msg().Data)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			_, err := f.js.PublishMsg(ctx, fut.Msg(), jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(100*time.Millisecond))
 			cancel()
 			if err != nil {
-				f.evDropped.Add(1)
+				dropped(fut.Msg().Data)
 			}
 		}
 		pending = pending[:0]
 	}
-	publish := func(line []byte) {
-		fut, err := f.js.PublishAsync(subj, line)
-		if err != nil {
-			f.evDropped.Add(1)
+	var batch []byte
+	flush := func() {
+		if len(batch) == 0 {
 			return
 		}
-		pending = append(pending, fut)
+		fut, err := f.js.PublishAsync(subj, batch)
+		if err != nil {
+			dropped(batch)
+		} else {
+			pending = append(pending, fut)
+		}
+		batch = nil // the message holds it until acknowledged
 		if len(pending) >= eventsWindow {
 			settle()
 		}
 	}
+	add := func(line []byte) {
+		if len(batch) > 0 && len(batch)+1+len(line) > eventsBatch {
+			flush()
+		}
+		if len(batch) > 0 {
+			batch = append(batch, '\n')
+		}
+		batch = append(batch, line...)
+	}
 	for {
 		select {
 		case line := <-f.evq:
-			publish(line)
+			add(line)
 			continue
 		default:
 		}
+		flush()
 		settle()
 		select {
 		case line := <-f.evq:
-			publish(line)
+			add(line)
 		case <-f.ctx.Done():
 			// The lines queued until now (cluster.stopped among them).
 			until = time.Now().Add(lastFlush)
 			for {
 				select {
 				case line := <-f.evq:
-					publish(line)
+					add(line)
 				default:
+					flush()
 					settle()
 					return
 				}
 			}
+		}
+	}
+}
+
+// eventLines calls fn with each line of an events message (one line, or
+// several that one node published together).
+func eventLines(data []byte, fn func(line []byte)) {
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if len(line) > 0 {
+			fn(line)
 		}
 	}
 }
@@ -172,6 +209,7 @@ const (
 	maxEventsLast     = 100_000
 	eventsInFlight    = 8
 	eventsWindow      = 256
+	eventsBatch       = 64 << 10 // bytes of event lines in one message
 )
 
 // eventsMethod is cluster.events: the fleet's event lines, each pushed as
@@ -271,18 +309,26 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 			got++
 			md, _ := msg.Metadata()
 			node := strings.TrimPrefix(msg.Subject(), eventsSubjPfx)
-			kind, data, ok := withOrigin(node, msg.Data())
-			if ok {
+			stopped := false
+			eventLines(msg.Data(), func(line []byte) {
+				kind, data, ok := withOrigin(node, line)
+				if !ok || stopped {
+					return
+				}
 				select {
 				case slots <- struct{}{}:
 				case <-ctx.Done():
-					done()
-					return n, ctx.Err()
+					stopped = true
+					return
 				}
 				sc.Push(kind, data, func(ok bool) {
 					<-slots
 				})
 				n++
+			})
+			if stopped {
+				done()
+				return n, ctx.Err()
 			}
 			if !p.Follow && md != nil && md.Sequence.Stream >= end {
 				done()
