@@ -480,3 +480,31 @@ func (n *testNode) waitStarted(t *testing.T) string {
 		return ""
 	}
 }
+
+// startNode starts one node of cfg (stopped at the test's end).
+func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNode {
+	t.Helper()
+	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{ch: make(chan struct{}, 1)}
+	bus.Subscribe(nil, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	f, err := Start(ctx, Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log})
+	if err != nil {
+		bus.Close()
+		t.Fatal(err)
+	}
+	n := &testNode{name: cfg.Name, f: f, local: local, bus: bus, ev: rec, home: home}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.StopTaking()
+		f.Close(ctx)
+		bus.Close()
+	})
+	return n
+}

@@ -1,16 +1,11 @@
 package fleet
 
 import (
-	"context"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // lostEvents are the cluster.node_lost events about node that the nodes
@@ -152,31 +147,7 @@ func TestRestartedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
-	start := func(cfg Config, local *fakeLocal, home string) *testNode {
-		bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := &recorder{ch: make(chan struct{}, 1)}
-		bus.Subscribe(nil, rec)
-		ctx, cancel := context.WithTimeout(context.Background(), testWait)
-		defer cancel()
-		log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-		f, err := Start(ctx, Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log})
-		if err != nil {
-			bus.Close()
-			t.Fatal(err)
-		}
-		n := &testNode{name: cfg.Name, f: f, local: local, bus: bus, ev: rec, home: home}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			f.StopTaking()
-			f.Close(ctx)
-			bus.Close()
-		})
-		return n
-	}
+	start := func(cfg Config, local *fakeLocal, home string) *testNode { return startNode(t, cfg, local, home) }
 	hb := api.Duration{Duration: testHeartbeat}
 	old := start(Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: hb},
 		newFakeLocal("solo", []string{"gpu"}, 1, r), filepath.Join(dir, "old"))

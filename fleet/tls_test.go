@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,8 +20,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // tlsFiles writes a CA and a certificate it signed for 127.0.0.1 (server
@@ -151,4 +154,36 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("the connection is not TLS: %v", err)
 	}
 	nc.Close()
+
+	// A node on an external NATS reached by a tls:// URL (a's server
+	// here), with the CA and its certificate: it joins, and a job it
+	// takes in crosses to b and back.
+	xcfg := Config{Enabled: true, Name: "x", URL: "tls://" + u.Host, Credentials: a.f.cfg.Credentials,
+		Heartbeat: api.Duration{Duration: testHeartbeat}, TLSCA: files.ca, TLSCert: files.cert, TLSKey: files.key}
+	x := startNode(t, xcfg, newFakeLocal("x", nil, 0, r), filepath.Join(t.TempDir(), "x"))
+	waitFor(t, "x learns the fleet's lanes", func() bool { return x.f.Serves("gpu") })
+	id = submit(t, x, api.JobSpec{Lane: "gpu", Command: "echo"})
+	if rec := waitEnd(t, x, id); rec.State != api.StateSucceeded || rec.Node != b.name || rec.Output != outputBytes(id) {
+		t.Fatalf("a job from the external TLS node: %s on %q, %d bytes of output", rec.State, rec.Node, len(rec.Output))
+	}
+	// Without tls_ca the system's roots decide, and they do not know the
+	// test CA: refused at the start, saying why.
+	ycfg := xcfg
+	ycfg.Name, ycfg.TLSCA = "y", ""
+	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	f, err := Start(ctx, Options{Config: ycfg, Home: filepath.Join(t.TempDir(), "y"), Local: newFakeLocal("y", nil, 0, r), Bus: bus, Logger: zerolog.Nop()})
+	if err == nil {
+		f.Close(ctx)
+		t.Fatal("a node without the CA connected to a server its roots do not know")
+	}
+	t.Logf("refused: %v", err)
+	if !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("the refusal does not say why: %v", err)
+	}
 }
