@@ -88,6 +88,11 @@ type jobEntry struct {
 	Kept int64 `json:"kept,omitempty"`
 	// StdinStream: the job takes its stdin streamed (job.stdin).
 	StdinStream bool `json:"stdin_stream,omitempty"`
+	// StdinRefused: why the job's lane refused its stdin (the node that
+	// runs it drops the rest); the next job.stdin, on any node, is told.
+	// StdinUnsupported: because its runner takes no streamed stdin.
+	StdinRefused     string `json:"stdin_refused,omitempty"`
+	StdinUnsupported bool   `json:"stdin_unsupported,omitempty"`
 }
 
 // decodeJob decodes key's value in the jobs bucket.

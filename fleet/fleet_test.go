@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -373,5 +374,52 @@ func cancelOn(t *testing.T, n *testNode, id string) (bool, error) {
 	case <-time.After(testWait):
 		t.Fatalf("cancel of %s not answered", id)
 		return false, nil
+	}
+}
+
+// A job whose lane refuses its streamed stdin (its runner takes none): the
+// node that runs it records the refusal, and the next job.stdin, on any
+// node, is told so, with the refusal's kind, instead of being kept for
+// nothing.
+func TestStdinRefused(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
+	a, b := ns[0], ns[1]
+	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "deaf", StdinStream: true})
+	if got := b.waitStarted(t); got != id {
+		t.Fatalf("started %s, want %s", got, id)
+	}
+	stdin := func(n *testNode) error {
+		ch := make(chan error, 1)
+		n.f.Stdin(id, []byte("input\n"), false, func(err error) { ch <- err })
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(testWait):
+			t.Fatal("job.stdin: no answer")
+			return nil
+		}
+	}
+	// The first piece is kept (answered before the job's node has it);
+	// once the lane refused it, a call is told.
+	var refused error
+	waitFor(t, "a job.stdin told the stdin is refused", func() bool {
+		refused = stdin(a)
+		return refused != nil
+	})
+	var ae *api.Error
+	if !errors.As(refused, &ae) || ae.Code != api.CodeInvalidState || !strings.Contains(ae.Message, "refused its stdin") {
+		t.Fatalf("the refusal: %v", refused)
+	}
+	if d, ok := ae.Data.(map[string]string); !ok || d["stdin"] != "unsupported" {
+		t.Fatalf("the refusal's data: %#v", ae.Data)
+	}
+	// On the node that runs it too.
+	if err := stdin(b); !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("job.stdin on b: %v", err)
+	}
+	b.local.release(id, api.StateSucceeded)
+	if rec := waitEnd(t, a, id); rec.State != api.StateSucceeded {
+		t.Fatalf("the job: %+v", rec)
 	}
 }

@@ -74,6 +74,7 @@ type fakeJob struct {
 	release chan api.State
 	stdin   chan stdinPiece // a "cat" job's
 	ended   chan struct{}
+	deaf    bool // its runner takes no streamed stdin
 }
 
 // stdinPiece is a piece of a "cat" job's stdin and its call's answer.
@@ -131,7 +132,7 @@ func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), 
 	}
 	l.runs.add(id, l.node)
 	j := &fakeJob{id: id, sink: sink, done: done, release: make(chan api.State, 1), stdin: make(chan stdinPiece),
-		ended: make(chan struct{})}
+		ended: make(chan struct{}), deaf: spec.Command == "deaf"}
 	l.mu.Lock()
 	l.running[id] = j
 	l.mu.Unlock()
@@ -154,7 +155,7 @@ func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), 
 					eof = true
 				}
 			}
-		case spec.Command == "hold":
+		case spec.Command == "hold" || spec.Command == "deaf":
 			st = <-j.release
 			sink("stdout", []byte("held "+id))
 			n = len("held " + id)
@@ -203,6 +204,11 @@ func (l *fakeLocal) Stdin(id string, data []byte, eof bool, reply func(error)) {
 	l.mu.Unlock()
 	if j == nil {
 		reply(api.Errorf(api.CodeNotFound, "job %s does not run here", id))
+		return
+	}
+	if j.deaf {
+		reply(&api.Error{Code: api.CodeInvalidState, Data: map[string]string{"stdin": "unsupported"},
+			Message: "job " + id + " runs on a runner that takes no streamed stdin"})
 		return
 	}
 	go func() {

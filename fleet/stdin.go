@@ -63,6 +63,13 @@ func (f *Fleet) stdin(id string, data []byte, eof bool) error {
 			return api.Errorf(api.CodeInvalidState, "job %s was not submitted with stdin_stream: its stdin is not streamed", id)
 		case e.Record.State.Terminal():
 			return api.Errorf(api.CodeInvalidState, "job %s finished (%s); its stdin is closed", id, e.Record.State)
+		case e.StdinRefused != "":
+			ae := &api.Error{Code: api.CodeInvalidState,
+				Message: fmt.Sprintf("job %s: node %s, which runs it, refused its stdin (what came after was dropped): %s", id, e.Record.Node, e.StdinRefused)}
+			if e.StdinUnsupported {
+				ae.Data = map[string]string{"stdin": "unsupported"}
+			}
+			return ae
 		}
 		return nil
 	}
@@ -171,6 +178,7 @@ func (j *runJob) feedStdin(ctx context.Context) {
 				// taken and dropped, so that its sender is not held.
 				refused = true
 				f.log.Warn().Err(err).Str("job_id", j.id).Msg("a cluster job's stdin is refused by its lane; the rest is dropped")
+				j.refuseStdin(err)
 			}
 		}
 		dctx, dcancel := context.WithTimeout(ctx, opTimeout)
@@ -193,3 +201,38 @@ func (f *Fleet) purgeStdin(id string) {
 		f.log.Debug().Err(err).Str("job_id", id).Msg("purging a cluster job's stdin")
 	}
 }
+
+// refuseStdin records in the job's record that its lane refused its stdin,
+// so that the next job.stdin, on whichever node, is told (a piece already
+// kept was answered when it was kept).
+func (j *runJob) refuseStdin(err error) {
+	f := j.f
+	why := err.Error()
+	if len(why) > maxRefusal {
+		why = why[:maxRefusal]
+	}
+	var ae *api.Error
+	unsupported := false
+	if errors.As(err, &ae) {
+		if d, ok := ae.Data.(map[string]string); ok && d["stdin"] == "unsupported" {
+			unsupported = true
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return
+	}
+	e := j.entry
+	e.StdinRefused, e.StdinUnsupported = why, unsupported
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	defer cancel()
+	if rev, err := f.putJob(ctx, e, j.rev); err == nil {
+		j.entry, j.rev = e, rev
+	} else {
+		f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job's stdin refused")
+	}
+}
+
+// maxRefusal bounds the reason a record keeps for a refused stdin.
+const maxRefusal = 512
