@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
@@ -19,4 +21,25 @@ func TestKinds(t *testing.T) {
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},
 		ClusterStopped{Node: "n1", EventsDropped: 2},
 	)
+}
+
+// lastLines keeps the last max lines, oldest first, however many came.
+func TestLastLines(t *testing.T) {
+	for _, tc := range []struct{ max, add, first int }{{3, 0, 0}, {3, 2, 0}, {3, 3, 0}, {3, 7, 4}, {1, 5, 4}, {4, 8, 4}} {
+		h := &lastLines{max: tc.max, holding: true}
+		for i := range tc.add {
+			h.add(evLine{kind: strconv.Itoa(i)})
+		}
+		var got []string
+		if !h.flush(func(l evLine) bool { got = append(got, l.kind); return true }) {
+			t.Fatal("flush refused")
+		}
+		var want []string
+		for i := tc.first; i < tc.add; i++ {
+			want = append(want, strconv.Itoa(i))
+		}
+		if !slices.Equal(got, want) || h.holding {
+			t.Errorf("max %d, %d added: %v (holding %v), want %v", tc.max, tc.add, got, h.holding, want)
+		}
+	}
 }

@@ -108,6 +108,15 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 		}
 		return len(origins) == 3
 	})
+	// last counts lines, not messages (a message holds the lines a node
+	// published together).
+	two := mux.Start(t, "cluster.events", map[string]any{"last": 2})
+	if _, e := two.Wait(t, testWait); e != nil {
+		t.Fatalf("cluster.events last 2: %v", e)
+	}
+	if l := two.Lines(); len(l) != 2 {
+		t.Fatalf("cluster.events last 2: %d lines", len(l))
+	}
 	follow := mux.Start(t, "cluster.events", map[string]any{"follow": true, "last": 0, "node": b.name})
 	id2 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
 	waitEnd(t, a, id2)

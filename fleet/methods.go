@@ -292,6 +292,23 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 	}
 	slots := make(chan struct{}, eventsInFlight)
 	n := 0
+	push := func(l evLine) bool {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
+		sc.Push(l.kind, l.data, func(ok bool) {
+			<-slots
+		})
+		n++
+		return true
+	}
+	// The history (messages up to end) is held to its last `last` lines,
+	// then pushed: a message may hold several lines, so counting back by
+	// messages gives more than asked for. What comes after is pushed as it
+	// comes.
+	h := &lastLines{max: last, holding: cfg.OptStartSeq <= end}
 	for {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
@@ -305,41 +322,94 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 			continue
 		}
 		got := 0
+		stopped := false
 		for msg := range batch.Messages() {
 			got++
 			md, _ := msg.Metadata()
+			live := md != nil && md.Sequence.Stream > end
+			if live && h.holding && !h.flush(push) {
+				stopped = true
+				break
+			}
 			node := strings.TrimPrefix(msg.Subject(), eventsSubjPfx)
-			stopped := false
 			eventLines(msg.Data(), func(line []byte) {
 				kind, data, ok := withOrigin(node, line)
-				if !ok || stopped {
-					return
-				}
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
+				switch {
+				case !ok || stopped:
+				case h.holding:
+					h.add(evLine{kind, data})
+				case !push(evLine{kind, data}):
 					stopped = true
-					return
 				}
-				sc.Push(kind, data, func(ok bool) {
-					<-slots
-				})
-				n++
 			})
 			if stopped {
-				done()
-				return n, ctx.Err()
+				break
 			}
-			if !p.Follow && md != nil && md.Sequence.Stream >= end {
-				done()
-				return n, nil
+			if md != nil && md.Sequence.Stream >= end {
+				if h.holding && !h.flush(push) {
+					stopped = true
+					break
+				}
+				if !p.Follow {
+					done()
+					return n, nil
+				}
 			}
 		}
 		done()
-		if !p.Follow && got == 0 {
-			return n, nil
+		if stopped {
+			return n, ctx.Err()
+		}
+		if got == 0 {
+			// Caught up: what is held is all the history there is.
+			if h.holding && !h.flush(push) {
+				return n, ctx.Err()
+			}
+			if !p.Follow {
+				return n, nil
+			}
 		}
 	}
+}
+
+// evLine is an event line as cluster.events pushes it.
+type evLine struct {
+	kind string
+	data []byte
+}
+
+// lastLines keeps the last max lines added (a ring), until flushed.
+type lastLines struct {
+	max     int
+	holding bool
+	lines   []evLine
+	head    int // the oldest, once full
+}
+
+func (h *lastLines) add(l evLine) {
+	if h.max <= 0 {
+		return
+	}
+	if len(h.lines) < h.max {
+		h.lines = append(h.lines, l)
+		return
+	}
+	h.lines[h.head] = l
+	h.head = (h.head + 1) % h.max
+}
+
+// flush pushes what is held, oldest first, and holds no more; false if
+// a push was refused (the call went).
+func (h *lastLines) flush(push func(evLine) bool) bool {
+	h.holding = false
+	lines := append(h.lines[h.head:len(h.lines):len(h.lines)], h.lines[:h.head]...)
+	h.lines, h.head = nil, 0
+	for _, l := range lines {
+		if !push(l) {
+			return false
+		}
+	}
+	return true
 }
 
 // withOrigin checks an event line read from the fleet (any node wrote it)
