@@ -26,20 +26,20 @@ func TestKinds(t *testing.T) {
 // lastLines keeps the last max lines, oldest first, however many came.
 func TestLastLines(t *testing.T) {
 	for _, tc := range []struct{ max, add, first int }{{3, 0, 0}, {3, 2, 0}, {3, 3, 0}, {3, 7, 4}, {1, 5, 4}, {4, 8, 4}} {
-		h := &lastLines{max: tc.max, holding: true}
+		h := &lastLines{max: tc.max}
 		for i := range tc.add {
 			h.add(evLine{kind: strconv.Itoa(i)})
 		}
 		var got []string
-		if !h.flush(func(l evLine) bool { got = append(got, l.kind); return true }) {
-			t.Fatal("flush refused")
+		for _, l := range h.take() {
+			got = append(got, l.kind)
 		}
 		var want []string
 		for i := tc.first; i < tc.add; i++ {
 			want = append(want, strconv.Itoa(i))
 		}
-		if !slices.Equal(got, want) || h.holding {
-			t.Errorf("max %d, %d added: %v (holding %v), want %v", tc.max, tc.add, got, h.holding, want)
+		if !slices.Equal(got, want) || len(h.take()) != 0 {
+			t.Errorf("max %d, %d added: %v, want %v", tc.max, tc.add, got, want)
 		}
 	}
 }

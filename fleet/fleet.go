@@ -208,11 +208,11 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	} else {
 		f.mode, f.url = "external", redactURL(cfg.URL)
 	}
-	if err := f.connect(cred, kind); err != nil {
-		return nil, err
-	}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	if err := f.connect(sctx, cred, kind); err != nil {
+		return nil, err
+	}
 	if err := f.setup(sctx); err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 
 // connect connects the client: to the embedded server only (its
 // neighbours are reached through routes), or to the external URLs.
-func (f *Fleet) connect(cred credentials, kind credKind) error {
+func (f *Fleet) connect(ctx context.Context, cred credentials, kind credKind) error {
 	url := f.cfg.URL
 	opts := []nats.Option{
 		nats.Name("orchestrd " + f.name),
@@ -287,15 +287,38 @@ func (f *Fleet) connect(cred credentials, kind credKind) error {
 	if f.cfg.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(f.cfg.TLSCert, f.cfg.TLSKey))
 	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", redactURL(url), err)
+	// A refusal (credentials, TLS) is final; anything else (the server
+	// not up yet, or too loaded to answer the handshake in time: "expected
+	// 'PONG', got 'PING'" under CI's load) is tried again, every 250 ms,
+	// within ctx.
+	var nc *nats.Conn
+	for try := 0; ; try++ {
+		var err error
+		nc, err = nats.Connect(url, opts...)
+		if err == nil {
+			break
+		}
+		err = fmt.Errorf("connecting to NATS at %s: %w", redactURL(url), err)
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrPermissionViolation) {
+			return err
+		}
+		if try == 0 {
+			f.log.Warn().Err(err).Msg("connecting to NATS: trying again every 250 ms for up to 2 minutes")
+		} else {
+			f.log.Debug().Err(err).Msg("connecting to NATS: trying again")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	f.nc = nc
-	f.js, err = jetstream.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
+	f.js = js
 	return nil
 }
 

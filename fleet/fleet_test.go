@@ -117,6 +117,19 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 	if l := two.Lines(); len(l) != 2 {
 		t.Fatalf("cluster.events last 2: %d lines", len(l))
 	}
+	// The filter comes before the count: the last 2 cluster.started
+	// lines, though many lines came after them.
+	started := mux.Start(t, "cluster.events", map[string]any{"last": 2, "kinds": []string{"cluster.started"}})
+	if _, e := started.Wait(t, testWait); e != nil {
+		t.Fatalf("cluster.events of a kind: %v", e)
+	}
+	if l := started.Lines(); len(l) != 2 || l[0].Event != "cluster.started" || l[1].Event != "cluster.started" {
+		t.Fatalf("cluster.events last 2 cluster.started: %d lines %v", len(l), l)
+	}
+	bad := mux.Start(t, "cluster.events", map[string]any{"kinds": []string{strings.Repeat("k", 200)}})
+	if _, e := bad.Wait(t, testWait); e == nil || e.Code != api.CodeInvalidParams {
+		t.Fatalf("cluster.events with a 200-byte kind: %v", e)
+	}
 	follow := mux.Start(t, "cluster.events", map[string]any{"follow": true, "last": 0, "node": b.name})
 	id2 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
 	waitEnd(t, a, id2)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -200,8 +201,41 @@ type eventsParams struct {
 	Follow bool   `json:"follow,omitempty"`
 	Node   string `json:"node,omitempty"` // one node's events only
 	// Last: the last this many lines before following (default 1000,
-	// at most 100000; with follow, 0 is none).
+	// at most 100000; with follow, 0 is none), of the lines the filter
+	// below passes.
 	Last *int `json:"last,omitempty"`
+	// The filter, as `orchestrd events` gives it (eventlog.Query): kinds
+	// (exact, "*" or "prefix.*"), kinds excluded, a lane, a job, a time.
+	Kinds   []string  `json:"kinds,omitempty"`
+	Exclude []string  `json:"exclude,omitempty"`
+	Lane    string    `json:"lane,omitempty"`
+	Job     string    `json:"job,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// maxEventsPatterns bounds kinds and exclude, each; maxEventsPattern, one.
+const (
+	maxEventsPatterns = 64
+	maxEventsPattern  = 128
+)
+
+// matcher is p's filter, or why it is not one.
+func (p eventsParams) matcher() (func(*eventlog.Line) bool, error) {
+	for _, l := range [][]string{p.Kinds, p.Exclude} {
+		if len(l) > maxEventsPatterns {
+			return nil, fmt.Errorf("at most %d kinds", maxEventsPatterns)
+		}
+		for _, k := range l {
+			if k == "" || len(k) > maxEventsPattern {
+				return nil, fmt.Errorf("a kind is 1 to %d bytes", maxEventsPattern)
+			}
+		}
+	}
+	if len(p.Lane) > maxEventsPattern || len(p.Job) > maxEventsPattern {
+		return nil, fmt.Errorf("lane and job are at most %d bytes", maxEventsPattern)
+	}
+	q := eventlog.Query{Kinds: p.Kinds, Exclude: p.Exclude, Lane: p.Lane, Job: p.Job, Since: p.Since}
+	return q.Matcher(), nil
 }
 
 const (
@@ -239,6 +273,10 @@ func (f *Fleet) eventsMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: %q is not a node name", p.Node))
 		return
 	}
+	if _, err := p.matcher(); err != nil {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: %v", err))
+		return
+	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	sc.OnClose(cancel)
 	go func() {
@@ -260,36 +298,17 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 	if p.Node != "" {
 		subj = eventsSubjPfx + p.Node
 	}
+	match, err := p.matcher()
+	if err != nil {
+		return 0, err
+	}
 	ictx, icancel := context.WithTimeout(ctx, opTimeout)
 	info, err := f.evs.Info(ictx, jetstream.WithSubjectFilter(subj))
 	icancel()
 	if err != nil {
 		return 0, err
 	}
-	end := info.State.LastSeq
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}}
-	switch {
-	case p.Follow && (last == 0 || info.State.Msgs == 0):
-		// From the first line after the stream's end now (none missed
-		// between reading its end and following).
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, end+1
-	case last == 0 || info.State.Msgs == 0:
-		return 0, nil
-	default:
-		// The last `last` lines of the subject: counted back from the
-		// end of the stream (an estimate when other nodes' lines are
-		// interleaved: at least last of them come when they exist).
-		start := uint64(1)
-		if end > uint64(last) {
-			start = end - uint64(last) + 1
-		}
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, max(start, info.State.FirstSeq)
-	}
-	cfg.MaxResetAttempts = maxResets
-	c, err := f.js.OrderedConsumer(ctx, eventsStream, cfg)
-	if err != nil {
-		return 0, err
-	}
+	end, first := info.State.LastSeq, max(info.State.FirstSeq, 1)
 	slots := make(chan struct{}, eventsInFlight)
 	n := 0
 	push := func(l evLine) bool {
@@ -304,14 +323,82 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 		n++
 		return true
 	}
-	// The history (messages up to end) is held to its last `last` lines,
-	// then pushed: a message may hold several lines, so counting back by
-	// messages gives more than asked for. What comes after is pushed as it
-	// comes.
-	h := &lastLines{max: last, holding: cfg.OptStartSeq <= end}
+	if last > 0 && info.State.Msgs > 0 {
+		// The last `last` lines the filter passes, up to end: read back
+		// from end over last messages, then four times as many, until
+		// that many lines came or the stream's start was read (a message
+		// holds one line or several; a node's or a kind's lines are
+		// interleaved with others).
+		for span := uint64(last); ; span *= 4 {
+			start := first
+			if end >= span && end-span+1 > first {
+				start = end - span + 1
+			}
+			lines, err := f.readEvents(ctx, subj, start, end, match, last)
+			if err != nil {
+				return n, err
+			}
+			if len(lines) >= last || start <= first || span >= end {
+				for _, l := range lines {
+					if !push(l) {
+						return n, ctx.Err()
+					}
+				}
+				break
+			}
+		}
+	}
+	if !p.Follow {
+		return n, nil
+	}
+	// From the first line after end (none missed between reading end and
+	// following), each as it comes.
+	c, err := f.js.OrderedConsumer(ctx, eventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: end + 1, MaxResetAttempts: maxResets})
+	if err != nil {
+		return n, err
+	}
 	for {
-		if ctx.Err() != nil {
+		batch, done, err := fetch(ctx, c, 64, 500*time.Millisecond)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return n, ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		stopped := false
+		for msg := range batch.Messages() {
+			node := strings.TrimPrefix(msg.Subject(), eventsSubjPfx)
+			eventLines(msg.Data(), func(line []byte) {
+				if l, ok := matchedLine(node, line, match); ok && !stopped && !push(l) {
+					stopped = true
+				}
+			})
+			if stopped {
+				break
+			}
+		}
+		done()
+		if stopped || ctx.Err() != nil {
 			return n, ctx.Err()
+		}
+	}
+}
+
+// readEvents reads subj's event lines from start to end and returns the
+// last max of them that match passes, oldest first.
+func (f *Fleet) readEvents(ctx context.Context, subj string, start, end uint64, match func(*eventlog.Line) bool, max int) ([]evLine, error) {
+	c, err := f.js.OrderedConsumer(ctx, eventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start, MaxResetAttempts: maxResets})
+	if err != nil {
+		return nil, err
+	}
+	h := &lastLines{max: max}
+	for empty := 0; ; {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 		batch, done, err := fetch(ctx, c, 64, 500*time.Millisecond)
 		if err != nil {
@@ -321,55 +408,56 @@ func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsPar
 			}
 			continue
 		}
-		got := 0
-		stopped := false
+		got, atEnd := 0, false
 		for msg := range batch.Messages() {
 			got++
 			md, _ := msg.Metadata()
-			live := md != nil && md.Sequence.Stream > end
-			if live && h.holding && !h.flush(push) {
-				stopped = true
+			if md != nil && md.Sequence.Stream > end {
+				atEnd = true
 				break
 			}
 			node := strings.TrimPrefix(msg.Subject(), eventsSubjPfx)
 			eventLines(msg.Data(), func(line []byte) {
-				kind, data, ok := withOrigin(node, line)
-				switch {
-				case !ok || stopped:
-				case h.holding:
-					h.add(evLine{kind, data})
-				case !push(evLine{kind, data}):
-					stopped = true
+				if l, ok := matchedLine(node, line, match); ok {
+					h.add(l)
 				}
 			})
-			if stopped {
+			// At end, or nothing more of subj now (end's message is
+			// another node's).
+			if md != nil && (md.Sequence.Stream >= end || md.NumPending == 0) {
+				atEnd = true
 				break
-			}
-			if md != nil && md.Sequence.Stream >= end {
-				if h.holding && !h.flush(push) {
-					stopped = true
-					break
-				}
-				if !p.Follow {
-					done()
-					return n, nil
-				}
 			}
 		}
 		done()
-		if stopped {
-			return n, ctx.Err()
+		if atEnd {
+			return h.take(), nil
 		}
 		if got == 0 {
-			// Caught up: what is held is all the history there is.
-			if h.holding && !h.flush(push) {
-				return n, ctx.Err()
-			}
-			if !p.Follow {
-				return n, nil
+			// Nothing came: none of subj from start on, or a consumer
+			// slow to start; its own count says which.
+			ictx, cancel := context.WithTimeout(ctx, opTimeout)
+			ci, err := c.Info(ictx)
+			cancel()
+			empty++
+			if err == nil && ci.NumPending == 0 || empty >= 20 {
+				return h.take(), nil
 			}
 		}
 	}
+}
+
+// matchedLine is line from node as cluster.events pushes it, if it is an
+// event line and match passes it.
+func matchedLine(node string, line []byte, match func(*eventlog.Line) bool) (evLine, bool) {
+	kind, data, ok := withOrigin(node, line)
+	if !ok {
+		return evLine{}, false
+	}
+	if l, err := eventlog.ParseLine(line); err != nil || !match(&l) {
+		return evLine{}, false
+	}
+	return evLine{kind, data}, true
 }
 
 // evLine is an event line as cluster.events pushes it.
@@ -378,12 +466,11 @@ type evLine struct {
 	data []byte
 }
 
-// lastLines keeps the last max lines added (a ring), until flushed.
+// lastLines keeps the last max lines added (a ring).
 type lastLines struct {
-	max     int
-	holding bool
-	lines   []evLine
-	head    int // the oldest, once full
+	max   int
+	lines []evLine
+	head  int // the oldest, once full
 }
 
 func (h *lastLines) add(l evLine) {
@@ -398,18 +485,11 @@ func (h *lastLines) add(l evLine) {
 	h.head = (h.head + 1) % h.max
 }
 
-// flush pushes what is held, oldest first, and holds no more; false if
-// a push was refused (the call went).
-func (h *lastLines) flush(push func(evLine) bool) bool {
-	h.holding = false
+// take returns what is kept, oldest first, and keeps nothing more.
+func (h *lastLines) take() []evLine {
 	lines := append(h.lines[h.head:len(h.lines):len(h.lines)], h.lines[:h.head]...)
 	h.lines, h.head = nil, 0
-	for _, l := range lines {
-		if !push(l) {
-			return false
-		}
-	}
-	return true
+	return lines
 }
 
 // withOrigin checks an event line read from the fleet (any node wrote it)

@@ -503,6 +503,22 @@ func clusterEvents(ctx context.Context, home, node string, follow bool, tail tai
 	if tail.set {
 		params["last"] = tail.n
 	}
+	// The fleet filters before it counts the last lines (an older node
+	// ignores these; the filter below still holds).
+	for k, v := range map[string]any{"kinds": q.Kinds, "exclude": q.Exclude} {
+		if l := v.([]string); len(l) > 0 {
+			params[k] = l
+		}
+	}
+	if q.Lane != "" {
+		params["lane"] = q.Lane
+	}
+	if q.Job != "" {
+		params["job"] = q.Job
+	}
+	if !q.Since.IsZero() {
+		params["since"] = q.Since
+	}
 	match := q.Matcher()
 	done := make(chan error, 1)
 	go func() { done <- c.Call(ctx, "cluster.events", params, nil) }()
