@@ -467,21 +467,29 @@ func (f *Fleet) run(j *runJob, spec api.JobSpec, queued func()) {
 			return
 		case <-t.C:
 		}
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		if j.ended {
-			return
-		}
-		e := j.entry
-		e.Record.State = api.StateRunning
-		ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
-		defer cancel()
-		if rev, err := f.putJob(ctx, e, j.rev); err == nil {
-			j.entry, j.rev = e, rev
-		} else {
-			f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job running")
-		}
+		j.amend("running", func(e *jobEntry) { e.Record.State = api.StateRunning })
 	}()
+}
+
+// amend changes the job's record while it runs here (best effort): a CAS
+// from the revision this node last wrote, under mu, so that the end and
+// the other amendments follow each other; nothing once it has ended.
+func (j *runJob) amend(what string, change func(*jobEntry)) {
+	f := j.f
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return
+	}
+	e := j.entry
+	change(&e)
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	defer cancel()
+	if rev, err := f.putJob(ctx, e, j.rev); err == nil {
+		j.entry, j.rev = e, rev
+	} else {
+		f.log.Debug().Err(err).Str("job_id", j.id).Str("what", what).Msg("recording a change to a cluster job running here")
+	}
 }
 
 // sink publishes a piece of the job's output, at most pubWindow messages

@@ -206,7 +206,6 @@ func (f *Fleet) purgeStdin(id string) {
 // so that the next job.stdin, on whichever node, is told (a piece already
 // kept was answered when it was kept).
 func (j *runJob) refuseStdin(err error) {
-	f := j.f
 	why := err.Error()
 	if len(why) > maxRefusal {
 		why = why[:maxRefusal]
@@ -218,20 +217,7 @@ func (j *runJob) refuseStdin(err error) {
 			unsupported = true
 		}
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.ended {
-		return
-	}
-	e := j.entry
-	e.StdinRefused, e.StdinUnsupported = why, unsupported
-	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
-	defer cancel()
-	if rev, err := f.putJob(ctx, e, j.rev); err == nil {
-		j.entry, j.rev = e, rev
-	} else {
-		f.log.Debug().Err(err).Str("job_id", j.id).Msg("recording a cluster job's stdin refused")
-	}
+	j.amend("stdin_refused", func(e *jobEntry) { e.StdinRefused, e.StdinUnsupported = why, unsupported })
 }
 
 // maxRefusal bounds the reason a record keeps for a refused stdin.
