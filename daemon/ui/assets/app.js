@@ -26,11 +26,15 @@
   // A press on the page's content holds its reload until the button is
   // let go: content swapped between the press and the release takes the
   // button pressed away, and the click (a Cancel, an Approve) is lost.
-  let pressed = false;
-  document.addEventListener("pointerdown", (e) => { if (main() && main().contains(e.target)) pressed = true; }, true);
+  // A press held longer than pressHold (its release lost: let go outside
+  // the window, a drag) holds no more.
+  const pressHold = 5000;
+  let pressedAt = 0;
+  const pressedNow = () => pressedAt !== 0 && Date.now() - pressedAt < pressHold;
+  document.addEventListener("pointerdown", (e) => { if (main() && main().contains(e.target)) pressedAt = Date.now(); }, true);
   const release = () => {
-    if (!pressed) return;
-    pressed = false;
+    if (pressedAt === 0) return;
+    pressedAt = 0;
     // After this press's click and submit have run (they follow the
     // release in the same task).
     if (again && !refreshing) { again = false; setTimeout(schedule, 0); }
@@ -40,14 +44,14 @@
 
   async function refresh() {
     if (refreshing) { again = true; return; }
-    if (pressed) { again = true; body.dataset.held = "true"; return; } // once the button is let go
+    if (pressedNow()) { again = true; body.dataset.held = "true"; setTimeout(schedule, pressHold); return; } // once the button is let go
     if (editing()) { again = true; return; } // after the person is done typing
     refreshing = true;
     try {
       const r = await fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin" });
       if (r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
       const html = await r.text();
-      if (pressed) { again = true; body.dataset.held = "true"; return; } // pressed while it was fetched
+      if (pressedNow()) { again = true; body.dataset.held = "true"; return; } // pressed while it was fetched
       const m = main();
       const focusId = document.activeElement && document.activeElement.id;
       // A job's output and what its stream said of it are this tab's
