@@ -400,9 +400,9 @@ func (f *Fleet) sweepLost() {
 	// A suspect seen go less than a Heartbeat ago is left to the node
 	// that declared it lost (or to the restarted node itself): it is
 	// failing its jobs now, and its cluster.node_lost lists them.
-	suspects := make(map[stray]bool, len(f.suspects))
+	recent := make(map[stray]bool, len(f.suspects)) // every suspect: seen go less than a Heartbeat ago?
 	for k, since := range f.suspects {
-		suspects[k] = time.Since(since) < f.cfg.Heartbeat.Duration
+		recent[k] = time.Since(since) < f.cfg.Heartbeat.Duration
 	}
 	f.mu.Unlock()
 	strays := map[stray]bool{}
@@ -421,8 +421,8 @@ func (f *Fleet) sweepLost() {
 	}
 	f.mu.Lock()
 	f.sweptOnce = true
-	for k, recent := range suspects {
-		if recent {
+	for k, isRecent := range recent {
+		if isRecent {
 			delete(strays, k)
 		} else if !strays[k] {
 			delete(f.suspects, k)
