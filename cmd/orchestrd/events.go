@@ -505,10 +505,11 @@ func clusterEvents(ctx context.Context, home, node string, follow bool, tail tai
 	}
 	// The fleet filters before it counts the last lines (an older node
 	// ignores these; the filter below still holds).
-	for k, v := range map[string]any{"kinds": q.Kinds, "exclude": q.Exclude} {
-		if l := v.([]string); len(l) > 0 {
-			params[k] = l
-		}
+	if len(q.Kinds) > 0 {
+		params["kinds"] = q.Kinds
+	}
+	if len(q.Exclude) > 0 {
+		params["exclude"] = q.Exclude
 	}
 	if q.Lane != "" {
 		params["lane"] = q.Lane
