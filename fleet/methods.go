@@ -273,7 +273,8 @@ func (f *Fleet) eventsMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: %q is not a node name", p.Node))
 		return
 	}
-	if _, err := p.matcher(); err != nil {
+	match, err := p.matcher()
+	if err != nil {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "invalid params for cluster.events: %v", err))
 		return
 	}
@@ -281,7 +282,7 @@ func (f *Fleet) eventsMethod(call api.Call) {
 	sc.OnClose(cancel)
 	go func() {
 		defer cancel()
-		n, err := f.streamEvents(ctx, sc, p, last)
+		n, err := f.streamEvents(ctx, sc, p, last, match)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			call.Fail(api.Errorf(api.CodeInternal, "reading the fleet's events: %v", err))
@@ -293,14 +294,10 @@ func (f *Fleet) eventsMethod(call api.Call) {
 	}()
 }
 
-func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsParams, last int) (int, error) {
+func (f *Fleet) streamEvents(ctx context.Context, sc api.StreamCall, p eventsParams, last int, match func(*eventlog.Line) bool) (int, error) {
 	subj := eventsSubjPfx + ">"
 	if p.Node != "" {
 		subj = eventsSubjPfx + p.Node
-	}
-	match, err := p.matcher()
-	if err != nil {
-		return 0, err
 	}
 	ictx, icancel := context.WithTimeout(ctx, opTimeout)
 	info, err := f.evs.Info(ictx, jetstream.WithSubjectFilter(subj))
