@@ -106,7 +106,20 @@ type ClusterStopped struct {
 
 func (ClusterStopped) Kind() string { return "cluster.stopped" }
 
+// ClusterOutputRepublished: pieces of a job's output whose publication
+// failed (the output stream electing a leader) were published again,
+// after pieces that follow them; readers put them back in order. Lost:
+// pieces that failed for endRetryFor, missing from its output (the record
+// tells: the output falls short of output_bytes).
+type ClusterOutputRepublished struct {
+	JobID  string `json:"job_id"`
+	Pieces int    `json:"pieces"`
+	Lost   int    `json:"lost"`
+}
+
+func (ClusterOutputRepublished) Kind() string { return "cluster.output_republished" }
+
 func init() {
-	eventlog.Register(ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
+	eventlog.Register(ClusterOutputRepublished{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
 }

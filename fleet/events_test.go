@@ -20,6 +20,7 @@ func TestKinds(t *testing.T) {
 		ClusterDisconnected{Node: "n1", Error: "EOF"},
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},
 		ClusterStopped{Node: "n1", EventsDropped: 2},
+		ClusterOutputRepublished{JobID: "c-ab-1", Pieces: 3, Lost: 1},
 	)
 }
 

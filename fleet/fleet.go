@@ -76,6 +76,11 @@ const (
 	opTimeout       = 5 * time.Second
 	startTimeout    = 2 * time.Minute
 	endRetryFor     = 30 * time.Second
+	republishEvery  = 250 * time.Millisecond // a failed output piece, again
+	// pieceAckWait: an output piece not acknowledged this long after its
+	// sending is published again (a duplicate costs readers nothing: they
+	// take each offset once).
+	pieceAckWait = 3 * time.Second
 	// submitFor bounds a submission, its tries again included: long
 	// enough to ride out a JetStream leader election (seconds), short of
 	// the CLI's 30 s.

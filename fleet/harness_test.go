@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
@@ -118,6 +119,21 @@ func testOutput(id string) [][2]string {
 	return out
 }
 
+// floodPiece is the ith piece a "flood" job writes: 40 to 1500 bytes.
+func floodPiece(id string, i int) []byte {
+	head := fmt.Sprintf("%s piece %d:", id, i)
+	return append([]byte(head), bytes.Repeat([]byte{'a' + byte(i%26)}, 20+(i*7919)%1480)...)
+}
+
+// floodBytes is what a "flood" job that wrote n bytes wrote.
+func floodBytes(id string, n int64) []byte {
+	var out []byte
+	for i := 0; int64(len(out)) < n; i++ {
+		out = append(out, floodPiece(id, i)...)
+	}
+	return out
+}
+
 func outputBytes(id string) string {
 	var b strings.Builder
 	for _, p := range testOutput(id) {
@@ -154,6 +170,20 @@ func (l *fakeLocal) Run(id string, spec api.JobSpec, sink func(string, []byte), 
 				case st = <-j.release:
 					eof = true
 				}
+			}
+		case spec.Command == "flood":
+			// Numbered pieces of varying sizes (floodPiece), about one
+			// a millisecond, until released.
+			for i := 0; ; i++ {
+				select {
+				case st = <-j.release:
+				case <-time.After(time.Millisecond):
+					p := floodPiece(id, i)
+					sink("stdout", p)
+					n += len(p)
+					continue
+				}
+				break
 			}
 		case spec.Command == "hold" || spec.Command == "deaf":
 			st = <-j.release

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,9 +418,11 @@ type runJob struct {
 	stopIn context.CancelFunc
 
 	// The sink's; done reads them after the last sink.
-	pending   []jetstream.PubAckFuture
-	pubErrs   int
-	published int64
+	pending []pendingPiece
+	pubErrs int
+	// republished counts pieces published again after a failure.
+	republished int
+	published   int64
 }
 
 func (f *Fleet) run(j *runJob, spec api.JobSpec, queued func()) {
@@ -493,41 +496,91 @@ func (j *runJob) amend(what string, change func(*jobEntry)) {
 }
 
 // sink publishes a piece of the job's output, at most pubWindow messages
-// unacknowledged (the job waits meanwhile: backpressure).
+// unacknowledged (the job waits meanwhile: backpressure). Each piece
+// carries its offset in the output (hdrOffset): one whose publication
+// fails is published again (settle), after its successors.
 func (j *runJob) sink(stream string, data []byte) {
-	f := j.f
 	for len(data) > 0 {
 		n := min(len(data), pieceMax)
-		msg := nats.NewMsg(outSubjPfx + j.id)
-		msg.Header.Set(hdrStream, stream)
-		msg.Data = bytes.Clone(data[:n])
+		p := pendingPiece{stream: stream, off: j.published, data: bytes.Clone(data[:n])}
 		j.published += int64(n)
 		data = data[n:]
-		fut, err := f.js.PublishMsgAsync(msg)
+		fut, err := j.f.js.PublishMsgAsync(p.msg(j.id))
 		if err != nil {
-			j.pubErr(err)
+			j.republish(p, err)
 			continue
 		}
-		j.pending = append(j.pending, fut)
+		p.fut, p.sent = fut, time.Now()
+		j.pending = append(j.pending, p)
 		if len(j.pending) >= pubWindow {
 			j.settle(1)
 		}
 	}
 }
 
-// settle waits for the oldest n publications.
+// pendingPiece is a piece of output published and not yet acknowledged.
+type pendingPiece struct {
+	fut    jetstream.PubAckFuture
+	sent   time.Time
+	stream string
+	off    int64
+	data   []byte
+}
+
+func (p pendingPiece) msg(id string) *nats.Msg {
+	msg := nats.NewMsg(outSubjPfx + id)
+	msg.Header.Set(hdrStream, p.stream)
+	msg.Header.Set(hdrOffset, strconv.FormatInt(p.off, 10))
+	msg.Data = p.data
+	return msg
+}
+
+// settle waits for the oldest n publications; a failed one, or one not
+// acknowledged within pieceAckWait of its sending, is published again.
+// (A piece sent to a stream leader as it steps down is neither stored nor
+// answered: its acknowledgement never comes, and neither do those of the
+// pieces sent with it, each waited for from its own sending.)
 func (j *runJob) settle(n int) {
 	for ; n > 0 && len(j.pending) > 0; n-- {
-		fut := j.pending[0]
+		p := j.pending[0]
 		j.pending = j.pending[1:]
+		wait := time.NewTimer(max(0, time.Until(p.sent.Add(pieceAckWait))))
 		select {
-		case <-fut.Ok():
-		case err := <-fut.Err():
-			j.pubErr(err)
-		case <-time.After(2 * opTimeout):
-			j.pubErr(errors.New("no acknowledgement"))
+		case <-p.fut.Ok():
+		case err := <-p.fut.Err():
+			j.republish(p, err)
+		case <-wait.C:
+			j.republish(p, errors.New("no acknowledgement"))
 		case <-j.f.ctx.Done():
 			j.pubErr(j.f.ctx.Err())
+		}
+		wait.Stop()
+	}
+}
+
+// republish publishes a piece again whose publication failed (the
+// output stream electing a leader takes seconds), every
+// republishEvery within endRetryFor; the job waits meanwhile. A piece
+// that then still fails is lost: counted, and told by the record's
+// output falling short.
+func (j *runJob) republish(p pendingPiece, first error) {
+	f := j.f
+	f.log.Debug().Err(first).Str("job_id", j.id).Int64("offset", p.off).Msg("publishing a piece of a cluster job's output again")
+	ctx, cancel := context.WithTimeout(f.ctx, endRetryFor)
+	defer cancel()
+	for {
+		octx, ocancel := context.WithTimeout(ctx, opTimeout)
+		_, err := f.js.PublishMsg(octx, p.msg(j.id))
+		ocancel()
+		if err == nil {
+			j.republished++
+			return
+		}
+		select {
+		case <-ctx.Done():
+			j.pubErr(err)
+			return
+		case <-time.After(republishEvery):
 		}
 	}
 }
@@ -546,6 +599,9 @@ func (j *runJob) done(rec api.JobRecord) {
 	j.f.ending.Add(1)
 	defer j.f.ending.Add(-1)
 	j.settle(len(j.pending))
+	if j.republished > 0 || j.pubErrs > 0 {
+		j.f.emit(ClusterOutputRepublished{JobID: j.id, Pieces: j.republished, Lost: j.pubErrs})
+	}
 	j.end(rec)
 }
 
@@ -806,23 +862,31 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	// consumer is made by the JetStream meta group, a round on every
 	// server per read, and one placed on a server that has died is never
 	// made (seen with an operator's cluster that lost a server).
+	// Pieces are put back in offset order (a piece published again lands
+	// after its successors).
 	var out []byte
+	asm := newAssembler(func(_ string, data []byte) error {
+		out = append(out, data[:min(int64(len(data)), limit-int64(len(out)))]...)
+		return nil
+	})
 	for seq := uint64(1); int64(len(out)) < limit; {
 		m, err := f.out.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil // the rest is gone (the stream's limits)
+			break // the rest is gone (the stream's limits)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 		}
 		if m.Header.Get(hdrEnd) == "" {
-			out = append(out, m.Data[:min(int64(len(m.Data)), limit-int64(len(out)))]...)
+			off, ok := parseOffset(m.Header.Get(hdrOffset))
+			_ = asm.add(off, ok, "", m.Data)
 		}
 		if m.Sequence >= last.Sequence {
 			break
 		}
 		seq = m.Sequence + 1
 	}
+	_ = asm.flush()
 	return out, nil
 }
 
@@ -1029,6 +1093,7 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	// The end is recorded only after every piece was stored, so a read
 	// that finds nothing once the record has ended has read them all.
 	next := uint64(1)
+	asm := newAssembler(sink) // pieces in offset order
 	var ended *api.JobRecord
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -1055,6 +1120,9 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 			fails = 0
 			next = m.Sequence + 1
 			if m.Header.Get(hdrEnd) != "" {
+				if err := asm.flush(); err != nil {
+					return api.JobRecord{}, err
+				}
 				if ended != nil {
 					return *ended, nil
 				}
@@ -1065,11 +1133,17 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 					return api.JobRecord{}, ctx.Err()
 				}
 			}
-			if err := sink(m.Header.Get(hdrStream), m.Data); err != nil {
+			off, ok := parseOffset(m.Header.Get(hdrOffset))
+			if err := asm.add(off, ok, m.Header.Get(hdrStream), m.Data); err != nil {
 				return api.JobRecord{}, err
 			}
 		}
 		if ended != nil && caughtUp {
+			// What never came is skipped: the caller sees the output
+			// fall short of the record's output_bytes.
+			if err := asm.flush(); err != nil {
+				return api.JobRecord{}, err
+			}
 			return *ended, nil
 		}
 		if !caughtUp {
