@@ -130,3 +130,29 @@ func TestInitCredentials(t *testing.T) {
 		t.Fatalf("a bad file: %v", err)
 	}
 }
+
+func TestVersionBefore(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{
+		{"2.9.10", true}, {"2.10.0", false}, {"2.15.2", false}, {"v2.9.25", true}, {"1.4.0", true}, {"3.0.0", false},
+		{"2.10.0-beta.1", false}, {"2.9", true}, {"", false}, {"x.y.z", false}, {"2", false}, {"-1.5.0", false},
+	} {
+		if got := versionBefore(c.v, 2, 10); got != c.want {
+			t.Errorf("versionBefore(%q, 2, 10) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
+
+func FuzzVersionBefore(f *testing.F) {
+	f.Add("2.9.10")
+	f.Add("2.10.0-RC.1")
+	f.Fuzz(func(t *testing.T, v string) {
+		// A server's version string decides nothing but a warning: it
+		// never panics, and an older one is never newer than a later one.
+		if versionBefore(v, 2, 10) && !versionBefore(v, 2, 11) {
+			t.Fatalf("%q is before 2.10 but not before 2.11", v)
+		}
+	})
+}

@@ -14,6 +14,8 @@ type ClusterStarted struct {
 	URL         string   `json:"url"`  // without credentials
 	Lanes       []string `json:"lanes,omitempty"`
 	Replicas    int      `json:"replicas"`
+	// ServerVersion is the NATS server's this node is connected to.
+	ServerVersion string `json:"server_version,omitempty"`
 }
 
 func (ClusterStarted) Kind() string { return "cluster.started" }

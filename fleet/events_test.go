@@ -10,7 +10,7 @@ import (
 
 func TestKinds(t *testing.T) {
 	eventlogtest.CheckKinds(t,
-		ClusterStarted{Node: "n1", Incarnation: "ab", Mode: "embedded", URL: "nats://127.0.0.1:4222", Lanes: []string{"gpu"}, Replicas: 3},
+		ClusterStarted{Node: "n1", Incarnation: "ab", Mode: "embedded", URL: "nats://127.0.0.1:4222", Lanes: []string{"gpu"}, Replicas: 3, ServerVersion: "2.15.2"},
 		ClusterNodeJoined{Node: "n1", Incarnation: "ab", Lanes: []string{"gpu"}},
 		ClusterNodeLost{Node: "n2", Incarnation: "cd", By: "n1", Reason: "heartbeat_expired", Jobs: []string{"c-ab-1"}},
 		ClusterJobLost{JobID: "c-ab-2", Node: "n2", Incarnation: "cd", By: "n1"},

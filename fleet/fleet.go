@@ -228,7 +228,14 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		// Queued until the publisher starts, below.
 		f.unsubBus = f.bus.Subscribe(nil, busSink{f})
 	}
-	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas})
+	sv := f.nc.ConnectedServerVersion()
+	if versionBefore(sv, 2, 10) {
+		// Seen with Debian's 2.9.10: two CASes on one revision both
+		// succeeded (ARCHITECTURE.md, "The fleet").
+		f.log.Warn().Str("server_version", sv).Msg("the NATS server is older than 2.10: two nodes writing one job record at once may both succeed; a job taken by two nodes at once could run twice. Run nats-server 2.10 or later")
+	}
+	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas,
+		ServerVersion: sv})
 	f.emit(ClusterNodeJoined{Node: f.name, Incarnation: f.inc, Lanes: f.lanes})
 	f.cancelSub, err = f.nc.Subscribe(nodeSubjPfx+f.name+".cancel", f.serveCancel)
 	if err != nil {
@@ -601,4 +608,19 @@ func isWrongSeq(err error) bool {
 		return true
 	}
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// versionBefore says whether a server version "MAJOR.MINOR.PATCH..." is
+// older than major.minor; one that does not parse is not judged (false).
+func versionBefore(v string, major, minor int) bool {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || ma < 0 || mi < 0 {
+		return false
+	}
+	return ma < major || ma == major && mi < minor
 }

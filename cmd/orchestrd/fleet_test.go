@@ -791,10 +791,20 @@ func TestFleetExternalNATS(t *testing.T) {
 	url, srvs := startNATSCluster(t, bin, filepath.Join(credsDir, "cluster.creds"))
 	nodes := startFleetCreds(t, url, gpuLanes, filepath.Join(credsDir, "cluster.creds"))
 	for _, n := range nodes {
-		if ev := n.d.events(); !slices.ContainsFunc(ev, func(e map[string]any) bool {
+		i := slices.IndexFunc(n.d.events(), func(e map[string]any) bool {
 			return e["kind"] == "cluster.started" && e["mode"] == "external"
-		}) {
+		})
+		if i < 0 {
 			t.Fatalf("%s did not start on the external NATS", n.name)
+		}
+		// The server's version is told; one older than 2.10 (whose CAS
+		// is weaker) is warned of.
+		sv, _ := n.d.events()[i]["server_version"].(string)
+		if sv == "" {
+			t.Fatalf("%s's cluster.started has no server_version", n.name)
+		}
+		if warned := strings.Contains(n.d.stderr.String(), "older than 2.10"); warned != (strings.HasPrefix(sv, "2.9.") || strings.HasPrefix(sv, "2.8.")) {
+			t.Fatalf("%s on NATS %s: warned %v of an old server", n.name, sv, warned)
 		}
 	}
 	fleetScenario(t, nodes)
