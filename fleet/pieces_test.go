@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -219,18 +220,25 @@ func TestOutputThroughElections(t *testing.T) {
 		if old == "" {
 			t.Fatal("the output stream has no leader")
 		}
-		msg, err := c.f.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+outputStream, nil, opTimeout)
-		if err != nil {
-			t.Fatalf("election %d: asking the leader to step down: %v", i+1, err)
-		}
-		var sd struct {
-			Success bool `json:"success"`
-			Error   any  `json:"error"`
-		}
-		if json.Unmarshal(msg.Data, &sd) != nil || !sd.Success {
-			t.Fatalf("election %d: step down: %s", i+1, msg.Data)
-		}
-		waitFor(t, "a new leader", func() bool { l := leader(); return l != "" && l != old })
+		// Asked again while it has not stepped down (a request that
+		// timed out under load, or an answer that it could not yet).
+		waitEvery(t, 500*time.Millisecond, fmt.Sprintf("election %d", i+1), func() bool {
+			if l := leader(); l != "" && l != old {
+				return true
+			}
+			msg, err := c.f.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+outputStream, nil, opTimeout)
+			if err != nil {
+				t.Logf("election %d: step down: %v", i+1, err)
+				return false
+			}
+			var sd struct {
+				Success bool `json:"success"`
+			}
+			if json.Unmarshal(msg.Data, &sd) != nil || !sd.Success {
+				t.Logf("election %d: step down: %s", i+1, msg.Data)
+			}
+			return false
+		})
 		t.Logf("election %d at %d bytes followed", i+1, size())
 	}
 	before := size()
