@@ -544,6 +544,11 @@ func (j *runJob) settle(n int) {
 	for ; n > 0 && len(j.pending) > 0; n-- {
 		p := j.pending[0]
 		j.pending = j.pending[1:]
+		select {
+		case <-p.fut.Ok(): // acknowledged already: never taken for late
+			continue
+		default:
+		}
 		wait := time.NewTimer(max(0, time.Until(p.sent.Add(pieceAckWait))))
 		select {
 		case <-p.fut.Ok():
