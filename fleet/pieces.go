@@ -15,11 +15,16 @@ import (
 // pieces back in order with an assembler.
 const hdrOffset = "Orchestrd-Offset"
 
-// heldMax bounds what an assembler holds waiting for a gap to fill: twice
-// what a publisher can have in flight. A gap that outlives it never fills
-// (the piece's publication failed for good, or the stream's limits
-// dropped it): the assembler skips it.
-const heldMax = 2 * pubWindow * pieceMax
+// heldMax and heldPiecesMax bound what an assembler holds waiting for a
+// gap to fill: twice what a publisher can have in flight, in bytes and in
+// pieces (a piece published again lands at most pubWindow-1 places late).
+// A gap that outlives them never fills (the piece's publication failed for
+// good, or the stream's limits dropped it): the assembler skips it. The
+// count bound also keeps drain's scans short when pieces are small.
+const (
+	heldMax       = 2 * pubWindow * pieceMax
+	heldPiecesMax = 2 * pubWindow
+)
 
 // parseOffset reads a piece's offset header: decimal digits only, at most
 // 18 of them (no sign, no spaces). A piece without one, or with one that
@@ -71,7 +76,7 @@ func (a *assembler) add(off int64, hasOff bool, stream string, data []byte) erro
 		}
 		a.held[off] = heldPiece{stream, data}
 		a.heldBytes += len(data)
-		for a.heldBytes > heldMax {
+		for a.heldBytes > heldMax || len(a.held) > heldPiecesMax {
 			// The lowest gap will not fill: skip it.
 			if err := a.skipGap(); err != nil {
 				return err

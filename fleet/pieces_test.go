@@ -107,6 +107,28 @@ func TestAssemblerBounded(t *testing.T) {
 	}
 }
 
+// Small pieces after a gap that never fills: the assembler holds at most
+// heldPiecesMax of them, skips the gap, and gives the rest in order.
+func TestAssemblerManySmall(t *testing.T) {
+	var got []byte
+	a := newAssembler(func(_ string, d []byte) error { got = append(got, d...); return nil })
+	const n = 100_000
+	for i := 1; i < n; i++ { // piece 0 never comes
+		if err := a.add(int64(i), true, "stdout", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.held) > heldPiecesMax {
+			t.Fatalf("holds %d pieces, over %d", len(a.held), heldPiecesMax)
+		}
+	}
+	if err := a.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if a.skipped != 1 || len(got) != n-1 || got[0] != 1 || got[n-2] != byte((n-1)%256) {
+		t.Fatalf("skipped %d, got %d bytes", a.skipped, len(got))
+	}
+}
+
 // FuzzAssembler: pieces of an output, each published in order but some
 // again later (as a failed publication is), some twice, arrive in any
 // order within the publisher's window: the assembler gives the output
@@ -124,13 +146,17 @@ func FuzzAssembler(f *testing.F) {
 		}
 		// Arrival: each piece in order, or moved later by up to
 		// pubWindow places (a republication), or sent twice.
+		// A piece is moved once at most (as a piece is published again
+		// once it failed, while those after it wait).
 		arrival := slices.Clone(pieces)
+		moved := make([]bool, len(arrival))
 		for i := range arrival {
-			if rng.IntN(4) == 0 {
+			if !moved[i] && rng.IntN(4) == 0 {
 				j := min(len(arrival)-1, i+rng.IntN(pubWindow))
 				p := arrival[i]
 				copy(arrival[i:j], arrival[i+1:j+1])
-				arrival[j] = p
+				copy(moved[i:j], moved[i+1:j+1])
+				arrival[j], moved[j] = p, true
 			}
 		}
 		for i := 0; i < len(pieces); i++ {
