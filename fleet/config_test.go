@@ -1,11 +1,16 @@
 package fleet
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -155,4 +160,25 @@ func FuzzVersionBefore(f *testing.F) {
 			t.Fatalf("%q is before 2.10 but not before 2.11", v)
 		}
 	})
+}
+
+// What is tried again: a request no stream leader took, or one a server
+// refused at once for want of a quorum; never a lost CAS or a bad request.
+func TestNoStream(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrNoResponders, true},
+		{fmt.Errorf("reading: %w", jetstream.ErrNoStreamResponse), true},
+		{fmt.Errorf("reading: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest}, false},
+		{jetstream.ErrKeyNotFound, false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := noStream(c.err); got != c.want {
+			t.Errorf("noStream(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

@@ -595,10 +595,21 @@ func again(ctx context.Context, op func(ctx context.Context, try int) error) err
 	}
 }
 
-// noStream: the request reached no stream leader.
+// noStream: the request reached no stream leader, or a server that
+// refused it at once because JetStream had no quorum ("JetStream system
+// temporarily unavailable", 503: seen while a stopped node held the only
+// other replica; a CI run's job.get failed on it).
 func noStream(err error) bool {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) && ae.ErrorCode == jsClusterNotAvailable {
+		return true
+	}
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
+
+// jsClusterNotAvailable is nats-server's JSClusterNotAvailErr (its
+// errors.json), which nats.go names no constant for.
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
 
 // isWrongSeq: a CAS (Create, Update) lost to another writer.
 func isWrongSeq(err error) bool {

@@ -855,7 +855,12 @@ func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
 // readOutput reads up to limit bytes of id's output from the stream.
 func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte, error) {
 	subj := outSubjPfx + id
-	last, err := f.out.GetLastMsgForSubject(ctx, subj)
+	var last *jetstream.RawStreamMsg
+	err := again(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		last, err = f.out.GetLastMsgForSubject(ctx, subj)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -875,7 +880,12 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 		return nil
 	})
 	for seq := uint64(1); int64(len(out)) < limit; {
-		m, err := f.out.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		var m *jetstream.RawStreamMsg
+		err := again(ctx, func(ctx context.Context, _ int) error {
+			var err error
+			m, err = f.out.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+			return err
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break // the rest is gone (the stream's limits)
 		}

@@ -17,17 +17,16 @@ import (
 
 // planAgent is the loops' agent (behind `orchestrd executor`): what each
 // loop type is asked for, as a real agent would write it. A plan asks for
-// two specs.
+// two specs; a spec's agent works until it is stopped, so that the spec
+// loops are still running when their plan is cancelled (an agent that
+// finished at once let them complete first on a loaded machine, and
+// there was nothing left to cancel: a CI run failed so).
 const planAgent = `#!/bin/sh
 cat > /dev/null
 case "$ORCHESTRD_LOOP_TYPE" in
 plan) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
   printf '# Plan\n\n## Specs to Create\n- spec-alpha: the first part\n- spec-beta: the second part\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
-spec) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
-  printf '# Spec\n\n## Phases\n1. **Build** - build it\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
-phase) mkdir -p "$(dirname "$ORCHESTRD_LOOP_ARTIFACT")"
-  printf '# Phase\nWrite the code.\n' > "$ORCHESTRD_LOOP_ARTIFACT" ;;
-code) echo "$ORCHESTRD_LOOP_ID" > "code-$ORCHESTRD_LOOP_ID.txt" ;;
+spec) exec sleep 600 ;;
 esac
 `
 
