@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -128,7 +129,7 @@ func (a *assembler) skipGap() error {
 	if len(a.held) == 0 {
 		return nil
 	}
-	low := slices.Min(mapKeys(a.held))
+	low := slices.Min(slices.Collect(maps.Keys(a.held)))
 	if low > a.next {
 		a.skipped += low - a.next
 		a.next = low
@@ -144,12 +145,4 @@ func (a *assembler) flush() error {
 		}
 	}
 	return nil
-}
-
-func mapKeys(m map[int64]heldPiece) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
