@@ -72,6 +72,17 @@ type ClusterJobTaken struct {
 
 func (ClusterJobTaken) Kind() string { return "cluster.job_taken" }
 
+// ClusterTakeLost: this node took a job, but another node's take of the
+// same record, which the NATS server (older than 2.10) let succeed too,
+// landed last: the job runs there, not here.
+type ClusterTakeLost struct {
+	JobID   string `json:"job_id"`
+	Lane    string `json:"lane"`
+	TakenBy string `json:"taken_by"`
+}
+
+func (ClusterTakeLost) Kind() string { return "cluster.take_lost" }
+
 // ClusterResultDropped: a job this node ran ended, but its end was not
 // recorded: the record had ended already (node_lost while this node was
 // stopped or cut off), or the fleet could not be reached.
@@ -123,5 +134,5 @@ func (ClusterOutputRepublished) Kind() string { return "cluster.output_republish
 
 func init() {
 	eventlog.Register(ClusterOutputRepublished{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
-		ClusterJobTaken{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
+		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
 }

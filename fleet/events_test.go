@@ -16,6 +16,7 @@ func TestKinds(t *testing.T) {
 		ClusterJobLost{JobID: "c-ab-2", Node: "n2", Incarnation: "cd", By: "n1"},
 		ClusterNodeReturned{Node: "n2", Incarnation: "cd"},
 		ClusterJobTaken{JobID: "c-ab-1", Lane: "gpu"},
+		ClusterTakeLost{JobID: "c-ab-1", Lane: "gpu", TakenBy: "n2"},
 		ClusterResultDropped{JobID: "c-ab-1", State: "succeeded", Recorded: "failed", Why: "already_ended: node_lost"},
 		ClusterDisconnected{Node: "n1", Error: "EOF"},
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},

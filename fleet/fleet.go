@@ -156,6 +156,14 @@ type Fleet struct {
 	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
 	// tests: called between a take and the lane's start
 	beforeRun atomic.Pointer[func(id string)]
+	// weakCAS: the NATS server is older than 2.10, where two nodes' CASes
+	// on one revision of a record can both succeed (the last write
+	// stands): a take, an end and a node_lost failure are read back
+	// (casSettle, casStood) before this node acts on them.
+	weakCAS atomic.Bool
+	// tests: called after a CAS that is then read back (what: take, end,
+	// fail), before casSettle's wait
+	afterCAS atomic.Pointer[func(what, id string)]
 
 	stopOnce  sync.Once
 	closeOnce sync.Once
@@ -232,7 +240,8 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if versionBefore(sv, 2, 10) {
 		// Seen with Debian's 2.9.10: two CASes on one revision both
 		// succeeded (ARCHITECTURE.md, "The fleet").
-		f.log.Warn().Str("server_version", sv).Msg("the NATS server is older than 2.10: two nodes writing one job record at once may both succeed; a job taken by two nodes at once could run twice. Run nats-server 2.10 or later")
+		f.weakCAS.Store(true)
+		f.log.Warn().Str("server_version", sv).Msg("the NATS server is older than 2.10: two nodes writing one job record at once may both succeed, so every take, end and node_lost failure is read back 250 ms after it is written before this node acts on it (each job starts 250 ms later). Run nats-server 2.10 or later")
 	}
 	f.emit(ClusterStarted{Node: f.name, Incarnation: f.inc, Mode: f.mode, URL: f.url, Lanes: f.lanes, Replicas: cfg.Replicas,
 		ServerVersion: sv})

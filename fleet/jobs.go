@@ -382,9 +382,28 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 		// acknowledgement (a redelivery finds it taken and skips it), so
 		// it is not waited for.
 		_ = msg.Ack()
+		j.entry, j.rev = e, nrev
+		if f.weakCAS.Load() {
+			// Another node's take of the same revision may have
+			// succeeded too, and landed last: it runs the job, not this one.
+			f.casSettle("take", m.ID)
+			stood, cur, err := f.casStood(m.ID, func(c jobEntry) bool {
+				return c.Record.Node == f.name && c.Incarnation == f.inc
+			})
+			if err != nil {
+				taken = true
+				now := time.Now().UTC()
+				j.end(api.JobRecord{State: api.StateError, Error: "not_run: its take could not be read back: " + err.Error(), FinishedAt: &now})
+				return
+			}
+			if !stood {
+				f.log.Warn().Str("job_id", m.ID).Str("taken_by", cur.Record.Node).Msg("another node's take of a job landed after this node's (NATS older than 2.10): it runs there, not here")
+				f.emit(ClusterTakeLost{JobID: m.ID, Lane: lane, TakenBy: cur.Record.Node})
+				return
+			}
+		}
 		f.emit(ClusterJobTaken{JobID: m.ID, Lane: lane})
 		taken = true
-		j.entry, j.rev = e, nrev
 		if fn := f.beforeRun.Load(); fn != nil {
 			(*fn)(j.id)
 		}
@@ -694,6 +713,49 @@ func (j *runJob) end(rec api.JobRecord) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	if f.weakCAS.Load() {
+		// A node that declared this one lost may have failed the job
+		// on the same revision, its write landing last: that end stands.
+		f.casSettle("end", j.id)
+		stood, cur, err := f.casStood(j.id, func(c jobEntry) bool { return sameEnd(c, r, f.name, f.inc) })
+		if err == nil && !stood {
+			drop(string(cur.Record.State), "overwritten: "+cur.Record.Error)
+		}
+	}
+}
+
+// sameEnd says whether c is the end r that node's incarnation inc wrote.
+func sameEnd(c jobEntry, r api.JobRecord, node, inc string) bool {
+	return c.Record.State == r.State && c.Record.Error == r.Error && c.Record.Node == node && c.Incarnation == inc &&
+		c.Record.FinishedAt != nil && r.FinishedAt != nil && c.Record.FinishedAt.Equal(*r.FinishedAt)
+}
+
+// casSettle waits, on a server older than 2.10 (weakCAS), for a CAS of
+// this node's that succeeded and a concurrent one of another node's on the
+// same revision, which may have succeeded too, to both be applied
+// (declareSettle, as a declaration waits), before casStood reads which
+// stands: the last write.
+func (f *Fleet) casSettle(what, id string) {
+	if fn := f.afterCAS.Load(); fn != nil {
+		(*fn)(what, id)
+	}
+	select {
+	case <-f.ctx.Done():
+	case <-time.After(declareSettle):
+	}
+}
+
+// casStood reads job id's record back from the leader after casSettle;
+// stood: it is there and mine says it is still this node's write. An
+// error: it could not be read for 2*opTimeout.
+func (f *Fleet) casStood(id string, mine func(jobEntry) bool) (stood bool, cur jobEntry, err error) {
+	ctx, cancel := context.WithTimeout(f.ctx, 2*opTimeout)
+	defer cancel()
+	cur, _, found, err := f.getJob(ctx, id)
+	if err != nil {
+		return false, cur, err
+	}
+	return found && mine(cur), cur, nil
 }
 
 // keptBytes is how much of its output stream the record keeps: what the

@@ -318,6 +318,7 @@ func (f *Fleet) declareLost(p peer) {
 func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 	var ids []string
 	var todo []string
+	wrote := map[string]api.JobRecord{}
 	err := f.scanJobs(ctx, func(e jobEntry, _ uint64) {
 		if e.Record.Node == node && e.Incarnation == inc && !e.Record.State.Terminal() {
 			todo = append(todo, e.Record.ID)
@@ -345,6 +346,7 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 				_, err = f.putJob(octx, e, rev)
 				if err == nil {
 					ids = append(ids, id)
+					wrote[id] = e.Record
 					cancel()
 					break
 				}
@@ -362,6 +364,23 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 		if attempt == 10 {
 			f.log.Error().Str("job_id", id).Str("node", node).Msg("a lost node's job could not be failed after 10 tries; it stays as recorded")
 		}
+	}
+	if f.weakCAS.Load() && len(ids) > 0 {
+		// The lost node's own end of a job (it was only stopped) may have
+		// succeeded on the same revision and landed last: it stands, and
+		// the job is not told lost. A record that cannot be read back is
+		// told lost, as written.
+		f.casSettle("fail", ids[0])
+		kept := ids[:0]
+		for _, id := range ids {
+			stood, cur, err := f.casStood(id, func(c jobEntry) bool { return sameEnd(c, wrote[id], node, inc) })
+			if err == nil && !stood {
+				f.log.Info().Str("job_id", id).Str("node", node).Str("state", string(cur.Record.State)).Msg("a lost node's end of a job landed after its node_lost failure (NATS older than 2.10): that end stands")
+				continue
+			}
+			kept = append(kept, id)
+		}
+		ids = kept
 	}
 	return ids
 }
