@@ -85,7 +85,9 @@ func (ClusterTakeLost) Kind() string { return "cluster.take_lost" }
 
 // ClusterResultDropped: a job this node ran ended, but its end was not
 // recorded: the record had ended already (node_lost while this node was
-// stopped or cut off), or the fleet could not be reached.
+// stopped or cut off), a node_lost failure written at the same moment
+// landed after it (why "overwritten: ...", a server older than 2.10), or
+// the fleet could not be reached.
 type ClusterResultDropped struct {
 	JobID    string `json:"job_id"`
 	State    string `json:"state"`              // the end this node saw
