@@ -34,7 +34,7 @@ func overwrite(t *testing.T, f *Fleet, id string, change func(*jobEntry)) {
 
 // hookOnce sets f's afterCAS to run change over the first record of kind
 // what, and counts every call of each kind.
-func hookOnce(t *testing.T, f *Fleet, what string, change func(*jobEntry)) *map[string]*atomic.Int32 {
+func hookOnce(t *testing.T, f *Fleet, what string, change func(*jobEntry)) map[string]*atomic.Int32 {
 	calls := map[string]*atomic.Int32{"take": {}, "end": {}, "fail": {}}
 	var done atomic.Bool
 	fn := func(w, id string) {
@@ -44,7 +44,7 @@ func hookOnce(t *testing.T, f *Fleet, what string, change func(*jobEntry)) *map[
 		}
 	}
 	f.afterCAS.Store(&fn)
-	return &calls
+	return calls
 }
 
 // One two-node cluster, weakCAS on both nodes, three cases in turn:
@@ -78,7 +78,7 @@ func TestWeakCAS(t *testing.T) {
 	if rec := waitEnd(t, a, ok); rec.State != api.StateSucceeded || rec.Node != b.name {
 		t.Fatalf("the job whose take stood: %+v", rec)
 	}
-	waitFor(t, "b reads its end back", func() bool { return (*calls)["end"].Load() == 1 })
+	waitFor(t, "b reads its end back", func() bool { return calls["end"].Load() == 1 })
 	if n := r.count(lost); n != 0 {
 		t.Fatalf("the job another node took ran %d times here", n)
 	}
@@ -93,7 +93,7 @@ func TestWeakCAS(t *testing.T) {
 	if d := b.ev.kinds("cluster.result_dropped"); len(d) != 0 {
 		t.Fatalf("an end that stood was dropped: %+v", d)
 	}
-	if n := (*calls)["take"].Load(); n != 2 {
+	if n := calls["take"].Load(); n != 2 {
 		t.Fatalf("takes read back: %d, want 2", n)
 	}
 
