@@ -121,6 +121,18 @@ type ClusterStopped struct {
 
 func (ClusterStopped) Kind() string { return "cluster.stopped" }
 
+// ClusterEventsDropped: event lines of this node's were not published to
+// the fleet (its queue overflowed while the stream could not take them,
+// or they failed for eventsRetryFor); told once lines go through again.
+// They are in this node's own event log. Total: since the node started.
+type ClusterEventsDropped struct {
+	Node  string `json:"node"`
+	Lines uint64 `json:"lines"`
+	Total uint64 `json:"total"`
+}
+
+func (ClusterEventsDropped) Kind() string { return "cluster.events_dropped" }
+
 // ClusterOutputRepublished: pieces of a job's output whose publication
 // failed (the output stream electing a leader) were published again,
 // after pieces that follow them; readers put them back in order. Lost:
@@ -135,6 +147,6 @@ type ClusterOutputRepublished struct {
 func (ClusterOutputRepublished) Kind() string { return "cluster.output_republished" }
 
 func init() {
-	eventlog.Register(ClusterOutputRepublished{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
+	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
 }

@@ -1,10 +1,16 @@
 package fleet
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 )
 
@@ -22,6 +28,7 @@ func TestKinds(t *testing.T) {
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},
 		ClusterStopped{Node: "n1", EventsDropped: 2},
 		ClusterOutputRepublished{JobID: "c-ab-1", Pieces: 3, Lost: 1},
+		ClusterEventsDropped{Node: "n1", Lines: 12, Total: 40},
 	)
 }
 
@@ -44,4 +51,105 @@ func TestLastLines(t *testing.T) {
 			t.Errorf("max %d, %d added: %v, want %v", tc.max, tc.add, got, want)
 		}
 	}
+}
+
+// Event lines published while the events stream's leader is lost (its
+// server gone: an election of seconds, longer than a publication's own
+// retries) are sent again until the stream takes them: each is in the
+// stream once, and none is dropped.
+func TestEventsThroughLeaderLoss(t *testing.T) {
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{}, nodeSpec{})
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	info, err := ns[0].f.evs.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("the events stream: %v", err)
+	}
+	var lost, from *testNode
+	for _, n := range ns {
+		switch {
+		case n.name == info.Cluster.Leader:
+			lost = n
+		case from == nil:
+			from = n
+		}
+	}
+	if lost == nil {
+		t.Fatalf("the events stream's leader %q is no node's server", info.Cluster.Leader)
+	}
+	lost.f.srv.Shutdown()
+	const probes = 20
+	for i := range probes {
+		from.bus.Emit(ClusterJobTaken{JobID: fmt.Sprintf("probe-%d", i), Lane: "probe"})
+	}
+	waitEvery(t, 500*time.Millisecond, "every probe line in the events stream", func() bool {
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		info, err := from.f.evs.Info(rctx)
+		if err != nil {
+			return false
+		}
+		seen := map[string]int{}
+		_, err = from.f.readEvents(rctx, eventsSubjPfx+from.name, 1, info.State.LastSeq, func(l *eventlog.Line) bool {
+			if l.Kind == "cluster.job_taken" && l.Fields["lane"] == "probe" {
+				seen[fmt.Sprint(l.Fields["job_id"])]++
+			}
+			return false
+		}, 1)
+		if err != nil {
+			return false
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s is in the events stream %d times", id, n)
+			}
+		}
+		return len(seen) == probes
+	})
+	if d := from.f.evDropped.Load(); d != 0 {
+		t.Fatalf("%s dropped %d event lines", from.name, d)
+	}
+}
+
+// Lines dropped while the publisher could not keep up (its queue full)
+// are told once lines go through again: cluster.events_dropped, in the
+// node's own log and in the fleet's events.
+func TestEventsDroppedTold(t *testing.T) {
+	dir := t.TempDir()
+	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	a := startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
+		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "solo"))
+	a.f.pubPaused.Store(true)
+	const over = 50
+	for i := range eventQueue + over {
+		a.bus.Emit(ClusterJobTaken{JobID: fmt.Sprintf("flood-%d", i), Lane: "flood"})
+	}
+	// The publisher may have taken a few lines before it parked, and the
+	// node's own events meanwhile are dropped with the rest.
+	dropped := a.f.evDropped.Load()
+	if dropped == 0 {
+		t.Fatalf("%d lines dropped of %d over a queue of %d", dropped, eventQueue+over, eventQueue)
+	}
+	a.f.pubPaused.Store(false)
+	waitFor(t, "cluster.events_dropped", func() bool { return len(a.ev.kinds("cluster.events_dropped")) > 0 })
+	if e := a.ev.kinds("cluster.events_dropped")[0].(ClusterEventsDropped); e.Node != a.name || e.Lines < dropped || e.Total != e.Lines {
+		t.Fatalf("cluster.events_dropped: %+v, want %d lines", e, dropped)
+	}
+	waitEvery(t, 200*time.Millisecond, "cluster.events_dropped in the fleet's events", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		info, err := a.f.evs.Info(ctx)
+		if err != nil {
+			return false
+		}
+		got, err := a.f.readEvents(ctx, eventsSubjPfx+a.name, 1, info.State.LastSeq, func(l *eventlog.Line) bool {
+			return l.Kind == "cluster.events_dropped"
+		}, 1)
+		return err == nil && len(got) == 1
+	})
 }

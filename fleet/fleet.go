@@ -154,6 +154,7 @@ type Fleet struct {
 	suspects  map[stray]time.Time
 	sweptOnce bool
 	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
+	pubPaused atomic.Bool // tests: the event publisher takes no line
 	// tests: called between a take and the lane's start
 	beforeRun atomic.Pointer[func(id string)]
 	// weakCAS: the NATS server is older than 2.10, where two nodes' CASes

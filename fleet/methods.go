@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -42,9 +44,14 @@ const lastFlush = 2 * time.Second
 // together in one message, newline-separated (at most eventsBatch bytes
 // but for a longer line alone), so that a burst of a job's events is one
 // replicated write; asynchronously, at most eventsWindow messages
-// unacknowledged; a message the stream did not take (no responders while
-// its leader is elected) is sent again, synchronously, with retries; the
-// lines of what still fails are counted as dropped.
+// unacknowledged. A message the stream did not take (its leader being
+// elected, a server lost, the connection down) is sent again, in order,
+// every retryPause for up to eventsRetryFor (lastFlush once the node
+// leaves), under the same Nats-Msg-Id, so that one stored after all is
+// not stored twice; meanwhile the lines wait in the queue, whose
+// overflow is dropped. The lines of what still fails are dropped too:
+// every drop is told, once the stream takes lines again, as
+// cluster.events_dropped (and in cluster.stopped's total).
 func (f *Fleet) publishEvents() {
 	defer f.wg.Done()
 	subj := eventsSubjPfx + f.name
@@ -53,8 +60,46 @@ func (f *Fleet) publishEvents() {
 	// fleet without a quorum acknowledges nothing, and the daemon's stop
 	// must not wait on it.
 	var until time.Time
+	var sent uint64 // messages published, for their ids
+	var told uint64 // drops told in cluster.events_dropped
 	dropped := func(data []byte) { f.evDropped.Add(uint64(bytes.Count(data, []byte{'\n'}) + 1)) }
+	// resend publishes m until the stream takes it (see above).
+	resend := func(m *nats.Msg) bool {
+		deadline := time.Now().Add(eventsRetryFor)
+		for {
+			if !until.IsZero() && deadline.After(until) {
+				deadline = until
+			}
+			wait := max(time.Until(deadline), time.Millisecond)
+			if f.nc.IsConnected() {
+				base := f.ctx // a stop cuts a wait short; then lastFlush's tries
+				if !until.IsZero() {
+					base = context.Background()
+				}
+				ctx, cancel := context.WithTimeout(base, min(opTimeout, wait))
+				_, err := f.js.PublishMsg(ctx, m)
+				cancel()
+				if err == nil {
+					return true
+				}
+			}
+			if !time.Now().Before(deadline) {
+				return false
+			}
+			pause := time.After(min(retryPause, wait))
+			if !until.IsZero() {
+				<-pause
+				continue
+			}
+			select {
+			case <-f.ctx.Done(): // leaving: lastFlush at most from now
+				until = time.Now().Add(lastFlush)
+			case <-pause:
+			}
+		}
+	}
 	settle := func() {
+		clean := true
 		for _, fut := range pending {
 			wait := 2 * opTimeout
 			if !until.IsZero() {
@@ -66,25 +111,30 @@ func (f *Fleet) publishEvents() {
 			case <-fut.Err():
 			case <-time.After(wait):
 			}
-			if !f.nc.IsConnected() || !until.IsZero() && time.Now().After(until) {
+			if !resend(fut.Msg()) {
 				dropped(fut.Msg().Data)
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
-			_, err := f.js.PublishMsg(ctx, fut.Msg(), jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(100*time.Millisecond))
-			cancel()
-			if err != nil {
-				dropped(fut.Msg().Data)
+				clean = false
 			}
 		}
 		pending = pending[:0]
+		// Drops told once lines go through again (the event then
+		// likely finds room in the queue).
+		if d := f.evDropped.Load(); clean && d > told && until.IsZero() {
+			f.log.Warn().Uint64("lines", d-told).Msg("event lines were not published to the fleet (they are in this node's own event log)")
+			f.emit(ClusterEventsDropped{Node: f.name, Lines: d - told, Total: d})
+			told = d
+		}
 	}
 	var batch []byte
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		fut, err := f.js.PublishAsync(subj, batch)
+		sent++
+		m := nats.NewMsg(subj)
+		m.Data = batch
+		m.Header.Set(jetstream.MsgIDHeader, f.inc+"-"+strconv.FormatUint(sent, 10))
+		fut, err := f.js.PublishMsgAsync(m)
 		if err != nil {
 			dropped(batch)
 		} else {
@@ -105,6 +155,9 @@ func (f *Fleet) publishEvents() {
 		batch = append(batch, line...)
 	}
 	for {
+		for f.pubPaused.Load() && f.ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
 		select {
 		case line := <-f.evq:
 			add(line)
@@ -244,6 +297,10 @@ const (
 	eventsInFlight    = 8
 	eventsWindow      = 256
 	eventsBatch       = 64 << 10 // bytes of event lines in one message
+	// eventsRetryFor bounds how long a message of event lines the stream
+	// did not take is sent again (an election after a server's loss takes
+	// seconds).
+	eventsRetryFor = 30 * time.Second
 )
 
 // eventsMethod is cluster.events: the fleet's event lines, each pushed as
