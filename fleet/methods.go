@@ -170,8 +170,12 @@ func (f *Fleet) publishEvents() {
 		case line := <-f.evq:
 			add(line)
 		case <-f.ctx.Done():
-			// The lines queued until now (cluster.stopped among them).
-			until = time.Now().Add(lastFlush)
+			// The lines queued until now (cluster.stopped among them),
+			// within the one lastFlush from when the stop was noticed
+			// (resend may have noticed it first).
+			if until.IsZero() {
+				until = time.Now().Add(lastFlush)
+			}
 			for {
 				select {
 				case line := <-f.evq:
