@@ -63,9 +63,11 @@ func (f *Fleet) publishEvents() {
 	var sent uint64 // messages published, for their ids
 	var told uint64 // drops told in cluster.events_dropped
 	dropped := func(data []byte) { f.evDropped.Add(uint64(bytes.Count(data, []byte{'\n'}) + 1)) }
-	// resend publishes m until the stream takes it (see above).
-	resend := func(m *nats.Msg) bool {
-		deadline := time.Now().Add(eventsRetryFor)
+	// resend publishes m until the stream takes it or deadline passes
+	// (see above): the deadline is one for every message a settle sends
+	// again, so that a stream down for long costs each one try, not
+	// eventsRetryFor each.
+	resend := func(m *nats.Msg, deadline time.Time) bool {
 		for {
 			if !until.IsZero() && deadline.After(until) {
 				deadline = until
@@ -100,6 +102,7 @@ func (f *Fleet) publishEvents() {
 	}
 	settle := func() {
 		clean := true
+		var deadline time.Time // set at the first message sent again
 		for _, fut := range pending {
 			wait := 2 * opTimeout
 			if !until.IsZero() {
@@ -111,7 +114,10 @@ func (f *Fleet) publishEvents() {
 			case <-fut.Err():
 			case <-time.After(wait):
 			}
-			if !resend(fut.Msg()) {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(eventsRetryFor)
+			}
+			if !resend(fut.Msg(), deadline) {
 				dropped(fut.Msg().Data)
 				clean = false
 			}
