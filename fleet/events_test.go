@@ -84,19 +84,12 @@ func TestEventsThroughLeaderLoss(t *testing.T) {
 		from.bus.Emit(ClusterJobTaken{JobID: fmt.Sprintf("probe-%d", i), Lane: "probe"})
 	}
 	waitEvery(t, 500*time.Millisecond, "every probe line in the events stream", func() bool {
-		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer rcancel()
-		info, err := from.f.evs.Info(rctx)
-		if err != nil {
-			return false
-		}
 		seen := map[string]int{}
-		_, err = from.f.readEvents(rctx, eventsSubjPfx+from.name, 1, info.State.LastSeq, func(l *eventlog.Line) bool {
+		err := ownLines(from.f, func(l *eventlog.Line) {
 			if l.Kind == "cluster.job_taken" && l.Fields["lane"] == "probe" {
 				seen[fmt.Sprint(l.Fields["job_id"])]++
 			}
-			return false
-		}, 1)
+		})
 		if err != nil {
 			return false
 		}
@@ -141,15 +134,28 @@ func TestEventsDroppedTold(t *testing.T) {
 		t.Fatalf("cluster.events_dropped: %+v, want %d lines", e, dropped)
 	}
 	waitEvery(t, 200*time.Millisecond, "cluster.events_dropped in the fleet's events", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		info, err := a.f.evs.Info(ctx)
-		if err != nil {
-			return false
-		}
-		got, err := a.f.readEvents(ctx, eventsSubjPfx+a.name, 1, info.State.LastSeq, func(l *eventlog.Line) bool {
-			return l.Kind == "cluster.events_dropped"
-		}, 1)
-		return err == nil && len(got) == 1
+		n := 0
+		err := ownLines(a.f, func(l *eventlog.Line) {
+			if l.Kind == "cluster.events_dropped" {
+				n++
+			}
+		})
+		return err == nil && n == 1
 	})
+}
+
+// ownLines calls fn with each of f's own lines in the fleet's events
+// stream, as far as the stream's last message now.
+func ownLines(f *Fleet, fn func(*eventlog.Line)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := f.evs.Info(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = f.readEvents(ctx, eventsSubjPfx+f.name, 1, info.State.LastSeq, func(l *eventlog.Line) bool {
+		fn(l)
+		return false
+	}, 1)
+	return err
 }
