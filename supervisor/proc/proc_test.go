@@ -31,6 +31,43 @@ func TestMain(m *testing.M) {
 			os.Exit(4)
 		}
 		os.Exit(0)
+	case "expose-spawn":
+		// expose-spawn HOME EXPOSED: start expose in a sandbox as this
+		// process's user would (SandboxAttr: a user namespace without root).
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=expose")
+		cmd.SysProcAttr = SandboxAttr(Isolation{Sandbox: true})
+		out, err := cmd.CombinedOutput()
+		os.Stderr.Write(out)
+		if err != nil {
+			os.Exit(5)
+		}
+		os.Exit(0)
+	case "expose":
+		// expose HOME EXPOSED: HOME hidden but EXPOSED, which stays
+		// reachable; nothing can be made beside it.
+		home, exposed := os.Args[1], os.Args[2]
+		if err := HideExpose([]string{home}, []string{exposed}); err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(3)
+		}
+		if _, err := os.ReadFile(filepath.Join(home, "secret")); err == nil {
+			os.Stderr.WriteString("the home's secret is still readable")
+			os.Exit(4)
+		}
+		if b, err := os.ReadFile(filepath.Join(exposed, "mine")); err != nil || string(b) != "ok" {
+			fmt.Fprintf(os.Stderr, "the exposed directory is not reachable: %v", err)
+			os.Exit(4)
+		}
+		if err := os.WriteFile(filepath.Join(filepath.Dir(exposed), "beside"), nil, 0o600); err == nil {
+			os.Stderr.WriteString("a file could be made beside the exposed directory")
+			os.Exit(4)
+		}
+		if err := os.Chmod(filepath.Dir(exposed), 0o700); err == nil {
+			os.Stderr.WriteString("the cover could be opened up")
+			os.Exit(4)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -346,4 +383,69 @@ func TestDescends(t *testing.T) {
 			t.Errorf("Descends(%d, %d) = %v, want %v", c.pid, c.ancestor, got, c.want)
 		}
 	}
+}
+
+// HideExpose works for a daemon run as an ordinary user: its sandbox is a
+// user namespace of its own, where it holds CAP_SYS_ADMIN but no
+// CAP_DAC_OVERRIDE, so the cover's way down to the exposed directory
+// must be built writable and closed after. As root the test runs as
+// nobody, from a copy of this binary that user can run.
+func TestHideExposeUnprivileged(t *testing.T) {
+	top, err := os.MkdirTemp("", "proc-expose-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	exe, _ := os.Executable()
+	var cred *syscall.Credential
+	uid := os.Getuid()
+	if os.Geteuid() == 0 {
+		uid = 65534
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+		b, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe = filepath.Join(top, "proc.test")
+		if err := os.WriteFile(exe, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(top, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	home := filepath.Join(top, "home")
+	exposed := filepath.Join(home, "executors", "x-1")
+	if err := os.MkdirAll(exposed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(home, "secret"), filepath.Join(exposed, "mine")} {
+		if err := os.WriteFile(f, []byte("ok"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{home, filepath.Join(home, "executors"), exposed, filepath.Join(home, "secret"), filepath.Join(exposed, "mine")} {
+		if err := os.Chown(d, uid, uid); err != nil && cred != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(exe, home, exposed)
+	cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=expose-spawn")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if bytes.Contains(out, []byte("operation not permitted")) && !userNSAllowed() {
+			t.Skipf("this kernel refuses unprivileged user namespaces: %s", out)
+		}
+		t.Fatalf("the sandbox as an ordinary user: %v: %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(home, "executors", "beside")); err == nil {
+		t.Fatal("the helper made a file beside the exposed directory")
+	}
+}
+
+// userNSAllowed: an ordinary user may make a user namespace here.
+func userNSAllowed() bool {
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return cmd.Run() == nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,20 +103,38 @@ next:
 // descriptors), bind-mounted at their paths, then makes it read-only.
 func exposeUnder(p string, expose []string, held []int, inside []int) error {
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=16k,nr_inodes=64,mode=0111"); err != nil {
+	// Made writable by its owner while the way down is built: without
+	// root, in a user namespace of its own, the sandbox holds no
+	// CAP_DAC_OVERRIDE to write a 0111 directory. Each directory is made
+	// 0111 once what is below it is in place.
+	if err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=16k,nr_inodes=64,mode=0700"); err != nil {
 		return err
 	}
+	var made []string // directories on the way down, to close to 0111
 	for _, i := range inside {
 		rel := strings.TrimPrefix(filepath.Clean(expose[i]), p+"/")
 		at := p
 		for _, c := range strings.Split(rel, "/") {
 			at = filepath.Join(at, c)
-			if err := unix.Mkdir(at, 0o111); err != nil && !errors.Is(err, unix.EEXIST) {
+			if err := unix.Mkdir(at, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 				return fmt.Errorf("making %s to expose it: %w", at, err)
+			} else if err == nil && at != filepath.Clean(expose[i]) {
+				made = append(made, at)
 			}
 		}
 		if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(held[i]), at, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("exposing %s: %w", expose[i], err)
+		}
+	}
+	// Deepest first, the cover's root last; never an exposed directory
+	// (its mount is on top: a chmod there would change the real one).
+	sort.Sort(sort.Reverse(sort.StringSlice(made)))
+	for _, d := range append(made, p) {
+		if slices.ContainsFunc(expose, func(e string) bool { return filepath.Clean(e) == d }) {
+			continue
+		}
+		if err := unix.Chmod(d, 0o111); err != nil {
+			return fmt.Errorf("closing %s: %w", d, err)
 		}
 	}
 	if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
