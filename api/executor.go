@@ -59,6 +59,20 @@ type TaskSpec struct {
 	// Loop is the loop this task is an iteration of (the loops domain's
 	// tasks): execute_prompt carries it as "loop".
 	Loop *TaskLoop `json:"loop,omitempty"`
+	// Confine, set only by another domain in the daemon (a loop's
+	// iteration; never on the wire), runs the task on an executor of its
+	// own, started for it and gone with it, that may write only there.
+	Confine *TaskConfine `json:"-"`
+}
+
+// TaskConfine is where a task's agent may write: its worktree. The
+// repository the worktree belongs to is read-only to it: its shared git
+// directory always, its main checkout unless the pool's write_checkout
+// says otherwise. Every process the task started is gone when its end is
+// told.
+type TaskConfine struct {
+	Repo     string // the repository's top directory (its .git is inside)
+	Worktree string // the one directory of it the agent writes
 }
 
 // TokenUsage is what a task's agent spent, as its executor reported.
@@ -77,23 +91,24 @@ type TaskError struct {
 
 // TaskRecord is a task as task.get, task.list and the store show it.
 type TaskRecord struct {
-	ID             string      `json:"id"`
-	SessionID      string      `json:"session_id"`
-	Executor       string      `json:"executor"`           // pool name
-	Instance       string      `json:"instance,omitempty"` // executor instance id that ran it
-	State          TaskState   `json:"state"`
-	Prompt         string      `json:"prompt"`
-	Cwd            string      `json:"cwd"`
-	Tools          []string    `json:"tools"`
-	PermissionMode string      `json:"permission_mode"`
-	TimeoutMs      int64       `json:"timeout_ms"`
-	Loop           *TaskLoop   `json:"loop,omitempty"` // the loop it is an iteration of
-	Error          *TaskError  `json:"error,omitempty"`
-	MessageCount   int64       `json:"message_count"`
-	TokenUsage     *TokenUsage `json:"token_usage,omitempty"`
-	CreatedAt      time.Time   `json:"created_at"`
-	StartedAt      *time.Time  `json:"started_at,omitempty"`
-	FinishedAt     *time.Time  `json:"finished_at,omitempty"`
+	ID             string       `json:"id"`
+	SessionID      string       `json:"session_id"`
+	Executor       string       `json:"executor"`           // pool name
+	Instance       string       `json:"instance,omitempty"` // executor instance id that ran it
+	State          TaskState    `json:"state"`
+	Prompt         string       `json:"prompt"`
+	Cwd            string       `json:"cwd"`
+	Tools          []string     `json:"tools"`
+	PermissionMode string       `json:"permission_mode"`
+	TimeoutMs      int64        `json:"timeout_ms"`
+	Loop           *TaskLoop    `json:"loop,omitempty"` // the loop it is an iteration of
+	Confine        *TaskConfine `json:"-"`              // TaskSpec's: in memory only
+	Error          *TaskError   `json:"error,omitempty"`
+	MessageCount   int64        `json:"message_count"`
+	TokenUsage     *TokenUsage  `json:"token_usage,omitempty"`
+	CreatedAt      time.Time    `json:"created_at"`
+	StartedAt      *time.Time   `json:"started_at,omitempty"`
+	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
 }
 
 // SessionRecord is an agent session: the tasks that share one history.

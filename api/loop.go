@@ -77,6 +77,7 @@ const (
 	LoopErrPlanRejected   = "plan_rejected"   // plan.reject
 	LoopErrParentIterated = "parent_iterated" // plan.iterate ran the plan again: its children are invalidated
 	LoopErrGit            = "git_failed"      // git could not make or commit its worktree
+	LoopErrGitTampered    = "git_tampered"    // its repository's git directory changed during an iteration (put back)
 	LoopErrAgent          = "agent_failed"    // its executor pool refused every task
 	LoopErrActorFailed    = "actor_failed"    // the daemon's actor of the loop failed (a bug: see actor.panicked)
 )

@@ -310,6 +310,12 @@ func Run(ctx context.Context, opts Options) error {
 	if rp := mgr.Reaper(); rp != nil {
 		gitwt.SetStarter(rp) // git is the daemon's child: registered, never taken for an orphan
 	}
+	if err := sandboxGit(cfg.Daemon.Sandbox, opts.Home, opts.Exe, hookHide(hookSrv)); err != nil {
+		shutdownExecutors()
+		shutdownApprovals()
+		shutdownLanes("loops failed")
+		return err
+	}
 	loopsMgr, err := loops.Start(loops.Options{Config: cfg.Loops, Agents: loopAgents{execMgr, opts.Logger},
 		Jobs: loopJobs{mgr, opts.Logger}, Gate: loopGate{approvalsMgr}, Store: loopStore{st}, Git: loops.GitWT{},
 		Bus: bus, System: sys, Logger: opts.Logger})

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,6 +17,7 @@ import (
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/state"
 )
 
@@ -188,4 +192,27 @@ func (s loopStore) Loops() ([]api.LoopRecord, error) { return s.st.Loops().All()
 
 func (s loopStore) Iterations(id string) ([]api.LoopIteration, error) {
 	return s.st.Loops().Iterations(id)
+}
+
+// sandboxGit runs the loops' git in the agents' sandbox (gitwt.SetSandbox)
+// when the daemon sandboxes them: the home and the hook's socket hidden.
+func sandboxGit(on bool, home, exe string, hide []string) error {
+	if !on {
+		gitwt.SetSandbox("", nil)
+		return nil
+	}
+	abs, err := filepath.Abs(home)
+	if err == nil {
+		home, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return fmt.Errorf("resolving the home to hide it from git: %w", err)
+	}
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding the orchestrd binary for git's sandbox: %w", err)
+		}
+	}
+	gitwt.SetSandbox(exe, append([]string{home}, hide...))
+	return nil
 }

@@ -66,6 +66,10 @@ type PoolConfig struct {
 	// argument holds "{fd}").
 	Transport string `toml:"transport"`
 	Cwd       string `toml:"cwd"`
+	// WriteCheckout lets a loop's agent write its repository's main
+	// checkout too (its worktree only, by default). The repository's
+	// shared git directory stays read-only to it whatever this says.
+	WriteCheckout bool `toml:"write_checkout"`
 	// Instances are kept warm (started before any task); MaxInstances
 	// bounds the processes running at once.
 	Instances    int    `toml:"instances"`

@@ -72,6 +72,13 @@ type execActor struct {
 	spawnErr bool
 	doneSent bool   // instDone sent: the pool stops the actor
 	lostTask string // the task that ended executor_lost when the connection closed
+	// confine: an executor of one task (api.TaskConfine), sandboxed so
+	// that its agent writes only the task's worktree. When its task ends
+	// it is killed, and the task's end (held) is told once its process,
+	// and with it its pid namespace and everything in it, is gone.
+	confine *api.TaskConfine
+	held    *execDone
+	heldTo  actors.Ref
 
 	calls  map[string]func(json.RawMessage, *wire.RPCError)
 	nextID int
@@ -241,6 +248,11 @@ func (e *execActor) Receive(c *actors.Context) {
 			e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,
 				Message: fmt.Sprintf("executor %s stopped while it ran the task", e.id)})
 		}
+		if d := e.held; d != nil {
+			// Killed above; its exit will not be heard here.
+			e.held = nil
+			e.sys.Send(e.heldTo, *d)
+		}
 	}
 	switch c.Message().(type) {
 	case rpcIn, committed:
@@ -353,6 +365,15 @@ func (e *execActor) spawn() {
 		}
 		if e.sockDir != "" {
 			pre = append(pre, "--expose", e.sockDir)
+		}
+		if e.confine != nil {
+			ro, rw, err := confinement(e.confine, cfg.WriteCheckout)
+			if err != nil {
+				fail(err)
+				return
+			}
+			pre = append(pre, proc.ConfineArgs(ro, rw)...)
+			dir = rw[0]
 		}
 		argv = append(append(pre, "--"), argv...)
 		path = m.opts.Exe
@@ -490,6 +511,11 @@ func (e *execActor) exitedMsg(m eExited) {
 		e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,
 			Message: fmt.Sprintf("executor %s (pid %d) exited (%s) while it ran the task", e.id, m.exit.Pid, exitWords(m.exit))})
 	}
+	if d := e.held; d != nil {
+		e.held = nil
+		ev.Task = d.taskID
+		e.sys.Send(e.heldTo, *d)
+	}
 	if !e.spawnErr {
 		e.ps.m.bus.Emit(ev)
 	}
@@ -618,8 +644,16 @@ func (e *execActor) done(r *running, state api.TaskState, err *api.TaskError) {
 	for _, cancel := range r.perms {
 		cancel("task_ended")
 	}
-	e.sys.Send(r.task, execDone{taskID: r.rec.ID, state: state, err: err, usage: r.usage,
-		count: r.committed + int64(r.pending)})
+	d := execDone{taskID: r.rec.ID, state: state, err: err, usage: r.usage,
+		count: r.committed + int64(r.pending)}
+	if e.confine != nil && e.exited == nil {
+		// Nothing the task started may outlive it: its end is told once
+		// the process is gone (exitedMsg).
+		e.held, e.heldTo = &d, r.task
+		e.kill("task_ended")
+		return
+	}
+	e.sys.Send(r.task, d)
 	if e.state == instBusy {
 		e.state = instIdle
 		e.ps.m.sys.Send(e.ps.pool, instFree{id: e.id})

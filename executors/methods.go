@@ -114,7 +114,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 	}
 	rec := api.TaskRecord{ID: m.newTaskID(), SessionID: spec.SessionID, Executor: h.name, State: api.TaskQueued,
 		Prompt: spec.Prompt, Cwd: spec.Cwd, Tools: tools, PermissionMode: spec.PermissionMode,
-		TimeoutMs: spec.TimeoutMs, Loop: spec.Loop, CreatedAt: time.Now().UTC()}
+		TimeoutMs: spec.TimeoutMs, Loop: spec.Loop, Confine: spec.Confine, CreatedAt: time.Now().UTC()}
 	m.update(rec)
 	err := m.log.TaskCreated(rec, func(err error) {
 		if err != nil {

@@ -25,6 +25,11 @@ type inst struct {
 	task  string // the task it was given, until it is idle again
 	terms int
 	idle  time.Time // when it last became idle
+	// own is the task an executor of one task was started for (a
+	// confined task's: see api.TaskConfine); "" for the pool's shared
+	// executors. It takes no other task and no terminal, counts against
+	// no max_instances, and goes with its task.
+	own string
 }
 
 // queued is a task in the pool: its id and its actor (in p.queue while
@@ -32,6 +37,8 @@ type inst struct {
 type queued struct {
 	id  string
 	ref actors.Ref
+	// confine: the task runs on an executor of its own (api.TaskConfine).
+	confine *api.TaskConfine
 }
 
 type pool struct {
@@ -113,6 +120,10 @@ func (p *pool) Receive(c *actors.Context) {
 				p.askShutdown(c, in, "server_restart")
 				break
 			}
+			if in.own != "" {
+				p.assignOwn(c, in)
+				break
+			}
 			p.dispatch(c)
 			p.serveTerminals(c)
 			p.armIdle(c, in)
@@ -148,7 +159,9 @@ func (p *pool) Receive(c *actors.Context) {
 	case actors.Terminated:
 		p.terminated(c, msg.Who)
 	case assignRefused:
-		if in := p.insts[msg.instance]; in != nil && in.state == instBusy {
+		if in := p.insts[msg.instance]; in != nil && in.own != "" {
+			p.askShutdown(c, in, "task_gone")
+		} else if in != nil && in.state == instBusy {
 			in.state, in.task, in.idle = instIdle, "", time.Now()
 			p.dispatch(c)
 			p.armIdle(c, in)
@@ -184,16 +197,42 @@ func (p *pool) publish() {
 // ---- executors ----
 
 // start starts one executor actor, which spawns its process.
-func (p *pool) start(c *actors.Context) {
+func (p *pool) start(c *actors.Context) { p.startFor(c, nil) }
+
+// startFor starts an executor actor: one of the pool's (q nil), or one
+// of task q's own, confined as its record says. It reports whether the
+// actor started.
+func (p *pool) startFor(c *actors.Context, q *queued) bool {
 	p.n++
 	id := fmt.Sprintf("%s-%d", p.ps.h.name, p.n)
+	var confine *api.TaskConfine
+	if q != nil {
+		confine = q.confine
+	}
 	ref, err := c.Spawn(actors.Props{Kind: "executor", ID: id, OnPanic: actors.Stop,
-		New: func() actors.Actor { return newExecActor(p.ps, id) }})
+		New: func() actors.Actor { e := newExecActor(p.ps, id); e.confine = confine; return e }})
 	if err != nil {
 		p.ps.m.bus.Emit(ExecutorStartFailed{Pool: p.ps.h.name, Executor: id, Reason: "starting its actor: " + err.Error()})
+		return false
+	}
+	in := &inst{id: id, ref: ref, state: instStarting}
+	if q != nil {
+		in.own = q.id
+	}
+	p.insts[id] = in
+	return true
+}
+
+// assignOwn gives an executor of one task, now up, its task; one whose
+// task has gone meanwhile is shut down.
+func (p *pool) assignOwn(c *actors.Context, in *inst) {
+	q := p.tasks[in.own]
+	if q == nil {
+		p.askShutdown(c, in, "task_gone")
 		return
 	}
-	p.insts[id] = &inst{id: id, ref: ref, state: instStarting}
+	in.state, in.task = instBusy, q.id
+	c.Send(q.ref, assign{exec: in.ref, instance: in.id, pid: in.pid})
 }
 
 func (p *pool) gone(c *actors.Context, m instGone) {
@@ -261,11 +300,11 @@ func (p *pool) fillWarm(c *actors.Context) {
 	}
 }
 
-// live counts the executors not stopping.
+// live counts the pool's shared executors not stopping.
 func (p *pool) live() int {
 	n := 0
 	for _, in := range p.insts {
-		if in.state != instStopping {
+		if in.state != instStopping && in.own == "" {
 			n++
 		}
 	}
@@ -274,7 +313,7 @@ func (p *pool) live() int {
 
 func (p *pool) starting() bool {
 	for _, in := range p.insts {
-		if in.state == instStarting {
+		if in.state == instStarting && in.own == "" {
 			return true
 		}
 	}
@@ -349,9 +388,20 @@ func (p *pool) queueTask(c *actors.Context, m queueTask) {
 		return
 	}
 	q := &queued{id: id, ref: ref}
+	if p.ps.m.opts.Sandbox {
+		q.confine = m.rec.Confine
+	}
 	p.tasks[id] = q
 	if p.stopping {
 		c.Send(ref, cancelReq{state: api.TaskCancelled, err: &api.TaskError{Code: api.TaskErrDaemonShutdown, Message: "the daemon is stopping"}})
+		return
+	}
+	if q.confine != nil {
+		// Its own executor, now: not in the queue of the shared ones.
+		if !p.startFor(c, q) {
+			c.Send(ref, cancelReq{state: api.TaskFailed, err: &api.TaskError{Code: api.TaskErrStartFailed,
+				Message: "its executor's actor could not be started (see executor.start_failed)"}})
+		}
 		return
 	}
 	p.queue = append(p.queue, q)
@@ -371,6 +421,11 @@ func (p *pool) taskDone(c *actors.Context, id string) {
 		if in.task == id {
 			in.task = ""
 		}
+		if in.own == id && in.state != instStopping {
+			// Its task ended before it did (cancelled while it started):
+			// it goes with it.
+			p.askShutdown(c, in, "task_gone")
+		}
 	}
 	p.checkDone()
 }
@@ -384,7 +439,7 @@ func (p *pool) dispatch(c *actors.Context) {
 	for len(p.queue) > 0 {
 		var idle *inst
 		for _, in := range p.insts {
-			if in.state == instIdle && (idle == nil || in.id < idle.id) {
+			if in.state == instIdle && in.own == "" && (idle == nil || in.id < idle.id) {
 				idle = in
 			}
 		}
@@ -401,7 +456,7 @@ func (p *pool) dispatch(c *actors.Context) {
 	}
 	starting := 0
 	for _, in := range p.insts {
-		if in.state == instStarting {
+		if in.state == instStarting && in.own == "" {
 			starting++
 		}
 	}

@@ -69,7 +69,7 @@ func (p *pool) termInstance() *inst {
 		return s
 	}
 	for _, in := range p.insts {
-		if in.state != instIdle && in.state != instBusy {
+		if in.state != instIdle && in.state != instBusy || in.own != "" {
 			continue
 		}
 		if best == nil || score(in) < score(best) || (score(in) == score(best) && in.id < best.id) {

@@ -228,9 +228,26 @@ type LoopGitFailed struct {
 
 func (LoopGitFailed) Kind() string { return "loop.git_failed" }
 
+// LoopGitTampered: the repository's git directory (its config, hooks,
+// info, a worktree's config.worktree) changed during an iteration, where
+// only a person may change it. What changed was put back as it was
+// before the iteration; the loop fails git_tampered. Paths are relative
+// to the git directory, each as eventlog.Ident shows a name someone else
+// chose (a hook's name is the agent's).
+type LoopGitTampered struct {
+	ID        string   `json:"id"`
+	Iteration uint32   `json:"iteration"`
+	After     string   `json:"after"` // "agent" or "validation": which step wrote it
+	Paths     []string `json:"paths"`
+	More      int      `json:"more,omitempty"` // paths past the first 20, not named
+	Restored  bool     `json:"restored"`
+}
+
+func (LoopGitTampered) Kind() string { return "loop.git_tampered" }
+
 func init() {
 	eventlog.Register(LoopCreated{}, LoopUpdated{}, LoopIterationEnded{}, LoopArtifact{}, LoopIterationStarted{},
 		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
 		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
-		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{})
+		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{})
 }

@@ -39,6 +39,7 @@ func TestKinds(t *testing.T) {
 		LoopDeleted{ID: pid, Removed: []string{pid, rec.ID}},
 		LoopRecovered{ID: rec.ID, Iteration: 3, Interrupted: true, WIPCommit: "def"},
 		LoopGitFailed{ID: rec.ID, Op: "commit"},
+		LoopGitTampered{ID: rec.ID, Iteration: 2, After: "validation", Paths: []string{"hooks/pre-commit"}, Restored: true},
 	)
 }
 

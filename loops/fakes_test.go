@@ -251,6 +251,7 @@ type fakeGit struct {
 	merges   []string // branch>into
 	conflict map[string]bool
 	removed  []string
+	tampered []string // what the next guard check finds changed
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -277,6 +278,15 @@ func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	return os.RemoveAll(dir)
 }
 func (g *fakeGit) DeleteBranch(string, string) error { return nil }
+func (g *fakeGit) Guard(string) (func() ([]string, error), error) {
+	return func() ([]string, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		t := g.tampered
+		g.tampered = nil
+		return t, nil
+	}, nil
+}
 
 type harness struct {
 	panics *atomic.Int32

@@ -70,6 +70,16 @@ func (GitWT) RemoveWorktree(repo, dir string) error {
 	return err
 }
 
+func (GitWT) Guard(repo string) (func() ([]string, error), error) {
+	return withRepo(repo, func(_ context.Context, r *gitwt.Repo) (func() ([]string, error), error) {
+		g, err := r.Guard()
+		if err != nil {
+			return nil, err
+		}
+		return g.Restore, nil
+	})
+}
+
 func (GitWT) DeleteBranch(repo, branch string) error {
 	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
 		return struct{}{}, r.DeleteBranch(ctx, branch)

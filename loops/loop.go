@@ -11,6 +11,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/loops/artifact"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // Loop actor messages.
@@ -58,6 +59,9 @@ type loop struct {
 	kidErr  map[string]string
 	gate    func(reason string)
 	resumeT func()
+	// guard checks the repository's git directory against its copy taken
+	// before the iteration's agent ran (Git.Guard); nil before one is.
+	guard func() ([]string, error)
 }
 
 func (l *loop) Receive(c *actors.Context) {
@@ -217,6 +221,7 @@ func (l *loop) begin(c *actors.Context) {
 	l.gen++
 	r := l.rec
 	var prompt string
+	var guard func() ([]string, error)
 	l.async(func() error {
 		if _, err := os.Lstat(r.Worktree); err != nil {
 			from := r.Base
@@ -226,6 +231,10 @@ func (l *loop) begin(c *actors.Context) {
 			if err := l.m.opts.Git.AddWorktree(r.Repo, r.Worktree, r.Branch, from); err != nil {
 				return fmt.Errorf("adding the worktree: %w", err)
 			}
+		}
+		var err error
+		if guard, err = l.m.opts.Git.Guard(r.Repo); err != nil {
+			return fmt.Errorf("copying the git directory's config, hooks and info: %w", err)
 		}
 		in := artifact.PromptInput{LoopID: r.ID, Task: readContext(r).Task, Artifact: artifactPath(r),
 			Validation: r.ValidationCommand, Iteration: r.Iteration + 1, MaxIterations: r.MaxIterations, Progress: r.Progress}
@@ -237,7 +246,6 @@ func (l *loop) begin(c *actors.Context) {
 				in.Input = string(b)
 			}
 		}
-		var err error
 		prompt, err = l.m.templates.Render(r.LoopType, in)
 		return err
 	}, func(c *actors.Context, err error) {
@@ -250,6 +258,7 @@ func (l *loop) begin(c *actors.Context) {
 		if l.rec.Status == api.LoopPaused {
 			return // paused while its worktree was made: no iteration starts
 		}
+		l.guard = guard
 		l.started(c, prompt)
 	})
 }
@@ -261,7 +270,8 @@ func (l *loop) started(c *actors.Context, prompt string) {
 	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
 	tc := l.m.cfg.For(l.rec.LoopType)
 	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: l.m.cfg.PermissionMode,
-		Loop: &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)}}
+		Loop:    &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)},
+		Confine: &api.TaskConfine{Repo: l.rec.Repo, Worktree: l.rec.Worktree}}
 	l.persist(c, false, func(c *actors.Context) {
 		post := l.poster()
 		l.m.opts.Agents.Execute(spec, func(taskID string, err error) {
@@ -302,6 +312,57 @@ func isUsageLimit(e *api.TaskError) bool {
 
 func (l *loop) taskEnded(c *actors.Context, tr api.TaskRecord) {
 	l.rec.TaskID = ""
+	l.checkGit(c, "agent", func(c *actors.Context) { l.afterTask(c, tr) })
+}
+
+// checkGit checks the repository's git directory against the copy taken
+// before the iteration (after names the step that just ran), then runs
+// next; a change is put back and fails the loop git_tampered.
+func (l *loop) checkGit(c *actors.Context, after string, next func(c *actors.Context)) {
+	guard := l.guard
+	if guard == nil {
+		next(c)
+		return
+	}
+	var changed []string
+	l.async(func() error {
+		var err error
+		changed, err = guard()
+		return err
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.m.bus.Emit(LoopGitFailed{ID: l.rec.ID, Op: "check_git_dir"})
+			l.m.log.Error().Err(err).Str("loop_id", l.rec.ID).Msg("checking the repository's git directory after an iteration")
+			l.it.Feedback = "the repository's git directory could not be checked: " + firstLine(err.Error())
+			l.fail(c, api.LoopErrGit, l.it.Feedback)
+			return
+		}
+		if len(changed) == 0 {
+			next(c)
+			return
+		}
+		ev := LoopGitTampered{ID: l.rec.ID, Iteration: l.it.Iteration, After: after, Restored: true}
+		for i, p := range changed {
+			if i == 20 {
+				ev.More = len(changed) - i
+				break
+			}
+			ev.Paths = append(ev.Paths, eventlog.Ident(p))
+		}
+		l.m.bus.Emit(ev)
+		l.m.log.Error().Str("loop_id", l.rec.ID).Uint32("iteration", l.it.Iteration).Str("after", after).
+			Int("paths", len(changed)).Msg("the repository's git directory changed during a loop's iteration: put back, the loop fails (loop.git_tampered names the paths)")
+		who := "the agent"
+		if after == "validation" {
+			who = "the validation command"
+		}
+		l.it.Feedback = fmt.Sprintf("%s changed the repository's git directory (%d paths: its config, hooks or info), "+
+			"which runs code on the next git command; it was put back as it was before the iteration", who, len(changed))
+		l.fail(c, api.LoopErrGitTampered, l.it.Feedback)
+	})
+}
+
+func (l *loop) afterTask(c *actors.Context, tr api.TaskRecord) {
 	if tr.State != api.TaskCompleted {
 		if isUsageLimit(tr.Error) {
 			l.it.Status, l.it.FinishedAt = "interrupted", time.Now().UnixMilli()
@@ -379,6 +440,10 @@ func (l *loop) runValidation(c *actors.Context) {
 
 func (l *loop) jobEnded(c *actors.Context, res JobResult) {
 	l.rec.JobID = ""
+	l.checkGit(c, "validation", func(c *actors.Context) { l.afterJob(c, res) })
+}
+
+func (l *loop) afterJob(c *actors.Context, res JobResult) {
 	if res.Passed() {
 		l.validated(c, res.JobID)
 		return

@@ -3,12 +3,14 @@ package loops
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 func testConfig() Config {
@@ -539,5 +541,40 @@ func TestCountsByType(t *testing.T) {
 				t.Fatalf("%s %s: %d (by status: %v)", lt, st, n, byStatus)
 			}
 		}
+	}
+}
+
+// A validation job that changed the git directory fails the loop
+// git_tampered before anything is committed; the task carries the
+// confinement of its worktree.
+func TestGitTamperedFails(t *testing.T) {
+	var h *harness
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		h.git.mu.Lock()
+		h.git.tampered = []string{"config", "hooks/post-index-change"}
+		h.git.mu.Unlock()
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}}
+	h = newHarness(t, testConfig(), &fakeAgents{work: completes}, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrGitTampered || !strings.Contains(r.Message, "validation command changed the repository's git directory (2 paths") {
+		t.Fatalf("record: %+v", r)
+	}
+	h.git.mu.Lock()
+	commits, merges := h.git.commits, len(h.git.merges)
+	h.git.mu.Unlock()
+	if commits != 0 || merges != 0 {
+		t.Fatalf("%d commits and %d merges after the tampering", commits, merges)
+	}
+	if c := h.agents.specs[0].Confine; c == nil || c.Repo != r.Repo || c.Worktree != r.Worktree {
+		t.Fatalf("the task's confinement: %+v", c)
+	}
+	ok := h.seen.has(func(r *eventlog.Record) bool {
+		ev, ok := r.Event.(LoopGitTampered)
+		return ok && ev.After == "validation" && slices.Equal(ev.Paths, []string{"config", "hooks/post-index-change"}) && ev.Restored
+	})
+	if !ok {
+		t.Fatal("no loop.git_tampered naming the paths")
 	}
 }

@@ -106,4 +106,9 @@ type Git interface {
 	RemoveWorktree(repo, dir string) error
 	// DeleteBranch deletes a branch of repo.
 	DeleteBranch(repo, branch string) error
+	// Guard copies what of repo's git directory could make git run code
+	// (its config, hooks, info, worktrees' config.worktree); check puts
+	// back what changed since and names it (relative to the git
+	// directory), none when nothing did.
+	Guard(repo string) (check func() (changed []string, err error), err error)
 }

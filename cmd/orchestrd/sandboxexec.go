@@ -13,26 +13,35 @@ import (
 // PATH... [--expose DIR...] -- CMD ARGS`, already in its own user, mount and
 // pid namespaces, hides the paths (the daemon's home) and the cgroup tree
 // but the directories exposed (the executor's own socket directory, inside
-// the home), mounts its /proc, drops every privilege and becomes CMD.
+// the home), makes the --ro directories read-only but the --rw ones (a
+// loop's repository and its worktree), mounts its /proc, drops every
+// privilege and becomes CMD.
 func cmdSandboxExec(args []string, stderr io.Writer) int {
-	var hide, expose []string
+	var h proc.Hidden
 	for len(args) > 0 && args[0] != "--" {
-		if (args[0] != "--hide" && args[0] != "--expose") || len(args) < 2 {
-			fmt.Fprintln(stderr, "orchestrd sandbox-exec: usage: sandbox-exec --hide PATH... [--expose DIR...] -- CMD [ARGS...]")
+		var to *[]string
+		switch args[0] {
+		case "--hide":
+			to = &h.Hide
+		case "--expose":
+			to = &h.Expose
+		case "--ro":
+			to = &h.ReadOnly
+		case "--rw":
+			to = &h.Writable
+		}
+		if to == nil || len(args) < 2 {
+			fmt.Fprintln(stderr, "orchestrd sandbox-exec: usage: sandbox-exec --hide PATH... [--expose DIR...] [--ro DIR...] [--rw DIR...] -- CMD [ARGS...]")
 			return exitUsage
 		}
-		if args[0] == "--hide" {
-			hide = append(hide, args[1])
-		} else {
-			expose = append(expose, args[1])
-		}
+		*to = append(*to, args[1])
 		args = args[2:]
 	}
 	if len(args) < 2 {
 		fmt.Fprintln(stderr, "orchestrd sandbox-exec: no command after --")
 		return exitUsage
 	}
-	err := proc.ExecHidden(hide, expose, args[1:], os.Environ())
+	err := proc.ExecHidden(h, args[1:], os.Environ())
 	fmt.Fprintf(stderr, "orchestrd sandbox-exec: %v\n", err)
 	return 127
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // Who orchestrd's commits and merges are by (author and committer).
@@ -222,6 +224,15 @@ func runTo(ctx context.Context, s scope, stdout io.Writer, args ...string) error
 	cmd.Stdout, cmd.Stderr = stdout, &stderr
 	// Its own process group, killed whole when ctx ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if sb := sandbox.Load(); sb != nil && cmd.Err == nil {
+		// In the agents' sandbox: its own mount and pid namespaces (the
+		// leader of its own session: the group is still its pid), the
+		// daemon's home hidden, no capability.
+		args := append([]string{sb.exe, "sandbox-exec"}, sb.hide...)
+		cmd.Args = append(append(args, "--", cmd.Path), full...)
+		cmd.Path = sb.exe
+		cmd.SysProcAttr = proc.SandboxAttr(proc.Isolation{Sandbox: true})
+	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	sub := ""
@@ -293,6 +304,32 @@ type Starter interface {
 }
 
 var starter atomic.Pointer[Starter]
+
+type gitSandbox struct {
+	exe  string
+	hide []string // sandbox-exec's --hide arguments
+}
+
+var sandbox atomic.Pointer[gitSandbox]
+
+// SetSandbox makes every git run in the sandbox agents run in: through
+// `exe sandbox-exec` (exe the orchestrd binary), in mount and pid
+// namespaces of its own (a user namespace too without root), with hide
+// (the daemon's home, the hook's socket) and the cgroup tree hidden and
+// every capability dropped, so that a setting of the repository's that
+// the hardening missed still reaches nothing of the daemon's. exe ""
+// turns it off (git runs as the daemon's child, plainly).
+func SetSandbox(exe string, hide []string) {
+	if exe == "" {
+		sandbox.Store(nil)
+		return
+	}
+	sb := &gitSandbox{exe: exe}
+	for _, h := range hide {
+		sb.hide = append(sb.hide, "--hide", h)
+	}
+	sandbox.Store(sb)
+}
 
 // SetStarter makes every git process start through s (the daemon's
 // reaper); nil: plainly.

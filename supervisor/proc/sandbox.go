@@ -387,23 +387,42 @@ func ExplainSpawnError(err error) error {
 		"user namespaces are allowed (try: unshare -Urmp --fork true), or turn the sandbox off, which lets jobs reach the daemon's sockets)", err)
 }
 
+// Hidden is what ExecHidden does before it execs.
+type Hidden struct {
+	Hide   []string // paths hidden (with the cgroup tree): HideExpose
+	Expose []string // directories inside a hidden one put back: HideExpose
+	// ReadOnly and Writable: Confine, after the paths are hidden.
+	ReadOnly, Writable []string
+}
+
 // ExecHidden replaces this process with argv (env as its environment)
-// after hiding paths and the cgroup tree but what expose names
-// (HideExpose, WithCgroupRoot),
-// mounting the /proc of its pid namespace
-// and dropping every privilege on the thread that execs, so that the
-// program cannot undo the masks. The process must have been started with
+// after hiding h.Hide and the cgroup tree but what h.Expose names
+// (HideExpose, WithCgroupRoot), making h.ReadOnly read-only but
+// h.Writable (Confine), mounting the /proc of its pid namespace and
+// dropping every privilege on the thread that execs, so that the program
+// cannot undo the masks. Its working directory is entered again by path,
+// through the new mounts. The process must have been started with
 // SandboxAttr(Isolation{Sandbox: true}). It returns only on failure.
-func ExecHidden(hide, expose []string, argv, env []string) error {
+func ExecHidden(h Hidden, argv, env []string) error {
 	if len(argv) == 0 {
 		return errors.New("nothing to run")
 	}
 	runtime.LockOSThread() // the credentials dropped are this thread's, and exec runs on it
-	if err := HideExpose(WithCgroupRoot(hide), expose); err != nil {
+	if err := HideExpose(WithCgroupRoot(h.Hide), h.Expose); err != nil {
 		return err
+	}
+	if len(h.ReadOnly) > 0 || len(h.Writable) > 0 {
+		if err := Confine(h.ReadOnly, h.Writable); err != nil {
+			return err
+		}
 	}
 	if err := MountProc(); err != nil {
 		return err
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if err := os.Chdir(wd); err != nil {
+			return fmt.Errorf("entering %s again through the sandbox's mounts: %w", wd, err)
+		}
 	}
 	path := argv[0]
 	if !strings.Contains(path, "/") {
