@@ -239,6 +239,9 @@ type ExecutorExited struct {
 	Signal   string `json:"signal,omitempty"`
 	Task     string `json:"task_id,omitempty"`
 	Expected bool   `json:"expected"` // the daemon asked it to stop
+	// Stderr: the last lines it wrote to stderr, when it exited before it
+	// connected (at most 5 of 300 bytes, control characters as '?').
+	Stderr []string `json:"stderr,omitempty"`
 }
 
 func (ExecutorExited) Kind() string { return "executor.exited" }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ type poolShared struct {
 	h    *poolHandle
 	cfg  PoolConfig
 	pool actors.Ref
+	// lastWords: the last stderr line of the pool's last executor that
+	// exited before it connected, for the tasks a crash loop fails.
+	lastWords atomic.Pointer[string]
 }
 
 // execActor is one executor process.
@@ -130,7 +134,10 @@ type (
 		pid int
 		err error
 	}
-	eExited    struct{ exit proc.Exit }
+	eExited struct {
+		exit   proc.Exit
+		stderr []string // its last stderr lines (stderrTail.lines)
+	}
 	eConnected struct {
 		conn net.Conn
 		took time.Duration
@@ -379,12 +386,23 @@ func (e *execActor) spawn() {
 		path = m.opts.Exe
 	}
 	sys, self := e.sys, e.self
-	e.inc = proc.Spawn(proc.Spec{Path: path, Args: argv, Env: env, Dir: dir, Stderr: m.opts.Stderr,
+	tail, err := newStderrTail(m.opts.Stderr)
+	if err != nil {
+		fail(fmt.Errorf("making its stderr pipe: %w", err))
+		return
+	}
+	e.inc = proc.Spawn(proc.Spec{Path: path, Args: argv, Env: env, Dir: dir, Stderr: tail.w,
 		ExtraFiles: extra,
 		Isolation:  iso,
 		Reaper:     m.opts.Reaper,
-		OnStart:    func(pid int, err error) { sys.Send(self, eStarted{pid: pid, err: err}) },
-		OnExit:     func(x proc.Exit) { sys.Send(self, eExited{exit: x}) },
+		OnStart: func(pid int, err error) {
+			tail.started()
+			sys.Send(self, eStarted{pid: pid, err: err})
+		},
+		OnExit: func(x proc.Exit) {
+			tail.settle()
+			sys.Send(self, eExited{exit: x, stderr: tail.lines()})
+		},
 	})
 }
 
@@ -506,6 +524,17 @@ func (e *execActor) exitedMsg(m eExited) {
 	}
 	ev := ExecutorExited{Pool: e.ps.h.name, Executor: e.id, Pid: m.exit.Pid, Code: m.exit.Code, Signal: sig,
 		Expected: e.expected, Task: e.lostTask}
+	if e.conn == nil && !e.expected {
+		// It never connected: what it said is why (sandbox-exec's words,
+		// or its program's), bounded and made inert (stderrTail.lines).
+		ev.Stderr = m.stderr
+		e.ps.m.opts.Logger.Error().Str("pool", e.ps.h.name).Str("executor", e.id).Int("code", m.exit.Code).
+			Strs("stderr", m.stderr).Msg("an executor exited before it connected")
+		if n := len(m.stderr); n > 0 {
+			last := m.stderr[n-1]
+			e.ps.lastWords.Store(&last)
+		}
+	}
 	if r := e.run; r != nil {
 		ev.Task = r.rec.ID
 		e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,

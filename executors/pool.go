@@ -271,9 +271,12 @@ func (p *pool) crashed(c *actors.Context, uptime time.Duration) {
 		RestartsInWindow: d.RestartsInWindow, Policy: d.Reason})
 	if d.Degraded {
 		// A crash loop past max_r: the queued tasks would wait for ever.
-		err := &api.TaskError{Code: api.TaskErrStartFailed,
-			Message: fmt.Sprintf("executor pool %s is crash-looping (%d restarts within %s)", p.ps.h.name,
-				d.RestartsInWindow, p.tracker.Policy().MaxT)}
+		msg := fmt.Sprintf("executor pool %s is crash-looping (%d restarts within %s)", p.ps.h.name,
+			d.RestartsInWindow, p.tracker.Policy().MaxT)
+		if w := p.ps.lastWords.Load(); w != nil {
+			msg += "; its last executor said: " + *w
+		}
+		err := &api.TaskError{Code: api.TaskErrStartFailed, Message: msg}
 		for _, q := range p.queue {
 			c.Send(q.ref, cancelReq{state: api.TaskFailed, err: err})
 		}

@@ -214,3 +214,33 @@ func TestLoopValidationTamperedGit(t *testing.T) {
 		t.Fatal("the user's git status ran the validation job's code")
 	}
 }
+
+// An executor that exits before it connects says why: its last stderr
+// lines are in executor.exited and the daemon's log, and the task a crash
+// loop fails carries its last line (issue 37, item 3: a daemon run as a
+// user saw only "crash-looping").
+func TestExecutorStartFailureSaysWhy(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, `[daemon]
+sandbox = false
+
+[executors.broken]
+command = ["/bin/sh", "-c", "echo 'starting up' >&2; printf 'no model configured: MARK-WHY \\033]0;title\\007\\n' >&2; exit 3"]
+[executors.broken.restart]
+max_r = 2
+max_t = "1m"
+`)
+	id, _ := d.execute(api.TaskSpec{Executor: "broken", Prompt: "hi"})
+	rec := d.waitTask(id)
+	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrStartFailed ||
+		!strings.Contains(rec.Error.Message, "its last executor said: no model configured: MARK-WHY ?]0;title?") {
+		t.Fatalf("task: %+v %+v", rec, rec.Error)
+	}
+	ev := d.waitEvent("executor.exited", func(e map[string]any) bool { return e["pool"] == "broken" })
+	if fmt.Sprint(ev["stderr"]) != "[starting up no model configured: MARK-WHY ?]0;title?]" || ev["code"] != float64(3) {
+		t.Fatalf("executor.exited: %v", ev)
+	}
+	eventually(t, 10*time.Second, "the log line", func() bool {
+		return strings.Contains(d.stderr.String(), "an executor exited before it connected") && strings.Contains(d.stderr.String(), "MARK-WHY")
+	})
+}
