@@ -194,6 +194,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer metricsFE.close(opts.Logger) // when Run fails before it is served
 	hook.warn(opts.Logger)
+	sandboxFE := probeSandbox(cfg.Daemon.Sandbox, opts.Home, opts.Exe, opts.Logger)
 	httpFE.warn(opts.Logger)
 	hookSrv := hook.srv
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
@@ -385,7 +386,7 @@ func Run(ctx context.Context, opts Options) error {
 		Clanker: clankerMgr, Store: st, Bus: bus, Control: srv})
 	sockPath := filepath.Join(opts.Home, "daemon.sock")
 	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
-		metrics: metricsFE.fe, lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr}
+		metrics: metricsFE.fe, lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr, sandbox: sandboxFE}
 	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts, opts.Version, chatMgr.Ready)
 	approvalsMgr.Register(srv)
 	execMgr.Register(srv)

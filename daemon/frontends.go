@@ -81,6 +81,7 @@ type frontEnds struct {
 	metrics api.FrontEnd   // [metrics] listen: off unless the config file sets it
 	lanes   []api.FrontEnd // those that take bring-your-own runners
 	clanker *spool.Manager // nil before it starts
+	sandbox api.FrontEnd   // not a front-end: what jobs and agents run in, or why not (probeSandbox)
 }
 
 // laneFrontEnds are the lanes that take bring-your-own runners, by name:
@@ -108,7 +109,11 @@ func (f *frontEnds) list() []api.FrontEnd {
 			out = append(out, fe)
 		}
 	}
-	return append(out, f.lanes...)
+	out = append(out, f.lanes...)
+	if f.sandbox.Name != "" {
+		out = append(out, f.sandbox)
+	}
+	return out
 }
 
 // readyValue is a front-end in the ready line: its address, or "off:
