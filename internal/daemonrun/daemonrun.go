@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -305,7 +306,22 @@ func ShortTempDir(prefix string) (string, error) { return os.MkdirTemp("", prefi
 // Build compiles the package pkg (a path relative to dir, or an import
 // path) into out with go build and the extra flags; dir "" is the current
 // directory.
+//
+// With $ORCHESTRD_TEST_PREBUILT set to a directory, nothing is built: the
+// binary named PrebuiltName(dir, pkg, flags) there is copied to out. CI
+// runs the end-to-end tests a second time as an ordinary user, who has no
+// Go toolchain of its own (.ci/as-user builds them first, as root).
 func Build(dir, pkg, out string, flags ...string) error {
+	if pre := os.Getenv("ORCHESTRD_TEST_PREBUILT"); pre != "" {
+		name, err := PrebuiltName(dir, pkg, flags...)
+		if err != nil {
+			return err
+		}
+		if err := CopyFile(filepath.Join(pre, name), out, 0o755); err != nil {
+			return fmt.Errorf("taking the prebuilt %s from $ORCHESTRD_TEST_PREBUILT: %w", name, err)
+		}
+		return nil
+	}
 	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
@@ -313,4 +329,23 @@ func Build(dir, pkg, out string, flags ...string) error {
 		return fmt.Errorf("building %s: %w\n%s", pkg, err, msg)
 	}
 	return nil
+}
+
+// PrebuiltName is the file name Build takes from $ORCHESTRD_TEST_PREBUILT
+// for pkg built in dir with flags: the package directory's name, and
+// "-race" when flags ask for the race detector.
+func PrebuiltName(dir, pkg string, flags ...string) (string, error) {
+	p := pkg
+	if !filepath.IsAbs(p) {
+		base, err := filepath.Abs(dir)
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(base, pkg)
+	}
+	name := filepath.Base(p)
+	if slices.Contains(flags, "-race") {
+		name += "-race"
+	}
+	return name, nil
 }
