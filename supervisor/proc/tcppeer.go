@@ -294,29 +294,30 @@ func StartedRefusal(pid int32) error {
 // loopback), or a socket of another uid when this process is not root (it
 // cannot be one this process started: they run as its uid, without
 // privileges to change it).
-func TCPStartedRefusal(server, client netip.AddrPort) (int32, error) {
+func TCPStartedRefusal(server, client netip.AddrPort) (pid int32, uid uint32, err error) {
 	p, err := FindTCPPeer(server, client)
 	if err != nil {
-		return 0, fmt.Errorf("cannot tell which process peer %s is: %w", client, err)
+		return 0, 0, fmt.Errorf("cannot tell which process peer %s is: %w", client, err)
 	}
 	if !p.Seen {
 		if localAddr(client.Addr()) {
-			return 0, fmt.Errorf("peer %s closed its connection before its process could be told", client)
+			return 0, 0, fmt.Errorf("peer %s closed its connection before its process could be told", client)
 		}
-		return 0, nil
+		return 0, 0, nil
 	}
+	uid = p.Socket.UID
 	for _, pid := range p.Pids {
 		if err := StartedRefusal(int32(pid)); err != nil {
-			return int32(pid), err
+			return int32(pid), uid, err
 		}
 	}
 	if len(p.Pids) > 0 {
-		return int32(p.Pids[0]), nil
+		return int32(p.Pids[0]), uid, nil
 	}
-	if own := os.Getuid(); own != 0 && p.Socket.UID != uint32(own) {
-		return 0, nil
+	if own := os.Getuid(); own != 0 && uid != uint32(own) {
+		return 0, uid, nil
 	}
-	return 0, fmt.Errorf("peer %s: no process holds its socket any more (closed after sending), so its process cannot be told", client)
+	return 0, uid, fmt.Errorf("peer %s: no process holds its socket any more (closed after sending), so its process cannot be told", client)
 }
 
 // localAddr says a is loopback or an address of one of this network

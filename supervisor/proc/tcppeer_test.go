@@ -126,7 +126,7 @@ func TestFindTCPPeerLoopback(t *testing.T) {
 		if !sameAddrPort(p.Socket.Local, client) || !sameAddrPort(p.Socket.Remote, server) {
 			t.Fatalf("%s: found %+v, not the client's end (%s to %s)", network, p.Socket, client, server)
 		}
-		if pid, err := TCPStartedRefusal(server, client); err != nil || pid != int32(os.Getpid()) {
+		if pid, uid, err := TCPStartedRefusal(server, client); err != nil || pid != int32(os.Getpid()) || uid != uint32(os.Getuid()) {
 			t.Fatalf("%s: TCPStartedRefusal = %d, %v; want this process, not refused", network, pid, err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestTCPStartedRefusal(t *testing.T) {
 		t.Fatalf("the helper said %q, %v", l, err)
 	}
 	server, client := sv.LocalAddr().(*net.TCPAddr).AddrPort(), sv.RemoteAddr().(*net.TCPAddr).AddrPort()
-	pid, err := TCPStartedRefusal(server, client)
+	pid, _, err := TCPStartedRefusal(server, client)
 	if err == nil || pid != int32(cmd.Process.Pid) || !strings.Contains(err.Error(), fmt.Sprintf("peer pid %d is a process this daemon started", pid)) {
 		t.Fatalf("TCPStartedRefusal of a child's connection = %d, %v; want it refused as pid %d", pid, err, cmd.Process.Pid)
 	}
@@ -181,7 +181,7 @@ func TestTCPStartedRefusal(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
-	if pid, err := TCPStartedRefusal(server, client); err == nil || pid != 0 {
+	if pid, _, err := TCPStartedRefusal(server, client); err == nil || pid != 0 {
 		t.Fatalf("TCPStartedRefusal once the child closed its end = %d, %v; want refused", pid, err)
 	}
 
@@ -210,10 +210,10 @@ func TestTCPStartedRefusal(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := TCPStartedRefusal(server, client); err == nil || !strings.Contains(err.Error(), "closed its connection") {
+	if _, _, err := TCPStartedRefusal(server, client); err == nil || !strings.Contains(err.Error(), "closed its connection") {
 		t.Fatalf("TCPStartedRefusal of a reset loopback peer = %v; want refused", err)
 	}
-	if pid, err := TCPStartedRefusal(server, netip.MustParseAddrPort("192.0.2.7:40000")); err != nil || pid != 0 {
+	if pid, _, err := TCPStartedRefusal(server, netip.MustParseAddrPort("192.0.2.7:40000")); err != nil || pid != 0 {
 		t.Fatalf("TCPStartedRefusal of a peer elsewhere = %d, %v; want not refused", pid, err)
 	}
 }
