@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"strconv"
 	"os/exec"
 	"strings"
 	"sync"
@@ -322,7 +323,7 @@ func TestApprovalsWatchPrints(t *testing.T) {
 	out.wait(id + "  control  Bash  rm -rf build\n")
 	out.wait("    cwd /src/proj  session s-cli\n")
 	d.mustCall("approval.resolve", map[string]any{"id": id, "decision": "Deny"}, nil)
-	out.wait(id + ": Deny by control\n")
+	out.wait(id + ": Deny by control pid " + strconv.Itoa(os.Getpid()) + "\n")
 	d.mustCall("approval.cancel", map[string]any{"id": before}, nil)
 	out.wait(before + ": cancelled (")
 	// A config rule answers at once: printed as such.
@@ -433,7 +434,7 @@ func TestApprovalsWatchKeys(t *testing.T) {
 	sixth := d.cliRequest("Read", map[string]any{"file_path": "/etc/group"}, nil)
 	out.wait(sixth + "  control  Read  /etc/group\n")
 	d.mustCall("approval.resolve", map[string]any{"id": fifth, "decision": "Deny"}, nil)
-	out.wait(fifth + ": Deny by control\n")
+	out.wait(fifth + ": Deny by control pid " + strconv.Itoa(os.Getpid()) + "\n")
 	prompt(sixth)
 	key("s")
 	out.wait("skip\n")
