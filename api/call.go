@@ -46,9 +46,9 @@ type StreamCall interface {
 // front-end knows them (never as its client says): what a resolution
 // records (Resolution's By, BySession, ByPid).
 type Origin struct {
-	By      string // ByControl (a control-socket client), ByUI (the dashboard)
-	Session string // ByUI: the dashboard session's short id (never its cookie)
-	Pid     int32  // ByControl: the peer's pid (0: in a pid namespace the daemon cannot see)
+	By      string `json:"by"`                // ByControl (a control-socket client), ByUI (the dashboard)
+	Session string `json:"session,omitempty"` // ByUI: the dashboard session's short id (never its cookie)
+	Pid     int32  `json:"pid,omitempty"`     // ByControl: the peer's pid (0: in a pid namespace the daemon cannot see)
 	// Admit is the front-end's check of who stands behind a call of a
 	// method only a person may call (PersonMux): run before the method,
 	// its error refuses the call. The control socket checks its peer
