@@ -381,8 +381,8 @@ func TestApprovalsWatchKeys(t *testing.T) {
 			a = d.getApproval(id)
 			return a.State == want
 		})
-		if a.Resolution.By != api.ByCLI && want != api.ApprovalPending {
-			t.Fatalf("%s resolved by %q", id, a.Resolution.By)
+		if (a.Resolution.By != api.ByCLI || a.Resolution.ByPid != int32(cmd.Process.Pid)) && want != api.ApprovalPending {
+			t.Fatalf("%s resolved by %+v, want cli pid %d", id, a.Resolution, cmd.Process.Pid)
 		}
 		return a
 	}
@@ -399,7 +399,7 @@ func TestApprovalsWatchKeys(t *testing.T) {
 	key("a")
 	out.wait("Allow\n")
 	state(first, api.ApprovalAllowed)
-	out.wait(first + ": Allow by cli\n")
+	out.wait(first + ": Allow by cli pid " + strconv.Itoa(cmd.Process.Pid) + "\n")
 
 	second := d.cliRequest("Bash", map[string]any{"command": "make release"}, map[string]any{
 		"permission_suggestions": []any{map[string]any{"type": "toolAlwaysAllow", "tool": "Bash"}}})
