@@ -34,6 +34,7 @@ func signInDashboard(t *testing.T, d *testDaemon, root, key string) dashSession 
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, Timeout: 20 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(c.CloseIdleConnections)
 	resp, err := c.PostForm(root+"/ui/login", url.Values{"key": {key}})
 	if err != nil {
 		t.Fatal(err)
