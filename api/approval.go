@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -77,11 +78,12 @@ const (
 	KindPlan = "plan" // may a plan's specs be spawned?
 )
 
-// Who or what resolved an approval (Resolution.By), besides a label a
-// control client gives (approval.resolve's by: "cli" from the CLI).
+// Who or what resolved an approval (Resolution.By): the door it came
+// through, as its front-end knows it, or the daemon itself.
 const (
-	ByControl = "control" // a control-socket client that gave no label
-	ByCLI     = "cli"
+	ByControl = "control" // a control-socket client (Resolution.ByPid) that did not say it is the CLI
+	ByCLI     = "cli"     // a control-socket client that said so (by: "cli"), as orchestrd's CLI does
+	ByUI      = "ui"      // the dashboard (Resolution.BySession)
 	ByRule    = "rule"    // a config or recorded rule (Resolution.RuleID)
 	ByTimeout = "timeout" // its deadline passed
 	ByDaemon  = "daemon"  // the daemon cancelled it (Resolution.Reason)
@@ -134,9 +136,26 @@ type Resolution struct {
 	Suggestion      json.RawMessage `json:"suggestion,omitempty"`
 	SuggestionIndex *int            `json:"suggestion_index,omitempty"`
 	By              string          `json:"by"`
-	RuleID          string          `json:"rule_id,omitempty"` // By rule, or the rule AlwaysAllow recorded
-	Reason          string          `json:"reason,omitempty"`  // why it was cancelled
-	At              time.Time       `json:"at"`
+	// BySession is the dashboard session's short id (By ui: the one in
+	// ui.signed_in), ByPid the control client's pid (By control or cli;
+	// absent when unknown).
+	BySession string    `json:"by_session,omitempty"`
+	ByPid     int32     `json:"by_pid,omitempty"`
+	RuleID    string    `json:"rule_id,omitempty"` // By rule, or the rule AlwaysAllow recorded
+	Reason    string    `json:"reason,omitempty"`  // why it was cancelled
+	At        time.Time `json:"at"`
+}
+
+// Who is who resolved, for people: "ui session Xy3_abcd", "cli pid 4242",
+// "control pid 4243", "rule", "timeout".
+func (r Resolution) Who() string {
+	switch {
+	case r.BySession != "":
+		return r.By + " session " + r.BySession
+	case r.ByPid != 0:
+		return r.By + " pid " + strconv.Itoa(int(r.ByPid))
+	}
+	return r.By
 }
 
 // ApprovalRule answers matching requests before anyone is asked: a rule

@@ -42,6 +42,36 @@ type StreamCall interface {
 	Push(event string, data []byte, taken func(ok bool))
 }
 
+// Origin is the door a call came through and who stood at it, as its
+// front-end knows them (never as its client says): what a resolution
+// records (Resolution's By, BySession, ByPid).
+type Origin struct {
+	By      string `json:"by"`                // ByControl (a control-socket client), ByUI (the dashboard)
+	Session string `json:"session,omitempty"` // ByUI: the dashboard session's short id (never its cookie)
+	Pid     int32  `json:"pid,omitempty"`     // ByControl: the peer's pid (0: in a pid namespace the daemon cannot see)
+	// Admit is the front-end's check of who stands behind a call of a
+	// method only a person may call (PersonMux): run before the method,
+	// its error refuses the call. The control socket checks its peer
+	// itself; a front-end calling in-process (control.Server.Invoke) must
+	// set it to call such a method at all.
+	Admit func() error `json:"-"`
+}
+
+// OriginCall is a Call whose front-end says where it came from.
+type OriginCall interface {
+	Call
+	Origin() Origin
+}
+
+// OriginOf is call's origin; a call whose front-end does not say is a
+// control client's with no pid known.
+func OriginOf(call Call) Origin {
+	if oc, ok := call.(OriginCall); ok {
+		return oc.Origin()
+	}
+	return Origin{By: ByControl}
+}
+
 // Handler serves one method.
 type Handler func(Call)
 
@@ -50,6 +80,27 @@ type Handler func(Call)
 // panic), and so is registering once the front-end serves.
 type Mux interface {
 	Handle(method string, h Handler)
+}
+
+// PersonMux is a Mux that also serves methods only a person may call: one
+// that answers a question put to a person (resolves an approval, passes
+// a plan gate). Its front-ends refuse such a method to every process the
+// daemon started (proc.StartedRefusal), through whatever door it comes,
+// with conn.refused.
+type PersonMux interface {
+	Mux
+	HandlePerson(method string, h Handler)
+}
+
+// HandlePerson registers h on mux as a method only a person may call. A
+// mux that cannot refuse the daemon's own processes must not serve it: it
+// panics.
+func HandlePerson(mux Mux, method string, h Handler) {
+	pm, ok := mux.(PersonMux)
+	if !ok {
+		panic("api: " + method + " is a method only a person may call, and this Mux cannot tell a person's call")
+	}
+	pm.HandlePerson(method, h)
 }
 
 // NoParams decodes the params of a method that takes none: any field is

@@ -262,18 +262,24 @@ func (e *entry) publish(final api.Approval, rules []api.ApprovalRule, reply func
 	case api.ApprovalTimedOut:
 		m.bus.Emit(ApprovalTimedOut{ID: final.ID})
 	case api.ApprovalCancelled:
-		m.bus.Emit(ApprovalCancelled{ID: final.ID, Reason: r.Reason})
+		ev := ApprovalCancelled{ID: final.ID, Reason: r.Reason}
+		if r.By == api.ByControl || r.By == api.ByCLI || r.By == api.ByUI {
+			ev.By, ev.BySession, ev.ByPid = r.By, r.BySession, r.ByPid
+		}
+		m.bus.Emit(ev)
 	default:
-		m.bus.Emit(ApprovalResolved{ID: final.ID, Decision: string(r.Decision), By: r.By, RuleID: r.RuleID,
-			SuggestionIndex: r.SuggestionIndex})
+		m.bus.Emit(ApprovalResolved{ID: final.ID, Decision: string(r.Decision), By: r.By, BySession: r.BySession,
+			ByPid: r.ByPid, RuleID: r.RuleID, SuggestionIndex: r.SuggestionIndex})
 		if final.Kind == api.KindPlan {
 			switch final.State {
 			case api.ApprovalAllowed, api.ApprovalAlwaysAllowed:
-				m.bus.Emit(PlanApproved{ID: final.ID, SpecsSpawned: specsCount(final.Specs)})
+				m.bus.Emit(PlanApproved{ID: final.ID, SpecsSpawned: specsCount(final.Specs), By: r.By,
+					BySession: r.BySession, ByPid: r.ByPid})
 			case api.ApprovalDenied:
-				m.bus.Emit(PlanRejected{ID: final.ID, Reason: r.Message})
+				m.bus.Emit(PlanRejected{ID: final.ID, Reason: r.Message, By: r.By, BySession: r.BySession, ByPid: r.ByPid})
 			case api.ApprovalReplied:
-				m.bus.Emit(PlanIterated{ID: final.ID, Feedback: r.UserMessage})
+				m.bus.Emit(PlanIterated{ID: final.ID, Feedback: r.UserMessage, By: r.By, BySession: r.BySession,
+					ByPid: r.ByPid})
 			}
 		}
 	}

@@ -29,14 +29,17 @@ type ApprovalRequested struct {
 
 func (ApprovalRequested) Kind() string { return "approval.requested" }
 
-// ApprovalResolved: someone answered a pending approval (By: cli, control
-// or a client's label). RuleID is the rule an AlwaysAllow recorded (the
-// first, if its suggestion made several), SuggestionIndex the suggestion
-// it applied.
+// ApprovalResolved: someone answered a pending approval, through By: cli
+// or control (ByPid, the client's pid), ui (BySession, the dashboard
+// session's short id, as in ui.signed_in). RuleID is the rule an
+// AlwaysAllow recorded (the first, if its suggestion made several),
+// SuggestionIndex the suggestion it applied.
 type ApprovalResolved struct {
 	ID              string `json:"id"`
 	Decision        string `json:"decision"`
 	By              string `json:"by"`
+	BySession       string `json:"by_session,omitempty"`
+	ByPid           int32  `json:"by_pid,omitempty"`
 	RuleID          string `json:"rule_id,omitempty"`
 	SuggestionIndex *int   `json:"suggestion_index,omitempty"`
 }
@@ -53,10 +56,14 @@ func (ApprovalTimedOut) Kind() string { return "approval.timed_out" }
 
 // ApprovalCancelled: the approval ended unanswered: requester_gone,
 // daemon_stopping, daemon_restarted, cancelled (approval.cancel, or the
-// reason its client gave), store_unavailable.
+// reason its client gave), store_unavailable. By and the rest are who
+// cancelled it with approval.cancel (as in approval.resolved).
 type ApprovalCancelled struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
+	ID        string `json:"id"`
+	Reason    string `json:"reason"`
+	By        string `json:"by,omitempty"`
+	BySession string `json:"by_session,omitempty"`
+	ByPid     int32  `json:"by_pid,omitempty"`
 }
 
 func (ApprovalCancelled) Kind() string { return "approval.cancelled" }
@@ -138,26 +145,38 @@ func (e PlanAwaitingApproval) WireData() any {
 }
 
 // PlanApproved: a plan was allowed; SpecsSpawned is the number of its
-// specs.
+// specs. By, BySession and ByPid are who allowed it, as in
+// approval.resolved (Loopr's client reads id and specs_spawned).
 type PlanApproved struct {
 	ID           string `json:"id"`
 	SpecsSpawned int    `json:"specs_spawned"`
+	By           string `json:"by"`
+	BySession    string `json:"by_session,omitempty"`
+	ByPid        int32  `json:"by_pid,omitempty"`
 }
 
 func (PlanApproved) Kind() string { return "plan.approved" }
 
-// PlanRejected: a plan was denied, for Reason.
+// PlanRejected: a plan was denied, for Reason, by By (as in
+// approval.resolved).
 type PlanRejected struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
+	ID        string `json:"id"`
+	Reason    string `json:"reason"`
+	By        string `json:"by"`
+	BySession string `json:"by_session,omitempty"`
+	ByPid     int32  `json:"by_pid,omitempty"`
 }
 
 func (PlanRejected) Kind() string { return "plan.rejected" }
 
-// PlanIterated: a plan was sent back with Feedback (resolved Reply).
+// PlanIterated: a plan was sent back with Feedback (resolved Reply), by
+// By (as in approval.resolved).
 type PlanIterated struct {
-	ID       string `json:"id"`
-	Feedback string `json:"feedback"`
+	ID        string `json:"id"`
+	Feedback  string `json:"feedback"`
+	By        string `json:"by"`
+	BySession string `json:"by_session,omitempty"`
+	ByPid     int32  `json:"by_pid,omitempty"`
 }
 
 func (PlanIterated) Kind() string { return "plan.iterated" }

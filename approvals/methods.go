@@ -11,20 +11,23 @@ import (
 
 // Register registers the approval methods with mux: approval.list, get,
 // resolve, request, wait, cancel, rules, rule_delete, and the plan gate's
-// plan.get_preview, approve, reject, iterate.
+// plan.get_preview, approve, reject, iterate. Those that answer for a
+// person (approval.resolve, plan.approve, reject, iterate) are methods
+// only a person may call (api.HandlePerson): no process the daemon
+// started answers its own question, through any door.
 func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("approval.list", m.listMethod)
 	mux.Handle("approval.get", m.getMethod)
-	mux.Handle("approval.resolve", m.resolveMethod)
+	api.HandlePerson(mux, "approval.resolve", m.resolveMethod)
 	mux.Handle("approval.request", m.requestMethod)
 	mux.Handle("approval.wait", m.waitMethod)
 	mux.Handle("approval.cancel", m.cancelMethod)
 	mux.Handle("approval.rules", m.rulesMethod)
 	mux.Handle("approval.rule_delete", m.ruleDeleteMethod)
 	mux.Handle("plan.get_preview", m.planPreviewMethod)
-	mux.Handle("plan.approve", m.planApproveMethod)
-	mux.Handle("plan.reject", m.planRejectMethod)
-	mux.Handle("plan.iterate", m.planIterateMethod)
+	api.HandlePerson(mux, "plan.approve", m.planApproveMethod)
+	api.HandlePerson(mux, "plan.reject", m.planRejectMethod)
+	api.HandlePerson(mux, "plan.iterate", m.planIterateMethod)
 }
 
 // DefaultListLimit and MaxListLimit bound approval.list's history (the
@@ -43,6 +46,12 @@ type (
 	}
 	idParams struct {
 		ID string `json:"id"`
+	}
+	// by, in the params of the methods that end an approval, is what a
+	// control client says it is: "cli" (orchestrd's CLI), or nothing.
+	approveParams struct {
+		ID string `json:"id"`
+		By string `json:"by,omitempty"`
 	}
 	resolveParams struct {
 		ID          string `json:"id"`
@@ -71,14 +80,17 @@ type (
 	cancelParams struct {
 		ID     string `json:"id"`
 		Reason string `json:"reason,omitempty"`
+		By     string `json:"by,omitempty"`
 	}
 	rejectParams struct {
 		ID     string `json:"id"`
 		Reason string `json:"reason,omitempty"`
+		By     string `json:"by,omitempty"`
 	}
 	iterateParams struct {
 		ID       string `json:"id"`
 		Feedback string `json:"feedback"`
+		By       string `json:"by,omitempty"`
 	}
 	approvalsResult struct {
 		Approvals []api.Approval `json:"approvals"`
@@ -107,6 +119,28 @@ type (
 	}
 	empty struct{}
 )
+
+// resolver is the resolution's who for call: the door its front-end
+// says it came through (api.OriginOf), a control client's pid, the
+// dashboard's session; a control client that says by "cli" is the CLI. A
+// client never names another door: any other by is refused, and on the
+// dashboard by is not the client's to give.
+func resolver(call api.Call, by string) (api.Resolution, bool) {
+	o := api.OriginOf(call)
+	res := api.Resolution{By: o.By, BySession: o.Session, ByPid: o.Pid}
+	switch {
+	case by == "" || by == o.By:
+	case by == api.ByCLI && o.By == api.ByControl:
+		res.By = api.ByCLI
+	default:
+		call.Fail(badParams(call, "by %q: a client may say only %q (orchestrd's CLI); where a call came from is the daemon's to record (here: %s)", by, api.ByCLI, o.By))
+		return res, false
+	}
+	if res.By == "" {
+		res.By = api.ByControl
+	}
+	return res, true
+}
 
 func badParams(call api.Call, format string, args ...any) *api.Error {
 	return api.Errorf(api.CodeInvalidParams, "invalid params for "+call.Method()+": "+format, args...)
@@ -292,11 +326,11 @@ func (m *Manager) resolveMethod(call api.Call) {
 		call.Fail(badParams(call, "suggestion goes with decision AlwaysAllow, not %s", d))
 		return
 	}
-	by := p.By
-	if by == "" {
-		by = api.ByControl
+	res, ok := resolver(call, p.By)
+	if !ok {
+		return
 	}
-	res := api.Resolution{Decision: d, Message: p.Message, UserMessage: p.UserMessage, By: by}
+	res.Decision, res.Message, res.UserMessage = d, p.Message, p.UserMessage
 	check := func(a api.Approval) error { return nil }
 	if d == api.DecisionAlwaysAllow {
 		idx := p.Suggestion
@@ -456,12 +490,15 @@ func (m *Manager) cancelMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
-	reason := p.Reason
-	if reason == "" {
-		reason = api.CancelRequested
+	res, ok := resolver(call, p.By)
+	if !ok {
+		return
 	}
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalCancelled,
-		res: api.Resolution{By: api.ByControl, Reason: reason}, reply: replyApproval(call)})
+	res.Reason = p.Reason
+	if res.Reason == "" {
+		res.Reason = api.CancelRequested
+	}
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalCancelled, res: res, reply: replyApproval(call)})
 }
 
 func (m *Manager) rulesMethod(call api.Call) {
@@ -519,13 +556,17 @@ func (m *Manager) planPreviewMethod(call api.Call) {
 }
 
 func (m *Manager) planApproveMethod(call api.Call) {
-	var p idParams
+	var p approveParams
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	res, ok := resolver(call, p.By)
+	if !ok {
+		return
+	}
+	res.Decision = api.DecisionAllow
 	p.ID = m.planAlias(p.ID)
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed,
-		res: api.Resolution{Decision: api.DecisionAllow, By: api.ByControl}, check: planCheck(call),
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed, res: res, check: planCheck(call),
 		reply: func(a api.Approval, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -540,9 +581,13 @@ func (m *Manager) planRejectMethod(call api.Call) {
 	if !decode(call, &p, &p.ID) {
 		return
 	}
+	res, ok := resolver(call, p.By)
+	if !ok {
+		return
+	}
+	res.Decision, res.Message = api.DecisionDeny, p.Reason
 	p.ID = m.planAlias(p.ID)
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied,
-		res: api.Resolution{Decision: api.DecisionDeny, Message: p.Reason, By: api.ByControl}, check: planCheck(call),
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied, res: res, check: planCheck(call),
 		reply: func(_ api.Approval, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -562,8 +607,12 @@ func (m *Manager) planIterateMethod(call api.Call) {
 		call.Fail(badParams(call, "feedback is required (what the planner is told to change)"))
 		return
 	}
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalReplied,
-		res: api.Resolution{Decision: api.DecisionReply, UserMessage: p.Feedback, By: api.ByControl}, check: planCheck(call),
+	res, ok := resolver(call, p.By)
+	if !ok {
+		return
+	}
+	res.Decision, res.UserMessage = api.DecisionReply, p.Feedback
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalReplied, res: res, check: planCheck(call),
 		reply: emptyReply(call)})
 }
 

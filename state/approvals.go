@@ -142,7 +142,7 @@ func (w *approvalRequested) prepare() error {
 func resolutionArgs(a *api.Approval) ([]any, error) {
 	r := a.Resolution
 	if r == nil {
-		return make([]any, 9), nil
+		return make([]any, 11), nil
 	}
 	sugg, err := jsonText("resolution.suggestion", r.Suggestion)
 	if err != nil {
@@ -156,13 +156,17 @@ func resolutionArgs(a *api.Approval) ([]any, error) {
 	if at.IsZero() {
 		at = time.Now()
 	}
+	var pid any
+	if r.ByPid != 0 {
+		pid = int64(r.ByPid)
+	}
 	return []any{fmtTime(at), nullStr(string(r.Decision)), nullStr(r.Message), nullStr(r.UserMessage), sugg, idx,
-		nullStr(r.By), nullStr(r.RuleID), nullStr(r.Reason)}, nil
+		nullStr(r.By), nullStr(r.RuleID), nullStr(r.Reason), nullStr(r.BySession), pid}, nil
 }
 
 func (w *approvalRequested) apply(t *wtx) error {
 	ok, err := t.exec1(`INSERT INTO approvals(`+approvalCols+`) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
+		?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
 	if err == nil && !ok {
 		return ErrExists
 	}
@@ -214,7 +218,8 @@ func (w *approvalResolved) prepare() error {
 
 func (w *approvalResolved) apply(t *wtx) error {
 	ok, err := t.exec1(`UPDATE approvals SET state = ?, resolved_at = ?, decision = ?, message = ?, user_message = ?,
-		suggestion = ?, suggestion_index = ?, resolved_by = ?, rule_id = ?, reason = ?
+		suggestion = ?, suggestion_index = ?, resolved_by = ?, rule_id = ?, reason = ?, resolved_session = ?,
+		resolved_pid = ?
 		WHERE id = ? AND resolved_at IS NULL`, w.args...)
 	if err == nil && !ok {
 		var state string
@@ -290,7 +295,7 @@ const (
 	approvalCols = `id, request_id, source, kind, state, tool_name, tool_input, cwd, session_id, task_id,
 		permission_suggestions, assistant_context, content, specs, created_at, deadline, ` + resolutionCols
 	resolutionCols = `resolved_at, decision, message, user_message, suggestion, suggestion_index, resolved_by,
-		rule_id, reason`
+		rule_id, reason, resolved_session, resolved_pid`
 	ruleCols = `id, origin, tool, input_field, input_pattern, cwd, session_id, content, decision, message,
 		suggestion, from_approval, created_at`
 )
@@ -308,12 +313,12 @@ func scanApproval(sc scanner) (api.Approval, error) {
 		state, created                                     string
 		reqID, tool, input, cwd, session, task, sugg, actx sql.NullString
 		content, specs, deadline, resolved, decision, msg  sql.NullString
-		umsg, rsugg, by, rule, reason                      sql.NullString
-		idx                                                sql.NullInt64
+		umsg, rsugg, by, rule, reason, bySession           sql.NullString
+		idx, byPid                                         sql.NullInt64
 	)
 	if err := sc.Scan(&a.ID, &reqID, &a.Source, &a.Kind, &state, &tool, &input, &cwd, &session, &task, &sugg, &actx,
 		&content, &specs, &created, &deadline, &resolved, &decision, &msg, &umsg, &rsugg, &idx, &by, &rule,
-		&reason); err != nil {
+		&reason, &bySession, &byPid); err != nil {
 		return a, err
 	}
 	var err error
@@ -336,7 +341,8 @@ func scanApproval(sc scanner) (api.Approval, error) {
 	}
 	if resolved.Valid {
 		r := &api.Resolution{Decision: api.Decision(decision.String), Message: msg.String, UserMessage: umsg.String,
-			Suggestion: rawOf(rsugg), By: by.String, RuleID: rule.String, Reason: reason.String}
+			Suggestion: rawOf(rsugg), By: by.String, RuleID: rule.String, Reason: reason.String,
+			BySession: bySession.String, ByPid: int32(byPid.Int64)}
 		if idx.Valid {
 			i := int(idx.Int64)
 			r.SuggestionIndex = &i

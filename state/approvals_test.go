@@ -65,7 +65,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 	resolved.State = api.ApprovalAlwaysAllowed
 	resolved.Resolution = &api.Resolution{Decision: api.DecisionAlwaysAllow, Message: "ok then",
 		UserMessage: "next time ask", Suggestion: a.PermissionSuggestions[1], SuggestionIndex: &idx, By: api.ByCLI,
-		RuleID: "r-1f2e3d-1", At: usec(now.Add(time.Second))}
+		ByPid: 4242, RuleID: "r-1f2e3d-1", At: usec(now.Add(time.Second))}
 	rule := api.ApprovalRule{ID: "r-1f2e3d-1", Origin: "always_allow", Tool: "Bash", SessionID: "sess-1",
 		Content: "ls:*", Decision: "allow", Suggestion: a.PermissionSuggestions[1], FromApproval: a.ID,
 		CreatedAt: usec(now.Add(time.Second))}
@@ -92,9 +92,12 @@ func TestApprovalRoundTrip(t *testing.T) {
 		InputPattern: "^git (status|diff)", Cwd: "/src/*", Decision: "deny", Message: "no", CreatedAt: usec(now.Add(2 * time.Second))}
 	b := fullApproval("a-1f2e3d-2", now.Add(time.Millisecond))
 	b.RequestID = ""
-	b.State, b.Resolution = api.ApprovalDenied, &api.Resolution{Decision: api.DecisionDeny, By: api.ByCLI, At: usec(now)}
+	b.State, b.Resolution = api.ApprovalDenied, &api.Resolution{Decision: api.DecisionDeny, By: api.ByUI, BySession: "Xy3_abcd", At: usec(now)}
 	if err := aps.Request(ctx, b); err != nil {
 		t.Fatal(err)
+	}
+	if got, _, err := aps.Get(b.ID); err != nil || !reflect.DeepEqual(got, b) {
+		t.Fatalf("an approval recorded resolved:\n got %+v (%+v)\nwant %+v (%+v) %v", got, got.Resolution, b, b.Resolution, err)
 	}
 	if err := s.Do(ctx, ApprovalResolved(fullApprovalDone("a-1f2e3d-missing"), cfgRule)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("resolving an unknown approval: %v", err)

@@ -73,8 +73,13 @@
 //	      created_at, deadline, resolved_at
 //	                                resolved_at is set iff the state is terminal
 //	      decision, message, user_message, suggestion, suggestion_index,
-//	      resolved_by, rule_id, reason
-//	                                the resolution
+//	      resolved_by, rule_id, reason, resolved_session, resolved_pid
+//	                                the resolution; resolved_by the door
+//	                                (cli, control, ui) or rule, timeout,
+//	                                daemon, requester; resolved_session the
+//	                                dashboard session's short id,
+//	                                resolved_pid a control client's pid
+//	                                (schema version 11)
 //
 //	approval_rules  the rules AlwaysAllow recorded
 //	      id, origin, tool, input_field, input_pattern, cwd, session_id,

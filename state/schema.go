@@ -268,6 +268,12 @@ CREATE TABLE loop_iterations (
 	{version: 10, name: "a job's cut output", sql: `
 ALTER TABLE jobs ADD COLUMN output_cut INTEGER NOT NULL DEFAULT 0;
 `},
+	// Who resolved an approval, beside resolved_by (cli, control, ui...):
+	// the dashboard's session, a control client's pid.
+	{version: 11, name: "who resolved an approval", sql: `
+ALTER TABLE approvals ADD COLUMN resolved_session TEXT;
+ALTER TABLE approvals ADD COLUMN resolved_pid INTEGER;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -22,6 +22,8 @@ import (
 // panics, as a front-end does.
 type Mux map[string]api.Handler
 
+var _ api.PersonMux = Mux(nil)
+
 // Handle registers h for method.
 func (mx Mux) Handle(method string, h api.Handler) {
 	if _, dup := mx[method]; dup {
@@ -30,16 +32,39 @@ func (mx Mux) Handle(method string, h api.Handler) {
 	mx[method] = h
 }
 
+// persons are the methods registered with HandlePerson, by any Mux.
+var persons sync.Map
+
+// HandlePerson registers h for method, one only a person may call
+// (Person says so).
+func (mx Mux) HandlePerson(method string, h api.Handler) {
+	mx.Handle(method, h)
+	persons.Store(method, true)
+}
+
+// Person says method was registered as one only a person may call.
+func Person(method string) bool {
+	_, ok := persons.Load(method)
+	return ok
+}
+
 // Start hands a call of method with params (encoded as JSON unless nil)
 // to its handler and returns it, answered or not. The test fails if method
 // is not registered.
 func (mx Mux) Start(t testing.TB, method string, params any) *Call {
+	t.Helper()
+	return mx.StartAs(t, api.Origin{By: api.ByControl}, method, params)
+}
+
+// StartAs is Start for a call whose front-end says it came from o.
+func (mx Mux) StartAs(t testing.TB, o api.Origin, method string, params any) *Call {
 	t.Helper()
 	h, ok := mx[method]
 	if !ok {
 		t.Fatalf("%s is not registered", method)
 	}
 	c := NewCall(method, nil)
+	c.origin = o
 	if params != nil {
 		b, err := json.Marshal(params)
 		if err != nil {
@@ -56,6 +81,7 @@ func (mx Mux) Start(t testing.TB, method string, params any) *Call {
 type Call struct {
 	method   string
 	params   json.RawMessage
+	origin   api.Origin
 	once     sync.Once
 	answered chan struct{} // closed by the first answer
 	result   json.RawMessage
@@ -80,6 +106,7 @@ type Pushed struct {
 var (
 	_ api.Call       = (*Call)(nil)
 	_ api.StreamCall = (*Call)(nil)
+	_ api.OriginCall = (*Call)(nil)
 )
 
 // Push keeps the line; it is taken at once (true) unless Hold is set or
@@ -120,10 +147,17 @@ func (c *Call) Lines() []Pushed {
 }
 
 // NewCall is an unanswered call of method with params as they came on the
-// wire (nil: none); its client is there.
+// wire (nil: none); its client is there, a control client of no known pid
+// (SetOrigin says otherwise).
 func NewCall(method string, params json.RawMessage) *Call {
-	return &Call{method: method, params: params, answered: make(chan struct{})}
+	return &Call{method: method, params: params, origin: api.Origin{By: api.ByControl}, answered: make(chan struct{})}
 }
+
+// SetOrigin makes o the call's origin (before its handler has it).
+func (c *Call) SetOrigin(o api.Origin) { c.origin = o }
+
+// Origin is what SetOrigin set.
+func (c *Call) Origin() api.Origin { return c.origin }
 
 // NewClosedCall is NewCall for a call whose client has already gone: what
 // it registers with OnClose runs at once.

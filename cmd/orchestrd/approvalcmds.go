@@ -206,8 +206,9 @@ func toolOf(a api.Approval) string {
 	return dash(a.ToolName)
 }
 
-// decisionBy is a finished approval's DECISION/BY cell: "Allow/cli",
-// "Timeout/timeout", "cancelled/requester_gone".
+// decisionBy is a finished approval's DECISION/BY cell: "Allow/cli pid
+// 4242", "Deny/ui session Xy3_abcd", "Timeout/timeout",
+// "cancelled/requester_gone".
 func decisionBy(a api.Approval) string {
 	r := a.Resolution
 	if r == nil {
@@ -216,7 +217,7 @@ func decisionBy(a api.Approval) string {
 	if r.Decision == "" {
 		return "-/" + dash(r.Reason)
 	}
-	by := r.By
+	by := r.Who()
 	if r.RuleID != "" && r.By == api.ByRule {
 		by = "rule " + r.RuleID
 	}
@@ -399,7 +400,7 @@ func resolvedLine(a api.Approval) string {
 		return s
 	}
 	if r.By != "" && r.By != api.ByCLI {
-		s += " by " + r.By
+		s += " by " + r.Who()
 	}
 	if a.State == api.ApprovalAlwaysAllowed && r.RuleID != "" {
 		s += " (rule " + r.RuleID + ")"
@@ -600,6 +601,8 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 		ID       string `json:"id"`
 		Decision string `json:"decision"`
 		By       string `json:"by"`
+		Session  string `json:"by_session"`
+		Pid      int32  `json:"by_pid"`
 		Reason   string `json:"reason"`
 		Rule     string `json:"rule"`
 		ToolName string `json:"tool_name"`
@@ -621,7 +624,7 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 		})
 		return
 	case "approval.resolved":
-		w.ended(e.ID, fmt.Sprintf("%s: %s by %s", e.ID, e.Decision, e.By))
+		w.ended(e.ID, fmt.Sprintf("%s: %s by %s", e.ID, e.Decision, api.Resolution{By: e.By, BySession: e.Session, ByPid: e.Pid}.Who()))
 	case "approval.timed_out":
 		w.ended(e.ID, e.ID+": timed out")
 	case "approval.cancelled":

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -322,7 +323,7 @@ func TestApprovalsWatchPrints(t *testing.T) {
 	out.wait(id + "  control  Bash  rm -rf build\n")
 	out.wait("    cwd /src/proj  session s-cli\n")
 	d.mustCall("approval.resolve", map[string]any{"id": id, "decision": "Deny"}, nil)
-	out.wait(id + ": Deny by control\n")
+	out.wait(id + ": Deny by control pid " + strconv.Itoa(os.Getpid()) + "\n")
 	d.mustCall("approval.cancel", map[string]any{"id": before}, nil)
 	out.wait(before + ": cancelled (")
 	// A config rule answers at once: printed as such.
@@ -380,8 +381,8 @@ func TestApprovalsWatchKeys(t *testing.T) {
 			a = d.getApproval(id)
 			return a.State == want
 		})
-		if a.Resolution.By != api.ByCLI && want != api.ApprovalPending {
-			t.Fatalf("%s resolved by %q", id, a.Resolution.By)
+		if (a.Resolution.By != api.ByCLI || a.Resolution.ByPid != int32(cmd.Process.Pid)) && want != api.ApprovalPending {
+			t.Fatalf("%s resolved by %+v, want cli pid %d", id, a.Resolution, cmd.Process.Pid)
 		}
 		return a
 	}
@@ -398,7 +399,7 @@ func TestApprovalsWatchKeys(t *testing.T) {
 	key("a")
 	out.wait("Allow\n")
 	state(first, api.ApprovalAllowed)
-	out.wait(first + ": Allow by cli\n")
+	out.wait(first + ": Allow by cli pid " + strconv.Itoa(cmd.Process.Pid) + "\n")
 
 	second := d.cliRequest("Bash", map[string]any{"command": "make release"}, map[string]any{
 		"permission_suggestions": []any{map[string]any{"type": "toolAlwaysAllow", "tool": "Bash"}}})
@@ -433,7 +434,7 @@ func TestApprovalsWatchKeys(t *testing.T) {
 	sixth := d.cliRequest("Read", map[string]any{"file_path": "/etc/group"}, nil)
 	out.wait(sixth + "  control  Read  /etc/group\n")
 	d.mustCall("approval.resolve", map[string]any{"id": fifth, "decision": "Deny"}, nil)
-	out.wait(fifth + ": Deny by control\n")
+	out.wait(fifth + ": Deny by control pid " + strconv.Itoa(os.Getpid()) + "\n")
 	prompt(sixth)
 	key("s")
 	out.wait("skip\n")

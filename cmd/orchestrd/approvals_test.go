@@ -112,7 +112,7 @@ func TestApprovals(t *testing.T) {
 					t.Errorf("by %q", res.By)
 				}
 			case api.ApprovalDenied:
-				if res.Message != "not today" || res.By != "control" {
+				if res.Message != "not today" || res.By != "control" || res.ByPid != int32(os.Getpid()) {
 					t.Errorf("deny %+v", res)
 				}
 			case api.ApprovalReplied:

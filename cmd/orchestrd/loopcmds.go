@@ -496,7 +496,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		var res struct {
 			SpecsSpawned int `json:"specs_spawned"`
 		}
-		if err := call(c, "plan.approve", map[string]any{"id": id}, &res); err != nil {
+		if err := call(c, "plan.approve", map[string]any{"id": id, "by": api.ByCLI}, &res); err != nil {
 			return callErr(stderr, err)
 		}
 		if res.SpecsSpawned > 0 {
@@ -505,7 +505,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "approved")
 		}
 	case "reject":
-		p := map[string]any{"id": id}
+		p := map[string]any{"id": id, "by": api.ByCLI}
 		if *reason != "" {
 			p["reason"] = *reason
 		}
@@ -514,7 +514,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, "rejected")
 	case "iterate":
-		if err := call(c, "plan.iterate", map[string]any{"id": id, "feedback": strings.Join(rest[1:], " ")}, nil); err != nil {
+		if err := call(c, "plan.iterate", map[string]any{"id": id, "feedback": strings.Join(rest[1:], " "), "by": api.ByCLI}, nil); err != nil {
 			return callErr(stderr, err)
 		}
 		fmt.Fprintln(stdout, "the planner runs again with your feedback")

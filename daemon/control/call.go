@@ -34,6 +34,7 @@ type Call struct {
 var (
 	_ api.Call       = (*Call)(nil)
 	_ api.StreamCall = (*Call)(nil)
+	_ api.OriginCall = (*Call)(nil)
 )
 
 // reset readies c for the request req on cn.
@@ -46,6 +47,9 @@ func (c *Call) reset(cn *conn, req wire.Request) {
 
 // Method is the method called.
 func (c *Call) Method() string { return c.method }
+
+// Origin is a control client's: its pid as the kernel gave it.
+func (c *Call) Origin() api.Origin { return api.Origin{By: api.ByControl, Pid: c.cn.peer.Pid} }
 
 // Decode decodes the params into v, refusing unknown fields and trailing
 // data; absent params leave v as it is. The error is an *api.Error

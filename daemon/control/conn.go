@@ -13,6 +13,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -21,10 +22,11 @@ import (
 // actor, its writer goroutine and its bus sink. Fields below "actor only"
 // are touched only by the conn actor (or by finish once the actor is gone).
 type conn struct {
-	srv *Server
-	nc  *net.UnixConn
-	id  string
-	q   OutQueue
+	srv  *Server
+	nc   *net.UnixConn
+	id   string
+	peer proc.Peer // as sockserve read it at accept (SO_PEERCRED)
+	q    OutQueue
 
 	// credit holds one token per line handed to the actor and not yet
 	// handled; the reader blocks when it is full.

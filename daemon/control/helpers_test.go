@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv(peerEnv); p != "" {
 		os.Exit(peerClientMain(p)) // acting as another user's client; see peer_test.go
 	}
+	if p := os.Getenv(callEnv); p != "" {
+		os.Exit(callClientMain(p)) // a client the "daemon" started; see person_test.go
+	}
 	goleak.VerifyTestMain(m,
 		// protoactor starts this timer goroutine when it logs a dead letter
 		// and it ends by itself a second later. Dead letters are inherent:
@@ -94,6 +97,8 @@ func (d *testDomain) register(mux api.Mux) {
 			call.Fail(&api.Error{Code: api.CodeInvalidState, Message: "answered later", Data: map[string]int{"n": 1}})
 		}()
 	})
+	// test.person, only a person may call, answers with its origin.
+	api.HandlePerson(mux, "test.person", func(call api.Call) { call.Respond(api.OriginOf(call)) })
 	// test.big answers with d.big.
 	mux.Handle("test.big", func(call api.Call) {
 		d.mu.Lock()

@@ -22,12 +22,29 @@ import (
 // call's OnClose functions run (the method cancels what it holds) and
 // Invoke returns ctx's error. The protocol's own methods (ping, connect,
 // events.subscribe) are not served: they belong to a connection.
-func (s *Server) Invoke(ctx context.Context, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error) {
+//
+// from is who calls (the dashboard: ui and the session), what the method
+// reads with api.OriginOf. A method only a person may call (HandlePerson)
+// runs from.Admit first, the front-end's check of who stands behind the
+// call, and is refused (CodeUnauthorized) when it fails or is not set.
+func (s *Server) Invoke(ctx context.Context, from api.Origin, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error) {
 	s.mu.Lock()
 	m, ok := s.methods[method]
 	s.mu.Unlock()
 	if !ok || m.domain == nil {
 		return nil, api.Errorf(wire.CodeMethodNotFound, "method not found: %s", method)
+	}
+	if m.person {
+		if from.Admit == nil {
+			return nil, api.Errorf(api.CodeUnauthorized, "%s: only a person may call it, and this caller's front-end does not check who calls", method)
+		}
+		if err := from.Admit(); err != nil {
+			var ae *api.Error
+			if !errors.As(err, &ae) {
+				err = &api.Error{Code: api.CodeUnauthorized, Message: method + " refused: " + err.Error()}
+			}
+			return nil, err
+		}
 	}
 	var raw json.RawMessage
 	if params != nil {
@@ -37,7 +54,8 @@ func (s *Server) Invoke(ctx context.Context, method string, params any, push fun
 		}
 		raw = b
 	}
-	c := &localCall{method: method, params: raw, push: push, done: make(chan struct{})}
+	from.Admit = nil
+	c := &localCall{method: method, params: raw, push: push, origin: from, done: make(chan struct{})}
 	m.domain(c)
 	select {
 	case <-c.done:
@@ -52,6 +70,7 @@ func (s *Server) Invoke(ctx context.Context, method string, params any, push fun
 type localCall struct {
 	method string
 	params json.RawMessage
+	origin api.Origin
 	push   func(event string, data []byte, taken func(ok bool))
 
 	answered atomic.Bool
@@ -64,9 +83,14 @@ type localCall struct {
 	onClose []func()
 }
 
-var _ api.StreamCall = (*localCall)(nil)
+var (
+	_ api.StreamCall = (*localCall)(nil)
+	_ api.OriginCall = (*localCall)(nil)
+)
 
 func (c *localCall) Method() string { return c.method }
+
+func (c *localCall) Origin() api.Origin { return c.origin }
 
 func (c *localCall) Decode(v any) error {
 	if e := wire.DecodeParams(wire.Request{Method: c.method, Params: c.params}, v); e != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -19,6 +21,9 @@ import (
 type method struct {
 	own    func(c *actors.Context, call *Call)
 	domain api.Handler
+	// person: only a person may call it (HandlePerson): refused to a
+	// process the daemon started.
+	person bool
 }
 
 // ownMethods are the protocol's own methods: the session and the event
@@ -38,12 +43,21 @@ var ownMethods = map[string]func(c *actors.Context, call *Call){
 // ownCalls recycles the calls of the protocol's own methods.
 var ownCalls = sync.Pool{New: func() any { return new(Call) }}
 
-var _ api.Mux = (*Server)(nil)
+var _ api.PersonMux = (*Server)(nil)
 
 // Handle registers h to serve method on every connection. Methods are
 // registered before Serve; registering one twice (the protocol's own
 // included) or after Serve is a programming error and panics.
-func (s *Server) Handle(name string, h api.Handler) {
+func (s *Server) Handle(name string, h api.Handler) { s.handle(name, h, false) }
+
+// HandlePerson registers h as Handle does, as a method only a person may
+// call: a peer that is a process the daemon started (proc.StartedRefusal
+// on its SO_PEERCRED pid) is refused it, CodeUnauthorized, with
+// conn.refused naming the method; Invoke runs its caller's Origin.Admit
+// first and refuses it without one.
+func (s *Server) HandlePerson(name string, h api.Handler) { s.handle(name, h, true) }
+
+func (s *Server) handle(name string, h api.Handler, person bool) {
 	if name == "" || h == nil {
 		panic("control: Handle needs a method name and a handler")
 	}
@@ -55,7 +69,7 @@ func (s *Server) Handle(name string, h api.Handler) {
 	if _, dup := s.methods[name]; dup {
 		panic(fmt.Sprintf("control: method %q registered twice", name))
 	}
-	s.methods[name] = method{domain: h}
+	s.methods[name] = method{domain: h, person: person}
 }
 
 // Result and param shapes of the protocol's own methods.
@@ -107,6 +121,8 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 		m.own(c, call)
 		call.reset(nil, wire.Request{})
 		ownCalls.Put(call)
+	case m.person && cn.refusedPerson(req.Method):
+		cn.respond(req.ID, nil, wire.Errorf(wire.CodeUnauthorized, "%s is refused to this connection: only a person may answer an approval, and its peer is a process this daemon started", req.Method))
 	default:
 		call := &Call{}
 		call.reset(cn, req)
@@ -186,4 +202,17 @@ func unsubscribe(_ *actors.Context, call *Call) {
 	}
 	call.cn.unsubscribe()
 	call.Respond(emptyResult)
+}
+
+// refusedPerson says the connection's peer may not call method, one only
+// a person may call: it is a process the daemon started. conn.refused
+// says so; the connection stays.
+func (cn *conn) refusedPerson(method string) bool {
+	err := proc.StartedRefusal(cn.peer.Pid)
+	if err == nil {
+		return false
+	}
+	cn.srv.emit(eventlog.ConnRefused{Socket: cn.srv.opts.Path, Pid: cn.peer.Pid, UID: cn.peer.UID, Reason: err.Error(),
+		Method: method})
+	return true
 }

@@ -226,6 +226,7 @@ func (s *Server) admit(c *sockserve.Conn) {
 	}
 	n := s.seen.Add(1)
 	cn := newConn(s, nc, "c"+strconv.FormatInt(n, 10))
+	cn.peer = c.Peer
 	s.conns[cn] = struct{}{}
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release

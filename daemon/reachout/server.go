@@ -395,12 +395,7 @@ func (s *Server) serve(c *conn) {
 // hook socket: it is a process this daemon started (a job, an executor,
 // or anything they started), which are the agents the hook asks about,
 // never the hook. nil: it may.
-func refusedPeer(p proc.Peer) error {
-	if self := os.Getpid(); p.Pid > 0 && int(p.Pid) != self && proc.Descends(int(p.Pid), self) {
-		return fmt.Errorf("peer pid %d is a process this daemon started (a job, an executor or their child)", p.Pid)
-	}
-	return nil
-}
+func refusedPeer(p proc.Peer) error { return proc.StartedRefusal(p.Pid) }
 
 // await waits for p's answer while watching for the hook going away:
 // gone, p is cancelled (requester_gone) and await returns false.

@@ -76,7 +76,9 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	res, err := s.opts.Caller.Invoke(ctx, a.Method, params, nil)
+	o := from(ctx)
+	o.Admit = func() error { return s.admitPeer(r, a.Method) }
+	res, err := s.opts.Caller.Invoke(ctx, o, a.Method, params, nil)
 	if err != nil {
 		reply(httpStatus(err), nil, err)
 		return

@@ -203,6 +203,10 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 			s.renderLogin(w, r, http.StatusForbidden, "That sign-in link is used, expired or wrong: run orchestrd ui for a new one, or give the key.")
 			return
 		}
+		if err := s.admitPeer(r, "GET /ui/login"); err != nil {
+			s.renderLogin(w, r, http.StatusForbidden, "Refused: a process this daemon started does not sign in.")
+			return
+		}
 		s.signIn(w, r, "link")
 		return
 	}
@@ -229,6 +233,11 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 		}
 		s.emit(SignInFailed{Peer: r.RemoteAddr, Reason: reason})
 		s.renderLogin(w, r, http.StatusForbidden, "That is not this daemon's API key (orchestrd http key prints it).")
+		return
+	}
+	// Only with the right key: the check reads /proc.
+	if err := s.admitPeer(r, "POST /ui/login"); err != nil {
+		s.renderLogin(w, r, http.StatusForbidden, "Refused: a process this daemon started does not sign in.")
 		return
 	}
 	s.signIn(w, r, "key")

@@ -24,9 +24,6 @@ import (
 var apprKinds = []string{"approval.requested", "approval.resolved", "approval.timed_out", "approval.cancelled",
 	"approval.auto_resolved", "approval.rule_added", "approval.rule_deleted", "approval.recovered"}
 
-// apprBy is approval.resolve's by for an answer given on the dashboard.
-const apprBy = "ui"
-
 // Form bounds: what the agent is told.
 const (
 	apprMaxMessage = 4 << 10
@@ -83,7 +80,7 @@ func apprResolveForm(f url.Values) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := map[string]any{"id": id, "decision": d, "by": apprBy}
+	p := map[string]any{"id": id, "decision": d}
 	if strings.TrimSpace(msg) != "" {
 		p["message"] = msg
 	}
@@ -315,7 +312,7 @@ func apprDecision(a api.Approval) string {
 	case r.By == api.ByRule && r.RuleID != "":
 		s += " by rule " + r.RuleID
 	case r.By != "":
-		s += " by " + r.By
+		s += " by " + r.Who()
 	}
 	if r.RuleID != "" && r.By != api.ByRule {
 		s += ", recorded rule " + r.RuleID

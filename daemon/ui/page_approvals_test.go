@@ -45,7 +45,7 @@ type apCall struct {
 	Params string
 }
 
-func (c *apCaller) Invoke(ctx context.Context, method string, params any, _ func(string, []byte, func(bool))) (json.RawMessage, error) {
+func (c *apCaller) Invoke(ctx context.Context, from api.Origin, method string, params any, _ func(string, []byte, func(bool))) (json.RawMessage, error) {
 	var raw json.RawMessage
 	if params != nil {
 		b, err := json.Marshal(params)
@@ -61,7 +61,17 @@ func (c *apCaller) Invoke(ctx context.Context, method string, params any, _ func
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "method not found: %s", method)
 	}
+	if apitest.Person(method) {
+		if from.Admit == nil {
+			return nil, api.Errorf(api.CodeUnauthorized, "%s: no Admit", method)
+		}
+		if err := from.Admit(); err != nil {
+			return nil, err
+		}
+	}
+	from.Admit = nil
 	call := apitest.NewCall(method, raw)
+	call.SetOrigin(from)
 	h(call)
 	select {
 	case <-call.Done():
@@ -145,6 +155,18 @@ func newAPHarness(t *testing.T) *apHarness {
 	return h
 }
 
+// cookie is the session cookie's value.
+func (h *apHarness) cookie() string {
+	u, _ := url.Parse(h.http.URL + "/ui/")
+	for _, c := range h.c.Jar.Cookies(u) {
+		if c.Name == cookieName {
+			return c.Value
+		}
+	}
+	h.t.Fatal("no session cookie")
+	return ""
+}
+
 // attr is the value of the first name="..." attribute on page.
 func attr(t *testing.T, page, name string) string {
 	t.Helper()
@@ -214,7 +236,7 @@ func (h *apHarness) act(name string, form url.Values) (int, string) {
 func (h *apHarness) request(params map[string]any) string {
 	h.t.Helper()
 	params["kind"] = "tool"
-	raw, err := h.caller.Invoke(context.Background(), "approval.request", params, nil)
+	raw, err := h.caller.Invoke(context.Background(), api.Origin{By: api.ByControl}, "approval.request", params, nil)
 	if err != nil {
 		h.t.Fatalf("approval.request: %v", err)
 	}
@@ -229,7 +251,7 @@ func (h *apHarness) request(params map[string]any) string {
 
 func (h *apHarness) approval(id string) api.Approval {
 	h.t.Helper()
-	raw, err := h.caller.Invoke(context.Background(), "approval.get", map[string]any{"id": id}, nil)
+	raw, err := h.caller.Invoke(context.Background(), api.Origin{By: api.ByControl}, "approval.get", map[string]any{"id": id}, nil)
 	if err != nil {
 		h.t.Fatalf("approval.get %s: %v", id, err)
 	}
@@ -318,8 +340,12 @@ func TestApprovalsInbox(t *testing.T) {
 		t.Fatalf("Allow: %d %s", code, msg)
 	}
 	a := h.waitState(read, api.ApprovalAllowed)
-	if a.Resolution.By != "ui" || a.Resolution.Decision != api.DecisionAllow {
-		t.Fatalf("allowed: %+v", a.Resolution)
+	// Recorded as the dashboard's, with the session's short id (not its
+	// cookie), whatever a form says.
+	sid := a.Resolution.BySession
+	if a.Resolution.By != "ui" || a.Resolution.Decision != api.DecisionAllow || len(sid) != 8 || a.Resolution.ByPid != 0 ||
+		strings.Contains(h.cookie(), sid) {
+		t.Fatalf("allowed: %+v (cookie %s)", a.Resolution, h.cookie())
 	}
 	// Deny.
 	if code, msg := h.act("approval.resolve", url.Values{"id": {deny}, "decision": {"Deny"}}); code != http.StatusOK {
@@ -350,7 +376,8 @@ func TestApprovalsInbox(t *testing.T) {
 
 	_, page = h.get("/ui/approvals", http.StatusOK)
 	mustContain(t, page, "Nothing is waiting for an answer.", `id="rule-`+rule+`"`, "Bash(git status:*)", "session s-1",
-		"AlwaysAllow by ui, recorded rule "+rule, "Allow by ui", "Deny by ui", "Reply by ui", "Allow by rule "+rule,
+		"AlwaysAllow by ui session "+sid+", recorded rule "+rule, "Allow by ui session "+sid, "Deny by ui session "+sid,
+		"Reply by ui session "+sid, "Allow by rule "+rule,
 		`action="/ui/act/approval.rule_delete"`)
 	_, one := h.get("/ui/approvals?state=replied", http.StatusOK)
 	hist := one[strings.Index(one, `id="history-h"`):]
@@ -411,7 +438,7 @@ func TestApprovalResolveForm(t *testing.T) {
 	// The params sent are exactly those.
 	h.act("approval.resolve", url.Values{"id": {id}, "decision": {"Deny"}, "message": {"not today"}})
 	got := h.caller.callsOf("approval.resolve")
-	if last := got[len(got)-1].Params; last != `{"by":"ui","decision":"Deny","id":"`+id+`","message":"not today"}` {
+	if last := got[len(got)-1].Params; last != `{"decision":"Deny","id":"`+id+`","message":"not today"}` {
 		t.Fatalf("approval.resolve params: %s", last)
 	}
 	if a := h.waitState(id, api.ApprovalDenied); a.Resolution.Message != "not today" {
@@ -660,7 +687,7 @@ func TestAgentTaskItems(t *testing.T) {
 // another); one approval's page answers it as the inbox does.
 func TestApprovalsPlanAndDetail(t *testing.T) {
 	h := newAPHarness(t)
-	raw, err := h.caller.Invoke(context.Background(), "approval.request", map[string]any{"kind": "plan",
+	raw, err := h.caller.Invoke(context.Background(), api.Origin{By: api.ByControl}, "approval.request", map[string]any{"kind": "plan",
 		"content": "# Plan <x>\n1. refactor\n", "specs": []map[string]any{{"title": "a"}, {"title": "b"}}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -49,9 +49,9 @@ type loopsCaller struct {
 	loops []api.LoopRecord
 }
 
-func (c *loopsCaller) Invoke(ctx context.Context, method string, params any, push func(string, []byte, func(bool))) (json.RawMessage, error) {
+func (c *loopsCaller) Invoke(ctx context.Context, from api.Origin, method string, params any, push func(string, []byte, func(bool))) (json.RawMessage, error) {
 	if method != "loop.list" {
-		return c.fakeCaller.Invoke(ctx, method, params, push)
+		return c.fakeCaller.Invoke(ctx, from, method, params, push)
 	}
 	b, _ := json.Marshal(params)
 	c.fakeCaller.mu.Lock()

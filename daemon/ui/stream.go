@@ -328,7 +328,7 @@ func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request) {
 	}()
 	sse := newSSE(w)
 	var mu sync.Mutex // push runs on the pump's goroutine; the end on this one
-	res, err := s.opts.Caller.Invoke(ctx, "job.stream", map[string]any{"id": id, "observe": true},
+	res, err := s.opts.Caller.Invoke(ctx, from(ctx), "job.stream", map[string]any{"id": id, "observe": true},
 		func(event string, data []byte, taken func(bool)) {
 			mu.Lock()
 			err := sse.send("out", data)

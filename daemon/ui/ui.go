@@ -45,9 +45,11 @@ import (
 )
 
 // Caller calls a method of the daemon's method table (control.Server's
-// Invoke).
+// Invoke) as from: the dashboard (api.ByUI) and the session, with the
+// check of who stands behind a button that answers for a person
+// (Origin.Admit).
 type Caller interface {
-	Invoke(ctx context.Context, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error)
+	Invoke(ctx context.Context, from api.Origin, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error)
 }
 
 // Options configures the dashboard.
@@ -192,9 +194,10 @@ func (s *Server) NewLoginLink() (token string, expires time.Time) { return s.ses
 
 // Register registers ui.login_link on mux: a one-time sign-in token and
 // how long it is good for, for `orchestrd ui` (the socket's peer is the
-// daemon's user: it may sign in).
+// daemon's user: it may sign in). It is a method only a person may call:
+// a session is a person's.
 func (s *Server) Register(mux api.Mux) {
-	mux.Handle("ui.login_link", func(call api.Call) {
+	api.HandlePerson(mux, "ui.login_link", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
 			call.Fail(err)
 			return
@@ -218,9 +221,16 @@ func (s *Server) Close() {
 
 func (s *Server) emit(ev eventlog.Event) { s.opts.Bus.Emit(ev) }
 
+// from is the origin of the calls a request makes: the dashboard and its
+// session (ctx's). A page reads with it; no method only a person may call
+// is served to it without an Admit (act's).
+func from(ctx context.Context) api.Origin {
+	return api.Origin{By: api.ByUI, Session: sessionOf(ctx).id}
+}
+
 // call invokes method and decodes its answer into out (nil: ignored).
 func (s *Server) call(ctx context.Context, method string, params, out any) error {
-	raw, err := s.opts.Caller.Invoke(ctx, method, params, nil)
+	raw, err := s.opts.Caller.Invoke(ctx, from(ctx), method, params, nil)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type fakeCall struct {
 	Params string
 }
 
-func (f *fakeCaller) Invoke(_ context.Context, method string, params any, _ func(string, []byte, func(bool))) (json.RawMessage, error) {
+func (f *fakeCaller) Invoke(_ context.Context, _ api.Origin, method string, params any, _ func(string, []byte, func(bool))) (json.RawMessage, error) {
 	b, _ := json.Marshal(params)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -40,10 +40,16 @@ type WireDataer interface {
 	WireData() any
 }
 
+// ConnRefused: a peer was refused: a connection (Socket, the path of a
+// unix socket or the address of a TCP listener), or one call on it
+// (Method: one only a person may call, refused to a process the daemon
+// started). Peer is a TCP peer's address.
 type ConnRefused struct {
 	Socket string `json:"socket"`
+	Peer   string `json:"peer,omitempty"`
 	Pid    int32  `json:"pid,omitempty"`
 	UID    uint32 `json:"uid"`
+	Method string `json:"method,omitempty"`
 	Reason string `json:"reason"`
 }
 

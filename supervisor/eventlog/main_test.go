@@ -140,6 +140,7 @@ func sampleEvents() []Event {
 		jobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
 		connOpened{ConnID: "c1", Pid: 99, UID: 1000},
 		ConnRefused{Socket: "/h/control.sock", Pid: 98, UID: 1001, Reason: "uid"},
+		ConnRefused{Socket: "127.0.0.1:7878", Peer: "127.0.0.1:40000", Pid: 99, UID: 1000, Method: "plan.approve", Reason: "started"},
 		ConnProtocolError{ConnID: "c1", Peer: "control", Error: "bad json", Fatal: true},
 		subscriberOverflowed{ConnID: "c1", Policy: "drop_oldest", Dropped: 10},
 		actorPanicked{Actor: "lane/review", Panic: "index out of range", Stack: "goroutine 1 [running]:\nmain.main()\n\t/x.go:1"},

@@ -3,6 +3,8 @@ package proc
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +69,18 @@ func TestMain(m *testing.M) {
 			os.Stderr.WriteString("the cover could be opened up")
 			os.Exit(4)
 		}
+		os.Exit(0)
+	case "dial":
+		// dial ADDR: connect, say so, hold the connection until stdin
+		// ends, then close it.
+		c, err := net.Dial("tcp", os.Args[1])
+		if err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("dialled\n")
+		io.Copy(io.Discard, os.Stdin)
+		c.Close()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
