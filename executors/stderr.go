@@ -80,7 +80,7 @@ func (t *stderrTail) settle() {
 			return
 		default:
 		}
-		n, err := unix.IoctlGetInt(int(t.r.Fd()), unix.TIOCINQ)
+		n, err := t.pending()
 		if err != nil || n == 0 {
 			break
 		}
@@ -88,6 +88,21 @@ func (t *stderrTail) settle() {
 	}
 	t.mu.Lock() // a chunk being taken in is in
 	t.mu.Unlock()
+}
+
+// pending is how many bytes the pipe holds (TIOCINQ), through the
+// file's own reference: safe while the reader closes it (an error then).
+func (t *stderrTail) pending() (int, error) {
+	rc, err := t.r.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return 0, err
+	}
+	return n, ierr
 }
 
 // lines is the last lines of what was read, each at most tailLine bytes,

@@ -1,0 +1,45 @@
+package executors
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// Whatever an executor wrote to stderr, what is shown of it is at most
+// tailLines lines of at most tailLine bytes, valid UTF-8 without a
+// control character, and the last line it wrote.
+func FuzzStderrLines(f *testing.F) {
+	f.Add([]byte("starting\nno model: \x1b]0;title\x07\n"))
+	f.Add([]byte(strings.Repeat("x", 5000)))
+	f.Add([]byte("\xff\xfe\n\n\na\nb\nc\nd\ne\nf\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tail := &stderrTail{}
+		tail.last = b
+		if len(tail.last) > tailBytes {
+			tail.last = tail.last[len(tail.last)-tailBytes:]
+		}
+		ls := tail.lines()
+		if len(ls) > tailLines {
+			t.Fatalf("%d lines", len(ls))
+		}
+		for _, l := range ls {
+			if !utf8.ValidString(l) || len(l) > 4*tailLine {
+				t.Fatalf("line %q", l)
+			}
+			for _, r := range l {
+				if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+					t.Fatalf("a control character in %q", l)
+				}
+			}
+		}
+	})
+}
+
+func TestStderrLines(t *testing.T) {
+	tail := &stderrTail{last: []byte("one\ntwo\nthree\nfour\nfive\nsix\nno model: \x1b[31mred\x1b]0;t\x07\n")}
+	got := strings.Join(tail.lines(), "|")
+	if want := "three|four|five|six|no model: ?[31mred?]0;t?"; got != want {
+		t.Fatalf("lines: %q, want %q", got, want)
+	}
+}
