@@ -679,7 +679,9 @@ func (e *execActor) done(r *running, state api.TaskState, err *api.TaskError) {
 		// Nothing the task started may outlive it: its end is told once
 		// the process is gone (exitedMsg).
 		e.held, e.heldTo = &d, r.task
-		e.kill("task_ended")
+		if e.state != instStopping {
+			e.kill("task_ended")
+		}
 		return
 	}
 	e.sys.Send(r.task, d)

@@ -241,6 +241,17 @@ func (p *pool) gone(c *actors.Context, m instGone) {
 		return
 	}
 	delete(p.insts, m.id)
+	if in.own != "" && in.task == "" {
+		// An executor of one task that never got it (it exited before it
+		// connected): its task has no other to wait for.
+		if q := p.tasks[in.own]; q != nil {
+			msg := fmt.Sprintf("its executor %s exited before it connected", in.id)
+			if w := p.ps.lastWords.Load(); w != nil {
+				msg += "; it said: " + *w
+			}
+			c.Send(q.ref, cancelReq{state: api.TaskFailed, err: &api.TaskError{Code: api.TaskErrStartFailed, Message: msg}})
+		}
+	}
 	if in.task != "" {
 		// Given a task it may never have heard of: the task must not wait
 		// for an executor that is gone (a second end is ignored).

@@ -244,3 +244,39 @@ max_t = "1m"
 		return strings.Contains(d.stderr.String(), "an executor exited before it connected") && strings.Contains(d.stderr.String(), "MARK-WHY")
 	})
 }
+
+// A loop whose agent's executor cannot start fails its iterations with
+// the executor's own words, and then the loop: the task does not wait for
+// an executor of its own that is gone.
+func TestLoopAgentExecutorFailsToStart(t *testing.T) {
+	skipWithoutSandbox(t)
+	t.Parallel()
+	repo := gitRepo(t)
+	d := startDaemon(t, `[lanes.net]
+runners = 1
+slots = 1
+spares = 0
+
+[executors.agent]
+command = ["/bin/sh", "-c", "echo 'no agent here: MARK-START' >&2; exit 3"]
+
+[loops]
+executor = "agent"
+validation_lane = "net"
+[loops.code]
+max_iterations = 2
+`)
+	id := d.createLoop(api.LoopCode, repo, "never runs")
+	got := d.waitLoop(id, api.LoopFailed, time.Minute)
+	if got.Loop.Error != api.LoopErrMaxIterations || len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got.Loop)
+	}
+	tid := got.Iterations[0].TaskID
+	var r struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d.mustCall("task.get", map[string]any{"id": tid}, &r)
+	if r.Task.Error == nil || r.Task.Error.Code != api.TaskErrStartFailed || !strings.Contains(r.Task.Error.Message, "MARK-START") {
+		t.Fatalf("task: %+v %+v", r.Task, r.Task.Error)
+	}
+}
