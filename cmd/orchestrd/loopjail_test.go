@@ -15,23 +15,25 @@ import (
 )
 
 // jailConfig is a daemon with the sandbox on (the default) whose loops
-// run script as their agent (sh, in a pool of its own) and validate on a
-// sandboxed lane.
+// run script as their agent, validate on a sandboxed lane and merge at
+// once.
 func jailConfig(script, loopsExtra string) string {
-	return fmt.Sprintf(`[lanes.net]
-runners = 1
-slots = 2
-spares = 0
+	return loopsConfig(script, "auto_merge = true\n"+loopsExtra)
+}
 
-[executors.agent]
-command = [%q, "executor", "--", "/bin/sh", %q]
-
-[loops]
-executor = "agent"
-validation_lane = "net"
-auto_merge = true
-%s
-`, binary, script, loopsExtra)
+// userGitStatus runs git status in repo as its user would (their own
+// config) and fails t if that ran what an agent or a job left (it would
+// make mark).
+func userGitStatus(t *testing.T, repo, home, mark string) {
+	t.Helper()
+	cmd := exec.Command("git", "-C", repo, "status", "--porcelain")
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+home)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git status: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the user's git status ran what was left in the repository")
+	}
 }
 
 // skipWithoutSandbox skips where this user cannot make the sandbox (not
@@ -151,14 +153,7 @@ setsid sh ` + racer + ` </dev/null >/dev/null 2>&1 &
 	if out := git(t, repo, "ls-files"); strings.Count(out, "work-") != n {
 		t.Fatalf("main after %d loops: %s", n, out)
 	}
-	cmd := exec.Command("git", "-C", repo, "status", "--porcelain")
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git status: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the user's git status ran the agent's code")
-	}
+	userGitStatus(t, repo, dir, mark)
 	t.Logf("%d code loops in %s", n, time.Since(start).Round(time.Second))
 }
 
@@ -205,14 +200,7 @@ func TestLoopValidationTamperedGit(t *testing.T) {
 	if out := git(t, repo, "log", "--format=%s", "loop/"+id); strings.Contains(out, "iteration") {
 		t.Fatalf("committed after the tampering: %q", out)
 	}
-	cmd := exec.Command("git", "-C", repo, "status", "--porcelain")
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git status: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the user's git status ran the validation job's code")
-	}
+	userGitStatus(t, repo, dir, mark)
 }
 
 // An executor that exits before it connects says why: its last stderr

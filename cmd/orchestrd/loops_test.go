@@ -62,10 +62,14 @@ func loopAgent(t *testing.T, prompts, body, loopsExtra string) string {
 	if err := daemonrun.WriteExecutable(script, strings.NewReader(text), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf(`[daemon]
-sandbox = false
+	return "[daemon]\nsandbox = false\n\n" + loopsConfig(script, loopsExtra)
+}
 
-[lanes.net]
+// loopsConfig is a daemon whose [loops] run script as their agent (sh
+// behind orchestrd executor, in the pool "agent") and validate on a lane
+// "net" of one runner.
+func loopsConfig(script, loopsExtra string) string {
+	return fmt.Sprintf(`[lanes.net]
 runners = 1
 slots = 2
 spares = 0
