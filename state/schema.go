@@ -268,6 +268,11 @@ CREATE TABLE loop_iterations (
 	{version: 10, name: "a job's cut output", sql: `
 ALTER TABLE jobs ADD COLUMN output_cut INTEGER NOT NULL DEFAULT 0;
 `},
+	// The secrets an unfinished job is given by name (run --secret): the
+	// variables and the names of secrets.toml they take, never a value.
+	{version: 11, name: "the names of a job's secrets", sql: `
+ALTER TABLE job_specs ADD COLUMN secrets TEXT;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it
