@@ -38,7 +38,7 @@ func checkSecrets(spec *api.JobSpec, s Secrets) error {
 		case strings.ContainsAny(k, "=\x00"):
 			return api.Errorf(api.CodeInvalidParams, "secrets variable %q contains '=' or a NUL byte, which cannot be part of a variable name", k)
 		case name == "":
-			return api.Errorf(api.CodeInvalidParams, "secrets variable %s names no secret", k)
+			return api.Errorf(api.CodeInvalidParams, "secrets variable %q names no secret", k)
 		}
 		if _, both := spec.Env[k]; both {
 			return api.Errorf(api.CodeInvalidParams, "%s is given both by env and by secrets", k)

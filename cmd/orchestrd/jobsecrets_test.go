@@ -45,8 +45,8 @@ func noCanary(t *testing.T, home, when string, canaries ...string) {
 }
 
 // run --secret gives a job a secret of secrets.toml by name, looked up at
-// dispatch: the job has the value; state.db, its WAL, the event log,
-// job.get and job.list never do, nor does a queued job's spec that a
+// dispatch: the job has the value; state.db, its WAL, the event log, the
+// daemon's log, job.get and job.list never do, nor does a queued job's spec that a
 // daemon killed with -9 left (its names are kept: the next daemon looks
 // them up again, and fails the job secret_missing when one is gone). An
 // unknown name is refused at submission; run --help says that --env values
@@ -130,4 +130,9 @@ func TestRunSecret(t *testing.T) {
 	}
 	d2.stop()
 	noCanary(t, home, "after the restart", deploy, key)
+	for _, log := range []string{d.stderr.String(), d2.stderr.String()} {
+		if strings.Contains(log, deploy) || strings.Contains(log, key) {
+			t.Errorf("a secret's value is in the daemon's log:\n%s", log)
+		}
+	}
 }
