@@ -66,6 +66,10 @@ const (
 	// ErrStdinLost: the daemon died while the job was queued, and its
 	// stdin was to be streamed by a client that is gone with it.
 	ErrStdinLost = "stdin_lost"
+	// ErrSecretMissing: a secret the job was submitted with could not be
+	// found when it was to be dispatched (a job queued again after a
+	// crash, by a daemon whose secrets.toml no longer has it).
+	ErrSecretMissing = "secret_missing"
 )
 
 // DefaultLane is the lane of a job submitted without one.
@@ -98,6 +102,15 @@ type JobSpec struct {
 	// client streaming it goes away. Not with stdin or stdin_b64. Not
 	// durable: a job still queued when the daemon died fails stdin_lost.
 	StdinStream bool `json:"stdin_stream,omitempty"`
+	// Secrets are environment variables the job is given from the
+	// daemon's secrets.toml, by name: variable -> secret (a key of the
+	// file, or a name it answers to, as "anthropic" for
+	// ANTHROPIC_API_KEY). Only the names are kept with the job; the lane
+	// looks the values up when it dispatches the job and sends them to
+	// the runner in its Job frame, with env, and nowhere else (the state
+	// store, events, records and errors never hold them). Not on a shared
+	// lane: the fleet would carry the names to other nodes' secrets.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // MaxKillGraceMs is the longest kill grace a job or a lane can have: an

@@ -200,7 +200,8 @@ func Run(ctx context.Context, opts Options) error {
 	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe, Hide: hookHide(hookSrv),
-		RunnerStderr: opts.RunnerStderr, RunnerEnv: runnerLogEnv(), Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st}})
+		RunnerStderr: opts.RunnerStderr, RunnerEnv: runnerLogEnv(), Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st},
+		Secrets: secretsFile})
 	if err != nil {
 		closeHook()
 		return fmt.Errorf("starting lanes: %w", err)

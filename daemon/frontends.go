@@ -42,7 +42,7 @@ func (e *FrontEndError) Unwrap() error { return e.Err }
 // a system call's error without the call, else the error.
 func startFailure(err error) string {
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, proc.ErrInUse) {
-		return "in use by another process"
+		return inUseBy(err)
 	}
 	var se *os.SyscallError
 	if errors.As(err, &se) {
@@ -55,9 +55,30 @@ func startFailure(err error) string {
 // with err: "127.0.0.1:19532 in use by another process", or the error.
 func offReason(address string, err error) string {
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, proc.ErrInUse) {
-		return address + " in use by another process"
+		return address + " " + inUseBy(err)
 	}
 	return err.Error()
+}
+
+// inUseBy says who holds an address: "in use by another process", and
+// for a socket, who listens there: "(uid 1000, pid 4242)", "another
+// user's process" when that is not the daemon's uid.
+func inUseBy(err error) string {
+	var iu *proc.InUseError
+	switch {
+	case !errors.As(err, &iu):
+		return "in use by another process"
+	case foreignSocket(err):
+		return "in use by another user's process (" + iu.Who() + ")"
+	}
+	return "in use by another process (" + iu.Who() + ")"
+}
+
+// foreignSocket reports whether err says that a process of another uid
+// listens on a socket the daemon wanted.
+func foreignSocket(err error) bool {
+	var iu *proc.InUseError
+	return errors.As(err, &iu) && iu.UID != uint32(os.Getuid())
 }
 
 // explicitKey is the first of keys the config file set to turn a

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/reachout"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 var _ reachout.Asker = (*approvals.Manager)(nil)
@@ -30,7 +32,8 @@ type hookFront struct {
 // limit: the [approvals] timeout capped by the hook's timeout_seconds.
 // When the socket cannot be made (reachout.unavailable): a FrontEndError
 // when the config file turned it on (enabled = true, or a socket); on by
-// default, it is off (said by warn, once every front-end is made).
+// default, it is off (said by warn, once every front-end is made; an
+// error when another uid listens there).
 func listenReachout(cfg Config, bus *eventlog.Bus, log zerolog.Logger) (*hookFront, error) {
 	c := cfg.Approvals
 	h := &hookFront{fe: api.FrontEnd{Name: "hook"}}
@@ -65,9 +68,22 @@ func listenReachout(cfg Config, bus *eventlog.Bus, log zerolog.Logger) (*hookFro
 	return h, nil
 }
 
-// warn says that the hook socket, on by default, could not be made.
+// warn says that the hook socket, on by default, could not be made: an
+// error when a process of another uid listens where the hook looks (that
+// user, not the daemon, may answer Claude Code's permission requests),
+// else a warning.
 func (h *hookFront) warn(log zerolog.Logger) {
-	if h.err != nil {
+	var iu *proc.InUseError
+	switch {
+	case h.err == nil:
+	case foreignSocket(h.err) && errors.As(h.err, &iu):
+		ev := log.Error().Err(h.err).Str("socket", iu.Path).Uint32("uid", iu.UID)
+		if iu.Pid > 0 {
+			ev = ev.Int32("pid", iu.Pid)
+		}
+		ev.Msg("reachout: another user listens at vibe-reachout's hook socket, and may answer Claude Code's permission requests; " +
+			"going on without the hook socket (stop that process, or set [approvals.reachout] socket to a path of your own)")
+	default:
 		log.Warn().Err(h.err).Msg("reachout: going on without vibe-reachout's hook socket")
 	}
 }

@@ -63,8 +63,8 @@ type (
 		force bool // SIGKILL at once, without the job's kill grace
 		reply func(wasRunning bool, err error)
 	}
-	jobDequeued    struct{}
-	jobShutdown    struct{} // daemon stopping: a queued job ends cancelled
+	jobDequeued    struct{ failed string } // failed: the job cannot run (an Err*), else it was cancelled
+	jobShutdown    struct{}                // daemon stopping: a queued job ends cancelled
 	cancelOnRunner struct {
 		jobID string
 		force bool
@@ -319,6 +319,11 @@ func (j *jobActor) Receive(c *actors.Context) {
 			return
 		}
 		if j.rec.State != api.StateQueued {
+			return
+		}
+		if m.failed != "" {
+			j.rec.Error = m.failed
+			j.finish(c, api.StateFailed)
 			return
 		}
 		for _, r := range j.cancelRq {

@@ -119,6 +119,9 @@ type queuedJob struct {
 	id   string
 	ref  actors.Ref
 	wire wire.Job
+	// secrets are the job's secrets by name, looked up into wire's env at
+	// dispatch (secrets.go); a job that bounced back has them there.
+	secrets map[string]string
 }
 
 // laneActor owns a lane: its socket, its runners, its queue and its restart
@@ -348,7 +351,7 @@ func (l *laneActor) submit(c *actors.Context, m submitJob) {
 	l.jobs[m.rec.ID] = ref
 	l.jobIDs[ref.String()] = m.rec.ID
 	s := m.spec
-	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wireJob(&s, m.rec.ID)})
+	l.queue = append(l.queue, queuedJob{id: m.rec.ID, ref: ref, wire: wireJob(&s, m.rec.ID), secrets: s.Secrets})
 	l.sh.bus.Emit(JobQueued{JobID: m.rec.ID, Lane: l.h.name, Queued: len(l.queue) - l.qhead})
 	l.dispatch(c)
 }
@@ -404,6 +407,17 @@ func (l *laneActor) dispatch(c *actors.Context) {
 		q := l.queue[l.qhead]
 		l.queue[l.qhead] = queuedJob{}
 		l.qhead++
+		if len(q.secrets) > 0 {
+			env, missing := withSecrets(q.wire.Env, q.secrets, l.sh.secrets)
+			if missing != "" {
+				// Checked at submission; a job queued again after a
+				// crash may meet a secrets.toml without it.
+				l.h.pending.Add(-1)
+				c.Send(q.ref, jobDequeued{failed: api.ErrSecretMissing})
+				continue
+			}
+			q.wire.Env = env
+		}
 		best.active++
 		l.h.pending.Add(-1)
 		l.h.running.Add(1)

@@ -51,6 +51,8 @@ type shared struct {
 	// room, when set (the fleet's), is called whenever a shared lane may
 	// have room for another job; it must not block.
 	room atomic.Pointer[func()]
+	// secrets are looked up for jobs submitted with secrets (secrets.go).
+	secrets Secrets
 }
 
 // Options configures a Manager.
@@ -86,6 +88,9 @@ type Options struct {
 	// a runner gets it, its terminal record before anyone is told. nil
 	// keeps jobs in memory only.
 	Jobs JobLog
+	// Secrets are the daemon's secrets.toml, from which a job submitted
+	// with secrets gets their values at its dispatch; nil: none.
+	Secrets Secrets
 }
 
 // Manager is the lanes supervisor and the API its methods (methods.go) call.
@@ -183,7 +188,7 @@ func Start(opts Options) (*Manager, error) {
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
 	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
-		shutdownTimeout: opts.ShutdownTimeout}
+		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets}
 	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)
@@ -290,6 +295,12 @@ func (m *Manager) submitAs(id string, spec api.JobSpec, who string, answer func(
 	}
 	h, ok := m.lanes[spec.Lane]
 	c := m.cluster()
+	if len(spec.Secrets) > 0 && (id != "" || c != nil && (ok && h.cfg.Shared || !ok && c.Serves(spec.Lane))) {
+		// The fleet would carry the names to another node, whose secrets
+		// they would take.
+		reply("", api.Errorf(api.CodeInvalidParams, "lane %s is shared with the fleet: a job there cannot take secrets", spec.Lane))
+		return
+	}
 	if c != nil && id == "" && (ok && h.cfg.Shared || !ok && c.Serves(spec.Lane)) {
 		m.submitCluster(c, spec, who, answer)
 		return
@@ -299,6 +310,10 @@ func (m *Manager) submitAs(id string, spec api.JobSpec, who string, answer func(
 		return
 	}
 	if e := checkSpec(&spec); e != nil {
+		reply("", e)
+		return
+	}
+	if e := checkSecrets(&spec, m.sh.secrets); e != nil {
 		reply("", e)
 		return
 	}

@@ -59,9 +59,11 @@
 //	      512 KiB)
 //	      seq                       the job's seq in jobs
 //	      worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
-//	      agent_id, tool_name, stdin, stdin_b64
-//	                                env and file_paths are JSON text, stdin
-//	                                and stdin_b64 BLOBs
+//	      agent_id, tool_name, stdin, stdin_b64, kill_grace_ms, stdin_stream,
+//	      secrets
+//	                                env, file_paths and secrets are JSON text
+//	                                (secrets: variable -> secret name, never a
+//	                                value), stdin and stdin_b64 BLOBs
 //
 //	approvals  one row per approval (schema version 2), pending or finished
 //	      id, request_id            request_id: the hook's, approval.get takes it

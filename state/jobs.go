@@ -185,6 +185,10 @@ func (w *jobSubmitted) prepare() error {
 	if err != nil {
 		return err
 	}
+	secrets, err := jsonEnv(sp.Secrets) // names only
+	if err != nil {
+		return err
+	}
 	timeout, err := uint63("timeout_ms", sp.TimeoutMs)
 	if err != nil {
 		return err
@@ -202,7 +206,7 @@ func (w *jobSubmitted) prepare() error {
 	}
 	w.args = []any{r.ID, r.Lane, fmtTime(created), nullStr(sp.Command), argv, nullStr(sp.Cwd)}
 	w.specArgs = []any{nullStr(sp.WorktreeDir), env, timeout, maxOut, files, nullStr(sp.AgentID),
-		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), grace, sp.StdinStream}
+		nullStr(sp.ToolName), nullBytes([]byte(sp.Stdin)), nullBytes(sp.StdinB64), grace, sp.StdinStream, secrets}
 	return nil
 }
 
@@ -216,7 +220,7 @@ func (w *jobSubmitted) apply(t *wtx) error {
 		return err
 	}
 	_, err = t.exec(`INSERT INTO job_specs(seq, worktree_dir, env, timeout_ms, max_output_bytes, file_paths,
-		agent_id, tool_name, stdin, stdin_b64, kill_grace_ms, stdin_stream) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
+		agent_id, tool_name, stdin, stdin_b64, kill_grace_ms, stdin_stream, secrets) VALUES(last_insert_rowid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.specArgs...)
 	return err
 }
 
@@ -330,7 +334,7 @@ const (
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd,
 		stopped_by, output_cut`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
-		s.stdin, s.stdin_b64, s.kill_grace_ms, s.stdin_stream`
+		s.stdin, s.stdin_b64, s.kill_grace_ms, s.stdin_stream, s.secrets`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -346,6 +350,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		pid, exit                              sql.NullInt64
 		timeout, cancelled, truncated          bool
 		worktree, env, files, agent, tool      sql.NullString
+		secrets                                sql.NullString
 		timeoutMs, maxOut, grace               sql.NullInt64
 		stdin, stdinB64                        []byte
 		out                                    sql.RawBytes // the driver's own copy, taken as r.Output
@@ -355,7 +360,7 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd,
 		&stoppedBy, &cut}
 	if spec != nil {
-		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace, &stdinStream)
+		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace, &stdinStream, &secrets)
 	}
 	if output {
 		dest = append(dest, &out)
@@ -410,6 +415,11 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		if files.Valid {
 			if err := json.Unmarshal([]byte(files.String), &spec.FilePaths); err != nil {
 				return r, fmt.Errorf("job %s: file_paths: %w", r.ID, err)
+			}
+		}
+		if secrets.Valid {
+			if err := json.Unmarshal([]byte(secrets.String), &spec.Secrets); err != nil {
+				return r, fmt.Errorf("job %s: secrets: %w", r.ID, err)
 			}
 		}
 	}

@@ -25,7 +25,8 @@ func fullSpec() api.JobSpec {
 	return api.JobSpec{Lane: "", Command: "sh", Argv: []string{"-c", `echo "a < b" && printf 'é\n'`}, Cwd: "/tmp/w",
 		WorktreeDir: "/tmp/wt", Env: map[string]string{"A": "1", "B": "x=y", "ÜNI": "ç"}, TimeoutMs: 30000,
 		MaxOutputBytes: 1 << 20, FilePaths: []string{"a.go", "b/c.go"}, AgentID: "agent-7", ToolName: "bash",
-		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, KillGraceMs: graceMs(2500), StdinStream: true}
+		Stdin: "line one\nline two\n", StdinB64: []byte{0, 1, 2, 0xff, 0xfe}, KillGraceMs: graceMs(2500), StdinStream: true,
+		Secrets: map[string]string{"ANTHROPIC_API_KEY": "anthropic", "TOKEN": "TOKEN"}}
 }
 
 func graceMs(v uint64) *uint64 { return &v }
@@ -562,5 +563,42 @@ func TestGetOutputReadPath(t *testing.T) {
 	s.Close()
 	if _, ok, err := s.Jobs().Get("j-0"); ok || err == nil || !strings.Contains(err.Error(), "read job j-0") {
 		t.Fatalf("a closed store: found %v, %v", ok, err)
+	}
+}
+
+// A finished job's spec leaves no bytes in the file: the page its row was
+// in is rewritten with the row's space zeroed (secure_delete FAST), so
+// an env value is not in state.db once the job ended and the WAL was
+// checkpointed (here by closing the store).
+func TestFinishedSpecLeavesNoBytes(t *testing.T) {
+	const canary = "env-canary-5e0c1d77"
+	path := dbPath(t)
+	s, err := Open(path, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := s.Jobs()
+	spec := api.JobSpec{Command: "sh", Env: map[string]string{"TOKEN": canary}}
+	for i := range 3 {
+		id := fmt.Sprintf("j-%d", i)
+		if err := jobs.Submit(ctx, submitted(id, "net", spec, time.Now()), spec); err != nil {
+			t.Fatal(err)
+		}
+		code := int32(0)
+		if err := jobs.Finish(ctx, api.JobRecord{ID: id, Lane: "net", State: api.StateSucceeded, ExitCode: &code}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(canary)) {
+			t.Errorf("%s holds a finished job's env value", p)
+		}
 	}
 }

@@ -274,6 +274,11 @@ ALTER TABLE jobs ADD COLUMN output_cut INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE approvals ADD COLUMN resolved_session TEXT;
 ALTER TABLE approvals ADD COLUMN resolved_pid INTEGER;
 `},
+	// The secrets an unfinished job is given by name (run --secret): the
+	// variables and the names of secrets.toml they take, never a value.
+	{version: 12, name: "the names of a job's secrets", sql: `
+ALTER TABLE job_specs ADD COLUMN secrets TEXT;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

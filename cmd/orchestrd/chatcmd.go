@@ -31,6 +31,8 @@ chat is off or the daemon goes.`
 const maxChatLine = 1 << 20
 
 func cmdChat(args []string, stdout, stderr io.Writer) int {
+	// An agent's text, on a terminal, with its control characters escaped.
+	stdout, stderr = terminalSafe(stdout), terminalSafe(stderr)
 	fs := newFlags("chat")
 	home := homeFlag(fs)
 	cwd := fs.String("cwd", "", "working `DIR` of the agent (default: the current directory)")

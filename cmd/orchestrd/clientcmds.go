@@ -141,8 +141,14 @@ func call(c *client.Client, method string, params, result any) error {
 
 // ---- run ----
 
-const runUsage = `orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... [--no-stdin] -- CMD [ARGS...]
+const runUsage = `orchestrd run [--home DIR] [--lane L] [--timeout D] [--cwd DIR] [--worktree DIR] [--env K=V]... [--secret NAME]... [--no-stdin] -- CMD [ARGS...]
 orchestrd run --peer NAME [--key-file F] [--timeout D] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
+
+--env values are stored: the job's spec, V included, is kept in the
+daemon's state store (state.db) until the job ends. Give a key or a token
+with --secret NAME instead: the job gets the secret NAME of the daemon's
+secrets.toml in its variable NAME (--secret VAR=NAME: in VAR), looked up
+when the job goes to a runner and never stored; only the names are.
 
 With --peer, the job runs on another machine's lanes through its Loopsy
 API: NAME is a known peer (orchestrd peers: node id or a prefix of it,
@@ -152,6 +158,24 @@ $ORCHESTRD_PEER_KEY, else this daemon's own (peers list each other's keys
 in [http] allowed_keys). stdin is not sent to a peer.`
 
 type envFlag map[string]string
+
+// secretFlag is --secret NAME (the variable NAME gets the secret NAME) or
+// --secret VAR=NAME, repeatable: variable -> secret name.
+type secretFlag map[string]string
+
+func (f secretFlag) String() string { return "" }
+
+func (f secretFlag) Set(s string) error {
+	k, name, ok := strings.Cut(s, "=")
+	if !ok {
+		name = k
+	}
+	if k == "" || name == "" {
+		return fmt.Errorf("want NAME or VAR=NAME, got %q", s)
+	}
+	f[k] = name
+	return nil
+}
 
 func (e envFlag) String() string { return "" }
 
@@ -174,7 +198,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	cwd := fs.String("cwd", "", "working `DIR` of the job (default: the current directory)")
 	worktree := fs.String("worktree", "", "worktree `DIR` the job's paths must stay in")
 	env := envFlag{}
-	fs.Var(env, "env", "set `K=V` in the job's environment (repeatable)")
+	fs.Var(env, "env", "set `K=V` in the job's environment (repeatable; V is stored in state.db until the job ends)")
+	secret := secretFlag{}
+	fs.Var(secret, "secret", "give the job secrets.toml's secret `NAME` in $NAME, or VAR=NAME in $VAR (repeatable; never stored)")
 	noStdin := fs.Bool("no-stdin", false, "do not forward stdin to the job (it is forwarded when it is not a terminal)")
 	peer := fs.String("peer", "", "run on the Loopsy peer `NAME` (node id, host name, ADDRESS[:PORT] or URL)")
 	keyFile := fs.String("key-file", "", "with --peer: the `FILE` holding the key to present")
@@ -189,8 +215,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, runUsage, stderr, "--timeout must not be negative")
 	}
 	if *peer != "" {
-		if *lane != "" || *worktree != "" {
-			return usageError(fs, runUsage, stderr, "--lane and --worktree are the local daemon's; a peer runs on its [http] exec_lane")
+		if *lane != "" || *worktree != "" || len(secret) > 0 {
+			return usageError(fs, runUsage, stderr, "--lane, --worktree and --secret are the local daemon's; a peer runs on its [http] exec_lane")
 		}
 		if *cwd != "" && !filepath.IsAbs(*cwd) {
 			return usageError(fs, runUsage, stderr, "with --peer, --cwd is a path on the peer and must be absolute")
@@ -219,6 +245,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(env) > 0 {
 		spec.Env = env
+	}
+	if len(secret) > 0 {
+		spec.Secrets = secret
 	}
 	stdin := forwardedStdin(*noStdin) // streamed to the job while it runs
 

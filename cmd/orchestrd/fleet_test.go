@@ -265,6 +265,12 @@ func fleetScenario(t *testing.T, nodes []*fleetNode) {
 	if code != 0 || out != string(in) {
 		t.Fatalf("run cat on a with stdin: exit %d, %d bytes back of %d (equal: %v)\n%s", code, len(out), len(in), out == string(in), tail(errOut, 2000))
 	}
+	// A secret's name is not sent to the fleet, whose nodes have secrets
+	// of their own (run --secret).
+	if _, errOut, code := runCLI(t, "run", "--home", a.home, "--lane", "gpu", "--secret", "TOKEN", "--", "true"); code != 1 ||
+		errOut != "orchestrd: lane gpu is shared with the fleet: a job there cannot take secrets\n" {
+		t.Fatalf("run --secret on a shared lane: exit %d, stderr %q", code, errOut)
+	}
 	id := a.submit(api.JobSpec{Lane: "gpu", Argv: []string{"sh", "-c", "echo hi"}})
 	rec := c.d.wait(id) // c sees a's job end
 	if rec.State != api.StateSucceeded || (rec.Node != "b" && rec.Node != "c") {

@@ -159,11 +159,21 @@ func sizeOf(n int64) string {
 
 // printable makes a line of a job's output safe for a terminal: control
 // characters but tab, and bytes that are not UTF-8, as \xNN.
-func printable(s string) string {
+func printable(s string) string { return escapeControls(s, false) }
+
+// escapeControls writes every C0 control character but tab (and newline,
+// when lines), DEL, every C1 control and each byte that is not UTF-8 as
+// \xNN, so that text someone else wrote cannot move the cursor, retitle
+// the window or colour the screen of whoever reads it. The one way the
+// CLI makes such text safe for a terminal: printable for one line,
+// terminalSafe for a stream.
+func escapeControls(s string, lines bool) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
+		case r == '\n' && lines:
+			b.WriteByte('\n')
 		case r == utf8.RuneError && n <= 1, r < ' ' && r != '\t', r == 0x7f, r >= 0x80 && r < 0xa0:
 			for _, c := range []byte(s[i : i+n]) {
 				fmt.Fprintf(&b, `\x%02x`, c)
@@ -174,6 +184,28 @@ func printable(s string) string {
 		i += n
 	}
 	return b.String()
+}
+
+// terminalSafe is w itself unless w is a terminal: there, each write goes
+// through escapeControls, newlines and tabs kept. Commands that stream an
+// agent's text (prompt, chat, session) write through it, so piped output
+// stays byte for byte what the agent wrote. A write is escaped on its own:
+// the text written is whole strings decoded from JSON, so valid UTF-8 that
+// no write splits.
+func terminalSafe(w io.Writer) io.Writer {
+	if !isTerminal(w) {
+		return w
+	}
+	return escapingWriter{w}
+}
+
+type escapingWriter struct{ w io.Writer }
+
+func (e escapingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(e.w, escapeControls(string(p), true)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // ---- wait ----

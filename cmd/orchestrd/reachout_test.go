@@ -359,6 +359,89 @@ func TestReachoutOtherUID(t *testing.T) {
 	}
 }
 
+// squatHook has uid 65534 (nobody) listen at path, in a directory made
+// its own, until the test ends (the test executor listens there and takes
+// one connection); it returns the squatter's pid.
+func squatHook(t *testing.T, path string) int {
+	t.Helper()
+	dir := filepath.Dir(path)
+	bin := filepath.Join(dir, "squatter") // where uid 65534 may run it
+	if err := daemonrun.CopyFile(testExecutor(t), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--socket", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr testio.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	eventuallyOr(t, 20*time.Second, "uid 65534 listening at "+path, func() bool {
+		fi, err := os.Lstat(path)
+		return err == nil && fi.Mode().Type() == os.ModeSocket
+	}, stderr.String)
+	return cmd.Process.Pid
+}
+
+// Another user listening at vibe-reachout's path before the daemon starts
+// would answer Claude Code's permission requests. Asked for in the config,
+// the hook socket makes serve exit 2 in one line naming that user's uid
+// and pid; on by default only, the daemon goes on without it, says so at
+// error level, and its ready line and status say whose it is.
+func TestReachoutSquattedByAnotherUID(t *testing.T) {
+	t.Parallel()
+	if os.Getuid() != 0 {
+		t.Skip("needs root to listen at the hook's path as another user (uid 65534)")
+	}
+	sock := filepath.Join(shortTemp(t), "hook.sock")
+	pid := squatHook(t, sock)
+	home := startupHome(t, fmt.Sprintf("[approvals.reachout]\nsocket = %q\n", sock))
+	cmd := serveCmd(home, nil)
+	var stdout, stderr testio.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := runExpectingExit(t, cmd)
+	want := fmt.Sprintf("orchestrd serve: vibe-reachout's hook socket ([approvals.reachout] socket) cannot be made at %s: "+
+		"in use by another user's process (uid 65534, pid %d)\n", sock, pid)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || stderr.String() != want {
+		t.Fatalf("serve: %v\nstdout %q\nstderr %q\nwant exit 2 and %q", err, stdout.String(), stderr.String(), want)
+	}
+
+	xdg := shortTemp(t)
+	sock = filepath.Join(xdg, "vibe-reachout.sock")
+	pid = squatHook(t, sock)
+	d := newTestDaemon(t, startupHome(t, ""))
+	cmd = serveCmd(d.home, nil, "--log-format", "json")
+	cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+xdg)
+	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
+	d.launch(cmd)
+	off := fmt.Sprintf("off: %s in use by another user's process (uid 65534, pid %d)", sock, pid)
+	if r := readyLine(t, d); r.raw["hook"] != off {
+		t.Fatalf("ready line: hook %v, want %q", r.raw["hook"], off)
+	}
+	said := false
+	for _, l := range stderrLines(t, d.stderr.String()) {
+		if strings.HasPrefix(l.Message, "reachout: ") {
+			if l.Level != "error" || !strings.Contains(l.Message, "another user") || l.raw["uid"] != float64(65534) || l.raw["pid"] != float64(pid) {
+				t.Errorf("the hook socket's log line: %v", l.raw)
+			}
+			said = true
+		}
+	}
+	if !said {
+		t.Errorf("no log line about the hook socket:\n%s", d.stderr.String())
+	}
+	out, errOut, code := runCLI(t, "status", "--home", d.home)
+	if fe := frontEndLines(out); code != 0 || fe["hook"] != off {
+		t.Fatalf("status: exit %d, hook %q, want %q\n%s%s", code, fe["hook"], off, out, errOut)
+	}
+}
+
 // Without [approvals.reachout] socket the daemon listens where the hook
 // looks: $XDG_RUNTIME_DIR/vibe-reachout.sock (daemonrun.Serve makes it the
 // home); enabled = false: no socket at all.

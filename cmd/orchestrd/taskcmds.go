@@ -34,6 +34,8 @@ task completed, 1 when it failed, 124 on its timeout, 130 when cancelled.`
 var taskKinds = []string{"task.message", "task.error", "task.finished", "task.permission_requested"}
 
 func cmdPrompt(args []string, stdout, stderr io.Writer) int {
+	// An agent's text, on a terminal, with its control characters escaped.
+	stdout, stderr = terminalSafe(stdout), terminalSafe(stderr)
 	fs := newFlags("prompt")
 	home := homeFlag(fs)
 	executor := fs.String("executor", "", "executor pool `E` (default: the only pool, or \"default\")")
@@ -652,6 +654,8 @@ const sessionUsage = `orchestrd session [--home DIR] [--limit N] [--json] ID
 Prints a session's transcript: every message of its tasks, in order.`
 
 func cmdSession(args []string, stdout, stderr io.Writer) int {
+	// An agent's text, on a terminal, with its control characters escaped.
+	stdout, stderr = terminalSafe(stdout), terminalSafe(stderr)
 	fs := newFlags("session")
 	home := homeFlag(fs)
 	limit := fs.Int("limit", 0, "only the last `N` messages (0: all)")

@@ -19,6 +19,43 @@ import (
 // on the path.
 var ErrInUse = errors.New("another process is already listening")
 
+// InUseError is ListenUnix's error when another process answers on the
+// path (errors.Is(err, ErrInUse)): who listens there, as the kernel told
+// it on a connection to it (SO_PEERCRED), else the socket file's owner.
+type InUseError struct {
+	Path string
+	UID  uint32 // the listening process's uid (else the file's owner)
+	Pid  int32  // 0: not known (its pid namespace is not ours, or its credentials could not be read)
+}
+
+func (e *InUseError) Error() string { return ErrInUse.Error() + " on " + e.Path + " (" + e.Who() + ")" }
+
+// Is makes errors.Is(err, ErrInUse) hold.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
+// Who is the listening process in a few words: "uid 1000, pid 4242", or
+// "uid 1000" when its pid is not known.
+func (e *InUseError) Who() string {
+	if e.Pid > 0 {
+		return fmt.Sprintf("uid %d, pid %d", e.UID, e.Pid)
+	}
+	return fmt.Sprintf("uid %d", e.UID)
+}
+
+// inUse is the InUseError of path, whose file is fi, answered on c.
+func inUse(path string, fi os.FileInfo, c net.Conn) *InUseError {
+	e := &InUseError{Path: path}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.UID = st.Uid
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		if p, err := PeerOf(uc); err == nil {
+			e.UID, e.Pid = p.UID, p.Pid
+		}
+	}
+	return e
+}
+
 // ListenUnix listens on a unix stream socket at path, the one policy of
 // every socket the daemon serves:
 //   - the socket file is mode 0600 from the moment it exists: the socket
@@ -27,7 +64,8 @@ var ErrInUse = errors.New("another process is already listening")
 //     user could connect, and the process's umask is never touched (other
 //     goroutines may be creating files or forking meanwhile);
 //   - a stale socket file (nothing answers on it) is replaced;
-//   - a socket another process answers on is not taken (ErrInUse);
+//   - a socket another process answers on is not taken (an InUseError,
+//     naming its uid and pid);
 //   - anything else at path (a file, a directory) is refused, never removed;
 //   - the file is removed when the listener is closed.
 //
@@ -39,8 +77,8 @@ func ListenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("%s exists and is not a socket", path)
 	case err == nil:
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%w on %s", ErrInUse, path)
+			defer c.Close()
+			return nil, inUse(path, fi, c)
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)

@@ -2,6 +2,7 @@ package proc
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -72,8 +73,8 @@ func TestListenUnixReplacesAStaleSocket(t *testing.T) {
 	}
 }
 
-// A socket another process answers on is not taken: the error says so and
-// the one listening keeps its socket.
+// A socket another process answers on is not taken: the error says so,
+// naming who listens (SO_PEERCRED), and the one listening keeps its socket.
 func TestListenUnixRefusesALiveSocket(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	path := filepath.Join(socketDir(t), "s.sock")
@@ -83,8 +84,10 @@ func TestListenUnixRefusesALiveSocket(t *testing.T) {
 	}
 	defer live.Close()
 	_, err = ListenUnix(path)
-	if !errors.Is(err, ErrInUse) || err.Error() != "another process is already listening on "+path {
-		t.Fatalf("over a live socket: %v", err)
+	want := fmt.Sprintf("another process is already listening on %s (uid %d, pid %d)", path, os.Getuid(), os.Getpid())
+	var iu *InUseError
+	if !errors.Is(err, ErrInUse) || !errors.As(err, &iu) || err.Error() != want {
+		t.Fatalf("over a live socket: %v, want %s", err, want)
 	}
 	serves(t, live, path)
 }
