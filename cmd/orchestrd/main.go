@@ -104,7 +104,7 @@ func init() {
 			noHome: "--home is not used by runner (it takes --socket PATH)"},
 		{name: "sandbox-exec", hidden: true, run: func(args []string, _, stderr io.Writer) int { return cmdSandboxExec(args, stderr) }},
 		{name: "nodes", summary: "the daemon's fleet: nodes, their shared lanes and free slots, last heartbeat, state", run: cmdNodes},
-		{name: "cluster", summary: "cluster init: make the fleet's credentials (cluster.creds) for every node to copy",
+		{name: "cluster", summary: "cluster init | add-node NAME: make the fleet's key and each node's own credentials (cluster.creds)",
 			run: cmdCluster, subs: []string{"init"}},
 		{name: "version", summary: "print the version, commit and Go version", run: cmdVersion},
 		{name: "completion", summary: "completion bash|zsh|fish: a completion script for the shell", run: cmdCompletion,
