@@ -105,7 +105,7 @@ func init() {
 		{name: "sandbox-exec", hidden: true, run: func(args []string, _, stderr io.Writer) int { return cmdSandboxExec(args, stderr) }},
 		{name: "nodes", summary: "the daemon's fleet: nodes, their shared lanes and free slots, last heartbeat, state", run: cmdNodes},
 		{name: "cluster", summary: "cluster init | add-node NAME: make the fleet's key and each node's own credentials (cluster.creds)",
-			run: cmdCluster, subs: []string{"init"}},
+			run: cmdCluster, subs: []string{"init", "add-node"}},
 		{name: "version", summary: "print the version, commit and Go version", run: cmdVersion},
 		{name: "completion", summary: "completion bash|zsh|fish: a completion script for the shell", run: cmdCompletion,
 			subs: sortedKeys(completionShellNames)},
