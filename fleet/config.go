@@ -1,10 +1,6 @@
 package fleet
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -36,9 +32,10 @@ type Config struct {
 	// URL is an external NATS cluster (comma-separated URLs): no embedded
 	// server. Not with listen, cluster_listen or routes.
 	URL string `toml:"url"`
-	// Credentials is the credentials file; default <home>/cluster.creds
-	// (made by `orchestrd cluster init`). Embedded: {"user","password"}
-	// JSON. External: that, an nkey seed file or a NATS .creds file.
+	// Credentials is this node's credentials file; default
+	// <home>/cluster.creds (made by `orchestrd cluster init` for the
+	// first node, `orchestrd cluster add-node NAME` for the others): its
+	// name, its nkey and the fleet's certificate of it.
 	Credentials string `toml:"credentials"`
 	TLSCert     string `toml:"tls_cert"`
 	TLSKey      string `toml:"tls_key"`
@@ -265,104 +262,4 @@ func redactURL(s string) string {
 		u.User = url.User("[redacted]")
 	}
 	return u.String()
-}
-
-// credentials is the file InitCredentials writes.
-type credentials struct {
-	User     string `json:"user"`
-	Password string `json:"password"`
-}
-
-// InitCredentials writes <home>/cluster.creds, a random user and password
-// for the fleet (the embedded servers require them of clients and routes),
-// mode 0600, for the other nodes to copy. It refuses to replace an
-// existing file unless force.
-func InitCredentials(home string, force bool) (string, error) {
-	path := filepath.Join(home, CredentialsFile)
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return "", fmt.Errorf("making the home %s: %w", home, err)
-	}
-	var pw [32]byte
-	if _, err := rand.Read(pw[:]); err != nil {
-		return "", fmt.Errorf("making a password: %w", err)
-	}
-	b, err := json.Marshal(credentials{User: "orchestrd", Password: base64.RawURLEncoding.EncodeToString(pw[:])})
-	if err != nil {
-		return "", fmt.Errorf("encoding the credentials: %w", err)
-	}
-	b = append(b, '\n')
-	if !force {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("writing the fleet's credentials: %s exists (the fleet's nodes share it; give force to replace it)", path)
-		}
-		if err != nil {
-			return "", fmt.Errorf("writing the fleet's credentials: %w", err)
-		}
-		if _, err := f.Write(b); err != nil {
-			f.Close()
-			os.Remove(path)
-			return "", fmt.Errorf("writing the fleet's credentials to %s: %w", path, err)
-		}
-		if err := f.Close(); err != nil {
-			return "", fmt.Errorf("writing the fleet's credentials to %s: %w", path, err)
-		}
-		return path, nil
-	}
-	tmp, err := os.CreateTemp(home, ".cluster.creds.*")
-	if err != nil {
-		return "", fmt.Errorf("writing the fleet's credentials: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("writing the fleet's credentials: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("writing the fleet's credentials: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", fmt.Errorf("replacing %s: %w", path, err)
-	}
-	return path, nil
-}
-
-// credKind is what a credentials file holds.
-type credKind int
-
-const (
-	credUserPassword credKind = iota
-	credNkeySeed
-	credJWT
-)
-
-// readCredentials reads the credentials file; it must not be readable by
-// others. The error never carries the file's content.
-func readCredentials(path string) (credentials, credKind, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return credentials{}, 0, fmt.Errorf("reading the fleet's credentials (make them with `orchestrd cluster init`): %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return credentials{}, 0, fmt.Errorf("reading the fleet's credentials: %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
-	}
-	if fi.Size() > 64<<10 {
-		return credentials{}, 0, fmt.Errorf("reading the fleet's credentials: %s is larger than 64 KiB", path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return credentials{}, 0, fmt.Errorf("reading the fleet's credentials: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	switch {
-	case strings.HasPrefix(t, "-----BEGIN NATS USER JWT-----"):
-		return credentials{}, credJWT, nil
-	case strings.HasPrefix(t, "SU") && !strings.ContainsAny(t, " \n{"):
-		return credentials{Password: t}, credNkeySeed, nil
-	}
-	var c credentials
-	if err := json.Unmarshal(b, &c); err != nil || c.User == "" || c.Password == "" {
-		return credentials{}, 0, fmt.Errorf("reading the fleet's credentials: %s is not {\"user\":..,\"password\":..}, an nkey seed or a .creds file", path)
-	}
-	return c, credUserPassword, nil
 }

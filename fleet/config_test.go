@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,50 +91,114 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
-func TestInitCredentials(t *testing.T) {
+// cluster init makes the fleet's key and the first node's credentials,
+// add-node another's; each is 0600, refused when readable by others, and
+// never replaced without force. Credentials of an older cluster init (one
+// user and password for all), another node's, or with a certificate of
+// another fleet are refused, saying why and what fixes it, never what
+// the file holds.
+func TestInitFleet(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	path, err := InitCredentials(home, false)
+	keyPath, path, err := InitFleet(home, "a", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("%s: %v %v", path, fi.Mode(), err)
+	for _, p := range []string{keyPath, path} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", p, fi.Mode(), err)
+		}
 	}
-	c, kind, err := readCredentials(path)
-	if err != nil || kind != credUserPassword || c.User == "" || len(c.Password) < 32 {
-		t.Fatalf("reading them back: %v %v", kind, err)
+	id, err := readIdentity(path, "")
+	if err != nil || id.node != "a" {
+		t.Fatalf("reading a's credentials back: %+v %v", id, err)
 	}
-	first, _ := os.ReadFile(path)
-	if _, err := InitCredentials(home, false); err == nil || !strings.Contains(err.Error(), "exists") {
+	if key, _ := os.ReadFile(keyPath); strings.Contains(string(mustRead(t, path)), string(key)) || strings.Contains(string(mustRead(t, path)), "SA") {
+		t.Fatal("a node's credentials hold the fleet's key")
+	}
+	first := mustRead(t, path)
+	if _, _, err := InitFleet(home, "a", false); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("a second init without force: %v", err)
 	}
-	if again, _ := os.ReadFile(path); string(again) != string(first) {
+	if string(mustRead(t, path)) != string(first) {
 		t.Fatal("a refused init changed the file")
 	}
-	if _, err := InitCredentials(home, true); err != nil {
+	bPath := filepath.Join(t.TempDir(), "b.creds")
+	pub, err := AddNode(home, "b", bPath, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := os.ReadFile(path); string(again) == string(first) {
-		t.Fatal("a forced init kept the old password")
+	b, err := readIdentity(bPath, "b")
+	if err != nil || b.pub != pub || b.fleet != id.fleet || b.route != id.route || b.pub == id.pub {
+		t.Fatalf("b's credentials: %v", err)
 	}
-	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("forced: mode %v", fi.Mode())
+	if _, err := AddNode(home, "b", bPath, false); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("add-node over a file without force: %v", err)
 	}
-	// Readable by others: refused, without the password in the error.
+	if _, err := AddNode(home, "../b", bPath, true); err == nil {
+		t.Fatal("add-node took a bad name")
+	}
+	if _, err := readIdentity(bPath, "c"); err == nil || !strings.Contains(err.Error(), "add-node c") {
+		t.Fatalf("b's credentials as node c: %v", err)
+	}
+	// Another fleet's certificate on b's key: refused.
+	other := filepath.Join(t.TempDir(), "other")
+	if _, _, err := InitFleet(other, "z", false); err != nil {
+		t.Fatal(err)
+	}
+	var nc, oc nodeCreds
+	if err := json.Unmarshal(mustRead(t, bPath), &nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(other, CredentialsFile)), &oc); err != nil {
+		t.Fatal(err)
+	}
+	nc.Fleet = oc.Fleet
+	forged, _ := json.Marshal(nc)
+	fPath := filepath.Join(t.TempDir(), "forged.creds")
+	if err := os.WriteFile(fPath, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readIdentity(fPath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
+		t.Fatalf("a certificate of another fleet: %v", err)
+	}
+	if _, _, err := InitFleet(home, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	if string(mustRead(t, path)) == string(first) {
+		t.Fatal("a forced init kept the old credentials")
+	}
+	// Readable by others: refused.
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readCredentials(path); err == nil || !strings.Contains(err.Error(), "readable by others") {
+	if _, err := readIdentity(path, ""); err == nil || !strings.Contains(err.Error(), "readable by others") {
 		t.Fatalf("mode 0644: %v", err)
 	}
-	os.Chmod(path, 0o600)
-	if err := os.WriteFile(path, []byte(`{"user":"u","password":"hunter2-secret"`), 0o600); err != nil {
+	// An older cluster init's file: refused, naming the commands that
+	// make new ones, without the password.
+	old := filepath.Join(t.TempDir(), "old.creds")
+	if err := os.WriteFile(old, []byte(`{"user":"orchestrd","password":"hunter2-secret"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readCredentials(path); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := readIdentity(old, ""); err == nil || !strings.Contains(err.Error(), "cluster add-node") ||
+		!strings.Contains(err.Error(), "older `orchestrd cluster init`") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("an older cluster init's credentials: %v", err)
+	}
+	if err := os.WriteFile(old, []byte(`{"user":"u","password":"hunter2-secret"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readIdentity(old, ""); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("a bad file: %v", err)
 	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestVersionBefore(t *testing.T) {

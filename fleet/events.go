@@ -148,5 +148,20 @@ func (ClusterOutputRepublished) Kind() string { return "cluster.output_republish
 
 func init() {
 	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
-		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{})
+		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{},
+		ClusterRecordRefused{})
 }
+
+// ClusterRecordRefused: a value in the fleet's buckets or a take claim
+// that its writer may not have written (another node's heartbeat or job
+// record, a record naming a taker the job's claim does not name, one not
+// sealed by a node of the fleet) was refused: readers treat it as not
+// there. Told once per key, writer and reason by each node that reads it.
+type ClusterRecordRefused struct {
+	What   string `json:"what"`   // jobs, nodes, takes
+	Key    string `json:"key"`    // the job id or node name (eventlog.Ident)
+	Writer string `json:"writer"` // the node whose seal it bears ("": none that checks)
+	Why    string `json:"why"`
+}
+
+func (ClusterRecordRefused) Kind() string { return "cluster.record_refused" }

@@ -20,6 +20,7 @@ func TestKinds(t *testing.T) {
 		ClusterNodeJoined{Node: "n1", Incarnation: "ab", Lanes: []string{"gpu"}},
 		ClusterNodeLost{Node: "n2", Incarnation: "cd", By: "n1", Reason: "heartbeat_expired", Jobs: []string{"c-ab-1"}},
 		ClusterJobLost{JobID: "c-ab-2", Node: "n2", Incarnation: "cd", By: "n1"},
+		ClusterRecordRefused{What: "jobs", Key: "c-ab-3", Writer: "n2", Why: "a record of a job taken by n1, written by another node"},
 		ClusterNodeReturned{Node: "n2", Incarnation: "cd"},
 		ClusterJobTaken{JobID: "c-ab-1", Lane: "gpu"},
 		ClusterTakeLost{JobID: "c-ab-1", Lane: "gpu", TakenBy: "n2"},
@@ -110,10 +111,7 @@ func TestEventsThroughLeaderLoss(t *testing.T) {
 // node's own log and in the fleet's events.
 func TestEventsDroppedTold(t *testing.T) {
 	dir := t.TempDir()
-	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
 	a := startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
 		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "solo"))

@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -119,6 +118,16 @@ type Fleet struct {
 	out   jetstream.Stream
 	in    jetstream.Stream
 	evs   jetstream.Stream
+	takes jetstream.Stream
+
+	// This node's identity (its key, certified by the fleet's), and what
+	// checking others' costs once: certificates, take claims, refusals
+	// told (under refMu).
+	id          *identity
+	certs       certs
+	claims      claims
+	refMu       sync.Mutex
+	refusedSeen map[string]bool
 
 	ctx    context.Context // the fleet's life
 	cancel context.CancelFunc
@@ -187,11 +196,12 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cred, kind, err := readCredentials(cfg.Credentials)
+	id, err := readIdentity(cfg.Credentials, o.Config.Name)
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{cfg: cfg, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
+	cfg.Name = id.node // the [cluster] name, else the credentials'
+	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(3) + "-", startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
@@ -211,10 +221,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		}
 	}()
 	if cfg.URL == "" {
-		if kind != credUserPassword {
-			return nil, fmt.Errorf("[cluster] credentials: the embedded server takes a user and password file (`orchestrd cluster init`), not an nkey or a .creds file")
-		}
-		f.srv, err = startEmbedded(cfg, o.Home, cred, f.log)
+		f.srv, err = startEmbedded(cfg, o.Home, id, f.log)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +231,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	if err := f.connect(sctx, cred, kind); err != nil {
+	if err := f.connect(sctx); err != nil {
 		return nil, err
 	}
 	if err := f.setup(sctx); err != nil {
@@ -265,7 +272,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 
 // connect connects the client: to the embedded server only (its
 // neighbours are reached through routes), or to the external URLs.
-func (f *Fleet) connect(ctx context.Context, cred credentials, kind credKind) error {
+func (f *Fleet) connect(ctx context.Context) error {
 	url := f.cfg.URL
 	opts := []nats.Option{
 		nats.Name("orchestrd " + f.name),
@@ -291,18 +298,11 @@ func (f *Fleet) connect(ctx context.Context, cred credentials, kind credKind) er
 		url = f.srv.ClientURL()
 		opts = append(opts, nats.IgnoreDiscoveredServers())
 	}
-	switch kind {
-	case credUserPassword:
-		opts = append(opts, nats.UserInfo(cred.User, cred.Password))
-	case credNkeySeed:
-		o, err := nats.NkeyOptionFromSeed(f.cfg.Credentials)
-		if err != nil {
-			return fmt.Errorf("reading the nkey seed in %s: %w", f.cfg.Credentials, err)
-		}
-		opts = append(opts, o)
-	case credJWT:
-		opts = append(opts, nats.UserCredentials(f.cfg.Credentials))
-	}
+	// The node's own nkey: an external server lists it as a user; the
+	// embedded servers admit any node the fleet's key certified, its
+	// certificate carried as the token (nodeAuth).
+	opts = append(opts, nats.Nkey(f.id.pub, func(nonce []byte) ([]byte, error) { return f.id.kp.Sign(nonce) }),
+		nats.Token(f.id.loginToken()))
 	if f.cfg.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(f.cfg.TLSCA))
 	}
@@ -398,6 +398,17 @@ func (f *Fleet) setupOnce(ctx context.Context, r int) error {
 			Retention: jetstream.LimitsPolicy, MaxAge: inputMaxAge, MaxBytes: inputMaxBytes,
 			Discard: jetstream.DiscardNew, DiscardNewPerSubject: true, MaxMsgsPerSubject: inputPerJob,
 			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: laneMaxMsgSize})
+		if err != nil {
+			return err
+		}
+	}
+	if f.takes == nil {
+		// One take claim per job, never replaced nor removed: a second
+		// is refused by the stream (ARCHITECTURE.md, "Who may write what").
+		f.takes, err = f.stream(octx, jetstream.StreamConfig{Name: takesStream, Subjects: []string{takeSubjPfx + ">"},
+			Retention: jetstream.LimitsPolicy, MaxAge: jobsMaxAge, MaxBytes: jobsMaxBytes, Discard: jetstream.DiscardNew,
+			DiscardNewPerSubject: true, MaxMsgsPerSubject: 1, DenyDelete: true, DenyPurge: true,
+			Storage: jetstream.FileStorage, Replicas: r, MaxMsgSize: 16 << 10})
 		if err != nil {
 			return err
 		}
@@ -504,7 +515,7 @@ func (f *Fleet) Close(ctx context.Context) error {
 		rev := f.hbRev
 		f.mu.Unlock()
 		f.hbPaused.Store(true)
-		if b, err := json.Marshal(f.nodeInfo(nodeStopped)); err == nil {
+		if b, err := f.sealNode(f.nodeInfo(nodeStopped)); err == nil {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			if _, err := f.nodes.Update(octx, f.name, b, rev); err != nil {
 				f.log.Debug().Err(err).Msg("marking this node stopped")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -350,10 +351,11 @@ func startCluster(t *testing.T, hb time.Duration, r *runs, specs ...nodeSpec) []
 func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config), specs ...nodeSpec) []*testNode {
 	t.Helper()
 	dir := t.TempDir()
-	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
-	if err != nil {
-		t.Fatal(err)
+	names := make([]string, len(specs))
+	for i := range specs {
+		names[i] = fmt.Sprintf("n%d", i)
 	}
+	creds := makeCreds(t, filepath.Join(dir, "creds"), names...)
 	ports := freePorts(t, len(specs))
 	var routes []string
 	for _, p := range ports {
@@ -377,7 +379,7 @@ func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config)
 		n := &testNode{name: name, local: newFakeLocal(name, sp.lanes, sp.slots, r), bus: bus, ev: rec, home: home}
 		nodes[i] = n
 		cfg := Config{Enabled: true, Name: name, Listen: "127.0.0.1:0", ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			Routes: routes, Credentials: creds, Heartbeat: api.Duration{Duration: hb}}
+			Routes: routes, Credentials: creds[name], Heartbeat: api.Duration{Duration: hb}}
 		if mod != nil {
 			mod(&cfg)
 		}
@@ -543,4 +545,35 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 		bus.Close()
 	})
 	return n
+}
+
+// makeCreds makes a fleet's key in keyHome and each name's credentials
+// (the first by InitFleet, the others by AddNode); it returns their
+// paths by name.
+func makeCreds(t *testing.T, keyHome string, names ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	_, first, err := InitFleet(keyHome, names[0], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out[names[0]] = first
+	for _, n := range names[1:] {
+		out[n] = filepath.Join(keyHome, n+".creds")
+		if _, err := AddNode(keyHome, n, out[n], false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// loginOpts are the NATS options of the node whose credentials are at
+// path: its nkey and certificate.
+func loginOpts(t *testing.T, path string) []nats.Option {
+	t.Helper()
+	id, err := readIdentity(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []nats.Option{nats.Nkey(id.pub, func(nonce []byte) ([]byte, error) { return id.kp.Sign(nonce) }), nats.Token(id.loginToken())}
 }

@@ -142,10 +142,7 @@ func TestLostNodes(t *testing.T) {
 // new incarnation here reaches the old one's server as an external NATS.
 func TestRestartedNode(t *testing.T) {
 	dir := t.TempDir()
-	creds, err := InitCredentials(filepath.Join(dir, "creds"), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
 	r := &runs{n: map[string]int{}, on: map[string]string{}}
 	start := func(cfg Config, local *fakeLocal, home string) *testNode { return startNode(t, cfg, local, home) }
 	hb := api.Duration{Duration: testHeartbeat}

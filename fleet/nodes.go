@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -36,7 +35,7 @@ func (f *Fleet) nodeInfo(state string) nodeInfo {
 // declares that incarnation lost itself.
 func (f *Fleet) join(ctx context.Context) error {
 	for {
-		b, err := json.Marshal(f.nodeInfo(nodeAlive))
+		b, err := f.sealNode(f.nodeInfo(nodeAlive))
 		if err != nil {
 			return fmt.Errorf("encoding this node's heartbeat: %w", err)
 		}
@@ -48,7 +47,7 @@ func (f *Fleet) join(ctx context.Context) error {
 			rev, err = f.nodes.Create(octx, f.name, b)
 		case err != nil:
 		default:
-			old, derr := decodeNode(f.name, e.Value())
+			old, derr := f.readNode(f.name, e.Value())
 			rev, err = f.nodes.Update(octx, f.name, b, e.Revision())
 			if err == nil && derr == nil && old.State == nodeAlive && old.Incarnation != f.inc {
 				cancel()
@@ -102,7 +101,7 @@ func (f *Fleet) heartbeats() {
 }
 
 func (f *Fleet) beat() {
-	b, err := json.Marshal(f.nodeInfo(nodeAlive))
+	b, err := f.sealNode(f.nodeInfo(nodeAlive))
 	if err != nil {
 		f.log.Error().Err(err).Msg("encoding this node's heartbeat")
 		return
@@ -119,7 +118,10 @@ func (f *Fleet) beat() {
 			f.log.Debug().Err(gerr).Msg("reading this node's heartbeat")
 			return
 		}
-		old, derr := decodeNode(f.name, e.Value())
+		old, derr := f.readNode(f.name, e.Value())
+		if re, ok := isRefused(derr); ok {
+			f.refused(re)
+		}
 		switch {
 		case derr != nil:
 			f.log.Warn().Err(derr).Msg("this node's heartbeat key holds something else: replacing it")
@@ -199,7 +201,16 @@ func (f *Fleet) sawNode(e jetstream.KeyValueEntry) {
 		delete(f.peers, e.Key())
 		return
 	}
-	n, err := decodeNode(e.Key(), e.Value())
+	n, err := f.readNode(e.Key(), e.Value())
+	if re, ok := isRefused(err); ok {
+		// Not this node's heartbeat: ignored, the node as last seen
+		// (its silence still counts; a declaration goes over it).
+		if p := f.peers[e.Key()]; p != nil {
+			p.rev = e.Revision()
+		}
+		f.refused(re)
+		return
+	}
 	if err != nil {
 		f.log.Debug().Err(err).Msg("ignoring a node's heartbeat")
 		delete(f.peers, e.Key())
@@ -270,7 +281,7 @@ const declareSettle = 250 * time.Millisecond
 func (f *Fleet) declareLost(p peer) {
 	n := p.info
 	n.State, n.LostBy = nodeLost, f.name
-	b, err := json.Marshal(n)
+	b, err := f.sealNode(n)
 	if err != nil {
 		return
 	}
@@ -303,7 +314,7 @@ func (f *Fleet) declareLost(p peer) {
 	})
 	rcancel()
 	if err == nil {
-		if now, derr := decodeNode(n.Name, cur.Value()); derr == nil && (now.LostBy != f.name || now.Incarnation != n.Incarnation) {
+		if now, derr := f.readNode(n.Name, cur.Value()); derr == nil && (now.LostBy != f.name || now.Incarnation != n.Incarnation) {
 			f.log.Info().Str("node", n.Name).Str("declared_by", now.LostBy).Msg("another node's declaration of a lost node stands")
 			return
 		}

@@ -10,20 +10,16 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // clusterName is the NATS cluster name of the embedded servers.
 const clusterName = "orchestrd"
 
-// bcryptCost: the password is 32 random bytes; the hash only keeps it
-// out of the server's memory, and every client connection pays for it.
-const bcryptCost = 6
-
-// startEmbedded starts this node's NATS server: clients and routes
-// require the fleet's user and password, JetStream stores under
+// startEmbedded starts this node's NATS server: clients must be nodes
+// the fleet's key certified (nodeAuth), each with its own permissions;
+// routes require the fleet's route password; JetStream stores under
 // <home>/cluster/. It returns once the server takes connections.
-func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) (*server.Server, error) {
+func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*server.Server, error) {
 	host, port, err := splitHostPort(c.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("[cluster] listen: %w", err)
@@ -31,24 +27,18 @@ func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) 
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	// The server keeps a bcrypt hash of the clients' password (the
-	// routes' must stay plain: a server sends it when it connects to a
-	// route it learnt by gossip).
-	hash, err := bcrypt.GenerateFromPassword([]byte(cred.Password), bcryptCost)
-	if err != nil {
-		return nil, fmt.Errorf("hashing the fleet's password: %w", err)
-	}
 	o := &server.Options{
-		ServerName:         c.Name,
-		Host:               host,
-		Port:               port,
-		Username:           cred.User,
-		Password:           string(hash),
-		NoSigs:             true,
-		NoLog:              false,
-		JetStream:          true,
-		JetStreamMaxMemory: 64 << 20,
-		StoreDir:           filepath.Join(home, "cluster"),
+		ServerName: c.Name,
+		Host:       host,
+		Port:       port,
+		// A nonce for the nodes' nkeys to sign.
+		CustomClientAuthentication: nodeAuth{fleet: id.fleet},
+		AlwaysEnableNonce:          true,
+		NoSigs:                     true,
+		NoLog:                      false,
+		JetStream:                  true,
+		JetStreamMaxMemory:         64 << 20,
+		StoreDir:                   filepath.Join(home, "cluster"),
 		// No HTTP monitoring, no system account of its own.
 		DisableJetStreamBanner: true,
 	}
@@ -70,7 +60,7 @@ func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) 
 			cport = server.RANDOM_PORT
 		}
 		o.Cluster = server.ClusterOpts{Name: clusterName, Host: chost, Port: cport,
-			Username: cred.User, Password: cred.Password, AuthTimeout: 2}
+			Username: routeUser, Password: id.route, AuthTimeout: 2}
 		if o.TLSConfig != nil {
 			tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLSCert, KeyFile: c.TLSKey, CaFile: c.TLSCA, Verify: c.TLSCA != ""})
 			if err != nil {
@@ -92,7 +82,7 @@ func startEmbedded(c Config, home string, cred credentials, log zerolog.Logger) 
 			}
 			u.Scheme = "nats-route"
 			// A solicited route authenticates with its URL's user.
-			u.User = url.UserPassword(cred.User, cred.Password)
+			u.User = url.UserPassword(routeUser, id.route)
 			o.Routes = append(o.Routes, u)
 		}
 	}

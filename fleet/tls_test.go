@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -106,18 +105,11 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("a job across TLS: %s on %q, %d bytes of output", rec.State, rec.Node, len(rec.Output))
 	}
 
-	var c struct{ User, Password string }
-	raw, err := os.ReadFile(a.f.cfg.Credentials)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &c); err != nil {
-		t.Fatal(err)
-	}
+	login := loginOpts(t, a.f.cfg.Credentials)
 	url := a.f.URL()
 	try := func(what string, opts ...nats.Option) {
 		t.Helper()
-		opts = append(opts, nats.UserInfo(c.User, c.Password), nats.Timeout(5*time.Second), nats.NoReconnect())
+		opts = append(append(opts, login...), nats.Timeout(5*time.Second), nats.NoReconnect())
 		if nc, err := nats.Connect(url, opts...); err == nil {
 			nc.Close()
 			t.Fatalf("%s connected", what)
@@ -143,7 +135,7 @@ func TestTLS(t *testing.T) {
 	try("a client with another CA's certificate", nats.RootCAs(files.ca), nats.ClientCert(files.otherCert, files.otherKey))
 	// The same credentials with the CA's certificate: the refusals above
 	// were TLS's.
-	nc, err := nats.Connect(url, nats.UserInfo(c.User, c.Password), nats.RootCAs(files.ca), nats.ClientCert(files.cert, files.key))
+	nc, err := nats.Connect(url, append(login, nats.RootCAs(files.ca), nats.ClientCert(files.cert, files.key))...)
 	if err != nil {
 		t.Fatalf("a client with the CA's certificate: %v", err)
 	}
@@ -158,7 +150,13 @@ func TestTLS(t *testing.T) {
 	// A node on an external NATS reached by a tls:// URL (a's server
 	// here), with the CA and its certificate: it joins, and a job it
 	// takes in crosses to b and back.
-	xcfg := Config{Enabled: true, Name: "x", URL: "tls://" + u.Host, Credentials: a.f.cfg.Credentials,
+	keyHome := filepath.Dir(a.f.cfg.Credentials)
+	for _, n := range []string{"x", "y"} {
+		if _, err := AddNode(keyHome, n, filepath.Join(keyHome, n+".creds"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xcfg := Config{Enabled: true, Name: "x", URL: "tls://" + u.Host, Credentials: filepath.Join(keyHome, "x.creds"),
 		Heartbeat: api.Duration{Duration: testHeartbeat}, TLSCA: files.ca, TLSCert: files.cert, TLSKey: files.key}
 	x := startNode(t, xcfg, newFakeLocal("x", nil, 0, r), filepath.Join(t.TempDir(), "x"))
 	waitFor(t, "x learns the fleet's lanes", func() bool { return x.f.Serves("gpu") })
@@ -169,7 +167,7 @@ func TestTLS(t *testing.T) {
 	// Without tls_ca the system's roots decide, and they do not know the
 	// test CA: refused at the start, saying why.
 	ycfg := xcfg
-	ycfg.Name, ycfg.TLSCA = "y", ""
+	ycfg.Name, ycfg.TLSCA, ycfg.Credentials = "y", "", filepath.Join(keyHome, "y.creds")
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

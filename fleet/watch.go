@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -76,6 +77,13 @@ func (w *jobWatch) deliver(id string, e jobEntry) {
 		default:
 		}
 	}
+}
+
+// waiting: id has a waiter.
+func (w *jobWatch) waiting(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiters[id]) > 0
 }
 
 func (w *jobWatch) count() int {
@@ -166,8 +174,20 @@ func (f *Fleet) runWatch(kw jetstream.KeyWatcher) {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			if je, err := decodeJob(e.Key(), e.Value()); err == nil && je.Record.State.Terminal() {
-				w.deliver(e.Key(), je)
+			if !w.waiting(e.Key()) {
+				continue
+			}
+			je, err := f.readJob(e.Key(), e.Value())
+			if err == nil && je.Record.State.Terminal() {
+				ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+				err = f.checkClaim(ctx, je)
+				cancel()
+				if err == nil {
+					w.deliver(e.Key(), je)
+				}
+			}
+			if re, ok := isRefused(err); ok {
+				f.refused(re)
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +19,8 @@ import (
 // on against the embedded server and play the other node's write, landed
 // last, from the hook between the CAS and the read.
 
-// overwrite writes change over id's record as another node would.
+// overwrite writes change over id's record as another node would: sealed
+// by the node the record then names (a node_lost failure by f's).
 func overwrite(t *testing.T, f *Fleet, id string, change func(*jobEntry)) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
@@ -27,9 +30,39 @@ func overwrite(t *testing.T, f *Fleet, id string, change func(*jobEntry)) {
 		return
 	}
 	change(&e)
-	if _, err := f.putJob(ctx, e, rev); err != nil {
+	id2 := f.id
+	if w := e.Record.Node; w != "" && w != f.name && !nodeLostFailure(e) {
+		id2 = identityOf(t, filepath.Dir(f.cfg.Credentials), w)
+	}
+	v, err := json.Marshal(e)
+	if err == nil {
+		var b []byte
+		if b, err = id2.seal(sealJobs, id, v); err == nil {
+			_, err = f.jobs.Update(ctx, id, b, rev)
+		}
+	}
+	if err != nil {
 		t.Errorf("overwriting %s: %v", id, err)
 	}
+}
+
+// identityOf is node name's identity in the fleet whose key is in
+// keyHome (makeCreds'), made there if it has none.
+func identityOf(t *testing.T, keyHome, name string) *identity {
+	for _, p := range []string{filepath.Join(keyHome, name+".creds"), filepath.Join(keyHome, CredentialsFile)} {
+		if id, err := readIdentity(p, name); err == nil {
+			return id
+		}
+	}
+	p := filepath.Join(keyHome, name+".creds")
+	if _, err := AddNode(keyHome, name, p, false); err != nil {
+		t.Errorf("making %s's credentials: %v", name, err)
+	}
+	id, err := readIdentity(p, name)
+	if err != nil {
+		t.Errorf("reading %s's credentials: %v", name, err)
+	}
+	return id
 }
 
 // hookOnce sets f's afterCAS to run change over the first record of kind

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,35 +12,73 @@ import (
 	"github.com/orchestrd/orchestrd/fleet"
 )
 
-// The fleet's commands: cluster init (the credentials every node shares)
-// and nodes (the fleet as this daemon sees it).
+// The fleet's commands: cluster init (the fleet's key and the first
+// node's credentials), cluster add-node (another node's) and nodes (the
+// fleet as this daemon sees it).
 
-const clusterUsage = `orchestrd cluster init [--force] [--home DIR]
+const clusterUsage = `orchestrd cluster init [--name NAME] [--force] [--home DIR]
+orchestrd cluster add-node NAME [--out FILE] [--force] [--home DIR]
 
-init makes the fleet's credentials in the home (cluster.creds, 0600): copy
-that file into the home of every other node; the nodes of a fleet all use
-the same. --force replaces credentials already there (every node then needs
-the new file).`
+init makes a fleet: its key (cluster.key, 0600: keep it on this machine,
+it makes the other nodes' credentials) and this node's credentials
+(cluster.creds, 0600) under NAME (default: the hostname; it must be the
+[cluster] name). add-node makes node NAME's credentials with the fleet's
+key in the home (default FILE: <home>/cluster-NAME.creds): copy FILE to
+NAME's home as cluster.creds. Each node has its own: a node cannot write
+another's heartbeat, job records or events. Both print the node's public
+key and the user to give it in an external NATS server's configuration.
+--force replaces files already there (init: every node then needs new
+credentials).`
 
 func cmdCluster(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("cluster")
 	home := homeFlag(fs)
-	force := fs.Bool("force", false, "replace the credentials already in the home")
+	force := fs.Bool("force", false, "replace the files already there")
+	name := fs.String("name", "", "init: this node's name (default: the hostname)")
+	out := fs.String("out", "", "add-node: where to write the node's credentials")
 	pos, code, ok := parseInterspersed(fs, clusterUsage, args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 || pos[0] != "init" {
-		return usageError(fs, clusterUsage, stderr, "want: cluster init")
-	}
 	h := resolveHome(*home)
-	path, err := fleet.InitCredentials(h, *force)
-	if err != nil {
-		fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
-		return exitFailure
+	switch {
+	case len(pos) == 1 && pos[0] == "init":
+		n := *name
+		if n == "" {
+			n = fleet.DefaultName()
+		}
+		keyPath, credsPath, err := fleet.InitFleet(h, n, *force)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
+			return exitFailure
+		}
+		pub, err := fleet.NodeKey(credsPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(stdout, "wrote %s (the fleet's key: keep it here, never copy it)\nwrote %s (node %s's credentials)\n"+
+			"make each other node's with `orchestrd cluster add-node NAME`, then set [cluster] enabled = true on each\n"+
+			"node %s's key: %s\nits user in an external NATS server's authorization { users = [...] }:\n%s\n",
+			keyPath, credsPath, n, n, pub, fleet.NATSUser(n, pub))
+		return exitOK
+	case len(pos) == 2 && pos[0] == "add-node":
+		n := pos[1]
+		path := *out
+		if path == "" {
+			path = filepath.Join(h, "cluster-"+n+".creds")
+		}
+		pub, err := fleet.AddNode(h, n, path, *force)
+		if err != nil {
+			fmt.Fprintf(stderr, "orchestrd cluster add-node: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(stdout, "wrote %s (node %s's credentials): copy it to %s's home as cluster.creds (mode 0600)\n"+
+			"node %s's key: %s\nits user in an external NATS server's authorization { users = [...] }:\n%s\n",
+			path, n, n, n, pub, fleet.NATSUser(n, pub))
+		return exitOK
 	}
-	fmt.Fprintf(stdout, "wrote %s\ncopy it to every other node's home (mode 0600), then set [cluster] enabled = true on each\n", path)
-	return exitOK
+	return usageError(fs, clusterUsage, stderr, "want: cluster init, or cluster add-node NAME")
 }
 
 const nodesUsage = "orchestrd nodes [--home DIR] [--json]"

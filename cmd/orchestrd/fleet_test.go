@@ -20,8 +20,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/testio"
 )
@@ -95,10 +97,34 @@ func startFleet(t *testing.T, url string, lanes [3]string) []*fleetNode {
 	return startFleetCreds(t, url, lanes, "")
 }
 
-// startFleetCreds is startFleet with the credentials file creds copied
-// to every home ("": made by cluster init in a's).
-func startFleetCreds(t *testing.T, url string, lanes [3]string, creds string) []*fleetNode {
+// fleetCreds makes, with the CLI, a fleet's key in keyHome and the
+// credentials of a (keyHome/cluster.creds: cluster init), b and c
+// (keyHome/<name>.creds: cluster add-node); it returns their paths.
+func fleetCreds(t *testing.T, keyHome string) map[string]string {
 	t.Helper()
+	if out, errOut, code := runCLI(t, "cluster", "init", "--name", "a", "--home", keyHome); code != 0 {
+		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
+	}
+	paths := map[string]string{"a": filepath.Join(keyHome, "cluster.creds")}
+	for _, n := range []string{"b", "c"} {
+		paths[n] = filepath.Join(keyHome, n+".creds")
+		if out, errOut, code := runCLI(t, "cluster", "add-node", n, "--out", paths[n], "--home", keyHome); code != 0 {
+			t.Fatalf("cluster add-node %s: exit %d\n%s%s", n, code, out, errOut)
+		}
+	}
+	return paths
+}
+
+// startFleetCreds is startFleet with each node's credentials made by
+// fleetCreds in keyHome ("": a directory of its own) copied to its home.
+func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) []*fleetNode {
+	t.Helper()
+	if keyHome == "" {
+		keyHome = shortTemp(t)
+		fleetCreds(t, keyHome)
+	}
+	creds := map[string]string{"a": filepath.Join(keyHome, "cluster.creds"), "b": filepath.Join(keyHome, "b.creds"),
+		"c": filepath.Join(keyHome, "c.creds")}
 	names := []string{"a", "b", "c"}
 	var clientP, routeP [3]int
 	for i := range 3 {
@@ -107,13 +133,7 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, creds string) []
 	nodes := make([]*fleetNode, 3)
 	for i, n := range names {
 		home := shortTemp(t)
-		if creds == "" {
-			out, errOut, code := runCLI(t, "cluster", "init", "--home", home)
-			if code != 0 {
-				t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
-			}
-			creds = filepath.Join(home, "cluster.creds")
-		} else if err := daemonrun.CopyFile(creds, filepath.Join(home, "cluster.creds"), 0o600); err != nil {
+		if err := daemonrun.CopyFile(creds[n], filepath.Join(home, "cluster.creds"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		var routes []int
@@ -667,17 +687,23 @@ type natsServer struct {
 }
 
 // startNATSCluster starts three nats-server processes clustered on
-// 127.0.0.1 with JetStream, taking the user and password of the fleet's
-// credentials file creds; it returns their client URLs, comma-separated.
-func startNATSCluster(t *testing.T, bin, creds string) (string, []*natsServer) {
+// 127.0.0.1 with JetStream, whose users are the nodes whose credentials
+// fleetCreds made in keyHome, each with its permissions (the user
+// cluster init and add-node print); it returns their client URLs,
+// comma-separated.
+func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer) {
 	t.Helper()
-	var c struct{ User, Password string }
-	b, err := os.ReadFile(creds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &c); err != nil || c.User == "" || c.Password == "" {
-		t.Fatalf("cluster init's credentials are not a user and password: %v", err)
+	var users []string
+	for _, f := range []string{"cluster.creds", "b.creds", "c.creds"} {
+		pub, err := fleet.NodeKey(filepath.Join(keyHome, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct{ Node string }
+		if b, err := os.ReadFile(filepath.Join(keyHome, f)); err != nil || json.Unmarshal(b, &c) != nil {
+			t.Fatalf("reading %s: %v", f, err)
+		}
+		users = append(users, fleet.NATSUser(c.Node, pub))
 	}
 	var clientP, routeP [3]int
 	for i := range 3 {
@@ -696,9 +722,9 @@ func startNATSCluster(t *testing.T, bin, creds string) (string, []*natsServer) {
 		conf := fmt.Sprintf(`server_name: ext%d
 listen: 127.0.0.1:%d
 jetstream { store_dir: %q }
-authorization { user: %q, password: %q }
+authorization { users = [ %s ] }
 cluster { name: ext, listen: 127.0.0.1:%d, routes: [%s] }
-`, i, clientP[i], filepath.Join(dir, "js"), c.User, c.Password, routeP[i], strings.Join(routes, ", "))
+`, i, clientP[i], filepath.Join(dir, "js"), strings.Join(users, ", "), routeP[i], strings.Join(routes, ", "))
 		path := filepath.Join(dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -710,10 +736,11 @@ cluster { name: ext, listen: 127.0.0.1:%d, routes: [%s] }
 	return strings.Join(urls, ","), srvs
 }
 
-// streamLeader is the index of the server (ext<i>) that leads stream.
+// streamLeader is the index of the server (ext<i>) that leads stream,
+// asked with the nkey of the credentials at creds.
 func streamLeader(t *testing.T, url, creds, stream string) int {
 	t.Helper()
-	var c struct{ User, Password string }
+	var c struct{ Seed string }
 	b, err := os.ReadFile(creds)
 	if err != nil {
 		t.Fatal(err)
@@ -721,7 +748,12 @@ func streamLeader(t *testing.T, url, creds, stream string) int {
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, nats.UserInfo(c.User, c.Password))
+	kp, err := nkeys.FromSeed([]byte(c.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect(url, nats.Nkey(pub, kp.Sign))
 	if err != nil {
 		t.Fatalf("connecting to the NATS cluster: %v", err)
 	}
@@ -791,11 +823,9 @@ func TestFleetExternalNATS(t *testing.T) {
 		bin = "/usr/sbin/nats-server"
 	}
 	credsDir := shortTemp(t)
-	if out, errOut, code := runCLI(t, "cluster", "init", "--home", credsDir); code != 0 {
-		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
-	}
-	url, srvs := startNATSCluster(t, bin, filepath.Join(credsDir, "cluster.creds"))
-	nodes := startFleetCreds(t, url, gpuLanes, filepath.Join(credsDir, "cluster.creds"))
+	fleetCreds(t, credsDir)
+	url, srvs := startNATSCluster(t, bin, credsDir)
+	nodes := startFleetCreds(t, url, gpuLanes, credsDir)
 	for _, n := range nodes {
 		i := slices.IndexFunc(n.d.events(), func(e map[string]any) bool {
 			return e["kind"] == "cluster.started" && e["mode"] == "external"
