@@ -39,7 +39,8 @@ const (
 )
 
 // guarded are the git directory's paths a Guard copies (a directory
-// whole); worktrees/*/config.worktree are added as found.
+// whole); worktrees/*/config.worktree and worktrees/*/commondir (where a
+// worktree's git reads its config from) are added as found.
 var guarded = []string{"config", "hooks", "info"}
 
 // Guard copies what of the repository's git directory could make git run
@@ -121,8 +122,10 @@ func (g *Guard) read() (map[string]guardEntry, error) {
 	}
 	for _, w := range wts {
 		if w.IsDir() {
-			if err := add(filepath.Join("worktrees", w.Name(), "config.worktree")); err != nil {
-				return nil, err
+			for _, f := range []string{"config.worktree", "commondir"} {
+				if err := add(filepath.Join("worktrees", w.Name(), f)); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -146,7 +149,11 @@ func (g *Guard) Restore() ([]string, error) {
 	}
 	var changed []string
 	for rel, e := range now {
-		if old, ok := g.entries[rel]; !ok || !old.equal(e) {
+		old, ok := g.entries[rel]
+		if !ok && isNewWorktreeCommondir(rel, e) {
+			continue // a worktree made since (by orchestrd, for another loop): git's own
+		}
+		if !ok || !old.equal(e) {
 			changed = append(changed, rel)
 		}
 	}
@@ -249,4 +256,13 @@ func (g *Guard) put(rel string, e guardEntry) error {
 		return err
 	}
 	return nil // a special file is not made again
+}
+
+// isNewWorktreeCommondir: rel is the commondir of a worktree git made
+// (pointing at this git directory, as git writes it), which appears when
+// a worktree is added beside the loop's.
+func isNewWorktreeCommondir(rel string, e guardEntry) bool {
+	dir, f := filepath.Split(rel)
+	return f == "commondir" && filepath.Dir(filepath.Clean(dir)) == "worktrees" &&
+		e.mode.IsRegular() && string(e.data) == "../..\n"
 }

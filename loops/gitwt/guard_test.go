@@ -48,6 +48,15 @@ func TestGuardRestores(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"info"}},
+		{"commondir pointed elsewhere", func(t *testing.T, g string) {
+			write(t, filepath.Join(g, "worktrees", "w1", "commondir"), "/tmp/evil\n", 0o644)
+		}, []string{"worktrees/w1/commondir"}},
+		{"a worktree added by git", func(t *testing.T, g string) {
+			write(t, filepath.Join(g, "worktrees", "w2", "commondir"), "../..\n", 0o644)
+		}, nil},
+		{"a worktree added pointing elsewhere", func(t *testing.T, g string) {
+			write(t, filepath.Join(g, "worktrees", "w3", "commondir"), "/tmp/evil\n", 0o644)
+		}, []string{"worktrees/w3/commondir"}},
 		{"config.worktree added", func(t *testing.T, g string) {
 			write(t, filepath.Join(g, "worktrees", "w1", "config.worktree"), "[core]\n\thooksPath = /tmp\n", 0o644)
 		}, []string{"worktrees/w1/config.worktree"}},
@@ -55,9 +64,7 @@ func TestGuardRestores(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRepo(t)
-			if err := os.MkdirAll(filepath.Join(r.gitDir, "worktrees", "w1"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			write(t, filepath.Join(r.gitDir, "worktrees", "w1", "commondir"), "../..\n", 0o644)
 			g, err := r.Guard()
 			if err != nil {
 				t.Fatal(err)
@@ -84,6 +91,9 @@ func TestGuardRestores(t *testing.T) {
 			after, err := g.read()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.name == "a worktree added by git" {
+				return // left as git made it
 			}
 			if len(after) != len(before) {
 				t.Fatalf("%d paths after the restore, %d before", len(after), len(before))
