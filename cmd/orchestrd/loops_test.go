@@ -523,11 +523,14 @@ validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 3
 		_, err := os.Stat(mark)
 		return err == nil
 	})
+	// The job may run before the iteration's record of it is committed:
+	// wait for the record (the job sleeps meanwhile).
 	var before api.LoopGetResult
-	d.mustCall("loop.get", map[string]any{"id": id}, &before)
-	if len(before.Iterations) != 1 || before.Iterations[0].JobID == "" {
-		t.Fatalf("before the kill: %+v", before)
-	}
+	eventually(t, 30*time.Second, "the iteration's validation job recorded", func() bool {
+		before = api.LoopGetResult{}
+		d.mustCall("loop.get", map[string]any{"id": id}, &before)
+		return len(before.Iterations) == 1 && before.Iterations[0].JobID != ""
+	})
 	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
