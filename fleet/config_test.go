@@ -99,7 +99,7 @@ func TestConfigDefaults(t *testing.T) {
 // the file holds.
 func TestInitFleet(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	keyPath, path, err := InitFleet(home, "a", false)
+	keyPath, path, err := InitFleet(home, "a", nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +116,14 @@ func TestInitFleet(t *testing.T) {
 		t.Fatal("a node's credentials hold the fleet's key")
 	}
 	first := mustRead(t, path)
-	if _, _, err := InitFleet(home, "a", false); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, _, err := InitFleet(home, "a", nil, false); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("a second init without force: %v", err)
 	}
 	if string(mustRead(t, path)) != string(first) {
 		t.Fatal("a refused init changed the file")
 	}
 	bPath := filepath.Join(t.TempDir(), "b.creds")
-	pub, err := AddNode(home, "b", bPath, false)
+	pub, err := AddNode(home, "b", nil, bPath, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +131,10 @@ func TestInitFleet(t *testing.T) {
 	if err != nil || b.pub != pub || b.fleet != id.fleet || b.route != id.route || b.pub == id.pub {
 		t.Fatalf("b's credentials: %v", err)
 	}
-	if _, err := AddNode(home, "b", bPath, false); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := AddNode(home, "b", nil, bPath, false); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("add-node over a file without force: %v", err)
 	}
-	if _, err := AddNode(home, "../b", bPath, true); err == nil {
+	if _, err := AddNode(home, "../b", nil, bPath, true); err == nil {
 		t.Fatal("add-node took a bad name")
 	}
 	if _, err := readIdentity(bPath, "c"); err == nil || !strings.Contains(err.Error(), "add-node c") {
@@ -142,7 +142,7 @@ func TestInitFleet(t *testing.T) {
 	}
 	// Another fleet's certificate on b's key: refused.
 	other := filepath.Join(t.TempDir(), "other")
-	if _, _, err := InitFleet(other, "z", false); err != nil {
+	if _, _, err := InitFleet(other, "z", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	var nc, oc nodeCreds
@@ -161,7 +161,7 @@ func TestInitFleet(t *testing.T) {
 	if _, err := readIdentity(fPath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
 		t.Fatalf("a certificate of another fleet: %v", err)
 	}
-	if _, _, err := InitFleet(home, "a", true); err != nil {
+	if _, _, err := InitFleet(home, "a", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if string(mustRead(t, path)) == string(first) {

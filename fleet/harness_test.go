@@ -553,14 +553,14 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 func makeCreds(t *testing.T, keyHome string, names ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	_, first, err := InitFleet(keyHome, names[0], false)
+	_, first, err := InitFleet(keyHome, names[0], nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out[names[0]] = first
 	for _, n := range names[1:] {
 		out[n] = filepath.Join(keyHome, n+".creds")
-		if _, err := AddNode(keyHome, n, out[n], false); err != nil {
+		if _, err := AddNode(keyHome, n, nil, out[n], false); err != nil {
 			t.Fatal(err)
 		}
 	}

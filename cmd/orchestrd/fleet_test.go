@@ -695,7 +695,7 @@ func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer)
 	t.Helper()
 	var users []string
 	for _, f := range []string{"cluster.creds", "b.creds", "c.creds"} {
-		pub, err := fleet.NodeKey(filepath.Join(keyHome, f))
+		pub, lanes, err := fleet.NodeKey(filepath.Join(keyHome, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -703,7 +703,7 @@ func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer)
 		if b, err := os.ReadFile(filepath.Join(keyHome, f)); err != nil || json.Unmarshal(b, &c) != nil {
 			t.Fatalf("reading %s: %v", f, err)
 		}
-		users = append(users, fleet.NATSUser(c.Node, pub))
+		users = append(users, fleet.NATSUser(c.Node, pub, lanes))
 	}
 	var clientP, routeP [3]int
 	for i := range 3 {
