@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -160,6 +161,39 @@ func TestInitFleet(t *testing.T) {
 	}
 	if _, err := readIdentity(fPath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
 		t.Fatalf("a certificate of another fleet: %v", err)
+	}
+	// Lanes: certified with the key; b's file edited to list more (or
+	// none, which means every lane) is refused.
+	cPath := filepath.Join(t.TempDir(), "c.creds")
+	if _, err := AddNode(home, "c", []string{"gpu", "cpu", "gpu"}, cPath, false); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := readIdentity(cPath, "c"); err != nil || !slices.Equal(c.lanes, []string{"cpu", "gpu"}) || !mayServe(c.lanes, "cpu") || mayServe(c.lanes, "io") {
+		t.Fatalf("c's lanes: %+v %v", c, err)
+	}
+	if _, err := AddNode(home, "d", []string{"a.b"}, filepath.Join(t.TempDir(), "d.creds"), false); err == nil {
+		t.Fatal("add-node took a lane that is not a lane name")
+	}
+	for _, lanes := range [][]string{{"cpu", "gpu", "io"}, nil, {"cpu"}} {
+		var cc nodeCreds
+		if err := json.Unmarshal(mustRead(t, cPath), &cc); err != nil {
+			t.Fatal(err)
+		}
+		cc.Lanes = lanes
+		edited, _ := json.Marshal(cc)
+		ePath := filepath.Join(t.TempDir(), "edited.creds")
+		if err := os.WriteFile(ePath, edited, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readIdentity(ePath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
+			t.Fatalf("c's credentials edited to lanes %q: %v", lanes, err)
+		}
+	}
+	for in, want := range map[string]string{"gpu": "gpu", "gpu, cpu,gpu": "cpu,gpu", "": "", "a,": "", "x y": ""} {
+		got, err := ParseLanes(in)
+		if strings.Join(got, ",") != want || (err == nil) != (want != "") {
+			t.Errorf("ParseLanes(%q) = %q, %v", in, got, err)
+		}
 	}
 	if _, _, err := InitFleet(home, "a", nil, true); err != nil {
 		t.Fatal(err)
