@@ -1,12 +1,12 @@
 package fleet
 
 import (
-	"slices"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
