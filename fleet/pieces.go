@@ -36,7 +36,7 @@ const (
 
 // parseOffset reads a piece's offset header: decimal digits only, at most
 // 18 of them (no sign, no spaces). A piece without one, or with one that
-// does not parse, comes from an older node and is taken in arrival order.
+// does not parse, is not its taker's (checkPiece drops it).
 func parseOffset(h string) (int64, bool) {
 	if h == "" || len(h) > 18 {
 		return 0, false
