@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
 
 // runFleet (issue 26): three daemons joined by their embedded NATS
@@ -139,7 +138,9 @@ func (b *bench) startFleet(prefix string, confs []string) ([]*daemon, error) {
 			ln.Close()
 		}
 	}
-	var creds string
+	// Each node its own credentials (issue 37): the first node's home
+	// holds the fleet's key, which makes the others'.
+	var keyHome string
 	var nodes []*daemon
 	for i, conf := range confs {
 		name := fmt.Sprintf("%s-%d", prefix, i)
@@ -147,13 +148,14 @@ func (b *bench) startFleet(prefix string, confs []string) ([]*daemon, error) {
 		if err := os.MkdirAll(home, 0o700); err != nil {
 			return nil, err
 		}
-		if creds == "" {
-			if out, err := exec.Command(b.bin, "cluster", "init", "--home", home).CombinedOutput(); err != nil {
+		if keyHome == "" {
+			if out, err := exec.Command(b.bin, "cluster", "init", "--name", name, "--home", home).CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("cluster init: %w\n%s", err, out)
 			}
-			creds = filepath.Join(home, "cluster.creds")
-		} else if err := daemonrun.CopyFile(creds, filepath.Join(home, "cluster.creds"), 0o600); err != nil {
-			return nil, err
+			keyHome = home
+		} else if out, err := exec.Command(b.bin, "cluster", "add-node", name, "--out", filepath.Join(home, "cluster.creds"),
+			"--home", keyHome).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("cluster add-node %s: %w\n%s", name, err, out)
 		}
 		var routes []string
 		for k := range confs {
