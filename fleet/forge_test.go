@@ -370,23 +370,24 @@ func TestForgeryOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	for _, m := range []*nats.Msg{piece(a.name, nil), piece(a.name, at.id)} {
-		if err := rc.PublishMsg(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := rc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	// Both stored on A's subject, before A writes (else the test proves
-	// nothing).
+	// nothing): published again until they are (a message published
+	// before the fleet's interest reached the new route goes nowhere).
 	outS, err := at.js.Stream(ctx, outputStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the forged pieces stored on A's subject", func() bool {
-		m, err := outS.GetLastMsgForSubject(ctx, outSubj(id, a.name))
-		return err == nil && m.Sequence > 0 && m.Header.Get(hdrSig) != ""
+	waitEvery(t, 250*time.Millisecond, "the forged pieces stored on A's subject", func() bool {
+		if m, err := outS.GetLastMsgForSubject(ctx, outSubj(id, a.name)); err == nil && m.Header.Get(hdrSig) != "" {
+			return true
+		}
+		for _, m := range []*nats.Msg{piece(a.name, nil), piece(a.name, at.id)} {
+			if err := rc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = rc.Flush()
+		return false
 	})
 
 	a.local.release(id, api.StateSucceeded)
