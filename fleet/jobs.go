@@ -419,7 +419,14 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 		}
 		// The take claimed, once for good: only then does the record of a
 		// taker count (checkClaim), and only then does the job run.
-		if err := f.claimTake(ctx, m.ID); err != nil {
+		// Its own time: the take is written, and the claims' stream may be
+		// electing its leader (a server just lost: the take's opTimeout
+		// ran out in TestFleetExternalNATS under -race, and the job ended
+		// not_run); tried again as an end is (endRetryFor).
+		cctx, ccancel := context.WithTimeout(f.ctx, endRetryFor)
+		err = f.claimTake(cctx, m.ID)
+		ccancel()
+		if err != nil {
 			taken = true
 			if re, ok := isRefused(err); ok {
 				f.refused(re)
