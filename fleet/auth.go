@@ -19,8 +19,15 @@ import (
 
 const tokenPrefix = "orchestrd1:"
 
-// loginToken is "orchestrd1:<node>:<cert>".
-func (id *identity) loginToken() string { return tokenPrefix + id.node + ":" + id.cert }
+// loginToken is "orchestrd1:<node>:<cert>", then ":<lanes>" (comma
+// separated) when the certificate lists lanes.
+func (id *identity) loginToken() string {
+	t := tokenPrefix + id.node + ":" + id.cert
+	if id.lanes != nil {
+		t += ":" + strings.Join(id.lanes, ",")
+	}
+	return t
+}
 
 // nodeAuth is the embedded server's check of a client: a node of the
 // fleet, by its nkey, the nonce's signature and its certificate.
@@ -36,7 +43,14 @@ func (a nodeAuth) Check(c server.ClientAuthentication) bool {
 		return false
 	}
 	node, cert, ok := strings.Cut(rest, ":")
-	if !ok || checkCert(a.fleet, node, o.Nkey, cert) != nil {
+	if !ok {
+		return false
+	}
+	var lanes []string
+	if c, l, has := strings.Cut(cert, ":"); has {
+		cert, lanes = c, strings.Split(l, ",")
+	}
+	if checkCert(a.fleet, node, o.Nkey, cert, lanes) != nil {
 		return false
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(o.Sig)
@@ -49,25 +63,43 @@ func (a nodeAuth) Check(c server.ClientAuthentication) bool {
 	if err != nil || k.Verify(c.GetNonce(), sig) != nil {
 		return false
 	}
-	c.RegisterUser(&server.User{Username: node, Permissions: nodePermissions(node)})
+	c.RegisterUser(&server.User{Username: node, Permissions: nodePermissions(node, lanes)})
 	return true
 }
 
 // nodePermissions are what node's client may publish and subscribe to.
-// Per node: its events subject, its cancel subject. The buckets' keys
-// are the bucket's (a lost node's key is written by who declares it, a
-// job's record by its submitter, its taker and who cancels it or
-// declares its taker lost): who may write which value is the readers'
-// rule, on the values' seals (sealed.go). Deleting the fleet's streams,
-// purging or deleting from the buckets and the take claims, and changing
-// the claims' stream are denied.
-func nodePermissions(node string) *server.Permissions {
+// Per node: its events subject, its cancel subject, its output subjects
+// (orchestrd.out.<job>.<node>), and, when its certificate lists lanes
+// (nil: every lane), the pulls of those lanes' queues only. The
+// buckets' keys are the bucket's (a lost node's key is written by who
+// declares it, a job's record by its submitter, its taker and who
+// cancels it or declares its taker lost): who may write which value is
+// the readers' rule, on the values' seals (sealed.go). Deleting the
+// fleet's streams, purging or deleting from the buckets and the take
+// claims, and changing the claims' stream are denied.
+func nodePermissions(node string, lanes []string) *server.Permissions {
+	jsAPI := []string{"$JS.API.>"}
+	if lanes != nil {
+		// A deny cannot be lifted by an allow, and subjects cannot name
+		// "every lane but these": the JetStream API is allowed but the
+		// pulls of consumers (CONSUMER.MSG.NEXT), which are allowed on
+		// the fleet's own streams and on the listed lanes' queues only.
+		jsAPI = []string{"$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.DIRECT.GET.>",
+			"$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.INFO.>",
+			"$JS.API.CONSUMER.DELETE.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.LIST.>"}
+		for _, s := range []string{"KV_" + jobsBucket, "KV_" + nodesBucket, outputStream, inputStream, eventsStream, takesStream} {
+			jsAPI = append(jsAPI, "$JS.API.CONSUMER.MSG.NEXT."+s+".>")
+		}
+		for _, l := range lanes {
+			jsAPI = append(jsAPI, "$JS.API.CONSUMER.MSG.NEXT."+laneStreamPfx+l+"."+workers)
+		}
+	}
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>",
-				"$KV." + jobsBucket + ".>", "$KV." + nodesBucket + ".>",
-				laneSubjPfx + ">", outSubjPfx + ">", inSubjPfx + ">", inTakenPfx + ">", takeSubjPfx + ">",
-				nodeSubjPfx + "*.cancel", eventsSubjPfx + node},
+			Allow: append(jsAPI, "$JS.ACK.>", "$JS.FC.>", "_INBOX.>",
+				"$KV."+jobsBucket+".>", "$KV."+nodesBucket+".>",
+				laneSubjPfx+">", outSubjPfx+"*."+node, inSubjPfx+">", inTakenPfx+">", takeSubjPfx+">",
+				nodeSubjPfx+"*.cancel", eventsSubjPfx+node),
 			Deny: []string{"$JS.API.STREAM.DELETE.>",
 				"$JS.API.STREAM.PURGE." + takesStream, "$JS.API.STREAM.MSG.DELETE." + takesStream, "$JS.API.STREAM.UPDATE." + takesStream,
 				"$JS.API.STREAM.PURGE.KV_" + jobsBucket, "$JS.API.STREAM.MSG.DELETE.KV_" + jobsBucket,
@@ -82,9 +114,10 @@ func nodePermissions(node string) *server.Permissions {
 }
 
 // NATSUser is node's user in an external nats-server's configuration
-// (authorization { users = [ ... ] }): its nkey pub and its permissions.
-func NATSUser(node, pub string) string {
-	p := nodePermissions(node)
+// (authorization { users = [ ... ] }): its nkey pub and its permissions,
+// those of a node whose certificate lists lanes (nil: every lane).
+func NATSUser(node, pub string, lanes []string) string {
+	p := nodePermissions(node, lanes)
 	list := func(ss []string) string {
 		q := make([]string, len(ss))
 		for i, s := range ss {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestConfigDefaults(t *testing.T) {
 // the file holds.
 func TestInitFleet(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	keyPath, path, err := InitFleet(home, "a", false)
+	keyPath, path, err := InitFleet(home, "a", nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +129,14 @@ func TestInitFleet(t *testing.T) {
 		}
 	}
 	first := mustRead(t, path)
-	if _, _, err := InitFleet(home, "a", false); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, _, err := InitFleet(home, "a", nil, false); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("a second init without force: %v", err)
 	}
 	if string(mustRead(t, path)) != string(first) {
 		t.Fatal("a refused init changed the file")
 	}
 	bPath := filepath.Join(t.TempDir(), "b.creds")
-	pub, err := AddNode(home, "b", bPath, false)
+	pub, err := AddNode(home, "b", nil, bPath, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +144,10 @@ func TestInitFleet(t *testing.T) {
 	if err != nil || b.pub != pub || b.fleet != id.fleet || b.route != id.route || b.pub == id.pub {
 		t.Fatalf("b's credentials: %v", err)
 	}
-	if _, err := AddNode(home, "b", bPath, false); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := AddNode(home, "b", nil, bPath, false); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("add-node over a file without force: %v", err)
 	}
-	if _, err := AddNode(home, "../b", bPath, true); err == nil {
+	if _, err := AddNode(home, "../b", nil, bPath, true); err == nil {
 		t.Fatal("add-node took a bad name")
 	}
 	if _, err := readIdentity(bPath, "c"); err == nil || !strings.Contains(err.Error(), "add-node c") {
@@ -154,7 +155,7 @@ func TestInitFleet(t *testing.T) {
 	}
 	// Another fleet's certificate on b's key: refused.
 	other := filepath.Join(t.TempDir(), "other")
-	if _, _, err := InitFleet(other, "z", false); err != nil {
+	if _, _, err := InitFleet(other, "z", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	var nc, oc nodeCreds
@@ -173,7 +174,40 @@ func TestInitFleet(t *testing.T) {
 	if _, err := readIdentity(fPath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
 		t.Fatalf("a certificate of another fleet: %v", err)
 	}
-	if _, _, err := InitFleet(home, "a", true); err != nil {
+	// Lanes: certified with the key; b's file edited to list more (or
+	// none, which means every lane) is refused.
+	cPath := filepath.Join(t.TempDir(), "c.creds")
+	if _, err := AddNode(home, "c", []string{"gpu", "cpu", "gpu"}, cPath, false); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := readIdentity(cPath, "c"); err != nil || !slices.Equal(c.lanes, []string{"cpu", "gpu"}) || !mayServe(c.lanes, "cpu") || mayServe(c.lanes, "io") {
+		t.Fatalf("c's lanes: %+v %v", c, err)
+	}
+	if _, err := AddNode(home, "d", []string{"a.b"}, filepath.Join(t.TempDir(), "d.creds"), false); err == nil {
+		t.Fatal("add-node took a lane that is not a lane name")
+	}
+	for _, lanes := range [][]string{{"cpu", "gpu", "io"}, nil, {"cpu"}} {
+		var cc nodeCreds
+		if err := json.Unmarshal(mustRead(t, cPath), &cc); err != nil {
+			t.Fatal(err)
+		}
+		cc.Lanes = lanes
+		edited, _ := json.Marshal(cc)
+		ePath := filepath.Join(t.TempDir(), "edited.creds")
+		if err := os.WriteFile(ePath, edited, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readIdentity(ePath, ""); err == nil || !strings.Contains(err.Error(), "not the fleet's") {
+			t.Fatalf("c's credentials edited to lanes %q: %v", lanes, err)
+		}
+	}
+	for in, want := range map[string]string{"gpu": "gpu", "gpu, cpu,gpu": "cpu,gpu", "": "", "a,": "", "x y": ""} {
+		got, err := ParseLanes(in)
+		if strings.Join(got, ",") != want || (err == nil) != (want != "") {
+			t.Errorf("ParseLanes(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, _, err := InitFleet(home, "a", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if string(mustRead(t, path)) == string(first) {

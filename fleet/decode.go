@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -150,11 +152,42 @@ func decodeJobMessage(lane string, b []byte) (jobMessage, error) {
 		return jobMessage{}, fmt.Errorf("a job message: %q is not a cluster job id", m.ID)
 	case m.Spec.Lane != lane:
 		return jobMessage{}, fmt.Errorf("job %s: lane %q in lane %s's queue", m.ID, m.Spec.Lane, lane)
+	case !idLaneOK(m.ID, lane):
+		return jobMessage{}, fmt.Errorf("job %s: an id made for another lane than %s", m.ID, lane)
 	}
 	return m, nil
 }
 
-// validJobID: c-<hex>-<decimal>.
+// A cluster job's id is c-<start><lane tag>-<seq>: 6 hex digits per start
+// of its submitting node, then laneTag(lane), 12 hex digits, the job's
+// lane at its submission. A queued record is any node's to write (a
+// cancel): the tag binds the job to its lane, which readers check before
+// they let a node's certificate say whether it may take the job. An id
+// with another number of hex digits (before lanes were tagged) is bound
+// to no lane.
+const (
+	idStartHex = 6
+	laneTagHex = 12
+)
+
+// laneTag is lane's tag in a job id: the first 6 bytes of a SHA-256 of
+// the lane's name, in hex.
+func laneTag(lane string) string {
+	h := sha256.Sum256([]byte("orchestrd lane\n" + lane))
+	return hex.EncodeToString(h[:laneTagHex/2])
+}
+
+// idLaneOK says whether id may be a job of lane: its tag is lane's, or it
+// has none.
+func idLaneOK(id, lane string) bool {
+	hexPart, _, ok := strings.Cut(strings.TrimPrefix(id, api.ClusterJobPrefix), "-")
+	if !ok || len(hexPart) != idStartHex+laneTagHex {
+		return true
+	}
+	return hexPart[idStartHex:] == laneTag(lane)
+}
+
+// validJobID: c-<hex>-<decimal> (the hex: idStartHex + laneTagHex).
 func validJobID(id string) bool {
 	if !strings.HasPrefix(id, api.ClusterJobPrefix) || len(id) > 64 {
 		return false

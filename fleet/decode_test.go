@@ -46,6 +46,24 @@ func TestDecodeJob(t *testing.T) {
 			t.Errorf("validJobID(%q) = %v", id, !ok)
 		}
 	}
+	// Ids tagged with their lane (newID): a record or message of another
+	// lane is not the job's; an id without a tag is bound to none.
+	gpu := "c-0a1b2c" + laneTag("gpu") + "-7"
+	if !validJobID(gpu) || !idLaneOK(gpu, "gpu") || idLaneOK(gpu, "cpu") || !idLaneOK("c-0a1b2c-7", "cpu") || laneTag("gpu") == laneTag("cpu") {
+		t.Errorf("lane tags: %q", gpu)
+	}
+	if _, err := decodeJobMessage("cpu", []byte(`{"id":"`+gpu+`","spec":{"lane":"cpu"}}`)); err == nil {
+		t.Error("a gpu job's id in cpu's queue decoded")
+	}
+	if err := jobWriterOK(jobEntry{Record: api.JobRecord{ID: gpu, Lane: "cpu", State: api.StateQueued}}, writer{name: "n1"}); err == nil {
+		t.Error("a gpu job's record of lane cpu passed")
+	}
+	if err := jobWriterOK(jobEntry{Record: api.JobRecord{ID: gpu, Lane: "gpu", State: api.StateRunning, Node: "n1"}}, writer{name: "n1", lanes: []string{"cpu"}}); err == nil {
+		t.Error("a take of a gpu job by a node certified for cpu passed")
+	}
+	if err := jobWriterOK(jobEntry{Record: api.JobRecord{ID: gpu, Lane: "gpu", State: api.StateRunning, Node: "n1"}}, writer{name: "n1", lanes: []string{"cpu", "gpu"}}); err != nil {
+		t.Errorf("a take of a gpu job by a node certified for it: %v", err)
+	}
 }
 
 func TestWithOrigin(t *testing.T) {

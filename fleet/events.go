@@ -149,7 +149,7 @@ func (ClusterOutputRepublished) Kind() string { return "cluster.output_republish
 func init() {
 	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{},
-		ClusterRecordRefused{})
+		ClusterRecordRefused{}, ClusterOutputRefused{})
 }
 
 // ClusterRecordRefused: a value in the fleet's buckets or a take claim
@@ -165,3 +165,14 @@ type ClusterRecordRefused struct {
 }
 
 func (ClusterRecordRefused) Kind() string { return "cluster.record_refused" }
+
+// ClusterOutputRefused: a piece of a cluster job's output that its taker
+// did not write (unsigned, or not signed by the key of the job's take
+// claim) was dropped by this node's reader; told once per job and reason.
+type ClusterOutputRefused struct {
+	JobID string `json:"job_id"`
+	Taker string `json:"taker"`
+	Why   string `json:"why"`
+}
+
+func (ClusterOutputRefused) Kind() string { return "cluster.output_refused" }

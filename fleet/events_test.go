@@ -21,6 +21,7 @@ func TestKinds(t *testing.T) {
 		ClusterNodeLost{Node: "n2", Incarnation: "cd", By: "n1", Reason: "heartbeat_expired", Jobs: []string{"c-ab-1"}},
 		ClusterJobLost{JobID: "c-ab-2", Node: "n2", Incarnation: "cd", By: "n1"},
 		ClusterRecordRefused{What: "jobs", Key: "c-ab-3", Writer: "n2", Why: "a record of a job taken by n1, written by another node"},
+		ClusterOutputRefused{JobID: "c-ab-3", Taker: "n1", Why: "a piece not signed by the job's taker n1"},
 		ClusterNodeReturned{Node: "n2", Incarnation: "cd"},
 		ClusterJobTaken{JobID: "c-ab-1", Lane: "gpu"},
 		ClusterTakeLost{JobID: "c-ab-1", Lane: "gpu", TakenBy: "n2"},

@@ -49,7 +49,6 @@ const (
 	workers       = "workers"
 
 	hdrStream = "Orchestrd-Stream"
-	hdrEnd    = "Orchestrd-End"
 	hdrEOF    = "Orchestrd-Eof"
 )
 
@@ -202,7 +201,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	cfg.Name = id.node // the [cluster] name, else the credentials'
 	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
-		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(3) + "-", startedAt: time.Now().UTC(),
+		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(idStartHex/2), startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -211,6 +210,12 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		if !validToken(l) {
 			f.log.Warn().Str("lane", l).Msg("a shared lane's name must be [A-Za-z0-9_-] (at most 64) to be a NATS subject: it stays local")
 			continue
+		}
+		if !mayServe(id.lanes, l) {
+			f.cancel()
+			return nil, fmt.Errorf("serving shared lane %s in the fleet: node %s's credentials (%s) let it serve only lanes %s: "+
+				"make it new ones with `orchestrd cluster add-node %s --lanes %s,%s`, or set shared = false on the lane",
+				l, id.node, cfg.Credentials, strings.Join(id.lanes, ","), id.node, strings.Join(id.lanes, ","), l)
 		}
 		f.lanes = append(f.lanes, l)
 	}
@@ -582,7 +587,10 @@ func (f *Fleet) Serves(lane string) bool {
 // Owns: id names a cluster job.
 func (f *Fleet) Owns(id string) bool { return strings.HasPrefix(id, api.ClusterJobPrefix) }
 
-func (f *Fleet) newID() string { return f.idPrefix + strconv.FormatUint(f.seq.Add(1), 10) }
+// newID is a new id of a job of lane (decode.go: laneTag).
+func (f *Fleet) newID(lane string) string {
+	return f.idPrefix + laneTag(lane) + "-" + strconv.FormatUint(f.seq.Add(1), 10)
+}
 
 func randHex(n int) string {
 	b := make([]byte, n)

@@ -300,6 +300,8 @@ type testNode struct {
 type nodeSpec struct {
 	lanes []string
 	slots int
+	// certLanes: the lanes its certificate lists (nil: every lane).
+	certLanes []string
 }
 
 // freePorts finds n free ports on 127.0.0.1 (routes need them known
@@ -355,7 +357,11 @@ func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config)
 	for i := range specs {
 		names[i] = fmt.Sprintf("n%d", i)
 	}
-	creds := makeCreds(t, filepath.Join(dir, "creds"), names...)
+	certLanes := map[string][]string{}
+	for i, sp := range specs {
+		certLanes[names[i]] = sp.certLanes
+	}
+	creds := makeCredsLanes(t, filepath.Join(dir, "creds"), certLanes, names...)
 	ports := freePorts(t, len(specs))
 	var routes []string
 	for _, p := range ports {
@@ -552,15 +558,22 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 // paths by name.
 func makeCreds(t *testing.T, keyHome string, names ...string) map[string]string {
 	t.Helper()
+	return makeCredsLanes(t, keyHome, nil, names...)
+}
+
+// makeCredsLanes is makeCreds, each node certified to serve lanes[name]
+// (nil: every lane).
+func makeCredsLanes(t *testing.T, keyHome string, lanes map[string][]string, names ...string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	_, first, err := InitFleet(keyHome, names[0], false)
+	_, first, err := InitFleet(keyHome, names[0], lanes[names[0]], false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out[names[0]] = first
 	for _, n := range names[1:] {
 		out[n] = filepath.Join(keyHome, n+".creds")
-		if _, err := AddNode(keyHome, n, out[n], false); err != nil {
+		if _, err := AddNode(keyHome, n, lanes[n], out[n], false); err != nil {
 			t.Fatal(err)
 		}
 	}

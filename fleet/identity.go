@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nkeys"
@@ -46,6 +47,9 @@ type nodeCreds struct {
 	Seed   string `json:"seed"`  // the node's nkey seed (SU...)
 	Fleet  string `json:"fleet"` // the fleet's public key (A...)
 	Cert   string `json:"cert"`  // the fleet key's signature of certMsg
+	// Lanes are the shared lanes the node may serve (take jobs of),
+	// certified with its key; none: every lane.
+	Lanes []string `json:"lanes,omitempty"`
 	// RoutePassword: the embedded servers' routes (one for the fleet).
 	RoutePassword string `json:"route_password"`
 }
@@ -53,9 +57,43 @@ type nodeCreds struct {
 // routeUser is the user of the embedded servers' routes.
 const routeUser = "orchestrd-route"
 
-// certMsg is what the fleet's key signs to certify node's key.
-func certMsg(fleet, node, key string) []byte {
-	return []byte("orchestrd node certificate\nfleet " + fleet + "\nnode " + node + "\nkey " + key + "\n")
+// certMsg is what the fleet's key signs to certify node's key, and the
+// lanes it may serve (nil: every lane; then the message is the one
+// certificates of before lanes were certified sign, which so stay valid
+// and mean every lane).
+func certMsg(fleet, node, key string, lanes []string) []byte {
+	m := "orchestrd node certificate\nfleet " + fleet + "\nnode " + node + "\nkey " + key + "\n"
+	if lanes != nil {
+		m += "lanes " + strings.Join(lanes, ",") + "\n"
+	}
+	return []byte(m)
+}
+
+// ParseLanes reads a --lanes list: lane names separated by commas, each
+// a shared lane's name ([A-Za-z0-9_-], at most 64), at least one;
+// returned sorted, without repeats.
+func ParseLanes(s string) ([]string, error) {
+	var out []string
+	for _, l := range strings.Split(s, ",") {
+		l = strings.TrimSpace(l)
+		if !validToken(l) {
+			return nil, fmt.Errorf("lanes %q: %q is not a shared lane's name ([A-Za-z0-9_-], 1 to 64)", s, l)
+		}
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > maxNodeLanes {
+		return nil, fmt.Errorf("lanes %q: more than %d lanes", s, maxNodeLanes)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// mayServe says whether a certificate of lanes (nil: every lane) lets
+// its node serve lane.
+func mayServe(lanes []string, lane string) bool {
+	return lanes == nil || slices.Contains(lanes, lane)
 }
 
 // identity is this node's: its name, key pair and certificate.
@@ -66,6 +104,7 @@ type identity struct {
 	cert  string
 	fleet string
 	route string
+	lanes []string // certified; nil: every lane
 }
 
 func (id *identity) sign(msg []byte) string {
@@ -77,8 +116,9 @@ func (id *identity) sign(msg []byte) string {
 	return base64.RawURLEncoding.EncodeToString(s)
 }
 
-// checkCert says whether cert certifies key as node in fleet.
-func checkCert(fleet, node, key, cert string) error {
+// checkCert says whether cert certifies key as node in fleet, serving
+// lanes (nil: every lane).
+func checkCert(fleet, node, key, cert string, lanes []string) error {
 	if !validName(node) {
 		return errors.New("not a node name")
 	}
@@ -93,7 +133,10 @@ func checkCert(fleet, node, key, cert string) error {
 	if err != nil {
 		return errors.New("the certificate is not base64")
 	}
-	if err := fk.Verify(certMsg(fleet, node, key), sig); err != nil {
+	if lanes != nil && (len(lanes) == 0 || !slices.IsSorted(lanes) || slices.ContainsFunc(lanes, func(l string) bool { return !validToken(l) })) {
+		return errors.New("the certificate's lanes are not a sorted list of lane names")
+	}
+	if err := fk.Verify(certMsg(fleet, node, key, lanes), sig); err != nil {
 		return errors.New("the certificate is not the fleet's")
 	}
 	return nil
@@ -161,7 +204,9 @@ func writeNew(path string, b []byte, force bool, what string) error {
 // credentials of its first node, name (<home>/cluster.creds), both mode
 // 0600. It refuses to replace either unless force (every node then needs
 // new credentials). It returns the two paths.
-func InitFleet(home, name string, force bool) (keyPath, credsPath string, err error) {
+// lanes are the shared lanes the node may serve (ParseLanes; nil: every
+// lane).
+func InitFleet(home, name string, lanes []string, force bool) (keyPath, credsPath string, err error) {
 	if !validName(name) {
 		return "", "", fmt.Errorf("making the fleet: node name %q: want 1 to %d of [A-Za-z0-9._-], not starting or ending with '.'", name, maxNameLen)
 	}
@@ -193,7 +238,7 @@ func InitFleet(home, name string, force bool) (keyPath, credsPath string, err er
 	if err := writeNew(keyPath, append(b, '\n'), force, "the fleet's key"); err != nil {
 		return "", "", err
 	}
-	if _, err := writeNodeCreds(fk, name, credsPath, force); err != nil {
+	if _, err := writeNodeCreds(fk, name, lanes, credsPath, force); err != nil {
 		return "", "", err
 	}
 	return keyPath, credsPath, nil
@@ -201,9 +246,10 @@ func InitFleet(home, name string, force bool) (keyPath, credsPath string, err er
 
 // AddNode makes node name's credentials with the fleet's key in home
 // (made by InitFleet), written to out (mode 0600; refused if it exists
-// unless force). It returns the node's public key (an external NATS
-// server lists it as a user: ARCHITECTURE.md, "The fleet").
-func AddNode(home, name, out string, force bool) (string, error) {
+// unless force), certified to serve lanes (ParseLanes; nil: every lane).
+// It returns the node's public key (an external NATS server lists it as a
+// user: ARCHITECTURE.md, "The fleet").
+func AddNode(home, name string, lanes []string, out string, force bool) (string, error) {
 	if !validName(name) {
 		return "", fmt.Errorf("adding node %q: want 1 to %d of [A-Za-z0-9._-], not starting or ending with '.'", name, maxNameLen)
 	}
@@ -211,7 +257,7 @@ func AddNode(home, name, out string, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return writeNodeCreds(fk, name, out, force)
+	return writeNodeCreds(fk, name, lanes, out, force)
 }
 
 func readFleetKey(path string) (fleetKeyFile, error) {
@@ -229,7 +275,13 @@ func readFleetKey(path string) (fleetKeyFile, error) {
 	return fk, nil
 }
 
-func writeNodeCreds(fk fleetKeyFile, name, path string, force bool) (string, error) {
+func writeNodeCreds(fk fleetKeyFile, name string, lanes []string, path string, force bool) (string, error) {
+	if lanes != nil {
+		var err error
+		if lanes, err = ParseLanes(strings.Join(lanes, ",")); err != nil {
+			return "", fmt.Errorf("making node %s's credentials: %w", name, err)
+		}
+	}
 	fkp, err := nkeys.FromSeed([]byte(fk.Seed))
 	if err != nil {
 		return "", fmt.Errorf("reading the fleet's key: %w", err)
@@ -250,12 +302,12 @@ func writeNodeCreds(fk fleetKeyFile, name, path string, force bool) (string, err
 	if err != nil {
 		return "", fmt.Errorf("making node %s's key: %w", name, err)
 	}
-	sig, err := fkp.Sign(certMsg(fpub, name, pub))
+	sig, err := fkp.Sign(certMsg(fpub, name, pub, lanes))
 	if err != nil {
 		return "", fmt.Errorf("certifying node %s's key: %w", name, err)
 	}
 	nc := nodeCreds{Format: nodeCredsFormat, Node: name, Seed: string(seed), Fleet: fpub,
-		Cert: base64.RawURLEncoding.EncodeToString(sig), RoutePassword: fk.RoutePassword}
+		Cert: base64.RawURLEncoding.EncodeToString(sig), Lanes: lanes, RoutePassword: fk.RoutePassword}
 	b, err := json.Marshal(nc)
 	if err != nil {
 		return "", fmt.Errorf("encoding node %s's credentials: %w", name, err)
@@ -320,13 +372,13 @@ func readIdentity(path, name string) (*identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading this node's fleet credentials: %w", err)
 	}
-	if err := checkCert(c.Fleet, c.Node, pub, c.Cert); err != nil {
+	if err := checkCert(c.Fleet, c.Node, pub, c.Cert, c.Lanes); err != nil {
 		return nil, fmt.Errorf("reading this node's fleet credentials: %s: %w", path, err)
 	}
 	if c.RoutePassword == "" {
 		return nil, fmt.Errorf("reading this node's fleet credentials: %s has no route password", path)
 	}
-	return &identity{node: c.Node, kp: kp, pub: pub, cert: c.Cert, fleet: c.Fleet, route: c.RoutePassword}, nil
+	return &identity{node: c.Node, kp: kp, pub: pub, cert: c.Cert, fleet: c.Fleet, route: c.RoutePassword, lanes: c.Lanes}, nil
 }
 
 // DefaultName is a node's name when [cluster] gives none: the hostname,
@@ -336,11 +388,12 @@ func DefaultName() string {
 	return sanitizeName(h)
 }
 
-// NodeKey is the public key of the node whose credentials are at path.
-func NodeKey(path string) (string, error) {
+// NodeKey is the public key of the node whose credentials are at path,
+// and the lanes they let it serve (nil: every lane).
+func NodeKey(path string) (string, []string, error) {
 	id, err := readIdentity(path, "")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return id.pub, nil
+	return id.pub, id.lanes, nil
 }

@@ -126,7 +126,7 @@ func (f *Fleet) Submit(spec api.JobSpec, reply func(id string, err error)) {
 		reply("", api.Errorf(api.CodeNotFound, "lane %q is not served by any live node of the fleet", spec.Lane))
 		return
 	}
-	id := f.newID()
+	id := f.newID(spec.Lane)
 	go func() {
 		select {
 		case f.submits <- struct{}{}:
@@ -362,6 +362,13 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 			var found bool
 			var err error
 			e, rev, found, err = f.getJob(ctx, m.ID)
+			if re, ok := isRefused(err); ok && re.bucket == sealJobs && re.rev > 0 {
+				// A record no node may write over the queued job (a
+				// take by a node whose certificate does not list the
+				// lane, a forgery): the job is as the message says, and
+				// this take goes over it.
+				e, rev, found, err = queuedEntry(m.ID, m.Spec, m.CreatedAt), re.rev, true, nil
+			}
 			if err != nil || attempt >= 10 {
 				f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
 				_ = msg.NakWithDelay(time.Second)
@@ -412,7 +419,14 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 		}
 		// The take claimed, once for good: only then does the record of a
 		// taker count (checkClaim), and only then does the job run.
-		if err := f.claimTake(ctx, m.ID); err != nil {
+		// Its own time: the take is written, and the claims' stream may be
+		// electing its leader (a server just lost: the take's opTimeout
+		// ran out in TestFleetExternalNATS under -race, and the job ended
+		// not_run); tried again as an end is (endRetryFor).
+		cctx, ccancel := context.WithTimeout(f.ctx, endRetryFor)
+		err = f.claimTake(cctx, m.ID)
+		ccancel()
+		if err != nil {
 			taken = true
 			if re, ok := isRefused(err); ok {
 				f.refused(re)
@@ -541,9 +555,10 @@ func (j *runJob) sink(stream string, data []byte) {
 	for len(data) > 0 {
 		n := min(len(data), pieceMax)
 		p := pendingPiece{stream: stream, off: j.published, data: bytes.Clone(data[:n])}
+		p.sig = j.f.id.sign(pieceMsg(j.id, j.f.name, p.off, p.stream, p.data))
 		j.published += int64(n)
 		data = data[n:]
-		fut, err := j.f.js.PublishMsgAsync(p.msg(j.id))
+		fut, err := j.f.js.PublishMsgAsync(p.msg(j.id, j.f.name))
 		if err != nil {
 			j.republish(p, err)
 			continue
@@ -563,12 +578,15 @@ type pendingPiece struct {
 	stream string
 	off    int64
 	data   []byte
+	sig    string // this node's signature (pieceMsg)
 }
 
-func (p pendingPiece) msg(id string) *nats.Msg {
-	msg := nats.NewMsg(outSubjPfx + id)
+// msg is the piece as node, the job's taker, publishes it.
+func (p pendingPiece) msg(id, node string) *nats.Msg {
+	msg := nats.NewMsg(outSubj(id, node))
 	msg.Header.Set(hdrStream, p.stream)
 	msg.Header.Set(hdrOffset, strconv.FormatInt(p.off, 10))
+	msg.Header.Set(hdrSig, p.sig)
 	msg.Data = p.data
 	return msg
 }
@@ -613,7 +631,7 @@ func (j *runJob) republish(p pendingPiece, first error) {
 	defer cancel()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, opTimeout)
-		_, err := f.js.PublishMsg(octx, p.msg(j.id))
+		_, err := f.js.PublishMsg(octx, p.msg(j.id, f.name))
 		ocancel()
 		if err == nil {
 			j.republished++
@@ -939,11 +957,19 @@ func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
 	return r, true, nil
 }
 
-// readOutput reads up to limit bytes of id's output from the stream.
+// readOutput reads up to limit bytes of id's output from the stream: the
+// pieces its taker (its take claim's) wrote.
 func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte, error) {
-	subj := outSubjPfx + id
+	c, found, err := f.outputTaker(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
+	}
+	if !found {
+		return nil, nil
+	}
+	subj := outSubj(id, c.Node)
 	var last *jetstream.RawStreamMsg
-	err := again(ctx, func(ctx context.Context, _ int) error {
+	err = again(ctx, func(ctx context.Context, _ int) error {
 		var err error
 		last, err = f.out.GetLastMsgForSubject(ctx, subj)
 		return err
@@ -979,9 +1005,10 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 		if err != nil {
 			return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 		}
-		if m.Header.Get(hdrEnd) == "" {
-			off, ok := parseOffset(m.Header.Get(hdrOffset))
-			_ = asm.add(off, ok, "", m.Data)
+		if off, _, why := checkPiece(c, id, m.Header, m.Data); why != "" {
+			f.outputRefused(id, c.Node, why)
+		} else {
+			_ = asm.add(off, true, "", m.Data)
 		}
 		if m.Sequence >= last.Sequence {
 			break
@@ -1155,10 +1182,10 @@ func (f *Fleet) List(flt api.Filter) ([]api.JobRecord, error) {
 func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, data []byte) error) (api.JobRecord, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	subj := outSubjPfx + id
-	// Woken by each piece published from now on (a plain subscription:
-	// the pieces are read from the stream, in order, not from it).
-	wake, unsub, err := f.wakeOn(subj)
+	// Woken by each piece published from now on, by any node (a plain
+	// subscription: the pieces are read from the stream, in order, not
+	// from it; and only the taker's).
+	wake, unsub, err := f.wakeOn(outSubjPfx + id + ".>")
 	if err != nil {
 		return api.JobRecord{}, fmt.Errorf("following cluster job %s's output: %w", id, err)
 	}
@@ -1200,9 +1227,28 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	fails := 0
+	// The taker (its take claim): only its pieces are read; none before
+	// the claim is (the job runs only once it is).
+	var taker takeClaim
+	subj := ""
 	for {
 		caughtUp := false
-		for !caughtUp {
+		if subj == "" {
+			gctx, gcancel := context.WithTimeout(ctx, opTimeout)
+			c, found, err := f.outputTaker(gctx, id)
+			gcancel()
+			switch {
+			case err != nil:
+				if fails++; fails == 1 || fails%20 == 0 {
+					f.log.Debug().Err(err).Str("job_id", id).Int("fails", fails).Msg("following a cluster job's output: reading its take")
+				}
+			case found:
+				taker, subj = c, outSubj(id, c.Node)
+			default:
+				caughtUp = true // nothing to read yet
+			}
+		}
+		for subj != "" && !caughtUp {
 			if err := ctx.Err(); err != nil {
 				return api.JobRecord{}, err
 			}
@@ -1221,22 +1267,12 @@ func (f *Fleet) Follow(ctx context.Context, id string, sink func(stream string, 
 			}
 			fails = 0
 			next = m.Sequence + 1
-			if m.Header.Get(hdrEnd) != "" {
-				if err := asm.flush(); err != nil {
-					return api.JobRecord{}, err
-				}
-				if ended != nil {
-					return *ended, nil
-				}
-				select {
-				case r := <-term:
-					return r, nil
-				case <-ctx.Done():
-					return api.JobRecord{}, ctx.Err()
-				}
+			off, stream, why := checkPiece(taker, id, m.Header, m.Data)
+			if why != "" {
+				f.outputRefused(id, taker.Node, why)
+				continue
 			}
-			off, ok := parseOffset(m.Header.Get(hdrOffset))
-			if err := asm.add(off, ok, m.Header.Get(hdrStream), m.Data); err != nil {
+			if err := asm.add(off, true, stream, m.Data); err != nil {
 				return api.JobRecord{}, err
 			}
 		}

@@ -3,14 +3,19 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -309,4 +314,50 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// FuzzCheckPiece: a piece read on a job's taker's subject passes only if
+// it is exactly what the taker signed: its job, its offset, its stream,
+// its bytes.
+func FuzzCheckPiece(f *testing.F) {
+	dir := f.TempDir()
+	if _, _, err := InitFleet(dir, "a", nil, false); err != nil {
+		f.Fatal(err)
+	}
+	id, err := readIdentity(filepath.Join(dir, CredentialsFile), "")
+	if err != nil {
+		f.Fatal(err)
+	}
+	key, err := nkeys.FromPublicKey(id.pub)
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := takeClaim{ID: "c-ab-1", Node: "a", Incarnation: "i", key: key}
+	data := []byte("output")
+	good := id.sign(pieceMsg(c.ID, "a", 12, "stdout", data))
+	goodRaw, _ := base64.RawURLEncoding.DecodeString(good)
+	f.Add("12", "stdout", good, data)
+	f.Add("12", "stderr", good, data)
+	f.Add("13", "stdout", good, data)
+	f.Add("12", "stdout", good, []byte("outpuT"))
+	f.Add("12", "stdout", "", data)
+	f.Add("", "stdout", good, data)
+	f.Add("12", "stdout", good[:10], data)
+	f.Fuzz(func(t *testing.T, off, stream, sig string, d []byte) {
+		h := nats.Header{}
+		h.Set(hdrOffset, off)
+		h.Set(hdrStream, stream)
+		h.Set(hdrSig, sig)
+		gotOff, gotStream, why := checkPiece(c, c.ID, h, d)
+		// The same signature in another spelling of base64 is the same.
+		raw, _ := base64.RawURLEncoding.DecodeString(sig)
+		o, hasOff := parseOffset(off)
+		ok := hasOff && o == 12 && stream == "stdout" && bytes.Equal(raw, goodRaw) && bytes.Equal(d, data)
+		if (why == "") != ok {
+			t.Fatalf("offset %q stream %q sig %q data %q: why %q", off, stream, sig, d, why)
+		}
+		if ok && (gotOff != 12 || gotStream != "stdout") {
+			t.Fatalf("passed as %d %s", gotOff, gotStream)
+		}
+	})
 }

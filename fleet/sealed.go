@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -47,7 +48,18 @@ type sealed struct {
 	By   string          `json:"by"`
 	Key  string          `json:"key"`
 	Cert string          `json:"cert"`
-	Sig  string          `json:"sig"`
+	// Lanes: the lanes the certificate lets the writer serve (none:
+	// every lane).
+	Lanes []string `json:"lanes,omitempty"`
+	Sig   string   `json:"sig"`
+}
+
+// writer is who sealed a value: a node of the fleet, its key and the
+// lanes its certificate lets it serve (nil: every lane).
+type writer struct {
+	name  string
+	key   string
+	lanes []string
 }
 
 func sealMsg(bucket, key, by string, v []byte) []byte {
@@ -64,7 +76,7 @@ func sealMsg(bucket, key, by string, v []byte) []byte {
 
 // seal wraps v, written under key of bucket by this node.
 func (id *identity) seal(bucket, key string, v []byte) ([]byte, error) {
-	b, err := json.Marshal(sealed{V: v, By: id.node, Key: id.pub, Cert: id.cert, Sig: id.sign(sealMsg(bucket, key, id.node, v))})
+	b, err := json.Marshal(sealed{V: v, By: id.node, Key: id.pub, Cert: id.cert, Lanes: id.lanes, Sig: id.sign(sealMsg(bucket, key, id.node, v))})
 	if err != nil {
 		return nil, fmt.Errorf("sealing %s %s: %w", bucket, key, err)
 	}
@@ -91,8 +103,8 @@ func isRefused(err error) (*refusedError, bool) {
 	return re, errors.As(err, &re)
 }
 
-// certs remembers the certificates checked (writer|key|cert), at most
-// maxCerts.
+// certs remembers the certificates checked (writer|key|cert|lanes), at
+// most maxCerts.
 type certs struct {
 	mu sync.Mutex
 	ok map[string]bool
@@ -102,9 +114,9 @@ const maxCerts = 1024
 
 // open checks the envelope of key's value in bucket: written by a node
 // of fleet. It returns the value and its writer.
-func (c *certs) open(fleet, bucket, key string, b []byte) ([]byte, string, error) {
-	refuse := func(by, why string) ([]byte, string, error) {
-		return nil, "", &refusedError{bucket: bucket, key: key, by: by, why: why}
+func (c *certs) open(fleet, bucket, key string, b []byte) ([]byte, writer, error) {
+	refuse := func(by, why string) ([]byte, writer, error) {
+		return nil, writer{}, &refusedError{bucket: bucket, key: key, by: by, why: why}
 	}
 	if len(b) > maxSealedVal {
 		return refuse("", fmt.Sprintf("a value of %d bytes", len(b)))
@@ -116,13 +128,27 @@ func (c *certs) open(fleet, bucket, key string, b []byte) ([]byte, string, error
 	if !validName(s.By) {
 		return refuse("", "the writer is not a node name")
 	}
-	ck := s.By + "|" + s.Key + "|" + s.Cert
+	if err := c.check(fleet, s.By, s.Key, s.Cert, s.Lanes); err != nil {
+		return refuse("", "the writer's certificate: "+err.Error())
+	}
+	if err := checkSig(s.Key, sealMsg(bucket, key, s.By, s.V), s.Sig); err != nil {
+		return refuse(s.By, err.Error())
+	}
+	return s.V, writer{name: s.By, key: s.Key, lanes: s.Lanes}, nil
+}
+
+// check is checkCert, remembered.
+func (c *certs) check(fleet, by, key, cert string, lanes []string) error {
+	ck := by + "|" + key + "|" + cert + "|" + strings.Join(lanes, ",")
+	if lanes == nil {
+		ck += "|*"
+	}
 	c.mu.Lock()
 	known := c.ok[ck]
 	c.mu.Unlock()
 	if !known {
-		if err := checkCert(fleet, s.By, s.Key, s.Cert); err != nil {
-			return refuse("", "the writer's certificate: "+err.Error())
+		if err := checkCert(fleet, by, key, cert, lanes); err != nil {
+			return err
 		}
 		c.mu.Lock()
 		if c.ok == nil || len(c.ok) >= maxCerts {
@@ -131,16 +157,13 @@ func (c *certs) open(fleet, bucket, key string, b []byte) ([]byte, string, error
 		c.ok[ck] = true
 		c.mu.Unlock()
 	}
-	if err := checkSig(s.Key, sealMsg(bucket, key, s.By, s.V), s.Sig); err != nil {
-		return refuse(s.By, err.Error())
-	}
-	return s.V, s.By, nil
+	return nil
 }
 
 // readNode opens and decodes key's value in the nodes bucket and
 // applies its rule.
 func (f *Fleet) readNode(key string, b []byte) (nodeInfo, error) {
-	v, by, err := f.certs.open(f.id.fleet, sealNodes, key, b)
+	v, w, err := f.certs.open(f.id.fleet, sealNodes, key, b)
 	if err != nil {
 		return nodeInfo{}, err
 	}
@@ -148,25 +171,33 @@ func (f *Fleet) readNode(key string, b []byte) (nodeInfo, error) {
 	if err != nil {
 		return nodeInfo{}, err
 	}
-	if err := nodeWriterOK(n, by); err != nil {
-		return nodeInfo{}, &refusedError{bucket: sealNodes, key: key, by: by, why: err.Error()}
+	if err := nodeWriterOK(n, w); err != nil {
+		return nodeInfo{}, &refusedError{bucket: sealNodes, key: key, by: w.name, why: err.Error()}
 	}
 	return n, nil
 }
 
-// nodeWriterOK: a node's key is written by the node, or declared lost by
-// its writer.
-func nodeWriterOK(n nodeInfo, by string) error {
-	if by == n.Name || n.State == nodeLost && n.LostBy == by {
+// nodeWriterOK: a node's key is written by the node, serving only lanes
+// its certificate lists, or declared lost by its writer.
+func nodeWriterOK(n nodeInfo, w writer) error {
+	if n.State == nodeLost && n.LostBy == w.name {
 		return nil
 	}
-	return fmt.Errorf("node %s's heartbeat, written by another node", n.Name)
+	if w.name != n.Name {
+		return fmt.Errorf("node %s's heartbeat, written by another node", n.Name)
+	}
+	for _, l := range n.Lanes {
+		if !mayServe(w.lanes, l) {
+			return fmt.Errorf("node %s's heartbeat serves lane %s, which its certificate does not list", n.Name, l)
+		}
+	}
+	return nil
 }
 
 // readJob opens and decodes key's value in the jobs bucket and applies
 // its rule but the take claim's (checkClaim).
 func (f *Fleet) readJob(key string, b []byte) (jobEntry, error) {
-	v, by, err := f.certs.open(f.id.fleet, sealJobs, key, b)
+	v, w, err := f.certs.open(f.id.fleet, sealJobs, key, b)
 	if err != nil {
 		return jobEntry{}, err
 	}
@@ -174,8 +205,8 @@ func (f *Fleet) readJob(key string, b []byte) (jobEntry, error) {
 	if err != nil {
 		return jobEntry{}, err
 	}
-	if err := jobWriterOK(e, by); err != nil {
-		return jobEntry{}, &refusedError{bucket: sealJobs, key: key, by: by, why: err.Error()}
+	if err := jobWriterOK(e, w); err != nil {
+		return jobEntry{}, &refusedError{bucket: sealJobs, key: key, by: w.name, why: err.Error()}
 	}
 	return e, nil
 }
@@ -185,22 +216,35 @@ func nodeLostFailure(e jobEntry) bool {
 	return e.Record.State == api.StateFailed && e.Record.Error == api.ErrNodeLost
 }
 
-// jobWriterOK: a record with a taker is the taker's, or a node_lost
-// failure; one without is any node's.
-func jobWriterOK(e jobEntry, by string) error {
+// jobWriterOK: a record's lane is the lane its id was made for; a record
+// with a taker is the taker's, whose certificate lists the lane, or a
+// node_lost failure; one without is any node's.
+func jobWriterOK(e jobEntry, w writer) error {
 	r := e.Record
-	if r.Node == "" || r.Node == by || nodeLostFailure(e) {
-		return nil
+	if !idLaneOK(r.ID, r.Lane) {
+		return fmt.Errorf("a record of lane %s of a job submitted to another lane", r.Lane)
 	}
-	return fmt.Errorf("a record of a job taken by %s, written by another node", r.Node)
+	switch {
+	case r.Node == "" || nodeLostFailure(e):
+		return nil
+	case r.Node != w.name:
+		return fmt.Errorf("a record of a job taken by %s, written by another node", r.Node)
+	case !mayServe(w.lanes, r.Lane):
+		return fmt.Errorf("a take of a job of lane %s by %s, whose certificate does not list the lane", r.Lane, w.name)
+	}
+	return nil
 }
 
 // takeClaim is a job's take, written once (the takes stream keeps one
-// message per job and refuses a second: DiscardNewPerSubject).
+// message per job and refuses a second: DiscardNewPerSubject). Remembered
+// with its writer's key and lanes (the key checks the job's output).
 type takeClaim struct {
 	ID          string `json:"id"`
 	Node        string `json:"node"`
 	Incarnation string `json:"incarnation"`
+
+	key   nkeys.KeyPair // the taker's public key
+	lanes []string      // the lanes its certificate lists (nil: every lane)
 }
 
 // claims remembers the take claims read (they never change), at most
@@ -232,13 +276,17 @@ func (f *Fleet) readClaim(ctx context.Context, id string) (takeClaim, bool, erro
 	if err != nil {
 		return takeClaim{}, false, fmt.Errorf("reading job %s's take: %w", id, err)
 	}
-	v, by, err := f.certs.open(f.id.fleet, sealTakes, id, m.Data)
+	v, w, err := f.certs.open(f.id.fleet, sealTakes, id, m.Data)
 	if err != nil {
 		return takeClaim{}, false, err
 	}
-	if err := json.Unmarshal(v, &c); err != nil || c.ID != id || c.Node != by || !validName(c.Node) || c.Incarnation == "" || len(c.Incarnation) > 64 {
-		return takeClaim{}, false, &refusedError{bucket: sealTakes, key: id, by: by, why: "a take claim that is not its writer's take of the job"}
+	if err := json.Unmarshal(v, &c); err != nil || c.ID != id || c.Node != w.name || !validName(c.Node) || c.Incarnation == "" || len(c.Incarnation) > 64 {
+		return takeClaim{}, false, &refusedError{bucket: sealTakes, key: id, by: w.name, why: "a take claim that is not its writer's take of the job"}
 	}
+	if c.key, err = nkeys.FromPublicKey(w.key); err != nil {
+		return takeClaim{}, false, &refusedError{bucket: sealTakes, key: id, by: w.name, why: "the writer's key: " + err.Error()}
+	}
+	c.lanes = w.lanes
 	f.claims.mu.Lock()
 	if f.claims.m == nil || len(f.claims.m) >= maxClaims {
 		f.claims.m = map[string]takeClaim{}
@@ -249,16 +297,25 @@ func (f *Fleet) readClaim(ctx context.Context, id string) (takeClaim, bool, erro
 }
 
 // checkClaim: a record with a taker names the job's take claim's node and
-// incarnation (a node_lost failure excepted); a terminal one needs the
-// claim. One without a taker needs none.
+// incarnation, whose certificate lists the job's lane (a node_lost
+// failure excepted); a terminal one needs the claim. One without a taker
+// needs none. A claim refused is told, and is no claim.
 func (f *Fleet) checkClaim(ctx context.Context, e jobEntry) error {
 	r := e.Record
 	if r.Node == "" || nodeLostFailure(e) {
 		return nil
 	}
 	c, found, err := f.readClaim(ctx, r.ID)
+	if re, ok := isRefused(err); ok {
+		f.refused(re)
+		found, err = false, nil
+	}
 	if err != nil {
 		return err
+	}
+	if found && !mayServe(c.lanes, r.Lane) {
+		f.refused(&refusedError{bucket: sealTakes, key: r.ID, by: c.Node, why: "a take of a job of lane " + r.Lane + " by " + c.Node + ", whose certificate does not list the lane"})
+		found = false
 	}
 	switch {
 	case !found && r.State.Terminal() && !(r.State == api.StateError && strings.HasPrefix(r.Error, "not_run")):

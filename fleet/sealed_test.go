@@ -10,7 +10,7 @@ import (
 // is exactly what a node of the fleet sealed under that key.
 func FuzzOpen(f *testing.F) {
 	dir := f.TempDir()
-	if _, _, err := InitFleet(dir, "a", false); err != nil {
+	if _, _, err := InitFleet(dir, "a", nil, false); err != nil {
 		f.Fatal(err)
 	}
 	id, err := readIdentity(filepath.Join(dir, CredentialsFile), "")
@@ -35,7 +35,7 @@ func FuzzOpen(f *testing.F) {
 			}
 			return
 		}
-		if key != "c-ab-1" || by != "a" || !bytes.Equal(got, v) {
+		if key != "c-ab-1" || by.name != "a" || !bytes.Equal(got, v) {
 			t.Fatalf("opened %q by %q under %q", got, by, key)
 		}
 	})

@@ -152,7 +152,7 @@ func TestTLS(t *testing.T) {
 	// takes in crosses to b and back.
 	keyHome := filepath.Dir(a.f.cfg.Credentials)
 	for _, n := range []string{"x", "y"} {
-		if _, err := AddNode(keyHome, n, filepath.Join(keyHome, n+".creds"), false); err != nil {
+		if _, err := AddNode(keyHome, n, nil, filepath.Join(keyHome, n+".creds"), false); err != nil {
 			t.Fatal(err)
 		}
 	}

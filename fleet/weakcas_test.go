@@ -55,7 +55,7 @@ func identityOf(t *testing.T, keyHome, name string) *identity {
 		}
 	}
 	p := filepath.Join(keyHome, name+".creds")
-	if _, err := AddNode(keyHome, name, p, false); err != nil {
+	if _, err := AddNode(keyHome, name, nil, p, false); err != nil {
 		t.Errorf("making %s's credentials: %v", name, err)
 	}
 	id, err := readIdentity(p, name)

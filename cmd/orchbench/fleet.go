@@ -55,6 +55,23 @@ func runFleet(b *bench) error {
 		Baseline: fmt.Sprintf("local on b: %s / %s", fmtMs(ls.P50), fmtMs(ls.P99)), BaselineValue: floatp(ls.P50), BaselineN: n,
 		Ratio: r50})
 
+	// Output: one job writing size bytes, its end recorded only once every
+	// piece (signed by its taker) is stored, submit to end.
+	size := pick(b, 64<<20, 8<<20)
+	runs := pick(b, 5, 2)
+	crossOut, err := outputRate(a, "bonly", size, runs)
+	if err != nil {
+		return fmt.Errorf("cross-node output: %w", err)
+	}
+	localOut, err := outputRate(bn, "default", size, runs)
+	if err != nil {
+		return fmt.Errorf("local output on b: %w", err)
+	}
+	ro, _ := fmtRatio(crossOut, localOut)
+	b.add(Row{Metric: fmt.Sprintf("output of one job, %s to stdout, submit→end: cross-node (a→b), median of %d", fmtBytes(float64(size)), runs),
+		N: runs, Orchestrd: fmtRate(crossOut/(1<<20), "MiB"), Value: crossOut / (1 << 20), Unit: "MiB/s",
+		Baseline: "local on b: " + fmtRate(localOut/(1<<20), "MiB"), BaselineValue: floatp(localOut / (1 << 20)), BaselineN: runs, Ratio: ro})
+
 	// Throughput: three nodes serving gpu against one alone.
 	dur := pick(b, 10*time.Second, 2*time.Second)
 	conc := 2 * 3 * slots // twice the slots of three nodes: slots, not clients, the limit
@@ -108,7 +125,7 @@ func runFleet(b *bench) error {
 }
 
 // startFleet starts one daemon per config, joined as a fleet (names
-// PREFIX-0, -1, ...), each with credentials of its own.
+// PREFIX-0, -1, ...), credentials made once and copied.
 func (b *bench) startFleet(prefix string, confs []string) ([]*daemon, error) {
 	ports := make([][2]int, len(confs))
 	for i := range confs {
@@ -121,6 +138,8 @@ func (b *bench) startFleet(prefix string, confs []string) ([]*daemon, error) {
 			ln.Close()
 		}
 	}
+	// Each node its own credentials (issue 37): the first node's home
+	// holds the fleet's key, which makes the others'.
 	var keyHome string
 	var nodes []*daemon
 	for i, conf := range confs {
@@ -129,8 +148,6 @@ func (b *bench) startFleet(prefix string, confs []string) ([]*daemon, error) {
 		if err := os.MkdirAll(home, 0o700); err != nil {
 			return nil, err
 		}
-		// Each node its own credentials: the first node's home holds the
-		// fleet's key, which makes the others'.
 		if keyHome == "" {
 			if out, err := exec.Command(b.bin, "cluster", "init", "--name", name, "--home", home).CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("cluster init: %w\n%s", err, out)
@@ -249,6 +266,29 @@ func jobLatencies(d *daemon, lane string, n int) ([]time.Duration, error) {
 		out = append(out, time.Since(t))
 	}
 	return out, nil
+}
+
+// outputRate is the median bytes/s of n jobs on lane each writing size
+// bytes of zeros, submit to end.
+func outputRate(d *daemon, lane string, size, n int) (float64, error) {
+	c, err := d.dial()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	argv := []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}
+	if err := submitWait(c, lane, argv); err != nil { // warm up
+		return 0, err
+	}
+	var ms []float64
+	for range n {
+		t := time.Now()
+		if err := submitWait(c, lane, argv); err != nil {
+			return 0, err
+		}
+		ms = append(ms, float64(size)/time.Since(t).Seconds())
+	}
+	return summarize(ms, "B/s").P50, nil
 }
 
 // sleepThroughput is jobs/s of conc closed-loop clients of `sleep 0.1` jobs.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -16,8 +17,8 @@ import (
 // node's credentials), cluster add-node (another node's) and nodes (the
 // fleet as this daemon sees it).
 
-const clusterUsage = `orchestrd cluster init [--name NAME] [--force] [--home DIR]
-orchestrd cluster add-node NAME [--out FILE] [--force] [--home DIR]
+const clusterUsage = `orchestrd cluster init [--name NAME] [--lanes A,B] [--force] [--home DIR]
+orchestrd cluster add-node NAME [--lanes A,B] [--out FILE] [--force] [--home DIR]
 
 init makes a fleet: its key (cluster.key, 0600: keep it on this machine,
 it makes the other nodes' credentials) and this node's credentials
@@ -25,9 +26,15 @@ it makes the other nodes' credentials) and this node's credentials
 [cluster] name). add-node makes node NAME's credentials with the fleet's
 key in the home (default FILE: <home>/cluster-NAME.creds): copy FILE to
 NAME's home as cluster.creds. Each node has its own: a node cannot write
-another's heartbeat, job records or events. Both print the node's public
-key and the user to give it in an external NATS server's configuration.
---force replaces files already there (init: every node then needs new
+another's heartbeat, job records, events or job output. --lanes lists
+the shared lanes the node may serve (take jobs of), in its certificate:
+the other nodes refuse its take of a job of any other lane, and a node
+configured to serve one does not start. Without --lanes: every lane. To
+change a node's lanes, make its credentials again (add-node NAME --force,
+or init --force for the first node, which remakes the fleet). Both print
+the node's public key and the user to give it in an external NATS
+server's configuration (its permissions follow the lanes). --force
+replaces files already there (init: every node then needs new
 credentials).`
 
 func cmdCluster(args []string, stdout, stderr io.Writer) int {
@@ -36,23 +43,33 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace the files already there")
 	name := fs.String("name", "", "init: this node's name (default: the hostname)")
 	out := fs.String("out", "", "add-node: where to write the node's credentials")
+	lanesFlag := fs.String("lanes", "", "the shared lanes the node may serve, comma-separated (default: every lane)")
 	pos, code, ok := parseInterspersed(fs, clusterUsage, args, stdout, stderr)
 	if !ok {
 		return code
 	}
 	h := resolveHome(*home)
+	var lanes []string // nil: every lane
+	lanesGiven := false
+	fs.Visit(func(fl *flag.Flag) { lanesGiven = lanesGiven || fl.Name == "lanes" })
+	if lanesGiven {
+		var err error
+		if lanes, err = fleet.ParseLanes(*lanesFlag); err != nil {
+			return usageError(fs, clusterUsage, stderr, "--lanes: %v (leave --lanes out for every lane)", err)
+		}
+	}
 	switch {
 	case len(pos) == 1 && pos[0] == "init":
 		n := *name
 		if n == "" {
 			n = fleet.DefaultName()
 		}
-		keyPath, credsPath, err := fleet.InitFleet(h, n, *force)
+		keyPath, credsPath, err := fleet.InitFleet(h, n, lanes, *force)
 		if err != nil {
 			fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
 			return exitFailure
 		}
-		pub, err := fleet.NodeKey(credsPath)
+		pub, lanes, err := fleet.NodeKey(credsPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
 			return exitFailure
@@ -60,7 +77,7 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "wrote %s (the fleet's key: keep it here, never copy it)\nwrote %s (node %s's credentials)\n"+
 			"make each other node's with `orchestrd cluster add-node NAME`, then set [cluster] enabled = true on each\n"+
 			"node %s's key: %s\nits user in an external NATS server's authorization { users = [...] }:\n%s\n",
-			keyPath, credsPath, n, n, pub, fleet.NATSUser(n, pub))
+			keyPath, credsPath, n, n, pub, fleet.NATSUser(n, pub, lanes))
 		return exitOK
 	case len(pos) == 2 && pos[0] == "add-node":
 		n := pos[1]
@@ -68,14 +85,14 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 		if path == "" {
 			path = filepath.Join(h, "cluster-"+n+".creds")
 		}
-		pub, err := fleet.AddNode(h, n, path, *force)
+		pub, err := fleet.AddNode(h, n, lanes, path, *force)
 		if err != nil {
 			fmt.Fprintf(stderr, "orchestrd cluster add-node: %v\n", err)
 			return exitFailure
 		}
 		fmt.Fprintf(stdout, "wrote %s (node %s's credentials): copy it to %s's home as cluster.creds (mode 0600)\n"+
 			"node %s's key: %s\nits user in an external NATS server's authorization { users = [...] }:\n%s\n",
-			path, n, n, n, pub, fleet.NATSUser(n, pub))
+			path, n, n, n, pub, fleet.NATSUser(n, pub, lanes))
 		return exitOK
 	}
 	return usageError(fs, clusterUsage, stderr, "want: cluster init, or cluster add-node NAME")

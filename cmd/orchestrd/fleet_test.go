@@ -102,14 +102,32 @@ func startFleet(t *testing.T, url string, lanes [3]string) []*fleetNode {
 // (keyHome/<name>.creds: cluster add-node); it returns their paths.
 func fleetCreds(t *testing.T, keyHome string) map[string]string {
 	t.Helper()
+	return fleetCredsLanes(t, keyHome, "")
+}
+
+// fleetCredsLanes is fleetCreds with b and c certified to serve lanes
+// (add-node --lanes; "": every lane).
+func fleetCredsLanes(t *testing.T, keyHome, lanes string) map[string]string {
+	t.Helper()
 	if out, errOut, code := runCLI(t, "cluster", "init", "--name", "a", "--home", keyHome); code != 0 {
 		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
 	}
 	paths := map[string]string{"a": filepath.Join(keyHome, "cluster.creds")}
 	for _, n := range []string{"b", "c"} {
 		paths[n] = filepath.Join(keyHome, n+".creds")
-		if out, errOut, code := runCLI(t, "cluster", "add-node", n, "--out", paths[n], "--home", keyHome); code != 0 {
+		args := []string{"cluster", "add-node", n, "--out", paths[n], "--home", keyHome}
+		if lanes != "" {
+			args = append(args, "--lanes", lanes)
+		}
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 {
 			t.Fatalf("cluster add-node %s: exit %d\n%s%s", n, code, out, errOut)
+		}
+		// The external server's user it prints pulls the listed lanes'
+		// queues only.
+		if pull := `"$JS.API.CONSUMER.MSG.NEXT.ORCHESTRD_LANE_`; lanes != "" &&
+			(!strings.Contains(out, pull+lanes+`.workers"`) || strings.Contains(out, `"$JS.API.>"`)) {
+			t.Fatalf("cluster add-node %s --lanes %s printed:\n%s", n, lanes, out)
 		}
 	}
 	return paths
@@ -695,7 +713,7 @@ func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer)
 	t.Helper()
 	var users []string
 	for _, f := range []string{"cluster.creds", "b.creds", "c.creds"} {
-		pub, err := fleet.NodeKey(filepath.Join(keyHome, f))
+		pub, lanes, err := fleet.NodeKey(filepath.Join(keyHome, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -703,7 +721,7 @@ func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer)
 		if b, err := os.ReadFile(filepath.Join(keyHome, f)); err != nil || json.Unmarshal(b, &c) != nil {
 			t.Fatalf("reading %s: %v", f, err)
 		}
-		users = append(users, fleet.NATSUser(c.Node, pub))
+		users = append(users, fleet.NATSUser(c.Node, pub, lanes))
 	}
 	var clientP, routeP [3]int
 	for i := range 3 {
@@ -823,7 +841,9 @@ func TestFleetExternalNATS(t *testing.T) {
 		bin = "/usr/sbin/nats-server"
 	}
 	credsDir := shortTemp(t)
-	fleetCreds(t, credsDir)
+	// b and c may serve gpu only: their users' permissions pull no other
+	// lane's queue, and the scenario runs on them.
+	fleetCredsLanes(t, credsDir, "gpu")
 	url, srvs := startNATSCluster(t, bin, credsDir)
 	nodes := startFleetCreds(t, url, gpuLanes, credsDir)
 	for _, n := range nodes {
