@@ -220,15 +220,7 @@ func (f *Fleet) outputTaker(ctx context.Context, id string) (takeClaim, bool, er
 // outputRefused tells a piece of job id's output dropped, once per job
 // and reason: a warning and cluster.output_refused.
 func (f *Fleet) outputRefused(id, taker, why string) {
-	k := "output|" + id + "|" + why
-	f.refMu.Lock()
-	if f.refusedSeen == nil || len(f.refusedSeen) >= 4096 {
-		f.refusedSeen = map[string]bool{}
-	}
-	seen := f.refusedSeen[k]
-	f.refusedSeen[k] = true
-	f.refMu.Unlock()
-	if seen {
+	if !f.firstRefusal("output|" + id + "|" + why) {
 		return
 	}
 	f.log.Warn().Str("job_id", eventlog.Ident(id)).Str("taker", taker).Str("why", why).Msg("dropped a piece of a cluster job's output not written by its taker")

@@ -360,19 +360,26 @@ func (f *Fleet) claimTake(ctx context.Context, id string) error {
 // refused tells a refused value once per key and writer: a warning and
 // cluster.record_refused.
 func (f *Fleet) refused(re *refusedError) {
-	k := re.bucket + "|" + re.key + "|" + re.by + "|" + re.why
-	f.refMu.Lock()
-	if f.refusedSeen == nil || len(f.refusedSeen) >= 4096 {
-		f.refusedSeen = map[string]bool{}
-	}
-	seen := f.refusedSeen[k]
-	f.refusedSeen[k] = true
-	f.refMu.Unlock()
-	if seen {
+	if !f.firstRefusal(re.bucket + "|" + re.key + "|" + re.by + "|" + re.why) {
 		return
 	}
 	f.log.Warn().Str("bucket", re.bucket).Str("key", eventlog.Ident(re.key)).Str("writer", re.by).Str("why", re.why).Msg("refused a fleet record not written by who may write it")
 	f.emit(ClusterRecordRefused{What: re.bucket, Key: eventlog.Ident(re.key), Writer: re.by, Why: re.why})
+}
+
+// firstRefusal reports whether refusal k (its kind, key, writer and
+// reason) is told for the first time; the set is bounded (cleared at 4096).
+func (f *Fleet) firstRefusal(k string) bool {
+	f.refMu.Lock()
+	defer f.refMu.Unlock()
+	if f.refusedSeen == nil || len(f.refusedSeen) >= 4096 {
+		f.refusedSeen = map[string]bool{}
+	}
+	if f.refusedSeen[k] {
+		return false
+	}
+	f.refusedSeen[k] = true
+	return true
 }
 
 // sealJob is e's value in the jobs bucket, sealed by this node.
