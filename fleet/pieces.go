@@ -223,6 +223,6 @@ func (f *Fleet) outputRefused(id, taker, why string) {
 	if !f.firstRefusal("output|" + id + "|" + why) {
 		return
 	}
-	f.log.Warn().Str("job_id", eventlog.Ident(id)).Str("taker", taker).Str("why", why).Msg("dropped a piece of a cluster job's output not written by its taker")
-	f.emit(ClusterOutputRefused{JobID: eventlog.Ident(id), Taker: taker, Why: why})
+	f.log.Warn().Str("job_id", eventlog.Ident(id)).Str("taker", eventlog.Ident(taker)).Str("why", why).Msg("dropped a piece of a cluster job's output not written by its taker")
+	f.emit(ClusterOutputRefused{JobID: eventlog.Ident(id), Taker: eventlog.Ident(taker), Why: why})
 }

@@ -314,14 +314,14 @@ func (f *Fleet) checkClaim(ctx context.Context, e jobEntry) error {
 		return err
 	}
 	if found && !mayServe(c.lanes, r.Lane) {
-		f.refused(&refusedError{bucket: sealTakes, key: r.ID, by: c.Node, why: "a take of a job of lane " + r.Lane + " by " + c.Node + ", whose certificate does not list the lane"})
+		f.refused(&refusedError{bucket: sealTakes, key: r.ID, by: c.Node, why: "a take of a job of lane " + eventlog.Ident(r.Lane) + " by " + eventlog.Ident(c.Node) + ", whose certificate does not list the lane"})
 		found = false
 	}
 	switch {
 	case !found && r.State.Terminal() && !(r.State == api.StateError && strings.HasPrefix(r.Error, "not_run")):
 		return &refusedError{bucket: sealJobs, key: r.ID, by: r.Node, why: "an end of a job nobody claimed to take"}
 	case found && (c.Node != r.Node || c.Incarnation != e.Incarnation):
-		return &refusedError{bucket: sealJobs, key: r.ID, by: r.Node, why: "a record of a job taken by " + c.Node + ", naming " + r.Node}
+		return &refusedError{bucket: sealJobs, key: r.ID, by: r.Node, why: "a record of a job taken by " + eventlog.Ident(c.Node) + ", naming " + eventlog.Ident(r.Node)}
 	}
 	return nil
 }
@@ -352,7 +352,7 @@ func (f *Fleet) claimTake(ctx context.Context, id string) error {
 	case found && c.Node == f.name && c.Incarnation == f.inc:
 		return nil
 	case found:
-		return &refusedError{bucket: sealTakes, key: id, by: c.Node, why: "the job's take was claimed by " + c.Node}
+		return &refusedError{bucket: sealTakes, key: id, by: c.Node, why: "the job's take was claimed by " + eventlog.Ident(c.Node)}
 	}
 	return fmt.Errorf("claiming job %s's take: %w", id, err)
 }
@@ -363,8 +363,8 @@ func (f *Fleet) refused(re *refusedError) {
 	if !f.firstRefusal(re.bucket + "|" + re.key + "|" + re.by + "|" + re.why) {
 		return
 	}
-	f.log.Warn().Str("bucket", re.bucket).Str("key", eventlog.Ident(re.key)).Str("writer", re.by).Str("why", re.why).Msg("refused a fleet record not written by who may write it")
-	f.emit(ClusterRecordRefused{What: re.bucket, Key: eventlog.Ident(re.key), Writer: re.by, Why: re.why})
+	f.log.Warn().Str("bucket", re.bucket).Str("key", eventlog.Ident(re.key)).Str("writer", eventlog.Ident(re.by)).Str("why", re.why).Msg("refused a fleet record not written by who may write it")
+	f.emit(ClusterRecordRefused{What: re.bucket, Key: eventlog.Ident(re.key), Writer: eventlog.Ident(re.by), Why: re.why})
 }
 
 // firstRefusal reports whether refusal k (its kind, key, writer and
