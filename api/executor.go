@@ -32,6 +32,9 @@ const (
 	ModeDefault     = "default"
 	ModeAcceptEdits = "acceptEdits"
 	ModeBypass      = "bypassPermissions"
+	// ModePlan: the agent plans and changes nothing (Claude Code's and
+	// Gemini CLI's plan mode; Codex runs read-only).
+	ModePlan = "plan"
 )
 
 // Task error codes, TaskError.Code, for tasks that did not end on their own
@@ -45,6 +48,12 @@ const (
 	TaskErrStartFailed    = "executor_start_failed"
 	TaskErrPoolRemoved    = "executor_removed" // queued for a pool the restarted daemon has not got
 	TaskErrActorFailed    = "actor_failed"     // the daemon's actor of the task failed (a bug: see actor.panicked)
+	// An agent's own failures, as a built-in agent kind's adapter tells
+	// them apart: its model endpoint's rate or usage limit (TaskError's
+	// RetryAt says when to try again, when the agent said), and a key the
+	// endpoint refused.
+	TaskErrUsageLimit = "usage_limit"
+	TaskErrAuthFailed = "auth_failed"
 )
 
 // TaskSpec is task.execute's params.
@@ -81,12 +90,17 @@ type TokenUsage struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
+	// CostUSD is what the agent said the tokens cost (Claude Code reports
+	// it; 0 when the agent does not).
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // TaskError says why a task failed, timed out or was cancelled.
 type TaskError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RetryAt: a usage_limit's reset time, when the agent gave one.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
 // TaskRecord is a task as task.get, task.list and the store show it.
@@ -106,9 +120,14 @@ type TaskRecord struct {
 	Error          *TaskError   `json:"error,omitempty"`
 	MessageCount   int64        `json:"message_count"`
 	TokenUsage     *TokenUsage  `json:"token_usage,omitempty"`
-	CreatedAt      time.Time    `json:"created_at"`
-	StartedAt      *time.Time   `json:"started_at,omitempty"`
-	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
+	// Denied counts the tool uses refused in the task (a built-in agent
+	// kind reports it): a task can complete with all of them denied.
+	Denied int `json:"denied,omitempty"`
+	// SDKSessionID is the agent's own session id the task ended in.
+	SDKSessionID string     `json:"sdk_session_id,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	FinishedAt   *time.Time `json:"finished_at,omitempty"`
 }
 
 // SessionRecord is an agent session: the tasks that share one history.
@@ -118,6 +137,10 @@ type SessionRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	Tasks     int       `json:"tasks"`
+	// SDKSessionID is the agent's own session the next task resumes
+	// (Claude Code's --resume, codex exec resume), as its last task
+	// ended; "" until an agent reported one.
+	SDKSessionID string `json:"sdk_session_id,omitempty"`
 }
 
 // SessionMessage is one report_message of a session's task, as stored.

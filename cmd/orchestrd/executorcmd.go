@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,35 +17,47 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/executors/agent"
 	"github.com/orchestrd/orchestrd/executors/ptyfd"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-const executorUsage = `orchestrd executor [--key-env VAR [--key-service S]] [--stop-grace D] -- CMD [ARGS...]
+const executorUsage = `orchestrd executor [--agent KIND] [--state-dir DIR] [--model M]
+                   [--key-env VAR [--key-service S]] [--stop-grace D] -- [CMD [ARGS...]]
 
-An Agor-style executor that runs any command-line agent, one process per
-prompt. The daemon starts it (an [executors.NAME] command) and appends
---socket PATH, or --fd 3 (transport = "fd": its end of a socketpair). Each prompt runs CMD ARGS in the task's directory, with the
-prompt in place of an argument {prompt}, else on its stdin. Its stdout
-lines are the task's messages (a JSON line with a "type" passes through
-as it is, a plain line is text), its stderr lines are reported errors, its
-exit code is the task's status. --key-env fetches an API key from the
-daemon for each prompt and gives it to that one process as VAR. A prompt
-that is an iteration of a loop gives CMD ORCHESTRD_LOOP_ID,
+An Agor-style executor that runs a command-line agent, one process per
+prompt. The daemon starts it (an [executors.NAME] pool) and appends
+--socket PATH, or --fd 3 (transport = "fd": its end of a socketpair).
+
+--agent says how the agent is spoken to: "command" (the default) runs CMD
+ARGS in the task's directory with the prompt in place of an argument
+{prompt}, else on its stdin; its stdout lines are the task's messages (a
+JSON line with a "type" passes through as it is, a plain line is text),
+its stderr lines reported errors, its exit code the task's status.
+--key-env fetches an API key from the daemon for each prompt and gives it
+to that one process as VAR. "claude-code", "codex" and "gemini" run that
+CLI (CMD: its binary and extra arguments, default the kind's name on
+PATH) in its structured mode: its text streams as it is generated, its
+tool calls ask the daemon for permission (the approval inbox), its
+session is resumed by the next prompt of the same session, its key comes
+from the daemon, and a rate limit or a refused key is told apart
+(usage_limit, auth_failed). --state-dir is where the agent keeps its
+sessions (default: the agent's own, such as ~/.claude).
+
+A prompt that is an iteration of a loop gives the agent ORCHESTRD_LOOP_ID,
 ORCHESTRD_LOOP_TYPE, ORCHESTRD_LOOP_ITERATION and ORCHESTRD_LOOP_ARTIFACT
 (where to write the loop's artifact, relative to its directory).
 spawn_terminal starts the shell asked for (default $SHELL, else /bin/sh)
 on a new PTY and passes the PTY to the daemon ('orchestrd terminal').`
-
-// lineMax bounds one stdout line as a message; a longer line is split, and
-// said so.
-const lineMax = 1 << 20
 
 func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("executor")
 	keyEnv := fs.String("key-env", "", "fetch an API key for each prompt and give it to the agent as environment variable `VAR`")
 	keyService := fs.String("key-service", "", "the `SERVICE` of the key (default: VAR itself, such as ANTHROPIC_API_KEY)")
 	grace := fs.Duration("stop-grace", 5*time.Second, "on stop_task, SIGINT then SIGKILL after `D`")
+	kind := fs.String("agent", agent.KindCommand, "the agent `KIND`: "+strings.Join(agent.Known(), ", "))
+	stateDir := fs.String("state-dir", "", "where the agent keeps its sessions and settings (`DIR`; default: its own)")
+	model := fs.String("model", "", "the `MODEL` the agent uses (default: its own)")
 	socket := fs.String("socket", "", "the socket `PATH` to listen on (the daemon gives it)")
 	fd := fs.Int("fd", -1, "the daemon's connection is descriptor `N` (the daemon gives it)")
 	if code, ok := parseFlags(fs, executorUsage, args, stdout, stderr); !ok {
@@ -67,23 +77,23 @@ func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 	if *socket == "" && *fd < 0 {
 		*socket = os.Getenv("ORCHESTRD_EXECUTOR_SOCKET")
 	}
-	if len(argv) == 0 {
+	if len(argv) == 0 && (*kind == agent.KindCommand || *kind == "") {
 		return usageError(fs, executorUsage, stderr, "no agent command given after --")
 	}
 	if *socket == "" && *fd < 0 {
 		return usageError(fs, executorUsage, stderr, "no --socket PATH or --fd N (the daemon appends one)")
 	}
-	service := *keyService
-	if service == "" {
-		service = *keyEnv
+	ad, err := agent.New(*kind, agent.Options{Argv: argv, StateDir: *stateDir, Model: *model, KeyEnv: *keyEnv, KeyService: *keyService})
+	if err != nil {
+		return usageError(fs, executorUsage, stderr, "%v", err)
 	}
 	conn, err := daemonConn(*socket, *fd)
 	if err != nil {
 		fmt.Fprintf(stderr, "orchestrd executor: %v\n", err)
 		return exitFailure
 	}
-	x := &cliExecutor{conn: conn, argv: argv, keyEnv: *keyEnv, service: service, grace: *grace,
-		calls: map[string]chan wire.RPCMessage{}, tasks: map[string]*cliTask{}, terms: map[int]*exec.Cmd{}, stderr: stderr}
+	x := &cliExecutor{conn: conn, adapter: ad, grace: *grace,
+		calls: map[string]chan wire.RPCMessage{}, tasks: map[string]*agent.Proc{}, terms: map[int]*exec.Cmd{}, stderr: stderr}
 	x.cond = sync.NewCond(&x.mu)
 	return x.serve()
 }
@@ -117,9 +127,7 @@ func daemonConn(path string, fd int) (net.Conn, error) {
 // cliExecutor is orchestrd executor's one connection with the daemon.
 type cliExecutor struct {
 	conn    net.Conn
-	argv    []string
-	keyEnv  string
-	service string
+	adapter agent.Adapter
 	grace   time.Duration
 	stderr  io.Writer
 
@@ -130,17 +138,9 @@ type cliExecutor struct {
 	paused bool
 	nextID int
 	calls  map[string]chan wire.RPCMessage
-	tasks  map[string]*cliTask
+	tasks  map[string]*agent.Proc
 	terms  map[int]*exec.Cmd // shells on PTYs, by pid
 	wg     sync.WaitGroup
-}
-
-// cliTask is one prompt's agent process.
-type cliTask struct {
-	id, token string
-	cmd       *exec.Cmd
-	stopped   bool
-	mu        sync.Mutex
 }
 
 func (x *cliExecutor) serve() int {
@@ -148,8 +148,15 @@ func (x *cliExecutor) serve() int {
 	for {
 		line, err := lr.Next()
 		if err != nil {
-			// The daemon went away: what runs is killed.
+			// The daemon went away: what runs is killed, and what waits
+			// for an answer hears that none will come.
 			x.killAll(syscall.SIGKILL)
+			x.mu.Lock()
+			for id, ch := range x.calls {
+				close(ch)
+				delete(x.calls, id)
+			}
+			x.mu.Unlock()
 			x.killTerminals()
 			x.wg.Wait()
 			if errors.Is(err, io.EOF) {
@@ -198,9 +205,9 @@ func (x *cliExecutor) serve() int {
 			x.mu.Unlock()
 			if t != nil {
 				if m.Method == "cancel_task" {
-					t.signal(syscall.SIGKILL)
+					t.Kill()
 				} else {
-					t.stop(x.grace)
+					t.Stop(x.grace)
 				}
 			}
 			if m.Kind == wire.RPCKindRequest {
@@ -315,25 +322,8 @@ func (x *cliExecutor) killAll(sig syscall.Signal) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, t := range x.tasks {
-		t.signal(sig)
+		t.Signal(sig)
 	}
-}
-
-func (t *cliTask) signal(sig syscall.Signal) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cmd != nil && t.cmd.Process != nil {
-		_ = syscall.Kill(-t.cmd.Process.Pid, sig)
-	}
-}
-
-// stop sends SIGINT to the agent's group, SIGKILL after grace.
-func (t *cliTask) stop(grace time.Duration) {
-	t.mu.Lock()
-	t.stopped = true
-	t.mu.Unlock()
-	t.signal(syscall.SIGINT)
-	time.AfterFunc(grace, func() { t.signal(syscall.SIGKILL) })
 }
 
 // writeLine writes one line (b ends with its newline, as wire's Append*
@@ -371,8 +361,15 @@ func (x *cliExecutor) notify(method string, params any) {
 	}
 }
 
-// call sends a request and waits for its response.
+// call sends a request and waits for its response, 2 minutes at most.
 func (x *cliExecutor) call(method string, params any) (wire.RPCMessage, error) {
+	return x.callWait(method, params, 2*time.Minute)
+}
+
+// callWait sends a request and waits for its response, at most max (0:
+// until the daemon answers or the connection ends; the daemon bounds a
+// permission by the pool's permission_timeout).
+func (x *cliExecutor) callWait(method string, params any, max time.Duration) (wire.RPCMessage, error) {
 	x.mu.Lock()
 	x.nextID++
 	id := wire.RPCStringID(fmt.Sprintf("e-%d", x.nextID))
@@ -384,22 +381,38 @@ func (x *cliExecutor) call(method string, params any) (wire.RPCMessage, error) {
 		return wire.RPCMessage{}, err
 	}
 	x.writeLine(b)
+	var timeout <-chan time.Time
+	if max > 0 {
+		t := time.NewTimer(max)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
-	case m := <-ch:
+	case m, ok := <-ch:
+		if !ok {
+			return wire.RPCMessage{}, fmt.Errorf("%s: the connection with the daemon ended", method)
+		}
 		if m.Error != nil {
 			return m, m.Error
 		}
 		return m, nil
-	case <-time.After(2 * time.Minute):
-		return wire.RPCMessage{}, fmt.Errorf("%s: no answer from the daemon within 2 minutes", method)
+	case <-timeout:
+		x.mu.Lock()
+		delete(x.calls, id.String())
+		x.mu.Unlock()
+		return wire.RPCMessage{}, fmt.Errorf("%s: no answer from the daemon within %s", method, max)
 	}
 }
 
 type execParams struct {
-	SessionToken string `json:"session_token"`
-	TaskID       string `json:"task_id"`
-	Prompt       string `json:"prompt"`
-	Cwd          string `json:"cwd"`
+	SessionToken   string   `json:"session_token"`
+	SessionID      string   `json:"session_id"`
+	SDKSessionID   string   `json:"sdk_session_id"`
+	TaskID         string   `json:"task_id"`
+	Prompt         string   `json:"prompt"`
+	Cwd            string   `json:"cwd"`
+	Tools          []string `json:"tools"`
+	PermissionMode string   `json:"permission_mode"`
 	// Loop is the loop the prompt is an iteration of: given to the agent
 	// as ORCHESTRD_LOOP_ID, _TYPE, _ITERATION and _ARTIFACT.
 	Loop *api.TaskLoop `json:"loop"`
@@ -411,190 +424,90 @@ func (x *cliExecutor) execute(m wire.RPCMessage) {
 		x.writeErr(m.ID, e)
 		return
 	}
-	result := x.run(p)
-	x.reply(m.ID, result)
+	x.reply(m.ID, x.run(p))
 }
 
-// run runs the agent for one prompt and returns execute_prompt's result.
+// run runs the agent for one prompt through the pool's adapter and
+// returns execute_prompt's result.
 func (x *cliExecutor) run(p execParams) map[string]any {
-	seq := int64(0)
-	report := func(typ string, data json.RawMessage) {
-		seq++
-		x.notify("report_message", map[string]any{"session_token": p.SessionToken, "task_id": p.TaskID,
-			"sequence": seq, "timestamp": time.Now().UnixMilli(), "event_type": typ, "event_data": data})
-	}
-	reportErr := func(code, msg string) {
-		x.notify("report_error", map[string]any{"session_token": p.SessionToken, "task_id": p.TaskID,
-			"error": map[string]any{"code": code, "message": msg}})
-	}
-	failed := func(code, msg string) map[string]any {
-		return map[string]any{"status": "failed", "message_count": seq, "error": map[string]any{"code": code, "message": msg}}
-	}
 	env := os.Environ()
-	if x.keyEnv != "" {
-		r, err := x.call("get_api_key", map[string]any{"session_token": p.SessionToken, "credential_key": x.service})
-		if err != nil {
-			return failed("no_api_key", fmt.Sprintf("fetching the API key for %s: %v", x.service, err))
-		}
-		var k struct {
-			APIKey string `json:"api_key"`
-		}
-		if json.Unmarshal(r.Result, &k) != nil || k.APIKey == "" {
-			return failed("no_api_key", "the daemon's get_api_key answer has no api_key")
-		}
-		env = append(env, x.keyEnv+"="+k.APIKey)
-	}
 	if l := p.Loop; l != nil {
 		env = append(env, "ORCHESTRD_LOOP_ID="+l.ID, "ORCHESTRD_LOOP_TYPE="+string(l.LoopType),
 			"ORCHESTRD_LOOP_ITERATION="+strconv.FormatUint(uint64(l.Iteration), 10), "ORCHESTRD_LOOP_ARTIFACT="+l.Artifact)
 	}
-	argv := make([]string, len(x.argv))
-	onStdin := true
-	for i, a := range x.argv {
-		if strings.Contains(a, "{prompt}") {
-			a, onStdin = strings.ReplaceAll(a, "{prompt}", p.Prompt), false
-		}
-		argv[i] = a
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir, cmd.Env = p.Cwd, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if onStdin {
-		cmd.Stdin = strings.NewReader(p.Prompt)
-	}
-	outR, err := cmd.StdoutPipe()
-	if err != nil {
-		return failed("start_failed", err.Error())
-	}
-	errR, err := cmd.StderrPipe()
-	if err != nil {
-		return failed("start_failed", err.Error())
-	}
-	t := &cliTask{id: p.TaskID, token: p.SessionToken}
-	t.mu.Lock()
-	t.cmd = cmd
-	err = cmd.Start()
-	t.mu.Unlock()
-	if err != nil {
-		return failed("start_failed", fmt.Sprintf("starting %s: %v", argv[0], err))
-	}
+	pr := &agent.Proc{}
 	x.mu.Lock()
-	x.tasks[p.TaskID] = t
+	x.tasks[p.TaskID] = pr
 	x.mu.Unlock()
 	defer func() {
 		x.mu.Lock()
 		delete(x.tasks, p.TaskID)
 		x.mu.Unlock()
 	}()
-	var usage *api.TokenUsage
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sc := bufio.NewScanner(errR)
-		sc.Buffer(make([]byte, 64<<10), lineMax)
-		for sc.Scan() {
-			reportErr("stderr", sc.Text())
-		}
-	}()
-	br := bufio.NewReaderSize(outR, 64<<10)
-	for {
-		line, err := readLine(br, lineMax)
-		if len(line.b) > 0 || (err == nil && !line.split) {
-			typ, data, u := messageOf(line.b)
-			if u != nil {
-				usage = u
-			}
-			report(typ, data)
-		}
-		if line.split {
-			reportErr("line_split", fmt.Sprintf("a stdout line over %d bytes was split into several messages", lineMax))
-		}
-		if err != nil {
-			break
-		}
-	}
-	wg.Wait()
-	werr := cmd.Wait()
-	res := map[string]any{"message_count": seq}
-	if usage != nil {
-		res["token_usage"] = usage
-	}
-	t.mu.Lock()
-	stopped := t.stopped
-	t.mu.Unlock()
-	var ee *exec.ExitError
-	switch {
-	case stopped:
-		res["status"] = "cancelled"
-	case werr == nil:
-		res["status"] = "completed"
-	case errors.As(werr, &ee):
-		res["status"] = "failed"
-		code := ee.ExitCode()
-		msg := fmt.Sprintf("%s exited with code %d", argv[0], code)
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			msg = fmt.Sprintf("%s was killed by %s", argv[0], ws.Signal())
-		}
-		res["error"] = map[string]any{"code": fmt.Sprintf("exit_%d", code), "message": msg}
-	default:
-		res["status"] = "failed"
-		res["error"] = map[string]any{"code": "wait_failed", "message": werr.Error()}
-	}
-	return res
+	h := &taskHost{x: x, token: p.SessionToken, taskID: p.TaskID}
+	res := x.adapter.Run(agent.Task{ID: p.TaskID, SessionID: p.SessionID, Resume: p.SDKSessionID, Prompt: p.Prompt,
+		Cwd: p.Cwd, PermissionMode: p.PermissionMode, Tools: p.Tools, Loop: p.Loop, Env: env, Proc: pr}, h)
+	return res.Wire(h.count())
 }
 
-type lineRead struct {
-	b     []byte
-	split bool // the line was longer than max: this is a part of it
+// taskHost is agent.Host on the executor's connection, for one task.
+type taskHost struct {
+	x      *cliExecutor
+	token  string
+	taskID string
+	mu     sync.Mutex
+	seq    int64
 }
 
-// readLine reads one line (without its newline) of at most max bytes.
-func readLine(br *bufio.Reader, max int) (lineRead, error) {
-	var buf []byte
-	for {
-		frag, err := br.ReadSlice('\n')
-		buf = append(buf, frag...)
-		if err == nil {
-			return lineRead{b: bytes.TrimRight(buf, "\r\n")}, nil
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(buf) >= max {
-				return lineRead{b: buf, split: true}, nil
-			}
-			continue
-		}
-		return lineRead{b: buf}, err
-	}
+func (h *taskHost) count() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
 }
 
-// messageOf turns one stdout line into a message: a JSON object passes
-// through with its "type" as event_type (and a Claude Code "result" line
-// gives the token usage); anything else is text.
-func messageOf(line []byte) (string, json.RawMessage, *api.TokenUsage) {
-	trimmed := bytes.TrimSpace(line)
-	if len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
-		var head struct {
-			Type  string `json:"type"`
-			Usage *struct {
-				InputTokens              int64 `json:"input_tokens"`
-				OutputTokens             int64 `json:"output_tokens"`
-				CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-				CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-			} `json:"usage"`
-		}
-		_ = json.Unmarshal(trimmed, &head)
-		typ := head.Type
-		if typ == "" {
-			typ = "json"
-		}
-		var u *api.TokenUsage
-		if head.Type == "result" && head.Usage != nil {
-			u = &api.TokenUsage{InputTokens: head.Usage.InputTokens, OutputTokens: head.Usage.OutputTokens,
-				CacheReadTokens: head.Usage.CacheReadInputTokens, CacheWriteTokens: head.Usage.CacheCreationInputTokens}
-		}
-		return typ, json.RawMessage(trimmed), u
+func (h *taskHost) Report(typ string, data any) {
+	// One sequence at a time: the messages go out in their order.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seq++
+	h.x.notify("report_message", map[string]any{"session_token": h.token, "task_id": h.taskID,
+		"sequence": h.seq, "timestamp": time.Now().UnixMilli(), "event_type": typ, "event_data": data})
+}
+
+func (h *taskHost) ReportError(code, msg string) {
+	h.x.notify("report_error", map[string]any{"session_token": h.token, "task_id": h.taskID,
+		"error": map[string]any{"code": code, "message": msg}})
+}
+
+func (h *taskHost) Permission(tool string, input json.RawMessage) (agent.Decision, error) {
+	if len(input) == 0 {
+		input = json.RawMessage(`{}`)
 	}
-	data, _ := json.Marshal(map[string]any{"delta": map[string]string{"text": string(line) + "\n"}})
-	return "content_block_delta", data, nil
+	r, err := h.x.callWait("request_permission", map[string]any{"session_token": h.token, "task_id": h.taskID,
+		"tool_name": tool, "tool_input": input}, 0)
+	if err != nil {
+		return agent.Decision{}, err
+	}
+	var d struct {
+		Approved bool   `json:"approved"`
+		Reason   string `json:"reason"`
+	}
+	if err := json.Unmarshal(r.Result, &d); err != nil {
+		return agent.Decision{}, fmt.Errorf("request_permission's answer: %w", err)
+	}
+	return agent.Decision{Approved: d.Approved, Reason: d.Reason}, nil
+}
+
+func (h *taskHost) APIKey(service string) (string, error) {
+	r, err := h.x.call("get_api_key", map[string]any{"session_token": h.token, "credential_key": service})
+	if err != nil {
+		return "", err
+	}
+	var k struct {
+		APIKey string `json:"api_key"`
+	}
+	if json.Unmarshal(r.Result, &k) != nil || k.APIKey == "" {
+		return "", errors.New("the daemon's get_api_key answer has no api_key")
+	}
+	return k.APIKey, nil
 }
