@@ -159,7 +159,7 @@ func messageOf(line []byte) (string, json.RawMessage, *api.TokenUsage) {
 	trimmed := bytes.TrimSpace(line)
 	if len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
 		var head struct {
-			Type  string `json:"type"`
+			Type  string  `json:"type"`
 			Cost  float64 `json:"total_cost_usd"`
 			Usage *struct {
 				InputTokens              int64 `json:"input_tokens"`
