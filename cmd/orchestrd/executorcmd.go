@@ -22,7 +22,7 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-const executorUsage = `orchestrd executor [--agent KIND] [--state-dir DIR] [--model M]
+const executorUsage = `orchestrd executor [--agent KIND] [--state-dir DIR] [--model M] [--sandboxed]
                    [--key-env VAR [--key-service S]] [--stop-grace D] -- [CMD [ARGS...]]
 
 An Agor-style executor that runs a command-line agent, one process per
@@ -58,6 +58,7 @@ func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 	kind := fs.String("agent", agent.KindCommand, "the agent `KIND`: "+strings.Join(agent.Known(), ", "))
 	stateDir := fs.String("state-dir", "", "where the agent keeps its sessions and settings (`DIR`; default: its own)")
 	model := fs.String("model", "", "the `MODEL` the agent uses (default: its own)")
+	sandboxed := fs.Bool("sandboxed", false, "the daemon runs this executor in its sandbox (it says so)")
 	socket := fs.String("socket", "", "the socket `PATH` to listen on (the daemon gives it)")
 	fd := fs.Int("fd", -1, "the daemon's connection is descriptor `N` (the daemon gives it)")
 	if code, ok := parseFlags(fs, executorUsage, args, stdout, stderr); !ok {
@@ -83,7 +84,7 @@ func cmdExecutor(args []string, stdout, stderr io.Writer) int {
 	if *socket == "" && *fd < 0 {
 		return usageError(fs, executorUsage, stderr, "no --socket PATH or --fd N (the daemon appends one)")
 	}
-	ad, err := agent.New(*kind, agent.Options{Argv: argv, StateDir: *stateDir, Model: *model, KeyEnv: *keyEnv, KeyService: *keyService})
+	ad, err := agent.New(*kind, agent.Options{Argv: argv, StateDir: *stateDir, Model: *model, Sandboxed: *sandboxed, KeyEnv: *keyEnv, KeyService: *keyService})
 	if err != nil {
 		return usageError(fs, executorUsage, stderr, "%v", err)
 	}

@@ -62,6 +62,11 @@ type Options struct {
 	StateDir string
 	// Model is the pool's model_config.model; "" is the agent's default.
 	Model string
+	// Sandboxed: the daemon runs the executor in its sandbox (user, mount
+	// and pid namespaces). A CLI that refuses to skip its permission
+	// checks as root outside a sandbox (Claude Code) may be told it is in
+	// one (IS_SANDBOX=1); without it, bypass as root is refused.
+	Sandboxed bool
 	// KeyEnv/KeyService: the command kind's --key-env and --key-service.
 	KeyEnv, KeyService string
 }
