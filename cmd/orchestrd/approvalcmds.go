@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -224,9 +223,9 @@ func decisionBy(a api.Approval) string {
 	return string(r.Decision) + "/" + dash(by)
 }
 
-// summary is one line saying what an approval asks: a Bash command, the
-// file a Read/Edit/Write touches, a plan's first line, else the input as
-// compact JSON.
+// summary is one line saying what an approval asks: a plan's first line,
+// else what the tool call does (api.ToolSummary: a Bash command, the file
+// a Read/Edit/Write touches...).
 func summary(a api.Approval) string {
 	if a.Kind == api.KindPlan {
 		for _, l := range strings.Split(a.Content, "\n") {
@@ -236,32 +235,10 @@ func summary(a api.Approval) string {
 		}
 		return "-"
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(a.ToolInput, &fields) == nil {
-		var key string
-		switch a.ToolName {
-		case "Bash":
-			key = "command"
-		case "Read", "Edit", "Write", "MultiEdit":
-			key = "file_path"
-		case "NotebookEdit":
-			key = "notebook_path"
-		case "WebFetch":
-			key = "url"
-		}
-		var s string
-		if key != "" && json.Unmarshal(fields[key], &s) == nil && s != "" {
-			return oneLine(s)
-		}
+	if s := oneLine(api.ToolSummary(a.ToolName, a.ToolInput)); s != "" {
+		return s
 	}
-	if len(a.ToolInput) == 0 {
-		return "-"
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, a.ToolInput) != nil {
-		return oneLine(string(a.ToolInput))
-	}
-	return oneLine(b.String())
+	return "-"
 }
 
 // oneLine puts s on one line: newlines become " ⏎ ", other control
