@@ -99,3 +99,23 @@ func TestPromptSaysAgentFailures(t *testing.T) {
 		}
 	}
 }
+
+// The chat shows a built-in agent's conversation as prompt does: text
+// streamed on one line, tool calls, their results, the denial and the
+// tool the agent refused itself said as such.
+func TestChatShowsAgentConversation(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, chatConfig(t))
+	out, errs, code := runCLIWith(t, "", strings.NewReader(script(`{"op":"conversation"}`)+"\n"), "chat", "--home", d.home)
+	want := "I'll list the files.\n" +
+		"> Bash ls -la\n" +
+		"< Bash: a.go ⏎ b.go\n" +
+		"> Bash rm -rf build\n" +
+		"! denied Bash: not the build dir\n" +
+		"> Write /etc/motd\n" +
+		"! Write failed: Claude requested permissions to write to /etc/motd, but you haven't granted it yet.\n" +
+		"Done <b>bold</b> \x1b[31mred\n"
+	if code != 0 || out != want {
+		t.Fatalf("chat: exit %d, stderr %q\nstdout %q\nwant   %q", code, errs, out, want)
+	}
+}
