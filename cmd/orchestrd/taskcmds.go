@@ -426,17 +426,7 @@ func usageWords(u *api.TokenUsage) string {
 	if u == nil {
 		return "-"
 	}
-	s := fmt.Sprintf("%d tokens in, %d out", u.InputTokens, u.OutputTokens)
-	if u.CacheReadTokens > 0 {
-		s += fmt.Sprintf(", %d cache read", u.CacheReadTokens)
-	}
-	if u.CacheWriteTokens > 0 {
-		s += fmt.Sprintf(", %d cache write", u.CacheWriteTokens)
-	}
-	if u.CostUSD > 0 {
-		s += fmt.Sprintf(", $%.4f", u.CostUSD)
-	}
-	return s
+	return u.Words()
 }
 
 func toolName(name string) string {
