@@ -183,6 +183,16 @@ func printApprovals(w io.Writer, as []api.Approval, history bool, now time.Time)
 		fmt.Fprintln(tw, strings.Join(append(rows[i], cut(summary(a), width), dash(a.Cwd)), "\t"))
 	}
 	tw.Flush()
+	// A reason its code does not say enough, said once under the table.
+	said := map[string]bool{}
+	for _, a := range as {
+		if r := a.Resolution; history && r != nil && !said[r.Reason] {
+			said[r.Reason] = true
+			if words := api.CancelWords(r.Reason); words != "" {
+				fmt.Fprintf(w, "%s: %s\n", r.Reason, words)
+			}
+		}
+	}
 }
 
 // terminalWidth is w's width in columns when it is a terminal, else 0.
@@ -384,6 +394,9 @@ func resolvedLine(a api.Approval) string {
 	}
 	if r.Reason != "" {
 		s += " (" + r.Reason + ")"
+		if w := api.CancelWords(r.Reason); w != "" {
+			s += ": " + w
+		}
 	}
 	return s
 }
@@ -605,7 +618,11 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 	case "approval.timed_out":
 		w.ended(e.ID, e.ID+": timed out")
 	case "approval.cancelled":
-		w.ended(e.ID, fmt.Sprintf("%s: cancelled (%s)", e.ID, e.Reason))
+		line := fmt.Sprintf("%s: cancelled (%s)", e.ID, e.Reason)
+		if words := api.CancelWords(e.Reason); words != "" {
+			line += ": " + words
+		}
+		w.ended(e.ID, line)
 	case "approval.auto_resolved":
 		w.clearPrompt()
 		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, e.ToolName, e.Decision, e.Rule)

@@ -268,7 +268,11 @@ func apprDecision(a api.Approval) string {
 	}
 	if r.Decision == "" {
 		if r.Reason != "" {
-			return "cancelled: " + r.Reason
+			s := "cancelled: " + r.Reason
+			if w := api.CancelWords(r.Reason); w != "" {
+				s += " (" + w + ")"
+			}
+			return s
 		}
 		return "-"
 	}

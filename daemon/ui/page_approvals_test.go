@@ -750,3 +750,13 @@ func TestAppJSPostsURLEncoded(t *testing.T) {
 		t.Fatal("app.js does not post its act forms urlencoded")
 	}
 }
+
+// An approval nobody was asked because Claude Code ignores the answer of
+// the hook that asked (hook_no_verdict) says so, never as a decision.
+func TestApprDecisionHookNoVerdict(t *testing.T) {
+	a := api.Approval{State: api.ApprovalCancelled, Resolution: &api.Resolution{By: api.ByDaemon, Reason: api.CancelHookNoVerdict}}
+	got := apprDecision(a)
+	if !strings.HasPrefix(got, "cancelled: hook_no_verdict (not asked: ") || !strings.Contains(got, "register vibe-reachout's hook as PermissionRequest") {
+		t.Fatalf("apprDecision: %q", got)
+	}
+}
