@@ -759,8 +759,7 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	for _, m := range res.Messages {
 		if m.TaskID != task {
 			task = m.TaskID
-			f.endLine()
-			fmt.Fprintf(stdout, "--- task %s\n", task)
+			f.line("--- task " + task)
 		}
 		f.print(m.EventType, m.EventData)
 	}
