@@ -96,7 +96,25 @@ const (
 	CancelDaemonStopped = "daemon_stopping"
 	CancelDaemonRestart = "daemon_restarted"
 	CancelRequested     = "cancelled" // approval.cancel
+	// CancelHookNoVerdict: the requester could not act on an answer, so
+	// nobody was asked: a hook that forwarded its hook_event_name ran as
+	// Claude Code's PreToolUse hook (or another but PermissionRequest),
+	// where Claude Code ignores the PermissionRequest answer vibe-
+	// reachout's hook prints ("hook_no_verdict"): the tool went on to
+	// Claude Code's own permission check. Register the hook as
+	// PermissionRequest.
+	CancelHookNoVerdict = "hook_no_verdict"
 )
+
+// CancelWords says a cancellation's reason to people when its code is not
+// enough ("" when it is).
+func CancelWords(reason string) string {
+	if reason == CancelHookNoVerdict {
+		return "not asked: the hook ran as a Claude Code hook other than PermissionRequest (PreToolUse...), " +
+			"which ignores its answer, so Claude Code decided by itself; register vibe-reachout's hook as PermissionRequest"
+	}
+	return ""
+}
 
 // Approval is one question put to a person: may this tool run, may this
 // plan go ahead. The JSON is what approval.list and approval.get answer

@@ -56,7 +56,8 @@ func (ApprovalTimedOut) Kind() string { return "approval.timed_out" }
 
 // ApprovalCancelled: the approval ended unanswered: requester_gone,
 // daemon_stopping, daemon_restarted, cancelled (approval.cancel, or the
-// reason its client gave), store_unavailable. By and the rest are who
+// reason its client gave), store_unavailable, hook_no_verdict (at once:
+// its requester could not act on an answer, Request.Unheard). By and the rest are who
 // cancelled it with approval.cancel (as in approval.resolved).
 type ApprovalCancelled struct {
 	ID        string `json:"id"`

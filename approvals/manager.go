@@ -179,6 +179,9 @@ func (m *Manager) ask(req Request, answer func(api.Approval), recorded func(api.
 	if a.Kind == "" {
 		a.Kind = api.KindTool
 	}
+	if req.Unheard != "" {
+		return m.cancelUnheard(a, req.Unheard, answer, recorded)
+	}
 	if r := m.matchRule(&req); r != nil {
 		return m.autoResolve(a, r, answer, recorded)
 	}
@@ -315,7 +318,34 @@ func (m *Manager) autoResolve(a api.Approval, r *rule, answer func(api.Approval)
 	return overAlready(a.ID), nil
 }
 
-// overAlready is the Pending of an approval a rule answered.
+// cancelUnheard records a cancelled (reason) at once: its requester could
+// not act on an answer (Request.Unheard).
+func (m *Manager) cancelUnheard(a api.Approval, reason string, answer func(api.Approval), recorded func(api.Approval, error)) (Pending, error) {
+	a.State = api.ApprovalCancelled
+	a.Resolution = &api.Resolution{By: api.ByDaemon, Reason: reason, At: a.CreatedAt}
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return nil, api.Errorf(api.CodeShuttingDown, "the daemon is stopping: approval not asked")
+	}
+	m.mu.Unlock()
+	m.keepFinished(a)
+	if err := m.recordRequested(a, func(err error) {
+		if recorded != nil {
+			recorded(a, err)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	m.bus.Emit(ApprovalCancelled{ID: a.ID, Reason: reason})
+	if answer != nil {
+		answer(a)
+	}
+	return overAlready(a.ID), nil
+}
+
+// overAlready is the Pending of an approval a rule answered (or one
+// cancelled at once).
 type overAlready string
 
 func (d overAlready) ID() string  { return string(d) }

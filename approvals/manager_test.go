@@ -305,6 +305,35 @@ func TestConfigRules(t *testing.T) {
 	}
 }
 
+// A request whose requester cannot act on an answer (Unheard) is recorded
+// cancelled with its reason at once: no rule answers it (a deny rule
+// would be shown as if it held), nobody is asked.
+func TestUnheard(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rules = []RuleConfig{{Tool: "Bash", Decision: "deny"}}
+	h := newHarness(t, cfg, nil)
+	ans := newAnswers(t)
+	req := toolReq(`{"command":"ls"}`)
+	req.Unheard = api.CancelHookNoVerdict
+	p, err := h.m.Ask(req, ans.answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ans.wait()
+	if got.ID != p.ID() || got.State != api.ApprovalCancelled || got.Resolution.Reason != api.CancelHookNoVerdict || got.Resolution.RuleID != "" {
+		t.Fatalf("got %s %+v", got.State, got.Resolution)
+	}
+	if ev := h.waitEvent("approval.cancelled").Event.(ApprovalCancelled); ev.ID != p.ID() || ev.Reason != api.CancelHookNoVerdict {
+		t.Fatalf("approval.cancelled %+v", ev)
+	}
+	if a, _, _ := h.m.Get(p.ID()); a.State != api.ApprovalCancelled {
+		t.Fatalf("kept as %s", a.State)
+	}
+	if e := h.call("approval.resolve", map[string]any{"id": p.ID(), "decision": "Allow"}, nil); e == nil {
+		t.Fatal("resolved an approval nobody was asked")
+	}
+}
+
 // Shutdown: a bound approval is answered (cancelled daemon_stopping), an
 // unbound one stays pending in the store.
 func TestShutdown(t *testing.T) {

@@ -28,6 +28,12 @@ type Request struct {
 	// cancelled when the requester goes, and after a daemon restart
 	// (nobody is left to hear the answer).
 	Bound bool
+	// Unheard, when set, is why the requester cannot act on any answer
+	// (api.CancelHookNoVerdict): the approval is recorded cancelled with
+	// it at once (approval.cancelled), no rule consulted, nobody asked,
+	// so that what happened is on record and nothing answered is shown
+	// as if it held.
+	Unheard string
 }
 
 // Pending is an approval Ask started, for the front-end that asked.

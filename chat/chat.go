@@ -80,9 +80,9 @@ type reply struct {
 	conv      uint64
 	cancel    bool        // chat.cancel asked: nothing more is streamed
 	early     []TaskEvent // events that came before the task id
-	tools     toolNames
+	tools     api.ToolNames
 
-	chunks, bytes, calls, results int
+	chunks, bytes, calls, results, denied int
 }
 
 // Start makes the chat and starts following task events.
@@ -269,7 +269,7 @@ func (m *Manager) apply(r *reply, ev TaskEvent) {
 		}
 		m.bus.Emit(ChatChunk{Done: true, MessageID: r.messageID, State: ev.State, Error: ev.Error})
 		m.bus.Emit(ChatReplied{MessageID: r.messageID, TaskID: r.taskID, State: ev.State, ErrorCode: code,
-			Chunks: r.chunks, Bytes: r.bytes, ToolCalls: r.calls, ToolResults: r.results, Cancelled: r.cancel})
+			Chunks: r.chunks, Bytes: r.bytes, ToolCalls: r.calls, ToolResults: r.results, Denied: r.denied, Cancelled: r.cancel})
 		return
 	}
 	if r.cancel {
@@ -285,8 +285,12 @@ func (m *Manager) apply(r *reply, ev TaskEvent) {
 			r.calls++
 			m.bus.Emit(ChatToolCall{Tool: it.tool, Input: it.input, MessageID: r.messageID})
 		case itemToolResult:
-			r.results++
-			m.bus.Emit(ChatToolResult{Tool: it.tool, Output: it.output, MessageID: r.messageID})
+			if it.denied {
+				r.denied++
+			} else {
+				r.results++
+			}
+			m.bus.Emit(ChatToolResult{Tool: it.tool, Output: it.output, IsError: it.isError, Denied: it.denied, MessageID: r.messageID})
 		}
 	}
 }

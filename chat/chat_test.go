@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -146,10 +147,48 @@ func kinds(recs []*eventlog.Record) []string {
 			s += ":" + e.Tool + ":" + string(e.Input)
 		case ChatToolResult:
 			s += ":" + e.Tool + ":" + e.Output
+			if e.Denied {
+				s += ":denied"
+			}
+			if e.IsError {
+				s += ":error"
+			}
+		case ChatReplied:
+			if e.Denied > 0 {
+				s += fmt.Sprintf(":denied=%d", e.Denied)
+			}
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// A built-in agent's messages: a tool use refused and one that failed
+// reach the client as such (never as a result of a tool that ran), and
+// the reply's record counts the denials.
+func TestChatReplyDenials(t *testing.T) {
+	f := newFixture(t, "chat")
+	c := f.mux.Start(t, "chat.send", map[string]any{"message": "clean up"})
+	f.tasks.answer(0, "t-1", "s-1", nil)
+	if _, err := c.Wait(t, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f.evs.msg("t-1", "thinking", `{"text":"hmm"}`)
+	f.evs.msg("t-1", "text", `{"text":"Clea"}`)
+	f.evs.msg("t-1", "text", `{"text":"ning."}`)
+	f.evs.msg("t-1", "tool_call", `{"id":"u1","name":"Bash","input":{"command":"rm -rf build"}}`)
+	f.evs.msg("t-1", "permission_denied", `{"id":"u1","name":"Bash","input":{"command":"rm -rf build"},"reason":"not the build dir"}`)
+	f.evs.msg("t-1", "tool_call", `{"id":"u2","name":"Write","input":{"file_path":"/x"}}`)
+	f.evs.msg("t-1", "tool_result", `{"id":"u2","output":"needs approval","is_error":true}`)
+	f.evs.msg("t-1", "result", `{"text":"Cleaning.","denied":1}`)
+	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCompleted})
+	got := kinds(f.sink.take())
+	want := []string{"chat.sent", "chat.chunk:Clea", "chat.chunk:ning.", `chat.tool_call:Bash:{"command":"rm -rf build"}`,
+		"chat.tool_result:Bash:not the build dir:denied:error", `chat.tool_call:Write:{"file_path":"/x"}`,
+		"chat.tool_result:Write:needs approval:error", "chat.chunk::done:completed", "chat.replied:denied=1"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("events\n%q\nwant\n%q", got, want)
+	}
 }
 
 func TestChatSendStreamsTheReply(t *testing.T) {

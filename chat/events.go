@@ -8,10 +8,10 @@ import (
 )
 
 // The chat's stream, as Loopr's client reads it (chat.chunk {text, done},
-// chat.tool_call {tool, input}, chat.tool_result {tool, output}), plus the
-// message it belongs to: ephemeral, never in the log (they carry what the
-// agent wrote; the store keeps the reply as the task's messages). Their
-// kinds are Loopr's names. The log gets the chat's lifecycle, sizes only
+// chat.tool_call {tool, input}, chat.tool_result {tool, output, is_error?,
+// denied?}), plus the message it belongs to: ephemeral, never in the log
+// (they carry what the agent wrote; the store keeps the reply as the
+// task's messages). Their kinds are Loopr's names. The log gets the chat's lifecycle, sizes only
 // (chat.sent, chat.replied, chat.cancelled, chat.cleared).
 
 // ChatChunk is a piece of the reply's text; the last of a reply has Done
@@ -39,10 +39,14 @@ type ChatToolCall struct {
 func (ChatToolCall) Kind() string { return "chat.tool_call" }
 func (ChatToolCall) Ephemeral()   {}
 
-// ChatToolResult: what a tool gave back (cut at 64 KiB).
+// ChatToolResult: what a tool gave back (cut at 64 KiB). IsError: the
+// tool failed or did not run; Denied: the tool use was refused (by a
+// person, a rule or the agent itself) and did not run, Output the reason.
 type ChatToolResult struct {
 	Tool      string `json:"tool"`
 	Output    string `json:"output"`
+	IsError   bool   `json:"is_error,omitempty"`
+	Denied    bool   `json:"denied,omitempty"`
 	MessageID string `json:"message_id"`
 }
 
@@ -72,6 +76,7 @@ type ChatReplied struct {
 	Bytes       int           `json:"bytes"`
 	ToolCalls   int           `json:"tool_calls"`
 	ToolResults int           `json:"tool_results"`
+	Denied      int           `json:"denied,omitempty"` // tool uses refused
 	Cancelled   bool          `json:"cancelled"`
 }
 

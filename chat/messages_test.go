@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 func TestParseMessage(t *testing.T) {
-	var tools toolNames
+	var tools api.ToolNames
 	for _, tc := range []struct {
 		typ, data string
 		want      string
@@ -27,6 +29,15 @@ func TestParseMessage(t *testing.T) {
 		{"progress", `{"percent":3}`, ""},
 		{"content_block_delta", `not json`, ""},
 		{"assistant", `{"message":{"content":7}}`, ""},
+		// The built-in agent kinds' messages: text streamed, a tool
+		// that failed or was refused said as such.
+		{"thinking", `{"text":"hmm"}`, ""},
+		{"text", `{"text":"pie"}`, "T:pie"},
+		{"tool_call", `{"id":"u3","name":"Bash","input":{"command":"rm -rf build"}}`, `C:Bash:{"command":"rm -rf build"}`},
+		{"permission_denied", `{"id":"u3","name":"Bash","input":{"command":"rm -rf build"},"reason":"not the build dir"}`, "D:Bash:not the build dir"},
+		{"tool_result", `{"id":"u3","output":"needs approval","is_error":true}`, "E:Bash:needs approval"},
+		{"usage", `{"input_tokens":1}`, ""},
+		{"result", `{"text":"done","denied":1}`, ""},
 	} {
 		var got []string
 		for _, it := range parseMessage(tc.typ, []byte(tc.data), &tools) {
@@ -36,7 +47,14 @@ func TestParseMessage(t *testing.T) {
 			case itemToolCall:
 				got = append(got, "C:"+it.tool+":"+string(it.input))
 			case itemToolResult:
-				got = append(got, "R:"+it.tool+":"+it.output)
+				k := "R:"
+				switch {
+				case it.denied:
+					k = "D:"
+				case it.isError:
+					k = "E:"
+				}
+				got = append(got, k+it.tool+":"+it.output)
 			}
 		}
 		if s := strings.Join(got, "|"); s != tc.want {
@@ -49,12 +67,6 @@ func TestParseMessage(t *testing.T) {
 	if len(it.output) > maxToolOutput || !utf8.ValidString(it.output) {
 		t.Fatalf("output of %d bytes (valid %v)", len(it.output), utf8.ValidString(it.output))
 	}
-	for i := 0; i < 3*maxToolIDs; i++ {
-		tools.add(strings.Repeat("i", i+1), "t")
-	}
-	if len(tools.names) > maxToolIDs || len(tools.ids) > maxToolIDs {
-		t.Fatalf("%d tool ids kept", len(tools.names))
-	}
 }
 
 // An agent's message, whatever it is, never panics the decoder, and what
@@ -62,12 +74,12 @@ func TestParseMessage(t *testing.T) {
 func FuzzParseMessage(f *testing.F) {
 	for _, s := range []string{`{"delta":{"text":"hi"}}`, `{"message":{"content":[{"type":"tool_use","id":"1","name":"x","input":{}}]}}`,
 		`{"tool_use_id":"1","content":[{"type":"text","text":"a"}]}`, `{"output":null}`, `[]`, `"s"`, `{"input":1e999}`} {
-		for _, typ := range []string{"content_block_delta", "assistant", "user", "tool_result", "tool_use", "text"} {
+		for _, typ := range []string{"content_block_delta", "assistant", "user", "tool_result", "tool_use", "text", "tool_call", "permission_denied"} {
 			f.Add(typ, []byte(s))
 		}
 	}
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
-		var tools toolNames
+		var tools api.ToolNames
 		for _, it := range parseMessage(typ, data, &tools) {
 			switch it.kind {
 			case itemToolCall:

@@ -38,6 +38,11 @@ type ReachoutRequest struct {
 	// AssistantContext is the agent's last words (the real hook sends it;
 	// the spec does not list it); "" when absent or null.
 	AssistantContext string
+	// HookEventName is the hook_event_name of Claude Code's hook input, as
+	// a hook that forwards it sends it (orchestrd's own, internal/
+	// reachouthook; vibe-reachout's hook does not, and the bot ignores
+	// it): "PermissionRequest", "PreToolUse"...; "" when absent or null.
+	HookEventName string
 }
 
 // ReachoutResponse is the IpcResponse answering a hook.
@@ -53,8 +58,8 @@ type ReachoutResponse struct {
 
 // DecodeReachoutRequest decodes one request line as the real bot's serde
 // does: request_id, tool_name, tool_input, cwd and session_id are required;
-// permission_suggestions (an array) and assistant_context (a string or
-// null) are optional; unknown members are ignored; a member the request
+// permission_suggestions (an array), assistant_context and
+// hook_event_name (a string or null) are optional; unknown members are ignored; a member the request
 // knows given twice, or anything after the object, is refused. request_id
 // must be a UUID in a form Rust's uuid crate parses (hyphenated, simple,
 // braced, urn:uuid:; any version) and is returned canonical. tool_input
@@ -86,7 +91,7 @@ func DecodeReachoutRequest(line []byte) (ReachoutRequest, error) {
 			return r, fmt.Errorf("request is not JSON: %w", syntaxOnly(err))
 		}
 		switch key {
-		case "request_id", "tool_name", "tool_input", "cwd", "session_id", "permission_suggestions", "assistant_context":
+		case "request_id", "tool_name", "tool_input", "cwd", "session_id", "permission_suggestions", "assistant_context", "hook_event_name":
 		default:
 			continue // serde ignores unknown fields
 		}
@@ -141,6 +146,11 @@ func (r *ReachoutRequest) setField(key string, raw json.RawMessage) error {
 			return nil
 		}
 		return str(&r.AssistantContext)
+	case "hook_event_name":
+		if string(raw) == "null" {
+			return nil
+		}
+		return str(&r.HookEventName)
 	case "tool_input":
 		if raw[0] != '{' {
 			return fmt.Errorf("tool_input is %s, want an object", jsonKind(raw))

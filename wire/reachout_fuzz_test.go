@@ -14,6 +14,7 @@ func FuzzReachoutRequest(f *testing.F) {
 	f.Add([]byte(reachoutLine("urn:uuid:"+testUUID, `,"permission_suggestions":[{"a":"\u2028"}],"assistant_context":"<&>"`)))
 	f.Add([]byte(reachoutLine("550e8400e29b41d4a716446655440000", `,"x":[{"y":null}]`)))
 	f.Add([]byte(`{"request_id":"` + testUUID + `","tool_name":"\ud800","tool_input":{"a":1e400},"cwd":"","session_id":""}`))
+	f.Add([]byte(reachoutLine(testUUID, `,"hook_event_name":"PreToolUse"`)))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		r, err := DecodeReachoutRequest(line)
@@ -34,6 +35,9 @@ func FuzzReachoutRequest(f *testing.F) {
 		if r.AssistantContext != "" {
 			again["assistant_context"] = r.AssistantContext
 		}
+		if r.HookEventName != "" {
+			again["hook_event_name"] = r.HookEventName
+		}
 		b, err := json.Marshal(again)
 		if err != nil {
 			t.Fatalf("re-encoding %+v: %v", r, err)
@@ -43,7 +47,7 @@ func FuzzReachoutRequest(f *testing.F) {
 			t.Fatalf("re-decoding %s: %v", b, err)
 		}
 		if r2.RequestID != r.RequestID || r2.ToolName != r.ToolName || r2.Cwd != r.Cwd || r2.SessionID != r.SessionID ||
-			r2.AssistantContext != r.AssistantContext || len(r2.PermissionSuggestions) != len(r.PermissionSuggestions) ||
+			r2.AssistantContext != r.AssistantContext || r2.HookEventName != r.HookEventName || len(r2.PermissionSuggestions) != len(r.PermissionSuggestions) ||
 			!jsonEqual(r2.ToolInput, r.ToolInput) {
 			t.Fatalf("round trip:\n%+v\n%+v", r, r2)
 		}

@@ -63,9 +63,17 @@ func TestDecodeReachoutRequest(t *testing.T) {
 	}
 
 	// Optional members absent or null.
-	r, err = DecodeReachoutRequest([]byte(reachoutLine(testUUID, `,"assistant_context":null`)))
-	if err != nil || r.PermissionSuggestions != nil || r.AssistantContext != "" {
+	r, err = DecodeReachoutRequest([]byte(reachoutLine(testUUID, `,"assistant_context":null,"hook_event_name":null`)))
+	if err != nil || r.PermissionSuggestions != nil || r.AssistantContext != "" || r.HookEventName != "" {
 		t.Fatalf("%+v, %v", r, err)
+	}
+	// The hook event a hook that forwards it names; not a string: refused.
+	r, err = DecodeReachoutRequest([]byte(reachoutLine(testUUID, `,"hook_event_name":"PreToolUse"`)))
+	if err != nil || r.HookEventName != "PreToolUse" {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if _, err := DecodeReachoutRequest([]byte(reachoutLine(testUUID, `,"hook_event_name":1`))); err == nil || !strings.Contains(err.Error(), "hook_event_name is a number") {
+		t.Fatalf("hook_event_name 1: %v", err)
 	}
 	// A final \r, whitespace around: as serde.
 	if _, err := DecodeReachoutRequest([]byte(" " + reachoutLine(testUUID, "") + " \t")); err != nil {

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -184,6 +183,16 @@ func printApprovals(w io.Writer, as []api.Approval, history bool, now time.Time)
 		fmt.Fprintln(tw, strings.Join(append(rows[i], cut(summary(a), width), dash(a.Cwd)), "\t"))
 	}
 	tw.Flush()
+	// A reason its code does not say enough, said once under the table.
+	said := map[string]bool{}
+	for _, a := range as {
+		if r := a.Resolution; history && r != nil && !said[r.Reason] {
+			said[r.Reason] = true
+			if words := api.CancelWords(r.Reason); words != "" {
+				fmt.Fprintf(w, "%s: %s\n", r.Reason, words)
+			}
+		}
+	}
 }
 
 // terminalWidth is w's width in columns when it is a terminal, else 0.
@@ -224,9 +233,9 @@ func decisionBy(a api.Approval) string {
 	return string(r.Decision) + "/" + dash(by)
 }
 
-// summary is one line saying what an approval asks: a Bash command, the
-// file a Read/Edit/Write touches, a plan's first line, else the input as
-// compact JSON.
+// summary is one line saying what an approval asks: a plan's first line,
+// else what the tool call does (api.ToolSummary: a Bash command, the file
+// a Read/Edit/Write touches...).
 func summary(a api.Approval) string {
 	if a.Kind == api.KindPlan {
 		for _, l := range strings.Split(a.Content, "\n") {
@@ -236,32 +245,10 @@ func summary(a api.Approval) string {
 		}
 		return "-"
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(a.ToolInput, &fields) == nil {
-		var key string
-		switch a.ToolName {
-		case "Bash":
-			key = "command"
-		case "Read", "Edit", "Write", "MultiEdit":
-			key = "file_path"
-		case "NotebookEdit":
-			key = "notebook_path"
-		case "WebFetch":
-			key = "url"
-		}
-		var s string
-		if key != "" && json.Unmarshal(fields[key], &s) == nil && s != "" {
-			return oneLine(s)
-		}
+	if s := oneLine(api.ToolSummary(a.ToolName, a.ToolInput)); s != "" {
+		return s
 	}
-	if len(a.ToolInput) == 0 {
-		return "-"
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, a.ToolInput) != nil {
-		return oneLine(string(a.ToolInput))
-	}
-	return oneLine(b.String())
+	return "-"
 }
 
 // oneLine puts s on one line: newlines become " ⏎ ", other control
@@ -407,6 +394,9 @@ func resolvedLine(a api.Approval) string {
 	}
 	if r.Reason != "" {
 		s += " (" + r.Reason + ")"
+		if w := api.CancelWords(r.Reason); w != "" {
+			s += ": " + w
+		}
 	}
 	return s
 }
@@ -628,7 +618,11 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 	case "approval.timed_out":
 		w.ended(e.ID, e.ID+": timed out")
 	case "approval.cancelled":
-		w.ended(e.ID, fmt.Sprintf("%s: cancelled (%s)", e.ID, e.Reason))
+		line := fmt.Sprintf("%s: cancelled (%s)", e.ID, e.Reason)
+		if words := api.CancelWords(e.Reason); words != "" {
+			line += ": " + words
+		}
+		w.ended(e.ID, line)
 	case "approval.auto_resolved":
 		w.clearPrompt()
 		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, e.ToolName, e.Decision, e.Rule)

@@ -84,7 +84,8 @@ func TestApprovalsCLI(t *testing.T) {
 	for _, c := range []struct{ id, want string }{
 		{bash, "control Bash make test ⏎ make lint /src/proj"},
 		{read, "control Read /etc/hosts /src/proj"},
-		{glob, `control Glob {"path":"/src","pattern":"**/*.go"} /src/proj`},
+		// What a Glob looks for, as the dashboard says it (api.ToolSummary).
+		{glob, `control Glob **/*.go /src/proj`},
 		{plan, "plan plan # Ship the release -"},
 	} {
 		row := strings.Join(strings.Fields(tableRow(t, out, c.id)), " ")

@@ -110,6 +110,8 @@ type chatEventData struct {
 	Tool      string          `json:"tool"`
 	Input     json.RawMessage `json:"input"`
 	Output    string          `json:"output"`
+	IsError   bool            `json:"is_error"`
+	Denied    bool            `json:"denied"`
 	Dropped   uint64          `json:"dropped"`
 }
 
@@ -219,7 +221,14 @@ func (s *chatSession) event(ev wire.Event) {
 		fmt.Fprintln(s.stdout, toolLine(d.Tool, d.Input))
 	case "chat.tool_result":
 		s.endLine()
-		fmt.Fprintln(s.stdout, "< "+cut(oneLine(d.Tool+": "+d.Output), 160))
+		switch {
+		case d.Denied:
+			fmt.Fprintln(s.stdout, deniedLine(api.AgentPart{Tool: d.Tool, Text: d.Output}))
+		case d.IsError:
+			fmt.Fprintln(s.stdout, "! "+toolName(d.Tool)+" failed: "+cut(oneLine(d.Output), 200))
+		default:
+			fmt.Fprintln(s.stdout, "< "+cut(oneLine(d.Tool+": "+d.Output), 160))
+		}
 	}
 }
 

@@ -497,3 +497,43 @@ func TestReachoutDaemonStops(t *testing.T) {
 		t.Fatalf("socket left: %v", err)
 	}
 }
+
+// A hook that runs as Claude Code's PreToolUse hook (which ignores the
+// PermissionRequest answer vibe-reachout's hook prints: hook_no_verdict)
+// is never answered as if its answer held: even with a rule that would
+// deny the call, nobody is asked, the hook hears nothing (Claude Code
+// goes on to its own check) and the approval is on record cancelled
+// hook_no_verdict, which approvals --all and the dashboard say in words,
+// never "denied". The same call from a PermissionRequest hook is denied
+// by the rule.
+func TestReachoutPreToolUseNotShownDenied(t *testing.T) {
+	t.Parallel()
+	d, sock := reachoutDaemon(t, "[[approvals.rules]]\ntool = \"Bash\"\ndecision = \"deny\"\n")
+	pre := strings.Replace(hookInput, `"hook_event_name":"PermissionRequest"`, `"hook_event_name":"PreToolUse"`, 1)
+	h := startHookWith(t, sock, pre, nil)
+	rid := h.requestID(t)
+	if out, code := h.exit(t); code != 1 || out != "" {
+		t.Fatalf("the PreToolUse hook: exit %d, stdout %q; want exit 1 and no answer", code, out)
+	}
+	var res struct {
+		Approval api.Approval `json:"approval"`
+	}
+	d.mustCall("approval.get", map[string]any{"id": rid}, &res)
+	a := res.Approval
+	if a.State != api.ApprovalCancelled || a.Resolution == nil || a.Resolution.Reason != api.CancelHookNoVerdict || a.Resolution.Decision != "" {
+		t.Fatalf("the PreToolUse hook's approval: %+v (%+v)", a, a.Resolution)
+	}
+	d.waitEvent("approval.cancelled", func(e map[string]any) bool { return e["id"] == a.ID && e["reason"] == api.CancelHookNoVerdict })
+	out, errs, code := runCLI(t, "--home", d.home, "approvals", "--all")
+	if code != 0 || !strings.Contains(out, "-/hook_no_verdict") || strings.Contains(out, "Deny") ||
+		!strings.Contains(out, "hook_no_verdict: not asked: the hook ran as a Claude Code hook other than PermissionRequest") ||
+		!strings.Contains(out, "register vibe-reachout's hook as PermissionRequest") {
+		t.Fatalf("approvals --all: exit %d, stderr %q\n%s", code, errs, out)
+	}
+
+	// As PermissionRequest, the rule answers.
+	h = startHook(t, sock, nil)
+	if out, code := h.exit(t); code != 0 || !strings.Contains(out, `"behavior":"deny"`) {
+		t.Fatalf("the PermissionRequest hook: exit %d, stdout %q", code, out)
+	}
+}

@@ -108,6 +108,9 @@ type taskFollower struct {
 	queue          []api.Approval
 	dropped        uint64
 	waiting        bool
+	tools          api.ToolNames // the tool calls seen, to name their results
+	thinking       bool          // the text being streamed is thinking (--verbose)
+	sawResult      bool          // the task's result message was shown
 	do             chan func()
 	doneRec        *api.TaskRecord // set by a continuation that saw the task's end
 }
@@ -285,18 +288,87 @@ func (f *taskFollower) record(rec api.TaskRecord) (api.TaskRecord, bool) {
 	return rec, true
 }
 
-// print writes one agent message as text: content deltas as they come,
-// tool calls as one line each.
+// print writes one agent message as a person reads it (api.DecodeAgentMessage
+// reads it): text as it comes (a streamed piece appended, a block ended as a
+// line), each tool call as one line ("> Bash ls -la"), a denial as one line
+// that says so ("! denied Bash ls: REASON": never as if the tool ran), a
+// tool's error as one, the result's line (denials, tokens, cost); with
+// --verbose also thinking, tool results, usage and the messages it does
+// not know, as their type and data. Text written goes through
+// terminalSafe (cmdPrompt, cmdSession): on a terminal its escapes are
+// neutralised; lines are on one line (oneLine).
 func (f *taskFollower) print(eventType string, data json.RawMessage) {
-	text, lines := renderMessage(eventType, data, f.verbose)
-	if text != "" {
-		io.WriteString(f.stdout, text)
-		f.lineStart = strings.HasSuffix(text, "\n")
+	parts, known := api.DecodeAgentMessage(eventType, data)
+	if !known {
+		if f.verbose {
+			f.line("[" + eventType + "] " + cut(oneLine(compactJSON(data)), 200))
+		}
+		return
 	}
-	for _, l := range lines {
+	for _, p := range parts {
+		f.tools.Part(&p)
+		f.part(p)
+	}
+}
+
+func (f *taskFollower) part(p api.AgentPart) {
+	switch p.Kind {
+	case api.MsgText:
+		f.stream(false, p.Text, p.Block)
+	case api.MsgThinking:
+		if f.verbose {
+			f.stream(true, p.Text, p.Block)
+		}
+	case api.MsgToolCall:
+		f.line(toolLine(p.Tool, p.Input))
+	case api.MsgToolResult:
+		switch {
+		case p.IsError:
+			f.line("! " + toolName(p.Tool) + " failed: " + cut(oneLine(p.Text), 200))
+		case f.verbose:
+			f.line("< " + toolName(p.Tool) + ": " + cut(oneLine(p.Text), 200))
+		}
+	case api.MsgPermissionDenied:
+		f.line(deniedLine(p))
+	case api.MsgResult:
+		f.sawResult = true
+		f.line(resultLine(p.IsError, p.Text, p.Denied, p.Usage))
+	case api.PartError:
+		f.line("error: " + cut(oneLine(p.Text), 400))
+	case api.MsgUsage:
+		if f.verbose {
+			f.line("[usage] " + usageWords(p.Usage))
+		}
+	case api.PartUser, api.MsgAgentLine:
+		if f.verbose {
+			f.line("[" + p.Kind + "] " + cut(oneLine(p.Text), 200))
+		}
+	}
+}
+
+// stream writes text as it comes: thinking (--verbose) set apart from the
+// answer by a "[thinking]" line start; a block ends its line.
+func (f *taskFollower) stream(thinking bool, text string, block bool) {
+	if thinking != f.thinking {
 		f.endLine()
-		fmt.Fprintln(f.stdout, l)
+		f.thinking = thinking
+		if thinking {
+			io.WriteString(f.stdout, "[thinking] ")
+			f.lineStart = false
+		}
 	}
+	if block && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	io.WriteString(f.stdout, text)
+	f.lineStart = strings.HasSuffix(text, "\n")
+}
+
+// line writes one whole line, on a line of its own.
+func (f *taskFollower) line(l string) {
+	f.endLine()
+	f.thinking = false
+	fmt.Fprintln(f.stdout, l)
 }
 
 func (f *taskFollower) endLine() {
@@ -306,100 +378,70 @@ func (f *taskFollower) endLine() {
 	}
 }
 
-// renderMessage turns one report_message into what a person reads: text
-// written as it is, and whole lines (tool calls). It knows Agor's event
-// types and Claude Code's stream-json lines (which `orchestrd executor`
-// passes through with their "type" as event_type).
-func renderMessage(eventType string, data json.RawMessage, verbose bool) (text string, lines []string) {
-	var d struct {
-		Delta struct {
-			Text string `json:"text"`
-		} `json:"delta"`
-		Text    string          `json:"text"`
-		Tool    string          `json:"tool"`
-		Name    string          `json:"name"`
-		Input   json.RawMessage `json:"input"`
-		Message json.RawMessage `json:"message"`
-		Result  json.RawMessage `json:"result"`
-	}
-	_ = json.Unmarshal(data, &d)
-	switch eventType {
-	case "content_block_delta":
-		return d.Delta.Text, nil
-	case "text":
-		// A plain {"type":"text","text":...} line (an agent behind
-		// `orchestrd executor`): a block of text, ended as a line.
-		if d.Text != "" && !strings.HasSuffix(d.Text, "\n") {
-			return d.Text + "\n", nil
-		}
-		return d.Text, nil
-	case "tool_call", "tool_use":
-		name := d.Tool
-		if name == "" {
-			name = d.Name
-		}
-		return "", []string{toolLine(name, d.Input)}
-	case "assistant":
-		// Claude Code stream-json: {"type":"assistant","message":{"content":[...]}}
-		var m struct {
-			Content []struct {
-				Type  string          `json:"type"`
-				Text  string          `json:"text"`
-				Name  string          `json:"name"`
-				Input json.RawMessage `json:"input"`
-			} `json:"content"`
-		}
-		if json.Unmarshal(d.Message, &m) != nil {
-			break
-		}
-		var b strings.Builder
-		for _, c := range m.Content {
-			switch c.Type {
-			case "text":
-				b.WriteString(c.Text)
-				if !strings.HasSuffix(c.Text, "\n") {
-					b.WriteByte('\n')
-				}
-			case "tool_use":
-				if b.Len() > 0 {
-					lines = append(lines, strings.TrimSuffix(b.String(), "\n"))
-					b.Reset()
-				}
-				lines = append(lines, toolLine(c.Name, c.Input))
-			}
-		}
-		if len(lines) == 0 {
-			return b.String(), nil
-		}
-		if b.Len() > 0 {
-			lines = append(lines, strings.TrimSuffix(b.String(), "\n"))
-		}
-		return "", lines
-	case "error":
-		var e struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Message != "" {
-			return "", []string{"error: " + oneLine(e.Message)}
-		}
-	}
-	if verbose {
-		var b bytes.Buffer
-		if json.Compact(&b, data) != nil {
-			b.Reset()
-			b.Write(data)
-		}
-		return "", []string{"[" + eventType + "] " + cut(oneLine(b.String()), 200)}
-	}
-	return "", nil
-}
-
 // toolLine is a tool call as one line: "> Bash ls -la".
 func toolLine(name string, input json.RawMessage) string {
-	if name == "" {
-		name = "tool"
+	return strings.TrimRight("> "+toolName(name)+" "+cut(oneLine(api.ToolSummary(name, input)), 160), " ")
+}
+
+// deniedLine is a tool use that did not run: "! denied Bash ls: REASON".
+func deniedLine(p api.AgentPart) string {
+	what := toolName(p.Tool)
+	if s := oneLine(api.ToolSummary(p.Tool, p.Input)); s != "" {
+		what += " " + cut(s, 120)
 	}
-	return "> " + name + " " + cut(summary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input}), 160)
+	reason := oneLine(p.Text)
+	if reason == "" {
+		reason = "no reason given"
+	}
+	return "! denied " + what + ": " + cut(reason, 200)
+}
+
+// resultLine is the run's end, as its result message (or the task's
+// record) says it: "-- result: 2 tool uses denied, 120 tokens in, 30 out,
+// $0.0042".
+func resultLine(isError bool, text string, denied int, u *api.TokenUsage) string {
+	var ws []string
+	if isError {
+		w := "error"
+		if t := oneLine(text); t != "" {
+			w += ": " + cut(t, 200)
+		}
+		ws = append(ws, w)
+	}
+	if denied > 0 {
+		ws = append(ws, fmt.Sprintf("%d tool use%s denied", denied, plural(denied)))
+	}
+	if u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
+		ws = append(ws, usageWords(u))
+	}
+	if len(ws) == 0 {
+		ws = append(ws, "done")
+	}
+	return "-- result: " + strings.Join(ws, ", ")
+}
+
+// usageWords is tokens and cost: "120 tokens in, 30 out, 7 cache read,
+// $0.0042".
+func usageWords(u *api.TokenUsage) string {
+	if u == nil {
+		return "-"
+	}
+	return u.Words()
+}
+
+func toolName(name string) string {
+	if name = oneLine(name); name == "" {
+		return "tool"
+	}
+	return cut(name, 80)
+}
+
+func compactJSON(data json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, data) != nil {
+		return string(data)
+	}
+	return b.String()
 }
 
 // permission shows a permission the task waits for: asked at once on a
@@ -525,9 +567,17 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		fmt.Fprintf(f.stderr, "orchestrd: %d events were dropped while this client fell behind: the output above is incomplete; 'orchestrd session %s' has all of it\n",
 			f.dropped, rec.SessionID)
 	}
+	if !f.sawResult && !f.json && (rec.Denied > 0 || (rec.TokenUsage != nil && rec.TokenUsage.CostUSD > 0)) {
+		// No result message was seen (an agent that sends none, or
+		// events dropped): the record says the same.
+		f.line(resultLine(false, "", rec.Denied, rec.TokenUsage))
+	}
 	why := ""
 	if rec.Error != nil {
 		why = ": " + rec.Error.Code
+		if w := taskErrorWords(rec.Error); w != "" {
+			why += ": " + w
+		}
 		if rec.Error.Message != "" {
 			why += " (" + oneLine(rec.Error.Message) + ")"
 		}
@@ -545,6 +595,23 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		fmt.Fprintf(f.stderr, "orchestrd: task %s %s%s\n", rec.ID, rec.State, why)
 		return exitFailure
 	}
+}
+
+// taskErrorWords says a built-in agent's failures in words: the usage
+// limit (and when to retry), a refused key. "" for the others, whose code
+// and message say it.
+func taskErrorWords(e *api.TaskError) string {
+	switch e.Code {
+	case api.TaskErrUsageLimit:
+		w := "the agent hit its provider's rate or usage limit"
+		if e.RetryAt != nil {
+			w += "; retry after " + e.RetryAt.Local().Format("2006-01-02 15:04:05 MST")
+		}
+		return w
+	case api.TaskErrAuthFailed:
+		return "the agent's provider refused its key (see the pool's secrets)"
+	}
+	return ""
 }
 
 // ---- tasks ----
@@ -692,8 +759,7 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	for _, m := range res.Messages {
 		if m.TaskID != task {
 			task = m.TaskID
-			f.endLine()
-			fmt.Fprintf(stdout, "--- task %s\n", task)
+			f.line("--- task " + task)
 		}
 		f.print(m.EventType, m.EventData)
 	}

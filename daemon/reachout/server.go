@@ -362,10 +362,20 @@ func (s *Server) serve(c *conn) {
 		// Wakes the wait for the peer's close below.
 		c.nc.SetReadDeadline(time.Now())
 	}
+	unheard := ""
+	if req.HookEventName != "" && req.HookEventName != "PermissionRequest" {
+		// The hook prints the PermissionRequest hook's answer, which
+		// Claude Code ignores from any other hook ("hook_no_verdict"):
+		// nobody is asked, the approval is on record cancelled, and the
+		// hook hears nothing (Claude Code goes on to its own check).
+		unheard = api.CancelHookNoVerdict
+		s.log.Warn().Str("request_id", req.RequestID).Str("hook_event", eventlog.Ident(req.HookEventName)).
+			Msg("reachout: the hook runs as a Claude Code hook that ignores its answer: register it as PermissionRequest")
+	}
 	p, err := s.opts.Asker.Ask(approvals.Request{Source: api.SourceReachout, Kind: api.KindTool,
 		RequestID: req.RequestID, ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd,
 		SessionID: req.SessionID, PermissionSuggestions: req.PermissionSuggestions,
-		AssistantContext: req.AssistantContext, Timeout: s.opts.Timeout, Bound: true}, answer)
+		AssistantContext: req.AssistantContext, Timeout: s.opts.Timeout, Bound: true, Unheard: unheard}, answer)
 	if err != nil {
 		s.refuse("asking: "+err.Error(), req.RequestID)
 		return

@@ -73,6 +73,8 @@ func init() {
 		}
 		return humanDuration(end.Sub(*t.StartedAt))
 	}
+	funcs["agentDenied"] = agentDeniedWords
+	funcs["agentCost"] = api.CostWords
 	funcs["agentTools"] = func(ts []string) string {
 		if len(ts) == 0 {
 			return "the executor's"
@@ -191,16 +193,23 @@ type agentTaskView struct {
 	Problems []string
 }
 
-// agentTaskItem is what a person reads of one or more messages: Kind text (an
-// agent's words, consecutive chunks joined), tool (a call: Label the
-// tool, Text what it does), result (what a tool gave back), error, or
-// other (Label the event type, Text its data).
+// agentTaskItem is what a person reads of one or more messages (as
+// api.DecodeAgentMessage reads them): Kind text (an agent's words,
+// consecutive pieces joined), thinking (the same, shown dim and
+// collapsed), tool (a call: Label the tool, Text what it does), result
+// (what a tool gave back: Label the tool), error (a tool that failed, or
+// the agent refused itself: Label the tool; or an error the agent
+// reported), denied (a tool use refused that did not run: Label the tool,
+// Text what it would have done, Reason what the agent was told), usage,
+// final (the run's result: Text its words, Label "error" when it failed),
+// or other (Label the event type, Text its data).
 type agentTaskItem struct {
-	Kind  string
-	Label string
-	Text  string
-	Seq   int64
-	At    time.Time
+	Kind   string
+	Label  string
+	Text   string
+	Reason string
+	Seq    int64
+	At     time.Time
 }
 
 func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -256,188 +265,107 @@ func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error)
 // agentTextMax bounds the text kept of one item (the page clips it again).
 const agentTextMax = 256 << 10
 
-// agentTaskItems turns a task's messages into what a person reads. It knows
-// Agor's event types (content_block_delta, tool_call, tool_result, error)
-// and Claude Code's stream-json lines (assistant, user, result, system)
-// that `orchestrd executor` passes through with their type as event_type;
-// anything else is shown as its type and data.
+// agentTaskItems turns a task's messages into what a person reads
+// (api.DecodeAgentMessage reads each); a message it does not know is
+// shown as its type and data.
 func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 	var out []agentTaskItem
-	add := func(m api.SessionMessage, kind, label, text string) {
-		if kind == "text" && len(out) > 0 && out[len(out)-1].Kind == "text" {
+	add := func(m api.SessionMessage, it agentTaskItem) {
+		if (it.Kind == "text" || it.Kind == "thinking") && len(out) > 0 && out[len(out)-1].Kind == it.Kind {
 			last := &out[len(out)-1]
 			if len(last.Text) < agentTextMax {
-				last.Text += text
+				last.Text += it.Text
 			}
 			return
 		}
-		if len(text) > agentTextMax {
-			text = text[:agentTextMax]
+		if len(it.Text) > agentTextMax {
+			it.Text = it.Text[:agentTextMax]
 		}
-		out = append(out, agentTaskItem{Kind: kind, Label: label, Text: text, Seq: m.Sequence, At: m.ReceivedAt})
+		it.Seq, it.At = m.Sequence, m.ReceivedAt
+		out = append(out, it)
 	}
+	var tools api.ToolNames
 	for _, m := range ms {
-		var d struct {
-			Delta struct {
-				Text string `json:"text"`
-			} `json:"delta"`
-			Text      string          `json:"text"`
-			Tool      string          `json:"tool"`
-			Name      string          `json:"name"`
-			Input     json.RawMessage `json:"input"`
-			Message   json.RawMessage `json:"message"`
-			Result    json.RawMessage `json:"result"`
-			Output    json.RawMessage `json:"output"`
-			Content   json.RawMessage `json:"content"`
-			Subtype   string          `json:"subtype"`
-			IsError   bool            `json:"is_error"`
-			ErrorText string          `json:"error"`
+		parts, known := api.DecodeAgentMessage(m.EventType, m.EventData)
+		if !known {
+			var b bytes.Buffer
+			if json.Compact(&b, m.EventData) != nil {
+				b.Reset()
+				b.Write(m.EventData)
+			}
+			add(m, agentTaskItem{Kind: "other", Label: m.EventType, Text: b.String()})
+			continue
 		}
-		_ = json.Unmarshal(m.EventData, &d)
-		switch m.EventType {
-		case "content_block_delta":
-			add(m, "text", "", d.Delta.Text)
-			continue
-		case "text":
-			t := d.Text
-			if t != "" && !strings.HasSuffix(t, "\n") {
-				t += "\n"
+		for _, p := range parts {
+			tools.Part(&p)
+			text := p.Text
+			if p.Block && text != "" && !strings.HasSuffix(text, "\n") {
+				text += "\n"
 			}
-			add(m, "text", "", t)
-			continue
-		case "tool_call", "tool_use":
-			name := d.Tool
-			if name == "" {
-				name = d.Name
-			}
-			add(m, "tool", name, agentToolText(name, d.Input))
-			continue
-		case "tool_result":
-			t := agentRawText(d.Content)
-			if t == "" {
-				t = agentRawText(d.Result)
-			}
-			if t == "" {
-				t = agentRawText(d.Output)
-			}
-			kind := "result"
-			if d.IsError {
-				kind = "error"
-			}
-			add(m, kind, d.Name, t)
-			continue
-		case "assistant", "user":
-			var msg struct {
-				Content json.RawMessage `json:"content"`
-			}
-			if json.Unmarshal(d.Message, &msg) != nil {
-				break
-			}
-			var blocks []struct {
-				Type    string          `json:"type"`
-				Text    string          `json:"text"`
-				Name    string          `json:"name"`
-				Input   json.RawMessage `json:"input"`
-				Content json.RawMessage `json:"content"`
-				IsError bool            `json:"is_error"`
-			}
-			if json.Unmarshal(msg.Content, &blocks) != nil {
-				// A user message's content may be a string.
-				if t := agentRawText(msg.Content); t != "" {
-					add(m, "other", m.EventType, t)
-					continue
-				}
-				break
-			}
-			for _, b := range blocks {
-				switch b.Type {
-				case "text":
-					t := b.Text
-					if t != "" && !strings.HasSuffix(t, "\n") {
-						t += "\n"
-					}
-					if m.EventType == "user" {
-						add(m, "other", "user", t)
-					} else {
-						add(m, "text", "", t)
-					}
-				case "tool_use":
-					add(m, "tool", b.Name, agentToolText(b.Name, b.Input))
-				case "tool_result":
-					kind := "result"
-					if b.IsError {
-						kind = "error"
-					}
-					add(m, kind, "", agentRawText(b.Content))
-				}
-			}
-			continue
-		case "result":
-			if t := agentRawText(d.Result); t != "" {
+			switch p.Kind {
+			case api.MsgText:
+				add(m, agentTaskItem{Kind: "text", Text: text})
+			case api.MsgThinking:
+				add(m, agentTaskItem{Kind: "thinking", Text: text})
+			case api.PartUser:
+				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
+			case api.MsgToolCall:
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: agentToolText(p.Tool, p.Input)})
+			case api.MsgToolResult:
 				kind := "result"
-				if d.IsError {
+				if p.IsError {
 					kind = "error"
 				}
-				add(m, kind, "final result", t)
-				continue
-			}
-		case "error":
-			var e struct {
-				Message string `json:"message"`
-			}
-			if json.Unmarshal(m.EventData, &e) == nil && e.Message != "" {
-				add(m, "error", "", e.Message)
-				continue
+				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
+			case api.MsgPermissionDenied:
+				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: agentToolText(p.Tool, p.Input), Reason: p.Text})
+			case api.PartError:
+				add(m, agentTaskItem{Kind: "error", Text: text})
+			case api.MsgUsage:
+				add(m, agentTaskItem{Kind: "usage", Text: p.Usage.Words()})
+			case api.MsgResult:
+				it := agentTaskItem{Kind: "final", Text: agentResultWords(p)}
+				if p.IsError {
+					it.Label = "error"
+				}
+				add(m, it)
+			case api.MsgAgentLine:
+				add(m, agentTaskItem{Kind: "other", Label: p.Tool, Text: text})
 			}
 		}
-		var b bytes.Buffer
-		if json.Compact(&b, m.EventData) != nil {
-			b.Reset()
-			b.Write(m.EventData)
-		}
-		add(m, "other", m.EventType, b.String())
 	}
 	return out
+}
+
+// agentResultWords says a run's result: its error's text when it failed,
+// the tool uses denied, tokens and cost.
+func agentResultWords(p api.AgentPart) string {
+	var ws []string
+	if p.IsError && p.Text != "" {
+		ws = append(ws, apprOneLine(p.Text))
+	}
+	if p.Denied > 0 {
+		ws = append(ws, agentDeniedWords(p.Denied))
+	}
+	if u := p.Usage; u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
+		ws = append(ws, u.Words())
+	}
+	if len(ws) == 0 {
+		return "done"
+	}
+	return strings.Join(ws, ", ")
+}
+
+// agentDeniedWords: "1 tool use denied", "3 tool uses denied".
+func agentDeniedWords(n int) string {
+	if n == 1 {
+		return "1 tool use denied"
+	}
+	return strconv.Itoa(n) + " tool uses denied"
 }
 
 // agentToolText is what a tool call does, in one line: the command, the
 // file, the URL, else its input as compact JSON.
 func agentToolText(name string, input json.RawMessage) string {
-	return apprSummary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input})
-}
-
-// agentRawText is a JSON value as text: a string as it is, an array of
-// {type: text, text} blocks joined, anything else compact JSON.
-func agentRawText(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var blocks []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &blocks) == nil {
-		var sb strings.Builder
-		for _, b := range blocks {
-			if b.Type == "text" {
-				sb.WriteString(b.Text)
-				if !strings.HasSuffix(b.Text, "\n") {
-					sb.WriteByte('\n')
-				}
-			}
-		}
-		if sb.Len() > 0 {
-			return sb.String()
-		}
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return string(raw)
-	}
-	return b.String()
+	return apprOneLine(api.ToolSummary(name, input))
 }

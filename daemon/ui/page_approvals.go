@@ -147,9 +147,9 @@ func newApprItem(a api.Approval) apprItem {
 	return it
 }
 
-// apprSummary is one line saying what an approval asks: a Bash
-// command, the file a Read/Edit/Write touches, a URL, a plan's first
-// line, else the input as compact JSON (as `orchestrd approvals` says).
+// apprSummary is one line saying what an approval asks: a plan's first
+// line, else what the tool call does (api.ToolSummary, as `orchestrd
+// approvals` says it).
 func apprSummary(a api.Approval) string {
 	if a.Kind == api.KindPlan {
 		for _, l := range strings.Split(a.Content, "\n") {
@@ -159,42 +159,7 @@ func apprSummary(a api.Approval) string {
 		}
 		return ""
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(a.ToolInput, &fields) == nil {
-		for _, key := range apprSummaryKeys(a.ToolName) {
-			var s string
-			if json.Unmarshal(fields[key], &s) == nil && s != "" {
-				return apprOneLine(s)
-			}
-		}
-	}
-	if len(a.ToolInput) == 0 {
-		return ""
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, a.ToolInput) != nil {
-		return apprOneLine(string(a.ToolInput))
-	}
-	return apprOneLine(b.String())
-}
-
-// apprSummaryKeys are the tool_input fields that say what a tool call does.
-func apprSummaryKeys(tool string) []string {
-	switch tool {
-	case "Bash":
-		return []string{"command"}
-	case "Read", "Edit", "Write", "MultiEdit":
-		return []string{"file_path"}
-	case "NotebookEdit":
-		return []string{"notebook_path"}
-	case "WebFetch":
-		return []string{"url"}
-	case "WebSearch":
-		return []string{"query"}
-	case "Glob", "Grep":
-		return []string{"pattern"}
-	}
-	return []string{"command", "file_path", "path", "url"}
+	return apprOneLine(api.ToolSummary(a.ToolName, a.ToolInput))
 }
 
 // apprOneLine puts s on one line: newlines become " ⏎ ", other control
@@ -303,7 +268,11 @@ func apprDecision(a api.Approval) string {
 	}
 	if r.Decision == "" {
 		if r.Reason != "" {
-			return "cancelled: " + r.Reason
+			s := "cancelled: " + r.Reason
+			if w := api.CancelWords(r.Reason); w != "" {
+				s += " (" + w + ")"
+			}
+			return s
 		}
 		return "-"
 	}

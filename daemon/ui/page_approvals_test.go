@@ -527,7 +527,7 @@ func registerFakeExecutors(mux apitest.Mux) {
 	t2 := api.TaskRecord{ID: "t-2", SessionID: "s-8", Executor: "claude", Instance: "claude-2", State: api.TaskFailed,
 		Prompt: "second", Cwd: "/work/repo", PermissionMode: api.ModeAcceptEdits, MessageCount: 0, CreatedAt: started,
 		StartedAt: &started, FinishedAt: &finished, Error: &api.TaskError{Code: "exit_3", Message: "the agent exited 3"},
-		TokenUsage: &api.TokenUsage{InputTokens: 10, OutputTokens: 22}}
+		TokenUsage: &api.TokenUsage{InputTokens: 10, OutputTokens: 22, CostUSD: 0.0123}, Denied: 2}
 	msgs := []api.SessionMessage{
 		{TaskID: "t-0", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"an earlier task"}}`)},
 		{TaskID: "t-1", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"Hello, "}}`)},
@@ -581,7 +581,9 @@ func TestAgentsPages(t *testing.T) {
 
 	_, page := h.get("/ui/agents", http.StatusOK)
 	mustContain(t, page, "claude-1", "4242", "paused, 3 pending", `href="/ui/agents/tasks/t-1"`, "fix the &lt;script&gt;",
-		"asks permission", "exit_3", `action="/ui/act/task.stop"`, "2 of at most 4", `rel="next"`, "<caption")
+		"asks permission", "exit_3", `action="/ui/act/task.stop"`, "2 of at most 4", `rel="next"`, "<caption",
+		// t-2's cost and denials, where the task is shown.
+		`<span class="error-text task-denied">2 tool uses denied</span>`, `<td class="task-cost">$0.0123</td>`)
 	mustNotContain(t, page, "<script>alert")
 	kinds := attr(t, page, "data-kinds")
 	if strings.Contains(kinds, "task.message") || strings.Contains(kinds, "*") {
@@ -628,7 +630,8 @@ func TestAgentsPages(t *testing.T) {
 	}
 
 	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
-	mustContain(t, page, "the agent exited 3", "10 in, 22 out", "No messages yet.")
+	mustContain(t, page, "the agent exited 3", "10 in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
+		`<dd id="task-denied" class="error-text">2 tool uses denied (they did not run)</dd>`)
 	mustNotContain(t, page, "Kill now", "What the agent writes shows")
 	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
 	h.get("/ui/agents/tasks/"+url.PathEscape("t<1>"), http.StatusBadRequest)
@@ -660,21 +663,36 @@ func TestApprSuggestion(t *testing.T) {
 	}
 }
 
-// A task's messages as a person reads them: chunks joined, tool calls one
-// line, results, errors; a text that is not UTF-8 is not shown as it is.
+// A task's messages as a person reads them (api.DecodeAgentMessage):
+// pieces of text joined, thinking apart, tool calls one line, results,
+// a tool the agent refused itself as an error, a denial as one, usage,
+// the result's words; a text that is not UTF-8 is not shown as it is.
 func TestAgentTaskItems(t *testing.T) {
 	ms := []api.SessionMessage{
 		{Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"a"}}`)},
 		{Sequence: 2, EventType: "text", EventData: json.RawMessage(`{"text":"b"}`)},
-		{Sequence: 3, EventType: "tool_use", EventData: json.RawMessage(`{"name":"Write","input":{"file_path":"/x","content":"..."}}`)},
-		{Sequence: 4, EventType: "user", EventData: json.RawMessage(`{"message":{"content":[{"type":"tool_result","content":[{"type":"text","text":"done"}],"is_error":true}]}}`)},
+		{Sequence: 3, EventType: "tool_use", EventData: json.RawMessage(`{"id":"u1","name":"Write","input":{"file_path":"/x","content":"..."}}`)},
+		{Sequence: 4, EventType: "user", EventData: json.RawMessage(`{"message":{"content":[{"type":"tool_result","tool_use_id":"u1","content":[{"type":"text","text":"done"}],"is_error":true}]}}`)},
 		{Sequence: 5, EventType: "result", EventData: json.RawMessage(`{"result":"all good","usage":{}}`)},
 		{Sequence: 6, EventType: "weird", EventData: json.RawMessage("{\n\"k\": 1\n}")},
+		{Sequence: 7, EventType: "thinking", EventData: json.RawMessage(`{"text":"hm"}`)},
+		{Sequence: 8, EventType: "thinking", EventData: json.RawMessage(`{"text":"m"}`)},
+		{Sequence: 9, EventType: "tool_call", EventData: json.RawMessage(`{"id":"u2","name":"Bash","input":{"command":"rm -rf build"}}`)},
+		{Sequence: 10, EventType: "permission_denied", EventData: json.RawMessage(`{"id":"u2","input":{"command":"rm -rf build"},"reason":"not the build dir"}`)},
+		{Sequence: 11, EventType: "tool_result", EventData: json.RawMessage(`{"id":"u2","output":"ok"}`)},
+		{Sequence: 12, EventType: "usage", EventData: json.RawMessage(`{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}`)},
+		{Sequence: 13, EventType: "result", EventData: json.RawMessage(`{"text":"x","denied":2,"usage":{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}}`)},
+		{Sequence: 14, EventType: "result", EventData: json.RawMessage(`{"text":"API Error: 429","is_error":true}`)},
 	}
 	got := agentTaskItems(ms)
-	want := []agentTaskItem{{Kind: "text", Text: "ab\n", Seq: 1}, {Kind: "tool", Label: "Write", Text: "/x", Seq: 3},
-		{Kind: "error", Text: "done\n", Seq: 4}, {Kind: "result", Label: "final result", Text: "all good", Seq: 5},
-		{Kind: "other", Label: "weird", Text: `{"k":1}`, Seq: 6}}
+	want := []agentTaskItem{{Kind: "text", Text: "ab", Seq: 1}, {Kind: "tool", Label: "Write", Text: "/x", Seq: 3},
+		{Kind: "error", Label: "Write", Text: "done", Seq: 4}, {Kind: "final", Text: "done", Seq: 5},
+		{Kind: "other", Label: "weird", Text: `{"k":1}`, Seq: 6}, {Kind: "thinking", Text: "hmm", Seq: 7},
+		{Kind: "tool", Label: "Bash", Text: "rm -rf build", Seq: 9},
+		{Kind: "denied", Label: "Bash", Text: "rm -rf build", Reason: "not the build dir", Seq: 10},
+		{Kind: "result", Label: "Bash", Text: "ok", Seq: 11}, {Kind: "usage", Text: "3 tokens in, 4 out, $0.2500", Seq: 12},
+		{Kind: "final", Text: "2 tool uses denied, 3 tokens in, 4 out, $0.2500", Seq: 13},
+		{Kind: "final", Label: "error", Text: "API Error: 429", Seq: 14}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("items:\n%+v\nwant\n%+v", got, want)
 	}
@@ -730,5 +748,15 @@ func TestAppJSPostsURLEncoded(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "body: new URLSearchParams(new FormData(f))") {
 		t.Fatal("app.js does not post its act forms urlencoded")
+	}
+}
+
+// An approval nobody was asked because Claude Code ignores the answer of
+// the hook that asked (hook_no_verdict) says so, never as a decision.
+func TestApprDecisionHookNoVerdict(t *testing.T) {
+	a := api.Approval{State: api.ApprovalCancelled, Resolution: &api.Resolution{By: api.ByDaemon, Reason: api.CancelHookNoVerdict}}
+	got := apprDecision(a)
+	if !strings.HasPrefix(got, "cancelled: hook_no_verdict (not asked: ") || !strings.Contains(got, "register vibe-reachout's hook as PermissionRequest") {
+		t.Fatalf("apprDecision: %q", got)
 	}
 }

@@ -3,7 +3,8 @@
 // request line, shut the write side, read one answer line within a
 // timeout, and map the answer to Claude Code's PermissionRequest hook
 // output and exit code. Tests and orchbench use it in place of the real
-// hook.
+// hook. Unlike the real hook it forwards the hook input's
+// hook_event_name in the request (an extra member the bot ignores).
 package reachouthook
 
 import (
@@ -30,6 +31,10 @@ type Request struct {
 	SessionID             string            `json:"session_id"`
 	PermissionSuggestions []json.RawMessage `json:"permission_suggestions"`
 	AssistantContext      string            `json:"assistant_context,omitempty"`
+	// HookEventName is Claude Code's hook_event_name, forwarded (vibe-
+	// reachout's own hook does not send it): the daemon then knows when
+	// the hook runs as a hook whose answer Claude Code ignores.
+	HookEventName string `json:"hook_event_name,omitempty"`
 }
 
 // Response is the IpcResponse the hook reads.
@@ -71,7 +76,7 @@ func RequestFrom(in HookInput) Request {
 		sugg = []json.RawMessage{}
 	}
 	return Request{RequestID: NewRequestID(), ToolName: in.ToolName, ToolInput: in.ToolInput, Cwd: in.Cwd,
-		SessionID: in.SessionID, PermissionSuggestions: sugg}
+		SessionID: in.SessionID, PermissionSuggestions: sugg, HookEventName: in.HookEventName}
 }
 
 // Send does one exchange on the socket at path: the request line, the

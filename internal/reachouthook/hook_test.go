@@ -109,3 +109,16 @@ func TestSend(t *testing.T) {
 		t.Fatalf("closed without an answer: %v", err)
 	}
 }
+
+// The hook input's hook_event_name goes with the request (the daemon
+// tells a hook Claude Code ignores by it); absent, it is left out.
+func TestRequestFromHookEvent(t *testing.T) {
+	b, _ := json.Marshal(RequestFrom(HookInput{HookEventName: "PreToolUse", ToolName: "Bash", ToolInput: json.RawMessage(`{}`)}))
+	if !strings.Contains(string(b), `"hook_event_name":"PreToolUse"`) {
+		t.Fatalf("request %s", b)
+	}
+	b, _ = json.Marshal(RequestFrom(HookInput{ToolName: "Bash", ToolInput: json.RawMessage(`{}`)}))
+	if strings.Contains(string(b), "hook_event_name") {
+		t.Fatalf("request %s", b)
+	}
+}

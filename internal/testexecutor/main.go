@@ -12,7 +12,8 @@
 // (reports bad_token_result), probe {path} (reports probe_result: connected,
 // read or error), net {path: "host:port"} (reports net_result), raw {line}, sleep {ms}, hang (until stopped
 // or cancelled), crash {signal}, usage {input, output}, status {status,
-// code, message}. A prompt that is not a script is echoed as one
+// code, message}, conversation (a built-in agent kind's messages, as an
+// adapter reports them: see conversation). A prompt that is not a script is echoed as one
 // content_block_delta.
 //
 // spawn_terminal starts the shell asked for on a real PTY and passes the
@@ -401,6 +402,10 @@ func (e *executor) execute(m rpc) {
 				}
 				t.report(typ, data)
 			}
+		case "conversation":
+			for _, m := range conversation {
+				t.report(m[0], json.RawMessage(m[1]))
+			}
 		case "gaps":
 			// n messages whose sequences leave a gap before each: 2, 4, 6...
 			for i := 0; i < max(s.N, 1); i++ {
@@ -520,4 +525,25 @@ func (e *executor) execute(m rpc) {
 	}
 	result["message_count"] = t.n
 	e.reply(m.ID, result)
+}
+
+// conversation is a run of a built-in agent kind's messages (api/agentmsg.go),
+// as an adapter reports them, each with the agent's line it came from in
+// raw: thinking, text streamed in pieces, a tool call that ran, one denied
+// (permission_denied), one the agent refused itself (a tool_result that is
+// an error), usage and the result. The text carries markup and a terminal
+// escape, as hostile text may.
+var conversation = [][2]string{
+	{"thinking", `{"text":"Let me look.","raw":{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"Let me look."}}}}`},
+	{"text", `{"text":"I'll list ","raw":{"type":"stream_event","n":1}}`},
+	{"text", `{"text":"the files.","raw":{"type":"stream_event","n":2}}`},
+	{"tool_call", `{"id":"tu1","name":"Bash","input":{"command":"ls -la"},"raw":{"type":"assistant","n":3}}`},
+	{"tool_result", `{"id":"tu1","output":"a.go\nb.go","raw":{"type":"user","n":4}}`},
+	{"tool_call", `{"id":"tu2","name":"Bash","input":{"command":"rm -rf build"},"raw":{"type":"assistant","n":5}}`},
+	{"permission_denied", `{"id":"tu2","name":"Bash","input":{"command":"rm -rf build"},"reason":"not the build dir","raw":{"type":"control_request","n":6}}`},
+	{"tool_call", `{"id":"tu3","name":"Write","input":{"file_path":"/etc/motd","content":"x"},"raw":{"type":"assistant","n":7}}`},
+	{"tool_result", `{"id":"tu3","output":"Claude requested permissions to write to /etc/motd, but you haven't granted it yet.","is_error":true,"raw":{"type":"user","n":8}}`},
+	{"text", `{"text":"Done <b>bold</b> \u001b[31mred","raw":{"type":"stream_event","n":9}}`},
+	{"usage", `{"input_tokens":120,"output_tokens":30,"cost_usd":0.0042,"raw":{"type":"stream_event","n":10}}`},
+	{"result", `{"text":"Done.","denied":1,"turns":2,"sdk_session_id":"sdk-1","usage":{"input_tokens":120,"output_tokens":30,"cost_usd":0.0042},"raw":{"type":"result","n":11}}`},
 }

@@ -67,3 +67,58 @@ func TestAgentsStop(t *testing.T) {
 		t.Fatalf("the tasks after Stop: %+v", tasks.Tasks)
 	}
 }
+
+// A built-in agent's conversation on its task's page: the text streamed
+// in pieces as one block, its markup shown as text (never as markup), the
+// thinking collapsed, each tool call, the denial said as one (the tool
+// did not run), the tool the agent refused itself as failed, the usage
+// and the result's words.
+func TestAgentConversation(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
+	d := startDaemon(t, config{extra: fmt.Sprintf("[executors.scripted]\ncommand = [%q]\ninstances = 1\n", exe)})
+	out, errOut, code := d.cli("prompt", "--executor", "scripted", "--verbose", "--cwd", d.home, `{"steps":[{"op":"conversation"}]}`)
+	if code != 0 {
+		t.Fatalf("prompt: exit %d\n%s\n%s", code, out, errOut)
+	}
+	_, rest, _ := strings.Cut(errOut, "orchestrd: task ")
+	id, _, _ := strings.Cut(rest, ",")
+	tb := newTab(t, d)
+	tb.signIn()
+	tb.open("/ui/agents/tasks/" + id)
+	tb.waitJS("the task's page", `document.body.dataset.page === "task"`)
+	tb.waitText("#messages", "did not run")
+	tb.shot("task-conversation")
+	items, err := chromedp.Run(tb.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#messages li")].map(li => li.className + " | " + li.textContent.replace(/\s+/g, " ").trim())`))
+	if err != nil {
+		tb.fatalf("reading the messages: %v", err)
+	}
+	want := []string{
+		"msg msg-thinking | thinking Let me look.Let me look.", // its first words, then all of it once opened
+		"msg msg-text | I'll list the files.",
+		"msg msg-tool | tool Bash ls -la",
+		"msg msg-result | Bash a.go b.goa.go b.go", // the same
+		"msg msg-tool | tool Bash rm -rf build",
+		"msg msg-denied | denied Bash rm -rf build did not run: not the build dir",
+		"msg msg-tool | tool Write /etc/motd",
+		"msg msg-error | failed Write Claude requested permissions to write to /etc/motd, but you haven't granted it yet.",
+		"msg msg-text | Done <b>bold</b> \x1b[31mred",
+		"msg msg-usage | usage 120 tokens in, 30 out, $0.0042",
+		"msg msg-final | result 1 tool use denied, 120 tokens in, 30 out, $0.0042",
+	}
+	if strings.Join(items, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the task's messages:\n%s\nwant\n%s", strings.Join(items, "\n"), strings.Join(want, "\n"))
+	}
+	closed, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`!document.querySelector("#messages .msg-thinking details").open`))
+	if err != nil {
+		tb.fatalf("reading the thinking: %v", err)
+	}
+	markup, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`!!document.querySelector("#messages b")`))
+	if err != nil {
+		tb.fatalf("looking for markup: %v", err)
+	}
+	if !closed || markup {
+		t.Fatalf("thinking collapsed %v; the agent's markup made an element %v", closed, markup)
+	}
+}
