@@ -578,3 +578,131 @@ func TestGitTamperedFails(t *testing.T) {
 		t.Fatal("no loop.git_tampered naming the paths")
 	}
 }
+
+// A task that completed with tool uses denied is named in the feedback
+// when its validation fails: how many, and which tools.
+func TestDeniedToolsInFeedback(t *testing.T) {
+	var n atomic.Int32
+	agents := &fakeAgents{work: completes, finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+		if n.Add(1) == 1 {
+			tr.Denied = 2
+		}
+	}}
+	var v atomic.Int32
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		if v.Add(1) == 1 {
+			return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no file")}
+		}
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}}
+	h := newHarness(t, testConfig(), agents, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopComplete)
+	want := "2 of the agent's tool uses were denied (Bash)"
+	if !strings.Contains(r.Progress, want) {
+		t.Fatalf("progress does not name the denials:\n%s", r.Progress)
+	}
+	if ps := h.agents.prompts(); len(ps) != 2 || !strings.Contains(ps[1], want) {
+		t.Fatalf("the second prompt does not name the denials: %q", ps)
+	}
+	its, _ := h.store.Iterations(id)
+	if len(its) != 2 || its[0].Denied != 2 || its[1].Denied != 0 {
+		t.Fatalf("iterations: %+v", its)
+	}
+}
+
+// A usage limit with the agent's retry_at pauses the loop until then,
+// not for usage_limit_pause; the pause says until when.
+func TestUsageLimitRetryAt(t *testing.T) {
+	cfg := testConfig()
+	cfg.UsageLimitPause.Duration = time.Hour
+	var n atomic.Int32
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState {
+		if n.Add(1) == 1 {
+			return api.TaskFailed
+		}
+		return api.TaskCompleted
+	}, failCode: func(api.TaskSpec) string { return api.TaskErrUsageLimit },
+		finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+			if tr.Error != nil {
+				at := time.Now().Add(100 * time.Millisecond)
+				tr.Error.RetryAt = &at
+			}
+		}}
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopComplete)
+	var pause *LoopPaused
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if p, ok := e.Event.(LoopPaused); ok && p.Reason == "usage_limit" {
+			pause = &p
+		}
+	}
+	if pause == nil || !pause.RetryAt || pause.Until == nil || time.Until(*pause.Until) > time.Minute {
+		t.Fatalf("loop.paused: %+v", pause)
+	}
+}
+
+func TestUsageWait(t *testing.T) {
+	now := time.Now()
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, c := range []struct {
+		retry *time.Time
+		wait  time.Duration
+		given bool
+	}{
+		{nil, 15 * time.Minute, false},
+		{at(-time.Minute), 15 * time.Minute, false},
+		{at(time.Minute), time.Minute, true},
+		{at(72 * time.Hour), 24 * time.Hour, true},
+	} {
+		w, g := usageWait(c.retry, 15*time.Minute, now)
+		if w != c.wait || g != c.given {
+			t.Errorf("usageWait(%v) = %s, %v; want %s, %v", c.retry, w, g, c.wait, c.given)
+		}
+	}
+}
+
+// An agent whose key is refused ends the loop auth_failed at once: every
+// iteration would be refused the same.
+func TestAuthFailedEndsLoop(t *testing.T) {
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState { return api.TaskFailed },
+		failCode: func(api.TaskSpec) string { return api.TaskErrAuthFailed }}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrAuthFailed || r.Iteration != 1 || !strings.Contains(r.Message, "refused its key") {
+		t.Fatalf("record: %+v", r)
+	}
+}
+
+// A loop's cost is summed over its iterations; past max_cost_usd it fails
+// budget_exceeded, with an event.
+func TestBudgetExceeded(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxCostUSD = 1
+	agents := &fakeAgents{work: completes, finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+		tr.TokenUsage = &api.TokenUsage{InputTokens: 100, OutputTokens: 10, CostUSD: 0.4}
+	}}
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no")}
+	}}
+	h := newHarness(t, cfg, agents, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrBudgetExceeded || r.Iteration != 3 || r.TokenUsage == nil ||
+		r.TokenUsage.InputTokens != 300 || r.TokenUsage.CostUSD < 1.19 || r.TokenUsage.CostUSD > 1.21 || r.MaxCostUSD != 1 {
+		t.Fatalf("record: %+v %+v", r, r.TokenUsage)
+	}
+	var ev *LoopBudgetExceeded
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if b, ok := e.Event.(LoopBudgetExceeded); ok {
+			ev = &b
+		}
+	}
+	if ev == nil || ev.ID != id || ev.MaxCostUSD != 1 || ev.Iteration != 3 {
+		t.Fatalf("loop.budget_exceeded: %+v", ev)
+	}
+}

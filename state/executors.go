@@ -84,6 +84,12 @@ func (w *taskWrite) apply(t *wtx) error {
 		}
 		return err
 	default:
+		if w.kind == "finished" && r.SDKSessionID != "" {
+			// The agent's session the next task of this one resumes.
+			if _, err := t.exec(`UPDATE sessions SET sdk_session_id = ? WHERE id = ?`, r.SDKSessionID, r.SessionID); err != nil {
+				return err
+			}
+		}
 		ok, err := t.exec1(`UPDATE tasks SET state = ?, record = ?, finished_at = ?
 			WHERE id = ? AND state IN ('queued', 'running')`,
 			string(r.State), w.record, fmtTimePtr(r.FinishedAt), r.ID)
@@ -329,12 +335,26 @@ func (q Tasks) Unfinished() ([]api.TaskRecord, error) {
 // not recorded.
 func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 	var out []api.SessionRecord
+	// Its tasks' tokens and cost, summed from their records.
 	err := q.query("read session "+id, `SELECT s.id, s.executor, s.created_at, s.updated_at,
-		(SELECT count(*) FROM tasks t WHERE t.session_id = s.id) FROM sessions s WHERE s.id = ?`, func(sc scanner) error {
+		coalesce(s.sdk_session_id, ''), count(t.id),
+		coalesce(sum(json_extract(t.record, '$.token_usage.input_tokens')), 0),
+		coalesce(sum(json_extract(t.record, '$.token_usage.output_tokens')), 0),
+		coalesce(sum(json_extract(t.record, '$.token_usage.cache_read_tokens')), 0),
+		coalesce(sum(json_extract(t.record, '$.token_usage.cache_write_tokens')), 0),
+		coalesce(sum(json_extract(t.record, '$.token_usage.cost_usd')), 0),
+		count(json_extract(t.record, '$.token_usage'))
+		FROM sessions s LEFT JOIN tasks t ON t.session_id = s.id WHERE s.id = ? GROUP BY s.id`, func(sc scanner) error {
 		var r api.SessionRecord
 		var created, updated string
-		if err := sc.Scan(&r.ID, &r.Executor, &created, &updated, &r.Tasks); err != nil {
+		var u api.TokenUsage
+		var withUsage int
+		if err := sc.Scan(&r.ID, &r.Executor, &created, &updated, &r.SDKSessionID, &r.Tasks,
+			&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.CostUSD, &withUsage); err != nil {
 			return err
+		}
+		if withUsage > 0 {
+			r.TokenUsage = &u
 		}
 		var err error
 		if r.CreatedAt, err = time.Parse(timeLayout, created); err != nil {

@@ -39,7 +39,7 @@ func cmdPrompt(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("prompt")
 	home := homeFlag(fs)
 	executor := fs.String("executor", "", "executor pool `E` (default: the only pool, or \"default\")")
-	mode := fs.String("mode", "", "permission mode `M`: default, acceptEdits or bypassPermissions")
+	mode := fs.String("mode", "", "permission mode `M`: default, acceptEdits, bypassPermissions or plan")
 	cwd := fs.String("cwd", "", "working `DIR` of the agent (default: the current directory)")
 	session := fs.String("session", "", "continue session `S` (default: a new session)")
 	var tools listFlag
@@ -60,9 +60,9 @@ func cmdPrompt(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, promptUsage, stderr, "--timeout must not be negative")
 	}
 	switch *mode {
-	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
 	default:
-		return usageError(fs, promptUsage, stderr, "--mode must be default, acceptEdits or bypassPermissions, got %q", *mode)
+		return usageError(fs, promptUsage, stderr, "--mode must be default, acceptEdits, bypassPermissions or plan, got %q", *mode)
 	}
 	dir, err := workDir(*cwd)
 	if err != nil {
