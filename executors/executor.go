@@ -1,12 +1,12 @@
 package executors
 
 import (
-	"math"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -121,8 +121,8 @@ type running struct {
 	pending   int   // messages read and not yet committed
 	committed int64 // messages committed
 	usage     *api.TokenUsage
-	sdk       string // the agent's own session it ended in
-	denied    int    // tool uses refused
+	sdk       string                  // the agent's own session it ended in
+	denied    int                     // tool uses refused
 	finishing *finish                 // the executor answered; waiting for its messages
 	perms     map[string]func(string) // pending permissions, by approval id
 }

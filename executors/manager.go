@@ -81,9 +81,9 @@ type Manager struct {
 	// sdk is the agent session id each session's last task ended in,
 	// for a session with a task whose end is not committed yet or still
 	// live (the store has it once none is): the next task resumes it.
-	sdk map[string]string
-	terms    map[string]*terminal // open, and closed for termKeep
-	termSeq  atomic.Int64
+	sdk     map[string]string
+	terms   map[string]*terminal // open, and closed for termKeep
+	termSeq atomic.Int64
 }
 
 // poolHandle is what the Manager knows of one pool actor.

@@ -66,7 +66,7 @@ type (
 		rec    api.TaskRecord
 		resume string // its session's sdk_session_id, as stored
 	}
-	stopTask  struct {
+	stopTask struct {
 		id    string
 		force bool
 		call  api.Call

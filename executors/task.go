@@ -16,8 +16,8 @@ import (
 // it owns the protocol; the pool owns the queue.
 
 type taskActor struct {
-	ps   *poolShared
-	rec  api.TaskRecord
+	ps  *poolShared
+	rec api.TaskRecord
 	// resume is its session's sdk_session_id as the store had it when
 	// the task was queued (Manager.resumeOf has a newer one).
 	resume string

@@ -60,8 +60,8 @@ type loop struct {
 	// kidUsage: each child's TokenUsage (its own and its children's), as
 	// its last record said.
 	kidUsage map[string]*api.TokenUsage
-	gate    func(reason string)
-	resumeT func()
+	gate     func(reason string)
+	resumeT  func()
 	// denials: what the iteration's feedback says of the tool uses its
 	// task had refused ("" when none was), should validation fail.
 	denials string
