@@ -434,11 +434,11 @@ func (l *loop) withDenials(c *actors.Context, tr api.TaskRecord, next func(c *ac
 
 // denialText is the feedback line of n tool uses refused.
 func denialText(n int, tools []string) string {
-	uses := "uses were"
+	uses := "tool uses of the agent were"
 	if n == 1 {
-		uses = "use was"
+		uses = "tool use of the agent was"
 	}
-	text := fmt.Sprintf("%d of the agent's tool %s denied", n, uses)
+	text := fmt.Sprintf("%d %s denied", n, uses)
 	if len(tools) > 0 {
 		if len(tools) > 10 {
 			tools = append(slices.Clone(tools[:10]), fmt.Sprintf("and %d more", len(tools)-10))

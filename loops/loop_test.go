@@ -598,7 +598,7 @@ func TestDeniedToolsInFeedback(t *testing.T) {
 	h := newHarness(t, testConfig(), agents, jobs)
 	id := h.create(api.LoopCode, "x")
 	r := h.waitStatus(id, api.LoopComplete)
-	want := "2 of the agent's tool uses were denied (Bash)"
+	want := "2 tool uses of the agent were denied (Bash)"
 	if !strings.Contains(r.Progress, want) {
 		t.Fatalf("progress does not name the denials:\n%s", r.Progress)
 	}

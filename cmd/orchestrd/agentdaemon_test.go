@@ -261,3 +261,69 @@ func cmdline(t *testing.T, pid int) []string {
 	}
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
+
+// A loop over an agent that reports what a built-in kind does: a task
+// that completed with a tool use denied is named in the next prompt's
+// feedback; a usage limit with the agent's retry_at pauses the loop until
+// then (not for usage_limit_pause, an hour here); the iterations' cost is
+// summed and past the loop's max_cost_usd it fails budget_exceeded.
+func TestExecutorAgentLoop(t *testing.T) {
+	t.Parallel()
+	repo := gitRepo(t)
+	dir := shortTemp(t)
+	scripts := filepath.Join(dir, "scripts.json")
+	if err := os.WriteFile(scripts, []byte(`[
+{"steps":[{"op":"denied","n":1,"tool":"Bash"},{"op":"usage","input_tokens":10,"output_tokens":1,"cost_usd":0.3}]},
+{"steps":[{"op":"usage","input_tokens":10,"output_tokens":1,"cost_usd":0.3},{"op":"status","status":"failed","code":"usage_limit","message":"429","retry_in_ms":1500}]},
+{"steps":[{"op":"usage","input_tokens":10,"output_tokens":1,"cost_usd":0.5}]}
+]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`[daemon]
+sandbox = false
+
+[lanes.net]
+runners = 1
+slots = 2
+spares = 0
+
+[executors.agent]
+command = [%q, "--script", %q]
+
+[loops]
+executor = "agent"
+validation_lane = "net"
+usage_limit_pause = "1h"
+
+[loops.code]
+validation_command = "echo not yet; exit 1"
+`, testExecutor(t), scripts)
+	d := startDaemon(t, config)
+	var r api.LoopCreatePlanResult
+	d.mustCall("loop.create", api.LoopCreateParams{LoopType: api.LoopCode, Description: "do it", Repo: repo, MaxCostUSD: 1}, &r)
+	id := r.ID
+
+	paused := d.waitEventWithin(60*time.Second, "loop.paused", func(e map[string]any) bool { return e["id"] == id })
+	if paused["reason"] != "usage_limit" || paused["retry_at"] != true || paused["until"] == nil {
+		t.Fatalf("loop.paused: %v", paused)
+	}
+	d.waitEventWithin(30*time.Second, "loop.resumed", func(e map[string]any) bool { return e["id"] == id })
+	g := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if g.Loop.Error != api.LoopErrBudgetExceeded || g.Loop.TokenUsage == nil || g.Loop.TokenUsage.CostUSD < 1.09 ||
+		g.Loop.TokenUsage.CostUSD > 1.11 || g.Loop.MaxCostUSD != 1 {
+		t.Fatalf("loop: %+v %+v", g.Loop, g.Loop.TokenUsage)
+	}
+	b := d.waitEvent("loop.budget_exceeded", func(e map[string]any) bool { return e["id"] == id })
+	if b["max_cost_usd"] != 1.0 {
+		t.Fatalf("loop.budget_exceeded: %v", b)
+	}
+	if len(g.Iterations) < 3 || g.Iterations[0].Denied != 1 ||
+		!strings.Contains(g.Iterations[0].Feedback, "1 tool use of the agent was denied (Bash)") ||
+		!strings.Contains(g.Iterations[1].Prompt, "1 tool use of the agent was denied (Bash)") {
+		t.Fatalf("iterations: %+v", g.Iterations)
+	}
+	out, errOut, code := runCLI(t, "--home", d.home, "loop", "show", id)
+	if code != 0 || !strings.Contains(out, "$1.1000") || !strings.Contains(out, "at most $1.0000") || !strings.Contains(out, "1 denied") {
+		t.Fatalf("loop show: exit %d\n%s%s", code, out, errOut)
+	}
+}
