@@ -706,3 +706,61 @@ func TestBudgetExceeded(t *testing.T) {
 		t.Fatalf("loop.budget_exceeded: %+v", ev)
 	}
 }
+
+// A tree's cost: each loop's token_usage is its own iterations' and its
+// children's, so the root's is the whole tree's; past the root's
+// max_cost_usd the root and its live descendants fail budget_exceeded.
+func TestPlanTreeCost(t *testing.T) {
+	work := func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		var err error
+		switch spec.Loop.LoopType {
+		case api.LoopPlan:
+			err = writeArtifact(spec, planDoc)
+		case api.LoopSpec:
+			err = writeArtifact(spec, specDoc)
+		case api.LoopPhase:
+			err = writeArtifact(spec, "# Phase\nDo it.\n")
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		return api.TaskCompleted
+	}
+	cost := func(_ api.TaskSpec, tr *api.TaskRecord) {
+		tr.TokenUsage = &api.TokenUsage{InputTokens: 10, CostUSD: 0.125}
+	}
+	for _, budget := range []float64{0, 0.5} {
+		cfg := testConfig()
+		cfg.MaxCostUSD = budget
+		h := newHarness(t, cfg, &fakeAgents{work: work, finish: cost}, &fakeJobs{result: passes})
+		id := h.create(api.LoopPlan, "build a thing")
+		h.waitFor("the plan's approval", func() bool { _, ok := h.gate.get(0); return ok })
+		a, _ := h.gate.get(0)
+		a.answer(GateAnswer{Approved: true})
+		if budget == 0 {
+			r := h.waitStatus(id, api.LoopComplete)
+			// 1 plan, 2 specs, 4 phases, 4 code loops: 11 iterations.
+			if r.TokenUsage == nil || r.TokenUsage.CostUSD != 11*0.125 || r.TokenUsage.InputTokens != 110 ||
+				r.OwnUsage == nil || r.OwnUsage.CostUSD != 0.125 {
+				t.Fatalf("root's usage: %+v own %+v", r.TokenUsage, r.OwnUsage)
+			}
+			if s := h.rec(api.ChildLoopID(id, 1)); s.TokenUsage == nil || s.TokenUsage.CostUSD != 5*0.125 {
+				t.Fatalf("a spec's usage (itself, 2 phases, 2 code loops): %+v", s.TokenUsage)
+			}
+			continue
+		}
+		r := h.waitStatus(id, api.LoopFailed)
+		if r.Error != api.LoopErrBudgetExceeded || r.TokenUsage.CostUSD <= budget {
+			t.Fatalf("root: %+v %+v", r, r.TokenUsage)
+		}
+		h.waitFor("every loop of the tree ended", func() bool {
+			all, _ := h.store.Loops()
+			for _, l := range all {
+				if !l.Status.Terminal() {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
