@@ -141,7 +141,11 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 				w(tr)
 				return
 			}
-			time.Sleep(time.Millisecond) // the loop has not called Wait yet
+			select {
+			case <-stop:
+				return // the harness ends (a loop that ended before it waited)
+			case <-time.After(time.Millisecond): // the loop has not called Wait yet
+			}
 		}
 	}()
 }
