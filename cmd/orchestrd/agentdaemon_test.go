@@ -87,6 +87,17 @@ func TestExecutorAgentSessionResumed(t *testing.T) {
 		t.Fatalf("usage-limited task: %+v %+v", r4, r4.Error)
 	}
 
+	// Numbers no sum can take (negative tokens or cost) are dropped, not
+	// recorded: budgets, sums and metrics never go backwards.
+	t6, _ := d.execute(api.TaskSpec{SessionID: session, Prompt: script(`{"op":"usage","input_tokens":-5,"output_tokens":1,"cost_usd":-3}`)})
+	if r6 := d.waitTask(t6); r6.State != api.TaskCompleted || r6.TokenUsage != nil {
+		t.Fatalf("a task with negative usage: %+v %+v", r6, r6.TokenUsage)
+	}
+	d.mustCall("session.get", map[string]any{"id": session}, &sg)
+	if sg.Session.TokenUsage == nil || sg.Session.TokenUsage.CostUSD != 0.75 {
+		t.Fatalf("session after negative usage: %+v", sg.Session.TokenUsage)
+	}
+
 	// The CLI shows them.
 	out, errOut, code := runCLI(t, "--home", home, "tasks")
 	if code != 0 || !strings.Contains(out, "2 denied") || !strings.Contains(out, "$0.5000") || !strings.Contains(out, "retry after ") {
@@ -97,8 +108,8 @@ func TestExecutorAgentSessionResumed(t *testing.T) {
 		t.Fatalf("session: exit %d\n%s%s", code, out, errOut)
 	}
 
-	// After a restart the store has the agent's session: the next task
-	// resumes it.
+	// After a restart the store has the agent's session (the last one a
+	// task reported): the next task resumes it.
 	d.stop()
 	d = startDaemonAt(t, home, config)
 	t5, _ := d.execute(api.TaskSpec{SessionID: session, Prompt: script(`{"op":"echo_sdk"}`)})
@@ -179,6 +190,9 @@ command = ["` + fake + `", "--extra"]
 instances = 1
 [executors.cc.model_config]
 model = "m-1"
+[executors.other]
+agent = "claude-code"
+command = ["` + fake + `"]
 `
 	d := startDaemonAt(t, home, config)
 	pid := d.idleExecutor("cc")
@@ -212,6 +226,12 @@ model = "m-1"
 	}
 	if _, err := os.Stat(filepath.Join(root, real, "state.db")); err == nil {
 		t.Fatalf("the executor's sandbox shows the daemon's state.db")
+	}
+	if _, err := os.Stat(filepath.Join(real, "agents", "other")); err != nil {
+		t.Fatalf("the other pool's state dir was not made: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, real, "agents", "other")); err == nil {
+		t.Fatalf("the executor's sandbox shows another pool's state dir")
 	}
 	d.stop()
 	d = startDaemonAt(t, home, config)
