@@ -427,6 +427,10 @@ func (m *Manager) sessionMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeNotFound, "no session %s", p.ID))
 		return
 	}
+	if s.TokenUsage, err = m.log.SessionUsage(ctx, p.ID); err != nil {
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "summing session %s's tokens: %v", p.ID, err))
+		return
+	}
 	ms, err := m.log.SessionMessages(ctx, p.ID, p.Limit)
 	if err != nil {
 		call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading session %s's messages: %v", p.ID, err))

@@ -207,7 +207,7 @@ command = ["` + fake + `"]
 	}
 	argv := cmdline(t, pid)
 	want := []string{"executor", "--agent", "claude-code", "--state-dir", state, "--model", "m-1", "--sandboxed", "--", fake, "--extra", "--socket"}
-	if len(argv) < len(want)+1 || !strings.HasSuffix(argv[0], "orchestrd") && argv[0] != binary {
+	if len(argv) < len(want)+1 || !filepath.IsAbs(argv[0]) {
 		t.Fatalf("executor argv %q", argv)
 	}
 	for i, w := range want {
