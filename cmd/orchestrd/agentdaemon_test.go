@@ -180,7 +180,7 @@ func TestExecutorAgentKindPool(t *testing.T) {
 	t.Parallel()
 	requireAgentKind(t, "claude-code")
 	home := shortTemp(t)
-	fake := filepath.Join(home, "fake-claude")
+	fake := filepath.Join(shortTemp(t), "fake-claude") // outside the home the sandbox hides
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
