@@ -79,11 +79,19 @@ type Manager struct {
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
 	// sdk is the agent session id each session's last task ended in,
-	// for a session with a task whose end is not committed yet or still
-	// live (the store has it once none is): the next task resumes it.
-	sdk     map[string]string
+	// while a task of that session is live or its end was committed
+	// less than sdkKeep ago (the store has it after): the next task
+	// resumes it.
+	sdk     map[string]sdkEntry
 	terms   map[string]*terminal // open, and closed for termKeep
 	termSeq atomic.Int64
+}
+
+// sdkEntry is the agent session a session's last task ended in, and
+// when.
+type sdkEntry struct {
+	id string
+	at time.Time
 }
 
 // poolHandle is what the Manager knows of one pool actor.
@@ -183,7 +191,7 @@ func Start(opts Options) (*Manager, error) {
 		return nil, errors.New("executors: Bus, System and Log are required")
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
-		live: map[string]api.TaskRecord{}, sdk: map[string]string{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
+		live: map[string]api.TaskRecord{}, sdk: map[string]sdkEntry{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
 		env: opts.Environ}
 	m.idPre = randomHex(3) + "-"
 	if m.env == nil {
@@ -379,24 +387,33 @@ func (m *Manager) finished(rec api.TaskRecord) {
 // sdkEnded records the agent session a task of session ended in.
 func (m *Manager) sdkEnded(session, sdk string) {
 	m.mu.Lock()
-	m.sdk[session] = sdk
+	m.sdk[session] = sdkEntry{id: sdk, at: time.Now()}
 	m.mu.Unlock()
 }
 
-// sdkCommitted drops session's agent session from memory once no task of
-// it is live any more: the store has its last one.
-func (m *Manager) sdkCommitted(session string) {
+// sdkKeep is how long an agent session stays in memory after its task's
+// end was committed: a task.execute that read the session from the store
+// just before that commit still finds the newer one here.
+const sdkKeep = time.Minute
+
+// sdkCommitted drops from memory the agent sessions of sessions with no
+// live task whose end was committed sdkKeep ago: the store has them.
+func (m *Manager) sdkCommitted() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.sdk[session]; !ok {
+	if len(m.sdk) == 0 {
 		return
 	}
+	live := make(map[string]bool, len(m.live))
 	for _, rec := range m.live {
-		if rec.SessionID == session {
-			return
+		live[rec.SessionID] = true
+	}
+	now := time.Now()
+	for s, e := range m.sdk {
+		if !live[s] && now.Sub(e.at) > sdkKeep {
+			delete(m.sdk, s)
 		}
 	}
-	delete(m.sdk, session)
 }
 
 // resumeOf is the agent session a task of session continues: the one its
@@ -405,8 +422,8 @@ func (m *Manager) sdkCommitted(session string) {
 func (m *Manager) resumeOf(session, stored string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.sdk[session]; ok {
-		return s
+	if e, ok := m.sdk[session]; ok {
+		return e.id
 	}
 	return stored
 }

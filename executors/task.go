@@ -224,7 +224,7 @@ func (t *taskActor) record(what string) {
 		}
 		if what == "finished" {
 			m.forget(rec.ID)
-			m.sdkCommitted(rec.SessionID)
+			m.sdkCommitted()
 		}
 	}
 	var err error
