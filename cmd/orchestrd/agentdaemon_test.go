@@ -104,7 +104,7 @@ func TestExecutorAgentSessionResumed(t *testing.T) {
 		t.Fatalf("tasks: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, "--home", home, "session", session)
-	if code != 0 || !strings.Contains(out, "agent session conv-2") || !strings.Contains(out, "$0.7500") {
+	if code != 0 || !strings.Contains(errOut, "agent session conv-2") || !strings.Contains(errOut, "$0.7500") {
 		t.Fatalf("session: exit %d\n%s%s", code, out, errOut)
 	}
 

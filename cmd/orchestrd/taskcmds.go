@@ -740,12 +740,13 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 		f.print(m.EventType, m.EventData)
 	}
 	f.endLine()
-	sessionSummary(stdout, res.Session)
+	sessionSummary(stderr, res.Session)
 	return exitOK
 }
 
-// sessionSummary is session's last line: its tasks, the agent's own
-// session the next task resumes, what its tokens cost.
+// sessionSummary is session's last line, on stderr (stdout is the
+// transcript alone): its tasks, the agent's own session the next task
+// resumes, what its tokens cost.
 func sessionSummary(w io.Writer, s api.SessionRecord) {
 	line := fmt.Sprintf("--- session %s: %d tasks", s.ID, s.Tasks)
 	if s.SDKSessionID != "" {
