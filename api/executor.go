@@ -141,6 +141,21 @@ type SessionRecord struct {
 	// (Claude Code's --resume, codex exec resume), as its last task
 	// ended; "" until an agent reported one.
 	SDKSessionID string `json:"sdk_session_id,omitempty"`
+	// TokenUsage sums its tasks' tokens and cost; nil when none reported
+	// any.
+	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
+}
+
+// Add adds o to u (nil o adds nothing).
+func (u *TokenUsage) Add(o *TokenUsage) {
+	if o == nil {
+		return
+	}
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.CacheReadTokens += o.CacheReadTokens
+	u.CacheWriteTokens += o.CacheWriteTokens
+	u.CostUSD += o.CostUSD
 }
 
 // SessionMessage is one report_message of a session's task, as stored.

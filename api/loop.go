@@ -80,6 +80,13 @@ const (
 	LoopErrGitTampered    = "git_tampered"    // its repository's git directory changed during an iteration (put back)
 	LoopErrAgent          = "agent_failed"    // its executor pool refused every task
 	LoopErrActorFailed    = "actor_failed"    // the daemon's actor of the loop failed (a bug: see actor.panicked)
+	// LoopErrBudgetExceeded: what its agents' tasks cost (its own
+	// iterations and its children's, token_usage.cost_usd) passed its
+	// max_cost_usd; its live descendants end with it.
+	LoopErrBudgetExceeded = "budget_exceeded"
+	// LoopErrAuthFailed: its agent's key was refused (a task ended
+	// auth_failed): not retried, as every iteration would be refused.
+	LoopErrAuthFailed = "auth_failed"
 )
 
 // LoopRecord is a loop as loop.get, loop.list, loop.created and
@@ -116,6 +123,14 @@ type LoopRecord struct {
 	// children), merge (a complete tree waits to merge into its base).
 	Stage      string `json:"stage,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"` // the approval it waits for
+	// MaxCostUSD: the loop fails budget_exceeded once TokenUsage's
+	// cost_usd passes it (0: no limit; loop.create's max_cost_usd, else
+	// [loops] max_cost_usd). A root's counts its children's.
+	MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
+	// OwnUsage sums the tokens and cost of its own iterations' tasks;
+	// TokenUsage that and its children's TokenUsage.
+	OwnUsage   *TokenUsage `json:"own_token_usage,omitempty"`
+	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
 }
 
 // Loop stages (LoopRecord.Stage).
@@ -129,17 +144,20 @@ const (
 // LoopIteration is one iteration of a loop, as loop.get's iterations show
 // it: its prompt, its agent's task, its validation job and what came of it.
 type LoopIteration struct {
-	LoopID     string `json:"loop_id"`
-	Iteration  uint32 `json:"iteration"`
-	Prompt     string `json:"prompt"`
-	TaskID     string `json:"task_id,omitempty"`
-	JobID      string `json:"job_id,omitempty"`
-	Status     string `json:"status"` // running, passed, failed, interrupted
-	Passed     bool   `json:"passed"`
-	Feedback   string `json:"feedback,omitempty"` // what the next iteration is told
-	Commit     string `json:"commit,omitempty"`
-	StartedAt  int64  `json:"started_at"`
-	FinishedAt int64  `json:"finished_at,omitempty"`
+	LoopID    string `json:"loop_id"`
+	Iteration uint32 `json:"iteration"`
+	Prompt    string `json:"prompt"`
+	TaskID    string `json:"task_id,omitempty"`
+	JobID     string `json:"job_id,omitempty"`
+	Status    string `json:"status"` // running, passed, failed, interrupted
+	Passed    bool   `json:"passed"`
+	Feedback  string `json:"feedback,omitempty"` // what the next iteration is told
+	// TokenUsage and Denied are its agent's task's (tool uses refused).
+	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
+	Denied     int         `json:"denied,omitempty"`
+	Commit     string      `json:"commit,omitempty"`
+	StartedAt  int64       `json:"started_at"`
+	FinishedAt int64       `json:"finished_at,omitempty"`
 }
 
 // TaskLoop is what execute_prompt carries of the loop a task iterates
@@ -178,6 +196,9 @@ type (
 		Description string `json:"description"`
 		Repo        string `json:"repo,omitempty"` // default: the daemon's [loops] repo, else refused
 		Base        string `json:"base,omitempty"` // default: the repo's current branch
+		// MaxCostUSD: the loop (with its children) fails budget_exceeded
+		// past this cost; 0 is [loops] max_cost_usd.
+		MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
 	}
 	// LoopCreateParams is loop.create's params (orchestrd's: a root loop
 	// of any type; its answer is loop.create_plan's).
@@ -186,6 +207,7 @@ type (
 		Description string   `json:"description"`
 		Repo        string   `json:"repo,omitempty"`
 		Base        string   `json:"base,omitempty"`
+		MaxCostUSD  float64  `json:"max_cost_usd,omitempty"`
 	}
 	// LoopCreatePlanResult is its answer: loop_id (the spec's) and id
 	// (what Loopr's client reads), the same.

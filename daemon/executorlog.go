@@ -41,6 +41,10 @@ func (l executorLog) Session(_ context.Context, id string) (api.SessionRecord, b
 	return l.st.Tasks().Session(id)
 }
 
+func (l executorLog) SessionUsage(_ context.Context, id string) (*api.TokenUsage, error) {
+	return l.st.Tasks().SessionUsage(id)
+}
+
 func (l executorLog) SessionMessages(_ context.Context, id string, limit int) ([]api.SessionMessage, error) {
 	return l.st.Tasks().Messages(id, limit)
 }

@@ -50,3 +50,32 @@ low_water = 200
 		}
 	}
 }
+
+// agent = KIND: a built-in kind needs no command; an unknown kind is a
+// config error naming the key and the kinds.
+func TestExecutorsAgentConfig(t *testing.T) {
+	cfg, err := ParseConfig("test.toml", []byte(`
+[executors.claude]
+agent = "claude-code"
+state_dir = "/var/lib/claude-state"
+[executors.plain]
+command = ["my-executor"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Executors["claude"]; p.Agent != "claude-code" || p.StateDir != "/var/lib/claude-state" || len(p.Command) != 0 {
+		t.Fatalf("claude pool: %+v", p)
+	}
+	if p := cfg.Executors["plain"]; p.Agent != "command" {
+		t.Fatalf("a pool without agent is %q, want command", p.Agent)
+	}
+	_, err = ParseConfig("test.toml", []byte(`
+[executors.x]
+agent = "cursor"
+`))
+	want := `executors.x.agent must be one of "command", "claude-code", "codex", "gemini", got "cursor"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+}

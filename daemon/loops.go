@@ -36,6 +36,16 @@ func (a loopAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 	a.m.Execute(spec, func(taskID, _ string, err error) { reply(taskID, err) })
 }
 
+func (a loopAgents) DeniedTools(tr api.TaskRecord, done func([]string)) {
+	go func() {
+		tools, err := a.m.DeniedTools(tr.ID, tr.SessionID)
+		if err != nil {
+			a.log.Warn().Err(err).Str("task_id", tr.ID).Msg("reading the tools a loop's task had denied")
+		}
+		done(tools)
+	}()
+}
+
 func (a loopAgents) Wait(id string, done func(api.TaskRecord)) error { return a.m.Wait(id, done) }
 
 func (a loopAgents) Stop(id string, force bool) {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/executors/agent"
 	"github.com/orchestrd/orchestrd/supervisor"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
@@ -47,6 +50,17 @@ type ModelConfig struct {
 // PoolConfig is one [executors.NAME] table: a pool of executor processes
 // that all run the same command.
 type PoolConfig struct {
+	// Agent is the kind of executor: "command" (the default) runs Command
+	// as the executor's whole argv; a built-in agent kind ("claude-code",
+	// "codex", "gemini") runs `orchestrd executor --agent KIND` around
+	// Command, which is then the agent's binary and its extra arguments
+	// (default: the kind's binary on PATH, agent.DefaultBinary).
+	Agent string `toml:"agent"`
+	// StateDir is where a built-in agent keeps its sessions and settings
+	// (its --state-dir): default <home>/agents/<pool>, made 0700; a pool
+	// may name another (such as the user's ~/.claude). Shown read-write to
+	// a sandboxed executor, kept across executor and daemon restarts.
+	StateDir string `toml:"state_dir"`
 	// Command is the executor's argv. "--socket PATH" is appended unless an
 	// argument holds "{socket}", which is replaced by PATH.
 	Command []string          `toml:"command"`
@@ -114,7 +128,7 @@ type PoolConfig struct {
 // config file sets only what it changes.
 func DefaultPool() PoolConfig {
 	return PoolConfig{
-		MaxInstances: 4, Network: NetworkHost, QueueLimit: 1000, Transport: TransportSocket,
+		Agent: agent.KindCommand, MaxInstances: 4, Network: NetworkHost, QueueLimit: 1000, Transport: TransportSocket,
 		IdleTimeout:       api.Duration{Duration: 5 * time.Minute},
 		StartupTimeout:    api.Duration{Duration: 10 * time.Second},
 		PermissionTimeout: api.Duration{Duration: 30 * time.Second},
@@ -141,8 +155,23 @@ func (p PoolConfig) validate(key string) []error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s", key, fmt.Sprintf(format, args...)))
 	}
-	if len(p.Command) == 0 || strings.TrimSpace(p.Command[0]) == "" {
-		bad("command must name the executor's program, as an array: command = [\"orchestrd\", \"executor\", \"--\", \"claude\", \"-p\"]")
+	switch {
+	case !slices.Contains(Kinds, p.Agent):
+		bad("agent must be one of %s, got %q", quoteAll(Kinds), p.Agent)
+	case p.Agent == agent.KindCommand:
+		if len(p.Command) == 0 || strings.TrimSpace(p.Command[0]) == "" {
+			bad("command must name the executor's program, as an array: command = [\"orchestrd\", \"executor\", \"--\", \"my-agent\"] (or agent = \"claude-code\", \"codex\" or \"gemini\")")
+		}
+		if p.StateDir != "" {
+			bad("state_dir is a built-in agent kind's (agent = \"claude-code\", \"codex\" or \"gemini\"); a command pool passes its own")
+		}
+	default:
+		if len(p.Command) > 0 && strings.TrimSpace(p.Command[0]) == "" {
+			bad("command's first element must name the %s binary (or leave command out: %q on PATH)", p.Agent, agent.DefaultBinary(p.Agent))
+		}
+		if p.StateDir != "" && !filepath.IsAbs(expandHome(p.StateDir)) {
+			bad("state_dir must be an absolute path (or start with ~/), got %q", p.StateDir)
+		}
 	}
 	if p.MaxInstances < 1 || p.MaxInstances > 256 {
 		bad("max_instances must be between 1 and 256, got %d", p.MaxInstances)
@@ -203,6 +232,28 @@ func (p PoolConfig) validate(key string) []error {
 		}
 	}
 	return errs
+}
+
+// Kinds are the agent kinds a pool may name (agent = KIND): "command"
+// and the built-in agents executors/agent speaks.
+var Kinds = []string{agent.KindCommand, agent.KindClaude, agent.KindCodex, agent.KindGemini}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// expandHome turns a leading ~/ into the daemon user's home directory.
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if h, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(h, strings.TrimPrefix(p, "~"))
+		}
+	}
+	return p
 }
 
 // flatten splits joined errors into one error per problem.

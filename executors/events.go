@@ -100,6 +100,7 @@ type TaskFinished struct {
 	Error        *api.TaskError  `json:"error,omitempty"`
 	MessageCount int64           `json:"message_count"`
 	TokenUsage   *api.TokenUsage `json:"token_usage,omitempty"`
+	Denied       int             `json:"denied,omitempty"` // tool uses refused in it
 }
 
 func (TaskFinished) Kind() string { return "task.finished" }

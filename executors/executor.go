@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/executors/agent"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 	"github.com/orchestrd/orchestrd/wire"
@@ -119,6 +121,8 @@ type running struct {
 	pending   int   // messages read and not yet committed
 	committed int64 // messages committed
 	usage     *api.TokenUsage
+	sdk       string                  // the agent's own session it ended in
+	denied    int                     // tool uses refused
 	finishing *finish                 // the executor answered; waiting for its messages
 	perms     map[string]func(string) // pending permissions, by approval id
 }
@@ -164,6 +168,9 @@ type (
 		rec   api.TaskRecord
 		token string
 		task  actors.Ref
+		// resume: the agent's session the task continues (its
+		// session's sdk_session_id), "" for a new one.
+		resume string
 	}
 	// finishNow: end the running task now as state (a stop, a timeout's
 	// last stage, the daemon's shutdown), killing the process first when
@@ -317,7 +324,7 @@ func (e *execActor) spawn() {
 	m, cfg := e.ps.m, e.ps.cfg
 	var extra []*os.File
 	var env []string
-	argv := slices.Clone(cfg.Command)
+	argv := agentArgv(cfg, m.opts.Exe, m.stateDirs[e.ps.h.name], m.opts.Sandbox)
 	fail := func(err error) {
 		sys, self := e.sys, e.self
 		sys.Send(self, eStarted{err: err})
@@ -373,6 +380,11 @@ func (e *execActor) spawn() {
 		if e.sockDir != "" {
 			pre = append(pre, "--expose", e.sockDir)
 		}
+		if sd := m.stateDirs[e.ps.h.name]; sd != "" {
+			// The agent's sessions and settings: read-write, in the
+			// home hidden (or not) around it.
+			pre = append(pre, "--expose", sd)
+		}
 		if e.confine != nil {
 			ro, rw, err := confinement(e.confine, cfg.WriteCheckout)
 			if err != nil {
@@ -404,6 +416,42 @@ func (e *execActor) spawn() {
 			sys.Send(self, eExited{exit: x, stderr: tail.lines()})
 		},
 	})
+}
+
+// maxSDKSessionID bounds an agent's session id kept (Claude Code's and
+// Codex's are UUIDs): a longer one is dropped, not stored.
+const maxSDKSessionID = 256
+
+// validUsage reports whether an executor's token usage is numbers a sum
+// can take: none negative, the cost finite and below a million dollars.
+func validUsage(u *api.TokenUsage) bool {
+	return u.InputTokens >= 0 && u.OutputTokens >= 0 && u.CacheReadTokens >= 0 && u.CacheWriteTokens >= 0 &&
+		u.CostUSD >= 0 && u.CostUSD < 1e6 && !math.IsNaN(u.CostUSD)
+}
+
+// agentArgv is the executor's argv for a pool: its command as it is for
+// agent = "command"; for a built-in agent kind, this binary's `executor
+// --agent KIND --state-dir DIR [--model M] [--sandboxed] -- COMMAND...`,
+// COMMAND the agent's binary and extra arguments (default: the kind's).
+func agentArgv(cfg PoolConfig, exe, stateDir string, sandboxed bool) []string {
+	if cfg.Agent == "" || cfg.Agent == agent.KindCommand {
+		return slices.Clone(cfg.Command)
+	}
+	argv := []string{exe, "executor", "--agent", cfg.Agent}
+	if stateDir != "" {
+		argv = append(argv, "--state-dir", stateDir)
+	}
+	if cfg.ModelConfig != nil && cfg.ModelConfig.Model != "" {
+		argv = append(argv, "--model", cfg.ModelConfig.Model)
+	}
+	if sandboxed {
+		argv = append(argv, "--sandboxed")
+	}
+	argv = append(argv, "--")
+	if len(cfg.Command) == 0 {
+		return append(argv, agent.DefaultBinary(cfg.Agent))
+	}
+	return append(argv, cfg.Command...)
 }
 
 // placeholder puts value in place of key in the arguments that hold it,
@@ -616,6 +664,9 @@ func (e *execActor) runTask(m runTask) {
 	if r.rec.Loop != nil {
 		params["loop"] = r.rec.Loop
 	}
+	if m.resume != "" {
+		params["sdk_session_id"] = m.resume
+	}
 	e.call("execute_prompt", params,
 		func(res json.RawMessage, er *wire.RPCError) { e.answered(id, res, er) })
 }
@@ -631,17 +682,29 @@ func (e *execActor) answered(id string, res json.RawMessage, er *wire.RPCError) 
 		f.err = &api.TaskError{Code: fmt.Sprintf("rpc_%d", er.Code), Message: er.Message}
 	} else {
 		var x struct {
-			Status     string          `json:"status"`
-			TokenUsage *api.TokenUsage `json:"token_usage"`
-			Error      *struct {
+			Status       string          `json:"status"`
+			TokenUsage   *api.TokenUsage `json:"token_usage"`
+			SDKSessionID string          `json:"sdk_session_id"`
+			Denied       int             `json:"denied"`
+			Error        *struct {
 				Message string `json:"message"`
 				Code    string `json:"code"`
+				RetryAt string `json:"retry_at"`
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(res, &x); err != nil {
 			f.err = &api.TaskError{Code: "bad_result", Message: "execute_prompt's result is not an object: " + err.Error()}
 		} else {
 			r.usage = x.TokenUsage
+			if r.usage != nil && !validUsage(r.usage) {
+				// Kept out of every sum: an executor's bad numbers
+				// must not make a loop's budget or the metrics lie.
+				r.usage = nil
+			}
+			if len(x.SDKSessionID) <= maxSDKSessionID {
+				r.sdk = x.SDKSessionID
+			}
+			r.denied = max(x.Denied, 0)
 			switch x.Status {
 			case "completed":
 				f.state = api.TaskCompleted
@@ -653,6 +716,10 @@ func (e *execActor) answered(id string, res json.RawMessage, er *wire.RPCError) 
 			}
 			if x.Error != nil && f.err == nil {
 				f.err = &api.TaskError{Code: x.Error.Code, Message: x.Error.Message}
+				if t, err := time.Parse(time.RFC3339, x.Error.RetryAt); err == nil && x.Error.RetryAt != "" {
+					t = t.UTC()
+					f.err.RetryAt = &t
+				}
 			}
 		}
 	}
@@ -673,7 +740,7 @@ func (e *execActor) done(r *running, state api.TaskState, err *api.TaskError) {
 	for _, cancel := range r.perms {
 		cancel("task_ended")
 	}
-	d := execDone{taskID: r.rec.ID, state: state, err: err, usage: r.usage,
+	d := execDone{taskID: r.rec.ID, state: state, err: err, usage: r.usage, sdk: r.sdk, denied: r.denied,
 		count: r.committed + int64(r.pending)}
 	if e.confine != nil && e.exited == nil {
 		// Nothing the task started may outlive it: its end is told once

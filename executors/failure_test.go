@@ -63,6 +63,8 @@ func (l *memLog) Tasks(context.Context, TaskFilter) ([]api.TaskRecord, error) { 
 func (l *memLog) Session(context.Context, string) (api.SessionRecord, bool, error) {
 	return api.SessionRecord{}, false, nil
 }
+func (l *memLog) SessionUsage(context.Context, string) (*api.TokenUsage, error) { return nil, nil }
+
 func (l *memLog) SessionMessages(context.Context, string, int) ([]api.SessionMessage, error) {
 	return nil, nil
 }

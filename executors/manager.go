@@ -17,9 +17,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/executors/agent"
+	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
@@ -66,14 +69,29 @@ type Manager struct {
 	idPre string
 	seq   atomic.Int64
 	pools map[string]*poolHandle
+	// stateDirs are the built-in agent pools' state directories (real
+	// paths), by pool.
+	stateDirs map[string]string
 
 	mu       sync.Mutex
 	stopping bool
 	forced   bool                      // Force was called: executors are killed, not asked
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
-	terms    map[string]*terminal // open, and closed for termKeep
-	termSeq  atomic.Int64
+	// sdk is the agent session id each session's last task ended in,
+	// while a task of that session is live or its end was committed
+	// less than sdkKeep ago (the store has it after): the next task
+	// resumes it.
+	sdk     map[string]sdkEntry
+	terms   map[string]*terminal // open, and closed for termKeep
+	termSeq atomic.Int64
+}
+
+// sdkEntry is the agent session a session's last task ended in, and
+// when.
+type sdkEntry struct {
+	id string
+	at time.Time
 }
 
 // poolHandle is what the Manager knows of one pool actor.
@@ -173,7 +191,7 @@ func Start(opts Options) (*Manager, error) {
 		return nil, errors.New("executors: Bus, System and Log are required")
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
-		live: map[string]api.TaskRecord{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
+		live: map[string]api.TaskRecord{}, sdk: map[string]sdkEntry{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
 		env: opts.Environ}
 	m.idPre = randomHex(3) + "-"
 	if m.env == nil {
@@ -181,6 +199,10 @@ func Start(opts Options) (*Manager, error) {
 	}
 	if len(opts.Pools) > 0 {
 		if err := m.prepareSandbox(); err != nil {
+			return nil, err
+		}
+		var err error
+		if m.stateDirs, err = prepareStateDirs(m.hide, opts.Pools); err != nil {
 			return nil, err
 		}
 	}
@@ -223,17 +245,76 @@ func (m *Manager) prepareSandbox() error {
 	if err := os.Mkdir(m.dir, 0o700); err != nil {
 		return fmt.Errorf("creating the executor socket directory: %w", err)
 	}
-	if !m.opts.Sandbox {
+	if !m.opts.Sandbox && !m.anyAgent() {
 		return nil
 	}
 	if m.opts.Exe == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("finding the orchestrd binary for sandbox-exec: %w", err)
+			return fmt.Errorf("finding the orchestrd binary for sandbox-exec and agent executors: %w", err)
 		}
 		m.opts.Exe = exe
 	}
 	return nil
+}
+
+// anyAgent reports whether a pool runs a built-in agent kind.
+func (m *Manager) anyAgent() bool {
+	for _, p := range m.opts.Pools {
+		if p.Agent != "" && p.Agent != agent.KindCommand {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareStateDirs makes each built-in agent pool's state directory:
+// HOME/agents/POOL by default, made beneath the home without following a
+// link (0700, the daemon's user's), or the directory the pool names
+// (made 0700 when missing; it must be a directory the daemon's user
+// owns). It returns each one's real path, by pool: what the executor is
+// given as --state-dir and what its sandbox shows read-write.
+func prepareStateDirs(home string, pools map[string]PoolConfig) (map[string]string, error) {
+	out := map[string]string{}
+	uid := os.Getuid()
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		p := pools[name]
+		if p.Agent == "" || p.Agent == agent.KindCommand {
+			continue
+		}
+		dir := expandHome(p.StateDir)
+		if p.StateDir == "" {
+			root, err := beneath.OpenRoot(home, beneath.Options{Owners: []int{uid}})
+			if err != nil {
+				return nil, fmt.Errorf("executor pool %s: opening the home to make its state directory: %w", name, err)
+			}
+			d, err := root.MkdirAll(filepath.Join("agents", name), 0o700)
+			root.Close()
+			if err != nil {
+				return nil, fmt.Errorf("executor pool %s: making its state directory %s: %w", name, filepath.Join(home, "agents", name), err)
+			}
+			// Its mode whatever the umask or an older daemon left.
+			err = unix.Fchmod(d.Fd(), 0o700)
+			d.Close()
+			if err != nil {
+				return nil, fmt.Errorf("executor pool %s: setting its state directory's mode: %w", name, err)
+			}
+			dir = filepath.Join(home, "agents", name)
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("executor pool %s: making its state_dir %s: %w", name, dir, err)
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return nil, fmt.Errorf("executor pool %s: resolving its state directory %s: %w", name, dir, err)
+		}
+		d, err := beneath.OpenRoot(real, beneath.Options{Owners: []int{uid}})
+		if err != nil {
+			return nil, fmt.Errorf("executor pool %s: its state directory %s: %w", name, real, err)
+		}
+		d.Close()
+		out[name] = real
+	}
+	return out, nil
 }
 
 // socketDir makes executor id's socket directory, HOME/executors/ID
@@ -301,6 +382,50 @@ func (m *Manager) finished(rec api.TaskRecord) {
 	for _, w := range ws {
 		w(rec)
 	}
+}
+
+// sdkEnded records the agent session a task of session ended in.
+func (m *Manager) sdkEnded(session, sdk string) {
+	m.mu.Lock()
+	m.sdk[session] = sdkEntry{id: sdk, at: time.Now()}
+	m.mu.Unlock()
+}
+
+// sdkKeep is how long an agent session stays in memory after its task's
+// end was committed: a task.execute that read the session from the store
+// just before that commit still finds the newer one here.
+const sdkKeep = time.Minute
+
+// sdkCommitted drops from memory the agent sessions of sessions with no
+// live task whose end was committed sdkKeep ago: the store has them.
+func (m *Manager) sdkCommitted() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sdk) == 0 {
+		return
+	}
+	live := make(map[string]bool, len(m.live))
+	for _, rec := range m.live {
+		live[rec.SessionID] = true
+	}
+	now := time.Now()
+	for s, e := range m.sdk {
+		if !live[s] && now.Sub(e.at) > sdkKeep {
+			delete(m.sdk, s)
+		}
+	}
+}
+
+// resumeOf is the agent session a task of session continues: the one its
+// latest task ended in, else stored (what the store had when it was
+// queued).
+func (m *Manager) resumeOf(session, stored string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.sdk[session]; ok {
+		return e.id
+	}
+	return stored
 }
 
 // forget drops a finished task from memory once its record is committed.

@@ -2,12 +2,16 @@ package executors
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // Register registers the executor methods with mux: task.execute,
@@ -75,9 +79,9 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 	switch spec.PermissionMode {
 	case "":
 		spec.PermissionMode = api.ModeDefault
-	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
 	default:
-		bad("permission_mode must be default, acceptEdits or bypassPermissions, got %q", spec.PermissionMode)
+		bad("permission_mode must be default, acceptEdits, bypassPermissions or plan, got %q", spec.PermissionMode)
 		return
 	}
 	h, ok := m.livePool(call, spec.Executor, "task not accepted")
@@ -88,6 +92,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 		call.Fail(api.Errorf(api.CodeQueueFull, "executor pool %s has %d tasks queued (queue_limit): task not accepted", h.name, h.cfg.QueueLimit))
 		return
 	}
+	resume := ""
 	if spec.SessionID != "" {
 		s, ok, err := m.log.Session(context.Background(), spec.SessionID)
 		if err != nil {
@@ -102,6 +107,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 			bad("session %s belongs to executor pool %s, not %s", s.ID, s.Executor, h.name)
 			return
 		}
+		resume = s.SDKSessionID
 	} else {
 		spec.SessionID = "s-" + randomHex(8)
 	}
@@ -126,7 +132,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 			return
 		}
 		m.bus.Emit(TaskQueued{TaskID: rec.ID, SessionID: rec.SessionID, Executor: h.name})
-		m.sys.Send(h.ref, queueTask{rec: rec})
+		m.sys.Send(h.ref, queueTask{rec: rec, resume: resume})
 		reply(rec.ID, rec.SessionID, nil)
 	})
 	if err != nil {
@@ -421,6 +427,10 @@ func (m *Manager) sessionMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeNotFound, "no session %s", p.ID))
 		return
 	}
+	if s.TokenUsage, err = m.log.SessionUsage(ctx, p.ID); err != nil {
+		call.Fail(api.Errorf(api.CodeStoreUnavailable, "summing session %s's tokens: %v", p.ID, err))
+		return
+	}
 	ms, err := m.log.SessionMessages(ctx, p.ID, p.Limit)
 	if err != nil {
 		call.Fail(api.Errorf(api.CodeStoreUnavailable, "reading session %s's messages: %v", p.ID, err))
@@ -464,4 +474,35 @@ func (c *replyCall) Fail(err error) {
 	if c.done.CompareAndSwap(false, true) && c.fail != nil {
 		c.fail(err)
 	}
+}
+
+// DeniedTools reads the names of the tools refused in an ended task: its
+// permission_denied messages' names, each once, in order, as
+// eventlog.Ident shows a name an agent chose (at most 50). It reads the
+// store: call it off an actor.
+func (m *Manager) DeniedTools(taskID, sessionID string) ([]string, error) {
+	ms, err := m.log.SessionMessages(context.Background(), sessionID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading task %s's messages: %w", taskID, err)
+	}
+	var out []string
+	for _, msg := range ms {
+		if msg.TaskID != taskID || msg.EventType != api.MsgPermissionDenied {
+			continue
+		}
+		var d struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(msg.EventData, &d) != nil || d.Name == "" {
+			continue
+		}
+		name := eventlog.Ident(d.Name)
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+		if len(out) == 50 {
+			break
+		}
+	}
+	return out, nil
 }

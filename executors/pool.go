@@ -62,8 +62,11 @@ func newPool(m *Manager, h *poolHandle) *pool {
 
 // Messages of the pool actor.
 type (
-	queueTask struct{ rec api.TaskRecord }
-	stopTask  struct {
+	queueTask struct {
+		rec    api.TaskRecord
+		resume string // its session's sdk_session_id, as stored
+	}
+	stopTask struct {
 		id    string
 		force bool
 		call  api.Call
@@ -391,7 +394,7 @@ func (p *pool) terminated(c *actors.Context, who actors.Ref) {
 func (p *pool) queueTask(c *actors.Context, m queueTask) {
 	id := m.rec.ID
 	ref, err := c.Spawn(actors.Props{Kind: "task", ID: id, OnPanic: actors.Stop,
-		New: func() actors.Actor { return &taskActor{ps: p.ps, rec: m.rec} }})
+		New: func() actors.Actor { return &taskActor{ps: p.ps, rec: m.rec, resume: m.resume} }})
 	if err != nil {
 		rec := m.rec
 		now := time.Now().UTC()

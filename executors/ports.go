@@ -36,6 +36,9 @@ type Log interface {
 	// Tasks lists tasks newest first; limit 0 is no limit.
 	Tasks(ctx context.Context, f TaskFilter) ([]api.TaskRecord, error)
 	Session(ctx context.Context, id string) (api.SessionRecord, bool, error)
+	// SessionUsage sums the token usage of a session's tasks (nil: none
+	// reported any).
+	SessionUsage(ctx context.Context, id string) (*api.TokenUsage, error)
 	// SessionMessages lists a session's messages in order: its tasks in the
 	// order they were created, each task's by sequence. limit 0 is all;
 	// otherwise the last limit messages.

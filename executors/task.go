@@ -16,9 +16,12 @@ import (
 // it owns the protocol; the pool owns the queue.
 
 type taskActor struct {
-	ps   *poolShared
-	rec  api.TaskRecord
-	exec actors.Ref // the executor running it; zero while queued
+	ps  *poolShared
+	rec api.TaskRecord
+	// resume is its session's sdk_session_id as the store had it when
+	// the task was queued (Manager.resumeOf has a newer one).
+	resume string
+	exec   actors.Ref // the executor running it; zero while queued
 	// override: the state the task ends in whatever the executor says
 	// (timeout, stopped, the daemon's shutdown).
 	override *api.TaskState
@@ -47,6 +50,8 @@ type (
 		state  api.TaskState
 		err    *api.TaskError
 		usage  *api.TokenUsage
+		sdk    string
+		denied int
 		count  int64
 	}
 	// cancelReq: end as state (the daemon stops, the pool crash-loops).
@@ -72,7 +77,10 @@ func (t *taskActor) Receive(c *actors.Context) {
 		if t.override != nil {
 			state, err = *t.override, t.overErr
 		}
-		t.rec.TokenUsage = msg.usage
+		t.rec.TokenUsage, t.rec.Denied = msg.usage, msg.denied
+		if msg.sdk != "" {
+			t.rec.SDKSessionID = msg.sdk
+		}
 		t.end(c, state, err, msg.count)
 	case cancelReq:
 		t.cancel(c, msg.state, msg.err)
@@ -110,7 +118,7 @@ func (t *taskActor) assigned(c *actors.Context, m assign) {
 	t.ps.m.update(t.rec)
 	t.record("started")
 	t.ps.m.bus.Emit(TaskStarted{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, Instance: m.instance, Pid: m.pid})
-	c.Send(m.exec, runTask{rec: t.rec, token: randomHex(32), task: c.Self()})
+	c.Send(m.exec, runTask{rec: t.rec, token: randomHex(32), task: c.Self(), resume: t.ps.m.resumeOf(t.rec.SessionID, t.resume)})
 	t.timers = append(t.timers, c.After(time.Duration(t.rec.TimeoutMs)*time.Millisecond, stageTimer{stage: 1}))
 }
 
@@ -195,7 +203,10 @@ func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskErr
 	t.rec.MessageCount = count
 	m := t.ps.m
 	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
-		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage})
+		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied})
+	if t.rec.SDKSessionID != "" {
+		m.sdkEnded(t.rec.SessionID, t.rec.SDKSessionID)
+	}
 	m.finished(t.rec)
 	t.record("finished")
 	// The pool stops this actor: its Terminated then always follows the
@@ -213,6 +224,7 @@ func (t *taskActor) record(what string) {
 		}
 		if what == "finished" {
 			m.forget(rec.ID)
+			m.sdkCommitted()
 		}
 	}
 	var err error

@@ -2,6 +2,7 @@ package loops
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,6 +31,10 @@ type Config struct {
 	// UsageLimitPause is how long a loop whose agent hit a usage limit
 	// stays paused before it resumes by itself.
 	UsageLimitPause api.Duration `toml:"usage_limit_pause"`
+	// MaxCostUSD is a root loop's budget when loop.create names none: it
+	// fails budget_exceeded once what its agents' tasks cost (its
+	// children's too) passes it. 0 is no limit.
+	MaxCostUSD float64 `toml:"max_cost_usd"`
 	// Prompts maps a loop type to a template file replacing the built-in
 	// one.
 	Prompts map[string]string `toml:"prompts"`
@@ -101,6 +106,9 @@ func (c Config) Validate(key string, lanes, pools []string) []error {
 	if c.MaxRunning < 1 || c.MaxRunning > 1024 {
 		bad("max_running must be between 1 and 1024, got %d", c.MaxRunning)
 	}
+	if c.MaxCostUSD < 0 || c.MaxCostUSD > 1e6 || math.IsNaN(c.MaxCostUSD) {
+		bad("max_cost_usd must be between 0 (no limit) and 1000000, got %v", c.MaxCostUSD)
+	}
 	if d := c.UsageLimitPause.Duration; d < time.Second || d > 24*time.Hour {
 		bad("usage_limit_pause must be between 1s and 24h, got %s", d)
 	}
@@ -115,9 +123,9 @@ func (c Config) Validate(key string, lanes, pools []string) []error {
 		}
 	}
 	switch c.PermissionMode {
-	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	case api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
 	default:
-		bad("permission_mode must be default, acceptEdits or bypassPermissions, got %q", c.PermissionMode)
+		bad("permission_mode must be default, acceptEdits, bypassPermissions or plan, got %q", c.PermissionMode)
 	}
 	checkLane("validation_lane", c.ValidationLane)
 	checkPool("executor", c.Executor)

@@ -1,6 +1,8 @@
 package loops
 
 import (
+	"time"
+
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -180,9 +182,26 @@ func (LoopEnded) Kind() string { return "loop.ended" }
 type LoopPaused struct {
 	ID     string `json:"id"`
 	Reason string `json:"reason"` // requested, usage_limit
+	// Until: when a usage_limit pause resumes by itself (the agent's
+	// retry_at when it gave one, later than now and within 24h; else
+	// usage_limit_pause from now); RetryAt says the agent gave it.
+	Until   *time.Time `json:"until,omitempty"`
+	RetryAt bool       `json:"retry_at,omitempty"`
 }
 
 func (LoopPaused) Kind() string { return "loop.paused" }
+
+// LoopBudgetExceeded: what the loop's agents' tasks cost (with its
+// children's) passed its max_cost_usd: it fails budget_exceeded, its live
+// descendants with it.
+type LoopBudgetExceeded struct {
+	ID         string  `json:"id"`
+	CostUSD    float64 `json:"cost_usd"`
+	MaxCostUSD float64 `json:"max_cost_usd"`
+	Iteration  uint32  `json:"iteration"`
+}
+
+func (LoopBudgetExceeded) Kind() string { return "loop.budget_exceeded" }
 
 type LoopResumed struct {
 	ID     string `json:"id"`
@@ -249,5 +268,5 @@ func init() {
 	eventlog.Register(LoopCreated{}, LoopUpdated{}, LoopIterationEnded{}, LoopArtifact{}, LoopIterationStarted{},
 		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
 		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
-		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{})
+		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{}, LoopBudgetExceeded{})
 }

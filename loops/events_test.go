@@ -40,6 +40,7 @@ func TestKinds(t *testing.T) {
 		LoopRecovered{ID: rec.ID, Iteration: 3, Interrupted: true, WIPCommit: "def"},
 		LoopGitFailed{ID: rec.ID, Op: "commit"},
 		LoopGitTampered{ID: rec.ID, Iteration: 2, After: "validation", Paths: []string{"hooks/pre-commit"}, Restored: true},
+		LoopBudgetExceeded{ID: rec.ID, CostUSD: 1.25, MaxCostUSD: 1, Iteration: 3},
 	)
 }
 

@@ -103,6 +103,9 @@ type fakeAgents struct {
 	failCode func(spec api.TaskSpec) string
 	// panics: Execute panics (in the loop's actor, which calls it).
 	panics bool
+	// finish, when set, completes an ended task's record (usage,
+	// denials, an error's retry_at) as a built-in agent kind reports it.
+	finish func(spec api.TaskSpec, tr *api.TaskRecord)
 }
 
 func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
@@ -132,12 +135,27 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 				if st == api.TaskFailed && a.failCode != nil {
 					tr.Error = &api.TaskError{Code: a.failCode(spec)}
 				}
+				if a.finish != nil {
+					a.finish(spec, &tr)
+				}
 				w(tr)
 				return
 			}
-			time.Sleep(time.Millisecond) // the loop has not called Wait yet
+			select {
+			case <-stop:
+				return // the harness ends (a loop that ended before it waited)
+			case <-time.After(time.Millisecond): // the loop has not called Wait yet
+			}
 		}
 	}()
+}
+
+func (a *fakeAgents) DeniedTools(tr api.TaskRecord, done func([]string)) {
+	if tr.Denied > 0 {
+		done([]string{"Bash"})
+		return
+	}
+	done(nil)
 }
 
 func (a *fakeAgents) Wait(id string, done func(api.TaskRecord)) error {

@@ -57,8 +57,14 @@ type loop struct {
 	slot    bool
 	kidStat map[string]api.LoopStatus
 	kidErr  map[string]string
-	gate    func(reason string)
-	resumeT func()
+	// kidUsage: each child's TokenUsage (its own and its children's), as
+	// its last record said.
+	kidUsage map[string]*api.TokenUsage
+	gate     func(reason string)
+	resumeT  func()
+	// denials: what the iteration's feedback says of the tool uses its
+	// task had refused ("" when none was), should validation fail.
+	denials string
 	// guard checks the repository's git directory against its copy taken
 	// before the iteration's agent ran (Git.Guard); nil before one is.
 	guard func() ([]string, error)
@@ -70,9 +76,11 @@ func (l *loop) Receive(c *actors.Context) {
 		l.self = c.Self()
 		l.kidStat = map[string]api.LoopStatus{}
 		l.kidErr = map[string]string{}
+		l.kidUsage = map[string]*api.TokenUsage{}
 		for _, k := range l.kids {
 			l.kidStat[k.ID] = k.Status
 			l.kidErr[k.ID] = k.Error
+			l.kidUsage[k.ID] = k.TokenUsage
 		}
 		if l.how == spawnRecovered {
 			l.recover(c)
@@ -363,20 +371,120 @@ func (l *loop) checkGit(c *actors.Context, after string, next func(c *actors.Con
 }
 
 func (l *loop) afterTask(c *actors.Context, tr api.TaskRecord) {
+	l.it.TokenUsage, l.it.Denied = tr.TokenUsage, tr.Denied
+	if tr.TokenUsage != nil {
+		own := api.TokenUsage{}
+		own.Add(l.rec.OwnUsage)
+		own.Add(tr.TokenUsage)
+		l.rec.OwnUsage = &own
+		l.sumUsage()
+	}
+	if l.overBudget(c) {
+		return
+	}
 	if tr.State != api.TaskCompleted {
 		if isUsageLimit(tr.Error) {
 			l.it.Status, l.it.FinishedAt = "interrupted", time.Now().UnixMilli()
-			l.usagePause(c)
+			l.usagePause(c, tr.Error.RetryAt)
+			return
+		}
+		if tr.Error != nil && tr.Error.Code == api.TaskErrAuthFailed {
+			// Every iteration would be refused the same: the loop ends
+			// here rather than spend its iterations on it.
+			l.it.Status, l.it.FinishedAt = "failed", time.Now().UnixMilli()
+			l.it.Feedback = "the agent's key was refused (auth_failed)"
+			l.fail(c, api.LoopErrAuthFailed, "the agent's model endpoint refused its key (task "+tr.ID+" ended auth_failed): "+
+				"check the pool's secrets and secrets.toml, then start a new loop")
 			return
 		}
 		code := ""
 		if tr.Error != nil {
 			code = tr.Error.Code
 		}
-		l.iterationFailed(c, "task_failed", fmt.Sprintf("The agent's task ended %s (%s).", tr.State, code), nil)
+		out := fmt.Sprintf("The agent's task ended %s (%s).", tr.State, code)
+		l.withDenials(c, tr, func(c *actors.Context, denials string) {
+			l.iterationFailed(c, "task_failed", denials+out, nil)
+		})
 		return
 	}
-	l.validate(c)
+	if tr.Denied == 0 {
+		l.denials = ""
+		l.validate(c)
+		return
+	}
+	l.withDenials(c, tr, func(c *actors.Context, denials string) {
+		l.denials = denials
+		l.validate(c)
+	})
+}
+
+// withDenials runs next with what the iteration's feedback says of the
+// tool uses refused in its task ("" when none was): how many, and which
+// tools, as the task's permission_denied messages name them.
+func (l *loop) withDenials(c *actors.Context, tr api.TaskRecord, next func(c *actors.Context, denials string)) {
+	if tr.Denied == 0 {
+		next(c, "")
+		return
+	}
+	post := l.poster()
+	l.m.opts.Agents.DeniedTools(tr, func(tools []string) {
+		post(func(c *actors.Context) { next(c, denialText(tr.Denied, tools)) })
+	})
+}
+
+// denialText is the feedback line of n tool uses refused.
+func denialText(n int, tools []string) string {
+	uses := "tool uses of the agent were"
+	if n == 1 {
+		uses = "tool use of the agent was"
+	}
+	text := fmt.Sprintf("%d %s denied", n, uses)
+	if len(tools) > 0 {
+		if len(tools) > 10 {
+			tools = append(slices.Clone(tools[:10]), fmt.Sprintf("and %d more", len(tools)-10))
+		}
+		text += " (" + strings.Join(tools, ", ") + ")"
+	}
+	return text + ": what needed them was not done. Do without them, or ask for what the loop's permission_mode allows.\n"
+}
+
+// sumUsage makes the record's TokenUsage its own iterations' and its
+// children's.
+func (l *loop) sumUsage() {
+	var t api.TokenUsage
+	any := l.rec.OwnUsage != nil
+	t.Add(l.rec.OwnUsage)
+	for _, u := range l.kidUsage {
+		if u != nil {
+			t.Add(u)
+			any = true
+		}
+	}
+	if any {
+		l.rec.TokenUsage = &t
+	}
+}
+
+// overBudget fails a loop whose cost passed its max_cost_usd, its live
+// descendants with it (loop.budget_exceeded), and reports whether it did.
+func (l *loop) overBudget(c *actors.Context) bool {
+	r := l.rec
+	if r.MaxCostUSD <= 0 || r.TokenUsage == nil || r.TokenUsage.CostUSD <= r.MaxCostUSD || r.Status.Terminal() {
+		return false
+	}
+	l.m.bus.Emit(LoopBudgetExceeded{ID: r.ID, CostUSD: r.TokenUsage.CostUSD, MaxCostUSD: r.MaxCostUSD, Iteration: r.Iteration})
+	if r.TaskID != "" {
+		l.m.opts.Agents.Stop(r.TaskID, true)
+	}
+	if r.JobID != "" {
+		l.m.opts.Jobs.Cancel(r.JobID)
+	}
+	if len(l.kidStat) > 0 {
+		c.Send(l.sup, control{op: "budget_children", id: r.ID, reply: func(any, error) {}})
+	}
+	l.fail(c, api.LoopErrBudgetExceeded, fmt.Sprintf("its agents' tasks cost $%.4f, over its max_cost_usd of $%.4f: it and its live descendants were stopped",
+		r.TokenUsage.CostUSD, r.MaxCostUSD))
+	return true
 }
 
 // validate checks the iteration: the artifact of a plan, spec or phase,
@@ -467,6 +575,10 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 // max_iterations.
 func (l *loop) iterationFailed(c *actors.Context, reason, out string, exit *int32) {
 	it := l.it
+	if l.denials != "" && reason != "task_failed" {
+		out = l.denials + out
+	}
+	l.denials = ""
 	fb := feedback(it.Iteration, out)
 	it.Status, it.Passed, it.FinishedAt = "failed", false, time.Now().UnixMilli()
 	it.Feedback = fb
@@ -670,6 +782,16 @@ func (l *loop) childChanged(c *actors.Context, rec api.LoopRecord) {
 	}
 	l.kidStat[rec.ID] = rec.Status
 	l.kidErr[rec.ID] = rec.Error
+	if old := l.kidUsage[rec.ID]; rec.TokenUsage != nil && (old == nil || *old != *rec.TokenUsage) {
+		l.kidUsage[rec.ID] = rec.TokenUsage
+		l.sumUsage()
+		if l.overBudget(c) {
+			return
+		}
+		if !l.rec.Status.Terminal() {
+			l.persist(c, false, nil)
+		}
+	}
 	if l.rec.Stage == api.StageChildren && !l.rec.Status.Terminal() && l.rec.Status != api.LoopPaused {
 		l.checkChildren(c)
 	}
@@ -852,12 +974,31 @@ func (l *loop) pauseNow(c *actors.Context, reason string) {
 
 // usagePause pauses a loop whose agent hit a usage limit; it resumes by
 // itself after usage_limit_pause.
-func (l *loop) usagePause(c *actors.Context) {
+func (l *loop) usagePause(c *actors.Context, retryAt *time.Time) {
 	l.rec.Progress += feedback(l.it.Iteration, "The agent hit a usage limit; the loop paused.")
 	l.it.Feedback = "usage limit"
 	l.it = nil
-	l.pauseNow(c, "usage_limit")
-	l.resumeT = c.After(l.m.cfg.UsageLimitPause.Duration, usageLimitPassed{})
+	wait, given := usageWait(retryAt, l.m.cfg.UsageLimitPause.Duration, time.Now())
+	until := time.Now().Add(wait).UTC()
+	l.rec.Status, l.rec.Paused = api.LoopPaused, false
+	l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: "usage_limit", Until: &until, RetryAt: given})
+	l.freeSlot(c)
+	l.persist(c, false, nil)
+	l.resumeT = c.After(wait, usageLimitPassed{})
+}
+
+// maxUsageWait bounds how long a retry_at may pause a loop.
+const maxUsageWait = 24 * time.Hour
+
+// usageWait is how long a loop whose agent hit a usage limit stays
+// paused: until the agent's retry_at when it gave one later than now
+// (at most 24h), else pause (usage_limit_pause); given says retry_at
+// was taken.
+func usageWait(retryAt *time.Time, pause time.Duration, now time.Time) (wait time.Duration, given bool) {
+	if retryAt != nil && retryAt.After(now) {
+		return min(retryAt.Sub(now), maxUsageWait), true
+	}
+	return pause, false
 }
 
 // control does loop.start, pause, resume, cancel (the supervisor checked
@@ -909,9 +1050,12 @@ func (l *loop) control(c *actors.Context, msg ctl) {
 		}
 		l.m.bus.Emit(ev)
 		done := func() { reply(map[string]any{"cancelled": true}, nil) }
-		if msg.op == "invalidate" {
+		switch {
+		case msg.op == "invalidate":
 			l.endThen(c, api.LoopInvalidated, api.LoopErrParentIterated, "its parent ran again", done)
-		} else {
+		case msg.arg == api.LoopErrBudgetExceeded:
+			l.endThen(c, api.LoopFailed, api.LoopErrBudgetExceeded, "an ancestor's max_cost_usd was passed", done)
+		default:
 			l.endThen(c, api.LoopFailed, api.LoopErrCancelled, "cancelled", done)
 		}
 	default:

@@ -578,3 +578,189 @@ func TestGitTamperedFails(t *testing.T) {
 		t.Fatal("no loop.git_tampered naming the paths")
 	}
 }
+
+// A task that completed with tool uses denied is named in the feedback
+// when its validation fails: how many, and which tools.
+func TestDeniedToolsInFeedback(t *testing.T) {
+	var n atomic.Int32
+	agents := &fakeAgents{work: completes, finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+		if n.Add(1) == 1 {
+			tr.Denied = 2
+		}
+	}}
+	var v atomic.Int32
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		if v.Add(1) == 1 {
+			return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no file")}
+		}
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}}
+	h := newHarness(t, testConfig(), agents, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopComplete)
+	want := "2 tool uses of the agent were denied (Bash)"
+	if !strings.Contains(r.Progress, want) {
+		t.Fatalf("progress does not name the denials:\n%s", r.Progress)
+	}
+	if ps := h.agents.prompts(); len(ps) != 2 || !strings.Contains(ps[1], want) {
+		t.Fatalf("the second prompt does not name the denials: %q", ps)
+	}
+	its, _ := h.store.Iterations(id)
+	if len(its) != 2 || its[0].Denied != 2 || its[1].Denied != 0 {
+		t.Fatalf("iterations: %+v", its)
+	}
+}
+
+// A usage limit with the agent's retry_at pauses the loop until then,
+// not for usage_limit_pause; the pause says until when.
+func TestUsageLimitRetryAt(t *testing.T) {
+	cfg := testConfig()
+	cfg.UsageLimitPause.Duration = time.Hour
+	var n atomic.Int32
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState {
+		if n.Add(1) == 1 {
+			return api.TaskFailed
+		}
+		return api.TaskCompleted
+	}, failCode: func(api.TaskSpec) string { return api.TaskErrUsageLimit },
+		finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+			if tr.Error != nil {
+				at := time.Now().Add(100 * time.Millisecond)
+				tr.Error.RetryAt = &at
+			}
+		}}
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopComplete)
+	var pause *LoopPaused
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if p, ok := e.Event.(LoopPaused); ok && p.Reason == "usage_limit" {
+			pause = &p
+		}
+	}
+	if pause == nil || !pause.RetryAt || pause.Until == nil || time.Until(*pause.Until) > time.Minute {
+		t.Fatalf("loop.paused: %+v", pause)
+	}
+}
+
+func TestUsageWait(t *testing.T) {
+	now := time.Now()
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, c := range []struct {
+		retry *time.Time
+		wait  time.Duration
+		given bool
+	}{
+		{nil, 15 * time.Minute, false},
+		{at(-time.Minute), 15 * time.Minute, false},
+		{at(time.Minute), time.Minute, true},
+		{at(72 * time.Hour), 24 * time.Hour, true},
+	} {
+		w, g := usageWait(c.retry, 15*time.Minute, now)
+		if w != c.wait || g != c.given {
+			t.Errorf("usageWait(%v) = %s, %v; want %s, %v", c.retry, w, g, c.wait, c.given)
+		}
+	}
+}
+
+// An agent whose key is refused ends the loop auth_failed at once: every
+// iteration would be refused the same.
+func TestAuthFailedEndsLoop(t *testing.T) {
+	agents := &fakeAgents{work: func(api.TaskSpec, <-chan struct{}) api.TaskState { return api.TaskFailed },
+		failCode: func(api.TaskSpec) string { return api.TaskErrAuthFailed }}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrAuthFailed || r.Iteration != 1 || !strings.Contains(r.Message, "refused its key") {
+		t.Fatalf("record: %+v", r)
+	}
+}
+
+// A loop's cost is summed over its iterations; past max_cost_usd it fails
+// budget_exceeded, with an event.
+func TestBudgetExceeded(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxCostUSD = 1
+	agents := &fakeAgents{work: completes, finish: func(_ api.TaskSpec, tr *api.TaskRecord) {
+		tr.TokenUsage = &api.TokenUsage{InputTokens: 100, OutputTokens: 10, CostUSD: 0.4}
+	}}
+	jobs := &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1), Tail: []byte("no")}
+	}}
+	h := newHarness(t, cfg, agents, jobs)
+	id := h.create(api.LoopCode, "x")
+	r := h.waitStatus(id, api.LoopFailed)
+	if r.Error != api.LoopErrBudgetExceeded || r.Iteration != 3 || r.TokenUsage == nil ||
+		r.TokenUsage.InputTokens != 300 || r.TokenUsage.CostUSD < 1.19 || r.TokenUsage.CostUSD > 1.21 || r.MaxCostUSD != 1 {
+		t.Fatalf("record: %+v %+v", r, r.TokenUsage)
+	}
+	var ev *LoopBudgetExceeded
+	for len(h.ev) > 0 {
+		e := <-h.ev
+		if b, ok := e.Event.(LoopBudgetExceeded); ok {
+			ev = &b
+		}
+	}
+	if ev == nil || ev.ID != id || ev.MaxCostUSD != 1 || ev.Iteration != 3 {
+		t.Fatalf("loop.budget_exceeded: %+v", ev)
+	}
+}
+
+// A tree's cost: each loop's token_usage is its own iterations' and its
+// children's, so the root's is the whole tree's; past the root's
+// max_cost_usd the root and its live descendants fail budget_exceeded.
+func TestPlanTreeCost(t *testing.T) {
+	work := func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		var err error
+		switch spec.Loop.LoopType {
+		case api.LoopPlan:
+			err = writeArtifact(spec, planDoc)
+		case api.LoopSpec:
+			err = writeArtifact(spec, specDoc)
+		case api.LoopPhase:
+			err = writeArtifact(spec, "# Phase\nDo it.\n")
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		return api.TaskCompleted
+	}
+	cost := func(_ api.TaskSpec, tr *api.TaskRecord) {
+		tr.TokenUsage = &api.TokenUsage{InputTokens: 10, CostUSD: 0.125}
+	}
+	for _, budget := range []float64{0, 0.5} {
+		cfg := testConfig()
+		cfg.MaxCostUSD = budget
+		h := newHarness(t, cfg, &fakeAgents{work: work, finish: cost}, &fakeJobs{result: passes})
+		id := h.create(api.LoopPlan, "build a thing")
+		h.waitFor("the plan's approval", func() bool { _, ok := h.gate.get(0); return ok })
+		a, _ := h.gate.get(0)
+		a.answer(GateAnswer{Approved: true})
+		if budget == 0 {
+			r := h.waitStatus(id, api.LoopComplete)
+			// 1 plan, 2 specs, 4 phases, 4 code loops: 11 iterations.
+			if r.TokenUsage == nil || r.TokenUsage.CostUSD != 11*0.125 || r.TokenUsage.InputTokens != 110 ||
+				r.OwnUsage == nil || r.OwnUsage.CostUSD != 0.125 {
+				t.Fatalf("root's usage: %+v own %+v", r.TokenUsage, r.OwnUsage)
+			}
+			if s := h.rec(api.ChildLoopID(id, 1)); s.TokenUsage == nil || s.TokenUsage.CostUSD != 5*0.125 {
+				t.Fatalf("a spec's usage (itself, 2 phases, 2 code loops): %+v", s.TokenUsage)
+			}
+			continue
+		}
+		r := h.waitStatus(id, api.LoopFailed)
+		if r.Error != api.LoopErrBudgetExceeded || r.TokenUsage.CostUSD <= budget {
+			t.Fatalf("root: %+v %+v", r, r.TokenUsage)
+		}
+		h.waitFor("every loop of the tree ended", func() bool {
+			all, _ := h.store.Loops()
+			for _, l := range all {
+				if !l.Status.Terminal() {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}

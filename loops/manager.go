@@ -553,6 +553,15 @@ func (s *sup) control(c *actors.Context, msg control) {
 			}
 			one()
 		}})
+	case "budget_children":
+		// An ancestor passed its max_cost_usd: its live descendants end
+		// budget_exceeded with it.
+		for _, id := range s.descendants(msg.id) {
+			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
+				c.Send(d.ref, ctl{op: "cancel", arg: api.LoopErrBudgetExceeded})
+			}
+		}
+		msg.reply(nil, nil)
 	case "invalidate_children":
 		for _, id := range s.descendants(msg.id) {
 			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
@@ -587,7 +596,7 @@ func allowed(op string, st api.LoopStatus) error {
 		ok = !st.Terminal()
 	case "delete":
 		ok = st != api.LoopRunning && st != api.LoopRebasing
-	case "invalidate_children":
+	case "invalidate_children", "budget_children":
 		ok = true
 	}
 	if !ok {

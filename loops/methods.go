@@ -2,6 +2,7 @@ package loops
 
 import (
 	"cmp"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,7 +150,7 @@ func (m *Manager) createMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.create: loop_type %q is not plan, spec, phase or code", p.LoopType))
 		return
 	}
-	m.create(call, p.LoopType, api.LoopCreatePlanParams{Description: p.Description, Repo: p.Repo, Base: p.Base})
+	m.create(call, p.LoopType, api.LoopCreatePlanParams{Description: p.Description, Repo: p.Repo, Base: p.Base, MaxCostUSD: p.MaxCostUSD})
 }
 
 func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanParams) {
@@ -159,6 +160,10 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 		return
 	case len(p.Description) > maxDescription:
 		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: description is %d bytes, over %d", call.Method(), len(p.Description), maxDescription))
+		return
+	}
+	if p.MaxCostUSD < 0 || p.MaxCostUSD > 1e6 || math.IsNaN(p.MaxCostUSD) {
+		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: max_cost_usd must be between 0 ([loops] max_cost_usd) and 1000000, got %v", call.Method(), p.MaxCostUSD))
 		return
 	}
 	repo := p.Repo
@@ -208,6 +213,9 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 		now := time.Now()
 		id := newRootID(now)
 		r := m.newRoot(lt, id, repo, base, makeContext(p.Description, artifactFor(lt, id, p.Description)), now)
+		if p.MaxCostUSD > 0 {
+			r.MaxCostUSD = p.MaxCostUSD
+		}
 		m.sys.Send(m.sup, createLoop{rec: r, reply: func(rec api.LoopRecord, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -223,7 +231,8 @@ func (m *Manager) newRoot(lt api.LoopType, id, repo, base string, ctx []byte, no
 	tc := m.cfg.For(lt)
 	return api.LoopRecord{ID: id, LoopType: lt, OutputArtifacts: []string{}, PromptPath: m.cfg.Prompts[string(lt)], ValidationCommand: tc.ValidationCommand,
 		MaxIterations: tc.MaxIterations, Worktree: worktreeDir(repo, id), Status: api.LoopPending, Context: ctx,
-		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Repo: repo, Base: base, Branch: "loop/" + id}
+		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Repo: repo, Base: base, Branch: "loop/" + id,
+		MaxCostUSD: m.cfg.MaxCostUSD}
 }
 
 // Create starts a root loop of any type (a code loop straight away, say)

@@ -20,6 +20,11 @@ type Agents interface {
 	Wait(taskID string, done func(api.TaskRecord)) error
 	// Stop stops a running task (force: at once).
 	Stop(taskID string, force bool)
+	// DeniedTools calls done once with the names of the tools whose use
+	// was refused in an ended task (its permission_denied messages, each
+	// name once, as eventlog.Ident makes a name someone else chose safe
+	// to show), nil when they cannot be read.
+	DeniedTools(tr api.TaskRecord, done func(tools []string))
 }
 
 // JobResult is how an iteration's validation job ended.

@@ -84,6 +84,12 @@ func (w *taskWrite) apply(t *wtx) error {
 		}
 		return err
 	default:
+		if w.kind == "finished" && r.SDKSessionID != "" {
+			// The agent's session the next task of this one resumes.
+			if _, err := t.exec(`UPDATE sessions SET sdk_session_id = ? WHERE id = ?`, r.SDKSessionID, r.SessionID); err != nil {
+				return err
+			}
+		}
 		ok, err := t.exec1(`UPDATE tasks SET state = ?, record = ?, finished_at = ?
 			WHERE id = ? AND state IN ('queued', 'running')`,
 			string(r.State), w.record, fmtTimePtr(r.FinishedAt), r.ID)
@@ -330,10 +336,11 @@ func (q Tasks) Unfinished() ([]api.TaskRecord, error) {
 func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 	var out []api.SessionRecord
 	err := q.query("read session "+id, `SELECT s.id, s.executor, s.created_at, s.updated_at,
-		(SELECT count(*) FROM tasks t WHERE t.session_id = s.id) FROM sessions s WHERE s.id = ?`, func(sc scanner) error {
+		coalesce(s.sdk_session_id, ''), (SELECT count(*) FROM tasks t WHERE t.session_id = s.id)
+		FROM sessions s WHERE s.id = ?`, func(sc scanner) error {
 		var r api.SessionRecord
 		var created, updated string
-		if err := sc.Scan(&r.ID, &r.Executor, &created, &updated, &r.Tasks); err != nil {
+		if err := sc.Scan(&r.ID, &r.Executor, &created, &updated, &r.SDKSessionID, &r.Tasks); err != nil {
 			return err
 		}
 		var err error
@@ -350,6 +357,31 @@ func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 		return api.SessionRecord{}, false, err
 	}
 	return out[0], true, nil
+}
+
+// SessionUsage sums the tokens and cost of a session's tasks, from their
+// records; nil when none reported any.
+func (q Tasks) SessionUsage(id string) (*api.TokenUsage, error) {
+	var out *api.TokenUsage
+	err := q.query("sum the tokens of session "+id, `SELECT
+		coalesce(sum(json_extract(record, '$.token_usage.input_tokens')), 0),
+		coalesce(sum(json_extract(record, '$.token_usage.output_tokens')), 0),
+		coalesce(sum(json_extract(record, '$.token_usage.cache_read_tokens')), 0),
+		coalesce(sum(json_extract(record, '$.token_usage.cache_write_tokens')), 0),
+		coalesce(sum(json_extract(record, '$.token_usage.cost_usd')), 0),
+		count(json_extract(record, '$.token_usage'))
+		FROM tasks WHERE session_id = ?`, func(sc scanner) error {
+		var u api.TokenUsage
+		var n int
+		if err := sc.Scan(&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.CostUSD, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			out = &u
+		}
+		return nil
+	}, id)
+	return out, err
 }
 
 // Messages returns a session's messages in order (its tasks in the order

@@ -258,3 +258,53 @@ func TestMessagesLargeCommitSplit(t *testing.T) {
 		}
 	}
 }
+
+// A finished task's agent session becomes its session's (the last one a
+// task reported: a task with none leaves it); the session's tasks' tokens
+// and cost are summed.
+func TestSessionAgentSessionAndUsage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	task := func(id string) api.TaskRecord {
+		return api.TaskRecord{ID: id, SessionID: "s-1", Executor: "claude", State: api.TaskQueued, Prompt: "hi",
+			Cwd: "/tmp", Tools: []string{}, PermissionMode: api.ModeDefault, TimeoutMs: 1000, CreatedAt: now}
+	}
+	end := func(r api.TaskRecord, sdk string, u *api.TokenUsage) api.TaskRecord {
+		r.State, r.SDKSessionID, r.TokenUsage, r.FinishedAt = api.TaskCompleted, sdk, u, &now
+		return r
+	}
+	t1, t2, t3 := task("t-1"), task("t-2"), task("t-3")
+	if err := s.Do(ctx, TaskCreated(t1), TaskCreated(t2), TaskCreated(t3)); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s.Tasks().SessionUsage("s-1"); err != nil || u != nil {
+		t.Fatalf("usage before any was reported: %+v %v", u, err)
+	}
+	if err := s.Do(ctx, TaskFinished(end(t1, "a", &api.TokenUsage{InputTokens: 10, OutputTokens: 1, CostUSD: 0.5})),
+		TaskFinished(end(t2, "b", &api.TokenUsage{InputTokens: 5, CacheReadTokens: 3, CostUSD: 0.25})),
+		TaskFinished(end(t3, "", nil))); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, ok, err := s.Tasks().Session("s-1")
+	if err != nil || !ok || r.SDKSessionID != "b" || r.Tasks != 3 {
+		t.Fatalf("session: %+v %v %v", r, ok, err)
+	}
+	u, err := s.Tasks().SessionUsage("s-1")
+	if err != nil || u == nil || u.InputTokens != 15 || u.OutputTokens != 1 || u.CacheReadTokens != 3 || u.CostUSD != 0.75 {
+		t.Fatalf("usage: %+v %v", u, err)
+	}
+	if got, ok, _ := s.Tasks().Get("t-1"); !ok || got.SDKSessionID != "a" || got.TokenUsage.CostUSD != 0.5 {
+		t.Fatalf("task: %+v", got)
+	}
+}

@@ -279,6 +279,11 @@ ALTER TABLE approvals ADD COLUMN resolved_pid INTEGER;
 	{version: 12, name: "the names of a job's secrets", sql: `
 ALTER TABLE job_specs ADD COLUMN secrets TEXT;
 `},
+	// A built-in agent's own session id (Claude Code's session_id,
+	// Codex's thread): the next task of the orchestrd session resumes it.
+	{version: 13, name: "an executor session's agent session id", sql: `
+ALTER TABLE sessions ADD COLUMN sdk_session_id TEXT;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -79,7 +79,7 @@ func flagValues() map[string][]string {
 	return map[string][]string{
 		"jobs state":       states,
 		"approvals source": approvalSources,
-		"prompt mode":      {api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass},
+		"prompt mode":      {api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan},
 	}
 }
 

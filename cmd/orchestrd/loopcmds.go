@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -239,14 +240,16 @@ func isTerminal(w io.Writer) bool {
 // loopCommands are the subcommands of `orchestrd loop`.
 var loopCommands = map[string]bool{"plan": true, "code": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true}
 
-const loopUsage = `orchestrd loop plan|code [--home DIR] [--repo DIR] [--base BRANCH] TEXT
+const loopUsage = `orchestrd loop plan|code [--home DIR] [--repo DIR] [--base BRANCH] [--max-cost USD] TEXT
 orchestrd loop show [--home DIR] [--json] ID
 orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
 
 plan creates a plan loop for TEXT in the git repository --repo (default:
 the current directory's) from --base (default: its current branch) and
 prints its id; code creates a single code loop (an agent writing code in a
-worktree until [loops.code] validation_command passes). show prints a loop's record and each iteration: its result
+worktree until [loops.code] validation_command passes); --max-cost fails
+it budget_exceeded once its agents' tasks (its children's too) cost more
+(default: [loops] max_cost_usd). show prints a loop's record and each iteration: its result
 and the feedback the next was given. start starts a pending loop; pause lets
 the running iteration finish and starts no new one; resume goes on; cancel
 stops its agent and validation job at once, and every loop under it; rm
@@ -259,6 +262,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	repo := fs.String("repo", "", "plan: the git repository `DIR` (default: the current directory's)")
 	base := fs.String("base", "", "plan: the `BRANCH` the plan starts from and merges into (default: the repo's current branch)")
 	asJSON := fs.Bool("json", false, "show: print the record and iterations as JSON")
+	maxCost := fs.Float64("max-cost", 0, "plan, code: fail the loop once its agents' tasks cost more than `USD` dollars")
 	pos, code, ok := parseInterspersed(fs, loopUsage, args, stdout, stderr)
 	if !ok {
 		return code
@@ -278,8 +282,11 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	} else if len(rest) != 1 {
 		return usageError(fs, loopUsage, stderr, "%s wants exactly one loop ID", sub)
 	}
-	if !creates && (*repo != "" || *base != "") {
-		return usageError(fs, loopUsage, stderr, "--repo and --base go with plan and code")
+	if !creates && (*repo != "" || *base != "" || *maxCost != 0) {
+		return usageError(fs, loopUsage, stderr, "--repo, --base and --max-cost go with plan and code")
+	}
+	if *maxCost < 0 || *maxCost > 1e6 || math.IsNaN(*maxCost) {
+		return usageError(fs, loopUsage, stderr, "--max-cost must be between 0 and 1000000 dollars, got %v", *maxCost)
 	}
 	var p api.LoopCreatePlanParams
 	if creates {
@@ -292,7 +299,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "orchestrd: --repo: %v\n", err)
 			return exitFailure
 		}
-		p = api.LoopCreatePlanParams{Description: strings.Join(rest, " "), Repo: top, Base: *base}
+		p = api.LoopCreatePlanParams{Description: strings.Join(rest, " "), Repo: top, Base: *base, MaxCostUSD: *maxCost}
 	}
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
@@ -306,8 +313,8 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		if sub == "plan" {
 			err = call(c, "loop.create_plan", p, &res)
 		} else {
-			err = call(c, "loop.create", map[string]any{"loop_type": api.LoopCode, "description": p.Description,
-				"repo": p.Repo, "base": p.Base}, &res)
+			err = call(c, "loop.create", api.LoopCreateParams{LoopType: api.LoopCode, Description: p.Description,
+				Repo: p.Repo, Base: p.Base, MaxCostUSD: p.MaxCostUSD}, &res)
 		}
 		if err != nil {
 			return callErr(stderr, err)
@@ -382,6 +389,16 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	if l.JobID != "" {
 		row("job", l.JobID)
 	}
+	if l.TokenUsage != nil || l.MaxCostUSD > 0 {
+		cost := tokensLine(l.TokenUsage)
+		if l.OwnUsage != nil && l.TokenUsage != nil && *l.OwnUsage != *l.TokenUsage {
+			cost += " (its own iterations: " + formatCost(l.OwnUsage) + ")"
+		}
+		if l.MaxCostUSD > 0 {
+			cost += fmt.Sprintf(", at most $%.4f", l.MaxCostUSD)
+		}
+		row("cost", cost)
+	}
 	created := time.UnixMilli(l.CreatedAt)
 	row("created", created.Local().Format("2006-01-02 15:04:05")+" ("+formatAge(now.Sub(created))+" ago)")
 	row("updated", time.UnixMilli(l.UpdatedAt).Local().Format("2006-01-02 15:04:05"))
@@ -407,6 +424,12 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		}
 		if it.FinishedAt > 0 && it.StartedAt > 0 {
 			line += "  " + formatDuration(time.Duration(it.FinishedAt-it.StartedAt)*time.Millisecond)
+		}
+		if it.TokenUsage != nil {
+			line += "  " + formatCost(it.TokenUsage)
+		}
+		if it.Denied > 0 {
+			line += fmt.Sprintf("  %d denied", it.Denied)
 		}
 		fmt.Fprintln(w, line)
 		if it.Feedback != "" {

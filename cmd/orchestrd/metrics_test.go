@@ -566,7 +566,8 @@ usage_limit_pause = "1h"
 	}
 	prompt, _ := json.Marshal(map[string]any{"steps": []map[string]any{
 		{"op": "message", "n": 5, "text": metricsWeird},
-		{"op": "permission", "tool": "Bash", "input": map[string]any{"command": "git push " + metricsWeird}}}})
+		{"op": "permission", "tool": "Bash", "input": map[string]any{"command": "git push " + metricsWeird}},
+		{"op": "usage", "input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 7, "cost_usd": 0.25}}})
 	m.mustCall("task.execute", api.TaskSpec{Executor: "scripted", Cwd: m.home, Prompt: string(prompt)}, &r)
 	var appr api.Approval
 	eventuallyOr(t, 30*time.Second, "the task's approval pending", func() bool {
@@ -607,6 +608,11 @@ usage_limit_pause = "1h"
 		`orchestrd_executor_tasks_finished_total{pool="scripted",state="completed"}`:        1,
 		`orchestrd_approval_resolution_seconds_count{decision="allowed",source="executor"}`: 1,
 		`orchestrd_executor_tasks{pool="scripted",state="running"}`:                         0,
+		`orchestrd_agent_tokens_total{kind="input",pool="scripted"}`:                        100,
+		`orchestrd_agent_tokens_total{kind="output",pool="scripted"}`:                       20,
+		`orchestrd_agent_tokens_total{kind="cache_read",pool="scripted"}`:                   7,
+		`orchestrd_agent_tokens_total{kind="cache_write",pool="scripted"}`:                  0,
+		`orchestrd_agent_cost_usd_total{pool="scripted"}`:                                   0.25,
 	})
 	if n := got[`orchestrd_executor_messages_total{pool="scripted"}`]; n < 5 {
 		t.Errorf("executor_messages_total %v, want at least the task's 5", n)

@@ -39,7 +39,7 @@ func cmdPrompt(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("prompt")
 	home := homeFlag(fs)
 	executor := fs.String("executor", "", "executor pool `E` (default: the only pool, or \"default\")")
-	mode := fs.String("mode", "", "permission mode `M`: default, acceptEdits or bypassPermissions")
+	mode := fs.String("mode", "", "permission mode `M`: default, acceptEdits, bypassPermissions or plan")
 	cwd := fs.String("cwd", "", "working `DIR` of the agent (default: the current directory)")
 	session := fs.String("session", "", "continue session `S` (default: a new session)")
 	var tools listFlag
@@ -60,9 +60,9 @@ func cmdPrompt(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, promptUsage, stderr, "--timeout must not be negative")
 	}
 	switch *mode {
-	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass:
+	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
 	default:
-		return usageError(fs, promptUsage, stderr, "--mode must be default, acceptEdits or bypassPermissions, got %q", *mode)
+		return usageError(fs, promptUsage, stderr, "--mode must be default, acceptEdits, bypassPermissions or plan, got %q", *mode)
 	}
 	dir, err := workDir(*cwd)
 	if err != nil {
@@ -581,6 +581,12 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		if rec.Error.Message != "" {
 			why += " (" + oneLine(rec.Error.Message) + ")"
 		}
+		if rec.Error.RetryAt != nil {
+			why += "; retry after " + rec.Error.RetryAt.Local().Format("2006-01-02 15:04:05")
+		}
+	}
+	if rec.Denied > 0 {
+		fmt.Fprintf(f.stderr, "orchestrd: %d of the agent's tool uses were denied in task %s\n", rec.Denied, rec.ID)
 	}
 	switch rec.State {
 	case api.TaskCompleted:
@@ -659,18 +665,54 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tPROMPT")
+	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT")
 	now := time.Now()
 	for _, t := range res.Tasks {
-		st := string(t.State)
-		if t.Error != nil {
-			st += " (" + t.Error.Code + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, st, t.Executor, t.SessionID,
-			formatAge(now.Sub(t.CreatedAt)), t.MessageCount, cut(oneLine(t.Prompt), 50))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, taskState(t), t.Executor, t.SessionID,
+			formatAge(now.Sub(t.CreatedAt)), t.MessageCount, formatCost(t.TokenUsage), cut(oneLine(t.Prompt), 50))
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// taskState is a task's state as tasks shows it: its error's code and
+// when to retry (a usage limit's reset), the tool uses denied.
+func taskState(t api.TaskRecord) string {
+	st := string(t.State)
+	var notes []string
+	if t.Error != nil {
+		notes = append(notes, t.Error.Code)
+		if t.Error.RetryAt != nil {
+			notes = append(notes, "retry after "+t.Error.RetryAt.Local().Format("2006-01-02 15:04"))
+		}
+	}
+	if t.Denied > 0 {
+		notes = append(notes, fmt.Sprintf("%d denied", t.Denied))
+	}
+	if len(notes) > 0 {
+		st += " (" + strings.Join(notes, ", ") + ")"
+	}
+	return st
+}
+
+// formatCost is tokens' cost in dollars, "-" when none was reported.
+func formatCost(u *api.TokenUsage) string {
+	if u == nil {
+		return "-"
+	}
+	return fmt.Sprintf("$%.4f", u.CostUSD)
+}
+
+// tokensLine says what tokens cost: "110 in, 22 out, 7 cache read tokens, $0.7500".
+func tokensLine(u *api.TokenUsage) string {
+	if u == nil {
+		return "no tokens reported"
+	}
+	s := fmt.Sprintf("%d in, %d out", u.InputTokens, u.OutputTokens)
+	if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
+		s += fmt.Sprintf(", %d cache read, %d cache write", u.CacheReadTokens, u.CacheWriteTokens)
+	}
+	return s + " tokens, " + formatCost(u)
 }
 
 // ---- stop ----
@@ -764,5 +806,20 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 		f.print(m.EventType, m.EventData)
 	}
 	f.endLine()
+	sessionSummary(stderr, res.Session)
 	return exitOK
+}
+
+// sessionSummary is session's last line, on stderr (stdout is the
+// transcript alone): its tasks, the agent's own session the next task
+// resumes, what its tokens cost.
+func sessionSummary(w io.Writer, s api.SessionRecord) {
+	line := fmt.Sprintf("--- session %s: %d tasks", s.ID, s.Tasks)
+	if s.SDKSessionID != "" {
+		line += ", agent session " + printable(s.SDKSessionID)
+	}
+	if s.TokenUsage != nil {
+		line += ", " + tokensLine(s.TokenUsage)
+	}
+	fmt.Fprintln(w, line)
 }

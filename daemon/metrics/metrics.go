@@ -119,6 +119,8 @@ type Metrics struct {
 	tasksFinished    *counters
 	executorPauses   *counters
 	executorRestarts *counters
+	agentTokens      *counters
+	agentCost        *counters
 
 	loopIterations *counters
 
@@ -154,6 +156,7 @@ var (
 	taskLiveStates    = []string{string(api.TaskQueued), string(api.TaskRunning)}
 	clankerStatuses   = []string{"queued", "running", "needs_judge", "rework", "blocked", "paused", "done", "failed"}
 	overflowPolicies  = []string{control.OverflowDropOldest, control.OverflowDisconnect}
+	tokenKinds        = []string{"input", "output", "cache_read", "cache_write"}
 )
 
 // Buckets, in seconds.
@@ -220,6 +223,8 @@ func New(opts Options) *Metrics {
 	m.tasksFinished = c("executor_tasks_finished_total", "Executor tasks that reached a terminal state (task.finished), by pool and state.", "pool", "state")
 	m.executorPauses = c("executor_pauses_total", "Times an executor's notifications were paused for backpressure (executor.paused), by pool.", "pool")
 	m.executorRestarts = c("executor_restarts_total", "Executor processes scheduled to start again (executor.restart_scheduled), by pool and policy.", "pool", "policy")
+	m.agentTokens = c("agent_tokens_total", "Tokens the executors' agents reported spending (task.finished token_usage), by pool and kind: input, output, cache_read, cache_write.", "pool", "kind")
+	m.agentCost = c("agent_cost_usd_total", "What the executors' agents said their tokens cost, in US dollars (task.finished token_usage.cost_usd), by pool.", "pool")
 	m.loopIterations = c("loop_iterations_total", "Loop iterations that ended (loop.iteration), by status: passed, failed, interrupted.", "status")
 	m.clankerPauses = c("clanker_pauses_total", "Times a clanker repo's fleet was paused for a usage limit (clanker.paused).")
 	m.clankerDeadLettered = c("clanker_lines_dead_lettered_total", "Spool lines clanker's repos could not apply (clanker.line_dead_lettered).")
@@ -246,6 +251,10 @@ func New(opts Options) *Metrics {
 	}
 	for _, p := range m.poolLs {
 		m.executorPauses.seed(p)
+		m.agentCost.seed(p)
+		for _, k := range tokenKinds {
+			m.agentTokens.seed(p, k)
+		}
 		for _, s := range taskEndStates {
 			m.tasksFinished.seed(p, s)
 		}
@@ -345,6 +354,16 @@ func (s sink) Deliver(r *eventlog.Record) {
 	case executors.TaskFinished:
 		if m.pools[e.Executor] {
 			m.tasksFinished.inc(e.Executor, known(string(e.State), taskEndStates))
+			if u := e.TokenUsage; u != nil {
+				for i, n := range []int64{u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens} {
+					if n > 0 {
+						m.agentTokens.add(float64(n), e.Executor, tokenKinds[i])
+					}
+				}
+				if u.CostUSD > 0 {
+					m.agentCost.add(u.CostUSD, e.Executor)
+				}
+			}
 		}
 	case executors.ExecutorPaused:
 		if m.pools[e.Pool] {

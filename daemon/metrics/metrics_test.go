@@ -564,7 +564,7 @@ func described(t *testing.T, m *Metrics) map[string]bool {
 	for _, c := range []prometheus.Collector{m.jobsSubmitted.vec, m.jobsRejected.vec, m.jobsFinished.vec, m.jobsOrphaned.vec,
 		m.jobDuration.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
 		m.approvalsRequested.vec, m.approvalsAuto.vec, m.approvalResolution.vec, m.tasksFinished.vec, m.executorPauses.vec,
-		m.executorRestarts.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
+		m.executorRestarts.vec, m.agentTokens.vec, m.agentCost.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
 		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec,
 		m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()}} {
 		c.Describe(ch)

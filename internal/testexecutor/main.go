@@ -11,9 +11,15 @@
 // permission_result), context (reports context_result), bad_token {method}
 // (reports bad_token_result), probe {path} (reports probe_result: connected,
 // read or error), net {path: "host:port"} (reports net_result), raw {line}, sleep {ms}, hang (until stopped
-// or cancelled), crash {signal}, usage {input, output}, status {status,
-// code, message}, conversation (a built-in agent kind's messages, as an
-// adapter reports them: see conversation). A prompt that is not a script is echoed as one
+// or cancelled), crash {signal}, usage {input, output, cache_read_tokens,
+// cost_usd}, status {status, code, message, retry_in_ms: error.retry_at
+// that far ahead}, conversation (a built-in agent kind's messages, as an
+// adapter reports them: see conversation), and a built-in agent kind's
+// result: sdk {text: the result's sdk_session_id, default sdk-TASK},
+// echo_sdk (reports sdk_echo with the sdk_session_id execute_prompt gave),
+// denied {n, tool} (n permission_denied messages, the result's denied). A
+// prompt that is not a script runs --script's next script, else is echoed
+// as one
 // content_block_delta.
 //
 // spawn_terminal starts the shell asked for on a real PTY and passes the
@@ -23,7 +29,9 @@
 //
 // Flags: --ignore-pause (keep sending while paused), --hang-on-shutdown,
 // --no-listen (never listen: a startup timeout), --pidfile PATH, --log
-// PATH (one line per method received from the daemon).
+// PATH (one line per method received from the daemon), --script FILE (a
+// JSON array of scripts, {"steps": [...]} each, run in turn for prompts
+// that are not scripts, the last one again: a loop's agent).
 package main
 
 import (
@@ -81,6 +89,9 @@ type step struct {
 	Status  string          `json:"status"`
 	In      int64           `json:"input_tokens"`
 	Out     int64           `json:"output_tokens"`
+	Cache   int64           `json:"cache_read_tokens"`
+	Cost    float64         `json:"cost_usd"`
+	RetryMs int64           `json:"retry_in_ms"`
 }
 
 type executor struct {
@@ -95,6 +106,10 @@ type executor struct {
 	nextID  int
 	waits   map[string]chan rpc
 	cancels map[string]context.CancelFunc
+	// scripts (--script) run in turn for prompts that are not scripts,
+	// the last one again once each ran; prompts counts those prompts.
+	scripts [][]step
+	prompts int
 }
 
 func main() {
@@ -108,7 +123,25 @@ func main() {
 	logPath := fs.String("log", "", "append one line per method received")
 	termMode := fs.String("terminal", "ok", "spawn_terminal: ok, refuse, nofd or notpty")
 	strict := fs.Bool("strict-lines", false, "exit 3 on an empty line from the daemon (a strict NDJSON parser)")
+	scriptFile := fs.String("script", "", "a JSON array of scripts ({\"steps\": [...]}) run in turn for prompts that are not scripts")
 	_ = fs.Parse(os.Args[1:])
+	var scripts [][]step
+	if *scriptFile != "" {
+		b, err := os.ReadFile(*scriptFile)
+		var ss []struct {
+			Steps []step `json:"steps"`
+		}
+		if err == nil {
+			err = json.Unmarshal(b, &ss)
+		}
+		if err != nil || len(ss) == 0 {
+			fmt.Fprintln(os.Stderr, "testexecutor: --script:", err)
+			os.Exit(2)
+		}
+		for _, x := range ss {
+			scripts = append(scripts, x.Steps)
+		}
+	}
 	if *pidfile != "" {
 		_ = os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())), 0o600)
 	}
@@ -142,7 +175,8 @@ func main() {
 		}
 		ln.Close()
 	}
-	e := &executor{conn: c, ignorePause: *ignorePause, waits: map[string]chan rpc{}, cancels: map[string]context.CancelFunc{}}
+	e := &executor{conn: c, ignorePause: *ignorePause, waits: map[string]chan rpc{}, cancels: map[string]context.CancelFunc{},
+		scripts: scripts}
 	e.cond = sync.NewCond(&e.mu)
 	if *logPath != "" {
 		e.logf, _ = os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -362,6 +396,7 @@ func (e *executor) execute(m rpc) {
 		SessionToken string `json:"session_token"`
 		TaskID       string `json:"task_id"`
 		Prompt       string `json:"prompt"`
+		SDKSessionID string `json:"sdk_session_id"`
 	}
 	_ = json.Unmarshal(m.Params, &p)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -378,7 +413,13 @@ func (e *executor) execute(m rpc) {
 	var script struct {
 		Steps []step `json:"steps"`
 	}
-	if json.Unmarshal([]byte(p.Prompt), &script) != nil || len(script.Steps) == 0 {
+	if (json.Unmarshal([]byte(p.Prompt), &script) != nil || len(script.Steps) == 0) && len(e.scripts) > 0 {
+		e.mu.Lock()
+		script.Steps = e.scripts[min(e.prompts, len(e.scripts)-1)]
+		e.prompts++
+		e.mu.Unlock()
+	}
+	if len(script.Steps) == 0 {
 		t.report("content_block_delta", map[string]any{"delta": map[string]string{"text": p.Prompt}})
 		e.reply(m.ID, map[string]any{"status": "completed", "message_count": t.n})
 		return
@@ -511,11 +552,39 @@ func (e *executor) execute(m rpc) {
 			}
 			os.Exit(3)
 		case "usage":
-			result["token_usage"] = map[string]any{"input_tokens": s.In, "output_tokens": s.Out}
+			u := map[string]any{"input_tokens": s.In, "output_tokens": s.Out}
+			if s.Cache != 0 {
+				u["cache_read_tokens"] = s.Cache
+			}
+			if s.Cost != 0 {
+				u["cost_usd"] = s.Cost
+			}
+			result["token_usage"] = u
+		case "sdk":
+			// The agent's own session: text, else one made from the task.
+			id := s.Text
+			if id == "" {
+				id = "sdk-" + p.TaskID
+			}
+			result["sdk_session_id"] = id
+		case "echo_sdk":
+			// The agent session the daemon asked it to resume.
+			t.report("sdk_echo", map[string]any{"sdk_session_id": p.SDKSessionID})
+		case "denied":
+			// n tool uses refused, as a built-in agent kind reports them.
+			for i := 0; i < max(s.N, 1); i++ {
+				t.report("permission_denied", map[string]any{"id": fmt.Sprintf("tool-%d", i+1), "name": s.Tool,
+					"input": map[string]any{}, "reason": "denied by the test"})
+			}
+			result["denied"] = max(s.N, 1)
 		case "status":
 			result["status"] = s.Status
 			if s.Code != "" || s.Message != "" {
-				result["error"] = map[string]any{"code": s.Code, "message": s.Message}
+				te := map[string]any{"code": s.Code, "message": s.Message}
+				if s.RetryMs != 0 {
+					te["retry_at"] = time.Now().Add(time.Duration(s.RetryMs) * time.Millisecond).UTC().Format(time.RFC3339)
+				}
+				result["error"] = te
 			}
 		}
 		if ctx.Err() != nil {
