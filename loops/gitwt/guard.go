@@ -2,6 +2,7 @@ package gitwt
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Guard is a copy of what in a repository's git directory names or holds
@@ -43,10 +45,21 @@ const (
 // worktree's git reads its config from) are added as found.
 var guarded = []string{"config", "hooks", "info"}
 
+// guardLockWait bounds the wait for the repository's lock (another loop's
+// merge or worktree may hold it).
+const guardLockWait = 2 * time.Minute
+
 // Guard copies what of the repository's git directory could make git run
-// code (see Guard).
+// code (see Guard). It holds the repository's lock while it reads, as
+// Restore does: the daemon's own git (another loop's worktree being added
+// or removed) is never seen half done and taken for tampering.
 func (r *Repo) Guard() (*Guard, error) {
 	g := &Guard{gitDir: r.gitDir}
+	unlock, err := g.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	m, err := g.read()
 	if err != nil {
 		return nil, fmt.Errorf("copying %s's config, hooks and info: %w", r.gitDir, err)
@@ -132,6 +145,18 @@ func (g *Guard) read() (map[string]guardEntry, error) {
 	return m, nil
 }
 
+// lock takes the repository's lock, which the daemon's git operations on
+// it hold.
+func (g *Guard) lock() (func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), guardLockWait)
+	defer cancel()
+	unlock, err := lockRepo(ctx, g.gitDir)
+	if err != nil {
+		return nil, fmt.Errorf("checking %s's config, hooks and info: %w", g.gitDir, err)
+	}
+	return unlock, nil
+}
+
 func (a guardEntry) equal(b guardEntry) bool {
 	return a.mode == b.mode && bytes.Equal(a.data, b.data)
 }
@@ -143,6 +168,11 @@ func (a guardEntry) equal(b guardEntry) bool {
 // that is new is a change; one of a worktree that was removed since is
 // not.
 func (g *Guard) Restore() ([]string, error) {
+	unlock, err := g.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	now, err := g.read()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s's config, hooks and info again: %w", g.gitDir, err)
