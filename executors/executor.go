@@ -947,6 +947,9 @@ func (e *execActor) secret(name string) (entry, val string, exp time.Time, reaso
 	return "", "", time.Time{}, "not_allowed"
 }
 
+// maxSuggestions bounds the permission suggestions of one request.
+const maxSuggestions = 16
+
 // editTools are what acceptEdits approves without asking.
 var editTools = map[string]bool{"Edit": true, "Write": true, "MultiEdit": true, "NotebookEdit": true}
 
@@ -957,6 +960,9 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		ToolName     string          `json:"tool_name"`
 		ToolInput    json.RawMessage `json:"tool_input"`
 		ToolParams   json.RawMessage `json:"tool_params"`
+		// Suggestions are the agent's always-allow options (Claude
+		// Code's permission_suggestions), at most maxSuggestions.
+		Suggestions []json.RawMessage `json:"permission_suggestions"`
 	}
 	if er := wire.DecodeRPCParams(m, &a); er != nil {
 		e.fail(m.ID, er.Code, "%s", er.Message)
@@ -972,6 +978,9 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 	}
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
+	}
+	if len(a.Suggestions) > maxSuggestions {
+		a.Suggestions = a.Suggestions[:maxSuggestions]
 	}
 	decide := func(ok bool, reason string) {
 		e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: a.ToolName, Approved: ok, Reason: reason})
@@ -990,7 +999,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 	}
 	sys, self, taskID, reqID, tool := e.sys, e.self, r.rec.ID, m.ID, a.ToolName
 	id, cancel, err := e.ps.m.opts.Permissions.Ask(PermissionRequest{Pool: e.ps.h.name, TaskID: taskID,
-		SessionID: r.rec.SessionID, Cwd: r.rec.Cwd, ToolName: a.ToolName, ToolInput: input,
+		SessionID: r.rec.SessionID, Cwd: r.rec.Cwd, ToolName: a.ToolName, ToolInput: input, Suggestions: a.Suggestions,
 		Timeout: e.ps.cfg.PermissionTimeout.Duration}, func(ans PermissionAnswer) {
 		sys.Send(self, permAnswered{taskID: taskID, reqID: reqID, tool: tool, ans: ans})
 	})

@@ -70,7 +70,10 @@ type PermissionRequest struct {
 	Cwd       string
 	ToolName  string
 	ToolInput json.RawMessage // a JSON object
-	Timeout   time.Duration   // the pool's permission_timeout
+	// Suggestions are the always-allow options the executor sent
+	// (permission_suggestions); none: the approval offers the exact call.
+	Suggestions []json.RawMessage
+	Timeout     time.Duration // the pool's permission_timeout
 }
 
 // PermissionAnswer is the approval's outcome: Approved, and Reason as the

@@ -456,11 +456,17 @@ const geminiInputMax = 16 << 10
 
 var geminiToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
+// geminiAsTools names Gemini CLI's tools by orchestrd's (Claude Code's)
+// names where they are the same tool, so that the approval rules written
+// for those (Bash's command, Write's and Edit's file_path) hold for
+// Gemini's too.
+var geminiAsTools = map[string]string{"run_shell_command": "Bash", "write_file": "Write", "replace": "Edit"}
+
 // nameInput is the tool's name and input as orchestrd shows and matches
 // them. The CLI names each call's id "<tool>__<the model's id>"; the
-// shell's title is its command, exactly. The protocol carries no other
-// arguments, so for other tools the input is what the request shows: the
-// title, the kind, the file and its new content.
+// shell's title is its command, exactly: Bash {command}. The protocol
+// carries no other arguments, so for other tools the input is what the
+// request shows: the title, the kind, the file and its new content.
 func (tc *acpToolCall) nameInput() (string, json.RawMessage) {
 	name, _, found := strings.Cut(tc.ToolCallID, "__")
 	if !found || !geminiToolName.MatchString(name) {
@@ -468,7 +474,10 @@ func (tc *acpToolCall) nameInput() (string, json.RawMessage) {
 	}
 	if name == "run_shell_command" {
 		b, _ := json.Marshal(map[string]string{"command": tc.Title})
-		return name, b
+		return "Bash", b
+	}
+	if n, ok := geminiAsTools[name]; ok {
+		name = n
 	}
 	in := map[string]any{"title": tc.Title}
 	if tc.Kind != "" {

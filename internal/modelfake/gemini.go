@@ -89,6 +89,13 @@ func (g *Gemini) Script(turns ...GeminiTurn) {
 	g.turns = append(g.turns, turns...)
 }
 
+// Reset replaces what is left of the script with turns.
+func (g *Gemini) Reset(turns ...GeminiTurn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.turns, g.next = turns, 0
+}
+
 // Requests is a copy of what the endpoint received, in order.
 func (g *Gemini) Requests() []GeminiRequest {
 	g.mu.Lock()
@@ -132,11 +139,11 @@ func (g *Gemini) serve(w http.ResponseWriter, r *http.Request) {
 	case "streamGenerateContent", "generateContent":
 	case "countTokens":
 		g.record(req)
-		writeJSON(w, 200, map[string]any{"totalTokens": len(body) / 4})
+		geminiWriteJSON(w, 200, map[string]any{"totalTokens": len(body) / 4})
 		return
 	default:
 		g.record(req)
-		writeJSON(w, 404, geminiError(404, "NOT_FOUND", "no such method: "+method, ""))
+		geminiWriteJSON(w, 404, geminiError(404, "NOT_FOUND", "no such method: "+method, ""))
 		return
 	}
 	var head struct {
@@ -147,7 +154,7 @@ func (g *Gemini) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &head)
 	if !req.Stream && head.GenerationConfig.ResponseMimeType == "application/json" {
 		g.record(req)
-		writeJSON(w, 200, geminiResponse(GeminiTurn{Text: "{}"}, "{}", nil, true))
+		geminiWriteJSON(w, 200, geminiResponse(GeminiTurn{Text: "{}"}, "{}", nil, true))
 		return
 	}
 	g.mu.Lock()
@@ -166,11 +173,11 @@ func (g *Gemini) serve(w http.ResponseWriter, r *http.Request) {
 		if msg == "" {
 			msg = http.StatusText(turn.Status)
 		}
-		writeJSON(w, turn.Status, geminiError(turn.Status, status, msg, turn.RetryDelay))
+		geminiWriteJSON(w, turn.Status, geminiError(turn.Status, status, msg, turn.RetryDelay))
 		return
 	}
 	if !req.Stream {
-		writeJSON(w, 200, geminiResponse(turn, turn.Text, turn.Calls, true))
+		geminiWriteJSON(w, 200, geminiResponse(turn, turn.Text, turn.Calls, true))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -188,7 +195,7 @@ func (g *Gemini) serve(w http.ResponseWriter, r *http.Request) {
 			"content": map[string]any{"role": "model", "parts": []any{map[string]any{"text": turn.Thought, "thought": true}}}}}})
 	}
 	n := max(turn.Chunks, 1)
-	pieces := splitN(turn.Text, n)
+	pieces := geminiSplit(turn.Text, n)
 	for k, p := range pieces {
 		last := k == len(pieces)-1
 		var calls []GeminiCall
@@ -211,7 +218,7 @@ func (g *Gemini) record(req GeminiRequest) {
 
 // splitN cuts s into n pieces of about the same size (one "" when s is
 // empty).
-func splitN(s string, n int) []string {
+func geminiSplit(s string, n int) []string {
 	if s == "" || n <= 1 {
 		return []string{s}
 	}
@@ -260,7 +267,7 @@ func geminiError(code int, status, msg, retryDelay string) map[string]any {
 	return map[string]any{"error": e}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func geminiWriteJSON(w http.ResponseWriter, status int, v any) {
 	var b bytes.Buffer
 	_ = json.NewEncoder(&b).Encode(v)
 	w.Header().Set("Content-Type", "application/json")
