@@ -42,6 +42,10 @@ func init() { kinds[KindGemini] = func(o Options) Adapter { return &Gemini{Opts:
 // skips the CLI's router call to another model.
 const GeminiDefaultModel = "gemini-2.5-pro"
 
+// GeminiDefaultBaseURL is the Gemini API's endpoint when the pool's env
+// names none (GOOGLE_GEMINI_BASE_URL).
+const GeminiDefaultBaseURL = "https://generativelanguage.googleapis.com"
+
 // geminiModes maps the task's permission mode to --approval-mode.
 var geminiModes = map[string]string{"": "default", api.ModeDefault: "default",
 	api.ModeAcceptEdits: "auto_edit", api.ModeBypass: "yolo", api.ModePlan: "plan"}
@@ -80,6 +84,21 @@ func (a *Gemini) Run(t Task, h Host) Result {
 	}
 	// One node process, not a relaunched child.
 	env = append(env, "GEMINI_CLI_NO_RELAUNCH=true")
+	// The task's directory is not trusted (its .gemini/settings.json,
+	// which an agent or a repository writes, could let commands run
+	// without asking, its .env change the endpoint) unless the mode
+	// itself lets edits or everything run: the CLI then needs a trusted
+	// folder to keep the mode.
+	trust := "false"
+	if mode == "auto_edit" || mode == "yolo" {
+		trust = "true"
+	}
+	env = append(env, "GEMINI_CLI_TRUST_WORKSPACE="+trust)
+	// A .env the CLI reads does not override a variable that is set: the
+	// endpoint, and so where the key goes, is the pool's or Google's.
+	if geminiEnvOf(env, "GOOGLE_GEMINI_BASE_URL") == "" {
+		env = append(env, "GOOGLE_GEMINI_BASE_URL="+GeminiDefaultBaseURL)
+	}
 	key, kerr := h.APIKey("gemini")
 	if kerr != nil {
 		h.ReportError("no_api_key", "no key for gemini from the daemon; running without one")
@@ -158,14 +177,24 @@ func (a *Gemini) Run(t Task, h Host) Result {
 	wg.Wait()
 	werr := cmd.Wait()
 	close(exited)
+	out := r.result(res, werr)
+	if out.Status != "completed" {
+		r.reportStderr()
+	}
+	return out
+}
+
+// result is how the run ended: a rate limit the stderr watcher saw wins,
+// then a stop, then the protocol's answer, else the agent's exit.
+func (r *geminiRun) result(res Result, werr error) Result {
 	if lim := r.limited(); lim != nil {
 		return Result{Status: "failed", Error: lim, Usage: r.usage, SDKSessionID: r.session, Denied: r.denied}
 	}
-	if t.Proc.Stopped() {
+	if r.t.Proc.Stopped() {
 		return Result{Status: "cancelled", Usage: r.usage, SDKSessionID: r.session, Denied: r.denied}
 	}
 	if res.Status == "" {
-		res = ExitResult("gemini", werr, t.Proc)
+		res = ExitResult("gemini", werr, r.t.Proc)
 		if res.Status == "completed" {
 			res = Failed("agent_exited", "Gemini CLI exited before it answered the prompt")
 		}
@@ -188,8 +217,9 @@ type geminiRun struct {
 	text    strings.Builder
 	usage   *api.TokenUsage
 
-	mu    sync.Mutex
-	limit *api.TaskError
+	mu     sync.Mutex
+	limit  *api.TaskError
+	stderr []string // the last geminiStderrTail lines
 }
 
 // geminiTextMax bounds the result's text (the whole of it streamed
@@ -629,23 +659,27 @@ var (
 	geminiRetryIn   = regexp.MustCompile(`Retrying after (\d{1,12})ms`)
 )
 
-// geminiStderrMax bounds the stderr lines reported per task.
-const geminiStderrMax = 200
+// geminiStderrTail is how many of the agent's last stderr lines a
+// failed task reports (a run that goes well writes only noise there).
+const geminiStderrTail = 20
 
-// watchStderr reports the agent's stderr and stops the agent at the
-// first sign of a rate limit: the CLI's retry of a 429 ("Attempt N
+// watchStderr keeps the agent's last stderr lines and stops the agent at
+// the first sign of a rate limit: the CLI's retry of a 429 ("Attempt N
 // failed with status 429", or "Attempt N failed: <quota message>...
 // Retrying after Dms"), which it would repeat for minutes.
 func (r *geminiRun) watchStderr(rd io.Reader) {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	n, after := 0, -1
+	after := -1
 	var stop *time.Timer
 	for sc.Scan() {
 		line := sc.Text()
-		if n++; n <= geminiStderrMax {
-			r.h.ReportError("stderr", line)
+		r.mu.Lock()
+		r.stderr = append(r.stderr, line)
+		if len(r.stderr) > geminiStderrTail {
+			r.stderr = r.stderr[1:]
 		}
+		r.mu.Unlock()
 		if after < 0 && geminiRetryLine.MatchString(line) && (strings.Contains(line, "429") ||
 			(strings.Contains(line, "failed: ") && !strings.Contains(line, "Max attempts reached"))) {
 			r.mu.Lock()
@@ -677,12 +711,32 @@ func (r *geminiRun) watchStderr(rd io.Reader) {
 	_, _ = io.Copy(io.Discard, rd)
 }
 
-// geminiHomeOf is the home the CLI uses without a state directory.
-func geminiHomeOf(env []string) string {
+// reportStderr reports the agent's last stderr lines (a failed task's).
+func (r *geminiRun) reportStderr() {
+	r.mu.Lock()
+	lines := r.stderr
+	r.stderr = nil
+	r.mu.Unlock()
+	for _, l := range lines {
+		r.h.ReportError("stderr", l)
+	}
+}
+
+// geminiEnvOf is the value of key in env (the last one wins, as for
+// exec).
+func geminiEnvOf(env []string, key string) string {
 	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], "GEMINI_CLI_HOME="); ok && v != "" {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
 			return v
 		}
+	}
+	return ""
+}
+
+// geminiHomeOf is the home the CLI uses without a state directory.
+func geminiHomeOf(env []string) string {
+	if v := geminiEnvOf(env, "GEMINI_CLI_HOME"); v != "" {
+		return v
 	}
 	h, _ := os.UserHomeDir()
 	return h

@@ -167,3 +167,132 @@ func TestGeminiResumeCarriesHistory(t *testing.T) {
 		}
 	}
 }
+
+// geminiLines are the lines of a capture of Gemini CLI 0.61's --acp
+// stdout (testdata/gemini/NAME.jsonl, from runs against modelfake).
+func geminiLines(t testing.TB, name string) [][]byte {
+	b, err := os.ReadFile(filepath.Join("testdata", "gemini", name+".jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		out = append(out, []byte(l))
+	}
+	return out
+}
+
+// replay feeds a capture to a run as if the agent had printed it and
+// returns what the adapter answered the agent.
+func replay(t *testing.T, h *recHost, name string) []map[string]any {
+	var w strings.Builder
+	r := &geminiRun{h: h, w: &w, live: true}
+	for _, l := range geminiLines(t, name) {
+		r.handle(Line{B: l})
+	}
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(w.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("the adapter wrote %q: %v", l, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// The captured lines decode to the messages orchestrd shows, and the
+// permission request is answered as the daemon decided.
+func TestGeminiDecodesCapturedLines(t *testing.T) {
+	h := &recHost{allow: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	sent := replay(t, h, "allow")
+	if len(h.asked) != 1 || h.asked[0] != `Bash {"command":"touch /tmp/gx/w/made"}` {
+		t.Fatalf("asked %q", h.asked)
+	}
+	if len(sent) != 1 || sent[0]["result"].(map[string]any)["outcome"].(map[string]any)["optionId"] != "proceed_once" {
+		t.Fatalf("answered %v", sent)
+	}
+	calls, results := h.of(api.MsgToolCall), h.of(api.MsgToolResult)
+	if len(calls) != 1 || calls[0]["name"] != "Bash" || len(results) != 1 || results[0]["id"] != calls[0]["id"] {
+		t.Fatalf("calls %v results %v", calls, results)
+	}
+	if len(h.of(api.MsgText)) != 3 || len(h.of(api.MsgThinking)) != 1 {
+		t.Fatalf("messages %+v", h.msgs)
+	}
+
+	h = &recHost{allow: func(string, json.RawMessage) Decision { return Decision{Reason: "user_denied: no"} }}
+	sent = replay(t, h, "deny")
+	if len(sent) != 1 || sent[0]["result"].(map[string]any)["outcome"].(map[string]any)["optionId"] != "cancel" {
+		t.Fatalf("answered %v", sent)
+	}
+	if d := h.of(api.MsgPermissionDenied); len(d) != 1 || d[0]["reason"] != "user_denied: no" || d[0]["name"] != "Bash" {
+		t.Fatalf("permission_denied %v", d)
+	}
+
+	h = &recHost{}
+	if sent = replay(t, h, "yolo"); len(sent) != 0 || len(h.asked) != 0 {
+		t.Fatalf("yolo: answered %v, asked %v", sent, h.asked)
+	}
+	if calls := h.of(api.MsgToolCall); len(calls) != 1 || calls[0]["name"] != "Bash" {
+		t.Fatalf("yolo calls %v", calls)
+	}
+}
+
+// A session/load's replay of the history (before the agent's
+// available_commands_update) is not this prompt's text.
+func TestGeminiLoadReplayIsNotReported(t *testing.T) {
+	h := &recHost{}
+	r := &geminiRun{h: h, w: &strings.Builder{}}
+	for _, l := range geminiLines(t, "load") {
+		r.handle(Line{B: l})
+	}
+	if txt := h.of(api.MsgText); len(txt) != 1 || txt[0]["text"] != "second answer" {
+		t.Fatalf("text %v", txt)
+	}
+}
+
+// An over-long permission request is refused, not left unanswered.
+func TestGeminiOverlongPermissionIsRefused(t *testing.T) {
+	h := &recHost{}
+	var w strings.Builder
+	r := &geminiRun{h: h, w: &w, live: true}
+	r.handle(Line{B: []byte(`{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"x","toolCall":{"title":"` + strings.Repeat("a", 100)), Split: true})
+	if w.String() != `{"id":7,"jsonrpc":"2.0","result":{"outcome":{"outcome":"cancelled"}}}`+"\n" || r.denied != 1 || len(h.asked) != 0 {
+		t.Fatalf("answered %q, denied %d, asked %v", w.String(), r.denied, h.asked)
+	}
+}
+
+// The line decoder takes anything: it never panics, reports only valid
+// JSON, and answers each request of the agent's at most once.
+func FuzzGeminiLine(f *testing.F) {
+	for _, name := range []string{"allow", "deny", "yolo", "401", "load"} {
+		for _, l := range geminiLines(f, name) {
+			f.Add(l, false)
+		}
+	}
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"x","method":"session/request_permission","params":{"toolCall":{"toolCallId":"run_shell_command__a__b","title":"rm -rf /"},"options":[{"optionId":"o","kind":"allow_always"}]}}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"session/request_permission"`), true)
+	f.Fuzz(func(t *testing.T, line []byte, split bool) {
+		n := 0
+		h := &recHost{allow: func(string, json.RawMessage) Decision { n++; return Decision{Approved: n%2 == 0} }}
+		var w strings.Builder
+		r := &geminiRun{h: h, w: &w, live: true}
+		r.handle(Line{B: line, Split: split})
+		if out := strings.TrimSuffix(w.String(), "\n"); out != "" {
+			if strings.Contains(out, "\n") || !json.Valid([]byte(out)) {
+				t.Fatalf("answered %q", out)
+			}
+			if strings.Contains(out, "allow_always") || strings.Contains(out, `"optionId":"o"`) {
+				t.Fatalf("answered allow_always: %q", out)
+			}
+		}
+		for _, m := range h.msgs {
+			if !json.Valid(m.Data) {
+				t.Fatalf("reported %s %q", m.Type, m.Data)
+			}
+		}
+	})
+}
