@@ -73,8 +73,12 @@ func (a *Gemini) Run(t Task, h Host) Result {
 	env := slices.Clone(t.Env)
 	home := a.Opts.StateDir
 	if home != "" {
-		if err := geminiPrepareHome(home); err != nil {
+		moved, err := geminiPrepareHome(home)
+		if err != nil {
 			return Failed("state_dir", "preparing Gemini CLI's home %s: %v", home, err)
+		}
+		if len(moved) > 0 {
+			h.ReportError("state_quarantined", "moved aside from Gemini CLI's home (into .gemini/quarantine): "+strings.Join(moved, ", "))
 		}
 		// The CLI's own error reports (which quote the conversation)
 		// go to its TMPDIR: the state directory, not a shared /tmp.
@@ -742,63 +746,62 @@ func geminiHomeOf(env []string) string {
 	return h
 }
 
-// geminiPrepareHome writes the settings the CLI needs headless into
-// home/.gemini/settings.json (keeping what else is there): the API key
-// auth, folder trust off (else an untrusted folder forces the approval
-// mode back to default), no project .env files (one could point the
-// endpoint, and the key, elsewhere), no update checks, no usage
-// statistics.
-func geminiPrepareHome(home string) error {
+// geminiPrepareHome makes home/.gemini the CLI's home as orchestrd
+// means it, before each run: settings.json written whole (an agent's
+// command can write the state directory, and what it wrote there, such
+// as tools.allowed, hooks or MCP servers, would let later tasks run tools
+// unasked): the API key auth, folder trust by GEMINI_CLI_TRUST_WORKSPACE
+// (see Run), no project .env files, no update checks, no usage
+// statistics. The home's policies and extensions (which allow tools and
+// start commands) and .env files are moved aside into
+// .gemini/quarantine; moved names the ones that were.
+func geminiPrepareHome(home string) (moved []string, err error) {
 	dir := filepath.Join(home, ".gemini")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(home, "tmp"), 0o700); err != nil {
-		return err
+		return nil, err
 	}
-	path := filepath.Join(dir, "settings.json")
-	settings := map[string]any{}
-	if b, err := os.ReadFile(path); err == nil {
-		if json.Unmarshal(b, &settings) != nil {
-			settings = map[string]any{}
+	for _, rel := range []string{".env", ".gemini/.env", ".gemini/policies", ".gemini/extensions"} {
+		p := filepath.Join(home, rel)
+		if _, err := os.Lstat(p); err != nil {
+			continue
 		}
-	}
-	set := func(v any, keys ...string) {
-		m := settings
-		for _, k := range keys[:len(keys)-1] {
-			sub, ok := m[k].(map[string]any)
-			if !ok {
-				sub = map[string]any{}
-				m[k] = sub
-			}
-			m = sub
+		q := filepath.Join(dir, "quarantine")
+		if err := os.MkdirAll(q, 0o700); err != nil {
+			return moved, err
 		}
-		m[keys[len(keys)-1]] = v
+		dst := filepath.Join(q, fmt.Sprintf("%d-%s", time.Now().UnixNano(), strings.ReplaceAll(rel, "/", "_")))
+		if err := os.Rename(p, dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return moved, err
+		}
+		moved = append(moved, rel)
 	}
-	set("gemini-api-key", "security", "auth", "selectedType")
-	set(false, "security", "folderTrust", "enabled")
-	set(true, "advanced", "ignoreLocalEnv")
-	set(false, "general", "enableAutoUpdate")
-	set(false, "general", "enableAutoUpdateNotification")
-	set(false, "privacy", "usageStatisticsEnabled")
+	settings := map[string]any{
+		"security": map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}, "folderTrust": map[string]any{"enabled": false}},
+		"advanced": map[string]any{"ignoreLocalEnv": true},
+		"general":  map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+		"privacy":  map[string]any{"usageStatisticsEnabled": false},
+	}
 	b, err := json.MarshalIndent(settings, "", "  ")
 	if err != nil {
-		return err
+		return moved, err
 	}
 	tmp, err := os.CreateTemp(dir, "settings-*.json")
 	if err != nil {
-		return err
+		return moved, err
 	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return err
+		return moved, err
 	}
 	if err := tmp.Close(); err != nil {
 		os.Remove(tmp.Name())
-		return err
+		return moved, err
 	}
-	return os.Rename(tmp.Name(), path)
+	return moved, os.Rename(tmp.Name(), filepath.Join(dir, "settings.json"))
 }
 
 var geminiSessionFile = regexp.MustCompile(`^session-\d{4}-\d\d-\d\dT\d\d-\d\d-([0-9a-f]{8})\.jsonl$`)
