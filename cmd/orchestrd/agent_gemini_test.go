@@ -134,8 +134,8 @@ func exists(p string) bool {
 // its shell command waits in `orchestrd approvals`; approve runs it,
 // deny blocks it and the model hears so, bypass runs without asking;
 // text streams as the model sends it; the key reaches the endpoint and
-// not the commands the agent runs; a 429 ends the task usage_limit at
-// the first retry, a refused key auth_failed; a second prompt of the
+// not the commands the agent runs; a 429 ends the task usage_limit
+// without retrying, a refused key auth_failed; a second prompt of the
 // session carries the first's history.
 func TestExecutorGemini(t *testing.T) {
 	r := startGeminiRig(t)
@@ -353,7 +353,7 @@ func TestExecutorGemini(t *testing.T) {
 			t.Fatalf("task = %+v", rec)
 		}
 		// The CLI would have retried after 600 s (and got the end of
-		// the script): it was stopped at its first retry.
+		// the script): it tried once.
 		if n := len(g.Requests()) - mark; n != 1 {
 			t.Fatalf("the endpoint got %d requests", n)
 		}

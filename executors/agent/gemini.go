@@ -30,10 +30,10 @@ import (
 // the api.Msg* messages; each session/request_permission becomes the
 // daemon's request_permission and is answered allow_once or reject_once
 // (the CLI then tells the model only that the user cancelled the tool:
-// the protocol carries no reason). A rate limit shows first as a retry
-// the CLI logs on stderr ("Attempt N failed ... Retrying"): the agent is
-// stopped there and the task fails usage_limit; a refused key ends the
-// prompt with an error, auth_failed.
+// the protocol carries no reason). The CLI is told to try the model once
+// (general.maxAttempts = 1; it would retry a 429 for minutes): a rate
+// limit ends the prompt with an error, usage_limit (retry_at from the
+// endpoint's RetryInfo), and so does a refused key, auth_failed.
 type Gemini struct{ Opts Options }
 
 func init() { kinds[KindGemini] = func(o Options) Adapter { return &Gemini{Opts: o} } }
@@ -188,12 +188,9 @@ func (a *Gemini) Run(t Task, h Host) Result {
 	return out
 }
 
-// result is how the run ended: a rate limit the stderr watcher saw wins,
-// then a stop, then the protocol's answer, else the agent's exit.
+// result is how the run ended: a stop wins, then the protocol's answer,
+// else the agent's exit.
 func (r *geminiRun) result(res Result, werr error) Result {
-	if lim := r.limited(); lim != nil {
-		return Result{Status: "failed", Error: lim, Usage: r.usage, SDKSessionID: r.session, Denied: r.denied}
-	}
 	if r.t.Proc.Stopped() {
 		return Result{Status: "cancelled", Usage: r.usage, SDKSessionID: r.session, Denied: r.denied}
 	}
@@ -222,7 +219,6 @@ type geminiRun struct {
 	usage   *api.TokenUsage
 
 	mu     sync.Mutex
-	limit  *api.TaskError
 	stderr []string // the last geminiStderrTail lines
 }
 
@@ -320,13 +316,10 @@ func (r *geminiRun) run(key string) Result {
 }
 
 // failure is the result of a call that failed: the agent's output ended
-// (a rate limit the stderr watcher stopped it for, or a crash), or the
-// agent answered with an error (a refused key, a rate limit at its last
-// retry...). The model endpoint's own words are not copied.
+// (a crash: its exit says), or the agent answered with an error (a
+// refused key, a rate limit...). The model endpoint's own words are not
+// copied.
 func (r *geminiRun) failure(what string, err error) Result {
-	if lim := r.limited(); lim != nil {
-		return Result{Status: "failed", Error: lim}
-	}
 	var ae *acpError
 	if !errors.As(err, &ae) {
 		return Result{} // decided by the agent's exit
@@ -334,7 +327,14 @@ func (r *geminiRun) failure(what string, err error) Result {
 	code := geminiErrorCode(ae)
 	switch code {
 	case api.TaskErrUsageLimit:
-		return Failed(code, "Gemini CLI: the model endpoint's rate limit or quota (%s)", what)
+		res := Failed(code, "Gemini CLI: the model endpoint's rate limit or quota (%s)", what)
+		if m := geminiRetryAfter.FindStringSubmatch(ae.Message); m != nil {
+			if sec, err := strconv.ParseFloat(m[1], 64); err == nil {
+				at := time.Now().Add(time.Duration(sec * float64(time.Second))).UTC().Truncate(time.Second)
+				res.Error.RetryAt = &at
+			}
+		}
+		return res
 	case api.TaskErrAuthFailed:
 		return Failed(code, "Gemini CLI: the model endpoint refused the API key (%s)", what)
 	}
@@ -350,16 +350,10 @@ func geminiErrorCode(e *acpError) string {
 		strings.Contains(strings.ToLower(text), "quota"):
 		return api.TaskErrUsageLimit
 	case e.Code == 401 || e.Code == 403 || strings.Contains(text, "UNAUTHENTICATED") || strings.Contains(text, "PERMISSION_DENIED") ||
-		strings.Contains(text, "API key not valid") || strings.Contains(text, `"code":401`) || strings.Contains(text, `"code":403`):
+		strings.Contains(strings.ToLower(text), "api key") || strings.Contains(text, `"code":401`) || strings.Contains(text, `"code":403`):
 		return api.TaskErrAuthFailed
 	}
 	return ""
-}
-
-func (r *geminiRun) limited() *api.TaskError {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.limit
 }
 
 // send writes one message to the agent.
@@ -658,59 +652,27 @@ func (r *geminiRun) update(params, raw json.RawMessage) {
 	}
 }
 
-var (
-	geminiRetryLine = regexp.MustCompile(`^Attempt \d+ failed`)
-	geminiRetryIn   = regexp.MustCompile(`Retrying after (\d{1,12})ms`)
-)
+// geminiRetryAfter is the delay the CLI quotes from a 429's RetryInfo.
+var geminiRetryAfter = regexp.MustCompile(`Suggested retry after ([0-9]{1,7}(?:\.[0-9]{1,3})?)s`)
 
 // geminiStderrTail is how many of the agent's last stderr lines a
 // failed task reports (a run that goes well writes only noise there).
 const geminiStderrTail = 20
 
-// watchStderr keeps the agent's last stderr lines and stops the agent at
-// the first sign of a rate limit: the CLI's retry of a 429 ("Attempt N
-// failed with status 429", or "Attempt N failed: <quota message>...
-// Retrying after Dms"), which it would repeat for minutes.
+// watchStderr keeps the agent's last stderr lines. (The CLI logs each
+// retry of a 429 there, but node buffers a pipe's stderr: the lines come
+// late, so the run is not stopped on them; general.maxAttempts = 1 makes
+// the CLI answer the prompt with the 429 at once instead.)
 func (r *geminiRun) watchStderr(rd io.Reader) {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	after := -1
-	var stop *time.Timer
 	for sc.Scan() {
-		line := sc.Text()
 		r.mu.Lock()
-		r.stderr = append(r.stderr, line)
+		r.stderr = append(r.stderr, sc.Text())
 		if len(r.stderr) > geminiStderrTail {
 			r.stderr = r.stderr[1:]
 		}
 		r.mu.Unlock()
-		if after < 0 && geminiRetryLine.MatchString(line) && (strings.Contains(line, "429") ||
-			(strings.Contains(line, "failed: ") && !strings.Contains(line, "Max attempts reached"))) {
-			r.mu.Lock()
-			if r.limit == nil {
-				r.limit = &api.TaskError{Code: api.TaskErrUsageLimit, Message: "Gemini CLI: the model endpoint's rate limit or quota (HTTP 429)"}
-			}
-			r.mu.Unlock()
-			after = 0
-			// The retry's delay may follow on a later line.
-			stop = time.AfterFunc(300*time.Millisecond, func() { r.t.Proc.Signal(syscall.SIGKILL) })
-		}
-		if after >= 0 && after <= 5 {
-			if m := geminiRetryIn.FindStringSubmatch(line); m != nil {
-				ms, _ := strconv.ParseInt(m[1], 10, 64)
-				at := time.Now().Add(time.Duration(ms) * time.Millisecond).UTC().Truncate(time.Second)
-				r.mu.Lock()
-				r.limit.RetryAt = &at
-				r.mu.Unlock()
-				after = 6
-				stop.Stop()
-				r.t.Proc.Signal(syscall.SIGKILL)
-			}
-			after++
-		}
-	}
-	if stop != nil {
-		stop.Stop()
 	}
 	_, _ = io.Copy(io.Discard, rd)
 }
@@ -781,7 +743,7 @@ func geminiPrepareHome(home string) (moved []string, err error) {
 	settings := map[string]any{
 		"security": map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}, "folderTrust": map[string]any{"enabled": false}},
 		"advanced": map[string]any{"ignoreLocalEnv": true},
-		"general":  map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+		"general":  map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false, "maxAttempts": 1},
 		"privacy":  map[string]any{"usageStatisticsEnabled": false},
 	}
 	b, err := json.MarshalIndent(settings, "", "  ")

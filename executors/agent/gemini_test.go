@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
@@ -74,7 +76,7 @@ func (h *recHost) Permission(tool string, input json.RawMessage) (Decision, erro
 }
 
 func (h *recHost) APIKey(service string) (string, error) {
-	if service != "gemini" {
+	if service != "gemini" || h.key == "" {
 		return "", os.ErrNotExist
 	}
 	return h.key, nil
@@ -295,4 +297,85 @@ func FuzzGeminiLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A 429 stops the agent at its first retry (it would wait 600 s):
+// usage_limit, with the retry time the endpoint gave; one without a
+// delay too. A refused key (401), or none at all, is auth_failed.
+func TestGeminiFailuresToldApart(t *testing.T) {
+	argv := geminiArgv(t)
+	state, cwd := t.TempDir(), t.TempDir()
+	a, err := New(KindGemini, Options{Argv: argv, StateDir: state, Model: "gemini-2.5-flash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		turn  modelfake.GeminiTurn
+		key   string
+		code  string
+		retry bool
+	}{
+		{"429 with a delay", modelfake.GeminiTurn{Status: 429, RetryDelay: "600s"}, "k", api.TaskErrUsageLimit, true},
+		{"429", modelfake.GeminiTurn{Status: 429}, "k", api.TaskErrUsageLimit, false},
+		{"401", modelfake.GeminiTurn{Status: 401}, "k", api.TaskErrAuthFailed, false},
+		{"403", modelfake.GeminiTurn{Status: 403}, "k", api.TaskErrAuthFailed, false},
+		{"no key", modelfake.GeminiTurn{Text: "never"}, "", api.TaskErrAuthFailed, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := modelfake.NewGemini(c.turn, c.turn, c.turn)
+			defer g.Close()
+			h := &recHost{key: c.key}
+			before := time.Now()
+			res := a.Run(geminiTask(t, g, cwd, "anything"), h)
+			if res.Status != "failed" || res.Error == nil || res.Error.Code != c.code {
+				t.Fatalf("result = %+v %+v, errors %q", res, res.Error, h.errs)
+			}
+			if c.retry && (res.Error.RetryAt == nil || res.Error.RetryAt.Before(before.Add(500*time.Second))) {
+				t.Fatalf("retry_at = %v", res.Error.RetryAt)
+			}
+			if n := len(g.Requests()); n > 1 {
+				t.Fatalf("the endpoint got %d requests", n)
+			}
+			for _, r := range g.Requests() {
+				if r.Model != "gemini-2.5-flash" {
+					t.Fatalf("model %q", r.Model)
+				}
+			}
+		})
+	}
+}
+
+// The task's tools reach the CLI: the others are not offered to the
+// model. Plan mode runs.
+func TestGeminiToolsAndPlanMode(t *testing.T) {
+	argv := geminiArgv(t)
+	g := modelfake.NewGemini(modelfake.GeminiTurn{Text: "a plan"}, modelfake.GeminiTurn{Text: "planned"})
+	defer g.Close()
+	state, cwd := t.TempDir(), t.TempDir()
+	a, err := New(KindGemini, Options{Argv: argv, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := geminiTask(t, g, cwd, "read only")
+	task.Tools = []string{"Read", "glob"}
+	h := &recHost{key: "k"}
+	if res := a.Run(task, h); res.Status != "completed" {
+		t.Fatalf("result = %+v, errors %q", res, h.errs)
+	}
+	tools := g.Requests()[0].Tools()
+	if !slices.Contains(tools, "read_file") || !slices.Contains(tools, "glob") || slices.Contains(tools, "run_shell_command") || slices.Contains(tools, "write_file") {
+		t.Fatalf("tools offered: %v", tools)
+	}
+	if p, _ := filepath.Glob(filepath.Join(state, "policy-*")); len(p) != 0 {
+		t.Fatalf("policy files left: %v", p)
+	}
+	task = geminiTask(t, g, cwd, "plan it")
+	task.PermissionMode = api.ModePlan
+	if res := a.Run(task, h); res.Status != "completed" {
+		t.Fatalf("plan: result = %+v, errors %q", res, h.errs)
+	}
+	if res := a.Run(Task{PermissionMode: "sometimes", Proc: &Proc{}}, h); res.Error == nil || res.Error.Code != "bad_permission_mode" {
+		t.Fatalf("unknown mode: %+v", res)
+	}
 }
