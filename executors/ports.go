@@ -70,8 +70,8 @@ type PermissionRequest struct {
 	Cwd       string
 	ToolName  string
 	ToolInput json.RawMessage // a JSON object
-	// Suggestions are the always-allow options the executor sent
-	// (permission_suggestions); none: the approval offers the exact call.
+	// Suggestions are the agent's permission suggestions (JSON objects):
+	// what an AlwaysAllow may record as a rule.
 	Suggestions []json.RawMessage
 	Timeout     time.Duration // the pool's permission_timeout
 }
