@@ -243,8 +243,8 @@ type acpError struct {
 
 func (e *acpError) Error() string { return fmt.Sprintf("error %d", e.Code) }
 
-// errAgentGone: the agent's stdout ended before the answer.
-var errAgentGone = errors.New("the agent's output ended")
+// errGeminiGone: the agent's stdout ended before the answer.
+var errGeminiGone = errors.New("the agent's output ended")
 
 func (r *geminiRun) run(key string) Result {
 	if _, err := r.call("initialize", map[string]any{"protocolVersion": 1,
@@ -253,7 +253,7 @@ func (r *geminiRun) run(key string) Result {
 	}
 	if key != "" {
 		if _, err := r.call("authenticate", map[string]any{"methodId": "gemini-api-key", "_meta": map[string]any{"api-key": key}}); err != nil {
-			if errors.Is(err, errAgentGone) {
+			if errors.Is(err, errGeminiGone) {
 				return r.failure("authenticate", err)
 			}
 			return Failed(api.TaskErrAuthFailed, "Gemini CLI refused the API key (authenticate)")
@@ -261,7 +261,7 @@ func (r *geminiRun) run(key string) Result {
 	}
 	if r.t.Resume != "" {
 		if _, err := r.call("session/load", map[string]any{"sessionId": r.t.Resume, "cwd": r.t.Cwd, "mcpServers": []any{}}); err != nil {
-			if errors.Is(err, errAgentGone) {
+			if errors.Is(err, errGeminiGone) {
 				return r.failure("session/load", err)
 			}
 			r.h.ReportError("resume_failed", "Gemini CLI could not load the session to resume; starting a new one")
@@ -380,7 +380,7 @@ func (r *geminiRun) call(method string, params any) (json.RawMessage, error) {
 			return m.Result, nil
 		}
 	}
-	return nil, errAgentGone
+	return nil, errGeminiGone
 }
 
 // awaitLive handles what the agent says until its

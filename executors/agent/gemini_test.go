@@ -34,38 +34,38 @@ func geminiArgv(t *testing.T) []string {
 	return []string{node, js}
 }
 
-// recHost is a Host that records what the adapter reports.
-type recHost struct {
+// geminiHost is a Host that records what the adapter reports.
+type geminiHost struct {
 	mu    sync.Mutex
-	msgs  []recMsg
+	msgs  []geminiMsg
 	errs  []string
 	asked []string // tool name + " " + input
 	allow func(tool string, input json.RawMessage) Decision
 	key   string
 }
 
-type recMsg struct {
+type geminiMsg struct {
 	Type string
 	Data json.RawMessage
 }
 
-func (h *recHost) Report(typ string, data any) {
+func (h *geminiHost) Report(typ string, data any) {
 	b, err := json.Marshal(data)
 	if err != nil {
 		panic(err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, recMsg{typ, b})
+	h.msgs = append(h.msgs, geminiMsg{typ, b})
 }
 
-func (h *recHost) ReportError(code, message string) {
+func (h *geminiHost) ReportError(code, message string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.errs = append(h.errs, code+": "+message)
 }
 
-func (h *recHost) Permission(tool string, input json.RawMessage) (Decision, error) {
+func (h *geminiHost) Permission(tool string, input json.RawMessage) (Decision, error) {
 	h.mu.Lock()
 	h.asked = append(h.asked, tool+" "+string(input))
 	h.mu.Unlock()
@@ -75,14 +75,14 @@ func (h *recHost) Permission(tool string, input json.RawMessage) (Decision, erro
 	return h.allow(tool, input), nil
 }
 
-func (h *recHost) APIKey(service string) (string, error) {
+func (h *geminiHost) APIKey(service string) (string, error) {
 	if service != "gemini" || h.key == "" {
 		return "", os.ErrNotExist
 	}
 	return h.key, nil
 }
 
-func (h *recHost) of(typ string) []map[string]any {
+func (h *geminiHost) of(typ string) []map[string]any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []map[string]any
@@ -115,7 +115,7 @@ func TestGeminiResumeCarriesHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1 := &recHost{key: "gm-key-1"}
+	h1 := &geminiHost{key: "gm-key-1"}
 	r1 := a.Run(geminiTask(t, g, cwd, "remember 42"), h1)
 	if r1.Status != "completed" || r1.SDKSessionID == "" || r1.Usage == nil || r1.Usage.InputTokens == 0 {
 		t.Fatalf("first result = %+v, errors %q", r1, h1.errs)
@@ -134,7 +134,7 @@ func TestGeminiResumeCarriesHistory(t *testing.T) {
 		t.Fatalf("result messages = %v", res)
 	}
 
-	h2 := &recHost{key: "gm-key-1"}
+	h2 := &geminiHost{key: "gm-key-1"}
 	task := geminiTask(t, g, cwd, "what number?")
 	task.Resume = r1.SDKSessionID
 	r2 := a.Run(task, h2)
@@ -184,9 +184,9 @@ func geminiLines(t testing.TB, name string) [][]byte {
 	return out
 }
 
-// replay feeds a capture to a run as if the agent had printed it and
+// geminiReplay feeds a capture to a run as if the agent had printed it and
 // returns what the adapter answered the agent.
-func replay(t *testing.T, h *recHost, name string) []map[string]any {
+func geminiReplay(t *testing.T, h *geminiHost, name string) []map[string]any {
 	var w strings.Builder
 	r := &geminiRun{h: h, w: &w, live: true}
 	for _, l := range geminiLines(t, name) {
@@ -209,8 +209,8 @@ func replay(t *testing.T, h *recHost, name string) []map[string]any {
 // The captured lines decode to the messages orchestrd shows, and the
 // permission request is answered as the daemon decided.
 func TestGeminiDecodesCapturedLines(t *testing.T) {
-	h := &recHost{allow: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
-	sent := replay(t, h, "allow")
+	h := &geminiHost{allow: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	sent := geminiReplay(t, h, "allow")
 	if len(h.asked) != 1 || h.asked[0] != `Bash {"command":"touch /tmp/gx/w/made"}` {
 		t.Fatalf("asked %q", h.asked)
 	}
@@ -225,8 +225,8 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 		t.Fatalf("messages %+v", h.msgs)
 	}
 
-	h = &recHost{allow: func(string, json.RawMessage) Decision { return Decision{Reason: "user_denied: no"} }}
-	sent = replay(t, h, "deny")
+	h = &geminiHost{allow: func(string, json.RawMessage) Decision { return Decision{Reason: "user_denied: no"} }}
+	sent = geminiReplay(t, h, "deny")
 	if len(sent) != 1 || sent[0]["result"].(map[string]any)["outcome"].(map[string]any)["optionId"] != "cancel" {
 		t.Fatalf("answered %v", sent)
 	}
@@ -234,8 +234,8 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 		t.Fatalf("permission_denied %v", d)
 	}
 
-	h = &recHost{}
-	if sent = replay(t, h, "yolo"); len(sent) != 0 || len(h.asked) != 0 {
+	h = &geminiHost{}
+	if sent = geminiReplay(t, h, "yolo"); len(sent) != 0 || len(h.asked) != 0 {
 		t.Fatalf("yolo: answered %v, asked %v", sent, h.asked)
 	}
 	if calls := h.of(api.MsgToolCall); len(calls) != 1 || calls[0]["name"] != "Bash" {
@@ -246,7 +246,7 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 // A session/load's replay of the history (before the agent's
 // available_commands_update) is not this prompt's text.
 func TestGeminiLoadReplayIsNotReported(t *testing.T) {
-	h := &recHost{}
+	h := &geminiHost{}
 	r := &geminiRun{h: h, w: &strings.Builder{}}
 	for _, l := range geminiLines(t, "load") {
 		r.handle(Line{B: l})
@@ -258,7 +258,7 @@ func TestGeminiLoadReplayIsNotReported(t *testing.T) {
 
 // An over-long permission request is refused, not left unanswered.
 func TestGeminiOverlongPermissionIsRefused(t *testing.T) {
-	h := &recHost{}
+	h := &geminiHost{}
 	var w strings.Builder
 	r := &geminiRun{h: h, w: &w, live: true}
 	r.handle(Line{B: []byte(`{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"x","toolCall":{"title":"` + strings.Repeat("a", 100)), Split: true})
@@ -279,7 +279,7 @@ func FuzzGeminiLine(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"session/request_permission"`), true)
 	f.Fuzz(func(t *testing.T, line []byte, split bool) {
 		n := 0
-		h := &recHost{allow: func(string, json.RawMessage) Decision { n++; return Decision{Approved: n%2 == 0} }}
+		h := &geminiHost{allow: func(string, json.RawMessage) Decision { n++; return Decision{Approved: n%2 == 0} }}
 		var w strings.Builder
 		r := &geminiRun{h: h, w: &w, live: true}
 		r.handle(Line{B: line, Split: split})
@@ -325,7 +325,7 @@ func TestGeminiFailuresToldApart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := modelfake.NewGemini(c.turn, c.turn, c.turn)
 			defer g.Close()
-			h := &recHost{key: c.key}
+			h := &geminiHost{key: c.key}
 			before := time.Now()
 			res := a.Run(geminiTask(t, g, cwd, "anything"), h)
 			if res.Status != "failed" || res.Error == nil || res.Error.Code != c.code {
@@ -359,7 +359,7 @@ func TestGeminiToolsAndPlanMode(t *testing.T) {
 	}
 	task := geminiTask(t, g, cwd, "read only")
 	task.Tools = []string{"Read", "glob"}
-	h := &recHost{key: "k"}
+	h := &geminiHost{key: "k"}
 	if res := a.Run(task, h); res.Status != "completed" {
 		t.Fatalf("result = %+v, errors %q", res, h.errs)
 	}
