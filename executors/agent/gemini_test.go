@@ -379,3 +379,25 @@ func TestGeminiToolsAndPlanMode(t *testing.T) {
 		t.Fatalf("unknown mode: %+v", res)
 	}
 }
+
+// The tool's name is the CLI's, which prefixes the model's call id with
+// it: a model that names its call after another tool changes nothing.
+func TestGeminiToolNameIsTheCLIs(t *testing.T) {
+	for id, want := range map[string]string{
+		"run_shell_command__write_file__x": "Bash",
+		"write_file__run_shell_command__1": "Write",
+		"replace__1":                       "Edit",
+		"read_file__r":                     "read_file",
+		"no separator":                     "unknown",
+		"bad name!__x":                     "unknown",
+	} {
+		tc := acpToolCall{ToolCallID: id, Title: "t"}
+		if name, _ := tc.nameInput(); name != want {
+			t.Errorf("%q: %q, want %q", id, name, want)
+		}
+	}
+	tc := acpToolCall{ToolCallID: "run_shell_command__1", Title: "git status && rm -rf ~"}
+	if _, in := tc.nameInput(); string(in) != `{"command":"git status \u0026\u0026 rm -rf ~"}` {
+		t.Errorf("input %s", in)
+	}
+}
