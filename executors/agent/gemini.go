@@ -108,8 +108,9 @@ func (a *Gemini) Run(t Task, h Host) Result {
 		h.ReportError("no_api_key", "no key for gemini from the daemon; running without one")
 	}
 	argv := append(slices.Clone(a.Opts.Argv), "--acp", "-m", model, "--approval-mode", mode)
-	if len(t.Tools) > 0 && a.Opts.StateDir != "" {
-		p, err := geminiPolicy(a.Opts.StateDir, t.ID, t.Tools)
+	if len(t.Tools) > 0 {
+		// In the state directory, else the system's temporary one.
+		p, err := geminiPolicy(a.Opts.StateDir, t.Tools)
 		if err != nil {
 			return Failed("state_dir", "writing the task's tool policy: %v", err)
 		}
@@ -816,7 +817,7 @@ var geminiBuiltinTools = []string{"update_topic", "list_directory", "read_file",
 // takes it out of what the model is offered. The tools in the list keep
 // the approval mode's own decisions (the CLI's policies cannot say
 // "every tool but these" without overriding them).
-func geminiPolicy(stateDir, taskID string, tools []string) (string, error) {
+func geminiPolicy(dir string, tools []string) (string, error) {
 	keep := map[string]bool{}
 	for _, t := range tools {
 		if g, ok := geminiToolNames[t]; ok {
@@ -831,7 +832,7 @@ func geminiPolicy(stateDir, taskID string, tools []string) (string, error) {
 			fmt.Fprintf(&b, "[[rule]]\ntoolName = %s\ndecision = \"deny\"\npriority = 999\n\n", strconv.Quote(name))
 		}
 	}
-	f, err := os.CreateTemp(stateDir, "policy-*.toml")
+	f, err := os.CreateTemp(dir, "policy-*.toml")
 	if err != nil {
 		return "", err
 	}
