@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -17,9 +20,15 @@ import (
 type executorPermissions struct{ m *approvals.Manager }
 
 func (p executorPermissions) Ask(req executors.PermissionRequest, answer func(executors.PermissionAnswer)) (string, func(string), error) {
+	if len(req.Suggestions) == 0 {
+		if s := exactSuggestion(req.ToolName, req.ToolInput); s != nil {
+			req.Suggestions = []json.RawMessage{s}
+		}
+	}
+
 	pending, err := p.m.Ask(approvals.Request{Source: api.SourceExecutor, Kind: api.KindTool,
 		ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd, SessionID: req.SessionID,
-		TaskID: req.TaskID, Timeout: req.Timeout, Bound: true},
+		TaskID: req.TaskID, PermissionSuggestions: req.Suggestions, Timeout: req.Timeout, Bound: true},
 		func(a api.Approval) { answer(permissionAnswer(a)) })
 	if err != nil {
 		return "", nil, fmt.Errorf("asking for permission to use %s: %w", req.ToolName, err)
@@ -68,4 +77,41 @@ func permissionAnswer(a api.Approval) executors.PermissionAnswer {
 		out.Reason += ": " + r.UserMessage
 	}
 	return out
+}
+
+// exactSuggestion is the always-allow option of an executor's request
+// that brings none of its own (the built-in agent kinds): a rule, for the
+// rest of the orchestrd session, allowing this very call: the same Bash
+// command exactly, or the same file for Read, Write, Edit. None when the
+// call cannot be named exactly (a command a rule would read as a prefix,
+// "X:*"; a path a rule would read as a glob) or for other tools: `approve
+// --always` then allows once.
+func exactSuggestion(tool string, input json.RawMessage) json.RawMessage {
+	var in map[string]any
+	if json.Unmarshal(input, &in) != nil {
+		return nil
+	}
+	content := ""
+	switch tool {
+	case "Bash":
+		c, _ := in["command"].(string)
+		if strings.TrimSpace(c) == "" || strings.HasSuffix(c, ":*") {
+			return nil
+		}
+		content = c
+	case "Read", "Write", "Edit", "MultiEdit":
+		f, _ := in["file_path"].(string)
+		if !path.IsAbs(f) || path.Clean(f) != f || strings.HasPrefix(f, "//") || strings.ContainsAny(f, "*?[]{}\\") {
+			return nil
+		}
+		content = f
+	default:
+		return nil
+	}
+	b, err := json.Marshal(map[string]any{"type": "addRules", "behavior": "allow", "destination": "session",
+		"rules": []map[string]string{{"toolName": tool, "ruleContent": content}}})
+	if err != nil {
+		return nil
+	}
+	return b
 }

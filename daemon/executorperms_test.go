@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -34,5 +35,29 @@ func TestPermissionAnswer(t *testing.T) {
 				t.Fatalf("permissionAnswer = {approved %v, reason %q}, want {%v, %q}", got.Approved, got.Reason, c.approved, c.reason)
 			}
 		})
+	}
+}
+
+// An executor's request without suggestions offers the exact call, and
+// nothing a rule would read wider than it.
+func TestExactSuggestion(t *testing.T) {
+	for _, c := range []struct {
+		tool, input, want string
+	}{
+		{"Bash", `{"command":"make test"}`, `{"behavior":"allow","destination":"session","rules":[{"ruleContent":"make test","toolName":"Bash"}],"type":"addRules"}`},
+		{"Bash", `{"command":"rm -rf /tmp/x:*"}`, ``},
+		{"Bash", `{"command":"  "}`, ``},
+		{"Write", `{"file_path":"/src/a.go"}`, `{"behavior":"allow","destination":"session","rules":[{"ruleContent":"/src/a.go","toolName":"Write"}],"type":"addRules"}`},
+		{"Edit", `{"file_path":"/src/*.go"}`, ``},
+		{"Edit", `{"file_path":"src/a.go"}`, ``},
+		{"Edit", `{"file_path":"/src/../etc/passwd"}`, ``},
+		{"Read", `{"file_path":"//etc/passwd"}`, ``},
+		{"WebFetch", `{"url":"https://example.com"}`, ``},
+		{"Bash", `not json`, ``},
+	} {
+		got := exactSuggestion(c.tool, json.RawMessage(c.input))
+		if string(got) != c.want {
+			t.Errorf("%s %s: got %s, want %s", c.tool, c.input, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -1014,6 +1015,21 @@ func (e *execActor) secret(name string) (entry, val string, exp time.Time, reaso
 	return "", "", time.Time{}, "not_allowed"
 }
 
+// maxSuggestions bounds the permission suggestions one request_permission
+// passes on to its approval.
+const maxSuggestions = 16
+
+// objectsOnly keeps the JSON objects of ss, n at most.
+func objectsOnly(ss []json.RawMessage, n int) []json.RawMessage {
+	var out []json.RawMessage
+	for _, s := range ss {
+		if b := bytes.TrimSpace(s); len(b) > 0 && b[0] == '{' && len(out) < n {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // editTools are what acceptEdits approves without asking.
 var editTools = map[string]bool{"Edit": true, "Write": true, "MultiEdit": true, "NotebookEdit": true}
 
@@ -1024,6 +1040,9 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		ToolName     string          `json:"tool_name"`
 		ToolInput    json.RawMessage `json:"tool_input"`
 		ToolParams   json.RawMessage `json:"tool_params"`
+		// Suggestions: the agent's permission_suggestions (Claude Code's),
+		// what an AlwaysAllow records as a rule.
+		Suggestions []json.RawMessage `json:"permission_suggestions"`
 	}
 	if er := wire.DecodeRPCParams(m, &a); er != nil {
 		e.fail(m.ID, er.Code, "%s", er.Message)
@@ -1041,7 +1060,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		input = json.RawMessage(`{}`)
 	}
 	decide := func(ok bool, reason string) {
-		e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: a.ToolName, Approved: ok, Reason: reason})
+		e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: eventlog.Ident(a.ToolName), Approved: ok, Reason: reason})
 		e.respond(m.ID, map[string]any{"approved": ok, "reason": reason})
 	}
 	switch {
@@ -1058,7 +1077,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 	sys, self, taskID, reqID, tool := e.sys, e.self, r.rec.ID, m.ID, a.ToolName
 	id, cancel, err := e.ps.m.opts.Permissions.Ask(PermissionRequest{Pool: e.ps.h.name, TaskID: taskID,
 		SessionID: r.rec.SessionID, Cwd: r.rec.Cwd, ToolName: a.ToolName, ToolInput: input,
-		Timeout: e.ps.cfg.PermissionTimeout.Duration}, func(ans PermissionAnswer) {
+		Suggestions: objectsOnly(a.Suggestions, maxSuggestions), Timeout: e.ps.cfg.PermissionTimeout.Duration}, func(ans PermissionAnswer) {
 		sys.Send(self, permAnswered{taskID: taskID, reqID: reqID, tool: tool, ans: ans})
 	})
 	if err != nil {
@@ -1069,7 +1088,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		r.perms = map[string]func(string){}
 	}
 	r.perms[id] = cancel
-	e.ps.m.bus.Emit(TaskPermissionRequested{TaskID: taskID, ToolName: a.ToolName, ApprovalID: id})
+	e.ps.m.bus.Emit(TaskPermissionRequested{TaskID: taskID, ToolName: eventlog.Ident(a.ToolName), ApprovalID: id})
 }
 
 func (e *execActor) permAnswered(m permAnswered) {
@@ -1078,7 +1097,7 @@ func (e *execActor) permAnswered(m permAnswered) {
 		return // the task ended; its executor heard nothing more
 	}
 	delete(r.perms, m.ans.ApprovalID)
-	e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: m.tool, Approved: m.ans.Approved, Reason: m.ans.Reason})
+	e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: eventlog.Ident(m.tool), Approved: m.ans.Approved, Reason: m.ans.Reason})
 	e.respond(m.reqID, map[string]any{"approved": m.ans.Approved, "reason": m.ans.Reason})
 }
 
