@@ -1,0 +1,431 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/modelfake"
+)
+
+// codexBinary is the pinned Codex CLI, or the test is skipped saying why.
+func codexBinary(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("ORCHESTRD_AGENT_CLIS")
+	if root == "" {
+		root = "/opt/agent-clis"
+	}
+	p := filepath.Join(root, "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("the Codex CLI is not installed (npm install --prefix %s @openai/codex@0.169.0): %v", root, err)
+	}
+	return p
+}
+
+// fakeHost is a Host that records what the adapter reports and answers
+// permissions with decide.
+type fakeHost struct {
+	mu      sync.Mutex
+	msgs    []fakeMsg
+	errs    []string
+	asked   []string // tool + " " + input
+	decide  func(tool string, input json.RawMessage) Decision
+	key     string
+	noKey   bool
+	keyAsks []string
+}
+
+type fakeMsg struct {
+	typ  string
+	data json.RawMessage
+}
+
+func (h *fakeHost) Report(typ string, data any) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		panic(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, fakeMsg{typ, b})
+}
+
+func (h *fakeHost) ReportError(code, msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.errs = append(h.errs, code+": "+msg)
+}
+
+func (h *fakeHost) Permission(tool string, input json.RawMessage) (Decision, error) {
+	h.mu.Lock()
+	h.asked = append(h.asked, tool+" "+string(input))
+	d := h.decide
+	h.mu.Unlock()
+	if d == nil {
+		return Decision{Reason: "nobody"}, nil
+	}
+	return d(tool, input), nil
+}
+
+func (h *fakeHost) APIKey(service string) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keyAsks = append(h.keyAsks, service)
+	if h.noKey {
+		return "", errors.New("refused")
+	}
+	return h.key, nil
+}
+
+func (h *fakeHost) of(typ string) []map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]any
+	for _, m := range h.msgs {
+		if m.typ == typ {
+			var v map[string]any
+			_ = json.Unmarshal(m.data, &v)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (h *fakeHost) texts() string {
+	var b strings.Builder
+	for _, m := range h.of(api.MsgText) {
+		b.WriteString(m["text"].(string))
+	}
+	return b.String()
+}
+
+type codexEnv struct {
+	bin, state, cwd string
+	fake            *modelfake.OpenAI
+}
+
+func newCodexEnv(t *testing.T, turns ...modelfake.OpenAITurn) *codexEnv {
+	t.Helper()
+	bin := codexBinary(t)
+	fake, err := modelfake.NewOpenAI(turns...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	// Not under /tmp: Codex refuses to make its helper links there.
+	base := t.TempDir()
+	e := &codexEnv{bin: bin, state: filepath.Join(base, "state"), cwd: filepath.Join(base, "work"), fake: fake}
+	if err := os.MkdirAll(e.cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *codexEnv) run(t *testing.T, h *fakeHost, mod func(*Task)) Result {
+	t.Helper()
+	a, err := New(KindCodex, Options{Argv: []string{e.bin}, StateDir: e.state, Model: "gpt-5.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{ID: "t-1", Prompt: "do the thing", Cwd: e.cwd, Proc: &Proc{},
+		Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(e.state), "OPENAI_BASE_URL=" + e.fake.URL}}
+	if mod != nil {
+		mod(&task)
+	}
+	done := make(chan Result, 1)
+	go func() { done <- a.Run(task, h) }()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(2 * time.Minute):
+		task.Proc.Kill()
+		t.Fatal("codex's task did not end within 2 minutes")
+		return Result{}
+	}
+}
+
+func touch(name string) modelfake.OpenAICall {
+	return modelfake.OpenAICall{Name: "exec_command", Args: map[string]any{"cmd": "touch " + name}}
+}
+
+func TestCodexTextUsageAndKey(t *testing.T) {
+	e := newCodexEnv(t, modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
+		Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
+	h := &fakeHost{key: "sk-test-123"}
+	res := e.run(t, h, nil)
+	if res.Status != "completed" || res.Error != nil {
+		t.Fatalf("result %+v %+v, errors %v", res, res.Error, h.errs)
+	}
+	if got := h.texts(); got != "Hello from the scripted model." {
+		t.Errorf("text deltas %q", got)
+	}
+	if n := len(h.of(api.MsgText)); n < 3 {
+		t.Errorf("%d text messages: the text did not stream in pieces", n)
+	}
+	if th := h.of(api.MsgThinking); len(th) == 0 {
+		t.Error("no thinking message")
+	}
+	if res.SDKSessionID == "" {
+		t.Error("no sdk session id (the thread)")
+	}
+	if u := res.Usage; u == nil || u.InputTokens != 200 || u.CacheReadTokens != 100 || u.OutputTokens != 40 {
+		t.Errorf("usage %+v", res.Usage)
+	}
+	rs := h.of(api.MsgResult)
+	if len(rs) != 1 || rs[0]["text"] != "Hello from the scripted model." || rs[0]["sdk_session_id"] != res.SDKSessionID {
+		t.Errorf("result messages %v", rs)
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if got := reqs[0].Header.Get("Authorization"); got != "Bearer sk-test-123" {
+		t.Errorf("Authorization %q", got)
+	}
+	if reqs[0].Model != "gpt-5.5" || !strings.Contains(reqs[0].Text(), "do the thing") {
+		t.Errorf("request model %q, text %q", reqs[0].Model, reqs[0].Text())
+	}
+	if !strings.Contains(strings.Join(h.keyAsks, ","), "openai") {
+		t.Errorf("key asked for %v", h.keyAsks)
+	}
+	if _, err := os.Stat(filepath.Join(e.state, "sessions")); err != nil {
+		t.Errorf("codex's sessions are not in the state dir: %v", err)
+	}
+}
+
+func TestCodexApproveDenyAndResume(t *testing.T) {
+	e := newCodexEnv(t,
+		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("approved.txt")}},
+		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("denied.txt")}},
+		modelfake.OpenAITurn{Text: "first done"},
+		modelfake.OpenAITurn{Text: "second done"})
+	h := &fakeHost{key: "k", decide: func(tool string, in json.RawMessage) Decision {
+		if strings.Contains(string(in), "denied.txt") {
+			return Decision{Reason: "user_denied: not that file"}
+		}
+		return Decision{Approved: true}
+	}}
+	res := e.run(t, h, nil)
+	if res.Status != "completed" || res.Denied != 1 {
+		t.Fatalf("result %+v %+v, errors %v", res, res.Error, h.errs)
+	}
+	if _, err := os.Stat(filepath.Join(e.cwd, "approved.txt")); err != nil {
+		t.Errorf("the approved command did not run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.cwd, "denied.txt")); err == nil {
+		t.Error("the denied command ran")
+	}
+	if len(h.asked) != 2 || !strings.HasPrefix(h.asked[0], `Bash {"command":"touch approved.txt"`) {
+		t.Errorf("asked %q", h.asked)
+	}
+	pd := h.of(api.MsgPermissionDenied)
+	if len(pd) != 1 || pd[0]["name"] != "Bash" || !strings.Contains(pd[0]["reason"].(string), "not that file") {
+		t.Errorf("permission_denied %v", pd)
+	}
+	calls, results := h.of(api.MsgToolCall), h.of(api.MsgToolResult)
+	if len(calls) != 2 || len(results) != 2 || results[0]["is_error"] == true || results[1]["is_error"] != true {
+		t.Errorf("tool calls %v\nresults %v", calls, results)
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if txt := reqs[2].Text(); !strings.Contains(txt, "rejected") || !strings.Contains(txt, "not that file") {
+		t.Errorf("the model's request after the denial does not carry it:\n%s", txt)
+	}
+	// A second prompt resumes the thread: the model gets the history.
+	h2 := &fakeHost{key: "k"}
+	res2 := e.run(t, h2, func(t *Task) { t.Resume, t.Prompt = res.SDKSessionID, "and now the second" })
+	if res2.Status != "completed" || res2.SDKSessionID != res.SDKSessionID {
+		t.Fatalf("second result %+v (first thread %s), errors %v", res2, res.SDKSessionID, h2.errs)
+	}
+	reqs = e.fake.Requests()
+	if txt := reqs[len(reqs)-1].Text(); !strings.Contains(txt, "do the thing") || !strings.Contains(txt, "first done") ||
+		!strings.Contains(txt, "and now the second") {
+		t.Errorf("the resumed prompt's request lacks the history:\n%s", txt)
+	}
+}
+
+func TestCodexModes(t *testing.T) {
+	patch := modelfake.OpenAICall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: patched.txt\n+hi\n*** End Patch\n"}
+	t.Run("acceptEdits", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}},
+			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("cmd.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &fakeHost{key: "k"} // denies whatever it is asked
+		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeAcceptEdits })
+		if res.Status != "completed" || res.Denied != 1 {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "patched.txt")); err != nil {
+			t.Errorf("the file change was not accepted: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "cmd.txt")); err == nil {
+			t.Error("the command ran without being asked")
+		}
+		if len(h.asked) != 1 || !strings.HasPrefix(h.asked[0], "Bash ") {
+			t.Errorf("asked %q", h.asked)
+		}
+	})
+	t.Run("default asks for a file change", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &fakeHost{key: "k"}
+		res := e.run(t, h, nil)
+		if res.Status != "completed" || res.Denied != 1 {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+		if len(h.asked) != 1 || !strings.HasPrefix(h.asked[0], `apply_patch {"changes":[{"path":`) || !strings.Contains(h.asked[0], "patched.txt") {
+			t.Errorf("asked %q", h.asked)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "patched.txt")); err == nil {
+			t.Error("the denied file change was made")
+		}
+	})
+	t.Run("bypassPermissions", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("bypass.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &fakeHost{key: "k"}
+		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeBypass })
+		if res.Status != "completed" || len(h.asked) != 0 {
+			t.Fatalf("result %+v, asked %q", res, h.asked)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "bypass.txt")); err != nil {
+			t.Errorf("bypass did not run the command: %v", err)
+		}
+	})
+	t.Run("plan", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &fakeHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModePlan })
+		if res.Status != "completed" || res.Denied != 1 || len(h.asked) != 0 {
+			t.Fatalf("result %+v, asked %q", res, h.asked)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "patched.txt")); err == nil {
+			t.Error("plan mode made a file change")
+		}
+	})
+	t.Run("tools", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("notool.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &fakeHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		res := e.run(t, h, func(t *Task) { t.Tools = []string{"Read", "apply_patch"} })
+		if res.Denied != 1 || len(h.asked) != 0 {
+			t.Fatalf("result %+v, asked %q", res, h.asked)
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, "notool.txt")); err == nil {
+			t.Error("a command ran though Bash is not one of the task's tools")
+		}
+	})
+}
+
+func TestCodexFailures(t *testing.T) {
+	t.Run("429", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429})
+		h := &fakeHost{key: "k"}
+		start := time.Now()
+		res := e.run(t, h, nil)
+		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+		if n := len(e.fake.Requests()); n > 2 {
+			t.Errorf("codex asked %d times after a 429", n)
+		}
+		t.Logf("ended in %s", time.Since(start))
+	})
+	t.Run("usage limit", func(t *testing.T) {
+		resets := time.Now().Add(2 * time.Hour).Unix()
+		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429, Body: fmt.Sprintf(
+			`{"error":{"type":"usage_limit_reached","message":"limit","plan_type":"plus","resets_at":%d}}`, resets)})
+		h := &fakeHost{key: "k"}
+		res := e.run(t, h, nil)
+		if res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+		if res.Error.RetryAt == nil || res.Error.RetryAt.Before(time.Now().Add(time.Hour)) || res.Error.RetryAt.After(time.Now().Add(3*time.Hour)) {
+			t.Errorf("retry_at %v (%q)", res.Error.RetryAt, res.Error.Message)
+		}
+	})
+	t.Run("401", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
+			modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
+			modelfake.OpenAITurn{Status: 401})
+		h := &fakeHost{key: "sk-wrong"}
+		res := e.run(t, h, nil)
+		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+		if n := len(e.fake.Requests()); n > 2 {
+			t.Errorf("codex asked %d times after a 401: not stopped at the first", n)
+		}
+	})
+	t.Run("no key", func(t *testing.T) {
+		e := newCodexEnv(t, modelfake.OpenAITurn{Text: "never"})
+		h := &fakeHost{noKey: true}
+		res := e.run(t, h, nil)
+		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
+			t.Fatalf("result %+v %+v", res, res.Error)
+		}
+	})
+}
+
+func TestShellScript(t *testing.T) {
+	for in, want := range map[string]string{
+		`/bin/bash -lc 'touch /tmp/x'`:          "touch /tmp/x",
+		`/bin/bash -lc ls`:                      "ls",
+		`/bin/bash -c 'echo '"'"'hi'"'"''`:      "echo 'hi'",
+		`/usr/bin/zsh -lc "a \"b\""`:            `a "b"`,
+		`/tmp/evil/bash -lc ls`:                 `/tmp/evil/bash -lc ls`,
+		`bash -lc ls`:                           `bash -lc ls`,
+		`/bin/bash -lc ls; rm -rf /`:            `/bin/bash -lc ls; rm -rf /`,
+		`/bin/bash -lc 'ls' extra`:              `/bin/bash -lc 'ls' extra`,
+		`/bin/bash -lc "$(evil)"`:               `/bin/bash -lc "$(evil)"`,
+		`/bin/bash -lc 'unterminated`:           `/bin/bash -lc 'unterminated`,
+		`/bin/bash -x 'ls'`:                     `/bin/bash -x 'ls'`,
+		`/bin/bash -lc a\ b`:                    "a b",
+		"/bin/bash -lc 'a\nb'":                  "a\nb",
+		`/bin/bash -lc 'cat a > b'`:             "cat a > b",
+		`/bin/bash -lc "x" > /etc/passwd`:       `/bin/bash -lc "x" > /etc/passwd`,
+		`/bin/bash -lc 'x' & /bin/bash -lc 'y'`: `/bin/bash -lc 'x' & /bin/bash -lc 'y'`,
+	} {
+		if got := shellScript(in); got != want {
+			t.Errorf("shellScript(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCodexRetryAt(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for msg, want := range map[string]time.Time{
+		"You've hit your usage limit. ... or try again at 11:28 AM.": time.Date(2026, 11, 29, 11, 28, 0, 0, time.UTC),
+		"try again at 9:05 AM":                time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC),
+		"try again at 12:00 PM":               time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
+		"try again at Dec 2nd, 2026 3:04 PM.": time.Date(2026, 12, 2, 15, 4, 0, 0, time.UTC),
+		"no time here":                        {},
+	} {
+		got, ok := retryAt(msg, now)
+		if ok != !want.IsZero() || !got.Equal(want) {
+			t.Errorf("retryAt(%q) = %v %v, want %v", msg, got, ok, want)
+		}
+	}
+}
+
+func TestCodexErrorClasses(t *testing.T) {
+	for in, want := range map[string]string{
+		`"usageLimitExceeded"`: api.TaskErrUsageLimit,
+		`"rateLimitExceeded"`:  api.TaskErrUsageLimit,
+		`"unauthorized"`:       api.TaskErrAuthFailed,
+		`{"responseTooManyFailedAttempts":{"httpStatusCode":429}}`: api.TaskErrUsageLimit,
+		`{"responseStreamDisconnected":{"httpStatusCode":401}}`:    api.TaskErrAuthFailed,
+		`{"httpConnectionFailed":{"httpStatusCode":403}}`:          api.TaskErrAuthFailed,
+		`{"httpConnectionFailed":{"httpStatusCode":500}}`:          "",
+		`"other"`: "", `null`: "", `[1]`: "", `{"x":1}`: "",
+	} {
+		if got := classifyCodexError(json.RawMessage(in)); got != want {
+			t.Errorf("classify(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
