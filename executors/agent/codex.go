@@ -86,6 +86,9 @@ func codexArgv(o Options, baseURL string) []string {
 	if o.Model != "" {
 		set("model", o.Model)
 	}
+	// The key is Codex's, not its commands': `env` in a command the model
+	// runs does not show it.
+	argv = append(argv, "-c", `shell_environment_policy.exclude=["OPENAI_API_KEY"]`)
 	return append(argv, "app-server")
 }
 
@@ -1002,7 +1005,7 @@ func (r *codexRun) serverRequest(m codexEnvelope, line []byte) {
 		deny(fmt.Sprintf("the request is over %d bytes, too large to show for approval", maxPermissionInput))
 		return
 	}
-	d, err := r.h.Permission(tool, input)
+	d, err := r.permission(tool, input, suggestionsFor(tool, input))
 	if err != nil {
 		deny("no answer from orchestrd: " + err.Error())
 		return
@@ -1016,6 +1019,49 @@ func (r *codexRun) serverRequest(m codexEnvelope, line []byte) {
 		return
 	}
 	r.answer(m.ID, map[string]any{"decision": "accept"})
+}
+
+// suggestingHost is a Host that passes an agent's permission suggestions
+// on with request_permission: what an `approve --always` records as an
+// orchestrd rule.
+type suggestingHost interface {
+	PermissionWith(tool string, input json.RawMessage, suggestions []json.RawMessage) (Decision, error)
+}
+
+func (r *codexRun) permission(tool string, input json.RawMessage, sugg []json.RawMessage) (Decision, error) {
+	if sh, ok := r.h.(suggestingHost); ok && len(sugg) > 0 {
+		return sh.PermissionWith(tool, input, sugg)
+	}
+	return r.h.Permission(tool, input)
+}
+
+// suggestionsFor is what an "always" may record, in Claude Code's
+// suggestion format that approvals reads, for this orchestrd session: a
+// command, that exact command (a Bash rule, so split and matched as
+// approvals matches Bash); a file change, every file change (an
+// apply_patch rule has no content to match). Input to a running command
+// offers none.
+func suggestionsFor(tool string, input json.RawMessage) []json.RawMessage {
+	var rule map[string]string
+	switch tool {
+	case "Bash":
+		var in struct {
+			Command string `json:"command"`
+		}
+		if json.Unmarshal(input, &in) != nil || in.Command == "" {
+			return nil
+		}
+		rule = map[string]string{"toolName": "Bash", "ruleContent": in.Command}
+	case "apply_patch":
+		rule = map[string]string{"toolName": "apply_patch"}
+	default:
+		return nil
+	}
+	b, err := json.Marshal(map[string]any{"type": "addRules", "rules": []any{rule}, "behavior": "allow", "destination": "session"})
+	if err != nil {
+		return nil
+	}
+	return []json.RawMessage{b}
 }
 
 func validUTF8JSON(b []byte) bool { return utf8.Valid(b) && json.Valid(b) }

@@ -156,9 +156,10 @@ func touch(name string) modelfake.OpenAICall {
 }
 
 func TestCodexTextUsageAndKey(t *testing.T) {
-	e := newCodexEnv(t, modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
-		Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
-	h := &fakeHost{key: "sk-test-123"}
+	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "exec_command", Args: map[string]any{"cmd": "env"}}}},
+		modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
+			Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
+	h := &fakeHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 	res := e.run(t, h, nil)
 	if res.Status != "completed" || res.Error != nil {
 		t.Fatalf("result %+v %+v, errors %v", res, res.Error, h.errs)
@@ -175,7 +176,7 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 	if res.SDKSessionID == "" {
 		t.Error("no sdk session id (the thread)")
 	}
-	if u := res.Usage; u == nil || u.InputTokens != 200 || u.CacheReadTokens != 100 || u.OutputTokens != 40 {
+	if u := res.Usage; u == nil || u.InputTokens != 90+200 || u.CacheReadTokens != 10+100 || u.OutputTokens != 20+40 {
 		t.Errorf("usage %+v", res.Usage)
 	}
 	rs := h.of(api.MsgResult)
@@ -183,8 +184,12 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 		t.Errorf("result messages %v", rs)
 	}
 	reqs := e.fake.Requests()
-	if len(reqs) != 1 {
+	if len(reqs) != 2 {
 		t.Fatalf("%d requests", len(reqs))
+	}
+	// The command's environment has not the key.
+	if out := reqs[1].LastOutput(); !strings.Contains(out, "CODEX_HOME=") || strings.Contains(out, "sk-test-123") {
+		t.Errorf("the command's env:\n%s", out)
 	}
 	if got := reqs[0].Header.Get("Authorization"); got != "Bearer sk-test-123" {
 		t.Errorf("Authorization %q", got)
