@@ -3,10 +3,18 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -32,10 +40,14 @@ import (
 //   - the model provider comes from -c flags (Codex ignores
 //     OPENAI_BASE_URL): base_url = the pool env's OPENAI_BASE_URL (default
 //     https://api.openai.com/v1), wire_api responses, its key from
-//     OPENAI_API_KEY, which the adapter sets from get_api_key("openai")
-//     (refused: left out, and the endpoint's 401 says auth_failed);
-//     model = Options.Model (default: Codex's); CODEX_HOME =
-//     Options.StateDir;
+//     OPENAI_API_KEY; model = Options.Model (default: Codex's);
+//     CODEX_HOME = Options.StateDir. The key (get_api_key("openai")) is
+//     never Codex's: Codex talks to a proxy of the adapter's on
+//     127.0.0.1 with a token of the run's, and the proxy adds the key on
+//     the way out, so that a command the model runs cannot read it in
+//     Codex's environment (the variable is also kept out of the
+//     commands' own). Refused: no key, and Codex's failure says
+//     auth_failed;
 //   - Codex's own sandbox (bubblewrap) cannot start inside orchestrd's:
 //     commands run with its sandbox off (danger-full-access), confined by
 //     orchestrd's, under approval policy "untrusted", with which Codex asks
@@ -72,9 +84,6 @@ const codexProvider = "orchestrd"
 
 // codexArgv is the command line of Codex's app-server for a task.
 func codexArgv(o Options, baseURL string) []string {
-	if baseURL == "" {
-		baseURL = "https://api.openai.com/v1"
-	}
 	argv := append([]string(nil), o.Argv...)
 	set := func(k, v string) { argv = append(argv, "-c", k+"="+tomlString(v)) }
 	p := "model_providers." + codexProvider + "."
@@ -147,9 +156,22 @@ var threadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 func (a *Codex) Run(t Task, h Host) Result {
 	env := t.Env
+	baseURL := envValue(env, "OPENAI_BASE_URL")
+	if baseURL == "" {
+		baseURL = "https://api.openai.com/v1"
+	}
 	if key, err := h.APIKey("openai"); err == nil {
-		env = withEnv(env, "OPENAI_API_KEY", key)
+		// Codex gets a token of this run's, and its requests the key on
+		// their way out: what Codex runs cannot read the key in Codex's
+		// environment.
+		kp, err := startKeyProxy(baseURL, key)
+		if err != nil {
+			return Failed("start_failed", "%v", err)
+		}
+		defer kp.close()
+		env, baseURL = withEnv(env, "OPENAI_API_KEY", kp.token), kp.base
 	} else {
+		env = withEnv(env, "OPENAI_API_KEY", "")
 		h.ReportError("no_api_key", "no key for openai from the daemon (the endpoint will refuse): "+err.Error())
 	}
 	if a.Opts.StateDir != "" {
@@ -158,7 +180,7 @@ func (a *Codex) Run(t Task, h Host) Result {
 		}
 		env = withEnv(env, "CODEX_HOME", a.Opts.StateDir)
 	}
-	argv := codexArgv(a.Opts, envValue(env, "OPENAI_BASE_URL"))
+	argv := codexArgv(a.Opts, baseURL)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = t.Cwd, env
 	in, err := cmd.StdinPipe()
@@ -203,6 +225,9 @@ func (a *Codex) Run(t Task, h Host) Result {
 	<-exited
 	werr := cmd.Wait()
 	kill.Stop()
+	// What Codex left running in its group (a command past its yield
+	// time) ends with the task.
+	t.Proc.Signal(syscall.SIGKILL)
 	// An approval still waiting for a person is not waited for long: its
 	// answer has nobody left to hear it.
 	waited := make(chan struct{})
@@ -228,6 +253,63 @@ func (a *Codex) Run(t Task, h Host) Result {
 		res.Usage = r.usage()
 	}
 	return res
+}
+
+// keyProxy passes Codex's model requests on to the endpoint with the key
+// in their Authorization header, on 127.0.0.1: Codex (and so every
+// command it runs, which can read its environment in /proc) holds only a
+// token of one run's, good for this proxy alone.
+type keyProxy struct {
+	srv   *http.Server
+	done  chan struct{}
+	token string
+	base  string // Codex's base_url
+}
+
+func startKeyProxy(upstream, key string) (*keyProxy, error) {
+	u, err := url.Parse(upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("OPENAI_BASE_URL is not an http(s) URL")
+	}
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, fmt.Errorf("making codex's token: %w", err)
+	}
+	token := "orchestrd-" + hex.EncodeToString(tok)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listening for codex's model requests: %w", err)
+	}
+	target := &url.URL{Scheme: u.Scheme, Host: u.Host}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set("Authorization", "Bearer "+key)
+		},
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	want := []byte("Bearer " + token)
+	p := &keyProxy{done: make(chan struct{}), token: token,
+		base: "http://" + ln.Addr().String() + strings.TrimSuffix(u.Path, "/")}
+	p.srv = &http.Server{ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+				http.Error(w, "not this run's token", http.StatusUnauthorized)
+				return
+			}
+			rp.ServeHTTP(w, r)
+		})}
+	go func() {
+		defer close(p.done)
+		_ = p.srv.Serve(ln)
+	}()
+	return p, nil
+}
+
+func (p *keyProxy) close() {
+	_ = p.srv.Close()
+	<-p.done
 }
 
 // codexRun is one prompt's conversation with Codex's app-server.

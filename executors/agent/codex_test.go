@@ -152,11 +152,11 @@ func (e *codexEnv) run(t *testing.T, h *fakeHost, mod func(*Task)) Result {
 }
 
 func touch(name string) modelfake.OpenAICall {
-	return modelfake.OpenAICall{Name: "exec_command", Args: map[string]any{"cmd": "touch " + name}}
+	return modelfake.OpenAICall{Name: "exec_command", Args: map[string]any{"cmd": "touch " + name, "login": false, "yield_time_ms": 60000}}
 }
 
 func TestCodexTextUsageAndKey(t *testing.T) {
-	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "exec_command", Args: map[string]any{"cmd": "env"}}}},
+	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "exec_command", Args: map[string]any{"cmd": "env", "login": false, "yield_time_ms": 60000}}}},
 		modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
 			Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
 	h := &fakeHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
