@@ -12,19 +12,19 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 )
 
-// lockedBuffer is what the adapter writes to Codex.
-type lockedBuffer struct {
+// codexBuf is what the adapter writes to Codex.
+type codexBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *codexBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *codexBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -48,8 +48,8 @@ func FuzzCodexLine(f *testing.F) {
 	f.Add([]byte(`{"method":"thread/tokenUsage/updated","params":{"tokenUsage":{"total":{"inputTokens":-5},"last":{"inputTokens":9e99}}}}`))
 	f.Add([]byte("\xff\xfe{not json"))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		h := &fakeHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "no"} }}
-		w := &lockedBuffer{}
+		h := &codexHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "no"} }}
+		w := &codexBuf{}
 		r := newCodexRun(Task{PermissionMode: api.ModeDefault}, h, w)
 		r.read(bytes.NewReader(line))
 		r.approvals.Wait()
@@ -69,8 +69,8 @@ func TestCodexLineTooLong(t *testing.T) {
 	huge := strings.Repeat("x", LineMax+10)
 	line := `{"method":"item/commandExecution/requestApproval","id":7,"params":{"command":"` + huge + `"}}` + "\n" +
 		`{"method":"item/agentMessage/delta","params":{"delta":"after"}}` + "\n"
-	h := &fakeHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
-	w := &lockedBuffer{}
+	h := &codexHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	w := &codexBuf{}
 	r := newCodexRun(Task{}, h, w)
 	r.read(bufio.NewReader(strings.NewReader(line)))
 	r.approvals.Wait()

@@ -29,11 +29,11 @@ func codexBinary(t *testing.T) string {
 	return p
 }
 
-// fakeHost is a Host that records what the adapter reports and answers
+// codexHost is a Host that records what the adapter reports and answers
 // permissions with decide.
-type fakeHost struct {
+type codexHost struct {
 	mu      sync.Mutex
-	msgs    []fakeMsg
+	msgs    []codexMsg
 	errs    []string
 	asked   []string // tool + " " + input
 	decide  func(tool string, input json.RawMessage) Decision
@@ -42,28 +42,28 @@ type fakeHost struct {
 	keyAsks []string
 }
 
-type fakeMsg struct {
+type codexMsg struct {
 	typ  string
 	data json.RawMessage
 }
 
-func (h *fakeHost) Report(typ string, data any) {
+func (h *codexHost) Report(typ string, data any) {
 	b, err := json.Marshal(data)
 	if err != nil {
 		panic(err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, fakeMsg{typ, b})
+	h.msgs = append(h.msgs, codexMsg{typ, b})
 }
 
-func (h *fakeHost) ReportError(code, msg string) {
+func (h *codexHost) ReportError(code, msg string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.errs = append(h.errs, code+": "+msg)
 }
 
-func (h *fakeHost) Permission(tool string, input json.RawMessage) (Decision, error) {
+func (h *codexHost) Permission(tool string, input json.RawMessage) (Decision, error) {
 	h.mu.Lock()
 	h.asked = append(h.asked, tool+" "+string(input))
 	d := h.decide
@@ -74,7 +74,7 @@ func (h *fakeHost) Permission(tool string, input json.RawMessage) (Decision, err
 	return d(tool, input), nil
 }
 
-func (h *fakeHost) APIKey(service string) (string, error) {
+func (h *codexHost) APIKey(service string) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.keyAsks = append(h.keyAsks, service)
@@ -84,7 +84,7 @@ func (h *fakeHost) APIKey(service string) (string, error) {
 	return h.key, nil
 }
 
-func (h *fakeHost) of(typ string) []map[string]any {
+func (h *codexHost) of(typ string) []map[string]any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []map[string]any
@@ -98,7 +98,7 @@ func (h *fakeHost) of(typ string) []map[string]any {
 	return out
 }
 
-func (h *fakeHost) texts() string {
+func (h *codexHost) texts() string {
 	var b strings.Builder
 	for _, m := range h.of(api.MsgText) {
 		b.WriteString(m["text"].(string))
@@ -128,7 +128,7 @@ func newCodexEnv(t *testing.T, turns ...modelfake.OpenAITurn) *codexEnv {
 	return e
 }
 
-func (e *codexEnv) run(t *testing.T, h *fakeHost, mod func(*Task)) Result {
+func (e *codexEnv) run(t *testing.T, h *codexHost, mod func(*Task)) Result {
 	t.Helper()
 	a, err := New(KindCodex, Options{Argv: []string{e.bin}, StateDir: e.state, Model: "gpt-5.5"})
 	if err != nil {
@@ -151,7 +151,7 @@ func (e *codexEnv) run(t *testing.T, h *fakeHost, mod func(*Task)) Result {
 	}
 }
 
-func touch(name string) modelfake.OpenAICall {
+func codexTouchCall(name string) modelfake.OpenAICall {
 	return modelfake.OpenAICall{Name: "exec_command", Args: map[string]any{"cmd": "touch " + name, "login": false, "yield_time_ms": 60000}}
 }
 
@@ -159,7 +159,7 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "exec_command", Args: map[string]any{"cmd": "env", "login": false, "yield_time_ms": 60000}}}},
 		modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
 			Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
-	h := &fakeHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	h := &codexHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 	res := e.run(t, h, nil)
 	if res.Status != "completed" || res.Error != nil {
 		t.Fatalf("result %+v %+v, errors %v", res, res.Error, h.errs)
@@ -207,11 +207,11 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 
 func TestCodexApproveDenyAndResume(t *testing.T) {
 	e := newCodexEnv(t,
-		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("approved.txt")}},
-		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("denied.txt")}},
+		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("approved.txt")}},
+		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("denied.txt")}},
 		modelfake.OpenAITurn{Text: "first done"},
 		modelfake.OpenAITurn{Text: "second done"})
-	h := &fakeHost{key: "k", decide: func(tool string, in json.RawMessage) Decision {
+	h := &codexHost{key: "k", decide: func(tool string, in json.RawMessage) Decision {
 		if strings.Contains(string(in), "denied.txt") {
 			return Decision{Reason: "user_denied: not that file"}
 		}
@@ -246,7 +246,7 @@ func TestCodexApproveDenyAndResume(t *testing.T) {
 		t.Errorf("the model's request after the denial does not carry it:\n%s", txt)
 	}
 	// A second prompt resumes the thread: the model gets the history.
-	h2 := &fakeHost{key: "k"}
+	h2 := &codexHost{key: "k"}
 	res2 := e.run(t, h2, func(t *Task) { t.Resume, t.Prompt = res.SDKSessionID, "and now the second" })
 	if res2.Status != "completed" || res2.SDKSessionID != res.SDKSessionID {
 		t.Fatalf("second result %+v (first thread %s), errors %v", res2, res.SDKSessionID, h2.errs)
@@ -262,8 +262,8 @@ func TestCodexModes(t *testing.T) {
 	patch := modelfake.OpenAICall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: patched.txt\n+hi\n*** End Patch\n"}
 	t.Run("acceptEdits", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}},
-			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("cmd.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &fakeHost{key: "k"} // denies whatever it is asked
+			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("cmd.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &codexHost{key: "k"} // denies whatever it is asked
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeAcceptEdits })
 		if res.Status != "completed" || res.Denied != 1 {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -280,7 +280,7 @@ func TestCodexModes(t *testing.T) {
 	})
 	t.Run("default asks for a file change", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &fakeHost{key: "k"}
+		h := &codexHost{key: "k"}
 		res := e.run(t, h, nil)
 		if res.Status != "completed" || res.Denied != 1 {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -293,8 +293,8 @@ func TestCodexModes(t *testing.T) {
 		}
 	})
 	t.Run("bypassPermissions", func(t *testing.T) {
-		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("bypass.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &fakeHost{key: "k"}
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("bypass.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &codexHost{key: "k"}
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeBypass })
 		if res.Status != "completed" || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -305,7 +305,7 @@ func TestCodexModes(t *testing.T) {
 	})
 	t.Run("plan", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &fakeHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModePlan })
 		if res.Status != "completed" || res.Denied != 1 || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -315,8 +315,8 @@ func TestCodexModes(t *testing.T) {
 		}
 	})
 	t.Run("tools", func(t *testing.T) {
-		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{touch("notool.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &fakeHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("notool.txt")}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 		res := e.run(t, h, func(t *Task) { t.Tools = []string{"Read", "apply_patch"} })
 		if res.Denied != 1 || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -330,7 +330,7 @@ func TestCodexModes(t *testing.T) {
 func TestCodexFailures(t *testing.T) {
 	t.Run("429", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429})
-		h := &fakeHost{key: "k"}
+		h := &codexHost{key: "k"}
 		start := time.Now()
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
@@ -345,7 +345,7 @@ func TestCodexFailures(t *testing.T) {
 		resets := time.Now().Add(2 * time.Hour).Unix()
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429, Body: fmt.Sprintf(
 			`{"error":{"type":"usage_limit_reached","message":"limit","plan_type":"plus","resets_at":%d}}`, resets)})
-		h := &fakeHost{key: "k"}
+		h := &codexHost{key: "k"}
 		res := e.run(t, h, nil)
 		if res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -358,7 +358,7 @@ func TestCodexFailures(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
 			modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
 			modelfake.OpenAITurn{Status: 401})
-		h := &fakeHost{key: "sk-wrong"}
+		h := &codexHost{key: "sk-wrong"}
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -369,7 +369,7 @@ func TestCodexFailures(t *testing.T) {
 	})
 	t.Run("no key", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Text: "never"})
-		h := &fakeHost{noKey: true}
+		h := &codexHost{noKey: true}
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
 			t.Fatalf("result %+v %+v", res, res.Error)
