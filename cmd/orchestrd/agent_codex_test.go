@@ -366,3 +366,46 @@ func TestExecutorCodexHostile(t *testing.T) {
 		t.Errorf("the model's own shell ran: %q", b)
 	}
 }
+
+// In plan mode nothing is changed: a file change and a command are
+// refused without asking anyone (Codex's read-only sandbox does not hold
+// inside orchestrd's: a command approved in it wrote its file).
+func TestExecutorCodexPlan(t *testing.T) {
+	t.Parallel()
+	fake := newOpenAIFake(t,
+		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: patched.txt\n+x\n*** End Patch\n"}}},
+		codexTouch("plan.txt"), modelfake.OpenAITurn{Text: "planned"})
+	d := codexDaemon(t, fake, true, "")
+	work := shortTemp(t)
+	var id, session string
+	var r struct {
+		TaskID    string `json:"task_id"`
+		SessionID string `json:"session_id"`
+	}
+	if err := d.call("task.execute", api.TaskSpec{Executor: "codex", Prompt: "plan it", Cwd: work, PermissionMode: api.ModePlan}, &r); err != nil {
+		t.Skipf("this daemon takes no plan mode yet: %v", err)
+	}
+	id, session = r.TaskID, r.SessionID
+	rec := d.waitTask(id)
+	if rec.State != api.TaskCompleted {
+		t.Fatalf("task %+v %+v", rec, rec.Error)
+	}
+	for _, f := range []string{"patched.txt", "plan.txt"} {
+		if _, err := os.Stat(filepath.Join(work, f)); err == nil {
+			t.Errorf("plan mode made %s", f)
+		}
+	}
+	denied := messagesOf(d.session(session), api.MsgPermissionDenied)
+	if len(denied) != 2 || denied[0]["name"] != "apply_patch" || denied[1]["name"] != "Bash" {
+		t.Errorf("permission_denied %v", denied)
+	}
+	var ap struct {
+		Approvals []api.Approval `json:"approvals"`
+	}
+	d.mustCall("approval.list", map[string]any{"state": "all"}, &ap)
+	for _, a := range ap.Approvals {
+		if a.TaskID == id {
+			t.Errorf("plan mode asked: %+v", a)
+		}
+	}
+}

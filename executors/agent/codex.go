@@ -60,8 +60,10 @@ import (
 //     (Codex's decline carries none), and is reported as
 //     permission_denied. Modes: acceptEdits accepts file changes without
 //     asking; bypassPermissions runs Codex with approval policy "never";
-//     plan uses Codex's read-only sandbox and refuses every file change
-//     (and a command's second request, an escalation out of the sandbox);
+//     plan refuses every file change and every command without asking
+//     (Codex's read-only sandbox is asked for too, but inside orchestrd's
+//     it does not hold, and nothing tells a reading command from a
+//     writing one);
 //   - Task.Tools, when given, is enforced by the adapter: a command needs
 //     "Bash" (or "exec_command"), a file change "apply_patch" (or "Edit",
 //     "Write"); Codex's other tools (web search, view image...) have no
@@ -337,7 +339,6 @@ type codexRun struct {
 	total      *api.TokenUsage
 	modelCalls int // model calls (token usage updates)
 	changes    map[string]json.RawMessage
-	asked      map[string]bool
 }
 
 type codexReply struct {
@@ -356,7 +357,7 @@ func (e *codexError) Error() string {
 
 func newCodexRun(t Task, h Host, w io.Writer) *codexRun {
 	return &codexRun{t: t, h: h, w: w, dead: make(chan struct{}), ended: make(chan struct{}),
-		calls: map[int64]chan codexReply{}, changes: map[string]json.RawMessage{}, asked: map[string]bool{}}
+		calls: map[int64]chan codexReply{}, changes: map[string]json.RawMessage{}}
 }
 
 func (r *codexRun) threadID() string {
@@ -1047,12 +1048,6 @@ func (r *codexRun) serverRequest(m codexEnvelope, line []byte) {
 	if !validUTF8JSON(input) {
 		input = json.RawMessage(`{}`)
 	}
-	r.mu.Lock()
-	again := p.ItemID != "" && r.asked[p.ItemID]
-	if p.ItemID != "" && len(r.asked) < 4096 {
-		r.asked[p.ItemID] = true
-	}
-	r.mu.Unlock()
 	deny := func(reason string) {
 		r.mu.Lock()
 		r.denied++
@@ -1074,8 +1069,11 @@ func (r *codexRun) serverRequest(m codexEnvelope, line []byte) {
 	case mode == api.ModePlan && tool == "apply_patch":
 		deny("plan mode: no file changes")
 		return
-	case mode == api.ModePlan && again:
-		deny("plan mode: a command runs in codex's read-only sandbox or not at all")
+	case mode == api.ModePlan:
+		// Codex's read-only sandbox does not hold inside orchestrd's
+		// (a command approved in it wrote its file), and nothing here
+		// tells a reading command from a writing one.
+		deny("plan mode: no commands run (Codex's read-only sandbox cannot be relied on here)")
 		return
 	case mode == api.ModeAcceptEdits && tool == "apply_patch" && r.toolAllowed(tool):
 		r.answer(m.ID, map[string]any{"decision": "accept"})

@@ -304,14 +304,17 @@ func TestCodexModes(t *testing.T) {
 		}
 	})
 	t.Run("plan", func(t *testing.T) {
-		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
+		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}},
+			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("plan.txt")}}, modelfake.OpenAITurn{Text: "ok"})
 		h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModePlan })
-		if res.Status != "completed" || res.Denied != 1 || len(h.asked) != 0 {
+		if res.Status != "completed" || res.Denied != 2 || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
 		}
-		if _, err := os.Stat(filepath.Join(e.cwd, "patched.txt")); err == nil {
-			t.Error("plan mode made a file change")
+		for _, f := range []string{"patched.txt", "plan.txt"} {
+			if _, err := os.Stat(filepath.Join(e.cwd, f)); err == nil {
+				t.Errorf("plan mode made %s", f)
+			}
 		}
 	})
 	t.Run("tools", func(t *testing.T) {
