@@ -54,8 +54,10 @@ import (
 //     before every command and every file change: each request becomes a
 //     request_permission (a command as tool "Bash" {command, cwd}, so that
 //     Bash rules apply as they do to Claude Code; a file change as
-//     "apply_patch" {changes}; input to a running command as
-//     "write_stdin"), and the answer goes back as accept or decline. A
+//     "apply_patch" {changes}), and the answer goes back as accept or
+//     decline. No command runs on a terminal (Codex would type into it
+//     without asking: approving `psql` is not approving what the model
+//     types into it next); without one a command's stdin is closed. A
 //     denial's reason reaches the model as a message in the same turn
 //     (Codex's decline carries none), and is reported as
 //     permission_denied. Modes: acceptEdits accepts file changes without
@@ -100,6 +102,11 @@ func codexArgv(o Options, baseURL string) []string {
 	// The key is Codex's, not its commands': `env` in a command the model
 	// runs does not show it.
 	argv = append(argv, "-c", `shell_environment_policy.exclude=["OPENAI_API_KEY"]`)
+	// No command on a terminal: Codex does not ask before it types into
+	// one that still runs (write_stdin), and approving `bash`, `psql` or
+	// `python3` is not approving whatever the model types into it next.
+	// Without a terminal a command's stdin is closed.
+	argv = append(argv, "-c", "features.unified_exec_tty=false")
 	return append(argv, "app-server")
 }
 

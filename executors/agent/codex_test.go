@@ -108,6 +108,7 @@ func (h *codexHost) texts() string {
 
 type codexEnv struct {
 	bin, state, cwd string
+	extra           []string
 	fake            *modelfake.OpenAI
 }
 
@@ -130,7 +131,7 @@ func newCodexEnv(t *testing.T, turns ...modelfake.OpenAITurn) *codexEnv {
 
 func (e *codexEnv) run(t *testing.T, h *codexHost, mod func(*Task)) Result {
 	t.Helper()
-	a, err := New(KindCodex, Options{Argv: []string{e.bin}, StateDir: e.state, Model: "gpt-5.5"})
+	a, err := New(KindCodex, Options{Argv: append([]string{e.bin}, e.extra...), StateDir: e.state, Model: "gpt-5.5"})
 	if err != nil {
 		t.Fatal(err)
 	}
