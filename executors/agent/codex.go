@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -61,8 +62,10 @@ import (
 //     denial's reason reaches the model as a message in the same turn
 //     (Codex's decline carries none), and is reported as
 //     permission_denied. Modes: acceptEdits accepts file changes without
-//     asking; bypassPermissions runs Codex with approval policy "never";
-//     plan refuses every file change and every command without asking
+//     asking when every file it touches is in the task's directory
+//     (links resolved), not in CODEX_HOME nor under a .git or .codex
+//     directory (else it is asked); bypassPermissions runs Codex with
+//     approval policy "never"; plan refuses every file change and every command without asking
 //     (Codex's read-only sandbox is asked for too, but inside orchestrd's
 //     it does not hold, and nothing tells a reading command from a
 //     writing one);
@@ -208,6 +211,7 @@ func (a *Codex) Run(t Task, h Host) Result {
 		return Failed("start_failed", "starting %s: %v", argv[0], err)
 	}
 	r := newCodexRun(t, h, in)
+	r.stateDir = a.Opts.StateDir
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -323,8 +327,9 @@ func (p *keyProxy) close() {
 
 // codexRun is one prompt's conversation with Codex's app-server.
 type codexRun struct {
-	t Task
-	h Host
+	t        Task
+	h        Host
+	stateDir string // Codex's CODEX_HOME
 
 	wmu sync.Mutex
 	w   io.Writer
@@ -1082,7 +1087,8 @@ func (r *codexRun) serverRequest(m codexEnvelope, line []byte) {
 		// tells a reading command from a writing one.
 		deny("plan mode: no commands run (Codex's read-only sandbox cannot be relied on here)")
 		return
-	case mode == api.ModeAcceptEdits && tool == "apply_patch" && r.toolAllowed(tool):
+	case mode == api.ModeAcceptEdits && tool == "apply_patch" && r.toolAllowed(tool) &&
+		editsWithin(r.changesOf(p.ItemID), r.t.Cwd, r.stateDir):
 		r.answer(m.ID, map[string]any{"decision": "accept"})
 		return
 	case !r.toolAllowed(tool):
@@ -1149,6 +1155,92 @@ func suggestionsFor(tool string, input json.RawMessage) []json.RawMessage {
 		return nil
 	}
 	return []json.RawMessage{b}
+}
+
+func (r *codexRun) changesOf(item string) json.RawMessage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changes[item]
+}
+
+// editsWithin reports whether every file a change touches is in the
+// task's directory (links resolved), outside Codex's state directory and
+// outside any .git or .codex directory: what acceptEdits accepts without
+// asking. A file elsewhere (Codex's config.toml, whose notify or MCP
+// servers would run commands at its next start; a git hook) is asked for.
+func editsWithin(changes json.RawMessage, cwd, stateDir string) bool {
+	var cs []struct {
+		Path string `json:"path"`
+		Kind struct {
+			MovePath *string `json:"move_path"`
+		} `json:"kind"`
+	}
+	if cwd == "" || json.Unmarshal(changes, &cs) != nil || len(cs) == 0 {
+		return false
+	}
+	root, err := realPath(cwd)
+	if err != nil {
+		return false
+	}
+	state := ""
+	if stateDir != "" {
+		if state, err = realPath(stateDir); err != nil {
+			return false
+		}
+	}
+	inside := func(p string) bool {
+		if p == "" {
+			return false
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cwd, p)
+		}
+		rp, err := realPath(p)
+		if err != nil {
+			return false
+		}
+		rel, err := filepath.Rel(root, rp)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+			return false
+		}
+		if state != "" && (rp == state || strings.HasPrefix(rp, state+"/")) {
+			return false
+		}
+		for _, c := range strings.Split(rel, "/") {
+			if c == ".git" || c == ".codex" {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range cs {
+		if !inside(c.Path) || (c.Kind.MovePath != nil && !inside(*c.Kind.MovePath)) {
+			return false
+		}
+	}
+	return true
+}
+
+// realPath is p with the links of its longest existing ancestor resolved
+// (the rest does not exist yet, so it is no link).
+func realPath(p string) (string, error) {
+	p = filepath.Clean(p)
+	rest := ""
+	for {
+		rp, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(rp, rest), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }
 
 func validUTF8JSON(b []byte) bool { return utf8.Valid(b) && json.Valid(b) }

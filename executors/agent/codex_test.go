@@ -279,6 +279,25 @@ func TestCodexModes(t *testing.T) {
 			t.Errorf("asked %q", h.asked)
 		}
 	})
+	t.Run("acceptEdits asks outside the task's directory", func(t *testing.T) {
+		var e *codexEnv
+		e = newCodexEnv(t, modelfake.OpenAITurn{Func: func(modelfake.OpenAIRequest) modelfake.OpenAITurn {
+			return modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "apply_patch",
+				Input: "*** Begin Patch\n*** Add File: " + filepath.Join(e.state, "config.toml") + "\n+notify = [\"sh\", \"-c\", \"touch /tmp/pwned\"]\n*** End Patch\n"}}}
+		}}, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "apply_patch",
+			Input: "*** Begin Patch\n*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n*** End Patch\n"}}}, modelfake.OpenAITurn{Text: "ok"})
+		h := &codexHost{key: "k"} // denies whatever it is asked
+		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeAcceptEdits })
+		if res.Status != "completed" || res.Denied != 2 || len(h.asked) != 2 {
+			t.Fatalf("result %+v %+v, asked %q", res, res.Error, h.asked)
+		}
+		if b, err := os.ReadFile(filepath.Join(e.state, "config.toml")); err == nil && strings.Contains(string(b), "pwned") {
+			t.Error("acceptEdits wrote codex's config without asking")
+		}
+		if _, err := os.Stat(filepath.Join(e.cwd, ".git/hooks/pre-commit")); err == nil {
+			t.Error("acceptEdits wrote a git hook without asking")
+		}
+	})
 	t.Run("default asks for a file change", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
 		h := &codexHost{key: "k"}
@@ -435,6 +454,48 @@ func TestCodexErrorClasses(t *testing.T) {
 	} {
 		if got := classifyCodexError(json.RawMessage(in)); got != want {
 			t.Errorf("classify(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCodexEditsWithin(t *testing.T) {
+	dir := t.TempDir()
+	cwd, state := filepath.Join(dir, "work"), filepath.Join(dir, "work", "state")
+	for _, d := range []string{cwd, state, filepath.Join(dir, "elsewhere")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(cwd, "link")); err != nil {
+		t.Fatal(err)
+	}
+	ch := func(paths ...string) json.RawMessage {
+		var cs []map[string]any
+		for _, p := range paths {
+			cs = append(cs, map[string]any{"path": p, "kind": map[string]any{"type": "add"}, "diff": ""})
+		}
+		b, _ := json.Marshal(cs)
+		return b
+	}
+	for _, c := range []struct {
+		changes json.RawMessage
+		want    bool
+	}{
+		{ch(filepath.Join(cwd, "a.go")), true},
+		{ch("sub/new/b.go"), true},
+		{ch(filepath.Join(cwd, "a.go"), filepath.Join(dir, "x")), false},
+		{ch(filepath.Join(state, "config.toml")), false},
+		{ch(filepath.Join(cwd, ".git/hooks/pre-commit")), false},
+		{ch(filepath.Join(cwd, ".codex/config.toml")), false},
+		{ch(filepath.Join(cwd, "link/x")), false},
+		{ch(filepath.Join(cwd, "../work2/x")), false},
+		{ch(cwd), false},
+		{json.RawMessage(`[{"path":"` + filepath.Join(cwd, "a") + `","kind":{"type":"update","move_path":"/etc/passwd"}}]`), false},
+		{json.RawMessage(`[]`), false},
+		{json.RawMessage(`nope`), false},
+	} {
+		if got := editsWithin(c.changes, cwd, state); got != c.want {
+			t.Errorf("editsWithin(%s) = %v, want %v", c.changes, got, c.want)
 		}
 	}
 }
