@@ -274,6 +274,7 @@ func (a *Codex) Run(t Task, h Host) Result {
 // token of one run's, good for this proxy alone.
 type keyProxy struct {
 	srv   *http.Server
+	tr    *http.Transport
 	done  chan struct{}
 	token string
 	base  string // Codex's base_url
@@ -294,16 +295,18 @@ func startKeyProxy(upstream, key string) (*keyProxy, error) {
 		return nil, fmt.Errorf("listening for codex's model requests: %w", err)
 	}
 	target := &url.URL{Scheme: u.Scheme, Host: u.Host}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set("Authorization", "Bearer "+key)
 		},
+		Transport:     tr,
 		FlushInterval: -1,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
 	want := []byte("Bearer " + token)
-	p := &keyProxy{done: make(chan struct{}), token: token,
+	p := &keyProxy{done: make(chan struct{}), token: token, tr: tr,
 		base: "http://" + ln.Addr().String() + strings.TrimSuffix(u.Path, "/")}
 	p.srv = &http.Server{ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -323,6 +326,7 @@ func startKeyProxy(upstream, key string) (*keyProxy, error) {
 func (p *keyProxy) close() {
 	_ = p.srv.Close()
 	<-p.done
+	p.tr.CloseIdleConnections()
 }
 
 // codexRun is one prompt's conversation with Codex's app-server.

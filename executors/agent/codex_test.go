@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
@@ -115,6 +119,8 @@ type codexEnv struct {
 func newCodexEnv(t *testing.T, turns ...modelfake.OpenAITurn) *codexEnv {
 	t.Helper()
 	bin := codexBinary(t)
+	// Last of the cleanups: nothing of the adapter's is left running.
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	fake, err := modelfake.NewOpenAI(turns...)
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +150,47 @@ func (e *codexEnv) run(t *testing.T, h *codexHost, mod func(*Task)) Result {
 	go func() { done <- a.Run(task, h) }()
 	select {
 	case r := <-done:
+		// Codex and what it ran are gone with the task.
+		// (A killed child is a zombie until whoever it was left to reaps
+		// it: a zombie is gone.)
+		if p := task.Proc.cmd; p != nil && p.Process != nil {
+			deadline := time.Now().Add(10 * time.Second)
+			for live := liveInGroup(p.Process.Pid); len(live) > 0; live = liveInGroup(p.Process.Pid) {
+				if time.Now().After(deadline) {
+					t.Errorf("codex's process group is still there 10 s after the task: %q", live)
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 		return r
 	case <-time.After(2 * time.Minute):
 		task.Proc.Kill()
 		t.Fatal("codex's task did not end within 2 minutes")
 		return Result{}
 	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies.
+func liveInGroup(pgid int) []string {
+	var live []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			live = append(live, string(b[:i+1]))
+		}
+	}
+	return live
 }
 
 func codexTouchCall(name string) modelfake.OpenAICall {
