@@ -265,6 +265,15 @@ func (a *Codex) Run(t Task, h Host) Result {
 	if res.Usage == nil {
 		res.Usage = r.usage()
 	}
+	if !r.resulted() {
+		// The run's end, once, when Codex's turn did not tell it.
+		text := res.Status
+		if res.Error != nil {
+			text = res.Error.Code + ": " + res.Error.Message
+		}
+		h.Report(api.MsgResult, api.ResultData{Text: text, IsError: true, SDKSessionID: res.SDKSessionID,
+			Denied: res.Denied, Usage: res.Usage})
+	}
 	return res
 }
 
@@ -355,6 +364,13 @@ type codexRun struct {
 	total      *api.TokenUsage
 	modelCalls int // model calls (token usage updates)
 	changes    map[string]json.RawMessage
+	resultSent bool
+}
+
+func (r *codexRun) resulted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.resultSent
 }
 
 type codexReply struct {
@@ -1002,6 +1018,9 @@ func (r *codexRun) turnCompleted(turn json.RawMessage, raw json.RawMessage) {
 		}
 	}
 	res.Usage = r.usage()
+	r.mu.Lock()
+	r.resultSent = true
+	r.mu.Unlock()
 	r.h.Report(api.MsgResult, api.ResultData{Text: text, IsError: res.Status != "completed", SDKSessionID: thread,
 		Denied: denied, Turns: calls, Usage: res.Usage, Raw: raw})
 	r.finish(res)

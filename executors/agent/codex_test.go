@@ -403,6 +403,9 @@ func TestCodexFailures(t *testing.T) {
 		if n := len(e.fake.Requests()); n > 2 {
 			t.Errorf("codex asked %d times after a 429", n)
 		}
+		if rs := h.of(api.MsgResult); len(rs) != 1 || rs[0]["is_error"] != true || !strings.HasPrefix(fmt.Sprint(rs[0]["text"]), "usage_limit: ") {
+			t.Errorf("result messages %v", rs)
+		}
 		t.Logf("ended in %s", time.Since(start))
 	})
 	t.Run("usage limit", func(t *testing.T) {
