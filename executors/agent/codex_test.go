@@ -543,3 +543,19 @@ func TestCodexEditsWithin(t *testing.T) {
 		}
 	}
 }
+
+// Codex's command line: the pool's extra arguments first, then the
+// provider and the flags the adapter's safety rests on, then app-server;
+// a base URL is quoted as TOML whatever it holds.
+func TestCodexArgv(t *testing.T) {
+	got := codexArgv(Options{Argv: []string{"/bin/codex", "-c", "x=1"}, Model: "m"}, `http://127.0.0.1:9/v1"]`)
+	want := []string{"/bin/codex", "-c", "x=1",
+		"-c", `model_provider="orchestrd"`, "-c", `model_providers.orchestrd.name="orchestrd"`,
+		"-c", `model_providers.orchestrd.base_url="http://127.0.0.1:9/v1\"]"`,
+		"-c", `model_providers.orchestrd.wire_api="responses"`, "-c", `model_providers.orchestrd.env_key="OPENAI_API_KEY"`,
+		"-c", `model="m"`, "-c", `shell_environment_policy.exclude=["OPENAI_API_KEY"]`,
+		"-c", "features.unified_exec_tty=false", "app-server"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("argv\n%q\nwant\n%q", got, want)
+	}
+}
