@@ -559,3 +559,29 @@ func TestCodexArgv(t *testing.T) {
 		t.Errorf("argv\n%q\nwant\n%q", got, want)
 	}
 }
+
+// A task stopped while Codex waits for a permission ends cancelled, and
+// Codex with it.
+func TestCodexStopped(t *testing.T) {
+	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("never.txt")}})
+	asked := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision {
+		close(asked)
+		<-release
+		return Decision{Approved: true}
+	}}
+	proc := &Proc{}
+	go func() {
+		<-asked
+		proc.Stop(2 * time.Second)
+	}()
+	res := e.run(t, h, func(t *Task) { t.Proc = proc })
+	if res.Status != "cancelled" {
+		t.Fatalf("result %+v %+v", res, res.Error)
+	}
+	if _, err := os.Stat(filepath.Join(e.cwd, "never.txt")); err == nil {
+		t.Error("the command ran")
+	}
+}
