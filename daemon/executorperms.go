@@ -19,7 +19,7 @@ type executorPermissions struct{ m *approvals.Manager }
 func (p executorPermissions) Ask(req executors.PermissionRequest, answer func(executors.PermissionAnswer)) (string, func(string), error) {
 	pending, err := p.m.Ask(approvals.Request{Source: api.SourceExecutor, Kind: api.KindTool,
 		ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd, SessionID: req.SessionID,
-		TaskID: req.TaskID, Timeout: req.Timeout, Bound: true},
+		TaskID: req.TaskID, PermissionSuggestions: req.Suggestions, Timeout: req.Timeout, Bound: true},
 		func(a api.Approval) { answer(permissionAnswer(a)) })
 	if err != nil {
 		return "", nil, fmt.Errorf("asking for permission to use %s: %w", req.ToolName, err)

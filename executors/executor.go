@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -947,6 +948,21 @@ func (e *execActor) secret(name string) (entry, val string, exp time.Time, reaso
 	return "", "", time.Time{}, "not_allowed"
 }
 
+// maxSuggestions bounds the permission suggestions one request_permission
+// passes on to its approval.
+const maxSuggestions = 16
+
+// objectsOnly keeps the JSON objects of ss, n at most.
+func objectsOnly(ss []json.RawMessage, n int) []json.RawMessage {
+	var out []json.RawMessage
+	for _, s := range ss {
+		if b := bytes.TrimSpace(s); len(b) > 0 && b[0] == '{' && len(out) < n {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // editTools are what acceptEdits approves without asking.
 var editTools = map[string]bool{"Edit": true, "Write": true, "MultiEdit": true, "NotebookEdit": true}
 
@@ -957,6 +973,9 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		ToolName     string          `json:"tool_name"`
 		ToolInput    json.RawMessage `json:"tool_input"`
 		ToolParams   json.RawMessage `json:"tool_params"`
+		// Suggestions: the agent's permission_suggestions (Claude Code's),
+		// what an AlwaysAllow records as a rule.
+		Suggestions []json.RawMessage `json:"permission_suggestions"`
 	}
 	if er := wire.DecodeRPCParams(m, &a); er != nil {
 		e.fail(m.ID, er.Code, "%s", er.Message)
@@ -991,7 +1010,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 	sys, self, taskID, reqID, tool := e.sys, e.self, r.rec.ID, m.ID, a.ToolName
 	id, cancel, err := e.ps.m.opts.Permissions.Ask(PermissionRequest{Pool: e.ps.h.name, TaskID: taskID,
 		SessionID: r.rec.SessionID, Cwd: r.rec.Cwd, ToolName: a.ToolName, ToolInput: input,
-		Timeout: e.ps.cfg.PermissionTimeout.Duration}, func(ans PermissionAnswer) {
+		Suggestions: objectsOnly(a.Suggestions, maxSuggestions), Timeout: e.ps.cfg.PermissionTimeout.Duration}, func(ans PermissionAnswer) {
 		sys.Send(self, permAnswered{taskID: taskID, reqID: reqID, tool: tool, ans: ans})
 	})
 	if err != nil {

@@ -70,7 +70,10 @@ type PermissionRequest struct {
 	Cwd       string
 	ToolName  string
 	ToolInput json.RawMessage // a JSON object
-	Timeout   time.Duration   // the pool's permission_timeout
+	// Suggestions are the agent's permission suggestions (JSON objects):
+	// what an AlwaysAllow may record as a rule.
+	Suggestions []json.RawMessage
+	Timeout     time.Duration // the pool's permission_timeout
 }
 
 // PermissionAnswer is the approval's outcome: Approved, and Reason as the

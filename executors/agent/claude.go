@@ -225,7 +225,13 @@ func (a *Claude) permission(p *claudePermission, h Host, in *claudeInput, s *cla
 			"subtype": "error", "request_id": p.RequestID, "error": "orchestrd does not serve this request"}})
 		return
 	}
-	d, err := h.Permission(p.Tool, p.Input)
+	var d Decision
+	var err error
+	if sh, ok := h.(SuggestingHost); ok && len(p.Suggestions) > 0 {
+		d, err = sh.PermissionWith(p.Tool, p.Input, p.Suggestions)
+	} else {
+		d, err = h.Permission(p.Tool, p.Input)
+	}
 	if err != nil {
 		d = Decision{Reason: "orchestrd could not ask for permission: " + err.Error()}
 	}

@@ -23,6 +23,9 @@ type claudePermission struct {
 	Tool      string
 	ToolUseID string
 	Input     json.RawMessage
+	// Suggestions are Claude Code's permission_suggestions (each a JSON
+	// object).
+	Suggestions []json.RawMessage
 }
 
 // claudeStream decodes Claude Code's stream-json output (`-p
@@ -461,6 +464,8 @@ func (s *claudeStream) controlRequest(l *claudeLine) *claudePermission {
 		ToolName  string          `json:"tool_name"`
 		Input     json.RawMessage `json:"input"`
 		ToolUseID string          `json:"tool_use_id"`
+		// Suggestions: what an "always" could record.
+		Suggestions []json.RawMessage `json:"permission_suggestions"`
 	}
 	if json.Unmarshal(l.Request, &r) != nil || l.RequestID == "" {
 		return nil
@@ -468,8 +473,18 @@ func (s *claudeStream) controlRequest(l *claudeLine) *claudePermission {
 	if r.Subtype != "can_use_tool" {
 		return &claudePermission{RequestID: l.RequestID} // answered with an error
 	}
-	return &claudePermission{RequestID: l.RequestID, Tool: r.ToolName, ToolUseID: r.ToolUseID, Input: objectOr(r.Input)}
+	var sugg []json.RawMessage
+	for _, sg := range r.Suggestions {
+		if o := objectOr(sg); len(o) > 2 && len(sugg) < maxSuggestions {
+			sugg = append(sugg, o)
+		}
+	}
+	return &claudePermission{RequestID: l.RequestID, Tool: r.ToolName, ToolUseID: r.ToolUseID, Input: objectOr(r.Input), Suggestions: sugg}
 }
+
+// maxSuggestions bounds the permission suggestions passed on with one
+// request.
+const maxSuggestions = 8
 
 // clean makes text the agent chose safe to show as one line of a task's
 // error: control characters (terminal escapes) become spaces, and it is
