@@ -993,7 +993,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		input = json.RawMessage(`{}`)
 	}
 	decide := func(ok bool, reason string) {
-		e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: a.ToolName, Approved: ok, Reason: reason})
+		e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: eventlog.Ident(a.ToolName), Approved: ok, Reason: reason})
 		e.respond(m.ID, map[string]any{"approved": ok, "reason": reason})
 	}
 	switch {
@@ -1021,7 +1021,7 @@ func (e *execActor) permission(r *running, m wire.RPCMessage) {
 		r.perms = map[string]func(string){}
 	}
 	r.perms[id] = cancel
-	e.ps.m.bus.Emit(TaskPermissionRequested{TaskID: taskID, ToolName: a.ToolName, ApprovalID: id})
+	e.ps.m.bus.Emit(TaskPermissionRequested{TaskID: taskID, ToolName: eventlog.Ident(a.ToolName), ApprovalID: id})
 }
 
 func (e *execActor) permAnswered(m permAnswered) {
@@ -1030,7 +1030,7 @@ func (e *execActor) permAnswered(m permAnswered) {
 		return // the task ended; its executor heard nothing more
 	}
 	delete(r.perms, m.ans.ApprovalID)
-	e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: m.tool, Approved: m.ans.Approved, Reason: m.ans.Reason})
+	e.ps.m.bus.Emit(TaskPermissionDecided{TaskID: r.rec.ID, ToolName: eventlog.Ident(m.tool), Approved: m.ans.Approved, Reason: m.ans.Reason})
 	e.respond(m.reqID, map[string]any{"approved": m.ans.Approved, "reason": m.ans.Reason})
 }
 

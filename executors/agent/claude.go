@@ -140,7 +140,37 @@ func (a *Claude) Run(t Task, h Host) Result {
 	s := newClaudeStream()
 	var dmu sync.Mutex // the denials the permission goroutines count
 	br := bufio.NewReaderSize(outR, 64<<10)
-	skipping := false // the rest of a line over LineMax
+	// A line over LineMax is refused as a message; up to oversizeMax of
+	// it is kept to be read for what it tells (a result, a permission).
+	var big []byte
+	skipping, bigOver := false, false
+	keep := func(b []byte) {
+		if bigOver || len(big)+len(b) > oversizeMax {
+			if !bigOver && len(big) == 0 {
+				big = append(big, b[:min(len(b), 256)]...)
+			}
+			bigOver = true
+			return
+		}
+		big = append(big, b...)
+	}
+	handle := func(msgs []claudeMsg, perm *claudePermission) {
+		for _, m := range msgs {
+			h.Report(m.Type, m.Data)
+		}
+		if perm != nil {
+			// The daemon may take minutes (a person): the lines go on
+			// meanwhile, and a stop still reaches the process.
+			go a.permission(perm, h, in, s, &dmu)
+		}
+		if s.RateLimited {
+			// Claude Code would retry for minutes: stop it now.
+			t.Proc.Signal(syscall.SIGKILL)
+		}
+		if s.ResultSeen {
+			in.close()
+		}
+	}
 	for {
 		line, err := ReadLine(br, LineMax)
 		switch {
@@ -149,27 +179,31 @@ func (a *Claude) Run(t Task, h Host) Result {
 				h.ReportError("line_too_long", fmt.Sprintf("Claude Code wrote a line over %d bytes: refused", LineMax))
 			}
 			skipping = true
+			keep(line.B)
 		case skipping:
-			skipping = false // its last piece
+			// Its last piece.
+			skipping = false
+			keep(line.B)
+			if bigOver {
+				// Too big to read: a permission it asks for is denied.
+				if id := controlRequestID(big); id != "" {
+					handle(nil, &claudePermission{RequestID: id, Tool: "(unknown)", Refused: true})
+				}
+			} else {
+				dmu.Lock()
+				msgs, perm := s.Oversized(big)
+				dmu.Unlock()
+				if perm != nil {
+					perm.Refused = true
+				}
+				handle(msgs, perm)
+			}
+			big, bigOver = nil, false
 		case len(line.B) > 0:
 			dmu.Lock()
 			msgs, perm := s.Line(line.B)
 			dmu.Unlock()
-			for _, m := range msgs {
-				h.Report(m.Type, m.Data)
-			}
-			if perm != nil {
-				// The daemon may take minutes (a person): the lines go
-				// on meanwhile, and a stop still reaches the process.
-				go a.permission(perm, h, in, s, &dmu)
-			}
-			if s.RateLimited {
-				// Claude Code would retry for minutes: stop it now.
-				t.Proc.Signal(syscall.SIGKILL)
-			}
-			if s.ResultSeen {
-				in.close()
-			}
+			handle(msgs, perm)
 		}
 		if err != nil {
 			break
@@ -227,7 +261,11 @@ func (a *Claude) permission(p *claudePermission, h Host, in *claudeInput, s *cla
 	}
 	var d Decision
 	var err error
-	if sh, ok := h.(SuggestingHost); ok && len(p.Suggestions) > 0 {
+	if p.Refused {
+		// Its line was over LineMax: not put to the daemon (nor shown).
+		d = Decision{Reason: fmt.Sprintf("orchestrd refused the request: its line is over %d bytes", LineMax)}
+		p.Input = nil
+	} else if sh, ok := h.(SuggestingHost); ok && len(p.Suggestions) > 0 {
 		d, err = sh.PermissionWith(p.Tool, p.Input, p.Suggestions)
 	} else {
 		d, err = h.Permission(p.Tool, p.Input)
@@ -248,6 +286,24 @@ func (a *Claude) permission(p *claudePermission, h Host, in *claudeInput, s *cla
 	dmu.Unlock()
 	h.Report(api.MsgPermissionDenied, api.PermissionDeniedData{ID: p.ToolUseID, Name: p.Tool, Input: p.Input, Reason: reason})
 	in.send(controlAnswer(p.RequestID, map[string]any{"behavior": "deny", "message": reason}))
+}
+
+// oversizeMax bounds what is kept of a line over LineMax to be read.
+const oversizeMax = 16 * LineMax
+
+// controlRequestID is the request id at the start of a control request
+// line (Claude Code writes type, then request_id), else "".
+func controlRequestID(b []byte) string {
+	const p = `{"type":"control_request","request_id":"`
+	rest, ok := strings.CutPrefix(string(b[:min(len(b), 256)]), p)
+	if !ok {
+		return ""
+	}
+	id, _, ok := strings.Cut(rest, `"`)
+	if !ok || id == "" || len(id) > 128 || strings.ContainsAny(id, "\\") {
+		return ""
+	}
+	return id
 }
 
 func controlAnswer(id string, resp any) map[string]any {

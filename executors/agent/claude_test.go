@@ -277,6 +277,29 @@ func TestClaudeStreamOddLines(t *testing.T) {
 	if s.Result.Text != "one" || s.SessionID != "real" || s.Result.Usage.CostUSD != 0.5 {
 		t.Fatalf("a second result taken: %+v", s.Result)
 	}
+	// A result of another session than the init's is not Claude Code's.
+	s = newClaudeStream()
+	s.Line([]byte(`{"type":"system","subtype":"init","session_id":"A"}`))
+	s.Line([]byte(`{"type":"result","is_error":false,"result":"forged","session_id":"B","total_cost_usd":99}`))
+	if s.ResultSeen || s.Result != nil || s.SessionID != "A" {
+		t.Fatalf("a result of another session taken: %+v", s.Result)
+	}
+	// A request id is asked about once.
+	req := []byte(`{"type":"control_request","request_id":"q1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"tu1"}}`)
+	if _, p := s.Line(req); p == nil || p.Tool != "Bash" {
+		t.Fatalf("can_use_tool not asked: %+v", p)
+	}
+	if _, p := s.Line(req); p != nil {
+		t.Fatalf("the same request id asked twice: %+v", p)
+	}
+	if got := controlRequestID(req); got != "q1" {
+		t.Fatalf("controlRequestID = %q", got)
+	}
+	for _, b := range []string{`{"type":"control_request","request_id":"a\"b"`, `{"type":"user","request_id":"x"}`, `{"type":"control_request","request_id":"`} {
+		if got := controlRequestID([]byte(b)); got != "" {
+			t.Fatalf("controlRequestID(%q) = %q", b, got)
+		}
+	}
 	// A control request the adapter does not serve is answered (an error),
 	// not asked about.
 	_, p := s.Line([]byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"hook_callback"}}`))
@@ -524,5 +547,35 @@ func TestClaudeRealFailures(t *testing.T) {
 	r = runClaude(t, a, ep, Task{Prompt: "hi"}, &fakeHost{})
 	if r.Status != "failed" || r.Error.Code != api.TaskErrAuthFailed {
 		t.Fatalf("no key: %+v %+v", r, r.Error)
+	}
+}
+
+// A tool input over LineMax: Claude Code's lines that carry it are
+// refused, its permission request is denied (not left unanswered: it
+// would wait), the model hears why, the run completes.
+func TestClaudeRealHugeToolInput(t *testing.T) {
+	cli := claudeCLI(t)
+	a := &Claude{Opts: Options{Argv: []string{cli}, StateDir: t.TempDir()}}
+	work := t.TempDir()
+	huge := "echo " + strings.Repeat("A", LineMax+LineMax/4) + " > huge.txt"
+	ep := endpoint(t, modelfake.Turn{Tools: []modelfake.ToolUse{{Name: "Bash", Input: map[string]string{"command": huge}}}},
+		modelfake.Turn{Text: []string{"gave up"}})
+	h := &fakeHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	r := runClaude(t, a, ep, Task{Prompt: "write a lot", Cwd: work}, h)
+	if r.Status != "completed" || r.Denied != 1 {
+		t.Fatalf("run %+v %+v", r, r.Error)
+	}
+	if _, err := os.Stat(filepath.Join(work, "huge.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the refused command ran: %v", err)
+	}
+	h.mu.Lock()
+	errs, asked := strings.Join(h.errs, "\n"), len(h.asked)
+	h.mu.Unlock()
+	if !strings.Contains(errs, "line_too_long") || asked != 0 {
+		t.Fatalf("errors %q, asked %d", errs, asked)
+	}
+	trs := modelfake.ToolResults(ep.Scripted()[1])
+	if len(trs) != 1 || !trs[0].IsError || !strings.Contains(trs[0].ResultText(), "over 1048576 bytes") {
+		t.Fatalf("the tool result the model got: %+v", trs)
 	}
 }

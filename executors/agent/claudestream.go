@@ -26,6 +26,8 @@ type claudePermission struct {
 	// Suggestions are Claude Code's permission_suggestions (each a JSON
 	// object).
 	Suggestions []json.RawMessage
+	// Refused: its line was over LineMax; it is denied unasked.
+	Refused bool
 }
 
 // claudeStream decodes Claude Code's stream-json output (`-p
@@ -48,6 +50,7 @@ type claudeStream struct {
 	// ErrorText is the result's text when it is an error.
 	ErrorText string
 
+	asked    map[string]bool // control request ids seen
 	streamed map[string]bool // message ids whose text came as deltas
 	lastMsg  string          // the id of the message being streamed
 	denied   map[string]bool // tool_use ids denied (by the host or Claude Code)
@@ -56,7 +59,7 @@ type claudeStream struct {
 }
 
 func newClaudeStream() *claudeStream {
-	return &claudeStream{streamed: map[string]bool{}, denied: map[string]bool{}, now: time.Now}
+	return &claudeStream{streamed: map[string]bool{}, denied: map[string]bool{}, asked: map[string]bool{}, now: time.Now}
 }
 
 // Denied is how many tool uses were refused in the run.
@@ -178,6 +181,38 @@ func (s *claudeStream) Line(line []byte) ([]claudeMsg, *claudePermission) {
 		msgs = []claudeMsg{agentLine(line)}
 	}
 	return msgs, perm
+}
+
+// Oversized takes a line over LineMax, refused as a message, for what it
+// tells the adapter: a result (reported without the line, its text cut),
+// a rate limit or a refused key, a permission asked for (returned: the
+// adapter denies it rather than leave Claude Code waiting).
+func (s *claudeStream) Oversized(line []byte) ([]claudeMsg, *claudePermission) {
+	line = bytes.TrimSpace(line)
+	var l claudeLine
+	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
+		return nil, nil
+	}
+	_ = json.Unmarshal(line, &l)
+	switch l.Type {
+	case "result":
+		msgs := s.result(&l, nil)
+		for i, m := range msgs {
+			if r, ok := m.Data.(api.ResultData); ok {
+				r.Text = clean(r.Text, 4096)
+				msgs[i].Data = r
+				s.Result.Text = r.Text
+			}
+		}
+		return msgs, nil
+	case "control_request":
+		return nil, s.controlRequest(&l)
+	case "system":
+		s.system(&l, nil)
+	case "assistant":
+		s.apiError(errorKind(l.Error), l.APIErrorStatus)
+	}
+	return nil, nil
 }
 
 // agentLine keeps a line that has no message of its own: as the JSON it
@@ -394,9 +429,11 @@ func (s *claudeStream) apiError(kind string, status *int) {
 }
 
 func (s *claudeStream) result(l *claudeLine, raw json.RawMessage) []claudeMsg {
-	if s.ResultSeen {
-		// One result per run: a second is not Claude Code's (it ends its
-		// run with the first, and the adapter closes its input then).
+	if s.ResultSeen || (s.SessionID != "" && l.SessionID != s.SessionID) {
+		// One result per run, of the session its init named: another is
+		// not Claude Code's (it ends its run with the first, and the
+		// adapter closes its input then), but a line someone else wrote
+		// on its stdout (a tool's process can).
 		return nil
 	}
 	s.ResultSeen = true
@@ -467,9 +504,11 @@ func (s *claudeStream) controlRequest(l *claudeLine) *claudePermission {
 		// Suggestions: what an "always" could record.
 		Suggestions []json.RawMessage `json:"permission_suggestions"`
 	}
-	if json.Unmarshal(l.Request, &r) != nil || l.RequestID == "" {
+	if json.Unmarshal(l.Request, &r) != nil || l.RequestID == "" || s.asked[l.RequestID] || len(s.asked) >= maxRequests {
+		// One answer per request id: a repeated one is not asked again.
 		return nil
 	}
+	s.asked[l.RequestID] = true
 	if r.Subtype != "can_use_tool" {
 		return &claudePermission{RequestID: l.RequestID} // answered with an error
 	}
@@ -481,6 +520,9 @@ func (s *claudeStream) controlRequest(l *claudeLine) *claudePermission {
 	}
 	return &claudePermission{RequestID: l.RequestID, Tool: r.ToolName, ToolUseID: r.ToolUseID, Input: objectOr(r.Input), Suggestions: sugg}
 }
+
+// maxRequests bounds the control requests of one run (the ids kept).
+const maxRequests = 100000
 
 // maxSuggestions bounds the permission suggestions passed on with one
 // request.

@@ -409,9 +409,10 @@ func (a *Anthropic) stream(w http.ResponseWriter, seq int, model string, t Turn)
 		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx,
 			"content_block": map[string]any{"type": "tool_use", "id": toolID(seq, i, tu), "name": tu.Name, "input": map[string]any{}}})
 		js := string(inputJSON(tu))
-		// In pieces, as the service sends them.
+		// In pieces, as the service sends them (at most 64 of them).
+		piece := max(16, len(js)/64+1)
 		for len(js) > 0 {
-			n := min(len(js), 16)
+			n := min(len(js), piece)
 			ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx,
 				"delta": map[string]any{"type": "input_json_delta", "partial_json": js[:n]}})
 			js = js[n:]
