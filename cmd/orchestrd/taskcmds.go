@@ -399,7 +399,7 @@ func toolLine(name string, input json.RawMessage) string {
 	if name == "" {
 		name = "tool"
 	}
-	return "> " + name + " " + cut(summary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input}), 160)
+	return "> " + oneLine(name) + " " + cut(summary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input}), 160)
 }
 
 // permission shows a permission the task waits for: asked at once on a
@@ -440,7 +440,7 @@ func (f *taskFollower) ask() {
 	a := f.queue[0]
 	f.asking = a.ID
 	f.endLine()
-	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", a.ToolName, cut(summary(a), 120))
+	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", oneLine(a.ToolName), cut(summary(a), 120))
 	if !f.term.reading {
 		f.term.read(false)
 	}
