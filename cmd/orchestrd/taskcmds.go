@@ -399,7 +399,7 @@ func toolLine(name string, input json.RawMessage) string {
 	if name == "" {
 		name = "tool"
 	}
-	return "> " + oneLine(name) + " " + cut(summary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input}), 160)
+	return "> " + name + " " + cut(summary(api.Approval{Kind: api.KindTool, ToolName: name, ToolInput: input}), 160)
 }
 
 // permission shows a permission the task waits for: asked at once on a
