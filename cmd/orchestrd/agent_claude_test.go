@@ -382,3 +382,39 @@ func TestExecutorClaudeHostileForgedLines(t *testing.T) {
 		}
 	}
 }
+
+// A code loop's iteration with Claude Code as its agent: in bypass mode
+// (the loops' default) in its confined sandbox, its Bash writes the work
+// in the loop's worktree unasked, validation passes, the work is merged.
+func TestLoopClaudeIteration(t *testing.T) {
+	t.Parallel()
+	repo := gitRepo(t)
+	d := startClaudeDaemon(t, []modelfake.Turn{bash("printf 'line 1\\nline 2\\n' > work.txt"), text("Wrote ", "work.txt.")}, `
+[loops]
+executor = "claude"
+validation_lane = "net"
+auto_merge = true
+[loops.code]
+validation_command = "n=$(wc -l < work.txt); [ $n -ge 2 ]"
+max_iterations = 2
+`, "--sandboxed")
+	id := d.createLoop(api.LoopCode, repo, "add two lines to work.txt")
+	got := d.waitLoop(id, api.LoopComplete, 120*time.Second)
+	if got.Loop.Iteration != 1 || len(got.Iterations) != 1 || !got.Iterations[0].Passed {
+		t.Fatalf("loop: %+v", got)
+	}
+	if out := git(t, repo, "show", "main:work.txt"); out != "line 1\nline 2" {
+		t.Fatalf("main's work.txt: %q", out)
+	}
+	sc := d.ep.Scripted()
+	if len(sc) != 2 || !sc[0].Said("user", "add two lines to work.txt") {
+		t.Fatalf("the endpoint got %d scripted requests, the first without the loop's task", len(sc))
+	}
+	var r struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	d.mustCall("task.get", map[string]any{"id": got.Iterations[0].TaskID}, &r)
+	if r.Task.State != api.TaskCompleted || r.Task.PermissionMode != api.ModeBypass || r.Task.TokenUsage == nil || r.Task.TokenUsage.CostUSD <= 0 {
+		t.Fatalf("the iteration's task %+v usage %+v", r.Task, r.Task.TokenUsage)
+	}
+}
