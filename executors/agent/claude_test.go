@@ -337,6 +337,17 @@ func FuzzClaudeLine(f *testing.F) {
 				t.Fatalf("permission input %q is not JSON", p.Input)
 			}
 		}
+		// The same line taken as one over LineMax: no panic, messages
+		// that encode, a permission with a request id.
+		msgs, p := newClaudeStream().Oversized(line)
+		for _, m := range msgs {
+			if _, err := json.Marshal(m.Data); err != nil {
+				t.Fatalf("oversized %s does not encode: %v", m.Type, err)
+			}
+		}
+		if p != nil && p.RequestID == "" {
+			t.Fatalf("oversized permission without a request id")
+		}
 	})
 }
 
