@@ -7,6 +7,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // entry is one approval while it is pending (and until its resolution is
@@ -170,7 +171,7 @@ func (a *approvalActor) Receive(c *actors.Context) {
 			// after a panic: announced by the first incarnation.
 			return
 		}
-		m.bus.Emit(ApprovalRequested{ID: snap.ID, Source: snap.Source, ApprovalKind: snap.Kind, ToolName: snap.ToolName,
+		m.bus.Emit(ApprovalRequested{ID: snap.ID, Source: snap.Source, ApprovalKind: snap.Kind, ToolName: eventlog.Ident(snap.ToolName),
 			Cwd: snap.Cwd, SessionID: snap.SessionID, RequestID: snap.RequestID, Deadline: snap.Deadline})
 		if snap.Kind == api.KindPlan {
 			specs := specsOrEmpty(snap.Specs)

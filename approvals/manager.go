@@ -311,7 +311,7 @@ func (m *Manager) autoResolve(a api.Approval, r *rule, answer func(api.Approval)
 	}); err != nil {
 		return nil, err
 	}
-	m.bus.Emit(ApprovalAutoResolved{ID: a.ID, Rule: r.ID, Decision: string(d), ToolName: a.ToolName})
+	m.bus.Emit(ApprovalAutoResolved{ID: a.ID, Rule: r.ID, Decision: string(d), ToolName: eventlog.Ident(a.ToolName)})
 	if answer != nil {
 		answer(a)
 	}

@@ -212,7 +212,7 @@ func toolOf(a api.Approval) string {
 	if a.Kind == api.KindPlan {
 		return "plan"
 	}
-	return dash(a.ToolName)
+	return dash(oneLine(a.ToolName)) // the agent chose it: no terminal escape reaches the screen
 }
 
 // decisionBy is a finished approval's DECISION/BY cell: "Allow/cli pid
@@ -625,7 +625,7 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 		w.ended(e.ID, line)
 	case "approval.auto_resolved":
 		w.clearPrompt()
-		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, e.ToolName, e.Decision, e.Rule)
+		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, oneLine(e.ToolName), e.Decision, e.Rule)
 	}
 }
 

@@ -481,11 +481,20 @@ func (h *taskHost) ReportError(code, msg string) {
 }
 
 func (h *taskHost) Permission(tool string, input json.RawMessage) (agent.Decision, error) {
+	return h.PermissionWith(tool, input, nil)
+}
+
+// PermissionWith is request_permission with the agent's permission
+// suggestions (what an "always" records as a rule).
+func (h *taskHost) PermissionWith(tool string, input json.RawMessage, suggestions []json.RawMessage) (agent.Decision, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	r, err := h.x.callWait("request_permission", map[string]any{"session_token": h.token, "task_id": h.taskID,
-		"tool_name": tool, "tool_input": input}, 0)
+	params := map[string]any{"session_token": h.token, "task_id": h.taskID, "tool_name": tool, "tool_input": input}
+	if len(suggestions) > 0 {
+		params["permission_suggestions"] = suggestions
+	}
+	r, err := h.x.callWait("request_permission", params, 0)
 	if err != nil {
 		return agent.Decision{}, err
 	}

@@ -482,7 +482,7 @@ func (f *taskFollower) ask() {
 	a := f.queue[0]
 	f.asking = a.ID
 	f.endLine()
-	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", a.ToolName, cut(summary(a), 120))
+	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", oneLine(a.ToolName), cut(summary(a), 120))
 	if !f.term.reading {
 		f.term.read(false)
 	}

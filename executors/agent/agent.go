@@ -95,6 +95,15 @@ type Host interface {
 	APIKey(service string) (string, error)
 }
 
+// SuggestingHost is a Host that can carry an agent's permission
+// suggestions with a request_permission (Claude Code's
+// permission_suggestions: the rules an "always" would record), so that an
+// `approve --always` becomes an orchestrd rule.
+type SuggestingHost interface {
+	Host
+	PermissionWith(tool string, input json.RawMessage, suggestions []json.RawMessage) (Decision, error)
+}
+
 // Result is execute_prompt's result.
 type Result struct {
 	Status       string // completed, failed, cancelled
