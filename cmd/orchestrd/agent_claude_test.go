@@ -47,7 +47,11 @@ type claudeDaemon struct {
 
 const claudeKey = "sk-ant-claude-e2e-5c1d9e"
 
-func startClaudeDaemon(t *testing.T, turns []modelfake.Turn, extraPools string, executorArgs ...string) *claudeDaemon {
+// startClaudeDaemon starts a daemon whose pool "claude" is agent =
+// "claude-code" on the installed CLI; without sandbox (noSandbox), the
+// daemon runs its executors unsandboxed and does not tell the adapter it
+// is in a sandbox.
+func startClaudeDaemon(t *testing.T, turns []modelfake.Turn, extraPools string, noSandbox ...bool) *claudeDaemon {
 	t.Helper()
 	cli := claudeCLI(t)
 	ep, err := modelfake.NewAnthropic(turns...)
@@ -63,14 +67,12 @@ func startClaudeDaemon(t *testing.T, turns []modelfake.Turn, extraPools string, 
 	// shell, and the machine's profile (pyenv's rehash, with its lock) is
 	// not the test's.
 	state, work := shortTemp(t), shortTemp(t)
-	cmd := append([]string{binary, "executor", "--agent", "claude-code", "--state-dir", state}, executorArgs...)
-	cmd = append(cmd, "--", cli)
-	q := make([]string, len(cmd))
-	for i, a := range cmd {
-		q[i] = fmt.Sprintf("%q", a)
+	daemon := ""
+	if len(noSandbox) > 0 && noSandbox[0] {
+		daemon = "[daemon]\nsandbox = false\n\n"
 	}
-	cfg := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.claude]\ncommand = [%s]\nsecrets = [\"anthropic\"]\nenv = { ANTHROPIC_BASE_URL = %q, HOME = %q }\npermission_timeout = \"2m\"\n",
-		strings.Join(q, ", "), ep.URL, state) + extraPools
+	cfg := daemon + fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.claude]\nagent = \"claude-code\"\ncommand = [%q]\nstate_dir = %q\nsecrets = [\"anthropic\"]\nenv = { ANTHROPIC_BASE_URL = %q, HOME = %q }\npermission_timeout = \"2m\"\n",
+		cli, state, ep.URL, state) + extraPools
 	d := startDaemonAt(t, home, cfg)
 	return &claudeDaemon{testDaemon: d, ep: ep, work: work, state: state}
 }
@@ -226,12 +228,11 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 }
 
 // bypassPermissions runs the tool without asking (Claude Code told it is
-// in the sandbox, IS_SANDBOX=1, as root); without the daemon's word that
-// it is sandboxed, bypass as root is refused with the reason.
+// in the sandbox, IS_SANDBOX=1, as root); with the daemon's sandbox off,
+// bypass as root is refused with the reason.
 func TestExecutorClaudeBypass(t *testing.T) {
 	t.Parallel()
-	d := startClaudeDaemon(t, []modelfake.Turn{bash("echo bypassed > bypass.txt"), text("done")},
-		"", "--sandboxed")
+	d := startClaudeDaemon(t, []modelfake.Turn{bash("echo bypassed > bypass.txt"), text("done")}, "")
 	id, _ := d.prompt(api.TaskSpec{Prompt: "write bypass.txt", PermissionMode: api.ModeBypass})
 	rec := d.waitTask(id)
 	if rec.State != api.TaskCompleted {
@@ -250,7 +251,7 @@ func TestExecutorClaudeBypass(t *testing.T) {
 	if os.Geteuid() != 0 {
 		return
 	}
-	d2 := startClaudeDaemon(t, nil, "")
+	d2 := startClaudeDaemon(t, nil, "", true)
 	id, _ = d2.prompt(api.TaskSpec{Prompt: "x", PermissionMode: api.ModeBypass})
 	rec = d2.waitTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != "bypass_refused" {
@@ -397,7 +398,7 @@ auto_merge = true
 [loops.code]
 validation_command = "n=$(wc -l < work.txt); [ $n -ge 2 ]"
 max_iterations = 2
-`, "--sandboxed")
+`)
 	id := d.createLoop(api.LoopCode, repo, "add two lines to work.txt")
 	got := d.waitLoop(id, api.LoopComplete, 120*time.Second)
 	if got.Loop.Iteration != 1 || len(got.Iterations) != 1 || !got.Iterations[0].Passed {
@@ -416,5 +417,71 @@ max_iterations = 2
 	d.mustCall("task.get", map[string]any{"id": got.Iterations[0].TaskID}, &r)
 	if r.Task.State != api.TaskCompleted || r.Task.PermissionMode != api.ModeBypass || r.Task.TokenUsage == nil || r.Task.TokenUsage.CostUSD <= 0 {
 		t.Fatalf("the iteration's task %+v usage %+v", r.Task, r.Task.TokenUsage)
+	}
+}
+
+// A plan -> spec -> phase -> code tree with Claude Code as every loop's
+// agent completes and merges: each iteration's Claude Code gets its
+// loop's prompt, runs the Bash the model asks for (the tree's agent
+// script, which writes what its loop type is asked for, in bypass mode in
+// its confined sandbox), and the tree's work reaches main after the
+// plan's two approvals.
+func TestLoopClaudePlanTree(t *testing.T) {
+	t.Parallel()
+	repo := gitRepo(t)
+	d := startClaudeDaemon(t, nil, `
+[loops]
+executor = "claude"
+validation_lane = "net"
+`)
+	// A first request of a run asks for the tree agent's Bash; the request
+	// that carries its result gets the closing text.
+	d.ep.Respond = func(r modelfake.Request) modelfake.Turn {
+		if len(modelfake.ToolResults(r)) > 0 {
+			return text("Done: ", "the artifact is written.")
+		}
+		return bash(treeAgent)
+	}
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	eventuallyOr(t, 120*time.Second, "the plan's approval", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var ap struct {
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"`
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 || !ap.Approved {
+		t.Fatalf("plan.approve: %+v", ap)
+	}
+	eventuallyOr(t, 240*time.Second, "the tree complete", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	var list api.LoopListResult
+	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
+	if len(list.Loops) != 2 {
+		t.Fatalf("code loops: %+v", list.Loops)
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
+	got := d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+	for _, c := range list.Loops {
+		if !strings.Contains(files, "code-"+c.ID+".txt") {
+			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
+		}
+	}
+	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
+		t.Fatalf("main's artifacts:\n%s", files)
+	}
+	// Every iteration was Claude Code's: one run (two model calls) per
+	// loop of the tree, each with the loop's own prompt.
+	if n := len(d.ep.Scripted()); n < 2*7 {
+		t.Fatalf("the endpoint served %d scripted requests for a tree of 7 loops", n)
+	}
+	// The tree's cost is its iterations' tokens, summed up to its root.
+	if got.Loop.TokenUsage == nil || got.Loop.TokenUsage.OutputTokens == 0 {
+		t.Fatalf("the tree's token usage: %+v", got.Loop.TokenUsage)
 	}
 }

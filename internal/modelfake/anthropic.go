@@ -135,6 +135,12 @@ type Anthropic struct {
 	ScriptAll bool
 	// Default answers requests past the script (default: a text "done").
 	Default Turn
+	// Respond, when set, answers every scripted request from what it
+	// holds (the agent's conversation so far), instead of the script: an
+	// agent run many times (a loop's tree) gets the turn its prompt asks
+	// for. Set it before the first request; it is called under no lock,
+	// from the endpoint's goroutines.
+	Respond func(Request) Turn
 
 	srv  *http.Server
 	ln   net.Listener
@@ -251,8 +257,15 @@ func (a *Anthropic) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var turn Turn
+	scripted := a.ScriptAll || len(rec.Tools) > 0
+	if scripted && a.Respond != nil {
+		turn = a.Respond(rec)
+	}
 	a.mu.Lock()
-	if a.ScriptAll || len(rec.Tools) > 0 {
+	if scripted && a.Respond != nil {
+		rec.Scripted = true
+		a.next++
+	} else if scripted {
 		rec.Scripted = true
 		if a.next < len(a.turn) {
 			turn = a.turn[a.next]
