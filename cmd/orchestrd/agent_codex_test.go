@@ -46,11 +46,13 @@ func codexDaemon(t *testing.T, fake *modelfake.OpenAI, secret bool, extra string
 			t.Fatal(err)
 		}
 	}
-	state := shortTemp(t) // Codex's CODEX_HOME: outside the home the sandbox hides
+	// agent = "codex": the daemon runs its own executor --agent codex
+	// around the CLI, with --model from model_config and the pool's state
+	// directory under its home (<home>/agents/codex: Codex's CODEX_HOME).
 	cfg := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.codex]\n"+
-		"command = [%q, \"executor\", \"--agent\", \"codex\", \"--state-dir\", %q, \"--model\", \"gpt-5.5\", \"--\", %q]\n"+
+		"agent = \"codex\"\ncommand = [%q]\nmodel_config = { model = \"gpt-5.5\" }\n"+
 		"env = { OPENAI_BASE_URL = %q }\nsecrets = [\"openai\"]\ninstances = 1\npermission_timeout = \"2m\"\n%s",
-		binary, state, cli, fake.URL, extra)
+		cli, fake.URL, extra)
 	return startDaemonAt(t, home, cfg)
 }
 

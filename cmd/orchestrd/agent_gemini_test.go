@@ -56,13 +56,10 @@ func startGeminiRig(t *testing.T) *geminiRig {
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("GEMINI_API_KEY = \""+geminiKey+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := []string{binaryFor(t), "executor", "--agent", "gemini", "--state-dir", state, "--", node, js}
-	q := make([]string, len(cmd))
-	for i, a := range cmd {
-		q[i] = fmt.Sprintf("%q", a)
-	}
-	config := "[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.gemini]\ncommand = [" + strings.Join(q, ", ") +
-		"]\nenv = { GOOGLE_GEMINI_BASE_URL = \"" + g.URL + "\" }\nsecrets = [\"gemini\"]\npermission_timeout = \"5m\"\n"
+	// The pool is agent = "gemini": the daemon runs its own binary's
+	// executor --agent gemini around the CLI, with the state directory.
+	config := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.gemini]\nagent = \"gemini\"\ncommand = [%q, %q]\nstate_dir = %q\n", node, js, state) +
+		"env = { GOOGLE_GEMINI_BASE_URL = \"" + g.URL + "\" }\nsecrets = [\"gemini\"]\npermission_timeout = \"5m\"\n"
 	return &geminiRig{d: startDaemonAt(t, home, config), g: g, work: work, state: state}
 }
 
