@@ -485,3 +485,40 @@ validation_lane = "net"
 		t.Fatalf("the tree's token usage: %+v", got.Loop.TokenUsage)
 	}
 }
+
+// Loopr's chat on Claude Code: a reply's text reaches the client while
+// the model is still generating it (the endpoint holds the rest until the
+// first piece arrived), and the next message continues the conversation
+// (the endpoint gets the first exchange with it).
+func TestChatClaudeStreamsAndRemembers(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	first := text("Noted: ", "the word is PINEAPPLE.")
+	first.Hold = hold
+	d := startClaudeDaemon(t, []modelfake.Turn{first, text("It was ", "PINEAPPLE.")},
+		"\n[loops]\nchat_executor = \"claude\"\nvalidation_lane = \"net\"\n")
+	c := dialLoopr(t, d.sock())
+	c.request("subscribe", nil)
+	s := c.chatSend("Remember the word PINEAPPLE.")
+	if p := c.piece(s.MessageID); p.String() != "text:Noted: " {
+		close(hold)
+		t.Fatalf("the reply's first piece: %s", p)
+	}
+	close(hold) // only now may the model go on
+	rest := c.reply(s.MessageID)
+	if got := strings.Join(rest, "|"); got != "text:the word is PINEAPPLE.|done:completed" {
+		t.Fatalf("the rest of the reply: %s", got)
+	}
+	s2 := c.chatSend("What was the word?")
+	if got := strings.Join(c.reply(s2.MessageID), "|"); strings.ReplaceAll(got, "|text:", "") != "text:It was PINEAPPLE.|done:completed" {
+		t.Fatalf("the second reply: %s", got)
+	}
+	if s2.SessionID != s.SessionID {
+		t.Fatalf("the second message ran in session %s, not %s", s2.SessionID, s.SessionID)
+	}
+	reqs := d.ep.Scripted()
+	last := reqs[len(reqs)-1]
+	if !last.Said("user", "Remember the word PINEAPPLE.") || !last.Said("assistant", "PINEAPPLE") {
+		t.Fatalf("the second message reached the model without the first exchange: %+v", last.Messages)
+	}
+}

@@ -35,6 +35,10 @@ type Turn struct {
 	RetryAfter string
 	// ErrorMessage is the error body's message (default: the status's).
 	ErrorMessage string
+	// Hold, when set, holds a streamed text after its first delta until
+	// it is closed (2 minutes at most): what reaches a client before then
+	// was streamed as it was generated, not whole.
+	Hold chan struct{}
 	// Usage is the tokens the message says it spent (default 10 in, 5 out).
 	InputTokens, OutputTokens int64
 }
@@ -411,9 +415,15 @@ func (a *Anthropic) stream(w http.ResponseWriter, seq int, model string, t Turn)
 	if len(t.Text) > 0 {
 		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx,
 			"content_block": map[string]any{"type": "text", "text": ""}})
-		for _, s := range t.Text {
+		for i, s := range t.Text {
 			ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx,
 				"delta": map[string]any{"type": "text_delta", "text": s}})
+			if i == 0 && t.Hold != nil {
+				select { // the rest waits: what came so far is all there is
+				case <-t.Hold:
+				case <-time.After(2 * time.Minute):
+				}
+			}
 		}
 		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": idx})
 		idx++
