@@ -522,3 +522,33 @@ func TestChatClaudeStreamsAndRemembers(t *testing.T) {
 		t.Fatalf("the second message reached the model without the first exchange: %+v", last.Messages)
 	}
 }
+
+// A loop on Claude Code whose model endpoint says 429 pauses under
+// usage_limit_pause after one iteration, instead of burning its
+// iterations; the endpoint was asked once, not ten times over minutes.
+func TestLoopClaudeUsageLimitPauses(t *testing.T) {
+	t.Parallel()
+	repo := gitRepo(t)
+	d := startClaudeDaemon(t, []modelfake.Turn{{Status: 429}}, `
+[loops]
+executor = "claude"
+validation_lane = "net"
+usage_limit_pause = "1h"
+[loops.code]
+validation_command = "true"
+max_iterations = 5
+`)
+	id := d.createLoop(api.LoopCode, repo, "write the code")
+	paused := d.waitEventWithin(90*time.Second, "loop.paused", func(e map[string]any) bool { return e["id"] == id })
+	if paused["reason"] != "usage_limit" {
+		t.Fatalf("loop.paused: %v", paused)
+	}
+	got := d.waitLoop(id, api.LoopPaused, 30*time.Second)
+	if got.Loop.Iteration > 1 {
+		t.Fatalf("the loop went on to iteration %d under a usage limit", got.Loop.Iteration)
+	}
+	if n := len(d.ep.Scripted()); n != 1 {
+		t.Fatalf("the endpoint was asked %d times", n)
+	}
+	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
+}
