@@ -48,7 +48,11 @@ type AgentPart struct {
 	// IsError: a tool result that is an error (Claude Code's own denial
 	// is one), a result that is.
 	IsError bool
-	Usage   *TokenUsage // MsgUsage, MsgResult (nil when the result has none)
+	// AfterDenial: a tool result that is the error of a tool use already
+	// said denied (ToolNames.Part sets it): what the model read of the
+	// denial, which a front-end need not say a second time.
+	AfterDenial bool
+	Usage       *TokenUsage // MsgUsage, MsgResult (nil when the result has none)
 	// MsgResult's: tool uses denied in the run, its turns, the agent's
 	// session.
 	Denied       int
@@ -320,8 +324,9 @@ func toolSummaryKeys(tool string) []string {
 // id, so that a result or a denial that gives only the id is named;
 // bounded (the oldest is forgotten). The zero value is ready.
 type ToolNames struct {
-	ids   []string
-	names map[string]string
+	ids    []string
+	names  map[string]string
+	denied map[string]bool // tool use ids said denied (bounded as names)
 }
 
 // MaxToolNames is how many tool use ids a ToolNames remembers.
@@ -352,7 +357,8 @@ func (t *ToolNames) Name(id string) string { return t.names[id] }
 func (t *ToolNames) Len() int { return len(t.names) }
 
 // Part remembers a tool call's name, and names a result or a denial
-// that gives only its call's id.
+// that gives only its call's id; it marks the error result of a tool use
+// said denied (AfterDenial).
 func (t *ToolNames) Part(p *AgentPart) {
 	switch p.Kind {
 	case MsgToolCall:
@@ -361,6 +367,18 @@ func (t *ToolNames) Part(p *AgentPart) {
 		if p.Tool == "" {
 			p.Tool = t.Name(p.ID)
 		}
+	}
+	if p.ID == "" {
+		return
+	}
+	switch {
+	case p.Kind == MsgPermissionDenied:
+		if t.denied == nil || len(t.denied) >= MaxToolNames {
+			t.denied = map[string]bool{}
+		}
+		t.denied[p.ID] = true
+	case p.Kind == MsgToolResult && p.IsError && t.denied[p.ID]:
+		p.AfterDenial = true
 	}
 }
 

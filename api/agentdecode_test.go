@@ -111,8 +111,20 @@ func TestToolNames(t *testing.T) {
 	if res.Tool != "Bash" || den.Tool != "Own" {
 		t.Fatalf("result named %q, denial %q", res.Tool, den.Tool)
 	}
+	// The error result of the denied use is marked; another's is not.
+	after := AgentPart{Kind: MsgToolResult, ID: "u1", IsError: true}
+	tn.Part(&after)
+	other := AgentPart{Kind: MsgToolResult, ID: "u2", IsError: true}
+	tn.Part(&other)
+	if !after.AfterDenial || other.AfterDenial || res.AfterDenial {
+		t.Fatalf("AfterDenial: the denied use's error %v, another's %v, the earlier result %v", after.AfterDenial, other.AfterDenial, res.AfterDenial)
+	}
 	for i := 0; i < 3*MaxToolNames; i++ {
 		tn.Add(fmt.Sprint("id", i), "t")
+		tn.Part(&AgentPart{Kind: MsgPermissionDenied, ID: fmt.Sprint("id", i)})
+	}
+	if len(tn.denied) > MaxToolNames {
+		t.Fatalf("%d denied ids kept", len(tn.denied))
 	}
 	if tn.Len() != MaxToolNames || tn.Name("u1") != "" || tn.Name(fmt.Sprint("id", 3*MaxToolNames-1)) != "t" {
 		t.Fatalf("%d ids kept", tn.Len())

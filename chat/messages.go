@@ -59,6 +59,9 @@ func parseMessage(eventType string, data []byte, tools *api.ToolNames) []item {
 		case api.MsgToolCall:
 			out = append(out, item{kind: itemToolCall, tool: cut(p.Tool, maxToolName), input: p.Input})
 		case api.MsgToolResult:
+			if p.AfterDenial {
+				continue // the denial's tool_result said it
+			}
 			out = append(out, item{kind: itemToolResult, tool: cut(p.Tool, maxToolName), output: cut(p.Text, maxToolOutput), isError: p.IsError})
 		case api.MsgPermissionDenied:
 			out = append(out, item{kind: itemToolResult, tool: cut(p.Tool, maxToolName), output: cut(p.Text, maxToolOutput),

@@ -35,7 +35,10 @@ func TestParseMessage(t *testing.T) {
 		{"text", `{"text":"pie"}`, "T:pie"},
 		{"tool_call", `{"id":"u3","name":"Bash","input":{"command":"rm -rf build"}}`, `C:Bash:{"command":"rm -rf build"}`},
 		{"permission_denied", `{"id":"u3","name":"Bash","input":{"command":"rm -rf build"},"reason":"not the build dir"}`, "D:Bash:not the build dir"},
-		{"tool_result", `{"id":"u3","output":"needs approval","is_error":true}`, "E:Bash:needs approval"},
+		// The denied use's error result: the denial said it.
+		{"tool_result", `{"id":"u3","output":"not the build dir","is_error":true}`, ""},
+		{"tool_call", `{"id":"u4","name":"Bash","input":{"command":"ls"}}`, `C:Bash:{"command":"ls"}`},
+		{"tool_result", `{"id":"u4","output":"needs approval","is_error":true}`, "E:Bash:needs approval"},
 		{"usage", `{"input_tokens":1}`, ""},
 		{"result", `{"text":"done","denied":1}`, ""},
 	} {

@@ -41,6 +41,12 @@ func TestRenderMessage(t *testing.T) {
 		{"a denial says so, never as if the tool ran", []([2]string){m("tool_call", `{"id":"t1","name":"Bash","input":{"command":"rm -rf build"}}`),
 			m("permission_denied", `{"id":"t1","name":"Bash","input":{"command":"rm -rf build"},"reason":"not the build dir"}`)},
 			false, "> Bash rm -rf build\n! denied Bash rm -rf build: not the build dir\n"},
+		{"a denial is said once: the error result the model read of it is not said again", []([2]string){
+			m("tool_call", `{"id":"t1","name":"Bash","input":{"command":"rm -rf build"}}`),
+			m("permission_denied", `{"id":"t1","name":"Bash","reason":"user_denied: not the build dir"}`),
+			m("tool_result", `{"id":"t1","output":"user_denied: not the build dir","is_error":true}`),
+			m("text", `{"text":"OK."}`)},
+			false, "> Bash rm -rf build\n! denied Bash: user_denied: not the build dir\nOK.\n"},
 		{"a denial names its call", []([2]string){m("tool_call", `{"id":"t1","name":"Write","input":{"file_path":"/x"}}`),
 			m("permission_denied", `{"id":"t1","reason":"no"}`)}, false, "> Write /x\n! denied Write: no\n"},
 		{"claude's own denial: a tool result that is an error", []([2]string){

@@ -323,6 +323,8 @@ func (f *taskFollower) part(p api.AgentPart) {
 		f.line(toolLine(p.Tool, p.Input))
 	case api.MsgToolResult:
 		switch {
+		case p.AfterDenial && !f.verbose:
+			// The denial's line said it.
 		case p.IsError:
 			f.line("! " + toolName(p.Tool) + " failed: " + cut(oneLine(p.Text), 200))
 		case f.verbose:
@@ -586,7 +588,11 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		}
 	}
 	if rec.Denied > 0 {
-		fmt.Fprintf(f.stderr, "orchestrd: %d of the agent's tool uses were denied in task %s\n", rec.Denied, rec.ID)
+		what := "1 tool use of the agent was"
+		if rec.Denied > 1 {
+			what = fmt.Sprintf("%d tool uses of the agent were", rec.Denied)
+		}
+		fmt.Fprintf(f.stderr, "orchestrd: %s denied in task %s\n", what, rec.ID)
 	}
 	switch rec.State {
 	case api.TaskCompleted:

@@ -313,7 +313,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: agentToolText(p.Tool, p.Input)})
 			case api.MsgToolResult:
 				kind := "result"
-				if p.IsError {
+				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
 					kind = "error"
 				}
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
