@@ -112,21 +112,11 @@ func (a *Claude) Run(t Task, h Host) Result {
 	}
 	cmd := exec.Command(a.Opts.Argv[0], args...)
 	cmd.Dir, cmd.Env = t.Cwd, a.Env(t, key)
-	inW, err := cmd.StdinPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
+	pipes, failed := t.Proc.StartPiped(cmd)
+	if failed != nil {
+		return *failed
 	}
-	outR, err := cmd.StdoutPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	errR, err := cmd.StderrPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	if err := t.Proc.Start(cmd); err != nil {
-		return Failed("start_failed", "starting %s: %v", a.Opts.Argv[0], err)
-	}
+	inW, outR, errR := pipes.Stdin, pipes.Stdout, pipes.Stderr
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -195,21 +195,11 @@ func (a *Codex) Run(t Task, h Host) Result {
 	argv := codexArgv(a.Opts, baseURL)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = t.Cwd, env
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
+	pipes, failed := t.Proc.StartPiped(cmd)
+	if failed != nil {
+		return *failed
 	}
-	outR, err := cmd.StdoutPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	errR, err := cmd.StderrPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	if err := t.Proc.Start(cmd); err != nil {
-		return Failed("start_failed", "starting %s: %v", argv[0], err)
-	}
+	in, outR, errR := pipes.Stdin, pipes.Stdout, pipes.Stderr
 	r := newCodexRun(t, h, in)
 	r.stateDir = a.Opts.StateDir
 	var wg sync.WaitGroup

@@ -52,20 +52,16 @@ func (a *Command) Run(t Task, h Host) Result {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = t.Cwd, env
+	stdin := "" // the prompt is an argument: stdin ends at once
 	if onStdin {
-		cmd.Stdin = strings.NewReader(t.Prompt)
+		stdin = t.Prompt
 	}
-	outR, err := cmd.StdoutPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
+	cmd.Stdin = strings.NewReader(stdin)
+	pipes, failed := t.Proc.StartPiped(cmd)
+	if failed != nil {
+		return *failed
 	}
-	errR, err := cmd.StderrPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	if err := t.Proc.Start(cmd); err != nil {
-		return Failed("start_failed", "starting %s: %v", argv[0], err)
-	}
+	outR, errR := pipes.Stdout, pipes.Stderr
 	var usage *api.TokenUsage
 	var wg sync.WaitGroup
 	wg.Add(1)

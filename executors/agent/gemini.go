@@ -119,24 +119,14 @@ func (a *Gemini) Run(t Task, h Host) Result {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = t.Cwd, env
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return Failed("start_failed", "%v", err)
-	}
 	if t.Resume != "" && home != "" {
 		geminiUnshadow(home, t.Resume)
 	}
-	if err := t.Proc.Start(cmd); err != nil {
-		return Failed("start_failed", "starting %s: %v", argv[0], err)
+	pipes, failed := t.Proc.StartPiped(cmd)
+	if failed != nil {
+		return *failed
 	}
+	stdin, stdout, stderr := pipes.Stdin, pipes.Stdout, pipes.Stderr
 	r := &geminiRun{t: t, h: h, w: stdin, lines: make(chan Line, 64)}
 	var wg sync.WaitGroup
 	wg.Add(2)

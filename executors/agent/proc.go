@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"io"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -36,6 +37,40 @@ func (p *Proc) Start(cmd *exec.Cmd) error {
 	}
 	p.cmd = cmd
 	return nil
+}
+
+// Pipes are an agent process's standard streams, as StartPiped gives them.
+type Pipes struct {
+	Stdin  io.WriteCloser // nil when the caller set cmd.Stdin
+	Stdout io.ReadCloser
+	Stderr io.ReadCloser
+}
+
+// StartPiped starts cmd as Start does, with pipes to its stdout and
+// stderr, and to its stdin unless cmd.Stdin is set. An error is the
+// failed result to give: start_failed, saying what.
+func (p *Proc) StartPiped(cmd *exec.Cmd) (Pipes, *Result) {
+	var ps Pipes
+	var err error
+	if cmd.Stdin == nil {
+		if ps.Stdin, err = cmd.StdinPipe(); err != nil {
+			r := Failed("start_failed", "a pipe to %s's stdin: %v", cmd.Path, err)
+			return ps, &r
+		}
+	}
+	if ps.Stdout, err = cmd.StdoutPipe(); err != nil {
+		r := Failed("start_failed", "a pipe from %s's stdout: %v", cmd.Path, err)
+		return ps, &r
+	}
+	if ps.Stderr, err = cmd.StderrPipe(); err != nil {
+		r := Failed("start_failed", "a pipe from %s's stderr: %v", cmd.Path, err)
+		return ps, &r
+	}
+	if err := p.Start(cmd); err != nil {
+		r := Failed("start_failed", "starting %s: %v", cmd.Args[0], err)
+		return ps, &r
+	}
+	return ps, nil
 }
 
 // Signal sends sig to the agent's process group.
