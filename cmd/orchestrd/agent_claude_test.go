@@ -23,15 +23,11 @@ import (
 // claudeCLI is the pinned Claude Code binary, or the test is skipped.
 func claudeCLI(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("ORCHESTRD_AGENT_CLIS")
-	if dir == "" {
-		dir = "/opt/agent-clis"
+	argv, err := modelfake.CLI("claude-code")
+	if err != nil {
+		t.Skip(err)
 	}
-	bin := filepath.Join(dir, "node_modules", "@anthropic-ai", "claude-code-linux-x64", "claude")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("Claude Code is not installed (%v): npm install --prefix %s @anthropic-ai/claude-code@2.1.328", err, dir)
-	}
-	return bin
+	return argv[0]
 }
 
 // claudeDaemon is a daemon with pool "claude" running Claude Code through

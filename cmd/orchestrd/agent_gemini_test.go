@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,22 +17,11 @@ import (
 // ORCHESTRD_AGENT_CLIS (default /opt/agent-clis), or a skip saying why.
 func geminiCLI(t *testing.T) (node, js string) {
 	t.Helper()
-	root := os.Getenv("ORCHESTRD_AGENT_CLIS")
-	if root == "" {
-		root = "/opt/agent-clis"
-	}
-	js = filepath.Join(root, "node_modules", "@google", "gemini-cli", "bundle", "gemini.js")
-	if _, err := os.Stat(js); err != nil {
-		t.Skipf("Gemini CLI is not installed (%v): npm install --prefix %s @google/gemini-cli@0.61.0", err, root)
-	}
-	node, err := exec.LookPath("node")
+	argv, err := modelfake.CLI("gemini")
 	if err != nil {
-		t.Skipf("Gemini CLI needs node (>= 20), not found: %v", err)
-	}
-	if node, err = filepath.EvalSymlinks(node); err != nil {
 		t.Skip(err)
 	}
-	return node, js
+	return argv[0], argv[1]
 }
 
 const geminiKey = "gm-canary-7c1d9e4f20ab"

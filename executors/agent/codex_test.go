@@ -22,15 +22,11 @@ import (
 // codexBinary is the pinned Codex CLI, or the test is skipped saying why.
 func codexBinary(t *testing.T) string {
 	t.Helper()
-	root := os.Getenv("ORCHESTRD_AGENT_CLIS")
-	if root == "" {
-		root = "/opt/agent-clis"
+	argv, err := modelfake.CLI("codex")
+	if err != nil {
+		t.Skip(err)
 	}
-	p := filepath.Join(root, "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("the Codex CLI is not installed (npm install --prefix %s @openai/codex@0.169.0): %v", root, err)
-	}
-	return p
+	return argv[0]
 }
 
 // codexHost is a Host that records what the adapter reports and answers

@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,19 +18,11 @@ import (
 // default /opt/agent-clis), or a skip saying why.
 func geminiArgv(t *testing.T) []string {
 	t.Helper()
-	root := os.Getenv("ORCHESTRD_AGENT_CLIS")
-	if root == "" {
-		root = "/opt/agent-clis"
-	}
-	js := filepath.Join(root, "node_modules", "@google", "gemini-cli", "bundle", "gemini.js")
-	if _, err := os.Stat(js); err != nil {
-		t.Skipf("Gemini CLI is not installed (%s: %v); install @google/gemini-cli@0.61.0 under ORCHESTRD_AGENT_CLIS", js, err)
-	}
-	node, err := exec.LookPath("node")
+	argv, err := modelfake.CLI("gemini")
 	if err != nil {
-		t.Skipf("Gemini CLI needs node, not on PATH: %v", err)
+		t.Skip(err)
 	}
-	return []string{node, js}
+	return argv
 }
 
 // geminiHost is a Host that records what the adapter reports.
