@@ -77,12 +77,21 @@ func runMetrics(b *bench) error {
 	time.Sleep(pick(b, 3*time.Second, 0))
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 4}}
 	defer client.CloseIdleConnections()
-	body, err := scrape(client, api+"/metrics", key)
-	if err != nil {
-		return err
+	// A job's end reaches the counter after its waiter heard it: the
+	// count is waited for (10 s at most), not read once.
+	var got float64
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if body, err = scrape(client, api+"/metrics", key); err != nil {
+			return err
+		}
+		if got = finishedIn(body); got >= float64(finished) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if got := finishedIn(body); got < float64(finished) {
-		return fmt.Errorf("/metrics counts %v finished jobs, want %d", got, finished)
+	if got < float64(finished) {
+		return fmt.Errorf("/metrics counts %v finished jobs 10 s after the last ended, want %d", got, finished)
 	}
 
 	n := pick(b, 1000, 50)
