@@ -186,6 +186,9 @@ func isBinary(s string) bool {
 // outputSummary says how much the job wrote and what its record keeps.
 func outputSummary(j api.JobRecord) string {
 	s := outputKept(j)
+	if j.Error == api.ErrDaemonLost && j.Output != "" {
+		s += "; as the daemon had stored it when it was lost (its last second may be missing)"
+	}
 	if j.OutputCut {
 		s += "; may be incomplete: something that outlived the job held its output open, and what it wrote later was not read"
 	}
