@@ -102,7 +102,7 @@ func (r *runner) checkShown(what, given, path string) error {
 	}
 	for _, p := range paths {
 		for _, h := range r.hidden {
-			if p == h || strings.HasPrefix(p, h+"/") || h == "/" {
+			if p == h || strings.HasPrefix(p, h+"/") {
 				return fmt.Errorf("%s %q is hidden from jobs: it is inside %s, which the sandbox covers (the daemon's home and its sockets are never shown to jobs)", what, given, h)
 			}
 		}
