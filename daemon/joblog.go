@@ -38,12 +38,17 @@ func (l jobLog) RecordFinished(rec api.JobRecord, done func(error)) {
 	l.enqueue(state.JobFinished(rec), done)
 }
 
+func (l jobLog) RecordOutput(id string, off int64, data []byte, total int64, done func(error)) {
+	l.enqueue(state.JobOutputStreamed(id, off, data, total), done)
+}
+
 // FinishAll commits the records in as few transactions as the writer
-// batches (one Do): recovering 10,000 jobs is not 10,000 commits.
+// batches (one Do): recovering 10,000 jobs is not 10,000 commits. Each
+// takes the output its job streamed into the store (state.JobLost).
 func (l jobLog) FinishAll(ctx context.Context, recs []api.JobRecord) error {
 	ws := make([]state.Write, len(recs))
 	for i, r := range recs {
-		ws[i] = state.JobFinished(r)
+		ws[i] = state.JobLost(r)
 	}
 	return l.st.Do(ctx, ws...)
 }

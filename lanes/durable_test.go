@@ -66,6 +66,9 @@ func (g *gateLog) RecordRequeued(id string, done func(error)) { g.write("requeue
 func (g *gateLog) RecordFinished(rec api.JobRecord, done func(error)) {
 	g.write("finished", rec.ID, done)
 }
+func (g *gateLog) RecordOutput(id string, _ int64, _ []byte, _ int64, done func(error)) {
+	g.write("output", id, done)
+}
 func (g *gateLog) FinishAll(context.Context, []api.JobRecord) error { return nil }
 func (g *gateLog) Get(string) (api.JobRecord, bool, error)          { return api.JobRecord{}, false, nil }
 func (g *gateLog) List(JobQuery) (JobPage, error)                   { return JobPage{}, nil }

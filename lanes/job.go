@@ -34,9 +34,18 @@ type (
 	// recordRunning: the job (dispatched for the epoch-th time) has run
 	// for runningRecordDelay; record it running if it still is.
 	recordRunning struct{ epoch int }
-	jobAcked      struct{}
-	jobRejected   struct{ reason string }
-	jobOutput     struct {
+	// flushOutput: time to write what the job (dispatched for the
+	// epoch-th time) printed since the last flush to the store.
+	flushOutput struct{ epoch int }
+	// outputRecorded: the last flush (of the kept bytes from off on) is
+	// committed, or failed with err.
+	outputRecorded struct {
+		off int
+		err error
+	}
+	jobAcked    struct{}
+	jobRejected struct{ reason string }
+	jobOutput   struct {
 		stream wire.Stream
 		data   []byte
 	}
@@ -110,6 +119,13 @@ type jobActor struct {
 	// stdin_stream.
 	stdin *stdinFeed
 
+	// The output written to the store as it streams (flushOutput): the
+	// kept bytes and the count queued so far, whether a flush is in
+	// flight, whether one failed (logged once).
+	flushedKept            int
+	flushedTotal           int64
+	flushing, flushFailing bool
+
 	// A submission not yet committed: its spec to record, and the answer
 	// to job.submit once it is (submitRecorded). refused: its record
 	// could not be written; the job goes without running, and refusal is
@@ -125,6 +141,14 @@ type jobActor struct {
 // the writer, in front of the job's end) is saved. Recovery treats
 // dispatched and running alike (daemon_lost), so nothing depends on it.
 const runningRecordDelay = 100 * time.Millisecond
+
+// outputFlushEvery is how often a running job's new output is written to
+// the store (its kept bytes: max_output_bytes), so that a daemon killed
+// mid-job leaves all but about its last second (daemon_lost). A job that
+// ends sooner never pays: its terminal record has the output whole. One
+// flush at a time per job, through the store's write queue; the bytes are
+// the record's copy, not copied again.
+const outputFlushEvery = time.Second
 
 func (j *jobActor) Receive(c *actors.Context) {
 	switch m := c.Message().(type) {
@@ -217,6 +241,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.sh.store.update(j.rec)
 			if j.sh.jobs != nil {
 				c.After(runningRecordDelay, recordRunning{epoch: j.epoch})
+				c.After(outputFlushEvery, flushOutput{epoch: j.epoch})
 			}
 		}
 	case recordRunning:
@@ -229,6 +254,23 @@ func (j *jobActor) Receive(c *actors.Context) {
 				j.sh.writeFailed("record job "+id+" running", err)
 			}
 		})
+	case flushOutput:
+		if m.epoch != j.epoch || j.rec.State != api.StateRunning {
+			return // ended (its terminal record has the output), or requeued
+		}
+		j.flushOutput(c)
+		c.After(outputFlushEvery, m)
+	case outputRecorded:
+		j.flushing = false
+		if m.err != nil {
+			// Written again from there by the next flush: the pieces in
+			// the store stay whole up to where they end.
+			j.flushedKept, j.flushedTotal = m.off, -1
+			if !j.flushFailing {
+				j.flushFailing = true
+				j.sh.writeFailed("record job "+j.rec.ID+" output", m.err)
+			}
+		}
 	case jobOutput:
 		if j.rec.State.Terminal() {
 			return
@@ -349,6 +391,25 @@ func (j *jobActor) Receive(c *actors.Context) {
 			j.finish(c, api.StateCancelled)
 		}
 	}
+}
+
+// flushOutput queues what the job kept of its output since the last flush
+// (and how much it wrote: past max_output_bytes only the count grows) for
+// the store, unless the last flush is still on its way.
+func (j *jobActor) flushOutput(c *actors.Context) {
+	if j.flushing {
+		return
+	}
+	data, total := j.out.keptFrom(j.flushedKept)
+	if len(data) == 0 && total == j.flushedTotal {
+		return
+	}
+	off := j.flushedKept
+	j.flushedKept, j.flushedTotal, j.flushing = off+len(data), total, true
+	self, sys := c.Self(), c.System()
+	j.sh.jobs.RecordOutput(j.rec.ID, int64(off), data, total, func(err error) {
+		sys.Send(self, outputRecorded{off: off, err: err})
+	})
 }
 
 // drop ends a job whose submission could not be recorded, once its lane

@@ -23,8 +23,16 @@ type JobLog interface {
 	RecordRunning(id string, done func(error))
 	RecordRequeued(id string, done func(error))
 	RecordFinished(rec api.JobRecord, done func(error))
+	// RecordOutput records a piece of a running job's kept output as it
+	// streams: data, the bytes at off of what its record keeps (not
+	// copied: they never change), and total, what the job wrote so far.
+	// The job's terminal record (RecordFinished) has its output whole and
+	// supersedes the pieces; FinishAll puts them in the record of a job a
+	// dead daemon left.
+	RecordOutput(id string, off int64, data []byte, total int64, done func(error))
 	// FinishAll records many terminal records in one go (recovery) and
-	// returns once they are committed.
+	// returns once they are committed. Each record's output is what its
+	// job streamed into the store (RecordOutput) before the daemon died.
 	FinishAll(ctx context.Context, recs []api.JobRecord) error
 	// Get reads a job's record with its output.
 	Get(id string) (api.JobRecord, bool, error)

@@ -219,6 +219,17 @@ func appendKept(kept, p []byte, keep int) []byte {
 	return append(kept, p...)
 }
 
+// keptFrom is what the record's copy holds from off on, and every byte the
+// job wrote so far: bytes of the copy never change once kept (appendKept
+// only appends, or copies to a larger array), so the slice may be read
+// without the lock.
+func (s *outStream) keptFrom(off int) ([]byte, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	off = min(off, len(s.kept))
+	return s.kept[off:len(s.kept):len(s.kept)], s.total
+}
+
 // record fills rec's output fields from what the stream kept and counted.
 func (s *outStream) record(rec *api.JobRecord) {
 	s.mu.Lock()

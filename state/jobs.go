@@ -281,12 +281,58 @@ func whyUnchanged(t *wtx, id string) error {
 	return errors.New("no row changed") // not reached: the row matched
 }
 
+// JobOutputStreamed records a piece of a running job's kept output as it
+// streams: data is the bytes at off of what its record keeps, total what
+// the job had written by then. The pieces are what a daemon killed
+// mid-job leaves of its output; JobLost puts them in its record, and a
+// job's end (JobFinished, whose record has the output whole) deletes them.
+// A piece of a job already finished changes nothing. data is not copied:
+// it must not change until the write is done.
+func JobOutputStreamed(id string, off int64, data []byte, total int64) Write {
+	return &jobOutput{id: id, off: off, data: data, total: total}
+}
+
+type jobOutput struct {
+	id         string
+	off, total int64
+	data       []byte
+}
+
+func (w *jobOutput) what() string { return "record job " + w.id + " output" }
+
+func (w *jobOutput) prepare() error {
+	switch {
+	case w.id == "":
+		return errors.New("the job has no id")
+	case w.off < 0 || w.total < w.off+int64(len(w.data)):
+		return fmt.Errorf("output piece at %d of %d bytes past the %d the job wrote", w.off, len(w.data), w.total)
+	}
+	return nil
+}
+
+func (w *jobOutput) apply(t *wtx) error {
+	data := w.data
+	if data == nil {
+		data = []byte{} // NOT NULL: a piece that only counts
+	}
+	_, err := t.exec(`INSERT INTO job_output(seq, off, total, data) SELECT seq, ?, ?, ? FROM jobs
+		WHERE id = ? AND finished_at IS NULL ON CONFLICT(seq, off) DO UPDATE SET total = excluded.total,
+		data = excluded.data`, w.off, w.total, data, w.id)
+	return err
+}
+
 // JobFinished is the write Jobs.Finish makes.
 func JobFinished(rec api.JobRecord) Write { return &jobFinished{rec: rec} }
 
+// JobLost is the terminal record of a job whose end no runner reported (a
+// daemon that died while it ran): its output is what it streamed into the
+// store (JobOutputStreamed) up to then, whatever rec says of it.
+func JobLost(rec api.JobRecord) Write { return &jobFinished{rec: rec, streamed: true} }
+
 type jobFinished struct {
-	rec  api.JobRecord
-	args []any
+	rec      api.JobRecord
+	streamed bool // the output is taken from job_output
+	args     []any
 }
 
 func (w *jobFinished) what() string { return "record job " + w.rec.ID + " finished" }
@@ -317,7 +363,42 @@ func (w *jobFinished) prepare() error {
 	return nil
 }
 
+// The places of output_bytes, output_truncated and output in
+// jobFinished.args.
+const argOutputBytes, argTruncated, argOutput = 11, 12, 13
+
+// streamedOutput reads the pieces of the job's output streamed into the
+// store, joined in order (up to a hole, which no write leaves), and the
+// most the job was counted to have written.
+func streamedOutput(t *wtx, id string) (out []byte, total int64, err error) {
+	rows, err := t.query(`SELECT o.off, o.total, o.data FROM job_output o JOIN jobs j USING (seq)
+		WHERE j.id = ? ORDER BY o.off`, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var off, tot int64
+		var data []byte
+		if err := rows.Scan(&off, &tot, &data); err != nil {
+			return nil, 0, err
+		}
+		total = max(total, tot)
+		if off == int64(len(out)) {
+			out = append(out, data...)
+		}
+	}
+	return out, max(total, int64(len(out))), rows.Err()
+}
+
 func (w *jobFinished) apply(t *wtx) error {
+	if w.streamed {
+		out, total, err := streamedOutput(t, w.rec.ID)
+		if err != nil {
+			return fmt.Errorf("reading the output it streamed: %w", err)
+		}
+		w.args[argOutputBytes], w.args[argTruncated], w.args[argOutput] = total, b2i(total > int64(len(out))), nullBytes(out)
+	}
 	ok, err := t.exec1(`UPDATE jobs SET state = ?, runner_id = ?, runner_pid = ?, dispatched_at = ?, finished_at = ?,
 		exit_code = ?, signal = ?, error = ?, was_timeout = ?, was_cancelled = ?, duration_ms = ?,
 		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ?, output_cut = ? WHERE id = ? AND finished_at IS NULL`, w.args...)

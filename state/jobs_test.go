@@ -602,3 +602,64 @@ func TestFinishedSpecLeavesNoBytes(t *testing.T) {
 		}
 	}
 }
+
+// A running job's output streamed in pieces (JobOutputStreamed) is what
+// JobLost puts in its record, byte for byte, with the count it wrote; a
+// job's end (JobFinished) and its pruning leave no piece behind; a piece of
+// a finished job changes nothing.
+func TestStreamedOutputKeptWhenLost(t *testing.T) {
+	path := dbPath(t)
+	s := openT(t, path, testOpts)
+	jobs := s.Jobs()
+	for _, id := range []string{"j-lost", "j-done", "j-capped"} {
+		if err := jobs.Submit(ctx, submitted(id, "net", api.JobSpec{Command: "x"}, time.Now()), api.JobSpec{Command: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := jobs.Run(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second := []byte("line 0\nbinary \x00\xff\n"), []byte("line 2\n")
+	ws := []Write{JobOutputStreamed("j-lost", 0, first, int64(len(first))),
+		JobOutputStreamed("j-lost", int64(len(first)), second, int64(len(first)+len(second))),
+		JobOutputStreamed("j-done", 0, []byte("done's"), 6),
+		JobOutputStreamed("j-capped", 0, []byte("abc"), 3),
+		JobOutputStreamed("j-capped", 3, nil, 500), // past the cap: only the count grows
+		JobOutputStreamed("j-capped", 3, nil, 900)}
+	if err := s.Do(ctx, ws...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Do(ctx, JobOutputStreamed("j-lost", 5, []byte("x"), 1)); err == nil {
+		t.Fatal("a piece past the count it carries was taken")
+	}
+	if err := jobs.Finish(ctx, api.JobRecord{ID: "j-done", State: api.StateSucceeded, Output: "whole", OutputBytes: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Do(ctx, JobOutputStreamed("j-done", 6, []byte("late"), 10)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, id := range []string{"j-lost", "j-capped"} {
+		if err := s.Do(ctx, JobLost(api.JobRecord{ID: id, State: api.StateFailed, Error: api.ErrDaemonLost, FinishedAt: &now})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]api.JobRecord{
+		"j-lost":   {Output: string(first) + string(second), OutputBytes: int64(len(first) + len(second))},
+		"j-done":   {Output: "whole", OutputBytes: 5},
+		"j-capped": {Output: "abc", OutputBytes: 900, OutputTruncated: true},
+	} {
+		got, ok, err := jobs.Get(id)
+		if err != nil || !ok {
+			t.Fatalf("Get %s: %v %v", id, ok, err)
+		}
+		if got.Output != want.Output || got.OutputBytes != want.OutputBytes || got.OutputTruncated != want.OutputTruncated {
+			t.Errorf("%s keeps %q (%d bytes, truncated %v), want %q (%d, %v)", id, got.Output, got.OutputBytes,
+				got.OutputTruncated, want.Output, want.OutputBytes, want.OutputTruncated)
+		}
+	}
+	var pieces int
+	if err := rawDB(t, path).QueryRow("SELECT count(*) FROM job_output").Scan(&pieces); err != nil || pieces != 0 {
+		t.Fatalf("%d pieces of output left once every job finished (%v)", pieces, err)
+	}
+}

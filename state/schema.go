@@ -284,6 +284,31 @@ ALTER TABLE job_specs ADD COLUMN secrets TEXT;
 	{version: 13, name: "an executor session's agent session id", sql: `
 ALTER TABLE sessions ADD COLUMN sdk_session_id TEXT;
 `},
+	// A running job's output as it streams (issue 39): the kept bytes
+	// (max_output_bytes) written a piece at a time, at most once a second,
+	// so that a daemon killed mid-job leaves them, and the next one puts
+	// them in the job's record (daemon_lost). A piece is the bytes at off
+	// in the kept output; total is what the job had written by then. Gone
+	// once the job finishes: its record has the output whole.
+	{version: 14, name: "a running job's streamed output", sql: `
+CREATE TABLE job_output (
+	seq   INTEGER NOT NULL,
+	off   INTEGER NOT NULL,
+	total INTEGER NOT NULL,
+	data  BLOB NOT NULL,
+	PRIMARY KEY (seq, off)
+);
+
+CREATE TRIGGER job_output_finished AFTER UPDATE OF finished_at ON jobs WHEN NEW.finished_at IS NOT NULL
+BEGIN
+	DELETE FROM job_output WHERE seq = NEW.seq;
+END;
+
+CREATE TRIGGER job_output_deleted AFTER DELETE ON jobs
+BEGIN
+	DELETE FROM job_output WHERE seq = OLD.seq;
+END;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

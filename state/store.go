@@ -683,6 +683,14 @@ func (t *wtx) queryRow(query string, args ...any) *sql.Row {
 	return st.QueryRowContext(bg, args...)
 }
 
+func (t *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(bg, args...)
+}
+
 func (t *wtx) rollback() { rollback(bg, t.c) }
 
 // read returns the prepared read statement for query.

@@ -108,24 +108,87 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 	}
 	row("output", outputSummary(j))
 	tw.Flush()
-	if j.Output == "" {
+	printOutputTail(w, j)
+}
+
+// outputLineBytes bounds a line `job` shows: its last bytes (a megabyte
+// with no newline is not a line to print).
+const outputLineBytes = 512
+
+// printOutputTail writes the last lines of the output j keeps, escaped for
+// a terminal; output that is not text (a NUL, bytes that are not UTF-8) is
+// one line saying so and how to get it: escaped, a megabyte of NULs was
+// four megabytes on the screen. logs prints all of it, byte for byte.
+func printOutputTail(w io.Writer, j api.JobRecord) {
+	out := j.Output
+	if out == "" {
 		return
 	}
-	lines := strings.Split(strings.TrimSuffix(j.Output, "\n"), "\n")
-	if len(lines) > outputTailLines {
-		fmt.Fprintf(w, "\nlast %d lines of output:\n", outputTailLines)
-		lines = lines[len(lines)-outputTailLines:]
+	rest := strings.TrimSuffix(out, "\n")
+	type line struct {
+		s   string
+		cut bool // only its end is shown
+	}
+	var lines []line // the last ones, last first
+	for len(lines) < outputTailLines {
+		i := strings.LastIndexByte(rest, '\n')
+		l := line{s: rest[i+1:]}
+		if len(l.s) > outputLineBytes {
+			l.s, l.cut = l.s[len(l.s)-outputLineBytes:], true
+			for k := 0; k < utf8.UTFMax && len(l.s) > 0 && !utf8.RuneStart(l.s[0]); k++ {
+				l.s = l.s[1:] // a character cut where the line is
+			}
+		}
+		lines = append(lines, l)
+		if i < 0 {
+			rest = ""
+			break
+		}
+		rest = rest[:i]
+	}
+	for _, l := range lines {
+		if isBinary(l.s) {
+			fmt.Fprintf(w, "\n  (binary output, %d bytes: orchestrd logs %s)\n", len(out), j.ID)
+			return
+		}
+	}
+	if rest != "" {
+		fmt.Fprintf(w, "\nlast %d lines of output (all of it: orchestrd logs %s):\n", len(lines), j.ID)
 	} else {
 		fmt.Fprintln(w)
 	}
-	for _, l := range lines {
-		fmt.Fprintf(w, "  %s\n", printable(l))
+	for i := len(lines) - 1; i >= 0; i-- {
+		dots := ""
+		if lines[i].cut {
+			dots = "..."
+		}
+		fmt.Fprintf(w, "  %s%s\n", dots, printable(lines[i].s))
 	}
+}
+
+// isBinary tells output that is not text: a NUL, or bytes that are not
+// UTF-8 (a character cut at the end of what was kept aside).
+func isBinary(s string) bool {
+	if strings.IndexByte(s, 0) >= 0 {
+		return true
+	}
+	if utf8.ValidString(s) {
+		return false
+	}
+	for i := 1; i < utf8.UTFMax && i <= len(s); i++ {
+		if utf8.RuneStart(s[len(s)-i]) {
+			return !utf8.ValidString(s[:len(s)-i]) || utf8.FullRuneInString(s[len(s)-i:])
+		}
+	}
+	return true
 }
 
 // outputSummary says how much the job wrote and what its record keeps.
 func outputSummary(j api.JobRecord) string {
 	s := outputKept(j)
+	if j.Error == api.ErrDaemonLost && j.Output != "" {
+		s += "; as the daemon had stored it when it was lost (its last second may be missing)"
+	}
 	if j.OutputCut {
 		s += "; may be incomplete: something that outlived the job held its output open, and what it wrote later was not read"
 	}

@@ -122,3 +122,40 @@ func TestWaitCommandExitsWithTheJobs(t *testing.T) {
 		t.Fatalf("wait for an unknown id: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// `orchestrd job ID` of a job that wrote a megabyte of NULs says it is
+// binary in one line (it printed four megabytes of \x00), of one that
+// wrote a long text shows its last lines, each bounded; `logs ID` writes
+// either whole, byte for byte.
+func TestJobCommandShowsBinaryAsSuch(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, fastConfig)
+	const mib = 1 << 20
+	bin := d.submit(api.JobSpec{Lane: "net", Command: "head -c 1048576 /dev/zero", MaxOutputBytes: 2 * mib})
+	if rec := d.wait(bin); rec.State != api.StateSucceeded || rec.OutputBytes != mib {
+		t.Fatalf("the NUL job ended %s with %d bytes", rec.State, rec.OutputBytes)
+	}
+	out, errOut, code := runCLI(t, "job", "--home", d.home, bin)
+	want := "(binary output, 1048576 bytes: orchestrd logs " + bin + ")"
+	if code != 0 || len(out) > 4096 || !strings.Contains(out, want) || strings.Contains(out, `\x00`) {
+		t.Fatalf("job of a megabyte of NULs: exit %d, stderr %q, %d bytes, want %q:\n%.2000s", code, errOut, len(out), want, out)
+	}
+	out, errOut, code = runCLI(t, "logs", "--home", d.home, bin)
+	if code != 0 || out != strings.Repeat("\x00", mib) {
+		t.Fatalf("logs of a megabyte of NULs: exit %d, stderr %q, %d bytes", code, errOut, len(out))
+	}
+
+	// 3000 lines, the last one 100 KiB long without a newline.
+	text := d.submit(api.JobSpec{Lane: "net", MaxOutputBytes: 2 * mib,
+		Command: `i=0; while [ $i -lt 3000 ]; do echo "line $i"; i=$((i+1)); done; head -c 102400 /dev/zero | tr '\0' y`})
+	d.wait(text)
+	out, errOut, code = runCLI(t, "job", "--home", d.home, text)
+	if code != 0 || len(out) > 4096 || !strings.Contains(out, "\n  line 2999\n  ...yyyy") || strings.Contains(out, "line 2990\n") || !strings.Contains(out, "\n  line 2991\n") ||
+		!strings.Contains(out, "orchestrd logs "+text) || strings.Contains(out, "binary") {
+		t.Fatalf("job of a long text: exit %d, stderr %q, %d bytes:\n%.3000s", code, errOut, len(out), out)
+	}
+	out, _, code = runCLI(t, "logs", "--home", d.home, text)
+	if code != 0 || !strings.HasPrefix(out, "line 0\nline 1\n") || !strings.HasSuffix(out, "line 2999\n"+strings.Repeat("y", 102400)) {
+		t.Fatalf("logs of a long text: exit %d, %d bytes", code, len(out))
+	}
+}

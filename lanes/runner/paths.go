@@ -35,6 +35,9 @@ func (r *runner) checkPaths(spec *wire.Job) (string, error) {
 		if !filepath.IsAbs(dir) {
 			dir = r.cwd + "/" + dir // not cleaned: the kernel walks it, symlinks first
 		}
+		if err := r.checkShown("working directory", spec.Cwd, dir); err != nil {
+			return "", err
+		}
 		return dir, checkDir("working directory", spec.Cwd, dir)
 	}
 	wt := spec.WorktreeDir
@@ -70,9 +73,41 @@ func (r *runner) checkPaths(spec *wire.Job) (string, error) {
 		}
 	}
 	if spec.Cwd == "" {
+		if err := r.checkShown("worktree_dir", spec.WorktreeDir, dir); err != nil {
+			return "", err
+		}
 		return dir, checkDir("worktree_dir", spec.WorktreeDir, dir)
 	}
+	if err := r.checkShown("working directory", spec.Cwd, dir); err != nil {
+		return "", err
+	}
 	return dir, checkDir("working directory", spec.Cwd, dir)
+}
+
+// checkShown refuses a directory the sandbox hides from jobs (the daemon's
+// home, a bring-your-own runner's socket directory, the cgroup tree), by
+// its path as given and as the kernel would walk it: the job would
+// otherwise find it empty ("does not exist") or, at the mask itself, exec
+// would fail with "permission denied", blaming the command.
+func (r *runner) checkShown(what, given, path string) error {
+	if len(r.hidden) == 0 {
+		return nil
+	}
+	paths := []string{filepath.Clean(path)}
+	if res, err := resolvePath(paths[0]); err == nil && res != paths[0] {
+		paths = append(paths, res)
+	}
+	if res, err := resolvePath(path); err == nil && res != paths[0] {
+		paths = append(paths, res)
+	}
+	for _, p := range paths {
+		for _, h := range r.hidden {
+			if p == h || strings.HasPrefix(p, h+"/") {
+				return fmt.Errorf("%s %q is hidden from jobs: it is inside %s, which the sandbox covers (the daemon's home and its sockets are never shown to jobs)", what, given, h)
+			}
+		}
+	}
+	return nil
 }
 
 // checkDir says why the job cannot run in the directory path, naming it as

@@ -104,6 +104,9 @@ type runner struct {
 	log     zerolog.Logger
 	started time.Time
 	cwd     string // the runner's working directory, for relative paths
+	// hidden is what the sandbox covers for every job (Sandbox.Hide and
+	// the cgroup tree): a working directory inside it is refused by name.
+	hidden  []string
 	devNull *os.File
 
 	conn *net.UnixConn
@@ -453,7 +456,8 @@ func (r *runner) setUp() error {
 			}
 			r.hostProc = fd
 		}
-		if err := proc.HidePaths(proc.WithCgroupRoot(sb.Hide)...); err != nil {
+		r.hidden = proc.WithCgroupRoot(sb.Hide)
+		if err := proc.HidePaths(r.hidden...); err != nil {
 			return fmt.Errorf("runner: sandboxing jobs: %w", err)
 		}
 		if r.init {
