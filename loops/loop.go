@@ -556,30 +556,45 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 		l.validated(c, res.JobID)
 		return
 	}
-	out := string(res.Tail)
+	v := artifact.Validation{Command: l.rec.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
 	switch {
 	case res.State == api.StateTimeout:
-		out += fmt.Sprintf("\n(the validation command timed out after %s)", l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration)
+		v.Ended = "timed out after " + l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration.String()
 	case res.ExitCode == nil && res.Error != "":
-		out += "\n(the validation job ended " + string(res.State) + ": " + firstLine(res.Error) + ")"
+		v.Ended = "the job ended " + string(res.State) + ": " + firstLine(res.Error)
+	case res.ExitCode == nil:
+		v.Ended = "the job ended " + string(res.State)
 	}
 	reason := "exit_code"
 	if res.ExitCode == nil {
 		reason = "job_failed"
 	}
-	l.iterationFailed(c, reason, out, res.ExitCode)
+	l.validationFailed(c, reason, v)
+}
+
+// validationFailed ends the iteration failed by its validation command:
+// its feedback names the command, how it ended, how long it ran and its
+// output's tail.
+func (l *loop) validationFailed(c *actors.Context, reason string, v artifact.Validation) {
+	v.Note = l.denials
+	l.denials = ""
+	l.failIteration(c, reason, artifact.ValidationFeedback(int(l.it.Iteration), v), v.ExitCode)
 }
 
 // iterationFailed ends the iteration failed: its feedback is appended to
 // the progress; the next iteration starts, or the loop fails at its
 // max_iterations.
 func (l *loop) iterationFailed(c *actors.Context, reason, out string, exit *int32) {
-	it := l.it
 	if l.denials != "" && reason != "task_failed" {
 		out = l.denials + out
 	}
 	l.denials = ""
-	fb := feedback(it.Iteration, out)
+	l.failIteration(c, reason, feedback(l.it.Iteration, out), exit)
+}
+
+// failIteration ends the iteration failed with its feedback fb.
+func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) {
+	it := l.it
 	it.Status, it.Passed, it.FinishedAt = "failed", false, time.Now().UnixMilli()
 	it.Feedback = fb
 	l.rec.Progress += fb

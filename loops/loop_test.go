@@ -29,14 +29,15 @@ func TestIterationFeedback(t *testing.T) {
 			t.Errorf("validation job: %+v", spec)
 		}
 		if n.Add(1) == 1 {
-			return JobResult{State: api.StateFailed, ExitCode: exit(2), Tail: []byte("FAIL: widget_test.go:12")}
+			return JobResult{State: api.StateFailed, ExitCode: exit(2), Duration: 1500 * time.Millisecond, Tail: []byte("FAIL: widget_test.go:12")}
 		}
 		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
 	}}
 	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, jobs)
 	id := h.create(api.LoopCode, "make the widget")
 	r := h.waitStatus(id, api.LoopComplete)
-	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\nFAIL: widget_test.go:12") {
+	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\n"+
+		"The validation command failed: exit 2 after 1.5s.\nCommand: make check\nOutput:\nFAIL: widget_test.go:12\n") {
 		t.Fatalf("record: %+v", r)
 	}
 	ps := h.agents.prompts()
@@ -68,7 +69,7 @@ func TestMaxIterationsFails(t *testing.T) {
 	h := newHarness(t, cfg, &fakeAgents{work: completes}, jobs)
 	id := h.create(api.LoopCode, "x")
 	r := h.waitStatus(id, api.LoopFailed)
-	if r.Error != api.LoopErrMaxIterations || r.Iteration != 3 || strings.Count(r.Progress, "Failed\nno") != 3 {
+	if r.Error != api.LoopErrMaxIterations || r.Iteration != 3 || strings.Count(r.Progress, "Output:\nno\n") != 3 {
 		t.Fatalf("record: %+v", r)
 	}
 }

@@ -1,6 +1,8 @@
 package loops
 
 import (
+	"time"
+
 	"github.com/orchestrd/orchestrd/api"
 )
 
@@ -33,6 +35,8 @@ type JobResult struct {
 	State    api.State
 	ExitCode *int32
 	Error    string // the job's error (a timeout, a lost runner)
+	// Duration is how long the job ran.
+	Duration time.Duration
 	// Tail is the last bytes of the job's output, at most MaxFeedback.
 	Tail []byte
 }

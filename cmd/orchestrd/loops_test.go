@@ -147,7 +147,7 @@ max_iterations = 5
 	if !it2.Passed || it2.Status != "passed" || it2.Commit == "" {
 		t.Fatalf("iteration 2: %+v", it2)
 	}
-	if !strings.Contains(got.Loop.Progress, "## Iteration 1 Failed\nneed two lines, have 1: MARK-FEEDBACK") {
+	if !strings.Contains(got.Loop.Progress, "\nOutput:\nneed two lines, have 1: MARK-FEEDBACK") {
 		t.Fatalf("progress: %q", got.Loop.Progress)
 	}
 	// The agent's prompts: the second carries the first's failure.
@@ -205,6 +205,40 @@ max_iterations = 5
 	}
 	if err := d.call("loop.get", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeNotFound {
 		t.Fatalf("loop.get of a deleted loop: %v", err)
+	}
+}
+
+// A validation that prints nothing and exits 3 is not an empty feedback:
+// the next prompt and the iteration's stored feedback (loop show) name
+// the command, its exit code, its duration and "(no output)".
+func TestLoopSilentValidationFeedback(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "test -s nothing-here.txt || exit 3"
+max_iterations = 2
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "a silent failure")
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fb := range []string{string(p2), got.Iterations[0].Feedback} {
+		_, body, ok := strings.Cut(fb, "## Iteration 1 Failed\n")
+		if !ok || !strings.Contains(body, "The validation command failed: exit 3 after ") ||
+			!strings.Contains(body, "Command: test -s nothing-here.txt || exit 3\n") || !strings.Contains(body, "Output: (no output)\n") {
+			t.Fatalf("the feedback of a silent validation:\n%s", fb)
+		}
+	}
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exit 3 after") || !strings.Contains(string(out), "(no output)") {
+		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
 	}
 }
 

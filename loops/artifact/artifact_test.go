@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -322,5 +323,33 @@ func TestFeedback(t *testing.T) {
 	}
 	if n := len(strings.TrimPrefix(body, "[... 3813 bytes of output cut ...]\n")); n > MaxFeedback+3 {
 		t.Fatalf("kept %d bytes", n)
+	}
+}
+
+// A failed validation's feedback is never only its heading: it names the
+// command, its exit code (or how it ended), its duration and its
+// output's tail, "(no output)" when it printed nothing, within bounds.
+func TestValidationFeedback(t *testing.T) {
+	three := int32(3)
+	got := ValidationFeedback(2, Validation{Command: "make check", ExitCode: &three, Duration: 1204*time.Millisecond + 300*time.Microsecond})
+	if want := "\n---\n## Iteration 2 Failed\nThe validation command failed: exit 3 after 1.204s.\nCommand: make check\nOutput: (no output)\n"; got != want {
+		t.Fatalf("no output:\n%q\nwant\n%q", got, want)
+	}
+	got = ValidationFeedback(1, Validation{Note: "1 tool use of the agent was denied.\n", Command: "go vet ./...\ngo test ./...",
+		Ended: "timed out after 5m0s\nsecond line", Duration: 5 * time.Minute, Output: []byte("FAIL: TestX")})
+	if want := "\n---\n## Iteration 1 Failed\n1 tool use of the agent was denied.\n" +
+		"The validation command failed: timed out after 5m0s after 5m0s.\nCommand: go vet ./...\n    go test ./...\nOutput:\nFAIL: TestX\n"; got != want {
+		t.Fatalf("timeout:\n%q\nwant\n%q", got, want)
+	}
+	// Bounded: a long command is cut, the output keeps its tail.
+	got = ValidationFeedback(1, Validation{Command: strings.Repeat("é", MaxCommand), ExitCode: &three,
+		Output: append(bytes.Repeat([]byte("x"), 3*MaxFeedback), "END"...)})
+	if len(got) > MaxFeedback+MaxCommand+300 || !strings.Contains(got, " bytes cut]\n") || !strings.HasSuffix(got, "xEND\n") ||
+		!strings.Contains(got, "Output:\n[... 16387 bytes of output cut ...]\n") || !utf8.ValidString(got) {
+		t.Fatalf("bounds: %d bytes %q...%q", len(got), got[:200], got[len(got)-40:])
+	}
+	// The plain feedback of a failure with nothing to say.
+	if got := Feedback(4, nil); got != "\n---\n## Iteration 4 Failed\n(no output)\n" {
+		t.Fatalf("empty: %q", got)
 	}
 }
