@@ -58,6 +58,45 @@ func TestIterationFeedback(t *testing.T) {
 	if len(merges) != 1 || merges[0] != "loop/"+id+">main" {
 		t.Fatalf("merges: %v", merges)
 	}
+	// Merged: its branch is deleted once its worktree is gone.
+	h.waitFor("the merged branch deleted", func() bool { return slices.Equal(h.git.deletedBranches(), []string{"loop/" + id}) })
+	if r := h.rec(id); r.MergedInto != "main" {
+		t.Fatalf("merged_into: %q", r.MergedInto)
+	}
+}
+
+// keep_branches keeps a merged loop's branch; an unmerged one is always
+// kept.
+func TestBranchesKept(t *testing.T) {
+	cfg := testConfig()
+	cfg.KeepBranches = true
+	h := newHarness(t, cfg, &fakeAgents{work: completes}, &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}})
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopComplete)
+	h.waitFor("the worktree removed", func() bool {
+		h.git.mu.Lock()
+		defer h.git.mu.Unlock()
+		return len(h.git.removed) == 1
+	})
+	cfg = testConfig()
+	cfg.Code.MaxIterations = 1
+	h2 := newHarness(t, cfg, &fakeAgents{work: completes}, &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1)}
+	}})
+	id2 := h2.create(api.LoopCode, "y")
+	if r := h2.waitStatus(id2, api.LoopFailed); r.MergedInto != "" {
+		t.Fatalf("a failed loop merged into %q", r.MergedInto)
+	}
+	h2.waitFor("the worktree removed", func() bool {
+		h2.git.mu.Lock()
+		defer h2.git.mu.Unlock()
+		return len(h2.git.removed) == 1
+	})
+	if d := append(h.git.deletedBranches(), h2.git.deletedBranches()...); len(d) != 0 {
+		t.Fatalf("deleted: %v", d)
+	}
 }
 
 func TestMaxIterationsFails(t *testing.T) {

@@ -353,3 +353,41 @@ func TestValidationFeedback(t *testing.T) {
 		t.Fatalf("empty: %q", got)
 	}
 }
+
+// RemoveBeneath removes an artifact, passes over one not there, and never
+// removes through a link the agent left on the way (commit_artifacts =
+// false drops a tree's artifacts from a worktree an agent wrote).
+func TestRemoveBeneath(t *testing.T) {
+	wt, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(wt, ".loopr", "plans"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(wt, ".loopr", "plans", "001-x.plan.md")
+	if err := os.WriteFile(plan, []byte("# Plan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/plans/001-x.plan.md"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(plan); !os.IsNotExist(err) {
+		t.Fatalf("the artifact is still there: %v", err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/plans/001-x.plan.md"); err != nil {
+		t.Fatalf("an artifact not there: %v", err)
+	}
+	// .loopr/specs is a link to a directory outside: refused, the file
+	// there kept.
+	victim := filepath.Join(outside, "001-s.spec.md")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(wt, ".loopr", "specs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/specs/001-s.spec.md"); err == nil || !errors.Is(err, beneath.ErrRefused) {
+		t.Fatalf("through a link: %v", err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("the file beyond the link: %v", err)
+	}
+}
