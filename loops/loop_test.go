@@ -804,3 +804,23 @@ func TestPlanTreeCost(t *testing.T) {
 		})
 	}
 }
+
+// A daemon stopped between a loop's merge and its branch's deletion
+// deletes it at the next start; an unmerged ended loop's branch stays.
+func TestRecoverDeletesMergedBranch(t *testing.T) {
+	seed := func(h *harness) {
+		for _, id := range []string{"1-merged", "2-failed"} {
+			r := h.m.newRoot(api.LoopCode, id, h.repo, "main", makeContext("t", ""), time.Now())
+			r.Status = api.LoopFailed
+			if id == "1-merged" {
+				r.Status, r.MergedInto = api.LoopComplete, "main"
+			}
+			_ = h.store.SaveLoop(r, func(error) {})
+		}
+	}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes}, seed)
+	h.waitFor("the merged branch deleted", func() bool { return len(h.git.deletedBranches()) > 0 })
+	if d := h.git.deletedBranches(); !slices.Equal(d, []string{"loop/1-merged"}) {
+		t.Fatalf("deleted: %v", d)
+	}
+}
