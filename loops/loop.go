@@ -559,7 +559,7 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 	v := artifact.Validation{Command: l.rec.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
 	switch {
 	case res.State == api.StateTimeout:
-		v.Ended = "timed out after " + l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration.String()
+		v.Ended = "killed at its " + l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration.String() + " timeout (validation_timeout)"
 	case res.ExitCode == nil && res.Error != "":
 		v.Ended = "the job ended " + string(res.State) + ": " + firstLine(res.Error)
 	case res.ExitCode == nil:

@@ -37,7 +37,7 @@ func TestIterationFeedback(t *testing.T) {
 	id := h.create(api.LoopCode, "make the widget")
 	r := h.waitStatus(id, api.LoopComplete)
 	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\n"+
-		"The validation command failed: exit 2 after 1.5s.\nCommand: make check\nOutput:\nFAIL: widget_test.go:12\n") {
+		"The validation command failed: exit 2, after 1.5s.\nCommand: make check\nOutput:\nFAIL: widget_test.go:12\n") {
 		t.Fatalf("record: %+v", r)
 	}
 	ps := h.agents.prompts()

@@ -232,13 +232,13 @@ max_iterations = 2
 	}
 	for _, fb := range []string{string(p2), got.Iterations[0].Feedback} {
 		_, body, ok := strings.Cut(fb, "## Iteration 1 Failed\n")
-		if !ok || !strings.Contains(body, "The validation command failed: exit 3 after ") ||
+		if !ok || !strings.Contains(body, "The validation command failed: exit 3, after ") ||
 			!strings.Contains(body, "Command: test -s nothing-here.txt || exit 3\n") || !strings.Contains(body, "Output: (no output)\n") {
 			t.Fatalf("the feedback of a silent validation:\n%s", fb)
 		}
 	}
 	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "exit 3 after") || !strings.Contains(string(out), "(no output)") {
+	if err != nil || !strings.Contains(string(out), "exit 3, after") || !strings.Contains(string(out), "(no output)") {
 		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
 	}
 }

@@ -332,13 +332,13 @@ func TestFeedback(t *testing.T) {
 func TestValidationFeedback(t *testing.T) {
 	three := int32(3)
 	got := ValidationFeedback(2, Validation{Command: "make check", ExitCode: &three, Duration: 1204*time.Millisecond + 300*time.Microsecond})
-	if want := "\n---\n## Iteration 2 Failed\nThe validation command failed: exit 3 after 1.204s.\nCommand: make check\nOutput: (no output)\n"; got != want {
+	if want := "\n---\n## Iteration 2 Failed\nThe validation command failed: exit 3, after 1.204s.\nCommand: make check\nOutput: (no output)\n"; got != want {
 		t.Fatalf("no output:\n%q\nwant\n%q", got, want)
 	}
 	got = ValidationFeedback(1, Validation{Note: "1 tool use of the agent was denied.\n", Command: "go vet ./...\ngo test ./...",
-		Ended: "timed out after 5m0s\nsecond line", Duration: 5 * time.Minute, Output: []byte("FAIL: TestX")})
+		Ended: "killed at its 5m0s timeout\nsecond line", Duration: 5 * time.Minute, Output: []byte("FAIL: TestX")})
 	if want := "\n---\n## Iteration 1 Failed\n1 tool use of the agent was denied.\n" +
-		"The validation command failed: timed out after 5m0s after 5m0s.\nCommand: go vet ./...\n    go test ./...\nOutput:\nFAIL: TestX\n"; got != want {
+		"The validation command failed: killed at its 5m0s timeout, after 5m0s.\nCommand: go vet ./...\n    go test ./...\nOutput:\nFAIL: TestX\n"; got != want {
 		t.Fatalf("timeout:\n%q\nwant\n%q", got, want)
 	}
 	// Bounded: a long command is cut, the output keeps its tail.

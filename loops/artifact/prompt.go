@@ -283,8 +283,8 @@ type Validation struct {
 	Command string
 	// ExitCode is its exit code; nil when it did not exit (Ended says how).
 	ExitCode *int32
-	// Ended says how a command that did not exit ended ("timed out after
-	// 5m0s", "ended failed: runner lost"), "" for none.
+	// Ended says how a command that did not exit ended ("killed at its
+	// 5m0s timeout", "the job ended failed: runner lost"), "" for none.
 	Ended string
 	// Duration is how long it ran.
 	Duration time.Duration
@@ -298,7 +298,7 @@ type Validation struct {
 // "(no output)":
 //
 //	## Iteration 2 Failed
-//	The validation command failed: exit 3 after 1.204s.
+//	The validation command failed: exit 3, after 1.204s.
 //	Command: make check
 //	Output: (no output)
 func ValidationFeedback(iteration int, v Validation) string {
@@ -321,7 +321,7 @@ func ValidationFeedback(iteration int, v Validation) string {
 		how = append(how, "no exit code")
 	}
 	b.WriteString("The validation command failed: " + strings.Join(how, ", ") +
-		" after " + v.Duration.Round(time.Millisecond).String() + ".\n")
+		", after " + v.Duration.Round(time.Millisecond).String() + ".\n")
 	cmd := strings.ToValidUTF8(boundHead(strings.TrimRight(v.Command, "\n"), MaxCommand), "\uFFFD")
 	b.WriteString("Command: " + strings.ReplaceAll(cmd, "\n", "\n    ") + "\n")
 	if len(v.Output) == 0 {
