@@ -131,6 +131,9 @@ type LoopRecord struct {
 	// TokenUsage that and its children's TokenUsage.
 	OwnUsage   *TokenUsage `json:"own_token_usage,omitempty"`
 	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
+	// MergedInto is the branch its work was merged into (its parent's, or
+	// a root's base); "" while it was not: then Branch holds it.
+	MergedInto string `json:"merged_into,omitempty"`
 }
 
 // Loop stages (LoopRecord.Stage).

@@ -83,7 +83,8 @@ func (j loopJobs) Run(spec api.JobSpec, started func(string, error), ended func(
 					rec = <-done
 				}
 			}
-			res := loops.JobResult{JobID: id, State: rec.State, ExitCode: rec.ExitCode, Error: rec.Error, Tail: tail}
+			res := loops.JobResult{JobID: id, State: rec.State, ExitCode: rec.ExitCode, Error: rec.Error, Tail: tail,
+				Duration: time.Duration(rec.DurationMs) * time.Millisecond}
 			if len(res.Tail) == 0 && rec.Output != "" {
 				res.Tail = []byte(tailOf(rec.Output, loops.MaxFeedback))
 			}

@@ -28,6 +28,15 @@ type Config struct {
 	// AutoMerge merges a complete tree's root branch into its base at once,
 	// without asking a person.
 	AutoMerge bool `toml:"auto_merge"`
+	// KeepBranches keeps a loop's branch once its work is merged into its
+	// parent's branch or its base (deleted by default). A branch whose
+	// work was not merged is always kept.
+	KeepBranches bool `toml:"keep_branches"`
+	// CommitArtifacts: a tree's .loopr/ artifacts (its plan, specs and
+	// phases) reach the base branch with the merge (true by default).
+	// false: the root's branch drops them in a last commit before it
+	// merges; they stay in that branch's history.
+	CommitArtifacts bool `toml:"commit_artifacts"`
 	// UsageLimitPause is how long a loop whose agent hit a usage limit
 	// stays paused before it resumes by itself.
 	UsageLimitPause api.Duration `toml:"usage_limit_pause"`
@@ -65,7 +74,7 @@ func DefaultConfig() Config {
 	t := func(max uint32) TypeConfig {
 		return TypeConfig{ValidationTimeout: api.Duration{Duration: 300 * time.Second}, MaxIterations: max}
 	}
-	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
+	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, CommitArtifacts: true, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
 		Plan: t(10), Spec: t(10), Phase: t(10), Code: t(100)}
 }
 

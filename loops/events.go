@@ -140,6 +140,29 @@ type LoopMerged struct {
 
 func (LoopMerged) Kind() string { return "loop.merged" }
 
+// LoopBranchDeleted: a loop's branch was deleted once its work was merged
+// into Into (its parent's branch, or a root's base) and its worktree
+// removed ([loops] keep_branches = false).
+type LoopBranchDeleted struct {
+	ID     string `json:"id"`
+	Branch string `json:"branch"`
+	Into   string `json:"into"`
+}
+
+func (LoopBranchDeleted) Kind() string { return "loop.branch_deleted" }
+
+// LoopArtifactsDropped: a root's branch dropped its tree's .loopr/
+// artifacts in a commit of its own before merging into Into ([loops]
+// commit_artifacts = false); they stay in the branch's history.
+type LoopArtifactsDropped struct {
+	ID     string `json:"id"`
+	Into   string `json:"into"`
+	Files  int    `json:"files"`
+	Commit string `json:"commit"`
+}
+
+func (LoopArtifactsDropped) Kind() string { return "loop.artifacts_dropped" }
+
 // LoopMergeConflicted: a loop's branch did not merge into Into; the branch
 // is kept.
 type LoopMergeConflicted struct {
@@ -267,6 +290,7 @@ func (LoopGitTampered) Kind() string { return "loop.git_tampered" }
 func init() {
 	eventlog.Register(LoopCreated{}, LoopUpdated{}, LoopIterationEnded{}, LoopArtifact{}, LoopIterationStarted{},
 		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
+		LoopBranchDeleted{}, LoopArtifactsDropped{},
 		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
 		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{}, LoopBudgetExceeded{})
 }

@@ -30,6 +30,8 @@ func TestKinds(t *testing.T) {
 		LoopCommitted{ID: rec.ID, Iteration: 2, Commit: "abc"},
 		LoopMerged{ID: rec.ID, Branch: rec.Branch, Into: "loop/" + pid},
 		LoopMergeConflicted{ID: rec.ID, Branch: rec.Branch, Into: "main"},
+		LoopBranchDeleted{ID: rec.ID, Branch: rec.Branch, Into: "loop/" + pid},
+		LoopArtifactsDropped{ID: pid, Into: "main", Files: 3, Commit: "abc"},
 		LoopChildrenSpawned{ID: pid, Children: []string{rec.ID}},
 		LoopApprovalAsked{ID: pid, ApprovalID: "a-1", Question: "plan"},
 		LoopEnded{ID: rec.ID, Status: api.LoopFailed, Error: api.LoopErrMaxIterations},

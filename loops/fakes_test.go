@@ -269,6 +269,7 @@ type fakeGit struct {
 	merges   []string // branch>into
 	conflict map[string]bool
 	removed  []string
+	deleted  []string // branches
 	tampered []string // what the next guard check finds changed
 }
 
@@ -295,7 +296,18 @@ func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	g.mu.Unlock()
 	return os.RemoveAll(dir)
 }
-func (g *fakeGit) DeleteBranch(string, string) error { return nil }
+func (g *fakeGit) DeleteBranch(_, branch string) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deleted = append(g.deleted, branch)
+	return true, nil
+}
+
+func (g *fakeGit) deletedBranches() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.deleted)
+}
 func (g *fakeGit) Guard(string) (func() ([]string, error), error) {
 	return func() ([]string, error) {
 		g.mu.Lock()

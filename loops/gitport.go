@@ -80,9 +80,11 @@ func (GitWT) Guard(repo string) (func() ([]string, error), error) {
 	})
 }
 
-func (GitWT) DeleteBranch(repo, branch string) error {
-	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
-		return struct{}{}, r.DeleteBranch(ctx, branch)
+func (GitWT) DeleteBranch(repo, branch string) (bool, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (bool, error) {
+		if ok, err := r.BranchExists(ctx, branch); err != nil || !ok {
+			return false, err
+		}
+		return true, r.DeleteBranch(ctx, branch)
 	})
-	return err
 }

@@ -556,30 +556,45 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 		l.validated(c, res.JobID)
 		return
 	}
-	out := string(res.Tail)
+	v := artifact.Validation{Command: l.rec.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
 	switch {
 	case res.State == api.StateTimeout:
-		out += fmt.Sprintf("\n(the validation command timed out after %s)", l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration)
+		v.Ended = "killed at its " + l.m.cfg.For(l.rec.LoopType).ValidationTimeout.Duration.String() + " timeout (validation_timeout)"
 	case res.ExitCode == nil && res.Error != "":
-		out += "\n(the validation job ended " + string(res.State) + ": " + firstLine(res.Error) + ")"
+		v.Ended = "the job ended " + string(res.State) + ": " + firstLine(res.Error)
+	case res.ExitCode == nil:
+		v.Ended = "the job ended " + string(res.State)
 	}
 	reason := "exit_code"
 	if res.ExitCode == nil {
 		reason = "job_failed"
 	}
-	l.iterationFailed(c, reason, out, res.ExitCode)
+	l.validationFailed(c, reason, v)
+}
+
+// validationFailed ends the iteration failed by its validation command:
+// its feedback names the command, how it ended, how long it ran and its
+// output's tail.
+func (l *loop) validationFailed(c *actors.Context, reason string, v artifact.Validation) {
+	v.Note = l.denials
+	l.denials = ""
+	l.failIteration(c, reason, artifact.ValidationFeedback(int(l.it.Iteration), v), v.ExitCode)
 }
 
 // iterationFailed ends the iteration failed: its feedback is appended to
 // the progress; the next iteration starts, or the loop fails at its
 // max_iterations.
 func (l *loop) iterationFailed(c *actors.Context, reason, out string, exit *int32) {
-	it := l.it
 	if l.denials != "" && reason != "task_failed" {
 		out = l.denials + out
 	}
 	l.denials = ""
-	fb := feedback(it.Iteration, out)
+	l.failIteration(c, reason, feedback(l.it.Iteration, out), exit)
+}
+
+// failIteration ends the iteration failed with its feedback fb.
+func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) {
+	it := l.it
 	it.Status, it.Passed, it.FinishedAt = "failed", false, time.Now().UnixMilli()
 	it.Feedback = fb
 	l.rec.Progress += fb
@@ -866,7 +881,76 @@ func (l *loop) mergeAnswered(c *actors.Context, a GateAnswer) {
 	l.complete(c)
 }
 
-func (l *loop) mergeRoot(c *actors.Context) { l.merge(c, l.rec.Base) }
+// mergeRoot merges a complete root's branch into its base; with [loops]
+// commit_artifacts = false, after a commit on that branch that drops the
+// tree's .loopr/ artifacts.
+func (l *loop) mergeRoot(c *actors.Context) {
+	if l.m.cfg.CommitArtifacts {
+		l.merge(c, l.rec.Base)
+		return
+	}
+	r := l.rec
+	var commit string
+	var files int
+	l.async(func() error {
+		var err error
+		commit, files, err = l.dropArtifacts(r)
+		return err
+	}, func(c *actors.Context, err error) {
+		if err != nil {
+			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "drop_artifacts"})
+			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("dropping a tree's .loopr/ artifacts before its merge")
+			l.fail(c, api.LoopErrGit, "its .loopr/ artifacts could not be left out of "+r.Base+" (commit_artifacts = false): "+firstLine(err.Error()))
+			return
+		}
+		if files > 0 {
+			l.m.bus.Emit(LoopArtifactsDropped{ID: r.ID, Into: r.Base, Files: files, Commit: commit})
+		}
+		l.merge(c, r.Base)
+	})
+}
+
+// dropArtifacts removes the artifacts of root r's tree (its own and its
+// descendants', as their records name them) from its worktree and commits
+// that; files is how many were there. It blocks (git).
+func (l *loop) dropArtifacts(r api.LoopRecord) (commit string, files int, err error) {
+	recs, err := l.m.opts.Store.Loops()
+	if err != nil {
+		return "", 0, fmt.Errorf("reading the tree's loops: %w", err)
+	}
+	parent := map[string]string{}
+	for _, x := range recs {
+		if x.ParentID != nil {
+			parent[x.ID] = *x.ParentID
+		}
+	}
+	inTree := func(id string) bool {
+		for n := 0; n < 64 && id != ""; n++ {
+			if id == r.ID {
+				return true
+			}
+			id = parent[id]
+		}
+		return false
+	}
+	for _, x := range recs {
+		art := artifactPath(x)
+		if art == "" || !inTree(x.ID) {
+			continue
+		}
+		if _, err := readBeneath(r.Worktree, art); err == nil {
+			files++
+		}
+		if err := artifact.RemoveBeneath(r.Worktree, art); err != nil {
+			return "", 0, err
+		}
+	}
+	if files == 0 {
+		return "", 0, nil
+	}
+	commit, err = l.m.opts.Git.CommitAll(r.Repo, r.Worktree, fmt.Sprintf("loop %s: .loopr/ artifacts left out of %s", r.ID, r.Base))
+	return commit, files, err
+}
 
 // merge merges the loop's branch into into (its parent's branch, or a
 // root's base).
@@ -901,6 +985,7 @@ func (l *loop) merged(c *actors.Context, msg mergeDone) {
 		l.fail(c, api.LoopErrMergeConflict, "its branch "+l.rec.Branch+" conflicts with "+into+": kept unmerged")
 	default:
 		l.m.bus.Emit(LoopMerged{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
+		l.rec.MergedInto = into
 		l.complete(c)
 	}
 }
@@ -942,19 +1027,14 @@ func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message strin
 	})
 }
 
-// finish: the loop has ended. Its worktree goes (its branch stays until
-// loop.delete), its actor stops once its children's merges are done.
+// finish: the loop has ended. Its worktree goes, then its branch once its
+// work is merged (unless keep_branches; a branch whose work was not merged
+// stays until loop.delete); its actor stops once its children's merges
+// are done.
 func (l *loop) finish(c *actors.Context) {
 	l.freeSlot(c)
 	r := l.rec
-	go func() {
-		if _, err := os.Lstat(r.Worktree); err == nil {
-			if err := l.m.opts.Git.RemoveWorktree(r.Repo, r.Worktree); err != nil {
-				l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "remove_worktree"})
-				l.m.log.Warn().Err(err).Str("loop_id", r.ID).Msg("removing an ended loop's worktree")
-			}
-		}
-	}()
+	go l.m.cleanEnded(r)
 	l.m.mu.Lock()
 	if l.m.done == nil {
 		l.m.done = map[string]bool{}

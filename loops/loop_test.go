@@ -29,14 +29,15 @@ func TestIterationFeedback(t *testing.T) {
 			t.Errorf("validation job: %+v", spec)
 		}
 		if n.Add(1) == 1 {
-			return JobResult{State: api.StateFailed, ExitCode: exit(2), Tail: []byte("FAIL: widget_test.go:12")}
+			return JobResult{State: api.StateFailed, ExitCode: exit(2), Duration: 1500 * time.Millisecond, Tail: []byte("FAIL: widget_test.go:12")}
 		}
 		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
 	}}
 	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, jobs)
 	id := h.create(api.LoopCode, "make the widget")
 	r := h.waitStatus(id, api.LoopComplete)
-	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\nFAIL: widget_test.go:12") {
+	if r.Iteration != 2 || !strings.Contains(r.Progress, "## Iteration 1 Failed\n"+
+		"The validation command failed: exit 2, after 1.5s.\nCommand: make check\nOutput:\nFAIL: widget_test.go:12\n") {
 		t.Fatalf("record: %+v", r)
 	}
 	ps := h.agents.prompts()
@@ -57,6 +58,45 @@ func TestIterationFeedback(t *testing.T) {
 	if len(merges) != 1 || merges[0] != "loop/"+id+">main" {
 		t.Fatalf("merges: %v", merges)
 	}
+	// Merged: its branch is deleted once its worktree is gone.
+	h.waitFor("the merged branch deleted", func() bool { return slices.Equal(h.git.deletedBranches(), []string{"loop/" + id}) })
+	if r := h.rec(id); r.MergedInto != "main" {
+		t.Fatalf("merged_into: %q", r.MergedInto)
+	}
+}
+
+// keep_branches keeps a merged loop's branch; an unmerged one is always
+// kept.
+func TestBranchesKept(t *testing.T) {
+	cfg := testConfig()
+	cfg.KeepBranches = true
+	h := newHarness(t, cfg, &fakeAgents{work: completes}, &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateSucceeded, ExitCode: exit(0)}
+	}})
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopComplete)
+	h.waitFor("the worktree removed", func() bool {
+		h.git.mu.Lock()
+		defer h.git.mu.Unlock()
+		return len(h.git.removed) == 1
+	})
+	cfg = testConfig()
+	cfg.Code.MaxIterations = 1
+	h2 := newHarness(t, cfg, &fakeAgents{work: completes}, &fakeJobs{result: func(api.JobSpec, <-chan struct{}) JobResult {
+		return JobResult{State: api.StateFailed, ExitCode: exit(1)}
+	}})
+	id2 := h2.create(api.LoopCode, "y")
+	if r := h2.waitStatus(id2, api.LoopFailed); r.MergedInto != "" {
+		t.Fatalf("a failed loop merged into %q", r.MergedInto)
+	}
+	h2.waitFor("the worktree removed", func() bool {
+		h2.git.mu.Lock()
+		defer h2.git.mu.Unlock()
+		return len(h2.git.removed) == 1
+	})
+	if d := append(h.git.deletedBranches(), h2.git.deletedBranches()...); len(d) != 0 {
+		t.Fatalf("deleted: %v", d)
+	}
 }
 
 func TestMaxIterationsFails(t *testing.T) {
@@ -68,7 +108,7 @@ func TestMaxIterationsFails(t *testing.T) {
 	h := newHarness(t, cfg, &fakeAgents{work: completes}, jobs)
 	id := h.create(api.LoopCode, "x")
 	r := h.waitStatus(id, api.LoopFailed)
-	if r.Error != api.LoopErrMaxIterations || r.Iteration != 3 || strings.Count(r.Progress, "Failed\nno") != 3 {
+	if r.Error != api.LoopErrMaxIterations || r.Iteration != 3 || strings.Count(r.Progress, "Output:\nno\n") != 3 {
 		t.Fatalf("record: %+v", r)
 	}
 }
@@ -762,5 +802,25 @@ func TestPlanTreeCost(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// A daemon stopped between a loop's merge and its branch's deletion
+// deletes it at the next start; an unmerged ended loop's branch stays.
+func TestRecoverDeletesMergedBranch(t *testing.T) {
+	seed := func(h *harness) {
+		for _, id := range []string{"1-merged", "2-failed"} {
+			r := h.m.newRoot(api.LoopCode, id, h.repo, "main", makeContext("t", ""), time.Now())
+			r.Status = api.LoopFailed
+			if id == "1-merged" {
+				r.Status, r.MergedInto = api.LoopComplete, "main"
+			}
+			_ = h.store.SaveLoop(r, func(error) {})
+		}
+	}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes}, seed)
+	h.waitFor("the merged branch deleted", func() bool { return len(h.git.deletedBranches()) > 0 })
+	if d := h.git.deletedBranches(); !slices.Equal(d, []string{"loop/1-merged"}) {
+		t.Fatalf("deleted: %v", d)
 	}
 }

@@ -232,13 +232,26 @@ func (s *sup) Receive(c *actors.Context) {
 		for _, r := range msg.recs {
 			s.add(r)
 		}
+		var merged []api.LoopRecord
 		for _, r := range msg.recs {
 			if r.Status.Terminal() {
+				if r.MergedInto != "" && !s.m.cfg.KeepBranches {
+					merged = append(merged, r)
+				}
 				continue
 			}
 			if s.spawn(c, r, spawnRecovered, nil) {
 				n++
 			}
+		}
+		if len(merged) > 0 {
+			// A daemon stopped between a merge and its branch's deletion:
+			// done now (a branch not there is passed over).
+			go func() {
+				for _, r := range merged {
+					s.m.cleanEnded(r)
+				}
+			}()
 		}
 		s.recount()
 		msg.done <- n
@@ -621,7 +634,7 @@ func (m *Manager) deleteLoops(recs []api.LoopRecord, done func(error)) {
 			}
 		}
 		if r.Branch != "" {
-			if err := m.opts.Git.DeleteBranch(r.Repo, r.Branch); err != nil {
+			if _, err := m.opts.Git.DeleteBranch(r.Repo, r.Branch); err != nil {
 				m.log.Debug().Err(err).Str("loop_id", r.ID).Msg("deleting a deleted loop's branch")
 			}
 		}
@@ -632,5 +645,31 @@ func (m *Manager) deleteLoops(recs []api.LoopRecord, done func(error)) {
 	}
 	if err := m.opts.Store.DeleteLoops(ids, done); err != nil {
 		done(api.Errorf(api.CodeStoreUnavailable, "deleting loops from the state store: %v", err))
+	}
+}
+
+// cleanEnded removes an ended loop's worktree, then its branch once its
+// work is merged (MergedInto) unless keep_branches. It blocks (git).
+func (m *Manager) cleanEnded(r api.LoopRecord) {
+	if r.Worktree != "" {
+		if _, err := os.Lstat(r.Worktree); err == nil {
+			if err := m.opts.Git.RemoveWorktree(r.Repo, r.Worktree); err != nil {
+				m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "remove_worktree"})
+				m.log.Warn().Err(err).Str("loop_id", r.ID).Msg("removing an ended loop's worktree")
+				return
+			}
+		}
+	}
+	if r.MergedInto == "" || m.cfg.KeepBranches || r.Branch == "" {
+		return
+	}
+	deleted, err := m.opts.Git.DeleteBranch(r.Repo, r.Branch)
+	if err != nil {
+		m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "delete_branch"})
+		m.log.Warn().Err(err).Str("loop_id", r.ID).Msg("deleting a merged loop's branch")
+		return
+	}
+	if deleted {
+		m.bus.Emit(LoopBranchDeleted{ID: r.ID, Branch: r.Branch, Into: r.MergedInto})
 	}
 }

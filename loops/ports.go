@@ -1,6 +1,8 @@
 package loops
 
 import (
+	"time"
+
 	"github.com/orchestrd/orchestrd/api"
 )
 
@@ -33,6 +35,8 @@ type JobResult struct {
 	State    api.State
 	ExitCode *int32
 	Error    string // the job's error (a timeout, a lost runner)
+	// Duration is how long the job ran.
+	Duration time.Duration
 	// Tail is the last bytes of the job's output, at most MaxFeedback.
 	Tail []byte
 }
@@ -109,8 +113,9 @@ type Git interface {
 	// RemoveWorktree removes the worktree dir of repo (what is in it is
 	// gone; its branch stays).
 	RemoveWorktree(repo, dir string) error
-	// DeleteBranch deletes a branch of repo.
-	DeleteBranch(repo, branch string) error
+	// DeleteBranch deletes a branch of repo; deleted is false when it was
+	// not there.
+	DeleteBranch(repo, branch string) (deleted bool, err error)
 	// Guard copies what of repo's git directory could make git run code
 	// (its config, hooks, info, worktrees' config.worktree); check puts
 	// back what changed since and names it (relative to the git

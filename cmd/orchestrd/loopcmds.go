@@ -369,7 +369,14 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	}
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
 	row("repo", l.Repo)
-	row("branch", l.Branch+" (from "+l.Base+")")
+	branch := l.Branch + " (from " + l.Base + ")"
+	switch {
+	case l.MergedInto != "":
+		branch += ", merged into " + l.MergedInto
+	case l.Status.Terminal():
+		branch += ", not merged: it holds the loop's work"
+	}
+	row("branch", branch)
 	if l.Worktree != "" {
 		wt := l.Worktree
 		if _, err := os.Lstat(wt); err != nil && os.IsNotExist(err) {

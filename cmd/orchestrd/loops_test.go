@@ -147,7 +147,7 @@ max_iterations = 5
 	if !it2.Passed || it2.Status != "passed" || it2.Commit == "" {
 		t.Fatalf("iteration 2: %+v", it2)
 	}
-	if !strings.Contains(got.Loop.Progress, "## Iteration 1 Failed\nneed two lines, have 1: MARK-FEEDBACK") {
+	if !strings.Contains(got.Loop.Progress, "\nOutput:\nneed two lines, have 1: MARK-FEEDBACK") {
 		t.Fatalf("progress: %q", got.Loop.Progress)
 	}
 	// The agent's prompts: the second carries the first's failure.
@@ -166,17 +166,18 @@ max_iterations = 5
 		t.Fatalf("second prompt:\n%s", p2)
 	}
 	// Committed on the loop's branch and merged into main (auto_merge).
-	if msg := git(t, repo, "log", "-1", "--format=%s", "loop/"+id); msg != "loop "+id+": iteration 2" {
+	if msg := git(t, repo, "log", "-1", "--format=%s", "main^2"); msg != "loop "+id+": iteration 2" {
 		t.Fatalf("the loop branch's last commit: %q", msg)
 	}
 	if out := git(t, repo, "show", "main:work.txt"); out != "line 1\nline 2" {
 		t.Fatalf("main's work.txt: %q", out)
 	}
-	// The worktree of an ended loop is gone; its branch stays.
+	// The worktree of an ended loop is gone, then its merged branch.
 	eventually(t, 10*time.Second, "worktree removed", func() bool {
 		_, err := os.Lstat(got.Loop.Worktree)
 		return os.IsNotExist(err)
 	})
+	d.waitEvent("loop.branch_deleted", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
 	// The events: the iteration results, the merge, the end.
 	d.waitEvent("loop.iteration", func(e map[string]any) bool { return e["id"] == id && e["passed"] == false })
 	d.waitEvent("loop.validation_failed", func(e map[string]any) bool { return e["id"] == id && e["reason"] == "exit_code" })
@@ -205,6 +206,40 @@ max_iterations = 5
 	}
 	if err := d.call("loop.get", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeNotFound {
 		t.Fatalf("loop.get of a deleted loop: %v", err)
+	}
+}
+
+// A validation that prints nothing and exits 3 is not an empty feedback:
+// the next prompt and the iteration's stored feedback (loop show) name
+// the command, its exit code, its duration and "(no output)".
+func TestLoopSilentValidationFeedback(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	cfg := loopAgent(t, prompts, `echo x >> work.txt`, `[loops.code]
+validation_command = "test -s nothing-here.txt || exit 3"
+max_iterations = 2
+`)
+	d := startDaemon(t, cfg)
+	id := d.createLoop(api.LoopCode, repo, "a silent failure")
+	got := d.waitLoop(id, api.LoopFailed, 60*time.Second)
+	if len(got.Iterations) != 2 {
+		t.Fatalf("loop: %+v", got)
+	}
+	p2, err := os.ReadFile(filepath.Join(prompts, id+"-2.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fb := range []string{string(p2), got.Iterations[0].Feedback} {
+		_, body, ok := strings.Cut(fb, "## Iteration 1 Failed\n")
+		if !ok || !strings.Contains(body, "The validation command failed: exit 3, after ") ||
+			!strings.Contains(body, "Command: test -s nothing-here.txt || exit 3\n") || !strings.Contains(body, "Output: (no output)\n") {
+			t.Fatalf("the feedback of a silent validation:\n%s", fb)
+		}
+	}
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exit 3, after") || !strings.Contains(string(out), "(no output)") {
+		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
 	}
 }
 
@@ -302,8 +337,8 @@ validation_command = "grep -q 'it 2' work.txt"
 		t.Fatal("a third iteration ran")
 	}
 	// The WIP: recovery commit holds what iteration 1 wrote.
-	if log := git(t, repo, "log", "--format=%s", "loop/"+id); !strings.Contains(log, "WIP: recovery") {
-		t.Fatalf("the loop branch's log:\n%s", log)
+	if log := git(t, repo, "log", "--format=%s", "main"); !strings.Contains(log, "WIP: recovery") {
+		t.Fatalf("the merged loop branch's log:\n%s", log)
 	}
 	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id && e["interrupted"] == true })
 	// The interrupted task ended daemon_lost, and was not run again.
@@ -391,6 +426,99 @@ func TestLoopPlanTree(t *testing.T) {
 	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
 }
 
+// runTree runs treeAgent's plan (auto_merge) to its merge into main: its
+// daemon, repository and root's id.
+func runTree(t *testing.T, loopsExtra string) (*testDaemon, string, string) {
+	t.Helper()
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, "auto_merge = true\n"+loopsExtra))
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
+	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
+	d.waitLoop(id, api.LoopComplete, 120*time.Second)
+	d.waitEvent("loop.merged", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
+	return d, repo, id
+}
+
+// No leftovers: once a tree merged, every loop/* branch is gone (each
+// deleted once its work was merged, loop.branch_deleted); keep_branches
+// keeps them; commit_artifacts = false merges the code without .loopr/,
+// the artifacts kept in the merged branch's history.
+func TestLoopLeftovers(t *testing.T) {
+	t.Parallel()
+	t.Run("deleted", func(t *testing.T) {
+		t.Parallel() // its own daemon, home and repository
+		d, repo, id := runTree(t, "")
+		eventuallyOr(t, 30*time.Second, "no loop/* branch", func() bool {
+			return git(t, repo, "branch", "--list", "loop/*") == ""
+		}, func() string { return git(t, repo, "branch", "--list", "loop/*") })
+		d.waitEvent("loop.branch_deleted", func(e map[string]any) bool {
+			return e["id"] == id && e["branch"] == "loop/"+id && e["into"] == "main"
+		})
+		d.waitEvent("loop.branch_deleted", func(e map[string]any) bool {
+			return e["id"] == api.ChildLoopID(id, 1) && e["into"] == "loop/"+id
+		})
+		files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+		if strings.Count(files, "code-") != 2 || strings.Count(files, ".loopr/plans/") != 1 || strings.Count(files, ".loopr/specs/") != 2 {
+			t.Fatalf("main:\n%s", files)
+		}
+		out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "merged into main") {
+			t.Fatalf("orchestrd loop show: %v\n%s", err, out)
+		}
+	})
+	t.Run("keep_branches", func(t *testing.T) {
+		t.Parallel()
+		d, repo, id := runTree(t, "keep_branches = true\n")
+		// Every loop of the tree: the plan, 2 specs, 2 phases, 2 code loops.
+		var list api.LoopListResult
+		d.mustCall("loop.list", nil, &list)
+		if len(list.Loops) != 7 {
+			t.Fatalf("loops: %+v", list.Loops)
+		}
+		eventually(t, 10*time.Second, "worktrees removed", func() bool {
+			_, err := os.Lstat(filepath.Join(repo, ".loopr", "worktrees", id))
+			return os.IsNotExist(err)
+		})
+		for _, l := range list.Loops {
+			if out := git(t, repo, "branch", "--list", l.Branch); out == "" {
+				t.Fatalf("%s's branch %s is gone", l.ID, l.Branch)
+			}
+		}
+		for _, e := range d.events() {
+			if e["kind"] == "loop.branch_deleted" {
+				t.Fatalf("keep_branches: %v", e)
+			}
+		}
+	})
+	t.Run("commit_artifacts_false", func(t *testing.T) {
+		t.Parallel()
+		d, repo, id := runTree(t, "commit_artifacts = false\n")
+		files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+		if strings.Count(files, "code-") != 2 || strings.Contains(files, ".loopr") {
+			t.Fatalf("main:\n%s", files)
+		}
+		d.waitEvent("loop.artifacts_dropped", func(e map[string]any) bool {
+			return e["id"] == id && e["into"] == "main" && e["files"] == float64(5)
+		})
+		// The artifacts stay in the merged branch's history: the commit
+		// before the one that dropped them.
+		if msg := git(t, repo, "log", "-1", "--format=%s", "main^2"); !strings.Contains(msg, ".loopr/ artifacts left out of main") {
+			t.Fatalf("main^2: %q", msg)
+		}
+		if kept := git(t, repo, "ls-tree", "-r", "--name-only", "main^2^"); strings.Count(kept, ".loopr/") != 5 {
+			t.Fatalf("main^2^:\n%s", kept)
+		}
+		eventuallyOr(t, 30*time.Second, "no loop/* branch", func() bool {
+			return git(t, repo, "branch", "--list", "loop/*") == ""
+		}, func() string { return git(t, repo, "branch", "--list", "loop/*") })
+	})
+}
+
 // plan.iterate runs the plan again with the feedback; plan.reject ends it
 // failed.
 func TestLoopPlanIterateReject(t *testing.T) {
@@ -457,6 +585,18 @@ while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
 		t.Fatalf("main's README: %q", out)
 	}
 	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
+	// Not merged: the branch stays, and loop show says it holds the work.
+	eventually(t, 10*time.Second, "worktree removed", func() bool {
+		_, err := os.Lstat(got.Loop.Worktree)
+		return os.IsNotExist(err)
+	})
+	if out := git(t, repo, "branch", "--list", "loop/"+id); out == "" {
+		t.Fatal("the unmerged branch was deleted")
+	}
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "loop/"+id+" (from main), not merged: it holds the loop's work") {
+		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
+	}
 }
 
 // pause lets the running iteration finish (its result kept) and starts no

@@ -119,3 +119,17 @@ func ReadBeneath(worktree, rel string, max int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// RemoveBeneath removes the file rel beneath worktree without following
+// links (supervisor/beneath); one that is not there is not an error.
+func RemoveBeneath(worktree, rel string) error {
+	d, err := beneath.OpenRoot(worktree, beneath.Options{})
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", rel, err)
+	}
+	defer d.Close()
+	if err := d.Remove(rel); err != nil && !beneath.IsNotExist(err) {
+		return fmt.Errorf("removing %s: %w", rel, err)
+	}
+	return nil
+}

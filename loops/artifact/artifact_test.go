@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -322,5 +323,71 @@ func TestFeedback(t *testing.T) {
 	}
 	if n := len(strings.TrimPrefix(body, "[... 3813 bytes of output cut ...]\n")); n > MaxFeedback+3 {
 		t.Fatalf("kept %d bytes", n)
+	}
+}
+
+// A failed validation's feedback is never only its heading: it names the
+// command, its exit code (or how it ended), its duration and its
+// output's tail, "(no output)" when it printed nothing, within bounds.
+func TestValidationFeedback(t *testing.T) {
+	three := int32(3)
+	got := ValidationFeedback(2, Validation{Command: "make check", ExitCode: &three, Duration: 1204*time.Millisecond + 300*time.Microsecond})
+	if want := "\n---\n## Iteration 2 Failed\nThe validation command failed: exit 3, after 1.204s.\nCommand: make check\nOutput: (no output)\n"; got != want {
+		t.Fatalf("no output:\n%q\nwant\n%q", got, want)
+	}
+	got = ValidationFeedback(1, Validation{Note: "1 tool use of the agent was denied.\n", Command: "go vet ./...\ngo test ./...",
+		Ended: "killed at its 5m0s timeout\nsecond line", Duration: 5 * time.Minute, Output: []byte("FAIL: TestX")})
+	if want := "\n---\n## Iteration 1 Failed\n1 tool use of the agent was denied.\n" +
+		"The validation command failed: killed at its 5m0s timeout, after 5m0s.\nCommand: go vet ./...\n    go test ./...\nOutput:\nFAIL: TestX\n"; got != want {
+		t.Fatalf("timeout:\n%q\nwant\n%q", got, want)
+	}
+	// Bounded: a long command is cut, the output keeps its tail.
+	got = ValidationFeedback(1, Validation{Command: strings.Repeat("é", MaxCommand), ExitCode: &three,
+		Output: append(bytes.Repeat([]byte("x"), 3*MaxFeedback), "END"...)})
+	if len(got) > MaxFeedback+MaxCommand+300 || !strings.Contains(got, " bytes cut]\n") || !strings.HasSuffix(got, "xEND\n") ||
+		!strings.Contains(got, "Output:\n[... 16387 bytes of output cut ...]\n") || !utf8.ValidString(got) {
+		t.Fatalf("bounds: %d bytes %q...%q", len(got), got[:200], got[len(got)-40:])
+	}
+	// The plain feedback of a failure with nothing to say.
+	if got := Feedback(4, nil); got != "\n---\n## Iteration 4 Failed\n(no output)\n" {
+		t.Fatalf("empty: %q", got)
+	}
+}
+
+// RemoveBeneath removes an artifact, passes over one not there, and never
+// removes through a link the agent left on the way (commit_artifacts =
+// false drops a tree's artifacts from a worktree an agent wrote).
+func TestRemoveBeneath(t *testing.T) {
+	wt, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(wt, ".loopr", "plans"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(wt, ".loopr", "plans", "001-x.plan.md")
+	if err := os.WriteFile(plan, []byte("# Plan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/plans/001-x.plan.md"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(plan); !os.IsNotExist(err) {
+		t.Fatalf("the artifact is still there: %v", err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/plans/001-x.plan.md"); err != nil {
+		t.Fatalf("an artifact not there: %v", err)
+	}
+	// .loopr/specs is a link to a directory outside: refused, the file
+	// there kept.
+	victim := filepath.Join(outside, "001-s.spec.md")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(wt, ".loopr", "specs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveBeneath(wt, ".loopr/specs/001-s.spec.md"); err == nil || !errors.Is(err, beneath.ErrRefused) {
+		t.Fatalf("through a link: %v", err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("the file beyond the link: %v", err)
 	}
 }

@@ -2,8 +2,10 @@ package artifact
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -102,6 +104,23 @@ func FuzzFeedback(f *testing.F) {
 		fb := Feedback(n, out)
 		if !utf8.ValidString(fb) || len(fb) > 3*MaxFeedback+200 || !strings.HasSuffix(fb, "\n") {
 			t.Fatalf("Feedback: %d bytes", len(fb))
+		}
+	})
+}
+
+// ValidationFeedback is valid UTF-8, bounded, names its command's start
+// and ends with the output's tail or "(no output)".
+func FuzzValidationFeedback(f *testing.F) {
+	f.Add(1, "make check", int32(3), int64(1500), "", []byte("x"))
+	f.Add(2, strings.Repeat("é", 800)+"\xff", int32(-1), int64(-5), "timed out\nafter", []byte(strings.Repeat("é", 5000)+"\xff"))
+	f.Fuzz(func(t *testing.T, n int, cmd string, code int32, ms int64, ended string, out []byte) {
+		fb := ValidationFeedback(n, Validation{Command: cmd, ExitCode: &code, Ended: ended, Duration: time.Duration(ms) * time.Millisecond, Output: out})
+		if !utf8.ValidString(fb) || len(fb) > 3*(MaxFeedback+2*MaxCommand)+300 || !strings.HasSuffix(fb, "\n") ||
+			!strings.Contains(fb, "exit "+strconv.Itoa(int(code))) {
+			t.Fatalf("ValidationFeedback: %d bytes", len(fb))
+		}
+		if len(out) == 0 && !strings.HasSuffix(fb, "Output: (no output)\n") {
+			t.Fatalf("no output: %q", fb)
 		}
 	})
 }

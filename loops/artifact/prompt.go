@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -262,10 +263,88 @@ const MaxFeedback = 8 << 10
 // Feedback is what a failed iteration adds to the loop's progress:
 // "\n---\n## Iteration N Failed\n<output>\n", the output's last 8 KiB
 // (from a character's start), invalid UTF-8 replaced, and a line saying
-// how much was cut before it when it was.
+// how much was cut before it when it was; "(no output)" when there is none.
 func Feedback(iteration int, output []byte) string {
 	var b strings.Builder
-	b.WriteString("\n---\n## Iteration " + strconv.Itoa(iteration) + " Failed\n")
+	b.WriteString(failedHeading(iteration))
+	writeTail(&b, output)
+	return b.String()
+}
+
+// MaxCommand is how much of a validation command its feedback names.
+const MaxCommand = 1 << 10
+
+// Validation is how an iteration's validation command failed.
+type Validation struct {
+	// Note comes first: what else the iteration did wrong (the agent's
+	// refused tool uses), "" for none.
+	Note string
+	// Command is the validation command (run by sh -c).
+	Command string
+	// ExitCode is its exit code; nil when it did not exit (Ended says how).
+	ExitCode *int32
+	// Ended says how a command that did not exit ended ("killed at its
+	// 5m0s timeout", "the job ended failed: runner lost"), "" for none.
+	Ended string
+	// Duration is how long it ran.
+	Duration time.Duration
+	// Output is its output's tail.
+	Output []byte
+}
+
+// ValidationFeedback is what a failed validation adds to the loop's
+// progress, never only a heading: the command, how it ended (its exit
+// code), how long it ran and its output's tail as Feedback keeps it, or
+// "(no output)":
+//
+//	## Iteration 2 Failed
+//	The validation command failed: exit 3, after 1.204s.
+//	Command: make check
+//	Output: (no output)
+func ValidationFeedback(iteration int, v Validation) string {
+	var b strings.Builder
+	b.WriteString(failedHeading(iteration))
+	if v.Note != "" {
+		b.WriteString(strings.ToValidUTF8(boundHead(v.Note, MaxCommand), "\uFFFD"))
+		if !strings.HasSuffix(v.Note, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	var how []string
+	if v.ExitCode != nil {
+		how = append(how, "exit "+strconv.Itoa(int(*v.ExitCode)))
+	}
+	if v.Ended != "" {
+		how = append(how, strings.ToValidUTF8(firstLineOf(v.Ended, 300), "\uFFFD"))
+	}
+	if len(how) == 0 {
+		how = append(how, "no exit code")
+	}
+	b.WriteString("The validation command failed: " + strings.Join(how, ", ") +
+		", after " + v.Duration.Round(time.Millisecond).String() + ".\n")
+	cmd := strings.ToValidUTF8(boundHead(strings.TrimRight(v.Command, "\n"), MaxCommand), "\uFFFD")
+	b.WriteString("Command: " + strings.ReplaceAll(cmd, "\n", "\n    ") + "\n")
+	if len(v.Output) == 0 {
+		b.WriteString("Output: (no output)\n")
+		return b.String()
+	}
+	b.WriteString("Output:\n")
+	writeTail(&b, v.Output)
+	return b.String()
+}
+
+func failedHeading(iteration int) string {
+	return "\n---\n## Iteration " + strconv.Itoa(iteration) + " Failed\n"
+}
+
+// writeTail writes output's last MaxFeedback bytes (from a character's
+// start, invalid UTF-8 replaced) and a newline, after a line saying how
+// much was cut when it was; "(no output)" for none.
+func writeTail(b *strings.Builder, output []byte) {
+	if len(output) == 0 {
+		b.WriteString("(no output)\n")
+		return
+	}
 	if len(output) > MaxFeedback {
 		cut := len(output) - MaxFeedback
 		for k := 0; k < utf8.UTFMax && cut < len(output) && !utf8.RuneStart(output[cut]); k++ {
@@ -276,5 +355,22 @@ func Feedback(iteration int, output []byte) string {
 	}
 	b.WriteString(strings.ToValidUTF8(string(output), "\uFFFD"))
 	b.WriteString("\n")
-	return b.String()
+}
+
+// boundHead keeps s's first max bytes (to a character's start), saying
+// how much was cut.
+func boundHead(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	end := max
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + " [... " + strconv.Itoa(len(s)-end) + " bytes cut]"
+}
+
+func firstLineOf(s string, max int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return boundHead(s, max)
 }
