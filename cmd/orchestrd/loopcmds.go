@@ -247,16 +247,16 @@ orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
 ID is a loop's id or a unique start of it. plan creates a plan loop for
 TEXT in the git repository --repo (default: the one the current directory
 is in; outside one, the daemon's [loops] repo) from --base (default: its
-current branch) and prints its id; code creates a single code loop (an agent writing code in a
-worktree until [loops.code] validation_command passes); --max-cost fails
-it budget_exceeded once its agents' tasks (its children's too) cost more
-(default: [loops] max_cost_usd). show prints a loop's record and each iteration: its result
-and the feedback the next was given. start starts a pending loop; pause lets
-the running iteration finish and starts no new one; resume goes on; cancel
-stops its agent and validation job at once, and every loop under it, and
-prints the loops it cancelled; rm
-deletes a loop that is not running, its worktree, branch and the loops under
-it.`
+current branch) and prints its id; code creates a single code loop (an
+agent writing code in a worktree until [loops.code] validation_command
+passes); --max-cost fails it budget_exceeded once its agents' tasks (its
+children's too) cost more (default: [loops] max_cost_usd). show prints a
+loop's record and each iteration: its result and the feedback the next
+was given. start starts a pending loop; pause lets the running iteration
+finish and starts no new one; resume goes on; cancel stops its agent and
+validation job at once, and every loop under it, and prints the loops it
+cancelled; rm deletes a loop that is not running, its worktree, branch and
+the loops under it.`
 
 func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("loop")
