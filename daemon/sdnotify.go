@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes"
 )
 
@@ -92,7 +93,7 @@ func servingStatus(names []string, cfgs map[string]lanes.LaneConfig) string {
 		}
 		runners += l.Runners
 	}
-	return fmt.Sprintf("STATUS=serving %s (%s), %s", plural(len(names), "lane"), strings.Join(names, ", "), plural(runners, "runner"))
+	return fmt.Sprintf("STATUS=serving %s (%s), %s", api.Count(len(names), "lane"), strings.Join(names, ", "), api.Count(runners, "runner"))
 }
 
 // stoppingStatus is the STATUS= line of a daemon that stops: "stopping:
@@ -104,11 +105,4 @@ func stoppingStatus(sig os.Signal, why string) string {
 		}
 	}
 	return "STATUS=stopping: " + why
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -89,7 +89,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 		return
 	}
 	if int(h.queued.Load()) >= h.cfg.QueueLimit {
-		call.Fail(api.Errorf(api.CodeQueueFull, "executor pool %s has %d tasks queued (queue_limit): task not accepted", h.name, h.cfg.QueueLimit))
+		call.Fail(api.Errorf(api.CodeQueueFull, "executor pool %s has %s queued (queue_limit): task not accepted", h.name, api.Count(h.cfg.QueueLimit, "task")))
 		return
 	}
 	resume := ""

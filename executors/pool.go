@@ -285,8 +285,8 @@ func (p *pool) crashed(c *actors.Context, uptime time.Duration) {
 		RestartsInWindow: d.RestartsInWindow, Policy: d.Reason})
 	if d.Degraded {
 		// A crash loop past max_r: the queued tasks would wait for ever.
-		msg := fmt.Sprintf("executor pool %s is crash-looping (%d restarts within %s)", p.ps.h.name,
-			d.RestartsInWindow, p.tracker.Policy().MaxT)
+		msg := fmt.Sprintf("executor pool %s is crash-looping (%s within %s)", p.ps.h.name,
+			api.Count(d.RestartsInWindow, "restart"), p.tracker.Policy().MaxT)
 		if w := p.ps.lastWords.Load(); w != nil {
 			msg += "; its last executor said: " + *w
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -66,12 +67,14 @@ func (m *Manager) owned(id string) (Cluster, bool) {
 	return c, c != nil && c.Owns(id)
 }
 
-// laneNames are the lanes an unknown lane's error lists.
-func (m *Manager) laneNames(c Cluster) []string {
-	if c == nil {
-		return m.names
+// laneNames are the lanes an unknown lane's error lists, as `orchestrd
+// lane token` lists them: "heavy, net, no-net".
+func (m *Manager) laneNames(c Cluster) string {
+	s := strings.Join(m.names, ", ")
+	if c != nil {
+		s += " (and the fleet's shared lanes)"
 	}
-	return append(append([]string(nil), m.names...), "(and the fleet's shared lanes)")
+	return s
 }
 
 // checkSpec refuses what no lane could run, naming the problem.

@@ -306,7 +306,7 @@ func (m *Manager) submitAs(id string, spec api.JobSpec, who string, answer func(
 		return
 	}
 	if !ok {
-		reply("", api.Errorf(api.CodeNotFound, "unknown lane %q (lanes: %v)", spec.Lane, m.laneNames(c)))
+		reply("", api.Errorf(api.CodeNotFound, "unknown lane %q; the daemon's lanes are %s", spec.Lane, m.laneNames(c)))
 		return
 	}
 	if e := checkSpec(&spec); e != nil {
@@ -335,7 +335,7 @@ func (m *Manager) submitAs(id string, spec api.JobSpec, who string, answer func(
 		h.pending.Add(-1)
 		m.sh.bus.Emit(JobRejected{Lane: spec.Lane, Reason: "queue_full"})
 		reply("", &api.Error{Code: api.CodeQueueFull,
-			Message: fmt.Sprintf("lane %s queue is full (%d jobs waiting, queue_limit %d)", spec.Lane, n-1, h.cfg.QueueLimit)})
+			Message: fmt.Sprintf("lane %s queue is full (%s waiting, queue_limit %d)", spec.Lane, api.Count(int(n-1), "job"), h.cfg.QueueLimit)})
 		return
 	}
 	if id == "" {

@@ -129,7 +129,7 @@ func TestLaneMethods(t *testing.T) {
 		msg    string
 	}{
 		{"submit unknown field", "job.submit", map[string]any{"argv": []string{"x"}, "nope": 1}, api.CodeInvalidParams, unknownField.Message},
-		{"submit unknown lane", "job.submit", api.JobSpec{Lane: "moon", Argv: []string{"x"}}, api.CodeNotFound, `unknown lane "moon" (lanes: [idle no-net])`},
+		{"submit unknown lane", "job.submit", api.JobSpec{Lane: "moon", Argv: []string{"x"}}, api.CodeNotFound, `unknown lane "moon"; the daemon's lanes are idle, no-net`},
 		{"submit nothing to run", "job.submit", api.JobSpec{}, api.CodeInvalidParams, "job needs command or argv"},
 		{"submit wrong type", "job.submit", map[string]any{"argv": "x"}, api.CodeInvalidParams, "argv"},
 		{"submit bad env", "job.submit", api.JobSpec{Argv: []string{"x"}, Env: map[string]string{"A=B": "c"}}, api.CodeInvalidParams, `env key "A=B" contains '='`},

@@ -76,7 +76,7 @@ func (m *Manager) Recover(ctx context.Context) (Recovery, error) {
 	}
 	if len(failed) > 0 {
 		if err := m.sh.jobs.FinishAll(ctx, failed); err != nil {
-			return r, fmt.Errorf("recording the %d jobs the last daemon left dispatched or running as failed: %w", len(failed), err)
+			return r, fmt.Errorf("recording the %s the last daemon left dispatched or running as failed: %w", api.Count(len(failed), "job"), err)
 		}
 	}
 	for _, e := range events {

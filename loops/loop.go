@@ -364,8 +364,8 @@ func (l *loop) checkGit(c *actors.Context, after string, next func(c *actors.Con
 		if after == "validation" {
 			who = "the validation command"
 		}
-		l.it.Feedback = fmt.Sprintf("%s changed the repository's git directory (%d paths: its config, hooks or info), "+
-			"which runs code on the next git command; it was put back as it was before the iteration", who, len(changed))
+		l.it.Feedback = fmt.Sprintf("%s changed the repository's git directory (%s: its config, hooks or info), "+
+			"which runs code on the next git command; it was put back as it was before the iteration", who, api.Count(len(changed), "path"))
 		l.fail(c, api.LoopErrGitTampered, l.it.Feedback)
 	})
 }
@@ -602,7 +602,7 @@ func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) 
 		JobID: it.JobID, TaskID: it.TaskID, FeedbackBytes: len(fb)})
 	l.m.bus.Emit(LoopIterationEnded{ID: l.rec.ID, Iteration: it.Iteration, Status: "failed", Passed: false})
 	if it.Iteration >= l.rec.MaxIterations {
-		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("validation did not pass in %d iterations", l.rec.MaxIterations))
+		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("validation did not pass in %s", api.Count(int(l.rec.MaxIterations), "iteration")))
 		return
 	}
 	l.persist(c, false, func(c *actors.Context) {

@@ -154,7 +154,7 @@ func TestStateTable(t *testing.T) {
 	}
 	for op, ok := range want {
 		for _, st := range api.LoopStatuses {
-			err := allowed(op, st)
+			err := allowed(op, "l-1", st)
 			yes := false
 			for _, s := range ok {
 				yes = yes || s == st
@@ -165,6 +165,8 @@ func TestStateTable(t *testing.T) {
 				t.Errorf("%s on %s: %v, want allowed", op, st, err)
 			case !yes && (!errors.As(err, &ae) || ae.Code != api.CodeInvalidState || !strings.Contains(err.Error(), string(st))):
 				t.Errorf("%s on %s: %v, want 1002 naming the status", op, st, err)
+			case !yes && (strings.Contains(err.Error(), "loop."+op) || !strings.Contains(err.Error(), "orchestrd loop ")):
+				t.Errorf("%s on %s: %q names a method, want the CLI's commands", op, st, err)
 			}
 		}
 	}

@@ -484,8 +484,8 @@ func (s *sup) control(c *actors.Context, msg control) {
 		return
 	}
 	st := n.rec.Status
-	if err := allowed(msg.op, st); err != nil {
-		msg.reply(nil, fmt.Errorf("loop %s: %w", msg.id, err))
+	if err := allowed(msg.op, msg.id, st); err != nil {
+		msg.reply(nil, err)
 		return
 	}
 	switch msg.op {
@@ -526,9 +526,11 @@ func (s *sup) control(c *actors.Context, msg control) {
 		// Answered once the loop and every live descendant have ended
 		// (each end committed and told to this supervisor first).
 		var targets []actors.Ref
+		cancelled := []string{msg.id} // the loop, then its live descendants
 		for _, id := range s.descendants(msg.id) {
 			if d := s.nodes[id]; !d.ref.IsZero() && !d.rec.Status.Terminal() {
 				targets = append(targets, d.ref)
+				cancelled = append(cancelled, id)
 			}
 		}
 		var left atomic.Int32
@@ -545,7 +547,7 @@ func (s *sup) control(c *actors.Context, msg control) {
 					msg.reply(nil, *e)
 					return
 				}
-				msg.reply(map[string]any{"cancelled": true, "descendants": len(targets)}, nil)
+				msg.reply(map[string]any{"cancelled": true, "descendants": len(targets), "loops": cancelled}, nil)
 			})
 		}
 		one := func() {
@@ -595,8 +597,9 @@ func (s *sup) control(c *actors.Context, msg control) {
 // ends before it answers.
 const cancelWait = 10 * time.Second
 
-// allowed is the state table: may op be done to a loop in status st?
-func allowed(op string, st api.LoopStatus) error {
+// allowed is the state table: may op be done to loop id in status st? If
+// not, the error says so in the CLI's words.
+func allowed(op, id string, st api.LoopStatus) error {
 	ok := false
 	switch op {
 	case "start":
@@ -613,9 +616,31 @@ func allowed(op string, st api.LoopStatus) error {
 		ok = true
 	}
 	if !ok {
-		return api.Errorf(api.CodeInvalidState, "loop.%s is not allowed on a %s loop", op, st)
+		return api.Errorf(api.CodeInvalidState, "loop %s: %s", id, notAllowed(op, id, st))
 	}
 	return nil
+}
+
+// notAllowed says that op cannot be done to loop id in status st in the
+// words of the CLI, with the commands that do apply: a person reads it
+// (loop.delete is `orchestrd loop rm`).
+func notAllowed(op, id string, st api.LoopStatus) string {
+	cmd := op
+	if op == "delete" {
+		cmd = "rm"
+	}
+	s := fmt.Sprintf("orchestrd loop %s does not apply to a %s loop", cmd, st)
+	switch {
+	case st.Terminal():
+		return s + fmt.Sprintf(": it has ended (orchestrd loop show %s says how; orchestrd loop rm %s deletes it)", id, id)
+	case st == api.LoopRunning || st == api.LoopRebasing:
+		return s + fmt.Sprintf(" (orchestrd loop pause %s lets its iteration finish; orchestrd loop cancel %s stops it now)", id, id)
+	case st == api.LoopPaused:
+		return s + fmt.Sprintf(" (orchestrd loop resume %s goes on; orchestrd loop cancel %s ends it)", id, id)
+	case st == api.LoopPending:
+		return s + fmt.Sprintf(" (orchestrd loop start %s starts it)", id)
+	}
+	return s
 }
 
 // deleteLoops removes the loops' worktrees and branches, then their

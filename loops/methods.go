@@ -171,7 +171,7 @@ func (m *Manager) create(call api.Call, lt api.LoopType, p api.LoopCreatePlanPar
 		repo = m.cfg.Repo
 	}
 	if repo == "" {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "%s: repo is missing and [loops] repo is not set", call.Method()))
+		call.Fail(api.Errorf(api.CodeInvalidParams, "no repository for the loop: give one (orchestrd loop plan|code --repo DIR, or run it inside a git repository) or set [loops] repo"))
 		return
 	}
 	if !filepath.IsAbs(repo) {

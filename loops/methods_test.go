@@ -27,7 +27,7 @@ func TestMethodErrors(t *testing.T) {
 		{"loop.list", map[string]any{"cursor": "x"}, api.CodeInvalidParams, "cursor"},
 		{"loop.list", map[string]any{"bogus": 1}, api.CodeInvalidParams, "bogus"},
 		{"loop.create_plan", map[string]any{"description": " "}, api.CodeInvalidParams, "description is empty"},
-		{"loop.create_plan", map[string]any{"description": "x"}, api.CodeInvalidParams, "repo is missing"},
+		{"loop.create_plan", map[string]any{"description": "x"}, api.CodeInvalidParams, "set [loops] repo"},
 		{"loop.create_plan", map[string]any{"description": "x", "repo": "rel/dir"}, api.CodeInvalidParams, "absolute"},
 		{"loop.create_plan", map[string]any{"description": "x", "repo": h.repo}, api.CodeInvalidParams, "not a git repository"},
 		{"loop.create_plan", map[string]any{"description": "x", "repo": h.repo, "base": "--force"}, api.CodeInvalidParams, "not a branch name"},

@@ -126,7 +126,7 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 			next = cmdLine(slices.Concat([]string{"approvals"}, opt("--home", *home), []string{"--all", "--limit",
 				strconv.Itoa(min(10*n, approvals.MaxListLimit))}, opt("--source", *source), optIf("--json", *asJSON))...)
 		}
-		defer moreHint(stderr, len(res.Approvals), "approvals", next)
+		defer moreHint(stderr, len(res.Approvals), "approval", next)
 	}
 	if *asJSON {
 		return printList(stdout, stderr, "approvals", res.Approvals, listCut{truncated: res.Truncated})
@@ -368,6 +368,11 @@ func resolveCmd(home string, params map[string]any, stdout, stderr io.Writer) in
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, params["id"].(string), approvalIDs)
+	if !ok {
+		return exitFailure
+	}
+	params["id"] = id
 	var res struct {
 		Approval api.Approval `json:"approval"`
 	}

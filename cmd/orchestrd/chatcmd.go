@@ -189,7 +189,7 @@ func (s *chatSession) event(ev wire.Event) {
 	}
 	if ev.Event == "events.dropped" {
 		s.endLine()
-		fmt.Fprintf(s.stderr, "orchestrd: %d events dropped: the reply shown may miss parts (orchestrd session shows it whole)\n", d.Dropped)
+		fmt.Fprintf(s.stderr, "orchestrd: %s dropped: the reply shown may miss parts (orchestrd session shows it whole)\n", api.Count(int(d.Dropped), "event"))
 		return
 	}
 	if s.streaming == "" || d.MessageID != s.streaming {

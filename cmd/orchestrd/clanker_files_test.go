@@ -234,7 +234,7 @@ func TestClankerLinksOutOfClanker(t *testing.T) {
 	}
 	sameOutside(t, "links in .clanker", before, snapshot(t, outside))
 	out, code := clankerCLI(t, d.home, "clanker")
-	if code != 0 || !strings.Contains(out, "REFUSED "+filepath.Join(clk, "events.log")+" is a symbolic link") || !strings.Contains(out, "lines committed and not yet in their files") {
+	if code != 0 || !strings.Contains(out, "REFUSED "+filepath.Join(clk, "events.log")+" is a symbolic link") || !strings.Contains(out, "committed and not yet in their files") {
 		t.Errorf("orchestrd clanker (%d) does not show the refusals:\n%s", code, out)
 	}
 	// state.json's link was replaced by the daemon's own file, not

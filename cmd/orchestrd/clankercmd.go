@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/spool"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 const clankerUsage = `orchestrd clanker [--home DIR] [repos] [--json]
@@ -115,7 +117,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "  REFUSED %s %s: neither read nor written until it is a plain file (or directory) of this user\n", f.Path, f.Reason)
 		}
 		if r.OutboxPending > 0 {
-			fmt.Fprintf(stdout, "  waiting %d lines committed and not yet in their files\n", r.OutboxPending)
+			fmt.Fprintf(stdout, "  waiting %s committed and not yet in their files\n", api.Count(r.OutboxPending, "line"))
 		}
 		if len(r.Pods) > 0 {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

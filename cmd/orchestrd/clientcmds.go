@@ -421,7 +421,7 @@ func (r *jobFollower) completeOutput(rec api.JobRecord) {
 	}
 	var why string
 	if r.dropped > 0 {
-		why = fmt.Sprintf(": the daemon dropped %d events because this client fell behind", r.dropped)
+		why = fmt.Sprintf(": the daemon dropped %s because this client fell behind", api.Count(int(r.dropped), "event"))
 	}
 	fmt.Fprintf(r.stderr, "orchestrd: output of job %s is incomplete: %d of %d bytes reached this client%s\n",
 		rec.ID, r.received, rec.OutputBytes, why)
@@ -533,7 +533,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		// The command that prints the next page: this one with its cursor.
 		next := slices.Concat([]string{"jobs"}, opt("--home", *home), opt("--state", *state), opt("--lane", *lane),
 			opt("--since", *since), []string{"--limit", strconv.Itoa(limit), "--cursor", res.NextCursor}, optIf("--json", *asJSON))
-		defer moreHint(stderr, len(res.Jobs), "jobs", cmdLine(next...))
+		defer moreHint(stderr, len(res.Jobs), "job", cmdLine(next...))
 	}
 	if *asJSON {
 		return printList(stdout, stderr, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor})
@@ -645,12 +645,15 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, cancelUsage, stderr, "want exactly one job ID")
 	}
-	id := fs.Arg(0)
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
+	if !ok {
+		return exitFailure
+	}
 	var res struct {
 		WasRunning bool `json:"was_running"`
 	}
@@ -716,9 +719,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	tw.Flush()
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LANE\tNETWORK\tSLOTS\tQUEUED\tRUNNING\tDEGRADED")
+	// SLOTS as run counts them: in use of the serving runners' slots.
+	fmt.Fprintln(tw, "LANE\tNETWORK\tSLOTS IN USE\tQUEUED\tRUNNING\tDEGRADED")
 	for _, l := range ls.Lanes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", l.Name, dash(l.Network), l.Slots, l.Queued, l.Running, yesNo(l.Degraded))
+		busy, total := laneSlots(l)
+		fmt.Fprintf(tw, "%s\t%s\t%d of %d\t%d\t%d\t%s\n", l.Name, dash(l.Network), busy, total, l.Queued, l.Running, yesNo(l.Degraded))
 	}
 	tw.Flush()
 	fmt.Fprintln(stdout)

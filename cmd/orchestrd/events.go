@@ -21,6 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 const eventsName = "orchestrd events"
@@ -295,7 +297,7 @@ func runEvents(ctx context.Context, args []string, home string, stdout, stderr i
 		if stats.Matched == 0 {
 			hidden := ""
 			if stats.Excluded > 0 {
-				hidden = fmt.Sprintf("; %d connection events not shown, --kind 'conn.*' shows them", stats.Excluded)
+				hidden = fmt.Sprintf("; %s not shown, --kind 'conn.*' shows them", api.Count(int(stats.Excluded), "connection event"))
 			}
 			fmt.Fprintf(stderr, "%s: no matching events (%d read from %s%s)\n", eventsName, stats.Lines, path, hidden)
 		}

@@ -589,7 +589,7 @@ func TestPromptCLI(t *testing.T) {
 		t.Fatalf("tasks: exit %d\n%s", code, out)
 	}
 	_, errs, code = run("stop", "t-nope")
-	if code == 0 || !strings.Contains(errs, "no task t-nope") {
+	if code == 0 || !strings.Contains(errs, `no task has an id that starts with "t-nope"`) {
 		t.Fatalf("stop of an unknown task: exit %d, stderr %q", code, errs)
 	}
 }

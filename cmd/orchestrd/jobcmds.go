@@ -50,10 +50,14 @@ func cmdJob(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, pos[0], jobIDs)
+	if !ok {
+		return exitFailure
+	}
 	var res struct {
 		Job api.JobRecord `json:"job"`
 	}
-	if err := call(c, "job.get", map[string]any{"id": pos[0]}, &res); err != nil {
+	if err := call(c, "job.get", map[string]any{"id": id}, &res); err != nil {
 		return callErr(stderr, err)
 	}
 	if *asJSON {
@@ -77,6 +81,15 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 		state += ", killed by " + j.Signal
 	}
 	row("state", state)
+	switch j.StoppedBy {
+	case "sigterm":
+		row("stopped by", "SIGTERM (it ended within its kill grace)")
+	case "sigkill":
+		row("stopped by", "SIGKILL (its kill grace ran out, was 0, or the cancel was forced)")
+	case "":
+	default:
+		row("stopped by", printable(j.StoppedBy))
+	}
 	row("lane", j.Lane)
 	if j.Node != "" {
 		row("node", j.Node)
@@ -294,12 +307,15 @@ func cmdWait(args []string, stdout, stderr io.Writer) int {
 	if len(pos) != 1 {
 		return usageError(fs, waitUsage, stderr, "want exactly one job ID")
 	}
-	id := pos[0]
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, pos[0], jobIDs)
+	if !ok {
+		return exitFailure
+	}
 	params := map[string]any{"id": id}
 	if *timeout > 0 {
 		params["timeout_ms"] = max(1, timeout.Milliseconds())

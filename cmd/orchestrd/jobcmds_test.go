@@ -56,7 +56,7 @@ func TestJobCommandShowsTheRecord(t *testing.T) {
 	}
 	d.mustCall("job.cancel", map[string]any{"id": running}, nil)
 
-	if _, errOut, code := runCLI(t, "job", "--home", d.home, "j-nope-1"); code != exitFailure || !strings.Contains(errOut, "j-nope-1 not found") {
+	if _, errOut, code := runCLI(t, "job", "--home", d.home, "j-nope-1"); code != exitFailure || !strings.Contains(errOut, `no job has an id that starts with "j-nope-1"`) {
 		t.Fatalf("job of an unknown id: exit %d, stderr %q", code, errOut)
 	}
 	if _, errOut, code := runCLI(t, "job", "--home", d.home); code != exitUsage || !strings.Contains(errOut, "job ID") {
@@ -118,7 +118,7 @@ func TestWaitCommandExitsWithTheJobs(t *testing.T) {
 		t.Fatalf("wait --json printed %q (%v)", wout.String(), err)
 	}
 
-	if _, errOut, code := runCLI(t, "wait", "--home", d.home, "j-nope-1"); code != exitFailure || !strings.Contains(errOut, `no job "j-nope-1"`) {
+	if _, errOut, code := runCLI(t, "wait", "--home", d.home, "j-nope-1"); code != exitFailure || !strings.Contains(errOut, `no job has an id that starts with "j-nope-1"`) {
 		t.Fatalf("wait for an unknown id: exit %d, stderr %q", code, errOut)
 	}
 }

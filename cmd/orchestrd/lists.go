@@ -8,6 +8,8 @@ import (
 	"io"
 	"reflect"
 	"strings"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // listCut says how a list was cut: truncated when there are more than it
@@ -38,12 +40,12 @@ func printList(stdout, stderr io.Writer, things string, items any, cut listCut) 
 
 // moreHint says on stderr, in one line, that a list was cut after n
 // things, and the command that shows more (none when next is "").
-func moreHint(stderr io.Writer, n int, things, next string) {
+func moreHint(stderr io.Writer, n int, noun, next string) {
 	if next == "" {
-		fmt.Fprintf(stderr, "orchestrd: %d %s shown, there are more\n", n, things)
+		fmt.Fprintf(stderr, "orchestrd: %s shown, there are more\n", api.Count(n, noun))
 		return
 	}
-	fmt.Fprintf(stderr, "orchestrd: %d %s shown, there are more: %s\n", n, things, next)
+	fmt.Fprintf(stderr, "orchestrd: %s shown, there are more: %s\n", api.Count(n, noun), next)
 }
 
 // cmdLine is a command line for a person to copy: orchestrd, then the

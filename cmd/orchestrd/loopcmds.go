@@ -81,7 +81,7 @@ func cmdLoops(args []string, stdout, stderr io.Writer) int {
 		}
 		drawLoops(stdout, loops)
 		if cut {
-			moreHint(stderr, len(loops), "loops", "")
+			moreHint(stderr, len(loops), "loop", "")
 		}
 		return exitOK
 	}
@@ -244,22 +244,24 @@ const loopUsage = `orchestrd loop plan|code [--home DIR] [--repo DIR] [--base BR
 orchestrd loop show [--home DIR] [--json] ID
 orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
 
-plan creates a plan loop for TEXT in the git repository --repo (default:
-the current directory's) from --base (default: its current branch) and
-prints its id; code creates a single code loop (an agent writing code in a
-worktree until [loops.code] validation_command passes); --max-cost fails
-it budget_exceeded once its agents' tasks (its children's too) cost more
-(default: [loops] max_cost_usd). show prints a loop's record and each iteration: its result
-and the feedback the next was given. start starts a pending loop; pause lets
-the running iteration finish and starts no new one; resume goes on; cancel
-stops its agent and validation job at once, and every loop under it; rm
-deletes a loop that is not running, its worktree, branch and the loops under
-it.`
+ID is a loop's id or a unique start of it. plan creates a plan loop for
+TEXT in the git repository --repo (default: the one the current directory
+is in; outside one, the daemon's [loops] repo) from --base (default: its
+current branch) and prints its id; code creates a single code loop (an
+agent writing code in a worktree until [loops.code] validation_command
+passes); --max-cost fails it budget_exceeded once its agents' tasks (its
+children's too) cost more (default: [loops] max_cost_usd). show prints a
+loop's record and each iteration: its result and the feedback the next
+was given. start starts a pending loop; pause lets the running iteration
+finish and starts no new one; resume goes on; cancel stops its agent and
+validation job at once, and every loop under it, and prints the loops it
+cancelled; rm deletes a loop that is not running, its worktree, branch and
+the loops under it.`
 
 func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("loop")
 	home := homeFlag(fs)
-	repo := fs.String("repo", "", "plan: the git repository `DIR` (default: the current directory's)")
+	repo := fs.String("repo", "", "plan, code: the git repository `DIR` (default: the current directory's, else [loops] repo)")
 	base := fs.String("base", "", "plan: the `BRANCH` the plan starts from and merges into (default: the repo's current branch)")
 	asJSON := fs.Bool("json", false, "show: print the record and iterations as JSON")
 	maxCost := fs.Float64("max-cost", 0, "plan, code: fail the loop once its agents' tasks cost more than `USD` dollars")
@@ -290,14 +292,18 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	}
 	var p api.LoopCreatePlanParams
 	if creates {
-		dir := *repo
-		if dir == "" {
-			dir = "."
-		}
-		top, err := filepath.Abs(dir)
-		if err != nil {
-			fmt.Fprintf(stderr, "orchestrd: --repo: %v\n", err)
-			return exitFailure
+		top := ""
+		if *repo != "" {
+			abs, err := filepath.Abs(*repo)
+			if err != nil {
+				fmt.Fprintf(stderr, "orchestrd: --repo: %v\n", err)
+				return exitFailure
+			}
+			top = abs
+		} else {
+			// The git repository the current directory is in; outside
+			// one, none: the daemon's [loops] repo.
+			top = enclosingRepo()
 		}
 		p = api.LoopCreatePlanParams{Description: strings.Join(rest, " "), Repo: top, Base: *base, MaxCostUSD: *maxCost}
 	}
@@ -321,9 +327,15 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, res.ID)
 		return exitOK
+	}
+	id, ok := resolveArg(c, stderr, rest[0], loopIDs)
+	if !ok {
+		return exitFailure
+	}
+	switch sub {
 	case "show":
 		var res api.LoopGetResult
-		if err := call(c, "loop.get", map[string]any{"id": rest[0]}, &res); err != nil {
+		if err := call(c, "loop.get", map[string]any{"id": id}, &res); err != nil {
 			return callErr(stderr, err)
 		}
 		if *asJSON {
@@ -335,17 +347,59 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	method := map[string]string{"start": "loop.start", "pause": "loop.pause", "resume": "loop.resume",
 		"cancel": "loop.cancel", "rm": "loop.delete"}[sub]
 	var res struct {
-		Loop *api.LoopRecord `json:"loop"`
+		Loop  *api.LoopRecord `json:"loop"`
+		Loops []string        `json:"loops"` // cancel: the loop and its live descendants
 	}
-	if err := call(c, method, map[string]any{"id": rest[0]}, &res); err != nil {
+	if err := call(c, method, map[string]any{"id": id}, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	if res.Loop != nil {
+	switch {
+	case res.Loop != nil:
 		fmt.Fprintln(stdout, loopLine(*res.Loop))
-	} else {
-		fmt.Fprintf(stdout, "%s: %s\n", rest[0], map[string]string{"rm": "deleted"}[sub])
+	case sub == "cancel":
+		printCancelled(c, stdout, id, res.Loops)
+	default:
+		fmt.Fprintf(stdout, "%s: deleted\n", id)
 	}
 	return exitOK
+}
+
+// printCancelled says what loop.cancel cancelled: the loop and each live
+// descendant, as the tree draws them, now.
+func printCancelled(c *client.Client, w io.Writer, id string, ids []string) {
+	if len(ids) == 0 {
+		ids = []string{id}
+	}
+	fmt.Fprintf(w, "cancelled %s\n", api.Count(len(ids), "loop"))
+	var recs []api.LoopRecord
+	for _, l := range ids {
+		var g api.LoopGetResult
+		if call(c, "loop.get", map[string]any{"id": l}, &g) == nil {
+			recs = append(recs, g.Loop)
+		} else {
+			recs = append(recs, api.LoopRecord{ID: l})
+		}
+	}
+	drawLoops(w, recs)
+}
+
+// enclosingRepo is the top of the git repository the current directory is
+// in (the first directory up with a .git), or "" outside one.
+func enclosingRepo() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+			return dir
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return ""
+		}
+		dir = up
+	}
 }
 
 // printLoop writes a loop's record as "field  value" lines, then its
@@ -443,7 +497,7 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 			lines := strings.Split(strings.TrimSpace(it.Feedback), "\n")
 			const most = 8
 			if len(lines) > most {
-				lines = append(lines[:most], fmt.Sprintf("... (%d more lines: loop show --json)", len(lines)-most))
+				lines = append(lines[:most], fmt.Sprintf("... (%s more: loop show --json)", api.Count(len(lines)-most, "line")))
 			}
 			for _, fl := range lines {
 				fmt.Fprintf(w, "      %s\n", printable(fl))
@@ -466,18 +520,20 @@ var planCommands = map[string]bool{"show": true, "approve": true, "reject": true
 
 const planUsage = `orchestrd plan show [--home DIR] ID
 orchestrd plan approve [--home DIR] ID
-orchestrd plan reject [--home DIR] [--reason TEXT] ID
+orchestrd plan reject [--home DIR] ID [REASON]
 orchestrd plan iterate [--home DIR] ID FEEDBACK
 
-The plan gate. ID is the plan loop's id (or its approval's). show prints
-the plan awaiting approval and the specs it lists; approve spawns one spec
-loop per spec; reject ends the plan loop failed; iterate runs the plan loop
-again with FEEDBACK (the loops it had spawned are invalidated).`
+The plan gate. ID is the plan loop's id (or its approval's), or a unique
+start of it. show prints the plan awaiting approval and the specs it
+lists; approve spawns one spec loop per spec; reject ends the plan loop
+failed, with REASON for the record (--reason REASON says the same);
+iterate runs the plan loop again with FEEDBACK (the loops it had spawned
+are invalidated).`
 
 func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("plan")
 	home := homeFlag(fs)
-	reason := fs.String("reason", "", "reject: why, for the record")
+	reason := fs.String("reason", "", "reject: why, for the record (or the words after ID)")
 	pos, code, ok := parseInterspersed(fs, planUsage, args, stdout, stderr)
 	if !ok {
 		return code
@@ -492,17 +548,27 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case sub == "iterate" && (len(rest) < 2 || strings.TrimSpace(strings.Join(rest[1:], " ")) == ""):
 		return usageError(fs, planUsage, stderr, "iterate wants the plan's ID and the FEEDBACK for the planner")
-	case sub != "iterate" && len(rest) != 1:
+	case sub == "reject" && len(rest) > 1 && *reason != "":
+		return usageError(fs, planUsage, stderr, "reject takes its REASON after the ID or as --reason, not both")
+	case sub == "reject" && len(rest) < 1:
+		return usageError(fs, planUsage, stderr, "reject wants the plan's ID (and a REASON)")
+	case sub != "iterate" && sub != "reject" && len(rest) != 1:
 		return usageError(fs, planUsage, stderr, "%s wants exactly one plan ID", sub)
 	case sub != "reject" && *reason != "":
 		return usageError(fs, planUsage, stderr, "--reason goes with reject")
+	}
+	if sub == "reject" && len(rest) > 1 {
+		*reason = strings.Join(rest[1:], " ")
 	}
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id := rest[0]
+	id, ok := resolveArg(c, stderr, rest[0], loopIDs, approvalIDs)
+	if !ok {
+		return exitFailure
+	}
 	switch sub {
 	case "show":
 		var res struct {
@@ -530,7 +596,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 			return callErr(stderr, err)
 		}
 		if res.SpecsSpawned > 0 {
-			fmt.Fprintf(stdout, "approved: %d spec loop%s spawned\n", res.SpecsSpawned, plural(res.SpecsSpawned))
+			fmt.Fprintf(stdout, "approved: %s spawned\n", api.Count(res.SpecsSpawned, "spec loop"))
 		} else {
 			fmt.Fprintln(stdout, "approved")
 		}
@@ -550,13 +616,6 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "the planner runs again with your feedback")
 	}
 	return exitOK
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }
 
 // unknownSub says a subcommand is not one of subs, with a suggestion.

@@ -16,6 +16,8 @@ import (
 	ctlclient "github.com/orchestrd/orchestrd/daemon/control/client"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	loopsy "github.com/orchestrd/orchestrd/daemon/httpapi/client"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 const peersUsage = `orchestrd peers [--home DIR] [--json]
@@ -181,7 +183,7 @@ func peerTarget(home, name string) (string, *loopsy.Peer, error) {
 	}
 	switch {
 	case len(prefixed) > 1:
-		return "", nil, fmt.Errorf("%q names %d peers; give more of the node id", name, len(prefixed))
+		return "", nil, fmt.Errorf("%q names %s; give more of the node id", name, api.Count(len(prefixed), "peer"))
 	case lerr != nil:
 		return "", nil, fmt.Errorf("no peer %q: the local daemon's peers could not be read (%v); give ADDRESS:PORT or a URL", name, lerr)
 	}

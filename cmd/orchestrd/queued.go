@@ -52,16 +52,29 @@ func queuedNotice(c *client.Client, id string) string {
 	return ""
 }
 
+// laneSlots are a lane's slots as run counts them: those of its serving
+// runners (ready, not spares), each runner's slots, and how many of them
+// hold a job.
+func laneSlots(l api.LaneStatus) (busy, total int) {
+	for _, r := range l.Runners {
+		if r.State == "ready" && !r.Spare {
+			total += l.Slots
+			busy += r.ActiveJobs
+		}
+	}
+	return busy, total
+}
+
 // whyQueued explains from its status why a lane is not taking a job.
 func whyQueued(l api.LaneStatus) string {
-	var serving, spares, backoff, starting, busy int
+	var serving, spares, backoff, starting int
+	busy, total := laneSlots(l)
 	for _, r := range l.Runners {
 		switch {
 		case r.State == "ready" && r.Spare:
 			spares++
 		case r.State == "ready":
 			serving++
-			busy += r.ActiveJobs
 		case r.State == "backoff":
 			backoff++
 		case r.State == "starting":
@@ -79,9 +92,9 @@ func whyQueued(l api.LaneStatus) string {
 	case serving == 0:
 		return fmt.Sprintf("lane %s has no runner: it waits for a bring-your-own runner to connect to runner-%s.sock", l.Name, l.Name)
 	}
-	why := fmt.Sprintf("lane %s is busy: %d of %d slots in use", l.Name, busy, serving*l.Slots)
+	why := fmt.Sprintf("lane %s is busy: %d of %s in use", l.Name, busy, api.Count(total, "slot"))
 	if backoff > 0 {
-		why += fmt.Sprintf(", %d runner(s) backing off", backoff)
+		why += fmt.Sprintf(", %s backing off", api.Count(backoff, "runner"))
 	}
 	return why
 }

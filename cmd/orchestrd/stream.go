@@ -313,12 +313,15 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, logsUsage, stderr, "want one job ID")
 	}
-	id := fs.Arg(0)
 	c, ok := dial(resolveHome(*home), stderr)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
+	if !ok {
+		return exitFailure
+	}
 	s := &streamReader{c: c, stdout: stdout, stderr: stderr, allToStdout: true, jobID: id}
 	var ans streamAnswer
 	answered := make(chan error, 1)

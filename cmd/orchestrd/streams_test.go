@@ -286,7 +286,7 @@ func TestLogs(t *testing.T) {
 		!strings.Contains(string(errOut), "1000 of 5000") {
 		t.Fatalf("logs of a truncated record: exit %d, %d bytes, stderr %q", code, len(out), errOut)
 	}
-	if _, errOut, code = runIn(t, dir, "logs", "--home", d.home, "j-nope-1"); code != 1 || !strings.Contains(string(errOut), "not found") {
+	if _, errOut, code = runIn(t, dir, "logs", "--home", d.home, "j-nope-1"); code != 1 || !strings.Contains(string(errOut), `no job has an id that starts with "j-nope-1"`) {
 		t.Fatalf("logs of an unknown job: exit %d, stderr %q", code, errOut)
 	}
 

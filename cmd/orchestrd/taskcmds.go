@@ -411,7 +411,7 @@ func resultLine(isError bool, text string, denied int, u *api.TokenUsage) string
 		ws = append(ws, w)
 	}
 	if denied > 0 {
-		ws = append(ws, fmt.Sprintf("%d tool use%s denied", denied, plural(denied)))
+		ws = append(ws, api.Count(denied, "tool use")+" denied")
 	}
 	if u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
 		ws = append(ws, usageWords(u))
@@ -566,8 +566,8 @@ func (f *taskFollower) stop() int {
 func (f *taskFollower) finished(rec api.TaskRecord) int {
 	f.endLine()
 	if f.dropped > 0 {
-		fmt.Fprintf(f.stderr, "orchestrd: %d events were dropped while this client fell behind: the output above is incomplete; 'orchestrd session %s' has all of it\n",
-			f.dropped, rec.SessionID)
+		fmt.Fprintf(f.stderr, "orchestrd: %s dropped while this client fell behind: the output above is incomplete; 'orchestrd session %s' has all of it\n",
+			api.Count(int(f.dropped), "event")+" were", rec.SessionID)
 	}
 	if !f.sawResult && !f.json && (rec.Denied > 0 || (rec.TokenUsage != nil && rec.TokenUsage.CostUSD > 0)) {
 		// No result message was seen (an agent that sends none, or
@@ -645,6 +645,11 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer c.Close()
+	if *session != "" {
+		if *session, ok = resolveArg(c, stderr, *session, sessionIDs); !ok {
+			return exitFailure
+		}
+	}
 	params := map[string]any{"limit": *limit}
 	for k, v := range map[string]string{"executor": *executor, "session_id": *session, "state": *state} {
 		if v != "" {
@@ -661,7 +666,7 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 	if res.Truncated {
 		next := slices.Concat([]string{"tasks"}, opt("--home", *home), opt("--executor", *executor),
 			opt("--session", *session), opt("--state", *state), []string{"--limit", "0"}, optIf("--json", *asJSON))
-		defer moreHint(stderr, len(res.Tasks), "tasks", cmdLine(next...))
+		defer moreHint(stderr, len(res.Tasks), "task", cmdLine(next...))
 	}
 	if *asJSON {
 		return printList(stdout, stderr, "tasks", res.Tasks, listCut{truncated: res.Truncated})
@@ -744,10 +749,14 @@ func cmdStop(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer c.Close()
+	id, ok := resolveArg(c, stderr, pos[0], taskIDs)
+	if !ok {
+		return exitFailure
+	}
 	var res struct {
 		Task api.TaskRecord `json:"task"`
 	}
-	params := map[string]any{"id": pos[0]}
+	params := map[string]any{"id": id}
 	if *force {
 		params["force"] = true
 	}
@@ -792,7 +801,11 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 		Session  api.SessionRecord    `json:"session"`
 		Messages []api.SessionMessage `json:"messages"`
 	}
-	params := map[string]any{"id": pos[0]}
+	id, ok := resolveArg(c, stderr, pos[0], sessionIDs)
+	if !ok {
+		return exitFailure
+	}
+	params := map[string]any{"id": id}
 	if *limit > 0 {
 		params["limit"] = *limit
 	}
@@ -820,7 +833,7 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 // transcript alone): its tasks, the agent's own session the next task
 // resumes, what its tokens cost.
 func sessionSummary(w io.Writer, s api.SessionRecord) {
-	line := fmt.Sprintf("--- session %s: %d tasks", s.ID, s.Tasks)
+	line := fmt.Sprintf("--- session %s: %s", s.ID, api.Count(s.Tasks, "task"))
 	if s.SDKSessionID != "" {
 		line += ", agent session " + printable(s.SDKSessionID)
 	}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Counts are in words: one job is "1 job". status's lane slots are the ones
+// run counts (its serving runners' slots, and how many hold a job); job
+// says how a stopped job was stopped.
+func TestCLIWords(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "[lanes.work]\nrunners = 2\nslots = 2\nspares = 0\nnetwork = \"host\"\nkill_grace = \"30s\"\n")
+	for range 2 {
+		d.wait(d.submit(api.JobSpec{Lane: "work", Argv: []string{"true"}}))
+	}
+	_, errOut, code := runCLI(t, "--home", d.home, "jobs", "--limit", "1")
+	if code != 0 || !regexp.MustCompile(`^orchestrd: 1 job shown, there are more: orchestrd jobs .*--limit 1 --cursor \S+\n$`).MatchString(errOut) {
+		t.Fatalf("jobs --limit 1: exit %d, stderr %q", code, errOut)
+	}
+
+	// A job that ends at SIGTERM holds one of the lane's 2 x 2 slots.
+	id := d.submit(api.JobSpec{Lane: "work", Command: "trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done"})
+	eventually(t, 30*time.Second, "the job running", func() bool {
+		var g struct{ Job api.JobRecord }
+		return d.call("job.get", map[string]any{"id": id}, &g) == nil && g.Job.State == api.StateRunning
+	})
+	out, errOut, code := runCLI(t, "--home", d.home, "status")
+	if code != 0 || !regexp.MustCompile(`(?m)^LANE\s+NETWORK\s+SLOTS IN USE\s+QUEUED`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^work\s+host\s+1 of 4\s+0\s+1\s+no$`).MatchString(out) {
+		t.Fatalf("status: exit %d, %q\n%s", code, errOut, out)
+	}
+	if _, errOut, code = runCLI(t, "--home", d.home, "cancel", id); code != 0 {
+		t.Fatalf("cancel: exit %d, %q", code, errOut)
+	}
+	if rec := d.wait(id); rec.StoppedBy != "sigterm" {
+		t.Fatalf("the cancelled job: %+v", rec)
+	}
+	out, errOut, code = runCLI(t, "--home", d.home, "job", id)
+	if code != 0 || !regexp.MustCompile(`(?m)^stopped by\s+SIGTERM \(it ended within its kill grace\)$`).MatchString(out) {
+		t.Fatalf("job of a cancelled job: exit %d, %q\n%s", code, errOut, out)
+	}
+}
+
+// The README's ready line names the fields the daemon's has, its
+// unknown-lane message is the one run and lane token print, and it points
+// at nothing outside the repository (../shared/ is not in a clone).
+func TestREADMEMatchesDaemon(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if strings.Contains(readme, "../shared") {
+		t.Errorf("README points at ../shared, which a clone does not have")
+	}
+	m := regexp.MustCompile(`(?m)^\s+INF orchestrd ready (.*)$`).FindStringSubmatch(readme)
+	if m == nil {
+		t.Fatal("no ready line in README")
+	}
+	var documented []string
+	for _, f := range regexp.MustCompile(`(?:^| )([a-z]+)=`).FindAllStringSubmatch(m[1], -1) {
+		documented = append(documented, f[1])
+	}
+	sort.Strings(documented)
+
+	d := startDaemon(t, "[lanes.net]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n[lanes.no-net]\nrunners = 1\nspares = 0\n")
+	var real []string
+	for _, l := range strings.Split(d.stderr.String(), "\n") {
+		var line map[string]any
+		if json.Unmarshal([]byte(l), &line) != nil || line["message"] != "orchestrd ready" {
+			continue
+		}
+		for k := range line {
+			if k != "level" && k != "time" && k != "message" {
+				real = append(real, k)
+			}
+		}
+	}
+	sort.Strings(real)
+	if !slices.Equal(documented, real) {
+		t.Errorf("README's ready line has %v, the daemon's %v", documented, real)
+	}
+
+	m = regexp.MustCompile("`(unknown lane \"NOPE\"; the daemon's lanes are) \\.\\.\\.`").FindStringSubmatch(readme)
+	if m == nil {
+		t.Fatal("no unknown-lane message in README")
+	}
+	_, errOut, code := runCLI(t, "--home", d.home, "run", "--lane", "NOPE", "--", "true")
+	if code != 1 || errOut != "orchestrd: "+m[1]+" net, no-net\n" {
+		t.Errorf("run --lane NOPE: exit %d, %q; README says %q", code, errOut, m[1]+" ...")
+	}
+	_, errOut, code = runCLI(t, "--home", d.home, "lane", "token", "NOPE")
+	if code != 1 || errOut != "orchestrd lane token: "+m[1]+" net, no-net\n" {
+		t.Errorf("lane token NOPE: exit %d, %q; README says %q", code, errOut, m[1]+" ...")
+	}
+}
