@@ -295,6 +295,22 @@ func (m *Manager) autoResolve(a api.Approval, r *rule, answer func(api.Approval)
 	}
 	a.State = d.State()
 	a.Resolution = &api.Resolution{Decision: d, Message: r.Message, By: api.ByRule, RuleID: r.ID, At: a.CreatedAt}
+	return m.finishAtOnce(a, ApprovalAutoResolved{ID: a.ID, Rule: r.ID, Decision: string(d), ToolName: eventlog.Ident(a.ToolName)},
+		answer, recorded)
+}
+
+// cancelUnheard records a cancelled (reason) at once: its requester could
+// not act on an answer (Request.Unheard).
+func (m *Manager) cancelUnheard(a api.Approval, reason string, answer func(api.Approval), recorded func(api.Approval, error)) (Pending, error) {
+	a.State = api.ApprovalCancelled
+	a.Resolution = &api.Resolution{By: api.ByDaemon, Reason: reason, At: a.CreatedAt}
+	return m.finishAtOnce(a, ApprovalCancelled{ID: a.ID, Reason: reason}, answer, recorded)
+}
+
+// finishAtOnce records a, already finished (its state and resolution
+// set), tells event, and answers its requester: an approval no person is
+// asked about.
+func (m *Manager) finishAtOnce(a api.Approval, event eventlog.Event, answer func(api.Approval), recorded func(api.Approval, error)) (Pending, error) {
 	m.mu.Lock()
 	if m.stopping {
 		m.mu.Unlock()
@@ -311,33 +327,7 @@ func (m *Manager) autoResolve(a api.Approval, r *rule, answer func(api.Approval)
 	}); err != nil {
 		return nil, err
 	}
-	m.bus.Emit(ApprovalAutoResolved{ID: a.ID, Rule: r.ID, Decision: string(d), ToolName: eventlog.Ident(a.ToolName)})
-	if answer != nil {
-		answer(a)
-	}
-	return overAlready(a.ID), nil
-}
-
-// cancelUnheard records a cancelled (reason) at once: its requester could
-// not act on an answer (Request.Unheard).
-func (m *Manager) cancelUnheard(a api.Approval, reason string, answer func(api.Approval), recorded func(api.Approval, error)) (Pending, error) {
-	a.State = api.ApprovalCancelled
-	a.Resolution = &api.Resolution{By: api.ByDaemon, Reason: reason, At: a.CreatedAt}
-	m.mu.Lock()
-	if m.stopping {
-		m.mu.Unlock()
-		return nil, api.Errorf(api.CodeShuttingDown, "the daemon is stopping: approval not asked")
-	}
-	m.mu.Unlock()
-	m.keepFinished(a)
-	if err := m.recordRequested(a, func(err error) {
-		if recorded != nil {
-			recorded(a, err)
-		}
-	}); err != nil {
-		return nil, err
-	}
-	m.bus.Emit(ApprovalCancelled{ID: a.ID, Reason: reason})
+	m.bus.Emit(event)
 	if answer != nil {
 		answer(a)
 	}
