@@ -439,10 +439,7 @@ validation_lane = "net"
 		return bash(treeAgent)
 	}
 	id := d.createLoop(api.LoopPlan, repo, "build the widget")
-	eventuallyOr(t, 120*time.Second, "the plan's approval", func() bool {
-		var r api.LoopGetResult
-		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
-	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.waitStage(id, api.StageApproval, 120*time.Second)
 	var ap struct {
 		SpecsSpawned int  `json:"specs_spawned"`
 		Approved     bool `json:"approved"`
@@ -451,10 +448,7 @@ validation_lane = "net"
 	if ap.SpecsSpawned != 2 || !ap.Approved {
 		t.Fatalf("plan.approve: %+v", ap)
 	}
-	eventuallyOr(t, 240*time.Second, "the tree complete", func() bool {
-		var r api.LoopGetResult
-		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
-	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.waitStage(id, api.StageMerge, 240*time.Second)
 	var list api.LoopListResult
 	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
 	if len(list.Loops) != 2 {

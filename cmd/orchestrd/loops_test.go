@@ -107,6 +107,15 @@ func (d *testDaemon) loop(id string) api.LoopGetResult {
 	return r
 }
 
+// waitStage waits until loop id is at stage st (api.Stage*).
+func (d *testDaemon) waitStage(id, st string, within time.Duration) {
+	d.t.Helper()
+	eventuallyOr(d.t, within, "loop "+id+" at stage "+st, func() bool {
+		var r api.LoopGetResult
+		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == st
+	}, func() string { return tail(d.stderr.String(), 3000) })
+}
+
 // waitLoop waits until loop id's status is st.
 func (d *testDaemon) waitLoop(id string, st api.LoopStatus, within time.Duration) api.LoopGetResult {
 	d.t.Helper()
@@ -371,10 +380,7 @@ func TestLoopPlanTree(t *testing.T) {
 	prompts := shortTemp(t)
 	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
 	id := d.createLoop(api.LoopPlan, repo, "build the widget")
-	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
-		var r api.LoopGetResult
-		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
-	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.waitStage(id, api.StageApproval, 60*time.Second)
 	var pv struct {
 		ID      string   `json:"id"`
 		Content string   `json:"content"`
@@ -394,10 +400,7 @@ func TestLoopPlanTree(t *testing.T) {
 		t.Fatalf("plan.approve: %+v", ap)
 	}
 	// The whole tree completes, then the root waits for its merge.
-	eventuallyOr(t, 120*time.Second, "the tree complete", func() bool {
-		var r api.LoopGetResult
-		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageMerge
-	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.waitStage(id, api.StageMerge, 120*time.Second)
 	var list api.LoopListResult
 	d.mustCall("loop.list", map[string]any{"parent_id": id}, &list)
 	if len(list.Loops) != 2 || list.Loops[0].ID != api.ChildLoopID(id, 1) || list.Loops[0].Status != api.LoopComplete {
@@ -434,10 +437,7 @@ func runTree(t *testing.T, loopsExtra string) (*testDaemon, string, string) {
 	prompts := shortTemp(t)
 	d := startDaemon(t, loopAgent(t, prompts, treeAgent, "auto_merge = true\n"+loopsExtra))
 	id := d.createLoop(api.LoopPlan, repo, "build the widget")
-	eventuallyOr(t, 60*time.Second, "the plan's approval", func() bool {
-		var r api.LoopGetResult
-		return d.call("loop.get", map[string]any{"id": id}, &r) == nil && r.Loop.Stage == api.StageApproval
-	}, func() string { return tail(d.stderr.String(), 3000) })
+	d.waitStage(id, api.StageApproval, 60*time.Second)
 	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
 	d.waitLoop(id, api.LoopComplete, 120*time.Second)
 	d.waitEvent("loop.merged", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
