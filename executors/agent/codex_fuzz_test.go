@@ -48,7 +48,7 @@ func FuzzCodexLine(f *testing.F) {
 	f.Add([]byte(`{"method":"thread/tokenUsage/updated","params":{"tokenUsage":{"total":{"inputTokens":-5},"last":{"inputTokens":9e99}}}}`))
 	f.Add([]byte("\xff\xfe{not json"))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		h := &codexHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "no"} }}
+		h := &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "no"} }}
 		w := &codexBuf{}
 		r := newCodexRun(Task{PermissionMode: api.ModeDefault}, h, w)
 		r.read(bytes.NewReader(line))
@@ -69,7 +69,7 @@ func TestCodexLineTooLong(t *testing.T) {
 	huge := strings.Repeat("x", LineMax+10)
 	line := `{"method":"item/commandExecution/requestApproval","id":7,"params":{"command":"` + huge + `"}}` + "\n" +
 		`{"method":"item/agentMessage/delta","params":{"delta":"after"}}` + "\n"
-	h := &codexHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	h := &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 	w := &codexBuf{}
 	r := newCodexRun(Task{}, h, w)
 	r.read(bufio.NewReader(strings.NewReader(line)))

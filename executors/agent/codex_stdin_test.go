@@ -27,7 +27,7 @@ func TestCodexStdinNotTyped(t *testing.T) {
 				Args: map[string]any{"session_id": id, "chars": "typed-in\n", "yield_time_ms": 500}}}}
 		}},
 		modelfake.OpenAITurn{Text: "ok"})
-	h := &codexHost{key: "k", decide: func(tool string, in json.RawMessage) Decision { return Decision{Approved: true} }}
+	h := &testHost{key: "k", decide: func(tool string, in json.RawMessage) Decision { return Decision{Approved: true} }}
 	res := e.run(t, h, nil)
 	if res.Status != "completed" {
 		t.Fatalf("result %+v %+v", res, res.Error)

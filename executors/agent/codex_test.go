@@ -3,13 +3,11 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,83 +25,6 @@ func codexBinary(t *testing.T) string {
 		t.Skip(err)
 	}
 	return argv[0]
-}
-
-// codexHost is a Host that records what the adapter reports and answers
-// permissions with decide.
-type codexHost struct {
-	mu      sync.Mutex
-	msgs    []codexMsg
-	errs    []string
-	asked   []string // tool + " " + input
-	decide  func(tool string, input json.RawMessage) Decision
-	key     string
-	noKey   bool
-	keyAsks []string
-}
-
-type codexMsg struct {
-	typ  string
-	data json.RawMessage
-}
-
-func (h *codexHost) Report(typ string, data any) {
-	b, err := json.Marshal(data)
-	if err != nil {
-		panic(err)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, codexMsg{typ, b})
-}
-
-func (h *codexHost) ReportError(code, msg string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.errs = append(h.errs, code+": "+msg)
-}
-
-func (h *codexHost) Permission(tool string, input json.RawMessage) (Decision, error) {
-	h.mu.Lock()
-	h.asked = append(h.asked, tool+" "+string(input))
-	d := h.decide
-	h.mu.Unlock()
-	if d == nil {
-		return Decision{Reason: "nobody"}, nil
-	}
-	return d(tool, input), nil
-}
-
-func (h *codexHost) APIKey(service string) (string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.keyAsks = append(h.keyAsks, service)
-	if h.noKey {
-		return "", errors.New("refused")
-	}
-	return h.key, nil
-}
-
-func (h *codexHost) of(typ string) []map[string]any {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []map[string]any
-	for _, m := range h.msgs {
-		if m.typ == typ {
-			var v map[string]any
-			_ = json.Unmarshal(m.data, &v)
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-func (h *codexHost) texts() string {
-	var b strings.Builder
-	for _, m := range h.of(api.MsgText) {
-		b.WriteString(m["text"].(string))
-	}
-	return b.String()
 }
 
 type codexEnv struct {
@@ -131,7 +52,7 @@ func newCodexEnv(t *testing.T, turns ...modelfake.OpenAITurn) *codexEnv {
 	return e
 }
 
-func (e *codexEnv) run(t *testing.T, h *codexHost, mod func(*Task)) Result {
+func (e *codexEnv) run(t *testing.T, h *testHost, mod func(*Task)) Result {
 	t.Helper()
 	a, err := New(KindCodex, Options{Argv: append([]string{e.bin}, e.extra...), StateDir: e.state, Model: "gpt-5.5"})
 	if err != nil {
@@ -197,7 +118,7 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 	e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "exec_command", Args: map[string]any{"cmd": "env", "login": false, "yield_time_ms": 60000}}}},
 		modelfake.OpenAITurn{Reasoning: "thinking hard", Text: "Hello from the scripted model.",
 			Usage: &modelfake.OpenAIUsage{Input: 300, Cached: 100, Output: 40}})
-	h := &codexHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	h := &testHost{key: "sk-test-123", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 	res := e.run(t, h, nil)
 	if res.Status != "completed" || res.Error != nil {
 		t.Fatalf("result %+v %+v, errors %v", res, res.Error, h.errs)
@@ -249,7 +170,7 @@ func TestCodexApproveDenyAndResume(t *testing.T) {
 		modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("denied.txt")}},
 		modelfake.OpenAITurn{Text: "first done"},
 		modelfake.OpenAITurn{Text: "second done"})
-	h := &codexHost{key: "k", decide: func(tool string, in json.RawMessage) Decision {
+	h := &testHost{key: "k", decide: func(tool string, in json.RawMessage) Decision {
 		if strings.Contains(string(in), "denied.txt") {
 			return Decision{Reason: "user_denied: not that file"}
 		}
@@ -284,7 +205,7 @@ func TestCodexApproveDenyAndResume(t *testing.T) {
 		t.Errorf("the model's request after the denial does not carry it:\n%s", txt)
 	}
 	// A second prompt resumes the thread: the model gets the history.
-	h2 := &codexHost{key: "k"}
+	h2 := &testHost{key: "k"}
 	res2 := e.run(t, h2, func(t *Task) { t.Resume, t.Prompt = res.SDKSessionID, "and now the second" })
 	if res2.Status != "completed" || res2.SDKSessionID != res.SDKSessionID {
 		t.Fatalf("second result %+v (first thread %s), errors %v", res2, res.SDKSessionID, h2.errs)
@@ -301,7 +222,7 @@ func TestCodexModes(t *testing.T) {
 	t.Run("acceptEdits", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}},
 			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("cmd.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k"} // denies whatever it is asked
+		h := &testHost{key: "k"} // denies whatever it is asked
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeAcceptEdits })
 		if res.Status != "completed" || res.Denied != 1 {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -323,7 +244,7 @@ func TestCodexModes(t *testing.T) {
 				Input: "*** Begin Patch\n*** Add File: " + filepath.Join(e.state, "config.toml") + "\n+notify = [\"sh\", \"-c\", \"touch /tmp/pwned\"]\n*** End Patch\n"}}}
 		}}, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{{Name: "apply_patch",
 			Input: "*** Begin Patch\n*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n*** End Patch\n"}}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k"} // denies whatever it is asked
+		h := &testHost{key: "k"} // denies whatever it is asked
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeAcceptEdits })
 		if res.Status != "completed" || res.Denied != 2 || len(h.asked) != 2 {
 			t.Fatalf("result %+v %+v, asked %q", res, res.Error, h.asked)
@@ -337,7 +258,7 @@ func TestCodexModes(t *testing.T) {
 	})
 	t.Run("default asks for a file change", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k"}
+		h := &testHost{key: "k"}
 		res := e.run(t, h, nil)
 		if res.Status != "completed" || res.Denied != 1 {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -351,7 +272,7 @@ func TestCodexModes(t *testing.T) {
 	})
 	t.Run("bypassPermissions", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("bypass.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k"}
+		h := &testHost{key: "k"}
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModeBypass })
 		if res.Status != "completed" || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -363,7 +284,7 @@ func TestCodexModes(t *testing.T) {
 	t.Run("plan", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{patch}},
 			modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("plan.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		h := &testHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 		res := e.run(t, h, func(t *Task) { t.PermissionMode = api.ModePlan })
 		if res.Status != "completed" || res.Denied != 2 || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -376,7 +297,7 @@ func TestCodexModes(t *testing.T) {
 	})
 	t.Run("tools", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Calls: []modelfake.OpenAICall{codexTouchCall("notool.txt")}}, modelfake.OpenAITurn{Text: "ok"})
-		h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+		h := &testHost{key: "k", decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 		res := e.run(t, h, func(t *Task) { t.Tools = []string{"Read", "apply_patch"} })
 		if res.Denied != 1 || len(h.asked) != 0 {
 			t.Fatalf("result %+v, asked %q", res, h.asked)
@@ -390,7 +311,7 @@ func TestCodexModes(t *testing.T) {
 func TestCodexFailures(t *testing.T) {
 	t.Run("429", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429})
-		h := &codexHost{key: "k"}
+		h := &testHost{key: "k"}
 		start := time.Now()
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
@@ -408,7 +329,7 @@ func TestCodexFailures(t *testing.T) {
 		resets := time.Now().Add(2 * time.Hour).Unix()
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 429, Body: fmt.Sprintf(
 			`{"error":{"type":"usage_limit_reached","message":"limit","plan_type":"plus","resets_at":%d}}`, resets)})
-		h := &codexHost{key: "k"}
+		h := &testHost{key: "k"}
 		res := e.run(t, h, nil)
 		if res.Error == nil || res.Error.Code != api.TaskErrUsageLimit {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -421,7 +342,7 @@ func TestCodexFailures(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
 			modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401}, modelfake.OpenAITurn{Status: 401},
 			modelfake.OpenAITurn{Status: 401})
-		h := &codexHost{key: "sk-wrong"}
+		h := &testHost{key: "sk-wrong"}
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -432,7 +353,7 @@ func TestCodexFailures(t *testing.T) {
 	})
 	t.Run("no key", func(t *testing.T) {
 		e := newCodexEnv(t, modelfake.OpenAITurn{Text: "never"})
-		h := &codexHost{noKey: true}
+		h := &testHost{noKey: true}
 		res := e.run(t, h, nil)
 		if res.Status != "failed" || res.Error == nil || res.Error.Code != api.TaskErrAuthFailed {
 			t.Fatalf("result %+v %+v", res, res.Error)
@@ -563,7 +484,7 @@ func TestCodexStopped(t *testing.T) {
 	asked := make(chan struct{})
 	release := make(chan struct{})
 	defer close(release)
-	h := &codexHost{key: "k", decide: func(string, json.RawMessage) Decision {
+	h := &testHost{key: "k", decide: func(string, json.RawMessage) Decision {
 		close(asked)
 		<-release
 		return Decision{Approved: true}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,68 +22,6 @@ func geminiArgv(t *testing.T) []string {
 		t.Skip(err)
 	}
 	return argv
-}
-
-// geminiHost is a Host that records what the adapter reports.
-type geminiHost struct {
-	mu    sync.Mutex
-	msgs  []geminiMsg
-	errs  []string
-	asked []string // tool name + " " + input
-	allow func(tool string, input json.RawMessage) Decision
-	key   string
-}
-
-type geminiMsg struct {
-	Type string
-	Data json.RawMessage
-}
-
-func (h *geminiHost) Report(typ string, data any) {
-	b, err := json.Marshal(data)
-	if err != nil {
-		panic(err)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, geminiMsg{typ, b})
-}
-
-func (h *geminiHost) ReportError(code, message string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.errs = append(h.errs, code+": "+message)
-}
-
-func (h *geminiHost) Permission(tool string, input json.RawMessage) (Decision, error) {
-	h.mu.Lock()
-	h.asked = append(h.asked, tool+" "+string(input))
-	h.mu.Unlock()
-	if h.allow == nil {
-		return Decision{Reason: "no"}, nil
-	}
-	return h.allow(tool, input), nil
-}
-
-func (h *geminiHost) APIKey(service string) (string, error) {
-	if service != "gemini" || h.key == "" {
-		return "", os.ErrNotExist
-	}
-	return h.key, nil
-}
-
-func (h *geminiHost) of(typ string) []map[string]any {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []map[string]any
-	for _, m := range h.msgs {
-		if m.Type == typ {
-			var v map[string]any
-			_ = json.Unmarshal(m.Data, &v)
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 func geminiTask(t *testing.T, g *modelfake.Gemini, cwd, prompt string) Task {
@@ -106,17 +43,13 @@ func TestGeminiResumeCarriesHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1 := &geminiHost{key: "gm-key-1"}
+	h1 := &testHost{key: "gm-key-1"}
 	r1 := a.Run(geminiTask(t, g, cwd, "remember 42"), h1)
 	if r1.Status != "completed" || r1.SDKSessionID == "" || r1.Usage == nil || r1.Usage.InputTokens == 0 {
 		t.Fatalf("first result = %+v, errors %q", r1, h1.errs)
 	}
-	var text strings.Builder
-	for _, m := range h1.of(api.MsgText) {
-		text.WriteString(m["text"].(string))
-	}
-	if n := len(h1.of(api.MsgText)); n < 3 || text.String() != "I will remember forty-two." {
-		t.Fatalf("text = %q in %d messages", text.String(), n)
+	if n := len(h1.of(api.MsgText)); n < 3 || h1.texts() != "I will remember forty-two." || !slices.Equal(h1.keyAsks, []string{"gemini"}) {
+		t.Fatalf("text = %q in %d messages, keys asked for %q", h1.texts(), n, h1.keyAsks)
 	}
 	if th := h1.of(api.MsgThinking); len(th) == 0 || !strings.Contains(th[0]["text"].(string), "noting the number") {
 		t.Fatalf("thinking = %v", th)
@@ -125,7 +58,7 @@ func TestGeminiResumeCarriesHistory(t *testing.T) {
 		t.Fatalf("result messages = %v", res)
 	}
 
-	h2 := &geminiHost{key: "gm-key-1"}
+	h2 := &testHost{key: "gm-key-1"}
 	task := geminiTask(t, g, cwd, "what number?")
 	task.Resume = r1.SDKSessionID
 	r2 := a.Run(task, h2)
@@ -177,7 +110,7 @@ func geminiLines(t testing.TB, name string) [][]byte {
 
 // geminiReplay feeds a capture to a run as if the agent had printed it and
 // returns what the adapter answered the agent.
-func geminiReplay(t *testing.T, h *geminiHost, name string) []map[string]any {
+func geminiReplay(t *testing.T, h *testHost, name string) []map[string]any {
 	var w strings.Builder
 	r := &geminiRun{h: h, w: &w, live: true}
 	for _, l := range geminiLines(t, name) {
@@ -200,7 +133,7 @@ func geminiReplay(t *testing.T, h *geminiHost, name string) []map[string]any {
 // The captured lines decode to the messages orchestrd shows, and the
 // permission request is answered as the daemon decided.
 func TestGeminiDecodesCapturedLines(t *testing.T) {
-	h := &geminiHost{allow: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
+	h := &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
 	sent := geminiReplay(t, h, "allow")
 	if len(h.asked) != 1 || h.asked[0] != `Bash {"command":"touch /tmp/gx/w/made"}` {
 		t.Fatalf("asked %q", h.asked)
@@ -216,7 +149,7 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 		t.Fatalf("messages %+v", h.msgs)
 	}
 
-	h = &geminiHost{allow: func(string, json.RawMessage) Decision { return Decision{Reason: "user_denied: no"} }}
+	h = &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "user_denied: no"} }}
 	sent = geminiReplay(t, h, "deny")
 	if len(sent) != 1 || sent[0]["result"].(map[string]any)["outcome"].(map[string]any)["optionId"] != "cancel" {
 		t.Fatalf("answered %v", sent)
@@ -225,7 +158,7 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 		t.Fatalf("permission_denied %v", d)
 	}
 
-	h = &geminiHost{}
+	h = &testHost{}
 	if sent = geminiReplay(t, h, "yolo"); len(sent) != 0 || len(h.asked) != 0 {
 		t.Fatalf("yolo: answered %v, asked %v", sent, h.asked)
 	}
@@ -237,7 +170,7 @@ func TestGeminiDecodesCapturedLines(t *testing.T) {
 // A session/load's replay of the history (before the agent's
 // available_commands_update) is not this prompt's text.
 func TestGeminiLoadReplayIsNotReported(t *testing.T) {
-	h := &geminiHost{}
+	h := &testHost{}
 	r := &geminiRun{h: h, w: &strings.Builder{}}
 	for _, l := range geminiLines(t, "load") {
 		r.handle(Line{B: l})
@@ -249,7 +182,7 @@ func TestGeminiLoadReplayIsNotReported(t *testing.T) {
 
 // An over-long permission request is refused, not left unanswered.
 func TestGeminiOverlongPermissionIsRefused(t *testing.T) {
-	h := &geminiHost{}
+	h := &testHost{}
 	var w strings.Builder
 	r := &geminiRun{h: h, w: &w, live: true}
 	r.handle(Line{B: []byte(`{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"x","toolCall":{"title":"` + strings.Repeat("a", 100)), Split: true})
@@ -270,7 +203,7 @@ func FuzzGeminiLine(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"session/request_permission"`), true)
 	f.Fuzz(func(t *testing.T, line []byte, split bool) {
 		n := 0
-		h := &geminiHost{allow: func(string, json.RawMessage) Decision { n++; return Decision{Approved: n%2 == 0} }}
+		h := &testHost{decide: func(string, json.RawMessage) Decision { n++; return Decision{Approved: n%2 == 0} }}
 		var w strings.Builder
 		r := &geminiRun{h: h, w: &w, live: true}
 		r.handle(Line{B: line, Split: split})
@@ -280,11 +213,6 @@ func FuzzGeminiLine(f *testing.F) {
 			}
 			if strings.Contains(out, "allow_always") || strings.Contains(out, `"optionId":"o"`) {
 				t.Fatalf("answered allow_always: %q", out)
-			}
-		}
-		for _, m := range h.msgs {
-			if !json.Valid(m.Data) {
-				t.Fatalf("reported %s %q", m.Type, m.Data)
 			}
 		}
 	})
@@ -316,7 +244,7 @@ func TestGeminiFailuresToldApart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := modelfake.NewGemini(c.turn, c.turn, c.turn)
 			defer g.Close()
-			h := &geminiHost{key: c.key}
+			h := &testHost{key: c.key}
 			before := time.Now()
 			res := a.Run(geminiTask(t, g, cwd, "anything"), h)
 			if res.Status != "failed" || res.Error == nil || res.Error.Code != c.code {
@@ -350,7 +278,7 @@ func TestGeminiToolsAndPlanMode(t *testing.T) {
 	}
 	task := geminiTask(t, g, cwd, "read only")
 	task.Tools = []string{"Read", "glob"}
-	h := &geminiHost{key: "k"}
+	h := &testHost{key: "k"}
 	if res := a.Run(task, h); res.Status != "completed" {
 		t.Fatalf("result = %+v, errors %q", res, h.errs)
 	}
