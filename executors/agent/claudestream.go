@@ -264,32 +264,12 @@ func blocks(content json.RawMessage) []claudeBlock {
 	return bs
 }
 
-// withRaw sets raw on the first message only.
-func withRaw(msgs []claudeMsg, raw json.RawMessage) []claudeMsg {
-	if len(msgs) == 0 {
-		return msgs
-	}
-	switch d := msgs[0].Data.(type) {
-	case api.MsgTextData:
-		d.Raw = raw
-		msgs[0].Data = d
-	case api.ToolCallData:
-		d.Raw = raw
-		msgs[0].Data = d
-	case api.ToolResultData:
-		d.Raw = raw
-		msgs[0].Data = d
-	case api.PermissionDeniedData:
-		d.Raw = raw
-		msgs[0].Data = d
-	case api.UsageData:
-		d.Raw = raw
-		msgs[0].Data = d
-	case api.ResultData:
-		d.Raw = raw
-		msgs[0].Data = d
-	}
-	return msgs
+// once is raw the first time (the line's first message carries the line),
+// nil after.
+func once(raw *json.RawMessage) json.RawMessage {
+	r := *raw
+	*raw = nil
+	return r
 }
 
 // objectOr is b when it is a JSON object, else {}.
@@ -317,17 +297,17 @@ func (s *claudeStream) assistant(l *claudeLine, raw json.RawMessage) []claudeMsg
 		switch b.Type {
 		case "text":
 			if !streamed && b.Text != "" {
-				msgs = append(msgs, claudeMsg{api.MsgText, api.MsgTextData{Text: b.Text}})
+				msgs = append(msgs, claudeMsg{api.MsgText, api.MsgTextData{Text: b.Text, Raw: once(&raw)}})
 			}
 		case "thinking":
 			if !streamed && b.Thinking != "" {
-				msgs = append(msgs, claudeMsg{api.MsgThinking, api.MsgTextData{Text: b.Thinking}})
+				msgs = append(msgs, claudeMsg{api.MsgThinking, api.MsgTextData{Text: b.Thinking, Raw: once(&raw)}})
 			}
 		case "tool_use", "server_tool_use":
-			msgs = append(msgs, claudeMsg{api.MsgToolCall, api.ToolCallData{ID: b.ID, Name: b.Name, Input: objectOr(b.Input)}})
+			msgs = append(msgs, claudeMsg{api.MsgToolCall, api.ToolCallData{ID: b.ID, Name: b.Name, Input: objectOr(b.Input), Raw: once(&raw)}})
 		}
 	}
-	return withRaw(msgs, raw)
+	return msgs
 }
 
 // resultText is a tool_result's content as text: a string, or its text
@@ -357,10 +337,10 @@ func (s *claudeStream) user(l *claudeLine, raw json.RawMessage) []claudeMsg {
 	var msgs []claudeMsg
 	for _, b := range blocks(m.Content) {
 		if b.Type == "tool_result" {
-			msgs = append(msgs, claudeMsg{api.MsgToolResult, api.ToolResultData{ID: b.ToolUseID, Output: resultText(b.Content), IsError: b.IsError}})
+			msgs = append(msgs, claudeMsg{api.MsgToolResult, api.ToolResultData{ID: b.ToolUseID, Output: resultText(b.Content), IsError: b.IsError, Raw: once(&raw)}})
 		}
 	}
-	return withRaw(msgs, raw)
+	return msgs
 }
 
 func (s *claudeStream) system(l *claudeLine, raw json.RawMessage) []claudeMsg {
@@ -468,10 +448,11 @@ func (s *claudeStream) result(l *claudeLine, raw json.RawMessage) []claudeMsg {
 	s.Result = &res
 	var msgs []claudeMsg
 	if u != nil {
-		msgs = append(msgs, claudeMsg{api.MsgUsage, api.UsageData{TokenUsage: *u}})
+		msgs = append(msgs, claudeMsg{api.MsgUsage, api.UsageData{TokenUsage: *u, Raw: once(&raw)}})
 	}
-	msgs = append(msgs, claudeMsg{api.MsgResult, res})
-	return withRaw(msgs, raw)
+	first := res
+	first.Raw = once(&raw)
+	return append(msgs, claudeMsg{api.MsgResult, first})
 }
 
 // usageLimitReset reads Claude Code's "Claude AI usage limit
