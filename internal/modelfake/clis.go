@@ -1,20 +1,31 @@
 package modelfake
 
 import (
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
-// The agent CLIs the tests run are npm's packages at pinned versions,
-// installed under one directory (.ci/run installs them there):
-// $ORCHESTRD_AGENT_CLIS, default /opt/agent-clis.
-const (
-	ClaudeCodeVersion = "2.1.328"
-	CodexVersion      = "0.169.0"
-	GeminiCLIVersion  = "0.61.0"
-)
+// agentCLIs is the npm packages the tests run, pinned, one "name@version"
+// a line: the one list, which .ci/run installs under $ORCHESTRD_AGENT_CLIS
+// (default /opt/agent-clis).
+//
+//go:embed agent-clis.txt
+var agentCLIs string
+
+// pinned is the package@version the list pins for name.
+func pinned(name string) string {
+	for _, l := range strings.Fields(agentCLIs) {
+		if strings.HasPrefix(l, name+"@") {
+			return l
+		}
+	}
+	panic("agent-clis.txt pins no " + name)
+}
 
 // CLIsDir is where the pinned agent CLIs are installed.
 func CLIsDir() string {
@@ -30,22 +41,37 @@ func CLIsDir() string {
 // Gemini CLI's bundle.
 func CLI(kind string) ([]string, error) {
 	dir := CLIsDir()
+	// installed: p is there, from the pinned version of pkg.
 	installed := func(p, pkg string) error {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s is not installed (npm install --prefix %s %s): %w", kind, dir, pkg, err)
+		}
+		at := strings.LastIndex(pkg, "@")
+		b, err := os.ReadFile(filepath.Join(dir, "node_modules", pkg[:at], "package.json"))
+		if err != nil {
+			return fmt.Errorf("%s: reading its package.json: %w", kind, err)
+		}
+		var meta struct {
+			Version string `json:"version"`
+		}
+		if err := json.Unmarshal(b, &meta); err != nil {
+			return fmt.Errorf("%s: reading its package.json: %w", kind, err)
+		}
+		if meta.Version != pkg[at+1:] {
+			return fmt.Errorf("%s %s is installed in %s, the tests pin %s (npm install --prefix %s %s)", kind, meta.Version, dir, pkg[at+1:], dir, pkg)
 		}
 		return nil
 	}
 	switch kind {
 	case "claude-code":
 		p := filepath.Join(dir, "node_modules", "@anthropic-ai", "claude-code-linux-x64", "claude")
-		return []string{p}, installed(p, "@anthropic-ai/claude-code@"+ClaudeCodeVersion)
+		return []string{p}, installed(p, pinned("@anthropic-ai/claude-code"))
 	case "codex":
 		p := filepath.Join(dir, "node_modules", "@openai", "codex-linux-x64", "vendor", "x86_64-unknown-linux-musl", "bin", "codex")
-		return []string{p}, installed(p, "@openai/codex@"+CodexVersion)
+		return []string{p}, installed(p, pinned("@openai/codex"))
 	case "gemini":
 		js := filepath.Join(dir, "node_modules", "@google", "gemini-cli", "bundle", "gemini.js")
-		if err := installed(js, "@google/gemini-cli@"+GeminiCLIVersion); err != nil {
+		if err := installed(js, pinned("@google/gemini-cli")); err != nil {
 			return nil, err
 		}
 		node, err := exec.LookPath("node")
