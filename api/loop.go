@@ -134,6 +134,10 @@ type LoopRecord struct {
 	// MergedInto is the branch its work was merged into (its parent's, or
 	// a root's base); "" while it was not: then Branch holds it.
 	MergedInto string `json:"merged_into,omitempty"`
+	// ResumeAt (unix ms) is when a loop paused for its agent's usage
+	// limit resumes by itself (0: not such a pause); a restarted daemon
+	// keeps it.
+	ResumeAt int64 `json:"resume_at,omitempty"`
 }
 
 // Loop stages (LoopRecord.Stage).

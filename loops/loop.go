@@ -114,7 +114,7 @@ func (l *loop) Receive(c *actors.Context) {
 		l.resumeT = nil
 		if l.rec.Status == api.LoopPaused {
 			l.m.bus.Emit(LoopResumed{ID: l.rec.ID, Reason: "usage_limit_passed"})
-			l.rec.Status, l.rec.Paused = api.LoopPending, false
+			l.rec.Status, l.rec.Paused, l.rec.ResumeAt = api.LoopPending, false, 0
 			l.persist(c, false, l.next)
 		}
 	case actors.Stopping:
@@ -1060,7 +1060,7 @@ func (l *loop) usagePause(c *actors.Context, retryAt *time.Time) {
 	l.it = nil
 	wait, given := usageWait(retryAt, l.m.cfg.UsageLimitPause.Duration, time.Now())
 	until := time.Now().Add(wait).UTC()
-	l.rec.Status, l.rec.Paused = api.LoopPaused, false
+	l.rec.Status, l.rec.Paused, l.rec.ResumeAt = api.LoopPaused, false, until.UnixMilli()
 	l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: "usage_limit", Until: &until, RetryAt: given})
 	l.freeSlot(c)
 	l.persist(c, false, nil)
@@ -1103,7 +1103,7 @@ func (l *loop) control(c *actors.Context, msg ctl) {
 			l.resumeT = nil
 		}
 		l.m.bus.Emit(LoopResumed{ID: l.rec.ID, Reason: "requested"})
-		l.rec.Status, l.rec.Paused = api.LoopPending, false
+		l.rec.Status, l.rec.Paused, l.rec.ResumeAt = api.LoopPending, false, 0
 		if l.rec.Stage != "" && l.rec.Stage != api.StageIterating {
 			l.rec.Status = api.LoopRunning
 		}
@@ -1152,6 +1152,10 @@ func (l *loop) recover(c *actors.Context) {
 	r := l.rec
 	if r.Status == api.LoopPaused {
 		l.m.bus.Emit(LoopRecovered{ID: r.ID, Iteration: r.Iteration})
+		if r.ResumeAt != 0 {
+			// A usage-limit pause: it resumes when it would have.
+			l.resumeT = c.After(max(0, time.Until(time.UnixMilli(r.ResumeAt))), usageLimitPassed{})
+		}
 		l.next(c)
 		return
 	}

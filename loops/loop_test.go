@@ -431,6 +431,47 @@ func TestUsageLimitPause(t *testing.T) {
 	}
 }
 
+// A loop paused for a usage limit keeps its resume time across a restart:
+// one whose time passed while the daemon was down resumes at once, one
+// whose time is to come stays paused until then, and one a person paused
+// stays paused.
+func TestUsageLimitPauseSurvivesRestart(t *testing.T) {
+	var due, later, held api.LoopRecord
+	seed := func(h *harness) {
+		mk := func(id string, resumeAt time.Time) api.LoopRecord {
+			r := h.m.newRoot(api.LoopCode, id, h.repo, "main", makeContext("t", ""), time.Now())
+			r.Status, r.Iteration = api.LoopPaused, 1
+			if !resumeAt.IsZero() {
+				r.ResumeAt = resumeAt.UnixMilli()
+			}
+			if err := os.MkdirAll(r.Worktree, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_ = h.store.SaveLoop(r, func(error) {})
+			return r
+		}
+		due = mk("1-due", time.Now().Add(-time.Minute))
+		later = mk("2-later", time.Now().Add(time.Hour))
+		held = mk("3-held", time.Time{})
+	}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes}, seed)
+	if r := h.waitStatus(due.ID, api.LoopComplete); r.Iteration != 2 || r.ResumeAt != 0 {
+		t.Fatalf("the loop whose pause ended: %+v", r)
+	}
+	if r := h.rec(later.ID); r.Status != api.LoopPaused || r.ResumeAt != later.ResumeAt {
+		t.Fatalf("the loop whose pause goes on: %+v", r)
+	}
+	if r := h.rec(held.ID); r.Status != api.LoopPaused {
+		t.Fatalf("the loop a person paused: %+v", r)
+	}
+	if _, err := h.control("resume", later.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.waitStatus(later.ID, api.LoopComplete); r.ResumeAt != 0 {
+		t.Fatalf("resumed by hand: %+v", r)
+	}
+}
+
 // cancel takes every live descendant; delete removes them all.
 func TestCancelCascadesDeleteRemovesTree(t *testing.T) {
 	agents := &fakeAgents{work: func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState {

@@ -421,6 +421,10 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	if l.Message != "" {
 		row("why", printable(l.Message))
 	}
+	if l.ResumeAt != 0 && l.Status == api.LoopPaused {
+		at := time.UnixMilli(l.ResumeAt)
+		row("resumes", at.Local().Format("2006-01-02 15:04:05")+" (its agent's usage limit; orchestrd loop resume "+l.ID+" resumes it now)")
+	}
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
 	row("repo", l.Repo)
 	branch := l.Branch + " (from " + l.Base + ")"
