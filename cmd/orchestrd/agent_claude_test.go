@@ -540,5 +540,12 @@ max_iterations = 5
 	if n := len(d.ep.Scripted()); n != 1 {
 		t.Fatalf("the endpoint was asked %d times", n)
 	}
+	if got.Loop.ResumeAt == 0 || time.Until(time.UnixMilli(got.Loop.ResumeAt)) < 30*time.Minute {
+		t.Fatalf("the paused loop's resume_at %d is not about usage_limit_pause from now", got.Loop.ResumeAt)
+	}
+	out, errOut, code := runCLI(t, "loop", "show", "--home", d.home, id)
+	if code != 0 || !strings.Contains(out, "its agent's usage limit; orchestrd loop resume "+id+" resumes it now") {
+		t.Fatalf("loop show: %d %s%s", code, out, errOut)
+	}
 	d.mustCall("loop.cancel", map[string]any{"id": id}, nil)
 }
