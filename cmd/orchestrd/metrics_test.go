@@ -974,9 +974,11 @@ func alertRules(t *testing.T) map[string]string {
 // examples/orchestrd-alerts.yml: promtool check rules passes; it alerts on
 // what an operator must know (a lane degraded, runners restarting,
 // approvals waiting long or piling up, a queue near its limit, events
-// dropped, a fleet node lost). daemon/metrics' TestAlertNamesExist checks
-// every metric they name is one the daemon exports;
-// TestMetricsPrometheusScrapes evaluates them in a real Prometheus.
+// dropped, a fleet node lost); each rule's expression, on series where
+// some things are wrong, returns those and no other (promtool test rules).
+// daemon/metrics' TestAlertNamesExist checks every metric they name is one
+// the daemon exports; TestMetricsPrometheusScrapes evaluates them in a
+// real Prometheus on a real daemon.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	alerts := alertRules(t)
@@ -995,5 +997,64 @@ func TestAlertRules(t *testing.T) {
 	out, err := exec.CommandContext(ctx, promtool, "check", "rules", "../../examples/orchestrd-alerts.yml").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), fmt.Sprintf("SUCCESS: %d rules found", len(alerts))) {
 		t.Fatalf("promtool check rules examples/orchestrd-alerts.yml: %v\n%s", err, out)
+	}
+
+	// Each rule's expression picks out what it is about and nothing else,
+	// on series where some things are wrong (promtool test rules): by the
+	// labels of each series it returns at the 30th minute.
+	fires := map[string][]string{
+		"OrchestrdDown":               {`instance="a"`},
+		"OrchestrdLaneDegraded":       {`instance="a",lane="net"`},
+		"OrchestrdRunnerRestarts":     {`instance="a",lane="net"`},
+		"OrchestrdApprovalsWaiting":   {`instance="a"`, `instance="c"`},
+		"OrchestrdApprovalsPiling":    {`instance="a"`},
+		"OrchestrdQueueNearLimit":     {`instance="a",lane="net"`},
+		"OrchestrdJobsRejected":       {`instance="a",lane="net",reason="queue_full"`},
+		"OrchestrdEventLogDrops":      {`instance="a"`},
+		"OrchestrdSubscriberDrops":    {`instance="b"`},
+		"OrchestrdStoreWriteFailures": {`instance="b"`},
+		"OrchestrdNodeLost":           {`reason="heartbeat_expired"`},
+	}
+	var test strings.Builder
+	test.WriteString("rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n")
+	for _, in := range [][2]string{
+		{`up{instance="a"}`, "0x30"}, {`up{instance="b"}`, "1x30"},
+		{`orchestrd_lane_degraded{instance="a",lane="net"}`, "1x30"}, {`orchestrd_lane_degraded{instance="a",lane="gpu"}`, "0x30"},
+		{`orchestrd_runner_restarts_total{instance="a",lane="net",reason="killed_memory_limit"}`, "0+1x30"},
+		{`orchestrd_runner_restarts_total{instance="a",lane="gpu",reason="exited"}`, "0x25 1x5"},
+		{`orchestrd_approvals_pending{instance="a",source="plan"}`, "25x30"},
+		{`orchestrd_approvals_pending{instance="b",source="plan"}`, "0x30"},
+		{`orchestrd_approvals_pending{instance="c",source="executor"}`, "3x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="net"}`, "90x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="net"}`, "100x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="gpu"}`, "5x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="gpu"}`, "0x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="heavy"}`, "10x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="heavy"}`, "100x30"},
+		{`orchestrd_jobs_rejected_total{instance="a",lane="net",reason="queue_full"}`, "0+1x30"},
+		{`orchestrd_jobs_rejected_total{instance="a",lane="gpu",reason="queue_full"}`, "3x30"},
+		{`orchestrd_eventlog_dropped_total{instance="a"}`, "0+5x30"}, {`orchestrd_eventlog_dropped_total{instance="b"}`, "7x30"},
+		{`orchestrd_subscriber_dropped_events_total{instance="a"}`, "0x30"}, {`orchestrd_subscriber_dropped_events_total{instance="b"}`, "0x25 40x5"},
+		{`orchestrd_state_write_failures_total{instance="a"}`, "0x30"}, {`orchestrd_state_write_failures_total{instance="b"}`, "0x25 1x5"},
+		{`orchestrd_cluster_nodes_lost_total{instance="a",reason="heartbeat_expired"}`, "0x20 1x10"},
+		{`orchestrd_cluster_nodes_lost_total{instance="a",reason="restarted"}`, "1x30"},
+	} {
+		series := strings.Replace(in[0], "{", `{job="orchestrd",`, 1)
+		fmt.Fprintf(&test, "      - series: '%s'\n        values: '%s'\n", series, in[1])
+	}
+	test.WriteString("    promql_expr_test:\n")
+	for _, a := range slices.Sorted(maps.Keys(alerts)) {
+		want, ok := fires[a]
+		if !ok {
+			t.Fatalf("the alert %s is not tested here: say which series it picks out", a)
+		}
+		fmt.Fprintf(&test, "      - expr: '(%s) * 0 + 1'\n        eval_time: 30m\n        exp_samples:\n", strings.ReplaceAll(alerts[a], "'", "''"))
+		for _, l := range want {
+			fmt.Fprintf(&test, "          - labels: '{job=\"orchestrd\",%s}'\n            value: 1\n", l)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "alerts-test.yml")
+	if err := os.WriteFile(file, []byte(test.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, promtool, "test", "rules", file).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules on examples/orchestrd-alerts.yml's expressions: %v\n%s\n%s", err, out, test.String())
 	}
 }
