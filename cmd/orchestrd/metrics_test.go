@@ -808,7 +808,8 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	}
 	m := metricsDaemon(t, metricsLanes+metricsFrontEnds+"[executors.idle]\ncommand = [\"/bin/true\"]\ninstances = 0\n")
 
-	// examples/prometheus.yml, on this daemon.
+	// examples/prometheus.yml, on this daemon, its second job (commented
+	// out) uncommented, with examples/orchestrd-alerts.yml beside it.
 	example, err := os.ReadFile("../../examples/prometheus.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -816,9 +817,12 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	cfg := string(example)
 	for _, r := range [][2]string{
 		{"scrape_interval: 15s", "scrape_interval: 1s"},
+		{"evaluation_interval: 15s", "evaluation_interval: 1s"},
 		{"/home/USER/.orchestrd/http.key", filepath.Join(m.home, "http.key")},
 		{`targets: ["127.0.0.1:19532"]`, `targets: [` + strconv.Quote(strings.TrimPrefix(m.api, "http://")) + `]`},
-		{`targets: ["127.0.0.1:9464"]`, `targets: [` + strconv.Quote(strings.TrimPrefix(m.local, "http://")) + `]`},
+		{"  # - job_name: orchestrd-local\n  #   metrics_path: /metrics\n  #   static_configs:\n  #     - targets: [\"127.0.0.1:9464\"]\n",
+			"  - job_name: orchestrd-local\n    metrics_path: /metrics\n    static_configs:\n      - targets: [" + strconv.Quote(strings.TrimPrefix(m.local, "http://")) + "]\n"},
+		{"rule_files:\n  - orchestrd-alerts.yml\n", "rule_files:\n  - orchestrd-alerts.yml\n"},
 	} {
 		if strings.Count(cfg, r[0]) != 1 {
 			t.Fatalf("examples/prometheus.yml has %q %d times, want once", r[0], strings.Count(cfg, r[0]))
@@ -828,6 +832,13 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("../../examples/orchestrd-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orchestrd-alerts.yml"), rules, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if promtool, err := exec.LookPath("promtool"); err == nil {
@@ -893,5 +904,157 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	t.Logf("%d of the dashboard's %d queries answered (the others wait for a series nothing has touched yet)", answered, len(metricsDashboardExprs(t)))
 	if answered < 20 {
 		t.Errorf("only %d of the dashboard's queries answered", answered)
+	}
+
+	// The alerting rules: every one loaded, evaluated without an error on
+	// this daemon's series, and none pending or firing (nothing is wrong).
+	alerts := alertRules(t)
+	var rs struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name           string `json:"name"`
+					Type           string `json:"type"`
+					Health         string `json:"health"`
+					State          string `json:"state"`
+					LastError      string `json:"lastError"`
+					LastEvaluation string `json:"lastEvaluation"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	promWait(t, 60*time.Second, "Prometheus to evaluate every alerting rule", func() bool {
+		rs.Data.Groups = nil
+		resp, err := p.client.Get(p.base + "/api/v1/rules?type=alert")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&rs) != nil {
+			return false
+		}
+		n := 0
+		for _, g := range rs.Data.Groups {
+			for _, r := range g.Rules {
+				if r.Health == "unknown" || strings.HasPrefix(r.LastEvaluation, "0001-") {
+					return false
+				}
+				n++
+			}
+		}
+		return n == len(alerts)
+	})
+	for _, g := range rs.Data.Groups {
+		for _, r := range g.Rules {
+			if _, ok := alerts[r.Name]; !ok || r.Health != "ok" || r.LastError != "" || r.State != "inactive" {
+				t.Errorf("the alerting rule %s: health %s, state %s, error %q (want ok, inactive)", r.Name, r.Health, r.State, r.LastError)
+			}
+		}
+	}
+}
+
+// alertRules are examples/orchestrd-alerts.yml's alerts: name -> expr.
+func alertRules(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/orchestrd-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`(?m)^\s+- alert: (\S+)\n\s+expr: (.+)$`).FindAllStringSubmatch(string(b), -1)
+	if n := strings.Count(string(b), "- alert:"); n != len(names) || n == 0 {
+		t.Fatalf("examples/orchestrd-alerts.yml has %d alerts, %d of them with a one-line expr on the next line", n, len(names))
+	}
+	out := map[string]string{}
+	for _, m := range names {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// examples/orchestrd-alerts.yml: promtool check rules passes; it alerts on
+// what an operator must know (a lane degraded, runners restarting,
+// approvals waiting long or piling up, a queue near its limit, events
+// dropped, a fleet node lost); each rule's expression, on series where
+// some things are wrong, returns those and no other (promtool test rules).
+// daemon/metrics' TestAlertNamesExist checks every metric they name is one
+// the daemon exports; TestMetricsPrometheusScrapes evaluates them in a
+// real Prometheus on a real daemon.
+func TestAlertRules(t *testing.T) {
+	t.Parallel()
+	alerts := alertRules(t)
+	for _, a := range []string{"OrchestrdLaneDegraded", "OrchestrdRunnerRestarts", "OrchestrdApprovalsWaiting", "OrchestrdApprovalsPiling",
+		"OrchestrdQueueNearLimit", "OrchestrdEventLogDrops", "OrchestrdSubscriberDrops", "OrchestrdNodeLost"} {
+		if _, ok := alerts[a]; !ok {
+			t.Errorf("examples/orchestrd-alerts.yml has no alert %s", a)
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (Debian's prometheus package; .ci/run installs it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, promtool, "check", "rules", "../../examples/orchestrd-alerts.yml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("SUCCESS: %d rules found", len(alerts))) {
+		t.Fatalf("promtool check rules examples/orchestrd-alerts.yml: %v\n%s", err, out)
+	}
+
+	// Each rule's expression picks out what it is about and nothing else,
+	// on series where some things are wrong (promtool test rules): by the
+	// labels of each series it returns at the 30th minute.
+	fires := map[string][]string{
+		"OrchestrdDown":               {`instance="a"`},
+		"OrchestrdLaneDegraded":       {`instance="a",lane="net"`},
+		"OrchestrdRunnerRestarts":     {`instance="a",lane="net"`},
+		"OrchestrdApprovalsWaiting":   {`instance="a"`, `instance="c"`},
+		"OrchestrdApprovalsPiling":    {`instance="a"`},
+		"OrchestrdQueueNearLimit":     {`instance="a",lane="net"`},
+		"OrchestrdJobsRejected":       {`instance="a",lane="net",reason="queue_full"`},
+		"OrchestrdEventLogDrops":      {`instance="a"`},
+		"OrchestrdSubscriberDrops":    {`instance="b"`},
+		"OrchestrdStoreWriteFailures": {`instance="b"`},
+		"OrchestrdNodeLost":           {`reason="heartbeat_expired"`},
+	}
+	var test strings.Builder
+	test.WriteString("rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n")
+	for _, in := range [][2]string{
+		{`up{instance="a"}`, "0x30"}, {`up{instance="b"}`, "1x30"},
+		{`orchestrd_lane_degraded{instance="a",lane="net"}`, "1x30"}, {`orchestrd_lane_degraded{instance="a",lane="gpu"}`, "0x30"},
+		{`orchestrd_runner_restarts_total{instance="a",lane="net",reason="killed_memory_limit"}`, "0+1x30"},
+		{`orchestrd_runner_restarts_total{instance="a",lane="gpu",reason="exited"}`, "0x25 1x5"},
+		{`orchestrd_approvals_pending{instance="a",source="plan"}`, "25x30"},
+		{`orchestrd_approvals_pending{instance="b",source="plan"}`, "0x30"},
+		{`orchestrd_approvals_pending{instance="c",source="executor"}`, "3x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="net"}`, "90x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="net"}`, "100x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="gpu"}`, "5x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="gpu"}`, "0x30"},
+		{`orchestrd_lane_queued_jobs{instance="a",lane="heavy"}`, "10x30"}, {`orchestrd_lane_queue_limit{instance="a",lane="heavy"}`, "100x30"},
+		{`orchestrd_jobs_rejected_total{instance="a",lane="net",reason="queue_full"}`, "0+1x30"},
+		{`orchestrd_jobs_rejected_total{instance="a",lane="gpu",reason="queue_full"}`, "3x30"},
+		{`orchestrd_eventlog_dropped_total{instance="a"}`, "0+5x30"}, {`orchestrd_eventlog_dropped_total{instance="b"}`, "7x30"},
+		{`orchestrd_subscriber_dropped_events_total{instance="a"}`, "0x30"}, {`orchestrd_subscriber_dropped_events_total{instance="b"}`, "0x25 40x5"},
+		{`orchestrd_state_write_failures_total{instance="a"}`, "0x30"}, {`orchestrd_state_write_failures_total{instance="b"}`, "0x25 1x5"},
+		{`orchestrd_cluster_nodes_lost_total{instance="a",reason="heartbeat_expired"}`, "0x20 1x10"},
+		{`orchestrd_cluster_nodes_lost_total{instance="a",reason="restarted"}`, "1x30"},
+	} {
+		series := strings.Replace(in[0], "{", `{job="orchestrd",`, 1)
+		fmt.Fprintf(&test, "      - series: '%s'\n        values: '%s'\n", series, in[1])
+	}
+	test.WriteString("    promql_expr_test:\n")
+	for _, a := range slices.Sorted(maps.Keys(alerts)) {
+		want, ok := fires[a]
+		if !ok {
+			t.Fatalf("the alert %s is not tested here: say which series it picks out", a)
+		}
+		fmt.Fprintf(&test, "      - expr: '(%s) * 0 + 1'\n        eval_time: 30m\n        exp_samples:\n", strings.ReplaceAll(alerts[a], "'", "''"))
+		for _, l := range want {
+			fmt.Fprintf(&test, "          - labels: '{job=\"orchestrd\",%s}'\n            value: 1\n", l)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "alerts-test.yml")
+	if err := os.WriteFile(file, []byte(test.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, promtool, "test", "rules", file).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules on examples/orchestrd-alerts.yml's expressions: %v\n%s\n%s", err, out, test.String())
 	}
 }

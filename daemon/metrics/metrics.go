@@ -43,6 +43,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
+	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/spool"
@@ -132,6 +133,8 @@ type Metrics struct {
 
 	actorPanics *counters
 
+	nodesLost *counters
+
 	httpRequests *counters
 	httpDuration *histograms
 
@@ -157,6 +160,7 @@ var (
 	clankerStatuses   = []string{"queued", "running", "needs_judge", "rework", "blocked", "paused", "done", "failed"}
 	overflowPolicies  = []string{control.OverflowDropOldest, control.OverflowDisconnect}
 	tokenKinds        = []string{"input", "output", "cache_read", "cache_write"}
+	nodeLostReasons   = []string{"heartbeat_expired", "restarted"}
 )
 
 // Buckets, in seconds.
@@ -231,6 +235,7 @@ func New(opts Options) *Metrics {
 	m.subscriberOverflows = c("subscriber_overflows_total", "Times a control-socket subscriber fell behind (subscriber.overflowed), by policy: drop_oldest, disconnect.", "policy")
 	m.subscriberDropped = c("subscriber_dropped_events_total", "Events dropped to control-socket subscribers that fell behind (subscriber.overflowed dropped).")
 	m.actorPanics = c("actor_panics_total", "Panics caught in actors, by actor kind.", "kind")
+	m.nodesLost = c("cluster_nodes_lost_total", "Fleet nodes this node declared lost (cluster.node_lost), by reason: heartbeat_expired, restarted. Always 0 outside a fleet.", "reason")
 	m.httpRequests = c("http_requests_total", "HTTP API requests answered, by route (the ServeMux pattern; \"none\" when none matched) and status code.", "route", "code")
 	m.httpDuration = h("http_request_duration_seconds", "How long HTTP API requests took to answer (a stream: its whole life), by route.", httpBuckets, "route")
 	m.commitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "state_commit_duration_seconds",
@@ -271,6 +276,9 @@ func New(opts Options) *Metrics {
 	m.clankerPauses.seed()
 	m.clankerDeadLettered.seed()
 	m.subscriberDropped.seed()
+	for _, r := range nodeLostReasons {
+		m.nodesLost.seed(r)
+	}
 
 	// Not compressed: some 20 KiB a scrape, on loopback by default, where
 	// gzip would double the scrape's time for nothing.
@@ -299,6 +307,7 @@ var Kinds = []string{
 	"loop.iteration",
 	"clanker.paused", "clanker.line_dead_lettered",
 	"subscriber.overflowed",
+	"cluster.node_lost",
 }
 
 // Subscribe counts bus's events of Kinds until the returned function is
@@ -379,6 +388,8 @@ func (s sink) Deliver(r *eventlog.Record) {
 		m.clankerPauses.inc()
 	case spool.SpoolDeadLettered:
 		m.clankerDeadLettered.inc()
+	case fleet.ClusterNodeLost:
+		m.nodesLost.inc(known(e.Reason, nodeLostReasons))
 	case control.SubscriberOverflowed:
 		m.subscriberOverflows.inc(known(e.Policy, overflowPolicies))
 		if e.Dropped > 0 {

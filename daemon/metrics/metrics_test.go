@@ -27,6 +27,7 @@ import (
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
+	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/spool"
@@ -118,6 +119,8 @@ func TestCountersFromEvents(t *testing.T) {
 	bus.Emit(spool.SpoolDeadLettered{Repo: weird})
 	bus.Emit(control.SubscriberOverflowed{ConnID: "c1", Policy: control.OverflowDropOldest, Dropped: 40})
 	bus.Emit(control.SubscriberOverflowed{ConnID: "c2", Policy: control.OverflowDisconnect})
+	bus.Emit(fleet.ClusterNodeLost{Node: weird, Incarnation: weird, By: "a", Reason: "heartbeat_expired", Jobs: []string{weird}})
+	bus.Emit(fleet.ClusterNodeLost{Node: "b", By: "a", Reason: weird})
 	// What the metrics never subscribe to is not counted (and costs nothing).
 	bus.Emit(lanes.JobOutput{JobID: "j-1", Stream: "stdout", Data: weird})
 
@@ -151,6 +154,8 @@ func TestCountersFromEvents(t *testing.T) {
 		{testutil.ToFloat64(m.subscriberOverflows.vec.WithLabelValues("drop_oldest")), 1, "overflow drop_oldest"},
 		{testutil.ToFloat64(m.subscriberOverflows.vec.WithLabelValues("disconnect")), 1, "overflow disconnect"},
 		{testutil.ToFloat64(m.subscriberDropped.vec.WithLabelValues()), 40, "dropped events"},
+		{testutil.ToFloat64(m.nodesLost.vec.WithLabelValues("heartbeat_expired")), 1, "node lost"},
+		{testutil.ToFloat64(m.nodesLost.vec.WithLabelValues("other")), 1, "node lost, another reason"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
@@ -166,6 +171,7 @@ func TestCountersFromEvents(t *testing.T) {
 		`orchestrd_job_duration_seconds_bucket{lane="net",le="0.05"} 1`,
 		`orchestrd_jobs_finished_total{lane="no-net",state="succeeded"} 0`, // made at New
 		`orchestrd_build_info{version="1.2.3"} 1`,
+		`orchestrd_cluster_nodes_lost_total{reason="restarted"} 0`, // made at New
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("no line %q in\n%s", want, out)
@@ -565,7 +571,7 @@ func described(t *testing.T, m *Metrics) map[string]bool {
 		m.jobDuration.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
 		m.approvalsRequested.vec, m.approvalsAuto.vec, m.approvalResolution.vec, m.tasksFinished.vec, m.executorPauses.vec,
 		m.executorRestarts.vec, m.agentTokens.vec, m.agentCost.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
-		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec,
+		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec, m.nodesLost.vec,
 		m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()}} {
 		c.Describe(ch)
 	}
@@ -614,6 +620,35 @@ func TestDashboardNamesExist(t *testing.T) {
 		if strings.HasPrefix(n, "orchestrd_") && !strings.HasSuffix(n, "_bucket") && !strings.HasSuffix(n, "_sum") &&
 			!strings.HasSuffix(n, "_count") && !seen[n] && !seen[n+"_bucket"] && !seen[n+"_count"] {
 			t.Errorf("%s is on no panel of the dashboard", n)
+		}
+	}
+}
+
+// Every metric examples/orchestrd-alerts.yml's rules name is one orchestrd
+// exports (a counter with a free label, such as runner_restarts_total's
+// reason, shows in a scrape from its first event on), or Prometheus's own
+// up; each rule names one at least.
+func TestAlertNamesExist(t *testing.T) {
+	m := newMetrics(t, nil)
+	names := described(t, m)
+	names["up"] = true
+	b, err := os.ReadFile("../../examples/orchestrd-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := regexp.MustCompile(`(?m)^\s+expr: (.+)$`).FindAllStringSubmatch(string(b), -1)
+	if n := strings.Count(string(b), "- alert:"); n == 0 || n != len(exprs) {
+		t.Fatalf("examples/orchestrd-alerts.yml has %d alerts and %d one-line exprs", n, len(exprs))
+	}
+	for _, e := range exprs {
+		used := regexp.MustCompile(`\b(?:orchestrd|go|process)_[a-z_]+\b|\bup\b`).FindAllString(e[1], -1)
+		if len(used) == 0 {
+			t.Errorf("a rule names no metric: %s", e[1])
+		}
+		for _, n := range used {
+			if !names[n] {
+				t.Errorf("a rule queries %s, which orchestrd does not export: %s", n, e[1])
+			}
 		}
 	}
 }
