@@ -872,7 +872,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 		return
 	}
 	post := l.poster()
-	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
+	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindMerge, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
 		nil, func(a GateAnswer) {
 			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
 		})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,5 +217,122 @@ while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
 	// A loop that is not waiting is told what it is.
 	if _, e, code := cli("loop", "merge", id); code == 0 || !strings.Contains(e, "merged into main already") {
 		t.Fatalf("loop merge of a merged loop: exit %d %s", code, e)
+	}
+}
+
+// Loopr's wire: plan.awaiting_approval and plan.approved name the plan's
+// loop (the id Loopr's client knows, and sends back to plan.approve), the
+// approval beside it; a root's merge asks an approval of kind merge, which
+// is not announced as a plan, and plan.approve with the root's id still
+// merges it.
+func TestLooprPlanEventsNameTheLoop(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d := startDaemon(t, loopAgent(t, prompts, treeAgent, ""))
+	c := dialLoopr(t, d.sock())
+	if r := c.request("initialize", map[string]any{"version": "0.1.1"}); r.Error != nil {
+		t.Fatalf("initialize: %+v", r.Error)
+	}
+	if r := c.request("subscribe", map[string]any{}); r.Error != nil {
+		t.Fatalf("subscribe: %+v", r.Error)
+	}
+	var seen []looprEvent
+	until := func(what string, f func(e looprEvent) bool) looprEvent {
+		t.Helper()
+		deadline := time.Now().Add(120 * time.Second)
+		for time.Now().Before(deadline) {
+			e := c.event(time.Until(deadline))
+			seen = append(seen, e)
+			if f(e) {
+				return e
+			}
+		}
+		t.Fatalf("no %s on Loopr's connection", what)
+		return looprEvent{}
+	}
+	type planData struct {
+		ID           string   `json:"id"`
+		ApprovalID   string   `json:"approval_id"`
+		Content      *string  `json:"content"`
+		Specs        []string `json:"specs"`
+		SpecsSpawned *int     `json:"specs_spawned"`
+	}
+	decode := func(e looprEvent) planData {
+		var p planData
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			t.Fatalf("%s data %s: %v", e.Event, e.Data, err)
+		}
+		return p
+	}
+
+	plan := d.createLoop(api.LoopPlan, repo, "build the widget")
+	code := d.createLoop(api.LoopCode, repo, "write the code")
+
+	// The plan: awaiting, with the plan loop's id.
+	e := until("plan.awaiting_approval", func(e looprEvent) bool { return e.Event == "plan.awaiting_approval" })
+	p := decode(e)
+	rec := d.loop(plan).Loop
+	if p.ID != plan || p.ApprovalID == "" || p.ApprovalID != rec.ApprovalID || p.Content == nil ||
+		!strings.Contains(*p.Content, "## Specs to Create") || strings.Join(p.Specs, ",") != "spec-alpha,spec-beta" {
+		t.Fatalf("plan.awaiting_approval %s, want id %s (approval %s)", e.Data, plan, rec.ApprovalID)
+	}
+	// Loopr's client approves by the id it was given.
+	if r := c.request("plan.approve", map[string]any{"id": p.ID}); r.Error != nil {
+		t.Fatalf("plan.approve %s: %+v", p.ID, r.Error)
+	}
+	e = until("plan.approved", func(e looprEvent) bool { return e.Event == "plan.approved" })
+	if p := decode(e); p.ID != plan || p.ApprovalID != rec.ApprovalID || p.SpecsSpawned == nil || *p.SpecsSpawned != 2 {
+		t.Fatalf("plan.approved %s, want id %s", e.Data, plan)
+	}
+	// The plan's tree is not what this test follows further.
+	if r := c.request("loop.cancel", map[string]any{"id": plan}); r.Error != nil {
+		t.Fatalf("loop.cancel: %+v", r.Error)
+	}
+
+	// The code loop's merge: an approval of kind merge, of the loop.
+	d.waitStage(code, api.StageMerge, 60*time.Second)
+	rec = d.loop(code).Loop
+	var a struct{ Approval api.Approval }
+	d.mustCall("approval.get", map[string]any{"id": rec.ApprovalID}, &a)
+	if a.Approval.Kind != api.KindMerge || a.Approval.LoopID != code || !strings.HasPrefix(a.Approval.Content, "Merge loop "+code) {
+		t.Fatalf("the merge's approval: %+v", a.Approval)
+	}
+	out, _, ex := runCLI(t, "approvals", "--home", d.home)
+	if ex != 0 || !strings.Contains(out, rec.ApprovalID) || !strings.Contains(out, "merge") || !strings.Contains(out, "Merge loop "+code) {
+		t.Fatalf("orchestrd approvals: exit %d\n%s", ex, out)
+	}
+	// Not a plan: plan.iterate refuses it; plan.approve with the loop's
+	// id merges it.
+	if r := c.request("plan.iterate", map[string]any{"id": code, "feedback": "again"}); r.Error == nil || r.Error.Code != api.CodeInvalidState {
+		t.Fatalf("plan.iterate of a merge: %s %+v", r.Result, r.Error)
+	}
+	if r := c.request("plan.approve", map[string]any{"id": code}); r.Error != nil {
+		t.Fatalf("plan.approve of the merge: %+v", r.Error)
+	}
+	until("the code loop complete", func(e looprEvent) bool {
+		var l api.LoopRecord
+		return e.Event == "loop.updated" && json.Unmarshal(e.Data, &l) == nil && l.ID == code && l.Status == api.LoopComplete
+	})
+	if got := d.loop(code).Loop; got.MergedInto != "main" {
+		t.Fatalf("merged: %+v", got)
+	}
+	// Loopr's client heard of one plan, never of the merge.
+	n := 0
+	for _, e := range seen {
+		if !strings.HasPrefix(e.Event, "plan.") {
+			continue
+		}
+		p := decode(e)
+		if p.ID == code || p.ApprovalID == a.Approval.ID || p.Content != nil && strings.Contains(*p.Content, "Merge loop") {
+			t.Fatalf("the merge announced as a plan: %s %s", e.Event, e.Data)
+		}
+		if p.ID != plan {
+			t.Fatalf("%s %s names no loop", e.Event, e.Data)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d plan events, want awaiting and approved", n)
 	}
 }
