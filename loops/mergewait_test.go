@@ -159,3 +159,34 @@ func TestMergeNotApplicable(t *testing.T) {
 		}
 	}
 }
+
+// After a restart: a root left waiting to merge (here one loop.merge made
+// live again, whose worktree is long gone) tries again and merges, not
+// failed worktree_gone; a root a daemon before merges waited failed
+// git_failed for a dirty checkout is merged by loop.merge.
+func TestRecoverMergeWaiting(t *testing.T) {
+	var waiting, old api.LoopRecord
+	seed := func(h *harness) {
+		waiting = h.m.newRoot(api.LoopCode, "1-waiting", h.repo, "main", makeContext("t", ""), time.Now())
+		waiting.Status, waiting.Stage, waiting.Iteration = api.LoopRunning, api.StageMergeWaiting, 1
+		waiting.MergeWait = &api.MergeWait{Into: "main", Checkout: h.repo, Files: []string{"README"}, Total: 1, Since: 1}
+		old = h.m.newRoot(api.LoopCode, "2-old", h.repo, "main", makeContext("t", ""), time.Now())
+		old.Status, old.Error, old.Iteration = api.LoopFailed, api.LoopErrGit, 1
+		old.Message = "its branch could not be merged into main: merging loop/2-old into main: " + h.repo + " has uncommitted changes (1 entries)"
+		for _, r := range []api.LoopRecord{waiting, old} {
+			_ = h.store.SaveLoop(r, func(error) {})
+		}
+	}
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes}, seed)
+	r := h.waitStatus(waiting.ID, api.LoopComplete)
+	if r.MergedInto != "main" || r.MergeWait != nil || r.Error != "" {
+		t.Fatalf("recovered waiting: %+v", r)
+	}
+	v, err := h.control("merge", old.ID)
+	if rec, ok := v.(api.LoopRecord); err != nil || !ok || rec.Status != api.LoopComplete || rec.MergedInto != "main" {
+		t.Fatalf("loop.merge of an old git_failed merge: %+v %v", v, err)
+	}
+	if p := h.agents.prompts(); len(p) != 0 {
+		t.Fatalf("%d iterations ran", len(p))
+	}
+}
