@@ -76,6 +76,10 @@ const (
 const (
 	KindTool = "tool" // may a tool run?
 	KindPlan = "plan" // may a plan's specs be spawned?
+	// KindMerge: may a complete loop tree's root merge into its base?
+	// Never announced as a plan (plan.awaiting_approval), never answered
+	// by a rule; plan.approve and plan.reject take it by its loop's id.
+	KindMerge = "merge"
 )
 
 // Who or what resolved an approval (Resolution.By): the door it came
@@ -136,6 +140,10 @@ type Approval struct {
 	// AssistantContext is the agent's last words before the request (the
 	// hook sends it), for the person deciding.
 	AssistantContext string `json:"assistant_context,omitempty"`
+	// LoopID is the loop a plan or merge approval is of (a loop's gate
+	// asked it): the plan.* events name the loop by it, as Loopr's client
+	// expects.
+	LoopID string `json:"loop_id,omitempty"`
 	// Content and Specs are a plan's (kind plan).
 	Content    string          `json:"content,omitempty"`
 	Specs      json.RawMessage `json:"specs,omitempty"` // a JSON array

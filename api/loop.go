@@ -120,7 +120,9 @@ type LoopRecord struct {
 	Paused   bool   `json:"pause_requested,omitempty"`
 	// Stage is what a running loop is doing: iterating, approval (a
 	// validated plan waits for a person), children (it waits for its
-	// children), merge (a complete tree waits to merge into its base).
+	// children), merge (a complete tree waits for a person to approve its
+	// merge into its base), merge_waiting (for its base's checkout to be
+	// clean: MergeWait).
 	Stage      string `json:"stage,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"` // the approval it waits for
 	// MaxCostUSD: the loop fails budget_exceeded once TokenUsage's
@@ -138,6 +140,48 @@ type LoopRecord struct {
 	// limit resumes by itself (0: not such a pause); a restarted daemon
 	// keeps it.
 	ResumeAt int64 `json:"resume_at,omitempty"`
+	// MergeWait is why a root waits to merge into its base (stage
+	// merge_waiting): the base is checked out with uncommitted changes.
+	MergeWait *MergeWait `json:"merge_waiting,omitempty"`
+}
+
+// MergeWait is why a complete root waits to merge into its base (stage
+// merge_waiting): the base is checked out in Checkout with uncommitted
+// changes to Files (the first ones git status names; Total counts them
+// all), or a merge in progress there. It merges once the checkout is
+// clean (tried every little while, and at once on loop.merge). The paths
+// are the user's: shown through printable, never logged.
+type MergeWait struct {
+	Into       string   `json:"into"`
+	Checkout   string   `json:"checkout"`
+	Files      []string `json:"files,omitempty"`
+	Total      int      `json:"total,omitempty"`
+	InProgress bool     `json:"merge_in_progress,omitempty"`
+	Since      int64    `json:"since"` // Unix milliseconds
+}
+
+// Words is why it waits, in words: "checkout has uncommitted changes in
+// a.go, b.go and 3 more files".
+func (w *MergeWait) Words() string {
+	if w.InProgress {
+		return "checkout has a merge in progress"
+	}
+	s := "checkout has uncommitted changes in " + strings.Join(w.Files, ", ")
+	if more := w.Total - len(w.Files); more > 0 {
+		s += " and " + Count(more, "more file")
+	}
+	return s
+}
+
+// MergeFailedPrefix begins the Message of a loop whose branch could not
+// be merged (error git_failed).
+const MergeFailedPrefix = "its branch could not be merged into "
+
+// MergeRetryable reports whether r is a root whose merge into its base
+// failed (git_failed): loop.merge tries it again.
+func (r LoopRecord) MergeRetryable() bool {
+	return r.ParentID == nil && r.Status == LoopFailed && r.Error == LoopErrGit && r.MergedInto == "" &&
+		strings.HasPrefix(r.Message, MergeFailedPrefix)
 }
 
 // Loop stages (LoopRecord.Stage).
@@ -146,6 +190,9 @@ const (
 	StageApproval  = "approval"
 	StageChildren  = "children"
 	StageMerge     = "merge"
+	// StageMergeWaiting: a complete root waits to merge into its base,
+	// whose checkout has uncommitted changes (LoopRecord.MergeWait).
+	StageMergeWaiting = "merge_waiting"
 )
 
 // LoopIteration is one iteration of a loop, as loop.get's iterations show

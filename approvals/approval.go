@@ -175,7 +175,7 @@ func (a *approvalActor) Receive(c *actors.Context) {
 			Cwd: snap.Cwd, SessionID: snap.SessionID, RequestID: snap.RequestID, Deadline: snap.Deadline})
 		if snap.Kind == api.KindPlan {
 			specs := specsOrEmpty(snap.Specs)
-			m.bus.Emit(PlanAwaitingApproval{ID: snap.ID, Content: snap.Content, Specs: specs,
+			m.bus.Emit(PlanAwaitingApproval{ID: planEventID(snap), ApprovalID: snap.ID, Content: snap.Content, Specs: specs,
 				ContentBytes: len(snap.Content), SpecsCount: specsCount(specs)})
 		}
 		if m.opts.OnPending != nil {
@@ -274,12 +274,12 @@ func (e *entry) publish(final api.Approval, rules []api.ApprovalRule, reply func
 		if final.Kind == api.KindPlan {
 			switch final.State {
 			case api.ApprovalAllowed, api.ApprovalAlwaysAllowed:
-				m.bus.Emit(PlanApproved{ID: final.ID, SpecsSpawned: specsCount(final.Specs), By: r.By,
+				m.bus.Emit(PlanApproved{ID: planEventID(final), ApprovalID: final.ID, SpecsSpawned: specsCount(final.Specs), By: r.By,
 					BySession: r.BySession, ByPid: r.ByPid})
 			case api.ApprovalDenied:
-				m.bus.Emit(PlanRejected{ID: final.ID, Reason: r.Message, By: r.By, BySession: r.BySession, ByPid: r.ByPid})
+				m.bus.Emit(PlanRejected{ID: planEventID(final), ApprovalID: final.ID, Reason: r.Message, By: r.By, BySession: r.BySession, ByPid: r.ByPid})
 			case api.ApprovalReplied:
-				m.bus.Emit(PlanIterated{ID: final.ID, Feedback: r.UserMessage, By: r.By, BySession: r.BySession,
+				m.bus.Emit(PlanIterated{ID: planEventID(final), ApprovalID: final.ID, Feedback: r.UserMessage, By: r.By, BySession: r.BySession,
 					ByPid: r.ByPid})
 			}
 		}
@@ -313,4 +313,14 @@ func specsCount(s json.RawMessage) int {
 		return 0
 	}
 	return len(xs)
+}
+
+// planEventID is the id a plan.* event names: the plan's loop (Loopr's
+// client knows its plans by their loops), or the approval itself for a
+// plan no loop asked (approval.request kind plan).
+func planEventID(a api.Approval) string {
+	if a.LoopID != "" {
+		return a.LoopID
+	}
+	return a.ID
 }

@@ -124,10 +124,15 @@ type ApprovalWriteFailed struct {
 func (ApprovalWriteFailed) Kind() string { return "approval.write_failed" }
 
 // PlanAwaitingApproval: a plan (an approval of kind plan) is pending.
-// Subscribers get {id, content, specs} (Loopr's event); the log line only
-// the sizes: a loop's plan is what its agent wrote.
+// Subscribers get {id, content, specs} (Loopr's event), with the approval's
+// id beside; the log line only the sizes: a loop's plan is what its agent
+// wrote. ID in every plan.* event is the plan's loop (Loopr's client knows
+// plans by their loops: plan.approve takes it), or the approval for a plan
+// no loop asked (approval.request kind plan); ApprovalID is the approval.
+// A loop's merge (kind merge) is not a plan: no plan.* event.
 type PlanAwaitingApproval struct {
 	ID           string          `json:"id"`
+	ApprovalID   string          `json:"approval_id"`
 	Content      string          `json:"-"`
 	Specs        json.RawMessage `json:"-"`
 	ContentBytes int             `json:"content_bytes"`
@@ -139,10 +144,11 @@ func (PlanAwaitingApproval) Kind() string { return "plan.awaiting_approval" }
 // WireData is Loopr's plan.awaiting_approval: the plan and its specs.
 func (e PlanAwaitingApproval) WireData() any {
 	return struct {
-		ID      string          `json:"id"`
-		Content string          `json:"content"`
-		Specs   json.RawMessage `json:"specs"`
-	}{e.ID, e.Content, e.Specs}
+		ID         string          `json:"id"`
+		Content    string          `json:"content"`
+		Specs      json.RawMessage `json:"specs"`
+		ApprovalID string          `json:"approval_id"`
+	}{e.ID, e.Content, e.Specs, e.ApprovalID}
 }
 
 // PlanApproved: a plan was allowed; SpecsSpawned is the number of its
@@ -150,6 +156,7 @@ func (e PlanAwaitingApproval) WireData() any {
 // approval.resolved (Loopr's client reads id and specs_spawned).
 type PlanApproved struct {
 	ID           string `json:"id"`
+	ApprovalID   string `json:"approval_id"`
 	SpecsSpawned int    `json:"specs_spawned"`
 	By           string `json:"by"`
 	BySession    string `json:"by_session,omitempty"`
@@ -161,11 +168,12 @@ func (PlanApproved) Kind() string { return "plan.approved" }
 // PlanRejected: a plan was denied, for Reason, by By (as in
 // approval.resolved).
 type PlanRejected struct {
-	ID        string `json:"id"`
-	Reason    string `json:"reason"`
-	By        string `json:"by"`
-	BySession string `json:"by_session,omitempty"`
-	ByPid     int32  `json:"by_pid,omitempty"`
+	ID         string `json:"id"`
+	ApprovalID string `json:"approval_id"`
+	Reason     string `json:"reason"`
+	By         string `json:"by"`
+	BySession  string `json:"by_session,omitempty"`
+	ByPid      int32  `json:"by_pid,omitempty"`
 }
 
 func (PlanRejected) Kind() string { return "plan.rejected" }
@@ -173,11 +181,12 @@ func (PlanRejected) Kind() string { return "plan.rejected" }
 // PlanIterated: a plan was sent back with Feedback (resolved Reply), by
 // By (as in approval.resolved).
 type PlanIterated struct {
-	ID        string `json:"id"`
-	Feedback  string `json:"feedback"`
-	By        string `json:"by"`
-	BySession string `json:"by_session,omitempty"`
-	ByPid     int32  `json:"by_pid,omitempty"`
+	ID         string `json:"id"`
+	ApprovalID string `json:"approval_id"`
+	Feedback   string `json:"feedback"`
+	By         string `json:"by"`
+	BySession  string `json:"by_session,omitempty"`
+	ByPid      int32  `json:"by_pid,omitempty"`
 }
 
 func (PlanIterated) Kind() string { return "plan.iterated" }

@@ -24,9 +24,9 @@ func TestKinds(t *testing.T) {
 		ApprovalRuleDeleted{ID: "r-1"},
 		ApprovalRecovered{ID: "a-1", Action: "cancelled"},
 		ApprovalWriteFailed{ID: "a-1", What: "record approval a-1 resolved", Error: "disk I/O error"},
-		PlanAwaitingApproval{ID: "a-3", Content: "# plan", Specs: json.RawMessage(`[{"name":"x"}]`)},
-		PlanApproved{ID: "a-3", SpecsSpawned: 1, By: "ui", BySession: "Xy3_abcd"},
-		PlanRejected{ID: "a-3", Reason: "too big", By: "cli", ByPid: 4242},
-		PlanIterated{ID: "a-3", Feedback: "split it", By: "control", ByPid: 4243},
+		PlanAwaitingApproval{ID: "17959265-00ff", ApprovalID: "a-3", Content: "# plan", Specs: json.RawMessage(`[{"name":"x"}]`)},
+		PlanApproved{ID: "17959265-00ff", ApprovalID: "a-3", SpecsSpawned: 1, By: "ui", BySession: "Xy3_abcd"},
+		PlanRejected{ID: "a-3", ApprovalID: "a-3", Reason: "too big", By: "cli", ByPid: 4242},
+		PlanIterated{ID: "17959265-00ff", ApprovalID: "a-3", Feedback: "split it", By: "control", ByPid: 4243},
 	)
 }

@@ -174,7 +174,7 @@ func (m *Manager) ask(req Request, answer func(api.Approval), recorded func(api.
 	a := api.Approval{ID: m.newID(), State: api.ApprovalPending, Source: req.Source, Kind: req.Kind,
 		RequestID: req.RequestID, ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd,
 		SessionID: req.SessionID, TaskID: req.TaskID, PermissionSuggestions: req.PermissionSuggestions,
-		AssistantContext: req.AssistantContext, Content: req.Content, Specs: req.Specs,
+		AssistantContext: req.AssistantContext, Content: req.Content, Specs: req.Specs, LoopID: req.LoopID,
 		CreatedAt: now, Deadline: now.Add(timeout)}
 	if a.Kind == "" {
 		a.Kind = api.KindTool
@@ -266,9 +266,10 @@ func (m *Manager) writeFailed(id, what string, err error) {
 }
 
 // matchRule is the first rule that answers req: config rules, then
-// recorded ones. Plans are never answered by a rule.
+// recorded ones. Plans and merges are never answered by a rule (rules are
+// of tools).
 func (m *Manager) matchRule(req *Request) *rule {
-	if req.Kind == api.KindPlan {
+	if req.Kind == api.KindPlan || req.Kind == api.KindMerge {
 		return nil
 	}
 	p := newProbe(req)

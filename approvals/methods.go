@@ -332,6 +332,14 @@ func (m *Manager) resolveMethod(call api.Call) {
 	}
 	res.Decision, res.Message, res.UserMessage = d, p.Message, p.UserMessage
 	check := func(a api.Approval) error { return nil }
+	if d == api.DecisionReply {
+		check = func(a api.Approval) error {
+			if a.Kind == api.KindMerge {
+				return api.Errorf(api.CodeInvalidState, "approval %s is a loop's merge into its base: there is no one to reply to; allow or deny it (orchestrd approve|deny %s)", a.ID, a.ID)
+			}
+			return nil
+		}
+	}
 	if d == api.DecisionAlwaysAllow {
 		idx := p.Suggestion
 		check = func(a api.Approval) error {
@@ -528,13 +536,20 @@ func (m *Manager) ruleDeleteMethod(call api.Call) {
 	})
 }
 
-// planCheck refuses plan.* on an approval that is not a plan.
-func planCheck(call api.Call) func(api.Approval) error {
+// planCheck refuses plan.* on an approval that is not a plan; a loop's
+// merge (kind merge) is taken too when merges says so (plan.approve,
+// plan.reject, plan.get_preview: what Loopr's client and the CLI send a
+// root loop's id with), never by plan.iterate (a merge has no plan to
+// iterate).
+func planCheck(call api.Call, merges bool) func(api.Approval) error {
 	return func(a api.Approval) error {
-		if a.Kind != api.KindPlan {
-			return api.Errorf(api.CodeInvalidState, "approval %s is not a plan (kind %s): %s takes plan approvals only", a.ID, a.Kind, call.Method())
+		switch {
+		case a.Kind == api.KindPlan, a.Kind == api.KindMerge && merges:
+			return nil
+		case a.Kind == api.KindMerge:
+			return api.Errorf(api.CodeInvalidState, "approval %s is a loop's merge, not a plan: approve or reject it (orchestrd plan approve|reject)", a.ID)
 		}
-		return nil
+		return api.Errorf(api.CodeInvalidState, "approval %s is not a plan (kind %s): %s takes plan approvals only", a.ID, a.Kind, call.Method())
 	}
 }
 
@@ -548,7 +563,7 @@ func (m *Manager) planPreviewMethod(call api.Call) {
 	if !ok {
 		return
 	}
-	if err := planCheck(call)(a); err != nil {
+	if err := planCheck(call, true)(a); err != nil {
 		call.Fail(err)
 		return
 	}
@@ -566,7 +581,7 @@ func (m *Manager) planApproveMethod(call api.Call) {
 	}
 	res.Decision = api.DecisionAllow
 	p.ID = m.planAlias(p.ID)
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed, res: res, check: planCheck(call),
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalAllowed, res: res, check: planCheck(call, true),
 		reply: func(a api.Approval, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -587,7 +602,7 @@ func (m *Manager) planRejectMethod(call api.Call) {
 	}
 	res.Decision, res.Message = api.DecisionDeny, p.Reason
 	p.ID = m.planAlias(p.ID)
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied, res: res, check: planCheck(call),
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalDenied, res: res, check: planCheck(call, true),
 		reply: func(_ api.Approval, err error) {
 			if err != nil {
 				call.Fail(err)
@@ -612,7 +627,7 @@ func (m *Manager) planIterateMethod(call api.Call) {
 		return
 	}
 	res.Decision, res.UserMessage = api.DecisionReply, p.Feedback
-	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalReplied, res: res, check: planCheck(call),
+	m.resolve(call, p.ID, resolveMsg{state: api.ApprovalReplied, res: res, check: planCheck(call, false),
 		reply: emptyReply(call)})
 }
 

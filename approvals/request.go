@@ -6,7 +6,8 @@ import (
 )
 
 // Request is a question a front-end puts to Manager.Ask: may this tool run
-// (kind tool), may this plan go ahead (kind plan).
+// (kind tool), may this plan go ahead (kind plan), may this loop tree
+// merge into its base (kind merge).
 type Request struct {
 	Source string // api.Source*
 	Kind   string // api.Kind*
@@ -20,8 +21,12 @@ type Request struct {
 	TaskID                string
 	PermissionSuggestions []json.RawMessage
 	AssistantContext      string
-	Content               string          // kind plan
+	Content               string          // kind plan (and merge: the question)
 	Specs                 json.RawMessage // kind plan: a JSON array
+	// LoopID is the loop a plan or merge is of (a loop's gate asks): the
+	// plan.* events name it rather than the approval, as Loopr's client
+	// expects.
+	LoopID string
 	// Timeout bounds how long it stays pending; 0 is Config.Timeout.
 	Timeout time.Duration
 	// Bound ties the approval to its requester's connection (the hook's):

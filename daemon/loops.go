@@ -148,7 +148,7 @@ func (g loopGate) Ask(loopID, kind, content string, specs []string, answer func(
 		return "", nil, err
 	}
 	p, err := g.m.Ask(approvals.Request{Source: api.SourcePlan, Kind: kind, Content: content, Specs: sp,
-		SessionID: loopID, Timeout: loopApprovalTimeout}, func(a api.Approval) { answer(gateAnswer(a)) })
+		SessionID: loopID, LoopID: loopID, Timeout: loopApprovalTimeout}, func(a api.Approval) { answer(gateAnswer(a)) })
 	if err != nil {
 		return "", nil, err
 	}

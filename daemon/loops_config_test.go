@@ -31,7 +31,8 @@ max_iterations = 3
 	}
 	l := cfg.Loops
 	if l.Executor != "claude" || l.ChatExecutor != "claude" || l.MaxRunning != 2 || !l.AutoMerge ||
-		l.UsageLimitPause.Duration != 10*time.Minute || l.ValidationLane != "no-net" || l.PermissionMode != api.ModeBypass {
+		l.UsageLimitPause.Duration != 10*time.Minute || l.ValidationLane != "no-net" || l.PermissionMode != api.ModeBypass ||
+		l.MergeRetry.Duration != 30*time.Second {
 		t.Fatalf("[loops]: %+v", l)
 	}
 	code, plan, spec := l.For(api.LoopCode), l.For(api.LoopPlan), l.For(api.LoopSpec)
@@ -56,6 +57,7 @@ max_running = 0
 executor = "nope"
 validation_lane = "no-net"
 usage_limit_pause = "1ms"
+merge_retry = "2h"
 permission_mode = "yolo"
 prompts = { code = "relative.md", weird = "/x" }
 [loops.code]
@@ -70,7 +72,7 @@ max_iterations = 0
 	}
 	for _, want := range []string{"unknown key loops.bogus", "loops.max_running must be between 1 and 1024",
 		`loops.executor: no executor pool "nope"`, `loops.validation_lane: no lane "no-net"`,
-		"loops.usage_limit_pause must be", "loops.permission_mode must be", "loops.prompts.code must be an absolute path", `"weird" is not a loop type`,
+		"loops.usage_limit_pause must be", "loops.merge_retry must be between 1s and 1h", "loops.permission_mode must be", "loops.prompts.code must be an absolute path", `"weird" is not a loop type`,
 		"loops.code.max_iterations must be >= 0", "loops.code.validation_timeout must be", "unknown key loops.code.extra",
 		"loops.spec.max_iterations must be between 1"} {
 		if !strings.Contains(err.Error(), want) {

@@ -40,6 +40,10 @@ type Config struct {
 	// UsageLimitPause is how long a loop whose agent hit a usage limit
 	// stays paused before it resumes by itself.
 	UsageLimitPause api.Duration `toml:"usage_limit_pause"`
+	// MergeRetry is how often a root waiting to merge into its base
+	// (merge_waiting: the base's checkout has uncommitted changes) tries
+	// again by itself.
+	MergeRetry api.Duration `toml:"merge_retry"`
 	// MaxCostUSD is a root loop's budget when loop.create names none: it
 	// fails budget_exceeded once what its agents' tasks cost (its
 	// children's too) passes it. 0 is no limit.
@@ -75,7 +79,8 @@ func DefaultConfig() Config {
 		return TypeConfig{ValidationTimeout: api.Duration{Duration: 300 * time.Second}, MaxIterations: max}
 	}
 	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, CommitArtifacts: true, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
-		Plan: t(10), Spec: t(10), Phase: t(10), Code: t(100)}
+		MergeRetry: api.Duration{Duration: 30 * time.Second},
+		Plan:       t(10), Spec: t(10), Phase: t(10), Code: t(100)}
 }
 
 // For returns the settings of loop type lt with the [loops] defaults
@@ -120,6 +125,9 @@ func (c Config) Validate(key string, lanes, pools []string) []error {
 	}
 	if d := c.UsageLimitPause.Duration; d < time.Second || d > 24*time.Hour {
 		bad("usage_limit_pause must be between 1s and 24h, got %s", d)
+	}
+	if d := c.MergeRetry.Duration; d < time.Second || d > time.Hour {
+		bad("merge_retry must be between 1s and 1h, got %s", d)
 	}
 	checkLane := func(k, l string) {
 		if lanes != nil && !slices.Contains(lanes, l) {

@@ -270,6 +270,30 @@ type LoopGitFailed struct {
 
 func (LoopGitFailed) Kind() string { return "loop.git_failed" }
 
+// LoopMergeWaiting: a complete root did not merge into its base, which
+// is checked out with uncommitted changes (Files of them, or a merge in
+// progress there): it waits (stage merge_waiting) and tries again by
+// itself and on loop.merge. The paths are in the loop's record, never
+// here: they are the user's.
+type LoopMergeWaiting struct {
+	ID         string `json:"id"`
+	Into       string `json:"into"`
+	Files      int    `json:"files"`
+	InProgress bool   `json:"merge_in_progress,omitempty"`
+}
+
+func (LoopMergeWaiting) Kind() string { return "loop.merge_waiting" }
+
+// LoopMergeRetried: loop.merge made a root whose merge into its base had
+// failed (From: its status and error) live again, waiting to merge.
+type LoopMergeRetried struct {
+	ID   string `json:"id"`
+	Into string `json:"into"`
+	From string `json:"from"`
+}
+
+func (LoopMergeRetried) Kind() string { return "loop.merge_retried" }
+
 // LoopGitTampered: the repository's git directory (its config, hooks,
 // info, a worktree's config.worktree) changed during an iteration, where
 // only a person may change it. What changed was put back as it was
@@ -292,5 +316,6 @@ func init() {
 		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
 		LoopBranchDeleted{}, LoopArtifactsDropped{},
 		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
-		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{}, LoopBudgetExceeded{})
+		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{}, LoopBudgetExceeded{},
+		LoopMergeWaiting{}, LoopMergeRetried{})
 }

@@ -43,6 +43,8 @@ func TestKinds(t *testing.T) {
 		LoopGitFailed{ID: rec.ID, Op: "commit"},
 		LoopGitTampered{ID: rec.ID, Iteration: 2, After: "validation", Paths: []string{"hooks/pre-commit"}, Restored: true},
 		LoopBudgetExceeded{ID: rec.ID, CostUSD: 1.25, MaxCostUSD: 1, Iteration: 3},
+		LoopMergeWaiting{ID: pid, Into: "main", Files: 2},
+		LoopMergeRetried{ID: pid, Into: "main", From: "failed (git_failed)"},
 	)
 }
 

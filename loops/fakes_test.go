@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -271,6 +272,10 @@ type fakeGit struct {
 	removed  []string
 	deleted  []string // branches
 	tampered []string // what the next guard check finds changed
+	// dirty: a merge into this branch finds its checkout dirty.
+	dirty map[string]*gitwt.DirtyError
+	// mergeErr: every merge fails so.
+	mergeErr error
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -288,6 +293,12 @@ func (g *fakeGit) Merge(_, into, branch, _ string) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.merges = append(g.merges, branch+">"+into)
+	if d := g.dirty[into]; d != nil {
+		return false, d
+	}
+	if g.mergeErr != nil {
+		return false, g.mergeErr
+	}
 	return g.conflict[branch], nil
 }
 func (g *fakeGit) RemoveWorktree(_, dir string) error {
@@ -387,7 +398,7 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, se
 		t.Errorf("actor %s/%s panicked: %v\n%s", p.Kind, p.ID, p.Value, p.Stack)
 	}})
 	h := &harness{t: t, panics: panics, store: newFakeStore(), agents: agents, jobs: jobs, gate: &fakeGate{},
-		git: &fakeGit{conflict: map[string]bool{}}, repo: t.TempDir(), ev: ev, seen: rec}
+		git: &fakeGit{conflict: map[string]bool{}, dirty: map[string]*gitwt.DirtyError{}}, repo: t.TempDir(), ev: ev, seen: rec}
 	m, err := Start(Options{Config: cfg, Agents: agents, Jobs: jobs, Gate: h.gate, Store: h.store, Git: h.git,
 		Bus: bus, System: sys, Logger: zerolog.Nop()})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/loops/artifact"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -34,6 +35,9 @@ type (
 		err      error
 	}
 	usageLimitPassed struct{}
+	// mergeRetry: try the merge of a root waiting to merge (merge_waiting)
+	// again: its poll, loop.merge (reply).
+	mergeRetry struct{}
 )
 
 // anyGen is a do that runs whatever the loop's generation.
@@ -68,6 +72,12 @@ type loop struct {
 	// guard checks the repository's git directory against its copy taken
 	// before the iteration's agent ran (Git.Guard); nil before one is.
 	guard func() ([]string, error)
+	// merging: a merge is under way; mergeT stops the timer of the next
+	// try of a root waiting to merge; mergeReplies are the loop.merge
+	// calls answered once the try is over.
+	merging      bool
+	mergeT       func()
+	mergeReplies []func(any, error)
 }
 
 func (l *loop) Receive(c *actors.Context) {
@@ -84,6 +94,10 @@ func (l *loop) Receive(c *actors.Context) {
 		}
 		if l.how == spawnRecovered {
 			l.recover(c)
+			return
+		}
+		if l.how == spawnMerge {
+			l.reviveMerge(c)
 			return
 		}
 		l.save(c, true, l.next, func(c *actors.Context) {
@@ -110,6 +124,9 @@ func (l *loop) Receive(c *actors.Context) {
 		l.childChanged(c, msg.rec)
 	case ctl:
 		l.control(c, msg)
+	case mergeRetry:
+		l.mergeT = nil
+		l.retryMerge(c, nil)
 	case usageLimitPassed:
 		l.resumeT = nil
 		if l.rec.Status == api.LoopPaused {
@@ -121,6 +138,9 @@ func (l *loop) Receive(c *actors.Context) {
 		l.gen++
 		if l.resumeT != nil {
 			l.resumeT()
+		}
+		if l.mergeT != nil {
+			l.mergeT()
 		}
 	}
 }
@@ -205,6 +225,8 @@ func (l *loop) next(c *actors.Context) {
 		l.checkChildren(c)
 	case l.rec.Stage == api.StageApproval || l.rec.Stage == api.StageMerge:
 		// waiting for a person
+	case l.rec.Stage == api.StageMergeWaiting:
+		l.retryMerge(c, nil)
 	case l.slot:
 		l.begin(c)
 	default:
@@ -850,7 +872,7 @@ func (l *loop) mergeUp(c *actors.Context) {
 		return
 	}
 	post := l.poster()
-	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
+	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindMerge, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
 		nil, func(a GateAnswer) {
 			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
 		})
@@ -957,6 +979,7 @@ func (l *loop) dropArtifacts(r api.LoopRecord) (commit string, files int, err er
 func (l *loop) merge(c *actors.Context, into string) {
 	r := l.rec
 	var conflict bool
+	l.merging = true
 	l.async(func() error {
 		if into == "" {
 			return errors.New("its parent is not known")
@@ -965,6 +988,7 @@ func (l *loop) merge(c *actors.Context, into string) {
 		conflict, err = l.m.opts.Git.Merge(r.Repo, into, r.Branch, fmt.Sprintf("merge loop %s", r.ID))
 		return err
 	}, func(c *actors.Context, err error) {
+		l.merging = false
 		l.merged(c, mergeDone{conflict: conflict, err: err})
 	})
 }
@@ -976,10 +1000,13 @@ func (l *loop) merged(c *actors.Context, msg mergeDone) {
 	if l.parent != nil {
 		into = l.parent.Branch
 	}
+	var dirty *gitwt.DirtyError
 	switch {
+	case l.rec.ParentID == nil && errors.As(msg.err, &dirty):
+		l.mergeWait(c, dirty)
 	case msg.err != nil:
 		l.m.bus.Emit(LoopGitFailed{ID: l.rec.ID, Op: "merge"})
-		l.fail(c, api.LoopErrGit, "its branch could not be merged into "+into+": "+firstLine(msg.err.Error()))
+		l.fail(c, api.LoopErrGit, api.MergeFailedPrefix+into+": "+firstLine(msg.err.Error()))
 	case msg.conflict:
 		l.m.bus.Emit(LoopMergeConflicted{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
 		l.fail(c, api.LoopErrMergeConflict, "its branch "+l.rec.Branch+" conflicts with "+into+": kept unmerged")
@@ -992,6 +1019,7 @@ func (l *loop) merged(c *actors.Context, msg mergeDone) {
 
 func (l *loop) complete(c *actors.Context) {
 	l.rec.Status, l.rec.Stage, l.rec.TaskID, l.rec.JobID = api.LoopComplete, "", "", ""
+	l.rec.MergeWait = nil
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: api.LoopComplete})
 	l.persist(c, false, l.finish)
 }
@@ -1018,7 +1046,7 @@ func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message strin
 	}
 	l.m.setPlanApproval(l.rec.ID, "")
 	l.rec.Status, l.rec.Error, l.rec.Message, l.rec.Stage = st, code, message, ""
-	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID = "", "", ""
+	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID, l.rec.MergeWait = "", "", "", nil
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: st, Error: code})
 	l.save(c, false, l.finish, func(c *actors.Context) {
 		if then != nil {
@@ -1034,6 +1062,7 @@ func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message strin
 func (l *loop) finish(c *actors.Context) {
 	l.freeSlot(c)
 	r := l.rec
+	l.answerMerges(r)
 	go l.m.cleanEnded(r)
 	l.m.mu.Lock()
 	if l.m.done == nil {
@@ -1120,6 +1149,8 @@ func (l *loop) control(c *actors.Context, msg ctl) {
 		l.m.bus.Emit(LoopPaused{ID: l.rec.ID, Reason: "requested"})
 		l.freeSlot(c)
 		l.save(c, false, nil, func(c *actors.Context) { reply(l.rec, nil) })
+	case "merge":
+		l.retryMerge(c, reply)
 	case "cancel", "invalidate":
 		ev := LoopCancelled{ID: l.rec.ID, TaskID: l.rec.TaskID, JobID: l.rec.JobID}
 		if l.rec.TaskID != "" {
@@ -1168,8 +1199,11 @@ func (l *loop) recover(c *actors.Context) {
 	var wip string
 	var its []api.LoopIteration
 	l.async(func() error {
-		if r.Iteration == 0 && r.Stage == "" {
-			return nil // never started: nothing to recover
+		if r.Iteration == 0 && r.Stage == "" || r.Stage == api.StageMergeWaiting {
+			// Never started: nothing to recover. Waiting to merge: its
+			// branch is all it needs (a failed merge tried again by
+			// loop.merge has no worktree any more).
+			return nil
 		}
 		if _, err := os.Lstat(r.Worktree); err != nil {
 			return errWorktreeGone

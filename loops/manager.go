@@ -352,6 +352,9 @@ func (s *sup) add(r api.LoopRecord) {
 const (
 	spawnNew = iota
 	spawnRecovered
+	// spawnMerge: a root whose merge failed (git_failed), live again for
+	// loop.merge (reviveMerge).
+	spawnMerge
 )
 
 func (s *sup) spawn(c *actors.Context, r api.LoopRecord, how int, reply func(api.LoopRecord, error)) bool {
@@ -484,7 +487,21 @@ func (s *sup) control(c *actors.Context, msg control) {
 		return
 	}
 	st := n.rec.Status
+	if msg.op == "merge" {
+		s.merge(c, n, msg)
+		return
+	}
 	if err := allowed(msg.op, msg.id, st); err != nil {
+		if msg.op == "start" || msg.op == "resume" {
+			switch {
+			case n.rec.MergeRetryable():
+				err = api.Errorf(api.CodeInvalidState, "loop %s: its merge into %s failed (git_failed): orchestrd loop merge %s tries it again (orchestrd loop show %s says why it failed)",
+					msg.id, n.rec.Base, msg.id, msg.id)
+			case n.rec.Stage == api.StageMergeWaiting && st == api.LoopRunning:
+				err = api.Errorf(api.CodeInvalidState, "loop %s is complete and waits to merge into %s (merge_waiting: orchestrd loop show %s says why): orchestrd loop merge %s tries it now",
+					msg.id, n.rec.Base, msg.id, msg.id)
+			}
+		}
 		msg.reply(nil, err)
 		return
 	}
@@ -590,6 +607,27 @@ func (s *sup) control(c *actors.Context, msg control) {
 			return
 		}
 		c.Send(n.ref, ctl{op: msg.op, arg: msg.arg, reply: msg.reply})
+	}
+}
+
+// merge is loop.merge: a root waiting to merge into its base tries now; a
+// root whose merge failed (git_failed) is live again and tries; any other
+// loop is told what it is and which command applies.
+func (s *sup) merge(c *actors.Context, n *node, msg control) {
+	r := n.rec
+	switch {
+	case r.ParentID == nil && r.Stage == api.StageMergeWaiting && r.Status == api.LoopRunning && !n.ref.IsZero():
+		c.Send(n.ref, ctl{op: "merge", reply: msg.reply})
+	case r.MergeRetryable() && n.ref.IsZero():
+		s.spawn(c, r, spawnMerge, func(rec api.LoopRecord, err error) {
+			if err != nil {
+				msg.reply(nil, err)
+				return
+			}
+			msg.reply(rec, nil)
+		})
+	default:
+		msg.reply(nil, mergeNotApplicable(r))
 	}
 }
 

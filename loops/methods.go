@@ -20,7 +20,7 @@ func (m *Manager) Register(mux api.Mux) {
 	mux.Handle("loop.get", m.getMethod)
 	mux.Handle("loop.create_plan", m.createPlanMethod)
 	mux.Handle("loop.create", m.createMethod)
-	for _, op := range []string{"start", "pause", "resume", "cancel", "delete"} {
+	for _, op := range []string{"start", "pause", "resume", "cancel", "delete", "merge"} {
 		mux.Handle("loop."+op, func(call api.Call) { m.controlMethod(call, op) })
 	}
 }
@@ -275,7 +275,7 @@ func (m *Manager) controlMethod(call api.Call, op string) {
 	})
 }
 
-// Control does loop.start, pause, resume, cancel or delete to loop id;
+// Control does loop.start, pause, resume, cancel, delete or merge to loop id;
 // reply runs once on any goroutine.
 func (m *Manager) Control(op, id string, reply func(any, error)) {
 	m.sys.Send(m.sup, control{op: op, id: id, reply: reply})

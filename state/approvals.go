@@ -133,7 +133,7 @@ func (w *approvalRequested) prepare() error {
 	}
 	w.args = append([]any{a.ID, nullStr(a.RequestID), a.Source, a.Kind, string(a.State), nullStr(a.ToolName), input,
 		nullStr(a.Cwd), nullStr(a.SessionID), nullStr(a.TaskID), sugg, nullStr(a.AssistantContext),
-		nullStr(a.Content), specs, fmtTime(created), fmtTime(a.Deadline)}, res...)
+		nullStr(a.Content), specs, fmtTime(created), fmtTime(a.Deadline), nullStr(a.LoopID)}, res...)
 	return nil
 }
 
@@ -166,7 +166,7 @@ func resolutionArgs(a *api.Approval) ([]any, error) {
 
 func (w *approvalRequested) apply(t *wtx) error {
 	ok, err := t.exec1(`INSERT INTO approvals(`+approvalCols+`) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
+		?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`, w.args...)
 	if err == nil && !ok {
 		return ErrExists
 	}
@@ -293,7 +293,7 @@ func (w *ruleDeleted) apply(t *wtx) error {
 // ApprovalRequested writes them): the request, then the resolution.
 const (
 	approvalCols = `id, request_id, source, kind, state, tool_name, tool_input, cwd, session_id, task_id,
-		permission_suggestions, assistant_context, content, specs, created_at, deadline, ` + resolutionCols
+		permission_suggestions, assistant_context, content, specs, created_at, deadline, loop_id, ` + resolutionCols
 	resolutionCols = `resolved_at, decision, message, user_message, suggestion, suggestion_index, resolved_by,
 		rule_id, reason, resolved_session, resolved_pid`
 	ruleCols = `id, origin, tool, input_field, input_pattern, cwd, session_id, content, decision, message,
@@ -313,11 +313,12 @@ func scanApproval(sc scanner) (api.Approval, error) {
 		state, created                                     string
 		reqID, tool, input, cwd, session, task, sugg, actx sql.NullString
 		content, specs, deadline, resolved, decision, msg  sql.NullString
+		loopID                                             sql.NullString
 		umsg, rsugg, by, rule, reason, bySession           sql.NullString
 		idx, byPid                                         sql.NullInt64
 	)
 	if err := sc.Scan(&a.ID, &reqID, &a.Source, &a.Kind, &state, &tool, &input, &cwd, &session, &task, &sugg, &actx,
-		&content, &specs, &created, &deadline, &resolved, &decision, &msg, &umsg, &rsugg, &idx, &by, &rule,
+		&content, &specs, &created, &deadline, &loopID, &resolved, &decision, &msg, &umsg, &rsugg, &idx, &by, &rule,
 		&reason, &bySession, &byPid); err != nil {
 		return a, err
 	}
@@ -325,7 +326,7 @@ func scanApproval(sc scanner) (api.Approval, error) {
 	a.State = api.ApprovalState(state)
 	a.RequestID, a.ToolName, a.ToolInput, a.Cwd = reqID.String, tool.String, rawOf(input), cwd.String
 	a.SessionID, a.TaskID, a.AssistantContext = session.String, task.String, actx.String
-	a.Content, a.Specs = content.String, rawOf(specs)
+	a.Content, a.Specs, a.LoopID = content.String, rawOf(specs), loopID.String
 	if sugg.Valid {
 		if err := json.Unmarshal([]byte(sugg.String), &a.PermissionSuggestions); err != nil {
 			return a, fmt.Errorf("approval %s: permission_suggestions: %w", a.ID, err)

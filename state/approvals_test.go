@@ -24,9 +24,9 @@ func fullApproval(id string, created time.Time) api.Approval {
 			json.RawMessage(`{ "type": "addRules", "rules": [ {"toolName":"Bash","ruleContent":"ls:*"} ], "behavior":"allow","destination":"session" }`),
 		},
 		AssistantContext: "I will list the files.\nThen <b>stop</b>.",
-		Content:          "# Plan\n\n1. é",
-		Specs:            json.RawMessage(`[ {"name":"a"} , {"name":"b"}]`),
-		CreatedAt:        usec(created), Deadline: usec(created.Add(10 * time.Minute))}
+		Content:          "# Plan\n\n1. é", LoopID: "17959265-00ff",
+		Specs:     json.RawMessage(`[ {"name":"a"} , {"name":"b"}]`),
+		CreatedAt: usec(created), Deadline: usec(created.Add(10 * time.Minute))}
 }
 
 func TestApprovalRoundTrip(t *testing.T) {

@@ -74,6 +74,8 @@
 //	                                JSON fields as the text they came as
 //	      created_at, deadline, resolved_at
 //	                                resolved_at is set iff the state is terminal
+//	      loop_id                   the loop a plan or merge approval is of
+//	                                (schema version 15)
 //	      decision, message, user_message, suggestion, suggestion_index,
 //	      resolved_by, rule_id, reason, resolved_session, resolved_pid
 //	                                the resolution; resolved_by the door

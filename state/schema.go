@@ -309,6 +309,11 @@ BEGIN
 	DELETE FROM job_output WHERE seq = OLD.seq;
 END;
 `},
+	// The loop an approval is of (issue 39): a plan's or a merge's, as
+	// the plan.* events name it to Loopr's client.
+	{version: 15, name: "the loop an approval is of", sql: `
+ALTER TABLE approvals ADD COLUMN loop_id TEXT;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -209,8 +209,8 @@ func terminalWidth(w io.Writer) int {
 }
 
 func toolOf(a api.Approval) string {
-	if a.Kind == api.KindPlan {
-		return "plan"
+	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
+		return a.Kind
 	}
 	return dash(oneLine(a.ToolName)) // the agent chose it: no terminal escape reaches the screen
 }
@@ -233,11 +233,11 @@ func decisionBy(a api.Approval) string {
 	return string(r.Decision) + "/" + dash(by)
 }
 
-// summary is one line saying what an approval asks: a plan's first line,
-// else what the tool call does (api.ToolSummary: a Bash command, the file
-// a Read/Edit/Write touches...).
+// summary is one line saying what an approval asks: a plan's (or a
+// merge's) first line, else what the tool call does (api.ToolSummary: a
+// Bash command, the file a Read/Edit/Write touches...).
 func summary(a api.Approval) string {
-	if a.Kind == api.KindPlan {
+	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
 		for _, l := range strings.Split(a.Content, "\n") {
 			if l = strings.TrimSpace(l); l != "" {
 				return l

@@ -1,7 +1,7 @@
 package main
 
 // Loop commands: loops (the tree, as Loopr's TUI draws it), loop plan,
-// show, start, pause, resume, cancel, rm, and plan show, approve, reject,
+// show, start, pause, resume, cancel, rm, merge, and plan show, approve, reject,
 // iterate: each a call of the daemon's loop.* and plan.* methods.
 
 import (
@@ -164,6 +164,8 @@ func loopLine(l api.LoopRecord) string {
 			s += " [merge into " + l.Base + " awaiting approval: orchestrd plan approve " + l.ID + "]"
 		case l.Stage == api.StageChildren:
 			s += " [waiting for its children]"
+		case l.Stage == api.StageMergeWaiting && l.MergeWait != nil:
+			s += " [merge_waiting: " + printable(l.MergeWait.Words()) + ": commit or stash them, then orchestrd loop merge " + l.ID + "]"
 		}
 		if l.Paused {
 			s += " [pausing after this iteration]"
@@ -238,11 +240,11 @@ func isTerminal(w io.Writer) bool {
 // ---- loop ----
 
 // loopCommands are the subcommands of `orchestrd loop`.
-var loopCommands = map[string]bool{"plan": true, "code": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true}
+var loopCommands = map[string]bool{"plan": true, "code": true, "show": true, "start": true, "pause": true, "resume": true, "cancel": true, "rm": true, "merge": true}
 
 const loopUsage = `orchestrd loop plan|code [--home DIR] [--repo DIR] [--base BRANCH] [--max-cost USD] TEXT
 orchestrd loop show [--home DIR] [--json] ID
-orchestrd loop start|pause|resume|cancel|rm [--home DIR] ID
+orchestrd loop start|pause|resume|cancel|rm|merge [--home DIR] ID
 
 ID is a loop's id or a unique start of it. plan creates a plan loop for
 TEXT in the git repository --repo (default: the one the current directory
@@ -256,7 +258,10 @@ was given. start starts a pending loop; pause lets the running iteration
 finish and starts no new one; resume goes on; cancel stops its agent and
 validation job at once, and every loop under it, and prints the loops it
 cancelled; rm deletes a loop that is not running, its worktree, branch and
-the loops under it.`
+the loops under it. merge tries now the merge of a complete root into its
+base that waits (merge_waiting: the base is checked out with uncommitted
+changes; commit or stash them first), or again one that failed
+(git_failed); it exits 0 once merged.`
 
 func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("loop")
@@ -270,7 +275,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, code, show, start, pause, resume, cancel or rm")
+		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, code, show, start, pause, resume, cancel, rm or merge")
 	}
 	sub, rest := pos[0], pos[1:]
 	if !loopCommands[sub] {
@@ -345,7 +350,7 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	method := map[string]string{"start": "loop.start", "pause": "loop.pause", "resume": "loop.resume",
-		"cancel": "loop.cancel", "rm": "loop.delete"}[sub]
+		"cancel": "loop.cancel", "rm": "loop.delete", "merge": "loop.merge"}[sub]
 	var res struct {
 		Loop  *api.LoopRecord `json:"loop"`
 		Loops []string        `json:"loops"` // cancel: the loop and its live descendants
@@ -354,6 +359,15 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 		return callErr(stderr, err)
 	}
 	switch {
+	case sub == "merge" && res.Loop != nil:
+		// Answered once the try is over: merged, still waiting, or failed.
+		fmt.Fprintln(stdout, loopLine(*res.Loop))
+		if res.Loop.MergedInto == "" {
+			if res.Loop.Message != "" {
+				fmt.Fprintf(stderr, "orchestrd: loop %s not merged: %s\n", id, printable(res.Loop.Message))
+			}
+			return exitFailure
+		}
 	case res.Loop != nil:
 		fmt.Fprintln(stdout, loopLine(*res.Loop))
 	case sub == "cancel":
@@ -418,12 +432,20 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		st += " (" + printable(l.Error) + ")"
 	}
 	row("status", st)
-	if l.Message != "" {
+	switch {
+	case l.MergeRetryable():
+		row("why", printable(l.Message)+" (orchestrd loop merge "+l.ID+" tries it again)")
+	case l.Message != "":
 		row("why", printable(l.Message))
 	}
 	if l.ResumeAt != 0 && l.Status == api.LoopPaused {
 		at := time.UnixMilli(l.ResumeAt)
 		row("resumes", at.Local().Format("2006-01-02 15:04:05")+" (its agent's usage limit; orchestrd loop resume "+l.ID+" resumes it now)")
+	}
+	if w := l.MergeWait; w != nil && l.Stage == api.StageMergeWaiting {
+		row("merge", "merge_waiting: "+printable(w.Words()))
+		row("", "into "+w.Into+", checked out in "+printable(w.Checkout)+": commit or stash the changes there, then orchestrd loop merge "+l.ID+
+			" (it also tries by itself every little while; your work there is never touched)")
 	}
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
 	row("repo", l.Repo)

@@ -86,7 +86,7 @@ func init() {
 			return cmdEvents(args, resolveHome(""), stdout, stderr)
 		}},
 		{name: "loops", summary: "the loops as a tree, as Loopr's TUI draws them (--watch: live)", run: cmdLoops},
-		{name: "loop", summary: "loop plan|code TEXT | show ID | start|pause|resume|cancel|rm ID: make and steer loops",
+		{name: "loop", summary: "loop plan|code TEXT | show ID | start|pause|resume|cancel|rm|merge ID: make and steer loops",
 			run: cmdLoop, subs: sortedKeys(loopCommands)},
 		{name: "plan", summary: "plan show|approve|reject|iterate ID: the plan gate", run: cmdPlan, subs: sortedKeys(planCommands)},
 		{name: "lane", summary: "lane token LANE: the join token of a lane that takes bring-your-own runners",

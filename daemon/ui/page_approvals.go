@@ -147,11 +147,11 @@ func newApprItem(a api.Approval) apprItem {
 	return it
 }
 
-// apprSummary is one line saying what an approval asks: a plan's first
-// line, else what the tool call does (api.ToolSummary, as `orchestrd
-// approvals` says it).
+// apprSummary is one line saying what an approval asks: a plan's (or a
+// merge's) first line, else what the tool call does (api.ToolSummary, as
+// `orchestrd approvals` says it).
 func apprSummary(a api.Approval) string {
-	if a.Kind == api.KindPlan {
+	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
 		for _, l := range strings.Split(a.Content, "\n") {
 			if l = strings.TrimSpace(l); l != "" {
 				return apprOneLine(l)

@@ -739,6 +739,34 @@ func TestApprovalsPlanAndDetail(t *testing.T) {
 	}
 }
 
+// A loop's merge waits in the inbox as a merge, of its loop: Allow and
+// Deny, no Reply (there is no one to reply to) and no always-allow hint.
+func TestApprovalsMerge(t *testing.T) {
+	h := newAPHarness(t)
+	p, err := h.m.Ask(approvals.Request{Source: api.SourcePlan, Kind: api.KindMerge, LoopID: "17959265-00ff",
+		Content: "Merge loop 17959265-00ff's branch loop/17959265-00ff into main?"}, func(api.Approval) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := p.ID()
+	h.waitState(id, api.ApprovalPending)
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	card := page[strings.Index(page, `id="appr-`+id+`"`):]
+	card = card[:strings.Index(card, "</section>")]
+	mustContain(t, card, "Merge</a>", "Merge loop 17959265-00ff&#39;s branch", "17959265-00ff</code>", `value="Allow"`, `value="Deny"`)
+	mustNotContain(t, card, `name="user_message"`, "No always-allow suggestion", "Plan</a>")
+	_, detail := h.get("/ui/approvals/"+id, http.StatusOK)
+	mustContain(t, detail, "may this loop's work merge into its base branch?", "17959265-00ff</code>")
+	mustNotContain(t, detail, `name="user_message"`)
+	if code, _ := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"Reply"}, "user_message": {"x"}}); code == http.StatusOK {
+		t.Fatal("Reply to a merge was taken")
+	}
+	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"Allow"}}); code != http.StatusOK {
+		t.Fatalf("Allow a merge: %d %s", code, msg)
+	}
+	h.waitState(id, api.ApprovalAllowed)
+}
+
 // app.js posts a form urlencoded: act reads the body with ParseForm,
 // which does not read multipart (FormData as it is).
 func TestAppJSPostsURLEncoded(t *testing.T) {

@@ -54,7 +54,7 @@ const (
 func init() {
 	register(&page{Name: "loops", Title: "Loops", Pattern: "/ui/loops", Nav: true, Kinds: loopKinds, Data: loopsData})
 	register(&page{Name: "loop", Title: "Loop", Pattern: "/ui/loops/{id}", Kinds: loopKinds, Data: loopData})
-	for _, op := range []string{"pause", "resume", "cancel"} {
+	for _, op := range []string{"pause", "resume", "cancel", "merge"} {
 		registerAction(&action{Name: "loop." + op, Method: "loop." + op, Params: loopIDParams})
 	}
 	registerAction(&action{Name: "loop.plan_approve", Method: "plan.approve", Params: loopIDParams})
@@ -203,6 +203,8 @@ func loopNote(l api.LoopRecord) string {
 			notes = append(notes, "merge into "+l.Base+" awaiting approval")
 		case l.Stage == api.StageChildren:
 			notes = append(notes, "waiting for its children")
+		case l.Stage == api.StageMergeWaiting && l.MergeWait != nil:
+			notes = append(notes, "merge_waiting: "+l.MergeWait.Words()+": commit or stash them, then merge")
 		}
 	}
 	if l.Paused && !l.Status.Terminal() && l.Status != api.LoopPaused {
@@ -279,7 +281,7 @@ func loopSubtree(ctx context.Context, s *Server, l api.LoopRecord) (kids []*loop
 }
 
 // planPreview is plan.get_preview's answer: a plan awaiting approval
-// (or a root's merge, kind plan too, without specs).
+// (or a root's merge, an approval of kind merge, without specs).
 type planPreview struct {
 	ID      string   `json:"id"`
 	Content string   `json:"content"`

@@ -320,6 +320,18 @@ func TestLoopPageStates(t *testing.T) {
 		t.Fatalf("a merge awaiting approval:\n%s", body)
 	}
 
+	// Waiting to merge into a dirty checkout: says which files (escaped:
+	// they are the user's) and offers Merge now.
+	waiting := recs[0]
+	waiting.Stage = api.StageMergeWaiting
+	waiting.MergeWait = &api.MergeWait{Into: "main", Checkout: "/r", Files: []string{"README", "<b>x"}, Total: 2}
+	h.answer("loop.get", api.LoopGetResult{Loop: waiting})
+	_, body = h.do(c, "GET", "/ui/loops/"+planID, nil, nil)
+	if !strings.Contains(body, "merge_waiting: checkout has uncommitted changes in README, &lt;b&gt;x") ||
+		!strings.Contains(body, `action="/ui/act/loop.merge"`) || strings.Contains(body, "<b>x") {
+		t.Fatalf("a loop waiting to merge:\n%s", body)
+	}
+
 	// An approval already answered (the page was behind): no buttons.
 	h.answer("plan.get_preview", map[string]any{"id": "a-merge", "content": "x", "specs": []string{}, "status": "allowed"})
 	if _, body = h.do(c, "GET", "/ui/loops/"+planID, nil, nil); strings.Contains(body, "plan_approve") {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -379,6 +380,11 @@ func TestDirtyBaseRefused(t *testing.T) {
 	if !errors.Is(err, ErrDirty) || res.Commit != "" {
 		t.Fatalf("Merge into a dirty main: %+v %v, want ErrDirty", res, err)
 	}
+	// It names the paths, as git status says them.
+	var de *DirtyError
+	if !errors.As(err, &de) || de.Total != 1 || len(de.Paths) != 1 || de.Paths[0] != "README" || de.InProgress || de.WorkTree != r.Dir {
+		t.Fatalf("Merge into a dirty main: %#v", de)
+	}
 	if b, _ := os.ReadFile(filepath.Join(r.Dir, "README")); string(b) != "the user's work\n" {
 		t.Fatalf("the user's file changed: %q", b)
 	}
@@ -496,5 +502,19 @@ func TestGitErrorText(t *testing.T) {
 	c.Write([]byte("gh"))
 	if c.buf.String() != "abcd" || c.cut != 4 {
 		t.Errorf("capped: %q %d", c.buf.String(), c.cut)
+	}
+}
+
+// git status -z's records as paths: a rename's new path once, its old one
+// (the record after) skipped; the paths as they are (spaces, newlines).
+func TestStatusPaths(t *testing.T) {
+	st := []byte(" M a b\x00R  new\x00old\x00MM x\ny\x00C  c2\x00c1\x00")
+	got := statusPaths(st)
+	want := []string{"a b", "new", "x\ny", "c2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("statusPaths = %q, want %q", got, want)
+	}
+	if got := statusPaths(nil); len(got) != 0 {
+		t.Fatalf("statusPaths(nil) = %q", got)
 	}
 }

@@ -64,7 +64,8 @@ func (r *Repo) checkoutOf(branch string) (checkout, error) {
 //   - in a worktree of orchestrd's (a parent loop's): there;
 //   - in the main working tree, or a worktree the user made: there, only
 //     when it has no uncommitted changes to tracked files and no merge in
-//     progress (else ErrDirty: the user's work is never touched);
+//     progress (else a *DirtyError, ErrDirty, naming the paths: the
+//     user's work is never touched);
 //   - nowhere: in a temporary detached worktree
 //     (<repo>/.loopr/worktrees/.merge-<random>, removed after), and
 //     into is then moved to the merge with a compare-and-swap from the
@@ -159,7 +160,7 @@ func (r *Repo) Merge(ctx context.Context, into, branch, message string) (MergeRe
 // mergeIn merges refs/heads/branch into what is checked out in s.
 func mergeIn(ctx context.Context, s scope, branch, message string) (MergeResult, error) {
 	if _, err := os.Lstat(filepath.Join(s.gitDir, "MERGE_HEAD")); err == nil {
-		return MergeResult{}, fmt.Errorf("%s: %s %w (a merge in progress)", s.op, s.workTree, ErrDirty)
+		return MergeResult{}, &DirtyError{Op: s.op, WorkTree: s.workTree, InProgress: true}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return MergeResult{}, fmt.Errorf("%s: %w", s.op, err)
 	}
@@ -167,8 +168,8 @@ func mergeIn(ctx context.Context, s scope, branch, message string) (MergeResult,
 	if err != nil {
 		return MergeResult{}, err
 	}
-	if n := bytes.Count(st, []byte{0}); n > 0 {
-		return MergeResult{}, fmt.Errorf("%s: %s %w (%d entries)", s.op, s.workTree, ErrDirty, n)
+	if paths := statusPaths(st); len(paths) > 0 {
+		return MergeResult{}, &DirtyError{Op: s.op, WorkTree: s.workTree, Paths: paths[:min(len(paths), maxDirtyPaths)], Total: len(paths)}
 	}
 	_, merr := run(ctx, s, "merge", "--no-ff", "--no-edit", "--no-verify", "--no-log", "--no-stat", "--no-progress",
 		"-m", message, "--end-of-options", "refs/heads/"+branch)

@@ -55,6 +55,49 @@ const WorktreesDir = ".loopr/worktrees"
 // merge in progress): orchestrd never touches them.
 var ErrDirty = errors.New("has uncommitted changes")
 
+// maxDirtyPaths bounds the paths a DirtyError names.
+const maxDirtyPaths = 10
+
+// DirtyError is ErrDirty with what git status said: the checkout, the
+// first paths with uncommitted changes (at most maxDirtyPaths; Total
+// counts them all), or a merge in progress there. The paths are the
+// user's: whoever shows them makes them safe to (eventlog.Ident).
+type DirtyError struct {
+	Op         string
+	WorkTree   string
+	Paths      []string
+	Total      int
+	InProgress bool // a merge in progress (MERGE_HEAD)
+}
+
+func (e *DirtyError) Error() string {
+	if e.InProgress {
+		return fmt.Sprintf("%s: %s %v (a merge in progress)", e.Op, e.WorkTree, ErrDirty)
+	}
+	return fmt.Sprintf("%s: %s %v (%d entries)", e.Op, e.WorkTree, ErrDirty, e.Total)
+}
+
+// Is makes errors.Is(err, ErrDirty) true.
+func (e *DirtyError) Is(target error) bool { return target == ErrDirty }
+
+// statusPaths are the paths of git status --porcelain -z's records: a
+// rename's or copy's new path (its old one, the record after, skipped).
+func statusPaths(st []byte) []string {
+	var out []string
+	recs := bytes.Split(st, []byte{0})
+	for i := 0; i < len(recs); i++ {
+		r := recs[i]
+		if len(r) < 4 {
+			continue
+		}
+		out = append(out, string(r[3:]))
+		if r[0] == 'R' || r[0] == 'C' {
+			i++
+		}
+	}
+	return out
+}
+
 // ErrNotOurs is a worktree path that is not one orchestrd made (outside
 // <repo>/.loopr/worktrees, reached through a link, or unknown to git).
 var ErrNotOurs = errors.New("not a worktree of orchestrd's")
