@@ -445,6 +445,9 @@ func Run(ctx context.Context, opts Options) error {
 	if socks := fronts.clankerSockets(); len(socks) > 0 {
 		ready = ready.Strs("clanker", socks)
 	}
+	if fl != nil { // in a fleet: which one, as which node
+		ready = ready.Str("cluster", fl.Cluster()).Str("node", fl.Name())
+	}
 	ready.Msg("orchestrd ready")
 	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes)+fronts.failedStatus())
 

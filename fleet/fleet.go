@@ -226,7 +226,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		}
 	}()
 	if cfg.URL == "" {
-		f.srv, err = startEmbedded(cfg, o.Home, id, f.log)
+		f.srv, err = startEmbedded(cfg, o.Home, id, o.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -568,6 +568,17 @@ func (f *Fleet) Name() string { return f.name }
 
 // URL is the NATS URL this node's client uses (without credentials).
 func (f *Fleet) URL() string { return f.url }
+
+// Cluster names the fleet this node is in: the first 12 characters of
+// the fleet's public key, which certified every node (the same on each).
+func (f *Fleet) Cluster() string { return ClusterID(f.id.fleet) }
+
+// ClusterID is the fleet named by its public key: its first 12
+// characters.
+func ClusterID(fleetKey string) string { return fleetKey[:min(12, len(fleetKey))] }
+
+// Mode is "embedded" (this node's own NATS server) or "external".
+func (f *Fleet) Mode() string { return f.mode }
 
 // Serves: lane is a shared lane some live node serves (this one included).
 func (f *Fleet) Serves(lane string) bool {
