@@ -123,3 +123,52 @@ func TestExecLaneNotALaneStopsBeforeStart(t *testing.T) {
 		}
 	}
 }
+
+// What else the config names that is not right stops serve the same way,
+// before NATS or any lane starts (exit 2, one line): a certificate of
+// [http] that cannot be read, fleet credentials that do not let the node
+// serve its shared lanes. Both were found once the fleet had started.
+func TestConfigFilesStopBeforeFleet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, extra, lanes, want string
+		absent                   []string // what the daemon must not have made
+	}{
+		{"cert", "exec_lane = \"gpu\"\ncert = \"/nonexistent/tls.pem\"\nkey = \"/nonexistent/tls.key\"\n", "",
+			"the HTTP API ([http] listen) cannot read its certificate: reading [http] cert and key: open /nonexistent/tls.pem: no such file or directory",
+			[]string{"cluster", "daemon.sock"}},
+		{"lanes", "", "ci",
+			"[cluster]: serving shared lane gpu in the fleet: node gpu-box's credentials",
+			[]string{"cluster", "state.db", "events.ndjson", "daemon.sock"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			home := shortTemp(t)
+			args := []string{"cluster", "init", "--name", "gpu-box", "--home", home}
+			if tc.lanes != "" {
+				args = append(args, "--lanes", tc.lanes)
+			}
+			if out, errOut, code := runCLI(t, args...); code != 0 {
+				t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
+			}
+			if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(readmeFleetConfig(t)+tc.extra), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := serveCmd(home, nil)
+			var out testio.SyncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := runExpectingExit(t, cmd)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+				t.Fatalf("serve: %v, want exit 2\n%s", err, out.String())
+			}
+			if got := out.String(); !strings.HasPrefix(got, "orchestrd serve: "+tc.want) || strings.Count(got, "\n") != 1 {
+				t.Fatalf("serve printed %q, want one line %q...", got, "orchestrd serve: "+tc.want)
+			}
+			for _, f := range tc.absent {
+				if _, err := os.Stat(filepath.Join(home, f)); !os.IsNotExist(err) {
+					t.Errorf("%s was made (%v): the daemon started before it was refused", f, err)
+				}
+			}
+		})
+	}
+}
