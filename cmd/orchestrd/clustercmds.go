@@ -136,7 +136,7 @@ const nodesUsage = "orchestrd nodes [--home DIR] [--json]"
 func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("nodes")
 	home := homeFlag(fs)
-	asJSON := fs.Bool("json", false, "print {\"nodes\": [...]} as the daemon gives it")
+	asJSON := fs.Bool("json", false, "print {\"cluster\", \"node\", \"mode\", \"url\", \"nodes\": [...]} as the daemon gives it")
 	c, code, ok := parseNoArgsAndDial(fs, nodesUsage, args, home, stdout, stderr)
 	if !ok {
 		return code
