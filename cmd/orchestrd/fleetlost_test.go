@@ -92,6 +92,19 @@ func TestFleetLostNode(t *testing.T) {
 	if rec := a.wait(a.submit(api.JobSpec{Lane: "gpu", Argv: []string{"true"}})); rec.State != api.StateSucceeded || rec.Node != "b" {
 		t.Fatalf("a gpu job with c lost: %+v", rec)
 	}
+	// nodes: c lost, since when, by whom; no free slots.
+	out, errOut, code = runCLI(t, "nodes", "--home", a.home)
+	if code != 0 || !regexp.MustCompile(`(?m)^c\s+lost \d+[smh] ago, by [ab]\s+gpu\s+\d+[smh] ago$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^b\s+alive\s+gpu \(\d\)\s+\d+[smh] ago$`).MatchString(out) ||
+		!strings.HasPrefix(out, "cluster "+cluster+", node a (embedded NATS, ") || !strings.Contains(out, "3 nodes, 2 alive, 1 lost\n") {
+		t.Fatalf("nodes: exit %d %s\n%s", code, errOut, out)
+	}
+	for _, n := range a.nodes() {
+		if n.Name == "c" && len(n.Free) != 0 {
+			t.Fatalf("cluster.nodes gives free slots of the lost c: %+v", n)
+		}
+	}
+
 	routeErrors := func(d *testDaemon) []map[string]any {
 		var out []map[string]any
 		for _, l := range logLines(d.stderr.String(), from[d]) {
@@ -105,19 +118,6 @@ func TestFleetLostNode(t *testing.T) {
 		eventuallyOr(t, 90*time.Second, "a route error for c's route", func() bool { return len(routeErrors(d)) > 0 },
 			func() string { return tail(d.stderr.String(), 3000) })
 	}
-	// nodes: c lost, since when, by whom; no free slots.
-	out, errOut, code = runCLI(t, "nodes", "--home", a.home)
-	if code != 0 || !regexp.MustCompile(`(?m)^c\s+lost \d+s ago, by [ab]\s+gpu\s+\d+s ago$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^b\s+alive\s+gpu \(\d\)\s+\d+s ago$`).MatchString(out) ||
-		!strings.HasPrefix(out, "cluster "+cluster+", node a (embedded NATS, ") || !strings.Contains(out, "3 nodes, 2 alive, 1 lost\n") {
-		t.Fatalf("nodes: exit %d %s\n%s", code, errOut, out)
-	}
-	for _, n := range a.nodes() {
-		if n.Name == "c" && len(n.Free) != 0 {
-			t.Fatalf("cluster.nodes gives free slots of the lost c: %+v", n)
-		}
-	}
-
 	for _, d := range []*testDaemon{a, b} {
 		// Said once since the kill (that line may count those not logged
 		// when the routes formed): any later one, a minute on, says how
