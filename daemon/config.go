@@ -158,16 +158,18 @@ func ParseConfig(name string, b []byte) (Config, error) {
 		}
 		errs = append(errs, decode(&cfg, &md, top[k], k)...)
 	}
+	// The keys set, before validate: a value the file sets is checked
+	// where its default is not ([http] exec_lane).
+	cfg.set = map[string]bool{}
+	for _, k := range md.Keys() {
+		cfg.set[strings.Join(k, ".")] = true
+	}
 	errs = append(errs, cfg.validate()...)
 	if len(errs) > 0 {
 		for i, e := range errs {
 			errs[i] = fmt.Errorf("%s: %w", name, e)
 		}
 		return Config{}, errors.Join(errs...)
-	}
-	cfg.set = map[string]bool{}
-	for _, k := range md.Keys() {
-		cfg.set[strings.Join(k, ".")] = true
 	}
 	return cfg, nil
 }
@@ -359,8 +361,9 @@ func isTable(md *toml.MetaData, prim toml.Primitive) bool {
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
-// Validate checks every value. The error joins one error per bad value,
-// each naming its full key.
+// Validate checks every value: every error of the config is found here,
+// before the daemon starts anything (NATS, sockets, runners). The error
+// joins one error per bad value, each naming its full key.
 func (c Config) Validate() error { return errors.Join(c.validate()...) }
 
 func (c Config) validate() []error {
@@ -408,7 +411,7 @@ func (c Config) validate() []error {
 	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
 	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
-	errs = append(errs, httpapi.Validate("http", c.HTTP)...)
+	errs = append(errs, httpapi.Validate("http", c.HTTP, sortedKeys(c.Lanes), c.Set("http.exec_lane"))...)
 	errs = append(errs, metrics.Validate("metrics", c.Metrics)...)
 	errs = append(errs, ui.Validate("ui", c.UI)...)
 	if err := c.Cluster.Validate(); err != nil {

@@ -105,3 +105,20 @@ func TestConfigEnvSecretsTransport(t *testing.T) {
 		t.Fatalf("defaults: %v %+v", err, d.Executors["p"])
 	}
 }
+
+// [http] exec_lane: the default one need not be a lane (/execute is then
+// off at start, not the daemon); one the file sets must be, found with
+// every other error of the file.
+func TestConfigExecLane(t *testing.T) {
+	if _, err := ParseConfig("cfg.toml", []byte("[lanes.gpu]\n[http]\nlisten = \"127.0.0.1:0\"\n")); err != nil {
+		t.Fatalf("the default exec_lane and no net lane: %v", err)
+	}
+	if _, err := ParseConfig("cfg.toml", []byte("[lanes.gpu]\n[http]\nexec_lane = \"gpu\"\n")); err != nil {
+		t.Fatalf("exec_lane = gpu: %v", err)
+	}
+	_, err := ParseConfig("cfg.toml", []byte("[lanes.gpu]\nslots = 0\n[http]\nexec_lane = \"net\"\n"))
+	want := "cfg.toml: http.exec_lane \"net\" is not a lane (the lanes: gpu)"
+	if err == nil || !strings.Contains(err.Error(), want+"\n") && !strings.HasSuffix(err.Error(), want) || !strings.Contains(err.Error(), "lanes.gpu.slots") {
+		t.Fatalf("exec_lane set to no lane: %v, want %q among the errors", err, want)
+	}
+}

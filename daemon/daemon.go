@@ -116,6 +116,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
+	// The fleet's credentials too ([cluster]): missing, readable by
+	// others, another node's, or not letting this node serve its shared
+	// lanes, they stop it here, before NATS or any lane starts.
+	fleetID, err := fleet.Check(cfg.Cluster, opts.Home, sharedLanes(cfg.Lanes))
+	if err != nil {
+		return &ConfigError{Err: fmt.Errorf("[cluster]: %w", err)}
+	}
 	// The metrics' registry before the store: its commits are observed
 	// (metricsfront.go).
 	mx := newMetrics(cfg, opts.Version)
@@ -224,7 +231,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The fleet before the recovery: a cluster job the dead daemon left is
 	// the fleet's (lanes.Recover never runs it again).
-	if fl, err = startFleet(cfg.Cluster, opts.Home, mgr, bus, opts.Logger); err != nil {
+	if fl, err = startFleet(cfg.Cluster, fleetID, opts.Home, mgr, bus, opts.Logger); err != nil {
 		shutdownLanes("fleet failed")
 		return err
 	}
@@ -444,6 +451,9 @@ func Run(ctx context.Context, opts Options) error {
 		Str("metrics", readyValue(fronts.metrics))
 	if socks := fronts.clankerSockets(); len(socks) > 0 {
 		ready = ready.Strs("clanker", socks)
+	}
+	if fl != nil { // in a fleet: which one, as which node
+		ready = ready.Str("cluster", fl.Cluster()).Str("node", fl.Name())
 	}
 	ready.Msg("orchestrd ready")
 	sd.notify("READY=1", servingStatus(mgr.LaneNames(), cfg.Lanes)+fronts.failedStatus())

@@ -38,19 +38,31 @@ func (l fleetLocal) Cancel(id string, force bool, reply func(bool, error)) {
 var _ lanes.Cluster = (*fleet.Fleet)(nil)
 
 // startFleet starts the fleet when [cluster] is on (nil when off) and
-// hands it to the lanes.
-func startFleet(cfg fleet.Config, home string, mgr *lanes.Manager, bus *eventlog.Bus, log zerolog.Logger) (*fleet.Fleet, error) {
+// hands it to the lanes; id is this node's credentials, checked before
+// anything started (fleet.Check).
+func startFleet(cfg fleet.Config, id *fleet.Identity, home string, mgr *lanes.Manager, bus *eventlog.Bus, log zerolog.Logger) (*fleet.Fleet, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	f, err := fleet.Start(ctx, fleet.Options{Config: cfg, Home: home, Local: fleetLocal{mgr}, Bus: bus, Logger: log})
+	f, err := fleet.Start(ctx, fleet.Options{Config: cfg, Home: home, Local: fleetLocal{mgr}, Bus: bus, Logger: log, Identity: id})
 	if err != nil {
 		return nil, fmt.Errorf("starting the fleet ([cluster]): %w", err)
 	}
 	mgr.SetCluster(f)
 	return f, nil
+}
+
+// sharedLanes are the names of the lanes shared with the fleet, sorted.
+func sharedLanes(ls map[string]lanes.LaneConfig) []string {
+	var out []string
+	for _, n := range sortedKeys(ls) {
+		if ls[n].Shared {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // closeFleet leaves the fleet (after the lanes stopped).

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"net"
 	"time"
 
@@ -34,7 +35,8 @@ type httpFront struct {
 	// listen"); "" when it is on by default.
 	explicit string
 	key      string
-	ln       net.Listener // bound, not yet served
+	ln       net.Listener     // bound, not yet served
+	cert     *tls.Certificate // [http] cert and key, read before anything starts
 	srv      *httpapi.Server
 	fe       api.FrontEnd
 	err      error // why it failed, when it did
@@ -55,6 +57,13 @@ func bindHTTP(cfg Config, home string, bus *eventlog.Bus) (*httpFront, error) {
 	key, err := httpapi.LoadKey(home)
 	if err != nil {
 		return h, h.failed(bus, "cannot read its key", err.Error(), err)
+	}
+	// Its certificate before anything starts: a file missing or bad is
+	// known at once, not once the lanes and the fleet are up.
+	if c.Cert != "" {
+		if h.cert, err = httpapi.LoadCertificate(c); err != nil {
+			return h, h.failed(bus, "cannot read its certificate", err.Error(), err)
+		}
 	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -85,9 +94,8 @@ func (h *httpFront) warn(log zerolog.Logger) {
 }
 
 // start serves the API on its bound address, once the lanes take jobs.
-// When it cannot (an exec_lane that is no lane, a bad certificate), as
-// bindHTTP: a FrontEndError when the config file turned it on, else
-// warned and off.
+// When it cannot, as bindHTTP: a FrontEndError when the config file
+// turned it on, else warned and off.
 // mounts are the other front-ends served on its listener (the dashboard,
 // /metrics); observe hears of every request answered.
 func (h *httpFront) start(home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger,
@@ -98,7 +106,7 @@ func (h *httpFront) start(home string, st *state.Store, version string, mgr *lan
 	ln := h.ln
 	h.ln = nil // Start serves or closes it
 	srv, err := httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Lanes: mgr,
-		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln,
+		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln, Certificate: h.cert,
 		Mounts: mounts, Observe: observe})
 	if err != nil {
 		h.fe = api.FrontEnd{Name: "http", Off: err.Error(), Failed: true}

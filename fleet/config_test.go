@@ -293,3 +293,26 @@ func TestNoStream(t *testing.T) {
 		}
 	}
 }
+
+// Check reads a node's credentials and refuses, as Start would, a shared
+// lane they do not let it serve; a lane whose name is no NATS subject
+// stays local; off, it reads nothing.
+func TestCheck(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	if _, _, err := InitFleet(home, "a", []string{"cpu"}, false); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Enabled: true}
+	if id, err := Check(c, home, []string{"cpu", "no.subject"}); err != nil || id == nil || id.id.node != "a" {
+		t.Fatalf("cpu: %+v %v", id, err)
+	}
+	if _, err := Check(c, home, []string{"cpu", "gpu"}); err == nil || !strings.Contains(err.Error(), "serving shared lane gpu in the fleet: node a's credentials") {
+		t.Fatalf("gpu: %v", err)
+	}
+	if _, err := Check(Config{Enabled: true, Name: "b"}, home, nil); err == nil || !strings.Contains(err.Error(), `are node "a"'s, and this node is "b"`) {
+		t.Fatalf("another node's credentials: %v", err)
+	}
+	if id, err := Check(Config{}, t.TempDir(), []string{"gpu"}); id != nil || err != nil {
+		t.Fatalf("off: %+v %v", id, err)
+	}
+}

@@ -39,6 +39,8 @@ type nodeInfo struct {
 	HeartbeatAt time.Time      `json:"heartbeat_at"`
 	State       string         `json:"state"`
 	LostBy      string         `json:"lost_by,omitempty"`
+	// LostAt: when LostBy declared it lost (LostBy's clock).
+	LostAt time.Time `json:"lost_at,omitzero"`
 }
 
 // decodeNode decodes key's value in the nodes bucket.

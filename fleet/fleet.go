@@ -94,6 +94,53 @@ type Options struct {
 	Local  Local
 	Bus    *eventlog.Bus // nil: no events (tests)
 	Logger zerolog.Logger
+	// Identity is this node's credentials as Check read them before the
+	// daemon started anything; nil: Start reads them.
+	Identity *Identity
+}
+
+// Identity is this node's fleet credentials, read and checked (Check).
+type Identity struct{ id *identity }
+
+// Check reads this node's credentials ([cluster] credentials, default
+// <home>/cluster.creds) and checks that they let it serve shared, the
+// shared lanes its config names: what Start would refuse, found before
+// the daemon starts anything. Nil when [cluster] is off.
+func Check(c Config, home string, shared []string) (*Identity, error) {
+	if !c.Enabled {
+		return nil, nil
+	}
+	cfg := c.withDefaults(home)
+	id, err := readIdentity(cfg.Credentials, c.Name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := servedLanes(id, cfg.Credentials, shared, nil); err != nil {
+		return nil, err
+	}
+	return &Identity{id}, nil
+}
+
+// servedLanes are the shared lanes this node serves in the fleet: those
+// whose names can be NATS subjects (the others stay local, warned of when
+// warn is set), each one its credentials let it serve, or an error.
+func servedLanes(id *identity, creds string, shared []string, warn func(lane string)) ([]string, error) {
+	var out []string
+	for _, l := range shared {
+		if !validToken(l) {
+			if warn != nil {
+				warn(l)
+			}
+			continue
+		}
+		if !mayServe(id.lanes, l) {
+			return nil, fmt.Errorf("serving shared lane %s in the fleet: node %s's credentials (%s) let it serve only lanes %s: "+
+				"make it new ones with `orchestrd cluster add-node %s --lanes %s,%s`, or set shared = false on the lane",
+				l, id.node, creds, strings.Join(id.lanes, ","), id.node, strings.Join(id.lanes, ","), l)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // Fleet is this node in the fleet.
@@ -195,8 +242,11 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	id, err := readIdentity(cfg.Credentials, o.Config.Name)
-	if err != nil {
+	var id *identity
+	var err error
+	if o.Identity != nil {
+		id = o.Identity.id
+	} else if id, err = readIdentity(cfg.Credentials, o.Config.Name); err != nil {
 		return nil, err
 	}
 	cfg.Name = id.node // the [cluster] name, else the credentials'
@@ -206,18 +256,12 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)
-	for _, l := range o.Local.SharedLanes() {
-		if !validToken(l) {
-			f.log.Warn().Str("lane", l).Msg("a shared lane's name must be [A-Za-z0-9_-] (at most 64) to be a NATS subject: it stays local")
-			continue
-		}
-		if !mayServe(id.lanes, l) {
-			f.cancel()
-			return nil, fmt.Errorf("serving shared lane %s in the fleet: node %s's credentials (%s) let it serve only lanes %s: "+
-				"make it new ones with `orchestrd cluster add-node %s --lanes %s,%s`, or set shared = false on the lane",
-				l, id.node, cfg.Credentials, strings.Join(id.lanes, ","), id.node, strings.Join(id.lanes, ","), l)
-		}
-		f.lanes = append(f.lanes, l)
+	f.lanes, err = servedLanes(id, cfg.Credentials, o.Local.SharedLanes(), func(l string) {
+		f.log.Warn().Str("lane", l).Msg("a shared lane's name must be [A-Za-z0-9_-] (at most 64) to be a NATS subject: it stays local")
+	})
+	if err != nil {
+		f.cancel()
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -226,7 +270,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		}
 	}()
 	if cfg.URL == "" {
-		f.srv, err = startEmbedded(cfg, o.Home, id, f.log)
+		f.srv, err = startEmbedded(cfg, o.Home, id, o.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -568,6 +612,17 @@ func (f *Fleet) Name() string { return f.name }
 
 // URL is the NATS URL this node's client uses (without credentials).
 func (f *Fleet) URL() string { return f.url }
+
+// Cluster names the fleet this node is in: the first 12 characters of
+// the fleet's public key, which certified every node (the same on each).
+func (f *Fleet) Cluster() string { return ClusterID(f.id.fleet) }
+
+// ClusterID is the fleet named by its public key: its first 12
+// characters.
+func ClusterID(fleetKey string) string { return fleetKey[:min(12, len(fleetKey))] }
+
+// Mode is "embedded" (this node's own NATS server) or "external".
+func (f *Fleet) Mode() string { return f.mode }
 
 // Serves: lane is a shared lane some live node serves (this one included).
 func (f *Fleet) Serves(lane string) bool {

@@ -220,10 +220,12 @@ func (f *Fleet) Register(mux api.Mux) {
 
 // NodeStatus is a node as cluster.nodes lists it.
 type NodeStatus struct {
-	Name        string         `json:"name"`
-	Incarnation string         `json:"incarnation"`
-	State       string         `json:"state"` // alive, lost, stopped
-	Lanes       []string       `json:"lanes"`
+	Name        string   `json:"name"`
+	Incarnation string   `json:"incarnation"`
+	State       string   `json:"state"` // alive, lost, stopped
+	Lanes       []string `json:"lanes"`
+	// Free: the free slots of each lane of a node alive; none of a node
+	// lost or stopped.
 	Free        map[string]int `json:"free,omitempty"`
 	StartedAt   time.Time      `json:"started_at"`
 	HeartbeatAt time.Time      `json:"heartbeat_at"` // the node's own clock
@@ -231,7 +233,10 @@ type NodeStatus struct {
 	// node's clock).
 	SeenMsAgo int64  `json:"seen_ms_ago"`
 	LostBy    string `json:"lost_by,omitempty"`
-	Self      bool   `json:"self,omitempty"`
+	// LostAt: when LostBy declared it lost (LostBy's clock; unset when a
+	// node of an older version did).
+	LostAt time.Time `json:"lost_at,omitzero"`
+	Self   bool      `json:"self,omitempty"`
 }
 
 // Nodes lists the fleet's nodes as this node sees them, by name.
@@ -239,13 +244,27 @@ func (f *Fleet) Nodes() []NodeStatus {
 	f.mu.Lock()
 	out := make([]NodeStatus, 0, len(f.peers))
 	for k, p := range f.peers {
-		out = append(out, NodeStatus{Name: p.info.Name, Incarnation: p.info.Incarnation, State: p.info.State,
+		n := NodeStatus{Name: p.info.Name, Incarnation: p.info.Incarnation, State: p.info.State,
 			Lanes: p.info.Lanes, Free: p.info.Free, StartedAt: p.info.StartedAt, HeartbeatAt: p.info.HeartbeatAt,
-			SeenMsAgo: time.Since(p.seen).Milliseconds(), LostBy: p.info.LostBy, Self: k == f.name})
+			SeenMsAgo: time.Since(p.seen).Milliseconds(), LostBy: p.info.LostBy, LostAt: p.info.LostAt, Self: k == f.name}
+		if n.State != nodeAlive {
+			n.Free = nil // its last heartbeat's: no slot is free on a node that is gone
+		}
+		out = append(out, n)
 	}
 	f.mu.Unlock()
 	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// NodesAnswer is cluster.nodes' answer: the fleet (Cluster), this node,
+// how it reaches NATS, and every node.
+type NodesAnswer struct {
+	Cluster string       `json:"cluster"`
+	Node    string       `json:"node"`
+	Mode    string       `json:"mode"` // embedded, external
+	URL     string       `json:"url"`
+	Nodes   []NodeStatus `json:"nodes"`
 }
 
 func (f *Fleet) nodesMethod(call api.Call) {
@@ -253,10 +272,7 @@ func (f *Fleet) nodesMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	call.Respond(struct {
-		Node  string       `json:"node"`
-		Nodes []NodeStatus `json:"nodes"`
-	}{f.name, f.Nodes()})
+	call.Respond(NodesAnswer{Cluster: f.Cluster(), Node: f.name, Mode: f.mode, URL: f.url, Nodes: f.Nodes()})
 }
 
 // eventsParams are cluster.events' params.

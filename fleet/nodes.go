@@ -280,7 +280,7 @@ const declareSettle = 250 * time.Millisecond
 // the winner fails p's jobs and emits cluster.node_lost.
 func (f *Fleet) declareLost(p peer) {
 	n := p.info
-	n.State, n.LostBy = nodeLost, f.name
+	n.State, n.LostBy, n.LostAt = nodeLost, f.name, time.Now().UTC()
 	b, err := f.sealNode(n)
 	if err != nil {
 		return

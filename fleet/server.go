@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -90,7 +93,7 @@ func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*se
 	if err != nil {
 		return nil, fmt.Errorf("configuring the embedded NATS server: %w", err)
 	}
-	s.SetLoggerV2(natsLogger{log: log.With().Str("component", "nats").Logger()}, false, false, false)
+	s.SetLoggerV2(newNATSLogger(log), false, false, false)
 	s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
@@ -100,14 +103,125 @@ func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*se
 	return s, nil
 }
 
-// natsLogger is nats-server's logging in zerolog (never stdout).
-type natsLogger struct{ log zerolog.Logger }
+// natsLogger is nats-server's logging in the daemon's zerolog logger
+// (never stdout), at warn and above: its notices are its routine
+// (connections, elections, JetStream's banner). A route it cannot reach
+// (a node lost or stopped) is tried again every second by each of the
+// route's connections, each try an error: those are said once per route,
+// then at most every routeErrorEvery, the next line saying how many were
+// not (routeErrors).
+type natsLogger struct {
+	log    zerolog.Logger
+	routes *routeErrors
+}
+
+// newNATSLogger is log for nats-server, at warn and above.
+func newNATSLogger(log zerolog.Logger) natsLogger {
+	l := log.With().Str("component", "nats").Logger()
+	if l.GetLevel() < zerolog.WarnLevel {
+		l = l.Level(zerolog.WarnLevel)
+	}
+	return natsLogger{log: l, routes: &routeErrors{every: routeErrorEvery, now: time.Now, seen: map[string]*routeSeen{}}}
+}
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Info().Msg(clean(format, v)) }
 func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn().Msg(clean(format, v)) }
 func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error().Msg(clean(format, v)) }
-func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error().Msg(clean(format, v)) }
 func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msg(clean(format, v)) }
 func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msg(clean(format, v)) }
+
+func (l natsLogger) Errorf(format string, v ...any) {
+	if !strings.HasPrefix(format, routeConnectError) {
+		l.log.Error().Msg(clean(format, v))
+		return
+	}
+	route := routeOf(v)
+	suppressed, since, ok := l.routes.allow(route)
+	if !ok {
+		return
+	}
+	msg := clean(format, v)
+	if suppressed > 0 {
+		msg += fmt.Sprintf(" (%d more like it for this route in the last %s not logged; said at most every %s)",
+			suppressed, since.Round(time.Second), l.routes.every)
+	}
+	l.log.Error().Str("route", route).Int("suppressed", suppressed).Msg(msg)
+}
+
+// routeConnectError begins nats-server's message for a failed try to
+// connect to a route ("Error trying to connect to route (attempt %v): %v").
+const routeConnectError = "Error trying to connect to route"
+
+// routeErrorEvery: a route's connect errors are said at most this often,
+// but for the first of a new outage: one after routeQuietGap without an
+// error of that route (the route was up; nats-server tries a route that
+// is down every second) is said at once.
+const (
+	routeErrorEvery = time.Minute
+	routeQuietGap   = 5 * time.Second
+)
+
+// routeErrors counts, per route, the connect errors not said.
+type routeErrors struct {
+	every time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	seen  map[string]*routeSeen
+}
+
+type routeSeen struct {
+	said       time.Time // when an error of the route was last said
+	last       time.Time // when its last error came, said or not
+	suppressed int       // errors since said, not said
+}
+
+// allow says whether an error of route is said now, and if so how many
+// were not since the last one said, and how long ago that was.
+func (r *routeErrors) allow(route string) (suppressed int, since time.Duration, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	s := r.seen[route]
+	if s == nil {
+		if len(r.seen) >= maxRoutesSeen { // bounded: the oldest is forgotten
+			var oldest string
+			for k, v := range r.seen {
+				if oldest == "" || v.last.Before(r.seen[oldest].last) {
+					oldest = k
+				}
+			}
+			delete(r.seen, oldest)
+		}
+		r.seen[route] = &routeSeen{said: now, last: now}
+		return 0, 0, true
+	}
+	quiet := now.Sub(s.last) >= routeQuietGap
+	s.last = now
+	if !quiet && now.Sub(s.said) < r.every {
+		s.suppressed++
+		return 0, 0, false
+	}
+	suppressed, since = s.suppressed, now.Sub(s.said)
+	s.said, s.suppressed = now, 0
+	return suppressed, since, true
+}
+
+// maxRoutesSeen bounds the routes routeErrors remembers.
+const maxRoutesSeen = 256
+
+// routeOf is the address a route's connect error names (its dial's
+// address), else the error's text.
+func routeOf(v []any) string {
+	for _, a := range v {
+		if err, ok := a.(error); ok {
+			var op *net.OpError
+			if errors.As(err, &op) && op.Addr != nil {
+				return op.Addr.String()
+			}
+			return err.Error()
+		}
+	}
+	return "?"
+}
 
 func clean(format string, v []any) string { return strings.TrimSpace(fmt.Sprintf(format, v...)) }

@@ -25,6 +25,7 @@ import (
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/fleet"
 
 	"golang.org/x/sys/unix"
 
@@ -703,8 +704,25 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "frontend.list", nil, &fe); err != nil {
 		return callErr(stderr, err)
 	}
+	// In a fleet, which one and as which node; cluster.nodes is not
+	// found when the daemon is in none.
+	var cl *fleet.NodesAnswer
+	var nodes fleet.NodesAnswer
+	if err := call(c, "cluster.nodes", nil, &nodes); err == nil {
+		cl = &nodes
+	} else if !isNotFound(err) {
+		return callErr(stderr, err)
+	}
 	if *asJSON {
-		return printJSON(stdout, stderr, map[string]any{"frontends": fe.FrontEnds, "lanes": ls.Lanes, "tree": tr.Tree})
+		out := map[string]any{"frontends": fe.FrontEnds, "lanes": ls.Lanes, "tree": tr.Tree}
+		if cl != nil {
+			out["cluster"] = map[string]any{"cluster": cl.Cluster, "node": cl.Node, "mode": cl.Mode, "url": cl.URL}
+		}
+		return printJSON(stdout, stderr, out)
+	}
+	if cl != nil {
+		fmt.Fprintln(stdout, clusterLine(*cl))
+		fmt.Fprintln(stdout)
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/fleet"
 )
 
@@ -98,35 +99,70 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 	return usageError(fs, clusterUsage, stderr, "want: cluster init, or cluster add-node NAME")
 }
 
+// clusterLine names the fleet and this node: "cluster AA2JYKNMBGBT, node
+// a (embedded NATS, nats://127.0.0.1:4222): 3 nodes, 2 alive, 1 lost".
+func clusterLine(res fleet.NodesAnswer) string {
+	counts := map[string]int{}
+	for _, n := range res.Nodes {
+		counts[n.State]++
+	}
+	line := fmt.Sprintf("cluster %s, node %s (%s NATS, %s): %s", res.Cluster, res.Node, res.Mode, res.URL, api.Count(len(res.Nodes), "node"))
+	for _, st := range []string{"alive", "lost", "stopped"} {
+		if counts[st] > 0 {
+			line += fmt.Sprintf(", %d %s", counts[st], st)
+		}
+	}
+	return line
+}
+
+// nodeState is a node's state, and for a lost one since when and by
+// whom: "lost 12s ago, by a".
+func nodeState(n fleet.NodeStatus, now time.Time) string {
+	if n.State != "lost" {
+		return n.State
+	}
+	st := "lost"
+	if !n.LostAt.IsZero() {
+		st += " " + formatAge(now.Sub(n.LostAt)) + " ago"
+	}
+	if n.LostBy != "" {
+		st += ", by " + n.LostBy
+	}
+	return st
+}
+
 const nodesUsage = "orchestrd nodes [--home DIR] [--json]"
 
 func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("nodes")
 	home := homeFlag(fs)
-	asJSON := fs.Bool("json", false, "print {\"nodes\": [...]} as the daemon gives it")
+	asJSON := fs.Bool("json", false, "print {\"cluster\", \"node\", \"mode\", \"url\", \"nodes\": [...]} as the daemon gives it")
 	c, code, ok := parseNoArgsAndDial(fs, nodesUsage, args, home, stdout, stderr)
 	if !ok {
 		return code
 	}
 	defer c.Close()
-	var res struct {
-		Nodes []fleet.NodeStatus `json:"nodes"`
-	}
+	var res fleet.NodesAnswer
 	if err := call(c, "cluster.nodes", nil, &res); err != nil {
 		return callErr(stderr, err)
 	}
 	if *asJSON {
 		return printJSON(stdout, stderr, res)
 	}
+	fmt.Fprintln(stdout, clusterLine(res))
+	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tLANES (FREE SLOTS)\tLAST HEARTBEAT")
 	now := time.Now()
 	for _, n := range res.Nodes {
 		var ls []string
 		for _, l := range n.Lanes {
-			ls = append(ls, l+" ("+strconv.Itoa(n.Free[l])+")")
+			if n.State == "alive" {
+				l += " (" + strconv.Itoa(n.Free[l]) + ")"
+			}
+			ls = append(ls, l) // a node gone has no free slot
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.State, dash(strings.Join(ls, ", ")), formatAge(now.Sub(n.HeartbeatAt)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, nodeState(n, now), dash(strings.Join(ls, ", ")), formatAge(now.Sub(n.HeartbeatAt)))
 	}
 	tw.Flush()
 	return exitOK

@@ -81,7 +81,7 @@ func init() {
 		{name: "session", summary: "session ID: a session's transcript", run: cmdSession},
 		{name: "chat", summary: "a conversation with the agent of [loops] chat_executor: lines from stdin, the reply streamed", run: cmdChat},
 		{name: "terminal", summary: "a shell on a PTY an executor spawns, attached to this terminal (--list: the open ones)", run: cmdTerminal},
-		{name: "status", summary: "lanes, runners and the live actor tree", run: cmdStatus},
+		{name: "status", summary: "lanes, runners and the live actor tree (in a fleet: its cluster and this node)", run: cmdStatus},
 		{name: "events", summary: "read the supervisor event log", run: func(args []string, stdout, stderr io.Writer) int {
 			return cmdEvents(args, resolveHome(""), stdout, stderr)
 		}},
@@ -103,7 +103,7 @@ func init() {
 			run:    func(args []string, _, _ io.Writer) int { return runner.Main(args) },
 			noHome: "--home is not used by runner (it takes --socket PATH)"},
 		{name: "sandbox-exec", hidden: true, run: func(args []string, _, stderr io.Writer) int { return cmdSandboxExec(args, stderr) }},
-		{name: "nodes", summary: "the daemon's fleet: nodes, their shared lanes and free slots, last heartbeat, state", run: cmdNodes},
+		{name: "nodes", summary: "the daemon's fleet: nodes, their shared lanes and free slots, last heartbeat, state (a lost node: since when)", run: cmdNodes},
 		{name: "cluster", summary: "cluster init | add-node NAME: make the fleet's key and each node's own credentials (cluster.creds)",
 			run: cmdCluster, subs: []string{"init", "add-node"}},
 		{name: "version", summary: "print the version, commit and Go version", run: cmdVersion},

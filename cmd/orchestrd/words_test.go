@@ -63,35 +63,48 @@ func TestREADMEMatchesDaemon(t *testing.T) {
 	if strings.Contains(readme, "../shared") {
 		t.Errorf("README points at ../shared, which a clone does not have")
 	}
-	m := regexp.MustCompile(`(?m)^\s+INF orchestrd ready (.*)$`).FindStringSubmatch(readme)
-	if m == nil {
-		t.Fatal("no ready line in README")
+	// The ready lines: the first, of a daemon alone; the fleet
+	// section's, of a node of a fleet (cluster=, node=).
+	ms := regexp.MustCompile(`(?m)^\s+INF orchestrd ready (.*)$`).FindAllStringSubmatch(readme, -1)
+	if len(ms) != 2 || strings.Contains(ms[0][1], "cluster=") || !strings.Contains(ms[1][1], "cluster=") {
+		t.Fatalf("want two ready lines in README, a daemon's alone and then a fleet node's: %q", ms)
 	}
-	var documented []string
-	for _, f := range regexp.MustCompile(`(?:^| )([a-z]+)=`).FindAllStringSubmatch(m[1], -1) {
-		documented = append(documented, f[1])
-	}
-	sort.Strings(documented)
-
-	d := startDaemon(t, "[lanes.net]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n[lanes.no-net]\nrunners = 1\nspares = 0\n")
-	var real []string
-	for _, l := range strings.Split(d.stderr.String(), "\n") {
-		var line map[string]any
-		if json.Unmarshal([]byte(l), &line) != nil || line["message"] != "orchestrd ready" {
-			continue
+	fields := func(line string) []string {
+		var documented []string
+		for _, f := range regexp.MustCompile(`(?:^| )([a-z]+)=`).FindAllStringSubmatch(line, -1) {
+			documented = append(documented, f[1])
 		}
-		for k := range line {
-			if k != "level" && k != "time" && k != "message" {
-				real = append(real, k)
+		sort.Strings(documented)
+		return documented
+	}
+	readyFields := func(d *testDaemon) []string {
+		var real []string
+		for _, l := range strings.Split(d.stderr.String(), "\n") {
+			var line map[string]any
+			if json.Unmarshal([]byte(l), &line) != nil || line["message"] != "orchestrd ready" {
+				continue
+			}
+			for k := range line {
+				if k != "level" && k != "time" && k != "message" {
+					real = append(real, k)
+				}
 			}
 		}
-	}
-	sort.Strings(real)
-	if !slices.Equal(documented, real) {
-		t.Errorf("README's ready line has %v, the daemon's %v", documented, real)
+		sort.Strings(real)
+		return real
 	}
 
-	m = regexp.MustCompile("`(unknown lane \"NOPE\"; the daemon's lanes are) \\.\\.\\.`").FindStringSubmatch(readme)
+	d := startDaemon(t, "[lanes.net]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n[lanes.no-net]\nrunners = 1\nspares = 0\n")
+	if documented, real := fields(ms[0][1]), readyFields(d); !slices.Equal(documented, real) {
+		t.Errorf("README's ready line has %v, the daemon's %v", documented, real)
+	}
+	// A node of a fleet (of one), with README's fleet config.
+	fd := startDaemonAt(t, fleetHome(t, "gpu-box", readmeFleetConfig(t)), "")
+	if documented, real := fields(ms[1][1]), readyFields(fd); !slices.Equal(documented, real) {
+		t.Errorf("README's ready line of a fleet node has %v, the daemon's %v", documented, real)
+	}
+
+	m := regexp.MustCompile("`(unknown lane \"NOPE\"; the daemon's lanes are) \\.\\.\\.`").FindStringSubmatch(readme)
 	if m == nil {
 		t.Fatal("no unknown-lane message in README")
 	}

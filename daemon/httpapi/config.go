@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +26,9 @@ type Config struct {
 	// AllowedKeys are the peers' keys, by name (the name is what the audit
 	// log says, never the key).
 	AllowedKeys map[string]string `toml:"allowed_keys"`
-	// ExecLane is the lane /execute runs its commands on.
+	// ExecLane is the lane /execute runs its commands on. Set by the
+	// config file, it must be a lane; left to its default ("net") where
+	// there is no such lane, /execute is off (ExecOff).
 	ExecLane string `toml:"exec_lane"`
 	// Denylist: commands refused by their base name.
 	Denylist []string `toml:"denylist"`
@@ -112,10 +115,11 @@ func DefaultConfig() Config {
 
 var hexKey = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// Validate checks c, the table named key ("http"). That exec_lane is a
-// lane is checked when the API starts (a config whose lanes have no "net"
-// lane must not fail for an API it does not use).
-func Validate(key string, c Config) []error {
+// Validate checks c, the table named key ("http"), against the daemon's
+// lanes. An exec_lane the file sets must be one of them; the default one
+// need not be (a config whose lanes have no "net" lane must not fail for
+// an API it does not use: /execute is then off, ExecOff).
+func Validate(key string, c Config, lanes []string, execLaneSet bool) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -129,8 +133,11 @@ func Validate(key string, c Config) []error {
 			bad("%s.allowed_keys.%s must be 64 lowercase hex characters", key, name)
 		}
 	}
-	if c.ExecLane == "" {
+	switch {
+	case c.ExecLane == "":
 		bad("%s.exec_lane must name a lane", key)
+	case execLaneSet && !slices.Contains(lanes, c.ExecLane):
+		bad("%s.exec_lane %q is not a lane (the lanes: %s)", key, c.ExecLane, strings.Join(lanes, ", "))
 	}
 	if c.MaxConcurrent < 1 {
 		bad("%s.max_concurrent must be >= 1, got %d", key, c.MaxConcurrent)
@@ -192,6 +199,16 @@ func Validate(key string, c Config) []error {
 		bad("%s.audit.keep must be >= 1, got %d", key, c.Audit.Keep)
 	}
 	return errs
+}
+
+// ExecOff says why /execute is off with these lanes ("" when it is on):
+// exec_lane, left to its default, names none of them.
+func ExecOff(c Config, lanes []string) string {
+	if slices.Contains(lanes, c.ExecLane) {
+		return ""
+	}
+	return fmt.Sprintf("[http] exec_lane is %q, and there is no such lane (the lanes: %s): set [http] exec_lane to one of them to turn /execute on",
+		c.ExecLane, strings.Join(lanes, ", "))
 }
 
 // expandHome turns a leading ~/ into the user's home directory.

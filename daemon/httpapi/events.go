@@ -22,6 +22,16 @@ type Unavailable struct {
 
 func (Unavailable) Kind() string { return "http.unavailable" }
 
+// ExecuteDisabled: /execute is off: exec_lane, left to its default,
+// names none of the daemon's lanes (Reason says which key turns it on).
+type ExecuteDisabled struct {
+	ExecLane string   `json:"exec_lane"`
+	Lanes    []string `json:"lanes"`
+	Reason   string   `json:"reason"`
+}
+
+func (ExecuteDisabled) Kind() string { return "http.execute_disabled" }
+
 // ExecStarted: a peer asked for a command; it runs as job JobID.
 type ExecStarted struct {
 	JobID   string   `json:"job_id"`
@@ -164,5 +174,5 @@ func (DiscoveryUnavailable) Kind() string { return "http.discovery_unavailable" 
 func init() {
 	eventlog.Register(Listening{}, Unavailable{}, ExecStarted{}, ExecCancelled{}, ExecDenied{}, AuthFailed{},
 		PeerAdded{}, PeerRemoved{}, PeerStatusChanged{}, PeerHandshakeRefused{}, RateLimited{}, TransferDone{}, TransferDenied{},
-		DiscoveryStarted{}, DiscoveryUnavailable{})
+		DiscoveryStarted{}, DiscoveryUnavailable{}, ExecuteDisabled{})
 }

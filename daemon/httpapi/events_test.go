@@ -24,6 +24,7 @@ func TestKinds(t *testing.T) {
 		TransferDone{Direction: "push", Path: "/srv/in/a.bin", Bytes: 1 << 20, SHA256: "ab12", KeyName: "laptop", Peer: "10.0.0.3:5000"},
 		DiscoveryStarted{Service: "_loopsy._tcp", Port: 19532},
 		DiscoveryUnavailable{Error: "no multicast interface"},
+		ExecuteDisabled{ExecLane: "net", Lanes: []string{"gpu"}, Reason: "[http] exec_lane is \"net\", and there is no such lane"},
 		TransferDenied{Direction: "pull", Path: "/home/u/.ssh/id_ed25519", Reason: "path_denied", KeyName: "laptop", Peer: "10.0.0.3:5000"},
 	)
 }

@@ -187,6 +187,10 @@ func (x *executions) closeAll() {
 // a reader attached to its output from the first byte: the reader, or
 // false once it answered the error.
 func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*lanes.OutputReader, string, bool) {
+	if s.execOff != "" {
+		writeError(w, http.StatusServiceUnavailable, CodeExecFailed, "Remote execution is off on this node: "+s.execOff)
+		return nil, "", false
+	}
 	var p executeParams
 	if !decodeBody(w, r, &p) {
 		return nil, "", false

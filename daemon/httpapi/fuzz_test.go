@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -29,12 +30,26 @@ func FuzzParseExecute(f *testing.F) {
 
 func TestValidate(t *testing.T) {
 	c := DefaultConfig()
-	if errs := Validate("http", c); len(errs) != 0 {
+	if errs := Validate("http", c, []string{"net"}, false); len(errs) != 0 {
 		t.Fatalf("defaults: %v", errs)
 	}
+	// The default exec_lane need not be a lane (/execute is then off);
+	// one the file sets must be.
+	if errs := Validate("http", c, []string{"gpu"}, false); len(errs) != 0 {
+		t.Fatalf("the default exec_lane, no net lane: %v", errs)
+	}
+	if off := ExecOff(c, []string{"gpu"}); !strings.Contains(off, "set [http] exec_lane") {
+		t.Fatalf("ExecOff: %q", off)
+	}
+	c.ExecLane = "nope"
+	if errs := Validate("http", c, []string{"gpu", "net"}, true); len(errs) != 1 ||
+		errs[0].Error() != `http.exec_lane "nope" is not a lane (the lanes: gpu, net)` {
+		t.Fatalf("an exec_lane set to no lane: %v", errs)
+	}
+	c.ExecLane = "net"
 	c.Listen, c.Cert, c.MaxConcurrent = "nope", "/c.pem", 0
 	c.AllowedKeys = map[string]string{"pc": "short"}
-	if errs := Validate("http", c); len(errs) != 4 {
+	if errs := Validate("http", c, []string{"net"}, true); len(errs) != 4 {
 		t.Fatalf("want 4 errors, got %v", errs)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +77,10 @@ type Options struct {
 	// known at once); Start serves on it, or closes it when it fails. Nil:
 	// Start listens itself.
 	Listener net.Listener
+	// Certificate, when set, is Config.Cert and Config.Key already loaded
+	// by the caller (LoadCertificate, before anything starts); nil: Start
+	// loads them when Config.Cert is set.
+	Certificate *tls.Certificate
 	// Mounts are other front-ends served on the API's listener (the
 	// dashboard, /metrics). A mount does its own authentication unless
 	// Bearer asks for the API's (a known key, rate limited).
@@ -113,11 +116,22 @@ type Server struct {
 	paths  paths
 	limits *limiter
 	audit  *audit // nil without a home
+	// execOff says why /execute is off ("" when on: ExecOff).
+	execOff string
 	// stopDiscovery ends mDNS; nil when discovery is off.
 	stopDiscovery func()
 }
 
 type namedKey struct{ name, key string }
+
+// LoadCertificate reads c's cert and key (PEM files).
+func LoadCertificate(c Config) (*tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("reading [http] cert and key: %w", err)
+	}
+	return &cert, nil
+}
 
 // Start listens on cfg.Listen (or serves on opts.Listener) until Close.
 // When it cannot start it emits http.unavailable and returns the error:
@@ -150,8 +164,14 @@ func Start(opts Options) (*Server, error) {
 	}
 	s.paths = newPaths(cfg.Transfer, opts.Home)
 	s.limits = newLimiter(cfg.RateLimits)
-	if opts.Lanes != nil && !slices.Contains(opts.Lanes.LaneNames(), cfg.ExecLane) {
-		return unavailable(fmt.Errorf("[http] exec_lane %q is not a lane (lanes: %v)", cfg.ExecLane, opts.Lanes.LaneNames()))
+	// An exec_lane the config file set is a lane (Validate); the default
+	// one may not be: /execute is then off, said once here.
+	if opts.Lanes != nil {
+		names := opts.Lanes.LaneNames()
+		if s.execOff = ExecOff(cfg, names); s.execOff != "" {
+			s.log.Warn().Str("exec_lane", cfg.ExecLane).Strs("lanes", names).Msg("http: /execute is off: " + s.execOff)
+			s.emit(ExecuteDisabled{ExecLane: cfg.ExecLane, Lanes: names, Reason: s.execOff})
+		}
 	}
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -159,11 +179,13 @@ func Start(opts Options) (*Server, error) {
 		}
 	}
 	if cfg.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
-		if err != nil {
-			return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
+		cert := opts.Certificate
+		if cert == nil {
+			if cert, err = LoadCertificate(cfg); err != nil {
+				return unavailable(fmt.Errorf("serving Loopsy's HTTP API on %s: %w", cfg.Listen, err))
+			}
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12})
 	}
 	s.ln = ln
 	s.exec = newExecutions(s)
