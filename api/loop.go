@@ -134,6 +134,13 @@ type LoopRecord struct {
 	// MergedInto is the branch its work was merged into (its parent's, or
 	// a root's base); "" while it was not: then Branch holds it.
 	MergedInto string `json:"merged_into,omitempty"`
+	// RebaseOnto is the branch (its parent's) a child whose merge
+	// conflicted is (status rebasing), or was, brought onto;
+	// RebaseIterations counts the iterations it spent on that (resolving
+	// the conflicts, passing validation again): [loops]
+	// max_rebase_iterations bounds them, apart from max_iterations.
+	RebaseOnto       string `json:"rebase_onto,omitempty"`
+	RebaseIterations uint32 `json:"rebase_iterations,omitempty"`
 }
 
 // Loop stages (LoopRecord.Stage).
@@ -159,8 +166,11 @@ type LoopIteration struct {
 	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
 	Denied     int         `json:"denied,omitempty"`
 	Commit     string      `json:"commit,omitempty"`
-	StartedAt  int64       `json:"started_at"`
-	FinishedAt int64       `json:"finished_at,omitempty"`
+	// Rebase: a rebase iteration (its prompt the conflicts, or the
+	// validation that failed after a rebase).
+	Rebase     bool  `json:"rebase,omitempty"`
+	StartedAt  int64 `json:"started_at"`
+	FinishedAt int64 `json:"finished_at,omitempty"`
 }
 
 // TaskLoop is what execute_prompt carries of the loop a task iterates

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -271,6 +272,7 @@ type fakeGit struct {
 	removed  []string
 	deleted  []string // branches
 	tampered []string // what the next guard check finds changed
+	rebases  int
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -290,6 +292,17 @@ func (g *fakeGit) Merge(_, into, branch, _ string) (bool, error) {
 	g.merges = append(g.merges, branch+">"+into)
 	return g.conflict[branch], nil
 }
+func (g *fakeGit) Rebase(_, _, _, _ string) (RebaseOutcome, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rebases++
+	return RebaseOutcome{Onto: "onto", Commit: "rebased"}, nil
+}
+func (g *fakeGit) ResolveRebase(_, _, _ string) (string, []string, error) {
+	return "", nil, gitwt.ErrNoRebase
+}
+func (g *fakeGit) AbortRebase(_, _ string) error                   { return nil }
+func (g *fakeGit) RecoverRebase(_, _ string) (string, bool, error) { return "", false, nil }
 func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	g.mu.Lock()
 	g.removed = append(g.removed, dir)

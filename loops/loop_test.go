@@ -2,6 +2,7 @@ package loops
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -311,8 +312,18 @@ func TestPlanTree(t *testing.T) {
 }
 
 // A failed child lets its siblings finish; the parent fails naming it. A
-// conflicting merge fails the child merge_conflict.
+// conflicting merge makes the child rebase (here onto a head it still
+// conflicts with: it fails merge_conflict after one round, naming the
+// command to look); with max_rebase_iterations = 0 it fails at once.
 func TestChildConflictFailsParent(t *testing.T) {
+	for _, max := range []int{3, 0} {
+		t.Run(fmt.Sprint("max_rebase_iterations=", max), func(t *testing.T) {
+			childConflictFailsParent(t, max)
+		})
+	}
+}
+
+func childConflictFailsParent(t *testing.T, maxRebase int) {
 	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
 		if spec.Loop.LoopType == api.LoopSpec {
 			if err := writeArtifact(spec, specDoc); err != nil {
@@ -326,7 +337,9 @@ func TestChildConflictFailsParent(t *testing.T) {
 		}
 		return api.TaskCompleted
 	}}
-	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	cfg := testConfig()
+	cfg.MaxRebaseIterations = maxRebase
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
 	// A spec root: its first phase's code loop conflicts.
 	root := "1-root"
 	phase1 := api.ChildLoopID(root, 1)
@@ -340,8 +353,16 @@ func TestChildConflictFailsParent(t *testing.T) {
 	if got.Error != api.LoopErrChildFailed || !strings.Contains(got.Message, phase1) {
 		t.Fatalf("root: %+v", got)
 	}
-	if c := h.rec(api.ChildLoopID(phase1, 1)); c.Error != api.LoopErrMergeConflict || !strings.Contains(c.Message, "loop/") {
+	c := h.rec(api.ChildLoopID(phase1, 1))
+	if c.Error != api.LoopErrMergeConflict || !strings.Contains(c.Message, "loop/") {
 		t.Fatalf("the conflicting code loop: %+v", c)
+	}
+	h.git.mu.Lock()
+	rebases := h.git.rebases
+	h.git.mu.Unlock()
+	if maxRebase > 0 && (c.RebaseOnto != "loop/"+phase1 || rebases != 2 || !strings.Contains(c.Message, "orchestrd loop show "+c.ID)) ||
+		maxRebase == 0 && (c.RebaseOnto != "" || rebases != 0) {
+		t.Fatalf("the conflicting code loop (%d rebases): %+v", rebases, c)
 	}
 	if p2 := h.rec(api.ChildLoopID(root, 2)); p2.Status != api.LoopComplete {
 		t.Fatalf("the sibling: %+v", p2)

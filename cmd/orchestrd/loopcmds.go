@@ -169,6 +169,12 @@ func loopLine(l api.LoopRecord) string {
 			s += " [pausing after this iteration]"
 		}
 	}
+	if l.Status == api.LoopRebasing {
+		s += fmt.Sprintf(" [rebasing onto %s: %s]", l.RebaseOnto, api.Count(int(l.RebaseIterations), "rebase iteration"))
+		if l.Paused {
+			s += " [pausing after this iteration]"
+		}
+	}
 	return s
 }
 
@@ -422,6 +428,14 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		row("why", printable(l.Message))
 	}
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
+	if l.RebaseOnto != "" {
+		verb := "rebased"
+		if l.Status == api.LoopRebasing {
+			verb = "rebasing"
+		}
+		row("rebase", fmt.Sprintf("%s onto %s: %s (not counted in max_iterations)", verb, l.RebaseOnto,
+			api.Count(int(l.RebaseIterations), "rebase iteration")))
+	}
 	row("repo", l.Repo)
 	branch := l.Branch + " (from " + l.Base + ")"
 	switch {
@@ -474,6 +488,9 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 			res = "passed"
 		}
 		line := fmt.Sprintf("  %d  %s", it.Iteration, res)
+		if it.Rebase {
+			line += "  rebase"
+		}
 		if it.TaskID != "" {
 			line += "  task " + it.TaskID
 		}
