@@ -301,7 +301,6 @@ func (g *fakeGit) Rebase(_, _, _, _ string) (RebaseOutcome, error) {
 func (g *fakeGit) ResolveRebase(_, _, _ string) (string, []string, error) {
 	return "", nil, gitwt.ErrNoRebase
 }
-func (g *fakeGit) AbortRebase(_, _ string) error                   { return nil }
 func (g *fakeGit) RecoverRebase(_, _ string) (string, bool, error) { return "", false, nil }
 func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	g.mu.Lock()

@@ -82,13 +82,6 @@ func (GitWT) ResolveRebase(repo, dir, msg string) (string, []string, error) {
 	return res.commit, res.unresolved, err
 }
 
-func (GitWT) AbortRebase(repo, dir string) error {
-	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
-		return struct{}{}, r.AbortRebase(ctx, dir)
-	})
-	return err
-}
-
 func (GitWT) RecoverRebase(repo, dir string) (string, bool, error) {
 	type rec struct {
 		commit  string

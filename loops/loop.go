@@ -70,9 +70,11 @@ type loop struct {
 	guard func() ([]string, error)
 	// A rebase's (rebase.go): the iteration whose resolution is
 	// committed, the parent's head the branch was last rebased onto with
-	// no conflict, the last failed rebase iteration's feedback.
+	// no conflict, whether the round to come follows a merge that
+	// conflicted, the last failed rebase iteration's feedback.
 	resolved           uint32
 	cleanOnto          string
+	mergeConflicted    bool
 	lastRebaseFeedback string
 }
 

@@ -125,8 +125,6 @@ type Git interface {
 	// conflicting file still holds conflict markers: unresolved names
 	// those (nothing committed).
 	ResolveRebase(repo, dir, msg string) (commit string, unresolved []string, err error)
-	// AbortRebase aborts the rebase in progress in dir, if any.
-	AbortRebase(repo, dir string) error
 	// RecoverRebase is RecoverWIP for a loop that was rebasing: a rebase
 	// in progress is kept (merging), else the work left is committed.
 	RecoverRebase(repo, dir string) (commit string, merging bool, err error)

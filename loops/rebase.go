@@ -28,7 +28,7 @@ import (
 
 // rebase: the loop's merge into its parent's branch onto conflicted.
 func (l *loop) rebase(c *actors.Context, onto string) {
-	l.rec.RebaseOnto = onto
+	l.rec.RebaseOnto, l.mergeConflicted = onto, true
 	l.rec.Status, l.rec.Stage = api.LoopRebasing, ""
 	l.persist(c, false, l.next)
 }
@@ -66,9 +66,14 @@ func (l *loop) rebaseRound(c *actors.Context) {
 			return // paused meanwhile: resumed, the round runs again
 		}
 		l.guard = guard
+		if out.WIP != "" {
+			l.m.bus.Emit(LoopCommitted{ID: r.ID, Iteration: r.Iteration, Commit: out.WIP})
+		}
 		l.m.bus.Emit(LoopRebaseStarted{ID: r.ID, Onto: r.RebaseOnto, Head: out.Onto, Continued: out.Continued})
+		again := l.mergeConflicted
+		l.mergeConflicted = false
 		if len(out.Conflicts) == 0 {
-			if out.Onto == l.cleanOnto {
+			if again && out.Onto == l.cleanOnto {
 				// Applied onto this very head before, and the merge
 				// conflicted all the same: it would again.
 				l.rebaseGaveUp(c, nil, "it still conflicts after being rebased onto its head")
@@ -138,7 +143,20 @@ func (l *loop) rebaseValidated(c *actors.Context, res JobResult) {
 	if res.Passed() {
 		l.m.bus.Emit(LoopValidationPassed{ID: r.ID, Iteration: r.Iteration, JobID: res.JobID})
 		l.freeSlot(c)
-		l.merge(c, r.RebaseOnto)
+		// What the validation left is committed, as after any
+		// iteration's, then the merge.
+		l.async(func() error {
+			_, err := l.m.opts.Git.CommitAll(r.Repo, r.Worktree, fmt.Sprintf("loop %s: validated after rebasing onto %s", r.ID, r.RebaseOnto))
+			return err
+		}, func(c *actors.Context, err error) {
+			if err != nil {
+				l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "commit"})
+				l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("committing a rebased loop's worktree")
+				l.fail(c, api.LoopErrGit, "its work could not be committed: "+firstLine(err.Error()))
+				return
+			}
+			l.merge(c, r.RebaseOnto)
+		})
 		return
 	}
 	v := artifact.Validation{Command: r.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}

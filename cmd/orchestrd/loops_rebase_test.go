@@ -18,9 +18,11 @@ import (
 // rebaseTree is treeAgent whose code loops also write shared.txt (their
 // id: two siblings' merges conflict there), and that runs resolve
 // instead when its worktree's shared.txt holds conflict markers (a
-// rebase iteration's).
+// rebase iteration's); a line "broken" there is taken out (and nothing
+// else done).
 func rebaseTree(resolve string) string {
-	return `if grep -qs '^<<<<<<<' shared.txt; then
+	return `if grep -qs broken shared.txt; then grep -v broken shared.txt > shared.new; mv shared.new shared.txt; exit 0; fi
+if grep -qs '^<<<<<<<' shared.txt; then
 ` + resolve + `
 exit 0
 fi
@@ -32,10 +34,10 @@ if [ "$ORCHESTRD_LOOP_TYPE" = code ]; then echo "$ORCHESTRD_LOOP_ID" > shared.tx
 const resolveMarkers = `grep -v -e '^<<<<<<<' -e '^=======' -e '^>>>>>>>' shared.txt > shared.new; mv shared.new shared.txt`
 
 // rebaseLoops is the [loops] of the rebase tests: the specs' validation
-// refuses markers (and runs again after a rebase).
+// refuses markers and a line "broken" (and runs again after a rebase).
 const rebaseLoops = `auto_merge = true
 [loops.spec]
-validation_command = "! grep -qs '^<<<<<<<' shared.txt"
+validation_command = "! grep -qs -e '^<<<<<<<' -e broken shared.txt"
 `
 
 // runRebaseTree starts a plan of two specs (each a phase, each a code
@@ -50,7 +52,21 @@ func runRebaseTree(t *testing.T, home, prompts, resolve, loopsExtra string) (d *
 	id = d.createLoop(api.LoopPlan, repo, "build the widget")
 	d.waitStage(id, api.StageApproval, 60*time.Second)
 	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
-	e := d.waitEventWithin(120*time.Second, "loop.rebase_conflicted", nil)
+	// The second spec's merge conflicts: it rebases (it failed
+	// merge_conflict before rebasing was built; said at once).
+	var e map[string]any
+	eventually(t, 120*time.Second, "loop.rebase_conflicted", func() bool {
+		for _, x := range d.events() {
+			if x["kind"] == "loop.ended" && x["error"] == api.LoopErrMergeConflict {
+				t.Fatalf("a loop ended merge_conflict without rebasing: %v", x)
+			}
+			if x["kind"] == "loop.rebase_conflicted" {
+				e = x
+				return true
+			}
+		}
+		return false
+	})
 	spec, _ = e["id"].(string)
 	if spec != api.ChildLoopID(id, 1) && spec != api.ChildLoopID(id, 2) {
 		t.Fatalf("loop.rebase_conflicted: %v", e)
@@ -186,6 +202,12 @@ func TestLoopRebaseKilledDaemon(t *testing.T) {
 	})
 	defer agent.release()
 	d.waitLoop(spec, api.LoopRebasing, 20*time.Second)
+	// The tree shows it rebasing, with its rebase iterations.
+	out, err := exec.Command(binary, "loops", "--home", d.home).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "[spec] "+spec+" - rebasing (") ||
+		!strings.Contains(string(out), "[rebasing onto loop/"+id+": 1 rebase iteration]") {
+		t.Fatalf("orchestrd loops: %v\n%s", err, out)
+	}
 	d.kill9()
 	agent.signal(syscall.SIGKILL)
 	d2 := startDaemonAt(t, home, cfg)
@@ -206,6 +228,38 @@ func TestLoopRebaseKilledDaemon(t *testing.T) {
 	d2.waitEvent("loop.rebase_started", func(e map[string]any) bool { return e["id"] == spec && e["continued"] == true })
 	shared := git(t, repo, "show", "main:shared.txt")
 	if strings.Contains(shared, "<<<<<<<") || strings.Count(shared, "\n") != 1 {
+		t.Fatalf("main's shared.txt:\n%s", shared)
+	}
+}
+
+// A resolution that breaks the validation: the rebase iteration fails, the
+// next round's validation (the branch already onto the parent's head)
+// fails again, and a rebase iteration of its own gets that failure and
+// fixes it; then the merge.
+func TestLoopRebaseValidationFails(t *testing.T) {
+	t.Parallel() // its own daemon, home and repository
+	prompts := shortTemp(t)
+	d, repo, id, spec, _ := runRebaseTree(t, shortTemp(t), prompts, resolveMarkers+"\necho broken >> shared.txt", "")
+	d.waitLoop(id, api.LoopComplete, 120*time.Second)
+	s := d.loop(spec)
+	if s.Loop.Status != api.LoopComplete || s.Loop.RebaseIterations != 2 || s.Loop.MergedInto != "loop/"+id {
+		t.Fatalf("the spec: %+v", s.Loop)
+	}
+	var rebases []api.LoopIteration
+	for _, it := range s.Iterations {
+		if it.Rebase {
+			rebases = append(rebases, it)
+		}
+	}
+	if len(rebases) != 2 || rebases[0].Passed || !rebases[1].Passed || !strings.Contains(rebases[0].Feedback, "The validation command failed") {
+		t.Fatalf("the rebase iterations: %+v", rebases)
+	}
+	p, err := os.ReadFile(filepath.Join(prompts, spec+"-"+strconv.Itoa(int(rebases[1].Iteration))+".txt"))
+	if err != nil || !bytes.Contains(p, []byte("the loop's validation fails now")) || !bytes.Contains(p, []byte("## Validation Failed After Rebasing Onto loop/"+id)) {
+		t.Fatalf("the fixing iteration's prompt: %v\n%s", err, p)
+	}
+	d.waitEvent("loop.validation_failed", func(e map[string]any) bool { return e["id"] == spec && e["reason"] == "after_rebase" })
+	if shared := git(t, repo, "show", "main:shared.txt"); strings.Contains(shared, "broken") || strings.Count(shared, "\n") != 1 {
 		t.Fatalf("main's shared.txt:\n%s", shared)
 	}
 }

@@ -44,6 +44,7 @@ type RebaseResult struct {
 	Conflicts []Conflict // the paths it stopped on (at most 1000), in path order; none when it applied
 	More      int        // conflicting paths not listed
 	Continued bool       // it took up a rebase left in progress (its conflicts as the worktree holds them now)
+	WIP       string     // the commit of what the worktree held uncommitted before it ("" : nothing)
 }
 
 // Rebase brings the branch checked out in the loop worktree onto the
@@ -61,8 +62,10 @@ type RebaseResult struct {
 // resolve the files and ResolveRebase to commit; its Conflicts name the
 // paths with their conflict-marked regions (read beneath the worktree,
 // never through a link). A rebase already in progress is taken up as it
-// is (Continued): its conflicts as the files hold them now. Uncommitted
-// changes to tracked files are ErrDirty. Hardened as every operation
+// is (Continued): its conflicts as the files hold them now. What the
+// worktree holds uncommitted otherwise (a failed iteration's work) is
+// committed first (WIP, as CommitAll does), so that the merge never meets
+// a dirty tree and nothing of it is lost. Hardened as every operation
 // here: the repository's lock, hooks off, no filter or merge driver runs
 // (a path whose attributes name one is a conflict without markers).
 func (r *Repo) Rebase(ctx context.Context, worktree, onto, message string) (RebaseResult, error) {
@@ -110,12 +113,12 @@ func (r *Repo) Rebase(ctx context.Context, worktree, onto, message string) (Reba
 			return RebaseResult{}, err
 		}
 	}
-	st, err := run(ctx, s, "status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules=all")
+	wip, changed, err := commitAll(ctx, s, "WIP: before rebasing onto "+onto)
 	if err != nil {
 		return RebaseResult{}, err
 	}
-	if n := bytes.Count(st, []byte{0}); n > 0 {
-		return RebaseResult{}, fmt.Errorf("%s: %s %w (%d entries)", op, worktree, ErrDirty, n)
+	if changed {
+		res.WIP = wip
 	}
 	_, merr := run(ctx, s, "merge", "--no-edit", "--no-verify", "--no-log", "--no-stat", "--no-progress",
 		"-m", message, "--end-of-options", sha)
@@ -181,26 +184,6 @@ func (r *Repo) ResolveRebase(ctx context.Context, worktree, message string) (com
 	}
 	commit, _, err = commitAll(ctx, s, message)
 	return commit, nil, err
-}
-
-// AbortRebase aborts the rebase in progress in worktree, if any: the
-// branch and the worktree's tracked files as they were before it.
-func (r *Repo) AbortRebase(ctx context.Context, worktree string) error {
-	op := "aborting the rebase of worktree " + worktree
-	_, unlock, err := r.begin(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return err
-	}
-	if merging, err := inMerge(s); err != nil || !merging {
-		return err
-	}
-	_, err = run(ctx, s, "merge", "--abort")
-	return err
 }
 
 // RecoverRebase is what a restart does to the worktree of a loop that

@@ -78,25 +78,29 @@ func TestRebaseClean(t *testing.T) {
 
 // A conflict stops the rebase with the conflicting file and its
 // conflict-marked region; markers left are refused; once resolved, the
-// rebase commits and the merge into the parent is clean. Dirty worktrees
-// and ResolveRebase without a rebase are errors; AbortRebase puts the
-// branch back.
+// rebase commits and the merge into the parent is clean. Work left
+// uncommitted is committed before; ResolveRebase without a rebase is an
+// error.
 func TestRebaseConflict(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
 	_, _, b, cb := siblings(t, r)
-	write(t, filepath.Join(b, "README"), "dirty\n", 0o644)
-	if _, err := r.Rebase(ctx, b, "loop/p", "rebase b"); !errors.Is(err, ErrDirty) {
-		t.Fatalf("Rebase of a dirty worktree: %v", err)
-	}
-	gitT(t, b, "checkout", "--", "README")
 	if _, _, err := r.ResolveRebase(ctx, b, "resolve"); !errors.Is(err, ErrNoRebase) {
 		t.Fatalf("ResolveRebase with none in progress: %v", err)
 	}
+	// Work left uncommitted is committed first (a failed iteration's).
+	write(t, filepath.Join(b, "wip.txt"), "left\n", 0o644)
 	res, err := r.Rebase(ctx, b, "loop/p", "rebase b")
-	if err != nil || len(res.Conflicts) != 1 || res.Commit != "" {
+	if err != nil || len(res.Conflicts) != 1 || res.Commit != "" || len(res.WIP) != 40 {
 		t.Fatalf("Rebase: %+v %v", res, err)
 	}
+	if ps := parents(t, r, res.WIP); len(ps) != 1 || ps[0] != cb {
+		t.Fatalf("the WIP commit's parents: %v", ps)
+	}
+	if got := gitT(t, r.Dir, "show", "loop/p-002:wip.txt"); got != "left" {
+		t.Fatalf("wip.txt on loop/p-002: %q", got)
+	}
+	cb = res.WIP
 	c := res.Conflicts[0]
 	if c.Path != "README" || c.Cut || !strings.HasPrefix(c.Hunks, "<<<<<<< ") || !strings.Contains(c.Hunks, "two B\n=======\ntwo A\n>>>>>>> ") ||
 		strings.Contains(c.Hunks, "one") || strings.Contains(c.Hunks, "three") {
@@ -111,20 +115,11 @@ func TestRebaseConflict(t *testing.T) {
 	if commit, unresolved, err := r.ResolveRebase(ctx, b, "resolve"); err != nil || commit != "" || len(unresolved) != 1 || unresolved[0] != "README" {
 		t.Fatalf("ResolveRebase with markers: %q %v %v", commit, unresolved, err)
 	}
-	// Abort: the branch and the worktree as before.
-	if err := r.AbortRebase(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	// Refused: the branch has not moved.
 	if h, _ := r.BranchHead(ctx, "loop/p-002"); h != cb {
 		t.Fatalf("loop/p-002 moved: %s", h)
 	}
-	if got, _ := os.ReadFile(filepath.Join(b, "README")); string(got) != "one\ntwo B\nthree\n" {
-		t.Fatalf("README after the abort: %q", got)
-	}
-	// Again, resolved this time (both sides kept).
-	if res, err = r.Rebase(ctx, b, "loop/p", "rebase b"); err != nil || len(res.Conflicts) != 1 {
-		t.Fatalf("Rebase: %+v %v", res, err)
-	}
+	// Resolved this time (both sides kept).
 	write(t, filepath.Join(b, "README"), "one\ntwo A\ntwo B\nthree\n", 0o644)
 	commit, unresolved, err := r.ResolveRebase(ctx, b, "resolve")
 	if err != nil || len(unresolved) != 0 || len(commit) != 40 {
