@@ -273,6 +273,13 @@ type fakeGit struct {
 	deleted  []string // branches
 	tampered []string // what the next guard check finds changed
 	rebases  int
+	// rebaseConflicts: what Rebase stops on (nil: it applies); merging
+	// while one is in progress; unresolved: what each ResolveRebase in
+	// turn finds markers left in (nil: none, the rebase is committed and
+	// the conflicts are gone).
+	rebaseConflicts []gitwt.Conflict
+	merging         bool
+	unresolved      [][]string
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -296,10 +303,30 @@ func (g *fakeGit) Rebase(_, _, _, _ string) (RebaseOutcome, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rebases++
+	if g.rebaseConflicts != nil {
+		g.merging = true
+		return RebaseOutcome{Onto: "onto", Conflicts: g.rebaseConflicts}, nil
+	}
 	return RebaseOutcome{Onto: "onto", Commit: "rebased"}, nil
 }
 func (g *fakeGit) ResolveRebase(_, _, _ string) (string, []string, error) {
-	return "", nil, gitwt.ErrNoRebase
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.merging {
+		return "", nil, gitwt.ErrNoRebase
+	}
+	if len(g.unresolved) > 0 {
+		u := g.unresolved[0]
+		g.unresolved = g.unresolved[1:]
+		if u != nil {
+			return "", u, nil
+		}
+	}
+	g.merging, g.rebaseConflicts = false, nil
+	for b := range g.conflict {
+		delete(g.conflict, b) // resolved: the merge into the parent is clean now
+	}
+	return "resolved", nil, nil
 }
 func (g *fakeGit) RecoverRebase(_, _ string) (string, bool, error) { return "", false, nil }
 func (g *fakeGit) RemoveWorktree(_, dir string) error {

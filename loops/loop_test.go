@@ -6,11 +6,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -367,6 +369,74 @@ func childConflictFailsParent(t *testing.T, maxRebase int) {
 	if p2 := h.rec(api.ChildLoopID(root, 2)); p2.Status != api.LoopComplete {
 		t.Fatalf("the sibling: %+v", p2)
 	}
+}
+
+// A child whose merge conflicts goes rebasing; its rebase iterations
+// (their prompts the conflicts) are not counted in max_iterations: one
+// whose agent leaves markers fails with feedback naming the files, the
+// next one resolves, and the child merges.
+func TestRebaseIterations(t *testing.T) {
+	var prompts []string
+	var mu sync.Mutex
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopSpec:
+			if err := writeArtifact(spec, specDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopPhase:
+			if err := writeArtifact(spec, "p"); err != nil {
+				t.Error(err)
+			}
+		case api.LoopCode:
+			if spec.Loop.ID == api.ChildLoopID(api.ChildLoopID("1-root", 1), 1) {
+				mu.Lock()
+				prompts = append(prompts, spec.Prompt)
+				mu.Unlock()
+			}
+		}
+		return api.TaskCompleted
+	}}
+	cfg := testConfig()
+	cfg.Code.MaxIterations = 1
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	root := "1-root"
+	phase1 := api.ChildLoopID(root, 1)
+	code := api.ChildLoopID(phase1, 1)
+	h.git.mu.Lock()
+	h.git.conflict["loop/"+code] = true
+	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> x\n"}, {Path: "bin.dat"}}
+	h.git.unresolved = [][]string{{"a.go"}, nil}
+	h.git.mu.Unlock()
+	ch := make(chan api.LoopRecord, 1)
+	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), time.Now())
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+	h.waitStatus(root, api.LoopComplete)
+	c := h.rec(code)
+	if c.Status != api.LoopComplete || c.Iteration != 3 || c.RebaseIterations != 2 || c.RebaseOnto != "loop/"+phase1 || c.MergedInto != "loop/"+phase1 {
+		t.Fatalf("the rebased code loop: %+v", c)
+	}
+	its, err := h.store.Iterations(code)
+	if err != nil || len(its) != 3 || its[0].Rebase || !its[1].Rebase || its[1].Passed || !its[2].Rebase || !its[2].Passed {
+		t.Fatalf("its iterations: %v %+v", err, its)
+	}
+	if !strings.Contains(its[1].Feedback, "Conflict markers") || !strings.Contains(its[1].Feedback, "a.go") {
+		t.Fatalf("the refused resolution's feedback: %q", its[1].Feedback)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(prompts) != 3 || !strings.Contains(prompts[1], "## a.go\n\n```\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> x\n```") ||
+		!strings.Contains(prompts[1], "## bin.dat\n\n(no conflict markers") || !strings.Contains(prompts[1], "rebase iteration 1 of at most 3") ||
+		!strings.Contains(prompts[2], "## The last rebase iteration") || !strings.Contains(prompts[2], "rebase iteration 2 of at most 3") {
+		t.Fatalf("the %d rebase prompts:\n%s", len(prompts), strings.Join(prompts, "\n-----\n"))
+	}
+	h.waitFor("loop.rebased", func() bool {
+		return h.seen.has(func(r *eventlog.Record) bool {
+			ev, ok := r.Event.(LoopRebased)
+			return ok && ev.ID == code && ev.Commit == "resolved" && ev.Iteration == 3
+		})
+	})
 }
 
 // plan.reject ends the plan failed; plan.iterate runs it again with the

@@ -28,7 +28,7 @@ import (
 
 // rebase: the loop's merge into its parent's branch onto conflicted.
 func (l *loop) rebase(c *actors.Context, onto string) {
-	l.rec.RebaseOnto, l.mergeConflicted = onto, true
+	l.rec.RebaseOnto, l.mergeConflicted, l.lastRebaseFeedback = onto, true, ""
 	l.rec.Status, l.rec.Stage = api.LoopRebasing, ""
 	l.persist(c, false, l.next)
 }
