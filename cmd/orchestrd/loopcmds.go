@@ -430,8 +430,11 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
 	if l.RebaseOnto != "" {
 		verb := "rebased"
-		if l.Status == api.LoopRebasing {
+		switch {
+		case l.Status == api.LoopRebasing:
 			verb = "rebasing"
+		case l.Status.Terminal() && l.MergedInto == "":
+			verb = "stopped rebasing"
 		}
 		row("rebase", fmt.Sprintf("%s onto %s: %s (not counted in max_iterations)", verb, l.RebaseOnto,
 			api.Count(int(l.RebaseIterations), "rebase iteration")))

@@ -178,7 +178,7 @@ func TestLoopRebaseGivesUp(t *testing.T) {
 		t.Fatal("the unmerged branch was deleted")
 	}
 	out, err := exec.Command(binary, "loop", "show", "--home", d.home, spec).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "rebased onto loop/"+id+": 2 rebase iterations") ||
+	if err != nil || !strings.Contains(string(out), "stopped rebasing onto loop/"+id+": 2 rebase iterations") ||
 		!strings.Contains(string(out), "failed (merge_conflict)") {
 		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
 	}
