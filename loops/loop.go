@@ -586,6 +586,15 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 		l.validated(c, res.JobID)
 		return
 	}
+	reason := "exit_code"
+	if res.ExitCode == nil {
+		reason = "job_failed"
+	}
+	l.validationFailed(c, reason, l.validationOf(res))
+}
+
+// validationOf is how a failed validation job ended, for its feedback.
+func (l *loop) validationOf(res JobResult) artifact.Validation {
 	v := artifact.Validation{Command: l.rec.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
 	switch {
 	case res.State == api.StateTimeout:
@@ -595,11 +604,7 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 	case res.ExitCode == nil:
 		v.Ended = "the job ended " + string(res.State)
 	}
-	reason := "exit_code"
-	if res.ExitCode == nil {
-		reason = "job_failed"
-	}
-	l.validationFailed(c, reason, v)
+	return v
 }
 
 // validationFailed ends the iteration failed by its validation command:

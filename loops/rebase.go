@@ -116,7 +116,8 @@ func (l *loop) rebaseValidate(c *actors.Context) {
 	l.m.opts.Jobs.Run(spec, func(jobID string, err error) {
 		post(func(c *actors.Context) {
 			if err != nil {
-				l.fail(c, api.LoopErrGit, "its validation after rebasing onto "+r.RebaseOnto+" was refused: "+firstLine(err.Error()))
+				// Refused: a failed validation, as an iteration's is.
+				l.rebaseValidated(c, JobResult{State: api.StateError, Error: "the validation job was refused: " + firstLine(err.Error())})
 				return
 			}
 			l.rec.JobID = jobID
@@ -159,11 +160,7 @@ func (l *loop) rebaseValidated(c *actors.Context, res JobResult) {
 		})
 		return
 	}
-	v := artifact.Validation{Command: r.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
-	if res.ExitCode == nil {
-		v.Ended = "the job ended " + string(res.State)
-	}
-	fb := strings.Replace(artifact.ValidationFeedback(int(r.Iteration), v),
+	fb := strings.Replace(artifact.ValidationFeedback(int(r.Iteration), l.validationOf(res)),
 		"## Iteration "+strconv.Itoa(int(r.Iteration))+" Failed\n",
 		"## Validation Failed After Rebasing Onto "+r.RebaseOnto+"\n", 1)
 	l.rec.Progress += fb
