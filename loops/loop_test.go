@@ -439,6 +439,69 @@ func TestRebaseIterations(t *testing.T) {
 	})
 }
 
+// A rebasing child paused while its rebase iteration runs: the iteration
+// finishes (its markers refused), the loop pauses with its rebase kept;
+// resumed, it goes on rebasing (a rebase iteration, never a plain one)
+// and merges.
+func TestRebasePauseResume(t *testing.T) {
+	code := api.ChildLoopID(api.ChildLoopID("1-root", 1), 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopSpec:
+			if err := writeArtifact(spec, specDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopPhase:
+			if err := writeArtifact(spec, "p"); err != nil {
+				t.Error(err)
+			}
+		case api.LoopCode:
+			if spec.Loop.ID == code && strings.HasPrefix(spec.Prompt, "# Rebase of") {
+				once.Do(func() {
+					close(started)
+					<-release
+				})
+			}
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	h.git.mu.Lock()
+	h.git.conflict["loop/"+code] = true
+	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\n=======\n>>>>>>> x\n"}}
+	h.git.unresolved = [][]string{{"a.go"}, nil}
+	h.git.mu.Unlock()
+	ch := make(chan api.LoopRecord, 1)
+	r := h.m.newRoot(api.LoopSpec, "1-root", h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, "1-root", "t")), time.Now())
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no rebase iteration started")
+	}
+	if got := h.waitStatus(code, api.LoopRebasing); got.RebaseIterations != 1 {
+		t.Fatalf("rebasing: %+v", got)
+	}
+	if _, err := h.control("pause", code); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if p := h.waitStatus(code, api.LoopPaused); p.RebaseOnto == "" || p.Iteration != 2 {
+		t.Fatalf("paused: %+v", p)
+	}
+	if _, err := h.control("resume", code); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("1-root", api.LoopComplete)
+	its, err := h.store.Iterations(code)
+	if err != nil || len(its) != 3 || its[0].Rebase || !its[1].Rebase || its[1].Passed || !its[2].Rebase || !its[2].Passed {
+		t.Fatalf("its iterations: %v %+v", err, its)
+	}
+}
+
 // plan.reject ends the plan failed; plan.iterate runs it again with the
 // feedback.
 func TestPlanRejectIterate(t *testing.T) {
