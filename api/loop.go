@@ -143,6 +143,13 @@ type LoopRecord struct {
 	// MergeWait is why a root waits to merge into its base (stage
 	// merge_waiting): the base is checked out with uncommitted changes.
 	MergeWait *MergeWait `json:"merge_waiting,omitempty"`
+	// RebaseOnto is the branch (its parent's) a child whose merge
+	// conflicted is (status rebasing), or was, brought onto;
+	// RebaseIterations counts the iterations it spent on that (resolving
+	// the conflicts, passing validation again): [loops]
+	// max_rebase_iterations bounds them, apart from max_iterations.
+	RebaseOnto       string `json:"rebase_onto,omitempty"`
+	RebaseIterations uint32 `json:"rebase_iterations,omitempty"`
 }
 
 // MergeWait is why a complete root waits to merge into its base (stage
@@ -210,8 +217,11 @@ type LoopIteration struct {
 	TokenUsage *TokenUsage `json:"token_usage,omitempty"`
 	Denied     int         `json:"denied,omitempty"`
 	Commit     string      `json:"commit,omitempty"`
-	StartedAt  int64       `json:"started_at"`
-	FinishedAt int64       `json:"finished_at,omitempty"`
+	// Rebase: a rebase iteration (its prompt the conflicts, or the
+	// validation that failed after a rebase).
+	Rebase     bool  `json:"rebase,omitempty"`
+	StartedAt  int64 `json:"started_at"`
+	FinishedAt int64 `json:"finished_at,omitempty"`
 }
 
 // TaskLoop is what execute_prompt carries of the loop a task iterates

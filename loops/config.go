@@ -37,6 +37,12 @@ type Config struct {
 	// false: the root's branch drops them in a last commit before it
 	// merges; they stay in that branch's history.
 	CommitArtifacts bool `toml:"commit_artifacts"`
+	// MaxRebaseIterations bounds the iterations a child whose merge into
+	// its parent's branch conflicts gets to resolve the conflict (and to
+	// pass its validation again), status rebasing; past it the child
+	// fails merge_conflict, its branch kept. 0: it fails at the first
+	// conflict.
+	MaxRebaseIterations int `toml:"max_rebase_iterations"`
 	// UsageLimitPause is how long a loop whose agent hit a usage limit
 	// stays paused before it resumes by itself.
 	UsageLimitPause api.Duration `toml:"usage_limit_pause"`
@@ -78,7 +84,7 @@ func DefaultConfig() Config {
 	t := func(max uint32) TypeConfig {
 		return TypeConfig{ValidationTimeout: api.Duration{Duration: 300 * time.Second}, MaxIterations: max}
 	}
-	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, CommitArtifacts: true, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
+	return Config{ValidationLane: "no-net", MaxRunning: 4, PermissionMode: api.ModeBypass, CommitArtifacts: true, MaxRebaseIterations: 3, UsageLimitPause: api.Duration{Duration: 15 * time.Minute},
 		MergeRetry: api.Duration{Duration: 30 * time.Second},
 		Plan:       t(10), Spec: t(10), Phase: t(10), Code: t(100)}
 }
@@ -122,6 +128,9 @@ func (c Config) Validate(key string, lanes, pools []string) []error {
 	}
 	if c.MaxCostUSD < 0 || c.MaxCostUSD > 1e6 || math.IsNaN(c.MaxCostUSD) {
 		bad("max_cost_usd must be between 0 (no limit) and 1000000, got %v", c.MaxCostUSD)
+	}
+	if c.MaxRebaseIterations < 0 || c.MaxRebaseIterations > 100 {
+		bad("max_rebase_iterations must be between 0 (a conflict fails the loop) and 100, got %d", c.MaxRebaseIterations)
 	}
 	if d := c.UsageLimitPause.Duration; d < time.Second || d > 24*time.Hour {
 		bad("usage_limit_pause must be between 1s and 24h, got %s", d)

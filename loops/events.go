@@ -173,6 +173,43 @@ type LoopMergeConflicted struct {
 
 func (LoopMergeConflicted) Kind() string { return "loop.merge_conflicted" }
 
+// LoopRebaseStarted: a child whose merge into its parent's branch
+// conflicted (status rebasing) is being brought onto Onto's head (the
+// commit Head): Onto merged into its branch, in its worktree.
+// Continued: a rebase left in progress (by an earlier iteration, or a
+// daemon that stopped) is taken up as it is.
+type LoopRebaseStarted struct {
+	ID        string `json:"id"`
+	Onto      string `json:"onto"`
+	Head      string `json:"head"`
+	Continued bool   `json:"continued,omitempty"`
+}
+
+func (LoopRebaseStarted) Kind() string { return "loop.rebase_started" }
+
+// LoopRebased: the rebase applied (at once, or as an iteration's agent
+// resolved it: Iteration); Commit is the branch's head after it.
+// Validation runs again, then the merge.
+type LoopRebased struct {
+	ID        string `json:"id"`
+	Commit    string `json:"commit"`
+	Iteration uint32 `json:"iteration,omitempty"`
+}
+
+func (LoopRebased) Kind() string { return "loop.rebased" }
+
+// LoopRebaseConflicted: the rebase stopped on Files conflicting files
+// (a count: their names are the agent's text, in its prompt only);
+// Iteration is the iteration started to resolve them, 0 when none is
+// (past max_rebase_iterations: the loop fails merge_conflict).
+type LoopRebaseConflicted struct {
+	ID        string `json:"id"`
+	Files     int    `json:"files"`
+	Iteration uint32 `json:"iteration"`
+}
+
+func (LoopRebaseConflicted) Kind() string { return "loop.rebase_conflicted" }
+
 // LoopChildrenSpawned: a validated loop (or an approved plan) spawned its
 // children.
 type LoopChildrenSpawned struct {
@@ -315,7 +352,7 @@ func init() {
 	eventlog.Register(LoopCreated{}, LoopUpdated{}, LoopIterationEnded{}, LoopArtifact{}, LoopIterationStarted{},
 		LoopValidationStarted{}, LoopValidationFailed{}, LoopValidationPassed{}, LoopCommitted{}, LoopMerged{},
 		LoopBranchDeleted{}, LoopArtifactsDropped{},
-		LoopMergeConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
+		LoopMergeConflicted{}, LoopRebaseStarted{}, LoopRebased{}, LoopRebaseConflicted{}, LoopChildrenSpawned{}, LoopApprovalAsked{}, LoopEnded{}, LoopPaused{}, LoopResumed{},
 		LoopCancelled{}, LoopDeleted{}, LoopRecovered{}, LoopGitFailed{}, LoopGitTampered{}, LoopBudgetExceeded{},
 		LoopMergeWaiting{}, LoopMergeRetried{})
 }

@@ -276,6 +276,14 @@ type fakeGit struct {
 	dirty map[string]*gitwt.DirtyError
 	// mergeErr: every merge fails so.
 	mergeErr error
+	rebases  int
+	// rebaseConflicts: what Rebase stops on (nil: it applies); merging
+	// while one is in progress; unresolved: what each ResolveRebase in
+	// turn finds markers left in (nil: none, the rebase is committed and
+	// the conflicts are gone).
+	rebaseConflicts []gitwt.Conflict
+	merging         bool
+	unresolved      [][]string
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -301,6 +309,36 @@ func (g *fakeGit) Merge(_, into, branch, _ string) (bool, error) {
 	}
 	return g.conflict[branch], nil
 }
+func (g *fakeGit) Rebase(_, _, _, _ string) (RebaseOutcome, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rebases++
+	if g.rebaseConflicts != nil {
+		g.merging = true
+		return RebaseOutcome{Onto: "onto", Conflicts: g.rebaseConflicts}, nil
+	}
+	return RebaseOutcome{Onto: "onto", Commit: "rebased"}, nil
+}
+func (g *fakeGit) ResolveRebase(_, _, _ string) (string, []string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.merging {
+		return "", nil, gitwt.ErrNoRebase
+	}
+	if len(g.unresolved) > 0 {
+		u := g.unresolved[0]
+		g.unresolved = g.unresolved[1:]
+		if u != nil {
+			return "", u, nil
+		}
+	}
+	g.merging, g.rebaseConflicts = false, nil
+	for b := range g.conflict {
+		delete(g.conflict, b) // resolved: the merge into the parent is clean now
+	}
+	return "resolved", nil, nil
+}
+func (g *fakeGit) RecoverRebase(_, _ string) (string, bool, error) { return "", false, nil }
 func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	g.mu.Lock()
 	g.removed = append(g.removed, dir)

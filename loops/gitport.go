@@ -63,6 +63,40 @@ func (GitWT) Merge(repo, into, branch, msg string) (bool, error) {
 	})
 }
 
+func (GitWT) Rebase(repo, dir, onto, msg string) (RebaseOutcome, error) {
+	return withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (RebaseOutcome, error) {
+		return r.Rebase(ctx, dir, onto, msg)
+	})
+}
+
+type resolved struct {
+	commit     string
+	unresolved []string
+}
+
+func (GitWT) ResolveRebase(repo, dir, msg string) (string, []string, error) {
+	res, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (resolved, error) {
+		c, u, err := r.ResolveRebase(ctx, dir, msg)
+		return resolved{c, u}, err
+	})
+	return res.commit, res.unresolved, err
+}
+
+func (GitWT) RecoverRebase(repo, dir string) (string, bool, error) {
+	type rec struct {
+		commit  string
+		merging bool
+	}
+	res, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (rec, error) {
+		c, changed, merging, err := r.RecoverRebase(ctx, dir)
+		if !changed {
+			c = ""
+		}
+		return rec{c, merging}, err
+	})
+	return res.commit, res.merging, err
+}
+
 func (GitWT) RemoveWorktree(repo, dir string) error {
 	_, err := withRepo(repo, func(ctx context.Context, r *gitwt.Repo) (struct{}, error) {
 		return struct{}{}, r.RemoveWorktree(ctx, dir)

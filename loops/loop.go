@@ -78,6 +78,14 @@ type loop struct {
 	merging      bool
 	mergeT       func()
 	mergeReplies []func(any, error)
+	// A rebase's (rebase.go): the iteration whose resolution is
+	// committed, the parent's head the branch was last rebased onto with
+	// no conflict, whether the round to come follows a merge that
+	// conflicted, the last failed rebase iteration's feedback.
+	resolved           uint32
+	cleanOnto          string
+	mergeConflicted    bool
+	lastRebaseFeedback string
 }
 
 func (l *loop) Receive(c *actors.Context) {
@@ -248,6 +256,10 @@ func (l *loop) begin(c *actors.Context) {
 		l.pauseNow(c, "requested")
 		return
 	}
+	if l.rec.RebaseOnto != "" {
+		l.rebaseRound(c)
+		return
+	}
 	l.gen++
 	r := l.rec
 	var prompt string
@@ -295,9 +307,13 @@ func (l *loop) begin(c *actors.Context) {
 
 // started records the iteration and starts its agent's task.
 func (l *loop) started(c *actors.Context, prompt string) {
-	n := l.rec.Iteration + 1
-	l.rec.Iteration, l.rec.Status, l.rec.Stage = n, api.LoopRunning, api.StageIterating
-	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli()}
+	n, st := l.rec.Iteration+1, api.LoopRunning
+	if l.rec.RebaseOnto != "" {
+		st = api.LoopRebasing
+	}
+	l.rec.Iteration, l.rec.Status, l.rec.Stage = n, st, api.StageIterating
+	l.it = &api.LoopIteration{LoopID: l.rec.ID, Iteration: n, Prompt: prompt, Status: "running", StartedAt: time.Now().UnixMilli(),
+		Rebase: l.rec.RebaseOnto != ""}
 	tc := l.m.cfg.For(l.rec.LoopType)
 	spec := api.TaskSpec{Executor: tc.Executor, Prompt: prompt, Cwd: l.rec.Worktree, PermissionMode: l.m.cfg.PermissionMode,
 		Loop:    &api.TaskLoop{ID: l.rec.ID, LoopType: l.rec.LoopType, Iteration: n, Artifact: artifactPath(l.rec)},
@@ -363,15 +379,22 @@ func (l *loop) checkGit(c *actors.Context, after string, next func(c *actors.Con
 		if err != nil {
 			l.m.bus.Emit(LoopGitFailed{ID: l.rec.ID, Op: "check_git_dir"})
 			l.m.log.Error().Err(err).Str("loop_id", l.rec.ID).Msg("checking the repository's git directory after an iteration")
-			l.it.Feedback = "the repository's git directory could not be checked: " + firstLine(err.Error())
-			l.fail(c, api.LoopErrGit, l.it.Feedback)
+			fb := "the repository's git directory could not be checked: " + firstLine(err.Error())
+			if l.it != nil {
+				l.it.Feedback = fb
+			}
+			l.fail(c, api.LoopErrGit, fb)
 			return
 		}
 		if len(changed) == 0 {
 			next(c)
 			return
 		}
-		ev := LoopGitTampered{ID: l.rec.ID, Iteration: l.it.Iteration, After: after, Restored: true}
+		n := l.rec.Iteration // a rebase's validation runs in no iteration
+		if l.it != nil {
+			n = l.it.Iteration
+		}
+		ev := LoopGitTampered{ID: l.rec.ID, Iteration: n, After: after, Restored: true}
 		for i, p := range changed {
 			if i == 20 {
 				ev.More = len(changed) - i
@@ -380,15 +403,18 @@ func (l *loop) checkGit(c *actors.Context, after string, next func(c *actors.Con
 			ev.Paths = append(ev.Paths, eventlog.Ident(p))
 		}
 		l.m.bus.Emit(ev)
-		l.m.log.Error().Str("loop_id", l.rec.ID).Uint32("iteration", l.it.Iteration).Str("after", after).
+		l.m.log.Error().Str("loop_id", l.rec.ID).Uint32("iteration", n).Str("after", after).
 			Int("paths", len(changed)).Msg("the repository's git directory changed during a loop's iteration: put back, the loop fails (loop.git_tampered names the paths)")
 		who := "the agent"
 		if after == "validation" {
 			who = "the validation command"
 		}
-		l.it.Feedback = fmt.Sprintf("%s changed the repository's git directory (%s: its config, hooks or info), "+
+		fb := fmt.Sprintf("%s changed the repository's git directory (%s: its config, hooks or info), "+
 			"which runs code on the next git command; it was put back as it was before the iteration", who, api.Count(len(changed), "path"))
-		l.fail(c, api.LoopErrGitTampered, l.it.Feedback)
+		if l.it != nil {
+			l.it.Feedback = fb
+		}
+		l.fail(c, api.LoopErrGitTampered, fb)
 	})
 }
 
@@ -512,6 +538,10 @@ func (l *loop) overBudget(c *actors.Context) bool {
 // validate checks the iteration: the artifact of a plan, spec or phase,
 // then the validation command.
 func (l *loop) validate(c *actors.Context) {
+	if l.it.Rebase && l.resolved != l.it.Iteration {
+		l.resolveRebase(c) // the resolution committed first (rebase.go)
+		return
+	}
 	r := l.rec
 	art := artifactPath(r)
 	if art == "" {
@@ -578,6 +608,15 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 		l.validated(c, res.JobID)
 		return
 	}
+	reason := "exit_code"
+	if res.ExitCode == nil {
+		reason = "job_failed"
+	}
+	l.validationFailed(c, reason, l.validationOf(res))
+}
+
+// validationOf is how a failed validation job ended, for its feedback.
+func (l *loop) validationOf(res JobResult) artifact.Validation {
 	v := artifact.Validation{Command: l.rec.ValidationCommand, ExitCode: res.ExitCode, Duration: res.Duration, Output: res.Tail}
 	switch {
 	case res.State == api.StateTimeout:
@@ -587,11 +626,7 @@ func (l *loop) afterJob(c *actors.Context, res JobResult) {
 	case res.ExitCode == nil:
 		v.Ended = "the job ended " + string(res.State)
 	}
-	reason := "exit_code"
-	if res.ExitCode == nil {
-		reason = "job_failed"
-	}
-	l.validationFailed(c, reason, v)
+	return v
 }
 
 // validationFailed ends the iteration failed by its validation command:
@@ -623,7 +658,8 @@ func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) 
 	l.m.bus.Emit(LoopValidationFailed{ID: l.rec.ID, Iteration: it.Iteration, Reason: reason, ExitCode: exit,
 		JobID: it.JobID, TaskID: it.TaskID, FeedbackBytes: len(fb)})
 	l.m.bus.Emit(LoopIterationEnded{ID: l.rec.ID, Iteration: it.Iteration, Status: "failed", Passed: false})
-	if it.Iteration >= l.rec.MaxIterations {
+	l.rebaseIterationEnded(it)
+	if it.Iteration >= l.rec.MaxIterations && !it.Rebase { // a rebase's are bounded by max_rebase_iterations
 		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("validation did not pass in %s", api.Count(int(l.rec.MaxIterations), "iteration")))
 		return
 	}
@@ -673,6 +709,10 @@ func (l *loop) validated(c *actors.Context, jobID string) {
 // merges up and is complete; a plan asks a person; a spec spawns its
 // phases, a phase its code loop.
 func (l *loop) afterValidated(c *actors.Context) {
+	if l.rec.RebaseOnto != "" {
+		l.merge(c, l.rec.RebaseOnto) // a rebase iteration passed: the merge again
+		return
+	}
 	switch l.rec.LoopType {
 	case api.LoopCode:
 		l.mergeUp(c)
@@ -1009,6 +1049,10 @@ func (l *loop) merged(c *actors.Context, msg mergeDone) {
 		l.fail(c, api.LoopErrGit, api.MergeFailedPrefix+into+": "+firstLine(msg.err.Error()))
 	case msg.conflict:
 		l.m.bus.Emit(LoopMergeConflicted{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
+		if l.rec.ParentID != nil && l.m.cfg.MaxRebaseIterations > 0 {
+			l.rebase(c, into) // rebase.go
+			return
+		}
 		l.fail(c, api.LoopErrMergeConflict, "its branch "+l.rec.Branch+" conflicts with "+into+": kept unmerged")
 	default:
 		l.m.bus.Emit(LoopMerged{ID: l.rec.ID, Branch: l.rec.Branch, Into: into})
@@ -1213,9 +1257,19 @@ func (l *loop) recover(c *actors.Context) {
 			if its, err = l.m.opts.Store.Iterations(r.ID); err != nil {
 				return err
 			}
-			if wip, err = l.m.opts.Git.RecoverWIP(r.Repo, r.Worktree); err != nil {
-				return fmt.Errorf("committing the work left in the worktree: %w", err)
-			}
+		}
+		var err error
+		switch {
+		case r.RebaseOnto != "":
+			// A rebase in progress (markers, what its agent did of them)
+			// is taken up as it is by the next round; else what was
+			// left is committed.
+			wip, _, err = l.m.opts.Git.RecoverRebase(r.Repo, r.Worktree)
+		case interrupted:
+			wip, err = l.m.opts.Git.RecoverWIP(r.Repo, r.Worktree)
+		}
+		if err != nil {
+			return fmt.Errorf("committing the work left in the worktree: %w", err)
 		}
 		return nil
 	}, func(c *actors.Context, err error) {

@@ -2,14 +2,17 @@ package loops
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -311,8 +314,18 @@ func TestPlanTree(t *testing.T) {
 }
 
 // A failed child lets its siblings finish; the parent fails naming it. A
-// conflicting merge fails the child merge_conflict.
+// conflicting merge makes the child rebase (here onto a head it still
+// conflicts with: it fails merge_conflict after one round, naming the
+// command to look); with max_rebase_iterations = 0 it fails at once.
 func TestChildConflictFailsParent(t *testing.T) {
+	for _, max := range []int{3, 0} {
+		t.Run(fmt.Sprint("max_rebase_iterations=", max), func(t *testing.T) {
+			childConflictFailsParent(t, max)
+		})
+	}
+}
+
+func childConflictFailsParent(t *testing.T, maxRebase int) {
 	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
 		if spec.Loop.LoopType == api.LoopSpec {
 			if err := writeArtifact(spec, specDoc); err != nil {
@@ -326,7 +339,9 @@ func TestChildConflictFailsParent(t *testing.T) {
 		}
 		return api.TaskCompleted
 	}}
-	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	cfg := testConfig()
+	cfg.MaxRebaseIterations = maxRebase
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
 	// A spec root: its first phase's code loop conflicts.
 	root := "1-root"
 	phase1 := api.ChildLoopID(root, 1)
@@ -340,11 +355,150 @@ func TestChildConflictFailsParent(t *testing.T) {
 	if got.Error != api.LoopErrChildFailed || !strings.Contains(got.Message, phase1) {
 		t.Fatalf("root: %+v", got)
 	}
-	if c := h.rec(api.ChildLoopID(phase1, 1)); c.Error != api.LoopErrMergeConflict || !strings.Contains(c.Message, "loop/") {
+	c := h.rec(api.ChildLoopID(phase1, 1))
+	if c.Error != api.LoopErrMergeConflict || !strings.Contains(c.Message, "loop/") {
 		t.Fatalf("the conflicting code loop: %+v", c)
+	}
+	h.git.mu.Lock()
+	rebases := h.git.rebases
+	h.git.mu.Unlock()
+	if maxRebase > 0 && (c.RebaseOnto != "loop/"+phase1 || rebases != 2 || !strings.Contains(c.Message, "orchestrd loop show "+c.ID)) ||
+		maxRebase == 0 && (c.RebaseOnto != "" || rebases != 0) {
+		t.Fatalf("the conflicting code loop (%d rebases): %+v", rebases, c)
 	}
 	if p2 := h.rec(api.ChildLoopID(root, 2)); p2.Status != api.LoopComplete {
 		t.Fatalf("the sibling: %+v", p2)
+	}
+}
+
+// A child whose merge conflicts goes rebasing; its rebase iterations
+// (their prompts the conflicts) are not counted in max_iterations: one
+// whose agent leaves markers fails with feedback naming the files, the
+// next one resolves, and the child merges.
+func TestRebaseIterations(t *testing.T) {
+	var prompts []string
+	var mu sync.Mutex
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopSpec:
+			if err := writeArtifact(spec, specDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopPhase:
+			if err := writeArtifact(spec, "p"); err != nil {
+				t.Error(err)
+			}
+		case api.LoopCode:
+			if spec.Loop.ID == api.ChildLoopID(api.ChildLoopID("1-root", 1), 1) {
+				mu.Lock()
+				prompts = append(prompts, spec.Prompt)
+				mu.Unlock()
+			}
+		}
+		return api.TaskCompleted
+	}}
+	cfg := testConfig()
+	cfg.Code.MaxIterations = 1
+	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
+	root := "1-root"
+	phase1 := api.ChildLoopID(root, 1)
+	code := api.ChildLoopID(phase1, 1)
+	h.git.mu.Lock()
+	h.git.conflict["loop/"+code] = true
+	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> x\n"}, {Path: "bin.dat"}}
+	h.git.unresolved = [][]string{{"a.go"}, nil}
+	h.git.mu.Unlock()
+	ch := make(chan api.LoopRecord, 1)
+	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), time.Now())
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+	h.waitStatus(root, api.LoopComplete)
+	c := h.rec(code)
+	if c.Status != api.LoopComplete || c.Iteration != 3 || c.RebaseIterations != 2 || c.RebaseOnto != "loop/"+phase1 || c.MergedInto != "loop/"+phase1 {
+		t.Fatalf("the rebased code loop: %+v", c)
+	}
+	its, err := h.store.Iterations(code)
+	if err != nil || len(its) != 3 || its[0].Rebase || !its[1].Rebase || its[1].Passed || !its[2].Rebase || !its[2].Passed {
+		t.Fatalf("its iterations: %v %+v", err, its)
+	}
+	if !strings.Contains(its[1].Feedback, "Conflict markers") || !strings.Contains(its[1].Feedback, "a.go") {
+		t.Fatalf("the refused resolution's feedback: %q", its[1].Feedback)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(prompts) != 3 || !strings.Contains(prompts[1], "## a.go\n\n```\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> x\n```") ||
+		!strings.Contains(prompts[1], "## bin.dat\n\n(no conflict markers") || !strings.Contains(prompts[1], "rebase iteration 1 of at most 3") ||
+		!strings.Contains(prompts[2], "## The last rebase iteration") || !strings.Contains(prompts[2], "rebase iteration 2 of at most 3") {
+		t.Fatalf("the %d rebase prompts:\n%s", len(prompts), strings.Join(prompts, "\n-----\n"))
+	}
+	h.waitFor("loop.rebased", func() bool {
+		return h.seen.has(func(r *eventlog.Record) bool {
+			ev, ok := r.Event.(LoopRebased)
+			return ok && ev.ID == code && ev.Commit == "resolved" && ev.Iteration == 3
+		})
+	})
+}
+
+// A rebasing child paused while its rebase iteration runs: the iteration
+// finishes (its markers refused), the loop pauses with its rebase kept;
+// resumed, it goes on rebasing (a rebase iteration, never a plain one)
+// and merges.
+func TestRebasePauseResume(t *testing.T) {
+	code := api.ChildLoopID(api.ChildLoopID("1-root", 1), 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+		switch spec.Loop.LoopType {
+		case api.LoopSpec:
+			if err := writeArtifact(spec, specDoc); err != nil {
+				t.Error(err)
+			}
+		case api.LoopPhase:
+			if err := writeArtifact(spec, "p"); err != nil {
+				t.Error(err)
+			}
+		case api.LoopCode:
+			if spec.Loop.ID == code && strings.HasPrefix(spec.Prompt, "# Rebase of") {
+				once.Do(func() {
+					close(started)
+					<-release
+				})
+			}
+		}
+		return api.TaskCompleted
+	}}
+	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	h.git.mu.Lock()
+	h.git.conflict["loop/"+code] = true
+	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\n=======\n>>>>>>> x\n"}}
+	h.git.unresolved = [][]string{{"a.go"}, nil}
+	h.git.mu.Unlock()
+	ch := make(chan api.LoopRecord, 1)
+	r := h.m.newRoot(api.LoopSpec, "1-root", h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, "1-root", "t")), time.Now())
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no rebase iteration started")
+	}
+	if got := h.waitStatus(code, api.LoopRebasing); got.RebaseIterations != 1 {
+		t.Fatalf("rebasing: %+v", got)
+	}
+	if _, err := h.control("pause", code); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if p := h.waitStatus(code, api.LoopPaused); p.RebaseOnto == "" || p.Iteration != 2 {
+		t.Fatalf("paused: %+v", p)
+	}
+	if _, err := h.control("resume", code); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("1-root", api.LoopComplete)
+	its, err := h.store.Iterations(code)
+	if err != nil || len(its) != 3 || its[0].Rebase || !its[1].Rebase || its[1].Passed || !its[2].Rebase || !its[2].Passed {
+		t.Fatalf("its iterations: %v %+v", err, its)
 	}
 }
 

@@ -4,7 +4,12 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/loops/gitwt"
 )
+
+// RebaseOutcome is what Git.Rebase did (gitwt's result: the conflicting
+// paths and their regions are the agents' text, for a prompt only).
+type RebaseOutcome = gitwt.RebaseResult
 
 // The loops domain reaches the rest of the daemon through these small
 // interfaces; daemon.Run hands it implementations over the executors, the
@@ -110,6 +115,19 @@ type Git interface {
 	// checked out. conflict reports a merge that did not apply (aborted:
 	// both branches as they were).
 	Merge(repo, into, branch, msg string) (conflict bool, err error)
+	// Rebase brings the branch of the worktree dir onto the head of the
+	// branch onto (merges it in, gitwt's Repo.Rebase): Conflicts empty, it
+	// applied (Commit its head); else the rebase stays in progress, the
+	// markers in the files, Conflicts naming them with their regions (a
+	// rebase already in progress is taken up as it is).
+	Rebase(repo, dir, onto, msg string) (RebaseOutcome, error)
+	// ResolveRebase commits the rebase in progress in dir as msg, unless a
+	// conflicting file still holds conflict markers: unresolved names
+	// those (nothing committed).
+	ResolveRebase(repo, dir, msg string) (commit string, unresolved []string, err error)
+	// RecoverRebase is RecoverWIP for a loop that was rebasing: a rebase
+	// in progress is kept (merging), else the work left is committed.
+	RecoverRebase(repo, dir string) (commit string, merging bool, err error)
 	// RemoveWorktree removes the worktree dir of repo (what is in it is
 	// gone; its branch stays).
 	RemoveWorktree(repo, dir string) error

@@ -171,6 +171,12 @@ func loopLine(l api.LoopRecord) string {
 			s += " [pausing after this iteration]"
 		}
 	}
+	if l.Status == api.LoopRebasing {
+		s += fmt.Sprintf(" [rebasing onto %s: %s]", l.RebaseOnto, api.Count(int(l.RebaseIterations), "rebase iteration"))
+		if l.Paused {
+			s += " [pausing after this iteration]"
+		}
+	}
 	return s
 }
 
@@ -448,6 +454,17 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 			" (it also tries by itself every little while; your work there is never touched)")
 	}
 	row("iteration", fmt.Sprintf("%d of at most %d", l.Iteration, l.MaxIterations))
+	if l.RebaseOnto != "" {
+		verb := "rebased"
+		switch {
+		case l.Status == api.LoopRebasing:
+			verb = "rebasing"
+		case l.Status.Terminal() && l.MergedInto == "":
+			verb = "stopped rebasing"
+		}
+		row("rebase", fmt.Sprintf("%s onto %s: %s (not counted in max_iterations)", verb, l.RebaseOnto,
+			api.Count(int(l.RebaseIterations), "rebase iteration")))
+	}
 	row("repo", l.Repo)
 	branch := l.Branch + " (from " + l.Base + ")"
 	switch {
@@ -500,6 +517,9 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 			res = "passed"
 		}
 		line := fmt.Sprintf("  %d  %s", it.Iteration, res)
+		if it.Rebase {
+			line += "  rebase"
+		}
 		if it.TaskID != "" {
 			line += "  task " + it.TaskID
 		}

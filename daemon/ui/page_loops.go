@@ -207,6 +207,9 @@ func loopNote(l api.LoopRecord) string {
 			notes = append(notes, "merge_waiting: "+l.MergeWait.Words()+": commit or stash them, then merge")
 		}
 	}
+	if l.Status == api.LoopRebasing {
+		notes = append(notes, "rebasing onto "+l.RebaseOnto+": "+api.Count(int(l.RebaseIterations), "rebase iteration"))
+	}
 	if l.Paused && !l.Status.Terminal() && l.Status != api.LoopPaused {
 		notes = append(notes, "pausing after this iteration")
 	}

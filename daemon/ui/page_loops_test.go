@@ -110,7 +110,10 @@ func loopTreeRecords() []api.LoopRecord {
 	// Siblings out of id order: the tree puts them in it.
 	s1, ph := rec(spec1, api.LoopSpec, ptr(planID), api.LoopRunning), rec(phase, api.LoopPhase, ptr(spec1), api.LoopRunning)
 	s1.Children, ph.Children = 1, 1
-	return []api.LoopRecord{plan, other, rec(spec2, api.LoopSpec, ptr(planID), api.LoopPending), s1, ph,
+	// The second spec's merge conflicted with the first's: it rebases.
+	s2 := rec(spec2, api.LoopSpec, ptr(planID), api.LoopRebasing)
+	s2.RebaseOnto, s2.RebaseIterations = "loop/"+planID, 1
+	return []api.LoopRecord{plan, other, s2, s1, ph,
 		rec(api.ChildLoopID(phase, 1), api.LoopCode, ptr(phase), api.LoopPaused)}
 }
 
@@ -143,6 +146,7 @@ func TestLoopsPageTree(t *testing.T) {
 		"[plan] " + planID + "</a> - <span class=\"state state-running\">running</span> (1/5) <span class=\"note\">[waiting for its children]</span><ul>",
 		"[code] " + otherID + "</a> - <span class=\"state state-failed\">failed</span> (1/5) <span class=\"note\">[max_iterations]</span></li>",
 		"[code] " + code + "</a> - <span class=\"state state-paused\">paused</span> (1/5)</li></ul></li></ul></li>",
+		"[spec] " + spec2 + "</a> - <span class=\"state state-rebasing\">rebasing</span> (1/5) <span class=\"note\">[rebasing onto loop/" + planID + ": 1 rebase iteration]</span></li>",
 		`data-kinds="` + strings.Join(loopKinds, ",") + `"`,
 		`<label for="f-status">Status</label>`,
 	} {

@@ -218,3 +218,70 @@ func TestHostileNestedRepo(t *testing.T) {
 		t.Fatalf("the nested repository's filter does not run even for plain git status: the test shows nothing (%v)", err)
 	}
 }
+
+// A rebase in a repository whose config and the agent's attributes name
+// hooks, filters and merge drivers: none runs (the driver is `false`, a
+// conflict without markers), the resolution commits, and the
+// repository's config is left as it was, byte for byte.
+func TestHostileRebase(t *testing.T) {
+	r := newRepo(t)
+	ctx := ctxT(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	evilDir := t.TempDir()
+	evil(t, filepath.Join(evilDir, "filter"), marker)
+	evil(t, filepath.Join(evilDir, "merge"), marker)
+	for _, h := range hookNames {
+		evil(t, filepath.Join(r.Dir, ".git", "hooks", h), marker)
+	}
+	addLoop(t, r, "p", "main")
+	a := addLoop(t, r, "p-001", "loop/p")
+	b := addLoop(t, r, "p-002", "loop/p")
+	write(t, filepath.Join(a, ".gitattributes"), "README merge=evil\n*.txt filter=evil\n", 0o644)
+	write(t, filepath.Join(a, "README"), "one\ntwo A\nthree\n", 0o644)
+	write(t, filepath.Join(b, "README"), "one\ntwo\nthree B\n", 0o644)
+	write(t, filepath.Join(b, "b.txt"), "b\n", 0o644)
+	commit(t, r, a, "a")
+	commit(t, r, b, "b")
+	if res, err := r.Merge(ctx, "loop/p", "loop/p-001", "merge a"); err != nil || res.Conflict {
+		t.Fatalf("merge a: %+v %v", res, err)
+	}
+	cfg := func(args ...string) { gitT(t, r.Dir, append([]string{"config"}, args...)...) }
+	cfg("filter.evil.smudge", filepath.Join(evilDir, "filter")+" smudge")
+	cfg("filter.evil.clean", filepath.Join(evilDir, "filter")+" clean")
+	cfg("merge.evil.driver", filepath.Join(evilDir, "merge")+" %O %A %B")
+	cfg("merge.conflictStyle", "zdiff3")
+	cfg("core.hooksPath", filepath.Join(r.Dir, ".git", "hooks"))
+	before, err := os.ReadFile(filepath.Join(r.Dir, ".git", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// README conflicts, through the agent's merge driver, neutralised.
+	res, err := r.Rebase(ctx, b, "loop/p", "rebase b")
+	if err != nil || len(res.Conflicts) != 1 || res.Conflicts[0].Path != "README" {
+		t.Fatalf("Rebase through the neutralised driver: %+v %v", res, err)
+	}
+	noMarker(t, marker)
+	write(t, filepath.Join(b, "README"), "one\ntwo A\nthree B\n", 0o644)
+	write(t, filepath.Join(b, "c.txt"), "c\n", 0o644)
+	commit, unresolved, err := r.ResolveRebase(ctx, b, "resolve")
+	if err != nil || len(unresolved) != 0 || commit == "" {
+		t.Fatalf("ResolveRebase: %q %v %v", commit, unresolved, err)
+	}
+	if got := gitT(t, r.Dir, "show", commit+":c.txt"); got != "c" {
+		t.Fatalf("c.txt went through a filter: %q", got)
+	}
+	if m, err := r.Merge(ctx, "loop/p", "loop/p-002", "merge b"); err != nil || m.Conflict {
+		t.Fatalf("merge b after the rebase: %+v %v", m, err)
+	}
+	noMarker(t, marker)
+	after, err := os.ReadFile(filepath.Join(r.Dir, ".git", "config"))
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the repository's config changed: %v\n%s\n---\n%s", err, before, after)
+	}
+	// The same git, run as the agent would, does run them.
+	write(t, filepath.Join(r.Dir, "x.txt"), "x\n", 0o644)
+	gitT(t, r.Dir, "add", "x.txt")
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the evil config does not run even for plain git: the test shows nothing (%v)", err)
+	}
+}

@@ -577,7 +577,13 @@ func commitAll(ctx context.Context, s scope, message string) (string, bool, erro
 	if err != nil {
 		return "", false, err
 	}
-	if bytes.Equal(bytes.TrimSpace(tree), bytes.TrimSpace(headTree)) {
+	// A merge in progress (a rebase's) is committed even when its tree is
+	// HEAD's: its commit is what records onto's head as merged.
+	merging, err := inMerge(s)
+	if err != nil {
+		return "", false, err
+	}
+	if !merging && bytes.Equal(bytes.TrimSpace(tree), bytes.TrimSpace(headTree)) {
 		head, err := headOf(ctx, s)
 		return head, false, err
 	}
