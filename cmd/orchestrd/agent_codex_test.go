@@ -351,7 +351,10 @@ func TestExecutorCodexHostile(t *testing.T) {
 		t.Errorf("a command of the agent's read the key")
 	}
 	if !strings.Contains(reqs[3].LastOutput(), "rejected") {
-		t.Errorf("the huge command was not declined: %q", tail(reqs[3].LastOutput(), 300))
+		// Said whole enough to tell why (seen once under heavy load, not
+		// reproduced since): the output's start and end, and the task.
+		o := reqs[3].LastOutput()
+		t.Errorf("the huge command was not declined: %d bytes, %.500q ... %q; task %+v %+v", len(o), o, tail(o, 300), rec, rec.Error)
 	}
 	ms := d.session(session)
 	if n := len(messagesOf(ms, api.MsgPermissionDenied)); n != 1 {
