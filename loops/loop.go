@@ -649,6 +649,23 @@ func (l *loop) iterationFailed(c *actors.Context, reason, out string, exit *int3
 	l.failIteration(c, reason, feedback(l.it.Iteration, out), exit)
 }
 
+// failedWhy is an iteration's failure reason in words.
+func failedWhy(reason string) string {
+	switch reason {
+	case "task_failed":
+		return "its agent's task failed"
+	case "artifact_invalid":
+		return "its artifact was missing or invalid"
+	case "exit_code":
+		return "its validation command failed"
+	case "job_failed":
+		return "its validation job did not run to an exit code"
+	case "conflict_markers":
+		return "conflict markers were left"
+	}
+	return reason
+}
+
 // failIteration ends the iteration failed with its feedback fb.
 func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) {
 	it := l.it
@@ -660,7 +677,8 @@ func (l *loop) failIteration(c *actors.Context, reason, fb string, exit *int32) 
 	l.m.bus.Emit(LoopIterationEnded{ID: l.rec.ID, Iteration: it.Iteration, Status: "failed", Passed: false})
 	l.rebaseIterationEnded(it)
 	if it.Iteration >= l.rec.MaxIterations && !it.Rebase { // a rebase's are bounded by max_rebase_iterations
-		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("validation did not pass in %s", api.Count(int(l.rec.MaxIterations), "iteration")))
+		l.fail(c, api.LoopErrMaxIterations, fmt.Sprintf("no iteration passed in %s; the last: %s (orchestrd loop show %s has each one's feedback)",
+			api.Count(int(l.rec.MaxIterations), "iteration"), failedWhy(reason), l.rec.ID))
 		return
 	}
 	l.persist(c, false, func(c *actors.Context) {

@@ -267,6 +267,9 @@ max_iterations = 2
 	if got.Loop.Error != api.LoopErrMaxIterations || got.Loop.Iteration != 2 || len(got.Iterations) != 2 {
 		t.Fatalf("loop: %+v", got)
 	}
+	if want := "no iteration passed in 2 iterations; the last: its validation command failed (orchestrd loop show " + id; !strings.HasPrefix(got.Loop.Message, want) {
+		t.Fatalf("why: %q, want %q...", got.Loop.Message, want)
+	}
 	var m api.Metrics
 	d.mustCall("metrics.get", nil, &m)
 	if m.RunningLoops != 0 || m.LoopsByStatus[api.LoopFailed] != 1 || m.LoopsByStatus[api.LoopComplete] != 0 {
