@@ -83,13 +83,30 @@ func (TaskProgress) Kind() string { return "task.progress" }
 func (TaskProgress) Ephemeral()   {}
 
 // TaskErrorReported is a report_error: an error the agent went on after.
+// Its message is the agent's words (a command's stderr): the log line
+// carries it as eventlog.Ident does (a short plain word as it is, else
+// its size and hash), a subscriber (prompt, Agor's client) the text.
 type TaskErrorReported struct {
+	TaskID  string `json:"task_id"`
+	Code    string `json:"code"`
+	Message string `json:"-"`
+}
+
+func (TaskErrorReported) Kind() string { return "task.error" }
+
+// MarshalJSON is the log line's form.
+func (e TaskErrorReported) MarshalJSON() ([]byte, error) {
+	return json.Marshal(taskError{e.TaskID, eventlog.Ident(e.Code), eventlog.Ident(e.Message)})
+}
+
+// WireData is the subscribers' form: the message whole.
+func (e TaskErrorReported) WireData() any { return taskError{e.TaskID, e.Code, e.Message} }
+
+type taskError struct {
 	TaskID  string `json:"task_id"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
-
-func (TaskErrorReported) Kind() string { return "task.error" }
 
 // TaskFinished: a task reached its terminal state.
 type TaskFinished struct {

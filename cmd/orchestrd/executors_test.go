@@ -22,6 +22,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 var (
@@ -612,6 +613,7 @@ esac
 echo "you said: $prompt"
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"hi"}]}}'
 echo 'careful' >&2
+printf 'oops \033]0;owned\007 %s\n' "$prompt" >&2
 printf %s "$AGENT_KEY" | sha256sum | cut -c1-12
 echo '{"type":"result","usage":{"input_tokens":11,"output_tokens":22}}'
 exit 3`
@@ -640,6 +642,19 @@ exit 3`
 		t.Fatalf("messages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["message"] == "careful" })
+	// An error line the agent wrote reaches the log as its size and hash
+	// only; prompt, a subscriber, shows it on one line, escaped.
+	oops := "oops \x1b]0;owned\x07 hello there"
+	d.waitEvent("task.error", func(e map[string]any) bool {
+		return e["task_id"] == id && e["message"] == eventlog.Digest([]byte(oops))
+	})
+	if b, err := os.ReadFile(filepath.Join(home, "events.ndjson")); err != nil || bytes.Contains(b, []byte("oops")) {
+		t.Fatalf("the event log has the agent's error text (%v)", err)
+	}
+	_, errOut, code := runCLI(t, "--home", home, "prompt", "--executor", "cli", "--cwd", work, "hello there")
+	if code != 1 || !strings.Contains(errOut, `orchestrd: agent error stderr: oops \x1b]0;owned\x07 hello there`+"\n") {
+		t.Fatalf("prompt: exit %d, stderr %q", code, errOut)
+	}
 
 	id, session = d.execute(api.TaskSpec{Executor: "cli", Prompt: "hang on", Cwd: work})
 	eventually(t, 20*time.Second, "the agent waiting", func() bool { return len(d.session(session)) > 0 })
