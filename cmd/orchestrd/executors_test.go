@@ -643,7 +643,8 @@ exit 3`
 	}
 	d.waitEvent("task.error", func(e map[string]any) bool { return e["task_id"] == id && e["message"] == "careful" })
 	// An error line the agent wrote reaches the log as its size and hash
-	// only; prompt, a subscriber, shows it on one line, escaped.
+	// only; prompt, a subscriber, gets it as it is (piped: the bytes;
+	// on a terminal escaped, TestAgentTextEscapedOnATerminal).
 	oops := "oops \x1b]0;owned\x07 hello there"
 	d.waitEvent("task.error", func(e map[string]any) bool {
 		return e["task_id"] == id && e["message"] == eventlog.Digest([]byte(oops))
@@ -652,7 +653,7 @@ exit 3`
 		t.Fatalf("the event log has the agent's error text (%v)", err)
 	}
 	_, errOut, code := runCLI(t, "--home", home, "prompt", "--executor", "cli", "--cwd", work, "hello there")
-	if code != 1 || !strings.Contains(errOut, `orchestrd: agent error stderr: oops \x1b]0;owned\x07 hello there`+"\n") {
+	if code != 1 || !strings.Contains(errOut, "orchestrd: agent error stderr: "+oops+"\n") {
 		t.Fatalf("prompt: exit %d, stderr %q", code, errOut)
 	}
 

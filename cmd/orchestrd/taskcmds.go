@@ -246,7 +246,7 @@ func (f *taskFollower) event(ev wire.Event) (api.TaskRecord, bool) {
 		}
 		if json.Unmarshal(ev.Data, &e) == nil {
 			f.endLine()
-			fmt.Fprintf(f.stderr, "orchestrd: agent error %s: %s\n", printable(e.Code), printable(e.Message))
+			fmt.Fprintf(f.stderr, "orchestrd: agent error %s: %s\n", e.Code, e.Message)
 		}
 	case "task.permission_requested":
 		var p struct {
