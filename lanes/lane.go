@@ -14,8 +14,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -77,13 +76,12 @@ type laneHandle struct {
 	cfg    LaneConfig
 	sh     *shared
 	socket string
-	// The listener and its accept loop belong to the handle, not the lane
+	// The listener and its server belong to the handle, not the lane
 	// actor: they are made before anything starts (so a bad socket path
 	// fails the daemon at once) and survive a lane actor's restart.
 	ln      *net.UnixListener
-	acceptW sync.WaitGroup
-	pendMu  sync.Mutex
-	pendC   map[*net.UnixConn]struct{} // connections still handshaking
+	srvMu   sync.Mutex
+	srv     *sockserve.Server // nil until the lane actor first starts
 	closed  bool
 	token   string // join token for bring-your-own runners; "" if the lane takes none
 	ref     atomic.Pointer[actors.Ref]
@@ -574,75 +572,81 @@ func (l *laneActor) publish() {
 	l.h.status.Store(st)
 }
 
-// startAccepting starts the accept loop once; later calls (a restarted lane
-// actor) find it running and keep it, since it sends to the lane's Ref,
-// which a restart does not change.
+// startAccepting starts serving the socket once (sockserve: the accept
+// loop with backoff, the peer check, conn.refused); later calls (a
+// restarted lane actor) find it serving and keep it, since it sends to
+// the lane's Ref, which a restart does not change.
 func (l *laneHandle) startAccepting(sys *actors.System, self actors.Ref) {
-	l.pendMu.Lock()
-	defer l.pendMu.Unlock()
-	if l.pendC != nil || l.closed {
+	l.srvMu.Lock()
+	defer l.srvMu.Unlock()
+	if l.srv != nil || l.closed {
 		return
 	}
-	l.pendC = map[*net.UnixConn]struct{}{}
-	l.acceptW.Add(1)
-	go l.acceptLoop(sys, self)
+	l.srv = sockserve.New(sockserve.Options{Path: l.socket, Component: "lane " + l.name,
+		Serve:       func(c *sockserve.Conn) { l.handshake(sys, self, c) },
+		ServeCloses: true, // a runner's connection outlives its handshake: the lane actor has it
+		Interrupt:   interruptHandshake,
+		Bus:         l.sh.bus, Logger: l.sh.log})
+	l.srv.Serve(l.ln)
 }
 
 // closeListener stops accepting, drops half-handshaken connections and
-// waits for the accept goroutines. Safe to call more than once.
+// waits for the accept and handshake goroutines. Safe to call more than
+// once.
 func (l *laneHandle) closeListener() {
-	l.pendMu.Lock()
+	l.srvMu.Lock()
 	if l.closed {
-		l.pendMu.Unlock()
+		l.srvMu.Unlock()
 		return
 	}
 	l.closed = true
-	l.ln.Close()
-	for c := range l.pendC {
-		c.Close()
+	srv := l.srv
+	l.srvMu.Unlock()
+	if srv == nil {
+		l.ln.Close()
+		return
 	}
-	l.pendMu.Unlock()
-	l.acceptW.Wait()
+	srv.Close()
 }
 
-// acceptLoop accepts runner connections; each handshakes on its own
-// goroutine (bounded by a deadline) so a silent peer blocks nobody.
-func (l *laneHandle) acceptLoop(sys *actors.System, self actors.Ref) {
-	defer l.acceptW.Done()
-	for {
-		conn, err := l.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		peer, err := proc.CheckSameUID(conn)
-		if err != nil {
-			l.sh.bus.Emit(eventlog.ConnRefused{Socket: l.socket, Pid: peer.Pid, UID: peer.UID, Reason: "refused: " + err.Error()})
-			conn.Close()
-			continue
-		}
-		l.pendMu.Lock()
-		if l.closed {
-			l.pendMu.Unlock()
-			conn.Close()
-			return
-		}
-		l.pendC[conn] = struct{}{}
-		l.acceptW.Add(1)
-		l.pendMu.Unlock()
-		go func() {
-			defer l.acceptW.Done()
-			hs, br, err := readHandshake(conn, l.sh.maxFrame, 5*time.Second)
-			l.pendMu.Lock()
-			delete(l.pendC, conn)
-			l.pendMu.Unlock()
-			if err != nil {
-				l.sh.bus.Emit(RunnerRejected{Lane: l.name, Reason: err.Error()})
-				conn.Close()
-				return
-			}
-			sys.Send(self, runnerConn{conn: conn, br: br, hs: hs, peerPid: int(peer.Pid)})
-		}()
+// handshaking is a runner connection's state while its handshake is read:
+// once handed to the lane actor, closing the lane's socket leaves it alone.
+type handshaking struct {
+	mu     sync.Mutex
+	handed bool
+}
+
+// interruptHandshake drops a connection still handshaking when the lane's
+// socket closes.
+func interruptHandshake(c *sockserve.Conn) {
+	st, _ := c.Value.Load().(*handshaking)
+	if st == nil {
+		c.NC.Close()
+		return
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.handed {
+		c.NC.Close()
+	}
+}
+
+// handshake reads an admitted runner connection's handshake (bounded by a
+// deadline, on the connection's own goroutine, so a silent peer blocks
+// nobody) and hands the connection to the lane actor.
+func (l *laneHandle) handshake(sys *actors.System, self actors.Ref, c *sockserve.Conn) {
+	st := &handshaking{}
+	c.Value.Store(st)
+	hs, br, err := readHandshake(c.NC, l.sh.maxFrame, 5*time.Second)
+	if err != nil {
+		l.sh.bus.Emit(RunnerRejected{Lane: l.name, Reason: err.Error()})
+		c.NC.Close()
+		return
+	}
+	st.mu.Lock()
+	st.handed = true
+	st.mu.Unlock()
+	sys.Send(self, runnerConn{conn: c.NC, br: br, hs: hs, peerPid: int(c.Peer.Pid)})
 }
 
 func readHandshake(conn *net.UnixConn, maxFrame uint32, timeout time.Duration) (wire.Handshake, *bufio.Reader, error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 )
 
 // shared is what every lane, runner and job actor of one daemon reads. It
@@ -198,7 +199,7 @@ func Start(opts Options) (*Manager, error) {
 	// not writable, served by another daemon) fails start-up, not a lane.
 	for _, n := range m.names {
 		h := m.lanes[n]
-		ln, err := proc.ListenUnix(h.socket)
+		ln, err := sockserve.Listen(h.socket, sockserve.ListenOptions{})
 		if err != nil {
 			for _, o := range m.names {
 				if m.lanes[o].ln != nil {

@@ -1,7 +1,8 @@
 // Package sockserve is the one unix-socket server of the daemon: every
-// socket a front-end serves (the control socket, vibe-reachout's hook
-// socket, clanker's pod sockets) is made, accepted, checked, framed,
-// written and closed here, and the front-end keeps only its protocol.
+// socket the daemon serves (the control socket, vibe-reachout's hook
+// socket, clanker's pod sockets, the lanes' runner sockets) is made,
+// accepted, checked, framed, written and closed here, and the front-end
+// keeps only its protocol.
 //
 // What it owns:
 //
@@ -10,7 +11,8 @@
 //     in a directory made and forced to its mode, or bound through a
 //     directory's descriptor so no link on the path is followed.
 //   - Server: the accept loop with backoff (out of descriptors and the
-//     like never spin), the registry of open connections with a limit,
+//     like never spin nor end the listener; each failure logged as a
+//     warning, "accept failed"), the registry of open connections with a limit,
 //     the peer check (the daemon's uid, then the front-end's own Admit),
 //     a refused peer's one line and conn.refused, one goroutine per
 //     connection running the front-end's Serve, and Close: stop
