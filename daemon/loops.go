@@ -3,9 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -96,14 +94,7 @@ func (j loopJobs) Run(spec api.JobSpec, started func(string, error), ended func(
 // readTail reads r to its end, keeping the last max bytes.
 func readTail(r *lanes.OutputReader, max int) []byte {
 	buf := make([]byte, 0, max)
-	for {
-		p, err := r.Next(context.Background())
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				buf = append(buf, "\n[output reading stopped]"...)
-			}
-			break
-		}
+	err := r.ReadToEnd(context.Background(), func(p lanes.OutputPiece) error {
 		if p.Gap > 0 {
 			buf = append(buf, "\n[output missed]\n"...)
 		}
@@ -111,6 +102,10 @@ func readTail(r *lanes.OutputReader, max int) []byte {
 		if len(buf) > max {
 			buf = append(buf[:0], buf[len(buf)-max:]...)
 		}
+		return nil
+	})
+	if err != nil {
+		buf = append(buf, "\n[output reading stopped]"...)
 	}
 	if len(buf) > max {
 		buf = buf[len(buf)-max:]

@@ -240,27 +240,25 @@ func (m *Manager) RunClusterJob(id string, spec api.JobSpec, sink func(stream st
 	}
 	go func() {
 		var lost int64
-		for {
-			p, err := r.rd.Next(context.Background())
-			if err != nil {
-				r.rd.Close("ended")
-				rec := r.rd.Record()
-				if lost > 0 {
-					// The fleet's readers did not get every byte: its
-					// record says the output may be incomplete (run and
-					// logs say so and exit non-zero).
-					rec.OutputCut = true
-					m.sh.log.Warn().Str("job_id", id).Int64("bytes", lost).Msg("a cluster job's output has a gap: its record says output_cut")
-				}
-				done(rec)
-				return
-			}
+		// Its end, or the reader closed: the record is what it is.
+		_ = r.rd.ReadToEnd(context.Background(), func(p OutputPiece) error {
 			if p.Gap > 0 {
 				lost += p.Gap
-				continue
+				return nil
 			}
 			sink(p.Stream, p.Data)
+			return nil
+		})
+		r.rd.Close("ended")
+		rec := r.rd.Record()
+		if lost > 0 {
+			// The fleet's readers did not get every byte: its
+			// record says the output may be incomplete (run and
+			// logs say so and exit non-zero).
+			rec.OutputCut = true
+			m.sh.log.Warn().Str("job_id", id).Int64("bytes", lost).Msg("a cluster job's output has a gap: its record says output_cut")
 		}
+		done(rec)
 	}()
 	return nil
 }

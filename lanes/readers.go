@@ -1,8 +1,34 @@
 package lanes
 
 import (
+	"context"
+	"errors"
+	"io"
+
 	"github.com/orchestrd/orchestrd/api"
 )
+
+// ReadToEnd reads r to its job's end, the one way every reader of a job's
+// output does: fn gets each piece of output and each gap (Gap > 0, no
+// Data: bytes dropped for a reader that fell behind, or not kept) in offset
+// order; a piece's Data is valid until fn returns. It returns nil once the
+// job has ended and fn had everything; otherwise fn's error (it stops there),
+// ctx's error, or ErrReaderClosed. It does not close r: the caller does
+// ("ended" after nil) and reads r.Record() and r.Counts().
+func (r *OutputReader) ReadToEnd(ctx context.Context, fn func(OutputPiece) error) error {
+	for {
+		p, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(p); err != nil {
+			return err
+		}
+	}
+}
 
 // ReadOutput attaches a reader to job id's output (see OutputReader); who
 // names it in job.stream_opened. A running job's reader gets the output

@@ -2,8 +2,6 @@ package lanes
 
 import (
 	"context"
-	"errors"
-	"io"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/wire"
@@ -126,27 +124,11 @@ func (m *Manager) pump(sc api.StreamCall, rd *OutputReader, stdinOwner bool) {
 		defer cancel()
 		slots := make(chan struct{}, streamInFlight)
 		var buf []byte
-		for {
-			p, err := rd.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				rd.Close("ended")
-				delivered, missed := rd.Counts()
-				sc.Respond(streamResult{Job: rd.Record(), Bytes: delivered, Missed: missed})
-				return
-			}
-			if err == nil {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					err = ctx.Err()
-				}
-			}
-			if err != nil {
-				rd.Close("detached")
-				if stdinOwner {
-					m.StdinGone(id)
-				}
-				return
+		err := rd.ReadToEnd(ctx, func(p OutputPiece) error {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 			buf = appendStreamPiece(buf[:0], id, p)
 			line := append([]byte(nil), buf...)
@@ -156,7 +138,18 @@ func (m *Manager) pump(sc api.StreamCall, rd *OutputReader, stdinOwner bool) {
 				}
 				<-slots
 			})
+			return nil
+		})
+		if err != nil {
+			rd.Close("detached")
+			if stdinOwner {
+				m.StdinGone(id)
+			}
+			return
 		}
+		rd.Close("ended")
+		delivered, missed := rd.Counts()
+		sc.Respond(streamResult{Job: rd.Record(), Bytes: delivered, Missed: missed})
 	}()
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"path"
@@ -279,23 +278,21 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	defer s.exec.finished(id)
 	var out, errOut []byte
 	var outCut, errCut int64
-	for {
-		p, err := rd.Next(context.Background())
-		if err != nil {
-			break // io.EOF: the job ended
-		}
+	// To the job's end (or the reader closed: what was read is the answer).
+	_ = rd.ReadToEnd(context.Background(), func(p lanes.OutputPiece) error {
 		buf, cut := &out, &outCut
 		if p.Stream == lanes.StreamStderr {
 			buf, cut = &errOut, &errCut
 		}
 		if p.Gap > 0 {
 			*cut += p.Gap
-			continue
+			return nil
 		}
 		room := max(s.cfg.MaxOutputBytes-len(*buf), 0)
 		*buf = append(*buf, p.Data[:min(room, len(p.Data))]...)
 		*cut += int64(len(p.Data) - min(room, len(p.Data)))
-	}
+		return nil
+	})
 	rd.Close("ended")
 	rec := rd.Record()
 	if rec.State == api.StateError {
@@ -325,6 +322,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, body)
 }
+
+// errClientGone stops an /execute/stream whose client no longer takes its
+// events.
+var errClientGone = errors.New("the stream's client went away")
 
 // executeStream is POST /execute/stream: server-sent events, one per
 // output chunk as it comes ({type: stdout|stderr, data, jobId,
@@ -387,15 +388,11 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush() == nil
 	}
-	for {
-		p, err := rd.Next(r.Context())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		sent := err == nil
-		if sent && p.Gap > 0 {
+	err := rd.ReadToEnd(r.Context(), func(p lanes.OutputPiece) error {
+		sent := true
+		if p.Gap > 0 {
 			sent = send("dropped", strconv.FormatInt(p.Gap, 10), map[string]any{"bytes": p.Gap})
-		} else if sent {
+		} else {
 			stream := p.Stream
 			if stream == lanes.StreamOutput {
 				stream = lanes.StreamStdout
@@ -412,11 +409,17 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if !sent {
-			rd.Close("detached")
-			s.clientGone(id)
-			<-ended
-			return
+			return errClientGone
 		}
+		return nil
+	})
+	if err != nil {
+		// The client went away (its request's context, a write that
+		// failed) or the reader was closed.
+		rd.Close("detached")
+		s.clientGone(id)
+		<-ended
+		return
 	}
 	rd.Close("ended")
 	rec := rd.Record()
