@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/internal/testio"
 )
@@ -78,9 +77,7 @@ func TestREADMEFleetConfigStarts(t *testing.T) {
 	// The log reaches the test through a pipe, apart from the event log:
 	// once the ready line, logged after the HTTP API started, is there,
 	// every line logged before it is.
-	eventually(t, 30*time.Second, "the ready line in the daemon's log", func() bool {
-		return strings.Contains(d.stderr.String(), "orchestrd ready")
-	})
+	readyLine(t, d)
 	if n := strings.Count(d.stderr.String(), "/execute is off"); n != 1 {
 		t.Fatalf("the warning is in the log %d times, want once:\n%s", n, tail(d.stderr.String(), 3000))
 	}

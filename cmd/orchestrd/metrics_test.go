@@ -266,6 +266,7 @@ func TestMetricsEndpoints(t *testing.T) {
 		}
 	}
 	// The ready line names it too.
+	readyLine(t, m.testDaemon)
 	if !strings.Contains(m.stderr.String(), `"metrics":"`+strings.TrimPrefix(m.local, "http://")+`"`) {
 		t.Errorf("the ready line does not give the metrics address %s:\n%s", m.local, tail(m.stderr.String(), 2000))
 	}

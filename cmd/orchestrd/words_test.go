@@ -78,6 +78,7 @@ func TestREADMEMatchesDaemon(t *testing.T) {
 		return documented
 	}
 	readyFields := func(d *testDaemon) []string {
+		readyLine(t, d) // the socket answers before the log, a pipe, reaches the test
 		var real []string
 		for _, l := range strings.Split(d.stderr.String(), "\n") {
 			var line map[string]any
