@@ -2,8 +2,6 @@ package approvals
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -129,11 +127,9 @@ func Start(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pre [3]byte
-	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, cfg: opts.Config, bus: opts.Bus, sys: opts.System,
 		log: opts.Logger.With().Str("component", "approvals").Logger(), store: opts.Log,
-		idPre: hex.EncodeToString(pre[:]) + "-", rules: crs,
+		idPre: api.RandomHex(3) + "-", rules: crs,
 		pending: map[string]*entry{}, byReq: map[string]*entry{}, finished: map[string]api.Approval{}}
 	if m.store != nil {
 		rs, err := m.store.Rules()

@@ -14,8 +14,6 @@
 package chat
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -97,14 +95,10 @@ func Start(opts Options) (*Manager, error) {
 			opts.Cwd = "/"
 		}
 	}
-	var rnd [3]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, fmt.Errorf("chat: reading random bytes: %w", err)
-	}
 	if opts.SaveSession == nil {
 		opts.SaveSession = func(string) {}
 	}
-	m := &Manager{opts: opts, bus: opts.Bus, prefix: "msg-" + hex.EncodeToString(rnd[:]) + "-", session: opts.Session}
+	m := &Manager{opts: opts, bus: opts.Bus, prefix: "msg-" + api.RandomHex(3) + "-", session: opts.Session}
 	m.stop = opts.Events.Follow(m.taskEvent)
 	return m, nil
 }

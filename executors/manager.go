@@ -2,8 +2,6 @@ package executors
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -193,7 +191,7 @@ func Start(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
 		live: map[string]api.TaskRecord{}, sdk: map[string]sdkEntry{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
 		env: opts.Environ}
-	m.idPre = randomHex(3) + "-"
+	m.idPre = api.RandomHex(3) + "-"
 	if m.env == nil {
 		m.env = os.Environ()
 	}
@@ -340,14 +338,6 @@ const maxSocketPath = 107
 
 // PoolNames lists the pools, sorted.
 func (m *Manager) PoolNames() []string { return slices.Sorted(maps.Keys(m.pools)) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("reading random bytes: %v", err))
-	}
-	return hex.EncodeToString(b)
-}
 
 func (m *Manager) newTaskID() string { return "t-" + m.idPre + fmt.Sprint(m.seq.Add(1)) }
 

@@ -109,7 +109,7 @@ func (m *Manager) Execute(spec api.TaskSpec, reply func(taskID, sessionID string
 		}
 		resume = s.SDKSessionID
 	} else {
-		spec.SessionID = "s-" + randomHex(8)
+		spec.SessionID = "s-" + api.RandomHex(8)
 	}
 	if spec.TimeoutMs == 0 {
 		spec.TimeoutMs = h.cfg.TaskTimeout.Milliseconds()

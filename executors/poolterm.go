@@ -141,7 +141,7 @@ func (e *execActor) spawnTerminal(c *actors.Context, pt *pendingTerm) {
 	if env == nil {
 		env = map[string]string{}
 	}
-	params := map[string]any{"session_token": randomHex(32), "cwd": pt.spec.Cwd, "shell": pt.spec.Shell,
+	params := map[string]any{"session_token": api.RandomHex(32), "cwd": pt.spec.Cwd, "shell": pt.spec.Shell,
 		"env": env, "use_tmux": false, "cols": pt.spec.Cols, "rows": pt.spec.Rows}
 	e.call("spawn_terminal", params, func(res json.RawMessage, er *wire.RPCError) {
 		e.terminalSpawned(c, pt, res, er)

@@ -118,7 +118,7 @@ func (t *taskActor) assigned(c *actors.Context, m assign) {
 	t.ps.m.update(t.rec)
 	t.record("started")
 	t.ps.m.bus.Emit(TaskStarted{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, Instance: m.instance, Pid: m.pid})
-	c.Send(m.exec, runTask{rec: t.rec, token: randomHex(32), task: c.Self(), resume: t.ps.m.resumeOf(t.rec.SessionID, t.resume)})
+	c.Send(m.exec, runTask{rec: t.rec, token: api.RandomHex(32), task: c.Self(), resume: t.ps.m.resumeOf(t.rec.SessionID, t.resume)})
 	t.timers = append(t.timers, c.After(time.Duration(t.rec.TimeoutMs)*time.Millisecond, stageTimer{stage: 1}))
 }
 

@@ -12,8 +12,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -251,7 +249,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	}
 	cfg.Name = id.node // the [cluster] name, else the credentials'
 	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
-		name: cfg.Name, inc: randHex(8), idPrefix: api.ClusterJobPrefix + randHex(idStartHex/2), startedAt: time.Now().UTC(),
+		name: cfg.Name, inc: api.RandomHex(8), idPrefix: api.ClusterJobPrefix + api.RandomHex(idStartHex/2), startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -645,12 +643,6 @@ func (f *Fleet) Owns(id string) bool { return strings.HasPrefix(id, api.ClusterJ
 // newID is a new id of a job of lane (decode.go: laneTag).
 func (f *Fleet) newID(lane string) string {
 	return f.idPrefix + laneTag(lane) + "-" + strconv.FormatUint(f.seq.Add(1), 10)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // again runs op until it succeeds, fails for good or ctx ends. A try that

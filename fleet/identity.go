@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // Each node of a fleet has an identity of its own (issue 37): an nkey
@@ -226,11 +227,7 @@ func InitFleet(home, name string, lanes []string, force bool) (keyPath, credsPat
 	if err != nil {
 		return "", "", fmt.Errorf("making the fleet's key: %w", err)
 	}
-	var pw [32]byte
-	if _, err := rand.Read(pw[:]); err != nil {
-		return "", "", fmt.Errorf("making the routes' password: %w", err)
-	}
-	fk := fleetKeyFile{Format: fleetKeyFormat, Seed: string(seed), RoutePassword: base64.RawURLEncoding.EncodeToString(pw[:])}
+	fk := fleetKeyFile{Format: fleetKeyFormat, Seed: string(seed), RoutePassword: api.RandomHex(32)}
 	b, err := json.Marshal(fk)
 	if err != nil {
 		return "", "", fmt.Errorf("encoding the fleet's key: %w", err)

@@ -83,7 +83,7 @@ func (f *Fleet) stdin(id string, data []byte, eof bool) error {
 	}
 	// One id for every try of this piece: a try whose answer was lost
 	// and that was kept is not kept twice.
-	pieceID := id + "." + randHex(8)
+	pieceID := id + "." + api.RandomHex(8)
 	var taken chan *nats.Msg
 	var sub *nats.Subscription
 	defer func() {

@@ -2,8 +2,6 @@ package lanes
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -182,10 +180,8 @@ func Start(opts Options) (*Manager, error) {
 			cg.Close()
 		}
 	}
-	var pre [3]byte
-	_, _ = rand.Read(pre[:])
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
-		idPre: "j-" + hex.EncodeToString(pre[:]) + "-"}
+		idPre: "j-" + api.RandomHex(3) + "-"}
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
 	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,

@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/proc"
@@ -127,11 +127,7 @@ func writeJoinTokens(home string, lanes map[string]*laneHandle) error {
 		}
 		tok, err := readToken(path)
 		if err != nil {
-			var b [32]byte
-			if _, err := rand.Read(b[:]); err != nil {
-				return fmt.Errorf("making lane %s's join token: %w", name, err)
-			}
-			tok = hex.EncodeToString(b[:])
+			tok = api.RandomHex(32)
 			tmp := path + ".tmp"
 			if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
 				return fmt.Errorf("writing lane %s's join token: %w", name, err)

@@ -2,8 +2,6 @@ package loops
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -167,11 +165,7 @@ func (m *Manager) setPlanApproval(loopID, approvalID string) {
 
 // newRootID is a root loop's id, Loopr's {unix_ms}-{16 hex}.
 func newRootID(now time.Time) string {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("reading random bytes: %v", err))
-	}
-	return fmt.Sprintf("%d-%s", now.UnixMilli(), hex.EncodeToString(b))
+	return fmt.Sprintf("%d-%s", now.UnixMilli(), api.RandomHex(8))
 }
 
 // worktreeDir is a loop's worktree: <repo>/.loopr/worktrees/<id>.

@@ -2,9 +2,7 @@ package state
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // Durability says what a commit survives.
@@ -322,11 +322,7 @@ func rollback(ctx context.Context, c *sql.Conn) {
 
 // writeOpened records the open and makes the node id at the first one.
 func (s *Store) writeOpened() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	w := &metaOpened{newID: hex.EncodeToString(b[:]), at: time.Now()}
+	w := &metaOpened{newID: api.RandomHex(16), at: time.Now()}
 	o := &op{w: w}
 	s.commit([]*op{o})
 	return w.nodeID, o.err

@@ -1,8 +1,6 @@
 package control
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -148,9 +146,7 @@ func connect(_ *actors.Context, call *Call) {
 // if it has none yet. Actor only.
 func (cn *conn) ensureSession() {
 	if cn.session == "" {
-		var rnd [4]byte
-		rand.Read(rnd[:])
-		cn.session = "s-" + strconv.FormatUint(cn.srv.sessions.Add(1), 10) + "-" + hex.EncodeToString(rnd[:])
+		cn.session = "s-" + strconv.FormatUint(cn.srv.sessions.Add(1), 10) + "-" + api.RandomHex(4)
 	}
 }
 

@@ -1,14 +1,14 @@
 package httpapi
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // KeyFile is the daemon's own API key, in its home.
@@ -22,11 +22,7 @@ func LoadKey(home string) (string, error) {
 		return k, err
 	}
 	path := filepath.Join(home, KeyFile)
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("making the HTTP API key: %w", err)
-	}
-	k = hex.EncodeToString(raw[:])
+	k = api.RandomHex(32)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {

@@ -1,10 +1,8 @@
 package ui
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // cookieName is the session cookie's name; its path is /ui/.
@@ -43,20 +43,14 @@ func newSessions(cfg Config) *sessions {
 		logins: rate.NewLimiter(5, 20), now: time.Now}
 }
 
-func randomToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 func hashTok(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
 // start signs a browser in: its token (the cookie's value) and session.
 // Past MaxSessions the oldest session goes.
 func (ss *sessions) start() (string, *session) {
-	tok := randomToken()
+	tok := api.RandomHex(32)
 	now := ss.now()
-	se := &session{id: randomToken()[:8], csrf: randomToken(), created: now, expires: now.Add(ss.cfg.SessionTTL.Duration)}
+	se := &session{id: api.RandomHex(4), csrf: api.RandomHex(32), created: now, expires: now.Add(ss.cfg.SessionTTL.Duration)}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.sweep(now)
@@ -96,7 +90,7 @@ func (ss *sessions) end(tok string) {
 
 // newLink makes a one-time sign-in token.
 func (ss *sessions) newLink() (string, time.Time) {
-	tok := randomToken()
+	tok := api.RandomHex(32)
 	exp := ss.now().Add(ss.cfg.LinkTTL.Duration)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

@@ -3,9 +3,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -284,11 +282,7 @@ func startKeyProxy(upstream, key string) (*keyProxy, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("OPENAI_BASE_URL is not an http(s) URL")
 	}
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
-		return nil, fmt.Errorf("making codex's token: %w", err)
-	}
-	token := "orchestrd-" + hex.EncodeToString(tok)
+	token := "orchestrd-" + api.RandomHex(24)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening for codex's model requests: %w", err)

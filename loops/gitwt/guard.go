@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // Guard is a copy of what in a repository's git directory names or holds
@@ -265,7 +267,7 @@ func (g *Guard) put(rel string, e guardEntry) error {
 		_ = os.Remove(p)
 		return os.Symlink(string(e.data), p)
 	case e.mode.IsRegular():
-		tmp := filepath.Join(filepath.Dir(p), ".orchestrd-restore-"+randomName())
+		tmp := filepath.Join(filepath.Dir(p), ".orchestrd-restore-"+api.RandomHex(8))
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, e.mode.Perm())
 		if err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // MergeResult is what Merge did.
@@ -135,7 +137,7 @@ func (r *Repo) Merge(ctx context.Context, into, branch, message string) (MergeRe
 		return mergeIn(ctx, scope{op: op, gitDir: admin, workTree: co.path, overrides: aov}, branch, message)
 	}
 	// Not checked out: a temporary worktree, then a compare-and-swap.
-	tmp := filepath.Join(r.Dir, WorktreesDir, ".merge-"+randomName())
+	tmp := filepath.Join(r.Dir, WorktreesDir, ".merge-"+api.RandomHex(8))
 	if err := r.addWorktree(ctx, op, ov, tmp, "", old); err != nil {
 		return MergeResult{}, err
 	}

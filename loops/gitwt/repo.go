@@ -31,8 +31,6 @@ package gitwt
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -627,12 +625,6 @@ func (r *Repo) RecoverWIP(ctx context.Context, worktree string) (commit string, 
 		}
 	}
 	return commitAll(ctx, s, "WIP: recovery")
-}
-
-func randomName() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // removeAll is os.RemoveAll (links unlinked, never followed), making the
