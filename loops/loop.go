@@ -573,34 +573,44 @@ func (l *loop) validate(c *actors.Context) {
 }
 
 func (l *loop) runValidation(c *actors.Context) {
-	tc := l.m.cfg.For(l.rec.LoopType)
-	cmd := l.rec.ValidationCommand
-	if cmd == "" {
+	if l.rec.ValidationCommand == "" {
 		l.validated(c, "")
 		return
 	}
-	spec := api.JobSpec{Lane: tc.ValidationLane, Argv: []string{"sh", "-c", cmd}, Cwd: l.rec.Worktree,
+	l.validationJob(c, l.it.Iteration, func(c *actors.Context, err error) {
+		l.iterationFailed(c, "job_failed", "The validation job was refused: "+firstLine(err.Error()), nil)
+	}, l.afterJob)
+}
+
+// validationJob runs the loop's validation command as a job on its
+// validation lane, in its worktree (iteration n: the event's). While it
+// runs its id is in the record (and the running iteration's, if one
+// runs); its end is checked for tampering with the git directory, then
+// given to ended; a refused job to refused.
+func (l *loop) validationJob(c *actors.Context, n uint32, refused func(*actors.Context, error), ended func(*actors.Context, JobResult)) {
+	tc := l.m.cfg.For(l.rec.LoopType)
+	spec := api.JobSpec{Lane: tc.ValidationLane, Argv: []string{"sh", "-c", l.rec.ValidationCommand}, Cwd: l.rec.Worktree,
 		TimeoutMs: uint64(tc.ValidationTimeout.Milliseconds()), ToolName: "loop-validation", AgentID: l.rec.ID}
-	n := l.it.Iteration
 	post := l.poster()
 	l.m.opts.Jobs.Run(spec, func(jobID string, err error) {
 		post(func(c *actors.Context) {
 			if err != nil {
-				l.iterationFailed(c, "job_failed", "The validation job was refused: "+firstLine(err.Error()), nil)
+				refused(c, err)
 				return
 			}
-			l.it.JobID, l.rec.JobID = jobID, jobID
+			l.rec.JobID = jobID
+			if l.it != nil {
+				l.it.JobID = jobID
+			}
 			l.m.bus.Emit(LoopValidationStarted{ID: l.rec.ID, Iteration: n, JobID: jobID, Lane: tc.ValidationLane})
 			l.persist(c, false, nil)
 		})
 	}, func(res JobResult) {
-		post(func(c *actors.Context) { l.jobEnded(c, res) })
+		post(func(c *actors.Context) {
+			l.rec.JobID = ""
+			l.checkGit(c, "validation", func(c *actors.Context) { ended(c, res) })
+		})
 	})
-}
-
-func (l *loop) jobEnded(c *actors.Context, res JobResult) {
-	l.rec.JobID = ""
-	l.checkGit(c, "validation", func(c *actors.Context) { l.afterJob(c, res) })
 }
 
 func (l *loop) afterJob(c *actors.Context, res JobResult) {

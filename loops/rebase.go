@@ -104,32 +104,15 @@ func (l *loop) rebaseRound(c *actors.Context) {
 // branch (no agent ran: no iteration); it passes, the branch merges.
 func (l *loop) rebaseValidate(c *actors.Context) {
 	r := l.rec
-	tc := l.m.cfg.For(r.LoopType)
 	if r.ValidationCommand == "" {
 		l.freeSlot(c)
 		l.merge(c, r.RebaseOnto)
 		return
 	}
-	spec := api.JobSpec{Lane: tc.ValidationLane, Argv: []string{"sh", "-c", r.ValidationCommand}, Cwd: r.Worktree,
-		TimeoutMs: uint64(tc.ValidationTimeout.Milliseconds()), ToolName: "loop-validation", AgentID: r.ID}
-	post := l.poster()
-	l.m.opts.Jobs.Run(spec, func(jobID string, err error) {
-		post(func(c *actors.Context) {
-			if err != nil {
-				// Refused: a failed validation, as an iteration's is.
-				l.rebaseValidated(c, JobResult{State: api.StateError, Error: "the validation job was refused: " + firstLine(err.Error())})
-				return
-			}
-			l.rec.JobID = jobID
-			l.m.bus.Emit(LoopValidationStarted{ID: r.ID, Iteration: r.Iteration, JobID: jobID, Lane: tc.ValidationLane})
-			l.persist(c, false, nil)
-		})
-	}, func(res JobResult) {
-		post(func(c *actors.Context) {
-			l.rec.JobID = ""
-			l.checkGit(c, "validation", func(c *actors.Context) { l.rebaseValidated(c, res) })
-		})
-	})
+	l.validationJob(c, r.Iteration, func(c *actors.Context, err error) {
+		// Refused: a failed validation, as an iteration's is.
+		l.rebaseValidated(c, JobResult{State: api.StateError, Error: "the validation job was refused: " + firstLine(err.Error())})
+	}, l.rebaseValidated)
 }
 
 // rebaseValidated: the validation after a rebase that applied at once
