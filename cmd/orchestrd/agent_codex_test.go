@@ -74,11 +74,13 @@ func codexArgs(cmd string) map[string]any {
 }
 
 // pendingFor waits for the task's next pending approval whose input
-// holds what.
+// holds what. A task that ends first fails the test at once, saying how
+// it ended; a timeout says where the task is and what the daemon logged.
 func (d *testDaemon) pendingFor(taskID, what string) api.Approval {
 	d.t.Helper()
 	var found api.Approval
-	eventually(d.t, 60*time.Second, "a pending approval for "+what, func() bool {
+	var task api.TaskRecord
+	eventuallyOr(d.t, testWaitTimeout, "a pending approval for "+what, func() bool {
 		var r struct {
 			Approvals []api.Approval `json:"approvals"`
 		}
@@ -89,7 +91,31 @@ func (d *testDaemon) pendingFor(taskID, what string) api.Approval {
 				return true
 			}
 		}
+		var g struct {
+			Task api.TaskRecord `json:"task"`
+		}
+		d.mustCall("task.get", map[string]any{"id": taskID}, &g)
+		if task = g.Task; task.State.Terminal() {
+			d.t.Fatalf("task %s ended %s before asking for %q: %+v", taskID, task.State, what, task.Error)
+		}
 		return false
+	}, func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "task %s is %s\n", taskID, task.State)
+		var r struct {
+			Approvals []api.Approval `json:"approvals"`
+		}
+		if d.call("approval.list", map[string]any{"state": "all"}, &r) == nil {
+			for _, a := range r.Approvals {
+				fmt.Fprintf(&b, "approval %s %s task %s: %s %s\n", a.ID, a.State, a.TaskID, a.ToolName, a.ToolInput)
+			}
+		}
+		for _, e := range d.events() {
+			if e["task_id"] == taskID || strings.HasPrefix(fmt.Sprint(e["kind"]), "executor.") {
+				fmt.Fprintf(&b, "%v\n", e)
+			}
+		}
+		return tail(b.String(), 4000)
 	})
 	return found
 }
