@@ -5,8 +5,8 @@ import (
 
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/approvals/notify"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // startNotifier runs [approvals] notify_command for each new pending

@@ -36,13 +36,13 @@ import (
 	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/loops/gitwt"
+	"github.com/orchestrd/orchestrd/platform/secrets"
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/secrets"
 )
 
-// SecretsFile is the secrets file in the home (supervisor/secrets): read
+// SecretsFile is the secrets file in the home (platform/secrets): read
 // at start, refused if others can read it.
 const SecretsFile = "secrets.toml"
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/spool"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // The front-ends are the ways into the daemon. The control socket and the

@@ -10,8 +10,8 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/reachout"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 var _ reachout.Asker = (*approvals.Manager)(nil)

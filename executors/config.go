@@ -12,8 +12,8 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/executors/agent"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // This file holds the executors' own tables of the config file

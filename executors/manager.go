@@ -20,9 +20,9 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/executors/agent"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // Options configures the executors domain.

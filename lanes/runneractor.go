@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/platform/proc"
+	"github.com/orchestrd/orchestrd/platform/proc/proctree"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
-	"github.com/orchestrd/orchestrd/supervisor/proc/proctree"
 	"github.com/orchestrd/orchestrd/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 )
 
 // Secrets is what the lanes take of the daemon's secrets.toml
-// (supervisor/secrets.File): the value a name resolves to, by the file's
+// (platform/secrets.File): the value a name resolves to, by the file's
 // key or a name it answers to ("anthropic" and "ANTHROPIC_API_KEY").
 type Secrets interface {
 	Find(name string) (entry, value string, expiresAt time.Time, ok bool)

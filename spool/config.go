@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 )
 
 // Config is the [clanker] table. daemon/config.go decodes it key by key

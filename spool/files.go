@@ -13,12 +13,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 )
 
 // A repo's .clanker is written by its agents as well as by orchestrd, so
 // every file orchestrd reads or writes there is reached through a
-// beneath.Dir of it (supervisor/beneath): one component at a time, never
+// beneath.Dir of it (platform/beneath): one component at a time, never
 // through a link, regular files with one link, everything owned by the
 // daemon's uid. A refusal is a *beneath.RefusedError, its path relative
 // to the Dir it was asked of.

@@ -1,8 +1,8 @@
 package spool
 
 import (
+	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/state"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
 )
 
 // Store is the durable record of the repos (the daemon's state store).

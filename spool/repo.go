@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/state"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 

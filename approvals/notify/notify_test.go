@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 func TestKinds(t *testing.T) {

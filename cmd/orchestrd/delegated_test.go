@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/platform/proc"
 )
 
 // A non-root daemon in a delegated cgroup (what systemd's Delegate=yes

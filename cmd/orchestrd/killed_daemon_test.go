@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/platform/proc"
 )
 
 // Nothing of a daemon killed with SIGKILL keeps running (issue 8): its

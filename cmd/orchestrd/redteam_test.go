@@ -27,7 +27,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/platform/proc"
 )
 
 // The test binary doubles as a small hostile tool a job runs:

@@ -21,7 +21,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/lanes"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/wire"
 )
 

@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/orchestrd/orchestrd/supervisor/proc"
+	"github.com/orchestrd/orchestrd/platform/proc"
 )
 
 // cmdSandboxExec is how the daemon starts an executor in the sandbox

@@ -1,7 +1,7 @@
 package control
 
 import (
-	"github.com/orchestrd/orchestrd/supervisor/sockserve"
+	"github.com/orchestrd/orchestrd/platform/sockserve"
 
 	"encoding/json"
 	"strings"

@@ -1,8 +1,8 @@
 package control
 
-import "github.com/orchestrd/orchestrd/supervisor/sockserve"
+import "github.com/orchestrd/orchestrd/platform/sockserve"
 
-// The outbound queue is the unix-socket server's (supervisor/sockserve).
+// The outbound queue is the unix-socket server's (platform/sockserve).
 type (
 	OutQueue     = sockserve.OutQueue
 	QueueConn    = sockserve.QueueConn

@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/platform/proc"
+	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
-	"github.com/orchestrd/orchestrd/supervisor/sockserve"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -184,7 +184,7 @@ func (s *Server) Metrics() api.ConnMetrics {
 // Serve accepts connections until ctx is done or Close is called, and then
 // returns nil. Once ctx is done no more connections are accepted; the open
 // ones stay until Close. Accepting, its backoff and the peer check are
-// supervisor/sockserve's; admit makes each connection.
+// platform/sockserve's; admit makes each connection.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 )
 
 const (

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/supervisor/proc"
 )
 
 // admitPeer is the dashboard's check of who stands behind a request that

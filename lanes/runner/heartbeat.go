@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/orchestrd/orchestrd/supervisor/proc/proctree"
+	"github.com/orchestrd/orchestrd/platform/proc/proctree"
 	"github.com/orchestrd/orchestrd/wire"
 )
 

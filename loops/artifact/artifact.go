@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 )
 
 // Bounds on an artifact.
@@ -102,7 +102,7 @@ func Slug(text string) string {
 // worktree, at most max bytes (max <= 0: MaxArtifact), without following
 // a link on the way: the agent controls the worktree, so a link to a file
 // elsewhere, a FIFO, a hard link or a "..", is refused (see
-// supervisor/beneath; errors.Is(err, beneath.ErrRefused)). A file that
+// platform/beneath; errors.Is(err, beneath.ErrRefused)). A file that
 // is not there is an error beneath.IsNotExist tells.
 func ReadBeneath(worktree, rel string, max int64) ([]byte, error) {
 	if max <= 0 {
@@ -121,7 +121,7 @@ func ReadBeneath(worktree, rel string, max int64) ([]byte, error) {
 }
 
 // RemoveBeneath removes the file rel beneath worktree without following
-// links (supervisor/beneath); one that is not there is not an error.
+// links (platform/beneath); one that is not there is not an error.
 func RemoveBeneath(worktree, rel string) error {
 	d, err := beneath.OpenRoot(worktree, beneath.Options{})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 	"go.uber.org/goleak"
 )
 

@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/orchestrd/orchestrd/supervisor/beneath"
+	"github.com/orchestrd/orchestrd/platform/beneath"
 )
 
 // Bounds on what Rebase reads of the conflicting files for a prompt.
