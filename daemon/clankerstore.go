@@ -1,14 +1,14 @@
 package daemon
 
 import (
-	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/state"
 )
 
 // clankerStore is the clanker repos' durable record in the state store.
 type clankerStore struct{ st *state.Store }
 
-var _ spool.Store = clankerStore{}
+var _ clanker.Store = clankerStore{}
 
 func (s clankerStore) Load(repo string) (state.ClankerSnapshot, error) {
 	return s.st.Clanker().Load(repo)

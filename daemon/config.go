@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/daemon/metrics"
 	"github.com/orchestrd/orchestrd/daemon/ui"
@@ -23,7 +24,6 @@ import (
 	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
-	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -78,9 +78,9 @@ type Config struct {
 	// Executors are the [executors.NAME] pools (executors/config.go);
 	// none unless the file names them.
 	Executors map[string]executors.PoolConfig `toml:"executors"`
-	// Clanker is the [clanker] table (spool/config.go): the repos whose
+	// Clanker is the [clanker] table (clanker/config.go): the repos whose
 	// dashboard orchestrd is; none unless the file names them.
-	Clanker spool.Config `toml:"clanker"`
+	Clanker clanker.Config `toml:"clanker"`
 	// HTTP is the [http] table (daemon/httpapi/config.go): Loopsy's API.
 	HTTP httpapi.Config `toml:"http"`
 	// Metrics is the [metrics] table (daemon/metrics/config.go): GET
@@ -410,7 +410,7 @@ func (c Config) validate() []error {
 	errs = append(errs, lanes.ValidateLanes("lanes", c.Lanes)...)
 	errs = append(errs, approvals.Validate("approvals", c.Approvals)...)
 	errs = append(errs, executors.Validate("executors", c.Executors)...)
-	errs = append(errs, spool.Validate("clanker", c.Clanker)...)
+	errs = append(errs, clanker.Validate("clanker", c.Clanker)...)
 	errs = append(errs, httpapi.Validate("http", c.HTTP, sortedKeys(c.Lanes), c.Set("http.exec_lane"))...)
 	errs = append(errs, metrics.Validate("metrics", c.Metrics)...)
 	errs = append(errs, ui.Validate("ui", c.UI)...)

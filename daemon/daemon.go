@@ -25,7 +25,8 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/chat"
-	"github.com/orchestrd/orchestrd/daemon/clankeripc"
+	"github.com/orchestrd/orchestrd/clanker"
+	"github.com/orchestrd/orchestrd/clanker/ipc"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/daemon/metrics"
@@ -37,7 +38,6 @@ import (
 	"github.com/orchestrd/orchestrd/loops"
 	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/platform/secrets"
-	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -362,8 +362,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// clanker's repos after the executors; stopped first (their pods
 	// spool while the sockets are down).
-	clankerMgr, err := spool.Start(spool.Options{Config: cfg.Clanker, Store: clankerStore{st},
-		Listen: clankeripc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger,
+	clankerMgr, err := clanker.Start(clanker.Options{Config: cfg.Clanker, Store: clankerStore{st},
+		Listen: ipc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger,
 		Sync: cfg.State.Durability == string(state.DurabilityPower)})
 	if err != nil {
 		shutdownExecutors()

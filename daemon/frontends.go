@@ -10,9 +10,9 @@ import (
 	"syscall"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/platform/proc"
-	"github.com/orchestrd/orchestrd/spool"
 )
 
 // The front-ends are the ways into the daemon. The control socket and the
@@ -99,10 +99,10 @@ type frontEnds struct {
 	http    api.FrontEnd
 	ui      api.FrontEnd // the dashboard, on http's listener
 	hook    api.FrontEnd
-	metrics api.FrontEnd   // [metrics] listen: off unless the config file sets it
-	lanes   []api.FrontEnd // those that take bring-your-own runners
-	clanker *spool.Manager // nil before it starts
-	sandbox api.FrontEnd   // not a front-end: what jobs and agents run in, or why not (probeSandbox)
+	metrics api.FrontEnd     // [metrics] listen: off unless the config file sets it
+	lanes   []api.FrontEnd   // those that take bring-your-own runners
+	clanker *clanker.Manager // nil before it starts
+	sandbox api.FrontEnd     // not a front-end: what jobs and agents run in, or why not (probeSandbox)
 }
 
 // laneFrontEnds are the lanes that take bring-your-own runners, by name:

@@ -250,7 +250,7 @@ type ClankerHello struct {
 
 // DecodeClankerHello decodes a hello's payload (nil: none) without
 // decoding its other members; false when it is not a JSON object (the
-// request is refused: see spool's handlers).
+// request is refused: see clanker/handlers.go).
 func DecodeClankerHello(payload []byte) (ClankerHello, bool) {
 	var h ClankerHello
 	if len(payload) == 0 {

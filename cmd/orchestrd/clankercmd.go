@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/clanker"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -64,7 +64,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "orchestrd clanker serve-repo: %v\n", err)
 			return exitFailure
 		}
-		rc := spool.RepoConfig{Path: path, Socket: *socket, BasePromptFile: abs(*baseFile), JudgePromptFile: abs(*judgeFile)}
+		rc := clanker.RepoConfig{Path: path, Socket: *socket, BasePromptFile: abs(*baseFile), JudgePromptFile: abs(*judgeFile)}
 		var res struct {
 			Path   string `json:"path"`
 			Socket string `json:"socket"`
@@ -90,7 +90,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	var res struct {
-		Repos []spool.RepoStatus `json:"repos"`
+		Repos []clanker.RepoStatus `json:"repos"`
 	}
 	if err := call(c, "clanker.repos", nil, &res); err != nil {
 		return callErr(stderr, err)

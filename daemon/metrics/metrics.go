@@ -41,12 +41,12 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
-	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -84,8 +84,8 @@ type Sources struct {
 		CountsByType() map[api.LoopType]map[api.LoopStatus]int
 	}
 	Clanker interface {
-		Tallies() map[string]spool.RepoTally
-		Sockets() []spool.RepoSocket
+		Tallies() map[string]clanker.RepoTally
+		Sockets() []clanker.RepoSocket
 	}
 	Store   interface{ Stats() state.Stats }
 	Bus     interface{ DroppedTotal() uint64 }
@@ -384,9 +384,9 @@ func (s sink) Deliver(r *eventlog.Record) {
 		}
 	case loops.LoopIterationEnded:
 		m.loopIterations.inc(known(e.Status, iterationStatuses))
-	case spool.Paused:
+	case clanker.Paused:
 		m.clankerPauses.inc()
-	case spool.SpoolDeadLettered:
+	case clanker.SpoolDeadLettered:
 		m.clankerDeadLettered.inc()
 	case fleet.ClusterNodeLost:
 		m.nodesLost.inc(known(e.Reason, nodeLostReasons))

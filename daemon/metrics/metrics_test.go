@@ -25,12 +25,12 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/loops"
-	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -115,8 +115,8 @@ func TestCountersFromEvents(t *testing.T) {
 	bus.Emit(executors.ExecutorRestartScheduled{Pool: "claude", Policy: "crash_loop"})
 	bus.Emit(loops.LoopIterationEnded{ID: weird, Iteration: 1, Status: "passed", Passed: true})
 	bus.Emit(loops.LoopIterationEnded{ID: "l-2", Iteration: 1, Status: "failed"})
-	bus.Emit(spool.Paused{Repo: weird, Pod: weird, Message: weird})
-	bus.Emit(spool.SpoolDeadLettered{Repo: weird})
+	bus.Emit(clanker.Paused{Repo: weird, Pod: weird, Message: weird})
+	bus.Emit(clanker.SpoolDeadLettered{Repo: weird})
 	bus.Emit(control.SubscriberOverflowed{ConnID: "c1", Policy: control.OverflowDropOldest, Dropped: 40})
 	bus.Emit(control.SubscriberOverflowed{ConnID: "c2", Policy: control.OverflowDisconnect})
 	bus.Emit(fleet.ClusterNodeLost{Node: weird, Incarnation: weird, By: "a", Reason: "heartbeat_expired", Jobs: []string{weird}})
@@ -260,8 +260,8 @@ type fakeSources struct {
 	pending   []api.Approval
 	pools     []executors.PoolMetrics
 	loops     map[api.LoopType]map[api.LoopStatus]int
-	tallies   map[string]spool.RepoTally
-	sockets   []spool.RepoSocket
+	tallies   map[string]clanker.RepoTally
+	sockets   []clanker.RepoSocket
 	stats     state.Stats
 	dropped   uint64
 	conns     api.ConnMetrics
@@ -269,13 +269,13 @@ type fakeSources struct {
 	slowStore bool
 }
 
-func (f *fakeSources) Lanes() []api.LaneStatus             { f.scrapes.Add(1); return f.lanes }
-func (f *fakeSources) PendingApprovals() []api.Approval    { return f.pending }
-func (f *fakeSources) Metrics() []executors.PoolMetrics    { return f.pools }
-func (f *fakeSources) Tallies() map[string]spool.RepoTally { return f.tallies }
-func (f *fakeSources) Sockets() []spool.RepoSocket         { return f.sockets }
-func (f *fakeSources) Stats() state.Stats                  { return f.stats }
-func (f *fakeSources) DroppedTotal() uint64                { return f.dropped }
+func (f *fakeSources) Lanes() []api.LaneStatus               { f.scrapes.Add(1); return f.lanes }
+func (f *fakeSources) PendingApprovals() []api.Approval      { return f.pending }
+func (f *fakeSources) Metrics() []executors.PoolMetrics      { return f.pools }
+func (f *fakeSources) Tallies() map[string]clanker.RepoTally { return f.tallies }
+func (f *fakeSources) Sockets() []clanker.RepoSocket         { return f.sockets }
+func (f *fakeSources) Stats() state.Stats                    { return f.stats }
+func (f *fakeSources) DroppedTotal() uint64                  { return f.dropped }
 func (f *fakeSources) CountsByType() map[api.LoopType]map[api.LoopStatus]int {
 	return f.loops
 }
@@ -304,8 +304,8 @@ func TestGaugesFromSources(t *testing.T) {
 		pools: []executors.PoolMetrics{{Name: "claude", Tasks: map[api.TaskState]int{api.TaskQueued: 3, api.TaskRunning: 1, api.TaskCompleted: 1},
 			Executors: map[string]int{"busy": 1, "idle": 2}, Paused: 1, Messages: 12345}, {Name: weird, Messages: 1}},
 		loops:   map[api.LoopType]map[api.LoopStatus]int{api.LoopCode: {api.LoopRunning: 2, api.LoopFailed: 1}},
-		tallies: map[string]spool.RepoTally{"/r1": {Tasks: map[string]int{"queued": 2, "done": 5}, Paused: true}, "/r2": {Tasks: map[string]int{"queued": 1, weird: 1}}},
-		sockets: []spool.RepoSocket{{Path: "/r1", Socket: "/r1/s"}, {Path: "/r2", Error: weird}},
+		tallies: map[string]clanker.RepoTally{"/r1": {Tasks: map[string]int{"queued": 2, "done": 5}, Paused: true}, "/r2": {Tasks: map[string]int{"queued": 1, weird: 1}}},
+		sockets: []clanker.RepoSocket{{Path: "/r1", Socket: "/r1/s"}, {Path: "/r2", Error: weird}},
 		stats:   state.Stats{Commits: 10, Writes: 30, Failed: 1, Queued: 4},
 		dropped: 17,
 	}

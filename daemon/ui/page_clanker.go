@@ -65,7 +65,7 @@ func formPath(f url.Values, field string) (string, error) {
 	return v, nil
 }
 
-// clankerRepo is a repo as clanker.repos answers it (spool.RepoStatus:
+// clankerRepo is a repo as clanker.repos answers it (clanker.RepoStatus:
 // the dashboard knows the domains by their methods' JSON only; the test
 // checks the two agree).
 type clankerRepo struct {

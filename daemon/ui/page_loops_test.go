@@ -14,8 +14,8 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	_ "github.com/orchestrd/orchestrd/approvals" // registers the plan.* event kinds
-	_ "github.com/orchestrd/orchestrd/loops"     // registers the loop.* event kinds
-	"github.com/orchestrd/orchestrd/spool"
+	"github.com/orchestrd/orchestrd/clanker"
+	_ "github.com/orchestrd/orchestrd/loops" // registers the loop.* event kinds
 )
 
 // answer makes the fake caller answer method with v as JSON.
@@ -457,15 +457,15 @@ func TestLoopActionRefused(t *testing.T) {
 
 // clankerRepos are two repos as the clanker domain shows them: one paused
 // by a pod's usage limit, with a stale pod and a refused file.
-func clankerRepos(now time.Time) []spool.RepoStatus {
-	return []spool.RepoStatus{
+func clankerRepos(now time.Time) []clanker.RepoStatus {
+	return []clanker.RepoStatus{
 		{Path: "/src/a", Socket: "/src/a/.clanker/ipc.sock", Tasks: map[string]int{"done": 3, "queued": 2, "running": 1, "weird": 1},
-			Pods: []spool.PodStatus{{ID: "pod-<1>", Role: "slave", Pid: 4242, LastSeenMs: 2000}, {ID: "pod-2", Role: "judge", LastSeenMs: 95000, Stale: true}},
-			Paused: &spool.PauseStatus{Pod: "pod-<1>", Role: "slave", Message: "<script>alert('limit')</script>", Since: now.Add(-3 * time.Minute),
+			Pods: []clanker.PodStatus{{ID: "pod-<1>", Role: "slave", Pid: 4242, LastSeenMs: 2000}, {ID: "pod-2", Role: "judge", LastSeenMs: 95000, Stale: true}},
+			Paused: &clanker.PauseStatus{Pod: "pod-<1>", Role: "slave", Message: "<script>alert('limit')</script>", Since: now.Add(-3 * time.Minute),
 				Until: now.Add(27 * time.Minute)},
-			Spool:   spool.SpoolStatus{PendingBytes: 10, DrainingBytes: 20, DeadBytes: 30},
-			Refused: []spool.FileRefusal{{Path: "/src/a/.clanker/state.json", Reason: "symlink"}}, OutboxPending: 4},
-		{Path: "/src/b", Socket: "/src/b/.clanker/ipc.sock", Tasks: map[string]int{}, Pods: []spool.PodStatus{}},
+			Spool:   clanker.SpoolStatus{PendingBytes: 10, DrainingBytes: 20, DeadBytes: 30},
+			Refused: []clanker.FileRefusal{{Path: "/src/a/.clanker/state.json", Reason: "symlink"}}, OutboxPending: 4},
+		{Path: "/src/b", Socket: "/src/b/.clanker/ipc.sock", Tasks: map[string]int{}, Pods: []clanker.PodStatus{}},
 	}
 }
 
@@ -520,9 +520,9 @@ func TestClankerPage(t *testing.T) {
 	}
 	// A repo that did not start is not among clanker.repos: its error is
 	// listed (the overview's last errors, no read of the log).
-	h.answer("clanker.repos", map[string]any{"repos": []spool.RepoStatus{}})
-	h.bus.Emit(spool.RepoFailed{Repo: "/src/c", Error: "<b>socket in use</b>"})
-	h.bus.Emit(spool.Note{Repo: "/src/c", TaskID: "t1", Role: "slave", Via: "ipc"}) // no error
+	h.answer("clanker.repos", map[string]any{"repos": []clanker.RepoStatus{}})
+	h.bus.Emit(clanker.RepoFailed{Repo: "/src/c", Error: "<b>socket in use</b>"})
+	h.bus.Emit(clanker.Note{Repo: "/src/c", TaskID: "t1", Role: "slave", Via: "ipc"}) // no error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, body = h.do(c, "GET", "/ui/clanker", nil, nil)
@@ -548,14 +548,14 @@ func TestClankerRepoMatchesDomain(t *testing.T) {
 	dec := json.NewDecoder(bytes.NewReader(want))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&mine); err != nil {
-		t.Fatalf("the page cannot decode spool.RepoStatus: %v", err)
+		t.Fatalf("the page cannot decode clanker.RepoStatus: %v", err)
 	}
 	got, _ := json.Marshal(mine)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the page's RepoStatus differs from the domain's:\n got %s\nwant %s", got, want)
 	}
-	if reflect.TypeOf(spool.RepoStatus{}).NumField() != 8 {
-		t.Fatal("spool.RepoStatus changed: look at the clanker page")
+	if reflect.TypeOf(clanker.RepoStatus{}).NumField() != 8 {
+		t.Fatal("clanker.RepoStatus changed: look at the clanker page")
 	}
 }
 

@@ -21,7 +21,7 @@ const protoactor = "github.com/asynkron/protoactor-go"
 // floors places every top-level folder of the module on a floor, lowest
 // first. A package imports packages of lower floors, and of its own floor
 // only within its own top-level folder (lanes -> lanes/runner, not
-// lanes -> spool). A new top-level folder must be added here.
+// lanes -> clanker). A new top-level folder must be added here.
 var floors = map[string]int{
 	"api":        0,
 	"wire":       0,
@@ -33,7 +33,7 @@ var floors = map[string]int{
 	"fleet":      3,
 	"approvals":  3,
 	"executors":  3,
-	"spool":      3,
+	"clanker":    3,
 	"loops":      3,
 	"chat":       3,
 	"daemon":     4,
@@ -46,7 +46,7 @@ var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
 	"the supervision (restart policy, the event log) and the state store: supervisor, state",
 	"the platform under the domains (processes, sandbox, sockets, safe files, secrets): platform",
-	"the domains: lanes, fleet, approvals, executors, spool, loops, chat",
+	"the domains: lanes, fleet, approvals, executors, clanker, loops, chat",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
 }
@@ -254,13 +254,13 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"internal uses the daemon", pkg{ImportPath: m("internal/daemonrun"), Imports: []string{m("daemon/control"), m("api")}}, ""},
 
 		{"higher floor", pkg{ImportPath: m("lanes"), Imports: []string{m("daemon/control")}},
-			"lanes imports daemon/control: floor 3 (the domains: lanes, fleet, approvals, executors, spool, loops, chat) must not import floor 4 (the daemon and its front-ends: daemon)"},
+			"lanes imports daemon/control: floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat) must not import floor 4 (the daemon and its front-ends: daemon)"},
 		{"higher floor in a test", pkg{ImportPath: m("supervisor/eventlog"), XTestImports: []string{m("lanes")}},
 			"supervisor/eventlog imports in its tests lanes: floor 1"},
 		{"api on a domain", pkg{ImportPath: m("api"), Imports: []string{m("lanes")}},
 			"api imports lanes: floor 0 (bytes, shared types and the actor facade: api, wire, actors) must not import floor 3"},
-		{"same floor, other folder", pkg{ImportPath: m("lanes"), Imports: []string{m("spool")}},
-			"lanes imports spool: both on floor 3 (the domains: lanes, fleet, approvals, executors, spool, loops, chat), and a package imports its own floor only within its own folder (lanes/)"},
+		{"same floor, other folder", pkg{ImportPath: m("lanes"), Imports: []string{m("clanker")}},
+			"lanes imports clanker: both on floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat), and a package imports its own floor only within its own folder (lanes/)"},
 		{"wire on api", pkg{ImportPath: m("wire"), Imports: []string{m("api")}}, "wire imports api: both on floor 0"},
 		{"wire on protoactor", pkg{ImportPath: m("wire"), Deps: []string{"fmt", protoactor + "/actor"}},
 			"wire depends on protoactor (" + protoactor + "/actor, 1 package(s) in all): api/, wire/ and the control client are free of actor code"},

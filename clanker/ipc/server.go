@@ -1,9 +1,9 @@
-// Package clankeripc is the daemon's front-end for clanker's pods: it
-// serves one repo's IPC socket (spec 003) in place of clanker's dashboard.
-// NDJSON: each request line gets one response line, in order; a
-// connection may send several. The lines are decoded here (wire) and
-// handed to the repo's actor (spool), which answers.
-package clankeripc
+// Package ipc serves one clanker repo's pod socket (spec 003) in place of
+// clanker's dashboard: NDJSON, each request line gets one response line, in
+// order; a connection may send several. It runs on platform/sockserve; the
+// lines are decoded here (wire) and handed to the repo's actor (clanker),
+// which answers. The daemon gives the clanker domain its Listener.
+package ipc
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/platform/sockserve"
-	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -41,7 +41,7 @@ const maxConns = 1024
 type Server struct {
 	path string
 	repo string
-	h    spool.Handler
+	h    clanker.Handler
 	bus  *eventlog.Bus
 	log  zerolog.Logger
 	ln   *net.UnixListener
@@ -49,9 +49,9 @@ type Server struct {
 	srv  *sockserve.Server
 }
 
-// Listener returns the spool.Listener the daemon gives the clanker domain.
-func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
-	return func(socket string, dir *beneath.Dir, repo string, h spool.Handler) (spool.Closer, error) {
+// Listener returns the clanker.Listener the daemon gives the clanker domain.
+func Listener(bus *eventlog.Bus, log zerolog.Logger) clanker.Listener {
+	return func(socket string, dir *beneath.Dir, repo string, h clanker.Handler) (clanker.Closer, error) {
 		return Listen(socket, dir, repo, h, bus, log)
 	}
 }
@@ -62,7 +62,7 @@ func Listener(bus *eventlog.Bus, log zerolog.Logger) spool.Listener {
 // the socket is bound in dir through its descriptor (/proc/self/fd/N/NAME),
 // so no link an agent put on socket's path is followed; without, socket
 // is the operator's path and its directory is made.
-func Listen(socket string, dir *beneath.Dir, repo string, h spool.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
+func Listen(socket string, dir *beneath.Dir, repo string, h clanker.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
 	lo := sockserve.ListenOptions{DirMode: 0o755}
 	if dir != nil {
 		lo = sockserve.ListenOptions{DirFd: dir.Fd()}
@@ -188,9 +188,9 @@ func (s *Server) serve(c *sockserve.Conn) {
 // hears what it sent; the logs hear neither the line nor anything of it
 // but its length and hash.
 func (s *Server) refused(line []byte, err error) {
-	ev := spool.RequestRefused{Repo: s.repo, Error: wire.ClankerLogText(err), Via: "ipc"}
+	ev := clanker.RequestRefused{Repo: s.repo, Error: wire.ClankerLogText(err), Via: "ipc"}
 	if line != nil {
-		ev.LineBytes, ev.LineSHA256 = len(line), spool.LineSHA256(line)
+		ev.LineBytes, ev.LineSHA256 = len(line), clanker.LineSHA256(line)
 	}
 	s.log.Debug().Int("line_bytes", ev.LineBytes).Str("line_sha256", ev.LineSHA256).Msg("clanker: refused a request line: " + ev.Error)
 	s.emit(ev)

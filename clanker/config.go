@@ -1,4 +1,4 @@
-package spool
+package clanker
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 )
 
 // Config is the [clanker] table. daemon/config.go decodes it key by key
-// into this; spool owns its defaults and its validation.
+// into this; clanker owns its defaults and its validation.
 type Config struct {
 	// Repos ([[clanker.repos]]) are the repositories whose dashboard
 	// orchestrd is.

@@ -1,4 +1,4 @@
-package spool
+package clanker
 
 import (
 	"github.com/orchestrd/orchestrd/platform/beneath"
@@ -18,7 +18,7 @@ type Store interface {
 }
 
 // Listener serves a repo's socket: it hands each request line to h and
-// writes its answer. The daemon's front-end (daemon/clankeripc) is one.
+// writes its answer. The daemon's front-end (clanker/ipc) is one.
 // dir, when not nil, is the socket's directory, opened beneath the repo
 // without following a link: the socket is bound in it through its
 // descriptor, never through socket's path (an agent may have linked a

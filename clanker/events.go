@@ -1,4 +1,4 @@
-package spool
+package clanker
 
 import "github.com/orchestrd/orchestrd/supervisor/eventlog"
 

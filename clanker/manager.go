@@ -1,4 +1,4 @@
-package spool
+package clanker
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 type Options struct {
 	Config Config
 	Store  Store
-	// Listen serves a repo's socket (daemon/clankeripc).
+	// Listen serves a repo's socket (clanker/ipc).
 	Listen Listener
 	Bus    *eventlog.Bus
 	System *actors.System

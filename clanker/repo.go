@@ -1,4 +1,4 @@
-package spool
+package clanker
 
 import (
 	"encoding/json"
