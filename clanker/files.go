@@ -9,11 +9,11 @@ import (
 	"io"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/orchestrd/orchestrd/platform/beneath"
+	"github.com/orchestrd/orchestrd/spool"
 )
 
 // A repo's .clanker is written by its agents as well as by orchestrd, so
@@ -35,7 +35,7 @@ const (
 // permOf is the mode of a file of .clanker.
 func permOf(rel string) os.FileMode {
 	switch rel {
-	case deadName, stateName:
+	case spool.DeadName, stateName:
 		return privatePerm
 	}
 	return filePerm
@@ -155,35 +155,6 @@ func endsWith(f *os.File, data []byte) bool {
 func hashOf(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
-}
-
-// openedBy reports whether a process (readable by this uid) holds path
-// open: a writer that opened the spool before it was taken away may still
-// append to it. Each /proc/PID/fd/N link is read; an unreadable process is
-// another uid's, whose appends the spool's mode would refuse anyway.
-func openedBy(path string) (bool, error) {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return false, err
-	}
-	self := strconv.Itoa(os.Getpid())
-	for _, p := range procs {
-		name := p.Name()
-		if name == self || name[0] < '0' || name[0] > '9' {
-			continue
-		}
-		fdDir := "/proc/" + name + "/fd"
-		fds, err := os.ReadDir(fdDir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if l, err := os.Readlink(fdDir + "/" + fd.Name()); err == nil && l == path {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
 }
 
 // fileWrite is one file writeAll replaces (rel: beneath the Dir given to

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/platform/beneath"
+	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -20,20 +21,13 @@ import (
 const (
 	slavePromptStale = 30 * time.Second // a task prompted this long ago is prompted again
 	judgePromptStale = 60 * time.Second // likewise a judge's
-	spoolBatch       = 200              // spool lines applied per tick
-	// writersGrace bounds the wait for the writers that had the spool open
-	// when it was taken (an append is one open-write-close): past it the
-	// drain reads what is there.
-	writersGrace = 10 * time.Second
 )
 
-// Names under a repo's .clanker directory.
+// Names under a repo's .clanker directory (the spool's are package
+// spool's).
 const (
-	spoolName    = "ipc-spool.ndjson"
-	drainingName = "ipc-spool.draining.ndjson"
-	deadName     = "ipc-spool.dead.ndjson"
-	eventsName   = "events.log"
-	stateName    = "state.json"
+	eventsName = "events.log"
+	stateName  = "state.json"
 )
 
 // The most orchestrd reads of a file of .clanker.
@@ -76,7 +70,7 @@ type repoState struct {
 	// daemon serves it again when it restarts.
 	Added     *RepoConfig `json:"added,omitempty"`
 	Paused    *pauseState `json:"paused,omitempty"`
-	Drain     *drainPos   `json:"drain,omitempty"`
+	Drain     *spool.Pos  `json:"drain,omitempty"`
 	NextSeq   int64       `json:"next_seq"`
 	OutboxSeq int64       `json:"outbox_seq"`
 }
@@ -88,13 +82,6 @@ type pauseState struct {
 	At         time.Time `json:"at"`
 	Until      time.Time `json:"until"`
 	AutoPaused bool      `json:"auto_paused"`
-}
-
-// drainPos is how far the drain of the taken spool file got: the offset
-// after the last line whose effects are committed.
-type drainPos struct {
-	Ino    uint64 `json:"ino"`
-	Offset int64  `json:"offset"`
 }
 
 // Messages of a repo's actor.
@@ -135,7 +122,7 @@ type repo struct {
 	sock    Closer
 	// seen: the hellos its socket answered, for the actor to apply.
 	seen    *seenPods
-	takenAt time.Time // when the spool was taken (for writersGrace)
+	takenAt time.Time // when the spool was taken (for spool.Writing)
 	// drainPending: a drain's change is committing. The next drain waits
 	// for it: its end removes the taken file, which must not be the next
 	// one taken meanwhile.
@@ -1052,18 +1039,7 @@ func (r *repo) status() RepoStatus {
 		s.Paused = &PauseStatus{Pod: p.Pod, Role: p.Role, Message: p.Message, Since: p.At, Until: p.Until}
 	}
 	if d, err := r.clanker(); err == nil {
-		if info, err := d.Lstat(spoolName); err == nil && info.IsRegular() {
-			s.Spool.PendingBytes = info.Size
-		}
-		if info, err := d.Lstat(drainingName); err == nil && info.IsRegular() {
-			s.Spool.DrainingBytes = info.Size
-			if r.st.Drain != nil {
-				s.Spool.DrainingBytes -= r.st.Drain.Offset
-			}
-		}
-		if info, err := d.Lstat(deadName); err == nil && info.IsRegular() {
-			s.Spool.DeadBytes = info.Size
-		}
+		s.Spool.PendingBytes, s.Spool.DrainingBytes, s.Spool.DeadBytes = spool.Sizes(d, r.st.Drain)
 		d.Close()
 	}
 	for p, why := range r.refused {

@@ -5,7 +5,8 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 )
 
-// clankerStore is the clanker repos' durable record in the state store.
+// clankerStore is the clanker domain's Store port (clanker.Store): the
+// clanker repos' durable record in the state store (state/clanker.go).
 type clankerStore struct{ st *state.Store }
 
 var _ clanker.Store = clankerStore{}

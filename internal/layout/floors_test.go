@@ -29,6 +29,7 @@ var floors = map[string]int{
 	"supervisor": 1,
 	"state":      1,
 	"platform":   2,
+	"spool":      2,
 	"lanes":      3,
 	"fleet":      3,
 	"approvals":  3,
@@ -45,7 +46,7 @@ var floors = map[string]int{
 var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
 	"the supervision (restart policy, the event log) and the state store: supervisor, state",
-	"the platform under the domains (processes, sandbox, sockets, safe files, secrets): platform",
+	"the platform under the domains (processes, sandbox, sockets, safe files, secrets; clanker's spool files): platform, spool",
 	"the domains: lanes, fleet, approvals, executors, clanker, loops, chat",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
@@ -57,7 +58,8 @@ const internalDir = "internal"
 
 // sameFloor are the imports allowed between two folders of one floor.
 var sameFloor = map[[2]string]string{
-	{"api", "wire"}: "api's shared types use wire's (ARCHITECTURE: api imports nothing of ours but wire)",
+	{"api", "wire"}:       "api's shared types use wire's (ARCHITECTURE: api imports nothing of ours but wire)",
+	{"spool", "platform"}: "the spool's files are reached beneath a repo's .clanker (platform/beneath)",
 }
 
 // knownViolations are imports that break the floors today and that a
@@ -248,6 +250,8 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"lower floor", pkg{ImportPath: m("lanes"), Imports: []string{m("supervisor/eventlog"), m("actors"), m("api"), "fmt"}}, ""},
 		{"own folder", pkg{ImportPath: m("lanes"), Imports: []string{m("lanes/runner")}}, ""},
 		{"api uses wire", pkg{ImportPath: m("api"), Imports: []string{m("wire")}}, ""},
+		{"spool uses platform", pkg{ImportPath: m("spool"), Imports: []string{m("platform/beneath"), m("wire")}}, ""},
+		{"a domain uses spool", pkg{ImportPath: m("clanker"), Imports: []string{m("spool")}}, ""},
 		{"actors uses protoactor", pkg{ImportPath: m("actors"), Imports: []string{protoactor + "/actor"}}, ""},
 		{"cmd uses internal", pkg{ImportPath: m("cmd/orchbench"), Imports: []string{m("internal/daemonrun")}}, ""},
 		{"a test uses internal", pkg{ImportPath: m("lanes"), TestImports: []string{m("internal/daemonrun")}}, ""},
@@ -261,6 +265,8 @@ func TestCheckFindsViolations(t *testing.T) {
 			"api imports lanes: floor 0 (bytes, shared types and the actor facade: api, wire, actors) must not import floor 3"},
 		{"same floor, other folder", pkg{ImportPath: m("lanes"), Imports: []string{m("clanker")}},
 			"lanes imports clanker: both on floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat), and a package imports its own floor only within its own folder (lanes/)"},
+		{"platform on spool", pkg{ImportPath: m("platform/beneath"), Imports: []string{m("spool")}}, "platform/beneath imports spool: both on floor 2"},
+		{"spool on a domain", pkg{ImportPath: m("spool"), Imports: []string{m("clanker")}}, "spool imports clanker: floor 2"},
 		{"wire on api", pkg{ImportPath: m("wire"), Imports: []string{m("api")}}, "wire imports api: both on floor 0"},
 		{"wire on protoactor", pkg{ImportPath: m("wire"), Deps: []string{"fmt", protoactor + "/actor"}},
 			"wire depends on protoactor (" + protoactor + "/actor, 1 package(s) in all): api/, wire/ and the control client are free of actor code"},

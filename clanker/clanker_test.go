@@ -1,7 +1,6 @@
 package clanker
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -16,9 +15,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/platform/beneath"
+	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -103,34 +102,6 @@ func TestRecoverOutbox(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(dead); string(b) != "cut\nx\n" {
 		t.Fatalf("dead file %q", b)
-	}
-}
-
-// A spool line over the limit is consumed whole and reported; the lines
-// after it are read as they are.
-func TestReadSpoolLine(t *testing.T) {
-	long := strings.Repeat("x", wire.MaxClankerLine+10)
-	br := bufio.NewReaderSize(strings.NewReader("a\r\n"+long+"\nb\nlast"), 4096)
-	var got []string
-	var sizes []int
-	for {
-		l, n, size, err := readSpoolLine(br)
-		if n == 0 {
-			break
-		}
-		sizes = append(sizes, size)
-		if err != nil {
-			got = append(got, "ERR:"+err.Error())
-			continue
-		}
-		got = append(got, string(l))
-	}
-	want := []string{"a", "ERR:a spool line over 1048576 bytes", "b", "last"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("got %q", got)
-	}
-	if fmt.Sprint(sizes) != fmt.Sprint([]int{1, len(long), 1, 4}) {
-		t.Fatalf("sizes %v, want each line's length without its end", sizes)
 	}
 }
 
@@ -282,8 +253,8 @@ func TestFlushOutboxWaitsPerFile(t *testing.T) {
 	line := func(seq int64, file, data string, replace bool) state.ClankerLine {
 		return state.ClankerLine{Seq: seq, File: filepath.Join(dir, file), Data: data, Replace: replace}
 	}
-	r.outbox = []state.ClankerLine{line(1, deadName, "d1\n", false), line(2, eventsName, "e2\n", false), line(3, eventsName, "e3\n", false),
-		line(4, deadName, "d4\n", false), line(5, "history/h.md", "h5", true), line(6, eventsName, "e6\n", false)}
+	r.outbox = []state.ClankerLine{line(1, spool.DeadName, "d1\n", false), line(2, eventsName, "e2\n", false), line(3, eventsName, "e3\n", false),
+		line(4, spool.DeadName, "d4\n", false), line(5, "history/h.md", "h5", true), line(6, eventsName, "e6\n", false)}
 	done, written := r.flushOutbox(d)
 	if done != 1 || fmt.Sprint(written) != "[4 5]" {
 		t.Fatalf("done %d, written %v; want 1, [4 5]", done, written)
@@ -291,10 +262,10 @@ func TestFlushOutboxWaitsPerFile(t *testing.T) {
 	if fmt.Sprint(seqs(r.outbox)) != "[2 3 6]" {
 		t.Fatalf("kept %v, want [2 3 6]", seqs(r.outbox))
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, deadName)); string(b) != "d1\nd4\n" {
+	if b, _ := os.ReadFile(filepath.Join(dir, spool.DeadName)); string(b) != "d1\nd4\n" {
 		t.Fatalf("dead-letter file %q", b)
 	}
-	if fi, _ := os.Stat(filepath.Join(dir, deadName)); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(filepath.Join(dir, spool.DeadName)); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("dead-letter file %v", fi.Mode())
 	}
 	r.flushOutbox(d)
