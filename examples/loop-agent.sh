@@ -1,5 +1,5 @@
 #!/bin/sh
-# A fake agent for orchestrd's loops (README, "Loops"): no model, no network,
+# A fake agent for orchestrd's loops (README, "Your first loop"): no model, no network,
 # it leaves what each loop type must leave, so a plan runs to its merge.
 # The prompt is on stdin; ORCHESTRD_LOOP_TYPE is the loop's type and
 # ORCHESTRD_LOOP_ARTIFACT the file it must write (relative to the current

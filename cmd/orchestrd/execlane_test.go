@@ -12,8 +12,8 @@ import (
 	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
-// readmeFleetConfig is the README's fleet config (the toml block of "A
-// fleet") made to run alone on this machine: its routes left out (the
+// readmeFleetConfig is the README's fleet config (the toml block of its
+// guide "A three-node fleet") made to run alone on this machine: its routes left out (the
 // other nodes are not there), its ports free ones; the [http] table
 // listens on a free port as "[http] listen" turns the API on.
 func readmeFleetConfig(t *testing.T) string {
@@ -22,7 +22,7 @@ func readmeFleetConfig(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)### A fleet.*?```toml\n(\\[cluster\\]\n.*?)```").FindSubmatch(b)
+	m := regexp.MustCompile("(?s)### A three-node fleet\n.*?```toml\n(\\[cluster\\]\n.*?)```").FindSubmatch(b)
 	if m == nil {
 		t.Fatal("no [cluster] toml block in README's fleet section")
 	}

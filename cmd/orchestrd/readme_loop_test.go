@@ -16,7 +16,7 @@ import (
 
 // readmeLoopsHeading is the README section whose example
 // TestREADMELoopExample runs.
-const readmeLoopsHeading = "### Loops: agents that iterate until the work validates"
+const readmeLoopsHeading = "### Your first loop"
 
 // readmeSection is README's section under heading, up to the next heading
 // of its level or above; it fails t when there is none.

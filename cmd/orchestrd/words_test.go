@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -50,9 +51,33 @@ func TestCLIWords(t *testing.T) {
 	}
 }
 
-// The README's ready line names the fields the daemon's has, its
-// unknown-lane message is the one run and lane token print, and it points
-// at nothing outside the repository (../shared/ is not in a clone).
+// readyLines are the daemon's ready lines text shows: each line indented
+// "INF orchestrd ready ...", joined with the lines below it indented
+// deeper (a ready line wrapped to fit the page), without "INF orchestrd
+// ready ".
+func readyLines(text string) []string {
+	var found []string
+	lines := strings.Split(text, "\n")
+	indent := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		rest, ok := strings.CutPrefix(strings.TrimLeft(l, " "), "INF orchestrd ready ")
+		if !ok || indent(l) == 0 {
+			continue
+		}
+		for i+1 < len(lines) && strings.TrimSpace(lines[i+1]) != "" && indent(lines[i+1]) > indent(l) {
+			i++
+			rest += " " + strings.TrimSpace(lines[i])
+		}
+		found = append(found, rest)
+	}
+	return found
+}
+
+// The README's ready lines name the fields the daemon's have, the lanes
+// page's unknown-lane message is the one run and lane token print, and
+// README and docs/ point at nothing outside the repository (../shared/ is
+// not in a clone).
 func TestREADMEMatchesDaemon(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../../README.md")
@@ -60,13 +85,20 @@ func TestREADMEMatchesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	if strings.Contains(readme, "../shared") {
-		t.Errorf("README points at ../shared, which a clone does not have")
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("docs/*.md: %v %q", err, pages)
+	}
+	sub, _ := filepath.Glob("../../docs/*/*.md")
+	for _, p := range append([]string{"../../README.md", "../../ARCHITECTURE.md"}, append(pages, sub...)...) {
+		if b, err := os.ReadFile(p); err != nil || strings.Contains(string(b), "../shared") {
+			t.Errorf("%s points at ../shared, which a clone does not have (or: %v)", p, err)
+		}
 	}
 	// The ready lines: the first, of a daemon alone; the fleet
-	// section's, of a node of a fleet (cluster=, node=).
-	ms := regexp.MustCompile(`(?m)^\s+INF orchestrd ready (.*)$`).FindAllStringSubmatch(readme, -1)
-	if len(ms) != 2 || strings.Contains(ms[0][1], "cluster=") || !strings.Contains(ms[1][1], "cluster=") {
+	// guide's, of a node of a fleet (cluster=, node=).
+	ms := readyLines(readme)
+	if len(ms) != 2 || strings.Contains(ms[0], "cluster=") || !strings.Contains(ms[1], "cluster=") {
 		t.Fatalf("want two ready lines in README, a daemon's alone and then a fleet node's: %q", ms)
 	}
 	fields := func(line string) []string {
@@ -96,25 +128,29 @@ func TestREADMEMatchesDaemon(t *testing.T) {
 	}
 
 	d := startDaemon(t, "[lanes.net]\nrunners = 1\nspares = 0\nnetwork = \"host\"\n[lanes.no-net]\nrunners = 1\nspares = 0\n")
-	if documented, real := fields(ms[0][1]), readyFields(d); !slices.Equal(documented, real) {
+	if documented, real := fields(ms[0]), readyFields(d); !slices.Equal(documented, real) {
 		t.Errorf("README's ready line has %v, the daemon's %v", documented, real)
 	}
 	// A node of a fleet (of one), with README's fleet config.
 	fd := startDaemonAt(t, fleetHome(t, "gpu-box", readmeFleetConfig(t)), "")
-	if documented, real := fields(ms[1][1]), readyFields(fd); !slices.Equal(documented, real) {
+	if documented, real := fields(ms[1]), readyFields(fd); !slices.Equal(documented, real) {
 		t.Errorf("README's ready line of a fleet node has %v, the daemon's %v", documented, real)
 	}
 
-	m := regexp.MustCompile("`(unknown lane \"NOPE\"; the daemon's lanes are) \\.\\.\\.`").FindStringSubmatch(readme)
+	lanes, err := os.ReadFile("../../docs/lanes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`(unknown lane \"NOPE\"; the daemon's lanes are) \\.\\.\\.`").FindStringSubmatch(string(lanes))
 	if m == nil {
-		t.Fatal("no unknown-lane message in README")
+		t.Fatal("no unknown-lane message in docs/lanes.md")
 	}
 	_, errOut, code := runCLI(t, "--home", d.home, "run", "--lane", "NOPE", "--", "true")
 	if code != 1 || errOut != "orchestrd: "+m[1]+" net, no-net\n" {
-		t.Errorf("run --lane NOPE: exit %d, %q; README says %q", code, errOut, m[1]+" ...")
+		t.Errorf("run --lane NOPE: exit %d, %q; docs/lanes.md says %q", code, errOut, m[1]+" ...")
 	}
 	_, errOut, code = runCLI(t, "--home", d.home, "lane", "token", "NOPE")
 	if code != 1 || errOut != "orchestrd lane token: "+m[1]+" net, no-net\n" {
-		t.Errorf("lane token NOPE: exit %d, %q; README says %q", code, errOut, m[1]+" ...")
+		t.Errorf("lane token NOPE: exit %d, %q; docs/lanes.md says %q", code, errOut, m[1]+" ...")
 	}
 }
