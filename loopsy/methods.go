@@ -1,6 +1,7 @@
 package loopsy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,16 +29,39 @@ import (
 //
 // A refusal is an api.Error whose Data is ErrorData (Loopsy's code).
 func (d *Domain) Register(mux api.Mux) {
-	mux.Handle("loopsy.context.put", d.contextPut)
-	mux.Handle("loopsy.context.get", d.contextGet)
-	mux.Handle("loopsy.context.delete", d.contextDelete)
-	mux.Handle("loopsy.context.list", d.contextList)
-	mux.Handle("loopsy.peer.list", d.peerList)
-	mux.Handle("loopsy.peer.add", d.peerAdd)
-	mux.Handle("loopsy.peer.handshake", d.peerHandshake)
-	mux.Handle("loopsy.peer.remove", d.peerRemove)
-	mux.Handle("loopsy.status", d.statusMethod)
+	for method, h := range map[string]func(api.Call){
+		"loopsy.context.put": d.contextPut, "loopsy.context.get": d.contextGet, "loopsy.context.delete": d.contextDelete,
+		"loopsy.context.list": d.contextList, "loopsy.peer.list": d.peerList, "loopsy.peer.add": d.peerAdd,
+		"loopsy.peer.handshake": d.peerHandshake, "loopsy.peer.remove": d.peerRemove, "loopsy.status": d.statusMethod,
+	} {
+		mux.Handle(method, h)
+	}
 }
+
+// decode decodes call's params into a P; false once it failed the call.
+func decode[P any](call api.Call) (P, bool) {
+	var p P
+	if err := call.Decode(&p); err != nil {
+		call.Fail(err)
+		return p, false
+	}
+	return p, true
+}
+
+// committed answers call once wait says the store has committed the
+// change: with what answer gives, or the store's failure at what.
+func (d *Domain) committed(call api.Call, wait func() error, what string, answer func() any) {
+	go func() {
+		if err := wait(); err != nil {
+			d.fail(call, what, err)
+			return
+		}
+		call.Respond(answer())
+	}()
+}
+
+// recv is a wait on done.
+func recv(done <-chan error) func() error { return func() error { return <-done } }
 
 // The params of the methods.
 type (
@@ -71,6 +95,20 @@ func (b contextSetBody) check() error {
 	return nil
 }
 
+// decodeWithBody decodes call's params into p, then the request's body in
+// them (*body) into b; false once it failed the call.
+func (d *Domain) decodeWithBody(call api.Call, p any, body *json.RawMessage, b interface{ check() error }, prefix string) bool {
+	if err := call.Decode(p); err != nil {
+		call.Fail(err)
+		return false
+	}
+	if err := decodeBody(*body, b, prefix); err != nil {
+		d.fail(call, "", err)
+		return false
+	}
+	return true
+}
+
 // decodeBody decodes a request's body into v, as Loopsy's server does:
 // members it does not know are ignored. prefix starts the refusal's text.
 func decodeBody(raw json.RawMessage, v interface{ check() error }, prefix string) error {
@@ -88,87 +126,64 @@ func decodeBody(raw json.RawMessage, v interface{ check() error }, prefix string
 
 func (d *Domain) contextPut(call api.Call) {
 	var p contextParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
 	var b contextSetBody
-	if err := decodeBody(p.Body, &b, ""); err != nil {
-		d.fail(call, "", err)
+	if !d.decodeWithBody(call, &p, &p.Body, &b, "") {
 		return
 	}
-	from := p.From
-	if from == "" {
-		from = "local"
-	}
+	from := cmp.Or(p.From, "local")
 	doc, wait, err := d.ctx.put(p.Key, *b.Value, from, b.TTL)
 	if err != nil {
 		d.fail(call, "recording the context entry", err)
 		return
 	}
-	go func() { // answered once the store has committed it
-		if err := wait(); err != nil {
-			d.fail(call, "recording the context entry", err)
-			return
-		}
-		call.Respond(json.RawMessage(doc))
-	}()
+	d.committed(call, wait, "recording the context entry", func() any { return json.RawMessage(doc) })
+}
+
+// keyNotFound refuses a context key that has no entry.
+func keyNotFound(key string) error {
+	return &refusal{CodeContextNotFound, fmt.Sprintf("Key '%s' not found", key)}
 }
 
 func (d *Domain) contextGet(call api.Call) {
-	var p contextParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
+	if p, ok := decode[contextParams](call); ok {
+		if e, found := d.ctx.get(p.Key); found {
+			call.Respond(e)
+		} else {
+			d.fail(call, "", keyNotFound(p.Key))
+		}
 	}
-	e, ok := d.ctx.get(p.Key)
-	if !ok {
-		d.fail(call, "", &refusal{CodeContextNotFound, fmt.Sprintf("Key '%s' not found", p.Key)})
-		return
-	}
-	call.Respond(e)
 }
 
 func (d *Domain) contextDelete(call api.Call) {
-	var p contextParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
-	ok, done := d.ctx.del(p.Key)
+	p, ok := decode[contextParams](call)
 	if !ok {
-		d.fail(call, "", &refusal{CodeContextNotFound, fmt.Sprintf("Key '%s' not found", p.Key)})
 		return
 	}
-	go func() {
-		if err := <-done; err != nil {
-			d.fail(call, "removing the context entry", err)
-			return
-		}
-		call.Respond(map[string]any{"success": true, "key": p.Key})
-	}()
+	found, done := d.ctx.del(p.Key)
+	if !found {
+		d.fail(call, "", keyNotFound(p.Key))
+		return
+	}
+	d.committed(call, recv(done), "removing the context entry", func() any { return map[string]any{"success": true, "key": p.Key} })
 }
 
 func (d *Domain) contextList(call api.Call) {
-	var p contextParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
+	p, ok := decode[contextParams](call)
+	if !ok {
 		return
 	}
 	call.Respond(map[string]any{"entries": d.ctx.list(p.Prefix)})
 }
 
 func (d *Domain) peerList(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
+	if _, ok := decode[api.NoParams](call); !ok {
 		return
 	}
 	call.Respond(map[string]any{"peers": d.peers.list()})
 }
 
 func (d *Domain) statusMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
+	if _, ok := decode[api.NoParams](call); !ok {
 		return
 	}
 	call.Respond(map[string]any{"peers": d.peers.counts()})
@@ -177,40 +192,25 @@ func (d *Domain) statusMethod(call api.Call) {
 // added answers a peer's add once the store has committed it, telling of
 // a peer new to the registry.
 func (d *Domain) added(call api.Call, pi PeerInfo, added bool, done <-chan error, source, keyName string, answer any) {
-	go func() {
-		if err := <-done; err != nil {
-			d.fail(call, "recording the peer", err)
-			return
-		}
+	d.committed(call, recv(done), "recording the peer", func() any {
 		if added {
 			d.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: source, KeyName: keyName})
 		}
 		if answer == nil {
-			answer = pi
+			return pi
 		}
-		call.Respond(answer)
-	}()
+		return answer
+	})
 }
 
 func (d *Domain) peerAdd(call api.Call) {
 	var p peerParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
 	var b addPeerBody
-	if err := decodeBody(p.Body, &b, ""); err != nil {
-		d.fail(call, "", err)
+	if !d.decodeWithBody(call, &p, &p.Body, &b, "") {
 		return
 	}
-	id := b.NodeID
-	if id == "" {
-		id = "manual-" + net.JoinHostPort(b.Address, fmt.Sprint(b.Port))
-	}
-	host := b.Hostname
-	if host == "" {
-		host = b.Address
-	}
+	id := cmp.Or(b.NodeID, "manual-"+net.JoinHostPort(b.Address, fmt.Sprint(b.Port)))
+	host := cmp.Or(b.Hostname, b.Address)
 	pi, added, done := d.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: b.Address, Port: b.Port, Platform: "unknown",
 		Version: "unknown", Status: "unknown", ManuallyAdded: true, Source: "manual"})
 	d.added(call, pi, added, done, "manual", p.KeyName, nil)
@@ -218,13 +218,8 @@ func (d *Domain) peerAdd(call api.Call) {
 
 func (d *Domain) peerHandshake(call api.Call) {
 	var p peerParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
 	var b handshakeBody
-	if err := decodeBody(p.Body, &b, "invalid handshake: "); err != nil {
-		d.fail(call, "", err)
+	if !d.decodeWithBody(call, &p, &p.Body, &b, "invalid handshake: ") {
 		return
 	}
 	ours, _ := majorVersion(d.cfg.ProtocolVersion)
@@ -245,22 +240,17 @@ func (d *Domain) peerHandshake(call api.Call) {
 }
 
 func (d *Domain) peerRemove(call api.Call) {
-	var p peerParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
+	p, ok := decode[peerParams](call)
+	if !ok {
 		return
 	}
-	ok, done := d.peers.remove(p.NodeID)
-	if !ok {
+	found, done := d.peers.remove(p.NodeID)
+	if !found {
 		d.fail(call, "", &refusal{CodePeerNotFound, fmt.Sprintf("Peer %s not found", p.NodeID)})
 		return
 	}
-	go func() {
-		if err := <-done; err != nil {
-			d.fail(call, "removing the peer", err)
-			return
-		}
+	d.committed(call, recv(done), "removing the peer", func() any {
 		d.emit(PeerRemoved{NodeID: p.NodeID, KeyName: p.KeyName})
-		call.Respond(map[string]any{"success": true, "nodeId": p.NodeID})
-	}()
+		return map[string]any{"success": true, "nodeId": p.NodeID}
+	})
 }
