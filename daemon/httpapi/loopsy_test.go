@@ -523,3 +523,14 @@ func FuzzBodies(f *testing.F) {
 		}
 	})
 }
+
+// A refusal of Loopsy's domain is answered with its code and the status
+// Loopsy gives it (the domain says the code, the front-end the status).
+func TestLoopsyStatus(t *testing.T) {
+	for code, want := range map[int]int{CodeContextNotFound: 404, CodePeerNotFound: 404, CodeContextTooLarge: 413,
+		CodeContextMaxEntries: 400, CodePeerVersionMismatch: 400, CodeInvalidRequest: 400, CodeInternal: 500} {
+		if got := loopsyStatus(code); got != want {
+			t.Errorf("code %d: status %d, want %d", code, got, want)
+		}
+	}
+}
