@@ -425,7 +425,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// GET /metrics behind the API's key; every request observed.
 	mounts = append(mounts, httpapi.Mount{Pattern: "GET /metrics", Handler: mx.Handler(), Bearer: true})
-	if err := httpFE.start(opts.Home, st, opts.Version, mgr, bus, started, opts.Logger, mounts, mx.ObserveHTTP); err != nil {
+	if err := httpFE.start(opts.Home, st, opts.Version, srv, bus, started, opts.Logger, mounts, mx.ObserveHTTP); err != nil {
 		_ = srv.Close()
 		shutdownClanker()
 		shutdownExecutors()

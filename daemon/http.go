@@ -8,23 +8,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	"github.com/orchestrd/orchestrd/daemon/ui"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
-
-// loopsyStore keeps the HTTP API's context and peers in the state store.
-type loopsyStore struct{ st *state.Store }
-
-var _ httpapi.Store = loopsyStore{}
-
-func (s loopsyStore) Enqueue(w state.Write, done func(error)) error { return s.st.Enqueue(w, done) }
-func (s loopsyStore) Context(nowMs int64) ([]state.LoopsyRow, error) {
-	return s.st.Loopsy().Context(nowMs)
-}
-func (s loopsyStore) Peers() ([]state.LoopsyRow, error) { return s.st.Loopsy().Peers() }
 
 // httpFront is Loopsy's HTTP API as a front-end: its key read and its
 // address bound before the lanes start (bindHTTP), so that a port in use
@@ -93,21 +82,30 @@ func (h *httpFront) warn(log zerolog.Logger) {
 	}
 }
 
-// start serves the API on its bound address, once the lanes take jobs.
-// When it cannot, as bindHTTP: a FrontEndError when the config file
-// turned it on, else warned and off.
+// start serves the API on its bound address, once the lanes take jobs,
+// and Loopsy's domain behind it, its methods registered on the method
+// table (ctrl, which the API calls). When it cannot, as bindHTTP: a
+// FrontEndError when the config file turned it on, else warned and off.
 // mounts are the other front-ends served on its listener (the dashboard,
 // /metrics); observe hears of every request answered.
-func (h *httpFront) start(home string, st *state.Store, version string, mgr *lanes.Manager, bus *eventlog.Bus, started time.Time, log zerolog.Logger,
+func (h *httpFront) start(home string, st *state.Store, version string, ctrl *control.Server, bus *eventlog.Bus, started time.Time, log zerolog.Logger,
 	mounts []httpapi.Mount, observe func(route string, status int, d time.Duration)) error {
 	if h.ln == nil {
 		return nil
 	}
 	ln := h.ln
 	h.ln = nil // Start serves or closes it
-	srv, err := httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Lanes: mgr,
-		Store: loopsyStore{st}, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln, Certificate: h.cert,
-		Mounts: mounts, Observe: observe})
+	dom, err := newLoopsy(h.cfg, ln.Addr(), st, bus, log)
+	var srv *httpapi.Server
+	if err != nil {
+		ln.Close()
+		bus.Emit(httpapi.Unavailable{Addr: h.cfg.Listen, Error: err.Error()})
+	} else {
+		dom.Register(ctrl)
+		srv, err = httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Caller: ctrl,
+			OnClose: dom.Stop, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln, Certificate: h.cert,
+			Mounts: mounts, Observe: observe})
+	}
 	if err != nil {
 		h.fe = api.FrontEnd{Name: "http", Off: err.Error(), Failed: true}
 		h.err = err
@@ -118,6 +116,7 @@ func (h *httpFront) start(home string, st *state.Store, version string, mgr *lan
 		return nil
 	}
 	h.srv = srv
+	dom.Start()
 	return nil
 }
 

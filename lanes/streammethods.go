@@ -86,7 +86,9 @@ func (m *Manager) streamMethod(call api.Call) {
 		}
 		spec := *p.Job
 		spec.StdinStream = spec.StdinStream || p.Stdin
-		m.SubmitReading(spec, "control", func(id string, rd *OutputReader, err error) {
+		// The reader is named for the door the call came through: control
+		// (the socket), http (the HTTP API's /execute), ui.
+		m.SubmitReading(spec, api.OriginOf(call).By, func(id string, rd *OutputReader, err error) {
 			if err != nil {
 				call.Fail(err)
 				return

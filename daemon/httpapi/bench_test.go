@@ -13,9 +13,41 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/daemon/control"
 	loopsy "github.com/orchestrd/orchestrd/daemon/httpapi/client"
+	dom "github.com/orchestrd/orchestrd/loopsy"
 	"github.com/orchestrd/orchestrd/state"
 )
+
+// benchServer starts the API with Loopsy's domain behind it (its context in
+// st, or in memory when st is nil), through a method table of its own.
+func benchServer(b *testing.B, cfg Config, key string, st dom.Store) *Server {
+	d, err := dom.New(dom.Options{Config: dom.Config{MaxValueBytes: cfg.Context.MaxValueBytes, MaxEntries: cfg.Context.MaxEntries,
+		PruneInterval: cfg.Context.PruneInterval.Duration, HealthInterval: cfg.Peers.HealthInterval.Duration,
+		HealthFailures: cfg.Peers.HealthFailures}, Store: st, NodeID: "n", Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	b.Cleanup(sys.Shutdown)
+	ctrl, err := control.New(control.Options{Path: filepath.Join(b.TempDir(), "daemon.sock"), System: sys, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ctrl.Close() })
+	d.Register(ctrl)
+	ctrl.Handle("lane.list", func(call api.Call) { call.Respond(map[string]any{"lanes": []any{}}) }) // no lanes: /execute is off
+	s, err := Start(Options{Config: cfg, APIKey: key, NodeID: "n", Caller: ctrl, OnClose: d.Stop, Home: b.TempDir(),
+		Logger: zerolog.Nop(), Started: time.Now()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.Start()
+	b.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
 
 // BenchmarkContextGet: one GET /context/KEY over loopback HTTP, client and
 // server in this process, the audit log on.
@@ -24,13 +56,9 @@ func BenchmarkContextGet(b *testing.B) {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.RateLimits = RateLimits{}
 	key := strings.Repeat("a", 64)
-	s, err := Start(Options{Config: cfg, APIKey: key, NodeID: "n", Store: &memStore{}, Home: b.TempDir(), Logger: zerolog.Nop(), Started: time.Now()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := benchServer(b, cfg, key, nil)
 	base := "http://" + s.Addr() + "/api/v1"
-	if _, wait, err := s.ctx.put("k", "v", "n", nil); err != nil || wait() != nil {
+	if err := loopsy.New(base, key, false).Do(context.Background(), http.MethodPut, "/context/k", map[string]any{"value": "v"}, nil); err != nil {
 		b.Fatal(err)
 	}
 	c := &http.Client{}
@@ -74,17 +102,13 @@ func BenchmarkContextPut(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	b.Cleanup(func() { st.Close() }) // after the server (cleanups run last first)
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.RateLimits = RateLimits{}
 	key := strings.Repeat("a", 64)
-	s, err := Start(Options{Config: cfg, APIKey: key, NodeID: "n", Store: stateStore{st}, Home: b.TempDir(), Logger: zerolog.Nop(), Started: time.Now()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	api := loopsy.New("http://"+s.Addr()+"/api/v1", key, false)
+	s := benchServer(b, cfg, key, stateStore{st})
+	cl := loopsy.New("http://"+s.Addr()+"/api/v1", key, false)
 	var wid atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8) // 16 clients on 2 cores
@@ -94,7 +118,7 @@ func BenchmarkContextPut(b *testing.B) {
 		w, k := wid.Add(1), 0
 		for pb.Next() {
 			k++
-			err := api.Do(context.Background(), http.MethodPut, fmt.Sprintf("/context/bench-%d-%d", w, k%50), map[string]any{"value": "v", "ttl": 3600}, nil)
+			err := cl.Do(context.Background(), http.MethodPut, fmt.Sprintf("/context/bench-%d-%d", w, k%50), map[string]any{"value": "v", "ttl": 3600}, nil)
 			if err != nil {
 				b.Error(err)
 				return

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -219,4 +220,35 @@ func expandHome(p string) string {
 		}
 	}
 	return p
+}
+
+// SplitPeerAddr reads ADDRESS[:PORT], the port 19532 when not given.
+func SplitPeerAddr(s string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") && s != "" && !strings.ContainsAny(s, "/ \t") {
+			return strings.Trim(s, "[]"), 19532, nil
+		}
+		return "", 0, fmt.Errorf("want ADDRESS[:PORT], got %q", s)
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("want ADDRESS[:PORT] with a port 1-65535, got %q", s)
+	}
+	return host, port, nil
+}
+
+// DiscoveryOn says whether [http] discovery is on: as configured, else on
+// only when the API listens beyond loopback (a loopback API cannot be
+// reached by the peers it would find).
+func DiscoveryOn(c Config) bool {
+	if c.Discovery != nil {
+		return *c.Discovery
+	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host != "localhost" && (ip == nil || !ip.IsLoopback())
 }

@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -178,37 +177,163 @@ func (x *executions) closeAll() {
 	}
 	x.mu.Unlock()
 	for _, id := range ids {
-		x.s.opts.Lanes.Cancel(id, func(bool, error) {})
+		x.s.cancelJob(context.Background(), id)
+	}
+}
+
+// cancelJob asks job.cancel for job id.
+func (s *Server) cancelJob(ctx context.Context, id string) error {
+	return s.call(ctx, "job.cancel", map[string]any{"id": id}, nil)
+}
+
+// laneNames are the daemon's lanes (lane.list).
+func (s *Server) laneNames() ([]string, error) {
+	var ls struct {
+		Lanes []api.LaneStatus `json:"lanes"`
+	}
+	if err := s.call(context.Background(), "lane.list", nil, &ls); err != nil {
+		return nil, fmt.Errorf("reading the lanes for /execute: %w", err)
+	}
+	names := make([]string, len(ls.Lanes))
+	for i, l := range ls.Lanes {
+		names[i] = l.Name
+	}
+	return names, nil
+}
+
+// The job's output streams (job.stream's pieces).
+const (
+	streamStdout = "stdout"
+	streamStderr = "stderr"
+	streamOutput = "output" // both, merged (a job run on a pty)
+)
+
+// pushed is one line job.stream sent ahead of its answer: the piece,
+// and what to tell it once this request has taken it.
+type pushed struct {
+	data  []byte
+	taken func(ok bool)
+}
+
+// streamEnd is job.stream's answer.
+type streamEnd struct {
+	raw json.RawMessage
+	err error
+}
+
+// jobRun is one command running as a job, its output coming from
+// job.stream (submitted with it, so every byte from the first): each
+// piece is taken by this request before the next comes, so a request that
+// does not read holds the job back (its output is flow-controlled to it).
+type jobRun struct {
+	id     string
+	pieces chan pushed
+	end    chan streamEnd
+	cancel context.CancelFunc // detaches the stream
+}
+
+// submit runs spec as a job through job.stream: the run, once the job is
+// recorded, or the error that refused it. base ending detaches the
+// stream.
+func (s *Server) submit(base context.Context, spec api.JobSpec) (*jobRun, error) {
+	if s.opts.Caller == nil {
+		return nil, errors.New("the HTTP API has no method table")
+	}
+	ctx, cancel := context.WithCancel(base)
+	j := &jobRun{pieces: make(chan pushed), end: make(chan streamEnd, 1), cancel: cancel}
+	push := func(_ string, data []byte, taken func(bool)) {
+		select {
+		case j.pieces <- pushed{data, taken}:
+		case <-ctx.Done():
+			taken(false)
+		}
+	}
+	go func() {
+		raw, err := s.opts.Caller.Invoke(ctx, api.Origin{By: byHTTP}, "job.stream", map[string]any{"submit": spec}, push)
+		j.end <- streamEnd{raw, err}
+	}()
+	// The first line names the job.
+	select {
+	case head := <-j.pieces:
+		head.taken(true)
+		p, err := wire.DecodeStreamPiece(head.data)
+		if err != nil || p.JobID == "" {
+			cancel()
+			return nil, fmt.Errorf("reading job.stream's first line: %q (%v)", head.data, err)
+		}
+		j.id = p.JobID
+		return j, nil
+	case e := <-j.end:
+		cancel()
+		if e.err == nil {
+			e.err = errors.New("job.stream answered before it named its job")
+		}
+		return nil, e.err
+	}
+}
+
+// read gives f each piece of the job's output, in order, until the job
+// has ended and every byte is read: the job's final record. f's error, or
+// the stream's (base ended), stops it, the stream detached.
+func (j *jobRun) read(f func(p wire.StreamPiece) error) (api.JobRecord, error) {
+	for {
+		select {
+		case pc := <-j.pieces:
+			p, err := wire.DecodeStreamPiece(pc.data)
+			if err == nil {
+				err = f(p)
+			}
+			if err != nil {
+				pc.taken(false)
+				j.cancel()
+				return api.JobRecord{}, err
+			}
+			pc.taken(true)
+		case e := <-j.end:
+			// Every piece was taken before the answer (a push waits
+			// for this request).
+			j.cancel()
+			if e.err != nil {
+				return api.JobRecord{}, e.err
+			}
+			var res struct {
+				Job api.JobRecord `json:"job"`
+			}
+			if err := json.Unmarshal(e.raw, &res); err != nil {
+				return api.JobRecord{}, fmt.Errorf("reading job.stream's answer: %w", err)
+			}
+			return res.Job, nil
+		}
 	}
 }
 
 // start checks a request and runs its command as a job on the exec lane,
-// a reader attached to its output from the first byte: the reader, or
-// false once it answered the error.
-func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*lanes.OutputReader, string, bool) {
+// its output read from the first byte: the run, or false once it answered
+// the error. base ending detaches the run's stream.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, base context.Context, stream bool) (*jobRun, bool) {
 	if s.execOff != "" {
 		writeError(w, http.StatusServiceUnavailable, CodeExecFailed, "Remote execution is off on this node: "+s.execOff)
-		return nil, "", false
+		return nil, false
 	}
 	var p executeParams
 	if !decodeBody(w, r, &p) {
-		return nil, "", false
+		return nil, false
 	}
 	if err := p.check(); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
-		return nil, "", false
+		return nil, false
 	}
 	name := keyName(r)
-	base := path.Base(p.Command)
-	if slices.Contains(s.cfg.Denylist, base) {
+	cmdBase := path.Base(p.Command)
+	if slices.Contains(s.cfg.Denylist, cmdBase) {
 		s.emit(ExecDenied{KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Reason: "denylist"})
-		writeError(w, http.StatusForbidden, CodeCommandDenied, fmt.Sprintf("Command '%s' is denied", base))
-		return nil, "", false
+		writeError(w, http.StatusForbidden, CodeCommandDenied, fmt.Sprintf("Command '%s' is denied", cmdBase))
+		return nil, false
 	}
 	if !s.exec.reserve() {
 		s.emit(ExecDenied{KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Reason: "max_concurrent"})
 		writeError(w, http.StatusTooManyRequests, CodeMaxConcurrent, fmt.Sprintf("Max concurrent jobs (%d) reached", s.cfg.MaxConcurrent))
-		return nil, "", false
+		return nil, false
 	}
 	timeout := s.cfg.DefaultTimeout.Duration
 	if p.Timeout != nil {
@@ -225,19 +350,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*la
 	e := &execution{info: jobInfo{Command: p.Command, Args: args, StartedAt: time.Now().UnixMilli(), FromNodeID: from, Stream: stream}}
 	spec := api.JobSpec{Lane: s.cfg.ExecLane, Argv: append([]string{p.Command}, args...), Cwd: p.Cwd, Env: p.Env,
 		TimeoutMs: uint64(max(timeout.Milliseconds(), 1)), ToolName: "loopsy", AgentID: from}
-	type res struct {
-		id  string
-		rd  *lanes.OutputReader
-		err error
-	}
-	ch := make(chan res, 1)
-	s.opts.Lanes.SubmitReading(spec, "http", func(id string, rd *lanes.OutputReader, err error) { ch <- res{id, rd, err} })
-	sr := <-ch
-	if sr.err != nil {
+	j, err := s.submit(base, spec)
+	if err != nil {
 		s.exec.submitted("", e)
 		status, code := http.StatusInternalServerError, CodeExecFailed
 		var ae *api.Error
-		if errors.As(sr.err, &ae) {
+		if errors.As(err, &ae) {
 			switch ae.Code {
 			case api.CodeInvalidParams:
 				status, code = http.StatusBadRequest, CodeInvalidRequest
@@ -245,22 +363,24 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, stream bool) (*la
 				status, code = http.StatusTooManyRequests, CodeMaxConcurrent
 			}
 		}
-		writeError(w, status, code, "Execution failed: "+sr.err.Error())
-		return nil, "", false
+		writeError(w, status, code, "Execution failed: "+err.Error())
+		return nil, false
 	}
-	e.info.JobID = sr.id
-	info(r).jobID = sr.id
-	s.exec.submitted(sr.id, e)
-	s.emit(ExecStarted{JobID: sr.id, KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Args: p.Args, Stream: stream})
-	return sr.rd, sr.id, true
+	e.info.JobID = j.id
+	info(r).jobID = j.id
+	s.exec.submitted(j.id, e)
+	s.emit(ExecStarted{JobID: j.id, KeyName: name, Peer: r.RemoteAddr, Command: p.Command, Args: p.Args, Stream: stream})
+	return j, true
 }
 
-// wait returns a channel that gets the job's final record.
-func (s *Server) wait(id string) <-chan api.JobRecord {
-	done := make(chan api.JobRecord, 1)
-	if _, err := s.opts.Lanes.Wait(id, func(rec api.JobRecord) { done <- rec }); err != nil {
-		done <- api.JobRecord{ID: id, State: api.StateFailed, Error: err.Error()}
-	}
+// wait returns a channel closed once job id has ended (job.wait), or
+// ctx ended.
+func (s *Server) wait(ctx context.Context, id string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.call(ctx, "job.wait", map[string]any{"id": id}, nil)
+	}()
 	return done
 }
 
@@ -271,17 +391,18 @@ func killed(rec api.JobRecord) bool { return rec.WasTimeout || rec.WasCancelled 
 // Its reader takes every piece as it comes, so the job never waits for
 // this request.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	rd, id, ok := s.start(w, r, false)
+	j, ok := s.start(w, r, context.Background(), false)
 	if !ok {
 		return
 	}
+	id := j.id
 	defer s.exec.finished(id)
 	var out, errOut []byte
 	var outCut, errCut int64
-	// To the job's end (or the reader closed: what was read is the answer).
-	_ = rd.ReadToEnd(context.Background(), func(p lanes.OutputPiece) error {
+	// To the job's end.
+	rec, err := j.read(func(p wire.StreamPiece) error {
 		buf, cut := &out, &outCut
-		if p.Stream == lanes.StreamStderr {
+		if p.Stream == streamStderr {
 			buf, cut = &errOut, &errCut
 		}
 		if p.Gap > 0 {
@@ -293,8 +414,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		*cut += int64(len(p.Data) - min(room, len(p.Data)))
 		return nil
 	})
-	rd.Close("ended")
-	rec := rd.Record()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, CodeExecFailed, "Execution failed: reading the job's output: "+err.Error())
+		return
+	}
 	if rec.State == api.StateError {
 		// It never ran (its command could not be run, its cwd is not
 		// there...): upstream's spawn error, EXEC_FAILED. The store's
@@ -334,10 +457,11 @@ var errClientGone = errors.New("the stream's client went away")
 // flow-controlled to the stream), not the daemon's memory. One that goes
 // away cancels the job.
 func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
-	rd, id, ok := s.start(w, r, true)
+	j, ok := s.start(w, r, r.Context(), true)
 	if !ok {
 		return
 	}
+	id := j.id
 	defer s.exec.finished(id)
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -348,7 +472,9 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	// Once the job has ended, the rest goes to a client that still reads,
 	// each write within streamWriteTimeout.
-	ended := s.wait(id)
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	ended := s.wait(wctx, id)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -388,14 +514,14 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush() == nil
 	}
-	err := rd.ReadToEnd(r.Context(), func(p lanes.OutputPiece) error {
+	rec, err := j.read(func(p wire.StreamPiece) error {
 		sent := true
 		if p.Gap > 0 {
 			sent = send("dropped", strconv.FormatInt(p.Gap, 10), map[string]any{"bytes": p.Gap})
 		} else {
 			stream := p.Stream
-			if stream == lanes.StreamOutput {
-				stream = lanes.StreamStdout
+			if stream == streamOutput {
+				stream = streamStdout
 			}
 			// At most sseChunk bytes an event: a NUL is six bytes of
 			// JSON, and the line is held until the client takes it.
@@ -415,14 +541,11 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		// The client went away (its request's context, a write that
-		// failed) or the reader was closed.
-		rd.Close("detached")
+		// failed) or the stream ended without its answer.
 		s.clientGone(id)
 		<-ended
 		return
 	}
-	rd.Close("ended")
-	rec := rd.Record()
 	code := "null"
 	if rec.ExitCode != nil {
 		code = strconv.Itoa(int(*rec.ExitCode))
@@ -442,7 +565,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) clientGone(id string) {
 	s.emit(ExecCancelled{JobID: id, Reason: "client_gone"})
-	s.opts.Lanes.Cancel(id, func(bool, error) {})
+	_ = s.cancelJob(context.Background(), id)
 }
 
 // cancel is DELETE /execute/:jobId.
@@ -453,10 +576,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeJobNotFound, fmt.Sprintf("Job %s not found", id))
 		return
 	}
-	type res struct{ err error }
-	ch := make(chan res, 1)
-	s.opts.Lanes.Cancel(id, func(_ bool, err error) { ch <- res{err} })
-	if err := (<-ch).err; err != nil {
+	if err := s.cancelJob(r.Context(), id); err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeInvalidState {
 			writeError(w, http.StatusNotFound, CodeJobNotFound, fmt.Sprintf("Job %s not found (%s)", id, ae.Message))

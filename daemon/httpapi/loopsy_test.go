@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime/multipart"
 	"net/http"
@@ -18,8 +17,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
-
-	"github.com/orchestrd/orchestrd/state"
 )
 
 // resolve follows symlinks and .. on the real file system, component by
@@ -130,96 +127,6 @@ func TestLimiter(t *testing.T) {
 	_, report, suppressed := l.allow("k", "exec", now.Add(21*time.Second))
 	if !report || suppressed != 1 {
 		t.Fatalf("report %v suppressed %d, want true 1", report, suppressed)
-	}
-}
-
-// memStore is a Store that can be told to refuse.
-type memStore struct {
-	fail   error
-	writes int
-}
-
-func (m *memStore) Enqueue(w state.Write, done func(error)) error {
-	if m.fail != nil {
-		return m.fail
-	}
-	m.writes++
-	done(nil)
-	return nil
-}
-func (m *memStore) Context(int64) ([]state.LoopsyRow, error) { return nil, nil }
-func (m *memStore) Peers() ([]state.LoopsyRow, error)        { return nil, nil }
-
-func TestContextStore(t *testing.T) {
-	st := &memStore{}
-	c, err := newCtxStore(st, ContextConfig{MaxValueBytes: 8, MaxEntries: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.UnixMilli(1_000_000)
-	c.now = func() time.Time { return now }
-	ttl := 1.5
-	put := func(k, v string, ttl *float64) error {
-		_, wait, err := c.put(k, v, "n", ttl)
-		if err == nil {
-			err = wait()
-		}
-		return err
-	}
-	if err := put("a", "1", &ttl); err != nil {
-		t.Fatal(err)
-	}
-	if e, ok := c.get("a"); !ok || e.ExpiresAt != 1_001_500 {
-		t.Fatalf("get a: %+v %v", e, ok)
-	}
-	if err := put("b", "2", nil); err != nil {
-		t.Fatal(err)
-	}
-	var ec *errContext
-	if err := put("c", "3", nil); !errors.As(err, &ec) || ec.code != CodeContextMaxEntries {
-		t.Fatalf("a third entry: %v", err)
-	}
-	if err := put("b", "123456789", nil); !errors.As(err, &ec) || ec.code != CodeContextTooLarge || ec.status != 413 {
-		t.Fatalf("a 9-byte value: %v", err)
-	}
-	now = now.Add(1500 * time.Millisecond)
-	if _, ok := c.get("a"); ok {
-		t.Fatal("an expired entry is still read")
-	}
-	if got := c.list(""); len(got) != 1 || got[0].Key != "b" {
-		t.Fatalf("list: %+v", got)
-	}
-	if err := put("c", "3", nil); err != nil { // the expired one no longer counts
-		t.Fatalf("a new entry once one expired: %v", err)
-	}
-	if e, _ := c.get("b"); e.CreatedAt != 1_000_000 {
-		t.Fatalf("b: %+v", e)
-	}
-	now = now.Add(time.Second)
-	if err := put("b", "new", nil); err != nil {
-		t.Fatal(err)
-	}
-	if e, _ := c.get("b"); e.CreatedAt != 1_000_000 || e.UpdatedAt != now.UnixMilli() || e.Value != "new" {
-		t.Fatalf("an update keeps createdAt: %+v", e)
-	}
-	// A write the store refuses is not kept: the value before it is back.
-	st.fail = errors.New("disk full")
-	if err := put("b", "lost", nil); err == nil {
-		t.Fatal("a refused write succeeded")
-	}
-	if e, _ := c.get("b"); e.Value != "new" {
-		t.Fatalf("after a refused write b is %q", e.Value)
-	}
-	if err := put("d", "x", nil); err == nil {
-		t.Fatal("a refused write succeeded")
-	}
-	if _, ok := c.get("d"); ok {
-		t.Fatal("a refused new entry is kept")
-	}
-	for _, k := range []string{"", strings.Repeat("k", 257), "a\x00b", "\xff"} {
-		if err := put(k, "v", nil); !errors.As(err, &ec) || ec.code != CodeInvalidRequest {
-			t.Errorf("key %q: %v", k, err)
-		}
 	}
 }
 
@@ -548,39 +455,6 @@ func FuzzPush(f *testing.F) {
 	})
 }
 
-// FuzzBodies: the JSON bodies of context, peers and transfers decode and
-// check without a panic; what passes holds what its handler needs.
-func FuzzBodies(f *testing.F) {
-	for _, s := range []string{`{"value":"v","ttl":60}`, `{"value":""}`, `{"ttl":-1}`, `{"value":"v","ttl":1e300}`,
-		`{"nodeId":"n","hostname":"h","platform":"linux","version":"1.0.53","port":19532,"capabilities":[]}`,
-		`{"address":"10.0.0.1","port":70000}`, `{"address":"a b"}`, `[]`, `null`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var cs contextSetBody
-		if json.Unmarshal(b, &cs) == nil && cs.check() == nil {
-			if cs.Value == nil || (cs.TTL != nil && *cs.TTL <= 0) {
-				t.Fatalf("context %q passed", b)
-			}
-		}
-		var hs handshakeBody
-		if json.Unmarshal(b, &hs) == nil && hs.check() == nil {
-			if hs.NodeID == "" || hs.Port < 1 || hs.Port > 65535 || hs.Capabilities == nil {
-				t.Fatalf("handshake %q passed", b)
-			}
-		}
-		var ap addPeerBody
-		if json.Unmarshal(b, &ap) == nil && ap.check() == nil {
-			if ap.Address == "" || ap.Port < 1 || ap.Port > 65535 {
-				t.Fatalf("peer %q passed", b)
-			}
-		}
-		if v, err := wantChecksum(string(b)); err == nil && v != "" && len(v) != 64 {
-			t.Fatalf("checksum %q passed as %q", b, v)
-		}
-	})
-}
-
 // The audit log rotates past max_bytes, keeps keep files, and every line
 // is whole JSON; close writes what was queued.
 func TestAuditRotates(t *testing.T) {
@@ -636,50 +510,27 @@ func TestSplitPeerAddr(t *testing.T) {
 	}
 }
 
-// The registry keeps at most maxPeers; a known peer is still updated.
-func TestPeersBounded(t *testing.T) {
-	p, err := newPeers(nil)
-	if err != nil {
-		t.Fatal(err)
+// FuzzBodies: a transfer's checksum decodes and checks without a panic;
+// what passes is a SHA-256 in hex. (The bodies of the context and the
+// peers are the loopsy domain's: its FuzzBodies.)
+func FuzzBodies(f *testing.F) {
+	for _, s := range []string{"", "sha256:ab", strings.Repeat("a", 64), "sha256:" + strings.Repeat("F", 64), `{"value":"v"}`} {
+		f.Add([]byte(s))
 	}
-	for i := range maxPeers {
-		if _, _, done := p.add(PeerInfo{NodeID: fmt.Sprint(i)}); <-done != nil {
-			t.Fatal("refused below the bound")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if v, err := wantChecksum(string(b)); err == nil && v != "" && len(v) != 64 {
+			t.Fatalf("checksum %q passed as %q", b, v)
 		}
-	}
-	_, added, done := p.add(PeerInfo{NodeID: "one-more"})
-	var ec *errContext
-	if err := <-done; added || !errors.As(err, &ec) || ec.code != CodeInvalidRequest {
-		t.Fatalf("past the bound: added %v, %v", added, err)
-	}
-	if _, _, done := p.add(PeerInfo{NodeID: "7", Status: "online"}); <-done != nil {
-		t.Fatal("a known peer refused at the bound")
-	}
-	if pi, _ := p.get("7"); pi.Status != "online" {
-		t.Fatalf("peer 7: %+v", pi)
-	}
+	})
 }
 
-// An mDNS answer cannot move a peer known a more trusted way; a more
-// trusted way updates one mDNS found.
-func TestPeersTrust(t *testing.T) {
-	p, _ := newPeers(nil)
-	add := func(pi PeerInfo) PeerInfo {
-		got, _, done := p.add(pi)
-		if err := <-done; err != nil {
-			t.Fatal(err)
+// A refusal of Loopsy's domain is answered with its code and the status
+// Loopsy gives it (the domain says the code, the front-end the status).
+func TestLoopsyStatus(t *testing.T) {
+	for code, want := range map[int]int{CodeContextNotFound: 404, CodePeerNotFound: 404, CodeContextTooLarge: 413,
+		CodeContextMaxEntries: 400, CodePeerVersionMismatch: 400, CodeInvalidRequest: 400, CodeInternal: 500} {
+		if got := loopsyStatus(code); got != want {
+			t.Errorf("code %d: status %d, want %d", code, got, want)
 		}
-		return got
-	}
-	add(PeerInfo{NodeID: "n", Address: "10.0.0.1", Source: "handshake"})
-	if got := add(PeerInfo{NodeID: "n", Address: "10.6.6.6", Source: "mdns"}); got.Address != "10.0.0.1" {
-		t.Fatalf("mDNS moved a handshaken peer: %+v", got)
-	}
-	add(PeerInfo{NodeID: "m", Address: "10.0.0.2", Source: "mdns"})
-	if got := add(PeerInfo{NodeID: "m", Address: "10.0.0.3", Port: 1, Source: "manual", ManuallyAdded: true}); got.Address != "10.0.0.3" || got.Source != "manual" {
-		t.Fatalf("a hand-added update of an mDNS peer: %+v", got)
-	}
-	if got := add(PeerInfo{NodeID: "m", Address: "10.6.6.6", Source: "mdns"}); got.Address != "10.0.0.3" {
-		t.Fatalf("mDNS moved a hand-added peer: %+v", got)
 	}
 }

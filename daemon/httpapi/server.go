@@ -1,8 +1,17 @@
 // Package httpapi is the daemon's HTTP front-end: Loopsy's cross-machine
 // API (spec 004) at /api/v1, so the loopsy CLI and other Loopsy daemons
-// work against orchestrd. Commands run as jobs on a lane, supervised like
-// any other. Every request but /health needs a key (Authorization: Bearer
-// <64 hex>): the daemon's own (home/http.key) or a peer's (allowed_keys).
+// work against orchestrd. Every request but /health needs a key
+// (Authorization: Bearer <64 hex>): the daemon's own (home/http.key) or a
+// peer's (allowed_keys).
+//
+// It is a front-end only: routing, keys, rate limits, the audit log, and
+// the encoding of Loopsy's bodies, errors and streams. It reaches the
+// domains one way, the daemon's method table (Caller, which is
+// control.Server.Invoke), as the control socket and the dashboard do:
+// commands run as jobs on a lane (job.stream, job.cancel, job.wait,
+// lane.list), the shared context and the peers are Loopsy's domain
+// (loopsy.*, package loopsy). Transfers are files moved over HTTP beneath
+// the allowed roots (transfer.go).
 package httpapi
 
 import (
@@ -18,13 +27,11 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -60,14 +67,28 @@ const (
 	shutdownStreamsGrace    = 2 * time.Second
 )
 
+// Caller calls a method of the daemon's method table (control.Server's
+// Invoke), as the dashboard's Caller does; push hears the lines a
+// streaming method (job.stream) sends ahead of its answer.
+type Caller interface {
+	Invoke(ctx context.Context, from api.Origin, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error)
+}
+
+// byHTTP is the origin of the API's calls (api.Origin's By).
+const byHTTP = "http"
+
 // Options configures a Server.
 type Options struct {
 	Config  Config
 	APIKey  string // the daemon's own key
 	NodeID  string
 	Version string // orchestrd's
-	Lanes   *lanes.Manager
-	Store   Store // nil: context and peers live in memory only
+	// Caller is the method table: the lanes' methods and Loopsy's
+	// (loopsy.*) are called through it.
+	Caller Caller
+	// OnClose, when set, runs first when the server closes (the daemon
+	// stops Loopsy's background work there).
+	OnClose func()
 	Home    string
 	Bus     *eventlog.Bus
 	Logger  zerolog.Logger
@@ -108,18 +129,12 @@ type Server struct {
 	ln     net.Listener
 	log    zerolog.Logger
 	done   chan struct{}
-	stop   chan struct{} // ends the background loops
-	bg     sync.WaitGroup
 	exec   *executions
-	ctx    *ctxStore
-	peers  *peers
 	paths  paths
 	limits *limiter
 	audit  *audit // nil without a home
 	// execOff says why /execute is off ("" when on: ExecOff).
 	execOff string
-	// stopDiscovery ends mDNS; nil when discovery is off.
-	stopDiscovery func()
 }
 
 type namedKey struct{ name, key string }
@@ -153,21 +168,15 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	var err error
-	if s.ctx, err = newCtxStore(opts.Store, cfg.Context); err != nil {
-		return unavailable(err)
-	}
-	if s.peers, err = newPeers(opts.Store); err != nil {
-		return unavailable(err)
-	}
-	if err := s.addManual(); err != nil {
-		return unavailable(err)
-	}
 	s.paths = newPaths(cfg.Transfer, opts.Home)
 	s.limits = newLimiter(cfg.RateLimits)
 	// An exec_lane the config file set is a lane (Validate); the default
 	// one may not be: /execute is then off, said once here.
-	if opts.Lanes != nil {
-		names := opts.Lanes.LaneNames()
+	if opts.Caller != nil {
+		names, err := s.laneNames()
+		if err != nil {
+			return unavailable(err)
+		}
 		if s.execOff = ExecOff(cfg, names); s.execOff != "" {
 			s.log.Warn().Str("exec_lane", cfg.ExecLane).Strs("lanes", names).Msg("http: /execute is off: " + s.execOff)
 			s.emit(ExecuteDisabled{ExecLane: cfg.ExecLane, Lanes: names, Reason: s.execOff})
@@ -200,29 +209,7 @@ func Start(opts Options) (*Server, error) {
 			s.log.Error().Err(err).Msg("http: the server stopped")
 		}
 	}()
-	s.stop = make(chan struct{})
-	s.bg.Add(2)
-	go func() {
-		defer s.bg.Done()
-		s.ctx.pruneLoop(cfg.Context.PruneInterval.Duration, s.stop, func(err error) {
-			s.log.Error().Err(err).Msg("http: pruning the expired context entries")
-		})
-	}()
-	go func() {
-		defer s.bg.Done()
-		s.healthLoop(s.stop)
-	}()
 	s.emit(Listening{Addr: ln.Addr().String(), TLS: cfg.Cert != ""})
-	if discoveryOn(cfg) {
-		stop, err := s.startDiscovery(cfg.Peers.DiscoveryInterval.Duration)
-		if err != nil {
-			s.log.Warn().Err(err).Msg("http: going on without mDNS discovery")
-			s.emit(DiscoveryUnavailable{Error: err.Error()})
-		} else {
-			s.stopDiscovery = stop
-			s.emit(DiscoveryStarted{Service: MDNSService, Port: s.port()})
-		}
-	}
 	return s, nil
 }
 
@@ -233,11 +220,9 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // still running (their waiting requests answer killed), lets requests
 // finish for a moment, then closes what is left.
 func (s *Server) Close(ctx context.Context) error {
-	if s.stopDiscovery != nil {
-		s.stopDiscovery()
+	if s.opts.OnClose != nil {
+		s.opts.OnClose()
 	}
-	close(s.stop)
-	s.bg.Wait()
 	s.exec.closeAll()
 	sctx, cancel := context.WithTimeout(ctx, shutdownStreamsGrace)
 	defer cancel()
@@ -410,7 +395,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 func (s *Server) identityBody() map[string]any {
 	host, _ := os.Hostname()
 	return map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
-		"version": ProtocolVersion, "port": s.port(), "capabilities": []string{"execute", "execute-stream", "transfer", "context", "peers"},
+		"version": ProtocolVersion, "port": s.port(), "capabilities": Capabilities,
 		"orchestrd": s.opts.Version}
 }
 
@@ -421,19 +406,42 @@ func (s *Server) port() int {
 	return 0
 }
 
+// Capabilities are what this node says it serves (identity, mDNS).
+var Capabilities = []string{"execute", "execute-stream", "transfer", "context", "peers"}
+
 func (s *Server) identity(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.identityBody())
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	host, _ := os.Hostname()
-	ls := []api.LaneStatus{}
-	if s.opts.Lanes != nil {
-		ls = s.opts.Lanes.Lanes()
+	var lanes struct {
+		Lanes json.RawMessage `json:"lanes"`
+	}
+	var loopsy struct {
+		Peers json.RawMessage `json:"peers"`
+	}
+	if err := s.call(r.Context(), "lane.list", nil, &lanes); err != nil {
+		s.writeCallErr(w, err)
+		return
+	}
+	if err := s.call(r.Context(), "loopsy.status", nil, &loopsy); err != nil {
+		s.writeCallErr(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodeId": s.opts.NodeID, "hostname": host, "platform": runtime.GOOS,
 		"version": ProtocolVersion, "orchestrd": s.opts.Version, "uptime": time.Since(s.opts.Started).Milliseconds(),
-		"peers": s.peers.counts(),
+		"peers": loopsy.Peers,
 		"jobs":  map[string]int{"active": s.exec.active(), "total": s.exec.total()},
-		"lanes": ls})
+		"lanes": lanes.Lanes})
+}
+
+// zlogWriter routes the lines of a standard-library logger (net/http's
+// server errors such as failed TLS handshakes) into zerolog at debug
+// level: a scanner on the port must not fill the log.
+type zlogWriter struct{ log zerolog.Logger }
+
+func (w zlogWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -37,6 +37,7 @@ var floors = map[string]int{
 	"clanker":    3,
 	"loops":      3,
 	"chat":       3,
+	"loopsy":     3,
 	"daemon":     4,
 	"cmd":        5,
 	"examples":   5,
@@ -47,7 +48,7 @@ var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
 	"the supervision (restart policy, the event log) and the state store: supervisor, state",
 	"the platform under the domains (processes, sandbox, sockets, safe files, secrets; clanker's spool files): platform, spool",
-	"the domains: lanes, fleet, approvals, executors, clanker, loops, chat",
+	"the domains: lanes, fleet, approvals, executors, clanker, loops, chat, loopsy",
 	"the daemon and its front-ends: daemon",
 	"the binaries: cmd, examples",
 }
@@ -98,6 +99,75 @@ func TestFloors(t *testing.T) {
 	}
 	for edge := range knownViolations {
 		t.Logf("known violation %q is no longer seen: delete it from knownViolations", edge)
+	}
+}
+
+// frontEnds are the front-ends that reach the domains only through the
+// method table (ARCHITECTURE: one door): they import no domain package and
+// not the state store.
+var frontEnds = []string{"daemon/httpapi"}
+
+// Every front-end in frontEnds reaches the domains one way, the method
+// table: none imports a domain (a folder on the domains' floor) or state/.
+func TestFrontEndsOneDoor(t *testing.T) {
+	var bad []string
+	for _, p := range goList(t) {
+		from, ok := ours(p.ImportPath)
+		if !ok {
+			continue
+		}
+		bad = append(bad, checkFrontEnd(from, p.Imports)...)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%d import(s) of a front-end go around the method table:\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+}
+
+// checkFrontEnd says which of imports (of package from, both inside the
+// module) go around the method table, when from is a front-end (or a
+// package under one).
+func checkFrontEnd(from string, imports []string) []string {
+	fe := ""
+	for _, f := range frontEnds {
+		if from == f || strings.HasPrefix(from, f+"/") {
+			fe = f
+		}
+	}
+	if fe == "" {
+		return nil
+	}
+	var bad []string
+	for _, imp := range imports {
+		to, ok := ours(imp)
+		if !ok {
+			continue
+		}
+		top := topDir(to)
+		if floors[top] == floors["lanes"] || top == "state" {
+			bad = append(bad, fmt.Sprintf("%s imports %s: the front-end %s reaches the domains and the state store through the method table only",
+				from, to, fe))
+		}
+	}
+	return bad
+}
+
+// The front-end check fails on a domain or state/ and passes the rest.
+func TestCheckFrontEnd(t *testing.T) {
+	m := func(rel string) string { return module + "/" + rel }
+	for _, c := range []struct {
+		from    string
+		imports []string
+		want    int
+	}{
+		{"daemon/httpapi", []string{m("api"), m("wire"), m("platform/beneath"), m("supervisor/eventlog"), "net/http"}, 0},
+		{"daemon/httpapi", []string{m("lanes")}, 1},
+		{"daemon/httpapi", []string{m("state"), m("loopsy"), m("api")}, 2},
+		{"daemon/httpapi/client", []string{m("lanes/runner")}, 1},
+		{"daemon", []string{m("lanes"), m("state")}, 0}, // the daemon wires the domains
+	} {
+		if got := checkFrontEnd(c.from, c.imports); len(got) != c.want {
+			t.Errorf("%s importing %v: %v, want %d violation(s)", c.from, c.imports, got, c.want)
+		}
 	}
 }
 
@@ -258,13 +328,13 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"internal uses the daemon", pkg{ImportPath: m("internal/daemonrun"), Imports: []string{m("daemon/control"), m("api")}}, ""},
 
 		{"higher floor", pkg{ImportPath: m("lanes"), Imports: []string{m("daemon/control")}},
-			"lanes imports daemon/control: floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat) must not import floor 4 (the daemon and its front-ends: daemon)"},
+			"lanes imports daemon/control: floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat, loopsy) must not import floor 4 (the daemon and its front-ends: daemon)"},
 		{"higher floor in a test", pkg{ImportPath: m("supervisor/eventlog"), XTestImports: []string{m("lanes")}},
 			"supervisor/eventlog imports in its tests lanes: floor 1"},
 		{"api on a domain", pkg{ImportPath: m("api"), Imports: []string{m("lanes")}},
 			"api imports lanes: floor 0 (bytes, shared types and the actor facade: api, wire, actors) must not import floor 3"},
 		{"same floor, other folder", pkg{ImportPath: m("lanes"), Imports: []string{m("clanker")}},
-			"lanes imports clanker: both on floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat), and a package imports its own floor only within its own folder (lanes/)"},
+			"lanes imports clanker: both on floor 3 (the domains: lanes, fleet, approvals, executors, clanker, loops, chat, loopsy), and a package imports its own floor only within its own folder (lanes/)"},
 		{"platform on spool", pkg{ImportPath: m("platform/beneath"), Imports: []string{m("spool")}}, "platform/beneath imports spool: both on floor 2"},
 		{"spool on a domain", pkg{ImportPath: m("spool"), Imports: []string{m("clanker")}}, "spool imports clanker: floor 2"},
 		{"wire on api", pkg{ImportPath: m("wire"), Imports: []string{m("api")}}, "wire imports api: both on floor 0"},

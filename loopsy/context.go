@@ -1,11 +1,9 @@
-package httpapi
+package loopsy
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,7 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 )
 
-// Store is where the API keeps what must survive a restart: the shared
+// Store is where Loopsy keeps what must survive a restart: the shared
 // context and the peers. Writes go through Enqueue (applied in order); the
 // answer to a request that changed something waits for its commit.
 type Store interface {
@@ -37,12 +35,8 @@ type ContextEntry struct {
 
 func (e *ContextEntry) expired(nowMs int64) bool { return e.ExpiresAt != 0 && e.ExpiresAt <= nowMs }
 
-const (
-	maxContextKey = 256
-	// contextBodySlack is what a PUT body may hold beside its value (the
-	// JSON around it, escapes).
-	contextBodySlack = 64 << 10
-)
+// maxContextKey bounds a context key, in bytes.
+const maxContextKey = 256
 
 // ctxStore is the shared context: a map readers see at once, written
 // through to the store in the order of the changes. An expired entry is
@@ -51,11 +45,11 @@ type ctxStore struct {
 	writeThrough
 	mu  sync.Mutex
 	m   map[string]*ContextEntry
-	cfg ContextConfig
+	cfg Config
 	now func() time.Time
 }
 
-func newCtxStore(st Store, cfg ContextConfig) (*ctxStore, error) {
+func newCtxStore(st Store, cfg Config) (*ctxStore, error) {
 	c := &ctxStore{writeThrough: writeThrough{st}, m: map[string]*ContextEntry{}, cfg: cfg, now: time.Now}
 	if st == nil {
 		return c, nil
@@ -102,23 +96,14 @@ func (t writeThrough) commit(w state.Write) <-chan error {
 	return ch
 }
 
-// errContext is a refusal of the context or peers with Loopsy's code and
-// an HTTP status.
-type errContext struct {
-	status, code int
-	msg          string
-}
-
-func (e *errContext) Error() string { return e.msg }
-
 func checkContextKey(key string) error {
 	switch {
 	case key == "":
-		return &errContext{http.StatusBadRequest, CodeInvalidRequest, "a context key must not be empty"}
+		return &refusal{CodeInvalidRequest, "a context key must not be empty"}
 	case len(key) > maxContextKey:
-		return &errContext{http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("a context key is at most %d bytes, got %d", maxContextKey, len(key))}
+		return &refusal{CodeInvalidRequest, fmt.Sprintf("a context key is at most %d bytes, got %d", maxContextKey, len(key))}
 	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
-		return &errContext{http.StatusBadRequest, CodeInvalidRequest, "a context key must be UTF-8 text without NUL"}
+		return &refusal{CodeInvalidRequest, "a context key must be UTF-8 text without NUL"}
 	}
 	return nil
 }
@@ -132,7 +117,7 @@ func (c *ctxStore) put(key, value, from string, ttl *float64) (doc []byte, wait 
 		return nil, nil, err
 	}
 	if len(value) > c.cfg.MaxValueBytes {
-		return nil, nil, &errContext{http.StatusRequestEntityTooLarge, CodeContextTooLarge,
+		return nil, nil, &refusal{CodeContextTooLarge,
 			fmt.Sprintf("Value exceeds max size of %d bytes (got %d)", c.cfg.MaxValueBytes, len(value))}
 	}
 	now := c.now().UnixMilli()
@@ -147,7 +132,7 @@ func (c *ctxStore) put(key, value, from string, ttl *float64) (doc []byte, wait 
 		prev = nil
 	}
 	if prev == nil && c.live(now) >= c.cfg.MaxEntries {
-		return nil, nil, &errContext{http.StatusBadRequest, CodeContextMaxEntries,
+		return nil, nil, &refusal{CodeContextMaxEntries,
 			fmt.Sprintf("Max context entries (%d) reached", c.cfg.MaxEntries)}
 	}
 	if prev != nil {
@@ -256,82 +241,4 @@ func (c *ctxStore) pruneLoop(interval time.Duration, stop <-chan struct{}, logEr
 			}
 		}
 	}
-}
-
-// contextSetBody is Loopsy's ContextSetSchema.
-type contextSetBody struct {
-	Value *string  `json:"value"`
-	TTL   *float64 `json:"ttl"`
-}
-
-func (b contextSetBody) check() error {
-	switch {
-	case b.Value == nil:
-		return errors.New("Missing value")
-	case b.TTL != nil && !(*b.TTL > 0 && *b.TTL <= float64(math.MaxInt64/1e6)):
-		return errors.New("ttl must be a positive number of seconds")
-	}
-	return nil
-}
-
-func (s *Server) writeStoreErr(w http.ResponseWriter, what string, err error) {
-	var ec *errContext
-	if errors.As(err, &ec) {
-		writeError(w, ec.status, ec.code, ec.msg)
-		return
-	}
-	s.log.Error().Err(err).Msg("http: " + what)
-	writeError(w, http.StatusInternalServerError, CodeInternal, what+": "+err.Error())
-}
-
-func (s *Server) contextPut(w http.ResponseWriter, r *http.Request) {
-	var b contextSetBody
-	if !decodeBodyMax(w, r, &b, int64(s.cfg.Context.MaxValueBytes)*6+contextBodySlack) {
-		return
-	}
-	if err := b.check(); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
-		return
-	}
-	from := r.Header.Get("X-Loopsy-Node-Id")
-	if from == "" {
-		from = "local"
-	}
-	doc, wait, err := s.ctx.put(r.PathValue("key"), *b.Value, from, b.TTL)
-	if err == nil {
-		err = wait()
-	}
-	if err != nil {
-		s.writeStoreErr(w, "recording the context entry", err)
-		return
-	}
-	writeJSONBytes(w, http.StatusOK, doc)
-}
-
-func (s *Server) contextGet(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	e, ok := s.ctx.get(key)
-	if !ok {
-		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("Key '%s' not found", key))
-		return
-	}
-	writeJSON(w, http.StatusOK, e)
-}
-
-func (s *Server) contextDelete(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	ok, done := s.ctx.del(key)
-	if !ok {
-		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("Key '%s' not found", key))
-		return
-	}
-	if err := <-done; err != nil {
-		s.writeStoreErr(w, "removing the context entry", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": key})
-}
-
-func (s *Server) contextList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"entries": s.ctx.list(r.URL.Query().Get("prefix"))})
 }

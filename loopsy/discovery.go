@@ -1,4 +1,4 @@
-package httpapi
+package loopsy
 
 import (
 	"context"
@@ -20,21 +20,6 @@ const MDNSService = "_loopsy._tcp"
 
 // mdnsQueryTimeout bounds one browse.
 const mdnsQueryTimeout = 3 * time.Second
-
-// discoveryOn says whether [http] discovery is on: as configured, else on
-// only when the API listens beyond loopback (a loopback API cannot be
-// reached by the peers it would find).
-func discoveryOn(c Config) bool {
-	if c.Discovery != nil {
-		return *c.Discovery
-	}
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host != "localhost" && (ip == nil || !ip.IsLoopback())
-}
 
 // zlogWriter routes the lines of a standard-library logger (net/http's
 // server errors such as failed TLS handshakes, the mdns library's) into
@@ -76,19 +61,18 @@ func advertisedIPs(listen string) []net.IP {
 // version, platform, capabilities) and browses for others every
 // interval, adding each one found as a peer (source mdns). It returns a
 // stop function; an error means mDNS could not start (the API goes on).
-func (s *Server) startDiscovery(interval time.Duration) (func(), error) {
+func (d *Domain) startDiscovery(interval time.Duration) (func(), error) {
 	host, _ := os.Hostname()
 	if host == "" {
 		host = "orchestrd"
 	}
-	id := s.identityBody()
-	txt := []string{"nodeId=" + s.opts.NodeID, "version=" + ProtocolVersion, "platform=" + runtime.GOOS,
-		"capabilities=" + strings.Join(id["capabilities"].([]string), ",")}
-	svc, err := mdns.NewMDNSService(s.opts.NodeID, MDNSService, "", host+".", s.port(), advertisedIPs(s.Addr()), txt)
+	txt := []string{"nodeId=" + d.nodeID, "version=" + d.cfg.ProtocolVersion, "platform=" + runtime.GOOS,
+		"capabilities=" + strings.Join(d.cfg.Capabilities, ",")}
+	svc, err := mdns.NewMDNSService(d.nodeID, MDNSService, "", host+".", d.cfg.Port, advertisedIPs(d.cfg.Addr), txt)
 	if err != nil {
 		return nil, fmt.Errorf("announcing %s: %w", MDNSService, err)
 	}
-	logger := log.New(zlogWriter{s.log}, "", 0)
+	logger := log.New(zlogWriter{d.log}, "", 0)
 	srv, err := mdns.NewServer(&mdns.Config{Zone: svc, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("announcing %s on mDNS: %w", MDNSService, err)
@@ -105,7 +89,7 @@ func (s *Server) startDiscovery(interval time.Duration) (func(), error) {
 				return
 			case <-t.C:
 			}
-			s.browse(ctx, logger)
+			d.browse(ctx, logger)
 			t.Reset(interval)
 		}
 	}()
@@ -117,23 +101,23 @@ func (s *Server) startDiscovery(interval time.Duration) (func(), error) {
 }
 
 // browse asks once for _loopsy._tcp and records what answers.
-func (s *Server) browse(ctx context.Context, logger *log.Logger) {
+func (d *Domain) browse(ctx context.Context, logger *log.Logger) {
 	entries := make(chan *mdns.ServiceEntry, 64)
 	go func() {
 		defer close(entries)
 		q := mdns.DefaultParams(MDNSService)
 		q.Entries, q.Timeout, q.Logger, q.DisableIPv6 = entries, mdnsQueryTimeout, logger, true
 		if err := mdns.QueryContext(ctx, q); err != nil {
-			s.log.Debug().Err(err).Msg("http: mDNS browse")
+			d.log.Debug().Err(err).Msg("loopsy: mDNS browse")
 		}
 	}()
 	for e := range entries {
-		s.found(e)
+		d.found(e)
 	}
 }
 
 // found records a peer an mDNS answer named.
-func (s *Server) found(e *mdns.ServiceEntry) {
+func (d *Domain) found(e *mdns.ServiceEntry) {
 	fields := map[string]string{}
 	for _, f := range e.InfoFields {
 		if k, v, ok := strings.Cut(f, "="); ok {
@@ -141,7 +125,7 @@ func (s *Server) found(e *mdns.ServiceEntry) {
 		}
 	}
 	id := fields["nodeId"]
-	if id == "" || id == s.opts.NodeID || e.Port < 1 || e.Port > 65535 || len(id) > 256 {
+	if id == "" || id == d.nodeID || e.Port < 1 || e.Port > 65535 || len(id) > 256 {
 		return
 	}
 	addr := e.AddrV4
@@ -155,18 +139,18 @@ func (s *Server) found(e *mdns.ServiceEntry) {
 	if c := fields["capabilities"]; c != "" {
 		caps = strings.Split(c, ",")
 	}
-	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: strings.TrimSuffix(e.Host, "."), Address: addr.String(), Port: e.Port,
+	pi, added, done := d.peers.add(PeerInfo{NodeID: id, Hostname: strings.TrimSuffix(e.Host, "."), Address: addr.String(), Port: e.Port,
 		Platform: fields["platform"], Version: fields["version"], Capabilities: caps, Status: "online", LastSeen: time.Now().UnixMilli(),
 		Source: "mdns"})
 	if err := <-done; err != nil {
-		ev := s.log.Warn()
-		if errors.As(err, new(*errContext)) { // the registry is full: a flood of answers must not flood the log
-			ev = s.log.Debug()
+		ev := d.log.Warn()
+		if errors.As(err, new(*refusal)) { // the registry is full: a flood of answers must not flood the log
+			ev = d.log.Debug()
 		}
-		ev.Err(err).Str("node_id", id).Msg("http: recording a peer found by mDNS")
+		ev.Err(err).Str("node_id", id).Msg("loopsy: recording a peer found by mDNS")
 		return
 	}
 	if added {
-		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "mdns"})
+		d.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "mdns"})
 	}
 }

@@ -1,4 +1,4 @@
-package httpapi
+package loopsy
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 )
 
-// PeerInfo is Loopsy's PeerInfo, as /peers answers.
+// PeerInfo is Loopsy's PeerInfo, as loopsy.peer.list (and /peers) answers.
 type PeerInfo struct {
 	NodeID        string   `json:"nodeId"`
 	Hostname      string   `json:"hostname"`
@@ -97,7 +97,7 @@ func (p *peers) add(pi PeerInfo) (PeerInfo, bool, <-chan error) {
 	old := p.m[pi.NodeID]
 	if old == nil && len(p.m) >= maxPeers {
 		ch := make(chan error, 1)
-		ch <- &errContext{http.StatusBadRequest, CodeInvalidRequest,
+		ch <- &refusal{CodeInvalidRequest,
 			fmt.Sprintf("this node knows %d peers, the most it keeps: remove one first", maxPeers)}
 		return pi, false, ch
 	}
@@ -186,11 +186,11 @@ func (p *peers) checked(nodeID string, ok bool, failuresToOffline int) (PeerInfo
 }
 
 // healthLoop asks every known peer's /health each interval until stop.
-func (s *Server) healthLoop(stop <-chan struct{}) {
-	cfg := s.cfg.Peers
-	client := &http.Client{Timeout: min(cfg.HealthInterval.Duration, 5*time.Second),
+func (d *Domain) healthLoop(stop <-chan struct{}) {
+	cfg := d.cfg
+	client := &http.Client{Timeout: min(cfg.HealthInterval, 5*time.Second),
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
-	t := time.NewTicker(cfg.HealthInterval.Duration)
+	t := time.NewTicker(cfg.HealthInterval)
 	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -205,16 +205,16 @@ func (s *Server) healthLoop(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		var wg sync.WaitGroup
-		for _, pi := range s.peers.list() {
+		for _, pi := range d.peers.list() {
 			if pi.Address == "" || pi.Port == 0 {
 				continue
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ok := probeHealth(ctx, client, pi, s.cfg.Cert != "")
-				if np, changed := s.peers.checked(pi.NodeID, ok, cfg.HealthFailures); changed {
-					s.emit(PeerStatusChanged{NodeID: np.NodeID, Address: np.Address, Port: np.Port, Status: np.Status, Failures: np.FailureCount})
+				ok := probeHealth(ctx, client, pi, cfg.TLS)
+				if np, changed := d.peers.checked(pi.NodeID, ok, cfg.HealthFailures); changed {
+					d.emit(PeerStatusChanged{NodeID: np.NodeID, Address: np.Address, Port: np.Port, Status: np.Status, Failures: np.FailureCount})
 				}
 			}()
 		}
@@ -247,39 +247,22 @@ func probeHealth(ctx context.Context, c *http.Client, pi PeerInfo, tls bool) boo
 	return false
 }
 
-// addManual records the peers [http.peers] manual names that are not
-// known yet.
-func (s *Server) addManual() error {
-	for _, m := range s.cfg.Peers.Manual {
-		host, port, _ := SplitPeerAddr(m)
-		id := "manual-" + net.JoinHostPort(host, strconv.Itoa(port))
-		if _, ok := s.peers.get(id); ok {
+// addManual records the peers the config names (Config.Manual) that are
+// not known yet.
+func (d *Domain) addManual() error {
+	for _, m := range d.cfg.Manual {
+		id := "manual-" + net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+		if _, ok := d.peers.get(id); ok {
 			continue
 		}
-		pi, _, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: host, Port: port, Platform: "unknown",
+		pi, _, done := d.peers.add(PeerInfo{NodeID: id, Hostname: m.Host, Address: m.Host, Port: m.Port, Platform: "unknown",
 			Version: "unknown", Status: "unknown", ManuallyAdded: true, Source: "config"})
 		if err := <-done; err != nil {
-			return fmt.Errorf("recording the configured peer %s: %w", m, err)
+			return fmt.Errorf("recording the configured peer %s: %w", net.JoinHostPort(m.Host, strconv.Itoa(m.Port)), err)
 		}
-		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "config"})
+		d.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "config"})
 	}
 	return nil
-}
-
-// SplitPeerAddr reads ADDRESS[:PORT], the port 19532 when not given.
-func SplitPeerAddr(s string) (string, int, error) {
-	host, ps, err := net.SplitHostPort(s)
-	if err != nil {
-		if strings.Contains(err.Error(), "missing port") && s != "" && !strings.ContainsAny(s, "/ \t") {
-			return strings.Trim(s, "[]"), 19532, nil
-		}
-		return "", 0, fmt.Errorf("want ADDRESS[:PORT], got %q", s)
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil || port < 1 || port > 65535 || host == "" {
-		return "", 0, fmt.Errorf("want ADDRESS[:PORT] with a port 1-65535, got %q", s)
-	}
-	return host, port, nil
 }
 
 // majorVersion is the major number of a version such as "1.0.53".
@@ -319,7 +302,7 @@ func (b handshakeBody) check() error {
 	return nil
 }
 
-// addPeerBody is POST /peers.
+// addPeerBody is a peer added by hand (POST /peers).
 type addPeerBody struct {
 	Address  string `json:"address"`
 	Port     int    `json:"port"`
@@ -342,92 +325,4 @@ func (b *addPeerBody) check() error {
 		return errors.New("nodeId is at most 256 bytes")
 	}
 	return nil
-}
-
-func (s *Server) peerCommitted(w http.ResponseWriter, done <-chan error, what string) bool {
-	if err := <-done; err != nil {
-		s.writeStoreErr(w, what, err)
-		return false
-	}
-	return true
-}
-
-func (s *Server) peersList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"peers": s.peers.list()})
-}
-
-func (s *Server) peersAdd(w http.ResponseWriter, r *http.Request) {
-	var b addPeerBody
-	if !decodeBody(w, r, &b) {
-		return
-	}
-	if err := b.check(); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
-		return
-	}
-	id := b.NodeID
-	if id == "" {
-		id = "manual-" + net.JoinHostPort(b.Address, strconv.Itoa(b.Port))
-	}
-	host := b.Hostname
-	if host == "" {
-		host = b.Address
-	}
-	pi, added, done := s.peers.add(PeerInfo{NodeID: id, Hostname: host, Address: b.Address, Port: b.Port, Platform: "unknown",
-		Version: "unknown", Status: "unknown", ManuallyAdded: true, Source: "manual"})
-	if !s.peerCommitted(w, done, "recording the peer") {
-		return
-	}
-	if added {
-		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "manual", KeyName: keyName(r)})
-	}
-	writeJSON(w, http.StatusOK, pi)
-}
-
-func (s *Server) peersHandshake(w http.ResponseWriter, r *http.Request) {
-	var b handshakeBody
-	if !decodeBody(w, r, &b) {
-		return
-	}
-	if err := b.check(); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid handshake: "+err.Error())
-		return
-	}
-	ours, _ := majorVersion(ProtocolVersion)
-	if theirs, ok := majorVersion(b.Version); !ok || theirs != ours {
-		s.emit(PeerHandshakeRefused{NodeID: b.NodeID, Peer: r.RemoteAddr, Version: b.Version, Reason: "version_mismatch"})
-		writeError(w, http.StatusBadRequest, CodePeerVersionMismatch,
-			fmt.Sprintf("protocol version %q is not compatible with this node's %s (the major versions differ)", b.Version, ProtocolVersion))
-		return
-	}
-	addr, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		addr = r.RemoteAddr
-	}
-	pi, added, done := s.peers.add(PeerInfo{NodeID: b.NodeID, Hostname: b.Hostname, Address: addr, Port: b.Port,
-		Platform: b.Platform, Version: b.Version, Capabilities: b.Capabilities, Status: "online", LastSeen: time.Now().UnixMilli(),
-		Source: "handshake"})
-	if !s.peerCommitted(w, done, "recording the peer") {
-		return
-	}
-	if added {
-		s.emit(PeerAdded{NodeID: pi.NodeID, Address: pi.Address, Port: pi.Port, Source: "handshake", KeyName: keyName(r)})
-	}
-	id := s.identityBody()
-	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id["nodeId"], "hostname": id["hostname"], "platform": id["platform"],
-		"version": id["version"], "port": id["port"], "capabilities": id["capabilities"]})
-}
-
-func (s *Server) peersRemove(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("nodeId")
-	ok, done := s.peers.remove(id)
-	if !ok {
-		writeError(w, http.StatusNotFound, CodePeerNotFound, fmt.Sprintf("Peer %s not found", id))
-		return
-	}
-	if !s.peerCommitted(w, done, "removing the peer") {
-		return
-	}
-	s.emit(PeerRemoved{NodeID: id, KeyName: keyName(r)})
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "nodeId": id})
 }
