@@ -108,10 +108,10 @@ func PartResult(p api.AgentPart) string { return ResultWords(p.IsError, p.Text, 
 func Denied(n int) string { return api.Count(n, "tool use") + " denied" }
 
 // Usage is tokens and cost: "120 tokens in, 30 out, 7 cache read,
-// $0.0042"; "-" when none were reported.
+// $0.0042"; "no tokens reported" when none were.
 func Usage(u *api.TokenUsage) string {
 	if u == nil {
-		return "-"
+		return "no tokens reported"
 	}
 	return u.Words()
 }

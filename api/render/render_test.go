@@ -176,7 +176,7 @@ func TestAgentLines(t *testing.T) {
 	if got := PartResult(api.AgentPart{Kind: api.MsgResult, Denied: 3}); got != "3 tool uses denied" {
 		t.Errorf("PartResult = %q", got)
 	}
-	if Usage(nil) != "-" || Usage(u) != "120 tokens in, 30 out, $0.0042" {
+	if Usage(nil) != "no tokens reported" || Usage(u) != "120 tokens in, 30 out, $0.0042" {
 		t.Errorf("Usage: %q, %q", Usage(nil), Usage(u))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/spool"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -123,7 +124,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "  POD\tROLE\tPID\tLAST SEEN\t")
 			for _, p := range r.Pods {
-				seen := formatAge(time.Duration(p.LastSeenMs)*time.Millisecond) + " ago"
+				seen := render.Age(time.Duration(p.LastSeenMs)*time.Millisecond) + " ago"
 				if p.Stale {
 					seen += " (stale)"
 				}

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// render is what prompt and session write for a run of messages.
-func render(verbose bool, msgs ...[2]string) string {
+// renderMessages is what prompt and session write for a run of messages.
+func renderMessages(verbose bool, msgs ...[2]string) string {
 	var out bytes.Buffer
 	f := &taskFollower{stdout: &out, stderr: &out, verbose: verbose, lineStart: true}
 	for _, m := range msgs {
@@ -75,7 +75,7 @@ func TestRenderMessage(t *testing.T) {
 			false, "! denied Bash [31m: a ]0;x b\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := render(c.verbose, c.msgs...); got != c.want {
+			if got := renderMessages(c.verbose, c.msgs...); got != c.want {
 				t.Fatalf("got %q\nwant %q", got, c.want)
 			}
 		})
