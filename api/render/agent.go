@@ -107,6 +107,15 @@ func PartResult(p api.AgentPart) string { return ResultWords(p.IsError, p.Text, 
 // Denied is tool uses refused: "1 tool use denied", "3 tool uses denied".
 func Denied(n int) string { return api.Count(n, "tool use") + " denied" }
 
+// DeniedOfAgent says tool uses refused in a sentence: "1 tool use of the
+// agent was denied", "3 tool uses of the agent were denied".
+func DeniedOfAgent(n int) string {
+	if n == 1 || n == -1 {
+		return api.Count(n, "tool use") + " of the agent was denied"
+	}
+	return api.Count(n, "tool use") + " of the agent were denied"
+}
+
 // Usage is tokens and cost: "120 tokens in, 30 out, 7 cache read,
 // $0.0042"; "no tokens reported" when none were.
 func Usage(u *api.TokenUsage) string {

@@ -176,6 +176,9 @@ func TestAgentLines(t *testing.T) {
 	if got := PartResult(api.AgentPart{Kind: api.MsgResult, Denied: 3}); got != "3 tool uses denied" {
 		t.Errorf("PartResult = %q", got)
 	}
+	if DeniedOfAgent(1) != "1 tool use of the agent was denied" || DeniedOfAgent(2) != "2 tool uses of the agent were denied" {
+		t.Errorf("DeniedOfAgent: %q, %q", DeniedOfAgent(1), DeniedOfAgent(2))
+	}
 	if Usage(nil) != "no tokens reported" || Usage(u) != "120 tokens in, 30 out, $0.0042" {
 		t.Errorf("Usage: %q, %q", Usage(nil), Usage(u))
 	}

@@ -522,11 +522,7 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		why = ": " + render.TaskError(rec.Error)
 	}
 	if rec.Denied > 0 {
-		what := "1 tool use of the agent was"
-		if rec.Denied > 1 {
-			what = fmt.Sprintf("%d tool uses of the agent were", rec.Denied)
-		}
-		fmt.Fprintf(f.stderr, "orchestrd: %s denied in task %s\n", what, rec.ID)
+		fmt.Fprintf(f.stderr, "orchestrd: %s in task %s\n", render.DeniedOfAgent(rec.Denied), rec.ID)
 	}
 	switch rec.State {
 	case api.TaskCompleted:
