@@ -106,6 +106,35 @@ func Resolved(a api.Approval) string {
 	return OneLine(s)
 }
 
+// RuleMatch is what an approval rule matches: "Bash(git status:*)",
+// "Read", "Bash where command ~ ^git (status|diff)".
+func RuleMatch(r api.ApprovalRule) string {
+	s := r.Tool
+	if r.Content != "" {
+		s += "(" + r.Content + ")"
+	}
+	if r.InputField != "" {
+		s += " where " + r.InputField + " ~ " + r.InputPattern
+	}
+	return OneLine(s)
+}
+
+// RuleScope is where an approval rule applies: "directory /src/x,
+// session s-1"; "anywhere" when it is not scoped.
+func RuleScope(r api.ApprovalRule) string {
+	var parts []string
+	if r.Cwd != "" {
+		parts = append(parts, "directory "+r.Cwd)
+	}
+	if r.SessionID != "" {
+		parts = append(parts, "session "+r.SessionID)
+	}
+	if len(parts) == 0 {
+		return "anywhere"
+	}
+	return OneLine(strings.Join(parts, ", "))
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"

@@ -130,6 +130,26 @@ func TestApprovals(t *testing.T) {
 	}
 }
 
+func TestRules(t *testing.T) {
+	for _, c := range []struct {
+		r            api.ApprovalRule
+		match, scope string
+	}{
+		{api.ApprovalRule{Tool: "Read"}, "Read", "anywhere"},
+		{api.ApprovalRule{Tool: "Bash", Content: "git status:*", SessionID: "s-1"}, "Bash(git status:*)", "session s-1"},
+		{api.ApprovalRule{Tool: "Bash", InputField: "command", InputPattern: "^git (status|diff)", Cwd: "/src/x\n"},
+			"Bash where command ~ ^git (status|diff)", "directory /src/x"},
+		{api.ApprovalRule{Tool: "Write", Cwd: "/a", SessionID: "s\x1b"}, "Write", "directory /a, session s"},
+	} {
+		if got := RuleMatch(c.r); got != c.match {
+			t.Errorf("RuleMatch(%+v) = %q, want %q", c.r, got, c.match)
+		}
+		if got := RuleScope(c.r); got != c.scope {
+			t.Errorf("RuleScope(%+v) = %q, want %q", c.r, got, c.scope)
+		}
+	}
+}
+
 func TestAgentLines(t *testing.T) {
 	in := json.RawMessage(`{"command":"rm -rf build"}`)
 	long := strings.Repeat("x", 300)
@@ -255,7 +275,9 @@ func FuzzOneLineForms(f *testing.F) {
 		rec := api.TaskRecord{State: api.TaskState(code), Denied: len(text), Error: &api.TaskError{Code: code, Message: text}}
 		forms := map[string]string{
 			"OneLine": OneLine(text), "Cut": Cut(OneLine(text), 5), "StateWords": StateWords(code),
-			"ApprovalSummary": ApprovalSummary(a), "plan summary": ApprovalSummary(plan), "ApprovalTool": ApprovalTool(a),
+			"ApprovalSummary": ApprovalSummary(a),
+			"RuleMatch":       RuleMatch(api.ApprovalRule{Tool: tool, Content: text, InputField: code, InputPattern: text}),
+			"RuleScope":       RuleScope(api.ApprovalRule{Cwd: text, SessionID: code}), "plan summary": ApprovalSummary(plan), "ApprovalTool": ApprovalTool(a),
 			"Decision": Decision(a), "DecisionCell": DecisionCell(a), "Resolved": Resolved(a),
 			"ToolName": ToolName(tool), "ToolSummary": ToolSummary(tool, in), "ToolLine": ToolLine(tool, in),
 			"DeniedLine": DeniedLine(tool, in, text), "FailedLine": FailedLine(tool, text),

@@ -349,34 +349,12 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tTOOL\tSCOPE\tDECISION")
+	fmt.Fprintln(tw, "ID\tORIGIN\tMATCH\tSCOPE\tDECISION")
 	for _, r := range res.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, r.Tool, ruleScope(r), r.Decision)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
 	}
 	tw.Flush()
 	return exitOK
-}
-
-// ruleScope says what a rule matches besides its tool: "any" for every
-// use of the tool.
-func ruleScope(r api.ApprovalRule) string {
-	var parts []string
-	if r.Content != "" {
-		parts = append(parts, r.Content)
-	}
-	if r.InputField != "" {
-		parts = append(parts, r.InputField+" ~ "+r.InputPattern)
-	}
-	if r.Cwd != "" {
-		parts = append(parts, "cwd "+r.Cwd)
-	}
-	if r.SessionID != "" {
-		parts = append(parts, "session "+r.SessionID)
-	}
-	if len(parts) == 0 {
-		return "any"
-	}
-	return render.OneLine(strings.Join(parts, ", "))
 }
 
 // ---- approvals --watch ----

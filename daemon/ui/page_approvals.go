@@ -52,8 +52,8 @@ func init() {
 		return render.Duration(time.Until(t))
 	}
 	funcs["apprDecision"] = render.Decision
-	funcs["apprRuleMatch"] = apprRuleMatch
-	funcs["apprRuleScope"] = apprRuleScope
+	funcs["apprRuleMatch"] = render.RuleMatch
+	funcs["apprRuleScope"] = render.RuleScope
 	funcs["apprPending"] = func(st api.ApprovalState) bool { return st == api.ApprovalPending }
 	funcs["apprState"] = render.StateWords
 }
@@ -229,34 +229,6 @@ func apprSuggestion(a api.Approval, i int, raw json.RawMessage) apprSuggestionVi
 		return v
 	}
 	return other()
-}
-
-// apprRuleMatch is what a rule matches: Bash(git status:*), Read, a field's
-// pattern.
-func apprRuleMatch(r api.ApprovalRule) string {
-	s := r.Tool
-	if r.Content != "" {
-		s += "(" + r.Content + ")"
-	}
-	if r.InputField != "" {
-		s += " where " + r.InputField + " ~ " + r.InputPattern
-	}
-	return s
-}
-
-// apprRuleScope is where a rule applies.
-func apprRuleScope(r api.ApprovalRule) string {
-	var parts []string
-	if r.Cwd != "" {
-		parts = append(parts, "directory "+r.Cwd)
-	}
-	if r.SessionID != "" {
-		parts = append(parts, "session "+r.SessionID)
-	}
-	if len(parts) == 0 {
-		return "anywhere"
-	}
-	return strings.Join(parts, ", ")
 }
 
 // apprInbox is the inbox.
