@@ -9,10 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/spool"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 const clankerUsage = `orchestrd clanker [--home DIR] [repos] [--json]
