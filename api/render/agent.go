@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -87,7 +88,7 @@ func ResultWords(isError bool, text string, denied int, u *api.TokenUsage) strin
 		ws = append(ws, Denied(denied))
 	}
 	if u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
-		ws = append(ws, u.Words())
+		ws = append(ws, Usage(u))
 	}
 	if len(ws) == 0 {
 		return "done"
@@ -116,11 +117,29 @@ func DeniedOfAgent(n int) string {
 	return api.Count(n, "tool use") + " of the agent were denied"
 }
 
-// Usage is tokens and cost: "120 tokens in, 30 out, 7 cache read,
-// $0.0042"; "no tokens reported" when none were.
-func Usage(u *api.TokenUsage) string {
+// Tokens is the tokens an agent spent: "120 tokens in, 30 out, 7 cache
+// read, 2 cache write"; "no tokens reported" when none were.
+func Tokens(u *api.TokenUsage) string {
 	if u == nil {
 		return "no tokens reported"
 	}
-	return u.Words()
+	s := strconv.FormatInt(u.InputTokens, 10) + " tokens in, " + strconv.FormatInt(u.OutputTokens, 10) + " out"
+	if u.CacheReadTokens > 0 {
+		s += ", " + strconv.FormatInt(u.CacheReadTokens, 10) + " cache read"
+	}
+	if u.CacheWriteTokens > 0 {
+		s += ", " + strconv.FormatInt(u.CacheWriteTokens, 10) + " cache write"
+	}
+	return s
+}
+
+// Usage is tokens and cost (the cost when the agent gave one): "120
+// tokens in, 30 out, 7 cache read, $0.0042"; "no tokens reported" when
+// none were.
+func Usage(u *api.TokenUsage) string {
+	s := Tokens(u)
+	if u != nil && u.CostUSD > 0 {
+		s += ", " + dollars(u.CostUSD)
+	}
+	return s
 }

@@ -199,6 +199,9 @@ func TestAgentLines(t *testing.T) {
 	if DeniedOfAgent(1) != "1 tool use of the agent was denied" || DeniedOfAgent(2) != "2 tool uses of the agent were denied" {
 		t.Errorf("DeniedOfAgent: %q, %q", DeniedOfAgent(1), DeniedOfAgent(2))
 	}
+	if got := Tokens(&api.TokenUsage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, CostUSD: 1}); got != "1 tokens in, 2 out, 3 cache read, 4 cache write" {
+		t.Errorf("Tokens = %q", got)
+	}
 	if Usage(nil) != "no tokens reported" || Usage(u) != "120 tokens in, 30 out, $0.0042" {
 		t.Errorf("Usage: %q, %q", Usage(nil), Usage(u))
 	}

@@ -85,8 +85,11 @@ func Cost(u *api.TokenUsage) string {
 	if u == nil || u.CostUSD <= 0 {
 		return "-"
 	}
-	return api.CostWords(u.CostUSD)
+	return dollars(u.CostUSD)
 }
+
+// dollars is a cost in US dollars: "$0.0042".
+func dollars(usd float64) string { return "$" + strconv.FormatFloat(usd, 'f', 4, 64) }
 
 // Tools is the tools a task may use: "Bash, Read"; "the executor's" when
 // it named none.

@@ -67,6 +67,7 @@ func init() {
 	funcs["agentTook"] = func(t api.TaskRecord) string { return render.Took(t, time.Now()) }
 	funcs["agentDenied"] = render.Denied
 	funcs["agentCost"] = render.Cost
+	funcs["agentTokens"] = render.Tokens
 	funcs["agentTools"] = render.Tools
 }
 
