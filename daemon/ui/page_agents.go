@@ -68,6 +68,7 @@ func init() {
 	funcs["agentDenied"] = render.Denied
 	funcs["agentCost"] = render.Cost
 	funcs["agentTokens"] = render.Tokens
+	funcs["agentError"] = render.TaskError
 	funcs["agentTools"] = render.Tools
 }
 

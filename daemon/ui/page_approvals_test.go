@@ -630,7 +630,7 @@ func TestAgentsPages(t *testing.T) {
 	}
 
 	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
-	mustContain(t, page, "the agent exited 3", "10 tokens in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
+	mustContain(t, page, `<dd class="error-text">exit_3 (the agent exited 3)</dd>`, "10 tokens in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
 		`<dd id="task-denied" class="error-text">2 tool uses denied (they did not run)</dd>`)
 	mustNotContain(t, page, "Kill now", "What the agent writes shows")
 	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
