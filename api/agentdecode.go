@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"strings"
 )
 
@@ -411,22 +410,3 @@ func firstOf(ss ...string) string {
 	}
 	return ""
 }
-
-// Words is tokens and cost for people: "120 tokens in, 30 out, 7 cache
-// read, $0.0042" (the cost when the agent gave one).
-func (u TokenUsage) Words() string {
-	s := strconv.FormatInt(u.InputTokens, 10) + " tokens in, " + strconv.FormatInt(u.OutputTokens, 10) + " out"
-	if u.CacheReadTokens > 0 {
-		s += ", " + strconv.FormatInt(u.CacheReadTokens, 10) + " cache read"
-	}
-	if u.CacheWriteTokens > 0 {
-		s += ", " + strconv.FormatInt(u.CacheWriteTokens, 10) + " cache write"
-	}
-	if u.CostUSD > 0 {
-		s += ", " + CostWords(u.CostUSD)
-	}
-	return s
-}
-
-// CostWords is a cost in US dollars: "$0.0042".
-func CostWords(usd float64) string { return "$" + strconv.FormatFloat(usd, 'f', 4, 64) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/loops/artifact"
 	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -482,11 +483,7 @@ func (l *loop) withDenials(c *actors.Context, tr api.TaskRecord, next func(c *ac
 
 // denialText is the feedback line of n tool uses refused.
 func denialText(n int, tools []string) string {
-	uses := "tool uses of the agent were"
-	if n == 1 {
-		uses = "tool use of the agent was"
-	}
-	text := fmt.Sprintf("%d %s denied", n, uses)
+	text := render.DeniedOfAgent(n)
 	if len(tools) > 0 {
 		if len(tools) > 10 {
 			tools = append(slices.Clone(tools[:10]), fmt.Sprintf("and %d more", len(tools)-10))

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
@@ -153,11 +154,11 @@ func printApprovals(w io.Writer, as []api.Approval, history bool, now time.Time)
 	head = append(head, "SOURCE", "TOOL")
 	rows := make([][]string, len(as))
 	for i, a := range as {
-		r := []string{a.ID, formatAge(now.Sub(a.CreatedAt))}
+		r := []string{a.ID, render.Age(now.Sub(a.CreatedAt))}
 		if history {
-			r = append(r, string(a.State), decisionBy(a))
+			r = append(r, string(a.State), render.DecisionCell(a))
 		}
-		rows[i] = append(r, a.Source, toolOf(a))
+		rows[i] = append(r, a.Source, dash(render.ApprovalTool(a))) // the agent chose it: no terminal escape reaches the screen
 	}
 	// The summary gets what a terminal's width leaves after the columns
 	// before it (each padded by 2) and a CWD column of up to 30.
@@ -180,7 +181,7 @@ func printApprovals(w io.Writer, as []api.Approval, history bool, now time.Time)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(append(head, "SUMMARY", "CWD"), "\t"))
 	for i, a := range as {
-		fmt.Fprintln(tw, strings.Join(append(rows[i], cut(summary(a), width), dash(a.Cwd)), "\t"))
+		fmt.Fprintln(tw, strings.Join(append(rows[i], render.Cut(dash(render.ApprovalSummary(a)), width), dash(a.Cwd)), "\t"))
 	}
 	tw.Flush()
 	// A reason its code does not say enough, said once under the table.
@@ -206,87 +207,6 @@ func terminalWidth(w io.Writer) int {
 		return 0
 	}
 	return int(ws.Col)
-}
-
-func toolOf(a api.Approval) string {
-	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
-		return a.Kind
-	}
-	return dash(oneLine(a.ToolName)) // the agent chose it: no terminal escape reaches the screen
-}
-
-// decisionBy is a finished approval's DECISION/BY cell: "Allow/cli pid
-// 4242", "Deny/ui session Xy3_abcd", "Timeout/timeout",
-// "cancelled/requester_gone".
-func decisionBy(a api.Approval) string {
-	r := a.Resolution
-	if r == nil {
-		return "-"
-	}
-	if r.Decision == "" {
-		return "-/" + dash(r.Reason)
-	}
-	by := r.Who()
-	if r.RuleID != "" && r.By == api.ByRule {
-		by = "rule " + r.RuleID
-	}
-	return string(r.Decision) + "/" + dash(by)
-}
-
-// summary is one line saying what an approval asks: a plan's (or a
-// merge's) first line, else what the tool call does (api.ToolSummary: a
-// Bash command, the file a Read/Edit/Write touches...).
-func summary(a api.Approval) string {
-	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
-		for _, l := range strings.Split(a.Content, "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				return l
-			}
-		}
-		return "-"
-	}
-	if s := oneLine(api.ToolSummary(a.ToolName, a.ToolInput)); s != "" {
-		return s
-	}
-	return "-"
-}
-
-// oneLine puts s on one line: newlines become " ⏎ ", other control
-// characters spaces.
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	s = strings.ReplaceAll(s, "\r\n", "\n")
-	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
-// cut shortens s to n runes, the last one an ellipsis.
-func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}
-
-func formatAge(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d.Minutes())) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d.Hours())) + "h"
-	default:
-		return strconv.Itoa(int(d.Hours()/24)) + "d"
-	}
 }
 
 // ---- approve, deny, reply ----
@@ -379,31 +299,8 @@ func resolveCmd(home string, params map[string]any, stdout, stderr io.Writer) in
 	if err := call(c, "approval.resolve", params, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	fmt.Fprintln(stdout, resolvedLine(res.Approval))
+	fmt.Fprintln(stdout, render.Resolved(res.Approval))
 	return exitOK
-}
-
-// resolvedLine says how an approval ended: "a-1 allowed", "a-1 always
-// allowed (rule r-2)".
-func resolvedLine(a api.Approval) string {
-	s := a.ID + " " + strings.ReplaceAll(string(a.State), "_", " ")
-	r := a.Resolution
-	if r == nil {
-		return s
-	}
-	if r.By != "" && r.By != api.ByCLI {
-		s += " by " + r.Who()
-	}
-	if a.State == api.ApprovalAlwaysAllowed && r.RuleID != "" {
-		s += " (rule " + r.RuleID + ")"
-	}
-	if r.Reason != "" {
-		s += " (" + r.Reason + ")"
-		if w := api.CancelWords(r.Reason); w != "" {
-			s += ": " + w
-		}
-	}
-	return s
 }
 
 // ---- approvals rules ----
@@ -452,34 +349,12 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tTOOL\tSCOPE\tDECISION")
+	fmt.Fprintln(tw, "ID\tORIGIN\tMATCH\tSCOPE\tDECISION")
 	for _, r := range res.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, r.Tool, ruleScope(r), r.Decision)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
 	}
 	tw.Flush()
 	return exitOK
-}
-
-// ruleScope says what a rule matches besides its tool: "any" for every
-// use of the tool.
-func ruleScope(r api.ApprovalRule) string {
-	var parts []string
-	if r.Content != "" {
-		parts = append(parts, r.Content)
-	}
-	if r.InputField != "" {
-		parts = append(parts, r.InputField+" ~ "+r.InputPattern)
-	}
-	if r.Cwd != "" {
-		parts = append(parts, "cwd "+r.Cwd)
-	}
-	if r.SessionID != "" {
-		parts = append(parts, "session "+r.SessionID)
-	}
-	if len(parts) == 0 {
-		return "any"
-	}
-	return oneLine(strings.Join(parts, ", "))
 }
 
 // ---- approvals --watch ----
@@ -630,7 +505,7 @@ func (w *watcher) event(kind string, data json.RawMessage) {
 		w.ended(e.ID, line)
 	case "approval.auto_resolved":
 		w.clearPrompt()
-		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, oneLine(e.ToolName), e.Decision, e.Rule)
+		fmt.Fprintf(w.stdout, "%s: %s %s at once by rule %s\n", e.ID, render.OneLine(e.ToolName), e.Decision, e.Rule)
 	}
 }
 
@@ -641,12 +516,12 @@ func (w *watcher) arrived(a api.Approval) {
 	}
 	w.seen[a.ID] = true
 	w.clearPrompt()
-	fmt.Fprintf(w.stdout, "%s  %s  %s  %s\n", a.ID, a.Source, toolOf(a), summary(a))
+	fmt.Fprintf(w.stdout, "%s  %s  %s  %s\n", a.ID, a.Source, dash(render.ApprovalTool(a)), dash(render.ApprovalSummary(a)))
 	if a.Cwd != "" || a.SessionID != "" {
 		fmt.Fprintf(w.stdout, "    cwd %s  session %s\n", dash(a.Cwd), dash(a.SessionID))
 	}
 	if a.State != api.ApprovalPending || w.done[a.ID] {
-		fmt.Fprintf(w.stdout, "    already %s\n", strings.ReplaceAll(string(a.State), "_", " "))
+		fmt.Fprintf(w.stdout, "    already %s\n", render.StateWords(string(a.State)))
 		return
 	}
 	if w.term != nil {

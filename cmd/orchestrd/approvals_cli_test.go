@@ -188,10 +188,10 @@ func TestApprovalsCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("approvals rules: %d", code)
 	}
-	if row := strings.Join(strings.Fields(tableRow(t, out, "config-1")), " "); row != "config-1 config Bash command ~ ^git (status|diff) allow" {
+	if row := strings.Join(strings.Fields(tableRow(t, out, "config-1")), " "); row != "config-1 config Bash where command ~ ^git (status|diff) anywhere allow" {
 		t.Errorf("config rule row %q", row)
 	}
-	if row := strings.Join(strings.Fields(tableRow(t, out, ruleID)), " "); row != ruleID+" always_allow Bash any allow" {
+	if row := strings.Join(strings.Fields(tableRow(t, out, ruleID)), " "); row != ruleID+" always_allow Bash anywhere allow" {
 		t.Errorf("recorded rule row %q", row)
 	}
 	out, _, code = runCLI(t, "approvals", "rules", "rm", ruleID, "--home", h)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -209,7 +210,7 @@ func (s *chatSession) event(ev wire.Event) {
 			case d.State != api.TaskCompleted && d.State != "":
 				msg := string(d.State)
 				if d.Error != nil {
-					msg += ": " + oneLine(d.Error.Code+": "+d.Error.Message)
+					msg += ": " + render.TaskError(d.Error)
 				}
 				fmt.Fprintf(s.stderr, "orchestrd: the reply ended %s\n", msg)
 			}
@@ -218,16 +219,16 @@ func (s *chatSession) event(ev wire.Event) {
 		}
 	case "chat.tool_call":
 		s.endLine()
-		fmt.Fprintln(s.stdout, toolLine(d.Tool, d.Input))
+		fmt.Fprintln(s.stdout, render.ToolLine(d.Tool, d.Input))
 	case "chat.tool_result":
 		s.endLine()
 		switch {
 		case d.Denied:
-			fmt.Fprintln(s.stdout, deniedLine(api.AgentPart{Tool: d.Tool, Text: d.Output}))
+			fmt.Fprintln(s.stdout, render.DeniedLine(d.Tool, nil, d.Output))
 		case d.IsError:
-			fmt.Fprintln(s.stdout, "! "+toolName(d.Tool)+" failed: "+cut(oneLine(d.Output), 200))
+			fmt.Fprintln(s.stdout, render.FailedLine(d.Tool, d.Output))
 		default:
-			fmt.Fprintln(s.stdout, "< "+cut(oneLine(d.Tool+": "+d.Output), 160))
+			fmt.Fprintln(s.stdout, render.ToolResultLine(d.Tool, d.Output))
 		}
 	}
 }

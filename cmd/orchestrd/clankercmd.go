@@ -12,6 +12,7 @@ import (
 	"github.com/orchestrd/orchestrd/clanker"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 const clankerUsage = `orchestrd clanker [--home DIR] [repos] [--json]
@@ -123,7 +124,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "  POD\tROLE\tPID\tLAST SEEN\t")
 			for _, p := range r.Pods {
-				seen := formatAge(time.Duration(p.LastSeenMs)*time.Millisecond) + " ago"
+				seen := render.Age(time.Duration(p.LastSeenMs)*time.Millisecond) + " ago"
 				if p.Stale {
 					seen += " (stale)"
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/fleet"
 )
 
@@ -123,7 +124,7 @@ func nodeState(n fleet.NodeStatus, now time.Time) string {
 	}
 	st := "lost"
 	if !n.LostAt.IsZero() {
-		st += " " + formatAge(now.Sub(n.LostAt)) + " ago"
+		st += " " + render.Age(now.Sub(n.LostAt)) + " ago"
 	}
 	if n.LostBy != "" {
 		st += ", by " + n.LostBy
@@ -162,7 +163,7 @@ func cmdNodes(args []string, stdout, stderr io.Writer) int {
 			}
 			ls = append(ls, l) // a node gone has no free slot
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, nodeState(n, now), dash(strings.Join(ls, ", ")), formatAge(now.Sub(n.HeartbeatAt)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, nodeState(n, now), dash(strings.Join(ls, ", ")), render.Age(now.Sub(n.HeartbeatAt)))
 	}
 	tw.Flush()
 	return exitOK

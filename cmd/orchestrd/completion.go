@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 const completionUsage = `orchestrd completion bash|zsh|fish
@@ -367,7 +368,7 @@ func zshQuote(s string) string {
 
 // zshSpec is a flag as an _arguments spec.
 func zshSpec(f complFlag) string {
-	desc := zshQuote(cut(f.usage, 70))
+	desc := zshQuote(render.Cut(f.usage, 70))
 	if f.arg == "" {
 		return fmt.Sprintf("'%s[%s]'", dashed(f.name), desc)
 	}
@@ -560,13 +561,13 @@ complete -c orchestrd -f
 		default:
 			line += " -x"
 		}
-		p("%s -d %s\n", line, fishQuote(cut(f.usage, 70)))
+		p("%s -d %s\n", line, fishQuote(render.Cut(f.usage, 70)))
 	}
 	for _, f := range globalComplFlags() {
 		flagLine("__orchestrd_at", f)
 	}
 	for _, c := range cmds {
-		p("complete -c orchestrd -n __orchestrd_at -a %s -d %s\n", c.name, fishQuote(cut(c.summary, 70)))
+		p("complete -c orchestrd -n __orchestrd_at -a %s -d %s\n", c.name, fishQuote(render.Cut(c.summary, 70)))
 	}
 	for _, c := range cmds {
 		cond := "__orchestrd_in " + c.name

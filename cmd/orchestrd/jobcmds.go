@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -106,7 +107,7 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 		row("cwd", j.Cwd)
 	}
 	stamp := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000") }
-	row("created", stamp(j.CreatedAt)+" ("+formatAge(now.Sub(j.CreatedAt))+" ago)")
+	row("created", stamp(j.CreatedAt)+" ("+render.Age(now.Sub(j.CreatedAt))+" ago)")
 	if j.DispatchedAt != nil {
 		row("dispatched", stamp(*j.DispatchedAt))
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 )
 
@@ -494,9 +495,9 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		row("job", l.JobID)
 	}
 	if l.TokenUsage != nil || l.MaxCostUSD > 0 {
-		cost := tokensLine(l.TokenUsage)
+		cost := render.Usage(l.TokenUsage)
 		if l.OwnUsage != nil && l.TokenUsage != nil && *l.OwnUsage != *l.TokenUsage {
-			cost += " (its own iterations: " + formatCost(l.OwnUsage) + ")"
+			cost += " (its own iterations: " + render.Cost(l.OwnUsage) + ")"
 		}
 		if l.MaxCostUSD > 0 {
 			cost += fmt.Sprintf(", at most $%.4f", l.MaxCostUSD)
@@ -504,7 +505,7 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		row("cost", cost)
 	}
 	created := time.UnixMilli(l.CreatedAt)
-	row("created", created.Local().Format("2006-01-02 15:04:05")+" ("+formatAge(now.Sub(created))+" ago)")
+	row("created", created.Local().Format("2006-01-02 15:04:05")+" ("+render.Age(now.Sub(created))+" ago)")
 	row("updated", time.UnixMilli(l.UpdatedAt).Local().Format("2006-01-02 15:04:05"))
 	tw.Flush()
 	if len(g.Iterations) == 0 {
@@ -532,8 +533,8 @@ func printLoop(w io.Writer, g api.LoopGetResult, now time.Time) {
 		if it.FinishedAt > 0 && it.StartedAt > 0 {
 			line += "  " + formatDuration(time.Duration(it.FinishedAt-it.StartedAt)*time.Millisecond)
 		}
-		if it.TokenUsage != nil {
-			line += "  " + formatCost(it.TokenUsage)
+		if c := render.Cost(it.TokenUsage); c != "-" {
+			line += "  " + c
 		}
 		if it.Denied > 0 {
 			line += fmt.Sprintf("  %d denied", it.Denied)

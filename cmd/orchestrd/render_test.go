@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
-// render is what prompt and session write for a run of messages.
-func render(verbose bool, msgs ...[2]string) string {
+// renderMessages is what prompt and session write for a run of messages.
+func renderMessages(verbose bool, msgs ...[2]string) string {
 	var out bytes.Buffer
 	f := &taskFollower{stdout: &out, stderr: &out, verbose: verbose, lineStart: true}
 	for _, m := range msgs {
@@ -75,9 +80,41 @@ func TestRenderMessage(t *testing.T) {
 			false, "! denied Bash [31m: a ]0;x b\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := render(c.verbose, c.msgs...); got != c.want {
+			if got := renderMessages(c.verbose, c.msgs...); got != c.want {
 				t.Fatalf("got %q\nwant %q", got, c.want)
 			}
 		})
+	}
+}
+
+// What a requester or an agent wrote reaches the approvals table, and the
+// chat's lines, on one line and without a control character: a plan's
+// first line (ESC, BEL) and a tool input's C1 CSI (U+009B) as spaces; a
+// tool result of no tool named says "tool", as prompt's does.
+func TestRenderHostileOneLine(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	var out bytes.Buffer
+	printApprovals(&out, []api.Approval{
+		{ID: "a-1", Kind: api.KindPlan, Source: api.SourcePlan, Content: "\n# Plan\x1b]0;owned\x07 now\nstep", CreatedAt: now},
+		{ID: "a-2", Kind: api.KindTool, Source: api.SourceReachout, ToolName: "Bash",
+			ToolInput: json.RawMessage(`{"command":"ls \u009b2J"}`), CreatedAt: now},
+	}, false, now)
+	table := out.String()
+	for _, want := range []string{"# Plan ]0;owned  now", "ls  2J"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.ContainsAny(table, "\x1b\x07\u009b") {
+		t.Errorf("a control character reached the table: %q", table)
+	}
+
+	out.Reset()
+	s := &chatSession{stdout: &out, stderr: &out, lineStart: true, streaming: "m-1"}
+	s.event(wire.Event{Event: "chat.tool_result", Data: json.RawMessage(`{"message_id":"m-1","output":"a.go\nb.go"}`)})
+	s.event(wire.Event{Event: "chat.tool_result", Data: json.RawMessage(`{"message_id":"m-1","tool":"Bash","output":"no","denied":true}`)})
+	if got, want := out.String(), "< tool: a.go ⏎ b.go\n! denied Bash: no\n"; got != want {
+		t.Errorf("chat lines %q, want %q", got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -296,12 +297,12 @@ func (f *taskFollower) record(rec api.TaskRecord) (api.TaskRecord, bool) {
 // --verbose also thinking, tool results, usage and the messages it does
 // not know, as their type and data. Text written goes through
 // terminalSafe (cmdPrompt, cmdSession): on a terminal its escapes are
-// neutralised; lines are on one line (oneLine).
+// neutralised; lines are on one line (render.OneLine).
 func (f *taskFollower) print(eventType string, data json.RawMessage) {
 	parts, known := api.DecodeAgentMessage(eventType, data)
 	if !known {
 		if f.verbose {
-			f.line("[" + eventType + "] " + cut(oneLine(compactJSON(data)), 200))
+			f.line(render.OtherLine(eventType, compactJSON(data)))
 		}
 		return
 	}
@@ -320,30 +321,30 @@ func (f *taskFollower) part(p api.AgentPart) {
 			f.stream(true, p.Text, p.Block)
 		}
 	case api.MsgToolCall:
-		f.line(toolLine(p.Tool, p.Input))
+		f.line(render.ToolLine(p.Tool, p.Input))
 	case api.MsgToolResult:
 		switch {
 		case p.AfterDenial && !f.verbose:
 			// The denial's line said it.
 		case p.IsError:
-			f.line("! " + toolName(p.Tool) + " failed: " + cut(oneLine(p.Text), 200))
+			f.line(render.FailedLine(p.Tool, p.Text))
 		case f.verbose:
-			f.line("< " + toolName(p.Tool) + ": " + cut(oneLine(p.Text), 200))
+			f.line(render.ToolResultLine(p.Tool, p.Text))
 		}
 	case api.MsgPermissionDenied:
-		f.line(deniedLine(p))
+		f.line(render.DeniedLine(p.Tool, p.Input, p.Text))
 	case api.MsgResult:
 		f.sawResult = true
-		f.line(resultLine(p.IsError, p.Text, p.Denied, p.Usage))
+		f.line(render.ResultLine(p.IsError, p.Text, p.Denied, p.Usage))
 	case api.PartError:
-		f.line("error: " + cut(oneLine(p.Text), 400))
+		f.line(render.ErrorLine(p.Text))
 	case api.MsgUsage:
 		if f.verbose {
-			f.line("[usage] " + usageWords(p.Usage))
+			f.line("[usage] " + render.Usage(p.Usage))
 		}
 	case api.PartUser, api.MsgAgentLine:
 		if f.verbose {
-			f.line("[" + p.Kind + "] " + cut(oneLine(p.Text), 200))
+			f.line(render.OtherLine(p.Kind, p.Text))
 		}
 	}
 }
@@ -378,64 +379,6 @@ func (f *taskFollower) endLine() {
 		io.WriteString(f.stdout, "\n")
 		f.lineStart = true
 	}
-}
-
-// toolLine is a tool call as one line: "> Bash ls -la".
-func toolLine(name string, input json.RawMessage) string {
-	return strings.TrimRight("> "+toolName(name)+" "+cut(oneLine(api.ToolSummary(name, input)), 160), " ")
-}
-
-// deniedLine is a tool use that did not run: "! denied Bash ls: REASON".
-func deniedLine(p api.AgentPart) string {
-	what := toolName(p.Tool)
-	if s := oneLine(api.ToolSummary(p.Tool, p.Input)); s != "" {
-		what += " " + cut(s, 120)
-	}
-	reason := oneLine(p.Text)
-	if reason == "" {
-		reason = "no reason given"
-	}
-	return "! denied " + what + ": " + cut(reason, 200)
-}
-
-// resultLine is the run's end, as its result message (or the task's
-// record) says it: "-- result: 2 tool uses denied, 120 tokens in, 30 out,
-// $0.0042".
-func resultLine(isError bool, text string, denied int, u *api.TokenUsage) string {
-	var ws []string
-	if isError {
-		w := "error"
-		if t := oneLine(text); t != "" {
-			w += ": " + cut(t, 200)
-		}
-		ws = append(ws, w)
-	}
-	if denied > 0 {
-		ws = append(ws, api.Count(denied, "tool use")+" denied")
-	}
-	if u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
-		ws = append(ws, usageWords(u))
-	}
-	if len(ws) == 0 {
-		ws = append(ws, "done")
-	}
-	return "-- result: " + strings.Join(ws, ", ")
-}
-
-// usageWords is tokens and cost: "120 tokens in, 30 out, 7 cache read,
-// $0.0042".
-func usageWords(u *api.TokenUsage) string {
-	if u == nil {
-		return "-"
-	}
-	return u.Words()
-}
-
-func toolName(name string) string {
-	if name = oneLine(name); name == "" {
-		return "tool"
-	}
-	return cut(name, 80)
 }
 
 func compactJSON(data json.RawMessage) string {
@@ -484,7 +427,7 @@ func (f *taskFollower) ask() {
 	a := f.queue[0]
 	f.asking = a.ID
 	f.endLine()
-	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", oneLine(a.ToolName), cut(summary(a), 120))
+	fmt.Fprintf(f.stderr, "Allow %s %s? [y]es [n]o [a]lways ", render.OneLine(a.ToolName), render.Cut(dash(render.ApprovalSummary(a)), 120))
 	if !f.term.reading {
 		f.term.read(false)
 	}
@@ -572,27 +515,14 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 	if !f.sawResult && !f.json && (rec.Denied > 0 || (rec.TokenUsage != nil && rec.TokenUsage.CostUSD > 0)) {
 		// No result message was seen (an agent that sends none, or
 		// events dropped): the record says the same.
-		f.line(resultLine(false, "", rec.Denied, rec.TokenUsage))
+		f.line(render.ResultLine(false, "", rec.Denied, rec.TokenUsage))
 	}
 	why := ""
 	if rec.Error != nil {
-		why = ": " + rec.Error.Code
-		if w := taskErrorWords(rec.Error); w != "" {
-			why += ": " + w
-		}
-		if rec.Error.Message != "" {
-			why += " (" + oneLine(rec.Error.Message) + ")"
-		}
-		if rec.Error.RetryAt != nil {
-			why += "; retry after " + rec.Error.RetryAt.Local().Format("2006-01-02 15:04:05")
-		}
+		why = ": " + render.TaskError(rec.Error)
 	}
 	if rec.Denied > 0 {
-		what := "1 tool use of the agent was"
-		if rec.Denied > 1 {
-			what = fmt.Sprintf("%d tool uses of the agent were", rec.Denied)
-		}
-		fmt.Fprintf(f.stderr, "orchestrd: %s denied in task %s\n", what, rec.ID)
+		fmt.Fprintf(f.stderr, "orchestrd: %s in task %s\n", render.DeniedOfAgent(rec.Denied), rec.ID)
 	}
 	switch rec.State {
 	case api.TaskCompleted:
@@ -607,23 +537,6 @@ func (f *taskFollower) finished(rec api.TaskRecord) int {
 		fmt.Fprintf(f.stderr, "orchestrd: task %s %s%s\n", rec.ID, rec.State, why)
 		return exitFailure
 	}
-}
-
-// taskErrorWords says a built-in agent's failures in words: the usage
-// limit (and when to retry), a refused key. "" for the others, whose code
-// and message say it.
-func taskErrorWords(e *api.TaskError) string {
-	switch e.Code {
-	case api.TaskErrUsageLimit:
-		w := "the agent hit its provider's rate or usage limit"
-		if e.RetryAt != nil {
-			w += "; retry after " + e.RetryAt.Local().Format("2006-01-02 15:04:05 MST")
-		}
-		return w
-	case api.TaskErrAuthFailed:
-		return "the agent's provider refused its key (see the pool's secrets)"
-	}
-	return ""
 }
 
 // ---- tasks ----
@@ -679,51 +592,11 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT")
 	now := time.Now()
 	for _, t := range res.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, taskState(t), t.Executor, t.SessionID,
-			formatAge(now.Sub(t.CreatedAt)), t.MessageCount, formatCost(t.TokenUsage), cut(oneLine(t.Prompt), 50))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
+			render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), render.Cut(render.OneLine(t.Prompt), 50))
 	}
 	tw.Flush()
 	return exitOK
-}
-
-// taskState is a task's state as tasks shows it: its error's code and
-// when to retry (a usage limit's reset), the tool uses denied.
-func taskState(t api.TaskRecord) string {
-	st := string(t.State)
-	var notes []string
-	if t.Error != nil {
-		notes = append(notes, t.Error.Code)
-		if t.Error.RetryAt != nil {
-			notes = append(notes, "retry after "+t.Error.RetryAt.Local().Format("2006-01-02 15:04"))
-		}
-	}
-	if t.Denied > 0 {
-		notes = append(notes, fmt.Sprintf("%d denied", t.Denied))
-	}
-	if len(notes) > 0 {
-		st += " (" + strings.Join(notes, ", ") + ")"
-	}
-	return st
-}
-
-// formatCost is tokens' cost in dollars, "-" when none was reported.
-func formatCost(u *api.TokenUsage) string {
-	if u == nil {
-		return "-"
-	}
-	return fmt.Sprintf("$%.4f", u.CostUSD)
-}
-
-// tokensLine says what tokens cost: "110 in, 22 out, 7 cache read tokens, $0.7500".
-func tokensLine(u *api.TokenUsage) string {
-	if u == nil {
-		return "no tokens reported"
-	}
-	s := fmt.Sprintf("%d in, %d out", u.InputTokens, u.OutputTokens)
-	if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
-		s += fmt.Sprintf(", %d cache read, %d cache write", u.CacheReadTokens, u.CacheWriteTokens)
-	}
-	return s + " tokens, " + formatCost(u)
 }
 
 // ---- stop ----
@@ -763,9 +636,9 @@ func cmdStop(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "task.stop", params, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	line := res.Task.ID + " " + string(res.Task.State)
+	line := res.Task.ID + " " + render.OneLine(string(res.Task.State))
 	if res.Task.Error != nil {
-		line += " (" + res.Task.Error.Code + ")"
+		line += " (" + render.OneLine(res.Task.Error.Code) + ")"
 	}
 	fmt.Fprintln(stdout, line)
 	return exitOK
@@ -838,7 +711,7 @@ func sessionSummary(w io.Writer, s api.SessionRecord) {
 		line += ", agent session " + printable(s.SDKSessionID)
 	}
 	if s.TokenUsage != nil {
-		line += ", " + tokensLine(s.TokenUsage)
+		line += ", " + render.Usage(s.TokenUsage)
 	}
 	fmt.Fprintln(w, line)
 }

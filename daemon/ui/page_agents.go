@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // The agents: executor pools and their instances, tasks; a task's page
@@ -63,24 +64,12 @@ func init() {
 		return map[string]any{"id": id, "force": force}, nil
 	}})
 	funcs["agentTerminal"] = func(st api.TaskState) bool { return st.Terminal() }
-	funcs["agentTook"] = func(t api.TaskRecord) string {
-		if t.StartedAt == nil {
-			return "-"
-		}
-		end := time.Now()
-		if t.FinishedAt != nil {
-			end = *t.FinishedAt
-		}
-		return humanDuration(end.Sub(*t.StartedAt))
-	}
-	funcs["agentDenied"] = agentDeniedWords
-	funcs["agentCost"] = api.CostWords
-	funcs["agentTools"] = func(ts []string) string {
-		if len(ts) == 0 {
-			return "the executor's"
-		}
-		return strings.Join(ts, ", ")
-	}
+	funcs["agentTook"] = func(t api.TaskRecord) string { return render.Took(t, time.Now()) }
+	funcs["agentDenied"] = render.Denied
+	funcs["agentCost"] = render.Cost
+	funcs["agentTokens"] = render.Tokens
+	funcs["agentError"] = render.TaskError
+	funcs["agentTools"] = render.Tools
 }
 
 // agentTask is a task in the list: Waiting is how many permission
@@ -310,7 +299,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 			case api.PartUser:
 				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
 			case api.MsgToolCall:
-				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: agentToolText(p.Tool, p.Input)})
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input)})
 			case api.MsgToolResult:
 				kind := "result"
 				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
@@ -318,13 +307,13 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				}
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
 			case api.MsgPermissionDenied:
-				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: agentToolText(p.Tool, p.Input), Reason: p.Text})
+				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text})
 			case api.PartError:
 				add(m, agentTaskItem{Kind: "error", Text: text})
 			case api.MsgUsage:
-				add(m, agentTaskItem{Kind: "usage", Text: p.Usage.Words()})
+				add(m, agentTaskItem{Kind: "usage", Text: render.Usage(p.Usage)})
 			case api.MsgResult:
-				it := agentTaskItem{Kind: "final", Text: agentResultWords(p)}
+				it := agentTaskItem{Kind: "final", Text: render.PartResult(p)}
 				if p.IsError {
 					it.Label = "error"
 				}
@@ -335,37 +324,4 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 		}
 	}
 	return out
-}
-
-// agentResultWords says a run's result: its error's text when it failed,
-// the tool uses denied, tokens and cost.
-func agentResultWords(p api.AgentPart) string {
-	var ws []string
-	if p.IsError && p.Text != "" {
-		ws = append(ws, apprOneLine(p.Text))
-	}
-	if p.Denied > 0 {
-		ws = append(ws, agentDeniedWords(p.Denied))
-	}
-	if u := p.Usage; u != nil && (u.InputTokens != 0 || u.OutputTokens != 0 || u.CostUSD > 0) {
-		ws = append(ws, u.Words())
-	}
-	if len(ws) == 0 {
-		return "done"
-	}
-	return strings.Join(ws, ", ")
-}
-
-// agentDeniedWords: "1 tool use denied", "3 tool uses denied".
-func agentDeniedWords(n int) string {
-	if n == 1 {
-		return "1 tool use denied"
-	}
-	return strconv.Itoa(n) + " tool uses denied"
-}
-
-// agentToolText is what a tool call does, in one line: the command, the
-// file, the URL, else its input as compact JSON.
-func agentToolText(name string, input json.RawMessage) string {
-	return apprOneLine(api.ToolSummary(name, input))
 }

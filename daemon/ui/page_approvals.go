@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // The approvals inbox (pending first, each with Allow, Deny, Always allow
@@ -48,13 +49,13 @@ func init() {
 		if t.IsZero() {
 			return "-"
 		}
-		return humanDuration(time.Until(t))
+		return render.Duration(time.Until(t))
 	}
-	funcs["apprDecision"] = apprDecision
-	funcs["apprRuleMatch"] = apprRuleMatch
-	funcs["apprRuleScope"] = apprRuleScope
+	funcs["apprDecision"] = render.Decision
+	funcs["apprRuleMatch"] = render.RuleMatch
+	funcs["apprRuleScope"] = render.RuleScope
 	funcs["apprPending"] = func(st api.ApprovalState) bool { return st == api.ApprovalPending }
-	funcs["apprState"] = func(st string) string { return strings.ReplaceAll(st, "_", " ") }
+	funcs["apprState"] = render.StateWords
 }
 
 // apprResolveForm is approval.resolve's params from a form: id, decision
@@ -124,7 +125,7 @@ type apprSuggestionView struct {
 }
 
 func newApprItem(a api.Approval) apprItem {
-	it := apprItem{Approval: a, Summary: apprSummary(a)}
+	it := apprItem{Approval: a, Summary: render.ApprovalSummary(a)}
 	if len(a.ToolInput) > 0 {
 		var b bytes.Buffer
 		if json.Indent(&b, a.ToolInput, "", "  ") == nil {
@@ -145,35 +146,6 @@ func newApprItem(a api.Approval) apprItem {
 		}
 	}
 	return it
-}
-
-// apprSummary is one line saying what an approval asks: a plan's (or a
-// merge's) first line, else what the tool call does (api.ToolSummary, as
-// `orchestrd approvals` says it).
-func apprSummary(a api.Approval) string {
-	if a.Kind == api.KindPlan || a.Kind == api.KindMerge {
-		for _, l := range strings.Split(a.Content, "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				return apprOneLine(l)
-			}
-		}
-		return ""
-	}
-	return apprOneLine(api.ToolSummary(a.ToolName, a.ToolInput))
-}
-
-// apprOneLine puts s on one line: newlines become " ⏎ ", other control
-// characters spaces.
-func apprOneLine(s string) string {
-	s = strings.TrimSpace(s)
-	s = strings.ReplaceAll(s, "\r\n", "\n")
-	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 // apprSuggestion says what Always allow with suggestion i records, as
@@ -201,7 +173,7 @@ func apprSuggestion(a api.Approval, i int, raw json.RawMessage) apprSuggestionVi
 			b.Reset()
 			b.Write(raw)
 		}
-		v.Text = "passes " + apprOneLine(b.String()) + " back to the agent; records no rule here"
+		v.Text = "passes " + render.OneLine(b.String()) + " back to the agent; records no rule here"
 		if sg.Type == "setMode" && sg.Mode != "" {
 			v.Text = "switches the agent to mode " + sg.Mode + "; records no rule here"
 		}
@@ -257,64 +229,6 @@ func apprSuggestion(a api.Approval, i int, raw json.RawMessage) apprSuggestionVi
 		return v
 	}
 	return other()
-}
-
-// apprDecision is a finished approval's decision and who gave it:
-// "Allow by cli", "Allow by rule r-1", "cancelled: requester_gone".
-func apprDecision(a api.Approval) string {
-	r := a.Resolution
-	if r == nil {
-		return "-"
-	}
-	if r.Decision == "" {
-		if r.Reason != "" {
-			s := "cancelled: " + r.Reason
-			if w := api.CancelWords(r.Reason); w != "" {
-				s += " (" + w + ")"
-			}
-			return s
-		}
-		return "-"
-	}
-	s := string(r.Decision)
-	switch {
-	case r.By == api.ByRule && r.RuleID != "":
-		s += " by rule " + r.RuleID
-	case r.By != "":
-		s += " by " + r.Who()
-	}
-	if r.RuleID != "" && r.By != api.ByRule {
-		s += ", recorded rule " + r.RuleID
-	}
-	return s
-}
-
-// apprRuleMatch is what a rule matches: Bash(git status:*), Read, a field's
-// pattern.
-func apprRuleMatch(r api.ApprovalRule) string {
-	s := r.Tool
-	if r.Content != "" {
-		s += "(" + r.Content + ")"
-	}
-	if r.InputField != "" {
-		s += " where " + r.InputField + " ~ " + r.InputPattern
-	}
-	return s
-}
-
-// apprRuleScope is where a rule applies.
-func apprRuleScope(r api.ApprovalRule) string {
-	var parts []string
-	if r.Cwd != "" {
-		parts = append(parts, "directory "+r.Cwd)
-	}
-	if r.SessionID != "" {
-		parts = append(parts, "session "+r.SessionID)
-	}
-	if len(parts) == 0 {
-		return "anywhere"
-	}
-	return strings.Join(parts, ", ")
 }
 
 // apprInbox is the inbox.

@@ -630,7 +630,7 @@ func TestAgentsPages(t *testing.T) {
 	}
 
 	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
-	mustContain(t, page, "the agent exited 3", "10 in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
+	mustContain(t, page, `<dd class="error-text">exit_3 (the agent exited 3)</dd>`, "10 tokens in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
 		`<dd id="task-denied" class="error-text">2 tool uses denied (they did not run)</dd>`)
 	mustNotContain(t, page, "Kill now", "What the agent writes shows")
 	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
@@ -692,7 +692,7 @@ func TestAgentTaskItems(t *testing.T) {
 		{Kind: "denied", Label: "Bash", Text: "rm -rf build", Reason: "not the build dir", Seq: 10},
 		{Kind: "result", Label: "Bash", Text: "ok", Seq: 11}, {Kind: "usage", Text: "3 tokens in, 4 out, $0.2500", Seq: 12},
 		{Kind: "final", Text: "2 tool uses denied, 3 tokens in, 4 out, $0.2500", Seq: 13},
-		{Kind: "final", Label: "error", Text: "API Error: 429", Seq: 14}}
+		{Kind: "final", Label: "error", Text: "error: API Error: 429", Seq: 14}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("items:\n%+v\nwant\n%+v", got, want)
 	}
@@ -783,7 +783,7 @@ func TestAppJSPostsURLEncoded(t *testing.T) {
 // the hook that asked (hook_no_verdict) says so, never as a decision.
 func TestApprDecisionHookNoVerdict(t *testing.T) {
 	a := api.Approval{State: api.ApprovalCancelled, Resolution: &api.Resolution{By: api.ByDaemon, Reason: api.CancelHookNoVerdict}}
-	got := apprDecision(a)
+	got := funcs["apprDecision"].(func(api.Approval) string)(a)
 	if !strings.HasPrefix(got, "cancelled: hook_no_verdict (not asked: ") || !strings.Contains(got, "register vibe-reachout's hook as PermissionRequest") {
 		t.Fatalf("apprDecision: %q", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // The loops: their tree, as `orchestrd loops` draws it (loop.list), and a
@@ -72,7 +73,7 @@ func init() {
 		if start <= 0 || end <= 0 || end < start {
 			return "-"
 		}
-		return humanDuration(time.Duration(end-start) * time.Millisecond)
+		return render.Duration(time.Duration(end-start) * time.Millisecond)
 	}
 	// loopTail is the last n bytes of s (from a character's start), for
 	// a loop's progress, whose newest part is at its end.

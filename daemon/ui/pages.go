@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/orchestrd/orchestrd/api/render"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -196,31 +197,28 @@ var funcs = template.FuncMap{
 		if tt.IsZero() {
 			return "-"
 		}
-		return humanDuration(time.Since(tt)) + " ago"
+		return render.Duration(time.Since(tt)) + " ago"
 	},
 	"ms": func(ms any) string {
 		switch v := ms.(type) {
 		case int64:
-			return humanDuration(time.Duration(v) * time.Millisecond)
+			return render.Duration(time.Duration(v) * time.Millisecond)
 		case float64:
-			return humanDuration(time.Duration(v) * time.Millisecond)
+			return render.Duration(time.Duration(v) * time.Millisecond)
 		case int:
-			return humanDuration(time.Duration(v) * time.Millisecond)
+			return render.Duration(time.Duration(v) * time.Millisecond)
 		}
 		return "-"
 	},
 	"when": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:
-			if v.IsZero() {
-				return "-"
-			}
-			return v.Local().Format("2006-01-02 15:04:05")
+			return render.When(v)
 		case *time.Time:
 			if v == nil {
 				return "-"
 			}
-			return v.Local().Format("2006-01-02 15:04:05")
+			return render.When(*v)
 		}
 		return fmt.Sprint(t)
 	},
@@ -264,22 +262,6 @@ var funcs = template.FuncMap{
 		return ks
 	},
 	"add": func(a, b int) int { return a + b },
-}
-
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
