@@ -192,7 +192,9 @@ func (s lanesService) Recover(ctx context.Context) error {
 	}
 	return nil
 }
-func (s lanesService) lanesBound() time.Duration { return s.cfg.Daemon.ShutdownTimeout.Duration + 10*time.Second }
+func (s lanesService) lanesBound() time.Duration {
+	return s.cfg.Daemon.ShutdownTimeout.Duration + 10*time.Second
+}
 func (s lanesService) StopTimeout() time.Duration {
 	return s.lanesBound() + 2*fleetLeaveBound + supervisor.DefaultStopGrace
 }
@@ -241,7 +243,9 @@ func (s approvalsService) Recover(ctx context.Context) error {
 	}
 	return nil
 }
-func (s approvalsService) StopTimeout() time.Duration { return 10*time.Second + supervisor.DefaultStopGrace }
+func (s approvalsService) StopTimeout() time.Duration {
+	return 10*time.Second + supervisor.DefaultStopGrace
+}
 func (s approvalsService) Stop(context.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -307,7 +311,9 @@ func (s executorsService) Recover(ctx context.Context) error {
 func (s executorsService) execBound() time.Duration {
 	return maxShutdownTimeout(s.cfg.Executors) + 10*time.Second
 }
-func (s executorsService) StopTimeout() time.Duration { return s.execBound() + supervisor.DefaultStopGrace }
+func (s executorsService) StopTimeout() time.Duration {
+	return s.execBound() + supervisor.DefaultStopGrace
+}
 func (s executorsService) Stop(context.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.execBound())
 	defer cancel()
@@ -350,7 +356,9 @@ func (s loopsService) Recover(ctx context.Context) error {
 	}
 	return nil
 }
-func (s loopsService) StopTimeout() time.Duration { return 10*time.Second + supervisor.DefaultStopGrace }
+func (s loopsService) StopTimeout() time.Duration {
+	return 10*time.Second + supervisor.DefaultStopGrace
+}
 func (s loopsService) Stop(context.Context) error {
 	defer s.stopLoopMetrics()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -377,7 +385,9 @@ func (s clankerService) Start(context.Context) error {
 	s.clankerMgr = m
 	return nil
 }
-func (s clankerService) StopTimeout() time.Duration { return 30*time.Second + supervisor.DefaultStopGrace }
+func (s clankerService) StopTimeout() time.Duration {
+	return 30*time.Second + supervisor.DefaultStopGrace
+}
 func (s clankerService) Stop(context.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -480,7 +490,7 @@ func (s httpService) Stop(context.Context) error {
 // scrape reads the domains.
 type metricsService struct{ *root }
 
-func (metricsService) Name() string                 { return "metrics" }
+func (metricsService) Name() string                  { return "metrics" }
 func (s metricsService) Start(context.Context) error { s.metricsFE.start(s.mx, s.log); return nil }
 func (s metricsService) Stop(context.Context) error  { s.metricsFE.close(s.log); return nil }
 
