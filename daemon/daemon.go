@@ -1,6 +1,7 @@
 // Package daemon is the root of orchestrd's supervision tree: Run owns the
-// event log, the actor system, the lanes and the control socket, and tears
-// them down in reverse order.
+// state store, the event log and the actor system, starts the daemon's
+// services in the order of one list (services.go) and stops them in
+// reverse.
 package daemon
 
 import (
@@ -256,7 +257,9 @@ func Run(ctx context.Context, opts Options) error {
 			// approvals and lanes, while clients are still connected and
 			// hear their tasks, approvals and jobs end. Their stop errors
 			// are logged and in service.stopped.
-			_ = r.runner.Stop()
+			if err := r.runner.Stop(); errors.Is(err, supervisor.ErrAbandoned) {
+				opts.Logger.Error().Err(err).Msg("a service did not stop in time: stopping without it")
+			}
 			// The last ends (job.finished) reach the clients still
 			// connected before the socket closes.
 			recordStop()

@@ -55,6 +55,7 @@ func serviceEvents(t *testing.T, home string) []string {
 // start in that order and, once the daemon stopped, each stop in reverse.
 func TestStatusShowsServicesInOrder(t *testing.T) {
 	t.Parallel()
+	underRace(t) // the runner's status is read while it starts and stops
 	d := startDaemonAt(t, startupHome(t, ""), "")
 	out, errOut, code := runCLI(t, "status", "--home", d.home)
 	if code != 0 {
