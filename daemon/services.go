@@ -109,6 +109,30 @@ type root struct {
 // recoverBound bounds each service's recovery of what a dead daemon left.
 const recoverBound = time.Minute
 
+// recoverWithin runs a domain's Recover within recoverBound; what it
+// recovers names it in the error.
+func recoverWithin[T any](ctx context.Context, recover func(context.Context) (T, error), what string) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, recoverBound)
+	defer cancel()
+	v, err := recover(ctx)
+	if err != nil {
+		return v, fmt.Errorf("recovering %s: %w", what, err)
+	}
+	return v, nil
+}
+
+// shutdownWithin runs a domain's Shutdown within d, logging "WHAT did not
+// stop cleanly" when it fails.
+func shutdownWithin(d time.Duration, shutdown func(context.Context) error, log zerolog.Logger, what string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	err := shutdown(ctx)
+	if err != nil {
+		log.Error().Err(err).Msg(what + " did not stop cleanly")
+	}
+	return err
+}
+
 // ---- the front-ends' addresses, bound before anything runs ----
 
 type hookListen struct{ *root }
@@ -184,13 +208,9 @@ func (s lanesService) Start(context.Context) error {
 	return nil
 }
 func (s lanesService) Recover(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, recoverBound)
-	defer cancel()
 	var err error
-	if s.recovered, err = s.mgr.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering jobs: %w", err)
-	}
-	return nil
+	s.recovered, err = recoverWithin(ctx, s.mgr.Recover, "jobs")
+	return err
 }
 func (s lanesService) lanesBound() time.Duration {
 	return s.cfg.Daemon.ShutdownTimeout.Duration + 10*time.Second
@@ -236,23 +256,14 @@ func (s approvalsService) Start(context.Context) error {
 	return nil
 }
 func (s approvalsService) Recover(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, recoverBound)
-	defer cancel()
-	if _, err := s.approvalsMgr.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering approvals: %w", err)
-	}
-	return nil
+	_, err := recoverWithin(ctx, s.approvalsMgr.Recover, "approvals")
+	return err
 }
 func (s approvalsService) StopTimeout() time.Duration {
 	return 10*time.Second + supervisor.DefaultStopGrace
 }
 func (s approvalsService) Stop(context.Context) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.approvalsMgr.Shutdown(ctx)
-	if err != nil {
-		s.log.Error().Err(err).Msg("approvals did not stop cleanly")
-	}
+	err := shutdownWithin(10*time.Second, s.approvalsMgr.Shutdown, s.log, "approvals")
 	s.notifier.Close()
 	s.hook.close(s.log) // its waiting hooks were answered by the approvals' Shutdown
 	return err
@@ -301,12 +312,8 @@ func (s executorsService) Start(context.Context) error {
 	return nil
 }
 func (s executorsService) Recover(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, recoverBound)
-	defer cancel()
-	if _, err := s.execMgr.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering executor tasks: %w", err)
-	}
-	return nil
+	_, err := recoverWithin(ctx, s.execMgr.Recover, "executor tasks")
+	return err
 }
 func (s executorsService) execBound() time.Duration {
 	return maxShutdownTimeout(s.cfg.Executors) + 10*time.Second
@@ -315,13 +322,7 @@ func (s executorsService) StopTimeout() time.Duration {
 	return s.execBound() + supervisor.DefaultStopGrace
 }
 func (s executorsService) Stop(context.Context) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.execBound())
-	defer cancel()
-	err := s.execMgr.Shutdown(ctx)
-	if err != nil {
-		s.log.Error().Err(err).Msg("executors did not stop cleanly")
-	}
-	return err
+	return shutdownWithin(s.execBound(), s.execMgr.Shutdown, s.log, "executors")
 }
 func (s executorsService) Register(mux api.Mux) { s.execMgr.Register(mux) }
 
@@ -349,25 +350,15 @@ func (s loopsService) Start(context.Context) error {
 	return nil
 }
 func (s loopsService) Recover(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, recoverBound)
-	defer cancel()
-	if _, err := s.loopsMgr.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering loops: %w", err)
-	}
-	return nil
+	_, err := recoverWithin(ctx, s.loopsMgr.Recover, "loops")
+	return err
 }
 func (s loopsService) StopTimeout() time.Duration {
 	return 10*time.Second + supervisor.DefaultStopGrace
 }
 func (s loopsService) Stop(context.Context) error {
 	defer s.stopLoopMetrics()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.loopsMgr.Shutdown(ctx)
-	if err != nil {
-		s.log.Error().Err(err).Msg("loops did not stop cleanly")
-	}
-	return err
+	return shutdownWithin(10*time.Second, s.loopsMgr.Shutdown, s.log, "loops")
 }
 func (s loopsService) Register(mux api.Mux) { s.loopsMgr.Register(mux) }
 
@@ -389,13 +380,7 @@ func (s clankerService) StopTimeout() time.Duration {
 	return 30*time.Second + supervisor.DefaultStopGrace
 }
 func (s clankerService) Stop(context.Context) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := s.clankerMgr.Shutdown(ctx)
-	if err != nil {
-		s.log.Error().Err(err).Msg("clanker's repos did not stop cleanly")
-	}
-	return err
+	return shutdownWithin(30*time.Second, s.clankerMgr.Shutdown, s.log, "clanker's repos")
 }
 func (s clankerService) Register(mux api.Mux) { s.clankerMgr.Register(mux) }
 

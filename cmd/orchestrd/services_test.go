@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -19,20 +18,12 @@ var daemonServices = []string{"hook.listen", "http.listen", "metrics.listen", "s
 
 // serviceLines reads status's SERVICE table: name and state, in order.
 func serviceLines(out string) [][2]string {
+	_, table, _ := strings.Cut(out, "SERVICE ")
+	table, _, _ = strings.Cut(table, "\n\n")
 	var rows [][2]string
-	sc := bufio.NewScanner(strings.NewReader(out))
-	in := false
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case strings.HasPrefix(l, "SERVICE"):
-			in = true
-		case in && strings.TrimSpace(l) == "":
-			return rows
-		case in:
-			if f := strings.Fields(l); len(f) >= 2 {
-				rows = append(rows, [2]string{f[0], strings.Join(f[1:], " ")})
-			}
+	for _, l := range strings.Split(table, "\n")[1:] {
+		if f := strings.Fields(l); len(f) >= 2 {
+			rows = append(rows, [2]string{f[0], strings.Join(f[1:], " ")})
 		}
 	}
 	return rows
