@@ -13,17 +13,19 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-// chatTasks is the chat's Tasks port over the executors domain.
-type chatTasks struct{ m *executors.Manager }
+// chatTasks is the chat's Tasks port over the executors domain, which
+// starts after the chat (services.go): it is asked only on chat.send and
+// by status, once the control socket serves.
+type chatTasks struct{ r *root }
 
 var _ chat.Tasks = chatTasks{}
 
 func (p chatTasks) Execute(spec api.TaskSpec, reply func(taskID, sessionID string, err error)) {
-	p.m.Execute(spec, reply)
+	p.r.execMgr.Execute(spec, reply)
 }
 
 func (p chatTasks) Stop(taskID string, reply func(error)) {
-	p.m.Stop(taskID, false, func(_ api.TaskRecord, err error) { reply(err) })
+	p.r.execMgr.Stop(taskID, false, func(_ api.TaskRecord, err error) { reply(err) })
 }
 
 // Ready reports whether pool can answer: an executor of it is up (idle
@@ -32,7 +34,7 @@ func (p chatTasks) Ready(pool string) bool {
 	if pool == "" {
 		return false
 	}
-	st, ok := p.m.Pool(pool)
+	st, ok := p.r.execMgr.Pool(pool)
 	if !ok {
 		return false
 	}

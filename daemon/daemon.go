@@ -1,6 +1,7 @@
 // Package daemon is the root of orchestrd's supervision tree: Run owns the
-// event log, the actor system, the lanes and the control socket, and tears
-// them down in reverse order.
+// state store, the event log and the actor system, starts the daemon's
+// services in the order of one list (services.go) and stops them in
+// reverse.
 package daemon
 
 import (
@@ -22,23 +23,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/actors"
-	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/approvals"
-	"github.com/orchestrd/orchestrd/chat"
-	"github.com/orchestrd/orchestrd/clanker"
-	"github.com/orchestrd/orchestrd/clanker/ipc"
-	"github.com/orchestrd/orchestrd/daemon/control"
-	"github.com/orchestrd/orchestrd/daemon/httpapi"
-	"github.com/orchestrd/orchestrd/daemon/metrics"
-	"github.com/orchestrd/orchestrd/daemon/ui"
 	"github.com/orchestrd/orchestrd/executors"
 	"github.com/orchestrd/orchestrd/fleet"
-	"github.com/orchestrd/orchestrd/lanes"
 	"github.com/orchestrd/orchestrd/lanes/runner"
-	"github.com/orchestrd/orchestrd/loops"
-	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/platform/secrets"
 	"github.com/orchestrd/orchestrd/state"
+	"github.com/orchestrd/orchestrd/supervisor"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -172,276 +162,17 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	defer sys.Shutdown()
 
-	d := cfg.Daemon
-	// The front-ends whose address another process may hold, before
-	// anything starts (frontends.go): one the config file turns on that
-	// cannot start stops the daemon here; one on by default is then off,
-	// and warned about once both are made. vibe-reachout's hook socket
-	// first, before anything that starts a sandbox: each one hides it.
-	// Answered once its approvals can be (Serve below); closed after the
-	// approvals have answered its waiting hooks. The HTTP API's port,
-	// served once the lanes take jobs.
-	hook, err := listenReachout(cfg, bus, opts.Logger)
-	if err != nil {
+	// The services, in order (services.go): on a failed start those
+	// started stop in reverse, and Run returns its error.
+	r := &root{opts: opts, cfg: cfg, log: opts.Logger, started: started, st: st, bus: bus, sys: sys, mx: mx,
+		secrets: secretsFile, fleetID: fleetID}
+	r.runner = supervisor.NewRunner(supervisor.RunnerOptions{Emit: func(ev eventlog.Event) { bus.Emit(ev) }}, r.services()...)
+	if err := r.runner.Start(context.Background()); err != nil {
 		return err
 	}
-	closeHook := func() { hook.close(opts.Logger) }
-	httpFE, err := bindHTTP(cfg, opts.Home, bus)
-	if err != nil {
-		closeHook()
-		return err
-	}
-	defer httpFE.closeListener() // when Run fails before it is served
-	// [metrics] listen, when the config file sets it: an address in use
-	// stops the daemon here (exit 2).
-	metricsFE, err := bindMetrics(cfg)
-	if err != nil {
-		closeHook()
-		return err
-	}
-	defer metricsFE.close(opts.Logger) // when Run fails before it is served
-	hook.warn(opts.Logger)
-	sandboxFE := probeSandbox(cfg.Daemon.Sandbox, opts.Home, opts.Exe, opts.Logger)
-	httpFE.warn(opts.Logger)
-	hookSrv := hook.srv
-	mgr, err := lanes.Start(lanes.Options{Lanes: cfg.Lanes, ShutdownTimeout: d.ShutdownTimeout.Duration,
-		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
-		Sandbox: d.Sandbox, Home: opts.Home, Exe: opts.Exe, Hide: hookHide(hookSrv),
-		RunnerStderr: opts.RunnerStderr, RunnerEnv: runnerLogEnv(), Bus: bus, System: sys, Logger: opts.Logger, Jobs: jobLog{st},
-		Secrets: secretsFile})
-	if err != nil {
-		closeHook()
-		return fmt.Errorf("starting lanes: %w", err)
-	}
-	killed := 0
-	var fl *fleet.Fleet // [cluster]: nil when off
-	shutdownLanes := func(reason string) {
-		defer closeHook() // on the paths that fail before the approvals: a no-op once closed
-		if fl != nil {
-			stopTaking(fl, opts.Logger) // then the lanes end the fleet's jobs here, recorded in it
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownTimeout.Duration+10*time.Second)
-		defer cancel()
-		n, err := mgr.Shutdown(sctx)
-		killed = n
-		if err != nil {
-			opts.Logger.Error().Err(err).Str("reason", reason).Msg("lanes did not stop cleanly")
-		}
-		closeFleet(fl, opts.Logger)
-	}
-	// The fleet before the recovery: a cluster job the dead daemon left is
-	// the fleet's (lanes.Recover never runs it again).
-	if fl, err = startFleet(cfg.Cluster, fleetID, opts.Home, mgr, bus, opts.Logger); err != nil {
-		shutdownLanes("fleet failed")
-		return err
-	}
-	// The jobs a dead daemon left, before the control socket takes work.
-	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
-	recovered, err := mgr.Recover(rctx)
-	rcancel()
-	if err != nil {
-		shutdownLanes("recovery failed")
-		return fmt.Errorf("recovering jobs: %w", err)
-	}
-	// Approvals after lanes (their notify_command runs under the lanes'
-	// subreaper); the approvals a dead daemon left, before any front-end
-	// takes requests. Stopped before the lanes, while the sockets are up:
-	// a waiting hook hears Timeout.
-	notifier := startNotifier(cfg.Approvals, mgr.Reaper(), bus, opts.Logger)
-	approvalsMgr, err := approvals.Start(approvals.Options{Config: cfg.Approvals, Bus: bus, System: sys,
-		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: approvalLog{st}, OnPending: notifier.Notify, OnEnded: mx.ApprovalEnded})
-	if err != nil {
-		notifier.Close()
-		shutdownLanes("approvals failed")
-		return fmt.Errorf("starting approvals: %w", err)
-	}
-	shutdownApprovals := func() {
-		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := approvalsMgr.Shutdown(actx); err != nil {
-			opts.Logger.Error().Err(err).Msg("approvals did not stop cleanly")
-		}
-		notifier.Close()
-	}
-	arctx, arcancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err = approvalsMgr.Recover(arctx)
-	arcancel()
-	if err != nil {
-		shutdownApprovals()
-		shutdownLanes("approvals recovery failed")
-		return fmt.Errorf("recovering approvals: %w", err)
-	}
-	// Executors after approvals (their permissions are approvals) and
-	// before the front-ends; stopped first.
-	execMgr, err := executors.Start(executors.Options{Pools: cfg.Executors, Home: opts.Home, Bus: bus, System: sys,
-		Logger: opts.Logger, Reaper: mgr.Reaper(), Log: executorLog{st}, Secrets: secretsFile,
-		Permissions: executorPermissions{approvalsMgr}, Stderr: opts.RunnerStderr,
-		Sandbox: cfg.Daemon.Sandbox, Exe: opts.Exe, Hide: hookHide(hookSrv)})
-	if err != nil {
-		shutdownApprovals()
-		shutdownLanes("executors failed")
-		return fmt.Errorf("starting executors: %w", err)
-	}
-	shutdownExecutors := func() {
-		ectx, cancel := context.WithTimeout(context.Background(), maxShutdownTimeout(cfg.Executors)+10*time.Second)
-		defer cancel()
-		if err := execMgr.Shutdown(ectx); err != nil {
-			opts.Logger.Error().Err(err).Msg("executors did not stop cleanly")
-		}
-	}
-	ectx, ecancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err = execMgr.Recover(ectx)
-	ecancel()
-	if err != nil {
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("executor recovery failed")
-		return fmt.Errorf("recovering executor tasks: %w", err)
-	}
-	// The chat over the executors: it follows their task events until
-	// they have stopped (the last replies' ends are streamed).
-	chatSaved := startChatSessions(st, opts.Logger)
-	chatMgr, err := chat.Start(chat.Options{Executor: cfg.Loops.ChatExecutor, Tasks: chatTasks{execMgr},
-		Events: chatEvents{bus}, Bus: bus, Logger: opts.Logger,
-		Session: loadChatSession(st, cfg.Loops.ChatExecutor, opts.Logger), SaveSession: chatSaved.Save})
-	if err != nil {
-		chatSaved.Close()
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("chat failed")
-		return fmt.Errorf("starting the chat: %w", err)
-	}
-	shutdownExecutors = func(stop func()) func() {
-		return func() { stop(); chatMgr.Close(); chatSaved.Close() }
-	}(shutdownExecutors)
-	// Loops after lanes, approvals and executors (their validation jobs,
-	// plan gates and agents); stopped before them.
-	if rp := mgr.Reaper(); rp != nil {
-		gitwt.SetStarter(rp) // git is the daemon's child: registered, never taken for an orphan
-	}
-	if err := sandboxGit(cfg.Daemon.Sandbox, opts.Home, opts.Exe, hookHide(hookSrv)); err != nil {
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("loops failed")
-		return err
-	}
-	loopsMgr, err := loops.Start(loops.Options{Config: cfg.Loops, Agents: loopAgents{execMgr, opts.Logger},
-		Jobs: loopJobs{mgr, opts.Logger}, Gate: loopGate{approvalsMgr}, Store: loopStore{st}, Git: loops.GitWT{},
-		Bus: bus, System: sys, Logger: opts.Logger})
-	if err != nil {
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("loops failed")
-		return fmt.Errorf("starting loops: %w", err)
-	}
-	approvalsMgr.SetPlanID(loopsMgr.PlanApproval)
-	// metrics.update: the loop counts, once a second at most, when they
-	// change (metricsupdate.go).
-	stopLoopMetrics := loopMetrics(bus, loopsMgr)
-	shutdownLoops := func() {
-		defer stopLoopMetrics()
-		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := loopsMgr.Shutdown(lctx); err != nil {
-			opts.Logger.Error().Err(err).Msg("loops did not stop cleanly")
-		}
-	}
-	shutdownExecutors0 := shutdownExecutors
-	shutdownExecutors = func() {
-		shutdownLoops()
-		shutdownExecutors0()
-	}
-	lrctx, lrcancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err = loopsMgr.Recover(lrctx)
-	lrcancel()
-	if err != nil {
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("loops recovery failed")
-		return fmt.Errorf("recovering loops: %w", err)
-	}
-	// clanker's repos after the executors; stopped first (their pods
-	// spool while the sockets are down).
-	clankerMgr, err := clanker.Start(clanker.Options{Config: cfg.Clanker, Store: clankerStore{st},
-		Listen: ipc.Listener(bus, opts.Logger), Bus: bus, System: sys, Logger: opts.Logger,
-		Sync: cfg.State.Durability == string(state.DurabilityPower)})
-	if err != nil {
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("clanker failed")
-		return fmt.Errorf("starting clanker's repos: %w", err)
-	}
-	shutdownClanker := func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := clankerMgr.Shutdown(cctx); err != nil {
-			opts.Logger.Error().Err(err).Msg("clanker's repos did not stop cleanly")
-		}
-	}
-	srv, err := control.New(control.Options{Path: filepath.Join(opts.Home, "daemon.sock"),
-		MaxLine: cfg.Daemon.MaxLineBytes, SubscriberQueue: cfg.Daemon.SubscriberQueue,
-		Overflow: cfg.Daemon.SubscriberOverflow, Version: opts.Version, Bus: bus,
-		System: sys, Logger: opts.Logger})
-	if err != nil {
-		shutdownClanker()
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("control socket failed")
-		return fmt.Errorf("starting the control socket: %w", err)
-	}
-	// The gauges read the domains' counters at each scrape, from now on.
-	mx.Attach(metrics.Sources{Lanes: mgr, Approvals: approvalsMgr, Executors: execMgr, Loops: loopsMgr,
-		Clanker: clankerMgr, Store: st, Bus: bus, Control: srv})
-	sockPath := filepath.Join(opts.Home, "daemon.sock")
-	fronts := &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: httpFE.fe, hook: hook.fe,
-		metrics: metricsFE.fe, lanes: laneFrontEnds(opts.Home, mgr.LaneNames(), cfg.Lanes), clanker: clankerMgr, sandbox: sandboxFE}
-	registerMethods(srv, sys, mgr, started, fronts, loopsMgr.Counts, opts.Version, chatMgr.Ready)
-	approvalsMgr.Register(srv)
-	execMgr.Register(srv)
-	chatMgr.Register(srv)
-	loopsMgr.Register(srv)
-	clankerMgr.Register(srv)
-	registerFleet(srv, fl)
-	registerHTTPInfo(srv, httpFE, st.NodeID())
-	// Loopsy's HTTP API (and what is mounted on it), once the lanes take
-	// jobs and every method is registered; nil when off.
-	// The dashboard: on the HTTP API's listener, through the same method
-	// table as the control socket.
-	var dash *ui.Server
-	var mounts []httpapi.Mount
-	if httpFE.ln != nil && cfg.UI.Enabled {
-		dash, err = ui.New(ui.Options{Config: cfg.UI, Caller: srv, Bus: bus, Key: httpFE.key, Home: opts.Home,
-			Version: opts.Version, Logger: opts.Logger, Loopback: isLoopback(httpFE.ln.Addr()), TLS: cfg.HTTP.Cert != ""})
-		if err != nil {
-			_ = srv.Close()
-			shutdownClanker()
-			shutdownExecutors()
-			shutdownApprovals()
-			shutdownLanes("the dashboard failed")
-			return fmt.Errorf("starting the dashboard: %w", err)
-		}
-		dash.Register(srv)
-		mounts = append(mounts, httpapi.Mount{Pattern: "/ui/", Handler: dash}, httpapi.Mount{Pattern: "GET /ui", Handler: dash})
-	}
-	// GET /metrics behind the API's key; every request observed.
-	mounts = append(mounts, httpapi.Mount{Pattern: "GET /metrics", Handler: mx.Handler(), Bearer: true})
-	if err := httpFE.start(opts.Home, st, opts.Version, srv, bus, started, opts.Logger, mounts, mx.ObserveHTTP); err != nil {
-		_ = srv.Close()
-		shutdownClanker()
-		shutdownExecutors()
-		shutdownApprovals()
-		shutdownLanes("the HTTP API failed")
-		return err
-	}
-	httpSrv := httpFE.srv
-	fronts.http = httpFE.fe
-	fronts.ui = uiFrontEnd(cfg, httpFE, dash)
-	metricsFE.start(mx, opts.Logger)
-	// vibe-reachout's hook socket is answered once its approvals can be.
-	if hookSrv != nil {
-		hookSrv.Serve(approvalsMgr)
-	}
-	stopPruning := startPruning(st, cfg.State, bus, opts.Logger)
+	mgr, fronts, srv, fl := r.mgr, r.fronts, r.srv, r.fl
+	recovered := r.recovered
+	sockPath := fronts.control.Address
 	bus.Emit(DaemonStarted{Pid: os.Getpid(), Version: opts.Version, Home: opts.Home, Lanes: mgr.LaneNames(),
 		Recovered: recovered.Requeued+recovered.Failed > 0, Requeued: recovered.Requeued, Failed: recovered.Failed,
 		SeqSkipped: bus.SeqSkipped()})
@@ -493,7 +224,7 @@ func Run(ctx context.Context, opts Options) error {
 				case s := <-sigCh:
 					bus.Emit(DaemonStopping{Signal: s.String(), Reason: "signal while stopping: killing runners now"})
 					sd.notify(stoppingStatus(s, "") + ", killing runners now")
-					execMgr.Force()
+					r.execMgr.Force()
 					mgr.Force()
 				case <-stopped:
 				}
@@ -520,29 +251,15 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}, func(error) {
-			// clanker's repos, executors, approvals, then lanes, while
-			// clients are still connected and hear their tasks, approvals
-			// and jobs end; then the control socket.
-			// The metrics listener first (a scrape reads the domains),
-			// then Loopsy's API: its executions are cancelled while the
-			// lanes still run them, and the waiting requests answered.
-			metricsFE.close(opts.Logger)
-			if dash != nil {
-				dash.Close() // its streams end first: they would hold the server's shutdown
+			// Every service in reverse (services.go): the front-ends
+			// first (Loopsy's executions are cancelled while the lanes
+			// still run them), then clanker's repos, loops, executors,
+			// approvals and lanes, while clients are still connected and
+			// hear their tasks, approvals and jobs end. Their stop errors
+			// are logged and in service.stopped.
+			if err := r.runner.Stop(); errors.Is(err, supervisor.ErrAbandoned) {
+				opts.Logger.Error().Err(err).Msg("a service did not stop in time: stopping without it")
 			}
-			if httpSrv != nil {
-				hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if err := httpSrv.Close(hctx); err != nil {
-					opts.Logger.Error().Err(err).Msg("closing the HTTP API")
-				}
-				hcancel()
-			}
-			shutdownClanker()
-			shutdownExecutors()
-			shutdownApprovals()
-			// Its waiting hooks were answered by the approvals' Shutdown.
-			closeHook()
-			shutdownLanes("stopping")
 			// The last ends (job.finished) reach the clients still
 			// connected before the socket closes.
 			recordStop()
@@ -550,17 +267,17 @@ func Run(ctx context.Context, opts Options) error {
 			_ = srv.Close()
 		})
 	}
+	r.serving = true // from now on Run closes the control socket, once every service stopped
 	err = g.Run()
-	stopPruning()
 	recordStop() // if the control socket's interrupt did not
 	uptime := time.Since(started)
-	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: killed})
+	bus.Emit(DaemonStopped{UptimeMs: uptime.Milliseconds(), Killed: r.killed})
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	if err == nil { // an error is the caller's to report
 		opts.Logger.Info().Str("by", why).Str("uptime", uptime.Round(time.Second).String()).
-			Int("killed_runners", killed).Msg("orchestrd stopped")
+			Int("killed_runners", r.killed).Msg("orchestrd stopped")
 	}
 	return err
 }

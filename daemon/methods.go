@@ -9,17 +9,15 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/daemon/control"
-	"github.com/orchestrd/orchestrd/lanes"
 )
 
-// registerMethods gives the control socket its methods beyond the
-// protocol's own: the lanes' (job.*, lane.list) and the daemon's, tree.get
-// (the actor tree), metrics.get (the daemon's, the lanes' and the control
-// socket's counters) and frontend.list (every way into the daemon: its
-// address, or why it is off).
-func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager, started time.Time, fronts *frontEnds,
-	loopCounts func() (map[api.LoopStatus]int, int), version string, llmReady func() bool) {
-	mgr.Register(srv)
+// registerMethods gives the control socket the daemon's own methods:
+// status (its services in order, with their state), tree.get (the actor
+// tree), metrics.get (the daemon's, the lanes' and the control socket's
+// counters) and frontend.list (every way into the daemon: its address, or
+// why it is off). The services register theirs (services.go).
+func registerMethods(srv *control.Server, r *root) {
+	sys, mgr, started, fronts := r.sys, r.mgr, r.started, r.fronts
 	// Loopr's status: what its TUI shows in its header. Params, if any,
 	// are ignored (as initialize's extra members are).
 	srv.Handle("status", func(call api.Call) {
@@ -28,7 +26,7 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			call.Fail(err)
 			return
 		}
-		call.Respond(statusResult{Running: true, Version: version, LLMReady: llmReady()})
+		call.Respond(api.Status{Running: true, Version: r.opts.Version, LLMReady: r.chatMgr.Ready(), Services: r.runner.Status()})
 	})
 	srv.Handle("frontend.list", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {
@@ -49,20 +47,12 @@ func registerMethods(srv *control.Server, sys *actors.System, mgr *lanes.Manager
 			call.Fail(err)
 			return
 		}
-		byStatus, running := loopCounts()
+		byStatus, running := r.loopsMgr.Counts()
 		call.Respond(api.Metrics{UptimeMs: time.Since(started).Milliseconds(), LaneMetrics: mgr.Metrics(),
 			Goroutines: runtime.NumGoroutine(), OpenFDs: openFDs(), ConnMetrics: srv.Metrics(),
 			FinishedOutputBytes: mgr.FinishedOutputBytes(),
 			LoopMetrics:         api.LoopMetrics{RunningLoops: running, LoopsByStatus: byStatus}})
 	})
-}
-
-// statusResult is status's answer (Loopr's): llm_ready says the chat can
-// answer (its pool is configured and has an executor up).
-type statusResult struct {
-	Running  bool   `json:"running"`
-	Version  string `json:"version"`
-	LLMReady bool   `json:"llm_ready"`
 }
 
 type treeResult struct {

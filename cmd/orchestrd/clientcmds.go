@@ -677,7 +677,8 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 
 const statusUsage = "orchestrd status [--home DIR] [--json]"
 
-// cmdStatus shows the front-ends, the lanes, their runners and the actor
+// cmdStatus shows the front-ends, the daemon's services in the order they
+// start (they stop in reverse), the lanes, their runners and the actor
 // tree.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status")
@@ -704,6 +705,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if err := call(c, "frontend.list", nil, &fe); err != nil {
 		return callErr(stderr, err)
 	}
+	var st api.Status
+	if err := call(c, "status", nil, &st); err != nil {
+		return callErr(stderr, err)
+	}
 	// In a fleet, which one and as which node; cluster.nodes is not
 	// found when the daemon is in none.
 	var cl *fleet.NodesAnswer
@@ -714,7 +719,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return callErr(stderr, err)
 	}
 	if *asJSON {
-		out := map[string]any{"frontends": fe.FrontEnds, "lanes": ls.Lanes, "tree": tr.Tree}
+		out := map[string]any{"frontends": fe.FrontEnds, "services": st.Services, "lanes": ls.Lanes, "tree": tr.Tree}
 		if cl != nil {
 			out["cluster"] = map[string]any{"cluster": cl.Cluster, "node": cl.Node, "mode": cl.Mode, "url": cl.URL}
 		}
@@ -733,6 +738,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			addr = "off: " + f.Off
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", f.Name, addr)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	// The services in the order they start; they stop in reverse.
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE")
+	for _, s := range st.Services {
+		state := s.State
+		if s.Error != "" {
+			state += ": " + s.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, state)
 	}
 	tw.Flush()
 	fmt.Fprintln(stdout)
