@@ -46,7 +46,7 @@ var floors = map[string]int{
 // floorNames says what each floor holds, for the failure messages.
 var floorNames = []string{
 	"bytes, shared types and the actor facade: api, wire, actors",
-	"the supervision (restart policy, the event log) and the state store: supervisor, state",
+	"the supervision (restart policy, the root's list of services, the event log) and the state store: supervisor, state",
 	"the platform under the domains (processes, sandbox, sockets, safe files, secrets; clanker's spool files): platform, spool",
 	"the domains: lanes, fleet, approvals, executors, clanker, loops, chat, loopsy",
 	"the daemon and its front-ends: daemon",
