@@ -178,19 +178,26 @@ func (d *Daemon) Stop(within time.Duration) error {
 // lanes as it found them then. It fails when the daemon exits first
 // (wrapping ErrExited) or within passes.
 func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
+	return WaitLanesReady(d.Home, d.done, func() error { return d.err }, within)
+}
+
+// WaitLanesReady is WaitReady for a daemon on home run any way (a process,
+// or daemon.Run in this one): done is closed once it has stopped, and
+// exitErr then says how.
+func WaitLanesReady(home string, done <-chan struct{}, exitErr func() error, within time.Duration) ([]api.LaneStatus, error) {
 	deadline := time.Now().Add(within)
 	var lastErr error
 	answered := false
 	for {
 		select {
-		case <-d.done:
-			return nil, fmt.Errorf("%w: %v", ErrExited, d.err)
+		case <-done:
+			return nil, fmt.Errorf("%w: %v", ErrExited, exitErr())
 		default:
 		}
-		ls, err := d.laneList(deadline)
+		ls, err := laneList(filepath.Join(home, "daemon.sock"), deadline)
 		if err == nil {
 			answered = true
-			if LanesReady(ls, ConfiguredRunners(d.Home)) {
+			if LanesReady(ls, ConfiguredRunners(home)) {
 				return ls, nil
 			}
 		} else {
@@ -206,9 +213,10 @@ func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
 	}
 }
 
-// laneList asks the daemon for lane.list on a connection of its own.
-func (d *Daemon) laneList(deadline time.Time) ([]api.LaneStatus, error) {
-	c, err := client.Dial(d.Socket())
+// laneList asks the daemon on socket for lane.list on a connection of its
+// own.
+func laneList(socket string, deadline time.Time) ([]api.LaneStatus, error) {
+	c, err := client.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
