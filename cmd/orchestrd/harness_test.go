@@ -23,6 +23,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -524,14 +525,7 @@ func (d *testDaemon) waitRunnersGone() {
 // deadline.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Errorf("process %d is still alive", pid)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	daemontest.WaitGone(t, pid)
 }
 
 func alive(pid int) bool {

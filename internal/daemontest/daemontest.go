@@ -469,3 +469,26 @@ func Tail(s string, n int) string {
 	}
 	return s
 }
+
+// WaitGone fails t if process pid is still alive (and not a zombie) 10 s
+// from now.
+func WaitGone(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("process %d is still alive", pid)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live process, not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	st, ok := proc.ReadStat(pid)
+	return ok && st.State != 'Z'
+}
