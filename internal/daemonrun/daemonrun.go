@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -356,4 +357,37 @@ func PrebuiltName(dir, pkg string, flags ...string) (string, error) {
 		name += "-race"
 	}
 	return name, nil
+}
+
+// Builds builds programs a test needs beside the daemon (a test executor,
+// a hook), each once, into Dir: the first Build of a package builds it,
+// the others wait for it and share its result. Set Dir before the first
+// Build.
+type Builds struct {
+	Dir  string
+	mu   sync.Mutex
+	pkgs map[string]*builtPkg
+}
+
+type builtPkg struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Build is the program of package pkg (an import path), built once into
+// Dir under the package's last element.
+func (b *Builds) Build(pkg string) (string, error) {
+	b.mu.Lock()
+	if b.pkgs == nil {
+		b.pkgs = map[string]*builtPkg{}
+	}
+	p, ok := b.pkgs[pkg]
+	if !ok {
+		p = &builtPkg{path: filepath.Join(b.Dir, filepath.Base(pkg))}
+		b.pkgs[pkg] = p
+	}
+	b.mu.Unlock()
+	p.once.Do(func() { p.err = Build("", pkg, p.path) })
+	return p.path, p.err
 }

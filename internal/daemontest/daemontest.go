@@ -107,6 +107,7 @@ func Main(m *testing.M, leak ...goleak.Option) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	tools.Dir = dir
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -143,31 +144,15 @@ func Binary(t testing.TB) string {
 // once per test binary next to the orchestrd binary.
 func Tool(t testing.TB, pkg string) string {
 	t.Helper()
-	bin := Binary(t)
-	toolsMu.Lock()
-	tb, ok := tools[pkg]
-	if !ok {
-		tb = &toolBuild{path: filepath.Join(filepath.Dir(bin), "tool-"+filepath.Base(pkg))}
-		tools[pkg] = tb
+	Binary(t) // and so Main's directory, where tools go
+	p, err := tools.Build(pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	toolsMu.Unlock()
-	tb.once.Do(func() { tb.err = daemonrun.Build("", pkg, tb.path) })
-	if tb.err != nil {
-		t.Fatal(tb.err)
-	}
-	return tb.path
+	return p
 }
 
-var (
-	toolsMu sync.Mutex
-	tools   = map[string]*toolBuild{}
-)
-
-type toolBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
+var tools daemonrun.Builds
 
 // ShortTemp is a new directory for a home (a unix socket's path is limited
 // to 108 bytes; t.TempDir() can be longer), removed when the test ends.
@@ -270,14 +255,11 @@ func release() {
 // Done is closed once Run has returned.
 func (d *Daemon) Done() <-chan struct{} { return d.done }
 
-// Err is what Run returned (nil: a clean stop); valid once Done is closed.
+// Err waits for Run to return (Stop ends it) and returns its error (nil: a
+// clean stop).
 func (d *Daemon) Err() error {
-	select {
-	case <-d.done:
-		return d.err
-	default:
-		return nil
-	}
+	<-d.done
+	return d.err
 }
 
 // Stop cancels Run's context and waits for it to return; it fails the test
@@ -355,7 +337,13 @@ func (d *Daemon) Call(method string, params, result any) error {
 
 // CallWithin is Call with a client deadline of within.
 func (d *Daemon) CallWithin(within time.Duration, method string, params, result any) error {
-	c, err := client.Dial(d.Socket())
+	return CallAt(d.Socket(), within, method, params, result)
+}
+
+// CallAt calls method on the control socket at socket, on a connection of
+// its own, with a client deadline of within; any goroutine may call it.
+func CallAt(socket string, within time.Duration, method string, params, result any) error {
+	c, err := client.Dial(socket)
 	if err != nil {
 		return err
 	}
@@ -405,9 +393,15 @@ func (d *Daemon) Wait(id string) api.JobRecord {
 // the middle of writing the last one).
 func (d *Daemon) Events() []map[string]any {
 	d.t.Helper()
-	out, err := daemonrun.ReadEvents(daemonrun.EventLog(d.Home))
+	return Events(d.t, d.Home)
+}
+
+// Events reads the complete lines of the event log of the daemon on home.
+func Events(t testing.TB, home string) []map[string]any {
+	t.Helper()
+	out, err := daemonrun.ReadEvents(daemonrun.EventLog(home))
 	if err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return out
 }
@@ -422,16 +416,24 @@ func (d *Daemon) WaitEvent(kind string, match func(map[string]any) bool) map[str
 // WaitEventWithin is WaitEvent with a deadline of its own.
 func (d *Daemon) WaitEventWithin(within time.Duration, kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()
+	return WaitEventAt(d.t, d.Home, within, kind, match, d.LogTail)
+}
+
+// WaitEventAt waits up to within until the event log of the daemon on home
+// has a line of kind that match (nil: any) accepts, and returns it; diag
+// (may be nil) says more on a timeout.
+func WaitEventAt(t testing.TB, home string, within time.Duration, kind string, match func(map[string]any) bool, diag func() string) map[string]any {
+	t.Helper()
 	var found map[string]any
-	Eventually(d.t, within, "event "+kind, func() bool {
-		for _, e := range d.Events() {
+	Eventually(t, within, "event "+kind, func() bool {
+		for _, e := range Events(t, home) {
 			if e["kind"] == kind && (match == nil || match(e)) {
 				found = e
 				return true
 			}
 		}
 		return false
-	}, func() string { return Tail(d.Log.String(), 3000) })
+	}, diag)
 	return found
 }
 
