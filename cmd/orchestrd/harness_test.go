@@ -520,11 +520,7 @@ func alive(pid int) bool {
 
 func (d *testDaemon) submit(spec api.JobSpec) string {
 	d.t.Helper()
-	var r struct {
-		JobID string `json:"job_id"`
-	}
-	d.mustCall("job.submit", spec, &r)
-	return r.JobID
+	return daemontest.SubmitTo(d.t, d, spec)
 }
 
 func (d *testDaemon) wait(id string) api.JobRecord {

@@ -373,10 +373,16 @@ func (d *Daemon) Check(err error) {
 // Submit submits spec and returns the job's id.
 func (d *Daemon) Submit(spec api.JobSpec) string {
 	d.t.Helper()
+	return SubmitTo(d.t, d, spec)
+}
+
+// SubmitTo submits spec to c and returns the job's id.
+func SubmitTo(t testing.TB, c Conn, spec api.JobSpec) string {
+	t.Helper()
 	var r struct {
 		JobID string `json:"job_id"`
 	}
-	d.MustCall("job.submit", spec, &r)
+	mustCall(t, c, "job.submit", spec, &r)
 	return r.JobID
 }
 
