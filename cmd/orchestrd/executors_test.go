@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -44,93 +43,44 @@ func testExecutor(t *testing.T) string {
 	return testExecPath
 }
 
-// execConfig is a daemon with one small lane and one executor pool
-// "scripted" running the test executor with args; extra is more of the
-// pool's table.
+// execConfig is daemontest.ExecConfig on the test executor built here.
 func execConfig(t *testing.T, extra string, args ...string) string {
-	cmd := append([]string{testExecutor(t)}, args...)
-	q := make([]string, len(cmd))
-	for i, a := range cmd {
-		q[i] = fmt.Sprintf("%q", a)
-	}
-	return "[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.scripted]\ncommand = [" +
-		strings.Join(q, ", ") + "]\n" + extra
+	return daemontest.ExecConfig(testExecutor(t), extra, args...)
 }
 
 // script is a test executor prompt.
-func script(steps ...string) string { return `{"steps":[` + strings.Join(steps, ",") + `]}` }
+func script(steps ...string) string { return daemontest.Script(steps...) }
+
+// CallWithin and LogTail make d a daemontest.Conn, for its task helpers.
+func (d *testDaemon) CallWithin(within time.Duration, method string, params, result any) error {
+	return d.callWithin(within, method, params, result)
+}
+
+func (d *testDaemon) LogTail() string { return tail(d.stderr.String(), 3000) }
 
 func (d *testDaemon) execute(spec api.TaskSpec) (taskID, sessionID string) {
 	d.t.Helper()
-	if spec.Executor == "" {
-		spec.Executor = "scripted"
-	}
-	if spec.Cwd == "" {
-		spec.Cwd = d.home
-	}
-	var r struct {
-		TaskID    string `json:"task_id"`
-		SessionID string `json:"session_id"`
-	}
-	d.mustCall("task.execute", spec, &r)
-	return r.TaskID, r.SessionID
+	return daemontest.Execute(d.t, d, d.home, spec)
 }
 
 func (d *testDaemon) waitTask(id string) api.TaskRecord {
 	d.t.Helper()
-	var r struct {
-		Task     api.TaskRecord `json:"task"`
-		TimedOut bool           `json:"timed_out"`
-	}
-	d.check(d.callWithin(testWaitTimeout+testCallTimeout, "task.wait",
-		map[string]any{"id": id, "timeout_ms": testWaitTimeout.Milliseconds()}, &r))
-	if r.TimedOut {
-		d.t.Fatalf("task %s still %s after %s", id, r.Task.State, testWaitTimeout)
-	}
-	return r.Task
+	return daemontest.WaitTask(d.t, d, id)
 }
 
 // runningExecutor waits until task runs and returns its executor's pid.
 func (d *testDaemon) runningExecutor(taskID string) int {
 	d.t.Helper()
-	pid := 0
-	eventually(d.t, 20*time.Second, "task "+taskID+" running on an executor", func() bool {
-		var r struct {
-			Pools []api.PoolStatus `json:"pools"`
-		}
-		d.mustCall("executor.list", nil, &r)
-		for _, p := range r.Pools {
-			for _, e := range p.Executors {
-				if e.TaskID == taskID && e.Pid > 0 {
-					pid = e.Pid
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return pid
+	return daemontest.RunningExecutor(d.t, d, taskID)
 }
 
 func (d *testDaemon) session(id string) []api.SessionMessage {
 	d.t.Helper()
-	var r struct {
-		Messages []api.SessionMessage `json:"messages"`
-	}
-	d.mustCall("session.get", map[string]any{"id": id}, &r)
-	return r.Messages
+	return daemontest.Session(d.t, d, id)
 }
 
 func messagesOf(ms []api.SessionMessage, typ string) []map[string]any {
-	var out []map[string]any
-	for _, m := range ms {
-		if m.EventType == typ {
-			var v map[string]any
-			_ = json.Unmarshal(m.EventData, &v)
-			out = append(out, v)
-		}
-	}
-	return out
+	return daemontest.MessagesOf(ms, typ)
 }
 
 // A task from task.execute to task.finished through the real daemon and a
@@ -303,217 +253,6 @@ func TestExecutorLost(t *testing.T) {
 	}
 }
 
-// lockStore takes the write lock of home's state.db as another process
-// would, until unlock (once; the test's end unlocks too).
-func lockStore(t *testing.T, home string) (unlock func()) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(home, "state.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		db.Close()
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		conn.Close()
-		db.Close()
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unlock = func() {
-		once.Do(func() {
-			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-				t.Error(err)
-			}
-			conn.Close()
-			db.Close()
-		})
-	}
-	t.Cleanup(unlock)
-	return unlock
-}
-
-// A flood of report_message while the store is locked by another process:
-// the daemon pauses the executor, resumes it, and every message is stored
-// and streamed exactly once.
-//
-// Not parallel: the flood is larger than a subscription's queue, which
-// drops the oldest events of a subscriber that falls behind, as designed;
-// a test process starved by other tests fell behind (message 1481
-// streamed 0 times).
-func TestExecutorBackpressure(t *testing.T) {
-	const n = 3000
-	logPath := filepath.Join(shortTemp(t), "exec.log")
-	// The subscriber's queue holds the whole flood: this test is about the
-	// executor's backpressure, not about a subscriber that falls behind
-	// (dropped oldest first, subscriber.overflowed), which a daemon
-	// releasing 3000 messages at once can outpace.
-	d := startDaemon(t, "[daemon]\nsubscriber_queue = 8192\n"+execConfig(t, "instances = 1\nhigh_water = 20\nlow_water = 10\n", "--log", logPath))
-	sub := d.client()
-	defer sub.Close()
-	d.check(call(sub, "events.subscribe", map[string]any{"kinds": []string{"task.message", "task.finished"}}, nil))
-
-	// The task's own record first, then another process holds the
-	// store's write lock.
-	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"flood","n":%d}`, n))})
-	unlock := lockStore(t, d.home)
-	d.waitEvent("executor.paused", nil)
-	unlock()
-
-	seen := map[int64]int{}
-	for done := false; !done; {
-		select {
-		case ev := <-sub.Events():
-			var m struct {
-				TaskID   string `json:"task_id"`
-				Sequence int64  `json:"sequence"`
-			}
-			_ = json.Unmarshal(ev.Data, &m)
-			if m.TaskID != id {
-				continue
-			}
-			if ev.Event == "task.finished" {
-				done = true
-			} else if ev.Event == "task.message" {
-				seen[m.Sequence]++
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d messages streamed, then nothing for 30 s", len(seen), n)
-		}
-	}
-	rec := d.waitTask(id)
-	if rec.State != api.TaskCompleted || rec.MessageCount != n {
-		t.Fatalf("task: %+v", rec)
-	}
-	for i := int64(1); i <= n; i++ {
-		if seen[i] != 1 {
-			t.Fatalf("message %d streamed %d times (want exactly once)", i, seen[i])
-		}
-	}
-	stored := map[int64]int{}
-	for _, m := range d.session(session) {
-		stored[m.Sequence]++
-	}
-	if len(stored) != n {
-		t.Fatalf("%d of %d messages stored", len(stored), n)
-	}
-	d.waitEvent("executor.resumed", nil)
-	log, _ := os.ReadFile(logPath)
-	if !strings.Contains(string(log), "pause_notifications") || !strings.Contains(string(log), "resume_notifications") {
-		t.Fatalf("the executor did not hear pause and resume:\n%s", tail(string(log), 500))
-	}
-}
-
-// The read gate closes on bytes too: an executor that ignores pause and
-// sends large messages while the store is locked is read up to
-// max_pending_bytes of event data, not up to 4 x high_water messages; once
-// the store is free again, every message is stored.
-func TestExecutorGateBytes(t *testing.T) {
-	t.Parallel()
-	const n, size = 100, 64 << 10
-	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 50\nlow_water = 10\nmax_pending_bytes = 1048576\n", "--ignore-pause"))
-	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"sleep","ms":200}`, fmt.Sprintf(`{"op":"message","n":%d,"size":%d}`, n, size))})
-	unlock := lockStore(t, d.home)
-
-	// 16 messages of 64 KiB make 1 MiB: pending stops there (give or take
-	// the line the reader has started). Without the byte gate all 100
-	// would be read (4 x high_water is 200).
-	peak := 0
-	pending := func() int {
-		var r struct {
-			Pools []api.PoolStatus `json:"pools"`
-		}
-		d.mustCall("executor.list", nil, &r)
-		for _, p := range r.Pools {
-			for _, e := range p.Executors {
-				if e.TaskID == id {
-					peak = max(peak, e.Pending)
-					return e.Pending
-				}
-			}
-		}
-		return 0
-	}
-	eventually(t, 20*time.Second, "16 messages pending", func() bool { return pending() >= 16 })
-	for range 50 { // the gate holds while the store stays locked
-		pending()
-	}
-	t.Logf("at most %d messages pending", peak)
-	if peak > 24 {
-		t.Fatalf("%d messages of 64 KiB pending with max_pending_bytes = 1 MiB: the gate did not close on bytes", peak)
-	}
-	unlock()
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted || rec.MessageCount != n {
-		t.Fatalf("task after the store was free again: %+v", rec)
-	}
-	if got := len(d.session(session)); got != n {
-		t.Fatalf("%d of %d messages stored", got, n)
-	}
-}
-
-// A task past its timeout_ms ends timeout (stop_task first); task.stop
-// ends one cancelled; a bad token, a line that is not JSON and an unknown
-// method are refused without disturbing the task.
-func TestExecutorStopTimeoutAndBadInput(t *testing.T) {
-	t.Parallel()
-	logPath := filepath.Join(shortTemp(t), "exec.log")
-	d := startDaemon(t, execConfig(t, "instances = 1\nstop_grace = \"200ms\"\n", "--log", logPath))
-	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`), TimeoutMs: 200})
-	if rec := d.waitTask(id); rec.State != api.TaskTimeout || rec.Error == nil || rec.Error.Code != api.TaskErrTimeout {
-		t.Fatalf("task past its timeout: %+v", rec)
-	}
-	id, _ = d.execute(api.TaskSpec{Prompt: script(`{"op":"hang"}`)})
-	d.runningExecutor(id)
-	var stopped struct {
-		Task api.TaskRecord `json:"task"`
-	}
-	d.mustCall("task.stop", map[string]any{"id": id}, &stopped)
-	if stopped.Task.State != api.TaskCancelled || stopped.Task.Error == nil || stopped.Task.Error.Code != api.TaskErrStopped {
-		t.Fatalf("stopped task: %+v", stopped.Task)
-	}
-	if err := d.call("task.stop", map[string]any{"id": id}, nil); remoteCode(err) != api.CodeInvalidState {
-		t.Fatalf("stopping a finished task: %v, want 1002", err)
-	}
-	log, _ := os.ReadFile(logPath)
-	if !strings.Contains(string(log), "stop_task") {
-		t.Fatalf("the executor never heard stop_task; it heard:\n%s", log)
-	}
-
-	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"bad_token","method":"get_api_key"}`,
-		`{"op":"raw","line":"this is not JSON"}`, `{"op":"raw","line":"{\"jsonrpc\":\"2.0\",\"id\":\"x-1\",\"method\":\"no_such_method\"}"}`,
-		`{"op":"message","n":1,"text":"still here"}`)})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
-		t.Fatalf("task after bad input: %+v", rec)
-	}
-	bad := messagesOf(d.session(session), "bad_token_result")
-	if len(bad) != 1 || bad[0]["code"] != float64(-32001) || !strings.Contains(fmt.Sprint(bad[0]["message"]), "invalid session_token") {
-		t.Fatalf("bad token answer: %v", bad)
-	}
-	d.waitEvent("executor.bad_token", func(e map[string]any) bool { return e["method"] == "get_api_key" })
-	d.waitEvent("executor.protocol_error", nil)
-
-	// Bad task.execute params are refused by name.
-	for _, c := range []struct {
-		spec api.TaskSpec
-		code int
-		want string
-	}{
-		{api.TaskSpec{Executor: "scripted", Prompt: " ", Cwd: "/"}, api.CodeInvalidParams, "prompt is empty"},
-		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "rel"}, api.CodeInvalidParams, "cwd must be an absolute path"},
-		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "/", PermissionMode: "yolo"}, api.CodeInvalidParams, "permission_mode"},
-		{api.TaskSpec{Executor: "nope", Prompt: "x", Cwd: "/"}, api.CodeNotFound, `no executor pool "nope" (have scripted)`},
-		{api.TaskSpec{Executor: "scripted", Prompt: "x", Cwd: "/", SessionID: "s-unknown"}, api.CodeNotFound, "no session s-unknown"},
-	} {
-		err := d.call("task.execute", c.spec, nil)
-		if remoteCode(err) != c.code || !strings.Contains(fmt.Sprint(err), c.want) {
-			t.Errorf("task.execute %+v: %v, want %d saying %q", c.spec, err, c.code, c.want)
-		}
-	}
-}
-
 // The daemon stops while a task runs on an executor that ignores
 // shutdown: the task ends cancelled, the executor's group is killed after
 // shutdown_timeout, and nothing outlives the daemon. A daemon killed with
@@ -676,32 +415,6 @@ exit 3`
 	})
 }
 
-// An executor that never listens is killed at startup_timeout, with an
-// event that says why; an on-demand executor left idle is shut down at
-// idle_timeout.
-func TestExecutorStartupAndIdleTimeouts(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, execConfig(t, "instances = 1\nstartup_timeout = \"300ms\"\n", "--no-listen")+
-		fmt.Sprintf("\n[executors.ondemand]\ncommand = [%q]\nidle_timeout = \"1s\"\n", testExecutor(t)))
-	ev := d.waitEvent("executor.start_failed", func(e map[string]any) bool { return e["pool"] == "scripted" })
-	if !strings.Contains(fmt.Sprint(ev["reason"]), "no connection on") {
-		t.Fatalf("start_failed: %v", ev)
-	}
-	killed := d.waitEvent("executor.killed", func(e map[string]any) bool {
-		return e["pool"] == "scripted" && e["reason"] == "startup_timeout"
-	})
-	waitGone(t, int(killed["pid"].(float64)))
-
-	id, _ := d.execute(api.TaskSpec{Executor: "ondemand", Prompt: "one task"})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
-		t.Fatalf("on-demand task: %+v", rec)
-	}
-	d.waitEvent("executor.stopping", func(e map[string]any) bool {
-		return e["pool"] == "ondemand" && e["reason"] == "idle_timeout"
-	})
-	d.waitEvent("executor.exited", func(e map[string]any) bool { return e["pool"] == "ondemand" && e["expected"] == true })
-}
-
 // A pool with network = "none" runs executors that cannot open a
 // connection (a listener on the host's loopback is out of reach); a full
 // queue refuses a task by name; a secret's expires_at reaches the
@@ -862,72 +575,6 @@ func TestSecondSignalKillsExecutors(t *testing.T) {
 	if forced != 1 {
 		t.Fatalf("executor.killed {shutdown_forced}: %d, want 1", forced)
 	}
-}
-
-// An executor that sends its sequences with gaps it never fills does not
-// make the daemon hold more per task than 4 x high_water of them: past
-// that it stops waiting for the oldest gaps and says so; every message it
-// sent is kept.
-func TestExecutorSequenceGapsBounded(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, execConfig(t, "instances = 1\nhigh_water = 4\nlow_water = 2\n"))
-	id, session := d.execute(api.TaskSpec{Prompt: script(`{"op":"gaps","n":100}`)})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
-		t.Fatalf("task: %+v", rec)
-	}
-	if ms := d.session(session); len(ms) != 100 {
-		t.Fatalf("%d messages stored, want all 100", len(ms))
-	}
-	ev := d.waitEvent("task.sequences_skipped", func(e map[string]any) bool { return e["task_id"] == id })
-	if ev["limit"] != float64(16) || ev["from"] != float64(3) || ev["missing"].(float64) < 1 {
-		t.Fatalf("sequences_skipped %v", ev)
-	}
-	n := 0
-	for _, e := range d.events() {
-		if e["kind"] == "task.sequences_skipped" && e["task_id"] == id {
-			n++
-		}
-	}
-	// Half the window at a time: about 100/8 events, never one a message.
-	if n > 100/8+1 {
-		t.Fatalf("%d task.sequences_skipped events for 100 messages", n)
-	}
-}
-
-// Every line the daemon sends an executor is one JSON-RPC message and one
-// newline: an executor whose parser refuses an empty line (as strict
-// NDJSON readers do) runs a task through requests, answers and
-// notifications to its end.
-func TestExecutorLinesAreStrictNDJSON(t *testing.T) {
-	t.Parallel()
-	home := shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \"sk-strict\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemonAt(t, home, execConfig(t, "instances = 1\nsecrets = [\"anthropic\"]\n", "--strict-lines"))
-	id, session := d.execute(api.TaskSpec{PermissionMode: api.ModeBypass, Prompt: script(
-		`{"op":"key","service":"anthropic"}`, `{"op":"key","service":"openai"}`,
-		`{"op":"permission","tool":"Bash","input":{"command":"ls"}}`, `{"op":"context"}`, `{"op":"message","n":2,"text":"ok"}`)})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
-		t.Fatalf("task: %+v (an empty line from the daemon makes this executor exit)", rec)
-	}
-	if ms := d.session(session); len(ms) < 5 {
-		t.Fatalf("messages: %+v", ms)
-	}
-}
-
-// A line over the JSON-RPC limit ends the connection with an error that
-// names the limit in force.
-func TestExecutorOversizedLine(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, execConfig(t, "instances = 1\n"))
-	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"bigline","size":8388700}`)})
-	if rec := d.waitTask(id); rec.State != api.TaskFailed || rec.Error == nil || !strings.Contains(rec.Error.Message, "a line over 8388608 bytes") {
-		t.Fatalf("task: %+v (%+v)", rec, rec.Error)
-	}
-	d.waitEvent("executor.protocol_error", func(e map[string]any) bool {
-		return strings.Contains(fmt.Sprint(e["problem"]), "a line over 8388608 bytes")
-	})
 }
 
 // A plain {"type":"text","text":...} message (what an agent behind

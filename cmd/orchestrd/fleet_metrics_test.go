@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 )
 
 // A node lost shows in orchestrd_cluster_nodes_lost_total (what
@@ -48,7 +49,7 @@ func TestFleetNodeLostMetric(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := metricsSeries(t, string(body))
+		s := daemontest.MetricSeries(t, string(body))
 		v, ok := s[`orchestrd_cluster_nodes_lost_total{reason="heartbeat_expired"}`]
 		return v, ok
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"debug/buildinfo"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
 
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -363,17 +363,7 @@ func (d *testDaemon) call(method string, params, result any) error {
 
 // callWithin is call with a client deadline of within.
 func (d *testDaemon) callWithin(within time.Duration, method string, params, result any) error {
-	c, err := client.Dial(d.sock())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	if err := c.Call(ctx, method, params, result); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	return nil
+	return daemontest.CallAt(d.sock(), within, method, params, result)
 }
 
 // mustCall fails the test when the call fails. Like every helper that
@@ -393,12 +383,7 @@ func (d *testDaemon) check(err error) {
 	}
 }
 
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
+func tail(s string, n int) string { return daemontest.Tail(s, n) }
 
 func (d *testDaemon) lanes() []api.LaneStatus {
 	d.t.Helper()
@@ -459,13 +444,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 // eventuallyOr is eventually with a diagnosis printed on timeout.
 func eventuallyOr(t *testing.T, within time.Duration, what string, cond func() bool, diag func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s\n%s", within, what, diag())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	daemontest.Eventually(t, within, what, cond, diag)
 }
 
 // fullStrength reports whether each lane in want has that many serving
@@ -524,14 +503,7 @@ func (d *testDaemon) waitRunnersGone() {
 // deadline.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Errorf("process %d is still alive", pid)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	daemontest.WaitGone(t, pid)
 }
 
 func alive(pid int) bool {
@@ -548,11 +520,7 @@ func alive(pid int) bool {
 
 func (d *testDaemon) submit(spec api.JobSpec) string {
 	d.t.Helper()
-	var r struct {
-		JobID string `json:"job_id"`
-	}
-	d.mustCall("job.submit", spec, &r)
-	return r.JobID
+	return daemontest.SubmitTo(d.t, d, spec)
 }
 
 func (d *testDaemon) wait(id string) api.JobRecord {
@@ -580,11 +548,8 @@ func (d *testDaemon) tryWait(id string) (api.JobRecord, error) {
 // events reads the complete lines of the event log (the daemon may be in
 // the middle of writing the last one).
 func (d *testDaemon) events() []map[string]any {
-	out, err := daemonrun.ReadEvents(daemonrun.EventLog(d.home))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return out
+	d.t.Helper()
+	return daemontest.Events(d.t, d.home)
 }
 
 // waitEvent waits until the event log has a line of kind matching match.
@@ -597,26 +562,10 @@ func (d *testDaemon) waitEvent(kind string, match func(map[string]any) bool) map
 // take several process starts to come.
 func (d *testDaemon) waitEventWithin(within time.Duration, kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()
-	var found map[string]any
-	eventually(d.t, within, "event "+kind, func() bool {
-		for _, e := range d.events() {
-			if e["kind"] == kind && (match == nil || match(e)) {
-				found = e
-				return true
-			}
-		}
-		return false
-	})
-	return found
+	return daemontest.WaitEventAt(d.t, d.home, within, kind, match, nil)
 }
 
-func remoteCode(err error) int {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		return we.Code
-	}
-	return 0
-}
+func remoteCode(err error) int { return daemontest.RemoteCode(err) }
 
 func readPid(t *testing.T, path string) int {
 	t.Helper()

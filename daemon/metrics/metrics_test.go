@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
@@ -34,8 +33,6 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // weird is text a job, an agent or a client could write: it must never
 // reach a label.

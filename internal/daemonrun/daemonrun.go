@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -178,19 +179,26 @@ func (d *Daemon) Stop(within time.Duration) error {
 // lanes as it found them then. It fails when the daemon exits first
 // (wrapping ErrExited) or within passes.
 func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
+	return WaitLanesReady(d.Home, d.done, func() error { return d.err }, within)
+}
+
+// WaitLanesReady is WaitReady for a daemon on home run any way (a process,
+// or daemon.Run in this one): done is closed once it has stopped, and
+// exitErr then says how.
+func WaitLanesReady(home string, done <-chan struct{}, exitErr func() error, within time.Duration) ([]api.LaneStatus, error) {
 	deadline := time.Now().Add(within)
 	var lastErr error
 	answered := false
 	for {
 		select {
-		case <-d.done:
-			return nil, fmt.Errorf("%w: %v", ErrExited, d.err)
+		case <-done:
+			return nil, fmt.Errorf("%w: %v", ErrExited, exitErr())
 		default:
 		}
-		ls, err := d.laneList(deadline)
+		ls, err := laneList(filepath.Join(home, "daemon.sock"), deadline)
 		if err == nil {
 			answered = true
-			if LanesReady(ls, ConfiguredRunners(d.Home)) {
+			if LanesReady(ls, ConfiguredRunners(home)) {
 				return ls, nil
 			}
 		} else {
@@ -206,9 +214,10 @@ func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
 	}
 }
 
-// laneList asks the daemon for lane.list on a connection of its own.
-func (d *Daemon) laneList(deadline time.Time) ([]api.LaneStatus, error) {
-	c, err := client.Dial(d.Socket())
+// laneList asks the daemon on socket for lane.list on a connection of its
+// own.
+func laneList(socket string, deadline time.Time) ([]api.LaneStatus, error) {
+	c, err := client.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
@@ -348,4 +357,37 @@ func PrebuiltName(dir, pkg string, flags ...string) (string, error) {
 		name += "-race"
 	}
 	return name, nil
+}
+
+// Builds builds programs a test needs beside the daemon (a test executor,
+// a hook), each once, into Dir: the first Build of a package builds it,
+// the others wait for it and share its result. Set Dir before the first
+// Build.
+type Builds struct {
+	Dir  string
+	mu   sync.Mutex
+	pkgs map[string]*builtPkg
+}
+
+type builtPkg struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Build is the program of package pkg (an import path), built once into
+// Dir under the package's last element.
+func (b *Builds) Build(pkg string) (string, error) {
+	b.mu.Lock()
+	if b.pkgs == nil {
+		b.pkgs = map[string]*builtPkg{}
+	}
+	p, ok := b.pkgs[pkg]
+	if !ok {
+		p = &builtPkg{path: filepath.Join(b.Dir, filepath.Base(pkg))}
+		b.pkgs[pkg] = p
+	}
+	b.mu.Unlock()
+	p.once.Do(func() { p.err = Build("", pkg, p.path) })
+	return p.path, p.err
 }

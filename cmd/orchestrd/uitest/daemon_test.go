@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
@@ -145,25 +145,10 @@ func (d *daemon) stop() {
 
 // waitGone fails t if one of pids (the daemon's runners) outlives it.
 func waitGone(t *testing.T, pids []int) {
+	t.Helper()
 	for _, pid := range pids {
-		deadline := time.Now().Add(10 * time.Second)
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("runner %d is still alive after its daemon stopped", pid)
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		daemontest.WaitGone(t, pid)
 	}
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // cli runs the orchestrd CLI on d's home: its stdout, stderr and exit

@@ -64,6 +64,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "orchestrd")
+	tools.Dir = dir
 	profileDir = filepath.Join(dir, "chromium-profile")
 	// No daemon of these tests may take the user's vibe-reachout socket.
 	if err := daemonrun.PrivateXDG(dir); err != nil {
@@ -148,34 +149,18 @@ func needBrowser(t *testing.T) {
 // tools are the helper programs some tests run (vibe-reachout's hook, the
 // test executor), each built once, next to the binary, when first asked
 // for.
-var (
-	toolsMu sync.Mutex
-	tools   = map[string]*toolBuild{}
-)
-
-type toolBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
+var tools daemonrun.Builds
 
 // tool is the program of package pkg (an import path in this module),
 // built.
 func tool(t *testing.T, pkg string) string {
 	t.Helper()
 	needBrowser(t) // and so the binary, next to which tools go
-	toolsMu.Lock()
-	tb, ok := tools[pkg]
-	if !ok {
-		tb = &toolBuild{path: filepath.Join(filepath.Dir(binary), filepath.Base(pkg))}
-		tools[pkg] = tb
+	p, err := tools.Build(pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	toolsMu.Unlock()
-	tb.once.Do(func() { tb.err = daemonrun.Build("", pkg, tb.path) })
-	if tb.err != nil {
-		t.Fatal(tb.err)
-	}
-	return tb.path
+	return p
 }
 
 func tail(s string, n int) string {

@@ -1,12 +1,13 @@
-package main
+package metrics_test
 
-// The daemon's Prometheus metrics (daemon/metrics), driven through the real
-// binary: GET /metrics on the HTTP API behind its key and on [metrics]
+// The daemon's Prometheus metrics, driven through a whole daemon
+// (internal/daemontest: daemon.Run in this process, its runners the real
+// binary): GET /metrics on the HTTP API behind its key and on [metrics]
 // listen without one, what jobs, tasks, approvals and clanker's repos make
 // of them, promtool's verdict on the output, and a real Prometheus scraping
 // a daemon the way examples/prometheus.yml says, queried through its own
-// API. Self-contained but for the package's daemon harness (harness_test.go)
-// and serveCmd/runExpectingExit (loglevel_test.go).
+// API. What needs the binary as a process (serve's exit on a refused
+// listen) is cmd/orchestrd's.
 
 import (
 	"bufio"
@@ -14,7 +15,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -26,7 +26,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,12 +33,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 )
 
 // metricsLanes is a small daemon: one lane of one runner, the HTTP API
@@ -67,7 +62,8 @@ const metricsWeird = "évil\"} 1\n# TYPE orchestrd_pwned counter\norchestrd_pwne
 
 // metricsD is a daemon with its two ways to /metrics.
 type metricsD struct {
-	*testDaemon
+	*daemontest.Daemon
+	t       *testing.T
 	api     string // http://ADDR of the HTTP API
 	local   string // http://ADDR of [metrics] listen
 	key     string
@@ -77,15 +73,15 @@ type metricsD struct {
 
 func metricsDaemon(t *testing.T, config string) *metricsD {
 	t.Helper()
-	d := startDaemonAt(t, shortTemp(t), config)
-	e := d.waitEvent("http.listening", nil)
-	key, err := os.ReadFile(filepath.Join(d.home, "http.key"))
+	d := daemontest.Start(t, config)
+	e := d.WaitEvent("http.listening", nil)
+	key, err := os.ReadFile(filepath.Join(d.Home, "http.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var fe api.FrontEndList
-	d.mustCall("frontend.list", nil, &fe)
-	m := &metricsD{testDaemon: d, api: "http://" + e["addr"].(string), key: strings.TrimSpace(string(key)),
+	d.MustCall("frontend.list", nil, &fe)
+	m := &metricsD{Daemon: d, t: t, api: "http://" + e["addr"].(string), key: strings.TrimSpace(string(key)),
 		client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableCompression: true}}}
 	t.Cleanup(m.client.CloseIdleConnections)
 	for _, f := range fe.FrontEnds {
@@ -112,7 +108,7 @@ func (m *metricsD) get(method, url, auth string, hdr ...string) (int, http.Heade
 	}
 	resp, err := m.client.Do(req)
 	if err != nil {
-		m.t.Fatalf("%s %s: %v\n%s", method, url, err, tail(m.stderr.String(), 3000))
+		m.t.Fatalf("%s %s: %v\n%s", method, url, err, daemontest.Tail(m.Log.String(), 3000))
 	}
 	defer resp.Body.Close()
 	var r io.Reader = resp.Body
@@ -147,7 +143,7 @@ func (m *metricsD) scrapeUntil(n int) (string, map[string]float64) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		text := m.scrape()
-		got := metricsSeries(m.t, text)
+		got := daemontest.MetricSeries(m.t, text)
 		var finished float64
 		for k, v := range got {
 			if strings.HasPrefix(k, `orchestrd_jobs_finished_total{lane="net",`) {
@@ -159,53 +155,6 @@ func (m *metricsD) scrapeUntil(n int) (string, map[string]float64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// metricsSeries parses an exposition into its series, by
-// name{label="value",...} (labels sorted), the value of each: a
-// histogram's _bucket, _sum and _count as the text has them.
-func metricsSeries(t *testing.T, text string) map[string]float64 {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatalf("the exposition does not parse: %v\n%.2000s", err, text)
-	}
-	out := map[string]float64{}
-	key := func(name string, lps []*dto.LabelPair, extra ...string) string {
-		var ls []string
-		for _, lp := range lps {
-			ls = append(ls, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
-		}
-		ls = append(ls, extra...)
-		sort.Strings(ls)
-		if len(ls) == 0 {
-			return name
-		}
-		return name + "{" + strings.Join(ls, ",") + "}"
-	}
-	for name, f := range fams {
-		for _, mt := range f.GetMetric() {
-			switch {
-			case mt.Counter != nil:
-				out[key(name, mt.Label)] = mt.Counter.GetValue()
-			case mt.Gauge != nil:
-				out[key(name, mt.Label)] = mt.Gauge.GetValue()
-			case mt.Untyped != nil:
-				out[key(name, mt.Label)] = mt.Untyped.GetValue()
-			case mt.Histogram != nil:
-				h := mt.Histogram
-				out[key(name+"_count", mt.Label)] = float64(h.GetSampleCount())
-				out[key(name+"_sum", mt.Label)] = h.GetSampleSum()
-				for _, b := range h.Bucket {
-					out[key(name+"_bucket", mt.Label, fmt.Sprintf("le=%q", strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)))] = float64(b.GetCumulativeCount())
-				}
-			case mt.Summary != nil:
-				out[key(name+"_count", mt.Label)] = float64(mt.Summary.GetSampleCount())
-			}
-		}
-	}
-	return out
 }
 
 // wantSeries checks each series of want has its value in got.
@@ -230,10 +179,9 @@ func metricsJob(code int) api.JobSpec {
 // the same however many more jobs run; both ways listed as front-ends;
 // the listener gone once the daemon has stopped.
 func TestMetricsEndpoints(t *testing.T) {
-	t.Parallel()
 	m := metricsDaemon(t, metricsLanes+metricsFrontEnds)
 	if m.local == "" {
-		t.Fatalf("frontend.list has no metrics address\n%s", tail(m.stderr.String(), 3000))
+		t.Fatalf("frontend.list has no metrics address\n%s", daemontest.Tail(m.Log.String(), 3000))
 	}
 
 	// The key, as the rest of the API wants it.
@@ -266,26 +214,26 @@ func TestMetricsEndpoints(t *testing.T) {
 		}
 	}
 	// The ready line names it too.
-	readyLine(t, m.testDaemon)
-	if !strings.Contains(m.stderr.String(), `"metrics":"`+strings.TrimPrefix(m.local, "http://")+`"`) {
-		t.Errorf("the ready line does not give the metrics address %s:\n%s", m.local, tail(m.stderr.String(), 2000))
+	daemontest.Eventually(t, 20*time.Second, "the ready line", func() bool { return strings.Contains(m.Log.String(), `"orchestrd ready"`) }, nil)
+	if !strings.Contains(m.Log.String(), `"metrics":"`+strings.TrimPrefix(m.local, "http://")+`"`) {
+		t.Errorf("the ready line does not give the metrics address %s:\n%s", m.local, daemontest.Tail(m.Log.String(), 2000))
 	}
 
 	// Jobs: 3 succeed, 2 fail, 1 is cancelled; a submission to no lane is
 	// refused before any lane.
 	var ids []string
 	for _, c := range []int{0, 0, 0, 3, 3} {
-		ids = append(ids, m.submit(metricsJob(c)))
+		ids = append(ids, m.Submit(metricsJob(c)))
 	}
-	long := m.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "60"}})
+	long := m.Submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "60"}})
 	ids = append(ids, long)
-	if err := m.call("job.submit", api.JobSpec{Lane: metricsWeird, Command: "true"}, nil); err == nil {
+	if err := m.Call("job.submit", api.JobSpec{Lane: metricsWeird, Command: "true"}, nil); err == nil {
 		t.Fatal("a job on no lane was accepted")
 	}
-	m.waitEvent("job.dispatched", func(e map[string]any) bool { return e["job_id"] == long })
-	m.mustCall("job.cancel", map[string]string{"id": long}, nil)
+	m.WaitEvent("job.dispatched", func(e map[string]any) bool { return e["job_id"] == long })
+	m.MustCall("job.cancel", map[string]string{"id": long}, nil)
 	for _, id := range ids {
-		m.wait(id)
+		m.Wait(id)
 	}
 	// job.wait answers once the end is committed; job.finished, which the
 	// counters hear, comes just after.
@@ -311,7 +259,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	})
 	for _, k := range []string{`orchestrd_state_commits_total`, `orchestrd_state_commit_duration_seconds_count`,
 		`orchestrd_state_writes_total`, `orchestrd_control_connections_total`, `go_goroutines`, `process_resident_memory_bytes`,
-		`orchestrd_build_info{version="` + orchestrdVersion(t, m.testDaemon) + `"}`} {
+		`orchestrd_build_info{version="` + orchestrdVersion(t, m.Daemon) + `"}`} {
 		if got[k] <= 0 {
 			t.Errorf("%s = %v, want > 0", k, got[k])
 		}
@@ -325,10 +273,10 @@ func TestMetricsEndpoints(t *testing.T) {
 		spec := metricsJob(i % 2)
 		spec.Argv[3] = fmt.Sprintf("%s-%d-%x", metricsWeird, i, i*7919)
 		spec.Env = map[string]string{fmt.Sprintf("V%d", i): metricsWeird}
-		more = append(more, m.submit(spec))
+		more = append(more, m.Submit(spec))
 	}
 	for _, id := range more {
-		m.wait(id)
+		m.Wait(id)
 	}
 	text, got = m.scrapeUntil(66)
 	if added := slices.DeleteFunc(slices.Collect(maps.Keys(metricsKeys(got))), func(k string) bool { return before[k] }); len(added) > 0 {
@@ -342,9 +290,9 @@ func TestMetricsEndpoints(t *testing.T) {
 	// Stopped, the daemon takes its listener with it.
 	addr := strings.TrimPrefix(m.local, "http://")
 	m.client.CloseIdleConnections()
-	m.stop()
-	if m.proc.Err() != nil {
-		t.Fatalf("daemon exit: %v\n%s", m.proc.Err(), tail(m.stderr.String(), 3000))
+	m.Stop()
+	if m.Err() != nil {
+		t.Fatalf("daemon exit: %v\n%s", m.Err(), daemontest.Tail(m.Log.String(), 3000))
 	}
 	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
 		c.Close()
@@ -382,19 +330,18 @@ func metricsNothingOf(t *testing.T, text string, ids []string) {
 }
 
 // orchestrdVersion is what `orchestrd version` says (build_info's label).
-func orchestrdVersion(t *testing.T, d *testDaemon) string {
+func orchestrdVersion(t *testing.T, d *daemontest.Daemon) string {
 	t.Helper()
 	var r struct {
 		Version string `json:"version"`
 	}
-	d.mustCall("status", nil, &r)
+	d.MustCall("status", nil, &r)
 	return r.Version
 }
 
 // promtool check metrics passes on a real daemon's output after jobs of
 // every end ran, on both ways to it.
 func TestMetricsPromtool(t *testing.T) {
-	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool is not installed (Debian's prometheus package; .ci/run installs it)")
@@ -402,11 +349,11 @@ func TestMetricsPromtool(t *testing.T) {
 	m := metricsDaemon(t, metricsLanes+metricsFrontEnds)
 	var ids []string
 	for _, c := range []int{0, 1, 0, 2} {
-		ids = append(ids, m.submit(metricsJob(c)))
+		ids = append(ids, m.Submit(metricsJob(c)))
 	}
-	ids = append(ids, m.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "60"}, TimeoutMs: 200}))
+	ids = append(ids, m.Submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "60"}, TimeoutMs: 200}))
 	for _, id := range ids {
-		m.wait(id)
+		m.Wait(id)
 	}
 	m.scrapeUntil(len(ids))
 	_, _, local := m.get("GET", m.local+"/metrics", "")
@@ -425,56 +372,9 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 }
 
-// [metrics] listen refuses an address that is not loopback (a config
-// error: exit 2, one line) and one another process holds (the front-end
-// the config turns on cannot start: exit 2, one line).
-func TestMetricsListenRefused(t *testing.T) {
-	t.Parallel()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	for _, c := range []struct{ listen, want string }{
-		{"0.0.0.0:9464", `metrics.listen must be a loopback address (127.0.0.1, ::1 or localhost): "0.0.0.0:9464" is served without a key`},
-		{":9464", `metrics.listen must be a loopback address`},
-		{"192.168.7.7:9464", `metrics.listen must be a loopback address`},
-		{taken.Addr().String(), "the metrics listener ([metrics] listen) cannot listen on " + taken.Addr().String() + ": in use by another process"},
-	} {
-		home := shortTemp(t)
-		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(metricsLanes+"[http]\nenabled = false\n[metrics]\nlisten = \""+c.listen+"\"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := serveCmd(home, nil)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := runExpectingExit(t, cmd)
-		lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "orchestrd serve: ") ||
-			!strings.Contains(lines[0], c.want) {
-			t.Errorf("listen %q: %v\n%s\nwant exit 2 and one line with %q", c.listen, err, out.String(), c.want)
-		}
-	}
-}
-
-// metricsExecOnce builds the scripted test executor for this file's test.
-var (
-	metricsExecOnce sync.Once
-	metricsExecPath string
-	metricsExecErr  error
-)
-
+// metricsTestExecutor is the scripted test executor, built once.
 func metricsTestExecutor(t *testing.T) string {
-	t.Helper()
-	metricsExecOnce.Do(func() {
-		metricsExecPath = filepath.Join(filepath.Dir(binary), "metrics-testexecutor")
-		metricsExecErr = daemonrun.Build("../..", "./internal/testexecutor", metricsExecPath)
-	})
-	if metricsExecErr != nil {
-		t.Fatal(metricsExecErr)
-	}
-	return metricsExecPath
+	return daemontest.Tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 }
 
 // metricsPod is one clanker pod request on the repo's socket: one line,
@@ -506,9 +406,8 @@ func metricsPod(t *testing.T, sock, typ string, payload any) map[string]any {
 // messages and end, the approval it asked (pending, then its time to
 // resolution), clanker's tasks by status and its pause.
 func TestMetricsDomains(t *testing.T) {
-	t.Parallel()
 	exe := metricsTestExecutor(t)
-	repo := shortTemp(t)
+	repo := daemontest.ShortTemp(t)
 	cfg := metricsLanes + metricsFrontEnds + fmt.Sprintf(`
 [executors.scripted]
 command = [%q]
@@ -519,15 +418,15 @@ tick = "50ms"
 usage_limit_pause = "1h"
 `, exe, repo)
 	m := metricsDaemon(t, cfg)
-	m.waitEvent("clanker.repo_started", nil)
+	m.WaitEvent("clanker.repo_started", nil)
 	local := func() map[string]float64 {
 		_, _, body := m.get("GET", m.local+"/metrics", "")
-		return metricsSeries(t, body)
+		return daemontest.MetricSeries(t, body)
 	}
 	waitSeries := func(what string, want map[string]float64) map[string]float64 {
 		t.Helper()
 		var got map[string]float64
-		eventuallyOr(t, 30*time.Second, what, func() bool {
+		daemontest.Eventually(t, 30*time.Second, what, func() bool {
 			got = local()
 			for k, v := range want {
 				if got[k] != v {
@@ -569,13 +468,13 @@ usage_limit_pause = "1h"
 		{"op": "message", "n": 5, "text": metricsWeird},
 		{"op": "permission", "tool": "Bash", "input": map[string]any{"command": "git push " + metricsWeird}},
 		{"op": "usage", "input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 7, "cost_usd": 0.25}}})
-	m.mustCall("task.execute", api.TaskSpec{Executor: "scripted", Cwd: m.home, Prompt: string(prompt)}, &r)
+	m.MustCall("task.execute", api.TaskSpec{Executor: "scripted", Cwd: m.Home, Prompt: string(prompt)}, &r)
 	var appr api.Approval
-	eventuallyOr(t, 30*time.Second, "the task's approval pending", func() bool {
+	daemontest.Eventually(t, 30*time.Second, "the task's approval pending", func() bool {
 		var l struct {
 			Approvals []api.Approval `json:"approvals"`
 		}
-		m.mustCall("approval.list", map[string]any{}, &l)
+		m.MustCall("approval.list", map[string]any{}, &l)
 		for _, a := range l.Approvals {
 			if a.TaskID == r.TaskID {
 				appr = a
@@ -587,8 +486,8 @@ usage_limit_pause = "1h"
 		var task struct {
 			Task api.TaskRecord `json:"task"`
 		}
-		m.call("task.get", map[string]any{"id": r.TaskID}, &task)
-		return fmt.Sprintf("task %+v\n%s", task.Task, tail(m.stderr.String(), 4000))
+		m.Call("task.get", map[string]any{"id": r.TaskID}, &task)
+		return fmt.Sprintf("task %+v\n%s", task.Task, daemontest.Tail(m.Log.String(), 4000))
 	})
 	waitSeries("the approval pending", map[string]float64{
 		`orchestrd_approvals_pending{source="executor"}`:            1,
@@ -596,11 +495,11 @@ usage_limit_pause = "1h"
 		`orchestrd_executor_tasks{pool="scripted",state="running"}`: 1,
 		`orchestrd_executors{pool="scripted",state="busy"}`:         1,
 	})
-	m.mustCall("approval.resolve", map[string]any{"id": appr.ID, "decision": "Allow", "by": "cli"}, nil)
+	m.MustCall("approval.resolve", map[string]any{"id": appr.ID, "decision": "Allow", "by": "cli"}, nil)
 	var done struct {
 		Task api.TaskRecord `json:"task"`
 	}
-	m.check(m.callWithin(testWaitTimeout+testCallTimeout, "task.wait", map[string]any{"id": r.TaskID, "timeout_ms": testWaitTimeout.Milliseconds()}, &done))
+	m.Check(m.CallWithin(daemontest.WaitTimeout+daemontest.CallTimeout, "task.wait", map[string]any{"id": r.TaskID, "timeout_ms": daemontest.WaitTimeout.Milliseconds()}, &done))
 	if done.Task.State != api.TaskCompleted {
 		t.Fatalf("task %+v", done.Task)
 	}
@@ -664,7 +563,6 @@ func startPrometheus(t *testing.T, bin, dir, config string) *promAPI {
 				syscall.Kill(-pid, syscall.SIGKILL)
 				<-exited
 			}
-			waitGone(t, pid)
 		}
 		p := &promAPI{t: t, base: "http://" + addr, client: &http.Client{Timeout: 10 * time.Second}}
 		deadline := time.Now().Add(60 * time.Second)
@@ -802,7 +700,6 @@ var metricName = regexp.MustCompile(`\b(?:orchestrd|go|process)_[a-z_]+\b`)
 // Prometheus's own query API; every query of the example Grafana
 // dashboard is valid there, and the ones on series the daemon has answer.
 func TestMetricsPrometheusScrapes(t *testing.T) {
-	t.Parallel()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Skip("prometheus is not installed (Debian's prometheus package; .ci/run installs it)")
@@ -819,7 +716,7 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	for _, r := range [][2]string{
 		{"scrape_interval: 15s", "scrape_interval: 1s"},
 		{"evaluation_interval: 15s", "evaluation_interval: 1s"},
-		{"/home/USER/.orchestrd/http.key", filepath.Join(m.home, "http.key")},
+		{"/home/USER/.orchestrd/http.key", filepath.Join(m.Home, "http.key")},
 		{`targets: ["127.0.0.1:19532"]`, `targets: [` + strconv.Quote(strings.TrimPrefix(m.api, "http://")) + `]`},
 		{"  # - job_name: orchestrd-local\n  #   metrics_path: /metrics\n  #   static_configs:\n  #     - targets: [\"127.0.0.1:9464\"]\n",
 			"  - job_name: orchestrd-local\n    metrics_path: /metrics\n    static_configs:\n      - targets: [" + strconv.Quote(strings.TrimPrefix(m.local, "http://")) + "]\n"},
@@ -855,10 +752,10 @@ func TestMetricsPrometheusScrapes(t *testing.T) {
 	const jobs = 5
 	var ids []string
 	for i := range jobs {
-		ids = append(ids, m.submit(metricsJob(i%2)))
+		ids = append(ids, m.Submit(metricsJob(i%2)))
 	}
 	for _, id := range ids {
-		m.wait(id)
+		m.Wait(id)
 	}
 	for _, job := range []string{"orchestrd", "orchestrd-local"} {
 		q := fmt.Sprintf(`sum(orchestrd_jobs_finished_total{job=%q,lane="net"})`, job)
