@@ -153,17 +153,7 @@ func TestTCPStartedRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	out := startPiped(t, cmd)
 	sv, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
