@@ -4,6 +4,8 @@ package testio
 import (
 	"bytes"
 	"sync"
+	"testing"
+	"time"
 )
 
 // SyncBuffer is a bytes.Buffer that a process's writer (a logger, a child's
@@ -51,5 +53,18 @@ func Hammer(n int, f func() bool) (stop func()) {
 	return func() {
 		once.Do(func() { close(done) })
 		wg.Wait()
+	}
+}
+
+// Eventually polls cond until it holds; t fails saying what it waited for
+// if it does not hold within.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -1,6 +1,8 @@
 package testio
 
 import (
+	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ func TestHammer(t *testing.T) {
 	defer goleak.VerifyNone(t) // stop returned: every goroutine has ended
 	var n atomic.Int64
 	stop := Hammer(3, func() bool { n.Add(1); return true })
-	waitUntil(t, "100 calls", func() bool { return n.Load() >= 100 })
+	Eventually(t, 10*time.Second, "100 calls", func() bool { return n.Load() >= 100 })
 	stop()
 	after := n.Load()
 	time.Sleep(10 * time.Millisecond) // a goroutine still calling f would show here
@@ -25,20 +27,40 @@ func TestHammer(t *testing.T) {
 
 	var once atomic.Int64
 	stop = Hammer(2, func() bool { once.Add(1); return false })
-	waitUntil(t, "each goroutine's one call", func() bool { return once.Load() == 2 })
+	Eventually(t, 10*time.Second, "each goroutine's one call", func() bool { return once.Load() == 2 })
 	stop()
 	if once.Load() != 2 {
 		t.Fatalf("%d calls of an f that says false, want one a goroutine", once.Load())
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+// Eventually returns once cond holds, and fails t when it does not in time.
+func TestEventually(t *testing.T) {
+	var n atomic.Int64
+	Eventually(t, 10*time.Second, "the third call", func() bool { return n.Add(1) == 3 })
+	if n.Load() != 3 {
+		t.Fatalf("cond called %d times, want 3", n.Load())
 	}
+	ft := &fatalT{TB: t}
+	done := make(chan struct{})
+	go func() { // Fatalf ends the goroutine it runs on, as in a test
+		defer close(done)
+		Eventually(ft, time.Millisecond, "never", func() bool { return false })
+	}()
+	<-done
+	if ft.msg != "timed out waiting until never" {
+		t.Fatalf("failed with %q", ft.msg)
+	}
+}
+
+// fatalT records the message of a Fatalf instead of failing the test.
+type fatalT struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalT) Helper() {}
+func (f *fatalT) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }
