@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -33,22 +34,13 @@ import (
 // (job.output events) would drop for run at once.
 var streamConfig = strings.Replace(bytesConfig, "[daemon]\n", "[daemon]\nsubscriber_queue = 16\n", 1)
 
-// runCmd is `orchestrd run` (or another command) as a process the test
-// wires itself.
 // startPiped starts cmd, its stdout a pipe for the test to read and its
 // stderr kept (read it once cmd.Wait has returned).
 func startPiped(t *testing.T, cmd *exec.Cmd) (io.ReadCloser, *bytes.Buffer) {
 	t.Helper()
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return stdout, &errOut
+	return testio.StartPiped(t, cmd), &errOut
 }
 
 // serveByo is a bring-your-own runner on c, joined (joinByo): each job
@@ -80,6 +72,8 @@ func serveByo(c net.Conn, serve func(j wire.Job) bool) <-chan struct{} {
 	return served
 }
 
+// runCmd is `orchestrd run` (or another command) as a process the test
+// wires itself.
 func runCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(binary, args...)

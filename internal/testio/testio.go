@@ -3,6 +3,8 @@ package testio
 
 import (
 	"bytes"
+	"io"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +69,22 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// StartPiped starts cmd, its stdout a pipe for the test to read; if it is
+// still running at the test's end it is killed there, and waited for.
+func StartPiped(t testing.TB, cmd *exec.Cmd) io.ReadCloser {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return out
 }

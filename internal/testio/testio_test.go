@@ -1,7 +1,9 @@
 package testio
 
 import (
+	"bufio"
 	"fmt"
+	"os/exec"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -63,4 +65,19 @@ func (f *fatalT) Helper() {}
 func (f *fatalT) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
+}
+
+// StartPiped's process writes into the pipe it returns, and is killed at
+// the end of the test that started it.
+func TestStartPiped(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo hi; exec sleep 30")
+	t.Run("started", func(t *testing.T) {
+		out := StartPiped(t, cmd)
+		if l, err := bufio.NewReader(out).ReadString('\n'); err != nil || l != "hi\n" {
+			t.Fatalf("read %q, %v", l, err)
+		}
+	})
+	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
+		t.Fatalf("the process after its test's end: %v, want it killed and waited for", cmd.ProcessState)
+	}
 }

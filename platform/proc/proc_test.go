@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"golang.org/x/sys/unix"
 )
 
@@ -360,29 +361,11 @@ func TestCleanEnv(t *testing.T) {
 	}
 }
 
-// startPiped starts cmd, its stdout a pipe for the test to read; it is
-// killed, if still running, and waited for at the test's end.
-func startPiped(t *testing.T, cmd *exec.Cmd) io.Reader {
-	t.Helper()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return out
-}
-
 // A child (and its child) descends from this process; this process does
 // not descend from its child, and a pid that is gone descends from none.
 func TestDescends(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
-	out := startPiped(t, cmd)
+	out := testio.StartPiped(t, cmd)
 	var grandchild int
 	if _, err := fmt.Fscan(out, &grandchild); err != nil {
 		t.Fatal(err)

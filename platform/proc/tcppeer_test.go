@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // formatTCPLine writes s as the kernel writes a line of /proc/net/tcp{,6}.
@@ -153,7 +155,7 @@ func TestTCPStartedRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := startPiped(t, cmd)
+	out := testio.StartPiped(t, cmd)
 	sv, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
