@@ -103,6 +103,22 @@ func HandlePerson(mux Mux, method string, h Handler) {
 	pm.HandlePerson(method, h)
 }
 
+// DecodeID decodes call's params into v, whose id is at id, for a method
+// that acts on one thing by its id: params that do not decode, or that
+// name no id ("<method>: id is missing"), fail call and DecodeID says
+// false.
+func DecodeID(call Call, v any, id *string) bool {
+	if err := call.Decode(v); err != nil {
+		call.Fail(err)
+		return false
+	}
+	if *id == "" {
+		call.Fail(Errorf(CodeInvalidParams, "%s: id is missing", call.Method()))
+		return false
+	}
+	return true
+}
+
 // NoParams decodes the params of a method that takes none: any field is
 // refused.
 type NoParams struct{}

@@ -185,12 +185,7 @@ func (m *Manager) task(id string) (api.TaskRecord, error) {
 
 func (m *Manager) getMethod(call api.Call) {
 	var p idParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
-	if p.ID == "" {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "task.get: id is missing"))
+	if !api.DecodeID(call, &p, &p.ID) {
 		return
 	}
 	rec, err := m.task(p.ID)

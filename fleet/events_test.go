@@ -60,7 +60,7 @@ func TestLastLines(t *testing.T) {
 // retries) are sent again until the stream takes them: each is in the
 // stream once, and none is dropped.
 func TestEventsThroughLeaderLoss(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{}, nodeSpec{})
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
@@ -113,7 +113,7 @@ func TestEventsThroughLeaderLoss(t *testing.T) {
 func TestEventsDroppedTold(t *testing.T) {
 	dir := t.TempDir()
 	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	a := startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
 		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "solo"))
 	a.f.pubPaused.Store(true)

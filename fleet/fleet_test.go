@@ -22,7 +22,7 @@ import (
 // does; its output is followed on the submitting node byte for byte, and
 // a third node's Wait sees its end.
 func TestSubmitElsewhereFollowWait(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 2}, nodeSpec{})
 	a, b, c := ns[0], ns[1], ns[2]
 	if !a.f.Serves("gpu") || !c.f.Serves("gpu") || a.f.Serves("cpu") {
@@ -155,13 +155,10 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 // waits: flow control), and the job gets every byte in order, whichever
 // node sent each piece (the one that runs it too).
 func TestStreamedStdin(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
-	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
-	if got := b.waitStarted(t); got != held {
-		t.Fatalf("started %s, want %s", got, held)
-	}
+	held := b.holdOn(t, a, "gpu")
 	// A job that runs on says so (once it has run runningAfter).
 	waitFor(t, "the held job's record says running", func() bool {
 		rec, found, err := a.f.Get(held)
@@ -257,7 +254,7 @@ func TestStreamedStdin(t *testing.T) {
 // Many jobs submitted at once from three nodes, two of them serving the
 // lane: every job runs exactly once and ends once.
 func TestTakeOnce(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
 	const jobs = 40
 	ids := make(chan string, jobs)
@@ -304,13 +301,10 @@ func TestTakeOnce(t *testing.T) {
 // Cancel a queued job (its record; it never runs) and a running one
 // (through the node running it).
 func TestCancel(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
-	held := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
-	if got := b.waitStarted(t); got != held {
-		t.Fatalf("started %s, want %s", got, held)
-	}
+	held := b.holdOn(t, a, "gpu")
 	queued := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
 	cancel := func(id string) (bool, error) { return cancelOn(t, a, id) }
 	if was, err := cancel(queued); err != nil || was {
@@ -349,7 +343,7 @@ func TestCancel(t *testing.T) {
 // start (the lane does not know the job yet) still cancels it: the job
 // ends cancelled and never starts.
 func TestCancelBetweenTakeAndStart(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
 	entered, hold := make(chan string, 1), make(chan struct{})
@@ -404,7 +398,7 @@ func cancelOn(t *testing.T, n *testNode, id string) (bool, error) {
 // node, is told so, with the refusal's kind, instead of being kept for
 // nothing.
 func TestStdinRefused(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
 	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "deaf", StdinStream: true})

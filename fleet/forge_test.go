@@ -30,14 +30,11 @@ import (
 // the rest by the server. The waiter on the submitting node is told the
 // real end, from A.
 func TestForgery(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	sub, a, b := ns[0], ns[1], ns[2]
 
-	id := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "hold"})
-	if got := a.waitStarted(t); got != id {
-		t.Fatalf("a started %s, not %s", got, id)
-	}
+	id := a.holdOn(t, sub, "gpu")
 	ended := make(chan api.JobRecord, 4)
 	stop, err := sub.f.Wait(id, func(r api.JobRecord) { ended <- r })
 	if err != nil {
@@ -304,13 +301,10 @@ func outputRefused(n *testNode, id, why string) bool {
 // cluster.output_refused: unsigned, and signed by B's key. The follower
 // and the reader of the ended job get A's bytes byte for byte.
 func TestForgeryOutput(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	sub, a, b := ns[0], ns[1], ns[2]
-	id := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "hold"})
-	if got := a.waitStarted(t); got != id {
-		t.Fatalf("a started %s, not %s", got, id)
-	}
+	id := a.holdOn(t, sub, "gpu")
 	real := "held " + id // what A's job writes at its release
 	type followed struct {
 		out string
@@ -427,7 +421,7 @@ func TestForgeryOutput(t *testing.T) {
 // with its lane). A job B took without claiming it, A runs. B serves cpu
 // as any node.
 func TestForgeryLane(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1},
 		nodeSpec{lanes: []string{"cpu"}, slots: 1, certLanes: []string{"cpu"}})
 	sub, a, b := ns[0], ns[1], ns[2]
@@ -445,10 +439,7 @@ func TestForgeryLane(t *testing.T) {
 		t.Fatalf("a cpu job: %s on %s, %d bytes", rec.State, rec.Node, len(rec.Output))
 	}
 
-	hold := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "hold"})
-	if got := a.waitStarted(t); got != hold {
-		t.Fatalf("a started %s, not %s", got, hold)
-	}
+	hold := a.holdOn(t, sub, "gpu")
 	stolen := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "hold"})
 	relaned := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "hold"})
 	unclaimed := submit(t, sub, api.JobSpec{Lane: "gpu", Command: "echo"})

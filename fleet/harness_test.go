@@ -36,6 +36,8 @@ type runs struct {
 	on map[string]string // id -> node
 }
 
+func newRuns() *runs { return &runs{n: map[string]int{}, on: map[string]string{}} }
+
 func (r *runs) add(id, node string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -523,6 +525,17 @@ func (n *testNode) waitStarted(t *testing.T) string {
 		t.Fatalf("no job started on %s after %v", n.name, testWait)
 		return ""
 	}
+}
+
+// holdOn submits a job of lane that holds (fakeLocal's "hold") from node
+// from and waits until it starts on node n; its id.
+func (n *testNode) holdOn(t *testing.T, from *testNode, lane string) string {
+	t.Helper()
+	id := submit(t, from, api.JobSpec{Lane: lane, Command: "hold"})
+	if got := n.waitStarted(t); got != id {
+		t.Fatalf("%s started %s, want %s", n.name, got, id)
+	}
+	return id
 }
 
 // startNode starts one node of cfg (stopped at the test's end).

@@ -56,16 +56,13 @@ func record(t *testing.T, n *testNode, id string) api.JobRecord {
 // abruptly is declared lost once, its running job ends node_lost, and the
 // queued jobs run on the node that remains, each once.
 func TestLostNodes(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{},
 		nodeSpec{lanes: []string{"gpu", "bonly"}, slots: 1}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b, c := ns[0], ns[1], ns[2]
 
 	// b stops heartbeating with a job running.
-	held := submit(t, a, api.JobSpec{Lane: "bonly", Command: "hold"})
-	if got := b.waitStarted(t); got != held {
-		t.Fatalf("b started %s, want %s", got, held)
-	}
+	held := b.holdOn(t, a, "bonly")
 	b.f.hbPaused.Store(true)
 	waitFor(t, "b declared lost", func() bool { return len(lostEvents(b.name, a, c)) > 0 })
 	rec := waitEnd(t, a, held)
@@ -143,7 +140,7 @@ func TestLostNodes(t *testing.T) {
 func TestRestartedNode(t *testing.T) {
 	dir := t.TempDir()
 	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	start := func(cfg Config, local *fakeLocal, home string) *testNode { return startNode(t, cfg, local, home) }
 	hb := api.Duration{Duration: testHeartbeat}
 	old := start(Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: hb},

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -203,7 +202,7 @@ func FuzzParseOffset(f *testing.F) {
 // floods it with output: publications that fail are published again, and
 // every reader gets the output byte for byte, in order.
 func TestOutputThroughElections(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	a, b, c := ns[0], ns[1], ns[2]
 	id := submit(t, a, api.JobSpec{Lane: "gpu", Command: "flood"})
@@ -320,14 +319,7 @@ func firstDiff(a, b []byte) int {
 // it is exactly what the taker signed: its job, its offset, its stream,
 // its bytes.
 func FuzzCheckPiece(f *testing.F) {
-	dir := f.TempDir()
-	if _, _, err := InitFleet(dir, "a", nil, false); err != nil {
-		f.Fatal(err)
-	}
-	id, err := readIdentity(filepath.Join(dir, CredentialsFile), "")
-	if err != nil {
-		f.Fatal(err)
-	}
+	id := fuzzIdentity(f)
 	key, err := nkeys.FromPublicKey(id.pub)
 	if err != nil {
 		f.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// FuzzOpen: whatever a bucket holds, open never panics, and what it opens
-// is exactly what a node of the fleet sealed under that key.
-func FuzzOpen(f *testing.F) {
+// fuzzIdentity is node "a"'s identity in a fleet made for the fuzz test.
+func fuzzIdentity(f *testing.F) *identity {
+	f.Helper()
 	dir := f.TempDir()
 	if _, _, err := InitFleet(dir, "a", nil, false); err != nil {
 		f.Fatal(err)
@@ -17,6 +17,13 @@ func FuzzOpen(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	return id
+}
+
+// FuzzOpen: whatever a bucket holds, open never panics, and what it opens
+// is exactly what a node of the fleet sealed under that key.
+func FuzzOpen(f *testing.F) {
+	id := fuzzIdentity(f)
 	v := []byte(`{"record":{"id":"c-ab-1","state":"queued"}}`)
 	good, err := id.seal(sealJobs, "c-ab-1", v)
 	if err != nil {

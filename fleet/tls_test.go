@@ -95,7 +95,7 @@ func writeTLS(t *testing.T, dir string) tlsFiles {
 // another CA are refused.
 func TestTLS(t *testing.T) {
 	files := writeTLS(t, t.TempDir())
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startClusterWith(t, testHeartbeat, r, func(c *Config) {
 		c.TLSCert, c.TLSKey, c.TLSCA = files.cert, files.key, files.ca
 	}, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})

@@ -91,7 +91,7 @@ func hookOnce(t *testing.T, f *Fleet, what string, change func(*jobEntry)) map[s
 //     only stopped) is not told: the end stands, and cluster.node_lost
 //     does not list the job.
 func TestWeakCAS(t *testing.T) {
-	r := &runs{n: map[string]int{}, on: map[string]string{}}
+	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
 	a.f.weakCAS.Store(true)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -52,13 +53,7 @@ func TestLaneSocketServesAfterEMFILE(t *testing.T) {
 	cmd.Env = append(os.Environ(), acceptChildHome+"="+home)
 	var out, errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout := testio.StartPiped(t, cmd)
 	var conn net.Conn
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {

@@ -511,6 +511,24 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
+// createSpecRoot creates spec loop id, a root on main whose spec is
+// artifactFor's, and waits until the supervisor has it.
+func (h *harness) createSpecRoot(id string) {
+	h.t.Helper()
+	ch := make(chan api.LoopRecord, 1)
+	r := h.m.newRoot(api.LoopSpec, id, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, id, "t")), time.Now())
+	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
+	<-ch
+}
+
+// waitAsk waits for the gate's ask i (0: the first) and returns it.
+func (h *harness) waitAsk(i int, what string) ask {
+	h.t.Helper()
+	var a ask
+	h.waitFor(what, func() bool { var ok bool; a, ok = h.gate.get(i); return ok })
+	return a
+}
+
 // waitStatus waits until loop id's status st is told (its loop.updated
 // out: the supervisor knows it).
 func (h *harness) waitStatus(id string, st api.LoopStatus) api.LoopRecord {

@@ -255,11 +255,10 @@ const specDoc = `# Spec
 2. **Test** - it
 `
 
-// A plan runs to a merged tree: approval spawns one spec per listed spec,
-// each spec a phase per phase, each phase a code loop; children merge
-// into their parents, the root into its base.
-func TestPlanTree(t *testing.T) {
-	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+// treeWork is an agent's work for a whole tree: each plan, spec and phase
+// task writes its artifact (planDoc, specDoc, a phase of one step).
+func treeWork(t *testing.T) func(api.TaskSpec, <-chan struct{}) api.TaskState {
+	return func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
 		var err error
 		switch spec.Loop.LoopType {
 		case api.LoopPlan:
@@ -273,11 +272,16 @@ func TestPlanTree(t *testing.T) {
 			t.Error(err)
 		}
 		return api.TaskCompleted
-	}}
-	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
+	}
+}
+
+// A plan runs to a merged tree: approval spawns one spec per listed spec,
+// each spec a phase per phase, each phase a code loop; children merge
+// into their parents, the root into its base.
+func TestPlanTree(t *testing.T) {
+	h := newHarness(t, testConfig(), &fakeAgents{work: treeWork(t)}, &fakeJobs{result: passes})
 	id := h.create(api.LoopPlan, "build a thing")
-	h.waitFor("the plan's approval", func() bool { _, ok := h.gate.get(0); return ok })
-	a, _ := h.gate.get(0)
+	a := h.waitAsk(0, "the plan's approval")
 	if a.kind != api.KindPlan || a.content != planDoc || strings.Join(a.specs, ",") != "spec-alpha,spec-beta" || a.loopID != id {
 		t.Fatalf("ask: %+v", a)
 	}
@@ -346,11 +350,7 @@ func childConflictFailsParent(t *testing.T, maxRebase int) {
 	root := "1-root"
 	phase1 := api.ChildLoopID(root, 1)
 	h.git.conflict["loop/"+api.ChildLoopID(phase1, 1)] = true
-	ch := make(chan api.LoopRecord, 1)
-	now := time.Now()
-	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), now)
-	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
-	<-ch
+	h.createSpecRoot(root)
 	got := h.waitStatus(root, api.LoopFailed)
 	if got.Error != api.LoopErrChildFailed || !strings.Contains(got.Message, phase1) {
 		t.Fatalf("root: %+v", got)
@@ -378,25 +378,13 @@ func childConflictFailsParent(t *testing.T, maxRebase int) {
 func TestRebaseIterations(t *testing.T) {
 	var prompts []string
 	var mu sync.Mutex
-	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
-		switch spec.Loop.LoopType {
-		case api.LoopSpec:
-			if err := writeArtifact(spec, specDoc); err != nil {
-				t.Error(err)
-			}
-		case api.LoopPhase:
-			if err := writeArtifact(spec, "p"); err != nil {
-				t.Error(err)
-			}
-		case api.LoopCode:
-			if spec.Loop.ID == api.ChildLoopID(api.ChildLoopID("1-root", 1), 1) {
-				mu.Lock()
-				prompts = append(prompts, spec.Prompt)
-				mu.Unlock()
-			}
+	agents := &fakeAgents{work: specRootWork(t, func(spec api.TaskSpec) {
+		if spec.Loop.ID == api.ChildLoopID(api.ChildLoopID("1-root", 1), 1) {
+			mu.Lock()
+			prompts = append(prompts, spec.Prompt)
+			mu.Unlock()
 		}
-		return api.TaskCompleted
-	}}
+	})}
 	cfg := testConfig()
 	cfg.Code.MaxIterations = 1
 	h := newHarness(t, cfg, agents, &fakeJobs{result: passes})
@@ -408,10 +396,7 @@ func TestRebaseIterations(t *testing.T) {
 	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> x\n"}, {Path: "bin.dat"}}
 	h.git.unresolved = [][]string{{"a.go"}, nil}
 	h.git.mu.Unlock()
-	ch := make(chan api.LoopRecord, 1)
-	r := h.m.newRoot(api.LoopSpec, root, h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, root, "t")), time.Now())
-	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
-	<-ch
+	h.createSpecRoot(root)
 	h.waitStatus(root, api.LoopComplete)
 	c := h.rec(code)
 	if c.Status != api.LoopComplete || c.Iteration != 3 || c.RebaseIterations != 2 || c.RebaseOnto != "loop/"+phase1 || c.MergedInto != "loop/"+phase1 {
@@ -439,15 +424,10 @@ func TestRebaseIterations(t *testing.T) {
 	})
 }
 
-// A rebasing child paused while its rebase iteration runs: the iteration
-// finishes (its markers refused), the loop pauses with its rebase kept;
-// resumed, it goes on rebasing (a rebase iteration, never a plain one)
-// and merges.
-func TestRebasePauseResume(t *testing.T) {
-	code := api.ChildLoopID(api.ChildLoopID("1-root", 1), 1)
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	agents := &fakeAgents{work: func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
+// specRootWork is an agent's work under a spec root: spec and phase tasks
+// write their artifacts (specDoc, a phase "p"), code tasks do code.
+func specRootWork(t *testing.T, code func(api.TaskSpec)) func(api.TaskSpec, <-chan struct{}) api.TaskState {
+	return func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
 		switch spec.Loop.LoopType {
 		case api.LoopSpec:
 			if err := writeArtifact(spec, specDoc); err != nil {
@@ -458,25 +438,35 @@ func TestRebasePauseResume(t *testing.T) {
 				t.Error(err)
 			}
 		case api.LoopCode:
-			if spec.Loop.ID == code && strings.HasPrefix(spec.Prompt, "# Rebase of") {
-				once.Do(func() {
-					close(started)
-					<-release
-				})
-			}
+			code(spec)
 		}
 		return api.TaskCompleted
-	}}
+	}
+}
+
+// A rebasing child paused while its rebase iteration runs: the iteration
+// finishes (its markers refused), the loop pauses with its rebase kept;
+// resumed, it goes on rebasing (a rebase iteration, never a plain one)
+// and merges.
+func TestRebasePauseResume(t *testing.T) {
+	code := api.ChildLoopID(api.ChildLoopID("1-root", 1), 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	agents := &fakeAgents{work: specRootWork(t, func(spec api.TaskSpec) {
+		if spec.Loop.ID == code && strings.HasPrefix(spec.Prompt, "# Rebase of") {
+			once.Do(func() {
+				close(started)
+				<-release
+			})
+		}
+	})}
 	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
 	h.git.mu.Lock()
 	h.git.conflict["loop/"+code] = true
 	h.git.rebaseConflicts = []gitwt.Conflict{{Path: "a.go", Hunks: "<<<<<<< HEAD\n=======\n>>>>>>> x\n"}}
 	h.git.unresolved = [][]string{{"a.go"}, nil}
 	h.git.mu.Unlock()
-	ch := make(chan api.LoopRecord, 1)
-	r := h.m.newRoot(api.LoopSpec, "1-root", h.repo, "main", makeContext("t", artifactFor(api.LoopSpec, "1-root", "t")), time.Now())
-	h.m.sys.Send(h.m.sup, createLoop{rec: r, reply: func(r api.LoopRecord, _ error) { ch <- r }})
-	<-ch
+	h.createSpecRoot("1-root")
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -513,15 +503,12 @@ func TestPlanRejectIterate(t *testing.T) {
 	}}
 	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
 	id := h.create(api.LoopPlan, "p")
-	h.waitFor("ask 1", func() bool { _, ok := h.gate.get(0); return ok })
-	a, _ := h.gate.get(0)
-	a.answer(GateAnswer{Iterate: true, Feedback: "MORE-TESTS"})
-	h.waitFor("ask 2", func() bool { _, ok := h.gate.get(1); return ok })
+	h.waitAsk(0, "ask 1").answer(GateAnswer{Iterate: true, Feedback: "MORE-TESTS"})
+	a := h.waitAsk(1, "ask 2")
 	ps := h.agents.prompts()
 	if len(ps) != 2 || !strings.Contains(ps[1], "MORE-TESTS") || h.rec(id).Iteration != 2 {
 		t.Fatalf("prompts after iterate: %q", ps)
 	}
-	a, _ = h.gate.get(1)
 	a.answer(GateAnswer{Reason: "denied: no"})
 	r := h.waitStatus(id, api.LoopFailed)
 	if r.Error != api.LoopErrPlanRejected {
@@ -544,7 +531,7 @@ func TestArtifactCheckFeedback(t *testing.T) {
 	}}
 	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
 	id := h.create(api.LoopPlan, "p")
-	h.waitFor("the ask", func() bool { _, ok := h.gate.get(0); return ok })
+	h.waitAsk(0, "the ask")
 	r := h.rec(id)
 	if r.Iteration != 2 || !strings.Contains(r.Progress, "Specs to Create") {
 		t.Fatalf("record: %+v", r)
@@ -642,9 +629,7 @@ func TestCancelCascadesDeleteRemovesTree(t *testing.T) {
 	}}
 	h := newHarness(t, testConfig(), agents, &fakeJobs{result: passes})
 	id := h.create(api.LoopPlan, "p")
-	h.waitFor("the ask", func() bool { _, ok := h.gate.get(0); return ok })
-	a, _ := h.gate.get(0)
-	a.answer(GateAnswer{Approved: true})
+	h.waitAsk(0, "the ask").answer(GateAnswer{Approved: true})
 	s1, s2 := api.ChildLoopID(id, 1), api.ChildLoopID(id, 2)
 	h.waitFor("both specs' tasks", func() bool { return h.rec(s1).TaskID != "" && h.rec(s2).TaskID != "" })
 	if _, err := h.control("delete", id); err == nil {
@@ -948,21 +933,7 @@ func TestBudgetExceeded(t *testing.T) {
 // children's, so the root's is the whole tree's; past the root's
 // max_cost_usd the root and its live descendants fail budget_exceeded.
 func TestPlanTreeCost(t *testing.T) {
-	work := func(spec api.TaskSpec, _ <-chan struct{}) api.TaskState {
-		var err error
-		switch spec.Loop.LoopType {
-		case api.LoopPlan:
-			err = writeArtifact(spec, planDoc)
-		case api.LoopSpec:
-			err = writeArtifact(spec, specDoc)
-		case api.LoopPhase:
-			err = writeArtifact(spec, "# Phase\nDo it.\n")
-		}
-		if err != nil {
-			t.Error(err)
-		}
-		return api.TaskCompleted
-	}
+	work := treeWork(t)
 	cost := func(_ api.TaskSpec, tr *api.TaskRecord) {
 		tr.TokenUsage = &api.TokenUsage{InputTokens: 10, CostUSD: 0.125}
 	}
@@ -971,8 +942,7 @@ func TestPlanTreeCost(t *testing.T) {
 		cfg.MaxCostUSD = budget
 		h := newHarness(t, cfg, &fakeAgents{work: work, finish: cost}, &fakeJobs{result: passes})
 		id := h.create(api.LoopPlan, "build a thing")
-		h.waitFor("the plan's approval", func() bool { _, ok := h.gate.get(0); return ok })
-		a, _ := h.gate.get(0)
+		a := h.waitAsk(0, "the plan's approval")
 		a.answer(GateAnswer{Approved: true})
 		if budget == 0 {
 			r := h.waitStatus(id, api.LoopComplete)

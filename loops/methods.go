@@ -104,12 +104,7 @@ func (m *Manager) get(id string, reply func(api.LoopRecord, error)) {
 
 func (m *Manager) getMethod(call api.Call) {
 	var p idParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
-	if p.ID == "" {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.get: id is missing"))
+	if !api.DecodeID(call, &p, &p.ID) {
 		return
 	}
 	m.get(p.ID, func(r api.LoopRecord, err error) {
@@ -251,12 +246,7 @@ func (m *Manager) Create(lt api.LoopType, task, repo, base string, reply func(ap
 
 func (m *Manager) controlMethod(call api.Call, op string) {
 	var p idParams
-	if err := call.Decode(&p); err != nil {
-		call.Fail(err)
-		return
-	}
-	if p.ID == "" {
-		call.Fail(api.Errorf(api.CodeInvalidParams, "loop.%s: id is missing", op))
+	if !api.DecodeID(call, &p, &p.ID) {
 		return
 	}
 	m.Control(op, p.ID, func(v any, err error) {

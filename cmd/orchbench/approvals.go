@@ -20,15 +20,11 @@ import (
 func runApprovals(b *bench) error {
 	n := pick(b, 1000, 100)
 	sock := filepath.Join(b.tmp, "reachout.sock")
-	d, err := b.startDaemon("approvals", approvalsConfig(sock))
+	d, c, err := b.startDialed("approvals", approvalsConfig(sock))
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	c, err := d.dial()
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 
 	// Settle, then the daemon's RSS before any hook.

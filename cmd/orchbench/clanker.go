@@ -68,15 +68,8 @@ func runClanker(b *bench) error {
 		rt := b.sample(fmt.Sprintf("clanker.c%d.ratio", c), pairRatios(o, e), "ratio")
 		ol := b.sample(fmt.Sprintf("clanker.c%d.hello_rtt_ms", c), durationsMs(latencies(o)), "ms")
 		bl := b.sample(fmt.Sprintf("clanker.c%d.echo_rtt_ms", c), durationsMs(latencies(e)), "ms")
-		b.add(Row{Metric: fmt.Sprintf("%d pod(s): hello requests/s through the repo socket (ratio: median of paired trials)", c), N: or.N,
-			Orchestrd: fmtRate(or.P50, "req"), Value: or.P50, Unit: "requests/s",
-			Baseline: fmtRate(br.P50, "req") + " (Go NDJSON echo)", BaselineValue: floatp(br.P50), BaselineN: br.N,
-			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50)})
-		ratio, rv := fmtRatio(ol.P50, bl.P50)
-		b.add(Row{Metric: fmt.Sprintf("%d pod(s): hello round trip p50 / p99", c), N: ol.N,
-			Orchestrd: fmtMs(ol.P50) + " / " + fmtMs(ol.P99), Value: ol.P50, Unit: "ms",
-			Baseline: fmtMs(bl.P50) + " / " + fmtMs(bl.P99), BaselineValue: floatp(bl.P50), BaselineN: bl.N,
-			Ratio: ratio, RatioValue: rv})
+		b.add(rateRow(fmt.Sprintf("%d pod(s): hello requests/s through the repo socket (ratio: median of paired trials)", c), "requests/s", "req", or, br, rt, " (Go NDJSON echo)"))
+		b.add(rttRow(fmt.Sprintf("%d pod(s): hello round trip p50 / p99", c), ol, bl))
 	}
 
 	// A request that changes state: each pod moves its own task between

@@ -157,18 +157,11 @@ func runControl(b *bench) error {
 		rt := b.sample(fmt.Sprintf("control.c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
 		ol := b.sample(fmt.Sprintf("control.c%d.orchestrd_rtt_ms", c), durationsMs(latencies(s.orch)), "ms")
 		bl := b.sample(fmt.Sprintf("control.c%d.echo_rtt_ms", c), durationsMs(latencies(s.base)), "ms")
-		b.add(Row{Metric: fmt.Sprintf("%d client(s): round trips/s (median of trials; ratio: median of paired trials)", c), N: or.N,
-			Orchestrd: fmtRate(or.P50, "rt"), Value: or.P50, Unit: "round trips/s",
-			Baseline: fmtRate(br.P50, "rt") + " (Go NDJSON echo)", BaselineValue: floatp(br.P50), BaselineN: br.N,
-			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50),
-			Target: "≥ 50% of baseline", Met: boolp(rt.P50 >= 0.5)})
-		ratio, rv := fmtRatio(ol.P50, bl.P50)
-		b.add(Row{Metric: fmt.Sprintf("%d client(s): round trip p50 / p99", c), N: ol.N,
-			Orchestrd: fmtMs(ol.P50) + " / " + fmtMs(ol.P99), Value: ol.P50, Unit: "ms",
-			Baseline: fmtMs(bl.P50) + " / " + fmtMs(bl.P99), BaselineValue: floatp(bl.P50), BaselineN: bl.N,
-			Ratio: ratio, RatioValue: rv})
+		b.add(rateRow(fmt.Sprintf("%d client(s): round trips/s (median of trials; ratio: median of paired trials)", c), "round trips/s", "rt", or, br, rt, " (Go NDJSON echo)"))
+		b.last().Target, b.last().Met = "≥ 50% of baseline", boolp(rt.P50 >= 0.5)
+		b.add(rttRow(fmt.Sprintf("%d client(s): round trip p50 / p99", c), ol, bl))
 		oc, bc := cpuPerOp(s.orch), cpuPerOp(s.base)
-		ratio, rv = fmtRatio(oc, bc)
+		ratio, rv := fmtRatio(oc, bc)
 		b.add(Row{Metric: fmt.Sprintf("%d client(s): server CPU per round trip", c),
 			Orchestrd: fmt.Sprintf("%.1f µs", oc), Value: oc, Unit: "µs",
 			Baseline: fmt.Sprintf("%.1f µs", bc), BaselineValue: floatp(bc), Ratio: ratio, RatioValue: rv})

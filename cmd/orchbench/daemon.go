@@ -36,6 +36,21 @@ func (b *bench) startDaemon(name, config string) (*daemon, error) {
 	return d, d.waitReady()
 }
 
+// startDialed is startDaemon with a control-socket connection open to it;
+// the caller closes the connection and stops the daemon.
+func (b *bench) startDialed(name, config string) (*daemon, *client.Client, error) {
+	d, err := b.startDaemon(name, config)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := d.dial()
+	if err != nil {
+		d.stop()
+		return nil, nil, err
+	}
+	return d, c, nil
+}
+
 // launchDaemon is startDaemon without the wait: daemons that need each
 // other to be ready (a fleet) start together, then each is waited for.
 func (b *bench) launchDaemon(name, config string) (*daemon, error) {
@@ -130,6 +145,38 @@ func (d *daemon) logTail() string {
 }
 
 func (d *daemon) dial() (*client.Client, error) { return client.Dial(d.sock) }
+
+// startHTTP is startDaemon for a config that serves the HTTP API: also
+// where it listens (http.info on the control socket) and the key it wrote
+// to its home, what the HTTP, dashboard, metrics and stream scenarios call
+// it with. The caller stops the daemon.
+func (b *bench) startHTTP(name, config string) (d *daemon, addr, key string, err error) {
+	d, err = b.startDaemon(name, config)
+	if err != nil {
+		return nil, "", "", err
+	}
+	ctl, err := d.dial()
+	if err == nil {
+		var info struct {
+			Addr string `json:"addr"`
+		}
+		err = call(ctl, "http.info", nil, &info)
+		ctl.Close()
+		if err != nil {
+			err = fmt.Errorf("http.info: %w", err)
+		}
+		addr = info.Addr
+	}
+	var keyb []byte
+	if err == nil {
+		keyb, err = os.ReadFile(filepath.Join(d.run.Home, "http.key"))
+	}
+	if err != nil {
+		d.stop()
+		return nil, "", "", err
+	}
+	return d, addr, strings.TrimSpace(string(keyb)), nil
+}
 
 func laneList(c *client.Client) ([]laneInfo, error) {
 	var res struct {

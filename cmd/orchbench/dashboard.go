@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -26,29 +24,12 @@ func runDashboard(b *bench) error {
 	trials := pick(b, 6, 2)
 	dur := pick(b, 1500*time.Millisecond, 300*time.Millisecond)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() + "\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\n"
-	d, err := b.startDaemon("dashboard", cfg)
+	d, addr, key, err := b.startHTTP("dashboard", cfg)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	ctl, err := d.dial()
-	if err != nil {
-		return err
-	}
-	var info struct {
-		Addr string `json:"addr"`
-	}
-	err = call(ctl, "http.info", nil, &info)
-	ctl.Close()
-	if err != nil {
-		return fmt.Errorf("http.info: %w", err)
-	}
-	keyb, err := os.ReadFile(filepath.Join(d.run.Home, "http.key"))
-	if err != nil {
-		return err
-	}
-	key := strings.TrimSpace(string(keyb))
-	base := "http://" + info.Addr
+	base := "http://" + addr
 	jar, _ := cookiejar.New(nil)
 	web := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	resp, err := web.PostForm(base+"/ui/login", url.Values{"key": {key}})

@@ -37,15 +37,11 @@ func runExecutors(b *bench) error {
 	if err != nil {
 		return err
 	}
-	d, err := b.startDaemon("executors", executorsConfig(b.testexec))
+	d, c, err := b.startDialed("executors", executorsConfig(b.testexec))
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	c, err := d.dial()
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 
 	paused, resumed := 0, 0 // executor.paused / executor.resumed seen by the flood's subscriber

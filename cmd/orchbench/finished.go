@@ -22,15 +22,11 @@ const (
 )
 
 func measureFinishedOutput(b *bench) error {
-	d, err := b.startDaemon("store-finished", laneConfig{runners: 1, slots: 4}.toml())
+	d, c, err := b.startDialed("store-finished", laneConfig{runners: 1, slots: 4}.toml())
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	c, err := d.dial()
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 	big := fmt.Sprintf("yes 'orchbench output line of text' | head -c %d", finishedOutput)
 	run := func(command string) (string, error) {

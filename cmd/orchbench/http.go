@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,28 +24,12 @@ func runHTTP(b *bench) error {
 	dur := pick(b, time.Second, 300*time.Millisecond)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() +
 		"\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\nmax_concurrent = 64\n[http.rate_limits]\nexec = 0\ncontext = 0\n"
-	d, err := b.startDaemon("http", cfg)
+	d, addr, key, err := b.startHTTP("http", cfg)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	ctl, err := d.dial()
-	if err != nil {
-		return err
-	}
-	var info struct {
-		Addr string `json:"addr"`
-	}
-	err = call(ctl, "http.info", nil, &info)
-	ctl.Close()
-	if err != nil {
-		return fmt.Errorf("http.info: %w", err)
-	}
-	key, err := os.ReadFile(filepath.Join(d.run.Home, "http.key"))
-	if err != nil {
-		return err
-	}
-	api := loopsy.New("http://"+info.Addr+"/api/v1", strings.TrimSpace(string(key)), false)
+	api := loopsy.New("http://"+addr+"/api/v1", key, false)
 
 	execute := func() (func() error, func(), error) {
 		return func() error {
@@ -79,15 +61,9 @@ func runHTTP(b *bench) error {
 		ol := b.sample(fmt.Sprintf("http.c%d.execute_rtt_ms", c), durationsMs(latencies(o)), "ms")
 		bl := b.sample(fmt.Sprintf("http.c%d.job_rtt_ms", c), durationsMs(latencies(e)), "ms")
 		met := rt.P50 >= 0.70
-		b.add(Row{Metric: fmt.Sprintf("%d client(s): POST /execute of `true` (lane bench), jobs/s", c), N: or.N,
-			Orchestrd: fmtRate(or.P50, "job"), Value: or.P50, Unit: "jobs/s",
-			Baseline: fmtRate(br.P50, "job") + " (control socket job.submit + job.wait)", BaselineValue: floatp(br.P50), BaselineN: br.N,
-			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50), Target: "≥ 70% of baseline", Met: boolp(met)})
-		ratio, rv := fmtRatio(ol.P50, bl.P50)
-		b.add(Row{Metric: fmt.Sprintf("%d client(s): POST /execute round trip p50 / p99", c), N: ol.N,
-			Orchestrd: fmtMs(ol.P50) + " / " + fmtMs(ol.P99), Value: ol.P50, Unit: "ms",
-			Baseline: fmtMs(bl.P50) + " / " + fmtMs(bl.P99), BaselineValue: floatp(bl.P50), BaselineN: bl.N,
-			Ratio: ratio, RatioValue: rv})
+		b.add(rateRow(fmt.Sprintf("%d client(s): POST /execute of `true` (lane bench), jobs/s", c), "jobs/s", "job", or, br, rt, " (control socket job.submit + job.wait)"))
+		b.last().Target, b.last().Met = "≥ 70% of baseline", boolp(met)
+		b.add(rttRow(fmt.Sprintf("%d client(s): POST /execute round trip p50 / p99", c), ol, bl))
 	}
 
 	// Context: each client PUTs (and GETs) its own keys; the baseline is a

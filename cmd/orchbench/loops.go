@@ -38,15 +38,11 @@ func runLoops(b *bench) error {
 		fmt.Sprintf("\n[executors.bench]\ncommand = [%q]\ninstances = %d\nmax_instances = %d\nqueue_limit = 100000\n", b.testexec, loops, loops) +
 		fmt.Sprintf("\n[loops]\nexecutor = \"bench\"\nvalidation_lane = \"bench\"\nmax_running = %d\n\n[loops.code]\nvalidation_command = \"exit 1\"\nmax_iterations = %d\n", loops, iters)
 	cfg = strings.Replace(cfg, "[daemon]\n", "[daemon]\nsubscriber_queue = 65536\n", 1)
-	d, err := b.startDaemon("loops", cfg)
+	d, c, err := b.startDialed("loops", cfg)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	c, err := d.dial()
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 	if err := waitExecutors(c, "bench", loops, time.Minute); err != nil {
 		return err
@@ -166,15 +162,11 @@ func loopsRSS(b *bench) error {
 	cfg := laneConfig{runners: 1, slots: 2}.toml() +
 		fmt.Sprintf("\n[executors.bench]\ncommand = [%q]\ninstances = 1\nmax_instances = 1\n", b.testexec) +
 		"\n[loops]\nexecutor = \"bench\"\nvalidation_lane = \"bench\"\nmax_running = 1\n\n[loops.code]\nvalidation_command = \"sleep 600\"\n"
-	d, err := b.startDaemon("loops-rss", cfg)
+	d, c, err := b.startDialed("loops-rss", cfg)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	c, err := d.dial()
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 	create := func() error {
 		var r api.LoopCreatePlanResult

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +22,7 @@ import (
 // costs the job path: jobs at c=32 with and without a scraper, paired.
 func runMetrics(b *bench) error {
 	finished := pick(b, 10000, 500)
-	d, err := b.startDaemon("metrics", metricsConfig())
+	d, addr, key, err := b.startHTTP("metrics", metricsConfig())
 	if err != nil {
 		return err
 	}
@@ -33,19 +31,13 @@ func runMetrics(b *bench) error {
 	if err != nil {
 		return err
 	}
-	var info struct {
-		Addr string `json:"addr"`
-	}
 	var fe struct {
 		FrontEnds []struct {
 			Name    string `json:"name"`
 			Address string `json:"address"`
 		} `json:"frontends"`
 	}
-	err = call(ctl, "http.info", nil, &info)
-	if err == nil {
-		err = call(ctl, "frontend.list", nil, &fe)
-	}
+	err = call(ctl, "frontend.list", nil, &fe)
 	ctl.Close()
 	if err != nil {
 		return err
@@ -59,12 +51,7 @@ func runMetrics(b *bench) error {
 	if local == "" {
 		return fmt.Errorf("frontend.list has no metrics address: %+v", fe.FrontEnds)
 	}
-	keyb, err := os.ReadFile(filepath.Join(d.run.Home, "http.key"))
-	if err != nil {
-		return err
-	}
-	key := strings.TrimSpace(string(keyb))
-	api := "http://" + info.Addr
+	api := "http://" + addr
 
 	// 10,000 jobs run to their end.
 	t0 := time.Now()

@@ -120,6 +120,23 @@ func fmtRatio(a, b float64) (string, *float64) {
 	return fmt.Sprintf("%.2fx", r), &r
 }
 
+// rateRow is the row of a rate (its p50) against the baseline's in paired
+// trials, the ratio the median of the pairs' ratios; short names the unit
+// in fmtRate's cells and note says what the baseline is.
+func rateRow(metric, unit, short string, o, bl, ratio Stats, note string) Row {
+	return Row{Metric: metric, N: o.N, Orchestrd: fmtRate(o.P50, short), Value: o.P50, Unit: unit,
+		Baseline: fmtRate(bl.P50, short) + note, BaselineValue: floatp(bl.P50), BaselineN: bl.N,
+		Ratio: fmt.Sprintf("%.0f%%", 100*ratio.P50), RatioValue: floatp(ratio.P50)}
+}
+
+// rttRow is the row of round trips' p50 / p99 against the baseline's.
+func rttRow(metric string, o, bl Stats) Row {
+	ratio, rv := fmtRatio(o.P50, bl.P50)
+	return Row{Metric: metric, N: o.N, Orchestrd: fmtMs(o.P50) + " / " + fmtMs(o.P99), Value: o.P50, Unit: "ms",
+		Baseline: fmtMs(bl.P50) + " / " + fmtMs(bl.P99), BaselineValue: floatp(bl.P50), BaselineN: bl.N,
+		Ratio: ratio, RatioValue: rv}
+}
+
 // cell makes s safe inside a markdown table cell.
 func cell(s string) string {
 	s = strings.ReplaceAll(s, "|", `\|`)

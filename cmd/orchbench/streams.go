@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,23 +26,11 @@ func runStreams(b *bench) error {
 	hold := pick(b, 20*time.Second, 3*time.Second)
 	cfg := laneConfig{runners: 1, slots: 8, finishedJobs: 100}.toml() +
 		"\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\n[http.rate_limits]\nexec = 0\n"
-	d, err := b.startDaemon("streams", cfg)
+	d, addr, key, err := b.startHTTP("streams", cfg)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
-	ctl, err := d.dial()
-	if err != nil {
-		return err
-	}
-	var info struct {
-		Addr string `json:"addr"`
-	}
-	err = call(ctl, "http.info", nil, &info)
-	ctl.Close()
-	if err != nil {
-		return err
-	}
 	fresh, err := procRSS(d.pid())
 	if err != nil {
 		return err
@@ -53,10 +40,6 @@ func runStreams(b *bench) error {
 	if _, err := timed(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", "33554432", "/dev/zero"); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	key, err := os.ReadFile(filepath.Join(d.run.Home, "http.key"))
-	if err != nil {
-		return err
-	}
 	idle, err := procRSS(d.pid())
 	if err != nil {
 		return err
@@ -64,7 +47,7 @@ func runStreams(b *bench) error {
 
 	// Three /execute/stream clients that read their headers, then nothing.
 	for range 3 {
-		c, err := stalledStream(info.Addr, strings.TrimSpace(string(key)), size)
+		c, err := stalledStream(addr, key, size)
 		if err != nil {
 			return err
 		}

@@ -20,16 +20,6 @@ import (
 // endpoint on loopback: its tool calls in `orchestrd approvals`, its text
 // streamed, its failures told apart.
 
-// claudeCLI is the pinned Claude Code binary, or the test is skipped.
-func claudeCLI(t *testing.T) string {
-	t.Helper()
-	argv, err := modelfake.CLI("claude-code")
-	if err != nil {
-		t.Skip(err)
-	}
-	return argv[0]
-}
-
 // claudeDaemon is a daemon with pool "claude" running Claude Code through
 // `orchestrd executor --agent claude-code` (sandboxed, as pools are by
 // default) against ep, the key "anthropic" in secrets.toml; extraArgs go
@@ -49,16 +39,13 @@ const claudeKey = "sk-ant-claude-e2e-5c1d9e"
 // is in a sandbox.
 func startClaudeDaemon(t *testing.T, turns []modelfake.Turn, extraPools string, noSandbox ...bool) *claudeDaemon {
 	t.Helper()
-	cli := claudeCLI(t)
+	cli := agentCLI(t, "claude-code")[0]
 	ep, err := modelfake.NewAnthropic(turns...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ep.Close() })
-	home := shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("anthropic = \""+claudeKey+"\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	home := agentHome(t, "anthropic", claudeKey)
 	// HOME is the state directory too: Claude Code's Bash is a login
 	// shell, and the machine's profile (pyenv's rehash, with its lock) is
 	// not the test's.
@@ -440,14 +427,7 @@ validation_lane = "net"
 	}
 	id := d.createLoop(api.LoopPlan, repo, "build the widget")
 	d.waitStage(id, api.StageApproval, 120*time.Second)
-	var ap struct {
-		SpecsSpawned int  `json:"specs_spawned"`
-		Approved     bool `json:"approved"`
-	}
-	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
-	if ap.SpecsSpawned != 2 || !ap.Approved {
-		t.Fatalf("plan.approve: %+v", ap)
-	}
+	d.approvePlan(id)
 	d.waitStage(id, api.StageMerge, 240*time.Second)
 	var list api.LoopListResult
 	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
@@ -456,15 +436,7 @@ validation_lane = "net"
 	}
 	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
 	got := d.waitLoop(id, api.LoopComplete, 60*time.Second)
-	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
-	for _, c := range list.Loops {
-		if !strings.Contains(files, "code-"+c.ID+".txt") {
-			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
-		}
-	}
-	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
-		t.Fatalf("main's artifacts:\n%s", files)
-	}
+	mainHoldsTree(t, repo, list.Loops)
 	// Every iteration was Claude Code's: one run (two model calls) per
 	// loop of the tree, each with the loop's own prompt.
 	if n := len(d.ep.Scripted()); n < 2*7 {

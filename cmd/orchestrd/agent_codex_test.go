@@ -18,29 +18,18 @@ import (
 // loopback (internal/modelfake). Skipped, saying so, when the CLI is not
 // installed.
 
-// codexCLI is the pinned Codex binary under ORCHESTRD_AGENT_CLIS (default
-// /opt/agent-clis), or the test is skipped.
-func codexCLI(t *testing.T) string {
-	t.Helper()
-	argv, err := modelfake.CLI("codex")
-	if err != nil {
-		t.Skip(err)
-	}
-	return argv[0]
-}
-
 const codexKey = "sk-codex-canary-5e1f0a9b"
 
 // codexDaemon is a daemon with a pool "codex" running Codex against
 // fake; secret says whether secrets.toml gives it the openai key.
 func codexDaemon(t *testing.T, fake *modelfake.OpenAI, secret bool, extra string) *testDaemon {
 	t.Helper()
-	cli := codexCLI(t)
-	home := shortTemp(t)
+	cli := agentCLI(t, "codex")[0]
+	var home string
 	if secret {
-		if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("openai = \""+codexKey+"\"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		home = agentHome(t, "openai", codexKey)
+	} else {
+		home = shortTemp(t)
 	}
 	// agent = "codex": the daemon runs its own executor --agent codex
 	// around the CLI, with --model from model_config and the pool's state

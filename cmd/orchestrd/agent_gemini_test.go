@@ -13,17 +13,6 @@ import (
 	"github.com/orchestrd/orchestrd/internal/modelfake"
 )
 
-// geminiCLI is the real Gemini CLI (node and its bundle) under
-// ORCHESTRD_AGENT_CLIS (default /opt/agent-clis), or a skip saying why.
-func geminiCLI(t *testing.T) (node, js string) {
-	t.Helper()
-	argv, err := modelfake.CLI("gemini")
-	if err != nil {
-		t.Skip(err)
-	}
-	return argv[0], argv[1]
-}
-
 const geminiKey = "gm-canary-7c1d9e4f20ab"
 
 // geminiRig is a daemon with a pool "gemini" running the real Gemini CLI
@@ -37,13 +26,12 @@ type geminiRig struct {
 
 func startGeminiRig(t *testing.T) *geminiRig {
 	t.Helper()
-	node, js := geminiCLI(t)
+	cli := agentCLI(t, "gemini") // node and its bundle
+	node, js := cli[0], cli[1]
 	g := modelfake.NewGemini()
 	t.Cleanup(g.Close)
-	home, state, work := shortTemp(t), shortTemp(t), shortTemp(t)
-	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("GEMINI_API_KEY = \""+geminiKey+"\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	home := agentHome(t, "GEMINI_API_KEY", geminiKey)
+	state, work := shortTemp(t), shortTemp(t)
 	// The pool is agent = "gemini": the daemon runs its own binary's
 	// executor --agent gemini around the CLI, with the state directory.
 	config := fmt.Sprintf("[lanes.net]\nrunners = 1\nslots = 1\nspares = 0\n\n[executors.gemini]\nagent = \"gemini\"\ncommand = [%q, %q]\nstate_dir = %q\n", node, js, state) +

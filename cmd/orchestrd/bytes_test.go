@@ -292,31 +292,15 @@ network = "host"
 heartbeat_timeout = "60s"
 `)
 	c := d.joinByo("byo", "result-only")
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		fr := wire.NewFrameReader(c, 0)
-		for {
-			f, err := fr.Next()
-			if err != nil {
-				return
-			}
-			if f.Type != wire.TypeJob {
-				continue
-			}
-			var j wire.Job
-			if wire.Unmarshal(f, &j) != nil {
-				return
-			}
-			wire.WriteFrame(c, wire.TypeJobAck, wire.JobAck{JobID: j.JobID, Accepted: true})
-			code := int32(0)
-			res := wire.Result{JobID: j.JobID, Status: wire.StatusSuccess, ExitCode: &code, Output: "from the result\n"}
-			if len(j.Argv) > 0 && j.Argv[0] == "stream" {
-				wire.WriteFrame(c, wire.TypeOutputChunk, wire.OutputChunk{JobID: j.JobID, Chunk: wire.Bytes("streamed \xff\n"), Stream: wire.Stdout})
-			}
-			wire.WriteFrame(c, wire.TypeResult, res)
+	served := serveByo(c, func(j wire.Job) bool {
+		code := int32(0)
+		res := wire.Result{JobID: j.JobID, Status: wire.StatusSuccess, ExitCode: &code, Output: "from the result\n"}
+		if len(j.Argv) > 0 && j.Argv[0] == "stream" {
+			wire.WriteFrame(c, wire.TypeOutputChunk, wire.OutputChunk{JobID: j.JobID, Chunk: wire.Bytes("streamed \xff\n"), Stream: wire.Stdout})
 		}
-	}()
+		wire.WriteFrame(c, wire.TypeResult, res)
+		return true
+	})
 	d.waitByoReady("byo")
 	dir := shortTemp(t)
 	out, errOut, code := runIn(t, dir, "run", "--home", d.home, "--lane", "byo", "--", "quiet")

@@ -170,18 +170,7 @@ func TestLoopRebaseGivesUp(t *testing.T) {
 		t.Fatalf("the plan: %+v", root.Loop)
 	}
 	d.waitEvent("loop.rebase_conflicted", func(e map[string]any) bool { return e["id"] == spec && e["iteration"] == float64(0) })
-	eventually(t, 10*time.Second, "worktree removed", func() bool {
-		_, err := os.Lstat(got.Loop.Worktree)
-		return os.IsNotExist(err)
-	})
-	if out := git(t, repo, "branch", "--list", "loop/"+spec); out == "" {
-		t.Fatal("the unmerged branch was deleted")
-	}
-	out, err := exec.Command(binary, "loop", "show", "--home", d.home, spec).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "stopped rebasing onto loop/"+id+": 2 rebase iterations") ||
-		!strings.Contains(string(out), "failed (merge_conflict)") {
-		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
-	}
+	d.unmergedKept(repo, spec, got.Loop.Worktree, "stopped rebasing onto loop/"+id+": 2 rebase iterations", "failed (merge_conflict)")
 }
 
 // A daemon killed -9 while a rebase iteration's agent runs: at the next

@@ -100,6 +100,80 @@ func (d *testDaemon) createLoop(lt api.LoopType, repo, task string) string {
 	return r.ID
 }
 
+// approvePlan approves plan loop id (plan.approve), which spawns its two
+// specs.
+func (d *testDaemon) approvePlan(id string) {
+	d.t.Helper()
+	var ap struct {
+		SpecsSpawned int  `json:"specs_spawned"`
+		Approved     bool `json:"approved"`
+	}
+	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
+	if ap.SpecsSpawned != 2 || !ap.Approved {
+		d.t.Fatalf("plan.approve: %+v", ap)
+	}
+}
+
+// hangFirstIteration is the config of a code loop (auto-merged) whose
+// iteration 1 writes work.txt and hangs, its pid in prompts/agent.pid;
+// later ones finish, and validation passes from iteration 2 on.
+func hangFirstIteration(t *testing.T, prompts string) string {
+	return loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
+if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
+[loops.code]
+validation_command = "grep -q 'it 2' work.txt"
+`)
+}
+
+// noThirdIteration fails t if loop id's agent got a third prompt.
+func noThirdIteration(t *testing.T, prompts, id string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
+		t.Fatal("a third iteration ran")
+	}
+}
+
+// unmergedKept checks what stays of ended loop id that was not merged:
+// its worktree goes, its branch stays, and `orchestrd loop show` says
+// each of says.
+func (d *testDaemon) unmergedKept(repo, id, worktree string, says ...string) {
+	d.t.Helper()
+	waitNoPath(d.t, "worktree removed", worktree)
+	if out := git(d.t, repo, "branch", "--list", "loop/"+id); out == "" {
+		d.t.Fatal("the unmerged branch was deleted")
+	}
+	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
+	for _, s := range says {
+		if err != nil || !strings.Contains(string(out), s) {
+			d.t.Fatalf("orchestrd loop show: %v\n%s", err, out)
+		}
+	}
+}
+
+// mainHoldsTree checks that main has the work of each of a plan tree's
+// code loops and every artifact of its two specs and two phases.
+func mainHoldsTree(t *testing.T, repo string, code []api.LoopRecord) {
+	t.Helper()
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
+	for _, c := range code {
+		if !strings.Contains(files, "code-"+c.ID+".txt") {
+			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
+		}
+	}
+	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
+		t.Fatalf("main's artifacts:\n%s", files)
+	}
+}
+
+// waitNoPath waits until nothing is at path (what names it).
+func waitNoPath(t *testing.T, what, path string) {
+	t.Helper()
+	eventually(t, 10*time.Second, what, func() bool {
+		_, err := os.Lstat(path)
+		return os.IsNotExist(err)
+	})
+}
+
 func (d *testDaemon) loop(id string) api.LoopGetResult {
 	d.t.Helper()
 	var r api.LoopGetResult
@@ -182,10 +256,7 @@ max_iterations = 5
 		t.Fatalf("main's work.txt: %q", out)
 	}
 	// The worktree of an ended loop is gone, then its merged branch.
-	eventually(t, 10*time.Second, "worktree removed", func() bool {
-		_, err := os.Lstat(got.Loop.Worktree)
-		return os.IsNotExist(err)
-	})
+	waitNoPath(t, "worktree removed", got.Loop.Worktree)
 	d.waitEvent("loop.branch_deleted", func(e map[string]any) bool { return e["id"] == id && e["into"] == "main" })
 	// The events: the iteration results, the merge, the end.
 	d.waitEvent("loop.iteration", func(e map[string]any) bool { return e["id"] == id && e["passed"] == false })
@@ -316,13 +387,7 @@ func TestLoopKilledDaemon(t *testing.T) {
 	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
-	// Iteration 1 writes a file and hangs (the daemon is killed then);
-	// later ones finish.
-	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
-if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
-[loops.code]
-validation_command = "grep -q 'it 2' work.txt"
-`)
+	cfg := hangFirstIteration(t, prompts) // the daemon is killed then
 	home := shortTemp(t)
 	d := startDaemonAt(t, home, cfg)
 	id := d.createLoop(api.LoopCode, repo, "survive")
@@ -345,9 +410,7 @@ validation_command = "grep -q 'it 2' work.txt"
 	if it := got.Iterations[0]; it.Status != "interrupted" || it.Passed || it.Commit == "" {
 		t.Fatalf("the interrupted iteration: %+v", it)
 	}
-	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
-		t.Fatal("a third iteration ran")
-	}
+	noThirdIteration(t, prompts, id)
 	// The WIP: recovery commit holds what iteration 1 wrote.
 	if log := git(t, repo, "log", "--format=%s", "main"); !strings.Contains(log, "WIP: recovery") {
 		t.Fatalf("the merged loop branch's log:\n%s", log)
@@ -394,14 +457,7 @@ func TestLoopPlanTree(t *testing.T) {
 	if !strings.Contains(pv.Content, "## Specs to Create") || strings.Join(pv.Specs, ",") != "spec-alpha,spec-beta" || pv.Status != "pending" {
 		t.Fatalf("plan.get_preview: %+v", pv)
 	}
-	var ap struct {
-		SpecsSpawned int  `json:"specs_spawned"`
-		Approved     bool `json:"approved"`
-	}
-	d.mustCall("plan.approve", map[string]any{"id": id}, &ap)
-	if ap.SpecsSpawned != 2 || !ap.Approved {
-		t.Fatalf("plan.approve: %+v", ap)
-	}
+	d.approvePlan(id)
 	// The whole tree completes, then the root waits for its merge.
 	d.waitStage(id, api.StageMerge, 120*time.Second)
 	var list api.LoopListResult
@@ -418,16 +474,7 @@ func TestLoopPlanTree(t *testing.T) {
 	if len(got.Loop.OutputArtifacts) != 1 || !strings.HasPrefix(got.Loop.OutputArtifacts[0], ".loopr/plans/001-") {
 		t.Fatalf("the plan's artifacts: %+v", got.Loop)
 	}
-	// main has both code loops' files and every artifact.
-	files := git(t, repo, "ls-tree", "-r", "--name-only", "main")
-	for _, c := range list.Loops {
-		if !strings.Contains(files, "code-"+c.ID+".txt") {
-			t.Fatalf("main lacks %s's work:\n%s", c.ID, files)
-		}
-	}
-	if strings.Count(files, ".loopr/specs/") != 2 || strings.Count(files, ".loopr/phases/") != 2 {
-		t.Fatalf("main's artifacts:\n%s", files)
-	}
+	mainHoldsTree(t, repo, list.Loops)
 	d.waitEvent("loop.artifact", func(e map[string]any) bool { return e["id"] == id })
 	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
 }
@@ -589,17 +636,7 @@ while [ ! -e "`+gate+`" ]; do sleep 0.05; done`, "auto_merge = true\n")
 	}
 	d.waitEvent("loop.merge_conflicted", func(e map[string]any) bool { return e["id"] == id })
 	// Not merged: the branch stays, and loop show says it holds the work.
-	eventually(t, 10*time.Second, "worktree removed", func() bool {
-		_, err := os.Lstat(got.Loop.Worktree)
-		return os.IsNotExist(err)
-	})
-	if out := git(t, repo, "branch", "--list", "loop/"+id); out == "" {
-		t.Fatal("the unmerged branch was deleted")
-	}
-	out, err := exec.Command(binary, "loop", "show", "--home", d.home, id).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "loop/"+id+" (from main), not merged: it holds the loop's work") {
-		t.Fatalf("orchestrd loop show: %v\n%s", err, out)
-	}
+	d.unmergedKept(repo, id, got.Loop.Worktree, "loop/"+id+" (from main), not merged: it holds the loop's work")
 }
 
 // pause lets the running iteration finish (its result kept) and starts no
@@ -754,13 +791,7 @@ func TestLoopPlanApprovalSurvivesRestart(t *testing.T) {
 	<-d.done
 	d2 := startDaemonAt(t, home, cfg)
 	d2.waitEvent("loop.recovered", func(e map[string]any) bool { return e["id"] == id })
-	var ap struct {
-		SpecsSpawned int `json:"specs_spawned"`
-	}
-	d2.mustCall("plan.approve", map[string]any{"id": id}, &ap)
-	if ap.SpecsSpawned != 2 {
-		t.Fatalf("plan.approve: %+v", ap)
-	}
+	d2.approvePlan(id)
 	got := d2.waitLoop(id, api.LoopComplete, 120*time.Second)
 	if got.Loop.Iteration != 1 || got.Loop.ApprovalID != "" {
 		t.Fatalf("the plan: %+v", got.Loop)
@@ -784,11 +815,7 @@ func TestLoopDaemonRestart(t *testing.T) {
 	t.Parallel() // its own daemon, home and repository
 	repo := gitRepo(t)
 	prompts := shortTemp(t)
-	cfg := loopAgent(t, prompts, `echo "it $ORCHESTRD_LOOP_ITERATION" >> work.txt
-if [ "$ORCHESTRD_LOOP_ITERATION" = 1 ]; then echo $$ > "`+prompts+`/agent.pid"; exec sleep 300; fi`, `auto_merge = true
-[loops.code]
-validation_command = "grep -q 'it 2' work.txt"
-`)
+	cfg := hangFirstIteration(t, prompts)
 	home := shortTemp(t)
 	d := startDaemonAt(t, home, cfg)
 	id := d.createLoop(api.LoopCode, repo, "survive a restart")
@@ -800,7 +827,5 @@ validation_command = "grep -q 'it 2' work.txt"
 	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
 		t.Fatalf("loop: %+v", got)
 	}
-	if _, err := os.Stat(filepath.Join(prompts, id+"-3.txt")); err == nil {
-		t.Fatal("a third iteration ran")
-	}
+	noThirdIteration(t, prompts, id)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -31,31 +32,16 @@ func TestSeqNeverReusedAfterKill(t *testing.T) {
 		seen := subscribeSeqs(t, d)
 		// A burst of submissions from several clients; the daemon is
 		// killed while it is still emitting.
-		var wg sync.WaitGroup
-		stop := make(chan struct{})
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"true"}}, nil) != nil {
-						return // the daemon is gone
-					}
-				}
-			}()
-		}
+		stop := testio.Hammer(4, func() bool {
+			// false: the daemon is gone
+			return d.call("job.submit", api.JobSpec{Lane: "net", Argv: []string{"true"}}, nil) == nil
+		})
 		seen.waitFor(t, 300)
 		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		<-d.done
-		close(stop)
-		wg.Wait()
+		stop()
 		maxSeen := seen.close()
 		old, err := os.ReadFile(logPath)
 		if err != nil {

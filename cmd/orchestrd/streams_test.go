@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,51 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
 // streamConfig: a tiny general event queue, so that the old lossy path
 // (job.output events) would drop for run at once.
 var streamConfig = strings.Replace(bytesConfig, "[daemon]\n", "[daemon]\nsubscriber_queue = 16\n", 1)
+
+// startPiped starts cmd, its stdout a pipe for the test to read and its
+// stderr kept (read it once cmd.Wait has returned).
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	return testio.StartPiped(t, cmd), &errOut
+}
+
+// serveByo is a bring-your-own runner on c, joined (joinByo): each job
+// the daemon sends it acks and hands to serve, until the connection ends
+// or serve returns false; the channel closes then.
+func serveByo(c net.Conn, serve func(j wire.Job) bool) <-chan struct{} {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		fr := wire.NewFrameReader(c, 0)
+		for {
+			f, err := fr.Next()
+			if err != nil {
+				return
+			}
+			if f.Type != wire.TypeJob {
+				continue
+			}
+			var j wire.Job
+			if wire.Unmarshal(f, &j) != nil {
+				return
+			}
+			wire.WriteFrame(c, wire.TypeJobAck, wire.JobAck{JobID: j.JobID, Accepted: true})
+			if !serve(j) {
+				return
+			}
+		}
+	}()
+	return served
+}
 
 // runCmd is `orchestrd run` (or another command) as a process the test
 // wires itself.
@@ -96,15 +136,7 @@ func TestRunIntoASlowReader(t *testing.T) {
 	const total = 20000000
 	cmd := runCmd(t, "run", "--home", d.home, "--lane", "net", "--no-stdin", "--", "sh", "-c",
 		fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a; echo end >&2", total))
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, errOut := startPiped(t, cmd)
 	// A slow reader, about 4 MB/s: small reads, a pause between them
 	// (pace, not correctness: any pace must get every byte).
 	var n int64
@@ -141,44 +173,20 @@ heartbeat_timeout = "60s"
 `)
 	c := d.joinByo("loopr", "loopr-without-capabilities")
 	const total = 24 << 20
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		fr := wire.NewFrameReader(c, 0)
-		for {
-			f, err := fr.Next()
-			if err != nil {
-				return
+	served := serveByo(c, func(j wire.Job) bool {
+		chunk := bytes.Repeat([]byte("a"), 32<<10)
+		for sent := 0; sent < total; sent += len(chunk) {
+			if wire.WriteFrame(c, wire.TypeOutputChunk, wire.OutputChunk{JobID: j.JobID, Chunk: chunk, Stream: wire.Stdout}) != nil {
+				return false
 			}
-			if f.Type != wire.TypeJob {
-				continue
-			}
-			var j wire.Job
-			if wire.Unmarshal(f, &j) != nil {
-				return
-			}
-			wire.WriteFrame(c, wire.TypeJobAck, wire.JobAck{JobID: j.JobID, Accepted: true})
-			chunk := bytes.Repeat([]byte("a"), 32<<10)
-			for sent := 0; sent < total; sent += len(chunk) {
-				if wire.WriteFrame(c, wire.TypeOutputChunk, wire.OutputChunk{JobID: j.JobID, Chunk: chunk, Stream: wire.Stdout}) != nil {
-					return
-				}
-			}
-			code := int32(0)
-			wire.WriteFrame(c, wire.TypeResult, wire.Result{JobID: j.JobID, Status: wire.StatusSuccess, ExitCode: &code})
 		}
-	}()
+		code := int32(0)
+		wire.WriteFrame(c, wire.TypeResult, wire.Result{JobID: j.JobID, Status: wire.StatusSuccess, ExitCode: &code})
+		return true
+	})
 	d.waitByoReady("loopr")
 	cmd := runCmd(t, "run", "--home", d.home, "--lane", "loopr", "--no-stdin", "--", "flood")
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, errOut := startPiped(t, cmd)
 	// Nobody reads run's stdout until the job has ended.
 	d.waitEventWithin(60*time.Second, "job.finished", nil)
 	out, _ := io.ReadAll(stdout)
@@ -295,15 +303,7 @@ func TestLogs(t *testing.T) {
 	id = d.submit(api.JobSpec{Lane: "net", Argv: []string{"sh", "-c",
 		`echo first; echo err >&2; while [ ! -e "$1" ]; do sleep 0.02; done; head -c 3000000 /dev/zero | tr '\0' b; exit 3`, "sh", gate}})
 	cmd := runCmd(t, "logs", "--home", d.home, "-f", id)
-	var ferr bytes.Buffer
-	cmd.Stderr = &ferr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, ferr := startPiped(t, cmd)
 	br := bufio.NewReader(stdout)
 	var got []byte
 	for !bytes.Contains(got, []byte("err\n")) {

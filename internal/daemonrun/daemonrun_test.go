@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -373,23 +374,7 @@ func TestCopyFileThenExecWhileForking(t *testing.T) {
 		t.Skip("no true(1)")
 	}
 	dir := t.TempDir()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				exec.Command(src).Run()
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
+	defer testio.Hammer(4, func() bool { exec.Command(src).Run(); return true })()
 	for i := range 100 {
 		dst := filepath.Join(dir, "p"+strconv.Itoa(i))
 		if err := CopyFile(src, dst, 0o755); err != nil {

@@ -15,6 +15,18 @@ func evil(t *testing.T, p, marker string) {
 	write(t, p, "#!/bin/sh\necho "+filepath.Base(p)+" \"$@\" >> '"+marker+"'\ncat\n", 0o755)
 }
 
+// evils makes a directory of evil scripts with names, each appending to
+// the marker file it returns (written by none yet).
+func evils(t *testing.T, names ...string) (marker, dir string) {
+	t.Helper()
+	marker = filepath.Join(t.TempDir(), "ran")
+	dir = t.TempDir()
+	for _, n := range names {
+		evil(t, filepath.Join(dir, n), marker)
+	}
+	return marker, dir
+}
+
 // noMarker fails the test if anything wrote marker.
 func noMarker(t *testing.T, marker string) {
 	t.Helper()
@@ -33,11 +45,7 @@ var hookNames = []string{"pre-commit", "prepare-commit-msg", "commit-msg", "post
 func TestHostileConfigAndHooks(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
-	marker := filepath.Join(t.TempDir(), "ran")
-	evilDir := t.TempDir()
-	evil(t, filepath.Join(evilDir, "fsmonitor"), marker)
-	evil(t, filepath.Join(evilDir, "filter"), marker)
-	evil(t, filepath.Join(evilDir, "merge"), marker)
+	marker, evilDir := evils(t, "fsmonitor", "filter", "merge")
 	// The agent's .gitattributes, committed where every later checkout
 	// and merge sees it, before any evil config exists.
 	write(t, filepath.Join(r.Dir, ".gitattributes"), "* filter=evil merge=evil\n*.txt filter=evil.two\n", 0o644)
@@ -171,10 +179,7 @@ func TestHostileGitFile(t *testing.T) {
 func TestHostileNestedRepo(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
-	marker := filepath.Join(t.TempDir(), "ran")
-	evilDir := t.TempDir()
-	evil(t, filepath.Join(evilDir, "filter"), marker)
-	evil(t, filepath.Join(evilDir, "fsmonitor"), marker)
+	marker, evilDir := evils(t, "filter", "fsmonitor")
 	p := addLoop(t, r, "p", "main")
 	c := addLoop(t, r, "p-001", "loop/p")
 	// The parent's agent made sub/ a repository with a file, committed.
@@ -226,10 +231,7 @@ func TestHostileNestedRepo(t *testing.T) {
 func TestHostileRebase(t *testing.T) {
 	r := newRepo(t)
 	ctx := ctxT(t)
-	marker := filepath.Join(t.TempDir(), "ran")
-	evilDir := t.TempDir()
-	evil(t, filepath.Join(evilDir, "filter"), marker)
-	evil(t, filepath.Join(evilDir, "merge"), marker)
+	marker, evilDir := evils(t, "filter", "merge")
 	for _, h := range hookNames {
 		evil(t, filepath.Join(r.Dir, ".git", "hooks", h), marker)
 	}

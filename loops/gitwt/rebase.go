@@ -76,15 +76,11 @@ func (r *Repo) Rebase(ctx context.Context, worktree, onto, message string) (Reba
 	if strings.TrimSpace(message) == "" {
 		return RebaseResult{}, fmt.Errorf("%s: an empty commit message", op)
 	}
-	_, unlock, err := r.begin(ctx, op)
+	s, unlock, err := r.beginWorktree(ctx, op, worktree)
 	if err != nil {
 		return RebaseResult{}, err
 	}
 	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return RebaseResult{}, err
-	}
 	// The markers in the form the conflicts are read in, whatever the
 	// repository's config says.
 	s.overrides = append(slices.Clip(s.overrides), [2]string{"merge.conflictStyle", "merge"})
@@ -147,15 +143,11 @@ func (r *Repo) Rebase(ctx context.Context, worktree, onto, message string) (Reba
 // (everything, links as links), as the merge's commit with message.
 func (r *Repo) ResolveRebase(ctx context.Context, worktree, message string) (commit string, unresolved []string, err error) {
 	op := "committing the rebase of worktree " + worktree
-	_, unlock, err := r.begin(ctx, op)
+	s, unlock, err := r.beginWorktree(ctx, op, worktree)
 	if err != nil {
 		return "", nil, err
 	}
 	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return "", nil, err
-	}
 	if merging, err := inMerge(s); err != nil {
 		return "", nil, err
 	} else if !merging {
@@ -192,15 +184,11 @@ func (r *Repo) ResolveRebase(ctx context.Context, worktree, message string) (com
 // uncommitted work is committed as "WIP: recovery" (commit, changed).
 func (r *Repo) RecoverRebase(ctx context.Context, worktree string) (commit string, changed, merging bool, err error) {
 	op := "recovering the rebase of worktree " + worktree
-	_, unlock, err := r.begin(ctx, op)
+	s, unlock, err := r.beginWorktree(ctx, op, worktree)
 	if err != nil {
 		return "", false, false, err
 	}
 	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return "", false, false, err
-	}
 	if err := os.Remove(filepath.Join(s.gitDir, "index.lock")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", false, false, fmt.Errorf("%s: %w", op, err)
 	}

@@ -181,6 +181,21 @@ func (r *Repo) begin(ctx context.Context, op string) ([][2]string, func(), error
 	return ov, unlock, nil
 }
 
+// beginWorktree is begin for work in worktree, one of ours: the
+// repository locked (unlock releases it) and the worktree's scope.
+func (r *Repo) beginWorktree(ctx context.Context, op, worktree string) (scope, func(), error) {
+	_, unlock, err := r.begin(ctx, op)
+	if err != nil {
+		return scope{}, nil, err
+	}
+	s, err := r.ours(ctx, op, worktree, false)
+	if err != nil {
+		unlock()
+		return scope{}, nil, err
+	}
+	return s, unlock, nil
+}
+
 // CurrentBranch is the branch checked out in the repository's main
 // working tree (a detached HEAD is an error).
 func (r *Repo) CurrentBranch(ctx context.Context) (string, error) {
@@ -526,15 +541,11 @@ func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 // new commit, or the old one when changed is false).
 func (r *Repo) CommitAll(ctx context.Context, worktree, message string) (commit string, changed bool, err error) {
 	op := "committing worktree " + worktree
-	_, unlock, err := r.begin(ctx, op)
+	s, unlock, err := r.beginWorktree(ctx, op, worktree)
 	if err != nil {
 		return "", false, err
 	}
 	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return "", false, err
-	}
 	return commitAll(ctx, s, message)
 }
 
@@ -607,15 +618,11 @@ func headOf(ctx context.Context, s scope) (string, error) {
 // the uncommitted work committed as "WIP: recovery".
 func (r *Repo) RecoverWIP(ctx context.Context, worktree string) (commit string, changed bool, err error) {
 	op := "recovering worktree " + worktree
-	_, unlock, err := r.begin(ctx, op)
+	s, unlock, err := r.beginWorktree(ctx, op, worktree)
 	if err != nil {
 		return "", false, err
 	}
 	defer unlock()
-	s, err := r.ours(ctx, op, worktree, false)
-	if err != nil {
-		return "", false, err
-	}
 	if err := os.Remove(filepath.Join(s.gitDir, "index.lock")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", false, fmt.Errorf("%s: %w", op, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"golang.org/x/sys/unix"
 )
 
@@ -364,17 +365,7 @@ func TestCleanEnv(t *testing.T) {
 // not descend from its child, and a pid that is gone descends from none.
 func TestDescends(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	out := testio.StartPiped(t, cmd)
 	var grandchild int
 	if _, err := fmt.Fscan(out, &grandchild); err != nil {
 		t.Fatal(err)

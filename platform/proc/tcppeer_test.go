@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // formatTCPLine writes s as the kernel writes a line of /proc/net/tcp{,6}.
@@ -153,17 +155,7 @@ func TestTCPStartedRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	out := testio.StartPiped(t, cmd)
 	sv, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)

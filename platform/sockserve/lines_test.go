@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -21,13 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testio.Eventually(t, 10*time.Second, what, cond)
 }
 
 // fakeRaw feeds Lines from memory: each read takes the next chunk size,

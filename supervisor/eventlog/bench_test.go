@@ -41,13 +41,19 @@ func BenchmarkEmit(b *testing.B) {
 				for i := 0; b.Loop(); i++ {
 					bus.Emit(runnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
 				}
-				b.StopTimer()
-				dropped := bus.dropped.Load()
-				bus.Close()
-				b.ReportMetric(float64(dropped)/float64(b.N), "drops/op")
+				closeReportingDrops(b, bus)
 			})
 		}
 	}
+}
+
+// closeReportingDrops stops b's timer, closes bus and reports the lines
+// it dropped per op.
+func closeReportingDrops(b *testing.B, bus *Bus) {
+	b.StopTimer()
+	dropped := bus.dropped.Load()
+	bus.Close()
+	b.ReportMetric(float64(dropped)/float64(b.N), "drops/op")
 }
 
 func BenchmarkEmitParallel(b *testing.B) {
@@ -62,10 +68,7 @@ func BenchmarkEmitParallel(b *testing.B) {
 					bus.Emit(runnerSpawned{Lane: "review", RunnerID: "review-1", Pid: i, Attempt: 1, Network: "none"})
 				}
 			})
-			b.StopTimer()
-			dropped := bus.dropped.Load()
-			bus.Close()
-			b.ReportMetric(float64(dropped)/float64(b.N), "drops/op")
+			closeReportingDrops(b, bus)
 		})
 	}
 }

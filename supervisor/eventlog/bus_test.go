@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 func TestSeqContiguousUnderConcurrentEmit(t *testing.T) {
@@ -321,28 +323,12 @@ func TestUnsubscribe(t *testing.T) {
 	}
 
 	// Subscribing and unsubscribing while others emit is race-free.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					b.Emit(laneRecovered{Lane: "x"})
-				}
-			}
-		}()
-	}
+	stop := testio.Hammer(4, func() bool { b.Emit(laneRecovered{Lane: "x"}); return true })
 	for range 200 {
 		un := b.Subscribe([]string{"lane.*"}, newCollector())
 		un()
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
 func TestSinkMayEmitAndPanic(t *testing.T) {
