@@ -388,7 +388,9 @@ exit 3`
 	d.waitEvent("task.error", func(e map[string]any) bool {
 		return e["task_id"] == id && e["message"] == eventlog.Digest([]byte(oops))
 	})
-	if b, err := os.ReadFile(filepath.Join(home, "events.ndjson")); err != nil || bytes.Contains(b, []byte("oops")) {
+	// ("oops" alone is in the "loops" service's name: the text's own bytes,
+	// raw or JSON-escaped, hold "0;owned".)
+	if b, err := os.ReadFile(filepath.Join(home, "events.ndjson")); err != nil || bytes.Contains(b, []byte("0;owned")) {
 		t.Fatalf("the event log has the agent's error text (%v)", err)
 	}
 	_, errOut, code := runCLI(t, "--home", home, "prompt", "--executor", "cli", "--cwd", work, "hello there")
