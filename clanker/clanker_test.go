@@ -12,15 +12,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/spool"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // openTestDir opens dir as a repo's .clanker is: beneath, the daemon's
 // uid the only owner.

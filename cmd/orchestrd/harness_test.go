@@ -154,17 +154,7 @@ func helperMain(what string) int {
 		fmt.Println("dial ok")
 		return 0
 	case "unixline": // unixline SOCK LINE: send LINE on a unix socket, print the answer line
-		c, err := net.Dial("unix", os.Args[1])
-		if err != nil {
-			fmt.Println("dial failed:", err)
-			return 3
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		c.Write([]byte(os.Args[2] + "\n"))
-		b, _ := io.ReadAll(c)
-		fmt.Print(string(b))
-		return 0
+		return testio.UnixLine(os.Args[1:])
 	case "attacksock": // attacksock "CAPTURE PATTERN...": see attackSockets
 		return attackSockets(strings.Fields(os.Args[1]))
 	}

@@ -3,7 +3,10 @@ package testio
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
 	"sync"
 	"testing"
@@ -87,4 +90,38 @@ func StartPiped(t testing.TB, cmd *exec.Cmd) io.ReadCloser {
 		cmd.Wait()
 	})
 	return out
+}
+
+// ReadFile is the content of the file at path; t fails if it cannot be
+// read.
+func ReadFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// UnixLine is the "unixline" helper a test binary runs as (a job, a pod of
+// another user): args are SOCK LINE; it sends LINE and a newline on the
+// unix socket SOCK and prints what is answered until the connection ends
+// (10 s at most). It returns the exit code: 3 when it cannot connect, 2
+// on bad args.
+func UnixLine(args []string) int {
+	if len(args) < 2 {
+		fmt.Println("usage: unixline SOCK LINE")
+		return 2
+	}
+	c, err := net.Dial("unix", args[0])
+	if err != nil {
+		fmt.Println("dial failed:", err)
+		return 3
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte(args[1] + "\n"))
+	b, _ := io.ReadAll(c)
+	fmt.Print(string(b))
+	return 0
 }

@@ -1,4 +1,4 @@
-package main
+package clanker_test
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orchestrd/orchestrd/internal/daemontest"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // The attacks of issue 21 on a served repo's .clanker: whoever can write
@@ -23,17 +26,16 @@ func marker() string { return "zq" + strings.ReplaceAll(uuid(), "-", "") }
 
 // leaks names every place marker got to: the daemon's event log, its own
 // log, and the regular files under dirs (links are not followed).
-func (d *testDaemon) leaks(marker string, dirs ...string) []string {
-	d.t.Helper()
+func leaks(d *daemontest.Daemon, marker string, dirs ...string) []string {
 	var out []string
-	if b, _ := os.ReadFile(filepath.Join(d.home, "events.ndjson")); bytes.Contains(b, []byte(marker)) {
+	if b, _ := os.ReadFile(filepath.Join(d.Home, "events.ndjson")); bytes.Contains(b, []byte(marker)) {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, marker) {
 				out = append(out, "events.ndjson: "+l)
 			}
 		}
 	}
-	if strings.Contains(d.stderr.String(), marker) {
+	if strings.Contains(d.Log.String(), marker) {
 		out = append(out, "the daemon's log")
 	}
 	for _, dir := range dirs {
@@ -107,9 +109,9 @@ func sameOutside(t *testing.T, what string, before, after outsideState) {
 
 // refusedEvent waits for clanker.file_refused of path, its reason
 // containing why.
-func (d *testDaemon) refusedEvent(path, why string) map[string]any {
-	d.t.Helper()
-	return d.waitEvent("clanker.file_refused", func(e map[string]any) bool {
+func refusedEvent(t *testing.T, d *daemontest.Daemon, path, why string) map[string]any {
+	t.Helper()
+	return d.WaitEvent("clanker.file_refused", func(e map[string]any) bool {
 		r, _ := e["reason"].(string)
 		return e["path"] == path && strings.Contains(r, why)
 	})
@@ -129,17 +131,16 @@ func mode(t *testing.T, path string) os.FileMode {
 // gets into the event log, the dead-letter file or anywhere in the repo.
 // Once the link is gone, the pods' own spool is drained again.
 func TestClankerSpoolLinkedToASecret(t *testing.T) {
-	t.Parallel()
-	repo, outside := shortTemp(t), shortTemp(t)
+	repo, outside := daemontest.ShortTemp(t), daemontest.ShortTemp(t)
 	clk := filepath.Join(repo, ".clanker")
 	if err := os.MkdirAll(clk, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	mark := marker()
 	secret := filepath.Join(outside, "secret")
-	lines := spoolLine("task_create", map[string]any{"task": map[string]any{"id": mark, "prompt": mark}}) +
+	lines := daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": mark, "prompt": mark}}) +
 		"password = " + mark + "\n" +
-		spoolLine("task_status", map[string]any{"taskId": mark, "status": "done"}) +
+		daemontest.SpoolLine("task_status", map[string]any{"taskId": mark, "status": "done"}) +
 		`{"type":"` + mark + `"}` + "\n"
 	if err := os.WriteFile(secret, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
@@ -150,8 +151,8 @@ func TestClankerSpoolLinkedToASecret(t *testing.T) {
 	if err := os.Symlink(secret, spool); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, clankerConfig(repo, ""))
-	d.refusedEvent(spool, "symbolic link")
+	d := daemontest.Start(t, daemontest.ClankerConfig(repo, ""))
+	refusedEvent(t, d, spool, "symbolic link")
 	// The link stays as it is; once it is gone the drain goes on.
 	if m := mode(t, spool); m&os.ModeSymlink == 0 {
 		t.Fatalf("the spool's link became %v", m)
@@ -159,9 +160,9 @@ func TestClankerSpoolLinkedToASecret(t *testing.T) {
 	if err := os.Remove(spool); err != nil {
 		t.Fatal(err)
 	}
-	appendSpool(t, repo, spoolLine("task_create", map[string]any{"task": map[string]any{"id": "after", "prompt": "p"}}))
-	d.waitEvent("clanker.task_created", func(e map[string]any) bool { return e["task_id"] == "after" })
-	if l := d.leaks(mark, repo); len(l) > 0 {
+	appendSpool(t, repo, daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "after", "prompt": "p"}}))
+	d.WaitEvent("clanker.task_created", func(e map[string]any) bool { return e["task_id"] == "after" })
+	if l := leaks(d, mark, repo); len(l) > 0 {
 		t.Fatalf("the secret got out:\n%s", strings.Join(l, "\n"))
 	}
 	sameOutside(t, "the secret", before, snapshot(t, outside))
@@ -173,10 +174,9 @@ func TestClankerSpoolLinkedToASecret(t *testing.T) {
 // answered, and what waited for events.log is written once the link is
 // gone.
 func TestClankerLinksOutOfClanker(t *testing.T) {
-	t.Parallel()
-	repo, outside := shortTemp(t), shortTemp(t)
-	d := startDaemon(t, clankerConfig(repo, ""))
-	d.waitEvent("clanker.repo_started", nil)
+	repo, outside := daemontest.ShortTemp(t), daemontest.ShortTemp(t)
+	d := daemontest.Start(t, daemontest.ClankerConfig(repo, ""))
+	d.WaitEvent("clanker.repo_started", nil)
 	sock := filepath.Join(repo, ".clanker", "ipc.sock")
 	clk := filepath.Join(repo, ".clanker")
 	for _, f := range []string{"events.log", "state.json", "history/task-t1-slave.md", "heartbeat/slave-1.json", "tasks/t1.json", "tasks/keep.json"} {
@@ -204,25 +204,25 @@ func TestClankerLinksOutOfClanker(t *testing.T) {
 	okData(t, pod(t, sock, "task_handoff", map[string]any{"taskId": "t1", "role": "slave", "summary": "s"}), `{"taskId":"t1","role":"slave"}`)
 	okData(t, pod(t, sock, "usage_limit", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
 	for _, name := range []string{"events.log", "state.json", "history", "heartbeat", "tasks"} {
-		d.refusedEvent(filepath.Join(clk, name), "symbolic link")
+		refusedEvent(t, d, filepath.Join(clk, name), "symbolic link")
 	}
 	// Each is said once, though the repo tries again every tick: two
 	// spools drained are ticks gone by.
 	okData(t, pod(t, sock, "heartbeat", map[string]any{"podId": "slave-1", "pid": 7}), `{"ok":true}`)
 	for i := range 2 {
-		appendSpool(t, repo, spoolLine("hello", map[string]any{"podId": "slave-1"}))
-		eventually(t, 20*time.Second, "a spool drained", func() bool {
+		appendSpool(t, repo, daemontest.SpoolLine("hello", map[string]any{"podId": "slave-1"}))
+		daemontest.Eventually(t, 20*time.Second, "a spool drained", func() bool {
 			n := 0
-			for _, e := range d.events() {
+			for _, e := range d.Events() {
 				if e["kind"] == "clanker.spool_drained" {
 					n++
 				}
 			}
 			return n > i
-		})
+		}, nil)
 	}
 	n := map[string]int{}
-	for _, e := range d.events() {
+	for _, e := range d.Events() {
 		if e["kind"] == "clanker.file_refused" {
 			n[e["path"].(string)]++
 		}
@@ -233,7 +233,7 @@ func TestClankerLinksOutOfClanker(t *testing.T) {
 		}
 	}
 	sameOutside(t, "links in .clanker", before, snapshot(t, outside))
-	out, code := clankerCLI(t, d.home, "clanker")
+	out, code := clankerCLI(t, d.Home, "clanker")
 	if code != 0 || !strings.Contains(out, "REFUSED "+filepath.Join(clk, "events.log")+" is a symbolic link") || !strings.Contains(out, "committed and not yet in their files") {
 		t.Errorf("orchestrd clanker (%d) does not show the refusals:\n%s", code, out)
 	}
@@ -246,10 +246,10 @@ func TestClankerLinksOutOfClanker(t *testing.T) {
 	if err := os.Remove(filepath.Join(clk, "events.log")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "events.log written after its link went", func() bool {
+	daemontest.Eventually(t, 20*time.Second, "events.log written after its link went", func() bool {
 		b, _ := os.ReadFile(filepath.Join(clk, "events.log"))
 		return strings.Contains(string(b), `"TASK_CREATED"`) && strings.Contains(string(b), `"USAGE_LIMIT"`)
-	})
+	}, nil)
 	sameOutside(t, "links in .clanker", before, snapshot(t, outside))
 }
 
@@ -257,8 +257,7 @@ func TestClankerLinksOutOfClanker(t *testing.T) {
 // write the outside file); FIFOs at the spool and the taken spool are
 // refused without blocking the repo: its pods are answered.
 func TestClankerHardLinkAndFIFOs(t *testing.T) {
-	t.Parallel()
-	repo, outside := shortTemp(t), shortTemp(t)
+	repo, outside := daemontest.ShortTemp(t), daemontest.ShortTemp(t)
 	clk := filepath.Join(repo, ".clanker")
 	if err := os.MkdirAll(clk, 0o755); err != nil {
 		t.Fatal(err)
@@ -277,17 +276,17 @@ func TestClankerHardLinkAndFIFOs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemon(t, clankerConfig(repo, ""))
+	d := daemontest.Start(t, daemontest.ClankerConfig(repo, ""))
 	sock := filepath.Join(clk, "ipc.sock")
 	okData(t, pod(t, sock, "hello", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
-	d.refusedEvent(filepath.Join(clk, "ipc-spool.draining.ndjson"), "FIFO")
+	refusedEvent(t, d, filepath.Join(clk, "ipc-spool.draining.ndjson"), "FIFO")
 	okData(t, pod(t, sock, "task_create", map[string]any{"task": map[string]any{"id": "t1", "prompt": "p"}}), `{"taskId":"t1"}`)
-	d.refusedEvent(filepath.Join(clk, "events.log"), "2 links")
+	refusedEvent(t, d, filepath.Join(clk, "events.log"), "2 links")
 	// The taken spool's FIFO gone, the spool's own is refused in turn.
 	if err := os.Remove(filepath.Join(clk, "ipc-spool.draining.ndjson")); err != nil {
 		t.Fatal(err)
 	}
-	d.refusedEvent(filepath.Join(clk, "ipc-spool.ndjson"), "FIFO")
+	refusedEvent(t, d, filepath.Join(clk, "ipc-spool.ndjson"), "FIFO")
 	okData(t, pod(t, sock, "hello", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
 	sameOutside(t, "a hard link at events.log", before, snapshot(t, outside))
 }
@@ -297,8 +296,7 @@ func TestClankerHardLinkAndFIFOs(t *testing.T) {
 // was. The dead-letter file (the pods' own lines) and state.json are
 // 0600, an older looser one tightened.
 func TestClankerNoLineInTheEventLog(t *testing.T) {
-	t.Parallel()
-	repo := shortTemp(t)
+	repo := daemontest.ShortTemp(t)
 	clk := filepath.Join(repo, ".clanker")
 	if err := os.MkdirAll(clk, 0o755); err != nil {
 		t.Fatal(err)
@@ -316,16 +314,16 @@ func TestClankerNoLineInTheEventLog(t *testing.T) {
 		`{"type":{"` + mark + `":1}}`,
 		`{"type":"hello","ts":["` + mark + `"]}`,
 		`{"type":"` + mark + `","payload":{}}`,
-		strings.TrimSpace(spoolLine("task_status", map[string]any{"taskId": mark, "status": "done"})),
-		strings.TrimSpace(spoolLine("task_create", map[string]any{"task": map[string]any{"id": "a/" + mark, "prompt": "p"}})),
-		strings.TrimSpace(spoolLine("task_create", map[string]any{"task": map[string]any{"id": "t1", "prompt": "p", "status": mark}})),
-		strings.TrimSpace(spoolLine("heartbeat", map[string]any{"podId": mark + "/x", "pid": 1})),
+		strings.TrimSpace(daemontest.SpoolLine("task_status", map[string]any{"taskId": mark, "status": "done"})),
+		strings.TrimSpace(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "a/" + mark, "prompt": "p"}})),
+		strings.TrimSpace(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "t1", "prompt": "p", "status": mark}})),
+		strings.TrimSpace(daemontest.SpoolLine("heartbeat", map[string]any{"podId": mark + "/x", "pid": 1})),
 	}
 	for _, l := range bad {
 		appendSpool(t, repo, l+"\n")
 	}
-	d := startDaemon(t, clankerConfig(repo, ""))
-	e := d.waitEvent("clanker.spool_drained", nil)
+	d := daemontest.Start(t, daemontest.ClankerConfig(repo, ""))
+	e := d.WaitEvent("clanker.spool_drained", nil)
 	if e["dead"] != float64(len(bad)) {
 		t.Fatalf("spool_drained %v, want %d dead", e, len(bad))
 	}
@@ -343,9 +341,9 @@ func TestClankerNoLineInTheEventLog(t *testing.T) {
 		t.Fatalf("answers %q", got)
 	}
 	okData(t, pod(t, sock, "usage_limit", map[string]any{"podId": "slave-1"}), `{"ok":true}`)
-	d.waitEvent("clanker.paused", nil)
+	d.WaitEvent("clanker.paused", nil)
 	var dl []map[string]any
-	for _, e := range d.events() {
+	for _, e := range d.Events() {
 		if e["kind"] == "clanker.line_dead_lettered" {
 			dl = append(dl, e)
 		}
@@ -359,7 +357,7 @@ func TestClankerNoLineInTheEventLog(t *testing.T) {
 		}
 	}
 	n := 0
-	for _, e := range d.events() {
+	for _, e := range d.Events() {
 		if e["kind"] == "clanker.request_refused" {
 			n++
 		}
@@ -367,15 +365,15 @@ func TestClankerNoLineInTheEventLog(t *testing.T) {
 	if n < len(got) {
 		t.Fatalf("%d request_refused, want %d", n, len(got))
 	}
-	if l := d.leaks(mark); len(l) > 0 {
+	if l := leaks(d, mark); len(l) > 0 {
 		t.Fatalf("a line's bytes got into the logs:\n%s", strings.Join(l, "\n"))
 	}
 	dead := filepath.Join(clk, "ipc-spool.dead.ndjson")
-	if b := readFile(t, dead); strings.Count(b, mark) < len(bad) {
+	if b := testio.ReadFile(t, dead); strings.Count(b, mark) < len(bad) {
 		t.Fatalf("the dead-letter file lost lines:\n%s", b)
 	}
 	var st map[string]any
-	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(clk, "state.json"))), &st); err != nil || st["paused"] != true {
+	if err := json.Unmarshal([]byte(testio.ReadFile(t, filepath.Join(clk, "state.json"))), &st); err != nil || st["paused"] != true {
 		t.Fatalf("state.json %v (%v)", st, err)
 	}
 }
@@ -388,8 +386,7 @@ func TestClankerRepoOfAnotherUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to give a repo to another user")
 	}
-	t.Parallel()
-	theirs, theirClanker, ours := shortTemp(t), shortTemp(t), shortTemp(t)
+	theirs, theirClanker, ours := daemontest.ShortTemp(t), daemontest.ShortTemp(t), daemontest.ShortTemp(t)
 	if err := os.Chown(theirs, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
@@ -399,13 +396,13 @@ func TestClankerRepoOfAnotherUser(t *testing.T) {
 	if err := os.Chown(filepath.Join(theirClanker, ".clanker"), 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, clankerConfig(theirs, "")+"\n"+clankerConfig(ours, ""))
-	e := d.waitEvent("clanker.repo_failed", func(e map[string]any) bool { return e["repo"] == theirs })
+	d := daemontest.Start(t, daemontest.ClankerConfig(theirs, "")+"\n"+daemontest.ClankerConfig(ours, ""))
+	e := d.WaitEvent("clanker.repo_failed", func(e map[string]any) bool { return e["repo"] == theirs })
 	if msg, _ := e["error"].(string); !strings.Contains(msg, "owned by uid 65534") {
 		t.Fatalf("repo_failed %v: want it to say the owner", e)
 	}
-	d.waitEvent("clanker.repo_started", func(e map[string]any) bool { return e["repo"] == ours })
-	out, code := clankerCLI(t, d.home, "clanker", "serve-repo", theirClanker)
+	d.WaitEvent("clanker.repo_started", func(e map[string]any) bool { return e["repo"] == ours })
+	out, code := clankerCLI(t, d.Home, "clanker", "serve-repo", theirClanker)
 	if code == 0 || !strings.Contains(out, "owned by uid 65534") || !strings.Contains(out, ".clanker") {
 		t.Fatalf("serve-repo of a repo whose .clanker is another user's (%d): %q", code, out)
 	}
@@ -418,8 +415,8 @@ func TestClankerRepoOfAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	okData(t, pod(t, filepath.Join(ours, ".clanker", "ipc.sock"), "task_create", map[string]any{"task": map[string]any{"id": "t1", "prompt": "p"}}), `{"taskId":"t1"}`)
-	d.refusedEvent(log, "owned by uid 65534")
-	if b := readFile(t, log); b != "theirs\n" {
+	refusedEvent(t, d, log, "owned by uid 65534")
+	if b := testio.ReadFile(t, log); b != "theirs\n" {
 		t.Fatalf("another user's events.log was written: %q", b)
 	}
 }
