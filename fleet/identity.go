@@ -385,6 +385,17 @@ func DefaultName() string {
 	return sanitizeName(h)
 }
 
+// ClusterOf is the cluster the credentials at path belong to, as the
+// ready line, status and cluster.nodes name it (ClusterID of the fleet's
+// key).
+func ClusterOf(path string) (string, error) {
+	id, err := readIdentity(path, "")
+	if err != nil {
+		return "", err
+	}
+	return ClusterID(id.fleet), nil
+}
+
 // NodeKey is the public key of the node whose credentials are at path,
 // and the lanes they let it serve (nil: every lane).
 func NodeKey(path string) (string, []string, error) {

@@ -72,14 +72,19 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		pub, lanes, err := fleet.NodeKey(credsPath)
+		cluster := ""
+		if err == nil {
+			cluster, err = fleet.ClusterOf(credsPath)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "orchestrd cluster init: %v\n", err)
 			return exitFailure
 		}
 		fmt.Fprintf(stdout, "wrote %s (the fleet's key: keep it here, never copy it)\nwrote %s (node %s's credentials)\n"+
+			"the cluster: %s (so the ready line, status and cluster nodes name it)\n"+
 			"make each other node's with `orchestrd cluster add-node NAME`, then set [cluster] enabled = true on each\n"+
 			"node %s's key: %s\nits user in an external NATS server's authorization { users = [...] }:\n%s\n",
-			keyPath, credsPath, n, n, pub, fleet.NATSUser(n, pub, lanes))
+			keyPath, credsPath, n, cluster, n, pub, fleet.NATSUser(n, pub, lanes))
 		return exitOK
 	case len(pos) == 2 && pos[0] == "add-node":
 		n := pos[1]

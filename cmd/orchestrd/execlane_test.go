@@ -51,14 +51,22 @@ func readmeFleetConfig(t *testing.T) string {
 // config.
 func fleetHome(t *testing.T, name, config string) string {
 	t.Helper()
-	home := shortTemp(t)
-	if out, errOut, code := runCLI(t, "cluster", "init", "--name", name, "--home", home); code != 0 {
-		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
+	home, _ := fleetHomeSaid(t, name, config)
+	return home
+}
+
+// fleetHomeSaid is fleetHome, with what cluster init printed.
+func fleetHomeSaid(t *testing.T, name, config string) (home, said string) {
+	t.Helper()
+	home = shortTemp(t)
+	said, errOut, code := runCLI(t, "cluster", "init", "--name", name, "--home", home)
+	if code != 0 {
+		t.Fatalf("cluster init: exit %d\n%s%s", code, said, errOut)
 	}
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return home
+	return home, said
 }
 
 // The README's fleet config (lanes of its own, no net lane) with [http]
@@ -68,7 +76,7 @@ func fleetHome(t *testing.T, name, config string) string {
 // had started.)
 func TestREADMEFleetConfigStarts(t *testing.T) {
 	t.Parallel()
-	home := fleetHome(t, "gpu-box", readmeFleetConfig(t))
+	home, said := fleetHomeSaid(t, "gpu-box", readmeFleetConfig(t))
 	d := startDaemonAt(t, home, "")
 	e := d.waitEvent("http.execute_disabled", nil)
 	if e["exec_lane"] != "net" || fmt.Sprint(e["lanes"]) != "[gpu]" {
@@ -77,7 +85,11 @@ func TestREADMEFleetConfigStarts(t *testing.T) {
 	// The log reaches the test through a pipe, apart from the event log:
 	// once the ready line, logged after the HTTP API started, is there,
 	// every line logged before it is.
-	readyLine(t, d)
+	ready := readyLine(t, d)
+	// cluster init named the cluster as the ready line does.
+	if c, _ := ready.raw["cluster"].(string); c == "" || !strings.Contains(said, "the cluster: "+c+" ") {
+		t.Fatalf("the ready line names cluster %q; cluster init said:\n%s", c, said)
+	}
 	if n := strings.Count(d.stderr.String(), "/execute is off"); n != 1 {
 		t.Fatalf("the warning is in the log %d times, want once:\n%s", n, tail(d.stderr.String(), 3000))
 	}
