@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 const approvalsCLIConfig = `
@@ -274,18 +275,7 @@ func startWatch(t *testing.T, home string, stdin *os.File) (*exec.Cmd, *lineRead
 	cmd := exec.Command(binary, "approvals", "--watch", "--home", home)
 	cmd.Stdin = stdin
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd, newLineReader(t, out)
+	return cmd, newLineReader(t, testio.StartPiped(t, cmd))
 }
 
 // stopWatch sends SIGINT and expects a clean exit 0.
