@@ -272,7 +272,13 @@ func TestLooprPlanEventsNameTheLoop(t *testing.T) {
 	// The plan: awaiting, with the plan loop's id.
 	e := until("plan.awaiting_approval", func(e looprEvent) bool { return e.Event == "plan.awaiting_approval" })
 	p := decode(e)
-	rec := d.loop(plan).Loop
+	// The loop records the approval's id once its request is answered,
+	// which may be a moment after the event went out.
+	var rec api.LoopRecord
+	eventually(t, 20*time.Second, "the plan loop's approval id", func() bool {
+		rec = d.loop(plan).Loop
+		return rec.ApprovalID != ""
+	})
 	if p.ID != plan || p.ApprovalID == "" || p.ApprovalID != rec.ApprovalID || p.Content == nil ||
 		!strings.Contains(*p.Content, "## Specs to Create") || strings.Join(p.Specs, ",") != "spec-alpha,spec-beta" {
 		t.Fatalf("plan.awaiting_approval %s, want id %s (approval %s)", e.Data, plan, rec.ApprovalID)
