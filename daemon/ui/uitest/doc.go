@@ -1,8 +1,9 @@
 // Package uitest tests the web dashboard (daemon/ui) in a real browser:
 // headless Chromium driven through the DevTools protocol (chromedp),
 // against real daemons (the orchestrd binary, built once) and
-// the real CLI. It holds only tests; it is its own package so that it
-// runs in parallel with the big cmd/orchestrd package.
+// the real CLI. It holds only tests, beside the dashboard's code; its
+// daemons are processes (not daemontest's in-process one) so that several
+// run at once and a test can kill one as a person's machine would.
 //
 // The tests skip when no Chromium is found: $CHROMIUM, else
 // /usr/bin/chromium (Debian's chromium package, which .ci/run installs).
