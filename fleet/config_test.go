@@ -18,6 +18,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	ok := []Config{
 		{},
 		{Enabled: false, Listen: "0.0.0.0:4222"}, // off: not checked
@@ -70,6 +71,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	c := Config{Enabled: true, ClusterListen: "127.0.0.1:6222",
 		Routes: []string{"nats-route://127.0.0.1:6222", "nats-route://127.0.0.1:6223", "nats-route://127.0.0.1:6224", "nats-route://127.0.0.1:6225"}}.withDefaults("/h")
 	if c.Name == "" || !validName(c.Name) || c.Credentials != "/h/cluster.creds" || c.Heartbeat.Duration != DefaultHeartbeat ||
@@ -99,6 +101,7 @@ func TestConfigDefaults(t *testing.T) {
 // another fleet are refused, saying why and what fixes it, never what
 // the file holds.
 func TestInitFleet(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	keyPath, path, err := InitFleet(home, "a", nil, false)
 	if err != nil {
@@ -248,6 +251,7 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 func TestVersionBefore(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v    string
 		want bool
@@ -276,6 +280,7 @@ func FuzzVersionBefore(f *testing.F) {
 // What is tried again: a request no stream leader took, or one a server
 // refused at once for want of a quorum; never a lost CAS or a bad request.
 func TestNoStream(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -298,6 +303,7 @@ func TestNoStream(t *testing.T) {
 // lane they do not let it serve; a lane whose name is no NATS subject
 // stays local; off, it reads nothing.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	if _, _, err := InitFleet(home, "a", []string{"cpu"}, false); err != nil {
 		t.Fatal(err)

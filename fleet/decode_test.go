@@ -10,6 +10,7 @@ import (
 )
 
 func TestDecodeNode(t *testing.T) {
+	t.Parallel()
 	n := nodeInfo{Name: "n1", Incarnation: "ab", Lanes: []string{"gpu"}, Free: map[string]int{"gpu": 2},
 		StartedAt: time.Now().UTC(), HeartbeatAt: time.Now().UTC(), State: nodeAlive}
 	b, _ := json.Marshal(n)
@@ -26,6 +27,7 @@ func TestDecodeNode(t *testing.T) {
 }
 
 func TestDecodeJob(t *testing.T) {
+	t.Parallel()
 	e := jobEntry{Record: api.JobRecord{ID: "c-ab-1", Lane: "gpu", State: api.StateRunning, Node: "n1", Output: "x"}, Incarnation: "i"}
 	b, _ := json.Marshal(e)
 	got, err := decodeJob("c-ab-1", b)
@@ -67,6 +69,7 @@ func TestDecodeJob(t *testing.T) {
 }
 
 func TestWithOrigin(t *testing.T) {
+	t.Parallel()
 	kind, out, ok := withOrigin("n1", []byte(`{"ts":"x","seq":1,"kind":"cluster.started","node":"n1"}`))
 	if !ok || kind != "cluster.started" || string(out) != `{"origin":"n1","ts":"x","seq":1,"kind":"cluster.started","node":"n1"}` {
 		t.Fatalf("%s %s %v", kind, out, ok)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestKinds(t *testing.T) {
+	t.Parallel()
 	eventlogtest.CheckKinds(t,
 		ClusterStarted{Node: "n1", Incarnation: "ab", Mode: "embedded", URL: "nats://127.0.0.1:4222", Lanes: []string{"gpu"}, Replicas: 3, ServerVersion: "2.15.2"},
 		ClusterNodeJoined{Node: "n1", Incarnation: "ab", Lanes: []string{"gpu"}},
@@ -36,6 +37,7 @@ func TestKinds(t *testing.T) {
 
 // lastLines keeps the last max lines, oldest first, however many came.
 func TestLastLines(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ max, add, first int }{{3, 0, 0}, {3, 2, 0}, {3, 3, 0}, {3, 7, 4}, {1, 5, 4}, {4, 8, 4}} {
 		h := &lastLines{max: tc.max}
 		for i := range tc.add {
@@ -60,6 +62,7 @@ func TestLastLines(t *testing.T) {
 // retries) are sent again until the stream takes them: each is in the
 // stream once, and none is dropped.
 func TestEventsThroughLeaderLoss(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{}, nodeSpec{})
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
@@ -111,6 +114,7 @@ func TestEventsThroughLeaderLoss(t *testing.T) {
 // are told once lines go through again: cluster.events_dropped, in the
 // node's own log and in the fleet's events.
 func TestEventsDroppedTold(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
 	r := newRuns()

@@ -22,6 +22,7 @@ import (
 // does; its output is followed on the submitting node byte for byte, and
 // a third node's Wait sees its end.
 func TestSubmitElsewhereFollowWait(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 2}, nodeSpec{})
 	a, b, c := ns[0], ns[1], ns[2]
@@ -155,6 +156,7 @@ func TestSubmitElsewhereFollowWait(t *testing.T) {
 // waits: flow control), and the job gets every byte in order, whichever
 // node sent each piece (the one that runs it too).
 func TestStreamedStdin(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
@@ -254,6 +256,7 @@ func TestStreamedStdin(t *testing.T) {
 // Many jobs submitted at once from three nodes, two of them serving the
 // lane: every job runs exactly once and ends once.
 func TestTakeOnce(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 3}, nodeSpec{lanes: []string{"gpu"}, slots: 3})
 	const jobs = 40
@@ -301,6 +304,7 @@ func TestTakeOnce(t *testing.T) {
 // Cancel a queued job (its record; it never runs) and a running one
 // (through the node running it).
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
@@ -343,6 +347,7 @@ func TestCancel(t *testing.T) {
 // start (the lane does not know the job yet) still cancels it: the job
 // ends cancelled and never starts.
 func TestCancelBetweenTakeAndStart(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]
@@ -398,6 +403,7 @@ func cancelOn(t *testing.T, n *testNode, id string) (bool, error) {
 // node, is told so, with the refusal's kind, instead of being kept for
 // nothing.
 func TestStdinRefused(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]

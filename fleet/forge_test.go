@@ -30,6 +30,7 @@ import (
 // the rest by the server. The waiter on the submitting node is told the
 // real end, from A.
 func TestForgery(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	sub, a, b := ns[0], ns[1], ns[2]
@@ -301,6 +302,7 @@ func outputRefused(n *testNode, id, why string) bool {
 // cluster.output_refused: unsigned, and signed by B's key. The follower
 // and the reader of the ended job get A's bytes byte for byte.
 func TestForgeryOutput(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	sub, a, b := ns[0], ns[1], ns[2]
@@ -421,6 +423,7 @@ func TestForgeryOutput(t *testing.T) {
 // with its lane). A job B took without claiming it, A runs. B serves cpu
 // as any node.
 func TestForgeryLane(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1},
 		nodeSpec{lanes: []string{"cpu"}, slots: 1, certLanes: []string{"cpu"}})

@@ -56,6 +56,7 @@ func record(t *testing.T, n *testNode, id string) api.JobRecord {
 // abruptly is declared lost once, its running job ends node_lost, and the
 // queued jobs run on the node that remains, each once.
 func TestLostNodes(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{},
 		nodeSpec{lanes: []string{"gpu", "bonly"}, slots: 1}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
@@ -138,6 +139,7 @@ func TestLostNodes(t *testing.T) {
 // jobs itself, once; the old incarnation's late result is dropped. The
 // new incarnation here reaches the old one's server as an external NATS.
 func TestRestartedNode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
 	r := newRuns()

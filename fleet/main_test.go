@@ -1,13 +1,18 @@
 package fleet
 
 import (
+	"runtime"
 	"testing"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"go.uber.org/goleak"
 )
 
 // Every test ends with every NATS server, connection and goroutine of its
-// own stopped.
+// own stopped. A test's cluster spends most of its seconds waiting on
+// JetStream's elections (timers of seconds that no option shortens), so
+// the tests run in parallel, several per core.
 func TestMain(m *testing.M) {
+	testio.Parallel(8 * runtime.GOMAXPROCS(0))
 	goleak.VerifyTestMain(m)
 }

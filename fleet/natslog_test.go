@@ -18,6 +18,7 @@ import (
 // many were not; the first of a new outage (after seconds without an
 // error of the route) is said at once.
 func TestNATSLogger(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	l := newNATSLogger(zerolog.New(&buf).Level(zerolog.InfoLevel))
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

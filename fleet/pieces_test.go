@@ -20,6 +20,7 @@ import (
 )
 
 func TestParseOffset(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want int64
@@ -40,6 +41,7 @@ func TestParseOffset(t *testing.T) {
 type cut struct{ off, n int }
 
 func TestAssembler(t *testing.T) {
+	t.Parallel()
 	data := []byte("0123456789abcdefghijklmnopqrstuvwxyz")
 	for _, c := range []struct {
 		name    string
@@ -88,6 +90,7 @@ func TestAssembler(t *testing.T) {
 // A gap no piece fills is skipped once the assembler holds heldMax bytes:
 // what it holds stays bounded.
 func TestAssemblerBounded(t *testing.T) {
+	t.Parallel()
 	piece := bytes.Repeat([]byte("p"), pieceMax)
 	var emitted int64
 	a := newAssembler(func(_ string, d []byte) error { emitted += int64(len(d)); return nil })
@@ -114,6 +117,7 @@ func TestAssemblerBounded(t *testing.T) {
 // Small pieces after a gap that never fills: the assembler holds at most
 // heldPiecesMax of them, skips the gap, and gives the rest in order.
 func TestAssemblerManySmall(t *testing.T) {
+	t.Parallel()
 	var got []byte
 	a := newAssembler(func(_ string, d []byte) error { got = append(got, d...); return nil })
 	const n = 100_000
@@ -202,6 +206,7 @@ func FuzzParseOffset(f *testing.F) {
 // floods it with output: publications that fail are published again, and
 // every reader gets the output byte for byte, in order.
 func TestOutputThroughElections(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1}, nodeSpec{})
 	a, b, c := ns[0], ns[1], ns[2]

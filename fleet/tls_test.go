@@ -94,6 +94,7 @@ func writeTLS(t *testing.T, dir string) tlsFiles {
 // without TLS, one without a certificate and one with a certificate of
 // another CA are refused.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	files := writeTLS(t, t.TempDir())
 	r := newRuns()
 	ns := startClusterWith(t, testHeartbeat, r, func(c *Config) {

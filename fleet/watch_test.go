@@ -11,6 +11,7 @@ import (
 // waiter is told nothing; live is closed while a watch runs and renewed
 // when it stops.
 func TestJobWatchRegistry(t *testing.T) {
+	t.Parallel()
 	w := newJobWatch()
 	a1, liveA, removeA1 := w.add("c-1-1")
 	a2, _, removeA2 := w.add("c-1-1")

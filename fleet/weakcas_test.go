@@ -91,6 +91,7 @@ func hookOnce(t *testing.T, f *Fleet, what string, change func(*jobEntry)) map[s
 //     only stopped) is not told: the end stands, and cluster.node_lost
 //     does not list the job.
 func TestWeakCAS(t *testing.T) {
+	t.Parallel()
 	r := newRuns()
 	ns := startCluster(t, testHeartbeat, r, nodeSpec{}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b := ns[0], ns[1]

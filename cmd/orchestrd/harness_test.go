@@ -5,7 +5,6 @@ import (
 	"debug/buildinfo"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -75,7 +74,9 @@ func TestMain(m *testing.M) {
 	if err := noRaceExitSleep(); err != nil {
 		panic(err)
 	}
-	moreParallel()
+	// Up to twice GOMAXPROCS tests at once: each mostly waits on the
+	// processes it started (daemons, runners, jobs, the CLI).
+	testio.Parallel(2 * runtime.GOMAXPROCS(0))
 	// Both at once: the race build reuses what go test compiled.
 	errs := make(chan error, 2)
 	go func() { errs <- daemonrun.Build("", ".", raceBinary, "-race") }()
@@ -124,21 +125,6 @@ func noRaceExitSleep() error {
 		return fmt.Errorf("setting GORACE: %w", err)
 	}
 	return nil
-}
-
-// moreParallel runs up to twice GOMAXPROCS parallel tests at once where
-// -parallel is not given (its default is GOMAXPROCS): each test here
-// mostly waits on the processes it started (daemons, runners, jobs, the
-// CLI), and with two at a time on two cores most of the machine sat idle.
-func moreParallel() {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
-			panic(err)
-		}
-	}
 }
 
 // helperMain lets a job run this test binary as a small tool.

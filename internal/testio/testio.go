@@ -3,11 +3,13 @@ package testio
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +126,20 @@ func UnixLine(args []string) int {
 	b, _ := io.ReadAll(c)
 	fmt.Print(string(b))
 	return 0
+}
+
+// Parallel lets n parallel tests run at once where -parallel is not given
+// (its default is GOMAXPROCS). For a TestMain whose tests mostly wait, on
+// processes they started or on timers of a server they run, so that two
+// at a time on two cores leave most of the machine idle. It parses the
+// flags: call it first in TestMain.
+func Parallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			panic(fmt.Sprintf("setting -test.parallel: %v", err))
+		}
+	}
 }
