@@ -2,7 +2,6 @@ package uitest
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,7 +52,9 @@ func chromiumWanted() string {
 }
 
 func TestMain(m *testing.M) {
-	allParallel()
+	// Every test at once: each spends its time waiting on a tab and a
+	// daemon (a minute of wall clock for seconds of CPU).
+	testio.Parallel(16)
 	chromium = findChromium()
 	if chromium == "" {
 		// Every test skips, saying why: nothing to build.
@@ -168,19 +169,4 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// allParallel runs every test of the package at once where -parallel is
-// not given: each spends its time waiting on a tab and a daemon (a
-// minute of wall clock for seconds of CPU), and two at a time made the
-// package the longest of the suite.
-func allParallel() {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", "16"); err != nil {
-			panic(err)
-		}
-	}
 }
