@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -432,29 +433,42 @@ func TestClankerServeRepoAndStalePods(t *testing.T) {
 
 // A writer that opened the spool before the drain took it appends after
 // the take: the drain waits for it to close the file, and its line is
-// applied (once).
+// applied (once). The writer is a process of its own, as a pod is: the
+// drain looks for the spool's writers among the other processes.
 func TestClankerSpoolWriterRacesTheTake(t *testing.T) {
 	repo := daemontest.ShortTemp(t)
 	d := daemontest.Start(t, daemontest.ClankerConfig(repo, ""))
 	d.WaitEvent("clanker.repo_started", nil)
-	spool := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
-	f, err := os.OpenFile(spool, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	spoolPath := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
+	// It opens the spool, appends a line, says so, and appends the second
+	// when told (a line on its stdin), then closes the file.
+	w := exec.Command("sh", "-c", `exec 3>>"$SPOOL" && printf '%s' "$L1" >&3 && echo written && read _ && printf '%s' "$L2" >&3`)
+	w.Env = append(os.Environ(), "SPOOL="+spoolPath,
+		"L1="+daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "before", "prompt": "p"}}),
+		"L2="+daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "after", "prompt": "p"}}))
+	tell, err := w.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteString(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "before", "prompt": "p"}})); err != nil {
-		t.Fatal(err)
+	out := bufio.NewReader(testio.StartPiped(t, w))
+	if line, err := out.ReadString('\n'); line != "written\n" {
+		t.Fatalf("the writer said %q: %v", line, err)
 	}
-	// The daemon takes the file (renames it) while this writer holds it.
+	// The daemon takes the file (renames it) while the writer holds it.
 	draining := filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson")
 	daemontest.Eventually(t, 20*time.Second, "the spool taken", func() bool { _, err := os.Stat(draining); return err == nil }, nil)
-	if _, err := f.WriteString(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": "after", "prompt": "p"}})); err != nil {
-		t.Fatal(err)
-	}
 	if n := daemontest.TaskFiles(repo); n != 0 {
 		t.Fatalf("%d tasks applied while a writer still had the spool open", n)
 	}
-	f.Close()
+	if _, err := io.WriteString(tell, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if rest, _ := io.ReadAll(out); len(rest) > 0 {
+		t.Fatalf("the writer said %q", rest)
+	}
+	if err := w.Wait(); err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
 	daemontest.Eventually(t, 20*time.Second, "both lines applied", func() bool { return daemontest.TaskFiles(repo) == 2 }, nil)
 	daemontest.Eventually(t, 20*time.Second, "the taken spool removed", func() bool { _, err := os.Stat(draining); return os.IsNotExist(err) }, nil)
 	daemontest.CreatedOnce(t, repo, map[string]bool{"before": true, "after": true})
