@@ -48,6 +48,11 @@ func newOpenAIFake(t *testing.T, turns ...modelfake.OpenAITurn) *modelfake.OpenA
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the OpenAI fake's requests:\n%s", f.Summary())
+		}
+	})
 	return f
 }
 
@@ -69,6 +74,26 @@ func (d *testDaemon) pendingFor(taskID, what string) api.Approval {
 	d.t.Helper()
 	var found api.Approval
 	var task api.TaskRecord
+	diag := func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "task %s is %s\n", taskID, task.State)
+		var r struct {
+			Approvals []api.Approval `json:"approvals"`
+		}
+		if d.call("approval.list", map[string]any{"state": "all"}, &r) == nil {
+			for _, a := range r.Approvals {
+				fmt.Fprintf(&b, "approval %s %s task %s: %s %s %+v\n", a.ID, a.State, a.TaskID, a.ToolName, a.ToolInput,
+					a.Resolution)
+			}
+		}
+		for _, e := range d.events() {
+			if e["task_id"] == taskID || strings.HasPrefix(fmt.Sprint(e["kind"]), "executor.") ||
+				strings.HasPrefix(fmt.Sprint(e["kind"]), "approval.") {
+				fmt.Fprintf(&b, "%v\n", e)
+			}
+		}
+		return tail(b.String(), 6000)
+	}
 	eventuallyOr(d.t, testWaitTimeout, "a pending approval for "+what, func() bool {
 		var r struct {
 			Approvals []api.Approval `json:"approvals"`
@@ -85,27 +110,10 @@ func (d *testDaemon) pendingFor(taskID, what string) api.Approval {
 		}
 		d.mustCall("task.get", map[string]any{"id": taskID}, &g)
 		if task = g.Task; task.State.Terminal() {
-			d.t.Fatalf("task %s ended %s before asking for %q: %+v", taskID, task.State, what, task.Error)
+			d.t.Fatalf("task %s ended %s before asking for %q: %+v\n%s", taskID, task.State, what, task.Error, diag())
 		}
 		return false
-	}, func() string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "task %s is %s\n", taskID, task.State)
-		var r struct {
-			Approvals []api.Approval `json:"approvals"`
-		}
-		if d.call("approval.list", map[string]any{"state": "all"}, &r) == nil {
-			for _, a := range r.Approvals {
-				fmt.Fprintf(&b, "approval %s %s task %s: %s %s\n", a.ID, a.State, a.TaskID, a.ToolName, a.ToolInput)
-			}
-		}
-		for _, e := range d.events() {
-			if e["task_id"] == taskID || strings.HasPrefix(fmt.Sprint(e["kind"]), "executor.") {
-				fmt.Fprintf(&b, "%v\n", e)
-			}
-		}
-		return tail(b.String(), 4000)
-	})
+	}, diag)
 	return found
 }
 

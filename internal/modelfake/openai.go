@@ -336,3 +336,40 @@ func pieces(s string) []string {
 	}
 	return out
 }
+
+// Summary says, for a failing test's log, every request the endpoint
+// received: its input items' types (and a call's name or output, cut
+// short), and the requests that were not POST /v1/responses.
+func (o *OpenAI) Summary() string {
+	var b strings.Builder
+	for i, r := range o.Requests() {
+		fmt.Fprintf(&b, "request %d (%s):", i, r.Header.Get("User-Agent"))
+		for _, it := range r.Input {
+			var v struct {
+				Type   string          `json:"type"`
+				Role   string          `json:"role"`
+				Name   string          `json:"name"`
+				Output json.RawMessage `json:"output"`
+			}
+			if json.Unmarshal(it, &v) != nil {
+				continue
+			}
+			fmt.Fprintf(&b, " %s%s%s", v.Type, prefixed("/", v.Role), prefixed("/", v.Name))
+			if len(v.Output) > 0 {
+				fmt.Fprintf(&b, "=%.80q", v.Output)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	for _, r := range o.Other() {
+		fmt.Fprintf(&b, "other: %s\n", r)
+	}
+	return b.String()
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
+}
