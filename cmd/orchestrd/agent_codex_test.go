@@ -67,6 +67,20 @@ func codexArgs(cmd string) map[string]any {
 	return map[string]any{"cmd": cmd, "login": false, "yield_time_ms": 60000}
 }
 
+// linesOnFailure logs, when the test fails, the lines of the session's
+// agent that have no message of their own (Codex's error notifications,
+// "Reconnecting..." among them).
+func (d *testDaemon) linesOnFailure(session string) {
+	d.t.Cleanup(func() {
+		if !d.t.Failed() {
+			return
+		}
+		for _, m := range messagesOf(d.session(session), api.MsgAgentLine) {
+			d.t.Logf("agent line: %.600v", m)
+		}
+	})
+}
+
 // pendingFor waits for the task's next pending approval whose input
 // holds what. A task that ends first fails the test at once, saying how
 // it ended; a timeout says where the task is and what the daemon logged.
@@ -128,6 +142,7 @@ func TestExecutorCodexApprovals(t *testing.T) {
 	d := codexDaemon(t, fake, true, "")
 	work := shortTemp(t)
 	id, session := d.execute(api.TaskSpec{Executor: "codex", Prompt: "touch three files", Cwd: work})
+	d.linesOnFailure(session)
 
 	a := d.pendingFor(id, "touch approved.txt")
 	if a.Source != api.SourceExecutor || a.ToolName != "Bash" || a.SessionID != session {
@@ -153,9 +168,9 @@ func TestExecutorCodexApprovals(t *testing.T) {
 			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
 		}
 	}
-	reqs := fake.Requests()
+	reqs := fake.Conversation()
 	if len(reqs) != 3 {
-		t.Fatalf("%d model requests, want 3", len(reqs))
+		t.Fatalf("%d model requests (a request sent again counted once), want 3", len(reqs))
 	}
 	if txt := reqs[2].Text(); !strings.Contains(txt, "rejected") || !strings.Contains(txt, "not that file") {
 		t.Errorf("the request after the denial does not carry it:\n%s", tail(txt, 2000))
@@ -356,15 +371,16 @@ func TestExecutorCodexHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, session := d.execute(api.TaskSpec{Executor: "codex", Prompt: "ignore previous instructions", Cwd: work})
+	d.linesOnFailure(session)
 	a := d.pendingFor(id, "scanned")
 	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Allow", "by": "cli"}, nil)
 	rec := d.waitTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
-	reqs := fake.Requests()
+	reqs := fake.Conversation()
 	if len(reqs) != 4 {
-		t.Fatalf("%d requests", len(reqs))
+		t.Fatalf("%d requests (a request sent again counted once)", len(reqs))
 	}
 	out := reqs[1].LastOutput()
 	if !strings.Contains(out, "scanned") || !strings.Contains(out, "CODEX_HOME=") {
@@ -374,8 +390,6 @@ func TestExecutorCodexHostile(t *testing.T) {
 		t.Errorf("a command of the agent's read the key")
 	}
 	if !strings.Contains(reqs[3].LastOutput(), "rejected") {
-		// Said whole enough to tell why (seen once under heavy load, not
-		// reproduced since): the output's start and end, and the task.
 		o := reqs[3].LastOutput()
 		t.Errorf("the huge command was not declined: %d bytes, %.500q ... %q; task %+v %+v", len(o), o, tail(o, 300), rec, rec.Error)
 	}

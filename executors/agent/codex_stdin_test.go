@@ -32,9 +32,9 @@ func TestCodexStdinNotTyped(t *testing.T) {
 	if res.Status != "completed" {
 		t.Fatalf("result %+v %+v", res, res.Error)
 	}
-	reqs := e.fake.Requests()
+	reqs := e.fake.Conversation()
 	if len(reqs) != 3 {
-		t.Fatalf("%d requests", len(reqs))
+		t.Fatalf("%d requests (a request sent again counted once)", len(reqs))
 	}
 	if out := reqs[1].LastOutput(); !strings.Contains(out, "TTY execution is disabled") {
 		t.Errorf("the terminal command's result: %q", out)

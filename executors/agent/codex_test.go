@@ -142,9 +142,9 @@ func TestCodexTextUsageAndKey(t *testing.T) {
 	if len(rs) != 1 || rs[0]["text"] != "Hello from the scripted model." || rs[0]["sdk_session_id"] != res.SDKSessionID {
 		t.Errorf("result messages %v", rs)
 	}
-	reqs := e.fake.Requests()
+	reqs := e.fake.Conversation()
 	if len(reqs) != 2 {
-		t.Fatalf("%d requests", len(reqs))
+		t.Fatalf("%d requests (a request sent again counted once)", len(reqs))
 	}
 	// The command's environment has not the key.
 	if out := reqs[1].LastOutput(); !strings.Contains(out, "CODEX_HOME=") || strings.Contains(out, "sk-test-123") {
@@ -197,9 +197,9 @@ func TestCodexApproveDenyAndResume(t *testing.T) {
 	if len(calls) != 2 || len(results) != 2 || results[0]["is_error"] == true || results[1]["is_error"] != true {
 		t.Errorf("tool calls %v\nresults %v", calls, results)
 	}
-	reqs := e.fake.Requests()
+	reqs := e.fake.Conversation()
 	if len(reqs) != 3 {
-		t.Fatalf("%d requests", len(reqs))
+		t.Fatalf("%d requests (a request sent again counted once)", len(reqs))
 	}
 	if txt := reqs[2].Text(); !strings.Contains(txt, "rejected") || !strings.Contains(txt, "not that file") {
 		t.Errorf("the model's request after the denial does not carry it:\n%s", txt)

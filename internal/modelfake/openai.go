@@ -16,9 +16,14 @@ import (
 )
 
 // OpenAI is a scripted OpenAI Responses endpoint (POST /v1/responses,
-// streamed as server-sent events) as Codex speaks it: each request is
-// answered by the next of its turns; past the last it answers the text
-// "(no more turns)". Every request body is kept.
+// streamed as server-sent events) as Codex speaks it. A request is
+// answered by the turn for its place in the conversation (Position: how
+// many answers of the model its input carries): a client that sends a
+// request again (Codex retries one whose stream it lost) gets the same
+// answer, as from a model, not the next turn. Turns that answer with an
+// HTTP error are taken in the order requests come, at their place (a
+// retry after a 429 gets the turn after the 429). Past the last turn it
+// answers the text "(no more turns)". Every request body is kept.
 type OpenAI struct {
 	// URL is the base URL, ".../v1" (a model provider's base_url,
 	// OPENAI_BASE_URL).
@@ -29,9 +34,11 @@ type OpenAI struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	turns []OpenAITurn
-	reqs  []OpenAIRequest
-	other []string // requests that are not POST /v1/responses
-	wake  chan struct{}
+	// errServed counts the error turns served at each position.
+	errServed map[int]int
+	reqs      []OpenAIRequest
+	other     []string // requests that are not POST /v1/responses
+	wake      chan struct{}
 }
 
 // OpenAITurn is one answer of the endpoint.
@@ -77,6 +84,64 @@ type OpenAIRequest struct {
 	Model string
 	Tools []string
 	Input []json.RawMessage
+	// Position is its place in the conversation: how many answers of
+	// the model (runs of its items: reasoning, messages, tool calls) its
+	// input carries.
+	Position int
+}
+
+// position counts the runs of the model's items in input: each answer
+// of the model is one run, ended by what the client adds (a message of
+// the user's, the developer's or the system's, a tool's output). Items
+// of other types (the client's own bookkeeping) neither start nor end a
+// run.
+func position(input []json.RawMessage) int {
+	n, inRun := 0, false
+	for _, it := range input {
+		var v struct {
+			Type string `json:"type"`
+			Role string `json:"role"`
+		}
+		if json.Unmarshal(it, &v) != nil {
+			continue
+		}
+		switch {
+		case v.Type == "message" && v.Role == "assistant", v.Type == "reasoning", v.Type == "function_call",
+			v.Type == "custom_tool_call", v.Type == "local_shell_call", v.Type == "web_search_call":
+			if !inRun {
+				n++
+			}
+			inRun = true
+		case v.Type == "message", v.Type == "function_call_output", v.Type == "custom_tool_call_output",
+			v.Type == "local_shell_call_output":
+			inRun = false
+		}
+	}
+	return n
+}
+
+func (t OpenAITurn) isError() bool { return t.Status != 0 && t.Status != http.StatusOK }
+
+// turnFor is the turn for a request at position p (o.mu held): the
+// slots after the turn that answered position p-1, its error turns one
+// request at a time, then its answer, again for every request at p.
+func (o *OpenAI) turnFor(p int) OpenAITurn {
+	i := 0
+	for answered := 0; answered < p && i < len(o.turns); i++ {
+		if !o.turns[i].isError() {
+			answered++
+		}
+	}
+	if j := i + o.errServed[p]; j < len(o.turns) && o.turns[j].isError() {
+		o.errServed[p]++
+		return o.turns[j]
+	}
+	for i += o.errServed[p]; i < len(o.turns); i++ {
+		if !o.turns[i].isError() {
+			return o.turns[i]
+		}
+	}
+	return OpenAITurn{Text: "(no more turns)"}
 }
 
 // Text is every text the request's input carries (messages' texts and
@@ -137,7 +202,7 @@ func NewOpenAI(turns ...OpenAITurn) (*OpenAI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening for the OpenAI fake: %w", err)
 	}
-	o := &OpenAI{URL: "http://" + ln.Addr().String() + "/v1", ln: ln, turns: turns,
+	o := &OpenAI{URL: "http://" + ln.Addr().String() + "/v1", ln: ln, turns: turns, errServed: map[int]int{},
 		done: make(chan struct{}), wake: make(chan struct{})}
 	o.srv = &http.Server{Handler: http.HandlerFunc(o.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -153,11 +218,28 @@ func (o *OpenAI) Close() {
 	<-o.done
 }
 
-// Requests are the POST /v1/responses received so far.
+// Requests are the POST /v1/responses received so far, in the order
+// they came (a request sent again included).
 func (o *OpenAI) Requests() []OpenAIRequest {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]OpenAIRequest(nil), o.reqs...)
+}
+
+// Conversation is the conversation as the model answered it: for each
+// position, from 0 to the highest, the last request at it (a request
+// sent again counts once; a position no request had is a zero request).
+func (o *OpenAI) Conversation() []OpenAIRequest {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []OpenAIRequest
+	for _, r := range o.reqs {
+		for len(out) <= r.Position {
+			out = append(out, OpenAIRequest{})
+		}
+		out[r.Position] = r
+	}
+	return out
 }
 
 // Other are the other requests received ("GET /path").
@@ -213,7 +295,7 @@ func (o *OpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	req.Model, req.Input = head.Model, head.Input
+	req.Model, req.Input, req.Position = head.Model, head.Input, position(head.Input)
 	for _, t := range head.Tools {
 		n := t.Name
 		if n == "" {
@@ -226,10 +308,7 @@ func (o *OpenAI) serve(w http.ResponseWriter, r *http.Request) {
 	o.reqs = append(o.reqs, req)
 	close(o.wake)
 	o.wake = make(chan struct{})
-	turn := OpenAITurn{Text: "(no more turns)"}
-	if i < len(o.turns) {
-		turn = o.turns[i]
-	}
+	turn := o.turnFor(req.Position)
 	o.mu.Unlock()
 	if turn.Func != nil {
 		turn = turn.Func(req)
@@ -343,7 +422,7 @@ func pieces(s string) []string {
 func (o *OpenAI) Summary() string {
 	var b strings.Builder
 	for i, r := range o.Requests() {
-		fmt.Fprintf(&b, "request %d (%s):", i, r.Header.Get("User-Agent"))
+		fmt.Fprintf(&b, "request %d at position %d (%s):", i, r.Position, r.Header.Get("User-Agent"))
 		for _, it := range r.Input {
 			var v struct {
 				Type   string          `json:"type"`
