@@ -16,15 +16,18 @@ const (
 	ServicePending     = "pending"      // not started yet
 	ServiceStarting    = "starting"     // starting or recovering
 	ServiceRunning     = "running"      // started
+	ServiceOff         = "off"          // started, and off by the configuration (Off says why)
 	ServiceStartFailed = "start_failed" // its start failed: the daemon stops
 	ServiceStopping    = "stopping"     // being stopped
 	ServiceStopped     = "stopped"      // stopped (Error: not cleanly)
 )
 
 // ServiceStatus is one service of the daemon: its name, its state and,
-// when its start or stop failed, why.
+// when its start or stop failed, why; when the configuration leaves it
+// off (a listener with no address), why.
 type ServiceStatus struct {
 	Name  string `json:"name"`
 	State string `json:"state"`
 	Error string `json:"error,omitempty"`
+	Off   string `json:"off,omitempty"`
 }

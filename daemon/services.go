@@ -138,6 +138,9 @@ func shutdownWithin(d time.Duration, shutdown func(context.Context) error, log z
 type hookListen struct{ *root }
 
 func (hookListen) Name() string { return "hook.listen" }
+
+// Off: [approvals.reachout] leaves the hook socket off, or it could not be bound.
+func (s hookListen) Off() string { return s.hook.fe.Off }
 func (s hookListen) Start(context.Context) error {
 	var err error
 	s.hook, err = listenReachout(s.cfg, s.bus, s.log)
@@ -150,6 +153,9 @@ func (s hookListen) Stop(context.Context) error { s.hook.close(s.log); return ni
 type httpListen struct{ *root }
 
 func (httpListen) Name() string { return "http.listen" }
+
+// Off: [http] leaves the HTTP API off, or its address could not be bound.
+func (s httpListen) Off() string { return s.httpFE.fe.Off }
 func (s httpListen) Start(context.Context) error {
 	var err error
 	s.httpFE, err = bindHTTP(s.cfg, s.opts.Home, s.bus)
@@ -162,6 +168,9 @@ func (s httpListen) Stop(context.Context) error { s.httpFE.closeListener(); retu
 type metricsListen struct{ *root }
 
 func (metricsListen) Name() string { return "metrics.listen" }
+
+// Off: [metrics] listen is not set, or could not be bound.
+func (s metricsListen) Off() string { return s.metricsFE.fe.Off }
 func (s metricsListen) Start(context.Context) error {
 	var err error
 	s.metricsFE, err = bindMetrics(s.cfg)
@@ -429,7 +438,8 @@ func (s controlService) Stop(context.Context) error {
 // The dashboard closes first: its streams would hold the API's shutdown.
 type httpService struct{ *root }
 
-func (httpService) Name() string { return "http" }
+func (httpService) Name() string  { return "http" }
+func (s httpService) Off() string { return s.httpFE.fe.Off }
 func (s httpService) Start(context.Context) error {
 	var mounts []httpapi.Mount
 	if s.httpFE.ln != nil && s.cfg.UI.Enabled {
@@ -476,6 +486,7 @@ func (s httpService) Stop(context.Context) error {
 type metricsService struct{ *root }
 
 func (metricsService) Name() string                  { return "metrics" }
+func (s metricsService) Off() string                 { return s.metricsFE.fe.Off }
 func (s metricsService) Start(context.Context) error { s.metricsFE.start(s.mx, s.log); return nil }
 func (s metricsService) Stop(context.Context) error  { s.metricsFE.close(s.log); return nil }
 
@@ -484,7 +495,8 @@ func (s metricsService) Stop(context.Context) error  { s.metricsFE.close(s.log);
 // hooks.
 type hookService struct{ *root }
 
-func (hookService) Name() string { return "hook" }
+func (hookService) Name() string  { return "hook" }
+func (s hookService) Off() string { return s.hook.fe.Off }
 func (s hookService) Start(context.Context) error {
 	if s.hook.srv != nil {
 		s.hook.srv.Serve(s.approvalsMgr)

@@ -12,6 +12,8 @@ type ServiceStarted struct {
 	Service    string `json:"service"`
 	Position   int    `json:"position"`
 	DurationMs int64  `json:"duration_ms"`
+	// Off: the configuration leaves it off, and why (a Switchable's).
+	Off string `json:"off,omitempty"`
 }
 
 func (ServiceStarted) Kind() string { return "service.started" }

@@ -47,6 +47,13 @@ type Registrar interface {
 	Register(mux api.Mux)
 }
 
+// Switchable is a service the configuration may leave off (a listener
+// with no address set): once started, Off says why it is off, "" when it
+// is on. Status shows it off, with that reason, not running.
+type Switchable interface {
+	Off() string
+}
+
 // StopBounded is a service with a shutdown timeout of its own; the others
 // have RunnerOptions.StopTimeout.
 type StopBounded interface {
@@ -141,8 +148,12 @@ func (r *Runner) Start(ctx context.Context) error {
 		if rg, ok := s.(Registrar); ok && r.mux != nil {
 			rg.Register(r.mux)
 		}
-		r.set(i, api.ServiceRunning, "")
-		r.opts.Emit(ServiceStarted{Service: s.Name(), Position: i + 1, DurationMs: time.Since(began).Milliseconds()})
+		ev := ServiceStarted{Service: s.Name(), Position: i + 1, DurationMs: time.Since(began).Milliseconds()}
+		if sw, ok := s.(Switchable); ok {
+			ev.Off = sw.Off()
+		}
+		r.setOn(i, ev.Off)
+		r.opts.Emit(ev)
 	}
 	return nil
 }
@@ -235,6 +246,16 @@ func (r *Runner) set(i int, state, err string) {
 	r.mu.Lock()
 	r.states[i].State, r.states[i].Error = state, err
 	r.mu.Unlock()
+}
+
+// setOn records service i started: running, or off for the reason given.
+func (r *Runner) setOn(i int, off string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.states[i] = api.ServiceStatus{Name: r.states[i].Name, State: api.ServiceRunning}
+	if off != "" {
+		r.states[i].State, r.states[i].Off = api.ServiceOff, off
+	}
 }
 
 func (r *Runner) get(i int) api.ServiceStatus {

@@ -76,6 +76,14 @@ func (b bounded) StopTimeout() time.Duration { return b.bound }
 // registering is a fake with methods.
 type registering struct{ *fake }
 
+// switchable is a fake the configuration leaves off when off is set.
+type switchable struct {
+	*fake
+	off string
+}
+
+func (s switchable) Off() string { return s.off }
+
 func (r registering) Register(mux api.Mux) {
 	r.journal.add("register " + r.name)
 	mux.Handle(r.name+".get", nil)
@@ -114,7 +122,11 @@ func (e *events) lines() []string {
 	for _, ev := range e.evs {
 		switch ev := ev.(type) {
 		case ServiceStarted:
-			out = append(out, fmt.Sprintf("%s %s#%d", ev.Kind(), ev.Service, ev.Position))
+			s := fmt.Sprintf("%s %s#%d", ev.Kind(), ev.Service, ev.Position)
+			if ev.Off != "" {
+				s += " off=" + ev.Off
+			}
+			out = append(out, s)
 		case ServiceStartFailed:
 			out = append(out, fmt.Sprintf("%s %s#%d recovering=%v", ev.Kind(), ev.Service, ev.Position, ev.Recovering))
 		case ServiceStopped:
@@ -173,6 +185,14 @@ func TestRunner(t *testing.T) {
 		events: []string{"service.started a#1", "service.started b#2", "service.start_failed c#3 recovering=false",
 			"service.stopped b#2", "service.stopped a#1"},
 		states: []string{"a stopped", "b stopped", "c start_failed boom", "d pending"},
+	}, {
+		name: "a service the configuration leaves off is off, and says why",
+		mk: func(j *journal) []Service {
+			return []Service{switchable{&fake{name: "a", journal: j}, "no address set"}, switchable{&fake{name: "b", journal: j}, ""}}
+		},
+		journal: []string{"start a", "start b"},
+		events:  []string{"service.started a#1 off=no address set", "service.started b#2"},
+		states:  []string{"a off no address set", "b running"},
 	}, {
 		name: "the first fails: nothing to stop",
 		mk: func(j *journal) []Service {
@@ -250,7 +270,7 @@ func TestRunner(t *testing.T) {
 			}
 			var states []string
 			for _, s := range r.Status() {
-				states = append(states, strings.TrimSpace(s.Name+" "+s.State+" "+s.Error))
+				states = append(states, strings.TrimSpace(s.Name+" "+s.State+" "+s.Error+s.Off))
 			}
 			if !slices.Equal(states, tt.states) {
 				t.Errorf("status:\n got  %q\n want %q", states, tt.states)
@@ -268,6 +288,8 @@ func unwrap(s Service) *fake {
 	case bounded:
 		return s.fake
 	case registering:
+		return s.fake
+	case switchable:
 		return s.fake
 	case muxStarter:
 		return s.fake
