@@ -749,6 +749,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		if s.Error != "" {
 			state += ": " + s.Error
 		}
+		if s.Off != "" {
+			state += ": " + s.Off
+		}
 		fmt.Fprintf(tw, "%s\t%s\n", s.Name, state)
 	}
 	tw.Flush()

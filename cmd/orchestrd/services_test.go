@@ -42,21 +42,30 @@ func serviceEvents(t *testing.T, home string) []string {
 }
 
 // `orchestrd status` shows the daemon's services in the order they start,
-// each running (and status --json the same); the event log has each
+// each running, or off and why where the config leaves it off (and status
+// --json the same); the event log has each
 // start in that order and, once the daemon stopped, each stop in reverse.
 func TestStatusShowsServicesInOrder(t *testing.T) {
 	t.Parallel()
 	underRace(t) // the runner's status is read while it starts and stops
-	d := startDaemonAt(t, startupHome(t, ""), "")
+	d := startDaemonAt(t, startupHome(t, "[http]\nenabled = false\n"), "")
 	out, errOut, code := runCLI(t, "status", "--home", d.home)
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errOut)
 	}
+	// This config turns the HTTP API off and gives the metrics no
+	// address: their services are off and say why; every other runs.
+	off := map[string]string{"http.listen": "off: [http] enabled = false", "http": "off: [http] enabled = false",
+		"metrics.listen": "off: [metrics] listen is not set", "metrics": "off: [metrics] listen is not set"}
 	var names []string
 	for _, r := range serviceLines(out) {
 		names = append(names, r[0])
-		if r[1] != "running" {
-			t.Errorf("service %s is %q, want running", r[0], r[1])
+		want := "running"
+		if w, ok := off[r[0]]; ok {
+			want = w
+		}
+		if r[1] != want {
+			t.Errorf("service %s is %q, want %q", r[0], r[1], want)
 		}
 	}
 	if !slices.Equal(names, daemonServices) {
@@ -64,10 +73,11 @@ func TestStatusShowsServicesInOrder(t *testing.T) {
 	}
 	out, errOut, code = runCLI(t, "status", "--home", d.home, "--json")
 	var js struct {
-		Services []struct{ Name, State string }
+		Services []struct{ Name, State, Off string }
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Services) != len(daemonServices) ||
-		js.Services[4].Name != "lanes" || js.Services[4].State != "running" {
+		js.Services[4].Name != "lanes" || js.Services[4].State != "running" ||
+		js.Services[2].Name != "metrics.listen" || js.Services[2].State != "off" || js.Services[2].Off != "[metrics] listen is not set" {
 		t.Fatalf("status --json: exit %d, services %+v: %s%s", code, js.Services, out, errOut)
 	}
 
