@@ -460,6 +460,36 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 	return c, 0, true
 }
 
+// parseOneID parses a command that takes flags (anywhere among its
+// arguments) and exactly one ID, and returns that argument. When ok is
+// false the help or the usage error (want: what it takes) has been printed
+// and code is the exit code.
+func parseOneID(fs *flag.FlagSet, usage string, args []string, want string, stdout, stderr io.Writer) (arg string, code int, ok bool) {
+	pos, code, ok := parseInterspersed(fs, usage, args, stdout, stderr)
+	if !ok {
+		return "", code, false
+	}
+	if len(pos) != 1 {
+		return "", usageError(fs, usage, stderr, "%s", want), false
+	}
+	return pos[0], 0, true
+}
+
+// dialResolve connects to the daemon at home and resolves arg, a whole id
+// of one of kinds or a unique start of one. When ok is false the reason
+// has been printed; else the caller closes c.
+func dialResolve(home, arg string, stderr io.Writer, kinds ...idKind) (c *client.Client, id string, ok bool) {
+	c, ok = dial(resolveHome(home), stderr)
+	if !ok {
+		return nil, "", false
+	}
+	if id, ok = resolveArg(c, stderr, arg, kinds...); !ok {
+		c.Close()
+		return nil, "", false
+	}
+	return c, id, true
+}
+
 // jobsUsage: jobs lists the daemon's live jobs and those its state store
 // keeps, newest first a page at a time (--limit, default 50; 0 lists every
 // job); when there are more, a line on stderr gives the command for the
@@ -646,15 +676,11 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, cancelUsage, stderr, "want exactly one job ID")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	var res struct {
 		WasRunning bool `json:"was_running"`
 	}

@@ -607,15 +607,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	if sub == "reject" && len(rest) > 1 {
 		*reason = strings.Join(rest[1:], " ")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, rest[0], stderr, loopIDs, approvalIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, rest[0], loopIDs, approvalIDs)
-	if !ok {
-		return exitFailure
-	}
 	switch sub {
 	case "show":
 		var res struct {

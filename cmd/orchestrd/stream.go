@@ -313,15 +313,11 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, logsUsage, stderr, "want one job ID")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	s := &streamReader{c: c, stdout: stdout, stderr: stderr, allToStdout: true, jobID: id}
 	var ans streamAnswer
 	answered := make(chan error, 1)

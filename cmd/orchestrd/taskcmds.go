@@ -610,22 +610,15 @@ func cmdStop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("stop")
 	home := homeFlag(fs)
 	force := fs.Bool("force", false, "kill the task's executor at once")
-	pos, code, ok := parseInterspersed(fs, stopUsage, args, stdout, stderr)
+	arg, code, ok := parseOneID(fs, stopUsage, args, "want exactly one TASK id", stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, stopUsage, stderr, "want exactly one TASK id")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, arg, stderr, taskIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, pos[0], taskIDs)
-	if !ok {
-		return exitFailure
-	}
 	var res struct {
 		Task api.TaskRecord `json:"task"`
 	}
@@ -658,14 +651,11 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 0, "only the last `N` messages (0: all)")
 	asJSON := fs.Bool("json", false, "print the session and its messages as JSON")
 	verbose := fs.Bool("verbose", false, "also print the messages text mode leaves out, one line each")
-	pos, code, ok := parseInterspersed(fs, sessionUsage, args, stdout, stderr)
+	arg, code, ok := parseOneID(fs, sessionUsage, args, "want exactly one session ID", stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, sessionUsage, stderr, "want exactly one session ID")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, arg, stderr, sessionIDs)
 	if !ok {
 		return exitFailure
 	}
@@ -673,10 +663,6 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	var res struct {
 		Session  api.SessionRecord    `json:"session"`
 		Messages []api.SessionMessage `json:"messages"`
-	}
-	id, ok := resolveArg(c, stderr, pos[0], sessionIDs)
-	if !ok {
-		return exitFailure
 	}
 	params := map[string]any{"id": id}
 	if *limit > 0 {
