@@ -331,20 +331,10 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 	if err := call(c, "approval.rules", nil, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "rules", res.Rules, listCut{})
-	}
-	if len(res.Rules) == 0 {
-		fmt.Fprintln(stdout, "no rules")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tMATCH\tSCOPE\tDECISION")
-	for _, r := range res.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "rules", res.Rules, listCut{}, "no rules", "ID\tORIGIN\tMATCH\tSCOPE\tDECISION",
+		func(w io.Writer, r api.ApprovalRule) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
+		})
 }
 
 // ---- approvals --watch ----

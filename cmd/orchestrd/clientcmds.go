@@ -475,6 +475,21 @@ func parseOneID(fs *flag.FlagSet, usage string, args []string, want string, stdo
 	return pos[0], 0, true
 }
 
+// parseOneIDAndDial is the prologue of a command that takes flags and
+// exactly one ID: parseOneID, then dialResolve at the --home the flags
+// gave. When ok is false the reason has been printed and code is the exit
+// code; else the caller closes c.
+func parseOneIDAndDial(fs *flag.FlagSet, usage string, args []string, home *string, want string, stdout, stderr io.Writer, kinds ...idKind) (c *client.Client, id string, code int, ok bool) {
+	arg, code, ok := parseOneID(fs, usage, args, want, stdout, stderr)
+	if !ok {
+		return nil, "", code, false
+	}
+	if c, id, ok = dialResolve(*home, arg, stderr, kinds...); !ok {
+		return nil, "", exitFailure, false
+	}
+	return c, id, 0, true
+}
+
 // dialResolve connects to the daemon at home and resolves arg, a whole id
 // of one of kinds or a unique start of one. When ok is false the reason
 // has been printed; else the caller closes c.
@@ -566,31 +581,21 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 			opt("--since", *since), []string{"--limit", strconv.Itoa(limit), "--cursor", res.NextCursor}, optIf("--json", *asJSON))
 		defer moreHint(stderr, len(res.Jobs), "job", cmdLine(next...))
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor})
-	}
-	if len(res.Jobs) == 0 {
-		fmt.Fprintln(stdout, "no jobs")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tLANE\tSTATE\tEXIT\tERROR\tCREATED\tDURATION\tRUNNER\tCOMMAND")
-	for _, j := range res.Jobs {
-		exit := "-"
-		if j.ExitCode != nil {
-			exit = strconv.Itoa(int(*j.ExitCode))
-		} else if j.Signal != "" {
-			exit = j.Signal
-		}
-		runner := dash(j.RunnerID)
-		if j.Node != "" { // a cluster job: the node it ran on first
-			runner = j.Node + ":" + runner
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
-			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), runner, commandLine(j))
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor}, "no jobs",
+		"ID\tLANE\tSTATE\tEXIT\tERROR\tCREATED\tDURATION\tRUNNER\tCOMMAND", func(w io.Writer, j api.JobRecord) {
+			exit := "-"
+			if j.ExitCode != nil {
+				exit = strconv.Itoa(int(*j.ExitCode))
+			} else if j.Signal != "" {
+				exit = j.Signal
+			}
+			runner := dash(j.RunnerID)
+			if j.Node != "" { // a cluster job: the node it ran on first
+				runner = j.Node + ":" + runner
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
+				j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), runner, commandLine(j))
+		})
 }
 
 // jobDuration is a job's DURATION: "-" while it has none yet, and for a job

@@ -39,13 +39,9 @@ func cmdJob(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("job")
 	home := homeFlag(fs)
 	asJSON := fs.Bool("json", false, "print the record as JSON")
-	arg, code, ok := parseOneID(fs, jobUsage, args, "want exactly one job ID", stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, jobUsage, args, home, "want exactly one job ID", stdout, stderr, jobIDs)
 	if !ok {
 		return code
-	}
-	c, id, ok := dialResolve(*home, arg, stderr, jobIDs)
-	if !ok {
-		return exitFailure
 	}
 	defer c.Close()
 	var res struct {
@@ -294,13 +290,9 @@ func cmdWait(args []string, stdout, stderr io.Writer) int {
 	timeout := new(time.Duration)
 	fs.Var(timeoutFlag{timeout}, "timeout", "give up after `D` (seconds or a duration: 30, 2m), exit 75 (default: wait for the end)")
 	asJSON := fs.Bool("json", false, "print the job's final record as JSON")
-	arg, code, ok := parseOneID(fs, waitUsage, args, "want exactly one job ID", stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, waitUsage, args, home, "want exactly one job ID", stdout, stderr, jobIDs)
 	if !ok {
 		return code
-	}
-	c, id, ok := dialResolve(*home, arg, stderr, jobIDs)
-	if !ok {
-		return exitFailure
 	}
 	defer c.Close()
 	params := map[string]any{"id": id}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	ctlclient "github.com/orchestrd/orchestrd/daemon/control/client"
@@ -90,24 +89,14 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "orchestrd peers: %v\n", err)
 			return exitFailure
 		}
-		if *asJSON {
-			return printList(stdout, stderr, "peers", peers, listCut{})
-		}
-		if len(peers) == 0 {
-			fmt.Fprintln(stdout, "no peers (add one: orchestrd peers add ADDRESS[:PORT])")
-			return exitOK
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE ID\tADDRESS\tHOST\tSTATUS\tLAST SEEN\tVERSION")
-		for _, p := range peers {
-			seen := "never"
-			if p.LastSeen > 0 {
-				seen = time.Since(time.UnixMilli(p.LastSeen)).Round(time.Second).String() + " ago"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Hostname, p.Status, seen, p.Version)
-		}
-		tw.Flush()
-		return exitOK
+		return printTable(stdout, stderr, *asJSON, "peers", peers, listCut{}, "no peers (add one: orchestrd peers add ADDRESS[:PORT])",
+			"NODE ID\tADDRESS\tHOST\tSTATUS\tLAST SEEN\tVERSION", func(w io.Writer, p loopsy.Peer) {
+				seen := "never"
+				if p.LastSeen > 0 {
+					seen = time.Since(time.UnixMilli(p.LastSeen)).Round(time.Second).String() + " ago"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Hostname, p.Status, seen, p.Version)
+			})
 	case len(pos) == 2 && pos[0] == "add":
 		host, port, err := httpapi.SplitPeerAddr(pos[1])
 		if err != nil {

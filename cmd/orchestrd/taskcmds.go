@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -581,22 +580,12 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 			opt("--session", *session), opt("--state", *state), []string{"--limit", "0"}, optIf("--json", *asJSON))
 		defer moreHint(stderr, len(res.Tasks), "task", cmdLine(next...))
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "tasks", res.Tasks, listCut{truncated: res.Truncated})
-	}
-	if len(res.Tasks) == 0 {
-		fmt.Fprintln(stdout, "no tasks")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT")
 	now := time.Now()
-	for _, t := range res.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
-			render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), render.Cut(render.OneLine(t.Prompt), 50))
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "tasks", res.Tasks, listCut{truncated: res.Truncated}, "no tasks",
+		"ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT", func(w io.Writer, t api.TaskRecord) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
+				render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), render.Cut(render.OneLine(t.Prompt), 50))
+		})
 }
 
 // ---- stop ----
@@ -610,13 +599,9 @@ func cmdStop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("stop")
 	home := homeFlag(fs)
 	force := fs.Bool("force", false, "kill the task's executor at once")
-	arg, code, ok := parseOneID(fs, stopUsage, args, "want exactly one TASK id", stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, stopUsage, args, home, "want exactly one TASK id", stdout, stderr, taskIDs)
 	if !ok {
 		return code
-	}
-	c, id, ok := dialResolve(*home, arg, stderr, taskIDs)
-	if !ok {
-		return exitFailure
 	}
 	defer c.Close()
 	var res struct {
@@ -651,13 +636,9 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 0, "only the last `N` messages (0: all)")
 	asJSON := fs.Bool("json", false, "print the session and its messages as JSON")
 	verbose := fs.Bool("verbose", false, "also print the messages text mode leaves out, one line each")
-	arg, code, ok := parseOneID(fs, sessionUsage, args, "want exactly one session ID", stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, sessionUsage, args, home, "want exactly one session ID", stdout, stderr, sessionIDs)
 	if !ok {
 		return code
-	}
-	c, id, ok := dialResolve(*home, arg, stderr, sessionIDs)
-	if !ok {
-		return exitFailure
 	}
 	defer c.Close()
 	var res struct {
