@@ -125,13 +125,17 @@ func dial(home string, stderr io.Writer) (*client.Client, bool) {
 
 // callErr prints a failed call: the daemon's message for a remote error.
 func callErr(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "orchestrd: %s\n", errMessage(err))
+	return exitFailure
+}
+
+// errMessage is the daemon's message for a remote error, else err's.
+func errMessage(err error) string {
 	var we *wire.Error
 	if errors.As(err, &we) {
-		fmt.Fprintf(stderr, "orchestrd: %s\n", we.Message)
-	} else {
-		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+		return we.Message
 	}
-	return exitFailure
+	return err.Error()
 }
 
 func call(c *client.Client, method string, params, result any) error {

@@ -281,15 +281,6 @@ func sendStdin(c *client.Client, id string, f *os.File, lost chan<- error) {
 	}
 }
 
-// errMessage is the daemon's message for a remote error.
-func errMessage(err error) string {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		return we.Message
-	}
-	return err.Error()
-}
-
 // ---- logs ----
 
 const logsUsage = `orchestrd logs [--home DIR] [-f] ID
