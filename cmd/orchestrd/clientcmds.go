@@ -110,17 +110,23 @@ func usageError(fs *flag.FlagSet, _ string, stderr io.Writer, format string, arg
 // dial connects to the daemon, printing the one-line diagnosis when there is
 // none.
 func dial(home string, stderr io.Writer) (*client.Client, bool) {
-	sock := socketPath(home)
-	c, err := client.Dial(sock)
+	c, err := dialHome(home)
 	if err != nil {
-		if errors.Is(err, client.ErrNoDaemon) {
-			fmt.Fprintf(stderr, "orchestrd: no daemon running at %s (start one with: orchestrd serve)\n", sock)
-		} else {
-			fmt.Fprintf(stderr, "orchestrd: %v\n", err)
-		}
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return nil, false
 	}
 	return c, true
+}
+
+// dialHome connects to the daemon at home; when none runs there, the error
+// says how to start one.
+func dialHome(home string) (*client.Client, error) {
+	sock := socketPath(home)
+	c, err := client.Dial(sock)
+	if errors.Is(err, client.ErrNoDaemon) {
+		return nil, fmt.Errorf("no daemon running at %s (start one with: orchestrd serve)", sock)
+	}
+	return c, err
 }
 
 // callErr prints a failed call: the daemon's message for a remote error.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	ctlclient "github.com/orchestrd/orchestrd/daemon/control/client"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	loopsy "github.com/orchestrd/orchestrd/daemon/httpapi/client"
 
@@ -30,12 +29,8 @@ found it online. A peer runs jobs for you with: orchestrd run --peer NAME -- CMD
 // localAPI is a client of this home's daemon's HTTP API: its address from
 // the control socket (http.info), its key from HOME/http.key.
 func localAPI(home string) (*loopsy.Client, error) {
-	sock := socketPath(home)
-	c, err := ctlclient.Dial(sock)
+	c, err := dialHome(home)
 	if err != nil {
-		if errors.Is(err, ctlclient.ErrNoDaemon) {
-			return nil, fmt.Errorf("no daemon running at %s (start one with: orchestrd serve)", sock)
-		}
 		return nil, err
 	}
 	defer c.Close()
