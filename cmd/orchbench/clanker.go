@@ -63,13 +63,9 @@ func runClanker(b *bench) error {
 		if err != nil {
 			return fmt.Errorf("hello, %d clients: %w", c, err)
 		}
-		or := b.sample(fmt.Sprintf("clanker.c%d.hello_per_s", c), rates(o), "requests/s")
-		br := b.sample(fmt.Sprintf("clanker.c%d.echo_per_s", c), rates(e), "requests/s")
-		rt := b.sample(fmt.Sprintf("clanker.c%d.ratio", c), pairRatios(o, e), "ratio")
-		ol := b.sample(fmt.Sprintf("clanker.c%d.hello_rtt_ms", c), durationsMs(latencies(o)), "ms")
-		bl := b.sample(fmt.Sprintf("clanker.c%d.echo_rtt_ms", c), durationsMs(latencies(e)), "ms")
-		b.add(rateRow(fmt.Sprintf("%d pod(s): hello requests/s through the repo socket (ratio: median of paired trials)", c), "requests/s", "req", or, br, rt, " (Go NDJSON echo)"))
-		b.add(rttRow(fmt.Sprintf("%d pod(s): hello round trip p50 / p99", c), ol, bl))
+		st := b.pairSamples(fmt.Sprintf("clanker.c%d.", c), "requests/s", o, e, "hello_per_s", "echo_per_s", "hello_rtt_ms", "echo_rtt_ms")
+		b.add(rateRow(fmt.Sprintf("%d pod(s): hello requests/s through the repo socket (ratio: median of paired trials)", c), "requests/s", "req", st.rate, st.baseRate, st.ratio, " (Go NDJSON echo)"))
+		b.add(rttRow(fmt.Sprintf("%d pod(s): hello round trip p50 / p99", c), st.rtt, st.baseRtt))
 	}
 
 	// A request that changes state: each pod moves its own task between

@@ -152,14 +152,11 @@ func runControl(b *bench) error {
 	}
 	for _, c := range levels {
 		s := res[c]
-		or := b.sample(fmt.Sprintf("control.c%d.orchestrd_ping_per_s", c), rates(s.orch), "round trips/s")
-		br := b.sample(fmt.Sprintf("control.c%d.echo_per_s", c), rates(s.base), "round trips/s")
-		rt := b.sample(fmt.Sprintf("control.c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
-		ol := b.sample(fmt.Sprintf("control.c%d.orchestrd_rtt_ms", c), durationsMs(latencies(s.orch)), "ms")
-		bl := b.sample(fmt.Sprintf("control.c%d.echo_rtt_ms", c), durationsMs(latencies(s.base)), "ms")
-		b.add(rateRow(fmt.Sprintf("%d client(s): round trips/s (median of trials; ratio: median of paired trials)", c), "round trips/s", "rt", or, br, rt, " (Go NDJSON echo)"))
-		b.last().Target, b.last().Met = "≥ 50% of baseline", boolp(rt.P50 >= 0.5)
-		b.add(rttRow(fmt.Sprintf("%d client(s): round trip p50 / p99", c), ol, bl))
+		st := b.pairSamples(fmt.Sprintf("control.c%d.", c), "round trips/s", s.orch, s.base,
+			"orchestrd_ping_per_s", "echo_per_s", "orchestrd_rtt_ms", "echo_rtt_ms")
+		b.add(rateRow(fmt.Sprintf("%d client(s): round trips/s (median of trials; ratio: median of paired trials)", c), "round trips/s", "rt", st.rate, st.baseRate, st.ratio, " (Go NDJSON echo)"))
+		b.last().Target, b.last().Met = "≥ 50% of baseline", boolp(st.ratio.P50 >= 0.5)
+		b.add(rttRow(fmt.Sprintf("%d client(s): round trip p50 / p99", c), st.rtt, st.baseRtt))
 		oc, bc := cpuPerOp(s.orch), cpuPerOp(s.base)
 		ratio, rv := fmtRatio(oc, bc)
 		b.add(Row{Metric: fmt.Sprintf("%d client(s): server CPU per round trip", c),

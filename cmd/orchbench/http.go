@@ -55,15 +55,10 @@ func runHTTP(b *bench) error {
 		if err != nil {
 			return fmt.Errorf("execute, %d clients: %w", c, err)
 		}
-		or := b.sample(fmt.Sprintf("http.c%d.execute_per_s", c), rates(o), "jobs/s")
-		br := b.sample(fmt.Sprintf("http.c%d.job_submit_wait_per_s", c), rates(e), "jobs/s")
-		rt := b.sample(fmt.Sprintf("http.c%d.ratio", c), pairRatios(o, e), "ratio")
-		ol := b.sample(fmt.Sprintf("http.c%d.execute_rtt_ms", c), durationsMs(latencies(o)), "ms")
-		bl := b.sample(fmt.Sprintf("http.c%d.job_rtt_ms", c), durationsMs(latencies(e)), "ms")
-		met := rt.P50 >= 0.70
-		b.add(rateRow(fmt.Sprintf("%d client(s): POST /execute of `true` (lane bench), jobs/s", c), "jobs/s", "job", or, br, rt, " (control socket job.submit + job.wait)"))
-		b.last().Target, b.last().Met = "≥ 70% of baseline", boolp(met)
-		b.add(rttRow(fmt.Sprintf("%d client(s): POST /execute round trip p50 / p99", c), ol, bl))
+		st := b.pairSamples(fmt.Sprintf("http.c%d.", c), "jobs/s", o, e, "execute_per_s", "job_submit_wait_per_s", "execute_rtt_ms", "job_rtt_ms")
+		b.add(rateRow(fmt.Sprintf("%d client(s): POST /execute of `true` (lane bench), jobs/s", c), "jobs/s", "job", st.rate, st.baseRate, st.ratio, " (control socket job.submit + job.wait)"))
+		b.last().Target, b.last().Met = "≥ 70% of baseline", boolp(st.ratio.P50 >= 0.70)
+		b.add(rttRow(fmt.Sprintf("%d client(s): POST /execute round trip p50 / p99", c), st.rtt, st.baseRtt))
 	}
 
 	// Context: each client PUTs (and GETs) its own keys; the baseline is a

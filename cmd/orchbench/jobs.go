@@ -216,19 +216,15 @@ func measureJobs(b *bench, d *daemon, label string, levels []int, trials int, du
 	}
 	for _, c := range levels {
 		s := res[c]
-		or := b.sample(fmt.Sprintf("jobs."+key+"c%d.orchestrd_jobs_per_s", c), rates(s.orch), "jobs/s")
-		br := b.sample(fmt.Sprintf("jobs."+key+"c%d.exec_loop_jobs_per_s", c), rates(s.base), "jobs/s")
-		rt := b.sample(fmt.Sprintf("jobs."+key+"c%d.ratio", c), pairRatios(s.orch, s.base), "ratio")
-		ol := b.sample(fmt.Sprintf("jobs."+key+"c%d.orchestrd_latency_ms", c), durationsMs(latencies(s.orch)), "ms")
-		bl := b.sample(fmt.Sprintf("jobs."+key+"c%d.exec_loop_latency_ms", c), durationsMs(latencies(s.base)), "ms")
-		row := Row{Metric: fmt.Sprintf(label+"c=%d: throughput (median of trials; ratio: median of paired trials)", c), N: or.N,
-			Orchestrd: fmtRate(or.P50, "jobs"), Value: or.P50, Unit: "jobs/s",
-			Baseline: fmtRate(br.P50, "jobs") + " (exec loop)", BaselineValue: floatp(br.P50), BaselineN: br.N,
-			Ratio: fmt.Sprintf("%.0f%%", 100*rt.P50), RatioValue: floatp(rt.P50)}
+		st := b.pairSamples(fmt.Sprintf("jobs."+key+"c%d.", c), "jobs/s", s.orch, s.base,
+			"orchestrd_jobs_per_s", "exec_loop_jobs_per_s", "orchestrd_latency_ms", "exec_loop_latency_ms")
+		row := rateRow(fmt.Sprintf(label+"c=%d: throughput (median of trials; ratio: median of paired trials)", c), "jobs/s", "jobs",
+			st.rate, st.baseRate, st.ratio, " (exec loop)")
 		if c == 32 && label == "" {
-			row.Target, row.Met = "≥ 85% of baseline", boolp(rt.P50 >= 0.85)
+			row.Target, row.Met = "≥ 85% of baseline", boolp(st.ratio.P50 >= 0.85)
 		}
 		b.add(row)
+		ol, bl := st.rtt, st.baseRtt
 		ratio, rv := fmtRatio(ol.P50, bl.P50)
 		row = Row{Metric: fmt.Sprintf(label+"c=%d: latency p50", c), N: ol.N, Orchestrd: fmtMs(ol.P50), Value: ol.P50, Unit: "ms",
 			Baseline: fmtMs(bl.P50) + " (exec loop)", BaselineValue: floatp(bl.P50), BaselineN: bl.N, Ratio: ratio, RatioValue: rv}

@@ -231,6 +231,24 @@ func (b *bench) sample(name string, xs []float64, unit string) Stats {
 	return st
 }
 
+// pairStats are a paired comparison's samples: each side's rates and round
+// trips, and the ratios of the paired trials' rates.
+type pairStats struct{ rate, baseRate, ratio, rtt, baseRtt Stats }
+
+// pairSamples records a paired comparison under prefix: orchestrd's rates
+// (in unit) as prefix+rate, the baseline's as prefix+baseRate, the paired
+// ratios as prefix+"ratio", and the round trips (ms) as prefix+rtt and
+// prefix+baseRtt.
+func (b *bench) pairSamples(prefix, unit string, o, base []measured, rate, baseRate, rtt, baseRtt string) pairStats {
+	return pairStats{
+		rate:     b.sample(prefix+rate, rates(o), unit),
+		baseRate: b.sample(prefix+baseRate, rates(base), unit),
+		ratio:    b.sample(prefix+"ratio", pairRatios(o, base), "ratio"),
+		rtt:      b.sample(prefix+rtt, durationsMs(latencies(o)), "ms"),
+		baseRtt:  b.sample(prefix+baseRtt, durationsMs(latencies(base)), "ms"),
+	}
+}
+
 func (b *bench) note(format string, args ...any) {
 	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf(format, args...))
 }

@@ -223,14 +223,11 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	always := fs.Bool("always", false, "allow, and record a rule from a permission suggestion so that the like is allowed from now on")
 	suggestion := fs.Int("suggestion", -1, "with --always, the permission suggestion to apply: its index `N` (default the first)")
 	message := fs.String("message", "", "a `MESSAGE` for the agent")
-	pos, code, ok := parseInterspersed(fs, approveUsage, args, stdout, stderr)
+	arg, code, ok := parseOneID(fs, approveUsage, args, "want exactly one approval ID", stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, approveUsage, stderr, "want exactly one approval ID")
-	}
-	params := map[string]any{"id": pos[0], "decision": api.DecisionAllow, "by": api.ByCLI}
+	params := map[string]any{"id": arg, "decision": api.DecisionAllow, "by": api.ByCLI}
 	if *always {
 		params["decision"] = api.DecisionAlwaysAllow
 		if *suggestion >= 0 {
@@ -249,14 +246,11 @@ func cmdDeny(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("deny")
 	home := homeFlag(fs)
 	message := fs.String("message", "", "a `MESSAGE` for the agent: why not")
-	pos, code, ok := parseInterspersed(fs, denyUsage, args, stdout, stderr)
+	arg, code, ok := parseOneID(fs, denyUsage, args, "want exactly one approval ID", stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, denyUsage, stderr, "want exactly one approval ID")
-	}
-	params := map[string]any{"id": pos[0], "decision": api.DecisionDeny, "by": api.ByCLI}
+	params := map[string]any{"id": arg, "decision": api.DecisionDeny, "by": api.ByCLI}
 	if *message != "" {
 		params["message"] = *message
 	}
@@ -283,15 +277,11 @@ func cmdReply(args []string, stdout, stderr io.Writer) int {
 
 // resolveCmd calls approval.resolve and says how the approval ended.
 func resolveCmd(home string, params map[string]any, stdout, stderr io.Writer) int {
-	c, ok := dial(resolveHome(home), stderr)
+	c, id, ok := dialResolve(home, params["id"].(string), stderr, approvalIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, params["id"].(string), approvalIDs)
-	if !ok {
-		return exitFailure
-	}
 	params["id"] = id
 	var res struct {
 		Approval api.Approval `json:"approval"`
@@ -341,20 +331,10 @@ func cmdApprovalRules(args []string, home string, stdout, stderr io.Writer) int 
 	if err := call(c, "approval.rules", nil, &res); err != nil {
 		return callErr(stderr, err)
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "rules", res.Rules, listCut{})
-	}
-	if len(res.Rules) == 0 {
-		fmt.Fprintln(stdout, "no rules")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tMATCH\tSCOPE\tDECISION")
-	for _, r := range res.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "rules", res.Rules, listCut{}, "no rules", "ID\tORIGIN\tMATCH\tSCOPE\tDECISION",
+		func(w io.Writer, r api.ApprovalRule) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Origin, render.RuleMatch(r), render.RuleScope(r), r.Decision)
+		})
 }
 
 // ---- approvals --watch ----

@@ -110,28 +110,38 @@ func usageError(fs *flag.FlagSet, _ string, stderr io.Writer, format string, arg
 // dial connects to the daemon, printing the one-line diagnosis when there is
 // none.
 func dial(home string, stderr io.Writer) (*client.Client, bool) {
-	sock := socketPath(home)
-	c, err := client.Dial(sock)
+	c, err := dialHome(home)
 	if err != nil {
-		if errors.Is(err, client.ErrNoDaemon) {
-			fmt.Fprintf(stderr, "orchestrd: no daemon running at %s (start one with: orchestrd serve)\n", sock)
-		} else {
-			fmt.Fprintf(stderr, "orchestrd: %v\n", err)
-		}
+		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
 		return nil, false
 	}
 	return c, true
 }
 
+// dialHome connects to the daemon at home; when none runs there, the error
+// says how to start one.
+func dialHome(home string) (*client.Client, error) {
+	sock := socketPath(home)
+	c, err := client.Dial(sock)
+	if errors.Is(err, client.ErrNoDaemon) {
+		return nil, fmt.Errorf("no daemon running at %s (start one with: orchestrd serve)", sock)
+	}
+	return c, err
+}
+
 // callErr prints a failed call: the daemon's message for a remote error.
 func callErr(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "orchestrd: %s\n", errMessage(err))
+	return exitFailure
+}
+
+// errMessage is the daemon's message for a remote error, else err's.
+func errMessage(err error) string {
 	var we *wire.Error
 	if errors.As(err, &we) {
-		fmt.Fprintf(stderr, "orchestrd: %s\n", we.Message)
-	} else {
-		fmt.Fprintf(stderr, "orchestrd: %v\n", err)
+		return we.Message
 	}
-	return exitFailure
+	return err.Error()
 }
 
 func call(c *client.Client, method string, params, result any) error {
@@ -460,6 +470,51 @@ func parseNoArgsAndDial(fs *flag.FlagSet, usage string, args []string, home *str
 	return c, 0, true
 }
 
+// parseOneID parses a command that takes flags (anywhere among its
+// arguments) and exactly one ID, and returns that argument. When ok is
+// false the help or the usage error (want: what it takes) has been printed
+// and code is the exit code.
+func parseOneID(fs *flag.FlagSet, usage string, args []string, want string, stdout, stderr io.Writer) (arg string, code int, ok bool) {
+	pos, code, ok := parseInterspersed(fs, usage, args, stdout, stderr)
+	if !ok {
+		return "", code, false
+	}
+	if len(pos) != 1 {
+		return "", usageError(fs, usage, stderr, "%s", want), false
+	}
+	return pos[0], 0, true
+}
+
+// parseOneIDAndDial is the prologue of a command that takes flags and
+// exactly one ID: parseOneID, then dialResolve at the --home the flags
+// gave. When ok is false the reason has been printed and code is the exit
+// code; else the caller closes c.
+func parseOneIDAndDial(fs *flag.FlagSet, usage string, args []string, home *string, want string, stdout, stderr io.Writer, kinds ...idKind) (c *client.Client, id string, code int, ok bool) {
+	arg, code, ok := parseOneID(fs, usage, args, want, stdout, stderr)
+	if !ok {
+		return nil, "", code, false
+	}
+	if c, id, ok = dialResolve(*home, arg, stderr, kinds...); !ok {
+		return nil, "", exitFailure, false
+	}
+	return c, id, 0, true
+}
+
+// dialResolve connects to the daemon at home and resolves arg, a whole id
+// of one of kinds or a unique start of one. When ok is false the reason
+// has been printed; else the caller closes c.
+func dialResolve(home, arg string, stderr io.Writer, kinds ...idKind) (c *client.Client, id string, ok bool) {
+	c, ok = dial(resolveHome(home), stderr)
+	if !ok {
+		return nil, "", false
+	}
+	if id, ok = resolveArg(c, stderr, arg, kinds...); !ok {
+		c.Close()
+		return nil, "", false
+	}
+	return c, id, true
+}
+
 // jobsUsage: jobs lists the daemon's live jobs and those its state store
 // keeps, newest first a page at a time (--limit, default 50; 0 lists every
 // job); when there are more, a line on stderr gives the command for the
@@ -536,31 +591,21 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 			opt("--since", *since), []string{"--limit", strconv.Itoa(limit), "--cursor", res.NextCursor}, optIf("--json", *asJSON))
 		defer moreHint(stderr, len(res.Jobs), "job", cmdLine(next...))
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor})
-	}
-	if len(res.Jobs) == 0 {
-		fmt.Fprintln(stdout, "no jobs")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tLANE\tSTATE\tEXIT\tERROR\tCREATED\tDURATION\tRUNNER\tCOMMAND")
-	for _, j := range res.Jobs {
-		exit := "-"
-		if j.ExitCode != nil {
-			exit = strconv.Itoa(int(*j.ExitCode))
-		} else if j.Signal != "" {
-			exit = j.Signal
-		}
-		runner := dash(j.RunnerID)
-		if j.Node != "" { // a cluster job: the node it ran on first
-			runner = j.Node + ":" + runner
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
-			j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), runner, commandLine(j))
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "jobs", res.Jobs, listCut{nextCursor: res.NextCursor}, "no jobs",
+		"ID\tLANE\tSTATE\tEXIT\tERROR\tCREATED\tDURATION\tRUNNER\tCOMMAND", func(w io.Writer, j api.JobRecord) {
+			exit := "-"
+			if j.ExitCode != nil {
+				exit = strconv.Itoa(int(*j.ExitCode))
+			} else if j.Signal != "" {
+				exit = j.Signal
+			}
+			runner := dash(j.RunnerID)
+			if j.Node != "" { // a cluster job: the node it ran on first
+				runner = j.Node + ":" + runner
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Lane, j.State, exit, dash(j.Error),
+				j.CreatedAt.Local().Format("2006-01-02T15:04:05"), jobDuration(j), runner, commandLine(j))
+		})
 }
 
 // jobDuration is a job's DURATION: "-" while it has none yet, and for a job
@@ -646,15 +691,11 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, cancelUsage, stderr, "want exactly one job ID")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	var res struct {
 		WasRunning bool `json:"was_running"`
 	}

@@ -209,7 +209,7 @@ _orchestrd_flags() {
 		return strings.Join(s, " ")
 	}
 	for _, c := range cmds {
-		for _, sub := range sortedSubs(c.subFlags) {
+		for _, sub := range sortedKeys(c.subFlags) {
 			p("\t%q) echo %q ;;\n", c.name+" "+sub, names(c.subFlags[sub]))
 		}
 		p("\t%q*) echo %q ;;\n", c.name+" ", names(c.flags))
@@ -235,7 +235,7 @@ _orchestrd_value() {
 		return "word"
 	}
 	for _, c := range cmds {
-		for _, sub := range sortedSubs(c.subFlags) {
+		for _, sub := range sortedKeys(c.subFlags) {
 			for _, f := range c.subFlags[sub] {
 				p("\t%q) echo %q ;;\n", c.name+" "+sub+" "+f.name, kind(f))
 			}
@@ -319,7 +319,7 @@ _orchestrd() {
 				paths[strings.Join(append([]string{c.name}, words[:i]...), " ")] = true
 			}
 		}
-		for _, path := range sortedSet(paths) {
+		for _, path := range sortedKeys(paths) {
 			// The key is "$cmd ${args[*]}": "approvals " alone, "approvals rules".
 			rel := strings.TrimPrefix(strings.TrimPrefix(path, c.name), " ")
 			key := c.name + " " + rel
@@ -337,24 +337,6 @@ _orchestrd() {
 
 complete -F _orchestrd orchestrd
 `)
-}
-
-func sortedSubs(m map[string][]complFlag) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func sortedSet(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // ---- zsh ----
@@ -438,7 +420,7 @@ _orchestrd() {
 			}
 			return ""
 		}
-		for _, sub := range sortedSubs(c.subFlags) {
+		for _, sub := range sortedKeys(c.subFlags) {
 			p("\t\t\tif [[ $words[2] == %s ]]; then\n\t\t\t\t_arguments %s%s && ret=0\n\t\t\t\treturn ret\n\t\t\tfi\n",
 				sub, specs(c.subFlags[sub]), pos(sub, 2))
 		}
@@ -543,7 +525,7 @@ function __orchestrd_ids
 end
 
 complete -c orchestrd -f
-`, strings.Join(sortedSet(valued), " "))
+`, strings.Join(sortedKeys(valued), " "))
 	flagLine := func(cond string, f complFlag) {
 		opt := "-l"
 		if len(f.name) == 1 {
@@ -571,7 +553,7 @@ complete -c orchestrd -f
 	}
 	for _, c := range cmds {
 		cond := "__orchestrd_in " + c.name
-		for _, sub := range sortedSubs(c.subFlags) {
+		for _, sub := range sortedKeys(c.subFlags) {
 			for _, f := range c.subFlags[sub] {
 				flagLine("__orchestrd_in "+c.name+" "+sub, f)
 			}
@@ -587,7 +569,7 @@ complete -c orchestrd -f
 				paths[strings.Join(words[:i], " ")] = true
 			}
 		}
-		for _, path := range sortedSet(paths) {
+		for _, path := range sortedKeys(paths) {
 			if next := c.children(path); len(next) > 0 {
 				p("complete -c orchestrd -n %s -a %s\n", fishQuote(strings.TrimSpace("__orchestrd_at "+c.name+" "+path)), fishQuote(strings.Join(next, " ")))
 			}
@@ -603,7 +585,7 @@ complete -c orchestrd -f
 
 func mapValues(m map[string][]complFlag) [][]complFlag {
 	var out [][]complFlag
-	for _, k := range sortedSubs(m) {
+	for _, k := range sortedKeys(m) {
 		out = append(out, m[k])
 	}
 	return out

@@ -39,22 +39,11 @@ func cmdJob(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("job")
 	home := homeFlag(fs)
 	asJSON := fs.Bool("json", false, "print the record as JSON")
-	pos, code, ok := parseInterspersed(fs, jobUsage, args, stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, jobUsage, args, home, "want exactly one job ID", stdout, stderr, jobIDs)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, jobUsage, stderr, "want exactly one job ID")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
-	if !ok {
-		return exitFailure
-	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, pos[0], jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	var res struct {
 		Job api.JobRecord `json:"job"`
 	}
@@ -301,22 +290,11 @@ func cmdWait(args []string, stdout, stderr io.Writer) int {
 	timeout := new(time.Duration)
 	fs.Var(timeoutFlag{timeout}, "timeout", "give up after `D` (seconds or a duration: 30, 2m), exit 75 (default: wait for the end)")
 	asJSON := fs.Bool("json", false, "print the job's final record as JSON")
-	pos, code, ok := parseInterspersed(fs, waitUsage, args, stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, waitUsage, args, home, "want exactly one job ID", stdout, stderr, jobIDs)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, waitUsage, stderr, "want exactly one job ID")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
-	if !ok {
-		return exitFailure
-	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, pos[0], jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	params := map[string]any{"id": id}
 	if *timeout > 0 {
 		params["timeout_ms"] = max(1, timeout.Milliseconds())

@@ -1,13 +1,14 @@
 package main
 
-// What every list command shares: one JSON shape, one line saying a list
-// was cut, one way to write the command that shows more.
+// What every list command shares: one JSON shape, one table, one line
+// saying a list was cut, one way to write the command that shows more.
 
 import (
 	"fmt"
 	"io"
 	"reflect"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -36,6 +37,27 @@ func printList(stdout, stderr io.Writer, things string, items any, cut listCut) 
 		obj["truncated"] = true
 	}
 	return printJSON(stdout, stderr, obj)
+}
+
+// printTable prints a list as a list command does: as printList does with
+// asJSON; else the line none when there are no items, or the header and a
+// row an item (row writes its tab-separated cells and the newline), in
+// columns two spaces apart.
+func printTable[T any](stdout, stderr io.Writer, asJSON bool, things string, items []T, cut listCut, none, header string, row func(w io.Writer, item T)) int {
+	if asJSON {
+		return printList(stdout, stderr, things, items, cut)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(stdout, none)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, item := range items {
+		row(tw, item)
+	}
+	tw.Flush()
+	return exitOK
 }
 
 // moreHint says on stderr, in one line, that a list was cut after n

@@ -5,6 +5,7 @@ package main
 // iterate: each a call of the daemon's loop.* and plan.* methods.
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -277,16 +278,9 @@ func cmdLoop(args []string, stdout, stderr io.Writer) int {
 	base := fs.String("base", "", "plan: the `BRANCH` the plan starts from and merges into (default: the repo's current branch)")
 	asJSON := fs.Bool("json", false, "show: print the record and iterations as JSON")
 	maxCost := fs.Float64("max-cost", 0, "plan, code: fail the loop once its agents' tasks cost more than `USD` dollars")
-	pos, code, ok := parseInterspersed(fs, loopUsage, args, stdout, stderr)
+	sub, rest, code, ok := parseSubcommand(fs, loopUsage, args, loopCommands, "want a subcommand: plan, code, show, start, pause, resume, cancel, rm or merge", stdout, stderr)
 	if !ok {
 		return code
-	}
-	if len(pos) == 0 {
-		return usageError(fs, loopUsage, stderr, "want a subcommand: plan, code, show, start, pause, resume, cancel, rm or merge")
-	}
-	sub, rest := pos[0], pos[1:]
-	if !loopCommands[sub] {
-		return usageError(fs, loopUsage, stderr, "%s", unknownSub(sub, loopCommands))
 	}
 	creates := sub == "plan" || sub == "code"
 	if creates {
@@ -581,16 +575,9 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("plan")
 	home := homeFlag(fs)
 	reason := fs.String("reason", "", "reject: why, for the record (or the words after ID)")
-	pos, code, ok := parseInterspersed(fs, planUsage, args, stdout, stderr)
+	sub, rest, code, ok := parseSubcommand(fs, planUsage, args, planCommands, "want a subcommand: show, approve, reject or iterate", stdout, stderr)
 	if !ok {
 		return code
-	}
-	if len(pos) == 0 {
-		return usageError(fs, planUsage, stderr, "want a subcommand: show, approve, reject or iterate")
-	}
-	sub, rest := pos[0], pos[1:]
-	if !planCommands[sub] {
-		return usageError(fs, planUsage, stderr, "%s", unknownSub(sub, planCommands))
 	}
 	switch {
 	case sub == "iterate" && (len(rest) < 2 || strings.TrimSpace(strings.Join(rest[1:], " ")) == ""):
@@ -607,15 +594,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	if sub == "reject" && len(rest) > 1 {
 		*reason = strings.Join(rest[1:], " ")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, rest[0], stderr, loopIDs, approvalIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, rest[0], loopIDs, approvalIDs)
-	if !ok {
-		return exitFailure
-	}
 	switch sub {
 	case "show":
 		var res struct {
@@ -663,6 +646,24 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "the planner runs again with your feedback")
 	}
 	return exitOK
+}
+
+// parseSubcommand parses a command whose first argument is one of subs
+// (flags anywhere among the arguments) and returns it and the arguments
+// after it. When ok is false the help or the usage error (want: when there
+// is no subcommand) has been printed and code is the exit code.
+func parseSubcommand(fs *flag.FlagSet, usage string, args []string, subs map[string]bool, want string, stdout, stderr io.Writer) (sub string, rest []string, code int, ok bool) {
+	pos, code, ok := parseInterspersed(fs, usage, args, stdout, stderr)
+	if !ok {
+		return "", nil, code, false
+	}
+	if len(pos) == 0 {
+		return "", nil, usageError(fs, usage, stderr, "%s", want), false
+	}
+	if !subs[pos[0]] {
+		return "", nil, usageError(fs, usage, stderr, "%s", unknownSub(pos[0], subs)), false
+	}
+	return pos[0], pos[1:], 0, true
 }
 
 // unknownSub says a subcommand is not one of subs, with a suggestion.

@@ -132,7 +132,8 @@ func usageText() string {
 	return b.String()
 }
 
-func sortedKeys(m map[string]bool) []string {
+// sortedKeys are m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

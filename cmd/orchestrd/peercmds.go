@@ -10,10 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	ctlclient "github.com/orchestrd/orchestrd/daemon/control/client"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
 	loopsy "github.com/orchestrd/orchestrd/daemon/httpapi/client"
 
@@ -31,12 +29,8 @@ found it online. A peer runs jobs for you with: orchestrd run --peer NAME -- CMD
 // localAPI is a client of this home's daemon's HTTP API: its address from
 // the control socket (http.info), its key from HOME/http.key.
 func localAPI(home string) (*loopsy.Client, error) {
-	sock := socketPath(home)
-	c, err := ctlclient.Dial(sock)
+	c, err := dialHome(home)
 	if err != nil {
-		if errors.Is(err, ctlclient.ErrNoDaemon) {
-			return nil, fmt.Errorf("no daemon running at %s (start one with: orchestrd serve)", sock)
-		}
 		return nil, err
 	}
 	defer c.Close()
@@ -90,24 +84,14 @@ func cmdPeers(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "orchestrd peers: %v\n", err)
 			return exitFailure
 		}
-		if *asJSON {
-			return printList(stdout, stderr, "peers", peers, listCut{})
-		}
-		if len(peers) == 0 {
-			fmt.Fprintln(stdout, "no peers (add one: orchestrd peers add ADDRESS[:PORT])")
-			return exitOK
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE ID\tADDRESS\tHOST\tSTATUS\tLAST SEEN\tVERSION")
-		for _, p := range peers {
-			seen := "never"
-			if p.LastSeen > 0 {
-				seen = time.Since(time.UnixMilli(p.LastSeen)).Round(time.Second).String() + " ago"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Hostname, p.Status, seen, p.Version)
-		}
-		tw.Flush()
-		return exitOK
+		return printTable(stdout, stderr, *asJSON, "peers", peers, listCut{}, "no peers (add one: orchestrd peers add ADDRESS[:PORT])",
+			"NODE ID\tADDRESS\tHOST\tSTATUS\tLAST SEEN\tVERSION", func(w io.Writer, p loopsy.Peer) {
+				seen := "never"
+				if p.LastSeen > 0 {
+					seen = time.Since(time.UnixMilli(p.LastSeen)).Round(time.Second).String() + " ago"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.NodeID, net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Hostname, p.Status, seen, p.Version)
+			})
 	case len(pos) == 2 && pos[0] == "add":
 		host, port, err := httpapi.SplitPeerAddr(pos[1])
 		if err != nil {

@@ -281,15 +281,6 @@ func sendStdin(c *client.Client, id string, f *os.File, lost chan<- error) {
 	}
 }
 
-// errMessage is the daemon's message for a remote error.
-func errMessage(err error) string {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		return we.Message
-	}
-	return err.Error()
-}
-
 // ---- logs ----
 
 const logsUsage = `orchestrd logs [--home DIR] [-f] ID
@@ -313,15 +304,11 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return usageError(fs, logsUsage, stderr, "want one job ID")
 	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
 	if !ok {
 		return exitFailure
 	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, fs.Arg(0), jobIDs)
-	if !ok {
-		return exitFailure
-	}
 	s := &streamReader{c: c, stdout: stdout, stderr: stderr, allToStdout: true, jobID: id}
 	var ans streamAnswer
 	answered := make(chan error, 1)

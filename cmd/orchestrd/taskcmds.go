@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -581,22 +580,12 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 			opt("--session", *session), opt("--state", *state), []string{"--limit", "0"}, optIf("--json", *asJSON))
 		defer moreHint(stderr, len(res.Tasks), "task", cmdLine(next...))
 	}
-	if *asJSON {
-		return printList(stdout, stderr, "tasks", res.Tasks, listCut{truncated: res.Truncated})
-	}
-	if len(res.Tasks) == 0 {
-		fmt.Fprintln(stdout, "no tasks")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT")
 	now := time.Now()
-	for _, t := range res.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
-			render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), render.Cut(render.OneLine(t.Prompt), 50))
-	}
-	tw.Flush()
-	return exitOK
+	return printTable(stdout, stderr, *asJSON, "tasks", res.Tasks, listCut{truncated: res.Truncated}, "no tasks",
+		"ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tPROMPT", func(w io.Writer, t api.TaskRecord) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
+				render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), render.Cut(render.OneLine(t.Prompt), 50))
+		})
 }
 
 // ---- stop ----
@@ -610,22 +599,11 @@ func cmdStop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("stop")
 	home := homeFlag(fs)
 	force := fs.Bool("force", false, "kill the task's executor at once")
-	pos, code, ok := parseInterspersed(fs, stopUsage, args, stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, stopUsage, args, home, "want exactly one TASK id", stdout, stderr, taskIDs)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(fs, stopUsage, stderr, "want exactly one TASK id")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
-	if !ok {
-		return exitFailure
-	}
 	defer c.Close()
-	id, ok := resolveArg(c, stderr, pos[0], taskIDs)
-	if !ok {
-		return exitFailure
-	}
 	var res struct {
 		Task api.TaskRecord `json:"task"`
 	}
@@ -658,25 +636,14 @@ func cmdSession(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 0, "only the last `N` messages (0: all)")
 	asJSON := fs.Bool("json", false, "print the session and its messages as JSON")
 	verbose := fs.Bool("verbose", false, "also print the messages text mode leaves out, one line each")
-	pos, code, ok := parseInterspersed(fs, sessionUsage, args, stdout, stderr)
+	c, id, code, ok := parseOneIDAndDial(fs, sessionUsage, args, home, "want exactly one session ID", stdout, stderr, sessionIDs)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return usageError(fs, sessionUsage, stderr, "want exactly one session ID")
-	}
-	c, ok := dial(resolveHome(*home), stderr)
-	if !ok {
-		return exitFailure
 	}
 	defer c.Close()
 	var res struct {
 		Session  api.SessionRecord    `json:"session"`
 		Messages []api.SessionMessage `json:"messages"`
-	}
-	id, ok := resolveArg(c, stderr, pos[0], sessionIDs)
-	if !ok {
-		return exitFailure
 	}
 	params := map[string]any{"id": id}
 	if *limit > 0 {

@@ -38,15 +38,9 @@ func cmdTerminal(args []string, stdout, stderr io.Writer) int {
 	shell := fs.String("shell", "", "the `SHELL` to start (default: the executor's choice)")
 	list := fs.Bool("list", false, "list the open terminals instead")
 	asJSON := fs.Bool("json", false, "with --list: print the terminals as JSON")
-	if code, ok := parseFlags(fs, terminalUsage, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, terminalUsage, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	c, ok := dial(resolveHome(*home), stderr)
+	c, code, ok := parseNoArgsAndDial(fs, terminalUsage, args, home, stdout, stderr)
 	if !ok {
-		return exitFailure
+		return code
 	}
 	defer c.Close()
 	if *list {

@@ -39,7 +39,7 @@ func cmdUI(args []string, stdout, stderr io.Writer) int {
 		TLS  bool   `json:"tls"`
 	}
 	if err := c.Call(ctx, "http.info", nil, &info); err != nil {
-		fmt.Fprintf(stderr, "orchestrd ui: the dashboard is on the HTTP listener, and %s\n", remoteMessage(err))
+		fmt.Fprintf(stderr, "orchestrd ui: the dashboard is on the HTTP listener, and %s\n", errMessage(err))
 		return exitFailure
 	}
 	var link struct {
@@ -52,7 +52,7 @@ func cmdUI(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "orchestrd ui: the dashboard is off ([ui] enabled = false)")
 			return exitFailure
 		}
-		fmt.Fprintf(stderr, "orchestrd ui: asking for a sign-in link: %s\n", remoteMessage(err))
+		fmt.Fprintf(stderr, "orchestrd ui: asking for a sign-in link: %s\n", errMessage(err))
 		return exitFailure
 	}
 	host, port, err := net.SplitHostPort(info.Addr)
@@ -70,13 +70,4 @@ func cmdUI(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s://%s%s\n", scheme, net.JoinHostPort(host, port), link.Path)
 	fmt.Fprintf(stderr, "orchestrd ui: the link signs in once, until %s\n", link.ExpiresAt.Local().Format("15:04:05"))
 	return exitOK
-}
-
-// remoteMessage is the daemon's message for a remote error, else err.
-func remoteMessage(err error) string {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		return we.Message
-	}
-	return err.Error()
 }
