@@ -23,7 +23,9 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/daemontest"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // testExecutor is internal/testexecutor, built once per test binary.
@@ -333,4 +335,36 @@ func TestExecutorOversizedLine(t *testing.T) {
 	d.WaitEvent("executor.protocol_error", func(e map[string]any) bool {
 		return strings.Contains(fmt.Sprint(e["problem"]), "a line over 8388608 bytes")
 	})
+}
+
+// A hostile executor's end of a task (its error's code and message, a
+// status that is none of the three) reaches the task's record and its
+// subscribers whole, and the event log only as digests: what an executor
+// wrote (a secret it read, a forged line, a terminal escape) never lands
+// in the log as text.
+func TestExecutorFinishErrorKeptOutOfTheLog(t *testing.T) {
+	d := daemontest.Start(t, execConfig(t, "instances = 1\n"))
+	const canary = "sk-canary-finish-3f9a"
+	cases := []struct{ step, code, message string }{
+		{`{"op":"status","status":"failed","code":"bad\u001b[2J","message":"` + canary + `\n{\"kind\":\"forged\"}"}`,
+			"bad\x1b[2J", canary + "\n{\"kind\":\"forged\"}"},
+		{`{"op":"status","status":"` + canary + `\u001b]0;title\u0007"}`,
+			"bad_result", "execute_prompt's status \"" + canary + "\\x1b]0;title\\a\" is not completed, failed or cancelled"},
+	}
+	for _, c := range cases {
+		id, _ := daemontest.Execute(t, d, d.Home, api.TaskSpec{Prompt: daemontest.Script(c.step)})
+		rec := daemontest.WaitTask(t, d, id)
+		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != c.code || rec.Error.Message != c.message {
+			t.Fatalf("task %s: %+v %+v, want failed %q %q", id, rec, rec.Error, c.code, c.message)
+		}
+		ev := d.WaitEvent("task.finished", func(e map[string]any) bool { return e["task_id"] == id })
+		e, _ := ev["error"].(map[string]any)
+		if msg, _ := e["message"].(string); !strings.HasPrefix(msg, "(") || !strings.Contains(msg, "bytes, sha256") {
+			t.Errorf("task.finished's error in the log: %v", ev)
+		}
+	}
+	log := testio.ReadFile(t, daemonrun.EventLog(d.Home))
+	if strings.Contains(log, canary) || strings.Contains(log, "forged") || strings.ContainsRune(log, 0x1b) {
+		t.Fatalf("the event log holds what the executor wrote:\n%s", daemontest.Tail(log, 3000))
+	}
 }

@@ -118,9 +118,28 @@ type TaskFinished struct {
 	MessageCount int64           `json:"message_count"`
 	TokenUsage   *api.TokenUsage `json:"token_usage,omitempty"`
 	Denied       int             `json:"denied,omitempty"` // tool uses refused in it
+	// theirs: Error holds what the executor wrote (its error's code and
+	// message, its status): the log line has their digests, the
+	// subscribers (the dashboard, a watching CLI) the error whole.
+	theirs bool
 }
 
 func (TaskFinished) Kind() string { return "task.finished" }
+
+// taskFinishedLine is TaskFinished without its methods.
+type taskFinishedLine TaskFinished
+
+// MarshalJSON is the log line's form.
+func (e TaskFinished) MarshalJSON() ([]byte, error) {
+	if e.theirs && e.Error != nil {
+		e.Error = &api.TaskError{Code: eventlog.Ident(e.Error.Code), Message: eventlog.Ident(e.Error.Message),
+			RetryAt: e.Error.RetryAt}
+	}
+	return json.Marshal(taskFinishedLine(e))
+}
+
+// WireData is the subscribers' form: the error whole.
+func (e TaskFinished) WireData() any { return taskFinishedLine(e) }
 
 // TaskPermissionRequested: the task's agent asked to use a tool and a
 // person (or a rule) is asked, as approval approval_id.

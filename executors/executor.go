@@ -131,6 +131,9 @@ type running struct {
 type finish struct {
 	state api.TaskState
 	err   *api.TaskError
+	// theirs: err holds what the executor wrote (its error, its
+	// status): the event log gets only its digest.
+	theirs bool
 }
 
 // Messages of an executor actor.
@@ -260,8 +263,8 @@ func (e *execActor) Receive(c *actors.Context) {
 			e.kill("executor actor stopped")
 		}
 		if r := e.run; r != nil {
-			e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,
-				Message: fmt.Sprintf("executor %s stopped while it ran the task", e.id)})
+			e.done(r, finish{state: api.TaskFailed, err: &api.TaskError{Code: api.TaskErrExecutorLost,
+				Message: fmt.Sprintf("executor %s stopped while it ran the task", e.id)}})
 		}
 		if d := e.held; d != nil {
 			// Killed above; its exit will not be heard here.
@@ -586,8 +589,8 @@ func (e *execActor) exitedMsg(m eExited) {
 	}
 	if r := e.run; r != nil {
 		ev.Task = r.rec.ID
-		e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,
-			Message: fmt.Sprintf("executor %s (pid %d) exited (%s) while it ran the task", e.id, m.exit.Pid, exitWords(m.exit))})
+		e.done(r, finish{state: api.TaskFailed, err: &api.TaskError{Code: api.TaskErrExecutorLost,
+			Message: fmt.Sprintf("executor %s (pid %d) exited (%s) while it ran the task", e.id, m.exit.Pid, exitWords(m.exit))}})
 	}
 	if d := e.held; d != nil {
 		e.held = nil
@@ -678,7 +681,8 @@ func (e *execActor) answered(id string, res json.RawMessage, er *wire.RPCError) 
 	if r == nil || r.rec.ID != id || r.finishing != nil {
 		return
 	}
-	f := &finish{state: api.TaskFailed}
+	// Every error here holds what the executor wrote.
+	f := &finish{state: api.TaskFailed, theirs: true}
 	if er != nil {
 		f.err = &api.TaskError{Code: fmt.Sprintf("rpc_%d", er.Code), Message: er.Message}
 	} else {
@@ -726,14 +730,14 @@ func (e *execActor) answered(id string, res json.RawMessage, er *wire.RPCError) 
 	}
 	r.finishing = f
 	if r.pending == 0 {
-		e.done(r, f.state, f.err)
+		e.done(r, *f)
 	}
 }
 
 // done ends the running task here: its actor hears how (it applies a stop
 // or a timeout over it), its permissions are withdrawn, the executor is
 // idle again.
-func (e *execActor) done(r *running, state api.TaskState, err *api.TaskError) {
+func (e *execActor) done(r *running, f finish) {
 	if e.run != r {
 		return
 	}
@@ -741,7 +745,7 @@ func (e *execActor) done(r *running, state api.TaskState, err *api.TaskError) {
 	for _, cancel := range r.perms {
 		cancel("task_ended")
 	}
-	d := execDone{taskID: r.rec.ID, state: state, err: err, usage: r.usage, sdk: r.sdk, denied: r.denied,
+	d := execDone{taskID: r.rec.ID, state: f.state, err: f.err, theirs: f.theirs, usage: r.usage, sdk: r.sdk, denied: r.denied,
 		count: r.committed + int64(r.pending)}
 	if e.confine != nil && e.exited == nil {
 		// Nothing the task started may outlive it: its end is told once
@@ -770,7 +774,7 @@ func (e *execActor) finishNow(m finishNow) {
 		e.kill(m.kill)
 	}
 	if r != nil {
-		e.done(r, m.state, m.err)
+		e.done(r, finish{state: m.state, err: m.err})
 	}
 }
 
@@ -871,8 +875,8 @@ func (e *execActor) inbound(c *actors.Context, x inbound) {
 		e.state = instStopping
 		if r := e.run; r != nil {
 			e.lostTask = r.rec.ID
-			e.done(r, api.TaskFailed, &api.TaskError{Code: api.TaskErrExecutorLost,
-				Message: fmt.Sprintf("executor %s (pid %d) closed its connection while it ran the task: %v", e.id, e.pid, x.err)})
+			e.done(r, finish{state: api.TaskFailed, err: &api.TaskError{Code: api.TaskErrExecutorLost,
+				Message: fmt.Sprintf("executor %s (pid %d) closed its connection while it ran the task: %v", e.id, e.pid, x.err)}})
 		}
 		e.kill("connection_closed")
 		e.expected = false
@@ -1352,7 +1356,7 @@ func (e *execActor) committed(c *actors.Context, m committed) {
 	e.water()
 	e.flush(c)
 	if r != nil && r.finishing != nil && r.pending == 0 {
-		e.done(r, r.finishing.state, r.finishing.err)
+		e.done(r, *r.finishing)
 	}
 }
 

@@ -49,6 +49,7 @@ type (
 		taskID string
 		state  api.TaskState
 		err    *api.TaskError
+		theirs bool // err holds what the executor wrote
 		usage  *api.TokenUsage
 		sdk    string
 		denied int
@@ -73,15 +74,15 @@ func (t *taskActor) Receive(c *actors.Context) {
 		if msg.taskID != t.rec.ID {
 			return
 		}
-		state, err := msg.state, msg.err
+		state, err, theirs := msg.state, msg.err, msg.theirs
 		if t.override != nil {
-			state, err = *t.override, t.overErr
+			state, err, theirs = *t.override, t.overErr, false
 		}
 		t.rec.TokenUsage, t.rec.Denied = msg.usage, msg.denied
 		if msg.sdk != "" {
 			t.rec.SDKSessionID = msg.sdk
 		}
-		t.end(c, state, err, msg.count)
+		t.end(c, state, err, theirs, msg.count)
 	case cancelReq:
 		t.cancel(c, msg.state, msg.err)
 	case actors.Stopping:
@@ -95,14 +96,14 @@ func (t *taskActor) Receive(c *actors.Context) {
 		stopping := t.ps.m.stopping
 		t.ps.m.mu.Unlock()
 		if stopping {
-			t.end(c, api.TaskCancelled, &api.TaskError{Code: api.TaskErrDaemonShutdown, Message: "the daemon stopped"}, t.rec.MessageCount)
+			t.end(c, api.TaskCancelled, &api.TaskError{Code: api.TaskErrDaemonShutdown, Message: "the daemon stopped"}, false, t.rec.MessageCount)
 			return
 		}
 		if !t.exec.IsZero() {
 			c.Send(t.exec, finishNow{taskID: t.rec.ID, state: api.TaskFailed, kill: "task " + t.rec.ID + ": its actor failed"})
 		}
 		t.end(c, api.TaskFailed, &api.TaskError{Code: api.TaskErrActorFailed,
-			Message: "the daemon's actor of this task failed (see the actor.panicked event); its executor was killed"}, t.rec.MessageCount)
+			Message: "the daemon's actor of this task failed (see the actor.panicked event); its executor was killed"}, false, t.rec.MessageCount)
 	}
 }
 
@@ -128,7 +129,7 @@ func (t *taskActor) stop(c *actors.Context, m stopReq) {
 		return
 	}
 	if t.exec.IsZero() { // queued
-		t.end(c, api.TaskCancelled, &api.TaskError{Code: api.TaskErrStopped, Message: "stopped while queued"}, 0)
+		t.end(c, api.TaskCancelled, &api.TaskError{Code: api.TaskErrStopped, Message: "stopped while queued"}, false, 0)
 		m.call.Respond(map[string]any{"task": t.rec})
 		return
 	}
@@ -180,7 +181,7 @@ func (t *taskActor) cancel(c *actors.Context, state api.TaskState, err *api.Task
 		return
 	}
 	if t.exec.IsZero() {
-		t.end(c, state, err, 0)
+		t.end(c, state, err, false, 0)
 		return
 	}
 	t.override, t.overErr = &state, err
@@ -189,7 +190,8 @@ func (t *taskActor) cancel(c *actors.Context, state api.TaskState, err *api.Task
 
 // end finishes the task: recorded, announced, its waiters answered; the
 // pool hears it and stops the actor.
-func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskError, count int64) {
+// theirs: err holds what the executor wrote.
+func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskError, theirs bool, count int64) {
 	if t.ended {
 		return
 	}
@@ -203,7 +205,7 @@ func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskErr
 	t.rec.MessageCount = count
 	m := t.ps.m
 	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
-		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied})
+		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, theirs: theirs})
 	if t.rec.SDKSessionID != "" {
 		m.sdkEnded(t.rec.SessionID, t.rec.SDKSessionID)
 	}
