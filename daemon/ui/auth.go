@@ -3,6 +3,7 @@ package ui
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,8 +15,27 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 )
 
-// cookieName is the session cookie's name; its path is /ui/.
-const cookieName = "orchestrd_ui"
+// cookiePrefix starts the session cookie's name; its path is /ui/.
+const cookiePrefix = "orchestrd_ui"
+
+// cookieName is the session cookie's name for r: named for the port the
+// browser reached the dashboard on ("orchestrd_ui_8080"), since a browser
+// keeps cookies by host, not port: two dashboards on one host (two
+// daemons, or two machines' forwarded by SSH to two local ports) would
+// each overwrite the other's session, and sign each other out.
+func (s *Server) cookieName(r *http.Request) string {
+	_, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		port = "80"
+		if s.opts.TLS {
+			port = "443"
+		}
+	}
+	if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+		return cookiePrefix
+	}
+	return cookiePrefix + "_" + port
+}
 
 // session is one signed-in browser.
 type session struct {
@@ -138,7 +158,7 @@ func (ss *sessions) sweep(now time.Time) {
 
 // session is r's live session, from its cookie.
 func (s *Server) session(r *http.Request) (*session, bool) {
-	c, err := r.Cookie(cookieName)
+	c, err := r.Cookie(s.cookieName(r))
 	if err != nil {
 		return nil, false
 	}
@@ -184,8 +204,8 @@ func (s *Server) csrfOK(r *http.Request, se *session) bool {
 // maxFormBytes bounds a form's body.
 const maxFormBytes = 64 << 10
 
-func (s *Server) setCookie(w http.ResponseWriter, tok string, maxAge int) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/ui/", MaxAge: maxAge,
+func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, tok string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(r), Value: tok, Path: "/ui/", MaxAge: maxAge,
 		HttpOnly: true, Secure: s.opts.TLS, SameSite: http.SameSiteStrictMode})
 }
 
@@ -239,7 +259,7 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request, how string) {
 	tok, se := s.sessions.start()
-	s.setCookie(w, tok, int(s.cfg.SessionTTL.Seconds()))
+	s.setCookie(w, r, tok, int(s.cfg.SessionTTL.Seconds()))
 	s.emit(SignedIn{Session: se.id, Peer: r.RemoteAddr, How: how, ExpiresAt: se.expires.UTC()})
 	next := r.PostFormValue("next")
 	if next == "" {
@@ -249,11 +269,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, how string) {
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(cookieName); err == nil {
+	if c, err := r.Cookie(s.cookieName(r)); err == nil {
 		s.sessions.end(c.Value)
 	}
 	se := sessionOf(r.Context())
-	s.setCookie(w, "", -1)
+	s.setCookie(w, r, "", -1)
 	s.emit(SignedOut{Session: se.id})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

@@ -159,7 +159,7 @@ func newAPHarness(t *testing.T) *apHarness {
 func (h *apHarness) cookie() string {
 	u, _ := url.Parse(h.http.URL + "/ui/")
 	for _, c := range h.c.Jar.Cookies(u) {
-		if c.Name == cookieName {
+		if c.Name == sessionCookieName(h.t, h.http.URL) {
 			return c.Value
 		}
 	}

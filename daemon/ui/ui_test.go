@@ -218,7 +218,7 @@ func TestSignIn(t *testing.T) {
 	}
 	var ck *http.Cookie
 	for _, k := range resp.Cookies() {
-		if k.Name == cookieName {
+		if k.Name == sessionCookieName(t, h.http.URL) {
 			ck = k
 		}
 	}
@@ -489,3 +489,42 @@ func FuzzValidID(f *testing.F) {
 }
 
 func init() { eventlog.Register(testJobEvent{}) }
+
+// sessionCookieName is the session cookie's name on the dashboard at base:
+// named for its port ("orchestrd_ui_PORT").
+func sessionCookieName(t *testing.T, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil || u.Port() == "" {
+		t.Fatalf("no port in %q: %v", base, err)
+	}
+	return "orchestrd_ui_" + u.Port()
+}
+
+// The session cookie is named for the port in the request's Host, the
+// port the browser reached the dashboard on; a Host without a port is
+// the scheme's; one that is not a port gets the bare prefix.
+func TestCookieNamedForPort(t *testing.T) {
+	for _, c := range []struct {
+		host string
+		tls  bool
+		want string
+	}{
+		{"127.0.0.1:19532", false, "orchestrd_ui_19532"},
+		{"localhost:8001", false, "orchestrd_ui_8001"},
+		{"[::1]:9000", true, "orchestrd_ui_9000"},
+		{"localhost", false, "orchestrd_ui_80"},
+		{"localhost", true, "orchestrd_ui_443"},
+		{"localhost:", false, "orchestrd_ui"},
+		{"localhost:80a", false, "orchestrd_ui"},
+		{"localhost:123456", false, "orchestrd_ui"},
+		{"a:b:c", false, "orchestrd_ui_80"},
+	} {
+		s := &Server{opts: Options{TLS: c.tls}}
+		r := httptest.NewRequest("GET", "/ui/", nil)
+		r.Host = c.host
+		if got := s.cookieName(r); got != c.want {
+			t.Errorf("Host %q (TLS %v): cookie %q, want %q", c.host, c.tls, got, c.want)
+		}
+	}
+}

@@ -121,13 +121,48 @@ func sessionCookie(tb *tab) *network.Cookie {
 	if err != nil {
 		tb.fatalf("Network.getCookies: %v", err)
 	}
+	u, err := url.Parse(tb.d.base)
+	if err != nil {
+		tb.fatalf("the daemon's base %q: %v", tb.d.base, err)
+	}
+	name := "orchestrd_ui_" + u.Port() // named for the port: two dashboards on one host
 	for _, c := range res.Cookies {
-		if c.Name == "orchestrd_ui" {
+		if c.Name == name {
 			return c
 		}
 	}
-	tb.fatalf("no orchestrd_ui cookie for %s/ui/: %+v", tb.d.base, res.Cookies)
+	tb.fatalf("no %s cookie for %s/ui/: %+v", name, tb.d.base, res.Cookies)
 	return nil
+}
+
+// Two dashboards on one host (two daemons here; two machines' forwarded by
+// SSH to two local ports alike) keep their sessions side by side in one
+// browser: signing in to one does not sign the other out, and signing
+// out of one leaves the other signed in.
+func TestTwoDashboardsOneHost(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	d1, d2 := startDaemon(t, config{}), startDaemon(t, config{})
+	tb := newTab(t, d1) // one tab: one cookie jar for both
+	tb.signIn()
+	tb.d = d2
+	tb.signIn()
+	for _, d := range []*daemon{d1, d2} {
+		tb.d = d
+		tb.open("/ui/")
+		if page := eval[string](tb, `document.body.dataset.page`); page != "overview" {
+			t.Fatalf("%s's dashboard shows %q after signing in to both, want the overview", d.base, page)
+		}
+	}
+	tb.shot("second-dashboard")
+	// Signing out of the second leaves the first signed in.
+	tb.click(`form.signout button`)
+	tb.waitJS("the sign-in page", `document.body.dataset.page === "login"`)
+	tb.d = d1
+	tb.open("/ui/")
+	if page := eval[string](tb, `document.body.dataset.page`); page != "overview" {
+		t.Fatalf("%s's dashboard shows %q after signing out of the other, want the overview", d1.base, page)
+	}
 }
 
 // do makes one request: a POST sends form (and an Origin of the daemon's
