@@ -76,6 +76,39 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// Proc is a process a test started with Start.
+type Proc struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts cmd; t fails if it cannot. If the process still runs at
+// the test's end it is killed there, and the test waits for its end.
+func Start(t testing.TB, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// Done is closed once the process has ended and been waited for.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is how the process ended (Wait's error); call it once Done is
+// closed.
+func (p *Proc) Err() error {
+	<-p.done
+	return p.err
+}
+
 // StartPiped starts cmd, its stdout a pipe for the test to read; if it is
 // still running at the test's end it is killed there, and waited for.
 func StartPiped(t testing.TB, cmd *exec.Cmd) io.ReadCloser {

@@ -2,6 +2,7 @@ package testio
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os/exec"
 	"runtime"
@@ -79,5 +80,32 @@ func TestStartPiped(t *testing.T) {
 	})
 	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
 		t.Fatalf("the process after its test's end: %v, want it killed and waited for", cmd.ProcessState)
+	}
+}
+
+// Start's process is killed at the end of the test that started it and
+// waited for; one that ended by itself says how, through Done and Err.
+func TestStart(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	t.Run("started", func(t *testing.T) {
+		p := Start(t, cmd)
+		select {
+		case <-p.Done():
+			t.Fatalf("the process ended at once: %v", p.Err())
+		default:
+		}
+	})
+	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
+		t.Fatalf("the process after its test's end: %v, want it killed and waited for", cmd.ProcessState)
+	}
+	p := Start(t, exec.Command("sh", "-c", "exit 3"))
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("sh -c 'exit 3' did not end")
+	}
+	var ee *exec.ExitError
+	if err := p.Err(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("Err() = %v, want exit status 3", err)
 	}
 }
