@@ -298,18 +298,7 @@ func TestPromptCLI(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	run := func(args ...string) (string, string, int) {
-		cmd := exec.Command(binary, append([]string{"--home", d.home}, args...)...)
-		cmd.Dir = d.home
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runCLIWith(t, d.home, nil, append([]string{"--home", d.home}, args...)...)
 	}
 	out, errs, code := run("prompt", "--executor", "scripted", script(`{"op":"message","n":2,"text":"hello "}`,
 		`{"op":"message","type":"tool_call","data":{"tool":"Bash","input":{"command":"ls -la"}}}`))

@@ -543,6 +543,29 @@ func (d *testDaemon) waitEventWithin(within time.Duration, kind string, match fu
 
 func remoteCode(err error) int { return daemontest.RemoteCode(err) }
 
+// exitCode is a process's exit code after Wait's (or Run's) err; t fails
+// if it did not run.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// runOut runs cmd with its stdout and stderr kept: what it printed and
+// its exit code.
+func runOut(t *testing.T, cmd *exec.Cmd) (stdout, stderr []byte, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code = exitCode(t, cmd.Run())
+	return o.Bytes(), e.Bytes(), code
+}
+
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int

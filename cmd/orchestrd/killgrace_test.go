@@ -295,22 +295,7 @@ func rest(ch <-chan string) []string {
 // waitExit waits up to 60 s for cmd and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatal("run did not exit within 60s")
-		return -1
-	}
+	return exitCode(t, waitCmd(t, cmd))
 }
 
 // Ctrl-C of run cancels its job with the grace (the job gets SIGTERM and
