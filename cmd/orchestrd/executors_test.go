@@ -242,12 +242,7 @@ func TestExecutorLost(t *testing.T) {
 	if rec := d.waitTask(id2); rec.State != api.TaskCompleted {
 		t.Fatalf("the next task: %+v", rec)
 	}
-	started := 0
-	for _, e := range d.events() {
-		if e["kind"] == "task.started" && e["task_id"] == id {
-			started++
-		}
-	}
+	started := countEvents(d.events(), "task.started", func(e map[string]any) bool { return e["task_id"] == id })
 	if started != 1 {
 		t.Fatalf("the lost task started %d times, want once (never retried)", started)
 	}
@@ -557,12 +552,7 @@ func TestSecondSignalKillsExecutors(t *testing.T) {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.waitCleanExit("the daemon did not exit after a second SIGTERM")
 	waitGone(t, pid)
-	forced := 0
-	for _, e := range d.events() {
-		if e["kind"] == "executor.killed" && e["reason"] == "shutdown_forced" {
-			forced++
-		}
-	}
+	forced := countEvents(d.events(), "executor.killed", func(e map[string]any) bool { return e["reason"] == "shutdown_forced" })
 	if forced != 1 {
 		t.Fatalf("executor.killed {shutdown_forced}: %d, want 1", forced)
 	}

@@ -528,6 +528,18 @@ func (d *testDaemon) events() []map[string]any {
 	return daemontest.Events(d.t, d.home)
 }
 
+// countEvents is how many of events (lines of an event log) are of kind
+// and match match (every one of kind if match is nil).
+func countEvents(events []map[string]any, kind string, match func(map[string]any) bool) int {
+	n := 0
+	for _, e := range events {
+		if e["kind"] == kind && (match == nil || match(e)) {
+			n++
+		}
+	}
+	return n
+}
+
 // waitEvent waits until the event log has a line of kind matching match.
 func (d *testDaemon) waitEvent(kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()

@@ -221,12 +221,7 @@ finished:
 	d.waitEvent("job.orphaned", func(e map[string]any) bool { return e["job_id"] == id && e["reason"] == "runner_lost" })
 	d.waitEvent("runner.restart_scheduled", nil)
 	// Not retried: the job stays failed and no second dispatch happened.
-	n := 0
-	for _, e := range d.events() {
-		if e["kind"] == "job.dispatched" && e["job_id"] == id {
-			n++
-		}
-	}
+	n := countEvents(d.events(), "job.dispatched", func(e map[string]any) bool { return e["job_id"] == id })
 	if n != 1 {
 		t.Fatalf("job dispatched %d times, want 1", n)
 	}

@@ -322,13 +322,7 @@ while [ ! -e p ]; do :; done`, dir, tag))
 				d.cli("run", "--home", d.home, "--lane", "no-net", "--", "sh", "-c", fmt.Sprintf(`mv %[1]s %[1]s.real 2>/dev/null || exit 0
 printf '#!/bin/sh\ngrep CapEff /proc/self/status > %[2]s\nexec %[1]s.real "$@"\n' > %[1]s && chmod 755 %[1]s`, d.bin, mark))
 				ready := func() int {
-					n := 0
-					for _, e := range d.events() {
-						if e["kind"] == "runner.ready" && e["lane"] == "no-net" {
-							n++
-						}
-					}
-					return n
+					return countEvents(d.events(), "runner.ready", func(e map[string]any) bool { return e["lane"] == "no-net" })
 				}
 				before := ready()
 				killChild(d.cmd.Process.Pid, d.laneRunner("no-net"))

@@ -124,12 +124,7 @@ func TestRestartCountsAreNamedForWhatTheyCount(t *testing.T) {
 		})
 	}
 	rn := d.runnerJSON("fast-0")
-	scheduled := 0
-	for _, e := range d.events() {
-		if e["kind"] == "runner.restart_scheduled" && e["runner_id"] == "fast-0" {
-			scheduled++
-		}
-	}
+	scheduled := countEvents(d.events(), "runner.restart_scheduled", func(e map[string]any) bool { return e["runner_id"] == "fast-0" })
 	if rn["restarts"] != float64(kills) || scheduled != kills {
 		t.Fatalf("lane.list restarts %v, runner.restart_scheduled events %d; want both %d", rn["restarts"], scheduled, kills)
 	}

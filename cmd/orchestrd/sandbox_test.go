@@ -304,13 +304,7 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
 	})
 	eventuallyOr(t, readyTimeout, "both runners ready", func() bool {
-		n := 0
-		for _, e := range d.events() {
-			if e["kind"] == "runner.ready" {
-				n++
-			}
-		}
-		return n >= 2
+		return countEvents(d.events(), "runner.ready", nil) >= 2
 	}, func() string { return tail(d.stderr.String(), 3000) })
 	return d
 }
