@@ -224,12 +224,8 @@ func TestExecutorClaudeBypass(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(d.work, "bypass.txt")); err != nil || string(b) != "bypassed\n" {
 		t.Fatalf("bypass.txt: %q %v", b, err)
 	}
-	var l struct{ Approvals []api.Approval }
-	d.mustCall("approval.list", map[string]any{"state": "all"}, &l)
-	for _, a := range l.Approvals {
-		if a.TaskID == id {
-			t.Fatalf("bypass asked: %+v", a)
-		}
+	if asked := d.approvalsOf(id); len(asked) != 0 {
+		t.Fatalf("bypass asked: %+v", asked)
 	}
 	if os.Geteuid() != 0 {
 		return

@@ -217,14 +217,8 @@ func TestExecutorGemini(t *testing.T) {
 		if rec.State != api.TaskCompleted || !exists(dump) {
 			t.Fatalf("task = %+v, dump made %v", rec, exists(dump))
 		}
-		var r2 struct {
-			Approvals []api.Approval `json:"approvals"`
-		}
-		d.mustCall("approval.list", map[string]any{"state": "all"}, &r2)
-		for _, a := range r2.Approvals {
-			if a.TaskID == id {
-				t.Fatalf("bypass asked: %+v", a)
-			}
+		if asked := d.approvalsOf(id); len(asked) != 0 {
+			t.Fatalf("bypass asked: %+v", asked)
 		}
 		if calls := messagesOf(d.session(session), api.MsgToolCall); len(calls) != 1 || calls[0]["name"] != "Bash" {
 			t.Fatalf("tool calls = %v", calls)

@@ -74,6 +74,22 @@ func (d *testDaemon) runningExecutor(taskID string) int {
 	return daemontest.RunningExecutor(d.t, d, taskID)
 }
 
+// approvalsOf is every approval the task asked for, whatever its state.
+func (d *testDaemon) approvalsOf(taskID string) []api.Approval {
+	d.t.Helper()
+	var r struct {
+		Approvals []api.Approval `json:"approvals"`
+	}
+	d.mustCall("approval.list", map[string]any{"state": "all"}, &r)
+	var of []api.Approval
+	for _, a := range r.Approvals {
+		if a.TaskID == taskID {
+			of = append(of, a)
+		}
+	}
+	return of
+}
+
 func (d *testDaemon) session(id string) []api.SessionMessage {
 	d.t.Helper()
 	return daemontest.Session(d.t, d, id)
