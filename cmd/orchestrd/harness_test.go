@@ -499,6 +499,25 @@ func (d *testDaemon) submit(spec api.JobSpec) string {
 	return daemontest.SubmitTo(d.t, d, spec)
 }
 
+// job is the job's record, as job.get answers it.
+func (d *testDaemon) job(id string) api.JobRecord {
+	d.t.Helper()
+	var r struct{ Job api.JobRecord }
+	d.mustCall("job.get", map[string]any{"id": id}, &r)
+	return r.Job
+}
+
+// waitRunning waits until the job runs and returns its record then.
+func (d *testDaemon) waitRunning(id string) api.JobRecord {
+	d.t.Helper()
+	var rec api.JobRecord
+	eventually(d.t, 30*time.Second, "job "+id+" running", func() bool {
+		rec = d.job(id)
+		return rec.State == api.StateRunning
+	})
+	return rec
+}
+
 func (d *testDaemon) wait(id string) api.JobRecord {
 	d.t.Helper()
 	rec, err := d.tryWait(id)

@@ -184,11 +184,10 @@ func TestRunnerKilledMidJob(t *testing.T) {
 	tag := newTag()
 	id := d.submit(api.JobSpec{Lane: "net", Command: "sleep " + tag + " & wait"})
 	grandchild := waitTagged(t, tag, 1)[0]
-	var g struct{ Job api.JobRecord }
-	d.mustCall("job.get", map[string]string{"id": id}, &g)
-	runnerPid := g.Job.RunnerPid
+	rec := d.job(id)
+	runnerPid := rec.RunnerPid
 	if runnerPid == 0 {
-		t.Fatalf("job has no runner pid: %+v", g.Job)
+		t.Fatalf("job has no runner pid: %+v", rec)
 	}
 	if err := syscall.Kill(runnerPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -231,12 +230,7 @@ func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
-	var g struct{ Job api.JobRecord }
-	eventually(t, 10*time.Second, "job running", func() bool {
-		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == api.StateRunning
-	})
-	pid := g.Job.RunnerPid
+	pid := d.waitRunning(id).RunnerPid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -325,11 +319,7 @@ network = "host"
 		t.Fatalf("record = %+v", rec)
 	}
 	id := d.submit(api.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
-	eventually(t, 10*time.Second, "running", func() bool {
-		var g struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == api.StateRunning
-	})
+	d.waitRunning(id)
 	byo.Process.Kill()
 	<-byoDone
 	if rec := d.wait(id); rec.State != api.StateFailed || rec.Error != api.ErrRunnerLost {

@@ -333,10 +333,8 @@ func TestRunCtrlCTermsThenKills(t *testing.T) {
 			}
 		}
 		// It ignores SIGTERM and its grace is 5 minutes: still running.
-		var g struct{ Job api.JobRecord }
-		d.in(t).mustCall("job.get", map[string]any{"id": id}, &g)
-		if g.Job.State != api.StateRunning {
-			t.Fatalf("job %s is %s after the first Ctrl-C; stderr %q", id, g.Job.State, said)
+		if st := d.in(t).job(id).State; st != api.StateRunning {
+			t.Fatalf("job %s is %s after the first Ctrl-C; stderr %q", id, st, said)
 		}
 		cmd.Process.Signal(syscall.SIGINT)
 		errLines := append(said, rest(errs)...)
