@@ -60,11 +60,7 @@ func tryHTTP(method, url, key, body string, hdr map[string]string) (httpAnswer, 
 	if err != nil {
 		return httpAnswer{}, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
-	defer resp.Body.Close()
-	a := httpAnswer{status: resp.StatusCode}
-	b, err := io.ReadAll(resp.Body)
-	a.raw = string(b)
-	_ = jsonUnmarshal(b, &a.body)
+	a, err := readAnswer(resp)
 	return a, resp.Header, err
 }
 
@@ -252,10 +248,7 @@ func push(t *testing.T, base, key, dest, checksum string, r io.Reader) httpAnswe
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
-	_ = jsonUnmarshal(b, &a.body)
+	a, _ := readAnswer(resp)
 	return a
 }
 
@@ -473,10 +466,7 @@ func TestHTTPTransferLinkRace(t *testing.T) {
 		}
 		t.Fatalf("a pull of a FIFO did not answer: %v", err)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
-	_ = jsonUnmarshal(b, &a.body)
+	a, _ := readAnswer(resp)
 	wantHTTPError(t, a, 404, 4002)
 }
 

@@ -57,11 +57,18 @@ func httpDo(t *testing.T, method, url, key, body string) httpAnswer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a, _ := readAnswer(resp)
+	return a
+}
+
+// readAnswer reads resp's body and closes it: the answer, with the body
+// decoded where it is JSON, and the error of the read.
+func readAnswer(resp *http.Response) (httpAnswer, error) {
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
 	_ = json.Unmarshal(b, &a.body)
-	return a
+	return a, err
 }
 
 func wantHTTPError(t *testing.T, a httpAnswer, status, code int) {
