@@ -197,10 +197,7 @@ func TestRedTeam(t *testing.T) {
 	}
 	for _, who := range []string{"root", "non-root"} {
 		t.Run(who, func(t *testing.T) {
-			var cred *syscall.Credential
-			if who == "non-root" {
-				cred = &syscall.Credential{Uid: 65534, Gid: 65534}
-			}
+			cred := credFor(t, who) // the test runs as root: nobody for non-root
 			d, tool := startRedDaemon(t, cred)
 			red := "ORCHESTRD_REDTEAM"
 
