@@ -123,7 +123,7 @@ func levelRun(t *testing.T, env []string, args ...string) []stderrLine {
 	d.launch(cmd)
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))
-	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := h.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	d.waitEvent("approval.cancelled", func(e map[string]any) bool {
