@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,23 +23,10 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-var (
-	testExecOnce sync.Once
-	testExecPath string
-	testExecErr  error
-)
-
-// testExecutor builds internal/testexecutor once per test binary.
+// testExecutor is internal/testexecutor, built (a tool).
 func testExecutor(t *testing.T) string {
 	t.Helper()
-	testExecOnce.Do(func() {
-		testExecPath = filepath.Join(filepath.Dir(binary), "testexecutor")
-		testExecErr = daemonrun.Build("../..", "./internal/testexecutor", testExecPath)
-	})
-	if testExecErr != nil {
-		t.Fatal(testExecErr)
-	}
-	return testExecPath
+	return builtTool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 }
 
 // execConfig is daemontest.ExecConfig on the test executor built here.

@@ -67,6 +67,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary, raceBinary = filepath.Join(dir, "orchestrd"), filepath.Join(dir, "orchestrd-race")
+	if tools.Dir, err = os.MkdirTemp("", "orchtools"); err != nil {
+		panic(err)
+	}
+	if err := os.Chmod(tools.Dir, 0o755); err != nil { // some tests run a tool as another user
+		panic(err)
+	}
 	// No daemon of these tests may take the user's vibe-reachout socket.
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
@@ -98,7 +104,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
-	removeHookBinary()
+	os.RemoveAll(tools.Dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -106,6 +112,22 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// tools are the programs tests run beside the daemon (the test executor,
+// vibe-reachout's hook), each built once, into a directory anyone may
+// read, when first asked for.
+var tools daemonrun.Builds
+
+// builtTool is the program of package pkg (an import path in this module),
+// built.
+func builtTool(t *testing.T, pkg string) string {
+	t.Helper()
+	p, err := tools.Build(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // noRaceExitSleep sets GORACE's atexit_sleep_ms to 0 for every process the

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,37 +22,11 @@ import (
 // (cmd/orchbench/internal/hook, written as the real hook is) asks, a
 // control client answers.
 
-var (
-	hookOnce sync.Once
-	hookBin  string
-	hookErr  error
-)
-
-// hookBinary builds the hook once, into a directory anyone may read (a
-// test runs it as another user).
+// hookBinary is the hook, built (a tool: anyone may run it, and a test
+// runs it as another user).
 func hookBinary(t *testing.T) string {
 	t.Helper()
-	hookOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orchhook")
-		if err != nil {
-			hookErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		hookBin = filepath.Join(dir, "hook")
-		hookErr = daemonrun.Build("../..", "./cmd/orchbench/internal/hook", hookBin)
-	})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
-	return hookBin
-}
-
-// removeHookBinary removes what hookBinary built (TestMain, at the end).
-func removeHookBinary() {
-	if hookBin != "" {
-		os.RemoveAll(filepath.Dir(hookBin))
-	}
+	return builtTool(t, "github.com/orchestrd/orchestrd/cmd/orchbench/internal/hook")
 }
 
 // reachoutDaemon starts a daemon whose hook socket is home/hook.sock, and
