@@ -276,13 +276,7 @@ network = "host"
 // every byte.
 func TestOutputFromNonStreamingRunner(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, `
-[lanes.byo]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, byoLane("byo"))
 	c := d.joinByo("byo", "result-only")
 	served := serveByo(c, func(j wire.Job) bool {
 		code := int32(0)

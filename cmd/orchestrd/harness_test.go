@@ -635,6 +635,13 @@ func readPid(t *testing.T, path string) int {
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
+// byoLane is the config of lane with no runner of its own and one slot,
+// for the runner a test joins by hand (joinByo); its heartbeat timeout
+// outlasts the test.
+func byoLane(lane string) string {
+	return "[lanes." + lane + "]\nrunners = 0\nslots = 1\nnetwork = \"host\"\nheartbeat_timeout = \"60s\"\n"
+}
+
 // joinByo connects to lane's runner socket as a bring-your-own runner and
 // sends its handshake with the lane's join token; version names the fake
 // runner in the daemon's events. The caller reads the ack.

@@ -727,15 +727,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 // here), and the daemon still exits cleanly with its event log complete.
 func TestSecondSignalHurriesShutdown(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, `
-[daemon]
-shutdown_timeout = "60s"
-[lanes.byo]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, "[daemon]\nshutdown_timeout = \"60s\"\n"+byoLane("byo"))
 	// A bring-your-own runner that handshakes, then ignores everything,
 	// Shutdown included.
 	c := d.joinByo("byo", "stubborn")

@@ -152,13 +152,7 @@ func TestRunIntoASlowReader(t *testing.T) {
 // and exits non-zero with one line saying how much it missed.
 func TestRunSaysWhenTheDaemonDroppedForIt(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, streamConfig+`
-[lanes.loopr]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, streamConfig+byoLane("loopr"))
 	c := d.joinByo("loopr", "loopr-without-capabilities")
 	const total = 24 << 20
 	served := serveByo(c, func(j wire.Job) bool {
