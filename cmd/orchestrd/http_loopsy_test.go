@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // httpDoHdr is httpDo with extra request headers; it answers the
@@ -364,22 +366,13 @@ func TestHTTPTransferLinkRace(t *testing.T) {
 	}
 	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n[http.rate_limits]\ntransfer = 0\n", allowed))
 
-	stop, stopped := make(chan struct{}), make(chan struct{})
 	swaps := 0
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE) == nil {
-				swaps++
-			}
+	halt := testio.Hammer(1, func() bool {
+		if unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE) == nil {
+			swaps++
 		}
-	}()
-	halt := sync.OnceFunc(func() { close(stop); <-stopped })
+		return true
+	})
 	defer halt()
 
 	// strays counts what pushes left outside, and removes it.
