@@ -208,9 +208,7 @@ func TestExecutorCodexAlways(t *testing.T) {
 	work := shortTemp(t)
 	id, session := d.execute(api.TaskSpec{Executor: "codex", Prompt: "touch it twice", Cwd: work})
 	a := d.pendingFor(id, "touch always.txt")
-	if _, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID, "--always"); code != 0 {
-		t.Fatalf("approve --always: %d %q", code, errOut)
-	}
+	mustCLI(t, "approve", "--home", d.home, a.ID, "--always")
 	var rules struct {
 		Rules []api.ApprovalRule `json:"rules"`
 	}

@@ -20,6 +20,17 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return runCLIWith(t, "", nil, args...)
 }
 
+// mustCLI runs the binary with args; t fails unless it exits 0. It returns
+// what it printed on stdout.
+func mustCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("orchestrd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
 func TestCLIAgainstRealDaemon(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, fastConfig)

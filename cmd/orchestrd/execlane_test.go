@@ -159,9 +159,7 @@ func TestConfigFilesStopBeforeFleet(t *testing.T) {
 			if tc.lanes != "" {
 				args = append(args, "--lanes", tc.lanes)
 			}
-			if out, errOut, code := runCLI(t, args...); code != 0 {
-				t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
-			}
+			mustCLI(t, args...)
 			if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(readmeFleetConfig(t)+tc.extra), 0o600); err != nil {
 				t.Fatal(err)
 			}

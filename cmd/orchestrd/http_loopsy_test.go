@@ -862,9 +862,7 @@ func TestHTTPDiscovery(t *testing.T) {
 			t.Fatalf("b was called: %v", e)
 		}
 	}
-	if _, errOut, code := runCLI(t, "peers", "add", "127.0.0.1:"+portB, "--node-id", idB, "--home", a.home); code != 0 {
-		t.Fatalf("peers add: %d %q", code, errOut)
-	}
+	mustCLI(t, "peers", "add", "127.0.0.1:"+portB, "--node-id", idB, "--home", a.home)
 	if l := httpDo(t, "GET", baseA+"/peers", keyA, ""); !strings.Contains(l.raw, `"manuallyAdded":true,"source":"manual"`) {
 		t.Fatalf("a's peers after the add: %s", l.raw)
 	}
