@@ -230,9 +230,7 @@ func TestExecutorLost(t *testing.T) {
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":2}`, `{"op":"hang"}`)})
 	pid := d.runningExecutor(id)
-	if !killChild(d.proc.Pid(), pid) {
-		t.Fatalf("executor %d gone before it was killed", pid)
-	}
+	d.kill("executor", pid)
 	rec := d.waitTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrExecutorLost {
 		t.Fatalf("task after its executor's SIGKILL: %+v", rec)
