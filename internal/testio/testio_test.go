@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,5 +109,31 @@ func TestStart(t *testing.T) {
 	var ee *exec.ExitError
 	if err := p.Err(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("Err() = %v, want exit status 3", err)
+	}
+}
+
+// GitRepo makes a repository on main whose one commit holds the README;
+// Git answers what git printed, and fails t when git fails.
+func TestGitRepo(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := filepath.Join(t.TempDir(), "a", "repo")
+	GitRepo(t, repo, "hello\n")
+	if got := Git(t, repo, "log", "--format=%s %an", "main"); got != "first t" {
+		t.Fatalf("git log: %q, want the one commit, first, by t", got)
+	}
+	if got := Git(t, repo, "show", "main:README"); got != "hello" {
+		t.Fatalf("main's README: %q", got)
+	}
+	ft := &fatalT{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Git(ft, repo, "show", "main:nothing-here")
+	}()
+	<-done
+	if !strings.HasPrefix(ft.msg, "git [show main:nothing-here]: exit status") {
+		t.Fatalf("a failing git failed t with %q", ft.msg)
 	}
 }
