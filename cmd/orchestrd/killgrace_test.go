@@ -230,17 +230,6 @@ wait`
 func runInterrupted(t *testing.T, args ...string) (cmd *exec.Cmd, stdout, stderr <-chan string) {
 	t.Helper()
 	cmd = exec.Command(binary, args...)
-	lines := func(r io.Reader) <-chan string {
-		ch := make(chan string, 64)
-		go func() {
-			sc := bufio.NewScanner(r)
-			for sc.Scan() {
-				ch <- sc.Text()
-			}
-			close(ch)
-		}()
-		return ch
-	}
 	o, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +247,21 @@ func runInterrupted(t *testing.T, args ...string) (cmd *exec.Cmd, stdout, stderr
 			cmd.Wait()
 		}
 	})
-	return cmd, lines(o), lines(e)
+	return cmd, lineChan(o), lineChan(e)
+}
+
+// lineChan sends r's lines, read in a goroutine of its own, on the
+// channel it returns, closed at r's end.
+func lineChan(r io.Reader) <-chan string {
+	ch := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+		close(ch)
+	}()
+	return ch
 }
 
 // waitLine reads ch until a line containing want, failing after 30 s or
