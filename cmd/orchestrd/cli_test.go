@@ -201,10 +201,7 @@ func TestPythonBringYourOwnRunner(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	eventually(t, 10*time.Second, "python runner joined", func() bool {
-		l := d.lane("py")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-	})
+	d.waitByoReady("py")
 	rec := d.wait(d.submit(api.JobSpec{Lane: "py", Command: "echo from python; exit 4"}))
 	if rec.State != api.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 4 || rec.Output != "from python\n" {
 		t.Fatalf("record = %+v\nrunner stderr: %s", rec, stderr.String())

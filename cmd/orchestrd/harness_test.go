@@ -659,12 +659,13 @@ func (d *testDaemon) joinByo(lane, version string) net.Conn {
 	return c
 }
 
-// waitByoReady waits until lane's one runner is the ready byo runner.
+// waitByoReady waits until lane's one runner is the ready byo runner (one
+// the daemon did not spawn).
 func (d *testDaemon) waitByoReady(lane string) {
 	d.t.Helper()
-	eventually(d.t, 10*time.Second, "the bring-your-own runner joined", func() bool {
+	eventually(d.t, 30*time.Second, "the bring-your-own runner joined", func() bool {
 		l := d.lane(lane)
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
 	})
 }
 

@@ -305,23 +305,15 @@ network = "host"
 	sock := filepath.Join(d.home, "runner-byo.sock")
 	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock, "--token-file", lanes.JoinTokenPath(d.home, "byo"))
 	byo.Stderr = os.Stderr
-	if err := byo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	byoDone := make(chan struct{})
-	go func() { byo.Wait(); close(byoDone) }()
-	defer func() { byo.Process.Kill(); <-byoDone }()
-	eventually(t, 10*time.Second, "byo runner joined", func() bool {
-		l := d.lane("byo")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
-	})
+	p := testio.Start(t, byo)
+	d.waitByoReady("byo")
 	if rec := d.wait(d.submit(api.JobSpec{Lane: "byo", Argv: []string{"echo", "byo"}})); rec.State != api.StateSucceeded || rec.Output != "byo\n" {
 		t.Fatalf("record = %+v", rec)
 	}
 	id := d.submit(api.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
 	d.waitRunning(id)
 	byo.Process.Kill()
-	<-byoDone
+	<-p.Done()
 	if rec := d.wait(id); rec.State != api.StateFailed || rec.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", rec)
 	}
@@ -388,10 +380,7 @@ func TestBringYourOwnRunnerStopDescriptor(t *testing.T) {
 			rDone := make(chan struct{})
 			go func() { r.Wait(); close(rDone) }()
 			defer func() { stopW.Close(); r.Process.Kill(); <-rDone }()
-			eventually(t, 30*time.Second, "the runner joined", func() bool {
-				l := d.lane("byo")
-				return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-			})
+			d.waitByoReady("byo")
 			tag := newTag()
 			id := d.submit(api.JobSpec{Lane: "byo", Command: "exec sleep " + tag})
 			job := waitTagged(t, tag, 1)[0]
