@@ -376,11 +376,9 @@ func TestRunCommandThatCannotRun(t *testing.T) {
 		t.Fatalf("jobs in error: %+v", r.Jobs)
 	}
 	for _, j := range r.Jobs {
-		var g struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]any{"id": j.ID}, &g)
-		if g.Job.ExitCode == nil || (*g.Job.ExitCode != 126 && *g.Job.ExitCode != 127) || !strings.Contains(g.Job.Error, ": ") ||
-			g.Job.OutputBytes != 0 {
-			t.Errorf("job.get %s: %+v", j.ID, g.Job)
+		g := d.job(j.ID)
+		if g.ExitCode == nil || (*g.ExitCode != 126 && *g.ExitCode != 127) || !strings.Contains(g.Error, ": ") || g.OutputBytes != 0 {
+			t.Errorf("job.get %s: %+v", j.ID, g)
 		}
 	}
 	out, _, _ := runCLI(t, "jobs", "--home", d.home, "--state", "error")

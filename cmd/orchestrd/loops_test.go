@@ -705,10 +705,8 @@ validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 3
 	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
 		t.Fatalf("loop: %+v", got)
 	}
-	var jr struct{ Job api.JobRecord }
-	d2.mustCall("job.get", map[string]any{"id": before.Iterations[0].JobID}, &jr)
-	if !jr.Job.State.Terminal() || jr.Job.State == api.StateSucceeded {
-		t.Fatalf("the interrupted validation job: %+v", jr.Job)
+	if jr := d2.job(before.Iterations[0].JobID); !jr.State.Terminal() || jr.State == api.StateSucceeded {
+		t.Fatalf("the interrupted validation job: %+v", jr)
 	}
 	// One prompt per iteration: nothing ran twice.
 	for n := 1; n <= 3; n++ {
