@@ -122,9 +122,7 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 	if err := json.Unmarshal(a.ToolInput, &in); err != nil || a.ToolName != "Bash" || a.Source != api.SourceExecutor || in.Command != "echo approved > approved.txt" {
 		t.Fatalf("approval %s %s of %s: input %s", a.ID, a.ToolName, a.Source, a.ToolInput)
 	}
-	if out, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID); code != 0 {
-		t.Fatalf("approve: %d %q %q", code, out, errOut)
-	}
+	mustCLI(t, "approve", "--home", d.home, a.ID)
 	rec := d.waitTask(id)
 	if rec.State != api.TaskCompleted || rec.TokenUsage == nil || rec.TokenUsage.CostUSD <= 0 || rec.TokenUsage.InputTokens == 0 {
 		t.Fatalf("approved task %+v error %+v usage %+v", rec, rec.Error, rec.TokenUsage)
@@ -162,9 +160,7 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 	// the task says one denial.
 	id, session = d.prompt(api.TaskSpec{Prompt: "write denied.txt"})
 	a = d.pendingFor(id)
-	if out, errOut, code := runCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file"); code != 0 {
-		t.Fatalf("deny: %d %q %q", code, out, errOut)
-	}
+	mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
 	rec = d.waitTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("denied task %+v %+v", rec, rec.Error)
@@ -224,12 +220,8 @@ func TestExecutorClaudeBypass(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(d.work, "bypass.txt")); err != nil || string(b) != "bypassed\n" {
 		t.Fatalf("bypass.txt: %q %v", b, err)
 	}
-	var l struct{ Approvals []api.Approval }
-	d.mustCall("approval.list", map[string]any{"state": "all"}, &l)
-	for _, a := range l.Approvals {
-		if a.TaskID == id {
-			t.Fatalf("bypass asked: %+v", a)
-		}
+	if asked := d.approvalsOf(id); len(asked) != 0 {
+		t.Fatalf("bypass asked: %+v", asked)
 	}
 	if os.Geteuid() != 0 {
 		return
@@ -308,9 +300,7 @@ func TestExecutorClaudeHostileForgedLines(t *testing.T) {
 	d := startClaudeDaemon(t, []modelfake.Turn{bash(cmd), text("done")}, "")
 	id, session := d.prompt(api.TaskSpec{Prompt: "do as the README says"})
 	real := d.pendingFor(id)
-	if out, errOut, code := runCLI(t, "approve", "--home", d.home, real.ID); code != 0 {
-		t.Fatalf("approve: %d %q %q", code, out, errOut)
-	}
+	mustCLI(t, "approve", "--home", d.home, real.ID)
 	var fake api.Approval
 	eventuallyOr(t, 60*time.Second, "the forged request in the inbox", func() bool {
 		var l struct{ Approvals []api.Approval }
@@ -333,9 +323,7 @@ func TestExecutorClaudeHostileForgedLines(t *testing.T) {
 	if !strings.Contains(out, fake.ID) || strings.ContainsAny(out, "\x1b\x07") {
 		t.Fatalf("approvals shows the forged request with its escape (or not at all):\n%q", out)
 	}
-	if out, errOut, code := runCLI(t, "approve", "--home", d.home, fake.ID); code != 0 {
-		t.Fatalf("approve the forged request: %d %q %q", code, out, errOut)
-	}
+	mustCLI(t, "approve", "--home", d.home, fake.ID)
 	d.waitEvent("task.permission_decided", func(e map[string]any) bool {
 		return e["task_id"] == id && strings.HasPrefix(fmt.Sprint(e["tool_name"]), "(")
 	})

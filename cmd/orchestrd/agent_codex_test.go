@@ -208,9 +208,7 @@ func TestExecutorCodexAlways(t *testing.T) {
 	work := shortTemp(t)
 	id, session := d.execute(api.TaskSpec{Executor: "codex", Prompt: "touch it twice", Cwd: work})
 	a := d.pendingFor(id, "touch always.txt")
-	if _, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID, "--always"); code != 0 {
-		t.Fatalf("approve --always: %d %q", code, errOut)
-	}
+	mustCLI(t, "approve", "--home", d.home, a.ID, "--always")
 	var rules struct {
 		Rules []api.ApprovalRule `json:"rules"`
 	}
@@ -229,21 +227,15 @@ func TestExecutorCodexAlways(t *testing.T) {
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
-	var r struct {
-		Approvals []api.Approval `json:"approvals"`
-	}
-	d.mustCall("approval.list", map[string]any{"state": "all"}, &r)
-	asked, byRule := 0, 0
-	for _, x := range r.Approvals {
-		if x.TaskID == id {
-			asked++
-			if x.Resolution != nil && x.Resolution.By == api.ByRule && x.State == api.ApprovalAllowed {
-				byRule++
-			}
+	asked := d.approvalsOf(id)
+	byRule := 0
+	for _, x := range asked {
+		if x.Resolution != nil && x.Resolution.By == api.ByRule && x.State == api.ApprovalAllowed {
+			byRule++
 		}
 	}
-	if n := len(messagesOf(d.session(session), api.MsgToolCall)); n != 2 || asked != 2 || byRule != 1 {
-		t.Errorf("%d tool calls, %d approvals, %d by the rule", n, asked, byRule)
+	if n := len(messagesOf(d.session(session), api.MsgToolCall)); n != 2 || len(asked) != 2 || byRule != 1 {
+		t.Errorf("%d tool calls, %d approvals, %d by the rule", n, len(asked), byRule)
 	}
 	if _, err := os.Stat(filepath.Join(work, "always.txt")); err != nil {
 		t.Error(err)
@@ -264,14 +256,8 @@ func TestExecutorCodexBypass(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(work, "bypass.txt")); err != nil {
 		t.Errorf("bypass did not run the command: %v", err)
 	}
-	var r struct {
-		Approvals []api.Approval `json:"approvals"`
-	}
-	d.mustCall("approval.list", map[string]any{"state": "all"}, &r)
-	for _, a := range r.Approvals {
-		if a.TaskID == id {
-			t.Errorf("bypass asked: %+v", a)
-		}
+	if asked := d.approvalsOf(id); len(asked) != 0 {
+		t.Errorf("bypass asked: %+v", asked)
 	}
 }
 
@@ -437,13 +423,7 @@ func TestExecutorCodexPlan(t *testing.T) {
 	if len(denied) != 2 || denied[0]["name"] != "apply_patch" || denied[1]["name"] != "Bash" {
 		t.Errorf("permission_denied %v", denied)
 	}
-	var ap struct {
-		Approvals []api.Approval `json:"approvals"`
-	}
-	d.mustCall("approval.list", map[string]any{"state": "all"}, &ap)
-	for _, a := range ap.Approvals {
-		if a.TaskID == id {
-			t.Errorf("plan mode asked: %+v", a)
-		}
+	if asked := d.approvalsOf(id); len(asked) != 0 {
+		t.Errorf("plan mode asked: %+v", asked)
 	}
 }

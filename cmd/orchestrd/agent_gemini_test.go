@@ -130,9 +130,7 @@ func TestExecutorGemini(t *testing.T) {
 		if exists(made) {
 			t.Fatal("the command ran before it was approved")
 		}
-		if out, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID); code != 0 {
-			t.Fatalf("approve: %d %s %s", code, out, errOut)
-		}
+		mustCLI(t, "approve", "--home", d.home, a.ID)
 		rec := d.waitTask(id)
 		if rec.State != api.TaskCompleted || !exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
@@ -171,9 +169,7 @@ func TestExecutorGemini(t *testing.T) {
 			modelfake.GeminiTurn{Text: "Understood, I did not make it."})
 		id, session := r.prompt(d, "make the other file", "", "")
 		a := r.pendingFor(t, id)
-		if out, errOut, code := runCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file"); code != 0 {
-			t.Fatalf("deny: %d %s %s", code, out, errOut)
-		}
+		mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
 		rec := d.waitTask(id)
 		if rec.State != api.TaskCompleted || exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
@@ -197,9 +193,7 @@ func TestExecutorGemini(t *testing.T) {
 			modelfake.GeminiTurn{Text: "Twice."})
 		id, _ := r.prompt(d, "append twice", "", "")
 		a := r.pendingFor(t, id)
-		if out, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID, "--always"); code != 0 {
-			t.Fatalf("approve --always: %d %s %s", code, out, errOut)
-		}
+		mustCLI(t, "approve", "--home", d.home, a.ID, "--always")
 		rec := d.waitTask(id)
 		b, _ := os.ReadFile(log)
 		if rec.State != api.TaskCompleted || string(b) != "again\nagain\n" {
@@ -217,14 +211,8 @@ func TestExecutorGemini(t *testing.T) {
 		if rec.State != api.TaskCompleted || !exists(dump) {
 			t.Fatalf("task = %+v, dump made %v", rec, exists(dump))
 		}
-		var r2 struct {
-			Approvals []api.Approval `json:"approvals"`
-		}
-		d.mustCall("approval.list", map[string]any{"state": "all"}, &r2)
-		for _, a := range r2.Approvals {
-			if a.TaskID == id {
-				t.Fatalf("bypass asked: %+v", a)
-			}
+		if asked := d.approvalsOf(id); len(asked) != 0 {
+			t.Fatalf("bypass asked: %+v", asked)
 		}
 		if calls := messagesOf(d.session(session), api.MsgToolCall); len(calls) != 1 || calls[0]["name"] != "Bash" {
 			t.Fatalf("tool calls = %v", calls)
@@ -277,9 +265,7 @@ func TestExecutorGemini(t *testing.T) {
 			modelfake.GeminiTurn{Text: "Denied, then."})
 		id, _ := r.prompt(d, "do as the repository says", "", "")
 		a := r.pendingFor(t, id)
-		if out, errOut, code := runCLI(t, "deny", "--home", d.home, a.ID); code != 0 {
-			t.Fatalf("deny: %d %s %s", code, out, errOut)
-		}
+		mustCLI(t, "deny", "--home", d.home, a.ID)
 		if rec := d.waitTask(id); rec.State != api.TaskCompleted || exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
 		}

@@ -26,13 +26,7 @@ func runOnPty(t *testing.T, stdin io.Reader, args ...string) (string, int) {
 	defer func() { slave.Close(); master.Close(); <-copied }()
 	cmd := exec.Command(binary, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, slave, slave
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	code := exitCode(t, cmd.Run())
 	slave.Close()
 	select {
 	case <-copied:

@@ -46,17 +46,9 @@ heartbeat_timeout = "60s"
 // runIn runs the CLI in dir and returns its exact stdout and stderr bytes.
 func runIn(t *testing.T, dir string, args ...string) (stdout, stderr []byte, code int) {
 	t.Helper()
-	var o, e bytes.Buffer
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return o.Bytes(), e.Bytes(), code
+	return runOut(t, cmd)
 }
 
 // firstDiff describes where two byte strings part, for a failure message.
@@ -284,13 +276,7 @@ network = "host"
 // every byte.
 func TestOutputFromNonStreamingRunner(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, `
-[lanes.byo]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, byoLane("byo"))
 	c := d.joinByo("byo", "result-only")
 	served := serveByo(c, func(j wire.Job) bool {
 		code := int32(0)

@@ -17,17 +17,18 @@ import (
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var o, e bytes.Buffer
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	code = 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
+	return runCLIWith(t, "", nil, args...)
+}
+
+// mustCLI runs the binary with args; t fails unless it exits 0. It returns
+// what it printed on stdout.
+func mustCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("orchestrd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 	}
-	return o.String(), e.String(), code
+	return out
 }
 
 func TestCLIAgainstRealDaemon(t *testing.T) {
@@ -200,10 +201,7 @@ func TestPythonBringYourOwnRunner(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	eventually(t, 10*time.Second, "python runner joined", func() bool {
-		l := d.lane("py")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-	})
+	d.waitByoReady("py")
 	rec := d.wait(d.submit(api.JobSpec{Lane: "py", Command: "echo from python; exit 4"}))
 	if rec.State != api.StateFailed || rec.ExitCode == nil || *rec.ExitCode != 4 || rec.Output != "from python\n" {
 		t.Fatalf("record = %+v\nrunner stderr: %s", rec, stderr.String())

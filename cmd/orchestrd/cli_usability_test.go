@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
@@ -23,16 +22,10 @@ import (
 // (/dev/null if nil).
 func runCLIWith(t *testing.T, dir string, stdin io.Reader, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var o, e bytes.Buffer
 	cmd := exec.Command(binary, args...)
-	cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = dir, stdin, &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), code
+	cmd.Dir, cmd.Stdin = dir, stdin
+	o, e, code := runOut(t, cmd)
+	return string(o), string(e), code
 }
 
 // startDaemonCmd starts bin with args as a daemon on home and waits until
@@ -262,14 +255,7 @@ max_t = "60s"
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines := lineChan(stderr)
 	var all []string
 	deadline := time.After(20 * time.Second)
 wait:

@@ -96,10 +96,8 @@ func TestKill9RecoversQueuedAndFailsRunning(t *testing.T) {
 	if rr.State != api.StateFailed || rr.Error != api.ErrDaemonLost {
 		t.Fatalf("the running job ended %s (%s), want failed %s", rr.State, rr.Error, api.ErrDaemonLost)
 	}
-	var got struct{ Job api.JobRecord }
-	d2.mustCall("job.get", map[string]any{"id": running}, &got)
-	if got.Job.State != api.StateFailed || got.Job.Error != api.ErrDaemonLost {
-		t.Fatalf("job.get of the running job: %+v", got.Job)
+	if got := d2.job(running); got.State != api.StateFailed || got.Error != api.ErrDaemonLost {
+		t.Fatalf("job.get of the running job: %+v", got)
 	}
 	d2.waitEvent("job.recovered", func(e map[string]any) bool {
 		return e["job_id"] == queued && e["action"] == "requeued" && e["lane"] == "hold"
@@ -209,11 +207,10 @@ func TestFinishedJobQueryableAfterRestart(t *testing.T) {
 	}
 	check := func(d *testDaemon, how string) {
 		t.Helper()
-		var got struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]any{"id": id}, &got)
-		if got.Job.State != api.StateFailed || got.Job.Output != "hi\n" || got.Job.ExitCode == nil || *got.Job.ExitCode != 3 ||
-			got.Job.OutputBytes != 3 || got.Job.FinishedAt == nil {
-			t.Fatalf("after %s: job.get = %+v", how, got.Job)
+		got := d.job(id)
+		if got.State != api.StateFailed || got.Output != "hi\n" || got.ExitCode == nil || *got.ExitCode != 3 ||
+			got.OutputBytes != 3 || got.FinishedAt == nil {
+			t.Fatalf("after %s: job.get = %+v", how, got)
 		}
 		if w := d.wait(id); w.State != api.StateFailed || w.Output != "hi\n" {
 			t.Fatalf("after %s: job.wait = %+v", how, w)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,23 +119,14 @@ func TestEventsTail(t *testing.T) {
 		lanes.JobFinished{JobID: "j1", Lane: "a"}, // 5
 		lanes.JobQueued{JobID: "j4", Lane: "b"},   // 6
 	}, nil)
-	for _, c := range []struct {
-		args []string
-		seqs string
-	}{
+	wantSeqs(t, home, []seqCase{
 		{[]string{"-n", "2"}, "5 6"},
 		{[]string{"-n", "1", "--lane", "a"}, "5"},
 		{[]string{"-n", "2", "--kind", "job.queued"}, "3 6"},
 		{[]string{"-n", "100"}, "1 2 3 4 5 6"},
 		{[]string{"-n", "0"}, ""},
 		{[]string{"-n", "3", "--since", "2025-11-21T03:04:00Z"}, "5 6"},
-	} {
-		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
-		seqs := textSeqs(out)
-		if code != 0 || seqs != c.seqs {
-			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
-		}
-	}
+	})
 	code, out, _ := runEventsTest(t, context.Background(), home, "--json", "-n", "1")
 	if code != 0 || !strings.HasPrefix(out, `{"ts":`) || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"j4"`) {
 		t.Fatalf("--json -n 1: code %d %q", code, out)
@@ -161,10 +151,7 @@ func TestEventsHidesConnectionChurn(t *testing.T) {
 		eventlog.ConnProtocolError{Peer: "control", Error: "bad"}, // 5
 		control.ConnOpened{ConnID: "c2"},                          // 6
 	}, nil)
-	for _, c := range []struct {
-		args []string
-		seqs string
-	}{
+	wantSeqs(t, home, []seqCase{
 		{nil, "2 4 5"},
 		{[]string{"--json"}, "2 4 5"},
 		{[]string{"--kind", "conn.*"}, "1 3 4 5 6"},
@@ -172,26 +159,7 @@ func TestEventsHidesConnectionChurn(t *testing.T) {
 		{[]string{"--kind", "*"}, "1 2 3 4 5 6"},
 		{[]string{"--kind", "lane.*,conn.closed"}, "2 3"},
 		{[]string{"-n", "1"}, "5"},
-	} {
-		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
-		var seqs []string
-		for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
-			if strings.HasPrefix(ln, "{") { // --json
-				l, err := eventlog.ParseLine([]byte(ln))
-				if err != nil {
-					t.Fatal(err)
-				}
-				seqs = append(seqs, strconv.FormatUint(l.Seq, 10))
-				continue
-			}
-			if f := eventColumns(ln); len(f) > 1 {
-				seqs = append(seqs, f[1])
-			}
-		}
-		if code != 0 || strings.Join(seqs, " ") != c.seqs {
-			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
-		}
-	}
+	})
 	// Only churn in the log: the "nothing matched" note says why.
 	churn := eventsHome(t, []eventlog.Event{control.ConnOpened{ConnID: "c1"}, control.ConnClosed{ConnID: "c1"}}, nil)
 	code, out, errs := runEventsTest(t, context.Background(), churn)

@@ -223,10 +223,7 @@ func TestEventsFilters(t *testing.T) {
 		lanes.RunnerSpawned{Lane: "b", RunnerID: "b-1"},            // 03:04
 		lanes.JobDispatched{JobID: "j2", Lane: "b", RunnerID: "x"}, // 03:05
 	}, nil)
-	for _, c := range []struct {
-		args []string
-		seqs string
-	}{
+	wantSeqs(t, home, []seqCase{
 		{[]string{"--kind", "runner.*"}, "2 5"},
 		{[]string{"--kind", "job.queued,job.finished", "--kind", "runner.exited"}, "1 2 3 4"},
 		{[]string{"--lane", "b"}, "3 5 6"},
@@ -235,13 +232,7 @@ func TestEventsFilters(t *testing.T) {
 		{[]string{"--since", "57m"}, "4 5 6"}, // now is 04:00
 		{[]string{"--since", "03:03"}, "4 5 6"},
 		{[]string{"-f=false", "--lane", "a", "--kind", "job.*"}, "1 4"},
-	} {
-		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
-		seqs := textSeqs(out)
-		if code != 0 || seqs != c.seqs {
-			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
-		}
-	}
+	})
 }
 
 func TestEventsErrors(t *testing.T) {
@@ -357,11 +348,38 @@ func TestEventsFollow(t *testing.T) {
 	}
 }
 
-// textSeqs is the seq column of `orchestrd events` text output, the second
-// field of each line, joined with spaces.
-func textSeqs(out string) string {
+// seqCase is `orchestrd events` run with args, and the seqs it prints.
+type seqCase struct {
+	args []string
+	seqs string
+}
+
+// wantSeqs runs `orchestrd events` on home with each case's args and
+// checks that it exits 0 printing the events of the case's seqs.
+func wantSeqs(t *testing.T, home string, cases []seqCase) {
+	t.Helper()
+	for _, c := range cases {
+		code, out, errs := runEventsTest(t, context.Background(), home, c.args...)
+		if seqs := printedSeqs(t, out); code != 0 || seqs != c.seqs {
+			t.Errorf("%v: code %d seqs %q, want %q; stderr %q", c.args, code, seqs, c.seqs, errs)
+		}
+	}
+}
+
+// printedSeqs is the seqs of the events `orchestrd events` printed, joined
+// with spaces: of a text line its second field, of a --json line its seq.
+func printedSeqs(t *testing.T, out string) string {
+	t.Helper()
 	var seqs []string
 	for _, ln := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(ln, "{") {
+			l, err := eventlog.ParseLine([]byte(ln))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, strconv.FormatUint(l.Seq, 10))
+			continue
+		}
 		if f := eventColumns(ln); len(f) > 1 {
 			seqs = append(seqs, f[1])
 		}

@@ -3,13 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // readmeFleetConfig is the README's fleet config (the toml block of its
@@ -120,18 +117,16 @@ func TestExecLaneNotALaneStopsBeforeStart(t *testing.T) {
 	t.Parallel()
 	home := fleetHome(t, "gpu-box", readmeFleetConfig(t)+"exec_lane = \"gpu2\"\n")
 	cmd := serveCmd(home, nil)
-	var out testio.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := runExpectingExit(t, cmd)
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-		t.Fatalf("serve: %v, want exit 2\n%s", err, out.String())
+	out, code := serveOutput(t, cmd)
+	if code != 2 {
+		t.Fatalf("serve: exit %d, want exit 2\n%s", code, out)
 	}
 	want := `http.exec_lane "gpu2" is not a lane (the lanes: gpu)`
-	if n := strings.Count(out.String(), want); n != 1 {
-		t.Fatalf("the error is printed %d times, want once: %q", n, out.String())
+	if n := strings.Count(out, want); n != 1 {
+		t.Fatalf("the error is printed %d times, want once: %q", n, out)
 	}
-	if got := out.String(); got != "orchestrd serve: "+filepath.Join(home, "config.toml")+": "+want+"\n" {
-		t.Fatalf("serve printed %q", got)
+	if out != "orchestrd serve: "+filepath.Join(home, "config.toml")+": "+want+"\n" {
+		t.Fatalf("serve printed %q", out)
 	}
 	for _, f := range []string{"cluster", "state.db", "events.ndjson", "daemon.sock"} {
 		if _, err := os.Stat(filepath.Join(home, f)); !os.IsNotExist(err) {
@@ -164,21 +159,17 @@ func TestConfigFilesStopBeforeFleet(t *testing.T) {
 			if tc.lanes != "" {
 				args = append(args, "--lanes", tc.lanes)
 			}
-			if out, errOut, code := runCLI(t, args...); code != 0 {
-				t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
-			}
+			mustCLI(t, args...)
 			if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(readmeFleetConfig(t)+tc.extra), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			cmd := serveCmd(home, nil)
-			var out testio.SyncBuffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := runExpectingExit(t, cmd)
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-				t.Fatalf("serve: %v, want exit 2\n%s", err, out.String())
+			out, code := serveOutput(t, cmd)
+			if code != 2 {
+				t.Fatalf("serve: exit %d, want exit 2\n%s", code, out)
 			}
-			if got := out.String(); !strings.HasPrefix(got, "orchestrd serve: "+tc.want) || strings.Count(got, "\n") != 1 {
-				t.Fatalf("serve printed %q, want one line %q...", got, "orchestrd serve: "+tc.want)
+			if !strings.HasPrefix(out, "orchestrd serve: "+tc.want) || strings.Count(out, "\n") != 1 {
+				t.Fatalf("serve printed %q, want one line %q...", out, "orchestrd serve: "+tc.want)
 			}
 			for _, f := range tc.absent {
 				if _, err := os.Stat(filepath.Join(home, f)); !os.IsNotExist(err) {

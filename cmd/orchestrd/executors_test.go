@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,23 +23,10 @@ import (
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-var (
-	testExecOnce sync.Once
-	testExecPath string
-	testExecErr  error
-)
-
-// testExecutor builds internal/testexecutor once per test binary.
+// testExecutor is internal/testexecutor, built (a tool).
 func testExecutor(t *testing.T) string {
 	t.Helper()
-	testExecOnce.Do(func() {
-		testExecPath = filepath.Join(filepath.Dir(binary), "testexecutor")
-		testExecErr = daemonrun.Build("../..", "./internal/testexecutor", testExecPath)
-	})
-	if testExecErr != nil {
-		t.Fatal(testExecErr)
-	}
-	return testExecPath
+	return builtTool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 }
 
 // execConfig is daemontest.ExecConfig on the test executor built here.
@@ -72,6 +58,22 @@ func (d *testDaemon) waitTask(id string) api.TaskRecord {
 func (d *testDaemon) runningExecutor(taskID string) int {
 	d.t.Helper()
 	return daemontest.RunningExecutor(d.t, d, taskID)
+}
+
+// approvalsOf is every approval the task asked for, whatever its state.
+func (d *testDaemon) approvalsOf(taskID string) []api.Approval {
+	d.t.Helper()
+	var r struct {
+		Approvals []api.Approval `json:"approvals"`
+	}
+	d.mustCall("approval.list", map[string]any{"state": "all"}, &r)
+	var of []api.Approval
+	for _, a := range r.Approvals {
+		if a.TaskID == taskID {
+			of = append(of, a)
+		}
+	}
+	return of
 }
 
 func (d *testDaemon) session(id string) []api.SessionMessage {
@@ -228,9 +230,7 @@ func TestExecutorLost(t *testing.T) {
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	id, _ := d.execute(api.TaskSpec{Prompt: script(`{"op":"message","n":2}`, `{"op":"hang"}`)})
 	pid := d.runningExecutor(id)
-	if !killChild(d.proc.Pid(), pid) {
-		t.Fatalf("executor %d gone before it was killed", pid)
-	}
+	d.kill("executor", pid)
 	rec := d.waitTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrExecutorLost {
 		t.Fatalf("task after its executor's SIGKILL: %+v", rec)
@@ -242,12 +242,7 @@ func TestExecutorLost(t *testing.T) {
 	if rec := d.waitTask(id2); rec.State != api.TaskCompleted {
 		t.Fatalf("the next task: %+v", rec)
 	}
-	started := 0
-	for _, e := range d.events() {
-		if e["kind"] == "task.started" && e["task_id"] == id {
-			started++
-		}
-	}
+	started := countEvents(d.events(), "task.started", func(e map[string]any) bool { return e["task_id"] == id })
 	if started != 1 {
 		t.Fatalf("the lost task started %d times, want once (never retried)", started)
 	}
@@ -298,18 +293,7 @@ func TestPromptCLI(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, execConfig(t, "instances = 1\n"))
 	run := func(args ...string) (string, string, int) {
-		cmd := exec.Command(binary, append([]string{"--home", d.home}, args...)...)
-		cmd.Dir = d.home
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runCLIWith(t, d.home, nil, append([]string{"--home", d.home}, args...)...)
 	}
 	out, errs, code := run("prompt", "--executor", "scripted", script(`{"op":"message","n":2,"text":"hello "}`,
 		`{"op":"message","type":"tool_call","data":{"tool":"Bash","input":{"command":"ls -la"}}}`))
@@ -568,12 +552,7 @@ func TestSecondSignalKillsExecutors(t *testing.T) {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.waitCleanExit("the daemon did not exit after a second SIGTERM")
 	waitGone(t, pid)
-	forced := 0
-	for _, e := range d.events() {
-		if e["kind"] == "executor.killed" && e["reason"] == "shutdown_forced" {
-			forced++
-		}
-	}
+	forced := countEvents(d.events(), "executor.killed", func(e map[string]any) bool { return e["reason"] == "shutdown_forced" })
 	if forced != 1 {
 		t.Fatalf("executor.killed {shutdown_forced}: %d, want 1", forced)
 	}

@@ -109,9 +109,7 @@ func fleetCreds(t *testing.T, keyHome string) map[string]string {
 // (add-node --lanes; "": every lane).
 func fleetCredsLanes(t *testing.T, keyHome, lanes string) map[string]string {
 	t.Helper()
-	if out, errOut, code := runCLI(t, "cluster", "init", "--name", "a", "--home", keyHome); code != 0 {
-		t.Fatalf("cluster init: exit %d\n%s%s", code, out, errOut)
-	}
+	mustCLI(t, "cluster", "init", "--name", "a", "--home", keyHome)
 	paths := map[string]string{"a": filepath.Join(keyHome, "cluster.creds")}
 	for _, n := range []string{"b", "c"} {
 		paths[n] = filepath.Join(keyHome, n+".creds")

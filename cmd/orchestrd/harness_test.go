@@ -67,6 +67,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary, raceBinary = filepath.Join(dir, "orchestrd"), filepath.Join(dir, "orchestrd-race")
+	if tools.Dir, err = os.MkdirTemp("", "orchtools"); err != nil {
+		panic(err)
+	}
+	if err := os.Chmod(tools.Dir, 0o755); err != nil { // some tests run a tool as another user
+		panic(err)
+	}
 	// No daemon of these tests may take the user's vibe-reachout socket.
 	if err := daemonrun.PrivateXDG(dir); err != nil {
 		panic(err)
@@ -98,7 +104,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
-	removeHookBinary()
+	os.RemoveAll(tools.Dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -106,6 +112,22 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// tools are the programs tests run beside the daemon (the test executor,
+// vibe-reachout's hook), each built once, into a directory anyone may
+// read, when first asked for.
+var tools daemonrun.Builds
+
+// builtTool is the program of package pkg (an import path in this module),
+// built.
+func builtTool(t *testing.T, pkg string) string {
+	t.Helper()
+	p, err := tools.Build(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // noRaceExitSleep sets GORACE's atexit_sleep_ms to 0 for every process the
@@ -499,6 +521,25 @@ func (d *testDaemon) submit(spec api.JobSpec) string {
 	return daemontest.SubmitTo(d.t, d, spec)
 }
 
+// job is the job's record, as job.get answers it.
+func (d *testDaemon) job(id string) api.JobRecord {
+	d.t.Helper()
+	var r struct{ Job api.JobRecord }
+	d.mustCall("job.get", map[string]any{"id": id}, &r)
+	return r.Job
+}
+
+// waitRunning waits until the job runs and returns its record then.
+func (d *testDaemon) waitRunning(id string) api.JobRecord {
+	d.t.Helper()
+	var rec api.JobRecord
+	eventually(d.t, 30*time.Second, "job "+id+" running", func() bool {
+		rec = d.job(id)
+		return rec.State == api.StateRunning
+	})
+	return rec
+}
+
 func (d *testDaemon) wait(id string) api.JobRecord {
 	d.t.Helper()
 	rec, err := d.tryWait(id)
@@ -528,6 +569,18 @@ func (d *testDaemon) events() []map[string]any {
 	return daemontest.Events(d.t, d.home)
 }
 
+// countEvents is how many of events (lines of an event log) are of kind
+// and match match (every one of kind if match is nil).
+func countEvents(events []map[string]any, kind string, match func(map[string]any) bool) int {
+	n := 0
+	for _, e := range events {
+		if e["kind"] == kind && (match == nil || match(e)) {
+			n++
+		}
+	}
+	return n
+}
+
 // waitEvent waits until the event log has a line of kind matching match.
 func (d *testDaemon) waitEvent(kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()
@@ -542,6 +595,29 @@ func (d *testDaemon) waitEventWithin(within time.Duration, kind string, match fu
 }
 
 func remoteCode(err error) int { return daemontest.RemoteCode(err) }
+
+// exitCode is a process's exit code after Wait's (or Run's) err; t fails
+// if it did not run.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// runOut runs cmd with its stdout and stderr kept: what it printed and
+// its exit code.
+func runOut(t *testing.T, cmd *exec.Cmd) (stdout, stderr []byte, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code = exitCode(t, cmd.Run())
+	return o.Bytes(), e.Bytes(), code
+}
 
 func readPid(t *testing.T, path string) int {
 	t.Helper()
@@ -558,6 +634,13 @@ func readPid(t *testing.T, path string) int {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// byoLane is the config of lane with no runner of its own and one slot,
+// for the runner a test joins by hand (joinByo); its heartbeat timeout
+// outlasts the test.
+func byoLane(lane string) string {
+	return "[lanes." + lane + "]\nrunners = 0\nslots = 1\nnetwork = \"host\"\nheartbeat_timeout = \"60s\"\n"
+}
 
 // joinByo connects to lane's runner socket as a bring-your-own runner and
 // sends its handshake with the lane's join token; version names the fake
@@ -576,12 +659,13 @@ func (d *testDaemon) joinByo(lane, version string) net.Conn {
 	return c
 }
 
-// waitByoReady waits until lane's one runner is the ready byo runner.
+// waitByoReady waits until lane's one runner is the ready byo runner (one
+// the daemon did not spawn).
 func (d *testDaemon) waitByoReady(lane string) {
 	d.t.Helper()
-	eventually(d.t, 10*time.Second, "the bring-your-own runner joined", func() bool {
+	eventually(d.t, 30*time.Second, "the bring-your-own runner joined", func() bool {
 		l := d.lane(lane)
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready"
+		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
 	})
 }
 

@@ -198,11 +198,9 @@ func TestServeUnusableHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := serveCmd(readable, nil)
-	var out testio.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := runExpectingExit(t, cmd)
+	out, code := serveOutput(t, cmd)
 	want := "orchestrd serve: secrets file " + filepath.Join(readable, "secrets.toml") + " is readable by others (mode 0644): chmod 600 "
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.HasPrefix(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
-		t.Fatalf("serve with a secrets.toml others can read: %v, output %q; want exit 2 and one line %q...", err, out.String(), want)
+	if code != 2 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
+		t.Fatalf("serve with a secrets.toml others can read: exit %d, output %q; want exit 2 and one line %q...", code, out, want)
 	}
 }

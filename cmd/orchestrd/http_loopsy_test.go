@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // httpDoHdr is httpDo with extra request headers; it answers the
@@ -60,11 +62,7 @@ func tryHTTP(method, url, key, body string, hdr map[string]string) (httpAnswer, 
 	if err != nil {
 		return httpAnswer{}, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
-	defer resp.Body.Close()
-	a := httpAnswer{status: resp.StatusCode}
-	b, err := io.ReadAll(resp.Body)
-	a.raw = string(b)
-	_ = jsonUnmarshal(b, &a.body)
+	a, err := readAnswer(resp)
 	return a, resp.Header, err
 }
 
@@ -252,10 +250,7 @@ func push(t *testing.T, base, key, dest, checksum string, r io.Reader) httpAnswe
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
-	_ = jsonUnmarshal(b, &a.body)
+	a, _ := readAnswer(resp)
 	return a
 }
 
@@ -371,22 +366,13 @@ func TestHTTPTransferLinkRace(t *testing.T) {
 	}
 	d, base, key := httpDaemon(t, fmt.Sprintf("[http.transfer]\nallowed_paths = [%q]\n[http.rate_limits]\ntransfer = 0\n", allowed))
 
-	stop, stopped := make(chan struct{}), make(chan struct{})
 	swaps := 0
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE) == nil {
-				swaps++
-			}
+	halt := testio.Hammer(1, func() bool {
+		if unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE) == nil {
+			swaps++
 		}
-	}()
-	halt := sync.OnceFunc(func() { close(stop); <-stopped })
+		return true
+	})
 	defer halt()
 
 	// strays counts what pushes left outside, and removes it.
@@ -473,10 +459,7 @@ func TestHTTPTransferLinkRace(t *testing.T) {
 		}
 		t.Fatalf("a pull of a FIFO did not answer: %v", err)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
-	_ = jsonUnmarshal(b, &a.body)
+	a, _ := readAnswer(resp)
 	wantHTTPError(t, a, 404, 4002)
 }
 
@@ -879,9 +862,7 @@ func TestHTTPDiscovery(t *testing.T) {
 			t.Fatalf("b was called: %v", e)
 		}
 	}
-	if _, errOut, code := runCLI(t, "peers", "add", "127.0.0.1:"+portB, "--node-id", idB, "--home", a.home); code != 0 {
-		t.Fatalf("peers add: %d %q", code, errOut)
-	}
+	mustCLI(t, "peers", "add", "127.0.0.1:"+portB, "--node-id", idB, "--home", a.home)
 	if l := httpDo(t, "GET", baseA+"/peers", keyA, ""); !strings.Contains(l.raw, `"manuallyAdded":true,"source":"manual"`) {
 		t.Fatalf("a's peers after the add: %s", l.raw)
 	}

@@ -8,13 +8,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // httpDaemon starts a daemon whose Loopsy API listens on a free loopback
@@ -60,11 +57,18 @@ func httpDo(t *testing.T, method, url, key, body string) httpAnswer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a, _ := readAnswer(resp)
+	return a
+}
+
+// readAnswer reads resp's body and closes it: the answer, with the body
+// decoded where it is JSON, and the error of the read.
+func readAnswer(resp *http.Response) (httpAnswer, error) {
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	a := httpAnswer{status: resp.StatusCode, raw: string(b)}
 	_ = json.Unmarshal(b, &a.body)
-	return a
+	return a, err
 }
 
 func wantHTTPError(t *testing.T, a httpAnswer, status, code int) {
@@ -245,12 +249,10 @@ func TestHTTPPortTaken(t *testing.T) {
 	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/api/v1")
 	home := startupHome(t, fmt.Sprintf("[http]\nlisten = %q\n", addr))
 	cmd := serveCmd(home, nil)
-	var out testio.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := runExpectingExit(t, cmd)
+	out, code := serveOutput(t, cmd)
 	want := "orchestrd serve: the HTTP API ([http] listen) cannot listen on " + addr + ": in use by another process\n"
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || out.String() != want {
-		t.Fatalf("serve: %v, output %q; want exit 2 and %q", err, out.String(), want)
+	if code != 2 || out != want {
+		t.Fatalf("serve: exit %d, output %q; want exit 2 and %q", code, out, want)
 	}
 	var unavailable map[string]any
 	for _, e := range readEvents(t, home) {

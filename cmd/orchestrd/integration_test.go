@@ -184,11 +184,10 @@ func TestRunnerKilledMidJob(t *testing.T) {
 	tag := newTag()
 	id := d.submit(api.JobSpec{Lane: "net", Command: "sleep " + tag + " & wait"})
 	grandchild := waitTagged(t, tag, 1)[0]
-	var g struct{ Job api.JobRecord }
-	d.mustCall("job.get", map[string]string{"id": id}, &g)
-	runnerPid := g.Job.RunnerPid
+	rec := d.job(id)
+	runnerPid := rec.RunnerPid
 	if runnerPid == 0 {
-		t.Fatalf("job has no runner pid: %+v", g.Job)
+		t.Fatalf("job has no runner pid: %+v", rec)
 	}
 	if err := syscall.Kill(runnerPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -221,12 +220,7 @@ finished:
 	d.waitEvent("job.orphaned", func(e map[string]any) bool { return e["job_id"] == id && e["reason"] == "runner_lost" })
 	d.waitEvent("runner.restart_scheduled", nil)
 	// Not retried: the job stays failed and no second dispatch happened.
-	n := 0
-	for _, e := range d.events() {
-		if e["kind"] == "job.dispatched" && e["job_id"] == id {
-			n++
-		}
-	}
+	n := countEvents(d.events(), "job.dispatched", func(e map[string]any) bool { return e["job_id"] == id })
 	if n != 1 {
 		t.Fatalf("job dispatched %d times, want 1", n)
 	}
@@ -236,12 +230,7 @@ func TestUnresponsiveRunnerIsReplaced(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, fastConfig)
 	id := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "300"}})
-	var g struct{ Job api.JobRecord }
-	eventually(t, 10*time.Second, "job running", func() bool {
-		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == api.StateRunning
-	})
-	pid := g.Job.RunnerPid
+	pid := d.waitRunning(id).RunnerPid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -316,27 +305,15 @@ network = "host"
 	sock := filepath.Join(d.home, "runner-byo.sock")
 	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock, "--token-file", lanes.JoinTokenPath(d.home, "byo"))
 	byo.Stderr = os.Stderr
-	if err := byo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	byoDone := make(chan struct{})
-	go func() { byo.Wait(); close(byoDone) }()
-	defer func() { byo.Process.Kill(); <-byoDone }()
-	eventually(t, 10*time.Second, "byo runner joined", func() bool {
-		l := d.lane("byo")
-		return len(l.Runners) == 1 && l.Runners[0].State == "ready" && !l.Runners[0].Spawned
-	})
+	p := testio.Start(t, byo)
+	d.waitByoReady("byo")
 	if rec := d.wait(d.submit(api.JobSpec{Lane: "byo", Argv: []string{"echo", "byo"}})); rec.State != api.StateSucceeded || rec.Output != "byo\n" {
 		t.Fatalf("record = %+v", rec)
 	}
 	id := d.submit(api.JobSpec{Lane: "byo", Argv: []string{"sleep", "300"}})
-	eventually(t, 10*time.Second, "running", func() bool {
-		var g struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]string{"id": id}, &g)
-		return g.Job.State == api.StateRunning
-	})
+	d.waitRunning(id)
 	byo.Process.Kill()
-	<-byoDone
+	<-p.Done()
 	if rec := d.wait(id); rec.State != api.StateFailed || rec.Error != api.ErrRunnerLost {
 		t.Fatalf("record = %+v", rec)
 	}
@@ -403,10 +380,7 @@ func TestBringYourOwnRunnerStopDescriptor(t *testing.T) {
 			rDone := make(chan struct{})
 			go func() { r.Wait(); close(rDone) }()
 			defer func() { stopW.Close(); r.Process.Kill(); <-rDone }()
-			eventually(t, 30*time.Second, "the runner joined", func() bool {
-				l := d.lane("byo")
-				return len(l.Runners) == 1 && l.Runners[0].State == "ready"
-			})
+			d.waitByoReady("byo")
 			tag := newTag()
 			id := d.submit(api.JobSpec{Lane: "byo", Command: "exec sleep " + tag})
 			job := waitTagged(t, tag, 1)[0]
@@ -742,15 +716,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 // here), and the daemon still exits cleanly with its event log complete.
 func TestSecondSignalHurriesShutdown(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, `
-[daemon]
-shutdown_timeout = "60s"
-[lanes.byo]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, "[daemon]\nshutdown_timeout = \"60s\"\n"+byoLane("byo"))
 	// A bring-your-own runner that handshakes, then ignores everything,
 	// Shutdown included.
 	c := d.joinByo("byo", "stubborn")

@@ -41,11 +41,7 @@ func TestJobCommandShowsTheRecord(t *testing.T) {
 
 	// A running job's record holds no output yet: no output member.
 	running := d.submit(api.JobSpec{Lane: "net", Argv: []string{"sleep", "30"}})
-	eventually(t, 20*time.Second, "the job running", func() bool {
-		var r struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]any{"id": running}, &r)
-		return r.Job.State == api.StateRunning
-	})
+	d.waitRunning(running)
 	out, _, code = runCLI(t, "job", "--home", d.home, "--json", running)
 	rec = nil
 	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec["state"] != "running" {

@@ -68,12 +68,11 @@ func TestJobListPages(t *testing.T) {
 
 	// since: a time keeps the jobs created at or after it; a duration
 	// means that long ago.
-	var one struct{ Job api.JobRecord }
-	d.mustCall("job.get", map[string]any{"id": ids[20]}, &one)
+	since := d.job(ids[20]).CreatedAt
 	var recent listPage
-	d.mustCall("job.list", map[string]any{"lane": "hold", "since": one.Job.CreatedAt.Format(time.RFC3339Nano)}, &recent)
+	d.mustCall("job.list", map[string]any{"lane": "hold", "since": since.Format(time.RFC3339Nano)}, &recent)
 	if len(recent.Jobs) != 3 || recent.Jobs[0].ID != ids[20] {
-		t.Fatalf("since %s: %d jobs (%v), want the last 3", one.Job.CreatedAt, len(recent.Jobs), recent.Jobs)
+		t.Fatalf("since %s: %d jobs (%v), want the last 3", since, len(recent.Jobs), recent.Jobs)
 	}
 	d.mustCall("job.list", map[string]any{"since": "1h", "limit": 100}, &recent)
 	if len(recent.Jobs) != 24 {

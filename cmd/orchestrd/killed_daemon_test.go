@@ -26,14 +26,7 @@ func TestKilledDaemonLeavesNothing(t *testing.T) {
 	for _, who := range []string{"root", "non-root"} {
 		for _, sandbox := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/sandbox=%v", who, sandbox), func(t *testing.T) {
-				var cred *syscall.Credential
-				switch {
-				case who == "root" && os.Geteuid() != 0:
-					t.Skip("needs root")
-				case who == "non-root" && os.Geteuid() == 0:
-					cred = &syscall.Credential{Uid: 65534, Gid: 65534} // nobody
-				}
-				killedDaemonLeavesNothing(t, cred, sandbox)
+				killedDaemonLeavesNothing(t, credFor(t, who), sandbox)
 			})
 		}
 	}

@@ -230,17 +230,6 @@ wait`
 func runInterrupted(t *testing.T, args ...string) (cmd *exec.Cmd, stdout, stderr <-chan string) {
 	t.Helper()
 	cmd = exec.Command(binary, args...)
-	lines := func(r io.Reader) <-chan string {
-		ch := make(chan string, 64)
-		go func() {
-			sc := bufio.NewScanner(r)
-			for sc.Scan() {
-				ch <- sc.Text()
-			}
-			close(ch)
-		}()
-		return ch
-	}
 	o, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +247,21 @@ func runInterrupted(t *testing.T, args ...string) (cmd *exec.Cmd, stdout, stderr
 			cmd.Wait()
 		}
 	})
-	return cmd, lines(o), lines(e)
+	return cmd, lineChan(o), lineChan(e)
+}
+
+// lineChan sends r's lines, read in a goroutine of its own, on the
+// channel it returns, closed at r's end.
+func lineChan(r io.Reader) <-chan string {
+	ch := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+		close(ch)
+	}()
+	return ch
 }
 
 // waitLine reads ch until a line containing want, failing after 30 s or
@@ -295,22 +298,7 @@ func rest(ch <-chan string) []string {
 // waitExit waits up to 60 s for cmd and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatal("run did not exit within 60s")
-		return -1
-	}
+	return exitCode(t, waitCmd(t, cmd))
 }
 
 // Ctrl-C of run cancels its job with the grace (the job gets SIGTERM and
@@ -348,10 +336,8 @@ func TestRunCtrlCTermsThenKills(t *testing.T) {
 			}
 		}
 		// It ignores SIGTERM and its grace is 5 minutes: still running.
-		var g struct{ Job api.JobRecord }
-		d.in(t).mustCall("job.get", map[string]any{"id": id}, &g)
-		if g.Job.State != api.StateRunning {
-			t.Fatalf("job %s is %s after the first Ctrl-C; stderr %q", id, g.Job.State, said)
+		if st := d.in(t).job(id).State; st != api.StateRunning {
+			t.Fatalf("job %s is %s after the first Ctrl-C; stderr %q", id, st, said)
 		}
 		cmd.Process.Signal(syscall.SIGINT)
 		errLines := append(said, rest(errs)...)
@@ -390,11 +376,9 @@ func TestRunCommandThatCannotRun(t *testing.T) {
 		t.Fatalf("jobs in error: %+v", r.Jobs)
 	}
 	for _, j := range r.Jobs {
-		var g struct{ Job api.JobRecord }
-		d.mustCall("job.get", map[string]any{"id": j.ID}, &g)
-		if g.Job.ExitCode == nil || (*g.Job.ExitCode != 126 && *g.Job.ExitCode != 127) || !strings.Contains(g.Job.Error, ": ") ||
-			g.Job.OutputBytes != 0 {
-			t.Errorf("job.get %s: %+v", j.ID, g.Job)
+		g := d.job(j.ID)
+		if g.ExitCode == nil || (*g.ExitCode != 126 && *g.ExitCode != 127) || !strings.Contains(g.Error, ": ") || g.OutputBytes != 0 {
+			t.Errorf("job.get %s: %+v", j.ID, g)
 		}
 	}
 	out, _, _ := runCLI(t, "jobs", "--home", d.home, "--state", "error")

@@ -111,16 +111,15 @@ func TestSinceIsOneParser(t *testing.T) {
 
 	d := startDaemon(t, "[lanes.hold]\nrunners = 0\n")
 	id := d.submit(api.JobSpec{Lane: "hold", Argv: []string{"true"}})
-	var r struct{ Job api.JobRecord }
-	d.mustCall("job.get", map[string]any{"id": id}, &r)
-	before := r.Job.CreatedAt.Add(-time.Minute)
+	created := d.job(id).CreatedAt
+	before := created.Add(-time.Minute)
 	for _, since := range []string{"1h", before.Format(time.RFC3339), before.Local().Format("15:04")} {
 		out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--since", since)
 		if code != 0 || !strings.Contains(out, id+" ") {
 			t.Errorf("jobs --since %s: exit %d, stderr %q\n%s", since, code, errOut, out)
 		}
 	}
-	out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--since", r.Job.CreatedAt.Add(time.Minute).Format(time.RFC3339))
+	out, errOut, code := runCLI(t, "jobs", "--home", d.home, "--since", created.Add(time.Minute).Format(time.RFC3339))
 	if code != 0 || strings.Contains(out, id) {
 		t.Errorf("jobs --since a minute after the job: exit %d, stderr %q\n%s", code, errOut, out)
 	}

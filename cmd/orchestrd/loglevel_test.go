@@ -49,6 +49,13 @@ func runExpectingExit(t *testing.T, cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return waitCmd(t, cmd)
+}
+
+// waitCmd waits up to 60 s for cmd, started, and returns how it exited;
+// one still running then is killed and fails the test.
+func waitCmd(t *testing.T, cmd *exec.Cmd) error {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -60,6 +67,17 @@ func runExpectingExit(t *testing.T, cmd *exec.Cmd) error {
 		t.Fatalf("%s did not exit within 60 s", strings.Join(cmd.Args, " "))
 		return nil
 	}
+}
+
+// serveOutput runs cmd, a serve expected to exit at once (runExpectingExit),
+// and returns what it printed, stdout and stderr together, and its exit
+// code.
+func serveOutput(t *testing.T, cmd *exec.Cmd) (out string, code int) {
+	t.Helper()
+	var b testio.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	code = exitCode(t, runExpectingExit(t, cmd))
+	return b.String(), code
 }
 
 // stderrLine is one line of a JSON log, the daemon's or a runner's.
@@ -105,7 +123,7 @@ func levelRun(t *testing.T, env []string, args ...string) []stderrLine {
 	d.launch(cmd)
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))
-	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := h.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	d.waitEvent("approval.cancelled", func(e map[string]any) bool {
@@ -176,11 +194,8 @@ func TestLogLevel(t *testing.T) {
 		} {
 			home := shortTemp(t)
 			cmd := serveCmd(home, tc.env, tc.args...)
-			var out testio.SyncBuffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := runExpectingExit(t, cmd)
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || out.String() != tc.want {
-				t.Errorf("serve %q with %q: %v, output %q; want exit 2 and %q", tc.args, tc.env, err, out.String(), tc.want)
+			if out, code := serveOutput(t, cmd); code != 2 || out != tc.want {
+				t.Errorf("serve %q with %q: exit %d, output %q; want exit 2 and %q", tc.args, tc.env, code, out, tc.want)
 			}
 			if _, err := os.Stat(filepath.Join(home, "daemon.sock")); err == nil {
 				t.Errorf("serve %q with %q started", tc.args, tc.env)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"strings"
 	"syscall"
@@ -44,14 +43,7 @@ max_iterations = 5
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(wout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := lineChan(wout)
 	waitFor := func(want string) {
 		t.Helper()
 		deadline := time.After(60 * time.Second)

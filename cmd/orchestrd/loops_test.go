@@ -14,6 +14,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // Loops through the real daemon: shell scripts are the agents (behind
@@ -22,17 +23,8 @@ import (
 // gitRepo makes a repository on main with one commit.
 func gitRepo(t *testing.T) string {
 	t.Helper()
-	dir := shortTemp(t)
-	repo := filepath.Join(dir, "repo")
-	if err := os.Mkdir(repo, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	git(t, repo, "init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, repo, "add", "README")
-	git(t, repo, "commit", "-q", "-m", "first")
+	repo := filepath.Join(shortTemp(t), "repo")
+	testio.GitRepo(t, repo, "hello\n")
 	real, err := filepath.EvalSymlinks(repo)
 	if err != nil {
 		t.Fatal(err)
@@ -42,14 +34,7 @@ func gitRepo(t *testing.T) string {
 
 func git(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
-		"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return testio.Git(t, dir, args...)
 }
 
 // loopAgent writes the agent script and returns the config of a daemon
@@ -720,10 +705,8 @@ validation_command = "if ! grep -q 'it 2' work.txt; then touch `+mark+`; sleep 3
 	if got.Loop.Iteration != 2 || len(got.Iterations) != 2 || got.Iterations[0].Status != "interrupted" {
 		t.Fatalf("loop: %+v", got)
 	}
-	var jr struct{ Job api.JobRecord }
-	d2.mustCall("job.get", map[string]any{"id": before.Iterations[0].JobID}, &jr)
-	if !jr.Job.State.Terminal() || jr.Job.State == api.StateSucceeded {
-		t.Fatalf("the interrupted validation job: %+v", jr.Job)
+	if jr := d2.job(before.Iterations[0].JobID); !jr.State.Terminal() || jr.State == api.StateSucceeded {
+		t.Fatalf("the interrupted validation job: %+v", jr)
 	}
 	// One prompt per iteration: nothing ran twice.
 	for n := 1; n <= 3; n++ {

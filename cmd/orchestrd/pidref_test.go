@@ -92,6 +92,15 @@ func killChild(parent, pid int) bool {
 	return true
 }
 
+// kill kills pid, the daemon's what (a "runner", an "executor"), with
+// killChild; t fails if it was gone before.
+func (d *testDaemon) kill(what string, pid int) {
+	d.t.Helper()
+	if !killChild(d.proc.Pid(), pid) {
+		d.t.Fatalf("%s %d gone before it was killed", what, pid)
+	}
+}
+
 // exited reports whether the process has ended (a zombie has).
 func (r pidRef) exited() bool {
 	if r.fd < 0 {

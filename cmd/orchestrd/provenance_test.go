@@ -123,12 +123,7 @@ curl -s -o /dev/null -w '%{http_code}\n' --data "key=$KEY" "$ROOT/ui/login"`
 			t.Fatalf("approval %s after the job's requests: %s %+v", id, a.State, a.Resolution)
 		}
 	}
-	signIns := 0
-	for _, e := range d.events() {
-		if e["kind"] == "ui.signed_in" {
-			signIns++
-		}
-	}
+	signIns := countEvents(d.events(), "ui.signed_in", nil)
 	if signIns != 1 {
 		t.Fatalf("%d sign-ins, want the test's only", signIns)
 	}

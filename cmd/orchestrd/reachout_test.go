@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,37 +22,11 @@ import (
 // (cmd/orchbench/internal/hook, written as the real hook is) asks, a
 // control client answers.
 
-var (
-	hookOnce sync.Once
-	hookBin  string
-	hookErr  error
-)
-
-// hookBinary builds the hook once, into a directory anyone may read (a
-// test runs it as another user).
+// hookBinary is the hook, built (a tool: anyone may run it, and a test
+// runs it as another user).
 func hookBinary(t *testing.T) string {
 	t.Helper()
-	hookOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orchhook")
-		if err != nil {
-			hookErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		hookBin = filepath.Join(dir, "hook")
-		hookErr = daemonrun.Build("../..", "./cmd/orchbench/internal/hook", hookBin)
-	})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
-	return hookBin
-}
-
-// removeHookBinary removes what hookBinary built (TestMain, at the end).
-func removeHookBinary() {
-	if hookBin != "" {
-		os.RemoveAll(filepath.Dir(hookBin))
-	}
+	return builtTool(t, "github.com/orchestrd/orchestrd/cmd/orchbench/internal/hook")
 }
 
 // reachoutDaemon starts a daemon whose hook socket is home/hook.sock, and
@@ -69,11 +42,9 @@ func reachoutDaemon(t *testing.T, extra string) (*testDaemon, string) {
 
 // hookProc is one run of the hook.
 type hookProc struct {
-	cmd    *exec.Cmd
+	*testio.Proc
 	stdout *testio.SyncBuffer
 	stderr *testio.SyncBuffer
-	done   chan struct{}
-	err    error
 }
 
 const hookInput = `{"session_id":"s-1","transcript_path":"/nonexistent","cwd":"/work/p","permission_mode":"default",` +
@@ -89,21 +60,14 @@ func startHook(t *testing.T, sock string, cred *syscall.Credential, args ...stri
 // stdin.
 func startHookWith(t *testing.T, sock, input string, cred *syscall.Credential, args ...string) *hookProc {
 	t.Helper()
-	h := &hookProc{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}, done: make(chan struct{})}
-	h.cmd = exec.Command(hookBinary(t), append([]string{"-socket", sock}, args...)...)
-	h.cmd.Stdin = strings.NewReader(input)
-	h.cmd.Stdout, h.cmd.Stderr = h.stdout, h.stderr
+	h := &hookProc{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}}
+	cmd := exec.Command(hookBinary(t), append([]string{"-socket", sock}, args...)...)
+	cmd.Stdin = strings.NewReader(input)
+	cmd.Stdout, cmd.Stderr = h.stdout, h.stderr
 	if cred != nil {
-		h.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { h.err = h.cmd.Wait(); close(h.done) }()
-	t.Cleanup(func() {
-		h.cmd.Process.Kill()
-		<-h.done
-	})
+	h.Proc = testio.Start(t, cmd)
 	return h
 }
 
@@ -127,19 +91,11 @@ func (h *hookProc) requestID(t *testing.T) string {
 func (h *hookProc) exit(t *testing.T) (string, int) {
 	t.Helper()
 	select {
-	case <-h.done:
+	case <-h.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the hook did not end; stderr: %s", h.stderr.String())
 	}
-	code := 0
-	if h.err != nil {
-		ee, ok := h.err.(*exec.ExitError)
-		if !ok {
-			t.Fatal(h.err)
-		}
-		code = ee.ExitCode()
-	}
-	return h.stdout.String(), code
+	return h.stdout.String(), exitCode(t, h.Err())
 }
 
 // pending waits until the hook's request is a pending approval (get takes
@@ -266,7 +222,7 @@ func TestReachoutHookKilled(t *testing.T) {
 	wa := d.pendingApproval(waiting.requestID(t))
 	killed := startHook(t, sock, nil)
 	ka := d.pendingApproval(killed.requestID(t))
-	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := killed.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	d.waitEvent("approval.cancelled", func(e map[string]any) bool {
@@ -376,12 +332,7 @@ func squatHook(t *testing.T, path string) int {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stderr testio.SyncBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	testio.Start(t, cmd)
 	eventuallyOr(t, 20*time.Second, "uid 65534 listening at "+path, func() bool {
 		fi, err := os.Lstat(path)
 		return err == nil && fi.Mode().Type() == os.ModeSocket

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // readmeLoopsHeading is the README section whose example
@@ -124,15 +125,7 @@ func TestREADMELoopExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo := filepath.Join(me, "src", "app")
-	if err := os.MkdirAll(repo, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	git(t, repo, "init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("an app\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, repo, "add", "README")
-	git(t, repo, "commit", "-q", "-m", "first")
+	testio.GitRepo(t, repo, "an app\n")
 	bin := filepath.Join(me, "bin")
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)

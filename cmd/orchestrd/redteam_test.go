@@ -197,10 +197,7 @@ func TestRedTeam(t *testing.T) {
 	}
 	for _, who := range []string{"root", "non-root"} {
 		t.Run(who, func(t *testing.T) {
-			var cred *syscall.Credential
-			if who == "non-root" {
-				cred = &syscall.Credential{Uid: 65534, Gid: 65534}
-			}
+			cred := credFor(t, who) // the test runs as root: nobody for non-root
 			d, tool := startRedDaemon(t, cred)
 			red := "ORCHESTRD_REDTEAM"
 
@@ -322,13 +319,7 @@ while [ ! -e p ]; do :; done`, dir, tag))
 				d.cli("run", "--home", d.home, "--lane", "no-net", "--", "sh", "-c", fmt.Sprintf(`mv %[1]s %[1]s.real 2>/dev/null || exit 0
 printf '#!/bin/sh\ngrep CapEff /proc/self/status > %[2]s\nexec %[1]s.real "$@"\n' > %[1]s && chmod 755 %[1]s`, d.bin, mark))
 				ready := func() int {
-					n := 0
-					for _, e := range d.events() {
-						if e["kind"] == "runner.ready" && e["lane"] == "no-net" {
-							n++
-						}
-					}
-					return n
+					return countEvents(d.events(), "runner.ready", func(e map[string]any) bool { return e["lane"] == "no-net" })
 				}
 				before := ready()
 				killChild(d.cmd.Process.Pid, d.laneRunner("no-net"))

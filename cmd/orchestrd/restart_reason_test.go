@@ -94,9 +94,7 @@ network = "host"
 stable = "10s"
 `)
 		pid := d.readyRunner("net")
-		if !killChild(d.proc.Pid(), pid) {
-			t.Fatalf("runner %d gone before it was killed", pid)
-		}
+		d.kill("runner", pid)
 		exited, restart := d.restartAfter(pid)
 		if c := exited["cause"]; c != "exited" && c != "socket_closed" {
 			t.Fatalf("runner.exited cause %v, want exited or socket_closed", c)

@@ -77,9 +77,7 @@ func TestBackoffRunnerShowsLastPid(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, statusConfig)
 	pid := d.readyRunner("slow")
-	if !killChild(d.proc.Pid(), pid) {
-		t.Fatalf("runner %d gone before it was killed", pid)
-	}
+	d.kill("runner", pid)
 	e := d.waitEvent("runner.restart_scheduled", func(e map[string]any) bool { return e["runner_id"] == "slow-0" })
 	if e["delay_ms"].(float64) < 10000 {
 		t.Fatalf("restart in %v ms: too soon to look at a runner in backoff", e["delay_ms"])
@@ -114,9 +112,7 @@ func TestRestartCountsAreNamedForWhatTheyCount(t *testing.T) {
 	const kills = 2
 	for i := 0; i < kills; i++ {
 		pid := d.readyRunner("fast")
-		if !killChild(d.proc.Pid(), pid) {
-			t.Fatalf("runner %d gone before it was killed", pid)
-		}
+		d.kill("runner", pid)
 		d.waitEvent("runner.exited", func(e map[string]any) bool { return e["pid"] == float64(pid) })
 		eventually(t, 20*time.Second, "fast-0 back", func() bool {
 			rn := d.runnerJSON("fast-0")
@@ -124,12 +120,7 @@ func TestRestartCountsAreNamedForWhatTheyCount(t *testing.T) {
 		})
 	}
 	rn := d.runnerJSON("fast-0")
-	scheduled := 0
-	for _, e := range d.events() {
-		if e["kind"] == "runner.restart_scheduled" && e["runner_id"] == "fast-0" {
-			scheduled++
-		}
-	}
+	scheduled := countEvents(d.events(), "runner.restart_scheduled", func(e map[string]any) bool { return e["runner_id"] == "fast-0" })
 	if rn["restarts"] != float64(kills) || scheduled != kills {
 		t.Fatalf("lane.list restarts %v, runner.restart_scheduled events %d; want both %d", rn["restarts"], scheduled, kills)
 	}

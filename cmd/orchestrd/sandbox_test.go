@@ -46,19 +46,26 @@ func TestJobSandbox(t *testing.T) {
 	t.Parallel()
 	for _, who := range []string{"root", "non-root"} {
 		t.Run(who, func(t *testing.T) {
-			var cred *syscall.Credential
-			switch {
-			case who == "root" && os.Geteuid() != 0:
-				t.Skip("needs root")
-			case who == "non-root" && os.Geteuid() == 0:
-				cred = &syscall.Credential{Uid: 65534, Gid: 65534} // nobody
-			}
-			d := startSandboxDaemon(t, cred)
+			d := startSandboxDaemon(t, credFor(t, who))
 			t.Run("no way out", func(t *testing.T) { sandboxNoWayOut(t, d) })
 			t.Run("leftovers die with the job", func(t *testing.T) { sandboxLeftovers(t, d) })
 			t.Run("kill -9 of the daemon leaves nothing", func(t *testing.T) { sandboxDaemonKilled(t, d) })
 		})
 	}
+}
+
+// credFor is the credential a daemon of the test runs with as who, "root"
+// or "non-root": nil for this test's own user; nobody for "non-root" when
+// that is root. t skips "root" when it runs as another user.
+func credFor(t *testing.T, who string) *syscall.Credential {
+	t.Helper()
+	switch {
+	case who == "root" && os.Geteuid() != 0:
+		t.Skip("needs root")
+	case who == "non-root" && os.Geteuid() == 0:
+		return &syscall.Credential{Uid: 65534, Gid: 65534} // nobody
+	}
+	return nil
 }
 
 func sandboxNoWayOut(t *testing.T, d *sandboxDaemon) {
@@ -304,13 +311,7 @@ func startSandboxDaemonWith(t *testing.T, cred *syscall.Credential, extra string
 		eventually(t, 10*time.Second, "no process of the daemon left", func() bool { return len(d.runnerPids()) == 0 })
 	})
 	eventuallyOr(t, readyTimeout, "both runners ready", func() bool {
-		n := 0
-		for _, e := range d.events() {
-			if e["kind"] == "runner.ready" {
-				n++
-			}
-		}
-		return n >= 2
+		return countEvents(d.events(), "runner.ready", nil) >= 2
 	}, func() string { return tail(d.stderr.String(), 3000) })
 	return d
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -194,14 +192,11 @@ func TestMetricsListenRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := serveCmd(home, nil)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := runExpectingExit(t, cmd)
-		lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "orchestrd serve: ") ||
+		out, code := serveOutput(t, cmd)
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "orchestrd serve: ") ||
 			!strings.Contains(lines[0], c.want) {
-			t.Errorf("listen %q: %v\n%s\nwant exit 2 and one line with %q", c.listen, err, out.String(), c.want)
+			t.Errorf("listen %q: exit %d\n%s\nwant exit 2 and one line with %q", c.listen, code, out, c.want)
 		}
 	}
 }

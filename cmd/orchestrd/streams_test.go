@@ -81,18 +81,6 @@ func runCmd(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// exitCode is cmd's exit code after Wait's err.
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 0
-}
-
 // run -- head -c 50000000 /dev/zero > file: every byte, and exit 0.
 // (Under load this once got 16,512 bytes short with exit 0: the runner cut
 // a finished job's pipes 250 ms after its end, read or not. It now cuts
@@ -164,13 +152,7 @@ func TestRunIntoASlowReader(t *testing.T) {
 // and exits non-zero with one line saying how much it missed.
 func TestRunSaysWhenTheDaemonDroppedForIt(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, streamConfig+`
-[lanes.loopr]
-runners = 0
-slots = 1
-network = "host"
-heartbeat_timeout = "60s"
-`)
+	d := startDaemon(t, streamConfig+byoLane("loopr"))
 	c := d.joinByo("loopr", "loopr-without-capabilities")
 	const total = 24 << 20
 	served := serveByo(c, func(j wire.Job) bool {

@@ -140,6 +140,20 @@ func marked(mark string) []int {
 	return pids
 }
 
+// waitClosedWithExecutor waits, once the executor of terminal id was
+// killed, until the terminal closed, r read to its end and no process has
+// mark. Sandboxed, the shell dies with the executor's pid namespace and
+// the PTY may report its end first (exited); unsandboxed the daemon closes
+// it when the executor's exit is seen (executor_exited).
+func (d *testDaemon) waitClosedWithExecutor(id string, r *termReader, mark string) {
+	d.t.Helper()
+	d.waitEvent("terminal.closed", func(e map[string]any) bool {
+		return e["terminal_id"] == id && (e["reason"] == api.TermExecutorExited || e["reason"] == api.TermExited)
+	})
+	r.toEnd()
+	waitNoMarked(d.t, mark)
+}
+
 func waitNoMarked(t *testing.T, mark string) {
 	t.Helper()
 	eventuallyOr(t, 20*time.Second, "the terminal's shell gone", func() bool { return len(marked(mark)) == 0 },
@@ -273,17 +287,8 @@ command = [%q, "executor", "--", "cat"]
 	if pid == 0 {
 		t.Fatalf("executor %s not in executor.list: %+v", st2.Executor, pools)
 	}
-	if !killChild(d.proc.Pid(), pid) {
-		t.Fatalf("executor %d gone before it was killed", pid)
-	}
-	// Sandboxed, the shell dies with the executor's pid namespace and the
-	// PTY may report its end first (exited); unsandboxed the daemon
-	// closes it when the executor's exit is seen (executor_exited).
-	d.waitEvent("terminal.closed", func(e map[string]any) bool {
-		return e["terminal_id"] == st2.ID && (e["reason"] == api.TermExecutorExited || e["reason"] == api.TermExited)
-	})
-	r2.toEnd()
-	waitNoMarked(t, mark2)
+	d.kill("executor", pid)
+	d.waitClosedWithExecutor(st2.ID, r2, mark2)
 
 	var list struct {
 		Terminals []api.TerminalStatus `json:"terminals"`
@@ -320,12 +325,6 @@ func TestExecutorTerminalUnsandboxed(t *testing.T) {
 	}
 	d.mustCall("executor.list", nil, &pools)
 	pid := pools.Pools[0].Executors[0].Pid
-	if !killChild(d.proc.Pid(), pid) {
-		t.Fatalf("executor %d gone before it was killed", pid)
-	}
-	d.waitEvent("terminal.closed", func(e map[string]any) bool {
-		return e["terminal_id"] == st.ID && (e["reason"] == api.TermExecutorExited || e["reason"] == api.TermExited)
-	})
-	r.toEnd()
-	waitNoMarked(t, mark)
+	d.kill("executor", pid)
+	d.waitClosedWithExecutor(st.ID, r, mark)
 }

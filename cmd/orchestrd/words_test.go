@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -30,10 +29,7 @@ func TestCLIWords(t *testing.T) {
 
 	// A job that ends at SIGTERM holds one of the lane's 2 x 2 slots.
 	id := d.submit(api.JobSpec{Lane: "work", Command: "trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done"})
-	eventually(t, 30*time.Second, "the job running", func() bool {
-		var g struct{ Job api.JobRecord }
-		return d.call("job.get", map[string]any{"id": id}, &g) == nil && g.Job.State == api.StateRunning
-	})
+	d.waitRunning(id)
 	out, errOut, code := runCLI(t, "--home", d.home, "status")
 	if code != 0 || !regexp.MustCompile(`(?m)^LANE\s+NETWORK\s+SLOTS IN USE\s+QUEUED`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^work\s+host\s+1 of 4\s+0\s+1\s+no$`).MatchString(out) {

@@ -10,13 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // resolve follows symlinks and .. on the real file system, component by
@@ -374,19 +375,10 @@ func TestTransferLinkRace(t *testing.T) {
 		t.Skipf("RENAME_EXCHANGE: %v", err)
 	}
 	s := pushServer(allowed, 1<<20)
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				_ = unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE)
-			}
-		}
-	}()
-	halt := sync.OnceFunc(func() { close(stop); <-stopped })
+	halt := testio.Hammer(1, func() bool {
+		_ = unix.Renameat2(unix.AT_FDCWD, flip, unix.AT_FDCWD, flop, unix.RENAME_EXCHANGE)
+		return true
+	})
 	defer halt()
 	inside, escapes := 0, 0
 	var odd []string

@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +78,39 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// Proc is a process a test started with Start.
+type Proc struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts cmd; t fails if it cannot. If the process still runs at
+// the test's end it is killed there, and the test waits for its end.
+func Start(t testing.TB, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// Done is closed once the process has ended and been waited for.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is how the process ended (Wait's error); call it once Done is
+// closed.
+func (p *Proc) Err() error {
+	<-p.done
+	return p.err
+}
+
 // StartPiped starts cmd, its stdout a pipe for the test to read; if it is
 // still running at the test's end it is killed there, and waited for.
 func StartPiped(t testing.TB, cmd *exec.Cmd) io.ReadCloser {
@@ -103,6 +138,35 @@ func ReadFile(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Git runs git in dir with a fixed identity and no system or user config
+// (HOME is dir); t fails if git does. It returns git's output, trimmed.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
+		"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// GitRepo makes a repository in dir (made if missing) on main with one
+// commit, "first", of a README holding readme; t fails if it cannot.
+func GitRepo(t testing.TB, dir, readme string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, dir, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(dir, "README"), []byte(readme), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, dir, "add", "README")
+	Git(t, dir, "commit", "-q", "-m", "first")
 }
 
 // UnixLine is the "unixline" helper a test binary runs as (a job, a pod of

@@ -2,9 +2,12 @@ package testio
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,5 +82,58 @@ func TestStartPiped(t *testing.T) {
 	})
 	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
 		t.Fatalf("the process after its test's end: %v, want it killed and waited for", cmd.ProcessState)
+	}
+}
+
+// Start's process is killed at the end of the test that started it and
+// waited for; one that ended by itself says how, through Done and Err.
+func TestStart(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	t.Run("started", func(t *testing.T) {
+		p := Start(t, cmd)
+		select {
+		case <-p.Done():
+			t.Fatalf("the process ended at once: %v", p.Err())
+		default:
+		}
+	})
+	if cmd.ProcessState == nil || cmd.ProcessState.Success() {
+		t.Fatalf("the process after its test's end: %v, want it killed and waited for", cmd.ProcessState)
+	}
+	p := Start(t, exec.Command("sh", "-c", "exit 3"))
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("sh -c 'exit 3' did not end")
+	}
+	var ee *exec.ExitError
+	if err := p.Err(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("Err() = %v, want exit status 3", err)
+	}
+}
+
+// GitRepo makes a repository on main whose one commit holds the README;
+// Git answers what git printed, and fails t when git fails.
+func TestGitRepo(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := filepath.Join(t.TempDir(), "a", "repo")
+	GitRepo(t, repo, "hello\n")
+	if got := Git(t, repo, "log", "--format=%s %an", "main"); got != "first t" {
+		t.Fatalf("git log: %q, want the one commit, first, by t", got)
+	}
+	if got := Git(t, repo, "show", "main:README"); got != "hello" {
+		t.Fatalf("main's README: %q", got)
+	}
+	ft := &fatalT{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Git(ft, repo, "show", "main:nothing-here")
+	}()
+	<-done
+	if !strings.HasPrefix(ft.msg, "git [show main:nothing-here]: exit status") {
+		t.Fatalf("a failing git failed t with %q", ft.msg)
 	}
 }

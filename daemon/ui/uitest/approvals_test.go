@@ -2,7 +2,6 @@ package uitest
 
 import (
 	"encoding/json"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -22,10 +21,8 @@ import (
 // PermissionRequest hook, cmd/orchbench/internal/hook): it asks the
 // daemon's hook socket and waits for the answer.
 type hookRun struct {
-	cmd            *exec.Cmd
+	*testio.Proc
 	stdout, stderr *testio.SyncBuffer
-	done           chan struct{}
-	err            error
 }
 
 // askHook runs the hook for a Bash command in /work/p, with one
@@ -37,18 +34,11 @@ func askHook(t *testing.T, sock, command string) *hookRun {
 		"tool_input": map[string]any{"command": command},
 		"permission_suggestions": []any{map[string]any{"type": "addRules", "behavior": "allow", "destination": "localSettings",
 			"rules": []any{map[string]any{"toolName": "Bash", "ruleContent": "rm:*"}}}}})
-	h := &hookRun{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}, done: make(chan struct{})}
-	h.cmd = exec.Command(tool(t, "github.com/orchestrd/orchestrd/cmd/orchbench/internal/hook"), "-socket", sock)
-	h.cmd.Stdin = strings.NewReader(string(input))
-	h.cmd.Stdout, h.cmd.Stderr = h.stdout, h.stderr
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { h.err = h.cmd.Wait(); close(h.done) }()
-	t.Cleanup(func() {
-		h.cmd.Process.Kill()
-		<-h.done
-	})
+	h := &hookRun{stdout: &testio.SyncBuffer{}, stderr: &testio.SyncBuffer{}}
+	cmd := exec.Command(tool(t, "github.com/orchestrd/orchestrd/cmd/orchbench/internal/hook"), "-socket", sock)
+	cmd.Stdin = strings.NewReader(string(input))
+	cmd.Stdout, cmd.Stderr = h.stdout, h.stderr
+	h.Proc = testio.Start(t, cmd)
 	return h
 }
 
@@ -56,13 +46,12 @@ func askHook(t *testing.T, sock, command string) *hookRun {
 func (h *hookRun) answer(t *testing.T) string {
 	t.Helper()
 	select {
-	case <-h.done:
+	case <-h.Done():
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the hook is still waiting after 60s: %s", h.stderr.String())
 	}
-	var ee *exec.ExitError
-	if errors.As(h.err, &ee) || h.err != nil {
-		t.Fatalf("the hook: %v\n%s", h.err, h.stderr.String())
+	if err := h.Err(); err != nil {
+		t.Fatalf("the hook: %v\n%s", err, h.stderr.String())
 	}
 	return h.stdout.String()
 }

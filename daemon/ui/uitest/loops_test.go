@@ -13,6 +13,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // planAgent is the loops' agent (behind `orchestrd executor`): what each
@@ -39,24 +40,7 @@ func gitRepo(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	repo := filepath.Join(dir, "repo")
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
-			"GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	if err := os.Mkdir(repo, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	git("init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git("add", "README")
-	git("commit", "-q", "-m", "first")
+	testio.GitRepo(t, repo, "hello\n")
 	real, err := filepath.EvalSymlinks(repo)
 	if err != nil {
 		t.Fatal(err)
