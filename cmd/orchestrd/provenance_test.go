@@ -46,7 +46,7 @@ func signInDashboard(t *testing.T, d *testDaemon, root, key string) dashSession 
 	s := dashSession{root: root, c: c}
 	u, _ := url.Parse(root + "/ui/")
 	for _, ck := range jar.Cookies(u) {
-		if ck.Name == "orchestrd_ui" {
+		if ck.Name == uiCookieName(t, root) {
 			s.cookie = ck.Value
 		}
 	}
@@ -101,13 +101,13 @@ func TestStartedProcessCannotAnswerThroughDashboard(t *testing.T) {
 	plan := d.requestApproval(map[string]any{"kind": "plan", "content": "# plan\nmerge everything", "specs": []any{}})
 	s := signInDashboard(t, d, root, key)
 
-	script := `post() { curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Cookie: orchestrd_ui=$COOKIE" ` +
+	script := `post() { curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Cookie: $COOKIE_NAME=$COOKIE" ` +
 		`-H "X-CSRF-Token: $CSRF" -H 'Accept: application/json' --data "$2" "$ROOT$1"; }
 post /ui/act/approval.resolve "id=$TOOL&decision=Allow"
 post /ui/act/loop.plan_approve "id=$PLAN"
 curl -s -o /dev/null -w '%{http_code}\n' --data "key=$KEY" "$ROOT/ui/login"`
 	rec := d.wait(d.submit(api.JobSpec{Lane: "net", Argv: []string{"sh", "-c", script},
-		Env: map[string]string{"COOKIE": s.cookie, "CSRF": s.csrf, "ROOT": root, "TOOL": tool, "PLAN": plan, "KEY": key}}))
+		Env: map[string]string{"COOKIE_NAME": uiCookieName(t, root), "COOKIE": s.cookie, "CSRF": s.csrf, "ROOT": root, "TOOL": tool, "PLAN": plan, "KEY": key}}))
 	if rec.State != api.StateSucceeded || rec.Output != "403\n403\n403\n" {
 		t.Fatalf("the job's requests: %s %q; want three 403s\n%s", rec.State, rec.Output, tail(d.stderr.String(), 2000))
 	}

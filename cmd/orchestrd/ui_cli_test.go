@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,7 @@ func TestUILoginLink(t *testing.T) {
 	resp.Body.Close()
 	var session *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == "orchestrd_ui" {
+		if c.Name == uiCookieName(t, root) {
 			session = c
 		}
 	}
@@ -64,4 +65,15 @@ func TestUILoginLink(t *testing.T) {
 	if _, errOut, code := runCLI(t, "ui", "extra", "--home", d.home); code != exitUsage || !strings.Contains(errOut, "no arguments") {
 		t.Fatalf("ui extra: exit %d: %s", code, errOut)
 	}
+}
+
+// uiCookieName is the dashboard's session cookie's name at root: named for
+// its port, so that two dashboards on one host keep their sessions.
+func uiCookieName(t *testing.T, root string) string {
+	t.Helper()
+	u, err := url.Parse(root)
+	if err != nil || u.Port() == "" {
+		t.Fatalf("no port in the dashboard's address %q: %v", root, err)
+	}
+	return "orchestrd_ui_" + u.Port()
 }
