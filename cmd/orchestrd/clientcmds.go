@@ -685,15 +685,9 @@ func cmdCancel(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("cancel")
 	home := homeFlag(fs)
 	force := fs.Bool("force", false, "SIGKILL a running job at once, without its kill grace (so does a second cancel)")
-	if code, ok := parseFlags(fs, cancelUsage, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() != 1 {
-		return usageError(fs, cancelUsage, stderr, "want exactly one job ID")
-	}
-	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
+	c, id, code, ok := parseOneIDAndDial(fs, cancelUsage, args, home, "want exactly one job ID", stdout, stderr, jobIDs)
 	if !ok {
-		return exitFailure
+		return code
 	}
 	defer c.Close()
 	var res struct {

@@ -150,7 +150,7 @@ func TestJobCommandShowsBinaryAsSuch(t *testing.T) {
 		!strings.Contains(out, "orchestrd logs "+text) || strings.Contains(out, "binary") {
 		t.Fatalf("job of a long text: exit %d, stderr %q, %d bytes:\n%.3000s", code, errOut, len(out), out)
 	}
-	out, _, code = runCLI(t, "logs", "--home", d.home, text)
+	out, _, code = runCLI(t, "logs", text, "--home", d.home) // its flags after the ID too
 	if code != 0 || !strings.HasPrefix(out, "line 0\nline 1\n") || !strings.HasSuffix(out, "line 2999\n"+strings.Repeat("y", 102400)) {
 		t.Fatalf("logs of a long text: exit %d, %d bytes", code, len(out))
 	}

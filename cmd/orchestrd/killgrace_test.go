@@ -205,7 +205,7 @@ wait`
 	})
 	// In lane slow the grace is 5 minutes: a job that ends within the
 	// wait's deadline was killed by the second cancel (or force: here
-	// `orchestrd cancel --force`).
+	// `orchestrd cancel ID --force`, its flags after the ID).
 	t.Run("a second cancel or force kills at once", func(t *testing.T) {
 		d := d.in(t)
 		for _, force := range []bool{false, true} {
@@ -213,7 +213,7 @@ wait`
 			id := d.submitReady(map[string]any{"lane": "slow",
 				"command": `trap '' TERM; echo $$ > ` + m + `; sleep 300`}, m)
 			if force {
-				if out, errOut, code := runCLI(t, "cancel", "--home", d.home, "--force", id); code != 0 || out != "cancelled "+id+" (was running)\n" {
+				if out, errOut, code := runCLI(t, "cancel", id, "--force", "--home", d.home); code != 0 || out != "cancelled "+id+" (was running)\n" {
 					t.Fatalf("cancel --force: exit %d, %q %q", code, out, errOut)
 				}
 			} else {

@@ -298,15 +298,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 	home := homeFlag(fs)
 	follow := fs.Bool("f", false, "follow a running job until it ends")
 	fs.BoolVar(follow, "follow", false, "the same as -f")
-	if code, ok := parseFlags(fs, logsUsage, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() != 1 {
-		return usageError(fs, logsUsage, stderr, "want one job ID")
-	}
-	c, id, ok := dialResolve(*home, fs.Arg(0), stderr, jobIDs)
+	c, id, code, ok := parseOneIDAndDial(fs, logsUsage, args, home, "want one job ID", stdout, stderr, jobIDs)
 	if !ok {
-		return exitFailure
+		return code
 	}
 	defer c.Close()
 	s := &streamReader{c: c, stdout: stdout, stderr: stderr, allToStdout: true, jobID: id}
