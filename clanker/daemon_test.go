@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -343,21 +342,32 @@ func TestClankerSpoolDrain(t *testing.T) {
 		t.Fatalf("dead letters (%d):\n%s", n, dead)
 	}
 
+	// The writers are processes of their own, as pods are (the drain looks
+	// for the spool's writers among the other processes): each appends its
+	// lines one open-write-close at a time, as clanker does.
 	const writers, each = 8, 150
-	var wg sync.WaitGroup
+	spoolPath := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
+	var procs []*exec.Cmd
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				appendSpool(t, repo, daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": fmt.Sprintf("w%d-%d", w, i), "prompt": "p"}}))
-			}
-		}()
+		var lines strings.Builder
 		for i := range each {
-			ids[fmt.Sprintf("w%d-%d", w, i)] = true
+			id := fmt.Sprintf("w%d-%d", w, i)
+			ids[id] = true
+			lines.WriteString(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": id, "prompt": "p"}}))
+		}
+		cmd := exec.Command("sh", "-c", `while IFS= read -r l; do printf '%s\n' "$l" >> "$SPOOL"; done`)
+		cmd.Env = append(os.Environ(), "SPOOL="+spoolPath)
+		cmd.Stdin = strings.NewReader(lines.String())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd)
+	}
+	for _, cmd := range procs {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("a spool writer: %v", err)
 		}
 	}
-	wg.Wait()
 	// The drain syncs each task file: on a disk another test is filling
 	// it is slow, so the wait is on progress, not on a total time.
 	daemontest.WhileProgressing(t, time.Minute, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids))
