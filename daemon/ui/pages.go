@@ -77,11 +77,12 @@ type view struct {
 	Now      time.Time
 	Data     any
 	Err      string
+	Form     *formState // a start form refused, shown again (page_forms.go)
 }
 
 func (s *Server) parseTemplates() error {
 	s.tmpl = map[string]*template.Template{}
-	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/forms.html")
 	if err != nil {
 		return fmt.Errorf("ui: parsing the layout: %w", err)
 	}

@@ -57,6 +57,7 @@
       // A job's output and what its stream said of it are this tab's
       // own: the reloaded content has them empty ("loading…").
       const own = ["output", "output-state"].map((id) => document.getElementById(id));
+      own.push(...m.querySelectorAll("[data-keep][id]")); // a form being filled in (forms.js)
       const kept = keep(m);
       m.innerHTML = html;
       restore(kept);

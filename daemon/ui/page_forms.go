@@ -1,0 +1,420 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// Forms that start work: run a job (the jobs page), start a loop (the
+// loops page), send a prompt to an agent pool (the agents page). Each
+// posts to /ui/start/{form} with the session's CSRF token and is
+// answered by the method the CLI calls, with the params it sends:
+// job.submit with the api.JobSpec `orchestrd run` builds (run follows it
+// with job.stream {submit}; a page follows it on the job's page),
+// loop.create_plan or loop.create {loop_type: code} as `orchestrd loop
+// plan|code`, task.execute with the api.TaskSpec of `orchestrd prompt`.
+// Done, the browser lands on the new job's, loop's or task's page;
+// refused, the form comes back with its values and the reason in words.
+//
+// Starting work is a person's act here: like the buttons that answer for
+// a person, a form is refused (403, conn.refused) to a process the daemon
+// started, whatever cookie and token it holds (admitPeer). A job or an
+// agent that got hold of a session could otherwise start jobs on any lane,
+// loops and prompts on any pool (bypassPermissions included) in the
+// person's name.
+
+// Bounds of what the forms take (each refused past it, naming the field
+// and the bound). The body of a start form is bounded by startFormBytes.
+const (
+	startTextMax   = 64 << 10 // stdin, a prompt, a loop's description
+	startLineMax   = 16 << 10 // a job's command line
+	startPathMax   = 4096     // a directory, a repository
+	startNameMax   = 256      // a lane, a pool, a branch, a timeout
+	startFormBytes = 256 << 10
+	// startMaxTimeout bounds a timeout typed in a form: a week.
+	startMaxTimeout = 7 * 24 * time.Hour
+)
+
+// startForm is one form that starts work.
+type startForm struct {
+	Name string // its path: /ui/start/{Name}
+	Page string // the page it is on (where a refused form comes back)
+	// Params turns the form into the method to call and its params,
+	// refusing a field it cannot take (the error names it).
+	Params func(f url.Values) (method string, params any, err error)
+	// Land is the page of what the method started, from its answer.
+	Land func(res json.RawMessage) (string, error)
+}
+
+var startForms = map[string]*startForm{}
+
+func init() {
+	for _, f := range []*startForm{
+		{Name: "job", Page: "jobs", Params: jobFormParams, Land: landOn("job_id", "/ui/jobs/")},
+		{Name: "loop", Page: "loops", Params: loopFormParams, Land: landOn("id", "/ui/loops/")},
+		{Name: "prompt", Page: "agents", Params: promptFormParams, Land: landOn("task_id", "/ui/agents/tasks/")},
+	} {
+		startForms[f.Name] = f
+	}
+	funcs["formValue"] = func(fs *formState, form, field string) string {
+		if fs == nil || fs.Name != form {
+			return ""
+		}
+		return fs.Values.Get(field)
+	}
+	funcs["formError"] = func(fs *formState, form string) string {
+		if fs == nil || fs.Name != form {
+			return ""
+		}
+		return fs.Err
+	}
+	funcs["formLimit"] = func(n int) string { return byteSize(n) }
+	funcs["startLimits"] = func() startLimits {
+		return startLimits{Text: startTextMax, Line: startLineMax,
+			Modes: []string{api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan}}
+	}
+}
+
+// startLimits are the forms' bounds, for their fields' maxlength and
+// hints.
+type startLimits struct {
+	Text, Line int
+	Modes      []string
+}
+
+// formState is a refused form, shown again: its values and why.
+type formState struct {
+	Name   string
+	Values url.Values
+	Err    string
+}
+
+// landOn reads the id at field of a method's answer and makes the page's
+// address.
+func landOn(field, prefix string) func(json.RawMessage) (string, error) {
+	return func(res json.RawMessage) (string, error) {
+		var m map[string]any
+		if err := json.Unmarshal(res, &m); err != nil {
+			return "", fmt.Errorf("reading the answer: %w", err)
+		}
+		id, _ := m[field].(string)
+		if !validID(id) {
+			return "", fmt.Errorf("the answer names no %s", field)
+		}
+		return prefix + id, nil
+	}
+}
+
+// startWork serves POST /ui/start/{form}. A fetch (Accept:
+// application/json, forms.js) gets {ok, location} or {ok: false, error};
+// a plain form is sent to the new page, or gets its page again with the
+// form filled in and the error said.
+func (s *Server) startWork(w http.ResponseWriter, r *http.Request) {
+	wantsJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
+	sf, ok := startForms[r.PathValue("form")]
+	if !ok {
+		http.Error(w, "no such form: "+clipForm(r.PathValue("form")), http.StatusNotFound)
+		return
+	}
+	fail := func(status int, values url.Values, err error) {
+		msg := errText(err)
+		if wantsJSON {
+			writeJSON(w, status, map[string]any{"ok": false, "error": msg})
+			return
+		}
+		s.renderForm(w, r, status, sf, &formState{Name: sf.Name, Values: values, Err: msg})
+	}
+	if err := parseStartForm(w, r); err != nil {
+		fail(http.StatusBadRequest, r.PostForm, err)
+		return
+	}
+	f := r.PostForm
+	method, params, err := sf.Params(f)
+	if err != nil {
+		fail(http.StatusBadRequest, f, err)
+		return
+	}
+	if err := s.admitPeer(r, method); err != nil {
+		fail(http.StatusForbidden, f, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	o := from(ctx)
+	o.Admit = func() error { return s.admitPeer(r, method) }
+	res, err := s.opts.Caller.Invoke(ctx, o, method, params, nil)
+	if err != nil {
+		fail(httpStatus(err), f, err)
+		return
+	}
+	loc, err := sf.Land(res)
+	if err != nil {
+		fail(http.StatusBadGateway, f, fmt.Errorf("%s answered, but %w", method, err))
+		return
+	}
+	if wantsJSON {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "location": loc})
+		return
+	}
+	http.Redirect(w, r, loc, http.StatusSeeOther)
+}
+
+// parseStartForm reads a start form's body (multipart, as the forms send
+// it, or urlencoded), at most startFormBytes, and no files.
+func parseStartForm(w http.ResponseWriter, r *http.Request) error {
+	if r.PostForm == nil {
+		r.Body = http.MaxBytesReader(w, r.Body, startFormBytes)
+		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		var err error
+		if mt == "multipart/form-data" {
+			err = r.ParseMultipartForm(startFormBytes)
+		} else {
+			err = r.ParseForm()
+		}
+		if err != nil {
+			if r.PostForm == nil {
+				r.PostForm = url.Values{}
+			}
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				return fmt.Errorf("the form is over %s; a text box takes at most %s (larger input belongs in a file the job reads)",
+					byteSize(startFormBytes), byteSize(startTextMax))
+			}
+			return fmt.Errorf("reading the form: %w", err)
+		}
+	}
+	if r.MultipartForm != nil && len(r.MultipartForm.File) > 0 {
+		return errors.New("the form takes no files")
+	}
+	return nil
+}
+
+// renderForm shows sf's page again, the refused form filled in and its
+// error said. The page does not stream: its address is the form's, which
+// a reload could not read.
+func (s *Server) renderForm(w http.ResponseWriter, r *http.Request, status int, sf *startForm, fs *formState) {
+	var p *page
+	for _, q := range pages {
+		if q.Name == sf.Page {
+			p = q
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	v := view{Page: p, Nav: navPages(), CSRF: sessionOf(r.Context()).csrf, Version: s.opts.Version,
+		Path: strings.TrimSuffix(p.Pattern, "{$}"), Now: time.Now(), Form: fs}
+	data, err := p.Data(ctx, s, r)
+	if err != nil {
+		v.Err = err.Error()
+	}
+	v.Data = data
+	s.render(w, status, p.Name, "page", v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// errText is what a person reads of err: a method's message without its
+// code.
+func errText(err error) string {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Message
+	}
+	return err.Error()
+}
+
+// byteSize says n bytes as a person reads it: 64 KiB.
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " bytes"
+}
+
+// Field readers: each names the field it refuses.
+
+// formLine is a one-line field: at most max bytes of UTF-8 without
+// control characters, trimmed.
+func formLine(f url.Values, field string, max int) (string, error) {
+	v := strings.TrimSpace(f.Get(field))
+	if len(v) > max {
+		return "", fmt.Errorf("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
+	}
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("%s: not UTF-8 text", field)
+	}
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == '\u2028' || c == '\u2029' {
+			return "", fmt.Errorf("%s: has a control character (%U)", field, c)
+		}
+	}
+	return v, nil
+}
+
+// formBlock is a text box: at most max bytes of UTF-8 (the browser's
+// CRLF line ends, and a lone CR, made LF), without NUL.
+func formBlock(f url.Values, field string, max int) (string, error) {
+	v := strings.ReplaceAll(strings.ReplaceAll(f.Get(field), "\r\n", "\n"), "\r", "\n")
+	if len(v) > max {
+		return "", fmt.Errorf("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
+	}
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("%s: not UTF-8 text", field)
+	}
+	if strings.ContainsRune(v, 0) {
+		return "", fmt.Errorf("%s: has a NUL byte", field)
+	}
+	return v, nil
+}
+
+// formDir is an absolute directory, or "" when required is false.
+func formDir(f url.Values, field string, required bool) (string, error) {
+	v, err := formLine(f, field, startPathMax)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case v == "" && required:
+		return "", fmt.Errorf("%s: give an absolute path (it is empty)", field)
+	case v != "" && !filepath.IsAbs(v):
+		return "", fmt.Errorf("%s: must be an absolute path, got %q", field, clipForm(v))
+	}
+	return v, nil
+}
+
+// formTimeout is a timeout as the CLI's --timeout takes it: seconds (30,
+// 1.5) or a duration (500ms, 2m, 1h30m); "" is 0 (the default).
+func formTimeout(f url.Values, field string) (time.Duration, error) {
+	v, err := formLine(f, field, startNameMax)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	d, perr := time.ParseDuration(v)
+	if secs, err := strconv.ParseFloat(v, 64); err == nil && !strings.ContainsAny(v, "xXpPnNiI") {
+		if secs*float64(time.Second) > math.MaxInt64 {
+			secs = math.MaxInt64 / float64(time.Second)
+		}
+		d, perr = time.Duration(secs*float64(time.Second)), nil
+	}
+	switch {
+	case perr != nil:
+		return 0, fmt.Errorf("%s: want seconds (30, 1.5) or a duration (500ms, 2m, 1h30m), got %q", field, clipForm(v))
+	case d < 0:
+		return 0, fmt.Errorf("%s: must not be negative, got %s", field, v)
+	case d > startMaxTimeout:
+		return 0, fmt.Errorf("%s: at most a week (168h), got %s", field, v)
+	case d > 0 && d < time.Millisecond:
+		return 0, fmt.Errorf("%s: at least 1ms, got %s", field, v)
+	}
+	return d, nil
+}
+
+// jobFormParams is job.submit's: the command as a shell line (run by the
+// runner as /bin/sh -c, as `orchestrd run -- sh -c LINE` would), its
+// stdin text, lane, directory and timeout.
+func jobFormParams(f url.Values) (string, any, error) {
+	lane, err := formLine(f, "lane", startNameMax)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd, err := formLine(f, "command", startLineMax)
+	if err != nil {
+		return "", nil, err
+	}
+	if cmd == "" {
+		return "", nil, errors.New("command: give a shell line to run (it is empty)")
+	}
+	cwd, err := formDir(f, "cwd", false)
+	if err != nil {
+		return "", nil, err
+	}
+	timeout, err := formTimeout(f, "timeout")
+	if err != nil {
+		return "", nil, err
+	}
+	stdin, err := formBlock(f, "stdin", startTextMax)
+	if err != nil {
+		return "", nil, err
+	}
+	return "job.submit", api.JobSpec{Lane: lane, Command: cmd, Cwd: cwd, TimeoutMs: uint64(timeout.Milliseconds()), Stdin: stdin}, nil
+}
+
+// loopFormParams is `orchestrd loop plan|code`'s call: loop.create_plan,
+// or loop.create of a code loop.
+func loopFormParams(f url.Values) (string, any, error) {
+	typ := f.Get("type")
+	if typ != string(api.LoopPlan) && typ != string(api.LoopCode) {
+		return "", nil, fmt.Errorf("type: want plan or code, got %q", clipForm(typ))
+	}
+	desc, err := formBlock(f, "description", startTextMax)
+	if err != nil {
+		return "", nil, err
+	}
+	desc = strings.TrimSpace(desc)
+	if desc == "" {
+		return "", nil, errors.New("description: say what the loop should do (it is empty)")
+	}
+	repo, err := formDir(f, "repo", false)
+	if err != nil {
+		return "", nil, err
+	}
+	base, err := formLine(f, "base", startNameMax)
+	if err != nil {
+		return "", nil, err
+	}
+	if typ == string(api.LoopPlan) {
+		return "loop.create_plan", api.LoopCreatePlanParams{Description: desc, Repo: repo, Base: base}, nil
+	}
+	return "loop.create", api.LoopCreateParams{LoopType: api.LoopCode, Description: desc, Repo: repo, Base: base}, nil
+}
+
+// promptFormParams is `orchestrd prompt`'s task.execute.
+func promptFormParams(f url.Values) (string, any, error) {
+	pool, err := formLine(f, "executor", startNameMax)
+	if err != nil {
+		return "", nil, err
+	}
+	text, err := formBlock(f, "prompt", startTextMax)
+	if err != nil {
+		return "", nil, err
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", nil, errors.New("prompt: say what the agent should do (it is empty)")
+	}
+	cwd, err := formDir(f, "cwd", true)
+	if err != nil {
+		return "", nil, err
+	}
+	mode := f.Get("mode")
+	switch mode {
+	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
+	default:
+		return "", nil, fmt.Errorf("mode: want default, acceptEdits, bypassPermissions or plan, got %q", clipForm(mode))
+	}
+	timeout, err := formTimeout(f, "timeout")
+	if err != nil {
+		return "", nil, err
+	}
+	return "task.execute", api.TaskSpec{Executor: pool, Prompt: text, Cwd: cwd, PermissionMode: mode, TimeoutMs: timeout.Milliseconds()}, nil
+}
