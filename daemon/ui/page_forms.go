@@ -9,7 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"path/filepath"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,17 +76,37 @@ func init() {
 		}
 		return fs.Values.Get(field)
 	}
-	funcs["formError"] = func(fs *formState, form string) string {
-		if fs == nil || fs.Name != form {
-			return ""
-		}
-		return fs.Err
-	}
 	funcs["formLimit"] = func(n int) string { return byteSize(n) }
+	funcs["startHead"] = func(fs *formState, csrf, form, title string) startHead {
+		h := startHead{Name: form, Title: title, CSRF: csrf}
+		if fs != nil && fs.Name == form {
+			h.Err = fs.Err
+		}
+		return h
+	}
+	funcs["startField"] = func(fs *formState, form, name, label string, max int, hint string) startField {
+		id := form + "-" + name
+		v := ""
+		if fs != nil && fs.Name == form {
+			v = fs.Values.Get(name)
+		}
+		return startField{ID: id, Name: name, Label: label, Max: max, Hint: hint, Value: v}
+	}
 	funcs["startLimits"] = func() startLimits {
 		return startLimits{Text: startTextMax, Line: startLineMax,
 			Modes: []string{api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan}}
 	}
+}
+
+// startHead is what a start form begins with: its box, its token and
+// its alert (template start-head).
+type startHead struct{ Name, Title, CSRF, Err string }
+
+// startField is a one-line text field of a start form, its value the
+// refused form's (template start-field).
+type startField struct {
+	ID, Name, Label, Hint, Value string
+	Max                          int
 }
 
 // startLimits are the forms' bounds, for their fields' maxlength and
@@ -252,169 +273,164 @@ func byteSize(n int) string {
 	return strconv.Itoa(n) + " bytes"
 }
 
-// Field readers: each names the field it refuses.
+// formReader reads a form's fields: each reader names the field it
+// refuses, and after the first refusal (err) the others read nothing.
+type formReader struct {
+	f   url.Values
+	err error
+}
 
-// formLine is a one-line field: at most max bytes of UTF-8 without
-// control characters, trimmed.
-func formLine(f url.Values, field string, max int) (string, error) {
-	v := strings.TrimSpace(f.Get(field))
+func (r *formReader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+}
+
+// line is a one-line field: at most max bytes of UTF-8 without control
+// characters, trimmed.
+func (r *formReader) line(field string, max int) string {
+	v := strings.TrimSpace(r.f.Get(field))
+	if r.err != nil {
+		return ""
+	}
 	if len(v) > max {
-		return "", fmt.Errorf("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
+		r.fail("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
+		return ""
 	}
 	if !utf8.ValidString(v) {
-		return "", fmt.Errorf("%s: not UTF-8 text", field)
+		r.fail("%s: not UTF-8 text", field)
+		return ""
 	}
 	for _, c := range v {
 		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == '\u2028' || c == '\u2029' {
-			return "", fmt.Errorf("%s: has a control character (%U)", field, c)
+			r.fail("%s: has a control character (%U)", field, c)
+			return ""
 		}
 	}
-	return v, nil
+	return v
 }
 
-// formBlock is a text box: at most max bytes of UTF-8 (the browser's
-// CRLF line ends, and a lone CR, made LF), without NUL.
-func formBlock(f url.Values, field string, max int) (string, error) {
-	v := strings.ReplaceAll(strings.ReplaceAll(f.Get(field), "\r\n", "\n"), "\r", "\n")
-	if len(v) > max {
-		return "", fmt.Errorf("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
-	}
-	if !utf8.ValidString(v) {
-		return "", fmt.Errorf("%s: not UTF-8 text", field)
-	}
-	if strings.ContainsRune(v, 0) {
-		return "", fmt.Errorf("%s: has a NUL byte", field)
-	}
-	return v, nil
-}
-
-// formDir is an absolute directory, or "" when required is false.
-func formDir(f url.Values, field string, required bool) (string, error) {
-	v, err := formLine(f, field, startPathMax)
-	if err != nil {
-		return "", err
-	}
+// block is a text box: at most max bytes of UTF-8 (the browser's CRLF
+// line ends, and a lone CR, made LF), without NUL. empty, when set, is
+// what to say of a box left blank.
+func (r *formReader) block(field string, max int, empty string) string {
+	v := strings.ReplaceAll(strings.ReplaceAll(r.f.Get(field), "\r\n", "\n"), "\r", "\n")
 	switch {
-	case v == "" && required:
-		return "", fmt.Errorf("%s: give an absolute path (it is empty)", field)
-	case v != "" && !filepath.IsAbs(v):
-		return "", fmt.Errorf("%s: must be an absolute path, got %q", field, clipForm(v))
+	case r.err != nil:
+		return ""
+	case len(v) > max:
+		r.fail("%s: at most %s, got %d bytes", field, byteSize(max), len(v))
+	case !utf8.ValidString(v):
+		r.fail("%s: not UTF-8 text", field)
+	case strings.ContainsRune(v, 0):
+		r.fail("%s: has a NUL byte", field)
+	case empty != "" && strings.TrimSpace(v) == "":
+		r.fail("%s: %s (it is empty)", field, empty)
+	default:
+		return v
 	}
-	return v, nil
+	return ""
 }
 
-// formTimeout is a timeout as the CLI's --timeout takes it: seconds (30,
+// dir is an absolute directory, or "" when required is false.
+func (r *formReader) dir(field string, required bool) string {
+	v := r.line(field, startPathMax)
+	switch {
+	case r.err != nil:
+	case v == "" && required:
+		r.fail("%s: give an absolute path (it is empty)", field)
+	case v != "" && !path.IsAbs(v):
+		r.fail("%s: must be an absolute path, got %q", field, clipForm(v))
+	default:
+		return v
+	}
+	return ""
+}
+
+// oneOf is a choice among choices ("" among them: may be left out).
+func (r *formReader) oneOf(field string, choices ...string) string {
+	v := r.f.Get(field)
+	if r.err != nil || slices.Contains(choices, v) {
+		return v
+	}
+	named := slices.DeleteFunc(slices.Clone(choices), func(c string) bool { return c == "" })
+	want := named[len(named)-1]
+	if len(named) > 1 {
+		want = strings.Join(named[:len(named)-1], ", ") + " or " + want
+	}
+	r.fail("%s: want %s, got %q", field, want, clipForm(v))
+	return ""
+}
+
+// timeout is a timeout as the CLI's --timeout takes it: seconds (30,
 // 1.5) or a duration (500ms, 2m, 1h30m); "" is 0 (the default).
-func formTimeout(f url.Values, field string) (time.Duration, error) {
-	v, err := formLine(f, field, startNameMax)
-	if err != nil || v == "" {
-		return 0, err
+func (r *formReader) timeout(field string) time.Duration {
+	v := r.line(field, startNameMax)
+	if r.err != nil || v == "" {
+		return 0
 	}
 	d, perr := time.ParseDuration(v)
 	if secs, err := strconv.ParseFloat(v, 64); err == nil && !strings.ContainsAny(v, "xXpPnNiI") {
-		if secs*float64(time.Second) > math.MaxInt64 {
-			secs = math.MaxInt64 / float64(time.Second)
-		}
+		secs = math.Min(secs, math.MaxInt64/float64(time.Second))
 		d, perr = time.Duration(secs*float64(time.Second)), nil
 	}
 	switch {
 	case perr != nil:
-		return 0, fmt.Errorf("%s: want seconds (30, 1.5) or a duration (500ms, 2m, 1h30m), got %q", field, clipForm(v))
+		r.fail("%s: want seconds (30, 1.5) or a duration (500ms, 2m, 1h30m), got %q", field, clipForm(v))
 	case d < 0:
-		return 0, fmt.Errorf("%s: must not be negative, got %s", field, v)
+		r.fail("%s: must not be negative, got %s", field, v)
 	case d > startMaxTimeout:
-		return 0, fmt.Errorf("%s: at most a week (168h), got %s", field, v)
+		r.fail("%s: at most a week (168h), got %s", field, v)
 	case d > 0 && d < time.Millisecond:
-		return 0, fmt.Errorf("%s: at least 1ms, got %s", field, v)
+		r.fail("%s: at least 1ms, got %s", field, v)
+	default:
+		return d
 	}
-	return d, nil
+	return 0
 }
 
 // jobFormParams is job.submit's: the command as a shell line (run by the
 // runner as /bin/sh -c, as `orchestrd run -- sh -c LINE` would), its
 // stdin text, lane, directory and timeout.
 func jobFormParams(f url.Values) (string, any, error) {
-	lane, err := formLine(f, "lane", startNameMax)
-	if err != nil {
-		return "", nil, err
+	r := &formReader{f: f}
+	spec := api.JobSpec{Lane: r.line("lane", startNameMax), Command: r.line("command", startLineMax)}
+	if r.err == nil && spec.Command == "" {
+		r.fail("command: give a shell line to run (it is empty)")
 	}
-	cmd, err := formLine(f, "command", startLineMax)
-	if err != nil {
-		return "", nil, err
+	spec.Cwd = r.dir("cwd", false)
+	spec.TimeoutMs = uint64(r.timeout("timeout").Milliseconds())
+	spec.Stdin = r.block("stdin", startTextMax, "")
+	if r.err != nil {
+		return "", nil, r.err
 	}
-	if cmd == "" {
-		return "", nil, errors.New("command: give a shell line to run (it is empty)")
-	}
-	cwd, err := formDir(f, "cwd", false)
-	if err != nil {
-		return "", nil, err
-	}
-	timeout, err := formTimeout(f, "timeout")
-	if err != nil {
-		return "", nil, err
-	}
-	stdin, err := formBlock(f, "stdin", startTextMax)
-	if err != nil {
-		return "", nil, err
-	}
-	return "job.submit", api.JobSpec{Lane: lane, Command: cmd, Cwd: cwd, TimeoutMs: uint64(timeout.Milliseconds()), Stdin: stdin}, nil
+	return "job.submit", spec, nil
 }
 
 // loopFormParams is `orchestrd loop plan|code`'s call: loop.create_plan,
 // or loop.create of a code loop.
 func loopFormParams(f url.Values) (string, any, error) {
-	typ := f.Get("type")
-	if typ != string(api.LoopPlan) && typ != string(api.LoopCode) {
-		return "", nil, fmt.Errorf("type: want plan or code, got %q", clipForm(typ))
+	r := &formReader{f: f}
+	typ := r.oneOf("type", string(api.LoopPlan), string(api.LoopCode))
+	p := api.LoopCreatePlanParams{Description: strings.TrimSpace(r.block("description", startTextMax, "say what the loop should do")),
+		Repo: r.dir("repo", false), Base: r.line("base", startNameMax)}
+	switch {
+	case r.err != nil:
+		return "", nil, r.err
+	case typ == string(api.LoopPlan):
+		return "loop.create_plan", p, nil
 	}
-	desc, err := formBlock(f, "description", startTextMax)
-	if err != nil {
-		return "", nil, err
-	}
-	desc = strings.TrimSpace(desc)
-	if desc == "" {
-		return "", nil, errors.New("description: say what the loop should do (it is empty)")
-	}
-	repo, err := formDir(f, "repo", false)
-	if err != nil {
-		return "", nil, err
-	}
-	base, err := formLine(f, "base", startNameMax)
-	if err != nil {
-		return "", nil, err
-	}
-	if typ == string(api.LoopPlan) {
-		return "loop.create_plan", api.LoopCreatePlanParams{Description: desc, Repo: repo, Base: base}, nil
-	}
-	return "loop.create", api.LoopCreateParams{LoopType: api.LoopCode, Description: desc, Repo: repo, Base: base}, nil
+	return "loop.create", api.LoopCreateParams{LoopType: api.LoopCode, Description: p.Description, Repo: p.Repo, Base: p.Base}, nil
 }
 
 // promptFormParams is `orchestrd prompt`'s task.execute.
 func promptFormParams(f url.Values) (string, any, error) {
-	pool, err := formLine(f, "executor", startNameMax)
-	if err != nil {
-		return "", nil, err
+	r := &formReader{f: f}
+	spec := api.TaskSpec{Executor: r.line("executor", startNameMax), Prompt: r.block("prompt", startTextMax, "say what the agent should do"),
+		Cwd: r.dir("cwd", true), PermissionMode: r.oneOf("mode", "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan)}
+	spec.TimeoutMs = r.timeout("timeout").Milliseconds()
+	if r.err != nil {
+		return "", nil, r.err
 	}
-	text, err := formBlock(f, "prompt", startTextMax)
-	if err != nil {
-		return "", nil, err
-	}
-	if strings.TrimSpace(text) == "" {
-		return "", nil, errors.New("prompt: say what the agent should do (it is empty)")
-	}
-	cwd, err := formDir(f, "cwd", true)
-	if err != nil {
-		return "", nil, err
-	}
-	mode := f.Get("mode")
-	switch mode {
-	case "", api.ModeDefault, api.ModeAcceptEdits, api.ModeBypass, api.ModePlan:
-	default:
-		return "", nil, fmt.Errorf("mode: want default, acceptEdits, bypassPermissions or plan, got %q", clipForm(mode))
-	}
-	timeout, err := formTimeout(f, "timeout")
-	if err != nil {
-		return "", nil, err
-	}
-	return "task.execute", api.TaskSpec{Executor: pool, Prompt: text, Cwd: cwd, PermissionMode: mode, TimeoutMs: timeout.Milliseconds()}, nil
+	return "task.execute", spec, nil
 }

@@ -21,7 +21,7 @@ func (h *harness) postMultipart(c *http.Client, path string, fields [][2]string,
 		mw.WriteField(f[0], f[1])
 	}
 	mw.Close()
-	req, err := http.NewRequest("POST", h.http.URL+path, &b)
+	req, err := http.NewRequestWithContext(h.t.Context(), "POST", h.http.URL+path, &b)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -33,8 +33,11 @@ func (h *harness) postMultipart(c *http.Client, path string, fields [][2]string,
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	return resp, string(body)
 }
 

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,8 +13,27 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
 )
+
+// signedInOn starts a daemon with cfg, signs a tab in and opens path,
+// the page named page, once its live stream is open.
+func signedInOn(t *testing.T, cfg config, path, page string) (*daemon, *tab) {
+	t.Helper()
+	needBrowser(t)
+	d := startDaemon(t, cfg)
+	tb := newTab(t, d)
+	tb.signIn()
+	tb.openLive(path, page)
+	return d, tb
+}
+
+// openLive opens path, the page named page, and waits for its live
+// stream.
+func (tb *tab) openLive(path, page string) {
+	tb.t.Helper()
+	tb.open(path)
+	tb.waitJS("the "+page+" page's live stream", `document.body.dataset.page === `+jsID(page)+` && document.body.dataset.stream === "open"`)
+}
 
 // landedOn waits for the tab to be on the page of a new thing under
 // prefix (/ui/jobs/, /ui/loops/, /ui/agents/tasks/) and returns its id.
@@ -48,12 +65,7 @@ func (tb *tab) fitsPhone(what string) {
 // the daemon does not have, a stdin over 64 KiB.
 func TestRunJobForm(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
-	tb.open("/ui/jobs")
-	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
+	d, tb := signedInOn(t, config{}, "/ui/jobs", "jobs")
 	if eval[bool](tb, `document.getElementById("start-job").open`) {
 		t.Fatal("the run form is open before it is asked for")
 	}
@@ -91,8 +103,7 @@ func TestRunJobForm(t *testing.T) {
 	d.waitEvent("job.queued", func(e map[string]any) bool { return e["job_id"] == id })
 
 	// Refusals, in the form, with what was typed kept.
-	tb.open("/ui/jobs")
-	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
+	tb.openLive("/ui/jobs", "jobs")
 	tb.click(chromedp.CSS("#start-job > summary"))
 	tb.do(chromedp.SendKeys(chromedp.ID("job-stdin"), "kept input"))
 	tb.click(chromedp.CSS("#form-job button[type=submit]"))
@@ -145,28 +156,8 @@ func TestRunJobForm(t *testing.T) {
 // form kept.
 func TestStartLoopForm(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	repo := gitRepo(t)
-	agentDir, err := daemonrun.ShortTempDir("oduiagent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(agentDir) })
-	agent := filepath.Join(agentDir, "agent.sh")
-	if err := daemonrun.WriteExecutable(agent, strings.NewReader(planAgent), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, config{daemon: "sandbox = false\n", extra: fmt.Sprintf(`
-[executors.agent]
-command = [%q, "executor", "--", "/bin/sh", %q]
-[loops]
-executor = "agent"
-validation_lane = "net"
-`, binary, agent)})
-	tb := newTab(t, d)
-	tb.signIn()
-	tb.open("/ui/loops")
-	tb.waitJS("the loops page", `document.body.dataset.page === "loops" && document.body.dataset.stream === "open"`)
+	cfg, repo := planLoopConfig(t)
+	d, tb := signedInOn(t, cfg, "/ui/loops", "loops")
 	tb.click(chromedp.CSS("#start-loop > summary"))
 	notRepo := t.TempDir()
 	tb.do(chromedp.SendKeys(chromedp.ID("loop-repo"), notRepo),
@@ -199,12 +190,8 @@ validation_lane = "net"
 func TestSendPromptForm(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
-	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
-	d := startDaemon(t, config{extra: fmt.Sprintf("[executors.scripted]\ncommand = [%q]\ninstances = 1\nstop_grace = \"500ms\"\n", exe)})
-	tb := newTab(t, d)
-	tb.signIn()
-	tb.open("/ui/agents")
-	tb.waitJS("the agents page", `document.body.dataset.page === "agents" && document.body.dataset.stream === "open"`)
+	pool := fmt.Sprintf("[executors.scripted]\ncommand = [%q]\n", tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor"))
+	d, tb := signedInOn(t, config{extra: pool}, "/ui/agents", "agents")
 	tb.click(chromedp.CSS("#start-prompt > summary"))
 	tb.do(chromedp.SendKeys(chromedp.ID("prompt-text"), `{"steps":[{"op":"message","n":1,"text":"hello from the prompt form"}]}`))
 	tb.click(chromedp.CSS("#form-prompt button[type=submit]"))

@@ -48,17 +48,14 @@ func gitRepo(t *testing.T) string {
 	return real
 }
 
-// A plan loop's page: the plan its agent wrote shows, without a reload,
-// with the specs approving it creates; Approve makes its children (the
-// two spec loops) appear under it; Cancel, confirmed, ends it and every
-// loop under it (failed: cancelled).
-func TestLoopPlanApproved(t *testing.T) {
-	t.Parallel()
-	needBrowser(t)
+// planLoopConfig is the config of a daemon whose loops' agent is
+// planAgent, and a repository for its loops.
+func planLoopConfig(t *testing.T) (cfg config, repo string) {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
-	repo := gitRepo(t)
+	repo = gitRepo(t)
 	agentDir, err := daemonrun.ShortTempDir("oduiagent")
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +65,24 @@ func TestLoopPlanApproved(t *testing.T) {
 	if err := daemonrun.WriteExecutable(agent, strings.NewReader(planAgent), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, config{daemon: "sandbox = false\n", extra: fmt.Sprintf(`
+	return config{daemon: "sandbox = false\n", extra: fmt.Sprintf(`
 [executors.agent]
 command = [%q, "executor", "--", "/bin/sh", %q]
 [loops]
 executor = "agent"
 validation_lane = "net"
-`, binary, agent)})
+`, binary, agent)}, repo
+}
+
+// A plan loop's page: the plan its agent wrote shows, without a reload,
+// with the specs approving it creates; Approve makes its children (the
+// two spec loops) appear under it; Cancel, confirmed, ends it and every
+// loop under it (failed: cancelled).
+func TestLoopPlanApproved(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	cfg, repo := planLoopConfig(t)
+	d := startDaemon(t, cfg)
 	tb := newTab(t, d)
 	asked := tb.acceptDialogs()
 	tb.signIn()
