@@ -193,6 +193,23 @@ func (s *Server) startWork(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, loc, http.StatusSeeOther)
 }
 
+// startFormPage serves GET /ui/start/{form}: the page the form is on (a
+// refused form's page, reloaded, or read again by the live reload).
+func (s *Server) startFormPage(w http.ResponseWriter, r *http.Request) {
+	sf, ok := startForms[r.PathValue("form")]
+	if !ok {
+		http.Error(w, "no such form: "+clipForm(r.PathValue("form")), http.StatusNotFound)
+		return
+	}
+	for _, p := range pages {
+		if p.Name == sf.Page {
+			http.Redirect(w, r, strings.TrimSuffix(p.Pattern, "{$}"), http.StatusSeeOther)
+			return
+		}
+	}
+	http.NotFound(w, r)
+}
+
 // parseStartForm reads a start form's body (multipart, as the forms send
 // it, or urlencoded), at most startFormBytes, and no files.
 func parseStartForm(w http.ResponseWriter, r *http.Request) error {
@@ -224,8 +241,8 @@ func parseStartForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 // renderForm shows sf's page again, the refused form filled in and its
-// error said. The page does not stream: its address is the form's, which
-// a reload could not read.
+// error said. The page does not stream: its address is the form's (a
+// GET of it goes to the page, startFormPage).
 func (s *Server) renderForm(w http.ResponseWriter, r *http.Request, status int, sf *startForm, fs *formState) {
 	var p *page
 	for _, q := range pages {

@@ -162,6 +162,11 @@ func TestStartFormRefused(t *testing.T) {
 	if strings.Contains(body, "<script>alert") {
 		t.Fatal("the refused form's page has the hostile value as markup")
 	}
+	// Its address, read again (a reload, the live reload), is its page.
+	if resp, _ := h.do(c, "GET", "/ui/start/job", nil, map[string]string{"X-Fragment": "1"}); resp.StatusCode != http.StatusSeeOther ||
+		resp.Header.Get("Location") != "/ui/jobs" {
+		t.Fatalf("GET of the form's address: %d to %q, want the jobs page", resp.StatusCode, resp.Header.Get("Location"))
+	}
 
 	// Loops and prompts.
 	for _, tc := range []struct {

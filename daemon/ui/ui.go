@@ -163,6 +163,7 @@ func (s *Server) routes() {
 	m.Handle("GET /ui/jobs/{id}/output", s.authed(s.streamOutput))
 	m.Handle("POST /ui/act/{action}", s.xorigin.Handler(s.authed(s.act)))
 	m.Handle("POST /ui/start/{form}", s.xorigin.Handler(s.authed(s.startWork)))
+	m.Handle("GET /ui/start/{form}", s.authed(s.startFormPage))
 	for _, p := range pages {
 		m.Handle("GET "+p.Pattern, s.authed(s.pageHandler(p)))
 	}
