@@ -78,12 +78,14 @@ type Server struct {
 	mux      *http.ServeMux
 	xorigin  *http.CrossOriginProtection
 
-	mu      sync.Mutex
-	closed  bool
-	streams map[*stream]struct{}
-	wg      sync.WaitGroup // open streams
-	errs    *recentErrors
-	unsub   func()
+	mu         sync.Mutex
+	closed     bool
+	streams    map[*stream]struct{}
+	wg         sync.WaitGroup // open streams
+	errs       *recentErrors
+	unsub      func()
+	charts     *charts
+	stopCharts func()
 }
 
 //go:embed templates/*.html
@@ -112,6 +114,7 @@ func New(opts Options) (*Server, error) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 	}))
 	s.unsub = opts.Bus.Subscribe(errorKinds, s.errs)
+	s.startCharts()
 	s.routes()
 	return s, nil
 }
@@ -216,6 +219,7 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.unsub()
+	s.stopCharts()
 	s.wg.Wait()
 }
 
