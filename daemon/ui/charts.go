@@ -432,7 +432,8 @@ func (c *chart) view(now time.Time) chartView {
 			sum, hi, n, seen = sum+b.sum, max(hi, b.max), n+b.n, true
 			if c.kind == chartGauge {
 				lastV = b.last
-				pts = append(pts, fnum(x(ago)+slotW/2)+","+fnum(float64(chartH)-val*scale))
+				y := fnum(min(float64(chartH)-val*scale, chartH-1)) // a step a minute; 0 just above the axis
+				pts = append(pts, fnum(x(ago))+","+y, fnum(x(ago)+slotW)+","+y)
 				continue
 			}
 			lastV = val
@@ -449,9 +450,6 @@ func (c *chart) view(now time.Time) chartView {
 		}
 		if !seen {
 			continue
-		}
-		if len(pts) == 1 { // one sample: a dot's worth of line
-			pts = append(pts, pts[0])
 		}
 		if len(pts) > 0 {
 			v.Lines = append(v.Lines, chartLine{Class: class, Series: s.name, Points: strings.Join(pts, " ")})
