@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -18,13 +17,9 @@ import (
 // and cost. Each chart says its values as text (and in its SVG's
 // description), and the page fits a phone's width.
 func TestCharts(t *testing.T) {
-	t.Parallel()
-	needBrowser(t)
 	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
-	d := startDaemon(t, config{extra: fmt.Sprintf("[approvals.reachout]\nsocket = \"{{home}}/hook.sock\"\n"+
+	d, tb := signedIn(t, config{extra: fmt.Sprintf("[approvals.reachout]\nsocket = \"{{home}}/hook.sock\"\n"+
 		"[executors.scripted]\ncommand = [%q]\ninstances = 1\n", exe)})
-	tb := newTab(t, d)
-	tb.signIn()
 
 	// Known jobs: 3 succeed and 2 fail on lane net.
 	for i := 0; i < 3; i++ {
@@ -94,8 +89,8 @@ func TestCharts(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no runner.ready of lane net in the log")
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if p, err := os.FindProcess(pid); err != nil || p.Kill() != nil {
+		t.Fatalf("killing runner %d: %v", pid, err)
 	}
 	tb.waitText("#chart-restarts-latest", "net 1, ")
 

@@ -10,6 +10,18 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
+// signedIn starts a daemon with cfg (the test runs in parallel) and a
+// tab signed in to its dashboard.
+func signedIn(t *testing.T, cfg config) (*daemon, *tab) {
+	t.Helper()
+	t.Parallel()
+	needBrowser(t)
+	d := startDaemon(t, cfg)
+	tb := newTab(t, d)
+	tb.signIn()
+	return d, tb
+}
+
 // A running job's page follows its output's tail: it stays at the end
 // as lines come, until the person scrolls up (then it stays where they
 // are, and "Follow the output" shows); the button takes it back to the
@@ -17,11 +29,7 @@ import (
 // "0 bytes"), and ANSI colours and bold show as classes, their escape
 // sequences gone.
 func TestOutputFollowsAndColours(t *testing.T) {
-	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one"), filepath.Join(dir, "two")
 	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"
@@ -108,11 +116,7 @@ echo "the end"`, "sh", one, two)
 // output's own. The parser itself is fed a seeded stream of hostile
 // pieces and keeps the same promises.
 func TestOutputHostile(t *testing.T) {
-	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	out, errOut, code := d.cli("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"
 printf '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>\n'
 printf '\033[31;"><img src=x onerror=window.pwned=3>m after csi\n'
