@@ -457,15 +457,15 @@ func (c *chart) view(now time.Time) chartView {
 		var said string
 		switch c.kind {
 		case chartGauge:
-			said = fmt.Sprintf("%s %s now, %s at most", s.name, c.value(lastV), c.value(hi))
+			said = fmt.Sprintf("%s %s now (%s at most)", s.name, c.value(lastV), c.value(hi))
 		case chartMean:
-			said = fmt.Sprintf("%s %s mean of %d, %s last", s.name, c.value(sum/float64(max(n, 1))), n, c.value(lastV))
+			said = fmt.Sprintf("%s: mean %s over %d, last %s", s.name, c.value(sum/float64(max(n, 1))), n, c.value(lastV))
 		default:
 			cur := 0.0
 			if b, ok := s.at(nowM); ok {
 				cur = c.pick(b)
 			}
-			said = fmt.Sprintf("%s %s, %s this minute", s.name, c.value(sum), c.value(cur))
+			said = fmt.Sprintf("%s %s (%s this minute)", s.name, c.value(sum), c.value(cur))
 		}
 		words = append(words, said)
 		v.Legend = append(v.Legend, chartLegend{Name: s.name, Class: class, Value: said})

@@ -150,12 +150,12 @@ func TestChartsFromRecords(t *testing.T) {
 		views[v.ID] = v
 	}
 	for id, want := range map[string][]string{
-		"jobs":     {"succeeded 2, 0 this minute", "failed 1, 0 this minute", "node_lost 1, 1 this minute"},
-		"queue":    {"no-net 2 now, 4 at most"},
-		"restarts": {"net 1, 1 this minute"},
-		"answer":   {"answered 30.0 s mean of 1, 30.0 s last"},
-		"tokens":   {"input 100, 100 this minute", "output 20, 20 this minute"},
-		"cost":     {"cost $0.5000, $0.5000 this minute"},
+		"jobs":     {"succeeded 2 (0 this minute)", "failed 1 (0 this minute)", "node_lost 1 (1 this minute)"},
+		"queue":    {"no-net 2 now (4 at most)"},
+		"restarts": {"net 1 (1 this minute)"},
+		"answer":   {"answered: mean 30.0 s over 1, last 30.0 s"},
+		"tokens":   {"input 100 (100 this minute)", "output 20 (20 this minute)"},
+		"cost":     {"cost $0.5000 ($0.5000 this minute)"},
 		"waiting":  {"Nothing in the last hour."},
 	} {
 		for _, w := range want {
@@ -223,8 +223,8 @@ func TestChartsSample(t *testing.T) {
 	for _, v := range c.views(at(0, 50)) {
 		views[v.ID] = v
 	}
-	for id, w := range map[string]string{"queue": "net 3 now, 3 at most; <b>x</b> 1 now", "waiting": "waiting 1 now",
-		"answer": "answered 40.0 s"} {
+	for id, w := range map[string]string{"queue": "net 3 now (3 at most); <b>x</b> 1 now", "waiting": "waiting 1 now",
+		"answer": "answered: mean 40.0 s"} {
 		if !strings.Contains(views[id].Latest, w) {
 			t.Errorf("chart %s says %q, want %q in it", id, views[id].Latest, w)
 		}
@@ -245,7 +245,7 @@ func TestChartsPage(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("charts: %d\n%s", resp.StatusCode, body)
 	}
-	for _, w := range []string{`<rect class="s0"`, `data-series="succeeded"`, `succeeded 1, 1 this minute`,
+	for _, w := range []string{`<rect class="s0"`, `data-series="succeeded"`, `succeeded 1 (1 this minute)`,
 		`data-series="&lt;img src=x onerror=alert(1)&gt;"`, `&lt;img src=x onerror=alert(1)&gt; 5 now`, `<polyline class="s5"`} {
 		if !strings.Contains(body, w) {
 			t.Errorf("the charts page has no %q", w)

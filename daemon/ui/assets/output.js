@@ -212,7 +212,8 @@
     function count() {
       const b = document.getElementById("output-bytes");
       if (b && !ended) b.textContent = String(written);
-      pre.dataset.bytes = String(bytes);
+      pre.dataset.bytes = String(bytes); // shown
+      pre.dataset.written = String(written); // and what the tab was told it missed
     }
     // A reload of the page's content takes the output out and puts it
     // back: where it was scrolled to is put back too.

@@ -37,8 +37,8 @@ func TestCharts(t *testing.T) {
 	sum := func(chart, series string) string {
 		return `[...document.querySelectorAll("#chart-` + chart + ` rect[data-series=` + series + `]")].reduce((n, r) => n + Number(r.dataset.value), 0)`
 	}
-	tb.waitText("#chart-jobs-latest", "succeeded 3, ")
-	tb.waitText("#chart-jobs-latest", "failed 2, ")
+	tb.waitText("#chart-jobs-latest", "succeeded 3 (")
+	tb.waitText("#chart-jobs-latest", "failed 2 (")
 	if n := eval[int](tb, sum("jobs", "succeeded")); n != 3 {
 		t.Fatalf("the succeeded bars add up to %d, want 3", n)
 	}
@@ -63,7 +63,7 @@ func TestCharts(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		runs = append(runs, d.startCLI("run", "--lane", "no-net", "--", "sh", "-c", `while [ ! -e "$1" ]; do sleep 0.05; done`, "sh", flag))
 	}
-	tb.waitText("#chart-queue-latest", "no-net 2 now, 2 at most")
+	tb.waitText("#chart-queue-latest", "no-net 2 now (2 at most)")
 	if n := eval[int](tb, `document.querySelectorAll("#chart-queue polyline[data-series=no-net]").length`); n != 1 {
 		t.Fatalf("lane no-net's queue: %d lines", n)
 	}
@@ -76,8 +76,8 @@ func TestCharts(t *testing.T) {
 			t.Fatalf("a queued job: exit %d", code)
 		}
 	}
-	tb.waitText("#chart-jobs-latest", "succeeded 7, ")
-	tb.waitText("#chart-queue-latest", "no-net 0 now, 2 at most")
+	tb.waitText("#chart-jobs-latest", "succeeded 7 (")
+	tb.waitText("#chart-queue-latest", "no-net 0 now (2 at most)")
 
 	// A runner killed: it is restarted.
 	var pid int
@@ -92,7 +92,7 @@ func TestCharts(t *testing.T) {
 	if p, err := os.FindProcess(pid); err != nil || p.Kill() != nil {
 		t.Fatalf("killing runner %d: %v", pid, err)
 	}
-	tb.waitText("#chart-restarts-latest", "net 1, ")
+	tb.waitText("#chart-restarts-latest", "net 1 (")
 
 	// An approval that waits until it is answered.
 	h := askHook(t, filepath.Join(d.home, "hook.sock"), "make test")
@@ -102,8 +102,8 @@ func TestCharts(t *testing.T) {
 		t.Fatalf("approve: exit %d: %s", code, errOut)
 	}
 	h.answer(t)
-	tb.waitText("#chart-waiting-latest", "waiting 0 now, 1 at most")
-	tb.waitText("#chart-answer-latest", "mean of 1, ")
+	tb.waitText("#chart-waiting-latest", "waiting 0 now (1 at most)")
+	tb.waitText("#chart-answer-latest", "over 1, last ")
 	if n := eval[int](tb, `document.querySelectorAll("#chart-answer rect[data-series=answered]").length`); n != 1 {
 		t.Fatalf("the time to answer: %d bars, want 1", n)
 	}
@@ -113,9 +113,9 @@ func TestCharts(t *testing.T) {
 		`{"steps":[{"op":"usage","input_tokens":1200,"output_tokens":345,"cost_usd":0.25},{"op":"status","status":"completed"}]}`); code != 0 {
 		t.Fatalf("prompt: exit %d: %s", code, errOut)
 	}
-	tb.waitText("#chart-tokens-latest", "input 1200, ")
-	tb.waitText("#chart-tokens-latest", "output 345, ")
-	tb.waitText("#chart-cost-latest", "cost $0.2500, ")
+	tb.waitText("#chart-tokens-latest", "input 1200 (")
+	tb.waitText("#chart-tokens-latest", "output 345 (")
+	tb.waitText("#chart-cost-latest", "cost $0.2500 (")
 	if n := eval[int](tb, sum("tokens", "input")); n != 1200 {
 		t.Fatalf("the input tokens' bars add up to %d, want 1200", n)
 	}

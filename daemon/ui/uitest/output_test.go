@@ -69,8 +69,9 @@ echo "the end"`, "sh", one, two)
 		t.Fatalf("a red span has the output's own colour %s", c)
 	}
 
-	// The byte count while it streams: what the page was given.
-	bytes := eval[string](tb, `document.getElementById("output").dataset.bytes`)
+	// The byte count while it streams: what the page was given (and
+	// told it missed, had it fallen behind).
+	bytes := eval[string](tb, `document.getElementById("output").dataset.written`)
 	tb.waitJS("the byte count", `document.getElementById("output-bytes").textContent === `+jsID(bytes))
 	if n, _ := strconv.Atoi(bytes); n < 300*40 {
 		t.Fatalf("the page counts %d bytes of output", n)
@@ -104,8 +105,8 @@ echo "the end"`, "sh", one, two)
 		t.Fatalf("orchestrd run: exit %d", code)
 	}
 	rec := d.job(id)
-	if got := eval[string](tb, `document.getElementById("output").dataset.bytes`); got != strconv.FormatInt(rec.OutputBytes, 10) {
-		t.Fatalf("the page was given %s bytes; the job wrote %d", got, rec.OutputBytes)
+	if got := eval[string](tb, `document.getElementById("output").dataset.written`); got != strconv.FormatInt(rec.OutputBytes, 10) {
+		t.Fatalf("the page counted %s bytes; the job wrote %d", got, rec.OutputBytes)
 	}
 }
 
