@@ -255,3 +255,39 @@ func TestChartsPage(t *testing.T) {
 		t.Fatal("a lane's name is markup on the charts page")
 	}
 }
+
+// The sampler samples when the bus says a job changed, not only every
+// sampleEvery: lane.list is asked, and its queue is charted.
+func TestChartsSampleOnEvent(t *testing.T) {
+	h := newHarness(t, Config{})
+	calls := func() int {
+		h.caller.mu.Lock()
+		defer h.caller.mu.Unlock()
+		n := 0
+		for _, c := range h.caller.calls {
+			if c.Method == "lane.list" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("lane.list asked %d times before anything happened", n)
+	}
+	h.srv.charts.Deliver(rec("job.dispatched", time.Now(), `"job_id":"a","lane":"net","runner_id":"net-0"`))
+	queue := func() string {
+		for _, v := range h.srv.charts.views(time.Now()) {
+			if v.ID == "queue" {
+				return v.Latest
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(queue(), "net 1 now") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sample within 30s of a job.dispatched: lane.list asked %d times, the queue chart says %q", calls(), queue())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
