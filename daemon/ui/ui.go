@@ -78,13 +78,14 @@ type Server struct {
 	mux      *http.ServeMux
 	xorigin  *http.CrossOriginProtection
 
-	mu         sync.Mutex
-	closed     bool
-	streams    map[*stream]struct{}
-	wg         sync.WaitGroup // open streams
-	errs       *recentErrors
-	unsub      func()
-	charts     *charts
+	mu      sync.Mutex
+	closed  bool
+	streams map[*stream]struct{}
+	wg      sync.WaitGroup // open streams
+	errs    *recentErrors
+	unsub   func()
+
+	charts     *charts // charts.go: the last hour's
 	stopCharts func()
 }
 
