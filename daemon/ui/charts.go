@@ -330,16 +330,15 @@ const (
 )
 
 type chartView struct {
-	ID, Title, Unit string
-	Bars            bool
-	Rects           []chartRect
-	Lines           []chartLine
-	Legend          []chartLegend
-	Top             string // the value the top of the chart stands for
-	Latest          string // the text alternative: the latest values and the hour's
-	Folded          int    // series added into (other)
-	FoldedMore      bool   // and more than Folded
-	Empty           bool
+	ID, Title  string
+	Rects      []chartRect
+	Lines      []chartLine
+	Legend     []chartLegend
+	Top        string // the value the top of the chart stands for
+	Latest     string // the text alternative: the latest values and the hour's
+	Folded     int    // series added into (other)
+	FoldedMore bool   // and more than Folded
+	Empty      bool
 }
 
 type chartRect struct {
@@ -354,7 +353,7 @@ type chartLine struct {
 }
 
 type chartLegend struct {
-	Name, Class, Value string
+	Name, Class string
 }
 
 func fnum(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
@@ -386,7 +385,7 @@ func (c *chart) pick(b bucket) float64 {
 
 // view draws the chart as of now.
 func (c *chart) view(now time.Time) chartView {
-	v := chartView{ID: c.id, Title: c.title, Unit: c.unit, Bars: c.kind != chartGauge, Folded: len(c.folded), FoldedMore: c.foldedMore}
+	v := chartView{ID: c.id, Title: c.title, Folded: len(c.folded), FoldedMore: c.foldedMore}
 	nowM := minuteOf(now)
 	all := append([]*series(nil), c.series...)
 	if c.other != nil {
@@ -437,6 +436,9 @@ func (c *chart) view(now time.Time) chartView {
 				continue
 			}
 			lastV = val
+			if c.kind == chartMean {
+				lastV = b.last // the last one's, not its minute's mean
+			}
 			if val <= 0 {
 				continue
 			}
@@ -468,7 +470,7 @@ func (c *chart) view(now time.Time) chartView {
 			said = fmt.Sprintf("%s %s (%s this minute)", s.name, c.value(sum), c.value(cur))
 		}
 		words = append(words, said)
-		v.Legend = append(v.Legend, chartLegend{Name: s.name, Class: class, Value: said})
+		v.Legend = append(v.Legend, chartLegend{Name: s.name, Class: class})
 	}
 	if len(words) == 0 {
 		v.Latest = "Nothing in the last hour."

@@ -137,6 +137,10 @@ func TestChartsFromRecords(t *testing.T) {
 		rec("approval.cancelled", at(0, 10), `"id":"ap-2"`),
 		rec("approval.resolved", at(1, 10), `"id":"ap-2","decision":"allow"`), // cancelled: not timed
 		rec("approval.resolved", at(1, 11), `"id":"ap-unknown","decision":"deny"`),
+		rec("approval.requested", at(1, 0), `"id":"ap-3"`),
+		rec("approval.requested", at(1, 0), `"id":"ap-4"`),
+		rec("approval.resolved", at(1, 10), `"id":"ap-3","decision":"allow"`),
+		rec("approval.resolved", at(1, 40), `"id":"ap-4","decision":"deny"`),
 		rec("task.finished", at(1, 20), `"task_id":"t","token_usage":{"input_tokens":100,"output_tokens":20,"cost_usd":0.5}`),
 		rec("task.finished", at(1, 21), `"task_id":"t2"`),
 		rec("job.finished", at(1, 30), `not json`),
@@ -153,7 +157,7 @@ func TestChartsFromRecords(t *testing.T) {
 		"jobs":     {"succeeded 2 (0 this minute)", "failed 1 (0 this minute)", "node_lost 1 (1 this minute)"},
 		"queue":    {"no-net 2 now (4 at most)"},
 		"restarts": {"net 1 (1 this minute)"},
-		"answer":   {"answered: mean 30.0 s over 1, last 30.0 s"},
+		"answer":   {"answered: mean 26.7 s over 3, last 40.0 s"}, // minute 1's mean is 25
 		"tokens":   {"input 100 (100 this minute)", "output 20 (20 this minute)"},
 		"cost":     {"cost $0.5000 ($0.5000 this minute)"},
 		"waiting":  {"Nothing in the last hour."},
