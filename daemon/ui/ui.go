@@ -84,6 +84,9 @@ type Server struct {
 	wg      sync.WaitGroup // open streams
 	errs    *recentErrors
 	unsub   func()
+
+	charts     *charts // charts.go: the last hour's
+	stopCharts func()
 }
 
 //go:embed templates/*.html
@@ -112,6 +115,7 @@ func New(opts Options) (*Server, error) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 	}))
 	s.unsub = opts.Bus.Subscribe(errorKinds, s.errs)
+	s.startCharts()
 	s.routes()
 	return s, nil
 }
@@ -218,6 +222,7 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.unsub()
+	s.stopCharts()
 	s.wg.Wait()
 }
 

@@ -56,7 +56,7 @@
       const focusId = document.activeElement && document.activeElement.id;
       // A job's output and what its stream said of it are this tab's
       // own: the reloaded content has them empty ("loading…").
-      const own = ["output", "output-state"].map((id) => document.getElementById(id));
+      const own = ["output", "output-state", "output-follow"].map((id) => document.getElementById(id));
       own.push(...m.querySelectorAll("[data-keep][id]")); // a form being filled in (forms.js)
       const kept = keep(m);
       m.innerHTML = html;
@@ -67,6 +67,7 @@
       body.dataset.loaded = String(Date.now());
       if (stale) { stale = false; }
       appendFollow.reset();
+      document.dispatchEvent(new Event("orchestrd:reloaded")); // output.js: what it keeps live
       notifyButton();
     } catch (e) {
       say("Could not reload this page: " + e, "warn");
@@ -205,125 +206,6 @@
     };
   }
 
-  // utf8Runs splits bytes into what is UTF-8 text ({text}) and what is
-  // not ({binary: n}), in order. A sequence the end cuts in two is given
-  // back as rest (it may go on in the next piece), unless final.
-  const utf8 = new TextDecoder("utf-8");
-  function utf8Runs(b, final) {
-    const runs = [];
-    let i = 0, start = 0, bad = 0;
-    const text = (end) => { if (end > start) runs.push({ text: utf8.decode(b.subarray(start, end)) }); };
-    while (i < b.length) {
-      const c = b[i];
-      let n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-      if (n > 1 && i + n > b.length) {
-        let cont = true;
-        for (let k = i + 1; k < b.length; k++) if ((b[k] & 0xc0) !== 0x80) cont = false;
-        if (cont && !final) { if (bad) runs.push({ binary: bad }); else text(i); return { runs, rest: b.slice(i) }; }
-        n = 0;
-      }
-      for (let k = 1; k < n; k++) if ((b[i + k] & 0xc0) !== 0x80) n = 0;
-      if (n === 3 && ((c === 0xe0 && b[i + 1] < 0xa0) || (c === 0xed && b[i + 1] > 0x9f))) n = 0; // overlong, surrogate
-      if (n === 4 && ((c === 0xf0 && b[i + 1] < 0x90) || (c === 0xf4 && b[i + 1] > 0x8f))) n = 0; // overlong, past U+10FFFF
-      if (n === 0) {
-        if (!bad) text(i);
-        bad++; i++;
-        continue;
-      }
-      if (bad) { runs.push({ binary: bad }); bad = 0; start = i; }
-      i += n;
-    }
-    if (bad) runs.push({ binary: bad }); else text(i);
-    return { runs, rest: null };
-  }
-
-  // A job's output, every byte the daemon gives this tab (it is told of
-  // what it skipped when it fell behind). Text shows as text; bytes that
-  // are not UTF-8 show as a note of how many there were.
-  function openOutput() {
-    const pre = document.getElementById("output");
-    if (!pre || !pre.dataset.job) return;
-    const state = () => document.getElementById("output-state");
-    const es = new EventSource("/ui/jobs/" + encodeURIComponent(pre.dataset.job) + "/output");
-    const carry = { stdout: null, stderr: null }; // a UTF-8 sequence cut at a piece's end
-    let bytes = 0;
-    function mark(text, cls) {
-      const s = document.createElement("span");
-      s.className = cls;
-      s.textContent = text;
-      pre.append(s);
-    }
-    function show(runs, stream) {
-      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-      for (const r of runs) {
-        if (r.binary) { mark("[" + r.binary + " bytes of binary output]", "binary"); continue; }
-        if (r.text === "") continue;
-        const span = document.createElement("span");
-        if (stream === "stderr") span.className = "stderr";
-        span.textContent = r.text;
-        pre.append(span);
-      }
-      if (atEnd) pre.scrollTop = pre.scrollHeight;
-      pre.dataset.bytes = String(bytes);
-    }
-    function flush(stream) {
-      if (!carry[stream]) return;
-      const { runs } = utf8Runs(carry[stream], true);
-      carry[stream] = null;
-      show(runs, stream);
-    }
-    es.addEventListener("out", (m) => {
-      const p = JSON.parse(m.data);
-      const stream = p.stream === "stderr" ? "stderr" : "stdout";
-      if (p.gap) { flush(stream); mark("[" + p.gap + " bytes not shown: " + (p.reason === "behind" ? "this tab fell behind" : "not kept") + "]\n", "gap"); return; }
-      let raw;
-      if (p.data_b64 !== undefined) {
-        const bin = atob(p.data_b64);
-        raw = new Uint8Array(bin.length);
-        for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
-      } else {
-        raw = new TextEncoder().encode(p.data || "");
-      }
-      if (raw.length === 0) return;
-      bytes += raw.length;
-      if (carry[stream]) {
-        const joined = new Uint8Array(carry[stream].length + raw.length);
-        joined.set(carry[stream]);
-        joined.set(raw, carry[stream].length);
-        raw = joined;
-      }
-      const { runs, rest } = utf8Runs(raw, false);
-      carry[stream] = rest;
-      show(runs, stream);
-    });
-    es.addEventListener("end", (m) => {
-      es.close();
-      flush("stdout");
-      flush("stderr");
-      let missed = 0;
-      try { missed = JSON.parse(m.data).missed || 0; } catch (e) { /* none */ }
-      pre.dataset.ended = "true";
-      const s = state();
-      if (s) s.textContent = "ended: " + bytes + " bytes shown" + (missed ? ", " + missed + " not shown" : "");
-      schedule();
-    });
-    es.addEventListener("failed", (m) => {
-      es.close();
-      const s = state();
-      let msg = "";
-      try { msg = JSON.parse(m.data).error; } catch (e) { msg = m.data; }
-      if (s) s.textContent = "output unavailable: " + msg;
-    });
-    es.onerror = () => {
-      if (pre.dataset.ended) return;
-      es.close();
-      const s = state();
-      if (s) s.textContent = "the output stream was lost; reload the page to read it again";
-    };
-    const s = state();
-    if (s) s.textContent = "streaming…";
-  }
-
   // Forms that act (class act) post with fetch and reload the content;
   // without script they post and come back.
   document.addEventListener("submit", async (e) => {
@@ -365,7 +247,9 @@
     else if (Notification.permission === "denied") b.textContent = "Notifications blocked (the browser's site settings)";
   }
 
+  // Another script of the page's (output.js) asks for a reload.
+  document.addEventListener("orchestrd:reload", () => schedule());
+
   openStream();
-  openOutput();
   notifyButton();
 })();
