@@ -199,6 +199,8 @@ type agentTaskItem struct {
 	Reason string
 	Seq    int64
 	At     time.Time
+	// Input is a tool call's or a denial's input, as the agent's values.
+	Input *toolView
 }
 
 func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -299,7 +301,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 			case api.PartUser:
 				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
 			case api.MsgToolCall:
-				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input)})
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p)})
 			case api.MsgToolResult:
 				kind := "result"
 				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
@@ -307,7 +309,8 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				}
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
 			case api.MsgPermissionDenied:
-				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text})
+				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text,
+					Input: agentToolInput(p)})
 			case api.PartError:
 				add(m, agentTaskItem{Kind: "error", Text: text})
 			case api.MsgUsage:
@@ -324,4 +327,12 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 		}
 	}
 	return out
+}
+
+// agentToolInput is a call's input as the conversation shows it: the
+// values, without the JSON (the approval's page has it).
+func agentToolInput(p api.AgentPart) *toolView {
+	v := newToolView(p.Tool, p.Input)
+	v.JSON = ""
+	return &v
 }

@@ -685,6 +685,16 @@ func TestAgentTaskItems(t *testing.T) {
 		{Sequence: 14, EventType: "result", EventData: json.RawMessage(`{"text":"API Error: 429","is_error":true}`)},
 	}
 	got := agentTaskItems(ms)
+	var inputs []string
+	for i := range got {
+		if in := got[i].Input; in != nil {
+			inputs = append(inputs, fmt.Sprintf("%s %q %q %v", in.Tool, in.Command, in.Path, in.Diff))
+			got[i].Input = nil
+		}
+	}
+	if want := []string{`Write "" "/x" [{+ ...}]`, `Bash "rm -rf build" "" []`, `Bash "rm -rf build" "" []`}; fmt.Sprint(inputs) != fmt.Sprint(want) {
+		t.Fatalf("the tool inputs: %q, want %q", inputs, want)
+	}
 	want := []agentTaskItem{{Kind: "text", Text: "ab", Seq: 1}, {Kind: "tool", Label: "Write", Text: "/x", Seq: 3},
 		{Kind: "error", Label: "Write", Text: "done", Seq: 4}, {Kind: "final", Text: "done", Seq: 5},
 		{Kind: "other", Label: "weird", Text: `{"k":1}`, Seq: 6}, {Kind: "thinking", Text: "hmm", Seq: 7},
@@ -723,10 +733,16 @@ func TestApprovalsPlanAndDetail(t *testing.T) {
 	id := h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a.go", "old_string": "x", "new_string": "<y>"},
 		"permission_suggestions": []map[string]any{{"type": "toolAlwaysAllow", "tool": "Edit"}}})
 	_, detail := h.get("/ui/approvals/"+id, http.StatusOK)
-	mustContain(t, detail, "/w/a.go", `&#34;new_string&#34;: &#34;\u003cy\u003e&#34;`, "Edit</strong> run?",
+	// The Edit's input as a diff of its values, its JSON unescaped (what
+	// the agent wrote, escaped for the page once).
+	mustContain(t, detail, "/w/a.go", `<del class="diff-del">- x</del>`, `<ins class="diff-add">+ &lt;y&gt;</ins>`,
+		`&#34;new_string&#34;: &#34;&lt;y&gt;&#34;`, "Edit</strong> run?",
 		"records: allow every Edit call, in any directory and session", `value="AlwaysAllow"`, `name="user_message"`)
 	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}}); code != http.StatusOK {
 		t.Fatalf("AlwaysAllow without a suggestion index (the first): %d %s", code, msg)
+	}
+	if strings.Contains(detail, `\u003c`) {
+		t.Fatalf("the approval's page shows the input's JSON escapes:\n%s", detail)
 	}
 	if a := h.waitState(id, api.ApprovalAlwaysAllowed); a.Resolution.RuleID == "" {
 		t.Fatalf("no rule recorded: %+v", a.Resolution)

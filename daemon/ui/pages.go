@@ -81,7 +81,7 @@ type view struct {
 
 func (s *Server) parseTemplates() error {
 	s.tmpl = map[string]*template.Template{}
-	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/part_*.html")
 	if err != nil {
 		return fmt.Errorf("ui: parsing the layout: %w", err)
 	}
