@@ -97,7 +97,7 @@ func (s *Server) parseTemplates() error {
 
 // navOrder is the navigation's order; a page it does not name comes
 // after, by name.
-var navOrder = []string{"overview", "approvals", "jobs", "agents", "loops", "clanker", "events"}
+var navOrder = []string{"overview", "approvals", "jobs", "agents", "chat", "loops", "clanker", "events"}
 
 func navPages() []*page {
 	var n []*page

@@ -370,3 +370,16 @@ func init() {
 	funcs["visible"] = visibleText
 	funcs["toolMultiline"] = func(s string) bool { return strings.Contains(s, "\n") }
 }
+
+// askCardView is a pending permission request as a conversation shows
+// it: the approval, and what its forms carry (the session's CSRF token,
+// the page to come back to).
+type askCardView struct {
+	apprItem
+	CSRF string
+	Path string
+}
+
+func init() {
+	funcs["askCard"] = func(v view, a apprItem) askCardView { return askCardView{apprItem: a, CSRF: v.CSRF, Path: v.Path} }
+}
