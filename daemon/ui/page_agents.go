@@ -191,7 +191,9 @@ type agentTaskView struct {
 // reported), denied (a tool use refused that did not run: Label the tool,
 // Text what it would have done, Reason what the agent was told), usage,
 // final (the run's result: Text its words, Label "error" when it failed),
-// or other (Label the event type, Text its data).
+// raw (N consecutive lines of the agent's own that carry no message:
+// Label the agent, Text the lines), or other (Label the event type, Text
+// its data).
 type agentTaskItem struct {
 	Kind   string
 	Label  string
@@ -201,6 +203,8 @@ type agentTaskItem struct {
 	At     time.Time
 	// Input is a tool call's or a denial's input, as the agent's values.
 	Input *toolView
+	N     int // raw: how many lines
+
 }
 
 func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -262,12 +266,20 @@ const agentTextMax = 256 << 10
 func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 	var out []agentTaskItem
 	add := func(m api.SessionMessage, it agentTaskItem) {
-		if (it.Kind == "text" || it.Kind == "thinking") && len(out) > 0 && out[len(out)-1].Kind == it.Kind {
+		if (it.Kind == "text" || it.Kind == "thinking" || it.Kind == "raw") && len(out) > 0 && out[len(out)-1].Kind == it.Kind &&
+			out[len(out)-1].Label == it.Label {
 			last := &out[len(out)-1]
+			if it.Kind == "raw" {
+				last.N++
+				it.Text = "\n" + it.Text
+			}
 			if len(last.Text) < agentTextMax {
 				last.Text += it.Text
 			}
 			return
+		}
+		if it.Kind == "raw" {
+			it.N = 1
 		}
 		if len(it.Text) > agentTextMax {
 			it.Text = it.Text[:agentTextMax]
@@ -322,7 +334,9 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				}
 				add(m, it)
 			case api.MsgAgentLine:
-				add(m, agentTaskItem{Kind: "other", Label: p.Tool, Text: text})
+				// The agent's own lines that carry no message (Claude
+				// Code's stream events): folded, consecutive ones as one.
+				add(m, agentTaskItem{Kind: "raw", Label: p.Tool, Text: text})
 			}
 		}
 	}

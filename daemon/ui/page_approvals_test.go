@@ -683,6 +683,8 @@ func TestAgentTaskItems(t *testing.T) {
 		{Sequence: 12, EventType: "usage", EventData: json.RawMessage(`{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}`)},
 		{Sequence: 13, EventType: "result", EventData: json.RawMessage(`{"text":"x","denied":2,"usage":{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}}`)},
 		{Sequence: 14, EventType: "result", EventData: json.RawMessage(`{"text":"API Error: 429","is_error":true}`)},
+		{Sequence: 15, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":1}}`)},
+		{Sequence: 16, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":2}}`)},
 	}
 	got := agentTaskItems(ms)
 	var inputs []string
@@ -702,7 +704,8 @@ func TestAgentTaskItems(t *testing.T) {
 		{Kind: "denied", Label: "Bash", Text: "rm -rf build", Reason: "not the build dir", Seq: 10},
 		{Kind: "result", Label: "Bash", Text: "ok", Seq: 11}, {Kind: "usage", Text: "3 tokens in, 4 out, $0.2500", Seq: 12},
 		{Kind: "final", Text: "2 tool uses denied, 3 tokens in, 4 out, $0.2500", Seq: 13},
-		{Kind: "final", Label: "error", Text: "error: API Error: 429", Seq: 14}}
+		{Kind: "final", Label: "error", Text: "error: API Error: 429", Seq: 14},
+		{Kind: "raw", Label: "claude-code", Text: `{"type":"stream_event","n":1}` + "\n" + `{"type":"stream_event","n":2}`, Seq: 15, N: 2}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("items:\n%+v\nwant\n%+v", got, want)
 	}
