@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
@@ -223,6 +224,7 @@ func TestConversationHostile(t *testing.T) {
 		t.Fatalf("the hostile conversation: %+v\n%s", got, tb.describe())
 	}
 	tb.shot("hostile-conversation")
+	tb.checkNames("task")
 	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	read()
 	if got.Wide {
@@ -303,12 +305,26 @@ func TestChatConversation(t *testing.T) {
 		`[...document.querySelectorAll("#messages li.msg-text")].some(li => li.textContent.includes("Hello from <b>the chat</b>")) && `+
 		`[...document.querySelectorAll("#messages li.msg-tool pre.cmd")].some(p => p.textContent === "ls && pwd")`)
 	tb.waitJS("the reply done", `!document.querySelector('form[action="/ui/act/chat.send"] button[disabled]')`)
-	send("and then?")
+	tb.checkNames("chat")
+	// The second by keyboard: type, Tab past the directory's fold to
+	// Send, Enter.
+	eval[chromedp.Void](tb, `document.getElementById("chat-message").focus()`)
+	tb.do(chromedp.KeyEvent("and then?"), chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Tab))
+	if f := eval[focused](tb, focusedJS); f.Name != "button Send" || f.Ring == "none" {
+		t.Fatalf("Tab Tab from the message is on %+v, want the Send button, its focus ring seen", f)
+	}
+	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.waitText("#live", "Sent.")
 	tb.waitJS("the second message below the first", `[...document.querySelectorAll("#messages li.msg-prompt")].map(li => li.querySelector(".agent").textContent).join("|") === "what is <here>?|and then?" && `+
 		`document.querySelectorAll("#messages li.msg-text").length === 2`)
 	if eval[bool](tb, `!!document.querySelector("#messages b")`) {
 		t.Fatalf("the agent's markup made an element\n%s", tb.describe())
 	}
+	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	if eval[bool](tb, `document.documentElement.scrollWidth > window.innerWidth`) {
+		t.Fatalf("at 390 px the chat page is wider than the screen\n%s", tb.describe())
+	}
+	tb.do(chromedp.EmulateViewport(1280, 800))
 	tb.shot("chat-conversation")
 
 	tb.waitJS("the reply done", `!document.querySelector('form[action="/ui/act/chat.send"] button[disabled]')`)
