@@ -171,6 +171,20 @@ func off(method string) error {
 		method, ConfigKey)
 }
 
+// on decodes a method's params, which are none, and says whether the
+// chat is on; if not, the call has failed saying so.
+func (m *Manager) on(call api.Call, method string) bool {
+	if err := call.Decode(&api.NoParams{}); err != nil {
+		call.Fail(err)
+		return false
+	}
+	if m.opts.Executor == "" {
+		call.Fail(off(method))
+		return false
+	}
+	return true
+}
+
 func (m *Manager) sendMethod(call api.Call) {
 	var p sendParams
 	if err := call.Decode(&p); err != nil {
@@ -335,12 +349,7 @@ func (m *Manager) cancelReply() *reply {
 }
 
 func (m *Manager) cancelMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
-		return
-	}
-	if m.opts.Executor == "" {
-		call.Fail(off("chat.cancel"))
+	if !m.on(call, "chat.cancel") {
 		return
 	}
 	r := m.cancelReply()
@@ -354,12 +363,7 @@ func (m *Manager) cancelMethod(call api.Call) {
 // getMethod says where the conversation is: a front-end reads it with
 // session.get (the chat keeps no text of its own).
 func (m *Manager) getMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
-		return
-	}
-	if m.opts.Executor == "" {
-		call.Fail(off("chat.get"))
+	if !m.on(call, "chat.get") {
 		return
 	}
 	ready := m.Ready()
@@ -375,12 +379,7 @@ func (m *Manager) getMethod(call api.Call) {
 // clearMethod starts a new conversation: the next message opens a new
 // executor session; a reply still streaming is cancelled.
 func (m *Manager) clearMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
-		return
-	}
-	if m.opts.Executor == "" {
-		call.Fail(off("chat.clear"))
+	if !m.on(call, "chat.clear") {
 		return
 	}
 	m.cancelReply()

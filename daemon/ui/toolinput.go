@@ -371,15 +371,25 @@ func init() {
 	funcs["toolMultiline"] = func(s string) bool { return strings.Contains(s, "\n") }
 }
 
-// askCardView is a pending permission request as a conversation shows
-// it: the approval, and what its forms carry (the session's CSRF token,
-// the page to come back to).
+// askCardView is a pending approval's answers as a page shows them: the
+// approval, what its forms carry (the session's CSRF token, the page to
+// come back to), Prefix the ids its buttons are described by (Prefix-h
+// its heading, Prefix-sN a suggestion) and ReplyID its reply's box.
 type askCardView struct {
 	apprItem
-	CSRF string
-	Path string
+	CSRF    string
+	Path    string
+	Prefix  string
+	ReplyID string
 }
 
 func init() {
-	funcs["askCard"] = func(v view, a apprItem) askCardView { return askCardView{apprItem: a, CSRF: v.CSRF, Path: v.Path} }
+	// A card among others (the inbox, a conversation), and an approval's
+	// own page.
+	funcs["askCard"] = func(v view, a apprItem) askCardView {
+		return askCardView{apprItem: a, CSRF: v.CSRF, Path: v.Path, Prefix: "appr-" + a.ID, ReplyID: "reply-" + a.ID}
+	}
+	funcs["apprPageAnswer"] = func(v view, a apprItem) askCardView {
+		return askCardView{apprItem: a, CSRF: v.CSRF, Path: v.Path, Prefix: "appr", ReplyID: "reply"}
+	}
 }

@@ -31,6 +31,22 @@ func shortDir(t *testing.T, prefix string) string {
 	return d
 }
 
+// scriptedPool is the config of pool "scripted", one test executor
+// that runs steps (a script's) for every prompt.
+func scriptedPool(t *testing.T, steps any) string {
+	t.Helper()
+	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
+	script, err := json.Marshal([]any{map[string]any{"steps": steps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(shortDir(t, "odsc"), "script.json")
+	if err := os.WriteFile(file, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("[executors.scripted]\ncommand = [%q, \"--script\", %q]\ninstances = 1\n", exe, file)
+}
+
 // askButton is the button of decision on the conversation's pending
 // permission request.
 func askButton(decision string) chromedp.CSS {
@@ -154,7 +170,6 @@ func TestConversationClaude(t *testing.T) {
 func TestConversationHostile(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
-	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 	huge := "<script>window.pwned=3</script> && " + strings.Repeat("A", 100<<10)
 	steps := []map[string]any{
 		{"op": "message", "type": "tool_call", "data": map[string]any{"id": "u1", "name": "Edit", "input": map[string]any{
@@ -166,15 +181,7 @@ func TestConversationHostile(t *testing.T) {
 		{"op": "permission", "tool": "Bash", "input": map[string]any{"command": "rm -rf build && echo <script>window.pwned=2</script>"}},
 		{"op": "message", "text": "after the answer"},
 	}
-	script, err := json.Marshal([]any{map[string]any{"steps": steps}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(shortDir(t, "odch"), "script.json")
-	if err := os.WriteFile(file, script, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, config{extra: fmt.Sprintf("[executors.scripted]\ncommand = [%q, \"--script\", %q]\ninstances = 1\n", exe, file)})
+	d := startDaemon(t, config{extra: scriptedPool(t, steps)})
 	tb := newTab(t, d)
 	tb.signIn()
 	r := d.startCLI("prompt", "--executor", "scripted", "--verbose", "--cwd", d.home, "go")
@@ -272,20 +279,12 @@ func TestConversationHostile(t *testing.T) {
 func TestChatConversation(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
-	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
-	script, err := json.Marshal([]any{map[string]any{"steps": []any{
+	reply := []any{
 		map[string]any{"op": "message", "text": "Hello from <b>the chat</b>"},
 		map[string]any{"op": "message", "type": "tool_call", "data": map[string]any{"id": "c1", "name": "Bash", "input": map[string]any{"command": "ls && pwd"}}},
 		map[string]any{"op": "message", "type": "tool_result", "data": map[string]any{"id": "c1", "output": "a.go\n/work"}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
 	}
-	file := filepath.Join(shortDir(t, "odct"), "script.json")
-	if err := os.WriteFile(file, script, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, config{extra: fmt.Sprintf("[executors.scripted]\ncommand = [%q, \"--script\", %q]\ninstances = 1\n\n[loops]\nchat_executor = \"scripted\"\n", exe, file)})
+	d := startDaemon(t, config{extra: scriptedPool(t, reply) + "\n[loops]\nchat_executor = \"scripted\"\n"})
 	tb := newTab(t, d)
 	asked := tb.acceptDialogs()
 	tb.signIn()
