@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -70,6 +71,7 @@ func chatSendForm(f url.Values) (any, error) {
 
 // chatView is the chat page.
 type chatView struct {
+	Off       bool // no [loops] chat_executor
 	Executor  string
 	SessionID string
 	Ready     bool
@@ -97,6 +99,11 @@ func chatData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		} `json:"streaming"`
 	}
 	if err := s.call(ctx, "chat.get", nil, &g); err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeInvalidState {
+			// Off: no pool for it. The page says how to turn it on.
+			return chatView{Off: true}, nil
+		}
 		return nil, err
 	}
 	v := chatView{Executor: g.Executor, SessionID: g.SessionID, Ready: g.Ready, Streaming: g.Streaming != nil}

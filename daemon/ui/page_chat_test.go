@@ -69,8 +69,9 @@ func TestChatPage(t *testing.T) {
 	mustContain(t, page, "No messages yet", "no agent of the pool is up yet")
 	mustNotContain(t, page, "Stop the reply", "New conversation")
 	get = ""
-	_, page = h.get("/ui/chat", http.StatusConflict)
-	mustContain(t, page, "set [loops] chat_executor")
+	_, page = h.get("/ui/chat", http.StatusOK)
+	mustContain(t, page, `<p id="chat-off">The chat is off`, "<code>chat_executor</code>")
+	mustNotContain(t, page, `action="/ui/act/chat.send"`, `class="error"`)
 }
 
 func jsonRaw(s string) json.RawMessage { return json.RawMessage(s) }
