@@ -347,6 +347,5 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 // values, without the JSON (the approval's page has it).
 func agentToolInput(p api.AgentPart) *toolView {
 	v := newToolView(p.Tool, p.Input)
-	v.JSON = ""
 	return &v
 }

@@ -22,7 +22,7 @@ import (
 const (
 	toolValueMax   = 64 << 10 // bytes of one value
 	toolDiffLines  = 2000     // lines of one side of a diff
-	toolDiffCells  = 1 << 20  // old lines × new lines a line diff is computed for
+	toolDiffCells  = 1 << 18  // old lines × new lines a line diff is computed for (a page renders often)
 	toolFieldsMax  = 40       // fields of one input
 	toolJSONMax    = 256 << 10
 	toolCommandKey = "command"
@@ -35,7 +35,7 @@ type toolView struct {
 	Path    string     // the file an Edit, MultiEdit or Write touches
 	Diff    []diffLine // an Edit's, a MultiEdit's (hunks apart), a Write's
 	Fields  []toolField
-	JSON    string // the input as JSON, indented, strings unescaped: on demand
+	JSON    string // the input as JSON, indented, strings unescaped (withJSON): on demand
 	Cut     bool   // something was too long and is cut
 	Raw     string // an input that is not a JSON object, as it is
 }
@@ -71,7 +71,6 @@ func newToolView(tool string, input json.RawMessage) toolView {
 		v.Raw, v.Cut = clipValue(string(input))
 		return v
 	}
-	v.JSON = toolJSON(input)
 	str := func(k string) (string, bool) {
 		var s string
 		if json.Unmarshal(fields[k], &s) != nil {
@@ -166,6 +165,15 @@ func newToolView(tool string, input json.RawMessage) toolView {
 			continue
 		}
 		v.Fields = append(v.Fields, f)
+	}
+	return v
+}
+
+// withJSON is v with its input's JSON too (an approval's page shows it
+// on demand; a conversation does not).
+func (v toolView) withJSON(input json.RawMessage) toolView {
+	if input = bytes.TrimSpace(input); len(input) > 0 && string(input) != "null" && v.Raw == "" {
+		v.JSON = toolJSON(input)
 	}
 	return v
 }
