@@ -55,8 +55,9 @@ func askButton(decision string) chromedp.CSS {
 
 // Claude Code (the pinned CLI, against a scripted Anthropic endpoint on
 // loopback) asks to run a Bash command, then to Edit a file it read: both
-// requests show inline in the task's page as the agent's values (the
-// command as code, `&&` as written; the Edit as a diff) and are answered
+// requests show inline in the open task's page, after what the agent
+// said, as the agent's values (the command as code, `&&` as written; the
+// Edit as a diff) and are answered
 // with the page's Allow; the commands ran, the conversation shows each
 // call, its result folded (and Claude Code's own stream lines), the
 // agent's words and the task's cost.
@@ -97,7 +98,12 @@ func TestConversationClaude(t *testing.T) {
 
 	// The Bash request, inline: its command as the agent wrote it.
 	cmd := `(() => { const c = document.querySelector("#messages li.msg-ask pre.cmd"); return c ? c.textContent : ""; })()`
+	eval[chromedp.Void](tb, `window.notReloaded = true`)
 	tb.waitJS("the Bash permission request in the conversation", cmd+` === "echo hi && echo there > hi.txt"`)
+	// What the agent said before it asked is there while it waits: the
+	// page shows the messages as they come, without a reload of its own.
+	tb.waitJS("the agent's words while the task runs", `document.querySelector("#task-h .state").textContent === "running" && `+
+		`[...document.querySelectorAll("#messages li.msg-text")].some(li => li.textContent.includes("Let me look."))`)
 	tb.shot("claude-asks-bash")
 	tb.click(askButton("Allow"))
 	tb.waitText("#live", "Allowed.")
@@ -114,6 +120,9 @@ func TestConversationClaude(t *testing.T) {
 	}
 	tb.waitJS("the task completed on the page", `document.querySelector("#task-h .state").textContent === "completed" && !document.querySelector("#messages li.msg-ask")`)
 	tb.waitText("#messages", "Done: edited it.")
+	if !eval[bool](tb, `window.notReloaded === true`) {
+		t.Fatal("the task's page was reloaded as a whole to follow the conversation")
+	}
 	tb.shot("claude-conversation")
 	if b, err := os.ReadFile(main); err != nil || string(b) != "hello\nthere <b>\n" {
 		t.Fatalf("main.txt after the allowed Edit: %q %v", b, err)
