@@ -57,10 +57,10 @@ func askButton(decision string) chromedp.CSS {
 // loopback) asks to run a Bash command, then to Edit a file it read: both
 // requests show inline in the open task's page, after what the agent
 // said, as the agent's values (the command as code, `&&` as written; the
-// Edit as a diff) and are answered
-// with the page's Allow; the commands ran, the conversation shows each
-// call, its result folded (and Claude Code's own stream lines), the
-// agent's words and the task's cost.
+// Edit as a diff) and are answered with the page's Allow and Always
+// allow; the commands ran, the conversation shows each call, its result
+// folded (and Claude Code's own stream lines), the agent's words and the
+// task's cost.
 func TestConversationClaude(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
@@ -113,7 +113,8 @@ func TestConversationClaude(t *testing.T) {
 		`[...document.querySelectorAll("#messages li.msg-ask del.diff-del")].map(e => e.textContent).join("|") === "- world" && `+
 			`[...document.querySelectorAll("#messages li.msg-ask ins.diff-add")].map(e => e.textContent).join("|") === "+ there <b>"`)
 	tb.shot("claude-asks-edit")
-	tb.click(askButton("Allow"))
+	tb.click(askButton("AlwaysAllow"))
+	tb.waitText("#live", "Always allowed.")
 
 	if code := r.exit(t); code != 0 {
 		t.Fatalf("orchestrd prompt: exit %d\n%s", code, r.stderr.String())
@@ -165,8 +166,8 @@ func TestConversationClaude(t *testing.T) {
 		t.Fatalf("the conversation: %+v\n%s", conv, tb.describe())
 	}
 	// The answered requests are in the task's history.
-	if n := eval[int](tb, `document.querySelectorAll("#asked tbody tr .state-allowed").length`); n != 2 {
-		t.Fatalf("%d allowed requests in the task's history, want 2\n%s", n, tb.describe())
+	if n := eval[string](tb, `[...document.querySelectorAll("#asked tbody tr .state")].map(e => e.textContent).join("|")`); n != "always_allowed|allowed" {
+		t.Fatalf("the task's answered requests: %s, want the Edit always allowed, the Bash allowed\n%s", n, tb.describe())
 	}
 }
 
