@@ -59,18 +59,18 @@ func TestToolView(t *testing.T) {
 
 // What a terminal or a bidi-aware renderer would act on shows as marks.
 func TestVisibleText(t *testing.T) {
-	for in, want := range map[string]string{
-		"ls -la":                       "ls -la",
-		"a\tb\nc":                      "a\tb\nc",
-		"\x1b[31mred\x1b[0m":           "␛[31mred␛[0m",
-		"rm\x00x\x7f":                  "rm␀x␡",
-		"echo \u202eevil\u202c":        "echo ⟨U+202E⟩evil⟨U+202C⟩",
-		"\u2066x\u2069 \u200f \u0085":  "⟨U+2066⟩x⟨U+2069⟩ ⟨U+200F⟩ ⟨U+0085⟩",
-		"bad \xff byte":                "bad \ufffd byte",
-		"<script>alert(1)</script> &&": "<script>alert(1)</script> &&", // html/template escapes it
+	for _, c := range []struct{ in, want string }{
+		{"ls -la", "ls -la"},
+		{"a\tb\nc", "a\tb\nc"},
+		{"\x1b[31mred\x1b[0m", "␛[31mred␛[0m"},
+		{"rm\x00x\x7f", "rm␀x␡"},
+		{"echo \u202eevil\u202c", "echo ⟨U+202E⟩evil⟨U+202C⟩"},
+		{"\u2066x\u2069 \u200f \u0085", "⟨U+2066⟩x⟨U+2069⟩ ⟨U+200F⟩ ⟨U+0085⟩"},
+		{"bad \xff byte", "bad \ufffd byte"},
+		{"<script>alert(1)</script> &&", "<script>alert(1)</script> &&"}, // html/template escapes it
 	} {
-		if got := visibleText(in); got != want {
-			t.Errorf("visibleText(%q) = %q, want %q", in, got, want)
+		if got := visibleText(c.in); got != c.want {
+			t.Errorf("visibleText(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -2,9 +2,9 @@ package uitest
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -44,7 +44,7 @@ func scriptedPool(t *testing.T, steps any) string {
 	if err := os.WriteFile(file, script, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("[executors.scripted]\ncommand = [%q, \"--script\", %q]\ninstances = 1\n", exe, file)
+	return "[executors.scripted]\ncommand = [" + strconv.Quote(exe) + `, "--script", ` + strconv.Quote(file) + "]\ninstances = 1\n"
 }
 
 // askButton is the button of decision on the conversation's pending
@@ -86,8 +86,9 @@ func TestConversationClaude(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ep.Close() })
 	d := startDaemon(t, config{secrets: "anthropic = \"sk-ant-ui-conversation-7f3a\"\n",
-		extra: fmt.Sprintf("[executors.claude]\nagent = \"claude-code\"\ncommand = [%q]\nstate_dir = %q\nsecrets = [\"anthropic\"]\n"+
-			"env = { ANTHROPIC_BASE_URL = %q, HOME = %q }\npermission_timeout = \"3m\"\n", cli[0], state, ep.URL, state)})
+		extra: "[executors.claude]\nagent = \"claude-code\"\ncommand = [" + strconv.Quote(cli[0]) + "]\nstate_dir = " + strconv.Quote(state) +
+			"\nsecrets = [\"anthropic\"]\nenv = { ANTHROPIC_BASE_URL = " + strconv.Quote(ep.URL) + ", HOME = " + strconv.Quote(state) +
+			" }\npermission_timeout = \"3m\"\n"})
 	tb := newTab(t, d)
 	tb.signIn()
 
