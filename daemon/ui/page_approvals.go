@@ -136,7 +136,7 @@ func newApprItem(a api.Approval) apprItem {
 		}
 	}
 	if a.Kind == api.KindTool || (a.Kind == "" && a.ToolName != "") {
-		tv := newToolView(a.ToolName, a.ToolInput).withJSON(a.ToolInput)
+		tv := newToolView(a.ToolName, a.ToolInput).withJSON(a.ToolInput, "json-"+a.ID)
 		it.Tool = &tv
 	}
 	if a.Kind == api.KindPlan {

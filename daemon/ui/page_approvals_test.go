@@ -739,7 +739,7 @@ func TestApprovalsPlanAndDetail(t *testing.T) {
 	// The Edit's input as a diff of its values, its JSON unescaped (what
 	// the agent wrote, escaped for the page once).
 	mustContain(t, detail, "/w/a.go", `<del class="diff-del">- x</del>`, `<ins class="diff-add">+ &lt;y&gt;</ins>`,
-		`&#34;new_string&#34;: &#34;&lt;y&gt;&#34;`, "Edit</strong> run?",
+		`&#34;new_string&#34;: &#34;&lt;y&gt;&#34;`, `<details class="json" id="json-`+id+`">`, "Edit</strong> run?",
 		"records: allow every Edit call, in any directory and session", `value="AlwaysAllow"`, `name="user_message"`)
 	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}}); code != http.StatusOK {
 		t.Fatalf("AlwaysAllow without a suggestion index (the first): %d %s", code, msg)

@@ -36,6 +36,7 @@ type toolView struct {
 	Diff    []diffLine // an Edit's, a MultiEdit's (hunks apart), a Write's
 	Fields  []toolField
 	JSON    string // the input as JSON, indented, strings unescaped (withJSON): on demand
+	JSONID  string // the id of its fold (kept open across a live reload)
 	Cut     bool   // something was too long and is cut
 	Raw     string // an input that is not a JSON object, as it is
 }
@@ -171,7 +172,8 @@ func newToolView(tool string, input json.RawMessage) toolView {
 
 // withJSON is v with its input's JSON too (an approval's page shows it
 // on demand; a conversation does not).
-func (v toolView) withJSON(input json.RawMessage) toolView {
+func (v toolView) withJSON(input json.RawMessage, id string) toolView {
+	v.JSONID = id
 	if input = bytes.TrimSpace(input); len(input) > 0 && string(input) != "null" && v.Raw == "" {
 		v.JSON = toolJSON(input)
 	}

@@ -13,7 +13,7 @@ import (
 // added lines, a MultiEdit as hunks, any other tool's fields by name.
 func TestToolView(t *testing.T) {
 	bash := json.RawMessage(`{"command":"rm -rf build \u0026\u0026 make test","description":"clean <and> build"}`)
-	v := newToolView("Bash", bash).withJSON(bash)
+	v := newToolView("Bash", bash).withJSON(bash, "j")
 	if v.Command != "rm -rf build && make test" || len(v.Fields) != 1 || v.Fields[0] != (toolField{Name: "description", Value: "clean <and> build"}) {
 		t.Fatalf("Bash: %+v", v)
 	}
@@ -43,7 +43,7 @@ func TestToolView(t *testing.T) {
 	if v = newToolView("X", json.RawMessage(`[1,2]`)); v.Raw != "[1,2]" {
 		t.Fatalf("not an object: %+v", v)
 	}
-	if v = newToolView("X", nil).withJSON(nil); v.Command != "" || v.Fields != nil || v.JSON != "" {
+	if v = newToolView("X", nil).withJSON(nil, ""); v.Command != "" || v.Fields != nil || v.JSON != "" {
 		t.Fatalf("no input: %+v", v)
 	}
 	// Huge: cut, and said so.
@@ -85,7 +85,7 @@ func FuzzToolView(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, tool, in string) {
-		v := newToolView(tool, json.RawMessage(in)).withJSON(json.RawMessage(in))
+		v := newToolView(tool, json.RawMessage(in)).withJSON(json.RawMessage(in), "j")
 		if len(v.Command) > toolValueMax || len(v.Diff) > 4*toolDiffLines || len(v.Fields) > toolFieldsMax {
 			t.Fatalf("over bounds: command %d, diff %d, fields %d", len(v.Command), len(v.Diff), len(v.Fields))
 		}
