@@ -118,8 +118,9 @@ func (m *Manager) Ready() bool {
 	return m.opts.Executor != "" && m.opts.Tasks.Ready(m.opts.Executor)
 }
 
-// Register registers chat.send, chat.cancel and chat.clear.
+// Register registers chat.send, chat.cancel, chat.clear and chat.get.
 func (m *Manager) Register(mux api.Mux) {
+	mux.Handle("chat.get", m.getMethod)
 	mux.Handle("chat.send", m.sendMethod)
 	mux.Handle("chat.cancel", m.cancelMethod)
 	mux.Handle("chat.clear", m.clearMethod)
@@ -143,6 +144,21 @@ type (
 		Cancelled bool   `json:"cancelled"`
 		MessageID string `json:"message_id,omitempty"`
 	}
+	// GetResult is chat.get's answer: the conversation's pool, its
+	// executor session ("" until its first message; session.get reads
+	// it), whether the pool can answer, and the reply being streamed.
+	GetResult struct {
+		Executor  string     `json:"executor"`
+		SessionID string     `json:"session_id,omitempty"`
+		Ready     bool       `json:"ready"`
+		Streaming *Streaming `json:"streaming,omitempty"`
+	}
+	// Streaming is the message whose reply streams (task_id "" until
+	// its task is queued).
+	Streaming struct {
+		MessageID string `json:"message_id"`
+		TaskID    string `json:"task_id,omitempty"`
+	}
 	// ClearResult is chat.clear's answer.
 	ClearResult struct {
 		Cleared bool `json:"cleared"`
@@ -153,6 +169,20 @@ type (
 func off(method string) error {
 	return api.Errorf(api.CodeInvalidState, "%s: the chat is off: no executor pool for it; set %s to an [executors.NAME] pool in the config file",
 		method, ConfigKey)
+}
+
+// on decodes a method's params, which are none, and says whether the
+// chat is on; if not, the call has failed saying so.
+func (m *Manager) on(call api.Call, method string) bool {
+	if err := call.Decode(&api.NoParams{}); err != nil {
+		call.Fail(err)
+		return false
+	}
+	if m.opts.Executor == "" {
+		call.Fail(off(method))
+		return false
+	}
+	return true
 }
 
 func (m *Manager) sendMethod(call api.Call) {
@@ -319,12 +349,7 @@ func (m *Manager) cancelReply() *reply {
 }
 
 func (m *Manager) cancelMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
-		return
-	}
-	if m.opts.Executor == "" {
-		call.Fail(off("chat.cancel"))
+	if !m.on(call, "chat.cancel") {
 		return
 	}
 	r := m.cancelReply()
@@ -335,15 +360,26 @@ func (m *Manager) cancelMethod(call api.Call) {
 	call.Respond(CancelResult{Cancelled: true, MessageID: r.messageID})
 }
 
+// getMethod says where the conversation is: a front-end reads it with
+// session.get (the chat keeps no text of its own).
+func (m *Manager) getMethod(call api.Call) {
+	if !m.on(call, "chat.get") {
+		return
+	}
+	ready := m.Ready()
+	m.mu.Lock()
+	res := GetResult{Executor: m.opts.Executor, SessionID: m.session, Ready: ready}
+	if r := m.cur; r != nil && !r.cancel {
+		res.Streaming = &Streaming{MessageID: r.messageID, TaskID: r.taskID}
+	}
+	m.mu.Unlock()
+	call.Respond(res)
+}
+
 // clearMethod starts a new conversation: the next message opens a new
 // executor session; a reply still streaming is cancelled.
 func (m *Manager) clearMethod(call api.Call) {
-	if err := call.Decode(&api.NoParams{}); err != nil {
-		call.Fail(err)
-		return
-	}
-	if m.opts.Executor == "" {
-		call.Fail(off("chat.clear"))
+	if !m.on(call, "chat.clear") {
 		return
 	}
 	m.cancelReply()

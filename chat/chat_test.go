@@ -291,7 +291,7 @@ func TestChatOff(t *testing.T) {
 	if f.m.Ready() {
 		t.Fatal("a chat without a pool is ready")
 	}
-	for _, m := range []string{"chat.send", "chat.cancel", "chat.clear"} {
+	for _, m := range []string{"chat.send", "chat.cancel", "chat.clear", "chat.get"} {
 		var p any
 		if m == "chat.send" {
 			p = map[string]any{"message": "hi"}
@@ -309,6 +309,44 @@ func TestChatOff(t *testing.T) {
 		if _, err := g.mux.Start(t, "chat.send", p).Wait(t, time.Second); err == nil || err.Code != api.CodeInvalidParams {
 			t.Fatalf("chat.send %v: %v", p, err)
 		}
+	}
+}
+
+// chat.get says where the conversation is: no session before its first
+// message, then its session, the reply streaming while it does; a new
+// conversation after chat.clear.
+func TestChatGet(t *testing.T) {
+	f := newFixture(t, "chat")
+	get := func() string {
+		t.Helper()
+		res, err := f.mux.Start(t, "chat.get", nil).Wait(t, time.Second)
+		if err != nil {
+			t.Fatalf("chat.get: %v", err)
+		}
+		return string(res)
+	}
+	if got := get(); got != `{"executor":"chat","ready":true}` {
+		t.Fatalf("chat.get before a message: %s", got)
+	}
+	c := f.mux.Start(t, "chat.send", map[string]any{"message": "hi"})
+	if got := get(); !strings.HasPrefix(got, `{"executor":"chat","ready":true,"streaming":{"message_id":"msg-`) || strings.Contains(got, "task_id") {
+		t.Fatalf("chat.get before the task is queued: %s", got)
+	}
+	f.tasks.answer(0, "t-1", "s-1", nil)
+	c.Wait(t, time.Second)
+	if got := get(); !strings.Contains(got, `"session_id":"s-1"`) || !strings.Contains(got, `"task_id":"t-1"`) {
+		t.Fatalf("chat.get while the reply streams: %s", got)
+	}
+	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCompleted})
+	if got := get(); got != `{"executor":"chat","session_id":"s-1","ready":true}` {
+		t.Fatalf("chat.get after the reply: %s", got)
+	}
+	if _, err := f.mux.Start(t, "chat.get", map[string]any{"x": 1}).Wait(t, time.Second); err == nil || err.Code != api.CodeInvalidParams {
+		t.Fatalf("chat.get with params: %v", err)
+	}
+	f.mux.Start(t, "chat.clear", nil).Wait(t, time.Second)
+	if got := get(); got != `{"executor":"chat","ready":true}` {
+		t.Fatalf("chat.get after chat.clear: %s", got)
 	}
 }
 

@@ -191,7 +191,9 @@ type agentTaskView struct {
 // reported), denied (a tool use refused that did not run: Label the tool,
 // Text what it would have done, Reason what the agent was told), usage,
 // final (the run's result: Text its words, Label "error" when it failed),
-// or other (Label the event type, Text its data).
+// raw (N consecutive lines of the agent's own that carry no message:
+// Label the agent, Text the lines), or other (Label the event type, Text
+// its data).
 type agentTaskItem struct {
 	Kind   string
 	Label  string
@@ -199,6 +201,10 @@ type agentTaskItem struct {
 	Reason string
 	Seq    int64
 	At     time.Time
+	// Input is a tool call's or a denial's input, as the agent's values.
+	Input *toolView
+	N     int // raw: how many lines
+
 }
 
 func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -260,12 +266,20 @@ const agentTextMax = 256 << 10
 func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 	var out []agentTaskItem
 	add := func(m api.SessionMessage, it agentTaskItem) {
-		if (it.Kind == "text" || it.Kind == "thinking") && len(out) > 0 && out[len(out)-1].Kind == it.Kind {
+		if (it.Kind == "text" || it.Kind == "thinking" || it.Kind == "raw") && len(out) > 0 && out[len(out)-1].Kind == it.Kind &&
+			out[len(out)-1].Label == it.Label {
 			last := &out[len(out)-1]
+			if it.Kind == "raw" {
+				last.N++
+				it.Text = "\n" + it.Text
+			}
 			if len(last.Text) < agentTextMax {
 				last.Text += it.Text
 			}
 			return
+		}
+		if it.Kind == "raw" {
+			it.N = 1
 		}
 		if len(it.Text) > agentTextMax {
 			it.Text = it.Text[:agentTextMax]
@@ -299,7 +313,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 			case api.PartUser:
 				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
 			case api.MsgToolCall:
-				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input)})
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p)})
 			case api.MsgToolResult:
 				kind := "result"
 				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
@@ -307,7 +321,8 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				}
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
 			case api.MsgPermissionDenied:
-				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text})
+				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text,
+					Input: agentToolInput(p)})
 			case api.PartError:
 				add(m, agentTaskItem{Kind: "error", Text: text})
 			case api.MsgUsage:
@@ -319,9 +334,18 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				}
 				add(m, it)
 			case api.MsgAgentLine:
-				add(m, agentTaskItem{Kind: "other", Label: p.Tool, Text: text})
+				// The agent's own lines that carry no message (Claude
+				// Code's stream events): folded, consecutive ones as one.
+				add(m, agentTaskItem{Kind: "raw", Label: p.Tool, Text: text})
 			}
 		}
 	}
 	return out
+}
+
+// agentToolInput is a call's input as the conversation shows it: the
+// values, without the JSON (the approval's page has it).
+func agentToolInput(p api.AgentPart) *toolView {
+	v := newToolView(p.Tool, p.Input)
+	return &v
 }

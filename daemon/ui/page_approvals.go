@@ -109,9 +109,10 @@ func apprResolveForm(f url.Values) (any, error) {
 // apprItem is an approval as the pages show it.
 type apprItem struct {
 	api.Approval
-	Summary     string // the command, the file, the URL: one line
-	Input       string // tool_input, indented
-	SpecsCount  int    // a plan's
+	Summary     string    // the command, the file, the URL: one line
+	Input       string    // tool_input, indented
+	Tool        *toolView // a tool's approval: its input as the agent's values
+	SpecsCount  int       // a plan's
 	Suggestions []apprSuggestionView
 }
 
@@ -133,6 +134,10 @@ func newApprItem(a api.Approval) apprItem {
 		} else {
 			it.Input = string(a.ToolInput)
 		}
+	}
+	if a.Kind == api.KindTool || (a.Kind == "" && a.ToolName != "") {
+		tv := newToolView(a.ToolName, a.ToolInput).withJSON(a.ToolInput, "json-"+a.ID)
+		it.Tool = &tv
 	}
 	if a.Kind == api.KindPlan {
 		var specs []json.RawMessage

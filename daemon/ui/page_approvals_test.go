@@ -683,8 +683,20 @@ func TestAgentTaskItems(t *testing.T) {
 		{Sequence: 12, EventType: "usage", EventData: json.RawMessage(`{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}`)},
 		{Sequence: 13, EventType: "result", EventData: json.RawMessage(`{"text":"x","denied":2,"usage":{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}}`)},
 		{Sequence: 14, EventType: "result", EventData: json.RawMessage(`{"text":"API Error: 429","is_error":true}`)},
+		{Sequence: 15, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":1}}`)},
+		{Sequence: 16, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":2}}`)},
 	}
 	got := agentTaskItems(ms)
+	var inputs []string
+	for i := range got {
+		if in := got[i].Input; in != nil {
+			inputs = append(inputs, fmt.Sprintf("%s %q %q %v", in.Tool, in.Command, in.Path, in.Diff))
+			got[i].Input = nil
+		}
+	}
+	if want := []string{`Write "" "/x" [{+ ...}]`, `Bash "rm -rf build" "" []`, `Bash "rm -rf build" "" []`}; fmt.Sprint(inputs) != fmt.Sprint(want) {
+		t.Fatalf("the tool inputs: %q, want %q", inputs, want)
+	}
 	want := []agentTaskItem{{Kind: "text", Text: "ab", Seq: 1}, {Kind: "tool", Label: "Write", Text: "/x", Seq: 3},
 		{Kind: "error", Label: "Write", Text: "done", Seq: 4}, {Kind: "final", Text: "done", Seq: 5},
 		{Kind: "other", Label: "weird", Text: `{"k":1}`, Seq: 6}, {Kind: "thinking", Text: "hmm", Seq: 7},
@@ -692,7 +704,8 @@ func TestAgentTaskItems(t *testing.T) {
 		{Kind: "denied", Label: "Bash", Text: "rm -rf build", Reason: "not the build dir", Seq: 10},
 		{Kind: "result", Label: "Bash", Text: "ok", Seq: 11}, {Kind: "usage", Text: "3 tokens in, 4 out, $0.2500", Seq: 12},
 		{Kind: "final", Text: "2 tool uses denied, 3 tokens in, 4 out, $0.2500", Seq: 13},
-		{Kind: "final", Label: "error", Text: "error: API Error: 429", Seq: 14}}
+		{Kind: "final", Label: "error", Text: "error: API Error: 429", Seq: 14},
+		{Kind: "raw", Label: "claude-code", Text: `{"type":"stream_event","n":1}` + "\n" + `{"type":"stream_event","n":2}`, Seq: 15, N: 2}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("items:\n%+v\nwant\n%+v", got, want)
 	}
@@ -723,10 +736,16 @@ func TestApprovalsPlanAndDetail(t *testing.T) {
 	id := h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a.go", "old_string": "x", "new_string": "<y>"},
 		"permission_suggestions": []map[string]any{{"type": "toolAlwaysAllow", "tool": "Edit"}}})
 	_, detail := h.get("/ui/approvals/"+id, http.StatusOK)
-	mustContain(t, detail, "/w/a.go", `&#34;new_string&#34;: &#34;\u003cy\u003e&#34;`, "Edit</strong> run?",
+	// The Edit's input as a diff of its values, its JSON unescaped (what
+	// the agent wrote, escaped for the page once).
+	mustContain(t, detail, "/w/a.go", `<del class="diff-del">- x</del>`, `<ins class="diff-add">+ &lt;y&gt;</ins>`,
+		`&#34;new_string&#34;: &#34;&lt;y&gt;&#34;`, `<details class="json" id="json-`+id+`">`, "Edit</strong> run?",
 		"records: allow every Edit call, in any directory and session", `value="AlwaysAllow"`, `name="user_message"`)
 	if code, msg := h.act("approval.resolve", url.Values{"id": {id}, "decision": {"AlwaysAllow"}}); code != http.StatusOK {
 		t.Fatalf("AlwaysAllow without a suggestion index (the first): %d %s", code, msg)
+	}
+	if strings.Contains(detail, `\u003c`) {
+		t.Fatalf("the approval's page shows the input's JSON escapes:\n%s", detail)
 	}
 	if a := h.waitState(id, api.ApprovalAlwaysAllowed); a.Resolution.RuleID == "" {
 		t.Fatalf("no rule recorded: %+v", a.Resolution)

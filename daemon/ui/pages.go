@@ -82,7 +82,7 @@ type view struct {
 
 func (s *Server) parseTemplates() error {
 	s.tmpl = map[string]*template.Template{}
-	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/forms.html")
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/forms.html", "templates/part_*.html")
 	if err != nil {
 		return fmt.Errorf("ui: parsing the layout: %w", err)
 	}
@@ -98,7 +98,7 @@ func (s *Server) parseTemplates() error {
 
 // navOrder is the navigation's order; a page it does not name comes
 // after, by name.
-var navOrder = []string{"overview", "approvals", "jobs", "agents", "loops", "clanker", "events"}
+var navOrder = []string{"overview", "approvals", "jobs", "agents", "chat", "loops", "clanker", "events"}
 
 func navPages() []*page {
 	var n []*page

@@ -101,7 +101,7 @@ func TestAgentConversation(t *testing.T) {
 		"msg msg-result | Bash a.go b.goa.go b.go", // the same
 		"msg msg-tool | tool Bash rm -rf build",
 		"msg msg-denied | denied Bash rm -rf build did not run: not the build dir",
-		"msg msg-tool | tool Write /etc/motd",
+		"msg msg-tool | tool Write /etc/motd + x", // its content, as lines added
 		"msg msg-error | failed Write Claude requested permissions to write to /etc/motd, but you haven't granted it yet.",
 		"msg msg-text | Done <b>bold</b> \x1b[31mred",
 		"msg msg-usage | usage 120 tokens in, 30 out, $0.0042",

@@ -43,6 +43,8 @@ listen = "127.0.0.1:0"
 type config struct {
 	daemon string
 	extra  string
+	// secrets, when set, is the home's secrets.toml (keys of an agent).
+	secrets string
 }
 
 // daemon is one real daemon of a test, with its dashboard's address.
@@ -71,6 +73,11 @@ func startDaemon(t *testing.T, cfg config) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
+	if cfg.secrets != "" {
+		if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte(cfg.secrets), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	text := "[daemon]\nshutdown_timeout = \"2s\"\n" + cfg.daemon + "\n" + lanesConfig + cfg.extra
 	text = strings.ReplaceAll(text, "{{home}}", home)
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(text), 0o600); err != nil {

@@ -1,0 +1,98 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// A tool call's input reads as the agent's values: a command as the
+// command (no JSON escapes), an Edit as a diff of lines, a Write as its
+// added lines, a MultiEdit as hunks, any other tool's fields by name.
+func TestToolView(t *testing.T) {
+	bash := json.RawMessage(`{"command":"rm -rf build \u0026\u0026 make test","description":"clean <and> build"}`)
+	v := newToolView("Bash", bash).withJSON(bash, "j")
+	if v.Command != "rm -rf build && make test" || len(v.Fields) != 1 || v.Fields[0] != (toolField{Name: "description", Value: "clean <and> build"}) {
+		t.Fatalf("Bash: %+v", v)
+	}
+	if strings.Contains(v.JSON, `\u0026`) || !strings.Contains(v.JSON, `"command": "rm -rf build && make test"`) {
+		t.Fatalf("Bash's JSON keeps the escapes: %s", v.JSON)
+	}
+	v = newToolView("Edit", json.RawMessage(`{"file_path":"/w/a.go","old_string":"a\nb\nc\nd","new_string":"a\nB\nc\nd\ne","replace_all":false}`))
+	if v.Path != "/w/a.go" || fmt.Sprint(v.Diff) != "[{  a} {- b} {+ B} {  c} {  d} {+ e}]" || len(v.Fields) != 0 {
+		t.Fatalf("Edit: %+v", v)
+	}
+	v = newToolView("Write", json.RawMessage(`{"file_path":"/w/n.txt","content":"one\ntwo\n"}`))
+	if v.Path != "/w/n.txt" || fmt.Sprint(v.Diff) != "[{+ one} {+ two}]" {
+		t.Fatalf("Write: %+v", v)
+	}
+	v = newToolView("MultiEdit", json.RawMessage(`{"file_path":"/w/m","edits":[{"old_string":"x","new_string":"y"},{"old_string":"p","new_string":"q","replace_all":true}]}`))
+	if fmt.Sprint(v.Diff) != "[{@@ edit 1 of 2} {- x} {+ y} {@@ edit 2 of 2, every occurrence} {- p} {+ q}]" {
+		t.Fatalf("MultiEdit: %+v", v)
+	}
+	v = newToolView("Grep", json.RawMessage(`{"pattern":"a|b","-n":true,"path":"/w"}`))
+	if fmt.Sprint(v.Fields) != "[{path /w true} {pattern a|b true} {-n true false}]" {
+		t.Fatalf("Grep: %+v", v.Fields)
+	}
+	v = newToolView("exec_command", json.RawMessage(`{"cmd":["ls","-la"]}`))
+	if v.Command != "ls -la" {
+		t.Fatalf("Codex's argv: %+v", v)
+	}
+	if v = newToolView("X", json.RawMessage(`[1,2]`)); v.Raw != "[1,2]" {
+		t.Fatalf("not an object: %+v", v)
+	}
+	if v = newToolView("X", nil).withJSON(nil, ""); v.Command != "" || v.Fields != nil || v.JSON != "" {
+		t.Fatalf("no input: %+v", v)
+	}
+	// Huge: cut, and said so.
+	big, _ := json.Marshal(map[string]string{"command": strings.Repeat("y", 1<<20)})
+	if v = newToolView("Bash", big); len(v.Command) != toolValueMax || !v.Cut {
+		t.Fatalf("a huge command: %d bytes, cut %v", len(v.Command), v.Cut)
+	}
+	lines, _ := json.Marshal(map[string]string{"file_path": "/f", "old_string": strings.Repeat("a\n", 5000), "new_string": strings.Repeat("b\n", 5000)})
+	if v = newToolView("Edit", lines); len(v.Diff) != 2*toolDiffLines || !v.Cut {
+		t.Fatalf("a huge edit: %d lines, cut %v", len(v.Diff), v.Cut)
+	}
+}
+
+// What a terminal or a bidi-aware renderer would act on shows as marks.
+func TestVisibleText(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"ls -la", "ls -la"},
+		{"a\tb\nc", "a\tb\nc"},
+		{"\x1b[31mred\x1b[0m", "␛[31mred␛[0m"},
+		{"rm\x00x\x7f", "rm␀x␡"},
+		{"echo \u202eevil\u202c", "echo ⟨U+202E⟩evil⟨U+202C⟩"},
+		{"\u2066x\u2069 \u200f \u0085", "⟨U+2066⟩x⟨U+2069⟩ ⟨U+200F⟩ ⟨U+0085⟩"},
+		{"bad \xff byte", "bad \ufffd byte"},
+		{"<script>alert(1)</script> &&", "<script>alert(1)</script> &&"}, // html/template escapes it
+	} {
+		if got := visibleText(c.in); got != c.want {
+			t.Errorf("visibleText(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// newToolView takes any bytes: it never panics, stays within its
+// bounds and gives valid UTF-8 to the page once visibleText passed.
+func FuzzToolView(f *testing.F) {
+	for _, s := range []string{`{"command":"ls"}`, `{"file_path":"/a","old_string":"a\nb","new_string":"b\na"}`,
+		`{"edits":[{"old_string":"x","new_string":"y"}]}`, `{"content":"\u001b[31m"}`, `[1]`, `"x"`, `{"cmd":["a"]}`, `{`, ``} {
+		for _, tool := range []string{"Bash", "Edit", "Write", "MultiEdit", "exec_command", "Other"} {
+			f.Add(tool, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, tool, in string) {
+		v := newToolView(tool, json.RawMessage(in)).withJSON(json.RawMessage(in), "j")
+		if len(v.Command) > toolValueMax || len(v.Diff) > 4*toolDiffLines || len(v.Fields) > toolFieldsMax {
+			t.Fatalf("over bounds: command %d, diff %d, fields %d", len(v.Command), len(v.Diff), len(v.Fields))
+		}
+		for _, s := range []string{v.Command, v.Path, v.Raw, v.JSON} {
+			if !utf8.ValidString(visibleText(s)) {
+				t.Fatalf("visibleText(%q) is not UTF-8", s)
+			}
+		}
+	})
+}
