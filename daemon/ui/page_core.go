@@ -190,6 +190,9 @@ type eventsView struct {
 	Lane  string
 	Limit int
 	More  bool // older lines match too
+	// Cluster: every node's events (Node: one node's), from the fleet.
+	Cluster bool
+	Node    string
 }
 
 const eventsPageSize = 200
@@ -210,6 +213,16 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	}
 	if v.Job != "" && !validID(v.Job) {
 		return v, api.Errorf(api.CodeInvalidParams, "job: not a job id")
+	}
+	v.Node = strings.TrimSpace(q.Get("node"))
+	v.Cluster = q.Get("cluster") != "" || v.Node != ""
+	if v.Node != "" && !validNode(v.Node) {
+		return v, api.Errorf(api.CodeInvalidParams, "node: not a node's name")
+	}
+	if v.Cluster {
+		lines, more, err := s.fleetEvents(ctx, eq, v.Node, v.Limit)
+		v.Lines, v.More = lines, more
+		return v, err
 	}
 	lines, more := s.readEvents(ctx, eq, v.Limit)
 	v.Lines, v.More = lines, more
