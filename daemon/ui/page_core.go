@@ -115,6 +115,7 @@ type jobsView struct {
 	Limit     int
 	Cursor    string
 	Truncated bool
+	Fleet     bool // in a fleet: other nodes change what it lists (fleet.js)
 }
 
 const jobsPageSize = 50
@@ -143,6 +144,7 @@ func jobsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return v, err
 	}
 	v.Jobs = res.Jobs
+	v.Fleet = s.inFleet(ctx)
 	if res.NextCursor != "" {
 		nq := url.Values{}
 		for _, k := range []string{"lane", "state", "since"} {
@@ -163,6 +165,7 @@ type jobView struct {
 	Job    api.JobRecord
 	Live   bool
 	Events []eventlog.Line
+	Fleet  bool // unfinished, in a fleet: another node may run it (fleet.js)
 }
 
 func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -177,6 +180,7 @@ func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return nil, err
 	}
 	v := jobView{Job: res.Job, Live: !res.Job.State.Terminal()}
+	v.Fleet = v.Live && s.inFleet(ctx)
 	v.Events, _ = s.readEvents(ctx, eventlog.Query{Job: id, Exclude: []string{"conn.*"}, Since: res.Job.CreatedAt.Add(-time.Second)}, 200)
 	return v, nil
 }

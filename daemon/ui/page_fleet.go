@@ -129,6 +129,13 @@ func nodesData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	return v, nil
 }
 
+// inFleet says the daemon is in a fleet (cluster.nodes answers): a job
+// of its lists may run on another node, whose changes tell this daemon's
+// event stream nothing.
+func (s *Server) inFleet(ctx context.Context) bool {
+	return s.call(ctx, "cluster.nodes", nil, nil) == nil
+}
+
 // notInFleet says err is a daemon's answer that it is in no fleet (its
 // cluster methods answer not found), or one too old to have them.
 func notInFleet(err error) bool {

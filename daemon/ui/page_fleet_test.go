@@ -60,7 +60,7 @@ func TestNodesPage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("nodes page: %d\n%s", resp.StatusCode, page)
 	}
-	mustContain(t, page, "Cluster <code>AA2JYKNMBGBT</code>, this node <code>a</code> (external NATS):",
+	mustContain(t, page, `<table id="nodes" data-reread>`, "Cluster <code>AA2JYKNMBGBT</code>, this node <code>a</code> (external NATS):",
 		"3 nodes, 2 alive, 1 lost.",
 		`<tr data-node="a"><td class="id">a <span class="muted">(this one)</span></td>`,
 		`<span class="state state-alive">alive</span>`, `gpu (2 free)`, `data-ms="1200">1.2s ago</span>`,
@@ -81,18 +81,34 @@ func TestJobsNode(t *testing.T) {
 		{"id": "c-1gpu-1", "lane": "gpu", "state": "failed", "error": "node_lost", "node": "b", "exit_code": nil, "created_at": "2026-11-26T10:00:00Z"},
 		{"id": "c-1gpu-2", "lane": "gpu", "state": "succeeded", "node": "a\u202e<b>", "exit_code": 0, "created_at": "2026-11-26T10:00:00Z"},
 		{"id": "j-3", "lane": "net", "state": "failed", "error": "exit status 1", "exit_code": 1, "created_at": "2026-11-26T10:00:00Z"},
+		{"id": "c-1gpu-4", "lane": "gpu", "state": "running", "node": "b", "exit_code": nil, "created_at": "2026-11-26T10:00:00Z"},
 	}})
 	_, page := h.do(c, "GET", "/ui/jobs", nil, nil)
 	mustContain(t, page, `<th scope="col">Node</th>`,
 		`<span class="state state-failed">failed</span> <span class="state state-node_lost">node_lost</span></td><td class="node">b</td>`,
 		`<td class="node">a`+"\uFFFD"+`&lt;b&gt;</td>`,
-		`<span class="state state-failed">failed</span></td><td class="node">-</td>`)
+		`<span class="state state-failed">failed</span></td><td class="node">-</td>`,
+		`<script src="/ui/assets/fleet.js" defer></script>`)
+	// Not in a fleet: nothing but its own stream changes the list.
+	mustNotContain(t, page, "data-reread")
 	mustNotContain(t, page, "\u202e", "exit status 1")
 	h.answer("job.get", map[string]any{"job": map[string]any{"id": "c-1gpu-1", "lane": "gpu", "state": "failed", "error": "node_lost",
 		"node": "b", "exit_code": nil, "created_at": "2026-11-26T10:00:00Z"}})
 	_, page = h.do(c, "GET", "/ui/jobs/c-1gpu-1", nil, nil)
 	mustContain(t, page, `<span class="state state-failed">failed</span> <span class="state state-node_lost">node_lost</span></h1>`,
 		`<dt>Node</dt><dd id="job-node"><a href="/ui/nodes">b</a></dd>`)
+	// In a fleet, another node's changes tell the stream nothing: the
+	// list, and an unfinished job's page, are read again (fleet.js).
+	h.answer("cluster.nodes", map[string]any{"cluster": "AA2JYKNMBGBT", "node": "a", "nodes": []any{}})
+	_, page = h.do(c, "GET", "/ui/jobs", nil, nil)
+	mustContain(t, page, `<table id="jobs" data-reread>`)
+	mustNotContain(t, page, `<h2 id="output-h" data-reread>`)
+	_, page = h.do(c, "GET", "/ui/jobs/c-1gpu-1", nil, nil)
+	mustNotContain(t, page, "data-reread") // it has ended
+	h.answer("job.get", map[string]any{"job": map[string]any{"id": "c-1gpu-4", "lane": "gpu", "state": "queued",
+		"exit_code": nil, "created_at": "2026-11-26T10:00:00Z"}})
+	_, page = h.do(c, "GET", "/ui/jobs/c-1gpu-4", nil, nil)
+	mustContain(t, page, `<h2 id="output-h" data-reread>`)
 }
 
 // The events page with "every node" reads cluster.events with the filter
