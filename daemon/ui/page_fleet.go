@@ -48,7 +48,6 @@ type nodeStatus struct {
 	Lanes       []string       `json:"lanes"`
 	Free        map[string]int `json:"free"`
 	HeartbeatAt time.Time      `json:"heartbeat_at"`
-	SeenMsAgo   int64          `json:"seen_ms_ago"`
 	LostBy      string         `json:"lost_by"`
 	LostAt      time.Time      `json:"lost_at"`
 	Self        bool           `json:"self"`
@@ -65,6 +64,10 @@ type nodeRow struct {
 	nodeStatus
 	Shown     []nodeLane
 	LanesLeft int // lanes not listed (maxLanesShown)
+	// HeartbeatMs: how long ago its last heartbeat was written (the
+	// node's clock, as `orchestrd nodes` tells it; a lost node's is its
+	// last); -1 for none.
+	HeartbeatMs int64
 }
 
 // nodesView is the nodes page: the fleet as this daemon sees it, or that
@@ -99,6 +102,7 @@ func nodesData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return v, err
 	}
 	v.Cluster, v.Node, v.Mode, v.URL = res.Cluster, res.Node, res.Mode, res.URL
+	now := time.Now()
 	for i, n := range res.Nodes {
 		switch n.State {
 		case "alive":
@@ -112,7 +116,10 @@ func nodesData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 			v.NodesLeft++
 			continue
 		}
-		row := nodeRow{nodeStatus: n}
+		row := nodeRow{nodeStatus: n, HeartbeatMs: -1}
+		if !n.HeartbeatAt.IsZero() {
+			row.HeartbeatMs = max(0, now.Sub(n.HeartbeatAt).Milliseconds())
+		}
 		for j, l := range n.Lanes {
 			if j >= maxLanesShown {
 				row.LanesLeft = len(n.Lanes) - j

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -51,10 +53,11 @@ func TestNodesPage(t *testing.T) {
 	many[1] = strings.Repeat("y", 10000)
 	h.answer("cluster.nodes", map[string]any{"cluster": "AA2JYKNMBGBT", "node": "a", "mode": "external", "url": "nats://127.0.0.1:4222",
 		"nodes": []map[string]any{
-			{"name": "a", "state": "alive", "lanes": []string{"gpu"}, "free": map[string]int{"gpu": 2}, "seen_ms_ago": 1200, "self": true},
-			{"name": "b", "state": "lost", "lanes": []string{"gpu", "cpu"}, "seen_ms_ago": 61000, "lost_by": "a",
+			{"name": "a", "state": "alive", "lanes": []string{"gpu"}, "free": map[string]int{"gpu": 2}, "self": true,
+				"heartbeat_at": time.Now().Add(-1500 * time.Millisecond)},
+			{"name": "b", "state": "lost", "lanes": []string{"gpu", "cpu"}, "heartbeat_at": time.Now().Add(-61500 * time.Millisecond), "lost_by": "a",
 				"lost_at": "2026-11-26T10:00:00Z"},
-			{"name": "<script>alert(1)</script>\u202egnp.exe\x07", "state": "alive", "lanes": many, "free": map[string]int{}, "seen_ms_ago": 5},
+			{"name": "<script>alert(1)</script>\u202egnp.exe\x07", "state": "alive", "lanes": many, "free": map[string]int{}},
 		}})
 	resp, page = h.do(c, "GET", "/ui/nodes", nil, nil)
 	if resp.StatusCode != http.StatusOK {
@@ -63,9 +66,12 @@ func TestNodesPage(t *testing.T) {
 	mustContain(t, page, `<table id="nodes" data-reread>`, "Cluster <code>AA2JYKNMBGBT</code>, this node <code>a</code> (external NATS):",
 		"3 nodes, 2 alive, 1 lost.",
 		`<tr data-node="a"><td class="id">a <span class="muted">(this one)</span></td>`,
-		`<span class="state state-alive">alive</span>`, `gpu (2 free)`, `data-ms="1200">1.2s ago</span>`,
-		`<tr data-node="b">`, `<span class="state state-lost">lost</span>`, `, by a</td>`, `<td>gpu, cpu</td>`, "1m01s ago",
+		`<span class="state state-alive">alive</span>`, `gpu (2 free)`,
+		`<tr data-node="b">`, `<span class="state state-lost">lost</span>`, `, by a</td>`, `<td>gpu, cpu</td>`, "1m01s ago", "<td>-</td></tr>", // b's age; none told by the third
 		`&lt;script&gt;alert(1)&lt;/script&gt;`+"\uFFFDgnp.exe\uFFFD", ", and 68 more</td>", "y…")
+	if !regexp.MustCompile(`<span class="age" data-ms="1\d{3}">1\.\ds ago</span>`).MatchString(page) {
+		t.Fatalf("a's last heartbeat is not 1.x s ago:\n%s", page)
+	}
 	mustNotContain(t, page, "<script>alert", "\u202e", "\x07", strings.Repeat("y", 65), "cpu (")
 	// The nav lists it.
 	mustContain(t, page, `<a href="/ui/nodes" aria-current="page">Nodes</a>`)

@@ -110,6 +110,11 @@ func TestFleetNodes(t *testing.T) {
 	tb.waitJS("b lost", row("b")+` && `+row("b")+`.querySelector(".state").textContent === "lost" && `+
 		row("b")+`.textContent.includes("by a") && !`+row("b")+`.textContent.includes("free")`)
 	tb.waitText("#fleet-line", "2 nodes, 1 alive, 1 lost.")
+	// Its last heartbeat's age is that of its last one: older than the 2 s
+	// after which a node is lost.
+	if ms := eval[int](tb, `Number(`+row("b")+`.querySelector(".age").dataset.ms)`); ms < 2000 {
+		t.Fatalf("lost b's last heartbeat is %d ms old", ms)
+	}
 	tb.shot("nodes-b-lost")
 	tb.open("/ui/jobs")
 	tb.waitJS("job "+id+" failed, node_lost", jrow+` && `+jrow+`.querySelector(".state").textContent === "failed" && `+
