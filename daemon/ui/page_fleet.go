@@ -156,22 +156,11 @@ func notInFleet(err error) bool {
 // gives it, each line checked again here as the CLI does (a node of an
 // older version ignores the filter). Each line has "origin", its node.
 func (s *Server) fleetEvents(ctx context.Context, q eventlog.Query, node string, n int) ([]eventlog.Line, bool, error) {
-	params := map[string]any{"last": n}
-	if node != "" {
-		params["node"] = node
-	}
-	if len(q.Kinds) > 0 {
-		params["kinds"] = q.Kinds
-	}
-	if len(q.Exclude) > 0 {
-		params["exclude"] = q.Exclude
-	}
-	if q.Lane != "" {
-		params["lane"] = q.Lane
-	}
-	if q.Job != "" {
-		params["job"] = q.Job
-	}
+	params := struct {
+		Last int    `json:"last"`
+		Node string `json:"node,omitempty"`
+		eventlog.Filter
+	}{Last: n, Node: node, Filter: q.Filter()}
 	match := q.Matcher()
 	var (
 		mu    sync.Mutex

@@ -137,7 +137,7 @@ func TestEventsEveryNode(t *testing.T) {
 	h.signIn(c)
 	_, page := h.do(c, "GET", "/ui/events?cluster=1&lane=gpu", nil, nil)
 	call, ok := h.caller.last("cluster.events")
-	if !ok || call.Params != `{"exclude":["conn.opened","conn.closed"],"lane":"gpu","last":200}` {
+	if !ok || call.Params != `{"last":200,"exclude":["conn.opened","conn.closed"],"lane":"gpu"}` {
 		t.Fatalf("cluster.events asked with %q (called: %v)", call.Params, ok)
 	}
 	mustContain(t, page, `data-follow="false"`, `id="f-cluster" name="cluster" value="1" checked`,
@@ -147,7 +147,7 @@ func TestEventsEveryNode(t *testing.T) {
 
 	_, page = h.do(c, "GET", "/ui/events?node=b&kind=cluster.*", nil, nil)
 	call, _ = h.caller.last("cluster.events")
-	if call.Params != `{"kinds":["cluster.*"],"last":200,"node":"b"}` {
+	if call.Params != `{"last":200,"node":"b","kinds":["cluster.*"]}` {
 		t.Fatalf("cluster.events asked with %q", call.Params)
 	}
 	mustContain(t, page, `<span class="node">c</span> <code>cluster.node_lost</code>`, `id="f-node" name="node" value="b"`)

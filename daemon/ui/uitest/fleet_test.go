@@ -1,14 +1,12 @@
 package uitest
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/fleetrun"
 )
 
@@ -24,7 +22,7 @@ func startFleet(t *testing.T) (a, b *daemon) {
 	t.Helper()
 	needBrowser(t)
 	bin := fleetrun.NATSBinary(t)
-	keyHome := tempDir(t)
+	keyHome := t.TempDir() // no socket in it: any length will do
 	creds := map[string]string{"a": filepath.Join(keyHome, "cluster.creds"), "b": filepath.Join(keyHome, "b.creds")}
 	for _, args := range [][]string{{"cluster", "init", "--name", "a"}, {"cluster", "add-node", "b", "--out", creds["b"]}} {
 		kd := &daemon{t: t, home: keyHome}
@@ -32,21 +30,11 @@ func startFleet(t *testing.T) (a, b *daemon) {
 			t.Fatalf("orchestrd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 		}
 	}
-	url, _ := fleetrun.StartNATS(t, bin, 1, fleetrun.NATSUsers(t, creds["a"], creds["b"]), func() string { return tempDir(t) })
+	url, _ := fleetrun.StartNATS(t, bin, 1, fleetrun.NATSUsers(t, creds["a"], creds["b"]), t.TempDir)
 	a = startDaemon(t, config{extra: fleetrun.ClusterTable("a", 0, 0, nil, url), files: map[string]string{"cluster.creds": creds["a"]}})
 	b = startDaemon(t, config{extra: fleetrun.ClusterTable("b", 0, 0, nil, url) + gpuLane,
 		files: map[string]string{"cluster.creds": creds["b"]}})
 	return a, b
-}
-
-func tempDir(t *testing.T) string {
-	t.Helper()
-	d, err := daemonrun.ShortTempDir("odfl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 // A fleet of two, seen from a's dashboard: the nodes page lists both,
@@ -95,6 +83,11 @@ func TestFleetNodes(t *testing.T) {
 		`li.querySelector(".node") && li.querySelector(".node").textContent === "b" && li.textContent.includes("cluster.job_taken") && `+
 		`li.textContent.includes(`+jsID(id)+`))`)
 	tb.shot("events-every-node")
+	// The CLI, with the same filter, prints that line too.
+	out, errOut, code := a.cli("events", "--cluster", "--node", "b", "--kind", "cluster.job_taken", "--json")
+	if code != 0 || !strings.Contains(out, `{"origin":"b",`) || !strings.Contains(out, `"job_id":"`+id+`"`) {
+		t.Fatalf("orchestrd events --cluster --node b: exit %d\n%s%s", code, out, errOut)
+	}
 	tb.open("/ui/events?kind=cluster.job_taken")
 	tb.waitJS("a's own events page", `document.querySelector("#events") && document.querySelector("#events").dataset.follow === "true"`)
 	if eval[bool](tb, `document.getElementById("events").textContent.includes(`+jsID(id)+`)`) {
