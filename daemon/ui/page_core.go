@@ -219,7 +219,7 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return v, api.Errorf(api.CodeInvalidParams, "job: not a job id")
 	}
 	v.Node = strings.TrimSpace(q.Get("node"))
-	v.Cluster = q.Get("cluster") != "" || v.Node != ""
+	v.Cluster = everyNode(r)
 	if v.Node != "" && !validNode(v.Node) {
 		return v, api.Errorf(api.CodeInvalidParams, "node: not a node's name")
 	}
@@ -252,6 +252,9 @@ func (s *Server) readEvents(ctx context.Context, q eventlog.Query, n int) ([]eve
 // the connections' and the chatty ones the log has not either (job
 // output, task messages, chat chunks), as few patterns as can say it.
 func eventsKinds(r *http.Request) string {
+	if everyNode(r) { // none: read again every 5 s (fleet.js)
+		return ""
+	}
 	if kind := strings.TrimSpace(r.URL.Query().Get("kind")); kind != "" {
 		return kind
 	}

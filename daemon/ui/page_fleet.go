@@ -195,6 +195,14 @@ func (s *Server) fleetEvents(ctx context.Context, q eventlog.Query, node string,
 	return lines, more || len(lines) == n, nil
 }
 
+// everyNode says the events page is asked for every node's events (or
+// one node's): the fleet's, which this daemon's live updates do not
+// carry; the page reads them again every 5 s instead.
+func everyNode(r *http.Request) bool {
+	q := r.URL.Query()
+	return q.Get("cluster") != "" || strings.TrimSpace(q.Get("node")) != ""
+}
+
 // lineOrigin is the node a line of cluster.events came from ("" if it
 // names none that is a node's name).
 func lineOrigin(l eventlog.Line) string {

@@ -140,7 +140,7 @@ func TestEventsEveryNode(t *testing.T) {
 	if !ok || call.Params != `{"last":200,"exclude":["conn.opened","conn.closed"],"lane":"gpu"}` {
 		t.Fatalf("cluster.events asked with %q (called: %v)", call.Params, ok)
 	}
-	mustContain(t, page, `data-follow="false"`, `id="f-cluster" name="cluster" value="1" checked`,
+	mustContain(t, page, `data-follow="false" data-reread`, `data-kinds=""`, `id="f-cluster" name="cluster" value="1" checked`,
 		`<span class="node">b</span> <code>job.finished</code>`, `<span class="node">c</span> <code>cluster.node_lost</code>`,
 		`&lt;img src=x onerror=alert(1)&gt;`)
 	mustNotContain(t, page, "conn.opened</code>", `<span class="node">c</span> <code>job.queued`, "no node", "zzzz", "<img")
@@ -158,8 +158,8 @@ func TestEventsEveryNode(t *testing.T) {
 	}
 	// This node's own log, as before: no node named, following.
 	_, page = h.do(c, "GET", "/ui/events", nil, nil)
-	mustContain(t, page, `data-follow="true"`)
-	mustNotContain(t, page, `checked`)
+	mustContain(t, page, `data-follow="true"`, `data-kinds="approval.*,`)
+	mustNotContain(t, page, `checked`, "data-reread")
 }
 
 // The nodes page streams the fleet's kinds (the job kinds are checked
