@@ -121,3 +121,22 @@ func TestFleetNodes(t *testing.T) {
 		t.Fatalf("orchestrd run of a job whose node was lost: exit 0")
 	}
 }
+
+// A daemon in no fleet says so on its nodes page, and on the events page
+// asked for every node's events, in the daemon's own words.
+func TestNodesWithoutFleet(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, config{})
+	tb := newTab(t, d)
+	tb.signIn()
+	tb.open("/ui/nodes")
+	tb.waitText("#no-fleet", "This daemon is not in a fleet")
+	tb.waitText("#no-fleet", "[cluster] enabled = false")
+	if n := eval[int](tb, `document.querySelectorAll("#nodes").length`); n != 0 {
+		t.Fatalf("the nodes page of a daemon in no fleet has a table of nodes")
+	}
+	tb.shot("no-fleet")
+	tb.open("/ui/events?cluster=1")
+	tb.waitText(".error", "not in a fleet")
+	tb.shot("events-no-fleet")
+}
