@@ -103,9 +103,6 @@
   }
 
   document.addEventListener("focusout", () => { if (again && !editing()) { again = false; schedule(); } });
-  // A page showing what another machine changes asks for its reload
-  // (fleet.js: the fleet's nodes, a job running on another node).
-  document.addEventListener("orchestrd:reread", () => schedule());
 
   // The events page follows: new lines are added, not the page reloaded.
   const appendFollow = {

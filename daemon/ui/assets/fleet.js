@@ -1,7 +1,8 @@
 // What another machine changes (the fleet's nodes, the state of a job
 // running on another node) tells this daemon's event stream nothing: a
 // page that shows some (an element with data-reread) is reloaded every
-// 5 s while it is shown (app.js's reload: debounced, after typing). Each
+// 5 s while it is shown (app.js's orchestrd:reload: debounced, after
+// typing). Each
 // node's last heartbeat's age counts on in between, as the server writes
 // it (1.2s, 3m04s, 2h05m).
 (() => {
@@ -23,6 +24,6 @@
     }
   }, 1000);
   setInterval(() => {
-    if (!document.hidden && document.querySelector("[data-reread]")) document.dispatchEvent(new Event("orchestrd:reread"));
+    if (!document.hidden && document.querySelector("[data-reread]")) document.dispatchEvent(new Event("orchestrd:reload"));
   }, 5000);
 })();
