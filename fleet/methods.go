@@ -285,11 +285,7 @@ type eventsParams struct {
 	Last *int `json:"last,omitempty"`
 	// The filter, as `orchestrd events` gives it (eventlog.Query): kinds
 	// (exact, "*" or "prefix.*"), kinds excluded, a lane, a job, a time.
-	Kinds   []string  `json:"kinds,omitempty"`
-	Exclude []string  `json:"exclude,omitempty"`
-	Lane    string    `json:"lane,omitempty"`
-	Job     string    `json:"job,omitempty"`
-	Since   time.Time `json:"since,omitzero"`
+	eventlog.Filter
 }
 
 // maxEventsPatterns bounds kinds and exclude, each; maxEventsPattern, one.
@@ -313,8 +309,7 @@ func (p eventsParams) matcher() (func(*eventlog.Line) bool, error) {
 	if len(p.Lane) > maxEventsPattern || len(p.Job) > maxEventsPattern {
 		return nil, fmt.Errorf("lane and job are at most %d bytes", maxEventsPattern)
 	}
-	q := eventlog.Query{Kinds: p.Kinds, Exclude: p.Exclude, Lane: p.Lane, Job: p.Job, Since: p.Since}
-	return q.Matcher(), nil
+	return p.Query().Matcher(), nil
 }
 
 const (

@@ -498,29 +498,16 @@ func clusterEvents(ctx context.Context, home, node string, follow bool, tail tai
 		return 1
 	}
 	defer c.Close()
-	params := map[string]any{"follow": follow}
-	if node != "" {
-		params["node"] = node
-	}
-	if tail.set {
-		params["last"] = tail.n
-	}
 	// The fleet filters before it counts the last lines (an older node
-	// ignores these; the filter below still holds).
-	if len(q.Kinds) > 0 {
-		params["kinds"] = q.Kinds
-	}
-	if len(q.Exclude) > 0 {
-		params["exclude"] = q.Exclude
-	}
-	if q.Lane != "" {
-		params["lane"] = q.Lane
-	}
-	if q.Job != "" {
-		params["job"] = q.Job
-	}
-	if !q.Since.IsZero() {
-		params["since"] = q.Since
+	// ignores the filter; the one below still holds).
+	params := struct {
+		Follow bool   `json:"follow"`
+		Node   string `json:"node,omitempty"`
+		Last   *int   `json:"last,omitempty"`
+		eventlog.Filter
+	}{Follow: follow, Node: node, Filter: q.Filter()}
+	if tail.set {
+		params.Last = &tail.n
 	}
 	match := q.Matcher()
 	done := make(chan error, 1)

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/orchestrd/orchestrd/internal/fleetrun"
 )
 
 // readmeFleetConfig is the README's fleet config (the toml block of its
@@ -35,9 +37,9 @@ func readmeFleetConfig(t *testing.T) string {
 		case strings.HasPrefix(l, "routes"):
 			continue
 		case strings.HasPrefix(l, "listen"):
-			l = fmt.Sprintf("listen = \"127.0.0.1:%d\"", freePort(t))
+			l = fmt.Sprintf("listen = \"127.0.0.1:%d\"", fleetrun.FreePort(t))
 		case strings.HasPrefix(l, "cluster_listen"):
-			l = fmt.Sprintf("cluster_listen = \"127.0.0.1:%d\"", freePort(t))
+			l = fmt.Sprintf("cluster_listen = \"127.0.0.1:%d\"", fleetrun.FreePort(t))
 		}
 		out = append(out, l)
 	}

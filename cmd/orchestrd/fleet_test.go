@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,44 +21,12 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/fleet"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
-	"github.com/orchestrd/orchestrd/internal/testio"
+	"github.com/orchestrd/orchestrd/internal/fleetrun"
 )
 
 // The fleet: three real daemons on one machine, each with its own home and
 // its embedded NATS server, joined by routes on 127.0.0.1.
-
-// freePort is a port on 127.0.0.1 nothing listens on now, handed out once
-// in this test binary, and below Linux's ephemeral range (32768 and up):
-// a port the kernel gave a listener (":0") and took back was soon given
-// again to another test's outgoing connection, and a daemon failed to
-// bind its route port ("address already in use").
-func freePort(t *testing.T) int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if portsGiven[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		portsGiven[p] = true
-		return p
-	}
-	t.Fatal("no free port below 32000")
-	return 0
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
 
 // fleetNode is one daemon of a test fleet.
 type fleetNode struct {
@@ -68,25 +34,6 @@ type fleetNode struct {
 	home string
 	conf string
 	d    *testDaemon
-}
-
-// clusterTable is a node's [cluster] table: embedded (routes to the other
-// nodes' route ports) or external (url).
-func clusterTable(name string, client, route int, routes []int, url string) string {
-	if url != "" {
-		// Several servers: the operator's cluster, three replicas.
-		replicas := 1
-		if strings.Contains(url, ",") {
-			replicas = 3
-		}
-		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nreplicas = %d\nheartbeat = \"2s\"\n", name, url, replicas)
-	}
-	var rs []string
-	for _, p := range routes {
-		rs = append(rs, strconv.Quote(fmt.Sprintf("nats-route://127.0.0.1:%d", p)))
-	}
-	return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nlisten = \"127.0.0.1:%d\"\ncluster_listen = \"127.0.0.1:%d\"\nroutes = [%s]\nheartbeat = \"2s\"\n",
-		name, client, route, strings.Join(rs, ", "))
 }
 
 // startFleet starts three daemons a, b, c at once (an embedded cluster
@@ -144,7 +91,7 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) 
 	names := []string{"a", "b", "c"}
 	var clientP, routeP [3]int
 	for i := range 3 {
-		clientP[i], routeP[i] = freePort(t), freePort(t)
+		clientP[i], routeP[i] = fleetrun.FreePort(t), fleetrun.FreePort(t)
 	}
 	nodes := make([]*fleetNode, 3)
 	for i, n := range names {
@@ -158,7 +105,7 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) 
 				routes = append(routes, routeP[k])
 			}
 		}
-		conf := clusterTable(n, clientP[i], routeP[i], routes, url) + lanes[i]
+		conf := fleetrun.ClusterTable(n, clientP[i], routeP[i], routes, url) + lanes[i]
 		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -695,61 +642,15 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	}
 }
 
-// natsServer is one server of an external NATS cluster: Debian's
-// nats-server, as an operator runs it.
-type natsServer struct {
-	conf string
-	d    *daemonrun.Daemon
-}
-
 // startNATSCluster starts three nats-server processes clustered on
 // 127.0.0.1 with JetStream, whose users are the nodes whose credentials
 // fleetCreds made in keyHome, each with its permissions (the user
 // cluster init and add-node print); it returns their client URLs,
 // comma-separated.
-func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*natsServer) {
+func startNATSCluster(t *testing.T, bin, keyHome string) (string, []*fleetrun.NATSServer) {
 	t.Helper()
-	var users []string
-	for _, f := range []string{"cluster.creds", "b.creds", "c.creds"} {
-		pub, lanes, err := fleet.NodeKey(filepath.Join(keyHome, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c struct{ Node string }
-		if b, err := os.ReadFile(filepath.Join(keyHome, f)); err != nil || json.Unmarshal(b, &c) != nil {
-			t.Fatalf("reading %s: %v", f, err)
-		}
-		users = append(users, fleet.NATSUser(c.Node, pub, lanes))
-	}
-	var clientP, routeP [3]int
-	for i := range 3 {
-		clientP[i], routeP[i] = freePort(t), freePort(t)
-	}
-	var urls []string
-	srvs := make([]*natsServer, 3)
-	for i := range 3 {
-		dir := shortTemp(t)
-		var routes []string
-		for k := range 3 {
-			if k != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routeP[k]))
-			}
-		}
-		conf := fmt.Sprintf(`server_name: ext%d
-listen: 127.0.0.1:%d
-jetstream { store_dir: %q }
-authorization { users = [ %s ] }
-cluster { name: ext, listen: 127.0.0.1:%d, routes: [%s] }
-`, i, clientP[i], filepath.Join(dir, "js"), strings.Join(users, ", "), routeP[i], strings.Join(routes, ", "))
-		path := filepath.Join(dir, "nats.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		srvs[i] = &natsServer{conf: path}
-		srvs[i].start(t, bin)
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", clientP[i]))
-	}
-	return strings.Join(urls, ","), srvs
+	users := fleetrun.NATSUsers(t, filepath.Join(keyHome, "cluster.creds"), filepath.Join(keyHome, "b.creds"), filepath.Join(keyHome, "c.creds"))
+	return fleetrun.StartNATS(t, bin, 3, users, func() string { return shortTemp(t) })
 }
 
 // streamLeader is the index of the server (ext<i>) that leads stream,
@@ -795,32 +696,6 @@ func streamLeader(t *testing.T, url, creds, stream string) int {
 	return i
 }
 
-func (s *natsServer) start(t *testing.T, bin string) {
-	t.Helper()
-	cmd := exec.Command(bin, "-c", s.conf)
-	var out testio.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	d, err := daemonrun.Start(cmd, filepath.Dir(s.conf))
-	if err != nil {
-		t.Fatalf("starting nats-server: %v", err)
-	}
-	s.d = d
-	t.Cleanup(func() {
-		if d.Cmd.ProcessState == nil {
-			_ = d.Cmd.Process.Signal(syscall.SIGTERM)
-		}
-		select {
-		case <-d.Done():
-		case <-time.After(10 * time.Second):
-			_ = d.Cmd.Process.Kill()
-			<-d.Done()
-		}
-		if t.Failed() {
-			t.Logf("nats-server %s:\n%s", s.conf, tail(out.String(), 3000))
-		}
-	})
-}
-
 // TestFleetExternalNATS: the same three daemons with no embedded server,
 // pointed (url) at an operator's NATS cluster of three Debian nats-server
 // processes, streams and buckets on three replicas. Then one NATS server
@@ -831,13 +706,7 @@ func TestFleetExternalNATS(t *testing.T) {
 		t.Skip("three daemons and three NATS servers")
 	}
 	t.Parallel()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
-			t.Skip("nats-server is not installed (Debian's nats-server package; .ci/run installs it)")
-		}
-		bin = "/usr/sbin/nats-server"
-	}
+	bin := fleetrun.NATSBinary(t)
 	credsDir := shortTemp(t)
 	// b and c may serve gpu only: their users' permissions pull no other
 	// lane's queue, and the scenario runs on them.
@@ -869,10 +738,10 @@ func TestFleetExternalNATS(t *testing.T) {
 	// three replicas). The submission made at once meets the election of a
 	// new leader and rides it out: one call, not tried again here.
 	k := streamLeader(t, url, filepath.Join(credsDir, "cluster.creds"), "KV_orchestrd_jobs")
-	if err := syscall.Kill(srvs[k].d.Pid(), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(srvs[k].D.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-srvs[k].d.Done()
+	<-srvs[k].D.Done()
 	a := nodes[0].d
 	var r struct {
 		JobID string `json:"job_id"`

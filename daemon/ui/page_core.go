@@ -115,6 +115,7 @@ type jobsView struct {
 	Limit     int
 	Cursor    string
 	Truncated bool
+	Fleet     bool // in a fleet: other nodes change what it lists (fleet.js)
 }
 
 const jobsPageSize = 50
@@ -143,6 +144,7 @@ func jobsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return v, err
 	}
 	v.Jobs = res.Jobs
+	v.Fleet = s.inFleet(ctx)
 	if res.NextCursor != "" {
 		nq := url.Values{}
 		for _, k := range []string{"lane", "state", "since"} {
@@ -163,6 +165,7 @@ type jobView struct {
 	Job    api.JobRecord
 	Live   bool
 	Events []eventlog.Line
+	Fleet  bool // unfinished, in a fleet: another node may run it (fleet.js)
 }
 
 func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -177,6 +180,7 @@ func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return nil, err
 	}
 	v := jobView{Job: res.Job, Live: !res.Job.State.Terminal()}
+	v.Fleet = v.Live && s.inFleet(ctx)
 	v.Events, _ = s.readEvents(ctx, eventlog.Query{Job: id, Exclude: []string{"conn.*"}, Since: res.Job.CreatedAt.Add(-time.Second)}, 200)
 	return v, nil
 }
@@ -190,6 +194,9 @@ type eventsView struct {
 	Lane  string
 	Limit int
 	More  bool // older lines match too
+	// Cluster: every node's events (Node: one node's), from the fleet.
+	Cluster bool
+	Node    string
 }
 
 const eventsPageSize = 200
@@ -210,6 +217,16 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	}
 	if v.Job != "" && !validID(v.Job) {
 		return v, api.Errorf(api.CodeInvalidParams, "job: not a job id")
+	}
+	v.Node = strings.TrimSpace(q.Get("node"))
+	v.Cluster = everyNode(r)
+	if v.Node != "" && !validNode(v.Node) {
+		return v, api.Errorf(api.CodeInvalidParams, "node: not a node's name")
+	}
+	if v.Cluster {
+		lines, more, err := s.fleetEvents(ctx, eq, v.Node, v.Limit)
+		v.Lines, v.More = lines, more
+		return v, err
 	}
 	lines, more := s.readEvents(ctx, eq, v.Limit)
 	v.Lines, v.More = lines, more
@@ -235,6 +252,9 @@ func (s *Server) readEvents(ctx context.Context, q eventlog.Query, n int) ([]eve
 // the connections' and the chatty ones the log has not either (job
 // output, task messages, chat chunks), as few patterns as can say it.
 func eventsKinds(r *http.Request) string {
+	if everyNode(r) { // none: read again every 5 s (fleet.js)
+		return ""
+	}
 	if kind := strings.TrimSpace(r.URL.Query().Get("kind")); kind != "" {
 		return kind
 	}

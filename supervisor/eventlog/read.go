@@ -638,3 +638,24 @@ func (w *watcher) close() {
 func (q Query) Matcher() func(*Line) bool {
 	return newReader(context.Background(), "", q, nil).matches
 }
+
+// Filter is what of a Query another reader of the lines applies: the
+// fleet's cluster.events takes it as its params, from `orchestrd events
+// --cluster` and the dashboard's events page alike.
+type Filter struct {
+	Kinds   []string  `json:"kinds,omitempty"`
+	Exclude []string  `json:"exclude,omitempty"`
+	Lane    string    `json:"lane,omitempty"`
+	Job     string    `json:"job,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// Filter is q's filter.
+func (q Query) Filter() Filter {
+	return Filter{Kinds: q.Kinds, Exclude: q.Exclude, Lane: q.Lane, Job: q.Job, Since: q.Since}
+}
+
+// Query is the query f is the filter of.
+func (f Filter) Query() Query {
+	return Query{Kinds: f.Kinds, Exclude: f.Exclude, Lane: f.Lane, Job: f.Job, Since: f.Since}
+}

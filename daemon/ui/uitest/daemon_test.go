@@ -45,6 +45,9 @@ type config struct {
 	extra  string
 	// secrets, when set, is the home's secrets.toml (keys of an agent).
 	secrets string
+	// files are copied into the home before the daemon starts: the name
+	// there -> the file's path (a fleet node's cluster.creds).
+	files map[string]string
 }
 
 // daemon is one real daemon of a test, with its dashboard's address.
@@ -82,6 +85,11 @@ func startDaemon(t *testing.T, cfg config) *daemon {
 	text = strings.ReplaceAll(text, "{{home}}", home)
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	for name, src := range cfg.files {
+		if err := daemonrun.CopyFile(src, filepath.Join(home, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d := &daemon{t: t, home: home, stderr: &testio.SyncBuffer{}}
 	cmd := daemonrun.Serve(binary, home)
