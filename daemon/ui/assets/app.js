@@ -2,7 +2,9 @@
 // has one event stream (/ui/stream) of the kinds that change what it shows;
 // an event reloads the page's content (debounced). When the stream says the
 // tab missed events, or the stream is lost, the page says so and reloads
-// what it shows rather than showing stale state as current.
+// what it shows rather than showing stale state as current. When the
+// daemon goes away (a restart, a crash) the tab tries again by itself and,
+// once the daemon is back, reloads what it shows and listens again.
 "use strict";
 (function () {
   const body = document.body;
@@ -145,7 +147,7 @@
   document.addEventListener("visibilitychange", () => {
     if (document.hidden) {
       if (es && !keepWhenHidden()) { es.close(); es = null; body.dataset.stream = "paused"; }
-    } else if (!es) {
+    } else if (!es && !retry) {
       openStream();
       refresh();
     }
@@ -161,14 +163,13 @@
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
     else if (body.dataset.id) url += "&id=" + encodeURIComponent(body.dataset.id);
     es = new EventSource(url);
-    let lost = false;
     let first = true;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
-      if (lost) { lost = false; say("Live updates are back; reloaded what this page shows.", "ok"); refresh(); }
+      if (back) { back = false; first = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); return; }
       // What changed between the page's render and its subscription
       // came on no stream: read it once now that the stream is open.
-      else if (first) refresh();
+      if (first) refresh();
       first = false;
     });
     es.onmessage = (m) => {
@@ -194,14 +195,41 @@
       say("This tab fell behind and missed " + (total || n) + (total === 1 ? " event" : " events") + ": reloaded what it shows.", "warn");
       refresh();
     });
-    es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); if (es) es.close(); });
-    es.onerror = () => {
-      if (!es || es.readyState === EventSource.CLOSED) return;
-      lost = true; stale = true;
-      body.dataset.stream = "lost";
-      main().classList.add("stale");
-      say("Live updates lost: reconnecting. What you see may be out of date.", "warn");
+    es.addEventListener("bye", () => reconnect("The daemon is stopping: live updates ended until it is back."));
+    const mine = es;
+    // Lost (the daemon restarted, crashed, or refused the stream): the
+    // tab reconnects by itself, its way (the browser's own retry would
+    // not tell a lost session from a daemon still away).
+    es.onerror = () => { if (es === mine) reconnect("Live updates lost."); };
+  }
+
+  // reconnect waits for the daemon to be back (a restart, a crash, a
+  // stream refused): it asks for this page again, less often the longer
+  // the daemon is away (up to every 5 s), and once it answers listens
+  // again; the stream's hello then reloads what the page shows. A daemon
+  // that no longer knows this tab's session (it expired, the API key
+  // changed) sends it to sign in.
+  let back = false, retry = null, tries = 0;
+  function reconnect(why) {
+    if (es) { es.close(); es = null; }
+    stale = true;
+    body.dataset.stream = "reconnecting";
+    main().classList.add("stale");
+    say(why + " Reconnecting; what you see may be out of date.", "warn");
+    if (retry) return;
+    const attempt = async () => {
+      let r = null;
+      try { r = await fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin", cache: "no-store" }); } catch (e) { r = null; }
+      if (r && r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
+      if (!r || !r.ok) { tries++; retry = setTimeout(attempt, Math.min(5000, 250 * 2 ** Math.min(tries, 5))); return; }
+      retry = null; tries = 0; back = true;
+      body.dataset.reconnected = String((Number(body.dataset.reconnected) || 0) + 1);
+      if (document.hidden && !keepWhenHidden()) { body.dataset.stream = "paused"; return; } // shown again: it opens
+      openStream();
+      if (!es) { back = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); } // a page with no stream
+      reopenOutput();
     };
+    retry = setTimeout(attempt, 250);
   }
 
   // utf8Runs splits bytes into what is UTF-8 text ({text}) and what is
@@ -316,11 +344,21 @@
     es.onerror = () => {
       if (pre.dataset.ended) return;
       es.close();
+      pre.dataset.lost = "true";
       const s = state();
-      if (s) s.textContent = "the output stream was lost; reload the page to read it again";
+      if (s) s.textContent = "the output stream was lost: read again once the daemon answers";
     };
     const s = state();
     if (s) s.textContent = "streaming…";
+  }
+
+  // A job's output whose stream was lost is read again from its start.
+  function reopenOutput() {
+    const pre = document.getElementById("output");
+    if (!pre || pre.dataset.lost !== "true") return;
+    delete pre.dataset.lost;
+    pre.textContent = "";
+    openOutput();
   }
 
   // Forms that act (class act) post with fetch and reload the content;
