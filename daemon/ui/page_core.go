@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -212,6 +213,7 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 		return v, api.Errorf(api.CodeInvalidParams, "job: not a job id")
 	}
 	lines, more := s.readEvents(ctx, eq, v.Limit)
+	slices.Reverse(lines) // newest first
 	v.Lines, v.More = lines, more
 	return v, nil
 }
@@ -272,21 +274,8 @@ func eventsKinds(r *http.Request) string {
 	return strings.Join(ks, ",")
 }
 
-// lineJSON is a log line's fields after ts, seq and kind, for a table.
-func lineFields(l eventlog.Line) string {
-	raw := string(l.Raw)
-	if i := strings.Index(raw, `"kind":`); i >= 0 {
-		rest := raw[i+7:]
-		if j := strings.Index(rest, `",`); j >= 0 {
-			return "{" + rest[j+2:]
-		}
-		return "{}"
-	}
-	return raw
-}
-
 func init() {
-	funcs["fields"] = lineFields
+	funcs["eventRow"] = eventRowOf
 	funcs["terminal"] = func(st api.State) bool { return st.Terminal() }
 	funcs["output"] = func(j api.JobRecord) string { return j.Output }
 	funcs["itoa"] = strconv.Itoa

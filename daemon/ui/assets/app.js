@@ -104,7 +104,18 @@
 
   document.addEventListener("focusout", () => { if (again && !editing()) { again = false; schedule(); } });
 
-  // The events page follows: new lines are added, not the page reloaded.
+  // The events page follows: new lines are added (at the top: newest
+  // first), not the page reloaded. Each reads as the server renders it
+  // (layout.html's "event"): its fields on a line, its JSON on demand.
+  const idRe = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+  function fieldText(v) {
+    if (typeof v === "string") return clipText(v.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")), 120);
+    if (typeof v === "number" || typeof v === "boolean") return String(v);
+    if (Array.isArray(v)) return v.length === 0 ? "none" : v.every((e) => typeof e === "string") ? clipText(v.join(", "), 120) : v.length + " items";
+    if (v && typeof v === "object") return "{" + Object.keys(v).length + " fields}";
+    return "?";
+  }
+  function clipText(s, n) { return s.length <= n ? s : s.slice(0, n) + "…"; }
   const appendFollow = {
     reset() {},
     add(ev) {
@@ -114,20 +125,45 @@
       if (none) none.remove();
       const d = ev.data || {};
       const li = document.createElement("li");
+      li.className = "event";
       const t = document.createElement("time");
       t.textContent = d.ts ? new Date(d.ts).toLocaleString() : "";
       const k = document.createElement("code");
+      k.className = "kind";
       k.textContent = ev.event;
+      li.append(t, " ", k);
+      if (typeof d.job_id === "string" && idRe.test(d.job_id)) {
+        const a = document.createElement("a");
+        a.href = "/ui/jobs/" + encodeURIComponent(d.job_id);
+        a.textContent = d.job_id;
+        li.append(" ", a);
+      }
       const f = document.createElement("span");
       f.className = "fields";
-      const rest = Object.assign({}, d);
-      delete rest.ts; delete rest.seq; delete rest.kind;
-      let s = JSON.stringify(rest);
-      if (s.length > 400) s = s.slice(0, 400) + "…";
-      f.textContent = s;
-      li.append(t, " ", k, " ", f);
-      list.append(li);
-      while (list.children.length > 1000) list.firstElementChild.remove();
+      let n = 0, more = 0;
+      for (const [key, v] of Object.entries(d)) {
+        if (key === "ts" || key === "seq" || key === "kind" || v === null || v === undefined) continue;
+        if (n === 8) { more++; continue; }
+        n++;
+        const fe = document.createElement("span");
+        fe.className = "field";
+        const ke = document.createElement("span");
+        ke.className = "key";
+        ke.textContent = clipText(key, 40);
+        fe.append(ke, " " + fieldText(v));
+        f.append(fe, " ");
+      }
+      if (more) { const m = document.createElement("span"); m.className = "muted"; m.textContent = "+" + more + " more"; f.append(m); }
+      const det = document.createElement("details");
+      det.className = "json";
+      const sum = document.createElement("summary");
+      sum.textContent = "JSON";
+      const pre = document.createElement("pre");
+      pre.textContent = clipText(JSON.stringify(d, null, 2), 16384);
+      det.append(sum, pre);
+      li.append("\n", f, "\n", det);
+      list.prepend(li);
+      while (list.children.length > 1000) list.lastElementChild.remove();
       return true;
     },
   };
