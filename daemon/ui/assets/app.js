@@ -127,21 +127,27 @@
       const li = document.createElement("li");
       li.className = "event";
       const t = document.createElement("time");
-      t.textContent = d.ts ? new Date(d.ts).toLocaleString() : "";
+      const w = new Date(d.ts || Date.now()), p2 = (n) => String(n).padStart(2, "0"); // as the server writes it
+      t.textContent = w.getFullYear() + "-" + p2(w.getMonth() + 1) + "-" + p2(w.getDate()) + " " + p2(w.getHours()) + ":" + p2(w.getMinutes()) + ":" + p2(w.getSeconds());
       const k = document.createElement("code");
       k.className = "kind";
       k.textContent = ev.event;
       li.append(t, " ", k);
-      if (typeof d.job_id === "string" && idRe.test(d.job_id)) {
+      // An event that carries one record (job.finished: {job: ...}) reads
+      // as the record's fields.
+      const own = Object.keys(d).filter((key) => key !== "ts" && key !== "seq" && key !== "kind");
+      const rec = own.length === 1 && d[own[0]] && typeof d[own[0]] === "object" && !Array.isArray(d[own[0]]) ? d[own[0]] : d;
+      const job = typeof rec.job_id === "string" ? rec.job_id : own[0] === "job" && typeof rec.id === "string" ? rec.id : "";
+      if (idRe.test(job)) {
         const a = document.createElement("a");
-        a.href = "/ui/jobs/" + encodeURIComponent(d.job_id);
-        a.textContent = d.job_id;
+        a.href = "/ui/jobs/" + encodeURIComponent(job);
+        a.textContent = job;
         li.append(" ", a);
       }
       const f = document.createElement("span");
       f.className = "fields";
       let n = 0, more = 0;
-      for (const [key, v] of Object.entries(d)) {
+      for (const [key, v] of Object.entries(rec)) {
         if (key === "ts" || key === "seq" || key === "kind" || v === null || v === undefined) continue;
         if (n === 8) { more++; continue; }
         n++;
