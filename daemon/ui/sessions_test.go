@@ -17,6 +17,11 @@ import (
 	"github.com/orchestrd/orchestrd/state"
 )
 
+// storeSetup is a new store's path, a moment and the default [ui].
+func storeSetup(t *testing.T) (string, time.Time, Config) {
+	return filepath.Join(t.TempDir(), "state.db"), time.Unix(1_800_000_000, 0), DefaultConfig()
+}
+
 // storedSessions is a sessions over the store at path, as a daemon that
 // starts makes it: what it read back, and the store (closed at the end).
 func storedSessions(t *testing.T, path string, cfg Config, key string, now time.Time) (*sessions, SessionsRestored, *state.Store) {
@@ -39,9 +44,7 @@ func storedSessions(t *testing.T, path string, cfg Config, key string, now time.
 // restart), with the same name and CSRF token; one signed out is not.
 // The store's files never hold a token, a CSRF token or the key.
 func TestSessionsStored(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	now := time.Unix(1_800_000_000, 0)
-	cfg := DefaultConfig()
+	path, now, cfg := storeSetup(t)
 	ss, ev, st := storedSessions(t, path, cfg, testKey, now)
 	if ev != (SessionsRestored{}) {
 		t.Fatalf("a new store restored %+v", ev)
@@ -96,9 +99,7 @@ func TestSessionsStored(t *testing.T) {
 
 // A changed API key signs every stored session out, and drops them.
 func TestSessionsStoredKeyChanged(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	now := time.Unix(1_800_000_000, 0)
-	cfg := DefaultConfig()
+	path, now, cfg := storeSetup(t)
 	ss, _, st := storedSessions(t, path, cfg, testKey, now)
 	a, _ := ss.start()
 	st.Close()
@@ -122,9 +123,7 @@ func TestSessionsStoredKeyChanged(t *testing.T) {
 // A stored session ends when it expires, across a restart too; past
 // max_sessions the oldest stored ones go at start.
 func TestSessionsStoredExpiryAndBound(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	now := time.Unix(1_800_000_000, 0)
-	cfg := DefaultConfig()
+	path, now, cfg := storeSetup(t)
 	ss, _, st := storedSessions(t, path, cfg, testKey, now)
 	var toks []string
 	for i := range 4 {
