@@ -71,7 +71,11 @@ type sessions struct {
 	// bits: this keeps a flood from costing anything).
 	logins *rate.Limiter
 	now    func() time.Time
+	swept  time.Time // get's last sweep
 }
+
+// sweepEvery is how often a request sweeps the expired sessions.
+const sweepEvery = time.Minute
 
 func newSessions(cfg Config, key string) *sessions {
 	ss := &sessions{cfg: cfg, key: []byte(key), byTok: map[[32]byte]*session{}, links: map[[32]byte]time.Time{},
@@ -206,15 +210,21 @@ func (ss *sessions) get(tok string) (*session, bool) {
 		return nil, false
 	}
 	h := ss.hashTok(tok)
+	now := ss.now()
 	ss.mu.Lock()
+	var gone []state.Write
+	if now.Sub(ss.swept) >= sweepEvery { // what expired unused goes from the store too
+		ss.swept = now
+		gone = ss.sweep(now)
+	}
 	se, ok := ss.byTok[h]
-	if ok && !ss.now().Before(se.expires) {
+	if ok && !now.Before(se.expires) {
 		delete(ss.byTok, h)
-		ss.mu.Unlock()
-		ss.write(false, state.UISessionDeleted(h[:]))
-		return nil, false
+		gone = append(gone, state.UISessionDeleted(h[:]))
+		ok = false
 	}
 	ss.mu.Unlock()
+	ss.write(false, gone...)
 	if !ok {
 		return nil, false
 	}
