@@ -113,9 +113,11 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if opts.Store != nil {
+		// A store that cannot be read costs the browsers their sign-in,
+		// not the dashboard.
 		ev, err := s.sessions.persist(opts.Store, s.log)
 		if err != nil {
-			return nil, err
+			s.log.Error().Err(err).Msg("ui: the stored sessions: browsers signed in before sign in again")
 		}
 		if ev != (SessionsRestored{}) {
 			s.emit(ev)

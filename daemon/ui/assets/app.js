@@ -263,7 +263,9 @@
       let r = null;
       try { r = await fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin", cache: "no-store" }); } catch (e) { r = null; }
       if (r && r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
-      if (!r || !r.ok) { tries++; retry = setTimeout(attempt, Math.min(5000, 250 * 2 ** Math.min(tries, 5))); return; }
+      // Away, or stopping (503): again later. Any other answer is the
+      // daemon's: back (a page gone since shows its error).
+      if (!r || r.status >= 500) { tries++; retry = setTimeout(attempt, Math.min(5000, 250 * 2 ** Math.min(tries, 5))); return; }
       retry = null; tries = 0; back = true;
       body.dataset.reconnected = String((Number(body.dataset.reconnected) || 0) + 1);
       if (document.hidden && !keepWhenHidden()) { body.dataset.stream = "paused"; return; } // shown again: it opens
