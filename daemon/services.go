@@ -444,7 +444,7 @@ func (s httpService) Start(context.Context) error {
 	var mounts []httpapi.Mount
 	if s.httpFE.ln != nil && s.cfg.UI.Enabled {
 		dash, err := ui.New(ui.Options{Config: s.cfg.UI, Caller: s.srv, Bus: s.bus, Key: s.httpFE.key, Home: s.opts.Home,
-			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != ""})
+			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != "", Store: s.st})
 		if err != nil {
 			return fmt.Errorf("starting the dashboard: %w", err)
 		}

@@ -96,6 +96,11 @@
 //	http_peers  the Loopsy peers this node knows
 //	      node_id, peer             peer: the JSON /peers answers with
 //
+//	ui_sessions  the dashboard's signed-in sessions (schema version 16)
+//	      token_hash, id, key_id,   token_hash: the HMAC of the session's
+//	      created, expires          token under the API key (never the
+//	                                token); key_id: which key; Unix ms
+//
 // For example:
 //
 //	sqlite3 -header -column state.db \

@@ -314,6 +314,20 @@ END;
 	{version: 15, name: "the loop an approval is of", sql: `
 ALTER TABLE approvals ADD COLUMN loop_id TEXT;
 `},
+	// The dashboard's signed-in sessions, so a sign-in outlives a restart:
+	// a session's token is never stored, only its HMAC under the API key
+	// (token_hash), and key_id tells which key (a session of another key
+	// is dropped). Times are Unix milliseconds.
+	{version: 16, name: "the dashboard's sessions", sql: `
+CREATE TABLE ui_sessions (
+	token_hash BLOB PRIMARY KEY NOT NULL,
+	id         TEXT NOT NULL,
+	key_id     TEXT NOT NULL,
+	created    INTEGER NOT NULL,
+	expires    INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX ui_sessions_expires ON ui_sessions(expires);
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

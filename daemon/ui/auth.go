@@ -1,8 +1,12 @@
 package ui
 
 import (
+	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -10,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/state"
 )
 
 // cookiePrefix starts the session cookie's name; its path is /ui/.
@@ -40,15 +46,24 @@ func (s *Server) cookieName(r *http.Request) string {
 // session is one signed-in browser.
 type session struct {
 	id      string // a short name for the event log: never the token
-	csrf    string
+	csrf    string // filled by get: derived from the token, never stored
 	created time.Time
 	expires time.Time
 }
 
 // sessions are the signed-in browsers and the one-time links not used
-// yet, by the SHA-256 of their token (a lookup compares no secret).
+// yet, by their token's hash (hashTok: a lookup compares no secret).
+// With a store (persist), every session is written through to it, so a
+// sign-in outlives a restart or a kill -9 of the daemon: the store holds
+// the token's HMAC under the API key, never the token, so a changed key
+// ends every session; the CSRF token is derived from the session's token
+// the same way (csrfOf) and is not stored either.
 type sessions struct {
 	cfg   Config
+	key   []byte // the API key: what tokens are hashed under
+	keyID string // names the key in the store (a hash of it)
+	store *state.Store
+	log   zerolog.Logger
 	mu    sync.Mutex
 	byTok map[[32]byte]*session
 	links map[[32]byte]time.Time
@@ -56,24 +71,119 @@ type sessions struct {
 	// bits: this keeps a flood from costing anything).
 	logins *rate.Limiter
 	now    func() time.Time
+	swept  time.Time // get's last sweep
 }
 
-func newSessions(cfg Config) *sessions {
-	return &sessions{cfg: cfg, byTok: map[[32]byte]*session{}, links: map[[32]byte]time.Time{},
-		logins: rate.NewLimiter(5, 20), now: time.Now}
+// sweepEvery is how often a request sweeps the expired sessions.
+const sweepEvery = time.Minute
+
+func newSessions(cfg Config, key string) *sessions {
+	ss := &sessions{cfg: cfg, key: []byte(key), byTok: map[[32]byte]*session{}, links: map[[32]byte]time.Time{},
+		logins: rate.NewLimiter(5, 20), now: time.Now, log: zerolog.Nop()}
+	ss.keyID = hex.EncodeToString(ss.mac("key id", "")[:8])
+	return ss
 }
 
-func hashTok(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
+// mac is the HMAC-SHA256 under the API key of what, for purpose.
+func (ss *sessions) mac(purpose, what string) []byte {
+	m := hmac.New(sha256.New, ss.key)
+	m.Write([]byte("orchestrd ui " + purpose + "\x00" + what))
+	return m.Sum(nil)
+}
 
-// start signs a browser in: its token (the cookie's value) and session.
-// Past MaxSessions the oldest session goes.
+func (ss *sessions) hashTok(tok string) [32]byte { return [32]byte(ss.mac("token", tok)) }
+
+// csrfOf is the CSRF token of the session whose token is tok.
+func (ss *sessions) csrfOf(tok string) string { return hex.EncodeToString(ss.mac("csrf", tok)) }
+
+// storeWait bounds how long a sign-in or sign-out waits for the store.
+const storeWait = 5 * time.Second
+
+// persist makes st the sessions' store: it reads the sessions stored
+// there back (a restart's), drops the ended ones, another key's and those
+// past MaxSessions (the oldest), and says so (SessionsRestored, when there
+// were any).
+func (ss *sessions) persist(st *state.Store, log zerolog.Logger) (SessionsRestored, error) {
+	ss.store, ss.log = st, log
+	rows, err := st.UISessions().All()
+	if err != nil {
+		return SessionsRestored{}, fmt.Errorf("reading the dashboard's sessions: %w", err)
+	}
+	now := ss.now()
+	var ev SessionsRestored
+	var kept []state.UISessionRow
+	for _, r := range rows {
+		switch {
+		case r.KeyID != ss.keyID:
+			ev.OtherKey++
+		case !now.Before(time.UnixMilli(r.Expires)):
+			ev.Expired++
+		case len(r.TokenHash) != 32:
+			ev.Expired++ // not one of ours: dropped by the prune below
+		default:
+			kept = append(kept, r)
+		}
+	}
+	var drop []state.Write
+	if n := len(kept) - ss.cfg.MaxSessions; n > 0 { // rows are oldest first
+		for _, r := range kept[:n] {
+			drop = append(drop, state.UISessionDeleted(r.TokenHash))
+		}
+		ev.OverLimit, kept = n, kept[n:]
+	}
+	ss.mu.Lock()
+	for _, r := range kept {
+		ss.byTok[[32]byte(r.TokenHash)] = &session{id: r.ID, created: time.UnixMilli(r.Created), expires: time.UnixMilli(r.Expires)}
+	}
+	ss.mu.Unlock()
+	ev.Restored = len(kept)
+	if ev.OtherKey+ev.Expired > 0 {
+		drop = append(drop, state.UISessionsPruned(now.UnixMilli(), ss.keyID))
+	}
+	if len(drop) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), storeWait)
+		defer cancel()
+		if err := st.Do(ctx, drop...); err != nil {
+			return ev, fmt.Errorf("dropping the dashboard's ended sessions: %w", err)
+		}
+	}
+	return ev, nil
+}
+
+// write records ws in the store, if there is one; a failure is logged
+// (the session lives on in memory, and not past a restart).
+func (ss *sessions) write(wait bool, ws ...state.Write) {
+	if ss.store == nil || len(ws) == 0 {
+		return
+	}
+	if wait {
+		ctx, cancel := context.WithTimeout(context.Background(), storeWait)
+		defer cancel()
+		if err := ss.store.Do(ctx, ws...); err != nil {
+			ss.log.Warn().Err(err).Msg("ui: recording a dashboard session")
+		}
+		return
+	}
+	for _, w := range ws {
+		if err := ss.store.Enqueue(w, func(err error) {
+			if err != nil {
+				ss.log.Warn().Err(err).Msg("ui: recording a dashboard session")
+			}
+		}); err != nil {
+			ss.log.Warn().Err(err).Msg("ui: recording a dashboard session")
+		}
+	}
+}
+
+// start signs a browser in: its token (the cookie's value) and session,
+// recorded before it returns. Past MaxSessions the oldest session goes.
 func (ss *sessions) start() (string, *session) {
 	tok := api.RandomHex(32)
 	now := ss.now()
-	se := &session{id: api.RandomHex(4), csrf: api.RandomHex(32), created: now, expires: now.Add(ss.cfg.SessionTTL.Duration)}
+	se := &session{id: api.RandomHex(4), created: now, expires: now.Add(ss.cfg.SessionTTL.Duration)}
+	h := ss.hashTok(tok)
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.sweep(now)
+	gone := ss.sweep(now)
 	for len(ss.byTok) >= ss.cfg.MaxSessions {
 		var oldest [32]byte
 		var ot time.Time
@@ -83,9 +193,15 @@ func (ss *sessions) start() (string, *session) {
 			}
 		}
 		delete(ss.byTok, oldest)
+		gone = append(gone, state.UISessionDeleted(oldest[:]))
 	}
-	ss.byTok[hashTok(tok)] = se
-	return tok, se
+	ss.byTok[h] = se
+	ss.mu.Unlock()
+	ss.write(true, append(gone, state.UISessionPut(state.UISessionRow{TokenHash: h[:], ID: se.id, KeyID: ss.keyID,
+		Created: se.created.UnixMilli(), Expires: se.expires.UnixMilli()}))...)
+	c := *se
+	c.csrf = ss.csrfOf(tok)
+	return tok, &c
 }
 
 // get is the live session whose token is tok.
@@ -93,19 +209,37 @@ func (ss *sessions) get(tok string) (*session, bool) {
 	if tok == "" {
 		return nil, false
 	}
+	h := ss.hashTok(tok)
+	now := ss.now()
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	se, ok := ss.byTok[hashTok(tok)]
-	if !ok || !ss.now().Before(se.expires) {
+	var gone []state.Write
+	if now.Sub(ss.swept) >= sweepEvery { // what expired unused goes from the store too
+		ss.swept = now
+		gone = ss.sweep(now)
+	}
+	se, ok := ss.byTok[h]
+	if ok && !now.Before(se.expires) {
+		delete(ss.byTok, h)
+		gone = append(gone, state.UISessionDeleted(h[:]))
+		ok = false
+	}
+	ss.mu.Unlock()
+	ss.write(false, gone...)
+	if !ok {
 		return nil, false
 	}
-	return se, true
+	c := *se
+	c.csrf = ss.csrfOf(tok)
+	return &c, true
 }
 
+// end signs a session out, recorded before it returns.
 func (ss *sessions) end(tok string) {
+	h := ss.hashTok(tok)
 	ss.mu.Lock()
-	delete(ss.byTok, hashTok(tok))
+	delete(ss.byTok, h)
 	ss.mu.Unlock()
+	ss.write(true, state.UISessionDeleted(h[:]))
 }
 
 // newLink makes a one-time sign-in token.
@@ -113,8 +247,8 @@ func (ss *sessions) newLink() (string, time.Time) {
 	tok := api.RandomHex(32)
 	exp := ss.now().Add(ss.cfg.LinkTTL.Duration)
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.sweep(ss.now())
+	gone := ss.sweep(ss.now())
+	defer func() { ss.mu.Unlock(); ss.write(false, gone...) }()
 	if len(ss.links) >= 64 { // links nobody used: the oldest goes
 		var oldest [32]byte
 		var ot time.Time
@@ -125,7 +259,7 @@ func (ss *sessions) newLink() (string, time.Time) {
 		}
 		delete(ss.links, oldest)
 	}
-	ss.links[hashTok(tok)] = exp
+	ss.links[ss.hashTok(tok)] = exp
 	return tok, exp
 }
 
@@ -134,7 +268,7 @@ func (ss *sessions) useLink(tok string) bool {
 	if tok == "" {
 		return false
 	}
-	h := hashTok(tok)
+	h := ss.hashTok(tok)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	exp, ok := ss.links[h]
@@ -142,11 +276,14 @@ func (ss *sessions) useLink(tok string) bool {
 	return ok && ss.now().Before(exp)
 }
 
-// sweep drops what has expired; under mu.
-func (ss *sessions) sweep(now time.Time) {
+// sweep drops what has expired, under mu: the store's writes that drop
+// the sessions too.
+func (ss *sessions) sweep(now time.Time) []state.Write {
+	var gone []state.Write
 	for k, s := range ss.byTok {
 		if !now.Before(s.expires) {
 			delete(ss.byTok, k)
+			gone = append(gone, state.UISessionDeleted(k[:]))
 		}
 	}
 	for k, t := range ss.links {
@@ -154,6 +291,7 @@ func (ss *sessions) sweep(now time.Time) {
 			delete(ss.links, k)
 		}
 	}
+	return gone
 }
 
 // session is r's live session, from its cookie.

@@ -36,7 +36,20 @@ type SignInFailed struct {
 
 func (SignInFailed) Kind() string { return "ui.sign_in_failed" }
 
-func init() { eventlog.Register(SignedIn{}, SignedOut{}, SignInFailed{}) }
+// SessionsRestored: at start, the dashboard read back the sessions it had
+// stored (a restart's, a crash's): Restored are signed in still; it
+// dropped those that had expired, those made under another API key (the
+// key changed: they are signed out) and the oldest past max_sessions.
+type SessionsRestored struct {
+	Restored  int `json:"restored"`
+	Expired   int `json:"expired"`
+	OtherKey  int `json:"other_key"`
+	OverLimit int `json:"over_limit"`
+}
+
+func (SessionsRestored) Kind() string { return "ui.sessions_restored" }
+
+func init() { eventlog.Register(SignedIn{}, SignedOut{}, SignInFailed{}, SessionsRestored{}) }
 
 type ctxSession struct{}
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -225,10 +226,12 @@ func eventsData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	}
 	if v.Cluster {
 		lines, more, err := s.fleetEvents(ctx, eq, v.Node, v.Limit)
+		slices.Reverse(lines) // newest first, as this node's own
 		v.Lines, v.More = lines, more
 		return v, err
 	}
 	lines, more := s.readEvents(ctx, eq, v.Limit)
+	slices.Reverse(lines) // newest first
 	v.Lines, v.More = lines, more
 	return v, nil
 }
@@ -292,21 +295,9 @@ func eventsKinds(r *http.Request) string {
 	return strings.Join(ks, ",")
 }
 
-// lineJSON is a log line's fields after ts, seq and kind, for a table.
-func lineFields(l eventlog.Line) string {
-	raw := string(l.Raw)
-	if i := strings.Index(raw, `"kind":`); i >= 0 {
-		rest := raw[i+7:]
-		if j := strings.Index(rest, `",`); j >= 0 {
-			return "{" + rest[j+2:]
-		}
-		return "{}"
-	}
-	return raw
-}
-
 func init() {
-	funcs["fields"] = lineFields
+	funcs["eventRow"] = eventRowOf
+	funcs["nodeEventRow"] = nodeEventRowOf
 	funcs["terminal"] = func(st api.State) bool { return st.Terminal() }
 	funcs["output"] = func(j api.JobRecord) string { return j.Output }
 	funcs["itoa"] = strconv.Itoa

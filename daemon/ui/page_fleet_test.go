@@ -141,16 +141,16 @@ func TestEventsEveryNode(t *testing.T) {
 		t.Fatalf("cluster.events asked with %q (called: %v)", call.Params, ok)
 	}
 	mustContain(t, page, `data-follow="false" data-reread`, `data-kinds=""`, `id="f-cluster" name="cluster" value="1" checked`,
-		`<span class="node">b</span> <code>job.finished</code>`, `<span class="node">c</span> <code>cluster.node_lost</code>`,
+		`<span class="node">b</span> <code class="kind">job.finished</code>`, `<span class="node">c</span> <code class="kind">cluster.node_lost</code>`,
 		`&lt;img src=x onerror=alert(1)&gt;`)
-	mustNotContain(t, page, "conn.opened</code>", `<span class="node">c</span> <code>job.queued`, "no node", "zzzz", "<img")
+	mustNotContain(t, page, "conn.opened</code>", `<span class="node">c</span> <code class="kind">job.queued`, "no node", "zzzz", "<img")
 
 	_, page = h.do(c, "GET", "/ui/events?node=b&kind=cluster.*", nil, nil)
 	call, _ = h.caller.last("cluster.events")
 	if call.Params != `{"last":200,"node":"b","kinds":["cluster.*"]}` {
 		t.Fatalf("cluster.events asked with %q", call.Params)
 	}
-	mustContain(t, page, `<span class="node">c</span> <code>cluster.node_lost</code>`, `id="f-node" name="node" value="b"`)
+	mustContain(t, page, `<span class="node">c</span> <code class="kind">cluster.node_lost</code>`, `id="f-node" name="node" value="b"`)
 	mustNotContain(t, page, "job.finished</code>")
 	resp, page := h.do(c, "GET", "/ui/events?node=../x", nil, nil)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "node: not a node") {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -284,10 +285,14 @@ type errorLine struct {
 
 const recentErrorsKept = 20
 
-// errorKinds are the kinds that are, or may be, an error (job.finished
-// and task.finished only when they failed).
+// errorKinds are the kinds that are, or may be, an error a person must act
+// on: the daemon could not do its part (job.finished only in state error,
+// a job the daemon could not run; loop.ended only failed). What a client
+// or an agent got wrong is not (a job that failed or timed out, a bad
+// request, an agent's task.error it went on after): that is theirs, on
+// the jobs' and the agents' pages. errorHints says what each means.
 var errorKinds = []string{"actor.panicked", "runner.spawn_failed", "lane.degraded", "job.finished", "job.orphaned",
-	"executor.start_failed", "executor.protocol_error", "task.error", "loop.git_failed", "loop.merge_conflicted",
+	"executor.start_failed", "executor.protocol_error", "loop.git_failed", "loop.merge_conflicted",
 	"loop.ended", "state.write_failed", "eventlog.dropped", "http.unavailable", "reachout.unavailable",
 	"clanker.repo_failed", "clanker.write_failed", "approval.write_failed", "approval.notify_failed",
 	"subscriber.overflowed", "terminal.open_failed", "process.orphan_killed"}
@@ -302,9 +307,12 @@ func (e *recentErrors) EventsOnly() {}
 // Deliver keeps r if it is an error; it never blocks.
 func (e *recentErrors) Deliver(r *eventlog.Record) {
 	line := r.Line
+	if !slices.Contains(errorKinds, r.Kind) {
+		return
+	}
 	switch r.Kind {
 	case "job.finished":
-		if bytes.Contains(line, []byte(`"state":"succeeded"`)) || bytes.Contains(line, []byte(`"state":"cancelled"`)) {
+		if !bytes.Contains(line, []byte(`"state":"error"`)) {
 			return
 		}
 	case "loop.ended":

@@ -2,8 +2,10 @@
 // /ui/ on the HTTP listener (mounted on daemon/httpapi's server), live
 // through one server-sent-events stream per page from the event bus.
 //
-// What it owns: the signed-in sessions (memory only: a daemon that
-// restarts signs everyone out), the one-time sign-in links `orchestrd ui`
+// What it owns: the signed-in sessions (in memory, written through to the
+// state store when it has one, so a sign-in outlives a restart until it
+// expires or the API key changes; the store holds a hash of a session's
+// token, never the token), the one-time sign-in links `orchestrd ui`
 // asks for, and one bounded queue per open stream. What it knows of the
 // domains: nothing but their method names. Every page reads, and every
 // button acts, through the control socket's method table (Caller, which
@@ -12,7 +14,7 @@
 // page and its actions (pages.go, actions.go), never by a switch here.
 //
 // Whom it tells: the event log (ui.signed_in, ui.sign_in_failed,
-// ui.signed_out); what a button did is the domain's own event
+// ui.signed_out, ui.sessions_restored); what a button did is the domain's own event
 // (approval.resolved, job.cancel_requested, ...).
 //
 // Safety: sign-in takes the daemon's API key (home/http.key) or a one-time
@@ -41,6 +43,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -66,6 +69,9 @@ type Options struct {
 	Loopback bool
 	// TLS says the listener serves TLS: the cookie is Secure.
 	TLS bool
+	// Store, when set, keeps the sessions across restarts (nil: memory
+	// only).
+	Store *state.Store
 }
 
 // Server is the dashboard: an http.Handler for /ui/.
@@ -105,9 +111,20 @@ func New(opts Options) (*Server, error) {
 	}
 	cfg := opts.Config.withDefaults()
 	s := &Server{opts: opts, cfg: cfg, log: opts.Logger.With().Str("component", "ui").Logger(),
-		sessions: newSessions(cfg), streams: map[*stream]struct{}{}, errs: newRecentErrors(recentErrorsKept)}
+		sessions: newSessions(cfg, opts.Key), streams: map[*stream]struct{}{}, errs: newRecentErrors(recentErrorsKept)}
 	if err := s.parseTemplates(); err != nil {
 		return nil, err
+	}
+	if opts.Store != nil {
+		// A store that cannot be read costs the browsers their sign-in,
+		// not the dashboard.
+		ev, err := s.sessions.persist(opts.Store, s.log)
+		if err != nil {
+			s.log.Error().Err(err).Msg("ui: the stored sessions: browsers signed in before sign in again")
+		}
+		if ev != (SessionsRestored{}) {
+			s.emit(ev)
+		}
 	}
 	s.xorigin = http.NewCrossOriginProtection()
 	s.xorigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

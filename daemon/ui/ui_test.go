@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -83,7 +84,9 @@ func (c chanSink) Deliver(r *eventlog.Record) {
 	}
 }
 
-func newHarness(t *testing.T, cfg Config) *harness {
+// newHarness serves a dashboard; with a store (stores[0]) its sessions
+// are kept there.
+func newHarness(t *testing.T, cfg Config, stores ...*state.Store) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
@@ -98,12 +101,17 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.StreamQueue == 0 {
 		cfg = DefaultConfig()
 	}
-	s, err := New(Options{Config: cfg, Caller: fc, Bus: bus, Key: testKey, Version: "test", Logger: zerolog.Nop(), Loopback: true})
+	opts := Options{Config: cfg, Caller: fc, Bus: bus, Key: testKey, Version: "test", Logger: zerolog.Nop(), Loopback: true}
+	if len(stores) > 0 {
+		opts.Store = stores[0]
+	}
+	h := &harness{t: t, caller: fc, bus: bus, events: make(chan *eventlog.Record, 64)}
+	unsub := bus.Subscribe([]string{"ui.*"}, chanSink(h.events)) // before New: it may say what it restored
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, srv: s, caller: fc, bus: bus, events: make(chan *eventlog.Record, 64)}
-	unsub := bus.Subscribe([]string{"ui.*"}, chanSink(h.events))
+	h.srv = s
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", s)
 	h.http = httptest.NewServer(mux)
@@ -412,7 +420,7 @@ func (testJobEvent) Kind() string { return "test.ui_job" }
 func TestSessionsAndLinks(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxSessions = 2
-	ss := newSessions(cfg)
+	ss := newSessions(cfg, testKey)
 	now := time.Unix(1_800_000_000, 0)
 	ss.now = func() time.Time { return now }
 	a, _ := ss.start()

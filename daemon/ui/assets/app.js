@@ -2,7 +2,9 @@
 // has one event stream (/ui/stream) of the kinds that change what it shows;
 // an event reloads the page's content (debounced). When the stream says the
 // tab missed events, or the stream is lost, the page says so and reloads
-// what it shows rather than showing stale state as current.
+// what it shows rather than showing stale state as current. When the
+// daemon goes away (a restart, a crash) the tab tries again by itself and,
+// once the daemon is back, reloads what it shows and listens again.
 "use strict";
 (function () {
   const body = document.body;
@@ -104,7 +106,18 @@
 
   document.addEventListener("focusout", () => { if (again && !editing()) { again = false; schedule(); } });
 
-  // The events page follows: new lines are added, not the page reloaded.
+  // The events page follows: new lines are added (at the top: newest
+  // first), not the page reloaded. Each reads as the server renders it
+  // (layout.html's "event"): its fields on a line, its JSON on demand.
+  const idRe = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+  function fieldText(v) {
+    if (typeof v === "string") return clipText(v.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")), 120);
+    if (typeof v === "number" || typeof v === "boolean") return String(v);
+    if (Array.isArray(v)) return v.length === 0 ? "none" : v.every((e) => typeof e === "string") ? clipText(v.join(", "), 120) : v.length + " items";
+    if (v && typeof v === "object") return "{" + Object.keys(v).length + " fields}";
+    return "?";
+  }
+  function clipText(s, n) { return s.length <= n ? s : s.slice(0, n) + "…"; }
   const appendFollow = {
     reset() {},
     add(ev) {
@@ -114,20 +127,51 @@
       if (none) none.remove();
       const d = ev.data || {};
       const li = document.createElement("li");
+      li.className = "event";
       const t = document.createElement("time");
-      t.textContent = d.ts ? new Date(d.ts).toLocaleString() : "";
+      const w = new Date(d.ts || Date.now()), p2 = (n) => String(n).padStart(2, "0"); // as the server writes it
+      t.textContent = w.getFullYear() + "-" + p2(w.getMonth() + 1) + "-" + p2(w.getDate()) + " " + p2(w.getHours()) + ":" + p2(w.getMinutes()) + ":" + p2(w.getSeconds());
       const k = document.createElement("code");
+      k.className = "kind";
       k.textContent = ev.event;
+      li.append(t, " ", k);
+      // An event that carries one record (job.finished: {job: ...}) reads
+      // as the record's fields.
+      const own = Object.keys(d).filter((key) => key !== "ts" && key !== "seq" && key !== "kind");
+      const rec = own.length === 1 && d[own[0]] && typeof d[own[0]] === "object" && !Array.isArray(d[own[0]]) ? d[own[0]] : d;
+      const job = typeof rec.job_id === "string" ? rec.job_id : own[0] === "job" && typeof rec.id === "string" ? rec.id : "";
+      if (idRe.test(job)) {
+        const a = document.createElement("a");
+        a.href = "/ui/jobs/" + encodeURIComponent(job);
+        a.textContent = job;
+        li.append(" ", a);
+      }
       const f = document.createElement("span");
       f.className = "fields";
-      const rest = Object.assign({}, d);
-      delete rest.ts; delete rest.seq; delete rest.kind;
-      let s = JSON.stringify(rest);
-      if (s.length > 400) s = s.slice(0, 400) + "…";
-      f.textContent = s;
-      li.append(t, " ", k, " ", f);
-      list.append(li);
-      while (list.children.length > 1000) list.firstElementChild.remove();
+      let n = 0, more = 0;
+      for (const [key, v] of Object.entries(rec)) {
+        if (key === "ts" || key === "seq" || key === "kind" || v === null || v === undefined) continue;
+        if (n === 8) { more++; continue; }
+        n++;
+        const fe = document.createElement("span");
+        fe.className = "field";
+        const ke = document.createElement("span");
+        ke.className = "key";
+        ke.textContent = clipText(key, 40);
+        fe.append(ke, " " + fieldText(v));
+        f.append(fe, " ");
+      }
+      if (more) { const m = document.createElement("span"); m.className = "muted"; m.textContent = "+" + more + " more"; f.append(m); }
+      const det = document.createElement("details");
+      det.className = "json";
+      const sum = document.createElement("summary");
+      sum.textContent = "JSON";
+      const pre = document.createElement("pre");
+      pre.textContent = clipText(JSON.stringify(d, null, 2), 16384);
+      det.append(sum, pre);
+      li.append("\n", f, "\n", det);
+      list.prepend(li);
+      while (list.children.length > 1000) list.lastElementChild.remove();
       return true;
     },
   };
@@ -147,7 +191,7 @@
   document.addEventListener("visibilitychange", () => {
     if (document.hidden) {
       if (es && !keepWhenHidden()) { es.close(); es = null; body.dataset.stream = "paused"; }
-    } else if (!es) {
+    } else if (!es && !retry) {
       openStream();
       refresh();
     }
@@ -163,14 +207,13 @@
     if (body.dataset.job) url += "&job=" + encodeURIComponent(body.dataset.job);
     else if (body.dataset.id) url += "&id=" + encodeURIComponent(body.dataset.id);
     es = new EventSource(url);
-    let lost = false;
     let first = true;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
-      if (lost) { lost = false; say("Live updates are back; reloaded what this page shows.", "ok"); refresh(); }
+      if (back) { back = false; first = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); return; }
       // What changed between the page's render and its subscription
       // came on no stream: read it once now that the stream is open.
-      else if (first) refresh();
+      if (first) refresh();
       first = false;
     });
     es.onmessage = (m) => {
@@ -196,14 +239,43 @@
       say("This tab fell behind and missed " + (total || n) + (total === 1 ? " event" : " events") + ": reloaded what it shows.", "warn");
       refresh();
     });
-    es.addEventListener("bye", () => { say("The daemon is stopping: live updates ended.", "warn"); main().classList.add("stale"); if (es) es.close(); });
-    es.onerror = () => {
-      if (!es || es.readyState === EventSource.CLOSED) return;
-      lost = true; stale = true;
-      body.dataset.stream = "lost";
-      main().classList.add("stale");
-      say("Live updates lost: reconnecting. What you see may be out of date.", "warn");
+    es.addEventListener("bye", () => reconnect("The daemon is stopping: live updates ended until it is back."));
+    const mine = es;
+    // Lost (the daemon restarted, crashed, or refused the stream): the
+    // tab reconnects by itself, its way (the browser's own retry would
+    // not tell a lost session from a daemon still away).
+    es.onerror = () => { if (es === mine) reconnect("Live updates lost."); };
+  }
+
+  // reconnect waits for the daemon to be back (a restart, a crash, a
+  // stream refused): it asks for this page again, less often the longer
+  // the daemon is away (up to every 5 s), and once it answers listens
+  // again; the stream's hello then reloads what the page shows. A daemon
+  // that no longer knows this tab's session (it expired, the API key
+  // changed) sends it to sign in.
+  let back = false, retry = null, tries = 0;
+  function reconnect(why) {
+    if (es) { es.close(); es = null; }
+    stale = true;
+    body.dataset.stream = "reconnecting";
+    main().classList.add("stale");
+    say(why + " Reconnecting; what you see may be out of date.", "warn");
+    if (retry) return;
+    const attempt = async () => {
+      let r = null;
+      try { r = await fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin", cache: "no-store" }); } catch (e) { r = null; }
+      if (r && r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
+      // Away, or stopping (503): again later. Any other answer is the
+      // daemon's: back (a page gone since shows its error).
+      if (!r || r.status >= 500) { tries++; retry = setTimeout(attempt, Math.min(5000, 250 * 2 ** Math.min(tries, 5))); return; }
+      retry = null; tries = 0; back = true;
+      body.dataset.reconnected = String((Number(body.dataset.reconnected) || 0) + 1);
+      if (document.hidden && !keepWhenHidden()) { body.dataset.stream = "paused"; return; } // shown again: it opens
+      openStream();
+      if (!es) { back = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); } // a page with no stream
+      document.dispatchEvent(new Event("orchestrd:back")); // output.js reads a lost output again
     };
+    retry = setTimeout(attempt, 250);
   }
 
   // Forms that act (class act) post with fetch and reload the content;

@@ -171,9 +171,13 @@
   }
   window.orchestrdAnsi = newAnsi; // for the dashboard's browser tests
 
+  // gen is the output stream this page reads now: a stream lost and read
+  // again (openOutput anew) leaves the listeners of the one before idle.
+  let gen = 0;
   function openOutput() {
     const pre = document.getElementById("output");
     if (!pre || !pre.dataset.job) return;
+    const me = ++gen;
     const state = () => document.getElementById("output-state");
     const followBtn = () => document.getElementById("output-follow");
     const es = new EventSource("/ui/jobs/" + encodeURIComponent(pre.dataset.job) + "/output");
@@ -195,13 +199,13 @@
     // event may come after more output made the end move on.
     let ourTop = -1, lastTop = 0;
     pre.addEventListener("scroll", () => {
-      if (pre.scrollTop === ourTop) return;
+      if (me !== gen || pre.scrollTop === ourTop) return;
       ourTop = -1;
       lastTop = pre.scrollTop;
       setFollow(atEnd());
     });
     document.addEventListener("click", (e) => {
-      if (!e.target.closest || !e.target.closest("#output-follow")) return;
+      if (me !== gen || !e.target.closest || !e.target.closest("#output-follow")) return;
       setFollow(true);
       toEnd();
       pre.focus();
@@ -218,6 +222,7 @@
     // A reload of the page's content takes the output out and puts it
     // back: where it was scrolled to is put back too.
     document.addEventListener("orchestrd:reloaded", () => {
+      if (me !== gen) return;
       count();
       if (follow) toEnd();
       else if (pre.scrollTop !== lastTop) { pre.scrollTop = lastTop; ourTop = pre.scrollTop; }
@@ -309,13 +314,24 @@
     es.onerror = () => {
       if (pre.dataset.ended) return;
       es.close();
+      pre.dataset.lost = "true";
       const s = state();
-      if (s) s.textContent = "the output stream was lost; reload the page to read it again";
+      if (s) s.textContent = "the output stream was lost: read again once the daemon answers";
     };
     setFollow(true);
     const s = state();
     if (s) s.textContent = "streaming…";
   }
+
+  // The daemon is back (app.js reconnected): an output whose stream was
+  // lost is read again from its start.
+  document.addEventListener("orchestrd:back", () => {
+    const pre = document.getElementById("output");
+    if (!pre || pre.dataset.lost !== "true") return;
+    delete pre.dataset.lost;
+    pre.textContent = "";
+    openOutput();
+  });
 
   openOutput();
 })();

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,12 +49,16 @@ type config struct {
 	// files are copied into the home before the daemon starts: the name
 	// there -> the file's path (a fleet node's cluster.creds).
 	files map[string]string
+	// samePort: the listener's port is chosen before the daemon starts,
+	// so that a restart (daemon.restart) listens where the tab knows it.
+	samePort bool
 }
 
 // daemon is one real daemon of a test, with its dashboard's address.
 type daemon struct {
 	t      *testing.T
 	home   string
+	cfg    config
 	proc   *daemonrun.Daemon
 	stderr *testio.SyncBuffer
 	addr   string // 127.0.0.1:PORT of the HTTP listener
@@ -83,6 +88,9 @@ func startDaemon(t *testing.T, cfg config) *daemon {
 	}
 	text := "[daemon]\nshutdown_timeout = \"2s\"\n" + cfg.daemon + "\n" + lanesConfig + cfg.extra
 	text = strings.ReplaceAll(text, "{{home}}", home)
+	if cfg.samePort {
+		text = strings.Replace(text, `listen = "127.0.0.1:0"`, `listen = "`+freeAddr(t)+`"`, 1)
+	}
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -91,26 +99,51 @@ func startDaemon(t *testing.T, cfg config) *daemon {
 			t.Fatal(err)
 		}
 	}
-	d := &daemon{t: t, home: home, stderr: &testio.SyncBuffer{}}
-	cmd := daemonrun.Serve(binary, home)
-	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
-	p, err := daemonrun.Start(cmd, home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.proc = p
+	d := &daemon{t: t, home: home, cfg: cfg}
 	t.Cleanup(d.stop)
-	ls, err := p.WaitReady(60 * time.Second)
-	if err != nil {
-		t.Fatalf("daemon not ready: %v\n%s", err, tail(d.stderr.String(), 4000))
-	}
-	d.addr = d.readyHTTP()
-	d.base = "http://" + d.addr
+	d.launch()
 	out, errOut, code := d.cli("http", "key")
 	if code != 0 || len(strings.TrimSpace(out)) < 32 {
 		t.Fatalf("orchestrd http key: exit %d: %q %s", code, out, errOut)
 	}
 	d.key = strings.TrimSpace(out)
+	return d
+}
+
+// freeAddr is an address of loopback with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// launch starts `orchestrd serve` on d's home and waits until its lanes
+// are ready; it reads the HTTP address from its ready line.
+func (d *daemon) launch() {
+	t := d.t
+	t.Helper()
+	d.stderr = &testio.SyncBuffer{}
+	cmd := daemonrun.Serve(binary, d.home)
+	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
+	p, err := daemonrun.Start(cmd, d.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.proc = p
+	ls, err := p.WaitReady(60 * time.Second)
+	if err != nil {
+		t.Fatalf("daemon not ready: %v\n%s", err, tail(d.stderr.String(), 4000))
+	}
+	addr := d.readyHTTP()
+	if d.addr != "" && addr != d.addr {
+		t.Fatalf("the restarted daemon listens on %s, not %s", addr, d.addr)
+	}
+	d.addr = addr
+	d.base = "http://" + d.addr
 	for _, l := range ls {
 		for _, r := range l.Runners {
 			if r.Pid > 0 && r.Spawned {
@@ -118,7 +151,29 @@ func startDaemon(t *testing.T, cfg config) *daemon {
 			}
 		}
 	}
-	return d
+}
+
+// restart stops d, cleanly (SIGTERM) or with SIGKILL (kill), and starts
+// it again on its home; its runners must be gone first.
+func (d *daemon) restart(kill bool) {
+	d.t.Helper()
+	if !d.cfg.samePort {
+		d.t.Fatal("restart needs config.samePort: the tab would look for the daemon on another port")
+	}
+	if !kill {
+		d.stop()
+		d.launch()
+		return
+	}
+	// What a killed daemon left (its runners) the next one ends.
+	old := d.runners
+	d.runners = nil
+	if err := d.proc.Cmd.Process.Kill(); err != nil {
+		d.t.Fatal(err)
+	}
+	<-d.proc.Done()
+	d.launch()
+	waitGone(d.t, old)
 }
 
 // readyHTTP is the http= address of the daemon's ready line (its log is
@@ -152,6 +207,9 @@ func (d *daemon) readyHTTP() string {
 }
 
 func (d *daemon) stop() {
+	if d.proc == nil {
+		return
+	}
 	if err := d.proc.Stop(30 * time.Second); err != nil {
 		d.t.Errorf("%v\n%s", err, tail(d.stderr.String(), 60000))
 	}

@@ -137,21 +137,26 @@ func sessionCookie(tb *tab) *network.Cookie {
 
 // Two dashboards on one host (two daemons here; two machines' forwarded by
 // SSH to two local ports alike) keep their sessions side by side in one
-// browser: signing in to one does not sign the other out, and signing
-// out of one leaves the other signed in.
+// browser: signing in to one does not sign the other out, nor does a
+// kill -9 and restart of one, and signing out of one leaves the other
+// signed in.
 func TestTwoDashboardsOneHost(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
-	d1, d2 := startDaemon(t, config{}), startDaemon(t, config{})
+	d1, d2 := startDaemon(t, config{samePort: true}), startDaemon(t, config{})
 	tb := newTab(t, d1) // one tab: one cookie jar for both
 	tb.signIn()
 	tb.d = d2
 	tb.signIn()
-	for _, d := range []*daemon{d1, d2} {
+	for i, d := range []*daemon{d1, d2, d1, d2} {
+		if i == 2 {
+			d1.restart(true) // killed: both stay signed in
+		}
 		tb.d = d
 		tb.open("/ui/")
 		if page := eval[string](tb, `document.body.dataset.page`); page != "overview" {
-			t.Fatalf("%s's dashboard shows %q after signing in to both, want the overview", d.base, page)
+			t.Fatalf("%s's dashboard shows %q after signing in to both (check %d, after a kill -9 of the first: %v), want the overview",
+				d.base, page, i, i >= 2)
 		}
 	}
 	tb.shot("second-dashboard")

@@ -1,0 +1,66 @@
+package uitest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// A tab left open on the jobs page while the daemon restarts, cleanly
+// and then killed with SIGKILL, recovers by itself: it says the daemon is
+// away, reconnects once it is back, still signed in (the session is in
+// the state store), reloads what it shows and goes on live: a job the
+// new daemon runs appears without a reload of the page.
+func TestTabSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	d := startDaemon(t, config{samePort: true})
+	tb := newTab(t, d)
+	tb.signIn()
+	tb.open("/ui/jobs")
+	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
+	eval[chromedp.Void](tb, `window.notReloaded = true`)
+
+	for i, how := range []string{"stop", "kill"} {
+		loaded := eval[string](tb, `document.body.dataset.loaded || ""`)
+		d.restart(how == "kill")
+		n := string(rune('1' + i))
+		tb.waitJS("the tab to reconnect after the "+how, `document.body.dataset.reconnected === "`+n+`" && document.body.dataset.stream === "open"`)
+		tb.waitJS("what the tab shows reloaded", `document.body.dataset.loaded !== `+jsID(loaded)+` && !document.getElementById("main").classList.contains("stale")`)
+		if page := eval[string](tb, `document.body.dataset.page`); page != "jobs" {
+			t.Fatalf("after the %s the tab shows %q, want the jobs page, signed in", how, page)
+		}
+		if !eval[bool](tb, `window.notReloaded === true`) {
+			t.Fatalf("after the %s the tab was navigated, not reconnected", how)
+		}
+		if live := eval[string](tb, `document.getElementById("live").textContent`); !strings.Contains(live, "The daemon is back") {
+			t.Fatalf("after the %s the tab says %q", how, live)
+		}
+		tb.shot("restart-" + how)
+
+		// Fresh data: a job of the new daemon shows up live.
+		out, errOut, code := d.cli("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"`)
+		if code != 0 {
+			t.Fatalf("run after the %s: exit %d: %s", how, code, errOut)
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(out, "id="), "\n")
+		row := `document.getElementById(` + jsID("job-"+id) + `)`
+		tb.waitJS("job "+id+"'s row after the "+how, row+` && `+row+`.querySelector(".state").textContent === "succeeded"`)
+	}
+	// The new daemons said what they restored.
+	if got := len(eventsOf(d, "ui.sessions_restored")); got != 2 {
+		t.Fatalf("%d ui.sessions_restored events, want one a restart", got)
+	}
+}
+
+// eventsOf is d's events of kind.
+func eventsOf(d *daemon, kind string) []map[string]any {
+	var out []map[string]any
+	for _, e := range d.events() {
+		if e["kind"] == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
