@@ -648,15 +648,27 @@ func TestFleetChaos(t *testing.T) {
 // TestFleetStoppedNodeLateResult: a node stopped (SIGSTOP) for longer than
 // the heartbeat bound is declared lost and its job ends node_lost; once it
 // runs again (SIGCONT) its late result changes no recorded end.
+//
+// The node lost shows in orchestrd_cluster_nodes_lost_total (what
+// examples/orchestrd-alerts.yml's OrchestrdNodeLost alerts on): the node
+// that declares b lost counts 1 (heartbeat_expired), once in the fleet;
+// the other counts 0.
 func TestFleetStoppedNodeLateResult(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three daemons")
 	}
 	t.Parallel()
 	solo := "[lanes.default]\nrunners = 1\nslots = 2\n"
-	nodes := startFleet(t, "", [3]string{solo, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n", solo})
+	const listen = "[metrics]\nlisten = \"127.0.0.1:0\"\n"
+	nodes := startFleet(t, "", [3]string{solo + listen, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n" + listen, solo + listen})
 	a, b, c := nodes[0].d, nodes[1], nodes[2].d
 	a.waitNodes("solo", "b")
+	lost := nodesLostMetric(t)
+	for _, d := range []*testDaemon{a, c} {
+		if v, ok := lost(d); !ok || v != 0 {
+			t.Fatalf("before: orchestrd_cluster_nodes_lost_total %v (exported: %v), want 0", v, ok)
+		}
+	}
 	dir := t.TempDir()
 	spec := fleetMarker(dir)
 	spec.Lane = "solo"
@@ -675,6 +687,28 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	rec := a.wait(id)
 	if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost || rec.Node != "b" {
 		t.Fatalf("the stopped node's job: %+v", rec)
+	}
+	var by string
+	eventuallyOr(t, 60*time.Second, "cluster.node_lost of b", func() bool {
+		for _, d := range []*testDaemon{a, c} {
+			for _, e := range d.events() {
+				if e["kind"] == "cluster.node_lost" && e["node"] == "b" {
+					by, _ = e["by"].(string)
+					return true
+				}
+			}
+		}
+		return false
+	}, func() string { return fmt.Sprintf("%+v", a.nodes()) })
+	declarer, other := a, c
+	if by == "c" {
+		declarer, other = c, a
+	}
+	if v, _ := lost(declarer); v != 1 {
+		t.Errorf("%s declared b lost: orchestrd_cluster_nodes_lost_total{reason=\"heartbeat_expired\"} %v, want 1", by, v)
+	}
+	if v, _ := lost(other); v != 0 {
+		t.Errorf("the node that did not declare b lost counts %v, want 0", v)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
