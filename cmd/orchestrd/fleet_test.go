@@ -261,12 +261,18 @@ func runs(t *testing.T, dir, id string) int {
 	return strings.Count(string(b), "ran\n")
 }
 
+// TestFleetEmbedded: three daemons joined by their embedded NATS servers:
+// the ready lines and status name the cluster and the node
+// (fleetIdentified), fleetScenario, then c killed (fleetLosesC).
 func TestFleetEmbedded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three daemons")
 	}
 	t.Parallel()
-	fleetScenario(t, startFleet(t, "", gpuLanes))
+	nodes := startFleet(t, "", gpuLanes)
+	cluster := fleetIdentified(t, nodes)
+	fleetScenario(t, nodes)
+	fleetLosesC(t, nodes, cluster)
 }
 
 // fleetScenario: a's job runs on b or c with its output and exit code
