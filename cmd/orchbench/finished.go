@@ -11,7 +11,7 @@ import (
 
 // A finished job's output lives in the state store, not in the daemon's
 // memory (issue 25): the daemon's RSS after 200 finished jobs of 1 MiB of
-// output each against its RSS before them, and job.get of such a job, from
+// output each (20 in a quick run) against its RSS before them, and job.get of such a job, from
 // the store (the oldest) and from the small cache of recent ones (the
 // newest), against job.get of a finished job without output.
 const (
@@ -61,13 +61,14 @@ func measureFinishedOutput(b *bench) error {
 	if err != nil {
 		return err
 	}
-	settle := pick(b, 10*time.Second, 3*time.Second)
+	settle := pick(b, 10*time.Second, time.Second)
 	before, err := quietRSS(d.pid(), settle)
 	if err != nil {
 		return err
 	}
 	var ids []string
-	for range finishedJobs {
+	jobs := pick(b, finishedJobs, 20)
+	for range jobs {
 		id, err := run(big)
 		if err != nil {
 			return err
@@ -79,13 +80,13 @@ func measureFinishedOutput(b *bench) error {
 		return err
 	}
 	growth := after - before
-	b.add(Row{Metric: fmt.Sprintf("daemon RSS growth after %d finished jobs of 1 MiB output each", finishedJobs), N: finishedJobs,
+	b.add(Row{Metric: fmt.Sprintf("daemon RSS growth after %d finished jobs of 1 MiB output each", jobs), N: jobs,
 		Orchestrd: fmtBytes(float64(growth)), Value: float64(growth) / (1 << 20), Unit: "MiB",
 		Baseline: fmtBytes(float64(before)) + " (its RSS before them)", BaselineValue: floatp(float64(before) / (1 << 20)),
 		Target: "≤ 16 MiB", Met: boolp(growth <= finishedGrowth),
 		Note: fmt.Sprintf("RSS read once it stopped falling for %s (at most %s)", settle/4, settle)})
 
-	n := pick(b, 200, 40)
+	n := pick(b, 200, 10)
 	base, err := timeGets(d.sock, empty, n, 0)
 	if err != nil {
 		return err

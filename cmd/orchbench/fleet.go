@@ -39,7 +39,7 @@ func runFleet(b *bench) error {
 		return err
 	}
 	// Cross-node dispatch against local dispatch on b.
-	n := pick(b, 300, 30)
+	n := pick(b, 300, 10)
 	cross, err := jobLatencies(a, "bonly", n)
 	if err != nil {
 		return fmt.Errorf("cross-node jobs: %w", err)
@@ -57,8 +57,8 @@ func runFleet(b *bench) error {
 
 	// Output: one job writing size bytes, its end recorded only once every
 	// piece (signed by its taker) is stored, submit to end.
-	size := pick(b, 64<<20, 8<<20)
-	runs := pick(b, 5, 2)
+	size := pick(b, 64<<20, 2<<20)
+	runs := pick(b, 5, 1)
 	crossOut, err := outputRate(a, "bonly", size, runs)
 	if err != nil {
 		return fmt.Errorf("cross-node output: %w", err)
@@ -73,7 +73,7 @@ func runFleet(b *bench) error {
 		Baseline: "local on b: " + fmtRate(localOut/(1<<20), "MiB"), BaselineValue: floatp(localOut / (1 << 20)), BaselineN: runs, Ratio: ro})
 
 	// Throughput: three nodes serving gpu against one alone.
-	dur := pick(b, 10*time.Second, 2*time.Second)
+	dur := pick(b, 10*time.Second, time.Second)
 	conc := 2 * 3 * slots // twice the slots of three nodes: slots, not clients, the limit
 	three, err := sleepThroughput(a, "gpu", conc, dur)
 	if err != nil {
@@ -308,7 +308,7 @@ func sleepThroughput(d *daemon, lane string, conc int, dur time.Duration) (float
 
 // idleCost is a daemon's CPU (% of one core) over an idle window, and its RSS.
 func idleCost(b *bench, d *daemon) (float64, int64, error) {
-	window := pick(b, 10*time.Second, 2*time.Second)
+	window := pick(b, 10*time.Second, time.Second)
 	time.Sleep(pick(b, 2*time.Second, 300*time.Millisecond))
 	c0, err := procCPUPrecise(d.pid())
 	if err != nil {

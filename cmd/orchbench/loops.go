@@ -28,8 +28,8 @@ import (
 // task.execute), measured the same way. Then the daemon's RSS per waiting
 // loop: loops queued behind max_running, each an actor and a record.
 func runLoops(b *bench) error {
-	loops := pick(b, 100, 10)
-	iters := pick(b, 4, 3)
+	loops := pick(b, 100, 4)
+	iters := pick(b, 4, 2)
 	repo := filepath.Join(b.tmp, "loops-repo")
 	if err := gitInit(repo); err != nil {
 		return err
@@ -154,7 +154,7 @@ func runLoops(b *bench) error {
 // loopsRSS measures what a waiting loop costs the daemon: n loops queued
 // behind one running loop (max_running 1) whose validation sleeps.
 func loopsRSS(b *bench) error {
-	n := pick(b, 1000, 100)
+	n := pick(b, 1000, 20)
 	repo := filepath.Join(b.tmp, "loops-rss-repo")
 	if err := gitInit(repo); err != nil {
 		return err

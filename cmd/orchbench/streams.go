@@ -23,7 +23,7 @@ import (
 // `run` into /dev/null against `head` alone.
 func runStreams(b *bench) error {
 	size := pick(b, int64(2<<30), int64(256<<20))
-	hold := pick(b, 20*time.Second, 3*time.Second)
+	hold := pick(b, 20*time.Second, 2*time.Second)
 	cfg := laneConfig{runners: 1, slots: 8, finishedJobs: 100}.toml() +
 		"\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\n[http.rate_limits]\nexec = 0\n"
 	d, addr, key, err := b.startHTTP("streams", cfg)
@@ -103,7 +103,7 @@ func runStreams(b *bench) error {
 		fmtBytes(float64(delivered)), float64(delivered)/hold.Seconds()/1e6), Value: float64(delivered), Unit: "bytes"})
 
 	// Throughput: run into /dev/null, against head alone.
-	n := pick(b, int64(512<<20), int64(32<<20))
+	n := pick(b, int64(512<<20), int64(16<<20))
 	trials := pick(b, 3, 1)
 	var runs, heads []float64
 	for range trials {

@@ -396,9 +396,13 @@ max_iterations = 2
 // loop's prompt, runs the Bash the model asks for (the tree's agent
 // script, which writes what its loop type is asked for, in bypass mode in
 // its confined sandbox), and the tree's work reaches main after the
-// plan's two approvals.
+// plan's two approvals. The plan has one spec (four loops, each a run of
+// Claude Code): TestLoopPlanTree runs a tree of two.
 func TestLoopClaudePlanTree(t *testing.T) {
 	t.Parallel()
+	if oneSpecTree == treeAgent {
+		t.Fatal("oneSpecTree: treeAgent's plan no longer names spec-beta so")
+	}
 	repo := gitRepo(t)
 	d := startClaudeDaemon(t, nil, `
 [loops]
@@ -411,15 +415,15 @@ validation_lane = "net"
 		if len(modelfake.ToolResults(r)) > 0 {
 			return text("Done: ", "the artifact is written.")
 		}
-		return bash(treeAgent)
+		return bash(oneSpecTree)
 	}
 	id := d.createLoop(api.LoopPlan, repo, "build the widget")
 	d.waitStage(id, api.StageApproval, 120*time.Second)
-	d.approvePlan(id)
+	d.approvePlanSpecs(id, 1)
 	d.waitStage(id, api.StageMerge, 240*time.Second)
 	var list api.LoopListResult
 	d.mustCall("loop.list", map[string]any{"loop_type": "code"}, &list)
-	if len(list.Loops) != 2 {
+	if len(list.Loops) != 1 {
 		t.Fatalf("code loops: %+v", list.Loops)
 	}
 	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
@@ -427,14 +431,17 @@ validation_lane = "net"
 	mainHoldsTree(t, repo, list.Loops)
 	// Every iteration was Claude Code's: one run (two model calls) per
 	// loop of the tree, each with the loop's own prompt.
-	if n := len(d.ep.Scripted()); n < 2*7 {
-		t.Fatalf("the endpoint served %d scripted requests for a tree of 7 loops", n)
+	if n := len(d.ep.Scripted()); n < 2*4 {
+		t.Fatalf("the endpoint served %d scripted requests for a tree of 4 loops", n)
 	}
 	// The tree's cost is its iterations' tokens, summed up to its root.
 	if got.Loop.TokenUsage == nil || got.Loop.TokenUsage.OutputTokens == 0 {
 		t.Fatalf("the tree's token usage: %+v", got.Loop.TokenUsage)
 	}
 }
+
+// oneSpecTree is treeAgent whose plan has one spec.
+var oneSpecTree = strings.Replace(treeAgent, `\n- spec-beta: the second part`, "", 1)
 
 // Loopr's chat on Claude Code: a reply's text reaches the client while
 // the model is still generating it (the endpoint holds the rest until the

@@ -208,12 +208,18 @@ func runs(t *testing.T, dir, id string) int {
 	return strings.Count(string(b), "ran\n")
 }
 
+// TestFleetEmbedded: three daemons joined by their embedded NATS servers:
+// the ready lines and status name the cluster and the node
+// (fleetIdentified), fleetScenario, then c killed (fleetLosesC).
 func TestFleetEmbedded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three daemons")
 	}
 	t.Parallel()
-	fleetScenario(t, startFleet(t, "", gpuLanes))
+	nodes := startFleet(t, "", gpuLanes)
+	cluster := fleetIdentified(t, nodes)
+	fleetScenario(t, nodes)
+	fleetLosesC(t, nodes, cluster)
 }
 
 // fleetScenario: a's job runs on b or c with its output and exit code
@@ -449,12 +455,12 @@ func listPagedAcross(t *testing.T, d *testDaemon, limit int) {
 	}
 }
 
-// TestFleetChaos kills random nodes for a minute while four clients
+// TestFleetChaos kills random nodes for half a minute while four clients
 // submit to a lane all three serve: every acknowledged job ends exactly
 // once, and none runs twice.
 func TestFleetChaos(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a minute of chaos")
+		t.Skip("half a minute of chaos")
 	}
 	t.Parallel()
 	lanes := gpuLanes
@@ -511,9 +517,11 @@ func TestFleetChaos(t *testing.T) {
 		}()
 	}
 	rnd := rand.New(rand.NewPCG(1, 26))
-	end := time.Now().Add(time.Minute)
+	// Half a minute, and at least 4 kills (some 5 a minute on a loaded
+	// machine, each a node declared lost or back first at random).
+	end := time.Now().Add(30 * time.Second)
 	kills := 0
-	for time.Now().Before(end) {
+	for kills < 4 || time.Now().Before(end) {
 		i := rnd.IntN(3)
 		mu.Lock()
 		live[i] = false
@@ -593,15 +601,27 @@ func TestFleetChaos(t *testing.T) {
 // TestFleetStoppedNodeLateResult: a node stopped (SIGSTOP) for longer than
 // the heartbeat bound is declared lost and its job ends node_lost; once it
 // runs again (SIGCONT) its late result changes no recorded end.
+//
+// The node lost shows in orchestrd_cluster_nodes_lost_total (what
+// examples/orchestrd-alerts.yml's OrchestrdNodeLost alerts on): the node
+// that declares b lost counts 1 (heartbeat_expired), once in the fleet;
+// the other counts 0.
 func TestFleetStoppedNodeLateResult(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three daemons")
 	}
 	t.Parallel()
 	solo := "[lanes.default]\nrunners = 1\nslots = 2\n"
-	nodes := startFleet(t, "", [3]string{solo, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n", solo})
+	const listen = "[metrics]\nlisten = \"127.0.0.1:0\"\n"
+	nodes := startFleet(t, "", [3]string{solo + listen, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n" + listen, solo + listen})
 	a, b, c := nodes[0].d, nodes[1], nodes[2].d
 	a.waitNodes("solo", "b")
+	lost := nodesLostMetric(t)
+	for _, d := range []*testDaemon{a, c} {
+		if v, ok := lost(d); !ok || v != 0 {
+			t.Fatalf("before: orchestrd_cluster_nodes_lost_total %v (exported: %v), want 0", v, ok)
+		}
+	}
 	dir := t.TempDir()
 	spec := fleetMarker(dir)
 	spec.Lane = "solo"
@@ -620,6 +640,28 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	rec := a.wait(id)
 	if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost || rec.Node != "b" {
 		t.Fatalf("the stopped node's job: %+v", rec)
+	}
+	var by string
+	eventuallyOr(t, 60*time.Second, "cluster.node_lost of b", func() bool {
+		for _, d := range []*testDaemon{a, c} {
+			for _, e := range d.events() {
+				if e["kind"] == "cluster.node_lost" && e["node"] == "b" {
+					by, _ = e["by"].(string)
+					return true
+				}
+			}
+		}
+		return false
+	}, func() string { return fmt.Sprintf("%+v", a.nodes()) })
+	declarer, other := a, c
+	if by == "c" {
+		declarer, other = c, a
+	}
+	if v, _ := lost(declarer); v != 1 {
+		t.Errorf("%s declared b lost: orchestrd_cluster_nodes_lost_total{reason=\"heartbeat_expired\"} %v, want 1", by, v)
+	}
+	if v, _ := lost(other); v != 0 {
+		t.Errorf("the node that did not declare b lost counts %v, want 0", v)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -24,22 +24,13 @@ func logLines(s string, offset int) []map[string]any {
 	return out
 }
 
-// A fleet of three where c is killed (SIGKILL): the ready line and status
-// name the cluster and the node; nodes shows c lost, since when and by
-// whom, without free slots; the survivors' logs have nats-server's lines
-// at warn and above only, and its errors for c's route (each of the
-// route's connections tries every second: some 4 lines a second before)
-// once, then at most every minute, each later one saying how many were
-// not logged.
-func TestFleetLostNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three daemons")
-	}
-	t.Parallel()
-	nodes := startFleet(t, "", gpuLanes)
-	a, b, c := nodes[0].d, nodes[1].d, nodes[2]
+// fleetIdentified: each node's ready line names the cluster (one id for
+// all) and the node; status on a names them and counts 3 nodes alive. It
+// returns the cluster's id.
+func fleetIdentified(t *testing.T, nodes []*fleetNode) string {
+	t.Helper()
+	a := nodes[0].d
 	a.waitNodes("gpu", "b", "c")
-
 	cluster := ""
 	for i, n := range nodes {
 		readyLine(t, n.d) // waited for
@@ -65,7 +56,20 @@ func TestFleetLostNode(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Cluster["cluster"] != cluster || st.Cluster["node"] != "a" {
 		t.Fatalf("status --json: exit %d %s\n%s", code, errOut, out)
 	}
+	return cluster
+}
 
+// fleetLosesC: c, the three alive, is killed (SIGKILL): nodes on a shows
+// c lost, since when and by whom, without free slots; a gpu job submitted
+// on a runs on b; the survivors' logs have nats-server's lines at warn and
+// above only, and its errors for c's route (each of the route's
+// connections tries every second: some 4 lines a second before) once,
+// then at most every minute, each later one saying how many were not
+// logged.
+func fleetLosesC(t *testing.T, nodes []*fleetNode, cluster string) {
+	t.Helper()
+	a, b, c := nodes[0].d, nodes[1].d, nodes[2]
+	a.waitNodes("gpu", "b", "c")
 	// c's route port, as a and b dial it.
 	m := regexp.MustCompile(`cluster_listen = "(127\.0\.0\.1:\d+)"`).FindStringSubmatch(c.conf)
 	if m == nil {
@@ -93,7 +97,7 @@ func TestFleetLostNode(t *testing.T) {
 		t.Fatalf("a gpu job with c lost: %+v", rec)
 	}
 	// nodes: c lost, since when, by whom; no free slots.
-	out, errOut, code = runCLI(t, "nodes", "--home", a.home)
+	out, errOut, code := runCLI(t, "nodes", "--home", a.home)
 	if code != 0 || !regexp.MustCompile(`(?m)^c\s+lost \d+[smh] ago, by [ab]\s+gpu\s+\d+[smh] ago$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^b\s+alive\s+gpu \(\d\)\s+\d+[smh] ago$`).MatchString(out) ||
 		!strings.HasPrefix(out, "cluster "+cluster+", node a (embedded NATS, ") || !strings.Contains(out, "3 nodes, 2 alive, 1 lost\n") {

@@ -99,7 +99,9 @@ func theBlock(t *testing.T, blocks []string, first, what string) string {
 // the code loops' files are in main, as the walk-through's last line says.
 func TestREADMELoopExample(t *testing.T) {
 	skipWithoutSandbox(t) // the README's config keeps the default sandbox
-	underRace(t)
+	// Its daemon is not race-built: TestLoopPlanTree runs the same tree
+	// (plan, 2 specs, their phases and code loops, the merge's approval)
+	// on a race-built daemon; here what is checked is the README's text.
 	t.Parallel() // its own daemon, home and repository
 
 	blocks := indentedBlocks(readmeSection(t, readmeLoopsHeading))

@@ -81,7 +81,7 @@ func runCmd(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// run -- head -c 50000000 /dev/zero > file: every byte, and exit 0.
+// run -- head -c 20000000 /dev/zero > file: every byte, and exit 0.
 // (Under load this once got 16,512 bytes short with exit 0: the runner cut
 // a finished job's pipes 250 ms after its end, read or not. It now cuts
 // only an empty, idle pipe, and says so: lanes/runner's
@@ -90,7 +90,7 @@ func TestRunDeliversEveryByte(t *testing.T) {
 	underRace(t)
 	t.Parallel()
 	d := startDaemon(t, streamConfig)
-	const total = 50000000
+	const total = 20000000
 	out, err := os.Create(filepath.Join(shortTemp(t), "out"))
 	if err != nil {
 		t.Fatal(err)
