@@ -33,12 +33,15 @@ const (
 	// tasks) the page shows.
 	chatTurnsRead = 50
 	// chatMessageMax bounds a message sent from the page.
-	chatMessageMax = 32 << 10 // the form is at most maxFormBytes
+	chatMessageMax = 32 << 10
+	// chatFormBytes bounds Send's form: a message and a cwd at their
+	// bounds, every byte URL-encoded (%XX), and the token.
+	chatFormBytes = 3*(chatMessageMax+4096) + 1024
 )
 
 func init() {
 	register(&page{Name: "chat", Title: "Chat", Pattern: "/ui/chat", Nav: true, Kinds: chatKinds, Data: chatData})
-	registerAction(&action{Name: "chat.send", Method: "chat.send", Params: chatSendForm})
+	registerAction(&action{Name: "chat.send", Method: "chat.send", Params: chatSendForm, Person: true, Body: chatFormBytes})
 	registerAction(&action{Name: "chat.cancel", Method: "chat.cancel", Params: noParams})
 	registerAction(&action{Name: "chat.clear", Method: "chat.clear", Params: noParams})
 }
