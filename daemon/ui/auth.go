@@ -65,6 +65,11 @@ type sessions struct {
 	store *state.Store
 	log   zerolog.Logger
 	mu    sync.Mutex
+	// wmu orders start's writes to the store as its changes in memory were
+	// made (taken under mu, held for the write): sign-ins at once past
+	// MaxSessions would otherwise leave a session evicted from memory
+	// stored (its put after its delete), back after a restart.
+	wmu   sync.Mutex
 	byTok map[[32]byte]*session
 	links map[[32]byte]time.Time
 	// logins bounds sign-in attempts, whoever makes them (a key is 256
@@ -196,9 +201,11 @@ func (ss *sessions) start() (string, *session) {
 		gone = append(gone, state.UISessionDeleted(oldest[:]))
 	}
 	ss.byTok[h] = se
+	ss.wmu.Lock()
 	ss.mu.Unlock()
 	ss.write(true, append(gone, state.UISessionPut(state.UISessionRow{TokenHash: h[:], ID: se.id, KeyID: ss.keyID,
 		Created: se.created.UnixMilli(), Expires: se.expires.UnixMilli()}))...)
+	ss.wmu.Unlock()
 	c := *se
 	c.csrf = ss.csrfOf(tok)
 	return tok, &c
