@@ -340,10 +340,23 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) csrfOK(r *http.Request, se *session) bool {
 	tok := r.Header.Get("X-CSRF-Token")
 	if tok == "" {
-		r.Body = http.MaxBytesReader(nil, r.Body, maxFormBytes)
+		r.Body = http.MaxBytesReader(nil, r.Body, formBound(r))
 		tok = r.PostFormValue("csrf")
 	}
 	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(se.csrf)) == 1
+}
+
+// formBound is how large a form r posts may be (its token is read from
+// it, without script): a start form's or an action's own bound, else
+// maxFormBytes.
+func formBound(r *http.Request) int64 {
+	if _, ok := strings.CutPrefix(r.URL.Path, "/ui/start/"); ok {
+		return startFormBytes
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/ui/act/"); ok && actions[name] != nil && actions[name].Body > 0 {
+		return actions[name].Body
+	}
+	return maxFormBytes
 }
 
 // maxFormBytes bounds a form's body.
