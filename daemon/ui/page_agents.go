@@ -288,6 +288,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 		out = append(out, it)
 	}
 	var tools api.ToolNames
+	cells := toolDiffPageCells
 	for _, m := range ms {
 		parts, known := api.DecodeAgentMessage(m.EventType, m.EventData)
 		if !known {
@@ -313,7 +314,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 			case api.PartUser:
 				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
 			case api.MsgToolCall:
-				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p)})
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p, &cells)})
 			case api.MsgToolResult:
 				kind := "result"
 				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
@@ -322,7 +323,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
 			case api.MsgPermissionDenied:
 				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text,
-					Input: agentToolInput(p)})
+					Input: agentToolInput(p, &cells)})
 			case api.PartError:
 				add(m, agentTaskItem{Kind: "error", Text: text})
 			case api.MsgUsage:
@@ -344,8 +345,9 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 }
 
 // agentToolInput is a call's input as the conversation shows it: the
-// values, without the JSON (the approval's page has it).
-func agentToolInput(p api.AgentPart) *toolView {
-	v := newToolView(p.Tool, p.Input)
+// values, without the JSON (the approval's page has it); its diffs take
+// from cells, the page's.
+func agentToolInput(p api.AgentPart, cells *int) *toolView {
+	v := newToolViewIn(p.Tool, p.Input, cells)
 	return &v
 }

@@ -3,9 +3,12 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // A tool call's input reads as the agent's values: a command as the
@@ -95,4 +98,36 @@ func FuzzToolView(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An agent's conversation of many large Edits costs its page a bounded
+// diff work: the first Edits' diffs are line by line (a longest common
+// subsequence), and past the page's toolDiffPageCells the rest are their
+// lines removed then added, each still whole.
+func TestToolDiffPageBounded(t *testing.T) {
+	var old, new []string
+	for i := range 256 {
+		old = append(old, fmt.Sprintf("c%d", i), fmt.Sprintf("a%d", i))
+		new = append(new, fmt.Sprintf("c%d", i), fmt.Sprintf("b%d", i))
+	}
+	in, _ := json.Marshal(map[string]any{"name": "Edit", "input": map[string]string{"file_path": "/w/a",
+		"old_string": strings.Join(old, "\n"), "new_string": strings.Join(new, "\n")}})
+	var ms []api.SessionMessage
+	for i := range 100 {
+		ms = append(ms, api.SessionMessage{Sequence: int64(i + 1), EventType: "tool_use", EventData: in})
+	}
+	lcs, whole := 0, 0
+	for _, it := range agentTaskItems(ms) {
+		if it.Input == nil {
+			continue
+		}
+		if len(it.Input.Diff) == 256+2*256 && slices.Contains(it.Input.Diff, diffLine{" ", "c1"}) {
+			lcs++
+		} else if len(it.Input.Diff) == 1+2*511 && it.Input.Diff[1] == (diffLine{"-", "a0"}) && it.Input.Diff[512] == (diffLine{"+", "b0"}) {
+			whole++
+		}
+	}
+	if lcs != toolDiffPageCells/(511*511) || whole != 100-lcs {
+		t.Fatalf("%d Edits diffed line by line, %d removed then added; want %d and the rest", lcs, whole, toolDiffPageCells/(511*511))
+	}
 }
