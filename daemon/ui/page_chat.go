@@ -139,11 +139,12 @@ func chatData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
 		v.Problems = append(v.Problems, "the permission requests: "+err.Error())
 	}
+	cells := toolDiffPageCells
 	for _, t := range tasks.Tasks {
-		turn := chatTurn{Task: t, Items: agentTaskItems(byTask[t.ID])}
+		turn := chatTurn{Task: t, Items: agentTaskItems(byTask[t.ID], &cells)}
 		for _, a := range pending.Approvals {
 			if a.TaskID == t.ID {
-				turn.Asking = append(turn.Asking, newApprItem(a))
+				turn.Asking = append(turn.Asking, newApprItem(a, &cells))
 			}
 		}
 		v.Turns = append(v.Turns, turn)

@@ -3,6 +3,7 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -117,7 +118,8 @@ func TestToolDiffPageBounded(t *testing.T) {
 		ms = append(ms, api.SessionMessage{Sequence: int64(i + 1), EventType: "tool_use", EventData: in})
 	}
 	lcs, whole := 0, 0
-	for _, it := range agentTaskItems(ms) {
+	cells := toolDiffPageCells
+	for _, it := range agentTaskItems(ms, &cells) {
 		if it.Input == nil {
 			continue
 		}
@@ -128,6 +130,27 @@ func TestToolDiffPageBounded(t *testing.T) {
 		}
 	}
 	if lcs != toolDiffPageCells/(511*511) || whole != 100-lcs {
+		t.Fatalf("%d Edits diffed line by line, %d removed then added; want %d and the rest", lcs, whole, toolDiffPageCells/(511*511))
+	}
+}
+
+// The approvals inbox of many large Edits waiting is bounded the same:
+// the page's first Edits line by line, the rest removed then added.
+func TestApprovalsDiffPageBounded(t *testing.T) {
+	h := newAPHarness(t)
+	var old, new []string
+	for i := range 256 {
+		old = append(old, fmt.Sprintf("c%d", i), fmt.Sprintf("a%d", i))
+		new = append(new, fmt.Sprintf("c%d", i), fmt.Sprintf("b%d", i))
+	}
+	for range 10 {
+		h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a",
+			"old_string": strings.Join(old, "\n"), "new_string": strings.Join(new, "\n")}})
+	}
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	lcs, whole := strings.Count(page, `<span class="diff-same">  c1</span>`), strings.Count(page, `<del class="diff-del">- a255</del>
+<ins class="diff-add">+ b0</ins>`)
+	if lcs != toolDiffPageCells/(511*511) || whole != 10-lcs {
 		t.Fatalf("%d Edits diffed line by line, %d removed then added; want %d and the rest", lcs, whole, toolDiffPageCells/(511*511))
 	}
 }
