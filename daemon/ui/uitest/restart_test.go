@@ -72,11 +72,7 @@ func eventsOf(d *daemon, kind string) []map[string]any {
 // longer between its tries, up to 5 s, as it does while the daemon is
 // away: it never asks for its page 4 times a second for ever.
 func TestTabReconnectBacksOff(t *testing.T) {
-	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	_, tb := signedIn(t, config{})
 	// Every stream the page opens fails at once; the waits the page asks
 	// for are noted.
 	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
