@@ -22,6 +22,13 @@ type action struct {
 	Name   string
 	Method string
 	Params func(f url.Values) (any, error)
+	// Person: the button starts work in the person's name (chat.send), so
+	// it is refused (403, conn.refused) to a process the daemon started,
+	// whatever cookie and token it holds, as the start forms are.
+	Person bool
+	// Body bounds its form's body, maxFormBytes if 0 (a text box of n
+	// bytes takes up to 3n URL-encoded: %XX a byte).
+	Body int64
 }
 
 var actions = map[string]*action{}
@@ -64,7 +71,11 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		reply(http.StatusNotFound, nil, fmt.Errorf("no such action: %q", r.PathValue("action")))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	limit := a.Body
+	if limit == 0 {
+		limit = maxFormBytes
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := r.ParseForm(); err != nil {
 		reply(http.StatusBadRequest, nil, fmt.Errorf("reading the form: %w", err))
 		return
@@ -73,6 +84,12 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		reply(http.StatusBadRequest, nil, err)
 		return
+	}
+	if a.Person {
+		if err := s.admitPeer(r, a.Method); err != nil {
+			reply(http.StatusForbidden, nil, err)
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()

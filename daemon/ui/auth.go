@@ -65,6 +65,11 @@ type sessions struct {
 	store *state.Store
 	log   zerolog.Logger
 	mu    sync.Mutex
+	// wmu orders start's writes to the store as its changes in memory were
+	// made (taken under mu, held for the write): sign-ins at once past
+	// MaxSessions would otherwise leave a session evicted from memory
+	// stored (its put after its delete), back after a restart.
+	wmu   sync.Mutex
 	byTok map[[32]byte]*session
 	links map[[32]byte]time.Time
 	// logins bounds sign-in attempts, whoever makes them (a key is 256
@@ -196,9 +201,11 @@ func (ss *sessions) start() (string, *session) {
 		gone = append(gone, state.UISessionDeleted(oldest[:]))
 	}
 	ss.byTok[h] = se
+	ss.wmu.Lock()
 	ss.mu.Unlock()
 	ss.write(true, append(gone, state.UISessionPut(state.UISessionRow{TokenHash: h[:], ID: se.id, KeyID: ss.keyID,
 		Created: se.created.UnixMilli(), Expires: se.expires.UnixMilli()}))...)
+	ss.wmu.Unlock()
 	c := *se
 	c.csrf = ss.csrfOf(tok)
 	return tok, &c
@@ -333,10 +340,23 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) csrfOK(r *http.Request, se *session) bool {
 	tok := r.Header.Get("X-CSRF-Token")
 	if tok == "" {
-		r.Body = http.MaxBytesReader(nil, r.Body, maxFormBytes)
+		r.Body = http.MaxBytesReader(nil, r.Body, formBound(r))
 		tok = r.PostFormValue("csrf")
 	}
 	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(se.csrf)) == 1
+}
+
+// formBound is how large a form r posts may be (its token is read from
+// it, without script): a start form's or an action's own bound, else
+// maxFormBytes.
+func formBound(r *http.Request) int64 {
+	if _, ok := strings.CutPrefix(r.URL.Path, "/ui/start/"); ok {
+		return startFormBytes
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/ui/act/"); ok && actions[name] != nil && actions[name].Body > 0 {
+		return actions[name].Body
+	}
+	return maxFormBytes
 }
 
 // maxFormBytes bounds a form's body.

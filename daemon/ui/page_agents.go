@@ -219,6 +219,7 @@ func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error)
 		return nil, err
 	}
 	v := agentTaskView{Task: res.Task}
+	cells := toolDiffPageCells
 	if v.Task.SessionID != "" {
 		var sess struct {
 			Messages []api.SessionMessage `json:"messages"`
@@ -234,7 +235,7 @@ func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error)
 		}
 		v.Shown = len(ms)
 		v.Partial = int64(len(ms)) < v.Task.MessageCount
-		v.Items = agentTaskItems(ms)
+		v.Items = agentTaskItems(ms, &cells)
 	}
 	var pending apprList
 	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
@@ -242,7 +243,7 @@ func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error)
 	}
 	for _, a := range pending.Approvals {
 		if a.TaskID == id {
-			v.Asking = append(v.Asking, newApprItem(a))
+			v.Asking = append(v.Asking, newApprItem(a, &cells))
 		}
 	}
 	var asked apprList
@@ -251,7 +252,7 @@ func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error)
 	}
 	for _, a := range asked.Approvals {
 		if a.TaskID == id && a.State != api.ApprovalPending {
-			v.Asked = append(v.Asked, newApprItem(a))
+			v.Asked = append(v.Asked, newApprItem(a, &cells))
 		}
 	}
 	return v, nil
@@ -263,7 +264,8 @@ const agentTextMax = 256 << 10
 // agentTaskItems turns a task's messages into what a person reads
 // (api.DecodeAgentMessage reads each); a message it does not know is
 // shown as its type and data.
-func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
+// Its tool inputs' diffs take from cells, the page's (toolDiffPageCells).
+func agentTaskItems(ms []api.SessionMessage, cells *int) []agentTaskItem {
 	var out []agentTaskItem
 	add := func(m api.SessionMessage, it agentTaskItem) {
 		if (it.Kind == "text" || it.Kind == "thinking" || it.Kind == "raw") && len(out) > 0 && out[len(out)-1].Kind == it.Kind &&
@@ -313,7 +315,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 			case api.PartUser:
 				add(m, agentTaskItem{Kind: "other", Label: "user", Text: text})
 			case api.MsgToolCall:
-				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p)})
+				add(m, agentTaskItem{Kind: "tool", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Input: agentToolInput(p, cells)})
 			case api.MsgToolResult:
 				kind := "result"
 				if p.IsError && !p.AfterDenial { // after a denial: what the model read of it
@@ -322,7 +324,7 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 				add(m, agentTaskItem{Kind: kind, Label: p.Tool, Text: text})
 			case api.MsgPermissionDenied:
 				add(m, agentTaskItem{Kind: "denied", Label: p.Tool, Text: render.ToolSummary(p.Tool, p.Input), Reason: p.Text,
-					Input: agentToolInput(p)})
+					Input: agentToolInput(p, cells)})
 			case api.PartError:
 				add(m, agentTaskItem{Kind: "error", Text: text})
 			case api.MsgUsage:
@@ -344,8 +346,9 @@ func agentTaskItems(ms []api.SessionMessage) []agentTaskItem {
 }
 
 // agentToolInput is a call's input as the conversation shows it: the
-// values, without the JSON (the approval's page has it).
-func agentToolInput(p api.AgentPart) *toolView {
-	v := newToolView(p.Tool, p.Input)
+// values, without the JSON (the approval's page has it); its diffs take
+// from cells, the page's.
+func agentToolInput(p api.AgentPart, cells *int) *toolView {
+	v := newToolViewIn(p.Tool, p.Input, cells)
 	return &v
 }

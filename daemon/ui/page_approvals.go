@@ -125,7 +125,9 @@ type apprSuggestionView struct {
 	Records bool
 }
 
-func newApprItem(a api.Approval) apprItem {
+// newApprItem is a as a page shows it; its tool input's diffs take from
+// cells, the page's (toolDiffPageCells).
+func newApprItem(a api.Approval, cells *int) apprItem {
 	it := apprItem{Approval: a, Summary: render.ApprovalSummary(a)}
 	if len(a.ToolInput) > 0 {
 		var b bytes.Buffer
@@ -136,7 +138,7 @@ func newApprItem(a api.Approval) apprItem {
 		}
 	}
 	if a.Kind == api.KindTool || (a.Kind == "" && a.ToolName != "") {
-		tv := newToolView(a.ToolName, a.ToolInput).withJSON(a.ToolInput, "json-"+a.ID)
+		tv := newToolViewIn(a.ToolName, a.ToolInput, cells).withJSON(a.ToolInput, "json-"+a.ID)
 		it.Tool = &tv
 	}
 	if a.Kind == api.KindPlan {
@@ -278,8 +280,9 @@ func apprInboxData(ctx context.Context, s *Server, r *http.Request) (any, error)
 	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
 		return v, err
 	}
+	cells := toolDiffPageCells
 	for _, a := range pending.Approvals {
-		v.Pending = append(v.Pending, newApprItem(a))
+		v.Pending = append(v.Pending, newApprItem(a, &cells))
 	}
 	// The history: a finished state, or all of them (less the pending,
 	// shown above: approval.list's "all" has them too).
@@ -293,7 +296,7 @@ func apprInboxData(ctx context.Context, s *Server, r *http.Request) (any, error)
 	}
 	for _, a := range hist.Approvals {
 		if a.State != api.ApprovalPending {
-			v.History = append(v.History, newApprItem(a))
+			v.History = append(v.History, newApprItem(a, &cells))
 		}
 	}
 	if hist.Truncated && v.Limit < apprHistoryMax {
@@ -331,5 +334,6 @@ func apprPageData(ctx context.Context, s *Server, r *http.Request) (any, error) 
 	if err := s.call(ctx, "approval.get", map[string]any{"id": id}, &res); err != nil {
 		return nil, err
 	}
-	return apprPage{Item: newApprItem(res.Approval)}, nil
+	cells := toolDiffPageCells
+	return apprPage{Item: newApprItem(res.Approval, &cells)}, nil
 }

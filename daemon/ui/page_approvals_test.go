@@ -686,7 +686,7 @@ func TestAgentTaskItems(t *testing.T) {
 		{Sequence: 15, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":1}}`)},
 		{Sequence: 16, EventType: "agent_line", EventData: json.RawMessage(`{"agent":"claude-code","line":{"type":"stream_event","n":2}}`)},
 	}
-	got := agentTaskItems(ms)
+	got := agentTaskItems(ms, new(int))
 	var inputs []string
 	for i := range got {
 		if in := got[i].Input; in != nil {

@@ -33,12 +33,15 @@ const (
 	// tasks) the page shows.
 	chatTurnsRead = 50
 	// chatMessageMax bounds a message sent from the page.
-	chatMessageMax = 32 << 10 // the form is at most maxFormBytes
+	chatMessageMax = 32 << 10
+	// chatFormBytes bounds Send's form: a message and a cwd at their
+	// bounds, every byte URL-encoded (%XX), and the token.
+	chatFormBytes = 3*(chatMessageMax+4096) + 1024
 )
 
 func init() {
 	register(&page{Name: "chat", Title: "Chat", Pattern: "/ui/chat", Nav: true, Kinds: chatKinds, Data: chatData})
-	registerAction(&action{Name: "chat.send", Method: "chat.send", Params: chatSendForm})
+	registerAction(&action{Name: "chat.send", Method: "chat.send", Params: chatSendForm, Person: true, Body: chatFormBytes})
 	registerAction(&action{Name: "chat.cancel", Method: "chat.cancel", Params: noParams})
 	registerAction(&action{Name: "chat.clear", Method: "chat.clear", Params: noParams})
 }
@@ -136,11 +139,12 @@ func chatData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	if err := s.call(ctx, "approval.list", map[string]any{"state": "pending"}, &pending); err != nil {
 		v.Problems = append(v.Problems, "the permission requests: "+err.Error())
 	}
+	cells := toolDiffPageCells
 	for _, t := range tasks.Tasks {
-		turn := chatTurn{Task: t, Items: agentTaskItems(byTask[t.ID])}
+		turn := chatTurn{Task: t, Items: agentTaskItems(byTask[t.ID], &cells)}
 		for _, a := range pending.Approvals {
 			if a.TaskID == t.ID {
-				turn.Asking = append(turn.Asking, newApprItem(a))
+				turn.Asking = append(turn.Asking, newApprItem(a, &cells))
 			}
 		}
 		v.Turns = append(v.Turns, turn)

@@ -58,6 +58,26 @@ func TestChatPage(t *testing.T) {
 	if got := h.caller.callsOf("chat.send"); len(got) != 1 || got[0].Params != `{"cwd":"/work/repo","message":"what is in main.go?"}` {
 		t.Fatalf("chat.send calls: %+v", got)
 	}
+	// A message at its bound, as the page's script posts it (URL-encoded,
+	// the token in a header): every byte of "é" or "{" is %XX, three times
+	// its size; it is sent, not refused as a body too large.
+	for _, long := range []string{strings.Repeat("é", chatMessageMax/2), strings.Repeat("{", chatMessageMax)} {
+		req, _ := http.NewRequest("POST", h.http.URL+"/ui/act/chat.send",
+			strings.NewReader(url.Values{"message": {long}, "cwd": {"/" + strings.Repeat("é", 2047)}}.Encode()))
+		req.Header = http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Accept": {"application/json"},
+			"X-Csrf-Token": {h.csrf}}
+		resp, err := h.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("Send of a %d-byte message: %s", len(long), resp.Status)
+		}
+	}
+	if got := h.caller.callsOf("chat.send"); len(got) != 3 {
+		t.Fatalf("%d chat.send calls, want 3", len(got))
+	}
 	h.act("chat.cancel", url.Values{})
 	h.act("chat.clear", url.Values{})
 	if len(h.caller.callsOf("chat.cancel")) != 1 || len(h.caller.callsOf("chat.clear")) != 1 {

@@ -80,6 +80,7 @@ type nodesView struct {
 	URL       string
 	Nodes     []nodeRow
 	NodesLeft int
+	Total     int // nodes, listed or not
 	Alive     int
 	Lost      int
 	Stopped   int
@@ -103,6 +104,7 @@ func nodesData(ctx context.Context, s *Server, r *http.Request) (any, error) {
 	}
 	v.Cluster, v.Node, v.Mode, v.URL = res.Cluster, res.Node, res.Mode, res.URL
 	now := time.Now()
+	v.Total = len(res.Nodes)
 	for i, n := range res.Nodes {
 		switch n.State {
 		case "alive":

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -75,6 +76,20 @@ func TestNodesPage(t *testing.T) {
 	mustNotContain(t, page, "<script>alert", "\u202e", "\x07", strings.Repeat("y", 65), "cpu (")
 	// The nav lists it.
 	mustContain(t, page, `<a href="/ui/nodes" aria-current="page">Nodes</a>`)
+
+	// A fleet of 10,000 nodes: the page counts them all, lists the first
+	// maxNodesShown and says how many more.
+	var fleet []map[string]any
+	for i := range 10000 {
+		fleet = append(fleet, map[string]any{"name": fmt.Sprintf("n%05d", i), "state": "alive", "lanes": []string{"cpu"}})
+	}
+	h.answer("cluster.nodes", map[string]any{"cluster": "AA2JYKNMBGBT", "node": "n00000", "nodes": fleet})
+	resp, page = h.do(c, "GET", "/ui/nodes", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("nodes page of 10,000 nodes: %d", resp.StatusCode)
+	}
+	mustContain(t, page, "10000 nodes, 10000 alive.", `<tr data-node="n00199">`, "And 9800 more nodes")
+	mustNotContain(t, page, `<tr data-node="n00200">`)
 }
 
 // A cluster job's node is on the jobs list and on its page; a job a lost

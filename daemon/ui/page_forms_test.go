@@ -162,6 +162,13 @@ func TestStartFormRefused(t *testing.T) {
 	if strings.Contains(body, "<script>alert") {
 		t.Fatal("the refused form's page has the hostile value as markup")
 	}
+	// A plain form with a text box at its bound (the token read from the
+	// form, past its 64 KiB) comes back the same, not refused for its token.
+	resp, body = h.postMultipart(c, "/ui/start/job", [][2]string{{"csrf", tok}, {"lane", "net"}, {"command", "cat"}, {"timeout", "soon"},
+		{"stdin", strings.Repeat("x", startTextMax)}}, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `id="form-job-error" tabindex="-1">timeout: want seconds`) {
+		t.Fatalf("a refused plain form of 64 KiB: %d %.300s", resp.StatusCode, body)
+	}
 	// Its address, read again (a reload, the live reload), is its page.
 	if resp, _ := h.do(c, "GET", "/ui/start/job", nil, map[string]string{"X-Fragment": "1"}); resp.StatusCode != http.StatusSeeOther ||
 		resp.Header.Get("Location") != "/ui/jobs" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,3 +223,37 @@ func TestSignInSurvivesRestart(t *testing.T) {
 
 // hashOf is a plain SHA-256 of a hex secret's bytes and of its text.
 func hashOf(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
+
+// Sign-ins at once, past max_sessions: the store holds exactly the
+// sessions kept in memory, so a session that went for a newer one (the
+// oldest past the bound) never comes back after a restart, whatever
+// order the sign-ins' writes reached the store in.
+func TestSessionsStoredRacingSignIns(t *testing.T) {
+	path, now, cfg := storeSetup(t)
+	cfg.MaxSessions = 2
+	ss, _, st := storedSessions(t, path, cfg, testKey, now)
+	for round := range 40 {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() { defer wg.Done(); ss.start() }()
+		}
+		wg.Wait()
+		rows, err := st.UISessions().All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss.mu.Lock()
+		kept := len(ss.byTok)
+		for _, r := range rows {
+			if _, ok := ss.byTok[[32]byte(r.TokenHash)]; !ok {
+				kept = -1
+			}
+		}
+		ss.mu.Unlock()
+		if kept != cfg.MaxSessions || len(rows) != kept {
+			t.Fatalf("round %d: %d sessions stored, %d in memory (-1: one stored is not), max_sessions %d",
+				round, len(rows), kept, cfg.MaxSessions)
+		}
+	}
+}

@@ -20,12 +20,16 @@ import (
 
 // Bounds: what one input shows (the rest is said cut).
 const (
-	toolValueMax   = 64 << 10 // bytes of one value
-	toolDiffLines  = 2000     // lines of one side of a diff
-	toolDiffCells  = 1 << 18  // old lines × new lines a line diff is computed for (a page renders often)
-	toolFieldsMax  = 40       // fields of one input
-	toolJSONMax    = 256 << 10
-	toolCommandKey = "command"
+	toolValueMax  = 64 << 10 // bytes of one value
+	toolDiffLines = 2000     // lines of one side of a diff
+	toolDiffCells = 1 << 18  // old lines × new lines a line diff is computed for (a page renders often)
+	// toolDiffPageCells: the same, of all the line diffs of one page
+	// together (a conversation of 2000 tool calls renders as often); past
+	// it a diff is its lines removed then added.
+	toolDiffPageCells = 4 * toolDiffCells
+	toolFieldsMax     = 40 // fields of one input
+	toolJSONMax       = 256 << 10
+	toolCommandKey    = "command"
 )
 
 // toolView is a tool call's input as a person reads it.
@@ -62,6 +66,13 @@ var shellTools = map[string]string{"Bash": "command", "exec_command": "cmd", "ru
 
 // newToolView reads a tool call's input (nil or empty: none).
 func newToolView(tool string, input json.RawMessage) toolView {
+	cells := toolDiffCells
+	return newToolViewIn(tool, input, &cells)
+}
+
+// newToolViewIn is newToolView whose diffs take from cells, what is left
+// of their page's toolDiffPageCells.
+func newToolViewIn(tool string, input json.RawMessage, cells *int) toolView {
 	v := toolView{Tool: tool}
 	input = bytes.TrimSpace(input)
 	if len(input) == 0 || string(input) == "null" {
@@ -99,13 +110,13 @@ func newToolView(tool string, input json.RawMessage) toolView {
 		n, ok2 := str("new_string")
 		if ok1 && ok2 {
 			v.Path, _ = str("file_path")
-			v.Diff, v.Cut = lineDiff(o, n)
+			v.Diff, v.Cut = lineDiff(o, n, cells)
 			used["file_path"], used["old_string"], used["new_string"] = true, true, true
 		}
 	case "Write":
 		if c, ok := str("content"); ok {
 			v.Path, _ = str("file_path")
-			v.Diff, v.Cut = lineDiff("", c)
+			v.Diff, v.Cut = lineDiff("", c, cells)
 			used["file_path"], used["content"] = true, true
 		}
 	case "MultiEdit":
@@ -129,7 +140,7 @@ func newToolView(tool string, input json.RawMessage) toolView {
 				if e.ReplaceAll {
 					head += ", every occurrence"
 				}
-				d, cut := lineDiff(*e.Old, *e.New)
+				d, cut := lineDiff(*e.Old, *e.New, cells)
 				v.Diff = append(v.Diff, diffLine{Op: "@@", Text: head})
 				v.Diff = append(v.Diff, d...)
 				v.Cut = v.Cut || cut
@@ -247,10 +258,11 @@ func unescapeJSON(b []byte, indent string) string {
 
 // lineDiff is the lines of old and new as a diff: the lines both have
 // at their start and end are the same, the middle a longest common
-// subsequence of lines when it is small enough, else all removed then
-// all added. cut: a side had more than toolDiffLines lines (or a value
-// over toolValueMax), and what is shown stops there.
-func lineDiff(old, new string) ([]diffLine, bool) {
+// subsequence of lines when it is small enough (at most toolDiffCells
+// and what is left of cells, which it takes), else all removed then all
+// added. cut: a side had more than toolDiffLines lines (or a value over
+// toolValueMax), and what is shown stops there.
+func lineDiff(old, new string, cells *int) ([]diffLine, bool) {
 	old, c1 := clipValue(old)
 	new, c2 := clipValue(new)
 	a, c3 := splitLines(old)
@@ -269,7 +281,7 @@ func lineDiff(old, new string) ([]diffLine, bool) {
 		out = append(out, diffLine{" ", l})
 	}
 	ma, mb := a[p:len(a)-s], b[p:len(b)-s]
-	if len(ma)*len(mb) > toolDiffCells || len(ma) == 0 || len(mb) == 0 {
+	if n := len(ma) * len(mb); n > min(toolDiffCells, *cells) || n == 0 {
 		for _, l := range ma {
 			out = append(out, diffLine{"-", l})
 		}
@@ -277,6 +289,7 @@ func lineDiff(old, new string) ([]diffLine, bool) {
 			out = append(out, diffLine{"+", l})
 		}
 	} else {
+		*cells -= len(ma) * len(mb)
 		out = append(out, lcsDiff(ma, mb)...)
 	}
 	for _, l := range a[len(a)-s:] {

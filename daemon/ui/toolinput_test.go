@@ -3,9 +3,13 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api"
 )
 
 // A tool call's input reads as the agent's values: a command as the
@@ -95,4 +99,58 @@ func FuzzToolView(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An agent's conversation of many large Edits costs its page a bounded
+// diff work: the first Edits' diffs are line by line (a longest common
+// subsequence), and past the page's toolDiffPageCells the rest are their
+// lines removed then added, each still whole.
+func TestToolDiffPageBounded(t *testing.T) {
+	var old, new []string
+	for i := range 256 {
+		old = append(old, fmt.Sprintf("c%d", i), fmt.Sprintf("a%d", i))
+		new = append(new, fmt.Sprintf("c%d", i), fmt.Sprintf("b%d", i))
+	}
+	in, _ := json.Marshal(map[string]any{"name": "Edit", "input": map[string]string{"file_path": "/w/a",
+		"old_string": strings.Join(old, "\n"), "new_string": strings.Join(new, "\n")}})
+	var ms []api.SessionMessage
+	for i := range 100 {
+		ms = append(ms, api.SessionMessage{Sequence: int64(i + 1), EventType: "tool_use", EventData: in})
+	}
+	lcs, whole := 0, 0
+	cells := toolDiffPageCells
+	for _, it := range agentTaskItems(ms, &cells) {
+		if it.Input == nil {
+			continue
+		}
+		if len(it.Input.Diff) == 256+2*256 && slices.Contains(it.Input.Diff, diffLine{" ", "c1"}) {
+			lcs++
+		} else if len(it.Input.Diff) == 1+2*511 && it.Input.Diff[1] == (diffLine{"-", "a0"}) && it.Input.Diff[512] == (diffLine{"+", "b0"}) {
+			whole++
+		}
+	}
+	if lcs != toolDiffPageCells/(511*511) || whole != 100-lcs {
+		t.Fatalf("%d Edits diffed line by line, %d removed then added; want %d and the rest", lcs, whole, toolDiffPageCells/(511*511))
+	}
+}
+
+// The approvals inbox of many large Edits waiting is bounded the same:
+// the page's first Edits line by line, the rest removed then added.
+func TestApprovalsDiffPageBounded(t *testing.T) {
+	h := newAPHarness(t)
+	var old, new []string
+	for i := range 256 {
+		old = append(old, fmt.Sprintf("c%d", i), fmt.Sprintf("a%d", i))
+		new = append(new, fmt.Sprintf("c%d", i), fmt.Sprintf("b%d", i))
+	}
+	for range 10 {
+		h.request(map[string]any{"tool_name": "Edit", "tool_input": map[string]any{"file_path": "/w/a",
+			"old_string": strings.Join(old, "\n"), "new_string": strings.Join(new, "\n")}})
+	}
+	_, page := h.get("/ui/approvals", http.StatusOK)
+	lcs, whole := strings.Count(page, `<span class="diff-same">  c1</span>`), strings.Count(page, `<del class="diff-del">- a255</del>
+<ins class="diff-add">+ b0</ins>`)
+	if lcs != toolDiffPageCells/(511*511) || whole != 10-lcs {
+		t.Fatalf("%d Edits diffed line by line, %d removed then added; want %d and the rest", lcs, whole, toolDiffPageCells/(511*511))
+	}
 }

@@ -210,6 +210,7 @@
     let first = true;
     es.addEventListener("hello", () => {
       body.dataset.stream = "open";
+      tries = 0; // back for good: the next loss starts over at 250 ms
       if (back) { back = false; first = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); return; }
       // What changed between the page's render and its subscription
       // came on no stream: read it once now that the stream is open.
@@ -250,10 +251,13 @@
   // reconnect waits for the daemon to be back (a restart, a crash, a
   // stream refused): it asks for this page again, less often the longer
   // the daemon is away (up to every 5 s), and once it answers listens
-  // again; the stream's hello then reloads what the page shows. A daemon
-  // that no longer knows this tab's session (it expired, the API key
-  // changed) sends it to sign in.
+  // again; the stream's hello then reloads what the page shows. A stream
+  // lost again before its hello (refused while the pages answer) does not
+  // start the waits over: a tab never asks more often than they say. A
+  // daemon that no longer knows this tab's session (it expired, the API
+  // key changed) sends it to sign in.
   let back = false, retry = null, tries = 0;
+  const backoff = () => Math.min(5000, 250 * 2 ** Math.min(tries, 5));
   function reconnect(why) {
     if (es) { es.close(); es = null; }
     stale = true;
@@ -267,15 +271,15 @@
       if (r && r.status === 401) { location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search)); return; }
       // Away, or stopping (503): again later. Any other answer is the
       // daemon's: back (a page gone since shows its error).
-      if (!r || r.status >= 500) { tries++; retry = setTimeout(attempt, Math.min(5000, 250 * 2 ** Math.min(tries, 5))); return; }
-      retry = null; tries = 0; back = true;
+      if (!r || r.status >= 500) { tries++; retry = setTimeout(attempt, backoff()); return; }
+      retry = null; tries++; back = true;
       body.dataset.reconnected = String((Number(body.dataset.reconnected) || 0) + 1);
       if (document.hidden && !keepWhenHidden()) { body.dataset.stream = "paused"; return; } // shown again: it opens
       openStream();
-      if (!es) { back = false; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); } // a page with no stream
+      if (!es) { back = false; tries = 0; say("The daemon is back: reloaded what this page shows.", "ok"); refresh(); } // a page with no stream
       document.dispatchEvent(new Event("orchestrd:back")); // output.js reads a lost output again
     };
-    retry = setTimeout(attempt, 250);
+    retry = setTimeout(attempt, backoff());
   }
 
   // Forms that act (class act) post with fetch and reload the content;

@@ -46,6 +46,7 @@
   // in two waits for the next piece (at most ansiPendingMax characters:
   // longer, it is dropped as garbage).
   const ansiPendingMax = 4096;
+  const spansMax = 10000; // spans of one output (put)
   function newAnsi() {
     const st = { fg: -1, bg: -1, bold: false, dim: false, italic: false, underline: false, pending: "" };
     function classes() {
@@ -234,13 +235,24 @@
       s.textContent = text;
       pre.append(s);
     }
+    // A run of the same class as the last goes in its span; past
+    // spansMax spans (a job that changes colour every character) the rest
+    // is plain text: what a tab holds stays its bytes, not a node each.
+    let lastRun = null;
     function put(aruns, stream) {
       for (const a of aruns) {
-        const span = document.createElement("span");
         const cls = ((stream === "stderr" ? "stderr " : "") + a.cls).trim();
+        const last = pre.lastChild;
+        if (pre.childElementCount >= spansMax) {
+          if (last && last.nodeType === Node.TEXT_NODE) last.appendData(a.text); else pre.append(a.text);
+          continue;
+        }
+        if (last && last === lastRun && last.className === cls) { last.append(a.text); continue; }
+        const span = document.createElement("span");
         if (cls !== "") span.className = cls;
         span.textContent = a.text;
         pre.append(span);
+        lastRun = span;
       }
     }
     function show(runs, stream, final) {

@@ -228,9 +228,9 @@ func jsonCLI(d *daemon, v any, args ...string) error {
 
 // Starting work from the dashboard is a person's act: a job holding a
 // session's cookie and CSRF token (signed in by the test, a person) is
-// refused each start form, 403 with conn.refused naming the method, and
-// nothing starts; the same requests from the test's own process start a
-// job.
+// refused each start form and the chat's Send, 403 with conn.refused
+// naming the method, and nothing starts; the same requests from the
+// test's own process start a job.
 func TestStartFormsArePersonOnly(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, config{})
@@ -267,13 +267,14 @@ func TestStartFormsArePersonOnly(t *testing.T) {
 		`-H 'Accept: application/json' "$@"; }
 post -F lane=net -F 'command=touch /tmp/pwned' "$ROOT/ui/start/job"
 post -F type=code -F description=pwn -F repo=/tmp "$ROOT/ui/start/loop"
-post -F prompt=pwn -F cwd=/tmp -F mode=bypassPermissions "$ROOT/ui/start/prompt"`
+post -F prompt=pwn -F cwd=/tmp -F mode=bypassPermissions "$ROOT/ui/start/prompt"
+post -d message=pwn "$ROOT/ui/act/chat.send"`
 	out, errOut, code := d.cli("run", "--lane", "net", "--env", "CK="+cookie, "--env", "CSRF="+csrf, "--env", "ROOT="+d.base,
 		"--", "sh", "-c", script)
-	if code != 0 || out != "403\n403\n403\n" {
-		t.Fatalf("the job's posts: exit %d %q %s; want three 403s", code, out, errOut)
+	if code != 0 || out != "403\n403\n403\n403\n" {
+		t.Fatalf("the job's posts: exit %d %q %s; want four 403s", code, out, errOut)
 	}
-	for _, m := range []string{"job.submit", "loop.create", "task.execute"} {
+	for _, m := range []string{"job.submit", "loop.create", "task.execute", "chat.send"} {
 		e := d.waitEvent("conn.refused", func(e map[string]any) bool { return e["method"] == m })
 		if r, _ := e["reason"].(string); !strings.Contains(r, "a process this daemon started") {
 			t.Fatalf("conn.refused for %s: %v", m, e)

@@ -187,3 +187,27 @@ printf '\033[1;31;42m' # a colour left open at the end`)
 		t.Fatal(res)
 	}
 }
+
+// A job that changes colour at every character does not make the tab
+// hold a node a character: past 10,000 spans the rest is plain text,
+// every character still shown.
+func TestOutputSpansBounded(t *testing.T) {
+	d, tb := signedIn(t, config{})
+	out, errOut, code := d.cli("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"
+i=0; while [ $i -lt 15000 ]; do printf '\033[31ma\033[32mb'; i=$((i+1)); done; printf '\033[0m\nend\n'`)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, errOut)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(out, "id="), "\n")
+	tb.open("/ui/jobs/" + id)
+	tb.waitOutputEnd(id)
+	if n := eval[int](tb, `document.getElementById("output").childElementCount`); n > 10000 {
+		t.Fatalf("the output is %d elements", n)
+	}
+	if text := eval[string](tb, `document.getElementById("output").textContent`); !strings.HasSuffix(text, strings.Repeat("ab", 15000)+"\nend\n") {
+		t.Fatalf("the output's text ends %q", text[max(0, len(text)-80):])
+	}
+	if c := eval[string](tb, `document.querySelector("#output span.ansi-fg-2").textContent`); c != "b" {
+		t.Fatalf("the first green run is %q", c)
+	}
+}

@@ -1,9 +1,11 @@
 package uitest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -63,4 +65,35 @@ func eventsOf(d *daemon, kind string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// A tab whose pages answer but whose live stream is lost each time before
+// it says hello (refused, cut by something between) waits longer and
+// longer between its tries, up to 5 s, as it does while the daemon is
+// away: it never asks for its page 4 times a second for ever.
+func TestTabReconnectBacksOff(t *testing.T) {
+	_, tb := signedIn(t, config{})
+	// Every stream the page opens fails at once; the waits the page asks
+	// for are noted.
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+window.waits = [];
+const realSetTimeout = window.setTimeout;
+window.setTimeout = (f, ms, ...args) => { if (ms >= 250) window.waits.push(ms); return realSetTimeout(f, ms, ...args); };
+window.EventSource = class {
+  constructor(url) { this.url = url; realSetTimeout(() => { if (this.onerror) this.onerror(new Event("error")); }, 0); }
+  addEventListener() {}
+  close() {}
+};`}); err != nil {
+		t.Fatalf("Page.addScriptToEvaluateOnNewDocument: %v", err)
+	}
+	tb.open("/ui/jobs")
+	tb.waitJS("six tries, each answered, each stream lost", `Number(document.body.dataset.reconnected) >= 6`)
+	waits := eval[[]float64](tb, `window.waits`)
+	if slices.Max(waits) < 4000 {
+		t.Fatalf("the tab waited %v between its tries: it does not back off", waits)
+	}
+	if live := eval[string](tb, `document.getElementById("live").textContent`); !strings.Contains(live, "Reconnecting") {
+		t.Fatalf("the tab says %q", live)
+	}
+	tb.shot("reconnect-backoff")
 }
