@@ -135,9 +135,11 @@ func TestOutputReadAgainAfterRestart(t *testing.T) {
 		}
 
 		// The view: at the output's end; the person scrolls up and back.
-		// (Before the screenshots: they resize the page.)
+		// Resized (the screenshots are taken at a phone's size too), it
+		// stays there.
 		tb.waitJS("the output read again at its end", atEnd)
 		tb.shot("read-again-" + how)
+		tb.waitJS("the output at its end after the page was resized", atEnd)
 		eval[chromedp.Void](tb, `document.getElementById("output").scrollTop = 0`)
 		tb.waitJS("scrolled up, not following", `document.getElementById("output").dataset.follow === "false"`)
 		if top := eval[int](tb, `document.getElementById("output").scrollTop`); top != 0 {
