@@ -214,6 +214,9 @@
     function toEnd() {
       if (pre.scrollTop + pre.clientHeight < pre.scrollHeight) { pre.scrollTop = pre.scrollHeight; ourTop = pre.scrollTop; }
     }
+    // The page resized (a window, a phone turned): lines wrap anew, and
+    // the output's end moves; a view that follows goes with it.
+    if (window.ResizeObserver) new ResizeObserver(() => { if (me === gen && follow) toEnd(); }).observe(pre);
     function count() {
       const b = document.getElementById("output-bytes");
       if (b && !ended) b.textContent = String(written);
