@@ -32,7 +32,9 @@ func shortDir(t *testing.T, prefix string) string {
 }
 
 // scriptedPool is the config of pool "scripted", one test executor
-// that runs steps (a script's) for every prompt.
+// that runs steps (a script's) for every prompt. Its permission requests
+// wait ten minutes (not the default 30 s): the tests answer them, and a
+// starved machine must not time one out before a test has read it.
 func scriptedPool(t *testing.T, steps any) string {
 	t.Helper()
 	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
@@ -44,7 +46,7 @@ func scriptedPool(t *testing.T, steps any) string {
 	if err := os.WriteFile(file, script, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return "[executors.scripted]\ncommand = [" + strconv.Quote(exe) + `, "--script", ` + strconv.Quote(file) + "]\ninstances = 1\n"
+	return "[executors.scripted]\ncommand = [" + strconv.Quote(exe) + `, "--script", ` + strconv.Quote(file) + "]\ninstances = 1\npermission_timeout = \"10m\"\n"
 }
 
 // askButton is the button of decision on the conversation's pending
