@@ -322,6 +322,11 @@ const (
 	// did not take is sent again (an election after a server's loss takes
 	// seconds).
 	eventsRetryFor = 30 * time.Second
+	// eventsStall bounds how long a read of past event lines waits on a
+	// consumer that delivers nothing while its count says more is there (a
+	// starved machine, an election): past it the read fails, rather than
+	// answer with the lines it has as if they were all.
+	eventsStall = time.Minute
 )
 
 // eventsMethod is cluster.events: the fleet's event lines, each pushed as
@@ -471,7 +476,8 @@ func (f *Fleet) readEvents(ctx context.Context, subj string, start, end uint64, 
 		return nil, err
 	}
 	h := &lastLines{max: max}
-	for empty := 0; ; {
+	var stalled time.Time // since when nothing came, while more was pending
+	for {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -508,16 +514,25 @@ func (f *Fleet) readEvents(ctx context.Context, subj string, start, end uint64, 
 		if atEnd {
 			return h.take(), nil
 		}
-		if got == 0 {
-			// Nothing came: none of subj from start on, or a consumer
-			// slow to start; its own count says which.
-			ictx, cancel := context.WithTimeout(ctx, opTimeout)
-			ci, err := c.Info(ictx)
-			cancel()
-			empty++
-			if err == nil && ci.NumPending == 0 || empty >= 20 {
-				return h.take(), nil
+		if got > 0 {
+			stalled = time.Time{}
+			continue
+		}
+		// Nothing came: none of subj from start on, or a consumer slow to
+		// start or starved; its own count says which.
+		ictx, cancel := context.WithTimeout(ctx, opTimeout)
+		ci, err := c.Info(ictx)
+		cancel()
+		if err == nil && ci.NumPending == 0 {
+			return h.take(), nil
+		}
+		if stalled.IsZero() {
+			stalled = time.Now()
+		} else if time.Since(stalled) > eventsStall {
+			if err == nil {
+				err = fmt.Errorf("%d messages pending", ci.NumPending)
 			}
+			return nil, fmt.Errorf("reading the fleet's events: nothing delivered for %s: %w", eventsStall, err)
 		}
 	}
 }
