@@ -286,6 +286,17 @@ func (r JobRecord) HoldsOutput() bool {
 	return r.Output != "" || r.State.Terminal() && r.OutputBytes == 0 && !r.OutputEvicted
 }
 
+// DurationKnown reports whether DurationMs is how long the job's run
+// took: not while it runs, and not for a job whose end nobody saw
+// (daemon_lost: the daemon died while it ran; node_lost: so did the fleet
+// node it ran on; lane_removed: it never ran), whose record says 0.
+func (r JobRecord) DurationKnown() bool {
+	if !r.State.Terminal() && r.DurationMs == 0 {
+		return false
+	}
+	return r.Error != ErrDaemonLost && r.Error != ErrNodeLost && r.Error != ErrLaneRemoved
+}
+
 // UnmarshalJSON reads a record written by MarshalJSON: its output from
 // "output" or "output_b64".
 func (r *JobRecord) UnmarshalJSON(b []byte) error {

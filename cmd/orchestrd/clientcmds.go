@@ -608,12 +608,10 @@ func cmdJobs(args []string, stdout, stderr io.Writer) int {
 		})
 }
 
-// jobDuration is a job's DURATION: "-" while it has none yet, and for a job
-// whose run nobody saw end (daemon_lost: the daemon died while it ran;
-// node_lost: so did the fleet node it ran on; lane_removed: it never ran),
-// whose record says 0.
+// jobDuration is a job's DURATION: "-" while it has none
+// (api.JobRecord.DurationKnown).
 func jobDuration(j api.JobRecord) string {
-	if !j.State.Terminal() && j.DurationMs == 0 || j.Error == api.ErrDaemonLost || j.Error == api.ErrNodeLost || j.Error == api.ErrLaneRemoved {
+	if !j.DurationKnown() {
 		return "-"
 	}
 	return formatDuration(time.Duration(j.DurationMs) * time.Millisecond)

@@ -116,8 +116,10 @@ func TestJobsNode(t *testing.T) {
 	h.answer("job.get", map[string]any{"job": map[string]any{"id": "c-1gpu-1", "lane": "gpu", "state": "failed", "error": "node_lost",
 		"node": "b", "exit_code": nil, "created_at": "2026-11-26T10:00:00Z"}})
 	_, page = h.do(c, "GET", "/ui/jobs/c-1gpu-1", nil, nil)
+	// Its run's end nobody saw: no duration, as the CLI says (its record's
+	// 0 is not how long it ran).
 	mustContain(t, page, `<span class="state state-failed">failed</span> <span class="state state-node_lost">node_lost</span></h1>`,
-		`<dt>Node</dt><dd id="job-node"><a href="/ui/nodes">b</a></dd>`)
+		`<dt>Node</dt><dd id="job-node"><a href="/ui/nodes">b</a></dd>`, `<dt>Took</dt><dd>-</dd>`)
 	// In a fleet, another node's changes tell the stream nothing: the
 	// list, and an unfinished job's page, are read again (fleet.js).
 	h.answer("cluster.nodes", map[string]any{"cluster": "AA2JYKNMBGBT", "node": "a", "nodes": []any{}})
