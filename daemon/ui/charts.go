@@ -148,6 +148,7 @@ type charts struct {
 	cost     *chart
 	asked    map[string]time.Time // approval id -> when it was asked for
 	order    []string             // asked's ids, oldest first
+	newest   int64                // the latest minute put in (clockBack)
 	wake     chan struct{}
 }
 
@@ -209,10 +210,37 @@ func (c *charts) Deliver(r *eventlog.Record) {
 	}
 }
 
+// chartClockBack is how far behind the latest minute put in a value may
+// be before the charts take it for the clock set back (a record the bus
+// delivers late is not that late).
+const chartClockBack = 5
+
+// clock notes that a value comes at t (c.mu held). A t more than
+// chartClockBack minutes behind the latest one put in is the machine's
+// clock set back: what the charts hold would be "in the future" and drop
+// every new value until the clock caught up with it, so they start again
+// empty.
+func (c *charts) clock(t time.Time) {
+	m := minuteOf(t)
+	if m < c.newest-chartClockBack {
+		for _, ch := range []*chart{c.jobs, c.queue, c.restarts, c.waiting, c.answer, c.tokens, c.cost} {
+			for _, s := range ch.series {
+				s.ring = [chartMinutes]bucket{}
+			}
+			if ch.other != nil {
+				ch.other.ring = [chartMinutes]bucket{}
+			}
+		}
+		c.newest = m
+	}
+	c.newest = max(c.newest, m)
+}
+
 // add puts one record's values in the charts.
 func (c *charts) add(kind string, ts time.Time, f chartFields) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.clock(ts)
 	switch kind {
 	case "job.finished":
 		if f.State != "" {
@@ -279,6 +307,7 @@ func (c *charts) sample(ctx context.Context, call func(ctx context.Context, meth
 	aerr := call(ctx, "approval.list", map[string]any{"state": "pending"}, &appr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.clock(now)
 	if lerr == nil {
 		for _, l := range lanes.Lanes {
 			c.queue.get(l.Name).put(now, float64(l.Queued))

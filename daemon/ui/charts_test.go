@@ -121,6 +121,36 @@ func rec(kind string, ts time.Time, line string) *eventlog.Record {
 // queue from job.queued, restarts by lane, the time an approval waited
 // for its answer, tokens and cost. What the charts cannot read is
 // ignored.
+// The machine's clock set back by two hours: what the charts held is "in
+// the future"; they start again, and show what comes after, rather than
+// drop every value until the clock catches up. A record a few minutes late
+// is not that.
+func TestChartsClockBack(t *testing.T) {
+	c := newCharts()
+	for m := 61; m <= 120; m++ { // an hour of minutes: every bucket holds one
+		c.Deliver(rec("job.finished", at(m, 0), `"job_id":"a","lane":"net","state":"succeeded"`))
+	}
+	c.Deliver(rec("job.finished", at(117, 0), `"job_id":"b","lane":"net","state":"failed"`)) // late: kept
+	c.Deliver(rec("job.finished", at(1, 0), `"job_id":"c","lane":"net","state":"succeeded"`))
+	views := map[string]chartView{}
+	for _, v := range c.views(at(1, 30)) {
+		views[v.ID] = v
+	}
+	if l := views["jobs"].Latest; !strings.Contains(l, "succeeded 1 (1 this minute)") || strings.Contains(l, "failed") {
+		t.Errorf("after the clock went back two hours the jobs chart says %q", l)
+	}
+	c = newCharts()
+	c.Deliver(rec("job.finished", at(120, 0), `"job_id":"a","lane":"net","state":"succeeded"`))
+	c.Deliver(rec("job.finished", at(117, 0), `"job_id":"b","lane":"net","state":"failed"`))
+	views = map[string]chartView{}
+	for _, v := range c.views(at(120, 30)) {
+		views[v.ID] = v
+	}
+	if l := views["jobs"].Latest; !strings.Contains(l, "succeeded 1") || !strings.Contains(l, "failed 1") {
+		t.Errorf("a record three minutes late: the jobs chart says %q", l)
+	}
+}
+
 func TestChartsFromRecords(t *testing.T) {
 	c := newCharts()
 	for _, r := range []*eventlog.Record{
