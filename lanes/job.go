@@ -253,7 +253,9 @@ func (j *jobActor) Receive(c *actors.Context) {
 			}
 			if every := j.sh.usage.every; every > 0 && j.rec.RunnerPid > 0 {
 				j.usageT = newUsageTracker(j.rec.RunnerPid, j.rec.ID)
-				c.Send(c.Self(), sampleUsage{epoch: j.epoch}) // the first at once: short jobs are seen too
+				// The first as its running record: a job that ends sooner
+				// costs no sample (and has no usage).
+				c.After(min(every, runningRecordDelay), sampleUsage{epoch: j.epoch})
 			}
 		}
 	case sampleUsage:

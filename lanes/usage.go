@@ -25,6 +25,13 @@ import (
 // found to be the job's is remembered by pid and start time, so a job that
 // changes its environment stays found and a reused pid is not taken for
 // it.
+//
+// Every figure comes from procfs (api.UsageSourceProcfs). A job with a
+// cgroup of its own (a runner started with --cgroup) would better be read
+// from it (cpu.stat, memory.peak, io.stat: children that died between
+// samples counted too), but the runner reuses its jobs' cgroups (a pool:
+// their counters carry over from job to job) and does not tell the daemon
+// which one a job has; that source is not read yet.
 
 // maxUsageSamplers bounds the samples taken at once, whatever the number
 // of running jobs: a sample waits for a place (and is skipped, not
@@ -38,6 +45,10 @@ type usageSampler struct {
 }
 
 func newUsageSampler(every time.Duration) usageSampler {
+	// A process's start time is its boot-relative start plus the boot
+	// time, read from /proc/stat each time unless cached: the boot time
+	// does not change, and /proc/stat is the dearest file a sample reads.
+	process.EnableBootTimeCache(true)
 	return usageSampler{every: every, slots: make(chan struct{}, maxUsageSamplers)}
 }
 
