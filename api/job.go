@@ -166,7 +166,33 @@ type JobRecord struct {
 	// Node is the fleet node a cluster job ran on (or was taken by);
 	// absent for a job of a lane that is not shared.
 	Node string `json:"node,omitempty"`
+	// Usage is what the job's process tree cost the machine, sampled while
+	// it ran (lanes' usage sampler); absent when no sample was taken.
+	Usage *Usage `json:"usage,omitempty"`
 }
+
+// Usage is what a process tree (a job's, an agent task's) cost, sampled
+// while it ran: CPU seconds, the most memory it held at once, the bytes it
+// read and wrote, the most threads it had. Source says where the figures
+// come from: "cgroup" (the tree's own cgroup v2 counters) or "procfs" (its
+// processes' /proc files, summed over every process a sample saw: a child
+// that lived and died between two samples is missed).
+type Usage struct {
+	Source        string  `json:"source"`
+	UserSeconds   float64 `json:"user_seconds"`
+	SystemSeconds float64 `json:"system_seconds"`
+	PeakRSSBytes  uint64  `json:"peak_rss_bytes"`
+	ReadBytes     uint64  `json:"read_bytes"`
+	WriteBytes    uint64  `json:"write_bytes"`
+	PeakThreads   int     `json:"peak_threads"`
+	Samples       int     `json:"samples"`
+}
+
+// UsageSourceCgroup and UsageSourceProcfs are Usage.Source's values.
+const (
+	UsageSourceCgroup = "cgroup"
+	UsageSourceProcfs = "procfs"
+)
 
 // jobRecordFields is JobRecord without its JSON methods.
 type jobRecordFields JobRecord
@@ -262,6 +288,10 @@ func (r JobRecord) AppendJSON(dst []byte) []byte {
 	boolean("output_evicted", r.OutputEvicted, true)
 	boolean("output_cut", r.OutputCut, true)
 	str("node", r.Node, true)
+	if r.Usage != nil {
+		u, _ := json.Marshal(r.Usage) // plain numbers and a fixed word: cannot fail
+		dst = append(append(dst, `,"usage":`...), u...)
+	}
 	switch {
 	case b64:
 		dst = append(dst, `,"output_b64":"`...)

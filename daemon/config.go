@@ -53,6 +53,10 @@ type DaemonConfig struct {
 	// with 0) are read from the state store, which holds them all. Until
 	// issue 25 it bounded the output all finished jobs kept in memory.
 	FinishedOutputBytes int64 `toml:"finished_output_bytes"`
+	// UsageSampleInterval is how often the process tree of each running
+	// job is sampled for what it costs (CPU, peak RSS, I/O, threads: the
+	// record's usage); 0 samples nothing.
+	UsageSampleInterval api.Duration `toml:"usage_sample_interval"`
 }
 
 // StateConfig is the [state] table: the durable store <home>/state.db.
@@ -111,7 +115,7 @@ func DefaultConfig() Config {
 			ShutdownTimeout: api.Duration{Duration: 5 * time.Second}, MaxFrameBytes: wire.DefaultMaxFrame,
 			MaxLineBytes: wire.DefaultMaxLine, SubscriberQueue: 1024, SubscriberOverflow: "drop_oldest",
 			FinishedJobs: 10000, EventLogMaxBytes: 16 << 20, EventLogFiles: 3, Sandbox: true,
-			FinishedOutputBytes: 4 << 20,
+			FinishedOutputBytes: 4 << 20, UsageSampleInterval: api.Duration{Duration: 5 * time.Second},
 		},
 		State: StateConfig{Durability: "process", RetainJobs: 10000,
 			RetainFor: api.Duration{Duration: 168 * time.Hour}},
@@ -372,6 +376,9 @@ func (c Config) validate() []error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if d.ShutdownTimeout.Duration <= 0 {
 		bad("daemon.shutdown_timeout must be > 0")
+	}
+	if i := d.UsageSampleInterval.Duration; i < 0 || i > 0 && i < 10*time.Millisecond {
+		bad("daemon.usage_sample_interval must be 0 (off) or >= 10ms, got %s", i)
 	}
 	if d.MaxFrameBytes < 1024 {
 		bad("daemon.max_frame_bytes must be >= 1024")

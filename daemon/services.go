@@ -205,7 +205,8 @@ func (s lanesService) Start(context.Context) error {
 		MaxFrameBytes: d.MaxFrameBytes, FinishedJobs: d.FinishedJobs, FinishedOutputBytes: d.FinishedOutputBytes,
 		Sandbox: d.Sandbox, Home: s.opts.Home, Exe: s.opts.Exe, Hide: hookHide(s.hook.srv),
 		RunnerStderr: s.opts.RunnerStderr, RunnerEnv: runnerLogEnv(), Bus: s.bus, System: s.sys, Logger: s.log,
-		Jobs: jobLog{s.st}, Secrets: s.secrets})
+		Jobs: jobLog{s.st}, Secrets: s.secrets,
+		UsageSampleEvery: d.UsageSampleInterval.Duration})
 	if err != nil {
 		return fmt.Errorf("starting lanes: %w", err)
 	}

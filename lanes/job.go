@@ -133,6 +133,14 @@ type jobActor struct {
 	spec    api.JobSpec
 	reply   func(id string, err error)
 	refused error
+
+	// What its process tree costs (usage.go): the tracker of the dispatch
+	// under way (used by one sample at a time, off the actor), whether a
+	// sample is under way, and the sum of the last one done.
+	usageT    *usageTracker
+	sampling  bool
+	usage     api.Usage
+	usageSeen bool
 }
 
 // runningRecordDelay is how long a job runs before the store records it
@@ -242,6 +250,30 @@ func (j *jobActor) Receive(c *actors.Context) {
 			if j.sh.jobs != nil {
 				c.After(runningRecordDelay, recordRunning{epoch: j.epoch})
 				c.After(outputFlushEvery, flushOutput{epoch: j.epoch})
+			}
+			if every := j.sh.usage.every; every > 0 && j.rec.RunnerPid > 0 {
+				j.usageT = newUsageTracker(j.rec.RunnerPid, j.rec.ID)
+				// The first as its running record: a job that ends sooner
+				// costs no sample (and has no usage).
+				c.After(min(every, runningRecordDelay), sampleUsage{epoch: j.epoch})
+			}
+		}
+	case sampleUsage:
+		if m.epoch != j.epoch || j.rec.State != api.StateRunning || j.usageT == nil {
+			return
+		}
+		if !j.sampling {
+			j.startSample(c)
+		}
+		c.After(j.sh.usage.every, m)
+	case usageSampled:
+		j.sampling = false
+		if m.epoch == j.epoch && m.u.Samples > 0 {
+			j.usage, j.usageSeen = m.u, true
+			if j.rec.State == api.StateRunning {
+				u := m.u
+				j.rec.Usage = &u
+				j.sh.store.update(j.rec)
 			}
 		}
 	case recordRunning:
@@ -489,6 +521,11 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	now := time.Now()
 	j.rec.State = st
 	j.rec.FinishedAt = &now
+	if j.usageSeen {
+		u := j.usage
+		j.rec.Usage = &u
+	}
+	j.usageT = nil
 	if j.rec.DurationMs == 0 && !j.started.IsZero() {
 		j.rec.DurationMs = now.Sub(j.started).Milliseconds()
 	}
@@ -518,6 +555,23 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 			sys.Send(self, jobPublished{})
 		}
 	})
+}
+
+// startSample samples the job's tree on a goroutine, when a place is
+// free (usageSampler.slots); the sum comes back as usageSampled.
+func (j *jobActor) startSample(c *actors.Context) {
+	select {
+	case j.sh.usage.slots <- struct{}{}:
+	default:
+		return // as many samples as allowed are under way: this one is skipped
+	}
+	j.sampling = true
+	t, epoch, self, sys, slots := j.usageT, j.epoch, c.Self(), c.System(), j.sh.usage.slots
+	go func() {
+		u := t.sample()
+		<-slots
+		sys.Send(self, usageSampled{epoch: epoch, u: u})
+	}()
 }
 
 // emitOutput sends a chunk to subscribers as job.output. The bytes go out

@@ -52,6 +52,8 @@ type shared struct {
 	room atomic.Pointer[func()]
 	// secrets are looked up for jobs submitted with secrets (secrets.go).
 	secrets Secrets
+	// usage samples running jobs' process trees (usage.go).
+	usage usageSampler
 }
 
 // Options configures a Manager.
@@ -90,6 +92,9 @@ type Options struct {
 	// Secrets are the daemon's secrets.toml, from which a job submitted
 	// with secrets gets their values at its dispatch; nil: none.
 	Secrets Secrets
+	// UsageSampleEvery is how often a running job's process tree is
+	// sampled (usage.go); 0: never.
+	UsageSampleEvery time.Duration
 }
 
 // Manager is the lanes supervisor and the API its methods (methods.go) call.
@@ -185,7 +190,8 @@ func Start(opts Options) (*Manager, error) {
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
 	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
-		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets}
+		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets,
+		usage: newUsageSampler(opts.UsageSampleEvery)}
 	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)

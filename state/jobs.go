@@ -357,9 +357,17 @@ func (w *jobFinished) prepare() error {
 	if r.RunnerPid != 0 {
 		pid = int64(r.RunnerPid)
 	}
+	var usage any
+	if r.Usage != nil {
+		b, err := json.Marshal(r.Usage)
+		if err != nil {
+			return fmt.Errorf("encoding its usage: %w", err)
+		}
+		usage = string(b)
+	}
 	w.args = []any{string(r.State), nullStr(r.RunnerID), pid, fmtTimePtr(r.DispatchedAt), fmtTime(finished), exit,
 		nullStr(r.Signal), nullStr(r.Error), b2i(r.WasTimeout), b2i(r.WasCancelled), r.DurationMs, r.OutputBytes,
-		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), nullStr(r.StoppedBy), b2i(r.OutputCut), r.ID}
+		b2i(r.OutputTruncated), nullBytes([]byte(r.Output)), nullStr(r.StoppedBy), b2i(r.OutputCut), usage, r.ID}
 	return nil
 }
 
@@ -401,7 +409,7 @@ func (w *jobFinished) apply(t *wtx) error {
 	}
 	ok, err := t.exec1(`UPDATE jobs SET state = ?, runner_id = ?, runner_pid = ?, dispatched_at = ?, finished_at = ?,
 		exit_code = ?, signal = ?, error = ?, was_timeout = ?, was_cancelled = ?, duration_ms = ?,
-		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ?, output_cut = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
+		output_bytes = ?, output_truncated = ?, output = ?, stopped_by = ?, output_cut = ?, usage = ? WHERE id = ? AND finished_at IS NULL`, w.args...)
 	if err == nil && !ok {
 		return whyUnchanged(t, w.rec.ID)
 	}
@@ -413,7 +421,7 @@ func (w *jobFinished) apply(t *wtx) error {
 const (
 	recordCols = `id, lane, state, created_at, dispatched_at, finished_at, runner_id, runner_pid, exit_code,
 		signal, error, was_timeout, was_cancelled, duration_ms, output_bytes, output_truncated, command, argv, cwd,
-		stopped_by, output_cut`
+		stopped_by, output_cut, usage`
 	specCols = `s.worktree_dir, s.env, s.timeout_ms, s.max_output_bytes, s.file_paths, s.agent_id, s.tool_name,
 		s.stdin, s.stdin_b64, s.kill_grace_ms, s.stdin_stream, s.secrets`
 )
@@ -436,10 +444,11 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 		stdin, stdinB64                        []byte
 		out                                    sql.RawBytes // the driver's own copy, taken as r.Output
 		stdinStream, cut                       bool
+		usage                                  sql.NullString
 	)
 	dest := []any{&r.ID, &r.Lane, &state, &created, &dispatched, &finished, &runnerID, &pid, &exit,
 		&signal, &errStr, &timeout, &cancelled, &r.DurationMs, &r.OutputBytes, &truncated, &command, &argv, &cwd,
-		&stoppedBy, &cut}
+		&stoppedBy, &cut, &usage}
 	if spec != nil {
 		dest = append(dest, &worktree, &env, &timeoutMs, &maxOut, &files, &agent, &tool, &stdin, &stdinB64, &grace, &stdinStream, &secrets)
 	}
@@ -468,6 +477,12 @@ func scanJob(sc scanner, spec *api.JobSpec, output bool) (api.JobRecord, error) 
 	r.Signal, r.Error, r.StoppedBy = signal.String, errStr.String, stoppedBy.String
 	r.WasTimeout, r.WasCancelled, r.OutputTruncated, r.OutputCut = timeout, cancelled, truncated, cut
 	r.Command, r.Cwd = command.String, cwd.String
+	if usage.Valid {
+		r.Usage = new(api.Usage)
+		if err := json.Unmarshal([]byte(usage.String), r.Usage); err != nil {
+			return r, fmt.Errorf("job %s: usage: %w", r.ID, err)
+		}
+	}
 	if argv.Valid {
 		if err := json.Unmarshal([]byte(argv.String), &r.Argv); err != nil {
 			return r, fmt.Errorf("job %s: argv: %w", r.ID, err)

@@ -328,6 +328,11 @@ CREATE TABLE ui_sessions (
 ) WITHOUT ROWID;
 CREATE INDEX ui_sessions_expires ON ui_sessions(expires);
 `},
+	// What a job's process tree cost (api.Usage, JSON), sampled while it
+	// ran; NULL when nothing was sampled.
+	{version: 17, name: "what a job cost", sql: `
+ALTER TABLE jobs ADD COLUMN usage TEXT;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -106,6 +106,9 @@ func printJob(w io.Writer, j api.JobRecord, now time.Time) {
 	if j.DurationMs > 0 || j.State.Terminal() {
 		row("duration", formatDuration(time.Duration(j.DurationMs)*time.Millisecond))
 	}
+	if j.Usage != nil {
+		row("usage", render.UsageLine(j.Usage))
+	}
 	if j.Error != "" {
 		row("error", j.Error)
 	}

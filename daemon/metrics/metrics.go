@@ -108,6 +108,8 @@ type Metrics struct {
 	jobsFinished     *counters
 	jobsOrphaned     *counters
 	jobDuration      *histograms
+	jobCPU           *histograms
+	jobPeakRSS       *histograms
 	runnerRestarts   *counters
 	runnersKilled    *counters
 	laneDegradations *counters
@@ -168,6 +170,8 @@ var (
 	jobBuckets      = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
 	approvalBuckets = []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400}
 	commitBuckets   = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	cpuBuckets      = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+	rssBuckets      = []float64{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 4 << 30, 16 << 30}
 	batchBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 	httpBuckets     = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 )
@@ -217,6 +221,8 @@ func New(opts Options) *Metrics {
 	m.jobsFinished = c("jobs_finished_total", "Jobs that reached a terminal state (job.finished), by lane and state.", "lane", "state")
 	m.jobsOrphaned = c("jobs_orphaned_total", "Jobs failed because their runner was lost (job.orphaned), by reason.", "lane", "reason")
 	m.jobDuration = h("job_duration_seconds", "How long finished jobs ran (job.finished duration_ms), by lane.", jobBuckets, "lane")
+	m.jobCPU = h("job_cpu_seconds", "CPU time (user + system) finished jobs' process trees used, as sampled (job.finished record.usage), by lane; jobs never sampled are not counted.", cpuBuckets, "lane")
+	m.jobPeakRSS = h("job_peak_rss_bytes", "The most resident memory finished jobs' process trees held at a sample (job.finished record.usage), by lane; jobs never sampled are not counted.", rssBuckets, "lane")
 	m.runnerRestarts = c("runner_restarts_total", "Runner processes scheduled to start again (runner.restart_scheduled), by lane and reason (the cause of the runner's death).", "lane", "reason")
 	m.runnersKilled = c("runners_killed_total", "Runner processes the daemon killed (runner.killed), by lane and reason.", "lane", "reason")
 	m.laneDegradations = c("lane_degradations_total", "Times a lane went over its restart intensity (lane.degraded).", "lane")
@@ -249,6 +255,8 @@ func New(opts Options) *Metrics {
 	for _, l := range m.laneLs {
 		m.jobsSubmitted.seed(l)
 		m.jobDuration.seed(l)
+		m.jobCPU.seed(l)
+		m.jobPeakRSS.seed(l)
 		m.laneDegradations.seed(l)
 		for _, s := range jobEndStates {
 			m.jobsFinished.seed(l, s)
@@ -337,6 +345,11 @@ func (s sink) Deliver(r *eventlog.Record) {
 		if m.lanes[e.Lane] {
 			m.jobsFinished.inc(e.Lane, known(e.State, jobEndStates))
 			m.jobDuration.observe(float64(e.DurationMs)/1000, e.Lane)
+			if r, ok := e.Record.(api.JobRecord); ok && r.Usage != nil {
+				u := r.Usage
+				m.jobCPU.observe(u.UserSeconds+u.SystemSeconds, e.Lane)
+				m.jobPeakRSS.observe(float64(u.PeakRSSBytes), e.Lane)
+			}
 		}
 	case lanes.JobOrphaned:
 		if m.lanes[e.Lane] {

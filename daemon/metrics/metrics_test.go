@@ -94,7 +94,8 @@ func TestCountersFromEvents(t *testing.T) {
 	bus.Emit(lanes.JobRejected{Lane: "net", Reason: "queue_full"})
 	bus.Emit(lanes.JobFinished{JobID: "j-1" + weird, Lane: "net", State: "succeeded", DurationMs: 1500, ExitCode: code(0),
 		Error: weird, Signal: weird, Record: api.JobRecord{ID: "j-1", Command: weird, Output: weird}})
-	bus.Emit(lanes.JobFinished{JobID: "j-2", Lane: "net", State: "failed", DurationMs: 20, Error: weird})
+	bus.Emit(lanes.JobFinished{JobID: "j-2", Lane: "net", State: "failed", DurationMs: 20, Error: weird,
+		Record: api.JobRecord{ID: "j-2", Usage: &api.Usage{Source: api.UsageSourceProcfs, UserSeconds: 1.5, SystemSeconds: 0.25, PeakRSSBytes: 48 << 20}}})
 	bus.Emit(lanes.JobFinished{JobID: "j-3", Lane: "no-net", State: weird, DurationMs: 1})
 	bus.Emit(lanes.JobFinished{JobID: "j-4", Lane: weird, State: "failed"})
 	bus.Emit(lanes.JobOrphaned{JobID: "j-5", Lane: "net", RunnerID: weird, Reason: "runner_lost"})
@@ -166,6 +167,11 @@ func TestCountersFromEvents(t *testing.T) {
 		`orchestrd_job_duration_seconds_sum{lane="net"} 1.52`,
 		`orchestrd_job_duration_seconds_count{lane="net"} 2`,
 		`orchestrd_job_duration_seconds_bucket{lane="net",le="0.05"} 1`,
+		`orchestrd_job_cpu_seconds_sum{lane="net"} 1.75`, // the job with a usage: the other is not counted
+		`orchestrd_job_cpu_seconds_count{lane="net"} 1`,
+		`orchestrd_job_peak_rss_bytes_bucket{lane="net",le="6.7108864e+07"} 1`,
+		`orchestrd_job_peak_rss_bytes_bucket{lane="net",le="1.6777216e+07"} 0`,
+		`orchestrd_job_cpu_seconds_count{lane="no-net"} 0`,                 // made at New
 		`orchestrd_jobs_finished_total{lane="no-net",state="succeeded"} 0`, // made at New
 		`orchestrd_build_info{version="1.2.3"} 1`,
 		`orchestrd_cluster_nodes_lost_total{reason="restarted"} 0`, // made at New
@@ -565,7 +571,7 @@ func described(t *testing.T, m *Metrics) map[string]bool {
 	t.Helper()
 	ch := make(chan *prometheus.Desc, 1024)
 	for _, c := range []prometheus.Collector{m.jobsSubmitted.vec, m.jobsRejected.vec, m.jobsFinished.vec, m.jobsOrphaned.vec,
-		m.jobDuration.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
+		m.jobDuration.vec, m.jobCPU.vec, m.jobPeakRSS.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
 		m.approvalsRequested.vec, m.approvalsAuto.vec, m.approvalResolution.vec, m.tasksFinished.vec, m.executorPauses.vec,
 		m.executorRestarts.vec, m.agentTokens.vec, m.agentCost.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
 		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec, m.nodesLost.vec,

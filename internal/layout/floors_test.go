@@ -364,3 +364,40 @@ func TestCheckFindsViolations(t *testing.T) {
 		t.Errorf("violation edges %v, want lanes -> daemon/control (the key of knownViolations)", got)
 	}
 }
+
+// The runner stays lean: gopsutil (the daemon's sampler of what jobs cost,
+// lanes/usage.go) is in no dependency of the runner's entry, which is
+// initialised, and runs a runner, before the daemon's packages.
+func TestRunnerLean(t *testing.T) {
+	entry := module + "/cmd/orchestrd/internal/runnerentry"
+	for _, p := range goList(t) {
+		if p.ImportPath != entry {
+			continue
+		}
+		if bad := heavyDeps(p.Deps); len(bad) > 0 {
+			t.Fatalf("the runner's entry depends on %v; the runner must stay lean", bad)
+		}
+		return
+	}
+	t.Fatalf("go list did not list %s", entry)
+}
+
+// heavyDeps are the packages of deps a runner must not carry.
+func heavyDeps(deps []string) []string {
+	var bad []string
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/shirou/gopsutil") {
+			bad = append(bad, d)
+		}
+	}
+	return bad
+}
+
+func TestHeavyDeps(t *testing.T) {
+	if got := heavyDeps([]string{"os", "github.com/shirou/gopsutil/v4/process"}); len(got) != 1 {
+		t.Fatalf("heavyDeps found %v, want the gopsutil package", got)
+	}
+	if got := heavyDeps([]string{"os", module + "/wire"}); len(got) != 0 {
+		t.Fatalf("heavyDeps found %v in lean deps", got)
+	}
+}

@@ -1,0 +1,39 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// UsageLine is the one line a job's or a task's usage is shown as, in the CLI
+// and on the dashboard: "cpu 1.20s user + 0.05s sys, peak rss 41.0 MiB,
+// read 12.0 KiB, wrote 0 B, 3 threads (procfs, 7 samples)".
+func UsageLine(u *api.Usage) string {
+	if u == nil {
+		return ""
+	}
+	src := u.Source
+	if src != api.UsageSourceCgroup && src != api.UsageSourceProcfs {
+		src = "?" // a record from elsewhere: its word is not printed
+	}
+	return fmt.Sprintf("cpu %.2fs user + %.2fs sys, peak rss %s, read %s, wrote %s, %s (%s, %s)",
+		u.UserSeconds, u.SystemSeconds, Bytes(u.PeakRSSBytes), Bytes(u.ReadBytes), Bytes(u.WriteBytes),
+		api.Count(u.PeakThreads, "thread"), src, api.Count(u.Samples, "sample"))
+}
+
+// Bytes is n in binary units: "0 B", "512 B", "12.0 KiB", "41.0 MiB".
+func Bytes(n uint64) string {
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	f, unit := float64(n)/1024, "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB"} {
+		if f < 1024 {
+			break
+		}
+		f, unit = f/1024, u
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + unit
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// usageLanes samples running jobs often, so that a test waits less for a
+// sample; nothing depends on when one is taken.
+const usageLanes = `
+[daemon]
+usage_sample_interval = "50ms"
+[lanes.work]
+runners = 1
+slots = 2
+spares = 0
+network = "host"
+`
+
+// A job that burns CPU and holds memory shows both in its record while it
+// runs and at its end (what job ID prints, and --json); a job of several
+// processes counts its children's memory and threads; the record survives
+// a restart of the daemon.
+func TestJobUsageSampled(t *testing.T) {
+	t.Parallel()
+	home, marks := shortTemp(t), shortTemp(t)
+	d := startDaemonAt(t, home, usageLanes)
+
+	// 40 MB held in a shell variable, then a busy loop until told to end.
+	const held = 40_000_000
+	burn := d.submit(api.JobSpec{Lane: "work", Command: `x=$(head -c 40000000 /dev/zero | tr '\0' a); ` +
+		`while [ ! -e ` + marks + `/go ]; do :; done; echo ${#x}`})
+	// Three children holding 20 MB each; their parent holds next to nothing.
+	const each = 20_000_000
+	tree := d.submit(api.JobSpec{Lane: "work", Command: `for i in 1 2 3; do ` +
+		`(x=$(head -c 20000000 /dev/zero | tr '\0' a); while [ ! -e ` + marks + `/go ]; do sleep 0.05; done; echo ${#x}) & ` +
+		`done; wait`})
+
+	// Margins: RSS is counted in pages and a shell may hold a little less
+	// than the bytes it read at the moment of a sample; 90 % of it is
+	// certainly there once the variable is set.
+	var live api.JobRecord
+	eventuallyOr(t, 60*time.Second, "the burning job's usage shows its CPU and memory", func() bool {
+		live = d.job(burn)
+		u := live.Usage
+		return u != nil && u.UserSeconds+u.SystemSeconds > 0 && u.PeakRSSBytes >= held*9/10
+	}, func() string { return jobUsageText(live.Usage) })
+	eventuallyOr(t, 60*time.Second, "the tree job's usage counts its three children", func() bool {
+		live = d.job(tree)
+		u := live.Usage
+		return u != nil && u.PeakRSSBytes >= 3*each*9/10 && u.PeakThreads >= 4
+	}, func() string { return jobUsageText(live.Usage) })
+	if live.Usage.Source != api.UsageSourceProcfs {
+		t.Fatalf("usage source %q, want procfs (no cgroup of its own here)", live.Usage.Source)
+	}
+
+	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	end := d.wait(burn)
+	if end.State != api.StateSucceeded || end.Usage == nil {
+		t.Fatalf("the burning job ended %s with usage %v", end.State, end.Usage)
+	}
+	if u := end.Usage; u.UserSeconds+u.SystemSeconds <= 0 || u.PeakRSSBytes < held*9/10 || u.Samples < 1 || u.PeakThreads < 1 {
+		t.Fatalf("the burning job's final usage %+v", *u)
+	}
+	if endTree := d.wait(tree); endTree.Usage == nil || endTree.Usage.PeakRSSBytes < 3*each*9/10 {
+		t.Fatalf("the tree job's final usage %v", endTree.Usage)
+	}
+
+	out, _, code := runCLI(t, "--home", home, "job", burn)
+	if code != 0 || !strings.Contains(out, "usage ") || !strings.Contains(out, "(procfs, ") {
+		t.Fatalf("job %s printed (exit %d):\n%s", burn, code, out)
+	}
+	js, _, code := runCLI(t, "--home", home, "job", "--json", burn)
+	var fromJSON api.JobRecord
+	if code != 0 || json.Unmarshal([]byte(js), &fromJSON) != nil || fromJSON.Usage == nil || *fromJSON.Usage != *end.Usage {
+		t.Fatalf("job --json %s printed (exit %d):\n%s", burn, code, js)
+	}
+
+	// The record is in the state store: the next daemon has it as it was.
+	d.stop()
+	d2 := startDaemonAt(t, home, usageLanes)
+	again := d2.job(burn)
+	if again.Usage == nil || *again.Usage != *end.Usage {
+		t.Fatalf("after a restart the usage is %v, want %+v", again.Usage, *end.Usage)
+	}
+}
+
+// jobUsageText is u for a failure message.
+func jobUsageText(u *api.Usage) string {
+	if u == nil {
+		return "no usage"
+	}
+	return fmt.Sprintf("%+v", *u)
+}
