@@ -68,3 +68,46 @@ func FuzzDecodeOutputRaw(f *testing.F) {
 		}
 	})
 }
+
+func TestStreamPieceRaw(t *testing.T) {
+	line := AppendStreamPieceRaw(nil, &StreamPiece{JobID: "j1", Offset: 7, Stream: "stdout", Data: []byte("\x00\xffab")})
+	if string(line) != `{"job_id":"j1","offset":7,"stream":"stdout","data_len":4}` {
+		t.Fatalf("line %s", line)
+	}
+	if n, ok, err := RawDataLen(line); n != 4 || !ok || err != nil {
+		t.Fatalf("RawDataLen = %d, %v, %v", n, ok, err)
+	}
+	p, err := DecodeStreamPiece(line)
+	if err != nil || p.JobID != "j1" || p.Offset != 7 || p.Stream != "stdout" || p.Data != nil {
+		t.Fatalf("decoded %+v, %v", p, err)
+	}
+	// A gap, and an ordinary piece, are not raw.
+	for _, sp := range []StreamPiece{{JobID: "j", Offset: 1, Gap: 5, Reason: "behind"}, {JobID: "j", Stream: "stdout", Data: []byte("x")}} {
+		l := AppendStreamPieceRaw(nil, &sp)
+		if sp.Gap == 0 {
+			l = AppendStreamPiece(nil, &sp)
+		}
+		if _, ok, err := RawDataLen(l); ok || err != nil {
+			t.Errorf("RawDataLen(%s) = %v, %v: want not raw", l, ok, err)
+		}
+	}
+	for _, bad := range []string{`{"a":1,"data_len":}`, `{"a":1,"data_len":01}`, `{"a":1,"data_len":99999999999}`, `{"a":1,"data_len":16777217}`} {
+		if _, ok, err := RawDataLen([]byte(bad)); !ok || err == nil {
+			t.Errorf("RawDataLen(%s) = %v, %v: want an error", bad, ok, err)
+		}
+	}
+}
+
+func FuzzRawDataLen(f *testing.F) {
+	f.Add([]byte(`{"job_id":"j","offset":0,"stream":"stdout","data_len":12}`))
+	f.Add([]byte(`{"data_len":x}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, ok, err := RawDataLen(b)
+		if err == nil && ok && (n < 0 || n > MaxRawData) {
+			t.Fatalf("RawDataLen(%q) = %d", b, n)
+		}
+		if !ok && err != nil {
+			t.Fatalf("an error for a line that is not raw: %v", err)
+		}
+	})
+}

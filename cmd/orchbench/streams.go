@@ -109,16 +109,17 @@ func runStreams(b *bench) error {
 	// of the paired ratios. The daemon's CPU is charged per MiB moved.
 	n := pick(b, int64(512<<20), int64(16<<20))
 	trials := pick(b, 3, 1)
-	var runs, relays, heads, pairs, cpus []float64
+	var runs, relays, heads, pairs, cpus, clientCPUs []float64
 	runOnce := func() error {
 		c0, _ := procCPU(d.pid())
-		t, err := timed(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
+		t, cc, err := timedCPU(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
 			return fmt.Errorf("run into /dev/null: %w", err)
 		}
 		c1, _ := procCPU(d.pid())
 		runs = append(runs, float64(n)/t.Seconds())
 		cpus = append(cpus, float64(c1-c0)/float64(n>>20))
+		clientCPUs = append(clientCPUs, float64(cc)/float64(n>>20))
 		return nil
 	}
 	relayOnce := func() error {
@@ -160,6 +161,9 @@ func runStreams(b *bench) error {
 		Baseline: fmt.Sprintf("%.0f MB/s (head alone)", h/1e6), BaselineValue: &h, Ratio: ratio, RatioValue: rv})
 	b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
 		Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
+	ccpu := median(sorted(clientCPUs))
+	b.add(Row{Metric: "… client (`orchestrd run`) CPU per MiB moved", N: trials,
+		Orchestrd: fmt.Sprintf("%.0f µs", ccpu/1e3), Value: ccpu / 1e9, Unit: "s"})
 	return nil
 }
 
@@ -282,6 +286,28 @@ func timed(name string, args ...string) (time.Duration, error) {
 		return 0, errors.New(errOut.String())
 	}
 	return time.Since(t0), nil
+}
+
+// timedCPU is timed that also returns the command's CPU time (user and
+// system, its own and its waited-for children's).
+func timedCPU(name string, args ...string) (time.Duration, time.Duration, error) {
+	cmd := exec.Command(name, args...)
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer null.Close()
+	cmd.Stdout = null
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w: %s", name, err, errOut.String())
+	}
+	if errOut.Len() > 0 {
+		return 0, 0, errors.New(errOut.String())
+	}
+	return time.Since(t0), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // procHWM is a process's peak RSS (VmHWM), 0 if unknown.
