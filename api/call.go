@@ -27,6 +27,13 @@ type Call interface {
 	OnClose(f func())
 }
 
+// RawPusher is a StreamCall that can also send bytes as they are: Push's
+// line, then raw (its data announced them with data_len). The control
+// socket's calls are; job.stream called with binary uses it.
+type RawPusher interface {
+	PushRaw(event string, data, raw []byte, taken func(ok bool))
+}
+
 // StreamCall is a Call whose front-end can also send its client lines
 // ahead of the answer, at the client's pace: the control socket's calls are
 // (job.stream). A line is never dropped; the method sends the next once
@@ -38,7 +45,8 @@ type StreamCall interface {
 	// (a JSON object) as its data. taken runs once the client's socket
 	// has taken the line (true), or the connection is gone without it
 	// (false); it must not block. Pushed after the answer, a line is
-	// dropped (taken(false)).
+	// dropped (taken(false)). data is the caller's again once taken
+	// runs: Push keeps it no longer (job.stream reuses it).
 	Push(event string, data []byte, taken func(ok bool))
 }
 

@@ -425,6 +425,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 		MaxFrameBytes: r.sh.maxFrame, Env: r.cfg.Env, InheritEnv: r.cfg.InheritEnv}
 	if r.credit {
 		cfg.OutputWindow = OutputWindow
+		cfg.OutputRaw = slices.Contains(a.hs.Capabilities, wire.CapOutputRaw)
 	}
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots, Config: cfg})
 	if err == nil {
@@ -679,7 +680,12 @@ var runnerFrames = map[wire.MsgType]func(wire.Frame) (any, error){
 	wire.TypeHeartbeat:   decodeFrame[wire.Heartbeat],
 	wire.TypeHandshake:   decodeFrame[wire.Handshake],
 	wire.TypeStdinAck:    decodeFrame[wire.StdinAck],
+	wire.TypeOutputRaw:   decodeOutputRaw,
 }
+
+// decodeOutputRaw decodes an OutputRaw frame (CapOutputRaw) into the
+// OutputChunk it carries.
+func decodeOutputRaw(f wire.Frame) (any, error) { return wire.DecodeOutputRaw(f.Payload) }
 
 func decodeFrame[T any](f wire.Frame) (any, error) {
 	var v T

@@ -34,6 +34,10 @@ type (
 		// behind it skips ahead and is told of the gap (reason
 		// "behind"). Not with submit or stdin.
 		Observe bool `json:"observe,omitempty"`
+		// Binary: a piece of output comes as a line with data_len, then
+		// that many bytes as they are (no JSON string, no base64), where
+		// the connection can (the control socket).
+		Binary bool `json:"binary,omitempty"`
 	}
 	streamResult struct {
 		Job    api.JobRecord `json:"job"`
@@ -96,7 +100,7 @@ func (m *Manager) streamMethod(call api.Call) {
 			// The first line says which job: the client can cancel it and
 			// send its stdin.
 			sc.Push(StreamEvent, appendStreamHead(nil, id), func(bool) {})
-			m.pump(sc, rd, spec.StdinStream)
+			m.pump(sc, rd, spec.StdinStream, p.Binary)
 		})
 		return
 	}
@@ -111,35 +115,52 @@ func (m *Manager) streamMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	m.pump(sc, rd, p.Stdin)
+	m.pump(sc, rd, p.Stdin, p.Binary)
 }
 
 // pump writes rd's pieces to the call's connection, at most streamInFlight
 // lines it has not taken yet, and answers at the end. The client going
 // away detaches the reader at once (and ends the job's stdin if the call
 // streams it).
-func (m *Manager) pump(sc api.StreamCall, rd *OutputReader, stdinOwner bool) {
+func (m *Manager) pump(sc api.StreamCall, rd *OutputReader, stdinOwner, binary bool) {
+	raw, _ := sc.(api.RawPusher)
+	if !binary {
+		raw = nil
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sc.OnClose(cancel)
 	id := rd.JobID()
 	go func() {
 		defer cancel()
-		slots := make(chan struct{}, streamInFlight)
-		var buf []byte
+		// streamInFlight buffers, each a line's until the client took it
+		// (a Push keeps its data no longer): the lines of a job's output
+		// reuse them rather than allocating one each.
+		bufs := make(chan []byte, streamInFlight)
+		for range streamInFlight {
+			bufs <- nil
+		}
 		err := rd.ReadToEnd(ctx, func(p OutputPiece) error {
+			var buf []byte
 			select {
-			case slots <- struct{}{}:
+			case buf = <-bufs:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			buf = appendStreamPiece(buf[:0], id, p)
-			line := append([]byte(nil), buf...)
-			sc.Push(StreamEvent, line, func(ok bool) {
-				if !ok {
-					cancel()
+			taken := func(line []byte) func(bool) {
+				return func(ok bool) {
+					if !ok {
+						cancel()
+					}
+					bufs <- line[:0]
 				}
-				<-slots
-			})
+			}
+			if raw != nil && p.Gap == 0 && len(p.Data) > 0 {
+				line := wire.AppendStreamPieceRaw(buf[:0], &wire.StreamPiece{JobID: id, Offset: p.Offset, Stream: p.Stream, Data: p.Data})
+				raw.PushRaw(StreamEvent, line, p.Data, taken(line))
+				return nil
+			}
+			line := appendStreamPiece(buf[:0], id, p)
+			sc.Push(StreamEvent, line, taken(line))
 			return nil
 		})
 		if err != nil {

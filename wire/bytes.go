@@ -256,12 +256,9 @@ func decodeBase64JSON(data []byte) ([]byte, error) {
 // which are not allowed unescaped in a JSON string. Any other byte that is
 // not valid in a JSON string is also not base64, so the decoder refuses it.
 func plainBase64Candidate(s []byte) bool {
-	for _, c := range s {
-		if c == '\\' || c == '\r' || c == '\n' {
-			return false
-		}
-	}
-	return true
+	// Three vectorised scans beat one byte loop (a job's output streams
+	// through here, 90 KiB a line).
+	return bytes.IndexByte(s, '\\') < 0 && bytes.IndexByte(s, '\n') < 0 && bytes.IndexByte(s, '\r') < 0
 }
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

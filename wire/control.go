@@ -61,6 +61,9 @@ type Response struct {
 type Event struct {
 	Event string          `json:"event"`
 	Data  json.RawMessage `json:"data"`
+	// Raw is the bytes that followed the event's line when its data
+	// announced them (data_len: a binary job.stream's piece of output).
+	Raw []byte `json:"-"`
 }
 
 // ClientLine is what a client reads: a Response (ID set by the server,
@@ -304,6 +307,22 @@ func (lr *LineReader) LineBuffered() bool {
 	}
 	b, _ := lr.br.Peek(lr.br.Buffered())
 	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// ReadRaw reads the next n bytes as they are (what an event line
+// announced with data_len), into a new slice.
+func (lr *LineReader) ReadRaw(n int) ([]byte, error) {
+	if lr.err != nil {
+		return nil, lr.err
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(lr.br, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("reading %d raw bytes after an event line: %w", n, err)
+	}
+	return b, nil
 }
 
 func (lr *LineReader) finish(line []byte) ([]byte, error) {

@@ -35,6 +35,7 @@ const (
 	TypeOutputAck  MsgType = 0xE0 // daemon -> runner, CapOutputCredit
 	TypeStdinChunk MsgType = 0xE1 // daemon -> runner, CapStdinStream
 	TypeStdinAck   MsgType = 0xE2 // runner -> daemon, CapStdinStream
+	TypeOutputRaw  MsgType = 0xE3 // runner -> daemon, CapOutputRaw
 )
 
 // Capabilities of orchestrd's extensions, as a runner announces them.
@@ -46,6 +47,11 @@ const (
 	// CapStdinStream: the runner takes a job's stdin as StdinChunk frames
 	// while it runs (Job.StdinStream) and acknowledges each (StdinAck).
 	CapStdinStream = "stdin_stream"
+	// CapOutputRaw: the runner can send a job's output as OutputRaw frames
+	// (an OutputChunk's fields in binary, the chunk's bytes as they are:
+	// no JSON, no base64); it does so to a daemon that set
+	// RunnerConfig.OutputRaw.
+	CapOutputRaw = "output_raw"
 )
 
 var typeNames = map[MsgType]string{
@@ -57,6 +63,7 @@ var typeNames = map[MsgType]string{
 	TypeShutdown:   "Shutdown",
 	TypeOutputAck:  "OutputAck",
 	TypeStdinChunk: "StdinChunk", TypeStdinAck: "StdinAck",
+	TypeOutputRaw: "OutputRaw",
 }
 
 // typeNameTable is typeNames indexed by the type byte, so String and Known
@@ -142,6 +149,10 @@ type RunnerConfig struct {
 	// only: the runner's Results carry no output (but for an Error's,
 	// which says why the job did not run).
 	OutputWindow uint64 `json:"output_window,omitempty"`
+	// OutputRaw is an orchestrd extension, set only for a runner that
+	// announced CapOutputRaw: it sends job output as OutputRaw frames
+	// rather than OutputChunk.
+	OutputRaw bool `json:"output_raw,omitempty"`
 }
 
 // Job is the spec's ToolJob: one command for a runner to execute.

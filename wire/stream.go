@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 )
 
@@ -41,6 +42,59 @@ func AppendStreamPiece(dst []byte, p *StreamPiece) []byte {
 		dst = AppendBytesFieldCompact(dst, "data", p.Data)
 	}
 	return append(dst, '}')
+}
+
+// AppendStreamPieceRaw appends p as AppendStreamPiece does, but for bytes
+// {job_id, offset, stream, data_len} without them: the control socket
+// writes the line, then the data_len bytes as they are (a job.stream
+// called with binary). A gap, or neither, is as AppendStreamPiece has it.
+func AppendStreamPieceRaw(dst []byte, p *StreamPiece) []byte {
+	if p.Gap > 0 || p.Stream == "" {
+		return AppendStreamPiece(dst, p)
+	}
+	dst = append(dst, `{"job_id":`...)
+	dst = AppendJSONString(dst, p.JobID, false)
+	dst = append(dst, `,"offset":`...)
+	dst = strconv.AppendInt(dst, p.Offset, 10)
+	dst = append(dst, `,"stream":`...)
+	dst = AppendJSONString(dst, p.Stream, false)
+	dst = append(dst, `,"data_len":`...)
+	dst = strconv.AppendInt(dst, int64(len(p.Data)), 10)
+	return append(dst, '}')
+}
+
+// MaxRawData is the most raw bytes an event line may announce (data_len);
+// a client refuses more.
+const MaxRawData = 16 << 20
+
+// RawDataLen reports the data_len an event's data ends with (what
+// AppendStreamPieceRaw writes): the bytes that follow the event's line.
+// ok is false when there is none; err when it is not a length in
+// 0..MaxRawData.
+func RawDataLen(data []byte) (n int, ok bool, err error) {
+	const key = `,"data_len":`
+	if len(data) == 0 || data[len(data)-1] != '}' {
+		return 0, false, nil
+	}
+	body := data[:len(data)-1]
+	i := bytes.LastIndex(body, []byte(key))
+	if i < 0 {
+		return 0, false, nil
+	}
+	digits := body[i+len(key):]
+	if len(digits) == 0 || len(digits) > 9 || (len(digits) > 1 && digits[0] == '0') {
+		return 0, true, fmt.Errorf("event data_len %q: want a length", excerpt(digits))
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false, nil // data_len is not the last field: not a raw piece
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n > MaxRawData {
+		return 0, true, fmt.Errorf("event data_len %d: over the maximum of %d bytes", n, MaxRawData)
+	}
+	return n, true, nil
 }
 
 // DecodeStreamPiece decodes a job.stream line's data. The daemon's own

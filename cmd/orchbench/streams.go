@@ -102,30 +102,138 @@ func runStreams(b *bench) error {
 	b.add(Row{Metric: "… bytes the slow run reader got, all in order", Orchestrd: fmt.Sprintf("%s (%.1f MB/s)",
 		fmtBytes(float64(delivered)), float64(delivered)/hold.Seconds()/1e6), Value: float64(delivered), Unit: "bytes"})
 
-	// Throughput: run into /dev/null, against head alone.
+	// Throughput: run into /dev/null, against the same bytes through as
+	// many process hops over plain pipes and sockets (job → runner → daemon
+	// → client: head | cat over a pipe, two unix sockets between three
+	// cats), and head alone. Trials alternate ABBA; the ratio is the median
+	// of the paired ratios. The daemon's CPU is charged per MiB moved.
 	n := pick(b, int64(512<<20), int64(16<<20))
 	trials := pick(b, 3, 1)
-	var runs, heads []float64
-	for range trials {
-		t, err := timed(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
+	var runs, relays, heads, pairs, cpus, clientCPUs []float64
+	runOnce := func() error {
+		c0, _ := procCPU(d.pid())
+		t, cc, err := timedCPU(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
 			return fmt.Errorf("run into /dev/null: %w", err)
 		}
+		c1, _ := procCPU(d.pid())
 		runs = append(runs, float64(n)/t.Seconds())
-		t, err = timed("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
+		cpus = append(cpus, float64(c1-c0)/float64(n>>20))
+		clientCPUs = append(clientCPUs, float64(cc)/float64(n>>20))
+		return nil
+	}
+	relayOnce := func() error {
+		t, err := relayed(n)
+		if err != nil {
+			return fmt.Errorf("relay baseline: %w", err)
+		}
+		relays = append(relays, float64(n)/t.Seconds())
+		return nil
+	}
+	for i := range trials {
+		first, second := runOnce, relayOnce
+		if i%2 == 1 {
+			first, second = relayOnce, runOnce
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		pairs = append(pairs, runs[len(runs)-1]/relays[len(relays)-1])
+		t, err := timed("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
 			return err
 		}
 		heads = append(heads, float64(n)/t.Seconds())
 	}
-	sort.Float64s(runs)
-	sort.Float64s(heads)
-	r, h := median(runs), median(heads)
+	r, rl, h, pr, cpu := median(sorted(runs)), median(sorted(relays)), median(sorted(heads)), median(sorted(pairs)), median(sorted(cpus))
+	const target = 0.40
+	b.add(Row{Metric: fmt.Sprintf("`run -- head -c %s /dev/zero > /dev/null` (median of %d; ratio: median of paired trials)", fmtBytes(float64(n)), trials), N: trials,
+		Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
+		Baseline: fmt.Sprintf("%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets)", rl/1e6), BaselineValue: &rl,
+		Ratio: fmt.Sprintf("%.0f%%", 100*pr), RatioValue: floatp(pr),
+		Target: "≥ 1 GB/s or ≥ 40% of baseline", Met: boolp(r >= 1e9 || pr >= target)})
 	ratio, rv := fmtRatio(r, h)
-	b.add(Row{Metric: fmt.Sprintf("`run -- head -c %s /dev/zero > /dev/null` (median of %d)", fmtBytes(float64(n)), trials), N: trials,
+	b.add(Row{Metric: "… against head alone", N: trials,
 		Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
 		Baseline: fmt.Sprintf("%.0f MB/s (head alone)", h/1e6), BaselineValue: &h, Ratio: ratio, RatioValue: rv})
+	b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
+		Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
+	ccpu := median(sorted(clientCPUs))
+	b.add(Row{Metric: "… client (`orchestrd run`) CPU per MiB moved", N: trials,
+		Orchestrd: fmt.Sprintf("%.0f µs", ccpu/1e3), Value: ccpu / 1e9, Unit: "s"})
 	return nil
+}
+
+func sorted(xs []float64) []float64 { sort.Float64s(xs); return xs }
+
+// relayed moves n bytes from head through three cat relays: head writes a
+// pipe (the job's stdout) to the first (the runner), which writes a unix
+// socket to the second (the daemon), which writes a unix socket to the
+// third (the client), which writes /dev/null. It returns the wall time from
+// the first start to the last exit.
+func relayed(n int64) (time.Duration, error) {
+	a, err := socketPair()
+	if err != nil {
+		return 0, err
+	}
+	bb, err := socketPair()
+	if err != nil {
+		a[0].Close()
+		a[1].Close()
+		return 0, err
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	head := exec.Command("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
+	head.Stdout = pw
+	c1 := exec.Command("cat")
+	c1.Stdin, c1.Stdout = pr, a[0]
+	c2 := exec.Command("cat")
+	c2.Stdin, c2.Stdout = a[1], bb[0]
+	c3 := exec.Command("cat")
+	c3.Stdin, c3.Stdout = bb[1], null
+	cmds := []*exec.Cmd{c3, c2, c1, head}
+	t0 := time.Now()
+	var started []*exec.Cmd
+	for _, c := range cmds {
+		if err = c.Start(); err != nil {
+			break
+		}
+		started = append(started, c)
+	}
+	// Only the children hold the ends now: each sees EOF when its writer exits.
+	for _, f := range []*os.File{pr, pw, a[0], a[1], bb[0], bb[1]} {
+		f.Close()
+	}
+	var werr error
+	for _, c := range started {
+		if e := c.Wait(); e != nil && werr == nil {
+			werr = e
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return time.Since(t0), werr
+}
+
+// socketPair is a connected pair of unix stream sockets.
+func socketPair() ([2]*os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return [2]*os.File{}, err
+	}
+	return [2]*os.File{os.NewFile(uintptr(fds[0]), "relay0"), os.NewFile(uintptr(fds[1]), "relay1")}, nil
 }
 
 // stalledStream starts an /execute/stream of head -c size /dev/zero and
@@ -178,6 +286,28 @@ func timed(name string, args ...string) (time.Duration, error) {
 		return 0, errors.New(errOut.String())
 	}
 	return time.Since(t0), nil
+}
+
+// timedCPU is timed that also returns the command's CPU time (user and
+// system, its own and its waited-for children's).
+func timedCPU(name string, args ...string) (time.Duration, time.Duration, error) {
+	cmd := exec.Command(name, args...)
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer null.Close()
+	cmd.Stdout = null
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w: %s", name, err, errOut.String())
+	}
+	if errOut.Len() > 0 {
+		return 0, 0, errors.New(errOut.String())
+	}
+	return time.Since(t0), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // procHWM is a process's peak RSS (VmHWM), 0 if unknown.

@@ -63,6 +63,9 @@ func (s *streamReader) line(ev wire.Event) bool {
 		return true
 	}
 	data := l.Data
+	if ev.Raw != nil { // binary: the bytes followed the line
+		data = ev.Raw
+	}
 	if len(data) == 0 {
 		return true
 	}
@@ -150,7 +153,7 @@ func (r *jobFollower) run(spec api.JobSpec, stdin *os.File, sig <-chan os.Signal
 	answered := make(chan error, 1)
 	var ans streamAnswer
 	go func() {
-		answered <- r.c.Call(context.Background(), "job.stream", map[string]any{"submit": spec, "stdin": stdin != nil}, &ans)
+		answered <- r.c.Call(context.Background(), "job.stream", map[string]any{"submit": spec, "stdin": stdin != nil, "binary": true}, &ans)
 	}()
 	events := r.c.Events()
 	r.cancelled = make(chan cancelAnswer, 2) // at most two cancels are sent
@@ -307,7 +310,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 	var ans streamAnswer
 	answered := make(chan error, 1)
 	go func() {
-		answered <- c.Call(context.Background(), "job.stream", map[string]any{"id": id, "follow": *follow}, &ans)
+		answered <- c.Call(context.Background(), "job.stream", map[string]any{"id": id, "follow": *follow, "binary": true}, &ans)
 	}()
 	events := c.Events()
 	for {

@@ -478,3 +478,60 @@ func TestStreamedStdinIsNotDurable(t *testing.T) {
 		return e["job_id"] == id && e["action"] == "failed" && e["error"] == api.ErrStdinLost
 	})
 }
+
+// job.stream with binary sends a job's output as lines with data_len, each
+// followed by its bytes as they are: every byte, in order, at the offsets
+// the lines say; without binary the same job's output comes in the lines.
+func TestStreamBinaryPieces(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, bytesConfig)
+	dir := shortTemp(t)
+	want := make([]byte, 300000) // several chunks, all 256 byte values
+	rand.Read(want)
+	if err := os.WriteFile(filepath.Join(dir, "r.bin"), want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, binary := range []bool{true, false} {
+		c := d.client()
+		var got []byte
+		raws := 0
+		done := make(chan error, 1)
+		go func() {
+			for ev := range c.Events() {
+				l, err := wire.DecodeStreamPiece(ev.Data)
+				if ev.Event != "job.stream" || err != nil {
+					continue
+				}
+				data := l.Data
+				if ev.Raw != nil {
+					raws++
+					data = ev.Raw
+				}
+				if len(data) > 0 && l.Offset != int64(len(got)) {
+					done <- fmt.Errorf("piece at offset %d after %d bytes", l.Offset, len(got))
+					return
+				}
+				got = append(got, data...)
+			}
+			done <- nil
+		}()
+		var ans struct {
+			Bytes int64 `json:"bytes"`
+		}
+		err := c.Call(context.Background(), "job.stream", map[string]any{"binary": binary,
+			"submit": api.JobSpec{Lane: "net", Argv: []string{"cat", filepath.Join(dir, "r.bin")}}}, &ans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) || ans.Bytes != int64(len(want)) {
+			t.Fatalf("binary %v: %s; answer says %d bytes", binary, firstDiff(got, want), ans.Bytes)
+		}
+		if binary != (raws > 0) {
+			t.Fatalf("binary %v: %d pieces came as raw bytes", binary, raws)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -92,17 +93,56 @@ func (c *Call) Fail(err error) {
 // it. data must be one JSON object (the method built it). After the
 // answer the line is not sent.
 func (c *Call) Push(event string, data []byte, taken func(ok bool)) {
+	c.PushRaw(event, data, nil, taken)
+}
+
+// PushRaw is Push followed by raw, as it is (api.RawPusher): one line of
+// the queue, the bytes after its newline.
+func (c *Call) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
 	if c.answered.Load() {
 		taken(false)
 		return
 	}
-	line := make([]byte, 0, len(`{"event":"","data":}`)+len(event)+len(data)+2)
-	line = append(line, `{"event":`...)
+	n := len(`{"event":"","data":}`) + len(event) + len(data) + 2 + len(raw)
+	bp := getLine(n)
+	line := append((*bp)[:0], `{"event":`...)
 	line = wire.AppendJSONString(line, event, false)
 	line = append(line, `,"data":`...)
 	line = append(line, data...)
 	line = append(line, '}', '\n')
-	c.cn.q.PushStream(line, taken)
+	line = append(line, raw...)
+	*bp = line
+	// The queue is done with the line once taken runs (written, or the
+	// connection gone): its buffer serves the next one, so a job's output
+	// streamed at full speed does not allocate a line per piece.
+	c.cn.q.PushStream(line, func(ok bool) {
+		putLine(bp)
+		taken(ok)
+	})
+}
+
+// Buffers of pushed lines: a streamed job's lines are up to a piece of
+// output in base64 (about 90 KiB); larger ones are not kept.
+const maxPooledLine = 256 << 10
+
+var linePool sync.Pool
+
+func getLine(n int) *[]byte {
+	if v, ok := linePool.Get().(*[]byte); ok {
+		if cap(*v) >= n {
+			return v
+		}
+		linePool.Put(v)
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+func putLine(bp *[]byte) {
+	if cap(*bp) <= maxPooledLine {
+		*bp = (*bp)[:0]
+		linePool.Put(bp)
+	}
 }
 
 // settled takes an answered call out of its connection's pending ones.

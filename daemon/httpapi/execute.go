@@ -255,8 +255,8 @@ func (s *Server) submit(base context.Context, spec api.JobSpec) (*jobRun, error)
 	// The first line names the job.
 	select {
 	case head := <-j.pieces:
+		p, err := wire.DecodeStreamPiece(head.data) // the data is the pusher's again once taken
 		head.taken(true)
-		p, err := wire.DecodeStreamPiece(head.data)
 		if err != nil || p.JobID == "" {
 			cancel()
 			return nil, fmt.Errorf("reading job.stream's first line: %q (%v)", head.data, err)

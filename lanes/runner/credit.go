@@ -1,6 +1,9 @@
 package runner
 
 import (
+	"encoding/binary"
+	"fmt"
+	"net"
 	"sync"
 
 	"github.com/orchestrd/orchestrd/wire"
@@ -31,6 +34,10 @@ func (j *job) waitCredit() {
 // window (orchestrd's, which reads it: a third of the size and work of an
 // array), an array of numbers (serde's Vec<u8>) to any other.
 func (r *runner) sendChunk(c *wire.OutputChunk) {
+	if r.raw {
+		r.sendOutputRaw(c)
+		return
+	}
 	if r.window <= 0 {
 		_ = r.send(wire.TypeOutputChunk, c)
 		return
@@ -41,6 +48,29 @@ func (r *runner) sendChunk(c *wire.OutputChunk) {
 		return
 	}
 	_ = r.sendRaw(wire.TypeOutputChunk, b)
+}
+
+// sendOutputRaw sends an OutputRaw frame: its header and the chunk in one
+// writev, the chunk neither copied nor encoded.
+func (r *runner) sendOutputRaw(c *wire.OutputChunk) {
+	var hb [wire.HeaderSize + 2 + 255]byte
+	hdr, err := wire.AppendOutputRaw(hb[:0], &wire.OutputChunk{JobID: c.JobID, Stream: c.Stream})
+	if err != nil {
+		r.log.Error().Err(err).Msg("encoding frame")
+		return
+	}
+	n := uint32(len(hdr) - wire.HeaderSize + len(c.Chunk))
+	binary.BigEndian.PutUint32(hdr, n)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.werr != nil {
+		return
+	}
+	bufs := net.Buffers{hdr, c.Chunk}
+	if _, err := bufs.WriteTo(r.conn); err != nil {
+		r.werr = fmt.Errorf("writing %s frame: %w", wire.TypeOutputRaw, err)
+		r.conn.Close()
+	}
 }
 
 // outputAcked takes an OutputAck: the job's pumps may read again.

@@ -272,3 +272,48 @@ func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
 		t.Fatalf("a: result %+v", ra)
 	}
 }
+
+// A daemon that sets OutputRaw gets a job's output as OutputRaw frames
+// (no JSON, no base64), every byte once, in order, within the window.
+func TestOutputRawFrames(t *testing.T) {
+	const window, total = 256 << 10, 3 << 20
+	a := creditAck(1, window)
+	a.Config.OutputRaw = true
+	d := startRunner(t, a)
+	if !strings.Contains(strings.Join(d.hs.Capabilities, " "), wire.CapOutputRaw) {
+		t.Fatalf("capabilities %v", d.hs.Capabilities)
+	}
+	d.send(wire.TypeJob, wire.Job{JobID: "r1", Command: fmt.Sprintf("head -c %d /dev/urandom | tee /dev/stderr", total)})
+	if !d.jobAck("r1").Accepted {
+		t.Fatal("not accepted")
+	}
+	var stdout []byte
+	var stderr bytes.Buffer
+	for {
+		f := d.expect("output of r1", func(f rawFrame) bool {
+			return f.t == wire.TypeOutputRaw || f.t == wire.TypeOutputChunk || f.t == wire.TypeResult
+		})
+		if f.t == wire.TypeResult {
+			break
+		}
+		if f.t != wire.TypeOutputRaw {
+			t.Fatalf("a %s frame to a daemon that asked for OutputRaw", f.t)
+		}
+		c, err := wire.DecodeOutputRaw(f.p)
+		if err != nil || c.JobID != "r1" {
+			t.Fatalf("OutputRaw %q: %v", c.JobID, err)
+		}
+		if len(c.Chunk) > rawChunkMax {
+			t.Fatalf("chunk of %d bytes", len(c.Chunk))
+		}
+		if c.Stream == wire.Stderr {
+			stderr.Write(c.Chunk)
+		} else {
+			stdout = append(stdout, c.Chunk...)
+		}
+		d.send(wire.TypeOutputAck, wire.OutputAck{JobID: "r1", Acked: uint64(len(stdout) + stderr.Len())})
+	}
+	if len(stdout) != total || !bytes.Equal(stderr.Bytes(), stdout) {
+		t.Fatalf("stdout %d bytes, stderr %d bytes: not the same bytes, or not all", len(stdout), stderr.Len())
+	}
+}

@@ -693,7 +693,7 @@ func (j *job) startFailed(err error) wire.Result {
 	return wire.Result{JobID: j.id, Status: wire.StatusError, Output: "orchestrd runner: " + err.Error()}
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, chunkMax); return &b }}
+var bufPool = sync.Pool{New: func() any { b := make([]byte, rawChunkMax); return &b }}
 
 // pump reads one output pipe until EOF (or the drain deadline), streaming
 // all of it and collecting up to the job's output cap.

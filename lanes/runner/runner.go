@@ -81,7 +81,7 @@ type Sandbox struct {
 var Capabilities = []string{
 	"argv", "command", "cwd", "env", "worktree_dir", "file_paths",
 	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat", "kill_grace",
-	wire.CapOutputCredit, wire.CapStdinStream,
+	wire.CapOutputCredit, wire.CapStdinStream, wire.CapOutputRaw,
 }
 
 const (
@@ -94,6 +94,9 @@ const (
 	shutdownWriteGrace = 5 * time.Second
 	// chunkMax is the largest OutputChunk payload.
 	chunkMax = 32 << 10
+	// rawChunkMax is the largest OutputRaw chunk (the pipe's reads give at
+	// most its buffer, 64 KiB by default, or what piled up in it).
+	rawChunkMax = 128 << 10
 )
 
 // errShutdown is returned by the read loop when a Shutdown frame arrives.
@@ -132,6 +135,9 @@ type runner struct {
 	// acknowledged (RunnerConfig.OutputWindow); 0: no flow control (a
 	// daemon that knows none, such as Loopr's).
 	window int64
+	// raw: the daemon takes job output as OutputRaw frames
+	// (RunnerConfig.OutputRaw).
+	raw bool
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -212,6 +218,10 @@ func Run(ctx context.Context, opts Options) error {
 	// A chunk byte costs up to 4 bytes of JSON ("255,").
 	r.chunk = min(chunkMax, max(256, (r.maxOut-512)/4))
 	r.window = int64(min(ack.Config.OutputWindow, 1<<40))
+	r.raw = ack.Config.OutputRaw
+	if r.raw {
+		r.chunk = min(rawChunkMax, max(256, r.maxOut-512))
+	}
 	hb := opts.HeartbeatInterval
 	if hb <= 0 {
 		hb = defaultHeartbeat

@@ -199,7 +199,19 @@ func (c *Client) read() {
 			continue
 		}
 		if kind, data, ok := fastEvent(line); ok {
-			rerr = c.push(wire.Event{Event: kind, Data: bytes.Clone(data)})
+			ev := wire.Event{Event: kind, Data: bytes.Clone(data)}
+			// A binary job.stream's piece: its bytes follow the line.
+			n, isRaw, err := wire.RawDataLen(ev.Data)
+			if err != nil {
+				rerr = fmt.Errorf("daemon sent a malformed line: %w", err)
+				break
+			}
+			if isRaw {
+				if ev.Raw, rerr = lr.ReadRaw(n); rerr != nil {
+					break
+				}
+			}
+			rerr = c.push(ev)
 			continue
 		}
 		if id, result, ok := fastResult(line); ok {
