@@ -755,6 +755,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		out := map[string]any{"frontends": fe.FrontEnds, "services": st.Services, "lanes": ls.Lanes, "tree": tr.Tree}
+		if st.Node != nil {
+			out["node"] = st.Node
+		}
+		if st.NodeError != "" {
+			out["node_error"] = st.NodeError
+		}
 		if cl != nil {
 			out["cluster"] = map[string]any{"cluster": cl.Cluster, "node": cl.Node, "mode": cl.Mode, "url": cl.URL}
 		}
@@ -764,6 +770,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, clusterLine(*cl))
 		fmt.Fprintln(stdout)
 	}
+	fmt.Fprintln(stdout, nodeLine(st.Node, st.NodeError))
+	fmt.Fprintln(stdout)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FRONT-END\tADDRESS")
@@ -875,4 +883,14 @@ func humanBytes(n uint64) string {
 // homeFlag adds the client commands' --home flag to fs.
 func homeFlag(fs *flag.FlagSet) *string {
 	return fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+}
+
+// nodeLine is status's line of the node's figures.
+func nodeLine(n *api.NodeFigures, errText string) string {
+	if n == nil {
+		return "node: figures unavailable: " + errText
+	}
+	return fmt.Sprintf("node: %d CPUs, memory %s available of %s, load %.2f %.2f %.2f, home %s free of %s",
+		n.CPUs, humanBytes(n.MemAvailBytes), humanBytes(n.MemTotalBytes), n.Load1, n.Load5, n.Load15,
+		humanBytes(n.HomeFreeBytes), humanBytes(n.HomeTotalBytes))
 }

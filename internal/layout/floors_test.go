@@ -364,3 +364,51 @@ func TestCheckFindsViolations(t *testing.T) {
 		t.Errorf("violation edges %v, want lanes -> daemon/control (the key of knownViolations)", got)
 	}
 }
+
+// leanRunner are the runner process's packages: its entry and its code.
+// Their dependencies stay lean (the runner starts for every spare and
+// every restart): gopsutil is the daemon's only (platform/nodefigs).
+var leanRunner = []string{"lanes/runner", "cmd/orchestrd/internal/runnerentry"}
+
+// heavyForRunner are module paths the runner's packages must not depend on.
+var heavyForRunner = []string{"github.com/shirou/gopsutil"}
+
+// runnerHeavyDeps returns "pkg -> dep" for each dependency of the runner's
+// packages in pkgs that heavyForRunner forbids.
+func runnerHeavyDeps(pkgs []pkg) []string {
+	var bad []string
+	for _, p := range pkgs {
+		if !slices.Contains(leanRunner, strings.TrimPrefix(p.ImportPath, module+"/")) {
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, h := range heavyForRunner {
+				if d == h || strings.HasPrefix(d, h+"/") {
+					bad = append(bad, p.ImportPath+" -> "+d)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+func TestRunnerLean(t *testing.T) {
+	pkgs := goList(t)
+	seen := 0
+	for _, p := range pkgs {
+		if slices.Contains(leanRunner, strings.TrimPrefix(p.ImportPath, module+"/")) {
+			seen++
+		}
+	}
+	if seen != len(leanRunner) {
+		t.Fatalf("found %d of the runner's packages %v", seen, leanRunner)
+	}
+	if bad := runnerHeavyDeps(pkgs); len(bad) > 0 {
+		t.Fatalf("the runner's packages depend on what only the daemon may:\n%s", strings.Join(bad, "\n"))
+	}
+	// The check sees such a dependency.
+	fake := []pkg{{ImportPath: module + "/lanes/runner", Deps: []string{"github.com/shirou/gopsutil/v4/mem"}}}
+	if len(runnerHeavyDeps(fake)) != 1 {
+		t.Fatal("runnerHeavyDeps misses gopsutil under lanes/runner")
+	}
+}
