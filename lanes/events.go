@@ -211,6 +211,21 @@ type JobOrphaned struct {
 
 func (JobOrphaned) Kind() string { return "job.orphaned" }
 
+// JobLimitExceeded: the daemon measured a running job's process tree over
+// its lane's max_memory_bytes (limit "memory", bytes) or max_cpu_seconds
+// (limit "cpu", seconds); the job is being stopped (SIGTERM, its kill
+// grace, SIGKILL) and ends failed with memory_exceeded or cpu_exceeded.
+type JobLimitExceeded struct {
+	JobID    string  `json:"job_id"`
+	Lane     string  `json:"lane"`
+	RunnerID string  `json:"runner_id"`
+	Limit    string  `json:"limit"` // memory, cpu
+	Measured float64 `json:"measured"`
+	Max      float64 `json:"max"`
+}
+
+func (JobLimitExceeded) Kind() string { return "job.limit_exceeded" }
+
 // JobRequeued: a job dispatched to a runner that was gone before the job
 // could be written to it goes back to the head of its lane's queue. It never
 // reached a runner, so this is not a retry.
@@ -339,5 +354,5 @@ func init() {
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
 		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, OrphanKilled{},
-		JobStreamOpened{}, JobStreamClosed{})
+		JobStreamOpened{}, JobStreamClosed{}, JobLimitExceeded{})
 }

@@ -33,6 +33,7 @@ func TestKinds(t *testing.T) {
 			Signal: "SIGSEGV", OutputBytes: 10, OutputTruncated: true, StoppedBy: "sigkill", Record: map[string]any{"id": "j1"}},
 		JobCancelRequested{JobID: "j1", Lane: "review", State: "running", Force: true, Again: true},
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
+		JobLimitExceeded{JobID: "j1", Lane: "review", RunnerID: "review-1", Limit: "memory", Measured: 3 << 20, Max: 1 << 20},
 		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},
 		OrphanKilled{Pid: 50, Pgid: 50, JobID: "j1", Lane: "review", Command: "sleep", Reason: "runner_gone"},

@@ -52,6 +52,9 @@ type shared struct {
 	room atomic.Pointer[func()]
 	// secrets are looked up for jobs submitted with secrets (secrets.go).
 	secrets Secrets
+	// usage measures jobs' process trees for max_memory_bytes and
+	// max_cpu_seconds (jobusage.go).
+	usage JobUsageReader
 }
 
 // Options configures a Manager.
@@ -183,7 +186,7 @@ func Start(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + api.RandomHex(3) + "-"}
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
-	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+	m.sh = &shared{usage: procJobUsage{}, bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets}
 	for n, lc := range opts.Lanes {

@@ -349,6 +349,13 @@ var runnerFailures = map[string]string{
 	api.ErrDaemonShutdown:     "daemon shut down",
 }
 
+// limitFailures describes job errors that mean the daemon stopped the job
+// for going over a limit of its lane.
+var limitFailures = map[string]string{
+	api.ErrMemoryExceeded: "its memory went over its lane's max_memory_bytes",
+	api.ErrCPUExceeded:    "its CPU time went over its lane's max_cpu_seconds",
+}
+
 // finished reports the job's end and returns the exit code for it.
 func (r *jobFollower) finished(rec api.JobRecord) int {
 	r.completeOutput(rec)
@@ -361,6 +368,14 @@ func (r *jobFollower) exitCode(rec api.JobRecord) int {
 	id := rec.ID
 	if what, ok := runnerFailures[rec.Error]; ok && rec.State != api.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
+		return exitFailure
+	}
+	if what, ok := limitFailures[rec.Error]; ok && rec.State == api.StateFailed {
+		by := ""
+		if rec.StoppedBy != "" {
+			by = ", stopped by " + strings.ToUpper(rec.StoppedBy)
+		}
+		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s%s)\n", id, what, rec.Error, by)
 		return exitFailure
 	}
 	switch rec.State {
