@@ -44,8 +44,12 @@ type LaneConfig struct {
 	// (resident memory; user and system CPU time), measured by the daemon
 	// with each heartbeat of its runner; a job over either is stopped
 	// (memory_exceeded, cpu_exceeded). 0: no limit.
-	MaxMemoryBytes   uint64        `toml:"max_memory_bytes"`
-	MaxCPUSeconds    float64       `toml:"max_cpu_seconds"`
+	MaxMemoryBytes uint64  `toml:"max_memory_bytes"`
+	MaxCPUSeconds  float64 `toml:"max_cpu_seconds"`
+	// MinFreeMemory holds the lane's jobs back (queued; in a fleet, not
+	// taken) while the node's available memory is below it (minfree.go).
+	// 0: never.
+	MinFreeMemory    uint64        `toml:"min_free_memory"`
 	HeartbeatTimeout api.Duration  `toml:"heartbeat_timeout"`
 	KillGrace        api.Duration  `toml:"kill_grace"` // SIGTERM to SIGKILL of a cancelled or timed-out job that gives no kill_grace_ms; 0 = SIGKILL at once
 	Nice             int           `toml:"nice"`       // CPU priority of the runners and their jobs

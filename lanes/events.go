@@ -123,6 +123,29 @@ type LaneDegraded struct {
 
 func (LaneDegraded) Kind() string { return "lane.degraded" }
 
+// LanePaused: the node's available memory fell below the lane's
+// min_free_memory; the lane starts none of its jobs (they stay queued)
+// and, in a fleet, takes none from the fleet until LaneResumed.
+type LanePaused struct {
+	Lane           string `json:"lane"`
+	Reason         string `json:"reason"` // min_free_memory
+	AvailableBytes uint64 `json:"available_bytes"`
+	MinFreeMemory  uint64 `json:"min_free_memory"`
+}
+
+func (LanePaused) Kind() string { return "lane.paused" }
+
+// LaneResumed: the node's available memory is back at or above the lane's
+// min_free_memory; the lane starts and takes jobs again.
+type LaneResumed struct {
+	Lane           string `json:"lane"`
+	Reason         string `json:"reason"`
+	AvailableBytes uint64 `json:"available_bytes"`
+	MinFreeMemory  uint64 `json:"min_free_memory"`
+}
+
+func (LaneResumed) Kind() string { return "lane.resumed" }
+
 type LaneRecovered struct {
 	Lane string `json:"lane"`
 }
@@ -354,5 +377,5 @@ func init() {
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
 		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, OrphanKilled{},
-		JobStreamOpened{}, JobStreamClosed{}, JobLimitExceeded{})
+		JobStreamOpened{}, JobStreamClosed{}, JobLimitExceeded{}, LanePaused{}, LaneResumed{})
 }

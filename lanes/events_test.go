@@ -33,6 +33,8 @@ func TestKinds(t *testing.T) {
 			Signal: "SIGSEGV", OutputBytes: 10, OutputTruncated: true, StoppedBy: "sigkill", Record: map[string]any{"id": "j1"}},
 		JobCancelRequested{JobID: "j1", Lane: "review", State: "running", Force: true, Again: true},
 		JobOrphaned{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
+		LanePaused{Lane: "review", Reason: "min_free_memory", AvailableBytes: 1 << 30, MinFreeMemory: 2 << 30},
+		LaneResumed{Lane: "review", Reason: "min_free_memory", AvailableBytes: 3 << 30, MinFreeMemory: 2 << 30},
 		JobLimitExceeded{JobID: "j1", Lane: "review", RunnerID: "review-1", Limit: "memory", Measured: 3 << 20, Max: 1 << 20},
 		JobRequeued{JobID: "j1", Lane: "review", RunnerID: "review-1", Reason: "runner_lost"},
 		JobOutput{JobID: "j1", Stream: "stdout", Data: "hello\n"},

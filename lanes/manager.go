@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/platform/nodefigs"
 	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -55,6 +56,9 @@ type shared struct {
 	// usage measures jobs' process trees for max_memory_bytes and
 	// max_cpu_seconds (jobusage.go).
 	usage JobUsageReader
+	// memAvail reads the node's available memory (min_free_memory); a
+	// test swaps it.
+	memAvail atomic.Pointer[func() (uint64, error)]
 }
 
 // Options configures a Manager.
@@ -189,6 +193,8 @@ func Start(opts Options) (*Manager, error) {
 	m.sh = &shared{usage: procJobUsage{}, bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets}
+	memAvail := nodefigs.MemAvailable
+	m.sh.memAvail.Store(&memAvail)
 	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)

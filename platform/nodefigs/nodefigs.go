@@ -43,3 +43,13 @@ func Read(ctx context.Context, home string) (Figures, error) {
 	}
 	return f, nil
 }
+
+// MemAvailable is the node's available memory alone (MemAvailable), for
+// a check made often.
+func MemAvailable() (uint64, error) {
+	vm, err := mem.VirtualMemory()
+	if err != nil {
+		return 0, fmt.Errorf("reading the node's available memory: %w", err)
+	}
+	return vm.Available, nil
+}
