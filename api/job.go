@@ -70,6 +70,12 @@ const (
 	// found when it was to be dispatched (a job queued again after a
 	// crash, by a daemon whose secrets.toml no longer has it).
 	ErrSecretMissing = "secret_missing"
+	// ErrMemoryExceeded, ErrCPUExceeded: the job's process tree went over
+	// its lane's max_memory_bytes (resident) or max_cpu_seconds (user and
+	// system), as the daemon measured it; it was stopped (SIGTERM, the kill
+	// grace, SIGKILL) and ended failed.
+	ErrMemoryExceeded = "memory_exceeded"
+	ErrCPUExceeded    = "cpu_exceeded"
 )
 
 // DefaultLane is the lane of a job submitted without one.

@@ -9,6 +9,9 @@ type Status struct {
 	Version  string          `json:"version"`
 	LLMReady bool            `json:"llm_ready"`
 	Services []ServiceStatus `json:"services,omitempty"`
+	// Node: this machine's figures; NodeError says why they are missing.
+	Node      *NodeFigures `json:"node,omitempty"`
+	NodeError string       `json:"node_error,omitempty"`
 }
 
 // The states of a service of the daemon (ServiceStatus.State).
@@ -30,4 +33,17 @@ type ServiceStatus struct {
 	State string `json:"state"`
 	Error string `json:"error,omitempty"`
 	Off   string `json:"off,omitempty"`
+}
+
+// NodeFigures are the figures of the machine a daemon runs on, read when
+// asked (status, a fleet node's heartbeat, /metrics).
+type NodeFigures struct {
+	CPUs           int     `json:"cpus"`
+	MemTotalBytes  uint64  `json:"mem_total_bytes"`
+	MemAvailBytes  uint64  `json:"mem_available_bytes"`
+	Load1          float64 `json:"load1"`
+	Load5          float64 `json:"load5"`
+	Load15         float64 `json:"load15"`
+	HomeFreeBytes  uint64  `json:"home_free_bytes"`
+	HomeTotalBytes uint64  `json:"home_total_bytes"`
 }

@@ -12,6 +12,8 @@ func TestConfigRefusesNegativeUnsigned(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"[lanes.x]\nmax_runner_memory_bytes = -1\n", "cfg.toml: lanes.x.max_runner_memory_bytes must be >= 0, got -1"},
 		{"[lanes.x]\ntimeout_ms = -5\n", "cfg.toml: lanes.x.timeout_ms must be >= 0, got -5"},
+		{"[lanes.x]\nmax_memory_bytes = -1\n", "cfg.toml: lanes.x.max_memory_bytes must be >= 0, got -1"},
+		{"[lanes.x]\nmax_cpu_seconds = -0.5\n", "cfg.toml: lanes.x.max_cpu_seconds must be a number >= 0, got -0.5"},
 		{"[lanes.no-net]\nmax_output_bytes = -1\n", "cfg.toml: lanes.no-net.max_output_bytes must be >= 0, got -1"},
 		{"[daemon]\nmax_frame_bytes = -1\n", "cfg.toml: daemon.max_frame_bytes must be >= 0, got -1"},
 	} {

@@ -115,7 +115,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The metrics' registry before the store: its commits are observed
 	// (metricsfront.go).
-	mx := newMetrics(cfg, opts.Version)
+	mx := newMetrics(cfg, opts.Version, opts.Home)
 	// The state store next: after the lock (one daemon per file), before
 	// anything else, so a store that cannot be opened stops the daemon
 	// before it touches the home. Closed last but the lock (see below).

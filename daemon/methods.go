@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/daemon/control"
+	"github.com/orchestrd/orchestrd/platform/nodefigs"
 )
 
 // registerMethods gives the control socket the daemon's own methods:
@@ -26,7 +28,13 @@ func registerMethods(srv *control.Server, r *root) {
 			call.Fail(err)
 			return
 		}
-		call.Respond(api.Status{Running: true, Version: r.opts.Version, LLMReady: r.chatMgr.Ready(), Services: r.runner.Status()})
+		st := api.Status{Running: true, Version: r.opts.Version, LLMReady: r.chatMgr.Ready(), Services: r.runner.Status()}
+		if nf, err := nodefigs.Read(context.Background(), r.opts.Home); err != nil {
+			st.NodeError = err.Error()
+		} else {
+			st.Node = &nf
+		}
+		call.Respond(st)
 	})
 	srv.Handle("frontend.list", func(call api.Call) {
 		if err := call.Decode(&api.NoParams{}); err != nil {

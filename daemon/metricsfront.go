@@ -19,8 +19,9 @@ import (
 // (frontend.list, the ready line), off unless the config file sets it.
 
 // newMetrics makes the registry for the config's lanes and pools.
-func newMetrics(cfg Config, version string) *metrics.Metrics {
-	return metrics.New(metrics.Options{Lanes: sortedKeys(cfg.Lanes), Pools: sortedKeys(cfg.Executors), Version: version})
+func newMetrics(cfg Config, version, home string) *metrics.Metrics {
+	return metrics.New(metrics.Options{Lanes: sortedKeys(cfg.Lanes), Pools: sortedKeys(cfg.Executors), Version: version,
+		Home: home})
 }
 
 // metricsFront is [metrics] listen: bound before anything starts (the

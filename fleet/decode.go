@@ -41,7 +41,13 @@ type nodeInfo struct {
 	LostBy      string         `json:"lost_by,omitempty"`
 	// LostAt: when LostBy declared it lost (LostBy's clock).
 	LostAt time.Time `json:"lost_at,omitzero"`
+	// Figures: the node's CPU count, memory, load and home's free space
+	// when it put this heartbeat; absent if it could not read them.
+	Figures *api.NodeFigures `json:"figures,omitempty"`
 }
+
+// maxNodeCPUs bounds the CPU count a node's heartbeat may give.
+const maxNodeCPUs = 1 << 16
 
 // decodeNode decodes key's value in the nodes bucket.
 func decodeNode(key string, b []byte) (nodeInfo, error) {
@@ -73,6 +79,10 @@ func decodeNode(key string, b []byte) (nodeInfo, error) {
 		if !validToken(l) || v < 0 {
 			return nodeInfo{}, fmt.Errorf("node %s: free slots of %q", key, l)
 		}
+	}
+	if g := n.Figures; g != nil && (g.CPUs < 0 || g.CPUs > maxNodeCPUs || g.MemAvailBytes > g.MemTotalBytes ||
+		g.HomeFreeBytes > g.HomeTotalBytes || g.Load1 < 0 || g.Load5 < 0 || g.Load15 < 0) {
+		n.Figures = nil // not shown; the heartbeat itself stands
 	}
 	return n, nil
 }

@@ -12,9 +12,10 @@ import (
 func TestDecodeNode(t *testing.T) {
 	t.Parallel()
 	n := nodeInfo{Name: "n1", Incarnation: "ab", Lanes: []string{"gpu"}, Free: map[string]int{"gpu": 2},
-		StartedAt: time.Now().UTC(), HeartbeatAt: time.Now().UTC(), State: nodeAlive}
+		StartedAt: time.Now().UTC(), HeartbeatAt: time.Now().UTC(), State: nodeAlive,
+		Figures: &api.NodeFigures{CPUs: 8, MemTotalBytes: 16 << 30, MemAvailBytes: 9 << 30, Load1: 0.5, HomeFreeBytes: 1, HomeTotalBytes: 2}}
 	b, _ := json.Marshal(n)
-	if got, err := decodeNode("n1", b); err != nil || got.Name != "n1" || got.Free["gpu"] != 2 {
+	if got, err := decodeNode("n1", b); err != nil || got.Name != "n1" || got.Free["gpu"] != 2 || *got.Figures != *n.Figures {
 		t.Fatalf("%+v %v", got, err)
 	}
 	for _, bad := range []string{`{}`, `[]`, `{"name":"n2","incarnation":"a","state":"alive"}`,
@@ -22,6 +23,18 @@ func TestDecodeNode(t *testing.T) {
 		`{"name":"n1","incarnation":"a","state":"alive","free":{"gpu":-1}}`, `{"name":"n1","state":"alive"}`} {
 		if _, err := decodeNode("n1", []byte(bad)); err == nil {
 			t.Errorf("%s: decoded", bad)
+		}
+	}
+}
+
+// Implausible figures in a heartbeat are dropped; the heartbeat stands.
+func TestDecodeNodeFigures(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{`{"cpus":-1}`, `{"cpus":1,"mem_total_bytes":1,"mem_available_bytes":2}`,
+		`{"cpus":1,"load5":-0.5}`, `{"cpus":1,"home_free_bytes":9}`, `{"cpus":1000000}`} {
+		n, err := decodeNode("n1", []byte(`{"name":"n1","incarnation":"a","state":"alive","figures":`+bad+`}`))
+		if err != nil || n.Figures != nil || n.State != nodeAlive {
+			t.Errorf("%s: %+v %v", bad, n, err)
 		}
 	}
 }

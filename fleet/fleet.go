@@ -143,6 +143,7 @@ func servedLanes(id *identity, creds string, shared []string, warn func(lane str
 
 // Fleet is this node in the fleet.
 type Fleet struct {
+	home      string // the daemon's home (its free space is in the heartbeat's figures)
 	cfg       Config
 	local     Local
 	bus       *eventlog.Bus
@@ -251,7 +252,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: api.RandomHex(8), idPrefix: api.ClusterJobPrefix + api.RandomHex(idStartHex/2), startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
-		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch()}
+		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch(), home: o.Home}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)
 	f.lanes, err = servedLanes(id, cfg.Credentials, o.Local.SharedLanes(), func(l string) {

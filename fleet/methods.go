@@ -237,6 +237,8 @@ type NodeStatus struct {
 	// node of an older version did).
 	LostAt time.Time `json:"lost_at,omitzero"`
 	Self   bool      `json:"self,omitempty"`
+	// Figures: a node alive's figures from its last heartbeat.
+	Figures *api.NodeFigures `json:"figures,omitempty"`
 }
 
 // Nodes lists the fleet's nodes as this node sees them, by name.
@@ -246,9 +248,10 @@ func (f *Fleet) Nodes() []NodeStatus {
 	for k, p := range f.peers {
 		n := NodeStatus{Name: p.info.Name, Incarnation: p.info.Incarnation, State: p.info.State,
 			Lanes: p.info.Lanes, Free: p.info.Free, StartedAt: p.info.StartedAt, HeartbeatAt: p.info.HeartbeatAt,
-			SeenMsAgo: time.Since(p.seen).Milliseconds(), LostBy: p.info.LostBy, LostAt: p.info.LostAt, Self: k == f.name}
+			SeenMsAgo: time.Since(p.seen).Milliseconds(), LostBy: p.info.LostBy, LostAt: p.info.LostAt, Self: k == f.name,
+			Figures: p.info.Figures}
 		if n.State != nodeAlive {
-			n.Free = nil // its last heartbeat's: no slot is free on a node that is gone
+			n.Free, n.Figures = nil, nil // its last heartbeat's: no slot is free on a node that is gone
 		}
 		out = append(out, n)
 	}

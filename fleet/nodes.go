@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/nodefigs"
 )
 
 // Nodes: each node puts its heartbeat (nodeInfo) under its name in the
@@ -25,8 +26,16 @@ func (f *Fleet) nodeInfo(state string) nodeInfo {
 	for _, l := range f.lanes {
 		free[l] = f.local.FreeSlots(l)
 	}
-	return nodeInfo{Name: f.name, Incarnation: f.inc, Lanes: f.lanes, Free: free, StartedAt: f.startedAt,
+	n := nodeInfo{Name: f.name, Incarnation: f.inc, Lanes: f.lanes, Free: free, StartedAt: f.startedAt,
 		HeartbeatAt: time.Now().UTC(), State: state}
+	if state == nodeAlive {
+		if g, err := nodefigs.Read(f.ctx, f.home); err == nil {
+			n.Figures = &g
+		} else {
+			f.log.Debug().Err(err).Msg("reading this node's figures for its heartbeat")
+		}
+	}
+	return n
 }
 
 // join puts this node's first heartbeat. If the bucket still has this

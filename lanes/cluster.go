@@ -210,7 +210,7 @@ func (m *Manager) SharedLanes() []string {
 // ready runners less its running and queued jobs.
 func (m *Manager) FreeSlots(lane string) int {
 	h, ok := m.lanes[lane]
-	if !ok || m.stopping.Load() {
+	if !ok || m.stopping.Load() || h.memHeld.Load() {
 		return 0
 	}
 	return int(max(0, h.capacity.Load()-h.running.Load()-h.pending.Load()))

@@ -3,6 +3,7 @@ package lanes
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -31,18 +32,28 @@ type RestartConfig = supervisor.RestartConfig
 
 // LaneConfig is one [lanes.NAME] table.
 type LaneConfig struct {
-	Runners              int           `toml:"runners"`
-	Spares               int           `toml:"spares"` // started, handshaken, idle runners; see spares.go
-	Slots                int           `toml:"slots"`
-	Network              string        `toml:"network"`
-	QueueLimit           int           `toml:"queue_limit"`
-	TimeoutMs            uint64        `toml:"timeout_ms"`       // default for jobs that give none; 0 = no limit
-	MaxOutputBytes       uint64        `toml:"max_output_bytes"` // default and ceiling for jobs
-	MaxRunnerMemoryBytes uint64        `toml:"max_runner_memory_bytes"`
-	HeartbeatTimeout     api.Duration  `toml:"heartbeat_timeout"`
-	KillGrace            api.Duration  `toml:"kill_grace"` // SIGTERM to SIGKILL of a cancelled or timed-out job that gives no kill_grace_ms; 0 = SIGKILL at once
-	Nice                 int           `toml:"nice"`       // CPU priority of the runners and their jobs
-	Restart              RestartConfig `toml:"restart"`
+	Runners              int    `toml:"runners"`
+	Spares               int    `toml:"spares"` // started, handshaken, idle runners; see spares.go
+	Slots                int    `toml:"slots"`
+	Network              string `toml:"network"`
+	QueueLimit           int    `toml:"queue_limit"`
+	TimeoutMs            uint64 `toml:"timeout_ms"`       // default for jobs that give none; 0 = no limit
+	MaxOutputBytes       uint64 `toml:"max_output_bytes"` // default and ceiling for jobs
+	MaxRunnerMemoryBytes uint64 `toml:"max_runner_memory_bytes"`
+	// MaxMemoryBytes and MaxCPUSeconds bound each job's process tree
+	// (resident memory; user and system CPU time), measured by the daemon
+	// with each heartbeat of its runner; a job over either is stopped
+	// (memory_exceeded, cpu_exceeded). 0: no limit.
+	MaxMemoryBytes uint64  `toml:"max_memory_bytes"`
+	MaxCPUSeconds  float64 `toml:"max_cpu_seconds"`
+	// MinFreeMemory holds the lane's jobs back (queued; in a fleet, not
+	// taken) while the node's available memory is below it (minfree.go).
+	// 0: never.
+	MinFreeMemory    uint64        `toml:"min_free_memory"`
+	HeartbeatTimeout api.Duration  `toml:"heartbeat_timeout"`
+	KillGrace        api.Duration  `toml:"kill_grace"` // SIGTERM to SIGKILL of a cancelled or timed-out job that gives no kill_grace_ms; 0 = SIGKILL at once
+	Nice             int           `toml:"nice"`       // CPU priority of the runners and their jobs
+	Restart          RestartConfig `toml:"restart"`
 	// ExternalRunners lets bring-your-own runners join the lane (with the
 	// lane's join token). Unset: true only for a lane with runners = 0.
 	ExternalRunners *bool `toml:"external_runners"`
@@ -133,6 +144,9 @@ func (l LaneConfig) validate(key string) []error {
 	}
 	if l.QueueLimit < 0 {
 		bad("queue_limit must be >= 0, got %d", l.QueueLimit)
+	}
+	if c := l.MaxCPUSeconds; !(c >= 0) || math.IsInf(c, 0) {
+		bad("max_cpu_seconds must be a number >= 0, got %v", c)
 	}
 	if l.MaxOutputBytes == 0 {
 		bad("max_output_bytes must be > 0")

@@ -123,6 +123,29 @@ type LaneDegraded struct {
 
 func (LaneDegraded) Kind() string { return "lane.degraded" }
 
+// LanePaused: the node's available memory fell below the lane's
+// min_free_memory; the lane starts none of its jobs (they stay queued)
+// and, in a fleet, takes none from the fleet until LaneResumed.
+type LanePaused struct {
+	Lane           string `json:"lane"`
+	Reason         string `json:"reason"` // min_free_memory
+	AvailableBytes uint64 `json:"available_bytes"`
+	MinFreeMemory  uint64 `json:"min_free_memory"`
+}
+
+func (LanePaused) Kind() string { return "lane.paused" }
+
+// LaneResumed: the node's available memory is back at or above the lane's
+// min_free_memory; the lane starts and takes jobs again.
+type LaneResumed struct {
+	Lane           string `json:"lane"`
+	Reason         string `json:"reason"`
+	AvailableBytes uint64 `json:"available_bytes"`
+	MinFreeMemory  uint64 `json:"min_free_memory"`
+}
+
+func (LaneResumed) Kind() string { return "lane.resumed" }
+
 type LaneRecovered struct {
 	Lane string `json:"lane"`
 }
@@ -210,6 +233,21 @@ type JobOrphaned struct {
 }
 
 func (JobOrphaned) Kind() string { return "job.orphaned" }
+
+// JobLimitExceeded: the daemon measured a running job's process tree over
+// its lane's max_memory_bytes (limit "memory", bytes) or max_cpu_seconds
+// (limit "cpu", seconds); the job is being stopped (SIGTERM, its kill
+// grace, SIGKILL) and ends failed with memory_exceeded or cpu_exceeded.
+type JobLimitExceeded struct {
+	JobID    string  `json:"job_id"`
+	Lane     string  `json:"lane"`
+	RunnerID string  `json:"runner_id"`
+	Limit    string  `json:"limit"` // memory, cpu
+	Measured float64 `json:"measured"`
+	Max      float64 `json:"max"`
+}
+
+func (JobLimitExceeded) Kind() string { return "job.limit_exceeded" }
 
 // JobRequeued: a job dispatched to a runner that was gone before the job
 // could be written to it goes back to the head of its lane's queue. It never
@@ -339,5 +377,5 @@ func init() {
 		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
 		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, OrphanKilled{},
-		JobStreamOpened{}, JobStreamClosed{})
+		JobStreamOpened{}, JobStreamClosed{}, JobLimitExceeded{}, LanePaused{}, LaneResumed{})
 }

@@ -97,7 +97,10 @@ type jobActor struct {
 	// (or will instead of the job, if it has not been handed over yet).
 	// cancelForce: a cancel asked for SIGKILL at once.
 	cancelSent, cancelForce bool
-	started                 time.Time
+	// limitErr: the job was measured over a limit of its lane and is
+	// being stopped for it (memory_exceeded, cpu_exceeded; jobusage.go).
+	limitErr string
+	started  time.Time
 
 	// The dispatch under way: the runner's incarnation, the job's frame
 	// until it is handed over (assigned), the epoch of its record, and
@@ -344,6 +347,11 @@ func (j *jobActor) Receive(c *actors.Context) {
 				j.rec.Error = firstLine(r.Output)
 			}
 		}
+		if j.limitErr != "" && st != api.StateSucceeded {
+			// Stopped for a limit (or ended on its own meanwhile, as a
+			// failure): failed, for that reason, whatever the runner saw.
+			st, j.rec.Error, j.rec.WasCancelled = api.StateFailed, j.limitErr, false
+		}
 		j.finish(c, st)
 	case jobRejected:
 		j.rec.Error = m.reason
@@ -381,6 +389,8 @@ func (j *jobActor) Receive(c *actors.Context) {
 		}
 		j.cancelOnRunner(c)
 		m.reply(true, nil)
+	case jobOverLimit:
+		j.overLimit(c, m)
 	case jobBounced:
 		j.bounced(c, m)
 	case jobStdin:

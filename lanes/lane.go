@@ -91,6 +91,9 @@ type laneHandle struct {
 	// fleet's FreeSlots).
 	capacity atomic.Int64
 	status   atomic.Pointer[api.LaneStatus]
+	// memHeld: the node's available memory is below the lane's
+	// min_free_memory; its jobs wait (minfree.go).
+	memHeld atomic.Bool
 }
 
 func (h *laneHandle) laneRef() actors.Ref {
@@ -208,6 +211,8 @@ func (l *laneActor) Receive(c *actors.Context) {
 			l.sh.bus.Emit(LaneRecovered{Lane: l.h.name})
 			l.publish()
 		}
+	case memCheck:
+		l.checkMemory(c)
 	case laneRecheck:
 		l.recheck = nil
 		rec, next := l.tracker.Recheck(time.Now())
@@ -270,6 +275,7 @@ func (l *laneActor) start(c *actors.Context) {
 		id := l.h.name + "-" + strconv.Itoa(i)
 		l.addRunner(c, id, true, nil)
 	}
+	l.checkMemory(c)
 	l.publish()
 }
 
@@ -390,7 +396,7 @@ var testHookDispatch atomic.Pointer[func(pid int)]
 
 // dispatch hands queued jobs to ready runners, least loaded first.
 func (l *laneActor) dispatch(c *actors.Context) {
-	for l.qhead < len(l.queue) {
+	for l.qhead < len(l.queue) && !l.h.memHeld.Load() {
 		var best *runnerSlot
 		var bestID string
 		for _, id := range l.order {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/platform/nodefigs"
 	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -54,6 +55,12 @@ type shared struct {
 	secrets Secrets
 	// usage samples running jobs' process trees (usage.go).
 	usage usageSampler
+	// limits measures jobs' process trees for max_memory_bytes and
+	// max_cpu_seconds (jobusage.go).
+	limits JobUsageReader
+	// memAvail reads the node's available memory (min_free_memory); a
+	// test swaps it.
+	memAvail atomic.Pointer[func() (uint64, error)]
 }
 
 // Options configures a Manager.
@@ -188,10 +195,12 @@ func Start(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + api.RandomHex(3) + "-"}
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
-	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+	m.sh = &shared{limits: procJobUsage{}, bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets,
 		usage: newUsageSampler(opts.UsageSampleEvery)}
+	memAvail := nodefigs.MemAvailable
+	m.sh.memAvail.Store(&memAvail)
 	for n, lc := range opts.Lanes {
 		m.lanes[n] = &laneHandle{name: n, cfg: lc, sh: m.sh, socket: filepath.Join(opts.Home, "runner-"+n+".sock")}
 		m.names = append(m.names, n)

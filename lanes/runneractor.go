@@ -112,9 +112,13 @@ type runnerActor struct {
 	reportedMem, measuredMem uint64
 	// measuring: a measurement of this incarnation's tree is under way.
 	measuring bool
-	stopReq   bool // daemon shutdown
-	killReq   func()
-	pending   *connAttach // a byo runner's connection, attached at Started
+	// sampling: a measurement of its jobs' usage is under way (jobusage.go);
+	// overJobs: its jobs told they are over a limit.
+	sampling bool
+	overJobs map[string]bool
+	stopReq  bool // daemon shutdown
+	killReq  func()
+	pending  *connAttach // a byo runner's connection, attached at Started
 
 	// What the connected runner announced: it takes output
 	// acknowledgements (and got an output window), streamed stdin.
@@ -270,6 +274,8 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.publish(c)
 	case memMeasured:
 		r.measured(c, m)
+	case jobsSampled:
+		r.jobsSampled(c, m)
 	case outputAckMsg:
 		r.runnerOutputAck(c, m)
 	case toRunnerStdin:
@@ -536,6 +542,9 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 				return
 			}
 			r.measure(c)
+		}
+		if r.cfg.limitsJobs() {
+			r.sampleJobs(c)
 		}
 		r.publish(c)
 	case wire.Handshake:

@@ -349,6 +349,13 @@ var runnerFailures = map[string]string{
 	api.ErrDaemonShutdown:     "daemon shut down",
 }
 
+// limitFailures describes job errors that mean the daemon stopped the job
+// for going over a limit of its lane.
+var limitFailures = map[string]string{
+	api.ErrMemoryExceeded: "its memory went over its lane's max_memory_bytes",
+	api.ErrCPUExceeded:    "its CPU time went over its lane's max_cpu_seconds",
+}
+
 // finished reports the job's end and returns the exit code for it.
 func (r *jobFollower) finished(rec api.JobRecord) int {
 	r.completeOutput(rec)
@@ -361,6 +368,14 @@ func (r *jobFollower) exitCode(rec api.JobRecord) int {
 	id := rec.ID
 	if what, ok := runnerFailures[rec.Error]; ok && rec.State != api.StateSucceeded {
 		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s)\n", id, what, rec.Error)
+		return exitFailure
+	}
+	if what, ok := limitFailures[rec.Error]; ok && rec.State == api.StateFailed {
+		by := ""
+		if rec.StoppedBy != "" {
+			by = ", stopped by " + strings.ToUpper(rec.StoppedBy)
+		}
+		fmt.Fprintf(r.stderr, "orchestrd: job %s failed: %s (%s%s)\n", id, what, rec.Error, by)
 		return exitFailure
 	}
 	switch rec.State {
@@ -753,6 +768,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		out := map[string]any{"frontends": fe.FrontEnds, "services": st.Services, "lanes": ls.Lanes, "tree": tr.Tree}
+		if st.Node != nil {
+			out["node"] = st.Node
+		}
+		if st.NodeError != "" {
+			out["node_error"] = st.NodeError
+		}
 		if cl != nil {
 			out["cluster"] = map[string]any{"cluster": cl.Cluster, "node": cl.Node, "mode": cl.Mode, "url": cl.URL}
 		}
@@ -762,6 +783,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, clusterLine(*cl))
 		fmt.Fprintln(stdout)
 	}
+	fmt.Fprintln(stdout, nodeLine(st.Node, st.NodeError))
+	fmt.Fprintln(stdout)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FRONT-END\tADDRESS")
@@ -873,4 +896,14 @@ func humanBytes(n uint64) string {
 // homeFlag adds the client commands' --home flag to fs.
 func homeFlag(fs *flag.FlagSet) *string {
 	return fs.String("home", "", "daemon home `DIR` (default $ORCHESTRD_HOME or ~/.orchestrd)")
+}
+
+// nodeLine is status's line of the node's figures.
+func nodeLine(n *api.NodeFigures, errText string) string {
+	if n == nil {
+		return "node: figures unavailable: " + errText
+	}
+	return fmt.Sprintf("node: %d CPUs, memory %s available of %s, load %.2f %.2f %.2f, home %s free of %s",
+		n.CPUs, humanBytes(n.MemAvailBytes), humanBytes(n.MemTotalBytes), n.Load1, n.Load5, n.Load15,
+		humanBytes(n.HomeFreeBytes), humanBytes(n.HomeTotalBytes))
 }

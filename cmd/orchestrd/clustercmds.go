@@ -158,7 +158,7 @@ func cmdNodes(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, clusterLine(res))
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tLANES (FREE SLOTS)\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "NODE\tSTATE\tLANES (FREE SLOTS)\tLAST HEARTBEAT\tCPUS\tMEM AVAILABLE\tLOAD")
 	now := time.Now()
 	for _, n := range res.Nodes {
 		var ls []string
@@ -168,7 +168,13 @@ func cmdNodes(args []string, stdout, stderr io.Writer) int {
 			}
 			ls = append(ls, l) // a node gone has no free slot
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, nodeState(n, now), dash(strings.Join(ls, ", ")), render.Age(now.Sub(n.HeartbeatAt)))
+		cpus, avail, load := "-", "-", "-"
+		if g := n.Figures; g != nil {
+			cpus, avail = strconv.Itoa(g.CPUs), humanBytes(g.MemAvailBytes)+" of "+humanBytes(g.MemTotalBytes)
+			load = strconv.FormatFloat(g.Load1, 'f', 2, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\t%s\t%s\n", n.Name, nodeState(n, now), dash(strings.Join(ls, ", ")),
+			render.Age(now.Sub(n.HeartbeatAt)), cpus, avail, load)
 	}
 	tw.Flush()
 	return exitOK

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,8 +100,9 @@ func fleetLosesC(t *testing.T, nodes []*fleetNode, cluster string) {
 	}
 	// nodes: c lost, since when, by whom; no free slots.
 	out, errOut, code := runCLI(t, "nodes", "--home", a.home)
-	if code != 0 || !regexp.MustCompile(`(?m)^c\s+lost \d+[smh] ago, by [ab]\s+gpu\s+\d+[smh] ago$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^b\s+alive\s+gpu \(\d\)\s+\d+[smh] ago$`).MatchString(out) ||
+	if code != 0 || !regexp.MustCompile(`(?m)^c\s+lost \d+[smh] ago, by [ab]\s+gpu\s+\d+[smh] ago\s+-\s+-\s+-$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^b\s+alive\s+gpu \(\d\)\s+\d+[smh] ago\s+`+strconv.Itoa(runtime.NumCPU())+
+			`\s+\d+\.\d [KMGT]iB of \d+\.\d [KMGT]iB\s+\d+\.\d\d$`).MatchString(out) ||
 		!strings.HasPrefix(out, "cluster "+cluster+", node a (embedded NATS, ") || !strings.Contains(out, "3 nodes, 2 alive, 1 lost\n") {
 		t.Fatalf("nodes: exit %d %s\n%s", code, errOut, out)
 	}

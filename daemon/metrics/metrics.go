@@ -70,6 +70,9 @@ type Options struct {
 	Pools []string
 	// Version is orchestrd's (orchestrd_build_info).
 	Version string
+	// Home is the daemon's home: with it, the node's figures are
+	// exported (orchestrd_node_*, its free space the home's).
+	Home string
 }
 
 // Sources are the domains' in-memory counters the gauges read at scrape
@@ -189,6 +192,9 @@ func New(opts Options) *Metrics {
 	}
 	m.laneLs, m.poolLs = sortedSet(m.lanes), sortedSet(m.pools)
 	m.reg.MustRegister(collectors.NewGoCollector(), newProcessCollector())
+	if opts.Home != "" {
+		m.reg.MustRegister(newNodeCollector(opts.Home))
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1: the running orchestrd's version.", ConstLabels: prometheus.Labels{"version": opts.Version}})
 	info.Set(1)

@@ -57,6 +57,8 @@ type overview struct {
 	Loops     int
 	Errors    []errorLine
 	Problems  []string // what could not be read
+	// Node: this machine's figures (status); nil if it could not read them.
+	Node *api.NodeFigures
 }
 
 func overviewData(ctx context.Context, s *Server, r *http.Request) (any, error) {
@@ -79,6 +81,13 @@ func overviewData(ctx context.Context, s *Server, r *http.Request) (any, error) 
 		o.Problems = append(o.Problems, "the actor tree: "+err.Error())
 	}
 	o.Tree = tree.Tree
+	var st api.Status
+	if err := s.call(ctx, "status", nil, &st); err != nil {
+		o.Problems = append(o.Problems, "status: "+err.Error())
+	} else if st.Node == nil && st.NodeError != "" {
+		o.Problems = append(o.Problems, "the node's figures: "+st.NodeError)
+	}
+	o.Node = st.Node
 	if err := s.call(ctx, "metrics.get", nil, &o.Metrics); err != nil {
 		o.Problems = append(o.Problems, "metrics: "+err.Error())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ func init() {
 	funcs["shown"] = shown
 	funcs["endReason"] = endReason
 	funcs["origin"] = lineOrigin
+	funcs["bytes"] = humanBytes
 }
 
 // Bounds of what a node publishes, as the dashboard shows it.
@@ -51,6 +53,21 @@ type nodeStatus struct {
 	LostBy      string         `json:"lost_by"`
 	LostAt      time.Time      `json:"lost_at"`
 	Self        bool           `json:"self"`
+	// Figures: a node alive's CPU count, memory and load, from its heartbeat.
+	Figures *api.NodeFigures `json:"figures"`
+}
+
+// humanBytes is n in bytes, KiB, MiB, GiB or TiB, one decimal.
+func humanBytes(n uint64) string {
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	v, i := float64(n), -1
+	for v >= 1024 && i < 3 {
+		v /= 1024
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + []string{"KiB", "MiB", "GiB", "TiB"}[i]
 }
 
 // nodeLane is a lane of a node and its free slots (-1: none told, the

@@ -55,7 +55,8 @@ func TestNodesPage(t *testing.T) {
 	h.answer("cluster.nodes", map[string]any{"cluster": "AA2JYKNMBGBT", "node": "a", "mode": "external", "url": "nats://127.0.0.1:4222",
 		"nodes": []map[string]any{
 			{"name": "a", "state": "alive", "lanes": []string{"gpu"}, "free": map[string]int{"gpu": 2}, "self": true,
-				"heartbeat_at": time.Now().Add(-1500 * time.Millisecond)},
+				"heartbeat_at": time.Now().Add(-1500 * time.Millisecond),
+				"figures":      map[string]any{"cpus": 2, "mem_total_bytes": 8 << 30, "mem_available_bytes": 3 << 29, "load1": 0.25}},
 			{"name": "b", "state": "lost", "lanes": []string{"gpu", "cpu"}, "heartbeat_at": time.Now().Add(-61500 * time.Millisecond), "lost_by": "a",
 				"lost_at": "2026-11-26T10:00:00Z"},
 			{"name": "<script>alert(1)</script>\u202egnp.exe\x07", "state": "alive", "lanes": many, "free": map[string]int{}},
@@ -68,7 +69,8 @@ func TestNodesPage(t *testing.T) {
 		"3 nodes, 2 alive, 1 lost.",
 		`<tr data-node="a"><td class="id">a <span class="muted">(this one)</span></td>`,
 		`<span class="state state-alive">alive</span>`, `gpu (2 free)`,
-		`<tr data-node="b">`, `<span class="state state-lost">lost</span>`, `, by a</td>`, `<td>gpu, cpu</td>`, "1m01s ago", "<td>-</td></tr>", // b's age; none told by the third
+		`<tr data-node="b">`, `<span class="state state-lost">lost</span>`, `, by a</td>`, `<td>gpu, cpu</td>`, "1m01s ago", "<td>-</td>\n<td class=\"figures\">-</td></tr>", // b's age; none told by the third
+		`<td class="figures">2 CPUs, 1.5 GiB of 8.0 GiB, load 0.25</td>`,
 		`&lt;script&gt;alert(1)&lt;/script&gt;`+"\uFFFDgnp.exe\uFFFD", ", and 68 more</td>", "y…")
 	if !regexp.MustCompile(`<span class="age" data-ms="1\d{3}">1\.\ds ago</span>`).MatchString(page) {
 		t.Fatalf("a's last heartbeat is not 1.x s ago:\n%s", page)
@@ -209,4 +211,23 @@ func FuzzShown(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The overview shows this node's figures as status gives them; a daemon
+// that cannot read them says why.
+func TestOverviewNodeFigures(t *testing.T) {
+	h := newHarness(t, Config{})
+	c := h.client()
+	h.signIn(c)
+	h.answer("status", map[string]any{"running": true, "node": map[string]any{"cpus": 4, "mem_total_bytes": 16 << 30,
+		"mem_available_bytes": 5 << 29, "load1": 0.5, "load5": 0.25, "load15": 0.125, "home_free_bytes": 100 << 30}})
+	resp, page := h.do(c, "GET", "/ui/", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", resp.StatusCode, page)
+	}
+	mustContain(t, page, `<li id="node-figures">this node: 4 CPUs, memory 2.5 GiB available of 16.0 GiB, load 0.50 0.25 0.12, home 100.0 GiB free</li>`)
+	h.answer("status", map[string]any{"running": true, "node_error": "reading the node's memory: no /proc"})
+	_, page = h.do(c, "GET", "/ui/", nil, nil)
+	mustContain(t, page, "Could not read the node&#39;s figures: reading the node&#39;s memory: no /proc")
+	mustNotContain(t, page, `id="node-figures"`)
 }

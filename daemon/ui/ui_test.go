@@ -49,7 +49,7 @@ func (f *fakeCaller) Invoke(_ context.Context, _ api.Origin, method string, para
 	if a, ok := f.answers[method]; ok {
 		return json.RawMessage(a), nil
 	}
-	if strings.HasSuffix(method, ".list") || method == "tree.get" || method == "metrics.get" || method == "lane.list" {
+	if strings.HasSuffix(method, ".list") || method == "tree.get" || method == "metrics.get" || method == "lane.list" || method == "status" {
 		return json.RawMessage(`{}`), nil
 	}
 	return nil, api.Errorf(api.CodeNotFound, "%s: nothing here", method)

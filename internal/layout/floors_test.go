@@ -365,39 +365,50 @@ func TestCheckFindsViolations(t *testing.T) {
 	}
 }
 
-// The runner stays lean: gopsutil (the daemon's sampler of what jobs cost,
-// lanes/usage.go) is in no dependency of the runner's entry, which is
-// initialised, and runs a runner, before the daemon's packages.
-func TestRunnerLean(t *testing.T) {
-	entry := module + "/cmd/orchestrd/internal/runnerentry"
-	for _, p := range goList(t) {
-		if p.ImportPath != entry {
+// leanRunner are the runner process's packages: its entry and its code.
+// Their dependencies stay lean (the runner starts for every spare and
+// every restart): gopsutil is the daemon's only (platform/nodefigs).
+var leanRunner = []string{"lanes/runner", "cmd/orchestrd/internal/runnerentry"}
+
+// heavyForRunner are module paths the runner's packages must not depend on.
+var heavyForRunner = []string{"github.com/shirou/gopsutil"}
+
+// runnerHeavyDeps returns "pkg -> dep" for each dependency of the runner's
+// packages in pkgs that heavyForRunner forbids.
+func runnerHeavyDeps(pkgs []pkg) []string {
+	var bad []string
+	for _, p := range pkgs {
+		if !slices.Contains(leanRunner, strings.TrimPrefix(p.ImportPath, module+"/")) {
 			continue
 		}
-		if bad := heavyDeps(p.Deps); len(bad) > 0 {
-			t.Fatalf("the runner's entry depends on %v; the runner must stay lean", bad)
-		}
-		return
-	}
-	t.Fatalf("go list did not list %s", entry)
-}
-
-// heavyDeps are the packages of deps a runner must not carry.
-func heavyDeps(deps []string) []string {
-	var bad []string
-	for _, d := range deps {
-		if strings.HasPrefix(d, "github.com/shirou/gopsutil") {
-			bad = append(bad, d)
+		for _, d := range p.Deps {
+			for _, h := range heavyForRunner {
+				if d == h || strings.HasPrefix(d, h+"/") {
+					bad = append(bad, p.ImportPath+" -> "+d)
+				}
+			}
 		}
 	}
 	return bad
 }
 
-func TestHeavyDeps(t *testing.T) {
-	if got := heavyDeps([]string{"os", "github.com/shirou/gopsutil/v4/process"}); len(got) != 1 {
-		t.Fatalf("heavyDeps found %v, want the gopsutil package", got)
+func TestRunnerLean(t *testing.T) {
+	pkgs := goList(t)
+	seen := 0
+	for _, p := range pkgs {
+		if slices.Contains(leanRunner, strings.TrimPrefix(p.ImportPath, module+"/")) {
+			seen++
+		}
 	}
-	if got := heavyDeps([]string{"os", module + "/wire"}); len(got) != 0 {
-		t.Fatalf("heavyDeps found %v in lean deps", got)
+	if seen != len(leanRunner) {
+		t.Fatalf("found %d of the runner's packages %v", seen, leanRunner)
+	}
+	if bad := runnerHeavyDeps(pkgs); len(bad) > 0 {
+		t.Fatalf("the runner's packages depend on what only the daemon may:\n%s", strings.Join(bad, "\n"))
+	}
+	// The check sees such a dependency.
+	fake := []pkg{{ImportPath: module + "/lanes/runner", Deps: []string{"github.com/shirou/gopsutil/v4/mem"}}}
+	if len(runnerHeavyDeps(fake)) != 1 {
+		t.Fatal("runnerHeavyDeps misses gopsutil under lanes/runner")
 	}
 }

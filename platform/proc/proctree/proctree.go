@@ -107,3 +107,98 @@ func statmRSS(statm []byte) uint64 {
 	}
 	return pages * pageSize
 }
+
+// Usage is what a process tree uses now: its resident set and the CPU time
+// of its processes (theirs and that of the children they have reaped),
+// in clock ticks (USER_HZ, 100 a second).
+type Usage struct {
+	RSSBytes uint64
+	CPUTicks uint64
+}
+
+// UserHZ is the unit of Usage.CPUTicks: USER_HZ, 100 on every Linux
+// architecture Go supports.
+const UserHZ = 100
+
+// TreeUsage sums Usage over roots and their descendants, found as RSS
+// finds them (MaxProcs at most).
+func TreeUsage(roots ...int) Usage {
+	var (
+		u     Usage
+		buf   []byte
+		queue = append([]int(nil), roots...)
+		seen  = make(map[int]struct{}, len(roots))
+	)
+	for n := 0; len(queue) > 0 && n < MaxProcs; {
+		pid := queue[0]
+		queue = queue[1:]
+		if _, dup := seen[pid]; dup || pid <= 0 {
+			continue
+		}
+		seen[pid] = struct{}{}
+		n++
+		u.RSSBytes += rss(pid)
+		u.CPUTicks += cpuTicks(pid)
+		buf = Children(buf[:0], pid)
+		for _, f := range bytes.Fields(buf) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				queue = append(queue, c)
+			}
+		}
+	}
+	return u
+}
+
+// ChildrenByEnv maps the value of the environment variable key, as each
+// child of pid was started with (/proc/PID/environ), to the children
+// started with it. Children without it, or whose environment cannot be
+// read, are left out.
+func ChildrenByEnv(pid int, key string) map[string][]int {
+	out := map[string][]int{}
+	prefix := []byte(key + "=")
+	for _, f := range bytes.Fields(Children(nil, pid)) {
+		c, err := strconv.Atoi(string(f))
+		if err != nil {
+			continue
+		}
+		env := appendFile(nil, "/proc/"+strconv.Itoa(c)+"/environ")
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := bytes.CutPrefix(kv, prefix); ok {
+				out[string(v)] = append(out[string(v)], c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// cpuTicks is pid's utime+stime+cutime+cstime from /proc/PID/stat, 0 if
+// it is gone.
+func cpuTicks(pid int) uint64 {
+	var buf [512]byte
+	return statCPU(appendFile(buf[:0], "/proc/"+strconv.Itoa(pid)+"/stat"))
+}
+
+// statCPU is fields 14-17 of a /proc/PID/stat line (utime, stime, cutime,
+// cstime), counted after the command's closing parenthesis (a command may
+// hold spaces and parentheses); 0 for a line that is not one.
+func statCPU(stat []byte) uint64 {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(stat[i+1:])
+	// f[0] is field 3 (state): utime is field 14, f[11].
+	if len(f) < 15 {
+		return 0
+	}
+	var total uint64
+	for _, s := range f[11:15] {
+		v, err := strconv.ParseInt(string(s), 10, 64)
+		if err != nil || v < 0 {
+			return 0
+		}
+		total += uint64(v)
+	}
+	return total
+}

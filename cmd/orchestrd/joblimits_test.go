@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/orchestrd/orchestrd/api"
+)
+
+// A job whose process tree grows past its lane's max_memory_bytes is
+// stopped by the daemon's measurement (the lane sets no cgroup limit):
+// failed with memory_exceeded, an event saying what was measured, and
+// run's exit says so. The lane is sandboxed (network none), as the
+// default one is.
+func TestJobOverMaxMemoryIsStopped(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	d := startDaemon(t, `
+[lanes.mem]
+runners = 1
+slots = 2
+network = "none"
+max_memory_bytes = 67108864
+`)
+	// 256 MiB written (resident), then it waits to be stopped.
+	_, errOut, code := runCLI(t, "run", "--home", d.home, "--lane", "mem", "--",
+		"python3", "-c", "import time\nb = b'x' * (256 << 20)\ntime.sleep(300)")
+	if code != exitFailure || !strings.Contains(errOut, "memory_exceeded") || !strings.Contains(errOut, "max_memory_bytes") {
+		t.Fatalf("run: exit %d\n%s", code, errOut)
+	}
+	e := d.waitEvent("job.limit_exceeded", func(e map[string]any) bool { return e["lane"] == "mem" })
+	if e["limit"] != "memory" || e["max"].(float64) != 64<<20 || e["measured"].(float64) <= 64<<20 {
+		t.Fatalf("job.limit_exceeded = %v", e)
+	}
+	rec := d.wait(e["job_id"].(string))
+	if rec.State != api.StateFailed || rec.Error != api.ErrMemoryExceeded || rec.StoppedBy != "sigterm" || rec.WasCancelled {
+		t.Fatalf("record = %+v", rec)
+	}
+	// A job within the limit is not disturbed.
+	id := d.submit(api.JobSpec{Lane: "mem", Argv: []string{"python3", "-c", "b = b'x' * (8 << 20)"}})
+	if rec := d.wait(id); rec.State != api.StateSucceeded {
+		t.Fatalf("a job within the limit: %+v", rec)
+	}
+}
+
+// A CPU burner past max_cpu_seconds that ignores SIGTERM is stopped with
+// cpu_exceeded: SIGTERM, the lane's kill grace, then SIGKILL.
+func TestJobOverMaxCPUIsStopped(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, `
+[lanes.cpu]
+runners = 1
+slots = 1
+network = "host"
+max_cpu_seconds = 0.5
+kill_grace = "200ms"
+`)
+	id := d.submit(api.JobSpec{Lane: "cpu", Argv: []string{"sh", "-c", `trap "" TERM; while :; do :; done`}})
+	rec := d.wait(id)
+	if rec.State != api.StateFailed || rec.Error != api.ErrCPUExceeded || rec.StoppedBy != "sigkill" {
+		t.Fatalf("record = %+v", rec)
+	}
+	e := d.waitEvent("job.limit_exceeded", func(e map[string]any) bool { return e["job_id"] == id })
+	if e["limit"] != "cpu" || e["max"].(float64) != 0.5 || e["measured"].(float64) <= 0.5 {
+		t.Fatalf("job.limit_exceeded = %v", e)
+	}
+	_, errOut, code := runCLI(t, "wait", "--home", d.home, id)
+	if code != exitFailure || !strings.Contains(errOut, "cpu_exceeded") || !strings.Contains(errOut, "SIGKILL") {
+		t.Fatalf("wait: exit %d\n%s", code, errOut)
+	}
+}

@@ -1,0 +1,46 @@
+package metrics_test
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/orchestrd/orchestrd/internal/daemontest"
+)
+
+// A real daemon's /metrics has the node's figures: its CPU count and
+// memory total as this machine has them, the rest plausible.
+func TestMetricsNodeFigures(t *testing.T) {
+	m := metricsDaemon(t, "")
+	got := daemontest.MetricSeries(t, m.scrape())
+	var memTotal float64
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			memTotal = kb * 1024
+		}
+	}
+	wantSeries(t, got, map[string]float64{"orchestrd_node_cpus": float64(runtime.NumCPU()),
+		"orchestrd_node_memory_total_bytes": memTotal})
+	if a := got["orchestrd_node_memory_available_bytes"]; a <= 0 || a > memTotal {
+		t.Errorf("orchestrd_node_memory_available_bytes = %v of %v", a, memTotal)
+	}
+	for _, k := range []string{"orchestrd_node_home_free_bytes", "orchestrd_node_load1", "orchestrd_node_load5",
+		"orchestrd_node_load15"} {
+		if v, ok := got[k]; !ok || v < 0 || k == "orchestrd_node_home_free_bytes" && v == 0 {
+			t.Errorf("%s = %v (present %v)", k, v, ok)
+		}
+	}
+}
