@@ -18,6 +18,12 @@ import (
 // clusterName is the NATS cluster name of the embedded servers.
 const clusterName = "orchestrd"
 
+// handshakeTimeout is the seconds the embedded server gives a client's or
+// a route's TLS handshake and a route's login (nats-server's default is
+// 2): a node on a loaded machine (a build, a test suite beside it) took
+// longer, and its connection was closed after the handshake.
+const handshakeTimeout = 10
+
 // startEmbedded starts this node's NATS server: clients must be nodes
 // the fleet's key certified (nodeAuth), each with its own permissions;
 // routes require the fleet's route password; JetStream stores under
@@ -50,7 +56,7 @@ func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*se
 		if err != nil {
 			return nil, fmt.Errorf("[cluster] tls_cert: %w", err)
 		}
-		o.TLSConfig, o.TLS, o.TLSTimeout = tc, true, 2
+		o.TLSConfig, o.TLS, o.TLSTimeout = tc, true, handshakeTimeout
 	}
 	if len(c.Routes) > 0 {
 		// Routes make the JetStream cluster; without them the server
@@ -63,7 +69,7 @@ func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*se
 			cport = server.RANDOM_PORT
 		}
 		o.Cluster = server.ClusterOpts{Name: clusterName, Host: chost, Port: cport,
-			Username: routeUser, Password: id.route, AuthTimeout: 2}
+			Username: routeUser, Password: id.route, AuthTimeout: handshakeTimeout}
 		if o.TLSConfig != nil {
 			tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLSCert, KeyFile: c.TLSKey, CaFile: c.TLSCA, Verify: c.TLSCA != ""})
 			if err != nil {
@@ -76,7 +82,7 @@ func startEmbedded(c Config, home string, id *identity, log zerolog.Logger) (*se
 			// authority, found by TestTLS), and every route shows one.
 			tc.RootCAs = tc.ClientCAs
 			tc.ClientAuth = tls.RequireAndVerifyClientCert
-			o.Cluster.TLSConfig, o.Cluster.TLSTimeout = tc, 2
+			o.Cluster.TLSConfig, o.Cluster.TLSTimeout = tc, handshakeTimeout
 		}
 		for _, r := range c.Routes {
 			u, err := url.Parse(r)

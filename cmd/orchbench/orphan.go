@@ -62,7 +62,7 @@ func runOrphan(b *bench) error {
 		ds = append(ds, e.at.Sub(t0))
 		b.debugf("orphan trial %d: %s", i+1, e.at.Sub(t0))
 		// The replacement, before the next trial.
-		if _, err := sub.wait(10*time.Second, "the replacement runner", func(e event) bool {
+		if _, err := sub.wait(time.Minute, "the replacement runner", func(e event) bool {
 			return e.kind == "runner.ready" && e.data.Lane == "bench" && e.data.Pid != pid
 		}); err != nil {
 			return err

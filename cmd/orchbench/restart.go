@@ -102,7 +102,7 @@ func (b *bench) measureOrchRestart(name string, spares, n int, upFor time.Durati
 		}
 		var exitedAt time.Time
 		var trace []string
-		back, err := sub.wait(10*time.Second, "the replacement runner", func(e event) bool {
+		back, err := sub.wait(time.Minute, "the replacement runner", func(e event) bool {
 			if e.data.Lane != "bench" {
 				return false
 			}

@@ -14,7 +14,7 @@ import (
 // A real daemon's /metrics has the node's figures: its CPU count and
 // memory total as this machine has them, the rest plausible.
 func TestMetricsNodeFigures(t *testing.T) {
-	m := metricsDaemon(t, "")
+	m := metricsDaemon(t, metricsFrontEnds) // listeners on port 0, never the default one
 	got := daemontest.MetricSeries(t, m.scrape())
 	var memTotal float64
 	f, err := os.Open("/proc/meminfo")
