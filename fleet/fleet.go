@@ -70,6 +70,7 @@ const (
 	eventQueue      = 4096     // event lines waiting for the publisher
 	submitsInFlight = 256
 	opTimeout       = 5 * time.Second
+	stepTimeout     = 4 * opTimeout // a read's step, its retries included (readOutput)
 	startTimeout    = 2 * time.Minute
 	endRetryFor     = 30 * time.Second
 	republishEvery  = 250 * time.Millisecond // a failed output piece, again

@@ -939,7 +939,7 @@ func (f *Fleet) cancel1(id string, force bool) (bool, error) {
 // Get reads a job's record; a finished job's carries its output, read back
 // from the output stream.
 func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
-	ctx, cancel := context.WithTimeout(f.ctx, 4*opTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, stepTimeout)
 	defer cancel()
 	e, _, found, err := f.getJob(ctx, id)
 	if err != nil || !found {
@@ -947,7 +947,7 @@ func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
 	}
 	r := e.Record
 	if r.State.Terminal() && e.Kept > 0 {
-		out, err := f.readOutput(ctx, id, e.Kept)
+		out, err := f.readOutput(f.ctx, id, e.Kept)
 		if err != nil {
 			return api.JobRecord{}, true, err
 		}
@@ -959,8 +959,24 @@ func (f *Fleet) Get(id string) (api.JobRecord, bool, error) {
 
 // readOutput reads up to limit bytes of id's output from the stream: the
 // pieces its taker (its take claim's) wrote.
+//
+// Each step (the taker, the last message, each message) has stepTimeout of
+// its own, not the whole read: a long output read message by message from
+// a starved cluster takes as long as its size asks, while a step that
+// makes no progress still fails.
 func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte, error) {
-	c, found, err := f.outputTaker(ctx, id)
+	step := func(op func(ctx context.Context, try int) error) error {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		return again(sctx, op)
+	}
+	var c takeClaim
+	var found bool
+	err := step(func(ctx context.Context, _ int) error {
+		var err error
+		c, found, err = f.outputTaker(ctx, id)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster job %s's output: %w", id, err)
 	}
@@ -969,7 +985,7 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	}
 	subj := outSubj(id, c.Node)
 	var last *jetstream.RawStreamMsg
-	err = again(ctx, func(ctx context.Context, _ int) error {
+	err = step(func(ctx context.Context, _ int) error {
 		var err error
 		last, err = f.out.GetLastMsgForSubject(ctx, subj)
 		return err
@@ -994,7 +1010,7 @@ func (f *Fleet) readOutput(ctx context.Context, id string, limit int64) ([]byte,
 	})
 	for seq := uint64(1); int64(len(out)) < limit; {
 		var m *jetstream.RawStreamMsg
-		err := again(ctx, func(ctx context.Context, _ int) error {
+		err := step(func(ctx context.Context, _ int) error {
 			var err error
 			m, err = f.out.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 			return err
