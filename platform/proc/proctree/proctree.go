@@ -23,8 +23,15 @@ const MaxProcs = 4096
 // for another parent (a daemonised grandchild) is not counted. Each pid is
 // counted once.
 func RSS(roots ...int) uint64 {
+	var total uint64
+	walk(roots, func(pid int) { total += rss(pid) })
+	return total
+}
+
+// walk calls visit once for each of roots and their descendants (found
+// through every thread's children file), MaxProcs at most.
+func walk(roots []int, visit func(pid int)) {
 	var (
-		total uint64
 		buf   []byte
 		queue = append([]int(nil), roots...)
 		seen  = make(map[int]struct{}, len(roots))
@@ -37,7 +44,7 @@ func RSS(roots ...int) uint64 {
 		}
 		seen[pid] = struct{}{}
 		n++
-		total += rss(pid)
+		visit(pid)
 		buf = Children(buf[:0], pid)
 		for _, f := range bytes.Fields(buf) {
 			if c, err := strconv.Atoi(string(f)); err == nil {
@@ -45,7 +52,6 @@ func RSS(roots ...int) uint64 {
 			}
 		}
 	}
-	return total
 }
 
 // Children appends to dst the space-separated pids of pid's children, read
@@ -123,29 +129,11 @@ const UserHZ = 100
 // TreeUsage sums Usage over roots and their descendants, found as RSS
 // finds them (MaxProcs at most).
 func TreeUsage(roots ...int) Usage {
-	var (
-		u     Usage
-		buf   []byte
-		queue = append([]int(nil), roots...)
-		seen  = make(map[int]struct{}, len(roots))
-	)
-	for n := 0; len(queue) > 0 && n < MaxProcs; {
-		pid := queue[0]
-		queue = queue[1:]
-		if _, dup := seen[pid]; dup || pid <= 0 {
-			continue
-		}
-		seen[pid] = struct{}{}
-		n++
+	var u Usage
+	walk(roots, func(pid int) {
 		u.RSSBytes += rss(pid)
 		u.CPUTicks += cpuTicks(pid)
-		buf = Children(buf[:0], pid)
-		for _, f := range bytes.Fields(buf) {
-			if c, err := strconv.Atoi(string(f)); err == nil {
-				queue = append(queue, c)
-			}
-		}
-	}
+	})
 	return u
 }
 
