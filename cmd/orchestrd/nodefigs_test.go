@@ -1,38 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
-
-// procMemTotal is /proc/meminfo's MemTotal in bytes.
-func procMemTotal(t *testing.T) uint64 {
-	t.Helper()
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb * 1024
-		}
-	}
-	t.Fatal("no MemTotal in /proc/meminfo")
-	return 0
-}
 
 // status shows the node's figures, read by the daemon: its CPU count and
 // memory total as this machine has them, memory available and the home's
@@ -51,8 +28,8 @@ func TestStatusShowsNodeFigures(t *testing.T) {
 	if n == nil {
 		t.Fatalf("status --json has no node figures:\n%s", out)
 	}
-	if n.CPUs != runtime.NumCPU() || n.MemTotalBytes != procMemTotal(t) {
-		t.Fatalf("node = %+v; want %d CPUs and MemTotal %d", n, runtime.NumCPU(), procMemTotal(t))
+	if n.CPUs != runtime.NumCPU() || n.MemTotalBytes != testio.MemTotal(t) {
+		t.Fatalf("node = %+v; want %d CPUs and MemTotal %d", n, runtime.NumCPU(), testio.MemTotal(t))
 	}
 	if n.MemAvailBytes == 0 || n.MemAvailBytes > n.MemTotalBytes || n.HomeFreeBytes == 0 ||
 		n.HomeFreeBytes > n.HomeTotalBytes || n.Load1 < 0 {

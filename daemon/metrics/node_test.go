@@ -1,14 +1,11 @@
 package metrics_test
 
 import (
-	"bufio"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/internal/daemontest"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // A real daemon's /metrics has the node's figures: its CPU count and
@@ -16,22 +13,7 @@ import (
 func TestMetricsNodeFigures(t *testing.T) {
 	m := metricsDaemon(t, metricsFrontEnds) // listeners on port 0, never the default one
 	got := daemontest.MetricSeries(t, m.scrape())
-	var memTotal float64
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			memTotal = kb * 1024
-		}
-	}
+	memTotal := float64(testio.MemTotal(t))
 	wantSeries(t, got, map[string]float64{"orchestrd_node_cpus": float64(runtime.NumCPU()),
 		"orchestrd_node_memory_total_bytes": memTotal})
 	if a := got["orchestrd_node_memory_available_bytes"]; a <= 0 || a > memTotal {

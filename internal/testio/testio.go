@@ -207,3 +207,24 @@ func Parallel(n int) {
 		}
 	}
 }
+
+// MemTotal is /proc/meminfo's MemTotal in bytes: what a node's figures
+// must say of this machine.
+func MemTotal(t testing.TB) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	t.Fatal("no MemTotal in /proc/meminfo")
+	return 0
+}

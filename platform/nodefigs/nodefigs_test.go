@@ -1,36 +1,12 @@
 package nodefigs
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
-)
 
-// memTotal is /proc/meminfo's MemTotal in bytes.
-func memTotal(t *testing.T) uint64 {
-	t.Helper()
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb * 1024
-		}
-	}
-	t.Fatal("no MemTotal in /proc/meminfo")
-	return 0
-}
+	"github.com/orchestrd/orchestrd/internal/testio"
+)
 
 func TestReadPlausible(t *testing.T) {
 	home := t.TempDir()
@@ -41,7 +17,7 @@ func TestReadPlausible(t *testing.T) {
 	if f.CPUs != runtime.NumCPU() {
 		t.Errorf("cpus = %d, runtime.NumCPU() = %d", f.CPUs, runtime.NumCPU())
 	}
-	if want := memTotal(t); f.MemTotalBytes != want {
+	if want := testio.MemTotal(t); f.MemTotalBytes != want {
 		t.Errorf("mem_total_bytes = %d, /proc/meminfo MemTotal = %d", f.MemTotalBytes, want)
 	}
 	if f.MemAvailBytes == 0 || f.MemAvailBytes > f.MemTotalBytes {
