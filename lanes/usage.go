@@ -11,6 +11,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/lanes/runner"
 	"github.com/orchestrd/orchestrd/platform/proc/proctree"
+	"github.com/orchestrd/orchestrd/platform/proc/usage"
 )
 
 // What a job costs the machine: the daemon samples each running job's
@@ -18,7 +19,7 @@ import (
 // and its terminal record keeps the sum (api.Usage).
 //
 // The daemon reads /proc itself (it runs as its runners' and their jobs'
-// uid) with gopsutil; the runner sends nothing and stays lean (no gopsutil
+// uid) with gopsutil (platform/proc/usage, which executors share); the runner sends nothing and stays lean (no gopsutil
 // in its binary). The daemon knows the runner's pid, not the job's: a job's
 // processes are the runner's children whose environment names the job
 // (runner.EnvJobID, set at their exec) and their descendants. A child once
@@ -45,10 +46,6 @@ type usageSampler struct {
 }
 
 func newUsageSampler(every time.Duration) usageSampler {
-	// A process's start time is its boot-relative start plus the boot
-	// time, read from /proc/stat each time unless cached: the boot time
-	// does not change, and /proc/stat is the dearest file a sample reads.
-	process.EnableBootTimeCache(true)
 	return usageSampler{every: every, slots: make(chan struct{}, maxUsageSamplers)}
 }
 
@@ -68,43 +65,30 @@ type procKey struct {
 	start int64 // ms since the epoch (gopsutil's CreateTime)
 }
 
-type procFigures struct {
-	user, sys   float64
-	read, write uint64
-}
-
 // usageTracker is a job's samples so far. One sample at a time uses it
 // (the job actor starts the next once the last is done), on its own
 // goroutine; the actor only sees the api.Usage each sample returns.
+// This file finds the job's roots; platform/proc/usage measures their trees.
 type usageTracker struct {
 	runnerPid int
 	jobID     string
-	ours      map[procKey]bool        // the runner's children looked at: the job's or not
-	seen      map[procKey]procFigures // every process of the job a sample saw: its last figures
-	u         api.Usage
+	ours      map[procKey]bool // the runner's children looked at: the job's or not
+	m         *usage.Tracker
 }
 
 func newUsageTracker(runnerPid int, jobID string) *usageTracker {
-	return &usageTracker{runnerPid: runnerPid, jobID: jobID, ours: map[procKey]bool{},
-		seen: map[procKey]procFigures{}, u: api.Usage{Source: api.UsageSourceProcfs}}
+	return &usageTracker{runnerPid: runnerPid, jobID: jobID, ours: map[procKey]bool{}, m: usage.NewTracker()}
 }
 
-// sample measures the job's tree once and returns the sum so far. A
-// process that exits (or whose pid is taken by another) while it is read
-// keeps the figures of its last whole sample.
+// sample measures the job's tree once and returns the sum so far (see
+// usage.Tracker.Sample).
 func (t *usageTracker) sample() api.Usage {
 	ctx := context.Background()
-	var (
-		buf     []byte
-		queue   []int
-		rss     uint64
-		threads int
-	)
+	var roots []int
 	// The job's roots: the runner's children that are the job's. Those
 	// not listed any more are forgotten: their pids may name others next.
 	present := make(map[procKey]struct{}, len(t.ours))
-	buf = proctree.Children(buf[:0], t.runnerPid)
-	for _, f := range bytes.Fields(buf) {
+	for _, f := range bytes.Fields(proctree.Children(nil, t.runnerPid)) {
 		pid, err := strconv.Atoi(string(f))
 		if err != nil || pid <= 0 {
 			continue
@@ -125,7 +109,7 @@ func (t *usageTracker) sample() api.Usage {
 			t.ours[k] = ours
 		}
 		if ours {
-			queue = append(queue, pid)
+			roots = append(roots, pid)
 		}
 	}
 	for k := range t.ours {
@@ -133,42 +117,7 @@ func (t *usageTracker) sample() api.Usage {
 			delete(t.ours, k)
 		}
 	}
-	// The roots and their descendants, at most proctree.MaxProcs of them.
-	visited := map[int]struct{}{}
-	for n := 0; len(queue) > 0 && n < proctree.MaxProcs; {
-		pid := queue[0]
-		queue = queue[1:]
-		if _, dup := visited[pid]; dup {
-			continue
-		}
-		visited[pid] = struct{}{}
-		n++
-		k, fig, r, th, ok := measure(ctx, pid)
-		if !ok {
-			continue // gone, or not ours to read: its last figures stand
-		}
-		t.seen[k] = fig
-		rss += r
-		threads += th
-		buf = proctree.Children(buf[:0], pid)
-		for _, f := range bytes.Fields(buf) {
-			if c, err := strconv.Atoi(string(f)); err == nil {
-				queue = append(queue, c)
-			}
-		}
-	}
-	var sum procFigures
-	for _, f := range t.seen {
-		sum.user += f.user
-		sum.sys += f.sys
-		sum.read += f.read
-		sum.write += f.write
-	}
-	t.u.UserSeconds, t.u.SystemSeconds, t.u.ReadBytes, t.u.WriteBytes = sum.user, sum.sys, sum.read, sum.write
-	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
-	t.u.PeakThreads = max(t.u.PeakThreads, threads)
-	t.u.Samples++
-	return t.u
+	return t.m.Sample(roots)
 }
 
 // isJobs reports whether p, a child of the runner, is the job's: its
@@ -186,44 +135,4 @@ func (t *usageTracker) isJobs(ctx context.Context, p *process.Process) bool {
 		}
 	}
 	return false
-}
-
-// measure reads one process's figures; ok is false if it is gone (or
-// became another process) before they were all read.
-func measure(ctx context.Context, pid int) (k procKey, f procFigures, rss uint64, threads int, ok bool) {
-	p, err := process.NewProcessWithContext(ctx, int32(pid))
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	start, err := p.CreateTimeWithContext(ctx)
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	k = procKey{int32(pid), start}
-	ts, err := p.TimesWithContext(ctx)
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	mem, err := p.MemoryInfoWithContext(ctx)
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	th, err := p.NumThreadsWithContext(ctx)
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	f.user, f.sys, rss, threads = ts.User, ts.System, mem.RSS, int(th)
-	if io, err := p.IOCountersWithContext(ctx); err == nil {
-		f.read, f.write = io.ReadBytes, io.WriteBytes
-	}
-	// Still the same process: a pid reused while it was read would mix
-	// two processes' figures.
-	again, err := process.NewProcessWithContext(ctx, int32(pid)) // CreateTime is cached per Process
-	if err != nil {
-		return k, f, 0, 0, false
-	}
-	if st, err := again.CreateTimeWithContext(ctx); err != nil || st != start {
-		return k, f, 0, 0, false
-	}
-	return k, f, rss, threads, true
 }

@@ -68,17 +68,3 @@ func TestUsageTrackerExitedAndReused(t *testing.T) {
 	}
 	_, _ = other, none
 }
-
-// measure of a pid that names no process, or one that exited, says so.
-func TestMeasureGone(t *testing.T) {
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, _, ok := measure(t.Context(), cmd.Process.Pid); ok {
-		t.Fatal("measure of a reaped process returned figures")
-	}
-	if _, _, _, _, ok := measure(t.Context(), 1<<22+1); ok {
-		t.Fatal("measure of a pid above pid_max returned figures")
-	}
-}

@@ -1,0 +1,147 @@
+// Package usage measures what process trees cost the machine: CPU time,
+// peak resident memory, bytes read and written, peak threads (api.Usage),
+// summed over the samples a Tracker takes of some root processes and their
+// descendants. It reads /proc through gopsutil and is the daemon's only:
+// the runner stays lean (internal/layout's TestRunnerLean). The lanes
+// domain measures a job's tree with it, the executors domain an agent
+// task's; each names the roots, this package knows nothing of either.
+package usage
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/proc/proctree"
+)
+
+// Key names a process across pid reuse: its pid and start time.
+type Key struct {
+	Pid   int32
+	Start int64 // ms since the epoch (gopsutil's CreateTime)
+}
+
+type figures struct {
+	user, sys   float64
+	read, write uint64
+}
+
+var bootCache sync.Once
+
+// enableBootCache: a process's start time is its boot-relative start plus
+// the boot time, read from /proc/stat each time unless cached: the boot
+// time does not change, and /proc/stat is the dearest file a sample reads.
+func enableBootCache() { bootCache.Do(func() { process.EnableBootTimeCache(true) }) }
+
+// Tracker is one tree's samples so far. One sample at a time uses it (a
+// caller samples on a goroutine of its own, never inside an actor's
+// Receive, and starts the next once the last is done).
+type Tracker struct {
+	seen map[Key]figures // every process a sample saw: its last figures
+	u    api.Usage
+}
+
+// NewTracker returns a tracker with no sample yet.
+func NewTracker() *Tracker {
+	enableBootCache()
+	return &Tracker{seen: map[Key]figures{}, u: api.Usage{Source: api.UsageSourceProcfs}}
+}
+
+// Sample measures roots and their descendants (found through every
+// thread's children file, at most proctree.MaxProcs processes) once and
+// returns the sum so far. A process that exits (or whose pid is taken by
+// another) while it is read keeps the figures of its last whole sample.
+func (t *Tracker) Sample(roots []int) api.Usage {
+	ctx := context.Background()
+	var (
+		buf     []byte
+		rss     uint64
+		threads int
+		queue   = append([]int(nil), roots...)
+		visited = map[int]struct{}{}
+	)
+	for n := 0; len(queue) > 0 && n < proctree.MaxProcs; {
+		pid := queue[0]
+		queue = queue[1:]
+		if _, dup := visited[pid]; dup || pid <= 0 {
+			continue
+		}
+		visited[pid] = struct{}{}
+		n++
+		k, fig, r, th, ok := measure(ctx, pid)
+		if !ok {
+			continue // gone, or not ours to read: its last figures stand
+		}
+		t.seen[k] = fig
+		rss += r
+		threads += th
+		buf = proctree.Children(buf[:0], pid)
+		for _, f := range bytes.Fields(buf) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				queue = append(queue, c)
+			}
+		}
+	}
+	var sum figures
+	for _, f := range t.seen {
+		sum.user += f.user
+		sum.sys += f.sys
+		sum.read += f.read
+		sum.write += f.write
+	}
+	t.u.UserSeconds, t.u.SystemSeconds, t.u.ReadBytes, t.u.WriteBytes = sum.user, sum.sys, sum.read, sum.write
+	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
+	t.u.PeakThreads = max(t.u.PeakThreads, threads)
+	t.u.Samples++
+	return t.u
+}
+
+// KeyOf returns the key of the process pid now, and the process for more
+// reads; ok is false if there is none.
+func KeyOf(ctx context.Context, pid int) (k Key, p *process.Process, ok bool) {
+	enableBootCache()
+	p, err := process.NewProcessWithContext(ctx, int32(pid))
+	if err != nil {
+		return k, nil, false
+	}
+	start, err := p.CreateTimeWithContext(ctx)
+	if err != nil {
+		return k, nil, false
+	}
+	return Key{int32(pid), start}, p, true
+}
+
+// measure reads one process's figures; ok is false if it is gone (or
+// became another process) before they were all read.
+func measure(ctx context.Context, pid int) (k Key, f figures, rss uint64, threads int, ok bool) {
+	k, p, ok := KeyOf(ctx, pid)
+	if !ok {
+		return k, f, 0, 0, false
+	}
+	ts, err := p.TimesWithContext(ctx)
+	if err != nil {
+		return k, f, 0, 0, false
+	}
+	mem, err := p.MemoryInfoWithContext(ctx)
+	if err != nil {
+		return k, f, 0, 0, false
+	}
+	th, err := p.NumThreadsWithContext(ctx)
+	if err != nil {
+		return k, f, 0, 0, false
+	}
+	f.user, f.sys, rss, threads = ts.User, ts.System, mem.RSS, int(th)
+	if io, err := p.IOCountersWithContext(ctx); err == nil {
+		f.read, f.write = io.ReadBytes, io.WriteBytes
+	}
+	// Still the same process: a pid reused while it was read would mix
+	// two processes' figures.
+	if again, _, ok := KeyOf(ctx, pid); !ok || again != k { // CreateTime is cached per Process
+		return k, f, 0, 0, false
+	}
+	return k, f, rss, threads, true
+}
