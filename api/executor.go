@@ -123,6 +123,10 @@ type TaskRecord struct {
 	// Denied counts the tool uses refused in the task (a built-in agent
 	// kind reports it): a task can complete with all of them denied.
 	Denied int `json:"denied,omitempty"`
+	// Usage is what the executor's process tree used while the task ran
+	// (Scope "executor"), as of its last sample; nil when the daemon does
+	// not sample (usage_sample_interval 0) or the task never ran.
+	Usage *Usage `json:"usage,omitempty"`
 	// SDKSessionID is the agent's own session id the task ended in.
 	SDKSessionID string     `json:"sdk_session_id,omitempty"`
 	CreatedAt    time.Time  `json:"created_at"`

@@ -192,7 +192,17 @@ type Usage struct {
 	WriteBytes    uint64  `json:"write_bytes"`
 	PeakThreads   int     `json:"peak_threads"`
 	Samples       int     `json:"samples"`
+	// Scope says whose tree was measured: "" the job's own, "executor"
+	// (an agent task's) the executor's process tree while the task ran:
+	// its CPU and bytes counted from the task's start (the executor's
+	// long-lived processes from the first sample), its peak RSS and
+	// threads the whole tree's, the executor's own included. A task's
+	// usage with no sample (Samples 0) ended before its first one.
+	Scope string `json:"scope,omitempty"`
 }
+
+// UsageScopeExecutor is Usage.Scope of an agent task's usage.
+const UsageScopeExecutor = "executor"
 
 // UsageSourceCgroup and UsageSourceProcfs are Usage.Source's values.
 const (

@@ -314,7 +314,8 @@ func (s executorsService) Start(context.Context) error {
 	m, err := executors.Start(executors.Options{Pools: s.cfg.Executors, Home: s.opts.Home, Bus: s.bus, System: s.sys,
 		Logger: s.log, Reaper: s.mgr.Reaper(), Log: executorLog{s.st}, Secrets: s.secrets,
 		Permissions: executorPermissions{s.approvalsMgr}, Stderr: s.opts.RunnerStderr,
-		Sandbox: s.cfg.Daemon.Sandbox, Exe: s.opts.Exe, Hide: hookHide(s.hook.srv)})
+		Sandbox: s.cfg.Daemon.Sandbox, Exe: s.opts.Exe, Hide: hookHide(s.hook.srv),
+		UsageSampleEvery: s.cfg.Daemon.UsageSampleInterval.Duration})
 	if err != nil {
 		return fmt.Errorf("starting executors: %w", err)
 	}

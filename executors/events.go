@@ -118,6 +118,8 @@ type TaskFinished struct {
 	MessageCount int64           `json:"message_count"`
 	TokenUsage   *api.TokenUsage `json:"token_usage,omitempty"`
 	Denied       int             `json:"denied,omitempty"` // tool uses refused in it
+	// Usage is what the executor's tree used while it ran (the record's).
+	Usage *api.Usage `json:"usage,omitempty"`
 	// theirs: Error holds what the executor wrote (its error's code and
 	// message, its status): the log line has their digests, the
 	// subscribers (the dashboard, a watching CLI) the error whole.

@@ -52,6 +52,9 @@ type Options struct {
 	Environ []string
 	// Stderr receives the executors' stderr; nil discards it.
 	Stderr io.Writer
+	// UsageSampleEvery is how often a running task's executor tree is
+	// sampled (usage.go); 0: never.
+	UsageSampleEvery time.Duration
 }
 
 // Manager is the executors domain: its pools, the live tasks, the
@@ -83,6 +86,8 @@ type Manager struct {
 	sdk     map[string]sdkEntry
 	terms   map[string]*terminal // open, and closed for termKeep
 	termSeq atomic.Int64
+	// usage samples running tasks' executor trees (usage.go).
+	usage usageSampler
 }
 
 // sdkEntry is the agent session a session's last task ended in, and
@@ -190,7 +195,7 @@ func Start(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
 		live: map[string]api.TaskRecord{}, sdk: map[string]sdkEntry{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
-		env: opts.Environ}
+		env: opts.Environ, usage: newUsageSampler(opts.UsageSampleEvery)}
 	m.idPre = api.RandomHex(3) + "-"
 	if m.env == nil {
 		m.env = os.Environ()
@@ -347,6 +352,16 @@ func (m *Manager) newTerminalID() string { return "term-" + m.idPre + fmt.Sprint
 func (m *Manager) update(rec api.TaskRecord) {
 	m.mu.Lock()
 	m.live[rec.ID] = rec
+	m.mu.Unlock()
+}
+
+// sampled keeps a running task's usage so far in its live record.
+func (m *Manager) sampled(id string, u api.Usage) {
+	m.mu.Lock()
+	if rec, ok := m.live[id]; ok && !rec.State.Terminal() {
+		rec.Usage = &u
+		m.live[id] = rec
+	}
 	m.mu.Unlock()
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/proc/usage"
 )
 
 // One task actor per task, under its pool, from task.execute to its end:
@@ -28,6 +29,11 @@ type taskActor struct {
 	overErr  *api.TaskError
 	timers   []func()
 	ended    bool
+	// What the executor's tree uses while the task runs (usage.go).
+	usageT      *usage.Tracker
+	usagePid    int
+	sampling    bool
+	sampleTimer func()
 }
 
 // Messages of a task actor.
@@ -85,6 +91,10 @@ func (t *taskActor) Receive(c *actors.Context) {
 		t.end(c, state, err, theirs, msg.count)
 	case cancelReq:
 		t.cancel(c, msg.state, msg.err)
+	case sampleTask:
+		t.sampleTask(c)
+	case taskSampled:
+		t.taskSampled(msg)
 	case actors.Stopping:
 		if t.ended {
 			return
@@ -116,6 +126,7 @@ func (t *taskActor) assigned(c *actors.Context, m assign) {
 	now := time.Now().UTC()
 	t.exec = m.exec
 	t.rec.State, t.rec.StartedAt, t.rec.Instance = api.TaskRunning, &now, m.instance
+	t.startUsage(c, m.pid)
 	t.ps.m.update(t.rec)
 	t.record("started")
 	t.ps.m.bus.Emit(TaskStarted{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, Instance: m.instance, Pid: m.pid})
@@ -200,12 +211,13 @@ func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskErr
 		cancel()
 	}
 	t.timers = nil
+	t.stopUsage()
 	now := time.Now().UTC()
 	t.rec.State, t.rec.Error, t.rec.FinishedAt = state, err, &now
 	t.rec.MessageCount = count
 	m := t.ps.m
 	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
-		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, theirs: theirs})
+		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, Usage: t.rec.Usage, theirs: theirs})
 	if t.rec.SDKSessionID != "" {
 		m.sdkEnded(t.rec.SessionID, t.rec.SDKSessionID)
 	}

@@ -299,3 +299,26 @@ func FuzzOneLineForms(f *testing.F) {
 		}
 	})
 }
+
+// An agent task's usage says whose tree it is, and what no sample means.
+func TestTaskUsage(t *testing.T) {
+	u := &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor, UserSeconds: 1, SystemSeconds: 0.5,
+		PeakRSSBytes: 3 << 20, ReadBytes: 2048, PeakThreads: 2, Samples: 1}
+	none := &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor}
+	for _, c := range []struct {
+		rec      api.TaskRecord
+		line     string
+		cpu, rss string
+	}{
+		{api.TaskRecord{State: api.TaskCompleted, Usage: u}, "cpu 1.00s user + 0.50s sys, peak rss 3.0 MiB, read 2.0 KiB, " +
+			"wrote 0 B, 2 threads (procfs, 1 sample; the executor's tree while the task ran)", "1.50s", "3.0 MiB"},
+		{api.TaskRecord{State: api.TaskCompleted, Usage: none}, "none: it ended before its first sample", "-", "-"},
+		{api.TaskRecord{State: api.TaskRunning, Usage: none}, "no sample yet", "-", "-"},
+		{api.TaskRecord{State: api.TaskCompleted}, "", "-", "-"},
+	} {
+		cpu, rss := TaskCPU(c.rec)
+		if got := TaskUsage(c.rec); got != c.line || cpu != c.cpu || rss != c.rss {
+			t.Errorf("%+v: %q, %q, %q; want %q, %q, %q", c.rec.Usage, got, cpu, rss, c.line, c.cpu, c.rss)
+		}
+	}
+}

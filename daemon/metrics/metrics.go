@@ -123,6 +123,8 @@ type Metrics struct {
 	approvalResolution *histograms
 
 	tasksFinished    *counters
+	taskCPU          *histograms
+	taskPeakRSS      *histograms
 	executorPauses   *counters
 	executorRestarts *counters
 	agentTokens      *counters
@@ -237,6 +239,8 @@ func New(opts Options) *Metrics {
 	m.approvalsAuto = c("approvals_auto_resolved_total", "Approval requests a rule answered at once (approval.auto_resolved), by decision.", "decision")
 	m.approvalResolution = h("approval_resolution_seconds", "Time from an approval's request to its end, by source and how it ended (allowed, denied, always_allowed, replied, timed_out, cancelled).", approvalBuckets, "source", "decision")
 	m.tasksFinished = c("executor_tasks_finished_total", "Executor tasks that reached a terminal state (task.finished), by pool and state.", "pool", "state")
+	m.taskCPU = h("task_cpu_seconds", "CPU time (user + system) the executor's process tree used while a finished agent task ran, as sampled (task.finished usage), by pool; tasks never sampled are not counted.", cpuBuckets, "pool")
+	m.taskPeakRSS = h("task_peak_rss_bytes", "The most resident memory the executor's process tree held at a sample while a finished agent task ran (task.finished usage), by pool; tasks never sampled are not counted.", rssBuckets, "pool")
 	m.executorPauses = c("executor_pauses_total", "Times an executor's notifications were paused for backpressure (executor.paused), by pool.", "pool")
 	m.executorRestarts = c("executor_restarts_total", "Executor processes scheduled to start again (executor.restart_scheduled), by pool and policy.", "pool", "policy")
 	m.agentTokens = c("agent_tokens_total", "Tokens the executors' agents reported spending (task.finished token_usage), by pool and kind: input, output, cache_read, cache_write.", "pool", "kind")
@@ -271,6 +275,8 @@ func New(opts Options) *Metrics {
 	for _, p := range m.poolLs {
 		m.executorPauses.seed(p)
 		m.agentCost.seed(p)
+		m.taskCPU.seed(p)
+		m.taskPeakRSS.seed(p)
 		for _, k := range tokenKinds {
 			m.agentTokens.seed(p, k)
 		}
@@ -382,6 +388,10 @@ func (s sink) Deliver(r *eventlog.Record) {
 	case executors.TaskFinished:
 		if m.pools[e.Executor] {
 			m.tasksFinished.inc(e.Executor, known(string(e.State), taskEndStates))
+			if u := e.Usage; u != nil && u.Samples > 0 {
+				m.taskCPU.observe(u.UserSeconds+u.SystemSeconds, e.Executor)
+				m.taskPeakRSS.observe(float64(u.PeakRSSBytes), e.Executor)
+			}
 			if u := e.TokenUsage; u != nil {
 				for i, n := range []int64{u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens} {
 					if n > 0 {

@@ -107,7 +107,12 @@ func TestCountersFromEvents(t *testing.T) {
 	bus.Emit(approvals.ApprovalRequested{ID: "a-1", Source: api.SourceReachout, ToolName: weird, Cwd: weird})
 	bus.Emit(approvals.ApprovalRequested{ID: "a-2", Source: weird})
 	bus.Emit(approvals.ApprovalAutoResolved{ID: "a-3", Rule: weird, Decision: "Allow", ToolName: weird})
-	bus.Emit(executors.TaskFinished{TaskID: weird, Executor: "claude", State: api.TaskCompleted, MessageCount: 4})
+	bus.Emit(executors.TaskFinished{TaskID: weird, Executor: "claude", State: api.TaskCompleted, MessageCount: 4,
+		Usage: &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor, UserSeconds: 2, SystemSeconds: 0.5,
+			PeakRSSBytes: 200 << 20, Samples: 3}})
+	// Ended before its first sample: not counted.
+	bus.Emit(executors.TaskFinished{TaskID: "t-3", Executor: "claude", State: api.TaskCompleted,
+		Usage: &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor}})
 	bus.Emit(executors.TaskFinished{TaskID: "t-2", Executor: weird, State: api.TaskFailed})
 	bus.Emit(executors.ExecutorPaused{Pool: "claude", Executor: "claude-1", Pending: 3})
 	bus.Emit(executors.ExecutorRestartScheduled{Pool: "claude", Policy: "crash_loop"})
@@ -142,7 +147,7 @@ func TestCountersFromEvents(t *testing.T) {
 		{testutil.ToFloat64(m.approvalsRequested.vec.WithLabelValues("reachout")), 1, "approval reachout"},
 		{testutil.ToFloat64(m.approvalsRequested.vec.WithLabelValues("other")), 1, "approval other"},
 		{testutil.ToFloat64(m.approvalsAuto.vec.WithLabelValues("other")), 1, "auto Allow (not an identifier)"},
-		{testutil.ToFloat64(m.tasksFinished.vec.WithLabelValues("claude", "completed")), 1, "task"},
+		{testutil.ToFloat64(m.tasksFinished.vec.WithLabelValues("claude", "completed")), 2, "task"},
 		{testutil.ToFloat64(m.executorPauses.vec.WithLabelValues("claude")), 1, "pause"},
 		{testutil.ToFloat64(m.executorRestarts.vec.WithLabelValues("claude", "crash_loop")), 1, "executor restart"},
 		{testutil.ToFloat64(m.loopIterations.vec.WithLabelValues("passed")), 1, "iteration passed"},
@@ -174,6 +179,10 @@ func TestCountersFromEvents(t *testing.T) {
 		`orchestrd_job_cpu_seconds_count{lane="no-net"} 0`,                 // made at New
 		`orchestrd_jobs_finished_total{lane="no-net",state="succeeded"} 0`, // made at New
 		`orchestrd_build_info{version="1.2.3"} 1`,
+		`orchestrd_task_cpu_seconds_sum{pool="claude"} 2.5`, // the sampled task: the one of no sample is not counted
+		`orchestrd_task_cpu_seconds_count{pool="claude"} 1`,
+		`orchestrd_task_peak_rss_bytes_bucket{pool="claude",le="2.68435456e+08"} 1`,
+		`orchestrd_task_peak_rss_bytes_bucket{pool="claude",le="6.7108864e+07"} 0`,
 		`orchestrd_cluster_nodes_lost_total{reason="restarted"} 0`, // made at New
 	} {
 		if !strings.Contains(out, want+"\n") {
@@ -573,7 +582,7 @@ func described(t *testing.T, m *Metrics) map[string]bool {
 	for _, c := range []prometheus.Collector{m.jobsSubmitted.vec, m.jobsRejected.vec, m.jobsFinished.vec, m.jobsOrphaned.vec,
 		m.jobDuration.vec, m.jobCPU.vec, m.jobPeakRSS.vec, m.runnerRestarts.vec, m.runnersKilled.vec, m.laneDegradations.vec, m.orphansKilled.vec,
 		m.approvalsRequested.vec, m.approvalsAuto.vec, m.approvalResolution.vec, m.tasksFinished.vec, m.executorPauses.vec,
-		m.executorRestarts.vec, m.agentTokens.vec, m.agentCost.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
+		m.taskCPU.vec, m.taskPeakRSS.vec, m.executorRestarts.vec, m.agentTokens.vec, m.agentCost.vec, m.loopIterations.vec, m.clankerPauses.vec, m.clankerDeadLettered.vec,
 		m.subscriberOverflows.vec, m.subscriberDropped.vec, m.actorPanics.vec, m.httpRequests.vec, m.httpDuration.vec, m.nodesLost.vec,
 		m.commitDuration, m.commitWrites, &gauges{m: m, d: newDescs()}} {
 		c.Describe(ch)

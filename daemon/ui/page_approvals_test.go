@@ -523,11 +523,14 @@ func registerFakeExecutors(mux apitest.Mux) {
 	finished := started.Add(90 * time.Second)
 	t1 := api.TaskRecord{ID: "t-1", SessionID: "s-9", Executor: "claude", Instance: "claude-1", State: api.TaskRunning,
 		Prompt: "fix the <script>alert('p')</script> bug", Cwd: "/work/repo", Tools: []string{"Bash", "Read"},
-		PermissionMode: api.ModeDefault, TimeoutMs: 600000, MessageCount: 7, CreatedAt: started, StartedAt: &started}
+		PermissionMode: api.ModeDefault, TimeoutMs: 600000, MessageCount: 7, CreatedAt: started, StartedAt: &started,
+		Usage: &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor}}
 	t2 := api.TaskRecord{ID: "t-2", SessionID: "s-8", Executor: "claude", Instance: "claude-2", State: api.TaskFailed,
 		Prompt: "second", Cwd: "/work/repo", PermissionMode: api.ModeAcceptEdits, MessageCount: 0, CreatedAt: started,
 		StartedAt: &started, FinishedAt: &finished, Error: &api.TaskError{Code: "exit_3", Message: "the agent exited 3"},
-		TokenUsage: &api.TokenUsage{InputTokens: 10, OutputTokens: 22, CostUSD: 0.0123}, Denied: 2}
+		TokenUsage: &api.TokenUsage{InputTokens: 10, OutputTokens: 22, CostUSD: 0.0123}, Denied: 2,
+		Usage: &api.Usage{Source: api.UsageSourceProcfs, Scope: api.UsageScopeExecutor, UserSeconds: 1.5, SystemSeconds: 0.25,
+			PeakRSSBytes: 48 << 20, PeakThreads: 9, Samples: 4}}
 	msgs := []api.SessionMessage{
 		{TaskID: "t-0", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"an earlier task"}}`)},
 		{TaskID: "t-1", Sequence: 1, EventType: "content_block_delta", EventData: json.RawMessage(`{"delta":{"text":"Hello, "}}`)},
@@ -601,7 +604,7 @@ func TestAgentsPages(t *testing.T) {
 	_, page = h.get("/ui/agents/tasks/t-1", http.StatusOK)
 	mustContain(t, page, "Hello, &lt;img src=x onerror=alert(2)&gt; world", "go test ./...", "ok  \tgithub.com/x", "rate limited",
 		"Reading it.", "/work/repo/main.go", "system", `id="appr-`+perm+`"`, "rm -rf build/", `name="decision" value="Allow"`,
-		`name="user_message"`, "Kill now", "claude-1", "What the agent writes shows as it comes")
+		`name="user_message"`, "Kill now", "claude-1", "What the agent writes shows as it comes", `<dd id="task-usage">no sample yet</dd>`)
 	mustNotContain(t, page, "an earlier task", "<img src=x")
 	kinds = attr(t, page, "data-kinds")
 	if !strings.Contains(kinds, "task.message") || !strings.Contains(kinds, "task.progress") || !strings.Contains(kinds, "task.permission_requested") ||
@@ -631,7 +634,9 @@ func TestAgentsPages(t *testing.T) {
 
 	_, page = h.get("/ui/agents/tasks/t-2", http.StatusOK)
 	mustContain(t, page, `<dd class="error-text">exit_3 (the agent exited 3)</dd>`, "10 tokens in, 22 out", "No messages yet.", `<dd id="task-cost">$0.0123</dd>`,
-		`<dd id="task-denied" class="error-text">2 tool uses denied (they did not run)</dd>`)
+		`<dd id="task-denied" class="error-text">2 tool uses denied (they did not run)</dd>`,
+		`<dd id="task-usage">cpu 1.50s user &#43; 0.25s sys, peak rss 48.0 MiB, read 0 B, wrote 0 B, 9 threads `+
+			`(procfs, 4 samples; the executor&#39;s tree while the task ran)</dd>`)
 	mustNotContain(t, page, "Kill now", "What the agent writes shows")
 	h.get("/ui/agents/tasks/t-404", http.StatusNotFound)
 	h.get("/ui/agents/tasks/"+url.PathEscape("t<1>"), http.StatusBadRequest)

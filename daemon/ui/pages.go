@@ -178,6 +178,7 @@ func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int,
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"usageLine": render.UsageLine,
+	"taskUsage": render.TaskUsage,
 	"ago": func(t any) string {
 		var tt time.Time
 		switch v := t.(type) {

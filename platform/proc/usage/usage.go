@@ -10,8 +10,11 @@ package usage
 import (
 	"bytes"
 	"context"
+	"os"
 	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shirou/gopsutil/v4/process"
 
@@ -42,13 +45,32 @@ func enableBootCache() { bootCache.Do(func() { process.EnableBootTimeCache(true)
 // Receive, and starts the next once the last is done).
 type Tracker struct {
 	seen map[Key]figures // every process a sample saw: its last figures
-	u    api.Usage
+	// since (NewTrackerSince): the boot-clock tick the tracker counts
+	// from, and what each process older than it had used when a sample
+	// first saw it, subtracted.
+	since uint64
+	base  map[Key]figures
+	u     api.Usage
 }
 
-// NewTracker returns a tracker with no sample yet.
+// NewTracker returns a tracker with no sample yet: every process of the
+// tree counts whole.
 func NewTracker() *Tracker {
 	enableBootCache()
 	return &Tracker{seen: map[Key]figures{}, u: api.Usage{Source: api.UsageSourceProcfs}}
+}
+
+// NewTrackerSince returns a tracker of what a tree uses from now on, for
+// a long-lived tree (an executor's) that serves one task after another: a
+// process started before now counts from its first sample (its CPU and
+// bytes then are its baseline, subtracted), one started since counts
+// whole. Its peak RSS and threads are the whole tree's at each sample.
+// The start is compared in the kernel's boot clock (/proc/PID/stat's
+// starttime), never the wall clock.
+func NewTrackerSince() *Tracker {
+	t := NewTracker()
+	t.since, t.base = bootTicks(), map[Key]figures{}
+	return t
 }
 
 // Sample measures roots and their descendants (found through every
@@ -76,6 +98,11 @@ func (t *Tracker) Sample(roots []int) api.Usage {
 		if !ok {
 			continue // gone, or not ours to read: its last figures stand
 		}
+		if _, known := t.seen[k]; !known && t.base != nil {
+			if st, ok := startTicks(pid); !ok || st < t.since {
+				t.base[k] = fig // older than the tracker (or unknown): counts from now
+			}
+		}
 		t.seen[k] = fig
 		rss += r
 		threads += th
@@ -87,11 +114,12 @@ func (t *Tracker) Sample(roots []int) api.Usage {
 		}
 	}
 	var sum figures
-	for _, f := range t.seen {
-		sum.user += f.user
-		sum.sys += f.sys
-		sum.read += f.read
-		sum.write += f.write
+	for k, f := range t.seen {
+		b := t.base[k]
+		sum.user += max(f.user-b.user, 0)
+		sum.sys += max(f.sys-b.sys, 0)
+		sum.read += f.read - min(b.read, f.read)
+		sum.write += f.write - min(b.write, f.write)
 	}
 	t.u.UserSeconds, t.u.SystemSeconds, t.u.ReadBytes, t.u.WriteBytes = sum.user, sum.sys, sum.read, sum.write
 	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
@@ -144,4 +172,43 @@ func measure(ctx context.Context, pid int) (k Key, f figures, rss uint64, thread
 		return k, f, 0, 0, false
 	}
 	return k, f, rss, threads, true
+}
+
+// bootTicks is the boot clock now, in the clock ticks of /proc/PID/stat's
+// starttime (proctree.UserHZ a second); 0 if it cannot be read.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano()) / (1e9 / proctree.UserHZ)
+}
+
+// startTicks is when pid started, in boot-clock ticks.
+func startTicks(pid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	return statStart(b)
+}
+
+// statStart is field 22 of a /proc/PID/stat line (starttime), counted
+// after the command's closing parenthesis (a command may hold spaces and
+// parentheses); false for a line that is not one.
+func statStart(stat []byte) (uint64, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(stat[i+1:])
+	// f[0] is field 3 (state): starttime is field 22, f[19].
+	if len(f) < 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
 }

@@ -1,7 +1,9 @@
 package usage
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -49,5 +51,104 @@ func TestTrackerTree(t *testing.T) {
 	after := tr.Sample([]int{cmd.Process.Pid})
 	if after.UserSeconds+after.SystemSeconds < u.UserSeconds+u.SystemSeconds || after.Samples != u.Samples+1 {
 		t.Fatalf("after the root exited: %+v, before %+v", after, u)
+	}
+}
+
+// A tracker since now counts what a process older than it had used as its
+// baseline, and a process started since whole.
+func TestTrackerSince(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "go")
+	// The root burns CPU until the mark (alone: test is a builtin), then
+	// starts a child that burns until killed.
+	cmd := exec.Command("sh", "-c", `while [ ! -e "$1" ]; do :; done; sh -c 'while :; do :; done' & wait`, "sh", mark)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	root := []int{cmd.Process.Pid}
+	whole := NewTracker()
+	cpu := func(u api.Usage) float64 { return u.UserSeconds + u.SystemSeconds }
+	for deadline := time.Now().Add(30 * time.Second); cpu(whole.Sample(root)) < 0.05; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the root used under 50ms of CPU within 30s: %+v", whole.Sample(root))
+		}
+	}
+	since := NewTrackerSince()
+	if u := since.Sample(root); cpu(u) != 0 || u.PeakRSSBytes == 0 || u.Samples != 1 {
+		t.Fatalf("the first sample since: %+v (the root's figures are its baseline)", u)
+	}
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var u api.Usage
+	for deadline := time.Now().Add(30 * time.Second); u.PeakThreads < 2 || cpu(u) < 0.05; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child started since not counted within 30s: %+v", u)
+		}
+		u = since.Sample(root)
+	}
+	// Whole counts the root's 50ms before the tracker started; since does not.
+	if w := whole.Sample(root); cpu(w)-cpu(u) < 0.05-1e-9 {
+		t.Fatalf("since %+v, whole %+v: the root's CPU before is counted", u, w)
+	}
+	if len(since.base) != 1 {
+		t.Fatalf("baselines %v, want the root's alone (its children started since count whole)", since.base)
+	}
+	for k := range since.base {
+		if int(k.Pid) != cmd.Process.Pid {
+			t.Fatalf("baseline of %d, want the root %d", k.Pid, cmd.Process.Pid)
+		}
+	}
+}
+
+func TestStatStart(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"42 (sh) S 1 42 42 0 -1 4194304 10 0 0 0 7 3 20 5 20 0 1 0 12345 100 5", 12345, true},
+		{"42 (a) b) (c) S 1 42 42 0 -1 4194304 10 0 0 0 7 3 20 5 20 0 1 0 99 100", 99, true},
+		{"42 (sh) S 1 42 42 0 -1 4194304 10 0 0 0 7 3 20 5 20 0 1 0", 0, false},
+		{"42 (sh) S 1 42 42 0 -1 4194304 10 0 0 0 7 3 20 5 20 0 1 0 -5 1", 0, false},
+		{"no parenthesis", 0, false},
+	} {
+		if got, ok := statStart([]byte(c.in)); got != c.want || ok != c.ok {
+			t.Errorf("statStart(%q) = %d, %v, want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	// This process started before now, on the same clock.
+	if st, ok := startTicks(os.Getpid()); !ok || st == 0 || st > bootTicks() {
+		t.Fatalf("this process's start %d (%v), boot clock now %d", st, ok, bootTicks())
+	}
+}
+
+func FuzzStatStart(f *testing.F) {
+	f.Add([]byte("42 (sh) S 1 42 42 0 -1 4194304 10 0 0 0 7 3 20 5 20 0 1 0 12345 100 5"))
+	f.Add([]byte("1 ()) R"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, ok := statStart(b)
+		if !ok && v != 0 {
+			t.Fatalf("statStart(%q) = %d and not ok", b, v)
+		}
+	})
+}
+
+// One sample of a tree of two processes (an executor and its agent).
+func BenchmarkSample(b *testing.B) {
+	cmd := exec.Command("sh", "-c", `sleep 60 & wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	tr := NewTrackerSince()
+	for tr.Sample([]int{cmd.Process.Pid}).PeakThreads < 2 {
+		time.Sleep(10 * time.Millisecond) // until the child is there
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		tr.Sample([]int{cmd.Process.Pid})
 	}
 }
