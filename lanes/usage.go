@@ -19,7 +19,7 @@ import (
 // and its terminal record keeps the sum (api.Usage).
 //
 // The daemon reads /proc itself (it runs as its runners' and their jobs'
-// uid) with gopsutil (platform/proc/usage, which executors share); the runner sends nothing and stays lean (no gopsutil
+// uid) with gopsutil; the runner sends nothing and stays lean (no gopsutil
 // in its binary). The daemon knows the runner's pid, not the job's: a job's
 // processes are the runner's children whose environment names the job
 // (runner.EnvJobID, set at their exec) and their descendants. A child once
