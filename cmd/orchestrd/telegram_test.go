@@ -583,3 +583,57 @@ func TestTelegramRestart(t *testing.T) {
 		t.Fatalf("%d taps answered by the third daemon", n-answered)
 	}
 }
+
+// A loop's plan gate and its merge are approvals too: the plan approved
+// from the phone spawns its specs, the merge allowed from the phone
+// merges the tree.
+func TestTelegramPlanGate(t *testing.T) {
+	t.Parallel()
+	tg := startTG(t)
+	repo := gitRepo(t)
+	prompts := shortTemp(t)
+	d, _ := tgDaemon(t, tg, shortTemp(t), loopAgent(t, prompts, treeAgent, ""))
+	id := d.createLoop(api.LoopPlan, repo, "build the widget")
+	d.waitStage(id, api.StageApproval, 60*time.Second)
+	m := tg.messageTo(111, "Plan of loop "+id)
+	if !strings.Contains(m.Text, "spec-alpha") {
+		t.Fatalf("plan message %q", m.Text)
+	}
+	tg.tap(111, m, "allow")
+	d.waitEvent("plan.approved", func(e map[string]any) bool {
+		return e["id"] == id && e["by"] == "telegram" && e["specs_spawned"] == float64(2)
+	})
+	d.waitEvent("loop.children_spawned", func(e map[string]any) bool { return e["id"] == id })
+	d.waitStage(id, api.StageMerge, 120*time.Second)
+	mm := tg.messageTo(222, "Merge of loop "+id)
+	tg.tap(222, mm, "allow")
+	d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	tg.editOf(mm.ID, "Allowed by telegram chat 222")
+}
+
+// A long plan goes as a document, then its buttons; Iterate takes the
+// chat's next message as the feedback.
+func TestTelegramLongPlanIterate(t *testing.T) {
+	t.Parallel()
+	tg := startTG(t)
+	d, _ := tgDaemon(t, tg, shortTemp(t), "")
+	plan := "# the plan\n" + strings.Repeat("- a step of the long plan\n", 400)
+	var r struct {
+		ID string `json:"id"`
+	}
+	d.mustCall("approval.request", map[string]any{"kind": "plan", "content": plan}, &r)
+	m := tg.messageTo(111, r.ID)
+	if doc := tg.messageTo(111, "a step of the long plan"); !doc.Document || doc.Text != plan {
+		t.Fatalf("the plan's document: %+v", doc)
+	}
+	if len(m.Text) > 4096 || strings.Contains(m.Text, "a step of") {
+		t.Fatalf("buttons' message %q", m.Text)
+	}
+	tg.tap(111, m, "reply")
+	tg.messageTo(111, "What should the planner change? ("+r.ID+")")
+	tg.say(111, "fewer steps")
+	d.waitEvent("plan.iterated", func(e map[string]any) bool {
+		return e["approval_id"] == r.ID && e["feedback"] == "fewer steps" && e["by"] == "telegram"
+	})
+	tg.editOf(m.ID, "Sent back to iterate by telegram chat 111")
+}
