@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -636,4 +637,57 @@ func TestTelegramLongPlanIterate(t *testing.T) {
 		return e["approval_id"] == r.ID && e["feedback"] == "fewer steps" && e["by"] == "telegram"
 	})
 	tg.editOf(m.ID, "Sent back to iterate by telegram chat 111")
+}
+
+// `approvals telegram import` moves a vibe-reachout user with one command:
+// the token into secrets.toml (0600, never printed), the table to add
+// printed; with it the daemon's bot works. Run again, it leaves the
+// entry alone; a bad file is refused without quoting it.
+func TestTelegramImport(t *testing.T) {
+	t.Parallel()
+	tg := startTG(t)
+	home := shortTemp(t)
+	from := filepath.Join(shortTemp(t), "config.toml")
+	if err := os.WriteFile(from, []byte("telegram_bot_token = \""+tgToken+"\"\nallowed_chat_ids = [111, 222]\n"+
+		"timeout_seconds = 120\nsocket_path = \"/tmp/x.sock\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, string, int) {
+		out, errOut, code := runOut(t, exec.Command(binary, append([]string{"approvals", "telegram", "import", "--home", home}, args...)...))
+		if strings.Contains(string(out)+string(errOut), "AAH-secret") {
+			t.Fatalf("the token was printed: %s %s", out, errOut)
+		}
+		return string(out), string(errOut), code
+	}
+	out, errOut, code := run("--from", from)
+	if code != 0 || !strings.Contains(out, "[approvals.telegram]\ntoken = \"telegram\"\nallowed_chat_ids = [111, 222]\ntimeout = \"120s\"\n") {
+		t.Fatalf("import: %d\n%s\n%s", code, out, errOut)
+	}
+	fi, err := os.Stat(filepath.Join(home, "secrets.toml"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secrets.toml: %v %v", fi, err)
+	}
+	if out, _, code := run("--from", from); code != 0 || !strings.Contains(out, "left as it is") {
+		t.Fatalf("again: %d %s", code, out)
+	}
+	bad := filepath.Join(shortTemp(t), "config.toml")
+	_ = os.WriteFile(bad, []byte("telegram_bot_token = \""+tgToken+"\"\nallowed_chat_ids = \"AAH-secret\"\n"), 0o600)
+	if _, errOut, code := run("--from", bad, "--name", "other"); code == 0 || !strings.Contains(errOut, "allowed_chat_ids") {
+		t.Fatalf("a bad file: %d %s", code, errOut)
+	}
+	// The printed table, with the test server's URL, is a working bot.
+	table := out[strings.Index(out, "[approvals.telegram]"):strings.Index(out, "\nthen stop")]
+	d := startDaemonAt(t, home, table+fmt.Sprintf("api_url = %q\n", tg.url))
+	var r struct {
+		ID string `json:"id"`
+	}
+	d.mustCall("approval.request", map[string]any{"kind": "tool", "tool_name": "Bash", "tool_input": map[string]any{"command": "ls"}}, &r)
+	tg.messageTo(222, r.ID)
+	var a struct {
+		Approval api.Approval `json:"approval"`
+	}
+	d.mustCall("approval.get", map[string]any{"id": r.ID}, &a)
+	if got := a.Approval.Deadline.Sub(a.Approval.CreatedAt); got != 120*time.Second {
+		t.Fatalf("the approval waits %s, not timeout_seconds", got)
+	}
 }
