@@ -252,8 +252,25 @@ type botActor struct {
 	waiting bool // a backoff or retry_after runs
 }
 
+// own is a message the actor sent itself (a call's result, a timer): an
+// incarnation takes only its own, not those of the one a panic replaced.
+type own struct {
+	by  *botActor
+	msg any
+}
+
+// tell sends msg to the actor, from any goroutine.
+func (a *botActor) tell(msg any) { a.sys.Send(a.self, own{a, msg}) }
+
 func (a *botActor) Receive(c *actors.Context) {
-	switch msg := c.Message().(type) {
+	m := c.Message()
+	if o, ok := m.(own); ok {
+		if o.by != a {
+			return
+		}
+		m = o.msg
+	}
+	switch msg := m.(type) {
 	case actors.Started:
 		a.start(c)
 	case actors.Stopping, actors.Restarting, actors.Stopped:
@@ -309,7 +326,7 @@ func (a *botActor) start(c *actors.Context) {
 				l.finals[m.ApprovalID] = api.Approval{ID: m.ApprovalID, State: api.ApprovalCancelled}
 			}
 		}
-		sys.Send(self, l)
+		sys.Send(self, own{a, l})
 	}()
 }
 

@@ -73,7 +73,7 @@ func (a *botActor) run(o *op, it *item) {
 			"reply_markup": map[string]any{"force_reply": true, "input_field_placeholder": "your answer"}}, &sent)
 		done.msgID = sent.MessageID
 	}
-	a.sys.Send(a.self, done)
+	a.tell(done)
 }
 
 var methods = map[string]string{"send": "sendMessage", "edit": "editMessageText", "answer": "answerCallbackQuery", "ask": "sendMessage"}
@@ -169,7 +169,7 @@ func (a *botActor) after(d time.Duration, msg any) {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			a.sys.Send(a.self, msg)
+			a.tell(msg)
 		case <-a.ctx.Done():
 		}
 	}()
@@ -193,7 +193,7 @@ func (a *botActor) poll() {
 		if err == nil {
 			us, err = DecodeUpdates(raw)
 		}
-		a.sys.Send(a.self, polledMsg{updates: us, err: err})
+		a.tell(polledMsg{updates: us, err: err})
 	}()
 }
 
@@ -251,7 +251,7 @@ func (a *botActor) batchDone() {
 		if err != nil {
 			a.b.opts.Logger.Warn().Err(err).Msg("recording the Telegram bot's offset")
 		}
-		a.sys.Send(a.self, offsetSavedMsg{next: next})
+		a.tell(offsetSavedMsg{next: next})
 	})
 }
 
@@ -339,9 +339,8 @@ func (a *botActor) answer(cbID string, chat int64, action, id string, d api.Deci
 	if d == api.DecisionDeny {
 		res.Message = "denied from Telegram"
 	}
-	sys, self := a.sys, a.self
 	a.b.opts.Approvals.Answer(id, d, res, func(ap api.Approval, err error) {
-		sys.Send(self, answeredMsg{cbID: cbID, chat: chat, action: action, id: id, a: ap, err: err})
+		a.tell(answeredMsg{cbID: cbID, chat: chat, action: action, id: id, a: ap, err: err})
 	})
 }
 
