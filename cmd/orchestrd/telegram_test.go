@@ -691,3 +691,32 @@ func TestTelegramImport(t *testing.T) {
 		t.Fatalf("the approval waits %s, not timeout_seconds", got)
 	}
 }
+
+// A bad [approvals.telegram] stops serve with each mistake named, never a
+// token: one given inline, no chats, a bad api_url; a token name the
+// secrets file does not hold stops it too.
+func TestTelegramConfigErrors(t *testing.T) {
+	t.Parallel()
+	home := shortTemp(t)
+	p := filepath.Join(home, "bad.toml")
+	if err := os.WriteFile(p, []byte("[approvals.telegram]\ntoken = \""+tgToken+"\"\napi_url = \"ftp://x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "serve", "--home", home, "--config", p).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Contains(string(out), "AAH-secret") {
+		t.Fatalf("exit %v, want 2, no token\n%s", err, out)
+	}
+	for _, w := range []string{"approvals.telegram.token looks like a token", "approvals.telegram.allowed_chat_ids is required",
+		"approvals.telegram.api_url must be"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("no %q in\n%s", w, out)
+		}
+	}
+	if err := os.WriteFile(p, []byte("[approvals.telegram]\ntoken = \"tg\"\nallowed_chat_ids = [1]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(binary, "serve", "--home", home, "--config", p).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `token names "tg", which secrets.toml does not hold`) {
+		t.Fatalf("exit %v\n%s", err, out)
+	}
+}
