@@ -97,8 +97,10 @@ func (a *botActor) callDone(d callDoneMsg) {
 			a.emit(ev)
 			a.b.opts.Logger.Warn().Str("method", ev.Method).Str("error", ev.Error).Msg("Telegram refused a call")
 			a.queue = a.queue[1:]
-			if o.kind == "edit" && it != nil {
-				it.edits--
+			if it != nil {
+				if o.kind == "edit" {
+					it.edits--
+				}
 				a.forgetIfDone(o.id, it)
 			}
 			a.kick()

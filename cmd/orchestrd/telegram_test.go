@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 )
 
@@ -405,6 +406,20 @@ func TestTelegramAllow(t *testing.T) {
 		t.Fatalf("resolved %+v %+v", res.Approval, r)
 	}
 	d.waitEvent("telegram.answered", func(e map[string]any) bool { return e["outcome"] == "over" && e["chat_id"] == float64(111) })
+	// The bot is an actor under the approvals supervisor.
+	var tree struct {
+		Tree []actors.TreeNode `json:"tree"`
+	}
+	d.mustCall("tree.get", nil, &tree)
+	found := false
+	for _, top := range tree.Tree {
+		for _, c := range top.Children {
+			found = found || (top.Kind == "approvals" && c.Kind == "telegram" && c.State == "running")
+		}
+	}
+	if !found {
+		t.Fatalf("no running telegram actor under approvals: %+v", tree.Tree)
+	}
 	noToken(t, d)
 }
 
