@@ -92,6 +92,9 @@ const (
 	ByTimeout = "timeout" // its deadline passed
 	ByDaemon  = "daemon"  // the daemon cancelled it (Resolution.Reason)
 	ByRequest = "requester"
+	// ByTelegram: a tap or a reply in a Telegram chat the bot obeys
+	// ([approvals.telegram]); Resolution.BySession is the chat's id.
+	ByTelegram = "telegram"
 )
 
 // Reasons an approval was cancelled (Resolution.Reason).
@@ -176,6 +179,8 @@ type Resolution struct {
 // "control pid 4243", "rule", "timeout".
 func (r Resolution) Who() string {
 	switch {
+	case r.By == ByTelegram && r.BySession != "":
+		return r.By + " chat " + r.BySession
 	case r.BySession != "":
 		return r.By + " session " + r.BySession
 	case r.ByPid != 0:

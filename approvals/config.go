@@ -2,8 +2,10 @@ package approvals
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -20,6 +22,9 @@ type Config struct {
 	// NotifyTimeout bounds each run of NotifyCommand (then it is killed).
 	NotifyTimeout api.Duration   `toml:"notify_timeout"`
 	Reachout      ReachoutConfig `toml:"reachout"`
+	// Telegram ([approvals.telegram]), when present, sends every pending
+	// approval to Telegram chats and takes their answers.
+	Telegram *TelegramConfig `toml:"telegram"`
 	// Rules ([[approvals.rules]]) are checked in order before anyone is
 	// asked.
 	Rules []RuleConfig `toml:"rules"`
@@ -31,6 +36,32 @@ type ReachoutConfig struct {
 	Enabled bool `toml:"enabled"`
 	// Socket is the socket's path; "": the path the hook itself resolves.
 	Socket string `toml:"socket"`
+}
+
+// TelegramConfig is the [approvals.telegram] table: the bot side of
+// vibe-reachout, in the daemon.
+type TelegramConfig struct {
+	// Token names the bot's token in secrets.toml (never the token).
+	Token string `toml:"token"`
+	// AllowedChatIDs are the chats sent every approval and obeyed; any
+	// other chat is refused.
+	AllowedChatIDs []int64 `toml:"allowed_chat_ids"`
+	// Timeout, as vibe-reachout's timeout_seconds: when set, how long an
+	// approval waits for an answer unless [approvals] timeout is set.
+	Timeout api.Duration `toml:"timeout"`
+	// APIURL is the Bot API's base URL (a proxy, a test server).
+	APIURL string `toml:"api_url"`
+}
+
+// DefaultTelegramAPI is the Bot API's base URL.
+const DefaultTelegramAPI = "https://api.telegram.org"
+
+// APIBase is c's Bot API base URL, the default when unset.
+func (c TelegramConfig) APIBase() string {
+	if c.APIURL == "" {
+		return DefaultTelegramAPI
+	}
+	return strings.TrimRight(c.APIURL, "/")
 }
 
 // RuleConfig is one [[approvals.rules]] entry.
@@ -75,6 +106,9 @@ func Validate(key string, c Config) []error {
 			bad("%s.notify_command[0] (the program) must not be empty", key)
 		}
 	}
+	if t := c.Telegram; t != nil {
+		errs = append(errs, validateTelegram(key+".telegram", *t)...)
+	}
 	for i, r := range c.Rules {
 		errs = append(errs, validateRule(fmt.Sprintf("%s.rules[%d]", key, i+1), r)...)
 	}
@@ -113,6 +147,31 @@ func validateRule(key string, r RuleConfig) []error {
 	}
 	if r.Message != "" && r.Decision == "allow" {
 		bad("%s.message is a deny's message to the agent: an allow rule has none", key)
+	}
+	return errs
+}
+
+func validateTelegram(key string, t TelegramConfig) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case t.Token == "":
+		bad("%s.token is required: the name of the bot's token in secrets.toml (never the token itself)", key)
+	case strings.Contains(t.Token, ":"):
+		bad("%s.token looks like a token, not its name: put the token in secrets.toml "+
+			"(orchestrd approvals telegram import) and name it here", key)
+	}
+	if len(t.AllowedChatIDs) == 0 {
+		bad("%s.allowed_chat_ids is required: the chats the bot sends to and obeys", key)
+	}
+	if t.Timeout.Duration < 0 {
+		bad("%s.timeout must be > 0, got %s", key, t.Timeout)
+	}
+	if t.APIURL != "" {
+		u, err := url.Parse(t.APIURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+			bad("%s.api_url must be an http(s) URL without credentials or query, like %s", key, DefaultTelegramAPI)
+		}
 	}
 	return errs
 }

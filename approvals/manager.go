@@ -94,6 +94,12 @@ func (s *supervisorActor) Receive(c *actors.Context) {
 	switch msg := c.Message().(type) {
 	case actors.Stopping:
 		s.stopping = true
+	case spawnChildMsg:
+		if s.stopping {
+			msg.done(actors.Ref{}, api.Errorf(api.CodeShuttingDown, "the daemon is stopping: %s not started", msg.p.Kind))
+			return
+		}
+		msg.done(c.Spawn(msg.p))
 	case spawnMsg:
 		e := msg.e
 		if s.stopping {

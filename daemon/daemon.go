@@ -106,6 +106,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
+	// The Telegram bot's token too: a name the file does not hold stops
+	// it here, with exit 2 (the entry named, never a value).
+	if tg := cfg.Approvals.Telegram; tg != nil {
+		if _, err := telegramToken(*tg, secretsFile); err != nil {
+			return &ConfigError{Err: err}
+		}
+	}
 	// The fleet's credentials too ([cluster]): missing, readable by
 	// others, another node's, or not letting this node serve its shared
 	// lanes, they stop it here, before NATS or any lane starts.

@@ -12,6 +12,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/approvals/notify"
+	"github.com/orchestrd/orchestrd/approvals/telegram"
 	"github.com/orchestrd/orchestrd/chat"
 	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/clanker/ipc"
@@ -92,6 +93,7 @@ type root struct {
 
 	notifier        *notify.Notifier
 	approvalsMgr    *approvals.Manager
+	telegram        *telegram.Bot // [approvals.telegram]: nil when off
 	chatSaved       *chatSessions
 	chatMgr         *chat.Manager
 	execMgr         *executors.Manager
@@ -255,18 +257,37 @@ type approvalsService struct{ *root }
 
 func (approvalsService) Name() string { return "approvals" }
 func (s approvalsService) Start(context.Context) error {
-	s.notifier = startNotifier(s.cfg.Approvals, s.mgr.Reaper(), s.bus, s.log)
-	m, err := approvals.Start(approvals.Options{Config: s.cfg.Approvals, Bus: s.bus, System: s.sys,
-		Logger: s.log, Reaper: s.mgr.Reaper(), Log: approvalLog{s.st}, OnPending: s.notifier.Notify, OnEnded: s.mx.ApprovalEnded})
+	var tgToken string
+	cfg := s.cfg.Approvals
+	if tg := cfg.Telegram; tg != nil {
+		var err error
+		if tgToken, err = telegramToken(*tg, s.secrets); err != nil {
+			return err
+		}
+		if tg.Timeout.Duration > 0 && !s.cfg.Set("approvals.timeout") {
+			cfg.Timeout = tg.Timeout
+		}
+	}
+	s.notifier = startNotifier(cfg, s.mgr.Reaper(), s.bus, s.log)
+	w := &approvalWatchers{notify: s.notifier.Notify, ended: s.mx.ApprovalEnded}
+	m, err := approvals.Start(approvals.Options{Config: cfg, Bus: s.bus, System: s.sys,
+		Logger: s.log, Reaper: s.mgr.Reaper(), Log: approvalLog{s.st}, OnPending: w.pending, OnEnded: w.end})
 	if err != nil {
 		s.notifier.Close()
 		return fmt.Errorf("starting approvals: %w", err)
 	}
 	s.approvalsMgr = m
+	// Before any approval is asked (the front-ends start later), so w.bot
+	// is read without a lock.
+	if w.bot, err = startTelegram(cfg.Telegram, tgToken, m, s.st, s.bus, s.sys, s.log); err != nil {
+		return err
+	}
+	s.telegram = w.bot
 	return nil
 }
 func (s approvalsService) Recover(ctx context.Context) error {
 	_, err := recoverWithin(ctx, s.approvalsMgr.Recover, "approvals")
+	s.telegram.Resync() // the approvals recovered: sent unless they were
 	return err
 }
 func (s approvalsService) StopTimeout() time.Duration {

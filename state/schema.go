@@ -333,6 +333,24 @@ CREATE INDEX ui_sessions_expires ON ui_sessions(expires);
 	{version: 17, name: "what a job cost", sql: `
 ALTER TABLE jobs ADD COLUMN usage TEXT;
 `},
+	// The Telegram bot's place in its updates (the next getUpdates offset:
+	// a restart neither loses nor replays a tap) and the messages it sent
+	// of each approval, a chat a row (nothing is sent twice; each is
+	// edited with the outcome, then forgotten). token is the approval's
+	// short id in the buttons' callback data.
+	{version: 18, name: "the Telegram bot's offset and messages", sql: `
+CREATE TABLE telegram_offset (
+	id   INTEGER PRIMARY KEY CHECK (id = 1),
+	next INTEGER NOT NULL
+);
+CREATE TABLE telegram_messages (
+	approval_id TEXT NOT NULL,
+	chat_id     INTEGER NOT NULL,
+	message_id  INTEGER NOT NULL,
+	token       TEXT NOT NULL,
+	PRIMARY KEY (approval_id, chat_id)
+) WITHOUT ROWID;
+`},
 }
 
 // SchemaVersion is the schema version this build writes and the newest it

@@ -31,6 +31,7 @@ import (
 const approvalsUsage = `orchestrd approvals [--home DIR] [--all [--limit N]] [--source S] [--json] [--watch]
        orchestrd approvals rules [--home DIR] [--json]
        orchestrd approvals rules rm [--home DIR] ID
+       orchestrd approvals telegram import [--home DIR] [--from FILE] [--name NAME]
 
 Lists the pending approvals (--all: the history too, newest first). --watch
 prints each new approval as it arrives and, when stdin is a terminal, asks
@@ -78,10 +79,13 @@ func cmdApprovals(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if fs.NArg() > 0 {
-		if fs.Arg(0) == "rules" {
+		switch fs.Arg(0) {
+		case "rules":
 			return cmdApprovalRules(fs.Args()[1:], *home, stdout, stderr)
+		case "telegram":
+			return cmdApprovalsTelegram(fs.Args()[1:], *home, stdout, stderr)
 		}
-		return usageError(fs, approvalsUsage, stderr, "unexpected argument %q (the subcommand is rules)", fs.Arg(0))
+		return usageError(fs, approvalsUsage, stderr, "unexpected argument %q (the subcommands are rules, telegram import)", fs.Arg(0))
 	}
 	if *source != "" && !slices.Contains(approvalSources, *source) {
 		return usageError(fs, approvalsUsage, stderr, "unknown source %q; the sources are %s", *source, strings.Join(approvalSources, ", "))

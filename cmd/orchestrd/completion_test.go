@@ -220,7 +220,7 @@ func TestCompletionFish(t *testing.T) {
 		{"orchestrd jobs --st", []string{"--state"}},
 		{"orchestrd jobs --state f", []string{"failed"}},
 		{"orchestrd --home /tmp jo", []string{"job", "jobs"}},
-		{"orchestrd approvals ", []string{"rules"}},
+		{"orchestrd approvals ", []string{"rules", "telegram"}},
 		{"orchestrd approvals rules ", []string{"rm"}},
 		{"orchestrd approvals rules --", []string{"--help", "--home", "--json"}},
 		{"orchestrd completion ", []string{"bash", "fish", "zsh"}},

@@ -1,0 +1,114 @@
+package telegram
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/approvals"
+)
+
+// panicky is an Answerer whose first PendingApprovals panics (inside the
+// bot's Receive), as a bug would.
+type panicky struct {
+	sys   *actors.System
+	calls atomic.Int32
+	a     api.Approval
+	refs  chan actors.Ref
+}
+
+func (p *panicky) PendingApprovals() []api.Approval {
+	if p.calls.Add(1) == 1 {
+		panic("a bug in the bot")
+	}
+	return []api.Approval{p.a}
+}
+func (p *panicky) Get(string) (api.Approval, bool, error)                                 { return api.Approval{}, false, nil }
+func (p *panicky) Answer(string, api.Decision, api.Resolution, func(api.Approval, error)) {}
+func (p *panicky) SpawnChild(pr actors.Props, done func(actors.Ref, error)) {
+	r, err := p.sys.Spawn(pr)
+	done(r, err)
+	p.refs <- r
+}
+
+// A panic in the bot restarts it: the fresh incarnation loads again and
+// sends the pending approval, once to each chat; the calls of the one it
+// replaced are not taken for its own.
+func TestBotRestartedAfterPanic(t *testing.T) {
+	var mu sync.Mutex
+	sent := map[int64]int{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&p)
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/getUpdates"):
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+			_, _ = w.Write([]byte(`{"ok":true,"result":[]}`))
+		case strings.HasSuffix(r.URL.Path, "/sendMessage"):
+			mu.Lock()
+			chat := int64(p["chat_id"].(float64))
+			sent[chat]++
+			mu.Unlock()
+			_, _ = w.Write([]byte(`{"ok":true,"result":{"message_id":5,"chat":{"id":1}}}`))
+		default:
+			_, _ = w.Write([]byte(`{"ok":true,"result":true}`))
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	var panics atomic.Int32
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(actors.PanicInfo) { panics.Add(1) }})
+	defer sys.Shutdown()
+	ans := &panicky{sys: sys, refs: make(chan actors.Ref, 1), a: api.Approval{ID: "a-1", State: api.ApprovalPending,
+		Kind: api.KindTool, ToolName: "Bash", Deadline: time.Now().Add(time.Hour)}}
+	_, err = Start(Options{Config: approvals.TelegramConfig{AllowedChatIDs: []int64{1, 2}, APIURL: "http://" + ln.Addr().String()},
+		Token: "1:x", Approvals: ans, System: sys, Logger: zerolog.Nop(), PollTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := <-ans.refs
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		done := sent[1] == 1 && sent[2] == 1
+		mu.Unlock()
+		if done && panics.Load() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sent %v, %d panics", sent, panics.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if tr := sys.Tree(); len(tr) != 1 || tr[0].Kind != "telegram" || tr[0].Restarts != 1 {
+		t.Fatalf("tree %+v", tr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sys.Stop(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent[1] != 1 || sent[2] != 1 {
+		t.Fatalf("sent %v", sent)
+	}
+}
