@@ -143,7 +143,7 @@ func (hookListen) Name() string { return "hook.listen" }
 func (s hookListen) Off() string { return s.hook.fe.Off }
 func (s hookListen) Start(context.Context) error {
 	var err error
-	s.hook, err = listenReachout(s.cfg, s.bus, s.log)
+	s.hook, err = listenReachout(s.cfg, s.bus, s.sys, s.log)
 	return err
 }
 
@@ -378,7 +378,7 @@ type clankerService struct{ *root }
 func (clankerService) Name() string { return "clanker" }
 func (s clankerService) Start(context.Context) error {
 	m, err := clanker.Start(clanker.Options{Config: s.cfg.Clanker, Store: clankerStore{s.st},
-		Listen: ipc.Listener(s.bus, s.log), Bus: s.bus, System: s.sys, Logger: s.log,
+		Listen: ipc.Listener(s.bus, s.sys, s.log), Bus: s.bus, System: s.sys, Logger: s.log,
 		Sync: s.cfg.State.Durability == string(state.DurabilityPower)})
 	if err != nil {
 		return fmt.Errorf("starting clanker's repos: %w", err)

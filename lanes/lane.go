@@ -588,7 +588,9 @@ func (l *laneHandle) startAccepting(sys *actors.System, self actors.Ref) {
 	if l.srv != nil || l.closed {
 		return
 	}
-	l.srv = sockserve.New(sockserve.Options{Path: l.socket, Component: "lane " + l.name,
+	// No actor a connection here: a handshake hands its connection to a
+	// runner actor, which owns it from then on.
+	l.srv, _ = sockserve.New(sockserve.Options{Path: l.socket, Component: "lane " + l.name,
 		Serve:       func(c *sockserve.Conn) { l.handshake(sys, self, c) },
 		ServeCloses: true, // a runner's connection outlives its handshake: the lane actor has it
 		Interrupt:   interruptHandshake,

@@ -143,7 +143,7 @@ func New(opts Options) (*Server, error) {
 		conns:   map[*conn]struct{}{},
 		methods: make(map[string]method, len(ownMethods)),
 	}
-	s.ss = sockserve.New(sockserve.Options{Path: opts.Path, Component: "control", Refusal: refusal,
+	s.ss, _ = sockserve.New(sockserve.Options{Path: opts.Path, Component: "control", Refusal: refusal,
 		Serve: s.admit, ServeCloses: true, Bus: opts.Bus, Logger: s.log})
 	for name, f := range ownMethods {
 		s.methods[name] = method{own: f}
