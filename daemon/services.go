@@ -448,7 +448,8 @@ func (s httpService) Start(context.Context) error {
 	var mounts []httpapi.Mount
 	if s.httpFE.ln != nil && s.cfg.UI.Enabled {
 		dash, err := ui.New(ui.Options{Config: s.cfg.UI, Caller: s.srv, Bus: s.bus, Key: s.httpFE.key, Home: s.opts.Home,
-			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != "", Store: s.st})
+			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != "", Store: s.st,
+			System: s.sys})
 		if err != nil {
 			return fmt.Errorf("starting the dashboard: %w", err)
 		}
@@ -456,6 +457,7 @@ func (s httpService) Start(context.Context) error {
 		dash.Register(s.srv)
 		mounts = append(mounts, httpapi.Mount{Pattern: "/ui/", Handler: dash}, httpapi.Mount{Pattern: "GET /ui", Handler: dash})
 	}
+	s.httpFE.sys = s.sys
 	// GET /metrics behind the API's key; every request observed.
 	mounts = append(mounts, httpapi.Mount{Pattern: "GET /metrics", Handler: s.mx.Handler(), Bearer: true})
 	if err := s.httpFE.start(s.opts.Home, s.st, s.opts.Version, s.srv, s.bus, s.started, s.log, mounts, s.mx.ObserveHTTP); err != nil {
@@ -466,6 +468,12 @@ func (s httpService) Start(context.Context) error {
 	}
 	s.fronts.http = s.httpFE.fe
 	s.fronts.ui = uiFrontEnd(s.cfg, s.httpFE, s.dash)
+	if s.httpFE.srv != nil {
+		s.fronts.httpConns = s.httpFE.srv.Conns
+	}
+	if s.dash != nil {
+		s.fronts.uiConns = s.dash.Conns
+	}
 	return nil
 }
 func (s httpService) StopTimeout() time.Duration { return 10*time.Second + supervisor.DefaultStopGrace }

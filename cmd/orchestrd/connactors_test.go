@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +71,35 @@ func TestConnectionsListed(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A running /execute/stream is a "stream" actor under "http-streams":
+// frontend.list shows it under http with the client's address; once the
+// stream ends it is gone.
+func TestHTTPStreamListed(t *testing.T) {
+	t.Parallel()
+	d, base, key := httpDaemon(t, "")
+	resp := startStream(t, context.Background(), base, key, `{"command":"sh","args":["-c","echo started; exec sleep 60"]}`)
+	job := readSSE(t, resp.Body, 1)[0].JobID
+	httpFE := func() api.FrontEnd {
+		var fe api.FrontEndList
+		d.mustCall("frontend.list", nil, &fe)
+		for _, f := range fe.FrontEnds {
+			if f.Name == "http" {
+				return f
+			}
+		}
+		t.Fatalf("no http front-end in %+v", fe)
+		return api.FrontEnd{}
+	}
+	f := httpFE()
+	if f.ConnsOpen != 1 || len(f.Conns) != 1 || f.Conns[0].Kind != "stream" || !strings.HasPrefix(f.Conns[0].Address, "127.0.0.1:") {
+		t.Fatalf("http front-end %+v, want the stream listed", f)
+	}
+	if a := httpDo(t, "DELETE", base+"/execute/"+job, key, ""); a.status != 200 {
+		t.Fatalf("cancel: %d %s", a.status, a.raw)
+	}
+	readSSE(t, resp.Body, 0)
+	resp.Body.Close()
+	eventually(t, 20*time.Second, "the stream gone from the list", func() bool { return httpFE().ConnsOpen == 0 })
 }
