@@ -363,7 +363,6 @@ func (cn *conn) readLoop(ref actors.Ref) {
 
 // Messages to the conn actor.
 type (
-	activate struct{}
 	lineMsg  []byte
 	readEnd  struct{ err error }
 	stopConn struct{}
@@ -375,7 +374,7 @@ type connActor struct{ cn *conn }
 func (a *connActor) Receive(c *actors.Context) {
 	cn := a.cn
 	switch m := c.Message().(type) {
-	case activate:
+	case sockserve.Activate:
 		// Sent by the conns actor once Spawn has returned. Nothing that can
 		// stop this actor (the reader, abort) starts before: an actor that
 		// stops while its spawn is still being recorded confuses the

@@ -88,7 +88,7 @@ type Server struct {
 	sys      *actors.System
 	bus      *eventlog.Bus
 	log      zerolog.Logger
-	connsRef actors.Ref
+	connsSup *sockserve.Supervisor // "conns": the conn actors' supervisor
 	// methods is the method table: read without a lock once Serve runs,
 	// written (Handle) only before.
 	methods map[string]method
@@ -158,13 +158,12 @@ func New(opts Options) (*Server, error) {
 	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
 	s.qopts = QueueOptions{Lines: opts.SubscriberQueue, DropOldest: opts.Overflow == OverflowDropOldest,
 		RespHigh: max(1, opts.SubscriberQueue-s.inFlight)}
-	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", ListMax: api.MaxListedConns,
-		New: func() actors.Actor { return &connsActor{s: s} }})
+	sup, err := sockserve.NewSupervisor(s.sys, "conns", "", s.log)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	s.connsRef = ref
+	s.connsSup = sup
 	return s, nil
 }
 
@@ -237,7 +236,16 @@ func (s *Server) admit(c *sockserve.Conn) {
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
 	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: c.Peer.Pid, UID: c.Peer.UID})
-	s.sys.Send(s.connsRef, spawnConn{cn})
+	// Inline: the conn actor runs on the goroutine that sends to it, nearly
+	// always its own reader, which saves a goroutine hand-off per request;
+	// its handlers never block.
+	s.connsSup.Adopt(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop, Inline: true,
+		Info: func() any { return cn.info() }, New: func() actors.Actor { return &connActor{cn: cn} }},
+		func(err error) {
+			s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")
+			cn.setReason(ReasonActorStopped)
+			cn.finish(nil)
+		})
 }
 
 // Conns lists at most max of the control connections open now, the
@@ -316,7 +324,7 @@ func (s *Server) close() error {
 	all := append([]*conn(nil), conns...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := s.sys.Stop(ctx, s.connsRef)
+	err := s.connsSup.Stop(ctx)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("control: %w", err)
@@ -349,29 +357,4 @@ func (s *Server) close() error {
 	}
 	s.wg.Wait()
 	return err
-}
-
-// connsActor supervises the conn actors.
-type connsActor struct{ s *Server }
-
-type spawnConn struct{ cn *conn }
-
-func (a *connsActor) Receive(c *actors.Context) {
-	m, ok := c.Message().(spawnConn)
-	if !ok {
-		return
-	}
-	cn := m.cn
-	// Inline: the conn actor runs on the goroutine that sends to it, nearly
-	// always its own reader, which saves a goroutine hand-off per request;
-	// its handlers never block.
-	ref, err := c.Spawn(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop, Inline: true,
-		Info: func() any { return cn.info() }, New: func() actors.Actor { return &connActor{cn: cn} }})
-	if err != nil {
-		a.s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")
-		cn.setReason(ReasonActorStopped)
-		cn.finish(nil)
-		return
-	}
-	c.Send(ref, activate{})
 }

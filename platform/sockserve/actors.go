@@ -138,7 +138,6 @@ func (sup *Supervisor) start(c *Conn) {
 	}
 	sup.mu.Unlock()
 	if closed {
-		c.sup = nil
 		c.finish()
 		return
 	}
@@ -204,8 +203,26 @@ func (s *seqCounter) next() int64 {
 	return s.n
 }
 
+// Activate is the first message of a connection actor a front-end's own
+// (Adopt), sent once its spawn is recorded: nothing that may stop it
+// should start before.
+type Activate struct{}
+
+// Adopt asks the supervisor to spawn p, a front-end's own connection
+// actor (the control socket's conn, whose Receive reads its lines), as
+// one of its connections, and then to send it Activate. failed is called,
+// from the supervisor's goroutine, when it cannot be spawned. The
+// front-end lists such connections itself.
+func (sup *Supervisor) Adopt(p actors.Props, failed func(error)) {
+	sup.sys.Send(sup.ref, adopt{p, failed})
+}
+
 // Messages of the supervisor and connection actors.
 type (
+	adopt struct {
+		p      actors.Props
+		failed func(error)
+	}
 	spawnConn   struct{ c *Conn }
 	activate    struct{}
 	served      struct{}
@@ -216,6 +233,15 @@ type (
 type supActor struct{ sup *Supervisor }
 
 func (a *supActor) Receive(cx *actors.Context) {
+	if m, ok := cx.Message().(adopt); ok {
+		ref, err := cx.Spawn(m.p)
+		if err != nil {
+			m.failed(err)
+			return
+		}
+		cx.Send(ref, Activate{})
+		return
+	}
 	m, ok := cx.Message().(spawnConn)
 	if !ok {
 		return
