@@ -307,6 +307,11 @@ func (c *Conn) loop(sys *actors.System, self actors.Ref) {
 	defer func() {
 		r := recover()
 		if r == nil {
+			if c.srv.opts.ServeCloses {
+				// Serve handed the socket on (a runner actor took it):
+				// the actor stops without closing it.
+				c.handedOff.Store(true)
+			}
 			return
 		}
 		msg = panickedMsg{v: r}
@@ -374,7 +379,7 @@ func (c *Conn) finish() {
 		if c.cancel != nil {
 			c.cancel()
 		}
-		if c.NC != nil {
+		if c.NC != nil && !c.handedOff.Load() {
 			c.NC.Close()
 		}
 		if c.sup != nil {

@@ -81,7 +81,10 @@ type Options struct {
 	// it returns.
 	Serve func(c *Conn)
 	// ServeCloses: Serve closes the socket itself, possibly after it
-	// returns (an outbound queue flushing its last lines, bounded).
+	// returns (an outbound queue flushing its last lines, bounded), or
+	// hands it on (a runner actor takes a runner's connection): a
+	// connection's actor then stops without closing it, unless Serve
+	// panicked.
 	ServeCloses bool
 	// Interrupt asks a connection to end when the server closes (nil:
 	// its read deadline is set to now, so a Serve waiting for a line
@@ -96,9 +99,9 @@ type Options struct {
 
 	// System, when set, makes each connection an actor (of Kind) under a
 	// connections supervisor of the server's own (Supervisor, SupervisorID:
-	// "hooks", "pods"), Serve its goroutine: see Supervisor. Without one,
-	// Serve runs on a goroutine of the server's (the lanes' handshakes,
-	// whose connection a runner actor takes over).
+	// "hooks", "pods", "handshakes"), Serve its goroutine: see Supervisor.
+	// Without one, Serve runs on a goroutine of the server's (the control
+	// socket's admit, which hands each connection to its own conn actor).
 	System       *actors.System
 	Supervisor   string
 	SupervisorID string
@@ -130,6 +133,7 @@ type Conn struct {
 	addr       string // a stream's peer
 	since      time.Time
 	queued     atomic.Int64
+	handedOff  atomic.Bool // Serve returned under ServeCloses: the socket is not the server's to close
 	srv        *Server     // nil for a stream
 	sup        *Supervisor // nil without actors
 	wg         *sync.WaitGroup
@@ -376,7 +380,9 @@ func (s *Server) Close() {
 	case <-done:
 	case <-t.C:
 		for _, c := range s.Conns() {
-			c.NC.Close()
+			if !c.handedOff.Load() {
+				c.NC.Close()
+			}
 		}
 		if s.sup == nil {
 			<-done
