@@ -24,7 +24,13 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle timer (a message to an actor
+		// stopped, such as a hook's linked approval); it ends by itself a
+		// second later.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
 
 // ---- a fake Asker: the test resolves what it was asked ----
 
