@@ -362,10 +362,12 @@ func (c *Conn) Info() api.ConnInfo {
 // Write writes b within timeout, counting it queued until the socket has
 // taken it.
 func (c *Conn) Write(b []byte, timeout time.Duration) (int, error) {
-	c.queued.Add(int64(len(b)))
-	defer c.queued.Add(-int64(len(b)))
+	n := int64(len(b))
+	c.queued.Add(n)
 	c.NC.SetWriteDeadline(time.Now().Add(timeout))
-	return c.NC.Write(b)
+	k, err := c.NC.Write(b)
+	c.queued.Add(-n)
+	return k, err
 }
 
 // Queued counts bytes as queued (negative: taken), for a stream whose
