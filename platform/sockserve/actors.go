@@ -378,12 +378,7 @@ func (c *Conn) Queued(n int64) { c.queued.Add(n) }
 // closed (a stream cancelled), unregistered, its token released.
 func (c *Conn) finish() {
 	c.finishOnce.Do(func() {
-		if c.cancel != nil {
-			c.cancel()
-		}
-		if c.NC != nil && !c.handedOff.Load() {
-			c.NC.Close()
-		}
+		// Unlisted before its peer sees it closed.
 		if c.sup != nil {
 			c.sup.mu.Lock()
 			delete(c.sup.conns, c)
@@ -391,6 +386,12 @@ func (c *Conn) finish() {
 		}
 		if c.srv != nil {
 			c.srv.forget(c)
+		}
+		if c.cancel != nil {
+			c.cancel()
+		}
+		if c.NC != nil && !c.handedOff.Load() {
+			c.NC.Close()
 		}
 		c.markRunning() // never ran: a stream's End must not wait
 		c.wg.Done()
