@@ -89,7 +89,21 @@ type Props struct {
 	// reader, whose handlers never block: it saves a goroutine hand-off
 	// per message.
 	Inline bool
+	// Info, when not nil, is called at each Tree snapshot: what the tree
+	// shows of this actor besides its kind and state (a connection's peer,
+	// age and queued bytes). It runs on the snapshot's goroutine: it must
+	// read only what is safe to read from any goroutine.
+	Info func() any
+	// ListMax, when > 0, bounds how many of this actor's children a Tree
+	// snapshot lists (the first by kind then id); how many were left off is
+	// the snapshot's children_left_off.
+	ListMax int
 }
+
+// Link asks the actor that receives it to watch Ref, which watches it in
+// turn: each hears Terminated when the other stops. An actor that takes
+// links (a connection's) handles it; others ignore it.
+type Link struct{ Ref Ref }
 
 // PanicInfo describes a caught panic.
 type PanicInfo struct {
@@ -271,12 +285,16 @@ func (s *System) lookup(pid *actor.PID) *node {
 
 // TreeNode is one actor in a Tree snapshot.
 type TreeNode struct {
-	Kind      string     `json:"kind"`
-	ID        string     `json:"id"`
-	State     string     `json:"state"`
-	Restarts  int64      `json:"panic_restarts"` // times this actor was restarted after a panic
-	StartedAt time.Time  `json:"started_at"`
-	Children  []TreeNode `json:"children"`
+	Kind      string    `json:"kind"`
+	ID        string    `json:"id"`
+	State     string    `json:"state"`
+	Restarts  int64     `json:"panic_restarts"` // times this actor was restarted after a panic
+	StartedAt time.Time `json:"started_at"`
+	// Info is what Props.Info said at the snapshot; absent when none.
+	Info     any        `json:"info,omitempty"`
+	Children []TreeNode `json:"children"`
+	// LeftOff counts the children not listed (past Props.ListMax).
+	LeftOff int `json:"children_left_off,omitempty"`
 }
 
 // Tree snapshots every live actor, top-level ones first in start order,
@@ -295,6 +313,9 @@ func (s *System) Tree() []TreeNode {
 func (n *node) snapshot() TreeNode {
 	t := TreeNode{Kind: n.kind, ID: n.id, State: n.state.Load().(string),
 		Restarts: n.restarts.Load(), StartedAt: n.started, Children: []TreeNode{}}
+	if n.props.Info != nil {
+		t.Info = n.props.Info()
+	}
 	n.mu.Lock()
 	kids := make([]*node, 0, len(n.children))
 	for _, c := range n.children {
@@ -307,6 +328,10 @@ func (n *node) snapshot() TreeNode {
 		}
 		return kids[i].id < kids[j].id
 	})
+	if max := n.props.ListMax; max > 0 && len(kids) > max {
+		t.LeftOff = len(kids) - max
+		kids = kids[:max]
+	}
 	for _, c := range kids {
 		t.Children = append(t.Children, c.snapshot())
 	}

@@ -188,3 +188,47 @@ func TestTimersStopWithActor(t *testing.T) {
 	}
 	// goleak in TestMain proves the ticker goroutine and timers are gone.
 }
+
+// Props.Info is shown in the tree; Props.ListMax bounds the children
+// listed, counting the rest.
+func TestTreeInfoAndListMax(t *testing.T) {
+	s, _ := newSystem(t)
+	got := make(chan any, 8)
+	var kids []Ref
+	parent, err := s.Spawn(Props{Kind: "conns", ListMax: 2, New: func() Actor {
+		return &probe{got: got, onMsg: func(c *Context) {
+			if _, ok := c.Message().(Started); !ok {
+				return
+			}
+			for _, id := range []string{"a", "b", "c"} {
+				r, err := c.Spawn(Props{Kind: "conn", ID: id, Info: func() any { return "peer " + id },
+					New: func() Actor { return &probe{got: make(chan any, 8)} }})
+				if err != nil {
+					panic(err)
+				}
+				kids = append(kids, r)
+			}
+		}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor[Started](t, got)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tr := s.Tree()
+		if len(tr) == 1 && len(tr[0].Children)+tr[0].LeftOff == 3 {
+			if len(tr[0].Children) != 2 || tr[0].LeftOff != 1 || tr[0].Children[0].Info != "peer a" {
+				t.Fatalf("tree %+v, want 2 children listed (a first, its info), 1 left off", tr[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tree %+v", tr)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the tree, not for correctness
+	}
+	if err := s.Stop(context.Background(), parent); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // FrontEnd is one way into the daemon, as frontend.list, the ready line
 // and orchestrd status show it: where it listens, or why it does not.
 type FrontEnd struct {
@@ -12,9 +14,39 @@ type FrontEnd struct {
 	// in use"; Failed then).
 	Off    string `json:"off,omitempty"`
 	Failed bool   `json:"failed,omitempty"`
+	// ConnsOpen counts the connections open to it now (sockets and HTTP
+	// streams that are actors); Conns lists at most MaxListedConns of them,
+	// the oldest first, ConnsLeftOff says how many more there are.
+	ConnsOpen    int        `json:"conns_open,omitempty"`
+	Conns        []ConnInfo `json:"conns,omitempty"`
+	ConnsLeftOff int        `json:"conns_left_off,omitempty"`
 }
 
 // FrontEndList is the answer to frontend.list.
 type FrontEndList struct {
 	FrontEnds []FrontEnd `json:"frontends"`
+}
+
+// MaxListedConns bounds the connections frontend.list and the actor tree
+// list under one front-end; ConnsLeftOff (children_left_off in the tree)
+// counts the rest.
+const MaxListedConns = 32
+
+// ConnInfo is one connection open to a front-end (a socket's, or a
+// long-lived HTTP stream), as frontend.list and the actor tree show it.
+type ConnInfo struct {
+	// Kind is the connection actor's kind: conn (control), hook, pod,
+	// stream.
+	Kind string `json:"kind"`
+	ID   string `json:"id"`
+	// Pid is a unix-socket peer's process (SO_PEERCRED); Address an HTTP
+	// stream's remote address.
+	Pid     int32  `json:"pid,omitempty"`
+	Address string `json:"address,omitempty"`
+	// Since is when it was accepted; AgeMs its age at the listing.
+	Since time.Time `json:"since"`
+	AgeMs int64     `json:"age_ms"`
+	// QueuedBytes are bytes written to it and not yet taken by the peer's
+	// socket (its outbound queue, a write under way).
+	QueuedBytes int64 `json:"queued_bytes"`
 }

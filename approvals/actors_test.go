@@ -93,3 +93,79 @@ func TestWaitTimeout(t *testing.T) {
 		t.Fatalf("get by request_id: %v %+v", e, out.Approval)
 	}
 }
+
+// requester stands for a hook's connection actor: it takes Link (watching
+// the approval) and says when the approval's actor stopped.
+type requester struct {
+	linked chan actors.Ref
+	gone   chan actors.Ref
+}
+
+func (r *requester) Receive(c *actors.Context) {
+	switch m := c.Message().(type) {
+	case actors.Link:
+		c.Watch(m.Ref)
+		r.linked <- m.Ref
+	case actors.Terminated:
+		r.gone <- m.Who
+	}
+}
+
+// An approval asked with a Requester is linked to it: the approval's actor
+// links back (Link), so each sees the other stop; the requester's actor
+// stopping cancels the approval (requester_gone), after which the
+// approval's actor stops and the requester hears it.
+func TestApprovalLinkedToItsRequester(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), nil)
+	r := &requester{linked: make(chan actors.Ref, 1), gone: make(chan actors.Ref, 1)}
+	ref, err := h.m.sys.Spawn(actors.Props{Kind: "hook", ID: "test", New: func() actors.Actor { return r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := newAnswers(t)
+	req := toolReq(`{"command":"ls"}`)
+	req.Bound, req.Requester = true, ref
+	if _, err := h.m.Ask(req, ans.answer); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.linked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the approval's actor never linked to its requester")
+	}
+	if err := h.m.sys.Stop(t.Context(), ref); err != nil {
+		t.Fatal(err)
+	}
+	got := ans.wait()
+	if got.State != api.ApprovalCancelled || got.Resolution.Reason != api.CancelRequesterGone {
+		t.Fatalf("got %s %+v, want cancelled requester_gone", got.State, got.Resolution)
+	}
+
+	// The other way: a second requester hears its approval's actor stop.
+	r2 := &requester{linked: make(chan actors.Ref, 1), gone: make(chan actors.Ref, 1)}
+	ref2, err := h.m.sys.Spawn(actors.Props{Kind: "hook", ID: "test2", New: func() actors.Actor { return r2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Requester = ref2
+	p, err := h.m.Ask(req, func(api.Approval) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var approval actors.Ref
+	select {
+	case approval = <-r2.linked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second approval's actor never linked")
+	}
+	p.Cancel("test")
+	select {
+	case who := <-r2.gone:
+		if !who.Equal(approval) {
+			t.Fatalf("Terminated of %s, want the approval's %s", who, approval)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the requester never heard its approval's actor stop")
+	}
+	h.m.sys.Stop(t.Context(), ref2)
+}

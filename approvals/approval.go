@@ -20,6 +20,7 @@ type entry struct {
 	bound     bool
 	recovered bool
 	answer    func(api.Approval) // nil for a recovered approval: nobody asked this daemon
+	requester actors.Ref         // linked to, when not zero (Request.Requester)
 
 	mu      sync.Mutex
 	a       api.Approval // pending until over
@@ -166,6 +167,11 @@ func (a *approvalActor) Receive(c *actors.Context) {
 		snap := e.snapshot()
 		c.SetState("pending")
 		a.cancelTimer = c.After(max(0, time.Until(snap.Deadline)), timeoutMsg{})
+		if !e.requester.IsZero() && c.Restarts() == 0 {
+			// Linked: a watch outlives this actor's restarts.
+			c.Watch(e.requester)
+			c.Send(e.requester, actors.Link{Ref: c.Self()})
+		}
 		if e.recovered || c.Restarts() > 0 {
 			// Recovered: announced by the daemon that asked. Restarted
 			// after a panic: announced by the first incarnation.
@@ -186,6 +192,12 @@ func (a *approvalActor) Receive(c *actors.Context) {
 			res: api.Resolution{Decision: api.DecisionTimeout, By: api.ByTimeout}})
 	case resolveMsg:
 		a.resolve(c, msg)
+	case actors.Terminated:
+		if !e.requester.IsZero() && msg.Who.Equal(e.requester) {
+			// The requester's connection actor stopped (gone, panicked).
+			a.resolve(c, resolveMsg{state: api.ApprovalCancelled,
+				res: api.Resolution{By: api.ByRequest, Reason: api.CancelRequesterGone}})
+		}
 	case committedMsg:
 		c.StopSelf()
 	}

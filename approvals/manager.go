@@ -187,7 +187,7 @@ func (m *Manager) ask(req Request, answer func(api.Approval), recorded func(api.
 	if r := m.matchRule(&req); r != nil {
 		return m.autoResolve(a, r, answer, recorded)
 	}
-	e := &entry{m: m, id: a.ID, a: a, bound: req.Bound, answer: answer}
+	e := &entry{m: m, id: a.ID, a: a, bound: req.Bound, answer: answer, requester: req.Requester}
 	m.mu.Lock()
 	switch {
 	case m.stopping:

@@ -3,6 +3,8 @@ package approvals
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/orchestrd/orchestrd/actors"
 )
 
 // Request is a question a front-end puts to Manager.Ask: may this tool run
@@ -33,6 +35,12 @@ type Request struct {
 	// cancelled when the requester goes, and after a daemon restart
 	// (nobody is left to hear the answer).
 	Bound bool
+	// Requester, when not zero, is the requester's connection actor (the
+	// hook's): the approval's actor links to it (actors.Link, each watches
+	// the other), so that the requester's actor stopping (its peer gone,
+	// a panic) cancels the approval (requester_gone) and the approval's
+	// actor stopping is seen by the requester.
+	Requester actors.Ref
 	// Unheard, when set, is why the requester cannot act on any answer
 	// (api.CancelHookNoVerdict): the approval is recorded cancelled with
 	// it at once (approval.cancelled), no rule consulted, nobody asked,

@@ -103,6 +103,7 @@ type repoEntry struct {
 	ref     actors.Ref
 	ready   chan error // the start's outcome, once
 	started bool
+	conns   ConnLister // its socket's, once started (nil if the Listener's Closer lists none)
 }
 
 // supervisorActor is the parent of the repos' actors.
@@ -267,11 +268,12 @@ func repoID(path string) string {
 
 // repoStarted and repoFailed are called by a repo's actor once its start
 // is done.
-func (m *Manager) repoStarted(path string) {
+func (m *Manager) repoStarted(path string, sock Closer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.repos[path]; ok && !e.started {
 		e.started = true
+		e.conns, _ = sock.(ConnLister)
 		delete(m.failed, path)
 		select {
 		case e.ready <- nil:
@@ -374,7 +376,8 @@ wait:
 type RepoSocket struct {
 	Path   string
 	Socket string
-	Error  string // "": served
+	Error  string     // "": served
+	Conns  ConnLister // the pods' connections; nil when none are listed
 }
 
 // Sockets returns the repos' sockets, by path: those served, and those
@@ -385,7 +388,7 @@ func (m *Manager) Sockets() []RepoSocket {
 	out := make([]RepoSocket, 0, len(m.repos)+len(m.failed))
 	for p, e := range m.repos {
 		if e.started {
-			out = append(out, RepoSocket{Path: p, Socket: e.cfg.Socket})
+			out = append(out, RepoSocket{Path: p, Socket: e.cfg.Socket, Conns: e.conns})
 		}
 	}
 	for _, f := range m.failed {

@@ -1,6 +1,7 @@
 package clanker
 
 import (
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/state"
 )
@@ -29,6 +30,12 @@ type Listener func(socket string, dir *beneath.Dir, repo string, h Handler) (Clo
 
 // Closer stops a repo's socket (waiting for its connections).
 type Closer interface{ Close() error }
+
+// ConnLister is a Closer that lists its connections (clanker/ipc's):
+// at most max of those open now, the oldest first, and how many are open.
+type ConnLister interface {
+	Conns(max int) ([]api.ConnInfo, int)
+}
 
 // Handler takes one request of a pod: reply is called once, with the
 // response's data (JSON) or the error to answer: from the repo's actor,

@@ -159,7 +159,7 @@ func (r *repo) Receive(c *actors.Context) {
 			return
 		}
 		r.started = true
-		r.m.repoStarted(r.name)
+		r.m.repoStarted(r.name, r.sock)
 		r.tick(c)
 	case request:
 		r.request(c, m)

@@ -103,6 +103,23 @@ type frontEnds struct {
 	lanes   []api.FrontEnd   // those that take bring-your-own runners
 	clanker *clanker.Manager // nil before it starts
 	sandbox api.FrontEnd     // not a front-end: what jobs and agents run in, or why not (probeSandbox)
+	// The connections open to each, when it lists them: the control
+	// socket's, the hook's, the HTTP API's and the dashboard's streams.
+	controlConns, hookConns, httpConns, uiConns connLister
+}
+
+// connLister lists at most max of a front-end's connections open now,
+// the oldest first, and how many are open.
+type connLister func(max int) ([]api.ConnInfo, int)
+
+// withConns is fe with its connections, at most api.MaxListedConns.
+func withConns(fe api.FrontEnd, l connLister) api.FrontEnd {
+	if l == nil || fe.Off != "" {
+		return fe
+	}
+	fe.Conns, fe.ConnsOpen = l(api.MaxListedConns)
+	fe.ConnsLeftOff = fe.ConnsOpen - len(fe.Conns)
+	return fe
 }
 
 // laneFrontEnds are the lanes that take bring-your-own runners, by name:
@@ -120,12 +137,15 @@ func laneFrontEnds(home string, names []string, cfgs map[string]lanes.LaneConfig
 // list is every front-end: control, http, hook, metrics, clanker's repos,
 // the lanes that take bring-your-own runners.
 func (f *frontEnds) list() []api.FrontEnd {
-	out := []api.FrontEnd{f.control, f.http, f.ui, f.hook, f.metrics}
+	out := []api.FrontEnd{withConns(f.control, f.controlConns), withConns(f.http, f.httpConns), withConns(f.ui, f.uiConns),
+		withConns(f.hook, f.hookConns), f.metrics}
 	if f.clanker != nil {
 		for _, r := range f.clanker.Sockets() {
 			fe := api.FrontEnd{Name: "clanker " + r.Path, Address: r.Socket}
 			if r.Error != "" {
 				fe = api.FrontEnd{Name: fe.Name, Off: r.Error, Failed: true}
+			} else if r.Conns != nil {
+				fe = withConns(fe, r.Conns.Conns)
 			}
 			out = append(out, fe)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/daemon/control"
 	"github.com/orchestrd/orchestrd/daemon/httpapi"
@@ -28,7 +29,8 @@ type httpFront struct {
 	cert     *tls.Certificate // [http] cert and key, read before anything starts
 	srv      *httpapi.Server
 	fe       api.FrontEnd
-	err      error // why it failed, when it did
+	err      error          // why it failed, when it did
+	sys      *actors.System // hosts the streams' actors
 }
 
 // bindHTTP reads the API's key and binds its address, unless [http]
@@ -104,7 +106,7 @@ func (h *httpFront) start(home string, st *state.Store, version string, ctrl *co
 		dom.Register(ctrl)
 		srv, err = httpapi.Start(httpapi.Options{Config: h.cfg, APIKey: h.key, NodeID: st.NodeID(), Version: version, Caller: ctrl,
 			OnClose: dom.Stop, Home: home, Bus: bus, Logger: log, Started: started, Listener: ln, Certificate: h.cert,
-			Mounts: mounts, Observe: observe})
+			Mounts: mounts, Observe: observe, System: h.sys})
 	}
 	if err != nil {
 		h.fe = api.FrontEnd{Name: "http", Off: err.Error(), Failed: true}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/daemon/reachout"
@@ -34,7 +35,7 @@ type hookFront struct {
 // when the config file turned it on (enabled = true, or a socket); on by
 // default, it is off (said by warn, once every front-end is made; an
 // error when another uid listens there).
-func listenReachout(cfg Config, bus *eventlog.Bus, log zerolog.Logger) (*hookFront, error) {
+func listenReachout(cfg Config, bus *eventlog.Bus, sys *actors.System, log zerolog.Logger) (*hookFront, error) {
 	c := cfg.Approvals
 	h := &hookFront{fe: api.FrontEnd{Name: "hook"}}
 	if !c.Reachout.Enabled {
@@ -54,7 +55,7 @@ func listenReachout(cfg Config, bus *eventlog.Bus, log zerolog.Logger) (*hookFro
 		timeout = approvals.DefaultConfig().Timeout.Duration
 	}
 	srv, err := reachout.Listen(reachout.Options{Path: r.Path, Timeout: min(timeout, r.HookTimeout),
-		Bus: bus, Logger: log})
+		Bus: bus, System: sys, Logger: log})
 	if err != nil { // reachout.unavailable emitted
 		h.fe = api.FrontEnd{Name: "hook", Off: offReason(r.Path, err), Failed: true}
 		h.err = err

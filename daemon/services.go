@@ -145,7 +145,7 @@ func (hookListen) Name() string { return "hook.listen" }
 func (s hookListen) Off() string { return s.hook.fe.Off }
 func (s hookListen) Start(context.Context) error {
 	var err error
-	s.hook, err = listenReachout(s.cfg, s.bus, s.log)
+	s.hook, err = listenReachout(s.cfg, s.bus, s.sys, s.log)
 	return err
 }
 
@@ -400,7 +400,7 @@ type clankerService struct{ *root }
 func (clankerService) Name() string { return "clanker" }
 func (s clankerService) Start(context.Context) error {
 	m, err := clanker.Start(clanker.Options{Config: s.cfg.Clanker, Store: clankerStore{s.st},
-		Listen: ipc.Listener(s.bus, s.log), Bus: s.bus, System: s.sys, Logger: s.log,
+		Listen: ipc.Listener(s.bus, s.sys, s.log), Bus: s.bus, System: s.sys, Logger: s.log,
 		Sync: s.cfg.State.Durability == string(state.DurabilityPower)})
 	if err != nil {
 		return fmt.Errorf("starting clanker's repos: %w", err)
@@ -440,7 +440,10 @@ func (s controlService) Start(context.Context) error {
 		Clanker: s.clankerMgr, Store: s.st, Bus: s.bus, Control: srv})
 	s.fronts = &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: s.httpFE.fe, hook: s.hook.fe,
 		metrics: s.metricsFE.fe, lanes: laneFrontEnds(s.opts.Home, s.mgr.LaneNames(), s.cfg.Lanes), clanker: s.clankerMgr,
-		sandbox: s.sandboxFE}
+		sandbox: s.sandboxFE, controlConns: srv.Conns}
+	if s.hook.srv != nil {
+		s.fronts.hookConns = s.hook.srv.Conns
+	}
 	registerMethods(srv, s.root)
 	registerHTTPInfo(srv, s.httpFE, s.st.NodeID())
 	s.runner.Register(srv)
@@ -467,7 +470,8 @@ func (s httpService) Start(context.Context) error {
 	var mounts []httpapi.Mount
 	if s.httpFE.ln != nil && s.cfg.UI.Enabled {
 		dash, err := ui.New(ui.Options{Config: s.cfg.UI, Caller: s.srv, Bus: s.bus, Key: s.httpFE.key, Home: s.opts.Home,
-			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != "", Store: s.st})
+			Version: s.opts.Version, Logger: s.log, Loopback: isLoopback(s.httpFE.ln.Addr()), TLS: s.cfg.HTTP.Cert != "", Store: s.st,
+			System: s.sys})
 		if err != nil {
 			return fmt.Errorf("starting the dashboard: %w", err)
 		}
@@ -475,6 +479,7 @@ func (s httpService) Start(context.Context) error {
 		dash.Register(s.srv)
 		mounts = append(mounts, httpapi.Mount{Pattern: "/ui/", Handler: dash}, httpapi.Mount{Pattern: "GET /ui", Handler: dash})
 	}
+	s.httpFE.sys = s.sys
 	// GET /metrics behind the API's key; every request observed.
 	mounts = append(mounts, httpapi.Mount{Pattern: "GET /metrics", Handler: s.mx.Handler(), Bearer: true})
 	if err := s.httpFE.start(s.opts.Home, s.st, s.opts.Version, s.srv, s.bus, s.started, s.log, mounts, s.mx.ObserveHTTP); err != nil {
@@ -485,6 +490,12 @@ func (s httpService) Start(context.Context) error {
 	}
 	s.fronts.http = s.httpFE.fe
 	s.fronts.ui = uiFrontEnd(s.cfg, s.httpFE, s.dash)
+	if s.httpFE.srv != nil {
+		s.fronts.httpConns = s.httpFE.srv.Conns
+	}
+	if s.dash != nil {
+		s.fronts.uiConns = s.dash.Conns
+	}
 	return nil
 }
 func (s httpService) StopTimeout() time.Duration { return 10*time.Second + supervisor.DefaultStopGrace }

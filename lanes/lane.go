@@ -588,11 +588,19 @@ func (l *laneHandle) startAccepting(sys *actors.System, self actors.Ref) {
 	if l.srv != nil || l.closed {
 		return
 	}
-	l.srv = sockserve.New(sockserve.Options{Path: l.socket, Component: "lane " + l.name,
+	// Each connection is a "handshake" actor under "handshakes/LANE" while
+	// its handshake is read; then a runner actor owns it.
+	srv, err := sockserve.New(sockserve.Options{Path: l.socket, Component: "lane " + l.name,
 		Serve:       func(c *sockserve.Conn) { l.handshake(sys, self, c) },
 		ServeCloses: true, // a runner's connection outlives its handshake: the lane actor has it
 		Interrupt:   interruptHandshake,
-		Bus:         l.sh.bus, Logger: l.sh.log})
+		Bus:         l.sh.bus, Logger: l.sh.log,
+		System: sys, Supervisor: "handshakes", SupervisorID: l.name, Kind: "handshake"})
+	if err != nil {
+		l.sh.log.Error().Err(err).Str("lane", l.name).Msg("lanes: the runner socket is not served")
+		return
+	}
+	l.srv = srv
 	l.srv.Serve(l.ln)
 }
 

@@ -11,10 +11,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/clanker"
 	"github.com/orchestrd/orchestrd/platform/beneath"
 	"github.com/orchestrd/orchestrd/platform/sockserve"
@@ -49,10 +52,12 @@ type Server struct {
 	srv  *sockserve.Server
 }
 
-// Listener returns the clanker.Listener the daemon gives the clanker domain.
-func Listener(bus *eventlog.Bus, log zerolog.Logger) clanker.Listener {
+// Listener returns the clanker.Listener the daemon gives the clanker
+// domain. Each repo's socket has a "pods" supervisor in sys, one "pod"
+// actor a connection (sockserve).
+func Listener(bus *eventlog.Bus, sys *actors.System, log zerolog.Logger) clanker.Listener {
 	return func(socket string, dir *beneath.Dir, repo string, h clanker.Handler) (clanker.Closer, error) {
-		return Listen(socket, dir, repo, h, bus, log)
+		return Listen(socket, dir, repo, h, bus, sys, log)
 	}
 }
 
@@ -62,7 +67,8 @@ func Listener(bus *eventlog.Bus, log zerolog.Logger) clanker.Listener {
 // the socket is bound in dir through its descriptor (/proc/self/fd/N/NAME),
 // so no link an agent put on socket's path is followed; without, socket
 // is the operator's path and its directory is made.
-func Listen(socket string, dir *beneath.Dir, repo string, h clanker.Handler, bus *eventlog.Bus, log zerolog.Logger) (*Server, error) {
+func Listen(socket string, dir *beneath.Dir, repo string, h clanker.Handler, bus *eventlog.Bus, sys *actors.System,
+	log zerolog.Logger) (*Server, error) {
 	lo := sockserve.ListenOptions{DirMode: 0o755}
 	if dir != nil {
 		lo = sockserve.ListenOptions{DirFd: dir.Fd()}
@@ -76,8 +82,17 @@ func Listen(socket string, dir *beneath.Dir, repo string, h clanker.Handler, bus
 	}
 	s := &Server{path: socket, repo: repo, h: h, bus: bus, ln: ln, dir: dir,
 		log: log.With().Str("component", "clankeripc").Str("repo", repo).Logger()}
-	s.srv = sockserve.New(sockserve.Options{Path: socket, Component: "clanker", MaxConns: maxConns,
-		Serve: s.serve, Grace: closeGrace, Bus: bus, Logger: s.log})
+	srv, err := sockserve.New(sockserve.Options{Path: socket, Component: "clanker", MaxConns: maxConns,
+		Serve: s.serve, Grace: closeGrace, Bus: bus, Logger: s.log, Panicked: s.panicked,
+		System: sys, Supervisor: "pods", SupervisorID: strings.ReplaceAll(strings.Trim(repo, "/"), "/", "-"), Kind: "pod"})
+	if err != nil {
+		ln.Close()
+		if dir != nil {
+			dir.Close()
+		}
+		return nil, fmt.Errorf("serving clanker's socket %s: %w", socket, err)
+	}
+	s.srv = srv
 	s.srv.Serve(ln)
 	return s, nil
 }
@@ -105,6 +120,16 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Conns lists at most max of the pods' connections open now, the oldest
+// first, and how many are open.
+func (s *Server) Conns(max int) ([]api.ConnInfo, int) { return s.srv.List(max) }
+
+// panicked tells a pod its connection ends: the error line a request
+// hears, without an id (the one under way is not known here).
+func (s *Server) panicked(c *sockserve.Conn) {
+	c.Write(wire.AppendClankerError(nil, nil, "internal error: the connection's handler failed; reconnect"), writeTimeout)
+}
+
 type answer struct {
 	data []byte
 	err  error
@@ -112,6 +137,7 @@ type answer struct {
 
 func (s *Server) serve(c *sockserve.Conn) {
 	nc := c.NC
+	write := func(b []byte) bool { return s.write(c, b) }
 	rc, err := nc.SyscallConn()
 	if err != nil {
 		return
@@ -130,7 +156,7 @@ func (s *Server) serve(c *sockserve.Conn) {
 		switch {
 		case errors.Is(err, wire.ErrLineTooLong):
 			s.refused(nil, err)
-			s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error()))
+			write(wire.AppendClankerError(out[:0], nil, err.Error()))
 			return
 		case errors.Is(err, io.EOF):
 			return
@@ -145,7 +171,7 @@ func (s *Server) serve(c *sockserve.Conn) {
 			// Answered without an id, as the real dashboard answers; the
 			// connection goes on.
 			s.refused(line, err)
-			if !s.write(nc, wire.AppendClankerError(out[:0], nil, err.Error())) {
+			if !write(wire.AppendClankerError(out[:0], nil, err.Error())) {
 				return
 			}
 			continue
@@ -169,7 +195,7 @@ func (s *Server) serve(c *sockserve.Conn) {
 				// repo may still read the request's bytes: their buffer
 				// is not reused.
 				lr.Forget()
-				s.write(nc, wire.AppendClankerError(out[:0], req.ID, fmt.Sprintf("the repo did not answer within %s", answerTimeout)))
+				write(wire.AppendClankerError(out[:0], req.ID, fmt.Sprintf("the repo did not answer within %s", answerTimeout)))
 				return
 			}
 		}
@@ -178,7 +204,7 @@ func (s *Server) serve(c *sockserve.Conn) {
 		} else {
 			out = wire.AppendClankerOK(out[:0], req.ID, a.data)
 		}
-		if !s.write(nc, out) {
+		if !write(out) {
 			return
 		}
 	}
@@ -196,9 +222,8 @@ func (s *Server) refused(line []byte, err error) {
 	s.emit(ev)
 }
 
-func (s *Server) write(nc *net.UnixConn, b []byte) bool {
-	nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := nc.Write(b); err != nil {
+func (s *Server) write(c *sockserve.Conn, b []byte) bool {
+	if _, err := c.Write(b, writeTimeout); err != nil {
 		s.log.Debug().Err(err).Msg("clanker: a pod did not take its answer")
 		return false
 	}

@@ -797,6 +797,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	fmt.Fprintln(stdout)
+	printConns(stdout, fe.FrontEnds)
 	// The services in the order they start; they stop in reverse.
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tSTATE")
@@ -865,15 +866,59 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// printTree draws one actor and its children, two spaces per level.
+// printConns lists the connections open to each front-end (at most
+// api.MaxListedConns each, the oldest first): its actor, its peer, its
+// age and the bytes queued to it.
+func printConns(w io.Writer, fes []api.FrontEnd) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONNECTION\tFRONT-END\tPEER\tAGE\tQUEUED")
+	n := 0
+	for _, f := range fes {
+		for _, c := range f.Conns {
+			n++
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%d B\n", c.Kind, c.ID, f.Name, connPeer(c),
+				(time.Duration(c.AgeMs) * time.Millisecond).Round(time.Second), c.QueuedBytes)
+		}
+		if f.ConnsLeftOff > 0 {
+			fmt.Fprintf(tw, "(%d more)\t%s\t\t\t\n", f.ConnsLeftOff, f.Name)
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "(none open)")
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// connPeer is a connection's peer: "pid N" or its address.
+func connPeer(c api.ConnInfo) string {
+	if c.Pid > 0 {
+		return "pid " + strconv.Itoa(int(c.Pid))
+	}
+	return dash(c.Address)
+}
+
+// printTree draws one actor and its children, two spaces per level; a
+// connection's actor with its peer and queued bytes, and how many
+// children were left off.
 func printTree(w io.Writer, n actors.TreeNode, depth int) {
 	name := n.Kind
 	if n.ID != "" {
 		name += "/" + n.ID
 	}
-	fmt.Fprintf(w, "%s%s  %s  panic_restarts=%d\n", strings.Repeat("  ", depth), name, n.State, n.Restarts)
+	extra := ""
+	if m, ok := n.Info.(map[string]any); ok {
+		var c api.ConnInfo
+		if b, err := json.Marshal(m); err == nil && json.Unmarshal(b, &c) == nil && c.Kind != "" {
+			extra = fmt.Sprintf("  peer=%s queued=%dB", strings.ReplaceAll(connPeer(c), " ", ":"), c.QueuedBytes)
+		}
+	}
+	fmt.Fprintf(w, "%s%s  %s  panic_restarts=%d%s\n", strings.Repeat("  ", depth), name, n.State, n.Restarts, extra)
 	for _, c := range n.Children {
 		printTree(w, c, depth+1)
+	}
+	if n.LeftOff > 0 {
+		fmt.Fprintf(w, "%s(%d more)\n", strings.Repeat("  ", depth+1), n.LeftOff)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
@@ -22,11 +23,12 @@ import (
 // actor, its writer goroutine and its bus sink. Fields below "actor only"
 // are touched only by the conn actor (or by finish once the actor is gone).
 type conn struct {
-	srv  *Server
-	nc   *net.UnixConn
-	id   string
-	peer proc.Peer // as sockserve read it at accept (SO_PEERCRED)
-	q    OutQueue
+	srv   *Server
+	nc    *net.UnixConn
+	id    string
+	peer  proc.Peer // as sockserve read it at accept (SO_PEERCRED)
+	since time.Time // admitted
+	q     OutQueue
 
 	// credit holds one token per line handed to the actor and not yet
 	// handled; the reader blocks when it is full.
@@ -63,6 +65,12 @@ func newConn(s *Server, nc *net.UnixConn, id string) *conn {
 	cn.q.Init(nc, cn, &s.qopts)
 	cn.refs.Store(1)
 	return cn
+}
+
+// info is what frontend.list and the tree show of the connection.
+func (cn *conn) info() api.ConnInfo {
+	return api.ConnInfo{Kind: "conn", ID: cn.id, Pid: cn.peer.Pid, Since: cn.since,
+		AgeMs: time.Since(cn.since).Milliseconds(), QueuedBytes: cn.q.Queued()}
 }
 
 // Acquire takes a reference for a goroutine about to start; the caller must
@@ -355,7 +363,6 @@ func (cn *conn) readLoop(ref actors.Ref) {
 
 // Messages to the conn actor.
 type (
-	activate struct{}
 	lineMsg  []byte
 	readEnd  struct{ err error }
 	stopConn struct{}
@@ -367,7 +374,7 @@ type connActor struct{ cn *conn }
 func (a *connActor) Receive(c *actors.Context) {
 	cn := a.cn
 	switch m := c.Message().(type) {
-	case activate:
+	case sockserve.Activate:
 		// Sent by the conns actor once Spawn has returned. Nothing that can
 		// stop this actor (the reader, abort) starts before: an actor that
 		// stops while its spawn is still being recorded confuses the

@@ -72,6 +72,8 @@ func (d *testDomain) register(mux api.Mux) {
 		}
 		call.Respond(p)
 	})
+	// test.panic panics, as a domain's bug would.
+	mux.Handle("test.panic", func(api.Call) { panic("test.panic") })
 	// test.later answers when release is called, or never: its OnClose
 	// then counts it and forgets it.
 	mux.Handle("test.later", func(call api.Call) {

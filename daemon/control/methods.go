@@ -124,11 +124,24 @@ func (a *connActor) handle(c *actors.Context, line []byte) {
 	default:
 		call := &Call{}
 		call.reset(cn, req)
-		m.domain(call)
+		callDomain(m.domain, call)
 		if !call.answered.Load() {
 			cn.track(call) // it answers later
 		}
 	}
+}
+
+// callDomain runs a domain's method. A panic in it first answers the call
+// (an internal error: the client is told), then is this conn actor's:
+// actor.panicked, and the connection alone ends.
+func callDomain(f func(api.Call), call *Call) {
+	defer func() {
+		if r := recover(); r != nil {
+			call.Fail(wire.Errorf(wire.CodeInternal, "internal error: the method failed; the connection ends"))
+			panic(r)
+		}
+	}()
+	f(call)
 }
 
 func connect(_ *actors.Context, call *Call) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -87,7 +88,7 @@ type Server struct {
 	sys      *actors.System
 	bus      *eventlog.Bus
 	log      zerolog.Logger
-	connsRef actors.Ref
+	connsSup *sockserve.Supervisor // "conns": the conn actors' supervisor
 	// methods is the method table: read without a lock once Serve runs,
 	// written (Handle) only before.
 	methods map[string]method
@@ -143,7 +144,10 @@ func New(opts Options) (*Server, error) {
 		conns:   map[*conn]struct{}{},
 		methods: make(map[string]method, len(ownMethods)),
 	}
-	s.ss = sockserve.New(sockserve.Options{Path: opts.Path, Component: "control", Refusal: refusal,
+	// Without a System, sockserve only accepts and checks here (New cannot
+	// fail): admit hands each connection to the conns actor below, which
+	// spawns its conn actor, as sockserve's supervisors do for the others.
+	s.ss, _ = sockserve.New(sockserve.Options{Path: opts.Path, Component: "control", Refusal: refusal,
 		Serve: s.admit, ServeCloses: true, Bus: opts.Bus, Logger: s.log})
 	for name, f := range ownMethods {
 		s.methods[name] = method{own: f}
@@ -154,12 +158,12 @@ func New(opts Options) (*Server, error) {
 	s.inFlight = min(maxInFlight, max(1, opts.SubscriberQueue/2))
 	s.qopts = QueueOptions{Lines: opts.SubscriberQueue, DropOldest: opts.Overflow == OverflowDropOldest,
 		RespHigh: max(1, opts.SubscriberQueue-s.inFlight)}
-	ref, err := s.sys.Spawn(actors.Props{Kind: "conns", New: func() actors.Actor { return &connsActor{s: s} }})
+	sup, err := sockserve.NewSupervisor(s.sys, "conns", "", s.log)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	s.connsRef = ref
+	s.connsSup = sup
 	return s, nil
 }
 
@@ -226,13 +230,43 @@ func (s *Server) admit(c *sockserve.Conn) {
 	}
 	n := s.seen.Add(1)
 	cn := newConn(s, nc, "c"+strconv.FormatInt(n, 10))
-	cn.peer = c.Peer
+	cn.peer, cn.since = c.Peer, time.Now()
 	s.conns[cn] = struct{}{}
 	s.open.Add(1)
 	s.wg.Add(1) // the conn's token; see conn.release
 	s.mu.Unlock()
 	s.emit(ConnOpened{ConnID: cn.id, Socket: s.opts.Path, Pid: c.Peer.Pid, UID: c.Peer.UID})
-	s.sys.Send(s.connsRef, spawnConn{cn})
+	// Inline: the conn actor runs on the goroutine that sends to it, nearly
+	// always its own reader, which saves a goroutine hand-off per request;
+	// its handlers never block.
+	s.connsSup.Adopt(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop, Inline: true,
+		Info: func() any { return cn.info() }, New: func() actors.Actor { return &connActor{cn: cn} }},
+		func(err error) {
+			s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")
+			cn.setReason(ReasonActorStopped)
+			cn.finish(nil)
+		})
+}
+
+// Conns lists at most max of the control connections open now, the
+// oldest first, and how many are open.
+func (s *Server) Conns(max int) ([]api.ConnInfo, int) {
+	s.mu.Lock()
+	all := make([]*conn, 0, len(s.conns))
+	for cn := range s.conns {
+		all = append(all, cn)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b *conn) int { return a.since.Compare(b.since) })
+	n := len(all)
+	if len(all) > max {
+		all = all[:max]
+	}
+	out := make([]api.ConnInfo, 0, len(all))
+	for _, cn := range all {
+		out = append(out, cn.info())
+	}
+	return out, n
 }
 
 // refusal is the line a refused peer hears.
@@ -290,7 +324,7 @@ func (s *Server) close() error {
 	all := append([]*conn(nil), conns...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := s.sys.Stop(ctx, s.connsRef)
+	err := s.connsSup.Stop(ctx)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("control: %w", err)
@@ -323,29 +357,4 @@ func (s *Server) close() error {
 	}
 	s.wg.Wait()
 	return err
-}
-
-// connsActor supervises the conn actors.
-type connsActor struct{ s *Server }
-
-type spawnConn struct{ cn *conn }
-
-func (a *connsActor) Receive(c *actors.Context) {
-	m, ok := c.Message().(spawnConn)
-	if !ok {
-		return
-	}
-	cn := m.cn
-	// Inline: the conn actor runs on the goroutine that sends to it, nearly
-	// always its own reader, which saves a goroutine hand-off per request;
-	// its handlers never block.
-	ref, err := c.Spawn(actors.Props{Kind: "conn", ID: cn.id, OnPanic: actors.Stop, Inline: true,
-		New: func() actors.Actor { return &connActor{cn: cn} }})
-	if err != nil {
-		a.s.log.Error().Err(err).Str("conn_id", cn.id).Msg("control: spawning conn actor")
-		cn.setReason(ReasonActorStopped)
-		cn.finish(nil)
-		return
-	}
-	c.Send(ref, activate{})
 }

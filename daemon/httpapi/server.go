@@ -31,7 +31,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
@@ -110,6 +112,10 @@ type Options struct {
 	// pattern of the route that served it ("" when none did), its status
 	// and how long it took. It must not block.
 	Observe func(route string, status int, d time.Duration)
+	// System, when set, hosts the "http-streams" supervisor: each
+	// /execute/stream is a "stream" actor under it (sockserve.Stream).
+	// Plain request/response calls stay handlers.
+	System *actors.System
 }
 
 // Mount is a handler served on the API's listener under Pattern (a
@@ -135,6 +141,18 @@ type Server struct {
 	audit  *audit // nil without a home
 	// execOff says why /execute is off ("" when on: ExecOff).
 	execOff string
+	// streams supervises the long-lived streams' actors (nil without a
+	// System).
+	streams *sockserve.Supervisor
+}
+
+// Conns lists at most max of the streams open now, the oldest first, and
+// how many are open.
+func (s *Server) Conns(max int) ([]api.ConnInfo, int) {
+	if s.streams == nil {
+		return nil, 0
+	}
+	return s.streams.List(max)
 }
 
 type namedKey struct{ name, key string }
@@ -196,6 +214,11 @@ func Start(opts Options) (*Server, error) {
 		}
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12})
 	}
+	if opts.System != nil {
+		if s.streams, err = sockserve.NewSupervisor(opts.System, "http-streams", "", s.log); err != nil {
+			return unavailable(fmt.Errorf("serving Loopsy's HTTP API: %w", err))
+		}
+	}
 	s.ln = ln
 	s.exec = newExecutions(s)
 	if opts.Home != "" {
@@ -231,6 +254,13 @@ func (s *Server) Close(ctx context.Context) error {
 		s.srv.Close()
 	}
 	<-s.done
+	if s.streams != nil {
+		// Every handler has returned: this ends no stream, it stops
+		// the supervisor.
+		if serr := s.streams.Stop(ctx); serr != nil {
+			s.log.Error().Err(serr).Msg("http: stopping the streams' supervisor")
+		}
+	}
 	if s.audit != nil {
 		s.audit.close()
 	}
@@ -278,7 +308,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+p+"/status", s.auth(s.status))
 	mux.HandleFunc("GET "+p+"/identity", s.auth(s.identity))
 	mux.HandleFunc("POST "+p+"/execute", s.auth(s.execute))
-	mux.HandleFunc("POST "+p+"/execute/stream", s.auth(s.executeStream))
+	mux.HandleFunc("POST "+p+"/execute/stream", s.auth(sockserve.StreamHandler(s.streams, "stream", s.executeStream)))
 	mux.HandleFunc("DELETE "+p+"/execute/{jobId}", s.auth(s.cancel))
 	mux.HandleFunc("GET "+p+"/execute/jobs", s.auth(s.jobs))
 	mux.HandleFunc("PUT "+p+"/context/{key}", s.auth(s.contextPut))

@@ -12,11 +12,13 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/platform/proc"
@@ -57,6 +59,9 @@ type Options struct {
 	// CheckEvery is how often the server checks that the socket at Path
 	// is still its own (see guard); 0 is DefaultCheckEvery.
 	CheckEvery time.Duration
+	// System hosts the "hooks" supervisor and one "hook" actor per
+	// connection (sockserve), linked to the approval it waits on.
+	System *actors.System
 }
 
 // DefaultCheckEvery is how often, by default, the server checks that the
@@ -87,8 +92,12 @@ type Server struct {
 // conn is one hook connection.
 type conn struct {
 	nc      *net.UnixConn
+	sc      *sockserve.Conn
 	mu      sync.Mutex
 	pending approvals.Pending // set once asked
+	// answered: the approval's answer came; lost: the approval's actor
+	// stopped before it (a panic past its restarts).
+	answered, lost atomic.Bool
 }
 
 // Start is Listen, then Serve.
@@ -120,9 +129,18 @@ func Listen(opts Options) (*Server, error) {
 		opts.CheckEvery = DefaultCheckEvery
 	}
 	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "reachout").Logger(), stop: make(chan struct{})}
-	s.srv = sockserve.New(sockserve.Options{Path: opts.Path, Component: "reachout", MaxConns: maxConns,
-		Admit: refusedPeer, Serve: s.serveConn, Interrupt: s.interrupt, Grace: closeGrace, Bus: opts.Bus, Logger: s.log})
+	if opts.System == nil {
+		return nil, errors.New("reachout: no actor system")
+	}
+	srv, err := sockserve.New(sockserve.Options{Path: opts.Path, Component: "reachout", MaxConns: maxConns,
+		Admit: refusedPeer, Serve: s.serveConn, Interrupt: s.interrupt, Grace: closeGrace, Bus: opts.Bus, Logger: s.log,
+		System: opts.System, Supervisor: "hooks", Kind: "hook", Linked: s.linked})
+	if err != nil {
+		return nil, fmt.Errorf("reachout: %w", err)
+	}
+	s.srv = srv
 	if err := s.listen(); err != nil {
+		s.srv.Close()
 		err = fmt.Errorf("making vibe-reachout's hook socket: %w", err)
 		s.emit(Unavailable{Socket: opts.Path, Error: err.Error()})
 		return nil, err
@@ -309,8 +327,24 @@ func (s *Server) interrupt(sc *sockserve.Conn) {
 	}
 }
 
+// Conns lists at most max of the hook connections open now, the oldest
+// first, and how many are open.
+func (s *Server) Conns(max int) ([]api.ConnInfo, int) { return s.srv.List(max) }
+
+// linked is the hook connection's actor hearing that the approval it
+// waits on stopped: without its answer (the approval's actor gave up
+// after panics), the wait ends and the hook is closed unanswered.
+func (s *Server) linked(sc *sockserve.Conn, _ actors.Ref) {
+	c, _ := sc.Value.Load().(*conn)
+	if c == nil || c.answered.Load() {
+		return
+	}
+	c.lost.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
 func (s *Server) serveConn(sc *sockserve.Conn) {
-	c := &conn{nc: sc.NC}
+	c := &conn{nc: sc.NC, sc: sc}
 	sc.Value.Store(c)
 	if s.isClosed() {
 		return
@@ -355,6 +389,7 @@ func (s *Server) serve(c *conn) {
 	c.nc.SetReadDeadline(time.Time{})
 	answered := make(chan api.Approval, 1)
 	answer := func(a api.Approval) {
+		c.answered.Store(true)
 		select {
 		case answered <- a:
 		default: // called more than once: the first one counts
@@ -375,7 +410,8 @@ func (s *Server) serve(c *conn) {
 	p, err := s.opts.Asker.Ask(approvals.Request{Source: api.SourceReachout, Kind: api.KindTool,
 		RequestID: req.RequestID, ToolName: req.ToolName, ToolInput: req.ToolInput, Cwd: req.Cwd,
 		SessionID: req.SessionID, PermissionSuggestions: req.PermissionSuggestions,
-		AssistantContext: req.AssistantContext, Timeout: s.opts.Timeout, Bound: true, Unheard: unheard}, answer)
+		AssistantContext: req.AssistantContext, Timeout: s.opts.Timeout, Bound: true, Unheard: unheard,
+		Requester: c.sc.Ref()}, answer)
 	if err != nil {
 		s.refuse("asking: "+err.Error(), req.RequestID)
 		return
@@ -395,8 +431,7 @@ func (s *Server) serve(c *conn) {
 	if !ok {
 		return // cancelled: closed without an answer
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := c.nc.Write(wire.AppendReachoutResponse(nil, resp)); err != nil {
+	if _, err := c.sc.Write(wire.AppendReachoutResponse(nil, resp), writeTimeout); err != nil {
 		s.log.Debug().Err(err).Str("approval", a.ID).Msg("reachout: the hook did not take its answer")
 	}
 }
@@ -432,9 +467,12 @@ func (s *Server) await(c *conn, p approvals.Pending, answered <-chan api.Approva
 		case <-t.C:
 		}
 	}
-	if gone {
+	switch {
+	case gone:
 		s.log.Debug().Str("approval", p.ID()).Msg("reachout: the hook went away before its answer")
-	} else {
+	case c.lost.Load():
+		s.log.Warn().Str("approval", p.ID()).Msg("reachout: the approval's actor stopped before its answer; the hook is closed unanswered")
+	default:
 		s.log.Debug().Err(err).Str("approval", p.ID()).Msg("reachout: the connection ended before its answer")
 	}
 	p.Cancel(api.CancelRequesterGone)

@@ -17,13 +17,20 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle timer (a message to an actor
+		// stopped, such as a hook's linked approval); it ends by itself a
+		// second later.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
 
 // ---- a fake Asker: the test resolves what it was asked ----
 
@@ -81,6 +88,8 @@ type fakeAsker struct {
 	auto  *api.Resolution
 	async bool
 	asked chan *asked
+	// panicOn: Ask panics for a request of this tool, after asking.
+	panicOn string
 }
 
 func newFakeAsker() *fakeAsker { return &fakeAsker{asked: make(chan *asked, 100)} }
@@ -89,8 +98,12 @@ func (f *fakeAsker) Ask(req approvals.Request, answer func(api.Approval)) (appro
 	f.mu.Lock()
 	f.n++
 	a := &asked{req: req, answer: answer, id: "a-test-" + string(rune('0'+f.n)), async: f.async}
-	err, auto := f.err, f.auto
+	err, auto, panicOn := f.err, f.auto, f.panicOn
 	f.mu.Unlock()
+	if panicOn != "" && req.ToolName == panicOn {
+		f.asked <- a
+		panic("fake asker: " + panicOn)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -174,12 +187,14 @@ func (r *recorder) all() []eventlog.Event {
 // ---- harness ----
 
 type harness struct {
-	t     *testing.T
-	srv   *Server
-	asker *fakeAsker
-	rec   *recorder
-	bus   *eventlog.Bus
-	path  string
+	sys    *actors.System
+	panics chan actors.PanicInfo
+	t      *testing.T
+	srv    *Server
+	asker  *fakeAsker
+	rec    *recorder
+	bus    *eventlog.Bus
+	path   string
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
@@ -188,7 +203,10 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, asker: newFakeAsker(), rec: &recorder{notify: make(chan struct{}, 1)}, bus: bus}
+	h := &harness{t: t, asker: newFakeAsker(), rec: &recorder{notify: make(chan struct{}, 1)}, bus: bus,
+		panics: make(chan actors.PanicInfo, 8)}
+	h.sys = actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) { h.panics <- p }})
+	opts.System = h.sys
 	bus.Subscribe([]string{"reachout.*", "conn.*"}, h.rec)
 	if opts.Path == "" {
 		opts.Path = filepath.Join(t.TempDir(), "vibe-reachout.sock")
@@ -207,6 +225,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 			t.Error(err)
 		}
 		bus.Close()
+		h.sys.Shutdown()
 	})
 	return h
 }
@@ -456,7 +475,9 @@ func TestSocketInUse(t *testing.T) {
 	defer bus.Close()
 	rec := &recorder{notify: make(chan struct{}, 1)}
 	bus.Subscribe([]string{"reachout.*"}, rec)
-	_, err = Start(Options{Path: h.path, Asker: newFakeAsker(), Bus: bus, Logger: zerolog.Nop()})
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	defer sys.Shutdown()
+	_, err = Start(Options{Path: h.path, Asker: newFakeAsker(), Bus: bus, Logger: zerolog.Nop(), System: sys})
 	if err == nil || !strings.Contains(err.Error(), "making vibe-reachout's hook socket") {
 		t.Fatalf("second server: %v", err)
 	}

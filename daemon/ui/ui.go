@@ -42,7 +42,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/platform/sockserve"
 	"github.com/orchestrd/orchestrd/state"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -72,6 +74,10 @@ type Options struct {
 	// Store, when set, keeps the sessions across restarts (nil: memory
 	// only).
 	Store *state.Store
+	// System, when set, hosts the "ui-streams" supervisor: each page's
+	// event stream and each job's output stream is a "stream" actor under
+	// it (sockserve.Stream). Pages stay plain handlers.
+	System *actors.System
 }
 
 // Server is the dashboard: an http.Handler for /ui/.
@@ -88,8 +94,10 @@ type Server struct {
 	closed  bool
 	streams map[*stream]struct{}
 	wg      sync.WaitGroup // open streams
-	errs    *recentErrors
-	unsub   func()
+	// sup supervises the streams' actors (nil without a System).
+	sup   *sockserve.Supervisor
+	errs  *recentErrors
+	unsub func()
 
 	charts     *charts // charts.go: the last hour's
 	stopCharts func()
@@ -114,6 +122,13 @@ func New(opts Options) (*Server, error) {
 		sessions: newSessions(cfg, opts.Key), streams: map[*stream]struct{}{}, errs: newRecentErrors(recentErrorsKept)}
 	if err := s.parseTemplates(); err != nil {
 		return nil, err
+	}
+	if opts.System != nil {
+		sup, err := sockserve.NewSupervisor(opts.System, "ui-streams", "", s.log)
+		if err != nil {
+			return nil, fmt.Errorf("ui: %w", err)
+		}
+		s.sup = sup
 	}
 	if opts.Store != nil {
 		// A store that cannot be read costs the browsers their sign-in,
@@ -180,8 +195,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ui/login", s.loginPage)
 	m.Handle("POST /ui/login", s.xorigin.Handler(http.HandlerFunc(s.loginPost)))
 	m.Handle("POST /ui/logout", s.xorigin.Handler(s.authed(s.logout)))
-	m.Handle("GET /ui/stream", s.authed(s.streamEvents))
-	m.Handle("GET /ui/jobs/{id}/output", s.authed(s.streamOutput))
+	m.Handle("GET /ui/stream", s.authed(sockserve.StreamHandler(s.sup, "stream", s.streamEvents)))
+	m.Handle("GET /ui/jobs/{id}/output", s.authed(sockserve.StreamHandler(s.sup, "stream", s.streamOutput)))
 	m.Handle("POST /ui/act/{action}", s.xorigin.Handler(s.authed(s.act)))
 	m.Handle("POST /ui/start/{form}", s.xorigin.Handler(s.authed(s.startWork)))
 	m.Handle("GET /ui/start/{form}", s.authed(s.startFormPage))
@@ -241,6 +256,24 @@ func (s *Server) Close() {
 	s.unsub()
 	s.stopCharts()
 	s.wg.Wait()
+	if s.sup != nil {
+		// The streams' handlers end as their streams close: the actors
+		// then stop, and the supervisor with them.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.sup.Stop(ctx); err != nil {
+			s.log.Error().Err(err).Msg("ui: stopping the streams' supervisor")
+		}
+		cancel()
+	}
+}
+
+// Conns lists at most max of the streams open now, the oldest first, and
+// how many are open.
+func (s *Server) Conns(max int) ([]api.ConnInfo, int) {
+	if s.sup == nil {
+		return nil, 0
+	}
+	return s.sup.List(max)
 }
 
 func (s *Server) emit(ev eventlog.Event) { s.opts.Bus.Emit(ev) }

@@ -14,18 +14,24 @@
 //     like never spin nor end the listener; each failure logged as a
 //     warning, "accept failed"), the registry of open connections with a limit,
 //     the peer check (the daemon's uid, then the front-end's own Admit),
-//     a refused peer's one line and conn.refused, one goroutine per
-//     connection running the front-end's Serve, and Close: stop
+//     a refused peer's one line and conn.refused, each connection an
+//     actor under the front-end's connections supervisor (Supervisor),
+//     whose one goroutine runs the front-end's Serve (a panic there is
+//     the actor's: that connection alone ends), and Close: stop
 //     accepting, interrupt every connection (Interrupt), wait for them
 //     at most a grace, then close what is left and wait for every
 //     goroutine.
 //   - Lines: NDJSON line framing with a maximum line length, reading the
 //     socket without holding a buffer while the connection is idle.
+//   - StreamHandler: an HTTP front-end's long-lived stream as an actor
+//     under its Supervisor; List: the connections (kind, peer, age,
+//     bytes queued) for frontend.list.
 //   - OutQueue: the bounded, non-blocking outbound queue of a
 //     connection that streams many lines (responses never dropped, events
 //     dropped oldest first or the connection closed), so a slow client
 //     never stalls the daemon.
 //
-// It knows no protocol and no domain; it tells the event bus (conn.refused)
-// and the front-end (Serve, Admit, Interrupt) and nobody else.
+// It knows no protocol and no domain; it tells the event bus (conn.refused),
+// the actor system (its actors' panics) and the front-end (Serve, Admit,
+// Interrupt, Panicked, Linked) and nobody else.
 package sockserve

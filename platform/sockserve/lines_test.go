@@ -18,7 +18,13 @@ import (
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle timer (a message to an actor
+		// stopped, such as a stream's end after its actor); it ends by
+		// itself a second later.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
 
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()

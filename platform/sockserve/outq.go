@@ -121,6 +121,13 @@ type OutQueue struct {
 	room chan struct{}
 }
 
+// Queued is the bytes queued now (frontend.list's queued_bytes).
+func (q *OutQueue) Queued() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int64(q.bytes)
+}
+
 // Bounds on what an idle connection keeps: larger slices are released when
 // the writer goes idle.
 const keepEntries = 64

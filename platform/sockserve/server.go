@@ -1,6 +1,7 @@
 package sockserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
@@ -78,7 +81,10 @@ type Options struct {
 	// it returns.
 	Serve func(c *Conn)
 	// ServeCloses: Serve closes the socket itself, possibly after it
-	// returns (an outbound queue flushing its last lines, bounded).
+	// returns (an outbound queue flushing its last lines, bounded), or
+	// hands it on (a runner actor takes a runner's connection): a
+	// connection's actor then stops without closing it, unless Serve
+	// panicked.
 	ServeCloses bool
 	// Interrupt asks a connection to end when the server closes (nil:
 	// its read deadline is set to now, so a Serve waiting for a line
@@ -90,6 +96,25 @@ type Options struct {
 	// Bus hears conn.refused; nil: no events.
 	Bus    *eventlog.Bus
 	Logger zerolog.Logger
+
+	// System, when set, makes each connection an actor (of Kind) under a
+	// connections supervisor of the server's own (Supervisor, SupervisorID:
+	// "hooks", "pods", "handshakes"), Serve its goroutine: see Supervisor.
+	// Without one, Serve runs on a goroutine of the server's (the control
+	// socket's admit, which hands each connection to its own conn actor).
+	System       *actors.System
+	Supervisor   string
+	SupervisorID string
+	Kind         string
+	// Panicked, when set, tells the peer its connection ends on a panic
+	// (an error line where the protocol has one), on the connection's
+	// goroutine after the panic; it must not block long (a write with a
+	// deadline).
+	Panicked func(c *Conn)
+	// Linked is called, from the connection's actor, when an actor linked
+	// to it (actors.Link: an approval the hook waits on) stops. It must not
+	// block.
+	Linked func(c *Conn, gone actors.Ref)
 }
 
 // Conn is one admitted connection. NC is the front-end's to read and
@@ -103,6 +128,22 @@ type Conn struct {
 	// Value is the front-end's state of the connection, set by Serve
 	// before anything else may look at it (Interrupt).
 	Value atomic.Value
+
+	kind, id   string
+	addr       string // a stream's peer
+	since      time.Time
+	queued     atomic.Int64
+	handedOff  atomic.Bool // Serve returned under ServeCloses: the socket is not the server's to close
+	srv        *Server     // nil for a stream
+	sup        *Supervisor // nil without actors
+	wg         *sync.WaitGroup
+	cancel     func() // a stream's
+	linked     func(c *Conn, gone actors.Ref)
+	running    chan struct{} // closed once the actor runs (or never will)
+	runOnce    sync.Once
+	finishOnce sync.Once
+	mu         sync.Mutex
+	ref        actors.Ref
 }
 
 // Server is one unix socket served: its accept loops, its registry of
@@ -118,17 +159,45 @@ type Server struct {
 	lns    map[*net.UnixListener]struct{}
 	conns  map[*Conn]struct{}
 	wg     sync.WaitGroup
+	sup    *Supervisor // with Options.System
 }
 
-// New readies a server; Serve gives it a listener.
-func New(opts Options) *Server {
+// stopTimeout bounds Close's wait for the connections supervisor to stop.
+const stopTimeout = 10 * time.Second
+
+// New readies a server; Serve gives it a listener. With Options.System it
+// spawns the connections supervisor.
+func New(opts Options) (*Server, error) {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
 	}
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
-	return &Server{opts: opts, log: opts.Logger, lns: map[*net.UnixListener]struct{}{}, conns: map[*Conn]struct{}{}}
+	s := &Server{opts: opts, log: opts.Logger, lns: map[*net.UnixListener]struct{}{}, conns: map[*Conn]struct{}{}}
+	if opts.System != nil {
+		if opts.Kind == "" || opts.Supervisor == "" {
+			return nil, errors.New("sockserve: Options.System without Kind and Supervisor")
+		}
+		sup, err := NewSupervisor(opts.System, opts.Supervisor, opts.SupervisorID, opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", opts.Component, err)
+		}
+		s.sup = sup
+	}
+	return s, nil
+}
+
+// Supervisor is the connections supervisor (nil without Options.System).
+func (s *Server) Supervisor() *Supervisor { return s.sup }
+
+// List returns at most max of the connections open now, the oldest
+// first, and how many are open.
+func (s *Server) List(max int) ([]api.ConnInfo, int) {
+	if s.sup != nil {
+		return s.sup.List(max)
+	}
+	return nil, int(s.open.Load())
 }
 
 // Open and Seen count the connections open now and ever admitted.
@@ -216,12 +285,26 @@ func (s *Server) admit(nc *net.UnixConn) {
 		s.refuse(nc, peer, fmt.Sprintf("refused: %d connections are open, the most this socket serves", s.opts.MaxConns))
 		return
 	}
-	c := &Conn{NC: nc, Peer: peer, Seq: s.seen.Add(1)}
+	c := &Conn{NC: nc, Peer: peer, Seq: s.seen.Add(1), kind: s.opts.Kind, since: time.Now(), srv: s}
 	s.conns[c] = struct{}{}
 	s.open.Add(1)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.run(c)
+	if s.sup == nil {
+		go s.run(c)
+		return
+	}
+	c.id = "c" + strconv.FormatInt(c.Seq, 10)
+	c.sup, c.wg, c.linked, c.running = s.sup, &s.wg, s.opts.Linked, make(chan struct{})
+	s.sup.start(c)
+}
+
+// forget unregisters an actor's connection (its finish).
+func (s *Server) forget(c *Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.open.Add(-1)
 }
 
 func (s *Server) run(c *Conn) {
@@ -297,8 +380,22 @@ func (s *Server) Close() {
 	case <-done:
 	case <-t.C:
 		for _, c := range s.Conns() {
-			c.NC.Close()
+			if !c.handedOff.Load() {
+				c.NC.Close()
+			}
 		}
+		if s.sup == nil {
+			<-done
+		}
+	}
+	if s.sup != nil {
+		// Every socket is closed or its Serve returned: the actors stop
+		// (and stopping the supervisor ends any that have not yet).
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		if err := s.sup.Stop(ctx); err != nil {
+			s.log.Error().Err(err).Msg(s.opts.Component + ": stopping the connections supervisor")
+		}
+		cancel()
 		<-done
 	}
 }
