@@ -96,7 +96,7 @@ const (
 	chunkMax = 32 << 10
 	// rawChunkMax is the largest OutputRaw chunk (the pipe's reads give at
 	// most its buffer, 64 KiB by default, or what piled up in it).
-	rawChunkMax = 128 << 10
+	rawChunkMax = 256 << 10
 )
 
 // errShutdown is returned by the read loop when a Shutdown frame arrives.
