@@ -50,21 +50,42 @@ func (t *outRoutes) get(jobID []byte) *outStream {
 	return out
 }
 
+// allocFrame is the runner connection's FrameReader.Alloc: an OutputRaw
+// frame's payload is read into a pooled buffer, which its chunk then lives
+// in (routeOutputRaw), not copied out of the reader's.
+func allocFrame(t wire.MsgType, n int) []byte {
+	if t != wire.TypeOutputRaw || n < chunkPoolMin {
+		return nil
+	}
+	return chunkPool.Get(n)
+}
+
 // routeOutputRaw writes an OutputRaw frame's chunk into its job's stream
 // if the job is routed. It returns what the runner actor is still to be
 // told (nil: nothing): the chunk itself for a job not routed, or, while
 // someone listens for job.output, that it was written, for the job's actor
-// to put on the bus in order with the job's other events.
-func (t *outRoutes) routeOutputRaw(sh *shared, payload []byte) (any, error) {
+// to put on the bus in order with the job's other events. owned: payload
+// is the caller's, from allocFrame (its chunk is written as it lies in
+// it); else it is the frame reader's, and copied.
+func (t *outRoutes) routeOutputRaw(sh *shared, payload []byte, owned bool) (any, error) {
 	id, s, chunk, err := wire.ParseOutputRaw(payload)
 	if err != nil {
+		if owned {
+			chunkPool.Put(payload)
+		}
 		return nil, err
 	}
 	out := t.get(id)
 	if out == nil {
-		return wire.OutputChunk{JobID: string(id), Stream: s, Chunk: bytes.Clone(chunk)}, nil
+		if !owned {
+			chunk = bytes.Clone(chunk)
+		}
+		return wire.OutputChunk{JobID: string(id), Stream: s, Chunk: chunk}, nil
 	}
 	if len(chunk) == 0 {
+		if owned {
+			chunkPool.Put(payload)
+		}
 		return nil, nil
 	}
 	var ev any
@@ -73,9 +94,12 @@ func (t *outRoutes) routeOutputRaw(sh *shared, payload []byte) (any, error) {
 		// has its own.
 		ev = outputWritten{jobID: string(id), stream: s, data: bytes.Clone(chunk)}
 	}
-	buf := getChunk(len(chunk))
-	buf.b = append(buf.b[:0], chunk...)
-	buf.refs = 1
+	buf := &chunkBuf{b: chunk, refs: 1, whole: payload}
+	if !owned {
+		buf = getChunk(len(chunk))
+		buf.b = append(buf.b[:0], chunk...)
+		buf.refs = 1
+	}
 	if !out.writeRouted(streamName(streamIndex(s)), buf) {
 		return nil, nil
 	}

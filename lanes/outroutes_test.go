@@ -72,21 +72,21 @@ func TestRouteOutputRaw(t *testing.T) {
 		}
 		return b[wire.HeaderSize:]
 	}
-	if msg, err := routes.routeOutputRaw(nil, frame("j-1", "hello")); msg != nil || err != nil {
+	if msg, err := routes.routeOutputRaw(nil, frame("j-1", "hello"), false); msg != nil || err != nil {
 		t.Fatalf("a routed job's chunk: %v %v, want it written", msg, err)
 	}
-	msg, err := routes.routeOutputRaw(nil, frame("j-2", "other"))
+	msg, err := routes.routeOutputRaw(nil, frame("j-2", "other"), false)
 	if c, ok := msg.(wire.OutputChunk); err != nil || !ok || c.JobID != "j-2" || string(c.Chunk) != "other" {
 		t.Fatalf("a job not routed: %#v %v, want its OutputChunk for the actor", msg, err)
 	}
 	routes.del("j-1")
-	if msg, _ := routes.routeOutputRaw(nil, frame("j-1", "late")); msg == nil {
+	if msg, _ := routes.routeOutputRaw(nil, frame("j-1", "late"), false); msg == nil {
 		t.Fatal("a job no longer routed was written into its stream")
 	}
 	if kept, total := s.keptFrom(0); string(kept) != "hello" || total != 5 {
 		t.Fatalf("stream holds %q (%d bytes), want hello", kept, total)
 	}
-	if _, err := routes.routeOutputRaw(nil, []byte{9, 1, 'x'}); err == nil {
+	if _, err := routes.routeOutputRaw(nil, []byte{9, 1, 'x'}, false); err == nil {
 		t.Fatal("a malformed OutputRaw payload accepted")
 	}
 }

@@ -85,6 +85,9 @@ type outPiece struct {
 type chunkBuf struct {
 	b    []byte
 	refs int
+	// whole is the pooled buffer b lies in (an OutputRaw frame's payload,
+	// b its chunk), what goes back; nil: b itself.
+	whole []byte
 }
 
 // chunkPool holds routed chunks' buffers: in classes from 8 KiB to 256
@@ -109,8 +112,12 @@ func getChunk(n int) *chunkBuf {
 func (c *chunkBuf) release() {
 	c.refs--
 	if c.refs == 0 {
-		chunkPool.Put(c.b)
-		c.b = nil
+		if c.whole != nil {
+			chunkPool.Put(c.whole)
+		} else {
+			chunkPool.Put(c.b)
+		}
+		c.b, c.whole = nil, nil
 	}
 }
 

@@ -735,6 +735,9 @@ func decodeFrame[T any](f wire.Frame) (any, error) {
 // runner actor. It ends when the connection does.
 func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, maxFrame uint32, routes *outRoutes, sh *shared) {
 	fr := wire.NewFrameReader(br, maxFrame)
+	if routes != nil {
+		fr.Alloc = allocFrame
+	}
 	for {
 		f, err := fr.Next()
 		if err != nil {
@@ -746,7 +749,8 @@ func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, ma
 		}
 		var msg any
 		if f.Type == wire.TypeOutputRaw && routes != nil {
-			if msg, err = routes.routeOutputRaw(sh, f.Payload); err == nil && msg == nil {
+			owned := fr.Alloc != nil && len(f.Payload) >= chunkPoolMin
+			if msg, err = routes.routeOutputRaw(sh, f.Payload, owned); err == nil && msg == nil {
 				continue // written into the job's stream
 			}
 		} else if dec, ok := runnerFrames[f.Type]; ok {
