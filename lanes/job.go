@@ -48,6 +48,10 @@ type (
 	jobOutput   struct {
 		stream wire.Stream
 		data   []byte
+		// written: the runner connection's reader wrote data into the
+		// job's stream itself (outRoutes); the actor only says so on the
+		// bus (job.output).
+		written bool
 	}
 	jobResult struct{ res wire.Result }
 	// jobLost: the runner holding the job is gone; reason is one of the
@@ -311,14 +315,16 @@ func (j *jobActor) Receive(c *actors.Context) {
 			return
 		}
 		j.streamed = true
-		j.out.write(streamName(streamIndex(m.stream)), m.data)
+		if !m.written {
+			j.out.write(streamName(streamIndex(m.stream)), m.data)
+		}
 		j.emitOutput(m.stream, m.data)
 	case jobResult:
 		r := m.res
 		j.rec.ExitCode = r.ExitCode
 		j.rec.Signal, j.rec.StoppedBy, j.rec.OutputCut = r.Signal, r.StoppedBy, r.OutputCut
 		j.rec.WasTimeout, j.rec.WasCancelled = r.WasTimeout, r.WasCancelled
-		if !j.streamed && r.Status != wire.StatusError && r.Output != "" {
+		if !j.streamed && !j.out.routed() && r.Status != wire.StatusError && r.Output != "" {
 			// A runner that does not stream (Loopr's may not): its
 			// Result.output is all there is. An Error's output is the
 			// runner's word on why the job did not run (the record's
@@ -510,7 +516,7 @@ func (j *jobActor) bounced(c *actors.Context, m jobBounced) {
 // recorded). A runner gone or replaced meanwhile bounces it back.
 func (j *jobActor) assign(c *actors.Context) {
 	j.assigned = true
-	c.Send(j.runner, assignJob{job: c.Self(), gen: j.gen, w: j.w})
+	c.Send(j.runner, assignJob{job: c.Self(), gen: j.gen, w: j.w, out: j.out})
 	j.w = wire.Job{}
 }
 
@@ -528,6 +534,7 @@ func (j *jobActor) finish(c *actors.Context, st api.State) {
 	if j.rec.State.Terminal() {
 		return
 	}
+	j.out.seal() // what a runner's reader still writes is after the end
 	now := time.Now()
 	j.rec.State = st
 	j.rec.FinishedAt = &now

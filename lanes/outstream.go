@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"github.com/orchestrd/orchestrd/platform/bufpool"
 	"io"
 	"sync"
 
@@ -23,11 +24,11 @@ import (
 const (
 	// OutputWindow is what a runner may send of a job's output beyond what
 	// the daemon acknowledged (RunnerConfig.output_window).
-	OutputWindow = 256 << 10
+	OutputWindow = 1 << 20
 	// outputBuffer is what the daemon holds of a job's output for its
 	// slowest reader before it stops acknowledging: at most this much
 	// beyond the slowest reader, plus a window in flight.
-	outputBuffer = 512 << 10
+	outputBuffer = 2 << 20
 	// outputHardCap is how far behind a reader may fall at all. Only a
 	// runner that does not take acknowledgements (a Loopr runner), or a
 	// job's last bytes after its exit, get there: past it the reader skips
@@ -73,10 +74,55 @@ type outPiece struct {
 	off    int64
 	stream string
 	data   []byte
+	buf    *chunkBuf // data's pooled buffer (a routed chunk), or nil
 }
 
-// outStream is one job's output. Its job actor writes; readers read from
-// any goroutine.
+// chunkBuf is a routed chunk's buffer (outRoutes), from chunkPools, so that
+// output at full speed does not allocate a buffer a chunk (and keep the
+// garbage collector busy). The stream's piece and each reader handed its
+// bytes hold a reference, counted under the stream's lock; the last to let
+// go puts it back.
+type chunkBuf struct {
+	b    []byte
+	refs int
+	// whole is the pooled buffer b lies in (an OutputRaw frame's payload,
+	// b its chunk), what goes back; nil: b itself.
+	whole []byte
+}
+
+// chunkPool holds routed chunks' buffers: in classes from 8 KiB to 256
+// KiB (lanes/runner's largest chunk), each twice the last, so a buffer is
+// at most twice the chunk it holds and a stalled reader's retained bytes
+// cost at most twice their size; a smaller chunk gets a buffer of its own
+// size. A few of each class are kept once a burst is over.
+var chunkPool = bufpool.New(chunkPoolMin, 256<<10, 8)
+
+const chunkPoolMin = 8 << 10
+
+// getChunk is a buffer for n bytes, unreferenced.
+func getChunk(n int) *chunkBuf {
+	if n < chunkPoolMin {
+		return &chunkBuf{b: make([]byte, 0, n)}
+	}
+	return &chunkBuf{b: chunkPool.Get(n)}
+}
+
+// release drops a reference (the stream's lock held, or the buffer not yet
+// written into a stream); the last one puts the buffer back.
+func (c *chunkBuf) release() {
+	c.refs--
+	if c.refs == 0 {
+		if c.whole != nil {
+			chunkPool.Put(c.whole)
+		} else {
+			chunkPool.Put(c.b)
+		}
+		c.b, c.whole = nil, nil
+	}
+}
+
+// outStream is one job's output. Its job actor writes (or its runner
+// connection's reader: writeRouted); readers read from any goroutine.
 type outStream struct {
 	sh    *shared
 	jobID string
@@ -101,6 +147,9 @@ type outStream struct {
 	// unread, when set, is called once the last reader of a stream that
 	// has not ended detaches (a cluster job's mirror stops following).
 	unread func()
+	// sealed: the job actor ended the job; its runner connection's reader
+	// writes nothing more (writeRouted). wasRouted: it wrote some.
+	sealed, wasRouted bool
 }
 
 func (s *outStream) setActor(sys *actors.System, ref actors.Ref) {
@@ -163,14 +212,24 @@ func (s *outStream) snapshot(rec api.JobRecord) *outStream {
 }
 
 // write adds a chunk of the job's output: kept up to the record's cap,
-// retained while readers are attached. Only the job actor writes.
+// retained while readers are attached. The job actor writes, or its
+// runner connection's reader (writeRouted); one of them a job.
 func (s *outStream) write(stream string, p []byte) {
 	s.mu.Lock()
+	s.writeLocked(stream, p, nil)
+}
+
+// writeLocked is write with s.mu held; it unlocks it. buf, if not nil,
+// is p's pooled buffer: the stream holds it while it retains p, else it
+// goes back at once.
+func (s *outStream) writeLocked(stream string, p []byte, buf *chunkBuf) {
 	if room := s.keep - len(s.kept); room > 0 {
 		s.kept = appendKept(s.kept, p[:min(len(p), room)], s.keep)
 	}
 	if len(s.readers) > 0 {
-		s.pieces = append(s.pieces, outPiece{off: s.total, stream: stream, data: p})
+		s.pieces = append(s.pieces, outPiece{off: s.total, stream: stream, data: p, buf: buf})
+	} else if buf != nil {
+		buf.release() // copied into the record's copy, if at all
 	}
 	s.total += int64(len(p))
 	// An observer that falls outputBuffer behind skips ahead to half
@@ -205,6 +264,36 @@ func (s *outStream) write(stream string, p []byte) {
 	if n >= 0 {
 		ack(n)
 	}
+}
+
+// writeRouted is write for the runner connection's reader (outRoutes),
+// which hands a job's output to its stream without the actors: false, and
+// nothing written, once the job actor sealed the stream (the job ended).
+// The stream takes buf's reference: buf must not be used after the call.
+func (s *outStream) writeRouted(stream string, buf *chunkBuf) bool {
+	s.mu.Lock()
+	if s.sealed || s.ended {
+		s.mu.Unlock()
+		buf.release()
+		return false
+	}
+	s.wasRouted = true
+	s.writeLocked(stream, buf.b, buf)
+	return true
+}
+
+// seal: the job ended; its runner's reader writes no more (writeRouted).
+func (s *outStream) seal() {
+	s.mu.Lock()
+	s.sealed = true
+	s.mu.Unlock()
+}
+
+// routed says whether the runner connection's reader wrote any output.
+func (s *outStream) routed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wasRouted
 }
 
 // appendKept appends p to kept, growing it by doubling up to keep at most:
@@ -282,6 +371,9 @@ func (s *outStream) trimLocked() {
 	pin := s.minPinLocked()
 	i := 0
 	for i < len(s.pieces) && s.pieces[i].off+int64(len(s.pieces[i].data)) <= pin {
+		if b := s.pieces[i].buf; b != nil {
+			b.release()
+		}
 		s.pieces[i] = outPiece{}
 		i++
 	}
@@ -349,6 +441,9 @@ type OutputReader struct {
 	observer bool
 	closed   bool
 	buf      []byte // where small chunks are joined; reused by each Next
+	// lent: the pooled buffer of the piece Next returned last; its Data
+	// is the caller's until the next call, which lets it go.
+	lent *chunkBuf
 
 	delivered, missed int64
 }
@@ -367,6 +462,10 @@ func (r *OutputReader) Next(ctx context.Context) (OutputPiece, error) {
 	s := r.s
 	for {
 		s.mu.Lock()
+		if r.lent != nil {
+			r.lent.release()
+			r.lent = nil
+		}
 		if r.closed {
 			s.mu.Unlock()
 			return OutputPiece{}, ErrReaderClosed
@@ -439,6 +538,10 @@ func (r *OutputReader) nextLocked() (OutputPiece, bool) {
 			buf = append(buf, s.pieces[j].data...)
 		}
 		data = buf
+	}
+	if first.buf != nil && len(data) > 0 && &data[0] == &first.data[r.off-first.off] {
+		first.buf.refs++ // handed out as it is, not joined into r.buf
+		r.lent = first.buf
 	}
 	p := OutputPiece{Offset: r.off, Stream: first.stream, Data: data}
 	r.off += int64(len(data))

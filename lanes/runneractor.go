@@ -71,6 +71,9 @@ type (
 		job actors.Ref
 		gen int // the incarnation the lane chose
 		w   wire.Job
+		// out: the job's stream, where the connection's reader writes its
+		// output (outRoutes); nil: through the actors.
+		out *outStream
 	}
 	runnerShutdown struct{}
 	shutdownKill   struct{ gen int }
@@ -102,9 +105,12 @@ type runnerActor struct {
 	down      bool // this incarnation was declared lost
 	cause     string
 
-	conn   *net.UnixConn
-	out    chan []byte
-	jobs   map[string]actors.Ref
+	conn *net.UnixConn
+	out  chan []byte
+	jobs map[string]actors.Ref
+	// routes: where the connection's reader writes its jobs' output
+	// (a runner that sends OutputRaw frames); nil: through this actor.
+	routes *outRoutes
 	hbSeq  int
 	hbStop func()
 	// reportedMem is the runner's last heartbeat's memory_bytes;
@@ -268,6 +274,9 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			m.w.StdinStream = false // it reads nothing (the job knew: jobDispatched.stdinOK)
 		}
 		r.jobs[m.w.JobID] = m.job
+		if r.routes != nil && m.out != nil {
+			r.routes.set(m.w.JobID, m.out)
+		}
 		if !r.send(c, wire.TypeJob, m.w) {
 			return
 		}
@@ -433,12 +442,16 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 		cfg.OutputWindow = OutputWindow
 		cfg.OutputRaw = slices.Contains(a.hs.Capabilities, wire.CapOutputRaw)
 	}
+	r.routes = nil
+	if cfg.OutputRaw {
+		r.routes = newOutRoutes()
+	}
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots, Config: cfg})
 	if err == nil {
 		r.out <- ack
 	}
 	go writeLoop(a.conn, r.out)
-	go readLoop(sys, self, gen, a.br, r.sh.maxFrame)
+	go readLoop(sys, self, gen, a.br, r.sh.maxFrame, r.routes, r.sh)
 	r.readyAt = time.Now()
 	startMs := int64(0)
 	if r.spawned {
@@ -503,7 +516,7 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		if m.Error != nil {
 			reason = *m.Error
 		}
-		delete(r.jobs, m.JobID)
+		r.dropJob(m.JobID)
 		c.Send(j, jobRejected{reason: reason})
 		c.Send(r.lane, slotFreed{id: r.id})
 		r.publish(c)
@@ -511,12 +524,16 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		if j, ok := r.jobs[m.JobID]; ok {
 			c.Send(j, jobOutput{stream: m.Stream, data: m.Chunk})
 		}
+	case outputWritten:
+		if j, ok := r.jobs[m.jobID]; ok {
+			c.Send(j, jobOutput{stream: m.stream, data: m.data, written: true})
+		}
 	case wire.Result:
 		j, ok := r.jobs[m.JobID]
 		if !ok {
 			return
 		}
-		delete(r.jobs, m.JobID)
+		r.dropJob(m.JobID)
 		for _, k := range m.Killed {
 			r.sh.bus.Emit(OrphanKilled{Pid: k.Pid, JobID: m.JobID, Lane: r.laneN, Command: k.Comm, Reason: "job_ended"})
 		}
@@ -627,6 +644,10 @@ func (r *runnerActor) lost(c *actors.Context, cause, jobErr string) {
 		c.Send(j, jobLost{reason: jobErr})
 		delete(r.jobs, id)
 	}
+	if r.routes != nil {
+		r.routes.clear()
+		r.routes = nil
+	}
 	c.Send(r.lane, runnerDown{id: r.id})
 	if r.hbStop != nil {
 		r.hbStop()
@@ -679,6 +700,14 @@ func (r *runnerActor) publish(c *actors.Context) {
 	c.Send(r.lane, st)
 }
 
+// dropJob: the runner no longer holds job id.
+func (r *runnerActor) dropJob(id string) {
+	delete(r.jobs, id)
+	if r.routes != nil {
+		r.routes.del(id)
+	}
+}
+
 // runnerFrames decodes the frames a runner may send into the wire structs
 // the runner actor handles.
 var runnerFrames = map[wire.MsgType]func(wire.Frame) (any, error){
@@ -704,8 +733,11 @@ func decodeFrame[T any](f wire.Frame) (any, error) {
 
 // readLoop decodes frames off a runner connection into messages for the
 // runner actor. It ends when the connection does.
-func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, maxFrame uint32) {
+func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, maxFrame uint32, routes *outRoutes, sh *shared) {
 	fr := wire.NewFrameReader(br, maxFrame)
+	if routes != nil {
+		fr.Alloc = allocFrame
+	}
 	for {
 		f, err := fr.Next()
 		if err != nil {
@@ -716,7 +748,12 @@ func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, ma
 			return
 		}
 		var msg any
-		if dec, ok := runnerFrames[f.Type]; ok {
+		if f.Type == wire.TypeOutputRaw && routes != nil {
+			owned := fr.Alloc != nil && len(f.Payload) >= chunkPoolMin
+			if msg, err = routes.routeOutputRaw(sh, f.Payload, owned); err == nil && msg == nil {
+				continue // written into the job's stream
+			}
+		} else if dec, ok := runnerFrames[f.Type]; ok {
 			msg, err = dec(f)
 		} else {
 			err = fmt.Errorf("unexpected frame %s from runner", f.Type)

@@ -311,11 +311,20 @@ func (lr *LineReader) LineBuffered() bool {
 
 // ReadRaw reads the next n bytes as they are (what an event line
 // announced with data_len), into a new slice.
-func (lr *LineReader) ReadRaw(n int) ([]byte, error) {
+func (lr *LineReader) ReadRaw(n int) ([]byte, error) { return lr.ReadRawInto(nil, n) }
+
+// ReadRawInto is ReadRaw into dst's array when it holds n bytes (a
+// buffer reused), else into a new slice.
+func (lr *LineReader) ReadRawInto(dst []byte, n int) ([]byte, error) {
 	if lr.err != nil {
 		return nil, lr.err
 	}
-	b := make([]byte, n)
+	var b []byte
+	if cap(dst) >= n {
+		b = dst[:n]
+	} else {
+		b = make([]byte, n)
+	}
 	if _, err := io.ReadFull(lr.br, b); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF

@@ -65,6 +65,10 @@ type FrameReader struct {
 	max uint32
 	hdr [HeaderSize]byte
 	buf []byte
+	// Alloc, when set, may give the buffer a frame's payload is read
+	// into (capacity at least n): that payload is then the caller's, not
+	// the reader's to reuse. nil from it: the reader's own buffer.
+	Alloc func(t MsgType, n int) []byte
 }
 
 // NewFrameReader reads frames of at most max payload bytes (0 means
@@ -98,6 +102,15 @@ func (fr *FrameReader) Next() (Frame, error) {
 		return Frame{}, &FrameTooLargeError{Len: n, Max: fr.max, Type: t}
 	}
 	size := int(n)
+	if fr.Alloc != nil {
+		if p := fr.Alloc(t, size); cap(p) >= size {
+			p = p[:size]
+			if _, err := io.ReadFull(fr.r, p); err != nil {
+				return Frame{}, payloadError(t, n, err)
+			}
+			return Frame{Type: t, Payload: p}, nil
+		}
+	}
 	if cap(fr.buf) > frameKeepCap && size <= frameReadChunk {
 		fr.buf = nil
 	}

@@ -635,3 +635,31 @@ func TestMsgTypeNames(t *testing.T) {
 		}
 	}
 }
+
+// FrameReader.Alloc gives the buffer a payload is read into: the payload
+// lies in it (the caller's); nil from it, the reader's own buffer as before.
+func TestFrameReaderAlloc(t *testing.T) {
+	var in []byte
+	for _, p := range []string{"first", "second", "third"} {
+		in = AppendFrame(in, TypeOutputRaw, []byte(p))
+	}
+	mine := make([]byte, 0, 64)
+	fr := NewFrameReader(bytes.NewReader(in), 0)
+	calls := 0
+	fr.Alloc = func(t MsgType, n int) []byte {
+		calls++
+		if t != TypeOutputRaw || calls == 2 {
+			return nil
+		}
+		return mine
+	}
+	for i, want := range []string{"first", "second", "third"} {
+		f, err := fr.Next()
+		if err != nil || string(f.Payload) != want {
+			t.Fatalf("frame %d: %q %v", i, f.Payload, err)
+		}
+		if inMine := &f.Payload[0] == &mine[:1][0]; inMine != (i != 1) {
+			t.Fatalf("frame %d read into the given buffer: %v", i, inMine)
+		}
+	}
+}

@@ -44,31 +44,40 @@ var errShortOutputRaw = errors.New("decoding OutputRaw payload: shorter than its
 // the payload (which aliases the frame reader's buffer); the job id is a
 // new string.
 func DecodeOutputRaw(p []byte) (OutputChunk, error) {
-	if len(p) < 2 {
-		return OutputChunk{}, errShortOutputRaw
+	id, s, chunk, err := ParseOutputRaw(p)
+	if err != nil {
+		return OutputChunk{}, err
 	}
-	var s Stream
+	c := OutputChunk{JobID: string(id), Stream: s}
+	if len(chunk) > 0 {
+		c.Chunk = append(Bytes(nil), chunk...)
+	}
+	return c, nil
+}
+
+// ParseOutputRaw is DecodeOutputRaw without copying: the job id and the
+// chunk alias p.
+func ParseOutputRaw(p []byte) (jobID []byte, s Stream, chunk []byte, err error) {
+	if len(p) < 2 {
+		return nil, "", nil, errShortOutputRaw
+	}
 	switch p[0] {
 	case 0:
 		s = Stdout
 	case 1:
 		s = Stderr
 	default:
-		return OutputChunk{}, fmt.Errorf("decoding OutputRaw payload: stream byte %d (want 0 or 1)", p[0])
+		return nil, "", nil, fmt.Errorf("decoding OutputRaw payload: stream byte %d (want 0 or 1)", p[0])
 	}
 	n := int(p[1])
 	if len(p) < 2+n {
-		return OutputChunk{}, errShortOutputRaw
+		return nil, "", nil, errShortOutputRaw
 	}
 	id := p[2 : 2+n]
 	if !validJobIDBytes(id) {
-		return OutputChunk{}, errors.New("decoding OutputRaw payload: the job id is not printable ASCII")
+		return nil, "", nil, errors.New("decoding OutputRaw payload: the job id is not printable ASCII")
 	}
-	c := OutputChunk{JobID: string(id), Stream: s}
-	if rest := p[2+n:]; len(rest) > 0 {
-		c.Chunk = append(Bytes(nil), rest...)
-	}
-	return c, nil
+	return id, s, p[2+n:], nil
 }
 
 // validJobIDBytes: printable ASCII, no quote or backslash (what a job id

@@ -2,17 +2,23 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // runStreams is scenario 13: a job's output is flow-controlled to the
@@ -102,26 +108,38 @@ func runStreams(b *bench) error {
 	b.add(Row{Metric: "… bytes the slow run reader got, all in order", Orchestrd: fmt.Sprintf("%s (%.1f MB/s)",
 		fmtBytes(float64(delivered)), float64(delivered)/hold.Seconds()/1e6), Value: float64(delivered), Unit: "bytes"})
 
-	// Throughput: run into /dev/null, against the same bytes through as
-	// many process hops over plain pipes and sockets (job → runner → daemon
-	// → client: head | cat over a pipe, two unix sockets between three
-	// cats), and head alone. Trials alternate ABBA; the ratio is the median
-	// of the paired ratios. The daemon's CPU is charged per MiB moved.
+	// Throughput: run into /dev/null, /execute/stream in the binary
+	// framing and logs -f, each against the same bytes through as many
+	// process hops over plain pipes and sockets (job → runner → daemon →
+	// client: head | cat over a pipe, two unix sockets between three
+	// cats), and head alone. Trials alternate ABBA (the relay first, then
+	// the three; then the three, then the relay); a ratio is the median of
+	// the paired ratios. The daemon's CPU is charged per MiB moved.
 	n := pick(b, int64(512<<20), int64(16<<20))
 	trials := pick(b, 3, 1)
-	var runs, relays, heads, pairs, cpus, clientCPUs []float64
-	runOnce := func() error {
-		c0, _ := procCPU(d.pid())
-		t, cc, err := timedCPU(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
-		if err != nil {
-			return fmt.Errorf("run into /dev/null: %w", err)
-		}
-		c1, _ := procCPU(d.pid())
-		runs = append(runs, float64(n)/t.Seconds())
-		cpus = append(cpus, float64(c1-c0)/float64(n>>20))
-		clientCPUs = append(clientCPUs, float64(cc)/float64(n>>20))
-		return nil
+	type way struct {
+		name   string
+		metric string
+		once   func() (time.Duration, time.Duration, error) // wall, client CPU (0: not measured)
+		rates  []float64
+		pairs  []float64
+		cpus   []float64
+		client []float64
 	}
+	ways := []*way{
+		{name: "run", metric: fmt.Sprintf("`run -- head -c %s /dev/zero > /dev/null`", fmtBytes(float64(n))),
+			once: func() (time.Duration, time.Duration, error) {
+				return timedCPU(b.bin, "run", "--home", d.run.Home, "--lane", "bench", "--no-stdin", "--", "head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
+			}},
+		{name: "http", metric: fmt.Sprintf("POST /execute/stream of `head -c %s /dev/zero`, binary frames (Accept: %s), read by a Go client", fmtBytes(float64(n)), wire.ExecStreamType),
+			once: func() (time.Duration, time.Duration, error) {
+				t, err := execStreamFrames(addr, key, n)
+				return t, 0, err
+			}},
+		{name: "logs", metric: fmt.Sprintf("`logs -f` of a job writing `head -c %s /dev/zero`, into a pipe read at full speed", fmtBytes(float64(n))),
+			once: func() (time.Duration, time.Duration, error) { return logsFollowed(b, d, n) }},
+	}
+	var relays, heads []float64
 	relayOnce := func() error {
 		t, err := relayed(n)
 		if err != nil {
@@ -130,41 +148,169 @@ func runStreams(b *bench) error {
 		relays = append(relays, float64(n)/t.Seconds())
 		return nil
 	}
+	wayOnce := func(w *way) error {
+		c0, _ := procCPU(d.pid())
+		t, cc, err := w.once()
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		c1, _ := procCPU(d.pid())
+		w.rates = append(w.rates, float64(n)/t.Seconds())
+		w.cpus = append(w.cpus, float64(c1-c0)/float64(n>>20))
+		if cc > 0 {
+			w.client = append(w.client, float64(cc)/float64(n>>20))
+		}
+		return nil
+	}
 	for i := range trials {
-		first, second := runOnce, relayOnce
+		if i%2 == 0 {
+			if err := relayOnce(); err != nil {
+				return err
+			}
+		}
+		for _, w := range ways {
+			if err := wayOnce(w); err != nil {
+				return err
+			}
+		}
 		if i%2 == 1 {
-			first, second = relayOnce, runOnce
+			if err := relayOnce(); err != nil {
+				return err
+			}
 		}
-		if err := first(); err != nil {
-			return err
+		for _, w := range ways {
+			w.pairs = append(w.pairs, w.rates[len(w.rates)-1]/relays[len(relays)-1])
 		}
-		if err := second(); err != nil {
-			return err
-		}
-		pairs = append(pairs, runs[len(runs)-1]/relays[len(relays)-1])
 		t, err := timed("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
 			return err
 		}
 		heads = append(heads, float64(n)/t.Seconds())
 	}
-	r, rl, h, pr, cpu := median(sorted(runs)), median(sorted(relays)), median(sorted(heads)), median(sorted(pairs)), median(sorted(cpus))
+	rl, h := median(sorted(relays)), median(sorted(heads))
 	const target = 0.40
-	b.add(Row{Metric: fmt.Sprintf("`run -- head -c %s /dev/zero > /dev/null` (median of %d; ratio: median of paired trials)", fmtBytes(float64(n)), trials), N: trials,
-		Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
-		Baseline: fmt.Sprintf("%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets)", rl/1e6), BaselineValue: &rl,
-		Ratio: fmt.Sprintf("%.0f%%", 100*pr), RatioValue: floatp(pr),
-		Target: "≥ 1 GB/s or ≥ 40% of baseline", Met: boolp(r >= 1e9 || pr >= target)})
-	ratio, rv := fmtRatio(r, h)
-	b.add(Row{Metric: "… against head alone", N: trials,
-		Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
-		Baseline: fmt.Sprintf("%.0f MB/s (head alone)", h/1e6), BaselineValue: &h, Ratio: ratio, RatioValue: rv})
-	b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
-		Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
-	ccpu := median(sorted(clientCPUs))
-	b.add(Row{Metric: "… client (`orchestrd run`) CPU per MiB moved", N: trials,
-		Orchestrd: fmt.Sprintf("%.0f µs", ccpu/1e3), Value: ccpu / 1e9, Unit: "s"})
+	for i, w := range ways {
+		r, pr, cpu := median(sorted(w.rates)), median(sorted(w.pairs)), median(sorted(w.cpus))
+		b.add(Row{Metric: fmt.Sprintf("%s (median of %d; ratio: median of paired trials)", w.metric, trials), N: trials,
+			Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
+			Baseline: fmt.Sprintf("%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets)", rl/1e6), BaselineValue: &rl,
+			Ratio: fmt.Sprintf("%.0f%% (paired: %s)", 100*pr, pctList(w.pairs)), RatioValue: floatp(pr),
+			Target: "≥ 1 GB/s or ≥ 40% of baseline", Met: boolp(r >= 1e9 || pr >= target)})
+		if i == 0 {
+			ratio, rv := fmtRatio(r, h)
+			b.add(Row{Metric: "… against head alone", N: trials,
+				Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
+				Baseline: fmt.Sprintf("%.0f MB/s (head alone)", h/1e6), BaselineValue: &h, Ratio: ratio, RatioValue: rv})
+		}
+		b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
+			Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
+		if len(w.client) > 0 {
+			ccpu := median(sorted(w.client))
+			b.add(Row{Metric: fmt.Sprintf("… client (`orchestrd %s`) CPU per MiB moved", w.name), N: trials,
+				Orchestrd: fmt.Sprintf("%.0f µs", ccpu/1e3), Value: ccpu / 1e9, Unit: "s"})
+		}
+	}
 	return nil
+}
+
+// pctList is ratios as percentages, in trial order.
+func pctList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f%%", 100*x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// execStreamFrames runs head -c n /dev/zero through POST /execute/stream
+// in the binary framing and reads it to its exit frame: the wall time from
+// the request to the last frame, an error unless n bytes came and the
+// command exited 0.
+func execStreamFrames(addr, key string, n int64) (time.Duration, error) {
+	body := fmt.Sprintf(`{"command":"head","args":["-c","%d","/dev/zero"],"timeout":600000}`, n)
+	req, err := http.NewRequest("POST", "http://"+addr+"/api/v1/execute/stream", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", wire.ExecStreamType)
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != wire.ExecStreamType {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, fmt.Errorf("/execute/stream: %s %q", resp.Status, b)
+	}
+	fr := wire.NewExecFrameReader(resp.Body, 16<<20)
+	var got int64
+	for {
+		kind, p, err := fr.Next()
+		if err != nil {
+			return 0, fmt.Errorf("/execute/stream after %d bytes: %w", got, err)
+		}
+		switch kind {
+		case wire.ExecStdout:
+			got += int64(len(p))
+		case wire.ExecExit:
+			if got != n || !strings.Contains(string(p), `"data":"0"`) {
+				return 0, fmt.Errorf("/execute/stream: %d of %d bytes, exit %s", got, n, p)
+			}
+			return time.Since(t0), nil
+		default:
+			return 0, fmt.Errorf("/execute/stream: frame %q %q", kind, p)
+		}
+	}
+}
+
+// logsFollowed submits a job that says it is ready, waits for a file, then
+// writes n bytes, and follows it with logs -f into a pipe: once logs -f
+// has printed the first line (it is attached) the file is made; the wall
+// time from then to logs -f's exit, its CPU, an error unless every byte
+// came and it exited 0.
+func logsFollowed(b *bench, d *daemon, n int64) (time.Duration, time.Duration, error) {
+	gate := filepath.Join(b.tmp, "logs-gate") // not in the home: jobs do not see it
+	_ = os.Remove(gate)
+	c, err := d.dial()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	spec := map[string]any{"lane": "bench", "argv": []string{"sh", "-c",
+		`echo ready; while [ ! -e "$1" ]; do sleep 0.005; done; exec head -c "$2" /dev/zero`, "sh", gate, strconv.FormatInt(n, 10)}}
+	if err := c.Call(context.Background(), "job.submit", spec, &sub); err != nil {
+		return 0, 0, fmt.Errorf("job.submit: %w", err)
+	}
+	cmd := exec.Command(b.bin, "logs", "--home", d.run.Home, "-f", sub.JobID)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	first := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(out, first); err != nil || string(first) != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, 0, fmt.Errorf("logs -f began %q: %v (%s)", first, err, errOut.String())
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	got, _ := io.CopyBuffer(io.Discard, out, make([]byte, 256<<10))
+	if err := cmd.Wait(); err != nil || got != n {
+		return 0, 0, fmt.Errorf("logs -f: %d of %d bytes: %v (%s)", got, n, err, errOut.String())
+	}
+	return time.Since(t0), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 func sorted(xs []float64) []float64 { sort.Float64s(xs); return xs }

@@ -76,6 +76,9 @@ func (s *streamReader) line(ev wire.Event) bool {
 	if s.writeErr == nil {
 		_, s.writeErr = w.Write(data)
 	}
+	if ev.Raw != nil {
+		s.c.ReleaseRaw(ev.Raw) // written: its buffer serves a later piece
+	}
 	s.received += int64(len(data))
 	s.next = l.Offset + int64(len(data))
 	return true

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"sync"
+	"github.com/orchestrd/orchestrd/platform/bufpool"
 	"sync/atomic"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -122,28 +122,17 @@ func (c *Call) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
 }
 
 // Buffers of pushed lines: a streamed job's lines are up to a piece of
-// output in base64 (about 90 KiB); larger ones are not kept.
-const maxPooledLine = 256 << 10
-
-var linePool sync.Pool
+// output in base64 (about 90 KiB) or as it is (a binary piece: up to a
+// runner's 256 KiB chunk and its line); larger ones are not kept, nor
+// more than a few of each size once a burst is over.
+var linePool = bufpool.New(4<<10, 512<<10, 4)
 
 func getLine(n int) *[]byte {
-	if v, ok := linePool.Get().(*[]byte); ok {
-		if cap(*v) >= n {
-			return v
-		}
-		linePool.Put(v)
-	}
-	b := make([]byte, 0, n)
+	b := linePool.Get(n)
 	return &b
 }
 
-func putLine(bp *[]byte) {
-	if cap(*bp) <= maxPooledLine {
-		*bp = (*bp)[:0]
-		linePool.Put(bp)
-	}
-}
+func putLine(bp *[]byte) { linePool.Put(*bp) }
 
 // settled takes an answered call out of its connection's pending ones.
 func (c *Call) settled() {

@@ -28,6 +28,22 @@ import (
 // runs from.Admit first, the front-end's check of who stands behind the
 // call, and is refused (CodeUnauthorized) when it fails or is not set.
 func (s *Server) Invoke(ctx context.Context, from api.Origin, method string, params any, push func(event string, data []byte, taken func(ok bool))) (json.RawMessage, error) {
+	return s.invoke(ctx, from, method, params, push, nil)
+}
+
+// InvokeRaw is Invoke whose call is also an api.RawPusher: a line the
+// method pushes with bytes as they are (job.stream with binary) goes to
+// pushRaw, its bytes the call's own until taken runs (as the control
+// socket's queue holds a line's).
+func (s *Server) InvokeRaw(ctx context.Context, from api.Origin, method string, params any,
+	push func(event string, data []byte, taken func(ok bool)),
+	pushRaw func(event string, data, raw []byte, taken func(ok bool))) (json.RawMessage, error) {
+	return s.invoke(ctx, from, method, params, push, pushRaw)
+}
+
+func (s *Server) invoke(ctx context.Context, from api.Origin, method string, params any,
+	push func(event string, data []byte, taken func(ok bool)),
+	pushRaw func(event string, data, raw []byte, taken func(ok bool))) (json.RawMessage, error) {
 	s.mu.Lock()
 	m, ok := s.methods[method]
 	s.mu.Unlock()
@@ -55,7 +71,7 @@ func (s *Server) Invoke(ctx context.Context, from api.Origin, method string, par
 		raw = b
 	}
 	from.Admit = nil
-	c := &localCall{method: method, params: raw, push: push, origin: from, done: make(chan struct{})}
+	c := &localCall{method: method, params: raw, push: push, pushRaw: pushRaw, origin: from, done: make(chan struct{})}
 	m.domain(c)
 	select {
 	case <-c.done:
@@ -72,6 +88,8 @@ type localCall struct {
 	params json.RawMessage
 	origin api.Origin
 	push   func(event string, data []byte, taken func(ok bool))
+	// pushRaw: InvokeRaw's; nil, a raw line goes to push as a JSON piece.
+	pushRaw func(event string, data, raw []byte, taken func(ok bool))
 
 	answered atomic.Bool
 	done     chan struct{}
@@ -86,6 +104,7 @@ type localCall struct {
 var (
 	_ api.StreamCall = (*localCall)(nil)
 	_ api.OriginCall = (*localCall)(nil)
+	_ api.RawPusher  = (*localCall)(nil)
 )
 
 func (c *localCall) Method() string { return c.method }
@@ -130,6 +149,32 @@ func (c *localCall) Push(event string, data []byte, taken func(ok bool)) {
 		return
 	}
 	c.push(event, data, taken)
+}
+
+// PushRaw is api.RawPusher's: to pushRaw, raw copied into a buffer of
+// the call's until taken runs (the method reuses its own); without
+// pushRaw, to push as the JSON piece it would be without binary.
+func (c *localCall) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
+	if c.answered.Load() || (c.push == nil && c.pushRaw == nil) {
+		taken(false)
+		return
+	}
+	if c.pushRaw == nil {
+		p, err := wire.DecodeStreamPiece(data)
+		if err != nil {
+			taken(false)
+			return
+		}
+		p.Data = raw
+		c.push(event, wire.AppendStreamPiece(nil, &p), taken)
+		return
+	}
+	bp := getLine(len(raw))
+	*bp = append((*bp)[:0], raw...)
+	c.pushRaw(event, data, *bp, func(ok bool) {
+		putLine(bp)
+		taken(ok)
+	})
 }
 
 func (c *localCall) OnClose(f func()) {

@@ -212,7 +212,16 @@ const (
 // and what to tell it once this request has taken it.
 type pushed struct {
 	data  []byte
+	raw   []byte // a binary piece's bytes (its data says data_len)
 	taken func(ok bool)
+}
+
+// rawCaller is a Caller that also hands job.stream's binary pieces over
+// as they are (control.Server's InvokeRaw).
+type rawCaller interface {
+	InvokeRaw(ctx context.Context, from api.Origin, method string, params any,
+		push func(event string, data []byte, taken func(ok bool)),
+		pushRaw func(event string, data, raw []byte, taken func(ok bool))) (json.RawMessage, error)
 }
 
 // streamEnd is job.stream's answer.
@@ -234,8 +243,9 @@ type jobRun struct {
 
 // submit runs spec as a job through job.stream: the run, once the job is
 // recorded, or the error that refused it. base ending detaches the
-// stream.
-func (s *Server) submit(base context.Context, spec api.JobSpec) (*jobRun, error) {
+// stream. binary: its pieces as they are (job.stream's binary), where
+// the Caller can.
+func (s *Server) submit(base context.Context, spec api.JobSpec, binary bool) (*jobRun, error) {
 	if s.opts.Caller == nil {
 		return nil, errors.New("the HTTP API has no method table")
 	}
@@ -243,12 +253,25 @@ func (s *Server) submit(base context.Context, spec api.JobSpec) (*jobRun, error)
 	j := &jobRun{pieces: make(chan pushed), end: make(chan streamEnd, 1), cancel: cancel}
 	push := func(_ string, data []byte, taken func(bool)) {
 		select {
-		case j.pieces <- pushed{data, taken}:
+		case j.pieces <- pushed{data, nil, taken}:
 		case <-ctx.Done():
 			taken(false)
 		}
 	}
+	rc, _ := s.opts.Caller.(rawCaller)
 	go func() {
+		if binary && rc != nil {
+			pushRaw := func(_ string, data, raw []byte, taken func(bool)) {
+				select {
+				case j.pieces <- pushed{data, raw, taken}:
+				case <-ctx.Done():
+					taken(false)
+				}
+			}
+			raw, err := rc.InvokeRaw(ctx, api.Origin{By: byHTTP}, "job.stream", map[string]any{"submit": spec, "binary": true}, push, pushRaw)
+			j.end <- streamEnd{raw, err}
+			return
+		}
 		raw, err := s.opts.Caller.Invoke(ctx, api.Origin{By: byHTTP}, "job.stream", map[string]any{"submit": spec}, push)
 		j.end <- streamEnd{raw, err}
 	}()
@@ -281,6 +304,9 @@ func (j *jobRun) read(f func(p wire.StreamPiece) error) (api.JobRecord, error) {
 		case pc := <-j.pieces:
 			p, err := wire.DecodeStreamPiece(pc.data)
 			if err == nil {
+				if pc.raw != nil {
+					p.Data = pc.raw
+				}
 				err = f(p)
 			}
 			if err != nil {
@@ -310,7 +336,7 @@ func (j *jobRun) read(f func(p wire.StreamPiece) error) (api.JobRecord, error) {
 // start checks a request and runs its command as a job on the exec lane,
 // its output read from the first byte: the run, or false once it answered
 // the error. base ending detaches the run's stream.
-func (s *Server) start(w http.ResponseWriter, r *http.Request, base context.Context, stream bool) (*jobRun, bool) {
+func (s *Server) start(w http.ResponseWriter, r *http.Request, base context.Context, stream, binary bool) (*jobRun, bool) {
 	if s.execOff != "" {
 		writeError(w, http.StatusServiceUnavailable, CodeExecFailed, "Remote execution is off on this node: "+s.execOff)
 		return nil, false
@@ -350,7 +376,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, base context.Cont
 	e := &execution{info: jobInfo{Command: p.Command, Args: args, StartedAt: time.Now().UnixMilli(), FromNodeID: from, Stream: stream}}
 	spec := api.JobSpec{Lane: s.cfg.ExecLane, Argv: append([]string{p.Command}, args...), Cwd: p.Cwd, Env: p.Env,
 		TimeoutMs: uint64(max(timeout.Milliseconds(), 1)), ToolName: "loopsy", AgentID: from}
-	j, err := s.submit(base, spec)
+	j, err := s.submit(base, spec, binary)
 	if err != nil {
 		s.exec.submitted("", e)
 		status, code := http.StatusInternalServerError, CodeExecFailed
@@ -391,7 +417,7 @@ func killed(rec api.JobRecord) bool { return rec.WasTimeout || rec.WasCancelled 
 // Its reader takes every piece as it comes, so the job never waits for
 // this request.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.start(w, r, context.Background(), false)
+	j, ok := s.start(w, r, context.Background(), false, false)
 	if !ok {
 		return
 	}
@@ -457,7 +483,8 @@ var errClientGone = errors.New("the stream's client went away")
 // flow-controlled to the stream), not the daemon's memory. One that goes
 // away cancels the job.
 func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.start(w, r, r.Context(), true)
+	binary := wantsExecFrames(r)
+	j, ok := s.start(w, r, r.Context(), true, binary)
 	if !ok {
 		return
 	}
@@ -466,6 +493,9 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
+	if binary {
+		h.Set("Content-Type", wire.ExecStreamType)
+	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Loopsy-Job-Id", id)
 	w.WriteHeader(http.StatusOK)
@@ -491,8 +521,32 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			ev[k] = v
 		}
 		b, _ := json.Marshal(ev)
-		buf = append(append(append(buf[:0], "data: "...), b...), "\n\n"...)
+		if binary {
+			kind, payload := wire.ExecExit, b
+			if typ == "dropped" {
+				kind, payload = wire.ExecGap, []byte(data)
+			}
+			buf = append(wire.AppendExecFrameHeader(buf[:0], kind, len(payload)), payload...)
+		} else {
+			buf = append(append(append(buf[:0], "data: "...), b...), "\n\n"...)
+		}
 		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	// sendFrame is a piece of output in the binary framing: its header,
+	// then its bytes as they are, in one chunk of the response.
+	sendFrame := func(typ string, data []byte) bool {
+		kind := wire.ExecStdout
+		if typ == streamStderr {
+			kind = wire.ExecStderr
+		}
+		buf = wire.AppendExecFrameHeader(buf[:0], kind, len(data))
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		if _, err := w.Write(data); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
@@ -522,6 +576,12 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			stream := p.Stream
 			if stream == streamOutput {
 				stream = streamStdout
+			}
+			if binary {
+				if sent = sendFrame(stream, p.Data); !sent {
+					return errClientGone
+				}
+				return nil
 			}
 			// At most sseChunk bytes an event: a NUL is six bytes of
 			// JSON, and the line is held until the client takes it.
@@ -561,6 +621,19 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 		extra["error"] = rec.Error
 	}
 	send("exit", code, extra)
+}
+
+// wantsExecFrames: the request asks for /execute/stream's binary framing
+// (Accept: wire.ExecStreamType) rather than server-sent events.
+func wantsExecFrames(r *http.Request) bool {
+	for _, a := range r.Header.Values("Accept") {
+		for _, t := range strings.Split(a, ",") {
+			if mt, _, _ := strings.Cut(strings.TrimSpace(t), ";"); strings.EqualFold(mt, wire.ExecStreamType) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) clientGone(id string) {

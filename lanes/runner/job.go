@@ -413,6 +413,9 @@ func (j *job) execute() wire.Result {
 		outW.Close()
 		return j.startFailed(err)
 	}
+	if j.r.raw {
+		growPipe(outR)
+	}
 	jcg := j.r.jobCgroup(j.id)
 	start := time.Now()
 	p, err := j.r.start(j.path, j.argv, &os.ProcAttr{
@@ -691,6 +694,23 @@ func (j *job) startFailed(err error) wire.Result {
 	j.mu.Unlock()
 	j.r.log.Warn().Err(err).Str("job_id", j.id).Msg("job could not run")
 	return wire.Result{JobID: j.id, Status: wire.StatusError, Output: "orchestrd runner: " + err.Error()}
+}
+
+// jobPipeSize is what a job's stdout pipe is grown to for a daemon that
+// takes OutputRaw frames: a job writing at full speed fills larger reads
+// (fewer frames, fewer wake-ups on every hop). Best effort: a user over
+// its pipe quota (fs.pipe-user-pages-soft) keeps the default 64 KiB.
+const jobPipeSize = 1 << 20
+
+// growPipe grows pipe f's buffer to jobPipeSize, if the kernel lets it.
+func growPipe(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, jobPipeSize)
+	})
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, rawChunkMax); return &b }}

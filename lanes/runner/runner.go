@@ -96,7 +96,9 @@ const (
 	chunkMax = 32 << 10
 	// rawChunkMax is the largest OutputRaw chunk (the pipe's reads give at
 	// most its buffer, 64 KiB by default, or what piled up in it).
-	rawChunkMax = 128 << 10
+	// Its frame's payload (the chunk, its stream and job id) fits the
+	// daemon's 256 KiB buffer class (lanes' chunkPool).
+	rawChunkMax = 256<<10 - 512
 )
 
 // errShutdown is returned by the read loop when a Shutdown frame arrives.

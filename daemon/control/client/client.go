@@ -207,7 +207,7 @@ func (c *Client) read() {
 				break
 			}
 			if isRaw {
-				if ev.Raw, rerr = lr.ReadRaw(n); rerr != nil {
+				if ev.Raw, rerr = lr.ReadRawInto(c.rawBuf(n), n); rerr != nil {
 					break
 				}
 			}
@@ -247,6 +247,38 @@ func (c *Client) read() {
 	}
 	c.mu.Unlock()
 	// Calls still pending see readerDone and remove themselves.
+}
+
+// Buffers of binary pieces (Event.Raw), reused once their reader is done
+// with them (ReleaseRaw): a job's output at full speed would otherwise
+// allocate a buffer a piece and keep this process's collector busy.
+const (
+	rawPoolMin = 64 << 10
+	rawPoolMax = 1 << 20
+)
+
+var rawPool sync.Pool
+
+// rawBuf is a buffer for n raw bytes: a released one when one is at hand.
+func (c *Client) rawBuf(n int) []byte {
+	if n > rawPoolMax {
+		return nil
+	}
+	if bp, ok := rawPool.Get().(*[]byte); ok {
+		if cap(*bp) >= n {
+			return *bp
+		}
+	}
+	return make([]byte, 0, max(n, rawPoolMin))
+}
+
+// ReleaseRaw hands back an event's Raw bytes once the caller is done with
+// them: a later event's may reuse the array. Optional.
+func (c *Client) ReleaseRaw(b []byte) {
+	if cap(b) >= rawPoolMin && cap(b) <= rawPoolMax {
+		b = b[:0]
+		rawPool.Put(&b)
+	}
 }
 
 // push hands an event to Events(), waiting for room (back-pressure).
