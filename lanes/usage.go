@@ -9,22 +9,30 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/lanes/runner"
+	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/platform/proc/proctree"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // What a job costs the machine: the daemon samples each running job's
-// process tree every usageSampler.every (the [daemon] usage_sample_interval)
-// and its terminal record keeps the sum (api.Usage).
+// process tree every usageSampler.every (the [daemon] usage_sample_interval;
+// every limitSampleEvery at least while its lane limits jobs, jobusage.go)
+// and its terminal record keeps the sum (api.Usage), with the runner's
+// wait4 figures of the root at its end where they are larger (a job
+// shorter than a sample interval is measured whole that way).
 //
 // The daemon reads /proc itself (it runs as its runners' and their jobs'
-// uid) with gopsutil; the runner sends nothing and stays lean (no gopsutil
-// in its binary). The daemon knows the runner's pid, not the job's: a job's
-// processes are the runner's children whose environment names the job
-// (runner.EnvJobID, set at their exec) and their descendants. A child once
-// found to be the job's is remembered by pid and start time, so a job that
-// changes its environment stays found and a reused pid is not taken for
-// it.
+// uid) with gopsutil; the runner stays lean (no gopsutil in its binary)
+// and says only which process is the job's root: JobStarted, its pid in
+// the runner's pid namespace and its start time (wire.CapJobUsage). A
+// job's tree is that root's descendants; every process a sample finds in
+// it is pinned by pid and start time and stays the job's after it is
+// re-parented to the runner (a double fork), so what the job leaves
+// behind is counted, and a reused pid is not taken for it. A process's
+// environment (ORCHESTRD_JOB_ID) is never looked at: another job's orphan
+// that names this job is a stranger here. A runner that does not announce
+// CapJobUsage (Loopr's) names no root: its jobs are not sampled and the
+// lane's limits do not apply to them.
 //
 // Every figure comes from procfs (api.UsageSourceProcfs). A job with a
 // cgroup of its own (a runner started with --cgroup) would better be read
@@ -56,10 +64,12 @@ func newUsageSampler(every time.Duration) usageSampler {
 // dispatch still runs.
 type sampleUsage struct{ epoch int }
 
-// usageSampled: a sample of the epoch-th dispatch is done; u is the sum so far.
+// usageSampled: a sample of the epoch-th dispatch is done; u is the sum
+// so far, now what the tree uses at this sample.
 type usageSampled struct {
 	epoch int
 	u     api.Usage
+	now   treeNow
 }
 
 // procKey names a process across pid reuse.
@@ -78,85 +88,82 @@ type procFigures struct {
 // goroutine; the actor only sees the api.Usage each sample returns.
 type usageTracker struct {
 	runnerPid int
-	jobID     string
-	ours      map[procKey]bool        // the runner's children looked at: the job's or not
+	root      wire.JobStarted
+	found     bool                    // the root was found (and pinned) by a sample
+	pinned    map[procKey]struct{}    // the job's processes alive at the last sample
 	seen      map[procKey]procFigures // every process of the job a sample saw: its last figures
 	u         api.Usage
 }
 
-func newUsageTracker(runnerPid int, jobID string) *usageTracker {
-	return &usageTracker{runnerPid: runnerPid, jobID: jobID, ours: map[procKey]bool{},
+func newUsageTracker(runnerPid int, root wire.JobStarted) *usageTracker {
+	return &usageTracker{runnerPid: runnerPid, root: root, pinned: map[procKey]struct{}{},
 		seen: map[procKey]procFigures{}, u: api.Usage{Source: api.UsageSourceProcfs}}
 }
 
-// sample measures the job's tree once and returns the sum so far. A
-// process that exits (or whose pid is taken by another) while it is read
-// keeps the figures of its last whole sample.
-func (t *usageTracker) sample() api.Usage {
+// treeNow is what a sample found the job's tree using at that moment, for
+// its lane's limits.
+type treeNow struct {
+	rss uint64
+	// cpu is the larger of the sum so far and the CPU time of the
+	// processes alive now with that of the children they reaped (which
+	// counts children that lived and died between two samples).
+	cpu float64
+}
+
+// sample measures the job's tree once and returns the sum so far and what
+// the tree uses now. A process that exits (or whose pid is taken by
+// another) while it is read keeps the figures of its last whole sample.
+func (t *usageTracker) sample() (api.Usage, treeNow) {
 	ctx := context.Background()
+	type want struct {
+		pid int
+		key procKey // a pinned process: still it, or its pid names another now
+	}
 	var (
 		buf     []byte
-		queue   []int
+		queue   []want
 		rss     uint64
 		threads int
+		ticks   uint64
 	)
-	// The job's roots: the runner's children that are the job's. Those
-	// not listed any more are forgotten: their pids may name others next.
-	present := make(map[procKey]struct{}, len(t.ours))
-	buf = proctree.Children(buf[:0], t.runnerPid)
-	for _, f := range bytes.Fields(buf) {
-		pid, err := strconv.Atoi(string(f))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		p, err := process.NewProcessWithContext(ctx, int32(pid))
-		if err != nil {
-			continue
-		}
-		start, err := p.CreateTimeWithContext(ctx)
-		if err != nil {
-			continue
-		}
-		k := procKey{int32(pid), start}
-		present[k] = struct{}{}
-		ours, known := t.ours[k]
-		if !known {
-			ours = t.isJobs(ctx, p)
-			t.ours[k] = ours
-		}
-		if ours {
-			queue = append(queue, pid)
+	if !t.found {
+		if pid, ok := findRoot(t.runnerPid, t.root); ok {
+			t.found = true
+			queue = append(queue, want{pid: pid})
 		}
 	}
-	for k := range t.ours {
-		if _, ok := present[k]; !ok {
-			delete(t.ours, k)
-		}
+	for k := range t.pinned {
+		queue = append(queue, want{pid: int(k.pid), key: k})
 	}
-	// The roots and their descendants, at most proctree.MaxProcs of them.
+	alive := make(map[procKey]struct{}, len(t.pinned))
+	// The root, the pinned processes and their descendants, at most
+	// proctree.MaxProcs of them.
 	visited := map[int]struct{}{}
 	for n := 0; len(queue) > 0 && n < proctree.MaxProcs; {
-		pid := queue[0]
+		w := queue[0]
 		queue = queue[1:]
-		if _, dup := visited[pid]; dup {
+		if _, dup := visited[w.pid]; dup {
 			continue
 		}
-		visited[pid] = struct{}{}
+		visited[w.pid] = struct{}{}
 		n++
-		k, fig, r, th, ok := measure(ctx, pid)
-		if !ok {
+		k, fig, r, th, ok := measure(ctx, w.pid)
+		if !ok || (w.key != procKey{} && k != w.key) {
 			continue // gone, or not ours to read: its last figures stand
 		}
+		alive[k] = struct{}{}
 		t.seen[k] = fig
 		rss += r
 		threads += th
-		buf = proctree.Children(buf[:0], pid)
+		ticks += proctree.CPUTicks(w.pid)
+		buf = proctree.Children(buf[:0], w.pid)
 		for _, f := range bytes.Fields(buf) {
 			if c, err := strconv.Atoi(string(f)); err == nil {
-				queue = append(queue, c)
+				queue = append(queue, want{pid: c})
 			}
 		}
 	}
+	t.pinned = alive // the gone are forgotten: their pids may name others next
 	var sum procFigures
 	for _, f := range t.seen {
 		sum.user += f.user
@@ -168,24 +175,36 @@ func (t *usageTracker) sample() api.Usage {
 	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
 	t.u.PeakThreads = max(t.u.PeakThreads, threads)
 	t.u.Samples++
-	return t.u
+	return t.u, treeNow{rss: rss, cpu: max(sum.user+sum.sys, float64(ticks)/proctree.UserHZ)}
 }
 
-// isJobs reports whether p, a child of the runner, is the job's: its
-// environment (as it was exec'd) names the job. The value is compared,
-// never kept or logged.
-func (t *usageTracker) isJobs(ctx context.Context, p *process.Process) bool {
-	env, err := p.EnvironWithContext(ctx)
-	if err != nil {
-		return false
+// findRoot finds the job's root among the runner's children: the one
+// whose pid in the runner's pid namespace and start time are what the
+// runner said (JobStarted), and returns its pid as the daemon sees it.
+// False if it is not (or no longer) there.
+func findRoot(runnerPid int, root wire.JobStarted) (int, bool) {
+	// The runner's pid namespace is the innermost one it sees itself in
+	// (the last of its NSpid); its children's pids there are at the same
+	// depth. A deeper namespace of a job's own is not looked at.
+	self, ok := proctree.NSPids(runnerPid)
+	if !ok || len(self) == 0 {
+		return 0, false
 	}
-	want := runner.EnvJobID + "=" + t.jobID
-	for _, kv := range env {
-		if kv == want {
-			return true
+	depth := len(self) - 1
+	for _, f := range bytes.Fields(proctree.Children(nil, runnerPid)) {
+		pid, err := strconv.Atoi(string(f))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		ns, ok := proctree.NSPids(pid)
+		if !ok || len(ns) <= depth || ns[depth] != root.Pid {
+			continue
+		}
+		if st, ok := proc.ReadStat(pid); ok && st.PPid == runnerPid && st.StartTime == root.StartTicks {
+			return pid, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // measure reads one process's figures; ok is false if it is gone (or

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -71,4 +74,67 @@ kill_grace = "200ms"
 	if code != exitFailure || !strings.Contains(errOut, "cpu_exceeded") || !strings.Contains(errOut, "SIGKILL") {
 		t.Fatalf("wait: exit %d\n%s", code, errOut)
 	}
+}
+
+// A hostile job cannot get a neighbour on its runner stopped, nor make it
+// look costly: it leaves behind a process (double fork, a session of its
+// own: the runner adopts it) that names the neighbour's id in its
+// environment and holds 128 MiB, past the lane's 64 MiB. The neighbour's
+// tree is its root's descendants, as its runner named the root; the
+// orphan's environment counts for nothing. (On the old code, which found a
+// job's processes by ORCHESTRD_JOB_ID among the runner's children, the
+// neighbour was stopped with memory_exceeded.)
+func TestHostileOrphanCannotClaimNeighbour(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	marks := shortTemp(t)
+	d := startDaemon(t, `
+[daemon]
+usage_sample_interval = "200ms"
+[lanes.mem]
+runners = 1
+slots = 2
+spares = 0
+network = "none"
+max_memory_bytes = 67108864
+`)
+	wait := `while [ ! -e ` + marks + `/go ]; do sleep 0.05; done`
+	victim := d.submit(api.JobSpec{Lane: "mem", Command: wait})
+	eventuallyOr(t, 60*time.Second, "the neighbour runs", func() bool { return d.job(victim).State == api.StateRunning },
+		func() string { return string(d.job(victim).State) })
+	eat := `import time; b = b'x' * (128 << 20); open('` + marks + `/ready', 'w').close(); time.sleep(300)`
+	hostile := d.submit(api.JobSpec{Lane: "mem", Command: `(setsid env ORCHESTRD_JOB_ID=` + victim +
+		` python3 -c "` + eat + `" &); ` + wait})
+	eventuallyOr(t, 60*time.Second, "the orphan holds its memory", func() bool {
+		_, err := os.Stat(filepath.Join(marks, "ready"))
+		return err == nil
+	}, func() string { return string(d.job(hostile).State) })
+
+	// Fifteen samples of the neighbour (three seconds: its limit is
+	// checked at each) while the orphan holds its 128 MiB.
+	first := d.job(victim)
+	if first.Usage == nil {
+		first.Usage = &api.Usage{}
+	}
+	var rec api.JobRecord
+	eventuallyOr(t, 120*time.Second, "fifteen more samples of the neighbour", func() bool {
+		rec = d.job(victim)
+		if rec.State != api.StateRunning {
+			t.Fatalf("the neighbour ended %s (%s) while the hostile orphan named it: usage %s",
+				rec.State, rec.Error, jobUsageText(rec.Usage))
+		}
+		return rec.Usage != nil && rec.Usage.Samples >= first.Usage.Samples+15
+	}, func() string { return jobUsageText(rec.Usage) })
+	if rec.Usage.PeakRSSBytes >= 64<<20 {
+		t.Fatalf("the neighbour's usage counts the orphan: %s", jobUsageText(rec.Usage))
+	}
+	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if end := d.wait(victim); end.State != api.StateSucceeded || end.Error != "" {
+		t.Fatalf("the neighbour ended %+v", end)
+	}
+	d.wait(hostile)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +101,49 @@ func jobUsageText(u *api.Usage) string {
 		return "no usage"
 	}
 	return fmt.Sprintf("%+v", *u)
+}
+
+// A job shorter than the sample interval is recorded whole: its runner's
+// wait4 figures of the root (its reaped children included) are taken
+// where they exceed the samples'. The job prints its own CPU ticks (its
+// shell's, with the head it waited for) from /proc; the record has at
+// least as much. (Before, it had what the first sample, 100 ms in, saw.)
+func TestShortJobTrueTotals(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, `
+[daemon]
+usage_sample_interval = "5s"
+[lanes.work]
+runners = 1
+slots = 1
+spares = 0
+network = "host"
+`)
+	id := d.submit(api.JobSpec{Lane: "work", Command: `head -c 100000000 /dev/urandom > /dev/null; cat /proc/$$/stat`})
+	rec := d.wait(id)
+	out := rec.Output
+	if rec.State != api.StateSucceeded || rec.Usage == nil {
+		t.Fatalf("the job ended %s with usage %s:\n%s", rec.State, jobUsageText(rec.Usage), out)
+	}
+	// utime stime cutime cstime: the 12th to 15th fields after the command.
+	f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
+	if len(f) < 15 {
+		t.Fatalf("the job printed %q", out)
+	}
+	var ticks int
+	for _, s := range f[11:15] {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("the job printed %q", out)
+		}
+		ticks += n
+	}
+	truth := float64(ticks) / 100
+	u := rec.Usage
+	if truth < 0.05 {
+		t.Fatalf("reading 100 MB of /dev/urandom took %.2f s of CPU: too little to tell", truth)
+	}
+	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.PeakRSSBytes == 0 || u.Source != api.UsageSourceProcfs {
+		t.Fatalf("the record has %.3f s of CPU (%s), the job used %.2f s", got, jobUsageText(u), truth)
+	}
 }

@@ -441,6 +441,9 @@ func (j *job) execute() wire.Result {
 		j.signalLocked() // stopped while it was being started
 	}
 	j.mu.Unlock()
+	if j.r.jobUsage {
+		j.r.sendStarted(j.id, pid)
+	}
 	var timer *time.Timer
 	if j.timeout > 0 {
 		timer = time.AfterFunc(j.timeout, func() {
@@ -508,7 +511,34 @@ func (j *job) execute() wire.Result {
 	j.mu.Unlock()
 	res.Killed = killed
 	res.Signal = sig
+	if j.r.jobUsage {
+		res.Rusage = rusageOf(state)
+	}
 	return res
+}
+
+// sendStarted tells the daemon the job's root process (wire.JobStarted):
+// its pid as the runner sees it and its start time, which the daemon
+// finds it by among the runner's children. A root already gone (its
+// stat unreadable) is not named: the daemon then measures no tree, and
+// the Result's rusage has what it used.
+func (r *runner) sendStarted(id string, pid int) {
+	st, ok := proc.ReadStat(pid)
+	if !ok {
+		return
+	}
+	_ = r.send(wire.TypeJobStarted, wire.JobStarted{JobID: id, Pid: pid, StartTicks: st.StartTime})
+}
+
+// rusageOf is what the job's root used, with the descendants it waited
+// for, as wait4 returned it.
+func rusageOf(state *os.ProcessState) *wire.JobRusage {
+	ru, ok := state.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return nil
+	}
+	micros := func(tv syscall.Timeval) uint64 { return uint64(max(int64(tv.Sec)*1e6+int64(tv.Usec), 0)) }
+	return &wire.JobRusage{UserMicros: micros(ru.Utime), SystemMicros: micros(ru.Stime), MaxRSSKiB: uint64(max(ru.Maxrss, 0))}
 }
 
 // drain waits for both pumps to reach their pipes' EOF. A pipe is cut
