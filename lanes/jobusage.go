@@ -114,8 +114,9 @@ const maxRusageKiB = 1 << 34
 
 // addRusage takes the runner's wait4 figures of the job's root (its
 // reaped descendants included) where they are larger than the samples':
-// CPU user and system, peak RSS (the largest one process held). A job
-// that ended before its first sample has only these.
+// CPU user and system, peak RSS (the largest one process held); and the
+// CPU its cgroup counted, where the runner read it (source cgroup for
+// CPU). A job that ended before its first sample has only these.
 func (j *jobActor) addRusage(ru *wire.JobRusage) {
 	u := j.usage
 	if !j.usageSeen {
@@ -124,5 +125,11 @@ func (j *jobActor) addRusage(ru *wire.JobRusage) {
 	u.UserSeconds = max(u.UserSeconds, float64(ru.UserMicros)/1e6)
 	u.SystemSeconds = max(u.SystemSeconds, float64(ru.SystemMicros)/1e6)
 	u.PeakRSSBytes = max(u.PeakRSSBytes, min(ru.MaxRSSKiB, maxRusageKiB)*1024)
+	if ru.CgroupCPU {
+		// Its cgroup counted every process of it, those nobody waited for
+		// and those no sample saw included.
+		u.UserSeconds, u.SystemSeconds = float64(ru.CgroupUserMicros)/1e6, float64(ru.CgroupSystemMicros)/1e6
+		u.Source, u.CgroupFigures = api.UsageSourceCgroup, api.UsageCgroupCPU
+	}
 	j.usage, j.usageSeen = u, true
 }

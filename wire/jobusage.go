@@ -34,11 +34,16 @@ func (s *JobStarted) Validate() error {
 const maxPid = 1 << 22
 
 // JobRusage is what a job's root process used, with the descendants it
-// waited for (getrusage's RUSAGE_CHILDREN view of one child: wait4's
-// rusage): CPU in microseconds, the largest resident set of any one of
-// those processes in KiB (ru_maxrss).
+// waited for (wait4's rusage): CPU in microseconds, the largest resident
+// set of any one of those processes in KiB (ru_maxrss). With CgroupCPU,
+// the CPU time every process of the job's cgroup used (cpu.stat's
+// user_usec and system_usec at its end less at its start: its orphans and
+// the children nobody waited for included).
 type JobRusage struct {
-	UserMicros   uint64 `json:"user_us"`
-	SystemMicros uint64 `json:"system_us"`
-	MaxRSSKiB    uint64 `json:"max_rss_kib"`
+	UserMicros         uint64 `json:"user_us"`
+	SystemMicros       uint64 `json:"system_us"`
+	MaxRSSKiB          uint64 `json:"max_rss_kib"`
+	CgroupCPU          bool   `json:"cgroup_cpu,omitempty"`
+	CgroupUserMicros   uint64 `json:"cgroup_user_us,omitempty"`
+	CgroupSystemMicros uint64 `json:"cgroup_system_us,omitempty"`
 }

@@ -414,6 +414,13 @@ func (j *job) execute() wire.Result {
 		return j.startFailed(err)
 	}
 	jcg := j.r.jobCgroup(j.id)
+	// A pooled cgroup's counters carry on from job to job: the job's CPU
+	// is what they grew by.
+	var cpu0 [2]uint64
+	cpuOK := false
+	if jcg != nil && j.r.jobUsage {
+		cpu0[0], cpu0[1], cpuOK = jcg.CPUStat()
+	}
 	start := time.Now()
 	p, err := j.r.start(j.path, j.argv, &os.ProcAttr{
 		Dir:   j.dir,
@@ -513,6 +520,14 @@ func (j *job) execute() wire.Result {
 	res.Signal = sig
 	if j.r.jobUsage {
 		res.Rusage = rusageOf(state)
+		if cpuOK && res.Rusage != nil {
+			// Every process of the cgroup is gone (killLeftovers): its
+			// counters are final.
+			if u, s, ok := jcg.CPUStat(); ok && u >= cpu0[0] && s >= cpu0[1] {
+				res.Rusage.CgroupCPU = true
+				res.Rusage.CgroupUserMicros, res.Rusage.CgroupSystemMicros = u-cpu0[0], s-cpu0[1]
+			}
+		}
 	}
 	return res
 }
