@@ -34,12 +34,14 @@ import (
 // CapJobUsage (Loopr's) names no root: its jobs are not sampled and the
 // lane's limits do not apply to them.
 //
-// Every figure comes from procfs (api.UsageSourceProcfs). A job with a
-// cgroup of its own (a runner started with --cgroup) would better be read
-// from it (cpu.stat, memory.peak, io.stat: children that died between
-// samples counted too), but the runner reuses its jobs' cgroups (a pool:
-// their counters carry over from job to job) and does not tell the daemon
-// which one a job has; that source is not read yet.
+// The samples come from procfs (api.UsageSourceProcfs). Where a job has
+// a cgroup of its own (a runner started with --cgroup), the runner reads
+// its cpu.stat at the job's start and end (a pooled cgroup's counters
+// carry over from job to job, so the job's CPU is the difference) and
+// sends it with the Result: the record's CPU is then the cgroup's
+// (api.UsageSourceCgroup, CgroupFigures "cpu"). memory.peak and io.stat
+// would need the memory and io controllers, which are not enabled for
+// job cgroups; memory and I/O stay procfs's.
 
 // maxUsageSamplers bounds the samples taken at once, whatever the number
 // of running jobs: a sample waits for a place (and is skipped, not

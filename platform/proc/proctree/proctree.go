@@ -1,7 +1,10 @@
 // Package proctree measures a process tree's memory from /proc: the
 // resident set of some root processes and of all their descendants. The
 // runner uses it for its heartbeat's memory_bytes, and the daemon, which
-// does not take a runner's word for it, to enforce max_runner_memory_bytes.
+// does not take a runner's word for it, to enforce max_runner_memory_bytes;
+// the daemon's job sampler finds a job's root by its pid in the runner's
+// pid namespace (NSPids) and reads CPU time with reaped children's
+// (CPUTicks).
 package proctree
 
 import (
