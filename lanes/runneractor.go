@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"time"
@@ -112,9 +113,12 @@ type runnerActor struct {
 	reportedMem, measuredMem uint64
 	// measuring: a measurement of this incarnation's tree is under way.
 	measuring bool
-	stopReq   bool // daemon shutdown
-	killReq   func()
-	pending   *connAttach // a byo runner's connection, attached at Started
+	// cgPath is the cgroup this incarnation was started in ("": none);
+	// its jobs' cgroups are directly below it.
+	cgPath  string
+	stopReq bool // daemon shutdown
+	killReq func()
+	pending *connAttach // a byo runner's connection, attached at Started
 
 	// What the connected runner announced: it takes output
 	// acknowledgements (and got an output window), streamed stdin.
@@ -356,8 +360,10 @@ func (r *runnerActor) spawn(c *actors.Context) {
 		}
 	}
 	var cg *proc.Cgroup
+	r.cgPath = ""
 	if r.sh.cgroup != nil {
 		if cg, err = r.sh.cgroup.Mkdir(r.id + "." + strconv.Itoa(gen)); err == nil {
+			r.cgPath = cg.Path
 			args = append(args, "--cgroup", cg.Path)
 		} else {
 			r.sh.log.Warn().Err(err).Str("runner_id", r.id).Msg("runner starts without a cgroup: its jobs are tracked by process group")
@@ -523,6 +529,9 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		c.Send(r.lane, slotFreed{id: r.id})
 		r.publish(c)
 	case wire.JobStarted:
+		if dir, name := path.Split(m.Cgroup); r.cgPath == "" || dir != r.cgPath+"/" || name == "" {
+			m.Cgroup = "" // only a cgroup below this incarnation's own is the job's
+		}
 		if j, ok := r.jobs[m.JobID]; ok {
 			c.Send(j, jobRoot{runnerPid: r.pid, root: m, maxMem: r.cfg.MaxMemoryBytes, maxCPU: r.cfg.MaxCPUSeconds})
 		}

@@ -3,6 +3,7 @@ package lanes
 import (
 	"bytes"
 	"context"
+	"os"
 	"strconv"
 	"time"
 
@@ -30,7 +31,10 @@ import (
 // re-parented to the runner (a double fork), so what the job leaves
 // behind is counted, and a reused pid is not taken for it. A process's
 // environment (ORCHESTRD_JOB_ID) is never looked at: another job's orphan
-// that names this job is a stranger here. A runner that does not announce
+// that names this job is a stranger here. Where the job has a cgroup of
+// its own (JobStarted.Cgroup, taken only directly below its runner's),
+// every process in it is the job's too, however early it left the tree.
+// A runner that does not announce
 // CapJobUsage (Loopr's) names no root: its jobs are not sampled and the
 // lane's limits do not apply to them.
 //
@@ -137,6 +141,16 @@ func (t *usageTracker) sample() (api.Usage, treeNow) {
 	for k := range t.pinned {
 		queue = append(queue, want{pid: int(k.pid), key: k})
 	}
+	if t.root.Cgroup != "" {
+		// Every process in the job's own cgroup is the job's, however it
+		// left the root's tree (and before any sample saw it).
+		buf = appendCgroupProcs(buf[:0], t.root.Cgroup)
+		for _, f := range bytes.Fields(buf) {
+			if pid, err := strconv.Atoi(string(f)); err == nil && pid > 0 {
+				queue = append(queue, want{pid: pid})
+			}
+		}
+	}
 	alive := make(map[procKey]struct{}, len(t.pinned))
 	// The root, the pinned processes and their descendants, at most
 	// proctree.MaxProcs of them.
@@ -178,6 +192,17 @@ func (t *usageTracker) sample() (api.Usage, treeNow) {
 	t.u.PeakThreads = max(t.u.PeakThreads, threads)
 	t.u.Samples++
 	return t.u, treeNow{rss: rss, cpu: max(sum.user+sum.sys, float64(ticks)/proctree.UserHZ)}
+}
+
+// appendCgroupProcs appends the pids listed in dir's cgroup.procs (as the
+// daemon's pid namespace numbers them) to dst; nothing if it cannot be
+// read (the job's cgroup is gone once the job is).
+func appendCgroupProcs(dst []byte, dir string) []byte {
+	b, err := os.ReadFile(dir + "/cgroup.procs")
+	if err != nil {
+		return dst
+	}
+	return append(dst, b...)
 }
 
 // findRoot finds the job's root among the runner's children: the one

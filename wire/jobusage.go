@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 )
 
 // JobStarted (CapJobUsage) names a job's root process, as the runner that
@@ -11,10 +13,15 @@ import (
 // which tells it from a later process given the same pid. The daemon
 // finds it among the runner's children by both; what descends from it is
 // the job's, whatever the processes' environments say.
+//
+// Cgroup, when the job runs in a cgroup of its own, is that cgroup's path
+// (below the one the runner was started in): every process in it is the
+// job's, however it left the root's tree.
 type JobStarted struct {
 	JobID      string `json:"job_id"`
 	Pid        int    `json:"pid"`
 	StartTicks uint64 `json:"start_ticks"`
+	Cgroup     string `json:"cgroup,omitempty"`
 }
 
 // Validate refuses a JobStarted that cannot name a process.
@@ -26,6 +33,8 @@ func (s *JobStarted) Validate() error {
 		return fmt.Errorf("JobStarted for a pid out of range (%d)", s.Pid)
 	case s.StartTicks == 0:
 		return errors.New("JobStarted has no start_ticks")
+	case s.Cgroup != "" && (!strings.HasPrefix(s.Cgroup, "/") || path.Clean(s.Cgroup) != s.Cgroup):
+		return errors.New("JobStarted's cgroup is not a clean absolute path")
 	}
 	return nil
 }

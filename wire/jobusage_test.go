@@ -12,7 +12,7 @@ import (
 // rusage is the spec's byte for byte (no "rusage" key).
 func TestJobStartedAndRusage(t *testing.T) {
 	var buf bytes.Buffer
-	in := JobStarted{JobID: "j-1", Pid: 42, StartTicks: 12345}
+	in := JobStarted{JobID: "j-1", Pid: 42, StartTicks: 12345, Cgroup: "/sys/fs/cgroup/o/r.1/job-1"}
 	if err := WriteFrame(&buf, TypeJobStarted, in); err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +32,8 @@ func TestJobStartedAndRusage(t *testing.T) {
 		{JobStarted{JobID: "j", Pid: 0, StartTicks: 1}, "out of range"},
 		{JobStarted{JobID: "j", Pid: 1 << 23, StartTicks: 1}, "out of range"},
 		{JobStarted{JobID: "j", Pid: 1}, "no start_ticks"},
+		{JobStarted{JobID: "j", Pid: 1, StartTicks: 1, Cgroup: "job-1"}, "clean absolute"},
+		{JobStarted{JobID: "j", Pid: 1, StartTicks: 1, Cgroup: "/a/../b"}, "clean absolute"},
 	} {
 		if err := c.s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Validate(%+v) = %v, want %q", c.s, err, c.want)

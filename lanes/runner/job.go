@@ -449,7 +449,7 @@ func (j *job) execute() wire.Result {
 	}
 	j.mu.Unlock()
 	if j.r.jobUsage {
-		j.r.sendStarted(j.id, pid)
+		j.r.sendStarted(j.id, pid, jcg)
 	}
 	var timer *time.Timer
 	if j.timeout > 0 {
@@ -534,15 +534,19 @@ func (j *job) execute() wire.Result {
 
 // sendStarted tells the daemon the job's root process (wire.JobStarted):
 // its pid as the runner sees it and its start time, which the daemon
-// finds it by among the runner's children. A root already gone (its
-// stat unreadable) is not named: the daemon then measures no tree, and
-// the Result's rusage has what it used.
-func (r *runner) sendStarted(id string, pid int) {
+// finds it by among the runner's children, and the job's cgroup if it has
+// one. A root already gone (its stat unreadable) is not named: the daemon
+// then measures no tree, and the Result's rusage has what it used.
+func (r *runner) sendStarted(id string, pid int, cg *proc.Cgroup) {
 	st, ok := proc.ReadStat(pid)
 	if !ok {
 		return
 	}
-	_ = r.send(wire.TypeJobStarted, wire.JobStarted{JobID: id, Pid: pid, StartTicks: st.StartTime})
+	s := wire.JobStarted{JobID: id, Pid: pid, StartTicks: st.StartTime}
+	if cg != nil {
+		s.Cgroup = cg.Path
+	}
+	_ = r.send(wire.TypeJobStarted, s)
 }
 
 // rusageOf is what the job's root used, with the descendants it waited
