@@ -182,7 +182,9 @@ type JobRecord struct {
 // read and wrote, the most threads it had. Source says where the figures
 // come from: "cgroup" (the tree's own cgroup v2 counters) or "procfs" (its
 // processes' /proc files, summed over every process a sample saw: a child
-// that lived and died between two samples is missed).
+// that lived and died between two samples is missed; for a job, CPU and
+// peak RSS are its runner's wait4 figures of the root at its end where
+// those are larger).
 type Usage struct {
 	Source        string  `json:"source"`
 	UserSeconds   float64 `json:"user_seconds"`
@@ -199,15 +201,20 @@ type Usage struct {
 	// threads the whole tree's, the executor's own included. A task's
 	// usage with no sample (Samples 0) ended before its first one.
 	Scope string `json:"scope,omitempty"`
+	// CgroupFigures names the figures Source "cgroup" gave ("cpu": a job's
+	// cgroup's cpu.stat over its run); the others are procfs's.
+	CgroupFigures string `json:"cgroup_figures,omitempty"`
 }
 
 // UsageScopeExecutor is Usage.Scope of an agent task's usage.
 const UsageScopeExecutor = "executor"
 
-// UsageSourceCgroup and UsageSourceProcfs are Usage.Source's values.
+// UsageSourceCgroup and UsageSourceProcfs are Usage.Source's values;
+// UsageCgroupCPU is a Usage.CgroupFigures.
 const (
 	UsageSourceCgroup = "cgroup"
 	UsageSourceProcfs = "procfs"
+	UsageCgroupCPU    = "cpu"
 )
 
 // jobRecordFields is JobRecord without its JSON methods.

@@ -78,7 +78,7 @@ func (t *taskActor) sampleTask(c *actors.Context) {
 	t.sampling = true
 	tr, pid, self, sys := t.usageT, t.usagePid, c.Self(), c.System()
 	go func() {
-		u := tr.Sample([]int{pid})
+		u, _ := tr.Sample([]int{pid})
 		<-slots
 		sys.Send(self, taskSampled{u: u})
 	}()

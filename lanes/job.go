@@ -148,6 +148,10 @@ type jobActor struct {
 	sampling  bool
 	usage     api.Usage
 	usageSeen bool
+	// How often it is sampled, and its lane's limits (jobusage.go), as
+	// its runner's actor gave them with its root.
+	sampleEvery time.Duration
+	limits      LaneConfig
 }
 
 // runningRecordDelay is how long a job runs before the store records it
@@ -258,13 +262,9 @@ func (j *jobActor) Receive(c *actors.Context) {
 				c.After(runningRecordDelay, recordRunning{epoch: j.epoch})
 				c.After(outputFlushEvery, flushOutput{epoch: j.epoch})
 			}
-			if every := j.sh.usage.every; every > 0 && j.rec.RunnerPid > 0 {
-				j.usageT = newUsageTracker(j.rec.RunnerPid, j.rec.ID)
-				// The first as its running record: a job that ends sooner
-				// costs no sample (and has no usage).
-				c.After(min(every, runningRecordDelay), sampleUsage{epoch: j.epoch})
-			}
 		}
+	case jobRoot:
+		j.rooted(c, m)
 	case sampleUsage:
 		if m.epoch != j.epoch || j.rec.State != api.StateRunning || j.usageT == nil {
 			return
@@ -272,7 +272,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 		if !j.sampling {
 			j.startSample(c)
 		}
-		c.After(j.sh.usage.every, m)
+		c.After(j.sampleEvery, m)
 	case usageSampled:
 		j.sampling = false
 		if m.epoch == j.epoch && m.u.Samples > 0 {
@@ -281,6 +281,7 @@ func (j *jobActor) Receive(c *actors.Context) {
 				u := m.u
 				j.rec.Usage = &u
 				j.sh.store.update(j.rec)
+				j.checkLimits(c, m.now)
 			}
 		}
 	case recordRunning:
@@ -334,6 +335,9 @@ func (j *jobActor) Receive(c *actors.Context) {
 		}
 		if r.DurationMs > 0 {
 			j.rec.DurationMs = int64(r.DurationMs)
+		}
+		if r.Rusage != nil && j.sh.usage.every > 0 {
+			j.addRusage(r.Rusage)
 		}
 		st := api.StateError
 		switch r.Status {
@@ -585,9 +589,9 @@ func (j *jobActor) startSample(c *actors.Context) {
 	j.sampling = true
 	t, epoch, self, sys, slots := j.usageT, j.epoch, c.Self(), c.System(), j.sh.usage.slots
 	go func() {
-		u := t.sample()
+		u, now := t.sample()
 		<-slots
-		sys.Send(self, usageSampled{epoch: epoch, u: u})
+		sys.Send(self, usageSampled{epoch: epoch, u: u, now: now})
 	}()
 }
 

@@ -2,20 +2,25 @@ package lanes
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/lanes/runner"
-	"github.com/orchestrd/orchestrd/platform/proc/proctree"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // This file enforces a lane's max_memory_bytes and max_cpu_seconds on each
-// job: with each heartbeat of a runner holding jobs, the daemon measures
-// each job's process tree itself (JobUsageReader; never the runner's
-// word), and a job over either limit is stopped the way a cancel stops it
-// (SIGTERM, the kill grace, SIGKILL) and ends failed with memory_exceeded
-// or cpu_exceeded. Lanes set no cgroup memory or CPU limit on jobs, so the
-// measurement is the only enforcement.
+// job: the job's usage sampler (usage.go) measures its process tree (the
+// descendants of the root its runner named: never a process's own word,
+// never its environment), at least every limitSampleEvery while a limit
+// applies, and a job over either limit is stopped the way a cancel stops
+// it (SIGTERM, the kill grace, SIGKILL) and ends failed with
+// memory_exceeded or cpu_exceeded. Lanes set no cgroup memory or CPU limit
+// on jobs, so the measurement is the only enforcement.
+
+// limitSampleEvery is how often a job of a lane with a limit is measured
+// (the runners' heartbeat, which the limits were checked on before).
+const limitSampleEvery = time.Second
 
 // JobUsage is what a job's process tree uses now.
 type JobUsage struct {
@@ -23,31 +28,13 @@ type JobUsage struct {
 	CPUSeconds float64
 }
 
-// JobUsageReader reads what each job of a runner process uses now, by job
-// id. Jobs it cannot see are left out.
-type JobUsageReader interface {
-	RunnerJobs(runnerPid int) map[string]JobUsage
-}
-
-// procJobUsage reads /proc: a job's tree is the runner's child started
-// with ORCHESTRD_JOB_ID naming it, and every descendant of it (one that
-// daemonised out of it is not counted).
-type procJobUsage struct{}
-
-func (procJobUsage) RunnerJobs(runnerPid int) map[string]JobUsage {
-	out := map[string]JobUsage{}
-	for id, roots := range proctree.ChildrenByEnv(runnerPid, runner.EnvJobID) {
-		u := proctree.TreeUsage(roots...)
-		out[id] = JobUsage{RSSBytes: u.RSSBytes, CPUSeconds: float64(u.CPUTicks) / proctree.UserHZ}
-	}
-	return out
-}
-
-// jobsSampled: the usage of a runner's jobs, measured for its gen-th
-// incarnation.
-type jobsSampled struct {
-	gen   int
-	usage map[string]JobUsage
+// jobRoot (to a job actor): its runner started it and named its root
+// process (wire.JobStarted); the lane's limits ride along.
+type jobRoot struct {
+	runnerPid int
+	root      wire.JobStarted
+	maxMem    uint64
+	maxCPU    float64
 }
 
 // jobOverLimit (to a job actor): its tree was measured over a limit.
@@ -76,44 +63,6 @@ func limitErr(limit string) string {
 	return api.ErrCPUExceeded
 }
 
-// sampleJobs measures the runner's jobs off the actor's goroutine, one
-// measurement at a time.
-func (r *runnerActor) sampleJobs(c *actors.Context) {
-	if r.sampling || r.pid <= 0 || len(r.jobs) == 0 {
-		return
-	}
-	r.sampling = true
-	pid, gen, self, sys, rd := r.pid, r.gen, c.Self(), c.System(), r.sh.limits
-	go func() { sys.Send(self, jobsSampled{gen: gen, usage: rd.RunnerJobs(pid)}) }()
-}
-
-// jobsSampled tells each job measured over a limit, once.
-func (r *runnerActor) jobsSampled(c *actors.Context, m jobsSampled) {
-	r.sampling = false
-	if m.gen != r.gen || r.down {
-		return
-	}
-	for id := range r.overJobs {
-		if _, ok := r.jobs[id]; !ok {
-			delete(r.overJobs, id)
-		}
-	}
-	for id, u := range m.usage {
-		j, ok := r.jobs[id]
-		if !ok || r.overJobs[id] {
-			continue
-		}
-		if e, over := r.cfg.overLimit(u); over {
-			if r.overJobs == nil {
-				r.overJobs = map[string]bool{}
-			}
-			r.overJobs[id] = true
-			e.JobID, e.Lane, e.RunnerID = id, r.laneN, r.id
-			c.Send(j, jobOverLimit{e: e})
-		}
-	}
-}
-
 // overLimit stops a running job measured over a limit of its lane: the
 // event, then a cancel on its runner (SIGTERM, its kill grace, SIGKILL);
 // its end is recorded failed with memory_exceeded or cpu_exceeded.
@@ -126,4 +75,61 @@ func (j *jobActor) overLimit(c *actors.Context, m jobOverLimit) {
 	j.sh.log.Info().Str("job_id", j.rec.ID).Str("lane", j.rec.Lane).Str("limit", m.e.Limit).
 		Str("measured", fmt.Sprint(m.e.Measured)).Msg("job over its lane's limit: stopping it")
 	j.cancelOnRunner(c)
+}
+
+// rooted starts sampling a running job once its runner named its root:
+// every usage_sample_interval, and every limitSampleEvery at least when
+// its lane limits jobs. The first sample is as its running record: a job
+// that ends sooner costs none (its Result's rusage says what it used).
+func (j *jobActor) rooted(c *actors.Context, m jobRoot) {
+	if j.rec.State != api.StateRunning || j.usageT != nil || m.runnerPid <= 0 {
+		return
+	}
+	j.limits = LaneConfig{MaxMemoryBytes: m.maxMem, MaxCPUSeconds: m.maxCPU}
+	every := j.sh.usage.every
+	if j.limits.limitsJobs() && (every <= 0 || every > limitSampleEvery) {
+		every = limitSampleEvery
+	}
+	if every <= 0 {
+		return
+	}
+	j.sampleEvery = every
+	j.usageT = newUsageTracker(m.runnerPid, m.root)
+	c.After(min(every, runningRecordDelay), sampleUsage{epoch: j.epoch})
+}
+
+// checkLimits stops the job if what its tree uses now is over a limit of
+// its lane.
+func (j *jobActor) checkLimits(c *actors.Context, now treeNow) {
+	e, over := j.limits.overLimit(JobUsage{RSSBytes: now.RSS, CPUSeconds: now.CPU})
+	if !over {
+		return
+	}
+	e.JobID, e.Lane, e.RunnerID = j.rec.ID, j.rec.Lane, j.rec.RunnerID
+	j.overLimit(c, jobOverLimit{e: e})
+}
+
+// maxRusageKiB bounds a Result's max_rss_kib (a runner's word): 16 TiB.
+const maxRusageKiB = 1 << 34
+
+// addRusage takes the runner's wait4 figures of the job's root (its
+// reaped descendants included) where they are larger than the samples':
+// CPU user and system, peak RSS (the largest one process held); and the
+// CPU its cgroup counted, where the runner read it (source cgroup for
+// CPU). A job that ended before its first sample has only these.
+func (j *jobActor) addRusage(ru *wire.JobRusage) {
+	u := j.usage
+	if !j.usageSeen {
+		u = api.Usage{Source: api.UsageSourceProcfs}
+	}
+	u.UserSeconds = max(u.UserSeconds, float64(ru.UserMicros)/1e6)
+	u.SystemSeconds = max(u.SystemSeconds, float64(ru.SystemMicros)/1e6)
+	u.PeakRSSBytes = max(u.PeakRSSBytes, min(ru.MaxRSSKiB, maxRusageKiB)*1024)
+	if ru.CgroupCPU {
+		// Its cgroup counted every process of it, those nobody waited for
+		// and those no sample saw included.
+		u.UserSeconds, u.SystemSeconds = float64(ru.CgroupUserMicros)/1e6, float64(ru.CgroupSystemMicros)/1e6
+		u.Source, u.CgroupFigures = api.UsageSourceCgroup, api.UsageCgroupCPU
+	}
+	j.usage, j.usageSeen = u, true
 }

@@ -55,9 +55,6 @@ type shared struct {
 	secrets Secrets
 	// usage samples running jobs' process trees (usage.go).
 	usage usageSampler
-	// limits measures jobs' process trees for max_memory_bytes and
-	// max_cpu_seconds (jobusage.go).
-	limits JobUsageReader
 	// memAvail reads the node's available memory (min_free_memory); a
 	// test swaps it.
 	memAvail atomic.Pointer[func() (uint64, error)]
@@ -195,7 +192,7 @@ func Start(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, sys: opts.System, lanes: map[string]*laneHandle{},
 		idPre: "j-" + api.RandomHex(3) + "-"}
 	st := newStore(opts.FinishedJobs, opts.FinishedOutputBytes)
-	m.sh = &shared{limits: procJobUsage{}, bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
+	m.sh = &shared{bus: opts.Bus, store: st, jobs: opts.Jobs, reaper: rp, cgroup: cg, hide: hide, sandbox: opts.Sandbox, log: opts.Logger, exeFile: exeFile,
 		exe: opts.Exe, runnerStderr: opts.RunnerStderr, runnerEnv: opts.RunnerEnv, maxFrame: opts.MaxFrameBytes,
 		shutdownTimeout: opts.ShutdownTimeout, secrets: opts.Secrets,
 		usage: newUsageSampler(opts.UsageSampleEvery)}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"time"
@@ -118,13 +119,12 @@ type runnerActor struct {
 	reportedMem, measuredMem uint64
 	// measuring: a measurement of this incarnation's tree is under way.
 	measuring bool
-	// sampling: a measurement of its jobs' usage is under way (jobusage.go);
-	// overJobs: its jobs told they are over a limit.
-	sampling bool
-	overJobs map[string]bool
-	stopReq  bool // daemon shutdown
-	killReq  func()
-	pending  *connAttach // a byo runner's connection, attached at Started
+	// cgPath is the cgroup this incarnation was started in ("": none);
+	// its jobs' cgroups are directly below it.
+	cgPath  string
+	stopReq bool // daemon shutdown
+	killReq func()
+	pending *connAttach // a byo runner's connection, attached at Started
 
 	// What the connected runner announced: it takes output
 	// acknowledgements (and got an output window), streamed stdin.
@@ -283,8 +283,6 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		r.publish(c)
 	case memMeasured:
 		r.measured(c, m)
-	case jobsSampled:
-		r.jobsSampled(c, m)
 	case outputAckMsg:
 		r.runnerOutputAck(c, m)
 	case toRunnerStdin:
@@ -371,8 +369,10 @@ func (r *runnerActor) spawn(c *actors.Context) {
 		}
 	}
 	var cg *proc.Cgroup
+	r.cgPath = ""
 	if r.sh.cgroup != nil {
 		if cg, err = r.sh.cgroup.Mkdir(r.id + "." + strconv.Itoa(gen)); err == nil {
+			r.cgPath = cg.Path
 			args = append(args, "--cgroup", cg.Path)
 		} else {
 			r.sh.log.Warn().Err(err).Str("runner_id", r.id).Msg("runner starts without a cgroup: its jobs are tracked by process group")
@@ -446,6 +446,7 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	if cfg.OutputRaw {
 		r.routes = newOutRoutes()
 	}
+	cfg.JobUsage = slices.Contains(a.hs.Capabilities, wire.CapJobUsage)
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots, Config: cfg})
 	if err == nil {
 		r.out <- ack
@@ -544,6 +545,13 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 		}
 		c.Send(r.lane, slotFreed{id: r.id})
 		r.publish(c)
+	case wire.JobStarted:
+		if dir, name := path.Split(m.Cgroup); r.cgPath == "" || dir != r.cgPath+"/" || name == "" {
+			m.Cgroup = "" // only a cgroup below this incarnation's own is the job's
+		}
+		if j, ok := r.jobs[m.JobID]; ok {
+			c.Send(j, jobRoot{runnerPid: r.pid, root: m, maxMem: r.cfg.MaxMemoryBytes, maxCPU: r.cfg.MaxCPUSeconds})
+		}
 	case wire.StdinAck:
 		if j, ok := r.jobs[m.JobID]; ok {
 			c.Send(j, jobStdinAcked{bytes: m.Bytes})
@@ -559,9 +567,6 @@ func (r *runnerActor) frame(c *actors.Context, msg any) {
 				return
 			}
 			r.measure(c)
-		}
-		if r.cfg.limitsJobs() {
-			r.sampleJobs(c)
 		}
 		r.publish(c)
 	case wire.Handshake:
@@ -719,6 +724,20 @@ var runnerFrames = map[wire.MsgType]func(wire.Frame) (any, error){
 	wire.TypeHandshake:   decodeFrame[wire.Handshake],
 	wire.TypeStdinAck:    decodeFrame[wire.StdinAck],
 	wire.TypeOutputRaw:   decodeOutputRaw,
+	wire.TypeJobStarted:  decodeJobStarted,
+}
+
+// decodeJobStarted decodes a JobStarted frame (CapJobUsage), refusing one
+// that names no process.
+func decodeJobStarted(f wire.Frame) (any, error) {
+	var s wire.JobStarted
+	if err := wire.Unmarshal(f, &s); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // decodeOutputRaw decodes an OutputRaw frame (CapOutputRaw) into the

@@ -615,7 +615,7 @@ func TestMsgTypeNames(t *testing.T) {
 		0x01: "Handshake", 0x02: "HandshakeAck", 0x10: "Job", 0x11: "JobAck", 0x12: "Result",
 		0x20: "Cancel", 0x21: "CancelAck", 0x30: "OutputChunk", 0x40: "Heartbeat",
 		0x41: "HeartbeatAck", 0xF0: "Shutdown", 0xE0: "OutputAck", 0xE1: "StdinChunk", 0xE2: "StdinAck",
-		0xE3: "OutputRaw",
+		0xE3: "OutputRaw", 0xE4: "JobStarted",
 	}
 	for i := range 256 {
 		mt := MsgType(i)

@@ -36,6 +36,7 @@ const (
 	TypeStdinChunk MsgType = 0xE1 // daemon -> runner, CapStdinStream
 	TypeStdinAck   MsgType = 0xE2 // runner -> daemon, CapStdinStream
 	TypeOutputRaw  MsgType = 0xE3 // runner -> daemon, CapOutputRaw
+	TypeJobStarted MsgType = 0xE4 // runner -> daemon, CapJobUsage
 )
 
 // Capabilities of orchestrd's extensions, as a runner announces them.
@@ -52,6 +53,11 @@ const (
 	// no JSON, no base64); it does so to a daemon that set
 	// RunnerConfig.OutputRaw.
 	CapOutputRaw = "output_raw"
+	// CapJobUsage: the runner can tell the daemon each job's root process
+	// once it started it (JobStarted) and what the root used, its reaped
+	// descendants included, in the job's Result (Result.Rusage); it does
+	// so to a daemon that set RunnerConfig.JobUsage.
+	CapJobUsage = "job_usage"
 )
 
 var typeNames = map[MsgType]string{
@@ -63,7 +69,7 @@ var typeNames = map[MsgType]string{
 	TypeShutdown:   "Shutdown",
 	TypeOutputAck:  "OutputAck",
 	TypeStdinChunk: "StdinChunk", TypeStdinAck: "StdinAck",
-	TypeOutputRaw: "OutputRaw",
+	TypeOutputRaw: "OutputRaw", TypeJobStarted: "JobStarted",
 }
 
 // typeNameTable is typeNames indexed by the type byte, so String and Known
@@ -153,6 +159,10 @@ type RunnerConfig struct {
 	// announced CapOutputRaw: it sends job output as OutputRaw frames
 	// rather than OutputChunk.
 	OutputRaw bool `json:"output_raw,omitempty"`
+	// JobUsage is an orchestrd extension, set only for a runner that
+	// announced CapJobUsage: it sends a JobStarted frame for each job it
+	// starts and Result.Rusage with each Result.
+	JobUsage bool `json:"job_usage,omitempty"`
 }
 
 // Job is the spec's ToolJob: one command for a runner to execute.
@@ -322,6 +332,11 @@ type Result struct {
 	// wrote nothing for a while, so the runner stopped reading it. What
 	// that holder wrote later was not read. Loopr peers ignore it.
 	OutputCut bool `json:"output_cut,omitempty"`
+	// Rusage is an orchestrd extension, sent only to a daemon that set
+	// RunnerConfig.JobUsage: what the job's root process used, as the
+	// runner's wait for it returned it (its reaped descendants included).
+	// Absent when the job had no process.
+	Rusage *JobRusage `json:"rusage,omitempty"`
 }
 
 // Result.StoppedBy values.

@@ -15,7 +15,10 @@ func UsageLine(u *api.Usage) string {
 		return ""
 	}
 	src := u.Source
-	if src != api.UsageSourceCgroup && src != api.UsageSourceProcfs {
+	switch {
+	case src == api.UsageSourceCgroup && u.CgroupFigures == api.UsageCgroupCPU:
+		src = "cpu from its cgroup, the rest procfs"
+	case src != api.UsageSourceCgroup && src != api.UsageSourceProcfs:
 		src = "?" // a record from elsewhere: its word is not printed
 	}
 	scope := ""

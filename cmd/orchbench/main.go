@@ -55,6 +55,7 @@ var scenarios = []scenario{
 	{"dashboard", "15. Dashboard", runDashboard},
 	{"metrics", "16. Prometheus metrics", runMetrics},
 	{"fleet", "17. Fleet", runFleet},
+	{"sampling", "18. Job usage sampling", runSampling},
 }
 
 // bench is the state of one harness run.

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -70,5 +73,114 @@ kill_grace = "200ms"
 	_, errOut, code := runCLI(t, "wait", "--home", d.home, id)
 	if code != exitFailure || !strings.Contains(errOut, "cpu_exceeded") || !strings.Contains(errOut, "SIGKILL") {
 		t.Fatalf("wait: exit %d\n%s", code, errOut)
+	}
+}
+
+// A hostile job cannot get a neighbour on its runner stopped, nor make it
+// look costly: it leaves behind a process (double fork, a session of its
+// own: the runner adopts it) that names the neighbour's id in its
+// environment and holds 128 MiB, past the lane's 64 MiB (the hostile job
+// itself is stopped for it where it has a cgroup of its own). The neighbour's
+// tree is its root's descendants, as its runner named the root; the
+// orphan's environment counts for nothing. (On the old code, which found a
+// job's processes by ORCHESTRD_JOB_ID among the runner's children, the
+// neighbour was stopped with memory_exceeded.)
+func TestHostileOrphanCannotClaimNeighbour(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	marks := shortTemp(t)
+	d := startDaemon(t, `
+[daemon]
+usage_sample_interval = "200ms"
+[lanes.mem]
+runners = 1
+slots = 2
+spares = 0
+network = "none"
+max_memory_bytes = 67108864
+`)
+	wait := `while [ ! -e ` + marks + `/go ]; do sleep 0.05; done`
+	victim := d.submit(api.JobSpec{Lane: "mem", Command: wait})
+	eventuallyOr(t, 60*time.Second, "the neighbour runs", func() bool { return d.job(victim).State == api.StateRunning },
+		func() string { return string(d.job(victim).State) })
+	eat := `import time; b = b'x' * (128 << 20); open('` + marks + `/ready', 'w').close(); time.sleep(300)`
+	hostile := d.submit(api.JobSpec{Lane: "mem", Command: `(setsid env ORCHESTRD_JOB_ID=` + victim +
+		` python3 -c "` + eat + `" &); ` + wait})
+	// Where the job runs in a cgroup of its own, the orphan is still the
+	// hostile job's (TestEscapedOrphanCountedByCgroup): that job is
+	// stopped, and the orphan with it, maybe before it said it was ready.
+	var h api.JobRecord
+	eventuallyOr(t, 60*time.Second, "the orphan holds its memory, or its job was stopped for it", func() bool {
+		_, err := os.Stat(filepath.Join(marks, "ready"))
+		h = d.job(hostile)
+		return err == nil || h.State.Terminal()
+	}, func() string { return string(h.State) })
+	if h.State.Terminal() && h.Error != api.ErrMemoryExceeded {
+		t.Fatalf("the hostile job ended %+v", h)
+	}
+
+	// Fifteen samples of the neighbour (three seconds: its limit is
+	// checked at each) while the orphan holds its 128 MiB.
+	first := d.job(victim)
+	if first.Usage == nil {
+		first.Usage = &api.Usage{}
+	}
+	var rec api.JobRecord
+	eventuallyOr(t, 120*time.Second, "fifteen more samples of the neighbour", func() bool {
+		rec = d.job(victim)
+		if rec.State != api.StateRunning {
+			t.Fatalf("the neighbour ended %s (%s) while the hostile orphan named it: usage %s",
+				rec.State, rec.Error, jobUsageText(rec.Usage))
+		}
+		return rec.Usage != nil && rec.Usage.Samples >= first.Usage.Samples+15
+	}, func() string { return jobUsageText(rec.Usage) })
+	if rec.Usage.PeakRSSBytes >= 64<<20 {
+		t.Fatalf("the neighbour's usage counts the orphan: %s", jobUsageText(rec.Usage))
+	}
+	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if end := d.wait(victim); end.State != api.StateSucceeded || end.Error != "" {
+		t.Fatalf("the neighbour ended %+v", end)
+	}
+	if h := d.wait(hostile); h.State != api.StateSucceeded && h.Error != api.ErrMemoryExceeded {
+		t.Fatalf("the hostile job ended %+v", h)
+	}
+}
+
+// Where a job runs in a cgroup of its own, a process it leaves behind at
+// once (double fork, a session of its own, its job id scrubbed from its
+// environment, before any sample) is still the job's: the cgroup says so,
+// and the job is stopped when that process holds more than the lane's
+// max_memory_bytes. (On the old code, which went by ORCHESTRD_JOB_ID, and
+// with the root's tree alone, it counted for no job.)
+func TestEscapedOrphanCountedByCgroup(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	d := startDaemon(t, `
+[lanes.mem]
+runners = 1
+slots = 1
+spares = 0
+network = "none"
+max_memory_bytes = 67108864
+`)
+	probe := d.submit(api.JobSpec{Lane: "mem", Command: `cat /proc/self/cgroup`})
+	if rec := d.wait(probe); !strings.Contains(rec.Output, "/job-") {
+		t.Skipf("the runner puts no job in a cgroup of its own here (%q)", rec.Output)
+	}
+	id := d.submit(api.JobSpec{Lane: "mem", Command: `(setsid env -u ORCHESTRD_JOB_ID python3 -c ` +
+		`"import time; b = b'x' * (128 << 20); time.sleep(300)" &); sleep 300`})
+	rec := d.wait(id)
+	if rec.State != api.StateFailed || rec.Error != api.ErrMemoryExceeded {
+		t.Fatalf("record = %+v", rec)
+	}
+	e := d.waitEvent("job.limit_exceeded", func(e map[string]any) bool { return e["job_id"] == id })
+	if e["limit"] != "memory" || e["measured"].(float64) <= 64<<20 {
+		t.Fatalf("job.limit_exceeded = %v", e)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestJobUsageSampled(t *testing.T) {
 		return u != nil && u.PeakRSSBytes >= 3*each*9/10 && u.PeakThreads >= 4
 	}, func() string { return jobUsageText(live.Usage) })
 	if live.Usage.Source != api.UsageSourceProcfs {
-		t.Fatalf("usage source %q, want procfs (no cgroup of its own here)", live.Usage.Source)
+		t.Fatalf("usage source %q while it runs, want procfs", live.Usage.Source)
 	}
 
 	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o600); err != nil {
@@ -76,7 +77,9 @@ func TestJobUsageSampled(t *testing.T) {
 	}
 
 	out, _, code := runCLI(t, "--home", home, "job", burn)
-	if code != 0 || !strings.Contains(out, "usage ") || !strings.Contains(out, "(procfs, ") {
+	// Its CPU is its cgroup's where the runner gave it one (TestJobCPUFromCgroup).
+	if code != 0 || !strings.Contains(out, "usage ") ||
+		!strings.Contains(out, "(procfs, ") && !strings.Contains(out, "(cpu from its cgroup, the rest procfs, ") {
 		t.Fatalf("job %s printed (exit %d):\n%s", burn, code, out)
 	}
 	js, _, code := runCLI(t, "--home", home, "job", "--json", burn)
@@ -100,4 +103,109 @@ func jobUsageText(u *api.Usage) string {
 		return "no usage"
 	}
 	return fmt.Sprintf("%+v", *u)
+}
+
+// A job shorter than the sample interval is recorded whole: its runner's
+// wait4 figures of the root (its reaped children included) are taken
+// where they exceed the samples' (or its cgroup's CPU, where it has one). The job prints its own CPU ticks (its
+// shell's, with the head it waited for) from /proc; the record has at
+// least as much. (Before, it had what the first sample, 100 ms in, saw.)
+func TestShortJobTrueTotals(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, `
+[daemon]
+usage_sample_interval = "5s"
+[lanes.work]
+runners = 1
+slots = 1
+spares = 0
+network = "host"
+`)
+	id := d.submit(api.JobSpec{Lane: "work", Command: `head -c 100000000 /dev/urandom > /dev/null; cat /proc/$$/stat`})
+	rec := d.wait(id)
+	out := rec.Output
+	if rec.State != api.StateSucceeded || rec.Usage == nil {
+		t.Fatalf("the job ended %s with usage %s:\n%s", rec.State, jobUsageText(rec.Usage), out)
+	}
+	// utime stime cutime cstime: the 12th to 15th fields after the command.
+	f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
+	if len(f) < 15 {
+		t.Fatalf("the job printed %q", out)
+	}
+	var ticks int
+	for _, s := range f[11:15] {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("the job printed %q", out)
+		}
+		ticks += n
+	}
+	truth := float64(ticks) / 100
+	u := rec.Usage
+	if truth < 0.05 {
+		t.Fatalf("reading 100 MB of /dev/urandom took %.2f s of CPU: too little to tell", truth)
+	}
+	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.PeakRSSBytes == 0 ||
+		u.Source != api.UsageSourceProcfs && u.Source != api.UsageSourceCgroup {
+		t.Fatalf("the record has %.3f s of CPU (%s), the job used %.2f s", got, jobUsageText(u), truth)
+	}
+}
+
+// Where the job runs in a cgroup of its own (its runner was given one),
+// its record's CPU is the cgroup's: what a process it left behind used is
+// counted, though no sample saw it (it left the tree at once) and the root
+// never waited for it. The orphan writes its own CPU ticks, with the head
+// it waited for, before the job ends.
+func TestJobCPUFromCgroup(t *testing.T) {
+	t.Parallel()
+	marks := shortTemp(t)
+	d := startDaemon(t, `
+[daemon]
+usage_sample_interval = "5s"
+[lanes.work]
+runners = 1
+slots = 1
+spares = 0
+network = "host"
+`)
+	probe := d.submit(api.JobSpec{Lane: "work", Command: `cat /proc/self/cgroup`})
+	if rec := d.wait(probe); !strings.Contains(rec.Output, "/job-") {
+		t.Skipf("the runner puts no job in a cgroup of its own here (%q)", rec.Output)
+	}
+	id := d.submit(api.JobSpec{Lane: "work", Command: `(setsid sh -c 'head -c 100000000 /dev/urandom > /dev/null; ` +
+		`cat /proc/$$/stat > ` + marks + `/stat.tmp; mv ` + marks + `/stat.tmp ` + marks + `/stat' &); ` +
+		`while [ ! -e ` + marks + `/stat ]; do sleep 0.05; done`})
+	rec := d.wait(id)
+	if rec.State != api.StateSucceeded || rec.Usage == nil {
+		t.Fatalf("the job ended %s with usage %s", rec.State, jobUsageText(rec.Usage))
+	}
+	b, err := os.ReadFile(filepath.Join(marks, "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
+	if len(f) < 15 {
+		t.Fatalf("the orphan wrote %q", out)
+	}
+	var ticks int
+	for _, s := range f[11:15] {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("the orphan wrote %q", out)
+		}
+		ticks += n
+	}
+	truth := float64(ticks) / 100
+	u := rec.Usage
+	if truth < 0.05 {
+		t.Fatalf("reading 100 MB of /dev/urandom took %.2f s of CPU: too little to tell", truth)
+	}
+	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.Source != api.UsageSourceCgroup || u.CgroupFigures != api.UsageCgroupCPU {
+		t.Fatalf("the record has %.3f s of CPU (%s), the job's orphan used %.2f s", got, jobUsageText(u), truth)
+	}
+	out, _, code := runCLI(t, "--home", d.home, "job", id)
+	if code != 0 || !strings.Contains(out, "(cpu from its cgroup, the rest procfs, ") {
+		t.Fatalf("job %s printed (exit %d):\n%s", id, code, out)
+	}
 }

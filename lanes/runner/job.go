@@ -417,6 +417,13 @@ func (j *job) execute() wire.Result {
 		growPipe(outR)
 	}
 	jcg := j.r.jobCgroup(j.id)
+	// A pooled cgroup's counters carry on from job to job: the job's CPU
+	// is what they grew by.
+	var cpu0 [2]uint64
+	cpuOK := false
+	if jcg != nil && j.r.jobUsage {
+		cpu0[0], cpu0[1], cpuOK = jcg.CPUStat()
+	}
 	start := time.Now()
 	p, err := j.r.start(j.path, j.argv, &os.ProcAttr{
 		Dir:   j.dir,
@@ -444,6 +451,9 @@ func (j *job) execute() wire.Result {
 		j.signalLocked() // stopped while it was being started
 	}
 	j.mu.Unlock()
+	if j.r.jobUsage {
+		j.r.sendStarted(j.id, pid, jcg)
+	}
 	var timer *time.Timer
 	if j.timeout > 0 {
 		timer = time.AfterFunc(j.timeout, func() {
@@ -511,7 +521,46 @@ func (j *job) execute() wire.Result {
 	j.mu.Unlock()
 	res.Killed = killed
 	res.Signal = sig
+	if j.r.jobUsage {
+		res.Rusage = rusageOf(state)
+		if cpuOK && res.Rusage != nil {
+			// Every process of the cgroup is gone (killLeftovers): its
+			// counters are final.
+			if u, s, ok := jcg.CPUStat(); ok && u >= cpu0[0] && s >= cpu0[1] {
+				res.Rusage.CgroupCPU = true
+				res.Rusage.CgroupUserMicros, res.Rusage.CgroupSystemMicros = u-cpu0[0], s-cpu0[1]
+			}
+		}
+	}
 	return res
+}
+
+// sendStarted tells the daemon the job's root process (wire.JobStarted):
+// its pid as the runner sees it and its start time, which the daemon
+// finds it by among the runner's children, and the job's cgroup if it has
+// one. A root already gone (its stat unreadable) is not named: the daemon
+// then measures no tree, and the Result's rusage has what it used.
+func (r *runner) sendStarted(id string, pid int, cg *proc.Cgroup) {
+	st, ok := proc.ReadStat(pid)
+	if !ok {
+		return
+	}
+	s := wire.JobStarted{JobID: id, Pid: pid, StartTicks: st.StartTime}
+	if cg != nil {
+		s.Cgroup = cg.Path
+	}
+	_ = r.send(wire.TypeJobStarted, s)
+}
+
+// rusageOf is what the job's root used, with the descendants it waited
+// for, as wait4 returned it.
+func rusageOf(state *os.ProcessState) *wire.JobRusage {
+	ru, ok := state.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return nil
+	}
+	micros := func(tv syscall.Timeval) uint64 { return uint64(max(int64(tv.Sec)*1e6+int64(tv.Usec), 0)) }
+	return &wire.JobRusage{UserMicros: micros(ru.Utime), SystemMicros: micros(ru.Stime), MaxRSSKiB: uint64(max(ru.Maxrss, 0))}
 }
 
 // drain waits for both pumps to reach their pipes' EOF. A pipe is cut

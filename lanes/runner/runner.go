@@ -81,7 +81,7 @@ type Sandbox struct {
 var Capabilities = []string{
 	"argv", "command", "cwd", "env", "worktree_dir", "file_paths",
 	"cancel", "timeout", "output_chunk", "max_output_bytes", "heartbeat", "kill_grace",
-	wire.CapOutputCredit, wire.CapStdinStream, wire.CapOutputRaw,
+	wire.CapOutputCredit, wire.CapStdinStream, wire.CapOutputRaw, wire.CapJobUsage,
 }
 
 const (
@@ -140,6 +140,9 @@ type runner struct {
 	// raw: the daemon takes job output as OutputRaw frames
 	// (RunnerConfig.OutputRaw).
 	raw bool
+	// jobUsage: the daemon takes each job's root (JobStarted) and its
+	// wait's rusage (Result.rusage) (RunnerConfig.JobUsage).
+	jobUsage bool
 
 	wmu  sync.Mutex
 	werr error // first write error; later sends fail fast
@@ -221,6 +224,7 @@ func Run(ctx context.Context, opts Options) error {
 	r.chunk = min(chunkMax, max(256, (r.maxOut-512)/4))
 	r.window = int64(min(ack.Config.OutputWindow, 1<<40))
 	r.raw = ack.Config.OutputRaw
+	r.jobUsage = ack.Config.JobUsage
 	if r.raw {
 		r.chunk = min(rawChunkMax, max(256, r.maxOut-512))
 	}

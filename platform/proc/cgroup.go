@@ -187,6 +187,37 @@ func (c *Cgroup) Procs() ([]int, error) {
 	return out, nil
 }
 
+// CPUStat is the CPU time the cgroup's processes used, in microseconds,
+// user and system (cpu.stat's user_usec and system_usec: every process
+// that was in it, exited or not, its children included). cgroup v2 keeps
+// them without the cpu controller. ok is false if they cannot be read.
+func (c *Cgroup) CPUStat() (user, system uint64, ok bool) {
+	b, err := c.read("cpu.stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	return cpuStat(b)
+}
+
+// cpuStat parses cpu.stat's user_usec and system_usec.
+func cpuStat(b []byte) (user, system uint64, ok bool) {
+	var haveU, haveS bool
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "user_usec":
+			user, haveU = n, true
+		case "system_usec":
+			system, haveS = n, true
+		}
+	}
+	return user, system, haveU && haveS
+}
+
 // Populated reports whether any process is in the cgroup or below it.
 func (c *Cgroup) Populated() bool { return c.eventIs("populated", "1") }
 

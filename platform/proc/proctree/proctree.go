@@ -1,7 +1,10 @@
 // Package proctree measures a process tree's memory from /proc: the
 // resident set of some root processes and of all their descendants. The
 // runner uses it for its heartbeat's memory_bytes, and the daemon, which
-// does not take a runner's word for it, to enforce max_runner_memory_bytes.
+// does not take a runner's word for it, to enforce max_runner_memory_bytes;
+// the daemon's job sampler finds a job's root by its pid in the runner's
+// pid namespace (NSPids) and reads CPU time with reaped children's
+// (CPUTicks).
 package proctree
 
 import (
@@ -114,51 +117,52 @@ func statmRSS(statm []byte) uint64 {
 	return pages * pageSize
 }
 
-// Usage is what a process tree uses now: its resident set and the CPU time
-// of its processes (theirs and that of the children they have reaped),
-// in clock ticks (USER_HZ, 100 a second).
-type Usage struct {
-	RSSBytes uint64
-	CPUTicks uint64
-}
-
-// UserHZ is the unit of Usage.CPUTicks: USER_HZ, 100 on every Linux
+// UserHZ is the unit of CPUTicks: USER_HZ, 100 on every Linux
 // architecture Go supports.
 const UserHZ = 100
 
-// TreeUsage sums Usage over roots and their descendants, found as RSS
-// finds them (MaxProcs at most).
-func TreeUsage(roots ...int) Usage {
-	var u Usage
-	walk(roots, func(pid int) {
-		u.RSSBytes += rss(pid)
-		u.CPUTicks += cpuTicks(pid)
-	})
-	return u
+// NSPids is pid's pid in each pid namespace it is in, the reader's first
+// and its own innermost last (the NSpid line of /proc/PID/status). False
+// if it is gone or the line is missing (a kernel before 4.1).
+func NSPids(pid int) ([]int, bool) {
+	var buf [2048]byte
+	return nsPids(appendFile(buf[:0], "/proc/"+strconv.Itoa(pid)+"/status"))
 }
 
-// ChildrenByEnv maps the value of the environment variable key, as each
-// child of pid was started with (/proc/PID/environ), to the children
-// started with it. Children without it, or whose environment cannot be
-// read, are left out.
-func ChildrenByEnv(pid int, key string) map[string][]int {
-	out := map[string][]int{}
-	prefix := []byte(key + "=")
-	for _, f := range bytes.Fields(Children(nil, pid)) {
-		c, err := strconv.Atoi(string(f))
-		if err != nil {
+// nsPids parses the NSpid line of a /proc/PID/status.
+func nsPids(status []byte) ([]int, bool) {
+	for len(status) > 0 {
+		line := status
+		if i := bytes.IndexByte(status, '\n'); i >= 0 {
+			line, status = status[:i], status[i+1:]
+		} else {
+			status = nil
+		}
+		rest, ok := bytes.CutPrefix(line, []byte("NSpid:"))
+		if !ok {
 			continue
 		}
-		env := appendFile(nil, "/proc/"+strconv.Itoa(c)+"/environ")
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, prefix); ok {
-				out[string(v)] = append(out[string(v)], c)
-				break
-			}
+		f := bytes.Fields(rest)
+		if len(f) == 0 || len(f) > 32 {
+			return nil, false
 		}
+		out := make([]int, len(f))
+		for i, s := range f {
+			v, err := strconv.Atoi(string(s))
+			if err != nil || v <= 0 {
+				return nil, false
+			}
+			out[i] = v
+		}
+		return out, true
 	}
-	return out
+	return nil, false
 }
+
+// CPUTicks is pid's CPU time with that of the children it reaped
+// (utime+stime+cutime+cstime of /proc/PID/stat), in USER_HZ ticks; 0 if
+// it is gone.
+func CPUTicks(pid int) uint64 { return cpuTicks(pid) }
 
 // cpuTicks is pid's utime+stime+cutime+cstime from /proc/PID/stat, 0 if
 // it is gone.

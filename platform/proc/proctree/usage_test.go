@@ -3,7 +3,9 @@ package proctree
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,11 +41,10 @@ func FuzzStatCPU(f *testing.F) {
 	})
 }
 
-// A child started with ORCHESTRD_TEST_JOB=x is found by its value, and
-// its tree's CPU time grows as a grandchild burns CPU.
-func TestChildrenByEnvAndTreeUsage(t *testing.T) {
+// A child's tree's CPU time, its reaped children's included, grows as a
+// grandchild burns CPU; a missing pid has none.
+func TestCPUTicks(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "(while :; do :; done) & wait")
-	cmd.Env = append(os.Environ(), "ORCHESTRD_TEST_JOB=x")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -55,22 +56,56 @@ func TestChildrenByEnvAndTreeUsage(t *testing.T) {
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		by := ChildrenByEnv(os.Getpid(), "ORCHESTRD_TEST_JOB")
-		if len(by["x"]) == 1 && by["x"][0] == pid {
-			if u := TreeUsage(pid); u.CPUTicks >= 20 && u.RSSBytes > 0 {
-				break // a fifth of a second of CPU, counted beneath sh
-			}
+		var ticks uint64
+		for _, f := range strings.Fields(string(Children(nil, pid))) {
+			c, _ := strconv.Atoi(f)
+			ticks += CPUTicks(c)
+		}
+		if ticks >= 20 {
+			break // a fifth of a second of CPU, counted beneath sh
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("children by env %v, usage of %d: %+v", ChildrenByEnv(os.Getpid(), "ORCHESTRD_TEST_JOB"),
-				pid, TreeUsage(pid))
+			t.Fatalf("CPU ticks beneath %d: %d", pid, ticks)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if u := TreeUsage(1 << 30); u != (Usage{}) {
-		t.Fatalf("usage of a missing pid: %+v", u)
+	if CPUTicks(1<<30) != 0 {
+		t.Fatal("CPU ticks of a missing pid")
 	}
-	if by := ChildrenByEnv(os.Getpid(), "ORCHESTRD_NO_SUCH_"+strconv.Itoa(pid)); len(by) != 0 {
-		t.Fatalf("children with an unset variable: %v", by)
+}
+
+func TestNSPids(t *testing.T) {
+	self, ok := NSPids(os.Getpid())
+	if !ok || len(self) == 0 || self[0] != os.Getpid() {
+		t.Fatalf("NSPids(self) = %v, %v", self, ok)
 	}
+	if _, ok := NSPids(1 << 30); ok {
+		t.Fatal("NSPids of a missing pid")
+	}
+	for _, c := range []struct {
+		in   string
+		want []int
+	}{
+		{"Name:\tsh\nNSpid:\t42\n", []int{42}},
+		{"NStgid:\t42\t3\nNSpid:\t42\t3\nNSpgid:\t1\n", []int{42, 3}},
+		{"Name:\tsh\n", nil},
+		{"NSpid:\n", nil},
+		{"NSpid:\t42\tx\n", nil},
+		{"NSpid:\t-1\n", nil},
+	} {
+		got, ok := nsPids([]byte(c.in))
+		if ok != (c.want != nil) || !slices.Equal(got, c.want) {
+			t.Errorf("nsPids(%q) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
+}
+
+func FuzzNSPids(f *testing.F) {
+	f.Add([]byte("Name:\tsh\nNSpid:\t42\t3\n"))
+	f.Add([]byte("NSpid:"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if p, ok := nsPids(b); ok && len(p) == 0 {
+			t.Fatal("ok with no pid")
+		}
+	})
 }

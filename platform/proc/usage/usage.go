@@ -50,14 +50,27 @@ type Tracker struct {
 	// first saw it, subtracted.
 	since uint64
 	base  map[Key]figures
-	u     api.Usage
+	// pinned: the processes alive at the last sample; each is measured
+	// again (if its pid still names it) wherever it is now, so a process
+	// that left the roots' tree (a double fork, re-parented) stays counted.
+	pinned map[Key]struct{}
+	u      api.Usage
+}
+
+// Now is what a sample found the tree using at that moment.
+type Now struct {
+	RSS uint64
+	// CPU is the larger of the sum so far and the CPU seconds of the
+	// processes alive now with those of the children they reaped (which
+	// counts children that lived and died between two samples).
+	CPU float64
 }
 
 // NewTracker returns a tracker with no sample yet: every process of the
 // tree counts whole.
 func NewTracker() *Tracker {
 	enableBootCache()
-	return &Tracker{seen: map[Key]figures{}, u: api.Usage{Source: api.UsageSourceProcfs}}
+	return &Tracker{seen: map[Key]figures{}, pinned: map[Key]struct{}{}, u: api.Usage{Source: api.UsageSourceProcfs}}
 }
 
 // NewTrackerSince returns a tracker of what a tree uses from now on, for
@@ -73,31 +86,47 @@ func NewTrackerSince() *Tracker {
 	return t
 }
 
-// Sample measures roots and their descendants (found through every
-// thread's children file, at most proctree.MaxProcs processes) once and
-// returns the sum so far. A process that exits (or whose pid is taken by
+// Sample measures roots, the processes pinned by earlier samples and
+// their descendants (found through every thread's children file, at most
+// proctree.MaxProcs processes) once and returns the sum so far and what
+// the tree uses now. A process that exits (or whose pid is taken by
 // another) while it is read keeps the figures of its last whole sample.
-func (t *Tracker) Sample(roots []int) api.Usage {
+func (t *Tracker) Sample(roots []int) (api.Usage, Now) {
 	ctx := context.Background()
+	type want struct {
+		pid int
+		key Key // a pinned process: still it, or its pid names another now
+	}
 	var (
 		buf     []byte
 		rss     uint64
 		threads int
-		queue   = append([]int(nil), roots...)
+		ticks   uint64
+		queue   = make([]want, 0, len(roots)+len(t.pinned))
 		visited = map[int]struct{}{}
+		alive   = make(map[Key]struct{}, len(t.pinned))
 	)
+	for _, pid := range roots {
+		queue = append(queue, want{pid: pid})
+	}
+	for k := range t.pinned {
+		queue = append(queue, want{pid: int(k.Pid), key: k})
+	}
 	for n := 0; len(queue) > 0 && n < proctree.MaxProcs; {
-		pid := queue[0]
+		w := queue[0]
 		queue = queue[1:]
+		pid := w.pid
 		if _, dup := visited[pid]; dup || pid <= 0 {
 			continue
 		}
 		visited[pid] = struct{}{}
 		n++
 		k, fig, r, th, ok := measure(ctx, pid)
-		if !ok {
+		if !ok || (w.key != Key{} && k != w.key) {
 			continue // gone, or not ours to read: its last figures stand
 		}
+		alive[k] = struct{}{}
+		ticks += proctree.CPUTicks(pid)
 		if _, known := t.seen[k]; !known && t.base != nil {
 			if st, ok := startTicks(pid); !ok || st < t.since {
 				t.base[k] = fig // older than the tracker (or unknown): counts from now
@@ -109,10 +138,11 @@ func (t *Tracker) Sample(roots []int) api.Usage {
 		buf = proctree.Children(buf[:0], pid)
 		for _, f := range bytes.Fields(buf) {
 			if c, err := strconv.Atoi(string(f)); err == nil {
-				queue = append(queue, c)
+				queue = append(queue, want{pid: c})
 			}
 		}
 	}
+	t.pinned = alive // the gone are forgotten: their pids may name others next
 	var sum figures
 	for k, f := range t.seen {
 		b := t.base[k]
@@ -125,7 +155,7 @@ func (t *Tracker) Sample(roots []int) api.Usage {
 	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
 	t.u.PeakThreads = max(t.u.PeakThreads, threads)
 	t.u.Samples++
-	return t.u
+	return t.u, Now{RSS: rss, CPU: max(sum.user+sum.sys, float64(ticks)/proctree.UserHZ)}
 }
 
 // KeyOf returns the key of the process pid now, and the process for more
@@ -211,4 +241,14 @@ func statStart(stat []byte) (uint64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// Pinned returns the processes the last sample found alive: the ones the
+// next sample measures wherever they are then.
+func (t *Tracker) Pinned() []Key {
+	ks := make([]Key, 0, len(t.pinned))
+	for k := range t.pinned {
+		ks = append(ks, k)
+	}
+	return ks
 }

@@ -42,13 +42,13 @@ func TestTrackerTree(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no CPU counted for a burning grandchild within 30s: %+v", u)
 		}
-		u = tr.Sample([]int{cmd.Process.Pid})
+		u = sampled(tr, []int{cmd.Process.Pid})
 	}
 	if u.Source != api.UsageSourceProcfs || u.PeakRSSBytes == 0 {
 		t.Fatalf("a sampled tree: %+v", u)
 	}
 	kill()
-	after := tr.Sample([]int{cmd.Process.Pid})
+	after := sampled(tr, []int{cmd.Process.Pid})
 	if after.UserSeconds+after.SystemSeconds < u.UserSeconds+u.SystemSeconds || after.Samples != u.Samples+1 {
 		t.Fatalf("after the root exited: %+v, before %+v", after, u)
 	}
@@ -69,13 +69,13 @@ func TestTrackerSince(t *testing.T) {
 	root := []int{cmd.Process.Pid}
 	whole := NewTracker()
 	cpu := func(u api.Usage) float64 { return u.UserSeconds + u.SystemSeconds }
-	for deadline := time.Now().Add(30 * time.Second); cpu(whole.Sample(root)) < 0.05; {
+	for deadline := time.Now().Add(30 * time.Second); cpu(sampled(whole, root)) < 0.05; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the root used under 50ms of CPU within 30s: %+v", whole.Sample(root))
+			t.Fatalf("the root used under 50ms of CPU within 30s: %+v", sampled(whole, root))
 		}
 	}
 	since := NewTrackerSince()
-	if u := since.Sample(root); cpu(u) != 0 || u.PeakRSSBytes == 0 || u.Samples != 1 {
+	if u := sampled(since, root); cpu(u) != 0 || u.PeakRSSBytes == 0 || u.Samples != 1 {
 		t.Fatalf("the first sample since: %+v (the root's figures are its baseline)", u)
 	}
 	if err := os.WriteFile(mark, nil, 0o600); err != nil {
@@ -86,10 +86,10 @@ func TestTrackerSince(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the child started since not counted within 30s: %+v", u)
 		}
-		u = since.Sample(root)
+		u = sampled(since, root)
 	}
 	// Whole counts the root's 50ms before the tracker started; since does not.
-	if w := whole.Sample(root); cpu(w)-cpu(u) < 0.05-1e-9 {
+	if w := sampled(whole, root); cpu(w)-cpu(u) < 0.05-1e-9 {
 		t.Fatalf("since %+v, whole %+v: the root's CPU before is counted", u, w)
 	}
 	if len(since.base) != 1 {
@@ -136,6 +136,12 @@ func FuzzStatStart(f *testing.F) {
 }
 
 // One sample of a tree of two processes (an executor and its agent).
+// sampled is tr.Sample's sum so far.
+func sampled(tr *Tracker, roots []int) api.Usage {
+	u, _ := tr.Sample(roots)
+	return u
+}
+
 func BenchmarkSample(b *testing.B) {
 	cmd := exec.Command("sh", "-c", `sleep 60 & wait`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -144,11 +150,11 @@ func BenchmarkSample(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	tr := NewTrackerSince()
-	for tr.Sample([]int{cmd.Process.Pid}).PeakThreads < 2 {
+	for sampled(tr, []int{cmd.Process.Pid}).PeakThreads < 2 {
 		time.Sleep(10 * time.Millisecond) // until the child is there
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		tr.Sample([]int{cmd.Process.Pid})
+		sampled(tr, []int{cmd.Process.Pid})
 	}
 }

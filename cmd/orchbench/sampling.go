@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// runSampling: 32 long-running jobs (`sleep`) on 2 runners of 16 slots,
+// their trees sampled every 100 ms (usage_sample_interval), against the
+// same jobs with sampling off ("0s"), in the same run: the daemon's CPU
+// over a window, and what one sample costs (the difference over the
+// samples the records counted). What the default 5 s interval costs
+// follows from it.
+func runSampling(b *bench) error {
+	window := pick(b, 10*time.Second, 2*time.Second)
+	const jobs = 32
+	const every = 100 * time.Millisecond
+	measure := func(name, interval string) (cpu time.Duration, wall time.Duration, samples int, err error) {
+		cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml()
+		cfg = "[daemon]\nusage_sample_interval = \"" + interval + "\"\n" + cfg[len("[daemon]\n"):]
+		d, err := b.startDaemon(name, cfg)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer d.stop()
+		c, err := d.dial()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ids := make([]string, 0, jobs)
+		for range jobs {
+			var sub struct {
+				JobID string `json:"job_id"`
+			}
+			if err := c.Call(ctx, "job.submit", map[string]any{"lane": "bench", "argv": []string{"sleep", "600"}}, &sub); err != nil {
+				return 0, 0, 0, fmt.Errorf("job.submit: %w", err)
+			}
+			ids = append(ids, sub.JobID)
+		}
+		count := func() (int, error) {
+			n := 0
+			for _, id := range ids {
+				var r struct {
+					Job struct {
+						State string `json:"state"`
+						Usage *struct {
+							Samples int `json:"samples"`
+						} `json:"usage"`
+					} `json:"job"`
+				}
+				if err := c.Call(ctx, "job.get", map[string]any{"id": id}, &r); err != nil {
+					return 0, err
+				}
+				if r.Job.State != "running" {
+					return 0, fmt.Errorf("job %s is %s", id, r.Job.State)
+				}
+				if r.Job.Usage != nil {
+					n += r.Job.Usage.Samples
+				}
+			}
+			return n, nil
+		}
+		time.Sleep(pick(b, 2*time.Second, 500*time.Millisecond)) // every job started and sampled once
+		s0, err := count()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		c0, err := procCPUPrecise(d.pid())
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		t0 := time.Now()
+		time.Sleep(window)
+		c1, err := procCPUPrecise(d.pid())
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		wall = time.Since(t0)
+		s1, err := count()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		for _, id := range ids {
+			_ = c.Call(ctx, "job.cancel", map[string]any{"id": id, "force": true}, nil)
+		}
+		return c1 - c0, wall, s1 - s0, d.stop()
+	}
+	onCPU, onWall, samples, err := measure("sampling-on", every.String())
+	if err != nil {
+		return err
+	}
+	offCPU, offWall, _, err := measure("sampling-off", "0s")
+	if err != nil {
+		return err
+	}
+	pct := func(c, w time.Duration) float64 { return 100 * c.Seconds() / w.Seconds() }
+	on, off := pct(onCPU, onWall), pct(offCPU, offWall)
+	b.add(Row{Metric: fmt.Sprintf("%d running jobs sampled every %s: daemon CPU", jobs, every), Orchestrd: fmt.Sprintf("%.2f%% of one core", on),
+		Value: on, Unit: "% of one core", Baseline: fmt.Sprintf("%.2f%% (sampling off)", off), BaselineValue: floatp(off)})
+	if samples > 0 {
+		per := (onCPU.Seconds() - offCPU.Seconds()*onWall.Seconds()/offWall.Seconds()) / float64(samples) * 1e6
+		at5s := per * jobs / 5 / 1e4 // µs per sample x samples a second at 5 s, in % of a core
+		b.add(Row{Metric: "CPU per sample of a job's tree (daemon)", N: samples, Orchestrd: fmt.Sprintf("%.0f µs", per), Value: per, Unit: "µs"})
+		b.add(Row{Metric: fmt.Sprintf("%d running jobs at the default 5 s interval (derived)", jobs), Orchestrd: fmt.Sprintf("%.3f%% of one core", at5s),
+			Value: at5s, Unit: "% of one core"})
+	}
+	b.note("Sampling: 32 `sleep 600` jobs on 2 runners x 16 slots; daemon CPU from schedstat over the window, with usage_sample_interval 100ms against 0s (off) in the same run; samples counted from the records' usage.samples.")
+	return nil
+}
