@@ -505,12 +505,20 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	ended := s.wait(wctx, id)
-	stop := make(chan struct{})
-	defer close(stop)
+	// The deadline is set before the handler returns, never after: net/http
+	// clears it when the response is done, and one set later would stay on
+	// the kept-alive connection and cut the next response sent on it.
+	stop, watched := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-watched }()
 	go func() {
+		defer close(watched)
 		select {
 		case <-ended:
-			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			select {
+			case <-stop:
+			default:
+				_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			}
 		case <-stop:
 		}
 	}()
