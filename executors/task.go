@@ -34,6 +34,19 @@ type taskActor struct {
 	usagePid    int
 	sampling    bool
 	sampleTimer func()
+	lastPending bool // the last sample follows the one under way
+	// final: the task has ended and waits (finalSampleWait at most) for
+	// its last sample before it is recorded; finished: it was.
+	final    *taskEnd
+	finished bool
+}
+
+// taskEnd is how a task ended, kept while its last sample is taken.
+type taskEnd struct {
+	state  api.TaskState
+	err    *api.TaskError
+	theirs bool
+	count  int64
 }
 
 // Messages of a task actor.
@@ -94,7 +107,9 @@ func (t *taskActor) Receive(c *actors.Context) {
 	case sampleTask:
 		t.sampleTask(c)
 	case taskSampled:
-		t.taskSampled(msg)
+		t.taskSampled(c, msg)
+	case finalSampleDue:
+		t.finish(c)
 	case actors.Stopping:
 		if t.ended {
 			return
@@ -211,10 +226,25 @@ func (t *taskActor) end(c *actors.Context, state api.TaskState, err *api.TaskErr
 		cancel()
 	}
 	t.timers = nil
-	t.stopUsage()
 	now := time.Now().UTC()
 	t.rec.State, t.rec.Error, t.rec.FinishedAt = state, err, &now
 	t.rec.MessageCount = count
+	t.final = &taskEnd{state: state, err: err, theirs: theirs, count: count}
+	if t.finalSample(c) {
+		return // finish follows its last sample, or finalSampleWait
+	}
+	t.finish(c)
+}
+
+// finish records and announces the ended task, once; its waiters are
+// answered, the pool hears it and stops the actor.
+func (t *taskActor) finish(c *actors.Context) {
+	if t.finished || t.final == nil {
+		return
+	}
+	t.finished = true
+	t.stopUsage()
+	state, err, theirs, count := t.final.state, t.final.err, t.final.theirs, t.final.count
 	m := t.ps.m
 	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
 		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, Usage: t.rec.Usage, theirs: theirs})

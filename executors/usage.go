@@ -16,14 +16,22 @@ import (
 // lanes domain uses for jobs. An executor serves one task at a time but
 // lives across many: the tracker counts from the task's start (a process
 // older than the task, the executor itself, from its first sample) and
-// the record says so (api.UsageScopeExecutor). The usage is as of the last
-// sample; a task that ends before its first sample (firstUsageSample in)
-// cost nothing to measure, and its record says that it has none
-// (Samples 0). Every figure comes from procfs.
+// the record says so (api.UsageScopeExecutor). Its end takes a last
+// sample (on a goroutine, as every sample; the record waits
+// finalSampleWait for it at most), so the record holds the agent's CPU up
+// to its end: each process's reaped children's CPU counts (cutime,
+// cstime), so an agent the executor reaped after the last periodic
+// sample is counted whole. A task whose last sample did not come in time
+// keeps the one before; one with none says so (Samples 0). Every figure
+// comes from procfs.
 
 // firstUsageSample: a task's first sample, unless usage_sample_interval is
 // shorter.
 var firstUsageSample = 100 * time.Millisecond
+
+// finalSampleWait bounds how long an ended task's record waits for its
+// last sample.
+var finalSampleWait = 250 * time.Millisecond
 
 // maxUsageSamplers bounds the samples of tasks taken at once, whatever the
 // number of running tasks: a sample that finds no place free is skipped,
@@ -46,6 +54,8 @@ type (
 	sampleTask struct{}
 	// taskSampled: a sample is done; u is the sum so far.
 	taskSampled struct{ u api.Usage }
+	// finalSampleDue: the ended task's last sample is late (or done).
+	finalSampleDue struct{}
 )
 
 // startUsage starts sampling the tree of the executor at pid that now runs
@@ -84,16 +94,63 @@ func (t *taskActor) sampleTask(c *actors.Context) {
 	}()
 }
 
-// taskSampled keeps a sample's sum in the record (the live one too).
-func (t *taskActor) taskSampled(m taskSampled) {
+// taskSampled keeps a sample's sum in the record (the live one too). At
+// the task's end: a periodic sample under way then is followed by the
+// last; the last finishes the task.
+func (t *taskActor) taskSampled(c *actors.Context, m taskSampled) {
+	wasSampling := t.sampling
 	t.sampling = false
-	if t.ended {
-		return // its end keeps the last sample before it
+	if t.finished {
+		return // too late: its record keeps the sample before
 	}
 	u := m.u
 	u.Scope = api.UsageScopeExecutor
 	t.rec.Usage = &u
-	t.ps.m.sampled(t.rec.ID, u)
+	if !t.ended {
+		t.ps.m.sampled(t.rec.ID, u)
+		return
+	}
+	if wasSampling && t.lastPending {
+		t.lastPending = false
+		t.startLast(c)
+		return
+	}
+	t.finish(c)
+}
+
+// finalSample starts the ended task's last sample (after the one under
+// way, if any) and the bound on the wait for it; false if the task is
+// not sampled.
+func (t *taskActor) finalSample(c *actors.Context) bool {
+	if t.sampleTimer != nil {
+		t.sampleTimer()
+		t.sampleTimer = nil
+	}
+	if t.usageT == nil {
+		return false
+	}
+	c.After(finalSampleWait, finalSampleDue{})
+	if t.sampling {
+		t.lastPending = true
+		return true
+	}
+	t.startLast(c)
+	return true
+}
+
+// startLast samples the tree once more on a goroutine. It waits for a
+// place (a last sample is not skipped; finalSampleWait bounds the
+// record's wait, not the sample).
+func (t *taskActor) startLast(c *actors.Context) {
+	t.sampling = true
+	slots := t.ps.m.usage.slots
+	tr, pid, self, sys := t.usageT, t.usagePid, c.Self(), c.System()
+	go func() {
+		slots <- struct{}{}
+		u, _ := tr.Sample([]int{pid})
+		<-slots
+		sys.Send(self, taskSampled{u: u})
+	}()
 }
 
 // stopUsage stops sampling: the task ended. One sampled but ended before

@@ -10,24 +10,25 @@ import (
 	"github.com/orchestrd/orchestrd/internal/daemontest"
 )
 
-// A task that ends before its first sample is never sampled, and its
-// record (and task.finished) says so: a usage of no sample, of the
-// executor's tree (cmd/orchestrd's TestTaskUsage has one sampled). Not
-// parallel: it sets when the first sample is taken.
+// A task that ends before its first periodic sample is measured by its
+// last, taken at its end, and its record (and task.finished) says so: one
+// sample, of the executor's tree (cmd/orchestrd's TestTaskUsage has one
+// sampled while it runs). Not parallel: it sets when the first sample is
+// taken.
 func TestTaskEndedBeforeFirstSample(t *testing.T) {
 	t.Cleanup(executors.SetFirstUsageSample(time.Hour))
 	d := daemontest.Start(t, "[daemon]\nusage_sample_interval = \"50ms\"\n"+execConfig(t, "instances = 1\n"))
 	id, _ := daemontest.Execute(t, d, d.Home, api.TaskSpec{Prompt: daemontest.Script(`{"op":"message","n":1,"text":"quick"}`)})
 	rec := daemontest.WaitTask(t, d, id)
-	if u := rec.Usage; rec.State != api.TaskCompleted || u == nil || u.Samples != 0 || u.Scope != api.UsageScopeExecutor ||
-		u.UserSeconds+u.SystemSeconds != 0 || u.PeakRSSBytes != 0 {
+	if u := rec.Usage; rec.State != api.TaskCompleted || u == nil || u.Samples != 1 || u.Scope != api.UsageScopeExecutor ||
+		u.Source != api.UsageSourceProcfs {
 		t.Fatalf("a task ended before its first sample: %+v, usage %+v", rec, u)
 	}
-	if got := render.TaskUsage(rec); got != "none: it ended before its first sample" {
+	if got := render.TaskUsage(rec); got == "none: it ended before its first sample" {
 		t.Fatalf("its usage reads %q", got)
 	}
 	ev := d.WaitEvent("task.finished", func(e map[string]any) bool { return e["task_id"] == id })
-	if u, ok := ev["usage"].(map[string]any); !ok || u["samples"] != float64(0) || u["scope"] != "executor" {
+	if u, ok := ev["usage"].(map[string]any); !ok || u["samples"] != float64(1) || u["scope"] != "executor" {
 		t.Fatalf("task.finished: %v", ev)
 	}
 }

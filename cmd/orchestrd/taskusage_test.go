@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,4 +123,30 @@ func taskMetrics(t *testing.T, d *testDaemon) map[string]float64 {
 		t.Fatal(err)
 	}
 	return daemontest.MetricSeries(t, string(body))
+}
+
+// An agent task's record holds its agent's CPU up to the task's end: the
+// agent burns 0.3 s of CPU and ends long before the second sample (10 s
+// after the first), and the record counts what it burned after the first
+// (the task's last sample, taken at its end, with the executor's reaped
+// children's CPU).
+func TestTaskUsageToItsEnd(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl to burn CPU with")
+	}
+	home, work := shortTemp(t), shortTemp(t)
+	agent := `read prompt
+perl -e '1 while do { my @t = times; $t[0]+$t[1] < 0.3 }'
+echo burnt`
+	cfg := fmt.Sprintf("[daemon]\nusage_sample_interval = \"10s\"\n\n"+
+		"[executors.cli]\ncommand = [%q, \"executor\", \"--\", \"sh\", \"-c\", %q]\n", binary, agent)
+	d := startDaemonAt(t, home, cfg)
+	id, _ := d.execute(api.TaskSpec{Executor: "cli", Prompt: "burn", Cwd: work})
+	end := d.waitTask(id)
+	u := end.Usage
+	if end.State != api.TaskCompleted || u == nil || u.Samples < 1 || u.UserSeconds+u.SystemSeconds < 0.25 ||
+		u.Scope != api.UsageScopeExecutor {
+		t.Fatalf("the task that burned 0.3 s of CPU ended %s with usage %s", end.State, jobUsageText(u))
+	}
 }

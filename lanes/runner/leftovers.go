@@ -117,8 +117,8 @@ func (r *runner) removeCgroup(cg *proc.Cgroup) {
 // not yet reaped) left running, and returns them. With a cgroup that is
 // exactly the cgroup's processes, frozen first so none forks meanwhile.
 // Without one: the job's process group, and each process re-parented to
-// the runner (the subreaper) that belongs to the job by its process group
-// or its ORCHESTRD_JOB_ID, or to no running job, with its descendants.
+// the runner (the subreaper) that is the job's (ownerOf), with its
+// descendants.
 func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) (killed []wire.KilledProcess, cgKilled bool) {
 	note := func(p int) {
 		st, ok := proc.ReadStat(p)
@@ -157,7 +157,7 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) (killed []wi
 	for round := 0; round < 100; round++ {
 		var mine []int
 		for _, o := range r.reaper.Orphans() {
-			if o.Pgid == pid || r.ownerOf(o.Pid, id) {
+			if r.ownerOf(o, id, pid, true) {
 				mine = append(mine, o.Pid)
 			}
 		}
@@ -187,7 +187,7 @@ func (r *runner) killLeftovers(id string, pid int, cg *proc.Cgroup) (killed []wi
 // are outside its process group, for them to get SIGTERM with the group:
 // with a cgroup, the rest of the cgroup; without one, what is below its
 // main process and what was re-parented to the runner that belongs to the
-// job (by its group or its ORCHESTRD_JOB_ID), with what is below that.
+// job (ownerOf, strictly), with what is below that.
 func (r *runner) strays(id string, pid int, cg *proc.Cgroup) []int {
 	var pids []int
 	if cg != nil {
@@ -196,7 +196,7 @@ func (r *runner) strays(id string, pid int, cg *proc.Cgroup) []int {
 		roots := []int{pid}
 		if r.reaper != nil {
 			for _, o := range r.reaper.Orphans() {
-				if o.Pgid == pid || proc.EnvValue(o.Pid, EnvJobID) == id {
+				if r.ownerOf(o, id, pid, false) {
 					roots = append(roots, o.Pid)
 				}
 			}
@@ -212,18 +212,39 @@ func (r *runner) strays(id string, pid int, cg *proc.Cgroup) []int {
 	return out
 }
 
-// ownerOf reports whether orphan p is job id's to kill: its environment
-// names id, or names no job running on this runner (a process that
-// scrubbed its environment is owned by the first job to end).
-func (r *runner) ownerOf(p int, id string) bool {
-	owner := proc.EnvValue(p, EnvJobID)
+// ownerOf reports whether orphan o is job id's (its main process pid:
+// the job's process group and session are that pid, the runner made it
+// their leader). The strongest name wins: a process still in the job's
+// group or session is the job's, whatever its environment says; one in
+// another running job's group or session is that job's. Only a process
+// in neither (it called setsid) is named by its ORCHESTRD_JOB_ID: the
+// job's if it names id, or (with unclaimed) names no job running on this
+// runner (a process that scrubbed its environment is owned by the first
+// job to end). A job's group and session ids cannot be taken by a new
+// process while anything is in them, so they name no other job.
+func (r *runner) ownerOf(o proc.Orphan, id string, pid int, unclaimed bool) bool {
+	if o.Pgid == pid || o.Sid == pid {
+		return true
+	}
+	owner := proc.EnvValue(o.Pid, EnvJobID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for jid, j := range r.jobs {
+		if jid == id {
+			continue
+		}
+		j.mu.Lock()
+		other := j.pid
+		j.mu.Unlock()
+		if other > 0 && (o.Pgid == other || o.Sid == other) {
+			return false
+		}
+	}
 	if owner == id {
 		return true
 	}
-	r.mu.Lock()
 	_, running := r.jobs[owner]
-	r.mu.Unlock()
-	return owner == "" || !running
+	return unclaimed && (owner == "" || !running)
 }
 
 // descendants returns roots and every process below them.

@@ -18,6 +18,7 @@ import (
 type Orphan struct {
 	Pid  int
 	Pgid int
+	Sid  int // its session
 }
 
 // Reaper makes this process the child subreaper of everything it starts.
@@ -118,7 +119,7 @@ func (r *Reaper) Orphans() []Orphan {
 			continue
 		}
 		if st, ok := ReadStat(pid); ok && st.PPid == r.self && st.State != 'Z' {
-			out = append(out, Orphan{Pid: pid, Pgid: st.Pgid})
+			out = append(out, Orphan{Pid: pid, Pgid: st.Pgid, Sid: st.Sid})
 		}
 	}
 	return out
@@ -252,6 +253,7 @@ type Stat struct {
 	State     byte
 	PPid      int
 	Pgid      int
+	Sid       int
 	StartTime uint64 // clock ticks after boot: with the pid, names one process
 }
 
@@ -276,8 +278,9 @@ func ReadStat(pid int) (Stat, bool) {
 	ppid, err1 := strconv.Atoi(string(f[1]))
 	pgid, err2 := strconv.Atoi(string(f[2]))
 	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	sid, err4 := strconv.Atoi(string(f[3]))
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return Stat{}, false
 	}
-	return Stat{Comm: string(b[open+1 : i]), State: f[0][0], PPid: ppid, Pgid: pgid, StartTime: start}, true
+	return Stat{Comm: string(b[open+1 : i]), State: f[0][0], PPid: ppid, Pgid: pgid, Sid: sid, StartTime: start}, true
 }

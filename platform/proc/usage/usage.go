@@ -31,6 +31,9 @@ type Key struct {
 type figures struct {
 	user, sys   float64
 	read, write uint64
+	// cuser, csys: the CPU of the children it reaped (cutime, cstime),
+	// which counts children that lived and died between two samples.
+	cuser, csys float64
 }
 
 var bootCache sync.Once
@@ -54,6 +57,12 @@ type Tracker struct {
 	// again (if its pid still names it) wherever it is now, so a process
 	// that left the roots' tree (a double fork, re-parented) stays counted.
 	pinned map[Key]struct{}
+	// parent: each process's parent at its last sample; gone: each
+	// process found gone, and whether its parent reaped it then (the
+	// parent alive, or itself reaped by its own): its CPU is then in the
+	// parent's reaped children's, and counts there.
+	parent map[Key]Key
+	gone   map[Key]bool
 	u      api.Usage
 }
 
@@ -70,7 +79,8 @@ type Now struct {
 // tree counts whole.
 func NewTracker() *Tracker {
 	enableBootCache()
-	return &Tracker{seen: map[Key]figures{}, pinned: map[Key]struct{}{}, u: api.Usage{Source: api.UsageSourceProcfs}}
+	return &Tracker{seen: map[Key]figures{}, pinned: map[Key]struct{}{}, parent: map[Key]Key{}, gone: map[Key]bool{},
+		u: api.Usage{Source: api.UsageSourceProcfs}}
 }
 
 // NewTrackerSince returns a tracker of what a tree uses from now on, for
@@ -102,6 +112,8 @@ func (t *Tracker) Sample(roots []int) (api.Usage, Now) {
 		rss     uint64
 		threads int
 		ticks   uint64
+		ppid    = map[Key]int{}
+		byPid   = map[int]Key{}
 		queue   = make([]want, 0, len(roots)+len(t.pinned))
 		visited = map[int]struct{}{}
 		alive   = make(map[Key]struct{}, len(t.pinned))
@@ -121,11 +133,12 @@ func (t *Tracker) Sample(roots []int) (api.Usage, Now) {
 		}
 		visited[pid] = struct{}{}
 		n++
-		k, fig, r, th, ok := measure(ctx, pid)
+		k, fig, pp, r, th, ok := measure(ctx, pid)
 		if !ok || (w.key != Key{} && k != w.key) {
 			continue // gone, or not ours to read: its last figures stand
 		}
 		alive[k] = struct{}{}
+		ppid[k], byPid[pid] = pp, k
 		ticks += proctree.CPUTicks(pid)
 		if _, known := t.seen[k]; !known && t.base != nil {
 			if st, ok := startTicks(pid); !ok || st < t.since {
@@ -143,19 +156,66 @@ func (t *Tracker) Sample(roots []int) (api.Usage, Now) {
 		}
 	}
 	t.pinned = alive // the gone are forgotten: their pids may name others next
-	var sum figures
+	for k, pp := range ppid {
+		if p, ok := byPid[pp]; ok {
+			t.parent[k] = p
+		} else {
+			delete(t.parent, k)
+		}
+	}
+	for k := range t.seen {
+		if _, ok := alive[k]; !ok {
+			t.reaped(k, alive)
+		}
+	}
+	// sum: each process's own CPU (the floor); reaped: with the children
+	// each reaped, but for the processes a seen one reaped (counted in
+	// their parent's). A process older than the tracker counts from its
+	// baseline, also where its parent reaped it.
+	var sum, reaped figures
 	for k, f := range t.seen {
 		b := t.base[k]
 		sum.user += max(f.user-b.user, 0)
 		sum.sys += max(f.sys-b.sys, 0)
 		sum.read += f.read - min(b.read, f.read)
 		sum.write += f.write - min(b.write, f.write)
+		if t.gone[k] {
+			reaped.user -= b.user + b.cuser
+			reaped.sys -= b.sys + b.csys
+			continue
+		}
+		reaped.user += max(f.user+f.cuser-b.user-b.cuser, 0)
+		reaped.sys += max(f.sys+f.csys-b.sys-b.csys, 0)
 	}
+	sum.user, sum.sys = max(sum.user, reaped.user), max(sum.sys, reaped.sys)
 	t.u.UserSeconds, t.u.SystemSeconds, t.u.ReadBytes, t.u.WriteBytes = sum.user, sum.sys, sum.read, sum.write
 	t.u.PeakRSSBytes = max(t.u.PeakRSSBytes, rss)
 	t.u.PeakThreads = max(t.u.PeakThreads, threads)
 	t.u.Samples++
 	return t.u, Now{RSS: rss, CPU: max(sum.user+sum.sys, float64(ticks)/proctree.UserHZ)}
+}
+
+// reaped decides, once, whether gone process k was reaped by a process
+// this tracker saw: its parent at its last sample is alive now (only a
+// living parent reaps its child), or was itself reaped so (a parent that
+// waited for its child before it ended: the usual case; a child orphaned
+// instead is then under-counted, never twice).
+func (t *Tracker) reaped(k Key, alive map[Key]struct{}) bool {
+	if r, ok := t.gone[k]; ok {
+		return r
+	}
+	t.gone[k] = false // a cycle stops here
+	r := false
+	if p, ok := t.parent[k]; ok {
+		if _, live := alive[p]; live {
+			r = true
+		} else if _, known := t.seen[p]; known {
+			r = t.reaped(p, alive)
+		}
+	}
+	t.gone[k] = r
+	delete(t.parent, k)
+	return r
 }
 
 // KeyOf returns the key of the process pid now, and the process for more
@@ -175,33 +235,38 @@ func KeyOf(ctx context.Context, pid int) (k Key, p *process.Process, ok bool) {
 
 // measure reads one process's figures; ok is false if it is gone (or
 // became another process) before they were all read.
-func measure(ctx context.Context, pid int) (k Key, f figures, rss uint64, threads int, ok bool) {
+func measure(ctx context.Context, pid int) (k Key, f figures, ppid int, rss uint64, threads int, ok bool) {
 	k, p, ok := KeyOf(ctx, pid)
 	if !ok {
-		return k, f, 0, 0, false
+		return k, f, 0, 0, 0, false
 	}
 	ts, err := p.TimesWithContext(ctx)
 	if err != nil {
-		return k, f, 0, 0, false
+		return k, f, 0, 0, 0, false
 	}
 	mem, err := p.MemoryInfoWithContext(ctx)
 	if err != nil {
-		return k, f, 0, 0, false
+		return k, f, 0, 0, 0, false
 	}
 	th, err := p.NumThreadsWithContext(ctx)
 	if err != nil {
-		return k, f, 0, 0, false
+		return k, f, 0, 0, 0, false
+	}
+	st, ok := readStat(pid)
+	if !ok {
+		return k, f, 0, 0, 0, false
 	}
 	f.user, f.sys, rss, threads = ts.User, ts.System, mem.RSS, int(th)
+	f.cuser, f.csys, ppid = float64(st.cutime)/proctree.UserHZ, float64(st.cstime)/proctree.UserHZ, st.ppid
 	if io, err := p.IOCountersWithContext(ctx); err == nil {
 		f.read, f.write = io.ReadBytes, io.WriteBytes
 	}
 	// Still the same process: a pid reused while it was read would mix
 	// two processes' figures.
 	if again, _, ok := KeyOf(ctx, pid); !ok || again != k { // CreateTime is cached per Process
-		return k, f, 0, 0, false
+		return k, f, 0, 0, 0, false
 	}
-	return k, f, rss, threads, true
+	return k, f, ppid, rss, threads, true
 }
 
 // bootTicks is the boot clock now, in the clock ticks of /proc/PID/stat's
@@ -216,31 +281,54 @@ func bootTicks() uint64 {
 
 // startTicks is when pid started, in boot-clock ticks.
 func startTicks(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	return statStart(b)
+	st, ok := readStat(pid)
+	return st.start, ok
 }
 
-// statStart is field 22 of a /proc/PID/stat line (starttime), counted
-// after the command's closing parenthesis (a command may hold spaces and
-// parentheses); false for a line that is not one.
-func statStart(stat []byte) (uint64, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(stat[i+1:])
-	// f[0] is field 3 (state): starttime is field 22, f[19].
-	if len(f) < 20 {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(f[19]), 10, 64)
+// stat is what a sample takes from /proc/PID/stat beyond gopsutil's.
+type stat struct {
+	ppid           int
+	cutime, cstime uint64 // clock ticks
+	start          uint64 // boot-clock ticks
+}
+
+func readStat(pid int) (stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return stat{}, false
 	}
-	return v, true
+	return parseStat(b)
+}
+
+// statStart is field 22 of a /proc/PID/stat line (starttime).
+func statStart(b []byte) (uint64, bool) {
+	st, ok := parseStat(b)
+	return st.start, ok
+}
+
+// parseStat reads fields 4 (ppid), 16-17 (cutime, cstime) and 22
+// (starttime) of a /proc/PID/stat line, counted after the command's
+// closing parenthesis (a command may hold spaces and parentheses); false
+// for a line that is not one.
+func parseStat(b []byte) (stat, bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := bytes.Fields(b[i+1:])
+	// f[0] is field 3 (state): field n is f[n-3].
+	if len(f) < 20 {
+		return stat{}, false
+	}
+	var v [4]uint64
+	for j, n := range [4]int{4, 16, 17, 22} {
+		x, err := strconv.ParseUint(string(f[n-3]), 10, 64)
+		if err != nil {
+			return stat{}, false
+		}
+		v[j] = x
+	}
+	return stat{ppid: int(v[0]), cutime: v[1], cstime: v[2], start: v[3]}, true
 }
 
 // Pinned returns the processes the last sample found alive: the ones the

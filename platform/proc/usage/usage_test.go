@@ -17,10 +17,10 @@ func TestMeasureGone(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, ok := measure(t.Context(), cmd.Process.Pid); ok {
+	if _, _, _, _, _, ok := measure(t.Context(), cmd.Process.Pid); ok {
 		t.Fatal("measure of a reaped process returned figures")
 	}
-	if _, _, _, _, ok := measure(t.Context(), 1<<22+1); ok {
+	if _, _, _, _, _, ok := measure(t.Context(), 1<<22+1); ok {
 		t.Fatal("measure of a pid above pid_max returned figures")
 	}
 }
@@ -156,5 +156,65 @@ func BenchmarkSample(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		sampled(tr, []int{cmd.Process.Pid})
+	}
+}
+
+// burner burns CPU until it has used 0.3 s of it.
+const burner = `perl -e '1 while do { my @t = times; $t[0]+$t[1] < 0.3 }'`
+
+// A child that lives and dies between two samples, reaped by a process
+// the tracker saw, counts (its parent's reaped children's CPU); one a
+// sample saw before its parent reaped it counts once, not twice.
+func TestTrackerReapedChildren(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl to burn CPU with")
+	}
+	dir := t.TempDir()
+	step := func(name string) string { return filepath.Join(dir, name) }
+	// unseen: burns, ends and is reaped before any sample sees it; seen:
+	// burns, then waits to be sampled before it ends.
+	script := `while [ ! -e ` + step("a") + ` ]; do sleep 0.01; done; ` + burner + `; : > ` + step("b") + `; ` +
+		`while [ ! -e ` + step("c") + ` ]; do sleep 0.01; done; ` +
+		`perl -e '1 while do { my @t = times; $t[0]+$t[1] < 0.3 }; open(F, ">", $ARGV[0]); close F; ` +
+		`sleep 0.01 until -e $ARGV[1]' ` + step("d") + ` ` + step("e") + `; : > ` + step("f") + `; sleep 100`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	waitFile := func(name string) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(step(name)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the tree did not reach step %s within 60s", name)
+			}
+		}
+	}
+	mark := func(name string) {
+		t.Helper()
+		if err := os.WriteFile(step(name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpu := func(u api.Usage) float64 { return u.UserSeconds + u.SystemSeconds }
+	tr := NewTracker()
+	sampled(tr, []int{cmd.Process.Pid})
+	mark("a")
+	waitFile("b")
+	if u := sampled(tr, []int{cmd.Process.Pid}); cpu(u) < 0.28 {
+		t.Fatalf("a child reaped between two samples after 0.3 s of CPU: the tree's CPU %.3f s", cpu(u))
+	}
+	mark("c")
+	waitFile("d")
+	seen := sampled(tr, []int{cmd.Process.Pid}) // the second burner, done, alive
+	mark("e")
+	waitFile("f")
+	u := sampled(tr, []int{cmd.Process.Pid})
+	if cpu(u) < cpu(seen)-0.005 || cpu(u) < 0.58 || cpu(u) > 0.85 {
+		t.Fatalf("two children of 0.3 s of CPU each, one seen before it was reaped: %.3f s (%.3f s before)", cpu(u), cpu(seen))
 	}
 }
