@@ -103,21 +103,26 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-// Close stops accepting, lets each connection finish the request it is
-// answering (a short grace), closes them, waits for every goroutine and
-// removes the socket file.
-func (s *Server) Close() error {
+// Close stops accepting and removes the socket file at once; each
+// connection then finishes the request it is answering (a short grace)
+// and is closed, on a goroutine: drained is closed once every goroutine
+// of the socket is done. Close returns without waiting (clanker.Closer).
+func (s *Server) Close() (drained <-chan struct{}, err error) {
 	// The listener removes its socket by the path it was bound by: through
 	// the directory's descriptor, closed after it.
-	err := s.ln.Close()
+	err = s.ln.Close()
 	if s.dir != nil {
-		defer s.dir.Close()
+		s.dir.Close()
 	}
-	s.srv.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.srv.Close()
+	}()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
+		return done, fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
 	}
-	return nil
+	return done, nil
 }
 
 // Conns lists at most max of the pods' connections open now, the oldest

@@ -69,7 +69,10 @@ func TestPodPanicCostsItsConnectionAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() {
+		drained, _ := s.Close()
+		<-drained
+	}()
 	good, gr := dial(t, sock)
 	if got := roundTrip(t, good, gr, "hello"); !strings.Contains(got, `"ok":true`) {
 		t.Fatalf("hello: %q", got)
