@@ -36,7 +36,8 @@ const MaxListedConns = 32
 // long-lived HTTP stream), as frontend.list and the actor tree show it.
 type ConnInfo struct {
 	// Kind is the connection actor's kind: conn (control), hook, pod,
-	// stream.
+	// stream, handshake (a lane socket's, until a runner actor holds it),
+	// or runner (a bring-your-own runner's connection; ID is the runner's).
 	Kind string `json:"kind"`
 	ID   string `json:"id"`
 	// Pid is a unix-socket peer's process (SO_PEERCRED); Address an HTTP

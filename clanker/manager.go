@@ -61,6 +61,26 @@ type Manager struct {
 	// last published them (Tallies), by path.
 	tmu     sync.Mutex
 	tallies map[string]RepoTally
+	// drains counts the sockets of stopped (or restarting) repos still
+	// closing their connections, each on its own goroutine.
+	drains sync.WaitGroup
+}
+
+// drainTimeout bounds Shutdown's wait for the repos' sockets to close
+// (their grace, then their connections supervisors' stop): past it the
+// daemon goes on stopping, as a supervisor's shutdown timeout.
+const drainTimeout = 15 * time.Second
+
+// draining counts a stopped repo's socket until drained is closed.
+func (m *Manager) draining(drained <-chan struct{}) {
+	if drained == nil {
+		return
+	}
+	m.drains.Add(1)
+	go func() {
+		defer m.drains.Done()
+		<-drained
+	}()
 }
 
 // RepoTally is a repo's tasks by status and whether its fleet is paused,
@@ -400,10 +420,29 @@ func (m *Manager) Sockets() []RepoSocket {
 }
 
 // Shutdown stops every repo: their sockets close (a pod's next request
-// spools), what they committed is written out.
+// spools), what they committed is written out. It waits for the sockets'
+// connections to end at most drainTimeout (and until ctx ends), then goes
+// on.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
-	return m.sys.Stop(ctx, m.root)
+	err := m.sys.Stop(ctx, m.root)
+	done := make(chan struct{})
+	go func() {
+		m.drains.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		m.log.Warn().Dur("waited", drainTimeout).Msg("clanker: the repos' sockets are still closing; going on without them")
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("waiting for the repos' sockets to close: %w", ctx.Err())
+		}
+	}
+	return err
 }

@@ -28,8 +28,14 @@ type Store interface {
 // repo, the operator's own path.
 type Listener func(socket string, dir *beneath.Dir, repo string, h Handler) (Closer, error)
 
-// Closer stops a repo's socket (waiting for its connections).
-type Closer interface{ Close() error }
+// Closer stops a repo's socket. Close stops accepting at once (the socket
+// file removed: a restarted repo may make it again) and returns without
+// waiting for the connections: drained is closed once each has ended (the
+// request under way answered within a short grace, then closed). A repo's
+// actor calls it from Receive, which never blocks.
+type Closer interface {
+	Close() (drained <-chan struct{}, err error)
+}
 
 // ConnLister is a Closer that lists its connections (clanker/ipc's):
 // at most max of those open now, the oldest first, and how many are open.

@@ -202,19 +202,23 @@ func (r *repo) publishTally() {
 	r.m.setTally(r.name, &r.tally)
 }
 
-// stop closes the socket and answers what waits (their changes may or may
-// not be committed: the pods hear an error and try again or spool).
+// stop answers what waits (their changes may or may not be committed:
+// the pods hear an error and try again or spool), then closes the socket
+// without waiting for its connections: they end on their own goroutine
+// (Closer), which the Manager's Shutdown waits for. Receive never blocks.
 func (r *repo) stop(why error) {
-	if r.sock != nil {
-		if err := r.sock.Close(); err != nil {
-			r.m.log.Warn().Err(err).Str("repo", r.name).Msg("clanker: closing a repo's socket")
-		}
-		r.sock = nil
-	}
 	for ch := range r.waiting {
 		ch.answer(nil, why)
 	}
 	r.waiting = nil
+	if r.sock != nil {
+		drained, err := r.sock.Close()
+		if err != nil {
+			r.m.log.Warn().Err(err).Str("repo", r.name).Msg("clanker: closing a repo's socket")
+		}
+		r.m.draining(drained)
+		r.sock = nil
+	}
 }
 
 // start loads the repo from the store, takes in what clanker wrote while

@@ -106,6 +106,9 @@ type frontEnds struct {
 	// The connections open to each, when it lists them: the control
 	// socket's, the hook's, the HTTP API's and the dashboard's streams.
 	controlConns, hookConns, httpConns, uiConns connLister
+	// laneConns lists a lane socket's connections: its bring-your-own
+	// runners' and those still handshaking.
+	laneConns func(lane string, max int) ([]api.ConnInfo, int)
 }
 
 // connLister lists at most max of a front-end's connections open now,
@@ -150,7 +153,13 @@ func (f *frontEnds) list() []api.FrontEnd {
 			out = append(out, fe)
 		}
 	}
-	out = append(out, f.lanes...)
+	for _, fe := range f.lanes {
+		if f.laneConns != nil {
+			lane := strings.TrimPrefix(fe.Name, "lane ")
+			fe = withConns(fe, func(max int) ([]api.ConnInfo, int) { return f.laneConns(lane, max) })
+		}
+		out = append(out, fe)
+	}
 	if f.sandbox.Name != "" {
 		out = append(out, f.sandbox)
 	}

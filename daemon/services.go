@@ -440,7 +440,8 @@ func (s controlService) Start(context.Context) error {
 		Clanker: s.clankerMgr, Store: s.st, Bus: s.bus, Control: srv})
 	s.fronts = &frontEnds{control: api.FrontEnd{Name: "control", Address: sockPath}, http: s.httpFE.fe, hook: s.hook.fe,
 		metrics: s.metricsFE.fe, lanes: laneFrontEnds(s.opts.Home, s.mgr.LaneNames(), s.cfg.Lanes), clanker: s.clankerMgr,
-		sandbox: s.sandboxFE, controlConns: srv.Conns}
+		laneConns: s.mgr.Conns,
+		sandbox:   s.sandboxFE, controlConns: srv.Conns}
 	if s.hook.srv != nil {
 		s.fronts.hookConns = s.hook.srv.Conns
 	}

@@ -94,6 +94,9 @@ type laneHandle struct {
 	// memHeld: the node's available memory is below the lane's
 	// min_free_memory; its jobs wait (minfree.go).
 	memHeld atomic.Bool
+	// byo: the bring-your-own runners' connections, as its front-end
+	// lists them (Manager.Conns).
+	byo runnerConns
 }
 
 func (h *laneHandle) laneRef() actors.Ref {
@@ -281,7 +284,7 @@ func (l *laneActor) start(c *actors.Context) {
 
 func (l *laneActor) addRunner(c *actors.Context, id string, spawned bool, attach *connAttach) {
 	ra := &runnerActor{sh: l.sh, lane: c.Self(), laneN: l.h.name, cfg: l.h.cfg, socket: l.h.socket,
-		id: id, spawned: spawned, pending: attach}
+		id: id, spawned: spawned, pending: attach, conns: &l.h.byo}
 	ref, err := c.Spawn(actors.Props{Kind: "runner", ID: id, OnPanic: actors.Restart,
 		New: func() actors.Actor {
 			// Each incarnation starts from the pristine template; only the

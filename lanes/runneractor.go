@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -108,7 +109,11 @@ type runnerActor struct {
 
 	conn *net.UnixConn
 	out  chan []byte
-	jobs map[string]actors.Ref
+	// live is the connection as listed (its bytes queued); a byo runner's
+	// is in conns while the actor holds the connection.
+	live  *liveConn
+	conns *runnerConns
+	jobs  map[string]actors.Ref
 	// routes: where the connection's reader writes its jobs' output
 	// (a runner that sends OutputRaw frames); nil: through this actor.
 	routes *outRoutes
@@ -327,6 +332,7 @@ func (r *runnerActor) Receive(c *actors.Context) {
 		if r.alive && r.spawned && r.pid > 0 {
 			r.proc.Kill()
 		}
+		r.dropListed()
 		if r.conn != nil {
 			r.conn.Close()
 		}
@@ -433,6 +439,10 @@ func (r *runnerActor) handshakeSpawned(sys *actors.System, self actors.Ref, gen,
 func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	r.conn = a.conn
 	r.out = make(chan []byte, 1024)
+	r.live = &liveConn{id: r.id, pid: int32(r.pid), since: time.Now()}
+	if !r.spawned && r.conns != nil {
+		r.conns.add(r.live)
+	}
 	gen, self, sys := r.gen, c.Self(), c.System()
 	r.credit = slices.Contains(a.hs.Capabilities, wire.CapOutputCredit)
 	r.stdinOK = slices.Contains(a.hs.Capabilities, wire.CapStdinStream)
@@ -449,9 +459,10 @@ func (r *runnerActor) attach(c *actors.Context, a *connAttach) {
 	cfg.JobUsage = slices.Contains(a.hs.Capabilities, wire.CapJobUsage)
 	ack, err := wire.Marshal(wire.TypeHandshakeAck, wire.HandshakeAck{Accepted: true, Slots: r.cfg.Slots, Config: cfg})
 	if err == nil {
+		r.live.queued.Add(int64(len(ack)))
 		r.out <- ack
 	}
-	go writeLoop(a.conn, r.out)
+	go writeLoop(a.conn, r.out, &r.live.queued)
 	go readLoop(sys, self, gen, a.br, r.sh.maxFrame, r.routes, r.sh)
 	r.readyAt = time.Now()
 	startMs := int64(0)
@@ -584,10 +595,12 @@ func (r *runnerActor) send(c *actors.Context, t wire.MsgType, v any) bool {
 	if err != nil {
 		return false
 	}
+	r.live.queued.Add(int64(len(b)))
 	select {
 	case r.out <- b:
 		return true
 	default:
+		r.live.queued.Add(-int64(len(b)))
 		r.kill(c, "runner_unresponsive", "runner stopped reading its socket", api.ErrRunnerUnresponsive)
 		return false
 	}
@@ -659,6 +672,7 @@ func (r *runnerActor) lost(c *actors.Context, cause, jobErr string) {
 		r.hbStop = nil
 	}
 	if r.conn != nil {
+		r.dropListed()
 		r.conn.Close()
 		close(r.out)
 		r.conn, r.out = nil, nil
@@ -785,8 +799,17 @@ func readLoop(sys *actors.System, self actors.Ref, gen int, br *bufio.Reader, ma
 	}
 }
 
-// writeLoop writes queued frames, coalescing what is queued into one write.
-func writeLoop(conn *net.UnixConn, out <-chan []byte) {
+// dropListed unlists the connection the actor lets go of.
+func (r *runnerActor) dropListed() {
+	if r.live != nil && r.conns != nil {
+		r.conns.remove(r.live)
+	}
+	r.live = nil
+}
+
+// writeLoop writes queued frames, coalescing what is queued into one write;
+// queued counts the bytes not yet taken by the socket.
+func writeLoop(conn *net.UnixConn, out <-chan []byte, queued *atomic.Int64) {
 	var buf []byte
 	for b := range out {
 		buf = append(buf[:0], b...)
@@ -807,6 +830,7 @@ func writeLoop(conn *net.UnixConn, out <-chan []byte) {
 			}
 			return
 		}
+		queued.Add(-int64(len(buf)))
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -84,7 +86,7 @@ func Listen(socket string, dir *beneath.Dir, repo string, h clanker.Handler, bus
 		log: log.With().Str("component", "clankeripc").Str("repo", repo).Logger()}
 	srv, err := sockserve.New(sockserve.Options{Path: socket, Component: "clanker", MaxConns: maxConns,
 		Serve: s.serve, Grace: closeGrace, Bus: bus, Logger: s.log, Panicked: s.panicked,
-		System: sys, Supervisor: "pods", SupervisorID: strings.ReplaceAll(strings.Trim(repo, "/"), "/", "-"), Kind: "pod"})
+		System: sys, Supervisor: "pods", SupervisorID: supervisorID(socket, repo), Kind: "pod"})
 	if err != nil {
 		ln.Close()
 		if dir != nil {
@@ -103,21 +105,58 @@ func (s *Server) emit(ev eventlog.Event) {
 	}
 }
 
-// Close stops accepting, lets each connection finish the request it is
-// answering (a short grace), closes them, waits for every goroutine and
-// removes the socket file.
-func (s *Server) Close() error {
+// draining counts, by socket path, the servers closed whose connections
+// are still ending (Close's goroutine): their "pods" supervisor is still
+// there, so a repo serving its socket again meanwhile (its actor
+// restarted) names its own apart.
+var draining = struct {
+	sync.Mutex
+	n   map[string]int
+	seq int
+}{n: map[string]int{}}
+
+// supervisorID names a socket's connections supervisor: the repo's path,
+// its slashes made dashes; "-rN" after it while an earlier server of the
+// socket is still closing.
+func supervisorID(socket, repo string) string {
+	id := strings.ReplaceAll(strings.Trim(repo, "/"), "/", "-")
+	draining.Lock()
+	defer draining.Unlock()
+	if draining.n[socket] > 0 {
+		draining.seq++
+		id += "-r" + strconv.Itoa(draining.seq)
+	}
+	return id
+}
+
+// Close stops accepting and removes the socket file at once; each
+// connection then finishes the request it is answering (a short grace)
+// and is closed, on a goroutine: drained is closed once every goroutine
+// of the socket is done. Close returns without waiting (clanker.Closer).
+func (s *Server) Close() (drained <-chan struct{}, err error) {
 	// The listener removes its socket by the path it was bound by: through
 	// the directory's descriptor, closed after it.
-	err := s.ln.Close()
+	err = s.ln.Close()
 	if s.dir != nil {
-		defer s.dir.Close()
+		s.dir.Close()
 	}
-	s.srv.Close()
+	done := make(chan struct{})
+	draining.Lock()
+	draining.n[s.path]++
+	draining.Unlock()
+	go func() {
+		defer close(done)
+		s.srv.Close()
+		draining.Lock()
+		if draining.n[s.path]--; draining.n[s.path] == 0 {
+			delete(draining.n, s.path)
+		}
+		draining.Unlock()
+	}()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
+		return done, fmt.Errorf("closing clanker's socket %s: %w", s.path, err)
 	}
-	return nil
+	return done, nil
 }
 
 // Conns lists at most max of the pods' connections open now, the oldest

@@ -69,7 +69,10 @@ func TestPodPanicCostsItsConnectionAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() {
+		drained, _ := s.Close()
+		<-drained
+	}()
 	good, gr := dial(t, sock)
 	if got := roundTrip(t, good, gr, "hello"); !strings.Contains(got, `"ok":true`) {
 		t.Fatalf("hello: %q", got)
@@ -105,5 +108,61 @@ func TestPodPanicCostsItsConnectionAlone(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no pods/src-app with one pod in the tree: %+v", sys.Tree())
+	}
+}
+
+// slowHandler holds a "slow" request until release is closed; got says it
+// has one.
+type slowHandler struct{ got, release chan struct{} }
+
+func (h slowHandler) Handle(typ string, _ []byte, reply func([]byte, error)) {
+	if typ == "slow" {
+		h.got <- struct{}{}
+		go func() {
+			<-h.release
+			reply([]byte(`{}`), nil)
+		}()
+		return
+	}
+	reply([]byte(`{"hi":1}`), nil)
+}
+
+// A socket closed returns at once while its connections still end, and
+// the repo may serve it again meanwhile (its actor restarted): the new
+// server's connections supervisor is named apart from the old one's, still
+// there, and pods are answered by it at once.
+func TestServedAgainWhileTheOldOneCloses(t *testing.T) {
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	defer sys.Shutdown()
+	sock := filepath.Join(t.TempDir(), "ipc.sock")
+	h := slowHandler{got: make(chan struct{}, 1), release: make(chan struct{})}
+	old, err := Listen(sock, nil, "/src/app", h, nil, sys, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dial(t, sock)
+	if _, err := c.Write([]byte(`{"v":1,"id":1,"type":"slow","payload":{}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-h.got
+	drained, err := old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(h.release)
+		<-drained
+	}()
+	again, err := Listen(sock, nil, "/src/app", h, nil, sys, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("serving the socket again while the old server closes: %v", err)
+	}
+	defer func() {
+		d, _ := again.Close()
+		<-d
+	}()
+	pod, pr := dial(t, sock)
+	if got := roundTrip(t, pod, pr, "hello"); !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("hello to the socket served again: %q", got)
 	}
 }

@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
+	"github.com/orchestrd/orchestrd/lanes"
 )
 
 // A hook waiting on its approval is a connection actor: frontend.list
@@ -102,4 +108,45 @@ func TestHTTPStreamListed(t *testing.T) {
 	readSSE(t, resp.Body, 0)
 	resp.Body.Close()
 	eventually(t, 20*time.Second, "the stream gone from the list", func() bool { return httpFE().ConnsOpen == 0 })
+}
+
+// A bring-your-own runner's connection is listed under its lane's
+// front-end once its runner actor holds it (kind runner, the runner's id
+// and pid, bytes queued), status prints it; once the runner is gone, so is
+// the connection.
+func TestLaneRunnerConnectionListed(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "[lanes.byo]\nrunners = 0\nslots = 1\nnetwork = \"host\"\n")
+	sock := filepath.Join(d.home, "runner-byo.sock")
+	byo := exec.Command(binary, "runner", "--lane", "byo", "--socket", sock, "--token-file", lanes.JoinTokenPath(d.home, "byo"))
+	byo.Stderr = os.Stderr
+	p := testio.Start(t, byo)
+	d.waitByoReady("byo")
+	runners := d.lane("byo").Runners
+	if len(runners) != 1 || runners[0].Pid == 0 {
+		t.Fatalf("lane byo's runners %+v, want one with its pid", runners)
+	}
+	laneFE := func() api.FrontEnd {
+		var fe api.FrontEndList
+		d.mustCall("frontend.list", nil, &fe)
+		for _, f := range fe.FrontEnds {
+			if f.Name == "lane byo" {
+				return f
+			}
+		}
+		t.Fatalf("no lane byo front-end in %+v", fe)
+		return api.FrontEnd{}
+	}
+	f := laneFE()
+	if f.ConnsOpen != 1 || len(f.Conns) != 1 || f.Conns[0].Kind != "runner" || f.Conns[0].ID != runners[0].ID ||
+		int(f.Conns[0].Pid) != runners[0].Pid || f.Conns[0].Since.IsZero() {
+		t.Fatalf("lane byo front-end %+v, want runner %s (pid %d) listed", f, runners[0].ID, runners[0].Pid)
+	}
+	out, _, code := runCLI(t, "status", "--home", d.home)
+	if code != 0 || !strings.Contains(out, "runner/"+runners[0].ID) || !strings.Contains(out, "pid "+strconv.Itoa(runners[0].Pid)) {
+		t.Fatalf("status (exit %d) does not list the runner's connection:\n%s", code, out)
+	}
+	byo.Process.Kill()
+	<-p.Done()
+	eventually(t, 20*time.Second, "the runner's connection gone from the list", func() bool { return laneFE().ConnsOpen == 0 })
 }

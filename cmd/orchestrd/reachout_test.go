@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/testio"
@@ -213,8 +214,10 @@ func TestReachoutTimeout(t *testing.T) {
 }
 
 // A hook killed while it waits cancels its approval at once
-// (requester_gone); a hook that only shut its write side (as every hook
-// does after its line) is still waiting.
+// (requester_gone): its connection's actor and the approval's are linked,
+// both end (the hook's gone from frontend.list, the approval's from the
+// tree); a hook that only shut its write side (as every hook does after
+// its line) is still waiting, listed.
 func TestReachoutHookKilled(t *testing.T) {
 	t.Parallel()
 	d, sock := reachoutDaemon(t, "")
@@ -233,6 +236,20 @@ func TestReachoutHookKilled(t *testing.T) {
 			t.Fatalf("the killed hook's approval %s is still pending", id)
 		}
 	}
+	eventually(t, 20*time.Second, "the killed hook's connection and approval actors gone", func() bool {
+		var fe api.FrontEndList
+		d.mustCall("frontend.list", nil, &fe)
+		for _, f := range fe.FrontEnds {
+			if f.Name == "hook" && (f.ConnsOpen != 1 || len(f.Conns) != 1 || int(f.Conns[0].Pid) != waiting.Cmd.Process.Pid) {
+				return false
+			}
+		}
+		var tr struct {
+			Tree []actors.TreeNode `json:"tree"`
+		}
+		d.mustCall("tree.get", nil, &tr)
+		return !treeHasID(tr.Tree, ka.ID) && treeHasID(tr.Tree, wa.ID)
+	})
 	if got := d.pendingApproval(wa.RequestID); got.State != api.ApprovalPending {
 		t.Fatalf("the waiting hook's approval: %+v", got)
 	}
@@ -487,4 +504,14 @@ func TestReachoutPreToolUseNotShownDenied(t *testing.T) {
 	if out, code := h.exit(t); code != 0 || !strings.Contains(out, `"behavior":"deny"`) {
 		t.Fatalf("the PermissionRequest hook: exit %d, stdout %q", code, out)
 	}
+}
+
+// treeHasID reports whether an actor of id is in the tree.
+func treeHasID(nodes []actors.TreeNode, id string) bool {
+	for _, n := range nodes {
+		if n.ID == id || treeHasID(n.Children, id) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,94 @@
+package lanes
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/wire"
+)
+
+// A connection to a lane's socket still handshaking is listed under the
+// lane (kind handshake, the peer's pid); once it ends (here: closed
+// without a handshake, runner.rejected), it is not.
+func TestLaneConnsListHandshakes(t *testing.T) {
+	home, err := os.MkdirTemp("", "laneconns") // short: a socket path's limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(home)
+	lc := defaultLane(0, 1, NetworkHost, 0)
+	lc.Spares = 0
+	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	rejected, started := make(chanSink, 4), make(chanSink, 4)
+	defer bus.Subscribe([]string{"runner.rejected"}, rejected)()
+	defer bus.Subscribe([]string{"lane.started"}, started)()
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	defer sys.Shutdown()
+	m, err := Start(Options{Lanes: map[string]LaneConfig{"byo": lc}, ShutdownTimeout: 2 * time.Second,
+		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
+		Home: home, Exe: "/bin/true", RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no lane.started")
+	}
+	if l, n := m.Conns("nope", api.MaxListedConns); len(l) != 0 || n != 0 {
+		t.Fatalf("an unknown lane lists %+v (%d)", l, n)
+	}
+	conn, err := net.Dial("unix", filepath.Join(home, "runner-byo.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var list []api.ConnInfo
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if list, n = m.Conns("byo", api.MaxListedConns); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the handshaking connection is not listed: %+v", list)
+		}
+	}
+	if list[0].Kind != "handshake" || int(list[0].Pid) != os.Getpid() || list[0].Since.IsZero() {
+		t.Fatalf("listed %+v, want a handshake from pid %d", list[0], os.Getpid())
+	}
+	conn.Close()
+	select {
+	case <-rejected:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no runner.rejected")
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, n := m.Conns("byo", api.MaxListedConns); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ended connection is still listed")
+		}
+	}
+}
