@@ -291,7 +291,7 @@ func (s *tgServer) tapAs(chat, user int64, msg tgSent, action string) string {
 			if d := b.(map[string]any)["callback_data"].(string); strings.HasSuffix(d, ":"+action) {
 				cb := fmt.Sprintf("cb-%d-%d", chat, time.Now().UnixNano())
 				s.push(map[string]any{"callback_query": map[string]any{"id": cb,
-					"from": map[string]any{"id": user, "username": "mallory_name", "first_name": "Mallory"},
+					"from":    map[string]any{"id": user, "username": "mallory_name", "first_name": "Mallory"},
 					"message": map[string]any{"message_id": msg.ID, "chat": map[string]any{"id": chat}}, "data": d}})
 				return cb
 			}
