@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -42,11 +43,15 @@ const (
 	DefaultChatInterval   = time.Second
 	DefaultGlobalInterval = 34 * time.Millisecond
 	callTimeout           = 30 * time.Second
-	// maxQueue bounds the calls waiting to be made; past it the oldest
-	// sends are dropped (with telegram.failed).
-	maxQueue = 10_000
 	overKept = 1024
 )
+
+// maxQueue bounds the calls waiting to be made (a var: tests lower it).
+// Past it a send is not queued, or the oldest send queued makes room for
+// another call; those are sent once the queue is down to half (a send is
+// derived again from the approvals pending), so memory stays bounded and
+// nothing is lost.
+var maxQueue = 10_000
 
 // Msg is one message sent of an approval, as the store keeps it.
 type Msg struct {
@@ -197,6 +202,7 @@ type (
 	offsetSavedMsg struct{ next int64 }
 	kickMsg        struct{}
 	pacedMsg       struct{}
+	refillMsg      struct{}
 	callDoneMsg    struct {
 		op    *op
 		msgID int64
@@ -270,7 +276,10 @@ type botActor struct {
 	blocked map[int64]bool
 
 	queue   []*op
-	busy    bool
+	// overflowed: sends were left out of the full queue; they are
+	// queued again from the approvals pending once it is down to half.
+	overflowed bool
+	busy       bool
 	waiting bool // a backoff or retry_after runs
 	pacing  bool // a timer waits for the next call's turn
 	// lastCall and lastChat are when the last call, and the last call
@@ -325,6 +334,8 @@ func (a *botActor) Receive(c *actors.Context) {
 	case pacedMsg:
 		a.pacing = false
 		a.kick()
+	case refillMsg:
+		a.refill()
 	case callDoneMsg:
 		a.callDone(msg)
 	case answeredMsg:
@@ -451,16 +462,34 @@ func (a *botActor) queuedSend(id string, chat int64) bool {
 
 func (a *botActor) enqueue(o *op) {
 	if len(a.queue) >= maxQueue {
-		drop := a.queue[0]
-		a.queue = a.queue[1:]
-		a.emit(TelegramFailed{Method: methods[drop.kind], ApprovalID: drop.id, ChatID: drop.chat, Error: "queue full: dropped",
-			GaveUp: true, Reason: ReasonQueueFull})
-		if it := a.items[drop.id]; it != nil && drop.kind == "edit" {
-			it.edits--
-			a.forgetIfDone(drop.id, it)
+		if !a.overflowed {
+			a.overflowed = true
+			a.emit(TelegramFailed{Method: methods[o.kind], ApprovalID: o.id, ChatID: o.chat, GaveUp: true, Reason: ReasonQueueFull,
+				Error: fmt.Sprintf("%d calls wait: sends are queued again once half are made", maxQueue)})
 		}
+		if o.kind == "send" {
+			return
+		}
+		i := slices.IndexFunc(a.queue, func(q *op) bool { return q.kind == "send" })
+		if i < 0 {
+			i = 0 // no send to make room: the oldest call goes
+			a.emit(TelegramFailed{Method: methods[a.queue[0].kind], ApprovalID: a.queue[0].id, ChatID: a.queue[0].chat,
+				GaveUp: true, Reason: ReasonQueueFull, Error: "the queue is full: dropped"})
+		}
+		drop := a.queue[i]
+		a.queue = slices.Delete(a.queue, i, i+1)
+		a.dropped(drop, a.items[drop.id])
 	}
 	a.queue = append(a.queue, o)
+}
+
+// refill queues again the sends left out of a full queue, once it is
+// down to half.
+func (a *botActor) refill() {
+	if a.overflowed && len(a.queue) <= maxQueue/2 {
+		a.overflowed = false
+		a.resync()
+	}
 }
 
 // end edits every chat's message of ap, over, to say how it ended.

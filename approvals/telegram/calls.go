@@ -64,11 +64,21 @@ func (a *botActor) kick() {
 		if o.chat != 0 {
 			a.lastChat[o.chat] = now
 		}
-		go a.run(o, it)
+		var c callOf // what the call needs, copied: the actor goes on changing it
+		if it != nil {
+			c.a, c.token, c.msgID = it.a, it.token, it.msgs[o.chat]
+			if it.ended != nil {
+				c.ended = *it.ended
+			}
+		}
+		go a.run(o, c)
 		return
 	}
 	if next > 0 {
 		a.pace(next)
+	}
+	if a.overflowed && len(a.queue) <= maxQueue/2 {
+		a.tell(refillMsg{}) // not from within kick: resync kicks
 	}
 }
 
@@ -103,7 +113,14 @@ func (it *item) msgsOf(chat int64) (int64, bool) {
 // A long plan goes as a document that carries the buttons itself (its
 // caption is the message): one call, so a crash cannot leave the
 // document sent and its buttons not, to be sent again.
-func (a *botActor) run(o *op, it *item) {
+// callOf is what a call of an approval needs, taken from its item.
+type callOf struct {
+	a, ended api.Approval
+	token    string
+	msgID    int64 // the chat's message (edit)
+}
+
+func (a *botActor) run(o *op, it callOf) {
 	ctx, cancel := context.WithTimeout(a.ctx, callTimeout)
 	defer cancel()
 	cl := a.b.cl
@@ -121,11 +138,11 @@ func (a *botActor) run(o *op, it *item) {
 		done.msgID = sent.MessageID
 	case "edit":
 		if planIsDocument(it.a) {
-			done.err = cl.call(ctx, "editMessageCaption", map[string]any{"chat_id": o.chat, "message_id": it.msgs[o.chat],
-				"caption": editedCaption(*it.ended)}, nil)
+			done.err = cl.call(ctx, "editMessageCaption", map[string]any{"chat_id": o.chat, "message_id": it.msgID,
+				"caption": editedCaption(it.ended)}, nil)
 		} else {
-			done.err = cl.call(ctx, "editMessageText", map[string]any{"chat_id": o.chat, "message_id": it.msgs[o.chat],
-				"text": edited(*it.ended)}, nil)
+			done.err = cl.call(ctx, "editMessageText", map[string]any{"chat_id": o.chat, "message_id": it.msgID,
+				"text": edited(it.ended)}, nil)
 		}
 	case "answer":
 		done.err = cl.call(ctx, "answerCallbackQuery", map[string]any{"callback_query_id": o.cbID, "text": clip(o.text, 190)}, nil)
@@ -147,7 +164,7 @@ const (
 	ReasonMessageGone = "message_gone" // an edit of a message deleted (or too old): 400
 	ReasonBlocked     = "blocked"      // the chat blocked or removed the bot: 403
 	ReasonRefused     = "refused"      // any other refusal (4xx), or a callback too old to answer
-	ReasonQueueFull   = "queue_full"   // dropped unmade: maxQueue calls waited
+	ReasonQueueFull   = "queue_full"   // maxQueue calls wait: sends left out are queued again later
 )
 
 // notModified says whether err is Telegram's 400 for an edit that
@@ -236,6 +253,7 @@ func (a *botActor) callDone(d callDoneMsg) {
 			}
 		}
 	}
+	a.refill()
 	a.kick()
 }
 
