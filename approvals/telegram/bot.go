@@ -43,7 +43,7 @@ const (
 	DefaultChatInterval   = time.Second
 	DefaultGlobalInterval = 34 * time.Millisecond
 	callTimeout           = 30 * time.Second
-	overKept = 1024
+	overKept              = 1024
 )
 
 // maxQueue bounds the calls waiting to be made (a var: tests lower it).
@@ -275,13 +275,13 @@ type botActor struct {
 	// nothing is sent there until the chat writes again.
 	blocked map[int64]bool
 
-	queue   []*op
+	queue []*op
 	// overflowed: sends were left out of the full queue; they are
 	// queued again from the approvals pending once it is down to half.
 	overflowed bool
 	busy       bool
-	waiting bool // a backoff or retry_after runs
-	pacing  bool // a timer waits for the next call's turn
+	waiting    bool // a backoff or retry_after runs
+	pacing     bool // a timer waits for the next call's turn
 	// lastCall and lastChat are when the last call, and the last call
 	// about each chat, started (pacing).
 	lastCall time.Time
