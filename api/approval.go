@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -93,7 +94,8 @@ const (
 	ByDaemon  = "daemon"  // the daemon cancelled it (Resolution.Reason)
 	ByRequest = "requester"
 	// ByTelegram: a tap or a reply in a Telegram chat the bot obeys
-	// ([approvals.telegram]); Resolution.BySession is the chat's id.
+	// ([approvals.telegram]); Resolution.BySession is "<chat id>:<user
+	// id>" (Telegram's ids, never a name).
 	ByTelegram = "telegram"
 )
 
@@ -166,7 +168,7 @@ type Resolution struct {
 	SuggestionIndex *int            `json:"suggestion_index,omitempty"`
 	By              string          `json:"by"`
 	// BySession is the dashboard session's short id (By ui: the one in
-	// ui.signed_in), ByPid the control client's pid (By control or cli;
+	// ui.signed_in; By telegram "<chat>:<user>"), ByPid the control client's pid (By control or cli;
 	// absent when unknown).
 	BySession string    `json:"by_session,omitempty"`
 	ByPid     int32     `json:"by_pid,omitempty"`
@@ -180,7 +182,11 @@ type Resolution struct {
 func (r Resolution) Who() string {
 	switch {
 	case r.By == ByTelegram && r.BySession != "":
-		return r.By + " chat " + r.BySession
+		chat, user, ok := strings.Cut(r.BySession, ":")
+		if !ok || user == chat { // a private chat's id is its user's
+			return r.By + " chat " + chat
+		}
+		return r.By + " chat " + chat + " user " + user
 	case r.BySession != "":
 		return r.By + " session " + r.BySession
 	case r.ByPid != 0:

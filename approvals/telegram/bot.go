@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -36,12 +37,21 @@ const (
 	DefaultPollTimeout = 25 * time.Second
 	DefaultMinBackoff  = 250 * time.Millisecond
 	DefaultMaxBackoff  = 30 * time.Second
-	callTimeout        = 30 * time.Second
-	// maxQueue bounds the calls waiting to be made; past it the oldest
-	// sends are dropped (with telegram.failed).
-	maxQueue = 10_000
-	overKept = 1024
+	// DefaultChatInterval and DefaultGlobalInterval pace the calls as
+	// Telegram asks: about one message a second in a chat, thirty a
+	// second in all.
+	DefaultChatInterval   = time.Second
+	DefaultGlobalInterval = 34 * time.Millisecond
+	callTimeout           = 30 * time.Second
+	overKept              = 1024
 )
+
+// maxQueue bounds the calls waiting to be made (a var: tests lower it).
+// Past it a send is not queued, or the oldest send queued makes room for
+// another call; those are sent once the queue is down to half (a send is
+// derived again from the approvals pending), so memory stays bounded and
+// nothing is lost.
+var maxQueue = 10_000
 
 // Msg is one message sent of an approval, as the store keeps it.
 type Msg struct {
@@ -85,6 +95,10 @@ type Options struct {
 	PollTimeout time.Duration // getUpdates' long poll; 0: DefaultPollTimeout
 	MinBackoff  time.Duration // 0: DefaultMinBackoff
 	MaxBackoff  time.Duration // 0: DefaultMaxBackoff
+	// ChatInterval is the least time between two calls about one chat,
+	// GlobalInterval between any two calls; 0: the defaults.
+	ChatInterval   time.Duration
+	GlobalInterval time.Duration
 }
 
 // Bot is the handle the daemon tells approvals' comings and goings to.
@@ -111,6 +125,12 @@ func Start(opts Options) (*Bot, error) {
 	}
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.ChatInterval <= 0 {
+		opts.ChatInterval = DefaultChatInterval
+	}
+	if opts.GlobalInterval <= 0 {
+		opts.GlobalInterval = DefaultGlobalInterval
 	}
 	hc := opts.HTTP
 	if hc == nil {
@@ -181,6 +201,8 @@ type (
 	}
 	offsetSavedMsg struct{ next int64 }
 	kickMsg        struct{}
+	pacedMsg       struct{}
+	refillMsg      struct{}
 	callDoneMsg    struct {
 		op    *op
 		msgID int64
@@ -189,6 +211,7 @@ type (
 	answeredMsg struct {
 		cbID   string
 		chat   int64
+		user   int64
 		action string
 		id     string
 		a      api.Approval
@@ -208,18 +231,20 @@ type item struct {
 
 // op is one Bot API call waiting its turn.
 type op struct {
-	kind     string // send, edit, answer, ask
-	id       string // approval
+	kind     string // send, edit, answer, ask, note
+	id       string // approval (not note, answer)
 	chat     int64
 	cbID     string // answer: the callback query
-	text     string // answer, ask
-	docSent  bool   // send: the plan's document is sent
+	text     string // answer, ask, note
 	attempts int
 }
 
-// awaiting is a chat's Reply or Iterate: its next message is the text.
+// awaiting is a Reply or Iterate tapped in a chat: the text is the
+// message that replies to its prompt (promptID, once sent), or the
+// chat's next message from who tapped when no other prompt is open there.
 type awaiting struct {
 	id       string
+	user     int64
 	promptID int64
 }
 
@@ -245,11 +270,22 @@ type botActor struct {
 	// late tap is told (bounded: overKept).
 	over      map[string]api.Approval
 	overOrder []string
-	await     map[int64]awaiting
+	await     map[int64][]awaiting // by chat, oldest first
+	// blocked are the chats that refused the bot (403: blocked, kicked):
+	// nothing is sent there until the chat writes again.
+	blocked map[int64]bool
 
-	queue   []*op
-	busy    bool
-	waiting bool // a backoff or retry_after runs
+	queue []*op
+	// overflowed: sends were left out of the full queue; they are
+	// queued again from the approvals pending once it is down to half.
+	overflowed bool
+	busy       bool
+	waiting    bool // a backoff or retry_after runs
+	pacing     bool // a timer waits for the next call's turn
+	// lastCall and lastChat are when the last call, and the last call
+	// about each chat, started (pacing).
+	lastCall time.Time
+	lastChat map[int64]time.Time
 }
 
 // own is a message the actor sent itself (a call's result, a timer): an
@@ -295,6 +331,11 @@ func (a *botActor) Receive(c *actors.Context) {
 	case kickMsg:
 		a.waiting = false
 		a.kick()
+	case pacedMsg:
+		a.pacing = false
+		a.kick()
+	case refillMsg:
+		a.refill()
 	case callDoneMsg:
 		a.callDone(msg)
 	case answeredMsg:
@@ -305,7 +346,8 @@ func (a *botActor) Receive(c *actors.Context) {
 func (a *botActor) start(c *actors.Context) {
 	a.self, a.sys = c.Self(), c.System()
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.items, a.byToken, a.await = map[string]*item{}, map[string]string{}, map[int64]awaiting{}
+	a.items, a.byToken, a.await = map[string]*item{}, map[string]string{}, map[int64][]awaiting{}
+	a.blocked, a.lastChat = map[int64]bool{}, map[int64]time.Time{}
 	a.over = map[string]api.Approval{}
 	c.SetState("loading")
 	st, ans, self, sys := a.b.opts.Store, a.b.opts.Approvals, a.self, a.sys
@@ -406,7 +448,7 @@ func (a *botActor) pending(ap api.Approval) {
 	}
 	it.a = ap
 	for _, chat := range a.b.opts.Config.AllowedChatIDs {
-		if _, sent := it.msgs[chat]; sent || a.queuedSend(ap.ID, chat) {
+		if _, sent := it.msgs[chat]; sent || a.blocked[chat] || a.queuedSend(ap.ID, chat) {
 			continue
 		}
 		a.enqueue(&op{kind: "send", id: ap.ID, chat: chat})
@@ -420,24 +462,48 @@ func (a *botActor) queuedSend(id string, chat int64) bool {
 
 func (a *botActor) enqueue(o *op) {
 	if len(a.queue) >= maxQueue {
-		drop := a.queue[0]
-		a.queue = a.queue[1:]
-		a.emit(TelegramFailed{Method: drop.kind, ApprovalID: drop.id, ChatID: drop.chat, Error: "queue full: dropped", GaveUp: true})
+		if !a.overflowed {
+			a.overflowed = true
+			a.emit(TelegramFailed{Method: methods[o.kind], ApprovalID: o.id, ChatID: o.chat, GaveUp: true, Reason: ReasonQueueFull,
+				Error: fmt.Sprintf("%d calls wait: sends are queued again once half are made", maxQueue)})
+		}
+		if o.kind == "send" {
+			return
+		}
+		i := slices.IndexFunc(a.queue, func(q *op) bool { return q.kind == "send" })
+		if i < 0 {
+			i = 0 // no send to make room: the oldest call goes
+			a.emit(TelegramFailed{Method: methods[a.queue[0].kind], ApprovalID: a.queue[0].id, ChatID: a.queue[0].chat,
+				GaveUp: true, Reason: ReasonQueueFull, Error: "the queue is full: dropped"})
+		}
+		drop := a.queue[i]
+		a.queue = slices.Delete(a.queue, i, i+1)
+		a.dropped(drop, a.items[drop.id])
 	}
 	a.queue = append(a.queue, o)
 }
 
+// refill queues again the sends left out of a full queue, once it is
+// down to half.
+func (a *botActor) refill() {
+	if a.overflowed && len(a.queue) <= maxQueue/2 {
+		a.overflowed = false
+		a.resync()
+	}
+}
+
 // end edits every chat's message of ap, over, to say how it ended.
 func (a *botActor) end(ap api.Approval) {
-	for chat, w := range a.await {
-		if w.id == ap.ID {
-			delete(a.await, chat)
-		}
+	for chat := range a.await {
+		a.closePrompt(chat, ap.ID)
 	}
 	it := a.items[ap.ID]
 	if it == nil || it.ended != nil {
 		return
 	}
+	// Its sends and prompts waiting their turn are dropped now, so a
+	// long queue does not hold what was answered meanwhile.
+	a.queue = slices.DeleteFunc(a.queue, func(o *op) bool { return o.id == ap.ID && (o.kind == "send" || o.kind == "ask") })
 	if ap.Kind == "" { // forgotten by approvals: say what the bot knows
 		ap.Kind = it.a.Kind
 	}

@@ -3,47 +3,124 @@ package telegram
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
 
-// kick starts the call at the head of the queue unless one runs or a
-// backoff waits. Sends of approvals over, and edits of ones forgotten,
-// are dropped here.
+// kick starts the first call of the queue whose turn it is, unless one
+// runs or a backoff waits: calls are paced (ChatInterval between two
+// about one chat, GlobalInterval between any two), and a call about a
+// chat waiting its turn lets the others pass (a tap's answer does not
+// wait behind a thousand sends). Sends of approvals over, edits of ones
+// forgotten and calls to a blocked chat are dropped here.
 func (a *botActor) kick() {
-	for !a.busy && !a.waiting && len(a.queue) > 0 {
-		o := a.queue[0]
+	if a.busy || a.waiting {
+		return
+	}
+	now := time.Now()
+	if wait := a.lastCall.Add(a.b.opts.GlobalInterval).Sub(now); wait > 0 {
+		a.pace(wait)
+		return
+	}
+	var next time.Duration = -1
+	for i := 0; i < len(a.queue); i++ {
+		o := a.queue[i]
 		it := a.items[o.id]
+		drop := false
 		switch o.kind {
 		case "send":
-			if it == nil || it.ended != nil {
-				a.queue = a.queue[1:]
-				if it != nil {
-					a.forgetIfDone(o.id, it)
+			_, sent := it.msgsOf(o.chat)
+			drop = it == nil || it.ended != nil || sent
+		case "edit":
+			drop = it == nil
+		}
+		if o.chat != 0 && a.blocked[o.chat] {
+			drop = true
+		}
+		if drop {
+			a.queue = slices.Delete(a.queue, i, i+1)
+			i--
+			a.dropped(o, it)
+			continue
+		}
+		if o.chat != 0 {
+			if wait := a.lastChat[o.chat].Add(a.b.opts.ChatInterval).Sub(now); wait > 0 {
+				if next < 0 || wait < next {
+					next = wait
 				}
 				continue
 			}
-			if _, sent := it.msgs[o.chat]; sent {
-				a.queue = a.queue[1:]
-				continue
-			}
+		}
+		a.queue = slices.Delete(a.queue, i, i+1)
+		if o.kind == "send" {
 			it.sending++
-		case "edit":
-			if it == nil {
-				a.queue = a.queue[1:]
-				continue
+		}
+		a.busy, a.lastCall = true, now
+		if o.chat != 0 {
+			a.lastChat[o.chat] = now
+		}
+		var c callOf // what the call needs, copied: the actor goes on changing it
+		if it != nil {
+			c.a, c.token, c.msgID = it.a, it.token, it.msgs[o.chat]
+			if it.ended != nil {
+				c.ended = *it.ended
 			}
 		}
-		a.busy = true
-		go a.run(o, it)
+		go a.run(o, c)
 		return
+	}
+	if next > 0 {
+		a.pace(next)
+	}
+	if a.overflowed && len(a.queue) <= maxQueue/2 {
+		a.tell(refillMsg{}) // not from within kick: resync kicks
 	}
 }
 
+// pace kicks the queue again after d (one timer at a time).
+func (a *botActor) pace(d time.Duration) {
+	if !a.pacing {
+		a.pacing = true
+		a.after(d, pacedMsg{})
+	}
+}
+
+// dropped accounts for an op dropped unmade.
+func (a *botActor) dropped(o *op, it *item) {
+	if it == nil {
+		return
+	}
+	if o.kind == "edit" {
+		it.edits--
+	}
+	a.forgetIfDone(o.id, it)
+}
+
+func (it *item) msgsOf(chat int64) (int64, bool) {
+	if it == nil {
+		return 0, false
+	}
+	id, ok := it.msgs[chat]
+	return id, ok
+}
+
 // run makes o's call, off the actor; its result comes back as callDoneMsg.
-func (a *botActor) run(o *op, it *item) {
+// A long plan goes as a document that carries the buttons itself (its
+// caption is the message): one call, so a crash cannot leave the
+// document sent and its buttons not, to be sent again.
+// callOf is what a call of an approval needs, taken from its item.
+type callOf struct {
+	a, ended api.Approval
+	token    string
+	msgID    int64 // the chat's message (edit)
+}
+
+func (a *botActor) run(o *op, it callOf) {
 	ctx, cancel := context.WithTimeout(a.ctx, callTimeout)
 	defer cancel()
 	cl := a.b.cl
@@ -52,31 +129,50 @@ func (a *botActor) run(o *op, it *item) {
 	switch o.kind {
 	case "send":
 		ap := it.a
-		if planIsDocument(ap) && !o.docSent {
-			var doc Message
-			done.err = cl.sendDocument(ctx, o.chat, "plan.md", clip("📋 Plan "+ap.ID, MaxCaption), []byte(ap.Content), &doc)
-			if done.err != nil {
-				break
-			}
-			o.docSent = true
+		if planIsDocument(ap) {
+			done.err = cl.sendDocument(ctx, o.chat, "plan.md", caption(ap), []byte(ap.Content), keyboard(ap, it.token), &sent)
+		} else {
+			done.err = cl.call(ctx, "sendMessage", map[string]any{"chat_id": o.chat, "text": text(ap),
+				"reply_markup": keyboard(ap, it.token)}, &sent)
 		}
-		done.err = cl.call(ctx, "sendMessage", map[string]any{"chat_id": o.chat, "text": text(ap),
-			"reply_markup": keyboard(ap, it.token)}, &sent)
 		done.msgID = sent.MessageID
 	case "edit":
-		done.err = cl.call(ctx, "editMessageText", map[string]any{"chat_id": o.chat, "message_id": it.msgs[o.chat],
-			"text": edited(*it.ended)}, nil)
+		if planIsDocument(it.a) {
+			done.err = cl.call(ctx, "editMessageCaption", map[string]any{"chat_id": o.chat, "message_id": it.msgID,
+				"caption": editedCaption(it.ended)}, nil)
+		} else {
+			done.err = cl.call(ctx, "editMessageText", map[string]any{"chat_id": o.chat, "message_id": it.msgID,
+				"text": edited(it.ended)}, nil)
+		}
 	case "answer":
 		done.err = cl.call(ctx, "answerCallbackQuery", map[string]any{"callback_query_id": o.cbID, "text": clip(o.text, 190)}, nil)
 	case "ask":
 		done.err = cl.call(ctx, "sendMessage", map[string]any{"chat_id": o.chat, "text": o.text,
 			"reply_markup": map[string]any{"force_reply": true, "input_field_placeholder": "your answer"}}, &sent)
 		done.msgID = sent.MessageID
+	case "note":
+		done.err = cl.call(ctx, "sendMessage", map[string]any{"chat_id": o.chat, "text": o.text}, nil)
 	}
 	a.tell(done)
 }
 
-var methods = map[string]string{"send": "sendMessage", "edit": "editMessageText", "answer": "answerCallbackQuery", "ask": "sendMessage"}
+var methods = map[string]string{"send": "sendMessage", "edit": "editMessageText", "answer": "answerCallbackQuery",
+	"ask": "sendMessage", "note": "sendMessage"}
+
+// Reasons a call was given up (TelegramFailed.Reason).
+const (
+	ReasonMessageGone = "message_gone" // an edit of a message deleted (or too old): 400
+	ReasonBlocked     = "blocked"      // the chat blocked or removed the bot: 403
+	ReasonRefused     = "refused"      // any other refusal (4xx), or a callback too old to answer
+	ReasonQueueFull   = "queue_full"   // maxQueue calls wait: sends left out are queued again later
+)
+
+// notModified says whether err is Telegram's 400 for an edit that
+// changes nothing: the message says it already, which is success.
+func notModified(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == 400 && strings.Contains(strings.ToLower(ae.Description), "message is not modified")
+}
 
 func (a *botActor) callDone(d callDoneMsg) {
 	a.busy = false
@@ -85,23 +181,29 @@ func (a *botActor) callDone(d callDoneMsg) {
 	if o.kind == "send" && it != nil {
 		it.sending--
 	}
+	if d.err != nil && o.kind == "edit" && notModified(d.err) {
+		d.err = nil
+	}
 	if d.err != nil && a.ctx.Err() == nil {
 		o.attempts++
 		ev := TelegramFailed{Method: methods[o.kind], ApprovalID: o.id, ChatID: o.chat, Error: d.err.Error(), Attempt: o.attempts}
 		var ae *apiError
 		errors.As(d.err, &ae)
-		if !transient(d.err) || (o.kind == "answer" && o.attempts >= 3) || (o.kind == "edit" && ae != nil && ae.Status == 400) {
+		if !transient(d.err) || (o.kind == "answer" && o.attempts >= 3) {
 			// Refused for good (a message gone, a chat that blocked the
 			// bot, a callback too old to answer): not tried again.
-			ev.GaveUp = true
+			ev.GaveUp, ev.Reason = true, ReasonRefused
+			switch {
+			case ae != nil && ae.Status == 403 && o.chat != 0:
+				ev.Reason = ReasonBlocked
+			case ae != nil && ae.Status == 400 && o.kind == "edit":
+				ev.Reason = ReasonMessageGone
+			}
 			a.emit(ev)
 			a.b.opts.Logger.Warn().Str("method", ev.Method).Str("error", ev.Error).Msg("Telegram refused a call")
-			a.queue = a.queue[1:]
-			if it != nil {
-				if o.kind == "edit" {
-					it.edits--
-				}
-				a.forgetIfDone(o.id, it)
+			a.dropped(o, it)
+			if ev.Reason == ReasonBlocked {
+				a.block(o.chat)
 			}
 			a.kick()
 			return
@@ -113,6 +215,7 @@ func (a *botActor) callDone(d callDoneMsg) {
 		}
 		a.emit(ev)
 		a.b.opts.Logger.Warn().Str("method", ev.Method).Str("error", ev.Error).Dur("retry_in", wait).Msg("Telegram call failed")
+		a.queue = slices.Insert(a.queue, 0, o)
 		a.waiting = true
 		a.after(wait, kickMsg{})
 		return
@@ -120,12 +223,11 @@ func (a *botActor) callDone(d callDoneMsg) {
 	if d.err != nil {
 		return // stopping
 	}
-	a.queue = a.queue[1:]
 	switch o.kind {
 	case "send":
 		if it != nil {
 			it.msgs[o.chat] = d.msgID
-			a.emit(TelegramSent{ApprovalID: o.id, ChatID: o.chat, MessageID: d.msgID, Document: o.docSent})
+			a.emit(TelegramSent{ApprovalID: o.id, ChatID: o.chat, MessageID: d.msgID, Document: planIsDocument(it.a)})
 			if st := a.b.opts.Store; st != nil {
 				st.SaveMessage(Msg{ApprovalID: o.id, ChatID: o.chat, MessageID: d.msgID, Token: it.token}, func(err error) {
 					if err != nil {
@@ -135,7 +237,7 @@ func (a *botActor) callDone(d callDoneMsg) {
 			}
 			if it.ended != nil { // answered while it was being sent
 				it.edits++
-				a.queue = append(a.queue, &op{kind: "edit", id: o.id, chat: o.chat})
+				a.enqueue(&op{kind: "edit", id: o.id, chat: o.chat})
 			}
 		}
 	case "edit":
@@ -145,12 +247,42 @@ func (a *botActor) callDone(d callDoneMsg) {
 			a.forgetIfDone(o.id, it)
 		}
 	case "ask":
-		if w, ok := a.await[o.chat]; ok && w.id == o.id {
-			w.promptID = d.msgID
-			a.await[o.chat] = w
+		for i, w := range a.await[o.chat] {
+			if w.id == o.id && w.promptID == 0 {
+				a.await[o.chat][i].promptID = d.msgID
+			}
 		}
 	}
+	a.refill()
 	a.kick()
+}
+
+// block stops sending to chat until it writes again: its calls waiting
+// are dropped.
+func (a *botActor) block(chat int64) {
+	if a.blocked[chat] {
+		return
+	}
+	a.blocked[chat] = true
+	a.emit(TelegramChatBlocked{ChatID: chat})
+	a.b.opts.Logger.Warn().Int64("chat", chat).Msg("a Telegram chat refused the bot: nothing is sent there until it writes")
+	for i := 0; i < len(a.queue); i++ {
+		if o := a.queue[i]; o.chat == chat {
+			a.queue = slices.Delete(a.queue, i, i+1)
+			i--
+			a.dropped(o, a.items[o.id])
+		}
+	}
+}
+
+// unblock: a blocked chat wrote; it gets the approvals pending again.
+func (a *botActor) unblock(chat int64) {
+	if !a.blocked[chat] {
+		return
+	}
+	delete(a.blocked, chat)
+	a.emit(TelegramChatUnblocked{ChatID: chat})
+	a.resync()
 }
 
 // backoff is the wait before attempt n+1: doubling from MinBackoff, at
@@ -279,6 +411,7 @@ func (a *botActor) update(u Update) {
 			a.emit(TelegramRefused{ChatID: chat})
 			return
 		}
+		a.unblock(q.Message.Chat.ID)
 		a.callback(q)
 	case u.Message != nil:
 		m := u.Message
@@ -286,6 +419,7 @@ func (a *botActor) update(u Update) {
 			a.emit(TelegramRefused{ChatID: m.Chat.ID})
 			return
 		}
+		a.unblock(m.Chat.ID)
 		a.message(m)
 	}
 }
@@ -295,8 +429,13 @@ func (a *botActor) reply(cbID, s string) {
 	a.kick()
 }
 
+func (a *botActor) note(chat int64, s string) {
+	a.enqueue(&op{kind: "note", chat: chat, text: s})
+	a.kick()
+}
+
 func (a *botActor) callback(q *CallbackQuery) {
-	chat := q.Message.Chat.ID
+	chat, user := q.Message.Chat.ID, q.From.ID
 	token, action, err := DecodeCallback(q.Data)
 	id := ""
 	if err == nil {
@@ -304,45 +443,62 @@ func (a *botActor) callback(q *CallbackQuery) {
 	}
 	it := a.items[id]
 	if ended, ok := a.over[token]; ok && err == nil && it == nil {
-		a.emit(TelegramAnswered{ApprovalID: ended.ID, ChatID: chat, Action: action, Outcome: "over"})
+		a.emit(TelegramAnswered{ApprovalID: ended.ID, ChatID: chat, UserID: user, Action: action, Outcome: "over"})
 		a.reply(q.ID, "Already answered: "+outcomeShort(ended))
 		return
 	}
 	if id == "" || it == nil {
-		a.emit(TelegramAnswered{ChatID: chat, Action: action, Outcome: "unknown"})
+		a.emit(TelegramAnswered{ChatID: chat, UserID: user, Action: action, Outcome: "unknown"})
 		a.reply(q.ID, "Unknown request, or one answered long ago: nothing was done.")
 		return
 	}
 	if it.ended != nil {
-		a.emit(TelegramAnswered{ApprovalID: id, ChatID: chat, Action: action, Outcome: "over"})
+		a.emit(TelegramAnswered{ApprovalID: id, ChatID: chat, UserID: user, Action: action, Outcome: "over"})
 		a.reply(q.ID, "Already answered: "+outcomeShort(*it.ended))
 		return
 	}
 	if action == ActReply {
-		a.await[chat] = awaiting{id: id}
-		a.emit(TelegramAnswered{ApprovalID: id, ChatID: chat, Action: action, Outcome: "asked"})
-		a.reply(q.ID, "Send your answer as the next message.")
+		a.closePrompt(chat, id) // tapped again: asked again
+		a.await[chat] = append(a.await[chat], awaiting{id: id, user: user})
+		a.emit(TelegramAnswered{ApprovalID: id, ChatID: chat, UserID: user, Action: action, Outcome: "asked"})
+		a.reply(q.ID, "Reply to the prompt with your answer.")
 		what := "What should the agent do instead?"
 		if it.a.Kind == api.KindPlan {
 			what = "What should the planner change?"
 		}
-		a.enqueue(&op{kind: "ask", id: id, chat: chat, text: what + " (" + id + ")"})
+		a.enqueue(&op{kind: "ask", id: id, chat: chat, text: what + " (" + id + ")\nReply to this message with your answer."})
 		a.kick()
 		return
 	}
 	d := map[string]api.Decision{ActAllow: api.DecisionAllow, ActDeny: api.DecisionDeny, ActAlways: api.DecisionAlwaysAllow}[action]
-	a.answer(q.ID, chat, action, id, d, "")
+	a.answer(q.ID, chat, user, action, id, d, "")
 }
 
-// answer resolves id as chat says; the batch's offset waits for it.
-func (a *botActor) answer(cbID string, chat int64, action, id string, d api.Decision, text string) {
+// closePrompt forgets chat's open prompt of approval id, if any.
+func (a *botActor) closePrompt(chat int64, id string) {
+	ws := slices.DeleteFunc(a.await[chat], func(w awaiting) bool { return w.id == id })
+	if len(ws) == 0 {
+		delete(a.await, chat)
+		return
+	}
+	a.await[chat] = ws
+}
+
+// BySession is how a Telegram answer names who gave it: the chat's id
+// and the user's ("<chat>:<user>"), never a name.
+func BySession(chat, user int64) string {
+	return strconv.FormatInt(chat, 10) + ":" + strconv.FormatInt(user, 10)
+}
+
+// answer resolves id as chat's user says; the batch's offset waits for it.
+func (a *botActor) answer(cbID string, chat, user int64, action, id string, d api.Decision, text string) {
 	a.inFlight++
-	res := api.Resolution{By: api.ByTelegram, BySession: strconv.FormatInt(chat, 10), UserMessage: text}
+	res := api.Resolution{By: api.ByTelegram, BySession: BySession(chat, user), UserMessage: text}
 	if d == api.DecisionDeny {
 		res.Message = "denied from Telegram"
 	}
 	a.b.opts.Approvals.Answer(id, d, res, func(ap api.Approval, err error) {
-		a.tell(answeredMsg{cbID: cbID, chat: chat, action: action, id: id, a: ap, err: err})
+		a.tell(answeredMsg{cbID: cbID, chat: chat, user: user, action: action, id: id, a: ap, err: err})
 	})
 }
 
@@ -358,26 +514,87 @@ func (a *botActor) answered(m answeredMsg) {
 	} else {
 		say = outcomeShort(m.a)
 	}
-	a.emit(TelegramAnswered{ApprovalID: m.id, ChatID: m.chat, Action: m.action, Outcome: outcome})
+	a.emit(TelegramAnswered{ApprovalID: m.id, ChatID: m.chat, UserID: m.user, Action: m.action, Outcome: outcome})
 	if m.cbID != "" {
 		a.reply(m.cbID, say)
 	}
 	a.batchDone()
 }
 
-// message takes an allowed chat's text: the answer its Reply or Iterate
-// waits for.
+// helpText answers /start and /help.
+func (a *botActor) helpText(chat int64) string {
+	n := 0
+	for _, it := range a.items {
+		if it.ended == nil {
+			n++
+		}
+	}
+	return fmt.Sprintf("orchestrd's approvals bot. This chat (%d) is allowed: every approval the daemon holds comes here "+
+		"with buttons; whoever answers first (here, the CLI, the dashboard) wins.\n\n"+
+		"Reply and Iterate ask for your text: reply to their prompt with it (with one prompt open, your next "+
+		"message is taken too).\n\n%d approvals pending. /help: this message.", chat, n)
+}
+
+// isCommand says whether text is the bot command cmd ("/help",
+// "/help@somebot", "/help more").
+func isCommand(text, cmd string) bool {
+	f := strings.Fields(text)
+	if len(f) == 0 {
+		return false
+	}
+	name, _, _ := strings.Cut(f[0], "@")
+	return strings.EqualFold(name, cmd)
+}
+
+// message takes an allowed chat's text: /start and /help are answered;
+// any other text is the answer of the prompt it replies to or, when it
+// replies to none, of the chat's one open prompt if its user tapped it.
+// With several prompts open, a message that replies to none answers
+// nothing: the chat is told to reply to the prompt.
 func (a *botActor) message(m *Message) {
-	w, ok := a.await[m.Chat.ID]
-	if !ok || m.Text == "" {
+	if isCommand(m.Text, "/start") || isCommand(m.Text, "/help") {
+		a.emit(TelegramAnswered{ChatID: m.Chat.ID, UserID: m.userID(), Action: "help", Outcome: "helped"})
+		a.note(m.Chat.ID, a.helpText(m.Chat.ID))
 		return
 	}
-	delete(a.await, m.Chat.ID)
+	ws := a.await[m.Chat.ID]
+	if len(ws) == 0 || m.Text == "" {
+		return
+	}
+	var w awaiting
+	found := false
+	if m.ReplyTo != nil {
+		for _, x := range ws {
+			if x.promptID != 0 && x.promptID == m.ReplyTo.MessageID {
+				w, found = x, true
+			}
+		}
+	}
+	if !found {
+		if len(ws) > 1 {
+			a.emit(TelegramAnswered{ChatID: m.Chat.ID, UserID: m.userID(), Action: ActReply, Outcome: "ambiguous"})
+			a.note(m.Chat.ID, fmt.Sprintf("%d requests wait for a text here: reply to the prompt of the one you answer. "+
+				"Nothing was done.", len(ws)))
+			return
+		}
+		if ws[0].user != 0 && ws[0].user != m.userID() {
+			return // someone else in a group: not the answer
+		}
+		w = ws[0]
+	}
+	a.closePrompt(m.Chat.ID, w.id)
 	if it := a.items[w.id]; it == nil || it.ended != nil {
-		a.emit(TelegramAnswered{ApprovalID: w.id, ChatID: m.Chat.ID, Action: ActReply, Outcome: "over"})
+		a.emit(TelegramAnswered{ApprovalID: w.id, ChatID: m.Chat.ID, UserID: m.userID(), Action: ActReply, Outcome: "over"})
 		return
 	}
-	a.answer("", m.Chat.ID, ActReply, w.id, api.DecisionReply, m.Text)
+	a.answer("", m.Chat.ID, m.userID(), ActReply, w.id, api.DecisionReply, m.Text)
+}
+
+func (m *Message) userID() int64 {
+	if m.From == nil {
+		return 0
+	}
+	return m.From.ID
 }
 
 func outcomeShort(ap api.Approval) string {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -51,6 +52,41 @@ func clip(s string, n int) string {
 	return b.String() + fmt.Sprintf("\n… (cut: %d more bytes)", len(s)-b.Len())
 }
 
+// safe makes the agent's (or a person's) text harmless to show: a
+// control character (but a newline or a tab), an invisible format
+// character (bidi overrides and isolates, zero-width marks) and a line or
+// paragraph separator are shown as their code point, ⟨U+202E⟩, so the
+// text cannot reorder or hide what surrounds it.
+func safe(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp)) {
+			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// oneLine is safe(s) on one line: a newline shows as ⏎.
+func oneLine(s string) string {
+	return strings.ReplaceAll(safe(s), "\n", "⏎")
+}
+
+// gutter marks each line of text the agent wrote, so none can pass for
+// the bot's own (a decision, a button's label, the request's id line).
+const gutter = "┃ "
+
+// quoted is safe(s) with each line behind the gutter, cut to n units.
+func quoted(s string, n int) string {
+	lines := strings.Split(safe(s), "\n")
+	for i, l := range lines {
+		lines[i] = gutter + l
+	}
+	return clip(strings.Join(lines, "\n"), n)
+}
+
 // buttons is the keyboard of a (rows of [label, action]).
 func buttons(a api.Approval) [][2]string {
 	switch a.Kind {
@@ -89,39 +125,39 @@ func text(a api.Approval) string {
 	case api.KindPlan:
 		b.WriteString("📋 Plan")
 		if a.LoopID != "" {
-			b.WriteString(" of loop " + a.LoopID)
+			b.WriteString(" of loop " + oneLine(a.LoopID))
 		}
 		if n := specsCount(a.Specs); n > 0 {
 			fmt.Fprintf(&b, " (%d specs)", n)
 		}
 		b.WriteString("\n\n")
 		if planIsDocument(a) {
-			b.WriteString("The plan is the document above (plan.md).")
+			b.WriteString("The plan is this document (plan.md).")
 		} else {
-			b.WriteString(a.Content)
+			b.WriteString(quoted(a.Content, planInline+600))
 		}
 	case api.KindMerge:
 		b.WriteString("🔀 Merge")
 		if a.LoopID != "" {
-			b.WriteString(" of loop " + a.LoopID)
+			b.WriteString(" of loop " + oneLine(a.LoopID))
 		}
-		b.WriteString("\n\n" + clip(a.Content, inputBudget))
+		b.WriteString("\n\n" + quoted(a.Content, inputBudget))
 	default:
 		if a.Cwd != "" {
-			b.WriteString("📋 " + project + "\n\n")
+			b.WriteString("📋 " + clip(oneLine(project), 100) + "\n\n")
 		}
-		b.WriteString("🔧 " + clip(a.ToolName, 100) + "\n")
+		b.WriteString("🔧 " + clip(oneLine(a.ToolName), 100) + "\n")
 		b.WriteString(toolInput(a.ToolName, a.ToolInput))
 		if a.AssistantContext != "" {
-			b.WriteString("\n\n💭 " + clip(a.AssistantContext, contextCut))
+			b.WriteString("\n\n💭\n" + quoted(a.AssistantContext, contextCut))
 		}
 	}
 	b.WriteString("\n")
 	if a.Cwd != "" {
-		b.WriteString("\n📁 " + clip(a.Cwd, 300))
+		b.WriteString("\n📁 " + clip(oneLine(a.Cwd), 300))
 	}
 	if a.SessionID != "" {
-		b.WriteString("\n🆔 Session: " + clip(a.SessionID, 12))
+		b.WriteString("\n🆔 Session: " + clip(oneLine(a.SessionID), 12))
 	}
 	b.WriteString("\n🔑 " + a.ID + " · until " + a.Deadline.UTC().Format("15:04:05Z"))
 	return clip(b.String(), MaxText-200) // room for the outcome an edit adds
@@ -136,24 +172,23 @@ func toolInput(tool string, in json.RawMessage) string {
 	str := func(k string) string { s, _ := m[k].(string); return s }
 	switch {
 	case str("command") != "":
-		return "```\n" + clip(str("command"), inputBudget) + "\n```"
+		return quoted(str("command"), inputBudget)
 	case str("old_string") != "" || str("new_string") != "":
 		var d strings.Builder
-		d.WriteString("📄 " + clip(str("file_path"), 200) + "\n")
 		for _, l := range strings.Split(str("old_string"), "\n") {
 			d.WriteString("- " + l + "\n")
 		}
 		for _, l := range strings.Split(str("new_string"), "\n") {
 			d.WriteString("+ " + l + "\n")
 		}
-		return clip(strings.TrimRight(d.String(), "\n"), inputBudget)
+		return "📄 " + clip(oneLine(str("file_path")), 200) + "\n" + quoted(strings.TrimRight(d.String(), "\n"), inputBudget)
 	case str("file_path") != "" && str("content") != "":
-		return "📄 " + clip(str("file_path"), 200) + fmt.Sprintf(" (%d bytes)", len(str("content")))
+		return "📄 " + clip(oneLine(str("file_path")), 200) + fmt.Sprintf(" (%d bytes)", len(str("content")))
 	case len(m) == 0:
 		return ""
 	}
 	out, _ := json.MarshalIndent(m, "", " ")
-	return clip(string(out), inputBudget)
+	return quoted(string(out), inputBudget)
 }
 
 // outcome is the line an ended approval's message gets: what was decided,
@@ -185,7 +220,7 @@ func outcome(a api.Approval) string {
 	case api.ApprovalTimedOut:
 		what = "⌛ Timed out"
 	case api.ApprovalCancelled:
-		what = "⏹ Cancelled (" + r.Reason + ")"
+		what = "⏹ Cancelled (" + oneLine(r.Reason) + ")"
 	default:
 		what = string(a.State)
 	}
@@ -197,7 +232,7 @@ func outcome(a api.Approval) string {
 		s += " at " + r.At.UTC().Format(time.RFC3339)
 	}
 	if m := r.UserMessage; m != "" {
-		s += "\n“" + clip(m, 150) + "”"
+		s += "\n“" + clip(oneLine(m), 150) + "”"
 	}
 	return s
 }
@@ -206,6 +241,13 @@ func outcome(a api.Approval) string {
 func edited(a api.Approval) string {
 	return clip(text(a)+outcome(a), MaxText)
 }
+
+// caption is a long plan's document's caption: its message, within
+// Telegram's 1024 characters with room for the outcome an edit adds.
+func caption(a api.Approval) string { return clip(text(a), MaxCaption-300) }
+
+// editedCaption is the caption an ended long plan's document is edited to.
+func editedCaption(a api.Approval) string { return clip(caption(a)+outcome(a), MaxCaption) }
 
 func specsCount(s json.RawMessage) int {
 	var xs []json.RawMessage

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -15,10 +16,12 @@ func TestKinds(t *testing.T) {
 	eventlogtest.CheckKinds(t,
 		TelegramSent{ApprovalID: "a-1", ChatID: 111, MessageID: 7, Document: true},
 		TelegramEdited{ApprovalID: "a-1", ChatID: 111, MessageID: 7, State: "allowed"},
-		TelegramAnswered{ApprovalID: "a-1", ChatID: 111, Action: "allow", Outcome: "resolved"},
+		TelegramAnswered{ApprovalID: "a-1", ChatID: 111, UserID: 333, Action: "allow", Outcome: "resolved"},
 		TelegramRefused{ChatID: 999},
 		TelegramFailed{Method: "sendMessage", ApprovalID: "a-1", ChatID: 111, Error: "telegram sendMessage: HTTP 429",
-			Attempt: 2, RetryAfterMs: 1000, GaveUp: true},
+			Attempt: 2, RetryAfterMs: 1000, GaveUp: true, Reason: ReasonBlocked},
+		TelegramChatBlocked{ChatID: 222},
+		TelegramChatUnblocked{ChatID: 222},
 	)
 }
 
@@ -102,6 +105,34 @@ func FuzzDecodeUpdates(f *testing.F) {
 			if q := u.CallbackQuery; q != nil && len(q.Data) > MaxCallbackData {
 				t.Fatal("data not bounded")
 			}
+		}
+	})
+}
+
+// The agent's text, however crafted, shows with no control or invisible
+// character but a newline or a tab, each of its lines behind the gutter
+// (but the note of a cut, the bot's, and an empty line), within its budget.
+func FuzzQuoted(f *testing.F) {
+	for _, s := range []string{"ls", "a\nb", "x\u202ey\u200b\x1b[31m\r\n✅ Allowed", "\xff\xfe", strings.Repeat("😀\n", 900)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q := quoted(s, inputBudget)
+		if units(q) > inputBudget || !utf8.ValidString(q) {
+			t.Fatalf("%d units, valid %v", units(q), utf8.ValidString(q))
+		}
+		for _, r := range q {
+			if r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp)) {
+				t.Fatalf("%U shown raw in %q", r, q)
+			}
+		}
+		for _, l := range strings.Split(q, "\n") {
+			if l != "" && !strings.HasPrefix(l, "┃") && !strings.HasPrefix(l, "… (cut: ") {
+				t.Fatalf("line %q of %q not behind the gutter", l, q)
+			}
+		}
+		if o := oneLine(s); strings.Contains(o, "\n") {
+			t.Fatalf("oneLine %q", o)
 		}
 	})
 }

@@ -92,12 +92,17 @@ func (c *client) call(ctx context.Context, method string, params, out any) error
 	return c.do(ctx, method, "application/json", body, out)
 }
 
-// sendDocument sends name (content) to chat with caption.
-func (c *client) sendDocument(ctx context.Context, chat int64, name, caption string, content []byte, out any) error {
+// sendDocument sends name (content) to chat with caption and markup.
+func (c *client) sendDocument(ctx context.Context, chat int64, name, caption string, content []byte, markup, out any) error {
+	mk, err := json.Marshal(markup)
+	if err != nil {
+		return fmt.Errorf("telegram sendDocument: encoding the keyboard: %w", err)
+	}
 	var b bytes.Buffer
 	w := multipart.NewWriter(&b)
 	_ = w.WriteField("chat_id", fmt.Sprint(chat))
 	_ = w.WriteField("caption", caption)
+	_ = w.WriteField("reply_markup", string(mk))
 	fw, err := w.CreateFormFile("document", name)
 	if err == nil {
 		_, err = fw.Write(content)
@@ -167,7 +172,7 @@ type (
 		Username string `json:"username,omitempty"`
 	}
 	Message struct {
-		MessageID int64    `json:"message_id"`
+		MessageID int64    `json:"message_id"` // a reply's prompt: only this is kept
 		Chat      Chat     `json:"chat"`
 		From      *User    `json:"from,omitempty"`
 		Text      string   `json:"text,omitempty"`

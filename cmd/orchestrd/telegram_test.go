@@ -30,9 +30,11 @@ const tgToken = "123456789:AAH-secret-TOKEN-never-logged_xyz"
 type tgSent struct {
 	ID       int64
 	Chat     int64
-	Text     string
+	Text     string // a document's: its content
+	Caption  string
 	Markup   map[string]any
 	Document bool
+	At       time.Time
 }
 
 type tgServer struct {
@@ -55,12 +57,19 @@ type tgServer struct {
 	downCalls int // calls refused while down
 	offsets   []int64
 	closed    bool
+	// editErr answers an edit of a message id with a 400 of this
+	// description; blockChat answers every send to a chat with 403.
+	editErr   map[int64]string
+	editCalls map[int64]int
+	blockChat map[int64]bool
+	blockedN  map[int64]int // calls refused with 403, by chat
 	handlers  sync.WaitGroup
 }
 
 func startTG(t *testing.T) *tgServer {
 	t.Helper()
-	s := &tgServer{t: t, edits: map[int64][]string{}, answers: map[string]string{}, nextUpd: 1000, nextMsg: 1}
+	s := &tgServer{t: t, edits: map[int64][]string{}, answers: map[string]string{}, nextUpd: 1000, nextMsg: 1,
+		editErr: map[int64]string{}, editCalls: map[int64]int{}, blockChat: map[int64]bool{}, blockedN: map[int64]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,6 +128,10 @@ func (s *tgServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				var n int64
 				fmt.Sscan(string(b), &n)
 				params["chat_id"] = float64(n)
+			} else if part.FormName() == "reply_markup" {
+				var mk map[string]any
+				_ = json.Unmarshal(b, &mk)
+				params["reply_markup"] = mk
 			} else {
 				params[part.FormName()] = string(b)
 			}
@@ -156,6 +169,11 @@ func (s *tgServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.mu.Unlock()
 	chat, _ := params["chat_id"].(float64)
+	if s.blockChat[int64(chat)] && method != "getUpdates" && method != "answerCallbackQuery" {
+		s.blockedN[int64(chat)]++
+		s.reply(w, 403, map[string]any{"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"})
+		return
+	}
 	switch method {
 	case "getUpdates":
 		off, _ := params["offset"].(float64)
@@ -178,18 +196,28 @@ func (s *tgServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.cond.Wait()
 		}
 	case "sendMessage", "sendDocument":
-		m := tgSent{ID: s.nextMsg, Chat: int64(chat), Document: method == "sendDocument"}
+		m := tgSent{ID: s.nextMsg, Chat: int64(chat), Document: method == "sendDocument", At: time.Now()}
 		s.nextMsg++
 		m.Text, _ = params["text"].(string)
 		if m.Document {
 			m.Text, _ = params["document"].(string)
+			m.Caption, _ = params["caption"].(string)
 		}
 		m.Markup, _ = params["reply_markup"].(map[string]any)
 		s.sent = append(s.sent, m)
 		s.reply(w, 200, map[string]any{"ok": true, "result": map[string]any{"message_id": m.ID, "chat": map[string]any{"id": m.Chat}}})
-	case "editMessageText":
+	case "editMessageText", "editMessageCaption":
 		id, _ := params["message_id"].(float64)
+		s.editCalls[int64(id)]++
+		if d := s.editErr[int64(id)]; d != "" {
+			s.reply(w, 400, map[string]any{"ok": false, "error_code": 400, "description": d})
+			return
+		}
 		txt, _ := params["text"].(string)
+		if method == "editMessageCaption" {
+			txt, _ = params["caption"].(string)
+			txt = "caption:" + txt
+		}
 		s.edits[int64(id)] = append(s.edits[int64(id)], txt)
 		s.reply(w, 200, map[string]any{"ok": true, "result": true})
 	case "answerCallbackQuery":
@@ -244,6 +272,35 @@ func (s *tgServer) say(chat int64, text string) {
 		"chat": map[string]any{"id": chat}, "from": map[string]any{"id": chat}, "text": text}})
 }
 
+// sayAs is user's message in chat, a reply to message replyTo (0: none),
+// from a user with a name (which must never be recorded).
+func (s *tgServer) sayAs(chat, user, replyTo int64, text string) {
+	m := map[string]any{"message_id": 9000 + time.Now().UnixNano()%1000, "chat": map[string]any{"id": chat},
+		"from": map[string]any{"id": user, "username": "mallory_name", "first_name": "Mallory"}, "text": text}
+	if replyTo != 0 {
+		m["reply_to_message"] = map[string]any{"message_id": replyTo, "chat": map[string]any{"id": chat}, "text": "the prompt"}
+	}
+	s.push(map[string]any{"message": m})
+}
+
+// tapAs is tap by user (a group's member, with a name).
+func (s *tgServer) tapAs(chat, user int64, msg tgSent, action string) string {
+	s.t.Helper()
+	for _, row := range msg.Markup["inline_keyboard"].([]any) {
+		for _, b := range row.([]any) {
+			if d := b.(map[string]any)["callback_data"].(string); strings.HasSuffix(d, ":"+action) {
+				cb := fmt.Sprintf("cb-%d-%d", chat, time.Now().UnixNano())
+				s.push(map[string]any{"callback_query": map[string]any{"id": cb,
+					"from":    map[string]any{"id": user, "username": "mallory_name", "first_name": "Mallory"},
+					"message": map[string]any{"message_id": msg.ID, "chat": map[string]any{"id": chat}}, "data": d}})
+				return cb
+			}
+		}
+	}
+	s.t.Fatalf("message %d has no %s button: %v", msg.ID, action, msg.Markup)
+	return ""
+}
+
 // messageTo waits for the message sent to chat whose text has substr.
 func (s *tgServer) messageTo(chat int64, substr string) tgSent {
 	s.t.Helper()
@@ -252,7 +309,7 @@ func (s *tgServer) messageTo(chat int64, substr string) tgSent {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, x := range s.sent {
-			if x.Chat == chat && strings.Contains(x.Text, substr) {
+			if x.Chat == chat && (strings.Contains(x.Text, substr) || strings.Contains(x.Caption, substr)) {
 				m = x
 				return true
 			}
@@ -267,7 +324,7 @@ func (s *tgServer) countTo(chat int64, substr string) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, x := range s.sent {
-		if x.Chat == chat && strings.Contains(x.Text, substr) {
+		if x.Chat == chat && (strings.Contains(x.Text, substr) || strings.Contains(x.Caption, substr)) {
 			n++
 		}
 	}
@@ -316,12 +373,18 @@ func (s *tgServer) set(f func(s *tgServer)) {
 // 222, its token in secrets.toml under the name "telegram".
 func tgDaemon(t *testing.T, tg *tgServer, home, extra string) (*testDaemon, string) {
 	t.Helper()
+	return tgDaemonChats(t, tg, home, "111, 222", extra)
+}
+
+// tgDaemonChats is tgDaemon obeying chats (a TOML list's inside).
+func tgDaemonChats(t *testing.T, tg *tgServer, home, chats, extra string) (*testDaemon, string) {
+	t.Helper()
 	sock := filepath.Join(home, "hook.sock")
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte("telegram = \""+tgToken+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf("[approvals.reachout]\nsocket = %q\n[approvals.telegram]\ntoken = \"telegram\"\n"+
-		"allowed_chat_ids = [111, 222]\napi_url = %q\n", sock, tg.url) + extra
+		"allowed_chat_ids = [%s]\napi_url = %q\n", sock, chats, tg.url) + extra
 	d := startDaemonAt(t, home, cfg)
 	return d, sock
 }
@@ -402,7 +465,7 @@ func TestTelegramAllow(t *testing.T) {
 		Approval api.Approval `json:"approval"`
 	}
 	d.mustCall("approval.get", map[string]any{"id": a.ID}, &res)
-	if r := res.Approval.Resolution; res.Approval.State != api.ApprovalAllowed || r.By != "telegram" || r.BySession != "222" {
+	if r := res.Approval.Resolution; res.Approval.State != api.ApprovalAllowed || r.By != "telegram" || r.BySession != "222:222" {
 		t.Fatalf("resolved %+v %+v", res.Approval, r)
 	}
 	d.waitEvent("telegram.answered", func(e map[string]any) bool { return e["outcome"] == "over" && e["chat_id"] == float64(111) })
@@ -627,8 +690,11 @@ func TestTelegramPlanGate(t *testing.T) {
 	tg.editOf(mm.ID, "Allowed by telegram chat 222")
 }
 
-// A long plan goes as a document, then its buttons; Iterate takes the
-// chat's next message as the feedback.
+// A long plan goes as one document that carries the buttons (its
+// caption is the message): one call, so a crash between a document and
+// its buttons cannot send the document twice. Iterate asks with a
+// force-reply; the reply to it is the feedback; the document's caption
+// is then edited to say so.
 func TestTelegramLongPlanIterate(t *testing.T) {
 	t.Parallel()
 	tg := startTG(t)
@@ -639,18 +705,28 @@ func TestTelegramLongPlanIterate(t *testing.T) {
 	}
 	d.mustCall("approval.request", map[string]any{"kind": "plan", "content": plan}, &r)
 	m := tg.messageTo(111, r.ID)
-	if doc := tg.messageTo(111, "a step of the long plan"); !doc.Document || doc.Text != plan {
-		t.Fatalf("the plan's document: %+v", doc)
+	if !m.Document || m.Text != plan || len(m.Caption) > 1024 || strings.Contains(m.Caption, "a step of") {
+		t.Fatalf("the plan's document: %+v", m)
 	}
-	if len(m.Text) > 4096 || strings.Contains(m.Text, "a step of") {
-		t.Fatalf("buttons' message %q", m.Text)
+	d.waitEvent("telegram.sent", func(e map[string]any) bool { return e["approval_id"] == r.ID && e["chat_id"] == float64(222) })
+	tg.mu.Lock()
+	n := 0
+	for _, x := range tg.sent {
+		if x.Chat == 111 && (strings.Contains(x.Text+x.Caption, "a step of the long plan") || strings.Contains(x.Text+x.Caption, r.ID)) {
+			n++
+		}
+	}
+	tg.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d messages of the plan to chat 111, want 1 (the document with its buttons)", n)
 	}
 	tg.tap(111, m, "reply")
-	tg.messageTo(111, "What should the planner change? ("+r.ID+")")
-	tg.say(111, "fewer steps")
+	p := tg.messageTo(111, "What should the planner change? ("+r.ID+")")
+	tg.sayAs(111, 111, p.ID, "fewer steps")
 	d.waitEvent("plan.iterated", func(e map[string]any) bool {
 		return e["approval_id"] == r.ID && e["feedback"] == "fewer steps" && e["by"] == "telegram"
 	})
+	tg.editOf(m.ID, "caption:")
 	tg.editOf(m.ID, "Sent back to iterate by telegram chat 111")
 }
 
