@@ -29,7 +29,8 @@ type Call interface {
 
 // RawPusher is a StreamCall that can also send bytes as they are: Push's
 // line, then raw (its data announced them with data_len). The control
-// socket's calls are; job.stream called with binary uses it.
+// socket's calls are; job.stream called with binary uses it. raw is not
+// copied: it must stay as it is until taken runs.
 type RawPusher interface {
 	PushRaw(event string, data, raw []byte, taken func(ok bool))
 }

@@ -90,3 +90,56 @@ func TestRouteOutputRaw(t *testing.T) {
 		t.Fatal("a malformed OutputRaw payload accepted")
 	}
 }
+
+// A piece held (OutputReader.Hold, job.stream's binary pieces until the
+// socket took them) outlives the reader's next Next: its chunk is not
+// reused until release; then it is. A piece joined in the reader's own
+// buffer cannot be held.
+func TestHeldChunkOutlivesNext(t *testing.T) {
+	s := newOutStream(nil, "j-1", 0)
+	r := s.attach("t", false)
+	const n = 40 << 10 // no two join into one piece (readMerge)
+	s.writeRouted(StreamStdout, routedChunk('a', n))
+	p, err := r.Next(context.Background())
+	if err != nil || len(p.Data) != n {
+		t.Fatalf("first piece: %d bytes, %v", len(p.Data), err)
+	}
+	held := p.Data
+	release := r.Hold()
+	if release == nil {
+		t.Fatal("a routed chunk handed out as it is could not be held")
+	}
+	for i := range 4 {
+		s.writeRouted(StreamStdout, routedChunk(byte('b'+i), n))
+	}
+	// The reader moves on; the stream lets go of the first chunk.
+	for range 4 {
+		if _, err := r.Next(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 { // chunks of the same class, from the pool
+		c := getChunk(n)
+		c.b = append(c.b[:0], bytes.Repeat([]byte{byte('v' + i)}, n)...)
+		defer chunkPool.Put(c.b)
+	}
+	if !bytes.Equal(held, bytes.Repeat([]byte{'a'}, n)) {
+		t.Fatal("a held piece was reused before its release")
+	}
+	release()
+	if again := getChunk(n); &again.b[:1][0] != &held[:1][0] {
+		t.Fatal("a held chunk did not go back to the pool once released")
+	}
+
+	// Small chunks joined into the reader's buffer: not holdable.
+	s2 := newOutStream(nil, "j-2", 0)
+	r2 := s2.attach("t", false)
+	s2.write(StreamStdout, []byte("ab"))
+	s2.write(StreamStdout, []byte("cd"))
+	if p, err := r2.Next(context.Background()); err != nil || string(p.Data) != "abcd" {
+		t.Fatalf("joined piece %q, %v", p.Data, err)
+	}
+	if r2.Hold() != nil {
+		t.Fatal("a piece in the reader's own buffer was held (the next Next overwrites it)")
+	}
+}

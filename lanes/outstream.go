@@ -549,6 +549,28 @@ func (r *OutputReader) nextLocked() (OutputPiece, bool) {
 	return p, true
 }
 
+// Hold keeps the bytes of the piece Next returned last as they are past
+// the next call, until release runs (once, from any goroutine): a pusher
+// that writes them later (job.stream's binary pieces, the socket taking
+// them) need not copy them. nil: the piece lies in no chunk of the stream's
+// pool (the record's kept bytes, small chunks joined in the reader's
+// buffer, which the next call reuses); copy it.
+func (r *OutputReader) Hold() (release func()) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := r.lent
+	if c == nil {
+		return nil
+	}
+	c.refs++
+	return func() {
+		s.mu.Lock()
+		c.release()
+		s.mu.Unlock()
+	}
+}
+
 // Close detaches the reader at once: the job is no longer held back by
 // it. reason says why in job.stream_closed: "ended" (read to its end),
 // "detached" (its client went away or stopped early).

@@ -155,8 +155,21 @@ func (m *Manager) pump(sc api.StreamCall, rd *OutputReader, stdinOwner, binary b
 				}
 			}
 			if raw != nil && p.Gap == 0 && len(p.Data) > 0 {
+				// The bytes go as they lie in the stream's chunk, held
+				// until the socket took them; else (joined in the
+				// reader's buffer, which the next piece reuses) copied
+				// after the line, into its buffer.
 				line := wire.AppendStreamPieceRaw(buf[:0], &wire.StreamPiece{JobID: id, Offset: p.Offset, Stream: p.Stream, Data: p.Data})
-				raw.PushRaw(StreamEvent, line, p.Data, taken(line))
+				if release := rd.Hold(); release != nil {
+					back := taken(line)
+					raw.PushRaw(StreamEvent, line, p.Data, func(ok bool) {
+						release()
+						back(ok)
+					})
+					return nil
+				}
+				whole := append(line, p.Data...)
+				raw.PushRaw(StreamEvent, whole[:len(line)], whole[len(line):], taken(whole))
 				return nil
 			}
 			line := appendStreamPiece(buf[:0], id, p)

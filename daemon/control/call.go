@@ -97,25 +97,25 @@ func (c *Call) Push(event string, data []byte, taken func(ok bool)) {
 }
 
 // PushRaw is Push followed by raw, as it is (api.RawPusher): one line of
-// the queue, the bytes after its newline.
+// the queue, the bytes after its newline written with it (one writev), not
+// copied: raw is the caller's and stays as it is until taken runs.
 func (c *Call) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
 	if c.answered.Load() {
 		taken(false)
 		return
 	}
-	n := len(`{"event":"","data":}`) + len(event) + len(data) + 2 + len(raw)
+	n := len(`{"event":"","data":}`) + len(event) + len(data) + 2
 	bp := getLine(n)
 	line := append((*bp)[:0], `{"event":`...)
 	line = wire.AppendJSONString(line, event, false)
 	line = append(line, `,"data":`...)
 	line = append(line, data...)
 	line = append(line, '}', '\n')
-	line = append(line, raw...)
 	*bp = line
 	// The queue is done with the line once taken runs (written, or the
 	// connection gone): its buffer serves the next one, so a job's output
 	// streamed at full speed does not allocate a line per piece.
-	c.cn.q.PushStream(line, func(ok bool) {
+	c.cn.q.PushStreamTail(line, raw, func(ok bool) {
 		putLine(bp)
 		taken(ok)
 	})

@@ -151,9 +151,9 @@ func (c *localCall) Push(event string, data []byte, taken func(ok bool)) {
 	c.push(event, data, taken)
 }
 
-// PushRaw is api.RawPusher's: to pushRaw, raw copied into a buffer of
-// the call's until taken runs (the method reuses its own); without
-// pushRaw, to push as the JSON piece it would be without binary.
+// PushRaw is api.RawPusher's: to pushRaw as it is (raw stays the
+// method's, unchanged until taken runs); without pushRaw, to push as the
+// JSON piece it would be without binary.
 func (c *localCall) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
 	if c.answered.Load() || (c.push == nil && c.pushRaw == nil) {
 		taken(false)
@@ -169,12 +169,7 @@ func (c *localCall) PushRaw(event string, data, raw []byte, taken func(ok bool))
 		c.push(event, wire.AppendStreamPiece(nil, &p), taken)
 		return
 	}
-	bp := getLine(len(raw))
-	*bp = append((*bp)[:0], raw...)
-	c.pushRaw(event, data, *bp, func(ok bool) {
-		putLine(bp)
-		taken(ok)
-	})
+	c.pushRaw(event, data, raw, taken)
 }
 
 func (c *localCall) OnClose(f func()) {

@@ -87,9 +87,12 @@ const (
 
 // qent is one queued line. seq orders responses and events into one stream.
 // taken, set for a streamed line (PushStream), hears whether it was written.
+// tail, if not empty, is written right after line, in the same writev
+// (PushStreamTail): bytes the pusher holds until taken runs, not copied.
 type qent struct {
 	seq   uint64
 	line  []byte
+	tail  []byte
 	taken func(bool)
 }
 
@@ -210,22 +213,29 @@ func (q *OutQueue) PushResp(line []byte) { q.PushRespThen(line, nil) }
 // from any goroutine; never blocks; taken runs on another goroutine or
 // after PushStream returns, never under the queue's lock.
 func (q *OutQueue) PushStream(line []byte, taken func(bool)) {
-	q.push(line, nil, taken)
+	q.push(line, nil, nil, taken)
+}
+
+// PushStreamTail is PushStream of line followed by tail, written together
+// (one writev) without being copied: both stay the caller's and must not
+// change until taken runs.
+func (q *OutQueue) PushStreamTail(line, tail []byte, taken func(bool)) {
+	q.push(line, tail, nil, taken)
 }
 
 // PushRespThen queues a response and, if it was queued, calls then before
 // any other line can be queued after it (then runs with mu held: it must
 // not call back into q).
-func (q *OutQueue) PushRespThen(line []byte, then func()) { q.push(line, then, nil) }
+func (q *OutQueue) PushRespThen(line []byte, then func()) { q.push(line, nil, then, nil) }
 
 // PushRespThenTaken is PushRespThen that also calls taken as PushStream
 // does: once line is written, or the connection gone without it (line is
 // then no longer the queue's: its buffer may be reused).
 func (q *OutQueue) PushRespThenTaken(line []byte, then func(), taken func(bool)) {
-	q.push(line, then, taken)
+	q.push(line, nil, then, taken)
 }
 
-func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
+func (q *OutQueue) push(line, tail []byte, then func(), taken func(bool)) {
 	q.mu.Lock()
 	if q.state != qOpen {
 		q.mu.Unlock()
@@ -234,7 +244,8 @@ func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 		}
 		return
 	}
-	for q.full(len(line)) {
+	size := len(line) + len(tail)
+	for q.full(size) {
 		if q.evHead < len(q.ev) {
 			if q.opts.DropOldest {
 				q.dropOldestEvent()
@@ -255,8 +266,8 @@ func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 		return
 	}
 	q.seq++
-	q.resp = append(q.resp, qent{q.seq, line, taken})
-	q.bytes += len(line)
+	q.resp = append(q.resp, qent{q.seq, line, tail, taken})
+	q.bytes += size
 	if then != nil {
 		then()
 	}
@@ -269,25 +280,26 @@ func (q *OutQueue) push(line []byte, then func(), taken func(bool)) {
 		seq = q.resp[0].seq
 		q.resp[0] = qent{}
 		q.resp = q.resp[:0]
-		q.bytes -= len(line)
+		q.bytes -= size
 	}
 	q.mu.Unlock()
 	if direct {
-		q.writeDirect(line, seq, taken)
+		q.writeDirect(line, tail, seq, taken)
 	} else if start {
 		q.spawnWriter()
 	}
 }
 
-// writeDirect writes line (sequence number seq) without blocking, on the
-// goroutine that holds the writer role (q.writing). What the socket does
-// not take at once goes back to the head of the queue and a writer
-// goroutine takes over as usual; it also handles a close requested
-// meanwhile.
-func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
-	n, err := q.writeNonBlocking(line)
+// writeDirect writes line and tail (sequence number seq) without
+// blocking, on the goroutine that holds the writer role (q.writing). What
+// the socket does not take at once goes back to the head of the queue and
+// a writer goroutine takes over as usual; it also handles a close
+// requested meanwhile.
+func (q *OutQueue) writeDirect(line, tail []byte, seq uint64, taken func(bool)) {
+	size := len(line) + len(tail)
+	n, err := q.writeNonBlocking(line, tail)
 	if h := TestHookDirectWritten.Load(); h != nil {
-		(*h)(q.c, len(line))
+		(*h)(q.c, size)
 	}
 	if err != nil {
 		q.mu.Lock()
@@ -300,16 +312,22 @@ func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
 		}
 		return
 	}
-	if n == len(line) && taken != nil {
+	if n == size && taken != nil {
 		taken(true)
 		taken = nil
 	}
 	q.mu.Lock()
-	if n < len(line) && q.state != qDead {
+	if n < size && q.state != qDead {
+		rest := qent{seq: seq, taken: taken}
+		if n < len(line) {
+			rest.line, rest.tail = line[n:], tail
+		} else {
+			rest.line = tail[n-len(line):]
+		}
 		q.resp = append(q.resp, qent{})
 		copy(q.resp[1:], q.resp)
-		q.resp[0] = qent{seq, line[n:], taken}
-		q.bytes += len(line) - n
+		q.resp[0] = rest
+		q.bytes += size - n
 		taken = nil
 	}
 	if taken != nil { // not written, and the queue is dead
@@ -331,9 +349,10 @@ func (q *OutQueue) writeDirect(line []byte, seq uint64, taken func(bool)) {
 // in which the connection can close under it.
 var TestHookDirectWritten atomic.Pointer[func(c QueueConn, n int)]
 
-// writeNonBlocking makes one write attempt on the non-blocking socket; a
-// full socket buffer is 0 bytes written, not an error.
-func (q *OutQueue) writeNonBlocking(b []byte) (int, error) {
+// writeNonBlocking makes one write attempt of b and then tail (one writev)
+// on the non-blocking socket; a full socket buffer is 0 bytes written, not
+// an error.
+func (q *OutQueue) writeNonBlocking(b, tail []byte) (int, error) {
 	rc := q.rc
 	if rc == nil {
 		var err error
@@ -342,10 +361,10 @@ func (q *OutQueue) writeNonBlocking(b []byte) (int, error) {
 		}
 	}
 	a := attempts.Get().(*attempt)
-	a.b = b
+	a.b, a.tail = b, tail
 	err := rc.Write(a.do)
 	n, werr := a.n, a.err
-	a.b, a.err = nil, nil
+	a.b, a.tail, a.err = nil, nil, nil
 	attempts.Put(a)
 	if err != nil {
 		return 0, err
@@ -360,10 +379,11 @@ func (q *OutQueue) writeNonBlocking(b []byte) (int, error) {
 // handing it to syscall.RawConn.Write allocates nothing (a closure would:
 // it escapes through the interface).
 type attempt struct {
-	b   []byte
-	n   int
-	err error
-	do  func(fd uintptr) bool
+	b, tail []byte
+	n       int
+	err     error
+	do      func(fd uintptr) bool
+	iov     [2][]byte
 }
 
 var attempts = sync.Pool{New: func() any {
@@ -374,7 +394,13 @@ var attempts = sync.Pool{New: func() any {
 
 func (a *attempt) write(fd uintptr) bool {
 	for {
-		a.n, a.err = unix.Write(int(fd), a.b)
+		if len(a.tail) == 0 {
+			a.n, a.err = unix.Write(int(fd), a.b)
+		} else {
+			a.iov = [2][]byte{a.b, a.tail}
+			a.n, a.err = unix.Writev(int(fd), a.iov[:])
+			a.iov = [2][]byte{}
+		}
 		if a.err != unix.EINTR {
 			return true // done, whatever happened: never wait here
 		}
@@ -605,7 +631,7 @@ func merge(dst net.Buffers, a, b []qent) net.Buffers {
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		if a[i].seq < b[j].seq {
-			dst = append(dst, a[i].line)
+			dst = appendEnt(dst, &a[i])
 			i++
 		} else {
 			dst = append(dst, b[j].line)
@@ -613,10 +639,19 @@ func merge(dst net.Buffers, a, b []qent) net.Buffers {
 		}
 	}
 	for ; i < len(a); i++ {
-		dst = append(dst, a[i].line)
+		dst = appendEnt(dst, &a[i])
 	}
 	for ; j < len(b); j++ {
 		dst = append(dst, b[j].line)
+	}
+	return dst
+}
+
+// appendEnt appends a queued line and its tail, if it has one.
+func appendEnt(dst net.Buffers, e *qent) net.Buffers {
+	dst = append(dst, e.line)
+	if len(e.tail) > 0 {
+		dst = append(dst, e.tail)
 	}
 	return dst
 }

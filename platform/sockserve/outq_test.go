@@ -224,3 +224,58 @@ func TestOutQueueStreamedLines(t *testing.T) {
 		t.Fatal("every line taken by a client that read nothing")
 	}
 }
+
+// A streamed line's tail (PushStreamTail) follows its line on the wire,
+// whole and in order with the other lines, through writes the socket
+// takes only in part; it is the pusher's again once taken runs (here
+// overwritten at once), never before: what the client reads is exact.
+func TestOutQueueStreamTail(t *testing.T) {
+	srv, client := tcpPair(t)
+	qc := &queueConn{closed: make(chan struct{}), nc: srv}
+	var q OutQueue
+	q.Init(srv, qc, &QueueOptions{Lines: 1 << 10, MaxBytes: 64 << 20, RespHigh: 2})
+	qc.refs.Store(1)
+	srv.SetWriteBuffer(32 << 10) // smaller than most tails: written in parts
+	client.(*net.TCPConn).SetReadBuffer(32 << 10)
+	var want []byte
+	const lines = 40
+	taken := make(chan bool, lines)
+	for i := range lines {
+		line := []byte("line " + strconv.Itoa(i) + "\n")
+		tail := []byte(strings.Repeat(string(rune('a'+i%26)), (i*7919)%(150<<10)))
+		want = append(append(want, line...), tail...)
+		q.PushStreamTail(line, tail, func(ok bool) {
+			for j := range tail {
+				tail[j] = '#' // the pusher reuses it
+			}
+			taken <- ok
+		})
+		if i%8 == 0 {
+			ev := []byte(`{"event":"e"}` + "\n")
+			want = append(want, ev...)
+			q.PushResp(ev)
+		}
+	}
+	got := make([]byte, len(want))
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		i := 0
+		for i < len(got) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("the client read other bytes from %d on (of %d)", i, len(want))
+	}
+	for range lines {
+		select {
+		case ok := <-taken:
+			if !ok {
+				t.Fatal("taken(false) on a live connection")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a line with a tail was never taken")
+		}
+	}
+}
