@@ -121,10 +121,13 @@ func runStreams(b *bench) error {
 		name   string
 		metric string
 		once   func() (time.Duration, time.Duration, error) // wall, client CPU (0: not measured)
-		rates  []float64
-		pairs  []float64
-		cpus   []float64
-		client []float64
+		// toReader: its client writes a pipe orchbench reads, not
+		// /dev/null; its baseline's last cat does too (a hop more).
+		toReader bool
+		rates    []float64
+		pairs    []float64
+		cpus     []float64
+		client   []float64
 	}
 	ways := []*way{
 		{name: "run", metric: fmt.Sprintf("`run -- head -c %s /dev/zero > /dev/null`", fmtBytes(float64(n))),
@@ -137,15 +140,19 @@ func runStreams(b *bench) error {
 				return t, 0, err
 			}},
 		{name: "logs", metric: fmt.Sprintf("`logs -f` of a job writing `head -c %s /dev/zero`, into a pipe read at full speed", fmtBytes(float64(n))),
-			once: func() (time.Duration, time.Duration, error) { return logsFollowed(b, d, n) }},
+			once: func() (time.Duration, time.Duration, error) { return logsFollowed(b, d, n) }, toReader: true},
 	}
-	var relays, heads []float64
+	var relays, readRelays, heads []float64
 	relayOnce := func() error {
-		t, err := relayed(n)
+		t, err := relayed(n, false)
 		if err != nil {
 			return fmt.Errorf("relay baseline: %w", err)
 		}
 		relays = append(relays, float64(n)/t.Seconds())
+		if t, err = relayed(n, true); err != nil {
+			return fmt.Errorf("relay baseline into a pipe: %w", err)
+		}
+		readRelays = append(readRelays, float64(n)/t.Seconds())
 		return nil
 	}
 	wayOnce := func(w *way) error {
@@ -179,7 +186,11 @@ func runStreams(b *bench) error {
 			}
 		}
 		for _, w := range ways {
-			w.pairs = append(w.pairs, w.rates[len(w.rates)-1]/relays[len(relays)-1])
+			base := relays
+			if w.toReader {
+				base = readRelays
+			}
+			w.pairs = append(w.pairs, w.rates[len(w.rates)-1]/base[len(base)-1])
 		}
 		t, err := timed("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
@@ -187,13 +198,17 @@ func runStreams(b *bench) error {
 		}
 		heads = append(heads, float64(n)/t.Seconds())
 	}
-	rl, h := median(sorted(relays)), median(sorted(heads))
+	rl, rlr, h := median(sorted(relays)), median(sorted(readRelays)), median(sorted(heads))
 	const target = 0.40
 	for i, w := range ways {
 		r, pr, cpu := median(sorted(w.rates)), median(sorted(w.pairs)), median(sorted(w.cpus))
+		base, baseText := rl, "%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets)"
+		if w.toReader {
+			base, baseText = rlr, "%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets, into a pipe read at full speed)"
+		}
 		b.add(Row{Metric: fmt.Sprintf("%s (median of %d; ratio: median of paired trials)", w.metric, trials), N: trials,
 			Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
-			Baseline: fmt.Sprintf("%.0f MB/s (head | cat, cat, cat over a pipe and two unix sockets)", rl/1e6), BaselineValue: &rl,
+			Baseline: fmt.Sprintf(baseText, base/1e6), BaselineValue: &base,
 			Ratio: fmt.Sprintf("%.0f%% (paired: %s)", 100*pr, pctList(w.pairs)), RatioValue: floatp(pr),
 			Target: "≥ 1 GB/s or ≥ 40% of baseline", Met: boolp(r >= 1e9 || pr >= target)})
 		if i == 0 {
@@ -318,9 +333,11 @@ func sorted(xs []float64) []float64 { sort.Float64s(xs); return xs }
 // relayed moves n bytes from head through three cat relays: head writes a
 // pipe (the job's stdout) to the first (the runner), which writes a unix
 // socket to the second (the daemon), which writes a unix socket to the
-// third (the client), which writes /dev/null. It returns the wall time from
-// the first start to the last exit.
-func relayed(n int64) (time.Duration, error) {
+// third (the client), which writes /dev/null, or with toReader a pipe this
+// process reads at full speed (as logs -f's row reads its client). It
+// returns the wall time from the first start to the last exit (and the
+// last byte read).
+func relayed(n int64, toReader bool) (time.Duration, error) {
 	a, err := socketPair()
 	if err != nil {
 		return 0, err
@@ -348,6 +365,15 @@ func relayed(n int64) (time.Duration, error) {
 	c2.Stdin, c2.Stdout = a[1], bb[0]
 	c3 := exec.Command("cat")
 	c3.Stdin, c3.Stdout = bb[1], null
+	read := make(chan int64, 1)
+	var rr, rw *os.File
+	if toReader {
+		if rr, rw, err = os.Pipe(); err != nil {
+			return 0, err
+		}
+		defer rr.Close()
+		c3.Stdout = rw
+	}
 	cmds := []*exec.Cmd{c3, c2, c1, head}
 	t0 := time.Now()
 	var started []*exec.Cmd
@@ -361,6 +387,13 @@ func relayed(n int64) (time.Duration, error) {
 	for _, f := range []*os.File{pr, pw, a[0], a[1], bb[0], bb[1]} {
 		f.Close()
 	}
+	if toReader {
+		rw.Close()
+		go func() {
+			got, _ := io.CopyBuffer(io.Discard, rr, make([]byte, 256<<10))
+			read <- got
+		}()
+	}
 	var werr error
 	for _, c := range started {
 		if e := c.Wait(); e != nil && werr == nil {
@@ -369,6 +402,11 @@ func relayed(n int64) (time.Duration, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	if toReader {
+		if got := <-read; got != n && werr == nil {
+			werr = fmt.Errorf("the relay's reader got %d of %d bytes", got, n)
+		}
 	}
 	return time.Since(t0), werr
 }
