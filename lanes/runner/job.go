@@ -49,7 +49,8 @@ const (
 type job struct {
 	r       *runner
 	id      string
-	path    string // executable
+	pidSeen atomic.Int64 // pid, read without mu (ownerOf)
+	path    string       // executable
 	argv    []string
 	dir     string   // "" = the runner's cwd
 	env     []string // nil = the runner's environment
@@ -188,6 +189,12 @@ func (r *runner) handleJob(f wire.Frame) {
 	default:
 		r.jobs[spec.JobID] = j
 		r.wg.Add(1)
+		r.ownersMu.Lock()
+		if r.owners == nil {
+			r.owners = map[string]*job{}
+		}
+		r.owners[spec.JobID] = j
+		r.ownersMu.Unlock()
 	}
 	r.mu.Unlock()
 	if msg != "" {
@@ -379,6 +386,9 @@ func (j *job) run() {
 	j.r.mu.Lock()
 	delete(j.r.jobs, j.id)
 	j.r.mu.Unlock()
+	j.r.ownersMu.Lock()
+	delete(j.r.owners, j.id)
+	j.r.ownersMu.Unlock()
 	j.r.sendResult(res)
 	j.r.releaseCgroup(j.cg, j.cgKilled)
 	j.r.log.Debug().Str("job_id", j.id).Str("status", string(res.Status)).Uint64("duration_ms", res.DurationMs).Msg("job finished")
@@ -447,6 +457,7 @@ func (j *job) execute() wire.Result {
 
 	j.mu.Lock()
 	j.pid, j.cg = pid, jcg
+	j.pidSeen.Store(int64(pid))
 	if j.reason != reasonNone {
 		j.signalLocked() // stopped while it was being started
 	}

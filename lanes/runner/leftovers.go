@@ -227,23 +227,21 @@ func (r *runner) ownerOf(o proc.Orphan, id string, pid int, unclaimed bool) bool
 		return true
 	}
 	owner := proc.EnvValue(o.Pid, EnvJobID)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for jid, j := range r.jobs {
+	// owners, not jobs: this may run with a job's mu held (see owners).
+	r.ownersMu.Lock()
+	defer r.ownersMu.Unlock()
+	for jid, j := range r.owners {
 		if jid == id {
 			continue
 		}
-		j.mu.Lock()
-		other := j.pid
-		j.mu.Unlock()
-		if other > 0 && (o.Pgid == other || o.Sid == other) {
+		if other := int(j.pidSeen.Load()); other > 0 && (o.Pgid == other || o.Sid == other) {
 			return false
 		}
 	}
 	if owner == id {
 		return true
 	}
-	_, running := r.jobs[owner]
+	_, running := r.owners[owner]
 	return unclaimed && (owner == "" || !running)
 }
 

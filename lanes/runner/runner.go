@@ -151,6 +151,13 @@ type runner struct {
 	closing bool
 	jobs    map[string]*job
 	wg      sync.WaitGroup // one per registered job
+
+	// owners mirrors jobs for ownerOf, under a lock of its own taken last
+	// (nothing else is locked while it is held): ownerOf runs with a job's
+	// mu held (a stop's strays), and mu is taken before a job's mu
+	// elsewhere (the heartbeat), so ownerOf may take neither.
+	ownersMu sync.Mutex
+	owners   map[string]*job
 }
 
 // Run connects, handshakes and serves jobs until ctx is cancelled (a clean
