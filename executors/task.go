@@ -90,7 +90,9 @@ func (t *taskActor) Receive(c *actors.Context) {
 	case stageTimer:
 		t.stageTimer(c, msg)
 	case execDone:
-		if msg.taskID != t.rec.ID {
+		if msg.taskID != t.rec.ID || t.ended {
+			// Ended already (it waits for its last sample): a later
+			// execDone must not overwrite what the first one recorded.
 			return
 		}
 		state, err, theirs := msg.state, msg.err, msg.theirs
