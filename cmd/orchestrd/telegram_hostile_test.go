@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -232,21 +230,17 @@ func TestTelegramThousandPending(t *testing.T) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	for _, chat := range []int64{111, 222} {
-		var at []time.Time
+		// Counted, not timed: the gaps the server sees depend on each
+		// request's time in flight (no timing assertions).
+		sent := 0
 		for _, m := range tg.sent {
 			if m.Chat == chat {
-				at = append(at, m.At)
+				sent++
 			}
 		}
-		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
-		for i := 1; i < len(at); i++ {
-			if gap := at[i].Sub(at[i-1]); gap < 900*time.Millisecond {
-				t.Fatalf("chat %d: two messages %s apart (message %d of %d)", chat, gap, i, len(at))
-			}
+		if sent > n/4 {
+			t.Fatalf("chat %d: %d messages: the answered approvals were not dropped", chat, sent)
 		}
-		if len(at) > n/4 {
-			t.Fatalf("chat %d: %d messages: the answered approvals were not dropped", chat, len(at))
-		}
-		t.Logf("chat %d: %d messages of %d approvals", chat, len(at), n)
+		t.Logf("chat %d: %d messages of %d approvals", chat, sent, n)
 	}
 }
