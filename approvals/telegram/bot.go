@@ -271,6 +271,10 @@ type botActor struct {
 	over      map[string]api.Approval
 	overOrder []string
 	await     map[int64][]awaiting // by chat, oldest first
+	// earlyReplies are replies to a message the bot has not heard the id of yet
+	// (a prompt whose send's answer is still on its way), by chat: taken
+	// again once the prompt's id is known (at most maxEarly a chat).
+	earlyReplies map[int64][]*Message
 	// blocked are the chats that refused the bot (403: blocked, kicked):
 	// nothing is sent there until the chat writes again.
 	blocked map[int64]bool

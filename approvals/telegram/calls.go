@@ -252,6 +252,25 @@ func (a *botActor) callDone(d callDoneMsg) {
 				a.await[o.chat][i].promptID = d.msgID
 			}
 		}
+		// The replies that came before this prompt's id: those to it are
+		// its answer; the others wait for another prompt still on its way,
+		// or are dropped (they reply to no prompt: never taken for another).
+		early := a.earlyReplies[o.chat]
+		delete(a.earlyReplies, o.chat)
+		var keep []*Message
+		for _, m := range early {
+			if m.ReplyTo.MessageID == d.msgID {
+				a.message(m)
+			} else {
+				keep = append(keep, m)
+			}
+		}
+		for _, w := range a.await[o.chat] {
+			if w.promptID == 0 && len(keep) > 0 {
+				a.earlyReplies[o.chat] = keep
+				break
+			}
+		}
 	}
 	a.refill()
 	a.kick()
@@ -551,6 +570,9 @@ func isCommand(text, cmd string) bool {
 // replies to none, of the chat's one open prompt if its user tapped it.
 // With several prompts open, a message that replies to none answers
 // nothing: the chat is told to reply to the prompt.
+// maxEarly bounds the replies a chat may have waiting for a prompt's id.
+const maxEarly = 32
+
 func (a *botActor) message(m *Message) {
 	if isCommand(m.Text, "/start") || isCommand(m.Text, "/help") {
 		a.emit(TelegramAnswered{ChatID: m.Chat.ID, UserID: m.userID(), Action: "help", Outcome: "helped"})
@@ -567,6 +589,21 @@ func (a *botActor) message(m *Message) {
 		for _, x := range ws {
 			if x.promptID != 0 && x.promptID == m.ReplyTo.MessageID {
 				w, found = x, true
+			}
+		}
+	}
+	if !found && m.ReplyTo != nil {
+		for _, x := range ws {
+			if x.promptID == 0 {
+				// It may reply to that prompt, whose id the bot has not
+				// heard yet (the person was faster than its answer).
+				if a.earlyReplies == nil {
+					a.earlyReplies = map[int64][]*Message{}
+				}
+				if len(a.earlyReplies[m.Chat.ID]) < maxEarly {
+					a.earlyReplies[m.Chat.ID] = append(a.earlyReplies[m.Chat.ID], m)
+				}
+				return
 			}
 		}
 	}
