@@ -65,29 +65,14 @@ func runSampling(b *bench) error {
 			return n, nil
 		}
 		time.Sleep(pick(b, 2*time.Second, 500*time.Millisecond)) // every job started and sampled once
-		s0, err := count()
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		c0, err := procCPUPrecise(d.pid())
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		t0 := time.Now()
-		time.Sleep(window)
-		c1, err := procCPUPrecise(d.pid())
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		wall = time.Since(t0)
-		s1, err := count()
+		cpu, wall, samples, err = sampledWindow(d.pid(), window, count)
 		if err != nil {
 			return 0, 0, 0, err
 		}
 		for _, id := range ids {
 			_ = c.Call(ctx, "job.cancel", map[string]any{"id": id, "force": true}, nil)
 		}
-		return c1 - c0, wall, s1 - s0, d.stop()
+		return cpu, wall, samples, d.stop()
 	}
 	onCPU, onWall, samples, err := measure("sampling-on", every.String())
 	if err != nil {
@@ -163,29 +148,14 @@ func runTaskSampling(b *bench, window time.Duration) error {
 			return n, nil
 		}
 		time.Sleep(pick(b, 2*time.Second, 500*time.Millisecond)) // every task started and sampled once
-		s0, err := count()
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		c0, err := procCPUPrecise(d.pid())
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		t0 := time.Now()
-		time.Sleep(window)
-		c1, err := procCPUPrecise(d.pid())
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		wall = time.Since(t0)
-		s1, err := count()
+		cpu, wall, samples, err = sampledWindow(d.pid(), window, count)
 		if err != nil {
 			return 0, 0, 0, err
 		}
 		for _, id := range ids {
 			_ = call(c, "task.stop", map[string]any{"id": id, "force": true}, nil)
 		}
-		return c1 - c0, wall, s1 - s0, d.stop()
+		return cpu, wall, samples, d.stop()
 	}
 	onCPU, onWall, samples, err := measure("task-sampling-on", "5s")
 	if err != nil {
@@ -202,4 +172,29 @@ func runTaskSampling(b *bench, window time.Duration) error {
 		Baseline: fmt.Sprintf("%.2f%% (sampling off)", off), BaselineValue: floatp(off)})
 	b.note("Task sampling: 8 agent tasks (orchestrd executor, an agent that sleeps) at usage_sample_interval 5s against 0s (off) in the same run; N is the samples taken in the window.")
 	return nil
+}
+
+// sampledWindow is the daemon's CPU over window, the wall time it took and
+// how many samples count says were taken in it.
+func sampledWindow(pid int, window time.Duration, count func() (int, error)) (cpu, wall time.Duration, samples int, err error) {
+	s0, err := count()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	c0, err := procCPUPrecise(pid)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	c1, err := procCPUPrecise(pid)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	wall = time.Since(t0)
+	s1, err := count()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return c1 - c0, wall, s1 - s0, nil
 }
