@@ -329,11 +329,18 @@ func (s *outStream) record(rec *api.JobRecord) {
 }
 
 // onRunner sets where acknowledgements go (nil: the job is on no runner);
-// it starts from nothing acknowledged, as a runner does.
+// it starts from nothing acknowledged, as a runner does, and acknowledges
+// at once what is due: a runner's reader writes the job's first chunks
+// (outRoutes) before the job's actor hears of the JobAck that calls this,
+// and a runner that sent its whole window by then waits for this one.
 func (s *outStream) onRunner(ack func(int64)) {
 	s.mu.Lock()
-	s.ack, s.acked = ack, s.total
+	s.ack, s.acked = ack, 0
+	ack, n := s.ackLocked()
 	s.mu.Unlock()
+	if n >= 0 {
+		ack(n)
+	}
 }
 
 // end marks the stream over with the job's terminal record: readers get

@@ -98,6 +98,52 @@ func TestOutputReaderGetsEveryByte(t *testing.T) {
 	}
 }
 
+// A runner's reader writes a job's first chunks into its stream
+// (outRoutes) before the job's actor has heard of the JobAck and told the
+// stream where acknowledgements go. A runner that sent its whole window by
+// then waits for an acknowledgement: onRunner gives it, counted from 0 as
+// the runner counts, whether or not a reader has taken the bytes yet (it
+// hung a job for good when onRunner took what was written for acknowledged).
+func TestOutputWrittenBeforeOnRunnerIsAcknowledged(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		s := newOutStream(nil, "j-1", 0)
+		r := s.attach("test", false)
+		chunk := make([]byte, 256<<10)
+		for s.total < OutputWindow { // the runner's whole window, no acknowledgement yet
+			s.write(StreamStdout, chunk)
+		}
+		if read {
+			for got := int64(0); got < s.total; {
+				p, err := r.Next(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += int64(len(p.Data))
+			}
+		}
+		var a acks
+		s.onRunner(a.ack)
+		if a.n != 1 || a.get() != s.total {
+			t.Fatalf("read %v: %d acknowledgements up to %d of the %d the runner sent", read, a.n, a.get(), s.total)
+		}
+		// And on: what the runner sends next is acknowledged as it is read.
+		s.write(StreamStdout, chunk)
+		for got := int64(0); got < int64(len(chunk)); {
+			p, err := r.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Offset >= OutputWindow {
+				got += int64(len(p.Data))
+			}
+		}
+		if a.get() != s.total {
+			t.Fatalf("read %v: acknowledged %d of %d", read, a.get(), s.total)
+		}
+		r.Close("ended")
+	}
+}
+
 // Acknowledgements: with no reader, everything as it comes; with a
 // stalled reader, no further than outputBuffer - OutputWindow past it, so
 // the runner can hold no more than outputBuffer beyond it; as it reads,

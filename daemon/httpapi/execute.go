@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,10 +23,12 @@ import (
 )
 
 // streamWriteTimeout bounds each write of a stream once its job has
-// ended (the rest of its output to a client that stopped reading). While
-// the job runs a stream's writes wait as long as the client does: a client
-// that does not read stalls its job (the job's output is flow-controlled
-// to it), until the job's timeout.
+// ended (the rest of its output to a client that stopped reading), unless
+// Options.StreamWriteTimeout says otherwise. Each write, not the rest of
+// the stream: a client that reads steadily but slowly gets all of it.
+// While the job runs a stream's writes wait as long as the client does: a
+// client that does not read stalls its job (the job's output is
+// flow-controlled to it), until the job's timeout.
 const streamWriteTimeout = 30 * time.Second
 
 // sseChunk is the most output one /execute/stream event carries.
@@ -501,10 +504,20 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
 	// Once the job has ended, the rest goes to a client that still reads,
-	// each write within streamWriteTimeout.
+	// each write within writeTimeout: set before each write from then on
+	// (deadline), and by the watcher below for a write the end finds
+	// waiting.
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	ended := s.wait(wctx, id)
+	writeTimeout := cmp.Or(s.opts.StreamWriteTimeout, streamWriteTimeout)
+	deadline := func() {
+		select {
+		case <-ended:
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		default:
+		}
+	}
 	// The deadline is set before the handler returns, never after: net/http
 	// clears it when the response is done, and one set later would stay on
 	// the kept-alive connection and cut the next response sent on it.
@@ -517,7 +530,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-stop:
 			default:
-				_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+				_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			}
 		case <-stop:
 		}
@@ -529,6 +542,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			ev[k] = v
 		}
 		b, _ := json.Marshal(ev)
+		deadline()
 		if binary {
 			kind, payload := wire.ExecExit, b
 			if typ == "dropped" {
@@ -551,6 +565,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 			kind = wire.ExecStderr
 		}
 		buf = wire.AppendExecFrameHeader(buf[:0], kind, len(data))
+		deadline()
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}
@@ -571,6 +586,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request) {
 		buf = append(buf, `,"timestamp":`...)
 		buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
 		buf = append(buf, "}\n\n"...)
+		deadline()
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}

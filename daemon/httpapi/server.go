@@ -116,6 +116,9 @@ type Options struct {
 	// /execute/stream is a "stream" actor under it (sockserve.Stream).
 	// Plain request/response calls stay handlers.
 	System *actors.System
+	// StreamWriteTimeout bounds each write of an /execute/stream once its
+	// job has ended; 0: 30 s.
+	StreamWriteTimeout time.Duration
 }
 
 // Mount is a handler served on the API's listener under Pattern (a
