@@ -83,7 +83,11 @@ func (b *bench) launchDaemon(name, config string) (*daemon, error) {
 		logf.Close()
 		return nil, err
 	}
-	return &daemon{run: p, b: b, name: name, sock: p.Socket(), logf: logf}, nil
+	d := &daemon{run: p, b: b, name: name, sock: p.Socket(), logf: logf}
+	b.mu.Lock()
+	b.live[d] = true
+	b.mu.Unlock()
+	return d, nil
 }
 
 // waitReady waits until every lane's runners are ready; a daemon that is
@@ -122,6 +126,11 @@ type runnerInfo struct {
 // in its log, and SIGKILL). It reports a daemon that did not stop cleanly.
 func (d *daemon) stop() error {
 	defer d.logf.Close()
+	defer func() {
+		d.b.mu.Lock()
+		delete(d.b.live, d)
+		d.b.mu.Unlock()
+	}()
 	if err := d.run.Stop(20 * time.Second); err != nil {
 		return fmt.Errorf("daemon %s did not stop within 20s of SIGTERM", d.name)
 	}

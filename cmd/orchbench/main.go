@@ -23,7 +23,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,6 +74,9 @@ type bench struct {
 	rep      *Report
 	title    string // current scenario's title
 	profiles string // when set, each daemon writes its CPU profile here (--cpuprofile)
+
+	mu   sync.Mutex
+	live map[*daemon]bool // the daemons started and not yet stopped
 }
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -86,8 +91,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the temporary directory (daemon homes and logs)")
 	verbose := fs.Bool("v", false, "log progress in detail on stderr")
 	profiles := fs.String("cpuprofile", "", "each daemon writes a CPU profile of its run to `DIR`/NAME.pprof (serve --cpuprofile)")
+	limit := fs.Duration("scenario-timeout", 0, "a scenario still running after this fails the run, its processes' stacks "+
+		"in their logs (default 20m, 5m with --quick)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: orchbench [--quick] [--json FILE] [--bin ORCHESTRD] [--only LIST] [--keep] [--cpuprofile DIR] [-v]")
+		fmt.Fprintln(stderr, "Usage: orchbench [--quick] [--json FILE] [--bin ORCHESTRD] [--only LIST] [--keep] [--cpuprofile DIR]"+
+			" [--scenario-timeout D] [-v]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -124,7 +132,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	b := &bench{quick: *quick, verbose: *verbose, tmp: tmp, log: stderr, rep: rep, profiles: *profiles}
+	b := &bench{quick: *quick, verbose: *verbose, tmp: tmp, log: stderr, rep: rep, profiles: *profiles,
+		live: map[*daemon]bool{}}
+	if *limit <= 0 {
+		*limit = 20 * time.Minute
+		if *quick {
+			*limit = 5 * time.Minute
+		}
+	}
 	if b.profiles != "" {
 		if err := os.MkdirAll(b.profiles, 0o700); err != nil {
 			fmt.Fprintf(stderr, "orchbench: --cpuprofile: %v\n", err)
@@ -148,7 +163,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		b.title = sc.title
 		b.logf("== %s", sc.title)
 		t := time.Now()
-		if err := sc.run(b); err != nil {
+		over := time.AfterFunc(*limit, func() { b.hung(sc.title, *limit) })
+		err := sc.run(b)
+		if !over.Stop() {
+			select {} // too late: hung is ending the run
+		}
+		if err != nil {
 			failed = true
 			msg := fmt.Sprintf("%s: %v", sc.title, err)
 			rep.Errors = append(rep.Errors, msg)
@@ -202,6 +222,32 @@ func missedAny(rows []Row) bool {
 		}
 	}
 	return false
+}
+
+// hung ends a run whose scenario is still running after limit: a hang
+// says which scenario it was and leaves its stacks behind rather than eat
+// the time of whoever runs the benchmark (CI). Each daemon still up gets
+// SIGQUIT (Go's goroutine dump, into its log, which is kept), the
+// harness's own goroutines go to stderr, and the run exits 4. (A runner
+// absorbs every signal it could get from a job, SIGQUIT too: its stacks
+// are not dumped.) The daemons and their runners die with the harness.
+func (b *bench) hung(title string, limit time.Duration) {
+	b.mu.Lock()
+	var ds []*daemon
+	for d := range b.live {
+		ds = append(ds, d)
+	}
+	b.mu.Unlock()
+	b.logf("FAILED %s: still running after %s; the stacks of its daemons are in their logs, kept in %s",
+		title, limit, b.tmp)
+	for _, d := range ds {
+		_ = syscall.Kill(d.pid(), syscall.SIGQUIT)
+		b.logf("   daemon %s (pid %d): %s", d.name, d.pid(), d.logf.Name())
+	}
+	time.Sleep(2 * time.Second) // the dumps into the logs
+	b.logf("the harness's goroutines:")
+	_ = pprof.Lookup("goroutine").WriteTo(b.log, 1)
+	os.Exit(4)
 }
 
 func (b *bench) logf(format string, args ...any) {
