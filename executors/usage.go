@@ -14,9 +14,10 @@ import (
 // that agent runs) every usageSampler.every (the daemon's [daemon]
 // usage_sample_interval), with platform/proc/usage, the measurer the
 // lanes domain uses for jobs. An executor serves one task at a time but
-// lives across many: the tracker counts from the task's start (a process
-// older than the task, the executor itself, from its first sample) and
-// the record says so (api.UsageScopeExecutor). Its end takes a last
+// lives across many: the tracker counts from the task's start (the
+// executor itself from what it had used as the task was handed to it, a
+// process older than the task from its first sample) and the record says
+// so (api.UsageScopeExecutor). Its end takes a last
 // sample (on a goroutine, as every sample; the record waits
 // finalSampleWait for it at most), so the record holds the agent's CPU up
 // to its end: each process's reaped children's CPU counts (cutime,
@@ -66,6 +67,11 @@ func (t *taskActor) startUsage(c *actors.Context, pid int) {
 		return
 	}
 	t.usageT, t.usagePid = usage.NewTrackerSince(), pid
+	// The executor's baseline now, before it has the task: what an agent
+	// it starts and reaps before the first sample used is then counted.
+	// One process's /proc files, read here (not on a goroutine) so that
+	// it is taken before the task is sent.
+	t.usageT.Baseline(pid)
 	t.sampleTimer = c.After(min(every, firstUsageSample), sampleTask{})
 }
 

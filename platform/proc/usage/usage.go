@@ -96,6 +96,28 @@ func NewTrackerSince() *Tracker {
 	return t
 }
 
+// Baseline takes what process pid has used so far as its baseline, as
+// its first sample would, but counts no sample: a tracker since now whose
+// root is older than it (an executor, across its tasks) counts that root
+// from here rather than from its first sample, so that a child it starts
+// and reaps before that sample (an agent that ends at once) is counted,
+// in the root's reaped children's CPU. It reads one process's files. No
+// effect on a tracker that counts whole, a process it saw already, one
+// started since or one gone.
+func (t *Tracker) Baseline(pid int) {
+	if t.base == nil {
+		return
+	}
+	k, fig, _, _, _, ok := measure(context.Background(), pid)
+	if _, known := t.seen[k]; !ok || known {
+		return
+	}
+	if st, ok := startTicks(pid); ok && st >= t.since {
+		return
+	}
+	t.base[k], t.seen[k], t.pinned[k] = fig, fig, struct{}{}
+}
+
 // Sample measures roots, the processes pinned by earlier samples and
 // their descendants (found through every thread's children file, at most
 // proctree.MaxProcs processes) once and returns the sum so far and what
