@@ -15,8 +15,6 @@ package telegram
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -431,11 +429,7 @@ func (a *botActor) resync() {
 	}
 }
 
-func newToken() string {
-	var b [tokenLen / 2]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newToken() string { return api.RandomHex(tokenLen / 2) }
 
 func (a *botActor) pending(ap api.Approval) {
 	if ap.State != api.ApprovalPending {
