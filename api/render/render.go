@@ -6,9 +6,11 @@
 // What an agent or a requester wrote is hostile. Every one-line form here
 // is one line of printable text: OneLine makes newlines " ⏎ " and every
 // other control character (C0, DEL, C1, a line or paragraph separator) a
-// space, and bytes that are not UTF-8 U+FFFD. That is not all a front-end
-// owes such text: the dashboard escapes it for HTML (html/template), the
-// CLI writes an agent's streamed text through its terminal escaping.
+// space, a format character (a bidi override) a visible mark, and bytes
+// that are not UTF-8 U+FFFD; Visible does the same to text of many lines.
+// That is not all a front-end owes such text: the dashboard escapes it for
+// HTML (html/template), the CLI writes an agent's streamed text through
+// its terminal escaping.
 package render
 
 import (
@@ -20,17 +22,19 @@ import (
 )
 
 // OneLine puts s on one line, trimmed: newlines (\n, \r\n) become " ⏎ ",
-// every other control character a space, invalid UTF-8 U+FFFD.
+// every other control character and a line or paragraph separator a
+// space, a format character (a bidi override, a zero-width mark) its
+// ⟨U+XXXX⟩ (Visible), invalid UTF-8 U+FFFD.
 func OneLine(s string) string {
 	s = strings.TrimSpace(s)
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	return strings.TrimSpace(strings.Map(func(r rune) rune {
+	return Visible(strings.TrimSpace(strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
 			return ' '
 		}
 		return r
-	}, s))
+	}, s)))
 }
 
 // Cut shortens s to n runes, the last one an ellipsis ("" for n < 1).

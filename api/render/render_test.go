@@ -20,6 +20,7 @@ func TestOneLine(t *testing.T) {
 		{"csi\u009b31m", "csi 31m"},      // a C1 control: a CSI to some terminals
 		{"sep\u2028x\u2029y", "sep x y"}, // line and paragraph separators
 		{"bad\xffbyte", "bad\ufffdbyte"},
+		{"echo \u202eevil\u202c", "echo ⟨U+202E⟩evil⟨U+202C⟩"}, // a bidi override cannot reorder a table's line
 		{"", ""},
 	} {
 		if got := OneLine(c.in); got != c.want {
@@ -292,8 +293,8 @@ func FuzzOneLineForms(f *testing.F) {
 				t.Fatalf("%s is not UTF-8: %q", name, s)
 			}
 			for _, r := range s {
-				if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
-					t.Fatalf("%s holds the control character %U: %q", name, r, s)
+				if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r) {
+					t.Fatalf("%s holds the control or format character %U: %q", name, r, s)
 				}
 			}
 		}
@@ -319,6 +320,25 @@ func TestTaskUsage(t *testing.T) {
 		cpu, rss := TaskCPU(c.rec)
 		if got := TaskUsage(c.rec); got != c.line || cpu != c.cpu || rss != c.rss {
 			t.Errorf("%+v: %q, %q, %q; want %q, %q, %q", c.rec.Usage, got, cpu, rss, c.line, c.cpu, c.rss)
+		}
+	}
+}
+
+// What a terminal or a bidi-aware renderer would act on shows as marks.
+func TestVisible(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"ls -la", "ls -la"},
+		{"a\tb\nc", "a\tb\nc"},
+		{"\x1b[31mred\x1b[0m", "␛[31mred␛[0m"},
+		{"rm\x00x\x7f", "rm␀x␡"},
+		{"echo \u202eevil\u202c", "echo ⟨U+202E⟩evil⟨U+202C⟩"},
+		{"\u2066x\u2069 \u200f \u0085", "⟨U+2066⟩x⟨U+2069⟩ ⟨U+200F⟩ ⟨U+0085⟩"},
+		{"bad \xff byte", "bad \ufffd byte"},
+		{"zero\u200bwidth sep\u2028x", "zero⟨U+200B⟩width sep⟨U+2028⟩x"},
+		{"<script>alert(1)</script> &&", "<script>alert(1)</script> &&"}, // html/template escapes it
+	} {
+		if got := Visible(c.in); got != c.want {
+			t.Errorf("Visible(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

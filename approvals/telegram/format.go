@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // Bounds of a message's parts (UTF-16 units, as Telegram counts).
@@ -52,22 +52,12 @@ func clip(s string, n int) string {
 	return b.String() + fmt.Sprintf("\n… (cut: %d more bytes)", len(s)-b.Len())
 }
 
-// safe makes the agent's (or a person's) text harmless to show: a
-// control character (but a newline or a tab), an invisible format
-// character (bidi overrides and isolates, zero-width marks) and a line or
-// paragraph separator are shown as their code point, ⟨U+202E⟩, so the
+// safe makes the agent's (or a person's) text harmless to show
+// (render.Visible): a control character (but a newline or a tab), an
+// invisible format character (bidi overrides and isolates, zero-width
+// marks) and a line or paragraph separator are shown as marks, so the
 // text cannot reorder or hide what surrounds it.
-func safe(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		if r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp)) {
-			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func safe(s string) string { return render.Visible(s) }
 
 // oneLine is safe(s) on one line: a newline shows as ⏎.
 func oneLine(s string) string {

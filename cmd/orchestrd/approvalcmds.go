@@ -178,14 +178,14 @@ func printApprovals(w io.Writer, as []api.Approval, history bool, now time.Time)
 		}
 		cwd := 3
 		for _, a := range as {
-			cwd = max(cwd, min(30, utf8.RuneCountInString(a.Cwd)))
+			cwd = max(cwd, min(30, utf8.RuneCountInString(render.OneLine(a.Cwd))))
 		}
 		width = max(minSummary, cols-used-cwd-2)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(append(head, "SUMMARY", "CWD"), "\t"))
 	for i, a := range as {
-		fmt.Fprintln(tw, strings.Join(append(rows[i], render.Cut(dash(render.ApprovalSummary(a)), width), dash(a.Cwd)), "\t"))
+		fmt.Fprintln(tw, strings.Join(append(rows[i], render.Cut(dash(render.ApprovalSummary(a)), width), dash(render.OneLine(a.Cwd))), "\t"))
 	}
 	tw.Flush()
 	// A reason its code does not say enough, said once under the table.
@@ -502,7 +502,7 @@ func (w *watcher) arrived(a api.Approval) {
 	w.clearPrompt()
 	fmt.Fprintf(w.stdout, "%s  %s  %s  %s\n", a.ID, a.Source, dash(render.ApprovalTool(a)), dash(render.ApprovalSummary(a)))
 	if a.Cwd != "" || a.SessionID != "" {
-		fmt.Fprintf(w.stdout, "    cwd %s  session %s\n", dash(a.Cwd), dash(a.SessionID))
+		fmt.Fprintf(w.stdout, "    cwd %s  session %s\n", dash(render.OneLine(a.Cwd)), dash(render.OneLine(a.SessionID)))
 	}
 	if a.State != api.ApprovalPending || w.done[a.ID] {
 		fmt.Fprintf(w.stdout, "    already %s\n", render.StateWords(string(a.State)))

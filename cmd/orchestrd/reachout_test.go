@@ -515,3 +515,24 @@ func treeHasID(nodes []actors.TreeNode, id string) bool {
 	}
 	return false
 }
+
+// What a requester wrote is shown as text in `approvals`, never acted on
+// by the terminal: a cwd and a session id holding a terminal escape (which
+// would retitle the window or worse) and a bidi override (which reorders
+// what is read) come out as marks (the table printed the cwd as it came;
+// so did `approvals watch`, mended alike).
+func TestApprovalsListShowsRequesterTextAsText(t *testing.T) {
+	t.Parallel()
+	d, sock := reachoutDaemon(t, "")
+	in := strings.Replace(hookInput, `"cwd":"/work/p"`, `"cwd":"/work/p\u001b]2;pwned\u0007\u202egnp.exe"`, 1)
+	in = strings.Replace(in, `"session_id":"s-1"`, `"session_id":"s\u001b[2J-1"`, 1)
+	h := startHookWith(t, sock, in, nil)
+	d.pendingApproval(h.requestID(t))
+	out, errs, code := runCLI(t, "--home", d.home, "approvals")
+	if code != 0 || !strings.Contains(out, "rm -rf build") || strings.ContainsAny(out, "\x1b\x07\u202e") ||
+		!strings.Contains(out, "⟨U+202E⟩") {
+		t.Fatalf("approvals: exit %d, stderr %q\n%q", code, errs, out)
+	}
+	d.mustCall("approval.resolve", map[string]any{"id": h.requestID(t), "decision": "Deny"}, nil)
+	h.exit(t)
+}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // A tool call's input as the agent's values, wherever the dashboard
@@ -16,7 +18,7 @@ import (
 // string as the string it is (never its JSON: `&&`, not `\u0026\u0026`).
 // Everything goes through html/template, which escapes it; control
 // characters and the bidi controls that reorder what is read are shown as
-// visible marks (visibleText), so a command reads as what runs.
+// visible marks (render.Visible), so a command reads as what runs.
 
 // Bounds: what one input shows (the rest is said cut).
 const (
@@ -350,47 +352,8 @@ func lcsDiff(a, b []string) []diffLine {
 	return out
 }
 
-// visibleText shows what a terminal or a bidi-aware page would act on
-// instead of showing: C0 controls but tab and newline, DEL and C1 as
-// their control pictures or U+XXXX, the bidi embeddings, overrides and
-// isolates (which reorder what is read: "Trojan Source") as ⟨U+XXXX⟩,
-// invalid UTF-8 as U+FFFD. What remains is text; html/template escapes it.
-func visibleText(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || invisible(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20:
-			b.WriteRune(0x2400 + r)
-		case r == 0x7f:
-			b.WriteRune(0x2421)
-		case invisible(r):
-			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
-		default:
-			b.WriteRune(r) // RuneError included: invalid bytes show as �
-		}
-	}
-	return b.String()
-}
-
-func invisible(r rune) bool {
-	return (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
-}
-
 func init() {
-	funcs["visible"] = visibleText
+	funcs["visible"] = render.Visible
 	funcs["toolMultiline"] = func(s string) bool { return strings.Contains(s, "\n") }
 }
 

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/api/render"
 )
 
 // A tool call's input reads as the agent's values: a command as the
@@ -61,26 +62,8 @@ func TestToolView(t *testing.T) {
 	}
 }
 
-// What a terminal or a bidi-aware renderer would act on shows as marks.
-func TestVisibleText(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"ls -la", "ls -la"},
-		{"a\tb\nc", "a\tb\nc"},
-		{"\x1b[31mred\x1b[0m", "␛[31mred␛[0m"},
-		{"rm\x00x\x7f", "rm␀x␡"},
-		{"echo \u202eevil\u202c", "echo ⟨U+202E⟩evil⟨U+202C⟩"},
-		{"\u2066x\u2069 \u200f \u0085", "⟨U+2066⟩x⟨U+2069⟩ ⟨U+200F⟩ ⟨U+0085⟩"},
-		{"bad \xff byte", "bad \ufffd byte"},
-		{"<script>alert(1)</script> &&", "<script>alert(1)</script> &&"}, // html/template escapes it
-	} {
-		if got := visibleText(c.in); got != c.want {
-			t.Errorf("visibleText(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 // newToolView takes any bytes: it never panics, stays within its
-// bounds and gives valid UTF-8 to the page once visibleText passed.
+// bounds and gives valid UTF-8 to the page once render.Visible passed.
 func FuzzToolView(f *testing.F) {
 	for _, s := range []string{`{"command":"ls"}`, `{"file_path":"/a","old_string":"a\nb","new_string":"b\na"}`,
 		`{"edits":[{"old_string":"x","new_string":"y"}]}`, `{"content":"\u001b[31m"}`, `[1]`, `"x"`, `{"cmd":["a"]}`, `{`, ``} {
@@ -94,8 +77,8 @@ func FuzzToolView(f *testing.F) {
 			t.Fatalf("over bounds: command %d, diff %d, fields %d", len(v.Command), len(v.Diff), len(v.Fields))
 		}
 		for _, s := range []string{v.Command, v.Path, v.Raw, v.JSON} {
-			if !utf8.ValidString(visibleText(s)) {
-				t.Fatalf("visibleText(%q) is not UTF-8", s)
+			if !utf8.ValidString(render.Visible(s)) {
+				t.Fatalf("render.Visible(%q) is not UTF-8", s)
 			}
 		}
 	})
