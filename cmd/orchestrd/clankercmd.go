@@ -110,7 +110,8 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n  socket  %s\n  tasks   %s\n", r.Path, r.Socket, statusCounts(r.Tasks))
 		if p := r.Paused; p != nil {
 			fmt.Fprintf(stdout, "  PAUSED  by %s (%s): %s; resumes at %s, or: orchestrd clanker resume %s\n",
-				p.Pod, p.Role, p.Message, p.Until.Local().Format(time.DateTime), shellQuote(r.Path))
+				render.OneLine(p.Pod), render.OneLine(p.Role), render.OneLine(p.Message), p.Until.Local().Format(time.DateTime),
+				shellQuote(r.Path))
 		}
 		fmt.Fprintf(stdout, "  spool   %d bytes waiting, %d bytes draining, %d bytes dead-lettered\n",
 			r.Spool.PendingBytes, r.Spool.DrainingBytes, r.Spool.DeadBytes)
@@ -128,7 +129,7 @@ func cmdClanker(args []string, stdout, stderr io.Writer) int {
 				if p.Stale {
 					seen += " (stale)"
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t\n", p.ID, p.Role, p.Pid, seen)
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t\n", render.OneLine(p.ID), render.OneLine(p.Role), p.Pid, seen)
 			}
 			tw.Flush()
 		}

@@ -584,7 +584,7 @@ func cmdTasks(args []string, stdout, stderr io.Writer) int {
 	return printTable(stdout, stderr, *asJSON, "tasks", res.Tasks, listCut{truncated: res.Truncated}, "no tasks",
 		"ID\tSTATE\tEXECUTOR\tSESSION\tAGE\tMSGS\tCOST\tCPU\tPEAK RSS\tPROMPT", func(w io.Writer, t api.TaskRecord) {
 			cpu, rss := render.TaskCPU(t)
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, t.SessionID,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ID, render.TaskState(t), t.Executor, render.OneLine(t.SessionID),
 				render.Age(now.Sub(t.CreatedAt)), t.MessageCount, render.Cost(t.TokenUsage), cpu, rss,
 				render.Cut(render.OneLine(t.Prompt), 50))
 		})
