@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -430,6 +431,40 @@ func (d *testDaemon) lane(name string) api.LaneStatus {
 	}
 	d.t.Fatalf("no lane %s", name)
 	return api.LaneStatus{}
+}
+
+// frontEnd is the daemon's front-end named name, as frontend.list lists it
+// now; t fails if it lists none of that name.
+func (d *testDaemon) frontEnd(name string) api.FrontEnd {
+	d.t.Helper()
+	var fe api.FrontEndList
+	d.mustCall("frontend.list", nil, &fe)
+	for _, f := range fe.FrontEnds {
+		if f.Name == name {
+			return f
+		}
+	}
+	d.t.Fatalf("no %s front-end in %+v", name, fe)
+	return api.FrontEnd{}
+}
+
+// metricSeries reads the daemon's /metrics (its [metrics] listener): each
+// series' value by its name and labels.
+func (d *testDaemon) metricSeries() map[string]float64 {
+	d.t.Helper()
+	addr := d.frontEnd("metrics").Address
+	client := &http.Client{Timeout: 20 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return daemontest.MetricSeries(d.t, string(body))
 }
 
 // eventually polls cond until it holds or the deadline passes. It is for
