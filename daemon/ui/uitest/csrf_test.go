@@ -51,8 +51,7 @@ func TestCrossOrigin(t *testing.T) {
 	d := startDaemon(t, config{})
 	tb := newTab(t, d)
 	tb.signIn()
-	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	r, id := d.runSleeper("net")
 
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {
 		name := strings.TrimPrefix(rq.URL.Path, "/")

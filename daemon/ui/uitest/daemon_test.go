@@ -346,6 +346,14 @@ func (d *daemon) startCLI(args ...string) *running {
 	return r
 }
 
+// runSleeper runs a job that sleeps ten minutes on lane, through
+// `orchestrd run` in the background (startCLI): that run and the job's id.
+func (d *daemon) runSleeper(lane string) (*running, string) {
+	d.t.Helper()
+	r := d.startCLI("run", "--lane", lane, "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
+	return r, r.line(d.t, "id=")
+}
+
 // line waits for the next stdout line that starts with prefix and
 // returns the rest of it.
 func (r *running) line(t *testing.T, prefix string) string {

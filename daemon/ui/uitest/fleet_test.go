@@ -64,8 +64,7 @@ func TestFleetNodes(t *testing.T) {
 	// tells a's event stream nothing, and the page reads it again.
 	tb.open("/ui/jobs")
 	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
-	r := a.startCLI("run", "--lane", "gpu", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	r, id := a.runSleeper("gpu")
 	jrow := `document.getElementById(` + jsID("job-"+id) + `)`
 	tb.waitJS("job "+id+" running on b", jrow+` && `+jrow+`.querySelector(".state").textContent === "running" && `+
 		jrow+`.querySelector("td.node").textContent === "b"`)
