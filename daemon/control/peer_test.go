@@ -101,7 +101,7 @@ func TestPeerWithAnotherUIDIsRefused(t *testing.T) {
 	if string(out) != `{"id":0,"error":{"code":1003,"message":"`+want+`"}}`+"\n" {
 		t.Fatalf("refusal line %q", out)
 	}
-	ev := h.rec.wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
+	ev := h.rec.Wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
 	if ev.UID != uid || ev.Pid == 0 || ev.Socket != h.path {
 		t.Fatalf("conn.refused = %+v", ev)
 	}

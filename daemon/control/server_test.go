@@ -155,11 +155,11 @@ func TestDisconnect(t *testing.T) {
 	if rest := r.expectEOF(); len(rest) != 0 {
 		t.Fatalf("lines after disconnect: %q", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientDisconnect || ev.Requests < 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
+	if _, ok := h.rec.Wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
 		t.Fatal("no conn.opened")
 	}
 }
@@ -173,7 +173,7 @@ func TestClientEOFAnswersWhatWasSent(t *testing.T) {
 	if len(rest) != 2 {
 		t.Fatalf("after half-close got %q, want two answers", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientClosed || ev.Requests != 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -223,7 +223,7 @@ func TestMalformedLinesKeepTheConnection(t *testing.T) {
 	if cl := r.mustLine(); *cl.ID != 8 || errCode(cl) != 0 {
 		t.Fatalf("ping after garbage %+v", cl)
 	}
-	pe := h.rec.wait(t, "conn.protocol_error", func(r *eventlog.Record) bool { return r.Kind == "conn.protocol_error" }).Event.(eventlog.ConnProtocolError)
+	pe := h.rec.Wait(t, "conn.protocol_error", func(r *eventlog.Record) bool { return r.Kind == "conn.protocol_error" }).Event.(eventlog.ConnProtocolError)
 	if pe.Fatal || pe.Peer != "control" || pe.ConnID != "c1" {
 		t.Fatalf("protocol error event %+v", pe)
 	}
@@ -242,11 +242,11 @@ func TestOversizedLineClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("oversized line answer %+v", cl)
 	}
 	r.expectEOF()
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonLineTooLong {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	pe := h.rec.wait(t, "fatal protocol error", func(r *eventlog.Record) bool {
+	pe := h.rec.Wait(t, "fatal protocol error", func(r *eventlog.Record) bool {
 		e, ok := r.Event.(eventlog.ConnProtocolError)
 		return ok && e.Fatal
 	}).Event.(eventlog.ConnProtocolError)
@@ -301,7 +301,7 @@ func TestResponseQueueFull(t *testing.T) {
 	r.send(b.String())
 	waitUntil(t, "all calls pending", func() bool { return h.dom.pendingCount() == waits })
 	h.dom.release() // 5000 answers, nobody reads
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonResponseQueueFull {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -386,7 +386,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 		t.Fatalf("pending call at Close got %v, want code %d", err, wire.CodeShuttingDown)
 	}
 	closed := 0
-	for _, r := range h.rec.all() {
+	for _, r := range h.rec.Records() {
 		if e, ok := r.Event.(ConnClosed); ok {
 			closed++
 			if e.Reason != ReasonDaemonStopping {
