@@ -37,6 +37,15 @@ func (r *Recorder) Records() []*eventlog.Record {
 	return append([]*eventlog.Record(nil), r.recs...)
 }
 
+// Take returns the records kept so far and drops them.
+func (r *Recorder) Take() []*eventlog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recs := r.recs
+	r.recs = nil
+	return recs
+}
+
 // Forget drops the records kept so far.
 func (r *Recorder) Forget() {
 	r.mu.Lock()

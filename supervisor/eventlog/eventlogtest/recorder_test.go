@@ -9,7 +9,7 @@ import (
 
 // A Recorder keeps what it is delivered, in order; WaitFrom waits for a
 // record not delivered yet and says where the next search starts; Forget
-// drops what was kept.
+// Take and Forget drop what was kept.
 func TestRecorder(t *testing.T) {
 	r := eventlogtest.NewRecorder()
 	r.Deliver(&eventlog.Record{Seq: 1, Event: good{}})
@@ -36,6 +36,13 @@ func TestRecorder(t *testing.T) {
 	if len(recs) != 3 || recs[0].Seq != 1 || recs[1].Seq != 2 || recs[2].Seq != 3 {
 		t.Fatalf("Records = %+v, want seq 1, 2, 3", recs)
 	}
+	if recs := r.Take(); len(recs) != 3 || recs[2].Seq != 3 {
+		t.Fatalf("Take = %+v, want seq 1, 2, 3", recs)
+	}
+	if n := len(r.Records()); n != 0 {
+		t.Fatalf("%d records after Take", n)
+	}
+	r.Deliver(&eventlog.Record{Seq: 4, Event: good{}})
 	r.Forget()
 	if n := len(r.Records()); n != 0 {
 		t.Fatalf("%d records after Forget", n)
