@@ -47,10 +47,7 @@ window.results = (async () => {
 // (the positive control) it cancels the job.
 func TestCrossOrigin(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	r, id := d.runSleeper("net")
 
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {

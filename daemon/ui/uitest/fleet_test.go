@@ -125,9 +125,7 @@ func TestFleetNodes(t *testing.T) {
 // asked for every node's events, in the daemon's own words.
 func TestNodesWithoutFleet(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	_, tb := signedIn(t, config{})
 	tb.open("/ui/nodes")
 	tb.waitText("#no-fleet", "This daemon is not in a fleet")
 	tb.waitText("#no-fleet", "[cluster] enabled = false")

@@ -17,10 +17,7 @@ import (
 // release cancels the job, and the held reload comes after.
 func TestPressHoldsReload(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	asked := tb.acceptDialogs()
 	r, id := d.runSleeper("net")
 	tb.open("/ui/jobs/" + id)
