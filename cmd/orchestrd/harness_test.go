@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -539,17 +538,7 @@ func waitGone(t *testing.T, pid int) {
 	daemontest.WaitGone(t, pid)
 }
 
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
-}
+func alive(pid int) bool { return daemontest.Alive(pid) }
 
 func (d *testDaemon) submit(spec api.JobSpec) string {
 	d.t.Helper()

@@ -483,7 +483,7 @@ func Tail(s string, n int) string {
 func WaitGone(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Errorf("process %d is still alive", pid)
 			return
@@ -492,8 +492,8 @@ func WaitGone(t testing.TB, pid int) {
 	}
 }
 
-// alive reports whether pid is a live process, not a zombie.
-func alive(pid int) bool {
+// Alive reports whether pid is a live process, not a zombie.
+func Alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
