@@ -35,11 +35,7 @@ func TestLaneSocketServesAfterEMFILE(t *testing.T) {
 		laneEMFILEChild(t, home)
 		return
 	}
-	home, err := os.MkdirTemp("", "laneemfile") // short: a socket path's limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(home)
+	home := testio.ShortTemp(t, "laneemfile")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

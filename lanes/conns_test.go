@@ -13,6 +13,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -66,11 +67,7 @@ func startByoLane(t *testing.T, home string, logger zerolog.Logger) (m *Manager,
 // lane (kind handshake, the peer's pid); once it ends (here: closed
 // without a handshake, runner.rejected), it is not.
 func TestLaneConnsListHandshakes(t *testing.T) {
-	home, err := os.MkdirTemp("", "laneconns") // short: a socket path's limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(home)
+	home := testio.ShortTemp(t, "laneconns")
 	m, rejected := startByoLane(t, home, zerolog.Nop())
 	if l, n := m.Conns("nope", api.MaxListedConns); len(l) != 0 || n != 0 {
 		t.Fatalf("an unknown lane lists %+v (%d)", l, n)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/rs/zerolog"
 
@@ -67,11 +68,7 @@ func startTestLanesWith(tb testing.TB, lanes map[string]LaneConfig, with func(*O
 		tb.Fatal(err)
 	}
 	// Not tb.TempDir(): its long path would not fit a unix socket's.
-	home, err := os.MkdirTemp("", "lanebench")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(home) })
+	home := testio.ShortTemp(tb, "lanebench")
 	if errs := ValidateLanes("lanes", lanes); len(errs) > 0 {
 		tb.Fatal(errs)
 	}

@@ -265,12 +265,8 @@ type daemonProc struct {
 // shortTemp returns a short directory: unix socket paths are limited to 108
 // bytes and t.TempDir() can be long.
 func shortTemp(t *testing.T) string {
-	d, err := daemonrun.ShortTempDir("od")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	t.Helper()
+	return testio.ShortTemp(t, "od")
 }
 
 // startDaemon starts the real binary with config (TOML, may be empty) and

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -168,20 +169,9 @@ type harness struct {
 	stopOnce  sync.Once
 }
 
-// shortTempDir is a temp dir with a short path (unix socket paths are
-// limited to 108 bytes; t.TempDir() names can be long).
-func shortTempDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func newHarness(t testing.TB, mod func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortTempDir(t), dom: newTestDomain(), rec: eventlogtest.NewRecorder(), serveDone: make(chan error, 1)}
+	h := &harness{t: t, dir: testio.ShortTemp(t, "ctl"), dom: newTestDomain(), rec: eventlogtest.NewRecorder(), serveDone: make(chan error, 1)}
 	h.path = filepath.Join(h.dir, "home", "daemon.sock")
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -83,7 +84,7 @@ func TestHandleMisuse(t *testing.T) {
 
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
-	srv, err := New(Options{Path: filepath.Join(shortTempDir(t), "d.sock"), System: sys})
+	srv, err := New(Options{Path: filepath.Join(testio.ShortTemp(t, "ctl"), "d.sock"), System: sys})
 	if err != nil {
 		t.Fatal(err)
 	}

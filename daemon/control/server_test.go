@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -309,7 +310,7 @@ func TestResponseQueueFull(t *testing.T) {
 }
 
 func TestListenChecks(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	home := filepath.Join(dir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
@@ -416,7 +417,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
 	srv, err := New(Options{Path: filepath.Join(dir, "d.sock"), System: sys})
@@ -497,7 +498,7 @@ func TestClientReadsLongLines(t *testing.T) {
 }
 
 func TestDialNoDaemon(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	path := filepath.Join(dir, "daemon.sock")
 	_, err := client.Dial(path)
 	if !errors.Is(err, client.ErrNoDaemon) || !strings.Contains(err.Error(), "no daemon at "+path) {

@@ -158,12 +158,7 @@ var tools daemonrun.Builds
 // to 108 bytes; t.TempDir() can be longer), removed when the test ends.
 func ShortTemp(t testing.TB) string {
 	t.Helper()
-	d, err := daemonrun.ShortTempDir("odt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testio.ShortTemp(t, "odt")
 }
 
 // Daemon is daemon.Run running in this process on Home.

@@ -76,11 +76,7 @@ type daemon struct {
 func startDaemon(t *testing.T, cfg config) *daemon {
 	t.Helper()
 	needBrowser(t) // and so the binary
-	home, err := daemonrun.ShortTempDir("odui")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
+	home := testio.ShortTemp(t, "odui")
 	if cfg.secrets != "" {
 		if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte(cfg.secrets), 0o600); err != nil {
 			t.Fatal(err)
