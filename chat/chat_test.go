@@ -86,32 +86,12 @@ func (e *fakeEvents) msg(task, typ, data string) {
 	e.emit(TaskEvent{TaskID: task, EventType: typ, EventData: json.RawMessage(data)})
 }
 
-// sink keeps the chat.* records.
-type sink struct {
-	mu   sync.Mutex
-	recs []*eventlog.Record
-}
-
-func (s *sink) Deliver(r *eventlog.Record) {
-	s.mu.Lock()
-	s.recs = append(s.recs, r)
-	s.mu.Unlock()
-}
-
-func (s *sink) take() []*eventlog.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.recs
-	s.recs = nil
-	return r
-}
-
 type fixture struct {
 	m     *Manager
 	mux   apitest.Mux
 	tasks *fakeTasks
 	evs   *fakeEvents
-	sink  *sink
+	sink  *eventlogtest.Recorder
 }
 
 func newFixture(t *testing.T, pool string) *fixture {
@@ -121,7 +101,7 @@ func newFixture(t *testing.T, pool string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bus.Close() })
-	f := &fixture{mux: apitest.Mux{}, tasks: &fakeTasks{ready: true}, evs: &fakeEvents{}, sink: &sink{}}
+	f := &fixture{mux: apitest.Mux{}, tasks: &fakeTasks{ready: true}, evs: &fakeEvents{}, sink: eventlogtest.NewRecorder()}
 	bus.Subscribe([]string{"chat.*"}, f.sink)
 	f.m, err = Start(Options{Executor: pool, Cwd: "/work", Tasks: f.tasks, Events: f.evs, Bus: bus, Logger: zerolog.Nop()})
 	if err != nil {
@@ -182,7 +162,7 @@ func TestChatReplyDenials(t *testing.T) {
 	f.evs.msg("t-1", "tool_result", `{"id":"u2","output":"needs approval","is_error":true}`)
 	f.evs.msg("t-1", "result", `{"text":"Cleaning.","denied":1}`)
 	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCompleted})
-	got := kinds(f.sink.take())
+	got := kinds(f.sink.Take())
 	want := []string{"chat.sent", "chat.chunk:Clea", "chat.chunk:ning.", `chat.tool_call:Bash:{"command":"rm -rf build"}`,
 		"chat.tool_result:Bash:not the build dir:denied:error", `chat.tool_call:Write:{"file_path":"/x"}`,
 		"chat.tool_result:Write:needs approval:error", "chat.chunk::done:completed", "chat.replied:denied=1"}
@@ -220,7 +200,7 @@ func TestChatSendStreamsTheReply(t *testing.T) {
 	f.evs.msg("t-2", "content_block_delta", `{"delta":{"text":"not ours"}}`)
 	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCompleted})
 	f.evs.msg("t-1", "content_block_delta", `{"delta":{"text":"after the end"}}`)
-	got := kinds(f.sink.take())
+	got := kinds(f.sink.Take())
 	want := []string{"chat.sent", "chat.chunk:Hel", "chat.chunk:lo", "chat.chunk: there", `chat.tool_call:Bash:{"command":"ls"}`,
 		"chat.tool_result:Bash:a.go", "chat.chunk::done:completed", "chat.replied"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
@@ -244,7 +224,7 @@ func TestChatSendStreamsTheReply(t *testing.T) {
 	}
 	f.evs.msg("t-3", "text", `{"text":"cancelled: not streamed"}`)
 	f.evs.emit(TaskEvent{TaskID: "t-3", Finished: true, State: api.TaskCancelled, Error: &api.TaskError{Code: "stopped"}})
-	got = kinds(f.sink.take())
+	got = kinds(f.sink.Take())
 	want = []string{"chat.sent", "chat.cancelled", "chat.cleared", "chat.chunk::done:cancelled", "chat.replied"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("events\n%q\nwant\n%q", got, want)
@@ -279,7 +259,7 @@ func TestChatCancel(t *testing.T) {
 	}
 	f.evs.msg("t-1", "text", `{"text":"x"}`)
 	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskCancelled})
-	got := kinds(f.sink.take())
+	got := kinds(f.sink.Take())
 	want := []string{"chat.cancelled", "chat.sent", "chat.chunk::done:cancelled", "chat.replied"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("events\n%q\nwant\n%q", got, want)
@@ -372,7 +352,7 @@ func TestChatRepliedHostileCode(t *testing.T) {
 	f.evs.emit(TaskEvent{TaskID: "t-1", Finished: true, State: api.TaskFailed, Error: &api.TaskError{Code: code, Message: "m"}})
 	var replied *ChatReplied
 	var last *ChatChunk
-	for _, r := range f.sink.take() {
+	for _, r := range f.sink.Take() {
 		switch e := r.Event.(type) {
 		case ChatReplied:
 			replied = &e

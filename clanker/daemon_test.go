@@ -504,11 +504,7 @@ func TestClankerOtherUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	// This test binary, where uid 65534 can run it.
-	dir, err := os.MkdirTemp("", "orchpod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testio.ShortTemp(t, "orchpod")
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "pod")
 	if err := daemonrun.CopyFile(os.Args[0], bin, 0o755); err != nil {

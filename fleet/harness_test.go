@@ -18,6 +18,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 )
 
 // A test fleet: embedded NATS servers clustered by routes on 127.0.0.1,
@@ -262,29 +263,13 @@ func (l *fakeLocal) Cancel(id string, _ bool, reply func(bool, error)) {
 }
 
 // recorder keeps a node's events.
-type recorder struct {
-	mu  sync.Mutex
-	evs []eventlog.Event
-	ch  chan struct{}
-}
+type recorder struct{ *eventlogtest.Recorder }
 
-func (r *recorder) Deliver(rec *eventlog.Record) {
-	r.mu.Lock()
-	r.evs = append(r.evs, rec.Event)
-	r.mu.Unlock()
-	select {
-	case r.ch <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) kinds(kind string) []eventlog.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (r recorder) kinds(kind string) []eventlog.Event {
 	var out []eventlog.Event
-	for _, e := range r.evs {
-		if e.Kind() == kind {
-			out = append(out, e)
+	for _, rec := range r.Records() {
+		if rec.Event.Kind() == kind {
+			out = append(out, rec.Event)
 		}
 	}
 	return out
@@ -295,7 +280,7 @@ type testNode struct {
 	f     *Fleet
 	local *fakeLocal
 	bus   *eventlog.Bus
-	ev    *recorder
+	ev    recorder
 	home  string
 }
 
@@ -382,7 +367,7 @@ func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := &recorder{ch: make(chan struct{}, 1)}
+		rec := recorder{eventlogtest.NewRecorder()}
 		bus.Subscribe(nil, rec)
 		n := &testNode{name: name, local: newFakeLocal(name, sp.lanes, sp.slots, r), bus: bus, ev: rec, home: home}
 		nodes[i] = n
@@ -545,7 +530,7 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{ch: make(chan struct{}, 1)}
+	rec := recorder{eventlogtest.NewRecorder()}
 	bus.Subscribe(nil, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()

@@ -18,10 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/internal/testio"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/wire"
 )
 
 // acceptChildHome, set, makes TestLaneSocketServesAfterEMFILE the child
@@ -38,11 +35,7 @@ func TestLaneSocketServesAfterEMFILE(t *testing.T) {
 		laneEMFILEChild(t, home)
 		return
 	}
-	home, err := os.MkdirTemp("", "laneemfile") // short: a socket path's limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(home)
+	home := testio.ShortTemp(t, "laneemfile")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -100,42 +93,13 @@ func (b *backoffLog) Write(p []byte) (int, error) {
 }
 
 func laneEMFILEChild(t *testing.T, home string) {
-	lc := defaultLane(0, 1, NetworkHost, 0)
-	lc.Spares = 0
-	if errs := ValidateLanes("lanes", map[string]LaneConfig{"byo": lc}); len(errs) > 0 {
+	if errs := ValidateLanes("lanes", map[string]LaneConfig{"byo": byoLaneConfig()}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	rejected, started := make(chanSink, 4), make(chanSink, 4)
-	defer bus.Subscribe([]string{"runner.rejected"}, rejected)()
-	defer bus.Subscribe([]string{"lane.started"}, started)()
 	logs := &backoffLog{seen: make(chan struct{})}
-	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
-	m, err := Start(Options{Lanes: map[string]LaneConfig{"byo": lc}, ShutdownTimeout: 2 * time.Second,
-		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
-		Home: home, Exe: "/bin/true", RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: zerolog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if _, err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	// The lane serves (its actor started its socket) before the
 	// descriptors are used up.
-	select {
-	case <-started:
-	case <-time.After(15 * time.Second):
-		t.Fatal("no lane.started")
-	}
+	_, rejected := startByoLane(t, home, zerolog.New(logs))
 
 	// Use up every descriptor: a low limit in this process only, then
 	// /dev/null opened until the table is full.

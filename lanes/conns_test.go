@@ -13,49 +13,62 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
-// A connection to a lane's socket still handshaking is listed under the
-// lane (kind handshake, the peer's pid); once it ends (here: closed
-// without a handshake, runner.rejected), it is not.
-func TestLaneConnsListHandshakes(t *testing.T) {
-	home, err := os.MkdirTemp("", "laneconns") // short: a socket path's limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(home)
+// byoLaneConfig is lane byo's: bring your own runner (none of its own),
+// one slot.
+func byoLaneConfig() LaneConfig {
 	lc := defaultLane(0, 1, NetworkHost, 0)
 	lc.Spares = 0
+	return lc
+}
+
+// startByoLane starts a lanes manager serving lane byo (byoLaneConfig) in
+// home, logging to logger, and waits until the lane serves (lane.started);
+// it is shut down when the test ends. rejected gets the lane's
+// runner.rejected events.
+func startByoLane(t *testing.T, home string, logger zerolog.Logger) (m *Manager, rejected chanSink) {
+	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bus.Close()
+	t.Cleanup(func() { bus.Close() })
 	rejected, started := make(chanSink, 4), make(chanSink, 4)
-	defer bus.Subscribe([]string{"runner.rejected"}, rejected)()
-	defer bus.Subscribe([]string{"lane.started"}, started)()
+	t.Cleanup(bus.Subscribe([]string{"runner.rejected"}, rejected))
+	t.Cleanup(bus.Subscribe([]string{"lane.started"}, started))
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
-	m, err := Start(Options{Lanes: map[string]LaneConfig{"byo": lc}, ShutdownTimeout: 2 * time.Second,
+	t.Cleanup(sys.Shutdown)
+	m, err = Start(Options{Lanes: map[string]LaneConfig{"byo": byoLaneConfig()}, ShutdownTimeout: 2 * time.Second,
 		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
-		Home: home, Exe: "/bin/true", RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: zerolog.Nop()})
+		Home: home, Exe: "/bin/true", RunnerStderr: io.Discard, Bus: bus, System: sys, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if _, err := m.Shutdown(ctx); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	select {
 	case <-started:
 	case <-time.After(15 * time.Second):
 		t.Fatal("no lane.started")
 	}
+	return m, rejected
+}
+
+// A connection to a lane's socket still handshaking is listed under the
+// lane (kind handshake, the peer's pid); once it ends (here: closed
+// without a handshake, runner.rejected), it is not.
+func TestLaneConnsListHandshakes(t *testing.T) {
+	home := testio.ShortTemp(t, "laneconns")
+	m, rejected := startByoLane(t, home, zerolog.Nop())
 	if l, n := m.Conns("nope", api.MaxListedConns); len(l) != 0 || n != 0 {
 		t.Fatalf("an unknown lane lists %+v (%d)", l, n)
 	}

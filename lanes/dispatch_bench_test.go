@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/rs/zerolog"
 
@@ -54,17 +55,20 @@ func startTestLane(tb testing.TB, lc LaneConfig) (*Manager, *eventlog.Bus) {
 // startTestLanes is startTestLane with the lanes given.
 func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *eventlog.Bus) {
 	tb.Helper()
+	return startTestLanesWith(tb, lanes, nil)
+}
+
+// startTestLanesWith is startTestLanes with the manager's options changed
+// by with (nil: none) before it starts.
+func startTestLanesWith(tb testing.TB, lanes map[string]LaneConfig, with func(*Options)) (*Manager, *eventlog.Bus) {
+	tb.Helper()
 	tb.Setenv(benchRunnerEnv, "1")
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	// Not tb.TempDir(): its long path would not fit a unix socket's.
-	home, err := os.MkdirTemp("", "lanebench")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(home) })
+	home := testio.ShortTemp(tb, "lanebench")
 	if errs := ValidateLanes("lanes", lanes); len(errs) > 0 {
 		tb.Fatal(errs)
 	}
@@ -75,10 +79,14 @@ func startTestLanes(tb testing.TB, lanes map[string]LaneConfig) (*Manager, *even
 	pids := &pidSink{}
 	bus.Subscribe([]string{"runner.spawned"}, pids)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	m, err := Start(Options{Lanes: lanes, ShutdownTimeout: 2 * time.Second, MaxFrameBytes: wire.DefaultMaxFrame,
+	opts := Options{Lanes: lanes, ShutdownTimeout: 2 * time.Second, MaxFrameBytes: wire.DefaultMaxFrame,
 		FinishedJobs: 10000, FinishedOutputBytes: 64 << 20, Sandbox: true, Home: home, Exe: exe, RunnerStderr: io.Discard, Bus: bus, System: sys,
 		RunnerEnv: []string{benchRunnerEnv + "=1"},
-		Logger:    zerolog.Nop()})
+		Logger:    zerolog.Nop()}
+	if with != nil {
+		with(&opts)
+	}
+	m, err := Start(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,20 +3,14 @@ package lanes
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
-	"github.com/orchestrd/orchestrd/wire"
 )
 
 // gateLog is a JobLog that holds the commit of the writes the test
@@ -92,44 +86,10 @@ func (g *gateLog) next(t *testing.T, kind string) heldWrite {
 // spare) with jobs recorded in jl.
 func startGatedLane(t *testing.T, jl JobLog) (*Manager, *eventlog.Bus) {
 	t.Helper()
-	t.Setenv(benchRunnerEnv, "1")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	home, err := os.MkdirTemp("", "lanedur")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
 	lc := defaultLane(1, 1, NetworkHost, 0)
 	lc.Spares = 0
-	bus, err := eventlog.Open(eventlog.Options{Path: filepath.Join(home, "events.ndjson")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := &pidSink{}
-	bus.Subscribe([]string{"runner.spawned"}, pids)
-	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	m, err := Start(Options{Lanes: map[string]LaneConfig{"bench": lc}, ShutdownTimeout: 2 * time.Second,
-		MaxFrameBytes: wire.DefaultMaxFrame, FinishedJobs: 100, FinishedOutputBytes: 1 << 20, Sandbox: true,
-		Home: home, Exe: exe, RunnerStderr: io.Discard, RunnerEnv: []string{benchRunnerEnv + "=1"}, Bus: bus, System: sys, Logger: zerolog.Nop(), Jobs: jl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if _, err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		sys.Shutdown()
-		bus.Close()
-		for _, pid := range pids.all() {
-			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
-				t.Errorf("runner pid %d still exists after Shutdown (kill 0: %v)", pid, err)
-			}
-		}
+	m, bus := startTestLanesWith(t, map[string]LaneConfig{"bench": lc}, func(o *Options) {
+		o.FinishedJobs, o.FinishedOutputBytes, o.Jobs = 100, 1<<20, jl
 	})
 	waitServing(t, m, 1)
 	return m, bus

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -63,7 +64,7 @@ func TestCancelGraceAndForce(t *testing.T) {
 	lc.Spares, lc.KillGrace.Duration = 0, time.Hour
 	m, bus := startTestLane(t, lc)
 	waitServing(t, m, 1)
-	events := &recSink{}
+	events := eventlogtest.NewRecorder()
 	defer bus.Subscribe([]string{"job.cancel_requested"}, events)()
 	dir := t.TempDir()
 
@@ -113,7 +114,7 @@ func TestCancelGraceAndForce(t *testing.T) {
 	}
 
 	var got []JobCancelRequested
-	for _, r := range events.all() {
+	for _, r := range events.Records() {
 		got = append(got, r.Event.(JobCancelRequested))
 	}
 	want := []JobCancelRequested{

@@ -8,27 +8,8 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
-
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 )
-
-// recSink keeps every record it is given, in order.
-type recSink struct {
-	mu   sync.Mutex
-	recs []*eventlog.Record
-}
-
-func (s *recSink) Deliver(r *eventlog.Record) {
-	s.mu.Lock()
-	s.recs = append(s.recs, r)
-	s.mu.Unlock()
-}
-
-func (s *recSink) all() []*eventlog.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]*eventlog.Record(nil), s.recs...)
-}
 
 // A job the lane hands to a runner that died before the job could be
 // written to it never reached a runner: it goes back to the head of the
@@ -42,7 +23,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 
 	exited := make(chanSink, 16)
 	defer bus.Subscribe([]string{"runner.exited"}, exited)()
-	jobEvents := &recSink{}
+	jobEvents := eventlogtest.NewRecorder()
 	defer bus.Subscribe([]string{"job.*"}, jobEvents)()
 
 	// Between choosing the runner and handing it the job, the runner is
@@ -89,7 +70,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 	// Waiters hear of the end just before job.finished is emitted: wait
 	// for it, then the events of this job are complete.
 	finished := func() bool {
-		for _, r := range jobEvents.all() {
+		for _, r := range jobEvents.Records() {
 			if e, ok := r.Event.(JobFinished); ok && e.JobID == id {
 				return true
 			}
@@ -102,7 +83,7 @@ func TestJobBouncedOffADeadRunnerIsRequeued(t *testing.T) {
 		}
 	}
 	var kinds []string
-	for _, r := range jobEvents.all() {
+	for _, r := range jobEvents.Records() {
 		var of string
 		switch e := r.Event.(type) {
 		case JobQueued:

@@ -18,6 +18,7 @@ import (
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/loops/gitwt"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 )
 
 // Test doubles of the ports, for the actor logic's unit tests only (the
@@ -378,7 +379,9 @@ type harness struct {
 	git    *fakeGit
 	repo   string
 	ev     chan *eventlog.Record
-	seen   *seen
+	// seen records every loop.* event, for waits that must not race the
+	// supervisor (a record is told to it before its event).
+	seen *eventlogtest.Recorder
 }
 
 type sink chan *eventlog.Record
@@ -390,30 +393,6 @@ func (s sink) Deliver(r *eventlog.Record) {
 	}
 }
 
-// seen records every loop.* event, for waits that must not race the
-// supervisor (a record is told to it before its event).
-type seen struct {
-	mu  sync.Mutex
-	evs []*eventlog.Record
-}
-
-func (s *seen) Deliver(r *eventlog.Record) {
-	s.mu.Lock()
-	s.evs = append(s.evs, r)
-	s.mu.Unlock()
-}
-
-func (s *seen) has(f func(*eventlog.Record) bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.evs {
-		if f(r) {
-			return true
-		}
-	}
-	return false
-}
-
 func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, seed ...func(h *harness)) *harness {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{})
@@ -422,7 +401,7 @@ func newHarness(t *testing.T, cfg Config, agents *fakeAgents, jobs *fakeJobs, se
 	}
 	ev := make(chan *eventlog.Record, 4096)
 	unsub := bus.Subscribe([]string{"loop.*"}, sink(ev))
-	rec := &seen{}
+	rec := eventlogtest.NewRecorder()
 	unsub2 := bus.Subscribe([]string{"loop.*"}, rec)
 	panics := &atomic.Int32{} // panics the test expects (agents.panics)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) {
@@ -534,7 +513,7 @@ func (h *harness) waitAsk(i int, what string) ask {
 func (h *harness) waitStatus(id string, st api.LoopStatus) api.LoopRecord {
 	h.t.Helper()
 	h.waitFor("loop "+id+" "+string(st), func() bool {
-		return h.seen.has(func(r *eventlog.Record) bool {
+		return slices.ContainsFunc(h.seen.Records(), func(r *eventlog.Record) bool {
 			switch e := r.Event.(type) {
 			case LoopUpdated:
 				return e.ID == id && e.Status == st

@@ -417,7 +417,7 @@ func TestRebaseIterations(t *testing.T) {
 		t.Fatalf("the %d rebase prompts:\n%s", len(prompts), strings.Join(prompts, "\n-----\n"))
 	}
 	h.waitFor("loop.rebased", func() bool {
-		return h.seen.has(func(r *eventlog.Record) bool {
+		return slices.ContainsFunc(h.seen.Records(), func(r *eventlog.Record) bool {
 			ev, ok := r.Event.(LoopRebased)
 			return ok && ev.ID == code && ev.Commit == "resolved" && ev.Iteration == 3
 		})
@@ -792,7 +792,7 @@ func TestGitTamperedFails(t *testing.T) {
 	if c := h.agents.specs[0].Confine; c == nil || c.Repo != r.Repo || c.Worktree != r.Worktree {
 		t.Fatalf("the task's confinement: %+v", c)
 	}
-	ok := h.seen.has(func(r *eventlog.Record) bool {
+	ok := slices.ContainsFunc(h.seen.Records(), func(r *eventlog.Record) bool {
 		ev, ok := r.Event.(LoopGitTampered)
 		return ok && ev.After == "validation" && slices.Equal(ev.Paths, []string{"config", "hooks/post-index-change"}) && ev.Restored
 	})

@@ -2,6 +2,7 @@ package loops
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,10 +35,8 @@ func (g *fakeGit) failMerge(err error) {
 }
 
 func (h *harness) count(kind string) int {
-	h.seen.mu.Lock()
-	defer h.seen.mu.Unlock()
 	n := 0
-	for _, r := range h.seen.evs {
+	for _, r := range h.seen.Records() {
 		if r.Event.Kind() == kind {
 			n++
 		}
@@ -96,7 +95,7 @@ func TestMergeWaits(t *testing.T) {
 	if rec, ok := v.(api.LoopRecord); err != nil || !ok || rec.Status != api.LoopComplete || rec.MergedInto != "main" || rec.MergeWait != nil {
 		t.Fatalf("loop.merge once clean: %+v %v", v, err)
 	}
-	if !h.seen.has(func(r *eventlog.Record) bool {
+	if !slices.ContainsFunc(h.seen.Records(), func(r *eventlog.Record) bool {
 		e, ok := r.Event.(LoopMerged)
 		return ok && e.ID == id && e.Into == "main"
 	}) {
@@ -130,7 +129,7 @@ func TestFailedMergeRetried(t *testing.T) {
 	if rec, ok := v.(api.LoopRecord); err != nil || !ok || rec.Status != api.LoopComplete || rec.MergedInto != "main" || rec.Error != "" {
 		t.Fatalf("loop.merge: %+v %v", v, err)
 	}
-	if !h.seen.has(func(r *eventlog.Record) bool { e, ok := r.Event.(LoopMergeRetried); return ok && e.ID == id }) {
+	if !slices.ContainsFunc(h.seen.Records(), func(r *eventlog.Record) bool { e, ok := r.Event.(LoopMergeRetried); return ok && e.ID == id }) {
 		t.Fatal("no loop.merge_retried")
 	}
 }

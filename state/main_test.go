@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"go.uber.org/goleak"
 )
 
@@ -82,11 +83,5 @@ func holdWriteLock(t testing.TB, path string) (release func()) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testio.Eventually(t, 20*time.Second, what, cond)
 }

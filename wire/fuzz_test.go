@@ -206,21 +206,7 @@ func refParseRequest(line []byte) (Request, int) {
 	if d := bytes.TrimLeft(line, " \t\r\n"); d[0] != '{' {
 		return Request{}, CodeInvalidRequest
 	}
-	members := map[string][]json.RawMessage{}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.Token() // {
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			panic(err)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			panic(err)
-		}
-		k := tok.(string)
-		members[k] = append(members[k], raw)
-	}
+	members := refMembers(line)
 	var req Request
 	ids := members["id"]
 	if len(ids) != 1 {

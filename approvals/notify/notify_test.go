@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/platform/proc"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
@@ -74,24 +75,7 @@ type fixture struct {
 	dir string
 	bus *eventlog.Bus
 	evs chan *eventlog.Record
-	log *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log *testio.SyncBuffer
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -100,7 +84,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, dir: t.TempDir(), bus: bus, evs: make(chan *eventlog.Record, 1024), log: &syncBuffer{}}
+	f := &fixture{t: t, dir: t.TempDir(), bus: bus, evs: make(chan *eventlog.Record, 1024), log: &testio.SyncBuffer{}}
 	unsub := bus.Subscribe([]string{"approval.notify_failed"}, sink{f.evs})
 	t.Cleanup(func() { unsub(); bus.Close() })
 	return f

@@ -1,11 +1,6 @@
 package telegram
 
 import (
-	"context"
-	"encoding/json"
-	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,10 +16,9 @@ import (
 // panicky is an Answerer whose first PendingApprovals panics (inside the
 // bot's Receive), as a bug would.
 type panicky struct {
-	sys   *actors.System
+	spawner
 	calls atomic.Int32
 	a     api.Approval
-	refs  chan actors.Ref
 }
 
 func (p *panicky) PendingApprovals() []api.Approval {
@@ -33,13 +27,6 @@ func (p *panicky) PendingApprovals() []api.Approval {
 	}
 	return []api.Approval{p.a}
 }
-func (p *panicky) Get(string) (api.Approval, bool, error)                                 { return api.Approval{}, false, nil }
-func (p *panicky) Answer(string, api.Decision, api.Resolution, func(api.Approval, error)) {}
-func (p *panicky) SpawnChild(pr actors.Props, done func(actors.Ref, error)) {
-	r, err := p.sys.Spawn(pr)
-	done(r, err)
-	p.refs <- r
-}
 
 // A panic in the bot restarts it: the fresh incarnation loads again and
 // sends the pending approval, once to each chat; the calls of the one it
@@ -47,39 +34,19 @@ func (p *panicky) SpawnChild(pr actors.Props, done func(actors.Ref, error)) {
 func TestBotRestartedAfterPanic(t *testing.T) {
 	var mu sync.Mutex
 	sent := map[int64]int{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&p)
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/getUpdates"):
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-r.Context().Done():
-			}
-			_, _ = w.Write([]byte(`{"ok":true,"result":[]}`))
-		case strings.HasSuffix(r.URL.Path, "/sendMessage"):
-			mu.Lock()
-			chat := int64(p["chat_id"].(float64))
-			sent[chat]++
-			mu.Unlock()
-			_, _ = w.Write([]byte(`{"ok":true,"result":{"message_id":5,"chat":{"id":1}}}`))
-		default:
-			_, _ = w.Write([]byte(`{"ok":true,"result":true}`))
-		}
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	url := botAPI(t, func(p map[string]any) {
+		mu.Lock()
+		chat := int64(p["chat_id"].(float64))
+		sent[chat]++
+		mu.Unlock()
+	})
 
 	var panics atomic.Int32
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(actors.PanicInfo) { panics.Add(1) }})
 	defer sys.Shutdown()
-	ans := &panicky{sys: sys, refs: make(chan actors.Ref, 1), a: api.Approval{ID: "a-1", State: api.ApprovalPending,
+	ans := &panicky{spawner: spawner{sys: sys, refs: make(chan actors.Ref, 1)}, a: api.Approval{ID: "a-1", State: api.ApprovalPending,
 		Kind: api.KindTool, ToolName: "Bash", Deadline: time.Now().Add(time.Hour)}}
-	_, err = Start(Options{Config: approvals.TelegramConfig{AllowedChatIDs: []int64{1, 2}, APIURL: "http://" + ln.Addr().String()},
+	_, err := Start(Options{Config: approvals.TelegramConfig{AllowedChatIDs: []int64{1, 2}, APIURL: url},
 		Token: "1:x", Approvals: ans, System: sys, Logger: zerolog.Nop(), PollTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +68,7 @@ func TestBotRestartedAfterPanic(t *testing.T) {
 	if tr := sys.Tree(); len(tr) != 1 || tr[0].Kind != "telegram" || tr[0].Restarts != 1 {
 		t.Fatalf("tree %+v", tr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := sys.Stop(ctx, ref); err != nil {
-		t.Fatal(err)
-	}
+	stopBot(t, sys, ref)
 	mu.Lock()
 	defer mu.Unlock()
 	if sent[1] != 1 || sent[2] != 1 {

@@ -25,17 +25,7 @@ func TestConnectionsListed(t *testing.T) {
 	d, sock := reachoutDaemon(t, "")
 	hook := startHook(t, sock, nil)
 	a := d.pendingApproval(hook.requestID(t))
-	var fe api.FrontEndList
-	d.mustCall("frontend.list", nil, &fe)
-	var hookFE, controlFE api.FrontEnd
-	for _, f := range fe.FrontEnds {
-		switch f.Name {
-		case "hook":
-			hookFE = f
-		case "control":
-			controlFE = f
-		}
-	}
+	hookFE, controlFE := d.frontEnd("hook"), d.frontEnd("control")
 	if hookFE.ConnsOpen != 1 || len(hookFE.Conns) != 1 || hookFE.Conns[0].Kind != "hook" ||
 		int(hookFE.Conns[0].Pid) != hook.Cmd.Process.Pid || hookFE.Conns[0].Since.IsZero() {
 		t.Fatalf("hook front-end %+v, want the hook (pid %d) listed", hookFE, hook.Cmd.Process.Pid)
@@ -64,9 +54,7 @@ func TestConnectionsListed(t *testing.T) {
 		t.Fatalf("status does not list the hook's connection:\n%s", out)
 	}
 	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Allow"}, nil)
-	if _, code := hook.exit(t); code != 0 {
-		t.Fatalf("hook exit %d", code)
-	}
+	hook.answered(t, "hook")
 	eventually(t, 20*time.Second, "the hook's connection gone from the list", func() bool {
 		var fe api.FrontEndList // fresh: an absent conns_open leaves a reused one's
 		d.mustCall("frontend.list", nil, &fe)
@@ -87,18 +75,7 @@ func TestHTTPStreamListed(t *testing.T) {
 	d, base, key := httpDaemon(t, "")
 	resp := startStream(t, context.Background(), base, key, `{"command":"sh","args":["-c","echo started; exec sleep 60"]}`)
 	job := readSSE(t, resp.Body, 1)[0].JobID
-	httpFE := func() api.FrontEnd {
-		var fe api.FrontEndList
-		d.mustCall("frontend.list", nil, &fe)
-		for _, f := range fe.FrontEnds {
-			if f.Name == "http" {
-				return f
-			}
-		}
-		t.Fatalf("no http front-end in %+v", fe)
-		return api.FrontEnd{}
-	}
-	f := httpFE()
+	f := d.frontEnd("http")
 	if f.ConnsOpen != 1 || len(f.Conns) != 1 || f.Conns[0].Kind != "stream" || !strings.HasPrefix(f.Conns[0].Address, "127.0.0.1:") {
 		t.Fatalf("http front-end %+v, want the stream listed", f)
 	}
@@ -107,7 +84,7 @@ func TestHTTPStreamListed(t *testing.T) {
 	}
 	readSSE(t, resp.Body, 0)
 	resp.Body.Close()
-	eventually(t, 20*time.Second, "the stream gone from the list", func() bool { return httpFE().ConnsOpen == 0 })
+	eventually(t, 20*time.Second, "the stream gone from the list", func() bool { return d.frontEnd("http").ConnsOpen == 0 })
 }
 
 // A bring-your-own runner's connection is listed under its lane's
@@ -126,18 +103,7 @@ func TestLaneRunnerConnectionListed(t *testing.T) {
 	if len(runners) != 1 || runners[0].Pid == 0 {
 		t.Fatalf("lane byo's runners %+v, want one with its pid", runners)
 	}
-	laneFE := func() api.FrontEnd {
-		var fe api.FrontEndList
-		d.mustCall("frontend.list", nil, &fe)
-		for _, f := range fe.FrontEnds {
-			if f.Name == "lane byo" {
-				return f
-			}
-		}
-		t.Fatalf("no lane byo front-end in %+v", fe)
-		return api.FrontEnd{}
-	}
-	f := laneFE()
+	f := d.frontEnd("lane byo")
 	if f.ConnsOpen != 1 || len(f.Conns) != 1 || f.Conns[0].Kind != "runner" || f.Conns[0].ID != runners[0].ID ||
 		int(f.Conns[0].Pid) != runners[0].Pid || f.Conns[0].Since.IsZero() {
 		t.Fatalf("lane byo front-end %+v, want runner %s (pid %d) listed", f, runners[0].ID, runners[0].Pid)
@@ -148,5 +114,5 @@ func TestLaneRunnerConnectionListed(t *testing.T) {
 	}
 	byo.Process.Kill()
 	<-p.Done()
-	eventually(t, 20*time.Second, "the runner's connection gone from the list", func() bool { return laneFE().ConnsOpen == 0 })
+	eventually(t, 20*time.Second, "the runner's connection gone from the list", func() bool { return d.frontEnd("lane byo").ConnsOpen == 0 })
 }

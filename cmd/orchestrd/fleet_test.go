@@ -616,9 +616,8 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	nodes := startFleet(t, "", [3]string{solo + listen, solo + "[lanes.solo]\nshared = true\nrunners = 1\nslots = 1\n" + listen, solo + listen})
 	a, b, c := nodes[0].d, nodes[1], nodes[2].d
 	a.waitNodes("solo", "b")
-	lost := nodesLostMetric(t)
 	for _, d := range []*testDaemon{a, c} {
-		if v, ok := lost(d); !ok || v != 0 {
+		if v, ok := nodesLost(d); !ok || v != 0 {
 			t.Fatalf("before: orchestrd_cluster_nodes_lost_total %v (exported: %v), want 0", v, ok)
 		}
 	}
@@ -657,10 +656,10 @@ func TestFleetStoppedNodeLateResult(t *testing.T) {
 	if by == "c" {
 		declarer, other = c, a
 	}
-	if v, _ := lost(declarer); v != 1 {
+	if v, _ := nodesLost(declarer); v != 1 {
 		t.Errorf("%s declared b lost: orchestrd_cluster_nodes_lost_total{reason=\"heartbeat_expired\"} %v, want 1", by, v)
 	}
-	if v, _ := lost(other); v != 0 {
+	if v, _ := nodesLost(other); v != 0 {
 		t.Errorf("the node that did not declare b lost counts %v, want 0", v)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {

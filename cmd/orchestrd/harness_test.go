@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -265,12 +265,8 @@ type daemonProc struct {
 // shortTemp returns a short directory: unix socket paths are limited to 108
 // bytes and t.TempDir() can be long.
 func shortTemp(t *testing.T) string {
-	d, err := daemonrun.ShortTempDir("od")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	t.Helper()
+	return testio.ShortTemp(t, "od")
 }
 
 // startDaemon starts the real binary with config (TOML, may be empty) and
@@ -432,6 +428,40 @@ func (d *testDaemon) lane(name string) api.LaneStatus {
 	return api.LaneStatus{}
 }
 
+// frontEnd is the daemon's front-end named name, as frontend.list lists it
+// now; t fails if it lists none of that name.
+func (d *testDaemon) frontEnd(name string) api.FrontEnd {
+	d.t.Helper()
+	var fe api.FrontEndList
+	d.mustCall("frontend.list", nil, &fe)
+	for _, f := range fe.FrontEnds {
+		if f.Name == name {
+			return f
+		}
+	}
+	d.t.Fatalf("no %s front-end in %+v", name, fe)
+	return api.FrontEnd{}
+}
+
+// metricSeries reads the daemon's /metrics (its [metrics] listener): each
+// series' value by its name and labels.
+func (d *testDaemon) metricSeries() map[string]float64 {
+	d.t.Helper()
+	addr := d.frontEnd("metrics").Address
+	client := &http.Client{Timeout: 20 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return daemontest.MetricSeries(d.t, string(body))
+}
+
 // eventually polls cond until it holds or the deadline passes. It is for
 // state reached through the control socket, where no push exists.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -504,17 +534,7 @@ func waitGone(t *testing.T, pid int) {
 	daemontest.WaitGone(t, pid)
 }
 
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
-}
+func alive(pid int) bool { return daemontest.Alive(pid) }
 
 func (d *testDaemon) submit(spec api.JobSpec) string {
 	d.t.Helper()

@@ -127,28 +127,37 @@ network = "host"
 	if rec.State != api.StateSucceeded || rec.Usage == nil {
 		t.Fatalf("the job ended %s with usage %s:\n%s", rec.State, jobUsageText(rec.Usage), out)
 	}
-	// utime stime cutime cstime: the 12th to 15th fields after the command.
-	f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
+	truth := urandomCPU(t, out, "the job printed")
+	u := rec.Usage
+	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.PeakRSSBytes == 0 ||
+		u.Source != api.UsageSourceProcfs && u.Source != api.UsageSourceCgroup {
+		t.Fatalf("the record has %.3f s of CPU (%s), the job used %.2f s", got, jobUsageText(u), truth)
+	}
+}
+
+// urandomCPU is the CPU seconds in stat, a /proc/PID/stat line written by
+// what read 100 MB of /dev/urandom: utime, stime, cutime and cstime, the
+// 12th to 15th fields after the command. t fails saying "what stat" when
+// stat is no such line, or when the seconds are too few to tell.
+func urandomCPU(t *testing.T, stat, what string) float64 {
+	t.Helper()
+	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
 	if len(f) < 15 {
-		t.Fatalf("the job printed %q", out)
+		t.Fatalf("%s %q", what, stat)
 	}
 	var ticks int
 	for _, s := range f[11:15] {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			t.Fatalf("the job printed %q", out)
+			t.Fatalf("%s %q", what, stat)
 		}
 		ticks += n
 	}
 	truth := float64(ticks) / 100
-	u := rec.Usage
 	if truth < 0.05 {
 		t.Fatalf("reading 100 MB of /dev/urandom took %.2f s of CPU: too little to tell", truth)
 	}
-	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.PeakRSSBytes == 0 ||
-		u.Source != api.UsageSourceProcfs && u.Source != api.UsageSourceCgroup {
-		t.Fatalf("the record has %.3f s of CPU (%s), the job used %.2f s", got, jobUsageText(u), truth)
-	}
+	return truth
 }
 
 // Where the job runs in a cgroup of its own (its runner was given one),
@@ -184,23 +193,8 @@ network = "host"
 		t.Fatal(err)
 	}
 	out := string(b)
-	f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
-	if len(f) < 15 {
-		t.Fatalf("the orphan wrote %q", out)
-	}
-	var ticks int
-	for _, s := range f[11:15] {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("the orphan wrote %q", out)
-		}
-		ticks += n
-	}
-	truth := float64(ticks) / 100
+	truth := urandomCPU(t, out, "the orphan wrote")
 	u := rec.Usage
-	if truth < 0.05 {
-		t.Fatalf("reading 100 MB of /dev/urandom took %.2f s of CPU: too little to tell", truth)
-	}
 	if got := u.UserSeconds + u.SystemSeconds; got < truth-0.02 || u.Source != api.UsageSourceCgroup || u.CgroupFigures != api.UsageCgroupCPU {
 		t.Fatalf("the record has %.3f s of CPU (%s), the job's orphan used %.2f s", got, jobUsageText(u), truth)
 	}

@@ -99,6 +99,20 @@ func (h *hookProc) exit(t *testing.T) (string, int) {
 	return h.stdout.String(), exitCode(t, h.Err())
 }
 
+// answered waits for the hook to end; t fails, naming the hook what, unless
+// it exited 0 with each of wants in its stdout.
+func (h *hookProc) answered(t *testing.T, what string, wants ...string) {
+	t.Helper()
+	stdout, code := h.exit(t)
+	ok := code == 0
+	for _, w := range wants {
+		ok = ok && strings.Contains(stdout, w)
+	}
+	if !ok {
+		t.Fatalf("%s: exit %d, stdout %q, stderr %s", what, code, stdout, h.stderr.String())
+	}
+}
+
 // pending waits until the hook's request is a pending approval (get takes
 // the hook's request_id as the id) and returns it.
 func (d *testDaemon) pendingApproval(requestID string) api.Approval {
@@ -254,9 +268,7 @@ func TestReachoutHookKilled(t *testing.T) {
 		t.Fatalf("the waiting hook's approval: %+v", got)
 	}
 	d.mustCall("approval.resolve", map[string]any{"id": wa.ID, "decision": "Allow"}, nil)
-	if stdout, code := waiting.exit(t); code != 0 || !strings.Contains(stdout, `"behavior":"allow"`) {
-		t.Fatalf("waiting hook: %d %q", code, stdout)
-	}
+	waiting.answered(t, "waiting hook", `"behavior":"allow"`)
 }
 
 // Malformed requests are closed without an answer and logged
@@ -302,9 +314,7 @@ func TestReachoutMalformed(t *testing.T) {
 		t.Fatalf("the waiting hook's approval: %+v", got)
 	}
 	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Deny", "message": "no"}, nil)
-	if stdout, code := h.exit(t); code != 0 || !strings.Contains(stdout, `"message":"no"`) {
-		t.Fatalf("waiting hook: %d %q", code, stdout)
-	}
+	h.answered(t, "waiting hook", `"message":"no"`)
 }
 
 // A hook of another uid is refused (conn.refused) and falls back.
@@ -421,9 +431,7 @@ func TestReachoutDefaultPathAndDisabled(t *testing.T) {
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))
 	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Allow"}, nil)
-	if stdout, code := h.exit(t); code != 0 || !strings.Contains(stdout, "allow") {
-		t.Fatalf("hook: %d %q", code, stdout)
-	}
+	h.answered(t, "hook", "allow")
 
 	off := startDaemon(t, "[approvals.reachout]\nenabled = false\n")
 	off.mustCall("approval.list", map[string]any{}, nil) // it is up
@@ -501,9 +509,7 @@ func TestReachoutPreToolUseNotShownDenied(t *testing.T) {
 
 	// As PermissionRequest, the rule answers.
 	h = startHook(t, sock, nil)
-	if out, code := h.exit(t); code != 0 || !strings.Contains(out, `"behavior":"deny"`) {
-		t.Fatalf("the PermissionRequest hook: exit %d, stdout %q", code, out)
-	}
+	h.answered(t, "the PermissionRequest hook", `"behavior":"deny"`)
 }
 
 // treeHasID reports whether an actor of id is in the tree.

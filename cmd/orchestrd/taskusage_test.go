@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/internal/daemontest"
 )
 
 // An agent task (orchestrd executor running a command-line agent) whose
@@ -80,7 +77,7 @@ echo "held ${#x}"`
 	}
 
 	// The pool's histograms count it.
-	series := taskMetrics(t, d)
+	series := d.metricSeries()
 	if series[`orchestrd_task_cpu_seconds_count{pool="cli"}`] != 1 || series[`orchestrd_task_cpu_seconds_sum{pool="cli"}`] <= 0 ||
 		series[`orchestrd_task_peak_rss_bytes_count{pool="cli"}`] != 1 ||
 		series[`orchestrd_task_peak_rss_bytes_sum{pool="cli"}`] != float64(u.PeakRSSBytes) {
@@ -95,34 +92,6 @@ echo "held ${#x}"`
 	if again := task(); again.Usage == nil || *again.Usage != *u {
 		t.Fatalf("after a restart the usage is %s, want %+v", jobUsageText(again.Usage), *u)
 	}
-}
-
-// taskMetrics reads the daemon's /metrics (its [metrics] listener).
-func taskMetrics(t *testing.T, d *testDaemon) map[string]float64 {
-	t.Helper()
-	var fe api.FrontEndList
-	d.mustCall("frontend.list", nil, &fe)
-	addr := ""
-	for _, f := range fe.FrontEnds {
-		if f.Name == "metrics" {
-			addr = f.Address
-		}
-	}
-	if addr == "" {
-		t.Fatalf("no metrics listener: %+v", fe)
-	}
-	client := &http.Client{Timeout: 20 * time.Second}
-	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return daemontest.MetricSeries(t, string(body))
 }
 
 // An agent task's record holds its agent's CPU up to the task's end: the

@@ -445,10 +445,7 @@ func TestTelegramAllow(t *testing.T) {
 		t.Fatalf("a forged tap changed the approval: %s", st)
 	}
 	cb := tg.tap(222, m2, "allow")
-	stdout, code := h.exit(t)
-	if code != 0 || !strings.Contains(stdout, `"behavior":"allow"`) {
-		t.Fatalf("hook exit %d, stdout %q", code, stdout)
-	}
+	h.answered(t, "hook", `"behavior":"allow"`)
 	for _, id := range []int64{m1.ID, m2.ID} {
 		if e := tg.editOf(id, "Allowed by telegram chat 222"); !strings.Contains(e, "rm -rf build") {
 			t.Fatalf("edited %q", e)
@@ -498,19 +495,13 @@ func TestTelegramDenyAndReply(t *testing.T) {
 	tg.tap(111, m, "reply")
 	tg.messageTo(111, "What should the agent do instead? ("+a.ID+")")
 	tg.say(111, "use make clean")
-	stdout, code := h.exit(t)
-	if code != 0 || !strings.Contains(stdout, `"behavior":"deny"`) || !strings.Contains(stdout, "use make clean") {
-		t.Fatalf("hook exit %d, stdout %q", code, stdout)
-	}
+	h.answered(t, "hook", `"behavior":"deny"`, "use make clean")
 	tg.editOf(m.ID, "Replied by telegram chat 111")
 
 	h2 := startHook(t, sock, nil)
 	a2 := d.pendingApproval(h2.requestID(t))
 	tg.tap(222, tg.messageTo(222, a2.ID), "deny")
-	stdout, code = h2.exit(t)
-	if code != 0 || !strings.Contains(stdout, `"behavior":"deny"`) {
-		t.Fatalf("hook exit %d, stdout %q", code, stdout)
-	}
+	h2.answered(t, "second hook", `"behavior":"deny"`)
 }
 
 // Always Allow records a rule: the same request is then answered by it,
@@ -522,16 +513,10 @@ func TestTelegramAlwaysAllow(t *testing.T) {
 	h := startHook(t, sock, nil)
 	a := d.pendingApproval(h.requestID(t))
 	tg.tap(111, tg.messageTo(111, a.ID), "always")
-	stdout, code := h.exit(t)
-	if code != 0 || !strings.Contains(stdout, "updatedPermissions") {
-		t.Fatalf("hook exit %d, stdout %q", code, stdout)
-	}
+	h.answered(t, "hook", "updatedPermissions")
 	d.waitEvent("approval.rule_added", func(e map[string]any) bool { return e["from_approval"] == a.ID })
 	h2 := startHook(t, sock, nil)
-	stdout, code = h2.exit(t)
-	if code != 0 || !strings.Contains(stdout, `"behavior":"allow"`) {
-		t.Fatalf("second hook exit %d, stdout %q", code, stdout)
-	}
+	h2.answered(t, "second hook", `"behavior":"allow"`)
 }
 
 // A chat not allowed is refused: its tap changes nothing, is answered

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -142,52 +144,7 @@ func (d *testDomain) setBig(s string) {
 	d.mu.Unlock()
 }
 
-// ---- event recorder ----
-
-// recorder is a bus sink keeping every record it gets.
-type recorder struct {
-	mu     sync.Mutex
-	recs   []*eventlog.Record
-	notify chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
-
-func (r *recorder) Deliver(rec *eventlog.Record) {
-	r.mu.Lock()
-	r.recs = append(r.recs, rec)
-	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) all() []*eventlog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*eventlog.Record(nil), r.recs...)
-}
-
-// wait returns the first record that satisfies pred, waiting up to 10s.
-func (r *recorder) wait(t testing.TB, what string, pred func(*eventlog.Record) bool) *eventlog.Record {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	for {
-		for _, rec := range r.all() {
-			if pred(rec) {
-				return rec
-			}
-		}
-		select {
-		case <-r.notify:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for event: %s", what)
-			return nil
-		}
-	}
-}
+// ---- events ----
 
 func isClosed(connID string) func(*eventlog.Record) bool {
 	return func(r *eventlog.Record) bool {
@@ -206,26 +163,15 @@ type harness struct {
 	bus  *eventlog.Bus
 	dom  *testDomain
 	srv  *Server
-	rec  *recorder
+	rec  *eventlogtest.Recorder
 
 	serveDone chan error
 	stopOnce  sync.Once
 }
 
-// shortTempDir is a temp dir with a short path (unix socket paths are
-// limited to 108 bytes; t.TempDir() names can be long).
-func shortTempDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func newHarness(t testing.TB, mod func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortTempDir(t), dom: newTestDomain(), rec: newRecorder(), serveDone: make(chan error, 1)}
+	h := &harness{t: t, dir: testio.ShortTemp(t, "ctl"), dom: newTestDomain(), rec: eventlogtest.NewRecorder(), serveDone: make(chan error, 1)}
 	h.path = filepath.Join(h.dir, "home", "daemon.sock")
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {

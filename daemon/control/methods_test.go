@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -83,7 +84,7 @@ func TestHandleMisuse(t *testing.T) {
 
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
-	srv, err := New(Options{Path: filepath.Join(shortTempDir(t), "d.sock"), System: sys})
+	srv, err := New(Options{Path: filepath.Join(testio.ShortTemp(t, "ctl"), "d.sock"), System: sys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestConnMetrics(t *testing.T) {
 		t.Fatalf("Metrics = %+v", m)
 	}
 	c2.Close()
-	h.rec.wait(t, "c2 closed", isClosed("c2"))
+	h.rec.Wait(t, "c2 closed", isClosed("c2"))
 	if m := h.srv.Metrics(); m.Connections != 1 || m.ConnectionsSeen != 2 {
 		t.Fatalf("Metrics after a close = %+v", m)
 	}
@@ -166,7 +167,7 @@ func TestCallAnsweredLater(t *testing.T) {
 	if err := <-left; !errors.Is(err, client.ErrClientClosed) {
 		t.Fatalf("call on a closed client: %v", err)
 	}
-	h.rec.wait(t, "c2 closed", isClosed("c2"))
+	h.rec.Wait(t, "c2 closed", isClosed("c2"))
 	if n, closed := h.dom.pendingCount(), h.dom.closedCount(); n != 0 || closed != 1 {
 		t.Fatalf("after the connection closed: %d calls pending, %d closed; want 0 and 1", n, closed)
 	}

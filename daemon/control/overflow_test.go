@@ -130,9 +130,9 @@ func TestStalledSubscriberDropsOldest(t *testing.T) {
 
 	// subscriber.overflowed: drop_oldest, for the stalled connection only,
 	// adding up to what it was told.
-	h.rec.wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" })
+	h.rec.Wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" })
 	sum := uint64(0)
-	for _, r := range h.rec.all() {
+	for _, r := range h.rec.Records() {
 		if e, ok := r.Event.(SubscriberOverflowed); ok {
 			if e.ConnID != "c2" || e.Policy != OverflowDropOldest {
 				t.Fatalf("subscriber.overflowed %+v", e)
@@ -159,7 +159,7 @@ func TestStalledSubscriberDisconnectPolicy(t *testing.T) {
 	stalled.send(`{"id":1,"method":"events.subscribe","params":{"kinds":["test.*"]}}`)
 	stalled.mustLine()
 	closed := isClosed("c2")
-	hasClosed := func() bool { return slices.ContainsFunc(h.rec.all(), closed) }
+	hasClosed := func() bool { return slices.ContainsFunc(h.rec.Records(), closed) }
 	for i := 0; !hasClosed(); i += 1000 {
 		if i > 10_000_000 {
 			t.Fatal("the stalled subscriber was never disconnected")
@@ -168,11 +168,11 @@ func TestStalledSubscriberDisconnectPolicy(t *testing.T) {
 			h.bus.Emit(burstEv{N: i + j})
 		}
 	}
-	ev := h.rec.wait(t, "c2 closed", closed).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c2 closed", closed).Event.(ConnClosed)
 	if ev.Reason != ReasonSubscriberOverflow {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	so := h.rec.wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" }).Event.(SubscriberOverflowed)
+	so := h.rec.Wait(t, "subscriber.overflowed", func(r *eventlog.Record) bool { return r.Kind == "subscriber.overflowed" }).Event.(SubscriberOverflowed)
 	if so.ConnID != "c2" || so.Policy != OverflowDisconnect {
 		t.Fatalf("subscriber.overflowed = %+v", so)
 	}

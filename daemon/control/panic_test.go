@@ -39,7 +39,7 @@ func TestMethodPanicCostsItsConnectionAlone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no actor panic reported")
 	}
-	h.rec.wait(t, "the panicked connection closed", func(r *eventlog.Record) bool {
+	h.rec.Wait(t, "the panicked connection closed", func(r *eventlog.Record) bool {
 		e, ok := r.Event.(ConnClosed)
 		return ok && e.Reason == ReasonActorStopped
 	})

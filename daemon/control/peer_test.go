@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -51,7 +52,7 @@ func TestPeerWithAnotherUIDIsRefused(t *testing.T) {
 	const uid = 65534
 	// Everything the other user needs must be reachable by it: a 0755
 	// directory holding a copy of the test binary and the daemon's home.
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestPeerWithAnotherUIDIsRefused(t *testing.T) {
 	if string(out) != `{"id":0,"error":{"code":1003,"message":"`+want+`"}}`+"\n" {
 		t.Fatalf("refusal line %q", out)
 	}
-	ev := h.rec.wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
+	ev := h.rec.Wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
 	if ev.UID != uid || ev.Pid == 0 || ev.Socket != h.path {
 		t.Fatalf("conn.refused = %+v", ev)
 	}

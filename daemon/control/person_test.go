@@ -69,7 +69,7 @@ func TestPersonMethodRefusedToStartedProcess(t *testing.T) {
 	if string(out) != want {
 		t.Fatalf("the child got %q, want %q", out, want)
 	}
-	ev := h.rec.wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
+	ev := h.rec.Wait(t, "conn.refused", func(r *eventlog.Record) bool { return r.Kind == "conn.refused" }).Event.(eventlog.ConnRefused)
 	if ev.Method != "test.person" || ev.Pid != int32(cmd.Process.Pid) || ev.Socket != h.path ||
 		!strings.Contains(ev.Reason, "a process this daemon started") {
 		t.Fatalf("conn.refused = %+v, want test.person by pid %d", ev, cmd.Process.Pid)

@@ -54,9 +54,9 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	// stop) returns only once every reader and writer is gone.
 	// (The submitting client stays open until stop.)
 	total := workers * perWorker
-	h.rec.wait(t, "every hung-up connection closed", func(*eventlog.Record) bool {
+	h.rec.Wait(t, "every hung-up connection closed", func(*eventlog.Record) bool {
 		n := 0
-		for _, r := range h.rec.all() {
+		for _, r := range h.rec.Records() {
 			if r.Kind == "conn.closed" {
 				n++
 			}
@@ -65,7 +65,7 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	})
 	h.stop()
 	closed := map[string]int{}
-	for _, r := range h.rec.all() {
+	for _, r := range h.rec.Records() {
 		if e, ok := r.Event.(ConnClosed); ok {
 			closed[e.ConnID]++
 		}
@@ -108,7 +108,7 @@ func TestDirectWriterOutlivesFinishedConnection(t *testing.T) {
 	defer sockserve.TestHookDirectWritten.Store(nil)
 
 	r.send(`{"id":1,"method":"test.async"}`)
-	h.rec.wait(t, "c1 closed", isClosed("c1"))
+	h.rec.Wait(t, "c1 closed", isClosed("c1"))
 	h.stop() // panicked ("negative WaitGroup counter") when the writer held no reference
 	close(hookErr)
 	for e := range hookErr {

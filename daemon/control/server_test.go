@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/daemon/control/client"
+	"github.com/orchestrd/orchestrd/internal/testio"
 
 	"github.com/orchestrd/orchestrd/api"
 
@@ -155,11 +156,11 @@ func TestDisconnect(t *testing.T) {
 	if rest := r.expectEOF(); len(rest) != 0 {
 		t.Fatalf("lines after disconnect: %q", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientDisconnect || ev.Requests < 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	if _, ok := h.rec.wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
+	if _, ok := h.rec.Wait(t, "c1 opened", func(r *eventlog.Record) bool { return r.Kind == "conn.opened" }).Event.(ConnOpened); !ok {
 		t.Fatal("no conn.opened")
 	}
 }
@@ -173,7 +174,7 @@ func TestClientEOFAnswersWhatWasSent(t *testing.T) {
 	if len(rest) != 2 {
 		t.Fatalf("after half-close got %q, want two answers", rest)
 	}
-	ev := h.rec.wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c1 closed", isClosed("c1")).Event.(ConnClosed)
 	if ev.Reason != ReasonClientClosed || ev.Requests != 2 {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -223,7 +224,7 @@ func TestMalformedLinesKeepTheConnection(t *testing.T) {
 	if cl := r.mustLine(); *cl.ID != 8 || errCode(cl) != 0 {
 		t.Fatalf("ping after garbage %+v", cl)
 	}
-	pe := h.rec.wait(t, "conn.protocol_error", func(r *eventlog.Record) bool { return r.Kind == "conn.protocol_error" }).Event.(eventlog.ConnProtocolError)
+	pe := h.rec.Wait(t, "conn.protocol_error", func(r *eventlog.Record) bool { return r.Kind == "conn.protocol_error" }).Event.(eventlog.ConnProtocolError)
 	if pe.Fatal || pe.Peer != "control" || pe.ConnID != "c1" {
 		t.Fatalf("protocol error event %+v", pe)
 	}
@@ -242,11 +243,11 @@ func TestOversizedLineClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("oversized line answer %+v", cl)
 	}
 	r.expectEOF()
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonLineTooLong {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
-	pe := h.rec.wait(t, "fatal protocol error", func(r *eventlog.Record) bool {
+	pe := h.rec.Wait(t, "fatal protocol error", func(r *eventlog.Record) bool {
 		e, ok := r.Event.(eventlog.ConnProtocolError)
 		return ok && e.Fatal
 	}).Event.(eventlog.ConnProtocolError)
@@ -301,7 +302,7 @@ func TestResponseQueueFull(t *testing.T) {
 	r.send(b.String())
 	waitUntil(t, "all calls pending", func() bool { return h.dom.pendingCount() == waits })
 	h.dom.release() // 5000 answers, nobody reads
-	ev := h.rec.wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
+	ev := h.rec.Wait(t, "c2 closed", isClosed("c2")).Event.(ConnClosed)
 	if ev.Reason != ReasonResponseQueueFull {
 		t.Fatalf("conn.closed = %+v", ev)
 	}
@@ -309,7 +310,7 @@ func TestResponseQueueFull(t *testing.T) {
 }
 
 func TestListenChecks(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	home := filepath.Join(dir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
@@ -386,7 +387,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 		t.Fatalf("pending call at Close got %v, want code %d", err, wire.CodeShuttingDown)
 	}
 	closed := 0
-	for _, r := range h.rec.all() {
+	for _, r := range h.rec.Records() {
 		if e, ok := r.Event.(ConnClosed); ok {
 			closed++
 			if e.Reason != ReasonDaemonStopping {
@@ -416,7 +417,7 @@ func TestCloseAnswersAndLeavesNothing(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
 	srv, err := New(Options{Path: filepath.Join(dir, "d.sock"), System: sys})
@@ -497,7 +498,7 @@ func TestClientReadsLongLines(t *testing.T) {
 }
 
 func TestDialNoDaemon(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testio.ShortTemp(t, "ctl")
 	path := filepath.Join(dir, "daemon.sock")
 	_, err := client.Dial(path)
 	if !errors.Is(err, client.ErrNoDaemon) || !strings.Contains(err.Error(), "no daemon at "+path) {

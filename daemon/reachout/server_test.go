@@ -20,7 +20,9 @@ import (
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/approvals"
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/supervisor/eventlog"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog/eventlogtest"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -127,23 +129,12 @@ func (f *fakeAsker) next(t *testing.T) *asked {
 
 // ---- event recorder ----
 
-type recorder struct {
-	mu     sync.Mutex
-	recs   []*eventlog.Record
-	notify chan struct{}
-}
+// recorder is an eventlogtest.Recorder read as events.
+type recorder struct{ *eventlogtest.Recorder }
 
-func (r *recorder) Deliver(rec *eventlog.Record) {
-	r.mu.Lock()
-	r.recs = append(r.recs, rec)
-	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
+func newRecorder() recorder { return recorder{eventlogtest.NewRecorder()} }
 
-func (r *recorder) wait(t *testing.T, what string, pred func(eventlog.Event) bool) eventlog.Event {
+func (r recorder) wait(t *testing.T, what string, pred func(eventlog.Event) bool) eventlog.Event {
 	t.Helper()
 	ev, _ := r.waitFrom(t, 0, what, pred)
 	return ev
@@ -151,34 +142,20 @@ func (r *recorder) wait(t *testing.T, what string, pred func(eventlog.Event) boo
 
 // waitFrom is wait for an event at or after the from'th recorded; it
 // returns the event and the index after it.
-func (r *recorder) waitFrom(t *testing.T, from int, what string, pred func(eventlog.Event) bool) (eventlog.Event, int) {
+func (r recorder) waitFrom(t *testing.T, from int, what string, pred func(eventlog.Event) bool) (eventlog.Event, int) {
 	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		recs := append([]*eventlog.Record(nil), r.recs...)
-		r.mu.Unlock()
-		for i := from; i < len(recs); i++ {
-			if pred(recs[i].Event) {
-				return recs[i].Event, i + 1
-			}
-		}
-		select {
-		case <-r.notify:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for event: %s", what)
-			return nil, from
-		}
+	rec, next := r.WaitFrom(t, from, what, func(rec *eventlog.Record) bool { return pred(rec.Event) })
+	if rec == nil {
+		return nil, next
 	}
+	return rec.Event, next
 }
 
 // all is every event recorded so far.
-func (r *recorder) all() []eventlog.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]eventlog.Event, len(r.recs))
-	for i, rec := range r.recs {
+func (r recorder) all() []eventlog.Event {
+	recs := r.Records()
+	out := make([]eventlog.Event, len(recs))
+	for i, rec := range recs {
 		out[i] = rec.Event
 	}
 	return out
@@ -192,7 +169,7 @@ type harness struct {
 	t      *testing.T
 	srv    *Server
 	asker  *fakeAsker
-	rec    *recorder
+	rec    recorder
 	bus    *eventlog.Bus
 	path   string
 }
@@ -203,7 +180,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, asker: newFakeAsker(), rec: &recorder{notify: make(chan struct{}, 1)}, bus: bus,
+	h := &harness{t: t, asker: newFakeAsker(), rec: newRecorder(), bus: bus,
 		panics: make(chan actors.PanicInfo, 8)}
 	h.sys = actors.NewSystem(actors.Options{Logger: zerolog.Nop(), OnPanic: func(p actors.PanicInfo) { h.panics <- p }})
 	opts.System = h.sys
@@ -388,13 +365,7 @@ func TestHalfCloseAndClose(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testio.Eventually(t, 10*time.Second, what, cond)
 }
 
 // Malformed requests are closed without an answer and say why; the other
@@ -473,7 +444,7 @@ func TestSocketInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bus.Close()
-	rec := &recorder{notify: make(chan struct{}, 1)}
+	rec := newRecorder()
 	bus.Subscribe([]string{"reachout.*"}, rec)
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()

@@ -151,6 +151,19 @@ func formBool(f url.Values, field string) (bool, error) {
 	return b, nil
 }
 
+// stopParams is {id, force}, as job.cancel and task.stop take it.
+func stopParams(f url.Values) (any, error) {
+	id, err := formID(f, "id")
+	if err != nil {
+		return nil, err
+	}
+	force, err := formBool(f, "force")
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": id, "force": force}, nil
+}
+
 func formText(f url.Values, field string, max int) (string, error) {
 	v := f.Get(field)
 	if len(v) > max {

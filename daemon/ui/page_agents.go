@@ -52,17 +52,7 @@ var agentTaskStates = []string{"queued", "running", "completed", "failed", "canc
 func init() {
 	register(&page{Name: "agents", Title: "Agents", Pattern: "/ui/agents", Nav: true, Kinds: agentKinds, Data: agentsData})
 	register(&page{Name: "task", ByID: true, Title: "Task", Pattern: "/ui/agents/tasks/{id}", Kinds: agentTaskKinds, Data: agentTaskData})
-	registerAction(&action{Name: "task.stop", Method: "task.stop", Params: func(f url.Values) (any, error) {
-		id, err := formID(f, "id")
-		if err != nil {
-			return nil, err
-		}
-		force, err := formBool(f, "force")
-		if err != nil {
-			return nil, err
-		}
-		return map[string]any{"id": id, "force": force}, nil
-	}})
+	registerAction(&action{Name: "task.stop", Method: "task.stop", Params: stopParams})
 	funcs["agentTerminal"] = func(st api.TaskState) bool { return st.Terminal() }
 	funcs["agentTook"] = func(t api.TaskRecord) string { return render.Took(t, time.Now()) }
 	funcs["agentDenied"] = render.Denied
@@ -208,14 +198,11 @@ type agentTaskItem struct {
 }
 
 func agentTaskData(ctx context.Context, s *Server, r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		return nil, api.Errorf(api.CodeInvalidParams, "not a task id: %q", clipForm(id))
-	}
 	var res struct {
 		Task api.TaskRecord `json:"task"`
 	}
-	if err := s.call(ctx, "task.get", map[string]any{"id": id}, &res); err != nil {
+	id, err := s.getByPath(ctx, r, "a task", "task.get", &res)
+	if err != nil {
 		return nil, err
 	}
 	v := agentTaskView{Task: res.Task}

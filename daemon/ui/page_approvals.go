@@ -324,14 +324,10 @@ type apprPage struct {
 }
 
 func apprPageData(ctx context.Context, s *Server, r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		return nil, api.Errorf(api.CodeInvalidParams, "not an approval id: %q", clipForm(id))
-	}
 	var res struct {
 		Approval api.Approval `json:"approval"`
 	}
-	if err := s.call(ctx, "approval.get", map[string]any{"id": id}, &res); err != nil {
+	if _, err := s.getByPath(ctx, r, "an approval", "approval.get", &res); err != nil {
 		return nil, err
 	}
 	cells := toolDiffPageCells

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -143,9 +141,7 @@ func newAPHarness(t *testing.T) *apHarness {
 		sys.Shutdown()
 		bus.Close()
 	})
-	jar, _ := cookiejar.New(nil)
-	h.c = &http.Client{Jar: jar, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	h.c = browser()
 	resp, _ := h.do("POST", "/ui/login", url.Values{"key": {apKey}, "next": {"/ui/approvals"}}, false)
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign in: %d", resp.StatusCode)
@@ -180,27 +176,11 @@ func attr(t *testing.T, page, name string) string {
 
 func (h *apHarness) do(method, path string, form url.Values, fetch bool) (*http.Response, string) {
 	h.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, h.http.URL+path, body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
+	var hdr map[string]string
 	if fetch {
-		req.Header.Set("Accept", "application/json")
+		hdr = map[string]string{"Accept": "application/json"}
 	}
-	resp, err := h.c.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
+	return send(h.t, h.c, method, h.http.URL+path, form, hdr)
 }
 
 func (h *apHarness) get(path string, want int) (*http.Response, string) {

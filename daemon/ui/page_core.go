@@ -33,17 +33,7 @@ func init() {
 		Kinds: append([]string{"job.stream_opened", "job.stream_closed"}, jobKinds...), Data: jobData})
 	register(&page{Name: "events", Title: "Events", Pattern: "/ui/events", Nav: true, Data: eventsData,
 		StreamKinds: eventsKinds, StreamJob: func(r *http.Request) string { return r.URL.Query().Get("job") }})
-	registerAction(&action{Name: "job.cancel", Method: "job.cancel", Params: func(f url.Values) (any, error) {
-		id, err := formID(f, "id")
-		if err != nil {
-			return nil, err
-		}
-		force, err := formBool(f, "force")
-		if err != nil {
-			return nil, err
-		}
-		return map[string]any{"id": id, "force": force}, nil
-	}})
+	registerAction(&action{Name: "job.cancel", Method: "job.cancel", Params: stopParams})
 }
 
 type overview struct {
@@ -179,14 +169,11 @@ type jobView struct {
 }
 
 func jobData(ctx context.Context, s *Server, r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		return nil, api.Errorf(api.CodeInvalidParams, "not a job id: %q", clipForm(id))
-	}
 	var res struct {
 		Job api.JobRecord `json:"job"`
 	}
-	if err := s.call(ctx, "job.get", map[string]any{"id": id}, &res); err != nil {
+	id, err := s.getByPath(ctx, r, "a job", "job.get", &res)
+	if err != nil {
 		return nil, err
 	}
 	v := jobView{Job: res.Job, Live: !res.Job.State.Terminal()}

@@ -306,12 +306,8 @@ type loopView struct {
 }
 
 func loopData(ctx context.Context, s *Server, r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		return nil, api.Errorf(api.CodeInvalidParams, "not a loop id: %q", clipForm(id))
-	}
 	var g api.LoopGetResult
-	err := s.call(ctx, "loop.get", map[string]any{"id": id}, &g)
+	_, err := s.getByPath(ctx, r, "a loop", "loop.get", &g)
 	if err != nil {
 		return nil, err
 	}

@@ -285,6 +285,18 @@ func from(ctx context.Context) api.Origin {
 	return api.Origin{By: api.ByUI, Session: sessionOf(ctx).id}
 }
 
+// getByPath calls method, a get taking {id}, with the id the request's path
+// names, and decodes its answer into out; it returns the id. A path whose id
+// is not one is refused as invalid params, saying it is not what ("a job")
+// id.
+func (s *Server) getByPath(ctx context.Context, r *http.Request, what, method string, out any) (string, error) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		return "", api.Errorf(api.CodeInvalidParams, "not %s id: %q", what, clipForm(id))
+	}
+	return id, s.call(ctx, method, map[string]any{"id": id}, out)
+}
+
 // call invokes method and decodes its answer into out (nil: ignored).
 func (s *Server) call(ctx context.Context, method string, params, out any) error {
 	raw, err := s.opts.Caller.Invoke(ctx, from(ctx), method, params, nil)

@@ -125,21 +125,28 @@ func newHarness(t *testing.T, cfg Config, stores ...*state.Store) *harness {
 }
 
 // client is a browser-like client: a cookie jar, no redirects followed.
-func (h *harness) client() *http.Client {
+// browser is a client as a browser is one: a cookie jar of its own, and
+// redirects handed back, not followed.
+func browser() *http.Client {
 	jar, _ := cookiejar.New(nil)
 	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout: 10 * time.Second}
 }
 
-func (h *harness) do(c *http.Client, method, path string, form url.Values, hdr map[string]string) (*http.Response, string) {
-	h.t.Helper()
+func (h *harness) client() *http.Client { return browser() }
+
+// send makes c's request of method to target with form in its body
+// (url-encoded; nil: no body) and the headers hdr (a "Host" one sets the
+// request's host); it returns the answer and its body, read to the end.
+func send(t testing.TB, c *http.Client, method, target string, form url.Values, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
-	req, err := http.NewRequest(method, h.http.URL+path, body)
+	req, err := http.NewRequest(method, target, body)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -153,11 +160,16 @@ func (h *harness) do(c *http.Client, method, path string, form url.Values, hdr m
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+func (h *harness) do(c *http.Client, method, path string, form url.Values, hdr map[string]string) (*http.Response, string) {
+	h.t.Helper()
+	return send(h.t, c, method, h.http.URL+path, form, hdr)
 }
 
 // signIn signs c in with the key and returns the session's CSRF token.

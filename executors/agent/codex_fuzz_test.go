@@ -6,29 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
-
-// codexBuf is what the adapter writes to Codex.
-type codexBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *codexBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *codexBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // FuzzCodexLine feeds the adapter lines of Codex's app-server (seeded with
 // lines the real Codex 0.169.0 printed): it never panics, every message it
@@ -49,7 +31,7 @@ func FuzzCodexLine(f *testing.F) {
 	f.Add([]byte("\xff\xfe{not json"))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		h := &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Reason: "no"} }}
-		w := &codexBuf{}
+		w := &testio.SyncBuffer{} // what the adapter writes to Codex
 		r := newCodexRun(Task{PermissionMode: api.ModeDefault}, h, w)
 		r.read(bytes.NewReader(line))
 		r.approvals.Wait()
@@ -70,7 +52,7 @@ func TestCodexLineTooLong(t *testing.T) {
 	line := `{"method":"item/commandExecution/requestApproval","id":7,"params":{"command":"` + huge + `"}}` + "\n" +
 		`{"method":"item/agentMessage/delta","params":{"delta":"after"}}` + "\n"
 	h := &testHost{decide: func(string, json.RawMessage) Decision { return Decision{Approved: true} }}
-	w := &codexBuf{}
+	w := &testio.SyncBuffer{} // what the adapter writes to Codex
 	r := newCodexRun(Task{}, h, w)
 	r.read(bufio.NewReader(strings.NewReader(line)))
 	r.approvals.Wait()

@@ -158,12 +158,7 @@ var tools daemonrun.Builds
 // to 108 bytes; t.TempDir() can be longer), removed when the test ends.
 func ShortTemp(t testing.TB) string {
 	t.Helper()
-	d, err := daemonrun.ShortTempDir("odt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testio.ShortTemp(t, "odt")
 }
 
 // Daemon is daemon.Run running in this process on Home.
@@ -483,7 +478,7 @@ func Tail(s string, n int) string {
 func WaitGone(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Errorf("process %d is still alive", pid)
 			return
@@ -492,8 +487,8 @@ func WaitGone(t testing.TB, pid int) {
 	}
 }
 
-// alive reports whether pid is a live process, not a zombie.
-func alive(pid int) bool {
+// Alive reports whether pid is a live process, not a zombie.
+func Alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}

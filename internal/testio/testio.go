@@ -140,6 +140,20 @@ func ReadFile(t testing.TB, path string) string {
 	return string(b)
 }
 
+// ShortTemp is a new directory directly in the system's temporary
+// directory, named from prefix, removed when the test ends: a unix
+// socket's path is limited to 108 bytes, and t.TempDir() with a socket's
+// name can be longer.
+func ShortTemp(t testing.TB, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 // Git runs git in dir with a fixed identity and no system or user config
 // (HOME is dir); t fails if git does. It returns git's output, trimmed.
 func Git(t testing.TB, dir string, args ...string) string {

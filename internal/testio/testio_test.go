@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -135,5 +136,23 @@ func TestGitRepo(t *testing.T) {
 	<-done
 	if !strings.HasPrefix(ft.msg, "git [show main:nothing-here]: exit status") {
 		t.Fatalf("a failing git failed t with %q", ft.msg)
+	}
+}
+
+// ShortTemp is a new directory directly in the system's temporary
+// directory, named from its prefix, gone once the test that asked ends.
+func TestShortTemp(t *testing.T) {
+	var dir string
+	t.Run("user", func(t *testing.T) {
+		dir = ShortTemp(t, "tioshort")
+		if filepath.Dir(dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(dir), "tioshort") {
+			t.Fatalf("ShortTemp = %q, want tioshort* in %s", dir, os.TempDir())
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			t.Fatalf("stat %s: %v", dir, err)
+		}
+	})
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s after the test ended: %v, want it gone", dir, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -67,12 +68,9 @@ func startRunner(tb testing.TB, ack *wire.HandshakeAck, mutate ...func(*Options)
 func startWith(tb testing.TB, ack *wire.HandshakeAck, run launcher, mutate ...func(*Options)) *fakeDaemon {
 	tb.Helper()
 	// t.TempDir paths can exceed the 108-byte sun_path limit.
-	dir, err := os.MkdirTemp("", "rnr")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testio.ShortTemp(tb, "rnr")
 	d := &fakeDaemon{tb: tb, dir: dir, sock: dir + "/lane.sock", frames: make(chan rawFrame, 4096), runErr: make(chan error, 1)}
+	var err error
 	d.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: d.sock, Net: "unix"})
 	if err != nil {
 		tb.Fatal(err)

@@ -396,11 +396,7 @@ func TestDescends(t *testing.T) {
 // must be built writable and closed after. As root the test runs as
 // nobody, from a copy of this binary that user can run.
 func TestHideExposeUnprivileged(t *testing.T) {
-	top, err := os.MkdirTemp("", "proc-expose-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(top) })
+	top := testio.ShortTemp(t, "proc-expose-")
 	exe, _ := os.Executable()
 	var cred *syscall.Credential
 	uid := os.Getuid()

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -19,11 +20,7 @@ import (
 // socketDir is a directory for sockets any user may reach.
 func socketDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "proc-sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testio.ShortTemp(t, "proc-sock")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

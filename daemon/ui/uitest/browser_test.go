@@ -37,6 +37,16 @@ type tab struct {
 	waits   []func() // for what watches the tab, once it is closed
 }
 
+// signedIn starts a daemon with cfg and a tab signed in to its dashboard.
+func signedIn(t *testing.T, cfg config) (*daemon, *tab) {
+	t.Helper()
+	needBrowser(t)
+	d := startDaemon(t, cfg)
+	tb := newTab(t, d)
+	tb.signIn()
+	return d, tb
+}
+
 // newTab opens a tab for t on d's dashboard (not signed in), at 1280x800.
 // When the test ends the tab closes, and the test fails if a dashboard
 // page threw an exception or broke its Content-Security-Policy.

@@ -17,6 +17,7 @@ import (
 // and cost. Each chart says its values as text (and in its SVG's
 // description), and the page fits a phone's width.
 func TestCharts(t *testing.T) {
+	t.Parallel()
 	exe := tool(t, "github.com/orchestrd/orchestrd/internal/testexecutor")
 	d, tb := signedIn(t, config{extra: fmt.Sprintf("[approvals.reachout]\nsocket = \"{{home}}/hook.sock\"\n"+
 		"[executors.scripted]\ncommand = [%q]\ninstances = 1\n", exe)})

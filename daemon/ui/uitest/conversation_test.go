@@ -11,25 +11,13 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // A task's page reads as a conversation: the agent's words, its tool
 // calls with their input as the agent's values, their results folded,
 // its permission requests inline with their buttons, its cost.
-
-// shortDir is a new directory with a short path (a sandbox's and a
-// socket's paths stay short), removed when the test ends.
-func shortDir(t *testing.T, prefix string) string {
-	t.Helper()
-	d, err := daemonrun.ShortTempDir(prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
 
 // scriptedPool is the config of pool "scripted", one test executor
 // that runs steps (a script's) for every prompt. Its permission requests
@@ -42,7 +30,7 @@ func scriptedPool(t *testing.T, steps any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(shortDir(t, "odsc"), "script.json")
+	file := filepath.Join(testio.ShortTemp(t, "odsc"), "script.json")
 	if err := os.WriteFile(file, script, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +58,7 @@ func TestConversationClaude(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	work, state := shortDir(t, "odcw"), shortDir(t, "odcs")
+	work, state := testio.ShortTemp(t, "odcw"), testio.ShortTemp(t, "odcs")
 	main := filepath.Join(work, "main.txt")
 	if err := os.WriteFile(main, []byte("hello\nworld\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -47,12 +47,8 @@ window.results = (async () => {
 // (the positive control) it cancels the job.
 func TestCrossOrigin(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
-	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	d, tb := signedIn(t, config{})
+	r, id := d.runSleeper("net")
 
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {
 		name := strings.TrimPrefix(rq.URL.Path, "/")

@@ -76,11 +76,7 @@ type daemon struct {
 func startDaemon(t *testing.T, cfg config) *daemon {
 	t.Helper()
 	needBrowser(t) // and so the binary
-	home, err := daemonrun.ShortTempDir("odui")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
+	home := testio.ShortTemp(t, "odui")
 	if cfg.secrets != "" {
 		if err := os.WriteFile(filepath.Join(home, "secrets.toml"), []byte(cfg.secrets), 0o600); err != nil {
 			t.Fatal(err)
@@ -344,6 +340,14 @@ func (d *daemon) startCLI(args ...string) *running {
 		}
 	})
 	return r
+}
+
+// runSleeper runs a job that sleeps ten minutes on lane, through
+// `orchestrd run` in the background (startCLI): that run and the job's id.
+func (d *daemon) runSleeper(lane string) (*running, string) {
+	d.t.Helper()
+	r := d.startCLI("run", "--lane", lane, "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
+	return r, r.line(d.t, "id=")
 }
 
 // line waits for the next stdout line that starts with prefix and

@@ -15,10 +15,7 @@ import (
 // (a click, or the keyboard).
 func TestEventsNewestFirst(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	tb.open("/ui/events")
 	tb.waitJS("the events page's stream", `document.body.dataset.page === "events" && document.body.dataset.stream === "open" && !!document.body.dataset.loaded`)
 	eval[chromedp.Void](tb, `window.notReloaded = true`)

@@ -64,8 +64,7 @@ func TestFleetNodes(t *testing.T) {
 	// tells a's event stream nothing, and the page reads it again.
 	tb.open("/ui/jobs")
 	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
-	r := a.startCLI("run", "--lane", "gpu", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	r, id := a.runSleeper("gpu")
 	jrow := `document.getElementById(` + jsID("job-"+id) + `)`
 	tb.waitJS("job "+id+" running on b", jrow+` && `+jrow+`.querySelector(".state").textContent === "running" && `+
 		jrow+`.querySelector("td.node").textContent === "b"`)
@@ -126,9 +125,7 @@ func TestFleetNodes(t *testing.T) {
 // asked for every node's events, in the daemon's own words.
 func TestNodesWithoutFleet(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	_, tb := signedIn(t, config{})
 	tb.open("/ui/nodes")
 	tb.waitText("#no-fleet", "This daemon is not in a fleet")
 	tb.waitText("#no-fleet", "[cluster] enabled = false")

@@ -19,10 +19,7 @@ import (
 // the page named page, once its live stream is open.
 func signedInOn(t *testing.T, cfg config, path, page string) (*daemon, *tab) {
 	t.Helper()
-	needBrowser(t)
-	d := startDaemon(t, cfg)
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, cfg)
 	tb.openLive(path, page)
 	return d, tb
 }

@@ -21,10 +21,7 @@ func jsID(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'"
 // binary, not as garbage.
 func TestJobsLive(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	tb.open("/ui/jobs")
 	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
 	tb.shot("jobs-empty")
@@ -90,12 +87,8 @@ func TestJobsLive(t *testing.T) {
 // `orchestrd run` that started it exits as a cancelled job does.
 func TestJobCancel(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
-	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	d, tb := signedIn(t, config{})
+	r, id := d.runSleeper("net")
 	tb.open("/ui/jobs/" + id)
 	tb.waitText("h1 .state", "running")
 	tb.waitText("#output", "id="+id)

@@ -30,8 +30,7 @@ func TestKeyboardAndLabels(t *testing.T) {
 	tb.checkNames("sign-in")
 	tb.signIn()
 
-	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	r, id := d.runSleeper("net")
 	tb.open("/ui/jobs/" + id)
 	tb.waitText("h1 .state", "running")
 	tb.checkNames("job")

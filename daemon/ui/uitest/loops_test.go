@@ -3,7 +3,6 @@ package uitest
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -34,12 +33,7 @@ esac
 // gitRepo is a new repository on main with one commit.
 func gitRepo(t *testing.T) string {
 	t.Helper()
-	dir, err := daemonrun.ShortTempDir("oduirepo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	repo := filepath.Join(dir, "repo")
+	repo := filepath.Join(testio.ShortTemp(t, "oduirepo"), "repo")
 	testio.GitRepo(t, repo, "hello\n")
 	real, err := filepath.EvalSymlinks(repo)
 	if err != nil {
@@ -56,12 +50,7 @@ func planLoopConfig(t *testing.T) (cfg config, repo string) {
 		t.Skip("no git")
 	}
 	repo = gitRepo(t)
-	agentDir, err := daemonrun.ShortTempDir("oduiagent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(agentDir) })
-	agent := filepath.Join(agentDir, "agent.sh")
+	agent := filepath.Join(testio.ShortTemp(t, "oduiagent"), "agent.sh")
 	if err := daemonrun.WriteExecutable(agent, strings.NewReader(planAgent), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -10,18 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// signedIn starts a daemon with cfg (the test runs in parallel) and a
-// tab signed in to its dashboard.
-func signedIn(t *testing.T, cfg config) (*daemon, *tab) {
-	t.Helper()
-	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, cfg)
-	tb := newTab(t, d)
-	tb.signIn()
-	return d, tb
-}
-
 // A running job's page follows its output's tail: it stays at the end
 // as lines come, until the person scrolls up (then it stays where they
 // are, and "Follow the output" shows); the button takes it back to the
@@ -29,6 +17,7 @@ func signedIn(t *testing.T, cfg config) (*daemon, *tab) {
 // "0 bytes"), and ANSI colours and bold show as classes, their escape
 // sequences gone.
 func TestOutputFollowsAndColours(t *testing.T) {
+	t.Parallel()
 	d, tb := signedIn(t, config{})
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one"), filepath.Join(dir, "two")
@@ -117,6 +106,7 @@ echo "the end"`, "sh", one, two)
 // output's own. The parser itself is fed a seeded stream of hostile
 // pieces and keeps the same promises.
 func TestOutputHostile(t *testing.T) {
+	t.Parallel()
 	d, tb := signedIn(t, config{})
 	out, errOut, code := d.cli("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"
 printf '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>\n'
@@ -192,6 +182,7 @@ printf '\033[1;31;42m' # a colour left open at the end`)
 // hold a node a character: past 10,000 spans the rest is plain text,
 // every character still shown.
 func TestOutputSpansBounded(t *testing.T) {
+	t.Parallel()
 	d, tb := signedIn(t, config{})
 	out, errOut, code := d.cli("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"
 i=0; while [ $i -lt 15000 ]; do printf '\033[31ma\033[32mb'; i=$((i+1)); done; printf '\033[0m\nend\n'`)

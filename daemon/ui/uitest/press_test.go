@@ -17,13 +17,9 @@ import (
 // release cancels the job, and the held reload comes after.
 func TestPressHoldsReload(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{})
 	asked := tb.acceptDialogs()
-	r := d.startCLI("run", "--lane", "net", "--", "sh", "-c", `echo "id=$ORCHESTRD_JOB_ID"; exec sleep 600`)
-	id := r.line(t, "id=")
+	r, id := d.runSleeper("net")
 	tb.open("/ui/jobs/" + id)
 	tb.waitText("h1 .state", "running")
 	tb.waitJS("the page's stream", `document.body.dataset.stream === "open"`)

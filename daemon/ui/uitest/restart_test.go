@@ -16,10 +16,7 @@ import (
 // new daemon runs appears without a reload of the page.
 func TestTabSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	needBrowser(t)
-	d := startDaemon(t, config{samePort: true})
-	tb := newTab(t, d)
-	tb.signIn()
+	d, tb := signedIn(t, config{samePort: true})
 	tb.open("/ui/jobs")
 	tb.waitJS("the jobs page's live stream", `document.body.dataset.page === "jobs" && document.body.dataset.stream === "open"`)
 	eval[chromedp.Void](tb, `window.notReloaded = true`)

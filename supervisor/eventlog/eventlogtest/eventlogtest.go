@@ -1,7 +1,8 @@
 // Package eventlogtest checks a package's event kinds from its own tests:
 // that each is registered with the event log, that the package's tests hold
 // a sample of every kind it registered, and that each sample is logged and
-// sent to subscribers as the kind promises.
+// sent to subscribers as the kind promises. Its Recorder is a bus sink a
+// test waits on.
 package eventlogtest
 
 import (
