@@ -332,8 +332,17 @@ func (s *outStream) record(rec *api.JobRecord) {
 // it starts from nothing acknowledged, as a runner does.
 func (s *outStream) onRunner(ack func(int64)) {
 	s.mu.Lock()
-	s.ack, s.acked = ack, s.total
+	// The runner counts from 0, and its chunks are routed here by its
+	// connection's reader, not through the job's actor: some may be here
+	// already, unacknowledged. Taking them as acknowledged (acked = total)
+	// left a window written before this never acknowledged: the runner
+	// waited for credit for ever.
+	s.ack, s.acked = ack, 0
+	ack, n := s.ackLocked()
 	s.mu.Unlock()
+	if n >= 0 {
+		ack(n)
+	}
 }
 
 // end marks the stream over with the job's terminal record: readers get

@@ -267,3 +267,43 @@ func TestObserverHoldsNothingBack(t *testing.T) {
 		t.Fatalf("the observer's gaps %+v, want one that says it fell behind", gaps)
 	}
 }
+
+// A runner's chunks are routed into the stream by its connection's reader
+// (outroutes.go) and can be there before the job's actor hears the
+// runner's JobAck (onRunner). The runner counts its acknowledgements from
+// 0: those bytes are acknowledged when onRunner comes, not taken as
+// acknowledged already. Before, a window's worth written first was never
+// acknowledged at all, and the job waited for credit for ever (orchbench's
+// `run` hung with its head blocked, 1 MiB read by the client).
+func TestOutputWrittenBeforeTheRunnerAckIsAcknowledged(t *testing.T) {
+	for _, reader := range []bool{false, true} {
+		s := newOutStream(nil, "j-1", 0)
+		var r *OutputReader
+		if reader {
+			r = s.attach("test", false)
+		}
+		chunk := make([]byte, 256<<10)
+		for s.total < OutputWindow { // all the runner may send unacknowledged
+			s.write(StreamStdout, chunk)
+		}
+		var a acks
+		s.onRunner(a.ack)
+		if reader {
+			for {
+				p, err := r.Next(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Offset+int64(len(p.Data)) >= s.total {
+					break
+				}
+			}
+		}
+		if got := a.get(); got < s.total {
+			t.Fatalf("reader %v: acknowledged %d of the %d written before onRunner: the runner waits for ever", reader, got, s.total)
+		}
+		if r != nil {
+			r.Close("detached")
+		}
+	}
+}
