@@ -272,6 +272,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
 
+	oneProc()
 	r := &jobFollower{c: c, stdout: stdout, stderr: stderr, timeout: *timeout}
 	return r.run(spec, stdin, sig)
 }

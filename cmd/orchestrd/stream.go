@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -144,6 +145,19 @@ func (s *streamReader) incomplete(rec api.JobRecord, who string) bool {
 	fmt.Fprintf(s.stderr, "orchestrd: output of job %s is incomplete: %d of %d bytes %s (%s)\n",
 		rec.ID, s.received, total, who, strings.Join(why, "; "))
 	return true
+}
+
+// oneProc has the rest of this process run on one P (GOMAXPROCS 1) unless
+// the user set GOMAXPROCS. run and logs move bytes: the connection's
+// reader hands each piece to the goroutine writing stdout. With a P each,
+// every hand-off wakes a second thread (a futex) and the idle one spins
+// looking for work: half the client's CPU a MiB, and wake-ups the daemon,
+// the runner and the job wait behind on a machine with few cores. On one P
+// the hand-off is a switch between goroutines on the same thread.
+func oneProc() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 }
 
 // run submits the job through job.stream and follows it to its end:
@@ -309,6 +323,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer c.Close()
+	oneProc()
 	s := &streamReader{c: c, stdout: stdout, stderr: stderr, allToStdout: true, jobID: id}
 	var ans streamAnswer
 	answered := make(chan error, 1)
