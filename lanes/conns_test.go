@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
@@ -103,5 +104,38 @@ func TestLaneConnsListHandshakes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the ended connection is still listed")
 		}
+	}
+}
+
+// unreadBytes is what waits unread in a socket's receive queue: what tells
+// a runner whose heartbeat the daemon has not taken yet from one that sent
+// nothing (runner.heartbeat_behind).
+func TestUnreadBytes(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*net.UnixConn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c.(*net.UnixConn)
+	}
+	if n := unreadBytes(conns[1]); n != 0 {
+		t.Fatalf("nothing written: %d unread", n)
+	}
+	if _, err := conns[0].Write(make([]byte, 1234)); err != nil {
+		t.Fatal(err)
+	}
+	if n := unreadBytes(conns[1]); n != 1234 {
+		t.Fatalf("1234 written: %d unread", n)
+	}
+	if n := unreadBytes(nil); n != 0 {
+		t.Fatalf("no connection: %d", n)
 	}
 }

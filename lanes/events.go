@@ -67,6 +67,20 @@ type RunnerKilled struct {
 
 func (RunnerKilled) Kind() string { return "runner.killed" }
 
+// RunnerHeartbeatBehind: a runner's heartbeat was due and had not been
+// taken, but bytes it wrote wait unread in its socket: the daemon is
+// behind (its reader starved by a burst of work), not the runner, which
+// is given another heartbeat timeout rather than killed.
+type RunnerHeartbeatBehind struct {
+	Lane        string `json:"lane"`
+	RunnerID    string `json:"runner_id"`
+	Pid         int    `json:"pid"`
+	UnreadBytes int    `json:"unread_bytes"`
+	TimeoutMs   int64  `json:"timeout_ms"`
+}
+
+func (RunnerHeartbeatBehind) Kind() string { return "runner.heartbeat_behind" }
+
 // RunnerRestartScheduled: a runner slot's process is gone and will be
 // started again after DelayMs. Reason is why it is being restarted: the
 // cause of its runner.exited (exited, socket_closed, killed_memory_limit,
@@ -374,7 +388,7 @@ func (StateWriteFailed) Kind() string { return "state.write_failed" }
 func init() {
 	eventlog.Register(JobRecovered{}, StateWriteFailed{})
 	eventlog.Register(RunnerSpawned{}, RunnerSpawnFailed{}, RunnerReady{}, RunnerExited{},
-		RunnerKilled{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
+		RunnerKilled{}, RunnerHeartbeatBehind{}, RunnerRestartScheduled{}, RunnerPromoted{}, RunnerRejected{}, LaneStarted{},
 		LaneDegraded{}, LaneRecovered{}, JobQueued{}, JobRejected{}, JobDispatched{}, JobFinished{},
 		JobCancelRequested{}, JobOrphaned{}, JobRequeued{}, JobOutput{}, OrphanKilled{},
 		JobStreamOpened{}, JobStreamClosed{}, JobLimitExceeded{}, LanePaused{}, LaneResumed{})

@@ -20,6 +20,7 @@ func TestKinds(t *testing.T) {
 		RunnerReady{Lane: "review", RunnerID: "review-1", Pid: 42, Slots: 4, Spawned: true, Version: "r1", StartMs: 80},
 		RunnerExited{Lane: "review", RunnerID: "review-1", Pid: 42, ExitCode: &killed, Signal: "SIGKILL", UptimeMs: 5000, Cause: "killed_memory", Spawned: true},
 		RunnerKilled{Lane: "review", RunnerID: "review-1", Pid: 42, Reason: "memory_limit", Detail: "rss 2.1 GiB > 2 GiB"},
+		RunnerHeartbeatBehind{Lane: "review", RunnerID: "review-1", Pid: 42, UnreadBytes: 4096, TimeoutMs: 5000},
 		RunnerRestartScheduled{Lane: "review", RunnerID: "review-1", DelayMs: 500, RestartsInWindow: 2, Reason: "exited", Policy: "crash_loop"},
 		RunnerPromoted{Lane: "review", RunnerID: "review-2", Pid: 43, Replaces: "review-1"},
 		RunnerRejected{Lane: "review", Pid: 7, Reason: "bad token"},

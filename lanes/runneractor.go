@@ -256,6 +256,15 @@ func (r *runnerActor) Receive(c *actors.Context) {
 			return
 		}
 		timeout := r.cfg.HeartbeatTimeout.Duration
+		if n := unreadBytes(r.conn); n > 0 {
+			// The runner wrote and the daemon has not read it yet: the
+			// daemon is behind (a burst of work starved its reader), not
+			// the runner. Its heartbeat is likely among those bytes.
+			r.sh.bus.Emit(RunnerHeartbeatBehind{Lane: r.laneN, RunnerID: r.id, Pid: r.pid, UnreadBytes: n,
+				TimeoutMs: timeout.Milliseconds()})
+			r.armHeartbeat(c)
+			return
+		}
 		r.kill(c, "runner_unresponsive", fmt.Sprintf("no heartbeat for %s", timeout), api.ErrRunnerUnresponsive)
 	case hsExpired:
 		if m.gen != r.gen || r.down || r.conn != nil || !r.alive {
@@ -501,6 +510,23 @@ func (r *runnerActor) measured(c *actors.Context, m memMeasured) {
 		r.kill(c, "memory_limit", fmt.Sprintf("runner's process tree measured at %d bytes (it reports %d), over max_runner_memory_bytes %d",
 			m.bytes, r.reportedMem, lim), api.ErrRunnerMemory)
 	}
+}
+
+// unreadBytes is how many bytes wait unread in conn's receive queue (0
+// for none, or when it cannot be told).
+func unreadBytes(conn *net.UnixConn) int {
+	if conn == nil {
+		return 0
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n
 }
 
 func (r *runnerActor) armHeartbeat(c *actors.Context) {

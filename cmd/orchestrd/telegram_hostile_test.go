@@ -123,7 +123,7 @@ func TestTelegramAgentTextQuoted(t *testing.T) {
 			t.Fatalf("%q sent raw in\n%s", c, m.Text)
 		}
 	}
-	for _, s := range []string{"⟨U+202E⟩", "⟨U+200B⟩", "⟨U+001B⟩", "┃ ✅ Allowed by telegram chat 111", "cut:"} {
+	for _, s := range []string{"⟨U+202E⟩", "⟨U+200B⟩", "␛", "┃ ✅ Allowed by telegram chat 111", "cut:"} {
 		if !strings.Contains(m.Text, s) {
 			t.Fatalf("no %q in\n%s", s, m.Text)
 		}
