@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
@@ -27,6 +28,11 @@ import (
 // and job.wait of the test's: the job has ended at once, its pieces come
 // one every 150 ms, eight of them, against a timeout of 500 ms.
 func TestStreamWriteTimeoutIsPerWrite(t *testing.T) {
+	// Last to run: the actors, the servers, the handler's goroutine and
+	// the client's connections are gone (protoactor's dead-letter
+	// throttle outlives its system, as in every package that starts one).
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
 	ctrl, err := control.New(control.Options{Path: filepath.Join(t.TempDir(), "daemon.sock"), System: sys, Logger: zerolog.Nop()})
@@ -73,7 +79,9 @@ func TestStreamWriteTimeoutIsPerWrite(t *testing.T) {
 	defer s.Close(context.Background())
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/api/v1/execute/stream", strings.NewReader(`{"command":"x"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
