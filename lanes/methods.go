@@ -36,6 +36,10 @@ type (
 		ID        string `json:"id"`
 		JobID     string `json:"job_id"`
 		TimeoutMs uint64 `json:"timeout_ms,omitempty"`
+		// Output (default true): false answers the record without its
+		// output, for a client that only waits for the end (it may be
+		// a megabyte kept, several as JSON).
+		Output *bool `json:"output,omitempty"`
 	}
 	jobIDResult struct {
 		JobID string `json:"job_id"`
@@ -207,7 +211,7 @@ func (m *Manager) waitMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	w := &pendingWait{m: m, call: call, id: p.ID, timeoutMs: p.TimeoutMs}
+	w := &pendingWait{m: m, call: call, id: p.ID, timeoutMs: p.TimeoutMs, noOutput: p.Output != nil && !*p.Output}
 	stop, err := m.Wait(p.ID, w.finished) // may call w.finished at once
 	if err != nil {
 		call.Fail(err)
@@ -218,7 +222,7 @@ func (m *Manager) waitMethod(call api.Call) {
 		w.mu.Unlock()
 		return
 	}
-	w.stopWait = stop
+	w.stopWait, w.published = stop, true
 	if p.TimeoutMs > 0 {
 		w.timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, w.timedOut)
 	}
@@ -232,11 +236,13 @@ type pendingWait struct {
 	call      api.Call
 	id        string
 	timeoutMs uint64
+	noOutput  bool // answer without the output (waitParams.Output)
 
-	mu       sync.Mutex
-	over     bool   // answered or cancelled
-	stopWait func() // the store's cancel
-	timer    *time.Timer
+	mu        sync.Mutex
+	over      bool   // answered or cancelled
+	stopWait  func() // the store's cancel
+	published bool   // the job's end is not known yet: finished is called by whoever publishes it
+	timer     *time.Timer
 }
 
 // cancel stops what is pending: the store's wait and the timer.
@@ -253,16 +259,31 @@ func (w *pendingWait) cancel() {
 	}
 }
 
-// finished answers with the job's terminal record.
+// finished answers with the job's terminal record: at once for a job
+// that had ended, else off the goroutine that publishes the end (the
+// state store's, which publishes every job's and whose job's readers wait
+// for it): the answer may encode a megabyte of output.
 func (w *pendingWait) finished(rec api.JobRecord) {
 	w.mu.Lock()
 	w.over = true
-	t := w.timer
+	t, later := w.timer, w.published
 	w.mu.Unlock()
 	if t != nil {
 		t.Stop()
 	}
-	w.call.Respond(jobRecordResult{Job: rec})
+	if later {
+		go w.call.Respond(jobRecordResult{Job: w.shown(rec)})
+		return
+	}
+	w.call.Respond(jobRecordResult{Job: w.shown(rec)})
+}
+
+// shown is rec as the wait answers it: without its output when asked so.
+func (w *pendingWait) shown(rec api.JobRecord) api.JobRecord {
+	if w.noOutput {
+		rec.Output = ""
+	}
+	return rec
 }
 
 // timedOut answers CodeInvalidState with the job as data, unless the job
@@ -271,7 +292,7 @@ func (w *pendingWait) timedOut() {
 	w.cancel()
 	rec, found := w.m.Get(w.id)
 	if found && rec.State.Terminal() {
-		w.call.Respond(jobRecordResult{Job: rec})
+		w.call.Respond(jobRecordResult{Job: w.shown(rec)})
 		return
 	}
 	state := string(rec.State)

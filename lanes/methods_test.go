@@ -222,6 +222,32 @@ func TestJobWaitMethod(t *testing.T) {
 		t.Fatal("wait on a finished job is not answered at once")
 	}
 
+	// output: false answers the record without its output, whether the
+	// wait was pending or the job had ended; by default it is there.
+	var o jobIDResult
+	mx.mustAnswer(t, "job.submit", api.JobSpec{Argv: []string{"sh", "-c", "read x; echo out"}, StdinStream: true}, &o)
+	no := false
+	quiet := mx.call(t, "job.wait", waitParams{ID: o.JobID, Output: &no})
+	if quiet.Answered() {
+		t.Fatal("wait on a running job answered at once")
+	}
+	mx.mustAnswer(t, "job.stdin", stdinParams{ID: o.JobID, EOF: true}, nil)
+	res, e := quiet.Wait(t, methodTimeout)
+	if e != nil || json.Unmarshal(res, &w) != nil || w.Job.ID != o.JobID || w.Job.Output != "" || w.Job.OutputBytes != 4 ||
+		strings.Contains(string(res), `"output"`) {
+		t.Fatalf("wait without output = %s (%v)", res, e)
+	}
+	for _, c := range []struct {
+		output *bool
+		want   string
+	}{{&no, ""}, {nil, "out\n"}} {
+		var ended jobRecordResult
+		mx.mustAnswer(t, "job.wait", waitParams{ID: o.JobID, Output: c.output}, &ended)
+		if ended.Job.State != api.StateSucceeded || ended.Job.Output != c.want {
+			t.Fatalf("wait on the ended job (output %v): %+v", c.output, ended.Job)
+		}
+	}
+
 	// Wake-up: pending until the job ends (here: cancelled), then the
 	// store's wait is gone.
 	var b jobIDResult
@@ -231,7 +257,7 @@ func TestJobWaitMethod(t *testing.T) {
 		t.Fatalf("wait on a queued job: answered %v, %d store waits", pending.Answered(), waiters(m))
 	}
 	mx.mustAnswer(t, "job.cancel", idParams{ID: b.JobID}, nil)
-	res, e := pending.Wait(t, methodTimeout)
+	res, e = pending.Wait(t, methodTimeout)
 	if e != nil || json.Unmarshal(res, &w) != nil || w.Job.ID != b.JobID || w.Job.State != api.StateCancelled {
 		t.Fatalf("woken wait: %s %v", res, e)
 	}

@@ -83,7 +83,11 @@ func (s *store) finish(rec api.JobRecord) bool {
 	s.counts[e.rec.State]--
 	s.counts[rec.State]++
 	s.done.put(rec)
-	ws := e.waiters
+	// Copied under the lock: a waiter's cancel deletes from the map.
+	ws := make([]func(api.JobRecord), 0, len(e.waiters))
+	for _, w := range e.waiters {
+		ws = append(ws, w)
+	}
 	s.mu.Unlock()
 	for _, w := range ws {
 		w(rec)

@@ -128,8 +128,9 @@ func DecodeStreamPiece(b []byte) (StreamPiece, error) {
 }
 
 // fastStreamPiece reads exactly {"job_id":"ID","offset":N,"stream":"S",
-// "data_b64":"B64"} with plain strings and digits; false for anything
-// else.
+// "data_b64":"B64"} or {"job_id":"ID","offset":N,"stream":"S",
+// "data_len":N} (no Data: the bytes follow the line) with plain strings
+// and digits; false for anything else.
 func fastStreamPiece(b []byte) (StreamPiece, bool) {
 	var p StreamPiece
 	rest, ok := bytes.CutPrefix(b, []byte(`{"job_id":`))
@@ -160,7 +161,16 @@ func fastStreamPiece(b []byte) (StreamPiece, bool) {
 	if !ok {
 		return p, false
 	}
-	rest, ok = bytes.CutPrefix(rest[i:], []byte(`,"data_b64":"`))
+	rest = rest[i:]
+	if digits, ok := bytes.CutPrefix(rest, []byte(`,"data_len":`)); ok {
+		// A binary piece's line (AppendStreamPieceRaw): its bytes follow
+		// it, not in it.
+		if !plainLength(digits) {
+			return p, false
+		}
+		return StreamPiece{JobID: string(id), Offset: off, Stream: string(stream)}, true
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte(`,"data_b64":"`))
 	if !ok || len(rest) < 2 || rest[len(rest)-1] != '}' || rest[len(rest)-2] != '"' {
 		return p, false
 	}
@@ -174,4 +184,18 @@ func fastStreamPiece(b []byte) (StreamPiece, bool) {
 		return p, false
 	}
 	return StreamPiece{JobID: string(id), Offset: off, Stream: string(stream), Data: data[:m]}, true
+}
+
+// plainLength: b is "N}" exactly, N at most 9 digits without a leading 0.
+func plainLength(b []byte) bool {
+	n := len(b) - 1
+	if n < 1 || n > 9 || b[n] != '}' || (n > 1 && b[0] == '0') {
+		return false
+	}
+	for _, c := range b[:n] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -31,6 +31,7 @@ func TestStreamPieceRoundTrip(t *testing.T) {
 func FuzzDecodeStreamPiece(f *testing.F) {
 	f.Add([]byte(`{"job_id":"j-1","offset":12,"stream":"stdout","data_b64":"aGkK"}`), int64(3), "stdout")
 	f.Add([]byte(`{"job_id":"j-1","offset":0}`), int64(0), "")
+	f.Add([]byte(`{"job_id":"j-1","offset":7,"stream":"stdout","data_len":65536}`), int64(7), "stdout")
 	f.Add([]byte(`{"job_id":"j-1","offset":5,"gap":3,"reason":"behind"}`), int64(5), "stderr")
 	f.Fuzz(func(t *testing.T, b []byte, off int64, stream string) {
 		if fast, ok := fastStreamPiece(b); ok {
@@ -56,6 +57,18 @@ func FuzzDecodeStreamPiece(f *testing.F) {
 		got, err := DecodeStreamPiece(AppendStreamPiece(nil, &p))
 		if err != nil || got.Offset != p.Offset || !bytes.Equal(got.Data, p.Data) {
 			t.Fatalf("%+v read back as %+v (%v)", p, got, err)
+		}
+		// A binary piece's line: no data in it, the rest as written.
+		line := AppendStreamPieceRaw(nil, &p)
+		got, err = DecodeStreamPiece(line)
+		var want struct { // as sent: invalid UTF-8 as U+FFFD
+			JobID  string `json:"job_id"`
+			Stream string `json:"stream"`
+		}
+		_ = json.Unmarshal(AppendStreamPiece(nil, &StreamPiece{JobID: p.JobID, Stream: p.Stream}), &want)
+		if n, raw, _ := RawDataLen(line); err != nil || got.JobID != want.JobID || got.Offset != p.Offset ||
+			got.Stream != want.Stream || got.Data != nil || raw != (p.Stream != "") || n != len(p.Data) && raw {
+			t.Fatalf("%+v: raw line %q read back as %+v (%v)", p, line, got, err)
 		}
 	})
 }

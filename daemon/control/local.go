@@ -122,7 +122,18 @@ func (c *localCall) Respond(result any) {
 	if !c.answered.CompareAndSwap(false, true) {
 		return
 	}
-	b, err := json.Marshal(result)
+	var b []byte
+	var err error
+	if a, ok := result.(wire.JSONAppender); ok {
+		// In one pass, as the socket writes it (json.Marshal would check
+		// and compact a record's megabyte of output again).
+		if sz, ok := result.(wire.JSONSizer); ok {
+			b = make([]byte, 0, sz.JSONSize())
+		}
+		b = a.AppendJSON(b)
+	} else {
+		b, err = json.Marshal(result)
+	}
 	if err != nil {
 		c.err = fmt.Errorf("encoding the answer of %s: %w", c.method, err)
 	} else {

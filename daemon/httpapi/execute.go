@@ -408,7 +408,7 @@ func (s *Server) wait(ctx context.Context, id string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = s.call(ctx, "job.wait", map[string]any{"id": id}, nil)
+		_ = s.call(ctx, "job.wait", map[string]any{"id": id, "output": false}, nil)
 	}()
 	return done
 }
