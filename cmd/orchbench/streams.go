@@ -124,6 +124,10 @@ func runStreams(b *bench) error {
 		// toReader: its client writes a pipe orchbench reads, not
 		// /dev/null; its baseline's last cat does too (a hop more).
 		toReader bool
+		// tcp: its last hop is TCP on loopback; also compared with the
+		// relay whose last hop is too (tcpPairs).
+		tcp      bool
+		tcpPairs []float64
 		rates    []float64
 		pairs    []float64
 		cpus     []float64
@@ -138,21 +142,27 @@ func runStreams(b *bench) error {
 			once: func() (time.Duration, time.Duration, error) {
 				t, err := execStreamFrames(addr, key, n)
 				return t, 0, err
-			}},
+			}, tcp: true},
 		{name: "logs", metric: fmt.Sprintf("`logs -f` of a job writing `head -c %s /dev/zero`, into a pipe read at full speed", fmtBytes(float64(n))),
 			once: func() (time.Duration, time.Duration, error) { return logsFollowed(b, d, n) }, toReader: true},
 	}
-	var relays, readRelays, heads []float64
+	var relays, readRelays, tcpRelays, heads []float64
 	relayOnce := func() error {
-		t, err := relayed(n, false)
+		t, err := relayed(n, false, false)
 		if err != nil {
 			return fmt.Errorf("relay baseline: %w", err)
 		}
 		relays = append(relays, float64(n)/t.Seconds())
-		if t, err = relayed(n, true); err != nil {
+		if t, err = relayed(n, true, false); err != nil {
 			return fmt.Errorf("relay baseline into a pipe: %w", err)
 		}
 		readRelays = append(readRelays, float64(n)/t.Seconds())
+		// Not a target's baseline: how much of /execute/stream's ratio is
+		// its last hop being TCP on loopback, not a unix socket.
+		if t, err = relayed(n, false, true); err != nil {
+			return fmt.Errorf("relay baseline over TCP: %w", err)
+		}
+		tcpRelays = append(tcpRelays, float64(n)/t.Seconds())
 		return nil
 	}
 	wayOnce := func(w *way) error {
@@ -191,6 +201,9 @@ func runStreams(b *bench) error {
 				base = readRelays
 			}
 			w.pairs = append(w.pairs, w.rates[len(w.rates)-1]/base[len(base)-1])
+			if w.tcp {
+				w.tcpPairs = append(w.tcpPairs, w.rates[len(w.rates)-1]/tcpRelays[len(tcpRelays)-1])
+			}
 		}
 		t, err := timed("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 		if err != nil {
@@ -216,6 +229,13 @@ func runStreams(b *bench) error {
 			b.add(Row{Metric: "… against head alone", N: trials,
 				Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
 				Baseline: fmt.Sprintf("%.0f MB/s (head alone)", h/1e6), BaselineValue: &h, Ratio: ratio, RatioValue: rv})
+		}
+		if w.tcp {
+			tb := median(sorted(tcpRelays))
+			b.add(Row{Metric: "… against the relay whose last hop is TCP on 127.0.0.1 (not a target: what the unix sockets' baseline asks of TCP)", N: trials,
+				Orchestrd: fmt.Sprintf("%.0f MB/s", r/1e6), Value: r, Unit: "B/s",
+				Baseline: fmt.Sprintf("%.0f MB/s (head | cat, cat, cat over a pipe, a unix socket and a TCP connection)", tb/1e6), BaselineValue: &tb,
+				Ratio: fmt.Sprintf("%.0f%% (paired: %s)", 100*median(sorted(w.tcpPairs)), pctList(w.tcpPairs)), RatioValue: floatp(median(sorted(w.tcpPairs)))})
 		}
 		b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
 			Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
@@ -337,12 +357,16 @@ func sorted(xs []float64) []float64 { sort.Float64s(xs); return xs }
 // process reads at full speed (as logs -f's row reads its client). It
 // returns the wall time from the first start to the last exit (and the
 // last byte read).
-func relayed(n int64, toReader bool) (time.Duration, error) {
+func relayed(n int64, toReader, tcpLast bool) (time.Duration, error) {
 	a, err := socketPair()
 	if err != nil {
 		return 0, err
 	}
-	bb, err := socketPair()
+	pair := socketPair
+	if tcpLast {
+		pair = tcpPair
+	}
+	bb, err := pair()
 	if err != nil {
 		a[0].Close()
 		a[1].Close()
@@ -418,6 +442,36 @@ func socketPair() ([2]*os.File, error) {
 		return [2]*os.File{}, err
 	}
 	return [2]*os.File{os.NewFile(uintptr(fds[0]), "relay0"), os.NewFile(uintptr(fds[1]), "relay1")}, nil
+}
+
+// tcpPair is a connected pair of TCP sockets on 127.0.0.1 (blocking, as
+// a cat's stdin and stdout are).
+func tcpPair() ([2]*os.File, error) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return [2]*os.File{}, err
+	}
+	defer ln.Close()
+	c0, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		return [2]*os.File{}, err
+	}
+	defer c0.Close()
+	c1, err := ln.AcceptTCP()
+	if err != nil {
+		return [2]*os.File{}, err
+	}
+	defer c1.Close()
+	f0, err := c0.File()
+	if err != nil {
+		return [2]*os.File{}, err
+	}
+	f1, err := c1.File()
+	if err != nil {
+		f0.Close()
+		return [2]*os.File{}, err
+	}
+	return [2]*os.File{f0, f1}, nil
 }
 
 // stalledStream starts an /execute/stream of head -c size /dev/zero and
