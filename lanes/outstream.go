@@ -90,12 +90,12 @@ type chunkBuf struct {
 	whole []byte
 }
 
-// chunkPool holds routed chunks' buffers: in classes from 8 KiB to 256
+// chunkPool holds routed chunks' buffers: in classes from 8 KiB to 512
 // KiB (lanes/runner's largest chunk), each twice the last, so a buffer is
 // at most twice the chunk it holds and a stalled reader's retained bytes
 // cost at most twice their size; a smaller chunk gets a buffer of its own
 // size. A few of each class are kept once a burst is over.
-var chunkPool = bufpool.New(chunkPoolMin, 256<<10, 8)
+var chunkPool = bufpool.New(chunkPoolMin, 512<<10, 8)
 
 const chunkPoolMin = 8 << 10
 

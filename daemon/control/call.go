@@ -123,7 +123,7 @@ func (c *Call) PushRaw(event string, data, raw []byte, taken func(ok bool)) {
 
 // Buffers of pushed lines: a streamed job's lines are up to a piece of
 // output in base64 (about 90 KiB) or as it is (a binary piece: up to a
-// runner's 256 KiB chunk and its line); larger ones are not kept, nor
+// runner's 512 KiB chunk and its line); larger ones are not kept, nor
 // more than a few of each size once a burst is over.
 var linePool = bufpool.New(4<<10, 512<<10, 4)
 

@@ -773,13 +773,19 @@ func growPipe(f *os.File) {
 	})
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, rawChunkMax); return &b }}
+// Read buffers of the pumps: small ones to start with, large ones for a
+// job writing at full speed (smallChunk).
+var (
+	smallBufPool = sync.Pool{New: func() any { b := make([]byte, smallChunk); return &b }}
+	bufPool      = sync.Pool{New: func() any { b := make([]byte, rawChunkMax); return &b }}
+)
 
 // pump reads one output pipe until EOF (or the drain deadline), streaming
 // all of it and collecting up to the job's output cap.
 func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
-	bp := bufPool.Get().(*[]byte)
-	buf := (*bp)[:j.r.chunk]
+	pool := &smallBufPool
+	bp := pool.Get().(*[]byte)
+	buf := (*bp)[:min(smallChunk, j.r.chunk)]
 	reading := &j.reading[0]
 	if s == wire.Stderr {
 		reading = &j.reading[1]
@@ -790,13 +796,19 @@ func (j *job) pump(f *os.File, s wire.Stream, done chan<- struct{}) {
 		n, err := f.Read(buf)
 		reading.Store(false)
 		if n > 0 {
-			j.emit(s, buf[:n])
+			j.emit(s, buf[:n]) // sent (or copied) before it returns
 		}
 		if err != nil {
 			break
 		}
+		if n == len(buf) && pool == &smallBufPool && j.r.chunk > len(buf) {
+			pool.Put(bp)
+			pool = &bufPool
+			bp = pool.Get().(*[]byte)
+			buf = (*bp)[:j.r.chunk]
+		}
 	}
-	bufPool.Put(bp)
+	pool.Put(bp)
 	done <- struct{}{}
 }
 
