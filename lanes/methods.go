@@ -222,7 +222,7 @@ func (m *Manager) waitMethod(call api.Call) {
 		w.mu.Unlock()
 		return
 	}
-	w.stopWait, w.published = stop, true
+	w.stopWait, w.registered = stop, true
 	if p.TimeoutMs > 0 {
 		w.timer = time.AfterFunc(time.Duration(p.TimeoutMs)*time.Millisecond, w.timedOut)
 	}
@@ -238,11 +238,11 @@ type pendingWait struct {
 	timeoutMs uint64
 	noOutput  bool // answer without the output (waitParams.Output)
 
-	mu        sync.Mutex
-	over      bool   // answered or cancelled
-	stopWait  func() // the store's cancel
-	published bool   // the job's end is not known yet: finished is called by whoever publishes it
-	timer     *time.Timer
+	mu         sync.Mutex
+	over       bool   // answered or cancelled
+	stopWait   func() // the store's cancel
+	registered bool   // the wait is the store's: finished comes from whoever publishes the end
+	timer      *time.Timer
 }
 
 // cancel stops what is pending: the store's wait and the timer.
@@ -266,7 +266,7 @@ func (w *pendingWait) cancel() {
 func (w *pendingWait) finished(rec api.JobRecord) {
 	w.mu.Lock()
 	w.over = true
-	t, later := w.timer, w.published
+	t, later := w.timer, w.registered
 	w.mu.Unlock()
 	if t != nil {
 		t.Stop()
