@@ -79,6 +79,10 @@ type Manager struct {
 	forced   bool                      // Force was called: executors are killed, not asked
 	live     map[string]api.TaskRecord // tasks not finished, or finished and not yet committed
 	waiters  map[string][]func(api.TaskRecord)
+	// committing: tasks whose end is being written to the store; their
+	// waiters hear of it once it is (what they read next, a session's
+	// agent session and tokens, is the store's).
+	committing map[string]bool
 	// sdk is the agent session id each session's last task ended in,
 	// while a task of that session is live or its end was committed
 	// less than sdkKeep ago (the store has it after): the next task
@@ -195,7 +199,8 @@ func Start(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, sys: opts.System, bus: opts.Bus, log: opts.Log, pools: map[string]*poolHandle{},
 		live: map[string]api.TaskRecord{}, sdk: map[string]sdkEntry{}, waiters: map[string][]func(api.TaskRecord){}, terms: map[string]*terminal{},
-		env: opts.Environ, usage: newUsageSampler(opts.UsageSampleEvery)}
+		committing: map[string]bool{},
+		env:        opts.Environ, usage: newUsageSampler(opts.UsageSampleEvery)}
 	m.idPre = api.RandomHex(3) + "-"
 	if m.env == nil {
 		m.env = os.Environ()
@@ -383,10 +388,32 @@ func (m *Manager) finished(rec api.TaskRecord) {
 	m.live[rec.ID] = rec
 	ws := m.waiters[rec.ID]
 	delete(m.waiters, rec.ID)
+	delete(m.committing, rec.ID)
 	m.mu.Unlock()
 	for _, w := range ws {
 		w(rec)
 	}
+}
+
+// ending keeps a task's end in memory while the store commits it: its
+// record is the ended one, its waiters wait for finished.
+func (m *Manager) ending(rec api.TaskRecord) {
+	m.mu.Lock()
+	m.live[rec.ID] = rec
+	m.committing[rec.ID] = true
+	m.mu.Unlock()
+}
+
+// ended reports whether rec, a task's record as read, is its end as the
+// store has it (or will have it without a wait): a waiter is answered at
+// once only then.
+func (m *Manager) ended(rec api.TaskRecord) bool {
+	if !rec.State.Terminal() {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.committing[rec.ID]
 }
 
 // sdkEnded records the agent session a task of session ended in.

@@ -202,7 +202,7 @@ func (m *Manager) wait(id string, f func(api.TaskRecord)) {
 	m.mu.Lock()
 	rec, ok := m.live[id]
 	switch {
-	case ok && rec.State.Terminal():
+	case ok && rec.State.Terminal() && !m.committing[id]:
 		m.mu.Unlock()
 		f(rec)
 		return
@@ -241,7 +241,7 @@ func (m *Manager) waitMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	if rec.State.Terminal() {
+	if m.ended(rec) {
 		call.Respond(map[string]any{"task": rec})
 		return
 	}
@@ -369,7 +369,7 @@ func (m *Manager) Wait(id string, f func(api.TaskRecord)) error {
 	if err != nil {
 		return err
 	}
-	if rec.State.Terminal() {
+	if m.ended(rec) {
 		f(rec)
 		return nil
 	}

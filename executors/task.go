@@ -253,7 +253,8 @@ func (t *taskActor) finish(c *actors.Context) {
 	if t.rec.SDKSessionID != "" {
 		m.sdkEnded(t.rec.SessionID, t.rec.SDKSessionID)
 	}
-	m.finished(t.rec)
+	// Its waiters hear of the end once it is committed (record's done).
+	m.ending(t.rec)
 	t.record("finished")
 	// The pool stops this actor: its Terminated then always follows the
 	// pool's taskDone, and one that comes first means a failed actor.
@@ -269,6 +270,7 @@ func (t *taskActor) record(what string) {
 			m.opts.Logger.Error().Err(err).Str("task", rec.ID).Msg("recording the task " + what)
 		}
 		if what == "finished" {
+			m.finished(rec)
 			m.forget(rec.ID)
 			m.sdkCommitted()
 		}
