@@ -1,18 +1,11 @@
 package executors
 
 import (
-	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/orchestrd/orchestrd/actors"
 	"github.com/orchestrd/orchestrd/api"
-	"github.com/orchestrd/orchestrd/internal/daemonrun"
-	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
 // gatedLog is memLog whose TaskFinished commits (calls done) only once
@@ -39,45 +32,14 @@ func (l *gatedLog) TaskFinished(t api.TaskRecord, done func(error)) error {
 // store has it, not before: what a client reads next (session.get's
 // agent session and tokens) is the store's.
 func TestTaskWaitAnsweredOnceCommitted(t *testing.T) {
-	te := filepath.Join(t.TempDir(), "testexecutor")
-	if err := daemonrun.Build("..", "./internal/testexecutor", te); err != nil {
-		t.Fatal(err)
-	}
-	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
-	cfg := DefaultPool()
-	cfg.Command = []string{te}
-	home := t.TempDir()
 	log := &gatedLog{memLog: &memLog{}, gate: make(chan struct{}), finishing: make(chan string, 1)}
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			close(log.gate)
-		}
-	}
-	defer log.wg.Wait()
-	defer open()
-	m, err := Start(Options{Pools: map[string]PoolConfig{"p": cfg}, Home: home, Bus: bus, System: sys,
-		Logger: zerolog.Nop(), Log: log, Permissions: panicky{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		open()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	methods := mux{}
-	m.Register(methods)
+	var once sync.Once
+	open := func() { once.Do(func() { close(log.gate) }) }
+	// Cleanups run last first: the gate opens, then the manager stops,
+	// then the gated commits are waited for.
+	t.Cleanup(log.wg.Wait)
+	m, methods, home := startTestPool(t, log)
+	t.Cleanup(open)
 
 	var r struct {
 		TaskID string `json:"task_id"`

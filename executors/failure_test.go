@@ -115,6 +115,43 @@ func (c *fakeCall) wait(t *testing.T, v any) {
 	}
 }
 
+// startTestPool starts a Manager with one pool "p" of the test executor,
+// recording in log, its actors and bus of its own: the manager, its
+// methods and its home. The manager is shut down when the test ends
+// (before, first, the cleanups registered after this).
+func startTestPool(t *testing.T, log Log) (*Manager, mux, string) {
+	t.Helper()
+	te := filepath.Join(t.TempDir(), "testexecutor")
+	if err := daemonrun.Build("..", "./internal/testexecutor", te); err != nil {
+		t.Fatal(err)
+	}
+	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close() })
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	t.Cleanup(sys.Shutdown)
+	cfg := DefaultPool()
+	cfg.Command = []string{te}
+	home := t.TempDir()
+	m, err := Start(Options{Pools: map[string]PoolConfig{"p": cfg}, Home: home, Bus: bus, System: sys,
+		Logger: zerolog.Nop(), Log: log, Permissions: panicky{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	methods := mux{}
+	m.Register(methods)
+	return m, methods, home
+}
+
 // mux is an api.Mux that keeps the handlers.
 type mux map[string]api.Handler
 
@@ -131,34 +168,7 @@ func (m mux) do(t *testing.T, method string, params, result any) {
 // that process, each said in task.finished, and nothing else: the pool
 // starts a new executor and runs the next task.
 func TestActorFailures(t *testing.T) {
-	te := filepath.Join(t.TempDir(), "testexecutor")
-	if err := daemonrun.Build("..", "./internal/testexecutor", te); err != nil {
-		t.Fatal(err)
-	}
-	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
-	cfg := DefaultPool()
-	cfg.Command = []string{te}
-	home := t.TempDir()
-	m, err := Start(Options{Pools: map[string]PoolConfig{"p": cfg}, Home: home, Bus: bus, System: sys,
-		Logger: zerolog.Nop(), Log: &memLog{}, Permissions: panicky{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	methods := mux{}
-	m.Register(methods)
+	_, methods, home := startTestPool(t, &memLog{})
 
 	run := func(prompt string) api.TaskRecord {
 		t.Helper()
