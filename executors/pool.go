@@ -374,9 +374,16 @@ func (p *pool) terminated(c *actors.Context, who actors.Ref) {
 			rec.Error = &api.TaskError{Code: api.TaskErrActorFailed, Message: "the daemon's actor of this task failed (see the actor.panicked event); its executor was killed"}
 			m.bus.Emit(TaskFinished{TaskID: id, SessionID: rec.SessionID, Executor: p.ps.h.name, State: rec.State,
 				Error: rec.Error, MessageCount: rec.MessageCount})
-			m.finished(rec)
-			if err := m.log.TaskFinished(rec, func(error) { m.forget(id) }); err != nil {
+			// Its waiters hear of the end once it is committed, as a
+			// task's own end.
+			m.ending(rec)
+			committed := func(error) {
+				m.finished(rec)
+				m.forget(id)
+			}
+			if err := m.log.TaskFinished(rec, committed); err != nil {
 				m.opts.Logger.Error().Err(err).Str("task", id).Msg("recording the task finished")
+				committed(err)
 			}
 			for _, in := range p.insts {
 				if in.task == id {
