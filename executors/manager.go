@@ -404,6 +404,21 @@ func (m *Manager) ending(rec api.TaskRecord) {
 	m.mu.Unlock()
 }
 
+// recordEnd writes the end of a task the daemon ended itself (its actor
+// failed, or could not start): its waiters hear of it once it is
+// committed, as of a task's own end (taskActor.finish).
+func (m *Manager) recordEnd(rec api.TaskRecord) {
+	m.ending(rec)
+	committed := func(error) {
+		m.finished(rec)
+		m.forget(rec.ID)
+	}
+	if err := m.log.TaskFinished(rec, committed); err != nil {
+		m.opts.Logger.Error().Err(err).Str("task", rec.ID).Msg("recording the task finished")
+		committed(err)
+	}
+}
+
 // ended reports whether rec, a task's record as read, is its end as the
 // store has it (or will have it without a wait): a waiter is answered at
 // once only then.

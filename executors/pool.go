@@ -374,17 +374,7 @@ func (p *pool) terminated(c *actors.Context, who actors.Ref) {
 			rec.Error = &api.TaskError{Code: api.TaskErrActorFailed, Message: "the daemon's actor of this task failed (see the actor.panicked event); its executor was killed"}
 			m.bus.Emit(TaskFinished{TaskID: id, SessionID: rec.SessionID, Executor: p.ps.h.name, State: rec.State,
 				Error: rec.Error, MessageCount: rec.MessageCount})
-			// Its waiters hear of the end once it is committed, as a
-			// task's own end.
-			m.ending(rec)
-			committed := func(error) {
-				m.finished(rec)
-				m.forget(id)
-			}
-			if err := m.log.TaskFinished(rec, committed); err != nil {
-				m.opts.Logger.Error().Err(err).Str("task", id).Msg("recording the task finished")
-				committed(err)
-			}
+			m.recordEnd(rec)
 			for _, in := range p.insts {
 				if in.task == id {
 					c.Send(in.ref, finishNow{taskID: id, state: api.TaskFailed, kill: "task " + id + ": its actor failed"})
@@ -408,7 +398,7 @@ func (p *pool) queueTask(c *actors.Context, m queueTask) {
 		rec.State, rec.FinishedAt = api.TaskFailed, &now
 		rec.Error = &api.TaskError{Code: api.TaskErrStartFailed, Message: "starting the task's actor: " + err.Error()}
 		p.ps.m.bus.Emit(TaskFinished{TaskID: id, SessionID: rec.SessionID, Executor: p.ps.h.name, State: rec.State, Error: rec.Error})
-		p.ps.m.finished(rec)
+		p.ps.m.recordEnd(rec)
 		return
 	}
 	q := &queued{id: id, ref: ref}
