@@ -317,3 +317,65 @@ func TestOutputRawFrames(t *testing.T) {
 		t.Fatalf("stdout %d bytes, stderr %d bytes: not the same bytes, or not all", len(stdout), stderr.Len())
 	}
 }
+
+// A runner sending OutputRaw frames asks for a send buffer that holds a
+// whole chunk and more (sockSendBuffer): with the daemon not reading and a
+// job writing at full speed, its socket holds well over the default 208
+// KiB once the job is blocked on its pipe.
+func TestOutputRawSocketBuffer(t *testing.T) {
+	if b, _ := os.ReadFile("/proc/sys/net/core/wmem_max"); func() int { n, _ := strconv.Atoi(strings.TrimSpace(string(b))); return n }() < sockSendBuffer {
+		t.Skipf("net.core.wmem_max is %s: a send buffer of %d bytes cannot be had", strings.TrimSpace(string(b)), sockSendBuffer)
+	}
+	a := creditAck(1, 8<<20)
+	a.Config.OutputRaw = true
+	d := startRunner(t, a)
+	d.send(wire.TypeJob, wire.Job{JobID: "f", Command: "echo $$ >&2; exec head -c 16777216 /dev/zero"})
+	if !d.jobAck("f").Accepted {
+		t.Fatal("not accepted")
+	}
+	pid := 0
+	for pid == 0 {
+		f := d.expect("f's pid", func(f rawFrame) bool { return f.t == wire.TypeOutputRaw })
+		if c, err := wire.DecodeOutputRaw(f.p); err == nil && c.Stream == wire.Stderr {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
+		}
+	}
+	d.gate.Lock()
+	gated := true
+	defer func() {
+		if gated {
+			d.gate.Unlock()
+		}
+	}()
+	// Blocked on its pipe, its writes counted no further: the runner
+	// has filled the socket as far as its buffer lets it.
+	last := ""
+	for deadline := time.Now().Add(waitFor); ; {
+		w := procLine(pid, "io", "wchar")
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		if strings.Contains(string(wchan), "pipe_write") && w == last {
+			break
+		}
+		last = w
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is not blocked: wchan %q, wchar %s", wchan, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rc, err := d.conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unread := 0
+	_ = rc.Control(func(fd uintptr) { unread, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unread < 768<<10 {
+		t.Fatalf("the socket holds %d bytes the daemon has not read: the runner's send buffer is the default's", unread)
+	}
+	d.gate.Unlock()
+	gated = false
+	d.send(wire.TypeCancel, wire.Cancel{JobID: "f", Force: true})
+	d.expect("f's result", func(f rawFrame) bool { return f.t == wire.TypeResult })
+}
