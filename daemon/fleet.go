@@ -44,9 +44,8 @@ func startFleet(cfg fleet.Config, id *fleet.Identity, home string, mgr *lanes.Ma
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	f, err := fleet.Start(ctx, fleet.Options{Config: cfg, Home: home, Local: fleetLocal{mgr}, Bus: bus, Logger: log, Identity: id})
+	// fleet.Start is bounded by [cluster] start_timeout.
+	f, err := fleet.Start(context.Background(), fleet.Options{Config: cfg, Home: home, Local: fleetLocal{mgr}, Bus: bus, Logger: log, Identity: id})
 	if err != nil {
 		return nil, fmt.Errorf("starting the fleet ([cluster]): %w", err)
 	}

@@ -43,6 +43,10 @@ type Config struct {
 	// Heartbeat: a node is lost after this long without a heartbeat;
 	// default 5s. Heartbeats go every Heartbeat/5.
 	Heartbeat api.Duration `toml:"heartbeat"`
+	// StartTimeout bounds the daemon's start of the fleet (connecting,
+	// the streams and buckets, the first heartbeat); default 1m (under
+	// systemd's 90 s start timeout).
+	StartTimeout api.Duration `toml:"start_timeout"`
 	// Replicas of the fleet's streams and buckets; default
 	// min(3, 1 + the routes that are not this node) embedded, 1 external.
 	Replicas int `toml:"replicas"`
@@ -53,6 +57,9 @@ const (
 	DefaultListen        = "127.0.0.1:4222"
 	DefaultClusterListen = "127.0.0.1:6222"
 	DefaultHeartbeat     = 5 * time.Second
+	DefaultStartTimeout  = time.Minute
+	minStartTimeout      = time.Second
+	maxStartTimeout      = 30 * time.Minute
 	CredentialsFile      = "cluster.creds"
 	minHeartbeat         = 100 * time.Millisecond
 	maxHeartbeat         = 10 * time.Minute
@@ -133,6 +140,9 @@ func (c *Config) Validate() error {
 	if d := c.Heartbeat.Duration; d != 0 && (d < minHeartbeat || d > maxHeartbeat) {
 		return bad("heartbeat", "%v: want %v to %v", d, minHeartbeat, maxHeartbeat)
 	}
+	if d := c.StartTimeout.Duration; d != 0 && (d < minStartTimeout || d > maxStartTimeout) {
+		return bad("start_timeout", "%v: want %v to %v", d, minStartTimeout, maxStartTimeout)
+	}
 	if c.Replicas < 0 || c.Replicas > maxReplicas {
 		return bad("replicas", "%d: want 1 to %d (0: the default)", c.Replicas, maxReplicas)
 	}
@@ -150,6 +160,9 @@ func (c Config) withDefaults(home string) Config {
 	}
 	if c.Heartbeat.Duration == 0 {
 		c.Heartbeat.Duration = DefaultHeartbeat
+	}
+	if c.StartTimeout.Duration == 0 {
+		c.StartTimeout.Duration = DefaultStartTimeout
 	}
 	if c.URL == "" {
 		if c.Listen == "" {

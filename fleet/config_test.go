@@ -55,6 +55,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Enabled: true, Heartbeat: api.Duration{Duration: time.Millisecond}}, "heartbeat"},
 		{Config{Enabled: true, Heartbeat: api.Duration{Duration: -time.Second}}, "heartbeat"},
 		{Config{Enabled: true, Heartbeat: api.Duration{Duration: time.Hour}}, "heartbeat"},
+		{Config{Enabled: true, StartTimeout: api.Duration{Duration: time.Millisecond}}, "start_timeout"},
+		{Config{Enabled: true, StartTimeout: api.Duration{Duration: time.Hour}}, "start_timeout"},
 		{Config{Enabled: true, Replicas: 9}, "replicas"},
 		{Config{Enabled: true, TLSCert: "c.pem"}, "tls_cert"},
 	}

@@ -71,7 +71,6 @@ const (
 	submitsInFlight = 256
 	opTimeout       = 5 * time.Second
 	stepTimeout     = 4 * opTimeout // a read's step, its retries included (readOutput)
-	startTimeout    = 2 * time.Minute
 	endRetryFor     = 30 * time.Second
 	republishEvery  = 250 * time.Millisecond // a failed output piece, again
 	// pieceAckWait: an output piece not acknowledged this long after its
@@ -278,7 +277,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	} else {
 		f.mode, f.url = "external", redactURL(cfg.URL)
 	}
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout.Duration)
 	defer cancel()
 	if err := f.connect(sctx); err != nil {
 		return nil, err

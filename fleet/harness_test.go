@@ -372,7 +372,7 @@ func startClusterWith(t *testing.T, hb time.Duration, r *runs, mod func(*Config)
 		n := &testNode{name: name, local: newFakeLocal(name, sp.lanes, sp.slots, r), bus: bus, ev: rec, home: home}
 		nodes[i] = n
 		cfg := Config{Enabled: true, Name: name, Listen: "127.0.0.1:0", ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			Routes: routes, Credentials: creds[name], Heartbeat: api.Duration{Duration: hb}}
+			Routes: routes, Credentials: creds[name], Heartbeat: api.Duration{Duration: hb}, StartTimeout: api.Duration{Duration: testWait}}
 		if mod != nil {
 			mod(&cfg)
 		}
@@ -534,6 +534,9 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 	bus.Subscribe(nil, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
+	if cfg.StartTimeout.Duration == 0 {
+		cfg.StartTimeout.Duration = testWait
+	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	f, err := Start(ctx, Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log})
 	if err != nil {

@@ -176,6 +176,7 @@ func TestTLS(t *testing.T) {
 	defer bus.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
+	ycfg.StartTimeout.Duration = testWait
 	f, err := Start(ctx, Options{Config: ycfg, Home: filepath.Join(t.TempDir(), "y"), Local: newFakeLocal("y", nil, 0, r), Bus: bus, Logger: zerolog.Nop()})
 	if err == nil {
 		f.Close(ctx)

@@ -116,10 +116,15 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) 
 		fn.start(t)
 	}
 	for _, fn := range nodes {
-		fn.d.waitReady(readyTimeout)
+		fn.d.waitReady(fleetReadyTimeout)
 	}
 	return nodes
 }
+
+// fleetReadyTimeout is how long a fleet node may take to be ready: its
+// [cluster] start_timeout (fleetrun.ClusterTable's 4m), three daemons
+// and their NATS servers forming beside the whole suite on two cores.
+const fleetReadyTimeout = 4 * time.Minute
 
 // start launches the node's daemon without waiting for it.
 func (fn *fleetNode) start(t *testing.T) {
@@ -140,7 +145,7 @@ func (fn *fleetNode) restart(t *testing.T) {
 	t.Helper()
 	fn.d = newTestDaemon(t, fn.home)
 	fn.start(t)
-	fn.d.waitReady(readyTimeout)
+	fn.d.waitReady(fleetReadyTimeout)
 }
 
 type nodeInfo struct {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -499,5 +500,35 @@ func TestDaemonOutlivesTheThreadThatStartedIt(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(s.d.Err(), &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
 		t.Fatalf("the daemon exited %v, want killed by SIGTERM (SIGKILL: by the thread's end)", s.d.Err())
+	}
+}
+
+// ReadEvents passes over a line a crash cut short and stops at any other
+// line that is not JSON.
+func TestReadEventsTornLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		log   string
+		kinds []string
+		bad   bool
+	}{
+		{"{\"kind\":\"a\"}\n{\"ts\":\"2026-11-30T06:20:44.65Z\"\n{\"kind\":\"b\"}\n{\"kind\":\"c\"", []string{"a", "b"}, false},
+		{"{\"kind\":\"a\"}\n{\"kind\":\"a\",\"x\":[1,\n{\"kind\":\"b\"}\n", []string{"a", "b"}, false},
+		{"{\"kind\":\"a\"}\n{\"kind\":\"a\"}}\n{\"kind\":\"b\"}\n", []string{"a"}, true},
+		{"{\"kind\":\"a\"}\nnot json\n{\"kind\":\"b\"}\n", []string{"a"}, true},
+		{"{\"kind\":\"a\"}\n\"cut\n", []string{"a"}, true},
+	} {
+		p := filepath.Join(dir, "events.ndjson")
+		if err := os.WriteFile(p, []byte(c.log), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := ReadEvents(p)
+		var kinds []string
+		for _, e := range evs {
+			kinds = append(kinds, e["kind"].(string))
+		}
+		if (err != nil) != c.bad || !slices.Equal(kinds, c.kinds) {
+			t.Errorf("%q: %v (%v), want %v, an error %v", c.log, kinds, err, c.kinds, c.bad)
+		}
 	}
 }

@@ -3,14 +3,16 @@ package daemonrun
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 )
 
 // ReadEvents reads the complete lines of the event log at path (the daemon
-// may be in the middle of writing the last one), each decoded. A line that
-// is not JSON ends the reading: ReadEvents returns the events before it
-// and an error naming it.
+// may be in the middle of writing the last one), each decoded. A line a
+// crash cut short (a daemon killed while writing it; the next daemon starts
+// on a new line) is passed over; any other line that is not JSON ends the
+// reading: ReadEvents returns the events before it and an error naming it.
 func ReadEvents(path string) ([]map[string]any, error) {
 	lines, err := completeLines(path)
 	if err != nil {
@@ -20,6 +22,9 @@ func ReadEvents(path string) ([]map[string]any, error) {
 	for _, line := range lines {
 		var m map[string]any
 		if err := json.Unmarshal(line, &m); err != nil {
+			if cutShort(line, err) {
+				continue
+			}
 			return out, fmt.Errorf("bad event line %q: %w", line, err)
 		}
 		out = append(out, m)
@@ -65,4 +70,12 @@ func completeLines(path string) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// cutShort: err, line's decoding error, says the line is the beginning of
+// a JSON object that ends too soon (what a crash leaves), not a bad one.
+func cutShort(line []byte, err error) bool {
+	var se *json.SyntaxError
+	return len(line) > 0 && line[0] == '{' && errors.As(err, &se) && se.Offset == int64(len(line)) &&
+		se.Error() == "unexpected end of JSON input"
 }

@@ -50,12 +50,12 @@ func ClusterTable(name string, client, route int, routes []int, url string) stri
 		if strings.Contains(url, ",") {
 			replicas = 3
 		}
-		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nreplicas = %d\nheartbeat = \"2s\"\n", name, url, replicas)
+		return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nurl = %q\nreplicas = %d\nheartbeat = \"2s\"\nstart_timeout = \"4m\"\n", name, url, replicas)
 	}
 	var rs []string
 	for _, p := range routes {
 		rs = append(rs, strconv.Quote(fmt.Sprintf("nats-route://127.0.0.1:%d", p)))
 	}
-	return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nlisten = \"127.0.0.1:%d\"\ncluster_listen = \"127.0.0.1:%d\"\nroutes = [%s]\nheartbeat = \"2s\"\n",
+	return fmt.Sprintf("[cluster]\nenabled = true\nname = %q\nlisten = \"127.0.0.1:%d\"\ncluster_listen = \"127.0.0.1:%d\"\nroutes = [%s]\nheartbeat = \"2s\"\nstart_timeout = \"4m\"\n",
 		name, client, route, strings.Join(rs, ", "))
 }
