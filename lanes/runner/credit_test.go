@@ -220,20 +220,7 @@ func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
 			d.gate.Unlock()
 		}
 	}()
-	last := ""
-	deadline := time.Now().Add(waitFor)
-	for {
-		w := procLine(aPid, "io", "wchar")
-		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", aPid))
-		if strings.Contains(string(wchan), "pipe_write") && w == last {
-			break
-		}
-		last = w
-		if time.Now().After(deadline) {
-			t.Fatalf("a not blocked: wchan %q, wchar %s", wchan, w)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitBlockedOnPipe(t, aPid)
 	// b writes all of its output into its pipe and ends; its shell may not
 	// have written its pid yet (a loaded machine).
 	bPid := 0
@@ -250,7 +237,7 @@ func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
 	if err := os.WriteFile(dir+"/go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(waitFor)
+	deadline := time.Now().Add(waitFor)
 	for unix.Kill(bPid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("b (pid %d) did not end", bPid)
@@ -347,21 +334,9 @@ func TestOutputRawSocketBuffer(t *testing.T) {
 			d.gate.Unlock()
 		}
 	}()
-	// Blocked on its pipe, its writes counted no further: the runner
-	// has filled the socket as far as its buffer lets it.
-	last := ""
-	for deadline := time.Now().Add(waitFor); ; {
-		w := procLine(pid, "io", "wchar")
-		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
-		if strings.Contains(string(wchan), "pipe_write") && w == last {
-			break
-		}
-		last = w
-		if time.Now().After(deadline) {
-			t.Fatalf("the job is not blocked: wchan %q, wchar %s", wchan, w)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Blocked on its pipe: the runner has filled the socket as far as its
+	// buffer lets it.
+	waitBlockedOnPipe(t, pid)
 	rc, err := d.conn.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -378,4 +353,23 @@ func TestOutputRawSocketBuffer(t *testing.T) {
 	gated = false
 	d.send(wire.TypeCancel, wire.Cancel{JobID: "f", Force: true})
 	d.expect("f's result", func(f rawFrame) bool { return f.t == wire.TypeResult })
+}
+
+// waitBlockedOnPipe waits until process pid is blocked writing a pipe, its
+// writes counted no further between two looks.
+func waitBlockedOnPipe(t *testing.T, pid int) {
+	t.Helper()
+	last := ""
+	for deadline := time.Now().Add(waitFor); ; {
+		w := procLine(pid, "io", "wchar")
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		if strings.Contains(string(wchan), "pipe_write") && w == last {
+			return
+		}
+		last = w
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not blocked on its pipe: wchan %q, wchar %s", pid, wchan, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
