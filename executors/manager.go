@@ -423,12 +423,14 @@ func (m *Manager) recordEnd(rec api.TaskRecord) {
 // store has it (or will have it without a wait): a waiter is answered at
 // once only then.
 func (m *Manager) ended(rec api.TaskRecord) bool {
-	if !rec.State.Terminal() {
-		return false
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.committing[rec.ID]
+	return m.endedLocked(rec)
+}
+
+// endedLocked is ended with m.mu held.
+func (m *Manager) endedLocked(rec api.TaskRecord) bool {
+	return rec.State.Terminal() && !m.committing[rec.ID]
 }
 
 // sdkEnded records the agent session a task of session ended in.

@@ -202,7 +202,7 @@ func (m *Manager) wait(id string, f func(api.TaskRecord)) {
 	m.mu.Lock()
 	rec, ok := m.live[id]
 	switch {
-	case ok && rec.State.Terminal() && !m.committing[id]:
+	case ok && m.endedLocked(rec):
 		m.mu.Unlock()
 		f(rec)
 		return
