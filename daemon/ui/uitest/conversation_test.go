@@ -188,7 +188,11 @@ func TestConversationHostile(t *testing.T) {
 	r := d.startCLI("prompt", "--executor", "scripted", "--verbose", "--cwd", d.home, "go")
 	id, _, _ := strings.Cut(r.stderrLine(t, "orchestrd: task "), ",")
 	tb.open("/ui/agents/tasks/" + id)
-	tb.waitJS("the permission request in the conversation", `!!document.querySelector("#messages li.msg-ask pre.cmd")`)
+	// The ask is the pending approval's, the calls before it the stored
+	// messages': a render can come between the two (the messages are
+	// committed in batches), and the page renders again as they come.
+	tb.waitJS("the three calls and the permission request in the conversation",
+		`document.querySelectorAll("#messages li.msg-tool").length === 3 && !!document.querySelector("#messages li.msg-ask pre.cmd")`)
 
 	var got struct {
 		Pwned                     bool
