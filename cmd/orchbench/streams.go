@@ -131,6 +131,7 @@ func runStreams(b *bench) error {
 		rates    []float64
 		pairs    []float64
 		cpus     []float64
+		runner   []float64
 		client   []float64
 	}
 	ways := []*way{
@@ -167,13 +168,16 @@ func runStreams(b *bench) error {
 	}
 	wayOnce := func(w *way) error {
 		c0, _ := procCPU(d.pid())
+		r0 := runnersCPU(d.pid())
 		t, cc, err := w.once()
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
 		}
 		c1, _ := procCPU(d.pid())
+		r1 := runnersCPU(d.pid())
 		w.rates = append(w.rates, float64(n)/t.Seconds())
 		w.cpus = append(w.cpus, float64(c1-c0)/float64(n>>20))
+		w.runner = append(w.runner, float64(r1-r0)/float64(n>>20))
 		if cc > 0 {
 			w.client = append(w.client, float64(cc)/float64(n>>20))
 		}
@@ -239,6 +243,9 @@ func runStreams(b *bench) error {
 		}
 		b.add(Row{Metric: "… daemon CPU per MiB moved", N: trials,
 			Orchestrd: fmt.Sprintf("%.0f µs", cpu/1e3), Value: cpu / 1e9, Unit: "s"})
+		rcpu := median(sorted(w.runner))
+		b.add(Row{Metric: "… runner CPU per MiB moved (the lane's runner, not its job)", N: trials,
+			Orchestrd: fmt.Sprintf("%.0f µs", rcpu/1e3), Value: rcpu / 1e9, Unit: "s"})
 		if len(w.client) > 0 {
 			ccpu := median(sorted(w.client))
 			b.add(Row{Metric: fmt.Sprintf("… client (`orchestrd %s`) CPU per MiB moved", w.name), N: trials,
@@ -564,4 +571,16 @@ func procHWM(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// runnersCPU is the CPU time of the daemon's children (the bench lane's
+// runner; its jobs are the runner's children, not counted).
+func runnersCPU(daemon int) time.Duration {
+	var total time.Duration
+	for _, p := range children(daemon) {
+		if c, err := procCPU(p); err == nil {
+			total += c
+		}
+	}
+	return total
 }

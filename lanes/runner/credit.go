@@ -68,8 +68,7 @@ func (r *runner) sendOutputRaw(c *wire.OutputChunk) {
 	}
 	bufs := net.Buffers{hdr, c.Chunk}
 	if _, err := bufs.WriteTo(r.conn); err != nil {
-		r.werr = fmt.Errorf("writing %s frame: %w", wire.TypeOutputRaw, err)
-		r.conn.Close()
+		_ = r.lostDaemon(fmt.Errorf("writing %s frame: %w", wire.TypeOutputRaw, err))
 	}
 }
 

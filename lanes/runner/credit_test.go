@@ -260,34 +260,77 @@ func TestOutputOfAnEndedJobIsNotCutWhileOnItsWay(t *testing.T) {
 	}
 }
 
+func rawAck(window uint64) *wire.HandshakeAck {
+	a := creditAck(1, window)
+	a.Config.OutputRaw = true
+	return a
+}
+
 // A daemon that sets OutputRaw gets a job's output as OutputRaw frames
 // (no JSON, no base64), every byte once, in order, within the window.
 func TestOutputRawFrames(t *testing.T) {
-	const window, total = 256 << 10, 3 << 20
-	a := creditAck(1, window)
-	a.Config.OutputRaw = true
-	d := startRunner(t, a)
+	d := startRunner(t, rawAck(256<<10))
 	if !strings.Contains(strings.Join(d.hs.Capabilities, " "), wire.CapOutputRaw) {
 		t.Fatalf("capabilities %v", d.hs.Capabilities)
 	}
-	d.send(wire.TypeJob, wire.Job{JobID: "r1", Command: fmt.Sprintf("head -c %d /dev/urandom | tee /dev/stderr", total)})
-	if !d.jobAck("r1").Accepted {
+	d.rawJob("r1", 3<<20)
+}
+
+// A daemon that closes its socket while the runner is in the middle of
+// writing a frame into it (the socket full, the job blocked on its pipe):
+// Run ends with the error and the job is killed.
+func TestOutputRawDaemonGoneMidFrame(t *testing.T) {
+	d := startRunner(t, rawAck(1<<40))
+	d.send(wire.TypeJob, wire.Job{JobID: "g", Command: "echo $$ >&2; exec cat /dev/zero"})
+	if !d.jobAck("g").Accepted {
+		t.Fatal("not accepted")
+	}
+	pid := 0
+	for pid == 0 {
+		f := d.expect("g's pid", func(f rawFrame) bool { return f.t == wire.TypeOutputRaw })
+		if c, err := wire.DecodeOutputRaw(f.p); err == nil && c.Stream == wire.Stderr {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
+		}
+	}
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	waitBlockedOnPipe(t, pid)
+	d.conn.Close()
+	if err := d.waitRun(); err == nil {
+		t.Fatal("Run returned nil after the daemon closed the socket")
+	} else {
+		t.Logf("Run: %v", err)
+	}
+	waitGone(t, pid)
+}
+
+// rawJob runs a job writing total random bytes to stdout and the same to
+// stderr, acknowledging its output as it comes, and checks every byte came
+// in OutputRaw frames, in order.
+func (d *fakeDaemon) rawJob(id string, total int) {
+	t := d.tb
+	t.Helper()
+	d.send(wire.TypeJob, wire.Job{JobID: id, Command: fmt.Sprintf("head -c %d /dev/urandom | tee /dev/stderr", total)})
+	if !d.jobAck(id).Accepted {
 		t.Fatal("not accepted")
 	}
 	var stdout []byte
 	var stderr bytes.Buffer
 	for {
-		f := d.expect("output of r1", func(f rawFrame) bool {
+		f := d.expect("output of "+id, func(f rawFrame) bool {
 			return f.t == wire.TypeOutputRaw || f.t == wire.TypeOutputChunk || f.t == wire.TypeResult
 		})
 		if f.t == wire.TypeResult {
+			if res := decode[wire.Result](t, f); res.Status != wire.StatusSuccess {
+				t.Fatalf("result %+v", res)
+			}
 			break
 		}
 		if f.t != wire.TypeOutputRaw {
 			t.Fatalf("a %s frame to a daemon that asked for OutputRaw", f.t)
 		}
 		c, err := wire.DecodeOutputRaw(f.p)
-		if err != nil || c.JobID != "r1" {
+		if err != nil || c.JobID != id {
 			t.Fatalf("OutputRaw %q: %v", c.JobID, err)
 		}
 		if len(c.Chunk) > rawChunkMax {
@@ -298,7 +341,7 @@ func TestOutputRawFrames(t *testing.T) {
 		} else {
 			stdout = append(stdout, c.Chunk...)
 		}
-		d.send(wire.TypeOutputAck, wire.OutputAck{JobID: "r1", Acked: uint64(len(stdout) + stderr.Len())})
+		d.send(wire.TypeOutputAck, wire.OutputAck{JobID: id, Acked: uint64(len(stdout) + stderr.Len())})
 	}
 	if len(stdout) != total || !bytes.Equal(stderr.Bytes(), stdout) {
 		t.Fatalf("stdout %d bytes, stderr %d bytes: not the same bytes, or not all", len(stdout), stderr.Len())
@@ -313,9 +356,7 @@ func TestOutputRawSocketBuffer(t *testing.T) {
 	if b, _ := os.ReadFile("/proc/sys/net/core/wmem_max"); func() int { n, _ := strconv.Atoi(strings.TrimSpace(string(b))); return n }() < sockSendBuffer {
 		t.Skipf("net.core.wmem_max is %s: a send buffer of %d bytes cannot be had", strings.TrimSpace(string(b)), sockSendBuffer)
 	}
-	a := creditAck(1, 8<<20)
-	a.Config.OutputRaw = true
-	d := startRunner(t, a)
+	d := startRunner(t, rawAck(8<<20))
 	d.send(wire.TypeJob, wire.Job{JobID: "f", Command: "echo $$ >&2; exec head -c 16777216 /dev/zero"})
 	if !d.jobAck("f").Accepted {
 		t.Fatal("not accepted")

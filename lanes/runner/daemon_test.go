@@ -196,6 +196,10 @@ func (d *fakeDaemon) expect(what string, match func(rawFrame) bool) rawFrame {
 }
 
 func jobIDOf(f rawFrame) string {
+	if f.t == wire.TypeOutputRaw {
+		c, _ := wire.DecodeOutputRaw(f.p)
+		return c.JobID
+	}
 	var v struct {
 		JobID string `json:"job_id"`
 	}
@@ -240,7 +244,7 @@ func (d *fakeDaemon) collect(id string) outcome {
 	for {
 		f := d.expect("frames of job "+id, func(f rawFrame) bool {
 			switch f.t {
-			case wire.TypeJobAck, wire.TypeOutputChunk, wire.TypeResult:
+			case wire.TypeJobAck, wire.TypeOutputChunk, wire.TypeOutputRaw, wire.TypeResult:
 				return jobIDOf(f) == id
 			}
 			return false
@@ -249,8 +253,16 @@ func (d *fakeDaemon) collect(id string) outcome {
 		switch f.t {
 		case wire.TypeJobAck:
 			o.ack = decode[wire.JobAck](d.tb, f)
-		case wire.TypeOutputChunk:
-			c := decode[wire.OutputChunk](d.tb, f)
+		case wire.TypeOutputChunk, wire.TypeOutputRaw:
+			var c wire.OutputChunk
+			if f.t == wire.TypeOutputRaw {
+				var err error
+				if c, err = wire.DecodeOutputRaw(f.p); err != nil {
+					d.tb.Fatalf("decoding %s: %v", f.t, err)
+				}
+			} else {
+				c = decode[wire.OutputChunk](d.tb, f)
+			}
 			o.chunks = append(o.chunks, c)
 			if c.Stream == wire.Stdout {
 				o.stdout += string(c.Chunk)

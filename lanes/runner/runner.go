@@ -417,11 +417,17 @@ func (r *runner) sendRaw(t wire.MsgType, b []byte) error {
 		return r.werr
 	}
 	if _, err := r.conn.Write(b); err != nil {
-		r.werr = fmt.Errorf("writing %s frame: %w", t, err)
-		r.conn.Close()
-		return r.werr
+		return r.lostDaemon(fmt.Errorf("writing %s frame: %w", t, err))
 	}
 	return nil
+}
+
+// lostDaemon takes the first write error (r.wmu held): the connection is
+// closed, so the read loop notices, and every later send fails with it.
+func (r *runner) lostDaemon(err error) error {
+	r.werr = err
+	r.conn.Close()
+	return err
 }
 
 // stopJobs refuses further jobs and kills every running job's group at

@@ -471,7 +471,14 @@ func TestBackgroundChildDiesWithJob(t *testing.T) {
 }
 
 func TestEscapedChildDoesNotHoldResult(t *testing.T) {
-	d := startRunner(t, okAck(1))
+	// To a Loopr daemon (its output read), and to orchestrd's (spliced).
+	for _, a := range []*wire.HandshakeAck{okAck(1), rawAck(1 << 20)} {
+		escapedChildDoesNotHoldResult(t, a)
+	}
+}
+
+func escapedChildDoesNotHoldResult(t *testing.T, a *wire.HandshakeAck) {
+	d := startRunner(t, a)
 	start := time.Now()
 	// The escaped process writes its pid only after setsid, and the job
 	// exits only once it sees the pid, so the pipes are held for sure.
