@@ -37,13 +37,15 @@ func BenchmarkPlainExec(b *testing.B) {
 
 // BenchmarkOutputRaw streams 64 MiB of a job's output in OutputRaw frames
 // to a daemon reading as fast as it can. cpu-ms/MiB is this process's CPU
-// (the runner and the fake daemon, not the job) a MiB moved.
+// (the runner and the fake daemon, not the job) a MiB moved; frames/MiB
+// how many frames carried it.
 func BenchmarkOutputRaw(b *testing.B) {
 	const size = 64 << 20
 	d := startRunner(b, rawAck(1<<40))
 	b.SetBytes(size)
 	var ru0, ru1 unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	frames := 0
 	for i := 0; b.Loop(); i++ {
 		id := strconv.Itoa(i)
 		d.send(wire.TypeJob, wire.Job{JobID: id, Command: "exec head -c " + strconv.Itoa(size) + " /dev/zero"})
@@ -57,6 +59,7 @@ func BenchmarkOutputRaw(b *testing.B) {
 					b.Fatal(err)
 				}
 				got += len(chunk)
+				frames++
 			case wire.TypeResult:
 				done = true
 			}
@@ -68,4 +71,5 @@ func BenchmarkOutputRaw(b *testing.B) {
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N*(size>>20)), "cpu-ms/MiB")
+	b.ReportMetric(float64(frames)/float64(b.N*(size>>20)), "frames/MiB")
 }
