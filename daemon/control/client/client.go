@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/orchestrd/orchestrd/wire"
 )
@@ -28,8 +29,21 @@ var ErrClientClosed = errors.New("control connection closed")
 const clientMaxLine = 256 << 20
 
 // eventBuffer is how many pushed events Events() buffers before the client's
-// reader stops reading the socket (back-pressure onto the daemon).
-const eventBuffer = 256
+// reader stops reading the socket (back-pressure onto the daemon), and
+// eventBytes how many bytes of them (their data and raw bytes): a job's
+// output comes in pieces of up to 512 KiB, and 256 of those, held for a
+// reader whose own output is blocked (a pager, a full pipe), were 128 MiB
+// in this process. One event larger than eventBytes is still taken, alone.
+const (
+	eventBuffer = 256
+	eventBytes  = 4 << 20
+)
+
+// eventRecheck is how often a reader over eventBytes looks whether the
+// events were taken (a channel says when it has room, not when it has
+// fewer bytes): a 4 MiB buffer lasts longer than this at any speed a
+// client writes its output.
+const eventRecheck = 2 * time.Millisecond
 
 // Client is a control-socket connection. Calls may be made concurrently.
 type Client struct {
@@ -40,6 +54,8 @@ type Client struct {
 	readerDone chan struct{} // closed when the reader has stopped
 
 	wmu sync.Mutex // serialises request writes
+
+	queued queuedSizes // the reader's own: sizes of the events in events
 
 	mu        sync.Mutex
 	pending   map[uint64]*pendingCall
@@ -66,6 +82,11 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("connecting to %s: %w", path, err)
 	}
+	return newClient(nc), nil
+}
+
+// newClient starts a client on a connection to the daemon.
+func newClient(nc net.Conn) *Client {
 	c := &Client{
 		nc:         nc,
 		events:     make(chan wire.Event, eventBuffer),
@@ -74,12 +95,12 @@ func Dial(path string) (*Client, error) {
 		pending:    map[uint64]*pendingCall{},
 	}
 	go c.read()
-	return c, nil
+	return c
 }
 
 // Events returns the pushed events; it is closed when the connection ends.
-// When nobody reads it the client stops reading the socket once it is full:
-// calls then wait too.
+// When nobody reads it the client stops reading the socket once it holds
+// eventBuffer events or eventBytes bytes: calls then wait too.
 func (c *Client) Events() <-chan wire.Event { return c.events }
 
 // Call sends one request and waits for its response, decoding the result
@@ -281,14 +302,58 @@ func (c *Client) ReleaseRaw(b []byte) {
 	}
 }
 
-// push hands an event to Events(), waiting for room (back-pressure).
+// push hands an event to Events(), waiting for room (back-pressure): a
+// free place, and the bytes it holds within eventBytes.
 func (c *Client) push(ev wire.Event) error {
+	size := len(ev.Data) + len(ev.Raw)
+	var t *time.Timer
+	for c.queued.settle(len(c.events)) > 0 && c.queued.bytes+size > eventBytes {
+		if t == nil {
+			t = time.NewTimer(eventRecheck)
+			defer t.Stop()
+		} else {
+			t.Reset(eventRecheck)
+		}
+		select {
+		case <-t.C:
+		case <-c.done:
+			return net.ErrClosed
+		}
+	}
 	select {
 	case c.events <- ev:
+		c.queued.add(size)
 		return nil
 	case <-c.done:
 		return net.ErrClosed
 	}
+}
+
+// queuedSizes are the sizes of the events in the channel, oldest first:
+// those pushed less those taken (the channel's length says how many are
+// left). Only the reader uses it.
+type queuedSizes struct {
+	ring  [eventBuffer]int
+	head  int // the oldest
+	n     int // sizes in ring
+	bytes int // their sum
+}
+
+// settle forgets the sizes of the events taken, left being how many are
+// still in the channel, and returns how many are.
+func (q *queuedSizes) settle(left int) int {
+	for q.n > left {
+		q.bytes -= q.ring[q.head]
+		q.head = (q.head + 1) % eventBuffer
+		q.n--
+	}
+	return q.n
+}
+
+func (q *queuedSizes) add(size int) {
+	q.ring[(q.head+q.n)%eventBuffer] = size
+	q.n++
+	q.bytes += size
 }
 
 // answer completes the pending call id; false if there is none.

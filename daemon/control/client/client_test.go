@@ -1,7 +1,13 @@
 package client
 
 import (
+	"bytes"
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 func TestClientFastPaths(t *testing.T) {
@@ -41,4 +47,52 @@ func TestClientFastPaths(t *testing.T) {
 			t.Errorf("fastEvent(%s) = %q, %q, %v", tc.line, kind, data, ok)
 		}
 	}
+}
+
+// A reader that takes no events holds at most eventBytes of them (and the
+// piece it is reading): the client stops reading the socket, so the daemon
+// holds the rest (its own bound) or slows the job. Before, it held 256
+// events, pieces of up to 512 KiB each.
+func TestEventsBoundedInBytes(t *testing.T) {
+	const piece = 512 << 10
+	server, conn := net.Pipe()
+	c := newClient(conn)
+	defer c.Close()
+	var written atomic.Int64 // pieces the client has read whole
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw := bytes.Repeat([]byte("x"), piece)
+		for off := 0; ; off += piece {
+			line := wire.AppendStreamPieceRaw([]byte(`{"event":"job.stream","data":`), &wire.StreamPiece{JobID: "j-1", Offset: int64(off), Stream: "stdout", Data: raw})
+			if _, err := server.Write(append(line, "}\n"...)); err != nil {
+				return
+			}
+			if _, err := server.Write(raw); err != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	// Events the client keeps (a piece's size is its raw bytes and its
+	// line's data); the next one it read waits to be pushed.
+	data := wire.AppendStreamPieceRaw(nil, &wire.StreamPiece{JobID: "j-1", Offset: 1 << 30, Stream: "stdout", Data: make([]byte, piece)})
+	held := eventBytes / (piece + len(data))
+	for taken := 0; taken < 3; taken++ {
+		for deadline := time.Now().Add(10 * time.Second); written.Load() < int64(taken+held+1); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the client read %d pieces, %d taken: it stopped reading early", written.Load(), taken)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n, q := written.Load(), len(c.Events()); n > int64(taken+held+1) || q > held {
+			t.Fatalf("%d pieces of %d KiB read, %d taken, %d waiting: over %d bytes held", n, piece>>10, taken, q, eventBytes)
+		}
+		ev := <-c.Events()
+		if len(ev.Raw) != piece {
+			t.Fatalf("event of %d raw bytes", len(ev.Raw))
+		}
+	}
+	server.Close()
+	<-done
 }
