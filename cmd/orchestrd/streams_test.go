@@ -154,9 +154,10 @@ func TestRunSaysWhenTheDaemonDroppedForIt(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, streamConfig+byoLane("loopr"))
 	c := d.joinByo("loopr", "loopr-without-capabilities")
-	// Four times what a run that reads nothing holds (the daemon's 2 MiB
-	// for a reader, the socket's and the pipe's buffers, the client's).
-	const total = 12 << 20
+	// Well over what a run that reads nothing holds: the daemon lets a
+	// reader fall 4 MiB behind, the client holds 4 MiB of events, the
+	// socket and the pipe their buffers.
+	const total = 16 << 20
 	served := serveByo(c, func(j wire.Job) bool {
 		chunk := bytes.Repeat([]byte("a"), 32<<10)
 		for sent := 0; sent < total; sent += len(chunk) {
