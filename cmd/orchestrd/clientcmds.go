@@ -40,6 +40,10 @@ const (
 	exitUsage     = 2
 	exitTimeout   = 124 // like timeout(1)
 	exitCancelled = 130 // like a shell after Ctrl-C
+	// exitBrokenPipe: run's output went to a pipe nobody reads any more
+	// (`run -- make | head`); it cancelled the job, as a shell's SIGPIPE
+	// would have ended it, and says so as a shell does (128 + SIGPIPE).
+	exitBrokenPipe = 141
 )
 
 // callTimeout bounds one-shot calls (jobs, cancel, status).
@@ -166,7 +170,12 @@ API: NAME is a known peer (orchestrd peers: node id or a prefix of it,
 host name, ADDRESS[:PORT]) or a URL. Its output streams here; Ctrl-C
 cancels it there. The key presented is --key-file's, else
 $ORCHESTRD_PEER_KEY, else this daemon's own (peers list each other's keys
-in [http] allowed_keys). stdin is not sent to a peer.`
+in [http] allowed_keys). stdin is not sent to a peer.
+
+Ctrl-C (or SIGTERM) cancels the job: SIGTERM, its lane's kill grace,
+SIGKILL; a second one kills it at once. Output into a pipe whose reader
+has gone (run -- make | head) cancels it too, and run exits 141 without a
+word, as the command itself would have died of SIGPIPE in a shell.`
 
 type envFlag map[string]string
 
@@ -271,6 +280,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	// A write to a closed pipe fails with EPIPE rather than killing run:
+	// it cancels the job first (jobFollower.brokenPipe).
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 
 	oneProc()
 	r := &jobFollower{c: c, stdout: stdout, stderr: stderr, timeout: *timeout}
@@ -294,6 +308,9 @@ type jobFollower struct {
 	// job.cancel's answer.
 	interrupts int
 	cancelled  chan cancelAnswer
+	// pipeBroken: writing the output failed with EPIPE; the job is being
+	// cancelled and run ends with exitBrokenPipe.
+	pipeBroken bool
 }
 
 type cancelAnswer struct {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -185,7 +186,18 @@ func (r *jobFollower) run(spec api.JobSpec, stdin *os.File, sig <-chan os.Signal
 				continue
 			}
 			known := s.jobID != ""
-			if !s.line(ev) || known || s.jobID == "" {
+			if !s.line(ev) {
+				continue
+			}
+			if !r.pipeBroken && errors.Is(s.writeErr, syscall.EPIPE) {
+				// Its reader has gone: the job is cancelled, as SIGPIPE
+				// would have ended it, once (a Ctrl-C may have asked).
+				r.pipeBroken = true
+				if r.interrupts == 0 {
+					r.cancel(false)
+				}
+			}
+			if known || s.jobID == "" {
 				continue
 			}
 			// The first line: the job is accepted.
@@ -209,6 +221,9 @@ func (r *jobFollower) run(spec api.JobSpec, stdin *os.File, sig <-chan os.Signal
 				return exitFailure
 			}
 			s.drain(events)
+			if r.pipeBroken || errors.Is(s.writeErr, syscall.EPIPE) {
+				return exitBrokenPipe // the job ended before its cancel
+			}
 			code := r.end(s, ans)
 			select {
 			case err := <-stdinLost:
@@ -236,6 +251,15 @@ func (r *jobFollower) run(spec api.JobSpec, stdin *os.File, sig <-chan os.Signal
 				r.cancel(r.interrupts > 1)
 			}
 		case a := <-r.cancelled:
+			if r.pipeBroken {
+				// The daemon has it (SIGTERM, its grace, SIGKILL), or it
+				// had ended; a cancel that failed otherwise is said.
+				var we *wire.Error
+				if a.err != nil && (!errors.As(a.err, &we) || we.Code != wire.CodeInvalidState) {
+					fmt.Fprintf(r.stderr, "orchestrd: the output's reader has gone; cancelling job %s: %s\n", r.jobID, errMessage(a.err))
+				}
+				return exitBrokenPipe
+			}
 			if code, done := r.cancelAnswered(a); done {
 				return code
 			}

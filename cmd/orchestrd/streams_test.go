@@ -540,3 +540,25 @@ func TestStreamBinaryPieces(t *testing.T) {
 		}
 	}
 }
+
+// run's output into a pipe whose reader goes away (run -- yes | head):
+// run cancels the job, as SIGPIPE would have ended the command in a
+// shell, and exits 141 without a word; the job ends cancelled (its
+// processes killed with it). Before, run died of SIGPIPE and the job ran
+// on.
+func TestRunIntoAClosedPipeCancelsTheJob(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, streamConfig)
+	cmd := runCmd(t, "run", "--home", d.home, "--lane", "net", "--no-stdin", "--", "yes")
+	stdout, errOut := startPiped(t, cmd)
+	if _, err := io.ReadFull(stdout, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Close() // the reader has what it wanted
+	if code := exitCode(t, cmd.Wait()); code != exitBrokenPipe || errOut.Len() != 0 {
+		t.Fatalf("run into a closed pipe: exit %d, stderr %q; want %d and nothing said", code, errOut.String(), exitBrokenPipe)
+	}
+	if ev := d.waitEvent("job.finished", nil); ev["state"] != string(api.StateCancelled) {
+		t.Fatalf("job.finished %v: want it cancelled", ev)
+	}
+}
