@@ -373,7 +373,7 @@ func (f *Fleet) connect(ctx context.Context) error {
 			return err
 		}
 		if try == 0 {
-			f.log.Warn().Err(err).Msg("connecting to NATS: trying again every 250 ms for up to 2 minutes")
+			f.log.Warn().Err(err).Dur("start_timeout", f.cfg.StartTimeout.Duration).Msg("connecting to NATS: trying again every 250 ms until the fleet's start_timeout")
 		} else {
 			f.log.Debug().Err(err).Msg("connecting to NATS: trying again")
 		}

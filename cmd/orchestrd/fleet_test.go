@@ -122,9 +122,11 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) 
 }
 
 // fleetReadyTimeout is how long a fleet node may take to be ready: its
-// [cluster] start_timeout (fleetrun.ClusterTable's 4m), three daemons
-// and their NATS servers forming beside the whole suite on two cores.
-const fleetReadyTimeout = 4 * time.Minute
+// [cluster] start_timeout (fleetrun.ClusterTable's 4m: three daemons and
+// their NATS servers forming beside the whole suite on two cores), and a
+// minute more, so that a node whose start gave up has exited saying why
+// (its last JetStream error) before the test stops waiting.
+const fleetReadyTimeout = 5 * time.Minute
 
 // start launches the node's daemon without waiting for it.
 func (fn *fleetNode) start(t *testing.T) {
