@@ -281,7 +281,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	// A write to a closed pipe fails with EPIPE rather than killing run:
-	// it cancels the job first (jobFollower.brokenPipe).
+	// it cancels the job first (jobFollower.pipeBroken).
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)

@@ -322,7 +322,7 @@ func (c *Client) push(ev wire.Event) error {
 	}
 	select {
 	case c.events <- ev:
-		c.queued.add(size)
+		c.queued.pushed(len(c.events), size)
 		return nil
 	case <-c.done:
 		return net.ErrClosed
@@ -350,7 +350,12 @@ func (q *queuedSizes) settle(left int) int {
 	return q.n
 }
 
-func (q *queuedSizes) add(size int) {
+// pushed records an event of size bytes sent into the channel, which
+// holds left events now. Those before it that are still there are all
+// but it (the newest), or none if it was taken already; the send may
+// have waited for a place, the ring full until then.
+func (q *queuedSizes) pushed(left, size int) {
+	q.settle(max(left-1, 0))
 	q.ring[(q.head+q.n)%eventBuffer] = size
 	q.n++
 	q.bytes += size

@@ -96,3 +96,38 @@ func TestEventsBoundedInBytes(t *testing.T) {
 	server.Close()
 	<-done
 }
+
+// The sizes of the events in the channel, as the reader keeps them while
+// a reader takes some: a send that waited for a place (the channel full)
+// does not overwrite the oldest's size.
+func TestQueuedSizes(t *testing.T) {
+	var q queuedSizes
+	sum := func(sizes []int) (n int) {
+		for _, s := range sizes {
+			n += s
+		}
+		return n
+	}
+	var in []int // what the channel holds, oldest first
+	for i := range eventBuffer {
+		q.pushed(len(in)+1, i+1)
+		in = append(in, i+1)
+	}
+	// Full; one is taken while the next send waits, then it goes in.
+	in = append(in[1:], 1000)
+	q.pushed(len(in), 1000)
+	if got := q.settle(len(in)); got != eventBuffer || q.bytes != sum(in) {
+		t.Fatalf("full channel: %d sizes, %d bytes; want %d, %d", got, q.bytes, eventBuffer, sum(in))
+	}
+	// Taken down to three, then one more that the reader takes at once.
+	in = in[len(in)-3:]
+	q.pushed(0, 7)
+	in = nil
+	if got := q.settle(len(in)); got != 0 || q.bytes != 0 {
+		t.Fatalf("all taken: %d sizes, %d bytes left", got, q.bytes)
+	}
+	q.pushed(1, 5)
+	if got := q.settle(1); got != 1 || q.bytes != 5 {
+		t.Fatalf("one in: %d sizes, %d bytes", got, q.bytes)
+	}
+}
