@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/orchestrd/orchestrd/api"
 )
@@ -322,5 +324,39 @@ func TestCheck(t *testing.T) {
 	}
 	if id, err := Check(Config{}, t.TempDir(), []string{"gpu"}); id != nil || err != nil {
 		t.Fatalf("off: %+v %v", id, err)
+	}
+}
+
+// A step of the start that keeps failing: a new error at debug level;
+// once it has waited startWaitWarn, a warning with the step, the error and
+// how long, then no more than one every startWaitWarn.
+func TestStartWaiterWarns(t *testing.T) {
+	var buf strings.Builder
+	f := &Fleet{cfg: Config{StartTimeout: api.Duration{Duration: 4 * time.Minute}}, log: zerolog.New(&buf).Level(zerolog.DebugLevel)}
+	w := f.startWait("taking lane gpu's jobs")
+	w.failed(errors.New("insufficient resources"))
+	w.failed(errors.New("insufficient resources"))
+	w.since = time.Now().Add(-startWaitWarn - time.Second)
+	w.failed(errors.New("context deadline exceeded"))
+	w.failed(errors.New("context deadline exceeded"))
+	var levels []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var e struct {
+			Level, Step, Error string
+			Waited             float64
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if e.Step != "taking lane gpu's jobs" || e.Error == "" {
+			t.Fatalf("log line %q: want the step and the error", line)
+		}
+		if e.Level == "warn" && (e.Error != "context deadline exceeded" || e.Waited < float64(startWaitWarn.Milliseconds())) {
+			t.Fatalf("warning %q: want the last error and the time waited", line)
+		}
+		levels = append(levels, e.Level)
+	}
+	if got := strings.Join(levels, " "); got != "debug warn" {
+		t.Fatalf("levels %q, want a debug line for the first error and one warning", got)
 	}
 }

@@ -318,6 +318,41 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	return f, nil
 }
 
+// startWaitWarn is how long a step of the fleet's start may keep failing
+// before each failure is a warning (and then once every startWaitWarn):
+// an operator reading the log sees what the start waits for.
+const startWaitWarn = 30 * time.Second
+
+// startWaiter reports the failed tries of one step of the fleet's start,
+// which are tried again until the start_timeout: a new error at debug
+// level, and from startWaitWarn on a warning every startWaitWarn with
+// the last error and how long the step has waited.
+type startWaiter struct {
+	f      *Fleet
+	step   string
+	since  time.Time
+	warned time.Time
+	last   string
+}
+
+func (f *Fleet) startWait(step string) *startWaiter {
+	return &startWaiter{f: f, step: step, since: time.Now()}
+}
+
+func (w *startWaiter) failed(err error) {
+	now := time.Now()
+	waited := now.Sub(w.since)
+	switch {
+	case waited >= startWaitWarn && now.Sub(w.warned) >= startWaitWarn:
+		w.warned = now
+		w.f.log.Warn().Err(err).Str("step", w.step).Dur("waited", waited).Dur("start_timeout", w.f.cfg.StartTimeout.Duration).
+			Msg("the fleet's start is still waiting for JetStream; trying again until its start_timeout")
+	case err.Error() != w.last:
+		w.f.log.Debug().Err(err).Str("step", w.step).Msg("JetStream not ready yet")
+	}
+	w.last = err.Error()
+}
+
 // connect connects the client: to the embedded server only (its
 // neighbours are reached through routes), or to the external URLs.
 func (f *Fleet) connect(ctx context.Context) error {
@@ -397,16 +432,13 @@ func (f *Fleet) connect(ctx context.Context) error {
 // for the replicas).
 func (f *Fleet) setup(ctx context.Context) error {
 	r := f.cfg.Replicas
-	var last error
+	w := f.startWait("making the fleet's streams and buckets")
 	for {
 		err := f.setupOnce(ctx, r)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, last) {
-			f.log.Debug().Err(err).Msg("JetStream not ready yet")
-		}
-		last = err
+		w.failed(err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("making the fleet's streams and buckets (replicas %d): %w (last: %v)", r, ctx.Err(), err)

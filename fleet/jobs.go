@@ -207,6 +207,7 @@ func (f *Fleet) startTaking(ctx context.Context) error {
 	for _, l := range f.lanes {
 		var c jetstream.Consumer
 		var err error
+		w := f.startWait("taking lane " + l + "'s jobs")
 		for {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			c, err = f.laneConsumer(octx, l)
@@ -214,6 +215,7 @@ func (f *Fleet) startTaking(ctx context.Context) error {
 			if err == nil || ctx.Err() != nil {
 				break
 			}
+			w.failed(err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(250 * time.Millisecond):

@@ -43,6 +43,7 @@ func (f *Fleet) nodeInfo(state string) nodeInfo {
 // anyone declared it lost), this node takes over its key by a CAS and
 // declares that incarnation lost itself.
 func (f *Fleet) join(ctx context.Context) error {
+	w := f.startWait("putting this node's first heartbeat")
 	for {
 		b, err := f.sealNode(f.nodeInfo(nodeAlive))
 		if err != nil {
@@ -72,7 +73,7 @@ func (f *Fleet) join(ctx context.Context) error {
 			return nil
 		}
 		if !isWrongSeq(err) {
-			f.log.Debug().Err(err).Msg("putting this node's first heartbeat")
+			w.failed(err)
 		}
 		select {
 		case <-ctx.Done():
