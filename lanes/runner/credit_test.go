@@ -281,17 +281,7 @@ func TestOutputRawFrames(t *testing.T) {
 // Run ends with the error and the job is killed.
 func TestOutputRawDaemonGoneMidFrame(t *testing.T) {
 	d := startRunner(t, rawAck(1<<40))
-	d.send(wire.TypeJob, wire.Job{JobID: "g", Command: "echo $$ >&2; exec cat /dev/zero"})
-	if !d.jobAck("g").Accepted {
-		t.Fatal("not accepted")
-	}
-	pid := 0
-	for pid == 0 {
-		f := d.expect("g's pid", func(f rawFrame) bool { return f.t == wire.TypeOutputRaw })
-		if c, err := wire.DecodeOutputRaw(f.p); err == nil && c.Stream == wire.Stderr {
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
-		}
-	}
+	pid := d.rawFlood("g", "cat /dev/zero")
 	d.gate.Lock()
 	defer d.gate.Unlock()
 	waitBlockedOnPipe(t, pid)
@@ -302,6 +292,28 @@ func TestOutputRawDaemonGoneMidFrame(t *testing.T) {
 		t.Logf("Run: %v", err)
 	}
 	waitGone(t, pid)
+}
+
+// rawFlood starts job id, which writes its pid on stderr and then execs
+// flood (a command writing at full speed), and returns the pid, read from
+// its OutputRaw frames.
+func (d *fakeDaemon) rawFlood(id, flood string) int {
+	t := d.tb
+	t.Helper()
+	d.send(wire.TypeJob, wire.Job{JobID: id, Command: "echo $$ >&2; exec " + flood})
+	if !d.jobAck(id).Accepted {
+		t.Fatal("not accepted")
+	}
+	for {
+		f := d.expect(id+"'s pid", func(f rawFrame) bool { return f.t == wire.TypeOutputRaw })
+		if c, err := wire.DecodeOutputRaw(f.p); err == nil && c.Stream == wire.Stderr {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
+			if err != nil {
+				t.Fatalf("%s's pid %q: %v", id, c.Chunk, err)
+			}
+			return pid
+		}
+	}
 }
 
 // rawJob runs a job writing total random bytes to stdout and the same to
@@ -357,17 +369,7 @@ func TestOutputRawSocketBuffer(t *testing.T) {
 		t.Skipf("net.core.wmem_max is %s: a send buffer of %d bytes cannot be had", strings.TrimSpace(string(b)), sockSendBuffer)
 	}
 	d := startRunner(t, rawAck(8<<20))
-	d.send(wire.TypeJob, wire.Job{JobID: "f", Command: "echo $$ >&2; exec head -c 16777216 /dev/zero"})
-	if !d.jobAck("f").Accepted {
-		t.Fatal("not accepted")
-	}
-	pid := 0
-	for pid == 0 {
-		f := d.expect("f's pid", func(f rawFrame) bool { return f.t == wire.TypeOutputRaw })
-		if c, err := wire.DecodeOutputRaw(f.p); err == nil && c.Stream == wire.Stderr {
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(c.Chunk)))
-		}
-	}
+	pid := d.rawFlood("f", "head -c 16777216 /dev/zero")
 	d.gate.Lock()
 	gated := true
 	defer func() {
