@@ -345,7 +345,12 @@ func (w *startWaiter) failed(err error) {
 	switch {
 	case waited >= startWaitWarn && now.Sub(w.warned) >= startWaitWarn:
 		w.warned = now
-		w.f.log.Warn().Err(err).Str("step", w.step).Dur("waited", waited).Dur("start_timeout", w.f.cfg.StartTimeout.Duration).
+		server := "" // the NATS server this node's requests go through
+		if w.f.nc != nil {
+			server = w.f.nc.ConnectedServerName()
+		}
+		w.f.log.Warn().Err(err).Str("step", w.step).Str("server", server).Dur("waited", waited).
+			Dur("start_timeout", w.f.cfg.StartTimeout.Duration).
 			Msg("the fleet's start is still waiting for JetStream; trying again until its start_timeout")
 	case err.Error() != w.last:
 		w.f.log.Debug().Err(err).Str("step", w.step).Msg("JetStream not ready yet")

@@ -54,11 +54,16 @@ func (f *Fleet) join(ctx context.Context) error {
 		var rev uint64
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = f.nodes.Create(octx, f.name, b)
+			if rev, err = f.nodes.Create(octx, f.name, b); err != nil {
+				err = fmt.Errorf("creating its record: %w", err)
+			}
 		case err != nil:
+			err = fmt.Errorf("reading its record: %w", err)
 		default:
 			old, derr := f.readNode(f.name, e.Value())
-			rev, err = f.nodes.Update(octx, f.name, b, e.Revision())
+			if rev, err = f.nodes.Update(octx, f.name, b, e.Revision()); err != nil {
+				err = fmt.Errorf("updating its record: %w", err)
+			}
 			if err == nil && derr == nil && old.State == nodeAlive && old.Incarnation != f.inc {
 				cancel()
 				f.setHBRev(rev)
