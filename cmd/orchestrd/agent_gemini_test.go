@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
 )
 
@@ -40,12 +41,13 @@ func startGeminiRig(t *testing.T) *geminiRig {
 }
 
 // prompt starts a task on the pool in the rig's work directory.
-// A task a failed subtest leaves is stopped, so that the next one starts
-// clean.
+// A task a failed subtest leaves is said (how far it got) and stopped,
+// so that the next one starts clean.
 func (r *geminiRig) prompt(d *testDaemon, prompt, mode, session string) (taskID, sessionID string) {
 	taskID, sessionID = d.execute(api.TaskSpec{Executor: "gemini", Prompt: prompt, Cwd: r.work, PermissionMode: mode, SessionID: session})
 	d.t.Cleanup(func() {
 		if d.t.Failed() {
+			d.t.Log(r.diagnose(taskID))
 			_ = r.d.call("task.stop", map[string]any{"id": taskID, "force": true}, nil)
 		}
 	})
@@ -81,6 +83,27 @@ func (r *geminiRig) pendingFor(t *testing.T, taskID string) api.Approval {
 		return false
 	})
 	return found
+}
+
+// diagnose says how far a task that did not get where a test waited got:
+// its record, its session's last messages, the model endpoint's last
+// requests, the daemon's log.
+func (r *geminiRig) diagnose(taskID string) string {
+	var b strings.Builder
+	var rec struct {
+		Task api.TaskRecord `json:"task"`
+	}
+	if err := r.d.call("task.get", map[string]any{"id": taskID}, &rec); err != nil {
+		fmt.Fprintf(&b, "task.get: %v\n", err)
+	}
+	fmt.Fprintf(&b, "task %s: state %s, executor instance %q\n%s\n", taskID, rec.Task.State, rec.Task.Instance,
+		daemontest.SessionTail(r.d, rec.Task.SessionID, 15))
+	reqs := r.g.Requests()
+	fmt.Fprintf(&b, "\nthe model endpoint had %d requests; the last:", len(reqs))
+	for _, q := range reqs[max(0, len(reqs)-6):] {
+		fmt.Fprintf(&b, "\n  %s turn %d, %d bytes", q.Path, q.Turn, len(q.Body))
+	}
+	return b.String() + "\ndaemon log tail:\n" + r.d.LogTail()
 }
 
 // lastFunctionResponse is the last tool result the model was sent.

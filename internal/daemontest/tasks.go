@@ -76,9 +76,31 @@ func WaitTask(t testing.TB, c Conn, id string) api.TaskRecord {
 		t.Fatalf("%v\ndaemon log tail:\n%s", err, c.LogTail())
 	}
 	if r.TimedOut {
-		t.Fatalf("task %s still %s after %s", id, r.Task.State, WaitTimeout)
+		t.Fatalf("task %s still %s after %s\n%s\ndaemon log tail:\n%s", id, r.Task.State, WaitTimeout,
+			SessionTail(c, r.Task.SessionID, 15), c.LogTail())
 	}
 	return r.Task
+}
+
+// head is s's first n bytes.
+func head(s string, n int) string { return s[:min(len(s), n)] }
+
+// SessionTail is the last n messages of a session, a line each (its
+// type and the start of its data), for a failure's message: how far a
+// task that did not end got.
+func SessionTail(c Conn, id string, n int) string {
+	var r struct {
+		Messages []api.SessionMessage `json:"messages"`
+	}
+	if err := c.CallWithin(CallTimeout, "session.get", map[string]any{"id": id}, &r); err != nil {
+		return fmt.Sprintf("session %s: %v", id, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s: %d messages", id, len(r.Messages))
+	for _, m := range r.Messages[max(0, len(r.Messages)-n):] {
+		fmt.Fprintf(&b, "\n  %d %s %s %s", m.Sequence, m.ReceivedAt.Format("15:04:05.000"), m.EventType, head(string(m.EventData), 160))
+	}
+	return b.String()
 }
 
 // RunningExecutor waits until task runs and returns its executor's pid.
