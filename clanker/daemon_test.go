@@ -370,7 +370,8 @@ func TestClankerSpoolDrain(t *testing.T) {
 	}
 	// The drain syncs each task file: on a disk another test is filling
 	// it is slow, so the wait is on progress, not on a total time.
-	daemontest.WhileProgressing(t, time.Minute, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids))
+	daemontest.WhileProgressing(t, time.Minute, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids),
+		func() string { return d.ClankerDiag(repo) })
 	daemontest.Eventually(t, 20*time.Second, "the spool drained", func() bool {
 		_, e1 := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.ndjson"))
 		_, e2 := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))

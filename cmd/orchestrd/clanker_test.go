@@ -51,7 +51,7 @@ func TestClankerDrainKilled(t *testing.T) {
 	d2 := startDaemonAt(t, home, "")
 	// The drain syncs each task file: on a disk another test is filling
 	// it is slow, so the wait is on progress, not on a total time.
-	daemontest.WhileProgressing(t, time.Minute, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids))
+	daemontest.WhileProgressing(t, time.Minute, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids), nil)
 	eventually(t, 20*time.Second, "the taken spool removed", func() bool {
 		_, err := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
 		return os.IsNotExist(err)

@@ -87,7 +87,8 @@ func TaskFiles(repo string) int {
 // WhileProgressing waits until count() reaches want, failing only when it
 // stops growing for stall: a slow machine is waited for, a stuck daemon
 // is not.
-func WhileProgressing(t testing.TB, stall time.Duration, what string, count func() int, want int) {
+// diag, when not nil, is said with the failure.
+func WhileProgressing(t testing.TB, stall time.Duration, what string, count func() int, want int, diag func() string) {
 	t.Helper()
 	last, since := -1, time.Now()
 	for {
@@ -98,8 +99,38 @@ func WhileProgressing(t testing.TB, stall time.Duration, what string, count func
 		if n > last {
 			last, since = n, time.Now()
 		} else if time.Since(since) > stall {
-			t.Fatalf("no progress for %s waiting for %s: %d of %d", stall, what, n, want)
+			msg := ""
+			if diag != nil {
+				msg = "\n" + diag()
+			}
+			t.Fatalf("no progress for %s waiting for %s: %d of %d%s", stall, what, n, want, msg)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// ClankerDiag says where a repo's spool drain is, for a failure's
+// message: the files in its .clanker (their sizes), the daemon's last
+// clanker events, its log's tail.
+func (d *Daemon) ClankerDiag(repo string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir(filepath.Join(repo, ".clanker"))
+	b.WriteString(".clanker:")
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			fmt.Fprintf(&b, " %s (%d bytes)", e.Name(), info.Size())
+		}
+	}
+	var evs []map[string]any
+	for _, e := range d.Events() {
+		if k, _ := e["kind"].(string); strings.HasPrefix(k, "clanker.") {
+			evs = append(evs, e)
+		}
+	}
+	fmt.Fprintf(&b, "\nthe last of %d clanker events:", len(evs))
+	for _, e := range evs[max(0, len(evs)-12):] {
+		j, _ := json.Marshal(e)
+		fmt.Fprintf(&b, "\n  %s", j)
+	}
+	return b.String() + "\ndaemon log tail:\n" + d.LogTail()
 }
