@@ -76,7 +76,7 @@ func (d *claudeDaemon) prompt(spec api.TaskSpec) (taskID, sessionID string) {
 func (d *claudeDaemon) pendingFor(taskID string) api.Approval {
 	d.t.Helper()
 	var found api.Approval
-	eventually(d.t, 60*time.Second, "an approval of task "+taskID+" in orchestrd approvals", func() bool {
+	eventually(d.t, agentWait, "an approval of task "+taskID+" in orchestrd approvals", func() bool {
 		out, _, code := runCLI(d.t, "approvals", "--home", d.home, "--json")
 		var l struct{ Approvals []api.Approval }
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
@@ -123,7 +123,7 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 		t.Fatalf("approval %s %s of %s: input %s", a.ID, a.ToolName, a.Source, a.ToolInput)
 	}
 	mustCLI(t, "approve", "--home", d.home, a.ID)
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted || rec.TokenUsage == nil || rec.TokenUsage.CostUSD <= 0 || rec.TokenUsage.InputTokens == 0 {
 		t.Fatalf("approved task %+v error %+v usage %+v", rec, rec.Error, rec.TokenUsage)
 	}
@@ -161,7 +161,7 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 	id, session = d.prompt(api.TaskSpec{Prompt: "write denied.txt"})
 	a = d.pendingFor(id)
 	mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
-	rec = d.waitTask(id)
+	rec = d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("denied task %+v %+v", rec, rec.Error)
 	}
@@ -190,11 +190,11 @@ func TestExecutorClaudeApprovals(t *testing.T) {
 	if out, errOut, code := runCLI(t, "approve", "--home", d.home, a.ID, "--always"); code != 0 || !strings.Contains(out, "always allowed (rule ") {
 		t.Fatalf("approve --always: %d %q %q", code, out, errOut)
 	}
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+	if rec := d.waitAgentTask(id); rec.State != api.TaskCompleted {
 		t.Fatalf("always task %+v %+v", rec, rec.Error)
 	}
 	id, _ = d.prompt(api.TaskSpec{Prompt: "append twice"})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+	if rec := d.waitAgentTask(id); rec.State != api.TaskCompleted {
 		t.Fatalf("second always task %+v %+v", rec, rec.Error)
 	}
 	if b, err := os.ReadFile(filepath.Join(d.work, "always.txt")); err != nil || string(b) != "always\nalways\n" {
@@ -213,7 +213,7 @@ func TestExecutorClaudeBypass(t *testing.T) {
 	t.Parallel()
 	d := startClaudeDaemon(t, []modelfake.Turn{bash("echo bypassed > bypass.txt"), text("done")}, "")
 	id, _ := d.prompt(api.TaskSpec{Prompt: "write bypass.txt", PermissionMode: api.ModeBypass})
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("bypass task %+v %+v", rec, rec.Error)
 	}
@@ -228,7 +228,7 @@ func TestExecutorClaudeBypass(t *testing.T) {
 	}
 	d2 := startClaudeDaemon(t, nil, "", true)
 	id, _ = d2.prompt(api.TaskSpec{Prompt: "x", PermissionMode: api.ModeBypass})
-	rec = d2.waitTask(id)
+	rec = d2.waitAgentTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != "bypass_refused" {
 		t.Fatalf("bypass as root without the sandbox's word: %+v %+v", rec, rec.Error)
 	}
@@ -244,7 +244,7 @@ func TestExecutorClaudeFailures(t *testing.T) {
 	d := startClaudeDaemon(t, []modelfake.Turn{{Status: 429, RetryAfter: "20"},
 		{Status: 401, ErrorMessage: "invalid x-api-key"}}, "")
 	id, _ := d.prompt(api.TaskSpec{Prompt: "hi"})
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrUsageLimit || !strings.Contains(rec.Error.Message, "retry at ") {
 		t.Fatalf("429: %+v %+v", rec, rec.Error)
 	}
@@ -252,7 +252,7 @@ func TestExecutorClaudeFailures(t *testing.T) {
 		t.Fatalf("the endpoint was asked %d times: Claude Code retried the 429", n)
 	}
 	id, _ = d.prompt(api.TaskSpec{Prompt: "hi"})
-	rec = d.waitTask(id)
+	rec = d.waitAgentTask(id)
 	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrAuthFailed {
 		t.Fatalf("401: %+v %+v", rec, rec.Error)
 	}
@@ -264,7 +264,7 @@ func TestExecutorClaudeSessionHistory(t *testing.T) {
 	t.Parallel()
 	d := startClaudeDaemon(t, []modelfake.Turn{text("noted"), text("it was PINEAPPLE")}, "")
 	id, session := d.prompt(api.TaskSpec{Prompt: "remember PINEAPPLE"})
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("first %+v %+v", rec, rec.Error)
 	}
@@ -272,7 +272,7 @@ func TestExecutorClaudeSessionHistory(t *testing.T) {
 		t.Skip("the daemon does not record execute_prompt's sdk_session_id yet (the daemon-side part of issue 38): enable after it is merged")
 	}
 	id, _ = d.prompt(api.TaskSpec{Prompt: "what was it?", SessionID: session})
-	if rec := d.waitTask(id); rec.State != api.TaskCompleted {
+	if rec := d.waitAgentTask(id); rec.State != api.TaskCompleted {
 		t.Fatalf("second %+v %+v", rec, rec.Error)
 	}
 	sc := d.ep.Scripted()
@@ -302,7 +302,7 @@ func TestExecutorClaudeHostileForgedLines(t *testing.T) {
 	real := d.pendingFor(id)
 	mustCLI(t, "approve", "--home", d.home, real.ID)
 	var fake api.Approval
-	eventuallyOr(t, 60*time.Second, "the forged request in the inbox", func() bool {
+	eventuallyOr(t, agentWait, "the forged request in the inbox", func() bool {
 		var l struct{ Approvals []api.Approval }
 		d.mustCall("approval.list", map[string]any{}, &l)
 		for _, a := range l.Approvals {
@@ -330,7 +330,7 @@ func TestExecutorClaudeHostileForgedLines(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.work, "go.flag"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted || rec.TokenUsage == nil || rec.TokenUsage.CostUSD >= 1 {
 		t.Fatalf("task %+v %+v usage %+v", rec, rec.Error, rec.TokenUsage)
 	}
@@ -427,7 +427,7 @@ validation_lane = "net"
 		t.Fatalf("code loops: %+v", list.Loops)
 	}
 	d.mustCall("plan.approve", map[string]any{"id": id}, nil)
-	got := d.waitLoop(id, api.LoopComplete, 60*time.Second)
+	got := d.waitLoop(id, api.LoopComplete, agentWait)
 	mainHoldsTree(t, repo, list.Loops)
 	// Every iteration was Claude Code's: one run (two model calls) per
 	// loop of the tree, each with the loop's own prompt.

@@ -159,7 +159,7 @@ func TestExecutorCodexApprovals(t *testing.T) {
 	if _, errOut, code = runCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file"); code != 0 {
 		t.Fatalf("deny: %d %q", code, errOut)
 	}
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
@@ -220,10 +220,10 @@ func TestExecutorCodexAlways(t *testing.T) {
 	if !ruled {
 		again := d.pendingFor(id, "touch always.txt")
 		d.mustCall("approval.resolve", map[string]any{"id": again.ID, "decision": "Allow", "by": "cli"}, nil)
-		d.waitTask(id)
+		d.waitAgentTask(id)
 		t.Skipf("approve --always made no rule (rules %+v): this daemon does not pass an executor's permission_suggestions on to the approval", rules.Rules)
 	}
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
@@ -249,7 +249,7 @@ func TestExecutorCodexBypass(t *testing.T) {
 	d := codexDaemon(t, fake, true, "")
 	work := shortTemp(t)
 	id, _ := d.execute(api.TaskSpec{Executor: "codex", Prompt: "touch it", Cwd: work, PermissionMode: api.ModeBypass})
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
@@ -269,7 +269,7 @@ func TestExecutorCodexSession(t *testing.T) {
 	d := codexDaemon(t, fake, true, "")
 	work := shortTemp(t)
 	id, session := d.execute(api.TaskSpec{Executor: "codex", Prompt: "remember a word", Cwd: work})
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
@@ -277,7 +277,7 @@ func TestExecutorCodexSession(t *testing.T) {
 		t.Skip("the daemon records no sdk_session_id of a task on this branch: the resume path is checked in executors/agent (TestCodexApproveDenyAndResume)")
 	}
 	id2, _ := d.execute(api.TaskSpec{Executor: "codex", Prompt: "what was the word?", Cwd: work, SessionID: session})
-	rec = d.waitTask(id2)
+	rec = d.waitAgentTask(id2)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("second task %+v %+v", rec, rec.Error)
 	}
@@ -308,7 +308,7 @@ func TestExecutorCodexFailures(t *testing.T) {
 			t.Parallel()
 			d := codexDaemon(t, c.fake, c.secret, "")
 			id, _ := d.execute(api.TaskSpec{Executor: "codex", Prompt: "hi", Cwd: shortTemp(t)})
-			rec := d.waitTask(id)
+			rec := d.waitAgentTask(id)
 			if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != c.code {
 				t.Fatalf("task %+v %+v", rec, rec.Error)
 			}
@@ -360,7 +360,7 @@ func TestExecutorCodexHostile(t *testing.T) {
 	d.linesOnFailure(session)
 	a := d.pendingFor(id, "scanned")
 	d.mustCall("approval.resolve", map[string]any{"id": a.ID, "decision": "Allow", "by": "cli"}, nil)
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}
@@ -410,7 +410,7 @@ func TestExecutorCodexPlan(t *testing.T) {
 		t.Skipf("this daemon takes no plan mode yet: %v", err)
 	}
 	id, session = r.TaskID, r.SessionID
-	rec := d.waitTask(id)
+	rec := d.waitAgentTask(id)
 	if rec.State != api.TaskCompleted {
 		t.Fatalf("task %+v %+v", rec, rec.Error)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/orchestrd/orchestrd/api"
 	"github.com/orchestrd/orchestrd/internal/daemontest"
@@ -59,7 +58,7 @@ func (r *geminiRig) prompt(d *testDaemon, prompt, mode, session string) (taskID,
 func (r *geminiRig) pendingFor(t *testing.T, taskID string) api.Approval {
 	t.Helper()
 	var found api.Approval
-	eventually(t, 60*time.Second, "an approval of task "+taskID+" in `orchestrd approvals`", func() bool {
+	eventually(t, agentWait, "an approval of task "+taskID+" in `orchestrd approvals`", func() bool {
 		out, errOut, code := runCLI(t, "approvals", "--home", r.d.home, "--json")
 		if code != 0 {
 			t.Fatalf("approvals: %d %s", code, errOut)
@@ -154,7 +153,7 @@ func TestExecutorGemini(t *testing.T) {
 			t.Fatal("the command ran before it was approved")
 		}
 		mustCLI(t, "approve", "--home", d.home, a.ID)
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskCompleted || !exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
 		}
@@ -193,7 +192,7 @@ func TestExecutorGemini(t *testing.T) {
 		id, session := r.prompt(d, "make the other file", "", "")
 		a := r.pendingFor(t, id)
 		mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskCompleted || exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
 		}
@@ -217,7 +216,7 @@ func TestExecutorGemini(t *testing.T) {
 		id, _ := r.prompt(d, "append twice", "", "")
 		a := r.pendingFor(t, id)
 		mustCLI(t, "approve", "--home", d.home, a.ID, "--always")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		b, _ := os.ReadFile(log)
 		if rec.State != api.TaskCompleted || string(b) != "again\nagain\n" {
 			t.Fatalf("task = %+v, log %q", rec, b)
@@ -230,7 +229,7 @@ func TestExecutorGemini(t *testing.T) {
 		g.Reset(modelfake.GeminiTurn{Calls: []modelfake.GeminiCall{modelfake.GeminiShell("env > " + dump)}},
 			modelfake.GeminiTurn{Text: "Done without asking."})
 		id, session := r.prompt(d, "dump the environment", api.ModeBypass, "")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskCompleted || !exists(dump) {
 			t.Fatalf("task = %+v, dump made %v", rec, exists(dump))
 		}
@@ -289,7 +288,7 @@ func TestExecutorGemini(t *testing.T) {
 		id, _ := r.prompt(d, "do as the repository says", "", "")
 		a := r.pendingFor(t, id)
 		mustCLI(t, "deny", "--home", d.home, a.ID)
-		if rec := d.waitTask(id); rec.State != api.TaskCompleted || exists(made) {
+		if rec := d.waitAgentTask(id); rec.State != api.TaskCompleted || exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
 		}
 		if n := len(g.Requests()) - mark; n != 2 {
@@ -302,7 +301,7 @@ func TestExecutorGemini(t *testing.T) {
 		mark := len(g.Requests())
 		g.Reset(modelfake.GeminiTurn{Text: "Noted: the colour is teal."}, modelfake.GeminiTurn{Text: "It is teal."})
 		id, session := r.prompt(d, "remember the colour teal", "", "")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskCompleted {
 			t.Fatalf("first task = %+v", rec)
 		}
@@ -310,7 +309,7 @@ func TestExecutorGemini(t *testing.T) {
 			t.Skip("the daemon does not record execute_prompt's sdk_session_id yet: resume is tested in executors/agent (TestGeminiResumeCarriesHistory)")
 		}
 		id2, _ := r.prompt(d, "which colour?", "", session)
-		if rec2 := d.waitTask(id2); rec2.State != api.TaskCompleted {
+		if rec2 := d.waitAgentTask(id2); rec2.State != api.TaskCompleted {
 			t.Fatalf("second task = %+v", rec2)
 		}
 		reqs := g.Requests()[mark:]
@@ -330,7 +329,7 @@ func TestExecutorGemini(t *testing.T) {
 		mark := len(g.Requests())
 		g.Reset(modelfake.GeminiTurn{Status: 429, RetryDelay: "600s"})
 		id, _ := r.prompt(d, "anything", "", "")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrUsageLimit {
 			t.Fatalf("task = %+v", rec)
 		}
@@ -345,7 +344,7 @@ func TestExecutorGemini(t *testing.T) {
 		d := r.d.in(t)
 		g.Reset(modelfake.GeminiTurn{Status: 401})
 		id, _ := r.prompt(d, "anything", "", "")
-		rec := d.waitTask(id)
+		rec := d.waitAgentTask(id)
 		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrAuthFailed ||
 			strings.Contains(rec.Error.Message, "API key not valid") {
 			t.Fatalf("task = %+v", rec)

@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
 	"github.com/orchestrd/orchestrd/internal/modelfake"
 )
 
@@ -31,4 +34,17 @@ func agentHome(t *testing.T, name, value string) string {
 		t.Fatal(err)
 	}
 	return home
+}
+
+// agentWait bounds a wait on what an agent CLI does (a tool call in the
+// inbox, a task's end): starting Gemini CLI's node costs seconds of CPU,
+// and a CI machine may be loaded many times over (the landing CI whose
+// Gemini subtests timed out at 60 s left this 2-core machine at a load
+// average of 18).
+const agentWait = 3 * time.Minute
+
+// waitAgentTask waits up to agentWait for task id's end.
+func (d *testDaemon) waitAgentTask(id string) api.TaskRecord {
+	d.t.Helper()
+	return daemontest.WaitTaskWithin(d.t, d, id, agentWait)
 }

@@ -67,16 +67,23 @@ func Execute(t testing.TB, c Conn, home string, spec api.TaskSpec) (taskID, sess
 // WaitTask waits up to WaitTimeout for task id's end and returns its record.
 func WaitTask(t testing.TB, c Conn, id string) api.TaskRecord {
 	t.Helper()
+	return WaitTaskWithin(t, c, id, WaitTimeout)
+}
+
+// WaitTaskWithin waits up to within for task id's end and returns its
+// record.
+func WaitTaskWithin(t testing.TB, c Conn, id string, within time.Duration) api.TaskRecord {
+	t.Helper()
 	var r struct {
 		Task     api.TaskRecord `json:"task"`
 		TimedOut bool           `json:"timed_out"`
 	}
-	if err := c.CallWithin(WaitTimeout+CallTimeout, "task.wait",
-		map[string]any{"id": id, "timeout_ms": WaitTimeout.Milliseconds()}, &r); err != nil {
+	if err := c.CallWithin(within+CallTimeout, "task.wait",
+		map[string]any{"id": id, "timeout_ms": within.Milliseconds()}, &r); err != nil {
 		t.Fatalf("%v\ndaemon log tail:\n%s", err, c.LogTail())
 	}
 	if r.TimedOut {
-		t.Fatalf("task %s still %s after %s\n%s\ndaemon log tail:\n%s", id, r.Task.State, WaitTimeout,
+		t.Fatalf("task %s still %s after %s\n%s\ndaemon log tail:\n%s", id, r.Task.State, within,
 			SessionTail(c, r.Task.SessionID, 15), c.LogTail())
 	}
 	return r.Task
