@@ -40,6 +40,7 @@ func (r *repo) drain(c *actors.Context, d *beneath.Dir) {
 			ch := r.newChange("spool")
 			ch.saveState = true
 			r.commitDrain(c, ch)
+			return // the next spool is taken once that is committed
 		}
 		if !r.take(d) {
 			return
@@ -116,15 +117,21 @@ func (r *repo) drainBatch(c *actors.Context, f *os.File, size int64) {
 		return
 	}
 	if eof {
+		ino := r.st.Drain.Ino
 		ch.after = func() {
 			// Every line of the taken file is committed: it goes, and the
-			// next tick takes the next spool.
+			// next tick takes the next spool. Only that file: a taken file
+			// of the same name with another inode is a later spool's, with
+			// lines not read yet.
 			d, err := r.clanker()
 			if err != nil {
 				r.openFailed(err)
 				return
 			}
 			defer d.Close()
+			if info, err := d.Lstat(spool.DrainingName); err != nil || info.Ino != ino {
+				return
+			}
 			if err := d.Remove(spool.DrainingName); err != nil && !beneath.IsNotExist(err) {
 				r.fileFailed(spool.DrainingName, err)
 			}

@@ -1,0 +1,131 @@
+package clanker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/orchestrd/orchestrd/actors"
+	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/clanker"
+	"github.com/orchestrd/orchestrd/internal/daemontest"
+	"github.com/orchestrd/orchestrd/platform/beneath"
+	"github.com/orchestrd/orchestrd/state"
+)
+
+// slowStore commits in order, each commit taking a while, as the
+// daemon's store does on a disk another process keeps busy: a repo's
+// commits are still under way when its next ticks come.
+type slowStore struct {
+	emptyStore
+	once  sync.Once
+	queue chan func(error)
+	done  chan struct{}
+}
+
+func newSlowStore() *slowStore {
+	s := &slowStore{queue: make(chan func(error), 1024), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for done := range s.queue {
+			time.Sleep(15 * time.Millisecond) // the disk's latency, not a wait for anything
+			done(nil)
+		}
+	}()
+	return s
+}
+
+func (s *slowStore) Commit(_ state.ClankerCommit, done func(error)) error {
+	s.queue <- done
+	return nil
+}
+
+func (s *slowStore) close() {
+	s.once.Do(func() { close(s.queue) })
+	<-s.done
+}
+
+type noSocket struct{}
+
+func (noSocket) Close() (<-chan struct{}, error) {
+	c := make(chan struct{})
+	close(c)
+	return c, nil
+}
+
+// Spools taken one after another while the store is slow to commit: the
+// end of one taken file's drain, committed late, does not remove the next
+// taken file (of the same name) with its lines unread. Every line of every
+// spool is applied, once. (Before, the commit that forgot a finished file
+// let the next spool be taken at once, a second drain commit under way
+// beside it; a stale removal then took a later spool's lines with it, and
+// TestClankerSpoolDrain stopped short of its last tasks.)
+func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	defer sys.Shutdown()
+	store := newSlowStore()
+	defer store.close()
+	repo := t.TempDir()
+	if err := os.Mkdir(filepath.Join(repo, ".clanker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	listen := func(_ string, dir *beneath.Dir, _ string, _ clanker.Handler) (clanker.Closer, error) {
+		if dir != nil {
+			dir.Close()
+		}
+		return noSocket{}, nil
+	}
+	m, err := clanker.Start(clanker.Options{Config: clanker.Config{Repos: []clanker.RepoConfig{{Path: repo,
+		Tick: api.Duration{Duration: 10 * time.Millisecond}}}}, Store: store, Listen: listen, System: sys, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	// Rounds of lines, each appended once the last spool was taken: more
+	// than a tick's batch each, so that a taken file has lines left to
+	// read when the one before it is done.
+	spool := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
+	ids := map[string]bool{}
+	for round := range 4 {
+		var b strings.Builder
+		for i := range 250 {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			ids[id] = true
+			b.WriteString(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": id, "prompt": "p"}}))
+		}
+		if err := os.WriteFile(spool, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		daemontest.Eventually(t, 20*time.Second, "the spool taken", func() bool {
+			_, err := os.Stat(spool)
+			return os.IsNotExist(err)
+		}, nil)
+	}
+	daemontest.WhileProgressing(t, 20*time.Second, "every spooled task created", func() int { return daemontest.TaskFiles(repo) }, len(ids),
+		func() string {
+			ents, _ := os.ReadDir(filepath.Join(repo, ".clanker"))
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			return ".clanker: " + strings.Join(names, " ")
+		})
+	daemontest.Eventually(t, 20*time.Second, "the taken spool removed", func() bool {
+		_, err := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
+		return os.IsNotExist(err)
+	}, nil)
+	daemontest.CreatedOnce(t, repo, ids)
+}
