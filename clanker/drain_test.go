@@ -99,7 +99,7 @@ func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
 	// read when the one before it is done.
 	spool := filepath.Join(repo, ".clanker", "ipc-spool.ndjson")
 	ids := map[string]bool{}
-	for round := range 4 {
+	for round := range 6 {
 		var b strings.Builder
 		for i := range 250 {
 			id := fmt.Sprintf("r%d-%d", round, i)
