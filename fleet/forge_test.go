@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -528,7 +529,15 @@ func TestForgeryLane(t *testing.T) {
 		select {
 		case rec = <-ch:
 		case <-time.After(testWait):
-			t.Fatalf("%s has not ended after %v", id, testWait)
+			var b strings.Builder
+			for _, j := range []string{stolen, relaned, unclaimed} {
+				fmt.Fprintf(&b, "\n  %s ran %d times", j, r.count(j))
+				for _, n := range []*testNode{sub, a} {
+					jr, found, err := n.f.Get(j)
+					fmt.Fprintf(&b, "; %s reads it %s on %q (%s), found %v, %v", n.name, jr.State, jr.Node, jr.Error, found, err)
+				}
+			}
+			t.Fatalf("%s has not ended after %v; the three jobs B took:%s", id, testWait, b.String())
 		}
 		switch {
 		case rec.Node != a.name:
