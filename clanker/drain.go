@@ -117,19 +117,23 @@ func (r *repo) drainBatch(c *actors.Context, f *os.File, size int64) {
 		return
 	}
 	if eof {
-		ino := r.st.Drain.Ino
+		ino, end := r.st.Drain.Ino, pos
 		ch.after = func() {
 			// Every line of the taken file is committed: it goes, and the
-			// next tick takes the next spool. Only that file: a taken file
-			// of the same name with another inode is a later spool's, with
-			// lines not read yet.
+			// next tick takes the next spool. Only that file, and only as
+			// it was read: a taken file of the same name with another inode
+			// is a later spool's, with lines not read yet; one that grew
+			// since was appended to by a writer that had opened the spool
+			// before it was taken and that spool.Writing did not see (one
+			// inside open(), its descriptor not yet listed): the next tick
+			// reads what it added.
 			d, err := r.clanker()
 			if err != nil {
 				r.openFailed(err)
 				return
 			}
 			defer d.Close()
-			if info, err := d.Lstat(spool.DrainingName); err != nil || info.Ino != ino {
+			if info, err := d.Lstat(spool.DrainingName); err != nil || info.Ino != ino || info.Size > end {
 				return
 			}
 			if err := d.Remove(spool.DrainingName); err != nil && !beneath.IsNotExist(err) {

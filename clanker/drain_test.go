@@ -129,3 +129,95 @@ func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
 	}, nil)
 	daemontest.CreatedOnce(t, repo, ids)
 }
+
+// gateStore commits at once, except a commit hold picks: that one waits
+// (its ClankerCommit sent on held) until release is closed.
+type gateStore struct {
+	emptyStore
+	hold    func(state.ClankerCommit) bool
+	held    chan state.ClankerCommit
+	release chan struct{}
+	wg      sync.WaitGroup
+}
+
+func (s *gateStore) Commit(c state.ClankerCommit, done func(error)) error {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if s.hold(c) {
+			s.held <- c
+			<-s.release
+		}
+		done(nil)
+	}()
+	return nil
+}
+
+// A writer that opened the spool before the drain took it, and that the
+// drain did not see holding it (spool.Writing reads /proc, where a
+// process inside open() has no descriptor yet), appends its line after
+// the taken file was read to its end, while that end is being committed:
+// the file is not removed with the line in it; the next tick applies it.
+func TestTakenSpoolAppendedToAfterItsEnd(t *testing.T) {
+	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
+	defer sys.Shutdown()
+	store := &gateStore{held: make(chan state.ClankerCommit, 1), release: make(chan struct{})}
+	store.hold = func(c state.ClankerCommit) bool {
+		return len(c.Tasks) > 0 && c.Tasks[0].ID == "first"
+	}
+	defer store.wg.Wait()
+	var once sync.Once
+	open := func() { once.Do(func() { close(store.release) }) }
+	defer open()
+	repo := t.TempDir()
+	if err := os.Mkdir(filepath.Join(repo, ".clanker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	listen := func(_ string, dir *beneath.Dir, _ string, _ clanker.Handler) (clanker.Closer, error) {
+		if dir != nil {
+			dir.Close()
+		}
+		return noSocket{}, nil
+	}
+	m, err := clanker.Start(clanker.Options{Config: clanker.Config{Repos: []clanker.RepoConfig{{Path: repo,
+		Tick: api.Duration{Duration: 10 * time.Millisecond}}}}, Store: store, Listen: listen, System: sys, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		open()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	line := func(id string) []byte {
+		return []byte(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": id, "prompt": "p"}}))
+	}
+	if err := os.WriteFile(filepath.Join(repo, ".clanker", "ipc-spool.ndjson"), line("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-store.held: // the taken file read to its end, its commit under way
+	case <-time.After(20 * time.Second):
+		t.Fatal("the spool's line was not drained")
+	}
+	f, err := os.OpenFile(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(line("late")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	daemontest.Eventually(t, 20*time.Second, "both lines applied", func() bool { return daemontest.TaskFiles(repo) == 2 }, nil)
+	daemontest.Eventually(t, 20*time.Second, "the taken spool removed", func() bool {
+		_, err := os.Stat(filepath.Join(repo, ".clanker", "ipc-spool.draining.ndjson"))
+		return os.IsNotExist(err)
+	}, nil)
+	daemontest.CreatedOnce(t, repo, map[string]bool{"first": true, "late": true})
+}
