@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,8 +163,9 @@ func TestTakenSpoolAppendedToAfterItsEnd(t *testing.T) {
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
 	defer sys.Shutdown()
 	store := &gateStore{held: make(chan state.ClankerCommit, 1), release: make(chan struct{})}
+	var holding atomic.Bool // the first commit of task "first" only
 	store.hold = func(c state.ClankerCommit) bool {
-		return len(c.Tasks) > 0 && c.Tasks[0].ID == "first"
+		return len(c.Tasks) > 0 && c.Tasks[0].ID == "first" && holding.CompareAndSwap(false, true)
 	}
 	defer store.wg.Wait()
 	var once sync.Once
