@@ -61,18 +61,14 @@ func (noSocket) Close() (<-chan struct{}, error) {
 	return c, nil
 }
 
-// Spools taken one after another while the store is slow to commit: the
-// end of one taken file's drain, committed late, does not remove the next
-// taken file (of the same name) with its lines unread. Every line of every
-// spool is applied, once. (Before, the commit that forgot a finished file
-// let the next spool be taken at once, a second drain commit under way
-// beside it; a stale removal then took a later spool's lines with it, and
-// TestClankerSpoolDrain stopped short of its last tasks.)
-func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
+// startDrainRepo serves a new repo (its .clanker made, no socket, a tick of
+// 10 ms) with store, in an actor system of its own, and returns its path.
+// At the test's end release (when not nil) is called, then the repo and
+// the system are shut down, before the cleanups registered earlier run.
+func startDrainRepo(t *testing.T, store clanker.Store, release func()) string {
+	t.Helper()
 	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
-	store := newSlowStore()
-	defer store.close()
+	t.Cleanup(sys.Shutdown)
 	repo := t.TempDir()
 	if err := os.Mkdir(filepath.Join(repo, ".clanker"), 0o700); err != nil {
 		t.Fatal(err)
@@ -88,13 +84,30 @@ func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
+		if release != nil {
+			release()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := m.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-	}()
+	})
+	return repo
+}
+
+// Spools taken one after another while the store is slow to commit: the
+// end of one taken file's drain, committed late, does not remove the next
+// taken file (of the same name) with its lines unread. Every line of every
+// spool is applied, once. (Before, the commit that forgot a finished file
+// let the next spool be taken at once, a second drain commit under way
+// beside it; a stale removal then took a later spool's lines with it, and
+// TestClankerSpoolDrain stopped short of its last tasks.)
+func TestSpoolsTakenWhileCommitsAreSlow(t *testing.T) {
+	store := newSlowStore()
+	t.Cleanup(store.close)
+	repo := startDrainRepo(t, store, nil)
 	// Rounds of lines, each appended once the last spool was taken: more
 	// than a tick's batch each, so that a taken file has lines left to
 	// read when the one before it is done.
@@ -160,40 +173,15 @@ func (s *gateStore) Commit(c state.ClankerCommit, done func(error)) error {
 // the taken file was read to its end, while that end is being committed:
 // the file is not removed with the line in it; the next tick applies it.
 func TestTakenSpoolAppendedToAfterItsEnd(t *testing.T) {
-	sys := actors.NewSystem(actors.Options{Logger: zerolog.Nop()})
-	defer sys.Shutdown()
 	store := &gateStore{held: make(chan state.ClankerCommit, 1), release: make(chan struct{})}
 	var holding atomic.Bool // the first commit of task "first" only
 	store.hold = func(c state.ClankerCommit) bool {
 		return len(c.Tasks) > 0 && c.Tasks[0].ID == "first" && holding.CompareAndSwap(false, true)
 	}
-	defer store.wg.Wait()
+	t.Cleanup(store.wg.Wait)
 	var once sync.Once
 	open := func() { once.Do(func() { close(store.release) }) }
-	defer open()
-	repo := t.TempDir()
-	if err := os.Mkdir(filepath.Join(repo, ".clanker"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	listen := func(_ string, dir *beneath.Dir, _ string, _ clanker.Handler) (clanker.Closer, error) {
-		if dir != nil {
-			dir.Close()
-		}
-		return noSocket{}, nil
-	}
-	m, err := clanker.Start(clanker.Options{Config: clanker.Config{Repos: []clanker.RepoConfig{{Path: repo,
-		Tick: api.Duration{Duration: 10 * time.Millisecond}}}}, Store: store, Listen: listen, System: sys, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		open()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	}()
+	repo := startDrainRepo(t, store, open)
 	line := func(id string) []byte {
 		return []byte(daemontest.SpoolLine("task_create", map[string]any{"task": map[string]any{"id": id, "prompt": "p"}}))
 	}
