@@ -254,7 +254,7 @@ func TestNotifyTimeoutKillsGroup(t *testing.T) {
 		}
 		child, self := fmt.Sprintf("child-%d", attempt), fmt.Sprintf("pid-%d", attempt)
 		n := f.start(Options{Timeout: timeout}, fmt.Sprintf(
-			`sleep 1000 & echo $! > "$1/%[1]s.tmp"; mv "$1/%[1]s.tmp" "$1/%[1]s"; echo $$ > "$1/%[2]s.tmp"; mv "$1/%[2]s.tmp" "$1/%[2]s"; echo waiting >&2; wait`,
+			`sleep 1000 & echo waiting >&2; echo $! > "$1/%[1]s.tmp"; mv "$1/%[1]s.tmp" "$1/%[1]s"; echo $$ > "$1/%[2]s.tmp"; mv "$1/%[2]s.tmp" "$1/%[2]s"; wait`,
 			child, self))
 		id := fmt.Sprintf("a-2-%d", attempt)
 		n.Notify(approval(id))
@@ -266,8 +266,11 @@ func TestNotifyTimeoutKillsGroup(t *testing.T) {
 			t.Logf("attempt %d: killed at %s before it wrote its pids; again with a longer timeout", attempt, timeout)
 			continue
 		}
+		// Its stderr line comes before its pids: the kill may land as
+		// soon as they are written.
 		if ev.ID != id || !strings.HasPrefix(ev.Error, "timed out after "+timeout.String()) || ev.Signal != "SIGKILL" ||
 			ev.ExitCode != nil || ev.StderrTail != "waiting\n" {
+			n.Close()
 			t.Fatalf("event %+v", ev)
 		}
 		gone(t, pid)
