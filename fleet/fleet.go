@@ -95,6 +95,9 @@ type Options struct {
 	// Identity is this node's credentials as Check read them before the
 	// daemon started anything; nil: Start reads them.
 	Identity *Identity
+	// dial, when set, is how the client reaches its server (tests: a
+	// connection that holds what the server sends).
+	dial nats.CustomDialer
 }
 
 // Identity is this node's fleet credentials, read and checked (Check).
@@ -144,6 +147,7 @@ func servedLanes(id *identity, creds string, shared []string, warn func(lane str
 // Fleet is this node in the fleet.
 type Fleet struct {
 	home      string // the daemon's home (its free space is in the heartbeat's figures)
+	dial      nats.CustomDialer
 	cfg       Config
 	local     Local
 	bus       *eventlog.Bus
@@ -252,7 +256,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: api.RandomHex(8), idPrefix: api.ClusterJobPrefix + api.RandomHex(idStartHex/2), startedAt: time.Now().UTC(),
 		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
-		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch(), home: o.Home}
+		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch(), home: o.Home, dial: o.dial}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)
 	f.lanes, err = servedLanes(id, cfg.Credentials, o.Local.SharedLanes(), func(l string) {
@@ -385,6 +389,9 @@ func (f *Fleet) connect(ctx context.Context) error {
 	if f.srv != nil {
 		url = f.srv.ClientURL()
 		opts = append(opts, nats.IgnoreDiscoveredServers())
+	}
+	if f.dial != nil {
+		opts = append(opts, nats.SetCustomDialer(f.dial))
 	}
 	// The node's own nkey: an external server lists it as a user; the
 	// embedded servers admit any node the fleet's key certified, its

@@ -524,7 +524,7 @@ func (n *testNode) holdOn(t *testing.T, from *testNode, lane string) string {
 }
 
 // startNode starts one node of cfg (stopped at the test's end).
-func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNode {
+func startNode(t *testing.T, cfg Config, local *fakeLocal, home string, mod ...func(*Options)) *testNode {
 	t.Helper()
 	bus, err := eventlog.Open(eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
@@ -538,7 +538,11 @@ func startNode(t *testing.T, cfg Config, local *fakeLocal, home string) *testNod
 		cfg.StartTimeout.Duration = testWait
 	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	f, err := Start(ctx, Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log})
+	o := Options{Config: cfg, Home: home, Local: local, Bus: bus, Logger: log}
+	for _, m := range mod {
+		m(&o)
+	}
+	f, err := Start(ctx, o)
 	if err != nil {
 		bus.Close()
 		t.Fatal(err)

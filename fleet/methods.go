@@ -522,18 +522,21 @@ func (f *Fleet) readEvents(ctx context.Context, subj string, start, end uint64, 
 			continue
 		}
 		// Nothing came: none of subj from start on, or a consumer slow to
-		// start or starved; its own count says which.
+		// start or starved; its own counts say which. One that sent
+		// messages the client did not take in before the pull's wait
+		// ended counts none pending too: the next fetch asks for them
+		// again (a new consumer from the last message taken).
 		ictx, cancel := context.WithTimeout(ctx, opTimeout)
 		ci, err := c.Info(ictx)
 		cancel()
-		if err == nil && ci.NumPending == 0 {
+		if err == nil && ci.NumPending == 0 && ci.Delivered.Consumer == 0 {
 			return h.take(), nil
 		}
 		if stalled.IsZero() {
 			stalled = time.Now()
 		} else if time.Since(stalled) > eventsStall {
 			if err == nil {
-				err = fmt.Errorf("%d messages pending", ci.NumPending)
+				err = fmt.Errorf("%d messages pending, %d sent and not taken in", ci.NumPending, ci.Delivered.Consumer)
 			}
 			return nil, fmt.Errorf("reading the fleet's events: nothing delivered for %s: %w", eventsStall, err)
 		}
