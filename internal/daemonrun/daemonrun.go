@@ -188,6 +188,7 @@ func (d *Daemon) WaitReady(within time.Duration) ([]api.LaneStatus, error) {
 func WaitLanesReady(home string, done <-chan struct{}, exitErr func() error, within time.Duration) ([]api.LaneStatus, error) {
 	deadline := time.Now().Add(within)
 	var lastErr error
+	var poll Poller
 	answered := false
 	for {
 		select {
@@ -210,7 +211,7 @@ func WaitLanesReady(home string, done <-chan struct{}, exitErr func() error, wit
 			}
 			return nil, fmt.Errorf("runners not ready after %s", within)
 		}
-		time.Sleep(10 * time.Millisecond)
+		poll.Pause()
 	}
 }
 

@@ -287,6 +287,7 @@ func (d *Daemon) Stop() {
 // those.
 func (d *Daemon) checkChildren() {
 	deadline := time.Now().Add(10 * time.Second)
+	var poll daemonrun.Poller
 	for {
 		var left []int
 		for _, pid := range proc.Children(os.Getpid()) {
@@ -305,7 +306,7 @@ func (d *Daemon) checkChildren() {
 			}
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		poll.Pause()
 	}
 }
 
@@ -444,6 +445,7 @@ func WaitEventAt(t testing.TB, home string, within time.Duration, kind string, m
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool, diag func() string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	var poll daemonrun.Poller
 	for !cond() {
 		if time.Now().After(deadline) {
 			msg := ""
@@ -452,7 +454,7 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 			}
 			t.Fatalf("timed out after %s waiting for %s\n%s", within, what, msg)
 		}
-		time.Sleep(5 * time.Millisecond)
+		poll.Pause()
 	}
 }
 
@@ -478,12 +480,13 @@ func Tail(s string, n int) string {
 func WaitGone(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	var poll daemonrun.Poller
 	for Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Errorf("process %d is still alive", pid)
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		poll.Pause()
 	}
 }
 

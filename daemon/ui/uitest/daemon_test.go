@@ -271,18 +271,7 @@ func (d *daemon) events() []map[string]any {
 // accepts (nil: any).
 func (d *daemon) waitEvent(kind string, match func(map[string]any) bool) map[string]any {
 	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		for _, e := range d.events() {
-			if e["kind"] == kind && (match == nil || match(e)) {
-				return e
-			}
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("no %s event after 60s", kind)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return daemontest.WaitEventAt(d.t, d.home, 60*time.Second, kind, match, nil)
 }
 
 // hasEvent reports whether the log has an event of kind naming job id.
