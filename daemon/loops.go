@@ -120,6 +120,10 @@ func tailOf(s string, max int) string {
 	return s
 }
 
+func (j loopJobs) Wait(id string, done func()) (func(), error) {
+	return j.m.Wait(id, func(api.JobRecord) { done() })
+}
+
 func (j loopJobs) Cancel(id string) {
 	j.m.CancelWith(id, true, func(_ bool, err error) {
 		if err != nil {

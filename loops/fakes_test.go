@@ -92,12 +92,15 @@ func (s *fakeStore) Iterations(id string) ([]api.LoopIteration, error) {
 
 // fakeAgents runs each task by calling work (on a goroutine of its own),
 // which returns the task's end state; a task whose work blocks ends when
-// Stop is called.
+// Stop is called. As the executors do, Wait calls done once the task has
+// ended, at once if it has, each waiter once.
 type fakeAgents struct {
 	mu      sync.Mutex
 	n       int
 	specs   []api.TaskSpec
-	waiters map[string]func(api.TaskRecord)
+	waiters map[string][]func(api.TaskRecord)
+	ended   map[string]api.TaskRecord
+	waits   map[string]int // Wait calls, by task
 	stops   map[string]chan struct{}
 	stopped []string
 	work    func(spec api.TaskSpec, stop <-chan struct{}) api.TaskState
@@ -120,7 +123,7 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 	id := fmt.Sprintf("t-%d", a.n)
 	a.specs = append(a.specs, spec)
 	if a.stops == nil {
-		a.stops, a.waiters = map[string]chan struct{}{}, map[string]func(api.TaskRecord){}
+		a.stops = map[string]chan struct{}{}
 	}
 	stop := make(chan struct{})
 	a.stops[id] = stop
@@ -128,26 +131,23 @@ func (a *fakeAgents) Execute(spec api.TaskSpec, reply func(string, error)) {
 	reply(id, nil)
 	go func() {
 		st := a.work(spec, stop)
-		for {
-			a.mu.Lock()
-			w := a.waiters[id]
-			a.mu.Unlock()
-			if w != nil {
-				tr := api.TaskRecord{ID: id, State: st}
-				if st == api.TaskFailed && a.failCode != nil {
-					tr.Error = &api.TaskError{Code: a.failCode(spec)}
-				}
-				if a.finish != nil {
-					a.finish(spec, &tr)
-				}
-				w(tr)
-				return
-			}
-			select {
-			case <-stop:
-				return // the harness ends (a loop that ended before it waited)
-			case <-time.After(time.Millisecond): // the loop has not called Wait yet
-			}
+		tr := api.TaskRecord{ID: id, State: st}
+		if st == api.TaskFailed && a.failCode != nil {
+			tr.Error = &api.TaskError{Code: a.failCode(spec)}
+		}
+		if a.finish != nil {
+			a.finish(spec, &tr)
+		}
+		a.mu.Lock()
+		if a.ended == nil {
+			a.ended = map[string]api.TaskRecord{}
+		}
+		a.ended[id] = tr
+		ws := a.waiters[id]
+		delete(a.waiters, id)
+		a.mu.Unlock()
+		for _, w := range ws {
+			w(tr)
 		}
 	}()
 }
@@ -162,7 +162,19 @@ func (a *fakeAgents) DeniedTools(tr api.TaskRecord, done func([]string)) {
 
 func (a *fakeAgents) Wait(id string, done func(api.TaskRecord)) error {
 	a.mu.Lock()
-	a.waiters[id] = done
+	if a.waits == nil {
+		a.waits = map[string]int{}
+	}
+	a.waits[id]++
+	if tr, ok := a.ended[id]; ok {
+		a.mu.Unlock()
+		done(tr)
+		return nil
+	}
+	if a.waiters == nil {
+		a.waiters = map[string][]func(api.TaskRecord){}
+	}
+	a.waiters[id] = append(a.waiters[id], done)
 	a.mu.Unlock()
 	return nil
 }
@@ -194,6 +206,9 @@ type fakeJobs struct {
 	cancelled []string
 	result    func(spec api.JobSpec, cancel <-chan struct{}) JobResult
 	cancels   map[string]chan struct{}
+	ended     map[string]bool
+	waiters   map[string][]func()
+	waits     map[string]int // Wait calls, by job
 }
 
 func (j *fakeJobs) Run(spec api.JobSpec, started func(string, error), ended func(JobResult)) {
@@ -211,7 +226,37 @@ func (j *fakeJobs) Run(spec api.JobSpec, started func(string, error), ended func
 		res := j.result(spec, ch)
 		res.JobID = id
 		ended(res)
+		j.mu.Lock()
+		if j.ended == nil {
+			j.ended = map[string]bool{}
+		}
+		j.ended[id] = true
+		ws := j.waiters[id]
+		delete(j.waiters, id)
+		j.mu.Unlock()
+		for _, w := range ws {
+			w()
+		}
 	}()
+}
+
+func (j *fakeJobs) Wait(id string, done func()) (func(), error) {
+	j.mu.Lock()
+	if j.waits == nil {
+		j.waits = map[string]int{}
+	}
+	j.waits[id]++
+	if j.ended[id] {
+		j.mu.Unlock()
+		done()
+		return func() {}, nil
+	}
+	if j.waiters == nil {
+		j.waiters = map[string][]func(){}
+	}
+	j.waiters[id] = append(j.waiters[id], done)
+	j.mu.Unlock()
+	return func() {}, nil
 }
 
 func (j *fakeJobs) Cancel(id string) {
@@ -285,6 +330,9 @@ type fakeGit struct {
 	rebaseConflicts []gitwt.Conflict
 	merging         bool
 	unresolved      [][]string
+	// onRemove, when set, is called with each worktree removed, before it
+	// is.
+	onRemove func(dir string)
 }
 
 func (g *fakeGit) CurrentBranch(string) (string, error) { return "main", nil }
@@ -343,7 +391,11 @@ func (g *fakeGit) RecoverRebase(_, _ string) (string, bool, error) { return "", 
 func (g *fakeGit) RemoveWorktree(_, dir string) error {
 	g.mu.Lock()
 	g.removed = append(g.removed, dir)
+	on := g.onRemove
 	g.mu.Unlock()
+	if on != nil {
+		on(dir)
+	}
 	return os.RemoveAll(dir)
 }
 func (g *fakeGit) DeleteBranch(_, branch string) (bool, error) {

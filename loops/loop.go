@@ -56,7 +56,11 @@ type loop struct {
 	parent *api.LoopRecord
 	kids   []api.LoopRecord // as recovered
 
-	self    actors.Ref
+	self actors.Ref
+	// held: the task and job the loop had under way when it ended (a
+	// cancel stops them; they may still be dying): its worktree goes once
+	// they have ended.
+	held    heldWork
 	gen     int                // bumped when the work under way is dropped (cancel, a new iteration)
 	it      *api.LoopIteration // the current iteration
 	slot    bool
@@ -1114,6 +1118,7 @@ func (l *loop) endThen(c *actors.Context, st api.LoopStatus, code, message strin
 		l.gate = nil
 	}
 	l.m.setPlanApproval(l.rec.ID, "")
+	l.held = heldWork{task: l.rec.TaskID, job: l.rec.JobID}
 	l.rec.Status, l.rec.Error, l.rec.Message, l.rec.Stage = st, code, message, ""
 	l.rec.TaskID, l.rec.JobID, l.rec.ApprovalID, l.rec.MergeWait = "", "", "", nil
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: st, Error: code})
@@ -1132,7 +1137,7 @@ func (l *loop) finish(c *actors.Context) {
 	l.freeSlot(c)
 	r := l.rec
 	l.answerMerges(r)
-	go l.m.cleanEnded(r)
+	l.m.cleanAfter(r, l.held)
 	l.m.mu.Lock()
 	if l.m.done == nil {
 		l.m.done = map[string]bool{}

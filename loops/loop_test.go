@@ -3,6 +3,7 @@ package loops
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -980,14 +981,23 @@ func TestPlanTreeCost(t *testing.T) {
 }
 
 // A daemon stopped between a loop's merge and its branch's deletion
-// deletes it at the next start; an unmerged ended loop's branch stays.
+// deletes it at the next start; an unmerged ended loop's branch stays. One
+// stopped between a loop's end and its worktree's removal (waiting for the
+// loop's task to end) removes the worktree at the next start.
 func TestRecoverDeletesMergedBranch(t *testing.T) {
+	var left string
 	seed := func(h *harness) {
-		for _, id := range []string{"1-merged", "2-failed"} {
+		for _, id := range []string{"1-merged", "2-failed", "3-left"} {
 			r := h.m.newRoot(api.LoopCode, id, h.repo, "main", makeContext("t", ""), time.Now())
 			r.Status = api.LoopFailed
-			if id == "1-merged" {
+			switch id {
+			case "1-merged":
 				r.Status, r.MergedInto = api.LoopComplete, "main"
+			case "3-left":
+				left = r.Worktree
+				if err := os.MkdirAll(left, 0o755); err != nil {
+					t.Fatal(err)
+				}
 			}
 			_ = h.store.SaveLoop(r, func(error) {})
 		}
@@ -996,5 +1006,103 @@ func TestRecoverDeletesMergedBranch(t *testing.T) {
 	h.waitFor("the merged branch deleted", func() bool { return len(h.git.deletedBranches()) > 0 })
 	if d := h.git.deletedBranches(); !slices.Equal(d, []string{"loop/1-merged"}) {
 		t.Fatalf("deleted: %v", d)
+	}
+	h.waitFor("the worktree left removed", func() bool {
+		_, err := os.Lstat(left)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+	h.git.mu.Lock()
+	defer h.git.mu.Unlock()
+	if !slices.Equal(h.git.removed, []string{left}) {
+		t.Fatalf("removed worktrees: %v, want %s", h.git.removed, left)
+	}
+}
+
+// A cancelled loop's worktree is removed once the task or validation job
+// it had under way has ended, not while its agent or job may still be
+// writing in it (a cancel stops them at once, and they take a moment to
+// die). Before, it was removed as the loop ended.
+func TestCancelRemovesWorktreeOnceItsWorkEnded(t *testing.T) {
+	for _, stage := range []string{"task", "job"} {
+		t.Run(stage, func(t *testing.T) {
+			stopped, release := make(chan struct{}), make(chan struct{})
+			var alive atomic.Bool // the stopped task or job has not ended yet
+			dying := func(stop <-chan struct{}) {
+				<-stop
+				alive.Store(true)
+				close(stopped)
+				<-release
+				alive.Store(false)
+			}
+			agents := &fakeAgents{work: func(_ api.TaskSpec, stop <-chan struct{}) api.TaskState {
+				if stage == "task" {
+					dying(stop)
+					return api.TaskCancelled
+				}
+				return api.TaskCompleted
+			}}
+			jobs := &fakeJobs{result: func(_ api.JobSpec, cancel <-chan struct{}) JobResult {
+				dying(cancel)
+				return JobResult{State: api.StateCancelled}
+			}}
+			h := newHarness(t, testConfig(), agents, jobs)
+			removed := make(chan bool, 1) // whether its work was alive then
+			h.git.onRemove = func(string) { removed <- alive.Load() }
+			id := h.create(api.LoopCode, "x")
+			held := func() string {
+				if stage == "task" {
+					return h.rec(id).TaskID
+				}
+				return h.rec(id).JobID
+			}
+			h.waitFor("the loop's "+stage, func() bool { return held() != "" })
+			work := held()
+			if _, err := h.control("cancel", id); err != nil {
+				t.Fatal(err)
+			}
+			<-stopped
+			h.waitStatus(id, api.LoopFailed)
+			// The loop has ended: its worktree goes now (before: at once)
+			// or once its work ends (the manager waits for it: a second
+			// Wait, after the loop's own).
+			waits := func() int {
+				if stage == "task" {
+					agents.mu.Lock()
+					defer agents.mu.Unlock()
+					return agents.waits[work]
+				}
+				jobs.mu.Lock()
+				defer jobs.mu.Unlock()
+				return jobs.waits[work]
+			}
+			want := 2
+			if stage == "job" {
+				want = 1 // the loop hears of its job's end through Run
+			}
+			var early bool
+			h.waitFor("the worktree's removal, or a wait for the "+stage+" to end", func() bool {
+				select {
+				case early = <-removed:
+					if !early {
+						t.Fatal("removed with nothing alive: the test's work ended before its release")
+					}
+					return true
+				default:
+					return waits() >= want
+				}
+			})
+			if early {
+				t.Fatalf("the worktree was removed while the cancelled loop's %s was still running", stage)
+			}
+			close(release)
+			select {
+			case alive := <-removed:
+				if alive {
+					t.Fatalf("the worktree was removed while the cancelled loop's %s was still running", stage)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the worktree was not removed once the cancelled loop's %s ended", stage)
+			}
+		})
 	}
 }

@@ -54,6 +54,12 @@ type Manager struct {
 	// (system messages go first): an actor stopped and not in done
 	// panicked.
 	done map[string]bool
+	// quit is closed by Shutdown; cleaning: the ended loops whose
+	// worktree waits for the task and job they had under way (cleanAfter),
+	// each closed once they ended (or the wait gave up).
+	quit     chan struct{}
+	quitOnce sync.Once
+	cleaning map[string]chan struct{}
 }
 
 // Start starts the loops supervisor; Recover then takes over the loops a
@@ -75,7 +81,8 @@ func Start(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("loops: %w", err)
 	}
 	m := &Manager{opts: opts, cfg: opts.Config, sys: opts.System, bus: opts.Bus, log: opts.Logger,
-		templates: tmpl, counts: map[api.LoopStatus]int{}, plans: map[string]string{}}
+		templates: tmpl, counts: map[api.LoopStatus]int{}, plans: map[string]string{}, quit: make(chan struct{}),
+		cleaning: map[string]chan struct{}{}}
 	ref, err := m.sys.Spawn(actors.Props{Kind: "loops", ID: "loops", OnPanic: actors.Restart, MaxRestarts: 3, Within: time.Minute,
 		New: func() actors.Actor { return newSup(m) }})
 	if err != nil {
@@ -112,6 +119,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
+	m.quitOnce.Do(func() { close(m.quit) })
 	return m.sys.Stop(ctx, m.sup)
 }
 
@@ -229,7 +237,7 @@ func (s *sup) Receive(c *actors.Context) {
 		var merged []api.LoopRecord
 		for _, r := range msg.recs {
 			if r.Status.Terminal() {
-				if r.MergedInto != "" && !s.m.cfg.KeepBranches {
+				if (r.MergedInto != "" && !s.m.cfg.KeepBranches) || worktreeLeft(r) {
 					merged = append(merged, r)
 				}
 				continue
@@ -239,8 +247,9 @@ func (s *sup) Receive(c *actors.Context) {
 			}
 		}
 		if len(merged) > 0 {
-			// A daemon stopped between a merge and its branch's deletion:
-			// done now (a branch not there is passed over).
+			// A daemon stopped between a loop's end and its worktree's
+			// removal, or between a merge and its branch's deletion: done
+			// now (a branch not there is passed over).
 			go func() {
 				for _, r := range merged {
 					s.m.cleanEnded(r)
@@ -682,6 +691,7 @@ func (m *Manager) deleteLoops(recs []api.LoopRecord, done func(error)) {
 	// but its branch was made from its parent's.
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
+		m.awaitCleaning(r.ID)
 		if r.Worktree != "" {
 			if _, err := os.Lstat(r.Worktree); err == nil {
 				if err := m.opts.Git.RemoveWorktree(r.Repo, r.Worktree); err != nil {
@@ -703,6 +713,96 @@ func (m *Manager) deleteLoops(recs []api.LoopRecord, done func(error)) {
 	if err := m.opts.Store.DeleteLoops(ids, done); err != nil {
 		done(api.Errorf(api.CodeStoreUnavailable, "deleting loops from the state store: %v", err))
 	}
+}
+
+// heldWork is the task and job a loop had under way when it ended.
+type heldWork struct{ task, job string }
+
+// heldEndWait bounds how long an ended loop's worktree waits for the task
+// and job it had under way to end (a cancel stops both at once; a task's
+// agent and a job's processes take a moment to die).
+const heldEndWait = time.Minute
+
+// worktreeLeft says whether an ended loop's worktree is still there (the
+// daemon stopped before it was removed).
+func worktreeLeft(r api.LoopRecord) bool {
+	if r.Worktree == "" {
+		return false
+	}
+	_, err := os.Lstat(r.Worktree)
+	return err == nil
+}
+
+// cleanAfter cleans up after an ended loop (cleanEnded) once the task
+// and job it had under way have ended: nothing of the loop's still runs
+// in the worktree as it is removed. A daemon stopping meanwhile leaves
+// the worktree to the next start's recovery.
+func (m *Manager) cleanAfter(r api.LoopRecord, h heldWork) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	m.cleaning[r.ID] = ch
+	m.mu.Unlock()
+	go func() {
+		ok := m.awaitHeld(r.ID, h)
+		m.mu.Lock()
+		delete(m.cleaning, r.ID)
+		m.mu.Unlock()
+		close(ch)
+		if ok {
+			m.cleanEnded(r)
+		}
+	}()
+}
+
+// awaitCleaning waits until the ended loop id's task and job have ended
+// (cleanAfter), if it is waiting for them.
+func (m *Manager) awaitCleaning(id string) {
+	m.mu.Lock()
+	ch := m.cleaning[id]
+	m.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-m.quit:
+	}
+}
+
+// awaitHeld waits until h's task and job have ended, at most heldEndWait;
+// false when the manager was shut down first.
+func (m *Manager) awaitHeld(id string, h heldWork) bool {
+	ended := make(chan struct{}, 2)
+	n := 0
+	if h.task != "" {
+		if err := m.opts.Agents.Wait(h.task, func(api.TaskRecord) { ended <- struct{}{} }); err == nil {
+			n++
+		} else {
+			m.log.Debug().Err(err).Str("loop_id", id).Str("task_id", h.task).Msg("waiting for an ended loop's task")
+		}
+	}
+	if h.job != "" {
+		if forget, err := m.opts.Jobs.Wait(h.job, func() { ended <- struct{}{} }); err == nil {
+			n++
+			defer forget()
+		} else {
+			m.log.Debug().Err(err).Str("loop_id", id).Str("job_id", h.job).Msg("waiting for an ended loop's job")
+		}
+	}
+	t := time.NewTimer(heldEndWait)
+	defer t.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-ended:
+		case <-m.quit:
+			return false
+		case <-t.C:
+			m.log.Warn().Str("loop_id", id).Str("task_id", h.task).Str("job_id", h.job).Dur("waited", heldEndWait).
+				Msg("an ended loop's task or job has not ended: its worktree is removed anyway")
+			return true
+		}
+	}
+	return true
 }
 
 // cleanEnded removes an ended loop's worktree, then its branch once its

@@ -59,6 +59,9 @@ type Jobs interface {
 	Run(spec api.JobSpec, started func(jobID string, err error), ended func(JobResult))
 	// Cancel kills a running job at once.
 	Cancel(jobID string)
+	// Wait calls done once the job has ended (at once if it has); the
+	// func it returns forgets done.
+	Wait(jobID string, done func()) (func(), error)
 }
 
 // GateAnswer is a person's answer to a loop's question.
