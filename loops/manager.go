@@ -234,11 +234,11 @@ func (s *sup) Receive(c *actors.Context) {
 		for _, r := range msg.recs {
 			s.add(r)
 		}
-		var merged []api.LoopRecord
+		var clean []api.LoopRecord // ended, with a branch or worktree left
 		for _, r := range msg.recs {
 			if r.Status.Terminal() {
 				if (r.MergedInto != "" && !s.m.cfg.KeepBranches) || worktreeLeft(r) {
-					merged = append(merged, r)
+					clean = append(clean, r)
 				}
 				continue
 			}
@@ -246,12 +246,12 @@ func (s *sup) Receive(c *actors.Context) {
 				n++
 			}
 		}
-		if len(merged) > 0 {
+		if len(clean) > 0 {
 			// A daemon stopped between a loop's end and its worktree's
 			// removal, or between a merge and its branch's deletion: done
 			// now (a branch not there is passed over).
 			go func() {
-				for _, r := range merged {
+				for _, r := range clean {
 					s.m.cleanEnded(r)
 				}
 			}()
