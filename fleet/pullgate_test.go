@@ -139,6 +139,9 @@ func (c *gateConn) Read(p []byte) (int, error) {
 // Write looks at the client's protocol lines: the armed pull's SUB and
 // PUB start the hold; its UNSUB waits for the server's delivery, then
 // goes out and ends the hold.
+// sendWait bounds how long a held UNSUB waits for the server's messages.
+const sendWait = 10 * time.Second
+
 func (c *gateConn) Write(p []byte) (int, error) {
 	g := c.g
 	lines := bytes.Split(append(c.carry, p...), []byte("\r\n"))
@@ -159,10 +162,11 @@ func (c *gateConn) Write(p []byte) (int, error) {
 		case len(f) == 4 && f[0] == "PUB" && g.armed && strings.HasPrefix(f[1], "$JS.API.CONSUMER.MSG.NEXT."+g.stream+"."):
 			g.armed, g.inbox, g.sid, g.conn, g.holdAt = false, f[2], c.subs[f[2]], c, len(c.buf)
 		case len(f) >= 2 && f[0] == "UNSUB" && g.conn == c && g.sid != "" && f[1] == g.sid && !g.lost:
-			// Bounded: a server that never delivers leaves lost false,
-			// and the test fails saying so.
-			deadline := time.Now().Add(testWait)
-			t := time.AfterFunc(testWait, func() {
+			// Bounded: a server that has not sent the messages by then
+			// expired the pull first (it came to it late, on a starved
+			// machine): lost stays false and the test tries again.
+			deadline := time.Now().Add(sendWait)
+			t := time.AfterFunc(sendWait, func() {
 				g.mu.Lock()
 				g.cond.Broadcast()
 				g.mu.Unlock()
