@@ -136,7 +136,9 @@ func TestTLS(t *testing.T) {
 	try("a client with another CA's certificate", nats.RootCAs(files.ca), nats.ClientCert(files.otherCert, files.otherKey))
 	// The same credentials with the CA's certificate: the refusals above
 	// were TLS's.
-	nc, err := nats.Connect(url, append(login, nats.RootCAs(files.ca), nats.ClientCert(files.cert, files.key))...)
+	// nats.go's 2 s for the connection and TLS handshake is a loaded
+	// machine's scheduling delay (a loaded CI run: i/o timeout).
+	nc, err := nats.Connect(url, append(login, nats.RootCAs(files.ca), nats.ClientCert(files.cert, files.key), nats.Timeout(testWait))...)
 	if err != nil {
 		t.Fatalf("a client with the CA's certificate: %v", err)
 	}
