@@ -116,11 +116,7 @@ func TestEventsThroughLeaderLoss(t *testing.T) {
 // node's own log and in the fleet's events.
 func TestEventsDroppedTold(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
-	r := newRuns()
-	a := startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
-		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "solo"))
+	a := startSolo(t)
 	a.f.pubPaused.Store(true)
 	const over = 50
 	for i := range eventQueue + over {
@@ -137,10 +133,27 @@ func TestEventsDroppedTold(t *testing.T) {
 	if e := a.ev.kinds("cluster.events_dropped")[0].(ClusterEventsDropped); e.Node != a.name || e.Lines < dropped || e.Total != e.Lines {
 		t.Fatalf("cluster.events_dropped: %+v, want %d lines", e, dropped)
 	}
-	waitEvery(t, 200*time.Millisecond, "cluster.events_dropped in the fleet's events", func() bool {
+	waitOwnLine(t, a.f, "cluster.events_dropped")
+}
+
+// startSolo starts a node of a fleet of one, "solo", its options changed
+// by mod.
+func startSolo(t *testing.T, mod ...func(*Options)) *testNode {
+	t.Helper()
+	dir := t.TempDir()
+	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
+	return startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
+		newFakeLocal("solo", nil, 0, newRuns()), filepath.Join(dir, "solo"), mod...)
+}
+
+// waitOwnLine waits until f's own lines in the fleet's events stream hold
+// exactly one of kind.
+func waitOwnLine(t *testing.T, f *Fleet, kind string) {
+	t.Helper()
+	waitEvery(t, 200*time.Millisecond, kind+" in the fleet's events", func() bool {
 		n := 0
-		err := ownLines(a.f, func(l *eventlog.Line) {
-			if l.Kind == "cluster.events_dropped" {
+		err := ownLines(f, func(l *eventlog.Line) {
+			if l.Kind == kind {
 				n++
 			}
 		})
@@ -171,20 +184,9 @@ func ownLines(f *Fleet, fn func(*eventlog.Line)) error {
 // in loaded CI runs: "last 2 cluster.started" answered 0 lines).
 func TestEventsReadAfterALostDelivery(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	creds := makeCreds(t, filepath.Join(dir, "creds"), "solo")["solo"]
 	g := &pullGate{stream: eventsStream}
-	a := startNode(t, Config{Enabled: true, Name: "solo", Listen: "127.0.0.1:0", Credentials: creds, Heartbeat: api.Duration{Duration: testHeartbeat}},
-		newFakeLocal("solo", nil, 0, newRuns()), filepath.Join(dir, "solo"), func(o *Options) { o.dial = g })
-	waitEvery(t, 200*time.Millisecond, "cluster.started in the events stream", func() bool {
-		n := 0
-		err := ownLines(a.f, func(l *eventlog.Line) {
-			if l.Kind == "cluster.started" {
-				n++
-			}
-		})
-		return err == nil && n == 1
-	})
+	a := startSolo(t, func(o *Options) { o.dial = g })
+	waitOwnLine(t, a.f, "cluster.started")
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	info, err := a.f.evs.Info(ctx)
