@@ -6,39 +6,86 @@ import (
 	"testing"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/supervisor/eventlog"
 )
 
-// lostEvents are the cluster.node_lost events about node that the nodes
-// ns emitted.
-func lostEvents(node string, ns ...*testNode) []ClusterNodeLost {
-	var out []ClusterNodeLost
-	for _, n := range ns {
-		for _, e := range n.ev.kinds("cluster.node_lost") {
-			if l := e.(ClusterNodeLost); l.Node == node {
-				out = append(out, l)
+// mark is where some nodes' events stood at a point of a test:
+// lostEvents and lostJobs read the events those nodes emitted after it.
+// A test marks before it brings a loss on: a node the loaded machine
+// starved past the heartbeat earlier was declared lost then and came
+// back, as it should, and that loss is not the one the test looks for.
+type mark []struct {
+	n    *testNode
+	from int
+}
+
+// after marks ns's events as they stand now.
+func after(ns ...*testNode) mark {
+	m := make(mark, len(ns))
+	for i, n := range ns {
+		m[i].n, m[i].from = n, len(n.ev.Records())
+	}
+	return m
+}
+
+// all marks ns's events from their first.
+func all(ns ...*testNode) mark {
+	m := make(mark, len(ns))
+	for i, n := range ns {
+		m[i].n = n
+	}
+	return m
+}
+
+// kinds are the events of kind the marked nodes emitted after the mark.
+func (m mark) kinds(kind string) []eventlog.Event {
+	var out []eventlog.Event
+	for _, at := range m {
+		for _, rec := range at.n.ev.Records()[at.from:] {
+			if rec.Event.Kind() == kind {
+				out = append(out, rec.Event)
 			}
 		}
 	}
 	return out
 }
 
-// lostJobs is every job of node's the nodes ns told lost: in the
-// declaration's cluster.node_lost, or (a declarer slower than the sweep's
-// grace) in a sweep's cluster.job_lost.
-func lostJobs(node string, ns ...*testNode) []string {
+// lostEvents are the cluster.node_lost events about node emitted after m.
+func lostEvents(node string, m mark) []ClusterNodeLost {
+	var out []ClusterNodeLost
+	for _, e := range m.kinds("cluster.node_lost") {
+		if l := e.(ClusterNodeLost); l.Node == node {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// lostJobs is every job of node's told lost after m: in the declaration's
+// cluster.node_lost, or (a declarer slower than the sweep's grace) in a
+// sweep's cluster.job_lost.
+func lostJobs(node string, m mark) []string {
 	var out []string
-	for _, l := range lostEvents(node, ns...) {
+	for _, l := range lostEvents(node, m) {
 		out = append(out, l.Jobs...)
 	}
-	for _, n := range ns {
-		for _, e := range n.ev.kinds("cluster.job_lost") {
-			if l := e.(ClusterJobLost); l.Node == node {
-				out = append(out, l.JobID)
-			}
+	for _, e := range m.kinds("cluster.job_lost") {
+		if l := e.(ClusterJobLost); l.Node == node {
+			out = append(out, l.JobID)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// alive: n sees node alive.
+func alive(n *testNode, node string) bool {
+	for _, s := range n.f.Nodes() {
+		if s.Name == node {
+			return s.State == nodeAlive
+		}
+	}
+	return false
 }
 
 func record(t *testing.T, n *testNode, id string) api.JobRecord {
@@ -50,11 +97,13 @@ func record(t *testing.T, n *testNode, id string) api.JobRecord {
 	return rec
 }
 
+// A node idle a while without heartbeats is declared lost and comes back.
 // A node that stops heartbeating (as one stopped with SIGSTOP) is declared
 // lost once; its running job ends node_lost; its late result is dropped
 // and the record stays; it comes back. Then a node whose server dies
-// abruptly is declared lost once, its running job ends node_lost, and the
-// queued jobs run on the node that remains, each once.
+// abruptly (the idle one, lost before) is declared lost once, its running
+// job ends node_lost, and the queued jobs run on the node that remains,
+// each once.
 func TestLostNodes(t *testing.T) {
 	t.Parallel()
 	r := newRuns()
@@ -62,19 +111,33 @@ func TestLostNodes(t *testing.T) {
 		nodeSpec{lanes: []string{"gpu", "bonly"}, slots: 1}, nodeSpec{lanes: []string{"gpu"}, slots: 1})
 	a, b, c := ns[0], ns[1], ns[2]
 
+	// c misses its heartbeats a while, as a node the machine starves does:
+	// it is declared lost and comes back. Its loss further on (the same
+	// incarnation, lost again) is told once more, once.
+	m := after(a, b, c)
+	c.f.hbPaused.Store(true)
+	waitFor(t, "c declared lost", func() bool { return len(lostEvents(c.name, m)) > 0 })
+	c.f.hbPaused.Store(false)
+	waitFor(t, "c returns", func() bool { return len(m.kinds("cluster.node_returned")) == 1 })
+	if l := lostEvents(c.name, m); len(l) != 1 || len(l[0].Jobs) != 0 {
+		t.Fatalf("cluster.node_lost of c, idle: %+v", l)
+	}
+	waitFor(t, "a and b see c alive", func() bool { return alive(a, c.name) && alive(b, c.name) })
+
 	// b stops heartbeating with a job running.
 	held := b.holdOn(t, a, "bonly")
+	m = after(a, b, c)
 	b.f.hbPaused.Store(true)
-	waitFor(t, "b declared lost", func() bool { return len(lostEvents(b.name, a, c)) > 0 })
+	waitFor(t, "b declared lost", func() bool { return len(lostEvents(b.name, m)) > 0 })
 	rec := waitEnd(t, a, held)
 	if rec.State != api.StateFailed || rec.Error != api.ErrNodeLost || rec.Node != b.name {
 		t.Fatalf("b's job after b was lost: %+v", rec)
 	}
-	if l := lostEvents(b.name, a, b, c); len(l) != 1 || l[0].Incarnation != b.f.inc {
+	if l := lostEvents(b.name, m); len(l) != 1 || l[0].Incarnation != b.f.inc {
 		t.Fatalf("cluster.node_lost of b: %+v", l)
 	}
-	waitFor(t, "b's job told lost", func() bool { return len(lostJobs(b.name, a, b, c)) > 0 })
-	if j := lostJobs(b.name, a, b, c); !slices.Equal(j, []string{held}) {
+	waitFor(t, "b's job told lost", func() bool { return len(lostJobs(b.name, m)) > 0 })
+	if j := lostJobs(b.name, m); !slices.Equal(j, []string{held}) {
 		t.Fatalf("b's jobs told lost: %v, want [%s]", j, held)
 	}
 	// Its late result is dropped; the record stays as it is.
@@ -88,15 +151,8 @@ func TestLostNodes(t *testing.T) {
 	}
 	// b heartbeats again.
 	b.f.hbPaused.Store(false)
-	waitFor(t, "b returns", func() bool { return len(b.ev.kinds("cluster.node_returned")) == 1 })
-	waitFor(t, "a sees b alive", func() bool {
-		for _, s := range a.f.Nodes() {
-			if s.Name == b.name {
-				return s.State == nodeAlive
-			}
-		}
-		return false
-	})
+	waitFor(t, "b returns", func() bool { return len(m.kinds("cluster.node_returned")) == 1 })
+	waitFor(t, "a sees b alive", func() bool { return alive(a, b.name) })
 
 	// One hold job on b, one on c (one slot each), two queued.
 	h1 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "hold"})
@@ -108,16 +164,17 @@ func TestLostNodes(t *testing.T) {
 	q1 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
 	q2 := submit(t, a, api.JobSpec{Lane: "gpu", Command: "echo"})
 	// c's server dies, abruptly.
+	m = after(a, b)
 	c.f.srv.Shutdown()
-	waitFor(t, "c declared lost", func() bool { return len(lostEvents(c.name, a, b)) > 0 })
+	waitFor(t, "c declared lost", func() bool { return len(lostEvents(c.name, m)) > 0 })
 	if rec := waitEnd(t, a, onC); rec.State != api.StateFailed || rec.Error != api.ErrNodeLost {
 		t.Fatalf("c's job after c was lost: %+v", rec)
 	}
-	if l := lostEvents(c.name, a, b); len(l) != 1 {
+	if l := lostEvents(c.name, m); len(l) != 1 {
 		t.Fatalf("cluster.node_lost of c: %+v", l)
 	}
-	waitFor(t, "c's job told lost", func() bool { return len(lostJobs(c.name, a, b)) > 0 })
-	if j := lostJobs(c.name, a, b); !slices.Equal(j, []string{onC}) {
+	waitFor(t, "c's job told lost", func() bool { return len(lostJobs(c.name, m)) > 0 })
+	if j := lostJobs(c.name, m); !slices.Equal(j, []string{onC}) {
 		t.Fatalf("c's jobs told lost: %v, want [%s]", j, onC)
 	}
 	// b ends its job; the queued ones run on b, once each.
@@ -152,7 +209,7 @@ func TestRestartedNode(t *testing.T) {
 	old.f.hbPaused.Store(true) // killed
 	now := start(Config{Enabled: true, Name: "solo", URL: old.f.URL(), Credentials: creds, Heartbeat: hb},
 		newFakeLocal("solo", nil, 0, r), filepath.Join(dir, "new"))
-	l := lostEvents("solo", now)
+	l := lostEvents("solo", all(now))
 	if len(l) != 1 || l[0].Reason != "restarted" || l[0].Incarnation != old.f.inc || !slices.Equal(l[0].Jobs, []string{held}) {
 		t.Fatalf("cluster.node_lost: %+v", l)
 	}
