@@ -49,18 +49,26 @@ func TestSecondDaemonFrontEndsOff(t *testing.T) {
 	}
 	first := start(startupHome(t, ""), nil)
 	hook := filepath.Join(xdg, "vibe-reachout.sock")
-	if r := readyLine(t, first); r.raw["hook"] != hook {
+	r := readyLine(t, first)
+	if r.raw["hook"] != hook {
 		t.Fatalf("the first daemon's ready line: hook %v, want %s: %v", r.raw["hook"], hook, r.raw)
 	}
-	// The first daemon has the default port, or another test's daemon
-	// has it: either way it stays taken while this test runs.
-	if ln, err := net.Listen("tcp", "127.0.0.1:19532"); err == nil {
-		t.Cleanup(func() { ln.Close() })
+	// The default port stays taken while this test runs: by the first
+	// daemon, or else by the test, once whoever had it (another test's
+	// daemon, which may end any time) lets it go.
+	if on, _ := r.raw["http"].(string); strings.HasPrefix(on, "off: ") {
+		eventually(t, 3*time.Minute, "the HTTP API's default port, 127.0.0.1:19532, free for this test to hold", func() bool {
+			ln, err := net.Listen("tcp", "127.0.0.1:19532")
+			if err == nil {
+				t.Cleanup(func() { ln.Close() })
+			}
+			return err == nil
+		})
 	}
 
 	sd := listenNotify(t, filepath.Join(shortTemp(t), "notify"))
 	second := start(startupHome(t, ""), []string{"NOTIFY_SOCKET=" + sd.addr})
-	r := readyLine(t, second)
+	r = readyLine(t, second)
 	httpOff, _ := r.raw["http"].(string)
 	hookOff, _ := r.raw["hook"].(string)
 	if !strings.HasPrefix(httpOff, "off: ") || !strings.Contains(httpOff, "in use") ||
