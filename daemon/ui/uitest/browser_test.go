@@ -262,7 +262,10 @@ func (tb *tab) signIn() {
 	tb.waitJS("the overview", `document.body.dataset.page === "overview"`)
 }
 
-// The screenshots: one directory for the test binary's run.
+// shotsDir is where the screenshots go: $ORCHESTRD_SCREENSHOTS, made if
+// need be; none are taken without it. They are for a person to look at,
+// and a test run nobody looks at spent a third of its browser's CPU on
+// them (two full-page PNGs a shot, rendered in software).
 var (
 	shotsOnce sync.Once
 	shotsDir  string
@@ -271,11 +274,9 @@ var (
 
 func screenshotDir() (string, error) {
 	shotsOnce.Do(func() {
-		if d := os.Getenv("ORCHESTRD_SCREENSHOTS"); d != "" {
-			shotsDir, shotsErr = d, os.MkdirAll(d, 0o755)
-			return
+		if shotsDir = os.Getenv("ORCHESTRD_SCREENSHOTS"); shotsDir != "" {
+			shotsErr = os.MkdirAll(shotsDir, 0o755)
 		}
-		shotsDir, shotsErr = os.MkdirTemp("", "orchestrd-ui-shots-")
 	})
 	return shotsDir, shotsErr
 }
@@ -283,12 +284,16 @@ func screenshotDir() (string, error) {
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // shot writes full-page PNGs of what the tab shows, at 1280x800 and at a
-// phone's 390x844, for a person to look at; the tab is left at 1280x800.
+// phone's 390x844, under $ORCHESTRD_SCREENSHOTS when it is set; the tab is
+// left at 1280x800.
 func (tb *tab) shot(name string) {
 	tb.t.Helper()
 	root, err := screenshotDir()
 	if err != nil {
 		tb.t.Fatalf("screenshots: %v", err)
+	}
+	if root == "" {
+		return
 	}
 	dir := filepath.Join(root, unsafeName.ReplaceAllString(tb.t.Name(), "_"))
 	tb.mu.Lock()

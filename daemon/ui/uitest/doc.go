@@ -7,7 +7,9 @@
 //
 // The tests skip when no Chromium is found: $CHROMIUM, else
 // /usr/bin/chromium (Debian's chromium package, which .ci/run installs).
-// Each test writes full-page screenshots of the pages it visits, at
-// 1280x800 and at a phone's 390x844, under $ORCHESTRD_SCREENSHOTS or a
-// new temporary directory that the test's log names.
+// With $ORCHESTRD_SCREENSHOTS set to a directory, each test writes there
+// full-page screenshots of the pages it visits, at 1280x800 and at a
+// phone's 390x844, for a person to look at (the test's log names its
+// folder); without it none are taken. What the tests check of a phone's
+// width they check themselves, shots or not.
 package uitest
