@@ -6,7 +6,7 @@
 // needs, starts real daemons in temporary homes and prints a markdown table.
 //
 //	go run ./cmd/orchbench                  # full run, a few minutes
-//	go run ./cmd/orchbench --quick          # smoke test, under a minute; timings not judged
+//	go run ./cmd/orchbench --quick          # smoke test, about 1.5 min idle; timings not judged
 //	go run ./cmd/orchbench --json out.json  # also write the report as JSON
 //
 // Exit status: 0 when the harness ran (in quick mode whatever the timings; in
@@ -84,7 +84,7 @@ func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 func realMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("orchbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "run each scenario briefly (under a minute in all); timings are not judged")
+	quick := fs.Bool("quick", false, "run each scenario briefly (about 1.5 minutes in all on an idle 2-core machine); timings are not judged")
 	jsonPath := fs.String("json", "", "also write the report as JSON to this file")
 	bin := fs.String("bin", "", "use this orchestrd binary instead of building ./cmd/orchestrd")
 	only := fs.String("only", "", "comma-separated scenarios to run: "+scenarioIDs())
