@@ -111,15 +111,18 @@ func (f *Fleet) heartbeats() {
 		if f.hbPaused.Load() {
 			continue
 		}
-		f.beat()
+		if err := f.beat(); err != nil {
+			f.unanswered(time.Unix(0, f.beatOK.Load()), err)
+		}
 	}
 }
 
-func (f *Fleet) beat() {
+// beat puts this node's heartbeat; the error is the last request's.
+func (f *Fleet) beat() error {
 	b, err := f.sealNode(f.nodeInfo(nodeAlive))
 	if err != nil {
 		f.log.Error().Err(err).Msg("encoding this node's heartbeat")
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Heartbeat.Duration)
 	defer cancel()
@@ -131,7 +134,7 @@ func (f *Fleet) beat() {
 		e, gerr := f.nodes.Get(ctx, f.name)
 		if gerr != nil {
 			f.log.Debug().Err(gerr).Msg("reading this node's heartbeat")
-			return
+			return gerr
 		}
 		old, derr := f.readNode(f.name, e.Value())
 		if re, ok := isRefused(derr); ok {
@@ -149,9 +152,10 @@ func (f *Fleet) beat() {
 	}
 	if err != nil {
 		f.log.Debug().Err(err).Msg("putting this node's heartbeat")
-		return
+		return err
 	}
 	f.setHBRev(nrev)
+	return nil
 }
 
 // watchNodes keeps the peers map from the nodes bucket and declares the
