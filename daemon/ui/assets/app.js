@@ -55,7 +55,7 @@
       const html = await r.text();
       if (pressedNow()) { again = true; body.dataset.held = "true"; return; } // pressed while it was fetched
       const m = main();
-      const focusId = document.activeElement && document.activeElement.id;
+      const focused = focusKey(m, document.activeElement);
       // A job's output and what its stream said of it are this tab's
       // own: the reloaded content has them empty ("loading…").
       const own = ["output", "output-state", "output-follow"].map((id) => document.getElementById(id));
@@ -64,7 +64,7 @@
       m.innerHTML = html;
       restore(kept);
       for (const old of own) { if (!old) continue; const n = document.getElementById(old.id); if (n) n.replaceWith(old); }
-      if (focusId) { const f = document.getElementById(focusId); if (f) f.focus(); }
+      refocus(m, focused);
       m.classList.remove("stale");
       body.dataset.loaded = String(Date.now());
       if (stale) { stale = false; }
@@ -76,6 +76,24 @@
     } finally {
       refreshing = false;
       if (again) { again = false; schedule(); }
+    }
+  }
+
+  // The control that has focus has it again after a reload (a keyboard
+  // user on a job's Cancel presses Enter on it, whatever the stream
+  // brought meanwhile): found by its id, else by its tag and accessible
+  // name (a row's button: "Cancel job j-…").
+  function focusKey(m, el) {
+    if (!el || !m.contains(el)) return null;
+    if (el.id) return { id: el.id };
+    const label = el.getAttribute("aria-label");
+    return label ? { tag: el.tagName, label } : null;
+  }
+  function refocus(m, k) {
+    if (!k) return;
+    if (k.id) { const f = document.getElementById(k.id); if (f) f.focus(); return; }
+    for (const e of m.querySelectorAll(k.tag)) {
+      if (e.getAttribute("aria-label") === k.label) { e.focus(); return; }
     }
   }
 

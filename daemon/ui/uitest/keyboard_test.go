@@ -3,6 +3,7 @@ package uitest
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,9 +89,18 @@ func TestKeyboardAndLabels(t *testing.T) {
 	tb.waitJS("the filtered jobs", `location.search === "?lane=&state=running&since=" && !!document.getElementById("job-`+id+`")`)
 	tb.shot("jobs-filtered-by-keyboard")
 
-	// Enter on Cancel cancels the job.
+	// Cancel keeps the focus through a reload the stream brings (another
+	// job, run meanwhile), and Enter on it cancels the job.
 	tb.waitJS("the live stream", `document.body.dataset.stream === "open"`)
 	eval[chromedp.Void](tb, `document.querySelector('button[aria-label="Cancel job `+id+`"]').focus()`)
+	loaded := eval[string](tb, `String(document.body.dataset.loaded)`)
+	if _, errOut, code := d.cli("run", "--lane", "no-net", "--", "true"); code != 0 {
+		t.Fatalf("orchestrd run -- true: exit %d: %s", code, errOut)
+	}
+	tb.waitJS("the page reloaded by the other job", `String(document.body.dataset.loaded) !== `+strconv.Quote(loaded))
+	if f := eval[focused](tb, focusedJS); f.Name != "button Cancel job "+id {
+		t.Fatalf("after a reload the focus is on %q, want the Cancel button it was on", f.Name)
+	}
 	tb.do(chromedp.KeyEvent(kb.Enter))
 	tb.waitText("#live", "Done.")
 	if code := r.exit(t); code != 130 {
