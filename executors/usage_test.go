@@ -16,10 +16,12 @@ import (
 // last, taken at its end, and its record (and task.finished) says so: one
 // sample, of the executor's tree (cmd/orchestrd's TestTaskUsage has one
 // sampled while it runs). Not parallel: it sets when the first sample is
-// taken.
+// taken, an hour on, and the interval is an hour too (the first sample
+// comes at the shorter of the two: with 50 ms a task slower than that on
+// a loaded machine had a periodic sample too).
 func TestTaskEndedBeforeFirstSample(t *testing.T) {
 	t.Cleanup(executors.SetFirstUsageSample(time.Hour))
-	d := daemontest.Start(t, "[daemon]\nusage_sample_interval = \"50ms\"\n"+execConfig(t, "instances = 1\n"))
+	d := daemontest.Start(t, "[daemon]\nusage_sample_interval = \"1h\"\n"+execConfig(t, "instances = 1\n"))
 	id, _ := daemontest.Execute(t, d, d.Home, api.TaskSpec{Prompt: daemontest.Script(`{"op":"message","n":1,"text":"quick"}`)})
 	rec := daemontest.WaitTask(t, d, id)
 	if u := rec.Usage; rec.State != api.TaskCompleted || u == nil || u.Samples != 1 || u.Scope != api.UsageScopeExecutor ||
