@@ -113,17 +113,6 @@ type ClusterReconnected struct {
 
 func (ClusterReconnected) Kind() string { return "cluster.reconnected" }
 
-// ClusterReconnectForced: this node's JetStream requests had all gone
-// unanswered over a connection that was up, for unanswered_ms: it
-// connects anew (cluster.disconnected and cluster.reconnected follow).
-type ClusterReconnectForced struct {
-	Node         string `json:"node"`
-	Server       string `json:"server"` // the NATS server it was connected to
-	UnansweredMs int64  `json:"unanswered_ms"`
-}
-
-func (ClusterReconnectForced) Kind() string { return "cluster.reconnect_forced" }
-
 // ClusterStopped: this node left the fleet cleanly.
 type ClusterStopped struct {
 	Node          string `json:"node"`
@@ -158,7 +147,7 @@ type ClusterOutputRepublished struct {
 func (ClusterOutputRepublished) Kind() string { return "cluster.output_republished" }
 
 func init() {
-	eventlog.Register(ClusterReconnectForced{}, ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
+	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{},
 		ClusterRecordRefused{}, ClusterOutputRefused{})
 }

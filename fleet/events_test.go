@@ -30,7 +30,6 @@ func TestKinds(t *testing.T) {
 		ClusterResultDropped{JobID: "c-ab-1", State: "succeeded", Recorded: "failed", Why: "already_ended: node_lost"},
 		ClusterDisconnected{Node: "n1", Error: "EOF"},
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},
-		ClusterReconnectForced{Node: "n1", Server: "ext2", UnansweredMs: 15000},
 		ClusterStopped{Node: "n1", EventsDropped: 2},
 		ClusterOutputRepublished{JobID: "c-ab-1", Pieces: 3, Lost: 1},
 		ClusterEventsDropped{Node: "n1", Lines: 12, Total: 40},

@@ -206,10 +206,7 @@ type Fleet struct {
 	cancelSub *nats.Subscription
 
 	beatOK atomic.Int64 // when this node's heartbeat was last written (unix ns)
-	// forcedAt: when this node last made its client connect anew
-	// (unanswered), unix ns
-	forcedAt atomic.Int64
-	sweeps   int // checks made (the watcher's goroutine only)
+	sweeps int          // checks made (the watcher's goroutine only)
 	// Node incarnations whose jobs are swept, and whether a first sweep
 	// (of everything) was made; under mu.
 	suspects  map[stray]time.Time
@@ -363,7 +360,6 @@ func (w *startWaiter) failed(err error) {
 		w.f.log.Debug().Err(err).Str("step", w.step).Msg("JetStream not ready yet")
 	}
 	w.last = err.Error()
-	w.f.unanswered(w.since, err)
 }
 
 // connect connects the client: to the embedded server only (its

@@ -111,18 +111,15 @@ func (f *Fleet) heartbeats() {
 		if f.hbPaused.Load() {
 			continue
 		}
-		if err := f.beat(); err != nil {
-			f.unanswered(time.Unix(0, f.beatOK.Load()), err)
-		}
+		f.beat()
 	}
 }
 
-// beat puts this node's heartbeat; the error is the last request's.
-func (f *Fleet) beat() error {
+func (f *Fleet) beat() {
 	b, err := f.sealNode(f.nodeInfo(nodeAlive))
 	if err != nil {
 		f.log.Error().Err(err).Msg("encoding this node's heartbeat")
-		return nil
+		return
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Heartbeat.Duration)
 	defer cancel()
@@ -134,7 +131,7 @@ func (f *Fleet) beat() error {
 		e, gerr := f.nodes.Get(ctx, f.name)
 		if gerr != nil {
 			f.log.Debug().Err(gerr).Msg("reading this node's heartbeat")
-			return gerr
+			return
 		}
 		old, derr := f.readNode(f.name, e.Value())
 		if re, ok := isRefused(derr); ok {
@@ -152,10 +149,9 @@ func (f *Fleet) beat() error {
 	}
 	if err != nil {
 		f.log.Debug().Err(err).Msg("putting this node's heartbeat")
-		return err
+		return
 	}
 	f.setHBRev(nrev)
-	return nil
 }
 
 // watchNodes keeps the peers map from the nodes bucket and declares the
