@@ -104,10 +104,20 @@ func (s *NATSServer) start(t testing.TB, bin string) {
 	}
 	s.D = d
 	t.Cleanup(func() {
+		// A test that failed with the server still up has it dump its
+		// goroutines (SIGQUIT: the Go runtime prints every stack and
+		// exits): what a server that answers a request nobody gets back
+		// was doing.
+		quit := t.Failed()
 		select {
 		case <-d.Done(): // killed by the test
+			quit = false
 		default:
-			_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+			sig := syscall.SIGTERM
+			if quit {
+				sig = syscall.SIGQUIT
+			}
+			_ = d.Cmd.Process.Signal(sig)
 		}
 		select {
 		case <-d.Done():
@@ -116,9 +126,41 @@ func (s *NATSServer) start(t testing.TB, bin string) {
 			<-d.Done()
 		}
 		if t.Failed() {
-			t.Logf("nats-server %s:\n%s", s.Conf, tail(out.String(), 3000))
+			log, dump := out.String(), ""
+			if i := strings.Index(log, "SIGQUIT: quit"); i >= 0 {
+				log, dump = log[:i], log[i:]
+			}
+			t.Logf("nats-server %s:\n%s", s.Conf, tail(log, 3000))
+			if quit {
+				t.Logf("nats-server %s's busy goroutines and those in JetStream's reads, at SIGQUIT:\n%s", s.Conf, busyStacks(dump, 24<<10))
+			}
 		}
 	})
+}
+
+// busyStacks are the goroutines of a Go program's SIGQUIT dump that were
+// running or runnable, or whose stack reads a stream's messages (a
+// message get, a last-by-subject lookup), at most max bytes of them.
+func busyStacks(dump string, max int) string {
+	var b strings.Builder
+	for _, g := range strings.Split(dump, "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") &&
+			!strings.Contains(g, "MsgGet") && !strings.Contains(g, "msgGet") && !strings.Contains(g, "LastMsg") &&
+			!strings.Contains(g, "loadLast") && !strings.Contains(g, "LastBySubj") {
+			continue
+		}
+		if b.Len()+len(g) > max {
+			b.WriteString("(more left out)\n")
+			break
+		}
+		b.WriteString(g)
+		b.WriteString("\n\n")
+	}
+	if b.Len() == 0 {
+		return "(none)"
+	}
+	return b.String()
 }
 
 func tail(s string, n int) string {
