@@ -60,13 +60,9 @@ func (b *bench) launchDaemon(name, config string) (*daemon, error) {
 	}
 	var args []string
 	if config != "" {
-		// With no [http] of its own, its HTTP API on a port the kernel
-		// picks: the default, 127.0.0.1:19532, is the one the person's
-		// own daemon wants, and a daemon that found it taken would
-		// measure a daemon without its HTTP API.
-		if !strings.Contains(config, "[http]") {
-			config += "\n[http]\nlisten = \"127.0.0.1:0\"\n"
-		}
+		// Not the person's own daemon's port (a daemon that found it
+		// taken would measure one without its HTTP API).
+		config = daemonrun.OwnHTTPPort(config)
 		path := filepath.Join(home, "orchbench.toml")
 		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 			return nil, err

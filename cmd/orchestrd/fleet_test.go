@@ -105,7 +105,7 @@ func startFleetCreds(t *testing.T, url string, lanes [3]string, keyHome string) 
 				routes = append(routes, routeP[k])
 			}
 		}
-		conf := ownHTTPPort(fleetrun.ClusterTable(n, clientP[i], routeP[i], routes, url) + lanes[i])
+		conf := daemonrun.OwnHTTPPort(fleetrun.ClusterTable(n, clientP[i], routeP[i], routes, url) + lanes[i])
 		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -280,7 +280,7 @@ func startDaemon(t *testing.T, config string) *testDaemon {
 func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 	t.Helper()
 	if config != "" {
-		config = ownHTTPPort(config)
+		config = daemonrun.OwnHTTPPort(config)
 		p := filepath.Join(home, "config.toml")
 		if err := os.WriteFile(p, []byte(config), 0o600); err != nil {
 			t.Fatal(err)
@@ -292,19 +292,6 @@ func startDaemonAt(t *testing.T, home, config string) *testDaemon {
 	cmd.Stdout = d.stderr
 	d.launch(cmd)
 	return d
-}
-
-// ownHTTPPort gives a config with no [http] table (startDaemon's, the
-// fleet tests') one listening on a port the kernel picks: the default,
-// 127.0.0.1:19532, is the one a person's own daemon on this machine wants
-// (a test's daemon that took it would leave theirs without its HTTP API)
-// and every other test's daemon too (whichever took it first had it).
-// Daemons of tests that write their own homes keep the defaults.
-func ownHTTPPort(config string) string {
-	if strings.Contains(config, "[http]") {
-		return config
-	}
-	return config + "\n[http]\nlisten = \"127.0.0.1:0\"\n"
 }
 
 // newTestDaemon is the daemon on home as its test will see it, before it

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +42,19 @@ type Daemon struct {
 	Cmd  *exec.Cmd
 	done chan struct{}
 	err  error // Cmd.Wait's; set before done closes
+}
+
+// OwnHTTPPort is config (TOML) with, when it has no [http] table, one
+// whose HTTP API listens on a port the kernel picks: the default,
+// 127.0.0.1:19532, is the one the person's own daemon on this machine
+// wants, and every other test's or benchmark's daemon too (whichever took
+// it first had it). A daemon on the embedded defaults (no config) keeps
+// them.
+func OwnHTTPPort(config string) string {
+	if config == "" || strings.Contains(config, "[http]") {
+		return config
+	}
+	return config + "\n[http]\nlisten = \"127.0.0.1:0\"\n"
 }
 
 // Serve returns the command `bin serve --home HOME --log-format json`
