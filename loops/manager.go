@@ -216,6 +216,11 @@ type node struct {
 	rec      api.LoopRecord
 	ref      actors.Ref
 	children []string
+	// dying: the actor of a loop that ended, until its Terminated (its
+	// name is taken until then); merge: a loop.merge that came meanwhile,
+	// made then.
+	dying actors.Ref
+	merge *control
 }
 
 type sup struct {
@@ -292,13 +297,23 @@ func (s *sup) Receive(c *actors.Context) {
 		delete(s.m.done, msg.id)
 		s.m.mu.Unlock()
 		if n := s.nodes[msg.id]; n != nil {
-			n.ref = actors.Ref{}
+			n.dying, n.ref = n.ref, actors.Ref{}
 		}
 		s.release(c, msg.id)
 	case actors.Terminated:
 		// A loop's actor stopped without ending its loop (it panicked):
 		// its loop waits, as it was recorded, for the next start.
 		for id, n := range s.nodes {
+			if n.dying.Equal(msg.Who) {
+				// An ended loop's actor is gone: a merge asked meanwhile
+				// can run it again under its name.
+				n.dying = actors.Ref{}
+				if m := n.merge; m != nil {
+					n.merge = nil
+					s.merge(c, n, *m)
+				}
+				continue
+			}
 			if n.ref.Equal(msg.Who) {
 				n.ref = actors.Ref{}
 				s.release(c, id)
@@ -335,6 +350,9 @@ func (s *sup) Receive(c *actors.Context) {
 					}
 				}
 				c.Stop(n.ref)
+				if n.merge != nil {
+					n.merge.reply(nil, api.Errorf(api.CodeNotFound, "loop %s was deleted before its merge was tried again", id))
+				}
 				delete(s.nodes, id)
 				s.m.setPlanApproval(id, "")
 			}
@@ -621,6 +639,13 @@ func (s *sup) merge(c *actors.Context, n *node, msg control) {
 	switch {
 	case r.ParentID == nil && r.Stage == api.StageMergeWaiting && r.Status == api.LoopRunning && !n.ref.IsZero():
 		c.Send(n.ref, ctl{op: "merge", reply: msg.reply})
+	case r.MergeRetryable() && n.ref.IsZero() && !n.dying.IsZero():
+		// Its actor, ended, is still stopping: the merge runs once it has.
+		if n.merge != nil {
+			msg.reply(nil, api.Errorf(api.CodeInvalidState, "loop %s's merge is already being tried again", r.ID))
+			return
+		}
+		n.merge = &msg
 	case r.MergeRetryable() && n.ref.IsZero():
 		s.spawn(c, r, spawnMerge, func(rec api.LoopRecord, err error) {
 			if err != nil {
