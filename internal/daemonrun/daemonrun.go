@@ -178,6 +178,14 @@ func (d *Daemon) Stop(within time.Duration) error {
 		return nil
 	case <-time.After(within):
 	}
+	d.Quit()
+	return fmt.Errorf("daemon (pid %d) did not exit within %s of SIGTERM", d.Pid(), within)
+}
+
+// Quit sends SIGQUIT, for Go to write every goroutine's stack to the
+// program's stderr and exit, and SIGKILL quitGrace later if it has not;
+// it returns once the program has exited.
+func (d *Daemon) Quit() {
 	_ = d.Cmd.Process.Signal(syscall.SIGQUIT)
 	select {
 	case <-d.done:
@@ -185,7 +193,6 @@ func (d *Daemon) Stop(within time.Duration) error {
 		_ = d.Cmd.Process.Kill()
 		<-d.done
 	}
-	return fmt.Errorf("daemon (pid %d) did not exit within %s of SIGTERM", d.Pid(), within)
 }
 
 // WaitReady polls the control socket (for setup, never while measuring)

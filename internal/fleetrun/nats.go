@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,17 +112,11 @@ func (s *NATSServer) start(t testing.TB, bin string) {
 		case <-d.Done(): // killed by the test
 			quit = false
 		default:
-			sig := syscall.SIGTERM
 			if quit {
-				sig = syscall.SIGQUIT
+				d.Quit()
+			} else {
+				_ = d.Stop(10 * time.Second)
 			}
-			_ = d.Cmd.Process.Signal(sig)
-		}
-		select {
-		case <-d.Done():
-		case <-time.After(10 * time.Second):
-			_ = d.Cmd.Process.Kill()
-			<-d.Done()
 		}
 		if t.Failed() {
 			log, dump := out.String(), ""
