@@ -265,9 +265,12 @@ func (l *fakeLocal) Cancel(id string, _ bool, reply func(bool, error)) {
 // recorder keeps a node's events.
 type recorder struct{ *eventlogtest.Recorder }
 
-func (r recorder) kinds(kind string) []eventlog.Event {
+func (r recorder) kinds(kind string) []eventlog.Event { return kindsOf(r.Records(), kind) }
+
+// kindsOf are the events of kind among recs.
+func kindsOf(recs []*eventlog.Record, kind string) []eventlog.Event {
 	var out []eventlog.Event
-	for _, rec := range r.Records() {
+	for _, rec := range recs {
 		if rec.Event.Kind() == kind {
 			out = append(out, rec.Event)
 		}

@@ -41,11 +41,7 @@ func all(ns ...*testNode) mark {
 func (m mark) kinds(kind string) []eventlog.Event {
 	var out []eventlog.Event
 	for _, at := range m {
-		for _, rec := range at.n.ev.Records()[at.from:] {
-			if rec.Event.Kind() == kind {
-				out = append(out, rec.Event)
-			}
-		}
+		out = append(out, kindsOf(at.n.ev.Records()[at.from:], kind)...)
 	}
 	return out
 }
