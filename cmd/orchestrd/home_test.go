@@ -35,6 +35,9 @@ func TestSecondDaemonOnLiveHome(t *testing.T) {
 		}
 		before[s] = st
 	}
+	// Its lanes are ready before its last services (HTTP, the hook...)
+	// have started: the log is read once it has said it started.
+	d.started(d.cmd.Process.Pid)
 	logBefore, err := os.ReadFile(filepath.Join(d.home, "events.ndjson"))
 	if err != nil {
 		t.Fatal(err)

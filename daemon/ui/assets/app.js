@@ -61,6 +61,7 @@
       const own = ["output", "output-state", "output-follow"].map((id) => document.getElementById(id));
       own.push(...m.querySelectorAll("[data-keep][id]")); // a form being filled in (forms.js)
       const kept = keep(m);
+      document.dispatchEvent(new Event("orchestrd:reloading")); // output.js: where its view is
       m.innerHTML = html;
       restore(kept);
       for (const old of own) { if (!old) continue; const n = document.getElementById(old.id); if (n) n.replaceWith(old); }

@@ -199,12 +199,17 @@
     // A scroll this script made (to the end) is not the person's: its
     // event may come after more output made the end move on.
     let ourTop = -1, lastTop = 0;
-    pre.addEventListener("scroll", () => {
+    function scrolled() {
       if (me !== gen || pre.scrollTop === ourTop) return;
       ourTop = -1;
       lastTop = pre.scrollTop;
       setFollow(atEnd());
-    });
+    }
+    pre.addEventListener("scroll", scrolled);
+    // A reload takes the output out of the page (it is back at the top
+    // when put back): where the person scrolled to is taken first, so a
+    // scroll whose event has not come yet is not lost.
+    document.addEventListener("orchestrd:reloading", scrolled);
     document.addEventListener("click", (e) => {
       if (me !== gen || !e.target.closest || !e.target.closest("#output-follow")) return;
       setFollow(true);

@@ -82,6 +82,32 @@ echo "the end"`, "sh", one, two)
 	}
 	tb.shot("output-scrolled-up")
 
+	// The person scrolls back to the end just as a reload (orchestrd logs
+	// reads the job: its job.stream_opened) takes the output out of the
+	// page, before the scroll's event has come: the scroll is kept, the
+	// view follows again. The page's fetch of its content is wrapped so
+	// that the scroll is made as the reloaded content is read, with no
+	// turn of the event loop (and so no scroll event) before the page
+	// puts it in.
+	eval[chromedp.Void](tb, `(() => {
+		window.loadedBefore = document.body.dataset.loaded || "";
+		const f = window.fetch;
+		window.fetch = async (url, opts) => {
+			const r = await f(url, opts);
+			if (!opts || !opts.headers || !opts.headers["X-Fragment"]) return r;
+			window.fetch = f;
+			const html = await r.text();
+			return { status: r.status, text: async () => { const p = document.getElementById("output"); p.scrollTop = p.scrollHeight; return html; } };
+		};
+	})()`)
+	if _, errOut, code := d.cli("logs", id); code != 0 {
+		t.Fatalf("orchestrd logs: exit %d: %s", code, errOut)
+	}
+	tb.waitJS("the page's reload", `(document.body.dataset.loaded || "") !== window.loadedBefore`)
+	tb.waitJS("the scroll made as the page reloaded, kept: at the end, following", atEnd+` && document.getElementById("output").dataset.follow === "true"`)
+	eval[chromedp.Void](tb, `document.getElementById("output").scrollTop = 0`)
+	tb.waitJS("Follow shown again", `!document.getElementById("output-follow").hidden`)
+
 	// Follow: back at the end, and following what comes.
 	tb.click(chromedp.CSS(`#output-follow`))
 	tb.waitJS("the output at its end again", atEnd+` && document.getElementById("output-follow").hidden`)
