@@ -1,10 +1,12 @@
 package loops
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1104,5 +1106,61 @@ func TestCancelRemovesWorktreeOnceItsWorkEnded(t *testing.T) {
 				t.Fatalf("the worktree was not removed once the cancelled loop's %s ended", stage)
 			}
 		})
+	}
+}
+
+// Shutdown waits for the git work of an ended loop under way (its
+// worktree's removal): no git of the daemon's runs on in a repository
+// after the loops' domain has stopped (the old one returned at once and
+// left it running, past the daemon's stop).
+func TestShutdownWaitsForWorktreeRemoval(t *testing.T) {
+	h := newHarness(t, testConfig(), &fakeAgents{work: completes}, &fakeJobs{result: passes})
+	removing, release := make(chan string, 1), make(chan struct{})
+	h.git.onRemove = func(dir string) {
+		removing <- dir
+		<-release
+	}
+	id := h.create(api.LoopCode, "x")
+	h.waitStatus(id, api.LoopComplete)
+	var dir string
+	select {
+	case dir = <-removing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ended loop's worktree was not being removed")
+	}
+	returned := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		returned <- h.m.Shutdown(ctx)
+	}()
+	// Shutdown is waiting for that work (its goroutine waits in the
+	// WaitGroup), or it returned: then it left the removal running.
+	h.waitFor("Shutdown to wait for the worktree's removal", func() bool {
+		select {
+		case err := <-returned:
+			close(release)
+			t.Fatalf("Shutdown returned (%v) while the ended loop's worktree was being removed", err)
+		default:
+		}
+		buf := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*Manager).Shutdown.func") && strings.Contains(g, "(*WaitGroup).Wait") {
+				return true
+			}
+		}
+		return false
+	})
+	close(release)
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return once the worktree was removed")
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after Shutdown the worktree %s is still there (%v)", dir, err)
 	}
 }

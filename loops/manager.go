@@ -60,6 +60,11 @@ type Manager struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 	cleaning map[string]chan struct{}
+	// git is the git work run on goroutines of its own for loops that
+	// ended or were deleted (cleanAfter, deleteLoops): Shutdown waits for
+	// it, so that no git of the daemon's runs on in a repository after
+	// the daemon stopped.
+	git sync.WaitGroup
 }
 
 // Start starts the loops supervisor; Recover then takes over the loops a
@@ -120,7 +125,20 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.stopping = true
 	m.mu.Unlock()
 	m.quitOnce.Do(func() { close(m.quit) })
-	return m.sys.Stop(ctx, m.sup)
+	if err := m.sys.Stop(ctx, m.sup); err != nil {
+		return err
+	}
+	// The supervisor and its loops have stopped: nothing starts more git
+	// work. What still waits for an ended loop's task gives up (quit);
+	// a removal or a deletion under way ends.
+	done := make(chan struct{})
+	go func() { m.git.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the git work of ended and deleted loops: %w", ctx.Err())
+	}
 }
 
 // Counts returns how many loops are in each status, and how many are
@@ -547,14 +565,16 @@ func (s *sup) control(c *actors.Context, msg control) {
 			delete(s.slots, id)
 		}
 		self, m := c.Self(), s.m
-		go m.deleteLoops(recs, func(err error) {
-			if err != nil {
-				msg.reply(nil, err)
-				return
-			}
-			m.sys.Send(self, deleted{ids: ids})
-			m.bus.Emit(LoopDeleted{ID: msg.id, Removed: ids})
-			msg.reply(map[string]any{"deleted": true, "removed": ids}, nil)
+		m.git.Go(func() {
+			m.deleteLoops(recs, func(err error) {
+				if err != nil {
+					msg.reply(nil, err)
+					return
+				}
+				m.sys.Send(self, deleted{ids: ids})
+				m.bus.Emit(LoopDeleted{ID: msg.id, Removed: ids})
+				msg.reply(map[string]any{"deleted": true, "removed": ids}, nil)
+			})
 		})
 	case "cancel":
 		if n.ref.IsZero() {
@@ -767,7 +787,7 @@ func (m *Manager) cleanAfter(r api.LoopRecord, h heldWork) {
 	m.mu.Lock()
 	m.cleaning[r.ID] = ch
 	m.mu.Unlock()
-	go func() {
+	m.git.Go(func() {
 		ok := m.awaitHeld(r.ID, h)
 		m.mu.Lock()
 		delete(m.cleaning, r.ID)
@@ -776,7 +796,7 @@ func (m *Manager) cleanAfter(r api.LoopRecord, h heldWork) {
 		if ok {
 			m.cleanEnded(r)
 		}
-	}()
+	})
 }
 
 // awaitCleaning waits until the ended loop id's task and job have ended
