@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"golang.org/x/sys/unix"
 )
 
 // stderrTail is an executor's stderr: a pipe whose write end the process
@@ -71,38 +69,20 @@ func (t *stderrTail) read() {
 func (t *stderrTail) started() { t.w.Close() }
 
 // settle waits (at most 200 ms) until what the dead process wrote has
-// been taken in: the pipe holds no byte, or every writer is gone.
+// been taken in: every writer is gone and the reader has read to the
+// end. (The pipe holding no byte was not enough: the reader may have read
+// the last chunk and not yet taken it in.) A writer that outlives the
+// process (a child it left, holding its stderr) costs the 200 ms; what
+// was read by then is kept.
 func (t *stderrTail) settle() {
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		select {
-		case <-t.done:
-			return
-		default:
-		}
-		n, err := t.pending()
-		if err != nil || n == 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	timer := time.NewTimer(200 * time.Millisecond)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+	case <-timer.C:
 	}
 	t.mu.Lock() // a chunk being taken in is in
 	t.mu.Unlock()
-}
-
-// pending is how many bytes the pipe holds (TIOCINQ), through the
-// file's own reference: safe while the reader closes it (an error then).
-func (t *stderrTail) pending() (int, error) {
-	rc, err := t.r.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var ierr error
-	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
-		return 0, err
-	}
-	return n, ierr
 }
 
 // lines is the last lines of what was read, each at most tailLine bytes,

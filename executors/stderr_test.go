@@ -1,6 +1,8 @@
 package executors
 
 import (
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -41,5 +43,31 @@ func TestStderrLines(t *testing.T) {
 	got := strings.Join(tail.lines(), "|")
 	if want := "three|four|five|six|no model: ?[31mred?]0;t?"; got != want {
 		t.Fatalf("lines: %q, want %q", got, want)
+	}
+}
+
+// What an executor wrote to stderr just before it exited is in its tail
+// once the tail has settled: the reader may have taken the last chunk
+// out of the pipe and not yet kept it (the old settle saw an empty pipe
+// and went on without it: "exited before it connected" without its
+// words, loaded CI). Real processes, each writing a line and exiting.
+func TestStderrSettleKeepsTheLastWords(t *testing.T) {
+	for i := range 300 {
+		tail, err := newStderrTail(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		word := fmt.Sprintf("MARK-%d", i)
+		cmd := exec.Command("/bin/sh", "-c", "echo \"no agent here: $0\" >&2; exit 3", word)
+		cmd.Stderr = tail.w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tail.started()
+		_ = cmd.Wait()
+		tail.settle()
+		if ls := tail.lines(); len(ls) != 1 || ls[0] != "no agent here: "+word {
+			t.Fatalf("run %d: the tail says %q", i, ls)
+		}
 	}
 }
