@@ -22,10 +22,10 @@ import (
 // getJob reads id's entry and revision.
 // A read that reaches no leader is made again (again) until ctx ends.
 func (f *Fleet) getJob(ctx context.Context, id string) (jobEntry, uint64, bool, error) {
-	var e jetstream.KeyValueEntry
+	var e kvRecord
 	err := again(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		e, err = f.jobs.Get(ctx, id)
+		e, err = f.readKey(ctx, jobsBucket, id)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -34,18 +34,18 @@ func (f *Fleet) getJob(ctx context.Context, id string) (jobEntry, uint64, bool, 
 	if err != nil {
 		return jobEntry{}, 0, false, fmt.Errorf("reading cluster job %s: %w", id, err)
 	}
-	je, err := f.readJob(id, e.Value())
+	je, err := f.readJob(id, e.value)
 	if err == nil {
 		err = f.checkClaim(ctx, je)
 	}
 	if re, ok := isRefused(err); ok {
-		re.rev = e.Revision()
+		re.rev = e.rev
 		f.refused(re)
 	}
 	if err != nil {
 		return jobEntry{}, 0, false, fmt.Errorf("reading cluster job %s: %w", id, err)
 	}
-	return je, e.Revision(), true, nil
+	return je, e.rev, true, nil
 }
 
 // putJob writes e over revision rev (a CAS).

@@ -50,7 +50,7 @@ func (f *Fleet) join(ctx context.Context) error {
 			return fmt.Errorf("encoding this node's heartbeat: %w", err)
 		}
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		e, err := f.nodes.Get(octx, f.name)
+		e, err := f.readKey(octx, nodesBucket, f.name)
 		var rev uint64
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -60,8 +60,8 @@ func (f *Fleet) join(ctx context.Context) error {
 		case err != nil:
 			err = fmt.Errorf("reading its record: %w", err)
 		default:
-			old, derr := f.readNode(f.name, e.Value())
-			if rev, err = f.nodes.Update(octx, f.name, b, e.Revision()); err != nil {
+			old, derr := f.readNode(f.name, e.value)
+			if rev, err = f.nodes.Update(octx, f.name, b, e.rev); err != nil {
 				err = fmt.Errorf("updating its record: %w", err)
 			}
 			if err == nil && derr == nil && old.State == nodeAlive && old.Incarnation != f.inc {
@@ -128,12 +128,12 @@ func (f *Fleet) beat() {
 	f.mu.Unlock()
 	nrev, err := f.nodes.Update(ctx, f.name, b, rev)
 	if isWrongSeq(err) {
-		e, gerr := f.nodes.Get(ctx, f.name)
+		e, gerr := f.readKey(ctx, nodesBucket, f.name)
 		if gerr != nil {
 			f.log.Debug().Err(gerr).Msg("reading this node's heartbeat")
 			return
 		}
-		old, derr := f.readNode(f.name, e.Value())
+		old, derr := f.readNode(f.name, e.value)
 		if re, ok := isRefused(derr); ok {
 			f.refused(re)
 		}
@@ -145,7 +145,7 @@ func (f *Fleet) beat() {
 		case old.State == nodeLost:
 			f.emit(ClusterNodeReturned{Node: f.name, Incarnation: f.inc})
 		}
-		nrev, err = f.nodes.Update(ctx, f.name, b, e.Revision())
+		nrev, err = f.nodes.Update(ctx, f.name, b, e.rev)
 	}
 	if err != nil {
 		f.log.Debug().Err(err).Msg("putting this node's heartbeat")
@@ -320,16 +320,16 @@ func (f *Fleet) declareLost(p peer) {
 		return
 	case <-time.After(declareSettle):
 	}
-	var cur jetstream.KeyValueEntry
+	var cur kvRecord
 	rctx, rcancel := context.WithTimeout(f.ctx, 2*opTimeout)
 	err = again(rctx, func(ctx context.Context, _ int) error {
 		var err error
-		cur, err = f.nodes.Get(ctx, n.Name)
+		cur, err = f.readKey(ctx, nodesBucket, n.Name)
 		return err
 	})
 	rcancel()
 	if err == nil {
-		if now, derr := f.readNode(n.Name, cur.Value()); derr == nil && (now.LostBy != f.name || now.Incarnation != n.Incarnation) {
+		if now, derr := f.readNode(n.Name, cur.value); derr == nil && (now.LostBy != f.name || now.Incarnation != n.Incarnation) {
 			f.log.Info().Str("node", n.Name).Str("declared_by", now.LostBy).Msg("another node's declaration of a lost node stands")
 			return
 		}
