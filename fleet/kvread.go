@@ -23,11 +23,13 @@ type kvRecord struct {
 // behind the leader would answer one), but a handle decides once, from
 // the stream info it was bound with, whether its Get is a direct get: one
 // bound from an info that still said direct (read before the node that
-// made the bucket turned them off, or answered from an old state) asks a
-// subject nobody answers any more, and its Get fails for ever. That is
-// what TestFleetExternalNATS met on Debian's nats-server 2.9.10, most
-// likely: one node's first heartbeat could not read its own record for
-// minutes, on every server, while the others joined.
+// made the bucket turned them off, or answered from an old state) sends
+// direct gets, which a current server no longer answers ("no
+// responders", for ever) and Debian's nats-server 2.9.10 answers from a
+// replica, however far behind. With readKey every node reads the same
+// way. (TestFleetExternalNATS's node whose first heartbeat could not read
+// its own record for minutes, on 2.9.10, while the others joined, may
+// have met that difference; it was not seen again to say.)
 //
 // The fleet's reads are few (a join, a heartbeat whose CAS lost, a lost
 // node's check, a cluster job's read): its leader answers them all. A
