@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,4 +209,23 @@ func TestDecodeMsgGet(t *testing.T) {
 	if !noStream(err) {
 		t.Errorf("a 503 is %v: not retried as a read that reached no leader", err)
 	}
+}
+
+// validKey agrees with nats.go's rule for a key, written here as the
+// regular expression KeyValue.Get checks with (its keyValid): whatever
+// it lets through names one key, never a wildcard or an empty token.
+func FuzzValidKey(f *testing.F) {
+	for _, k := range []string{"n1", "j-abc-1", "a.b", "a..b", ".a", "a.", "*", ">", "a.*", "a b", "", "é", "a/b=c_d"} {
+		f.Add(k)
+	}
+	rule := regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
+	f.Fuzz(func(t *testing.T, k string) {
+		want := rule.MatchString(k) && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..")
+		if got := validKey(k); got != want {
+			t.Fatalf("validKey(%q) = %v, nats.go's rule says %v", k, got, want)
+		}
+		if validKey(k) && strings.ContainsAny(k, "*> \t\r\n") {
+			t.Fatalf("validKey(%q) lets a wildcard or a space through", k)
+		}
+	})
 }
