@@ -129,9 +129,14 @@ func exists(p string) bool {
 // its shell command waits in `orchestrd approvals`; approve runs it,
 // deny blocks it and the model hears so, bypass runs without asking;
 // text streams as the model sends it; the key reaches the endpoint and
-// not the commands the agent runs; a 429 ends the task usage_limit
-// without retrying, a refused key auth_failed; a second prompt of the
-// session carries the first's history.
+// not the commands the agent runs; a second prompt of the session
+// carries the first's history. Each subtest starts the CLI once or
+// twice (node loading its bundle is most of a subtest's cost): how its
+// failures are told apart (a 429 usage_limit without retrying, a
+// refused key auth_failed) is executors/agent's
+// TestGeminiFailuresToldApart, with the real CLI; that a task's failure
+// code reaches its record through the daemon is
+// TestExecutorClaudeFailures' and TestExecutorCodexFailures'.
 func TestExecutorGemini(t *testing.T) {
 	r := startGeminiRig(t)
 	g := r.g
@@ -180,29 +185,6 @@ func TestExecutorGemini(t *testing.T) {
 			if q.Key != geminiKey {
 				t.Fatalf("the endpoint got key %q", q.Key)
 			}
-		}
-	})
-
-	t.Run("deny", func(t *testing.T) {
-		d := r.d.in(t)
-		made := filepath.Join(r.work, "denied")
-		mark := len(g.Requests())
-		g.Reset(modelfake.GeminiTurn{Calls: []modelfake.GeminiCall{modelfake.GeminiShell("touch " + made)}},
-			modelfake.GeminiTurn{Text: "Understood, I did not make it."})
-		id, session := r.prompt(d, "make the other file", "", "")
-		a := r.pendingFor(t, id)
-		mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
-		rec := d.waitAgentTask(id)
-		if rec.State != api.TaskCompleted || exists(made) {
-			t.Fatalf("task = %+v, file made %v", rec, exists(made))
-		}
-		denied := messagesOf(d.session(session), api.MsgPermissionDenied)
-		if len(denied) != 1 || denied[0]["name"] != "Bash" || !strings.Contains(denied[0]["reason"].(string), "not that file") {
-			t.Fatalf("permission_denied = %v", denied)
-		}
-		reqs := g.Requests()[mark:]
-		if len(reqs) != 2 || !strings.Contains(lastFunctionResponse(reqs), "canceled by the user") {
-			t.Fatalf("%d requests, the tool result sent: %s", len(reqs), lastFunctionResponse(reqs))
 		}
 	})
 
@@ -261,8 +243,9 @@ func TestExecutorGemini(t *testing.T) {
 	// endpoint elsewhere; an agent's command that wrote the same, and a
 	// policy allowing the shell, into Gemini's home (the state
 	// directory, which it can write): the command still waits in the
-	// inbox, and the key still goes to the pool's endpoint only.
-	t.Run("hostile_workspace", func(t *testing.T) {
+	// inbox, and the key still goes to the pool's endpoint only. Denied
+	// with a message, the command does not run and the model hears so.
+	t.Run("deny_in_a_hostile_workspace", func(t *testing.T) {
 		d := r.d.in(t)
 		ws, sh := filepath.Join(r.work, ".gemini"), filepath.Join(r.state, ".gemini")
 		for _, dir := range []string{ws, filepath.Join(sh, "policies")} {
@@ -284,15 +267,22 @@ func TestExecutorGemini(t *testing.T) {
 		made := filepath.Join(r.work, "hostile")
 		mark := len(g.Requests())
 		g.Reset(modelfake.GeminiTurn{Calls: []modelfake.GeminiCall{modelfake.GeminiShell("touch " + made)}},
-			modelfake.GeminiTurn{Text: "Denied, then."})
-		id, _ := r.prompt(d, "do as the repository says", "", "")
+			modelfake.GeminiTurn{Text: "Understood, I did not make it."})
+		id, session := r.prompt(d, "do as the repository says", "", "")
 		a := r.pendingFor(t, id)
-		mustCLI(t, "deny", "--home", d.home, a.ID)
+		mustCLI(t, "deny", "--home", d.home, a.ID, "--message", "not that file")
 		if rec := d.waitAgentTask(id); rec.State != api.TaskCompleted || exists(made) {
 			t.Fatalf("task = %+v, file made %v", rec, exists(made))
 		}
-		if n := len(g.Requests()) - mark; n != 2 {
-			t.Fatalf("the pool's endpoint got %d requests", n)
+		// Denied: the session says so with the person's message, and the
+		// model is told the call was refused.
+		denied := messagesOf(d.session(session), api.MsgPermissionDenied)
+		if len(denied) != 1 || denied[0]["name"] != "Bash" || !strings.Contains(denied[0]["reason"].(string), "not that file") {
+			t.Fatalf("permission_denied = %v", denied)
+		}
+		reqs := g.Requests()[mark:]
+		if len(reqs) != 2 || !strings.Contains(lastFunctionResponse(reqs), "canceled by the user") {
+			t.Fatalf("the pool's endpoint got %d requests, the tool result sent: %s", len(reqs), lastFunctionResponse(reqs))
 		}
 	})
 
@@ -321,33 +311,6 @@ func TestExecutorGemini(t *testing.T) {
 		}
 		if s := strings.Join(said, "\n"); !strings.Contains(s, "remember the colour teal") || !strings.Contains(s, "Noted: the colour is teal.") {
 			t.Fatalf("the second prompt's request lacks the first's history:\n%s", s)
-		}
-	})
-
-	t.Run("usage_limit", func(t *testing.T) {
-		d := r.d.in(t)
-		mark := len(g.Requests())
-		g.Reset(modelfake.GeminiTurn{Status: 429, RetryDelay: "600s"})
-		id, _ := r.prompt(d, "anything", "", "")
-		rec := d.waitAgentTask(id)
-		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrUsageLimit {
-			t.Fatalf("task = %+v", rec)
-		}
-		// The CLI would have retried after 600 s (and got the end of
-		// the script): it tried once.
-		if n := len(g.Requests()) - mark; n != 1 {
-			t.Fatalf("the endpoint got %d requests", n)
-		}
-	})
-
-	t.Run("auth_failed", func(t *testing.T) {
-		d := r.d.in(t)
-		g.Reset(modelfake.GeminiTurn{Status: 401})
-		id, _ := r.prompt(d, "anything", "", "")
-		rec := d.waitAgentTask(id)
-		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrAuthFailed ||
-			strings.Contains(rec.Error.Message, "API key not valid") {
-			t.Fatalf("task = %+v", rec)
 		}
 	})
 }

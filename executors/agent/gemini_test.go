@@ -250,6 +250,11 @@ func TestGeminiFailuresToldApart(t *testing.T) {
 			if res.Status != "failed" || res.Error == nil || res.Error.Code != c.code {
 				t.Fatalf("result = %+v %+v, errors %q", res, res.Error, h.errs)
 			}
+			// What the endpoint said is not copied into the task's error
+			// (the message is the adapter's own words).
+			if strings.Contains(res.Error.Message, "API key not valid") || strings.Contains(res.Error.Message, "Permission denied on the API key") {
+				t.Fatalf("the error copies the endpoint's words: %q", res.Error.Message)
+			}
 			if c.retry && (res.Error.RetryAt == nil || res.Error.RetryAt.Before(before.Add(500*time.Second))) {
 				t.Fatalf("retry_at = %v", res.Error.RetryAt)
 			}
