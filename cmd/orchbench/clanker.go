@@ -21,7 +21,7 @@ import (
 // that changes state (task_status: committed to the store, the task file
 // and events.log written); and the spool's drain rate.
 func runClanker(b *bench) error {
-	trials := pick(b, 6, 2)
+	trials := pick(b, 6, 1)
 	dur := pick(b, time.Second, 300*time.Millisecond)
 	repo := filepath.Join(b.tmp, "clanker-repo")
 	if err := os.MkdirAll(repo, 0o755); err != nil {

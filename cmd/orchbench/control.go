@@ -114,7 +114,7 @@ func pingWorker(sock string) func() (func() error, func(), error) {
 }
 
 func runControl(b *bench) error {
-	trials := pick(b, 10, 2)
+	trials := pick(b, 10, 1)
 	dur := pick(b, time.Second, 300*time.Millisecond)
 
 	levels := []int{1, 64}

@@ -21,7 +21,7 @@ import (
 // daemon serves it. Then one page's HTML, each page N times with the store
 // holding the jobs the run made.
 func runDashboard(b *bench) error {
-	trials := pick(b, 6, 2)
+	trials := pick(b, 6, 1)
 	dur := pick(b, 1500*time.Millisecond, 300*time.Millisecond)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() + "\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\n"
 	d, addr, key, err := b.startHTTP("dashboard", cfg)

@@ -20,7 +20,7 @@ import (
 // context PUT and GET per second; the time from sending POST
 // /execute/stream to its first output event.
 func runHTTP(b *bench) error {
-	trials := pick(b, 6, 2)
+	trials := pick(b, 6, 1)
 	dur := pick(b, time.Second, 300*time.Millisecond)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() +
 		"\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\nmax_concurrent = 64\n[http.rate_limits]\nexec = 0\ncontext = 0\n"

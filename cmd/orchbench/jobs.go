@@ -139,7 +139,7 @@ func execTrueWorker() (func() error, func(), error) {
 }
 
 func runJobs(b *bench) error {
-	trials := pick(b, 8, 2)
+	trials := pick(b, 8, 1)
 	dur := pick(b, 1500*time.Millisecond, 300*time.Millisecond)
 
 	levels := []int{1, 32}

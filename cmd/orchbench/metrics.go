@@ -110,7 +110,7 @@ func runMetrics(b *bench) error {
 	}
 
 	// The job path with Prometheus scraping every second, against none.
-	trials := pick(b, 6, 2)
+	trials := pick(b, 6, 1)
 	dur := pick(b, 3*time.Second, 500*time.Millisecond)
 	pids := func() []int { return append([]int{d.pid()}, children(d.pid())...) }
 	var scrapes atomic.Int64
