@@ -197,31 +197,28 @@ func TestActorFailures(t *testing.T) {
 	if rec := run("hello"); rec.State != api.TaskCompleted {
 		t.Fatalf("a first task: %+v", rec)
 	}
-	before := pids()
 
-	// The executor's actor panics (in request_permission).
-	rec := run(`{"steps":[{"op":"permission","tool":"Bash","input":{"command":"ls"}}]}`)
-	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrExecutorLost {
-		t.Fatalf("the task whose executor's actor failed: %+v %+v", rec, rec.Error)
-	}
-	for _, pid := range before {
-		waitDead(t, pid)
-	}
-	if rec := run("after the executor's failure"); rec.State != api.TaskCompleted {
-		t.Fatalf("the next task: %+v %+v", rec, rec.Error)
-	}
-
-	// The task's actor panics (recording that it started).
-	before = pids()
-	rec = run("panic in the task actor")
-	if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != api.TaskErrActorFailed {
-		t.Fatalf("the task whose actor failed: %+v %+v", rec, rec.Error)
-	}
-	for _, pid := range before {
-		waitDead(t, pid)
-	}
-	if rec := run("after the task's failure"); rec.State != api.TaskCompleted {
-		t.Fatalf("the next task: %+v %+v", rec, rec.Error)
+	for _, c := range []struct {
+		actor  string // the actor that panics, as the failure names it
+		prompt string
+		code   string
+	}{
+		// The executor's actor panics (in request_permission).
+		{"executor's actor", `{"steps":[{"op":"permission","tool":"Bash","input":{"command":"ls"}}]}`, api.TaskErrExecutorLost},
+		// The task's actor panics (recording that it started).
+		{"actor", "panic in the task actor", api.TaskErrActorFailed},
+	} {
+		before := pids()
+		rec := run(c.prompt)
+		if rec.State != api.TaskFailed || rec.Error == nil || rec.Error.Code != c.code {
+			t.Fatalf("the task whose %s failed: %+v %+v", c.actor, rec, rec.Error)
+		}
+		for _, pid := range before {
+			waitDead(t, pid)
+		}
+		if rec := run("after the task whose " + c.actor + " failed"); rec.State != api.TaskCompleted {
+			t.Fatalf("the next task after the %s failed: %+v %+v", c.actor, rec, rec.Error)
+		}
 	}
 }
 
