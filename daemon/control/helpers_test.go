@@ -329,3 +329,25 @@ func errCode(cl wire.ClientLine) int {
 	}
 	return cl.Error.Code
 }
+
+// inParallel runs work in n goroutines at once, waits for all of them, and
+// fails t with the first error one returned.
+func inParallel(t testing.TB, n int, work func() error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := work(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -22,34 +22,22 @@ func TestAnswerFromAnotherGoroutineRacesHangUp(t *testing.T) {
 	h.mustCall(h.client(), "ping", nil, nil)
 
 	const workers, perWorker = 8, 150
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWorker; i++ {
-				nc, err := net.Dial("unix", h.path)
-				if err != nil {
-					errs <- err
-					return
-				}
-				// The answer is written from another goroutine while this
-				// client closes without reading it.
-				_, err = nc.Write([]byte(`{"id":1,"method":"test.async"}` + "\n"))
-				nc.Close()
-				if err != nil {
-					errs <- err
-					return
-				}
+	inParallel(t, workers, func() error {
+		for i := 0; i < perWorker; i++ {
+			nc, err := net.Dial("unix", h.path)
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			// The answer is written from another goroutine while this
+			// client closes without reading it.
+			_, err = nc.Write([]byte(`{"id":1,"method":"test.async"}` + "\n"))
+			nc.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	// Every connection ends with exactly one conn.closed; then Close (in
 	// stop) returns only once every reader and writer is gone.
 	// (The submitting client stays open until stop.)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -454,26 +454,15 @@ func TestServeStopsOnContext(t *testing.T) {
 func TestClientConcurrentCalls(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.client()
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 200; i++ {
-				var p pongResult
-				if err := h.call(c, "ping", nil, &p); err != nil || !p.Pong {
-					errs <- err
-					return
-				}
+	inParallel(t, 16, func() error {
+		for i := 0; i < 200; i++ {
+			var p pongResult
+			if err := h.call(c, "ping", nil, &p); err != nil || !p.Pong {
+				return fmt.Errorf("ping %d: %+v, %v", i, p, err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	// A cancelled call does not confuse later ones.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
