@@ -11,7 +11,6 @@ package executors_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,26 +100,11 @@ func TestExecutorBackpressure(t *testing.T) {
 	unlock()
 
 	seen := map[int64]int{}
-	for done := false; !done; {
-		select {
-		case ev := <-sub.Events():
-			var m struct {
-				TaskID   string `json:"task_id"`
-				Sequence int64  `json:"sequence"`
-			}
-			_ = json.Unmarshal(ev.Data, &m)
-			if m.TaskID != id {
-				continue
-			}
-			if ev.Event == "task.finished" {
-				done = true
-			} else if ev.Event == "task.message" {
-				seen[m.Sequence]++
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d messages streamed, then nothing for 30 s", len(seen), n)
+	daemontest.StreamTask(t, sub.Events(), id, 30*time.Second, func(kind string, seq int64) {
+		if kind == "task.message" {
+			seen[seq]++
 		}
-	}
+	}, func() string { return fmt.Sprintf("%d of %d messages streamed, then nothing for 30 s", len(seen), n) })
 	rec := daemontest.WaitTask(t, d, id)
 	if rec.State != api.TaskCompleted || rec.MessageCount != n {
 		t.Fatalf("task: %+v", rec)

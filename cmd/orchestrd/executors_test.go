@@ -141,29 +141,14 @@ func TestExecutorTask(t *testing.T) {
 	// Streamed: every message once, in order, then task.finished.
 	var seqs []int64
 	progress := false
-	for done := false; !done; {
-		select {
-		case ev := <-sub.Events():
-			var m struct {
-				TaskID   string `json:"task_id"`
-				Sequence int64  `json:"sequence"`
-			}
-			_ = json.Unmarshal(ev.Data, &m)
-			if m.TaskID != id {
-				continue
-			}
-			switch ev.Event {
-			case "task.message":
-				seqs = append(seqs, m.Sequence)
-			case "task.progress":
-				progress = true
-			case "task.finished":
-				done = true
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no task.finished streamed; messages %v", seqs)
+	daemontest.StreamTask(t, sub.Events(), id, 20*time.Second, func(kind string, seq int64) {
+		switch kind {
+		case "task.message":
+			seqs = append(seqs, seq)
+		case "task.progress":
+			progress = true
 		}
-	}
+	}, func() string { return fmt.Sprintf("no task.finished streamed; messages %v", seqs) })
 	if fmt.Sprint(seqs) != "[1 2 3 4 5 6 7 8 9 10 11]" || !progress {
 		t.Fatalf("streamed sequences %v (want 1..11), progress %v", seqs, progress)
 	}

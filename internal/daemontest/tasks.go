@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/wire"
 )
 
 // Conn is a daemon the task helpers call: a Daemon here, or the daemon
@@ -153,4 +154,33 @@ func MessagesOf(ms []api.SessionMessage, typ string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// StreamTask reads events (a subscriber's, to task.message and
+// task.finished and any other kinds of the task it wants) until task id's
+// task.finished, handing fn the kind and sequence (0 where it has none) of
+// every other event of the task, in order; other tasks' events are passed
+// over. Where nothing at all comes for within, t fails with what stalled
+// says.
+func StreamTask(t testing.TB, events <-chan wire.Event, id string, within time.Duration, fn func(kind string, seq int64), stalled func() string) {
+	t.Helper()
+	for {
+		select {
+		case ev := <-events:
+			var m struct {
+				TaskID   string `json:"task_id"`
+				Sequence int64  `json:"sequence"`
+			}
+			_ = json.Unmarshal(ev.Data, &m)
+			if m.TaskID != id {
+				continue
+			}
+			if ev.Event == "task.finished" {
+				return
+			}
+			fn(ev.Event, m.Sequence)
+		case <-time.After(within):
+			t.Fatal(stalled())
+		}
+	}
 }
