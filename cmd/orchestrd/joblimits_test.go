@@ -18,9 +18,7 @@ import (
 // default one is.
 func TestJobOverMaxMemoryIsStopped(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
+	needPython3(t)
 	d := startDaemon(t, `
 [lanes.mem]
 runners = 1
@@ -87,9 +85,7 @@ kill_grace = "200ms"
 // neighbour was stopped with memory_exceeded.)
 func TestHostileOrphanCannotClaimNeighbour(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
+	needPython3(t)
 	marks := shortTemp(t)
 	d := startDaemon(t, `
 [daemon]
@@ -158,9 +154,7 @@ max_memory_bytes = 67108864
 // with the root's tree alone, it counted for no job.)
 func TestEscapedOrphanCountedByCgroup(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
+	needPython3(t)
 	d := startDaemon(t, `
 [lanes.mem]
 runners = 1
@@ -169,10 +163,7 @@ spares = 0
 network = "none"
 max_memory_bytes = 67108864
 `)
-	probe := d.submit(api.JobSpec{Lane: "mem", Command: `cat /proc/self/cgroup`})
-	if rec := d.wait(probe); !strings.Contains(rec.Output, "/job-") {
-		t.Skipf("the runner puts no job in a cgroup of its own here (%q)", rec.Output)
-	}
+	d.skipWithoutJobCgroup("mem")
 	id := d.submit(api.JobSpec{Lane: "mem", Command: `(setsid env -u ORCHESTRD_JOB_ID python3 -c ` +
 		`"import time; b = b'x' * (128 << 20); time.sleep(300)" &); sleep 300`})
 	rec := d.wait(id)
@@ -182,5 +173,13 @@ max_memory_bytes = 67108864
 	e := d.waitEvent("job.limit_exceeded", func(e map[string]any) bool { return e["job_id"] == id })
 	if e["limit"] != "memory" || e["measured"].(float64) <= 64<<20 {
 		t.Fatalf("job.limit_exceeded = %v", e)
+	}
+}
+
+// needPython3 skips t where there is no python3 to run a job's memory hog.
+func needPython3(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
 	}
 }

@@ -105,14 +105,9 @@ func jobUsageText(u *api.Usage) string {
 	return fmt.Sprintf("%+v", *u)
 }
 
-// A job shorter than the sample interval is recorded whole: its runner's
-// wait4 figures of the root (its reaped children included) are taken
-// where they exceed the samples' (or its cgroup's CPU, where it has one). The job prints its own CPU ticks (its
-// shell's, with the head it waited for) from /proc; the record has at
-// least as much. (Before, it had what the first sample, 100 ms in, saw.)
-func TestShortJobTrueTotals(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, `
+// unsampledLanes samples so seldom that a job of a few seconds ends before
+// its first sample: its record's usage is what the job's end gives.
+const unsampledLanes = `
 [daemon]
 usage_sample_interval = "5s"
 [lanes.work]
@@ -120,7 +115,16 @@ runners = 1
 slots = 1
 spares = 0
 network = "host"
-`)
+`
+
+// A job shorter than the sample interval is recorded whole: its runner's
+// wait4 figures of the root (its reaped children included) are taken
+// where they exceed the samples' (or its cgroup's CPU, where it has one). The job prints its own CPU ticks (its
+// shell's, with the head it waited for) from /proc; the record has at
+// least as much. (Before, it had what the first sample, 100 ms in, saw.)
+func TestShortJobTrueTotals(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, unsampledLanes)
 	id := d.submit(api.JobSpec{Lane: "work", Command: `head -c 100000000 /dev/urandom > /dev/null; cat /proc/$$/stat`})
 	rec := d.wait(id)
 	out := rec.Output
@@ -160,6 +164,16 @@ func urandomCPU(t *testing.T, stat, what string) float64 {
 	return truth
 }
 
+// skipWithoutJobCgroup skips the test where a job of lane runs in no
+// cgroup of its own (what /proc/self/cgroup says in a job).
+func (d *testDaemon) skipWithoutJobCgroup(lane string) {
+	d.t.Helper()
+	probe := d.submit(api.JobSpec{Lane: lane, Command: `cat /proc/self/cgroup`})
+	if rec := d.wait(probe); !strings.Contains(rec.Output, "/job-") {
+		d.t.Skipf("the runner puts no job in a cgroup of its own here (%q)", rec.Output)
+	}
+}
+
 // Where the job runs in a cgroup of its own (its runner was given one),
 // its record's CPU is the cgroup's: what a process it left behind used is
 // counted, though no sample saw it (it left the tree at once) and the root
@@ -168,19 +182,8 @@ func urandomCPU(t *testing.T, stat, what string) float64 {
 func TestJobCPUFromCgroup(t *testing.T) {
 	t.Parallel()
 	marks := shortTemp(t)
-	d := startDaemon(t, `
-[daemon]
-usage_sample_interval = "5s"
-[lanes.work]
-runners = 1
-slots = 1
-spares = 0
-network = "host"
-`)
-	probe := d.submit(api.JobSpec{Lane: "work", Command: `cat /proc/self/cgroup`})
-	if rec := d.wait(probe); !strings.Contains(rec.Output, "/job-") {
-		t.Skipf("the runner puts no job in a cgroup of its own here (%q)", rec.Output)
-	}
+	d := startDaemon(t, unsampledLanes)
+	d.skipWithoutJobCgroup("work")
 	id := d.submit(api.JobSpec{Lane: "work", Command: `(setsid sh -c 'head -c 100000000 /dev/urandom > /dev/null; ` +
 		`cat /proc/$$/stat > ` + marks + `/stat.tmp; mv ` + marks + `/stat.tmp ` + marks + `/stat' &); ` +
 		`while [ ! -e ` + marks + `/stat ]; do sleep 0.05; done`})
