@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
+	"github.com/orchestrd/orchestrd/internal/testio"
 )
 
 // runCLIWith runs the binary in dir (the test's cwd if "") with stdin
@@ -63,18 +64,7 @@ func TestRunNamesMissingWorkingDirectory(t *testing.T) {
 func TestRunSendsCwdUncleaned(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, fastConfig)
-	base, err := filepath.EvalSymlinks(shortTemp(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{base + "/wt/sub", base + "/x/y", base + "/x/outside"} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(base+"/x/y", base+"/wt/sub/up"); err != nil {
-		t.Fatal(err)
-	}
+	base := testio.UpLinkTree(t, shortTemp(t))
 	out, errOut, code := runCLIWith(t, base, nil, "run", "--home", d.home, "--lane", "net", "--cwd", "wt/sub/up/../outside", "--", "sh", "-c", "pwd -P")
 	if code != 0 || strings.TrimSpace(out) != base+"/x/outside" {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want it run in %s", code, out, errOut, base+"/x/outside")

@@ -154,6 +154,28 @@ func ShortTemp(t testing.TB, prefix string) string {
 	return d
 }
 
+// UpLinkTree makes, in dir (its symlinks resolved), the directories
+// wt/sub, x/y and x/outside and the symlink wt/sub/up to x/y: the cwd
+// "wt/sub/up/../outside" is x/outside as the kernel walks it, and
+// wt/outside (no such directory) by its text. It returns the resolved dir;
+// t fails if it cannot make them.
+func UpLinkTree(t testing.TB, dir string) string {
+	t.Helper()
+	base, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{base + "/wt/sub", base + "/x/y", base + "/x/outside"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(base+"/x/y", base+"/wt/sub/up"); err != nil {
+		t.Fatal(err)
+	}
+	return base
+}
+
 // Git runs git in dir with a fixed identity and no system or user config
 // (HOME is dir); t fails if git does. It returns git's output, trimmed.
 func Git(t testing.TB, dir string, args ...string) string {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/orchestrd/orchestrd/internal/testio"
 	"github.com/orchestrd/orchestrd/wire"
 )
 
@@ -55,18 +56,7 @@ func TestBadWorkingDirectoryIsNamed(t *testing.T) {
 // A cwd is walked the way the kernel walks it: "up/.." with up a symlink
 // climbs from the link's target, never folded away by text.
 func TestCwdDotDotAfterSymlink(t *testing.T) {
-	base, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{base + "/wt/sub", base + "/x/y", base + "/x/outside"} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(base+"/x/y", base+"/wt/sub/up"); err != nil {
-		t.Fatal(err)
-	}
+	base := testio.UpLinkTree(t, t.TempDir())
 	d := startRunner(t, okAck(1))
 	o := d.run(wire.Job{JobID: "k", Command: "pwd -P", Cwd: base + "/wt/sub/up/../outside"})
 	if o.res.Status != wire.StatusSuccess || strings.TrimSpace(o.stdout) != base+"/x/outside" {
