@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -392,20 +391,7 @@ exit 3`
 // executor as epoch milliseconds.
 func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := loopbackListener(t)
 	home := shortTemp(t)
 	if err := os.WriteFile(filepath.Join(home, "secrets.toml"),
 		[]byte("github = { value = \"ghp-test-value\", expires_at = 2030-01-02T03:04:05Z }\n"), 0o600); err != nil {
@@ -451,7 +437,7 @@ func TestExecutorNetworkQueueAndExpiry(t *testing.T) {
 		}
 		return false
 	})
-	err = d.call("task.execute", api.TaskSpec{Executor: "host", Prompt: "one too many", Cwd: d.home}, nil)
+	err := d.call("task.execute", api.TaskSpec{Executor: "host", Prompt: "one too many", Cwd: d.home}, nil)
 	if remoteCode(err) != api.CodeQueueFull || !strings.Contains(fmt.Sprint(err), "queue_limit") {
 		t.Fatalf("a task over queue_limit: %v, want 1004", err)
 	}

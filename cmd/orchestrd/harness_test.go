@@ -269,6 +269,34 @@ func shortTemp(t *testing.T) string {
 	return testio.ShortTemp(t, "od")
 }
 
+// loopbackListener listens on the host's loopback and closes every
+// connection it accepts: what a job or an executor reaches (or, sandboxed,
+// does not) when it dials its address. It closes when the test ends, and
+// its goroutine is gone then.
+func loopbackListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return ln
+}
+
 // startDaemon starts the real binary with config (TOML, may be empty) and
 // waits until every lane has all its runners ready.
 func startDaemon(t *testing.T, config string) *testDaemon {

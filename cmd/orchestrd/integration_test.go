@@ -143,20 +143,7 @@ func TestJobLifecycle(t *testing.T) {
 
 func TestNoNetLaneHasNoNetwork(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := loopbackListener(t)
 	d := startDaemon(t, fastConfig)
 	self, _ := os.Executable()
 	spec := func(lane string) api.JobSpec {
