@@ -514,27 +514,13 @@ func stalledStream(addr, key string, size int64) (net.Conn, error) {
 
 // timed runs a command with its stdout to /dev/null and times it.
 func timed(name string, args ...string) (time.Duration, error) {
-	cmd := exec.Command(name, args...)
-	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer null.Close()
-	cmd.Stdout = null
-	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("%s: %w: %s", name, err, errOut.String())
-	}
-	if errOut.Len() > 0 {
-		return 0, errors.New(errOut.String())
-	}
-	return time.Since(t0), nil
+	wall, _, err := timedCPU(name, args...)
+	return wall, err
 }
 
-// timedCPU is timed that also returns the command's CPU time (user and
-// system, its own and its waited-for children's).
+// timedCPU runs a command with its stdout to /dev/null and returns its
+// wall time and its CPU time (user and system, its own and its waited-for
+// children's).
 func timedCPU(name string, args ...string) (time.Duration, time.Duration, error) {
 	cmd := exec.Command(name, args...)
 	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
