@@ -32,11 +32,9 @@ func (m *Manager) reposMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), methodTimeout)
-		defer cancel()
-		call.Respond(map[string]any{"repos": m.Status(ctx)})
-	}()
+	answerLater(call, func(ctx context.Context) (any, error) {
+		return map[string]any{"repos": m.Status(ctx)}, nil
+	})
 }
 
 func (m *Manager) repoAddMethod(call api.Call) {
@@ -45,16 +43,13 @@ func (m *Manager) repoAddMethod(call api.Call) {
 		call.Fail(err)
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), methodTimeout)
-		defer cancel()
+	answerLater(call, func(ctx context.Context) (any, error) {
 		rc, err := m.AddRepo(ctx, p)
 		if err != nil {
-			call.Fail(err)
-			return
+			return nil, err
 		}
-		call.Respond(map[string]any{"path": rc.Path, "socket": rc.Socket})
-	}()
+		return map[string]any{"path": rc.Path, "socket": rc.Socket}, nil
+	})
 }
 
 func (m *Manager) resumeMethod(call api.Call) {
@@ -67,14 +62,27 @@ func (m *Manager) resumeMethod(call api.Call) {
 		call.Fail(api.Errorf(api.CodeInvalidParams, "clanker.resume: path is required (the repo's root)"))
 		return
 	}
+	answerLater(call, func(ctx context.Context) (any, error) {
+		ok, err := m.Resume(ctx, p.Path)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"path": p.Path, "resumed": ok}, nil
+	})
+}
+
+// answerLater answers call from a goroutine of its own with what f
+// returns (its error as the call's failure); f's context is bounded by
+// methodTimeout.
+func answerLater(call api.Call, f func(ctx context.Context) (any, error)) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), methodTimeout)
 		defer cancel()
-		ok, err := m.Resume(ctx, p.Path)
+		res, err := f(ctx)
 		if err != nil {
 			call.Fail(err)
 			return
 		}
-		call.Respond(map[string]any{"path": p.Path, "resumed": ok})
+		call.Respond(res)
 	}()
 }
