@@ -228,7 +228,13 @@ func (r *Repo) BranchExists(ctx context.Context, branch string) (bool, error) {
 	if err := r.validBranch(ctx, op, branch); err != nil {
 		return false, err
 	}
-	_, err := run(ctx, r.bare(op, nil), "show-ref", "--verify", "--quiet", "refs/heads/"+branch)
+	return branchExists(ctx, r.bare(op, nil), branch)
+}
+
+// branchExists asks git, in s, whether refs/heads/branch exists: show-ref
+// exits 1 when it does not.
+func branchExists(ctx context.Context, s scope, branch string) (bool, error) {
+	_, err := run(ctx, s, "show-ref", "--verify", "--quiet", "refs/heads/"+branch)
 	if exitCode(err) == 1 {
 		return false, nil
 	}
@@ -443,11 +449,10 @@ func (r *Repo) addWorktree(ctx context.Context, op string, ov [][2]string, path,
 	}
 	exists := false
 	if branch != "" {
-		_, err := run(ctx, s, "show-ref", "--verify", "--quiet", "refs/heads/"+branch)
-		if err != nil && exitCode(err) != 1 {
+		var err error
+		if exists, err = branchExists(ctx, s, branch); err != nil {
 			return err
 		}
-		exists = err == nil
 	}
 	var args []string
 	switch {
@@ -524,11 +529,8 @@ func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 	}
 	defer unlock()
 	s := r.bare(op, ov)
-	_, err = run(ctx, s, "show-ref", "--verify", "--quiet", "refs/heads/"+branch)
-	if exitCode(err) == 1 {
-		return nil
-	}
-	if err != nil {
+	exists, err := branchExists(ctx, s, branch)
+	if err != nil || !exists {
 		return err
 	}
 	_, err = run(ctx, s, "branch", "-D", "--end-of-options", branch)
