@@ -189,19 +189,9 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 	},
 	"lanes": decodeLanes,
 	"executors": func(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
-		var ps map[string]toml.Primitive
-		if !isTable(md, prim) {
-			return []error{fmt.Errorf("%s must be a table of [%s.NAME] tables", key, key)}
-		}
-		if err := md.PrimitiveDecode(prim, &ps); err != nil {
-			return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
-		}
-		var errs []error
-		cfg.Executors = map[string]executors.PoolConfig{}
-		for _, n := range sortedKeys(ps) {
-			pc := executors.DefaultPool()
-			errs = append(errs, decodeTable(md, ps[n], reflect.ValueOf(&pc).Elem(), key+"."+n)...)
-			cfg.Executors[n] = pc
+		pools, errs := decodeNamed(md, prim, key, func(string) executors.PoolConfig { return executors.DefaultPool() })
+		if pools != nil {
+			cfg.Executors = pools
 		}
 		return errs
 	},
@@ -233,24 +223,32 @@ var sections = map[string]func(cfg *Config, md *toml.MetaData, prim toml.Primiti
 // the lanes are exactly those it names, each starting from
 // lanes.DefaultFor(NAME).
 func decodeLanes(cfg *Config, md *toml.MetaData, prim toml.Primitive, key string) []error {
-	var ls map[string]toml.Primitive
-	if !isTable(md, prim) {
-		return []error{fmt.Errorf("%s must be a table of [%s.NAME] tables", key, key)}
-	}
-	if err := md.PrimitiveDecode(prim, &ls); err != nil {
-		return []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
-	}
-	if len(ls) == 0 {
-		return nil
-	}
-	var errs []error
-	cfg.Lanes = map[string]lanes.LaneConfig{}
-	for _, n := range sortedKeys(ls) {
-		lc := lanes.DefaultFor(n)
-		errs = append(errs, decodeTable(md, ls[n], reflect.ValueOf(&lc).Elem(), key+"."+n)...)
-		cfg.Lanes[n] = lc
+	ls, errs := decodeNamed(md, prim, key, lanes.DefaultFor)
+	if len(ls) > 0 {
+		cfg.Lanes = ls
 	}
 	return errs
+}
+
+// decodeNamed decodes the [key.NAME] tables, each into what def(NAME)
+// gives and with decodeTable's checks. The map is nil when prim is no
+// table of tables; its errors are then the only one.
+func decodeNamed[T any](md *toml.MetaData, prim toml.Primitive, key string, def func(name string) T) (map[string]T, []error) {
+	var ps map[string]toml.Primitive
+	if !isTable(md, prim) {
+		return nil, []error{fmt.Errorf("%s must be a table of [%s.NAME] tables", key, key)}
+	}
+	if err := md.PrimitiveDecode(prim, &ps); err != nil {
+		return nil, []error{fmt.Errorf("%s: %s", key, tomlMessage(err))}
+	}
+	var errs []error
+	m := make(map[string]T, len(ps))
+	for _, n := range sortedKeys(ps) {
+		v := def(n)
+		errs = append(errs, decodeTable(md, ps[n], reflect.ValueOf(&v).Elem(), key+"."+n)...)
+		m[n] = v
+	}
+	return m, errs
 }
 
 // decodeTable decodes a TOML table into the struct dst key by key, so that
