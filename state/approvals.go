@@ -383,6 +383,26 @@ func (a Approvals) query(what, query string, scan func(scanner) error, args ...a
 	return nil
 }
 
+// jsonRows runs a read whose rows are one JSON text each (a record
+// column) and decodes each into a T; noun names one in a decoding error
+// ("a task record").
+func jsonRows[T any](a Approvals, what, noun, query string, args ...any) ([]T, error) {
+	out := []T{}
+	err := a.query(what, query, func(sc scanner) error {
+		var rec string
+		if err := sc.Scan(&rec); err != nil {
+			return err
+		}
+		var v T
+		if err := json.Unmarshal([]byte(rec), &v); err != nil {
+			return fmt.Errorf("decoding %s: %w", noun, err)
+		}
+		out = append(out, v)
+		return nil
+	}, args...)
+	return out, err
+}
+
 func (a Approvals) approvals(what, query string, args ...any) ([]api.Approval, error) {
 	out := []api.Approval{}
 	err := a.query(what, query, func(sc scanner) error {

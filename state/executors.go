@@ -270,20 +270,7 @@ func (q Tasks) query(what, query string, scan func(scanner) error, args ...any) 
 }
 
 func (q Tasks) records(what, query string, args ...any) ([]api.TaskRecord, error) {
-	out := []api.TaskRecord{}
-	err := q.query(what, query, func(sc scanner) error {
-		var rec string
-		if err := sc.Scan(&rec); err != nil {
-			return err
-		}
-		var t api.TaskRecord
-		if err := json.Unmarshal([]byte(rec), &t); err != nil {
-			return fmt.Errorf("decoding a task record: %w", err)
-		}
-		out = append(out, t)
-		return nil
-	}, args...)
-	return out, err
+	return jsonRows[api.TaskRecord](Approvals(q), what, "a task record", query, args...)
 }
 
 // Get returns a task's record; ok is false when it is not recorded.

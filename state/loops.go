@@ -116,25 +116,8 @@ func (w *loopsDeleted) apply(t *wtx) error {
 	return nil
 }
 
-func (l Loops) query(what, query string, scan func(scanner) error, args ...any) error {
-	return Approvals(l).query(what, query, scan, args...)
-}
-
 func (l Loops) records(what, query string, args ...any) ([]api.LoopRecord, error) {
-	out := []api.LoopRecord{}
-	err := l.query(what, query, func(sc scanner) error {
-		var rec string
-		if err := sc.Scan(&rec); err != nil {
-			return err
-		}
-		var r api.LoopRecord
-		if err := json.Unmarshal([]byte(rec), &r); err != nil {
-			return fmt.Errorf("decoding a loop record: %w", err)
-		}
-		out = append(out, r)
-		return nil
-	}, args...)
-	return out, err
+	return jsonRows[api.LoopRecord](Approvals(l), what, "a loop record", query, args...)
 }
 
 // Get returns a loop's record; ok is false when it is not recorded.
@@ -153,19 +136,6 @@ func (l Loops) All() ([]api.LoopRecord, error) {
 
 // Iterations returns a loop's iterations in order.
 func (l Loops) Iterations(id string) ([]api.LoopIteration, error) {
-	out := []api.LoopIteration{}
-	err := l.query("read the iterations of loop "+id, `SELECT record FROM loop_iterations WHERE loop_id = ? ORDER BY iteration`,
-		func(sc scanner) error {
-			var rec string
-			if err := sc.Scan(&rec); err != nil {
-				return err
-			}
-			var it api.LoopIteration
-			if err := json.Unmarshal([]byte(rec), &it); err != nil {
-				return fmt.Errorf("decoding an iteration of loop %s: %w", id, err)
-			}
-			out = append(out, it)
-			return nil
-		}, id)
-	return out, err
+	return jsonRows[api.LoopIteration](Approvals(l), "read the iterations of loop "+id, "an iteration of loop "+id,
+		`SELECT record FROM loop_iterations WHERE loop_id = ? ORDER BY iteration`, id)
 }
