@@ -514,62 +514,17 @@ func (a Approvals) Rules() ([]api.ApprovalRule, error) {
 // rules. It deletes in small transactions, as Jobs.Prune does, and returns
 // how many it deleted.
 func (a Approvals) Prune(ctx context.Context, keep int, before time.Time) (int, error) {
-	total := 0
-	for _, w := range []*approvalPrune{{keep: keep}, {before: before}} {
-		if w.keep <= 0 && w.before.IsZero() {
-			continue
-		}
-		for {
-			w.deleted = 0
-			if err := a.s.Do(ctx, w); err != nil {
-				return total, err
-			}
-			total += w.deleted
-			if w.deleted < pruneChunk {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return total, fmt.Errorf("prune approvals: %w", err)
-			}
-		}
-	}
-	return total, nil
+	return a.s.prune(ctx, &approvalsPrune, keep, before)
 }
 
-type approvalPrune struct {
-	keep    int
-	before  time.Time
-	deleted int // the result
-}
-
-func (w *approvalPrune) what() string   { return "prune finished approvals" }
-func (w *approvalPrune) prepare() error { return nil }
-func (w *approvalPrune) apply(t *wtx) error {
-	var res sql.Result
-	var err error
-	if w.keep > 0 {
-		// The keep-th most recently resolved approval is the last one kept.
-		var at string
-		var rowid int64
-		err = t.queryRow(`SELECT resolved_at, rowid FROM approvals WHERE resolved_at IS NOT NULL
-			ORDER BY resolved_at DESC, rowid DESC LIMIT 1 OFFSET ?`, w.keep-1).Scan(&at, &rowid)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // no more than keep
-		}
-		if err != nil {
-			return err
-		}
-		res, err = t.exec(`DELETE FROM approvals WHERE rowid IN (SELECT rowid FROM approvals
+// approvalsPrune prunes the approvals resolved (resolved_at set), by
+// resolved_at then rowid.
+var approvalsPrune = pruneQueries{
+	noun: "approvals",
+	last: `SELECT resolved_at, rowid FROM approvals WHERE resolved_at IS NOT NULL
+			ORDER BY resolved_at DESC, rowid DESC LIMIT 1 OFFSET ?`,
+	beforeLast: `DELETE FROM approvals WHERE rowid IN (SELECT rowid FROM approvals
 			WHERE resolved_at IS NOT NULL AND (resolved_at < ? OR resolved_at = ? AND rowid < ?) LIMIT ?)`,
-			at, at, rowid, pruneChunk)
-	} else {
-		res, err = t.exec(`DELETE FROM approvals WHERE rowid IN (SELECT rowid FROM approvals
-			WHERE resolved_at IS NOT NULL AND resolved_at < ? LIMIT ?)`, fmtTime(w.before), pruneChunk)
-	}
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	w.deleted = int(n)
-	return err
+	before: `DELETE FROM approvals WHERE rowid IN (SELECT rowid FROM approvals
+			WHERE resolved_at IS NOT NULL AND resolved_at < ? LIMIT ?)`,
 }

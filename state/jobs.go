@@ -713,70 +713,22 @@ func (j Jobs) Unfinished() ([]Unfinished, error) {
 	return out, nil
 }
 
-// pruneChunk is the most rows one prune write deletes, so that pruning a
-// big backlog never holds the writer long.
-const pruneChunk = 500
-
 // Prune deletes finished jobs: all but the keep most recently finished
 // (keep <= 0: no bound on the count), and those finished before before
 // (zero: no bound on age). Unfinished jobs are never pruned. It deletes in
 // small transactions between other writes and returns how many it deleted.
 func (j Jobs) Prune(ctx context.Context, keep int, before time.Time) (int, error) {
-	total := 0
-	for _, w := range []*jobPrune{{keep: keep}, {before: before}} {
-		if w.keep <= 0 && w.before.IsZero() {
-			continue
-		}
-		for {
-			w.deleted = 0
-			if err := j.s.Do(ctx, w); err != nil {
-				return total, err
-			}
-			total += w.deleted
-			if w.deleted < pruneChunk {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return total, fmt.Errorf("prune jobs: %w", err)
-			}
-		}
-	}
-	return total, nil
+	return j.s.prune(ctx, &jobsPrune, keep, before)
 }
 
-type jobPrune struct {
-	keep    int
-	before  time.Time
-	deleted int // the result
-}
-
-func (w *jobPrune) what() string   { return "prune finished jobs" }
-func (w *jobPrune) prepare() error { return nil }
-func (w *jobPrune) apply(t *wtx) error {
-	var res sql.Result
-	var err error
-	if w.keep > 0 {
-		// The keep-th most recently finished job is the last one kept.
-		var at string
-		var seq int64
-		err = t.queryRow(`SELECT finished_at, seq FROM jobs WHERE finished_at IS NOT NULL
-			ORDER BY finished_at DESC, seq DESC LIMIT 1 OFFSET ?`, w.keep-1).Scan(&at, &seq)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // no more than keep
-		}
-		if err != nil {
-			return err
-		}
-		res, err = t.exec(`DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
-			AND (finished_at < ? OR finished_at = ? AND seq < ?) LIMIT ?)`, at, at, seq, pruneChunk)
-	} else {
-		res, err = t.exec(`DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
-			AND finished_at < ? LIMIT ?)`, fmtTime(w.before), pruneChunk)
-	}
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	w.deleted = int(n)
-	return err
+// jobsPrune prunes the jobs finished (finished_at set), by finished_at
+// then seq.
+var jobsPrune = pruneQueries{
+	noun: "jobs",
+	last: `SELECT finished_at, seq FROM jobs WHERE finished_at IS NOT NULL
+			ORDER BY finished_at DESC, seq DESC LIMIT 1 OFFSET ?`,
+	beforeLast: `DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
+			AND (finished_at < ? OR finished_at = ? AND seq < ?) LIMIT ?)`,
+	before: `DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_at IS NOT NULL
+			AND finished_at < ? LIMIT ?)`,
 }
