@@ -163,18 +163,27 @@ func (c *certs) check(fleet, by, key, cert string, lanes []string) error {
 // readNode opens and decodes key's value in the nodes bucket and
 // applies its rule.
 func (f *Fleet) readNode(key string, b []byte) (nodeInfo, error) {
-	v, w, err := f.certs.open(f.id.fleet, sealNodes, key, b)
+	return readSealed(f, sealNodes, key, b, decodeNode, nodeWriterOK)
+}
+
+// readSealed opens key's value b in bucket, decodes it with decode and
+// applies the bucket's rule of who may write it (ok): a value its rule
+// refuses is a *refusedError.
+func readSealed[T any](f *Fleet, bucket, key string, b []byte, decode func(key string, b []byte) (T, error),
+	ok func(T, writer) error) (T, error) {
+	var zero T
+	v, w, err := f.certs.open(f.id.fleet, bucket, key, b)
 	if err != nil {
-		return nodeInfo{}, err
+		return zero, err
 	}
-	n, err := decodeNode(key, v)
+	t, err := decode(key, v)
 	if err != nil {
-		return nodeInfo{}, err
+		return zero, err
 	}
-	if err := nodeWriterOK(n, w); err != nil {
-		return nodeInfo{}, &refusedError{bucket: sealNodes, key: key, by: w.name, why: err.Error()}
+	if err := ok(t, w); err != nil {
+		return zero, &refusedError{bucket: bucket, key: key, by: w.name, why: err.Error()}
 	}
-	return n, nil
+	return t, nil
 }
 
 // nodeWriterOK: a node's key is written by the node, serving only lanes
@@ -197,18 +206,7 @@ func nodeWriterOK(n nodeInfo, w writer) error {
 // readJob opens and decodes key's value in the jobs bucket and applies
 // its rule but the take claim's (checkClaim).
 func (f *Fleet) readJob(key string, b []byte) (jobEntry, error) {
-	v, w, err := f.certs.open(f.id.fleet, sealJobs, key, b)
-	if err != nil {
-		return jobEntry{}, err
-	}
-	e, err := decodeJob(key, v)
-	if err != nil {
-		return jobEntry{}, err
-	}
-	if err := jobWriterOK(e, w); err != nil {
-		return jobEntry{}, &refusedError{bucket: sealJobs, key: key, by: w.name, why: err.Error()}
-	}
-	return e, nil
+	return readSealed(f, sealJobs, key, b, decodeJob, jobWriterOK)
 }
 
 // nodeLostFailure: the record a node declaring another lost writes.
