@@ -383,6 +383,21 @@ func (a Approvals) query(what, query string, scan func(scanner) error, args ...a
 	return nil
 }
 
+// listQuery is a list's query: sel, where's conditions (all of them),
+// the order, and a LIMIT of limit (none when limit is 0), added to args.
+func listQuery(sel string, where []string, order string, limit int, args []any) (string, []any) {
+	query := sel
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY " + order
+	if limit > 0 {
+		query += " LIMIT ?"
+		args = append(args, limit)
+	}
+	return query, args
+}
+
 // jsonRows runs a read whose rows are one JSON text each (a record
 // column) and decodes each into a T; noun names one in a decoding error
 // ("a task record").
@@ -466,15 +481,7 @@ func (a Approvals) List(q ApprovalQuery) ([]api.Approval, error) {
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("list approvals: negative limit %d", q.Limit)
 	}
-	query := "SELECT " + approvalCols + " FROM approvals"
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY created_at DESC, rowid DESC"
-	if q.Limit > 0 {
-		query += " LIMIT ?"
-		args = append(args, q.Limit)
-	}
+	query, args := listQuery("SELECT "+approvalCols+" FROM approvals", where, "created_at DESC, rowid DESC", q.Limit, args)
 	return a.approvals("list approvals", query, args...)
 }
 

@@ -300,15 +300,7 @@ func (q Tasks) List(f TaskQuery) ([]api.TaskRecord, error) {
 			args = append(args, c.v)
 		}
 	}
-	query := `SELECT record FROM tasks`
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY seq DESC"
-	if f.Limit > 0 {
-		query += " LIMIT ?"
-		args = append(args, f.Limit)
-	}
+	query, args := listQuery(`SELECT record FROM tasks`, where, "seq DESC", f.Limit, args)
 	return q.records("list tasks", query, args...)
 }
 

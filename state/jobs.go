@@ -618,19 +618,14 @@ func (j Jobs) List(q Query) (Page, error) {
 		}
 		args = append(args, seq)
 	}
-	query := "SELECT seq, " + recordCols + " FROM jobs"
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
+	order, limit := "seq", 0
 	if q.Newest {
-		query += " ORDER BY seq DESC"
-	} else {
-		query += " ORDER BY seq"
+		order = "seq DESC"
 	}
 	if q.Limit > 0 {
-		query += " LIMIT ?"
-		args = append(args, q.Limit+1) // one more says whether there is a next page
+		limit = q.Limit + 1 // one more says whether there is a next page
 	}
+	query, args := listQuery("SELECT seq, "+recordCols+" FROM jobs", where, order, limit, args)
 	st, err := j.s.read(query)
 	if err != nil {
 		return Page{}, j.s.readErr("list jobs", err)
