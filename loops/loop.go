@@ -775,20 +775,30 @@ func (l *loop) askPlan(c *actors.Context) {
 		for i, s := range specs {
 			names[i] = "spec-" + s.Name
 		}
-		post := l.poster()
-		id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindPlan, content, names, func(a GateAnswer) {
-			post(func(c *actors.Context) { l.planAnswered(c, a, specs) })
+		l.askGate(c, api.KindPlan, api.StageApproval, content, names, func(c *actors.Context, a GateAnswer) {
+			l.planAnswered(c, a, specs)
 		})
-		if err != nil {
-			l.fail(c, api.LoopErrAgent, "its plan could not be put to a person: "+firstLine(err.Error()))
-			return
-		}
-		l.gate = cancel
-		l.m.setPlanApproval(r.ID, id)
-		l.rec.Stage, l.rec.ApprovalID = api.StageApproval, id
-		l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "plan"})
-		l.persist(c, false, nil)
 	})
+}
+
+// askGate puts the loop's plan or merge (kind) to a person through the
+// gate, content and specs being what the person reads; the loop waits at
+// stage, and answered runs on its actor with the answer.
+func (l *loop) askGate(c *actors.Context, kind, stage, content string, specs []string, answered func(*actors.Context, GateAnswer)) {
+	id := l.rec.ID
+	post := l.poster()
+	approvalID, cancel, err := l.m.opts.Gate.Ask(id, kind, content, specs, func(a GateAnswer) {
+		post(func(c *actors.Context) { answered(c, a) })
+	})
+	if err != nil {
+		l.fail(c, api.LoopErrAgent, "its "+kind+" could not be put to a person: "+firstLine(err.Error()))
+		return
+	}
+	l.gate = cancel
+	l.m.setPlanApproval(id, approvalID)
+	l.rec.Stage, l.rec.ApprovalID = stage, approvalID
+	l.m.bus.Emit(LoopApprovalAsked{ID: id, ApprovalID: approvalID, Question: kind})
+	l.persist(c, false, nil)
 }
 
 func (l *loop) planAnswered(c *actors.Context, a GateAnswer, _ []artifact.SpecItem) {
@@ -940,20 +950,8 @@ func (l *loop) mergeUp(c *actors.Context) {
 		l.mergeRoot(c)
 		return
 	}
-	post := l.poster()
-	id, cancel, err := l.m.opts.Gate.Ask(r.ID, api.KindMerge, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base),
-		nil, func(a GateAnswer) {
-			post(func(c *actors.Context) { l.mergeAnswered(c, a) })
-		})
-	if err != nil {
-		l.fail(c, api.LoopErrAgent, "its merge could not be put to a person: "+firstLine(err.Error()))
-		return
-	}
-	l.gate = cancel
-	l.m.setPlanApproval(r.ID, id)
-	l.rec.Stage, l.rec.ApprovalID = api.StageMerge, id
-	l.m.bus.Emit(LoopApprovalAsked{ID: r.ID, ApprovalID: id, Question: "merge"})
-	l.persist(c, false, nil)
+	l.askGate(c, api.KindMerge, api.StageMerge, fmt.Sprintf("Merge loop %s's branch %s into %s?", r.ID, r.Branch, r.Base), nil,
+		l.mergeAnswered)
 }
 
 // mergeAnswered: a person answered whether the complete tree merges into
