@@ -297,9 +297,7 @@ func (l *loop) begin(c *actors.Context) {
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
-			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "add_worktree"})
-			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("preparing a loop's worktree")
-			l.fail(c, api.LoopErrGit, "its worktree could not be made: "+firstLine(err.Error()))
+			l.gitFailed(c, "add_worktree", "preparing a loop's worktree", "its worktree could not be made", err)
 			return
 		}
 		if l.rec.Status == api.LoopPaused {
@@ -712,9 +710,7 @@ func (l *loop) validated(c *actors.Context, jobID string) {
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
-			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "commit"})
-			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("committing a loop's iteration")
-			l.fail(c, api.LoopErrGit, "its work could not be committed: "+firstLine(err.Error()))
+			l.gitFailed(c, "commit", "committing a loop's iteration", "its work could not be committed", err)
 			return
 		}
 		it.Commit = commit
@@ -987,9 +983,8 @@ func (l *loop) mergeRoot(c *actors.Context) {
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
-			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "drop_artifacts"})
-			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("dropping a tree's .loopr/ artifacts before its merge")
-			l.fail(c, api.LoopErrGit, "its .loopr/ artifacts could not be left out of "+r.Base+" (commit_artifacts = false): "+firstLine(err.Error()))
+			l.gitFailed(c, "drop_artifacts", "dropping a tree's .loopr/ artifacts before its merge",
+				"its .loopr/ artifacts could not be left out of "+r.Base+" (commit_artifacts = false)", err)
 			return
 		}
 		if files > 0 {
@@ -1093,6 +1088,15 @@ func (l *loop) complete(c *actors.Context) {
 	l.rec.MergeWait = nil
 	l.m.bus.Emit(LoopEnded{ID: l.rec.ID, Status: api.LoopComplete})
 	l.persist(c, false, l.finish)
+}
+
+// gitFailed ends the loop failed on a git error: a loop.git_failed event
+// for op, err logged as what was being done (doing), and the loop's
+// message why, then err's first line.
+func (l *loop) gitFailed(c *actors.Context, op, doing, why string, err error) {
+	l.m.bus.Emit(LoopGitFailed{ID: l.rec.ID, Op: op})
+	l.m.log.Error().Err(err).Str("loop_id", l.rec.ID).Msg(doing)
+	l.fail(c, api.LoopErrGit, why+": "+firstLine(err.Error()))
 }
 
 // fail ends the loop failed with code.

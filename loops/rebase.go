@@ -57,9 +57,7 @@ func (l *loop) rebaseRound(c *actors.Context) {
 		return nil
 	}, func(c *actors.Context, err error) {
 		if err != nil {
-			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "rebase"})
-			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("rebasing a loop's branch onto its parent's")
-			l.fail(c, api.LoopErrGit, "its branch "+r.Branch+" could not be rebased onto "+r.RebaseOnto+": "+firstLine(err.Error()))
+			l.gitFailed(c, "rebase", "rebasing a loop's branch onto its parent's", "its branch "+r.Branch+" could not be rebased onto "+r.RebaseOnto, err)
 			return
 		}
 		if l.rec.Status == api.LoopPaused {
@@ -134,9 +132,7 @@ func (l *loop) rebaseValidated(c *actors.Context, res JobResult) {
 			return err
 		}, func(c *actors.Context, err error) {
 			if err != nil {
-				l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "commit"})
-				l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("committing a rebased loop's worktree")
-				l.fail(c, api.LoopErrGit, "its work could not be committed: "+firstLine(err.Error()))
+				l.gitFailed(c, "commit", "committing a rebased loop's worktree", "its work could not be committed", err)
 				return
 			}
 			l.merge(c, r.RebaseOnto)
@@ -174,9 +170,7 @@ func (l *loop) resolveRebase(c *actors.Context) {
 		return err
 	}, func(c *actors.Context, err error) {
 		if err != nil {
-			l.m.bus.Emit(LoopGitFailed{ID: r.ID, Op: "resolve_rebase"})
-			l.m.log.Error().Err(err).Str("loop_id", r.ID).Msg("committing a loop's rebase")
-			l.fail(c, api.LoopErrGit, "its rebase onto "+r.RebaseOnto+" could not be committed: "+firstLine(err.Error()))
+			l.gitFailed(c, "resolve_rebase", "committing a loop's rebase", "its rebase onto "+r.RebaseOnto+" could not be committed", err)
 			return
 		}
 		if len(unresolved) > 0 {
