@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -356,71 +355,9 @@ func scanApproval(sc scanner) (api.Approval, error) {
 	return a, nil
 }
 
-// query runs a read and scans every row with scan.
-// errStopScan, from a scan function, ends a query early without an error.
-var errStopScan = errors.New("stop the scan")
-
-func (a Approvals) query(what, query string, scan func(scanner) error, args ...any) error {
-	st, err := a.s.read(query)
-	if err != nil {
-		return a.s.readErr(what, err)
-	}
-	rows, err := st.QueryContext(bg, args...)
-	if err != nil {
-		return a.s.readErr(what, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); errors.Is(err, errStopScan) {
-			return nil
-		} else if err != nil {
-			return a.s.readErr(what, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return a.s.readErr(what, err)
-	}
-	return nil
-}
-
-// listQuery is a list's query: sel, where's conditions (all of them),
-// the order, and a LIMIT of limit (none when limit is 0), added to args.
-func listQuery(sel string, where []string, order string, limit int, args []any) (string, []any) {
-	query := sel
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY " + order
-	if limit > 0 {
-		query += " LIMIT ?"
-		args = append(args, limit)
-	}
-	return query, args
-}
-
-// jsonRows runs a read whose rows are one JSON text each (a record
-// column) and decodes each into a T; noun names one in a decoding error
-// ("a task record").
-func jsonRows[T any](a Approvals, what, noun, query string, args ...any) ([]T, error) {
-	out := []T{}
-	err := a.query(what, query, func(sc scanner) error {
-		var rec string
-		if err := sc.Scan(&rec); err != nil {
-			return err
-		}
-		var v T
-		if err := json.Unmarshal([]byte(rec), &v); err != nil {
-			return fmt.Errorf("decoding %s: %w", noun, err)
-		}
-		out = append(out, v)
-		return nil
-	}, args...)
-	return out, err
-}
-
 func (a Approvals) approvals(what, query string, args ...any) ([]api.Approval, error) {
 	out := []api.Approval{}
-	err := a.query(what, query, func(sc scanner) error {
+	err := a.s.query(what, query, func(sc scanner) error {
 		ap, err := scanApproval(sc)
 		out = append(out, ap)
 		return err
@@ -488,7 +425,7 @@ func (a Approvals) List(q ApprovalQuery) ([]api.Approval, error) {
 // Rules returns the recorded rules, oldest first.
 func (a Approvals) Rules() ([]api.ApprovalRule, error) {
 	out := []api.ApprovalRule{}
-	err := a.query("list approval rules", "SELECT "+ruleCols+" FROM approval_rules ORDER BY created_at, rowid",
+	err := a.s.query("list approval rules", "SELECT "+ruleCols+" FROM approval_rules ORDER BY created_at, rowid",
 		func(sc scanner) error {
 			var (
 				r                                                api.ApprovalRule

@@ -44,7 +44,7 @@ type ClankerSnapshot struct {
 // Load reads one repo's records.
 func (c Clanker) Load(repo string) (ClankerSnapshot, error) {
 	var snap ClankerSnapshot
-	err := Approvals(c).query("read the tasks of clanker repo "+repo,
+	err := c.s.query("read the tasks of clanker repo "+repo,
 		`SELECT id, seq, record, projected, created FROM clanker_tasks WHERE repo = ? ORDER BY seq`, func(sc scanner) error {
 			var t ClankerTask
 			var rec string
@@ -58,7 +58,7 @@ func (c Clanker) Load(repo string) (ClankerSnapshot, error) {
 	if err != nil {
 		return snap, err
 	}
-	err = Approvals(c).query("read the state of clanker repo "+repo,
+	err = c.s.query("read the state of clanker repo "+repo,
 		`SELECT state FROM clanker_repos WHERE repo = ?`, func(sc scanner) error {
 			var st string
 			if err := sc.Scan(&st); err != nil {
@@ -70,7 +70,7 @@ func (c Clanker) Load(repo string) (ClankerSnapshot, error) {
 	if err != nil {
 		return snap, err
 	}
-	err = Approvals(c).query("read the outbox of clanker repo "+repo,
+	err = c.s.query("read the outbox of clanker repo "+repo,
 		`SELECT seq, file, mode, data FROM clanker_outbox WHERE repo = ? ORDER BY seq`, func(sc scanner) error {
 			var l ClankerLine
 			var mode string
@@ -87,7 +87,7 @@ func (c Clanker) Load(repo string) (ClankerSnapshot, error) {
 // Repos returns every recorded repo's state, by repo.
 func (c Clanker) Repos() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	err := Approvals(c).query("read the clanker repos", `SELECT repo, state FROM clanker_repos ORDER BY repo`, func(sc scanner) error {
+	err := c.s.query("read the clanker repos", `SELECT repo, state FROM clanker_repos ORDER BY repo`, func(sc scanner) error {
 		var repo, st string
 		if err := sc.Scan(&repo, &st); err != nil {
 			return err

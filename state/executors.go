@@ -265,12 +265,8 @@ func (w *messagesWrite) apply(t *wtx) error {
 	return nil
 }
 
-func (q Tasks) query(what, query string, scan func(scanner) error, args ...any) error {
-	return Approvals(q).query(what, query, scan, args...)
-}
-
 func (q Tasks) records(what, query string, args ...any) ([]api.TaskRecord, error) {
-	return jsonRows[api.TaskRecord](Approvals(q), what, "a task record", query, args...)
+	return jsonRows[api.TaskRecord](q.s, what, "a task record", query, args...)
 }
 
 // Get returns a task's record; ok is false when it is not recorded.
@@ -314,7 +310,7 @@ func (q Tasks) Unfinished() ([]api.TaskRecord, error) {
 // not recorded.
 func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 	var out []api.SessionRecord
-	err := q.query("read session "+id, `SELECT s.id, s.executor, s.created_at, s.updated_at,
+	err := q.s.query("read session "+id, `SELECT s.id, s.executor, s.created_at, s.updated_at,
 		coalesce(s.sdk_session_id, ''), (SELECT count(*) FROM tasks t WHERE t.session_id = s.id)
 		FROM sessions s WHERE s.id = ?`, func(sc scanner) error {
 		var r api.SessionRecord
@@ -342,7 +338,7 @@ func (q Tasks) Session(id string) (api.SessionRecord, bool, error) {
 // records; nil when none reported any.
 func (q Tasks) SessionUsage(id string) (*api.TokenUsage, error) {
 	var out *api.TokenUsage
-	err := q.query("sum the tokens of session "+id, `SELECT
+	err := q.s.query("sum the tokens of session "+id, `SELECT
 		coalesce(sum(json_extract(record, '$.token_usage.input_tokens')), 0),
 		coalesce(sum(json_extract(record, '$.token_usage.output_tokens')), 0),
 		coalesce(sum(json_extract(record, '$.token_usage.cache_read_tokens')), 0),
@@ -384,7 +380,7 @@ func (q Tasks) Messages(sessionID string, limit int) ([]api.SessionMessage, erro
 		clear(bySeq)
 	}
 	full := func() bool { return limit > 0 && len(out) >= limit }
-	err := q.query("read the messages of session "+sessionID, `SELECT b.id, b.task_id, b.last_seq, b.messages
+	err := q.s.query("read the messages of session "+sessionID, `SELECT b.id, b.task_id, b.last_seq, b.messages
 		FROM task_message_batches b JOIN tasks t ON t.id = b.task_id WHERE b.session_id = ?
 		ORDER BY t.seq DESC, b.last_seq DESC`, func(sc scanner) error {
 		var id, last int64

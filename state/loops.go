@@ -117,7 +117,7 @@ func (w *loopsDeleted) apply(t *wtx) error {
 }
 
 func (l Loops) records(what, query string, args ...any) ([]api.LoopRecord, error) {
-	return jsonRows[api.LoopRecord](Approvals(l), what, "a loop record", query, args...)
+	return jsonRows[api.LoopRecord](l.s, what, "a loop record", query, args...)
 }
 
 // Get returns a loop's record; ok is false when it is not recorded.
@@ -136,6 +136,6 @@ func (l Loops) All() ([]api.LoopRecord, error) {
 
 // Iterations returns a loop's iterations in order.
 func (l Loops) Iterations(id string) ([]api.LoopIteration, error) {
-	return jsonRows[api.LoopIteration](Approvals(l), "read the iterations of loop "+id, "an iteration of loop "+id,
+	return jsonRows[api.LoopIteration](l.s, "read the iterations of loop "+id, "an iteration of loop "+id,
 		`SELECT record FROM loop_iterations WHERE loop_id = ? ORDER BY iteration`, id)
 }

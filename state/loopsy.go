@@ -24,7 +24,7 @@ type LoopsyRow struct {
 // Context reads every context entry that has not expired by nowMs.
 func (l Loopsy) Context(nowMs int64) ([]LoopsyRow, error) {
 	var out []LoopsyRow
-	err := Approvals(l).query("read the shared context",
+	err := l.s.query("read the shared context",
 		`SELECT key, entry, expires FROM http_context WHERE expires = 0 OR expires > ? ORDER BY key`, func(sc scanner) error {
 			var r LoopsyRow
 			var doc string
@@ -41,7 +41,7 @@ func (l Loopsy) Context(nowMs int64) ([]LoopsyRow, error) {
 // Peers reads every known peer.
 func (l Loopsy) Peers() ([]LoopsyRow, error) {
 	var out []LoopsyRow
-	err := Approvals(l).query("read the peers", `SELECT node_id, peer FROM http_peers ORDER BY node_id`, func(sc scanner) error {
+	err := l.s.query("read the peers", `SELECT node_id, peer FROM http_peers ORDER BY node_id`, func(sc scanner) error {
 		var r LoopsyRow
 		var doc string
 		if err := sc.Scan(&r.Key, &doc); err != nil {

@@ -24,7 +24,7 @@ type TelegramMessage struct {
 // Offset is the next getUpdates offset (0: none stored).
 func (t Telegram) Offset() (int64, error) {
 	var next int64
-	err := Approvals(t).query("read the Telegram bot's offset", `SELECT next FROM telegram_offset WHERE id = 1`,
+	err := t.s.query("read the Telegram bot's offset", `SELECT next FROM telegram_offset WHERE id = 1`,
 		func(sc scanner) error { return sc.Scan(&next) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
@@ -36,7 +36,7 @@ func (t Telegram) Offset() (int64, error) {
 // forgotten yet, by approval then chat.
 func (t Telegram) Messages() ([]TelegramMessage, error) {
 	var out []TelegramMessage
-	err := Approvals(t).query("read the Telegram bot's messages",
+	err := t.s.query("read the Telegram bot's messages",
 		`SELECT approval_id, chat_id, message_id, token FROM telegram_messages ORDER BY approval_id, chat_id`,
 		func(sc scanner) error {
 			var m TelegramMessage

@@ -29,7 +29,7 @@ type UISessionRow struct {
 // other keys' too: the caller says which it drops, with UISessionsPruned).
 func (u UISessions) All() ([]UISessionRow, error) {
 	var out []UISessionRow
-	err := Approvals(u).query("read the dashboard's sessions",
+	err := u.s.query("read the dashboard's sessions",
 		`SELECT token_hash, id, key_id, created, expires FROM ui_sessions ORDER BY created, id`, func(sc scanner) error {
 			var r UISessionRow
 			if err := sc.Scan(&r.TokenHash, &r.ID, &r.KeyID, &r.Created, &r.Expires); err != nil {
