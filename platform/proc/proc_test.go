@@ -34,6 +34,31 @@ func TestMain(m *testing.M) {
 			os.Exit(4)
 		}
 		os.Exit(0)
+	case "in-own-ns":
+		// in-own-ns DIR: (started in a mount namespace of its own) start
+		// hide-shared in this same namespace.
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=hide-shared")
+		out, err := cmd.CombinedOutput()
+		os.Stderr.Write(out)
+		if err != nil {
+			os.Exit(5)
+		}
+		os.Exit(0)
+	case "hide-shared":
+		// hide-shared DIR: in the mount namespace of our parent, HidePaths
+		// refuses, and DIR/secret stays readable.
+		dir := os.Args[1]
+		err := HidePaths(dir)
+		if err == nil || !strings.Contains(err.Error(), "shares its mount namespace with its parent") {
+			fmt.Fprintf(os.Stderr, "HidePaths in the parent's mount namespace: %v", err)
+			os.Exit(4)
+		}
+		if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
+			fmt.Fprintf(os.Stderr, "the secret was hidden all the same: %v", err)
+			os.Exit(4)
+		}
+		os.Exit(0)
 	case "expose-spawn":
 		// expose-spawn HOME EXPOSED: start expose in a sandbox as this
 		// process's user would (SandboxAttr: a user namespace without root).
@@ -172,9 +197,36 @@ func TestHidePaths(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := inOwnMountNamespace("hide", dir).CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+	if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
+		t.Fatalf("the mask leaked out of the helper's namespace: %v", err)
+	}
+}
+
+// HidePaths refuses in its parent's mount namespace (orchestrd
+// sandbox-exec or a runner with --hide started by hand, as root, would
+// otherwise hide the paths from the whole system). The parent here is a
+// helper in a namespace of its own, where a mask would go if the refusal
+// failed.
+func TestHidePathsRefusesItsParentsNamespace(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inOwnMountNamespace("in-own-ns", dir).CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+}
+
+// inOwnMountNamespace is this test binary as the helper mode, in a mount
+// namespace of its own (in a user namespace, holding CAP_SYS_ADMIN there,
+// without root).
+func inOwnMountNamespace(mode string, args ...string) *exec.Cmd {
 	exe, _ := os.Executable()
-	cmd := exec.Command(exe, dir)
-	cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=hide")
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "PROC_TEST_HELPER="+mode)
 	a := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	if os.Geteuid() != 0 {
 		a.Cloneflags |= syscall.CLONE_NEWUSER
@@ -183,12 +235,7 @@ func TestHidePaths(t *testing.T) {
 		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
 	}
 	cmd.SysProcAttr = a
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helper: %v: %s", err, out)
-	}
-	if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
-		t.Fatalf("the mask leaked out of the helper's namespace: %v", err)
-	}
+	return cmd
 }
 
 // testCgroup is a cgroup below this process's own, or a skip where cgroup

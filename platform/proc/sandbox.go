@@ -35,6 +35,9 @@ func HidePaths(paths ...string) error { return HideExpose(paths, nil) }
 // anything beside it. Exposed paths must be directories, given by their
 // real paths.
 func HideExpose(paths, expose []string) error {
+	if err := ownMountNamespace(); err != nil {
+		return err
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making the mount namespace private: %w", err)
 	}
@@ -96,6 +99,43 @@ next:
 		done = append(done, p)
 	}
 	return nil
+}
+
+// ownMountNamespace fails when this process is in its parent's mount
+// namespace: what HideExpose mounts would then cover the paths for the
+// parent and everyone beside it (orchestrd sandbox-exec, or a runner given
+// --hide, started by hand as root, would hide directories of the whole
+// system). The daemon starts them in a namespace of their own. A parent
+// whose namespace cannot be read (not ours to inspect, or gone) is not
+// taken for ours: without privilege over it, mounts cannot reach it.
+func ownMountNamespace() error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("reading this process's mount namespace: %w", err)
+	}
+	// The parent as /proc knows it: still the starting namespace's /proc
+	// when this runs, where a sandboxed process is not pid 1.
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return fmt.Errorf("reading this process's parent: %w", err)
+	}
+	var fields []string
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+		fields = strings.Fields(string(stat[i+1:]))
+	}
+	if len(fields) < 2 {
+		return errors.New("reading this process's parent: /proc/self/stat has no parent pid")
+	}
+	parent, err := os.Readlink("/proc/" + fields[1] + "/ns/mnt")
+	switch {
+	case err == nil && parent == self:
+		return fmt.Errorf("refusing to hide paths: this process shares its mount namespace with its parent (pid %s), "+
+			"where the masks would hide them from everyone; it must be started in a mount namespace of its own "+
+			"(the daemon starts it so)", fields[1])
+	case err == nil, errors.Is(err, os.ErrPermission), errors.Is(err, os.ErrNotExist):
+		return nil
+	}
+	return fmt.Errorf("reading the mount namespace of this process's parent: %w", err)
 }
 
 // exposeUnder covers the directory p with a tmpfs that holds only the
