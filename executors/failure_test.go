@@ -236,3 +236,34 @@ func waitDead(t *testing.T, pid int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The next task of a session resumes the agent session its last task
+// ended in as soon as task.finished is heard (a chat sends the next
+// message then): the session is known before the event goes out, not
+// after, when that task may already be queued without it.
+func TestNextTaskResumesOnTaskFinished(t *testing.T) {
+	m, methods, home := startTestPool(t, &memLog{})
+	heard := make(chan string, 1)
+	unsubscribe := m.bus.Subscribe([]string{"task.finished"}, eventlog.SinkFunc(func(r *eventlog.Record) {
+		switch e := r.Event.(type) {
+		case TaskFinished:
+			heard <- m.resumeOf(e.SessionID, "")
+		case *TaskFinished:
+			heard <- m.resumeOf(e.SessionID, "")
+		}
+	}))
+	defer unsubscribe()
+	var r struct {
+		TaskID    string `json:"task_id"`
+		SessionID string `json:"session_id"`
+	}
+	methods.do(t, "task.execute", map[string]any{"prompt": `{"steps":[{"op":"sdk","text":"agent-session-1"}]}`, "cwd": home}, &r)
+	select {
+	case got := <-heard:
+		if got != "agent-session-1" {
+			t.Fatalf("when task.finished was heard, the session's next task would resume %q, not agent-session-1", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no task.finished within 30s")
+	}
+}

@@ -248,11 +248,14 @@ func (t *taskActor) finish(c *actors.Context) {
 	t.stopUsage()
 	state, err, theirs, count := t.final.state, t.final.err, t.final.theirs, t.final.count
 	m := t.ps.m
-	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
-		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, Usage: t.rec.Usage, theirs: theirs})
+	// The agent session first: whoever hears task.finished (a chat, a
+	// loop) may start the session's next task at once, and it must
+	// resume this one, not begin anew.
 	if t.rec.SDKSessionID != "" {
 		m.sdkEnded(t.rec.SessionID, t.rec.SDKSessionID)
 	}
+	m.bus.Emit(TaskFinished{TaskID: t.rec.ID, SessionID: t.rec.SessionID, Executor: t.ps.h.name, State: state,
+		Error: err, MessageCount: count, TokenUsage: t.rec.TokenUsage, Denied: t.rec.Denied, Usage: t.rec.Usage, theirs: theirs})
 	// Its waiters hear of the end once it is committed (record's done).
 	m.ending(t.rec)
 	t.record("finished")

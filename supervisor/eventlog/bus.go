@@ -153,6 +153,12 @@ func wireLen(kind string, data []byte) int {
 // record to a buffered channel or ring and return). It may call Emit.
 type Sink interface{ Deliver(r *Record) }
 
+// SinkFunc is a function as a Sink, under Sink's rules.
+type SinkFunc func(*Record)
+
+// Deliver calls f(r).
+func (f SinkFunc) Deliver(r *Record) { f(r) }
+
 // EventSink is a Sink that reads only a record's Kind, Seq, TS, Event and
 // Line (made for every logged event), never its Wire (a counter of events,
 // such as the daemon's metrics; the dashboard's recent errors): Emit does

@@ -256,11 +256,6 @@ func TestWire(t *testing.T) {
 	}
 }
 
-// funcSink adapts a function to Sink.
-type funcSink func(*Record)
-
-func (f funcSink) Deliver(r *Record) { f(r) }
-
 func TestSubscribePatterns(t *testing.T) {
 	b := openTest(t, Options{})
 	all, jobs, exact, star, multi := newCollector(), newCollector(), newCollector(), newCollector(), newCollector()
@@ -336,10 +331,10 @@ func TestSinkMayEmitAndPanic(t *testing.T) {
 	c := newCollector()
 	// A sink that emits (like a subscriber reporting its own overflow) must
 	// not deadlock; a panicking sink must not take down the emitter.
-	b.Subscribe([]string{"conn.opened"}, funcSink(func(r *Record) {
+	b.Subscribe([]string{"conn.opened"}, SinkFunc(func(r *Record) {
 		b.Emit(subscriberOverflowed{ConnID: "c", Policy: "disconnect", Dropped: 1})
 	}))
-	b.Subscribe([]string{"conn.opened"}, funcSink(func(*Record) { panic("bad sink") }))
+	b.Subscribe([]string{"conn.opened"}, SinkFunc(func(*Record) { panic("bad sink") }))
 	b.Subscribe(nil, c)
 	b.Emit(connOpened{ConnID: "c"})
 	if got := c.kinds(); !slices.Equal(got, []string{"subscriber.overflowed", "conn.opened"}) {
