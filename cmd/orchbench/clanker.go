@@ -22,7 +22,7 @@ import (
 // and events.log written); and the spool's drain rate.
 func runClanker(b *bench) error {
 	trials := pick(b, 6, 1)
-	dur := pick(b, time.Second, 300*time.Millisecond)
+	dur := b.load(time.Second)
 	repo := filepath.Join(b.tmp, "clanker-repo")
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		return err
@@ -50,7 +50,7 @@ func runClanker(b *bench) error {
 		}
 	}
 	for _, s := range []string{sock, echo.sock} {
-		if _, err := closedLoop(4, 200*time.Millisecond, hello(s)); err != nil {
+		if _, err := closedLoop(4, b.load(200*time.Millisecond), hello(s)); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}

@@ -115,7 +115,7 @@ func pingWorker(sock string) func() (func() error, func(), error) {
 
 func runControl(b *bench) error {
 	trials := pick(b, 10, 1)
-	dur := pick(b, time.Second, 300*time.Millisecond)
+	dur := b.load(time.Second)
 
 	levels := []int{1, 64}
 	d, err := b.startDaemon("control", laneConfig{runners: 1, slots: 1}.toml())
@@ -130,7 +130,7 @@ func runControl(b *bench) error {
 	defer echo.stop()
 
 	for _, sock := range []string{d.sock, echo.sock} {
-		if _, err := closedLoop(8, 200*time.Millisecond, pingWorker(sock)); err != nil {
+		if _, err := closedLoop(8, b.load(200*time.Millisecond), pingWorker(sock)); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}

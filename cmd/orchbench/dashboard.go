@@ -22,7 +22,7 @@ import (
 // holding the jobs the run made.
 func runDashboard(b *bench) error {
 	trials := pick(b, 6, 1)
-	dur := pick(b, 1500*time.Millisecond, 300*time.Millisecond)
+	dur := b.load(1500 * time.Millisecond)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() + "\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\n"
 	d, addr, key, err := b.startHTTP("dashboard", cfg)
 	if err != nil {
@@ -52,7 +52,7 @@ func runDashboard(b *bench) error {
 		}
 	}
 
-	if _, err := closedLoop(4, pick(b, 500*time.Millisecond, 200*time.Millisecond), orchJobWorker(d)); err != nil {
+	if _, err := closedLoop(4, b.load(500*time.Millisecond), orchJobWorker(d)); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	tabs := []string{"/ui/", "/ui/", "/ui/jobs", "/ui/jobs", "/ui/jobs?state=running", "/ui/events", "/ui/events",

@@ -21,7 +21,7 @@ import (
 // /execute/stream to its first output event.
 func runHTTP(b *bench) error {
 	trials := pick(b, 6, 1)
-	dur := pick(b, time.Second, 300*time.Millisecond)
+	dur := b.load(time.Second)
 	cfg := laneConfig{runners: 2, slots: 16, finishedJobs: 1000}.toml() +
 		"\n[http]\nlisten = \"127.0.0.1:0\"\nexec_lane = \"bench\"\nmax_concurrent = 64\n[http.rate_limits]\nexec = 0\ncontext = 0\n"
 	d, addr, key, err := b.startHTTP("http", cfg)
@@ -43,7 +43,7 @@ func runHTTP(b *bench) error {
 		}, func() {}, nil
 	}
 	for _, w := range []func() (func() error, func(), error){execute, orchJobWorker(d)} {
-		if _, err := closedLoop(4, 200*time.Millisecond, w); err != nil {
+		if _, err := closedLoop(4, b.load(200*time.Millisecond), w); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}

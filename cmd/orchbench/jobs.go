@@ -140,7 +140,7 @@ func execTrueWorker() (func() error, func(), error) {
 
 func runJobs(b *bench) error {
 	trials := pick(b, 8, 1)
-	dur := pick(b, 1500*time.Millisecond, 300*time.Millisecond)
+	dur := b.load(1500 * time.Millisecond)
 
 	levels := []int{1, 32}
 	// 2 runners (one per core here) of 16 slots: 32 jobs can run at once.
@@ -151,10 +151,10 @@ func runJobs(b *bench) error {
 	defer d.stop()
 
 	// Warm both up.
-	if _, err := closedLoop(4, pick(b, 500*time.Millisecond, 200*time.Millisecond), orchJobWorker(d)); err != nil {
+	if _, err := closedLoop(4, b.load(500*time.Millisecond), orchJobWorker(d)); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if _, err := closedLoop(4, 200*time.Millisecond, execTrueWorker); err != nil {
+	if _, err := closedLoop(4, b.load(200*time.Millisecond), execTrueWorker); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -171,7 +171,7 @@ func runJobs(b *bench) error {
 		return err
 	}
 	defer dp.stop()
-	if _, err := closedLoop(4, pick(b, 500*time.Millisecond, 200*time.Millisecond), orchJobWorker(dp)); err != nil {
+	if _, err := closedLoop(4, b.load(500*time.Millisecond), orchJobWorker(dp)); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	if err := measureJobs(b, dp, "durability power, ", levels, pick(b, 4, 1), dur); err != nil {

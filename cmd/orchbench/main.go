@@ -308,6 +308,16 @@ func pick[T any](b *bench, full, quick T) T {
 	return full
 }
 
+// quickLoad is how long a closed-loop trial or warm-up runs in a quick
+// run: every worker still completes operations (a quick run checks the
+// harness, not the timings), and it is short because each one keeps every
+// core busy for as long as it runs.
+const quickLoad = 100 * time.Millisecond
+
+// load is the duration of a closed-loop trial or warm-up: full, or
+// quickLoad in a quick run.
+func (b *bench) load(full time.Duration) time.Duration { return pick(b, full, quickLoad) }
+
 // moduleRoot finds the orchestrd module's directory.
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()

@@ -111,7 +111,7 @@ func runMetrics(b *bench) error {
 
 	// The job path with Prometheus scraping every second, against none.
 	trials := pick(b, 6, 1)
-	dur := pick(b, 3*time.Second, 500*time.Millisecond)
+	dur := b.load(3 * time.Second)
 	pids := func() []int { return append([]int{d.pid()}, children(d.pid())...) }
 	var scrapes atomic.Int64
 	withScraper := func() (measured, error) {

@@ -84,7 +84,7 @@ func measureStoreWrites(b *bench, d state.Durability, conc int) error {
 	}
 	defer s.Close()
 	spec, out := benchSpec(), strings.Repeat("output line\n", 17)[:200]
-	dur := pick(b, 3*time.Second, 500*time.Millisecond)
+	dur := b.load(3 * time.Second)
 	ctx := context.Background()
 	var n atomic.Int64
 	var failed atomic.Value
