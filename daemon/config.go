@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -341,14 +342,14 @@ func tomlMessage(err error) string {
 		return fmt.Sprintf("%s (line %d)", pe.Message, pe.Position.Line)
 	}
 	msg := strings.TrimPrefix(err.Error(), "toml: ")
-	if m := tomlLineKey.FindStringSubmatch(msg); m != nil {
+	if m := tomlLineKey().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s (line %s)", m[2], m[1])
 	}
 	return msg
 }
 
 // tomlLineKey matches the decoder's value errors: line N (last key "k"): msg.
-var tomlLineKey = regexp.MustCompile(`^line (\d+) \(last key "(?:[^"\\]|\\.)*"\): (.*)$`)
+var tomlLineKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^line (\d+) \(last key "(?:[^"\\]|\\.)*"\): (.*)$`) })
 
 // isTable reports whether prim holds a TOML table (the decoder quietly
 // decodes a number into a map as an empty one).

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -114,7 +115,7 @@ func DefaultConfig() Config {
 	}
 }
 
-var hexKey = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var hexKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 // Validate checks c, the table named key ("http"), against the daemon's
 // lanes. An exec_lane the file sets must be one of them; the default one
@@ -130,7 +131,7 @@ func Validate(key string, c Config, lanes []string, execLaneSet bool) []error {
 		bad("%s.cert and %s.key go together (both PEM files, or neither)", key, key)
 	}
 	for name, k := range c.AllowedKeys {
-		if !hexKey.MatchString(k) {
+		if !hexKey().MatchString(k) {
 			bad("%s.allowed_keys.%s must be 64 lowercase hex characters", key, name)
 		}
 	}

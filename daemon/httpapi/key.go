@@ -54,7 +54,7 @@ func ReadKey(home string) (string, error) {
 		return "", fmt.Errorf("the HTTP API key %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
 	}
 	k := strings.TrimSpace(string(b))
-	if !hexKey.MatchString(k) {
+	if !hexKey().MatchString(k) {
 		return "", fmt.Errorf("the HTTP API key %s is not 64 lowercase hex characters", path)
 	}
 	return k, nil

@@ -490,12 +490,12 @@ func statusCode(status int) string {
 }
 
 // plain is what a free label value may look like: a code's identifier.
-var plain = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+var plain = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`) })
 
 // token is v when it looks like an identifier the code chose, else
 // "other".
 func token(v string) string {
-	if plain.MatchString(v) {
+	if plain().MatchString(v) {
 		return v
 	}
 	return other

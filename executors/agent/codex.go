@@ -162,7 +162,7 @@ func withEnv(env []string, key, value string) []string {
 
 // threadIDRe is what a thread id to resume may look like (Codex's are
 // UUIDs); anything else starts a new thread.
-var threadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+var threadIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`) })
 
 func (a *Codex) Run(t Task, h Host) Result {
 	env := t.Env
@@ -426,7 +426,7 @@ func (r *codexRun) drive() Result {
 	thread := map[string]any{"cwd": r.t.Cwd, "approvalPolicy": p.approval, "sandbox": p.sandbox}
 	var res json.RawMessage
 	var err error
-	if r.t.Resume != "" && threadIDRe.MatchString(r.t.Resume) {
+	if r.t.Resume != "" && threadIDRe().MatchString(r.t.Resume) {
 		thread["threadId"] = r.t.Resume
 		res, err = r.call("thread/resume", thread)
 		if err != nil {
@@ -922,8 +922,10 @@ func classifyCodexError(info json.RawMessage) string {
 }
 
 var (
-	retryClockRe = regexp.MustCompile(`try again at (\d{1,2}):(\d{2}) ?([AP]M)`)
-	retryDateRe  = regexp.MustCompile(`try again at ([A-Z][a-z]{2}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) (\d{1,2}):(\d{2}) ?([AP]M)`)
+	retryClockRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`try again at (\d{1,2}):(\d{2}) ?([AP]M)`) })
+	retryDateRe  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`try again at ([A-Z][a-z]{2}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) (\d{1,2}):(\d{2}) ?([AP]M)`)
+	})
 )
 
 // retryAt reads the reset time in Codex's usage limit message ("try
@@ -938,7 +940,7 @@ func retryAt(msg string, now time.Time) (time.Time, bool) {
 		}
 		return n
 	}
-	if m := retryDateRe.FindStringSubmatch(msg); m != nil {
+	if m := retryDateRe().FindStringSubmatch(msg); m != nil {
 		mon, err := time.Parse("Jan", m[1])
 		if err != nil {
 			return time.Time{}, false
@@ -948,7 +950,7 @@ func retryAt(msg string, now time.Time) (time.Time, bool) {
 		min, _ := strconv.Atoi(m[5])
 		return time.Date(year, mon.Month(), day, hour(m[4], m[6]), min, 0, 0, now.Location()), true
 	}
-	if m := retryClockRe.FindStringSubmatch(msg); m != nil {
+	if m := retryClockRe().FindStringSubmatch(msg); m != nil {
 		min, _ := strconv.Atoi(m[2])
 		at := time.Date(now.Year(), now.Month(), now.Day(), hour(m[1], m[3]), min, 0, 0, now.Location())
 		if at.Before(now) {

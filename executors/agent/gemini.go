@@ -319,7 +319,7 @@ func (r *geminiRun) failure(what string, err error) Result {
 	switch code {
 	case api.TaskErrUsageLimit:
 		res := Failed(code, "Gemini CLI: the model endpoint's rate limit or quota (%s)", what)
-		if m := geminiRetryAfter.FindStringSubmatch(ae.Message); m != nil {
+		if m := geminiRetryAfter().FindStringSubmatch(ae.Message); m != nil {
 			if sec, err := strconv.ParseFloat(m[1], 64); err == nil {
 				at := time.Now().Add(time.Duration(sec * float64(time.Second))).UTC().Truncate(time.Second)
 				res.Error.RetryAt = &at
@@ -393,7 +393,9 @@ func (r *geminiRun) awaitLive() {
 	}
 }
 
-var acpHead = regexp.MustCompile(`^\{"jsonrpc":"2\.0","id":(-?[0-9]{1,15}|"[^"\\]{0,100}"),"method":"([a-z/_]{1,64})"`)
+var acpHead = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\{"jsonrpc":"2\.0","id":(-?[0-9]{1,15}|"[^"\\]{0,100}"),"method":"([a-z/_]{1,64})"`)
+})
 
 // handle takes one line of the agent's: the agent's requests are
 // answered, its notifications reported. It returns the message decoded
@@ -404,7 +406,7 @@ func (r *geminiRun) handle(line Line) (acpMsg, bool) {
 		// answered, or the agent would wait for ever: a permission is
 		// refused.
 		r.h.ReportError("line_too_long", fmt.Sprintf("an agent line over %d bytes was dropped", LineMax))
-		if m := acpHead.FindSubmatch(line.B); m != nil {
+		if m := acpHead().FindSubmatch(line.B); m != nil {
 			if string(m[2]) == "session/request_permission" {
 				r.denied++
 				r.h.Report(api.MsgPermissionDenied, api.PermissionDeniedData{Name: "unknown", Reason: "the permission request was too large to show"})
@@ -473,7 +475,7 @@ type acpToolCall struct {
 // content).
 const geminiInputMax = 16 << 10
 
-var geminiToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+var geminiToolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`) })
 
 // geminiAsTools names Gemini CLI's tools by orchestrd's (Claude Code's)
 // names where they are the same tool, so that the approval rules written
@@ -488,7 +490,7 @@ var geminiAsTools = map[string]string{"run_shell_command": "Bash", "write_file":
 // request shows: the title, the kind, the file and its new content.
 func (tc *acpToolCall) nameInput() (string, json.RawMessage) {
 	name, _, found := strings.Cut(tc.ToolCallID, "__")
-	if !found || !geminiToolName.MatchString(name) {
+	if !found || !geminiToolName().MatchString(name) {
 		name = "unknown"
 	}
 	if name == "run_shell_command" {
@@ -644,7 +646,9 @@ func (r *geminiRun) update(params, raw json.RawMessage) {
 }
 
 // geminiRetryAfter is the delay the CLI quotes from a 429's RetryInfo.
-var geminiRetryAfter = regexp.MustCompile(`Suggested retry after ([0-9]{1,7}(?:\.[0-9]{1,3})?)s`)
+var geminiRetryAfter = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`Suggested retry after ([0-9]{1,7}(?:\.[0-9]{1,3})?)s`)
+})
 
 // geminiStderrTail is how many of the agent's last stderr lines a
 // failed task reports (a run that goes well writes only noise there).
@@ -757,7 +761,9 @@ func geminiPrepareHome(home string) (moved []string, err error) {
 	return moved, os.Rename(tmp.Name(), filepath.Join(dir, "settings.json"))
 }
 
-var geminiSessionFile = regexp.MustCompile(`^session-\d{4}-\d\d-\d\dT\d\d-\d\d-([0-9a-f]{8})\.jsonl$`)
+var geminiSessionFile = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^session-\d{4}-\d\d-\d\dT\d\d-\d\d-([0-9a-f]{8})\.jsonl$`)
+})
 
 // geminiUnshadow works around the CLI's session/load: it starts a new
 // recording of the session before it reads the old one, in a file named
@@ -777,7 +783,7 @@ func geminiUnshadow(home, session string) {
 			continue
 		}
 		for _, e := range ents {
-			m := geminiSessionFile.FindStringSubmatch(e.Name())
+			m := geminiSessionFile().FindStringSubmatch(e.Name())
 			if m == nil || m[1] != short || !e.Type().IsRegular() {
 				continue
 			}
