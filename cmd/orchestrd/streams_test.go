@@ -365,7 +365,9 @@ func TestHTTPStalledStreamsBlockTheirJobs(t *testing.T) {
 	// costs, and the heap the garbage collector lets a stream's work grow
 	// to, which is not what stalled readers hold).
 	resp := startStream(t, context.Background(), base, key, `{"command":"head","args":["-c","16777216","/dev/zero"]}`)
-	readSSE(t, resp.Body, 0)
+	if e := drainSSE(t, resp.Body); e.Type != "exit" || e.Data != "0" {
+		t.Fatalf("the first stream ended with %+v", e)
+	}
 	resp.Body.Close()
 	idle := kB(procField(pid, "status", "VmRSS"))
 	const size = 512 << 20
