@@ -337,6 +337,27 @@ func TestReadEvents(t *testing.T) {
 	}
 }
 
+// ReadEventsOfKind returns the events of one kind, not another whose
+// fields mention it; a line that is not JSON still ends the reading.
+func TestReadEventsOfKind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.ndjson")
+	log := `{"kind":"job.finished","id":"j1"}` + "\n" + `{"kind":"note","text":"job.finished"}` + "\n" +
+		`{"kind":"job.finished","id":"j2"}` + "\n" + `{"kind":"job.fin`
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := ReadEventsOfKind(path, "job.finished")
+	if err != nil || len(evs) != 2 || evs[0]["id"] != "j1" || evs[1]["id"] != "j2" {
+		t.Fatalf("ReadEventsOfKind = %v, %v; want j1 and j2", evs, err)
+	}
+	if err := os.WriteFile(path, []byte(`{"kind":"a"}`+"\nnot json\n"+`{"kind":"b"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := ReadEventsOfKind(path, "b"); err == nil || !strings.Contains(err.Error(), `bad event line "not json"`) || len(evs) != 0 {
+		t.Fatalf("ReadEventsOfKind = %v, %v; want an error naming the bad line", evs, err)
+	}
+}
+
 // CopyFile copies the bytes (truncating what dst held) with the mode given.
 func TestCopyFile(t *testing.T) {
 	dir := t.TempDir()

@@ -13,13 +13,39 @@ import (
 // crash cut short (a daemon killed while writing it; the next daemon starts
 // on a new line) is passed over; any other line that is not JSON ends the
 // reading: ReadEvents returns the events before it and an error naming it.
-func ReadEvents(path string) ([]map[string]any, error) {
+func ReadEvents(path string) ([]map[string]any, error) { return readEvents(path, nil) }
+
+// ReadEventsOfKind is ReadEvents of the events of one kind: only a line
+// that holds the kind as a JSON string is decoded (every other one is
+// checked to be JSON, nothing more), so that a wait polling a long log
+// decodes what it waits for, not the whole log each time.
+func ReadEventsOfKind(path, kind string) ([]map[string]any, error) {
+	quoted, err := json.Marshal(kind)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := readEvents(path, func(line []byte) bool { return bytes.Contains(line, quoted) })
+	out := evs[:0]
+	for _, e := range evs {
+		if e["kind"] == kind {
+			out = append(out, e)
+		}
+	}
+	return out, err
+}
+
+// readEvents is ReadEvents of the lines decode accepts (nil: all); the
+// others are only checked to be JSON.
+func readEvents(path string, decode func([]byte) bool) ([]map[string]any, error) {
 	lines, err := completeLines(path)
 	if err != nil {
 		return nil, err
 	}
 	var out []map[string]any
 	for _, line := range lines {
+		if decode != nil && !decode(line) && json.Valid(line) {
+			continue
+		}
 		var m map[string]any
 		if err := json.Unmarshal(line, &m); err != nil {
 			if cutShort(line, err) {
@@ -27,7 +53,9 @@ func ReadEvents(path string) ([]map[string]any, error) {
 			}
 			return out, fmt.Errorf("bad event line %q: %w", line, err)
 		}
-		out = append(out, m)
+		if decode == nil || decode(line) {
+			out = append(out, m)
+		}
 	}
 	return out, nil
 }

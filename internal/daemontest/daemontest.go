@@ -428,8 +428,12 @@ func WaitEventAt(t testing.TB, home string, within time.Duration, kind string, m
 	t.Helper()
 	var found map[string]any
 	Eventually(t, within, "event "+kind, func() bool {
-		for _, e := range Events(t, home) {
-			if e["kind"] == kind && (match == nil || match(e)) {
+		evs, err := daemonrun.ReadEventsOfKind(daemonrun.EventLog(home), kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if match == nil || match(e) {
 				found = e
 				return true
 			}
