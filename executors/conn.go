@@ -21,7 +21,10 @@ const writeQueue = 1024
 // conn is the JSON-RPC connection to one executor: a reader goroutine that
 // decodes lines and hands them to the pool actor, a writer goroutine fed
 // by a bounded queue, and a gate the actor closes to stop reading (the
-// kernel's socket buffer then pushes back on the executor).
+// kernel's socket buffer then pushes back on the executor). The reader is
+// at most maxAhead batches ahead of the actor: the gate is decided on
+// what the actor has taken, and a starved actor must not let the reader
+// fill its mailbox past it.
 type conn struct {
 	c   net.Conn
 	out chan []byte
@@ -32,6 +35,7 @@ type conn struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	gated  bool // the reader waits before its next line
+	ahead  int  // batches delivered that the actor has not taken yet
 	closed bool
 	done   chan struct{} // closed once both goroutines have returned
 }
@@ -54,6 +58,12 @@ type inbound struct {
 // for: what is there goes at once.
 const maxBatch = 256
 
+// maxAhead is how many batches the reader may have handed the actor that
+// it has not taken: two, so that the next batch is read while the actor
+// takes one, and what the gate lets through past its marks is at most
+// those.
+const maxAhead = 2
+
 // arenaSize is how much of the report_message event data one allocation
 // holds: the reader copies each message's event_data out of its line
 // buffer into the current arena, and starts a new one when it is full.
@@ -62,8 +72,9 @@ const arenaSize = 32 << 10
 // startConn starts c's goroutines; deliver runs on the reader goroutine,
 // once per batch of lines and once more at the end (a batch of one
 // inbound with err set), and must not block for long. The batch is the
-// actor's to keep.
-func startConn(c net.Conn, maxLine int, deliver func([]inbound)) *conn {
+// actor's to keep; it calls cn.taken once it has taken each (the last
+// one's is not waited for).
+func startConn(c net.Conn, maxLine int, deliver func(cn *conn, batch []inbound)) *conn {
 	cn := &conn{c: c, out: make(chan []byte, writeQueue), done: make(chan struct{})}
 	cn.cond = sync.NewCond(&cn.mu)
 	if uc, ok := c.(*net.UnixConn); ok {
@@ -73,7 +84,7 @@ func startConn(c net.Conn, maxLine int, deliver func([]inbound)) *conn {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		cn.read(maxLine, deliver)
+		cn.read(maxLine, func(b []inbound) { deliver(cn, b) })
 	}()
 	go func() {
 		defer wg.Done()
@@ -100,7 +111,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 	size := 16 // the last batch's length: the next one is made as large
 	for {
 		cn.mu.Lock()
-		for cn.gated && !cn.closed {
+		for (cn.gated || cn.ahead >= maxAhead) && !cn.closed {
 			cn.cond.Wait()
 		}
 		closed := cn.closed
@@ -126,6 +137,9 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 		}
 		if len(batch) > 0 {
 			size = len(batch)
+			cn.mu.Lock()
+			cn.ahead++
+			cn.mu.Unlock()
 			deliver(batch)
 		}
 	}
@@ -215,6 +229,15 @@ func (cn *conn) takeFD() (*os.File, error) {
 		return nil, ptyfd.ErrNoFD
 	}
 	return cn.fds.Take()
+}
+
+// taken tells the reader the actor has taken a batch it delivered (and
+// closed or opened the gate after it).
+func (cn *conn) taken() {
+	cn.mu.Lock()
+	cn.ahead--
+	cn.mu.Unlock()
+	cn.cond.Broadcast()
 }
 
 // gate stops (true) or resumes (false) reading.

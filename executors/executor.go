@@ -155,7 +155,10 @@ type (
 		peer   proc.Peer
 		reason string
 	}
-	rpcIn     struct{ ins []inbound }
+	rpcIn struct {
+		ins  []inbound
+		from *conn // told when the batch is taken
+	}
 	committed struct {
 		batch []api.SessionMessage
 		err   error
@@ -230,6 +233,7 @@ func (e *execActor) Receive(c *actors.Context) {
 		}
 		e.flush(c)
 		e.water()
+		msg.from.taken()
 	case committed:
 		e.committed(c, msg)
 	case retryFlush:
@@ -545,7 +549,7 @@ func (e *execActor) connected(m eConnected) {
 		return
 	}
 	sys, self := e.sys, e.self
-	e.conn = startConn(m.conn, 0, func(xs []inbound) { sys.Send(self, rpcIn{ins: xs}) })
+	e.conn = startConn(m.conn, 0, func(cn *conn, xs []inbound) { sys.Send(self, rpcIn{ins: xs, from: cn}) })
 	e.state = instIdle
 	e.ps.m.bus.Emit(ExecutorConnected{Pool: e.ps.h.name, Executor: e.id, Pid: e.pid, StartMs: m.took.Milliseconds()})
 	e.ps.m.sys.Send(e.ps.pool, instUp{id: e.id, pid: e.pid})
