@@ -151,10 +151,11 @@ func (fn *fleetNode) restart(t *testing.T) {
 }
 
 type nodeInfo struct {
-	Name  string         `json:"name"`
-	State string         `json:"state"`
-	Lanes []string       `json:"lanes"`
-	Free  map[string]int `json:"free"`
+	Name        string         `json:"name"`
+	Incarnation string         `json:"incarnation"`
+	State       string         `json:"state"`
+	Lanes       []string       `json:"lanes"`
+	Free        map[string]int `json:"free"`
 }
 
 // nodes is cluster.nodes as d sees it.
@@ -582,12 +583,22 @@ func TestFleetChaos(t *testing.T) {
 		return true
 	}, func() string {
 		var open []string
+		var story strings.Builder
 		for _, id := range acked {
 			if r := fromA[id]; !r.State.Terminal() {
 				open = append(open, fmt.Sprintf("%s %s on %q", id, r.State, r.Node))
+				// What each node's event log (every incarnation's) says
+				// of it, for the next reader of a failure.
+				for _, n := range nodes {
+					for _, e := range readEvents(t, n.home) {
+						if b, _ := json.Marshal(e); strings.Contains(string(b), id) {
+							fmt.Fprintf(&story, "  %s: %s\n", n.name, b)
+						}
+					}
+				}
 			}
 		}
-		return fmt.Sprintf("not ended: %v; nodes: %+v", open, a.nodes())
+		return fmt.Sprintf("not ended: %v; nodes: %+v\nthe events of the jobs not ended:\n%s", open, a.nodes(), story.String())
 	})
 	for _, id := range acked {
 		rec, other := fromA[id], fromC[id]
