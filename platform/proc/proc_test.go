@@ -37,14 +37,7 @@ func TestMain(m *testing.M) {
 	case "in-own-ns":
 		// in-own-ns DIR: (started in a mount namespace of its own) start
 		// hide-shared in this same namespace.
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=hide-shared")
-		out, err := cmd.CombinedOutput()
-		os.Stderr.Write(out)
-		if err != nil {
-			os.Exit(5)
-		}
-		os.Exit(0)
+		relayHelper("hide-shared", nil)
 	case "hide-shared":
 		// hide-shared DIR: in the mount namespace of our parent, HidePaths
 		// refuses, and DIR/secret stays readable.
@@ -62,15 +55,7 @@ func TestMain(m *testing.M) {
 	case "expose-spawn":
 		// expose-spawn HOME EXPOSED: start expose in a sandbox as this
 		// process's user would (SandboxAttr: a user namespace without root).
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Env = append(os.Environ(), "PROC_TEST_HELPER=expose")
-		cmd.SysProcAttr = SandboxAttr(Isolation{Sandbox: true})
-		out, err := cmd.CombinedOutput()
-		os.Stderr.Write(out)
-		if err != nil {
-			os.Exit(5)
-		}
-		os.Exit(0)
+		relayHelper("expose", SandboxAttr(Isolation{Sandbox: true}))
 	case "expose":
 		// expose HOME EXPOSED: HOME hidden but EXPOSED, which stays
 		// reachable; nothing can be made beside it.
@@ -190,33 +175,39 @@ func TestSpawnerRunsABurstAtOnce(t *testing.T) {
 	sp.Close()
 }
 
-// HidePaths in a mount namespace of its own hides a directory there and
-// nowhere else.
-func TestHidePaths(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
+// relayHelper runs this test binary again as helper mode, with this
+// process's arguments and attr, and exits: 0 if it succeeded, else 5,
+// after writing what it wrote.
+func relayHelper(mode string, attr *syscall.SysProcAttr) {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "PROC_TEST_HELPER="+mode)
+	cmd.SysProcAttr = attr
+	out, err := cmd.CombinedOutput()
+	os.Stderr.Write(out)
+	if err != nil {
+		os.Exit(5)
 	}
-	if out, err := inOwnMountNamespace("hide", dir).CombinedOutput(); err != nil {
-		t.Fatalf("helper: %v: %s", err, out)
-	}
-	if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
-		t.Fatalf("the mask leaked out of the helper's namespace: %v", err)
-	}
+	os.Exit(0)
 }
 
-// HidePaths refuses in its parent's mount namespace (orchestrd
-// sandbox-exec or a runner with --hide started by hand, as root, would
-// otherwise hide the paths from the whole system). The parent here is a
-// helper in a namespace of its own, where a mask would go if the refusal
-// failed.
-func TestHidePathsRefusesItsParentsNamespace(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := inOwnMountNamespace("in-own-ns", dir).CombinedOutput(); err != nil {
-		t.Fatalf("helper: %v: %s", err, out)
+// HidePaths in a mount namespace of its own hides a directory there and
+// nowhere else (hide). It refuses in its parent's mount namespace
+// (in-own-ns starts hide-shared in its own: orchestrd sandbox-exec or a
+// runner with --hide started by hand, as root, would otherwise hide the
+// paths from the whole system), where a mask would go to the helper's
+// namespace, not this one, if the refusal failed.
+func TestHidePaths(t *testing.T) {
+	for _, mode := range []string{"hide", "in-own-ns"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := inOwnMountNamespace(mode, dir).CombinedOutput(); err != nil {
+			t.Fatalf("%s helper: %v: %s", mode, err, out)
+		}
+		if _, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil {
+			t.Fatalf("%s: the mask leaked out of the helper's namespace: %v", mode, err)
+		}
 	}
 }
 
