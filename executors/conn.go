@@ -108,6 +108,13 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 	}
 	lr := wire.NewRPCLineReader(r, maxLine)
 	d := lineDecoder{}
+	// Every batch handed over counts until the actor has taken it.
+	hand := func(b []inbound) {
+		cn.mu.Lock()
+		cn.ahead++
+		cn.mu.Unlock()
+		deliver(b)
+	}
 	size := 16 // the last batch's length: the next one is made as large
 	for {
 		cn.mu.Lock()
@@ -117,7 +124,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 		closed := cn.closed
 		cn.mu.Unlock()
 		if closed {
-			deliver([]inbound{{err: errors.New("connection closed by the daemon")}})
+			hand([]inbound{{err: errors.New("connection closed by the daemon")}})
 			return
 		}
 		batch := make([]inbound, 0, size)
@@ -127,7 +134,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 				if errors.Is(err, wire.ErrLineTooLong) {
 					err = fmt.Errorf("a line over %d bytes: %w", maxLine, err)
 				}
-				deliver(append(batch, inbound{err: err}))
+				hand(append(batch, inbound{err: err}))
 				cn.close()
 				return
 			}
@@ -137,10 +144,7 @@ func (cn *conn) read(maxLine int, deliver func([]inbound)) {
 		}
 		if len(batch) > 0 {
 			size = len(batch)
-			cn.mu.Lock()
-			cn.ahead++
-			cn.mu.Unlock()
-			deliver(batch)
+			hand(batch)
 		}
 	}
 }
