@@ -715,9 +715,15 @@ func (j *runJob) end(rec api.JobRecord) {
 		f.log.Warn().Str("job_id", j.id).Str("state", string(r.State)).Str("why", why).Msg("a cluster job's end is not recorded")
 		f.emit(ClusterResultDropped{JobID: j.id, State: string(r.State), Recorded: recorded, Why: why})
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, endRetryFor)
-	defer cancel()
+	// Tried until the record takes it, or this node leaves: an end given
+	// up would leave the record dispatched or running under this live
+	// incarnation, which no sweep ends (the jobs' stream without a leader
+	// for half a minute while the heartbeats still landed: an
+	// acknowledged job never ended in TestFleetChaos). Leaving, the node
+	// is marked stopped, and the others end its jobs node_lost.
+	ctx := f.ctx
 	rev := j.rev
+	since, pause, told := time.Now(), 250*time.Millisecond, false
 	for {
 		octx, ocancel := context.WithTimeout(ctx, opTimeout)
 		_, err := f.putJob(octx, e, rev)
@@ -751,12 +757,18 @@ func (j *runJob) end(rec api.JobRecord) {
 				continue
 			}
 		}
+		if !told && time.Since(since) > endRetryFor {
+			told = true
+			f.log.Warn().Err(err).Str("job_id", j.id).Str("state", string(r.State)).
+				Msg("a cluster job's end is not recorded yet: trying until it is, or this node leaves the fleet")
+		}
 		select {
 		case <-ctx.Done():
 			drop("", "unreachable: "+err.Error())
 			return
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, 5*time.Second)
 	}
 	if f.weakCAS.Load() {
 		// A node that declared this one lost may have failed the job
