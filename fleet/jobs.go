@@ -718,9 +718,10 @@ func (j *runJob) end(rec api.JobRecord) {
 	// Tried until the record takes it, or this node leaves: an end given
 	// up would leave the record dispatched or running under this live
 	// incarnation, which no sweep ends (the jobs' stream without a leader
-	// for half a minute while the heartbeats still landed: an
-	// acknowledged job never ended in TestFleetChaos). Leaving, the node
-	// is marked stopped, and the others end its jobs node_lost.
+	// for half a minute while the heartbeats still landed: the likely
+	// cause of an acknowledged job that never ended in a TestFleetChaos
+	// run). Leaving, the node is marked stopped (or falls silent), and the
+	// others end its jobs node_lost.
 	ctx := f.ctx
 	rev := j.rev
 	since, pause, told := time.Now(), 250*time.Millisecond, false
