@@ -715,16 +715,9 @@ func (j *runJob) end(rec api.JobRecord) {
 		f.log.Warn().Str("job_id", j.id).Str("state", string(r.State)).Str("why", why).Msg("a cluster job's end is not recorded")
 		f.emit(ClusterResultDropped{JobID: j.id, State: string(r.State), Recorded: recorded, Why: why})
 	}
-	// Tried until the record takes it, or this node leaves: an end given
-	// up would leave the record dispatched or running under this live
-	// incarnation, which no sweep ends (the jobs' stream without a leader
-	// for half a minute while the heartbeats still landed: the likely
-	// cause of an acknowledged job that never ended in a TestFleetChaos
-	// run). Leaving, the node is marked stopped (or falls silent), and the
-	// others end its jobs node_lost.
-	ctx := f.ctx
+	ctx, cancel := context.WithTimeout(f.ctx, endRetryFor)
+	defer cancel()
 	rev := j.rev
-	since, pause, told := time.Now(), 250*time.Millisecond, false
 	for {
 		octx, ocancel := context.WithTimeout(ctx, opTimeout)
 		_, err := f.putJob(octx, e, rev)
@@ -758,18 +751,12 @@ func (j *runJob) end(rec api.JobRecord) {
 				continue
 			}
 		}
-		if !told && time.Since(since) > endRetryFor {
-			told = true
-			f.log.Warn().Err(err).Str("job_id", j.id).Str("state", string(r.State)).
-				Msg("a cluster job's end is not recorded yet: trying until it is, or this node leaves the fleet")
-		}
 		select {
 		case <-ctx.Done():
 			drop("", "unreachable: "+err.Error())
 			return
-		case <-time.After(pause):
+		case <-time.After(250 * time.Millisecond):
 		}
-		pause = min(2*pause, 5*time.Second)
 	}
 	if f.weakCAS.Load() {
 		// A node that declared this one lost may have failed the job
