@@ -97,6 +97,20 @@ type ClusterResultDropped struct {
 
 func (ClusterResultDropped) Kind() string { return "cluster.result_dropped" }
 
+// ClusterJobEndedLate: a job recorded under this node's live incarnation,
+// which it neither runs nor is taking, was found by its own sweep and
+// ended now. Why: end_unrecorded (its end, dropped as unreachable, is
+// written now, as it was), take_unconfirmed (a take whose write landed
+// but whose reply was lost: it never ran, error not_run), end_lost (an
+// end dropped when more were waiting than the node keeps: error).
+type ClusterJobEndedLate struct {
+	JobID string `json:"job_id"`
+	State string `json:"state"`
+	Why   string `json:"why"`
+}
+
+func (ClusterJobEndedLate) Kind() string { return "cluster.job_ended_late" }
+
 // ClusterDisconnected: this node lost its connection to NATS.
 type ClusterDisconnected struct {
 	Node  string `json:"node"`
@@ -147,7 +161,7 @@ type ClusterOutputRepublished struct {
 func (ClusterOutputRepublished) Kind() string { return "cluster.output_republished" }
 
 func init() {
-	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterNodeReturned{},
+	eventlog.Register(ClusterOutputRepublished{}, ClusterEventsDropped{}, ClusterStarted{}, ClusterNodeJoined{}, ClusterNodeLost{}, ClusterJobLost{}, ClusterJobEndedLate{}, ClusterNodeReturned{},
 		ClusterJobTaken{}, ClusterTakeLost{}, ClusterResultDropped{}, ClusterDisconnected{}, ClusterReconnected{}, ClusterStopped{},
 		ClusterRecordRefused{}, ClusterOutputRefused{})
 }

@@ -28,6 +28,7 @@ func TestKinds(t *testing.T) {
 		ClusterJobTaken{JobID: "c-ab-1", Lane: "gpu"},
 		ClusterTakeLost{JobID: "c-ab-1", Lane: "gpu", TakenBy: "n2"},
 		ClusterResultDropped{JobID: "c-ab-1", State: "succeeded", Recorded: "failed", Why: "already_ended: node_lost"},
+		ClusterJobEndedLate{JobID: "c-ab-1", State: "succeeded", Why: "end_unrecorded"},
 		ClusterDisconnected{Node: "n1", Error: "EOF"},
 		ClusterReconnected{Node: "n1", URL: "nats://127.0.0.1:4222"},
 		ClusterStopped{Node: "n1", EventsDropped: 2},

@@ -211,6 +211,12 @@ type Fleet struct {
 	// (of everything) was made; under mu.
 	suspects  map[stray]time.Time
 	sweptOnce bool
+	// This node's own jobs that may stand unfinished in the jobs bucket
+	// under its live incarnation (sweepOwn), under mu: the ends it could
+	// not record (up to keptEnds), and since when a write of its own may
+	// have landed with its reply lost (zero: none).
+	unended   map[string]jobEntry
+	doubtAt   time.Time
 	hbPaused  atomic.Bool // tests: a node stopped (SIGSTOP) stops heartbeating
 	pubPaused atomic.Bool // tests: the event publisher takes no line
 	// tests: called between a take and the lane's start
@@ -223,6 +229,10 @@ type Fleet struct {
 	// tests: called after a CAS that is then read back (what: take, end,
 	// fail), before casSettle's wait
 	afterCAS atomic.Pointer[func(what, id string)]
+	// tests: a take's write that succeeded reports an error (its reply
+	// lost); an end finds the fleet unreachable, as if for endRetryFor
+	lostTakeReply  atomic.Pointer[func(id string) bool]
+	endUnreachable atomic.Pointer[func(id string) bool]
 
 	stopOnce  sync.Once
 	closeOnce sync.Once
@@ -255,7 +265,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	cfg.Name = id.node // the [cluster] name, else the credentials'
 	f := &Fleet{cfg: cfg, id: id, local: o.Local, bus: o.Bus, log: o.Logger.With().Str("component", "fleet").Logger(),
 		name: cfg.Name, inc: api.RandomHex(8), idPrefix: api.ClusterJobPrefix + api.RandomHex(idStartHex/2), startedAt: time.Now().UTC(),
-		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
+		peers: map[string]*peer{}, suspects: map[stray]time.Time{}, unended: map[string]jobEntry{}, running: map[string]*runJob{}, stdinBusy: map[string]bool{}, evq: make(chan []byte, eventQueue),
 		submits: make(chan struct{}, submitsInFlight), jw: newJobWatch(), home: o.Home, dial: o.dial}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.takeCtx, f.takeCancel = context.WithCancel(f.ctx)

@@ -387,10 +387,17 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 		e.Record.State, e.Record.Node, e.Record.DispatchedAt = api.StateDispatched, f.name, &now
 		e.Incarnation = f.inc
 		nrev, err := f.putJob(ctx, e, rev)
+		if fn := f.lostTakeReply.Load(); err == nil && fn != nil && (*fn)(m.ID) {
+			err = errTestLostReply
+		}
 		if isWrongSeq(err) {
 			continue
 		}
 		if err != nil {
+			// The write may have landed all the same (its reply lost):
+			// then the record says this node took a job it does not
+			// run, and a redelivery skips it. This node's sweep ends it.
+			f.doubt()
 			f.log.Debug().Err(err).Str("job_id", m.ID).Msg("taking a job: trying again later")
 			_ = msg.NakWithDelay(time.Second)
 			return
@@ -446,6 +453,12 @@ func (f *Fleet) takeOne(lane string, msg jetstream.Msg, queued func()) {
 		return
 	}
 }
+
+// The tests' faults (lostTakeReply, endUnreachable).
+var (
+	errTestLostReply   = errors.New("the reply was lost (a test's fault)")
+	errTestUnreachable = errors.New("the fleet is unreachable (a test's fault)")
+)
 
 // runningAfter: how long a job runs before its record says running (a
 // shorter one's record goes from dispatched to its end).
@@ -719,9 +732,15 @@ func (j *runJob) end(rec api.JobRecord) {
 	defer cancel()
 	rev := j.rev
 	for {
-		octx, ocancel := context.WithTimeout(ctx, opTimeout)
-		_, err := f.putJob(octx, e, rev)
-		ocancel()
+		var err error
+		if fn := f.endUnreachable.Load(); fn != nil && (*fn)(j.id) {
+			cancel() // endRetryFor, passed
+			err = errTestUnreachable
+		} else {
+			octx, ocancel := context.WithTimeout(ctx, opTimeout)
+			_, err = f.putJob(octx, e, rev)
+			ocancel()
+		}
 		if err == nil {
 			break
 		}
@@ -754,6 +773,10 @@ func (j *runJob) end(rec api.JobRecord) {
 		select {
 		case <-ctx.Done():
 			drop("", "unreachable: "+err.Error())
+			// The record stands unfinished under this live node, which
+			// no other node's sweep ends: this node's own does, with the
+			// end kept here.
+			f.keepEnd(e)
 			return
 		case <-time.After(250 * time.Millisecond):
 		}

@@ -273,6 +273,7 @@ func (f *Fleet) checkLost() {
 	f.sweeps++
 	if f.sweeps%sweepEvery == 0 {
 		f.sweepLost()
+		f.sweepOwn()
 	}
 	var silent []peer
 	f.mu.Lock()
