@@ -354,31 +354,26 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 	if err != nil {
 		f.log.Error().Err(err).Str("node", node).Msg("listing a lost node's jobs")
 	}
+	lost := func(e jobEntry) jobEntry {
+		now := time.Now().UTC()
+		r := &e.Record
+		r.State, r.Error, r.FinishedAt = api.StateFailed, api.ErrNodeLost, &now
+		if r.DispatchedAt != nil {
+			r.DurationMs = now.Sub(*r.DispatchedAt).Milliseconds()
+		}
+		return e
+	}
 	for _, id := range todo {
 		attempt := 0
 		for ; attempt < 10; attempt++ {
-			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			e, rev, found, err := f.getJob(octx, id)
-			if err == nil && (!found || e.Record.State.Terminal() || e.Record.Node != node || e.Incarnation != inc) {
-				cancel()
-				break
-			}
-			if err == nil {
-				now := time.Now().UTC()
-				r := &e.Record
-				r.State, r.Error, r.FinishedAt = api.StateFailed, api.ErrNodeLost, &now
-				if r.DispatchedAt != nil {
-					r.DurationMs = now.Sub(*r.DispatchedAt).Milliseconds()
-				}
-				_, err = f.putJob(octx, e, rev)
-				if err == nil {
+			e, done, err := f.endUnfinished(ctx, id, node, inc, lost)
+			if done {
+				if e.Record.ID != "" {
 					ids = append(ids, id)
 					wrote[id] = e.Record
-					cancel()
-					break
 				}
+				break
 			}
-			cancel()
 			if !isWrongSeq(err) {
 				f.log.Warn().Err(err).Str("job_id", id).Msg("failing a lost node's job")
 				select {
@@ -410,6 +405,28 @@ func (f *Fleet) failJobs(ctx context.Context, node, inc string) []string {
 		ids = kept
 	}
 	return ids
+}
+
+// endUnfinished is one try at ending job id while it is unfinished and
+// taken by node's incarnation inc: a CAS of end(record) from the revision
+// read now. done: nothing is left to do (ended is end's record as written;
+// zero when the job had ended or gone to another taker meanwhile). Not
+// done: err, isWrongSeq when another write came between (try again).
+func (f *Fleet) endUnfinished(ctx context.Context, id, node, inc string, end func(jobEntry) jobEntry) (ended jobEntry, done bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	e, rev, found, err := f.getJob(ctx, id)
+	if err != nil {
+		return jobEntry{}, false, err
+	}
+	if !found || e.Record.State.Terminal() || e.Record.Node != node || e.Incarnation != inc {
+		return jobEntry{}, true, nil
+	}
+	e = end(e)
+	if _, err := f.putJob(ctx, e, rev); err != nil {
+		return jobEntry{}, false, err
+	}
+	return e, true, nil
 }
 
 // sweepEvery: every this many checks (of Heartbeat/5 each) a node looks

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"context"
 	"time"
 
 	"github.com/orchestrd/orchestrd/api"
@@ -99,39 +98,32 @@ func (f *Fleet) endOwn(id string) (done bool) {
 		delete(f.unended, id)
 		f.mu.Unlock()
 	}
-	for range 10 {
-		ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
-		e, rev, found, err := f.getJob(ctx, id)
-		if err == nil && (!found || e.Record.State.Terminal() || e.Record.Node != f.name || e.Incarnation != f.inc) {
-			cancel()
-			forget()
-			return true
+	why := "end_unrecorded"
+	end := func(e jobEntry) jobEntry {
+		now := time.Now().UTC()
+		switch {
+		case hasKept:
+			e.Record, e.Kept = kept.Record, kept.Kept
+		case e.Record.State == api.StateDispatched:
+			why = "take_unconfirmed"
+			e.Record.State, e.Record.Error = api.StateError, "not_run: its take was written, but this node was not told so"
+			e.Record.FinishedAt = &now
+		default:
+			why = "end_lost"
+			e.Record.State, e.Record.Error = api.StateError, "end_lost: its end could not be written to the fleet"
+			e.Record.FinishedAt = &now
 		}
-		if err == nil {
-			end, why := e, "end_unrecorded"
-			now := time.Now().UTC()
-			switch {
-			case hasKept:
-				end.Record, end.Kept = kept.Record, kept.Kept
-			case e.Record.State == api.StateDispatched:
-				why = "take_unconfirmed"
-				end.Record.State, end.Record.Error = api.StateError, "not_run: its take was written, but this node was not told so"
-				end.Record.FinishedAt = &now
-			default:
-				why = "end_lost"
-				end.Record.State, end.Record.Error = api.StateError, "end_lost: its end could not be written to the fleet"
-				end.Record.FinishedAt = &now
+		return e
+	}
+	for range 10 {
+		e, done, err := f.endUnfinished(f.ctx, id, f.name, f.inc, end)
+		if done {
+			forget()
+			if e.Record.ID != "" {
+				f.log.Warn().Str("job_id", id).Str("state", string(e.Record.State)).Str("why", why).Msg("a job of this node's left unfinished in the fleet is ended now")
+				f.emit(ClusterJobEndedLate{JobID: id, State: string(e.Record.State), Why: why})
 			}
-			_, err = f.putJob(ctx, end, rev)
-			cancel()
-			if err == nil {
-				forget()
-				f.log.Warn().Str("job_id", id).Str("state", string(end.Record.State)).Str("why", why).Msg("a job of this node's left unfinished in the fleet is ended now")
-				f.emit(ClusterJobEndedLate{JobID: id, State: string(end.Record.State), Why: why})
-				return true
-			}
-		} else {
-			cancel()
+			return true
 		}
 		if !isWrongSeq(err) {
 			f.log.Debug().Err(err).Str("job_id", id).Msg("ending a job of this node's left unfinished")
